@@ -1,0 +1,423 @@
+/*
+ * pto_driver.h - the whole contract of the pypto_async native driver.
+ *
+ * Everything Python (or a C test) may call is declared here, between the
+ * PTO_CDEF_BEGIN / PTO_CDEF_END markers; pypto_async/_ffi_build.py feeds
+ * exactly that text to cffi's cdef, so the header is never copied by hand.
+ * The private pieces live in native/src/internal.h.
+ *
+ * Conventions (liburing's):
+ *   - Functions return int: 0 (or a count) on success, -PTO_E* on failure.
+ *     They never report through errno.  A detail message for the last failure
+ *     on the calling thread is available from pto_last_error().
+ *   - A submission never blocks.  A full ring, heap or dependency pool is
+ *     -PTO_EAGAIN; the caller decides how to wait (see pto_stream_space_left).
+ *   - A call's status is not the command's result.  A command's own outcome
+ *     arrives later in its completion record (pto_completion.status).
+ *   - No driver thread ever calls back into the host.  Completions are
+ *     published into the completion queue and announced through an eventfd.
+ *   - Teardown cannot fail: pto_device_close() returns void.
+ *
+ * Objects are opaque.  A pto_stream, pto_event, pto_kernel or pto_latch
+ * belongs to the device it was created on and must not outlive it; closing
+ * the device releases all of them.
+ */
+#ifndef PTO_DRIVER_H
+#define PTO_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pto_kernel.h"
+
+/* PTO_CDEF_BEGIN */
+
+#define PTO_ABI_VERSION 1
+
+/* ---- status codes (functions return their negation) ------------------- */
+#define PTO_OK          0
+#define PTO_EAGAIN      1   /* ring/heap/dep pool full, or nothing ready: try again */
+#define PTO_ENOMEM      2   /* device memory (or a driver-internal table) exhausted */
+#define PTO_EINVAL      3   /* bad argument */
+#define PTO_EKERNEL     4   /* a kernel failed its launch through blk->fail */
+#define PTO_EDEP        5   /* an earlier command this one depends on failed */
+#define PTO_EDEVLOST    6   /* the device is lost (sticky); everything fails fast */
+#define PTO_ECLOSED     7   /* the device or stream is closed / closing */
+#define PTO_ETIMEDOUT   8   /* a wait ran out of time; a latch expired */
+#define PTO_ECANCELED   9   /* dropped by pto_device_cancel or pto_device_close */
+#define PTO_EFAULT      10  /* a copy/memset failed (bad range, injected fault) */
+#define PTO_ELOAD       11  /* a kernel library or symbol could not be loaded */
+#define PTO_ENOTSUP     12  /* platform or feature not available */
+
+/* Detail text for the last failing call on this thread ("" if none). */
+const char *pto_last_error(void);
+/* Short name of a status code ("PTO_EAGAIN"); accepts code or -code. */
+const char *pto_status_name(int status);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of every driver timestamp. */
+uint64_t pto_now_ns(void);
+/* An empty function: the reference point for the cost of a cffi call. */
+int pto_nop(void);
+
+/* ---- device ------------------------------------------------------------ */
+
+typedef struct pto_device pto_device;
+typedef struct pto_stream pto_stream;
+typedef struct pto_event pto_event;
+typedef struct pto_kernel pto_kernel;
+typedef struct pto_latch pto_latch;
+typedef uint64_t pto_devptr;   /* a device address; 0 is never valid */
+
+typedef struct pto_device_config {
+    uint32_t cores;             /* compute-core threads; 0: min(4, online CPUs) */
+    uint32_t copy_engines;      /* copy-engine threads; 0: 2 */
+    uint32_t aicpu_thread_num;  /* scheduler threads; 0: 1 */
+    uint32_t ring_task_window;  /* slots per stream ring, power of two; 0: 256 */
+    uint32_t ring_heap;         /* argument bytes per stream; 0: 64 KiB */
+    uint32_t ring_dep_pool;     /* event-wait entries per stream; 0: 64 */
+    uint32_t trace;             /* nonzero: record a trace record per command */
+    uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */
+    uint64_t device_memory;     /* arena bytes; 0: 1 GiB */
+    uint32_t spin_us;           /* idle threads spin this long before sleeping; 0: 20 */
+    uint32_t reserved;
+} pto_device_config;
+
+typedef struct pto_device_info {
+    uint32_t cores, copy_engines, aicpu_thread_num;
+    uint32_t ring_task_window, ring_heap, ring_dep_pool;
+    uint32_t trace;
+    uint32_t engines;           /* cores + copy_engines; engine ids: cores first */
+    uint64_t device_memory;
+    uint64_t arena_base;        /* device address of the first arena byte */
+    char platform[16];
+} pto_device_info;
+
+/* Fill cfg with the defaults (all zero means "default" too). */
+void pto_device_config_init(pto_device_config *cfg);
+
+/*
+ * Open a device.  platform: "sim" ("a2a3sim" and "a5sim" are aliases).
+ * cfg may be NULL for the defaults.  Returns 0 and *out, -PTO_EINVAL for a
+ * bad config (ring_task_window not a power of two, ...), -PTO_ENOTSUP for an
+ * unknown platform, -PTO_ENOMEM if the arena cannot be mapped.
+ */
+int pto_device_open(const char *platform, const pto_device_config *cfg, pto_device **out);
+
+/*
+ * Close a device: cancel every queued command (each with a token completes
+ * -PTO_ECANCELED, released latches included), wait for commands already
+ * running on an engine to finish, join every thread, unload kernels, unmap
+ * memory.  Never fails, never hangs on a latch.  dev is invalid afterwards.
+ */
+void pto_device_close(pto_device *dev);
+
+int pto_device_get_info(pto_device *dev, pto_device_info *out);
+
+/* 0 while healthy; -PTO_EDEVLOST once lost (sticky); -PTO_ECLOSED if closing. */
+int pto_device_status(pto_device *dev);
+
+/*
+ * Block until every command queued so far on every stream has completed, or
+ * timeout_us passes (< 0: no limit).  Returns 0, -PTO_ETIMEDOUT, or
+ * -PTO_EDEVLOST.  Runs without the GIL (cffi releases it).
+ */
+int pto_device_synchronize(pto_device *dev, int64_t timeout_us);
+
+/*
+ * Cancel every command not yet started, on every stream: each completes
+ * with -PTO_ECANCELED, latches are released.  Returns how many were dropped.
+ */
+int pto_device_cancel(pto_device *dev);
+
+/* ---- device memory -------------------------------------------------------- */
+
+typedef struct pto_mem_stats {
+    uint64_t capacity;          /* arena bytes */
+    uint64_t in_use;            /* bytes in live allocations (rounded sizes) */
+    uint64_t reserved;          /* in_use + bytes whose stream-ordered free is still queued */
+    uint64_t peak;              /* high-water mark of reserved */
+    uint64_t count;             /* live allocations */
+    uint64_t pending_frees;     /* frees queued but not executed */
+    uint64_t largest_free;      /* largest free extent (fragmentation view) */
+    uint64_t alloc_failures;    /* allocations that returned -PTO_ENOMEM */
+} pto_mem_stats;
+
+/*
+ * Allocate size bytes (> 0), aligned to 256, for use on stream s (NULL: no
+ * stream; only blocks whose free has executed are eligible).  A block freed
+ * on s whose free is still queued may be handed out at once when that free
+ * was ordered behind s's own work only (s had no event wait pending when the
+ * free was submitted); any other block becomes eligible only once its free
+ * has executed.  Returns 0 and *out, -PTO_EINVAL for size 0, -PTO_ENOMEM when
+ * no extent fits (never a silent malloc).
+ */
+int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out);
+
+/* Free now, not stream-ordered: only for blocks no queued work touches. */
+int pto_mem_free(pto_device *dev, pto_devptr ptr);
+
+/* Size of the live allocation starting at ptr, or -PTO_EINVAL. */
+int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out);
+
+int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out);
+
+/* Host pointer for a device address (the sim arena is host memory). */
+void *pto_mem_host_ptr(pto_device *dev, pto_devptr ptr);
+
+/* ---- streams ------------------------------------------------------------- */
+
+typedef struct pto_stream_stats {
+    uint32_t id;
+    int32_t priority;
+    uint32_t entries;           /* ring slots */
+    uint32_t in_flight;         /* commands queued, not yet completed */
+    uint32_t window_hwm;        /* high-water mark of in_flight */
+    uint32_t heap_bytes;        /* argument heap size */
+    uint32_t heap_hwm;          /* high-water mark of heap bytes in use */
+    uint32_t dep_entries;       /* dependency pool size */
+    uint32_t dep_hwm;           /* high-water mark of dependency entries in use */
+    uint32_t reserved;
+    uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
+    uint64_t completed;         /* commands finished, in order */
+    uint64_t eagain;            /* submissions refused with -PTO_EAGAIN */
+} pto_stream_stats;
+
+/*
+ * Create a stream.  Larger priority is scheduled first when several stream
+ * heads are ready.  Returns 0 and *out, -PTO_ENOMEM, -PTO_EDEVLOST.
+ */
+int pto_stream_create(pto_device *dev, int priority, pto_stream **out);
+
+/*
+ * Destroy a stream.  Work already queued still runs and completes; the
+ * stream's memory is released once its ring is empty.  s is invalid
+ * afterwards.  Never blocks.
+ */
+void pto_stream_destroy(pto_stream *s);
+
+uint32_t pto_stream_id(const pto_stream *s);
+/* Free ring slots: a submission now succeeds only if this is > 0. */
+uint32_t pto_stream_space_left(const pto_stream *s);
+/* Sequence number of the last command accepted (0: none yet). */
+uint64_t pto_stream_submitted(const pto_stream *s);
+/* Number of commands completed, in order: command n is done iff completed >= n. */
+uint64_t pto_stream_completed(const pto_stream *s);
+int pto_stream_get_stats(const pto_stream *s, pto_stream_stats *out);
+
+/*
+ * Block until everything queued on s so far completed, or timeout_us passes
+ * (< 0: no limit).  Returns 0, -PTO_ETIMEDOUT, -PTO_EDEVLOST.  Does not
+ * report the commands' own statuses.
+ */
+int pto_stream_synchronize(pto_stream *s, int64_t timeout_us);
+
+/*
+ * Commands.  Each takes a token: nonzero means "push a completion record
+ * with this token when the command finishes"; 0 means no record.
+ * Each returns 0 when queued, -PTO_EAGAIN when the ring/heap/dep pool is
+ * full (nothing was queued), -PTO_EINVAL for a bad argument (nothing was
+ * queued), -PTO_EDEVLOST, -PTO_ECLOSED.  Commands on one stream start in
+ * order and each starts only after the previous one completed.
+ *
+ * Failure propagation: when a command fails, its record carries its own
+ * status; every later command on that stream, and every command on another
+ * stream that waits on an event recorded after the failure, completes with
+ * -PTO_EDEP and cause_token naming the first failure.  Once the failure's
+ * completion record has been drained (pto_cq_drain / pto_wait_token), the
+ * stream is healthy again for commands submitted from then on.
+ *
+ * Host pointers passed to copies must stay valid until the command
+ * completes; the driver reads and writes them in place (no staging).
+ */
+int pto_stream_copy_h2d(pto_stream *s, pto_devptr dst, const void *src, uint64_t nbytes, uint64_t token);
+int pto_stream_copy_d2h(pto_stream *s, void *dst, pto_devptr src, uint64_t nbytes, uint64_t token);
+int pto_stream_copy_d2d(pto_stream *s, pto_devptr dst, pto_devptr src, uint64_t nbytes, uint64_t token);
+int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nbytes, uint64_t token);
+
+/*
+ * Launch kernel k over `blocks` blocks (>= 1), spread over the compute cores.
+ * args[0..nargs) are copied into the stream's ring heap at submit; each is a
+ * device address or the raw bits of a scalar.  The launch fails with the
+ * first block's blk->fail code (-PTO_EKERNEL etc.) and message.
+ */
+int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks,
+                      const uint64_t *args, uint32_t nargs, uint64_t token);
+
+/* Record e: e completes once everything queued on s before it completes. */
+int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
+/*
+ * Make s wait (on the device) for e as recorded at the time of this call.
+ * Waiting on an event never recorded is a no-op.  Uses one dep-pool entry
+ * until it executes.
+ */
+int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
+/* Stream-ordered free of an allocation (see pto_mem_alloc for reuse). */
+int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token);
+/* A command that does nothing but complete its token in order. */
+int pto_stream_notify(pto_stream *s, uint64_t token);
+/* Hold the stream (scheduler-side, no engine busy) for delay_us microseconds. */
+int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token);
+
+/* ---- events ---------------------------------------------------------------- */
+
+/* Returns 0 and *out, -PTO_ENOMEM. */
+int pto_event_create(pto_device *dev, pto_event **out);
+/* Destroy e; pending waits on it already queued still behave as recorded. */
+void pto_event_destroy(pto_event *e);
+/*
+ * 1: the recorded work completed (or e was never recorded);
+ * 0: still pending; <0: the recorded work failed (-PTO_EDEP, -PTO_EDEVLOST...).
+ */
+int pto_event_query(pto_event *e);
+/* Block until e completes or timeout_us passes; returns what query then says, or -PTO_ETIMEDOUT. */
+int pto_event_synchronize(pto_event *e, int64_t timeout_us);
+/* Completion time of e in ns (0: not complete). */
+uint64_t pto_event_timestamp_ns(const pto_event *e);
+/* ms from a's completion to b's; -PTO_EAGAIN if either is not complete. */
+int pto_event_elapsed_ms(const pto_event *a, const pto_event *b, double *out_ms);
+
+/* ---- kernels --------------------------------------------------------------- */
+
+/* dlopen path and resolve symbol.  Returns 0, -PTO_ELOAD (message says why). */
+int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_kernel **out);
+/*
+ * Built-in kernels, for tests, benchmarks and the demo (n is an element count
+ * passed as a scalar argument; tensors are float32 device addresses):
+ *   "noop"      (no args)                      does nothing
+ *   "fill_f32"  (out, value_bits, n)            out[i] = value (float bits in the low 32 bits)
+ *   "add_f32"   (a, b, out, n)                  out = a + b
+ *   "axpy_f32"  (alpha_bits, x, y, n)           y = alpha*x + y
+ *   "spin"      (us)                            busy for `us` microseconds per block
+ *   "fail"      (code)                          fails the launch with code (0: PTO_EKERNEL)
+ * Blocks split [0, n) into contiguous chunks.  Returns 0, -PTO_EINVAL (unknown name).
+ */
+int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out);
+/* Name of the kernel (its symbol). */
+const char *pto_kernel_name(const pto_kernel *k);
+/* Unload once no queued launch references k.  Never blocks. */
+void pto_kernel_unload(pto_kernel *k);
+
+/* ---- completion queue -------------------------------------------------- */
+
+typedef struct pto_completion {
+    uint64_t token;
+    int32_t status;             /* 0 or -PTO_E* */
+    uint32_t stream_id;
+    uint64_t seq;               /* the command's sequence number on its stream */
+    uint64_t submit_ns, start_ns, end_ns;
+    uint64_t cause_token;       /* for -PTO_EDEP/-PTO_EDEVLOST: the first failure's token (0: unknown) */
+    char message[112];          /* failure text, "" on success */
+} pto_completion;
+
+/*
+ * The eventfd that is readable while completion records are ready.  The
+ * driver owns it; do not read or close it.
+ */
+int pto_cq_fd(pto_device *dev);
+/* Records ready to drain. */
+uint32_t pto_cq_ready(pto_device *dev);
+/*
+ * Move up to max ready records into out, oldest first.  Returns the count
+ * (0 if none).  If records remain, the fd stays readable; once the queue is
+ * empty the fd is reset.  Never blocks.
+ */
+int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max);
+/* Block until a record is ready or timeout_us passes: 0, -PTO_ETIMEDOUT. */
+int pto_cq_wait(pto_device *dev, int64_t timeout_us);
+/*
+ * Block until the command with this token has completed (records still in
+ * the queue count; records already drained are unknown here), or timeout_us
+ * passes.  Returns 0 and copies its record into *out (the record stays in the
+ * queue for pto_cq_drain), or -PTO_ETIMEDOUT.  For threads without an event
+ * loop; cffi releases the GIL for the call.
+ */
+int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_completion *out);
+
+/* ---- trace ----------------------------------------------------------------- */
+
+#define PTO_CMD_H2D     1
+#define PTO_CMD_D2H     2
+#define PTO_CMD_D2D     3
+#define PTO_CMD_MEMSET  4
+#define PTO_CMD_LAUNCH  5
+#define PTO_CMD_BLOCK   6   /* one block of a launch, on one core */
+#define PTO_CMD_RECORD  7
+#define PTO_CMD_WAIT    8
+#define PTO_CMD_FREE    9
+#define PTO_CMD_NOTIFY  10
+#define PTO_CMD_DELAY   11
+#define PTO_CMD_LATCH   12
+
+#define PTO_ENGINE_NONE -1     /* ran on the scheduler */
+
+typedef struct pto_trace_record {
+    uint64_t token;
+    uint64_t seq;
+    uint64_t bytes;             /* copies and memsets */
+    uint64_t submit_ns, start_ns, end_ns;
+    uint64_t event_id;          /* record/wait: the event (flow arrows); else 0 */
+    uint32_t stream_id;
+    int32_t engine;             /* 0..cores-1: core; cores..: copy engine; -1: scheduler */
+    uint32_t kind;              /* PTO_CMD_* */
+    uint32_t block;             /* PTO_CMD_BLOCK: block index */
+    int32_t status;
+    uint32_t reserved;
+    char name[48];              /* kernel name, or "h2d", "d2h", ... */
+} pto_trace_record;
+
+/* Turn tracing on or off at run time. */
+void pto_trace_enable(pto_device *dev, int on);
+/* Move up to max trace records into out, oldest first; returns the count. */
+int pto_trace_read(pto_device *dev, pto_trace_record *out, uint32_t max);
+/* Records lost because the trace buffer was full. */
+uint64_t pto_trace_dropped(pto_device *dev);
+
+/* ---- engine statistics ------------------------------------------------------ */
+
+typedef struct pto_engine_stats {
+    int32_t engine;
+    uint32_t is_copy;           /* 0: compute core, 1: copy engine */
+    uint64_t busy_ns;
+    uint64_t commands;          /* blocks (cores) or copies (copy engines) run */
+    uint64_t bytes;             /* copy engines: bytes moved */
+} pto_engine_stats;
+
+typedef struct pto_device_stats {
+    uint64_t submitted, completed;
+    uint64_t cq_records;        /* completion records pushed */
+    uint64_t cq_signals;        /* eventfd writes (wake-ups offered) */
+    uint64_t cq_drains;         /* pto_cq_drain calls that returned records */
+    uint64_t canceled;
+    uint64_t launches, copies, copy_bytes_h2d, copy_bytes_d2h, copy_bytes_d2d;
+} pto_device_stats;
+
+int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);
+int pto_device_get_stats(pto_device *dev, pto_device_stats *out);
+
+/* ---- test hooks ---------------------------------------------------------- */
+
+/*
+ * A latch holds every stream that reaches a pto_stream_latch_wait on it until
+ * the host releases it (or its timeout passes: those waits then fail with
+ * -PTO_ETIMEDOUT; timeout_us <= 0: no limit).  Releasing is sticky: later
+ * waits pass at once.  Returns 0 and *out, -PTO_ENOMEM.
+ */
+int pto_latch_create(pto_device *dev, int64_t timeout_us, pto_latch **out);
+int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token);
+void pto_latch_release(pto_latch *l);
+/* Destroy l (releasing it first). */
+void pto_latch_destroy(pto_latch *l);
+
+/*
+ * The next `count` commands submitted to s fail with -status (status > 0,
+ * default PTO_EFAULT when 0) instead of running.
+ */
+int pto_debug_fail_next(pto_stream *s, int status, uint32_t count);
+/* The next `count` pto_mem_alloc calls on dev return -PTO_ENOMEM. */
+int pto_debug_fail_alloc(pto_device *dev, uint32_t count);
+/* Mark the device lost now, with msg as the first failure. */
+int pto_debug_lose_device(pto_device *dev, const char *msg);
+
+/* PTO_CDEF_END */
+
+#endif /* PTO_DRIVER_H */

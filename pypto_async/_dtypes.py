@@ -1,0 +1,101 @@
+"""Element types shared by the language, the IR and the runtime.
+
+One :class:`DataType` per supported element type.  The language re-exports the
+constants as ``pl.FP32`` and friends; the runtime accepts them (or a numpy or
+torch dtype) wherever a dtype is asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "DataType",
+    "FP32",
+    "FP64",
+    "FP16",
+    "BF16",
+    "INT8",
+    "INT32",
+    "INT64",
+    "UINT8",
+    "BOOL",
+    "ALL_DTYPES",
+    "as_dtype",
+]
+
+
+@dataclass(frozen=True)
+class DataType:
+    """An element type.
+
+    ``name`` is the pl name (``"FP32"``), ``np_name`` the numpy name
+    (``"float32"``; ``"bfloat16"`` has no numpy type and is stored as
+    ``uint16``), ``c_type`` the C storage type, ``itemsize`` its bytes.
+    """
+
+    name: str
+    np_name: str
+    c_type: str
+    itemsize: int
+    is_float: bool
+
+    @property
+    def np_storage(self) -> np.dtype:
+        """The numpy dtype whose bytes hold one element."""
+        return np.dtype("uint16") if self.np_name == "bfloat16" else np.dtype(self.np_name)
+
+    def __repr__(self) -> str:
+        return f"pl.{self.name}"
+
+
+FP32 = DataType("FP32", "float32", "float", 4, True)
+FP64 = DataType("FP64", "float64", "double", 8, True)
+FP16 = DataType("FP16", "float16", "_Float16", 2, True)
+BF16 = DataType("BF16", "bfloat16", "uint16_t", 2, True)
+INT8 = DataType("INT8", "int8", "int8_t", 1, False)
+INT32 = DataType("INT32", "int32", "int32_t", 4, False)
+INT64 = DataType("INT64", "int64", "int64_t", 8, False)
+UINT8 = DataType("UINT8", "uint8", "uint8_t", 1, False)
+BOOL = DataType("BOOL", "bool", "_Bool", 1, False)
+
+ALL_DTYPES = (FP32, FP64, FP16, BF16, INT8, INT32, INT64, UINT8, BOOL)
+_BY_NP_NAME = {d.np_name: d for d in ALL_DTYPES}
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+
+
+def as_dtype(obj) -> DataType:
+    """Return the :class:`DataType` for a pl, numpy or torch dtype (or a name).
+
+    Raises
+    ------
+    PtoArgumentError
+        If the dtype is not one of :data:`ALL_DTYPES`.
+    """
+    from .errors import PtoArgumentError
+
+    if isinstance(obj, DataType):
+        return obj
+    if isinstance(obj, str):
+        key = obj.removeprefix("torch.")
+        found = _BY_NAME.get(key.upper()) or _BY_NP_NAME.get(key)
+        if found is not None:
+            return found
+    else:
+        mod = type(obj).__module__
+        if mod.startswith("torch"):
+            # torch.float32 prints as "torch.float32"; no torch import needed.
+            found = _BY_NP_NAME.get(str(obj).removeprefix("torch."))
+            if found is not None:
+                return found
+        else:
+            try:
+                found = _BY_NP_NAME.get(np.dtype(obj).name)
+            except TypeError:
+                found = None
+            if found is not None:
+                return found
+    supported = ", ".join(d.np_name for d in ALL_DTYPES)
+    raise PtoArgumentError(f"unsupported dtype {obj!r}; supported: {supported}")

@@ -1,0 +1,170 @@
+"""The exception tree of pypto_async.
+
+Every error this package raises on purpose is a :class:`PtoError`.  The tree has
+one branch per way things go wrong, so you can catch exactly what you can
+handle:
+
+* :class:`PtoArgumentError` — *you* passed something wrong; nothing was queued
+  and the worker is fine.
+* :class:`PtoTryAgain` — a ``*_nowait`` call found no room; nothing was queued.
+* :class:`PtoOutOfMemory` — the device arena has no extent that fits.
+* :class:`PtoKernelFault` — a kernel failed its own launch.
+* :class:`PtoDependencyError` — *this* command was fine, but something it
+  depended on failed first; ``__cause__`` holds that first failure.
+* :class:`PtoDeviceLost` — the device is unusable (sticky); everything fails.
+* :class:`PtoClosedError` — you closed the worker, stream or tensor already.
+* :class:`PtoTimeout` — a wait ran out of time; the work itself goes on.
+
+Cancellation is never wrapped: ``asyncio.CancelledError`` and trio's
+``Cancelled`` pass through untouched.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PtoError",
+    "PtoArgumentError",
+    "PtoPlatformMismatch",
+    "PtoForeignTensorError",
+    "PtoTryAgain",
+    "PtoOutOfMemory",
+    "PtoKernelFault",
+    "PtoCopyFault",
+    "PtoDependencyError",
+    "PtoDeviceLost",
+    "PtoClosedError",
+    "PtoTensorFreedError",
+    "PtoTimeout",
+    "PtoCanceledError",
+    "PtoLoadError",
+    "PtoCompileError",
+    "PtoNotSupported",
+]
+
+
+class PtoError(Exception):
+    """Base of every pypto_async error.  Never raised directly.
+
+    ``status`` is the driver's status name (``"PTO_EKERNEL"``) where the error
+    came from the driver, else ``None``.
+    """
+
+    status: str | None = None
+
+    def __init__(self, message: str = "", *, status: str | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class PtoArgumentError(PtoError, ValueError):
+    """An argument is wrong (type, shape, dtype, arity, size, layout).
+
+    Raised before anything is queued: the worker stays usable.  Also a
+    :class:`ValueError`, so generic argument checks still catch it.
+    """
+
+    status = "PTO_EINVAL"
+
+
+class PtoPlatformMismatch(PtoArgumentError):
+    """A compiled program was built for another platform than the worker's."""
+
+
+class PtoForeignTensorError(PtoArgumentError):
+    """A DeviceTensor of one worker was handed to another worker."""
+
+
+class PtoTryAgain(PtoError):
+    """No room right now (full ring, heap or dependency pool); nothing was queued.
+
+    Only the ``*_nowait`` calls raise it; the others wait for room instead.
+    """
+
+    status = "PTO_EAGAIN"
+
+
+class PtoOutOfMemory(PtoError, MemoryError):
+    """The device arena has no free extent of the requested size.
+
+    The device keeps working; free something and try again.
+    """
+
+    status = "PTO_ENOMEM"
+
+
+class PtoKernelFault(PtoError):
+    """A kernel failed its own launch (through ``blk->fail``).
+
+    Unlike :class:`PtoDependencyError`, this command is the first failure.
+    """
+
+    status = "PTO_EKERNEL"
+
+
+class PtoCopyFault(PtoError):
+    """A copy or memset failed on the device (bad range or injected fault)."""
+
+    status = "PTO_EFAULT"
+
+
+class PtoDependencyError(PtoError):
+    """This command did not run because an earlier one it depends on failed.
+
+    ``__cause__`` (when known) is the first failure's error; ``cause_token``
+    names its completion token.  Work submitted after that failure has been
+    observed runs normally.
+    """
+
+    status = "PTO_EDEP"
+    cause_token: int = 0
+
+
+class PtoDeviceLost(PtoError):
+    """The device is lost: every pending and later call fails with this.
+
+    Sticky, unlike :class:`PtoKernelFault`; only closing the worker helps.
+    """
+
+    status = "PTO_EDEVLOST"
+
+
+class PtoClosedError(PtoError):
+    """You used a worker, stream, event or kernel after closing it.
+
+    Unlike :class:`PtoDeviceLost`, nothing broke: it was closed on purpose.
+    """
+
+    status = "PTO_ECLOSED"
+
+
+class PtoTensorFreedError(PtoClosedError):
+    """You used a DeviceTensor after freeing it."""
+
+
+class PtoTimeout(PtoError, TimeoutError):
+    """A wait ran out of time.  The work it waited for is not cancelled."""
+
+    status = "PTO_ETIMEDOUT"
+
+
+class PtoCanceledError(PtoError):
+    """The command was dropped before it ran (worker closing, device cancel)."""
+
+    status = "PTO_ECANCELED"
+
+
+class PtoLoadError(PtoError):
+    """A kernel library or its symbol could not be loaded."""
+
+    status = "PTO_ELOAD"
+
+
+class PtoCompileError(PtoError):
+    """Tracing or compiling a kernel failed; the message names file and line."""
+
+
+class PtoNotSupported(PtoError):
+    """The platform or feature is not available here."""
+
+    status = "PTO_ENOTSUP"
