@@ -1,0 +1,72 @@
+"""The call signature of a compiled program, as the runtime reads it.
+
+This is the contract between :mod:`pypto_async.ir` (which produces compiled
+programs) and :mod:`pypto_async.runtime` (which launches them).  The runtime
+never imports the IR: it reads these attributes from any object that has them.
+
+A compiled program has:
+
+``platform`` (str)
+    ``"sim"`` (aliases ``"a2a3sim"``/``"a5sim"`` are normalised by the runtime).
+``params`` (tuple of :class:`ParamSpec`)
+    One per kernel argument, in call order.
+``lib_path`` (pathlib.Path) and ``symbol`` (str)
+    The shared object and the kernel function ``void symbol(const pto_block *, void *const *)``.
+``block_num`` (int)
+    Blocks per launch (``pl.spmd(n)`` gives n; otherwise 1).
+``param_names``, ``output_indices``, ``has_return``
+    As in the seed (PyPTO's CompiledProgram).
+
+Argument slots (``void *const *args`` in the kernel): a tensor parameter gets
+its device address; a scalar parameter gets its value converted to the
+parameter's dtype, stored little-endian in the low bytes of the 64-bit slot
+(the kernel ``memcpy``s it out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._dtypes import DataType
+
+__all__ = ["ParamSpec", "IN", "OUT", "INOUT", "SCALAR"]
+
+IN = "in"
+OUT = "out"
+INOUT = "inout"
+SCALAR = "scalar"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter: its name, direction, static shape and dtype.
+
+    ``direction`` is one of ``"in"``, ``"out"``, ``"inout"``, ``"scalar"``;
+    ``shape`` is a tuple of ints for tensors and ``()`` for scalars.
+    """
+
+    name: str
+    direction: str
+    shape: tuple[int, ...]
+    dtype: DataType
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.direction != SCALAR
+
+    @property
+    def copies_in(self) -> bool:
+        """True if a host array for this parameter is copied to the device."""
+        return self.direction in (IN, INOUT)
+
+    @property
+    def copies_out(self) -> bool:
+        """True if a host array for this parameter is copied back after the launch."""
+        return self.direction in (OUT, INOUT)
+
+    @property
+    def nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
