@@ -1,0 +1,41 @@
+"""The IR of pypto_async kernels, its passes, C code generation and compile().
+
+``kernel.lower(*args)`` gives you a :class:`Program`; :func:`compile` turns
+one into a :class:`CompiledProgram` (an artifact directory plus launch
+metadata).  :data:`PIPELINE` lists the passes in the order they run.
+"""
+
+from ._codegen import CODEGEN_VERSION, generate_c
+from ._compile import (
+    DEFAULT_CFLAGS,
+    PLATFORMS,
+    SCHEMA_VERSION,
+    ChipCallable,
+    CompiledProgram,
+    cache_dir,
+    clear_cache,
+    compile,
+)
+from ._nodes import *  # noqa: F401,F403
+from ._nodes import __all__ as _nodes_all
+from ._passes import PIPELINE, fuse_elementwise, infer_and_check, run_passes
+from ._printer import format_program
+
+__all__ = [
+    "compile",
+    "CompiledProgram",
+    "ChipCallable",
+    "cache_dir",
+    "clear_cache",
+    "DEFAULT_CFLAGS",
+    "PLATFORMS",
+    "SCHEMA_VERSION",
+    "CODEGEN_VERSION",
+    "generate_c",
+    "format_program",
+    "PIPELINE",
+    "run_passes",
+    "infer_and_check",
+    "fuse_elementwise",
+    *_nodes_all,
+]

@@ -1,0 +1,313 @@
+"""Compile a program into an artifact directory, through an on-disk cache.
+
+An artifact directory holds ``kernel.c`` (the generated source), ``kernel.so``
+(built with ``$CC``, default ``cc``), ``program.txt`` (the lowered IR) and
+``compiled_meta.json`` (schema version, parameters, block count, platform,
+compiler, flags, IR hash, symbol).  :meth:`CompiledProgram.from_dir` rebuilds
+a handle from that directory alone.
+
+The cache lives in ``$PYPTO_ASYNC_CACHE_DIR`` (default
+``~/.cache/pypto_async``); an entry is keyed by the IR hash, the compiler, its
+version and the flags.  An entry is built in a private temporary directory
+inside the cache and published with one ``os.rename``: two processes that
+build the same kernel at once both succeed, and the loser uses the winner's
+entry.  A hit costs a hash and a JSON read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._dtypes import as_dtype
+from .._signature import INOUT, OUT, ParamSpec
+from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
+from ._codegen import CODEGEN_VERSION, generate_c
+from ._nodes import Program
+from ._passes import run_passes
+from ._printer import format_program
+
+__all__ = [
+    "CompiledProgram",
+    "ChipCallable",
+    "compile",
+    "cache_dir",
+    "clear_cache",
+    "DEFAULT_CFLAGS",
+    "SCHEMA_VERSION",
+    "PLATFORMS",
+]
+
+SCHEMA_VERSION = 1
+DEFAULT_CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-math-errno")
+PLATFORMS = {"sim": "sim", "a2a3sim": "sim", "a5sim": "sim"}
+_META = "compiled_meta.json"
+_SOURCE = "kernel.c"
+_LIB = "kernel.so"
+_IR_TEXT = "program.txt"
+_INCLUDE = Path(__file__).resolve().parent.parent / "include"
+_compiler_versions: dict[tuple[str, ...], str] = {}
+
+
+def cache_dir() -> Path:
+    """Return the kernel cache directory (``$PYPTO_ASYNC_CACHE_DIR`` or ``~/.cache/pypto_async``)."""
+    env = os.environ.get("PYPTO_ASYNC_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pypto_async"
+
+
+def clear_cache() -> int:
+    """Remove every cached kernel; return how many entries were removed."""
+    root = cache_dir() / "kernels"
+    if not root.is_dir():
+        return 0
+    n = 0
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.name.startswith("tmp-"):
+            n += 1
+        shutil.rmtree(entry, ignore_errors=True)
+    return n
+
+
+@dataclass(frozen=True)
+class ChipCallable:
+    """The loadable kernel: a shared object, its entry symbol and block count."""
+
+    lib_path: Path
+    symbol: str
+    block_num: int
+
+
+class CompiledProgram:
+    """A handle to compiled artifacts plus what the runtime needs to launch them.
+
+    Build one with :func:`pypto_async.ir.compile`, ``kernel.compile(*args)``
+    or :meth:`from_dir`; call it (``compiled(*args, stream=None)``) to
+    dispatch it through the runtime.
+    """
+
+    def __init__(self, output_dir: Path, meta: dict, program: Program | None, validate_ir: bool = False):
+        self.output_dir = Path(output_dir)
+        self.platform: str = meta["platform"]
+        self.backend_type: str = PLATFORMS.get(self.platform, self.platform)
+        self.params = tuple(
+            ParamSpec(p["name"], p["direction"], tuple(p["shape"]), as_dtype(p["dtype"])) for p in meta["params"]
+        )
+        self.param_names = tuple(p.name for p in self.params)
+        self.output_indices = tuple(i for i, p in enumerate(self.params) if p.direction in (OUT, INOUT))
+        self.has_return: bool = meta["has_return"]
+        self.block_num: int = meta["block_num"]
+        self.symbol: str = meta["symbol"]
+        self.lib_path = self.output_dir / _LIB
+        self.source_path = self.output_dir / _SOURCE
+        self.ir_hash: str = meta["ir_hash"]
+        self.compiler: str = meta["compiler"]
+        self.flags: tuple[str, ...] = tuple(meta["flags"])
+        self.name: str = meta["name"]
+        self.program = program
+        self.chip_callable = ChipCallable(self.lib_path, self.symbol, self.block_num)
+        self.runtime_name = "pypto_async.sim"
+        self.runtime_config = {"block_num": self.block_num}
+        self.validate_ir = validate_ir
+
+    @classmethod
+    def from_dir(cls, path) -> "CompiledProgram":
+        """Rebuild a handle from an artifact directory alone (``program`` is None).
+
+        Raises
+        ------
+        PtoLoadError
+            If the directory lacks the metadata or the library, or the
+            metadata's schema is not one this version reads.
+        """
+        path = Path(path)
+        try:
+            meta = json.loads((path / _META).read_text())
+        except (OSError, ValueError) as exc:
+            raise PtoLoadError(f"{path}: not an artifact directory ({exc})") from exc
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise PtoLoadError(f"{path}: compiled_meta.json schema {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        if not (path / _LIB).is_file():
+            raise PtoLoadError(f"{path}: {_LIB} is missing")
+        return cls(path, meta, None)
+
+    load = from_dir
+
+    def __call__(self, *args, stream=None):
+        """Dispatch through the runtime: ``pypto_async.runtime._context.dispatch``."""
+        return _dispatch(self, args, stream)
+
+    def __repr__(self) -> str:
+        return (
+            f"<CompiledProgram {self.name} platform={self.platform!r} blocks={self.block_num} "
+            f"params={list(self.param_names)} dir={str(self.output_dir)!r}>"
+        )
+
+
+def _dispatch(compiled, args, stream):
+    try:
+        from ..runtime._context import dispatch
+    except ImportError as exc:
+        raise PtoNotSupported(
+            "no runtime: pypto_async.runtime is not available to dispatch this program "
+            f"({exc}); load {compiled.lib_path} through the driver instead"
+        ) from exc
+    return dispatch(compiled, args, stream=stream)
+
+
+def _compiler_version(cc: tuple[str, ...]) -> str:
+    v = _compiler_versions.get(cc)
+    if v is None:
+        try:
+            res = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
+        except OSError as exc:
+            raise PtoCompileError(f"C compiler {shlex.join(cc)!r} not found ({exc}); set CC") from exc
+        v = (res.stdout.splitlines() or ["unknown"])[0].strip()
+        _compiler_versions[cc] = v
+    return v
+
+
+def _run_compiler(cc: tuple[str, ...], flags: tuple[str, ...], src: Path, lib: Path) -> None:
+    cmd = [*cc, *flags, f"-I{_INCLUDE}", "-o", str(lib), str(src), "-lm"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except OSError as exc:
+        raise PtoCompileError(f"C compiler {shlex.join(cc)!r} could not run ({exc}); set CC") from exc
+    if res.returncode != 0:
+        raise PtoCompileError(
+            f"C compilation failed ({shlex.join(cmd)}), exit {res.returncode}:\n{res.stderr.strip()}"
+        )
+
+
+def _flags_from(kwargs) -> tuple[str, ...]:
+    cflags = kwargs.pop("cflags", None)
+    extra = kwargs.pop("extra_cflags", None)
+    flags = list(DEFAULT_CFLAGS) if cflags is None else (shlex.split(cflags) if isinstance(cflags, str) else list(cflags))
+    if extra:
+        flags += shlex.split(extra) if isinstance(extra, str) else list(extra)
+    for must in ("-shared", "-fPIC"):
+        if must not in flags:
+            flags.append(must)
+    return tuple(flags)
+
+
+def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol: str) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": program.name,
+        "symbol": symbol,
+        "platform": platform,
+        "block_num": program.block_num,
+        "has_return": program.ret is not None,
+        "params": [
+            {"name": p.name, "direction": p.direction, "shape": list(p.shape), "dtype": p.dtype.name}
+            for p in program.params
+        ],
+        "compiler": cc,
+        "flags": list(flags),
+        "ir_hash": ir_hash,
+        "codegen_version": CODEGEN_VERSION,
+    }
+
+
+def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) -> CompiledProgram:  # noqa: A001
+    """Compile a program to an artifact directory and return its handle.
+
+    Parameters
+    ----------
+    program : Program
+        A traced (``kernel.trace``) or lowered (``kernel.lower``) program.
+    platform : str
+        ``"sim"`` (``"a2a3sim"`` and ``"a5sim"`` are aliases).
+    output_dir : path-like, optional
+        Also write the artifacts here; the handle then points here.
+        Otherwise it points at the cache entry.
+    cflags : str or sequence of str, optional
+        Replace :data:`DEFAULT_CFLAGS` (``-shared -fPIC`` are always added).
+    extra_cflags : str or sequence of str, optional
+        Append to the flags.
+    cc : str, optional
+        The C compiler command (default ``$CC`` or ``cc``).
+    validate_ir : bool, optional
+        Stored on the handle; per-pass semantic comparison is not done here.
+
+    Raises
+    ------
+    PtoNotSupported
+        For an unknown platform.
+    PtoCompileError
+        If a check fails (message starts with ``file:line``) or the C
+        compiler fails (message carries its output).
+    """
+    if not isinstance(program, Program):
+        raise PtoArgumentError(f"ir.compile expects a Program (kernel.lower(...)), got {type(program).__name__}")
+    if platform not in PLATFORMS:
+        raise PtoNotSupported(f"unknown platform {platform!r}; supported: {', '.join(PLATFORMS)}")
+    kwargs = dict(kwargs)
+    flags = _flags_from(kwargs)
+    cc_text = kwargs.pop("cc", None) or os.environ.get("CC") or "cc"
+    validate_ir = bool(kwargs.pop("validate_ir", False))
+    if kwargs:
+        raise PtoArgumentError(f"ir.compile: unknown options {sorted(kwargs)}")
+    cc = tuple(shlex.split(cc_text))
+
+    lowered = run_passes(program)
+    text = format_program(lowered)
+    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
+    symbol = f"{_c_name(lowered.name)}_{ir_hash[:12]}"
+    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform])
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
+
+    root = cache_dir() / "kernels"
+    entry = root / key
+    if not (entry / _META).is_file():
+        _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
+    meta = json.loads((entry / _META).read_text())
+    target = entry
+    if output_dir is not None:
+        target = Path(output_dir)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (_SOURCE, _IR_TEXT, _META, _LIB):
+            tmp = target / f".{name}.{os.getpid()}.tmp"
+            shutil.copyfile(entry / name, tmp)
+            os.replace(tmp, target / name)
+    return CompiledProgram(target, meta, program, validate_ir=validate_ir)
+
+
+def _c_name(name: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return out if out and not out[0].isdigit() else f"k_{out}"
+
+
+def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    source = generate_c(lowered, symbol)
+    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{entry.name}-", dir=root))
+    try:
+        (tmp / _SOURCE).write_text(source)
+        (tmp / _IR_TEXT).write_text(text + "\n")
+        _run_compiler(cc, flags, tmp / _SOURCE, tmp / _LIB)
+        meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol)
+        (tmp / _META).write_text(json.dumps(meta, indent=2) + "\n")
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            # Someone else published this entry first: theirs is as good as ours.
+            if not (entry / _META).is_file():
+                raise
+    except PtoError:
+        raise
+    except OSError as exc:
+        raise PtoCompileError(f"could not write the kernel cache entry {entry}: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,295 @@
+"""The pass pipeline: check a traced program, then fuse element-wise chains.
+
+:data:`PIPELINE` lists the passes in order; :func:`run_passes` applies them
+and marks the result ``stage="lowered"`` (running it again is a no-op).
+
+Fusion groups element-wise statements (load, unary, binary, cast, full) of
+one shape, and the stores of their values, into a :class:`Fused` loop nest
+that computes every element of the chain in one pass: a tile chain reads its
+inputs once and writes only what is stored or used elsewhere.  Reading order
+stays correct because a group is closed ("flushed", emitted at that point)
+before anything that needs one of its values, before a load from a tensor it
+stores to, and at every loop or scope boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .._dtypes import BF16, FP16
+from ..errors import PtoCompileError
+from ._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ._nodes import (
+    ELEMENTWISE,
+    Assign,
+    Binary,
+    Cast,
+    For,
+    Fused,
+    Load,
+    Matmul,
+    MatmulAcc,
+    Program,
+    Reduce,
+    Scope,
+    Spmd,
+    Store,
+    Unary,
+    Var,
+)
+
+__all__ = ["PIPELINE", "run_passes", "infer_and_check", "fuse_elementwise", "expr_inputs", "view_loads"]
+
+
+def expr_inputs(expr) -> list[Var]:
+    """Return the tile variables an expression reads."""
+    if isinstance(expr, Unary) or isinstance(expr, Cast) or isinstance(expr, Reduce):
+        return [expr.x]
+    if isinstance(expr, Binary):
+        return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Matmul):
+        return [expr.a, expr.b]
+    return []
+
+
+def _stmt_inputs(s) -> list[Var]:
+    if isinstance(s, Assign):
+        return expr_inputs(s.expr)
+    if isinstance(s, MatmulAcc):
+        return [s.acc, s.a, s.b]
+    if isinstance(s, Store):
+        return [s.value]
+    return []
+
+
+# ---- pass 1: shape/dtype inference and checks ----------------------------------
+
+
+def infer_and_check(program: Program) -> Program:
+    """Check every statement's types, windows and def-before-use; return the program.
+
+    Raises
+    ------
+    PtoCompileError
+        With the offending statement's ``file:line``.
+    """
+    params = {p.name: p for p in program.params}
+    defined: set[int] = set()
+    spmd_counts: set[int] = set()
+
+    def use(v: Var, loc) -> None:
+        if v.id not in defined:
+            raise compile_error(f"tile %{v.id} used before it is defined", loc)
+
+    def walk(body, ranges) -> None:
+        for s in body:
+            if isinstance(s, Assign):
+                for v in expr_inputs(s.expr):
+                    use(v, s.loc)
+                t = infer_expr(s.expr, params, s.loc)
+                if t != s.var.type:
+                    raise compile_error(f"tile %{s.var.id} declared {s.var.type} but computes {t}", s.loc)
+                if isinstance(s.expr, Load):
+                    check_load(s.expr, params, ranges, s.loc)
+                if s.var.id in defined:
+                    raise compile_error(f"tile %{s.var.id} defined twice", s.loc)
+                defined.add(s.var.id)
+            elif isinstance(s, MatmulAcc):
+                for v in (s.acc, s.a, s.b):
+                    use(v, s.loc)
+                check_matmul_acc(s.acc, s.a, s.b, s.loc)
+            elif isinstance(s, Store):
+                use(s.value, s.loc)
+                check_store(s.value, s.param, s.offsets, params, ranges, s.loc)
+            elif isinstance(s, For):
+                if s.step <= 0:
+                    raise compile_error(f"pl.range step must be positive, got {s.step}", s.loc)
+                if s.trip_count == 0:
+                    walk(s.body, ranges)  # still type-check the body
+                    continue
+                last = s.start + (s.trip_count - 1) * s.step
+                walk(s.body, {**ranges, s.var.name: (s.start, last)})
+            elif isinstance(s, Spmd):
+                spmd_counts.add(s.count)
+                walk(s.body, {**ranges, s.var.name: (0, s.count - 1)})
+            elif isinstance(s, Scope):
+                walk(s.body, ranges)
+            elif isinstance(s, Fused):
+                walk(s.members, ranges)
+            else:
+                raise PtoCompileError(f"unknown statement {type(s).__name__}")
+
+    walk(program.body, {})
+    if len(spmd_counts) > 1 or (spmd_counts and program.block_num not in spmd_counts):
+        raise PtoCompileError(
+            f"program {program.name}: pl.spmd block counts {sorted(spmd_counts)} disagree with "
+            f"block_num={program.block_num} (use one block count per kernel)"
+        )
+    return program
+
+
+# ---- pass 2: element-wise fusion -------------------------------------------------
+
+
+def _walk_all(body):
+    for s in body:
+        yield s
+        if isinstance(s, (For, Spmd, Scope)):
+            yield from _walk_all(s.body)
+        elif isinstance(s, Fused):
+            yield from _walk_all(s.members)
+
+
+def view_loads(program: Program) -> set[int]:
+    """Return the ids of loads read in place (no tile copy).
+
+    A load is a view when only matmul operands and reductions read it, its
+    dtype needs no conversion, and nothing in the program stores to its
+    tensor (so reading it later cannot observe a store).
+    """
+    stored = {s.param for s in _walk_all(program.body) if isinstance(s, Store)}
+    loads = {}
+    ok: dict[int, bool] = {}
+    used = {v.id for s in _walk_all(program.body) for v in _stmt_inputs(s)}
+    for s in _walk_all(program.body):
+        if isinstance(s, Assign) and isinstance(s.expr, Load):
+            loads[s.var.id] = s
+            ok.setdefault(s.var.id, True)
+    for s in _walk_all(program.body):
+        if isinstance(s, Assign) and isinstance(s.expr, Matmul):
+            continue
+        if isinstance(s, Assign) and isinstance(s.expr, Reduce):
+            continue
+        if isinstance(s, MatmulAcc):
+            if s.acc.id in ok:
+                ok[s.acc.id] = False
+            continue
+        for v in _stmt_inputs(s):
+            if v.id in ok:
+                ok[v.id] = False
+    return {
+        vid
+        for vid, good in ok.items()
+        if good
+        and loads[vid].expr.param not in stored
+        and loads[vid].var.type.dtype not in (FP16, BF16)
+        and vid in used
+    }
+
+
+class _Group:
+    def __init__(self, shape):
+        self.shape = shape
+        self.members: list = []
+        self.defs: set[int] = set()
+        self.reads: set[int] = set()
+        self.loads: dict[str, list] = {}
+        self.stores: set[str] = set()
+
+    def add(self, s) -> None:
+        self.members.append(s)
+        for v in _stmt_inputs(s):
+            if v.id not in self.defs:
+                self.reads.add(v.id)
+        if isinstance(s, Assign):
+            self.defs.add(s.var.id)
+            if isinstance(s.expr, Load):
+                self.loads.setdefault(s.expr.param, []).append(s.expr)
+        else:
+            self.stores.add(s.param)
+
+
+def fuse_elementwise(program: Program) -> Program:
+    """Group element-wise chains into :class:`Fused` loop nests; return the new program."""
+    views = view_loads(program)
+    groups: list[_Group] = []
+
+    def fuse_block(body) -> list:
+        out: list = []
+        open_: dict[tuple, _Group] = {}
+
+        def flush(g: _Group) -> None:
+            del open_[g.shape]
+            groups.append(g)
+            out.append(g)
+
+        def flush_if(pred) -> None:
+            for g in list(open_.values()):
+                if pred(g):
+                    flush(g)
+
+        for s in body:
+            if isinstance(s, Assign) and isinstance(s.expr, ELEMENTWISE) and s.var.id not in views:
+                shape = s.var.type.shape
+                ins = {v.id for v in expr_inputs(s.expr)}
+                flush_if(lambda g: g.shape != shape and g.defs & ins)
+                if isinstance(s.expr, Load):
+                    param = s.expr.param
+                    flush_if(lambda g: param in g.stores)
+                g = open_.get(shape) or open_.setdefault(shape, _Group(shape))
+                g.add(s)
+            elif isinstance(s, Store):
+                shape = s.value.type.shape
+                param = s.param
+                flush_if(lambda g: param in g.loads and (g.shape != shape or s.value.id not in g.defs))
+                g = open_.get(shape)
+                if g is not None and param in g.loads:
+                    # Same chain loads and stores this tensor: fusing is safe only when
+                    # every load reads exactly the window being written.
+                    if any(ld.offsets != s.offsets for ld in g.loads[param]):
+                        flush(g)
+                        g = None
+                if g is None:
+                    g = open_.setdefault(shape, _Group(shape))
+                g.add(s)
+            elif isinstance(s, (For, Spmd, Scope)):
+                flush_if(lambda g: True)
+                out.append(replace(s, body=tuple(fuse_block(s.body))))
+            elif isinstance(s, Fused):
+                flush_if(lambda g: True)
+                out.append(s)
+            else:
+                ins = {v.id for v in _stmt_inputs(s)}
+                mutated = {s.acc.id} if isinstance(s, MatmulAcc) else set()
+                flush_if(lambda g: g.defs & ins or g.reads & mutated)
+                out.append(s)
+        flush_if(lambda g: True)
+        return out
+
+    fused_body = fuse_block(program.body)
+
+    # A member is materialised when anything outside its own group reads it.
+    readers: dict[int, set[int]] = {}
+    for s in _walk_all(program.body):
+        for v in _stmt_inputs(s):
+            readers.setdefault(v.id, set()).add(id(s))
+    built: dict[int, Fused] = {}
+    for g in groups:
+        member_ids = {id(m) for m in g.members}
+        keep = tuple(sorted(vid for vid in g.defs if readers.get(vid, set()) - member_ids))
+        built[id(g)] = Fused(tuple(g.shape), tuple(g.members), keep)
+
+    def rebuild(body) -> tuple:
+        res = []
+        for s in body:
+            if isinstance(s, _Group):
+                res.append(built[id(s)])
+            elif isinstance(s, (For, Spmd, Scope)):
+                res.append(replace(s, body=rebuild(s.body)))
+            else:
+                res.append(s)
+        return tuple(res)
+
+    return replace(program, body=rebuild(fused_body))
+
+
+PIPELINE = [infer_and_check, fuse_elementwise, infer_and_check]
+
+
+def run_passes(program: Program) -> Program:
+    """Run :data:`PIPELINE` over a traced program; a lowered one is returned as is."""
+    if program.stage == "lowered":
+        return infer_and_check(program)
+    for p in PIPELINE:
+        program = p(program)
+    return replace(program, stage="lowered")

@@ -1,0 +1,119 @@
+"""Print a program as readable text (also the input of its content hash)."""
+
+from __future__ import annotations
+
+from ._nodes import (
+    Assign,
+    Binary,
+    Cast,
+    Const,
+    For,
+    Full,
+    Fused,
+    IBin,
+    IConst,
+    IVar,
+    Load,
+    Matmul,
+    MatmulAcc,
+    Program,
+    Reduce,
+    ScalarRef,
+    Scope,
+    Spmd,
+    Store,
+    Unary,
+    Var,
+)
+
+__all__ = ["format_program", "format_index", "format_stmt"]
+
+
+def format_index(e) -> str:
+    """Format an index expression (``i0 * 64 + 8``)."""
+    if isinstance(e, IConst):
+        return str(e.value)
+    if isinstance(e, IVar):
+        return e.name
+    if isinstance(e, IBin):
+        a, b = format_index(e.a), format_index(e.b)
+        if isinstance(e.a, IBin):
+            a = f"({a})"
+        if isinstance(e.b, IBin):
+            b = f"({b})"
+        return f"{a} {e.op} {b}"
+    return repr(e)
+
+
+def _operand(x) -> str:
+    if isinstance(x, Var):
+        return f"%{x.id}"
+    if isinstance(x, Const):
+        return f"{x.value!r}:{x.dtype.name}"
+    if isinstance(x, ScalarRef):
+        return f"${x.param}"
+    return repr(x)
+
+
+def _offsets(offsets) -> str:
+    return "[" + ", ".join(format_index(o) for o in offsets) + "]"
+
+
+def _expr(e) -> str:
+    if isinstance(e, Load):
+        return f"load {e.param}{_offsets(e.offsets)}"
+    if isinstance(e, Unary):
+        return f"{e.op} {_operand(e.x)}"
+    if isinstance(e, Binary):
+        return f"{e.op} {_operand(e.a)}, {_operand(e.b)}"
+    if isinstance(e, Cast):
+        return f"cast {_operand(e.x)} to {e.dtype.name}"
+    if isinstance(e, Full):
+        return f"full {_operand(e.value)}"
+    if isinstance(e, Reduce):
+        return f"{e.op} {_operand(e.x)}"
+    if isinstance(e, Matmul):
+        return f"matmul {_operand(e.a)}, {_operand(e.b)}"
+    return repr(e)
+
+
+def format_stmt(s, indent: int = 0) -> list[str]:
+    """Return the lines of one statement, indented by ``indent`` levels."""
+    pad = "  " * indent
+    if isinstance(s, Assign):
+        return [f"{pad}%{s.var.id}: {s.var.type} = {_expr(s.expr)}"]
+    if isinstance(s, MatmulAcc):
+        return [f"{pad}%{s.acc.id} += matmul {_operand(s.a)}, {_operand(s.b)}"]
+    if isinstance(s, Store):
+        return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}"]
+    if isinstance(s, For):
+        head = f"{pad}for {s.var.name} in range({s.start}, {s.stop}, {s.step}) {{"
+    elif isinstance(s, Spmd):
+        head = f"{pad}spmd {s.var.name} in blocks({s.count}) {{"
+    elif isinstance(s, Scope):
+        head = f"{pad}at {s.level} {{"
+    elif isinstance(s, Fused):
+        keep = ", ".join(f"%{i}" for i in s.materialize)
+        head = f"{pad}fused [{', '.join(map(str, s.shape))}] keep({keep}) {{"
+    else:
+        return [f"{pad}{s!r}"]
+    body = s.members if isinstance(s, Fused) else s.body
+    lines = [head]
+    for b in body:
+        lines.extend(format_stmt(b, indent + 1))
+    lines.append(f"{pad}}}")
+    return lines
+
+
+def format_program(p: Program) -> str:
+    """Return the program as text: a header line, then one line per statement."""
+    params = ", ".join(f"{q.name}: {q.direction} {q.dtype.name}[{', '.join(map(str, q.shape))}]" for q in p.params)
+    head = f"program {p.name}({params})"
+    if p.ret is not None:
+        head += f" -> {p.ret}"
+    head += f" blocks={p.block_num} stage={p.stage} {{"
+    lines = [head]
+    for s in p.body:
+        lines.extend(format_stmt(s, 1))
+    lines.append("}")
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""The tile language: write kernels as ``@pl.jit`` Python functions.
+
+``import pypto_async.language as pl``.  A kernel's parameters are annotated
+``pl.Tensor`` (input), ``pl.Out[pl.Tensor]``, ``pl.InOut[pl.Tensor]`` or
+``pl.Scalar[dtype]``; its body loads tiles, computes with tile ops, and stores
+tiles back, inside ``pl.at`` scopes, ``pl.range`` loops and ``pl.spmd``
+blocks.  Calling the kernel traces it for the arguments' shapes and dtypes,
+compiles it (once per signature) and dispatches it through the runtime.
+"""
+
+from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
+from ._control import at, range, spmd
+from ._jit import JitFunction, jit
+from ._ops import *  # noqa: F401,F403
+from ._ops import __all__ as _ops_all
+from ._trace import Index, ScalarArg, TensorArg, Tile
+from ._types import InOut, Level, Out, Scalar, Tensor
+
+__all__ = [
+    "jit",
+    "JitFunction",
+    "Tensor",
+    "Out",
+    "InOut",
+    "Scalar",
+    "Level",
+    "at",
+    "range",
+    "spmd",
+    "Tile",
+    "Index",
+    "TensorArg",
+    "ScalarArg",
+    "DataType",
+    "ALL_DTYPES",
+    "FP32",
+    "FP64",
+    "FP16",
+    "BF16",
+    "INT8",
+    "INT32",
+    "INT64",
+    "UINT8",
+    "BOOL",
+    *_ops_all,
+]

@@ -1,0 +1,198 @@
+"""``@pl.jit``: trace a Python function into a Program, once per signature."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from .._dtypes import BF16, BOOL, FP32, INT64, as_dtype
+from .._signature import SCALAR
+from ..errors import PtoArgumentError, PtoCompileError
+from ..ir._compile import _dispatch
+from ..ir._compile import compile as ir_compile
+from ..ir._infer import compile_error
+from ..ir._nodes import Loc, Param, Program
+from ..ir._passes import run_passes
+from ._trace import ScalarArg, TensorArg, Trace, tracing
+from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
+
+__all__ = ["jit", "JitFunction"]
+
+
+def _is_device_tensor(x) -> bool:
+    if type(x).__name__ == "DeviceTensor":
+        return True
+    return hasattr(x, "worker") and hasattr(x, "data_ptr") and not hasattr(x, "__array_interface__")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (bool, int, float, np.generic))
+
+
+class JitFunction:
+    """A kernel: call it to dispatch, or ``lower``/``compile`` it for given arguments.
+
+    Each distinct signature (shapes, dtypes and directions of the arguments)
+    is traced and compiled once; later calls with the same signature reuse it.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self._sig = inspect.signature(fn)
+        code = fn.__code__
+        self._loc = Loc(code.co_filename, code.co_firstlineno)
+        self._annotations = None
+        self._compiled: dict = {}
+
+    def __repr__(self) -> str:
+        return f"<pl.jit {self.__qualname__}>"
+
+    # -- signature ---------------------------------------------------------------
+    def _anns(self) -> dict:
+        if self._annotations is None:
+            try:
+                raw = inspect.get_annotations(self.fn, eval_str=True)
+            except Exception as exc:  # an annotation that does not evaluate
+                raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
+            self._annotations = raw
+        return self._annotations
+
+    def _params(self, args) -> list[Param]:
+        names = list(self._sig.parameters)
+        for name, p in self._sig.parameters.items():
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise compile_error(f"{self.__name__}: parameter {name!r} must be positional", self._loc)
+        if len(args) != len(names):
+            raise PtoArgumentError(f"{self.__name__} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        anns = self._anns()
+        out = []
+        for name, arg in zip(names, args):
+            ann = anns.get(name)
+            if ann is Tensor:
+                ann = TensorAnnotation()
+            elif ann is Scalar:
+                ann = ScalarAnnotation()
+            if _is_device_tensor(arg):
+                raise compile_error(
+                    f"missing inferred tensor metadata for parameter {name}: a DeviceTensor carries no "
+                    f"shape/dtype for the @pl.jit specializer; compile the program with "
+                    f"ir.compile({self.__name__}.lower(<host arrays of the same shape and dtype>)) and "
+                    f"dispatch it through a worker (ChipWorker.run or ChipWorker.register)",
+                    self._loc,
+                )
+            if isinstance(ann, ScalarAnnotation) or (ann is None and _is_number(arg)):
+                out.append(self._scalar_param(name, arg, ann))
+            elif ann is None or isinstance(ann, TensorAnnotation):
+                out.append(self._tensor_param(name, arg, ann or TensorAnnotation()))
+            else:
+                raise compile_error(f"parameter {name!r}: unsupported annotation {ann!r}", self._loc)
+        return out
+
+    def _scalar_param(self, name, arg, ann) -> Param:
+        if not _is_number(arg):
+            raise compile_error(f"parameter {name!r} is a scalar, got {type(arg).__name__}", self._loc)
+        if ann is not None and ann.dtype is not None:
+            dtype = ann.dtype
+        elif isinstance(arg, bool):
+            dtype = BOOL
+        elif isinstance(arg, int):
+            dtype = INT64
+        elif hasattr(arg, "dtype"):
+            dtype = self._dtype_of(name, arg.dtype)
+        else:
+            dtype = FP32
+        return Param(name, SCALAR, (), dtype)
+
+    def _dtype_of(self, name, dt):
+        try:
+            return as_dtype(dt)
+        except PtoArgumentError as exc:
+            raise compile_error(f"parameter {name!r}: {exc}", self._loc) from None
+
+    def _tensor_param(self, name, arg, ann: TensorAnnotation) -> Param:
+        if not (hasattr(arg, "shape") and hasattr(arg, "dtype")) or _is_number(arg):
+            raise compile_error(
+                f"parameter {name!r} is a tensor: pass a numpy array or a torch tensor, got {type(arg).__name__}",
+                self._loc,
+            )
+        shape = tuple(int(d) for d in arg.shape)
+        if str(arg.dtype) in ("uint16",) and ann.dtype == BF16:
+            dtype = BF16  # bfloat16 stored as uint16
+        else:
+            dtype = self._dtype_of(name, arg.dtype)
+        if not shape:
+            raise compile_error(f"parameter {name!r}: a 0-d tensor has no tiles; pass a scalar instead", self._loc)
+        if ann.shape is not None and ann.shape != shape:
+            raise compile_error(f"parameter {name!r} is declared {list(ann.shape)} but got shape {list(shape)}", self._loc)
+        if ann.dtype is not None and ann.dtype != dtype:
+            raise compile_error(f"parameter {name!r} is declared {ann.dtype.name} but got {dtype.name}", self._loc)
+        return Param(name, ann.direction, shape, dtype)
+
+    # -- tracing -----------------------------------------------------------------
+    def trace(self, *args) -> Program:
+        """Trace the kernel for these arguments; return the program before any pass."""
+        return self._trace(self._params(args))
+
+    def _trace(self, params: list[Param]) -> Program:
+        trace = Trace(self.__name__, params)
+        proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        with tracing(trace):
+            result = self.fn(*proxies)
+        if len(trace.blocks) != 1:
+            raise compile_error(
+                f"{self.__name__}: a pl.range or pl.spmd loop did not finish (break is not supported)", self._loc
+            )
+        ret = None
+        if isinstance(result, TensorArg):
+            ret = result.name
+        elif result is not None:
+            raise compile_error(
+                f"{self.__name__} must return one of its tensor parameters or nothing, got {result!r}", self._loc
+            )
+        return Program(self.__name__, tuple(params), tuple(trace.blocks[0]), trace.block_num or 1, ret)
+
+    def lower(self, *args) -> Program:
+        """Return the lowered program (after the pass pipeline) for these arguments."""
+        return run_passes(self.trace(*args))
+
+    def compile(self, *args, platform: str = "sim", output_dir=None, **kwargs):
+        """Compile for these arguments and return a CompiledProgram (cached per signature)."""
+        params = self._params(args)
+        key = (tuple(params), platform, repr(sorted(kwargs.items())))
+        if output_dir is None:
+            hit = self._compiled.get(key)
+            if hit is not None:
+                return hit
+        compiled = ir_compile(run_passes(self._trace(params)), platform=platform, output_dir=output_dir, **kwargs)
+        if output_dir is None:
+            self._compiled[key] = compiled
+        return compiled
+
+    def __call__(self, *args, stream=None):
+        """Compile the specialisation for ``args`` (cached) and dispatch it.
+
+        Raises
+        ------
+        PtoCompileError
+            If an argument is a DeviceTensor (compile the program and use a
+            worker instead) or tracing fails.
+        """
+        compiled = self.compile(*args)
+        return _dispatch(compiled, args, stream)
+
+
+def jit(fn=None):
+    """Make a Python function a kernel (``@pl.jit``)."""
+    if fn is None:
+        return jit
+    if isinstance(fn, JitFunction):
+        return fn
+    if not callable(fn):
+        raise PtoCompileError(f"@pl.jit decorates a function, got {fn!r}")
+    return functools.update_wrapper(JitFunction(fn), fn, updated=())

@@ -1,0 +1,235 @@
+"""Tracing state and the values a kernel body manipulates.
+
+While a ``@pl.jit`` function is traced, every op appends a statement to the
+innermost open block of the current :class:`Trace`.  The kernel sees proxies:
+:class:`TensorArg` for tensor parameters, :class:`ScalarArg` for scalar
+parameters, :class:`Tile` for tile values and :class:`Index` for loop and
+block indices.  Each statement records the user's ``file:line`` (the first
+frame outside this package), which every error message starts with.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from ..errors import PtoCompileError
+from ..ir._infer import compile_error
+from ..ir._nodes import IBin, IConst, IndexExpr, IVar, Loc, Param, Var
+
+__all__ = ["Trace", "current", "user_loc", "TensorArg", "ScalarArg", "Tile", "Index", "to_index", "tracing"]
+
+_PKG_DIR = str(Path(__file__).resolve().parent.parent)
+_state = threading.local()
+
+
+def user_loc() -> Loc | None:
+    """Return the location of the innermost caller outside pypto_async."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR):
+            return Loc(fn, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+class Trace:
+    """The program being traced: parameters, open blocks, counters."""
+
+    def __init__(self, name: str, params: list[Param]):
+        self.name = name
+        self.params = {p.name: p for p in params}
+        self.param_list = params
+        self.blocks: list[list] = [[]]
+        self.frames: list[str] = []  # kind of each open block, for error messages
+        self.next_var = 0
+        self.next_index = 0
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.block_num: int | None = None
+        self.in_spmd = False
+
+    def new_var(self, type_) -> Var:
+        v = Var(self.next_var, type_)
+        self.next_var += 1
+        return v
+
+    def new_index(self, prefix: str) -> IVar:
+        v = IVar(f"{prefix}{self.next_index}")
+        self.next_index += 1
+        return v
+
+    def append(self, stmt) -> None:
+        self.blocks[-1].append(stmt)
+
+    def open_block(self, kind: str) -> None:
+        self.blocks.append([])
+        self.frames.append(kind)
+
+    def close_block(self) -> tuple:
+        self.frames.pop()
+        return tuple(self.blocks.pop())
+
+
+class tracing:
+    """Make ``trace`` the current trace for the duration of a ``with``."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def __enter__(self) -> Trace:
+        if getattr(_state, "trace", None) is not None:
+            raise PtoCompileError("a @pl.jit kernel cannot be traced inside another kernel")
+        _state.trace = self.trace
+        return self.trace
+
+    def __exit__(self, *exc) -> None:
+        _state.trace = None
+
+
+def current(op: str) -> Trace:
+    """Return the current trace, or raise if ``op`` is called outside a kernel."""
+    t = getattr(_state, "trace", None)
+    if t is None:
+        raise compile_error(f"{op} can only be called inside a @pl.jit kernel while it is traced", user_loc())
+    return t
+
+
+# ---- proxies ---------------------------------------------------------------------
+
+
+class TensorArg:
+    """A tensor parameter inside a traced kernel (``shape``, ``dtype``, ``name``)."""
+
+    def __init__(self, param: Param):
+        self.param = param
+        self.name = param.name
+        self.shape = param.shape
+        self.dtype = param.dtype
+
+    def __repr__(self) -> str:
+        return f"<tensor {self.name}: {self.param.direction} {self.dtype.name}{list(self.shape)}>"
+
+
+class ScalarArg:
+    """A scalar parameter inside a traced kernel; use it as an op operand."""
+
+    def __init__(self, param: Param):
+        self.param = param
+        self.name = param.name
+        self.dtype = param.dtype
+
+    def __bool__(self):
+        raise compile_error(f"scalar parameter {self.name!r} has no value at trace time", user_loc())
+
+    def __repr__(self) -> str:
+        return f"<scalar {self.name}: {self.dtype.name}>"
+
+
+def _binop(name):
+    def method(self, other):
+        from . import _ops
+
+        return getattr(_ops, name)(self, other)
+
+    return method
+
+
+def _rbinop(name):
+    def method(self, other):
+        from . import _ops
+
+        return getattr(_ops, name)(other, self)
+
+    return method
+
+
+class Tile:
+    """A tile value: ``shape``, ``dtype``; supports ``+ - * /``, unary ``-``, ``abs`` and ``@``."""
+
+    def __init__(self, var: Var):
+        self.var = var
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.var.type.shape
+
+    @property
+    def dtype(self):
+        return self.var.type.dtype
+
+    __add__, __radd__ = _binop("add"), _rbinop("add")
+    __sub__, __rsub__ = _binop("sub"), _rbinop("sub")
+    __mul__, __rmul__ = _binop("mul"), _rbinop("mul")
+    __truediv__, __rtruediv__ = _binop("div"), _rbinop("div")
+    __matmul__ = _binop("matmul")
+
+    def __neg__(self):
+        from . import _ops
+
+        return _ops.neg(self)
+
+    def __abs__(self):
+        from . import _ops
+
+        return _ops.abs(self)
+
+    def __bool__(self):
+        raise compile_error("a tile has no truth value at trace time (use pl.maximum/pl.minimum)", user_loc())
+
+    def __repr__(self) -> str:
+        return f"<tile %{self.var.id}: {self.var.type}>"
+
+
+def to_index(x, what: str = "offset") -> IndexExpr:
+    """Convert an int or :class:`Index` to an index expression."""
+    if isinstance(x, Index):
+        return x.expr
+    if isinstance(x, bool) or not isinstance(x, int):
+        try:
+            import operator
+
+            x = operator.index(x)
+        except TypeError:
+            raise compile_error(f"{what} must be an int or a loop index, got {x!r}", user_loc()) from None
+    return IConst(int(x))
+
+
+def _iop(op, swap=False):
+    def method(self, other):
+        if not isinstance(other, (int, Index)) or isinstance(other, bool):
+            return NotImplemented
+        a, b = self.expr, to_index(other)
+        if swap:
+            a, b = b, a
+        return Index(IBin(op, a, b))
+
+    return method
+
+
+class Index:
+    """A symbolic loop or block index; combine it with ints using ``+ - * // %``."""
+
+    def __init__(self, expr: IndexExpr):
+        self.expr = expr
+
+    __add__, __radd__ = _iop("+"), _iop("+", True)
+    __sub__, __rsub__ = _iop("-"), _iop("-", True)
+    __mul__, __rmul__ = _iop("*"), _iop("*", True)
+    __floordiv__, __rfloordiv__ = _iop("//"), _iop("//", True)
+    __mod__, __rmod__ = _iop("%"), _iop("%", True)
+
+    def _symbolic(self, *_):
+        raise compile_error(
+            "a loop index is symbolic at trace time; use it in load/store offsets, "
+            "or use a Python range() to unroll",
+            user_loc(),
+        )
+
+    __index__ = __int__ = __bool__ = _symbolic
+
+    def __repr__(self) -> str:
+        from ..ir._printer import format_index
+
+        return f"<index {format_index(self.expr)}>"

@@ -1,0 +1,82 @@
+"""Parameter annotations (``pl.Tensor``, ``pl.Out``, ``pl.InOut``, ``pl.Scalar``) and levels."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .._dtypes import DataType, as_dtype
+from .._signature import IN, INOUT, OUT
+from ..errors import PtoCompileError
+
+__all__ = ["Tensor", "Out", "InOut", "Scalar", "Level", "TensorAnnotation", "ScalarAnnotation"]
+
+
+@dataclass(frozen=True)
+class TensorAnnotation:
+    """A tensor parameter: direction, and shape/dtype when given statically."""
+
+    direction: str = IN
+    shape: tuple[int, ...] | None = None
+    dtype: DataType | None = None
+
+
+@dataclass(frozen=True)
+class ScalarAnnotation:
+    """A scalar parameter of a given dtype (``None``: inferred from the argument)."""
+
+    dtype: DataType | None = None
+
+
+class Tensor:
+    """Annotate a tensor parameter: ``pl.Tensor`` or ``pl.Tensor[[d0, d1], pl.FP32]``."""
+
+    def __init__(self):
+        raise TypeError("pl.Tensor is an annotation, not a constructor; pass numpy arrays or torch tensors")
+
+    def __class_getitem__(cls, item) -> TensorAnnotation:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise PtoCompileError("pl.Tensor[...] takes [shape, dtype], e.g. pl.Tensor[[128, 128], pl.FP32]")
+        shape, dtype = item
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in shape):
+            raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints, got {shape!r}")
+        return TensorAnnotation(IN, tuple(shape), as_dtype(dtype))
+
+
+class _Direction:
+    def __init__(self, direction: str, name: str):
+        self._direction = direction
+        self._name = name
+
+    def __getitem__(self, item) -> TensorAnnotation:
+        if item is Tensor:
+            return TensorAnnotation(self._direction)
+        if isinstance(item, TensorAnnotation):
+            return TensorAnnotation(self._direction, item.shape, item.dtype)
+        raise PtoCompileError(f"pl.{self._name}[...] wraps a pl.Tensor annotation, got {item!r}")
+
+    def __repr__(self) -> str:
+        return f"pl.{self._name}"
+
+
+Out = _Direction(OUT, "Out")
+InOut = _Direction(INOUT, "InOut")
+
+
+class Scalar:
+    """Annotate a scalar parameter: ``pl.Scalar[pl.FP32]``."""
+
+    def __init__(self):
+        raise TypeError("pl.Scalar is an annotation, not a constructor; pass a Python number")
+
+    def __class_getitem__(cls, item) -> ScalarAnnotation:
+        return ScalarAnnotation(as_dtype(item))
+
+
+class Level(enum.Enum):
+    """Where a ``pl.at`` scope runs."""
+
+    HOST = "HOST"
+    CHIP = "CHIP"
+    CORE_GROUP = "CORE_GROUP"
+    CORE = "CORE"
