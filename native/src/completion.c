@@ -1,0 +1,301 @@
+/*
+ * completion.c - the completion queue and its eventfd.
+ *
+ * The queue
+ * ---------
+ * Every command with a nonzero token pushes one pto_completion when it
+ * finishes.  Records live in a growable circular array (cq, cq_cap a power
+ * of two; cq_head, cq_len) under cq_lock; pushes come from any driver thread
+ * (schedulers, cores, copy engines, the host thread running a cancel), drains
+ * from host threads.  Nothing is ever dropped: a full array doubles.
+ * cq_base is the absolute index of cq[cq_head], so pto_wait_token can resume
+ * its scan where it stopped even while other threads drain.
+ *
+ * The eventfd protocol
+ * --------------------
+ * The fd (EFD_NONBLOCK | EFD_CLOEXEC, counter mode) is readable exactly
+ * while the queue holds records.  One flag, cq_signalled, under cq_lock,
+ * mirrors "the counter is nonzero", and these invariants hold whenever
+ * cq_lock is free:
+ *
+ *     cq_len > 0   <=>   cq_signalled   <=>   eventfd counter > 0
+ *
+ *   push   appends; if !cq_signalled, writes 1 to the fd and sets the flag.
+ *          So a burst of completions costs one write(2), not one per record.
+ *   drain  moves up to max records out; only if that empties the queue does
+ *          it read(2) the fd (resetting the counter) and clear the flag.
+ *
+ * Both happen under cq_lock, so a record pushed concurrently with a drain
+ * either lands before the drain looks at cq_len (and the fd stays readable)
+ * or after the reset (and its push writes the fd again).  A drain that
+ * leaves records behind never touches the fd: it stays readable, and an
+ * event loop that wakes on it drains again.  No record is ever stranded
+ * behind a non-readable fd.
+ *
+ * Blocking waits (pto_cq_wait, pto_wait_token) sleep on cq_cv; pushes
+ * broadcast it only when cq_waiters > 0.  pto_wait_token copies a record
+ * and leaves it queued.  Handing out a stream's primary failure record (by
+ * drain or by wait_token) marks that failure observed (stream.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int pto_cq_init(pto_device *dev)
+{
+    dev->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (dev->efd < 0)
+        return pto_error(PTO_ENOMEM, "pto_device_open: eventfd failed: %s", strerror(errno));
+    dev->cq_cap = 256;
+    dev->cq = malloc(dev->cq_cap * sizeof(*dev->cq));
+    if (!dev->cq) {
+        close(dev->efd);
+        dev->efd = -1;
+        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+    }
+    pthread_mutex_init(&dev->cq_lock, NULL);
+    pto_cond_init(&dev->cq_cv);
+    return 0;
+}
+
+void pto_cq_fini(pto_device *dev)
+{
+    if (dev->efd >= 0) {
+        close(dev->efd);
+        dev->efd = -1;
+    }
+    if (dev->cq) {
+        free(dev->cq);
+        dev->cq = NULL;
+        pthread_mutex_destroy(&dev->cq_lock);
+        pthread_cond_destroy(&dev->cq_cv);
+    }
+}
+
+/* Double the array, unwrapping it (cq_lock held).  False if out of memory. */
+static bool cq_grow(pto_device *dev)
+{
+    size_t ncap = dev->cq_cap * 2;
+    struct pto_cq_rec *n = malloc(ncap * sizeof(*n));
+    if (!n)
+        return false;
+    size_t first = dev->cq_cap - dev->cq_head;
+    if (first > dev->cq_len)
+        first = dev->cq_len;
+    memcpy(n, &dev->cq[dev->cq_head], first * sizeof(*n));
+    memcpy(&n[first], dev->cq, (dev->cq_len - first) * sizeof(*n));
+    free(dev->cq);
+    dev->cq = n;
+    dev->cq_cap = ncap;
+    dev->cq_head = 0;
+    return true;
+}
+
+static void fd_signal(pto_device *dev)
+{
+    uint64_t one = 1;
+    ssize_t rc;
+    do
+        rc = write(dev->efd, &one, sizeof(one));
+    while (rc < 0 && errno == EINTR);
+    atomic_fetch_add_explicit(&dev->st_cq_signals, 1, memory_order_relaxed);
+}
+
+static void fd_reset(pto_device *dev)
+{
+    uint64_t v;
+    ssize_t rc;
+    do
+        rc = read(dev->efd, &v, sizeof(v));
+    while (rc < 0 && errno == EINTR);
+}
+
+void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
+{
+    pthread_mutex_lock(&dev->cq_lock);
+    if (dev->cq_len == dev->cq_cap && !cq_grow(dev)) {
+        /*
+         * Host memory exhausted: block the pushing driver thread until a
+         * drain makes room rather than lose a record.
+         */
+        while (dev->cq_len == dev->cq_cap && !cq_grow(dev)) {
+            pthread_mutex_unlock(&dev->cq_lock);
+            usleep(1000);
+            pthread_mutex_lock(&dev->cq_lock);
+        }
+    }
+    struct pto_cq_rec *r = &dev->cq[(dev->cq_head + dev->cq_len) & (dev->cq_cap - 1)];
+    r->c = *c;
+    r->fail_id = fail_id;
+    dev->cq_len++;
+    atomic_fetch_add_explicit(&dev->st_cq_records, 1, memory_order_relaxed);
+    if (!dev->cq_signalled) {
+        dev->cq_signalled = true;
+        fd_signal(dev);
+    }
+    if (dev->cq_waiters)
+        pthread_cond_broadcast(&dev->cq_cv);
+    pthread_mutex_unlock(&dev->cq_lock);
+}
+
+void pto_cq_wake_all(pto_device *dev)
+{
+    pthread_mutex_lock(&dev->cq_lock);
+    pthread_cond_broadcast(&dev->cq_cv);
+    pthread_mutex_unlock(&dev->cq_lock);
+}
+
+int pto_cq_fd(pto_device *dev)
+{
+    return dev ? dev->efd : pto_error(PTO_EINVAL, "pto_cq_fd: NULL device");
+}
+
+uint32_t pto_cq_ready(pto_device *dev)
+{
+    if (!dev)
+        return 0;
+    pthread_mutex_lock(&dev->cq_lock);
+    uint32_t n = (uint32_t)dev->cq_len;
+    pthread_mutex_unlock(&dev->cq_lock);
+    return n;
+}
+
+/* Mark the primary failure records among out[0..n) observed (no lock held). */
+static void observe(pto_device *dev, const uint32_t *ids, const uint64_t *fail_ids, uint32_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&dev->sched_lock);
+    for (uint32_t i = 0; i < n; i++)
+        pto_stream_observe(dev, ids[i], fail_ids[i]);
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
+/*
+ * pto_cq_drain - move up to max records into out, oldest first.
+ *
+ * Returns the count (0: none ready).  Resets the eventfd only when the
+ * queue is left empty.  Never blocks on the device.
+ */
+int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
+{
+    if (!dev || (!out && max))
+        return pto_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
+    enum { OBS_BATCH = 16 };
+    uint32_t obs_ids[OBS_BATCH];
+    uint64_t obs_fail[OBS_BATCH];
+    uint32_t nobs = 0;
+    uint32_t n = 0;
+    pthread_mutex_lock(&dev->cq_lock);
+    while (n < max && dev->cq_len > 0) {
+        struct pto_cq_rec *r = &dev->cq[dev->cq_head];
+        out[n++] = r->c;
+        if (r->fail_id && nobs < OBS_BATCH) {
+            obs_ids[nobs] = r->c.stream_id;
+            obs_fail[nobs++] = r->fail_id;
+        } else if (r->fail_id) {
+            /* Rare: many streams failed at once.  Stop here; the rest stays queued. */
+            n--;
+            break;
+        }
+        dev->cq_head = (dev->cq_head + 1) & (dev->cq_cap - 1);
+        dev->cq_len--;
+        dev->cq_base++;
+    }
+    if (dev->cq_len == 0 && dev->cq_signalled) {
+        fd_reset(dev);
+        dev->cq_signalled = false;
+    }
+    pthread_mutex_unlock(&dev->cq_lock);
+    if (n)
+        atomic_fetch_add_explicit(&dev->st_cq_drains, 1, memory_order_relaxed);
+    observe(dev, obs_ids, obs_fail, nobs);
+    return (int)n;
+}
+
+/*
+ * pto_cq_wait - block until a record is ready.
+ *
+ * Returns 0, -PTO_ETIMEDOUT, or -PTO_EDEVLOST when the device is lost and no
+ * record is ready.
+ */
+int pto_cq_wait(pto_device *dev, int64_t timeout_us)
+{
+    if (!dev)
+        return pto_error(PTO_EINVAL, "pto_cq_wait: NULL device");
+    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    int rc = 0;
+    pthread_mutex_lock(&dev->cq_lock);
+    dev->cq_waiters++;
+    while (dev->cq_len == 0) {
+        if (pto_dev_lost(dev)) {
+            rc = pto_error(PTO_EDEVLOST, "pto_cq_wait: device lost");
+            break;
+        }
+        if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+            rc = pto_error(PTO_ETIMEDOUT, "pto_cq_wait: no completion within %lld us",
+                           (long long)timeout_us);
+            break;
+        }
+    }
+    dev->cq_waiters--;
+    pthread_mutex_unlock(&dev->cq_lock);
+    return rc;
+}
+
+/*
+ * pto_wait_token - block until the record for token is in the queue.
+ *
+ * Returns 0 and *out (the record stays queued), -PTO_ETIMEDOUT, or
+ * -PTO_EDEVLOST when the device is lost and the record is not there.
+ */
+int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_completion *out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_wait_token: NULL argument");
+    if (token == 0)
+        return pto_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
+    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    int rc = 0;
+    uint64_t fail_id = 0;
+    pthread_mutex_lock(&dev->cq_lock);
+    dev->cq_waiters++;
+    uint64_t scanned = dev->cq_base; /* absolute index of the next record to look at */
+    for (;;) {
+        if (scanned < dev->cq_base)
+            scanned = dev->cq_base;
+        bool found = false;
+        for (; scanned < dev->cq_base + dev->cq_len; scanned++) {
+            size_t i = (dev->cq_head + (size_t)(scanned - dev->cq_base)) & (dev->cq_cap - 1);
+            if (dev->cq[i].c.token == token) {
+                *out = dev->cq[i].c;
+                fail_id = dev->cq[i].fail_id;
+                found = true;
+                break;
+            }
+        }
+        if (found)
+            break;
+        if (pto_dev_lost(dev)) {
+            rc = pto_error(PTO_EDEVLOST, "pto_wait_token: device lost before token %llu completed",
+                           (unsigned long long)token);
+            break;
+        }
+        if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+            rc = pto_error(PTO_ETIMEDOUT, "pto_wait_token: token %llu not completed within %lld us",
+                           (unsigned long long)token, (long long)timeout_us);
+            break;
+        }
+    }
+    dev->cq_waiters--;
+    pthread_mutex_unlock(&dev->cq_lock);
+    if (rc == 0 && fail_id) {
+        uint32_t id = out->stream_id;
+        observe(dev, &id, &fail_id, 1);
+    }
+    return rc;
+}

@@ -1,0 +1,355 @@
+/*
+ * device.c - open, close, info, status, synchronize, cancel, device stats.
+ *
+ * Setup and teardown only; the hot paths live in stream.c, engines.c and
+ * completion.c.  Teardown cannot fail and cannot hang on a latch: close
+ * cancels everything not started (releasing latches), waits for what runs
+ * on an engine, joins the threads and frees every object still alive.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void pto_device_config_init(pto_device_config *cfg)
+{
+    if (!cfg)
+        return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->cores = cpus > 0 && cpus < 4 ? (uint32_t)cpus : 4;
+    cfg->copy_engines = 2;
+    cfg->aicpu_thread_num = 1;
+    cfg->ring_task_window = 256;
+    cfg->ring_heap = 64 * 1024;
+    cfg->ring_dep_pool = 64;
+    cfg->trace = 0;
+    cfg->trace_capacity = 65536;
+    cfg->device_memory = 1ull << 30;
+    cfg->spin_us = 20;
+}
+
+static int resolve_config(const pto_device_config *in, pto_device_config *out)
+{
+    pto_device_config def;
+    pto_device_config_init(&def);
+    *out = in ? *in : def;
+#define DEFAULT(field)                                                                             \
+    do {                                                                                           \
+        if (out->field == 0)                                                                       \
+            out->field = def.field;                                                                \
+    } while (0)
+    DEFAULT(cores);
+    DEFAULT(copy_engines);
+    DEFAULT(aicpu_thread_num);
+    DEFAULT(ring_task_window);
+    DEFAULT(ring_heap);
+    DEFAULT(ring_dep_pool);
+    DEFAULT(trace_capacity);
+    DEFAULT(device_memory);
+    DEFAULT(spin_us);
+#undef DEFAULT
+    uint32_t w = out->ring_task_window;
+    if (w & (w - 1))
+        return pto_error(PTO_EINVAL, "pto_device_open: ring_task_window %u is not a power of two", w);
+    if (w > (1u << 20))
+        return pto_error(PTO_EINVAL, "pto_device_open: ring_task_window %u exceeds 2^20", w);
+    if (out->cores > 1024 || out->copy_engines > 1024 || out->aicpu_thread_num > 64)
+        return pto_error(PTO_EINVAL, "pto_device_open: too many threads (cores %u, copy engines %u, "
+                         "schedulers %u)", out->cores, out->copy_engines, out->aicpu_thread_num);
+    if (out->ring_heap < 8)
+        return pto_error(PTO_EINVAL, "pto_device_open: ring_heap %u is below 8 bytes", out->ring_heap);
+    if (out->device_memory < PTO_ALIGN)
+        return pto_error(PTO_EINVAL, "pto_device_open: device_memory %llu is below %u bytes",
+                         (unsigned long long)out->device_memory, PTO_ALIGN);
+    if (out->spin_us > 1000000)
+        return pto_error(PTO_EINVAL, "pto_device_open: spin_us %u exceeds one second", out->spin_us);
+    return 0;
+}
+
+/*
+ * pto_device_open - open a simulated device.
+ *
+ * Returns 0 and *out, -PTO_EINVAL (bad config), -PTO_ENOTSUP (unknown
+ * platform), -PTO_ENOMEM (arena, eventfd or threads).
+ */
+int pto_device_open(const char *platform, const pto_device_config *cfg, pto_device **out)
+{
+    if (!platform || !out)
+        return pto_error(PTO_EINVAL, "pto_device_open: NULL argument");
+    if (strcmp(platform, "sim") != 0 && strcmp(platform, "a2a3sim") != 0 &&
+        strcmp(platform, "a5sim") != 0)
+        return pto_error(PTO_ENOTSUP, "pto_device_open: unknown platform '%s' (supported: sim, "
+                         "a2a3sim, a5sim)", platform);
+    pto_device_config rc_cfg;
+    int rc = resolve_config(cfg, &rc_cfg);
+    if (rc)
+        return rc;
+    pto_device *dev = calloc(1, sizeof(*dev));
+    if (!dev)
+        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+    dev->cfg = rc_cfg;
+    pto_strlcpy(dev->platform, "sim", sizeof(dev->platform));
+    dev->efd = -1;
+    atomic_init(&dev->lost, 0);
+    atomic_init(&dev->closing, 0);
+    atomic_init(&dev->shutdown, 0);
+    atomic_init(&dev->kick, 0);
+    atomic_init(&dev->sched_sleepers, 0);
+    atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
+    dev->trace_cap = rc_cfg.trace_capacity;
+    pthread_mutex_init(&dev->sched_lock, NULL);
+    pto_cond_init(&dev->sched_cv);
+    pto_cond_init(&dev->host_cv);
+    pthread_mutex_init(&dev->copy_lock, NULL);
+    pthread_cond_init(&dev->copy_cv, NULL);
+    pthread_mutex_init(&dev->core_lock, NULL);
+    pthread_cond_init(&dev->core_cv, NULL);
+    pthread_mutex_init(&dev->trace_lock, NULL);
+    pthread_mutex_init(&dev->obj_lock, NULL);
+    pto_link_init(&dev->events);
+    pto_link_init(&dev->latches);
+    pto_link_init(&dev->kernels);
+
+    if ((rc = pto_mem_init(dev)))
+        goto fail_mem;
+    if ((rc = pto_cq_init(dev)))
+        goto fail_cq;
+    if ((rc = pto_engines_start(dev)))
+        goto fail_threads;
+    *out = dev;
+    return 0;
+
+fail_threads:
+    pto_cq_fini(dev);
+fail_cq:
+    pto_mem_fini(dev);
+fail_mem:
+    pthread_mutex_destroy(&dev->sched_lock);
+    pthread_cond_destroy(&dev->sched_cv);
+    pthread_cond_destroy(&dev->host_cv);
+    pthread_mutex_destroy(&dev->copy_lock);
+    pthread_cond_destroy(&dev->copy_cv);
+    pthread_mutex_destroy(&dev->core_lock);
+    pthread_cond_destroy(&dev->core_cv);
+    pthread_mutex_destroy(&dev->trace_lock);
+    pthread_mutex_destroy(&dev->obj_lock);
+    free(dev);
+    return rc;
+}
+
+void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg)
+{
+    if (atomic_load_explicit(&dev->lost, memory_order_relaxed))
+        return;
+    dev->lost_cause = cause;
+    pto_strlcpy(dev->lost_msg, msg, sizeof(dev->lost_msg));
+    /* Release pairs with pto_dev_lost's acquire: lost_msg/lost_cause are set. */
+    atomic_store_explicit(&dev->lost, 1, memory_order_release);
+    pthread_cond_broadcast(&dev->host_cv);
+    atomic_fetch_add(&dev->kick, 1);
+    pthread_cond_broadcast(&dev->sched_cv);
+    pto_cq_wake_all(dev);
+}
+
+/* Cancel every not-started command (sched_lock held); returns the count. */
+static int cancel_locked(pto_device *dev)
+{
+    pto_latches_release_all(dev);
+    int n = 0;
+    for (size_t i = 0; i < dev->n_streams; i++)
+        n += pto_stream_cancel_locked(dev, dev->streams[i]);
+    if (dev->reap)
+        pto_streams_reap(dev);
+    pto_sched_kick(dev, true);
+    return n;
+}
+
+/* Returns how many commands were dropped (each completes -PTO_ECANCELED). */
+int pto_device_cancel(pto_device *dev)
+{
+    if (!dev)
+        return pto_error(PTO_EINVAL, "pto_device_cancel: NULL device");
+    pthread_mutex_lock(&dev->sched_lock);
+    int n = cancel_locked(dev);
+    pthread_mutex_unlock(&dev->sched_lock);
+    return n;
+}
+
+static bool all_idle(pto_device *dev)
+{
+    for (size_t i = 0; i < dev->n_streams; i++) {
+        pto_stream *s = dev->streams[i];
+        if (s->active || atomic_load_explicit(&s->head, memory_order_relaxed) !=
+                             atomic_load_explicit(&s->tail, memory_order_acquire))
+            return false;
+    }
+    return true;
+}
+
+void pto_device_close(pto_device *dev)
+{
+    if (!dev)
+        return;
+    atomic_store_explicit(&dev->closing, 1, memory_order_release);
+    pthread_mutex_lock(&dev->sched_lock);
+    /*
+     * Fence submitters: one that passed its closing check holds submit_lock
+     * until its command is published.  (Taking submit_lock under sched_lock
+     * is safe: no submitter takes sched_lock while holding submit_lock.)
+     */
+    for (size_t i = 0; i < dev->n_streams; i++) {
+        pthread_mutex_lock(&dev->streams[i]->submit_lock);
+        pthread_mutex_unlock(&dev->streams[i]->submit_lock);
+    }
+    cancel_locked(dev);
+    /* Wait for commands running on engines; their completion broadcasts host_cv. */
+    dev->host_waiters++;
+    while (!all_idle(dev)) {
+        cancel_locked(dev); /* whatever an engine completion unblocked */
+        if (all_idle(dev))
+            break;
+        pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, pto_now_ns() + 10000000ull);
+    }
+    dev->host_waiters--;
+    pthread_mutex_unlock(&dev->sched_lock);
+
+    pto_engines_stop(dev);
+
+    /* Everything below is single-threaded now. */
+    while (dev->n_streams > 0)
+        pto_stream_free_now(dev, dev->streams[dev->n_streams - 1]);
+    free(dev->streams);
+    free(dev->order);
+    while (dev->events.next != &dev->events) {
+        pto_event *e = PTO_CONTAINER(dev->events.next, pto_event, link);
+        pto_event_destroy(e);
+    }
+    while (dev->latches.next != &dev->latches) {
+        pto_latch *l = PTO_CONTAINER(dev->latches.next, pto_latch, link);
+        pto_link_del(&l->link);
+        free(l);
+    }
+    pto_kernels_release_all(dev);
+    pto_trace_fini(dev);
+    pto_cq_fini(dev);
+    pto_mem_fini(dev);
+    pthread_mutex_destroy(&dev->sched_lock);
+    pthread_cond_destroy(&dev->sched_cv);
+    pthread_cond_destroy(&dev->host_cv);
+    pthread_mutex_destroy(&dev->copy_lock);
+    pthread_cond_destroy(&dev->copy_cv);
+    pthread_mutex_destroy(&dev->core_lock);
+    pthread_cond_destroy(&dev->core_cv);
+    pthread_mutex_destroy(&dev->obj_lock);
+    free(dev);
+}
+
+int pto_device_get_info(pto_device *dev, pto_device_info *out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_device_get_info: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->cores = dev->cfg.cores;
+    out->copy_engines = dev->cfg.copy_engines;
+    out->aicpu_thread_num = dev->cfg.aicpu_thread_num;
+    out->ring_task_window = dev->cfg.ring_task_window;
+    out->ring_heap = dev->cfg.ring_heap & ~7u;
+    out->ring_dep_pool = dev->cfg.ring_dep_pool;
+    out->trace = (uint32_t)atomic_load_explicit(&dev->trace_enabled, memory_order_relaxed);
+    out->engines = dev->cfg.cores + dev->cfg.copy_engines;
+    out->device_memory = dev->arena_size;
+    out->arena_base = (uint64_t)(uintptr_t)dev->arena;
+    pto_strlcpy(out->platform, dev->platform, sizeof(out->platform));
+    return 0;
+}
+
+int pto_device_status(pto_device *dev)
+{
+    if (!dev)
+        return pto_error(PTO_EINVAL, "pto_device_status: NULL device");
+    if (pto_dev_lost(dev))
+        return pto_error(PTO_EDEVLOST, "device lost: %s", dev->lost_msg);
+    if (atomic_load_explicit(&dev->closing, memory_order_acquire))
+        return pto_error(PTO_ECLOSED, "device is closing");
+    return 0;
+}
+
+/*
+ * pto_device_synchronize - wait for every command queued so far.
+ *
+ * Returns 0, -PTO_ETIMEDOUT, -PTO_EDEVLOST.
+ */
+int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
+{
+    if (!dev)
+        return pto_error(PTO_EINVAL, "pto_device_synchronize: NULL device");
+    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    int rc = 0;
+    pthread_mutex_lock(&dev->sched_lock);
+    size_t n = dev->n_streams;
+    /* (id, target) per stream, sorted by id like dev->streams. */
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+    uint64_t *targets = malloc((n ? n : 1) * sizeof(*targets));
+    if (!ids || !targets) {
+        pthread_mutex_unlock(&dev->sched_lock);
+        free(ids);
+        free(targets);
+        return pto_error(PTO_ENOMEM, "pto_device_synchronize: out of host memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = dev->streams[i]->id;
+        targets[i] = atomic_load_explicit(&dev->streams[i]->tail, memory_order_acquire);
+    }
+    dev->host_waiters++;
+    for (;;) {
+        if (pto_dev_lost(dev)) {
+            rc = pto_error(PTO_EDEVLOST, "pto_device_synchronize: device lost: %s", dev->lost_msg);
+            break;
+        }
+        bool done = true;
+        size_t j = 0;
+        for (size_t i = 0; i < n && done; i++) {
+            while (j < dev->n_streams && dev->streams[j]->id < ids[i])
+                j++;
+            if (j < dev->n_streams && dev->streams[j]->id == ids[i] &&
+                atomic_load_explicit(&dev->streams[j]->head, memory_order_relaxed) < targets[i])
+                done = false;
+        }
+        if (done)
+            break;
+        if (pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
+            rc = pto_error(PTO_ETIMEDOUT, "pto_device_synchronize: timed out after %lld us",
+                           (long long)timeout_us);
+            break;
+        }
+    }
+    dev->host_waiters--;
+    pthread_mutex_unlock(&dev->sched_lock);
+    free(ids);
+    free(targets);
+    return rc;
+}
+
+int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_device_get_stats: NULL argument");
+#define LD(x) atomic_load_explicit(&dev->x, memory_order_relaxed)
+    *out = (pto_device_stats){
+        .submitted = LD(st_submitted),
+        .completed = LD(st_completed),
+        .cq_records = LD(st_cq_records),
+        .cq_signals = LD(st_cq_signals),
+        .cq_drains = LD(st_cq_drains),
+        .canceled = LD(st_canceled),
+        .launches = LD(st_launches),
+        .copies = LD(st_copies),
+        .copy_bytes_h2d = LD(st_h2d),
+        .copy_bytes_d2h = LD(st_d2h),
+        .copy_bytes_d2d = LD(st_d2d),
+    };
+#undef LD
+    return 0;
+}

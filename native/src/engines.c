@@ -1,0 +1,440 @@
+/*
+ * engines.c - the device's threads: schedulers, compute cores, copy engines.
+ *
+ * Schedulers (aicpu_thread_num) walk the streams in priority order under
+ * sched_lock and start each ready head: copies and memsets go to the shared
+ * copy queue, launches to the core queue, everything else (record, wait,
+ * free, notify, delay, latch) they run themselves.  Delays and latches hold
+ * their stream's head without occupying an engine or a thread: the
+ * scheduler re-checks them on each pass and sleeps until the nearest
+ * deadline.  Cores take blocks from the first launch of the core queue
+ * (next_block under core_lock); the core that finishes a launch's last block
+ * completes it.  Copy engines pop whole commands.
+ *
+ * Idling.  Each thread spins at most spin_us watching an atomic counter,
+ * then sleeps on its condition variable with no timeout (a scheduler with a
+ * delay or latch timeout pending sleeps until that deadline), so an idle
+ * device burns no CPU.  Wake-ups cost a signal only when somebody sleeps:
+ *
+ *   schedulers  kick (seq_cst) is bumped by every submission and state
+ *               change; a scheduler about to sleep increments
+ *               sched_sleepers (seq_cst) and re-reads kick under sched_lock.
+ *               pto_sched_kick bumps kick and then reads sched_sleepers, and
+ *               signals under sched_lock only if it is nonzero.  In the
+ *               single total order of seq_cst operations one side sees the
+ *               other, so a wake-up is never lost, and a busy or spinning
+ *               scheduler costs a submitter no syscall.
+ *   engines     queue pushes and sleeper counts are both under the queue's
+ *               lock; copy_len / core_len are what spinning engines watch.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* 1 while the current block called blk->fail (trace status of the block). */
+static __thread int tl_block_failed;
+
+void pto_sched_kick(pto_device *dev, bool locked)
+{
+    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in sched_main */
+    if (atomic_load(&dev->sched_sleepers) > 0) {
+        if (!locked)
+            pthread_mutex_lock(&dev->sched_lock);
+        pthread_cond_signal(&dev->sched_cv);
+        if (!locked)
+            pthread_mutex_unlock(&dev->sched_lock);
+    }
+}
+
+/* One pass over every stream, highest priority first (sched_lock held). */
+static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
+{
+    bool progress = false;
+    if (dev->reap)
+        pto_streams_reap(dev);
+    uint64_t now = pto_now_ns();
+    for (size_t i = 0; i < dev->n_streams; i++) {
+        pto_stream *s = dev->order[i];
+        /* Run a bounded burst per stream so one busy stream cannot starve the rest. */
+        for (int burst = 0; burst < 64; burst++) {
+            if (!pto_stream_step(dev, s, now, next_deadline))
+                break;
+            progress = true;
+            now = pto_now_ns();
+        }
+    }
+    if (dev->reap)
+        pto_streams_reap(dev);
+    return progress;
+}
+
+static void *sched_main(void *arg)
+{
+    pto_device *dev = arg;
+    uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
+    pthread_mutex_lock(&dev->sched_lock);
+    while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
+        uint64_t k = atomic_load(&dev->kick);
+        uint64_t next_deadline = 0;
+        if (sched_pass(dev, &next_deadline))
+            continue;
+        if (spin_ns) {
+            pthread_mutex_unlock(&dev->sched_lock);
+            uint64_t end = pto_now_ns() + spin_ns;
+            if (next_deadline && next_deadline < end)
+                end = next_deadline;
+            while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k) {
+                for (int i = 0; i < 32; i++)
+                    pto_cpu_relax();
+                if (pto_now_ns() >= end)
+                    break;
+            }
+            pthread_mutex_lock(&dev->sched_lock);
+            if (atomic_load(&dev->kick) != k)
+                continue;
+            if (next_deadline && pto_now_ns() >= next_deadline)
+                continue;
+        }
+        atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with pto_sched_kick */
+        if (atomic_load(&dev->kick) == k &&
+            !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            pto_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
+        atomic_fetch_sub(&dev->sched_sleepers, 1);
+    }
+    pthread_mutex_unlock(&dev->sched_lock);
+    return NULL;
+}
+
+/* Insert cmd into a queue after every command of the same or higher priority. */
+static void queue_insert(struct pto_cmd **head, struct pto_cmd *cmd)
+{
+    int32_t prio = cmd->stream->priority;
+    struct pto_cmd **pp = head;
+    while (*pp && (*pp)->stream->priority >= prio)
+        pp = &(*pp)->qnext;
+    cmd->qnext = *pp;
+    *pp = cmd;
+}
+
+void pto_copy_enqueue(pto_device *dev, struct pto_cmd *cmd)
+{
+    pthread_mutex_lock(&dev->copy_lock);
+    queue_insert(&dev->copy_head, cmd);
+    atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release); /* spinning engines */
+    if (dev->copy_sleepers)
+        pthread_cond_signal(&dev->copy_cv);
+    pthread_mutex_unlock(&dev->copy_lock);
+}
+
+void pto_core_enqueue(pto_device *dev, struct pto_cmd *cmd)
+{
+    pthread_mutex_lock(&dev->core_lock);
+    cmd->next_block = 0;
+    queue_insert(&dev->core_head, cmd);
+    atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release); /* spinning cores */
+    if (dev->core_sleepers) {
+        if (cmd->u.launch.blocks > 1)
+            pthread_cond_broadcast(&dev->core_cv);
+        else
+            pthread_cond_signal(&dev->core_cv);
+    }
+    pthread_mutex_unlock(&dev->core_lock);
+}
+
+/*
+ * Wait (lock held) until *head is non-empty or shutdown: spin up to spin_us
+ * watching len without the lock, then sleep on cv.
+ */
+static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
+                        struct pto_cmd *const *head, _Atomic uint32_t *len, int *sleepers)
+{
+    uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
+    if (spin_ns) {
+        pthread_mutex_unlock(mu);
+        uint64_t end = pto_now_ns() + spin_ns;
+        while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
+               !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
+            for (int i = 0; i < 32; i++)
+                pto_cpu_relax();
+            if (pto_now_ns() >= end)
+                break;
+        }
+        pthread_mutex_lock(mu);
+        if (*head || atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            return;
+    }
+    (*sleepers)++;
+    pthread_cond_wait(cv, mu);
+    (*sleepers)--;
+}
+
+static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_cmd *cmd)
+{
+    char msg[PTO_MSG_LEN] = "";
+    int32_t status = 0;
+    uint64_t cause = 0;
+    bool own = false;
+    uint64_t start = pto_now_ns();
+    uint64_t n = cmd->kind == PTO_CMD_MEMSET ? cmd->u.set.n : cmd->u.copy.n;
+    if (pto_dev_lost(dev)) {
+        status = -PTO_EDEVLOST;
+    } else if (n > 0) {
+        int rc = 0;
+        switch (cmd->kind) {
+        case PTO_CMD_H2D:
+            rc = pto_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
+            break;
+        case PTO_CMD_D2H:
+            rc = pto_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
+            break;
+        case PTO_CMD_D2D:
+            rc = pto_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
+            if (!rc)
+                rc = pto_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
+            break;
+        case PTO_CMD_MEMSET:
+            rc = pto_mem_check_range(dev, cmd->u.set.dst, n, msg, sizeof(msg));
+            break;
+        }
+        if (rc) {
+            status = rc;
+            own = true;
+        } else if (cmd->kind == PTO_CMD_MEMSET) {
+            memset((void *)(uintptr_t)cmd->u.set.dst, cmd->u.set.value, n);
+        } else {
+            memmove((void *)(uintptr_t)cmd->u.copy.dst, (const void *)(uintptr_t)cmd->u.copy.src, n);
+        }
+    }
+    uint64_t end = pto_now_ns();
+    atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
+    atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
+    if (status == 0) {
+        atomic_fetch_add_explicit(&eng->bytes, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dev->st_copies, 1, memory_order_relaxed);
+        _Atomic uint64_t *ctr = cmd->kind == PTO_CMD_H2D   ? &dev->st_h2d
+                                : cmd->kind == PTO_CMD_D2H ? &dev->st_d2h
+                                : cmd->kind == PTO_CMD_D2D ? &dev->st_d2d
+                                                           : NULL;
+        if (ctr)
+            atomic_fetch_add_explicit(ctr, n, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&dev->sched_lock);
+    if (status == -PTO_EDEVLOST) {
+        cause = dev->lost_cause;
+        pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
+    }
+    pto_cmd_finish(dev, cmd->stream, cmd, status, cause, msg, own, start, end, eng->id);
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
+static void *copy_main(void *arg)
+{
+    struct pto_engine *eng = arg;
+    pto_device *dev = eng->dev;
+    pthread_mutex_lock(&dev->copy_lock);
+    for (;;) {
+        while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
+                        &dev->copy_sleepers);
+        struct pto_cmd *cmd = dev->copy_head;
+        if (!cmd)
+            break; /* shutdown with an empty queue */
+        dev->copy_head = cmd->qnext;
+        atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&dev->copy_lock);
+        run_copy(dev, eng, cmd);
+        pthread_mutex_lock(&dev->copy_lock);
+    }
+    pthread_mutex_unlock(&dev->copy_lock);
+    return NULL;
+}
+
+/* blk->fail: the first failing block of a launch wins (CAS on fail_claim). */
+static void block_fail(const pto_block *blk, int code, const char *msg)
+{
+    struct pto_cmd *cmd = blk->ctx;
+    tl_block_failed = 1;
+    if (code <= 0 || code > PTO_ENOTSUP)
+        code = PTO_EKERNEL;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&cmd->fail_claim, &expected, 1))
+        return;
+    /* Read by the launch's finisher after its acq_rel add of done_blocks. */
+    cmd->fail_code = code;
+    pto_msgf(cmd->fail_msg, sizeof(cmd->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
+    if (code == PTO_EDEVLOST) {
+        pto_device *dev = cmd->stream->dev;
+        pthread_mutex_lock(&dev->sched_lock);
+        pto_device_lose_locked(dev, cmd->token, cmd->fail_msg);
+        pthread_mutex_unlock(&dev->sched_lock);
+    }
+}
+
+static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_cmd *cmd, uint32_t b)
+{
+    pto_kernel *k = cmd->u.launch.k;
+    uint32_t blocks = cmd->u.launch.blocks;
+    uint64_t start = pto_now_ns();
+    bool skip = pto_dev_lost(dev) || atomic_load_explicit(&cmd->fail_claim, memory_order_acquire);
+    tl_block_failed = 0;
+    if (!skip) {
+        pto_block blk = {
+            .block_idx = b,
+            .block_num = blocks,
+            .core_idx = (uint32_t)eng->id,
+            .ctx = cmd,
+            .fail = block_fail,
+        };
+        k->fn(&blk, (void *const *)cmd->u.launch.args);
+    }
+    uint64_t end = pto_now_ns();
+    atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
+    atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
+    if (!skip && pto_trace_on(dev)) {
+        pto_trace_record r;
+        memset(&r, 0, sizeof(r));
+        r.token = cmd->token;
+        r.seq = cmd->seq;
+        r.submit_ns = cmd->submit_ns;
+        r.start_ns = start;
+        r.end_ns = end;
+        r.stream_id = cmd->stream->id;
+        r.engine = eng->id;
+        r.kind = PTO_CMD_BLOCK;
+        r.block = b;
+        r.status = tl_block_failed ? -PTO_EKERNEL : 0;
+        pto_strlcpy(r.name, k->name, sizeof(r.name));
+        pto_trace_push(dev, &r);
+    }
+    /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
+    if (atomic_fetch_add_explicit(&cmd->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
+        return;
+    int32_t status = 0;
+    uint64_t cause = 0;
+    bool own = false;
+    char msg[PTO_MSG_LEN] = "";
+    pto_stream *s = cmd->stream;
+    atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed);
+    pthread_mutex_lock(&dev->sched_lock);
+    if (atomic_load_explicit(&cmd->fail_claim, memory_order_acquire)) {
+        status = -cmd->fail_code;
+        own = true;
+        pto_strlcpy(msg, cmd->fail_msg, sizeof(msg));
+    } else if (pto_dev_lost(dev)) {
+        status = -PTO_EDEVLOST;
+        cause = dev->lost_cause;
+        pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
+    }
+    pto_cmd_finish(dev, s, cmd, status, cause, msg, own, cmd->start_ns, end, eng->id);
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
+static void *core_main(void *arg)
+{
+    struct pto_engine *eng = arg;
+    pto_device *dev = eng->dev;
+    pthread_mutex_lock(&dev->core_lock);
+    for (;;) {
+        while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
+                        &dev->core_sleepers);
+        struct pto_cmd *cmd = dev->core_head;
+        if (!cmd)
+            break;
+        uint32_t b = cmd->next_block++;
+        if (cmd->next_block == cmd->u.launch.blocks) {
+            /* Last block handed out: the launch leaves the queue (it may still run). */
+            dev->core_head = cmd->qnext;
+            atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&dev->core_lock);
+        run_block(dev, eng, cmd, b);
+        pthread_mutex_lock(&dev->core_lock);
+    }
+    pthread_mutex_unlock(&dev->core_lock);
+    return NULL;
+}
+
+int pto_engines_start(pto_device *dev)
+{
+    uint32_t ncores = dev->cfg.cores, ncopy = dev->cfg.copy_engines;
+    uint32_t nsched = dev->cfg.aicpu_thread_num;
+    dev->engines = calloc(ncores + ncopy, sizeof(*dev->engines));
+    dev->threads = calloc(ncores + ncopy + nsched, sizeof(*dev->threads));
+    if (!dev->engines || !dev->threads) {
+        free(dev->engines);
+        free(dev->threads);
+        dev->engines = NULL;
+        dev->threads = NULL;
+        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+    }
+    for (uint32_t i = 0; i < ncores + ncopy; i++) {
+        dev->engines[i].dev = dev;
+        dev->engines[i].id = (int32_t)i;
+        dev->engines[i].is_copy = i >= ncores;
+    }
+    for (uint32_t i = 0; i < ncores + ncopy + nsched; i++) {
+        void *(*fn)(void *);
+        void *arg;
+        if (i < ncores) {
+            fn = core_main;
+            arg = &dev->engines[i];
+        } else if (i < ncores + ncopy) {
+            fn = copy_main;
+            arg = &dev->engines[i];
+        } else {
+            fn = sched_main;
+            arg = dev;
+        }
+        int rc = pthread_create(&dev->threads[i], NULL, fn, arg);
+        if (rc) {
+            pto_engines_stop(dev);
+            return pto_error(PTO_ENOMEM, "pto_device_open: cannot start thread %u: %s", i,
+                             strerror(rc));
+        }
+        dev->n_threads++;
+    }
+    return 0;
+}
+
+void pto_engines_stop(pto_device *dev)
+{
+    atomic_store_explicit(&dev->shutdown, 1, memory_order_release);
+    pthread_mutex_lock(&dev->sched_lock);
+    atomic_fetch_add(&dev->kick, 1);
+    pthread_cond_broadcast(&dev->sched_cv);
+    pthread_mutex_unlock(&dev->sched_lock);
+    pthread_mutex_lock(&dev->copy_lock);
+    pthread_cond_broadcast(&dev->copy_cv);
+    pthread_mutex_unlock(&dev->copy_lock);
+    pthread_mutex_lock(&dev->core_lock);
+    pthread_cond_broadcast(&dev->core_cv);
+    pthread_mutex_unlock(&dev->core_lock);
+    for (size_t i = 0; i < dev->n_threads; i++)
+        pthread_join(dev->threads[i], NULL);
+    dev->n_threads = 0;
+    free(dev->threads);
+    free(dev->engines);
+    dev->threads = NULL;
+    dev->engines = NULL;
+}
+
+/* Returns 0 and *out, -PTO_EINVAL for an engine id out of range. */
+int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_engine_get_stats: NULL argument");
+    int32_t n = (int32_t)(dev->cfg.cores + dev->cfg.copy_engines);
+    if (engine < 0 || engine >= n)
+        return pto_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d)", engine, n);
+    struct pto_engine *e = &dev->engines[engine];
+    out->engine = engine;
+    out->is_copy = e->is_copy;
+    out->busy_ns = atomic_load_explicit(&e->busy_ns, memory_order_relaxed);
+    out->commands = atomic_load_explicit(&e->commands, memory_order_relaxed);
+    out->bytes = atomic_load_explicit(&e->bytes, memory_order_relaxed);
+    return 0;
+}

@@ -1,0 +1,108 @@
+/*
+ * error.c - thread-local error text, status names, the clock, timed waits.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Each host thread reads the text of its own last failing call. */
+static __thread char pto_errbuf[256];
+
+int pto_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pto_errbuf, sizeof(pto_errbuf), fmt, ap);
+    va_end(ap);
+    return -code;
+}
+
+void pto_msgf(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+void pto_clear_error(void)
+{
+    pto_errbuf[0] = '\0';
+}
+
+const char *pto_last_error(void)
+{
+    return pto_errbuf;
+}
+
+const char *pto_status_name(int status)
+{
+    static const char *const names[] = {
+        "PTO_OK",       "PTO_EAGAIN",   "PTO_ENOMEM",    "PTO_EINVAL",    "PTO_EKERNEL",
+        "PTO_EDEP",     "PTO_EDEVLOST", "PTO_ECLOSED",   "PTO_ETIMEDOUT", "PTO_ECANCELED",
+        "PTO_EFAULT",   "PTO_ELOAD",    "PTO_ENOTSUP",
+    };
+    if (status < 0)
+        status = -status;
+    if (status >= (int)(sizeof(names) / sizeof(names[0])))
+        return "PTO_E?";
+    return names[status];
+}
+
+uint64_t pto_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int pto_nop(void)
+{
+    return 0;
+}
+
+void pto_strlcpy(char *dst, const char *src, size_t n)
+{
+    if (n == 0)
+        return;
+    size_t len = src ? strnlen(src, n - 1) : 0;
+    if (len)
+        memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+uint64_t pto_deadline_after_us(int64_t timeout_us)
+{
+    if (timeout_us < 0)
+        return 0;
+    return pto_now_ns() + (uint64_t)timeout_us * 1000ull;
+}
+
+void pto_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
+{
+    if (deadline_ns == 0) {
+        pthread_cond_wait(cv, mu);
+        return 0;
+    }
+    if (pto_now_ns() >= deadline_ns)
+        return ETIMEDOUT;
+    struct timespec ts = {
+        .tv_sec = (time_t)(deadline_ns / 1000000000ull),
+        .tv_nsec = (long)(deadline_ns % 1000000000ull),
+    };
+    int rc = pthread_cond_timedwait(cv, mu, &ts);
+    return rc == ETIMEDOUT ? ETIMEDOUT : 0;
+}

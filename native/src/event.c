@@ -1,0 +1,161 @@
+/*
+ * event.c - events: recordings (nodes), host queries and waits, elapsed time.
+ *
+ * An event is a handle to its latest recording.  Each pto_stream_record
+ * makes a new node (refcounted: the event, the record command, and every
+ * wait queued while it was current), so re-recording never disturbs waits
+ * already queued.  The record command's completion fills the node and
+ * release-stores done (stream.c); readers here load done with acquire.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+struct pto_event_node *pto_event_node_new(uint64_t event_id)
+{
+    struct pto_event_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    atomic_init(&n->refs, 1);
+    atomic_init(&n->done, 0);
+    n->event_id = event_id;
+    return n;
+}
+
+void pto_event_node_ref(struct pto_event_node *n)
+{
+    atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+}
+
+void pto_event_node_unref(struct pto_event_node *n)
+{
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+        free(n);
+}
+
+struct pto_event_node *pto_event_current(pto_event *e)
+{
+    pthread_mutex_lock(&e->dev->obj_lock);
+    struct pto_event_node *n = e->cur;
+    if (n)
+        pto_event_node_ref(n);
+    pthread_mutex_unlock(&e->dev->obj_lock);
+    return n;
+}
+
+/* Returns 0 and *out, -PTO_EINVAL, -PTO_ENOMEM. */
+int pto_event_create(pto_device *dev, pto_event **out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_event_create: NULL argument");
+    pto_event *e = calloc(1, sizeof(*e));
+    if (!e)
+        return pto_error(PTO_ENOMEM, "pto_event_create: out of host memory");
+    e->dev = dev;
+    pthread_mutex_lock(&dev->obj_lock);
+    e->id = ++dev->next_event_id;
+    pto_link_add(&dev->events, &e->link);
+    pthread_mutex_unlock(&dev->obj_lock);
+    *out = e;
+    return 0;
+}
+
+void pto_event_destroy(pto_event *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->dev->obj_lock);
+    pto_link_del(&e->link);
+    struct pto_event_node *n = e->cur;
+    e->cur = NULL;
+    pthread_mutex_unlock(&e->dev->obj_lock);
+    pto_event_node_unref(n);
+    free(e);
+}
+
+static int node_state(const struct pto_event_node *n)
+{
+    if (!n)
+        return 1;
+    if (!atomic_load_explicit(&((struct pto_event_node *)n)->done, memory_order_acquire))
+        return 0;
+    return n->status ? n->status : 1;
+}
+
+/* 1 complete (or never recorded), 0 pending, < 0 the recorded work's failure. */
+int pto_event_query(pto_event *e)
+{
+    if (!e)
+        return pto_error(PTO_EINVAL, "pto_event_query: NULL event");
+    struct pto_event_node *n = pto_event_current(e);
+    int st = node_state(n);
+    if (st < 0)
+        pto_error(-st, "event %llu: %s", (unsigned long long)e->id, n->msg);
+    pto_event_node_unref(n);
+    return st;
+}
+
+/*
+ * pto_event_synchronize - block until e's current recording completes.
+ *
+ * Returns what pto_event_query then says, -PTO_ETIMEDOUT, or -PTO_EDEVLOST.
+ */
+int pto_event_synchronize(pto_event *e, int64_t timeout_us)
+{
+    if (!e)
+        return pto_error(PTO_EINVAL, "pto_event_synchronize: NULL event");
+    pto_device *dev = e->dev;
+    struct pto_event_node *n = pto_event_current(e);
+    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    int rc;
+    pthread_mutex_lock(&dev->sched_lock);
+    dev->host_waiters++;
+    for (;;) {
+        rc = node_state(n);
+        if (rc != 0)
+            break;
+        if (pto_dev_lost(dev)) {
+            rc = pto_error(PTO_EDEVLOST, "pto_event_synchronize: device lost: %s", dev->lost_msg);
+            break;
+        }
+        if (pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
+            rc = node_state(n);
+            if (rc == 0)
+                rc = pto_error(PTO_ETIMEDOUT, "pto_event_synchronize: event %llu not complete within %lld us",
+                               (unsigned long long)e->id, (long long)timeout_us);
+            break;
+        }
+    }
+    dev->host_waiters--;
+    pthread_mutex_unlock(&dev->sched_lock);
+    if (rc < 0 && rc != -PTO_ETIMEDOUT && rc != -PTO_EDEVLOST && n)
+        pto_error(-rc, "event %llu: %s", (unsigned long long)e->id, n->msg);
+    pto_event_node_unref(n);
+    return rc;
+}
+
+uint64_t pto_event_timestamp_ns(const pto_event *ce)
+{
+    if (!ce)
+        return 0;
+    pto_event *e = (pto_event *)ce;
+    struct pto_event_node *n = pto_event_current(e);
+    uint64_t t = 0;
+    if (n && atomic_load_explicit(&n->done, memory_order_acquire))
+        t = n->time_ns;
+    pto_event_node_unref(n);
+    return t;
+}
+
+/* ms from a's completion to b's; -PTO_EAGAIN if either is not complete. */
+int pto_event_elapsed_ms(const pto_event *a, const pto_event *b, double *out_ms)
+{
+    if (!a || !b || !out_ms)
+        return pto_error(PTO_EINVAL, "pto_event_elapsed_ms: NULL argument");
+    uint64_t ta = pto_event_timestamp_ns(a), tb = pto_event_timestamp_ns(b);
+    if (ta == 0 || tb == 0)
+        return pto_error(PTO_EAGAIN, "pto_event_elapsed_ms: event %s not complete",
+                         ta == 0 ? "a" : "b");
+    *out_ms = ((double)tb - (double)ta) / 1e6;
+    return 0;
+}

@@ -1,0 +1,439 @@
+/*
+ * internal.h - private structures and helpers of the sim driver.
+ *
+ * Never installed, never seen by cffi.  One lock order holds everywhere:
+ *
+ *     stream->submit_lock  ->  dev->obj_lock  ->  dev->mem_lock
+ *     dev->sched_lock  ->  dev->obj_lock / mem_lock / cq_lock / copy_lock /
+ *                          core_lock  ->  dev->trace_lock
+ *
+ * No thread takes sched_lock while holding any lock other than none, and no
+ * thread takes submit_lock while holding sched_lock.  Engine threads drop
+ * their queue lock before they take sched_lock to finish a command.
+ */
+#ifndef PTO_INTERNAL_H
+#define PTO_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pto_driver.h"
+
+#define PTO_ALIGN 256u            /* device allocation alignment */
+#define PTO_MSG_LEN 112           /* == sizeof(pto_completion.message) */
+#define PTO_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
+
+/* ---- small helpers (error.c) ---------------------------------------------- */
+
+/* Set this thread's last-error text and return -code. */
+int pto_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* snprintf into a fixed message buffer; truncation is intended. */
+void pto_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Clear this thread's last-error text. */
+void pto_clear_error(void);
+/* Absolute CLOCK_MONOTONIC deadline timeout_us from now; 0 means none (< 0). */
+uint64_t pto_deadline_after_us(int64_t timeout_us);
+/*
+ * pthread_cond_wait, or a timed wait until deadline_ns (CLOCK_MONOTONIC; 0:
+ * forever).  Returns 0, or ETIMEDOUT once the deadline has passed.
+ */
+int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
+/* Initialise a condition variable on CLOCK_MONOTONIC. */
+void pto_cond_init(pthread_cond_t *cv);
+/* Spin-loop hint. */
+static inline void pto_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- intrusive list ---------------------------------------------------------- */
+
+struct pto_link {
+    struct pto_link *prev, *next;
+};
+
+static inline void pto_link_init(struct pto_link *h) { h->prev = h->next = h; }
+static inline void pto_link_add(struct pto_link *h, struct pto_link *n)
+{
+    n->prev = h->prev;
+    n->next = h;
+    h->prev->next = n;
+    h->prev = n;
+}
+static inline void pto_link_del(struct pto_link *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+
+#define PTO_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- events (event.c) ----------------------------------------------------------- */
+
+/*
+ * One recording of an event.  pto_stream_record creates a node and makes it
+ * the event's current one; waits queued afterwards hold a reference to that
+ * node, so re-recording never changes what an already queued wait waits for.
+ * done/status/cause/time_ns are written once, by the record command's
+ * completion under sched_lock, and published by the release store of done.
+ */
+struct pto_event_node {
+    atomic_int refs;
+    atomic_int done;              /* release-stored by the record's completion */
+    int32_t status;               /* 0, or the failure the recorded work carried */
+    uint64_t cause;               /* first failure's token for a failed record */
+    uint64_t time_ns;             /* when the record command executed */
+    uint64_t event_id;
+    char msg[PTO_MSG_LEN];
+};
+
+struct pto_event {
+    pto_device *dev;
+    struct pto_link link;         /* dev->events, under obj_lock */
+    uint64_t id;
+    struct pto_event_node *cur;   /* under obj_lock; NULL: never recorded */
+};
+
+struct pto_event_node *pto_event_node_new(uint64_t event_id);
+void pto_event_node_ref(struct pto_event_node *n);
+void pto_event_node_unref(struct pto_event_node *n);
+/* Current node of e with a new reference (NULL: never recorded). */
+struct pto_event_node *pto_event_current(pto_event *e);
+
+/* ---- latches (hooks.c) ---------------------------------------------------------- */
+
+struct pto_latch {
+    pto_device *dev;
+    struct pto_link link;         /* dev->latches, under obj_lock */
+    atomic_int released;          /* sticky; release-stored, then the scheduler is woken */
+    atomic_int refs;              /* host handle + queued waits */
+    int64_t timeout_us;
+};
+
+void pto_latch_unref(struct pto_latch *l);
+/* Release every latch of dev (cancel/close). */
+void pto_latches_release_all(pto_device *dev);
+
+/* ---- kernels (kernel.c) --------------------------------------------------------- */
+
+typedef void (*pto_kernel_fn)(const pto_block *blk, void *const *args);
+
+struct pto_kernel {
+    pto_device *dev;
+    struct pto_link link;         /* dev->kernels, under obj_lock */
+    atomic_int refs;              /* host handle + queued launches */
+    atomic_int unloaded;
+    pto_kernel_fn fn;
+    void *dl;                     /* dlopen handle; NULL for builtins */
+    char name[PTO_NAME_LEN];
+};
+
+void pto_kernel_ref(pto_kernel *k);
+void pto_kernel_unref(pto_kernel *k);
+/* Close: drop every kernel still loaded. */
+void pto_kernels_release_all(pto_device *dev);
+
+/* ---- memory (memory.c) ----------------------------------------------------------- */
+
+struct pto_extent {
+    uint64_t off, len;            /* offsets into the arena */
+};
+
+/* A block handed out: live (pf == NULL) or waiting for its queued free. */
+struct pto_alloc {
+    uint64_t off, len;
+    struct pto_pending_free *pf;
+};
+
+/*
+ * A block whose stream-ordered free is queued.  It lives on its stream's
+ * pending list (under mem_lock) until the free command executes.  Local
+ * reuse carves allocations from the front of [off, off+len); what is left
+ * when the free executes goes back to the free list, so a carved piece is
+ * never returned twice.
+ */
+struct pto_pending_free {
+    struct pto_link link;         /* stream->pending, under mem_lock */
+    pto_stream *stream;
+    uint64_t off, len;            /* remaining extent still to reclaim */
+    bool local_ok;                /* no event wait was queued on the stream at submit */
+};
+
+int pto_mem_init(pto_device *dev);
+void pto_mem_fini(pto_device *dev);
+/* Turn the live allocation at ptr into a pending free (submit side). */
+int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local_ok,
+                      struct pto_pending_free **out);
+/* The free command executed (or was dropped): reclaim what is left of pf. */
+void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
+/* 0 if [addr, addr+n) lies in one live allocation, else -PTO_EFAULT (message set). */
+int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
+/* True if [addr, addr+n) lies inside the arena. */
+bool pto_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
+
+/* ---- commands and streams (stream.c) -------------------------------------------- */
+
+enum pto_cmd_state {
+    PTO_CMD_QUEUED = 0,           /* in the ring, not started */
+    PTO_CMD_BLOCKED,              /* started on the scheduler, waiting (delay/latch/event) */
+    PTO_CMD_RUNNING,              /* handed to an engine */
+};
+
+struct pto_cmd {
+    uint32_t kind;                /* PTO_CMD_* */
+    uint32_t state;               /* enum pto_cmd_state, under sched_lock */
+    uint64_t token;
+    uint64_t seq;
+    uint64_t epoch;               /* stream epoch at submit (failure observation) */
+    uint64_t submit_ns, start_ns, deadline_ns;
+    int32_t inject;               /* > 0: pto_debug_fail_next made this fail with -inject */
+    uint32_t heap_used;           /* ring-heap bytes consumed, padding included */
+    union {
+        struct { uint64_t dst, src, n; } copy;        /* host addresses (sim) */
+        struct { uint64_t dst, n; uint8_t value; } set;
+        struct { pto_kernel *k; uint64_t *args; uint32_t blocks, nargs; } launch;
+        struct { struct pto_event_node *node; uint64_t event_id; } ev;   /* record, wait */
+        struct { struct pto_pending_free *pf; uint64_t ptr; } free;
+        struct { uint64_t us; } delay;
+        struct { pto_latch *l; } latch;
+    } u;
+    /* launch run state */
+    uint32_t next_block;          /* under core_lock */
+    atomic_uint done_blocks;      /* acq_rel: the last block's finisher completes the launch */
+    atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
+    int32_t fail_code;            /* written by the claimer, read after done_blocks */
+    int32_t engine;               /* engine that finished it (trace) */
+    char fail_msg[PTO_MSG_LEN];
+    /* engine queue link (copy or core queue) */
+    struct pto_cmd *qnext;
+    pto_stream *stream;
+};
+
+struct pto_stream_fail {
+    bool set;                     /* a failure is in effect */
+    bool observed;                /* its record was handed out */
+    int32_t status;               /* the first failure's own status */
+    uint64_t cause;               /* the first failure's token (EDEP cause) */
+    uint64_t id;                  /* matches the primary record's fail_id */
+    uint64_t observed_epoch;      /* commands with epoch >= this run normally */
+    uint64_t seq;                 /* the failing command */
+    char msg[PTO_MSG_LEN];
+};
+
+struct pto_stream {
+    pto_device *dev;
+    uint32_t id;
+    int32_t priority;
+
+    /* ring (see the essay in stream.c) */
+    uint32_t entries, mask;
+    struct pto_cmd *ring;
+    _Atomic uint64_t tail;        /* seq of the last submitted command; producer: release */
+    _Atomic uint64_t head;        /* seq of the last completed command; completion: release */
+
+    /* producer side, under submit_lock */
+    pthread_mutex_t submit_lock;
+    uint8_t *heap;
+    uint32_t heap_size;
+    uint64_t heap_alloc;          /* bytes ever allocated (producer) */
+    _Atomic uint64_t heap_freed;  /* bytes ever released (completion: release) */
+    uint32_t dep_size;
+    _Atomic uint32_t dep_used;    /* wait entries in use (completion decrements) */
+    _Atomic uint32_t waits_pending; /* event waits queued and not executed */
+    _Atomic uint64_t epoch;       /* bumped when a failure is observed */
+    uint32_t fail_next_count;
+    int32_t fail_next_status;
+    uint32_t window_hwm, heap_hwm, dep_hwm;
+    _Atomic uint64_t eagain;
+
+    /* scheduler side, under sched_lock */
+    bool active;                  /* head command is on an engine */
+    bool destroyed;               /* freed once the ring is empty */
+    uint64_t cancel_seq;          /* commands with seq <= this are dropped */
+    uint64_t fail_ids;
+    struct pto_stream_fail fail;
+
+    /* memory side, under mem_lock */
+    struct pto_link pending;      /* struct pto_pending_free */
+};
+
+/* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
+bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
+/*
+ * Complete s's head command cmd (sched_lock held): record, resources, head
+ * advance, wake-ups, deferred stream free.  status/cause/msg are the
+ * command's outcome before stream-failure bookkeeping; own == true marks a
+ * failure of the command itself (it becomes the stream's first failure).
+ */
+void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
+                    uint64_t cause, const char *msg, bool own, uint64_t start_ns,
+                    uint64_t end_ns, int32_t engine);
+/*
+ * Submission slots (stream.c; hooks.c uses them too).  pto_slot_begin takes
+ * submit_lock and reserves a ring slot, heap_len heap bytes and (dep) one
+ * dependency entry; on success the zeroed slot is returned with the lock
+ * held and *heap pointing at the reserved bytes.  pto_slot_commit publishes
+ * it and unlocks; pto_slot_abort unlocks without queueing anything.
+ */
+int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
+                   struct pto_cmd **cmd, void **heap);
+void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
+void pto_slot_abort(pto_stream *s);
+/* Destroyed streams whose rings drained (sched_lock held). */
+void pto_streams_reap(pto_device *dev);
+/* Mark the failure fail_id of stream stream_id observed (sched_lock held). */
+void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
+/* Unlink and free a stream (sched_lock held, ring empty). */
+void pto_stream_free_now(pto_device *dev, pto_stream *s);
+/* Cancel every not-started command of s (sched_lock held); returns the count. */
+int pto_stream_cancel_locked(pto_device *dev, pto_stream *s);
+/* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine. */
+void pto_stream_drop_canceled(pto_device *dev, pto_stream *s);
+
+/* ---- completion queue (completion.c) ---------------------------------------------- */
+
+struct pto_cq_rec {
+    pto_completion c;
+    uint64_t fail_id;             /* != 0: the primary failure record of stream c.stream_id */
+};
+
+int pto_cq_init(pto_device *dev);
+void pto_cq_fini(pto_device *dev);
+/* Push a record (any thread; takes cq_lock).  Wakes the eventfd on empty -> non-empty. */
+void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id);
+/* Wake every cq waiter (device lost/closing). */
+void pto_cq_wake_all(pto_device *dev);
+
+/* ---- trace (trace.c) ---------------------------------------------------------------- */
+
+static inline bool pto_trace_on(pto_device *dev);
+void pto_trace_push(pto_device *dev, const pto_trace_record *r);
+void pto_trace_fini(pto_device *dev);
+/* Name of a command kind for the trace ("h2d", "record", ...). */
+const char *pto_cmd_name(uint32_t kind);
+
+/* ---- engines (engines.c) ------------------------------------------------------------ */
+
+struct pto_engine {
+    pto_device *dev;
+    int32_t id;
+    uint32_t is_copy;
+    _Atomic uint64_t busy_ns, commands, bytes;
+};
+
+int pto_engines_start(pto_device *dev);
+/* Stop and join every thread (closing: queues are empty). */
+void pto_engines_stop(pto_device *dev);
+/* Hand cmd to the copy engines / compute cores (sched_lock held). */
+void pto_copy_enqueue(pto_device *dev, struct pto_cmd *cmd);
+void pto_core_enqueue(pto_device *dev, struct pto_cmd *cmd);
+/*
+ * Wake the scheduler after new work or a state change.  Cheap when the
+ * scheduler is spinning or busy: only a sleeping scheduler costs a signal.
+ * locked: the caller holds sched_lock.
+ */
+void pto_sched_kick(pto_device *dev, bool locked);
+
+/* ---- the device (device.c) ----------------------------------------------------------- */
+
+struct pto_device {
+    pto_device_config cfg;        /* resolved: no zeros left */
+    char platform[16];
+
+    atomic_int lost;              /* sticky */
+    atomic_int closing;
+    atomic_int shutdown;          /* threads exit */
+    uint64_t lost_cause;          /* under sched_lock; written once */
+    char lost_msg[PTO_MSG_LEN];
+
+    /* memory (memory.c), under mem_lock */
+    pthread_mutex_t mem_lock;
+    uint8_t *arena;
+    uint64_t arena_size;
+    struct pto_extent *free_ext;  /* sorted by off, coalesced */
+    size_t n_free, cap_free;
+    struct pto_alloc *allocs;     /* live and pending-free blocks, sorted by off */
+    size_t n_alloc, cap_alloc;
+    uint64_t in_use, pending_bytes, peak, pending_frees, alloc_failures, n_live;
+    uint32_t fail_alloc;
+
+    /* scheduling, under sched_lock */
+    pthread_mutex_t sched_lock;
+    pthread_cond_t sched_cv;      /* scheduler threads sleep here */
+    pthread_cond_t host_cv;       /* synchronize / event waits sleep here */
+    _Atomic uint64_t kick;        /* bumped on every submission/state change (seq_cst) */
+    atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see engines.c) */
+    int host_waiters;
+    pto_stream **streams;         /* by id (creation order) */
+    size_t n_streams, cap_streams;
+    pto_stream **order;           /* by priority (desc), then id: the scan order */
+    uint32_t next_stream_id;
+    bool reap;                    /* a destroyed stream drained: free it */
+
+    /* engines (engines.c) */
+    pthread_mutex_t copy_lock;
+    pthread_cond_t copy_cv;
+    struct pto_cmd *copy_head;    /* copies and memsets, priority order */
+    int copy_sleepers;
+    _Atomic uint32_t copy_len;    /* spinning copy engines watch this */
+    pthread_mutex_t core_lock;
+    pthread_cond_t core_cv;
+    struct pto_cmd *core_head;    /* launches with blocks left to start */
+    int core_sleepers;
+    _Atomic uint32_t core_len;
+    struct pto_engine *engines;   /* cores first, then copy engines */
+    pthread_t *threads;
+    size_t n_threads;
+
+    /* completion queue (completion.c), under cq_lock */
+    pthread_mutex_t cq_lock;
+    pthread_cond_t cq_cv;
+    struct pto_cq_rec *cq;
+    size_t cq_cap, cq_head, cq_len;  /* circular, cq_cap a power of two */
+    uint64_t cq_base;             /* absolute index of cq[cq_head] */
+    bool cq_signalled;            /* the eventfd counter is nonzero */
+    int cq_waiters;
+    int efd;
+
+    /* trace (trace.c), under trace_lock */
+    pthread_mutex_t trace_lock;
+    atomic_int trace_enabled;
+    pto_trace_record *trace_buf;
+    uint32_t trace_cap, trace_head, trace_len;
+    uint64_t trace_dropped;
+
+    /* objects, under obj_lock */
+    pthread_mutex_t obj_lock;
+    struct pto_link events, latches, kernels;
+    uint64_t next_event_id;
+
+    /* counters */
+    _Atomic uint64_t st_submitted, st_completed, st_cq_records, st_cq_signals, st_cq_drains,
+        st_canceled, st_launches, st_copies, st_h2d, st_d2h, st_d2d;
+};
+
+static inline bool pto_trace_on(pto_device *dev)
+{
+    return atomic_load_explicit(&dev->trace_enabled, memory_order_relaxed) != 0;
+}
+
+static inline bool pto_dev_lost(pto_device *dev)
+{
+    return atomic_load_explicit(&dev->lost, memory_order_acquire) != 0;
+}
+
+/* Mark dev lost (sched_lock held); the first call wins the message. */
+void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
+
+/* Bounded copy of a C string into a fixed buffer. */
+void pto_strlcpy(char *dst, const char *src, size_t n);
+
+#endif /* PTO_INTERNAL_H */
