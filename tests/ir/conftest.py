@@ -1,0 +1,1 @@
+from ._fixtures import kernel_cache, launcher, rng  # noqa: F401

@@ -1,0 +1,316 @@
+"""Every tile op against numpy/torch on random data, run on the sim device.
+
+Outputs are poisoned (NaN, or 0xAB bytes) before each launch, so a passing
+test proves the kernel wrote every element.  Kernels loop over row tiles with
+``pl.range`` so each op also runs with symbolic offsets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pypto_async.language as pl
+from ir._fixtures import poison
+
+R, C, TR = 64, 48, 16
+
+
+def rel_err(got, want) -> float:
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+
+
+def _unary_kernel(fn):
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            pl.store(fn(pl.load(x, [i, 0], [TR, C])), [i, 0], y)
+
+    return k
+
+
+UNARY = {
+    "neg": (pl.neg, np.negative, False),
+    "abs": (pl.abs, np.abs, False),
+    "exp": (pl.exp, np.exp, False),
+    "log": (pl.log, np.log, True),
+    "sqrt": (pl.sqrt, np.sqrt, True),
+    "rsqrt": (pl.rsqrt, lambda x: 1.0 / np.sqrt(x), True),
+    "relu": (pl.relu, lambda x: np.maximum(x, 0), False),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(launcher, rng, op):
+    fn, ref, positive = UNARY[op]
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    if positive:
+        x = np.abs(x) + 0.05
+    y = poison((R, C))
+    launcher.run(_unary_kernel(fn).compile(x, y), x, y)
+    assert rel_err(y, ref(x.astype(np.float64))) < 1e-5
+
+
+BINARY = {
+    "add": (pl.add, np.add),
+    "sub": (pl.sub, np.subtract),
+    "mul": (pl.mul, np.multiply),
+    "div": (pl.div, np.divide),
+    "maximum": (pl.maximum, np.maximum),
+    "minimum": (pl.minimum, np.minimum),
+}
+
+# (a window shape, b window shape): same shape, a column tile and a row tile
+SHAPES = {"same": ((TR, C), (TR, C)), "row": ((TR, C), (TR, 1)), "col": ((TR, C), (1, C)), "col_lhs": ((1, C), (TR, C))}
+
+
+def _binary_kernel(fn, sa, sb):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, y: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            ta = pl.load(a, [i if sa[0] > 1 else 0, 0], list(sa))
+            tb = pl.load(b, [i if sb[0] > 1 else 0, 0], list(sb))
+            pl.store(fn(ta, tb), [i, 0], y)
+
+    return k
+
+
+def _full(shape_window):
+    return (R if shape_window[0] > 1 else 1, shape_window[1])
+
+
+@pytest.mark.parametrize("layout", sorted(SHAPES))
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_tiles_and_broadcast(launcher, rng, op, layout):
+    fn, ref = BINARY[op]
+    sa, sb = SHAPES[layout]
+    a = rng.standard_normal(_full(sa)).astype(np.float32)
+    b = rng.standard_normal(_full(sb)).astype(np.float32)
+    if op == "div":
+        b = np.sign(b) * (np.abs(b) + 0.5)
+    y = poison((R, C))
+    launcher.run(_binary_kernel(fn, sa, sb).compile(a, b, y), a, b, y)
+    want = ref(a.astype(np.float64), b.astype(np.float64))  # numpy broadcasts the same way
+    assert rel_err(y, want) < 1e-5
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_scalar_operands(launcher, rng, op):
+    """A Python number on either side, and a pl.Scalar parameter."""
+    fn, ref = BINARY[op]
+
+    @pl.jit
+    def k(x: pl.Tensor, s: pl.Scalar[pl.FP32], y1: pl.Out[pl.Tensor], y2: pl.Out[pl.Tensor], y3: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            t = pl.load(x, [i, 0], [TR, C])
+            pl.store(fn(t, 1.5), [i, 0], y1)
+            pl.store(fn(-2.25, t), [i, 0], y2)
+            pl.store(fn(t, s), [i, 0], y3)
+
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    if op == "div":
+        x = np.sign(x) * (np.abs(x) + 0.5)
+    ys = [poison((R, C)) for _ in range(3)]
+    s = 0.625
+    launcher.run(k.compile(x, s, *ys), x, s, *ys)
+    xd = x.astype(np.float64)
+    assert rel_err(ys[0], ref(xd, 1.5)) < 1e-5
+    assert rel_err(ys[1], ref(-2.25, xd)) < 1e-5
+    assert rel_err(ys[2], ref(xd, s)) < 1e-5
+
+
+def test_operators_on_tiles(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, y: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(abs(-(ta + tb) * 3.0 - tb / 2.0), [0, 0], y)
+
+    a = rng.standard_normal((R, C)).astype(np.float32)
+    b = rng.standard_normal((R, C)).astype(np.float32)
+    y = poison((R, C))
+    launcher.run(k.compile(a, b, y), a, b, y)
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    assert rel_err(y, np.abs(-(ad + bd) * 3.0 - bd / 2.0)) < 1e-5
+
+
+REDUCE = {
+    "row_sum": (pl.row_sum, lambda x: x.sum(axis=1, keepdims=True)),
+    "row_max": (pl.row_max, lambda x: x.max(axis=1, keepdims=True)),
+    "row_min": (pl.row_min, lambda x: x.min(axis=1, keepdims=True)),
+    "col_sum": (pl.col_sum, lambda x: x.sum(axis=0, keepdims=True)),
+    "col_max": (pl.col_max, lambda x: x.max(axis=0, keepdims=True)),
+    "col_min": (pl.col_min, lambda x: x.min(axis=0, keepdims=True)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE))
+def test_reductions(launcher, rng, op):
+    fn, ref = REDUCE[op]
+    out_shape = (R, 1) if op.startswith("row") else (1, C)
+
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [R, C])
+        pl.store(fn(t * 1.0), [0, 0], y)  # reduce a computed tile (a buffer)
+
+    @pl.jit
+    def k_view(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        pl.store(fn(pl.load(x, [0, 0], [R, C])), [0, 0], y)  # reduce a load read in place
+
+    x = rng.standard_normal((R, C)).astype(np.float32) + 0.25
+    want = ref(x.astype(np.float64))
+    for kern in (k, k_view):
+        y = poison(out_shape)
+        launcher.run(kern.compile(x, y), x, y)
+        assert np.max(np.abs(y - want)) <= 1e-5 * np.max(np.abs(x)) * (C if op.endswith("sum") else 1)
+
+
+def test_row_sum_broadcast_back(launcher, rng):
+    """x / row_sum(x): a [R, 1] result broadcast against its own [R, C] input."""
+
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [R, C])
+        pl.store(t / pl.row_sum(t) + pl.col_max(t), [0, 0], y)
+
+    x = rng.uniform(0.5, 1.5, (R, C)).astype(np.float32)
+    y = poison((R, C))
+    launcher.run(k.compile(x, y), x, y)
+    xd = x.astype(np.float64)
+    assert rel_err(y, xd / xd.sum(1, keepdims=True) + xd.max(0, keepdims=True)) < 1e-5
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_matmul(launcher, rng, accumulate):
+    M, K, N = 40, 72, 56  # not multiples of the micro-kernel: edges included
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c0: pl.Tensor, c: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [M, K]) * 1.0  # a buffer operand
+        tb = pl.load(b, [0, 0], [K, N])  # a view operand
+        if accumulate:
+            acc = pl.load(c0, [0, 0], [M, N]) + 0.0
+            out = pl.matmul_acc(acc, ta, tb)
+        else:
+            out = ta @ tb
+        pl.store(out, [0, 0], c)
+
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    c = poison((M, N))
+    launcher.run(k.compile(a, b, c0, c), a, b, c0, c)
+    want = a.astype(np.float64) @ b.astype(np.float64) + (c0 if accumulate else 0)
+    assert rel_err(c, want) < 1e-5
+
+
+def test_matmul_fp64_and_bf16(launcher, rng):
+    M, K, N = 16, 32, 24
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
+        pl.store(pl.matmul(pl.load(a, [0, 0], [M, K]), pl.load(b, [0, 0], [K, N])), [0, 0], c)
+
+    a = rng.standard_normal((M, K))
+    b = rng.standard_normal((K, N))
+    c = poison((M, N), np.float64)
+    launcher.run(k.compile(a, b, c), a, b, c)
+    assert rel_err(c, a @ b) < 1e-12
+
+    ta = torch.from_numpy(a).to(torch.bfloat16)
+    tb = torch.from_numpy(b).to(torch.bfloat16)
+    tc = torch.full((M, N), float("nan"), dtype=torch.float32)
+    launcher.run(k.compile(ta, tb, tc), ta, tb, tc)
+    assert rel_err(tc.numpy(), ta.double().numpy() @ tb.double().numpy()) < 1e-5
+
+
+def test_full_and_zeros(launcher):
+    @pl.jit
+    def k(v: pl.Scalar[pl.FP32], y1: pl.Out[pl.Tensor], y2: pl.Out[pl.Tensor], y3: pl.Out[pl.Tensor]):
+        pl.store(pl.full([R, C], v, pl.FP32), [0, 0], y1)
+        pl.store(pl.zeros([R, C], pl.INT32), [0, 0], y2)
+        pl.store(pl.full([R, C], -7, pl.INT32), [0, 0], y3)
+
+    y1, y2, y3 = poison((R, C)), poison((R, C), np.int32), poison((R, C), np.int32)
+    launcher.run(k.compile(3.5, y1, y2, y3), 3.5, y1, y2, y3)
+    assert (y1 == 3.5).all() and (y2 == 0).all() and (y3 == -7).all()
+
+
+CASTS = [
+    ("FP32", "INT32", lambda x: x.astype(np.int32)),
+    ("INT32", "FP32", lambda x: x.astype(np.float32)),
+    ("FP32", "FP64", lambda x: x.astype(np.float64)),
+    ("FP64", "FP32", lambda x: x.astype(np.float32)),
+    ("FP32", "FP16", lambda x: x.astype(np.float16)),
+    ("FP16", "FP32", lambda x: x.astype(np.float32)),
+    ("INT32", "INT8", lambda x: x.astype(np.int8)),
+    ("FP32", "BOOL", lambda x: x.astype(bool)),
+    ("UINT8", "INT64", lambda x: x.astype(np.int64)),
+]
+
+
+@pytest.mark.parametrize("src,dst,ref", CASTS, ids=[f"{s}-{d}" for s, d, _ in CASTS])
+def test_cast(launcher, rng, src, dst, ref):
+    dsrc, ddst = getattr(pl, src), getattr(pl, dst)
+
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        pl.store(pl.cast(pl.load(x, [0, 0], [R, C]), ddst), [0, 0], y)
+
+    raw = rng.standard_normal((R, C)) * 100
+    if dsrc.is_float:
+        raw[0, :4] = 0.0  # exact zeros for the BOOL cast
+        x = raw.astype(dsrc.np_storage)
+    else:
+        x = np.clip(raw, 0 if src == "UINT8" else -1e9, 255 if src == "UINT8" else 1e9).astype(dsrc.np_storage)
+    y = poison((R, C), ddst.np_storage)
+    launcher.run(k.compile(x, y), x, y)
+    np.testing.assert_array_equal(y, ref(x))
+
+
+def test_cast_to_bf16_rounds_like_torch(launcher, rng):
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        pl.store(pl.cast(pl.load(x, [0, 0], [R, C]), pl.BF16), [0, 0], y)
+
+    x = torch.from_numpy(rng.standard_normal((R, C)).astype(np.float32))
+    y = torch.full((R, C), float("nan"), dtype=torch.bfloat16)
+    launcher.run(k.compile(x, y), x, y)
+    assert torch.equal(y.view(torch.uint16), x.to(torch.bfloat16).view(torch.uint16))
+
+
+INT_REFS = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.floor_divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
+@pytest.mark.parametrize("dtype", ["INT8", "INT32", "INT64", "UINT8"])
+def test_integer_binary_ops_wrap_and_floor(launcher, rng, dtype):
+    d = getattr(pl, dtype)
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, y0: pl.Out[pl.Tensor], y1: pl.Out[pl.Tensor], y2: pl.Out[pl.Tensor],
+          y3: pl.Out[pl.Tensor], y4: pl.Out[pl.Tensor], y5: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        for name, y in zip(sorted(INT_REFS), (y0, y1, y2, y3, y4, y5)):  # unrolled at trace time
+            pl.store(getattr(pl, name)(ta, tb), [0, 0], y)
+
+    info = np.iinfo(d.np_storage)
+    a = rng.integers(info.min, info.max, (R, C), endpoint=True, dtype=d.np_storage)
+    b = rng.integers(max(info.min, -100), min(info.max, 100), (R, C), endpoint=True, dtype=d.np_storage)
+    b[b == 0] = 3
+    ys = [poison((R, C), d.np_storage) for _ in range(6)]
+    launcher.run(k.compile(a, b, *ys), a, b, *ys)
+    with np.errstate(over="ignore"):
+        for name, y in zip(sorted(INT_REFS), ys):
+            np.testing.assert_array_equal(y, INT_REFS[name](a, b), err_msg=name)
