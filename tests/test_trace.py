@@ -271,6 +271,24 @@ def test_wait_matches_the_recording_current_at_submission():
     assert starts[0]["ts"] == pytest.approx(5.0)  # the first record, 5 µs after the origin
 
 
+def test_arrow_starts_from_the_covered_work_when_the_record_is_stamped_late():
+    # The driver stamps a record just after it wakes the waiter: here the record
+    # (t=50.7) ends after the wait (t=50.0), so the arrow leaves from the H2D
+    # it covers, and Perfetto still sees the "s" before the "f".
+    records = (
+        rec(drv.PTO_CMD_H2D, 1, 10, 50, engine=2, name="h2d", nbytes=64, submit_us=0),
+        rec(drv.PTO_CMD_RECORD, 1, 50.7, 50.7, event=3, submit_us=1),
+        rec(drv.PTO_CMD_WAIT, 2, 5, 50, event=3, submit_us=2),
+        rec(drv.PTO_CMD_LAUNCH, 2, 51, 60, name="k", submit_us=3),
+    )
+    doc = Trace(records, device={"cores": 2, "copy_engines": 1}).to_chrome()
+    check_chrome_trace(doc)
+    (s,) = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    (f,) = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    assert s["tid"] == STREAM_TID_BASE + 1 and s["ts"] == pytest.approx(30.0)  # middle of the H2D
+    assert f["tid"] == STREAM_TID_BASE + 2 and s["ts"] <= f["ts"] < 50.0
+
+
 def test_failed_and_canceled_commands_keep_their_status():
     records = (
         rec(drv.PTO_CMD_LAUNCH, 1, 0, 5, name="fail", status=-drv.PTO_EKERNEL, token=1),
@@ -356,9 +374,10 @@ def test_driver_records_convert(tmp_path):
         drv.check(drv.lib.pto_stream_record(k[0], ev[0], 0))
         drv.check(drv.lib.pto_stream_wait_event(d2h[0], ev[0], 0))
         drv.check(drv.lib.pto_stream_copy_d2h(d2h[0], host, buf[0], n * 4, 3))
-        drv.check(drv.lib.pto_stream_free(d2h[0], buf[0], 0))
         assert drv.lib.pto_device_synchronize(dev, 10_000_000) == 0
         assert host[n - 1] == 1.0
+        drv.check(drv.lib.pto_stream_free(d2h[0], buf[0], 0))
+        assert drv.lib.pto_device_synchronize(dev, 10_000_000) == 0
         from pypto_async.runtime._trace import device_shape
 
         records = read_records(dev)

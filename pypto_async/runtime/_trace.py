@@ -18,10 +18,12 @@ Some facts about the format that the conversion rests on:
   (``thread_sort_index``).
 * Flow arrows are an ``"s"`` event and an ``"f"`` event with the same ``id``
   and ``cat``; each binds to the slice that encloses its timestamp on its own
-  track (``"bp": "e"`` asks for that on the ``"f"`` side too).  So each flow
-  event sits inside its slice, never on a slice edge, except for slices of
-  zero duration, whose start is the only choice; there the flow event follows
-  its slice in the file.
+  track (``"bp": "e"`` asks for that on the ``"f"`` side too), and the ``"s"``
+  must not come after the ``"f"``.  So the ``"s"`` sits at the start of the
+  event record's slice (or, when the driver stamped the record a hair after
+  the wait ended, in the middle of the work the record covers) and the ``"f"``
+  inside the wait's slice, no earlier than the ``"s"``; each flow event
+  follows its slice in the file.
 
 The layout: one process, ``device``; one track per stream with every command
 queued on it (kernels by name, copies by direction, event records and waits,
@@ -374,6 +376,7 @@ class Trace:
         slices: list[tuple[float, int, dict]] = []
         by_event: dict[int, list[tuple[int, TraceRecord, dict]]] = {}
         waits: list[tuple[TraceRecord, dict]] = []
+        stream_slices: dict[int, list[dict]] = {}
 
         for r in records:
             k = r.kind_name
@@ -400,6 +403,7 @@ class Trace:
                 ev = {"name": name, "cat": k, "ph": "X", "ts": ts, "dur": dur,
                       "pid": _PID, "tid": stream_track(r.stream_id), "args": args}
                 slices.append((ts, 0, ev))
+                stream_slices.setdefault(ev["tid"], []).append(ev)
                 if r.event_id and k == "record":
                     by_event.setdefault(r.event_id, []).append((r.submit_ns, r, ev))
                 elif r.event_id and k == "wait":
@@ -410,24 +414,34 @@ class Trace:
                 slices.append((ts, 0, ev))
 
         flows = 0
-        for rec_list in by_event.values():
+        by_end: dict[int, tuple[list[float], list[dict]]] = {}
+        submits: dict[int, list[int]] = {}
+        for eid, rec_list in by_event.items():
             rec_list.sort(key=lambda item: item[0])
+            submits[eid] = [item[0] for item in rec_list]
         for w, wait_ev in waits:
             recorded = by_event.get(w.event_id)
             if not recorded:
                 continue
             # The wait is for the event as recorded when the wait was submitted.
-            i = bisect.bisect_right([s for s, _, _ in recorded], w.submit_ns) - 1
+            i = bisect.bisect_right(submits[w.event_id], w.submit_ns) - 1
             if i < 0:
                 continue
             _, src, src_ev = recorded[i]
             if src.stream_id == w.stream_id:
                 continue
+            tid = src_ev["tid"]
+            if tid not in by_end:
+                evs = sorted((e for e in stream_slices.get(tid, []) if e["cat"] != "record"),
+                             key=lambda e: e["ts"] + e["dur"])
+                by_end[tid] = ([e["ts"] + e["dur"] for e in evs], evs)
+            points = _flow_points(src_ev, wait_ev, by_end[tid])
+            if points is None:
+                continue
+            s_ev, s_ts, f_ts = points
             flows += 1
             common = {"name": f"event {w.event_id}", "cat": "event", "id": flows, "pid": _PID}
-            s_ts = _inside(src_ev)
-            f_ts = _inside(wait_ev)
-            slices.append((s_ts, 1, {**common, "ph": "s", "ts": s_ts, "tid": src_ev["tid"]}))
+            slices.append((s_ts, 1, {**common, "ph": "s", "ts": s_ts, "tid": s_ev["tid"]}))
             slices.append((f_ts, 1, {**common, "ph": "f", "bp": "e", "ts": f_ts, "tid": wait_ev["tid"]}))
 
         slices.sort(key=lambda item: (item[0], item[1]))
@@ -460,9 +474,31 @@ class Trace:
         return write_json(path, self.to_chrome())
 
 
-def _inside(ev: dict) -> float:
-    # A flow event binds to the slice enclosing its timestamp: use the middle.
-    return round(ev["ts"] + ev["dur"] / 2.0, 3)
+def _flow_points(src: dict, wait: dict, track: tuple[list[float], list[dict]]) -> tuple[dict, float, float] | None:
+    """Return (source slice, "s" time, "f" time) for an arrow from a record to a wait.
+
+    Perfetto binds a flow event to the slice enclosing its time on its track
+    and needs the "s" no later than the "f".  The record's own time can come
+    out a hair after the wait's end (the driver stamps the record after it
+    wakes the waiter); then the arrow starts from the work the record covers,
+    the slice before it on its stream.
+    """
+    w0, w1 = wait["ts"], wait["ts"] + wait["dur"]
+
+    def fits(t: float) -> bool:
+        return t < w1 if w1 > w0 else t <= w0
+
+    s_ts = src["ts"]
+    if not fits(s_ts):
+        ends, evs = track  # the track's non-record slices, by end time
+        i = bisect.bisect_right(ends, src["ts"]) - 1
+        if i < 0:
+            return None
+        src = evs[i]
+        s_ts = round(src["ts"] + src["dur"] / 2.0, 3)
+        if not fits(s_ts):
+            return None
+    return src, s_ts, max(s_ts, w0)
 
 
 def write_json(path: str | os.PathLike, obj: object) -> pathlib.Path:
