@@ -1,0 +1,215 @@
+"""``pypto-async bench``: run every benchmark script beside its reference, in one table.
+
+The benchmarks live in ``benchmarks/`` of the source tree, one script per
+layer (``bench_driver.py``, ``bench_runtime.py``, ``bench_kernels.py``,
+``bench_compile.py``).  The convention they share:
+
+* each script has ``main(argv) -> int`` and runs as
+  ``python bench_X.py [--quick] --json PATH``;
+* each measures its own reference in the same process (an empty cffi call,
+  numpy copies, numpy element-wise, numpy matmul ...) because ratios travel
+  between machines and absolute times do not;
+* its JSON may carry ``"rows"``: a list of ``{"name", "figure", "unit",
+  "reference", "reference_name", "ratio", "target", "ok"}`` (``reference``,
+  ``ratio``, ``target`` and ``ok`` optional).  For a script whose JSON has no
+  ``rows``, an adapter here reads its keys.
+
+Each script runs in its own process, so one that crashes or hangs cannot take
+the others with it; a script that is absent is reported as missing, never
+filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+__all__ = ["EXPECTED", "find_benchmarks_dir", "rows_from_result", "run_bench"]
+
+#: The benchmark scripts the project promises, in the order they are run.
+EXPECTED = ("bench_driver", "bench_runtime", "bench_kernels", "bench_compile")
+
+#: Extra arguments per script for ``--quick`` when the script has no ``--quick`` of its own.
+_QUICK_ARGS = {
+    "bench_driver": ["--calls", "2000", "--repeats", "3", "--trials", "200", "--gap-us", "100"],
+}
+
+
+def find_benchmarks_dir(explicit: str | os.PathLike | None = None) -> pathlib.Path:
+    """Return the benchmarks directory: ``explicit``, else ``benchmarks/`` beside the package."""
+    from ._cli import CliError
+
+    if explicit is not None:
+        path = pathlib.Path(explicit)
+        if not path.is_dir():
+            raise CliError(f"no benchmarks directory at {path}")
+        return path
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    if not path.is_dir():
+        raise CliError("benchmarks/ not found beside the package: run from a source checkout "
+                       "(pip install -e .) or pass --dir")
+    return path
+
+
+def _row(name, figure, unit, *, reference=None, reference_name="", target="", ok=None, ratio=None) -> dict:
+    if ratio is None and reference and figure is not None:
+        ratio = figure / reference
+    return {"name": name, "figure": figure, "unit": unit, "reference": reference,
+            "reference_name": reference_name, "ratio": ratio, "target": target, "ok": ok}
+
+
+def _driver_rows(result: dict) -> list[dict]:
+    submit, idle = result["submit"], result["latency_idle"]
+    hot = result.get("latency_back_to_back", {})
+    rows = [
+        _row("submit a notify (pto_stream_notify)", submit["notify_us"], "µs",
+             reference=submit["nop_us"], reference_name="empty cffi call (pto_nop)",
+             target="≤ 1 µs", ok=submit["notify_us"] <= 1.0),
+        _row("completion latency, idle device (median)", idle["readable_median_us"], "µs",
+             target="< 10 µs", ok=idle["readable_median_us"] < 10.0),
+    ]
+    if hot:
+        rows.append(_row("completion latency, back to back (median)", hot["readable_median_us"], "µs"))
+    return rows
+
+
+_ADAPTERS: dict[str, Callable[[dict], list[dict]]] = {"bench_driver": _driver_rows}
+
+
+def rows_from_result(name: str, result: dict) -> list[dict]:
+    """Return the table rows of one script's JSON result (its ``rows``, or its adapter's)."""
+    if isinstance(result.get("rows"), list):
+        rows = []
+        for r in result["rows"]:
+            rows.append(_row(r["name"], r.get("figure"), r.get("unit", ""), reference=r.get("reference"),
+                             reference_name=r.get("reference_name", ""), target=r.get("target", ""),
+                             ok=r.get("ok"), ratio=r.get("ratio")))
+        return rows
+    adapter = _ADAPTERS.get(name)
+    if adapter is None:
+        raise ValueError(f"{name} wrote JSON without 'rows' and no adapter reads it")
+    return adapter(result)
+
+
+def _supports_quick(script: pathlib.Path) -> bool:
+    try:
+        return "--quick" in script.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def _run_one(script: pathlib.Path, *, quick: bool, timeout: int) -> dict:
+    name = script.stem
+    with tempfile.TemporaryDirectory(prefix="pto_bench_") as tmp:
+        out_json = pathlib.Path(tmp) / f"{name}.json"
+        cmd = [sys.executable, str(script), "--json", str(out_json)]
+        if quick:
+            cmd += ["--quick"] if _supports_quick(script) else _QUICK_ARGS.get(name, [])
+        # The scripts import the same pypto_async as this command, installed or not.
+        root = str(pathlib.Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  cwd=script.parent.parent, env=env)
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "error": f"timed out after {timeout} s", "seconds": timeout, "rows": []}
+        seconds = round(time.perf_counter() - t0, 2)
+        entry: dict = {"status": "ok", "returncode": proc.returncode, "seconds": seconds,
+                       "command": cmd[1:], "stdout": proc.stdout[-4000:]}
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            entry.update(status="failed", error=tail[-1] if tail else f"exit status {proc.returncode}", rows=[])
+            return entry
+        try:
+            result = json.loads(out_json.read_text(encoding="utf-8"))
+            entry["rows"] = rows_from_result(name, result)
+            entry["result"] = result
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            entry.update(status="failed", error=f"unreadable results: {exc}", rows=[])
+        return entry
+
+
+def _fmt(x, unit: str = "") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, (int, float)):
+        text = f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    else:
+        text = str(x)
+    return f"{text} {unit}".strip()
+
+
+def format_table(results: dict[str, dict]) -> str:
+    """Return the results as a text table: figure, reference, ratio, target, verdict."""
+    header = ("benchmark", "figure", "reference", "ratio", "target", "")
+    lines: list[tuple[str, ...]] = []
+    for name, entry in results.items():
+        if entry["status"] != "ok":
+            lines.append((f"{name}: {entry['status'].upper()}", entry.get("error", ""), "", "", "", ""))
+            continue
+        for r in entry["rows"]:
+            ref = _fmt(r["reference"], r["unit"]) if r["reference"] is not None else ""
+            if ref and r["reference_name"]:
+                ref = f"{ref} ({r['reference_name']})"
+            verdict = {True: "ok", False: "MISSED", None: ""}[r["ok"]]
+            ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
+            lines.append((r["name"], _fmt(r["figure"], r["unit"]), ref, ratio, r["target"], verdict))
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(out)
+
+
+def run_bench(args) -> int:
+    """Run the ``bench`` subcommand; return the exit status (1 if a script failed)."""
+    from ._cli import CliError
+
+    bench_dir = find_benchmarks_dir(args.dir)
+    found = {p.stem: p for p in sorted(bench_dir.glob("bench_*.py"))}
+    names = list(EXPECTED) + sorted(set(found) - set(EXPECTED))
+    if args.only:
+        unknown = [n for n in args.only if n not in names]
+        if unknown:
+            raise CliError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(names)})")
+        names = [n for n in names if n in args.only]
+    results: dict[str, dict] = {}
+    progress = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(names), unit="bench", file=sys.stderr, leave=False)
+    try:
+        for name in names:
+            if progress is not None:
+                progress.set_description(name)
+            if name not in found:
+                results[name] = {"status": "missing", "error": f"{bench_dir / (name + '.py')} does not exist",
+                                 "rows": []}
+            else:
+                results[name] = _run_one(found[name], quick=args.quick, timeout=args.timeout)
+            if progress is not None:
+                progress.update()
+    finally:
+        if progress is not None:
+            progress.close()
+    print(f"pypto_async benchmarks (python {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs{', quick run: not a measurement' if args.quick else ''})")
+    print(format_table(results))
+    doc = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+           "quick": bool(args.quick), "benchmarks": results}
+    path = pathlib.Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, default=str), encoding="utf-8")
+    print(f"results written to {path}")
+    return 1 if any(e["status"] == "failed" for e in results.values()) else 0

@@ -1,0 +1,243 @@
+"""The ``pypto-async`` command (_cli.py): every subcommand, its --help and its errors.
+
+Subcommands run in-process through ``main(argv)``; one test runs
+``python -m pypto_async`` in a subprocess to keep that entry point working.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pypto_async._cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUBCOMMANDS = ["bench", "trace", "info", "cache"]
+
+
+def pipeline_trace() -> dict:
+    from test_trace import pipeline_records
+
+    from pypto_async.runtime._trace import Trace
+
+    trace = Trace(tuple(pipeline_records()), device={"platform": "sim", "cores": 2, "copy_engines": 2})
+    return trace.to_chrome()
+
+
+def assert_png(path, min_bytes=5_000):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, "not a PNG"
+    assert len(data) >= min_bytes, f"suspiciously small PNG ({len(data)} bytes)"
+    # IHDR: width and height are big-endian u32 at bytes 16..24.
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 600 and height >= 200
+
+
+@pytest.mark.parametrize("cmd", [[], *([c] for c in SUBCOMMANDS)])
+def test_help_everywhere(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*cmd, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: pypto-async")
+    if not cmd:
+        for c in SUBCOMMANDS:
+            assert c in out
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+
+
+def test_usage_error_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "x.json", "--dpi", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "positive integer" in err and err.startswith("pypto-async trace: error:")
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_trace_renders_png(tmp_path, capsys):
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(pipeline_trace()))
+    out = tmp_path / "pics" / "t.png"
+    assert main(["trace", str(src), "-o", str(out)]) == 0
+    assert_png(out)
+    assert str(out) in capsys.readouterr().out
+    # The default output sits next to the input.
+    assert main(["trace", str(src)]) == 0
+    assert_png(tmp_path / "t.png")
+
+
+def test_trace_errors_are_one_line(tmp_path, capsys):
+    assert main(["trace", str(tmp_path / "missing.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pypto-async trace: error: no such trace file") and err.count("\n") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["trace", str(bad)]) == 1
+    assert "not JSON" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"traceEvents": []}))
+    assert main(["trace", str(empty)]) == 1
+    assert "no slices" in capsys.readouterr().err
+    assert not (tmp_path / "empty.png").exists()
+
+
+def test_render_lanes_and_failures(tmp_path):
+    from pypto_async._plot import _lanes, render_trace
+
+    doc = pipeline_trace()
+    names = [name for _, name in _lanes(doc["traceEvents"])]
+    assert names == ["stream 1", "stream 2", "stream 3", "core 0", "core 1", "copy engine 0", "copy engine 1"]
+    # A failed slice gets drawn too (outlined): rendering must not choke on it.
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "launch":
+            e["args"]["status"] = "PTO_EKERNEL"
+            break
+    assert_png(render_trace(doc, tmp_path / "f.png"))
+
+
+def test_python_dash_m_entry_point():
+    out = subprocess.run([sys.executable, "-m", "pypto_async", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: pypto-async")
+
+
+def test_help_does_not_import_heavy_modules():
+    code = ("import sys; from pypto_async._cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('matplotlib', 'torch', 'tqdm', 'pypto_async.runtime') if m in sys.modules]\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("[]")
+
+
+
+# --- bench --------------------------------------------------------------------
+
+_ROWS_SCRIPT = '''
+import argparse, json, sys
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    rows = [{"name": "copy bandwidth", "figure": 8.0, "unit": "GB/s", "reference": 10.0,
+             "reference_name": "numpy copy", "target": ">= 0.5x numpy", "ok": True},
+            {"name": "launch", "figure": 30.0 if a.quick else 20.0, "unit": "us", "target": "<= 25 us",
+             "ok": False}]
+    json.dump({"rows": rows}, open(a.json, "w"))
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def test_bench_table_missing_and_failed(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_runtime.py").write_text(_ROWS_SCRIPT)
+    (bench / "bench_extra.py").write_text("import sys\nprint('boom: no device', file=sys.stderr)\nsys.exit(3)\n")
+    out = tmp_path / "res" / "bench.json"
+    rc = main(["bench", "--dir", str(bench), "--json", str(out), "--no-progress", "--quick"])
+    assert rc == 1  # bench_extra failed
+    text = capsys.readouterr().out
+    assert "copy bandwidth" in text and "0.80x" in text and "numpy copy" in text
+    assert "MISSED" in text  # the quick run's 30 us misses its 25 us target
+    for name in ("bench_driver", "bench_kernels", "bench_compile"):
+        assert f"{name}: MISSING" in text
+    assert "bench_extra: FAILED" in text and "boom: no device" in text
+    doc = json.loads(out.read_text())
+    b = doc["benchmarks"]
+    assert b["bench_runtime"]["status"] == "ok"
+    assert [r["figure"] for r in b["bench_runtime"]["rows"]] == [8.0, 30.0]
+    assert b["bench_runtime"]["rows"][0]["ratio"] == pytest.approx(0.8)
+    assert b["bench_driver"]["status"] == "missing" and b["bench_driver"]["rows"] == []
+    assert b["bench_extra"]["status"] == "failed"
+    assert doc["quick"] is True
+
+
+def test_bench_only_and_unknown(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_runtime.py").write_text(_ROWS_SCRIPT)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--dir", str(bench), "--json", str(out), "--no-progress",
+                 "--only", "bench_runtime"]) == 0
+    assert list(json.loads(out.read_text())["benchmarks"]) == ["bench_runtime"]
+    capsys.readouterr()
+    assert main(["bench", "--dir", str(bench), "--only", "bench_nothing", "--no-progress"]) == 1
+    assert "unknown benchmark 'bench_nothing'" in capsys.readouterr().err
+    assert main(["bench", "--dir", str(tmp_path / "nowhere"), "--no-progress"]) == 1
+    assert "no benchmarks directory" in capsys.readouterr().err
+
+
+# --- info and cache -----------------------------------------------------------------
+
+
+def test_info_table_and_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for key in ("platform", "device", "compiler", "kernel cache"):
+        assert key in out
+    assert str(tmp_path / "cache") in out
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    from pypto_async._driver import ffi, lib
+
+    dev = ffi.new("pto_device **")
+    assert lib.pto_device_open(b"sim", ffi.NULL, dev) == 0
+    want = ffi.new("pto_device_info *")
+    lib.pto_device_get_info(dev[0], want)
+    lib.pto_device_close(dev[0])
+    assert info["device"]["platform"] == "sim"
+    assert (info["device"]["cores"], info["device"]["copy_engines"]) == (want.cores, want.copy_engines)
+    assert info["device"]["device_memory"] == want.device_memory
+    assert info["cache"] == {"dir": str(tmp_path / "cache"), "entries": 0, "bytes": 0}
+    assert info["compiler"]["version"] and "-shared" in info["compiler"]["flags"]
+
+
+def test_info_unknown_platform_is_one_line(capsys):
+    assert main(["info", "--platform", "nosuch"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "PTO_ENOTSUP" in err and "nosuch" in err
+
+
+def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(cache))
+    for key in ("a1", "b2"):
+        (cache / "kernels" / key).mkdir(parents=True)
+        (cache / "kernels" / key / "kernel.so").write_bytes(b"\0" * 2048)
+    assert main(["cache"]) == 0
+    assert f"{cache} (2 kernels, 4.0 KiB)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 2 cached kernels" in capsys.readouterr().out
+    assert not any((cache / "kernels").iterdir())
+    assert main(["cache", "info"]) == 0
+    assert "(0 kernels" in capsys.readouterr().out
+
+
+def test_bench_runs_the_real_driver_benchmark(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--only", "bench_driver", "--quick", "--json", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "pto_stream_notify" in text and "pto_nop" in text
+    entry = json.loads(out.read_text())["benchmarks"]["bench_driver"]
+    assert entry["status"] == "ok"
+    submit = entry["rows"][0]
+    assert submit["figure"] > 0 and submit["reference"] > 0
+    assert submit["ratio"] == pytest.approx(submit["figure"] / submit["reference"])
