@@ -93,6 +93,7 @@ def _scalar(x, dtype, op: str):
 
 
 def _binary(op: str, a, b) -> Tile:
+    current(f"pl.{op}")
     if isinstance(a, Tile) and isinstance(b, Tile):
         return _record(op, Binary(op, a.var, b.var))
     if isinstance(a, Tile):
@@ -169,6 +170,7 @@ def minimum(a, b) -> Tile:
 
 
 def _unary(op: str, x) -> Tile:
+    current(f"pl.{op}")
     return _record(op, Unary(op, _tile(x, op).var))
 
 
@@ -209,6 +211,7 @@ def relu(x) -> Tile:
 
 def cast(x, dtype) -> Tile:
     """Return the tile converted to ``dtype`` (floats to ints truncate toward zero)."""
+    current("pl.cast")
     try:
         d = as_dtype(dtype)
     except PtoArgumentError as exc:
@@ -218,6 +221,7 @@ def cast(x, dtype) -> Tile:
 
 def full(shape, value, dtype=FP32) -> Tile:
     """Return a tile of ``shape`` filled with ``value`` (a number or scalar parameter)."""
+    current("pl.full")
     try:
         d = as_dtype(dtype)
     except PtoArgumentError as exc:
@@ -232,6 +236,7 @@ def zeros(shape, dtype=FP32) -> Tile:
 
 
 def _reduce(op: str, x) -> Tile:
+    current(f"pl.{op}")
     return _record(op, Reduce(op, _tile(x, op).var))
 
 
@@ -272,6 +277,7 @@ def matmul(a, b, acc=None) -> Tile:
     accumulating form updates ``acc`` in place, so ``acc`` carries its value
     across iterations of a ``pl.range`` loop.
     """
+    current("pl.matmul")
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
     if acc is None:
         return _record("matmul", Matmul(ta.var, tb.var))

@@ -1,0 +1,283 @@
+"""Mistakes are caught at trace/compile time, with the kernel's file and line."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.errors import PtoArgumentError, PtoCompileError, PtoError, PtoNotSupported
+
+HERE = __file__
+
+
+def next_line() -> int:
+    """The line number after the caller's line."""
+    return sys._getframe(1).f_lineno + 1
+
+
+def assert_at(excinfo, line: int, *fragments: str) -> None:
+    err = excinfo.value
+    assert err.file == HERE and err.line == line, (err.file, err.line, str(err))
+    text = str(err)
+    assert text.startswith(f"{HERE}:{line}: "), text
+    for f in fragments:
+        assert f in text, (f, text)
+
+
+X = np.ones((64, 16), np.float32)
+
+
+def test_shape_mismatch_in_binary_op():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t1 = pl.load(a, [0, 0], [16, 16])
+        t2 = pl.load(a, [0, 0], [8, 16])
+        where.append(next_line())
+        pl.store(pl.add(t1, t2), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "shape mismatch in add", "[16, 16]", "[8, 16]")
+
+
+def test_shape_mismatch_in_matmul():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        u = pl.load(a, [0, 0], [8, 16])
+        where.append(next_line())
+        pl.store(pl.matmul(t, u), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "shape mismatch in matmul", "inner dimensions 16 and 8")
+
+
+def test_load_window_outside_tensor():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        t = pl.load(a, [56, 0], [16, 16])
+        pl.store(t, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "load window outside tensor 'a'", "dimension 0 spans [56, 72)", "has 64")
+
+
+def test_store_window_outside_tensor_through_loop_index():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(0, 64, 16):
+            t = pl.load(a, [i, 0], [16, 16])
+            where.append(next_line())
+            pl.store(t, [i + 8, 0], out)  # the last iteration overruns
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "store window outside tensor 'out'", "[8, 72)")
+
+
+def test_window_outside_through_block_index():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for b in pl.spmd(5):
+            where.append(next_line())
+            t = pl.load(a, [b * 16, 0], [16, 16])
+            pl.store(t, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "load window outside tensor 'a'", "[0, 80)")
+
+
+def test_store_to_in_parameter():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(t, [0, 0], b)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "store to In parameter 'b'", "pl.Out[pl.Tensor]")
+
+
+def test_unsupported_dtype_for_op():
+    where = []
+    xi = np.ones((16, 16), np.int32)
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.exp(t), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(xi, xi)
+    assert_at(ei, where[0], "unsupported dtype INT32 for exp")
+
+
+def test_unsupported_dtype_for_cast_target():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.cast(t, np.complex64), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "pl.cast", "unsupported dtype")
+
+
+def test_unsupported_argument_dtype_points_at_the_kernel():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        pl.store(pl.load(a, [0], [4]), [0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(np.ones(4, np.complex64), np.ones(4, np.complex64))
+    assert_at(ei, k.fn.__code__.co_firstlineno, "parameter 'a'", "unsupported dtype")
+
+
+def test_store_dtype_mismatch():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(t, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, np.ones((64, 16), np.float64))
+    assert_at(ei, where[0], "dtype mismatch in store", "FP32", "FP64", "pl.cast")
+
+
+def test_dtype_mismatch_in_binary_op():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [16, 16])
+        tb = pl.load(b, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(ta * tb, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X.astype(np.float64), X)
+    assert_at(ei, where[0], "dtype mismatch in mul")
+
+
+class DeviceTensor:
+    """Shaped like the runtime's DeviceTensor: a worker and a data pointer, no shape."""
+
+    def __init__(self):
+        self.worker = object()
+        self.data_ptr = 0x1000
+
+
+class ResidentBuffer:
+    """Duck-typed: any object with worker and data_ptr and no array interface."""
+
+    worker = None
+    data_ptr = 0
+
+
+@pytest.mark.parametrize("cls", [DeviceTensor, ResidentBuffer])
+def test_device_tensor_passed_to_jit(cls):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        pl.store(pl.load(a, [0], [4]) + pl.load(b, [0], [4]), [0], out)
+
+    a = np.ones(4, np.float32)
+    for call in (lambda: k(a, cls(), a), lambda: k.lower(a, cls(), a), lambda: k.compile(a, cls(), a)):
+        with pytest.raises(PtoCompileError) as ei:
+            call()
+        assert_at(ei, k.fn.__code__.co_firstlineno, "missing inferred tensor metadata for parameter b",
+                  "ir.compile", "worker")
+
+
+def test_static_annotation_mismatch():
+    @pl.jit
+    def k(a: pl.Tensor[[64, 16], pl.FP32], out: pl.Out[pl.Tensor[[64, 16], pl.FP32]]):
+        pl.store(pl.load(a, [0, 0], [64, 16]), [0, 0], out)
+
+    k.lower(X, X)  # matches
+    with pytest.raises(PtoCompileError, match="declared \\[64, 16\\] but got shape \\[32, 16\\]"):
+        k.lower(X[:32], X)
+    with pytest.raises(PtoCompileError, match="declared FP32 but got FP64"):
+        k.lower(X.astype(np.float64), X)
+
+
+def test_op_outside_a_kernel():
+    with pytest.raises(PtoCompileError) as ei:
+        line = next_line()
+        pl.add(1, 2)
+    assert_at(ei, line, "pl.add can only be called inside a @pl.jit kernel")
+
+
+def test_loop_index_is_symbolic():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(4):
+            where.append(next_line())
+            range(i)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "loop index is symbolic")
+
+
+def test_wrong_argument_count():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        pass
+
+    with pytest.raises(PtoArgumentError, match="takes 2 arguments"):
+        k.lower(X)
+
+
+def test_unknown_platform_and_options():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        pl.store(pl.load(a, [0, 0], [64, 16]), [0, 0], out)
+
+    prog = k.lower(X, X)
+    with pytest.raises(PtoNotSupported, match="unknown platform 'cuda9'"):
+        ir.compile(prog, platform="cuda9")
+    with pytest.raises(PtoArgumentError, match="unknown options"):
+        ir.compile(prog, bogus=1)
+    with pytest.raises(PtoArgumentError, match="expects a Program"):
+        ir.compile(k)
+
+
+def test_c_compiler_failure_reports_its_output():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        pl.store(pl.load(a, [0, 0], [64, 16]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError, match="C compilation failed") as ei:
+        ir.compile(k.lower(X, X), extra_cflags="-fno-such-flag-anywhere")
+    assert "no-such-flag-anywhere" in str(ei.value)
+    assert isinstance(ei.value, PtoError)
