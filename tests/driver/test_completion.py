@@ -1,0 +1,136 @@
+"""native/src/completion.c: the completion queue, its eventfd, drain, wait_token."""
+
+from __future__ import annotations
+
+import select
+import threading
+
+import pytest
+
+from helpers import held, new_token
+from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
+
+from .util import device_stats, notify
+
+
+def readable(fd: int, timeout: float = 0.0) -> bool:
+    r, _, _ = select.select([fd], [], [], timeout)
+    return bool(r)
+
+
+def test_fd_follows_the_queue(dev, cq, stream):
+    fd = lib.pto_cq_fd(dev)
+    assert fd >= 0
+    assert not readable(fd)
+    assert lib.pto_cq_ready(dev) == 0
+    t = new_token()
+    notify(stream, t)
+    assert readable(fd, 10.0)
+    assert lib.pto_cq_ready(dev) == 1
+    [rec] = cq.drain()
+    assert (rec.token, rec.status, rec.message) == (t, 0, "")
+    assert rec.stream_id == lib.pto_stream_id(stream) and rec.seq == 1
+    assert 0 < rec.submit_ns <= rec.start_ns <= rec.end_ns <= lib.pto_now_ns()
+    assert not readable(fd)
+    assert lib.pto_cq_ready(dev) == 0
+    assert cq.drain() == []
+
+
+def test_token_zero_pushes_no_record(dev, cq, stream):
+    t = new_token()
+    notify(stream, 0)
+    notify(stream, t)
+    recs = cq.wait(t)
+    assert list(cq.records) == [t] and recs[t].seq == 2
+
+
+def test_small_drains_leave_the_fd_readable(dev, cq, stream):
+    fd = lib.pto_cq_fd(dev)
+    toks = [new_token() for _ in range(10)]
+    with held(dev, stream):
+        for t in toks:
+            notify(stream, t)
+    check(lib.pto_stream_synchronize(stream, 10_000_000))
+    while lib.pto_cq_ready(dev) < 10:
+        assert lib.pto_cq_wait(dev, 10_000_000) == 0
+    got = []
+    for expect_left in (7, 4, 1):
+        got += cq.drain(3)
+        assert lib.pto_cq_ready(dev) == expect_left
+        assert readable(fd), f"fd not readable with {expect_left} records left"
+    got += cq.drain(3)
+    assert not readable(fd)
+    assert [r.token for r in got] == toks  # oldest first
+    assert [r.seq for r in got] == list(range(2, 12))
+
+
+def test_cq_wait_times_out_when_idle(dev):
+    assert lib.pto_cq_wait(dev, 1000) == -PTO_ETIMEDOUT
+    assert lib.pto_cq_wait(dev, 0) == -PTO_ETIMEDOUT
+
+
+def test_wait_token_copies_and_keeps_the_record(dev, cq, stream):
+    t = new_token()
+    check(lib.pto_stream_delay(stream, 500, 0))
+    notify(stream, t)
+    out = ffi.new("pto_completion *")
+    assert lib.pto_wait_token(dev, t, 10_000_000, out) == 0
+    assert (out.token, out.status) == (t, 0)
+    assert lib.pto_cq_ready(dev) == 1
+    assert cq.drain()[0].token == t
+    # Unknown (or already drained) tokens time out.
+    assert lib.pto_wait_token(dev, t, 1000, out) == -PTO_ETIMEDOUT
+    assert lib.pto_wait_token(dev, new_token(), 1000, out) == -PTO_ETIMEDOUT
+
+
+def test_wait_token_releases_the_gil(dev, cq, stream):
+    """A thread blocked in pto_wait_token must not stop this thread from releasing the latch."""
+    t = new_token()
+    result = {}
+    started = threading.Event()
+
+    def waiter():
+        out = ffi.new("pto_completion *")
+        started.set()
+        result["rc"] = lib.pto_wait_token(dev, t, 10_000_000, out)
+        result["status"] = out.status
+
+    with held(dev, stream) as h:
+        notify(stream, t)
+        th = threading.Thread(target=waiter)
+        th.start()
+        assert started.wait(10)
+        h.release()  # needs the GIL while the waiter sits in C
+        th.join(15)
+    assert not th.is_alive()
+    assert result == {"rc": 0, "status": 0}
+    cq.wait(t)
+
+
+def test_device_counters_move(dev, cq, stream):
+    st0 = device_stats(dev)
+    toks = [new_token() for _ in range(5)]
+    for t in toks:
+        notify(stream, t)
+    notify(stream, 0)
+    cq.wait(*toks)
+    st = device_stats(dev)
+    assert st.submitted - st0.submitted == 6
+    assert st.completed - st0.completed == 6
+    assert st.cq_records - st0.cq_records == 5
+    assert 1 <= st.cq_signals - st0.cq_signals <= 5
+    assert 1 <= st.cq_drains - st0.cq_drains <= 5
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_everything_drains_eventually(dev, cq, new_stream, batch):
+    streams = [new_stream() for _ in range(3)]
+    toks = [new_token() for _ in range(90)]
+    for i, t in enumerate(toks):
+        notify(streams[i % 3], t)
+    fd = lib.pto_cq_fd(dev)
+    while len(cq.records) < len(toks):
+        assert readable(fd, 10.0)
+        cq.drain(batch)
+    assert sorted(cq.records) == sorted(toks)
+    assert not readable(fd)

@@ -1,0 +1,115 @@
+"""native/src/event.c: record, device-side wait, query, synchronize, elapsed time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import held, new_token
+from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
+from pypto_async.errors import PtoTryAgain
+
+from .util import alloc, d2h, h2d, new_event, notify, sync
+
+
+@pytest.fixture
+def event(dev):
+    ev = new_event(dev)
+    yield ev
+    lib.pto_event_destroy(ev)
+
+
+def test_never_recorded_event_is_complete(dev, cq, stream, event):
+    assert lib.pto_event_query(event) == 1
+    assert lib.pto_event_synchronize(event, 1000) == 1
+    assert lib.pto_event_timestamp_ns(event) == 0
+    t = new_token()
+    check(lib.pto_stream_wait_event(stream, event, 0))  # a no-op
+    notify(stream, t)
+    assert cq.wait(t)[t].status == 0
+
+
+def test_query_and_synchronize_follow_the_recorded_work(dev, cq, stream, event):
+    t = new_token()
+    with held(dev, stream):
+        check(lib.pto_stream_record(stream, event, t))
+        assert lib.pto_event_query(event) == 0
+        assert lib.pto_event_synchronize(event, 2000) == -PTO_ETIMEDOUT
+        assert lib.pto_event_timestamp_ns(event) == 0
+    assert lib.pto_event_synchronize(event, 10_000_000) == 1
+    assert lib.pto_event_query(event) == 1
+    rec = cq.wait(t)[t]
+    assert rec.status == 0
+    ts = lib.pto_event_timestamp_ns(event)
+    assert rec.submit_ns <= ts <= lib.pto_now_ns()
+
+
+def test_elapsed_time_spans_a_delay(dev, stream, new_stream):
+    e1, e2 = new_event(dev), new_event(dev)
+    ms = ffi.new("double *")
+    with held(dev, stream):
+        check(lib.pto_stream_record(stream, e1, 0))
+        check(lib.pto_stream_delay(stream, 2000, 0))
+        check(lib.pto_stream_record(stream, e2, 0))
+        with pytest.raises(PtoTryAgain):
+            check(lib.pto_event_elapsed_ms(e1, e2, ms))
+    sync(stream)
+    check(lib.pto_event_elapsed_ms(e1, e2, ms))
+    assert ms[0] >= 2.0  # e1 completed before the delay started, e2 after it ended
+    forward = ms[0]
+    check(lib.pto_event_elapsed_ms(e2, e1, ms))
+    assert ms[0] == pytest.approx(-forward)
+    lib.pto_event_destroy(e1)
+    lib.pto_event_destroy(e2)
+
+
+def test_wait_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
+    """B reads what A writes, because B waits for an event A records after the write."""
+    n = 1 << 16
+    data = rng.integers(0, 256, n, dtype=np.uint8)
+    out = np.full(n, 0x55, dtype=np.uint8)
+    p = alloc(dev, n, stream)
+    check(lib.pto_stream_memset(stream, p, 0xAA, n, 0))
+    sync(stream)
+    t = new_token()
+    with held(dev, stream):
+        h2d(stream, p, data)
+        check(lib.pto_stream_record(stream, event, 0))
+        check(lib.pto_stream_wait_event(stream2, event, 0))
+        d2h(stream2, out, p, t)
+        assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
+        cq.drain_all()
+        assert t not in cq and (out == 0x55).all()
+    assert cq.wait(t)[t].status == 0
+    np.testing.assert_array_equal(out, data)
+    check(lib.pto_stream_free(stream, p, 0))
+    sync(stream)
+
+
+def test_wait_uses_the_recording_at_the_time_of_the_call(dev, cq, new_stream, event):
+    a, b, c = new_stream(), new_stream(), new_stream()
+    t = new_token()
+    with held(dev, a):
+        check(lib.pto_stream_record(a, event, 0))
+        check(lib.pto_stream_wait_event(b, event, 0))
+        notify(b, t)
+        check(lib.pto_stream_record(c, event, 0))  # re-record on an idle stream
+        sync(c)
+        assert lib.pto_event_query(event) == 1  # the event now follows c
+        # ...but b waits on a's recording, still held.
+        assert lib.pto_stream_synchronize(b, 2000) == -PTO_ETIMEDOUT
+        cq.drain_all()
+        assert t not in cq
+    assert cq.wait(t)[t].status == 0
+
+
+def test_destroyed_event_still_orders_queued_waits(dev, cq, stream, stream2):
+    ev = new_event(dev)
+    t = new_token()
+    with held(dev, stream):
+        check(lib.pto_stream_record(stream, ev, 0))
+        check(lib.pto_stream_wait_event(stream2, ev, 0))
+        notify(stream2, t)
+        lib.pto_event_destroy(ev)
+        assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
+    assert cq.wait(t)[t].status == 0

@@ -1,0 +1,281 @@
+"""native/src/stream.c: rings, ordering, copies, back-pressure, failure propagation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import held, new_token
+from pypto_async._driver import (
+    PTO_EAGAIN,
+    PTO_EDEP,
+    PTO_EFAULT,
+    PTO_EKERNEL,
+    PTO_ETIMEDOUT,
+    check,
+    ffi,
+    lib,
+)
+from pypto_async.errors import PtoArgumentError, PtoTryAgain
+
+from .util import alloc, builtin, d2h, free, h2d, launch, new_event, notify, stream_stats, sync
+
+
+def test_create_ids_priority_and_stats(dev, new_stream):
+    a, b = new_stream(0), new_stream(5)
+    assert lib.pto_stream_id(a) != lib.pto_stream_id(b)
+    st = stream_stats(b)
+    assert (st.id, st.priority, st.entries) == (lib.pto_stream_id(b), 5, 256)
+    assert (st.in_flight, st.submitted, st.completed) == (0, 0, 0)
+    assert st.heap_bytes == 64 << 10 and st.dep_entries == 64
+    assert lib.pto_stream_space_left(a) == 256
+    assert lib.pto_stream_submitted(a) == 0 and lib.pto_stream_completed(a) == 0
+
+
+def test_destroy_lets_queued_work_finish(dev, cq, new_stream):
+    s = new_stream()
+    t = new_token()
+    with held(dev, s):
+        notify(s, t)
+        lib.pto_stream_destroy(s)
+    assert cq.wait(t)[t].status == 0
+
+
+def test_timeline_counters(dev, cq, stream):
+    toks = [new_token() for _ in range(10)]
+    with held(dev, stream):
+        for t in toks:
+            notify(stream, t)
+        assert lib.pto_stream_submitted(stream) == 11
+        assert lib.pto_stream_completed(stream) == 0
+        assert lib.pto_stream_space_left(stream) == 256 - 11
+        assert lib.pto_stream_synchronize(stream, 2000) == -PTO_ETIMEDOUT
+    sync(stream)
+    assert lib.pto_stream_completed(stream) == 11
+    recs = cq.wait(*toks)
+    seqs = [recs[t].seq for t in toks]
+    assert seqs == list(range(2, 12))
+    # In order: each command starts after the previous one completed.
+    for prev, cur in zip(toks, toks[1:]):
+        assert recs[prev].end_ns <= recs[cur].start_ns
+        assert recs[cur].submit_ns <= recs[cur].start_ns <= recs[cur].end_ns
+    st = stream_stats(stream)
+    assert (st.submitted, st.completed, st.in_flight, st.window_hwm) == (11, 11, 0, 11)
+
+
+@pytest.mark.parametrize("nbytes", [1, 255, 4096 + 3, (1 << 20) + 5])
+def test_copies_round_trip_exact_bytes(dev, cq, stream, rng, nbytes):
+    data = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    out = np.full(nbytes, 0x5A, dtype=np.uint8)
+    a, b = alloc(dev, nbytes, stream), alloc(dev, nbytes, stream)
+    t = [new_token() for _ in range(3)]
+    h2d(stream, a, data, t[0])
+    check(lib.pto_stream_copy_d2d(stream, b, a, nbytes, t[1]))
+    d2h(stream, out, b, t[2])
+    recs = cq.wait(*t)
+    assert all(recs[x].status == 0 for x in t)
+    np.testing.assert_array_equal(out, data)
+    for p in (a, b):
+        check(lib.pto_stream_free(stream, p, 0))
+    sync(stream)
+
+
+def test_memset_and_partial_copies(dev, stream, rng):
+    n = 10_000
+    p = alloc(dev, n, stream)
+    check(lib.pto_stream_memset(stream, p, 0xAB, n, 0))
+    check(lib.pto_stream_memset(stream, p + 256, 0x11, 1000, 0))
+    chunk = rng.integers(0, 256, 77, dtype=np.uint8)
+    h2d(stream, p + 5000, chunk)
+    out = np.zeros(n, dtype=np.uint8)
+    d2h(stream, out, p)
+    sync(stream)
+    expect = np.full(n, 0xAB, dtype=np.uint8)
+    expect[256:1256] = 0x11
+    expect[5000:5077] = chunk
+    np.testing.assert_array_equal(out, expect)
+    check(lib.pto_stream_free(stream, p, 0))
+    sync(stream)
+
+
+def test_copy_out_of_range_fails(dev, cq, stream):
+    p = alloc(dev, 4096, stream)
+    host = np.zeros(8192, dtype=np.uint8)
+    t = new_token()
+    rc = lib.pto_stream_copy_h2d(stream, p + 4096 * 20000, ffi.from_buffer(host), 8192, t)
+    if rc == 0:  # accepted at submit: then the command itself must fail
+        assert cq.wait(t)[t].status == -PTO_EFAULT
+        cq.drain_all()
+    else:
+        with pytest.raises(PtoArgumentError):
+            check(rc)
+    free(dev, p)
+
+
+def test_latch_on_one_stream_does_not_hold_another(dev, cq, stream, stream2, rng):
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    out = np.zeros(4096, dtype=np.uint8)
+    p = alloc(dev, 4096, stream2)
+    ta, tb = new_token(), new_token()
+    with held(dev, stream):
+        notify(stream, ta)
+        h2d(stream2, p, data)
+        d2h(stream2, out, p, tb)
+        assert cq.wait(tb)[tb].status == 0
+        np.testing.assert_array_equal(out, data)
+        assert ta not in cq and lib.pto_stream_completed(stream) == 0
+    assert cq.wait(ta)[ta].status == 0
+    check(lib.pto_stream_free(stream2, p, 0))
+    sync(stream2)
+
+
+def test_ring_full_is_try_again(open_dev, new_stream):
+    dev = open_dev(ring_task_window=4)
+    s = new_stream(device=dev)
+    with held(dev, s):
+        for _ in range(3):
+            notify(s, 0)  # the latch wait holds the fourth slot
+        assert lib.pto_stream_space_left(s) == 0
+        rc = lib.pto_stream_notify(s, 0)
+        assert rc == -PTO_EAGAIN
+        with pytest.raises(PtoTryAgain):
+            check(rc)
+        assert stream_stats(s).eagain == 1
+    sync(s)
+    assert lib.pto_stream_space_left(s) == 4
+    notify(s, 0)
+    sync(s)
+
+
+def test_ring_heap_full_is_try_again(open_dev, new_stream):
+    dev = open_dev(ring_heap=2048)
+    s = new_stream(device=dev)
+    noop = builtin(dev, "noop")
+    args = list(range(1, 65))  # 512 argument bytes per launch
+    accepted = 0
+    with held(dev, s):
+        while True:
+            a = ffi.new("uint64_t[]", args)
+            rc = lib.pto_stream_launch(s, noop, 1, a, len(args), 0)
+            if rc == -PTO_EAGAIN:
+                break
+            check(rc)
+            accepted += 1
+            assert accepted < 8, "a 2 KiB heap took more than 4 KiB of arguments"
+        assert 1 <= accepted <= 4
+        assert lib.pto_stream_space_left(s) > 0  # the ring has room: the heap ran out
+        st = stream_stats(s)
+        assert st.heap_hwm <= st.heap_bytes == 2048 and st.eagain == 1
+    sync(s)
+    launch(s, noop, 1, args)  # room again once the launches completed
+    sync(s)
+
+
+def test_dep_pool_full_is_try_again(open_dev, new_stream):
+    dev = open_dev(ring_dep_pool=2)
+    a, b = new_stream(device=dev), new_stream(device=dev)
+    ev = new_event(dev)
+    with held(dev, b):
+        check(lib.pto_stream_record(b, ev, 0))
+        with held(dev, a):
+            check(lib.pto_stream_wait_event(a, ev, 0))
+            check(lib.pto_stream_wait_event(a, ev, 0))
+            assert lib.pto_stream_wait_event(a, ev, 0) == -PTO_EAGAIN
+            assert stream_stats(a).dep_hwm == 2
+    sync(a)
+    check(lib.pto_stream_wait_event(a, ev, 0))
+    sync(a)
+    lib.pto_event_destroy(ev)
+
+
+def test_delay_holds_the_stream_for_its_duration(dev, cq, stream):
+    t1, t2 = new_token(), new_token()
+    check(lib.pto_stream_delay(stream, 3000, t1))
+    notify(stream, t2)
+    recs = cq.wait(t1, t2)
+    assert recs[t1].end_ns - recs[t1].start_ns >= 3_000_000
+    assert recs[t2].start_ns >= recs[t1].end_ns
+
+
+def _assert_failed_then_dep(recs, first, first_status, rest):
+    assert recs[first].status == first_status
+    assert recs[first].message
+    for t in rest:
+        assert recs[t].status == -PTO_EDEP, (hex(t), recs[t])
+        assert recs[t].cause_token == first
+
+
+def test_fail_next_fails_the_rest_of_the_stream_then_recovers(dev, cq, stream, stream2, rng):
+    p = alloc(dev, 4096, stream)
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    other = new_token()
+    toks = [new_token() for _ in range(4)]
+    with held(dev, stream):
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, toks[0])
+        h2d(stream, p, data, toks[1])
+        check(lib.pto_stream_memset(stream, p, 0, 4096, toks[2]))
+        notify(stream, toks[3])
+        notify(stream2, other)
+    recs = cq.wait(*toks, other)
+    _assert_failed_then_dep(recs, toks[0], -PTO_EFAULT, toks[1:])
+    assert recs[other].status == 0  # the other stream is untouched
+    # The failure was drained: new work on the stream runs normally.
+    out = np.zeros(4096, dtype=np.uint8)
+    t = new_token()
+    h2d(stream, p, data)
+    d2h(stream, out, p, t)
+    assert cq.wait(t)[t].status == 0
+    np.testing.assert_array_equal(out, data)
+    check(lib.pto_stream_free(stream, p, 0))
+    sync(stream)
+
+
+def test_failing_kernel_fails_the_rest_with_its_token(dev, cq, stream):
+    fail = builtin(dev, "fail")
+    toks = [new_token() for _ in range(3)]
+    launch(stream, fail, 2, [0], toks[0])
+    notify(stream, toks[1])
+    check(lib.pto_stream_delay(stream, 10, toks[2]))
+    recs = cq.wait(*toks)
+    _assert_failed_then_dep(recs, toks[0], -PTO_EKERNEL, toks[1:])
+    t = new_token()
+    notify(stream, t)
+    assert cq.wait(t)[t].status == 0
+
+
+def test_fail_next_count_and_status(dev, cq, stream):
+    check(lib.pto_debug_fail_next(stream, PTO_EKERNEL, 2))
+    t1 = new_token()
+    notify(stream, t1)
+    assert cq.wait(t1)[t1].status == -PTO_EKERNEL
+    t2 = new_token()
+    notify(stream, t2)  # submitted after the drain: injected failure number two
+    assert cq.wait(t2)[t2].status == -PTO_EKERNEL
+    t3 = new_token()
+    notify(stream, t3)
+    assert cq.wait(t3)[t3].status == 0
+
+
+def test_event_wait_propagates_failure_to_the_waiting_stream(dev, cq, stream, stream2):
+    fail = builtin(dev, "fail")
+    ev = new_event(dev)
+    ta, trec, twait, tb = (new_token() for _ in range(4))
+    before = new_token()
+    with held(dev, stream):
+        launch(stream, fail, 1, [0], ta)
+        check(lib.pto_stream_record(stream, ev, trec))
+        notify(stream2, before)
+        check(lib.pto_stream_wait_event(stream2, ev, twait))
+        notify(stream2, tb)
+    recs = cq.wait(ta, trec, twait, tb, before)
+    assert recs[before].status == 0
+    _assert_failed_then_dep(recs, ta, -PTO_EKERNEL, [trec, twait, tb])
+    assert lib.pto_event_query(ev) < 0
+    # Both streams recover for work submitted after the failure was drained.
+    t1, t2 = new_token(), new_token()
+    notify(stream, t1)
+    notify(stream2, t2)
+    recs = cq.wait(t1, t2)
+    assert (recs[t1].status, recs[t2].status) == (0, 0)
+    lib.pto_event_destroy(ev)
