@@ -29,7 +29,7 @@ KIND_COLORS: Mapping[str, str] = {
     "memset": "#9c7a5b",
     "launch": "#3a9b4c",
     "block": "#59b86a",
-    "wait": "#9aa0a6",
+    "wait": "#d5d8dc",
     "record": "#5f6368",
     "free": "#c0c4c8",
     "notify": "#c0c4c8",
@@ -43,7 +43,7 @@ _LEGEND_LABELS = {
     "memset": "memset",
     "launch": "kernel launch",
     "block": "kernel block",
-    "wait": "event wait",
+    "wait": "waiting on an event",
     "record": "event record",
     "free": "free",
     "notify": "notify",
@@ -217,9 +217,9 @@ def render_trace(
     fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    thin = {"wait", "record", "free", "notify"}
+    heights = {"wait": 0.22, "record": 0.5, "free": 0.3, "notify": 0.3}
     for (r, cat), spans in bars.items():
-        h = 0.36 if cat in thin else 0.72
+        h = heights.get(cat, 0.72)
         ax.broken_barh(spans, (r - h / 2, h), facecolors=KIND_COLORS.get(cat, _OTHER_COLOR),
                        edgecolor="none", zorder=2)
     for r, x, w in failed:
@@ -235,7 +235,7 @@ def render_trace(
         if sk not in row or fk not in row:
             continue
         ax.annotate("", xy=((f["ts"] - t0) * scale, row[fk]), xytext=((s["ts"] - t0) * scale, row[sk]),
-                    arrowprops={"arrowstyle": "->", "color": "#6b6b6b", "lw": 0.6, "alpha": 0.7,
+                    arrowprops={"arrowstyle": "->", "color": "#7a7a7a", "lw": 0.5, "alpha": 0.55,
                                 "shrinkA": 0, "shrinkB": 2},
                     zorder=4)
 
