@@ -35,6 +35,7 @@ __all__ = [
     "PtoClosedError",
     "PtoTensorFreedError",
     "PtoTimeout",
+    "PtoInvalidStateError",
     "PtoCanceledError",
     "PtoLoadError",
     "PtoCompileError",
@@ -146,6 +147,16 @@ class PtoTimeout(PtoError, TimeoutError):
     """A wait ran out of time.  The work it waited for is not cancelled."""
 
     status = "PTO_ETIMEDOUT"
+
+
+class PtoInvalidStateError(PtoError):
+    """The object is not in a state that allows this call.
+
+    Asking a launch that has not finished for its result, awaiting a worker
+    opened in sync mode, or using a worker in a process forked after it was
+    opened.  Unlike :class:`PtoClosedError`, nothing was closed; unlike
+    :class:`PtoDeviceLost`, the device may be fine.
+    """
 
 
 class PtoCanceledError(PtoError):

@@ -1,0 +1,36 @@
+"""The async runtime: workers, streams, events, launches and resident tensors.
+
+``from pypto_async.runtime import ChipWorker, RunConfig, DeviceTensor, Stream,
+Event, Launch, benchmark``.  See :class:`ChipWorker` for the two modes (sync
+under ``with``, async under ``async with``).
+"""
+
+from ._benchmark import *  # noqa: F401,F403
+from ._benchmark import __all__ as _benchmark_all
+from ._config import RunConfig
+from ._context import current_worker, dispatch
+from ._event import *  # noqa: F401,F403
+from ._event import __all__ as _event_all
+from ._kernel import *  # noqa: F401,F403
+from ._kernel import __all__ as _kernel_all
+from ._launch import *  # noqa: F401,F403
+from ._launch import __all__ as _launch_all
+from ._stream import *  # noqa: F401,F403
+from ._stream import __all__ as _stream_all
+from ._tensor import *  # noqa: F401,F403
+from ._tensor import __all__ as _tensor_all
+from ._worker import *  # noqa: F401,F403
+from ._worker import __all__ as _worker_all
+
+__all__ = [
+    "RunConfig",
+    "dispatch",
+    "current_worker",
+    *_worker_all,
+    *_stream_all,
+    *_event_all,
+    *_launch_all,
+    *_tensor_all,
+    *_kernel_all,
+    *_benchmark_all,
+]

@@ -1,0 +1,238 @@
+"""Bind call arguments to a compiled program's parameters, and validate them.
+
+Everything here runs before anything is queued: a wrong argument raises a
+:class:`~pypto_async.errors.PtoArgumentError` subclass whose message names
+the parameter, and the worker is untouched.
+
+Host arrays are numpy arrays and torch CPU tensors.  torch is never imported
+here: a tensor is recognised by its type's module, and read through its own
+methods.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import numpy as np
+
+from .._driver import ffi
+from .._dtypes import DataType, as_dtype
+from .._signature import SCALAR
+from ..errors import (
+    PtoArgumentError,
+    PtoForeignTensorError,
+    PtoTensorFreedError,
+)
+from ._tensor import DeviceTensor
+
+__all__ = ["HostArray", "host_array", "Binder"]
+
+_ndarray = np.ndarray
+_from_buffer = ffi.from_buffer
+_cast = ffi.cast
+
+
+class HostArray:
+    """A validated host buffer: its address (as cdata), size, shape and dtype."""
+
+    __slots__ = ("obj", "ptr", "nbytes", "shape", "dtype")
+
+    def __init__(self, obj, ptr, nbytes: int, shape: tuple[int, ...], dtype: DataType):
+        self.obj = obj
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.shape = shape
+        self.dtype = dtype
+
+
+def _is_torch_tensor(obj) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def host_array(obj, what: str, *, writeable: bool) -> HostArray:
+    """Return a :class:`HostArray` for a numpy array or torch CPU tensor.
+
+    Parameters
+    ----------
+    obj
+        The array.
+    what : str
+        How to name it in an error ("argument 'out'").
+    writeable : bool
+        Whether the device will write into it.
+
+    Raises
+    ------
+    PtoArgumentError
+        If it is not a host array, not C-contiguous, not on the CPU, not
+        writeable when it must be, or of an unsupported dtype.
+    """
+    if isinstance(obj, _ndarray):
+        flags = obj.flags
+        if not flags.c_contiguous:
+            raise PtoArgumentError(f"{what}: the array is not C-contiguous; pass np.ascontiguousarray(...)")
+        if writeable and not flags.writeable:
+            raise PtoArgumentError(f"{what}: the array is read-only but the device writes it")
+        dtype = _np_dtype(obj.dtype, what)
+        # from_buffer keeps the array's buffer exported while the cdata lives.
+        ptr = _from_buffer(obj, require_writable=writeable) if obj.nbytes else _cast("void *", 0)
+        return HostArray(obj, ptr, obj.nbytes, obj.shape, dtype)
+    if _is_torch_tensor(obj):
+        if obj.device.type != "cpu":
+            raise PtoArgumentError(f"{what}: the tensor is on {obj.device}, not on the CPU; pass .cpu()")
+        if not obj.is_contiguous():
+            raise PtoArgumentError(f"{what}: the tensor is not contiguous; pass .contiguous()")
+        try:
+            dtype = as_dtype(obj.dtype)
+        except PtoArgumentError as exc:
+            raise PtoArgumentError(f"{what}: {exc}") from None
+        nbytes = obj.numel() * obj.element_size()
+        return HostArray(obj, _cast("void *", obj.data_ptr()), nbytes, tuple(obj.shape), dtype)
+    if isinstance(obj, DeviceTensor):
+        raise PtoArgumentError(f"{what}: expected a host array here, got a DeviceTensor")
+    raise PtoArgumentError(
+        f"{what}: expected a numpy array, a torch CPU tensor or a DeviceTensor, "
+        f"not {type(obj).__name__}"
+    )
+
+
+_NP_DTYPE_CACHE: dict[np.dtype, DataType] = {}
+
+
+def _np_dtype(dt: np.dtype, what: str) -> DataType:
+    found = _NP_DTYPE_CACHE.get(dt)
+    if found is None:
+        try:
+            found = as_dtype(dt)
+        except PtoArgumentError as exc:
+            raise PtoArgumentError(f"{what}: {exc}") from None
+        _NP_DTYPE_CACHE[dt] = found
+    return found
+
+
+# -- scalars ----------------------------------------------------------------------------
+
+_STRUCT = {"FP32": "<f", "FP64": "<d", "FP16": "<e", "INT8": "<b", "INT32": "<i",
+           "INT64": "<q", "UINT8": "<B", "BOOL": "<?"}
+
+
+def _bf16_bits(value: float) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:  # NaN stays NaN
+        return (bits >> 16) | 0x40
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+
+
+def scalar_bits(value, dtype: DataType, what: str) -> int:
+    """Return the 64-bit argument slot for a scalar: its bytes, little-endian, low first.
+
+    Raises
+    ------
+    PtoArgumentError
+        If the value is not a number of a kind the dtype takes, or does not fit.
+    """
+    if isinstance(value, (DeviceTensor, _ndarray)) or _is_torch_tensor(value):
+        if not (isinstance(value, _ndarray) and value.ndim == 0):
+            raise PtoArgumentError(f"{what}: expected a {dtype.name} scalar, not an array")
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if dtype.is_float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PtoArgumentError(f"{what}: expected a number for a {dtype.name} scalar, "
+                                   f"not {type(value).__name__}")
+        if dtype.name == "BF16":
+            return _bf16_bits(float(value))
+        try:
+            raw = struct.pack(_STRUCT[dtype.name], float(value))
+        except OverflowError:
+            raise PtoArgumentError(f"{what}: {value!r} does not fit a {dtype.name} scalar") from None
+    elif dtype.name == "BOOL":
+        if not isinstance(value, (bool, int)):
+            raise PtoArgumentError(f"{what}: expected a bool, not {type(value).__name__}")
+        raw = struct.pack("<?", bool(value))
+    else:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PtoArgumentError(f"{what}: expected an int for a {dtype.name} scalar, "
+                                   f"not {type(value).__name__}")
+        try:
+            raw = struct.pack(_STRUCT[dtype.name], value)
+        except struct.error:
+            raise PtoArgumentError(f"{what}: {value!r} does not fit a {dtype.name} scalar") from None
+    return int.from_bytes(raw, "little")
+
+
+# -- binding ---------------------------------------------------------------------------------
+
+
+class Binder:
+    """Validate arguments against one program's parameters and collect what to queue.
+
+    Built once per registration; :meth:`bind` runs per launch.
+    """
+
+    __slots__ = ("params", "nparams", "labels", "program")
+
+    def __init__(self, params, program: str):
+        self.params = tuple(params)
+        self.nparams = len(self.params)
+        self.labels = tuple(f"{program}: argument {p.name!r}" for p in self.params)
+        self.program = program
+
+    def arity_error(self, n: int) -> PtoArgumentError:
+        names = ", ".join(p.name for p in self.params)
+        return PtoArgumentError(
+            f"{self.program} takes {self.nparams} argument(s) ({names}), got {n}"
+        )
+
+    def bind(self, worker, args):
+        """Return ``(values, hosts, tensors)`` for a call, or raise.
+
+        ``values`` holds one 64-bit slot per parameter (device address or
+        scalar bits; 0 for host arrays, filled in with their temporaries);
+        ``hosts`` is None or a list of ``(index, HostArray, param)``;
+        ``tensors`` the DeviceTensors passed.
+        """
+        if len(args) != self.nparams:
+            raise self.arity_error(len(args))
+        values = [0] * self.nparams
+        hosts = None
+        tensors = []
+        i = 0
+        for arg, p in zip(args, self.params):
+            if type(arg) is DeviceTensor:
+                if arg._worker is not worker:
+                    raise PtoForeignTensorError(
+                        f"{self.labels[i]}: the DeviceTensor belongs to another ChipWorker"
+                    )
+                if arg._freed:
+                    raise PtoTensorFreedError(f"{self.labels[i]}: the DeviceTensor was freed")
+                if p.direction == SCALAR:
+                    raise PtoArgumentError(f"{self.labels[i]}: expected a {p.dtype.name} scalar, "
+                                           "not a DeviceTensor")
+                if arg._shape != p.shape or (arg._dtype is not p.dtype and arg._dtype != p.dtype):
+                    self._mismatch(i, p, arg._shape, arg._dtype)
+                values[i] = arg._ptr
+                tensors.append(arg)
+            elif p.direction == SCALAR:
+                values[i] = scalar_bits(arg, p.dtype, self.labels[i])
+            else:
+                h = host_array(arg, self.labels[i], writeable=p.copies_out)
+                if h.shape != p.shape or (h.dtype is not p.dtype and h.dtype != p.dtype):
+                    self._mismatch(i, p, h.shape, h.dtype)
+                if hosts is None:
+                    hosts = []
+                hosts.append((i, h, p))
+            i += 1
+        return values, hosts, tensors
+
+    def _mismatch(self, i: int, p, shape, dtype) -> None:
+        if tuple(shape) != p.shape:
+            raise PtoArgumentError(
+                f"{self.labels[i]}: expected shape {p.shape}, got {tuple(shape)}"
+            )
+        raise PtoArgumentError(
+            f"{self.labels[i]}: expected dtype {p.dtype.np_name}, got {dtype.np_name}"
+        )

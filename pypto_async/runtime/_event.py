@@ -1,0 +1,156 @@
+"""Event: a point on a stream's timeline that other streams and the host can wait for."""
+
+from __future__ import annotations
+
+from .._driver import check, ffi, lib
+from ..errors import PtoInvalidStateError, PtoTryAgain
+
+__all__ = ["Event"]
+
+
+class Event:
+    """A snapshot of the work queued on a stream, recorded by :meth:`Stream.record`.
+
+    The event completes once everything queued on its stream before it has
+    completed.  Other streams wait for it on the device
+    (:meth:`Stream.wait`), the host waits with ``await event`` or
+    :meth:`sync`, and two completed events give the device time between them
+    (:meth:`elapsed_ms`).  The constructor refuses; use ``stream.record()``.
+
+    If the recorded work failed, waiting for the event raises that failure
+    (a :class:`~pypto_async.errors.PtoDependencyError` whose ``__cause__`` is
+    the first failure, when known).
+    """
+
+    __slots__ = (
+        "_worker", "_stream", "_ptr", "_name", "_done", "_exc", "_entered", "_waiters",
+        "_entry_waiters", "_retrieved", "__weakref__",
+    )
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Event cannot be constructed directly; use Stream.record()")
+
+    @classmethod
+    def _make(cls, worker, stream, recorded: bool) -> Event:
+        out = ffi.new("pto_event **")
+        check(lib.pto_event_create(worker._dev, out), "pto_event_create")
+        event = cls.__new__(cls)
+        event._worker = worker
+        event._stream = stream
+        event._ptr = out[0]
+        event._name = f"event on stream {stream.id}"
+        event._done = not recorded  # an event never recorded is complete
+        event._exc = None
+        event._entered = not recorded
+        event._waiters = None
+        event._entry_waiters = None
+        event._retrieved = False
+        return event
+
+    # -- waiting ----------------------------------------------------------------
+
+    def __await__(self):
+        """Suspend until the event completed (not at all if it already has)."""
+        while not self._done:
+            if self._waiters is None:
+                self._waiters = []
+            yield from self._worker._pump_wait(self._waiters)
+        if self._exc is not None:
+            raise self._exc
+
+    def sync(self, timeout: float | None = None) -> None:
+        """Block this thread until the event completed.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most (``None``: no limit).
+
+        Raises
+        ------
+        PtoTimeout
+            If it did not complete in time.
+        PtoError
+            The failure of the recorded work, if any.
+        """
+        if not self._done:
+            self._worker._block_until(self, False, timeout)
+        if self._exc is not None:
+            raise self._exc
+
+    def query(self) -> bool:
+        """Return True if the recorded work has completed, successfully or not.
+
+        Never blocks and never raises for a failure of the recorded work;
+        await the event or call :meth:`sync` to see it.
+        """
+        if self._done:
+            return True
+        if not self._entered:
+            return False
+        self._worker._check_open()
+        return lib.pto_event_query(self._ptr) != 0
+
+    def elapsed_ms(self, other: Event) -> float:
+        """Return the device time in milliseconds from this event's completion to `other`'s.
+
+        Raises
+        ------
+        PtoTryAgain
+            If either event has not completed yet.
+        PtoInvalidStateError
+            If the events belong to different workers.
+        """
+        if not isinstance(other, Event):
+            raise TypeError(f"elapsed_ms() needs an Event, not {type(other).__name__}")
+        if other._worker is not self._worker:
+            raise PtoInvalidStateError("the events belong to different workers")
+        self._worker._check_open()
+        if not (self._entered and other._entered):
+            raise PtoTryAgain("elapsed_ms(): an event has not been recorded on the device yet")
+        out = ffi.new("double *")
+        check(lib.pto_event_elapsed_ms(self._ptr, other._ptr, out), "elapsed_ms")
+        return out[0]
+
+    @property
+    def stream(self):
+        """The :class:`Stream` the event was recorded on."""
+        return self._stream
+
+    def __del__(self):
+        # Nothing references the event any more: no queued record or wait of
+        # ours (the token map and stream FIFOs hold it until the driver has
+        # them), so its driver object can go.  Never raise from a finalizer.
+        try:
+            ptr = self._ptr
+            self._ptr = None
+            if ptr is not None and self._worker._alive():
+                lib.pto_event_destroy(ptr)
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else ("recorded" if self._entered else "waiting for ring room")
+        return f"<Event on stream {self._stream.id} {state}>"
+
+    # -- called by the worker (lock held) -----------------------------------------
+
+    def _ok(self, rec) -> None:
+        self._finish()
+
+    def _fail(self, exc) -> None:
+        if self._exc is None:
+            self._exc = exc
+        self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._entered = True
+        waiters = self._entry_waiters
+        if waiters:
+            self._entry_waiters = None
+            self._worker._wake_all(waiters)
+        waiters = self._waiters
+        if waiters:
+            self._waiters = None
+            self._worker._wake_all(waiters)

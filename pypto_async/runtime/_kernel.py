@@ -1,0 +1,115 @@
+"""KernelHandle: a compiled program registered on a worker, ready to launch."""
+
+from __future__ import annotations
+
+from .._driver import ffi
+from ._args import Binder
+
+__all__ = ["KernelHandle"]
+
+
+class KernelHandle:
+    """A compiled program loaded on one worker; call it to launch.
+
+    ``handle(*args, stream=None)`` queues a launch and returns its
+    :class:`Launch`: in sync mode once it has completed (raising its error if
+    it failed), in async mode at once (``await`` it).  ``handle.submit(...)``
+    never waits for completion: ``await handle.submit(...)`` waits only for
+    room in the stream's window, and in sync mode ``submit`` blocks only while
+    the window is full.  The constructor refuses; use
+    :meth:`ChipWorker.register`.
+
+    Host arrays (numpy arrays, torch CPU tensors) are copied to the device
+    for ``In``/``InOut`` parameters and back for ``Out``/``InOut``, in stream
+    order with the launch; a :class:`DeviceTensor` skips both copies.
+    ``stream=None`` means the task-local default stream.
+    """
+
+    __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_argbuf",
+                 "_nargs", "_out_idx", "_has_return", "_name", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("KernelHandle cannot be constructed directly; use ChipWorker.register(compiled)")
+
+    @classmethod
+    def _make(cls, worker, compiled, kptr, name: str) -> KernelHandle:
+        h = cls.__new__(cls)
+        h._worker = worker
+        h._compiled = compiled
+        h._kptr = kptr
+        h._name = name
+        h._binder = Binder(compiled.params, name)
+        h._blocks = int(getattr(compiled, "block_num", 1) or 1)
+        h._label = f"launch of {name!r}"
+        h._nargs = len(h._binder.params)
+        h._argbuf = ffi.new("uint64_t[]", max(h._nargs, 1))
+        h._out_idx = tuple(getattr(compiled, "output_indices", ()) or ())
+        h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
+        return h
+
+    def __call__(self, *args, stream=None):
+        """Launch the program with `args` on `stream` (``None``: the task-local default).
+
+        Returns
+        -------
+        Launch
+            Completed in sync mode; pending in async mode (``await`` it for
+            the outputs).
+
+        Raises
+        ------
+        PtoArgumentError
+            Before anything is queued, for a wrong argument (its message
+            names the parameter).
+        PtoOutOfMemory
+            If the temporaries for host arrays do not fit; nothing is queued.
+        PtoError
+            In sync mode, the launch's own failure.
+        """
+        return self._worker._launch_kernel(self, args, stream, False)
+
+    def submit(self, *args, stream=None):
+        """Queue a launch without waiting for it to complete.
+
+        Returns
+        -------
+        Launch
+            Awaiting it waits only until its commands entered the stream's
+            ring, and returns it; use :meth:`Launch.wait` (or ``sync()``)
+            for completion.  In sync mode this call returns once the
+            commands entered the ring.
+        """
+        return self._worker._launch_kernel(self, args, stream, True)
+
+    @property
+    def compiled(self):
+        """The compiled program this handle launches."""
+        return self._compiled
+
+    @property
+    def name(self) -> str:
+        """The program's name (its kernel symbol)."""
+        return self._name
+
+    @property
+    def params(self):
+        """The program's parameters (:class:`~pypto_async._signature.ParamSpec` tuple)."""
+        return self._binder.params
+
+    @property
+    def worker(self):
+        """The :class:`ChipWorker` it is registered on."""
+        return self._worker
+
+    def _result(self, args):
+        if not self._has_return:
+            return None
+        idx = self._out_idx
+        if len(idx) == 1:
+            return args[idx[0]]
+        if not idx:
+            return None
+        return tuple(args[i] for i in idx)
+
+    def __repr__(self) -> str:
+        return f"<KernelHandle {self._name!r} on {self._worker!r}>"

@@ -1,0 +1,275 @@
+"""Launch: the future of one unit of queued work.
+
+A :class:`Launch` stands for a group of commands queued on one stream: a
+kernel launch with its host copies and temporary frees, or a single copy.
+Every command of the group carries a completion token; the worker's token map
+holds the Launch until the record of its last command arrives, so the host
+arrays it references stay alive even if you drop the Launch or cancel the task
+awaiting it.  The first failure among its records is its error.
+
+Waiting follows one pattern everywhere (trio's ``wait_task_rescheduled``):
+register a waiter in a list, suspend; the completion pump wakes every waiter
+of the list in one pass.  Cancelling a waiting task removes its waiter and
+nothing else: work already on the device cannot be withdrawn.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..errors import PtoCanceledError, PtoInvalidStateError
+
+__all__ = ["Launch"]
+
+
+class Launch:
+    """The future of a kernel launch or copy queued on a stream.
+
+    You get one from a registered kernel (``handle(...)``,
+    ``handle.submit(...)``), :meth:`ChipWorker.run` or :meth:`ChipWorker.copy`;
+    the constructor refuses.
+
+    ``await launch`` suspends until the launch completed and returns
+    :meth:`result`, raising its error if it failed.  A launch that has
+    already completed is answered without suspending.  A launch returned by
+    ``handle.submit(...)`` is different in one way: awaiting it waits only
+    until its commands entered the stream's ring (back-pressure) and returns
+    the Launch itself; use :meth:`wait` (or :meth:`sync`, or await its
+    stream) to wait for completion.
+
+    Cancelling a task that awaits a launch only drops that task's waiter: the
+    device work goes on, and the host arrays stay alive until it is done.
+    A launch that failed and whose error nobody retrieved warns
+    (``RuntimeWarning``) when it is garbage-collected, like an asyncio future.
+    """
+
+    __slots__ = (
+        "_worker", "_stream", "_name", "_remaining", "_exc", "_done", "_entered",
+        "_waiters", "_entry_waiters", "_keep", "_out", "_retrieved", "_t0", "_t1",
+        "_event", "_await_entry", "_poison", "__weakref__",
+    )
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "Launch cannot be constructed directly; call a registered kernel "
+            "(ChipWorker.register(compiled)(...)), ChipWorker.run() or ChipWorker.copy()"
+        )
+
+    # -- awaiting ---------------------------------------------------------------
+
+    def __await__(self):
+        if self._await_entry:
+            if not self._entered:
+                if self._entry_waiters is None:
+                    self._entry_waiters = []
+                yield from self._worker._pump_wait(self._entry_waiters)
+            return self
+        if not self._done:
+            if self._waiters is None:
+                self._waiters = []
+            yield from self._worker._pump_wait(self._waiters)
+            while not self._done:  # pragma: no cover - woken only on completion
+                yield from self._worker._pump_wait(self._waiters)
+        return self.result()
+
+    async def wait(self):
+        """Wait until the launch completed; return :meth:`result`.
+
+        Unlike ``await launch`` on a launch from ``handle.submit(...)``, this
+        always waits for completion.  Suspends unless it already completed.
+
+        Raises
+        ------
+        PtoError
+            The launch's error if it failed.
+        """
+        while not self._done:
+            if self._waiters is None:
+                self._waiters = []
+            await _Suspend(self._worker, self._waiters)
+        return self.result()
+
+    async def submitted(self) -> Launch:
+        """Wait until every command of the launch entered its stream's ring.
+
+        Returns the Launch.  Suspends only while the stream's window is full.
+        """
+        while not self._entered:
+            if self._entry_waiters is None:
+                self._entry_waiters = []
+            await _Suspend(self._worker, self._entry_waiters)
+        return self
+
+    def sync(self, timeout: float | None = None):
+        """Block this thread until the launch completed; return :meth:`result`.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most (``None``: no limit).  Waiting happens in
+            short slices, so Ctrl-C stays prompt.
+
+        Raises
+        ------
+        PtoTimeout
+            If the launch did not complete in time (it is not cancelled).
+        PtoError
+            The launch's error if it failed.
+        """
+        if not self._done:
+            self._worker._block_until(self, False, timeout)
+        return self.result()
+
+    # -- state ------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Return True once every command of the launch has completed (or failed)."""
+        return self._done
+
+    def result(self):
+        """Return the launch's outputs, or raise its error.
+
+        The outputs are the arguments bound to ``Out``/``InOut`` parameters as
+        you passed them (host arrays, now holding the results, or
+        DeviceTensors): the single one, or a tuple; ``None`` when the program
+        has no return.  For a copy, the destination.
+
+        Raises
+        ------
+        PtoInvalidStateError
+            If the launch has not completed yet.
+        PtoError
+            The launch's error if it failed.
+        """
+        if not self._done:
+            raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
+        if self._exc is not None:
+            self._retrieved = True
+            raise self._exc
+        return self._out
+
+    def exception(self):
+        """Return the launch's error, or None if it succeeded.
+
+        Raises
+        ------
+        PtoInvalidStateError
+            If the launch has not completed yet.
+        """
+        if not self._done:
+            raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
+        self._retrieved = True
+        return self._exc
+
+    @property
+    def stream(self):
+        """The :class:`Stream` the launch was queued on."""
+        return self._stream
+
+    @property
+    def event(self):
+        """An :class:`Event` that completes once this launch has completed.
+
+        Created when you first ask: it is recorded on the launch's stream at
+        that moment, so it also covers whatever was queued on the stream in
+        between (use ``stream.record()`` right after queueing for an exact
+        point).  For a launch that already completed, the event is complete.
+        """
+        if self._event is None:
+            self._event = self._worker._event_after(self)
+        return self._event
+
+    @property
+    def submitted_to_ring(self) -> bool:
+        """True once every command of the launch has entered the stream's ring."""
+        return self._entered
+
+    def __repr__(self) -> str:
+        if not self._done:
+            state = "in ring" if self._entered else "waiting for ring room"
+        elif self._exc is not None:
+            state = f"failed: {type(self._exc).__name__}"
+        else:
+            state = "done"
+        return f"<Launch {self._name} on stream {self._stream.id} {state}>"
+
+    # -- called by the worker (lock held) -----------------------------------------
+
+    def _ok(self, rec) -> None:
+        if not self._t0:
+            self._t0 = rec.start_ns
+        self._t1 = rec.end_ns
+        self._remaining -= 1
+        if not self._remaining:
+            self._finish()
+
+    def _fail(self, exc) -> None:
+        if self._exc is None:
+            self._exc = exc
+        self._remaining -= 1
+        if not self._remaining:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._entered = True
+        self._keep = None
+        waiters = self._entry_waiters
+        if waiters:
+            self._entry_waiters = None
+            self._worker._wake_all(waiters)
+        waiters = self._waiters
+        if waiters:
+            self._waiters = None
+            self._worker._wake_all(waiters)
+
+    def __del__(self):
+        try:
+            exc = self._exc
+        except AttributeError:  # never fully built
+            return
+        if exc is not None and not self._retrieved and not isinstance(exc, PtoCanceledError):
+            try:
+                warnings.warn(
+                    f"{self._name} failed and its error was never retrieved: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            except Exception:  # interpreter shutting down
+                pass
+
+
+def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entry: bool = False) -> Launch:
+    """Build a Launch (the private constructor)."""
+    launch = Launch.__new__(Launch)
+    launch._worker = worker
+    launch._stream = stream
+    launch._name = name
+    launch._remaining = remaining
+    launch._exc = None
+    launch._done = False
+    launch._entered = False
+    launch._waiters = None
+    launch._entry_waiters = None
+    launch._keep = keep
+    launch._out = out
+    launch._retrieved = False
+    launch._t0 = 0
+    launch._t1 = 0
+    launch._event = None
+    launch._await_entry = await_entry
+    launch._poison = None
+    return launch
+
+
+class _Suspend:
+    """Await a waiter list of a worker's pump (the one way coroutines here suspend)."""
+
+    __slots__ = ("_worker", "_waiters")
+
+    def __init__(self, worker, waiters):
+        self._worker = worker
+        self._waiters = waiters
+
+    def __await__(self):
+        return (yield from self._worker._pump_wait(self._waiters))

@@ -1,0 +1,201 @@
+"""Stream: an in-order queue of device work with its own FIFO for back-pressure.
+
+Each stream is a ring of ``ring_task_window`` slots in the driver.  When the
+ring is full, submissions do not block: the commands wait in the stream's own
+FIFO here, in order, and the completion pump moves them into the ring as room
+frees up.  A group of commands (a launch with its copies) may be split across
+that boundary; order is preserved either way.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .._driver import lib
+from ..errors import PtoArgumentError, PtoClosedError, PtoDependencyError
+from ._event import Event
+from ._launch import Launch
+
+__all__ = ["Stream"]
+
+
+class Stream:
+    """An in-order queue of device work.
+
+    Commands queued on one stream start in order, each after the previous one
+    completed; commands on different streams overlap.  The constructor
+    refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
+    ``await stream`` suspends until everything queued on it so far has
+    completed; it does not raise for a failed command (each launch reports
+    its own failure).
+    """
+
+    __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_closed", "_final",
+                 "_is_default", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
+
+    @classmethod
+    def _make(cls, worker, ptr, priority: int, is_default: bool) -> Stream:
+        stream = cls.__new__(cls)
+        stream._worker = worker
+        stream._ptr = ptr
+        stream._id = int(lib.pto_stream_id(ptr))
+        stream._priority = priority
+        stream._fifo = deque()
+        stream._closed = False
+        stream._final = None
+        stream._is_default = is_default
+        return stream
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def id(self) -> int:
+        """The driver's id of the stream (as in completion and trace records)."""
+        return self._id
+
+    @property
+    def priority(self) -> int:
+        """The stream's priority (larger is scheduled first)."""
+        return self._priority
+
+    @property
+    def worker(self):
+        """The :class:`ChipWorker` the stream belongs to."""
+        return self._worker
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` was called (or the worker closed)."""
+        return self._closed or self._worker._state != 0
+
+    @property
+    def backlog(self) -> int:
+        """Commands waiting in this stream's FIFO for room in its ring."""
+        return len(self._fifo)
+
+    def _check(self) -> None:
+        self._worker._check_open()
+        if self._closed:
+            raise PtoClosedError(f"stream {self._id} is closed")
+
+    # -- ordering -----------------------------------------------------------------
+
+    def record(self) -> Event:
+        """Record an event on this stream and return it.
+
+        The event completes once everything queued on this stream so far has
+        completed.  Never waits.
+
+        Raises
+        ------
+        PtoClosedError
+            If the stream or its worker is closed.
+        """
+        self._check()
+        return self._worker._record(self)
+
+    def wait(self, what) -> None:
+        """Make this stream wait, on the device, for an event, a launch or a stream.
+
+        Work queued on this stream after this call starts only once `what`
+        has completed; the host does not wait.
+
+        Parameters
+        ----------
+        what : Event, Launch or Stream
+            An event; a launch (waits for it to complete: see
+            :attr:`Launch.event`); or a stream (waits for everything queued
+            on it so far).
+
+        Raises
+        ------
+        PtoArgumentError
+            If `what` is of another worker or type.
+        PtoClosedError
+            If this stream or its worker is closed.
+        """
+        self._check()
+        worker = self._worker
+        if isinstance(what, Launch):
+            if what._worker is not worker:
+                raise PtoArgumentError("Stream.wait(): the launch belongs to another worker")
+            if what._done:
+                return
+            what = what.event
+        elif isinstance(what, Stream):
+            if what._worker is not worker:
+                raise PtoArgumentError("Stream.wait(): the stream belongs to another worker")
+            if what is self:
+                return
+            what = what.record() if not what._closed else what._final
+            if what is None:
+                return
+        elif not isinstance(what, Event):
+            raise PtoArgumentError(
+                f"Stream.wait() takes an Event, a Launch or a Stream, not {type(what).__name__}"
+            )
+        elif what._worker is not worker:
+            raise PtoArgumentError("Stream.wait(): the event belongs to another worker")
+        worker._wait_event(self, what)
+
+    def __await__(self):
+        """Suspend until everything queued on this stream so far has completed."""
+        marker = self._worker._marker(self)
+        if not marker._done:
+            if marker._waiters is None:
+                marker._waiters = []
+            yield from self._worker._pump_wait(marker._waiters)
+        _marker_outcome(marker)
+
+    def sync(self, timeout: float | None = None) -> None:
+        """Block this thread until everything queued on this stream so far has completed.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most (``None``: no limit).
+
+        Raises
+        ------
+        PtoTimeout
+            If the work did not complete in time (it goes on).
+        PtoDeviceLost
+            If the device was lost.
+        """
+        marker = self._worker._marker(self)
+        if not marker._done:
+            self._worker._block_until(marker, False, timeout)
+        _marker_outcome(marker)
+
+    def close(self) -> None:
+        """Close the stream (idempotent).
+
+        Work already queued still runs and completes; new work is refused
+        with :class:`~pypto_async.errors.PtoClosedError`.  The default stream
+        is closed with its worker.
+
+        Raises
+        ------
+        PtoArgumentError
+            For the worker's default stream.
+        """
+        if self._closed or self._worker._state != 0:
+            return
+        if self._is_default:
+            raise PtoArgumentError("the default stream is closed with its worker")
+        self._worker._close_stream(self)
+
+    def __repr__(self) -> str:
+        state = " closed" if self.is_closed else ""
+        return f"<Stream {self._id} priority={self._priority}{state}>"
+
+
+def _marker_outcome(marker) -> None:
+    """Raise what waiting for a stream must raise: not a command's own failure."""
+    exc = marker._exc
+    marker._retrieved = True
+    if exc is not None and not isinstance(exc, PtoDependencyError):
+        raise exc

@@ -1,0 +1,178 @@
+"""DeviceTensor: a buffer that stays resident in device memory across launches."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._dtypes import DataType
+
+__all__ = ["DeviceTensor"]
+
+
+class DeviceTensor:
+    """A tensor resident in a worker's device memory.
+
+    A compiled program accepts a DeviceTensor anywhere it accepts a host
+    array; the runtime then skips both copies for that argument, which is what
+    keeps a weight or a KV cache resident.  The constructor refuses; use
+    :meth:`ChipWorker.alloc_tensor`.
+
+    Lifetime rules:
+
+    1. It is bound to its worker; another worker refuses it
+       (:class:`~pypto_async.errors.PtoForeignTensorError`).
+    2. Its deallocation stream is the stream it was allocated on
+       (:attr:`stream`); ``free(stream=...)`` overrides it.
+    3. It remembers every stream that used it.  Freeing it first makes the
+       freeing stream wait (on the device) for each other stream's work queued
+       so far, so the block is never reused while another stream still reads
+       it.  Work you queue on other streams *after* the free is not ordered
+       for you: do not use a tensor after freeing it.
+    4. The first time a stream other than its allocation stream uses it, that
+       stream waits for the allocation stream (the initial copy, and any
+       earlier user of a recycled block).
+    5. A DeviceTensor you drop without freeing is freed in stream order when
+       it is garbage-collected; one still alive when the worker closes is
+       freed then, with a ``ResourceWarning`` naming it.
+    """
+
+    __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams",
+                 "_freed", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
+
+    @classmethod
+    def _make(cls, worker, ptr: int, shape: tuple[int, ...], dtype: DataType, nbytes: int,
+              stream) -> DeviceTensor:
+        t = cls.__new__(cls)
+        t._worker = worker
+        t._ptr = ptr
+        t._shape = shape
+        t._dtype = dtype
+        t._nbytes = nbytes
+        t._stream = stream
+        t._streams = {stream}
+        t._freed = False
+        return t
+
+    # -- description ----------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> DataType:
+        """The element type, as a pl :class:`~pypto_async.DataType` (``pl.FP32``)."""
+        return self._dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data (elements times item size)."""
+        return self._nbytes
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self._nbytes // self._dtype.itemsize if self._dtype.itemsize else 0
+
+    @property
+    def data_ptr(self) -> int:
+        """The device address, an int (as ``w.copy_from(host, t.data_ptr, t.nbytes)`` uses it)."""
+        return self._ptr
+
+    @property
+    def worker(self):
+        """The :class:`ChipWorker` that owns the tensor."""
+        return self._worker
+
+    @property
+    def stream(self):
+        """The deallocation stream: the stream the tensor was allocated on."""
+        return self._stream
+
+    @property
+    def freed(self) -> bool:
+        """True once the tensor was freed (explicitly, or by its worker's close)."""
+        return self._freed
+
+    is_closed = freed
+
+    # -- data -----------------------------------------------------------------------
+
+    async def to_host(self, *, stream=None) -> np.ndarray:
+        """Copy the tensor to a new host array and return it once the copy completed.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            The stream to copy on; ``None`` means the task-local default
+            stream.
+
+        Returns
+        -------
+        numpy.ndarray
+            A new array of the tensor's shape (``bfloat16`` comes back as
+            ``uint16`` storage).
+        """
+        out = np.empty(self._shape, dtype=self._dtype.np_storage)
+        await self._worker.copy(out, self, stream=stream).wait()
+        return out
+
+    def numpy(self, *, stream=None) -> np.ndarray:
+        """Copy the tensor to a new host array, blocking this thread until done.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            The stream to copy on; ``None`` means the task-local default
+            stream.
+        """
+        out = np.empty(self._shape, dtype=self._dtype.np_storage)
+        self._worker.copy(out, self, stream=stream).sync()
+        return out
+
+    # -- lifetime -------------------------------------------------------------------
+
+    def free(self, stream=None) -> None:
+        """Free the tensor in stream order.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            The stream to free on; ``None`` means the tensor's deallocation
+            stream (:attr:`stream`).  Other streams that used the tensor are
+            joined first (see the class docstring).
+
+        Raises
+        ------
+        PtoTensorFreedError
+            If it was freed already.
+        """
+        self._worker.free_tensor(self, stream=stream)
+
+    def close(self, stream=None) -> None:
+        """Free the tensor unless it is freed already (idempotent :meth:`free`)."""
+        if not self._freed and self._worker._state == 0:
+            self._worker.free_tensor(self, stream=stream)
+
+    def __enter__(self) -> DeviceTensor:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._freed:
+                self._freed = True
+                self._worker._defer_free(self._ptr, self._stream, self._streams)
+        except Exception:  # never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        state = " freed" if self._freed else ""
+        return (f"<DeviceTensor shape={self._shape} dtype={self._dtype!r} "
+                f"at 0x{self._ptr:x}{state}>")
