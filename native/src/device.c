@@ -86,7 +86,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     int rc = resolve_config(cfg, &rc_cfg);
     if (rc)
         return rc;
-    pto_device *dev = calloc(1, sizeof(*dev));
+    pto_device *dev = pto_zalloc64(sizeof(*dev));
     if (!dev)
         return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;

@@ -108,32 +108,48 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
-/* Insert cmd into a queue after every command of the same or higher priority. */
-static void queue_insert(struct pto_cmd **head, struct pto_cmd *cmd)
+/* Insert r into a queue after every entry of the same or higher priority. */
+static void queue_insert(struct pto_run **head, struct pto_run *r)
 {
-    int32_t prio = cmd->stream->priority;
-    struct pto_cmd **pp = head;
+    int32_t prio = r->stream->priority;
+    struct pto_run **pp = head;
     while (*pp && (*pp)->stream->priority >= prio)
         pp = &(*pp)->qnext;
-    cmd->qnext = *pp;
-    *pp = cmd;
+    r->qnext = *pp;
+    *pp = r;
 }
 
-void pto_copy_enqueue(pto_device *dev, struct pto_cmd *cmd)
+/* Prepare s->run for cmd (sched_lock held; s has no other started command). */
+static struct pto_run *run_init(pto_stream *s, struct pto_cmd *cmd)
 {
+    struct pto_run *r = &s->run;
+    r->cmd = cmd;
+    r->stream = s;
+    r->qnext = NULL;
+    r->next_block = 0;
+    atomic_store_explicit(&r->done_blocks, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->fail_claim, 0, memory_order_relaxed);
+    r->fail_code = 0;
+    r->fail_msg[0] = '\0';
+    return r;
+}
+
+void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->copy_lock);
-    queue_insert(&dev->copy_head, cmd);
+    queue_insert(&dev->copy_head, r);
     atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release); /* spinning engines */
     if (dev->copy_sleepers)
         pthread_cond_signal(&dev->copy_cv);
     pthread_mutex_unlock(&dev->copy_lock);
 }
 
-void pto_core_enqueue(pto_device *dev, struct pto_cmd *cmd)
+void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
+    struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->core_lock);
-    cmd->next_block = 0;
-    queue_insert(&dev->core_head, cmd);
+    queue_insert(&dev->core_head, r);
     atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release); /* spinning cores */
     if (dev->core_sleepers) {
         if (cmd->u.launch.blocks > 1)
@@ -149,7 +165,7 @@ void pto_core_enqueue(pto_device *dev, struct pto_cmd *cmd)
  * watching len without the lock, then sleep on cv.
  */
 static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
-                        struct pto_cmd *const *head, _Atomic uint32_t *len, int *sleepers)
+                        struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
     if (spin_ns) {
@@ -171,8 +187,9 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
     (*sleepers)--;
 }
 
-static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_cmd *cmd)
+static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
 {
+    struct pto_cmd *cmd = run->cmd;
     char msg[PTO_MSG_LEN] = "";
     int32_t status = 0;
     uint64_t cause = 0;
@@ -226,7 +243,7 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_cmd *cm
         cause = dev->lost_cause;
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
-    pto_cmd_finish(dev, cmd->stream, cmd, status, cause, msg, own, start, end, eng->id);
+    pto_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -239,13 +256,13 @@ static void *copy_main(void *arg)
         while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
                         &dev->copy_sleepers);
-        struct pto_cmd *cmd = dev->copy_head;
-        if (!cmd)
+        struct pto_run *r = dev->copy_head;
+        if (!r)
             break; /* shutdown with an empty queue */
-        dev->copy_head = cmd->qnext;
+        dev->copy_head = r->qnext;
         atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed);
         pthread_mutex_unlock(&dev->copy_lock);
-        run_copy(dev, eng, cmd);
+        run_copy(dev, eng, r);
         pthread_mutex_lock(&dev->copy_lock);
     }
     pthread_mutex_unlock(&dev->copy_lock);
@@ -255,37 +272,38 @@ static void *copy_main(void *arg)
 /* blk->fail: the first failing block of a launch wins (CAS on fail_claim). */
 static void block_fail(const pto_block *blk, int code, const char *msg)
 {
-    struct pto_cmd *cmd = blk->ctx;
+    struct pto_run *r = blk->ctx;
     tl_block_failed = 1;
     if (code <= 0 || code > PTO_ENOTSUP)
         code = PTO_EKERNEL;
     int expected = 0;
-    if (!atomic_compare_exchange_strong(&cmd->fail_claim, &expected, 1))
+    if (!atomic_compare_exchange_strong(&r->fail_claim, &expected, 1))
         return;
     /* Read by the launch's finisher after its acq_rel add of done_blocks. */
-    cmd->fail_code = code;
-    pto_msgf(cmd->fail_msg, sizeof(cmd->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
+    r->fail_code = code;
+    pto_msgf(r->fail_msg, sizeof(r->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
     if (code == PTO_EDEVLOST) {
-        pto_device *dev = cmd->stream->dev;
+        pto_device *dev = r->stream->dev;
         pthread_mutex_lock(&dev->sched_lock);
-        pto_device_lose_locked(dev, cmd->token, cmd->fail_msg);
+        pto_device_lose_locked(dev, r->cmd->token, r->fail_msg);
         pthread_mutex_unlock(&dev->sched_lock);
     }
 }
 
-static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_cmd *cmd, uint32_t b)
+static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *run, uint32_t b)
 {
+    struct pto_cmd *cmd = run->cmd;
     pto_kernel *k = cmd->u.launch.k;
     uint32_t blocks = cmd->u.launch.blocks;
     uint64_t start = pto_now_ns();
-    bool skip = pto_dev_lost(dev) || atomic_load_explicit(&cmd->fail_claim, memory_order_acquire);
+    bool skip = pto_dev_lost(dev) || atomic_load_explicit(&run->fail_claim, memory_order_acquire);
     tl_block_failed = 0;
     if (!skip) {
         pto_block blk = {
             .block_idx = b,
             .block_num = blocks,
             .core_idx = (uint32_t)eng->id,
-            .ctx = cmd,
+            .ctx = run,
             .fail = block_fail,
         };
         k->fn(&blk, (void *const *)cmd->u.launch.args);
@@ -301,7 +319,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_cmd *c
         r.submit_ns = cmd->submit_ns;
         r.start_ns = start;
         r.end_ns = end;
-        r.stream_id = cmd->stream->id;
+        r.stream_id = run->stream->id;
         r.engine = eng->id;
         r.kind = PTO_CMD_BLOCK;
         r.block = b;
@@ -310,19 +328,19 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_cmd *c
         pto_trace_push(dev, &r);
     }
     /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
-    if (atomic_fetch_add_explicit(&cmd->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
+    if (atomic_fetch_add_explicit(&run->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
         return;
     int32_t status = 0;
     uint64_t cause = 0;
     bool own = false;
     char msg[PTO_MSG_LEN] = "";
-    pto_stream *s = cmd->stream;
+    pto_stream *s = run->stream;
     atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed);
     pthread_mutex_lock(&dev->sched_lock);
-    if (atomic_load_explicit(&cmd->fail_claim, memory_order_acquire)) {
-        status = -cmd->fail_code;
+    if (atomic_load_explicit(&run->fail_claim, memory_order_acquire)) {
+        status = -run->fail_code;
         own = true;
-        pto_strlcpy(msg, cmd->fail_msg, sizeof(msg));
+        pto_strlcpy(msg, run->fail_msg, sizeof(msg));
     } else if (pto_dev_lost(dev)) {
         status = -PTO_EDEVLOST;
         cause = dev->lost_cause;
@@ -341,17 +359,17 @@ static void *core_main(void *arg)
         while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
                         &dev->core_sleepers);
-        struct pto_cmd *cmd = dev->core_head;
-        if (!cmd)
+        struct pto_run *r = dev->core_head;
+        if (!r)
             break;
-        uint32_t b = cmd->next_block++;
-        if (cmd->next_block == cmd->u.launch.blocks) {
+        uint32_t b = r->next_block++;
+        if (r->next_block == r->cmd->u.launch.blocks) {
             /* Last block handed out: the launch leaves the queue (it may still run). */
-            dev->core_head = cmd->qnext;
+            dev->core_head = r->qnext;
             atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&dev->core_lock);
-        run_block(dev, eng, cmd, b);
+        run_block(dev, eng, r, b);
         pthread_mutex_lock(&dev->core_lock);
     }
     pthread_mutex_unlock(&dev->core_lock);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -73,6 +74,15 @@ void pto_strlcpy(char *dst, const char *src, size_t n)
     if (len)
         memcpy(dst, src, len);
     dst[len] = '\0';
+}
+
+void *pto_zalloc64(size_t size)
+{
+    size_t rounded = (size + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (p)
+        memset(p, 0, rounded);
+    return p;
 }
 
 uint64_t pto_deadline_after_us(int64_t timeout_us)

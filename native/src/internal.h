@@ -205,16 +205,22 @@ struct pto_cmd {
         struct { uint64_t us; } delay;
         struct { pto_latch *l; } latch;
     } u;
-    /* launch run state */
+};
+
+/*
+ * The started command of a stream that runs on an engine.  At most one
+ * command per stream is started at a time, so its run state lives in the
+ * stream, keeping ring slots small (the submit path touches fewer lines).
+ */
+struct pto_run {
+    struct pto_cmd *cmd;
+    pto_stream *stream;
+    struct pto_run *qnext;        /* copy or core queue link, under that queue's lock */
     uint32_t next_block;          /* under core_lock */
     atomic_uint done_blocks;      /* acq_rel: the last block's finisher completes the launch */
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */
-    int32_t engine;               /* engine that finished it (trace) */
     char fail_msg[PTO_MSG_LEN];
-    /* engine queue link (copy or core queue) */
-    struct pto_cmd *qnext;
-    pto_stream *stream;
 };
 
 struct pto_stream_fail {
@@ -237,10 +243,11 @@ struct pto_stream {
     uint32_t entries, mask;
     struct pto_cmd *ring;
     _Atomic uint64_t tail;        /* seq of the last submitted command; producer: release */
-    _Atomic uint64_t head;        /* seq of the last completed command; completion: release */
+    /* Completion-side counters on their own cache line (no false sharing with tail). */
+    _Alignas(64) _Atomic uint64_t head; /* seq of the last completed command; completion: release */
 
     /* producer side, under submit_lock */
-    pthread_mutex_t submit_lock;
+    _Alignas(64) pthread_mutex_t submit_lock;
     uint8_t *heap;
     uint32_t heap_size;
     uint64_t heap_alloc;          /* bytes ever allocated (producer) */
@@ -255,6 +262,7 @@ struct pto_stream {
     _Atomic uint64_t eagain;
 
     /* scheduler side, under sched_lock */
+    struct pto_run run;           /* the head command while it is on an engine */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
     uint64_t cancel_seq;          /* commands with seq <= this are dropped */
@@ -333,8 +341,8 @@ int pto_engines_start(pto_device *dev);
 /* Stop and join every thread (closing: queues are empty). */
 void pto_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
-void pto_copy_enqueue(pto_device *dev, struct pto_cmd *cmd);
-void pto_core_enqueue(pto_device *dev, struct pto_cmd *cmd);
+void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 /*
  * Wake the scheduler after new work or a state change.  Cheap when the
  * scheduler is spinning or busy: only a sleeping scheduler costs a signal.
@@ -369,7 +377,7 @@ struct pto_device {
     pthread_mutex_t sched_lock;
     pthread_cond_t sched_cv;      /* scheduler threads sleep here */
     pthread_cond_t host_cv;       /* synchronize / event waits sleep here */
-    _Atomic uint64_t kick;        /* bumped on every submission/state change (seq_cst) */
+    _Alignas(64) _Atomic uint64_t kick; /* bumped on every submission/state change (seq_cst) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see engines.c) */
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
@@ -381,12 +389,12 @@ struct pto_device {
     /* engines (engines.c) */
     pthread_mutex_t copy_lock;
     pthread_cond_t copy_cv;
-    struct pto_cmd *copy_head;    /* copies and memsets, priority order */
+    struct pto_run *copy_head;    /* copies and memsets, priority order */
     int copy_sleepers;
     _Atomic uint32_t copy_len;    /* spinning copy engines watch this */
     pthread_mutex_t core_lock;
     pthread_cond_t core_cv;
-    struct pto_cmd *core_head;    /* launches with blocks left to start */
+    struct pto_run *core_head;    /* launches with blocks left to start */
     int core_sleepers;
     _Atomic uint32_t core_len;
     struct pto_engine *engines;   /* cores first, then copy engines */
@@ -416,7 +424,8 @@ struct pto_device {
     uint64_t next_event_id;
 
     /* counters */
-    _Atomic uint64_t st_submitted, st_completed, st_cq_records, st_cq_signals, st_cq_drains,
+    _Alignas(64) _Atomic uint64_t st_submitted; /* host side: own cache line */
+    _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_h2d, st_d2h, st_d2d;
 };
 
@@ -432,6 +441,9 @@ static inline bool pto_dev_lost(pto_device *dev)
 
 /* Mark dev lost (sched_lock held); the first call wins the message. */
 void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
+
+/* Zeroed allocation aligned to 64 (structs with cache-line-aligned members); free() it. */
+void *pto_zalloc64(size_t size);
 
 /* Bounded copy of a C string into a fixed buffer. */
 void pto_strlcpy(char *dst, const char *src, size_t n);

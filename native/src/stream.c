@@ -106,10 +106,7 @@ int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     }
     struct pto_cmd *cmd = &s->ring[tail & s->mask];
     memset(cmd, 0, sizeof(*cmd));
-    atomic_init(&cmd->done_blocks, 0);
-    atomic_init(&cmd->fail_claim, 0);
     cmd->heap_used = used;
-    cmd->stream = s;
     *cmd_out = cmd;
     if (heap_out)
         *heap_out = heap;
@@ -405,7 +402,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
         return pto_error(PTO_EDEVLOST, "pto_stream_create: device lost: %s", dev->lost_msg);
     if (atomic_load(&dev->closing))
         return pto_error(PTO_ECLOSED, "pto_stream_create: device is closing");
-    pto_stream *s = calloc(1, sizeof(*s));
+    pto_stream *s = pto_zalloc64(sizeof(*s));
     if (!s)
         return pto_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
     s->dev = dev;
@@ -738,7 +735,13 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pthread_cond_broadcast(&dev->host_cv);
     if (s->destroyed && stream_idle(s))
         dev->reap = true;
-    pto_sched_kick(dev, true);
+    /*
+     * An engine's completion may make s's next command startable: wake the
+     * scheduler.  A scheduler finishing a command itself rescans anyway (its
+     * pass reports progress), and a host-side cancel kicks once at its end.
+     */
+    if (engine >= 0)
+        pto_sched_kick(dev, true);
 }
 
 void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
@@ -882,12 +885,12 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     case PTO_CMD_MEMSET:
         cmd->state = PTO_CMD_RUNNING;
         s->active = true;
-        pto_copy_enqueue(dev, cmd);
+        pto_copy_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_LAUNCH:
         cmd->state = PTO_CMD_RUNNING;
         s->active = true;
-        pto_core_enqueue(dev, cmd);
+        pto_core_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_RECORD:
     case PTO_CMD_FREE:
