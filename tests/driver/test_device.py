@@ -24,7 +24,8 @@ from .util import alloc, builtin, info, launch, notify
 @pytest.mark.parametrize("platform", ["sim", "a2a3sim", "a5sim"])
 def test_open_platform_aliases(open_dev, platform):
     dev = open_dev(platform)
-    assert ffi.string(info(dev).platform) == b"sim"
+    i = info(dev)  # keep the owner alive: .platform is a view into it
+    assert ffi.string(i.platform) == b"sim"
     assert lib.pto_device_status(dev) == 0
 
 

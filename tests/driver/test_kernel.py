@@ -68,7 +68,7 @@ def test_add_f32_matches_numpy(dev, cq, stream, bufs, rng, blocks):
     pa, pb, po = bufs(n * 4), bufs(n * 4), bufs(n * 4)
     h2d(stream, pa, a)
     h2d(stream, pb, b)
-    h2d(stream, po, _poisoned(n))
+    h2d(stream, po, out)  # poison the device output too (out stays alive until sync)
     t = new_token()
     launch(stream, builtin(dev, "add_f32"), blocks, [pa, pb, po, n], t)
     d2h(stream, out, po)

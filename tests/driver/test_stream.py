@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import held, new_token
+from helpers import CompletionLog, held, new_token
 from pypto_async._driver import (
     PTO_EAGAIN,
     PTO_EDEP,
@@ -279,3 +279,22 @@ def test_event_wait_propagates_failure_to_the_waiting_stream(dev, cq, stream, st
     recs = cq.wait(t1, t2)
     assert (recs[t1].status, recs[t2].status) == (0, 0)
     lib.pto_event_destroy(ev)
+
+
+def test_higher_priority_head_runs_first(open_dev):
+    dev = open_dev(aicpu_thread_num=1)
+    streams = {}
+    for prio in (0, 10, 5):
+        out = ffi.new("pto_stream **")
+        check(lib.pto_stream_create(dev, prio, out))
+        streams[prio] = out[0]
+    log = CompletionLog(dev)
+    toks = {prio: new_token() for prio in streams}
+    with held(dev, streams[0]) as h:
+        h.hold(streams[10])
+        h.hold(streams[5])
+        for prio, s in streams.items():
+            notify(s, toks[prio])
+    log.wait(*toks.values())
+    order = [r.token for r in log.records.values()]
+    assert order == [toks[10], toks[5], toks[0]]

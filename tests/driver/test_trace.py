@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from helpers import held, new_token
@@ -26,11 +28,20 @@ from pypto_async._driver import (
 from .util import alloc, builtin, d2h, device_stats, h2d, info, launch, new_event, notify, sync
 
 
+FIELDS = [name for name, _ in ffi.typeof("pto_trace_record").fields]
+
+
 def read_trace(dev, cap=4096):
+    """Read every trace record, copied out of the buffer (name as bytes)."""
     buf = ffi.new("pto_trace_record[]", cap)
     n = lib.pto_trace_read(dev, buf, cap)
     assert 0 <= n < cap
-    return [buf[i] for i in range(n)]
+    out = []
+    for i in range(n):
+        r = SimpleNamespace(**{f: getattr(buf[i], f) for f in FIELDS if f != "name"})
+        r.name = ffi.string(buf[i].name)
+        out.append(r)
+    return out
 
 
 def test_records_for_every_kind(open_dev, new_stream, rng):
@@ -73,19 +84,19 @@ def test_records_for_every_kind(open_dev, new_stream, rng):
         r = by_token[tok[name]]
         assert r.bytes == n * 4
         assert cores <= r.engine < cores + 2, f"{name} ran on engine {r.engine}, not a copy engine"
-        assert ffi.string(r.name) == name.encode()
+        assert r.name == name.encode()
     for name in ("record", "wait", "notify", "delay", "free", "latch"):
         assert by_token[tok[name]].engine == -1, name
     assert by_token[tok["record"]].event_id != 0
     assert by_token[tok["record"]].event_id == by_token[tok["wait"]].event_id
     assert by_token[tok["wait"]].stream_id == lib.pto_stream_id(s2)
-    assert ffi.string(by_token[tok["launch"]].name) == b"add_f32"
+    assert by_token[tok["launch"]].name == b"add_f32"
     blocks = [r for r in recs if r.kind == PTO_CMD_BLOCK]
     assert sorted(r.block for r in blocks) == [0, 1, 2]
     launch_rec = by_token[tok["launch"]]
     for r in blocks:
         assert 0 <= r.engine < cores
-        assert ffi.string(r.name) == b"add_f32"
+        assert r.name == b"add_f32"
         assert r.seq == launch_rec.seq and r.stream_id == launch_rec.stream_id
         assert launch_rec.start_ns <= r.start_ns <= r.end_ns <= launch_rec.end_ns
     assert read_trace(dev) == []  # read moves records out
