@@ -228,6 +228,12 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us);
  *
  * Host pointers passed to copies must stay valid until the command
  * completes; the driver reads and writes them in place (no staging).
+ *
+ * Device ranges of copies and memsets: a range that is not inside the arena
+ * is refused at submit with -PTO_EINVAL (nothing queued); a range inside the
+ * arena that does not lie within one allocation when the command executes
+ * (live, or freed by a stream-ordered free that has not executed yet) makes
+ * the command fail with -PTO_EFAULT.  Launch arguments are not checked.
  */
 int pto_stream_copy_h2d(pto_stream *s, pto_devptr dst, const void *src, uint64_t nbytes, uint64_t token);
 int pto_stream_copy_d2h(pto_stream *s, void *dst, pto_devptr src, uint64_t nbytes, uint64_t token);
@@ -322,14 +328,20 @@ uint32_t pto_cq_ready(pto_device *dev);
  * empty the fd is reset.  Never blocks.
  */
 int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max);
-/* Block until a record is ready or timeout_us passes: 0, -PTO_ETIMEDOUT. */
+/*
+ * Block until a record is ready or timeout_us passes: 0, -PTO_ETIMEDOUT
+ * (also -PTO_EDEVLOST / -PTO_ECLOSED when none is ready and the device is
+ * lost / closing).
+ */
 int pto_cq_wait(pto_device *dev, int64_t timeout_us);
 /*
  * Block until the command with this token has completed (records still in
  * the queue count; records already drained are unknown here), or timeout_us
  * passes.  Returns 0 and copies its record into *out (the record stays in the
- * queue for pto_cq_drain), or -PTO_ETIMEDOUT.  For threads without an event
- * loop; cffi releases the GIL for the call.
+ * queue for pto_cq_drain), or -PTO_ETIMEDOUT (also -PTO_EDEVLOST /
+ * -PTO_ECLOSED when the record is not there and the device is lost /
+ * closing; -PTO_EINVAL for token 0).  For threads without an event loop;
+ * cffi releases the GIL for the call.
  */
 int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_completion *out);
 
@@ -357,7 +369,8 @@ typedef struct pto_trace_record {
     uint64_t submit_ns, start_ns, end_ns;
     uint64_t event_id;          /* record/wait: the event (flow arrows); else 0 */
     uint32_t stream_id;
-    int32_t engine;             /* 0..cores-1: core; cores..: copy engine; -1: scheduler */
+    int32_t engine;             /* 0..cores-1: core; cores..: copy engine; -1: scheduler
+                                   (a launch: the core that finished its last block) */
     uint32_t kind;              /* PTO_CMD_* */
     uint32_t block;             /* PTO_CMD_BLOCK: block index */
     int32_t status;

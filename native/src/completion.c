@@ -220,8 +220,8 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 /*
  * pto_cq_wait - block until a record is ready.
  *
- * Returns 0, -PTO_ETIMEDOUT, or -PTO_EDEVLOST when the device is lost and no
- * record is ready.
+ * Returns 0, -PTO_ETIMEDOUT, or -PTO_EDEVLOST / -PTO_ECLOSED when the device
+ * is lost / closing and no record is ready.
  */
 int pto_cq_wait(pto_device *dev, int64_t timeout_us)
 {
@@ -234,6 +234,10 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
     while (dev->cq_len == 0) {
         if (pto_dev_lost(dev)) {
             rc = pto_error(PTO_EDEVLOST, "pto_cq_wait: device lost");
+            break;
+        }
+        if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
+            rc = pto_error(PTO_ECLOSED, "pto_cq_wait: device is closing");
             break;
         }
         if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
@@ -251,7 +255,8 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
  * pto_wait_token - block until the record for token is in the queue.
  *
  * Returns 0 and *out (the record stays queued), -PTO_ETIMEDOUT, or
- * -PTO_EDEVLOST when the device is lost and the record is not there.
+ * -PTO_EDEVLOST / -PTO_ECLOSED when the device is lost / closing and the
+ * record is not there.
  */
 int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_completion *out)
 {
@@ -283,6 +288,10 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         if (pto_dev_lost(dev)) {
             rc = pto_error(PTO_EDEVLOST, "pto_wait_token: device lost before token %llu completed",
                            (unsigned long long)token);
+            break;
+        }
+        if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
+            rc = pto_error(PTO_ECLOSED, "pto_wait_token: device is closing");
             break;
         }
         if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {

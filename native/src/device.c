@@ -6,6 +6,7 @@
  * cancels everything not started (releasing latches), waits for what runs
  * on an engine, joins the threads and frees every object still alive.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -216,6 +217,28 @@ void pto_device_close(pto_device *dev)
     pthread_mutex_unlock(&dev->sched_lock);
 
     pto_engines_stop(dev);
+
+    /*
+     * Host threads still blocked in a wait (misuse, but it must not crash):
+     * every stream is idle, so stream/device/event waits return; cq waits
+     * see closing.  Let them all leave before anything is freed.
+     */
+    pthread_mutex_lock(&dev->sched_lock);
+    while (dev->host_waiters > 0) {
+        pthread_cond_broadcast(&dev->host_cv);
+        pthread_mutex_unlock(&dev->sched_lock);
+        sched_yield();
+        pthread_mutex_lock(&dev->sched_lock);
+    }
+    pthread_mutex_unlock(&dev->sched_lock);
+    pthread_mutex_lock(&dev->cq_lock);
+    while (dev->cq_waiters > 0) {
+        pthread_cond_broadcast(&dev->cq_cv);
+        pthread_mutex_unlock(&dev->cq_lock);
+        sched_yield();
+        pthread_mutex_lock(&dev->cq_lock);
+    }
+    pthread_mutex_unlock(&dev->cq_lock);
 
     /* Everything below is single-threaded now. */
     while (dev->n_streams > 0)

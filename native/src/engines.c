@@ -346,7 +346,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         cause = dev->lost_cause;
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
-    pto_cmd_finish(dev, s, cmd, status, cause, msg, own, cmd->start_ns, end, eng->id);
+    pto_cmd_finish(dev, s, cmd, status, cause, msg, own, run->start_ns, end, eng->id);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -363,6 +363,8 @@ static void *core_main(void *arg)
         if (!r)
             break;
         uint32_t b = r->next_block++;
+        if (b == 0)
+            r->start_ns = pto_now_ns(); /* read by the finisher after done_blocks (acq_rel) */
         if (r->next_block == r->cmd->u.launch.blocks) {
             /* Last block handed out: the launch leaves the queue (it may still run). */
             dev->core_head = r->qnext;

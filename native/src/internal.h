@@ -150,7 +150,8 @@ struct pto_extent {
 /* A block handed out: live (pf == NULL) or waiting for its queued free. */
 struct pto_alloc {
     uint64_t off, len;
-    struct pto_pending_free *pf;
+    struct pto_pending_free *pf;  /* non-NULL: this block's free is queued */
+    struct pto_pending_free *src; /* live block carved from a queued free, until it executes */
 };
 
 /*
@@ -164,6 +165,7 @@ struct pto_pending_free {
     struct pto_link link;         /* stream->pending, under mem_lock */
     pto_stream *stream;
     uint64_t off, len;            /* remaining extent still to reclaim */
+    uint64_t orig_off, orig_len;  /* the block as it was freed: work queued before the free may use all of it */
     bool local_ok;                /* no event wait was queued on the stream at submit */
 };
 
@@ -217,6 +219,7 @@ struct pto_run {
     pto_stream *stream;
     struct pto_run *qnext;        /* copy or core queue link, under that queue's lock */
     uint32_t next_block;          /* under core_lock */
+    uint64_t start_ns;            /* block 0 handed to a core (under core_lock) */
     atomic_uint done_blocks;      /* acq_rel: the last block's finisher completes the launch */
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */

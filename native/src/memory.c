@@ -16,6 +16,11 @@
  *              touch it, but it is no longer live for pto_mem_free/size.
  *   pending    per stream: those queued frees (struct pto_pending_free).
  *
+ * Range checks for copies accept a range inside one handed-out block, or
+ * inside the original extent of a queued free (work queued on the stream
+ * before the free may still touch the whole block, even after a local
+ * reuse carved a live allocation out of its front).
+ *
  * Sizes are rounded up to PTO_ALIGN, so every extent boundary is aligned.
  */
 #include <errno.h>
@@ -52,6 +57,20 @@ static size_t alloc_upper(const struct pto_alloc *v, size_t n, uint64_t key)
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (v[mid].off <= key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Index of the first allocation with off >= key (lower bound). */
+static size_t alloc_lower(const struct pto_alloc *v, size_t n, uint64_t key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].off < key)
             lo = mid + 1;
         else
             hi = mid;
@@ -228,6 +247,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
         return pto_error(PTO_ENOMEM, "pto_mem_alloc: out of host memory for allocator tables");
     }
     uint64_t off = UINT64_MAX;
+    struct pto_pending_free *carved = NULL;
     for (size_t i = 0; i < dev->n_free; i++) {
         struct pto_extent *e = &dev->free_ext[i];
         if (e->len >= rsize) {
@@ -247,6 +267,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
                 /* Carve from the front; the pending block's table entry shrinks with it. */
                 long j = block_find(dev, pf->off);
                 off = pf->off;
+                carved = pf;
                 pf->off += rsize;
                 pf->len -= rsize;
                 dev->pending_bytes -= rsize;
@@ -270,7 +291,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
                          (unsigned long long)size, (unsigned long long)in_use,
                          (unsigned long long)pend, (unsigned long long)dev->arena_size);
     }
-    alloc_insert(dev, (struct pto_alloc){off, rsize, NULL});
+    alloc_insert(dev, (struct pto_alloc){off, rsize, NULL, carved});
     dev->in_use += rsize;
     dev->n_live++;
     account_reserved(dev);
@@ -394,8 +415,8 @@ int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
     dev->pending_bytes += a.len;
     dev->pending_frees++;
     pf->stream = s;
-    pf->off = a.off;
-    pf->len = a.len;
+    pf->off = pf->orig_off = a.off;
+    pf->len = pf->orig_len = a.len;
     pf->local_ok = local_ok;
     pto_link_add(&s->pending, &pf->link);
     pthread_mutex_unlock(&dev->mem_lock);
@@ -413,6 +434,11 @@ void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
     pto_link_del(&pf->link);
     dev->pending_frees--;
     dev->pending_bytes -= pf->len;
+    /* Pieces carved from pf are plain live allocations from now on. */
+    for (size_t j = alloc_lower(dev->allocs, dev->n_alloc, pf->orig_off);
+         j < dev->n_alloc && dev->allocs[j].off < pf->orig_off + pf->orig_len; j++)
+        if (dev->allocs[j].src == pf)
+            dev->allocs[j].src = NULL;
     if (pf->len > 0) {
         long i = block_find(dev, pf->off);
         if (i >= 0)
@@ -437,7 +463,10 @@ int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
         size_t i = alloc_upper(dev->allocs, dev->n_alloc, off);
         if (i > 0) {
             const struct pto_alloc *a = &dev->allocs[i - 1];
-            ok = off >= a->off && off - a->off <= a->len && n <= a->len - (off - a->off);
+            ok = off - a->off <= a->len && n <= a->len - (off - a->off);
+            const struct pto_pending_free *pf = a->pf ? a->pf : a->src;
+            if (!ok && pf && off - a->off < a->len)
+                ok = off - pf->orig_off <= pf->orig_len && n <= pf->orig_len - (off - pf->orig_off);
         }
         pthread_mutex_unlock(&dev->mem_lock);
     }
