@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .._dtypes import BF16, BOOL, FP16, FP32, FP64, DataType
+from .._dtypes import BF16, BOOL, FP16, FP64, DataType
 from .._signature import SCALAR
 from ..errors import PtoCompileError
 from ._infer import compute_dtype
@@ -48,7 +48,7 @@ from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "2"
+CODEGEN_VERSION = "3"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 _PRELUDE = r"""
@@ -397,7 +397,9 @@ class _Gen:
             # Only view loads remain outside fused chains.
             q = self.params[s.expr.param]
             name = f"vw{s.var.id}"
-            self.emit(f"const {q.dtype.c_type} *{name} = {self.tensor_ptr(q.name)} + ({self.linear(q.name, s.expr.offsets)});")
+            if s.var.id not in self.views:  # declared at the top: a view may be read after its loop
+                self.decls.append(f"const {q.dtype.c_type} *{name} = 0;")
+            self.emit(f"{name} = {self.tensor_ptr(q.name)} + ({self.linear(q.name, s.expr.offsets)});")
             self.views[s.var.id] = (name, q.shape[-1])
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)

@@ -164,3 +164,22 @@ def test_shifted_inplace_store_does_not_fuse_with_its_load(launcher, rng):
     want[1:] = x[:-1] * 2
     launcher.run(k.compile(x), x)
     np.testing.assert_array_equal(x, want)
+
+
+def test_values_defined_in_a_loop_are_readable_after_it(launcher, rng):
+    """The last iteration's tiles (a view and a computed tile) outlive the loop."""
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor]):
+        for i in pl.range(0, 64, 16):
+            tv = pl.load(a, [i, 0], [16, 32])  # read in place by the matmul: a view
+            t2 = pl.load(a, [i, 0], [16, 32]) * 2.0
+        pl.store(pl.matmul(tv, pl.load(b, [0, 0], [32, 8])), [0, 0], c)
+        pl.store(t2, [0, 0], d)
+
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 8)).astype(np.float32)
+    c, d = np.full((16, 8), np.nan, np.float32), np.full((16, 32), np.nan, np.float32)
+    launcher.run(k.compile(a, b, c, d), a, b, c, d)
+    np.testing.assert_allclose(c, a[48:] @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(d, a[48:] * 2)

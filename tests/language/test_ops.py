@@ -64,7 +64,8 @@ BINARY = {
 }
 
 # (a window shape, b window shape): same shape, a column tile and a row tile
-SHAPES = {"same": ((TR, C), (TR, C)), "row": ((TR, C), (TR, 1)), "col": ((TR, C), (1, C)), "col_lhs": ((1, C), (TR, C))}
+SHAPES = {"same": ((TR, C), (TR, C)), "row": ((TR, C), (TR, 1)), "col": ((TR, C), (1, C)), "col_lhs": ((1, C), (TR, C)),
+          "outer": ((TR, 1), (1, C))}
 
 
 def _binary_kernel(fn, sa, sb):
