@@ -49,6 +49,8 @@ __all__ = [
     "TraceSummary",
     "TraceRecorder",
     "TraceCapture",
+    "TraceWindow",
+    "WorkerTracing",
     "read_records",
     "device_shape",
     "kind_name",
@@ -526,7 +528,7 @@ class TraceCapture:
     and returns the :class:`Trace`.
     """
 
-    __slots__ = ("_records", "since_ns", "until_ns", "closed", "_dropped_before")
+    __slots__ = ("_records", "since_ns", "until_ns", "closed", "_dropped_before", "_dropped_after")
 
     def __init__(self, since_ns: int, dropped_before: int):
         self._records: list[TraceRecord] = []
@@ -534,6 +536,7 @@ class TraceCapture:
         self.until_ns: int | None = None
         self.closed = False
         self._dropped_before = dropped_before
+        self._dropped_after = dropped_before
 
 
 class TraceRecorder:
@@ -563,13 +566,17 @@ class TraceRecorder:
         self._stream_names = stream_names
         self._captures: list[TraceCapture] = []
         self._lock = threading.Lock()
-        self._device: dict | None = None
+        self._device = device_shape(dev)
 
     def start(self) -> TraceCapture:
         """Open a capture of the commands submitted from now on."""
         from .._driver import lib
 
         with self._lock:
+            if self._dev is None:
+                from ..errors import PtoClosedError
+
+                raise PtoClosedError("cannot start a trace: the device is closed")
             if not self._captures:
                 self._drain_locked()  # records from before the capture are not its business
                 if not self._always_on:
@@ -601,25 +608,193 @@ class TraceRecorder:
         with self._lock:
             if cap.closed:
                 raise ValueError("this trace capture is already finished")
-            self._drain_locked()
+            if self._dev is not None:
+                self._drain_locked()
+                cap._dropped_after = int(lib.pto_trace_dropped(self._dev))
+                if len(self._captures) == 1 and not self._always_on:
+                    lib.pto_trace_enable(self._dev, 0)
             cap.closed = True
             cap.until_ns = int(lib.pto_now_ns())
             self._captures.remove(cap)
-            if not self._captures and not self._always_on:
-                lib.pto_trace_enable(self._dev, 0)
-            dropped = int(lib.pto_trace_dropped(self._dev)) - cap._dropped_before
-        if self._device is None:
-            self._device = device_shape(self._dev)
+            dropped = cap._dropped_after - cap._dropped_before
         names = dict(self._stream_names()) if self._stream_names is not None else {}
         records = tuple(r for r in cap._records if (r.submit_ns or r.begin_ns) >= cap.since_ns)
         return Trace(records, dropped=dropped, device=self._device, stream_names=names)
 
     def close(self) -> None:
-        """Drop every open capture and stop tracing.  Idempotent."""
+        """Collect what the driver holds for the open captures and let go of the device.
+
+        Call it before the device closes.  Open captures can still be
+        finished afterwards, with the records collected up to now.
+        Idempotent.
+        """
+        from .._driver import lib
+
         with self._lock:
-            if self._captures:
-                for cap in self._captures:
-                    cap.closed = True
-                self._captures.clear()
+            if self._dev is None:
+                return
+            self._drain_locked()
+            dropped = int(lib.pto_trace_dropped(self._dev))
+            for cap in self._captures:
+                cap._dropped_after = dropped
             self._dev = None
 
+
+
+class TraceWindow:
+    """A trace of the work submitted inside a ``with`` / ``async with`` block.
+
+    Made by :meth:`ChipWorker.trace`.  On entry, tracing starts; on exit, the
+    window waits until the worker has nothing in flight (everything submitted
+    in the block has completed), collects the driver's records, and writes the
+    Chrome/Perfetto JSON to ``path`` when you gave one.  Under ``async with``
+    that wait suspends; under plain ``with`` it blocks the thread, so use
+    ``async with`` in async code.
+
+    Attributes
+    ----------
+    path : pathlib.Path or None
+        Where the JSON is written on exit.
+    trace : Trace or None
+        The captured trace, once the block has exited.
+    stats_path : pathlib.Path or None
+        Where the scope statistics went (``enable_scope_stats``), next to
+        the trace: ``<path stem>.stats.json``.
+    """
+
+    __slots__ = ("_tracing", "_cap", "path", "trace", "stats_path")
+
+    def __init__(self, tracing: "WorkerTracing", path):
+        self._tracing = tracing
+        self._cap: TraceCapture | None = None
+        self.path = pathlib.Path(path) if path is not None else None
+        self.trace: Trace | None = None
+        self.stats_path: pathlib.Path | None = None
+
+    def __enter__(self) -> "TraceWindow":
+        if self._cap is not None:
+            raise RuntimeError("a TraceWindow can be entered only once; call w.trace() again")
+        self._tracing._worker._check_open()
+        self._cap = self._tracing.recorder.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        worker = self._tracing._worker
+        if worker._alive():
+            worker._drive(worker._idle, None)
+        self._finish()
+
+    async def __aenter__(self) -> "TraceWindow":
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info) -> None:
+        worker = self._tracing._worker
+        if worker._alive():
+            if worker._async and worker._pump.is_current():
+                await worker._pump.wait_idle(None)
+            else:
+                worker._drive(worker._idle, None)
+        self._finish()
+
+    def _finish(self) -> None:
+        tracing = self._tracing
+        tracing.settle()
+        self.trace = tracing.recorder.finish(self._cap)
+        if self.path is not None:
+            self.trace.save(self.path)
+            self.stats_path = tracing.write_scope_stats(self.path)
+
+    def __repr__(self) -> str:
+        state = "open" if self.trace is None else f"{len(self.trace)} records"
+        return f"<TraceWindow {state} -> {self.path}>"
+
+
+class WorkerTracing:
+    """A worker's swimlane and scope-statistics outputs (``enable_chip_swimlane``, ``enable_scope_stats``).
+
+    The worker makes one when it opens.  With ``enable_chip_swimlane`` it
+    captures the worker's whole life and writes it when the worker closes, to
+    :attr:`life_path`: ``pto_swimlane_<pid>_<n>.json`` in
+    ``RunConfig.save_kernels_dir`` when that is set, else in the current
+    directory.  With ``enable_scope_stats`` the per-stream and per-engine
+    statistics go next to each trace written (``<trace stem>.stats.json``),
+    or, with no swimlane, to ``pto_scope_stats_<pid>_<n>.json`` there.
+    """
+
+    _serial = 0
+    _serial_lock = threading.Lock()
+
+    def __init__(self, worker):
+        cfg = worker._config
+        self._worker = worker
+        self._swimlane = bool(cfg.enable_chip_swimlane)
+        self._scope_stats = bool(cfg.enable_scope_stats)
+        self.recorder = TraceRecorder(worker._dev, always_on=self._swimlane, stream_names=self._names)
+        with WorkerTracing._serial_lock:
+            WorkerTracing._serial += 1
+            serial = WorkerTracing._serial
+        base = pathlib.Path(cfg.save_kernels_dir) if cfg.save_kernels_dir else pathlib.Path.cwd()
+        self.life_path: pathlib.Path | None = (
+            base / f"pto_swimlane_{os.getpid()}_{serial}.json" if self._swimlane else None)
+        self.life_stats_path: pathlib.Path | None = None
+        if self._scope_stats:
+            self.life_stats_path = (_stats_path_for(self.life_path) if self.life_path is not None
+                                    else base / f"pto_scope_stats_{os.getpid()}_{serial}.json")
+        self._life = self.recorder.start() if self._swimlane else None
+        self._closed = False
+
+    def _names(self) -> dict[int, str]:
+        default = getattr(self._worker, "_default_stream", None)
+        return {default.id: "default"} if default is not None else {}
+
+    def window(self, path=None) -> TraceWindow:
+        """Return a :class:`TraceWindow` writing to `path` (None: keep it in memory)."""
+        return TraceWindow(self, path)
+
+    def settle(self) -> None:
+        """Make sure the trace records of completed commands are in the driver's buffer.
+
+        The driver pushes a command's completion record a moment before its
+        trace record; once the worker saw every completion, a device-wide
+        synchronize (immediate: nothing is left to run) orders the two.
+        """
+        dev = self._worker._dev
+        if dev is not None:
+            from .._driver import lib
+
+            lib.pto_device_synchronize(dev, 1_000_000)
+
+    def write_scope_stats(self, trace_path) -> pathlib.Path | None:
+        """Write the scope statistics next to `trace_path` if enabled; return where."""
+        if not self._scope_stats or not self._worker._alive():
+            return None
+        from ._stats import scope_stats
+
+        return write_json(_stats_path_for(pathlib.Path(trace_path)), scope_stats(self._worker.stats()))
+
+    def close(self) -> None:
+        """Write the worker-long outputs, then let go of the device.  Idempotent.
+
+        The worker calls it once its queued work has finished and before its
+        device closes.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._worker._alive():
+                self.settle()
+                if self.life_stats_path is not None:
+                    from ._stats import scope_stats
+
+                    write_json(self.life_stats_path, scope_stats(self._worker.stats()))
+            if self._life is not None:
+                trace = self.recorder.finish(self._life)
+                self._life = None
+                trace.save(self.life_path)
+        finally:
+            self.recorder.close()
+
+
+def _stats_path_for(trace_path: pathlib.Path) -> pathlib.Path:
+    return trace_path.with_name(trace_path.stem + ".stats.json")

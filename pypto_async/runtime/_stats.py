@@ -1,0 +1,207 @@
+"""Per-engine and per-stream statistics, and the back-pressure clock.
+
+:meth:`ChipWorker.stats` returns the worker's counters; this module supplies
+the parts read from the driver per engine (``pto_engine_get_stats``: busy
+time, commands, bytes) and per stream (``pto_stream_get_stats``: ring
+occupancy high-water marks, refusals), and measures how long streams waited
+for room in their rings (back-pressure).
+
+Back-pressure time is measured per stream as the time its FIFO held commands
+that did not fit the ring: from the moment the first command had to wait in
+the FIFO until the FIFO was empty again.  :class:`BacklogClock` is the
+worker's set of such streams (it replaces a plain ``dict``) and keeps that
+clock as streams enter and leave it, so measuring costs nothing while rings
+have room.
+
+With ``RunConfig(enable_scope_stats=True)``, :func:`scope_stats` is written as
+JSON next to the swimlane trace (``<trace>.stats.json``) when the worker
+closes, or alone when no trace is captured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+__all__ = [
+    "EngineStats",
+    "StreamStats",
+    "BacklogClock",
+    "engine_stats",
+    "stream_stats",
+    "scope_stats",
+]
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What one engine of the device did, from ``pto_engine_get_stats``.
+
+    Attributes
+    ----------
+    engine : int
+        Its id: cores first (``0 .. cores-1``), then copy engines.
+    kind : str
+        ``"core"`` or ``"copy"``.
+    busy_ns : int
+        Time it spent running blocks (a core) or copies (a copy engine).
+    commands : int
+        Blocks (cores) or copies (copy engines) it ran.
+    bytes : int
+        Bytes it moved (copy engines; 0 for cores).
+    """
+
+    engine: int
+    kind: str
+    busy_ns: int
+    commands: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Ring occupancy and back-pressure of one stream.
+
+    Attributes
+    ----------
+    stream : int
+        The stream's id (as in traces and completion records).
+    window, window_hwm : int
+        Ring slots (``ring_task_window``), and the most ever in flight at once.
+    heap_bytes, heap_hwm : int
+        Argument heap bytes (``ring_heap``), and the most ever in use.
+    dep_entries, dep_hwm : int
+        Event-wait entries (``ring_dep_pool``), and the most ever in use.
+    in_flight : int
+        Commands in the ring now, not yet completed.
+    backlog : int
+        Commands waiting in the stream's FIFO for room in the ring now.
+    submitted, completed : int
+        Commands the ring accepted, and completed.
+    refused : int
+        Submissions the ring refused because it was full (each one sent a
+        command, or the rest of a launch's group, into the FIFO).
+    backpressure_wait_ns : int
+        Time the stream's FIFO held commands waiting for room.
+    """
+
+    stream: int
+    window: int
+    window_hwm: int
+    heap_bytes: int
+    heap_hwm: int
+    dep_entries: int
+    dep_hwm: int
+    in_flight: int
+    backlog: int
+    submitted: int
+    completed: int
+    refused: int
+    backpressure_wait_ns: int
+
+
+class BacklogClock(dict):
+    """The streams whose FIFO holds commands, with how long each has waited.
+
+    A ``dict`` used as an ordered set (``backlog[stream] = None`` when a
+    command goes into a stream's FIFO, ``del backlog[stream]`` when the FIFO
+    is empty again), which also accumulates, per stream id, the nanoseconds
+    between the two: the stream's back-pressure wait.
+    """
+
+    __slots__ = ("_since", "_waited")
+
+    def __init__(self):
+        super().__init__()
+        self._since: dict[int, int] = {}
+        self._waited: dict[int, int] = {}
+
+    def __setitem__(self, stream, value) -> None:
+        if stream not in self:
+            self._since[stream.id] = time.monotonic_ns()
+        super().__setitem__(stream, value)
+
+    def __delitem__(self, stream) -> None:
+        super().__delitem__(stream)
+        self._stop(stream.id)
+
+    def clear(self) -> None:
+        for stream in list(self):
+            self._stop(stream.id)
+        super().clear()
+
+    def _stop(self, sid: int) -> None:
+        since = self._since.pop(sid, None)
+        if since is not None:
+            self._waited[sid] = self._waited.get(sid, 0) + time.monotonic_ns() - since
+
+    def waited_ns(self, sid: int) -> int:
+        """Back-pressure wait of stream `sid` so far (a wait in progress counts up to now)."""
+        total = self._waited.get(sid, 0)
+        since = self._since.get(sid)
+        if since is not None:
+            total += time.monotonic_ns() - since
+        return total
+
+    def total_ns(self) -> int:
+        """Back-pressure wait summed over every stream, ever."""
+        return sum(self.waited_ns(sid) for sid in {*self._waited, *self._since})
+
+
+def engine_stats(dev, engines: int, cores: int) -> tuple[EngineStats, ...]:
+    """Read ``pto_engine_get_stats`` for engines ``0 .. engines-1`` of an open device."""
+    from .._driver import check, ffi, lib
+
+    out = []
+    st = ffi.new("pto_engine_stats *")
+    for e in range(engines):
+        check(lib.pto_engine_get_stats(dev, e, st), "pto_engine_get_stats")
+        out.append(EngineStats(int(st.engine), "copy" if st.is_copy else "core",
+                               int(st.busy_ns), int(st.commands), int(st.bytes)))
+    if any((s.kind == "core") != (s.engine < cores) for s in out):
+        raise AssertionError("pto_engine_get_stats: engine kinds out of step with the device's shape")
+    return tuple(out)
+
+
+def stream_stats(streams, backlog: BacklogClock | None = None) -> tuple[StreamStats, ...]:
+    """Read ``pto_stream_get_stats`` for each open runtime stream, by id.
+
+    Parameters
+    ----------
+    streams : iterable of Stream
+        Open streams (closed ones are skipped: their ring may be gone).
+    backlog : BacklogClock, optional
+        The worker's backlog, for the back-pressure wait times.
+    """
+    from .._driver import check, ffi, lib
+
+    st = ffi.new("pto_stream_stats *")
+    out = []
+    for s in sorted(streams, key=lambda s: s.id):
+        if s._closed:
+            continue
+        check(lib.pto_stream_get_stats(s._ptr, st), "pto_stream_get_stats")
+        out.append(StreamStats(
+            stream=int(st.id), window=int(st.entries), window_hwm=int(st.window_hwm),
+            heap_bytes=int(st.heap_bytes), heap_hwm=int(st.heap_hwm),
+            dep_entries=int(st.dep_entries), dep_hwm=int(st.dep_hwm),
+            in_flight=int(st.in_flight), backlog=len(s._fifo),
+            submitted=int(st.submitted), completed=int(st.completed), refused=int(st.eagain),
+            backpressure_wait_ns=backlog.waited_ns(s.id) if backlog is not None else 0,
+        ))
+    return tuple(out)
+
+
+def scope_stats(stats) -> dict:
+    """Return the JSON document ``enable_scope_stats`` writes, from a :class:`WorkerStats`."""
+    doc = {
+        "producer": "pypto_async",
+        "streams": [asdict(s) for s in getattr(stats, "stream_stats", ())],
+        "engines": [asdict(e) for e in getattr(stats, "engines", ())],
+    }
+    for name in ("launches", "copies", "bytes_h2d", "bytes_d2h", "bytes_d2d", "completions", "wakeups",
+                 "backpressure_waits", "backpressure_wait_ns", "memory_in_use", "memory_reserved",
+                 "memory_peak", "memory_capacity"):
+        if hasattr(stats, name):
+            doc[name] = getattr(stats, name)
+    return doc

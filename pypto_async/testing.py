@@ -1,0 +1,296 @@
+"""A pytest plugin for testing code that uses pypto_async, deterministically.
+
+Installed with pypto_async and loaded by pytest through the ``pytest11`` entry
+point, so every test session gets these fixtures without a ``conftest.py``:
+
+``pto_worker``
+    A sync-mode :class:`~pypto_async.runtime.ChipWorker` on a small sim device
+    (opened with ``with``): launches return once they have completed.
+``pto_async_worker``
+    An async-mode worker (opened with ``async with`` inside your test's event
+    loop): launches return a :class:`~pypto_async.runtime.Launch` to await.
+    Works under pytest-asyncio (``@pytest.mark.asyncio``) and under anyio's
+    plugin (``@pytest.mark.anyio``: asyncio, uvloop or trio).
+``pto_config``
+    The :class:`~pypto_async.runtime.RunConfig` both workers are opened with:
+    :data:`SIM_DEVICE` plus whatever a ``@pytest.mark.pto_config(**fields)``
+    marker on the test (or its class or module) sets.  Override the fixture to
+    change it for a whole directory.
+
+And two helpers that make ordering, back-pressure and error paths
+deterministic, with no sleeps:
+
+:func:`hold`
+    ``with hold(stream) as latch:`` queues a latch on the stream; everything
+    queued behind it waits on the device until ``latch.release()`` (or the end
+    of the block).  The latch has a timeout, so a test that fails while
+    holding a stream cannot hang the session: past it, the stream's held work
+    fails instead.
+:func:`fail_next`
+    ``fail_next(stream)`` makes the next command queued on the stream fail
+    on the device (as a copy fault by default), so you can test how your code
+    handles a failed launch and the dependency errors that follow it.
+
+This module is imported by every pytest run where pypto_async is installed, so
+it imports nothing heavy at import time: the runtime and the driver are
+loaded only when a fixture or helper is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+__all__ = ["SIM_DEVICE", "Latch", "hold", "fail_next", "sim_config"]
+
+#: The device the fixtures open: small enough to open in milliseconds and to
+#: run out of on purpose.
+SIM_DEVICE: dict[str, Any] = {
+    "platform": "sim",
+    "cores": 2,
+    "copy_engines": 2,
+    "device_memory": 64 << 20,
+}
+
+try:  # pytest-asyncio runs the async fixture in asyncio tests; anyio's plugin in anyio tests.
+    from pytest_asyncio import fixture as _async_fixture
+except ImportError:  # pragma: no cover - without pytest-asyncio, only anyio runs it
+    _async_fixture = pytest.fixture
+
+
+def sim_config(**fields: Any):
+    """Return a :class:`~pypto_async.runtime.RunConfig` for a small sim device.
+
+    Parameters
+    ----------
+    **fields
+        RunConfig fields that override :data:`SIM_DEVICE`
+        (``ring_task_window=4`` for back-pressure tests, ...).
+    """
+    from .runtime import RunConfig
+
+    return RunConfig(**{**SIM_DEVICE, **fields})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "pto_config(**fields): RunConfig fields for the pto_worker / pto_async_worker fixtures "
+        "(e.g. ring_task_window=4)",
+    )
+
+
+@pytest.fixture
+def pto_config(request: pytest.FixtureRequest):
+    """The RunConfig of ``pto_worker`` and ``pto_async_worker`` (see the module doc)."""
+    fields: dict[str, Any] = {}
+    # Outermost marker first, so the test's own marker wins over its class's and module's.
+    for marker in reversed(list(request.node.iter_markers("pto_config"))):
+        if marker.args:
+            raise pytest.UsageError("@pytest.mark.pto_config takes keyword arguments only")
+        fields.update(marker.kwargs)
+    return sim_config(**fields)
+
+
+@pytest.fixture
+def pto_worker(pto_config) -> Iterator[Any]:
+    """A sync-mode ChipWorker on a small sim device, closed after the test."""
+    from .runtime import ChipWorker
+
+    with ChipWorker(config=pto_config) as worker:
+        yield worker
+
+
+@_async_fixture
+async def pto_async_worker(pto_config) -> AsyncIterator[Any]:
+    """An async-mode ChipWorker in the test's event loop, closed (awaited) after the test."""
+    from .runtime import ChipWorker
+
+    async with ChipWorker(config=pto_config) as worker:
+        yield worker
+
+
+class Latch:
+    """A driver latch holding a stream; made by :func:`hold`.
+
+    Attributes
+    ----------
+    timeout : float
+        Seconds after which the latch expires on its own: the held wait then
+        fails on the device, and so does the work queued behind it.
+    """
+
+    __slots__ = ("_handle", "_stream", "released", "timeout")
+
+    def __init__(self, handle, stream, timeout: float):
+        self._handle = handle
+        self._stream = stream
+        self.released = False
+        self.timeout = timeout
+
+    def release(self) -> None:
+        """Let the held stream go on.  Idempotent."""
+        if not self.released:
+            from ._driver import lib
+
+            self.released = True
+            lib.pto_latch_release(self._handle)
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "holding"
+        return f"<Latch {state} stream {self._stream!r}>"
+
+
+def _stream_of(stream):
+    """Return ``stream`` checked to be an open runtime Stream."""
+    from .errors import PtoArgumentError
+    from .runtime import Stream
+
+    if not isinstance(stream, Stream):
+        raise PtoArgumentError(f"expected a pypto_async Stream, not {type(stream).__name__}")
+    stream._check()
+    return stream
+
+
+def _queue(stream, fn, args: tuple, *, record: bool):
+    """Queue a driver call on `stream` in order with the runtime's own work.
+
+    The runtime keeps commands that do not fit a full ring in the stream's
+    FIFO; going through its submission path keeps the hook in that order
+    (nothing jumps the queue).  ``fn(*args, token)`` returns a driver status.
+    With `record`, the call is a device command whose completion the worker
+    tracks (a token in its map); otherwise it gets token 0.
+
+    Returns the FIFO entry when it had to wait there, else None.
+    """
+    worker = stream._worker
+    with worker._lock:
+        token = worker._token(None) if record else 0
+        if worker._submit(stream, fn, (*args, token), None, 0):
+            return None
+        return stream._fifo[-1]
+
+
+def _unqueue(stream, entry) -> None:
+    """Take a FIFO entry made by :func:`_queue` back out, if it is still waiting."""
+    worker = stream._worker
+    with worker._lock:
+        fifo = stream._fifo
+        try:
+            fifo.remove(entry)
+        except ValueError:
+            return  # it entered the ring meanwhile
+        token = entry[1][-1]
+        if token:
+            worker._pending.pop(token, None)
+        if not fifo and stream in worker._backlog:
+            del worker._backlog[stream]
+
+
+@contextlib.contextmanager
+def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
+    """Hold ``stream`` on the device until you release the latch or the block ends.
+
+    A latch wait is queued on the stream now; commands you queue on the stream
+    afterwards wait behind it on the device (the host is never blocked), while
+    other streams run freely.  Call ``latch.release()`` inside the block to let
+    it go at a moment of your choosing; leaving the block releases it anyway.
+
+    Parameters
+    ----------
+    stream : Stream
+        A stream of an open worker (``w.stream()`` or ``w.default_stream``).
+    timeout : float, optional
+        Seconds after which the latch gives up (default 10).  The held wait
+        then fails with a timeout on the device, and work queued behind it on
+        the stream fails with a dependency error, so a broken test fails
+        rather than hangs.
+
+    Yields
+    ------
+    Latch
+
+    Raises
+    ------
+    PtoArgumentError
+        If ``stream`` is not a pypto_async stream, or ``timeout <= 0``.
+    PtoTryAgain
+        If the stream's ring is full: there is no room to queue the latch.
+    """
+    from ._driver import check, ffi, lib
+    from .errors import PtoArgumentError
+
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise PtoArgumentError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+    stream = _stream_of(stream)
+    out = ffi.new("pto_latch **")
+    check(lib.pto_latch_create(stream._worker._dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
+    latch = Latch(out[0], stream, float(timeout))
+    entry = _queue(stream, lib.pto_stream_latch_wait, (stream._ptr, latch._handle), record=True)
+    try:
+        yield latch
+    finally:
+        latch.release()
+        if entry is not None:
+            # Still behind a full ring: a released latch holds nothing, so drop
+            # the wait rather than let it reach the ring after the latch is gone.
+            _unqueue(stream, entry)
+        lib.pto_latch_destroy(latch._handle)  # the ring keeps its own reference
+
+
+def fail_next(stream, error: type | str | None = None, *, count: int = 1) -> None:
+    """Make the next ``count`` commands queued on ``stream`` fail on the device.
+
+    They fail instead of running, with the status of ``error``; the commands
+    after them on the stream (and on streams waiting on them) then fail with
+    :class:`~pypto_async.errors.PtoDependencyError`, exactly as after a real
+    fault.  It takes effect in order with work already queued on the stream
+    (behind a full ring too), so it hits the next command *you* queue.
+
+    "Command" means the device's: a launch with host arrays queues its input
+    copies first (with ``count=1`` the first copy fails and the kernel fails
+    as dependent), and the first use of a DeviceTensor on a stream other
+    than its own queues an event wait first.  To fail a kernel itself,
+    launch it on DeviceTensors allocated on (or already used on) the stream.
+
+    Parameters
+    ----------
+    stream : Stream
+        The stream whose next commands fail.
+    error : PtoError subclass or status name, optional
+        What they fail with: ``PtoKernelFault``, ``"PTO_EKERNEL"``, ...
+        Default: :class:`~pypto_async.errors.PtoCopyFault` (``PTO_EFAULT``).
+    count : int, optional
+        How many commands fail (default 1).
+
+    Raises
+    ------
+    PtoArgumentError
+        For an error that is not a driver status, or ``count < 1``.
+    """
+    from ._driver import ERROR_CLASSES, lib, status_name
+    from .errors import PtoArgumentError
+
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise PtoArgumentError(f"count must be an int >= 1, not {count!r}")
+    if error is None:
+        code = 0
+    elif isinstance(error, str):
+        names = {status_name(c): c for c in range(1, len(ERROR_CLASSES))}
+        if error not in names:
+            raise PtoArgumentError(f"unknown status {error!r} (known: {', '.join(names)})")
+        code = names[error]
+    elif isinstance(error, type) and error in ERROR_CLASSES:
+        code = ERROR_CLASSES.index(error)
+    else:
+        raise PtoArgumentError(f"error must be a driver status name or one of the PtoError classes "
+                               f"of a driver status, not {error!r}")
+    stream = _stream_of(stream)
+
+    def arm(ptr, status, n, token):  # runs when the FIFO reaches it: in order
+        return lib.pto_debug_fail_next(ptr, status, n)
+
+    _queue(stream, arm, (stream._ptr, code, count), record=False)
