@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform as _platform
 import shlex
 import shutil
 import subprocess
@@ -164,6 +165,25 @@ def _dispatch(compiled, args, stream):
     return dispatch(compiled, args, stream=stream)
 
 
+_host: list[str] = []
+
+
+def _host_id() -> str:
+    """Name the CPU features ``-march=native`` depends on (machine + cpuinfo flags)."""
+    if not _host:
+        flags = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith(("flags", "Features")):
+                        flags = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        _host.append(f"{_platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}")
+    return _host[0]
+
+
 def _compiler_version(cc: tuple[str, ...]) -> str:
     v = _compiler_versions.get(cc)
     if v is None:
@@ -264,7 +284,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     text = format_program(lowered)
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)}_{ir_hash[:12]}"
-    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform])
+    host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
+    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
 
     root = cache_dir() / "kernels"

@@ -122,7 +122,7 @@ class JitFunction:
                 self._loc,
             )
         shape = tuple(int(d) for d in arg.shape)
-        if str(arg.dtype) in ("uint16",) and ann.dtype == BF16:
+        if str(arg.dtype) in ("uint16", "torch.uint16") and ann.dtype == BF16:
             dtype = BF16  # bfloat16 stored as uint16
         else:
             dtype = self._dtype_of(name, arg.dtype)

@@ -170,16 +170,19 @@ def scalar_bits(value, dtype: DataType, what: str) -> int:
 class Binder:
     """Validate arguments against one program's parameters and collect what to queue.
 
-    Built once per registration; :meth:`bind` runs per launch.
+    Built once per registration; :meth:`bind` runs per launch, so it reads
+    precomputed ``(shape, dtype, is_scalar, label, param)`` rows.
     """
 
-    __slots__ = ("params", "nparams", "labels", "program")
+    __slots__ = ("params", "nparams", "labels", "program", "_rows")
 
     def __init__(self, params, program: str):
         self.params = tuple(params)
         self.nparams = len(self.params)
         self.labels = tuple(f"{program}: argument {p.name!r}" for p in self.params)
         self.program = program
+        self._rows = tuple((p.shape, p.dtype, p.direction == SCALAR, label, p)
+                           for p, label in zip(self.params, self.labels))
 
     def arity_error(self, n: int) -> PtoArgumentError:
         names = ", ".join(p.name for p in self.params)
@@ -187,52 +190,53 @@ class Binder:
             f"{self.program} takes {self.nparams} argument(s) ({names}), got {n}"
         )
 
-    def bind(self, worker, args):
-        """Return ``(values, hosts, tensors)`` for a call, or raise.
+    def bind(self, worker, stream, args):
+        """Return ``(values, hosts, joins)`` for a call on `stream`, or raise.
 
         ``values`` holds one 64-bit slot per parameter (device address or
-        scalar bits; 0 for host arrays, filled in with their temporaries);
+        scalar bits; 0 for host arrays, to be filled with their temporaries);
         ``hosts`` is None or a list of ``(index, HostArray, param)``;
-        ``tensors`` the DeviceTensors passed.
+        ``joins`` is None or the DeviceTensors `stream` has not used yet.
         """
         if len(args) != self.nparams:
             raise self.arity_error(len(args))
-        values = [0] * self.nparams
-        hosts = None
-        tensors = []
-        i = 0
-        for arg, p in zip(args, self.params):
+        values = []
+        append = values.append
+        hosts = joins = None
+        for arg, (shape, dtype, is_scalar, label, p) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
-                if arg._worker is not worker:
-                    raise PtoForeignTensorError(
-                        f"{self.labels[i]}: the DeviceTensor belongs to another ChipWorker"
-                    )
-                if arg._freed:
-                    raise PtoTensorFreedError(f"{self.labels[i]}: the DeviceTensor was freed")
-                if p.direction == SCALAR:
-                    raise PtoArgumentError(f"{self.labels[i]}: expected a {p.dtype.name} scalar, "
-                                           "not a DeviceTensor")
-                if arg._shape != p.shape or (arg._dtype is not p.dtype and arg._dtype != p.dtype):
-                    self._mismatch(i, p, arg._shape, arg._dtype)
-                values[i] = arg._ptr
-                tensors.append(arg)
-            elif p.direction == SCALAR:
-                values[i] = scalar_bits(arg, p.dtype, self.labels[i])
+                if (arg._worker is not worker or arg._freed or is_scalar or arg._shape != shape
+                        or (arg._dtype is not dtype and arg._dtype != dtype)):
+                    self._tensor_error(worker, arg, label, p)
+                append(arg._ptr)
+                if stream not in arg._streams:
+                    if joins is None:
+                        joins = []
+                    joins.append(arg)
+            elif is_scalar:
+                append(scalar_bits(arg, dtype, label))
             else:
-                h = host_array(arg, self.labels[i], writeable=p.copies_out)
-                if h.shape != p.shape or (h.dtype is not p.dtype and h.dtype != p.dtype):
-                    self._mismatch(i, p, h.shape, h.dtype)
+                h = host_array(arg, label, writeable=p.copies_out)
+                if h.shape != shape or (h.dtype is not dtype and h.dtype != dtype):
+                    _mismatch(label, p, h.shape, h.dtype)
                 if hosts is None:
                     hosts = []
-                hosts.append((i, h, p))
-            i += 1
-        return values, hosts, tensors
+                hosts.append((len(values), h, p))
+                append(0)
+        return values, hosts, joins
 
-    def _mismatch(self, i: int, p, shape, dtype) -> None:
-        if tuple(shape) != p.shape:
-            raise PtoArgumentError(
-                f"{self.labels[i]}: expected shape {p.shape}, got {tuple(shape)}"
-            )
-        raise PtoArgumentError(
-            f"{self.labels[i]}: expected dtype {p.dtype.np_name}, got {dtype.np_name}"
-        )
+    @staticmethod
+    def _tensor_error(worker, arg, label: str, p) -> None:
+        if arg._worker is not worker:
+            raise PtoForeignTensorError(f"{label}: the DeviceTensor belongs to another ChipWorker")
+        if arg._freed:
+            raise PtoTensorFreedError(f"{label}: the DeviceTensor was freed")
+        if p.direction == SCALAR:
+            raise PtoArgumentError(f"{label}: expected a {p.dtype.name} scalar, not a DeviceTensor")
+        _mismatch(label, p, arg._shape, arg._dtype)
+
+
+def _mismatch(label: str, p, shape, dtype) -> None:
+    if tuple(shape) != p.shape:
+        raise PtoArgumentError(f"{label}: expected shape {p.shape}, got {tuple(shape)}")
+    raise PtoArgumentError(f"{label}: expected dtype {p.dtype.np_name}, got {dtype.np_name}")

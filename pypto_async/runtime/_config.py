@@ -61,6 +61,10 @@ class RunConfig:
         ``min(4, CPUs)`` and 2).
     device_memory : int or None
         Bytes of device memory (``None``: 1 GiB).
+    spin_us : int or None
+        Microseconds an idle driver thread spins before it sleeps (``None``:
+        the driver's default).  0 suits machines with fewer CPUs than driver
+        threads.
     enable_chip_swimlane : bool
         Record a trace record per command (the swimlane view).
     enable_dep_gen, enable_pmu, enable_dump_args, enable_scope_stats : bool
@@ -106,6 +110,7 @@ class RunConfig:
     cores: int | None = None
     copy_engines: int | None = None
     device_memory: int | None = None
+    spin_us: int | None = None
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -134,6 +139,8 @@ class RunConfig:
         if self.device_memory is not None and (not _is_int(self.device_memory)
                                                or self.device_memory < 4096):
             fail("device_memory", "must be None or an int >= 4096 (bytes)")
+        if self.spin_us is not None and (not _is_int(self.spin_us) or not 0 <= self.spin_us <= 1_000_000):
+            fail("spin_us", "must be None or an int in [0, 1000000]")
         for name in ("rtol", "atol"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -174,6 +181,9 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
+        if self.spin_us is not None:
+            # The driver reads 0 as "its default"; 1 us is the least spinning it takes.
+            fields["spin_us"] = max(self.spin_us, 1)
         return fields
 
 

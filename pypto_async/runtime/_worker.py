@@ -219,6 +219,7 @@ class ChipWorker:
         self._completions = 0
         self._wakeups = 0
         self._fifo_waits = 0
+        self._refill = max(1, info.ring_task_window // 4)
         self._state = _OPEN
         try:
             self._default_stream = self._new_stream(0, True)
@@ -597,6 +598,10 @@ class ChipWorker:
             progress = False
             for stream in list(backlog):
                 fifo = stream._fifo
+                # Refill a ring in batches, not one slot at a time: one producer
+                # wake-up then admits many launches (hysteresis).
+                if lib.pto_stream_space_left(stream._ptr) < min(len(fifo), self._refill):
+                    continue
                 while fifo:
                     fn, args, owner, flags, gate = fifo[0]
                     if gate is not None and not gate._entered:
@@ -848,39 +853,44 @@ class ChipWorker:
         return self.register(compiled)(*args, stream=stream)
 
     def _launch_kernel(self, h: KernelHandle, args: tuple, stream, submit: bool) -> Launch:
+        # The hot path: keep it flat.
         if self._state:
             self._check_open()
-        stream = self._current_stream() if stream is None else self._own_stream(stream)
-        values, hosts, tensors = h._binder.bind(self, args)
-        out = h._result(args)
+        if stream is None:
+            stream = self._current_stream() if _context._streams.get() else self._default_stream
+        else:
+            self._own_stream(stream)
+        values, hosts, joins = h._binder.bind(self, stream, args)
+        launch = _new_launch(self, stream, h._label, 1, args, h._result(args), submit)
         with self._lock:
             if self._deferred:
                 self._process_deferred_locked()
-            for t in tensors:
-                if stream not in t._streams:
+            if joins is not None:
+                for t in joins:
                     self._join_first_use(t, stream)
             if hosts is None:
-                launch = _new_launch(self, stream, h._label, 1, args, out, submit)
-                token = self._token(launch)
+                token = self._next_token
+                self._next_token = token + 1
+                self._pending[token] = launch
                 n = h._nargs
-                fifo = stream._fifo
-                if not fifo:
+                if not stream._fifo:
                     buf = h._argbuf
                     buf[0:n] = values
                     rc = lib.pto_stream_launch(stream._ptr, h._kptr, h._blocks, buf, n, token)
                     if not rc:
                         launch._entered = True
                     elif rc != _EAGAIN:
-                        self._pending.pop(token, None)
+                        del self._pending[token]
                         check(rc, h._label)
                 if not launch._entered:
                     buf = ffi.new("uint64_t[]", values) if n else ffi.NULL
-                    fifo.append((lib.pto_stream_launch, (stream._ptr, h._kptr, h._blocks, buf, n, token),
-                                 launch, _F_DATA | _F_LAST, None))
+                    stream._fifo.append((lib.pto_stream_launch,
+                                         (stream._ptr, h._kptr, h._blocks, buf, n, token),
+                                         launch, _F_DATA | _F_LAST, None))
                     self._backlog[stream] = None
                     self._fifo_waits += 1
             else:
-                launch = self._launch_group(h, stream, values, hosts, args, out, submit)
+                self._launch_group(h, stream, values, hosts, launch)
         if not self._async:
             if submit:
                 if not launch._entered:
@@ -893,8 +903,8 @@ class ChipWorker:
                     raise launch._exc
         return launch
 
-    def _launch_group(self, h: KernelHandle, stream: Stream, values: list, hosts: list, args, out,
-                      submit: bool) -> Launch:
+    def _launch_group(self, h: KernelHandle, stream: Stream, values: list, hosts: list,
+                      launch: Launch) -> None:
         temps = []
         try:
             for i, ha, p in hosts:
@@ -907,7 +917,7 @@ class ChipWorker:
             raise
         sp = stream._ptr
         argbuf = ffi.new("uint64_t[]", values) if values else ffi.NULL
-        launch = _new_launch(self, stream, h._label, 0, (args, hosts, argbuf), out, submit)
+        launch._keep = (launch._keep, hosts, argbuf)
         cmds = []
         for (i, ha, p), ptr in zip(hosts, temps):
             if p.copies_in:
@@ -926,7 +936,6 @@ class ChipWorker:
         launch._remaining = len(cmds)
         if self._submit_group(stream, cmds, launch):
             launch._entered = True
-        return launch
 
     def _alloc_locked(self, nbytes: int, stream: Stream | None, what: str) -> int:
         out = self._devptr_out

@@ -281,3 +281,56 @@ def test_c_compiler_failure_reports_its_output():
         ir.compile(k.lower(X, X), extra_cflags="-fno-such-flag-anywhere")
     assert "no-such-flag-anywhere" in str(ei.value)
     assert isinstance(ei.value, PtoError)
+
+
+def test_spmd_counts_must_agree_and_not_nest():
+    where = []
+
+    @pl.jit
+    def two_counts(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for b in pl.spmd(2):
+            pl.store(pl.load(a, [b * 16, 0], [16, 16]), [b * 16, 0], out)
+        where.append(next_line())
+        for b in pl.spmd(4):
+            pl.store(pl.load(a, [b * 16, 0], [16, 16]), [b * 16, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        two_counts.lower(X, X)
+    assert_at(ei, where[0], "pl.spmd(4) disagrees with an earlier pl.spmd(2)")
+
+    @pl.jit
+    def nested(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for b in pl.spmd(2):
+            where.append(next_line())
+            for c in pl.spmd(2):
+                pass
+
+    with pytest.raises(PtoCompileError) as ei:
+        nested.lower(X, X)
+    assert_at(ei, where[1], "pl.spmd cannot be nested")
+
+
+def test_break_out_of_a_traced_loop():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(4):
+            break
+
+    with pytest.raises(PtoCompileError, match="did not finish \\(break is not supported\\)") as ei:
+        k.lower(X, X)
+    assert ei.value.line == k.fn.__code__.co_firstlineno
+
+
+def test_range_bounds_must_be_ints():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(4):
+            where.append(next_line())
+            for j in pl.range(0, i):
+                pass
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X)
+    assert_at(ei, where[0], "pl.range stop must be a Python int")
