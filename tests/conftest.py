@@ -1,0 +1,69 @@
+"""Fixtures shared by the runtime tests (tests/test_*.py).
+
+``kernels``
+    A :class:`helpers.kernels.KernelLib`: hand-written C kernels built once per
+    session, wrapped as compiled programs.
+``config``
+    The small device every runtime test opens (``SMALL``), as a RunConfig.
+``worker``
+    A sync-mode ChipWorker on that device; after the test it must hold no
+    device memory (every tensor freed, every free executed) before it closes.
+``anyio_backend``
+    asyncio, asyncio with uvloop, and trio: every ``@pytest.mark.anyio`` test
+    runs under all three.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.kernels import KernelLib
+from pypto_async._driver import ffi, lib
+from pypto_async.runtime import ChipWorker, RunConfig
+
+SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+
+
+@pytest.fixture(scope="session")
+def kernels(tmp_path_factory) -> KernelLib:
+    return KernelLib(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.fixture
+def config() -> RunConfig:
+    return RunConfig(**SMALL)
+
+
+def mem_stats(worker):
+    """The driver's memory counters of a worker (a ``pto_mem_stats`` cdata)."""
+    out = ffi.new("pto_mem_stats *")
+    assert lib.pto_mem_get_stats(worker._dev, out) == 0
+    return out
+
+
+def assert_no_device_memory(worker, timeout: float = 10.0) -> None:
+    """Wait for every queued command, then assert no allocation or pending free is left."""
+    assert lib.pto_device_synchronize(worker._dev, int(timeout * 1e6)) == 0
+    worker._drive(worker._idle, timeout)
+    stats = mem_stats(worker)
+    assert (stats.count, stats.in_use, stats.pending_frees) == (0, 0, 0), (
+        f"device memory left: count={stats.count} in_use={stats.in_use} pending_frees={stats.pending_frees}"
+    )
+
+
+@pytest.fixture
+def worker(config):
+    with ChipWorker(config) as w:
+        yield w
+        assert_no_device_memory(w)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("asyncio", {}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+        pytest.param(("trio", {}), id="trio"),
+    ]
+)
+def anyio_backend(request):
+    return request.param
