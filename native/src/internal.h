@@ -1,15 +1,17 @@
 /*
  * internal.h - private structures and helpers of the sim driver.
  *
- * Never installed, never seen by cffi.  One lock order holds everywhere:
+ * Never installed, never seen by cffi.  Lock order (take left before right):
  *
- *     stream->submit_lock  ->  dev->obj_lock  ->  dev->mem_lock
- *     dev->sched_lock  ->  dev->obj_lock / mem_lock / cq_lock / copy_lock /
- *                          core_lock  ->  dev->trace_lock
+ *     sched_lock -> submit_lock (close's fence only)
+ *     sched_lock -> obj_lock / mem_lock / cq_lock / copy_lock / core_lock
+ *     submit_lock -> obj_lock / mem_lock
+ *     any of the above -> trace_lock
  *
- * No thread takes sched_lock while holding any lock other than none, and no
- * thread takes submit_lock while holding sched_lock.  Engine threads drop
- * their queue lock before they take sched_lock to finish a command.
+ * Nobody takes sched_lock while holding another driver lock: submitters
+ * drop submit_lock before they kick the scheduler, engine threads drop
+ * their queue lock before they take sched_lock to finish a command, and
+ * pto_cq_drain drops cq_lock before it marks failures observed.
  */
 #ifndef PTO_INTERNAL_H
 #define PTO_INTERNAL_H

@@ -126,6 +126,7 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
     cmd->token = token;
     cmd->seq = seq;
     cmd->state = PTO_CMD_QUEUED;
+    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish (scheduler side). */
     cmd->epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->submit_ns = pto_now_ns();
     if (s->fail_next_count > 0) {
@@ -133,6 +134,7 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
         cmd->inject = s->fail_next_status;
     }
     s->heap_alloc += cmd->heap_used;
+    /* Relaxed: the two loads below only feed the high-water marks. */
     uint32_t heap_in_use =
         (uint32_t)(s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed));
     if (heap_in_use > s->heap_hwm)
@@ -316,6 +318,11 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
     cmd->u.ev.event_id = e->id;
     if (node) {
+        /*
+         * Only producers (under submit_lock) increment, so the check in
+         * pto_slot_begin still holds; the scheduler reads the command only
+         * after the tail release in pto_slot_commit.
+         */
         uint32_t used = atomic_fetch_add_explicit(&s->dep_used, 1, memory_order_relaxed) + 1;
         if (used > s->dep_hwm)
             s->dep_hwm = used;
@@ -333,7 +340,10 @@ int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
     struct pto_cmd *cmd;
     if ((rc = pto_slot_begin(s, "pto_stream_free", 0, false, &cmd, NULL)))
         return rc;
-    /* Under submit_lock, waits_pending is exact for the commands queued before this free. */
+    /*
+     * Under submit_lock no wait can be added concurrently; acquire pairs with
+     * the release decrement in release_resources (a wait that executed).
+     */
     bool local_ok = atomic_load_explicit(&s->waits_pending, memory_order_acquire) == 0;
     struct pto_pending_free *pf;
     if ((rc = pto_mem_pend_free(s->dev, s, ptr, local_ok, &pf))) {
