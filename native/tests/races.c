@@ -32,7 +32,7 @@ static _Atomic uint8_t done_count[MAX_TOKENS];
 static int32_t done_status[MAX_TOKENS];
 static _Atomic uint8_t issued[MAX_TOKENS];
 static atomic_bool stop, stop_drainer, failed, lost;
-static _Atomic uint64_t n_ok, n_canceled, n_lost, n_cancels;
+static _Atomic uint64_t n_ok, n_canceled, n_lost, n_dep, n_cancels, n_retired;
 
 #define FAIL(...)                                                                     \
     do {                                                                              \
@@ -94,6 +94,7 @@ static int submit(struct sub *w, int rc, uint64_t t)
     if (t) {
         w->ngroup--;
         atomic_store(&issued[t], 0);
+        atomic_fetch_add(&n_retired, 1);
     }
     if (rc == -PTO_EDEVLOST && phase == 2)
         return rc;
@@ -130,6 +131,8 @@ static bool wait_group(struct sub *w)
             atomic_fetch_add(&n_canceled, 1);
         else if (st == -PTO_EDEVLOST)
             atomic_fetch_add(&n_lost, 1);
+        else if (st == -PTO_EDEP)
+            atomic_fetch_add(&n_dep, 1);
         bool allowed = st == -PTO_ECANCELED || st == -PTO_EDEP ||
                        (phase == 2 && st == -PTO_EDEVLOST);
         if (!allowed)
@@ -218,6 +221,8 @@ static int run_phase(int which, double seconds)
     atomic_store(&n_canceled, 0);
     atomic_store(&n_lost, 0);
     atomic_store(&n_cancels, 0);
+    atomic_store(&n_dep, 0);
+    atomic_store(&n_retired, 0);
 
     dev = t_open_device(4u << 20, 32);
     t_check(pto_kernel_builtin(dev, "spin", &k_spin));
@@ -270,9 +275,11 @@ static int run_phase(int which, double seconds)
     for (int i = 0; i < NSUB; i++)
         pto_event_destroy(events[i]);
     pto_device_close(dev);
-    printf("races phase %d: %llu tokens, ok %llu, canceled %llu, lost %llu, cancels %llu\n", which,
-           (unsigned long long)(last - 1), (unsigned long long)atomic_load(&n_ok),
-           (unsigned long long)atomic_load(&n_canceled), (unsigned long long)atomic_load(&n_lost),
+    printf("races phase %d: %llu tokens (%llu refused): ok %llu, canceled %llu, dep %llu, "
+           "lost %llu; %llu cancel calls dropped work\n",
+           which, (unsigned long long)(last - 1), (unsigned long long)atomic_load(&n_retired),
+           (unsigned long long)atomic_load(&n_ok), (unsigned long long)atomic_load(&n_canceled),
+           (unsigned long long)atomic_load(&n_dep), (unsigned long long)atomic_load(&n_lost),
            (unsigned long long)atomic_load(&n_cancels));
     return 0;
 }

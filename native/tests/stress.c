@@ -322,6 +322,59 @@ free:
     }
 }
 
+/*
+ * Object churn next to the submitters: short-lived streams destroyed with
+ * work queued behind a latch, events destroyed with waits queued, builtin
+ * kernels unloaded with launches queued, trace toggled and read, every
+ * stats call.  Its commands carry no token (token 0: no record).
+ */
+static void *chaos(void *arg)
+{
+    double seconds = *(double *)arg;
+    uint64_t rng = 0xc4a05ULL, until = t_now_ns() + (uint64_t)(seconds * 1e9);
+    pto_trace_record tr[32];
+    while (t_now_ns() < until && !atomic_load(&failed)) {
+        pto_stream *s;
+        pto_event *e;
+        pto_latch *l;
+        pto_kernel *k;
+        t_check(pto_stream_create(dev, (int)t_rand_range(&rng, 0, 3), &s));
+        t_check(pto_event_create(dev, &e));
+        t_check(pto_latch_create(dev, 0, &l));
+        t_check(pto_kernel_builtin(dev, "noop", &k));
+        t_check(pto_stream_latch_wait(s, l, 0));
+        t_check(pto_stream_launch(s, k, (uint32_t)t_rand_range(&rng, 1, 3), NULL, 0, 0));
+        t_check(pto_stream_record(s, e, 0));
+        t_check(pto_stream_wait_event(s, events[t_rand_range(&rng, 0, NTHREADS - 1)], 0));
+        t_check(pto_stream_delay(s, t_rand_range(&rng, 0, 50), 0));
+        pto_kernel_unload(k);         /* a queued launch still references it */
+        bool early = t_rand_range(&rng, 0, 1);
+        if (early)
+            pto_event_destroy(e);     /* the queued record must still be safe */
+        if (t_rand_range(&rng, 0, 1))
+            pto_latch_release(l);
+        pto_stream_destroy(s);        /* queued work still runs; freed once drained */
+        pto_latch_destroy(l);         /* releases it if still held */
+        if (!early) {
+            int rc = pto_event_synchronize(e, 30000000);
+            if (rc == -PTO_ETIMEDOUT)
+                FAIL("event on a destroyed stream never completed");
+            pto_event_destroy(e);
+        }
+        pto_trace_enable(dev, (int)t_rand_range(&rng, 0, 1));
+        pto_trace_read(dev, tr, 32);
+        pto_mem_stats ms;
+        pto_device_stats ds;
+        pto_engine_stats es;
+        t_check(pto_mem_get_stats(dev, &ms));
+        t_check(pto_device_get_stats(dev, &ds));
+        t_check(pto_engine_get_stats(dev, (int32_t)t_rand_range(&rng, 0, 4), &es));
+        t_assert(ms.reserved >= ms.in_use && ms.peak >= ms.reserved, "mem stats inconsistent");
+        t_pause_us((unsigned)t_rand_range(&rng, 50, 500));
+    }
+    return NULL;
+}
+
 static void *submitter(void *arg)
 {
     struct worker *w = arg;
@@ -338,7 +391,7 @@ int main(int argc, char **argv)
     double seconds = t_duration(argc, argv, 3.0);
     pto_device_config cfg;
     struct worker workers[NTHREADS];
-    pthread_t threads[NTHREADS], drain_thread;
+    pthread_t threads[NTHREADS], drain_thread, chaos_thread;
 
     pto_device_config_init(&cfg);
     cfg.cores = 3;
@@ -372,10 +425,12 @@ int main(int argc, char **argv)
         t_check(pto_event_create(dev, &events[i]));
     }
     pthread_create(&drain_thread, NULL, drainer, NULL);
+    pthread_create(&chaos_thread, NULL, chaos, &seconds);
     for (int i = 0; i < NTHREADS; i++)
         pthread_create(&threads[i], NULL, submitter, &workers[i]);
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(threads[i], NULL);
+    pthread_join(chaos_thread, NULL);
 
     /* Everything issued must complete exactly once. */
     t_assert(pto_device_synchronize(dev, 30000000) == 0, "device did not go idle");
