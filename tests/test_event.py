@@ -1,0 +1,87 @@
+"""Event: record, query, await, sync, elapsed time, failures (runtime/_event.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pypto_async.errors import PtoDependencyError, PtoKernelFault, PtoTimeout, PtoTryAgain
+from pypto_async.runtime import ChipWorker, Event
+from pypto_async.testing import hold
+
+N = 64
+
+
+def test_event_init_disabled():
+    with pytest.raises(TypeError, match=r"Stream\.record\(\)"):
+        Event()
+
+
+def test_record_query_sync(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    with hold(worker.default_stream) as latch:
+        inc.submit(t)
+        event = worker.default_stream.record()
+        assert event.stream is worker.default_stream
+        assert not event.query()
+        with pytest.raises(PtoTimeout):
+            event.sync(timeout=0.05)
+        latch.release()
+        event.sync(timeout=10)
+    assert event.query()
+    np.testing.assert_array_equal(t.numpy(), np.ones(N, np.float32))
+    t.free()
+
+
+@pytest.mark.anyio
+async def test_await_event(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        inc(t)
+        inc(t)
+        event = w.default_stream.record()
+        await event
+        assert event.query()
+        await event  # a completed event answers at once
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, 2, np.float32))
+        t.free()
+
+
+def test_elapsed_ms_brackets_device_work(worker, kernels):
+    inc = worker.register(kernels.get("inc", 1 << 16))
+    t = worker.alloc_tensor(1 << 16, np.float32, init=np.zeros(1 << 16, np.float32))
+    start = worker.default_stream.record()
+    for _ in range(5):
+        inc.submit(t)
+    end = worker.default_stream.record()
+    end.sync(timeout=10)
+    assert end.elapsed_ms(start) <= 0.0 <= start.elapsed_ms(end)
+    t.free()
+
+
+def test_elapsed_ms_needs_completed_events(worker, kernels):
+    with hold(worker.default_stream):
+        start = worker.default_stream.record()
+        end = worker.default_stream.record()
+        with pytest.raises(PtoTryAgain):
+            start.elapsed_ms(end)
+    end.sync(timeout=10)
+    with pytest.raises(TypeError):
+        start.elapsed_ms(3)
+
+
+@pytest.mark.anyio
+async def test_event_after_a_failure_raises_it(config, kernels):
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await w.default_stream
+        failed = w.register(kernels.get("fail", N))(t)
+        event = w.default_stream.record()
+        with pytest.raises(PtoDependencyError) as info:
+            await event
+        assert isinstance(info.value.__cause__, PtoKernelFault)
+        with pytest.raises(PtoKernelFault):
+            await failed
+        t.free()

@@ -1,0 +1,229 @@
+"""Stream: order, overlap, device-side waits, back-pressure, close (runtime/_stream.py)."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+from pypto_async.errors import PtoArgumentError, PtoClosedError, PtoTimeout
+from pypto_async.runtime import ChipWorker, RunConfig, Stream
+from pypto_async.testing import hold
+
+N = 64
+
+
+def rand(n: int = N) -> np.ndarray:
+    return np.random.default_rng().standard_normal(n).astype(np.float32)
+
+
+def test_stream_init_disabled():
+    with pytest.raises(TypeError, match=r"ChipWorker\.stream\(\)"):
+        Stream()
+
+
+def test_stream_properties(worker):
+    s = worker.stream(priority=3)
+    assert s.priority == 3 and s.worker is worker and not s.is_closed
+    assert s.id != worker.default_stream.id
+    assert s.backlog == 0
+    with pytest.raises(PtoArgumentError, match="priority"):
+        worker.stream(priority="high")
+    s.close()
+
+
+def test_launches_on_one_stream_complete_in_order(worker, kernels):
+    step = worker.register(kernels.get("step"))
+    counter = worker.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+    s = worker.stream()
+    # k_step fails unless the counter equals the launch's index: any reordering fails a launch.
+    launches = [step.submit(counter, i, stream=s) for i in range(200)]
+    s.sync(timeout=10)
+    assert [launch.exception() for launch in launches] == [None] * 200
+    assert counter.numpy()[0] == 200
+    counter.free()
+    s.close()
+
+
+def test_two_streams_overlap(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    a, b = worker.stream(), worker.stream()
+    ta = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    x = np.zeros(N, np.float32)
+    with hold(a) as latch:
+        held = inc.submit(ta, stream=a)
+        # A sync-mode call returns only once complete: stream b is not held by a.
+        inc(x, stream=b)
+        np.testing.assert_array_equal(x, np.ones(N, np.float32))
+        assert not held.done() and not a.record().query()
+        latch.release()
+        held.sync(timeout=10)
+    np.testing.assert_array_equal(ta.numpy(), np.ones(N, np.float32))
+    ta.free()
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("what", ["launch", "event", "stream"])
+def test_wait_orders_across_streams(worker, kernels, what):
+    inc = worker.register(kernels.get("inc", N))
+    copy = worker.register(kernels.get("copy", N))
+    a, b = worker.stream(), worker.stream()
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32, init=x)
+    out = np.full(N, np.nan, np.float32)
+    with hold(a) as latch:
+        first = inc.submit(t, stream=a)
+        b.wait({"launch": first, "event": a.record(), "stream": a}[what])
+        second = copy.submit(t, out, stream=b)
+        after = b.record()
+        assert not after.query()  # b waits on the device for a, which is held
+        assert not second.done()
+        latch.release()
+        second.sync(timeout=10)
+    np.testing.assert_array_equal(out, x + np.float32(1))
+    t.free()
+    a.close()
+    b.close()
+
+
+def test_wait_rejects_other_things(worker, config):
+    s = worker.stream()
+    with pytest.raises(PtoArgumentError, match="takes an Event, a Launch or a Stream"):
+        s.wait(42)
+    with ChipWorker(config) as other:
+        with pytest.raises(PtoArgumentError, match="another worker"):
+            s.wait(other.default_stream)
+        with pytest.raises(PtoArgumentError, match="another worker"):
+            s.wait(other.default_stream.record())
+    s.close()
+
+
+def test_sync_has_a_timeout(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    with hold(worker.default_stream):
+        inc.submit(t)
+        with pytest.raises(PtoTimeout, match="did not complete within"):
+            worker.default_stream.sync(timeout=0.05)
+    worker.default_stream.sync(timeout=10)
+    np.testing.assert_array_equal(t.numpy(), np.ones(N, np.float32))
+    t.free()
+
+
+@pytest.mark.anyio
+async def test_await_stream_waits_for_work_queued_so_far(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        launches = [inc(t) for _ in range(10)]
+        await w.default_stream
+        assert all(launch.done() for launch in launches)
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, 10, np.float32))
+        t.free()
+
+
+@pytest.mark.anyio
+async def test_await_stream_does_not_raise_for_a_failed_launch(config, kernels):
+    async with ChipWorker(config) as w:
+        failed = w.register(kernels.get("fail", N))(rand())
+        await w.default_stream
+        assert failed.done() and failed.exception() is not None
+
+
+@pytest.mark.anyio
+async def test_backpressure_never_blocks_the_loop(kernels):
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        step = w.register(kernels.get("step"))
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+        await w.default_stream
+        ticks = 0
+        done = False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await anyio.sleep(0)
+
+        launches = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            for i in range(1000):
+                launch = await step.submit(counter, i)
+                assert launch.submitted_to_ring
+                launches.append(launch)
+            await launches[-1].wait()
+            done = True
+        # k_step saw the launches in order; the other task ran while this one waited for room.
+        assert [launch.exception() for launch in launches] == [None] * 1000
+        assert ticks > 0
+        stats = w.stats()
+        assert stats.backpressure_waits > 0
+        np.testing.assert_array_equal(await counter.to_host(), [1000])
+        counter.free()
+
+
+@pytest.mark.anyio
+async def test_launches_queue_in_the_fifo_in_order(kernels):
+    # Without awaiting submit(): everything past the ring waits in the stream's FIFO, in order.
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        step = w.register(kernels.get("step"))
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+        launches = [step(counter, i) for i in range(300)]
+        assert w.default_stream.backlog > 0
+        order = []
+
+        async def watch(i):
+            await launches[i]
+            # Launches resolve in submission order: every earlier one is done too.
+            assert all(launches[j].done() for j in range(i))
+            order.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(launches)):
+                tg.start_soon(watch, i)
+        assert sorted(order) == list(range(300))
+        assert [launch.exception() for launch in launches] == [None] * 300
+        np.testing.assert_array_equal(await counter.to_host(), [300])
+        counter.free()
+
+
+def test_sync_mode_submit_blocks_only_while_the_window_is_full(kernels):
+    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                              device_memory=16 << 20)) as w:
+        step = w.register(kernels.get("step"))
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+        launches = [step.submit(counter, i) for i in range(100)]
+        assert all(launch.submitted_to_ring for launch in launches)
+        w.default_stream.sync(timeout=10)
+        assert [launch.exception() for launch in launches] == [None] * 100
+        np.testing.assert_array_equal(counter.numpy(), [100])
+        counter.free()
+
+
+def test_close_stream(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    s = worker.stream()
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=s)
+    with hold(s) as latch:
+        queued = inc.submit(t, stream=s)
+        s.close()  # queued work still runs
+        s.close()  # idempotent
+        assert s.is_closed
+        with pytest.raises(PtoClosedError, match="closed"):
+            inc(t, stream=s)
+        with pytest.raises(PtoClosedError):
+            s.record()
+        latch.release()
+        queued.sync(timeout=10)
+    # The tensor's deallocation stream is closed: it is freed on the default stream instead.
+    np.testing.assert_array_equal(t.numpy(), np.ones(N, np.float32))
+    t.free()
+
+
+def test_default_stream_cannot_be_closed(worker):
+    with pytest.raises(PtoArgumentError, match="closed with its worker"):
+        worker.default_stream.close()

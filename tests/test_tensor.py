@@ -1,0 +1,210 @@
+"""DeviceTensor: allocation, data, stream-ordered frees, lifetime (runtime/_tensor.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from conftest import mem_stats
+from pypto_async._dtypes import FP32, INT32
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoClosedError,
+    PtoForeignTensorError,
+    PtoOutOfMemory,
+    PtoTensorFreedError,
+)
+from pypto_async.runtime import ChipWorker, DeviceTensor
+from pypto_async.testing import hold
+
+N = 64
+
+
+def rand(n: int = N) -> np.ndarray:
+    return np.random.default_rng().standard_normal(n).astype(np.float32)
+
+
+def test_device_tensor_init_disabled():
+    with pytest.raises(TypeError, match=r"alloc_tensor\(\)"):
+        DeviceTensor()
+
+
+def test_alloc_describes_the_tensor(worker):
+    t = worker.alloc_tensor((4, 8), np.float32)
+    assert t.shape == (4, 8) and t.dtype is FP32 and t.nbytes == 128 and t.size == 32
+    assert isinstance(t.data_ptr, int) and t.data_ptr > 0
+    assert t.worker is worker and t.stream is worker.default_stream and not t.freed
+    assert "shape=(4, 8)" in repr(t)
+    t.free()
+    assert t.freed and "freed" in repr(t)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float32"), "float32", FP32, "torch"])
+def test_dtype_spellings(worker, dtype):
+    if dtype == "torch":
+        dtype = pytest.importorskip("torch").float32
+    t = worker.alloc_tensor(N, dtype)
+    assert t.dtype is FP32
+    t.free()
+
+
+def test_init_round_trip(worker):
+    x = np.random.default_rng().integers(-1000, 1000, size=(3, 5)).astype(np.int32)
+    t = worker.alloc_tensor((3, 5), np.int32, init=x)
+    assert t.dtype is INT32
+    x_copy = x.copy()
+    x[:] = 0  # sync mode: the initial copy completed before alloc_tensor returned
+    np.testing.assert_array_equal(t.numpy(), x_copy)
+    host = np.zeros((3, 5), np.int32)
+    worker.copy_from(host, t.data_ptr, t.nbytes)  # the seed's way of reading a DeviceTensor
+    np.testing.assert_array_equal(host, x_copy)
+    t.free()
+
+
+def test_init_is_checked(worker):
+    with pytest.raises(PtoArgumentError, match=r"shape \(3,\) does not match"):
+        worker.alloc_tensor(4, np.float32, init=np.zeros(3, np.float32))
+    with pytest.raises(PtoArgumentError, match="dtype float64 does not match"):
+        worker.alloc_tensor(4, np.float32, init=np.zeros(4, np.float64))
+    with pytest.raises(PtoArgumentError, match="shape"):
+        worker.alloc_tensor((2, -1), np.float32)
+    with pytest.raises(PtoArgumentError, match="unsupported dtype"):
+        worker.alloc_tensor(4, np.complex64)
+    assert mem_stats(worker).count == 0
+
+
+def test_out_of_device_memory(worker):
+    with pytest.raises(PtoOutOfMemory):
+        worker.alloc_tensor(1 << 30, np.uint8)
+    t = worker.alloc_tensor(N, np.float32)  # the worker goes on
+    t.free()
+
+
+@pytest.mark.anyio
+async def test_to_host_and_copy_directions(config):
+    async with ChipWorker(config) as w:
+        x, y = rand(), rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        x[:] = 0  # async mode: init was copied first, so this does not race the device copy
+        u = w.alloc_tensor(N, np.float32)
+        assert await w.copy(u, t) is u  # device to device
+        np.testing.assert_array_equal(await u.to_host(), await t.to_host())
+        await w.copy(t, y)  # host to device
+        out = np.zeros(N, np.float32)
+        assert await w.copy(out, t) is out  # device to host
+        np.testing.assert_array_equal(out, y)
+        with pytest.raises(PtoArgumentError, match="must be a DeviceTensor"):
+            w.copy(out, y)
+        with pytest.raises(PtoArgumentError, match="sizes differ"):
+            w.copy(np.zeros(N + 1, np.float32), t)
+        t.free()
+        u.free()
+
+
+def test_copy_to_and_copy_from_raw_addresses(worker):
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32)
+    worker.copy_to(t.data_ptr, x, t.nbytes)
+    buf = bytearray(t.nbytes)
+    worker.copy_from(buf, t.data_ptr, t.nbytes)
+    np.testing.assert_array_equal(np.frombuffer(buf, np.float32), x)
+    out = np.zeros(N, np.float32)
+    worker.copy_from(out.ctypes.data, t.data_ptr, t.nbytes)  # an int host address
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(PtoArgumentError, match="fewer than nbytes"):
+        worker.copy_from(bytearray(4), t.data_ptr, t.nbytes)
+    with pytest.raises(PtoArgumentError, match="nbytes"):
+        worker.copy_from(buf, t.data_ptr, 0)
+    t.free()
+
+
+def test_free_is_checked(worker, config):
+    t = worker.alloc_tensor(N, np.float32)
+    worker.free_tensor(t)
+    with pytest.raises(PtoTensorFreedError, match="freed already"):
+        t.free()
+    t.close()  # idempotent
+    with ChipWorker(config) as other:
+        u = other.alloc_tensor(N, np.float32)
+        with pytest.raises(PtoForeignTensorError):
+            worker.free_tensor(u)
+        with pytest.raises(PtoForeignTensorError):
+            worker.copy(u, np.zeros(N, np.float32))
+        u.free()
+    with worker.alloc_tensor(N, np.float32) as v:
+        pass
+    assert v.freed
+
+
+def test_free_on_one_stream_waits_for_the_others(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    a, b = worker.stream(), worker.stream()
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+    inc(t, stream=a)
+    address = t.data_ptr
+    with hold(b) as latch:
+        still_reading = inc.submit(t, stream=b)
+        t.free()  # on a, its deallocation stream
+        # Until b's use completed, no allocation on any stream may get the block back.
+        others = [worker.alloc_tensor(N, np.float32, stream=s)
+                  for s in (a, a, b, worker.default_stream)]
+        assert address not in {o.data_ptr for o in others}
+        assert not still_reading.done()
+        latch.release()
+        still_reading.sync(timeout=10)
+    for o in others:
+        o.free()
+    a.close()
+    b.close()
+
+
+@pytest.mark.anyio
+async def test_first_use_on_another_stream_waits_for_the_allocation(config, kernels):
+    async with ChipWorker(config) as w:
+        copy = w.register(kernels.get("copy", N))
+        a, b = w.stream(), w.stream()
+        x = rand()
+        out = np.full(N, np.nan, np.float32)
+        with hold(a) as latch:
+            t = w.alloc_tensor(N, np.float32, init=x, stream=a)  # the copy waits behind the latch
+            launch = copy(t, out, stream=b)
+            assert not b.record().query()  # b waits for a's initial copy
+            latch.release()
+            await launch
+        np.testing.assert_array_equal(out, x)
+        t.free()
+        a.close()
+        b.close()
+
+
+def test_collected_tensor_is_freed(worker):
+    before = mem_stats(worker).count
+    t = worker.alloc_tensor(N, np.float32)
+    assert mem_stats(worker).count == before + 1
+    del t
+    gc.collect()
+    worker.default_stream.sync(timeout=10)
+    assert mem_stats(worker).count == before
+
+
+@pytest.mark.anyio
+async def test_collected_tensor_is_freed_in_async_mode(config):
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32)
+        del t
+        gc.collect()
+        await w.default_stream
+        await w.default_stream
+        assert mem_stats(w).count == 0
+
+
+def test_close_frees_forgotten_tensors_with_a_warning(config):
+    w = ChipWorker(config)
+    t = w.alloc_tensor((2, 3), np.float32)
+    with pytest.warns(ResourceWarning, match=r"shape=\(2, 3\).*never freed"):
+        w.close()
+    assert t.freed
+    with pytest.raises(PtoClosedError):
+        t.free()
