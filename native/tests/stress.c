@@ -30,7 +30,7 @@
 
 static pto_device *dev;
 static pto_event *events[NTHREADS];
-static pto_kernel *k_add, *k_axpy, *k_spin, *k_fail;
+static pto_kernel *k_add, *k_axpy, *k_spin, *k_fail, *k_noop;
 
 static _Atomic uint64_t next_token = 1;
 static _Atomic uint8_t done_count[MAX_TOKENS];  /* records seen per token */
@@ -278,8 +278,15 @@ static void run_group(struct worker *w)
         SUBMIT(w, pto_stream_delay, w->s, t_rand_range(&w->rng, 1, 100));
     } else if (kind == 10) {  /* a burst longer than the ring: back-pressure (-PTO_EAGAIN) */
         int burst = (int)t_rand_range(&w->rng, 8, 40);
-        for (int i = 0; i < burst; i++)
-            SUBMIT(w, pto_stream_notify, w->s);
+        uint64_t args[48];
+        for (int i = 0; i < 48; i++)
+            args[i] = t_rand(&w->rng);
+        for (int i = 0; i < burst; i++) {
+            if (t_rand_range(&w->rng, 0, 1)) /* argument lists of any length wrap the ring heap */
+                SUBMIT(w, pto_stream_launch, w->s, k_noop, 1, args, (uint32_t)t_rand_range(&w->rng, 0, 48));
+            else
+                SUBMIT(w, pto_stream_notify, w->s);
+        }
     } else {                  /* a kernel that fails: the rest of the group fails with EDEP */
         uint64_t args[1] = {0};
         w->may_fail = true;
@@ -399,6 +406,7 @@ int main(int argc, char **argv)
     cfg.aicpu_thread_num = 2;
     cfg.ring_task_window = 16;    /* small: back-pressure happens */
     cfg.ring_dep_pool = 4;
+    cfg.ring_heap = 1024;         /* small: argument lists wrap it and fill it */
     cfg.device_memory = 1u << 20; /* small: allocations sometimes fail */
     cfg.trace = 1;
     cfg.trace_capacity = 1024;
@@ -410,6 +418,7 @@ int main(int argc, char **argv)
     t_check(pto_kernel_builtin(dev, "axpy_f32", &k_axpy));
     t_check(pto_kernel_builtin(dev, "spin", &k_spin));
     t_check(pto_kernel_builtin(dev, "fail", &k_fail));
+    t_check(pto_kernel_builtin(dev, "noop", &k_noop));
     for (int i = 0; i < NTHREADS; i++) {
         struct worker *w = &workers[i];
         memset(w, 0, sizeof(*w));

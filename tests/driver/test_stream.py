@@ -298,3 +298,17 @@ def test_higher_priority_head_runs_first(open_dev):
     log.wait(*toks.values())
     order = [r.token for r in log.records.values()]
     assert order == [toks[10], toks[5], toks[0]]
+
+
+def test_failure_without_a_token_is_observed_through_its_first_dependent(dev, cq, stream):
+    """A failing command with token 0 pushes no record; the first EDEP record stands in for it."""
+    check(lib.pto_debug_fail_next(stream, 0, 1))
+    notify(stream, 0)
+    t1 = new_token()
+    notify(stream, t1)
+    rec = cq.wait(t1)[t1]
+    assert rec.status == -PTO_EDEP and rec.cause_token == 0
+    assert "PTO_EFAULT" in rec.message
+    t2 = new_token()
+    notify(stream, t2)  # submitted after that record was drained
+    assert cq.wait(t2)[t2].status == 0
