@@ -302,10 +302,11 @@ def test_higher_priority_head_runs_first(open_dev):
 
 def test_failure_without_a_token_is_observed_through_its_first_dependent(dev, cq, stream):
     """A failing command with token 0 pushes no record; the first EDEP record stands in for it."""
-    check(lib.pto_debug_fail_next(stream, 0, 1))
-    notify(stream, 0)
     t1 = new_token()
-    notify(stream, t1)
+    with held(dev, stream):  # both queued before the failure executes
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, 0)
+        notify(stream, t1)
     rec = cq.wait(t1)[t1]
     assert rec.status == -PTO_EDEP and rec.cause_token == 0
     assert "PTO_EFAULT" in rec.message
