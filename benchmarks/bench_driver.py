@@ -153,6 +153,21 @@ def bench_latency(trials: int, gap_us: int, spin: bool) -> dict:
     }
 
 
+def bench_idle_cpu(seconds: float) -> dict:
+    """CPU time the process uses per second while a device sits open and idle."""
+    dev, s = _open(256)
+    try:
+        check(lib.pto_stream_notify(s, 0))
+        check(lib.pto_stream_synchronize(s, 10_000_000))
+        time.sleep(0.05)  # past every spin window
+        c0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(seconds)
+        c1, t1 = time.process_time(), time.perf_counter()
+    finally:
+        lib.pto_device_close(dev)
+    return {"seconds": t1 - t0, "cpu_ms_per_s": (c1 - c0) * 1e3 / (t1 - t0)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20_000, help="submissions per repeat (default 20000)")
@@ -171,6 +186,7 @@ def main(argv=None) -> int:
     idle = bench_latency(args.trials, args.gap_us, spin=False)
     idle_spinning = bench_latency(args.trials, args.gap_us, spin=True)
     hot = bench_latency(args.trials, 0, spin=False)
+    idle_cpu = bench_idle_cpu(1.0)
 
     rows = [
         ("pto_nop() per call", f"{submit['nop_us']:.3f} us", ""),
@@ -186,6 +202,7 @@ def main(argv=None) -> int:
         ("  record end_ns - submit_ns", f"{idle_spinning['record_end_minus_submit_median_us']:.2f} us", ""),
         ("submit -> fd readable (poll waiter), back to back", f"{hot['readable_median_us']:.2f} us", ""),
         ("  record end_ns - submit_ns", f"{hot['record_end_minus_submit_median_us']:.2f} us", ""),
+        ("CPU used by an open, idle device", f"{idle_cpu['cpu_ms_per_s']:.2f} ms/s", "should be ~0"),
     ]
     width = max(len(r[0]) for r in rows)
     spin = f", spin_us={args.spin_us}" if args.spin_us is not None else ""
@@ -194,7 +211,7 @@ def main(argv=None) -> int:
     for name, value, note in rows:
         print(f"  {name:<{width}}  {value:>16}  {note}")
     result = {"cpus": os.cpu_count(), "spin_us": args.spin_us, "submit": submit, "latency_idle": idle, "latency_idle_spinning": idle_spinning,
-              "latency_back_to_back": hot,
+              "latency_back_to_back": hot, "idle_cpu": idle_cpu,
               "python": platform.python_version(), "machine": platform.machine()}
     if args.json:
         with open(args.json, "w") as f:
