@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sched.h>
+
 #include "internal.h"
 
 /* 1 while the current block called blk->fail (trace status of the block). */
@@ -87,8 +89,7 @@ static void *sched_main(void *arg)
             if (next_deadline && next_deadline < end)
                 end = next_deadline;
             while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k) {
-                for (int i = 0; i < 32; i++)
-                    pto_cpu_relax();
+                sched_yield();   /* see engine_idle: give the CPU to the host */
                 if (pto_now_ns() >= end)
                     break;
             }
@@ -173,8 +174,10 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
         uint64_t end = pto_now_ns() + spin_ns;
         while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
                !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
-            for (int i = 0; i < 32; i++)
-                pto_cpu_relax();
+            /* Yield, not pause: on an oversubscribed host the thread we are
+             * waiting for (often the host thread just woken by the eventfd)
+             * may need this very CPU. */
+            sched_yield();
             if (pto_now_ns() >= end)
                 break;
         }
