@@ -294,7 +294,7 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
     meta = json.loads((entry / _META).read_text())
     target = entry
-    if output_dir is not None:
+    if output_dir is not None and Path(output_dir).resolve() != entry.resolve():
         target = Path(output_dir)
         target.mkdir(parents=True, exist_ok=True)
         for name in (_SOURCE, _IR_TEXT, _META, _LIB):
@@ -310,9 +310,12 @@ def _c_name(name: str) -> str:
 
 
 def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc) -> None:
-    root.mkdir(parents=True, exist_ok=True)
     source = generate_c(lowered, symbol)
-    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{entry.name}-", dir=root))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{entry.name}-", dir=root))
+    except OSError as exc:
+        raise PtoCompileError(f"cannot use the kernel cache {root} ({exc}); set PYPTO_ASYNC_CACHE_DIR") from exc
     try:
         (tmp / _SOURCE).write_text(source)
         (tmp / _IR_TEXT).write_text(text + "\n")

@@ -247,3 +247,17 @@ def test_compile_reports_a_missing_compiler(fresh_cache, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(PtoCompileError, match="not found"):
         ir.compile(add_kernel.lower(A, A, A))
+
+
+def test_unusable_cache_dir_is_a_compile_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(blocker))
+    with pytest.raises(PtoCompileError, match="cannot use the kernel cache"):
+        ir.compile(add_kernel.lower(A, A, A))
+
+
+def test_output_dir_may_be_the_cache_entry(fresh_cache):
+    c = ir.compile(add_kernel.lower(A, A, A))
+    again = ir.compile(add_kernel.lower(A, A, A), output_dir=c.output_dir)
+    assert again.output_dir == c.output_dir and again.lib_path.is_file()
