@@ -787,13 +787,23 @@ class WorkerTracing:
                 if self.life_stats_path is not None:
                     from ._stats import scope_stats
 
-                    write_json(self.life_stats_path, scope_stats(self._worker.stats()))
+                    _write_or_warn(self.life_stats_path, scope_stats(self._worker.stats()))
             if self._life is not None:
                 trace = self.recorder.finish(self._life)
                 self._life = None
-                trace.save(self.life_path)
+                _write_or_warn(self.life_path, trace.to_chrome())
         finally:
             self.recorder.close()
+
+
+def _write_or_warn(path: pathlib.Path, doc: dict) -> None:
+    # Closing a worker must not fail because a diagnostic file cannot be written.
+    try:
+        write_json(path, doc)
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"pypto_async: could not write {path}: {exc}", RuntimeWarning, stacklevel=4)
 
 
 def _stats_path_for(trace_path: pathlib.Path) -> pathlib.Path:

@@ -74,7 +74,9 @@ from ._kernel import KernelHandle
 from ._launch import Launch, _new_launch
 from ._pump import SyncPump, make_pump
 from ._stream import Stream
+from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
 from ._tensor import DeviceTensor
+from ._trace import TraceWindow, WorkerTracing
 
 __all__ = ["ChipWorker", "WorkerStats"]
 
@@ -128,6 +130,13 @@ class WorkerStats:
         the high-water mark of reserved; the arena size.
     memory_allocations : int
         Live device allocations.
+    engines : tuple of EngineStats
+        Per engine (cores first, then copy engines): busy time, commands, bytes.
+    stream_stats : tuple of StreamStats
+        Per open stream: ring occupancy high-water marks (task window, heap,
+        dep pool), backlog, and time spent waiting for room in the ring.
+    backpressure_wait_ns : int
+        Time streams spent with commands waiting for room, summed over streams.
     """
 
     launches: int
@@ -147,6 +156,9 @@ class WorkerStats:
     memory_peak: int
     memory_capacity: int
     memory_allocations: int
+    engines: tuple[EngineStats, ...] = ()
+    stream_stats: tuple[StreamStats, ...] = ()
+    backpressure_wait_ns: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -204,7 +216,7 @@ class ChipWorker:
         self._cq = ffi.new("pto_completion[]", _BATCH)
         self._devptr_out = ffi.new("pto_devptr *")
         self._streams: dict[int, Stream] = {}
-        self._backlog: dict[Stream, None] = {}
+        self._backlog: dict[Stream, None] = BacklogClock()  # also times back-pressure waits
         self._failures: dict[int, PtoError] = {}
         self._deferred: deque = deque()
         self._deferred_scheduled = False
@@ -223,6 +235,7 @@ class ChipWorker:
         self._state = _OPEN
         try:
             self._default_stream = self._new_stream(0, True)
+            self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
         except BaseException:
             self._state = _CLOSED
             lib.pto_device_close(self._dev)
@@ -351,6 +364,7 @@ class ChipWorker:
             forgotten = self._free_forgotten()
             if not self._drive(self._idle, timeout):
                 self._drop_queued(timeout)
+            self._tracing.close()
         finally:
             self._teardown()
         self._warn_forgotten(forgotten)
@@ -368,6 +382,7 @@ class ChipWorker:
             finished = await self._pump.wait_idle(timeout)
             if not finished:
                 self._drop_queued(timeout)
+            self._tracing.close()
         finally:
             self._teardown()
         self._warn_forgotten(forgotten)
@@ -482,6 +497,7 @@ class ChipWorker:
         The default is task-local (a ``contextvars`` variable): other asyncio
         tasks and threads keep theirs.
         """
+        self._check_open()
         self._own_stream(stream)
         token = _context.push_stream(stream)
         try:
@@ -1254,7 +1270,22 @@ class ChipWorker:
             self._block_until(launch, False, None)
         launch.result()
 
-    # -- statistics ------------------------------------------------------------------------------------------
+    # -- statistics and traces ---------------------------------------------------------------------------------
+
+    def trace(self, path=None) -> TraceWindow:
+        """Capture a swimlane trace of the work submitted inside a ``with`` block.
+
+        ``with w.trace("run.json") as tr:`` (``async with`` in async code)
+        records every command the device runs from entry on; on exit it waits
+        until the worker has nothing in flight, then writes the Chrome/Perfetto
+        trace JSON to `path` (if given) and keeps it as ``tr.trace``.  Render
+        it with ``pypto-async trace run.json -o run.png``.  With
+        ``RunConfig(enable_chip_swimlane=True)`` the worker also writes a trace
+        of its whole life when it closes (see :class:`WorkerTracing`).
+        """
+        self._check_open()
+        return self._tracing.window(path)
+
 
     def stats(self) -> WorkerStats:
         """Return a snapshot of the worker's counters (see :class:`WorkerStats`)."""
@@ -1281,6 +1312,9 @@ class ChipWorker:
             memory_peak=mem.peak,
             memory_capacity=mem.capacity,
             memory_allocations=mem.count,
+            engines=engine_stats(self._dev, self._info.engines, self._info.cores),
+            stream_stats=stream_stats(self._streams.values(), self._backlog),
+            backpressure_wait_ns=self._backlog.total_ns(),
         )
 
 
