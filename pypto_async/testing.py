@@ -132,12 +132,17 @@ class Latch:
         self.timeout = timeout
 
     def release(self) -> None:
-        """Let the held stream go on.  Idempotent."""
+        """Let the held stream go on.  Idempotent.
+
+        After the worker closed this does nothing: closing the device
+        released (and freed) every latch.
+        """
         if not self.released:
             from ._driver import lib
 
             self.released = True
-            lib.pto_latch_release(self._handle)
+            if self._stream._worker._alive():
+                lib.pto_latch_release(self._handle)
 
     def __repr__(self) -> str:
         state = "released" if self.released else "holding"
@@ -233,12 +238,15 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     try:
         yield latch
     finally:
-        latch.release()
-        if entry is not None:
-            # Still behind a full ring: a released latch holds nothing, so drop
-            # the wait rather than let it reach the ring after the latch is gone.
-            _unqueue(stream, entry)
-        lib.pto_latch_destroy(latch._handle)  # the ring keeps its own reference
+        if stream._worker._alive():
+            latch.release()
+            if entry is not None:
+                # Still behind a full ring: a released latch holds nothing, so drop
+                # the wait rather than let it reach the ring after the latch is gone.
+                _unqueue(stream, entry)
+            lib.pto_latch_destroy(latch._handle)  # the ring keeps its own reference
+        else:
+            latch.released = True  # the worker closed inside the block: its device freed the latch
 
 
 def fail_next(stream, error: type | str | None = None, *, count: int = 1) -> None:

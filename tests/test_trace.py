@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 
 from pypto_async import _driver as drv
@@ -402,3 +403,103 @@ def test_driver_records_convert(tmp_path):
         drv.lib.pto_event_destroy(ev[0])
     finally:
         close_device(dev)
+
+
+# --- the worker's traces: w.trace() windows and enable_chip_swimlane -----------------
+
+N = 4096
+SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+
+
+def test_trace_window_records_only_its_work(tmp_path, kernels):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    add = kernels.get("add", N, blocks=2)
+    x = np.random.default_rng(3).standard_normal(N).astype(np.float32)
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        y = np.empty(N, np.float32)
+        w.run(add, x, x, y)  # before the window: not in it
+        s = w.stream()
+        with w.trace(tmp_path / "win.json") as tr:
+            for _ in range(3):
+                w.run(add, x, x, y, stream=s)
+        assert tr.path == tmp_path / "win.json" and tr.stats_path is None
+        doc = json.loads(tr.path.read_text())
+        check_chrome_trace(doc)
+        assert doc == tr.trace.to_chrome()
+        xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+        launches = [e for e in xs if e["cat"] == "launch"]
+        assert [e["name"] for e in launches] == [add.symbol] * 3  # kernels are named by symbol
+        assert {e["tid"] for e in launches} == {STREAM_TID_BASE + s.id}
+        assert sum(1 for e in xs if e["cat"] == "block") == 3 * 2
+        copies = [e for e in xs if e["cat"] in ("h2d", "d2h") and e["tid"] < ENGINE_TID_BASE]
+        assert sorted(e["cat"] for e in copies) == ["d2h"] * 3 + ["h2d"] * 6
+        assert all(e["args"]["bytes"] == N * 4 for e in copies)
+        assert tr.trace.dropped == 0
+        # Tracing is off again outside the window.
+        w.run(add, x, x, y)
+        assert read_records(w._dev) == []
+
+
+def test_swimlane_for_the_workers_life_matches_its_windows(tmp_path, kernels):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    add = kernels.get("add", N)
+    x = np.random.default_rng(4).standard_normal(N).astype(np.float32)
+    cfg = RunConfig(**SMALL, enable_chip_swimlane=True, enable_scope_stats=True, save_kernels_dir=str(tmp_path))
+    with ChipWorker(cfg) as w:
+        y = np.empty(N, np.float32)
+        w.run(add, x, x, y)
+        with w.trace() as outer:
+            with w.trace(tmp_path / "inner.json") as inner:
+                w.run(add, x, x, y)
+            w.run(add, x, x, y)
+        life = w._tracing.life_path
+    assert life.parent == tmp_path and life.name.startswith("pto_swimlane_")
+    doc = json.loads(life.read_text())
+    check_chrome_trace(doc)
+    assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "launch") == 3
+    assert set(inner.trace.records) < set(outer.trace.records)
+    assert sum(r.kind_name == "launch" for r in outer.trace.records) == 2
+    # The scope statistics sit next to each trace written.
+    assert (tmp_path / "inner.stats.json").is_file() and inner.stats_path == tmp_path / "inner.stats.json"
+    stats = json.loads(life.with_name(life.stem + ".stats.json").read_text())
+    assert stats["launches"] == 3 and stats["streams"] and stats["engines"]
+    # The window's JSON is the life trace's, restricted to the window's commands.
+    window_tokens = {e["args"]["token"] for e in inner.trace.to_chrome()["traceEvents"] if e["ph"] == "X"}
+    life_window = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["args"]["token"] in window_tokens]
+    win = [e for e in json.loads((tmp_path / "inner.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    strip = lambda es: sorted((e["name"], e["cat"], e["tid"], e["dur"], e["args"]["seq"]) for e in es)  # noqa: E731
+    assert strip(life_window) == strip(win)
+
+
+@pytest.mark.anyio
+async def test_async_trace_window(tmp_path, kernels, anyio_backend):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    add = kernels.get("add", N)
+    x = np.random.default_rng(5).standard_normal(N).astype(np.float32)
+    async with ChipWorker(RunConfig(**SMALL)) as w:
+        a, b = w.stream(), w.stream()
+        ys = [np.empty(N, np.float32) for _ in range(4)]
+        async with w.trace(tmp_path / "a.json") as tr:
+            first = w.run(add, x, x, ys[0], stream=a)
+            b.wait(first)
+            for y in ys[1:]:
+                w.run(add, x, x, y, stream=b)  # not awaited: the window waits for them
+        for y in ys:
+            np.testing.assert_array_equal(y, x + x)
+    doc = json.loads((tmp_path / "a.json").read_text())
+    check_chrome_trace(doc)
+    assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "launch") == 4
+    assert any(e["ph"] == "s" for e in doc["traceEvents"])  # b waited on a: an arrow
+
+
+def test_trace_on_a_closed_worker_raises(kernels):
+    from pypto_async.errors import PtoClosedError
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    w = ChipWorker(RunConfig(**SMALL))
+    w.close()
+    with pytest.raises(PtoClosedError):
+        w.trace()
