@@ -1,4 +1,4 @@
-"""The ``pypto-async`` command: bench, trace, info, cache.
+"""The ``pypto-async`` command: demo, bench, trace, info, cache.
 
 Every subcommand has ``--help``.  A failure prints one line,
 ``pypto-async: error: <what went wrong>``, to stderr and exits with status 1
@@ -182,7 +182,13 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- bench lives in its own module -----------------------------------
+# --- demo and bench live in their own modules -----------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    return run_demo(args)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -199,11 +205,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Run, measure and inspect pypto_async on the simulated device.",
+        epilog="Start with 'pypto-async demo': copies and kernels overlapping on three streams.",
     )
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"pypto_async {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("demo", help="run the pipelined batch loop and write its trace",
+                       description="Run a pipelined batch loop on the sim device: H2D on one stream, "
+                                   "a kernel against a resident weight on a second, D2H on a third. "
+                                   "Print throughput and the overlap achieved; write the trace JSON and PNG.")
+    p.add_argument("--batches", type=_positive_int, default=64, help="batches to run (default: 64)")
+    p.add_argument("--rows", type=_positive_int, default=256, help="rows per batch tile (default: 256)")
+    p.add_argument("--cols", type=_positive_int, default=1024, help="columns per batch tile (default: 1024)")
+    p.add_argument("--depth", type=_positive_int, default=3,
+                   help="batches in flight at once (buffers per stage, default: 3)")
+    p.add_argument("--out", "-o", default="pypto_async_demo", metavar="DIR",
+                   help="directory for demo_trace.json and demo_trace.png (default: ./pypto_async_demo)")
+    p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    p.add_argument("--no-png", action="store_true", help="write the trace JSON only")
+    p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("bench", help="run every benchmark next to its reference",
                        description="Run the benchmarks in benchmarks/ (each beside its reference, "

@@ -15,7 +15,7 @@ import pytest
 from pypto_async._cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SUBCOMMANDS = ["bench", "trace", "info", "cache"]
+SUBCOMMANDS = ["demo", "bench", "trace", "info", "cache"]
 
 
 def pipeline_trace() -> dict:
@@ -55,10 +55,10 @@ def test_no_command_prints_help(capsys):
 
 def test_usage_error_is_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["trace", "x.json", "--dpi", "0"])
+        main(["demo", "--batches", "0"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "positive integer" in err and err.startswith("pypto-async trace: error:")
+    assert err.count("\n") == 1 and "positive integer" in err and err.startswith("pypto-async demo: error:")
     with pytest.raises(SystemExit):
         main(["frobnicate"])
     assert capsys.readouterr().err.count("\n") == 1
@@ -241,3 +241,39 @@ def test_bench_runs_the_real_driver_benchmark(tmp_path, capsys):
     submit = entry["rows"][0]
     assert submit["figure"] > 0 and submit["reference"] > 0
     assert submit["ratio"] == pytest.approx(submit["figure"] / submit["reference"])
+
+
+# --- demo -------------------------------------------------------------------------------
+
+
+def test_demo_runs_the_pipeline_and_writes_its_trace(tmp_path, capsys):
+    from test_trace import check_chrome_trace
+
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "--batches", "6", "--rows", "64", "--cols", "256", "--depth", "2",
+                 "--out", str(out_dir), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    trace_json, png = out_dir / "demo_trace.json", out_dir / "demo_trace.png"
+    assert f"trace: {trace_json}" in text and f"swimlane: {png}" in text
+    assert "6 batches of 64x256" in text and "speed-up" in text and "overlap" in text
+    assert "matched numpy" in text
+    doc = json.loads(trace_json.read_text())
+    check_chrome_trace(doc)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    lanes = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sum(e["cat"] == "launch" for e in xs) == 6  # the pipelined batches only
+    assert sum(e["cat"] == "h2d" and e["tid"] < 100_000 for e in xs) == 6
+    assert sum(e["cat"] == "d2h" and e["tid"] < 100_000 for e in xs) == 6
+    launch_tids = {e["tid"] for e in xs if e["cat"] == "launch"}
+    copy_tids = {e["tid"] for e in xs if e["cat"] in ("h2d", "d2h") and e["tid"] < 100_000}
+    assert len(launch_tids) == 1 and len(copy_tids) == 2 and not launch_tids & copy_tids  # three streams
+    assert {"core 0", "copy engine 0"} <= lanes
+    assert any(e["ph"] == "s" for e in doc["traceEvents"])  # cross-stream waits drawn as arrows
+    assert_png(png)
+
+
+def test_demo_without_png(tmp_path, capsys):
+    assert main(["demo", "--batches", "2", "--rows", "8", "--cols", "64", "--out", str(tmp_path),
+                 "--no-progress", "--no-png"]) == 0
+    assert "swimlane:" not in capsys.readouterr().out
+    assert (tmp_path / "demo_trace.json").is_file() and not (tmp_path / "demo_trace.png").exists()
