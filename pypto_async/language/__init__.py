@@ -6,6 +6,19 @@
 tiles back, inside ``pl.at`` scopes, ``pl.range`` loops and ``pl.spmd``
 blocks.  Calling the kernel traces it for the arguments' shapes and dtypes,
 compiles it (once per signature) and dispatches it through the runtime.
+
+Semantics worth knowing:
+
+* Element-wise ops broadcast like numpy (a ``[rows, 1]`` or ``[1, cols]``
+  tile against a 2-D tile); a Python number or a ``pl.Scalar`` parameter may
+  stand on either side of a binary op.
+* FP16 and BF16 tiles compute in FP32 and round once, when cast or stored;
+  matmul of FP32/FP16/BF16 tiles gives FP32, of FP64 gives FP64.  Integer
+  ``div`` is floor division (0 for a zero divisor); integer arithmetic wraps.
+* ``pl.matmul(a, b, acc=t)`` / ``pl.matmul_acc(t, a, b)`` update ``t`` in
+  place, so an accumulator carries across ``pl.range`` iterations.
+* Distinct tensor arguments must not overlap in memory (the generated code
+  declares them ``restrict``); use ``pl.InOut`` to update a tensor in place.
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
