@@ -1,0 +1,256 @@
+"""ChipWorker: opening, modes, registration, closing, threads, fork (runtime/_worker.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from pypto_async._driver import ffi, lib
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoCanceledError,
+    PtoClosedError,
+    PtoInvalidStateError,
+    PtoLoadError,
+    PtoNotSupported,
+    PtoPlatformMismatch,
+)
+from pypto_async.runtime import ChipWorker, KernelHandle, RunConfig, WorkerStats
+from pypto_async.testing import hold
+
+N = 64
+
+
+def rand(n: int = N) -> np.ndarray:
+    return np.random.default_rng().standard_normal(n).astype(np.float32)
+
+
+def test_kernel_handle_init_disabled():
+    with pytest.raises(TypeError, match=r"register\(compiled\)"):
+        KernelHandle()
+
+
+def test_open_and_close(config):
+    w = ChipWorker(config)
+    assert not w.is_closed and w.mode == "sync" and w.platform == "sim"
+    assert w.config is config
+    w.close()
+    w.close()  # idempotent
+    assert w.is_closed and "closed" in repr(w)
+
+
+def test_config_may_be_a_dict():
+    with ChipWorker({"platform": "a2a3sim", "cores": 1}) as w:
+        assert w.platform == "sim" and w.config.cores == 1
+    with pytest.raises(PtoArgumentError, match="unknown RunConfig field"):
+        ChipWorker({"cores": 1, "bogus": 2})
+    with pytest.raises(PtoArgumentError, match="RunConfig, a dict or None"):
+        ChipWorker(42)
+
+
+def test_unknown_platform_is_refused():
+    with pytest.raises(PtoNotSupported):
+        ChipWorker(RunConfig(platform="nosuchplatform"))
+
+
+def test_every_public_method_checks_open(config, kernels):
+    w = ChipWorker(config)
+    handle = w.register(kernels.get("inc", N))
+    stream = w.stream()
+    w.close()
+    calls = [
+        lambda: w.stream(),
+        lambda: w.default_stream,
+        lambda: w.register(kernels.get("add", N)),
+        lambda: w.run(kernels.get("inc", N), rand()),
+        lambda: handle(rand()),
+        lambda: handle.submit(rand()),
+        lambda: w.alloc_tensor(N, np.float32),
+        lambda: w.copy(np.zeros(N, np.float32), np.zeros(N, np.float32)),
+        lambda: w.copy_from(bytearray(8), 4096, 8),
+        lambda: w.copy_to(4096, bytearray(8), 8),
+        lambda: w.stats(),
+        lambda: stream.record(),
+        lambda: stream.sync(),
+        lambda: w.use_stream(stream).__enter__(),
+    ]
+    for call in calls:
+        with pytest.raises(PtoClosedError, match="closed"):
+            call()
+
+
+def test_register_checks_the_platform_first(worker, kernels):
+    with pytest.raises(PtoPlatformMismatch, match="compiled for platform 'othersim'"):
+        worker.register(kernels.get("inc", N, platform="othersim"))
+    # An alias of the worker's platform is the same platform.
+    worker.register(kernels.get("inc", N, platform="a5sim"))(rand())
+
+
+def test_register_loads_once_and_returns_the_same_handle(worker, kernels):
+    program = kernels.get("inc", N)
+    handle = worker.register(program)
+    assert worker.register(program) is handle
+    assert handle.compiled is program and handle.worker is worker and handle.name == "inc"
+    assert [p.name for p in handle.params] == ["x"]
+    # A second program from the same library and symbol shares the loaded kernel.
+    again = worker.register(dataclasses.replace(program))
+    assert again is not handle and again._kptr == handle._kptr
+
+
+def test_register_refuses_what_is_not_a_program(worker, kernels, tmp_path):
+    with pytest.raises(PtoArgumentError, match="not a compiled program"):
+        worker.register(object())
+    missing = dataclasses.replace(kernels.get("inc", N), lib_path=tmp_path / "missing.so")
+    with pytest.raises(PtoLoadError):
+        worker.register(missing)
+
+
+def test_run_is_the_one_shot_form(worker, kernels):
+    a, b = rand(), rand()
+    out = np.zeros(N, np.float32)
+    launch = worker.run(kernels.get("add", N), a, b, out)
+    assert launch.done() and launch.result() is out
+    np.testing.assert_array_equal(out, a + b)
+
+
+def test_stats(worker, kernels):
+    before = worker.stats()
+    assert isinstance(before, WorkerStats)
+    x = rand()
+    worker.run(kernels.get("inc", N), x)
+    after = worker.stats()
+    assert after.launches == before.launches + 1
+    assert after.copies == before.copies + 2
+    assert after.bytes_h2d - before.bytes_h2d == x.nbytes == after.bytes_d2h - before.bytes_d2h
+    assert after.completions > before.completions and after.wakeups >= 1
+    assert after.completions_per_wakeup >= 1.0
+    assert after.memory_peak >= x.nbytes and after.memory_capacity == 64 << 20
+    assert after.streams == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        after.launches = 0
+
+
+def test_close_finishes_queued_work(config, kernels):
+    w = ChipWorker(config)
+    t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    out = np.zeros(N, np.float32)
+    inc = w.register(kernels.get("inc", N))
+    launches = [inc.submit(t) for _ in range(20)]
+    copied = w.copy(out, t)
+    t.free()
+    w.close()
+    assert all(launch.done() and launch.exception() is None for launch in launches)
+    copied.result()
+    np.testing.assert_array_equal(out, np.full(N, 20, np.float32))
+
+
+def test_close_timeout_cancels_queued_work(config, kernels):
+    w = ChipWorker(config)
+    t = w.alloc_tensor(N, np.float32)
+    inc = w.register(kernels.get("inc", N))
+    # A latch that outlives the worker: closing the device releases it (testing.hold() must not).
+    latch = ffi.new("pto_latch **")
+    assert lib.pto_latch_create(w._dev, 30_000_000, latch) == 0
+    stream = w.default_stream
+    with w._lock:
+        w._submit(stream, lib.pto_stream_latch_wait, (stream._ptr, latch[0], w._token(None)), None, 0)
+    stuck = inc.submit(t)
+    t.free()
+    with pytest.warns(RuntimeWarning, match=r"dropped \d+ command"):
+        w.close(timeout=0.05)
+    assert w.is_closed
+    assert isinstance(stuck.exception(), PtoCanceledError)
+
+
+def test_unclosed_worker_warns_when_collected(config):
+    w = ChipWorker(config)
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        del w
+        gc.collect()
+
+
+def test_awaiting_a_sync_mode_worker_raises(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    t = worker.alloc_tensor(N, np.float32)
+
+    async def main():
+        with hold(worker.default_stream):
+            pending = inc.submit(t)
+            with pytest.raises(PtoInvalidStateError, match="sync mode"):
+                await pending.wait()
+        return pending
+
+    asyncio.run(main()).sync(timeout=10)
+    t.free()
+
+
+def test_a_worker_per_thread(config, kernels):
+    add = kernels.get("add", N)
+    errors = []
+
+    def work():
+        try:
+            with ChipWorker(config) as w:
+                h = w.register(add)
+                for _ in range(30):
+                    a, b = rand(), rand()
+                    out = np.zeros(N, np.float32)
+                    h(a, b, out)
+                    np.testing.assert_array_equal(out, a + b)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+
+def test_threads_sharing_a_sync_worker(worker, kernels):
+    h = worker.register(kernels.get("add", N))
+    errors = []
+
+    def work(stream):
+        try:
+            for _ in range(30):
+                a, b = rand(), rand()
+                out = np.zeros(N, np.float32)
+                h(a, b, out, stream=stream)
+                np.testing.assert_array_equal(out, a + b)
+        except BaseException as exc:
+            errors.append(exc)
+
+    streams = [worker.stream() for _ in range(2)] + [None, None]
+    threads = [threading.Thread(target=work, args=(s,)) for s in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    for s in streams[:2]:
+        s.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_using_a_worker_in_a_forked_child_raises(worker):
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 3
+        try:
+            worker.stats()
+        except PtoInvalidStateError as exc:
+            code = 0 if "forked child" in str(exc) else 4
+        except BaseException:
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    worker.stats()  # the parent's worker is fine
