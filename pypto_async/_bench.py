@@ -150,24 +150,33 @@ def _fmt(x, unit: str = "") -> str:
 
 
 def format_table(results: dict[str, dict]) -> str:
-    """Return the results as a text table: figure, reference, ratio, target, verdict."""
+    """Return the results as text: a table of figure, reference, ratio, target and verdict.
+
+    Rows are grouped by script; scripts that are missing or failed are listed
+    after the table with the reason.
+    """
     header = ("benchmark", "figure", "reference", "ratio", "target", "")
-    lines: list[tuple[str, ...]] = []
+    lines: list[tuple[str, ...] | str] = []
     for name, entry in results.items():
         if entry["status"] != "ok":
-            lines.append((f"{name}: {entry['status'].upper()}", entry.get("error", ""), "", "", "", ""))
             continue
+        lines.append(f"[{name}]")
         for r in entry["rows"]:
             ref = _fmt(r["reference"], r["unit"]) if r["reference"] is not None else ""
             if ref and r["reference_name"]:
                 ref = f"{ref} ({r['reference_name']})"
             verdict = {True: "ok", False: "MISSED", None: ""}[r["ok"]]
             ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
-            lines.append((r["name"], _fmt(r["figure"], r["unit"]), ref, ratio, r["target"], verdict))
-    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+            lines.append(("  " + r["name"], _fmt(r["figure"], r["unit"]), ref, ratio, r["target"], verdict))
+    cells = [line for line in lines if isinstance(line, tuple)]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(header)]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
-           "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+           "  ".join("-" * w for w in widths).rstrip()]
+    for line in lines:
+        out.append(line if isinstance(line, str) else "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    for name, entry in results.items():
+        if entry["status"] != "ok":
+            out.append(f"{name}: {entry['status'].upper()} ({entry.get('error', '')})")
     return "\n".join(out)
 
 
