@@ -18,7 +18,7 @@ from ._compile import (
 )
 from ._nodes import *  # noqa: F401,F403
 from ._nodes import __all__ as _nodes_all
-from ._passes import PIPELINE, fuse_elementwise, infer_and_check, run_passes
+from ._passes import PIPELINE, eliminate_dead_tiles, fuse_elementwise, infer_and_check, run_passes
 from ._printer import format_program
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "PIPELINE",
     "run_passes",
     "infer_and_check",
+    "eliminate_dead_tiles",
     "fuse_elementwise",
     *_nodes_all,
 ]

@@ -48,7 +48,7 @@ from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "3"
+CODEGEN_VERSION = "4"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 _PRELUDE = r"""

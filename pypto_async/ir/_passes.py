@@ -1,4 +1,4 @@
-"""The pass pipeline: check a traced program, then fuse element-wise chains.
+"""The pass pipeline: check a traced program, drop dead tiles, fuse element-wise chains.
 
 :data:`PIPELINE` lists the passes in order; :func:`run_passes` applies them
 and marks the result ``stage="lowered"`` (running it again is a no-op).
@@ -38,7 +38,15 @@ from ._nodes import (
     Var,
 )
 
-__all__ = ["PIPELINE", "run_passes", "infer_and_check", "fuse_elementwise", "expr_inputs", "view_loads"]
+__all__ = [
+    "PIPELINE",
+    "run_passes",
+    "infer_and_check",
+    "eliminate_dead_tiles",
+    "fuse_elementwise",
+    "expr_inputs",
+    "view_loads",
+]
 
 
 def expr_inputs(expr) -> list[Var]:
@@ -128,7 +136,34 @@ def infer_and_check(program: Program) -> Program:
     return program
 
 
-# ---- pass 2: element-wise fusion -------------------------------------------------
+# ---- pass 2: dead tile elimination -----------------------------------------------
+
+
+def eliminate_dead_tiles(program: Program) -> Program:
+    """Drop tile definitions nothing reads (tile ops have no side effects)."""
+    while True:
+        used = {v.id for s in _walk_all(program.body) for v in _stmt_inputs(s)}
+        removed = False
+
+        def keep(body) -> tuple:
+            nonlocal removed
+            out = []
+            for s in body:
+                if isinstance(s, Assign) and s.var.id not in used:
+                    removed = True
+                    continue
+                if isinstance(s, (For, Spmd, Scope)):
+                    s = replace(s, body=keep(s.body))
+                out.append(s)
+            return tuple(out)
+
+        body = keep(program.body)
+        if not removed:
+            return program
+        program = replace(program, body=body)
+
+
+# ---- pass 3: element-wise fusion -------------------------------------------------
 
 
 def _walk_all(body):
@@ -283,7 +318,7 @@ def fuse_elementwise(program: Program) -> Program:
     return replace(program, body=rebuild(fused_body))
 
 
-PIPELINE = [infer_and_check, fuse_elementwise, infer_and_check]
+PIPELINE = [infer_and_check, eliminate_dead_tiles, fuse_elementwise, infer_and_check]
 
 
 def run_passes(program: Program) -> Program:

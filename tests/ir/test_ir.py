@@ -183,3 +183,16 @@ def test_values_defined_in_a_loop_are_readable_after_it(launcher, rng):
     launcher.run(k.compile(a, b, c, d), a, b, c, d)
     np.testing.assert_allclose(c, a[48:] @ b, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(d, a[48:] * 2)
+
+
+def test_dead_tiles_are_dropped():
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [8, 16])
+        pl.exp(t) * 3.0  # never used
+        pl.store(t + 1.0, [0, 0], y)
+
+    x = np.zeros((8, 16), np.float32)
+    assert len([s for s in _walk(k.trace(x, x).body) if isinstance(s, Assign)]) == 4
+    lowered = k.lower(x, x)
+    assert [type(s.expr).__name__ for s in _walk(lowered.body) if isinstance(s, Assign)] == ["Load", "Binary"]
