@@ -9,10 +9,12 @@ unrolls instead.  ``break`` and ``continue`` have no meaning in a traced loop.
 from __future__ import annotations
 
 import builtins
+import sys
 
 from ..ir._infer import compile_error
-from ..ir._nodes import For, Scope, Spmd
-from ._trace import Index, current, user_loc
+from ..ir._nodes import Assign, For, Scope, Spmd
+from ..ir._passes import expr_inputs
+from ._trace import Index, Tile, current, user_loc
 from ._types import Level
 
 __all__ = ["at", "range", "spmd"]
@@ -78,16 +80,59 @@ class range:  # noqa: A001
             self._var = t.new_index("i")
             n = len(builtins.range(self.start, self.stop, self.step))
             last = self.start + (n - 1) * self.step if n else self.start
-            self._saved = t.ranges.get(self._var.name)
             t.ranges[self._var.name] = (self.start, last)
             t.open_block("range")
+            self._first_var = t.next_var
+            self._tiles_before = _tile_locals(sys._getframe(1))
             return Index(self._var)
         if self._state == 1:
             self._state = 2
             body = t.close_block()
             del t.ranges[self._var.name]
+            _check_no_carried_tiles(self._tiles_before, _tile_locals(sys._getframe(1)), self._first_var, body)
             t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
         raise StopIteration
+
+
+def _tile_locals(frame) -> dict[str, int]:
+    return {name: v.var.id for name, v in frame.f_locals.items() if isinstance(v, Tile)}
+
+
+def _check_no_carried_tiles(before: dict[str, int], after: dict[str, int], first_var: int, body) -> None:
+    """Refuse ``t = f(t)`` inside a pl.range body: the loop would not carry t.
+
+    The body is traced once, so each iteration would read the tile from
+    before the loop.  A name rebound to a tile computed in the loop from its
+    own previous value is that mistake.
+    """
+    deps: dict[int, list[int]] = {}
+    locs = {}
+
+    def index(stmts) -> None:
+        for s in stmts:
+            if isinstance(s, Assign):
+                deps[s.var.id] = [v.id for v in expr_inputs(s.expr)]
+                locs[s.var.id] = s.loc
+            index(getattr(s, "body", ()))
+
+    index(body)
+    for name, old in before.items():
+        new = after.get(name)
+        if new is None or new == old or new < first_var:
+            continue
+        seen, stack = set(), [new]
+        while stack:
+            v = stack.pop()
+            if v == old:
+                raise compile_error(
+                    f"tile {name!r} is reassigned from its own value inside pl.range: the loop body is "
+                    "traced once, so every iteration would read the value from before the loop. "
+                    "Accumulate matmuls in place with pl.matmul(a, b, acc=...), or unroll with range()",
+                    locs.get(new),
+                )
+            if v not in seen:
+                seen.add(v)
+                stack.extend(deps.get(v, ()))
 
 
 class spmd:

@@ -334,3 +334,31 @@ def test_range_bounds_must_be_ints():
     with pytest.raises(PtoCompileError) as ei:
         k.lower(X, X)
     assert_at(ei, where[0], "pl.range stop must be a Python int")
+
+
+def test_loop_carried_tile_is_refused():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.zeros([16, 16])
+        for i in pl.range(0, 64, 16):
+            where.append(next_line())
+            acc = acc + pl.load(a, [i, 0], [16, 16])
+        pl.store(acc, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X[:16])
+    assert_at(ei, where[0], "tile 'acc' is reassigned from its own value inside pl.range", "acc=")
+
+
+def test_rebinding_a_name_to_a_fresh_tile_in_a_loop_is_fine():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        pl.store(t, [0, 0], out)
+        for i in pl.range(0, 64, 16):
+            t = pl.load(a, [i, 0], [16, 16]) * 2.0  # does not read the old t
+            pl.store(t, [i, 0], out)
+
+    k.lower(X, X)
