@@ -1,0 +1,77 @@
+"""Fixtures and helpers of the reliability tests (tests/reliability/).
+
+``rel_kernels``
+    The hand-written C kernels of :mod:`helpers.kernels`, built once per
+    session into a temporary directory.
+``rel_config``
+    A small sim device: 2 cores, 2 copy engines, 64 MiB.
+
+Helpers: :func:`mem_stats` reads the driver's memory counters,
+:func:`proc_threads` and :func:`proc_fds` count this process's threads (all of
+them, driver threads included: ``/proc/self/task``) and open file descriptors,
+:func:`rss_kib` reads ``VmRSS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:  # helpers/ lives in tests/
+    sys.path.insert(0, _TESTS)
+
+from helpers.kernels import KernelLib  # noqa: E402
+from pypto_async._driver import ffi, lib  # noqa: E402
+from pypto_async.runtime import RunConfig  # noqa: E402
+
+SMALL = {"platform": "sim", "cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+
+#: Set PYPTO_ASYNC_LONG=1 for the long profiles (hypothesis examples, soak minutes).
+LONG = os.environ.get("PYPTO_ASYNC_LONG", "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def rel_kernels(tmp_path_factory) -> KernelLib:
+    return KernelLib(tmp_path_factory.mktemp("rel_kernels"))
+
+
+@pytest.fixture
+def rel_config() -> RunConfig:
+    return RunConfig(**SMALL)
+
+
+def mem_stats(worker):
+    """The driver's memory counters of an open worker (``pto_mem_stats`` cdata)."""
+    out = ffi.new("pto_mem_stats *")
+    assert lib.pto_mem_get_stats(worker._dev, out) == 0
+    return out
+
+
+def stream_stats(stream):
+    """The driver's counters of a runtime Stream (``pto_stream_stats`` cdata)."""
+    out = ffi.new("pto_stream_stats *")
+    assert lib.pto_stream_get_stats(stream._ptr, out) == 0
+    return out
+
+
+def proc_threads() -> int:
+    """Threads of this process, native ones included."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def proc_fds() -> int:
+    """Open file descriptors of this process."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_kib() -> int:
+    """Resident set size of this process in KiB (``VmRSS``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")

@@ -1,0 +1,443 @@
+"""A pure-Python reference model of what the device and runtime promise.
+
+The model executes a command program serially, in the order the host issues
+it, and predicts every buffer's final contents and every Launch's outcome.
+It knows nothing of threads, rings or engines; it follows the rules of
+``native/include/pto_driver.h`` and ``pypto_async/runtime`` instead:
+
+1. Commands on one stream run in order.  A stream that waits on an event runs
+   what follows only after everything recorded before the event.
+2. Copies and launches read and write buffers; a failed command writes
+   nothing.
+3. A command that fails on its own (kernel fault, injected fault) is the
+   stream's *first failure*.  Every later command on that stream fails with a
+   dependency error until the failure is *observed* (its completion record is
+   drained by the host), and so does every command on a stream that waits on
+   an event recorded after the failure (the wait itself becomes that stream's
+   first failure, carrying the same cause).  Commands issued after the
+   observation run normally.
+4. The runtime adds implicit commands that the model must mirror exactly:
+   the first use of a tensor on a stream other than the ones that used it
+   before records an event on its allocation stream and waits on it; a free
+   records an event on every other stream that used the tensor and waits on
+   each first; a launch with host arrays is a group (H2D copies, the kernel,
+   D2H copies, frees of the temporaries) whose error is its first failure.
+
+Executing in issue order is a valid linearisation only for race-free
+programs: two accesses to one buffer, one of them a write, must be ordered
+by stream order or events.  The model tracks that with vector clocks and
+answers :meth:`Model.conflicts` so a program generator can order racing
+accesses (record + wait) before issuing them.  The same clocks say whether
+a command is held behind a latch (:meth:`Model.blocked`), and which failures a
+host wait is certain to observe (:meth:`Model.certainly_observes`).
+
+Contents are float32 vectors; ``None`` means "unknown" (fresh device memory,
+or computed from unknown data): the model predicts nothing for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "KERNELS",
+    "OK",
+    "KERNEL_FAULT",
+    "COPY_FAULT",
+    "DEPENDENCY",
+    "Failure",
+    "Model",
+    "MTensor",
+    "MHost",
+    "MLaunch",
+    "MEvent",
+]
+
+OK = "ok"
+KERNEL_FAULT = "PtoKernelFault"
+COPY_FAULT = "PtoCopyFault"
+DEPENDENCY = "PtoDependencyError"
+
+# name -> (parameter directions, function of the input vectors -> output vectors)
+# Directions: "in", "out", "inout", "scalar".  Functions take the values of the
+# in/inout/scalar parameters in order and return the values of out/inout ones.
+KERNELS: dict[str, tuple[tuple[str, ...], object]] = {
+    "add": (("in", "in", "out"), lambda a, b: (a + b,)),
+    "scale": (("in", "scalar", "out"), lambda x, alpha: (np.float32(alpha) * x,)),
+    "inc": (("inout",), lambda x: (x + np.float32(1.0),)),
+    "copy": (("in", "out"), lambda x: (x.copy(),)),
+    "fail": (("in",), None),  # fails through blk->fail: PtoKernelFault
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A first failure: which command failed on its own, and with what."""
+
+    uid: int          # a unique id of the failing command
+    kind: str         # KERNEL_FAULT or COPY_FAULT (never DEPENDENCY)
+    stream: int       # the stream it failed on
+    pos: int          # its position on that stream
+
+
+@dataclass
+class MStream:
+    index: int
+    pos: int = 0                                    # commands issued on it so far
+    clock: dict[int, int] = field(default_factory=dict)   # stream -> position known complete before next
+    fail: Failure | None = None                     # unobserved first failure (or its propagation)
+    fail_pos: int = 0                               # where this stream's failure happened
+    inject: str | None = None                       # the next command fails with this kind
+    latches: list = field(default_factory=list)     # (latch id, pos) held
+
+
+@dataclass
+class MTensor:
+    uid: int
+    n: int
+    birth: int
+    data: np.ndarray | None
+    streams: list[int] = field(default_factory=list)   # streams that used it, in first-use order
+    freed: bool = False
+    last_write: tuple[int, int] | None = None          # (stream, pos)
+    reads: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class MHost:
+    uid: int
+    data: np.ndarray | None   # None: unknown (never happens for fresh host arrays)
+    last_write: tuple[int, int] | None = None
+    reads: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class MLaunch:
+    uid: int
+    stream: int
+    pos: int                 # position of its last command
+    clock: dict[int, int]    # what must have completed for it to complete
+    outcome: str = OK
+    cause: Failure | None = None   # the first failure behind a dependency error
+    ambiguous: bool = False        # the cause depends on an unordered set's order
+
+
+@dataclass
+class MEvent:
+    uid: int
+    stream: int
+    pos: int
+    clock: dict[int, int]
+    fail: Failure | None
+
+
+def _merge(a: dict[int, int], b: dict[int, int]) -> None:
+    for k, v in b.items():
+        if a.get(k, 0) < v:
+            a[k] = v
+
+
+class Model:
+    """The reference model of one worker: streams, tensors, host arrays, launches, events.
+
+    Parameters
+    ----------
+    streams : int
+        How many streams (0 is the default stream).
+    """
+
+    def __init__(self, streams: int):
+        self.streams = [MStream(i) for i in range(streams)]
+        self.tensors: dict[int, MTensor] = {}
+        self.hosts: dict[int, MHost] = {}
+        self.launches: dict[int, MLaunch] = {}
+        self.events: dict[int, MEvent] = {}
+        self._uid = 0
+        self.log: list[str] = []
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _next(self) -> int:
+        self._uid += 1
+        return self._uid
+
+    def _clock_of(self, s: MStream) -> dict[int, int]:
+        """The vector clock of the next command on s (before issuing it)."""
+        c = dict(s.clock)
+        c[s.index] = s.pos
+        return c
+
+    def _issue(self, s: MStream, kind: str, *, data: bool) -> tuple[int, str, Failure | None, bool]:
+        """Issue one driver command on s: return (pos, status, cause, own).
+
+        status is OK, DEPENDENCY, or the injected failure kind.  The stream's
+        failure state is updated; the command's effects are the caller's.
+        """
+        s.pos += 1
+        pos = s.pos
+        # The driver marks the command at submit; an earlier failure still wins when it runs.
+        injected, s.inject = s.inject, None
+        if s.fail is not None:
+            return pos, DEPENDENCY, s.fail, False
+        if injected is not None:
+            kind_ = injected
+            f = Failure(self._next(), kind_, s.index, pos)
+            s.fail, s.fail_pos = f, pos
+            return pos, kind_, f, True
+        return pos, OK, None, False
+
+    def _record(self, s: MStream) -> MEvent:
+        clock = self._clock_of(s)
+        pos, status, cause, own = self._issue(s, "record", data=False)
+        clock[s.index] = pos
+        # A record completes its event carrying the stream's failure (or its own).
+        ev = MEvent(self._next(), s.index, pos, clock, s.fail if status != OK else None)
+        self.events[ev.uid] = ev
+        return ev
+
+    def _wait(self, s: MStream, ev: MEvent) -> None:
+        pos, status, cause, own = self._issue(s, "wait", data=False)
+        if status == OK:
+            _merge(s.clock, ev.clock)
+            if ev.fail is not None:
+                # The wait fails on its own with EDEP: s's first failure, same cause.
+                s.fail, s.fail_pos = ev.fail, pos
+        else:
+            # A failed wait does not wait; later commands fail anyway until observed.
+            pass
+
+    def _join_first_use(self, t: MTensor, s: MStream) -> None:
+        if s.index in t.streams:
+            return
+        ev = self._record(self.streams[t.birth])
+        self._wait(s, ev)
+        t.streams.append(s.index)
+
+    # -- queries for a generator ------------------------------------------------------------
+
+    def conflicts(self, stream: int, reads=(), writes=()) -> set[int]:
+        """Return the streams whose earlier accesses race with these on `stream`.
+
+        `reads` and `writes` hold MTensor or MHost objects.  Ordering the
+        returned streams before the access (record there, wait here) makes it
+        race-free.
+        """
+        s = self.streams[stream]
+        clock = self._clock_of(s)
+        out: set[int] = set()
+
+        def ordered(acc):
+            st, pos = acc
+            return st == stream or clock.get(st, 0) >= pos
+
+        for b in list(reads) + list(writes):
+            if b.last_write is not None and not ordered(b.last_write):
+                out.add(b.last_write[0])
+        for b in writes:
+            for st, pos in b.reads.items():
+                if not ordered((st, pos)):
+                    out.add(st)
+        return out
+
+    def blocked(self, clock: dict[int, int]) -> bool:
+        """Return True if a command with this clock waits behind a held latch."""
+        for s in self.streams:
+            for _, pos in s.latches:
+                if clock.get(s.index, 0) >= pos:
+                    return True
+        return False
+
+    def unobserved(self) -> list[MStream]:
+        """Streams whose first failure the host has not observed yet."""
+        return [s for s in self.streams if s.fail is not None]
+
+    def certainly_observes(self, clock: dict[int, int]) -> bool:
+        """Return True if waiting for a command with `clock` observes exactly the failures pending.
+
+        A host wait drains every record ready at the time; only failures in
+        the waited command's causal past are certain to be among them.  A wait
+        is deterministic when every unobserved failure is.
+        """
+        return all(clock.get(s.index, 0) >= s.fail_pos for s in self.unobserved())
+
+    # -- the program ------------------------------------------------------------------------------
+
+    def alloc(self, n: int, stream: int, init: np.ndarray | None) -> MTensor:
+        """alloc_tensor((n,), f32, init=..., stream=stream); the init copy has no Launch."""
+        s = self.streams[stream]
+        t = MTensor(self._next(), n, stream, None, streams=[stream])
+        self.tensors[t.uid] = t
+        if init is not None:
+            pos, status, cause, own = self._issue(s, "h2d", data=True)
+            if status == OK:
+                t.data = np.array(init, dtype=np.float32, copy=True)
+            t.last_write = (stream, pos)
+        return t
+
+    def host(self, data: np.ndarray) -> MHost:
+        """A host array the program owns."""
+        h = MHost(self._next(), np.array(data, dtype=np.float32, copy=True))
+        self.hosts[h.uid] = h
+        return h
+
+    def record(self, stream: int) -> MEvent:
+        """stream.record()."""
+        return self._record(self.streams[stream])
+
+    def wait(self, stream: int, ev: MEvent) -> None:
+        """stream.wait(event)."""
+        self._wait(self.streams[stream], ev)
+
+    def latch(self, stream: int, latch_id: int) -> None:
+        """A latch wait queued on the stream (token 0)."""
+        s = self.streams[stream]
+        pos, status, cause, own = self._issue(s, "latch", data=False)
+        if status == OK:
+            s.latches.append((latch_id, pos))
+
+    def release(self, latch_id: int) -> None:
+        for s in self.streams:
+            s.latches = [(i, p) for i, p in s.latches if i != latch_id]
+
+    def inject(self, stream: int, kind: str = COPY_FAULT) -> None:
+        """fail_next(stream): the next driver command on the stream fails with `kind`."""
+        self.streams[stream].inject = kind
+
+    def free(self, t: MTensor, stream: int) -> None:
+        """free_tensor(t, stream=stream): join the other users, then a stream-ordered free."""
+        s = self.streams[stream]
+        failed_users = 0
+        for u in t.streams:
+            if u != stream:
+                ev = self._record(self.streams[u])
+                failed_users += ev.fail is not None
+                self._wait(s, ev)
+        if failed_users > 1 and s.fail is not None:
+            # The runtime joins the users in set order: which failure comes first is not defined.
+            s.fail = Failure(-1, "?", s.fail.stream, s.fail.pos)
+        self._issue(s, "free", data=False)
+        t.freed = True
+
+    def _finish(self, launch: MLaunch, s: MStream, pos: int, status: str, cause: Failure | None):
+        if launch.outcome == OK and status != OK:
+            launch.outcome = status
+            launch.cause = cause if status == DEPENDENCY else None
+        launch.pos = pos
+        launch.clock = self._clock_of(s)
+
+    def _new_launch(self, stream: int) -> MLaunch:
+        lc = MLaunch(self._next(), stream, 0, {})
+        self.launches[lc.uid] = lc
+        return lc
+
+    def _touch(self, b, s: MStream, pos: int, write: bool) -> None:
+        if write:
+            b.last_write = (s.index, pos)
+            b.reads = {}
+        else:
+            b.reads[s.index] = max(b.reads.get(s.index, 0), pos)
+
+    def copy(self, dst, src, stream: int) -> MLaunch:
+        """w.copy(dst, src, stream=stream): H2D, D2H or D2D (one command, one Launch)."""
+        s = self.streams[stream]
+        for b in (dst, src):
+            if isinstance(b, MTensor):
+                self._join_first_use(b, s)
+        lc = self._new_launch(stream)
+        pos, status, cause, own = self._issue(s, "copy", data=True)
+        if status == OK:
+            dst.data = None if src.data is None else src.data.copy()
+        self._touch(src, s, pos, False)
+        self._touch(dst, s, pos, True)
+        self._finish(lc, s, pos, status, cause)
+        return lc
+
+    def launch(self, kernel: str, args: list, stream: int) -> MLaunch:
+        """handle(*args, stream=stream) for a kernel of :data:`KERNELS`.
+
+        Tensor arguments are MTensor (resident) or MHost (copied in and out as
+        a command group); scalars are floats.
+        """
+        dirs, fn = KERNELS[kernel]
+        s = self.streams[stream]
+        for a in args:
+            if isinstance(a, MTensor):
+                self._join_first_use(a, s)
+        lc = self._new_launch(stream)
+        hosts = [(a, d) for a, d in zip(args, dirs) if isinstance(a, MHost)]
+        # The group: H2D for in/inout host arrays, the launch, D2H for out/inout, frees.
+        status_all = []
+        for a, d in hosts:
+            if d in ("in", "inout"):
+                pos, status, cause, own = self._issue(s, "h2d", data=True)
+                self._finish(lc, s, pos, status, cause)
+                status_all.append(status)
+        pos, status, cause, own = self._issue(s, "launch", data=True)
+        kpos = pos
+        ran = status == OK and all(st == OK for st in status_all)
+        if status == OK and fn is None:
+            f = Failure(self._next(), KERNEL_FAULT, s.index, pos)
+            s.fail, s.fail_pos = f, pos
+            status = KERNEL_FAULT
+            ran = False
+        self._finish(lc, s, pos, status, cause)
+        outputs = None
+        if ran:
+            ins = []
+            for a, d in zip(args, dirs):
+                if d == "scalar":
+                    ins.append(a)
+                elif d in ("in", "inout"):
+                    ins.append(a.data)
+            if any(v is None for v in ins):
+                outputs = [None] * sum(d in ("out", "inout") for d in dirs)
+            else:
+                outputs = list(fn(*ins))
+        # Device-side effects of the kernel on resident tensors.
+        k = 0
+        for a, d in zip(args, dirs):
+            if d in ("out", "inout"):
+                if isinstance(a, MTensor) and ran:
+                    a.data = None if outputs[k] is None else np.asarray(outputs[k], np.float32)
+                k += 1
+            if isinstance(a, MTensor):
+                self._touch(a, s, kpos, d in ("out", "inout"))
+        # D2H copies back to host arrays.
+        k = 0
+        for a, d in zip(args, dirs):
+            if d in ("out", "inout"):
+                if isinstance(a, MHost):
+                    pos, status, cause, own = self._issue(s, "d2h", data=True)
+                    self._finish(lc, s, pos, status, cause)
+                    if status == OK and ran:
+                        a.data = None if outputs[k] is None else np.asarray(outputs[k], np.float32)
+                k += 1
+        for a, d in zip(args, dirs):
+            if isinstance(a, MHost):
+                self._touch(a, s, kpos, d in ("out", "inout"))
+        for _ in hosts:
+            pos, status, cause, own = self._issue(s, "free", data=False)
+            self._finish(lc, s, pos, OK, None)   # a free's failure is not the launch's
+        lc.pos = s.pos
+        lc.clock = self._clock_of(s)
+        return lc
+
+    # -- host synchronisation ----------------------------------------------------------------------
+
+    def observe_through(self, clock: dict[int, int]) -> None:
+        """The host waited for a command with `clock`: failures in its past are observed."""
+        for s in self.streams:
+            if s.fail is not None and clock.get(s.index, 0) >= s.fail_pos:
+                s.fail = None
+                s.fail_pos = 0
+
+    def barrier(self) -> None:
+        """Everything issued has completed and every record was drained."""
+        for s in self.streams:
+            # The barrier waits for a marker on each stream: one command each.
+            s.pos += 1
+            s.fail = None
+            s.fail_pos = 0
+            s.latches = []

@@ -1,0 +1,70 @@
+"""Shrunk failures of the random-program tests, kept as regular tests.
+
+Each test names the program it came from and the bug it pins down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pypto_async import testing
+from pypto_async._driver import lib
+from pypto_async.errors import PtoDependencyError, PtoError, PtoKernelFault
+from pypto_async.runtime import ChipWorker
+
+from .conftest import SMALL
+
+
+def _outcome(loop, aw):
+    async def run():
+        try:
+            return await asyncio.wait_for(aw, 10)
+        except PtoError as exc:
+            return exc
+    return loop.run_until_complete(run())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime bug: ChipWorker._poison_fifo (runtime/_worker.py) poisons only data commands; an event "
+    "record still in the stream FIFO when the failure is drained enters the ring after the driver "
+    "healed the stream, so the event succeeds and other streams waiting on it run on bad data"))
+def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
+    """From RuntimeVsModelBackPressure: 'join-event s0->s2: None, model: failed with a dependency'.
+
+    Stream A: latch, failing kernel, records until the 4-slot ring is full: e waits in A's FIFO.
+    Stream B waits on e, then increments a tensor.  e was recorded after the failure, so e must
+    fail and B's launch must fail with a dependency error, as they do when the ring has room.
+    """
+    fail = rel_kernels.get("fail", 16)
+    inc = rel_kernels.get("inc", 16)
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, ring_task_window=4))
+    try:
+        loop.run_until_complete(w.open())
+        a, b = w.default_stream, w.stream()
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        assert _outcome(loop, w.register(inc)(x, stream=b)) is x  # b has joined x: no join waits later
+        loop.run_until_complete(a)
+        with testing.hold(a) as latch:
+            failed = w.register(fail)(x, stream=a)
+            e = a.record()
+            while not a.backlog:  # fill the ring: the last record waits in A's FIFO
+                e = a.record()
+            b.wait(e)
+            dependent = w.register(inc)(x, stream=b)
+            latch.release()
+            # Let A's ring run dry before the pump drains anything (no sleeps: a driver wait).
+            assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
+            assert a.backlog == 1
+            assert isinstance(_outcome(loop, failed), PtoKernelFault)
+            dep = _outcome(loop, dependent)
+            event_exc = _outcome(loop, e)
+        assert isinstance(event_exc, PtoDependencyError), f"event after the failure: {event_exc!r}"
+        assert isinstance(dep, PtoDependencyError), f"dependent launch: {dep!r}"
+        np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()
