@@ -65,11 +65,18 @@ def programs(draw):
     return ops
 
 
-def build(ops):
+def build(ops, trips):
     @pl.jit
     def k(x: pl.Tensor, r: pl.Tensor, c: pl.Tensor, io: pl.InOut[pl.Tensor], o_full: pl.InOut[pl.Tensor],
           o_row: pl.InOut[pl.Tensor], o_col: pl.InOut[pl.Tensor]):
         outs = {"full": o_full, "row": o_row, "col": o_col}
+        if trips:
+            for _ in pl.range(trips):  # a real loop: io's stores feed the next iteration's loads
+                body(x, r, c, io, outs)
+        else:
+            body(x, r, c, io, outs)
+
+    def body(x, r, c, io, outs):
         vals = [pl.load(x, [0, 0], [R, C]), pl.load(r, [0, 0], [R, 1]), pl.load(c, [0, 0], [1, C])]
         for op in ops:
             if op[0] == "unary":
@@ -91,8 +98,14 @@ def build(ops):
     return k
 
 
-def model(ops, x, r, c, io, outs):
+def model(ops, trips, x, r, c, io, outs):
     io, outs = io.copy(), {k: v.copy() for k, v in outs.items()}
+    for _ in range(max(trips, 1)):
+        _model_body(ops, x, r, c, io, outs)
+    return io, outs
+
+
+def _model_body(ops, x, r, c, io, outs):
     vals = [x, r, c]
     for op in ops:
         if op[0] == "unary":
@@ -111,17 +124,16 @@ def model(ops, x, r, c, io, outs):
             vals.append(io.copy())
         elif op[0] == "store_io":
             io[...] = vals[op[1]]
-    return io, outs
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=programs(), seed=st.integers(0, 2**16))
-def test_random_programs_match_numpy(launcher, ops, seed):
+@given(ops=programs(), trips=st.sampled_from([0, 1, 3]), seed=st.integers(0, 2**16))
+def test_random_programs_match_numpy(launcher, ops, trips, seed):
     rng = np.random.default_rng(seed)
     x, r, c, io = (rng.standard_normal(s) for s in ((R, C), (R, 1), (1, C), (R, C)))
     outs = {name: rng.standard_normal(shape) for name, shape in SHAPES.items()}
-    want_io, want_outs = model(ops, x, r, c, io, outs)
-    launcher.run(build(ops).compile(x, r, c, io, *outs.values()), x, r, c, io, *outs.values())
+    want_io, want_outs = model(ops, trips, x, r, c, io, outs)
+    launcher.run(build(ops, trips).compile(x, r, c, io, *outs.values()), x, r, c, io, *outs.values())
     scale = max(1.0, *(float(np.max(np.abs(v))) for v in (want_io, *want_outs.values())))
     np.testing.assert_allclose(io, want_io, rtol=1e-12, atol=1e-12 * scale)
     for name in SHAPES:
