@@ -2,7 +2,7 @@
 
 What it runs, on the sim device, in asyncio:
 
-* a ``@pl.jit`` kernel ``y = relu(x * w + x)`` over a batch tile ``x``, with
+* a ``@pl.jit`` kernel ``y = silu(x * w)`` over a batch tile ``x``, with
   ``w`` a weight that stays resident in device memory for the whole run;
 * for each batch: copy ``x`` host → device on the *input* stream, run the
   kernel on the *compute* stream once that copy is done, copy ``y`` back on
@@ -24,6 +24,7 @@ https://ui.perfetto.dev) and ``demo_trace.png``, and says where they are.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 import sys
 import time
@@ -40,15 +41,14 @@ def make_kernel(rows: int, cols: int, blocks: int):
         if cols <= 16384 else 1
 
     @pl.jit
-    def scale_relu(x: pl.Tensor, w: pl.Tensor, y: pl.Out[pl.Tensor]):
+    def gated_silu(x: pl.Tensor, w: pl.Tensor, y: pl.Out[pl.Tensor]):
         for b in pl.spmd(blocks):
             for i in pl.range(0, per_block, tile):
                 r = b * per_block + i
-                tx = pl.load(x, [r, 0], [tile, cols])
-                tw = pl.load(w, [r, 0], [tile, cols])
-                pl.store(pl.relu(tx * tw + tx), [r, 0], y)
+                h = pl.load(x, [r, 0], [tile, cols]) * pl.load(w, [r, 0], [tile, cols])
+                pl.store(h / (pl.exp(pl.neg(h)) + 1.0), [r, 0], y)  # silu(x * w)
 
-    return scale_relu
+    return gated_silu
 
 
 class DemoResult:
@@ -61,6 +61,12 @@ class DemoResult:
         return f"DemoResult({self.__dict__!r})"
 
 
+def _silu(h):
+    import numpy as np
+
+    return h / (np.exp(-h) + np.float32(1))
+
+
 def _blocks_for(rows: int, cores: int) -> int:
     for b in range(min(cores, rows), 0, -1):
         if rows % b == 0:
@@ -68,8 +74,11 @@ def _blocks_for(rows: int, cores: int) -> int:
     return 1
 
 
-async def _pipeline(w, kernel, weight, batches, outs, n: int, progress, check) -> float:
-    """Run every batch through H2D → kernel → D2H on three streams; return seconds."""
+async def _pipeline(w, kernel, weight, batches, outs, n: int, progress, check) -> tuple[float, dict]:
+    """Run every batch through H2D → kernel → D2H on three streams.
+
+    Returns the seconds it took and the streams' names by id (for the trace).
+    """
     import numpy as np
 
     rows, cols = weight.shape
@@ -105,7 +114,7 @@ async def _pipeline(w, kernel, weight, batches, outs, n: int, progress, check) -
     elapsed = time.perf_counter() - t0
     for t in xs + ys:
         w.free_tensor(t)
-    return elapsed
+    return elapsed, {s_in.id: "H2D", s_k.id: "compute", s_out.id: "D2H"}
 
 
 async def _serial(w, kernel, weight, batches, out, n: int, check) -> float:
@@ -129,7 +138,7 @@ async def _serial(w, kernel, weight, batches, out, n: int, check) -> float:
 
 
 async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathlib.Path,
-                progress_file, show_progress: bool) -> DemoResult:
+                progress_file, show_progress: bool, cores: int | None = None) -> DemoResult:
     import numpy as np
 
     from .runtime import ChipWorker, RunConfig
@@ -139,9 +148,9 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
     rng = np.random.default_rng(2024)
     weight_host = rng.standard_normal((rows, cols)).astype(np.float32)
     batches = [rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(min(n_batches, 8))]
-    want = [np.maximum(b * weight_host + b, np.float32(0)) for b in batches]
+    want = [_silu(b * weight_host) for b in batches]
     nbytes = rows * cols * 4
-    config = RunConfig(platform="sim", device_memory=max(64 << 20, (2 * depth + 4) * nbytes * 2))
+    config = RunConfig(platform="sim", cores=cores, device_memory=max(64 << 20, (2 * depth + 4) * nbytes * 2))
 
     # In the timed loops each batch is spot-checked (every 61st element: the
     # host must not become the bottleneck); the last batch of each buffer is
@@ -172,8 +181,9 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
         with tqdm(total=n_batches, unit="batch", desc="pipelined", file=progress_file,
                   disable=not show_progress, leave=False) as progress:
-            async with w.trace(trace_path) as window:
-                pipelined_s = await _pipeline(w, kernel, weight, batches, outs, n_batches, progress, check)
+            async with w.trace() as window:
+                pipelined_s, names = await _pipeline(w, kernel, weight, batches, outs, n_batches,
+                                                     progress, check)
         for slot, out in enumerate(outs):
             last = max((i for i in range(n_batches) if i % len(outs) == slot), default=None)
             if last is not None:
@@ -181,10 +191,11 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
         stats = w.stats()
         w.free_tensor(weight)
 
-    summary = window.trace.summary()
+    trace = dataclasses.replace(window.trace, stream_names={**window.trace.stream_names, **names})
+    trace.save(trace_path)
     return DemoResult(
         rows=rows, cols=cols, batches=n_batches, depth=depth, batch_bytes=nbytes,
-        serial_s=serial_s, pipelined_s=pipelined_s, trace=window.trace, summary=summary,
+        serial_s=serial_s, pipelined_s=pipelined_s, trace=trace, summary=trace.summary(),
         trace_path=trace_path, png_path=None, stats=stats, cores=cores,
     )
 
@@ -193,7 +204,7 @@ def run_demo(args) -> int:
     """Run the ``demo`` subcommand; return the exit status."""
     out_dir = pathlib.Path(args.out)
     result = asyncio.run(_demo(args.rows, args.cols, args.batches, args.depth, out_dir,
-                               sys.stderr, not args.no_progress))
+                               sys.stderr, not args.no_progress, args.cores))
     if not args.no_png:
         from ._plot import render_trace
 
@@ -210,7 +221,7 @@ def format_report(r: DemoResult) -> str:
     moved = 2 * r.batch_bytes * r.batches  # H2D in, D2H out
     lines = [
         f"pypto_async demo: {r.batches} batches of {r.rows}x{r.cols} float32 "
-        f"({r.batch_bytes / 2**20:.2f} MiB each), y = relu(x * w + x) with w resident on the device",
+        f"({r.batch_bytes / 2**20:.2f} MiB each), y = silu(x * w) with w resident on the device",
         f"  sim device: {r.cores} cores, 3 streams (H2D | kernel | D2H), {r.depth} batches in flight",
         f"  serial (1 stream):     {r.serial_s * 1e3:8.1f} ms   {r.batches / r.serial_s:8.0f} batches/s",
         f"  pipelined (3 streams): {r.pipelined_s * 1e3:8.1f} ms   {r.batches / r.pipelined_s:8.0f} batches/s   "
