@@ -3,6 +3,10 @@
 ``import pypto_async.language as pl`` to write kernels, ``pypto_async.ir`` to
 compile them, ``pypto_async.runtime`` to dispatch them.  Every error is a
 :class:`PtoError`.
+
+The runtime's main names are also available here (``pypto_async.ChipWorker``);
+they are imported on first use, so ``import pypto_async`` stays light and does
+not need the native driver.
 """
 
 from ._dtypes import DataType
@@ -11,4 +15,31 @@ from .errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
-__all__ = ["DataType", "__version__", *_errors_all]
+#: Names re-exported from :mod:`pypto_async.runtime`, resolved lazily.
+_RUNTIME_NAMES = (
+    "ChipWorker",
+    "RunConfig",
+    "DeviceTensor",
+    "Stream",
+    "Event",
+    "Launch",
+    "KernelHandle",
+    "WorkerStats",
+    "benchmark",
+)
+
+__all__ = ["DataType", "__version__", *_RUNTIME_NAMES, *_errors_all]
+
+
+def __getattr__(name: str):
+    if name in _RUNTIME_NAMES:
+        from . import runtime
+
+        value = getattr(runtime, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pypto_async' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_RUNTIME_NAMES))

@@ -616,7 +616,7 @@ class ChipWorker:
                 fifo = stream._fifo
                 # Refill a ring in batches, not one slot at a time: one producer
                 # wake-up then admits many launches (hysteresis).
-                if lib.pto_stream_space_left(stream._ptr) < min(len(fifo), self._refill):
+                if lib.pto_stream_space_left(stream._ptr) < self._refill:
                     continue
                 while fifo:
                     fn, args, owner, flags, gate = fifo[0]

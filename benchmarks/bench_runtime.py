@@ -1,0 +1,252 @@
+"""Benchmark the async runtime against references measured in the same run.
+
+Four figures (issue 4), each next to what it is compared with:
+
+1. ``roundtrip``: ``await handle(t)`` of an empty launch on DeviceTensors, one
+   at a time, under asyncio (median per launch).  References: a bare asyncio
+   future resolved through ``loop.call_soon`` (the loop's own floor), and the
+   raw driver round trip from Python (``pto_stream_launch`` then
+   ``pto_wait_token``: the device's floor).
+2. ``pipelined``: launches in flight from one coroutine with
+   ``await handle.submit(t)`` (back-pressure only), then one wait.  References:
+   the same loop on raw cffi calls (submit, drain when the ring is full), and
+   one bare ``pto_nop`` cffi call.
+3. ``concurrent``: 10,000 tasks each awaiting its own launch.  Reference:
+   10,000 tasks each awaiting a future resolved with ``call_soon``.
+4. ``overlap``: ``examples/pipelined.py``: pipelined time over
+   max(copy-only, compute-only).
+
+Every figure is a median over repeats.  Targets from issue 4 are printed
+beside them; they are absolute, so read them with the references: on a
+machine whose driver round trip alone exceeds a target, that target is out of
+reach for any runtime above it.
+
+    python benchmarks/bench_runtime.py [--quick] [--json] [--only roundtrip,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from helpers.kernels import KernelLib  # noqa: E402
+
+from pypto_async._driver import PTO_EAGAIN, ffi, lib  # noqa: E402
+from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+
+TARGETS = {"roundtrip": 25.0, "pipelined": 3.0, "concurrent": 10.0, "overlap": 1.25}
+UNITS = {"roundtrip": "us", "pipelined": "us", "concurrent": "us", "overlap": "x"}
+
+
+def median(xs) -> float:
+    return statistics.median(xs)
+
+
+# -- 1. round trip -------------------------------------------------------------------------------
+
+
+async def _future_roundtrip(n: int) -> list[float]:
+    loop = asyncio.get_running_loop()
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        t0 = clock()
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, None)
+        await fut
+        samples.append((clock() - t0) / 1e3)
+    return samples
+
+
+def _raw_roundtrip(w, h, t, n: int) -> list[float]:
+    dev, s, k = w._dev, w.default_stream._ptr, h._kptr
+    args = ffi.new("uint64_t[]", [t.data_ptr])
+    rec = ffi.new("pto_completion *")
+    buf = ffi.new("pto_completion[]", 256)
+    samples = []
+    clock = time.perf_counter_ns
+    token = 1 << 62
+    for _ in range(n):
+        token += 1
+        t0 = clock()
+        lib.pto_stream_launch(s, k, 1, args, 1, token)
+        lib.pto_wait_token(dev, token, -1, rec)
+        samples.append((clock() - t0) / 1e3)
+        lib.pto_cq_drain(dev, buf, 256)
+    return samples
+
+
+async def roundtrip(program, config, n: int) -> dict:
+    async with ChipWorker(config) as w:
+        h = w.register(program)
+        t = w.alloc_tensor(program.params[0].shape, np.float32)
+        for _ in range(100):
+            await h(t)
+        samples = []
+        clock = time.perf_counter_ns
+        for _ in range(n):
+            t0 = clock()
+            await h(t)
+            samples.append((clock() - t0) / 1e3)
+        future = await _future_roundtrip(n)
+        await w.default_stream
+        raw = _raw_roundtrip(w, h, t, n)
+        t.free()
+    return {"value": median(samples), "ref_asyncio_future_us": median(future),
+            "ref_raw_driver_us": median(raw)}
+
+
+# -- 2. pipelined -------------------------------------------------------------------------------------
+
+
+def _raw_pipelined(w, h, t, n: int) -> float:
+    dev, s, k = w._dev, w.default_stream._ptr, h._kptr
+    args = ffi.new("uint64_t[]", [t.data_ptr])
+    buf = ffi.new("pto_completion[]", 256)
+    launch, drain, wait = lib.pto_stream_launch, lib.pto_cq_drain, lib.pto_cq_wait
+    eagain = -PTO_EAGAIN
+    token, done = 1 << 62, 0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        token += 1
+        while launch(s, k, 1, args, 1, token) == eagain:
+            done += drain(dev, buf, 256) or (wait(dev, 100_000) and 0)
+    while done < n:
+        wait(dev, 100_000)
+        done += drain(dev, buf, 256)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def _nop(n: int) -> float:
+    nop = lib.pto_nop
+    t0 = time.perf_counter()
+    for _ in range(n):
+        nop()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+async def pipelined(program, config, n: int, repeats: int) -> dict:
+    values, raws = [], []
+    async with ChipWorker(config) as w:
+        h = w.register(program)
+        t = w.alloc_tensor(program.params[0].shape, np.float32)
+        await h(t)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await h.submit(t)
+            await w.default_stream
+            values.append((time.perf_counter() - t0) / n * 1e6)
+            raws.append(_raw_pipelined(w, h, t, n))
+            w._drive(w._idle, 10.0)
+        t.free()
+    return {"value": median(values), "ref_raw_cffi_us": median(raws), "ref_pto_nop_us": _nop(200_000)}
+
+
+# -- 3. concurrent ---------------------------------------------------------------------------------------
+
+
+async def concurrent(program, config, n: int, repeats: int) -> dict:
+    values, refs = [], []
+    async with ChipWorker(config) as w:
+        h = w.register(program)
+        t = w.alloc_tensor(program.params[0].shape, np.float32)
+        await h(t)
+
+        async def one():
+            await h(t)
+
+        loop = asyncio.get_running_loop()
+
+        async def bare():
+            fut = loop.create_future()
+            loop.call_soon(fut.set_result, None)
+            await fut
+
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            await asyncio.gather(*[one() for _ in range(n)])
+            values.append((time.perf_counter() - t0) / n * 1e6)
+            t0 = time.perf_counter()
+            await asyncio.gather(*[bare() for _ in range(n)])
+            refs.append((time.perf_counter() - t0) / n * 1e6)
+        per_wakeup = w.stats().completions_per_wakeup
+        t.free()
+    return {"value": median(values), "ref_asyncio_tasks_us": median(refs),
+            "completions_per_wakeup": per_wakeup}
+
+
+# -- 4. overlap -------------------------------------------------------------------------------------------
+
+
+def overlap(batches: int, repeats: int) -> dict:
+    spec = importlib.util.spec_from_file_location("pipelined_example", ROOT / "examples" / "pipelined.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = [asyncio.run(module.main(batches)) for _ in range(repeats)]
+    best = min(runs, key=lambda r: r["vs_max"])
+    return {"value": median(r["vs_max"] for r in runs),
+            "copy_only_ms": best["copy_only_ms"], "compute_only_ms": best["compute_only_ms"],
+            "pipelined_ms": best["pipelined_ms"], "vs_sum": median(r["vs_sum"] for r in runs)}
+
+
+# -- driver -----------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--only", default="roundtrip,pipelined,concurrent,overlap",
+                        help="comma-separated figures to run")
+    parser.add_argument("--spin-us", type=int, default=None, help="RunConfig.spin_us for the device")
+    parser.add_argument("--cores", type=int, default=None, help="RunConfig.cores for the device")
+    parser.add_argument("--uvloop", action="store_true", help="run the asyncio figures under uvloop")
+    args = parser.parse_args(argv)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    quick = args.quick
+    config = RunConfig(spin_us=args.spin_us, cores=args.cores)
+    run = asyncio.run
+    if args.uvloop:
+        import uvloop
+
+        run = uvloop.run
+    results: dict = {"config": {"spin_us": args.spin_us, "cores": args.cores, "uvloop": args.uvloop}}
+    with tempfile.TemporaryDirectory() as tmp:
+        noop = KernelLib(tmp).get("noop", 16)
+        if "roundtrip" in only:
+            results["roundtrip"] = run(roundtrip(noop, config, 300 if quick else 5000))
+        if "pipelined" in only:
+            results["pipelined"] = run(pipelined(noop, config, 2000 if quick else 100_000, 1 if quick else 3))
+        if "concurrent" in only:
+            results["concurrent"] = run(concurrent(noop, config, 1000 if quick else 10_000, 1 if quick else 3))
+    if "overlap" in only:
+        results["overlap"] = overlap(6 if quick else 24, 1 if quick else 3)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for name in ("roundtrip", "pipelined", "concurrent", "overlap"):
+            if name not in results:
+                continue
+            r = results[name]
+            refs = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "value")
+            unit = UNITS[name]
+            print(f"{name:11s} {r['value']:8.2f} {unit:2s} (target <= {TARGETS[name]} {unit}; {refs})")
+    return results
+
+
+if __name__ == "__main__":
+    main()
