@@ -48,7 +48,7 @@ _KIND = {"PtoKernelFault": "PtoKernelFault", "PtoCopyFault": "PtoCopyFault",
          "PtoDependencyError": "PtoDependencyError"}
 
 settings.register_profile(
-    "reliability-ci", max_examples=25, stateful_step_count=35, derandomize=True, deadline=None,
+    "reliability-ci", max_examples=80, stateful_step_count=40, derandomize=True, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     database=None, print_blob=True,
 )

@@ -1,0 +1,98 @@
+"""Tests of the reference model itself: it must predict what the design promises."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import COPY_FAULT, DEPENDENCY, KERNEL_FAULT, OK, Model
+
+
+def _v(x):
+    return np.full(4, x, np.float32)
+
+
+def test_stream_order_and_kernels():
+    m = Model(1)
+    a, b = m.alloc(4, 0, _v(1.5)), m.alloc(4, 0, _v(-2.0))
+    out = m.alloc(4, 0, None)
+    assert out.data is None  # fresh device memory is unknown
+    assert m.launch("add", [a, b, out], 0).outcome == OK
+    np.testing.assert_array_equal(out.data, _v(-0.5))
+    m.launch("inc", [out], 0)
+    m.launch("scale", [out, 3.0, a], 0)
+    np.testing.assert_array_equal(a.data, _v(1.5))
+
+
+def test_host_arrays_go_in_and_out():
+    m = Model(1)
+    x, y = m.host(_v(2.0)), m.host(_v(7.0))
+    assert m.launch("copy", [x, y], 0).outcome == OK
+    np.testing.assert_array_equal(y.data, _v(2.0))
+
+
+def test_kernel_fault_fails_dependents_until_observed():
+    m = Model(2)
+    t = m.alloc(4, 0, _v(1.0))
+    f = m.launch("fail", [t], 0)
+    assert f.outcome == KERNEL_FAULT
+    dep = m.launch("inc", [t], 0)
+    assert dep.outcome == DEPENDENCY and dep.cause.kind == KERNEL_FAULT
+    np.testing.assert_array_equal(t.data, _v(1.0))  # a failed launch writes nothing
+    ev = m.record(0)
+    assert ev.fail is not None
+    m.wait(1, ev)
+    u = m.alloc(4, 1, _v(5.0))
+    assert m.launch("inc", [u], 1).outcome == DEPENDENCY  # the waiting stream fails too
+    m.observe_through(dep.clock)
+    assert m.launch("inc", [t], 0).outcome == OK  # the stream recovered after observation
+    np.testing.assert_array_equal(t.data, _v(2.0))
+    assert m.unobserved() == [m.streams[1]]  # stream 1's failure is not in dep's past
+    m.barrier()
+    assert m.launch("inc", [u], 1).outcome == OK
+
+
+def test_injected_fault_hits_the_next_command_even_on_a_failed_stream():
+    m = Model(1)
+    t = m.alloc(4, 0, _v(1.0))
+    m.inject(0, COPY_FAULT)
+    h = m.host(_v(3.0))
+    assert m.copy(t, h, 0).outcome == COPY_FAULT
+    m.inject(0, COPY_FAULT)  # consumed by a command that fails as a dependent anyway
+    assert m.copy(t, h, 0).outcome == DEPENDENCY
+    m.barrier()
+    assert m.copy(t, h, 0).outcome == OK
+    np.testing.assert_array_equal(t.data, _v(3.0))
+
+
+def test_conflicts_need_an_event_between_streams():
+    m = Model(2)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("inc", [t], 0)
+    # First use on stream 1 joins the allocation stream: no conflict with the alloc,
+    # but the later inc on stream 0 is not ordered before a write on stream 1.
+    assert m.conflicts(1, writes=[t]) == {0}
+    ev = m.record(0)
+    m.wait(1, ev)
+    assert m.conflicts(1, writes=[t]) == set()
+
+
+def test_latches_block_what_depends_on_them():
+    m = Model(2)
+    m.latch(0, 1)
+    t = m.alloc(4, 0, _v(1.0))
+    lc = m.launch("inc", [t], 0)
+    assert m.blocked(lc.clock)
+    other = m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
+    assert not m.blocked(other.clock)
+    m.release(1)
+    assert not m.blocked(lc.clock)
+
+
+def test_free_joins_other_users_and_carries_their_failure():
+    m = Model(2)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("inc", [t], 1)  # first use on stream 1 (joins stream 0)
+    m.launch("fail", [t], 1)
+    m.free(t, 0)  # joins stream 1, which failed: stream 0 now fails too
+    assert t.freed
+    assert m.launch("inc", [m.alloc(4, 0, _v(1.0))], 0).outcome == DEPENDENCY
