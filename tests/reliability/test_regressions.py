@@ -12,7 +12,7 @@ import pytest
 
 from pypto_async import testing
 from pypto_async._driver import lib
-from pypto_async.errors import PtoDependencyError, PtoError, PtoKernelFault
+from pypto_async.errors import PtoDependencyError, PtoDeviceLost, PtoError, PtoKernelFault
 from pypto_async.runtime import ChipWorker
 
 from .conftest import SMALL
@@ -68,3 +68,33 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
     finally:
         loop.run_until_complete(w.aclose())
         loop.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime bug: ChipWorker.close() -> _free_forgotten() -> _free_locked() -> _submit() raises "
+    "PtoDeviceLost from pto_stream_free on a lost device, so close() raises instead of returning "
+    "(the device is still torn down by the finally clause)"))
+def test_close_returns_after_device_lost_with_unfreed_tensors():
+    """From test_faults.py: issue 5 says close() still returns once the device is lost."""
+    w = ChipWorker(dict(SMALL))
+    w.alloc_tensor((16,), np.float32)  # forgotten: close() frees it
+    assert lib.pto_debug_lose_device(w._dev, b"gone") == 0
+    with pytest.warns(ResourceWarning):
+        w.close(timeout=5)
+    assert w.is_closed
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "driver: pto_mem_alloc (native/src/memory.c) does not check pto_dev_lost, so allocating on a "
+    "lost device succeeds instead of failing fast with PTO_EDEVLOST like every submission"))
+def test_alloc_on_a_lost_device_fails_fast():
+    w = ChipWorker(dict(SMALL))
+    try:
+        assert lib.pto_debug_lose_device(w._dev, b"gone") == 0
+        with pytest.raises(PtoDeviceLost):
+            w.alloc_tensor((16,), np.float32)
+    finally:
+        try:
+            w.close(timeout=5)
+        except PtoError:
+            pass
