@@ -254,3 +254,16 @@ def test_using_a_worker_in_a_forked_child_raises(worker):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     worker.stats()  # the parent's worker is fine
+
+
+def test_chip_swimlane_turns_the_trace_on(kernels):
+    with ChipWorker(RunConfig(enable_chip_swimlane=True, cores=1, copy_engines=1,
+                              device_memory=16 << 20)) as w:
+        w.run(kernels.get("inc", N), rand())
+        records = ffi.new("pto_trace_record[]", 64)
+        n = lib.pto_trace_read(w._dev, records, 64)
+        names = {ffi.string(records[i].name).decode() for i in range(n)}
+        assert {"h2d", "d2h"} <= names and any("k_inc" in name for name in names)
+    with ChipWorker(RunConfig(cores=1, copy_engines=1, device_memory=16 << 20)) as w:
+        w.run(kernels.get("inc", N), rand())
+        assert lib.pto_trace_read(w._dev, ffi.new("pto_trace_record[]", 8), 8) == 0

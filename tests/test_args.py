@@ -1,0 +1,66 @@
+"""Argument binding: scalars and host arrays (runtime/_args.py)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pypto_async._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8
+from pypto_async.errors import PtoArgumentError
+from pypto_async.runtime._args import host_array, scalar_bits
+
+
+@pytest.mark.parametrize(
+    "value, dtype, raw",
+    [
+        (1.5, FP32, struct.pack("<f", 1.5)),
+        (-2.25, FP64, struct.pack("<d", -2.25)),
+        (0.5, FP16, struct.pack("<e", 0.5)),
+        (-7, INT8, struct.pack("<b", -7)),
+        (123456, INT32, struct.pack("<i", 123456)),
+        (-(2**40), INT64, struct.pack("<q", -(2**40))),
+        (255, UINT8, b"\xff"),
+        (True, BOOL, b"\x01"),
+        (np.float32(3.0), FP32, struct.pack("<f", 3.0)),
+        (np.int64(9), INT32, struct.pack("<i", 9)),
+        (2, FP32, struct.pack("<f", 2.0)),
+    ],
+)
+def test_scalar_bits_are_little_endian_low_bytes(value, dtype, raw):
+    assert scalar_bits(value, dtype, "x") == int.from_bytes(raw, "little")
+
+
+def test_bf16_rounds_to_nearest_even():
+    assert scalar_bits(1.0, BF16, "x") == 0x3F80
+    assert scalar_bits(-2.0, BF16, "x") == 0xC000
+    bits = struct.unpack("<I", struct.pack("<f", 1.0 + 2**-8))[0]  # exactly halfway: stays even
+    assert scalar_bits(1.0 + 2**-8, BF16, "x") == bits >> 16
+
+
+@pytest.mark.parametrize(
+    "value, dtype, pattern",
+    [
+        ("1", FP32, "number"),
+        (True, FP32, "number"),
+        (1.5, INT32, "int"),
+        (2**31, INT32, "does not fit"),
+        (300, UINT8, "does not fit"),
+        (1e300, FP32, "does not fit"),
+        (np.zeros(3), FP32, "not an array"),
+    ],
+)
+def test_bad_scalars(value, dtype, pattern):
+    with pytest.raises(PtoArgumentError, match=f"x: .*{pattern}"):
+        scalar_bits(value, dtype, "x")
+
+
+def test_host_array_views():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    h = host_array(a, "a", writeable=True)
+    assert (h.nbytes, h.shape, h.dtype) == (48, (3, 4), FP32)
+    with pytest.raises(PtoArgumentError, match="C-contiguous"):
+        host_array(a.T, "a", writeable=False)
+    with pytest.raises(PtoArgumentError, match="numpy array, a torch CPU tensor"):
+        host_array([1, 2, 3], "a", writeable=False)

@@ -1,0 +1,38 @@
+"""benchmark(): per-round device and host wall times (runtime/_benchmark.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pypto_async.errors import PtoArgumentError
+from pypto_async.runtime import RunConfig, benchmark
+from pypto_async.runtime._benchmark import Timings
+
+
+def test_benchmark_times_every_round(kernels):
+    a = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    out = np.zeros(4096, np.float32)
+    result = benchmark(kernels.get("add", 4096), (a, a, out), rounds=7, warmup=1,
+                       config=RunConfig(cores=1, copy_engines=1))
+    assert result.rounds == 7 and result.name == "add"
+    assert len(result.device_wall_us) == len(result.host_wall_us) == 7
+    assert all(d > 0 for d in result.device_wall_us)
+    # The host waits for the device: its wall time covers the device's span.
+    assert result.median("host_wall_us") >= result.median("device_wall_us")
+    for field in ("device_wall_us", "host_wall_us"):
+        t = getattr(result, field)
+        assert t.min() <= t.median() <= t.max() and t.min() <= t.mean() <= t.max()
+    assert "7 rounds" in str(result)
+    np.testing.assert_array_equal(out, a + a)
+
+
+def test_timings_helpers():
+    t = Timings([3.0, 1.0, 2.0, 10.0])
+    assert (t.min(), t.max(), t.median(), t.mean()) == (1.0, 10.0, 2.5, 4.0)
+
+
+@pytest.mark.parametrize("kwargs", [{"rounds": 0}, {"warmup": -1}, {"rounds": 2.5}])
+def test_benchmark_checks_its_arguments(kernels, kwargs):
+    with pytest.raises(PtoArgumentError):
+        benchmark(kernels.get("inc", 16), (np.zeros(16, np.float32),), **kwargs)
