@@ -1,0 +1,143 @@
+"""Deadlines: timeouts leave state intact, a held latch cannot hang close(), Ctrl-C is prompt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import anyio
+import numpy as np
+import pytest
+
+from pypto_async import testing
+from pypto_async.errors import PtoCanceledError, PtoTimeout
+from pypto_async.runtime import ChipWorker, RunConfig
+
+from .conftest import SMALL
+
+N = 64
+
+
+def _f(seed):
+    return np.random.default_rng(seed).uniform(1, 2, N).astype(np.float32)
+
+
+def test_sync_timeout_leaves_the_launch_running(rel_kernels):
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        add = w.register(rel_kernels.get("add", N))
+        a, b, out = _f(1), _f(2), np.full(N, np.nan, np.float32)
+        with testing.hold(w.default_stream) as latch:
+            launch = add.submit(a, b, out)
+            with pytest.raises(PtoTimeout, match="did not complete"):
+                launch.sync(timeout=0.05)
+            assert not launch.done()
+            latch.release()
+            launch.sync(timeout=10)
+        np.testing.assert_array_equal(out, a + b)
+        add(a, a, out)  # the worker is fine
+        np.testing.assert_array_equal(out, a + a)
+
+
+@pytest.mark.anyio
+async def test_fail_after_around_an_await_leaves_state_intact(rel_kernels):
+    async with ChipWorker(RunConfig(**SMALL)) as w:
+        add = w.register(rel_kernels.get("add", N))
+        a, b, out = _f(3), _f(4), np.full(N, np.nan, np.float32)
+        with testing.hold(w.default_stream) as latch:
+            launch = add(a, b, out)
+            with pytest.raises(TimeoutError):
+                with anyio.fail_after(0.05):
+                    await launch
+            assert not launch.done()
+            latch.release()
+            with anyio.fail_after(10):
+                await launch
+        np.testing.assert_array_equal(out, a + b)
+        out2 = np.zeros(N, np.float32)
+        with anyio.fail_after(10):
+            await add(b, b, out2)
+        np.testing.assert_array_equal(out2, b + b)
+
+
+def test_latch_never_released_does_not_hang_close(rel_kernels):
+    """close() drains for its timeout, then cancels queued work and says what it dropped."""
+    w = ChipWorker(RunConfig(**SMALL))
+    inc = w.register(rel_kernels.get("inc", N))
+    x = w.alloc_tensor((N,), np.float32, init=_f(5))
+    with testing.hold(w.default_stream, timeout=60):
+        queued = [inc.submit(x) for _ in range(4)]
+        x.free()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            w.close(timeout=0.2)
+    assert w.is_closed
+    dropped = [c for c in caught if issubclass(c.category, RuntimeWarning) and "dropped" in str(c.message)]
+    assert dropped, [str(c.message) for c in caught]
+    assert "dropped" in str(dropped[0].message)
+    for launch in queued:
+        assert launch.done()
+        assert isinstance(launch.exception(), PtoCanceledError)
+
+
+_CTRL_C = textwrap.dedent(r"""
+    import sys, threading, time
+    sys.path[:0] = [{tests!r}, {root!r}]
+    import numpy as np
+    from helpers.kernels import KernelLib
+    from pypto_async import testing
+    from pypto_async.runtime import ChipWorker, RunConfig
+    k = KernelLib({kdir!r}).get("inc", 64)
+    w = ChipWorker(RunConfig(platform="sim", cores=1, copy_engines=1, device_memory=16 << 20))
+    h = w.register(k)
+    with testing.hold(w.default_stream, timeout=120):
+        launch = h.submit(np.zeros(64, np.float32))
+        try:
+            print("blocking", flush=True)
+            launch.sync()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    w.close(timeout=5)
+    print("closed", flush=True)
+""")
+
+
+def test_ctrl_c_during_a_blocking_sync_is_prompt(rel_kernels, tmp_path):
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    kdir = str(rel_kernels.directory)
+    rel_kernels.get("inc", 64)
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(_CTRL_C.format(tests=tests, root=os.path.dirname(tests), kdir=kdir))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(tests))
+    try:
+        assert proc.stdout.readline().strip() == "blocking"
+        proc.send_signal(signal.SIGINT)
+        # The latch would hold for 120 s: finishing in 60 means Ctrl-C broke the wait.
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "interrupted" in out and "closed" in out, out
+    assert proc.returncode == 0
+
+
+def test_interrupt_main_from_a_timer_thread(rel_kernels):
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        inc = w.register(rel_kernels.get("inc", N))
+        with testing.hold(w.default_stream, timeout=60) as latch:
+            launch = inc.submit(np.zeros(N, np.float32))
+            import _thread
+
+            timer = threading.Timer(0.05, _thread.interrupt_main)
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                launch.sync(timeout=30)
+            timer.join()
+            latch.release()
+            launch.sync(timeout=10)
+        assert launch.done() and w.stats().in_flight == 0
