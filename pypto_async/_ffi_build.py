@@ -39,8 +39,7 @@ def cdef_text() -> str:
 
 
 def _sources() -> list[str]:
-    # Relative paths keep the build reproducible wherever the tree lives.
-    return sorted(str(p.relative_to(ROOT)) for p in (NATIVE / "src").glob("*.c"))
+    return sorted(str(p) for p in (NATIVE / "src").glob("*.c"))
 
 
 ffi = FFI()
@@ -56,4 +55,15 @@ ffi.set_source(
 )
 
 if __name__ == "__main__":
-    ffi.compile(verbose=True)
+    # Rebuild in place for development (pip install -e . does the same):
+    # objects go to a temporary directory, the module next to this file.
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = pathlib.Path(ffi.compile(tmpdir=tmp, verbose=False))
+        package = pathlib.Path(__file__).parent
+        for stale in package.glob("_pto_driver*.so"):  # e.g. pip's abi3 build
+            stale.unlink()
+        shutil.copy2(built, package / built.name)
+        print(f"built {built.name}")
