@@ -190,6 +190,24 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
     (*sleepers)--;
 }
 
+/*
+ * Engine fast path (sched_lock held, right after an engine finished s's
+ * head): start what s can run next from this thread.  A record, notify or
+ * free behind a copy would otherwise wait for the scheduler to be woken and
+ * scheduled, which on an oversubscribed host (every core thread busy in a
+ * kernel) can take milliseconds and stalls streams that wait on the event.
+ * Bounded like a scheduler pass; the kick afterwards lets the scheduler see
+ * anything this made ready on other streams and any new delay deadline.
+ */
+static void continue_stream(pto_device *dev, pto_stream *s)
+{
+    uint64_t next_deadline = 0;
+    for (int burst = 0; burst < 16; burst++)
+        if (!pto_stream_step(dev, s, pto_now_ns(), &next_deadline))
+            break;
+    pto_sched_kick(dev, true);
+}
+
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
 {
     struct pto_cmd *cmd = run->cmd;
@@ -247,6 +265,7 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
     pto_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
+    continue_stream(dev, run->stream);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -350,6 +369,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
     pto_cmd_finish(dev, s, cmd, status, cause, msg, own, run->start_ns, end, eng->id);
+    continue_stream(dev, s);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
