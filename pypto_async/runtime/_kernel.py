@@ -26,7 +26,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_argbuf",
-                 "_nargs", "_out_idx", "_has_return", "_name", "__weakref__")
+                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("KernelHandle cannot be constructed directly; use ChipWorker.register(compiled)")
@@ -45,6 +45,8 @@ class KernelHandle:
         h._argbuf = ffi.new("uint64_t[]", max(h._nargs, 1))
         h._out_idx = tuple(getattr(compiled, "output_indices", ()) or ())
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
+        # The usual call shape, one output: its index, so a launch need not call _result().
+        h._out1 = h._out_idx[0] if h._has_return and len(h._out_idx) == 1 else -1
         return h
 
     def __call__(self, *args, stream=None):

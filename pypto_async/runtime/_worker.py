@@ -877,7 +877,9 @@ class ChipWorker:
         else:
             self._own_stream(stream)
         values, hosts, joins = h._binder.bind(self, stream, args)
-        launch = _new_launch(self, stream, h._label, 1, args, h._result(args), submit)
+        out1 = h._out1
+        launch = _new_launch(self, stream, h._label, 1, args, args[out1] if out1 >= 0 else h._result(args),
+                             submit)
         with self._lock:
             if self._deferred:
                 self._process_deferred_locked()
