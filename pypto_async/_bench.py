@@ -4,8 +4,9 @@ The benchmarks live in ``benchmarks/`` of the source tree, one script per
 layer (``bench_driver.py``, ``bench_runtime.py``, ``bench_kernels.py``,
 ``bench_compile.py``).  The convention they share:
 
-* each script has ``main(argv) -> int`` and runs as
-  ``python bench_X.py [--quick] --json PATH``;
+* each script has ``main(argv)`` and runs as
+  ``python bench_X.py [--quick] --json PATH`` (a script whose ``--json`` is a
+  flag instead prints the JSON on stdout, and is run that way);
 * each measures its own reference in the same process (an empty cffi call,
   numpy copies, numpy element-wise, numpy matmul ...) because ratios travel
   between machines and absolute times do not;
@@ -81,7 +82,34 @@ def _driver_rows(result: dict) -> list[dict]:
     return rows
 
 
-_ADAPTERS: dict[str, Callable[[dict], list[dict]]] = {"bench_driver": _driver_rows}
+def _runtime_rows(result: dict) -> list[dict]:
+    rows = []
+    r = result.get("roundtrip")
+    if r:
+        rows.append(_row("await an empty launch, round trip (median)", r["value"], "µs",
+                         reference=r.get("ref_raw_driver_us"), reference_name="raw driver round trip",
+                         target="≤ 25 µs", ok=r["value"] <= 25.0))
+    r = result.get("pipelined")
+    if r:
+        rows.append(_row("launches in flight from one coroutine, per launch", r["value"], "µs",
+                         reference=r.get("ref_raw_cffi_us"), reference_name="raw cffi submit + drain",
+                         target="≤ 3 µs", ok=r["value"] <= 3.0))
+    r = result.get("concurrent")
+    if r:
+        rows.append(_row("10,000 tasks each awaiting a launch, per launch", r["value"], "µs",
+                         reference=r.get("ref_asyncio_tasks_us"), reference_name="tasks awaiting bare futures",
+                         target="≤ 10 µs", ok=r["value"] <= 10.0))
+    r = result.get("overlap")
+    if r:
+        rows.append(_row("pipelined example / max(copy-only, compute-only)", r["value"], "x",
+                         target="≤ 1.25x", ok=r["value"] <= 1.25, ratio=r["value"]))
+    return rows
+
+
+_ADAPTERS: dict[str, Callable[[dict], list[dict]]] = {
+    "bench_driver": _driver_rows,
+    "bench_runtime": _runtime_rows,
+}
 
 
 def rows_from_result(name: str, result: dict) -> list[dict]:
@@ -99,20 +127,28 @@ def rows_from_result(name: str, result: dict) -> list[dict]:
     return adapter(result)
 
 
-def _supports_quick(script: pathlib.Path) -> bool:
+def _source(script: pathlib.Path) -> str:
     try:
-        return "--quick" in script.read_text(encoding="utf-8")
+        return script.read_text(encoding="utf-8")
     except OSError:
-        return False
+        return ""
+
+
+def _json_to_stdout(source: str) -> bool:
+    """True for a script whose ``--json`` is a flag that prints the JSON (not a path)."""
+    compact = source.replace(" ", "")
+    return '"--json",action="store_true"' in compact
 
 
 def _run_one(script: pathlib.Path, *, quick: bool, timeout: int) -> dict:
     name = script.stem
     with tempfile.TemporaryDirectory(prefix="pto_bench_") as tmp:
         out_json = pathlib.Path(tmp) / f"{name}.json"
-        cmd = [sys.executable, str(script), "--json", str(out_json)]
+        source = _source(script)
+        to_stdout = _json_to_stdout(source)
+        cmd = [sys.executable, str(script), *(["--json"] if to_stdout else ["--json", str(out_json)])]
         if quick:
-            cmd += ["--quick"] if _supports_quick(script) else _QUICK_ARGS.get(name, [])
+            cmd += ["--quick"] if "--quick" in source else _QUICK_ARGS.get(name, [])
         # The scripts import the same pypto_async as this command, installed or not.
         root = str(pathlib.Path(__file__).resolve().parent.parent)
         env = dict(os.environ)
@@ -131,7 +167,8 @@ def _run_one(script: pathlib.Path, *, quick: bool, timeout: int) -> dict:
             entry.update(status="failed", error=tail[-1] if tail else f"exit status {proc.returncode}", rows=[])
             return entry
         try:
-            result = json.loads(out_json.read_text(encoding="utf-8"))
+            text = proc.stdout if to_stdout else out_json.read_text(encoding="utf-8")
+            result = json.loads(text[text.index("{"):] if to_stdout else text)
             entry["rows"] = rows_from_result(name, result)
             entry["result"] = result
         except (OSError, ValueError, KeyError, TypeError) as exc:

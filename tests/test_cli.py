@@ -277,3 +277,36 @@ def test_demo_without_png(tmp_path, capsys):
                  "--no-progress", "--no-png"]) == 0
     assert "swimlane:" not in capsys.readouterr().out
     assert (tmp_path / "demo_trace.json").is_file() and not (tmp_path / "demo_trace.png").exists()
+
+
+_STDOUT_SCRIPT = '''
+import argparse, json
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    print("warming up")
+    result = {"roundtrip": {"value": 30.0 if args.quick else 20.0, "ref_raw_driver_us": 5.0},
+              "overlap": {"value": 1.1}}
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_bench_reads_a_script_that_prints_its_json(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_runtime.py").write_text(_STDOUT_SCRIPT)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--dir", str(bench), "--only", "bench_runtime", "--json", str(out),
+                 "--no-progress", "--quick"]) == 0
+    rows = json.loads(out.read_text())["benchmarks"]["bench_runtime"]["rows"]
+    assert [(r["figure"], r["reference"], r["ok"]) for r in rows] == [(30.0, 5.0, False), (1.1, None, True)]
+    assert rows[0]["ratio"] == pytest.approx(6.0)
+    assert "MISSED" in capsys.readouterr().out
