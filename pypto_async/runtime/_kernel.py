@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .._driver import ffi
 from ._args import Binder
 
 __all__ = ["KernelHandle"]
@@ -25,7 +24,7 @@ class KernelHandle:
     ``stream=None`` means the task-local default stream.
     """
 
-    __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_argbuf",
+    __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label",
                  "_nargs", "_out_idx", "_has_return", "_name", "_out1", "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -42,7 +41,6 @@ class KernelHandle:
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)
         h._label = f"launch of {name!r}"
         h._nargs = len(h._binder.params)
-        h._argbuf = ffi.new("uint64_t[]", max(h._nargs, 1))
         h._out_idx = tuple(getattr(compiled, "output_indices", ()) or ())
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
         # The usual call shape, one output: its index, so a launch need not call _result().

@@ -890,20 +890,18 @@ class ChipWorker:
                 token = self._next_token
                 self._next_token = token + 1
                 self._pending[token] = launch
-                n = h._nargs
+                # cffi passes the list as a temporary uint64_t array; the driver copies
+                # the arguments into the ring heap at submit.
                 if not stream._fifo:
-                    buf = h._argbuf
-                    buf[0:n] = values
-                    rc = lib.pto_stream_launch(stream._ptr, h._kptr, h._blocks, buf, n, token)
+                    rc = lib.pto_stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, token)
                     if not rc:
                         launch._entered = True
                     elif rc != _EAGAIN:
                         del self._pending[token]
                         check(rc, h._label)
                 if not launch._entered:
-                    buf = ffi.new("uint64_t[]", values) if n else ffi.NULL
                     stream._fifo.append((lib.pto_stream_launch,
-                                         (stream._ptr, h._kptr, h._blocks, buf, n, token),
+                                         (stream._ptr, h._kptr, h._blocks, values, h._nargs, token),
                                          launch, _F_DATA | _F_LAST, None))
                     self._backlog[stream] = None
                     self._fifo_waits += 1
@@ -934,14 +932,13 @@ class ChipWorker:
                 lib.pto_mem_free(self._dev, ptr)
             raise
         sp = stream._ptr
-        argbuf = ffi.new("uint64_t[]", values) if values else ffi.NULL
-        launch._keep = (launch._keep, hosts, argbuf)
+        launch._keep = (launch._keep, hosts)
         cmds = []
         for (i, ha, p), ptr in zip(hosts, temps):
             if p.copies_in:
                 cmds.append((lib.pto_stream_copy_h2d, (sp, ptr, ha.ptr, ha.nbytes, self._token(launch)),
                              _F_DATA))
-        cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, argbuf, h._nargs, self._token(launch)),
+        cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, values, h._nargs, self._token(launch)),
                      _F_DATA))
         for (i, ha, p), ptr in zip(hosts, temps):
             if p.copies_out:
