@@ -719,6 +719,11 @@ class WorkerTracing:
     directory.  With ``enable_scope_stats`` the per-stream and per-engine
     statistics go next to each trace written (``<trace stem>.stats.json``),
     or, with no swimlane, to ``pto_scope_stats_<pid>_<n>.json`` there.
+
+    The driver keeps the newest ``trace_capacity`` records (65536 by default)
+    between collections; a window collects on exit, the worker-long trace
+    when the worker closes.  Records pushed out before that are counted in
+    the trace's ``dropped`` (``otherData.dropped`` in the JSON).
     """
 
     _serial = 0
