@@ -503,3 +503,22 @@ def test_trace_on_a_closed_worker_raises(kernels):
     w.close()
     with pytest.raises(PtoClosedError):
         w.trace()
+
+
+def test_trace_window_is_written_when_the_block_raises_and_is_single_use(tmp_path, kernels):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    add = kernels.get("add", N)
+    x = np.random.default_rng(6).standard_normal(N).astype(np.float32)
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        window = w.trace(tmp_path / "t.json")
+        with pytest.raises(KeyError):
+            with window:
+                w.run(add, x, x, np.empty(N, np.float32))
+                raise KeyError("user error")
+        doc = json.loads((tmp_path / "t.json").read_text())
+        check_chrome_trace(doc)
+        assert sum(e.get("cat") == "launch" for e in doc["traceEvents"]) == 1
+        with pytest.raises(RuntimeError, match="only once"):
+            with window:
+                pass
