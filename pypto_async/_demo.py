@@ -219,17 +219,20 @@ def format_report(r: DemoResult) -> str:
     """Return the demo's printed report."""
     s = r.summary
     moved = 2 * r.batch_bytes * r.batches  # H2D in, D2H out
+    in_flight = min(r.depth, r.batches)
+    size = f"{r.batch_bytes / 2**20:.2f} MiB" if r.batch_bytes >= 2**20 else f"{r.batch_bytes / 2**10:.1f} KiB"
     lines = [
         f"pypto_async demo: {r.batches} batches of {r.rows}x{r.cols} float32 "
-        f"({r.batch_bytes / 2**20:.2f} MiB each), y = silu(x * w) with w resident on the device",
-        f"  sim device: {r.cores} cores, 3 streams (H2D | kernel | D2H), {r.depth} batches in flight",
+        f"({size} each), y = silu(x * w) with w resident on the device",
+        f"  sim device: {r.cores} core{'s' if r.cores != 1 else ''}, 3 streams (H2D | kernel | D2H), "
+        f"{in_flight} batch{'es' if in_flight != 1 else ''} in flight",
         f"  serial (1 stream):     {r.serial_s * 1e3:8.1f} ms   {r.batches / r.serial_s:8.0f} batches/s",
         f"  pipelined (3 streams): {r.pipelined_s * 1e3:8.1f} ms   {r.batches / r.pipelined_s:8.0f} batches/s   "
         f"{moved / r.pipelined_s / 1e9:.2f} GB/s copied   speed-up {r.serial_s / r.pipelined_s:.2f}x",
         f"  overlap (from the trace): {s.overlapped_ns / 1e6:.1f} ms of copies ran under kernels, "
         f"{s.overlap:.0%} of the shorter of compute ({s.compute_ns / 1e6:.1f} ms) and copy "
         f"({s.copy_ns / 1e6:.1f} ms); engines busy {s.concurrency:.2f}x the wall time",
-        f"  every batch matched numpy (spot checks; the last {min(r.depth, r.batches)} in full); "
+        f"  every batch matched numpy (spot checks; the last {in_flight} in full); "
         f"{r.stats.launches} launches, "
         f"{r.stats.bytes_h2d / 2**20:.0f} MiB H2D, {r.stats.bytes_d2h / 2**20:.0f} MiB D2H in all",
         f"trace: {r.trace_path}  (open in https://ui.perfetto.dev)",
