@@ -28,7 +28,7 @@ from pypto_async import ir
 from pypto_async.runtime import ChipWorker, RunConfig
 
 R, C = 512, 1024
-ITERS = 2  # multiply-adds per element: sets the kernel's cost against the copies'
+ITERS = 4  # multiply-adds per element: sets the kernel's cost against the copies'
 
 
 @pl.jit
