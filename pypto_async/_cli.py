@@ -1,8 +1,8 @@
 """The ``pypto-async`` command: demo, bench, trace, info, cache.
 
 Every subcommand has ``--help``.  A failure prints one line,
-``pypto-async: error: <what went wrong>``, to stderr and exits with status 1
-(2 for a usage error); a traceback is shown only with ``PYPTO_ASYNC_DEBUG=1``.
+``pypto-async <command>: error: <what went wrong>``, to stderr and exits with
+status 1 (2 for a usage error); set ``PYPTO_ASYNC_DEBUG=1`` for the traceback.
 Heavy imports (the runtime, matplotlib, tqdm) happen inside the subcommand
 that needs them, so ``--help`` and ``info`` stay quick.
 """
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["main", "CliError"]
+__all__ = ["main", "build_parser", "CliError"]
 
 PROG = "pypto-async"
 

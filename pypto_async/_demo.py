@@ -157,13 +157,15 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
     # then checked in full.
     samples = [wt.ravel()[::61].copy() for wt in want]
 
+    from ._cli import CliError
+
     def check(i: int, got) -> None:
         if not np.allclose(got.ravel()[::61], samples[i % len(batches)], rtol=1e-5, atol=1e-5):
-            raise AssertionError(f"batch {i}: the device's result differs from numpy's")
+            raise CliError(f"batch {i}: the device's result differs from numpy's")
 
     def check_full(i: int, got) -> None:
         if not np.allclose(got, want[i % len(batches)], rtol=1e-5, atol=1e-5):
-            raise AssertionError(f"batch {i}: the device's result differs from numpy's")
+            raise CliError(f"batch {i}: the device's result differs from numpy's")
 
     async with ChipWorker(config=config) as w:
         cores = sum(1 for e in w.stats().engines if e.kind == "core")

@@ -310,3 +310,14 @@ def test_bench_reads_a_script_that_prints_its_json(tmp_path, capsys):
     assert [(r["figure"], r["reference"], r["ok"]) for r in rows] == [(30.0, 5.0, False), (1.1, None, True)]
     assert rows[0]["ratio"] == pytest.approx(6.0)
     assert "MISSED" in capsys.readouterr().out
+
+
+def test_demo_reports_a_wrong_result_in_one_line(tmp_path, capsys, monkeypatch):
+    import pypto_async._demo as demo
+
+    real = demo._silu
+    monkeypatch.setattr(demo, "_silu", lambda h: real(h) + 1.0)  # numpy's answer, shifted
+    assert main(["demo", "--batches", "2", "--rows", "8", "--cols", "64", "--out", str(tmp_path),
+                 "--no-progress", "--no-png"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pypto-async demo: error: batch 0: the device's result differs") and err.count("\n") == 1
