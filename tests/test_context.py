@@ -103,3 +103,60 @@ def test_use_stream_is_task_local(config, kernels):
             s2.close()
 
     asyncio.run(main())
+
+
+# -- real @pl.jit kernels and compiled programs dispatch through the same stack ------------------
+
+pl = pytest.importorskip("pypto_async.language")
+ir = pytest.importorskip("pypto_async.ir")
+
+R, C = 16, 32
+
+
+@pl.jit
+def scaled_add(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(pl.add(pl.mul(ta, 2.0), tb), [0, 0], out)
+    return out
+
+
+def _inputs():
+    rng = np.random.default_rng()
+    a = rng.standard_normal((R, C)).astype(np.float32)
+    b = rng.standard_normal((R, C)).astype(np.float32)
+    return a, b, np.full((R, C), np.nan, np.float32)
+
+
+def test_jit_kernel_dispatches_on_the_open_worker(config):
+    with ChipWorker(config) as w:
+        a, b, out = _inputs()
+        assert scaled_add(a, b, out) is out
+        np.testing.assert_allclose(out, 2 * a + b, rtol=1e-6)
+        assert w.stats().launches == 1
+
+
+def test_compiled_program_call_and_worker_run_agree(config):
+    a, b, out = _inputs()
+    compiled = ir.compile(scaled_add.lower(a, b, out), platform="a2a3sim")
+    with ChipWorker(config) as w:
+        assert compiled(a, b, out) is out
+        np.testing.assert_allclose(out, 2 * a + b, rtol=1e-6)
+        resident = w.alloc_tensor((R, C), np.float32, init=b)
+        out2 = np.zeros((R, C), np.float32)
+        w.run(compiled, a, resident, out2)
+        np.testing.assert_array_equal(out2, out)
+        resident.free()
+
+
+def test_jit_kernel_in_async_mode_returns_a_launch(config):
+    async def main():
+        async with ChipWorker(config):
+            a, b, out = _inputs()
+            launch = scaled_add(a, b, out)
+            assert isinstance(launch, Launch)
+            assert await launch is out
+            np.testing.assert_allclose(out, 2 * a + b, rtol=1e-6)
+
+    asyncio.run(main())
