@@ -39,6 +39,7 @@ stays prompt).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 
 from .._driver import lib
@@ -284,19 +285,29 @@ class TrioPump:
 def make_pump(worker):
     """Return the pump for the async library running in this task.
 
+    asyncio (uvloop included) is recognised by its running loop, trio by its
+    current task; no third-party detection library is needed.
+
     Raises
     ------
     PtoInvalidStateError
         If no supported async library is running.
     """
-    import sniffio
-
     try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        raise PtoInvalidStateError("no async library is running: open the worker with `with` instead") from None
-    if library == "asyncio":
-        return AsyncioPump(worker, asyncio.get_running_loop())
-    if library == "trio":
-        return TrioPump(worker)
-    raise PtoInvalidStateError(f"unsupported async library {library!r} (use asyncio, uvloop or trio)")
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+        return AsyncioPump(worker, loop)
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            pass
+        else:
+            return TrioPump(worker)
+    raise PtoInvalidStateError(
+        "no supported event loop is running (asyncio, uvloop or trio); "
+        "open the worker with `with` for sync mode instead"
+    )
