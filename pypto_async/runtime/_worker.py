@@ -555,7 +555,8 @@ class ChipWorker:
                 self._pending.pop(args[-1], None)
                 check(rc, owner._name if owner is not None else "queueing a command")
         fifo.append((fn, args, owner, flags, gate))
-        self._backlog[stream] = None
+        if stream not in self._backlog:  # entering it starts the stream's back-pressure clock
+            self._backlog[stream] = None
         self._fifo_waits += 1
         return False
 
@@ -577,7 +578,8 @@ class ChipWorker:
                 return True
         for fn, args, flags in cmds[i:]:
             fifo.append((fn, args, owner, flags, None))
-        self._backlog[stream] = None
+        if stream not in self._backlog:
+            self._backlog[stream] = None
         self._fifo_waits += n - i
         return False
 
@@ -903,7 +905,8 @@ class ChipWorker:
                     stream._fifo.append((lib.pto_stream_launch,
                                          (stream._ptr, h._kptr, h._blocks, values, h._nargs, token),
                                          launch, _F_DATA | _F_LAST, None))
-                    self._backlog[stream] = None
+                    if stream not in self._backlog:
+                        self._backlog[stream] = None
                     self._fifo_waits += 1
             else:
                 self._launch_group(h, stream, values, hosts, launch)
