@@ -40,6 +40,11 @@ from pypto_async.runtime import ChipWorker
 from .conftest import LONG, SMALL, mem_stats, stream_stats
 from .model import COPY_FAULT, DEPENDENCY, OK, MHost, Model, MTensor
 
+# A failed init copy of alloc_tensor(init=...) has no Launch to retrieve its error from
+# (test_regressions.py, test_failed_init_copy_is_not_silently_lost); the model already treats
+# such a tensor's contents as unknown.
+pytestmark = pytest.mark.filterwarnings(r"ignore:alloc_tensor\(init=\.\.\.\) copy failed:RuntimeWarning")
+
 N = 16
 STREAMS = 3
 KERNEL_NAMES = ("add", "scale", "inc", "copy", "fail")
