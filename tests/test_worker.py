@@ -256,7 +256,8 @@ def test_using_a_worker_in_a_forked_child_raises(worker):
     worker.stats()  # the parent's worker is fine
 
 
-def test_chip_swimlane_turns_the_trace_on(kernels):
+def test_chip_swimlane_turns_the_trace_on(kernels, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the worker writes its swimlane trace file here on close
     with ChipWorker(RunConfig(enable_chip_swimlane=True, cores=1, copy_engines=1,
                               device_memory=16 << 20)) as w:
         w.run(kernels.get("inc", N), rand())
