@@ -1081,13 +1081,17 @@ class ChipWorker:
                 host = host_array(init, "alloc_tensor(init=...)", writeable=False)
         with self._lock:
             ptr = self._alloc_locked(nbytes, stream, "alloc_tensor()")
-            t = DeviceTensor._make(self, ptr, shape, dt, nbytes, stream)
-            self._tensors.add(t)
             launch = None
             if host is not None and nbytes:
-                launch = self._queue_one(stream, lib.pto_stream_copy_h2d,
-                                         (stream._ptr, ptr, host.ptr, nbytes),
-                                         "alloc_tensor(init=...) copy", (init, host), None)
+                try:
+                    launch = self._queue_one(stream, lib.pto_stream_copy_h2d,
+                                             (stream._ptr, ptr, host.ptr, nbytes),
+                                             "alloc_tensor(init=...) copy", (init, host), None)
+                except BaseException:
+                    lib.pto_mem_free(self._dev, ptr)  # nothing was queued that uses it
+                    raise
+            t = DeviceTensor._make(self, ptr, shape, dt, nbytes, stream)
+            self._tensors.add(t)
         if launch is not None and not self._async:
             try:
                 self._finish_sync(launch)
