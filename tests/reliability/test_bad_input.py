@@ -163,3 +163,51 @@ def test_runconfig_is_frozen():
     cfg = RunConfig(**SMALL)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.cores = 3
+
+
+def _xfail(reason):
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+@pytest.mark.parametrize("what", [
+    pytest.param("elapsed_ms of a non-event", marks=_xfail(
+        "Event.elapsed_ms (runtime/_event.py) raises a bare TypeError, not a PtoArgumentError")),
+    pytest.param("stream sync timeout of the wrong type", marks=_xfail(
+        "Stream.sync / ChipWorker._block_until (runtime/_worker.py) do arithmetic on timeout "
+        "unchecked: TypeError instead of PtoArgumentError")),
+    pytest.param("alloc with dtype None", marks=_xfail(
+        "as_dtype(None) (pypto_async/_dtypes.py) goes through np.dtype(None), which is float64: "
+        "alloc_tensor((16,), None) silently allocates FP64")),
+    pytest.param("alloc of more bytes than 64 bits hold", marks=_xfail(
+        "ChipWorker._alloc_locked (runtime/_worker.py) passes nbytes >= 2**64 to cffi: "
+        "OverflowError instead of a PtoError")),
+    pytest.param("stream priority out of range", marks=_xfail(
+        "ChipWorker.stream (runtime/_worker.py) passes priority to cffi's int32 unchecked: "
+        "OverflowError instead of PtoArgumentError")),
+    "negative sync timeout",
+])
+def test_more_bad_arguments_raise_pto_errors(setup, what):
+    w, s, add, scale, t, kernels = setup
+    ev = s.record()
+    ev.sync()
+    calls = {
+        "elapsed_ms of a non-event": lambda: ev.elapsed_ms(3),
+        "stream sync timeout of the wrong type": lambda: s.sync(timeout="soon"),
+        "alloc with dtype None": lambda: w.alloc_tensor((N,), None),
+        "alloc of more bytes than 64 bits hold": lambda: w.alloc_tensor((1 << 62, 1 << 62), np.float32),
+        "stream priority out of range": lambda: w.stream(1 << 40),
+        "negative sync timeout": lambda: add.submit(_f(), _f(), np.zeros(N, np.float32)).sync(timeout=-1),
+    }
+    before = mem_stats(w).count
+    try:
+        calls[what]()
+    except PtoError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the point of the test
+        pytest.fail(f"{what}: {type(exc).__name__} ({exc}), not a PtoError")
+    else:
+        if what != "negative sync timeout":
+            pytest.fail(f"{what}: accepted")
+    s.sync()
+    w.default_stream.sync()
+    assert mem_stats(w).count == before
