@@ -103,6 +103,7 @@ class MTensor:
     freed: bool = False
     last_write: tuple[int, int] | None = None          # (stream, pos)
     reads: dict[int, int] = field(default_factory=dict)
+    init: MLaunch | None = None                        # the last copy that filled it entirely
 
 
 @dataclass
@@ -122,6 +123,8 @@ class MLaunch:
     outcome: str = OK
     cause: Failure | None = None   # the first failure behind a dependency error
     ambiguous: bool = False        # the cause depends on an unordered set's order
+    epoch: int = 0                 # the host sync epoch it was issued in
+    resolved: bool = False         # the host has certainly drained all its records
 
 
 @dataclass
@@ -155,7 +158,7 @@ class Model:
         self.launches: dict[int, MLaunch] = {}
         self.events: dict[int, MEvent] = {}
         self._uid = 0
-        self.log: list[str] = []
+        self.epoch = 0   # host sync points so far: records are drained only at sync points
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -270,11 +273,28 @@ class Model:
         t = MTensor(self._next(), n, stream, None, streams=[stream])
         self.tensors[t.uid] = t
         if init is not None:
+            lc = self._new_launch(stream)
             pos, status, cause, own = self._issue(s, "h2d", data=True)
             if status == OK:
                 t.data = np.array(init, dtype=np.float32, copy=True)
             t.last_write = (stream, pos)
+            self._finish(lc, s, pos, status, cause)
+            t.init = lc
         return t
+
+    def init_state(self, t: MTensor) -> str:
+        """Whether using `t` now passes the runtime's check of its initial copy.
+
+        ``"ok"``: the call goes ahead; ``"raise"``: it raises a dependency error
+        before queueing anything (the initial copy failed and the host saw it);
+        ``"unknown"``: the host may or may not have seen that failure yet.
+        """
+        lc = t.init
+        if lc is None or lc.outcome == OK:
+            return "ok"
+        if lc.resolved:
+            return "raise"
+        return "ok" if lc.epoch == self.epoch else "unknown"
 
     def host(self, data: np.ndarray) -> MHost:
         """A host array the program owns."""
@@ -328,7 +348,7 @@ class Model:
         launch.clock = self._clock_of(s)
 
     def _new_launch(self, stream: int) -> MLaunch:
-        lc = MLaunch(self._next(), stream, 0, {})
+        lc = MLaunch(self._next(), stream, 0, {}, epoch=self.epoch)
         self.launches[lc.uid] = lc
         return lc
 
@@ -352,6 +372,8 @@ class Model:
         self._touch(src, s, pos, False)
         self._touch(dst, s, pos, True)
         self._finish(lc, s, pos, status, cause)
+        if isinstance(dst, MTensor):
+            dst.init = lc  # a full overwrite: the tensor is as good as this copy
         return lc
 
     def launch(self, kernel: str, args: list, stream: int) -> MLaunch:
@@ -428,6 +450,10 @@ class Model:
 
     def observe_through(self, clock: dict[int, int]) -> None:
         """The host waited for a command with `clock`: failures in its past are observed."""
+        self.epoch += 1
+        for lc in self.launches.values():
+            if clock.get(lc.stream, 0) >= lc.pos:
+                lc.resolved = True
         for s in self.streams:
             if s.fail is not None and clock.get(s.index, 0) >= s.fail_pos:
                 s.fail = None
@@ -435,6 +461,9 @@ class Model:
 
     def barrier(self) -> None:
         """Everything issued has completed and every record was drained."""
+        self.epoch += 1
+        for lc in self.launches.values():
+            lc.resolved = True
         for s in self.streams:
             # The barrier waits for a marker on each stream: one command each.
             s.pos += 1

@@ -96,3 +96,21 @@ def test_free_joins_other_users_and_carries_their_failure():
     m.free(t, 0)  # joins stream 1, which failed: stream 0 now fails too
     assert t.freed
     assert m.launch("inc", [m.alloc(4, 0, _v(1.0))], 0).outcome == DEPENDENCY
+
+
+def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():
+    m = Model(2)
+    m.launch("fail", [m.alloc(4, 0, _v(1.0))], 0)  # stream 0 fails, unobserved
+    t = m.alloc(4, 0, _v(2.0))  # its initial copy fails as a dependent
+    assert t.data is None and t.init.outcome == DEPENDENCY
+    assert m.init_state(t) == "ok"  # no sync point since: the host cannot know yet
+    m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
+    other = m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
+    m.observe_through(other.clock)  # a sync point that does not cover t's copy
+    assert m.init_state(t) == "unknown"
+    m.barrier()
+    assert m.init_state(t) == "raise"
+    m.copy(t, m.host(_v(3.0)), 0)  # a full overwrite makes it good again
+    m.barrier()
+    assert m.init_state(t) == "ok"
+    np.testing.assert_array_equal(t.data, _v(3.0))
