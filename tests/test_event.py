@@ -85,3 +85,36 @@ async def test_event_after_a_failure_raises_it(config, kernels):
         with pytest.raises(PtoKernelFault):
             await failed
         t.free()
+
+
+@pytest.mark.anyio
+async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels):
+    # Window 4: the record waits in the stream's FIFO when the fault is drained.  It was queued
+    # before the fault was observed, so it fails, and a stream waiting on it fails as a dependent.
+    from pypto_async.runtime import RunConfig
+    from pypto_async._driver import lib
+
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        a, b = w.default_stream, w.stream()
+        x = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        inc = w.register(kernels.get("inc", N))
+        await inc(x, stream=b)  # b has joined x already
+        with hold(a) as latch:
+            failed = w.register(kernels.get("fail", N))(x, stream=a)
+            event = a.record()
+            while not a.backlog:
+                event = a.record()
+            b.wait(event)
+            dependent = inc(x, stream=b)
+            latch.release()
+            assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
+            with pytest.raises(PtoKernelFault):
+                await failed
+            with pytest.raises(PtoDependencyError):
+                await dependent
+            with pytest.raises(PtoDependencyError):
+                await event
+        np.testing.assert_array_equal(await x.to_host(), np.ones(N, np.float32))
+        x.free()
+        b.close()

@@ -140,11 +140,15 @@ async def test_backpressure_never_blocks_the_loop(kernels):
         await w.default_stream
         ticks = 0
         done = False
+        latch_cm = hold(w.default_stream)  # the ring is sure to fill: the first ticks release it
+        latch = latch_cm.__enter__()
 
         async def ticker():
             nonlocal ticks
             while not done:
                 ticks += 1
+                if ticks == 3:
+                    latch.release()
                 await anyio.sleep(0)
 
         launches = []
@@ -156,9 +160,10 @@ async def test_backpressure_never_blocks_the_loop(kernels):
                 launches.append(launch)
             await launches[-1].wait()
             done = True
+        latch_cm.__exit__(None, None, None)
         # k_step saw the launches in order; the other task ran while this one waited for room.
         assert [launch.exception() for launch in launches] == [None] * 1000
-        assert ticks > 0
+        assert ticks >= 3
         stats = w.stats()
         assert stats.backpressure_waits > 0
         np.testing.assert_array_equal(await counter.to_host(), [1000])
@@ -172,8 +177,10 @@ async def test_launches_queue_in_the_fifo_in_order(kernels):
                                     device_memory=16 << 20)) as w:
         step = w.register(kernels.get("step"))
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
-        launches = [step(counter, i) for i in range(300)]
-        assert w.default_stream.backlog > 0
+        with hold(w.default_stream) as latch:  # nothing leaves the ring while we submit
+            launches = [step(counter, i) for i in range(300)]
+            assert w.default_stream.backlog > 0
+            latch.release()
         order = []
 
         async def watch(i):

@@ -11,6 +11,8 @@ from conftest import mem_stats
 from pypto_async._dtypes import FP32, INT32
 from pypto_async.errors import (
     PtoArgumentError,
+    PtoKernelFault,
+    PtoDependencyError,
     PtoClosedError,
     PtoForeignTensorError,
     PtoOutOfMemory,
@@ -208,3 +210,28 @@ def test_close_frees_forgotten_tensors_with_a_warning(config):
     assert t.freed
     with pytest.raises(PtoClosedError):
         t.free()
+
+
+@pytest.mark.anyio
+async def test_a_failed_initial_copy_is_reported_by_every_use(config, kernels):
+    async with ChipWorker(config) as w:
+        scratch = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await w.default_stream
+        failed = w.register(kernels.get("fail", N))(scratch)
+        t = w.alloc_tensor(N, np.float32, init=np.full(N, 5.0, np.float32))  # behind the fault
+        with pytest.raises(PtoKernelFault):
+            await failed
+        await w.default_stream
+        copy = w.register(kernels.get("copy", N))
+        for _ in range(2):  # sticky: the tensor never held its initial values
+            with pytest.raises(PtoDependencyError, match="initial copy failed"):
+                copy(t, np.zeros(N, np.float32))
+        with pytest.raises(PtoDependencyError, match="initial copy failed"):
+            await t.to_host()
+        # A full overwrite makes it good again.
+        await w.copy(t, np.full(N, 7.0, np.float32))
+        out = np.zeros(N, np.float32)
+        await copy(t, out)
+        np.testing.assert_array_equal(out, np.full(N, 7.0, np.float32))
+        t.free()
+        scratch.free()

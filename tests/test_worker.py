@@ -268,3 +268,12 @@ def test_chip_swimlane_turns_the_trace_on(kernels, tmp_path, monkeypatch):
     with ChipWorker(RunConfig(cores=1, copy_engines=1, device_memory=16 << 20)) as w:
         w.run(kernels.get("inc", N), rand())
         assert lib.pto_trace_read(w._dev, ffi.new("pto_trace_record[]", 8), 8) == 0
+
+
+def test_close_returns_on_a_lost_device(config):
+    w = ChipWorker(config)
+    t = w.alloc_tensor(N, np.float32)  # still referenced: close() frees it, and says so
+    assert lib.pto_debug_lose_device(w._dev, b"lost on purpose") == 0
+    with pytest.warns(ResourceWarning, match="never freed"):
+        w.close(timeout=5)
+    assert w.is_closed and t.freed

@@ -21,12 +21,13 @@ from .._dtypes import DataType, as_dtype
 from .._signature import SCALAR
 from ..errors import (
     PtoArgumentError,
+    PtoDependencyError,
     PtoForeignTensorError,
     PtoTensorFreedError,
 )
 from ._tensor import DeviceTensor
 
-__all__ = ["HostArray", "host_array", "Binder"]
+__all__ = ["HostArray", "host_array", "Binder", "check_init"]
 
 _ndarray = np.ndarray
 _from_buffer = ffi.from_buffer
@@ -110,6 +111,25 @@ def _np_dtype(dt: np.dtype, what: str) -> DataType:
             raise PtoArgumentError(f"{what}: {exc}") from None
         _NP_DTYPE_CACHE[dt] = found
     return found
+
+
+def check_init(t: DeviceTensor, what: str) -> None:
+    """Raise if `t`'s initial copy failed; forget it once it succeeded.
+
+    A copy still in flight is left to stream order: work queued behind it on
+    its stream (or joined to it) fails on the device if it fails.
+    """
+    launch = t._init
+    if not launch._done:
+        return
+    if launch._exc is None:
+        t._init = None
+        return
+    launch._retrieved = True
+    exc = PtoDependencyError(f"{what}: the DeviceTensor's initial copy failed: {launch._exc}",
+                             status="PTO_EDEP")
+    exc.__cause__ = launch._exc
+    raise exc
 
 
 # -- scalars ----------------------------------------------------------------------------
@@ -209,6 +229,8 @@ class Binder:
                 if (arg._worker is not worker or arg._freed or arg._shape != row[0] or row[2]
                         or (arg._dtype is not row[1] and arg._dtype != row[1])):
                     self._tensor_error(worker, arg, row[3], row[4])
+                if arg._init is not None:
+                    check_init(arg, row[3])
                 append(arg._ptr)
                 if stream not in arg._streams:
                     if joins is None:

@@ -24,7 +24,7 @@ class Event:
 
     __slots__ = (
         "_worker", "_stream", "_ptr", "_name", "_done", "_exc", "_entered", "_waiters",
-        "_entry_waiters", "_retrieved", "__weakref__",
+        "_entry_waiters", "_retrieved", "_poison", "__weakref__",
     )
 
     def __init__(self, *args, **kwargs):
@@ -45,6 +45,7 @@ class Event:
         event._waiters = None
         event._entry_waiters = None
         event._retrieved = False
+        event._poison = None  # set while its record waits in a FIFO behind an observed failure
         return event
 
     # -- waiting ----------------------------------------------------------------

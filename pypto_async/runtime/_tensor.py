@@ -31,13 +31,16 @@ class DeviceTensor:
     4. The first time a stream other than its allocation stream uses it, that
        stream waits for the allocation stream (the initial copy, and any
        earlier user of a recycled block).
-    5. A DeviceTensor you drop without freeing is freed in stream order when
+    5. If its initial copy (``alloc_tensor(init=...)``) failed, every later
+       use raises :class:`~pypto_async.errors.PtoDependencyError` naming that
+       failure, rather than computing on uninitialised memory.
+    6. A DeviceTensor you drop without freeing is freed in stream order when
        it is garbage-collected; one still alive when the worker closes is
        freed then, with a ``ResourceWarning`` naming it.
     """
 
     __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams",
-                 "_freed", "__weakref__")
+                 "_freed", "_init", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
@@ -54,6 +57,7 @@ class DeviceTensor:
         t._stream = stream
         t._streams = {stream}
         t._freed = False
+        t._init = None  # the Launch of its initial copy, until known to have succeeded
         return t
 
     # -- description ----------------------------------------------------------------

@@ -67,7 +67,7 @@ from ..errors import (
     PtoTimeout,
 )
 from . import _context
-from ._args import _is_torch_tensor, host_array
+from ._args import _is_torch_tensor, check_init, host_array
 from ._config import as_run_config, normalize_platform
 from ._event import Event
 from ._kernel import KernelHandle
@@ -83,6 +83,7 @@ __all__ = ["ChipWorker", "WorkerStats"]
 _OPEN, _CLOSED, _FORKED = 0, 1, 2
 _F_LAST = 1  # the last command of its owner's group: entering the ring completes submission
 _F_DATA = 2  # a copy or launch: skipped (fails) if queued behind an observed failure
+_F_RECORD = 4  # an event record: made to fail on the device if queued behind an observed failure
 _EAGAIN = -PTO_EAGAIN
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
@@ -404,12 +405,18 @@ class ChipWorker:
     def _free_forgotten(self) -> list[str]:
         names = []
         with self._lock:
-            self._process_deferred_locked()
+            try:
+                self._process_deferred_locked()
+            except PtoError:  # a lost device
+                self._deferred.clear()
             for t in list(self._tensors):
                 if not t._freed:
                     names.append(repr(t))
-                    self._free_locked(t._ptr, self._dealloc_stream(t._stream), t._streams)
                     t._freed = True
+                    try:
+                        self._free_locked(t._ptr, self._dealloc_stream(t._stream), t._streams)
+                    except PtoError:  # a lost device: closing it releases the memory anyway
+                        pass
             self._tensors.clear()
         return names
 
@@ -629,6 +636,17 @@ class ChipWorker:
                         pending.pop(args[-1], None)
                         owner._fail(owner._poison)
                     else:
+                        if flags & _F_RECORD and owner._poison is not None:
+                            # The driver healed the stream when the failure was drained, but this
+                            # record was queued before that: make it fail on the device, so streams
+                            # waiting on the event fail as dependents too (the driver's own rule).
+                            if owner._exc is None:
+                                owner._exc = owner._poison
+                            owner._poison = None
+                            # Armed once, even if the record then meets a full ring.  The injected
+                            # failure breaks the stream again until its record is drained, so work
+                            # queued right behind may fail as a dependent too: the safe side.
+                            lib.pto_debug_fail_next(stream._ptr, PTO_EDEP, 1)
                         rc = fn(*args)
                         if rc == _EAGAIN:
                             break
@@ -700,10 +718,10 @@ class ChipWorker:
 
     def _poison_fifo(self, stream: Stream, first: BaseException) -> None:
         for fn, args, owner, flags, gate in stream._fifo:
-            if flags & _F_DATA and owner._poison is None:
+            if flags & (_F_DATA | _F_RECORD) and owner._poison is None and not owner._done:
                 exc = PtoDependencyError(
-                    f"{owner._name}: not run, it was queued on stream {stream._id} behind a failed "
-                    f"command (first failure: {first})",
+                    f"{owner._name}: queued on stream {stream._id} behind a failed command "
+                    f"(first failure: {first})",
                     status="PTO_EDEP",
                 )
                 exc.__cause__ = first
@@ -985,7 +1003,8 @@ class ChipWorker:
     def _record_locked(self, stream: Stream) -> Event:
         event = Event._make(self, stream, True)
         token = self._token(event)
-        if self._submit(stream, lib.pto_stream_record, (stream._ptr, event._ptr, token), event, _F_LAST):
+        if self._submit(stream, lib.pto_stream_record, (stream._ptr, event._ptr, token), event,
+                        _F_LAST | _F_RECORD):
             event._entered = True
         return event
 
@@ -1015,6 +1034,8 @@ class ChipWorker:
         """Queue a notify on `stream`: a Launch that completes after everything before it."""
         self._check_open()
         with self._lock:
+            if self._deferred:  # frees of collected tensors count as work queued so far
+                self._process_deferred_locked()
             marker = _new_launch(self, stream, f"stream {stream._id} sync point", 1, None, None)
             marker._retrieved = True
             if stream._closed:
@@ -1091,6 +1112,7 @@ class ChipWorker:
                     lib.pto_mem_free(self._dev, ptr)  # nothing was queued that uses it
                     raise
             t = DeviceTensor._make(self, ptr, shape, dt, nbytes, stream)
+            t._init = launch
             self._tensors.add(t)
         if launch is not None and not self._async:
             try:
@@ -1196,6 +1218,8 @@ class ChipWorker:
                     raise PtoForeignTensorError(f"copy({side}=...): the DeviceTensor belongs to another ChipWorker")
                 if t._freed:
                     raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
+                if t._init is not None and side == "src":
+                    check_init(t, f"copy({side}=...)")
         host = None
         if dst_dev and src_dev:
             kind, nbytes = "d2d", dst._nbytes
@@ -1219,9 +1243,11 @@ class ChipWorker:
             if kind == "d2d":
                 launch = self._queue_one(stream, lib.pto_stream_copy_d2d, (sp, dst._ptr, src._ptr, nbytes),
                                          name, (dst, src), dst)
+                dst._init = launch  # a full overwrite: the tensor is as good as this copy
             elif kind == "h2d":
                 launch = self._queue_one(stream, lib.pto_stream_copy_h2d, (sp, dst._ptr, host.ptr, nbytes),
                                          name, (dst, src, host), dst)
+                dst._init = launch
             else:
                 launch = self._queue_one(stream, lib.pto_stream_copy_d2h, (sp, host.ptr, src._ptr, nbytes),
                                          name, (dst, src, host), dst)
