@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pypto_async.errors import PtoDependencyError, PtoKernelFault, PtoTimeout, PtoTryAgain
-from pypto_async.runtime import ChipWorker, Event
+from pypto_async._driver import lib
+from pypto_async.runtime import ChipWorker, Event, RunConfig
 from pypto_async.testing import hold
 
 N = 64
@@ -91,9 +92,6 @@ async def test_event_after_a_failure_raises_it(config, kernels):
 async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels):
     # Window 4: the record waits in the stream's FIFO when the fault is drained.  It was queued
     # before the fault was observed, so it fails, and a stream waiting on it fails as a dependent.
-    from pypto_async.runtime import RunConfig
-    from pypto_async._driver import lib
-
     async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
                                     device_memory=16 << 20)) as w:
         a, b = w.default_stream, w.stream()

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from conftest import assert_no_device_memory, mem_stats
-from pypto_async._driver import lib
 from pypto_async.errors import (
     PtoArgumentError,
     PtoDependencyError,
