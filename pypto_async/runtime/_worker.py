@@ -88,6 +88,7 @@ _EAGAIN = -PTO_EAGAIN
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
 _BATCH = 256
+_MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 
@@ -669,13 +670,18 @@ class ChipWorker:
     # -- completion (lock held) -------------------------------------------------------------------
 
     def _drain(self) -> int:
-        """Drain every ready completion record and resolve its owner (lock held)."""
+        """Drain ready completion records and resolve their owners (lock held).
+
+        At most ``_MAX_BATCHES`` batches per call, so a device that keeps
+        producing records cannot hold the event loop: records left over keep
+        the fd readable, and the loop comes back to them after other work.
+        """
         buf = self._cq
         pending = self._pending
         dev = self._dev
         drain = lib.pto_cq_drain
         total = 0
-        while True:
+        for _ in range(_MAX_BATCHES):
             n = drain(dev, buf, _BATCH)
             if n <= 0:
                 break
