@@ -234,3 +234,18 @@ def test_close_stream(worker, kernels):
 def test_default_stream_cannot_be_closed(worker):
     with pytest.raises(PtoArgumentError, match="closed with its worker"):
         worker.default_stream.close()
+
+
+def test_a_dropped_stream_is_released(worker, kernels):
+    import gc
+
+    inc = worker.register(kernels.get("inc", N))
+    x = np.zeros(N, np.float32)
+    s = worker.stream()
+    launch = inc.submit(x, stream=s)
+    assert worker.stats().streams == 2
+    launch.sync(timeout=10)
+    del s, launch
+    gc.collect()
+    assert worker.stats().streams == 1
+    np.testing.assert_array_equal(x, np.ones(N, np.float32))

@@ -188,6 +188,17 @@ class Stream:
             raise PtoArgumentError("the default stream is closed with its worker")
         self._worker._close_stream(self)
 
+    def __del__(self):
+        # Nothing references the stream any more (tensors, launches, events and queued
+        # commands all hold it), so nothing more can be queued on it: release the driver's
+        # stream.  Work already queued still runs.  Never raise from a finalizer.
+        try:
+            if not self._closed and self._worker._alive():
+                self._closed = True
+                lib.pto_stream_destroy(self._ptr)
+        except Exception:
+            pass
+
     def __repr__(self) -> str:
         state = " closed" if self.is_closed else ""
         return f"<Stream {self._id} priority={self._priority}{state}>"

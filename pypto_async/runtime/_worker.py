@@ -217,7 +217,9 @@ class ChipWorker:
         self._next_token = 1
         self._cq = ffi.new("pto_completion[]", _BATCH)
         self._devptr_out = ffi.new("pto_devptr *")
-        self._streams: dict[int, Stream] = {}
+        # Weak: a stream nobody references (no tensor, launch, event or FIFO entry) is
+        # destroyed by its finalizer; the backlog holds streams with queued commands.
+        self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
         self._backlog: dict[Stream, None] = BacklogClock()  # also times back-pressure waits
         self._failures: dict[int, PtoError] = {}
         self._deferred: deque = deque()
@@ -430,7 +432,7 @@ class ChipWorker:
         canceled = PtoCanceledError("dropped: the worker closed before it ran")
         dropped = 0
         with self._lock:
-            for stream in self._streams.values():
+            for stream in list(self._streams.values()):
                 fifo = stream._fifo
                 while fifo:
                     fn, args, owner, flags, gate = fifo.popleft()
