@@ -27,12 +27,11 @@ def _outcome(loop, aw):
     return loop.run_until_complete(run())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime bug: ChipWorker._poison_fifo (runtime/_worker.py) poisons only data commands; an event "
-    "record still in the stream FIFO when the failure is drained enters the ring after the driver "
-    "healed the stream, so the event succeeds and other streams waiting on it run on bad data"))
 def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
     """From RuntimeVsModelBackPressure: 'join-event s0->s2: None, model: failed with a dependency'.
+
+    Was: ChipWorker._poison_fifo poisoned only data commands, so a record still in the FIFO
+    when the failure was drained entered the ring after the driver had healed the stream.
 
     Stream A: latch, failing kernel, records until the 4-slot ring is full: e waits in A's FIFO.
     Stream B waits on e, then increments a tensor.  e was recorded after the failure, so e must
@@ -70,14 +69,14 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
         loop.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime bug: ChipWorker.close() -> _free_forgotten() -> _free_locked() -> _submit() raises "
-    "PtoDeviceLost from pto_stream_free on a lost device, so close() raises instead of returning "
-    "(the device is still torn down by the finally clause)"))
 def test_close_returns_after_device_lost_with_unfreed_tensors():
-    """From test_faults.py: issue 5 says close() still returns once the device is lost."""
+    """From test_faults.py: close() still returns once the device is lost.
+
+    Was: close() -> _free_forgotten() -> _free_locked() raised PtoDeviceLost from
+    pto_stream_free.
+    """
     w = ChipWorker(dict(SMALL))
-    w.alloc_tensor((16,), np.float32)  # forgotten: close() frees it
+    t = w.alloc_tensor((16,), np.float32)  # forgotten: close() frees it  # noqa: F841
     assert lib.pto_debug_lose_device(w._dev, b"gone") == 0
     with pytest.warns(ResourceWarning):
         w.close(timeout=5)
@@ -100,13 +99,12 @@ def test_alloc_on_a_lost_device_fails_fast():
             pass
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime gap: in async mode ChipWorker.alloc_tensor(init=...) queues the init copy under a "
-    "Launch it never returns (runtime/_worker.py, alloc_tensor -> _queue_one); when that copy fails "
-    "(its stream had an unobserved failure) nobody can see it except a RuntimeWarning at GC, and "
-    "later launches read the uninitialised tensor without any error"))
 def test_failed_init_copy_is_not_silently_lost(rel_kernels):
-    """From RuntimeVsModel: 'alloc_tensor(init=...) copy failed and its error was never retrieved'."""
+    """From RuntimeVsModel: 'alloc_tensor(init=...) copy failed and its error was never retrieved'.
+
+    Was: the init copy's Launch was never returned, so its failure surfaced only as a
+    RuntimeWarning at GC and later launches read the uninitialised tensor.
+    """
     fail = rel_kernels.get("fail", 16)
     copy = rel_kernels.get("copy", 16)
     loop = asyncio.new_event_loop()
@@ -120,7 +118,11 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
         t = w.alloc_tensor((16,), np.float32, init=np.full(16, 5.0, np.float32))  # fails: EDEP
         assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed: s recovers
         out = np.zeros(16, np.float32)
-        res = _outcome(loop, w.register(copy)(t, out))
+        handle = w.register(copy)
+        try:
+            res = _outcome(loop, handle(t, out))
+        except PtoError as exc:  # refused before anything is queued
+            res = exc
         # Either the launch reading t reports the failed initialisation, or t holds its init values.
         assert isinstance(res, PtoError) or (out == 5.0).all(), f"read garbage without an error: {out}"
     finally:
@@ -161,6 +163,42 @@ def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
         assert not isinstance(result, PtoError), f"the held read of t failed: {result!r}"
         np.testing.assert_array_equal(back, values)
         u.free()
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime: ChipWorker._flush (runtime/_worker.py) fails a record queued behind an observed "
+    "failure with pto_debug_fail_next(stream, PTO_EDEP); an injected failure has cause token 0 "
+    "(pto_cmd_finish keeps cause 0 for -PTO_EDEP), so streams waiting on that event get a "
+    "PtoDependencyError whose __cause__ is None and message says 'failed token 0'"))
+def test_dependents_of_a_poisoned_record_name_the_first_failure(rel_kernels):
+    """From RuntimeVsModelBackPressure with faults: 'a dependency error without its first failure'."""
+    fail = rel_kernels.get("fail", 16)
+    inc = rel_kernels.get("inc", 16)
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, ring_task_window=4))
+    try:
+        loop.run_until_complete(w.open())
+        a, b = w.default_stream, w.stream()
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        assert _outcome(loop, w.register(inc)(x, stream=b)) is x
+        loop.run_until_complete(a)
+        with testing.hold(a) as latch:
+            failed = w.register(fail)(x, stream=a)
+            e = a.record()
+            while not a.backlog:
+                e = a.record()
+            b.wait(e)
+            dependent = w.register(inc)(x, stream=b)
+            latch.release()
+            assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
+            assert isinstance(_outcome(loop, failed), PtoKernelFault)
+            dep = _outcome(loop, dependent)
+            _outcome(loop, e)
+        assert isinstance(dep, PtoDependencyError)
+        assert isinstance(dep.__cause__, PtoKernelFault), f"no first failure: {dep}"
     finally:
         loop.run_until_complete(w.aclose())
         loop.close()

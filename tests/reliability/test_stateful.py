@@ -53,7 +53,7 @@ _KIND = {"PtoKernelFault": "PtoKernelFault", "PtoCopyFault": "PtoCopyFault",
          "PtoDependencyError": "PtoDependencyError"}
 
 settings.register_profile(
-    "reliability-ci", max_examples=80, stateful_step_count=40, derandomize=True, deadline=None,
+    "reliability-ci", max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     database=None, print_blob=True,
 )
@@ -94,6 +94,8 @@ class RuntimeVsModel(RuleBasedStateMachine):
     RING = {"ring_task_window": 1024, "ring_dep_pool": 1024}
     #: Whether the program injects copy faults and launches the failing kernel.
     FAULTS = True
+    #: Whether a dependency error must carry its first failure as ``__cause__``.
+    CHECK_CAUSE = True
 
     def __init__(self):
         super().__init__()
@@ -249,26 +251,31 @@ class RuntimeVsModel(RuleBasedStateMachine):
     @precondition(lambda self: len(self.latches) < 3)
     @rule(stream=st.integers(0, STREAMS - 1))
     def hold(self, stream):
-        if self.model.streams[stream].inject is not None or self.streams[stream].backlog:
-            return  # a latch is queued on the ring directly: only when nothing waits in the FIFO
-        out = ffi.new("pto_latch **")
-        assert lib.pto_latch_create(self.worker._dev, 30_000_000, out) == 0
-        latch = out[0]
-        rc = lib.pto_stream_latch_wait(self.streams[stream]._ptr, latch, 0)
-        if rc == -PTO_EAGAIN:  # the ring is full right now: no latch this time
-            lib.pto_latch_destroy(latch)
-            return
-        assert rc == 0
+        # Whether the latch can go in depends on how far the device got; the list of latches
+        # does not (hypothesis must see the same rules enabled when it replays a program).
+        latch = None
+        if self.model.streams[stream].inject is None and not self.streams[stream].backlog:
+            out = ffi.new("pto_latch **")
+            assert lib.pto_latch_create(self.worker._dev, 30_000_000, out) == 0
+            latch = out[0]
+            rc = lib.pto_stream_latch_wait(self.streams[stream]._ptr, latch, 0)
+            if rc == -PTO_EAGAIN:  # the ring is full right now: no latch this time
+                lib.pto_latch_destroy(latch)
+                latch = None
+            else:
+                assert rc == 0
         self.next_latch += 1
-        self.model.latch(stream, self.next_latch)
+        if latch is not None:
+            self.model.latch(stream, self.next_latch)
         self.latches.append((latch, self.next_latch))
 
     @precondition(lambda self: self.latches)
     @rule(idx=st.integers(0, 7))
     def release(self, idx):
         latch, mid = self.latches.pop(idx % len(self.latches))
-        lib.pto_latch_release(latch)
-        lib.pto_latch_destroy(latch)
+        if latch is not None:
+            lib.pto_latch_release(latch)
+            lib.pto_latch_destroy(latch)
         self.model.release(mid)
 
     # -- rules: sync points --------------------------------------------------------------------------
@@ -299,8 +306,9 @@ class RuntimeVsModel(RuleBasedStateMachine):
 
     def _barrier(self):
         for latch, mid in self.latches:
-            lib.pto_latch_release(latch)
-            lib.pto_latch_destroy(latch)
+            if latch is not None:
+                lib.pto_latch_release(latch)
+                lib.pto_latch_destroy(latch)
         self.latches.clear()
 
         async def all_streams():
@@ -318,7 +326,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
         exc = real.exception()
         got = OK if exc is None else type(exc).__name__
         assert got == ml.outcome, f"{p}: runtime {got} ({exc}), model {ml.outcome}"
-        if ml.outcome == DEPENDENCY and ml.cause is not None and ml.cause.kind != "?":
+        if ml.outcome == DEPENDENCY and ml.cause is not None and ml.cause.kind != "?" and self.CHECK_CAUSE:
             cause = exc.__cause__
             assert cause is not None, f"{p}: a dependency error without its first failure: {exc}"
             assert type(cause).__name__ == ml.cause.kind, (
@@ -382,7 +390,8 @@ class RuntimeVsModel(RuleBasedStateMachine):
                 self._check_all()
         finally:
             for latch, _ in self.latches:
-                lib.pto_latch_destroy(latch)
+                if latch is not None:
+                    lib.pto_latch_destroy(latch)
             self.worker.close()
             self.loop.close()
 
@@ -401,10 +410,10 @@ def _kernels(tmp_path_factory):
 class RuntimeVsModelBackPressure(RuntimeVsModel):
     """The same programs with 8-slot rings: commands wait in stream FIFOs and enter later.
 
-    Without faults: a failure observed while an event record still waits in
-    a FIFO lets that event succeed (test_regressions.py,
-    test_event_recorded_behind_a_failure_in_the_fifo_fails), which the model
-    rightly rejects.  Put faults back here once that is fixed.
+    Without faults: the runtime fails an event record queued behind an observed failure by
+    arming the driver's fail-next hook, the hook testing.fail_next uses too, so an injected
+    fault can land on another command; and that failure carries no first failure
+    (test_regressions.py).  Put faults back here once both are fixed.
     """
 
     RING = {"ring_task_window": 8, "ring_dep_pool": 4}
