@@ -109,8 +109,9 @@ async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels):
             assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
             with pytest.raises(PtoKernelFault):
                 await failed
-            with pytest.raises(PtoDependencyError):
+            with pytest.raises(PtoDependencyError) as dep:
                 await dependent
+            assert isinstance(dep.value.__cause__, PtoKernelFault)  # names the first failure
             with pytest.raises(PtoDependencyError):
                 await event
         np.testing.assert_array_equal(await x.to_host(), np.ones(N, np.float32))

@@ -1,0 +1,368 @@
+"""The worker's command queue: token map, stream FIFOs, completion drain, blocking waits.
+
+How work flows (the timeline of one launch):
+
+1. A call validates its arguments (nothing is queued on error), takes
+   temporaries for host arrays, and builds its command group: H2D copies for
+   ``In``/``InOut`` host arrays, the kernel launch, D2H copies for
+   ``Out``/``InOut``, stream-ordered frees of the temporaries.
+2. Every command gets its own completion token from the worker's counter, and
+   the token map (``_pending``) points each token at the group's
+   :class:`Launch`.  Every command carries one because the driver treats a
+   failing token-less command as observed at once, which would let the rest
+   of the group run on bad data.
+3. Commands go straight into the stream's ring while it has room and the
+   stream's FIFO is empty; otherwise they wait in that FIFO, in order.
+4. The completion pump drains records in batches (256 per driver call),
+   resolves owners, then flushes FIFOs into the rings as room frees up (a
+   quarter window at a time, so one producer wake-up admits many launches).
+5. A Launch resolves when its last record arrived; its error is the first
+   failure among its records.
+
+A failure record for a stream whose FIFO still holds work "poisons" what
+waits there: once the driver has reported the failure it heals the stream for
+later submissions, but those commands were queued before the failure was
+observed.  Copies and launches fail here with a dependency error, as they
+would have in the ring; event records are made to fail on the device, so
+streams waiting on them fail as dependents too.  Frees and waits still go in.
+
+Threading: a worker belongs to the thread (and event loop) that opened it.
+In sync mode several threads may share it (the process-wide default worker):
+one lock guards the token map, the FIFOs and the driver queue, and blocking
+waits never hold it.
+
+:class:`CommandQueue` is a mixin of :class:`~pypto_async.runtime.ChipWorker`;
+methods marked "lock held" expect the caller to hold ``self._lock``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .._driver import PTO_EAGAIN, PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
+from ..errors import PtoDependencyError, PtoError, PtoTimeout
+from ._launch import Launch
+from ._stream import Stream
+
+__all__ = ["CommandQueue"]
+
+_OPEN = 0
+_FORKED = 2
+_F_LAST = 1  # the last command of its owner's group: entering the ring completes submission
+_F_DATA = 2  # a copy or launch: skipped (fails) if queued behind an observed failure
+_F_RECORD = 4  # an event record: made to fail on the device if queued behind an observed failure
+_EAGAIN = -PTO_EAGAIN
+_ECANCELED = -PTO_ECANCELED
+_EDEP = -PTO_EDEP
+_BATCH = 256
+_MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
+_SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
+_KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
+
+
+class CommandQueue:
+    """Submission, completion and waiting for a worker (a mixin; see the module doc)."""
+
+    # -- submission (lock held) -------------------------------------------------------------------
+
+    def _token(self, owner) -> int:
+        token = self._next_token
+        self._next_token = token + 1
+        self._pending[token] = owner
+        return token
+
+    def _submit(self, stream: Stream, fn, args: tuple, owner, flags: int, gate=None) -> bool:
+        """Queue one command; True if it entered the ring now.  args[-1] is its token."""
+        fifo = stream._fifo
+        if not fifo and (gate is None or gate._entered):
+            rc = fn(*args)
+            if not rc:
+                return True
+            if rc != _EAGAIN:
+                self._pending.pop(args[-1], None)
+                check(rc, owner._name if owner is not None else "queueing a command")
+        fifo.append((fn, args, owner, flags, gate))
+        if stream not in self._backlog:  # entering it starts the stream's back-pressure clock
+            self._backlog[stream] = None
+        self._fifo_waits += 1
+        return False
+
+    def _submit_group(self, stream: Stream, cmds: list, owner: Launch) -> bool:
+        """Queue a group of (fn, args, flags); True if all of it entered the ring."""
+        fifo = stream._fifo
+        i = 0
+        n = len(cmds)
+        if not fifo:
+            while i < n:
+                fn, args, flags = cmds[i]
+                rc = fn(*args)
+                if rc:
+                    if rc != _EAGAIN:
+                        self._group_error(cmds, i, rc, owner)
+                    break
+                i += 1
+            else:
+                return True
+        for fn, args, flags in cmds[i:]:
+            fifo.append((fn, args, owner, flags, None))
+        if stream not in self._backlog:
+            self._backlog[stream] = None
+        self._fifo_waits += n - i
+        return False
+
+    def _group_error(self, cmds: list, i: int, rc: int, owner: Launch) -> None:
+        # Commands [0, i) are queued and will report; [i, n) never will.
+        for fn, args, flags in cmds[i:]:
+            self._pending.pop(args[-1], None)
+            if i == 0 and fn is lib.pto_stream_free:
+                lib.pto_mem_free(self._dev, args[1])  # nothing queued uses the temporary
+        owner._remaining -= len(cmds) - i
+        owner._retrieved = True
+        try:
+            check(rc, owner._name)
+        except PtoError as exc:
+            if owner._exc is None:
+                owner._exc = exc
+            if not owner._remaining:
+                owner._finish()
+            raise
+
+    def _mark_entered(self, owner) -> None:
+        owner._entered = True
+        waiters = owner._entry_waiters
+        if waiters:
+            owner._entry_waiters = None
+            self._wake_all(waiters)
+
+    def _flush(self) -> None:
+        """Move FIFO commands into rings while there is room (lock held)."""
+        backlog = self._backlog
+        pending = self._pending
+        progress = True
+        while progress and backlog:
+            progress = False
+            for stream in list(backlog):
+                fifo = stream._fifo
+                # Refill a ring in batches, not one slot at a time: one producer
+                # wake-up then admits many launches (hysteresis).
+                if lib.pto_stream_space_left(stream._ptr) < self._refill:
+                    continue
+                while fifo:
+                    fn, args, owner, flags, gate = fifo[0]
+                    if gate is not None and not gate._entered:
+                        break
+                    if flags & _F_DATA and owner._poison is not None:
+                        fifo.popleft()
+                        pending.pop(args[-1], None)
+                        owner._fail(owner._poison)
+                    else:
+                        if flags & _F_RECORD and owner._poison is not None:
+                            # The driver healed the stream when the failure was drained, but this
+                            # record was queued before that: make it fail on the device, so streams
+                            # waiting on the event fail as dependents too (the driver's own rule).
+                            # It fails as "canceled", an own failure whose token the dependents
+                            # name as their cause: map that token to the first failure.
+                            poison = owner._poison
+                            if owner._exc is None:
+                                owner._exc = poison
+                            owner._poison = None
+                            self._remember_failure(args[-1], poison.__cause__ or poison)
+                            # Armed once, even if the record then meets a full ring.  The injected
+                            # failure breaks the stream again until its record is drained, so work
+                            # queued right behind may fail as a dependent too: the safe side.
+                            lib.pto_debug_fail_next(stream._ptr, PTO_ECANCELED, 1)
+                        rc = fn(*args)
+                        if rc == _EAGAIN:
+                            break
+                        fifo.popleft()
+                        if rc:
+                            pending.pop(args[-1], None)
+                            try:
+                                check(rc, owner._name if owner is not None else "queueing a command")
+                            except PtoError as exc:
+                                if owner is not None:
+                                    owner._fail(exc)
+                    progress = True
+                    if flags & _F_LAST and owner is not None and not owner._entered:
+                        self._mark_entered(owner)
+                if not fifo:
+                    del backlog[stream]
+                    if stream._closed:
+                        self._destroy_stream(stream)
+
+    # -- completion (lock held) -------------------------------------------------------------------
+
+    def _drain(self) -> int:
+        """Drain ready completion records and resolve their owners (lock held).
+
+        At most ``_MAX_BATCHES`` batches per call, so a device that keeps
+        producing records cannot hold the event loop: records left over keep
+        the fd readable, and the loop comes back to them after other work.
+        """
+        buf = self._cq
+        pending = self._pending
+        dev = self._dev
+        drain = lib.pto_cq_drain
+        total = 0
+        for _ in range(_MAX_BATCHES):
+            n = drain(dev, buf, _BATCH)
+            if n <= 0:
+                break
+            total += n
+            for i in range(n):
+                rec = buf[i]
+                owner = pending.pop(rec.token, None)
+                status = rec.status
+                if status:
+                    self._on_failure(rec, status, owner)
+                elif owner is not None:
+                    owner._ok(rec)
+            if n < _BATCH:
+                break
+        if total:
+            self._completions += total
+            self._wakeups += 1
+        return total
+
+    def _on_failure(self, rec, status: int, owner) -> None:
+        cause_token = rec.cause_token
+        cause = self._failures.get(cause_token) if cause_token else None
+        what = owner._name if owner is not None else "a queued command"
+        message = ffi.string(rec.message).decode("utf-8", "replace")
+        text = f"{what}: {message}" if message else what
+        if cause is not None:
+            text = f"{text} (first failure: {cause})"
+        exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
+        if status != _EDEP and status != _ECANCELED:
+            self._remember_failure(rec.token, exc)
+        if status != _ECANCELED:
+            stream = self._streams.get(rec.stream_id)
+            if stream is not None and stream._fifo:
+                self._poison_fifo(stream, cause if cause is not None else exc)
+        if owner is not None:
+            owner._fail(exc)
+
+    def _remember_failure(self, token: int, exc: BaseException) -> None:
+        """Keep `exc` as the first failure of `token`, for dependents naming it (lock held)."""
+        failures = self._failures
+        failures[token] = exc
+        if len(failures) > _KEEP_FAILURES:
+            del failures[next(iter(failures))]
+
+    def _poison_fifo(self, stream: Stream, first: BaseException) -> None:
+        for fn, args, owner, flags, gate in stream._fifo:
+            if flags & (_F_DATA | _F_RECORD) and owner._poison is None and not owner._done:
+                exc = PtoDependencyError(
+                    f"{owner._name}: queued on stream {stream._id} behind a failed command "
+                    f"(first failure: {first})",
+                    status="PTO_EDEP",
+                )
+                exc.__cause__ = first
+                owner._poison = exc
+
+    def _wake_all(self, waiters: list) -> None:
+        wake = self._pump.wake
+        for waiter in waiters:
+            if type(waiter) is threading.Event:
+                waiter.set()
+            else:
+                try:
+                    wake(waiter)
+                except RuntimeError:  # its event loop is gone
+                    pass
+
+    def _wake_idle(self) -> None:
+        waiters = self._idle_waiters
+        if waiters:
+            self._idle_waiters = []
+            self._wake_all(waiters)
+
+    def _on_readable(self) -> None:
+        """The pump's callback: the completion fd is readable."""
+        with self._lock:
+            if self._state != _OPEN:
+                return
+            self._drain()
+            if self._backlog:
+                self._flush()
+            if self._deferred:
+                self._process_deferred_locked()
+            if self._idle_waiters and not self._pending and not self._backlog:
+                self._wake_idle()
+
+    def _pump_wait(self, waiters: list):
+        return self._pump.wait(waiters)
+
+    # -- blocking waits -------------------------------------------------------------------------------
+
+    def _drive(self, predicate, timeout: float | None) -> bool:
+        """Drain and flush on this thread until `predicate()`; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        lock = self._lock
+        while True:
+            with lock:
+                if self._state != _OPEN:
+                    return predicate()
+                self._drain()
+                if self._backlog:
+                    self._flush()
+                if self._deferred:
+                    self._process_deferred_locked()
+                if self._idle_waiters and not self._pending and not self._backlog:
+                    self._wake_idle()
+                dev = self._dev
+            if predicate():
+                return True
+            wait_us = _SLICE_US
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                wait_us = min(wait_us, int(left * 1e6) + 1)
+            lib.pto_cq_wait(dev, wait_us)
+
+    def _block_until(self, obj, entry: bool, timeout: float | None) -> None:
+        """Block until `obj` entered the ring (entry) or completed; PtoTimeout past `timeout`."""
+        self._check_open()
+        if entry:
+            def predicate():
+                return obj._entered
+        else:
+            def predicate():
+                return obj._done
+        if self._pump.on_own_thread():
+            finished = self._drive(predicate, timeout)
+        else:
+            finished = self._block_foreign(obj, entry, predicate, timeout)
+        if not finished:
+            what = "enter its stream's ring" if entry else "complete"
+            raise PtoTimeout(f"{obj._name} did not {what} within {timeout} s "
+                             f"({len(self._pending)} command(s) in flight on the worker)")
+        if self._state == _FORKED:
+            self._check_open()
+
+    def _block_foreign(self, obj, entry: bool, predicate, timeout) -> bool:
+        # Another thread than the event loop's: the pump resolves obj; wait on an Event.
+        event = threading.Event()
+        with self._lock:
+            if entry:
+                if obj._entry_waiters is None:
+                    obj._entry_waiters = []
+                obj._entry_waiters.append(event)
+            else:
+                if obj._waiters is None:
+                    obj._waiters = []
+                obj._waiters.append(event)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not predicate():
+            if self._state != _OPEN:
+                return predicate()
+            wait_s = _SLICE_US / 1e6
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                wait_s = min(wait_s, left)
+            event.wait(wait_s)
+        return True
