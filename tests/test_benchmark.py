@@ -36,3 +36,24 @@ def test_timings_helpers():
 def test_benchmark_checks_its_arguments(kernels, kwargs):
     with pytest.raises(PtoArgumentError):
         benchmark(kernels.get("inc", 16), (np.zeros(16, np.float32),), **kwargs)
+
+
+def test_bench_runtime_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_runtime.py (figures, not timing assertions).
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "bench_runtime.py"), "--quick", "--json",
+         "--only", "roundtrip,pipelined,concurrent"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    for name in ("roundtrip", "pipelined", "concurrent"):
+        assert results[name]["value"] > 0
