@@ -8,6 +8,7 @@ work flows) and :mod:`._memory` (DeviceTensors, frees and copies).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -53,6 +54,18 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def _close_live_workers() -> None:
+    # Driver threads write into host arrays until their commands complete: finish (or
+    # cancel) every worker's work before the interpreter frees those arrays.
+    for worker in list(_live_workers):
+        if worker._state == _OPEN:
+            try:
+                worker.close(timeout=5.0)
+            except Exception:
+                pass
 
 
 @dataclass(frozen=True)
