@@ -27,7 +27,7 @@ async def test_streams_overlap(pto_async_worker):
     w = pto_async_worker
     k = w.register(double.compile(data(), data()))
     a, b = w.stream(), w.stream()
-    x, ya, yb = data(), np.zeros(N, np.float32), np.zeros(N, np.float32)
+    x, ya, yb = data(), np.full(N, np.nan, np.float32), np.full(N, np.nan, np.float32)
     with hold(a) as latch:            # stream a is held on the device
         on_a = k(x, ya, stream=a)
         await k(x, yb, stream=b)      # ... while stream b runs
@@ -42,7 +42,7 @@ async def test_a_failed_copy_is_reported_and_the_stream_recovers(pto_async_worke
     w = pto_async_worker
     k = w.register(double.compile(data(), data()))
     s = w.stream()
-    x, y = data(), np.zeros(N, np.float32)
+    x, y = data(), np.full(N, np.nan, np.float32)  # poisoned until the kernel writes it
     fail_next(s)                      # the launch's input copy fails on the device
     with pytest.raises(PtoCopyFault):
         await k(x, y, stream=s)
@@ -77,6 +77,6 @@ def anyio_backend(request):
 @pytest.mark.anyio
 async def test_under_anyio(pto_async_worker):
     w = pto_async_worker
-    x, y = data(), np.zeros(N, np.float32)
+    x, y = data(), np.full(N, np.nan, np.float32)  # poisoned until the kernel writes it
     await w.run(double.compile(x, y), x, y)
     np.testing.assert_array_equal(y, 2 * x)
