@@ -360,6 +360,7 @@ def test_out_of_memory_for_temporaries_rolls_back(kernels):
         add = w.register(kernels.get("add", n))
         free = mem_stats(w).largest_free
         filler = w.alloc_tensor(free - int(2.5 * n * 4), np.uint8)  # room for two temporaries only
+        w.default_stream.sync(timeout=10)
         before = mem_stats(w)
         with pytest.raises(PtoOutOfMemory):
             add(rand(n), rand(n), np.zeros(n, np.float32))

@@ -235,3 +235,17 @@ async def test_a_failed_initial_copy_is_reported_by_every_use(config, kernels):
         np.testing.assert_array_equal(out, np.full(N, 7.0, np.float32))
         t.free()
         scratch.free()
+
+
+def test_first_use_elsewhere_does_not_wait_for_later_work_on_the_allocation_stream(worker, kernels):
+    copy = worker.register(kernels.get("copy", N))
+    a, b = worker.stream(), worker.stream()
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32, init=x, stream=a)
+    out = np.full(N, np.nan, np.float32)
+    with hold(a):  # unrelated later work on a is held
+        copy(t, out, stream=b)  # sync mode: returns once complete, so b did not wait for the latch
+        np.testing.assert_array_equal(out, x)
+    t.free()
+    a.close()
+    b.close()

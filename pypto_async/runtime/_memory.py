@@ -74,16 +74,25 @@ class DeviceMemory:
         with self._lock:
             ptr = self._alloc_locked(nbytes, stream, "alloc_tensor()")
             launch = None
-            if host is not None and nbytes:
-                try:
+            try:
+                if host is not None and nbytes:
                     launch = self._queue_one(stream, lib.pto_stream_copy_h2d,
                                              (stream._ptr, ptr, host.ptr, nbytes),
                                              "alloc_tensor(init=...) copy", (init, host), None)
-                except BaseException:
+                # The point other streams join on their first use of t (see _join_first_use).
+                ready = self._record_locked(stream)
+            except BaseException:
+                if launch is None:
                     lib.pto_mem_free(self._dev, ptr)  # nothing was queued that uses it
-                    raise
+                else:
+                    try:
+                        self._free_locked(ptr, stream, ())
+                    except PtoError:  # a lost device: its memory goes with it
+                        pass
+                raise
             t = DeviceTensor._make(self, ptr, shape, dt, nbytes, stream)
             t._init = launch
+            t._ready = ready
             self._tensors.add(t)
         if launch is not None and not self._async:
             try:

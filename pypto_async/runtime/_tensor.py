@@ -29,8 +29,9 @@ class DeviceTensor:
        it.  Work you queue on other streams *after* the free is not ordered
        for you: do not use a tensor after freeing it.
     4. The first time a stream other than its allocation stream uses it, that
-       stream waits for the allocation stream (the initial copy, and any
-       earlier user of a recycled block).
+       stream waits (on the device) for the point right after its allocation
+       and initial copy on the allocation stream: the copy, and any earlier
+       user of a recycled block, but nothing queued there later.
     5. If its initial copy (``alloc_tensor(init=...)``) failed, every later
        use raises :class:`~pypto_async.errors.PtoDependencyError` naming that
        failure, rather than computing on uninitialised memory.
@@ -40,7 +41,7 @@ class DeviceTensor:
     """
 
     __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams",
-                 "_freed", "_init", "__weakref__")
+                 "_freed", "_init", "_ready", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
@@ -58,6 +59,7 @@ class DeviceTensor:
         t._streams = {stream}
         t._freed = False
         t._init = None  # the Launch of its initial copy, until known to have succeeded
+        t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
         return t
 
     # -- description ----------------------------------------------------------------

@@ -722,9 +722,15 @@ class ChipWorker(CommandQueue, DeviceMemory):
         return marker
 
     def _join_first_use(self, t: DeviceTensor, stream: Stream) -> None:
-        """First use of `t` on `stream`: wait for its allocation stream (lock held)."""
-        birth = t._stream
-        event = birth._final if birth._closed else self._record_locked(birth)
+        """First use of `t` on `stream`: wait for its allocation and initial copy (lock held).
+
+        The event was recorded right after them, so later, unrelated work on the
+        allocation stream (and its failures) is not waited for.
+        """
+        event = t._ready
+        if event is None:
+            birth = t._stream
+            event = birth._final if birth._closed else self._record_locked(birth)
         if event is not None:
             self._wait_event_locked(stream, event)
         t._streams.add(stream)
