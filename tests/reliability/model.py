@@ -104,6 +104,7 @@ class MTensor:
     last_write: tuple[int, int] | None = None          # (stream, pos)
     reads: dict[int, int] = field(default_factory=dict)
     init: MLaunch | None = None                        # the last copy that filled it entirely
+    ready: MEvent | None = None                        # recorded right after allocation and init
 
 
 @dataclass
@@ -149,9 +150,14 @@ class Model:
     ----------
     streams : int
         How many streams (0 is the default stream).
+    join_on_ready : bool
+        How the runtime joins a tensor's first use on another stream: False, with an event
+        recorded on its allocation stream at that moment; True, with the event recorded right
+        after its allocation (and initial copy).
     """
 
-    def __init__(self, streams: int):
+    def __init__(self, streams: int, *, join_on_ready: bool = False):
+        self.join_on_ready = join_on_ready
         self.streams = [MStream(i) for i in range(streams)]
         self.tensors: dict[int, MTensor] = {}
         self.hosts: dict[int, MHost] = {}
@@ -214,7 +220,7 @@ class Model:
     def _join_first_use(self, t: MTensor, s: MStream) -> None:
         if s.index in t.streams:
             return
-        ev = self._record(self.streams[t.birth])
+        ev = t.ready if t.ready is not None else self._record(self.streams[t.birth])
         self._wait(s, ev)
         t.streams.append(s.index)
 
@@ -280,6 +286,8 @@ class Model:
             t.last_write = (stream, pos)
             self._finish(lc, s, pos, status, cause)
             t.init = lc
+        if self.join_on_ready:
+            t.ready = self._record(s)
         return t
 
     def init_state(self, t: MTensor) -> str:
