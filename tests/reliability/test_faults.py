@@ -12,7 +12,6 @@ from pypto_async.errors import (
     PtoCopyFault,
     PtoDependencyError,
     PtoDeviceLost,
-    PtoError,
     PtoKernelFault,
     PtoOutOfMemory,
 )

@@ -95,11 +95,8 @@ def test_worker_used_in_a_forked_child_raises(rel_kernels, tmp_path):
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
 
 
-def _spawned(kdir: str, tests: str, seed: int, q) -> None:
-    sys.path.insert(0, tests)
-    from helpers.kernels import KernelLib
-
-    add = KernelLib(kdir).get("add", N)
+def _spawned(add, seed: int, q) -> None:
+    # `add` is the parent's compiled-program handle (spawn gives the child the parent's sys.path).
     rng = np.random.default_rng(seed)
     a, b = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
     out = np.full(N, np.nan, np.float32)
@@ -109,11 +106,10 @@ def _spawned(kdir: str, tests: str, seed: int, q) -> None:
 
 
 def test_multiprocessing_spawn_children_compute(rel_kernels):
-    rel_kernels.get("add", N)
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    add = rel_kernels.get("add", N)  # built here once; the children only load it
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_spawned, args=(str(rel_kernels.directory), tests, i, q)) for i in range(2)]
+    procs = [ctx.Process(target=_spawned, args=(add, i, q)) for i in range(2)]
     for p in procs:
         p.start()
     got = sorted(q.get(timeout=60) for _ in procs)

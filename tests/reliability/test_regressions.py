@@ -128,12 +128,6 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
         loop.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "driver bug: on a stream with an unobserved failure, pre_status (native/src/stream.c) finishes "
-    "an event WAIT with -PTO_EDEP at once instead of waiting for the event, and a FREE still "
-    "reclaims its block; so a stream-ordered free on a failed stream no longer waits for the other "
-    "streams the runtime joined in front of it, and their queued work touches a reclaimed block "
-    "(here a D2H fails with PTO_EFAULT; on reuse it would read another tensor's data)"))
 def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
     """Shrunk from RuntimeVsModel (PYPTO_ASYNC_LONG=1): a d2d copy on s0 failed with
     'device range ... is not inside a live allocation' after its source was freed on s2,
@@ -201,11 +195,6 @@ def test_dependents_of_a_poisoned_record_name_the_first_failure(rel_kernels):
         loop.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime: ChipWorker._flush (runtime/_queue.py) fails a record queued behind an observed "
-    "failure by arming pto_debug_fail_next on its stream; that failure breaks the stream again "
-    "until its record is drained, so work you queue after the observation fails as a dependent "
-    "(DESIGN.md: work submitted after the failure has been observed runs normally)"))
 def test_work_queued_after_an_observed_failure_runs(rel_kernels):
     """From RuntimeVsModelBackPressure with faults: 'inc(t7,) on s2: runtime PtoDependencyError
     (... depends on failed token 30 (PTO_ECANCELED) ...), model ok'."""

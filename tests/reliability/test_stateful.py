@@ -38,7 +38,7 @@ from pypto_async.errors import PtoDependencyError, PtoError
 from pypto_async.runtime import ChipWorker, DeviceTensor
 
 from .conftest import LONG, SMALL, mem_stats, stream_stats
-from .model import COPY_FAULT, DEPENDENCY, OK, MHost, Model, MTensor
+from .model import COPY_FAULT, DEPENDENCY, OK, Model, MTensor
 
 # A failed init copy of alloc_tensor(init=...) has no Launch to retrieve its error from
 # (test_regressions.py, test_failed_init_copy_is_not_silently_lost); the model already treats
@@ -49,8 +49,6 @@ N = 16
 STREAMS = 3
 KERNEL_NAMES = ("add", "scale", "inc", "copy", "fail")
 KERNEL_DRAW = ("add", "add", "scale", "scale", "inc", "inc", "copy", "fail")
-_KIND = {"PtoKernelFault": "PtoKernelFault", "PtoCopyFault": "PtoCopyFault",
-         "PtoDependencyError": "PtoDependencyError"}
 
 settings.register_profile(
     "reliability-ci", max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
