@@ -252,7 +252,19 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks,
 /* Record e: e completes once everything queued on s before it completes. */
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
 /*
+ * Record e as failed: in stream order, e completes carrying -status (a
+ * PTO_E* value; 0 means PTO_EDEP) and cause_token, so every stream that
+ * waits on it fails its later commands as dependents.  s itself stays
+ * healthy; this command's own record carries -status too.  For a host that
+ * failed work it never queued (a backlog behind an observed failure) and must
+ * pass that failure on to the streams waiting on it.
+ */
+int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t cause_token,
+                             uint64_t token);
+/*
  * Make s wait (on the device) for e as recorded at the time of this call.
+ * On a stream whose earlier command failed, the wait still waits for e and
+ * then completes -PTO_EDEP, so work ordered behind it stays ordered.
  * Waiting on an event never recorded is a no-op.  Uses one dep-pool entry
  * until it executes.
  */

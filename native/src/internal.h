@@ -204,7 +204,12 @@ struct pto_cmd {
         struct { uint64_t dst, src, n; } copy;        /* host addresses (sim) */
         struct { uint64_t dst, n; uint8_t value; } set;
         struct { pto_kernel *k; uint64_t *args; uint32_t blocks, nargs; } launch;
-        struct { struct pto_event_node *node; uint64_t event_id; } ev;   /* record, wait */
+        struct {
+            struct pto_event_node *node;
+            uint64_t event_id;
+            int32_t fail_status;          /* record: < 0 completes e failed (pto_stream_record_failed) */
+            uint64_t fail_cause;
+        } ev;                                             /* record, wait */
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
         struct { pto_latch *l; } latch;

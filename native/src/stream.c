@@ -272,18 +272,19 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     return 0;
 }
 
-int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
+static int submit_record(pto_stream *s, pto_event *e, int32_t fail_status, uint64_t fail_cause,
+                         uint64_t token, const char *fn)
 {
-    int rc = check_stream(s, "pto_stream_record");
+    int rc = check_stream(s, fn);
     if (rc)
         return rc;
     if (!e || e->dev != s->dev)
-        return pto_error(PTO_EINVAL, "pto_stream_record: event is NULL or from another device");
+        return pto_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
     struct pto_event_node *node = pto_event_node_new(e->id);
     if (!node)
         return pto_error(PTO_ENOMEM, "pto_stream_record: out of host memory");
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_record", 0, false, &cmd, NULL))) {
+    if ((rc = pto_slot_begin(s, fn, 0, false, &cmd, NULL))) {
         pto_event_node_unref(node);
         return rc;
     }
@@ -297,8 +298,23 @@ int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
         pto_event_node_unref(old);
     cmd->u.ev.node = node;
     cmd->u.ev.event_id = e->id;
+    cmd->u.ev.fail_status = fail_status;
+    cmd->u.ev.fail_cause = fail_cause;
     pto_slot_commit(s, cmd, PTO_CMD_RECORD, token);
     return 0;
+}
+
+int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_record(s, e, 0, 0, token, "pto_stream_record");
+}
+
+int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t cause_token,
+                             uint64_t token)
+{
+    if (status <= 0 || status > PTO_ENOTSUP)
+        status = PTO_EDEP;
+    return submit_record(s, e, -status, cause_token, token, "pto_stream_record_failed");
 }
 
 int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
@@ -807,6 +823,15 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         return -PTO_ECANCELED;
     }
     if (failed_for(s, cmd)) {
+        /*
+         * A wait still waits for its event before failing: what follows it on
+         * this stream (a stream-ordered free above all) was ordered behind the
+         * other stream's work, and must stay so even on a failed stream.
+         */
+        if (cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node &&
+            /* Acquire pairs with the release store of done in pto_cmd_finish. */
+            !atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire))
+            return 0;
         *cause = s->fail.cause;
         edep_msg(msg, n, s);
         return -PTO_EDEP;
@@ -903,6 +928,15 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         pto_core_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_RECORD:
+        if (cmd->u.ev.fail_status) {
+            /* Not this stream's failure (own = false): only the event carries it. */
+            pto_msgf(msg, sizeof(msg), "recorded as failed by the host: depends on failed token %llu",
+                     (unsigned long long)cmd->u.ev.fail_cause);
+            pto_cmd_finish(dev, s, cmd, cmd->u.ev.fail_status, cmd->u.ev.fail_cause, msg, false,
+                           now, now, PTO_ENGINE_NONE);
+            return true;
+        }
+        /* fall through */
     case PTO_CMD_FREE:
     case PTO_CMD_NOTIFY:
         pto_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);

@@ -113,3 +113,41 @@ def test_destroyed_event_still_orders_queued_waits(dev, cq, stream, stream2):
         lib.pto_event_destroy(ev)
         assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
     assert cq.wait(t)[t].status == 0
+
+
+def test_record_failed_fails_waiters_but_not_its_own_stream(dev, cq, stream, new_stream):
+    waiter = new_stream()
+    ev = new_event(dev)
+    rec_t, wait_t, after_wait_t, own_t = (new_token() for _ in range(4))
+    check(lib.pto_stream_record_failed(stream, ev, 0, 4242, rec_t))
+    check(lib.pto_stream_wait_event(waiter, ev, wait_t))
+    notify(waiter, after_wait_t)
+    notify(stream, own_t)
+    got = cq.wait(rec_t, wait_t, after_wait_t, own_t)
+    assert got[rec_t].status == -lib.PTO_EDEP and got[rec_t].cause_token == 4242
+    assert lib.pto_event_query(ev) == -lib.PTO_EDEP
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == 4242
+    assert got[after_wait_t].status == -lib.PTO_EDEP  # the waiter fails as a dependent
+    assert got[own_t].status == 0                     # the recording stream stays healthy
+    lib.pto_event_destroy(ev)
+
+
+def test_wait_on_a_failed_stream_still_waits_for_its_event(dev, cq, stream, new_stream):
+    """Work behind a wait (a stream-ordered free above all) stays ordered after the other stream."""
+    other = new_stream()
+    ev = new_event(dev)
+    fail_t, wait_t, after_t = new_token(), new_token(), new_token()
+    with held(dev, other) as latch:
+        check(lib.pto_stream_record(other, ev, 0))
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, fail_t)                       # fails: stream's first failure
+        check(lib.pto_stream_wait_event(stream, ev, wait_t))
+        notify(stream, after_t)
+        assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT
+        assert lib.pto_stream_synchronize(stream, 20_000) == -PTO_ETIMEDOUT  # the wait holds
+        assert lib.pto_stream_completed(stream) < lib.pto_stream_submitted(stream)
+        latch.release()
+    got = cq.wait(wait_t, after_t)
+    assert got[wait_t].status == -lib.PTO_EDEP  # submitted before the failure was observed
+    assert got[after_t].status == -lib.PTO_EDEP
+    lib.pto_event_destroy(ev)
