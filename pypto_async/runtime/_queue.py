@@ -159,19 +159,21 @@ class CommandQueue:
                     else:
                         if flags & _F_RECORD and owner._poison is not None:
                             # The driver healed the stream when the failure was drained, but this
-                            # record was queued before that: make it fail on the device, so streams
-                            # waiting on the event fail as dependents too (the driver's own rule).
-                            # It fails as "canceled", an own failure whose token the dependents
-                            # name as their cause: map that token to the first failure.
+                            # record was queued before that: record the event as failed instead,
+                            # so streams waiting on it fail as dependents (the driver's own rule)
+                            # while this stream stays healthy for work queued after the
+                            # observation.  Dependents name this record's token as their cause:
+                            # map it to the first failure.
                             poison = owner._poison
                             if owner._exc is None:
                                 owner._exc = poison
                             owner._poison = None
-                            self._remember_failure(args[-1], poison.__cause__ or poison)
-                            # Armed once, even if the record then meets a full ring.  The injected
-                            # failure breaks the stream again until its record is drained, so work
-                            # queued right behind may fail as a dependent too: the safe side.
-                            lib.pto_debug_fail_next(stream._ptr, PTO_ECANCELED, 1)
+                            token = args[-1]
+                            self._remember_failure(token, poison.__cause__ or poison)
+                            self._failed_on_purpose.add(token)
+                            fn = lib.pto_stream_record_failed
+                            args = (args[0], args[1], PTO_EDEP, token, token)
+                            fifo[0] = (fn, args, owner, flags, gate)  # stays so on a full ring
                         rc = fn(*args)
                         if rc == _EAGAIN:
                             break
@@ -236,10 +238,11 @@ class CommandQueue:
         exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
         if status != _EDEP and status != _ECANCELED:
             self._remember_failure(rec.token, exc)
-        if status != _ECANCELED:
+        if status != _ECANCELED and rec.token not in self._failed_on_purpose:
             stream = self._streams.get(rec.stream_id)
             if stream is not None and stream._fifo:
                 self._poison_fifo(stream, cause if cause is not None else exc)
+        self._failed_on_purpose.discard(rec.token)
         if owner is not None:
             owner._fail(exc)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pypto_async import testing
-from pypto_async._driver import lib
+from pypto_async._driver import PTO_ETIMEDOUT, ffi, lib
 from pypto_async.errors import PtoDependencyError, PtoDeviceLost, PtoError, PtoKernelFault
 from pypto_async.runtime import ChipWorker
 
@@ -148,7 +148,11 @@ def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
             testing.fail_next(b)
             broken = w.copy(u, np.zeros(16, np.float32), stream=b)  # fails: b's failure, unobserved
             t.free(stream=b)  # joins a (record on a, wait on b), then frees on b
-            assert lib.pto_stream_synchronize(b._ptr, 10_000_000) == 0  # b ran dry: the free executed
+            # The wait in front of the free still waits for a, though b has failed: b cannot
+            # run dry, and t's block stays reserved while a is held.
+            assert lib.pto_stream_synchronize(b._ptr, 20_000) == -PTO_ETIMEDOUT
+            stats = ffi.new("pto_mem_stats *")
+            assert lib.pto_mem_get_stats(w._dev, stats) == 0 and stats.pending_frees >= 1
             latch.release()
             result = _outcome(loop, read)
             _outcome(loop, broken)
