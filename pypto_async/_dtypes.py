@@ -78,6 +78,8 @@ def as_dtype(obj) -> DataType:
 
     if isinstance(obj, DataType):
         return obj
+    if obj is None:  # np.dtype(None) would silently mean float64
+        raise PtoArgumentError("dtype is required (got None)")
     if isinstance(obj, str):
         key = obj.removeprefix("torch.")
         found = _BY_NAME.get(key.upper()) or _BY_NP_NAME.get(key)

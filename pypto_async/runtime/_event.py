@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._driver import check, ffi, lib
-from ..errors import PtoInvalidStateError, PtoTryAgain
+from ..errors import PtoArgumentError, PtoInvalidStateError, PtoTryAgain
 
 __all__ = ["Event"]
 
@@ -97,13 +97,15 @@ class Event:
 
         Raises
         ------
+        PtoArgumentError
+            If `other` is not an Event.
         PtoTryAgain
             If either event has not completed yet.
         PtoInvalidStateError
             If the events belong to different workers.
         """
         if not isinstance(other, Event):
-            raise TypeError(f"elapsed_ms() needs an Event, not {type(other).__name__}")
+            raise PtoArgumentError(f"elapsed_ms(other): other must be an Event, not {type(other).__name__}")
         if other._worker is not self._worker:
             raise PtoInvalidStateError("the events belong to different workers")
         self._worker._check_open()

@@ -42,6 +42,7 @@ import time
 
 from .._driver import PTO_EAGAIN, PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
 from ..errors import PtoDependencyError, PtoError, PtoTimeout
+from ._checks import check_timeout
 from ._launch import Launch
 from ._stream import Stream
 
@@ -327,6 +328,7 @@ class CommandQueue:
 
     def _block_until(self, obj, entry: bool, timeout: float | None) -> None:
         """Block until `obj` entered the ring (entry) or completed; PtoTimeout past `timeout`."""
+        check_timeout(timeout, f"waiting for {obj._name}")
         self._check_open()
         if entry:
             def predicate():

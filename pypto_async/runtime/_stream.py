@@ -13,6 +13,7 @@ from collections import deque
 
 from .._driver import lib
 from ..errors import PtoArgumentError, PtoClosedError, PtoDependencyError
+from ._checks import check_timeout
 from ._event import Event
 from ._launch import Launch
 
@@ -167,6 +168,7 @@ class Stream:
         PtoDeviceLost
             If the device was lost.
         """
+        check_timeout(timeout, "Stream.sync")
         marker = self._worker._marker(self)
         if not marker._done:
             self._worker._block_until(marker, False, timeout)

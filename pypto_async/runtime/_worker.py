@@ -463,6 +463,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._check_open()
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise PtoArgumentError(f"priority must be an int, not {type(priority).__name__}")
+        if not -(1 << 31) <= priority < (1 << 31):
+            raise PtoArgumentError(f"priority must fit in 32 bits, not {priority}")
         with self._lock:
             return self._new_stream(priority, False)
 
@@ -653,6 +655,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
             launch._entered = True
 
     def _alloc_locked(self, nbytes: int, stream: Stream | None, what: str) -> int:
+        if nbytes >= 1 << 64:
+            raise PtoArgumentError(f"{what}: {nbytes} bytes is more than a device address can span")
         out = self._devptr_out
         rc = lib.pto_mem_alloc(self._dev, max(nbytes, 1), stream._ptr if stream is not None else ffi.NULL, out)
         if rc:

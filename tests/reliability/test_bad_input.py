@@ -165,25 +165,12 @@ def test_runconfig_is_frozen():
         cfg.cores = 3
 
 
-def _xfail(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 @pytest.mark.parametrize("what", [
-    pytest.param("elapsed_ms of a non-event", marks=_xfail(
-        "Event.elapsed_ms (runtime/_event.py) raises a bare TypeError, not a PtoArgumentError")),
-    pytest.param("stream sync timeout of the wrong type", marks=_xfail(
-        "Stream.sync / ChipWorker._block_until (runtime/_worker.py) do arithmetic on timeout "
-        "unchecked: TypeError instead of PtoArgumentError")),
-    pytest.param("alloc with dtype None", marks=_xfail(
-        "as_dtype(None) (pypto_async/_dtypes.py) goes through np.dtype(None), which is float64: "
-        "alloc_tensor((16,), None) silently allocates FP64")),
-    pytest.param("alloc of more bytes than 64 bits hold", marks=_xfail(
-        "ChipWorker._alloc_locked (runtime/_worker.py) passes nbytes >= 2**64 to cffi: "
-        "OverflowError instead of a PtoError")),
-    pytest.param("stream priority out of range", marks=_xfail(
-        "ChipWorker.stream (runtime/_worker.py) passes priority to cffi's int32 unchecked: "
-        "OverflowError instead of PtoArgumentError")),
+    "elapsed_ms of a non-event",
+    "stream sync timeout of the wrong type",
+    "alloc with dtype None",
+    "alloc of more bytes than 64 bits hold",
+    "stream priority out of range",
     "negative sync timeout",
 ])
 def test_more_bad_arguments_raise_pto_errors(setup, what):
