@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pypto_async.errors import PtoDependencyError, PtoKernelFault, PtoTimeout, PtoTryAgain
+from pypto_async.errors import PtoArgumentError, PtoDependencyError, PtoKernelFault, PtoTimeout, PtoTryAgain
 from pypto_async._driver import lib
 from pypto_async.runtime import ChipWorker, Event, RunConfig
 from pypto_async.testing import hold
@@ -69,7 +69,7 @@ def test_elapsed_ms_needs_completed_events(worker, kernels):
         with pytest.raises(PtoTryAgain):
             start.elapsed_ms(end)
     end.sync(timeout=10)
-    with pytest.raises(TypeError):
+    with pytest.raises(PtoArgumentError, match="must be an Event"):
         start.elapsed_ms(3)
 
 
