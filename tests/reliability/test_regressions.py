@@ -226,3 +226,39 @@ def test_work_queued_after_an_observed_failure_runs(rel_kernels):
     finally:
         loop.run_until_complete(w.aclose())
         loop.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime: ChipWorker._on_failure (runtime/_queue.py) calls _poison_fifo for every failed "
+    "record, dependency failures included; a dependent queued before the observation but drained "
+    "after it poisons FIFO entries queued after the observation, which must run normally"))
+def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
+    """From RuntimeVsModelBackPressure with faults: 'event s2->s2: failed (... queued on stream 3
+    behind a failed command ...) but the model says it succeeded'."""
+    fail = rel_kernels.get("fail", 16)
+    inc = rel_kernels.get("inc", 16)
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, ring_task_window=4))
+    try:
+        loop.run_until_complete(w.open())
+        a = w.default_stream
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        y = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        loop.run_until_complete(a)
+        c = w.stream()
+        with testing.hold(c) as held_c, testing.hold(a) as first:
+            failed = w.register(fail)(x, stream=a)
+            a.wait(c.record())  # waits for c even once a has failed: keeps the dependent pending
+            dependent = w.register(inc)(y, stream=a)  # queued before the observation
+            first.release()
+            assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed now
+            while not a.backlog:  # fill the ring; the next launch waits in the FIFO
+                w.register(inc)(y, stream=a)
+            later = w.register(inc)(x, stream=a)  # queued after the observation
+            held_c.release()
+            assert isinstance(_outcome(loop, dependent), PtoDependencyError)
+            result = _outcome(loop, later)
+        assert result is x, f"work queued after the observation failed: {result!r}"
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()
