@@ -252,12 +252,15 @@ def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
             dependent = w.register(inc)(y, stream=a)  # queued before the observation
             first.release()
             assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed now
+            fillers = []
             while not a.backlog:  # fill the ring; the next launch waits in the FIFO
-                w.register(inc)(y, stream=a)
+                fillers.append(w.register(inc)(y, stream=a))
             later = w.register(inc)(x, stream=a)  # queued after the observation
             held_c.release()
             assert isinstance(_outcome(loop, dependent), PtoDependencyError)
             result = _outcome(loop, later)
+            for launch in fillers:
+                _outcome(loop, launch)
         assert result is x, f"work queued after the observation failed: {result!r}"
     finally:
         loop.run_until_complete(w.aclose())
