@@ -324,8 +324,18 @@ typedef struct pto_completion {
     uint64_t seq;               /* the command's sequence number on its stream */
     uint64_t submit_ns, start_ns, end_ns;
     uint64_t cause_token;       /* for -PTO_EDEP/-PTO_EDEVLOST: the first failure's token (0: unknown) */
-    char message[112];          /* failure text, "" on success */
+    uint32_t flags;             /* PTO_CQ_* */
+    uint32_t reserved;
+    char message[104];          /* failure text, "" on success */
 } pto_completion;
+
+/*
+ * pto_completion.flags: this record is its stream's first failure.  Draining
+ * it (pto_cq_drain / pto_wait_token) is what observes the failure: commands
+ * submitted to that stream from then on run normally.  Dependents' records
+ * (-PTO_EDEP behind it) do not carry the flag.
+ */
+#define PTO_CQ_FIRST_FAILURE 1
 
 /*
  * The eventfd that is readable while completion records are ready.  The

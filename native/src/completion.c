@@ -114,6 +114,9 @@ static void fd_reset(pto_device *dev)
     while (rc < 0 && errno == EINTR);
 }
 
+_Static_assert(sizeof(((pto_completion *)0)->message) == PTO_MSG_LEN,
+               "PTO_MSG_LEN must match pto_completion.message");
+
 void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
 {
     pthread_mutex_lock(&dev->cq_lock);

@@ -25,7 +25,7 @@
 #include "pto_driver.h"
 
 #define PTO_ALIGN 256u            /* device allocation alignment */
-#define PTO_MSG_LEN 112           /* == sizeof(pto_completion.message) */
+#define PTO_MSG_LEN 104           /* == sizeof(pto_completion.message), asserted in completion.c */
 #define PTO_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
 
 /* ---- small helpers (error.c) ---------------------------------------------- */

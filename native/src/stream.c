@@ -740,6 +740,8 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         c.start_ns = start_ns;
         c.end_ns = end_ns;
         c.cause_token = status ? cause : 0;
+        c.flags = fail_id ? PTO_CQ_FIRST_FAILURE : 0;
+        c.reserved = 0;
         pto_strlcpy(c.message, status ? msg : "", sizeof(c.message));
         pto_cq_push(dev, &c, fail_id);
     }

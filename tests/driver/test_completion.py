@@ -134,3 +134,19 @@ def test_everything_drains_eventually(dev, cq, new_stream, batch):
         cq.drain(batch)
     assert sorted(cq.records) == sorted(toks)
     assert not readable(fd)
+
+
+def test_only_a_streams_first_failure_carries_the_first_failure_flag(dev, cq, stream):
+    first, dependent, later = new_token(), new_token(), new_token()
+    with held(dev, stream):
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, first)
+        notify(stream, dependent)
+    got = cq.wait(first, dependent)
+    assert got[first].status == -lib.PTO_EFAULT
+    assert got[first].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[dependent].status == -lib.PTO_EDEP
+    assert not got[dependent].flags & lib.PTO_CQ_FIRST_FAILURE
+    notify(stream, later)
+    rec = cq.wait(later)[later]
+    assert rec.status == 0 and rec.flags == 0

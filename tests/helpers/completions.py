@@ -31,11 +31,12 @@ class Record:
     end_ns: int
     cause_token: int
     message: str
+    flags: int = 0
 
     @classmethod
     def from_cdata(cls, c) -> Record:
         return cls(c.token, c.status, c.stream_id, c.seq, c.submit_ns, c.start_ns, c.end_ns,
-                   c.cause_token, ffi.string(c.message).decode("utf-8", "replace"))
+                   c.cause_token, ffi.string(c.message).decode("utf-8", "replace"), c.flags)
 
 
 class CompletionLog:
