@@ -55,6 +55,7 @@ _F_DATA = 2  # a copy or launch: skipped (fails) if queued behind an observed fa
 _F_RECORD = 4  # an event record: made to fail on the device if queued behind an observed failure
 _EAGAIN = -PTO_EAGAIN
 _ECANCELED = -PTO_ECANCELED
+_FIRST_FAILURE = lib.PTO_CQ_FIRST_FAILURE
 _EDEP = -PTO_EDEP
 _BATCH = 256
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
@@ -171,7 +172,6 @@ class CommandQueue:
                             owner._poison = None
                             token = args[-1]
                             self._remember_failure(token, poison.__cause__ or poison)
-                            self._failed_on_purpose.add(token)
                             fn = lib.pto_stream_record_failed
                             args = (args[0], args[1], PTO_EDEP, token, token)
                             fifo[0] = (fn, args, owner, flags, gate)  # stays so on a full ring
@@ -239,11 +239,14 @@ class CommandQueue:
         exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
         if status != _EDEP and status != _ECANCELED:
             self._remember_failure(rec.token, exc)
-        if status != _ECANCELED and rec.token not in self._failed_on_purpose:
+        if rec.flags & _FIRST_FAILURE:
+            # Draining this record observed the failure: the driver runs what is
+            # submitted from now on, so what still waits in the FIFO (queued
+            # before now) must fail as a dependent here.  Dependents' records
+            # carry no flag: they are not news about their stream.
             stream = self._streams.get(rec.stream_id)
             if stream is not None and stream._fifo:
                 self._poison_fifo(stream, cause if cause is not None else exc)
-        self._failed_on_purpose.discard(rec.token)
         if owner is not None:
             owner._fail(exc)
 

@@ -185,9 +185,6 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
         self._backlog: dict[Stream, None] = BacklogClock()  # also times back-pressure waits
         self._failures: dict[int, PtoError] = {}
-        # Tokens of records failed on purpose (pto_stream_record_failed): their failure
-        # is not news about their stream, so it must not poison that stream's FIFO.
-        self._failed_on_purpose: set[int] = set()
         self._deferred: deque = deque()
         self._deferred_scheduled = False
         self._tensors: weakref.WeakSet = weakref.WeakSet()

@@ -228,10 +228,6 @@ def test_work_queued_after_an_observed_failure_runs(rel_kernels):
         loop.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime: ChipWorker._on_failure (runtime/_queue.py) calls _poison_fifo for every failed "
-    "record, dependency failures included; a dependent queued before the observation but drained "
-    "after it poisons FIFO entries queued after the observation, which must run normally"))
 def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
     """From RuntimeVsModelBackPressure with faults: 'event s2->s2: failed (... queued on stream 3
     behind a failed command ...) but the model says it succeeded'."""
