@@ -39,7 +39,8 @@ def cdef_text() -> str:
 
 
 def _sources() -> list[str]:
-    return sorted(str(p) for p in (NATIVE / "src").glob("*.c"))
+    # Relative to the project root: setuptools refuses absolute source paths.
+    return sorted(str(p.relative_to(ROOT)) for p in (NATIVE / "src").glob("*.c"))
 
 
 ffi = FFI()
@@ -55,15 +56,14 @@ ffi.set_source(
 )
 
 if __name__ == "__main__":
-    # Rebuild in place for development (pip install -e . does the same):
+    # Rebuild in place for development, the way pip install -e . builds it:
     # objects go to a temporary directory, the module next to this file.
-    import shutil
+    import subprocess
+    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        built = pathlib.Path(ffi.compile(tmpdir=tmp, verbose=False))
-        package = pathlib.Path(__file__).parent
-        for stale in package.glob("_pto_driver*.so"):  # e.g. pip's abi3 build
+        for stale in (ROOT / "pypto_async").glob("_pto_driver*.so"):
             stale.unlink()
-        shutil.copy2(built, package / built.name)
-        print(f"built {built.name}")
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--build-temp", tmp],
+                       cwd=ROOT, check=True)
