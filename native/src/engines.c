@@ -192,19 +192,19 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
 
 /*
  * Engine fast path (sched_lock held, right after an engine finished s's
- * head): start what s can run next from this thread.  A record, notify or
- * free behind a copy would otherwise wait for the scheduler to be woken and
- * scheduled, which on an oversubscribed host (every core thread busy in a
- * kernel) can take milliseconds and stalls streams that wait on the event.
- * Bounded like a scheduler pass; the kick afterwards lets the scheduler see
- * anything this made ready on other streams and any new delay deadline.
+ * head): do a scheduler pass from this thread.  s's next command starts at
+ * once (a record, notify or free behind a copy runs right here), and so does
+ * any stream whose head waits on an event that just fired.  Otherwise both
+ * would wait for the scheduler thread to be woken and scheduled, which on an
+ * oversubscribed host (every core thread busy in a kernel) takes
+ * milliseconds and stalls the streams behind.  The kick afterwards lets the
+ * scheduler pick up new delay deadlines.
  */
 static void continue_stream(pto_device *dev, pto_stream *s)
 {
+    (void)s; /* the pass covers it, in priority order with the rest */
     uint64_t next_deadline = 0;
-    for (int burst = 0; burst < 16; burst++)
-        if (!pto_stream_step(dev, s, pto_now_ns(), &next_deadline))
-            break;
+    sched_pass(dev, &next_deadline);
     pto_sched_kick(dev, true);
 }
 
