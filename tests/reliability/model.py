@@ -91,6 +91,7 @@ class MStream:
     fail_pos: int = 0                               # where this stream's failure happened
     inject: str | None = None                       # the next command fails with this kind
     latches: list = field(default_factory=list)     # (latch id, pos) held
+    hold_clock: dict[int, int] = field(default_factory=dict)  # like clock, merged by every wait
 
 
 @dataclass
@@ -126,6 +127,7 @@ class MLaunch:
     ambiguous: bool = False        # the cause depends on an unordered set's order
     epoch: int = 0                 # the host sync epoch it was issued in
     resolved: bool = False         # the host has certainly drained all its records
+    hold_clock: dict[int, int] = field(default_factory=dict)  # what may hold it back (latches)
 
 
 @dataclass
@@ -135,6 +137,7 @@ class MEvent:
     pos: int
     clock: dict[int, int]
     fail: Failure | None
+    hold_clock: dict[int, int] = field(default_factory=dict)
 
 
 def _merge(a: dict[int, int], b: dict[int, int]) -> None:
@@ -178,6 +181,12 @@ class Model:
         c[s.index] = s.pos
         return c
 
+    def _hold_clock_of(self, s: MStream) -> dict[int, int]:
+        c = dict(s.hold_clock)
+        _merge(c, s.clock)
+        c[s.index] = s.pos
+        return c
+
     def _issue(self, s: MStream, kind: str, *, data: bool) -> tuple[int, str, Failure | None, bool]:
         """Issue one driver command on s: return (pos, status, cause, own).
 
@@ -202,20 +211,27 @@ class Model:
         pos, status, cause, own = self._issue(s, "record", data=False)
         clock[s.index] = pos
         # A record completes its event carrying the stream's failure (or its own).
-        ev = MEvent(self._next(), s.index, pos, clock, s.fail if status != OK else None)
+        ev = MEvent(self._next(), s.index, pos, clock, s.fail if status != OK else None,
+                    self._hold_clock_of(s))
         self.events[ev.uid] = ev
         return ev
 
     def _wait(self, s: MStream, ev: MEvent) -> None:
         pos, status, cause, own = self._issue(s, "wait", data=False)
+        # Even a wait that fails at once may be held on the host until its event's record
+        # entered a ring (the runtime gates it), so for latches every wait counts.
+        _merge(s.hold_clock, ev.clock)
+        _merge(s.hold_clock, getattr(ev, "hold_clock", {}))
         if status == OK:
             _merge(s.clock, ev.clock)
             if ev.fail is not None:
                 # The wait fails on its own with EDEP: s's first failure, same cause.
                 s.fail, s.fail_pos = ev.fail, pos
-        else:
-            # A failed wait does not wait; later commands fail anyway until observed.
-            pass
+        elif status == DEPENDENCY:
+            # On a failed stream a wait still waits for its event, then fails as a dependent:
+            # a stream-ordered free behind it stays ordered after the other stream's work.
+            _merge(s.clock, ev.clock)
+        # An injected failure fails the wait itself at once: it waits for nothing.
 
     def _join_first_use(self, t: MTensor, s: MStream) -> None:
         if s.index in t.streams:
@@ -354,6 +370,7 @@ class Model:
             launch.cause = cause if status == DEPENDENCY else None
         launch.pos = pos
         launch.clock = self._clock_of(s)
+        launch.hold_clock = self._hold_clock_of(s)
 
     def _new_launch(self, stream: int) -> MLaunch:
         lc = MLaunch(self._next(), stream, 0, {}, epoch=self.epoch)
@@ -452,6 +469,7 @@ class Model:
             self._finish(lc, s, pos, OK, None)   # a free's failure is not the launch's
         lc.pos = s.pos
         lc.clock = self._clock_of(s)
+        lc.hold_clock = self._hold_clock_of(s)
         return lc
 
     # -- host synchronisation ----------------------------------------------------------------------

@@ -114,3 +114,14 @@ def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():
     m.barrier()
     assert m.init_state(t) == "ok"
     np.testing.assert_array_equal(t.data, _v(3.0))
+
+
+def test_a_wait_on_a_failed_stream_still_waits():
+    m = Model(2)
+    m.latch(0, 1)
+    ev = m.record(0)
+    m.launch("fail", [m.alloc(4, 1, _v(1.0))], 1)  # stream 1 fails, unobserved
+    m.wait(1, ev)  # fails as a dependent, but only once stream 0 got past the latch
+    later = m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
+    assert later.outcome == DEPENDENCY
+    assert m.blocked(later.clock) and m.blocked(later.hold_clock)

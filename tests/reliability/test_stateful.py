@@ -275,7 +275,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
         """Wait on one launch, when the model can say exactly what that wait observes."""
         p = self.launches[idx % len(self.launches)]
         ml = p.model
-        if self.model.blocked(ml.clock) or not self.model.certainly_observes(ml.clock):
+        if self.model.blocked(ml.hold_clock) or not self.model.certainly_observes(ml.clock):
             return
 
         async def wait():
