@@ -138,7 +138,7 @@ class Event:
 
     # -- called by the worker (lock held) -----------------------------------------
 
-    def _ok(self, rec) -> None:
+    def _ok(self, start_ns: int, end_ns: int) -> None:
         self._finish()
 
     def _fail(self, exc) -> None:

@@ -58,18 +58,20 @@ class Launch:
     # -- awaiting ---------------------------------------------------------------
 
     def __await__(self):
+        # The pump's wait is called directly (not through worker._pump_wait): one
+        # Python call less on every await that suspends.
         if self._await_entry:
             if not self._entered:
                 if self._entry_waiters is None:
                     self._entry_waiters = []
-                yield from self._worker._pump_wait(self._entry_waiters)
+                yield from self._worker._pump.wait(self._entry_waiters)
             return self
         if not self._done:
             if self._waiters is None:
                 self._waiters = []
-            yield from self._worker._pump_wait(self._waiters)
+            yield from self._worker._pump.wait(self._waiters)
             while not self._done:  # pragma: no cover - woken only on completion
-                yield from self._worker._pump_wait(self._waiters)
+                yield from self._worker._pump.wait(self._waiters)
         return self.result()
 
     async def wait(self):
@@ -195,10 +197,10 @@ class Launch:
 
     # -- called by the worker (lock held) -----------------------------------------
 
-    def _ok(self, rec) -> None:
+    def _ok(self, start_ns: int, end_ns: int) -> None:
         if not self._t0:
-            self._t0 = rec.start_ns
-        self._t1 = rec.end_ns
+            self._t0 = start_ns
+        self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
             self._finish()

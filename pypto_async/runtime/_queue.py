@@ -40,13 +40,15 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from .._driver import PTO_EAGAIN, PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
 from ..errors import PtoDependencyError, PtoError, PtoTimeout
 from ._checks import check_timeout
 from ._launch import Launch
 from ._stream import Stream
 
-__all__ = ["CommandQueue"]
+__all__ = ["CommandQueue", "cq_view"]
 
 _OPEN = 0
 _FORKED = 2
@@ -61,6 +63,23 @@ _BATCH = 256
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
+_COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+
+
+def cq_view(buf):
+    """Return a numpy structured view of the completion buffer `buf` (``pto_completion[]``).
+
+    Only the fields the drain reads in bulk are named; offsets come from cffi,
+    so the view follows the C layout.
+    """
+    fields = ("token", "status", "start_ns", "end_ns")
+    dtype = np.dtype({
+        "names": fields,
+        "formats": ["=u8", "=i4", "=u8", "=u8"],
+        "offsets": [ffi.offsetof("pto_completion", f) for f in fields],
+        "itemsize": ffi.sizeof("pto_completion"),
+    })
+    return np.frombuffer(ffi.buffer(buf), dtype=dtype)
 
 
 class CommandQueue:
@@ -204,7 +223,8 @@ class CommandQueue:
         the fd readable, and the loop comes back to them after other work.
         """
         buf = self._cq
-        pending = self._pending
+        view = self._cq_view
+        pop = self._pending.pop
         dev = self._dev
         drain = lib.pto_cq_drain
         total = 0
@@ -213,14 +233,25 @@ class CommandQueue:
             if n <= 0:
                 break
             total += n
-            for i in range(n):
-                rec = buf[i]
-                owner = pending.pop(rec.token, None)
-                status = rec.status
-                if status:
-                    self._on_failure(rec, status, owner)
-                elif owner is not None:
-                    owner._ok(rec)
+            if n >= _COLUMNS_FROM and not view["status"][:n].any():
+                # A large batch of successes (pipelined work): read the fields the
+                # owners need as whole columns, one numpy call each, instead of four
+                # cffi attribute reads per record.  Same order as the records.
+                recs = view[:n]
+                for token, start_ns, end_ns in zip(recs["token"].tolist(), recs["start_ns"].tolist(),
+                                                   recs["end_ns"].tolist()):
+                    owner = pop(token, None)
+                    if owner is not None:
+                        owner._ok(start_ns, end_ns)
+            else:
+                for i in range(n):
+                    rec = buf[i]
+                    owner = pop(rec.token, None)
+                    status = rec.status
+                    if status:
+                        self._on_failure(rec, status, owner)
+                    elif owner is not None:
+                        owner._ok(rec.start_ns, rec.end_ns)
             if n < _BATCH:
                 break
         if total:

@@ -33,13 +33,15 @@ from ._kernel import KernelHandle
 from ._launch import Launch, _new_launch
 from ._memory import DeviceMemory
 from ._pump import SyncPump, make_pump
-from ._queue import _BATCH, _EAGAIN, _F_DATA, _F_LAST, _F_RECORD, CommandQueue
+from ._queue import _BATCH, _EAGAIN, _F_DATA, _F_LAST, _F_RECORD, CommandQueue, cq_view
 from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
 from ._stream import Stream
 from ._tensor import DeviceTensor
 from ._trace import TraceWindow, WorkerTracing
 
 __all__ = ["ChipWorker", "WorkerStats"]
+
+_stream_launch = lib.pto_stream_launch  # the launch hot path calls it once per launch
 
 _OPEN, _CLOSED, _FORKED = 0, 1, 2
 
@@ -179,6 +181,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._pending: dict[int, object] = {}
         self._next_token = 1
         self._cq = ffi.new("pto_completion[]", _BATCH)
+        self._cq_view = cq_view(self._cq)  # the same memory, read column-wise by _drain
         self._devptr_out = ffi.new("pto_devptr *")
         # Weak: a stream nobody references (no tensor, launch, event or FIFO entry) is
         # destroyed by its finalizer; the backlog holds streams with queued commands.
@@ -589,18 +592,20 @@ class ChipWorker(CommandQueue, DeviceMemory):
                 self._next_token = token + 1
                 self._pending[token] = launch
                 # cffi passes the list as a temporary uint64_t array; the driver copies
-                # the arguments into the ring heap at submit.
-                if not stream._fifo:
-                    rc = lib.pto_stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, token)
+                # the arguments into the ring heap at submit.  (_stream_launch is
+                # lib.pto_stream_launch bound once: a cffi lib attribute costs a lookup.)
+                fifo = stream._fifo
+                if not fifo:
+                    rc = _stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, token)
                     if not rc:
                         launch._entered = True
                     elif rc != _EAGAIN:
                         del self._pending[token]
                         check(rc, h._label)
                 if not launch._entered:
-                    stream._fifo.append((lib.pto_stream_launch,
-                                         (stream._ptr, h._kptr, h._blocks, values, h._nargs, token),
-                                         launch, _F_DATA | _F_LAST, None))
+                    fifo.append((_stream_launch,
+                                 (stream._ptr, h._kptr, h._blocks, values, h._nargs, token),
+                                 launch, _F_DATA | _F_LAST, None))
                     if stream not in self._backlog:
                         self._backlog[stream] = None
                     self._fifo_waits += 1
