@@ -269,6 +269,15 @@ int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t c
  * until it executes.
  */
 int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
+/*
+ * Like pto_stream_wait_event, but the wait never fails s: if e carries a
+ * failure it completes -PTO_EDEP as a dependent (not s's first failure),
+ * and s stays healthy.  The host uses it for a wait it kept queued behind a
+ * failure of s that it has observed since: in the ring that wait would have
+ * waited for e and then failed as a dependent, so it must neither run what
+ * follows it early nor fail work queued after the observation.
+ */
+int pto_stream_wait_event_dependent(pto_stream *s, pto_event *e, uint64_t token);
 /* Stream-ordered free of an allocation (see pto_mem_alloc for reuse). */
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token);
 /* A command that does nothing but complete its token in order. */

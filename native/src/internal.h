@@ -209,6 +209,7 @@ struct pto_cmd {
             uint64_t event_id;
             int32_t fail_status;          /* record: < 0 completes e failed (pto_stream_record_failed) */
             uint64_t fail_cause;
+            bool dependent;               /* wait: a failed e fails it as a dependent only */
         } ev;                                             /* record, wait */
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;

@@ -317,22 +317,23 @@ int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t c
     return submit_record(s, e, -status, cause_token, token, "pto_stream_record_failed");
 }
 
-int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
+static int submit_wait(pto_stream *s, const char *fn, pto_event *e, bool dependent, uint64_t token)
 {
-    int rc = check_stream(s, "pto_stream_wait_event");
+    int rc = check_stream(s, fn);
     if (rc)
         return rc;
     if (!e || e->dev != s->dev)
-        return pto_error(PTO_EINVAL, "pto_stream_wait_event: event is NULL or from another device");
+        return pto_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
     struct pto_event_node *node = pto_event_current(e);
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_wait_event", 0, node != NULL, &cmd, NULL))) {
+    if ((rc = pto_slot_begin(s, fn, 0, node != NULL, &cmd, NULL))) {
         if (node)
             pto_event_node_unref(node);
         return rc;
     }
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
     cmd->u.ev.event_id = e->id;
+    cmd->u.ev.dependent = dependent;
     if (node) {
         /*
          * Only producers (under submit_lock) increment, so the check in
@@ -346,6 +347,16 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     }
     pto_slot_commit(s, cmd, PTO_CMD_WAIT, token);
     return 0;
+}
+
+int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_wait(s, "pto_stream_wait_event", e, false, token);
+}
+
+int pto_stream_wait_event_dependent(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_wait(s, "pto_stream_wait_event_dependent", e, true, token);
 }
 
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
@@ -862,7 +873,8 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         } else {
             pto_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
                      (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
-            finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, true, now);
+            /* A dependent wait fails as a dependent only: s stays healthy. */
+            finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, !cmd->u.ev.dependent, now);
         }
         return true;
     }

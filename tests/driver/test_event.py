@@ -151,3 +151,21 @@ def test_wait_on_a_failed_stream_still_waits_for_its_event(dev, cq, stream, new_
     assert got[wait_t].status == -lib.PTO_EDEP  # submitted before the failure was observed
     assert got[after_t].status == -lib.PTO_EDEP
     lib.pto_event_destroy(ev)
+
+
+def test_dependent_wait_waits_but_never_fails_its_stream(dev, cq, stream, new_stream):
+    """pto_stream_wait_event_dependent: ordered like a wait; a failed event fails it as a dependent."""
+    other = new_stream()
+    ev = new_event(dev)
+    rec_t, wait_t, after_t = new_token(), new_token(), new_token()
+    with held(dev, other) as latch:
+        check(lib.pto_stream_record_failed(other, ev, 0, 4242, rec_t))
+        check(lib.pto_stream_wait_event_dependent(stream, ev, wait_t))
+        notify(stream, after_t)
+        assert lib.pto_stream_synchronize(stream, 20_000) == -PTO_ETIMEDOUT  # the wait holds
+        latch.release()
+    got = cq.wait(rec_t, wait_t, after_t)
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == 4242
+    assert not got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE  # not news about its stream
+    assert got[after_t].status == 0                          # the stream stays healthy
+    lib.pto_event_destroy(ev)
