@@ -79,6 +79,14 @@ class SyncPump:
         pass
 
 
+_PRUNE_FROM = 64
+
+
+def _prune(waiters: list) -> None:
+    """Drop the cancelled futures from `waiters` (their tasks were cancelled)."""
+    waiters[:] = [w for w in waiters if type(w) is not asyncio.Future or not w.cancelled()]
+
+
 class AsyncioPump:
     """The pump of a worker opened under asyncio (uvloop included): ``loop.add_reader``."""
 
@@ -117,17 +125,16 @@ class AsyncioPump:
                 "this ChipWorker's completion pump runs on another event loop; "
                 "open it in this one with `await worker.open()` or `async with`"
             )
+        n = len(waiters)
+        if n >= _PRUNE_FROM and not n & (n - 1):
+            _prune(waiters)
         fut = loop.create_future()
         waiters.append(fut)
-        try:
-            yield from fut
-        except BaseException:
-            # Cancelled (or the loop is going away): drop our waiter only.
-            try:
-                waiters.remove(fut)
-            except ValueError:
-                pass
-            raise
+        # The future's own iterator, not a generator of ours wrapping it: one object and
+        # one frame less per waiting task (thousands of tasks may wait at once).  A
+        # cancelled task cancels this future, which drops the waiter: wake() skips done
+        # futures, and cancelled ones are pruned from long lists above.
+        return fut.__await__()
 
     @staticmethod
     def wake(fut) -> None:

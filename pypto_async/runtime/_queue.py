@@ -24,7 +24,9 @@ waits there: once the driver has reported the failure it heals the stream for
 later submissions, but those commands were queued before the failure was
 observed.  Copies and launches fail here with a dependency error, as they
 would have in the ring; event records are made to fail on the device, so
-streams waiting on them fail as dependents too.  Frees and waits still go in.
+streams waiting on them fail as dependents too; latch waits (testing.hold),
+which would complete at once, are dropped.  Frees go in; event waits go in as
+dependent waits (still ordered, but a failed event does not fail the stream).
 
 Threading: a worker belongs to the thread (and event loop) that opened it.
 In sync mode several threads may share it (the process-wide default worker):
@@ -37,6 +39,7 @@ methods marked "lock held" expect the caller to hold ``self._lock``.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -63,6 +66,7 @@ _BATCH = 256
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
+_Future = asyncio.Future
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
 
 
@@ -207,7 +211,10 @@ class CommandQueue:
                                     owner._fail(exc)
                     progress = True
                     if flags & _F_LAST and owner is not None and not owner._entered:
-                        self._mark_entered(owner)
+                        # _mark_entered, called only when someone waits for entry.
+                        owner._entered = True
+                        if owner._entry_waiters:
+                            self._mark_entered(owner)
                 if not fifo:
                     del backlog[stream]
                     if stream._closed:
@@ -289,7 +296,20 @@ class CommandQueue:
             del failures[next(iter(failures))]
 
     def _poison_fifo(self, stream: Stream, first: BaseException) -> None:
-        for fn, args, owner, flags, gate in stream._fifo:
+        fifo = stream._fifo
+        latches = [entry for entry in fifo if entry[0] is lib.pto_stream_latch_wait]
+        for entry in latches:
+            # A latch wait (testing.hold) behind a failed command completes at once on the
+            # device: it holds nothing.  Let into the ring after the observation it would
+            # hold the stream, so drop it, as it would have completed there.
+            fifo.remove(entry)
+            self._pending.pop(entry[1][-1], None)
+        for i, (fn, args, owner, flags, gate) in enumerate(fifo):
+            if fn is lib.pto_stream_wait_event:
+                # In the ring this wait would wait for its event, then fail as a dependent:
+                # entering after the observation it must not become a new first failure.
+                fifo[i] = (lib.pto_stream_wait_event_dependent, args, owner, flags, gate)
+                continue
             if flags & (_F_DATA | _F_RECORD) and owner._poison is None and not owner._done:
                 exc = PtoDependencyError(
                     f"{owner._name}: queued on stream {stream._id} behind a failed command "
@@ -302,7 +322,15 @@ class CommandQueue:
     def _wake_all(self, waiters: list) -> None:
         wake = self._pump.wake
         for waiter in waiters:
-            if type(waiter) is threading.Event:
+            if type(waiter) is _Future:
+                # AsyncioPump.wake inlined (asyncio and uvloop waiters are asyncio
+                # Futures): one Python call less per woken task.
+                if not waiter.done():
+                    try:
+                        waiter.set_result(None)
+                    except RuntimeError:  # its event loop is gone
+                        pass
+            elif type(waiter) is threading.Event:
                 waiter.set()
             else:
                 try:
