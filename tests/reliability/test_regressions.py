@@ -261,3 +261,78 @@ def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
     finally:
         loop.run_until_complete(w.aclose())
         loop.close()
+
+
+def test_latch_queued_behind_a_failure_in_the_fifo_holds_nothing(rel_kernels):
+    """From RuntimeVsModelBackPressure with faults: 'waiting for scale(h0, 3.0, t6) on s1 hung'.
+
+    Was: a testing.hold latch still in the FIFO when its stream's failure was drained entered
+    the ring after the driver had healed the stream, and held it; in the ring it would have
+    completed at once with a dependency error.  Work queued after the observation then waited
+    for the latch's timeout.
+    """
+    fail = rel_kernels.get("fail", 16)
+    inc = rel_kernels.get("inc", 16)
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, ring_task_window=4))
+    try:
+        loop.run_until_complete(w.open())
+        a = w.default_stream
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        loop.run_until_complete(a)
+        with testing.hold(a) as latch:
+            failed = w.register(fail)(x, stream=a)
+            e = a.record()
+            while not a.backlog:  # fill the ring: the last record waits in A's FIFO
+                e = a.record()
+            with testing.hold(a, timeout=30):  # behind the failure, in the FIFO: holds nothing
+                assert a.backlog == 2
+                latch.release()
+                assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
+                assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed now
+                later = w.register(inc)(x, stream=a)  # queued after the observation
+                assert _outcome(loop, later) is x, "work after the observation waits behind the latch"
+        assert isinstance(_outcome(loop, e), PtoDependencyError)
+        np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()
+
+
+def test_wait_queued_behind_a_failure_in_the_fifo_fails_only_as_a_dependent(rel_kernels):
+    """From RuntimeVsModelBackPressure with faults: 'inc(t0,) on s0: runtime PtoDependencyError
+    (... waits on event 9 recorded after failed token 10 ...), model ok'.
+
+    Was: an event wait still in the FIFO when its stream's failure was drained entered the ring
+    as a plain wait on a healthy stream; its failed event then made it the stream's new first
+    failure, and work queued after the observation failed.  In the ring it would have waited,
+    then failed as a dependent.
+    """
+    fail = rel_kernels.get("fail", 16)
+    inc = rel_kernels.get("inc", 16)
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, ring_task_window=4))
+    try:
+        loop.run_until_complete(w.open())
+        a, b = w.default_stream, w.stream()
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        y = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=b)
+        loop.run_until_complete(a)
+        loop.run_until_complete(b)
+        failed_b = w.register(fail)(y, stream=b)
+        eb = b.record()  # carries failed_b's failure
+        with testing.hold(a) as latch:
+            failed_a = w.register(fail)(x, stream=a)
+            while not a.backlog:  # fill the ring: the wait below waits in A's FIFO
+                a.record()
+            a.wait(eb)
+            latch.release()
+            assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
+            assert isinstance(_outcome(loop, failed_a), PtoKernelFault)  # observed now
+        later = w.register(inc)(x, stream=a)  # queued after the observation
+        assert _outcome(loop, later) is x, "work after the observation failed behind the wait"
+        assert isinstance(_outcome(loop, failed_b), PtoKernelFault)
+        np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()

@@ -397,13 +397,12 @@ def _kernels(tmp_path_factory):
 class RuntimeVsModelBackPressure(RuntimeVsModel):
     """The same programs with 8-slot rings: commands wait in stream FIFOs and enter later.
 
-    Without faults for now: with faults, outcomes here still depend on timing (an event
-    recorded behind an observed failure sometimes fails "as recorded failed by the runtime"
-    where the model says it succeeds).  Set FAULTS = True to reproduce.
+    With faults: whatever waits in a FIFO when its stream's failure is drained must behave
+    as it would have in the ring (test_regressions.py pins down records, latches and waits).
     """
 
     RING = {"ring_task_window": 8, "ring_dep_pool": 4}
-    FAULTS = False
+    FAULTS = True
     INJECT_ON_FAILED = False
 
 
