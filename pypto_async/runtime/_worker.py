@@ -603,8 +603,11 @@ class ChipWorker(CommandQueue, DeviceMemory):
                         del self._pending[token]
                         check(rc, h._label)
                 if not launch._entered:
+                    # tuple(values): a tuple of ints (and cdata) drops out of the cyclic
+                    # GC's tracking at its first collection, a list never does; thousands
+                    # of queued launches then cost the collector less.
                     fifo.append((_stream_launch,
-                                 (stream._ptr, h._kptr, h._blocks, values, h._nargs, token),
+                                 (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, token),
                                  launch, _F_DATA | _F_LAST, None))
                     if stream not in self._backlog:
                         self._backlog[stream] = None
