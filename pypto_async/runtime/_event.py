@@ -149,11 +149,5 @@ class Event:
     def _finish(self) -> None:
         self._done = True
         self._entered = True
-        waiters = self._entry_waiters
-        if waiters:
-            self._entry_waiters = None
-            self._worker._wake_all(waiters)
-        waiters = self._waiters
-        if waiters:
-            self._waiters = None
-            self._worker._wake_all(waiters)
+        if self._waiters or self._entry_waiters:
+            self._worker._release_waiters(self)

@@ -216,14 +216,8 @@ class Launch:
         self._done = True
         self._entered = True
         self._keep = None
-        waiters = self._entry_waiters
-        if waiters:
-            self._entry_waiters = None
-            self._worker._wake_all(waiters)
-        waiters = self._waiters
-        if waiters:
-            self._waiters = None
-            self._worker._wake_all(waiters)
+        if self._waiters or self._entry_waiters:
+            self._worker._release_waiters(self)
 
     def __del__(self):
         try:

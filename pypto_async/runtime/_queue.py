@@ -319,6 +319,17 @@ class CommandQueue:
                 exc.__cause__ = first
                 owner._poison = exc
 
+    def _release_waiters(self, owner) -> None:
+        """Wake everything waiting for `owner` (a Launch or Event) to enter its ring or finish."""
+        waiters = owner._entry_waiters
+        if waiters:
+            owner._entry_waiters = None
+            self._wake_all(waiters)
+        waiters = owner._waiters
+        if waiters:
+            owner._waiters = None
+            self._wake_all(waiters)
+
     def _wake_all(self, waiters: list) -> None:
         wake = self._pump.wake
         for waiter in waiters:
