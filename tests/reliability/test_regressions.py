@@ -6,6 +6,7 @@ Each test names the program it came from and the bug it pins down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -16,6 +17,19 @@ from pypto_async.errors import PtoDependencyError, PtoDeviceLost, PtoError, PtoK
 from pypto_async.runtime import ChipWorker
 
 from .conftest import SMALL
+
+
+@contextlib.contextmanager
+def _async_worker(**overrides):
+    """Yield (loop, worker): an async-mode worker opened on a fresh event loop, closed after."""
+    loop = asyncio.new_event_loop()
+    w = ChipWorker(dict(SMALL, **overrides))
+    try:
+        loop.run_until_complete(w.open())
+        yield loop, w
+    finally:
+        loop.run_until_complete(w.aclose())
+        loop.close()
 
 
 def _outcome(loop, aw):
@@ -39,10 +53,7 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
     """
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a, b = w.default_stream, w.stream()
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         assert _outcome(loop, w.register(inc)(x, stream=b)) is x  # b has joined x: no join waits later
@@ -64,9 +75,6 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
         assert isinstance(event_exc, PtoDependencyError), f"event after the failure: {event_exc!r}"
         assert isinstance(dep, PtoDependencyError), f"dependent launch: {dep!r}"
         np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_close_returns_after_device_lost_with_unfreed_tensors():
@@ -105,10 +113,7 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
     """
     fail = rel_kernels.get("fail", 16)
     copy = rel_kernels.get("copy", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker() as (loop, w):
         s = w.default_stream
         scratch = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32))
         loop.run_until_complete(s)
@@ -123,19 +128,13 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
             res = exc
         # Either the launch reading t reports the failed initialisation, or t holds its init values.
         assert isinstance(res, PtoError) or (out == 5.0).all(), f"read garbage without an error: {out}"
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
     """Shrunk from RuntimeVsModel (PYPTO_ASYNC_LONG=1): a d2d copy on s0 failed with
     'device range ... is not inside a live allocation' after its source was freed on s2,
     whose previous command had an injected fault."""
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker() as (loop, w):
         a, b = w.default_stream, w.stream()
         values = np.arange(1, 17, dtype=np.float32)
         t = w.alloc_tensor((16,), np.float32, init=values, stream=a)
@@ -159,9 +158,6 @@ def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
         assert not isinstance(result, PtoError), f"the held read of t failed: {result!r}"
         np.testing.assert_array_equal(back, values)
         u.free()
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_dependents_of_a_poisoned_record_name_the_first_failure(rel_kernels):
@@ -172,10 +168,7 @@ def test_dependents_of_a_poisoned_record_name_the_first_failure(rel_kernels):
     """
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a, b = w.default_stream, w.stream()
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         assert _outcome(loop, w.register(inc)(x, stream=b)) is x
@@ -194,9 +187,6 @@ def test_dependents_of_a_poisoned_record_name_the_first_failure(rel_kernels):
             _outcome(loop, e)
         assert isinstance(dep, PtoDependencyError)
         assert isinstance(dep.__cause__, PtoKernelFault), f"no first failure: {dep}"
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_work_queued_after_an_observed_failure_runs(rel_kernels):
@@ -204,10 +194,7 @@ def test_work_queued_after_an_observed_failure_runs(rel_kernels):
     (... depends on failed token 30 (PTO_ECANCELED) ...), model ok'."""
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a = w.default_stream
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         loop.run_until_complete(a)
@@ -223,9 +210,6 @@ def test_work_queued_after_an_observed_failure_runs(rel_kernels):
         assert _outcome(loop, later) is x
         _outcome(loop, e)
         np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
@@ -233,10 +217,7 @@ def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
     behind a failed command ...) but the model says it succeeded'."""
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a = w.default_stream
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         y = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
@@ -258,9 +239,6 @@ def test_late_dependency_record_does_not_poison_newer_work(rel_kernels):
             for launch in fillers:
                 _outcome(loop, launch)
         assert result is x, f"work queued after the observation failed: {result!r}"
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_latch_queued_behind_a_failure_in_the_fifo_holds_nothing(rel_kernels):
@@ -273,10 +251,7 @@ def test_latch_queued_behind_a_failure_in_the_fifo_holds_nothing(rel_kernels):
     """
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a = w.default_stream
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         loop.run_until_complete(a)
@@ -294,9 +269,6 @@ def test_latch_queued_behind_a_failure_in_the_fifo_holds_nothing(rel_kernels):
                 assert _outcome(loop, later) is x, "work after the observation waits behind the latch"
         assert isinstance(_outcome(loop, e), PtoDependencyError)
         np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
 
 
 def test_wait_queued_behind_a_failure_in_the_fifo_fails_only_as_a_dependent(rel_kernels):
@@ -310,10 +282,7 @@ def test_wait_queued_behind_a_failure_in_the_fifo_fails_only_as_a_dependent(rel_
     """
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
-    loop = asyncio.new_event_loop()
-    w = ChipWorker(dict(SMALL, ring_task_window=4))
-    try:
-        loop.run_until_complete(w.open())
+    with _async_worker(ring_task_window=4) as (loop, w):
         a, b = w.default_stream, w.stream()
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         y = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=b)
@@ -333,6 +302,3 @@ def test_wait_queued_behind_a_failure_in_the_fifo_fails_only_as_a_dependent(rel_
         assert _outcome(loop, later) is x, "work after the observation failed behind the wait"
         assert isinstance(_outcome(loop, failed_b), PtoKernelFault)
         np.testing.assert_array_equal(x.numpy(), np.ones(16, np.float32))
-    finally:
-        loop.run_until_complete(w.aclose())
-        loop.close()
