@@ -69,6 +69,19 @@ static int resolve_config(const pto_device_config *in, pto_device_config *out)
     return 0;
 }
 
+/* Destroy the locks and condition variables that open initialised (teardown only). */
+static void destroy_sync(pto_device *dev)
+{
+    pthread_mutex_destroy(&dev->sched_lock);
+    pthread_cond_destroy(&dev->sched_cv);
+    pthread_cond_destroy(&dev->host_cv);
+    pthread_mutex_destroy(&dev->copy_lock);
+    pthread_cond_destroy(&dev->copy_cv);
+    pthread_mutex_destroy(&dev->core_lock);
+    pthread_cond_destroy(&dev->core_cv);
+    pthread_mutex_destroy(&dev->obj_lock);
+}
+
 /*
  * pto_device_open - open a simulated device.
  *
@@ -127,15 +140,8 @@ fail_threads:
 fail_cq:
     pto_mem_fini(dev);
 fail_mem:
-    pthread_mutex_destroy(&dev->sched_lock);
-    pthread_cond_destroy(&dev->sched_cv);
-    pthread_cond_destroy(&dev->host_cv);
-    pthread_mutex_destroy(&dev->copy_lock);
-    pthread_cond_destroy(&dev->copy_cv);
-    pthread_mutex_destroy(&dev->core_lock);
-    pthread_cond_destroy(&dev->core_cv);
-    pthread_mutex_destroy(&dev->trace_lock);
-    pthread_mutex_destroy(&dev->obj_lock);
+    destroy_sync(dev);
+    pthread_mutex_destroy(&dev->trace_lock); /* pto_trace_fini owns it once opened */
     free(dev);
     return rc;
 }
@@ -258,14 +264,7 @@ void pto_device_close(pto_device *dev)
     pto_trace_fini(dev);
     pto_cq_fini(dev);
     pto_mem_fini(dev);
-    pthread_mutex_destroy(&dev->sched_lock);
-    pthread_cond_destroy(&dev->sched_cv);
-    pthread_cond_destroy(&dev->host_cv);
-    pthread_mutex_destroy(&dev->copy_lock);
-    pthread_cond_destroy(&dev->copy_cv);
-    pthread_mutex_destroy(&dev->core_lock);
-    pthread_cond_destroy(&dev->core_cv);
-    pthread_mutex_destroy(&dev->obj_lock);
+    destroy_sync(dev);
     free(dev);
 }
 
