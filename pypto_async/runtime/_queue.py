@@ -358,15 +358,18 @@ class CommandQueue:
     def _on_readable(self) -> None:
         """The pump's callback: the completion fd is readable."""
         with self._lock:
-            if self._state != _OPEN:
-                return
-            self._drain()
-            if self._backlog:
-                self._flush()
-            if self._deferred:
-                self._process_deferred_locked()
-            if self._idle_waiters and not self._pending and not self._backlog:
-                self._wake_idle()
+            if self._state == _OPEN:
+                self._service_locked()
+
+    def _service_locked(self) -> None:
+        """Drain records, refill rings from the FIFOs, run deferred frees, wake idle waiters."""
+        self._drain()
+        if self._backlog:
+            self._flush()
+        if self._deferred:
+            self._process_deferred_locked()
+        if self._idle_waiters and not self._pending and not self._backlog:
+            self._wake_idle()
 
     def _pump_wait(self, waiters: list):
         return self._pump.wait(waiters)
@@ -381,13 +384,7 @@ class CommandQueue:
             with lock:
                 if self._state != _OPEN:
                     return predicate()
-                self._drain()
-                if self._backlog:
-                    self._flush()
-                if self._deferred:
-                    self._process_deferred_locked()
-                if self._idle_waiters and not self._pending and not self._backlog:
-                    self._wake_idle()
+                self._service_locked()
                 dev = self._dev
             if predicate():
                 return True

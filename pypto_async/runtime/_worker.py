@@ -614,17 +614,13 @@ class ChipWorker(CommandQueue, DeviceMemory):
                     self._fifo_waits += 1
             else:
                 self._launch_group(h, stream, values, hosts, launch)
-        if not self._async:
-            if submit:
-                if not launch._entered:
-                    self._block_until(launch, True, None)
-            else:
-                if not launch._done:
-                    self._block_until(launch, False, None)
-                if launch._exc is not None:
-                    launch._retrieved = True
-                    raise launch._exc
-        return launch
+        if self._async:
+            return launch
+        if submit:
+            if not launch._entered:
+                self._block_until(launch, True, None)
+            return launch
+        return self._finish_sync(launch)
 
     def _launch_group(self, h: KernelHandle, stream: Stream, values: list, hosts: list,
                       launch: Launch) -> None:
