@@ -78,7 +78,7 @@ typedef struct pto_device_config {
     uint32_t trace;             /* nonzero: record a trace record per command */
     uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */
     uint64_t device_memory;     /* arena bytes; 0: 1 GiB */
-    uint32_t spin_us;           /* idle threads spin this long before sleeping; 0: 20 */
+    uint32_t spin_us;           /* an idle engine per queue spins this long before sleeping; 0: 200 */
     uint32_t reserved;
 } pto_device_config;
 

@@ -57,7 +57,7 @@ int pto_cq_init(pto_device *dev)
         dev->efd = -1;
         return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     }
-    pthread_mutex_init(&dev->cq_lock, NULL);
+    pto_mutex_init(&dev->cq_lock);
     pto_cond_init(&dev->cq_cv);
     return 0;
 }

@@ -28,7 +28,7 @@ void pto_device_config_init(pto_device_config *cfg)
     cfg->trace = 0;
     cfg->trace_capacity = 65536;
     cfg->device_memory = 1ull << 30;
-    cfg->spin_us = 20;
+    cfg->spin_us = 200;
 }
 
 static int resolve_config(const pto_device_config *in, pto_device_config *out)
@@ -113,15 +113,15 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_cap = rc_cfg.trace_capacity;
-    pthread_mutex_init(&dev->sched_lock, NULL);
+    pto_mutex_init(&dev->sched_lock);
     pto_cond_init(&dev->sched_cv);
     pto_cond_init(&dev->host_cv);
-    pthread_mutex_init(&dev->copy_lock, NULL);
+    pto_mutex_init(&dev->copy_lock);
     pthread_cond_init(&dev->copy_cv, NULL);
-    pthread_mutex_init(&dev->core_lock, NULL);
+    pto_mutex_init(&dev->core_lock);
     pthread_cond_init(&dev->core_cv, NULL);
-    pthread_mutex_init(&dev->trace_lock, NULL);
-    pthread_mutex_init(&dev->obj_lock, NULL);
+    pto_mutex_init(&dev->trace_lock);
+    pto_mutex_init(&dev->obj_lock);
     pto_link_init(&dev->events);
     pto_link_init(&dev->latches);
     pto_link_init(&dev->kernels);

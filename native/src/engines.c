@@ -11,21 +11,30 @@
  * (next_block under core_lock); the core that finishes a launch's last block
  * completes it.  Copy engines pop whole commands.
  *
- * Idling.  Each thread spins at most spin_us watching an atomic counter,
- * then sleeps on its condition variable with no timeout (a scheduler with a
- * delay or latch timeout pending sleeps until that deadline), so an idle
- * device burns no CPU.  Wake-ups cost a signal only when somebody sleeps:
+ * Scheduler passes do not only run on scheduler threads (pto_sched_run): an
+ * engine that finishes a command runs one at once, and so does a submitter
+ * whose command lands on an idle stream (stream.c, pto_slot_commit).  The
+ * scheduler thread is kicked only for what those passes leave behind: a
+ * deadline to sleep towards, or a submission that found sched_lock taken
+ * or its stream busy.
  *
- *   schedulers  kick (seq_cst) is bumped by every submission and state
- *               change; a scheduler about to sleep increments
- *               sched_sleepers (seq_cst) and re-reads kick under sched_lock.
- *               pto_sched_kick bumps kick and then reads sched_sleepers, and
- *               signals under sched_lock only if it is nonzero.  In the
- *               single total order of seq_cst operations one side sees the
- *               other, so a wake-up is never lost, and a busy or spinning
- *               scheduler costs a submitter no syscall.
- *   engines     queue pushes and sleeper counts are both under the queue's
- *               lock; copy_len / core_len are what spinning engines watch.
+ * Idling.  A scheduler, and one engine per queue, spin at most spin_us
+ * watching an atomic counter, then sleep on their condition variable with no
+ * timeout (a scheduler with a delay or latch timeout pending sleeps until
+ * that deadline), so an idle device burns no CPU.  Wake-ups cost a signal
+ * only when somebody sleeps:
+ *
+ *   schedulers  kick (seq_cst) is bumped by every kick; a scheduler about
+ *               to sleep increments sched_sleepers (seq_cst) and re-reads
+ *               kick under sched_lock.  pto_sched_kick bumps kick and then
+ *               reads sched_sleepers, and signals under sched_lock only if it
+ *               is nonzero.  In the single total order of seq_cst operations
+ *               one side sees the other, so a wake-up is never lost, and a
+ *               busy or spinning scheduler costs a kicker no syscall.
+ *   engines     queue pushes, sleeper and spinner counts are all under the
+ *               queue's lock; copy_len / core_len are what the spinning
+ *               engine watches.  A push signals a sleeper only when the queue
+ *               holds more runs than there are spinners.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -140,8 +149,8 @@ void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->copy_lock);
     queue_insert(&dev->copy_head, r);
-    atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release); /* spinning engines */
-    if (dev->copy_sleepers)
+    uint32_t len = atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release) + 1;
+    if (dev->copy_sleepers && len > (uint32_t)dev->copy_spinners) /* the spinner takes one */
         pthread_cond_signal(&dev->copy_cv);
     pthread_mutex_unlock(&dev->copy_lock);
 }
@@ -151,25 +160,31 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->core_lock);
     queue_insert(&dev->core_head, r);
-    atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release); /* spinning cores */
+    uint32_t len = atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release) + 1;
     if (dev->core_sleepers) {
         if (cmd->u.launch.blocks > 1)
             pthread_cond_broadcast(&dev->core_cv);
-        else
+        else if (len > (uint32_t)dev->core_spinners) /* the spinner takes one */
             pthread_cond_signal(&dev->core_cv);
     }
     pthread_mutex_unlock(&dev->core_lock);
 }
 
 /*
- * Wait (lock held) until *head is non-empty or shutdown: spin up to spin_us
- * watching len without the lock, then sleep on cv.
+ * Wait (lock held) until *head is non-empty or shutdown.  One idle engine
+ * per queue (the spinner) watches len without the lock for up to spin_us
+ * before sleeping on cv; the others sleep at once.  Enqueuers signal a
+ * sleeper only when the queue holds more runs than there are spinners, so a
+ * launch on a warm device costs its submitter no futex wake-up, and an idle
+ * device burns at most one thread per queue for spin_us.
  */
 static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
-                        struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers)
+                        struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers,
+                        int *spinners)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    if (spin_ns) {
+    if (spin_ns && *spinners == 0) {
+        (*spinners)++;
         pthread_mutex_unlock(mu);
         uint64_t end = pto_now_ns() + spin_ns;
         while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
@@ -182,6 +197,7 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
                 break;
         }
         pthread_mutex_lock(mu);
+        (*spinners)--;
         if (*head || atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             return;
     }
@@ -191,21 +207,29 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
 }
 
 /*
- * Engine fast path (sched_lock held, right after an engine finished s's
- * head): do a scheduler pass from this thread.  s's next command starts at
- * once (a record, notify or free behind a copy runs right here), and so does
- * any stream whose head waits on an event that just fired.  Otherwise both
- * would wait for the scheduler thread to be woken and scheduled, which on an
- * oversubscribed host (every core thread busy in a kernel) takes
- * milliseconds and stalls the streams behind.  The kick afterwards lets the
- * scheduler pick up new delay deadlines.
+ * Run scheduler passes from the calling thread (sched_lock held) until one
+ * makes no progress, so that everything startable has started; wake the
+ * scheduler thread only if it has something to do: a delay or latch deadline
+ * to sleep towards, or work left after the last allowed pass.  Both the
+ * engines (after finishing a command) and submitters (pto_slot_commit's fast
+ * path) call this.  Without it, s's next command, and any stream whose head
+ * waits on an event that just fired, would wait for the scheduler thread to
+ * be woken and scheduled: on an oversubscribed host (every core thread busy
+ * in a kernel) that takes milliseconds, and on an idle one each such hand-off
+ * costs a vCPU wake-up (tens of microseconds) on the launch's critical path.
  */
-static void continue_stream(pto_device *dev, pto_stream *s)
+void pto_sched_run(pto_device *dev)
 {
-    (void)s; /* the pass covers it, in priority order with the rest */
     uint64_t next_deadline = 0;
-    sched_pass(dev, &next_deadline);
-    pto_sched_kick(dev, true);
+    bool progress = false;
+    for (int pass = 0; pass < 4; pass++) {
+        next_deadline = 0;
+        progress = sched_pass(dev, &next_deadline);
+        if (!progress)
+            break;
+    }
+    if (progress || next_deadline)
+        pto_sched_kick(dev, true);
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
@@ -265,7 +289,7 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
     pto_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
-    continue_stream(dev, run->stream);
+    pto_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -277,7 +301,7 @@ static void *copy_main(void *arg)
     for (;;) {
         while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
-                        &dev->copy_sleepers);
+                        &dev->copy_sleepers, &dev->copy_spinners);
         struct pto_run *r = dev->copy_head;
         if (!r)
             break; /* shutdown with an empty queue */
@@ -369,7 +393,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
     pto_cmd_finish(dev, s, cmd, status, cause, msg, own, run->start_ns, end, eng->id);
-    continue_stream(dev, s);
+    pto_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -381,7 +405,7 @@ static void *core_main(void *arg)
     for (;;) {
         while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
-                        &dev->core_sleepers);
+                        &dev->core_sleepers, &dev->core_spinners);
         struct pto_run *r = dev->core_head;
         if (!r)
             break;

@@ -92,6 +92,19 @@ uint64_t pto_deadline_after_us(int64_t timeout_us)
     return pto_now_ns() + (uint64_t)timeout_us * 1000ull;
 }
 
+void pto_mutex_init(pthread_mutex_t *mu)
+{
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+#else
+    pthread_mutex_init(mu, NULL);
+#endif
+}
+
 void pto_cond_init(pthread_cond_t *cv)
 {
     pthread_condattr_t attr;

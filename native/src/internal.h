@@ -43,6 +43,13 @@ uint64_t pto_deadline_after_us(int64_t timeout_us);
  * forever).  Returns 0, or ETIMEDOUT once the deadline has passed.
  */
 int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
+/*
+ * Initialise a driver lock: adaptive (glibc) where available, so a thread
+ * finding it held spins briefly before sleeping.  The driver's critical
+ * sections are a few hundred nanoseconds; sleeping on one costs a futex
+ * wake-up, which on a VM with an idle vCPU takes tens of microseconds.
+ */
+void pto_mutex_init(pthread_mutex_t *mu);
 /* Initialise a condition variable on CLOCK_MONOTONIC. */
 void pto_cond_init(pthread_cond_t *cv);
 /* Spin-loop hint. */
@@ -360,6 +367,7 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
  * locked: the caller holds sched_lock.
  */
 void pto_sched_kick(pto_device *dev, bool locked);
+void pto_sched_run(pto_device *dev);
 
 /* ---- the device (device.c) ----------------------------------------------------------- */
 
@@ -402,11 +410,13 @@ struct pto_device {
     pthread_cond_t copy_cv;
     struct pto_run *copy_head;    /* copies and memsets, priority order */
     int copy_sleepers;
-    _Atomic uint32_t copy_len;    /* spinning copy engines watch this */
+    int copy_spinners;            /* at most one idle copy engine spins (engine_idle) */
+    _Atomic uint32_t copy_len;    /* the spinning copy engine watches this */
     pthread_mutex_t core_lock;
     pthread_cond_t core_cv;
     struct pto_run *core_head;    /* launches with blocks left to start */
     int core_sleepers;
+    int core_spinners;            /* at most one idle core spins */
     _Atomic uint32_t core_len;
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;

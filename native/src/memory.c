@@ -184,7 +184,7 @@ int pto_mem_init(pto_device *dev)
                          (unsigned long long)dev->cfg.device_memory, strerror(errno));
     dev->arena = p;
     dev->arena_size = dev->cfg.device_memory;
-    pthread_mutex_init(&dev->mem_lock, NULL);
+    pto_mutex_init(&dev->mem_lock);
     if (free_reserve(dev, 64) || alloc_reserve(dev, 64)) {
         pto_mem_fini(dev);
         return pto_error(PTO_ENOMEM, "out of host memory for the allocator tables");

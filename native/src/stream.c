@@ -146,6 +146,20 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
     atomic_store_explicit(&s->tail, seq, memory_order_release);
     pthread_mutex_unlock(&s->submit_lock);
     atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
+    /*
+     * Fast path: the stream was idle (every earlier command completed), so
+     * nothing will start this command but a scheduler pass.  Run it here if
+     * sched_lock is free, instead of waking the scheduler thread: one
+     * cross-thread hand-off less on a launch's critical path.  A busy stream
+     * needs nothing but the kick: the engine finishing its current command
+     * runs the pass that starts this one.
+     */
+    if (atomic_load_explicit(&s->head, memory_order_acquire) + 1 == seq &&
+        pthread_mutex_trylock(&dev->sched_lock) == 0) {
+        pto_sched_run(dev);
+        pthread_mutex_unlock(&dev->sched_lock);
+        return;
+    }
     pto_sched_kick(dev, false);
 }
 
@@ -456,7 +470,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
         free(s);
         return pto_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
     }
-    pthread_mutex_init(&s->submit_lock, NULL);
+    pto_mutex_init(&s->submit_lock);
     pto_link_init(&s->pending);
     atomic_init(&s->tail, 0);
     atomic_init(&s->head, 0);
@@ -775,12 +789,12 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     if (s->destroyed && stream_idle(s))
         dev->reap = true;
     /*
-     * An engine's completion may make s's next command startable: wake the
-     * scheduler.  A scheduler finishing a command itself rescans anyway (its
-     * pass reports progress), and a host-side cancel kicks once at its end.
+     * s's next command may be startable now.  Whoever called us runs
+     * scheduler passes next: the scheduler's own pass reports progress and
+     * rescans, an engine calls pto_sched_run, a host-side cancel kicks once
+     * at its end.
      */
-    if (engine >= 0)
-        pto_sched_kick(dev, true);
+    (void)engine;
 }
 
 void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)

@@ -313,3 +313,75 @@ def test_failure_without_a_token_is_observed_through_its_first_dependent(dev, cq
     t2 = new_token()
     notify(stream, t2)  # submitted after that record was drained
     assert cq.wait(t2)[t2].status == 0
+
+
+# -- submissions to an idle stream ------------------------------------------------------------
+# A command submitted to a stream whose earlier work has all completed is started by the
+# submitting thread (pto_slot_commit runs the scheduler pass itself when sched_lock is free).
+# What it cannot finish there must still be picked up: deadlines by the scheduler thread,
+# event waits by whoever fires the event.  spin_us=1 and a pause before each submission make
+# sure every driver thread is asleep, so nothing is finished by a thread that happened to spin.
+
+
+def _asleep():
+    import time
+
+    time.sleep(0.005)
+
+
+@pytest.fixture
+def sleepy(open_dev):
+    return open_dev(spin_us=1)
+
+
+def _stream(dev, priority: int = 0):
+    out = ffi.new("pto_stream **")
+    check(lib.pto_stream_create(dev, priority, out), "pto_stream_create")
+    return out[0]
+
+
+def test_delay_on_an_idle_stream_hands_its_deadline_to_the_scheduler(sleepy):
+    cq, s = CompletionLog(sleepy), _stream(sleepy)
+    t = new_token()
+    _asleep()
+    check(lib.pto_stream_delay(s, 2000, t))  # alone: no later submission kicks the scheduler
+    rec = cq.wait(t, timeout_s=5.0)[t]
+    assert rec.status == 0
+    assert rec.end_ns - rec.start_ns >= 2_000_000
+
+
+@pytest.mark.parametrize("waiter_first_in_pass", [True, False])
+def test_wait_entered_on_an_idle_stream_is_released_by_the_record(sleepy, waiter_first_in_pass):
+    # The scheduler pass visits streams by priority: the waiter comes before or after the
+    # recording stream.
+    cq = CompletionLog(sleepy)
+    waiter = _stream(sleepy, 1 if waiter_first_in_pass else 0)
+    recorder = _stream(sleepy, 0 if waiter_first_in_pass else 1)
+    ev = new_event(sleepy)
+    try:
+        t_rec, t_wait, t_after = new_token(), new_token(), new_token()
+        with held(sleepy, recorder):
+            check(lib.pto_stream_record(recorder, ev, t_rec))
+            _asleep()
+            check(lib.pto_stream_wait_event(waiter, ev, t_wait))  # the waiter is idle: starts here
+            notify(waiter, t_after)
+            _asleep()
+            assert not cq.drain()
+        recs = cq.wait(t_rec, t_wait, t_after)
+        assert all(recs[t].status == 0 for t in (t_rec, t_wait, t_after))
+        assert recs[t_wait].end_ns >= recs[t_rec].end_ns
+    finally:
+        sync(waiter)
+        sync(recorder)
+        lib.pto_event_destroy(ev)
+
+
+def test_latch_on_an_idle_stream_is_released_by_the_host(sleepy):
+    cq, s = CompletionLog(sleepy), _stream(sleepy)
+    t = new_token()
+    _asleep()
+    with held(sleepy, s):
+        notify(s, t)
+        _asleep()
+        assert not cq.drain()
+    assert cq.wait(t)[t].status == 0
