@@ -47,6 +47,18 @@
 
 /* 1 while the current block called blk->fail (trace status of the block). */
 static __thread int tl_block_failed;
+/* The engine running on this thread (NULL on host and scheduler threads). */
+static __thread const struct pto_engine *tl_engine;
+
+/*
+ * 1 if the calling thread is an engine of dev's `copy` kind: it goes back to
+ * that queue as soon as it returns, so it takes the first run pushed from
+ * its own finish path without anybody being woken.
+ */
+static int self_returning(pto_device *dev, bool copy)
+{
+    return tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy;
+}
 
 void pto_sched_kick(pto_device *dev, bool locked)
 {
@@ -66,15 +78,17 @@ static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
     bool progress = false;
     if (dev->reap)
         pto_streams_reap(dev);
-    uint64_t now = pto_now_ns();
+    uint64_t now = 0; /* read the clock only for a stream with something to start */
     for (size_t i = 0; i < dev->n_streams; i++) {
         pto_stream *s = dev->order[i];
         /* Run a bounded burst per stream so one busy stream cannot starve the rest. */
-        for (int burst = 0; burst < 64; burst++) {
+        for (int burst = 0; burst < 64 && pto_stream_has_work(s); burst++) {
+            if (!now)
+                now = pto_now_ns();
             if (!pto_stream_step(dev, s, now, next_deadline))
                 break;
             progress = true;
-            now = pto_now_ns();
+            now = 0;
         }
     }
     if (dev->reap)
@@ -150,7 +164,8 @@ void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pthread_mutex_lock(&dev->copy_lock);
     queue_insert(&dev->copy_head, r);
     uint32_t len = atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release) + 1;
-    if (dev->copy_sleepers && len > (uint32_t)dev->copy_spinners) /* the spinner takes one */
+    /* The spinner takes one, and so does a copy engine pushing from its own finish path. */
+    if (dev->copy_sleepers && len > (uint32_t)(dev->copy_spinners + self_returning(dev, true)))
         pthread_cond_signal(&dev->copy_cv);
     pthread_mutex_unlock(&dev->copy_lock);
 }
@@ -164,26 +179,29 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     if (dev->core_sleepers) {
         if (cmd->u.launch.blocks > 1)
             pthread_cond_broadcast(&dev->core_cv);
-        else if (len > (uint32_t)dev->core_spinners) /* the spinner takes one */
+        else if (len > (uint32_t)(dev->core_spinners + self_returning(dev, false)))
             pthread_cond_signal(&dev->core_cv);
     }
     pthread_mutex_unlock(&dev->core_lock);
 }
 
 /*
- * Wait (lock held) until *head is non-empty or shutdown.  One idle engine
- * per queue (the spinner) watches len without the lock for up to spin_us
- * before sleeping on cv; the others sleep at once.  Enqueuers signal a
- * sleeper only when the queue holds more runs than there are spinners, so a
- * launch on a warm device costs its submitter no futex wake-up, and an idle
- * device burns at most one thread per queue for spin_us.
+ * Wait (lock held) until *head is non-empty or shutdown.  An engine that goes
+ * idle while every other engine of its queue sleeps (there are `total`)
+ * watches len without the lock for up to spin_us before sleeping on cv; the
+ * others sleep at once.  So a quiet device keeps one warm engine per queue,
+ * and a busy one spins none: the busy engine comes back to the queue itself
+ * and takes what its own finish path pushed, so nobody needs to be woken,
+ * and a spinner would only steal that run and a CPU from the host.
+ * Enqueuers signal a sleeper only when the queue holds more runs than there
+ * are engines about to take them.
  */
 static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
                         struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers,
-                        int *spinners)
+                        int *spinners, uint32_t total)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    if (spin_ns && *spinners == 0) {
+    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1) {
         (*spinners)++;
         pthread_mutex_unlock(mu);
         uint64_t end = pto_now_ns() + spin_ns;
@@ -207,8 +225,9 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
 }
 
 /*
- * Run scheduler passes from the calling thread (sched_lock held) until one
- * makes no progress, so that everything startable has started; wake the
+ * Run scheduler passes from the calling thread (sched_lock held) until
+ * everything startable has started (another pass is needed only after one
+ * that completed commands: starting work frees nothing); wake the
  * scheduler thread only if it has something to do: a delay or latch deadline
  * to sleep towards, or work left after the last allowed pass.  Both the
  * engines (after finishing a command) and submitters (pto_slot_commit's fast
@@ -223,8 +242,11 @@ void pto_sched_run(pto_device *dev)
     uint64_t next_deadline = 0;
     bool progress = false;
     for (int pass = 0; pass < 4; pass++) {
+        /* Commands complete only under sched_lock: the count is ours to compare. */
+        uint64_t completed = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
         next_deadline = 0;
-        progress = sched_pass(dev, &next_deadline);
+        progress = sched_pass(dev, &next_deadline) &&
+                   atomic_load_explicit(&dev->st_completed, memory_order_relaxed) != completed;
         if (!progress)
             break;
     }
@@ -297,11 +319,12 @@ static void *copy_main(void *arg)
 {
     struct pto_engine *eng = arg;
     pto_device *dev = eng->dev;
+    tl_engine = eng;
     pthread_mutex_lock(&dev->copy_lock);
     for (;;) {
         while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
-                        &dev->copy_sleepers, &dev->copy_spinners);
+                        &dev->copy_sleepers, &dev->copy_spinners, dev->cfg.copy_engines);
         struct pto_run *r = dev->copy_head;
         if (!r)
             break; /* shutdown with an empty queue */
@@ -401,11 +424,12 @@ static void *core_main(void *arg)
 {
     struct pto_engine *eng = arg;
     pto_device *dev = eng->dev;
+    tl_engine = eng;
     pthread_mutex_lock(&dev->core_lock);
     for (;;) {
         while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
-                        &dev->core_sleepers, &dev->core_spinners);
+                        &dev->core_sleepers, &dev->core_spinners, dev->cfg.cores);
         struct pto_run *r = dev->core_head;
         if (!r)
             break;
@@ -463,6 +487,15 @@ int pto_engines_start(pto_device *dev)
                              strerror(rc));
         }
         dev->n_threads++;
+        /* Named for top, perf and gdb: pto-core0, pto-copy0, pto-sched0. */
+        char name[32];
+        if (i < ncores)
+            snprintf(name, sizeof(name), "pto-core%u", i);
+        else if (i < ncores + ncopy)
+            snprintf(name, sizeof(name), "pto-copy%u", i - ncores);
+        else
+            snprintf(name, sizeof(name), "pto-sched%u", i - ncores - ncopy);
+        pthread_setname_np(dev->threads[i], name);
     }
     return 0;
 }

@@ -293,6 +293,17 @@ struct pto_stream {
 
 /* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
 bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
+
+/*
+ * Whether pto_stream_step could do anything (sched_lock held): no command of
+ * s is on an engine, and s holds a command.  The load of tail is seq_cst, as
+ * in pto_stream_step (see pto_slot_commit).
+ */
+static inline bool pto_stream_has_work(pto_stream *s)
+{
+    return !s->active &&
+           atomic_load_explicit(&s->head, memory_order_relaxed) != atomic_load(&s->tail);
+}
 /*
  * Complete s's head command cmd (sched_lock held): record, resources, head
  * advance, wake-ups, deferred stream free.  status/cause/msg are the

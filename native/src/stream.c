@@ -142,20 +142,26 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
     uint32_t window = (uint32_t)(seq - atomic_load_explicit(&s->head, memory_order_relaxed));
     if (window > s->window_hwm)
         s->window_hwm = window;
-    /* Release pairs with the acquire load of tail in pto_stream_step (scheduler). */
-    atomic_store_explicit(&s->tail, seq, memory_order_release);
+    /*
+     * seq_cst, like the load of head below, the store of head in
+     * pto_cmd_finish and the load of tail in pto_stream_step (a Dekker
+     * pair): either the pass that completes command seq - 1 sees this tail
+     * and starts this command, or the load below sees that head.  (Also a
+     * release: the slot is filled.)
+     */
+    atomic_store(&s->tail, seq);
     pthread_mutex_unlock(&s->submit_lock);
     atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
+    uint64_t head = atomic_load(&s->head);
+    if (head + 1 != seq)
+        return; /* busy (or already done): whoever completes seq - 1 starts this one */
     /*
-     * Fast path: the stream was idle (every earlier command completed), so
-     * nothing will start this command but a scheduler pass.  Run it here if
-     * sched_lock is free, instead of waking the scheduler thread: one
-     * cross-thread hand-off less on a launch's critical path.  A busy stream
-     * needs nothing but the kick: the engine finishing its current command
-     * runs the pass that starts this one.
+     * The stream was idle: nothing will start this command but a scheduler
+     * pass.  Run it here if sched_lock is free, instead of waking the
+     * scheduler thread: one cross-thread hand-off less on a launch's
+     * critical path.
      */
-    if (atomic_load_explicit(&s->head, memory_order_acquire) + 1 == seq &&
-        pthread_mutex_trylock(&dev->sched_lock) == 0) {
+    if (pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pto_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         return;
@@ -780,9 +786,10 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     /*
      * Release pairs with the acquire loads of head in pto_slot_begin (the slot
      * may be refilled after this store: nothing below reads cmd) and in
-     * pto_stream_completed (the record above is in the queue).
+     * pto_stream_completed (the record above is in the queue).  seq_cst for
+     * pto_slot_commit's hand-off: our caller's next pass loads tail.
      */
-    atomic_store_explicit(&s->head, cmd->seq, memory_order_release);
+    atomic_store(&s->head, cmd->seq);
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
     if (dev->host_waiters)
         pthread_cond_broadcast(&dev->host_cv);
@@ -924,8 +931,8 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     if (s->active)
         return false;
     uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed); /* we are the consumer */
-    /* Acquire pairs with the release store of tail in pto_slot_commit: the slot is filled. */
-    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_acquire);
+    /* seq_cst, an acquire of the slot too: see pto_slot_commit. */
+    uint64_t tail = atomic_load(&s->tail);
     if (head == tail)
         return false;
     struct pto_cmd *cmd = &s->ring[head & s->mask];
