@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_no_device_memory, mem_stats
+from pypto_async._driver import lib
 from pypto_async.errors import (
     PtoArgumentError,
     PtoDependencyError,
@@ -221,6 +222,25 @@ async def test_await_submit_waits_for_the_ring_only(config, kernels):
             latch.release()
             assert await launch.wait() is t
         np.testing.assert_array_equal(await t.to_host(), np.ones(N, np.float32))
+        t.free()
+
+
+@pytest.mark.anyio
+async def test_a_coroutine_that_never_suspends_still_sees_launches_complete(config, kernels):
+    # Awaiting launches that entered the ring never suspends, so the completion pump
+    # never runs; the launch path drains completions itself every 64 launches, so
+    # finished launches resolve and release their buffers all the same.
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        h = w.register(kernels.get("inc", N))
+        first = await h.submit(t)
+        assert lib.pto_stream_synchronize(w.default_stream._ptr, 10_000_000) == 0  # drains nothing
+        assert not first.done()
+        for _ in range(64):
+            await h.submit(t)  # the ring has room: no suspension
+        assert first.done() and first.result() is t
+        await w.default_stream
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, 65, np.float32))
         t.free()
 
 

@@ -125,7 +125,7 @@ def check_init(t: DeviceTensor, what: str) -> None:
     if launch._exc is None:
         t._init = None
         return
-    launch._retrieved = True
+    launch._mark_retrieved()
     exc = PtoDependencyError(f"{what}: the DeviceTensor's initial copy failed: {launch._exc}",
                              status="PTO_EDEP")
     exc.__cause__ = launch._exc

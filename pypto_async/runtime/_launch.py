@@ -146,7 +146,7 @@ class Launch:
         if not self._done:
             raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
         if self._exc is not None:
-            self._retrieved = True
+            self._mark_retrieved()
             raise self._exc
         return self._out
 
@@ -160,7 +160,7 @@ class Launch:
         """
         if not self._done:
             raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
-        self._retrieved = True
+        self._mark_retrieved()
         return self._exc
 
     @property
@@ -216,23 +216,45 @@ class Launch:
         self._done = True
         self._entered = True
         self._keep = None
+        exc = self._exc
+        if exc is not None and self._retrieved is False and not isinstance(exc, PtoCanceledError):
+            # Only a failed launch carries a finalizer: the success path stays cheap.
+            self._retrieved = _Unretrieved(self._name, exc)
         if self._waiters or self._entry_waiters:
             self._worker._release_waiters(self)
 
+    def _mark_retrieved(self) -> None:
+        """Note that the error was seen: collecting the launch will not warn."""
+        log = self._retrieved
+        if log is not True and log is not False:
+            log.exc = None
+        self._retrieved = True
+
+
+class _Unretrieved:
+    """Warns, when collected with its launch, that the launch's error was never retrieved.
+
+    ``Launch._retrieved`` holds False (not seen yet), True (seen, or never to
+    warn), or one of these, armed when a failed launch finishes.  Like the
+    traceback logger of early asyncio futures, it keeps the finalizer off the
+    millions of launches that succeed.
+    """
+
+    __slots__ = ("name", "exc")
+
+    def __init__(self, name: str, exc: BaseException):
+        self.name = name
+        self.exc = exc
+
     def __del__(self):
-        try:
-            exc = self._exc
-        except AttributeError:  # never fully built
+        exc = self.exc
+        if exc is None:
             return
-        if exc is not None and not self._retrieved and not isinstance(exc, PtoCanceledError):
-            try:
-                warnings.warn(
-                    f"{self._name} failed and its error was never retrieved: {exc!r}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            except Exception:  # interpreter shutting down
-                pass
+        try:
+            warnings.warn(f"{self.name} failed and its error was never retrieved: {exc!r}",
+                          RuntimeWarning, stacklevel=2)
+        except Exception:  # interpreter shutting down
+            pass
 
 
 def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entry: bool = False) -> Launch:

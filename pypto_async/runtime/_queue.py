@@ -143,7 +143,7 @@ class CommandQueue:
             if i == 0 and fn is lib.pto_stream_free:
                 lib.pto_mem_free(self._dev, args[1])  # nothing queued uses the temporary
         owner._remaining -= len(cmds) - i
-        owner._retrieved = True
+        owner._mark_retrieved()
         try:
             check(rc, owner._name)
         except PtoError as exc:

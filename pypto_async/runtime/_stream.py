@@ -211,6 +211,6 @@ class Stream:
 def _marker_outcome(marker) -> None:
     """Raise what waiting for a stream must raise: not a command's own failure."""
     exc = marker._exc
-    marker._retrieved = True
+    marker._mark_retrieved()
     if exc is not None and not isinstance(exc, PtoDependencyError):
         raise exc

@@ -42,6 +42,7 @@ from ._trace import TraceWindow, WorkerTracing
 __all__ = ["ChipWorker", "WorkerStats"]
 
 _stream_launch = lib.pto_stream_launch  # the launch hot path calls it once per launch
+_SERVICE_MASK = 63  # the launch hot path drains completions itself every 64 tokens
 
 _OPEN, _CLOSED, _FORKED = 0, 1, 2
 
@@ -602,6 +603,11 @@ class ChipWorker(CommandQueue, DeviceMemory):
                     elif rc != _EAGAIN:
                         del self._pending[token]
                         check(rc, h._label)
+                if not token & _SERVICE_MASK and self._pump.on_own_thread():
+                    # A coroutine that submits without ever suspending never lets the pump
+                    # run: drain here now and then, so finished launches die young (cheap
+                    # for the cyclic GC) and the completion queue stays short.
+                    self._service_locked()
                 if not launch._entered:
                     # tuple(values): a tuple of ints (and cdata) drops out of the cyclic
                     # GC's tracking at its first collection, a list never does; thousands
@@ -678,7 +684,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
             if not launch._done:
                 self._block_until(launch, False, None)
             if launch._exc is not None:
-                launch._retrieved = True
+                launch._mark_retrieved()
                 raise launch._exc
         return launch
 
