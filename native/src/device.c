@@ -110,6 +110,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->closing, 0);
     atomic_init(&dev->shutdown, 0);
     atomic_init(&dev->kick, 0);
+    atomic_init(&dev->kick_watchers, 0);
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_cap = rc_cfg.trace_capacity;

@@ -12,11 +12,12 @@
  * completes it.  Copy engines pop whole commands.
  *
  * Scheduler passes do not only run on scheduler threads (pto_sched_run): an
- * engine that finishes a command runs one at once, and so does a submitter
- * whose command lands on an idle stream (stream.c, pto_slot_commit).  The
- * scheduler thread is kicked only for what those passes leave behind: a
- * deadline to sleep towards, or a submission that found sched_lock taken
- * or its stream busy.
+ * engine that finishes a command runs one at once; a spinning engine runs
+ * one when kicked (watch_kicks); a submitter whose command lands on an idle
+ * stream with no engine spinning runs one itself (stream.c,
+ * pto_slot_commit).  The scheduler thread is woken only for what those
+ * passes leave behind: a deadline to sleep towards, work left after the
+ * passes, or a kick nobody watches.
  *
  * Idling.  A scheduler, and one engine per queue, spin at most spin_us
  * watching an atomic counter, then sleep on their condition variable with no
@@ -27,10 +28,11 @@
  *   schedulers  kick (seq_cst) is bumped by every kick; a scheduler about
  *               to sleep increments sched_sleepers (seq_cst) and re-reads
  *               kick under sched_lock.  pto_sched_kick bumps kick and then
- *               reads sched_sleepers, and signals under sched_lock only if it
- *               is nonzero.  In the single total order of seq_cst operations
- *               one side sees the other, so a wake-up is never lost, and a
- *               busy or spinning scheduler costs a kicker no syscall.
+ *               reads kick_watchers (a watcher serves it) and sched_sleepers,
+ *               and signals under sched_lock only if a scheduler sleeps.  In
+ *               the single total order of seq_cst operations one side sees
+ *               the other, so a wake-up is never lost, and a busy or
+ *               spinning scheduler costs a kicker no syscall.
  *   engines     queue pushes, sleeper and spinner counts are all under the
  *               queue's lock; copy_len / core_len are what the spinning
  *               engine watches.  A push signals a sleeper only when the queue
@@ -60,9 +62,8 @@ static int self_returning(pto_device *dev, bool copy)
     return tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy;
 }
 
-void pto_sched_kick(pto_device *dev, bool locked)
+static void signal_scheduler(pto_device *dev, bool locked)
 {
-    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in sched_main */
     if (atomic_load(&dev->sched_sleepers) > 0) {
         if (!locked)
             pthread_mutex_lock(&dev->sched_lock);
@@ -70,6 +71,20 @@ void pto_sched_kick(pto_device *dev, bool locked)
         if (!locked)
             pthread_mutex_unlock(&dev->sched_lock);
     }
+}
+
+void pto_sched_kick(pto_device *dev, bool locked)
+{
+    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in sched_main */
+    if (atomic_load(&dev->kick_watchers) > 0)
+        return; /* a spinning engine runs the pass (engine_idle) */
+    signal_scheduler(dev, locked);
+}
+
+void pto_sched_wake(pto_device *dev, bool locked)
+{
+    atomic_fetch_add(&dev->kick, 1);
+    signal_scheduler(dev, locked);
 }
 
 /* One pass over every stream, highest priority first (sched_lock held). */
@@ -185,6 +200,48 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pthread_mutex_unlock(&dev->core_lock);
 }
 
+/* Run the passes a kick asks for (no lock held); returns the kick count they cover. */
+static uint64_t serve_kicks(pto_device *dev)
+{
+    pthread_mutex_lock(&dev->sched_lock);
+    uint64_t k = atomic_load(&dev->kick); /* read under the lock: the pass below covers it */
+    pto_sched_run(dev);
+    pthread_mutex_unlock(&dev->sched_lock);
+    return k;
+}
+
+/*
+ * Spin (no lock held) until len is nonzero, shutdown, or spin_ns passed.
+ * While spinning the engine is a kick watcher: pto_sched_kick does not wake
+ * the scheduler thread but leaves the pass to us, so a submission to an idle
+ * stream costs the submitter one atomic increment, and the run the pass
+ * pushes is taken by this very engine.  Leaving, we re-read kick after the
+ * seq_cst decrement of kick_watchers: a kicker that saw us watching bumped
+ * kick before that decrement, so its kick is served here, never lost.
+ */
+static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns)
+{
+    atomic_fetch_add(&dev->kick_watchers, 1);
+    uint64_t k = atomic_load(&dev->kick);
+    uint64_t end = pto_now_ns() + spin_ns;
+    while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
+           !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
+        if (atomic_load_explicit(&dev->kick, memory_order_relaxed) != k) {
+            k = serve_kicks(dev);
+            continue; /* the pass may have pushed a run for us */
+        }
+        /* Yield, not pause: on an oversubscribed host the thread we are
+         * waiting for (often the host thread just woken by the eventfd)
+         * may need this very CPU. */
+        sched_yield();
+        if (pto_now_ns() >= end)
+            break;
+    }
+    atomic_fetch_sub(&dev->kick_watchers, 1);
+    if (atomic_load(&dev->kick) != k && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
+        serve_kicks(dev);
+}
+
 /*
  * Wait (lock held) until *head is non-empty or shutdown.  An engine that goes
  * idle while every other engine of its queue sleeps (there are `total`)
@@ -204,16 +261,7 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
     if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1) {
         (*spinners)++;
         pthread_mutex_unlock(mu);
-        uint64_t end = pto_now_ns() + spin_ns;
-        while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
-               !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
-            /* Yield, not pause: on an oversubscribed host the thread we are
-             * waiting for (often the host thread just woken by the eventfd)
-             * may need this very CPU. */
-            sched_yield();
-            if (pto_now_ns() >= end)
-                break;
-        }
+        watch_kicks(dev, len, spin_ns);
         pthread_mutex_lock(mu);
         (*spinners)--;
         if (*head || atomic_load_explicit(&dev->shutdown, memory_order_acquire))
@@ -251,7 +299,7 @@ void pto_sched_run(pto_device *dev)
             break;
     }
     if (progress || next_deadline)
-        pto_sched_kick(dev, true);
+        pto_sched_wake(dev, true); /* the scheduler thread tracks deadlines */
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)

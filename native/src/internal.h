@@ -378,6 +378,8 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
  * locked: the caller holds sched_lock.
  */
 void pto_sched_kick(pto_device *dev, bool locked);
+/* Wake the scheduler thread itself (deadlines, leftover work), watchers or not. */
+void pto_sched_wake(pto_device *dev, bool locked);
 void pto_sched_run(pto_device *dev);
 
 /* ---- the device (device.c) ----------------------------------------------------------- */
@@ -409,6 +411,7 @@ struct pto_device {
     pthread_cond_t host_cv;       /* synchronize / event waits sleep here */
     _Alignas(64) _Atomic uint64_t kick; /* bumped on every submission/state change (seq_cst) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see engines.c) */
+    atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;

@@ -157,11 +157,12 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
         return; /* busy (or already done): whoever completes seq - 1 starts this one */
     /*
      * The stream was idle: nothing will start this command but a scheduler
-     * pass.  Run it here if sched_lock is free, instead of waking the
-     * scheduler thread: one cross-thread hand-off less on a launch's
-     * critical path.
+     * pass.  A spinning engine runs one on a kick (engines.c, watch_kicks):
+     * one atomic increment here.  Otherwise run it here if sched_lock is
+     * free, instead of waking the scheduler thread: one cross-thread
+     * hand-off less on a launch's critical path.
      */
-    if (pthread_mutex_trylock(&dev->sched_lock) == 0) {
+    if (atomic_load(&dev->kick_watchers) == 0 && pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pto_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         return;
