@@ -181,6 +181,30 @@ async def test_first_use_on_another_stream_waits_for_the_allocation(config, kern
         b.close()
 
 
+def test_tensor_collected_while_a_launch_reads_it_is_freed_behind_the_launch(worker, kernels):
+    # A launch does not keep its DeviceTensor arguments alive: a tensor dropped while the
+    # launch is in flight is freed in stream order, behind every stream that used it.
+    copy = worker.register(kernels.get("copy", N))
+    a, b = worker.stream(), worker.stream()
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32, init=x, stream=a)
+    out = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=b)
+    address = t.data_ptr
+    with hold(b) as latch:
+        reading = copy.submit(t, out, stream=b)
+        del t
+        gc.collect()
+        others = [worker.alloc_tensor(N, np.float32, stream=s) for s in (a, a, b, worker.default_stream)]
+        assert address not in {o.data_ptr for o in others}
+        latch.release()
+        assert reading.sync(timeout=10) is out
+    np.testing.assert_array_equal(out.numpy(), x)
+    for o in (*others, out):
+        o.free()
+    a.close()
+    b.close()
+
+
 def test_collected_tensor_is_freed(worker):
     before = mem_stats(worker).count
     t = worker.alloc_tensor(N, np.float32)

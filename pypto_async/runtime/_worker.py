@@ -580,7 +580,10 @@ class ChipWorker(CommandQueue, DeviceMemory):
             self._own_stream(stream)
         values, hosts, joins = h._binder.bind(self, stream, args)
         out1 = h._out1
-        launch = _new_launch(self, stream, h._label, 1, args, args[out1] if out1 >= 0 else h._result(args),
+        # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
+        # while the launch runs is freed in stream order behind it.  Host arrays are kept
+        # by _launch_group.
+        launch = _new_launch(self, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
                              submit)
         with self._lock:
             if self._deferred:
@@ -641,7 +644,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
                 lib.pto_mem_free(self._dev, ptr)
             raise
         sp = stream._ptr
-        launch._keep = (launch._keep, hosts)
+        launch._keep = hosts
         cmds = []
         for (i, ha, p), ptr in zip(hosts, temps):
             if p.copies_in:
