@@ -4,9 +4,10 @@ Four figures (issue 4), each next to what it is compared with:
 
 1. ``roundtrip``: ``await handle(t)`` of an empty launch on DeviceTensors, one
    at a time, under asyncio (median per launch).  References: a bare asyncio
-   future resolved through ``loop.call_soon`` (the loop's own floor), and the
-   raw driver round trip from Python (``pto_stream_launch`` then
-   ``pto_wait_token``: the device's floor).
+   future resolved through ``loop.call_soon`` (the loop's own floor), and two
+   raw driver round trips from Python: ``pto_stream_launch`` then a host that
+   polls ``pto_cq_drain`` (the device's floor), and then ``pto_wait_token``
+   (a host thread that sleeps and is woken, as an event loop is).
 2. ``pipelined``: launches in flight from one coroutine with
    ``await handle.submit(t)`` (back-pressure only), then one wait.  References:
    the same loop on raw cffi calls (submit, drain when the ring is full), and
@@ -72,21 +73,26 @@ async def _future_roundtrip(n: int) -> list[float]:
     return samples
 
 
-def _raw_roundtrip(w, h, t, n: int) -> list[float]:
+def _raw_roundtrip(w, h, t, n: int, poll: bool) -> list[float]:
     dev, s, k = w._dev, w.default_stream._ptr, h._kptr
     args = ffi.new("uint64_t[]", [t.data_ptr])
     rec = ffi.new("pto_completion *")
     buf = ffi.new("pto_completion[]", 256)
+    launch, wait, drain = lib.pto_stream_launch, lib.pto_wait_token, lib.pto_cq_drain
     samples = []
     clock = time.perf_counter_ns
     token = 1 << 62
     for _ in range(n):
         token += 1
         t0 = clock()
-        lib.pto_stream_launch(s, k, 1, args, 1, token)
-        lib.pto_wait_token(dev, token, -1, rec)
+        launch(s, k, 1, args, 1, token)
+        if poll:
+            while not drain(dev, buf, 256):
+                pass
+        else:
+            wait(dev, token, -1, rec)
         samples.append((clock() - t0) / 1e3)
-        lib.pto_cq_drain(dev, buf, 256)
+        drain(dev, buf, 256)
     return samples
 
 
@@ -104,10 +110,11 @@ async def roundtrip(program, config, n: int) -> dict:
             samples.append((clock() - t0) / 1e3)
         future = await _future_roundtrip(n)
         await w.default_stream
-        raw = _raw_roundtrip(w, h, t, n)
+        poll = _raw_roundtrip(w, h, t, n, True)
+        raw = _raw_roundtrip(w, h, t, n, False)
         t.free()
     return {"value": median(samples), "ref_asyncio_future_us": median(future),
-            "ref_raw_driver_us": median(raw)}
+            "ref_raw_poll_us": median(poll), "ref_raw_driver_us": median(raw)}
 
 
 # -- 2. pipelined -------------------------------------------------------------------------------------

@@ -140,9 +140,17 @@ void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
         dev->cq_signalled = true;
         fd_signal(dev);
     }
-    if (dev->cq_waiters)
-        pthread_cond_broadcast(&dev->cq_cv);
+    bool wake = dev->cq_waiters > 0;
     pthread_mutex_unlock(&dev->cq_lock);
+    /*
+     * After unlocking: a waiter woken while we still held cq_lock would go
+     * straight back to sleep on the mutex, and cost a second wake-up.  Its
+     * predicate (the record) is in the queue already.  Pushes run under
+     * sched_lock (pto_cmd_finish), which close takes before it tears the
+     * queue down, so cq_cv outlives this broadcast.
+     */
+    if (wake)
+        pthread_cond_broadcast(&dev->cq_cv);
 }
 
 void pto_cq_wake_all(pto_device *dev)
