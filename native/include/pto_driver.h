@@ -448,6 +448,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out);
  */
 int pto_latch_create(pto_device *dev, int64_t timeout_us, pto_latch **out);
 int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token);
+/* Release l: the streams it holds move on, in priority order, before this returns. */
 void pto_latch_release(pto_latch *l);
 /* Destroy l (releasing it first). */
 void pto_latch_destroy(pto_latch *l);

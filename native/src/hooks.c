@@ -57,22 +57,34 @@ static void release(pto_latch *l)
     atomic_store_explicit(&l->released, 1, memory_order_release);
 }
 
+/*
+ * Release under sched_lock and run the passes it enables from here: no pass
+ * can be half-way through the streams when the latch opens, so the streams
+ * it held move on in priority order, and no thread needs waking to start
+ * them.
+ */
+static void release_and_run(pto_latch *l)
+{
+    pto_device *dev = l->dev;
+    pthread_mutex_lock(&dev->sched_lock);
+    release(l);
+    pto_sched_run(dev);
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
 void pto_latch_release(pto_latch *l)
 {
     if (!l)
         return;
-    release(l);
-    pto_sched_kick(l->dev, false);
+    release_and_run(l);
 }
 
 void pto_latch_destroy(pto_latch *l)
 {
     if (!l)
         return;
-    pto_device *dev = l->dev;
-    release(l);
+    release_and_run(l);
     pto_latch_unref(l);
-    pto_sched_kick(dev, false);
 }
 
 void pto_latches_release_all(pto_device *dev)
