@@ -156,6 +156,45 @@ async def test_cancelled_waiter_keeps_host_buffers_alive(config, kernels):
         assert all(r() is None for r in refs)
 
 
+@pytest.mark.anyio
+async def test_many_tasks_await_one_launch_some_cancelled(config, kernels, recwarn):
+    # Every task still waiting gets the outputs, or the error; a cancelled one gets neither.
+    async with ChipWorker(config) as w:
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        inc, fail = w.register(kernels.get("inc", N)), w.register(kernels.get("fail", N))
+        for h, outcome in ((inc, "result"), (fail, "error")):
+            got = []
+            with hold(w.default_stream) as latch:
+                launch = h(t)
+
+                async def waiter(i):
+                    try:
+                        got.append((i, await launch))
+                    except PtoKernelFault as exc:
+                        got.append((i, exc))
+
+                async with anyio.create_task_group() as doomed:
+                    doomed.start_soon(waiter, 0)
+                    await anyio.wait_all_tasks_blocked()
+                    doomed.cancel_scope.cancel()
+                async with anyio.create_task_group() as waiting:
+                    for i in (1, 2, 3):
+                        waiting.start_soon(waiter, i)
+                    await anyio.wait_all_tasks_blocked()
+                    latch.release()
+            assert sorted(i for i, _ in got) == [1, 2, 3]
+            if outcome == "result":
+                assert all(v is t for _, v in got)
+            else:
+                assert all(isinstance(v, PtoKernelFault) for _, v in got)
+            del launch
+        np.testing.assert_array_equal(await t.to_host(), x + 1)
+        t.free()
+    gc.collect()
+    assert not [m for m in recwarn if "never retrieved" in str(m.message)]
+
+
 def test_dropped_launch_keeps_host_buffers_alive(worker, kernels):
     add = kernels.get("add", N)
     a, b = rand(), rand()

@@ -110,6 +110,8 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->closing, 0);
     atomic_init(&dev->shutdown, 0);
     atomic_init(&dev->kick, 0);
+    atomic_init(&dev->kick_served, 0);
+    atomic_init(&dev->wakes, 0);
     atomic_init(&dev->kick_watchers, 0);
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);

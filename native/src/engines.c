@@ -83,7 +83,8 @@ void pto_sched_kick(pto_device *dev, bool locked)
 
 void pto_sched_wake(pto_device *dev, bool locked)
 {
-    atomic_fetch_add(&dev->kick, 1);
+    /* Not kick: watchers would run a pass for it, and that pass would wake again. */
+    atomic_fetch_add(&dev->wakes, 1); /* seq_cst: pairs with the sleepers++ / re-read in sched_main */
     signal_scheduler(dev, locked);
 }
 
@@ -91,6 +92,12 @@ void pto_sched_wake(pto_device *dev, bool locked)
 static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
 {
     bool progress = false;
+    /*
+     * Every kick up to this value is covered by this pass: its kicker stored
+     * the stream's tail before bumping kick, and the tail loads below come
+     * after this seq_cst load.  Watchers compare kick with it (watch_kicks).
+     */
+    atomic_store(&dev->kick_served, atomic_load(&dev->kick));
     if (dev->reap)
         pto_streams_reap(dev);
     uint64_t now = 0; /* read the clock only for a stream with something to start */
@@ -117,7 +124,7 @@ static void *sched_main(void *arg)
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
     pthread_mutex_lock(&dev->sched_lock);
     while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
-        uint64_t k = atomic_load(&dev->kick);
+        uint64_t k = atomic_load(&dev->kick), w = atomic_load(&dev->wakes);
         uint64_t next_deadline = 0;
         if (sched_pass(dev, &next_deadline))
             continue;
@@ -126,19 +133,20 @@ static void *sched_main(void *arg)
             uint64_t end = pto_now_ns() + spin_ns;
             if (next_deadline && next_deadline < end)
                 end = next_deadline;
-            while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k) {
+            while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k &&
+                   atomic_load_explicit(&dev->wakes, memory_order_relaxed) == w) {
                 sched_yield();   /* see engine_idle: give the CPU to the host */
                 if (pto_now_ns() >= end)
                     break;
             }
             pthread_mutex_lock(&dev->sched_lock);
-            if (atomic_load(&dev->kick) != k)
+            if (atomic_load(&dev->kick) != k || atomic_load(&dev->wakes) != w)
                 continue;
             if (next_deadline && pto_now_ns() >= next_deadline)
                 continue;
         }
-        atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with pto_sched_kick */
-        if (atomic_load(&dev->kick) == k &&
+        atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
+        if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
             !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             pto_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
         atomic_fetch_sub(&dev->sched_sleepers, 1);
@@ -200,14 +208,18 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pthread_mutex_unlock(&dev->core_lock);
 }
 
-/* Run the passes a kick asks for (no lock held); returns the kick count they cover. */
-static uint64_t serve_kicks(pto_device *dev)
+/* Whether some kick is newer than the latest pass (sched_pass records what it covers). */
+static bool kick_pending(pto_device *dev)
+{
+    return atomic_load(&dev->kick) != atomic_load(&dev->kick_served);
+}
+
+/* Run the passes a kick asks for (no lock held). */
+static void serve_kicks(pto_device *dev)
 {
     pthread_mutex_lock(&dev->sched_lock);
-    uint64_t k = atomic_load(&dev->kick); /* read under the lock: the pass below covers it */
     pto_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
-    return k;
 }
 
 /*
@@ -215,19 +227,23 @@ static uint64_t serve_kicks(pto_device *dev)
  * While spinning the engine is a kick watcher: pto_sched_kick does not wake
  * the scheduler thread but leaves the pass to us, so a submission to an idle
  * stream costs the submitter one atomic increment, and the run the pass
- * pushes is taken by this very engine.  Leaving, we re-read kick after the
- * seq_cst decrement of kick_watchers: a kicker that saw us watching bumped
- * kick before that decrement, so its kick is served here, never lost.
+ * pushes is taken by this very engine.
+ *
+ * A kick is pending while kick differs from kick_served, the value the
+ * latest pass read before scanning (whoever ran it): comparing with that,
+ * not with a value we read on arrival, keeps a kick made just before we
+ * started watching from being taken for an old one.  Leaving, we re-check
+ * after the seq_cst decrement of kick_watchers: a kicker that saw us
+ * watching bumped kick before that decrement, so its kick is served here.
  */
 static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns)
 {
     atomic_fetch_add(&dev->kick_watchers, 1);
-    uint64_t k = atomic_load(&dev->kick);
     uint64_t end = pto_now_ns() + spin_ns;
     while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
            !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
-        if (atomic_load_explicit(&dev->kick, memory_order_relaxed) != k) {
-            k = serve_kicks(dev);
+        if (kick_pending(dev)) {
+            serve_kicks(dev);
             continue; /* the pass may have pushed a run for us */
         }
         /* Yield, not pause: on an oversubscribed host the thread we are
@@ -238,7 +254,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
             break;
     }
     atomic_fetch_sub(&dev->kick_watchers, 1);
-    if (atomic_load(&dev->kick) != k && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
+    if (kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
         serve_kicks(dev);
 }
 

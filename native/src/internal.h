@@ -409,7 +409,9 @@ struct pto_device {
     pthread_mutex_t sched_lock;
     pthread_cond_t sched_cv;      /* scheduler threads sleep here */
     pthread_cond_t host_cv;       /* synchronize / event waits sleep here */
-    _Alignas(64) _Atomic uint64_t kick; /* bumped on every submission/state change (seq_cst) */
+    _Alignas(64) _Atomic uint64_t kick; /* bumped when there is work to schedule (seq_cst) */
+    _Atomic uint64_t kick_served; /* kick as read by the latest pass, before it scanned */
+    _Atomic uint64_t wakes;       /* bumped to wake the scheduler thread itself (deadlines) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see engines.c) */
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     int host_waiters;

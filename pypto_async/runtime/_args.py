@@ -223,23 +223,22 @@ class Binder:
         values = []
         append = values.append
         hosts = joins = None
-        for arg, row in zip(args, self._rows):
+        for arg, (shape, dtype, scalar, label, p) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
                 # The common case first: a tensor of this worker, alive, of the right shape and dtype.
-                if (arg._worker is not worker or arg._freed or arg._shape != row[0] or row[2]
-                        or (arg._dtype is not row[1] and arg._dtype != row[1])):
-                    self._tensor_error(worker, arg, row[3], row[4])
+                if (arg._worker is not worker or arg._freed or arg._shape != shape or scalar
+                        or (arg._dtype is not dtype and arg._dtype != dtype)):
+                    self._tensor_error(worker, arg, label, p)
                 if arg._init is not None:
-                    check_init(arg, row[3])
+                    check_init(arg, label)
                 append(arg._ptr)
                 if stream not in arg._streams:
                     if joins is None:
                         joins = []
                     joins.append(arg)
-            elif row[2]:
-                append(scalar_bits(arg, row[1], row[3]))
+            elif scalar:
+                append(scalar_bits(arg, dtype, label))
             else:
-                shape, dtype, _, label, p = row
                 h = host_array(arg, label, writeable=p.copies_out)
                 if h.shape != shape or (h.dtype is not dtype and h.dtype != dtype):
                     _mismatch(label, p, h.shape, h.dtype)

@@ -46,7 +46,7 @@ class Launch:
     __slots__ = (
         "_worker", "_stream", "_name", "_remaining", "_exc", "_done", "_entered",
         "_waiters", "_entry_waiters", "_keep", "_out", "_retrieved", "_t0", "_t1",
-        "_event", "_await_entry", "_poison", "__weakref__",
+        "_event", "_await_entry", "_poison", "_owaiters", "__weakref__",
     )
 
     def __init__(self, *args, **kwargs):
@@ -58,6 +58,16 @@ class Launch:
     # -- awaiting ---------------------------------------------------------------
 
     def __await__(self):
+        if not self._done and not self._await_entry:
+            pump = self._worker._pump
+            if pump.waits_for_outcomes:
+                # asyncio: the task awaits a future that resolves to this launch's
+                # outcome (_finish delivers it), with no generator of ours in between:
+                # one object and one frame less per waiting task.
+                return pump.wait_outcome(self)
+        return self._await()
+
+    def _await(self):
         # The pump's wait is called directly (not through worker._pump_wait): one
         # Python call less on every await that suspends.
         if self._await_entry:
@@ -202,8 +212,25 @@ class Launch:
             self._t0 = start_ns
         self._t1 = end_ns
         self._remaining -= 1
-        if not self._remaining:
-            self._finish()
+        if self._remaining:
+            return
+        fut = self._owaiters
+        if (self._exc is None and type(fut) is not list and not self._waiters
+                and not self._entry_waiters):
+            # _finish for the usual case (success, at most one task awaiting it), inline:
+            # two calls less per launch.
+            self._done = True
+            self._entered = True
+            self._keep = None
+            if fut is not None:
+                self._owaiters = None
+                if not fut.done():
+                    try:
+                        fut.set_result(self._out)
+                    except RuntimeError:  # its event loop is gone
+                        pass
+            return
+        self._finish()
 
     def _fail(self, exc) -> None:
         if self._exc is None:
@@ -217,11 +244,29 @@ class Launch:
         self._entered = True
         self._keep = None
         exc = self._exc
+        if self._owaiters is not None:
+            self._deliver(exc)
         if exc is not None and self._retrieved is False and not isinstance(exc, PtoCanceledError):
             # Only a failed launch carries a finalizer: the success path stays cheap.
             self._retrieved = _Unretrieved(self._name, exc)
         if self._waiters or self._entry_waiters:
             self._worker._release_waiters(self)
+
+    def _deliver(self, exc) -> None:
+        """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome."""
+        waiters = self._owaiters
+        self._owaiters = None
+        for fut in waiters if type(waiters) is list else (waiters,):
+            if fut.done():  # its task was cancelled
+                continue
+            try:
+                if exc is None:
+                    fut.set_result(self._out)
+                else:
+                    fut.set_exception(exc)
+                    self._mark_retrieved()
+            except RuntimeError:  # its event loop is gone
+                pass
 
     def _mark_retrieved(self) -> None:
         """Note that the error was seen: collecting the launch will not warn."""
@@ -277,6 +322,7 @@ def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entr
     launch._event = None
     launch._await_entry = await_entry
     launch._poison = None
+    launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
     return launch
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from asyncio import _get_running_loop  # None outside a loop: no exception to catch per await
 
 from .._driver import lib
 from ..errors import PtoInvalidStateError
@@ -52,6 +53,7 @@ class SyncPump:
     """The pump of a worker in sync mode: nothing runs in the background."""
 
     flavour = "sync"
+    waits_for_outcomes = False
 
     def __init__(self, worker):
         self._worker = worker
@@ -91,6 +93,7 @@ class AsyncioPump:
     """The pump of a worker opened under asyncio (uvloop included): ``loop.add_reader``."""
 
     flavour = "asyncio"
+    waits_for_outcomes = True  # Launch.__await__ uses wait_outcome
 
     def __init__(self, worker, loop: asyncio.AbstractEventLoop):
         self._worker = worker
@@ -114,17 +117,32 @@ class AsyncioPump:
     def usable(self) -> bool:
         return not self._closed and not self._loop.is_closed()
 
+    def _wrong_loop(self):
+        return PtoInvalidStateError(
+            "this ChipWorker's completion pump runs on another event loop; "
+            "open it in this one with `await worker.open()` or `async with`"
+        )
+
+    def wait_outcome(self, launch):
+        """``await launch``: return the iterator of a future that Launch._finish resolves
+        to the launch's result (or error).  Its waiters are kept in ``launch._owaiters``."""
+        loop = self._loop
+        if _get_running_loop() is not loop or self._closed:
+            raise self._wrong_loop()
+        fut = loop.create_future()
+        waiters = launch._owaiters
+        if waiters is None:
+            launch._owaiters = fut
+        elif type(waiters) is list:
+            waiters.append(fut)
+        else:
+            launch._owaiters = [waiters, fut]
+        return fut.__await__()
+
     def wait(self, waiters):
         loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not loop or self._closed:
-            raise PtoInvalidStateError(
-                "this ChipWorker's completion pump runs on another event loop; "
-                "open it in this one with `await worker.open()` or `async with`"
-            )
+        if _get_running_loop() is not loop or self._closed:
+            raise self._wrong_loop()
         n = len(waiters)
         if n >= _PRUNE_FROM and not n & (n - 1):
             _prune(waiters)
@@ -187,6 +205,7 @@ class TrioPump:
     """The pump of a worker opened under trio: a system task waiting on the fd."""
 
     flavour = "trio"
+    waits_for_outcomes = False
 
     def __init__(self, worker):
         import trio
