@@ -261,6 +261,29 @@ async def test_a_failed_initial_copy_is_reported_by_every_use(config, kernels):
         scratch.free()
 
 
+def test_tensor_allocated_behind_an_unrelated_failure_is_usable_elsewhere(worker, kernels):
+    # No initial copy: the allocation point stands for no result, so a failure queued
+    # before it on its stream must not fail the tensor's first use on another stream.
+    a, b = worker.stream(), worker.stream()
+    scratch = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+    fail = worker.register(kernels.get("fail", N))
+    with hold(a) as latch:
+        failed = fail.submit(scratch, stream=a)
+        t = worker.alloc_tensor(N, np.float32, stream=a)  # behind the failing launch
+        latch.release()
+    with pytest.raises(PtoKernelFault):
+        failed.sync(timeout=10)
+    x = rand()
+    worker.copy(t, x, stream=b).sync(timeout=10)  # t's first use on b joins its allocation
+    out = np.full(N, np.nan, np.float32)
+    worker.copy(out, t, stream=b).sync(timeout=10)
+    np.testing.assert_array_equal(out, x)
+    for tensor in (t, scratch):
+        tensor.free()
+    a.close()
+    b.close()
+
+
 def test_first_use_elsewhere_does_not_wait_for_later_work_on_the_allocation_stream(worker, kernels):
     copy = worker.register(kernels.get("copy", N))
     a, b = worker.stream(), worker.stream()

@@ -252,6 +252,13 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks,
 /* Record e: e completes once everything queued on s before it completes. */
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
 /*
+ * Record e as an ordering point only: like pto_stream_record, but e (and this
+ * command's record) complete healthy even when s has failed, so streams that
+ * wait on it are ordered behind s's earlier work without inheriting its
+ * failure.  For points that stand for no result, such as an allocation.
+ */
+int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token);
+/*
  * Record e as failed: in stream order, e completes carrying -status (a
  * PTO_E* value; 0 means PTO_EDEP) and cause_token, so every stream that
  * waits on it fails its later commands as dependents.  s itself stays

@@ -215,6 +215,7 @@ struct pto_cmd {
             struct pto_event_node *node;
             uint64_t event_id;
             int32_t fail_status;          /* record: < 0 completes e failed (pto_stream_record_failed) */
+            bool ordering;                /* record: never carries s's failure (pto_stream_record_ordering) */
             uint64_t fail_cause;
             bool dependent;               /* wait: a failed e fails it as a dependent only */
         } ev;                                             /* record, wait */

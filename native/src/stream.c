@@ -294,7 +294,7 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
 }
 
 static int submit_record(pto_stream *s, pto_event *e, int32_t fail_status, uint64_t fail_cause,
-                         uint64_t token, const char *fn)
+                         bool ordering, uint64_t token, const char *fn)
 {
     int rc = check_stream(s, fn);
     if (rc)
@@ -321,13 +321,19 @@ static int submit_record(pto_stream *s, pto_event *e, int32_t fail_status, uint6
     cmd->u.ev.event_id = e->id;
     cmd->u.ev.fail_status = fail_status;
     cmd->u.ev.fail_cause = fail_cause;
+    cmd->u.ev.ordering = ordering;
     pto_slot_commit(s, cmd, PTO_CMD_RECORD, token);
     return 0;
 }
 
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_record(s, e, 0, 0, token, "pto_stream_record");
+    return submit_record(s, e, 0, 0, false, token, "pto_stream_record");
+}
+
+int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_record(s, e, 0, 0, true, token, "pto_stream_record_ordering");
 }
 
 int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t cause_token,
@@ -335,7 +341,7 @@ int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t c
 {
     if (status <= 0 || status > PTO_ENOTSUP)
         status = PTO_EDEP;
-    return submit_record(s, e, -status, cause_token, token, "pto_stream_record_failed");
+    return submit_record(s, e, -status, cause_token, false, token, "pto_stream_record_failed");
 }
 
 static int submit_wait(pto_stream *s, const char *fn, pto_event *e, bool dependent, uint64_t token)
@@ -858,6 +864,9 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         return -PTO_ECANCELED;
     }
     if (failed_for(s, cmd)) {
+        /* An ordering-only record completes its event healthy: it marks a point, not a result. */
+        if (cmd->kind == PTO_CMD_RECORD && cmd->u.ev.ordering)
+            return 0;
         /*
          * A wait still waits for its event before failing: what follows it on
          * this stream (a stream-ordered free above all) was ordered behind the

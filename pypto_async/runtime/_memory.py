@@ -80,7 +80,9 @@ class DeviceMemory:
                                              (stream._ptr, ptr, host.ptr, nbytes),
                                              "alloc_tensor(init=...) copy", (init, host), None)
                 # The point other streams join on their first use of t (see _join_first_use).
-                ready = self._record_locked(stream)
+                # Without an initial copy it stands for no result: an earlier, unrelated
+                # failure of the stream must not fail t's first use elsewhere.
+                ready = self._record_locked(stream, ordering=launch is None)
             except BaseException:
                 if launch is None:
                     lib.pto_mem_free(self._dev, ptr)  # nothing was queued that uses it

@@ -693,11 +693,20 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     # -- events and ordering (lock held unless said) ------------------------------------------------
 
-    def _record_locked(self, stream: Stream) -> Event:
+    def _record_locked(self, stream: Stream, ordering: bool = False) -> Event:
+        """Record an Event on `stream` (lock held).
+
+        ``ordering=True`` records a point that stands for no result: the event
+        completes healthy even if `stream` failed before it, so waiting on it
+        orders without inheriting that failure.
+        """
         event = Event._make(self, stream, True)
         token = self._token(event)
-        if self._submit(stream, lib.pto_stream_record, (stream._ptr, event._ptr, token), event,
-                        _F_LAST | _F_RECORD):
+        if ordering:
+            fn, flags = lib.pto_stream_record_ordering, _F_LAST
+        else:
+            fn, flags = lib.pto_stream_record, _F_LAST | _F_RECORD
+        if self._submit(stream, fn, (stream._ptr, event._ptr, token), event, flags):
             event._entered = True
         return event
 

@@ -281,6 +281,28 @@ def test_event_wait_propagates_failure_to_the_waiting_stream(dev, cq, stream, st
     lib.pto_event_destroy(ev)
 
 
+def test_ordering_record_orders_without_passing_on_the_failure(dev, cq, stream, stream2):
+    fail = builtin(dev, "fail")
+    ev = new_event(dev)
+    ta, trec, tafter, twait, tb = (new_token() for _ in range(5))
+    with held(dev, stream) as h:
+        launch(stream, fail, 1, [0], ta)
+        check(lib.pto_stream_record_ordering(stream, ev, trec))
+        notify(stream, tafter)
+        check(lib.pto_stream_wait_event(stream2, ev, twait))
+        notify(stream2, tb)
+        h.release()
+        recs = cq.wait(ta, trec, tafter, twait, tb)
+    assert recs[ta].status == -PTO_EKERNEL
+    # The point completes healthy, and so does what is ordered behind it elsewhere...
+    assert (recs[trec].status, recs[twait].status, recs[tb].status) == (0, 0, 0)
+    assert recs[twait].end_ns >= recs[ta].end_ns
+    assert lib.pto_event_query(ev) == 1
+    # ... while the failed stream still fails its own work queued behind the failure.
+    assert recs[tafter].status == -PTO_EDEP and recs[tafter].cause_token == ta
+    lib.pto_event_destroy(ev)
+
+
 def test_higher_priority_head_runs_first(open_dev):
     dev = open_dev(aicpu_thread_num=1)
     streams = {}

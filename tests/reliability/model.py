@@ -206,13 +206,14 @@ class Model:
             return pos, kind_, f, True
         return pos, OK, None, False
 
-    def _record(self, s: MStream) -> MEvent:
+    def _record(self, s: MStream, ordering: bool = False) -> MEvent:
         clock = self._clock_of(s)
         pos, status, cause, own = self._issue(s, "record", data=False)
         clock[s.index] = pos
-        # A record completes its event carrying the stream's failure (or its own).
-        ev = MEvent(self._next(), s.index, pos, clock, s.fail if status != OK else None,
-                    self._hold_clock_of(s))
+        # A record completes its event carrying the stream's failure (or its own); an
+        # ordering-only record (pto_stream_record_ordering) never carries the stream's.
+        fail = s.fail if status != OK and not (ordering and status == DEPENDENCY) else None
+        ev = MEvent(self._next(), s.index, pos, clock, fail, self._hold_clock_of(s))
         self.events[ev.uid] = ev
         return ev
 
@@ -303,7 +304,8 @@ class Model:
             self._finish(lc, s, pos, status, cause)
             t.init = lc
         if self.join_on_ready:
-            t.ready = self._record(s)
+            # Without an initial copy the point stands for no result (runtime: ordering-only).
+            t.ready = self._record(s, ordering=init is None)
         return t
 
     def init_state(self, t: MTensor) -> str:
