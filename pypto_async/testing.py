@@ -181,13 +181,18 @@ def _queue(stream, fn, args: tuple, *, record: bool):
 
 def _unqueue(stream, entry) -> None:
     """Take a FIFO entry made by :func:`_queue` back out, if it is still waiting."""
+    from .runtime._queue import _drop_injection
+
     worker = stream._worker
     with worker._lock:
         fifo = stream._fifo
         try:
-            fifo.remove(entry)
+            i = fifo.index(entry)
         except ValueError:
             return  # it entered the ring meanwhile
+        # In its place in line it still uses up an injected failure (fail_next), as it would
+        # have on the device.
+        fifo[i] = (_drop_injection, (entry[1][0], 0), None, 0, None)
         token = entry[1][-1]
         if token:
             worker._pending.pop(token, None)

@@ -465,6 +465,13 @@ void pto_latch_destroy(pto_latch *l);
  * default PTO_EFAULT when 0) instead of running.
  */
 int pto_debug_fail_next(pto_stream *s, int status, uint32_t count);
+/*
+ * A host that drops a command it queued (it never reaches the driver, e.g. a
+ * backlog entry failed as dependent of an observed failure) calls this in
+ * its place: one pending injected failure of s is used up, as the command
+ * would have used it.  Returns 1 if one was pending, 0 if not.
+ */
+int pto_debug_fail_next_drop(pto_stream *s);
 /* The next `count` pto_mem_alloc calls on dev return -PTO_ENOMEM. */
 int pto_debug_fail_alloc(pto_device *dev, uint32_t count);
 /* Mark the device lost now, with msg as the first failure. */

@@ -109,6 +109,18 @@ int pto_debug_fail_next(pto_stream *s, int status, uint32_t count)
     return 0;
 }
 
+int pto_debug_fail_next_drop(pto_stream *s)
+{
+    if (!s)
+        return pto_error(PTO_EINVAL, "pto_debug_fail_next_drop: NULL stream");
+    pthread_mutex_lock(&s->submit_lock);
+    int used = s->fail_next_count > 0;
+    if (used)
+        s->fail_next_count--;
+    pthread_mutex_unlock(&s->submit_lock);
+    return used;
+}
+
 /* The next count pto_mem_alloc calls on dev return -PTO_ENOMEM. */
 int pto_debug_fail_alloc(pto_device *dev, uint32_t count)
 {

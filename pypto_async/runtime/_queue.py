@@ -86,6 +86,12 @@ def cq_view(buf):
     return np.frombuffer(ffi.buffer(buf), dtype=dtype)
 
 
+def _drop_injection(stream_ptr, token) -> int:
+    """Stand in for a command the host dropped: use up one injected failure, if armed."""
+    lib.pto_debug_fail_next_drop(stream_ptr)
+    return 0
+
+
 class CommandQueue:
     """Submission, completion and waiting for a worker (a mixin; see the module doc)."""
 
@@ -180,6 +186,7 @@ class CommandQueue:
                     if flags & _F_DATA and owner._poison is not None:
                         fifo.popleft()
                         pending.pop(args[-1], None)
+                        _drop_injection(stream._ptr, 0)  # it takes its place among fail_next's
                         owner._fail(owner._poison)
                     else:
                         if flags & _F_RECORD and owner._poison is not None:
@@ -301,8 +308,9 @@ class CommandQueue:
         for entry in latches:
             # A latch wait (testing.hold) behind a failed command completes at once on the
             # device: it holds nothing.  Let into the ring after the observation it would
-            # hold the stream, so drop it, as it would have completed there.
-            fifo.remove(entry)
+            # hold the stream, so drop it, as it would have completed there; in its place
+            # in line, it still uses up an injected failure (testing.fail_next).
+            fifo[fifo.index(entry)] = (_drop_injection, (entry[1][0], 0), None, 0, None)
             self._pending.pop(entry[1][-1], None)
         for i, (fn, args, owner, flags, gate) in enumerate(fifo):
             if fn is lib.pto_stream_wait_event:

@@ -409,7 +409,6 @@ class RuntimeVsModelBackPressure(RuntimeVsModel):
 
     RING = {"ring_task_window": 8, "ring_dep_pool": 4}
     FAULTS = True
-    INJECT_ON_FAILED = False
 
 
 RuntimeVsModel.TestCase.settings = PROFILE
