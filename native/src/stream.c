@@ -768,8 +768,10 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         /* Release pairs with the acquire loads of done in event.c and pto_stream_step. */
         atomic_store_explicit(&n->done, 1, memory_order_release);
     }
-    if (cmd->token) {
-        pto_completion c;
+    /* The record is built now (the slot may be refilled once head moves) and pushed after. */
+    pto_completion c;
+    uint64_t token = cmd->token;
+    if (token) {
         c.token = cmd->token;
         c.status = status;
         c.stream_id = s->id;
@@ -781,7 +783,6 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         c.flags = fail_id ? PTO_CQ_FIRST_FAILURE : 0;
         c.reserved = 0;
         pto_strlcpy(c.message, status ? msg : "", sizeof(c.message));
-        pto_cq_push(dev, &c, fail_id);
     }
     if (pto_trace_on(dev))
         trace_cmd(dev, s, cmd, status, start_ns, end_ns, engine);
@@ -792,12 +793,18 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     s->active = false;
     /*
      * Release pairs with the acquire loads of head in pto_slot_begin (the slot
-     * may be refilled after this store: nothing below reads cmd) and in
-     * pto_stream_completed (the record above is in the queue).  seq_cst for
+     * may be refilled after this store: nothing below reads cmd).  seq_cst for
      * pto_slot_commit's hand-off: our caller's next pass loads tail.
      */
     atomic_store(&s->head, cmd->seq);
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
+    /*
+     * Pushed after head moved: whoever drains the record sees the command
+     * completed (pto_stream_completed, pto_stream_space_left), so a host that
+     * refills a full ring on each drained record never finds it still full.
+     */
+    if (token)
+        pto_cq_push(dev, &c, fail_id);
     if (dev->host_waiters)
         pthread_cond_broadcast(&dev->host_cv);
     if (s->destroyed && stream_idle(s))

@@ -34,6 +34,14 @@ SMALL = {"platform": "sim", "cores": 2, "copy_engines": 2, "device_memory": 64 <
 LONG = os.environ.get("PYPTO_ASYNC_LONG", "") not in ("", "0")
 
 
+def pytest_collection_modifyitems(items):
+    # The long profiles run for minutes per test: lift the suite's 120 s per-test timeout.
+    if LONG:
+        for item in items:
+            if "reliability" in item.nodeid:
+                item.add_marker(pytest.mark.timeout(3600))
+
+
 @pytest.fixture(scope="session")
 def rel_kernels(tmp_path_factory) -> KernelLib:
     return KernelLib(tmp_path_factory.mktemp("rel_kernels"))
