@@ -19,20 +19,22 @@
  * passes leave behind: a deadline to sleep towards, work left after the
  * passes, or a kick nobody watches.
  *
- * Idling.  A scheduler, and one engine per queue, spin at most spin_us
- * watching an atomic counter, then sleep on their condition variable with no
- * timeout (a scheduler with a delay or latch timeout pending sleeps until
- * that deadline), so an idle device burns no CPU.  Wake-ups cost a signal
- * only when somebody sleeps:
+ * Idling.  A scheduler, and an engine whose queue-mates all sleep, spin at
+ * most spin_us watching atomic counters, then sleep on their condition
+ * variable with no timeout (a scheduler with a delay or latch timeout
+ * pending sleeps until that deadline), so an idle device burns no CPU.
+ * Wake-ups cost a signal only when somebody sleeps:
  *
- *   schedulers  kick (seq_cst) is bumped by every kick; a scheduler about
- *               to sleep increments sched_sleepers (seq_cst) and re-reads
- *               kick under sched_lock.  pto_sched_kick bumps kick and then
- *               reads kick_watchers (a watcher serves it) and sched_sleepers,
- *               and signals under sched_lock only if a scheduler sleeps.  In
- *               the single total order of seq_cst operations one side sees
- *               the other, so a wake-up is never lost, and a busy or
- *               spinning scheduler costs a kicker no syscall.
+ *   schedulers  kick (work to schedule) and wakes (deadlines) are seq_cst
+ *               counters; a scheduler about to sleep increments
+ *               sched_sleepers (seq_cst) and re-reads both under sched_lock.
+ *               pto_sched_kick bumps kick and then reads kick_watchers (a
+ *               watcher serves it) and sched_sleepers; pto_sched_wake bumps
+ *               wakes and reads sched_sleepers; either signals under
+ *               sched_lock only if a scheduler sleeps.  In the single total
+ *               order of seq_cst operations one side sees the other, so a
+ *               wake-up is never lost, and a busy or spinning scheduler costs
+ *               a kicker no syscall.
  *   engines     queue pushes, sleeper and spinner counts are all under the
  *               queue's lock; copy_len / core_len are what the spinning
  *               engine watches.  A push signals a sleeper only when the queue

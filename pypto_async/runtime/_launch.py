@@ -10,7 +10,10 @@ awaiting it.  The first failure among its records is its error.
 Waiting follows one pattern everywhere (trio's ``wait_task_rescheduled``):
 register a waiter in a list, suspend; the completion pump wakes every waiter
 of the list in one pass.  Cancelling a waiting task removes its waiter and
-nothing else: work already on the device cannot be withdrawn.
+nothing else: work already on the device cannot be withdrawn.  The hottest
+wait, ``await launch`` under asyncio, registers the task's future itself
+(``_owaiters``), and finishing the launch resolves it to the launch's
+outputs or error: no generator stands between the task and the future.
 """
 
 from __future__ import annotations

@@ -58,6 +58,10 @@ class SyncPump:
     def __init__(self, worker):
         self._worker = worker
 
+    def can_serve_inline(self) -> bool:
+        # Sync mode drains in blocking waits only: failures are observed where the host waits.
+        return False
+
     def wait(self, waiters):
         raise PtoInvalidStateError(
             "this ChipWorker is in sync mode (opened with `with` or without a context manager): "
@@ -116,6 +120,15 @@ class AsyncioPump:
 
     def usable(self) -> bool:
         return not self._closed and not self._loop.is_closed()
+
+    def can_serve_inline(self) -> bool:
+        """Whether the caller may drain completions now (it runs inside the pump's loop).
+
+        The launch path drains now and then for a coroutine that never suspends
+        (``ChipWorker._launch_kernel``); outside the running loop draining is left
+        to the loop and to blocking waits, as before.
+        """
+        return _get_running_loop() is self._loop and not self._closed
 
     def _wrong_loop(self):
         return PtoInvalidStateError(
@@ -225,6 +238,10 @@ class TrioPump:
             return self._trio.lowlevel.current_trio_token() is self._token and not self._closed
         except RuntimeError:
             return False
+
+    def can_serve_inline(self) -> bool:
+        """Whether the caller may drain completions now (it runs inside this trio run)."""
+        return self.is_current()
 
     def usable(self) -> bool:
         return not self._closed and not self._finished.is_set()

@@ -606,7 +606,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
                     elif rc != _EAGAIN:
                         del self._pending[token]
                         check(rc, h._label)
-                if not token & _SERVICE_MASK and self._pump.on_own_thread():
+                if not token & _SERVICE_MASK and self._pump.can_serve_inline():
                     # A coroutine that submits without ever suspending never lets the pump
                     # run: drain here now and then, so finished launches die young (cheap
                     # for the cyclic GC) and the completion queue stays short.
