@@ -53,15 +53,18 @@
 static __thread int tl_block_failed;
 /* The engine running on this thread (NULL on host and scheduler threads). */
 static __thread const struct pto_engine *tl_engine;
+/* True while this engine spins in watch_kicks: it counts among its queue's spinners. */
+static __thread bool tl_watching;
 
 /*
- * 1 if the calling thread is an engine of dev's `copy` kind: it goes back to
- * that queue as soon as it returns, so it takes the first run pushed from
- * its own finish path without anybody being woken.
+ * 1 if the calling thread is an engine of dev's `copy` kind finishing a
+ * command: it goes back to that queue as soon as it returns, so it takes the
+ * first run pushed from its own finish path without anybody being woken.  (A
+ * watching engine is counted among the spinners already.)
  */
 static int self_returning(pto_device *dev, bool copy)
 {
-    return tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy;
+    return tl_engine && !tl_watching && tl_engine->dev == dev && tl_engine->is_copy == copy;
 }
 
 static void signal_scheduler(pto_device *dev, bool locked)
@@ -240,6 +243,7 @@ static void serve_kicks(pto_device *dev)
  */
 static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns)
 {
+    tl_watching = true;
     atomic_fetch_add(&dev->kick_watchers, 1);
     uint64_t end = pto_now_ns() + spin_ns;
     while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
@@ -258,6 +262,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
     atomic_fetch_sub(&dev->kick_watchers, 1);
     if (kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
         serve_kicks(dev);
+    tl_watching = false;
 }
 
 /*
