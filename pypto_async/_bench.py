@@ -82,34 +82,32 @@ def _driver_rows(result: dict) -> list[dict]:
     return rows
 
 
+#: bench_runtime's figures: (result key, row name, unit, reference keys (the first present wins),
+#: reference name, target: the figure must be at most this).
+_RUNTIME_ROWS = (
+    ("roundtrip", "await an empty launch, round trip (median)", "µs",
+     ("ref_raw_poll_us", "ref_raw_driver_us"), "raw driver round trip, host polling", 25.0),
+    ("pipelined", "launches in flight from one coroutine, per launch", "µs",
+     ("ref_raw_cffi_us",), "raw cffi submit + drain", 3.0),
+    ("concurrent", "10,000 tasks each awaiting a launch, per launch", "µs",
+     ("ref_asyncio_tasks_us",), "tasks awaiting bare futures", 10.0),
+    ("concurrent_uvloop", "the same 10,000 tasks under uvloop, per launch", "µs",
+     ("ref_asyncio_tasks_us",), "tasks awaiting bare futures", 10.0),
+    ("overlap", "pipelined example / max(copy-only, compute-only)", "x",
+     ("ref_raw_driver_x",), "the driver alone", 1.25),
+)
+
+
 def _runtime_rows(result: dict) -> list[dict]:
     rows = []
-    r = result.get("roundtrip")
-    if r:
-        rows.append(_row("await an empty launch, round trip (median)", r["value"], "µs",
-                         reference=r.get("ref_raw_poll_us", r.get("ref_raw_driver_us")),
-                         reference_name="raw driver round trip, host polling",
-                         target="≤ 25 µs", ok=r["value"] <= 25.0))
-    r = result.get("pipelined")
-    if r:
-        rows.append(_row("launches in flight from one coroutine, per launch", r["value"], "µs",
-                         reference=r.get("ref_raw_cffi_us"), reference_name="raw cffi submit + drain",
-                         target="≤ 3 µs", ok=r["value"] <= 3.0))
-    r = result.get("concurrent")
-    if r:
-        rows.append(_row("10,000 tasks each awaiting a launch, per launch", r["value"], "µs",
-                         reference=r.get("ref_asyncio_tasks_us"), reference_name="tasks awaiting bare futures",
-                         target="≤ 10 µs", ok=r["value"] <= 10.0))
-    r = result.get("concurrent_uvloop")
-    if r:
-        rows.append(_row("the same 10,000 tasks under uvloop, per launch", r["value"], "µs",
-                         reference=r.get("ref_asyncio_tasks_us"), reference_name="tasks awaiting bare futures",
-                         target="≤ 10 µs", ok=r["value"] <= 10.0))
-    r = result.get("overlap")
-    if r:
-        rows.append(_row("pipelined example / max(copy-only, compute-only)", r["value"], "x",
-                         reference=r.get("ref_raw_driver_x"), reference_name="the driver alone",
-                         target="≤ 1.25x", ok=r["value"] <= 1.25))
+    for key, name, unit, ref_keys, ref_name, limit in _RUNTIME_ROWS:
+        r = result.get(key)
+        if not r:
+            continue
+        reference = next((r[k] for k in ref_keys if k in r), None)
+        target = f"≤ {limit:g}x" if unit == "x" else f"≤ {limit:g} {unit}"
+        rows.append(_row(name, r["value"], unit, reference=reference, reference_name=ref_name,
+                         target=target, ok=r["value"] <= limit))
     return rows
 
 

@@ -181,7 +181,7 @@ def _queue(stream, fn, args: tuple, *, record: bool):
 
 def _unqueue(stream, entry) -> None:
     """Take a FIFO entry made by :func:`_queue` back out, if it is still waiting."""
-    from .runtime._queue import _drop_injection
+    from .runtime._queue import dropped_entry
 
     worker = stream._worker
     with worker._lock:
@@ -192,7 +192,7 @@ def _unqueue(stream, entry) -> None:
             return  # it entered the ring meanwhile
         # In its place in line it still uses up an injected failure (fail_next), as it would
         # have on the device.
-        fifo[i] = (_drop_injection, (entry[1][0], 0), None, 0, None)
+        fifo[i] = dropped_entry(entry)
         token = entry[1][-1]
         if token:
             worker._pending.pop(token, None)

@@ -215,25 +215,8 @@ class Launch:
             self._t0 = start_ns
         self._t1 = end_ns
         self._remaining -= 1
-        if self._remaining:
-            return
-        fut = self._owaiters
-        if (self._exc is None and type(fut) is not list and not self._waiters
-                and not self._entry_waiters):
-            # _finish for the usual case (success, at most one task awaiting it), inline:
-            # two calls less per launch.
-            self._done = True
-            self._entered = True
-            self._keep = None
-            if fut is not None:
-                self._owaiters = None
-                if not fut.done():
-                    try:
-                        fut.set_result(self._out)
-                    except RuntimeError:  # its event loop is gone
-                        pass
-            return
-        self._finish()
+        if not self._remaining:
+            self._finish()
 
     def _fail(self, exc) -> None:
         if self._exc is None:
@@ -247,19 +230,19 @@ class Launch:
         self._entered = True
         self._keep = None
         exc = self._exc
-        if self._owaiters is not None:
-            self._deliver(exc)
+        waiters = self._owaiters
+        if waiters is not None:
+            self._owaiters = None
+            self._deliver(waiters if type(waiters) is list else (waiters,), exc)
         if exc is not None and self._retrieved is False and not isinstance(exc, PtoCanceledError):
             # Only a failed launch carries a finalizer: the success path stays cheap.
             self._retrieved = _Unretrieved(self._name, exc)
         if self._waiters or self._entry_waiters:
             self._worker._release_waiters(self)
 
-    def _deliver(self, exc) -> None:
+    def _deliver(self, waiters, exc) -> None:
         """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome."""
-        waiters = self._owaiters
-        self._owaiters = None
-        for fut in waiters if type(waiters) is list else (waiters,):
+        for fut in waiters:
             if fut.done():  # its task was cancelled
                 continue
             try:

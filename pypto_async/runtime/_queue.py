@@ -92,6 +92,11 @@ def _drop_injection(stream_ptr, token) -> int:
     return 0
 
 
+def dropped_entry(entry: tuple) -> tuple:
+    """The FIFO entry that takes a dropped entry's place in line (see _drop_injection)."""
+    return (_drop_injection, (entry[1][0], 0), None, 0, None)
+
+
 class CommandQueue:
     """Submission, completion and waiting for a worker (a mixin; see the module doc)."""
 
@@ -310,7 +315,7 @@ class CommandQueue:
             # device: it holds nothing.  Let into the ring after the observation it would
             # hold the stream, so drop it, as it would have completed there; in its place
             # in line, it still uses up an injected failure (testing.fail_next).
-            fifo[fifo.index(entry)] = (_drop_injection, (entry[1][0], 0), None, 0, None)
+            fifo[fifo.index(entry)] = dropped_entry(entry)
             self._pending.pop(entry[1][-1], None)
         for i, (fn, args, owner, flags, gate) in enumerate(fifo):
             if fn is lib.pto_stream_wait_event:
