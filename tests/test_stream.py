@@ -231,6 +231,60 @@ def test_close_stream(worker, kernels):
     t.free()
 
 
+def test_query_tells_whether_the_work_queued_so_far_completed(kernels):
+    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                              device_memory=16 << 20)) as w:
+        inc = w.register(kernels.get("inc", N))
+        fail = w.register(kernels.get("fail", N))
+        a, b = w.stream(), w.stream()
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+        a.sync(timeout=10)
+        assert a.query() and b.query()  # nothing queued yet on b
+        with hold(a) as latch:
+            launches = [inc.submit(t, stream=a) for _ in range(2)]  # behind the latch, in the ring
+            inc(rand(), stream=b)  # sync mode: complete on return
+            assert not a.query() and b.query()
+            latch.release()
+            a.sync(timeout=10)
+        assert a.query() and all(launch.done() for launch in launches)
+        np.testing.assert_array_equal(t.numpy(), np.full(N, 2, np.float32))
+        # A failed command is completed work: query() does not raise for it.
+        failed = fail.submit(rand(), stream=b)
+        b.sync(timeout=10)
+        assert b.query() and failed.exception() is not None
+        # A closed stream answers for the work queued before it closed.
+        with hold(b) as latch:
+            inc.submit(t, stream=b)
+            b.close()
+            assert not b.query()
+            latch.release()
+            w.default_stream.wait(b)  # on b's final event
+            w.default_stream.sync(timeout=10)
+            assert b.query()
+        t.free()
+        a.close()
+    with pytest.raises(PtoClosedError):
+        a.query()
+
+
+@pytest.mark.anyio
+async def test_query_counts_the_fifo(kernels):
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        inc = w.register(kernels.get("inc", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        s = w.default_stream
+        await s
+        with hold(s) as latch:
+            launches = [inc(t) for _ in range(10)]
+            assert s.backlog > 0 and not s.query()
+            latch.release()
+        await launches[-1]  # its record was pushed after the stream's counter moved
+        assert s.backlog == 0 and s.query()
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, 10, np.float32))
+        t.free()
+
+
 def test_default_stream_cannot_be_closed(worker):
     with pytest.raises(PtoArgumentError, match="closed with its worker"):
         worker.default_stream.close()

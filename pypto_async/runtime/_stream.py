@@ -27,8 +27,8 @@ class Stream:
     completed; commands on different streams overlap.  The constructor
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
     ``await stream`` suspends until everything queued on it so far has
-    completed; it does not raise for a failed command (each launch reports
-    its own failure).  :meth:`close` it when you are done; a stream nothing
+    completed, and :meth:`query` asks without waiting; neither raises for a
+    failed command (each launch reports its own failure).  :meth:`close` it when you are done; a stream nothing
     references any more (no tensor, launch, event or queued command) is
     released by the garbage collector, its queued work still running.
     """
@@ -173,6 +173,34 @@ class Stream:
         if not marker._done:
             self._worker._block_until(marker, False, timeout)
         _marker_outcome(marker)
+
+    def query(self) -> bool:
+        """Return True if everything queued on this stream so far has completed.
+
+        Never waits, and never raises for a failed command (each launch
+        reports its own).  Like :meth:`Event.query`, this is the device's
+        view: a launch that completed there is ``done()`` only once the pump
+        has drained its record.
+
+        Raises
+        ------
+        PtoClosedError
+            If the worker is closed.
+        """
+        worker = self._worker
+        worker._check_open()
+        with worker._lock:
+            if worker._deferred:  # frees of collected tensors count as work queued so far
+                worker._process_deferred_locked()
+            if self._closed:
+                final = self._final
+                return final is None or final.query()
+            if self._fifo:
+                return False
+            # The lock keeps submissions out: read how far the ring was filled, then how far
+            # it was drained.
+            submitted = lib.pto_stream_submitted(self._ptr)
+            return lib.pto_stream_completed(self._ptr) >= submitted
 
     def close(self) -> None:
         """Close the stream (idempotent).
