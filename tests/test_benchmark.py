@@ -57,3 +57,5 @@ def test_bench_runtime_script_runs(tmp_path):
     results = json.loads(proc.stdout)
     for name in ("roundtrip", "pipelined", "concurrent"):
         assert results[name]["value"] > 0
+    assert results["concurrent"]["ref_asyncio_tasks_us"] > 0
+    assert results["concurrent"]["ref_batched_futures_us"] > 0
