@@ -7,8 +7,8 @@
     A small sim device: 2 cores, 2 copy engines, 64 MiB.
 
 Helpers: :func:`mem_stats` reads the driver's memory counters,
-:func:`proc_threads` and :func:`proc_fds` count this process's threads (all of
-them, driver threads included: ``/proc/self/task``) and open file descriptors,
+:func:`proc_threads` lists this process's threads (all of them, driver threads
+included: ``/proc/self/task``), :func:`proc_fds` counts its open file descriptors,
 :func:`rss_kib` reads ``VmRSS``.
 """
 
@@ -66,9 +66,14 @@ def stream_stats(stream):
     return out
 
 
-def proc_threads() -> int:
-    """Threads of this process, native ones included."""
-    return len(os.listdir("/proc/self/task"))
+def proc_threads() -> set[str]:
+    """The ids of this process's live threads, native ones included.
+
+    Compare sets, not counts: "no thread left behind" is ``after <= before``,
+    which a library's idle worker ending meanwhile (trio keeps its thread cache
+    for 10 s) does not upset.
+    """
+    return set(os.listdir("/proc/self/task"))
 
 
 def proc_fds() -> int:

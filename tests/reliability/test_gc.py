@@ -68,11 +68,11 @@ def test_open_close_leaves_no_threads(rel_kernels):
         with ChipWorker(RunConfig(**SMALL)) as w:
             out = np.zeros(N, np.float32)
             w.register(add)(np.ones(N, np.float32), np.ones(N, np.float32), out)
-            assert proc_threads() > native_before  # cores, copy engines, scheduler
+            assert len(proc_threads() - native_before) >= 3  # cores, copy engines, scheduler
         w2 = ChipWorker(RunConfig(**SMALL))  # never closed: collected
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             del w2
             gc.collect()
-    assert threading.active_count() == py_before
-    assert proc_threads() == native_before
+    assert threading.active_count() <= py_before
+    assert proc_threads() <= native_before

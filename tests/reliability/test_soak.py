@@ -95,7 +95,9 @@ def test_soak_returns_to_its_starting_point(rel_kernels):
     gc.collect()
     assert rounds > 0
     assert proc_fds() == fds0
-    assert proc_threads() == thr0
+    # No thread started since is still alive (a library's idle worker may have ended meanwhile:
+    # trio keeps its thread cache for 10 s).
+    assert proc_threads() <= thr0, (sorted(thr0), sorted(proc_threads()))
     grown = rss_kib() - rss0
     if not SANITIZED:
         assert grown < RSS_TOLERANCE_KIB, f"RSS grew by {grown} KiB over {rounds} rounds"
