@@ -8,18 +8,23 @@ import gc
 import os
 import threading
 
+import anyio
 import numpy as np
 import pytest
+from conftest import mem_stats
 
 from pypto_async._driver import ffi, lib
 from pypto_async.errors import (
     PtoArgumentError,
     PtoCanceledError,
     PtoClosedError,
+    PtoDeviceLost,
     PtoInvalidStateError,
+    PtoKernelFault,
     PtoLoadError,
     PtoNotSupported,
     PtoPlatformMismatch,
+    PtoTimeout,
 )
 from pypto_async.runtime import ChipWorker, KernelHandle, RunConfig, WorkerStats
 from pypto_async.testing import hold
@@ -277,3 +282,133 @@ def test_close_returns_on_a_lost_device(config):
     with pytest.warns(ResourceWarning, match="never freed"):
         w.close(timeout=5)
     assert w.is_closed and t.freed
+
+
+# -- waiting for everything: sync() and wait() ---------------------------------------------------
+
+
+def test_sync_waits_for_every_stream(kernels):
+    with ChipWorker(RunConfig(cores=2, copy_engines=1, device_memory=16 << 20)) as w:
+        inc = w.register(kernels.get("inc", N))
+        fail = w.register(kernels.get("fail", N))
+        a, b, c = w.stream(), w.stream(), w.stream()
+        xs = [rand() for _ in range(3)]
+        ts = [w.alloc_tensor(N, np.float32, init=x) for x in xs]
+        w.sync(timeout=10)
+        with hold(a) as la, hold(b) as lb, hold(c) as lc:
+            launches = [inc.submit(t, stream=s) for t, s in zip(ts, (a, b, c))]
+            failed = fail.submit(rand(), stream=a)
+            c.close()  # the work a closed stream still holds counts too
+            with pytest.raises(PtoTimeout, match="did not complete within"):
+                w.sync(timeout=0.05)
+            la.release()
+            lb.release()
+            with pytest.raises(PtoTimeout):
+                w.sync(timeout=0.05)  # c is still held
+            assert not launches[2].done()
+            lc.release()
+            w.sync(timeout=10)  # a failed command does not raise here
+            assert all(launch.done() for launch in launches) and failed.done()
+        assert isinstance(failed.exception(), PtoKernelFault)
+        for t, x in zip(ts, xs):
+            np.testing.assert_array_equal(t.numpy(), x + np.float32(1))
+            t.free()
+        w.sync(timeout=10)
+        assert mem_stats(w).count == 0 and mem_stats(w).pending_frees == 0
+    with pytest.raises(PtoClosedError):
+        w.sync()
+
+
+def test_sync_covers_the_frees_of_collected_tensors(worker):
+    t = worker.alloc_tensor(N, np.float32, init=rand())
+    with hold(worker.default_stream) as latch:
+        del t
+        gc.collect()  # the free is deferred to the worker, behind the held stream
+        latch.release()
+        worker.sync(timeout=10)
+    assert mem_stats(worker).count == 0 and mem_stats(worker).pending_frees == 0
+
+
+def test_sync_raises_on_a_lost_device(config, kernels):
+    w = ChipWorker(config)
+    inc = w.register(kernels.get("inc", N))
+    t = w.alloc_tensor(N, np.float32, init=rand())  # left to close(), which says so
+    with hold(w.default_stream):
+        launch = inc.submit(t)
+        assert lib.pto_debug_lose_device(w._dev, b"lost on purpose") == 0
+        with pytest.raises(PtoDeviceLost, match="device was lost"):
+            w.sync(timeout=10)
+        assert isinstance(launch.exception(), PtoDeviceLost)
+    with pytest.warns(ResourceWarning, match="never freed"):
+        w.close(timeout=5)
+
+
+@pytest.mark.anyio
+async def test_wait_covers_only_the_work_queued_before_it(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc", N))
+        a, b = w.stream(), w.stream()
+        x, y = rand(), rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        u = w.alloc_tensor(N, np.float32, init=y)
+        await w.wait()
+        finished = anyio.Event()
+
+        async def waiter():
+            await w.wait()
+            finished.set()
+
+        with hold(a) as la:
+            before = inc(t, stream=a)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.wait_all_tasks_blocked()  # its sync point is taken
+                with hold(b) as lb:
+                    after = inc(u, stream=b)  # queued once the wait began: not waited for
+                    await inc(rand(), stream=w.stream())  # other completions run the pump
+                    await anyio.wait_all_tasks_blocked()
+                    assert not finished.is_set()
+                    la.release()
+                    with anyio.fail_after(10):
+                        await finished.wait()
+                    assert before.done() and not after.done()
+                    lb.release()
+                    await after
+        np.testing.assert_array_equal(await t.to_host(), x + np.float32(1))
+        np.testing.assert_array_equal(await u.to_host(), y + np.float32(1))
+        t.free()
+        u.free()
+
+
+@pytest.mark.anyio
+async def test_sync_from_another_thread_on_an_async_worker(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc", N))
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        with hold(w.default_stream) as latch:
+            launch = inc(t)
+            seen = []
+
+            def blocking():
+                w.sync(timeout=10)  # the loop's pump completes it: this thread only waits
+                seen.append(launch.done())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, blocking)
+                await anyio.sleep(0.01)
+                latch.release()
+        assert seen == [True]
+        np.testing.assert_array_equal(await t.to_host(), x + np.float32(1))
+        t.free()
+
+
+def test_wait_in_sync_mode_is_refused(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    t = worker.alloc_tensor(N, np.float32, init=rand())
+    with hold(worker.default_stream):
+        inc.submit(t)
+        with pytest.raises(PtoInvalidStateError, match="sync mode"):
+            asyncio.run(worker.wait())
+    worker.sync(timeout=10)
+    t.free()

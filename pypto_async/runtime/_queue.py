@@ -48,7 +48,7 @@ import numpy as np
 from .._driver import PTO_EAGAIN, PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
 from ..errors import PtoDependencyError, PtoError, PtoTimeout
 from ._checks import check_timeout
-from ._launch import Launch
+from ._launch import Launch, _new_launch
 from ._stream import Stream
 
 __all__ = ["CommandQueue", "cq_view"]
@@ -375,14 +375,55 @@ class CommandQueue:
                 self._service_locked()
 
     def _service_locked(self) -> None:
-        """Drain records, refill rings from the FIFOs, run deferred frees, wake idle waiters."""
+        """Drain records, refill rings from the FIFOs, run deferred frees, settle waits."""
         self._drain()
         if self._backlog:
             self._flush()
         if self._deferred:
             self._process_deferred_locked()
+        self._settle_locked()
+
+    def _settle_locked(self) -> None:
+        """Complete the sync points and wake the idle waiters whose wait is over (lock held).
+
+        Also called where a command leaves the token map without a record
+        (testing's dropped latch waits), so no wait outlives its last command.
+        """
+        points = self._sync_points
+        if points:
+            oldest = self._oldest_in_flight()
+            while points and points[0][0] <= oldest:
+                points.popleft()[1]._ok(0, 0)
         if self._idle_waiters and not self._pending and not self._backlog:
             self._wake_idle()
+
+    def _sync_point(self) -> Launch:
+        """A Launch that completes once every command queued so far has completed.
+
+        It has no command of its own: it waits for the token map to drain up to
+        the next token, on every stream at once, closed and collected streams
+        included.
+        """
+        self._check_open()
+        with self._lock:
+            if self._deferred:  # frees of collected tensors count as work queued so far
+                self._process_deferred_locked()
+            point = _new_launch(self, self._default_stream, "a worker sync point", 1, None, None)
+            point._retrieved = True
+            point._entered = True
+            token = self._next_token
+            if token <= self._oldest_in_flight():
+                point._ok(0, 0)  # nothing in flight: done (no waiter to wake yet, on any thread)
+            else:
+                self._sync_points.append((token, point))
+        return point
+
+    def _oldest_in_flight(self) -> int:
+        """The oldest token still in flight, else the next token (lock held)."""
+        # Tokens are handed out in increasing order and the token map keeps insertion
+        # order, so its first key is the oldest command still in flight.
+        pending = self._pending
+        return next(iter(pending)) if pending else self._next_token
 
     def _pump_wait(self, waiters: list):
         return self._pump.wait(waiters)

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 
-from .._driver import check, device_config, ffi, lib
+from .._driver import check, device_config, error_for_status, ffi, lib
 from ..errors import (
     PtoArgumentError,
     PtoCanceledError,
@@ -27,6 +27,7 @@ from ..errors import (
     PtoPlatformMismatch,
 )
 from . import _context
+from ._checks import check_timeout
 from ._config import as_run_config, normalize_platform
 from ._event import Event
 from ._kernel import KernelHandle
@@ -195,6 +196,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._handles: dict[int, tuple] = {}
         self._kernels: dict[tuple[str, str], object] = {}
         self._idle_waiters: list = []
+        self._sync_points: deque = deque()  # (token, Launch): see CommandQueue._sync_point
         self._pump = SyncPump(self)
         self._async = False
         self._pid = os.getpid()
@@ -483,6 +485,62 @@ class ChipWorker(CommandQueue, DeviceMemory):
             yield stream
         finally:
             _context.pop_stream(stream, token)
+
+    # -- waiting for everything ------------------------------------------------------------------
+
+    def sync(self, timeout: float | None = None) -> None:
+        """Block until every command queued so far, on every stream, has completed.
+
+        The worker-wide :meth:`Stream.sync` (CUDA's device synchronize): it
+        covers all streams, closed ones included, and the frees queued for
+        collected tensors.  Work queued after the call, by other threads or
+        tasks, is not waited for.  It does not raise for a failed command:
+        each launch reports its own.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most (``None``: no limit).
+
+        Raises
+        ------
+        PtoTimeout
+            If the work did not complete in time (it goes on).
+        PtoDeviceLost
+            If the device was lost.
+        PtoClosedError
+            If the worker is closed.
+        """
+        check_timeout(timeout, "ChipWorker.sync")
+        point = self._sync_point()
+        if not point._done:
+            self._block_until(point, False, timeout)
+        self._check_device()
+
+    async def wait(self) -> None:
+        """Suspend until every command queued so far, on every stream, has completed.
+
+        The awaitable form of :meth:`sync` (async mode), with the same reach:
+        work queued after the call is not waited for, and a failed command
+        does not raise here.  Cancelling the wait cancels no device work.
+
+        Raises
+        ------
+        PtoDeviceLost
+            If the device was lost.
+        PtoClosedError
+            If the worker is closed.
+        """
+        point = self._sync_point()
+        await point.wait()
+        self._check_device()
+
+    def _check_device(self) -> None:
+        """Raise PtoDeviceLost if the device was lost (the check after a worker-wide wait)."""
+        self._check_open()
+        status = lib.pto_device_status(self._dev)
+        if status:
+            raise error_for_status(status, "the device was lost; its work did not complete")
 
     def _current_stream(self) -> Stream:
         stack = _context._streams.get()
