@@ -28,9 +28,10 @@ class Stream:
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
     ``await stream`` suspends until everything queued on it so far has
     completed, and :meth:`query` asks without waiting; neither raises for a
-    failed command (each launch reports its own failure).  :meth:`close` it when you are done; a stream nothing
-    references any more (no tensor, launch, event or queued command) is
-    released by the garbage collector, its queued work still running.
+    failed command (each launch reports its own failure).  :meth:`close` it
+    when you are done; a stream nothing references any more (no tensor,
+    launch, event or queued command) is released by the garbage collector,
+    its queued work still running.
     """
 
     __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_closed", "_final",
