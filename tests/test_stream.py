@@ -119,7 +119,9 @@ async def test_await_stream_waits_for_work_queued_so_far(config, kernels):
         launches = [inc(t) for _ in range(10)]
         await w.default_stream
         assert all(launch.done() for launch in launches)
-        np.testing.assert_array_equal(await t.to_host(), np.full(N, 10, np.float32))
+        for _ in range(10):
+            x = x + np.float32(1)  # step by step, in float32, as the kernel does
+        np.testing.assert_array_equal(await t.to_host(), x)
         t.free()
 
 
@@ -237,7 +239,8 @@ def test_query_tells_whether_the_work_queued_so_far_completed(kernels):
         inc = w.register(kernels.get("inc", N))
         fail = w.register(kernels.get("fail", N))
         a, b = w.stream(), w.stream()
-        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x, stream=a)
         a.sync(timeout=10)
         assert a.query() and b.query()  # nothing queued yet on b
         with hold(a) as latch:
@@ -247,7 +250,7 @@ def test_query_tells_whether_the_work_queued_so_far_completed(kernels):
             latch.release()
             a.sync(timeout=10)
         assert a.query() and all(launch.done() for launch in launches)
-        np.testing.assert_array_equal(t.numpy(), np.full(N, 2, np.float32))
+        np.testing.assert_array_equal(t.numpy(), x + np.float32(1) + np.float32(1))
         # A failed command is completed work: query() does not raise for it.
         failed = fail.submit(rand(), stream=b)
         b.sync(timeout=10)
@@ -272,7 +275,8 @@ async def test_query_counts_the_fifo(kernels):
     async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
                                     device_memory=16 << 20)) as w:
         inc = w.register(kernels.get("inc", N))
-        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
         s = w.default_stream
         await s
         with hold(s) as latch:
@@ -281,7 +285,9 @@ async def test_query_counts_the_fifo(kernels):
             latch.release()
         await launches[-1]  # its record was pushed after the stream's counter moved
         assert s.backlog == 0 and s.query()
-        np.testing.assert_array_equal(await t.to_host(), np.full(N, 10, np.float32))
+        for _ in range(10):
+            x = x + np.float32(1)  # step by step, in float32, as the kernel does
+        np.testing.assert_array_equal(await t.to_host(), x)
         t.free()
 
 
