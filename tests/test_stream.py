@@ -115,7 +115,8 @@ def test_sync_has_a_timeout(worker, kernels):
 async def test_await_stream_waits_for_work_queued_so_far(config, kernels):
     async with ChipWorker(config) as w:
         inc = w.register(kernels.get("inc", N))
-        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
         launches = [inc(t) for _ in range(10)]
         await w.default_stream
         assert all(launch.done() for launch in launches)
