@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import json
 import statistics
@@ -221,6 +222,10 @@ async def concurrent(program, config, n: int, repeats: int) -> dict:
 
         for _ in range(repeats):
             for fn, out in ((one, values), (bare, refs), (batched, floors)):
+                # Each burst starts from a collected heap: the cyclic GC's full collection
+                # comes once per so many allocations, and without this it falls in whichever
+                # burst the phase lands on, the same one every repeat.
+                gc.collect()
                 t0 = time.perf_counter()
                 await asyncio.gather(*[fn() for _ in range(n)])
                 out.append((time.perf_counter() - t0) / n * 1e6)
