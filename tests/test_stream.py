@@ -87,7 +87,7 @@ def test_wait_orders_across_streams(worker, kernels, what):
     b.close()
 
 
-def test_wait_rejects_other_things(worker, config):
+def test_wait_rejects_other_things(worker, config, kernels):
     s = worker.stream()
     with pytest.raises(PtoArgumentError, match="takes an Event, a Launch or a Stream"):
         s.wait(42)
@@ -96,7 +96,26 @@ def test_wait_rejects_other_things(worker, config):
             s.wait(other.default_stream)
         with pytest.raises(PtoArgumentError, match="another worker"):
             s.wait(other.default_stream.record())
+        foreign = other.register(kernels.get("inc", N))(rand())
+        with pytest.raises(PtoArgumentError, match="another worker"):
+            s.wait(foreign)
     s.close()
+
+
+def test_wait_on_what_is_already_settled_adds_no_dependency(worker, kernels):
+    inc = worker.register(kernels.get("inc", N))
+    s, c = worker.stream(), worker.stream()
+    done = inc(rand(), stream=c)  # sync mode: complete on return
+    with hold(c, timeout=2):
+        s.wait(done)  # completed: nothing to wait for, though c is held now
+        s.wait(s)  # a stream is in order with itself
+        x = rand()
+        expected = x + np.float32(1)
+        # Sync mode returns once complete: had s waited on c, this would fail with the latch.
+        inc(x, stream=s)
+        np.testing.assert_array_equal(x, expected)
+    s.close()
+    c.close()
 
 
 def test_sync_has_a_timeout(worker, kernels):
