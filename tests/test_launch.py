@@ -195,6 +195,32 @@ async def test_many_tasks_await_one_launch_some_cancelled(config, kernels, recwa
     assert not [m for m in recwarn if "never retrieved" in str(m.message)]
 
 
+@pytest.mark.anyio
+async def test_cancelled_waits_on_a_long_launch_do_not_pile_up(config, kernels):
+    # A task that keeps timing out on one long launch must not grow its waiter lists.
+    async with ChipWorker(config) as w:
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        inc = w.register(kernels.get("inc", N))
+        with hold(w.default_stream) as latch:
+            launch = inc(t)
+            for i in range(1000):
+                with anyio.move_on_after(0):
+                    if i % 2:
+                        await launch
+                    else:
+                        await launch.wait()
+            owaiters = launch._owaiters
+            held = (len(owaiters) if type(owaiters) is list else owaiters is not None,
+                    len(launch._waiters or ()))
+            assert max(held) < 128, held
+            assert not launch.done()
+            latch.release()
+            assert await launch is t
+        np.testing.assert_array_equal(await t.to_host(), x + np.float32(1))
+        t.free()
+
+
 def test_dropped_launch_keeps_host_buffers_alive(worker, kernels):
     add = kernels.get("add", N)
     a, b = rand(), rand()

@@ -147,6 +147,9 @@ class AsyncioPump:
         if waiters is None:
             launch._owaiters = fut
         elif type(waiters) is list:
+            n = len(waiters)
+            if n >= _PRUNE_FROM and not n & (n - 1):
+                _prune(waiters)  # the futures of cancelled tasks, as in wait()
             waiters.append(fut)
         else:
             launch._owaiters = [waiters, fut]
