@@ -311,6 +311,28 @@ async def test_query_counts_the_fifo(kernels):
         t.free()
 
 
+@pytest.mark.anyio
+async def test_a_stream_closed_with_a_backlog_runs_it_then_goes(kernels):
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        step = w.register(kernels.get("step"))
+        s = w.stream()
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64), stream=s)
+        with hold(s) as latch:
+            launches = [step(counter, i, stream=s) for i in range(50)]
+            assert s.backlog > 0
+            s.close()  # the backlog still enters the ring, in order, and runs
+            assert s.is_closed and s.id in w._streams
+            with pytest.raises(PtoClosedError):
+                step(counter, 50, stream=s)
+            latch.release()
+        for launch in launches:
+            await launch  # k_step fails unless launches run in submission order
+        assert s.backlog == 0 and s.id not in w._streams  # released once its FIFO emptied
+        np.testing.assert_array_equal(await counter.to_host(), [50])
+        counter.free()
+
+
 def test_default_stream_cannot_be_closed(worker):
     with pytest.raises(PtoArgumentError, match="closed with its worker"):
         worker.default_stream.close()

@@ -84,6 +84,29 @@ def test_latch_never_released_does_not_hang_close(rel_kernels):
         assert isinstance(launch.exception(), PtoCanceledError)
 
 
+@pytest.mark.anyio
+async def test_aclose_past_its_timeout_cancels_what_waits_in_the_fifo(rel_kernels):
+    """The same in async mode, with most of the work still in the stream's FIFO."""
+    w = ChipWorker(RunConfig(**dict(SMALL, ring_task_window=4)))
+    await w.open()
+    inc = w.register(rel_kernels.get("inc", N))
+    x = w.alloc_tensor((N,), np.float32, init=_f(6))
+    await w.default_stream
+    with testing.hold(w.default_stream, timeout=60):
+        queued = [inc(x) for _ in range(20)]
+        assert w.default_stream.backlog > 0
+        x.free()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await w.aclose(timeout=0.2)
+    assert w.is_closed
+    dropped = [str(c.message) for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert any("dropped" in m for m in dropped), dropped
+    for launch in queued:
+        assert launch.done()
+        assert isinstance(launch.exception(), PtoCanceledError)
+
+
 _CTRL_C = textwrap.dedent(r"""
     import sys, threading, time
     sys.path[:0] = [{tests!r}, {root!r}]
