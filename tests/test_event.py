@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pypto_async.errors import PtoArgumentError, PtoDependencyError, PtoKernelFault, PtoTimeout, PtoTryAgain
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoDependencyError,
+    PtoInvalidStateError,
+    PtoKernelFault,
+    PtoTimeout,
+    PtoTryAgain,
+)
 from pypto_async._driver import lib
 from pypto_async.runtime import ChipWorker, Event, RunConfig
 from pypto_async.testing import hold
@@ -71,6 +78,16 @@ def test_elapsed_ms_needs_completed_events(worker, kernels):
     end.sync(timeout=10)
     with pytest.raises(PtoArgumentError, match="must be an Event"):
         start.elapsed_ms(3)
+
+
+def test_elapsed_ms_needs_events_of_one_worker(worker, config):
+    start = worker.default_stream.record()
+    with ChipWorker(config) as other:
+        end = other.default_stream.record()
+        end.sync(timeout=10)
+        start.sync(timeout=10)
+        with pytest.raises(PtoInvalidStateError, match="different workers"):
+            start.elapsed_ms(end)
 
 
 @pytest.mark.anyio

@@ -221,6 +221,38 @@ async def test_cancelled_waits_on_a_long_launch_do_not_pile_up(config, kernels):
         t.free()
 
 
+@pytest.mark.anyio
+async def test_submitted_waits_for_room_in_the_ring(kernels):
+    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                                    device_memory=16 << 20)) as w:
+        inc = w.register(kernels.get("inc", N))
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x)
+        await w.default_stream
+        entered = anyio.Event()
+        with hold(w.default_stream) as latch:
+            launches = [inc(t) for _ in range(10)]
+            first, last = launches[0], launches[-1]
+            assert first.submitted_to_ring and not last.submitted_to_ring
+            assert await first.submitted() is first  # in the ring already: no wait
+
+            async def wait_for_entry():
+                assert await last.submitted() is last
+                entered.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_for_entry)
+                await anyio.wait_all_tasks_blocked()
+                assert not entered.is_set()  # the ring is full behind the latch
+                latch.release()
+            assert last.submitted_to_ring
+        for launch in launches:
+            await launch
+            x = x + np.float32(1)
+        np.testing.assert_array_equal(await t.to_host(), x)
+        t.free()
+
+
 def test_dropped_launch_keeps_host_buffers_alive(worker, kernels):
     add = kernels.get("add", N)
     a, b = rand(), rand()
