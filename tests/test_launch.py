@@ -253,6 +253,31 @@ async def test_submitted_waits_for_room_in_the_ring(kernels):
         t.free()
 
 
+def test_a_program_with_two_outputs_returns_both(worker, kernels):
+    pair = worker.register(kernels.get("pair", N))
+    a = rand()
+    lo = np.full(N, np.nan, np.float32)
+    hi = np.full(N, np.nan, np.float32)
+    result = pair(a, lo, hi).result()
+    assert type(result) is tuple and result[0] is lo and result[1] is hi
+    np.testing.assert_array_equal(lo, a - np.float32(1))
+    np.testing.assert_array_equal(hi, a + np.float32(1))
+
+
+@pytest.mark.anyio
+async def test_awaiting_a_program_with_two_outputs(config, kernels):
+    async with ChipWorker(config) as w:
+        pair = w.register(kernels.get("pair", N))
+        a = rand()
+        t_lo, t_hi = w.alloc_tensor(N, np.float32), w.alloc_tensor(N, np.float32)
+        got = await pair(a, t_lo, t_hi)
+        assert type(got) is tuple and len(got) == 2 and got[0] is t_lo and got[1] is t_hi
+        np.testing.assert_array_equal(await t_lo.to_host(), a - np.float32(1))
+        np.testing.assert_array_equal(await t_hi.to_host(), a + np.float32(1))
+        t_lo.free()
+        t_hi.free()
+
+
 def test_dropped_launch_keeps_host_buffers_alive(worker, kernels):
     add = kernels.get("add", N)
     a, b = rand(), rand()

@@ -18,6 +18,7 @@ Kernels (``f32[N]`` tensors unless said):
                                          else 0); then scribbles -7777 over x on the device
 ``step(counter: InOut i64[1], expect: INT64)``  fails unless counter == expect; counter += 1
 ``copy(src: In, dst: Out)``               dst = src
+``pair(a: In, lo: Out, hi: Out)``         lo = a - 1, hi = a + 1 (two outputs)
 """
 
 from __future__ import annotations
@@ -130,6 +131,18 @@ void k_step(const pto_block *blk, void *const *args)
     counter[0] += 1;
 }
 
+void k_pair(const pto_block *blk, void *const *args)
+{
+    const float *a = args[0];
+    float *lo_out = args[1], *hi_out = args[2];
+    long lo, hi;
+    span(blk, N, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        lo_out[i] = a[i] - 1.0f;
+        hi_out[i] = a[i] + 1.0f;
+    }
+}
+
 void k_copy(const pto_block *blk, void *const *args)
 {
     const float *src = args[0];
@@ -158,6 +171,7 @@ _SIGNATURES = {
     "probe": lambda n: (_t("x", IN, n), _t("out", OUT, n), _s("poison", FP32)),
     "step": lambda n: (ParamSpec("counter", INOUT, (1,), INT64), _s("expect", INT64)),
     "copy": lambda n: (_t("src", IN, n), _t("dst", OUT, n)),
+    "pair": lambda n: (_t("a", IN, n), _t("lo", OUT, n), _t("hi", OUT, n)),
 }
 
 
