@@ -14,12 +14,13 @@ from pypto_async.errors import (
     PtoKernelFault,
     PtoDependencyError,
     PtoClosedError,
+    PtoCopyFault,
     PtoForeignTensorError,
     PtoOutOfMemory,
     PtoTensorFreedError,
 )
 from pypto_async.runtime import ChipWorker, DeviceTensor
-from pypto_async.testing import hold
+from pypto_async.testing import fail_next, hold
 
 N = 64
 
@@ -259,6 +260,18 @@ async def test_a_failed_initial_copy_is_reported_by_every_use(config, kernels):
         np.testing.assert_array_equal(out, np.full(N, 7.0, np.float32))
         t.free()
         scratch.free()
+
+
+def test_a_failed_initial_copy_in_sync_mode_raises_and_frees(worker):
+    fail_next(worker.default_stream)  # the initial copy fails on the device
+    with pytest.raises(PtoCopyFault):
+        worker.alloc_tensor(N, np.float32, init=np.random.default_rng().standard_normal(N).astype(np.float32))
+    worker.sync(timeout=10)
+    assert (mem_stats(worker).count, mem_stats(worker).pending_frees) == (0, 0)
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    t = worker.alloc_tensor(N, np.float32, init=x)  # the stream recovered
+    np.testing.assert_array_equal(t.numpy(), x)
+    t.free()
 
 
 def test_tensor_allocated_behind_an_unrelated_failure_is_usable_elsewhere(worker, kernels):

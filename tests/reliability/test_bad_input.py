@@ -105,6 +105,11 @@ def _bad_calls(w, s, add, scale, t, kernels):
         ("copy_from short buffer", lambda: w.copy_from(np.zeros(2, np.float32), t.data_ptr, t.nbytes),
          PtoArgumentError, ["host_ptr", "fewer"]),
         ("copy_to bad pointer", lambda: w.copy_to(0, out, t.nbytes), PtoArgumentError, ["dev_ptr"]),
+        ("copy_from bad host pointer", lambda: w.copy_from(0, t.data_ptr, t.nbytes), PtoArgumentError,
+         ["host_ptr", "not a host address"]),
+        ("copy_from not a buffer", lambda: w.copy_from(object(), t.data_ptr, t.nbytes), PtoArgumentError,
+         ["host_ptr", "buffer"]),
+        ("alloc shape not a shape", lambda: w.alloc_tensor(3.5, np.float32), PtoArgumentError, ["shape"]),
         ("stream priority", lambda: w.stream("high"), PtoArgumentError, ["priority"]),
     ]
     return other, cases
