@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import anyio
 import numpy as np
 import pytest
@@ -230,6 +233,37 @@ def test_sync_mode_submit_blocks_only_while_the_window_is_full(kernels):
         w.default_stream.sync(timeout=10)
         assert [launch.exception() for launch in launches] == [None] * 100
         np.testing.assert_array_equal(counter.numpy(), [100])
+        counter.free()
+
+
+def test_sync_mode_submit_waits_for_room_in_the_ring(kernels):
+    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
+                              device_memory=16 << 20)) as w:
+        step = w.register(kernels.get("step"))
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+        s = w.default_stream
+        w.sync(timeout=10)
+        released = threading.Event()
+        with hold(s) as latch:
+            launches = [step.submit(counter, i) for i in range(3)]  # with the latch: 4 slots of 4
+
+            def release_once_blocked():
+                # The next submit finds no room: its launch waits in the FIFO while the
+                # caller blocks.  Only then let the ring drain.
+                deadline = time.monotonic() + 10
+                while not s.backlog and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                released.set()
+                latch.release()
+
+            helper = threading.Thread(target=release_once_blocked)
+            helper.start()
+            launches.append(step.submit(counter, 3))
+            assert released.is_set() and launches[-1].submitted_to_ring
+            helper.join()
+        w.sync(timeout=10)
+        assert [launch.exception() for launch in launches] == [None] * 4
+        np.testing.assert_array_equal(counter.numpy(), [4])
         counter.free()
 
 
