@@ -339,6 +339,10 @@ def test_sync_raises_on_a_lost_device(config, kernels):
         with pytest.raises(PtoDeviceLost, match="device was lost"):
             w.sync(timeout=10)
         assert isinstance(launch.exception(), PtoDeviceLost)
+        in_flight = len(w._pending)
+        with pytest.raises(PtoDeviceLost):  # refused at submission, leaving nothing behind
+            inc.submit(t)
+        assert len(w._pending) == in_flight
     with pytest.warns(ResourceWarning, match="never freed"):
         w.close(timeout=5)
 
