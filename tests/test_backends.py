@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import anyio
 import numpy as np
@@ -107,3 +108,32 @@ def test_a_long_lived_worker_moves_between_loops(config, kernels):
     np.testing.assert_array_equal(t.numpy(), np.full(N, 4, np.float32))
     t.free()
     w.close()
+
+
+def test_a_worker_cannot_move_out_of_a_loop_that_still_runs(config, kernels):
+    # Its pump lives in a loop that runs in another thread: opening it here must refuse,
+    # and leave it working there.
+    w = ChipWorker(config)
+    h = w.register(kernels.get("inc", N))
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    t = w.alloc_tensor(N, np.float32, init=x)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(w.open(), loop).result(10)
+        with pytest.raises(PtoInvalidStateError, match="another live event loop"):
+            asyncio.run(w.open())
+
+        async def there():
+            await h(t)
+            return await t.to_host()
+
+        got = asyncio.run_coroutine_threadsafe(there(), loop).result(10)
+        np.testing.assert_array_equal(got, x + np.float32(1))
+        t.free()
+        asyncio.run_coroutine_threadsafe(w.aclose(), loop).result(10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
