@@ -137,3 +137,26 @@ def test_a_worker_cannot_move_out_of_a_loop_that_still_runs(config, kernels):
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def test_awaiting_in_a_later_trio_run_asks_to_reopen(config, kernels):
+    w = ChipWorker(config)
+    h = w.register(kernels.get("inc", N))
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    t = w.alloc_tensor(N, np.float32, init=x)
+
+    async def step(reopen: bool):
+        if reopen:
+            await w.open()
+        await h(t)
+
+    trio.run(step, True)
+    with pytest.raises(PtoInvalidStateError, match="another trio run"):
+        trio.run(step, False)  # the first run is over: open the worker in this one
+    trio.run(step, True)  # the refused await's launch was queued all the same, and ran in order
+    expected = x
+    for _ in range(3):
+        expected = expected + np.float32(1)
+    np.testing.assert_array_equal(t.numpy(), expected)
+    t.free()
+    w.close()
