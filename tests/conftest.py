@@ -34,6 +34,12 @@ def config() -> RunConfig:
     return RunConfig(**SMALL)
 
 
+@pytest.fixture
+def tiny_ring() -> RunConfig:
+    """A 4-slot ring on one core: past three commands behind a latch, work waits in the FIFO."""
+    return RunConfig(ring_task_window=4, cores=1, copy_engines=1, device_memory=16 << 20)
+
+
 def mem_stats(worker):
     """The driver's memory counters of a worker (a ``pto_mem_stats`` cdata)."""
     out = ffi.new("pto_mem_stats *")

@@ -14,7 +14,7 @@ from pypto_async.errors import (
     PtoTryAgain,
 )
 from pypto_async._driver import lib
-from pypto_async.runtime import ChipWorker, Event, RunConfig
+from pypto_async.runtime import ChipWorker, Event
 from pypto_async.testing import hold
 
 N = 64
@@ -106,11 +106,10 @@ async def test_event_after_a_failure_raises_it(config, kernels):
 
 
 @pytest.mark.anyio
-async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels):
+async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels, tiny_ring):
     # Window 4: the record waits in the stream's FIFO when the fault is drained.  It was queued
     # before the fault was observed, so it fails, and a stream waiting on it fails as a dependent.
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+    async with ChipWorker(tiny_ring) as w:
         a, b = w.default_stream, w.stream()
         x = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         inc = w.register(kernels.get("inc", N))

@@ -222,9 +222,8 @@ async def test_cancelled_waits_on_a_long_launch_do_not_pile_up(config, kernels):
 
 
 @pytest.mark.anyio
-async def test_submitted_waits_for_room_in_the_ring(kernels):
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+async def test_submitted_waits_for_room_in_the_ring(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
         inc = w.register(kernels.get("inc", N))
         x = rand()
         t = w.alloc_tensor(N, np.float32, init=x)
@@ -517,11 +516,10 @@ def test_out_of_memory_for_temporaries_rolls_back(kernels):
 
 
 @pytest.mark.anyio
-async def test_failure_poisons_work_still_waiting_for_ring_room(kernels):
+async def test_failure_poisons_work_still_waiting_for_ring_room(kernels, tiny_ring):
     # Window 4: most launches wait in the stream's FIFO when the fault is observed.  They were
     # queued before it, so they fail as dependents (as they would have in the ring), not run.
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+    async with ChipWorker(tiny_ring) as w:
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
         fail, inc = w.register(kernels.get("fail", N)), w.register(kernels.get("inc", N))
@@ -544,10 +542,9 @@ async def test_failure_poisons_work_still_waiting_for_ring_room(kernels):
 
 
 @pytest.mark.anyio
-async def test_host_arrays_with_a_full_ring_keep_their_groups_whole(kernels):
+async def test_host_arrays_with_a_full_ring_keep_their_groups_whole(kernels, tiny_ring):
     # Launches with host arrays are five commands; with a window of 4 each group straddles the ring.
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+    async with ChipWorker(tiny_ring) as w:
         add = w.register(kernels.get("add", N))
         pairs = [(rand(), rand()) for _ in range(30)]
         outs = [np.full(N, np.nan, np.float32) for _ in pairs]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pypto_async.errors import PtoArgumentError, PtoClosedError, PtoTimeout
-from pypto_async.runtime import ChipWorker, RunConfig, Stream
+from pypto_async.runtime import ChipWorker, Stream
 from pypto_async.testing import hold
 
 N = 64
@@ -157,9 +157,8 @@ async def test_await_stream_does_not_raise_for_a_failed_launch(config, kernels):
 
 
 @pytest.mark.anyio
-async def test_backpressure_never_blocks_the_loop(kernels):
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+async def test_backpressure_never_blocks_the_loop(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
         step = w.register(kernels.get("step"))
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
         await w.default_stream
@@ -196,10 +195,9 @@ async def test_backpressure_never_blocks_the_loop(kernels):
 
 
 @pytest.mark.anyio
-async def test_launches_queue_in_the_fifo_in_order(kernels):
+async def test_launches_queue_in_the_fifo_in_order(kernels, tiny_ring):
     # Without awaiting submit(): everything past the ring waits in the stream's FIFO, in order.
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+    async with ChipWorker(tiny_ring) as w:
         step = w.register(kernels.get("step"))
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
         with hold(w.default_stream) as latch:  # nothing leaves the ring while we submit
@@ -223,9 +221,8 @@ async def test_launches_queue_in_the_fifo_in_order(kernels):
         counter.free()
 
 
-def test_sync_mode_submit_blocks_only_while_the_window_is_full(kernels):
-    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                              device_memory=16 << 20)) as w:
+def test_sync_mode_submit_blocks_only_while_the_window_is_full(kernels, tiny_ring):
+    with ChipWorker(tiny_ring) as w:
         step = w.register(kernels.get("step"))
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
         launches = [step.submit(counter, i) for i in range(100)]
@@ -236,9 +233,8 @@ def test_sync_mode_submit_blocks_only_while_the_window_is_full(kernels):
         counter.free()
 
 
-def test_sync_mode_submit_waits_for_room_in_the_ring(kernels):
-    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                              device_memory=16 << 20)) as w:
+def test_sync_mode_submit_waits_for_room_in_the_ring(kernels, tiny_ring):
+    with ChipWorker(tiny_ring) as w:
         step = w.register(kernels.get("step"))
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
         s = w.default_stream
@@ -287,9 +283,8 @@ def test_close_stream(worker, kernels):
     t.free()
 
 
-def test_query_tells_whether_the_work_queued_so_far_completed(kernels):
-    with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                              device_memory=16 << 20)) as w:
+def test_query_tells_whether_the_work_queued_so_far_completed(kernels, tiny_ring):
+    with ChipWorker(tiny_ring) as w:
         inc = w.register(kernels.get("inc", N))
         fail = w.register(kernels.get("fail", N))
         a, b = w.stream(), w.stream()
@@ -325,9 +320,8 @@ def test_query_tells_whether_the_work_queued_so_far_completed(kernels):
 
 
 @pytest.mark.anyio
-async def test_query_counts_the_fifo(kernels):
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+async def test_query_counts_the_fifo(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
         inc = w.register(kernels.get("inc", N))
         x = rand()
         t = w.alloc_tensor(N, np.float32, init=x)
@@ -346,9 +340,8 @@ async def test_query_counts_the_fifo(kernels):
 
 
 @pytest.mark.anyio
-async def test_a_stream_closed_with_a_backlog_runs_it_then_goes(kernels):
-    async with ChipWorker(RunConfig(ring_task_window=4, cores=1, copy_engines=1,
-                                    device_memory=16 << 20)) as w:
+async def test_a_stream_closed_with_a_backlog_runs_it_then_goes(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
         step = w.register(kernels.get("step"))
         s = w.stream()
         counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64), stream=s)
