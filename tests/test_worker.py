@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import os
 import threading
+import warnings
 
 import anyio
 import numpy as np
@@ -382,6 +383,32 @@ async def test_wait_covers_only_the_work_queued_before_it(config, kernels):
         np.testing.assert_array_equal(await u.to_host(), y + np.float32(1))
         t.free()
         u.free()
+
+
+@pytest.mark.anyio
+async def test_wait_ends_when_the_worker_closes_under_it(config, kernels):
+    w = ChipWorker(config)
+    await w.open()
+    inc = w.register(kernels.get("inc", N))
+    t = w.alloc_tensor(N, np.float32, init=rand())
+    outcome = []
+
+    async def waiter():
+        try:
+            await w.wait()
+        except PtoClosedError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        with hold(w.default_stream, timeout=60):  # never released: close() must cancel it
+            launch = inc(t)
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            t.free()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # "dropped N command(s)"
+                await w.aclose(timeout=0.2)
+    assert len(outcome) == 1 and isinstance(launch.exception(), PtoCanceledError)
 
 
 @pytest.mark.anyio

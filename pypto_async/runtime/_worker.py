@@ -433,6 +433,11 @@ class ChipWorker(CommandQueue, DeviceMemory):
                         if owner._exc is None:
                             owner._exc = canceled
                         owner._finish()
+                # Nothing is in flight any more: end every worker-wide wait (its waiter then
+                # finds the worker closed).  The last drain normally settled them already.
+                points = self._sync_points
+                while points:
+                    points.popleft()[1]._ok(0, 0)
                 for t in list(self._tensors):
                     t._freed = True
                 self._wake_idle()
