@@ -196,8 +196,6 @@ def _unqueue(stream, entry) -> None:
         token = entry[1][-1]
         if token:
             worker._pending.pop(token, None)
-        if not fifo and stream in worker._backlog:
-            del worker._backlog[stream]
         if worker._pump.on_own_thread():
             worker._settle_locked()  # its token leaves without a record: waits on it end here
 
