@@ -309,15 +309,16 @@ class CommandQueue:
 
     def _poison_fifo(self, stream: Stream, first: BaseException) -> None:
         fifo = stream._fifo
-        latches = [entry for entry in fifo if entry[0] is lib.pto_stream_latch_wait]
-        for entry in latches:
-            # A latch wait (testing.hold) behind a failed command completes at once on the
-            # device: it holds nothing.  Let into the ring after the observation it would
-            # hold the stream, so drop it, as it would have completed there; in its place
-            # in line, it still uses up an injected failure (testing.fail_next).
-            fifo[fifo.index(entry)] = dropped_entry(entry)
-            self._pending.pop(entry[1][-1], None)
-        for i, (fn, args, owner, flags, gate) in enumerate(fifo):
+        for i, entry in enumerate(fifo):  # entries are replaced in place, never added or removed
+            fn, args, owner, flags, gate = entry
+            if fn is lib.pto_stream_latch_wait:
+                # A latch wait (testing.hold) behind a failed command completes at once on the
+                # device: it holds nothing.  Let into the ring after the observation it would
+                # hold the stream, so drop it, as it would have completed there; in its place
+                # in line, it still uses up an injected failure (testing.fail_next).
+                fifo[i] = dropped_entry(entry)
+                self._pending.pop(args[-1], None)
+                continue
             if fn is lib.pto_stream_wait_event:
                 # In the ring this wait would wait for its event, then fail as a dependent:
                 # entering after the observation it must not become a new first failure.
