@@ -89,8 +89,14 @@ _PRUNE_FROM = 64
 
 
 def _prune(waiters: list) -> None:
-    """Drop the cancelled futures from `waiters` (their tasks were cancelled)."""
-    waiters[:] = [w for w in waiters if type(w) is not asyncio.Future or not w.cancelled()]
+    """Drop the cancelled futures from `waiters` when its length reaches 64, 128, 256, ...
+
+    Called before each append: a list that only ever grows by cancelled waits
+    is swept at each doubling, so the sweeps cost O(1) per append.
+    """
+    n = len(waiters)
+    if n >= _PRUNE_FROM and not n & (n - 1):
+        waiters[:] = [w for w in waiters if type(w) is not asyncio.Future or not w.cancelled()]
 
 
 class AsyncioPump:
@@ -147,9 +153,7 @@ class AsyncioPump:
         if waiters is None:
             launch._owaiters = fut
         elif type(waiters) is list:
-            n = len(waiters)
-            if n >= _PRUNE_FROM and not n & (n - 1):
-                _prune(waiters)  # the futures of cancelled tasks, as in wait()
+            _prune(waiters)  # the futures of cancelled tasks, as in wait()
             waiters.append(fut)
         else:
             launch._owaiters = [waiters, fut]
@@ -159,9 +163,7 @@ class AsyncioPump:
         loop = self._loop
         if _get_running_loop() is not loop or self._closed:
             raise self._wrong_loop()
-        n = len(waiters)
-        if n >= _PRUNE_FROM and not n & (n - 1):
-            _prune(waiters)
+        _prune(waiters)
         fut = loop.create_future()
         waiters.append(fut)
         # The future's own iterator, not a generator of ours wrapping it: one object and
