@@ -268,6 +268,9 @@ def fail_next(stream, error: type | str | None = None, *, count: int = 1) -> Non
     as dependent), and the first use of a DeviceTensor on a stream other
     than its own queues an event wait first.  To fail a kernel itself,
     launch it on DeviceTensors allocated on (or already used on) the stream.
+    The ordering points the runtime records (a tensor's allocation point
+    without ``init``, a free's joins of the other streams that used the
+    tensor) are not commands that fail: an injected fault passes them by.
 
     Parameters
     ----------

@@ -309,3 +309,81 @@ def test_first_use_elsewhere_does_not_wait_for_later_work_on_the_allocation_stre
     t.free()
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("how", ["free", "drop", "free after closing the user"])
+def test_a_free_orders_behind_another_stream_without_taking_its_failure(worker, kernels, how):
+    # b reads t and fails (its fault still unobserved) when t is freed on a: the free waits for
+    # b's use, but it is an ordering, not a result, so work queued on a afterwards runs.
+    inc = worker.register(kernels.get("inc", N))
+    fail = worker.register(kernels.get("fail", N))
+    a, b = worker.stream(), worker.stream()
+    t = worker.alloc_tensor(N, np.float32, init=rand(), stream=a)
+    x = rand()
+    u = worker.alloc_tensor(N, np.float32, init=x, stream=a)
+    address = t.data_ptr
+    with hold(b) as latch:
+        failing = fail.submit(t, stream=b)  # t's first use on b, held
+        if how == "free after closing the user":
+            b.close()
+        if how == "drop":
+            del t
+            gc.collect()  # freed in stream order, on a
+        else:
+            t.free()  # on a, its deallocation stream
+        unrelated = inc.submit(u, stream=a)  # ordered behind the free's wait for b
+        # Until b's use completed, no allocation on any stream may get the block back.
+        others = [worker.alloc_tensor(N, np.float32, stream=s)
+                  for s in (a, a, worker.default_stream)]
+        assert address not in {o.data_ptr for o in others}
+        assert not unrelated.done() and not a.query()
+        latch.release()
+        with pytest.raises(PtoKernelFault):
+            failing.sync(timeout=10)
+        assert unrelated.sync(timeout=10) is u
+    np.testing.assert_array_equal(u.numpy(), x + 1)
+    for o in (*others, u):
+        o.free()
+    a.close()
+    b.close()
+
+
+def test_fail_next_passes_an_allocation_point_by(worker):
+    # An allocation without init queues only an ordering point on its stream (for first uses
+    # elsewhere).  It is not a command you queued: an injected fault hits your next command,
+    # not that point, so the tensor stays usable on other streams.
+    a, b = worker.stream(), worker.stream()
+    u = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+    fail_next(a)
+    t = worker.alloc_tensor(N, np.float32, stream=a)
+    with pytest.raises(PtoCopyFault):
+        worker.copy(u, rand(), stream=a)  # the next command you queue on a
+    x = rand()
+    worker.copy(t, x, stream=b)  # t's first use on b joins its allocation point
+    np.testing.assert_array_equal(t.numpy(stream=b), x)
+    for tensor in (t, u):
+        tensor.free()
+    a.close()
+    b.close()
+
+
+def test_fail_next_passes_the_join_of_a_free_by(worker, kernels):
+    # Freeing t on a joins b, the other user, through an ordering point on b: an injected
+    # fault armed on b hits the next command queued there, and the free's stream stays healthy.
+    inc = worker.register(kernels.get("inc", N))
+    a, b = worker.stream(), worker.stream()
+    t = worker.alloc_tensor(N, np.float32, init=rand(), stream=a)
+    x = rand()
+    u = worker.alloc_tensor(N, np.float32, init=x, stream=a)
+    v = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=b)
+    inc(t, stream=b)
+    fail_next(b)
+    t.free()  # on a
+    inc(u, stream=a)
+    with pytest.raises(PtoCopyFault):
+        worker.copy(v, rand(), stream=b)
+    np.testing.assert_array_equal(u.numpy(stream=a), x + 1)
+    for tensor in (u, v):
+        tensor.free()
+    a.close()
+    b.close()

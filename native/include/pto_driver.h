@@ -256,6 +256,8 @@ int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
  * command's record) complete healthy even when s has failed, so streams that
  * wait on it are ordered behind s's earlier work without inheriting its
  * failure.  For points that stand for no result, such as an allocation.
+ * Cancel and device loss still fail it; an injected failure
+ * (pto_debug_fail_next) passes it by and hits the next command.
  */
 int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token);
 /*
@@ -462,7 +464,8 @@ void pto_latch_destroy(pto_latch *l);
 
 /*
  * The next `count` commands submitted to s fail with -status (status > 0,
- * default PTO_EFAULT when 0) instead of running.
+ * default PTO_EFAULT when 0) instead of running.  Ordering-only records
+ * (pto_stream_record_ordering) do not count.
  */
 int pto_debug_fail_next(pto_stream *s, int status, uint32_t count);
 /*

@@ -129,7 +129,8 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
     /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish (scheduler side). */
     cmd->epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->submit_ns = pto_now_ns();
-    if (s->fail_next_count > 0) {
+    /* An ordering-only record is a point, not a command that can fail: injections pass it by. */
+    if (s->fail_next_count > 0 && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
         s->fail_next_count--;
         cmd->inject = s->fail_next_status;
     }

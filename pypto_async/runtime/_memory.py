@@ -115,7 +115,8 @@ class DeviceMemory:
             Where to free it; ``None`` means the tensor's deallocation stream
             (the one it was allocated on).  Every other stream that used it
             is joined first, so the block is reused only after their work
-            queued so far.
+            queued so far.  The join orders only: a failure of another
+            stream does not fail work queued on `stream`.
 
         Raises
         ------
@@ -138,10 +139,13 @@ class DeviceMemory:
             self._tensors.discard(t)
 
     def _free_locked(self, ptr: int, stream: Stream, used) -> None:
+        # The block must outlive every other user's work queued so far, but a free stands
+        # for no result: join each user through an ordering-only point, so that a failure
+        # of that user (not yet observed) does not fail the freeing stream's later work.
         for other in used:
             if other is stream:
                 continue
-            event = other._final if other._closed else self._record_locked(other)
+            event = other._final_ordering if other._closed else self._record_locked(other, ordering=True)
             if event is not None:
                 self._wait_event_locked(stream, event)
         token = self._token(None)

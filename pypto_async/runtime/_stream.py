@@ -35,7 +35,7 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_closed", "_final",
-                 "_is_default", "__weakref__")
+                 "_final_ordering", "_is_default", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -49,7 +49,8 @@ class Stream:
         stream._priority = priority
         stream._fifo = deque()
         stream._closed = False
-        stream._final = None
+        stream._final = None  # Events recorded at close: everything queued, with its failures...
+        stream._final_ordering = None  # ... and the same point as an ordering only
         stream._is_default = is_default
         return stream
 

@@ -26,8 +26,10 @@ class DeviceTensor:
     3. It remembers every stream that used it.  Freeing it first makes the
        freeing stream wait (on the device) for each other stream's work queued
        so far, so the block is never reused while another stream still reads
-       it.  Work you queue on other streams *after* the free is not ordered
-       for you: do not use a tensor after freeing it.
+       it.  That wait orders only: a failure on another stream does not fail
+       the freeing stream's later work.  Work you queue on other streams
+       *after* the free is not ordered for you: do not use a tensor after
+       freeing it.
     4. The first time a stream other than its allocation stream uses it, that
        stream waits (on the device) for the point right after its allocation
        and initial copy on the allocation stream: the copy, and any earlier

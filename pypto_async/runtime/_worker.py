@@ -569,7 +569,10 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _close_stream(self, stream: Stream) -> None:
         with self._lock:
+            # The last points anyone can join: one that carries the stream's failures (for
+            # waits on its work) and one that only orders (for frees of tensors it used).
             stream._final = self._record_locked(stream)
+            stream._final_ordering = self._record_locked(stream, ordering=True)
             stream._closed = True
             if not stream._fifo:
                 self._destroy_stream(stream)

@@ -303,6 +303,21 @@ def test_ordering_record_orders_without_passing_on_the_failure(dev, cq, stream, 
     lib.pto_event_destroy(ev)
 
 
+def test_an_injected_failure_passes_an_ordering_record_by(dev, cq, stream, stream2):
+    ev = new_event(dev)
+    trec, tnext, twait = (new_token() for _ in range(3))
+    check(lib.pto_debug_fail_next(stream, 0, 1))
+    check(lib.pto_stream_record_ordering(stream, ev, trec))
+    notify(stream, tnext)
+    check(lib.pto_stream_wait_event(stream2, ev, twait))
+    recs = cq.wait(trec, tnext, twait)
+    # The point is not a command that can fail: the next one takes the injection.
+    assert (recs[trec].status, recs[twait].status) == (0, 0)
+    assert recs[tnext].status == -PTO_EFAULT
+    assert lib.pto_event_query(ev) == 1
+    lib.pto_event_destroy(ev)
+
+
 def test_higher_priority_head_runs_first(open_dev):
     dev = open_dev(aicpu_thread_num=1)
     streams = {}

@@ -19,8 +19,9 @@ It knows nothing of threads, rings or engines; it follows the rules of
 4. The runtime adds implicit commands that the model must mirror exactly:
    the first use of a tensor on a stream other than the ones that used it
    before records an event on its allocation stream and waits on it; a free
-   records an event on every other stream that used the tensor and waits on
-   each first; a launch with host arrays is a group (H2D copies, the kernel,
+   records an ordering-only event on every other stream that used the tensor
+   and waits on each first (ordered behind their work, not failed by their
+   failures); a launch with host arrays is a group (H2D copies, the kernel,
    D2H copies, frees of the temporaries) whose error is its first failure.
 
 Executing in issue order is a valid linearisation only for race-free
@@ -187,16 +188,21 @@ class Model:
         c[s.index] = s.pos
         return c
 
-    def _issue(self, s: MStream, kind: str, *, data: bool) -> tuple[int, str, Failure | None, bool]:
+    def _issue(self, s: MStream, kind: str, *, data: bool,
+               injectable: bool = True) -> tuple[int, str, Failure | None, bool]:
         """Issue one driver command on s: return (pos, status, cause, own).
 
         status is OK, DEPENDENCY, or the injected failure kind.  The stream's
         failure state is updated; the command's effects are the caller's.
+        A command that is not `injectable` leaves a pending injection to the
+        next one.
         """
         s.pos += 1
         pos = s.pos
         # The driver marks the command at submit; an earlier failure still wins when it runs.
-        injected, s.inject = s.inject, None
+        injected = None
+        if injectable:
+            injected, s.inject = s.inject, None
         if s.fail is not None:
             return pos, DEPENDENCY, s.fail, False
         if injected is not None:
@@ -208,11 +214,13 @@ class Model:
 
     def _record(self, s: MStream, ordering: bool = False) -> MEvent:
         clock = self._clock_of(s)
-        pos, status, cause, own = self._issue(s, "record", data=False)
+        # An ordering-only record (pto_stream_record_ordering) is a point, not a command an
+        # injected failure can hit.
+        pos, status, cause, own = self._issue(s, "record", data=False, injectable=not ordering)
         clock[s.index] = pos
-        # A record completes its event carrying the stream's failure (or its own); an
-        # ordering-only record (pto_stream_record_ordering) never carries the stream's.
-        fail = s.fail if status != OK and not (ordering and status == DEPENDENCY) else None
+        # A record completes its event carrying the stream's failure; an ordering-only record
+        # never carries it.
+        fail = s.fail if status != OK and not ordering else None
         ev = MEvent(self._next(), s.index, pos, clock, fail, self._hold_clock_of(s))
         self.events[ev.uid] = ev
         return ev
@@ -354,15 +362,10 @@ class Model:
     def free(self, t: MTensor, stream: int) -> None:
         """free_tensor(t, stream=stream): join the other users, then a stream-ordered free."""
         s = self.streams[stream]
-        failed_users = 0
         for u in t.streams:
             if u != stream:
-                ev = self._record(self.streams[u])
-                failed_users += ev.fail is not None
-                self._wait(s, ev)
-        if failed_users > 1 and s.fail is not None:
-            # The runtime joins the users in set order: which failure comes first is not defined.
-            s.fail = Failure(-1, "?", s.fail.stream, s.fail.pos)
+                # Ordering only: the free waits for u's work, not for u's failures.
+                self._wait(s, self._record(self.streams[u], ordering=True))
         self._issue(s, "free", data=False)
         t.freed = True
 

@@ -88,14 +88,24 @@ def test_latches_block_what_depends_on_them():
     assert not m.blocked(lc.clock)
 
 
-def test_free_joins_other_users_and_carries_their_failure():
+def test_free_joins_other_users_without_their_failure():
     m = Model(2)
     t = m.alloc(4, 0, _v(1.0))
     m.launch("inc", [t], 1)  # first use on stream 1 (joins stream 0)
-    m.launch("fail", [t], 1)
-    m.free(t, 0)  # joins stream 1, which failed: stream 0 now fails too
+    failed = m.launch("fail", [t], 1)
+    m.free(t, 0)  # joins stream 1 through an ordering point: stream 0 stays healthy
     assert t.freed
-    assert m.launch("inc", [m.alloc(4, 0, _v(1.0))], 0).outcome == DEPENDENCY
+    later = m.launch("inc", [m.alloc(4, 0, _v(1.0))], 0)
+    assert later.outcome == OK
+    assert later.clock[1] > failed.pos  # ordered behind stream 1's use all the same
+
+
+def test_an_injection_passes_ordering_points_by():
+    m = Model(2, join_on_ready=True)
+    m.inject(0)
+    t = m.alloc(4, 0, None)  # its ready point is ordering-only: not hit
+    u = m.alloc(4, 0, _v(1.0))  # the initial copy is the next command: hit
+    assert t.ready.fail is None and u.init.outcome == COPY_FAULT
 
 
 def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():

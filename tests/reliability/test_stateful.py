@@ -314,7 +314,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
         exc = real.exception()
         got = OK if exc is None else type(exc).__name__
         assert got == ml.outcome, f"{p}: runtime {got} ({exc}), model {ml.outcome}"
-        if ml.outcome == DEPENDENCY and ml.cause is not None and ml.cause.kind != "?" and self.CHECK_CAUSE:
+        if ml.outcome == DEPENDENCY and ml.cause is not None and self.CHECK_CAUSE:
             cause = exc.__cause__
             assert cause is not None, f"{p}: a dependency error without its first failure: {exc}"
             assert type(cause).__name__ == ml.cause.kind, (
