@@ -80,6 +80,51 @@ def test_elapsed_ms_needs_completed_events(worker, kernels):
         start.elapsed_ms(3)
 
 
+@pytest.mark.parametrize("drained", ["before", "after"])
+def test_elapsed_ms_of_a_finished_launch_event(worker, kernels, drained):
+    # Reading launch.event after the launch's completion was drained gives a complete event
+    # with the launch's own end time; reading it before records a point after the launch.
+    # Either way it times like any other event, against recorded events and other launches.
+    inc = worker.register(kernels.get("inc", N))
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    start = worker.default_stream.record()
+    if drained == "before":
+        first = inc(t)  # sync mode: returns once its completion was drained
+        second = inc(t)
+        assert first.done() and second.done()
+        first_event, second_event = first.event, second.event
+    else:
+        with hold(worker.default_stream) as latch:
+            first = inc.submit(t)
+            first_event = first.event
+            second = inc.submit(t)
+            second_event = second.event
+            assert not first.done()
+            latch.release()
+        second.sync(timeout=10)
+    end = worker.default_stream.record()
+    end.sync(timeout=10)
+    assert first_event.query() and second_event.query()
+    first_event.sync(timeout=10)
+    assert 0.0 <= start.elapsed_ms(first_event) <= start.elapsed_ms(second_event) <= start.elapsed_ms(end)
+    assert first_event.elapsed_ms(second_event) >= 0.0 and second_event.elapsed_ms(first_event) <= 0.0
+    assert end.elapsed_ms(second_event) <= 0.0 <= second_event.elapsed_ms(end)
+    np.testing.assert_array_equal(t.numpy(), np.full(N, 2, np.float32))
+    t.free()
+
+
+def test_elapsed_ms_of_a_failed_launch_event_says_why_not(worker, kernels):
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    failed = worker.register(kernels.get("fail", N)).submit(t)
+    with pytest.raises(PtoKernelFault):
+        failed.sync(timeout=10)
+    start = worker.default_stream.record()
+    start.sync(timeout=10)
+    with pytest.raises(PtoInvalidStateError, match="failed"):
+        start.elapsed_ms(failed.event)
+    t.free()
+
+
 def test_elapsed_ms_needs_events_of_one_worker(worker, config):
     start = worker.default_stream.record()
     with ChipWorker(config) as other:

@@ -24,7 +24,7 @@ class Event:
 
     __slots__ = (
         "_worker", "_stream", "_ptr", "_name", "_done", "_exc", "_entered", "_waiters",
-        "_entry_waiters", "_retrieved", "_poison", "__weakref__",
+        "_entry_waiters", "_retrieved", "_poison", "_time_ns", "__weakref__",
     )
 
     def __init__(self, *args, **kwargs):
@@ -46,6 +46,15 @@ class Event:
         event._entry_waiters = None
         event._retrieved = False
         event._poison = None  # set while its record waits in a FIFO behind an observed failure
+        event._time_ns = None  # None: the driver knows its completion time (see _completed_ns)
+        return event
+
+    @classmethod
+    def _of_finished(cls, worker, launch) -> Event:
+        """The complete Event of a launch that has finished: timed by the launch's own record."""
+        event = cls._make(worker, launch._stream, False)
+        # A failed launch has no end time here (0): its failure record carries none.
+        event._time_ns = launch._t1 if launch._exc is None else 0
         return event
 
     # -- waiting ----------------------------------------------------------------
@@ -95,6 +104,10 @@ class Event:
     def elapsed_ms(self, other: Event) -> float:
         """Return the device time in milliseconds from this event's completion to `other`'s.
 
+        The event of a launch that had finished when you read
+        :attr:`Launch.event` completed when the launch did: its time is the
+        launch's end on the device.
+
         Raises
         ------
         PtoArgumentError
@@ -102,18 +115,30 @@ class Event:
         PtoTryAgain
             If either event has not completed yet.
         PtoInvalidStateError
-            If the events belong to different workers.
+            If the events belong to different workers, or one is the event of
+            a launch that failed before you read :attr:`Launch.event` (it
+            has no device time).
         """
         if not isinstance(other, Event):
             raise PtoArgumentError(f"elapsed_ms(other): other must be an Event, not {type(other).__name__}")
         if other._worker is not self._worker:
             raise PtoInvalidStateError("the events belong to different workers")
         self._worker._check_open()
-        if not (self._entered and other._entered):
-            raise PtoTryAgain("elapsed_ms(): an event has not been recorded on the device yet")
-        out = ffi.new("double *")
-        check(lib.pto_event_elapsed_ms(self._ptr, other._ptr, out), "elapsed_ms")
-        return out[0]
+        start = self._completed_ns()
+        return (other._completed_ns() - start) / 1e6
+
+    def _completed_ns(self) -> int:
+        """The device clock at the event's completion, in ns, for elapsed_ms."""
+        t = self._time_ns
+        if t is None:
+            if not self._entered:
+                raise PtoTryAgain("elapsed_ms(): an event has not been recorded on the device yet")
+            t = lib.pto_event_timestamp_ns(self._ptr)  # the same clock as completion records
+            if not t:
+                raise PtoTryAgain("elapsed_ms(): an event has not completed yet")
+        elif not t:
+            raise PtoInvalidStateError("elapsed_ms(): the event of a launch that failed has no device time")
+        return t
 
     @property
     def stream(self):

@@ -188,7 +188,8 @@ class Launch:
         Created when you first ask: it is recorded on the launch's stream at
         that moment, so it also covers whatever was queued on the stream in
         between (use ``stream.record()`` right after queueing for an exact
-        point).  For a launch that already completed, the event is complete.
+        point).  For a launch that already completed, the event is complete,
+        and :meth:`Event.elapsed_ms` times it at the launch's end.
         """
         if self._event is None:
             self._event = self._worker._event_after(self)

@@ -793,7 +793,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         with self._lock:
             stream = launch._stream
             if launch._done:
-                return Event._make(self, stream, False)
+                return Event._of_finished(self, launch)
             if stream._closed:
                 return stream._final
             return self._record_locked(stream)
