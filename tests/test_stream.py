@@ -283,6 +283,30 @@ def test_close_stream(worker, kernels):
     t.free()
 
 
+def test_use_stream_of_a_stream_closed_inside_the_block_refuses_work(worker, kernels):
+    # Closed inside use_stream: work queued there is refused as with stream=s, never sent
+    # silently to the default stream.
+    inc = worker.register(kernels.get("inc", N))
+    s = worker.stream()
+    t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    with worker.use_stream(s):
+        assert inc(t).stream is s
+        s.close()
+        with pytest.raises(PtoClosedError, match="closed"):
+            inc(t)
+        with pytest.raises(PtoClosedError, match="closed"):
+            inc.submit(t)
+        with pytest.raises(PtoClosedError, match="closed"):
+            worker.copy(t, rand())
+        with pytest.raises(PtoClosedError, match="closed"):
+            worker.alloc_tensor(N, np.float32)
+        with pytest.raises(PtoClosedError, match="closed"):
+            worker.copy_to(t.data_ptr, rand(), t.nbytes)
+    assert inc(t).stream is worker.default_stream  # outside the block: the default stream again
+    np.testing.assert_array_equal(t.numpy(), np.full(N, 2, np.float32))
+    t.free()
+
+
 def test_query_tells_whether_the_work_queued_so_far_completed(kernels, tiny_ring):
     with ChipWorker(tiny_ring) as w:
         inc = w.register(kernels.get("inc", N))

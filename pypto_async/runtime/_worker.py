@@ -481,7 +481,9 @@ class ChipWorker(CommandQueue, DeviceMemory):
         """Make `stream` this task's default stream on this worker, inside the block.
 
         The default is task-local (a ``contextvars`` variable): other asyncio
-        tasks and threads keep theirs.
+        tasks and threads keep theirs.  If `stream` is closed inside the
+        block, work queued there without ``stream=`` raises
+        :class:`~pypto_async.errors.PtoClosedError`, as with ``stream=stream``.
         """
         self._check_open()
         self._own_stream(stream)
@@ -548,10 +550,14 @@ class ChipWorker(CommandQueue, DeviceMemory):
             raise error_for_status(status, "the device was lost; its work did not complete")
 
     def _current_stream(self) -> Stream:
+        """The task-local default stream: the innermost of this worker's ``use_stream`` streams."""
         stack = _context._streams.get()
         if stack:
             for stream in reversed(stack):
-                if stream._worker is self and not stream._closed:
+                if stream._worker is self:
+                    if stream._closed:  # closed inside the block: refused, as with stream=s
+                        raise PtoClosedError(f"stream {stream._id} is closed (it is this task's "
+                                             "default stream, set with use_stream)")
                     return stream
         return self._default_stream
 
