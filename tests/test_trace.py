@@ -1,4 +1,4 @@
-"""Swimlane traces (runtime/_trace.py): the Chrome trace event format, checked.
+"""Swimlane traces (runtime/_trace, _chrome, _recorder, _tracing): the Chrome trace event format, checked.
 
 The conversion is tested on records built by hand (every layout rule, flows,
 the overlap summary) and on records the driver itself traced; the output is
@@ -8,6 +8,7 @@ structural rules Perfetto relies on (slices nest per track, flows pair up).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jsonschema
@@ -15,13 +16,9 @@ import numpy as np
 import pytest
 
 from pypto_async import _driver as drv
-from pypto_async.runtime._trace import (
-    ENGINE_TID_BASE,
-    STREAM_TID_BASE,
-    Trace,
-    TraceRecord,
-    read_records,
-)
+from pypto_async.runtime._chrome import ENGINE_TID_BASE, STREAM_TID_BASE, from_chrome, layout, track_kind
+from pypto_async.runtime._recorder import read_records
+from pypto_async.runtime._trace import Trace, TraceRecord
 
 # --- the format -----------------------------------------------------------
 
@@ -348,6 +345,68 @@ def test_summary_measures_overlap():
     assert s.concurrency == pytest.approx((116 + 112 + 80 + 60) / 230)  # engines busy per wall µs
 
 
+# --- the layout and reading a trace back (from_chrome) ----------------------
+
+
+def without_flow_ids(doc: dict) -> list[dict]:
+    """The events of `doc` with the flows' ids left out (their numbering follows the record order)."""
+    return [{k: v for k, v in e.items() if k != "id"} for e in doc["traceEvents"]]
+
+
+def test_track_kinds_follow_from_tids():
+    assert track_kind(STREAM_TID_BASE, 2) == "stream"
+    assert track_kind(ENGINE_TID_BASE - 1, 2) == "stream"
+    assert track_kind(ENGINE_TID_BASE + 1, 2) == "core"
+    assert track_kind(ENGINE_TID_BASE + 2, 2) == "copy"
+    assert track_kind(0, 2) == "other"
+    lay = layout(Trace(tuple(pipeline_records()), device={"cores": CORES, "copy_engines": COPY}))
+    assert [(t.name, t.kind) for t in lay.tracks] == [
+        ("stream 1", "stream"), ("stream 2", "stream"), ("stream 3", "stream"),
+        ("core 0", "core"), ("core 1", "core"), ("copy engine 0", "copy"), ("copy engine 1", "copy"),
+    ]
+    assert len(lay.flows) == 4 and all(f.src_ts <= f.dst_ts for f in lay.flows)
+
+
+def test_from_chrome_reads_back_what_to_chrome_wrote():
+    trace = Trace(tuple(pipeline_records()), dropped=3,
+                  device={"platform": "sim", "cores": CORES, "copy_engines": COPY}, stream_names={2: "compute"})
+    doc = json.loads(json.dumps(trace.to_chrome()))
+    back = from_chrome(doc)
+    assert len(back) == len(trace) and set(back.records) == set(trace.records)
+    assert back.dropped == 3 and back.stream_names == {2: "compute"} and back.device == trace.device
+    assert back.to_chrome() == doc
+    assert back.summary() == trace.summary()
+    # The bare event list reads too (without the origin, times count from 1 ns).
+    assert Trace.from_chrome(doc["traceEvents"]).summary() == trace.summary()
+
+
+def test_from_chrome_keeps_statuses_and_commands_that_never_started():
+    records = (
+        rec(drv.PTO_CMD_LAUNCH, 1, 0, 5, name="fail", status=-drv.PTO_EKERNEL, token=1),
+        rec(drv.PTO_CMD_H2D, 1, 5, 5, engine=4, name="h2d", status=-drv.PTO_EDEP, token=2),
+        TraceRecord(3, 3, 64, T0 + 1000, 0, T0 + 9000, 0, 1, -1, drv.PTO_CMD_D2H, 0, -drv.PTO_ECANCELED, "d2h"),
+        rec(drv.PTO_CMD_FREE, 1, 10, 11, name="free", status=-99, token=4),  # a code the driver has no name for
+    )
+    doc = Trace(records, device={"cores": 4, "copy_engines": 1}).to_chrome()
+    back = from_chrome(doc)
+    assert [r.status for r in back.records[:3]] == [r.status for r in records[:3]]
+    assert drv.status_name(back.records[3].status) == "PTO_E?"
+    never = back.records[2]
+    assert (never.start_ns, never.end_ns, never.duration_ns, never.begin_ns) == (0, T0 + 9000, 0, T0 + 9000)
+    assert back.records[:2] == records[:2]
+    assert back.to_chrome() == doc
+
+
+def test_from_chrome_rejects_what_is_not_a_trace():
+    for bad in ({"events": []}, {"traceEvents": {}}, "trace.json", 3):
+        with pytest.raises(ValueError, match="not a Chrome trace"):
+            from_chrome(bad)
+    # Slices outside the layout's tracks, or of kinds the driver does not have, are left out.
+    foreign = [{"name": "x", "cat": "launch", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 0, "args": {}},
+               {"name": "y", "cat": "gc", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 5, "args": {}}]
+    assert len(from_chrome(foreign)) == 0
+
+
 # --- records the driver traced --------------------------------------------
 
 
@@ -379,7 +438,7 @@ def test_driver_records_convert(tmp_path):
         assert host[n - 1] == 1.0
         drv.check(drv.lib.pto_stream_free(d2h[0], buf[0], 0))
         assert drv.lib.pto_device_synchronize(dev, 10_000_000) == 0
-        from pypto_async.runtime._trace import device_shape
+        from pypto_async.runtime._recorder import device_shape
 
         records = read_records(dev)
         assert read_records(dev) == []  # reading moves them out
@@ -493,6 +552,34 @@ async def test_async_trace_window(tmp_path, kernels, anyio_backend):
     check_chrome_trace(doc)
     assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "launch") == 4
     assert any(e["ph"] == "s" for e in doc["traceEvents"])  # b waited on a: an arrow
+
+
+@pytest.mark.anyio
+async def test_a_saved_window_reads_back_as_its_trace(tmp_path, kernels, anyio_backend):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    add = kernels.get("add", N, blocks=2)
+    x = np.random.default_rng(7).standard_normal(N).astype(np.float32)
+    async with ChipWorker(RunConfig(**SMALL)) as w:
+        a, b = w.stream(), w.stream()
+        ys = [np.full(N, np.nan, np.float32) for _ in range(7)]
+        async with w.trace(tmp_path / "t.json") as tr:
+            w.run(add, x, x, ys[0])  # on the default stream: its track is named
+            for i in range(1, 6, 2):
+                first = w.run(add, x, x, ys[i], stream=a)
+                b.wait(first)  # an arrow from a to b
+                w.run(add, x, x, ys[i + 1], stream=b)  # not awaited: the window waits for them
+    for y in ys:
+        np.testing.assert_array_equal(y, x + x)
+    doc = json.loads(tr.path.read_text())
+    back = from_chrome(doc)
+    assert back.summary() == tr.trace.summary()
+    assert back.stream_names == tr.trace.stream_names and back.device == tr.trace.device
+    # The driver leaves some names empty; the JSON names those slices by kind.
+    named = {dataclasses.replace(r, name=r.name or r.kind_name) for r in tr.trace.records}
+    assert set(back.records) == named
+    assert without_flow_ids(back.to_chrome()) == without_flow_ids(doc)
+    assert any(e["ph"] == "s" for e in doc["traceEvents"])
 
 
 def test_trace_on_a_closed_worker_raises(kernels):

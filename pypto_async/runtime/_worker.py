@@ -38,7 +38,7 @@ from ._queue import _BATCH, _EAGAIN, _F_DATA, _F_LAST, _F_RECORD, CommandQueue, 
 from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
 from ._stream import Stream
 from ._tensor import DeviceTensor
-from ._trace import TraceWindow, WorkerTracing
+from ._tracing import TraceWindow, WorkerTracing
 
 __all__ = ["ChipWorker", "WorkerStats"]
 

@@ -1,0 +1,178 @@
+"""Capture: move the driver's trace records of one device into open captures.
+
+:func:`read_records` drains the driver's buffer, :func:`device_shape` reads
+the device's shape for the trace's lanes, and a :class:`TraceRecorder` hands
+every record it drains to each open :class:`TraceCapture`, so that captures
+that overlap in time (a worker-long one and a ``w.trace()`` window) see the
+same records.  What a capture becomes is a :class:`~._trace.Trace`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ._trace import Trace, TraceRecord
+
+__all__ = ["read_records", "device_shape", "TraceCapture", "TraceRecorder"]
+
+_READ_BATCH = 4096
+
+
+def read_records(dev) -> list[TraceRecord]:
+    """Drain every trace record the driver holds for ``dev``, oldest first.
+
+    The records are moved out of the driver: a second call returns only what
+    finished in between.
+
+    Parameters
+    ----------
+    dev : cdata ``pto_device *``
+        An open device.
+    """
+    from .._driver import check, ffi, lib
+
+    buf = ffi.new("pto_trace_record[]", _READ_BATCH)
+    string = ffi.string
+    out: list[TraceRecord] = []
+    while True:
+        n = check(lib.pto_trace_read(dev, buf, _READ_BATCH), "pto_trace_read")
+        out.extend(TraceRecord.from_cdata(buf[i], string) for i in range(n))
+        if n < _READ_BATCH:
+            return out
+
+
+def device_shape(dev) -> dict:
+    """Return ``{"platform", "cores", "copy_engines", ...}`` from ``pto_device_get_info``."""
+    from .._driver import check, ffi, lib
+
+    info = ffi.new("pto_device_info *")
+    check(lib.pto_device_get_info(dev, info), "pto_device_get_info")
+    return {
+        "platform": ffi.string(info.platform).decode("ascii", "replace"),
+        "cores": int(info.cores),
+        "copy_engines": int(info.copy_engines),
+        "aicpu_thread_num": int(info.aicpu_thread_num),
+        "ring_task_window": int(info.ring_task_window),
+        "ring_heap": int(info.ring_heap),
+        "ring_dep_pool": int(info.ring_dep_pool),
+        "device_memory": int(info.device_memory),
+    }
+
+
+class TraceCapture:
+    """An open capture: the records finished while it is open.
+
+    Made by :meth:`TraceRecorder.start`; :meth:`TraceRecorder.finish` closes it
+    and returns the :class:`Trace`.
+    """
+
+    __slots__ = ("_records", "since_ns", "until_ns", "closed", "_dropped_before", "_dropped_after")
+
+    def __init__(self, since_ns: int, dropped_before: int):
+        self._records: list[TraceRecord] = []
+        self.since_ns = since_ns
+        self.until_ns: int | None = None
+        self.closed = False
+        self._dropped_before = dropped_before
+        self._dropped_after = dropped_before
+
+
+class TraceRecorder:
+    """Move the driver's trace records of one device into the open captures.
+
+    A worker owns one recorder.  The driver traces while at least one capture
+    is open (or always, when the device was opened with ``trace=1``); every
+    :meth:`poll` moves the driver's records into each open capture, so a
+    worker-long capture and a ``w.trace()`` window can be open at once and
+    both see the same records.  Poll often enough that the driver's buffer
+    (``trace_capacity`` records) does not overflow; :attr:`Trace.dropped`
+    reports it when it does.
+
+    Parameters
+    ----------
+    dev : cdata ``pto_device *``
+        The device; it must stay open until :meth:`close`.
+    always_on : bool
+        The device was opened with tracing on: leave it on when no capture is open.
+    stream_names : callable, optional
+        Returns ``{stream_id: label}`` for the streams to name in the trace.
+    """
+
+    def __init__(self, dev, *, always_on: bool = False, stream_names=None):
+        self._dev = dev
+        self._always_on = always_on
+        self._stream_names = stream_names
+        self._captures: list[TraceCapture] = []
+        self._lock = threading.Lock()
+        self._device = device_shape(dev)
+
+    def start(self) -> TraceCapture:
+        """Open a capture of the commands submitted from now on."""
+        from .._driver import lib
+
+        with self._lock:
+            if self._dev is None:
+                from ..errors import PtoClosedError
+
+                raise PtoClosedError("cannot start a trace: the device is closed")
+            if not self._captures:
+                self._drain_locked()  # records from before the capture are not its business
+                if not self._always_on:
+                    lib.pto_trace_enable(self._dev, 1)
+            cap = TraceCapture(int(lib.pto_now_ns()), int(lib.pto_trace_dropped(self._dev)))
+            self._captures.append(cap)
+            return cap
+
+    def poll(self) -> int:
+        """Move the driver's records into every open capture; return how many moved."""
+        with self._lock:
+            return self._drain_locked()
+
+    def _drain_locked(self) -> int:
+        records = read_records(self._dev)
+        for cap in self._captures:
+            cap._records.extend(records)
+        return len(records)
+
+    def finish(self, cap: TraceCapture) -> Trace:
+        """Close ``cap`` and return its trace.
+
+        Call it once the work submitted during the capture has completed (the
+        records of unfinished commands are not there yet).  Records of
+        commands submitted before the capture started are left out.
+        """
+        from .._driver import lib
+
+        with self._lock:
+            if cap.closed:
+                raise ValueError("this trace capture is already finished")
+            if self._dev is not None:
+                self._drain_locked()
+                cap._dropped_after = int(lib.pto_trace_dropped(self._dev))
+                if len(self._captures) == 1 and not self._always_on:
+                    lib.pto_trace_enable(self._dev, 0)
+            cap.closed = True
+            cap.until_ns = int(lib.pto_now_ns())
+            self._captures.remove(cap)
+            dropped = cap._dropped_after - cap._dropped_before
+        names = dict(self._stream_names()) if self._stream_names is not None else {}
+        records = tuple(r for r in cap._records if (r.submit_ns or r.begin_ns) >= cap.since_ns)
+        return Trace(records, dropped=dropped, device=self._device, stream_names=names)
+
+    def close(self) -> None:
+        """Collect what the driver holds for the open captures and let go of the device.
+
+        Call it before the device closes.  Open captures can still be
+        finished afterwards, with the records collected up to now.
+        Idempotent.
+        """
+        from .._driver import lib
+
+        with self._lock:
+            if self._dev is None:
+                return
+            self._drain_locked()
+            dropped = int(lib.pto_trace_dropped(self._dev))
+            for cap in self._captures:
+                cap._dropped_after = dropped
+            self._dev = None
