@@ -1,4 +1,9 @@
-"""Render a swimlane trace (Chrome trace JSON) as a PNG timeline.
+"""Render a swimlane trace as a PNG timeline.
+
+The picture is the trace's Chrome/Perfetto layout (``runtime/_chrome.py``)
+drawn again: a trace JSON is read back into the trace model first
+(``from_chrome``), so the lanes, slices and arrows are the ones Perfetto shows
+and the overlap in the title is the trace's own :class:`TraceSummary`.
 
 The picture has one lane per track of the trace: streams first, then compute
 cores, then copy engines, in the trace's own ``thread_sort_index`` order.
@@ -19,9 +24,12 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-__all__ = ["load_trace", "render_trace", "lane_kind", "KIND_COLORS"]
+from .runtime._chrome import Layout, Track, from_chrome, layout
+from .runtime._trace import Trace, TraceSummary
 
-#: Fill colour per slice category (the ``cat`` of an ``"X"`` event).
+__all__ = ["load_trace", "render_trace", "KIND_COLORS"]
+
+#: Fill colour per slice kind (the ``cat`` of an ``"X"`` event).
 KIND_COLORS: Mapping[str, str] = {
     "h2d": "#3b78c2",
     "d2h": "#e8862a",
@@ -77,36 +85,10 @@ def load_trace(path: str | os.PathLike) -> dict:
     return doc
 
 
-def lane_kind(name: str) -> str:
-    """Return ``"stream"``, ``"core"``, ``"copy"`` or ``"other"`` for a track name."""
-    if name.startswith("stream"):
-        return "stream"
-    if name.startswith("core"):
-        return "core"
-    if name.startswith("copy engine"):
-        return "copy"
-    return "other"
-
-
-def _lanes(events: list[dict]) -> list[tuple[tuple[int, int], str]]:
-    names: dict[tuple[int, int], str] = {}
-    order: dict[tuple[int, int], int] = {}
-    used: set[tuple[int, int]] = set()
-    for e in events:
-        key = (e.get("pid", 0), e.get("tid", 0))
-        ph = e.get("ph")
-        if ph == "M" and e.get("name") == "thread_name":
-            names[key] = str(e.get("args", {}).get("name", key[1]))
-        elif ph == "M" and e.get("name") == "thread_sort_index":
-            order[key] = int(e.get("args", {}).get("sort_index", 0))
-        elif ph == "X":
-            used.add(key)
-    keys = set(names) | used
-    group = {"stream": 0, "core": 1, "copy": 2, "other": 3}
-    return sorted(
-        ((k, names.get(k, f"track {k[1]}")) for k in keys),
-        key=lambda kn: (group[lane_kind(kn[1])], order.get(kn[0], kn[0][1]), kn[0]),
-    )
+def _lanes(lay: Layout) -> list[Track]:
+    # Streams first, then cores, then copy engines, each in the trace's sort order.
+    group = {"stream": 0, "core": 1, "copy": 2}
+    return sorted(lay.tracks, key=lambda t: (group[t.kind], t.sort_index, t.tid))
 
 
 def _time_unit(span_us: float) -> tuple[str, float]:
@@ -117,55 +99,28 @@ def _time_unit(span_us: float) -> tuple[str, float]:
     return "s", 1e-6
 
 
-def _overlap_line(events: list[dict], lane_names: Mapping[tuple[int, int], str]) -> str | None:
-    compute: list[tuple[float, float]] = []
-    copies: list[tuple[float, float]] = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        kind = lane_kind(lane_names.get((e.get("pid", 0), e.get("tid", 0)), ""))
-        span = (e["ts"], e["ts"] + e["dur"])
-        if kind == "core":
-            compute.append(span)
-        elif kind == "copy":
-            copies.append(span)
-    if not compute or not copies:
+def _overlap_line(summary: TraceSummary) -> str | None:
+    if not (summary.compute_ns and summary.copy_ns):
         return None
-    c, cu = _union(compute)
-    k, ku = _union(copies)
-    both, _ = _union(cu + ku)
-    hidden = (c + k - both) / min(c, k) if min(c, k) > 0 else 0.0
-    return (f"compute busy {c:,.0f} µs · copy busy {k:,.0f} µs · "
-            f"overlapped {c + k - both:,.0f} µs ({hidden:.0%} of the shorter)")
-
-
-def _union(spans: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
-    merged: list[tuple[float, float]] = []
-    for s, t in sorted(spans):
-        if t <= s:
-            continue
-        if merged and s <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], t))
-        else:
-            merged.append((s, t))
-    return sum(t - s for s, t in merged), merged
+    return (f"compute busy {summary.compute_ns / 1000:,.0f} µs · copy busy {summary.copy_ns / 1000:,.0f} µs · "
+            f"overlapped {summary.overlapped_ns / 1000:,.0f} µs ({summary.overlap:.0%} of the shorter)")
 
 
 def render_trace(
-    trace: Mapping | str | os.PathLike,
+    trace: Trace | Mapping | list | str | os.PathLike,
     out: str | os.PathLike,
     *,
     title: str | None = None,
     dpi: int = 120,
     width: float = 13.0,
 ) -> pathlib.Path:
-    """Draw a Chrome trace as a swimlane PNG and return the PNG's path.
+    """Draw a trace as a swimlane PNG and return the PNG's path.
 
     Parameters
     ----------
-    trace : dict or path
-        A trace as :meth:`~pypto_async.runtime.Trace.to_chrome` returns it, or
-        the path of a trace JSON file.
+    trace : Trace, dict or path
+        A trace, its Chrome form as ``Trace.to_chrome`` returns it (or that
+        form's event list), or the path of a trace JSON file.
     out : path
         Where to write the PNG; parent directories are created.
     title : str, optional
@@ -182,8 +137,10 @@ def render_trace(
         if title is None:
             title = pathlib.Path(trace).name
         trace = load_trace(trace)
-    events = list(trace.get("traceEvents", []))
-    slices = [e for e in events if e.get("ph") == "X" and "ts" in e]
+    if not isinstance(trace, Trace):
+        trace = from_chrome(trace)
+    lay = layout(trace)
+    slices = lay.slices
     if not slices:
         raise ValueError("the trace has no slices (\"X\" events) to draw")
 
@@ -191,26 +148,22 @@ def render_trace(
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    lanes = _lanes(events)
-    row = {key: i for i, (key, _) in enumerate(lanes)}
-    lane_names = dict(lanes)
-    t0 = min(e["ts"] for e in slices)
-    t1 = max(e["ts"] + e.get("dur", 0) for e in slices)
+    lanes = _lanes(lay)
+    row = {t.tid: i for i, t in enumerate(lanes)}
+    t0 = min(sl.ts for sl in slices)
+    t1 = max(sl.ts + sl.dur for sl in slices)
     unit, scale = _time_unit(max(t1 - t0, 1e-3))
     span = max(t1 - t0, 1e-3) * scale
     tick = span / 2000.0  # zero-length slices are drawn this wide
 
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     failed: list[tuple[int, float, float]] = []
-    for e in slices:
-        key = (e.get("pid", 0), e.get("tid", 0))
-        r = row[key]
-        cat = str(e.get("cat", "")).split(",")[0]
-        x = (e["ts"] - t0) * scale
-        w = max(e.get("dur", 0) * scale, tick)
-        bars.setdefault((r, cat), []).append((x, w))
-        status = (e.get("args") or {}).get("status", "ok")
-        if status not in ("ok", 0):
+    for sl in slices:
+        r = row[sl.tid]
+        x = (sl.ts - t0) * scale
+        w = max(sl.dur * scale, tick)
+        bars.setdefault((r, sl.record.kind_name), []).append((x, w))
+        if sl.record.status != 0:
             failed.append((r, x, w))
 
     height = 1.6 + 0.42 * len(lanes)
@@ -226,20 +179,15 @@ def render_trace(
         ax.broken_barh([(x, w)], (r - 0.38, 0.76), facecolors="none", edgecolor="#c62828",
                        linewidth=1.2, zorder=3)
 
-    # Event arrows: from each flow start to its finish.
-    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
-    ends = [e for e in events if e.get("ph") == "f" and e.get("id") in starts]
-    for f in ends[:_MAX_ARROWS]:
-        s = starts[f["id"]]
-        sk, fk = (s.get("pid", 0), s.get("tid", 0)), (f.get("pid", 0), f.get("tid", 0))
-        if sk not in row or fk not in row:
-            continue
-        ax.annotate("", xy=((f["ts"] - t0) * scale, row[fk]), xytext=((s["ts"] - t0) * scale, row[sk]),
+    # Event arrows: from each event record to the waits on it.
+    for fl in lay.flows[:_MAX_ARROWS]:
+        ax.annotate("", xy=((fl.dst_ts - t0) * scale, row[fl.dst_tid]),
+                    xytext=((fl.src_ts - t0) * scale, row[fl.src_tid]),
                     arrowprops={"arrowstyle": "->", "color": "#7a7a7a", "lw": 0.5, "alpha": 0.55,
                                 "shrinkA": 0, "shrinkB": 2},
                     zorder=4)
 
-    ax.set_yticks(range(len(lanes)), [name for _, name in lanes])
+    ax.set_yticks(range(len(lanes)), [t.name for t in lanes])
     ax.set_ylim(len(lanes) - 0.5, -0.5)
     ax.set_xlim(-span * 0.01, span * 1.01)
     ax.set_xlabel(f"time ({unit})")
@@ -248,7 +196,7 @@ def render_trace(
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     # Thin rules between the stream, core and copy-engine groups.
-    kinds = [lane_kind(name) for _, name in lanes]
+    kinds = [t.kind for t in lanes]
     for i in range(1, len(kinds)):
         if kinds[i] != kinds[i - 1]:
             ax.axhline(i - 0.5, color="#9e9e9e", linewidth=0.8, zorder=1)
@@ -261,7 +209,7 @@ def render_trace(
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7),
                    frameon=False, fontsize="small")
     heading = title or "swimlane"
-    line = _overlap_line(events, lane_names)
+    line = _overlap_line(trace.summary())
     ax.set_title(heading if line is None else f"{heading}\n{line}", fontsize="medium", loc="left")
 
     out = pathlib.Path(out)

@@ -93,9 +93,10 @@ def test_trace_errors_are_one_line(tmp_path, capsys):
 
 def test_render_lanes_and_failures(tmp_path):
     from pypto_async._plot import _lanes, render_trace
+    from pypto_async.runtime._chrome import from_chrome, layout
 
     doc = pipeline_trace()
-    names = [name for _, name in _lanes(doc["traceEvents"])]
+    names = [t.name for t in _lanes(layout(from_chrome(doc)))]
     assert names == ["stream 1", "stream 2", "stream 3", "core 0", "core 1", "copy engine 0", "copy engine 1"]
     # A failed slice gets drawn too (outlined): rendering must not choke on it.
     for e in doc["traceEvents"]:
@@ -103,6 +104,35 @@ def test_render_lanes_and_failures(tmp_path):
             e["args"]["status"] = "PTO_EKERNEL"
             break
     assert_png(render_trace(doc, tmp_path / "f.png"))
+
+
+def test_render_reads_through_the_trace_model(tmp_path):
+    from test_trace import CORES, pipeline_records, rec
+
+    from pypto_async import _driver as drv
+    from pypto_async._plot import _lanes, _overlap_line, render_trace
+    from pypto_async.runtime._chrome import from_chrome, layout
+    from pypto_async.runtime._trace import Trace
+
+    # Batch 1's H2D moved under batch 0's kernel: 40 µs of copy hide under compute.
+    records = [r for r in pipeline_records() if not (r.kind == drv.PTO_CMD_H2D and r.token == 11)]
+    records.append(rec(drv.PTO_CMD_H2D, 1, 50, 90, engine=CORES, name="h2d", nbytes=4096, token=11))
+    trace = Trace(tuple(records), device={"platform": "sim", "cores": 2, "copy_engines": 2})
+    doc = json.loads(json.dumps(trace.to_chrome()))
+    # The title's overlap is the trace's own summary, read back from the JSON.
+    assert _overlap_line(from_chrome(doc).summary()) == _overlap_line(trace.summary()) == (
+        "compute busy 116 µs · copy busy 140 µs · overlapped 40 µs (34% of the shorter)")
+    assert _overlap_line(Trace(tuple(r for r in records if r.kind != drv.PTO_CMD_BLOCK)).summary()) is None
+    # Lane kinds come from the tracks' tids, whatever the labels say.
+    lanes = _lanes(layout(from_chrome(doc)))
+    assert [t.kind for t in lanes] == ["stream"] * 3 + ["core"] * 2 + ["copy"] * 2
+    # A trace, its JSON and its file draw the same picture.
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    pngs = [render_trace(trace, tmp_path / "a.png", title="t"), render_trace(doc, tmp_path / "b.png", title="t"),
+            render_trace(src, tmp_path / "c.png", title="t")]
+    assert_png(pngs[0])
+    assert pngs[0].read_bytes() == pngs[1].read_bytes() == pngs[2].read_bytes()
 
 
 def test_python_dash_m_entry_point():
