@@ -26,7 +26,7 @@ from ._control import at, range, spmd
 from ._jit import JitFunction, jit
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
-from ._trace import Index, ScalarArg, TensorArg, Tile
+from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._types import InOut, Level, Out, Scalar, Tensor
 
 __all__ = [

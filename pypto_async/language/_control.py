@@ -14,7 +14,7 @@ import sys
 from ..ir._infer import compile_error
 from ..ir._nodes import Assign, For, Scope, Spmd
 from ..ir._passes import expr_inputs
-from ._trace import Index, Tile, current, user_loc
+from ._tracer import Index, Tile, current, user_loc
 from ._types import Level
 
 __all__ = ["at", "range", "spmd"]
@@ -32,15 +32,15 @@ class at:
         self.level = level
 
     def __enter__(self):
-        self._trace = current("pl.at")
+        self._tracer = current("pl.at")
         self._loc = user_loc()
-        self._trace.open_block("at")
+        self._tracer.open_block("at")
         return self
 
     def __exit__(self, exc_type, *_):
-        body = self._trace.close_block()
+        body = self._tracer.close_block()
         if exc_type is None:
-            self._trace.append(Scope(self.level.value, body, self._loc))
+            self._tracer.append(Scope(self.level.value, body, self._loc))
         return False
 
 
@@ -76,7 +76,7 @@ class range:  # noqa: A001
         t = current("pl.range")
         if self._state == 0:
             self._state = 1
-            self._trace = t
+            self._tracer = t
             self._var = t.new_index("i")
             n = len(builtins.range(self.start, self.stop, self.step))
             last = self.start + (n - 1) * self.step if n else self.start
@@ -162,14 +162,14 @@ class spmd:
             )
         t.block_num = self.n
         t.in_spmd = True
-        self._trace = t
+        self._tracer = t
         self._var = t.new_index("b")
         t.ranges[self._var.name] = (0, self.n - 1)
         t.open_block("spmd")
         return Index(self._var)
 
     def _end(self, ok: bool) -> None:
-        t = self._trace
+        t = self._tracer
         body = t.close_block()
         del t.ranges[self._var.name]
         t.in_spmd = False

@@ -15,7 +15,7 @@ from ..ir._compile import compile as ir_compile
 from ..ir._infer import compile_error
 from ..ir._nodes import Loc, Param, Program
 from ..ir._passes import run_passes
-from ._trace import ScalarArg, TensorArg, Trace, tracing
+from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
 __all__ = ["jit", "JitFunction"]
@@ -140,11 +140,11 @@ class JitFunction:
         return self._trace(self._params(args))
 
     def _trace(self, params: list[Param]) -> Program:
-        trace = Trace(self.__name__, params)
+        tracer = Tracer(self.__name__, params)
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
-        with tracing(trace):
+        with tracing(tracer):
             result = self.fn(*proxies)
-        if len(trace.blocks) != 1:
+        if len(tracer.blocks) != 1:
             raise compile_error(
                 f"{self.__name__}: a pl.range or pl.spmd loop did not finish (break is not supported)", self._loc
             )
@@ -155,7 +155,7 @@ class JitFunction:
             raise compile_error(
                 f"{self.__name__} must return one of its tensor parameters or nothing, got {result!r}", self._loc
             )
-        return Program(self.__name__, tuple(params), tuple(trace.blocks[0]), trace.block_num or 1, ret)
+        return Program(self.__name__, tuple(params), tuple(tracer.blocks[0]), tracer.block_num or 1, ret)
 
     def lower(self, *args) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments."""

@@ -22,7 +22,7 @@ from ..ir._nodes import (
     Store,
     Unary,
 )
-from ._trace import ScalarArg, TensorArg, Tile, current, to_index, user_loc
+from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
 __all__ = [
     "load",

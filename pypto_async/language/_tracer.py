@@ -1,7 +1,7 @@
 """Tracing state and the values a kernel body manipulates.
 
 While a ``@pl.jit`` function is traced, every op appends a statement to the
-innermost open block of the current :class:`Trace`.  The kernel sees proxies:
+innermost open block of the current :class:`Tracer`.  The kernel sees proxies:
 :class:`TensorArg` for tensor parameters, :class:`ScalarArg` for scalar
 parameters, :class:`Tile` for tile values and :class:`Index` for loop and
 block indices.  Each statement records the user's ``file:line`` (the first
@@ -18,7 +18,7 @@ from ..errors import PtoCompileError
 from ..ir._infer import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IVar, Loc, Param, Var
 
-__all__ = ["Trace", "current", "user_loc", "TensorArg", "ScalarArg", "Tile", "Index", "to_index", "tracing"]
+__all__ = ["Tracer", "current", "user_loc", "TensorArg", "ScalarArg", "Tile", "Index", "to_index", "tracing"]
 
 _PKG_DIR = str(Path(__file__).resolve().parent.parent)
 _state = threading.local()
@@ -35,7 +35,7 @@ def user_loc() -> Loc | None:
     return None
 
 
-class Trace:
+class Tracer:
     """The program being traced: parameters, open blocks, counters."""
 
     def __init__(self, name: str, params: list[Param]):
@@ -73,24 +73,24 @@ class Trace:
 
 
 class tracing:
-    """Make ``trace`` the current trace for the duration of a ``with``."""
+    """Make ``tracer`` the current tracer for the duration of a ``with``."""
 
-    def __init__(self, trace: Trace):
-        self.trace = trace
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
 
-    def __enter__(self) -> Trace:
-        if getattr(_state, "trace", None) is not None:
+    def __enter__(self) -> Tracer:
+        if getattr(_state, "tracer", None) is not None:
             raise PtoCompileError("a @pl.jit kernel cannot be traced inside another kernel")
-        _state.trace = self.trace
-        return self.trace
+        _state.tracer = self.tracer
+        return self.tracer
 
     def __exit__(self, *exc) -> None:
-        _state.trace = None
+        _state.tracer = None
 
 
-def current(op: str) -> Trace:
-    """Return the current trace, or raise if ``op`` is called outside a kernel."""
-    t = getattr(_state, "trace", None)
+def current(op: str) -> Tracer:
+    """Return the current tracer, or raise if ``op`` is called outside a kernel."""
+    t = getattr(_state, "tracer", None)
     if t is None:
         raise compile_error(f"{op} can only be called inside a @pl.jit kernel while it is traced", user_loc())
     return t
