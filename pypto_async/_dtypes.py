@@ -24,6 +24,8 @@ __all__ = [
     "BOOL",
     "ALL_DTYPES",
     "as_dtype",
+    "check_native",
+    "bf16_to_float32",
 ]
 
 
@@ -32,8 +34,9 @@ class DataType:
     """An element type.
 
     ``name`` is the pl name (``"FP32"``), ``np_name`` the numpy name
-    (``"float32"``; ``"bfloat16"`` has no numpy type and is stored as
-    ``uint16``), ``c_type`` the C storage type, ``itemsize`` its bytes.
+    (``"float32"``; ``"bfloat16"`` has no numpy type: a numpy array holds
+    it as ``uint16`` storage, the raw bits), ``c_type`` the C storage type,
+    ``itemsize`` its bytes.
     """
 
     name: str
@@ -72,7 +75,9 @@ def as_dtype(obj) -> DataType:
     Raises
     ------
     PtoArgumentError
-        If the dtype is not one of :data:`ALL_DTYPES`.
+        If the dtype is not one of :data:`ALL_DTYPES`, or is a numpy dtype
+        in the other byte order (``">f4"`` on a little-endian host): the
+        device reads and writes bytes in this machine's order only.
     """
     from .errors import PtoArgumentError
 
@@ -94,10 +99,30 @@ def as_dtype(obj) -> DataType:
                 return found
         else:
             try:
-                found = _BY_NP_NAME.get(np.dtype(obj).name)
+                dt = np.dtype(obj)
             except TypeError:
-                found = None
+                dt = None
+            found = None if dt is None else _BY_NP_NAME.get(dt.name)
             if found is not None:
+                check_native(dt)
                 return found
     supported = ", ".join(d.np_name for d in ALL_DTYPES)
     raise PtoArgumentError(f"unsupported dtype {obj!r}; supported: {supported}")
+
+
+def check_native(dt: np.dtype) -> None:
+    """Raise PtoArgumentError if numpy dtype `dt` is in the other byte order (``">f4"`` here).
+
+    The device reads and writes elements in this machine's byte order; taken
+    byte for byte, a big-endian 2.0 would read as 9.2e-41.
+    """
+    if not dt.isnative:
+        from .errors import PtoArgumentError
+
+        raise PtoArgumentError(f"dtype {dt.str!r} is not in this machine's byte order; "
+                               f"convert with .astype({dt.newbyteorder('=').str!r})")
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """Return the float32 values of ``bfloat16`` storage (``uint16`` bits), exactly."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)

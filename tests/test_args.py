@@ -64,3 +64,29 @@ def test_host_array_views():
         host_array(a.T, "a", writeable=False)
     with pytest.raises(PtoArgumentError, match="numpy array, a torch CPU tensor"):
         host_array([1, 2, 3], "a", writeable=False)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8", ">i4", ">i8", ">u2", ">f2"])
+@pytest.mark.parametrize("writeable", [False, True])
+def test_host_array_refuses_the_other_byte_order(dtype, writeable):
+    a = np.arange(6).astype(dtype)
+    with pytest.raises(PtoArgumentError, match=f"a: dtype '{dtype}' is not in this machine's byte order"):
+        host_array(a, "a", writeable=writeable)
+    # Native spellings of the same dtype are one dtype: accepted, and cached as one.
+    native = a.astype(np.dtype(dtype).newbyteorder("="))
+    assert host_array(native, "a", writeable=writeable).nbytes == a.nbytes
+    with pytest.raises(PtoArgumentError, match="byte order"):  # not let in by the cache
+        host_array(a, "a", writeable=writeable)
+
+
+def test_single_byte_dtypes_have_no_byte_order():
+    for dtype in (">u1", ">i1", ">b1"):
+        assert host_array(np.zeros(4, dtype), "a", writeable=True).nbytes == 4
+
+
+def test_uint16_is_bfloat16_storage():
+    torch = pytest.importorskip("torch")
+    bits = np.arange(8, dtype=np.uint16)
+    assert host_array(bits, "a", writeable=True).dtype is BF16
+    assert host_array(torch.from_numpy(bits), "a", writeable=True).dtype is BF16
+    assert host_array(torch.zeros(8, dtype=torch.bfloat16), "a", writeable=True).dtype is BF16

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import mem_stats
-from pypto_async._dtypes import FP32, INT32
+from pypto_async._dtypes import BF16, FP32, INT32
 from pypto_async.errors import (
     PtoArgumentError,
     PtoKernelFault,
@@ -16,6 +16,7 @@ from pypto_async.errors import (
     PtoClosedError,
     PtoCopyFault,
     PtoForeignTensorError,
+    PtoInvalidStateError,
     PtoOutOfMemory,
     PtoTensorFreedError,
 )
@@ -104,6 +105,67 @@ async def test_to_host_and_copy_directions(config):
             w.copy(np.zeros(N + 1, np.float32), t)
         t.free()
         u.free()
+
+
+def _bf16_reference(shape):
+    """Random bfloat16 values: torch's bits (uint16) and their float32 values."""
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(np.random.default_rng().standard_normal(shape).astype(np.float32) * 100)
+    b = x.to(torch.bfloat16)
+    return b, b.view(torch.uint16).numpy().copy(), b.float().numpy()
+
+
+def test_bfloat16_round_trips_as_uint16_storage(worker):
+    torch = pytest.importorskip("torch")
+    b, bits, values = _bf16_reference((6, 40))
+    t = worker.alloc_tensor((6, 40), BF16, init=bits)  # uint16 storage in
+    got = t.numpy()
+    assert got.dtype == np.uint16 and got.shape == (6, 40)
+    np.testing.assert_array_equal(got, bits)
+    np.testing.assert_array_equal(np.asarray(t, np.float32), values)  # the values, not the bit patterns
+    b2, bits2, _ = _bf16_reference((6, 40))
+    worker.copy(t, bits2)  # and back in through copy()
+    np.testing.assert_array_equal(t.numpy(), bits2)
+    worker.copy(t, b)  # a torch bfloat16 tensor in, and out
+    out = torch.full((6, 40), float("nan"), dtype=torch.bfloat16)
+    worker.copy(out, t)
+    assert torch.equal(out.view(torch.uint16), b.view(torch.uint16))
+    with pytest.raises(PtoArgumentError, match="dtypes differ"):
+        worker.copy(np.zeros((6, 40), np.float16), t)
+    t.free()
+
+
+@pytest.mark.anyio
+async def test_bfloat16_to_host(config):
+    _, bits, _ = _bf16_reference(N)
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, "bfloat16", init=bits)
+        got = await t.to_host()
+        assert got.dtype == np.uint16
+        np.testing.assert_array_equal(got, bits)
+        t.free()
+
+
+def test_asarray_copies_in_sync_mode(worker):
+    x = rand().reshape(8, 8)
+    t = worker.alloc_tensor((8, 8), np.float32, init=x)
+    a = np.asarray(t)
+    assert a.dtype == np.float32 and a.shape == (8, 8)
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_array_equal(np.array(t, dtype=np.float64), x.astype(np.float64))
+    np.testing.assert_array_equal(np.add(t, 1), x + 1)
+    with pytest.raises(ValueError, match="always copies"):  # numpy 2's contract for copy=False
+        np.asarray(t, copy=False)
+    t.free()
+
+
+@pytest.mark.anyio
+async def test_asarray_refuses_in_async_mode(config):
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32, init=rand())
+        with pytest.raises(PtoInvalidStateError, match=r"await t\.to_host\(\)"):
+            np.asarray(t)
+        t.free()
 
 
 def test_copy_to_and_copy_from_raw_addresses(worker):

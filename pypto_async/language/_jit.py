@@ -7,7 +7,7 @@ import inspect
 
 import numpy as np
 
-from .._dtypes import BF16, BOOL, FP32, INT64, as_dtype
+from .._dtypes import BF16, BOOL, FP32, INT64, as_dtype, check_native
 from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
@@ -122,6 +122,11 @@ class JitFunction:
                 self._loc,
             )
         shape = tuple(int(d) for d in arg.shape)
+        if isinstance(arg.dtype, np.dtype):
+            try:  # traced as its dtype's name, the array would then be read byte for byte
+                check_native(arg.dtype)
+            except PtoArgumentError as exc:
+                raise PtoArgumentError(f"{self.__name__}: argument {name!r}: {exc}") from None
         if str(arg.dtype) in ("uint16", "torch.uint16") and ann.dtype == BF16:
             dtype = BF16  # bfloat16 stored as uint16
         else:

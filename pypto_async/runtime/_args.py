@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .._driver import ffi
-from .._dtypes import DataType, as_dtype
+from .._dtypes import BF16, DataType, as_dtype, check_native
 from .._signature import SCALAR
 from ..errors import (
     PtoArgumentError,
@@ -55,6 +55,10 @@ def _is_torch_tensor(obj) -> bool:
 def host_array(obj, what: str, *, writeable: bool) -> HostArray:
     """Return a :class:`HostArray` for a numpy array or torch CPU tensor.
 
+    A ``uint16`` array (numpy or torch) is taken as ``bfloat16`` storage, the
+    form :meth:`DeviceTensor.numpy` returns: there is no 16-bit unsigned
+    dtype to confuse it with.
+
     Parameters
     ----------
     obj
@@ -68,7 +72,8 @@ def host_array(obj, what: str, *, writeable: bool) -> HostArray:
     ------
     PtoArgumentError
         If it is not a host array, not C-contiguous, not on the CPU, not
-        writeable when it must be, or of an unsupported dtype.
+        writeable when it must be, of an unsupported dtype, or in the other
+        byte order.
     """
     if isinstance(obj, _ndarray):
         flags = obj.flags
@@ -85,10 +90,7 @@ def host_array(obj, what: str, *, writeable: bool) -> HostArray:
             raise PtoArgumentError(f"{what}: the tensor is on {obj.device}, not on the CPU; pass .cpu()")
         if not obj.is_contiguous():
             raise PtoArgumentError(f"{what}: the tensor is not contiguous; pass .contiguous()")
-        try:
-            dtype = as_dtype(obj.dtype)
-        except PtoArgumentError as exc:
-            raise PtoArgumentError(f"{what}: {exc}") from None
+        dtype = _torch_dtype(obj.dtype, what)
         nbytes = obj.numel() * obj.element_size()
         return HostArray(obj, _cast("void *", obj.data_ptr()), nbytes, tuple(obj.shape), dtype)
     if isinstance(obj, DeviceTensor):
@@ -99,18 +101,40 @@ def host_array(obj, what: str, *, writeable: bool) -> HostArray:
     )
 
 
+# Every dtype a host array was seen with, once it was accepted.  A dtype in the
+# other byte order (">f4" beside "<f4") is a different key that never gets in.
 _NP_DTYPE_CACHE: dict[np.dtype, DataType] = {}
+_TORCH_DTYPE_CACHE: dict = {}
 
 
 def _np_dtype(dt: np.dtype, what: str) -> DataType:
     found = _NP_DTYPE_CACHE.get(dt)
     if found is None:
-        try:
-            found = as_dtype(dt)
-        except PtoArgumentError as exc:
-            raise PtoArgumentError(f"{what}: {exc}") from None
-        _NP_DTYPE_CACHE[dt] = found
+        found = _NP_DTYPE_CACHE[dt] = _host_dtype(dt, what)
     return found
+
+
+def _torch_dtype(dt, what: str) -> DataType:
+    found = _TORCH_DTYPE_CACHE.get(dt)
+    if found is None:
+        found = _TORCH_DTYPE_CACHE[dt] = _host_dtype(dt, what)
+    return found
+
+
+def _host_dtype(dt, what: str) -> DataType:
+    try:
+        if isinstance(dt, np.dtype):
+            check_native(dt)
+        return BF16 if str(dt) in ("uint16", "torch.uint16") else as_dtype(dt)
+    except PtoArgumentError as exc:
+        raise PtoArgumentError(f"{what}: {exc}") from None
+
+
+def _host_dtype_name(obj, dtype: DataType) -> str:
+    """How to name a host array's dtype in a message: a bfloat16 held as uint16 says so."""
+    if dtype is BF16 and "uint16" in str(getattr(obj, "dtype", "")):
+        return "uint16 (bfloat16 storage)"
+    return dtype.np_name
 
 
 def check_init(t: DeviceTensor, what: str) -> None:
@@ -241,7 +265,7 @@ class Binder:
             else:
                 h = host_array(arg, label, writeable=p.copies_out)
                 if h.shape != shape or (h.dtype is not dtype and h.dtype != dtype):
-                    _mismatch(label, p, h.shape, h.dtype)
+                    _mismatch(label, p, h.shape, _host_dtype_name(arg, h.dtype))
                 if hosts is None:
                     hosts = []
                 hosts.append((len(values), h, p))
@@ -256,10 +280,10 @@ class Binder:
             raise PtoTensorFreedError(f"{label}: the DeviceTensor was freed")
         if p.direction == SCALAR:
             raise PtoArgumentError(f"{label}: expected a {p.dtype.name} scalar, not a DeviceTensor")
-        _mismatch(label, p, arg._shape, arg._dtype)
+        _mismatch(label, p, arg._shape, arg._dtype.np_name)
 
 
-def _mismatch(label: str, p, shape, dtype) -> None:
+def _mismatch(label: str, p, shape, dtype_name: str) -> None:
     if tuple(shape) != p.shape:
         raise PtoArgumentError(f"{label}: expected shape {p.shape}, got {tuple(shape)}")
-    raise PtoArgumentError(f"{label}: expected dtype {p.dtype.np_name}, got {dtype.np_name}")
+    raise PtoArgumentError(f"{label}: expected dtype {p.dtype.np_name}, got {dtype_name}")

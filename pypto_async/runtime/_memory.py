@@ -54,7 +54,10 @@ class DeviceMemory:
         """
         self._check_open()
         shape = _as_shape(shape)
-        dt = as_dtype(dtype)
+        try:
+            dt = as_dtype(dtype)
+        except PtoArgumentError as exc:
+            raise PtoArgumentError(f"alloc_tensor(dtype=...): {exc}") from None
         nbytes = dt.itemsize
         for d in shape:
             nbytes *= d

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dtypes import DataType
+from .._dtypes import BF16, DataType, bf16_to_float32
+from ..errors import PtoArgumentError, PtoInvalidStateError
 
 __all__ = ["DeviceTensor"]
 
@@ -122,8 +123,10 @@ class DeviceTensor:
         Returns
         -------
         numpy.ndarray
-            A new array of the tensor's shape (``bfloat16`` comes back as
-            ``uint16`` storage).
+            A new array of the tensor's shape and dtype.  ``bfloat16``, which
+            numpy lacks, comes back as ``uint16`` storage (the raw bits; with
+            torch, ``torch.from_numpy(a).view(torch.bfloat16)``), the form
+            :meth:`ChipWorker.copy` and ``alloc_tensor(init=...)`` take back.
         """
         out = np.empty(self._shape, dtype=self._dtype.np_storage)
         await self._worker.copy(out, self, stream=stream).wait()
@@ -137,10 +140,44 @@ class DeviceTensor:
         stream : Stream, optional
             The stream to copy on; ``None`` means the task-local default
             stream.
+
+        Returns
+        -------
+        numpy.ndarray
+            As :meth:`to_host` returns it (``bfloat16`` as ``uint16`` storage).
         """
         out = np.empty(self._shape, dtype=self._dtype.np_storage)
         self._worker.copy(out, self, stream=stream).sync()
         return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(t)``: :meth:`numpy` on a sync-mode worker, then `dtype` if given.
+
+        A ``bfloat16`` tensor comes as ``uint16`` storage, as from
+        :meth:`numpy`; asked for another dtype (``np.asarray(t, np.float32)``)
+        it converts the values.
+
+        Raises
+        ------
+        PtoInvalidStateError
+            On an async-mode worker, where the blocking copy would stall the
+            event loop: ``await t.to_host()`` instead.
+        PtoArgumentError
+            For ``copy=False``: the data lives in device memory, so a copy
+            is always made (numpy's contract asks for a ValueError).
+        """
+        if copy is False:
+            raise PtoArgumentError("np.asarray(DeviceTensor, copy=False): the data lives in device "
+                                   "memory, so reading it always copies")
+        if self._worker._async:
+            raise PtoInvalidStateError("np.asarray(DeviceTensor) would block the event loop until the "
+                                       "copy completes; use `await t.to_host()`")
+        out = self.numpy()
+        if dtype is None:
+            return out
+        if self._dtype is BF16 and np.dtype(dtype) != out.dtype:
+            out = bf16_to_float32(out)  # the values, not the integers their bits spell
+        return out.astype(dtype, copy=False)
 
     # -- lifetime -------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import torch
 import pypto_async.language as pl
 from pypto_async import _dtypes
 from pypto_async._signature import IN, INOUT, OUT, SCALAR
-from pypto_async.errors import PtoCompileError
+from pypto_async.errors import PtoArgumentError, PtoCompileError
 from ir._fixtures import poison
 
 
@@ -40,6 +40,17 @@ def test_one_specialisation_per_signature():
 def test_numpy_and_torch_arguments_specialise_alike():
     a = np.zeros((16, 8), np.float32)
     assert copy2d.lower(a, a) == copy2d.lower(torch.zeros(16, 8), torch.zeros(16, 8))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_arrays_in_the_other_byte_order_are_refused(which):
+    args = [np.ones((16, 8), np.float32), np.zeros((16, 8), np.float32)]
+    args[which] = args[which].astype(">f4")
+    name = "xy"[which]
+    for entry in (copy2d.lower, copy2d.compile, copy2d):
+        with pytest.raises(PtoArgumentError, match=f"copy2d: argument '{name}': dtype '>f4' is not in this "
+                                                   "machine's byte order"):
+            entry(*args)
 
 
 def test_directions_and_scalars_in_the_signature():
