@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import struct
+import warnings
 
 import numpy as np
 import pytest
 
 from pypto_async._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8
 from pypto_async.errors import PtoArgumentError
+from pypto_async.runtime import _hostmem
 from pypto_async.runtime._args import host_array, scalar_bits
 
 
@@ -90,3 +92,37 @@ def test_uint16_is_bfloat16_storage():
     assert host_array(bits, "a", writeable=True).dtype is BF16
     assert host_array(torch.from_numpy(bits), "a", writeable=True).dtype is BF16
     assert host_array(torch.zeros(8, dtype=torch.bfloat16), "a", writeable=True).dtype is BF16
+
+
+def _torch_over(tmp_path, mode):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "data.bin"
+    np.arange(64, dtype=np.float32).tofile(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "the given NumPy array is not writable"
+        return torch.from_numpy(np.memmap(path, np.float32, mode=mode, shape=(64,)))
+
+
+def test_torch_over_read_only_memory_is_refused_where_the_device_writes(tmp_path):
+    ro = _torch_over(tmp_path, "r")
+    with pytest.raises(PtoArgumentError, match="out: the tensor's memory is read-only"):
+        host_array(ro, "out", writeable=True)
+    assert host_array(ro, "x", writeable=False).nbytes == 256  # reading it is fine
+    with pytest.raises(PtoArgumentError, match="read-only"):  # a view into it, too
+        host_array(ro[8:16], "out", writeable=True)
+
+
+def test_torch_over_memory_torch_did_not_allocate_but_may_write_is_accepted(tmp_path):
+    torch = pytest.importorskip("torch")
+    for t in (_torch_over(tmp_path, "c"), _torch_over(tmp_path, "r+"),
+              torch.from_numpy(np.zeros(64, np.float32))):
+        assert not t.untyped_storage().resizable()  # the probe runs
+        assert host_array(t, "out", writeable=True).nbytes == 256
+
+
+def test_host_memory_probe_and_its_slow_judge_agree(tmp_path):
+    ro, rw = _torch_over(tmp_path, "r"), np.zeros(4096, np.uint8)
+    for addr, n, expected in [(ro.data_ptr(), 256, False), (rw.ctypes.data, rw.nbytes, True),
+                              (4096, 4096, False)]:  # never mapped
+        assert _hostmem.writeable(addr, n) is expected
+        assert _hostmem._maps_writeable(addr, addr + n) is expected

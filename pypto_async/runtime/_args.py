@@ -25,6 +25,7 @@ from ..errors import (
     PtoForeignTensorError,
     PtoTensorFreedError,
 )
+from . import _hostmem
 from ._tensor import DeviceTensor
 
 __all__ = ["HostArray", "host_array", "Binder", "check_init"]
@@ -92,7 +93,15 @@ def host_array(obj, what: str, *, writeable: bool) -> HostArray:
             raise PtoArgumentError(f"{what}: the tensor is not contiguous; pass .contiguous()")
         dtype = _torch_dtype(obj.dtype, what)
         nbytes = obj.numel() * obj.element_size()
-        return HostArray(obj, _cast("void *", obj.data_ptr()), nbytes, tuple(obj.shape), dtype)
+        addr = obj.data_ptr()
+        # torch keeps no writeable flag: a tensor over memory torch did not
+        # allocate (from_numpy, frombuffer; its storage is not resizable) may
+        # sit on a read-only mapping, where the device's write would kill the
+        # process.  torch's own allocations are always writeable.
+        if (writeable and nbytes and not obj.untyped_storage().resizable()
+                and not _hostmem.writeable(addr, nbytes)):
+            raise PtoArgumentError(f"{what}: the tensor's memory is read-only but the device writes it")
+        return HostArray(obj, _cast("void *", addr), nbytes, tuple(obj.shape), dtype)
     if isinstance(obj, DeviceTensor):
         raise PtoArgumentError(f"{what}: expected a host array here, got a DeviceTensor")
     raise PtoArgumentError(
