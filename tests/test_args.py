@@ -126,3 +126,25 @@ def test_host_memory_probe_and_its_slow_judge_agree(tmp_path):
                               (4096, 4096, False)]:  # never mapped
         assert _hostmem.writeable(addr, n) is expected
         assert _hostmem._maps_writeable(addr, addr + n) is expected
+
+
+@pytest.mark.parametrize("value, dtype", [(2.5, FP32), (-3, INT32), (True, BOOL), (1.0, BF16), (-7, INT64)])
+def test_zero_d_numpy_and_torch_scalars_are_taken_alike(value, dtype):
+    torch = pytest.importorskip("torch")
+    want = scalar_bits(value, dtype, "x")
+    assert scalar_bits(np.array(value), dtype, "x") == want
+    assert scalar_bits(torch.tensor(value), dtype, "x") == want
+    with pytest.raises(PtoArgumentError, match="x: expected a .* scalar, not an array"):
+        scalar_bits(torch.tensor([value]), dtype, "x")
+    with pytest.raises(PtoArgumentError, match="x: the 0-d tensor is on meta"):
+        scalar_bits(torch.tensor(value, device="meta"), dtype, "x")
+
+
+def test_zero_d_scalars_launch_alike(worker, kernels):
+    torch = pytest.importorskip("torch")
+    scale = worker.register(kernels.get("scale", 64))
+    x = np.random.default_rng().standard_normal(64).astype(np.float32)
+    for alpha in (np.array(-1.5, np.float32), torch.tensor(-1.5), np.array(-1.5, ">f4")):
+        out = np.full(64, np.nan, np.float32)
+        scale(x, alpha, out)
+        np.testing.assert_array_equal(out, np.float32(-1.5) * x)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -166,6 +167,31 @@ async def test_asarray_refuses_in_async_mode(config):
         with pytest.raises(PtoInvalidStateError, match=r"await t\.to_host\(\)"):
             np.asarray(t)
         t.free()
+
+
+@pytest.mark.parametrize("shape", [(), 0, (0,), (4, 0), (0, 4), [], (2, -3)])
+def test_shapes_are_non_empty_and_positive(worker, shape):
+    with pytest.raises(PtoArgumentError, match=r"alloc_tensor\(\): shape must be a non-empty tuple of ints > 0, "
+                                               rf"not {re.escape(repr(shape))}"):
+        worker.alloc_tensor(shape, np.float32)
+    assert mem_stats(worker).count == 0
+
+
+def test_copy_from_and_copy_to_name_a_buffer_they_cannot_use(worker):
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32)
+    worker.copy_to(t.data_ptr, x.tobytes(), t.nbytes)  # bytes are a fine source
+    with pytest.raises(PtoArgumentError, match=r"copy_from\(host_ptr=...\): the bytes is read-only"):
+        worker.copy_from(bytes(t.nbytes), t.data_ptr, t.nbytes)
+    strided = memoryview(bytearray(2 * t.nbytes))[::2]
+    with pytest.raises(PtoArgumentError, match=r"copy_from\(host_ptr=...\): the memoryview is not C-contiguous"):
+        worker.copy_from(strided, t.data_ptr, t.nbytes)
+    with pytest.raises(PtoArgumentError, match=r"copy_to\(host_ptr=...\): the memoryview is not C-contiguous"):
+        worker.copy_to(t.data_ptr, strided, t.nbytes)
+    buf = bytearray(t.nbytes)
+    worker.copy_from(memoryview(buf), t.data_ptr, t.nbytes)
+    np.testing.assert_array_equal(np.frombuffer(buf, np.float32), x)
+    t.free()
 
 
 def test_copy_to_and_copy_from_raw_addresses(worker):

@@ -178,8 +178,19 @@ def _bf16_bits(value: float) -> int:
     return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
 
 
+def _zero_d_item(value, dtype: DataType, what: str):
+    """The Python number in a 0-d numpy array or torch CPU tensor, the same way for both."""
+    if isinstance(value, DeviceTensor) or value.ndim != 0:
+        raise PtoArgumentError(f"{what}: expected a {dtype.name} scalar, not an array")
+    if not isinstance(value, _ndarray) and value.device.type != "cpu":
+        raise PtoArgumentError(f"{what}: the 0-d tensor is on {value.device}, not on the CPU; pass .cpu()")
+    return value.item()
+
+
 def scalar_bits(value, dtype: DataType, what: str) -> int:
     """Return the 64-bit argument slot for a scalar: its bytes, little-endian, low first.
+
+    A 0-d numpy array or torch CPU tensor stands for the number it holds.
 
     Raises
     ------
@@ -187,9 +198,7 @@ def scalar_bits(value, dtype: DataType, what: str) -> int:
         If the value is not a number of a kind the dtype takes, or does not fit.
     """
     if isinstance(value, (DeviceTensor, _ndarray)) or _is_torch_tensor(value):
-        if not (isinstance(value, _ndarray) and value.ndim == 0):
-            raise PtoArgumentError(f"{what}: expected a {dtype.name} scalar, not an array")
-        value = value.item()
+        value = _zero_d_item(value, dtype, what)
     if isinstance(value, np.generic):
         value = value.item()
     if dtype.is_float:

@@ -293,18 +293,18 @@ class DeviceMemory:
 
 
 def _as_shape(shape) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (int(shape),)
+    """A non-empty tuple of ints > 0, as PyPTO's DeviceTensor takes (an int n means ``(n,)``)."""
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
     try:
-        dims = tuple(shape)
+        dims = tuple(dims)
     except TypeError:
-        raise PtoArgumentError(f"shape must be an int or a tuple of ints, not {shape!r}") from None
-    out = []
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise PtoArgumentError(f"shape must hold ints >= 0, not {shape!r}")
-        out.append(int(d))
-    return tuple(out)
+        raise PtoArgumentError(f"alloc_tensor(): shape must be an int or a tuple of ints, "
+                               f"not {shape!r}") from None
+    if not dims or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0
+                       for d in dims):
+        raise PtoArgumentError(f"alloc_tensor(): shape must be a non-empty tuple of ints > 0, "
+                               f"not {shape!r}")
+    return tuple(int(d) for d in dims)
 
 
 def _check_same(dst_dtype, dst_nbytes, src_dtype, src_nbytes) -> None:
@@ -329,6 +329,17 @@ def _host_pointer(obj, nbytes: int, writeable: bool, what: str):
         ptr = ffi.from_buffer(obj, require_writable=writeable)
     except TypeError:
         raise PtoArgumentError(f"{what}: expected an int address or a buffer, not {type(obj).__name__}") from None
+    except BufferError:  # read-only when it must be written, or not contiguous
+        raise PtoArgumentError(f"{what}: {_buffer_problem(obj, writeable)}") from None
     if len(ptr) < nbytes:
         raise PtoArgumentError(f"{what}: the buffer has {len(ptr)} bytes, fewer than nbytes={nbytes}")
     return ptr, (obj, ptr)
+
+
+def _buffer_problem(obj, writeable: bool) -> str:
+    view = memoryview(obj)
+    if writeable and view.readonly:
+        return f"the {type(obj).__name__} is read-only but the device writes it"
+    if not view.c_contiguous:
+        return f"the {type(obj).__name__} is not C-contiguous"
+    return f"the {type(obj).__name__} cannot be used as a host buffer"

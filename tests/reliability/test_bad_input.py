@@ -4,6 +4,7 @@ worker keeps working."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -46,9 +47,21 @@ def _f(n=N, dtype=np.float32):
     return np.random.default_rng(n).standard_normal(n).astype(dtype)
 
 
-def _bad_calls(w, s, add, scale, t, kernels):
+def _read_only_torch(tmp_path, n=N):
+    """A torch tensor over a read-only file mapping (torch has no writeable flag to say so)."""
+    path = tmp_path / "ro.bin"
+    np.arange(n, dtype=np.float32).tofile(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "the given NumPy array is not writable"
+        return torch.from_numpy(np.memmap(path, np.float32, mode="r", shape=(n,)))
+
+
+def _bad_calls(w, s, add, scale, t, kernels, tmp_path):
     """(description, call, error class, words the message must contain)."""
     other = ChipWorker(RunConfig(**SMALL))
+    inc = w.register(kernels.get("inc", N))
+    ro_torch = _read_only_torch(tmp_path)
+    big_endian = _f().astype(">f4")
     foreign = other.alloc_tensor((N,), np.float32)
     freed = w.alloc_tensor((N,), np.float32)
     freed.free()
@@ -111,13 +124,46 @@ def _bad_calls(w, s, add, scale, t, kernels):
          ["host_ptr", "buffer"]),
         ("alloc shape not a shape", lambda: w.alloc_tensor(3.5, np.float32), PtoArgumentError, ["shape"]),
         ("stream priority", lambda: w.stream("high"), PtoArgumentError, ["priority"]),
+        ("input in the other byte order", lambda: add(big_endian, _f(), out), PtoArgumentError,
+         ["'a'", "'>f4'", "byte order"]),
+        ("output in the other byte order", lambda: add(_f(), _f(), np.zeros(N, ">f4")), PtoArgumentError,
+         ["'out'", "byte order"]),
+        ("inout in the other byte order", lambda: inc(big_endian), PtoArgumentError, ["'x'", "byte order"]),
+        ("alloc init in the other byte order", lambda: w.alloc_tensor((N,), np.float32, init=big_endian),
+         PtoArgumentError, ["init", "byte order"]),
+        ("alloc dtype in the other byte order", lambda: w.alloc_tensor((N,), np.dtype(">f4")),
+         PtoArgumentError, ["dtype", "byte order"]),
+        ("copy in from the other byte order", lambda: w.copy(t, big_endian), PtoArgumentError,
+         ["src", "byte order"]),
+        ("copy out to the other byte order", lambda: w.copy(np.zeros(N, ">f4"), t), PtoArgumentError,
+         ["dst", "byte order"]),
+        ("read-only torch output", lambda: add(_f(), _f(), ro_torch), PtoArgumentError, ["'out'", "read-only"]),
+        ("read-only torch inout", lambda: inc(ro_torch), PtoArgumentError, ["'x'", "read-only"]),
+        ("copy to a read-only torch tensor", lambda: w.copy(ro_torch, t), PtoArgumentError,
+         ["dst", "read-only"]),
+        ("copy_from into a read-only torch tensor", lambda: w.copy_from(ro_torch, t.data_ptr, t.nbytes),
+         PtoArgumentError, ["host_ptr", "read-only"]),
+        ("copy_from into bytes", lambda: w.copy_from(bytes(t.nbytes), t.data_ptr, t.nbytes), PtoArgumentError,
+         ["host_ptr", "read-only"]),
+        ("copy_from into a non-contiguous memoryview",
+         lambda: w.copy_from(memoryview(bytearray(2 * t.nbytes))[::2], t.data_ptr, t.nbytes), PtoArgumentError,
+         ["host_ptr", "contiguous"]),
+        ("copy_to from a non-contiguous memoryview",
+         lambda: w.copy_to(t.data_ptr, memoryview(bytearray(2 * t.nbytes))[::2], t.nbytes), PtoArgumentError,
+         ["host_ptr", "contiguous"]),
+        ("alloc empty shape", lambda: w.alloc_tensor((), np.float32), PtoArgumentError, ["shape", "()"]),
+        ("alloc zero dimension", lambda: w.alloc_tensor((4, 0), np.float32), PtoArgumentError,
+         ["shape", "(4, 0)"]),
+        ("alloc zero size", lambda: w.alloc_tensor(0, np.float32), PtoArgumentError, ["shape", "0"]),
+        ("scalar is a torch 1-d tensor", lambda: scale(_f(), torch.ones(1), out), PtoArgumentError,
+         ["'alpha'", "scalar"]),
     ]
     return other, cases
 
 
-def test_every_bad_call_is_refused_before_anything_is_queued(setup):
+def test_every_bad_call_is_refused_before_anything_is_queued(setup, tmp_path):
     w, s, add, scale, t, kernels = setup
-    other, cases = _bad_calls(w, s, add, scale, t, kernels)
+    other, cases = _bad_calls(w, s, add, scale, t, kernels, tmp_path)
     try:
         streams = [w.default_stream, s]
         for what, call, cls, words in cases:
