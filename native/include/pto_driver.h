@@ -34,20 +34,8 @@
 
 #define PTO_ABI_VERSION 1
 
-/* ---- status codes (functions return their negation) ------------------- */
-#define PTO_OK          0
-#define PTO_EAGAIN      1   /* ring/heap/dep pool full, or nothing ready: try again */
-#define PTO_ENOMEM      2   /* device memory (or a driver-internal table) exhausted */
-#define PTO_EINVAL      3   /* bad argument */
-#define PTO_EKERNEL     4   /* a kernel failed its launch through blk->fail */
-#define PTO_EDEP        5   /* an earlier command this one depends on failed */
-#define PTO_EDEVLOST    6   /* the device is lost (sticky); everything fails fast */
-#define PTO_ECLOSED     7   /* the device or stream is closed / closing */
-#define PTO_ETIMEDOUT   8   /* a wait ran out of time; a latch expired */
-#define PTO_ECANCELED   9   /* dropped by pto_device_cancel or pto_device_close */
-#define PTO_EFAULT      10  /* a copy/memset failed (bad range, injected fault) */
-#define PTO_ELOAD       11  /* a kernel library or symbol could not be loaded */
-#define PTO_ENOTSUP     12  /* platform or feature not available */
+/* Status codes PTO_OK, PTO_EAGAIN ... PTO_ENOTSUP (functions return their
+ * negation): pto_kernel.h, included above, which kernels see too. */
 
 /* Detail text for the last failing call on this thread ("" if none). */
 const char *pto_last_error(void);

@@ -25,7 +25,7 @@ KERNEL_SRC = r"""
 void stamp(const pto_block *blk, void *const *args) {
     uint64_t out, n, fail;
     memcpy(&out, &args[0], 8); memcpy(&n, &args[1], 8); memcpy(&fail, &args[2], 8);
-    if (fail && blk->block_idx == 1) { blk->fail(blk, 4, "stamp: asked to fail"); return; }
+    if (fail && blk->block_idx == 1) { blk->fail(blk, PTO_EKERNEL, "stamp: asked to fail"); return; }
     uint64_t chunk = (n + blk->block_num - 1) / blk->block_num;
     uint64_t lo = chunk * blk->block_idx, hi = lo + chunk > n ? n : lo + chunk;
     int32_t *o = (int32_t *)(uintptr_t)out;

@@ -105,7 +105,7 @@ void k_noop(const pto_block *blk, void *const *args)
 void k_fail(const pto_block *blk, void *const *args)
 {
     (void)args;
-    blk->fail(blk, 4, "k_fail: failing on purpose");
+    blk->fail(blk, PTO_EKERNEL, "k_fail: failing on purpose");
 }
 
 void k_probe(const pto_block *blk, void *const *args)
@@ -125,7 +125,7 @@ void k_step(const pto_block *blk, void *const *args)
     int64_t *counter = args[0];
     int64_t expect = i64_arg(args, 1);
     if (counter[0] != expect) {
-        blk->fail(blk, 4, "k_step: launches ran out of order");
+        blk->fail(blk, PTO_EKERNEL, "k_step: launches ran out of order");
         return;
     }
     counter[0] += 1;
