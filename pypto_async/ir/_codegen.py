@@ -7,8 +7,10 @@ outlive its loop nest gets a buffer declared at the top of the function (on
 the stack while small, else ``aligned_alloc``), so loops reuse it per
 iteration.  A :class:`~pypto_async.ir._nodes.Fused` chain becomes one loop
 nest whose innermost loop runs over the contiguous dimension with unit
-stride, which the compiler vectorises; matmul calls a register-blocked,
-packed-panel GEMM emitted into the same file.
+stride, which the compiler vectorises; matmul calls the register-blocked,
+packed-panel GEMM of ``pto_gemm.h``.  The C helpers live in real headers
+under ``pypto_async/include`` (``pto_kernel_rt.h``: BF16 rounding, Python's
+``//`` and ``%``; ``pto_gemm.h``), which the generated file includes.
 
 FP16 and BF16 tiles compute in ``float`` and round when stored or cast.
 """
@@ -48,152 +50,13 @@ from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "4"
+CODEGEN_VERSION = "5"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
-_PRELUDE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "pto_kernel.h"
-
-static inline float pto_bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t pto_f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);          /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float pto_bf16_round(float f) { return pto_bf2f(pto_f2bf(f)); }
-
-static inline int64_t pto_floordiv(int64_t a, int64_t b)
-{
-    if (b == 0)
-        return 0;
-    if (b == -1)
-        return (int64_t)(0u - (uint64_t)a);
-    int64_t q = a / b;
-    return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-static inline int64_t pto_mod(int64_t a, int64_t b)
-{
-    if (b == 0 || b == -1)
-        return 0;
-    int64_t r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-"""
-
-_GEMM_F32 = r"""
-#ifdef __AVX512F__
-#define PTO_MR 8
-#else
-#define PTO_MR 4
-#endif
-#define PTO_NR 32
-#define PTO_KC 256
-typedef float pto_v16f __attribute__((vector_size(64)));
-
-/* C[MR x NR] (+)= A[MR x kc] @ Bp[kc x NR]; Bp is packed (row k at Bp + k*NR).
- * Contraction to FMA is allowed here only: a GEMM is compared to BLAS, which fuses too. */
-__attribute__((optimize("fp-contract=fast")))
-static inline void pto_gemm_f32_micro(int64_t kc, const float *restrict A, int64_t lda,
-                                      const float *restrict Bp, float *restrict C, int64_t ldc, int acc)
-{
-    pto_v16f c0[PTO_MR], c1[PTO_MR];
-    for (int r = 0; r < PTO_MR; r++) {
-        if (acc) {
-            memcpy(&c0[r], C + r * ldc, 64);
-            memcpy(&c1[r], C + r * ldc + 16, 64);
-        } else {
-            c0[r] = (pto_v16f){0};
-            c1[r] = (pto_v16f){0};
-        }
-    }
-    for (int64_t k = 0; k < kc; k++) {
-        pto_v16f b0, b1;
-        memcpy(&b0, Bp + k * PTO_NR, 64);
-        memcpy(&b1, Bp + k * PTO_NR + 16, 64);
-        for (int r = 0; r < PTO_MR; r++) {
-            float a = A[r * lda + k];
-            c0[r] += a * b0;
-            c1[r] += a * b1;
-        }
-    }
-    for (int r = 0; r < PTO_MR; r++) {
-        memcpy(C + r * ldc, &c0[r], 64);
-        memcpy(C + r * ldc + 16, &c1[r], 64);
-    }
-}
-
-/* C[M x N] (+)= A[M x K] @ B[K x N]; row-major, leading dimensions lda/ldb/ldc. */
-__attribute__((optimize("fp-contract=fast")))
-static void pto_gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate)
-{
-    _Alignas(64) float Bp[PTO_KC * PTO_NR];
-    int64_t n_full = N - N % PTO_NR, m_full = M - M % PTO_MR;
-    for (int64_t j0 = 0; j0 < n_full; j0 += PTO_NR) {
-        for (int64_t p0 = 0; p0 < K; p0 += PTO_KC) {
-            int64_t kc = K - p0 < PTO_KC ? K - p0 : PTO_KC;
-            for (int64_t k = 0; k < kc; k++)
-                memcpy(Bp + k * PTO_NR, B + (p0 + k) * ldb + j0, PTO_NR * sizeof(float));
-            int acc = accumulate || p0 > 0;
-            for (int64_t i0 = 0; i0 < m_full; i0 += PTO_MR)
-                pto_gemm_f32_micro(kc, A + i0 * lda + p0, lda, Bp, C + i0 * ldc + j0, ldc, acc);
-            for (int64_t i = m_full; i < M; i++) {
-                for (int64_t j = 0; j < PTO_NR; j++) {
-                    float s = acc ? C[i * ldc + j0 + j] : 0.0f;
-                    for (int64_t k = 0; k < kc; k++)
-                        s += A[i * lda + p0 + k] * Bp[k * PTO_NR + j];
-                    C[i * ldc + j0 + j] = s;
-                }
-            }
-        }
-    }
-    for (int64_t i = 0; i < M; i++) {
-        for (int64_t j = n_full; j < N; j++) {
-            float s = accumulate ? C[i * ldc + j] : 0.0f;
-            for (int64_t k = 0; k < K; k++)
-                s += A[i * lda + k] * B[k * ldb + j];
-            C[i * ldc + j] = s;
-        }
-    }
-}
-"""
-
-_GEMM_F64 = r"""
-/* C[M x N] (+)= A[M x K] @ B[K x N] in double; i-k-j order, the j loop vectorises. */
-static void pto_gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64_t lda,
-                         const double *B, int64_t ldb, double *restrict C, int64_t ldc, int accumulate)
-{
-    for (int64_t i = 0; i < M; i++) {
-        if (!accumulate)
-            for (int64_t j = 0; j < N; j++)
-                C[i * ldc + j] = 0.0;
-        for (int64_t k = 0; k < K; k++) {
-            double a = A[i * lda + k];
-            const double *restrict b = B + k * ldb;
-            for (int64_t j = 0; j < N; j++)
-                C[i * ldc + j] += a * b[j];
-        }
-    }
-}
-"""
+#: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
+#: The headers live in pypto_async/include (the compiler adds it with -I).
+_INCLUDES = ('#include "pto_kernel.h"', '#include "pto_kernel_rt.h"')
+_GEMM_INCLUDE = '#include "pto_gemm.h"'
 
 
 def _ctype(dtype: DataType) -> str:
@@ -251,7 +114,7 @@ def _numel(shape) -> int:
 
 class _Gen:
     def __init__(self, program: Program, symbol: str):
-        self.p = program
+        self.program = program
         self.symbol = symbol
         self.params = {q.name: q for q in program.params}
         self.lines: list[str] = []
@@ -263,8 +126,7 @@ class _Gen:
         self.heap: list[str] = []
         self.stack_bytes = 0
         self.uid = 0
-        self.uses_gemm_f32 = False
-        self.uses_gemm_f64 = False
+        self.uses_gemm = False
         self.uses_blk = False
 
     # -- helpers ----------------------------------------------------------------
@@ -315,14 +177,14 @@ class _Gen:
     # -- program ----------------------------------------------------------------
     def run(self) -> str:
         body_start = len(self.lines)
-        for s in self.p.body:
+        for s in self.program.body:
             self.stmt(s)
         body = self.lines[body_start:]
         # The body is a static function whose tensor parameters are restrict
         # *parameters*: gcc honours restrict there (not on local pointers), so
         # the fused loops vectorise without runtime alias checks.
         sig, unpack, call = ["const pto_block *blk"], [], ["blk"]
-        for i, q in enumerate(self.p.params):
+        for i, q in enumerate(self.program.params):
             if q.direction == SCALAR:
                 st = q.dtype.c_type
                 unpack.append(f"    {st} sraw_{q.name};")
@@ -335,14 +197,14 @@ class _Gen:
                 call.append(f"({q.dtype.c_type} *)args[{i}]")
         body_fn = f"{self.symbol}_body"
         head = [f"static void {body_fn}({', '.join(sig)})", "{"]
-        for q in self.p.params:
+        for q in self.program.params:
             head.append(f"    (void){'s' if q.direction == SCALAR else 'p'}_{q.name};")
         for d in self.decls:
             head.append("    " + d)
         if self.heap:
             cond = " || ".join(f"!{h}" for h in self.heap)
             head.append(f"    if ({cond}) {{")
-            head.append('        blk->fail(blk, 2, "kernel: out of memory for tile buffers");')
+            head.append('        blk->fail(blk, PTO_ENOMEM, "kernel: out of memory for tile buffers");')
             head.append("        goto done;")
             head.append("    }")
             self.uses_blk = True
@@ -357,12 +219,11 @@ class _Gen:
         entry = ["", f"void {self.symbol}(const pto_block *blk, void *const *args)", "{", *unpack,
                  f"    {body_fn}({', '.join(call)});", "}"]
         tail.extend(entry)
-        parts = [_PRELUDE]
-        if self.uses_gemm_f32:
-            parts.append(_GEMM_F32)
-        if self.uses_gemm_f64:
-            parts.append(_GEMM_F64)
-        parts.append(f"/* {self.p.name}: generated by pypto_async.ir (codegen {CODEGEN_VERSION}) */")
+        parts = [f"/* {self.program.name}: generated by pypto_async.ir (codegen {CODEGEN_VERSION}) */",
+                 *_INCLUDES]
+        if self.uses_gemm:
+            parts.append(_GEMM_INCLUDE)
+        parts.append("")
         parts.append("\n".join(head + body + tail))
         return "\n".join(parts) + "\n"
 
@@ -416,12 +277,8 @@ class _Gen:
         pa, _, lda = self.operand_src(a)
         pb, _, ldb = self.operand_src(b)
         c = self.buffer(out)
-        if out.type.dtype == FP64:
-            self.uses_gemm_f64 = True
-            fn = "pto_gemm_f64"
-        else:
-            self.uses_gemm_f32 = True
-            fn = "pto_gemm_f32"
+        self.uses_gemm = True
+        fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
         self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
 
     def reduce(self, out: Var, e: Reduce) -> None:

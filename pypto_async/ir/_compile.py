@@ -8,10 +8,13 @@ a handle from that directory alone.
 
 The cache lives in ``$PYPTO_ASYNC_CACHE_DIR`` (default
 ``~/.cache/pypto_async``); an entry is keyed by the IR hash, the compiler, its
-version and the flags.  An entry is built in a private temporary directory
-inside the cache and published with one ``os.rename``: two processes that
-build the same kernel at once both succeed, and the loser uses the winner's
-entry.  A hit costs a hash and a JSON read.
+version and the flags, and the bytes of the headers in ``pypto_async/include``
+that generated kernels include (``pto_kernel.h``, ``pto_kernel_rt.h``,
+``pto_gemm.h``): editing a header rebuilds the kernels built against it.  An
+entry is built in a private temporary directory inside the cache and published
+with one ``os.rename``: two processes that build the same kernel at once both
+succeed, and the loser uses the winner's entry.  A hit costs reading and
+hashing the headers and a JSON read.
 """
 
 from __future__ import annotations
@@ -184,6 +187,16 @@ def _host_id() -> str:
     return _host[0]
 
 
+def _headers_digest(include: Path) -> str:
+    """Hash the names and bytes of every header in `include` (what a kernel can include)."""
+    h = hashlib.sha256()
+    for path in sorted(include.glob("*.h")):
+        data = path.read_bytes()
+        h.update(f"{path.name} {len(data)}\n".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def _compiler_version(cc: tuple[str, ...]) -> str:
     v = _compiler_versions.get(cc)
     if v is None:
@@ -285,7 +298,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)}_{ir_hash[:12]}"
     host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
-    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host])
+    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host,
+                          _headers_digest(_INCLUDE)])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
 
     root = cache_dir() / "kernels"
