@@ -124,6 +124,13 @@ def _device_info(platform: str) -> dict:
         lib.pto_device_close(dev[0])
 
 
+def _aliases(platform: str) -> str:
+    from ._signature import PLATFORMS
+
+    return ", ".join(name for name, canonical in PLATFORMS.items() if canonical == platform and name != platform) \
+        or "none"
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from . import __version__
 
@@ -150,7 +157,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     rows = [
         ("pypto_async", f"{__version__} (driver ABI {d['abi_version']})"),
         ("python", f"{report['python']} on {report['machine']}"),
-        ("platform", f"{d['platform']} (aliases: a2a3sim, a5sim)"),
+        ("platform", f"{d['platform']} (aliases: {_aliases(d['platform'])})"),
         ("device", f"{d['cores']} cores, {d['copy_engines']} copy engines, "
                    f"{d['aicpu_thread_num']} scheduler thread(s), {_human_bytes(d['device_memory'])} memory"),
         ("stream rings", f"{d['ring_task_window']} slots, {_human_bytes(d['ring_heap'])} argument heap, "

@@ -7,7 +7,8 @@ never imports the IR: it reads these attributes from any object that has them.
 A compiled program has:
 
 ``platform`` (str)
-    ``"sim"`` (aliases ``"a2a3sim"``/``"a5sim"`` are normalised by the runtime).
+    ``"sim"``, or one of its aliases ``"a2a3sim"``/``"a5sim"`` (:data:`PLATFORMS`;
+    the runtime compares platforms through :func:`normalize_platform`).
 ``params`` (tuple of :class:`ParamSpec`)
     One per kernel argument, in call order.
 ``lib_path`` (pathlib.Path) and ``symbol`` (str)
@@ -15,7 +16,8 @@ A compiled program has:
 ``block_num`` (int)
     Blocks per launch (``pl.spmd(n)`` gives n; otherwise 1).
 ``param_names``, ``output_indices``, ``has_return``
-    As in the seed (PyPTO's CompiledProgram).
+    As in PyPTO's ``CompiledProgram``: the parameters' names, the indices of
+    the ``Out``/``InOut`` parameters, and whether a call returns its outputs.
 
 Argument slots (``void *const *args`` in the kernel): a tensor parameter gets
 its device address; a scalar parameter gets its value converted to the
@@ -29,12 +31,26 @@ from dataclasses import dataclass
 
 from ._dtypes import DataType
 
-__all__ = ["ParamSpec", "IN", "OUT", "INOUT", "SCALAR"]
+__all__ = ["ParamSpec", "IN", "OUT", "INOUT", "SCALAR", "PLATFORMS", "normalize_platform"]
 
 IN = "in"
 OUT = "out"
 INOUT = "inout"
 SCALAR = "scalar"
+
+#: Every platform name a program may be compiled for, mapped to the platform
+#: the driver opens.  The simulator answers to three names.
+PLATFORMS = {"sim": "sim", "a2a3sim": "sim", "a5sim": "sim"}
+
+
+def normalize_platform(platform: str) -> str:
+    """Return the canonical name of a platform (``"a2a3sim"`` → ``"sim"``).
+
+    Unknown names are returned unchanged (lower-cased): the driver decides
+    whether it supports them.
+    """
+    key = platform.strip().lower()
+    return PLATFORMS.get(key, key)
 
 
 @dataclass(frozen=True)

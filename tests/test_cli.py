@@ -224,6 +224,7 @@ def test_info_table_and_json(tmp_path, monkeypatch, capsys):
     for key in ("platform", "device", "compiler", "kernel cache"):
         assert key in out
     assert str(tmp_path / "cache") in out
+    assert "sim (aliases: a2a3sim, a5sim)" in out  # from the platform table
     assert main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     from pypto_async._driver import ffi, lib

@@ -35,6 +35,15 @@ def test_platform_aliases(alias):
     assert normalize_platform(alias) == "sim"
 
 
+def test_one_platform_table_serves_the_compiler_and_the_runtime(monkeypatch):
+    from pypto_async import _signature, ir
+
+    assert ir.PLATFORMS is _signature.PLATFORMS
+    monkeypatch.setitem(_signature.PLATFORMS, "b7sim", "sim")  # an alias added in one place...
+    assert RunConfig(platform="b7sim").device_platform == "sim"  # ...is one to the runtime
+    assert "b7sim" in ir.PLATFORMS  # ...and to ir.compile
+
+
 def test_compile_kwargs_forwards_save_kernels_dir(tmp_path):
     assert RunConfig(save_kernels_dir=str(tmp_path)).compile_kwargs() == {"output_dir": str(tmp_path)}
     assert RunConfig(save_kernels_dir=tmp_path).compile_kwargs() == {"output_dir": str(tmp_path)}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._dtypes import as_dtype
-from .._signature import INOUT, OUT, ParamSpec
+from .._signature import INOUT, OUT, PLATFORMS, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
 from ._codegen import CODEGEN_VERSION, generate_c
 from ._nodes import Program
@@ -51,7 +51,6 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-math-errno")
-PLATFORMS = {"sim": "sim", "a2a3sim": "sim", "a5sim": "sim"}
 _META = "compiled_meta.json"
 _SOURCE = "kernel.c"
 _LIB = "kernel.so"

@@ -14,22 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .._signature import normalize_platform
 from ..errors import PtoArgumentError
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
-
-#: Platform names accepted for the simulated device; all mean ``"sim"``.
-_PLATFORM_ALIASES = {"sim": "sim", "a2a3sim": "sim", "a5sim": "sim"}
-
-
-def normalize_platform(platform: str) -> str:
-    """Return the canonical name of a platform (``"a2a3sim"`` → ``"sim"``).
-
-    Unknown names are returned unchanged (lower-cased): the driver decides
-    whether it supports them.
-    """
-    key = platform.strip().lower()
-    return _PLATFORM_ALIASES.get(key, key)
 
 
 def _power_of_two(n: int) -> bool:
