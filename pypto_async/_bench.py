@@ -33,6 +33,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from ._cli_error import CliError
+
 __all__ = ["EXPECTED", "find_benchmarks_dir", "rows_from_result", "run_bench"]
 
 #: The benchmark scripts the project promises, in the order they are run.
@@ -46,8 +48,6 @@ _QUICK_ARGS = {
 
 def find_benchmarks_dir(explicit: str | os.PathLike | None = None) -> pathlib.Path:
     """Return the benchmarks directory: ``explicit``, else ``benchmarks/`` beside the package."""
-    from ._cli import CliError
-
     if explicit is not None:
         path = pathlib.Path(explicit)
         if not path.is_dir():
@@ -224,8 +224,6 @@ def format_table(results: dict[str, dict]) -> str:
 
 def run_bench(args) -> int:
     """Run the ``bench`` subcommand; return the exit status (1 if a script failed)."""
-    from ._cli import CliError
-
     bench_dir = find_benchmarks_dir(args.dir)
     found = {p.stem: p for p in sorted(bench_dir.glob("bench_*.py"))}
     names = list(EXPECTED) + sorted(set(found) - set(EXPECTED))

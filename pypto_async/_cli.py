@@ -19,13 +19,11 @@ import shutil
 import subprocess
 import sys
 
+from ._cli_error import CliError
+
 __all__ = ["main", "build_parser", "CliError"]
 
 PROG = "pypto-async"
-
-
-class CliError(Exception):
-    """A failure the command reports as one line (no traceback)."""
 
 
 class _Parser(argparse.ArgumentParser):

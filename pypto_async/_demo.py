@@ -18,7 +18,9 @@ host's checking does not hide the device's overlap), and the last batch of
 each output buffer in full afterwards.  The pipelined run is captured with
 ``w.trace()``: the command prints throughput, the speed-up over the serial
 run and the overlap the trace shows, writes ``demo_trace.json`` (open it in
-https://ui.perfetto.dev) and ``demo_trace.png``, and says where they are.
+https://ui.perfetto.dev) and ``demo_trace.png``, and says where they are.  The
+PNG needs matplotlib (``pip install 'pypto_async[demo]'``); without it the demo
+runs all the same and its last line says how to get the picture.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ import time
 
 import pypto_async.language as pl  # module level: @pl.jit resolves annotations in these globals
 
-__all__ = ["run_demo", "make_kernel", "DemoResult"]
+from ._cli_error import CliError
+
+__all__ = ["run_demo", "make_kernel", "DemoResult", "NO_MATPLOTLIB"]
+
+#: The report's last line when the swimlane PNG cannot be drawn.
+NO_MATPLOTLIB = "swimlane: not drawn, matplotlib is not installed (pip install 'pypto_async[demo]' adds it)"
 
 
 def make_kernel(rows: int, cols: int, blocks: int):
@@ -157,8 +164,6 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
     # then checked in full.
     samples = [wt.ravel()[::61].copy() for wt in want]
 
-    from ._cli import CliError
-
     def check(i: int, got) -> None:
         if not np.allclose(got.ravel()[::61], samples[i % len(batches)], rtol=1e-5, atol=1e-5):
             raise CliError(f"batch {i}: the device's result differs from numpy's")
@@ -198,7 +203,7 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
     return DemoResult(
         rows=rows, cols=cols, batches=n_batches, depth=depth, batch_bytes=nbytes,
         serial_s=serial_s, pipelined_s=pipelined_s, trace=trace, summary=trace.summary(),
-        trace_path=trace_path, png_path=None, stats=stats, cores=cores,
+        trace_path=trace_path, png_path=None, png_missing=False, stats=stats, cores=cores,
     )
 
 
@@ -208,13 +213,25 @@ def run_demo(args) -> int:
     result = asyncio.run(_demo(args.rows, args.cols, args.batches, args.depth, out_dir,
                                sys.stderr, not args.no_progress, args.cores))
     if not args.no_png:
-        from ._plot import render_trace
+        if _can_draw():
+            from ._plot import render_trace
 
-        result.png_path = render_trace(result.trace.to_chrome(), out_dir / "demo_trace.png",
-                                       title=f"pypto-async demo: {result.batches} batches of "
-                                             f"{result.rows}x{result.cols} fp32, depth {result.depth}")
+            result.png_path = render_trace(result.trace.to_chrome(), out_dir / "demo_trace.png",
+                                           title=f"pypto-async demo: {result.batches} batches of "
+                                                 f"{result.rows}x{result.cols} fp32, depth {result.depth}")
+        else:
+            result.png_missing = True
     print(format_report(result))
     return 0
+
+
+def _can_draw() -> bool:
+    """True if matplotlib (the ``demo`` extra, not a core dependency) can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def format_report(r: DemoResult) -> str:
@@ -241,4 +258,6 @@ def format_report(r: DemoResult) -> str:
     ]
     if r.png_path is not None:
         lines.append(f"swimlane: {r.png_path}")
+    elif r.png_missing:
+        lines.append(NO_MATPLOTLIB)
     return "\n".join(lines)

@@ -7,12 +7,17 @@ Subcommands run in-process through ``main(argv)``; one test runs
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pypto_async._cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SUBCOMMANDS = ["demo", "bench", "trace", "info", "cache"]
@@ -352,3 +357,46 @@ def test_demo_reports_a_wrong_result_in_one_line(tmp_path, capsys, monkeypatch):
                  "--no-progress", "--no-png"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("pypto-async demo: error: batch 0: the device's result differs") and err.count("\n") == 1
+
+
+# --- a plain install (no extras) ---------------------------------------------------------
+
+
+def test_demo_runs_on_a_plain_install_and_says_how_to_get_the_png(tmp_path):
+    """Without the extras (matplotlib, torch unimportable), the demo runs and names the extra."""
+    from pypto_async._demo import NO_MATPLOTLIB
+
+    code = ("import sys\n"
+            "sys.modules['matplotlib'] = sys.modules['torch'] = None  # what `pip install .` lacks\n"
+            "from pypto_async._cli import main\n"
+            f"sys.exit(main(['demo', '--batches', '3', '--rows', '16', '--cols', '64', '--out', {str(tmp_path)!r}]))\n")
+    env = {**os.environ, "PYPTO_ASYNC_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "matched numpy" in out.stdout and lines[-1] == NO_MATPLOTLIB
+    assert "pip install 'pypto_async[demo]'" in NO_MATPLOTLIB and "swimlane: /" not in out.stdout
+    assert (tmp_path / "demo_trace.json").is_file() and not (tmp_path / "demo_trace.png").exists()
+
+
+def test_a_plain_install_has_what_the_main_job_needs():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]}
+    assert {"anyio", "cffi", "numpy", "tqdm"} <= core  # the demo's progress bar is no extra
+    assert "matplotlib" not in core and any(d.startswith("matplotlib") for d in project["optional-dependencies"]["demo"])
+
+
+def test_the_subcommands_do_not_import_the_cli():
+    """_demo and _bench raise CliError from its own module: no import cycle through _cli."""
+    import ast
+
+    from pypto_async import _cli, _cli_error
+
+    assert _cli.CliError is _cli_error.CliError
+    for name in ("_demo.py", "_bench.py"):
+        tree = ast.parse((ROOT / "pypto_async" / name).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+        assert "_cli" not in imported and "_cli_error" in imported, name
