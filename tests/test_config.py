@@ -69,6 +69,11 @@ def test_compile_kwargs_forwards_save_kernels_dir(tmp_path):
         ("rtol", -1.0),
         ("atol", "0"),
         ("golden_data_dir", 5),
+        ("device_id", True),  # a bool is never an int
+        ("ring_heap", True),
+        ("cores", True),
+        ("spin_us", False),
+        ("rtol", True),
     ],
 )
 def test_validation_names_the_field(field, value):

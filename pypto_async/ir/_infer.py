@@ -9,6 +9,7 @@ source location.
 
 from __future__ import annotations
 
+from .._checks import is_int
 from .._dtypes import BF16, BOOL, FP16, FP32, FP64, DataType
 from .._signature import IN, SCALAR
 from ..errors import PtoCompileError
@@ -129,7 +130,7 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
     if isinstance(expr, Cast):
         return TileType(expr.x.type.shape, expr.dtype)
     if isinstance(expr, Full):
-        if not expr.shape or any((not isinstance(d, int)) or d <= 0 for d in expr.shape):
+        if not expr.shape or any(not is_int(d) or d <= 0 for d in expr.shape):
             raise compile_error(f"tile shape must be positive ints, got {list(expr.shape)}", loc)
         return TileType(tuple(expr.shape), expr.dtype)
     if isinstance(expr, Reduce):
@@ -218,7 +219,7 @@ def _check_window(p: Param, offsets, shape, ranges, loc: Loc | None, what: str) 
             loc,
         )
     for d, (off, size, dim) in enumerate(zip(offsets, shape, p.shape)):
-        if not isinstance(size, int) or size <= 0:
+        if not is_int(size) or size <= 0:
             raise compile_error(f"tile shape must be positive ints, got {list(shape)}", loc)
         lo, hi = index_range(off, ranges, loc)
         if lo < 0 or hi + size > dim:

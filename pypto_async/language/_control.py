@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import sys
 
+from .._checks import is_int
 from ..ir._infer import compile_error
 from ..ir._nodes import Assign, For, Scope, Spmd
 from ..ir._passes import expr_inputs
@@ -45,7 +46,7 @@ class at:
 
 
 def _int(x, what: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, int):
+    if not is_int(x):
         raise compile_error(f"{what} must be a Python int, got {x!r}", user_loc())
     return x
 

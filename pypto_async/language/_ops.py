@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from .._checks import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
@@ -114,7 +115,7 @@ def load(tensor, offsets, shapes) -> Tile:
     ten = _tensor(tensor, "load")
     offs = tuple(to_index(o) for o in offsets)
     shape = tuple(shapes)
-    if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+    if not all(is_int(d) for d in shape):
         raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
     expr = Load(ten.name, offs, shape)
     check_load(expr, t.params, t.ranges, loc)

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from .._checks import is_int
 from ..errors import PtoCompileError
 from ..ir._infer import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IVar, Loc, Param, Var
@@ -186,7 +187,7 @@ def to_index(x, what: str = "offset") -> IndexExpr:
     """Convert an int or :class:`Index` to an index expression."""
     if isinstance(x, Index):
         return x.expr
-    if isinstance(x, bool) or not isinstance(x, int):
+    if not is_int(x):
         try:
             import operator
 
@@ -198,7 +199,7 @@ def to_index(x, what: str = "offset") -> IndexExpr:
 
 def _iop(op, swap=False):
     def method(self, other):
-        if not isinstance(other, (int, Index)) or isinstance(other, bool):
+        if not (is_int(other) or isinstance(other, Index)):
             return NotImplemented
         a, b = self.expr, to_index(other)
         if swap:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .._checks import is_int
 from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError
@@ -38,7 +39,7 @@ class Tensor:
         if not isinstance(item, tuple) or len(item) != 2:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype], e.g. pl.Tensor[[128, 128], pl.FP32]")
         shape, dtype = item
-        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in shape):
+        if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d > 0 for d in shape):
             raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints, got {shape!r}")
         return TensorAnnotation(IN, tuple(shape), as_dtype(dtype))
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .._checks import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError
 
@@ -112,28 +113,23 @@ class RunConfig:
                      "enable_scope_stats", "save_kernels", "codegen_only"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "must be a bool")
-        if not _is_int(self.device_id) or self.device_id < 0:
-            fail("device_id", "must be an int >= 0")
-        if not _is_int(self.ring_task_window) or not _power_of_two(self.ring_task_window):
+        def check(name: str, **bounds) -> None:
+            check_int(getattr(self, name), f"RunConfig.{name}", **bounds)
+
+        check("device_id", low=0)
+        if not is_int(self.ring_task_window) or not _power_of_two(self.ring_task_window):
             fail("ring_task_window", "must be a power of two >= 1")
         if self.ring_task_window > 1 << 20:
             fail("ring_task_window", "must be at most 1048576")
-        if not _is_int(self.ring_heap) or not 256 <= self.ring_heap < 1 << 32:
-            fail("ring_heap", "must be an int in [256, 2**32)")
-        if not _is_int(self.ring_dep_pool) or not 1 <= self.ring_dep_pool < 1 << 32:
-            fail("ring_dep_pool", "must be an int in [1, 2**32)")
+        check("ring_heap", low=256, high=(1 << 32) - 1)
+        check("ring_dep_pool", low=1, high=(1 << 32) - 1)
         for name in ("aicpu_thread_num", "cores", "copy_engines"):
-            value = getattr(self, name)
-            if value is not None and (not _is_int(value) or not 1 <= value <= 256):
-                fail(name, "must be None or an int in [1, 256]")
-        if self.device_memory is not None and (not _is_int(self.device_memory)
-                                               or self.device_memory < 4096):
-            fail("device_memory", "must be None or an int >= 4096 (bytes)")
-        if self.spin_us is not None and (not _is_int(self.spin_us) or not 0 <= self.spin_us <= 1_000_000):
-            fail("spin_us", "must be None or an int in [0, 1000000]")
+            check(name, low=1, high=256, optional=True)
+        check("device_memory", low=4096, optional=True)  # bytes
+        check("spin_us", low=0, high=1_000_000, optional=True)
         for name in ("rtol", "atol"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if not is_number(value) or value < 0:
                 fail(name, "must be a number >= 0")
         for name in ("golden_data_dir", "save_kernels_dir"):
             value = getattr(self, name)
@@ -175,10 +171,6 @@ class RunConfig:
             # The driver reads 0 as "its default"; 1 us is the least spinning it takes.
             fields["spin_us"] = max(self.spin_us, 1)
         return fields
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def as_run_config(config: RunConfig | dict | None) -> RunConfig:

@@ -336,6 +336,32 @@ def test_range_bounds_must_be_ints():
     assert_at(ei, where[0], "pl.range stop must be a Python int")
 
 
+def test_a_bool_is_not_a_tile_dimension():
+    where = []
+
+    @pl.jit
+    def full(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.full((True, 16), 1.0), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        full.lower(X, X)
+    assert_at(ei, where[0], "tile shape must be positive ints, got [True, 16]")
+
+    @pl.jit
+    def load(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [0, 0], [True, 16]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        load.lower(X, X)
+    assert_at(ei, where[1], "pl.load: shapes must be ints")
+    with pytest.raises(PtoCompileError, match="shape must be a list of positive ints"):
+        pl.Tensor[[True, 16], pl.FP32]
+    with pytest.raises(PtoCompileError, match="pl.spmd block count must be a Python int"):
+        pl.spmd(True)
+
+
 def test_loop_carried_tile_is_refused():
     where = []
 
