@@ -4,19 +4,41 @@ Every error this package raises on purpose is a :class:`PtoError`.  The tree has
 one branch per way things go wrong, so you can catch exactly what you can
 handle:
 
-* :class:`PtoArgumentError` — *you* passed something wrong; nothing was queued
-  and the worker is fine.
-* :class:`PtoTryAgain` — a ``*_nowait`` call found no room; nothing was queued.
-* :class:`PtoOutOfMemory` — the device arena has no extent that fits.
+* :class:`PtoArgumentError` (also a ``ValueError``) — *you* passed something
+  wrong; nothing was queued and the worker is fine.
+
+  * :class:`PtoPlatformMismatch` — a program compiled for another platform.
+  * :class:`PtoForeignTensorError` — a DeviceTensor of another worker.
+
+* :class:`PtoTryAgain` — no room, or nothing ready, right now
+  (``Event.elapsed_ms`` before both events ran); nothing was queued.
+* :class:`PtoOutOfMemory` (also a ``MemoryError``) — the device arena has no
+  extent that fits, or a kernel could not allocate its tile buffers.
 * :class:`PtoKernelFault` — a kernel failed its own launch.
+* :class:`PtoCopyFault` — a copy or memset failed on the device.
 * :class:`PtoDependencyError` — *this* command was fine, but something it
   depended on failed first; ``__cause__`` holds that first failure.
 * :class:`PtoDeviceLost` — the device is unusable (sticky); everything fails.
-* :class:`PtoClosedError` — you closed the worker, stream or tensor already.
-* :class:`PtoTimeout` — a wait ran out of time; the work itself goes on.
+* :class:`PtoClosedError` — you closed the worker, stream, event or kernel
+  already.
 
-Cancellation is never wrapped: ``asyncio.CancelledError`` and trio's
-``Cancelled`` pass through untouched.
+  * :class:`PtoTensorFreedError` — you freed the DeviceTensor already.
+
+* :class:`PtoTimeout` (also a ``TimeoutError``) — a wait ran out of time; the
+  work itself goes on.
+* :class:`PtoInvalidStateError` — the object's state does not allow the call
+  (a launch's result before it finished, a sync-mode worker awaited, a worker
+  used in a forked child).
+* :class:`PtoCanceledError` — the command was dropped before it ran (the
+  worker closed under it).
+* :class:`PtoLoadError` — a kernel library or its symbol could not be loaded.
+* :class:`PtoCompileError` — tracing or compiling a kernel failed; the message
+  starts with the kernel's file and line.
+* :class:`PtoNotSupported` — the platform or feature is not available here.
+
+Each class with a driver counterpart names it in ``status`` (see
+:class:`PtoError`).  Cancellation is never wrapped: ``asyncio.CancelledError``
+and trio's ``Cancelled`` pass through untouched.
 """
 
 from __future__ import annotations
@@ -46,8 +68,13 @@ __all__ = [
 class PtoError(Exception):
     """Base of every pypto_async error.  Never raised directly.
 
-    ``status`` is the driver's status name (``"PTO_EKERNEL"``) where the error
-    came from the driver, else ``None``.
+    ``status`` names the driver status code of this kind of failure
+    (``"PTO_EKERNEL"`` for :class:`PtoKernelFault`).  It is set on each class
+    that has a driver counterpart, so it holds whether the driver or a check
+    on the Python side found the problem (:class:`PtoArgumentError` is
+    ``"PTO_EINVAL"`` either way); an error built from a driver status carries
+    that status.  It is ``None`` for the kinds the driver has no code for
+    (:class:`PtoInvalidStateError`, :class:`PtoCompileError`).
     """
 
     status: str | None = None
@@ -63,6 +90,8 @@ class PtoArgumentError(PtoError, ValueError):
 
     Raised before anything is queued: the worker stays usable.  Also a
     :class:`ValueError`, so generic argument checks still catch it.
+    ``status`` is ``"PTO_EINVAL"`` for a check on the Python side as for one
+    in the driver.
     """
 
     status = "PTO_EINVAL"
@@ -77,9 +106,15 @@ class PtoForeignTensorError(PtoArgumentError):
 
 
 class PtoTryAgain(PtoError):
-    """No room right now (full ring, heap or dependency pool); nothing was queued.
+    """No room, or nothing ready, right now; nothing was queued.
 
-    Only the ``*_nowait`` calls raise it; the others wait for room instead.
+    :meth:`Event.elapsed_ms <pypto_async.runtime.Event.elapsed_ms>` raises it
+    while either event has not run on the device yet, and
+    :func:`pypto_async.testing.latch` when the stream's ring has no slot for
+    the latch; a raw driver call (``pypto_async._driver.check``) raises it for
+    ``-PTO_EAGAIN`` (full ring, heap or dependency pool).  Launches, copies
+    and the other calls that queue work never raise it: they wait for room
+    instead (back-pressure).
     """
 
     status = "PTO_EAGAIN"
@@ -88,7 +123,8 @@ class PtoTryAgain(PtoError):
 class PtoOutOfMemory(PtoError, MemoryError):
     """The device arena has no free extent of the requested size.
 
-    The device keeps working; free something and try again.
+    The device keeps working; free something and try again.  A generated
+    kernel that cannot allocate its tile buffers fails its launch with it too.
     """
 
     status = "PTO_ENOMEM"

@@ -1,7 +1,7 @@
 """RunConfig: what a worker is opened with.
 
-A :class:`RunConfig` carries the seed's fields (PyPTO's ``RunConfig``), both
-the ones that shape the device and the ones only a test harness reads, plus the
+A :class:`RunConfig` carries the fields of PyPTO's ``RunConfig``, both the
+ones that shape the device and the ones only a test harness reads, plus the
 simulated device's shape (``cores``, ``copy_engines``, ``device_memory``).  It
 is validated when you build it: a wrong value raises
 :class:`~pypto_async.errors.PtoArgumentError` naming the field.
@@ -57,10 +57,18 @@ class RunConfig:
         wake-up, which on a VM costs tens of microseconds; past it the device
         uses no CPU.  Lower it to trade latency for idle CPU.
     enable_chip_swimlane : bool
-        Record a trace record per command (the swimlane view).
-    enable_dep_gen, enable_pmu, enable_dump_args, enable_scope_stats : bool
-        Further DFX switches of the seed; accepted and kept, no effect on the
-        simulator.
+        Record a trace record per command (the swimlane view) for the
+        worker's whole life, written as ``pto_swimlane_<pid>_<n>.json`` (in
+        ``save_kernels_dir``, else the current directory) when it closes.
+    enable_scope_stats : bool
+        Write the per-stream and per-engine statistics (ring high-water
+        marks, back-pressure waits, engine busy time) as JSON next to each
+        trace the worker writes (``<trace stem>.stats.json``), and once more
+        when it closes (beside the swimlane file, else as
+        ``pto_scope_stats_<pid>_<n>.json``).
+    enable_dep_gen, enable_pmu, enable_dump_args : bool
+        Further DFX switches of PyPTO's ``RunConfig``; accepted and kept, no
+        effect on the simulator.
 
     Fields only a harness reads
     ---------------------------
