@@ -17,3 +17,5 @@ def test_the_package_ships_its_type_marker_and_kernel_header(tmp_path):
     package = tmp_path / "pypto_async"
     assert (package / "py.typed").is_file()  # PEP 561: type checkers read the inline annotations
     assert (package / "include" / "pto_kernel.h").is_file()
+    for header in ("pto_kernel_rt.h", "pto_gemm.h"):  # what generated kernels include besides the ABI
+        assert (package / "include" / header).is_file(), header
