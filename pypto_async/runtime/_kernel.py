@@ -6,6 +6,26 @@ from ._args import Binder
 
 __all__ = ["KernelHandle"]
 
+_ARG_BYTES = 8  # one 64-bit slot per parameter: a device address or a scalar's bits
+
+
+def fit_error(nargs: int, blocks, ring_heap: int) -> str | None:
+    """Why a program's launches can never be queued on this device, or None if they can.
+
+    The driver copies a launch's arguments into its stream's ring heap
+    (``RunConfig.ring_heap`` bytes, in 8-byte slots) and takes a block count
+    of 32 bits.  A program past either limit would be refused at submission,
+    after its input copies were queued; checked here, it is refused before.
+    """
+    heap = ring_heap & ~(_ARG_BYTES - 1)
+    if nargs * _ARG_BYTES > heap:
+        return (f"takes {nargs} arguments ({nargs * _ARG_BYTES} bytes), more than a stream's "
+                f"{heap}-byte ring heap holds: open the worker with "
+                f"RunConfig(ring_heap={nargs * _ARG_BYTES}) or more")
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks < 1 << 32:
+        return f"has block_num={blocks!r}; the driver takes an int in [1, 2**32)"
+    return None
+
 
 class KernelHandle:
     """A compiled program loaded on one worker; call it to launch.
@@ -25,7 +45,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label",
-                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "__weakref__")
+                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("KernelHandle cannot be constructed directly; use ChipWorker.register(compiled)")
@@ -45,6 +65,7 @@ class KernelHandle:
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
         # The usual call shape, one output: its index, so a launch need not call _result().
         h._out1 = h._out_idx[0] if h._has_return and len(h._out_idx) == 1 else -1
+        h._unfit = fit_error(h._nargs, h._blocks, worker._info.ring_heap)
         return h
 
     def __call__(self, *args, stream=None):
@@ -60,7 +81,8 @@ class KernelHandle:
         ------
         PtoArgumentError
             Before anything is queued, for a wrong argument (its message
-            names the parameter).
+            names the parameter), or a program whose arguments cannot fit
+            a stream's ring heap (the message names the limit).
         PtoOutOfMemory
             If the temporaries for host arrays do not fit; nothing is queued.
         PtoError

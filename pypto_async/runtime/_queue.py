@@ -135,7 +135,7 @@ class CommandQueue:
                 rc = fn(*args)
                 if rc:
                     if rc != _EAGAIN:
-                        self._group_error(cmds, i, rc, owner)
+                        self._group_error(stream, cmds, i, rc, owner)
                     break
                 i += 1
             else:
@@ -147,22 +147,39 @@ class CommandQueue:
         self._fifo_waits += n - i
         return False
 
-    def _group_error(self, cmds: list, i: int, rc: int, owner: Launch) -> None:
-        # Commands [0, i) are queued and will report; [i, n) never will.
-        for fn, args, flags in cmds[i:]:
-            self._pending.pop(args[-1], None)
-            if i == 0 and fn is lib.pto_stream_free:
-                lib.pto_mem_free(self._dev, args[1])  # nothing queued uses the temporary
-        owner._remaining -= len(cmds) - i
-        owner._mark_retrieved()
+    def _group_error(self, stream: Stream, cmds: list, i: int, rc: int, owner: Launch) -> None:
+        """The driver refused command `i` of a group: undo what was not queued, then raise.
+
+        Commands [0, i) are queued and will report.  Of [i, n), the data
+        commands never run (an output copy would write what no kernel
+        computed); the free of the temporaries still goes in, in stream order
+        (behind the queued commands that use them, and behind the work before
+        a queued free the driver may have carved them from).
+        """
         try:
-            check(rc, owner._name)
+            check(rc, owner._name)  # first: the driver's message is the last error of this thread
         except PtoError as exc:
-            if owner._exc is None:
-                owner._exc = exc
-            if not owner._remaining:
-                owner._finish()
-            raise
+            error = exc
+        pending = self._pending
+        dropped = 0
+        for k in range(i, len(cmds)):
+            fn, args, flags = cmds[k]
+            if fn is lib.pto_stream_free and k > i:
+                try:
+                    self._submit(stream, fn, args, owner, flags)
+                    continue
+                except PtoError:  # a lost device: its memory goes with it
+                    pass
+            else:
+                pending.pop(args[-1], None)
+            dropped += 1
+        owner._remaining -= dropped
+        owner._mark_retrieved()
+        if owner._exc is None:
+            owner._exc = error
+        if not owner._remaining:
+            owner._finish()
+        raise error
 
     def _mark_entered(self, owner) -> None:
         owner._entered = True
@@ -221,6 +238,11 @@ class CommandQueue:
                             except PtoError as exc:
                                 if owner is not None:
                                     owner._fail(exc)
+                                    if flags & _F_DATA:
+                                        # The rest of its group must not run on bad data: its
+                                        # output copies would write what no kernel computed.
+                                        # Its free still goes in.
+                                        owner._poison = exc
                     progress = True
                     if flags & _F_LAST and owner is not None and not owner._entered:
                         # _mark_entered, called only when someone waits for entry.

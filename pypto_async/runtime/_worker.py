@@ -646,6 +646,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
         # The hot path: keep it flat.
         if self._state:
             self._check_open()
+        if h._unfit is not None:
+            raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
         if stream is None:
             stream = self._current_stream() if _context._streams.get() else self._default_stream
         else:
