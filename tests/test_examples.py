@@ -16,6 +16,9 @@ EXAMPLES = [
     ("explicit_dispatch.py", [], "hot loop of 3 launches OK"),
     ("pipelined.py", ["--batches", "6"], "overlap:"),
     ("serve_asyncio.py", ["--requests", "300", "--concurrency", "64"], "all outputs verified"),
+    # A small device: most requests wait for device memory, every one succeeds.
+    ("serve_asyncio.py", ["--requests", "300", "--concurrency", "256", "--device-memory", "32768"],
+     "waited for device memory; all outputs verified"),
     ("serve_trio.py", ["--requests", "300", "--concurrency", "64"], "all outputs verified"),
     ("kv_cache.py", ["--steps", "4"], "scores and the final cache verified"),
 ]

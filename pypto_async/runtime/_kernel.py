@@ -84,7 +84,10 @@ class KernelHandle:
             names the parameter), or a program whose arguments cannot fit
             a stream's ring heap (the message names the limit).
         PtoOutOfMemory
-            If the temporaries for host arrays do not fit; nothing is queued.
+            If the temporaries for host arrays can never fit (larger than the
+            device, or nothing in flight would free room); nothing is queued.
+            While in-flight work will free room, the launch waits for it
+            instead, as for ring room.
         PtoError
             In sync mode, the launch's own failure.
         """

@@ -3,9 +3,10 @@
 How work flows (the timeline of one launch):
 
 1. A call validates its arguments (nothing is queued on error), takes
-   temporaries for host arrays, and builds its command group: H2D copies for
-   ``In``/``InOut`` host arrays, the kernel launch, D2H copies for
-   ``Out``/``InOut``, stream-ordered frees of the temporaries.
+   temporaries for host arrays (one block), and builds its command group: H2D
+   copies for ``In``/``InOut`` host arrays, the kernel launch, D2H copies for
+   ``Out``/``InOut``, a stream-ordered free of the temporaries.  If they do
+   not fit, the group waits in the stream's FIFO for memory (see ``_memwait``).
 2. Every command gets its own completion token from the worker's counter, and
    the token map (``_pending``) points each token at the group's
    :class:`Launch`.  Every command carries one because the driver treats a
@@ -398,12 +399,14 @@ class CommandQueue:
                 self._service_locked()
 
     def _service_locked(self) -> None:
-        """Drain records, refill rings from the FIFOs, run deferred frees, settle waits."""
+        """Drain records, refill rings from the FIFOs, run deferred frees, retry memory waits, settle."""
         self._drain()
         if self._backlog:
             self._flush()
         if self._deferred:
             self._process_deferred_locked()
+        if self._mem_waiters:  # frees may have made room for launches waiting for memory
+            self._retry_memory_locked()
         self._settle_locked()
 
     def _settle_locked(self) -> None:

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 
-from .._driver import check, device_config, error_for_status, ffi, lib
+from .._driver import PTO_ENOMEM, check, device_config, error_for_status, ffi, lib
 from ..errors import (
     PtoArgumentError,
     PtoCanceledError,
@@ -33,6 +33,7 @@ from ._event import Event
 from ._kernel import KernelHandle
 from ._launch import Launch, _new_launch
 from ._memory import DeviceMemory
+from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
 from ._queue import _BATCH, _EAGAIN, _F_DATA, _F_LAST, _F_RECORD, CommandQueue, cq_view
 from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
@@ -43,6 +44,7 @@ from ._tracing import TraceWindow, WorkerTracing
 __all__ = ["ChipWorker", "WorkerStats"]
 
 _stream_launch = lib.pto_stream_launch  # the launch hot path calls it once per launch
+_ENOMEM = -PTO_ENOMEM
 _SERVICE_MASK = 63  # the launch hot path drains completions itself every 64 tokens
 
 _OPEN, _CLOSED, _FORKED = 0, 1, 2
@@ -106,6 +108,9 @@ class WorkerStats:
         dep pool), backlog, and time spent waiting for room in the ring.
     backpressure_wait_ns : int
         Time streams spent with commands waiting for room, summed over streams.
+    memory_waits : int
+        Launches that waited for device memory for their host arrays'
+        temporaries (memory back-pressure).
     """
 
     launches: int
@@ -128,6 +133,7 @@ class WorkerStats:
     engines: tuple[EngineStats, ...] = ()
     stream_stats: tuple[StreamStats, ...] = ()
     backpressure_wait_ns: int = 0
+    memory_waits: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -204,6 +210,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._completions = 0
         self._wakeups = 0
         self._fifo_waits = 0
+        self._mem_waiters: deque = deque()  # MemoryWait gates, oldest first (see _memwait)
+        self._memory_waits = 0
         self._refill = max(1, info.ring_task_window // 4)
         self._state = _OPEN
         try:
@@ -707,36 +715,70 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _launch_group(self, h: KernelHandle, stream: Stream, values: list, hosts: list,
                       launch: Launch) -> None:
-        temps = []
-        try:
-            for i, ha, p in hosts:
-                ptr = self._alloc_locked(ha.nbytes, stream, f"{h._label}: argument {p.name!r}")
-                temps.append(ptr)
-                values[i] = ptr
-        except BaseException:
-            for ptr in temps:
-                lib.pto_mem_free(self._dev, ptr)
-            raise
-        sp = stream._ptr
+        """Queue a launch with host arrays: temporaries, copies in, kernel, copies out, frees.
+
+        If the temporaries do not fit, or other launches wait for memory
+        already, the launch waits in its stream's FIFO (see :mod:`._memwait`).
+        """
         launch._keep = hosts
-        cmds = []
-        for (i, ha, p), ptr in zip(hosts, temps):
-            if p.copies_in:
-                cmds.append((lib.pto_stream_copy_h2d, (sp, ptr, ha.ptr, ha.nbytes, self._token(launch)),
-                             _F_DATA))
-        cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, values, h._nargs, self._token(launch)),
-                     _F_DATA))
-        for (i, ha, p), ptr in zip(hosts, temps):
-            if p.copies_out:
-                cmds.append((lib.pto_stream_copy_d2h, (sp, ha.ptr, ptr, ha.nbytes, self._token(launch)),
-                             _F_DATA))
-        for ptr in temps:
-            cmds.append((lib.pto_stream_free, (sp, ptr, self._token(launch)), 0))
-        fn, a, flags = cmds[-1]
-        cmds[-1] = (fn, a, flags | _F_LAST)
+        temps = None if self._mem_waiters else self._alloc_temps(hosts, stream, h._label)
+        if temps is None:
+            temps = wait_for_memory(self, h, stream, values, launch)
+            if temps is None:
+                return
+        token = self._token
+        tokens = [token(launch) for _ in group_flags(hosts)]
+        cmds = self._group_commands(h, stream, values, hosts, temps, tokens)
         launch._remaining = len(cmds)
         if self._submit_group(stream, cmds, launch):
             launch._entered = True
+
+    def _group_commands(self, h: KernelHandle, stream: Stream, values: list, hosts: list, temps: list,
+                        tokens: list) -> list:
+        """The commands ``(fn, args, flags)`` of a launch group, in stream order (see group_flags)."""
+        sp = stream._ptr
+        tokens = iter(tokens)
+        for (i, ha, p), ptr in zip(hosts, temps):
+            values[i] = ptr
+        cmds = []
+        for (i, ha, p), ptr in zip(hosts, temps):
+            if p.copies_in:
+                cmds.append((lib.pto_stream_copy_h2d, (sp, ptr, ha.ptr, ha.nbytes, next(tokens)), _F_DATA))
+        cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, values, h._nargs, next(tokens)), _F_DATA))
+        for (i, ha, p), ptr in zip(hosts, temps):
+            if p.copies_out:
+                cmds.append((lib.pto_stream_copy_d2h, (sp, ha.ptr, ptr, ha.nbytes, next(tokens)), _F_DATA))
+        cmds.append((lib.pto_stream_free, (sp, temps[0], next(tokens)), _F_LAST))  # the one block
+        return cmds
+
+    def _alloc_temps(self, hosts: list, stream: Stream, label: str) -> list | None:
+        """Allocate the temporaries of a launch's host arrays (lock held); None if they do not fit.
+
+        One block for all of them, carved per array at the allocator's
+        alignment, so the allocation succeeds or fails whole: a partial set
+        could not be handed back at once, as the driver may carve a block
+        from a free still queued on `stream`, which the work before that free
+        still uses.
+
+        Raises
+        ------
+        PtoError
+            For a failure other than a shortage (a lost device).
+        """
+        sizes = [rounded(ha.nbytes) for _, ha, _ in hosts]
+        nbytes = sum(sizes)
+        out = self._devptr_out
+        rc = lib.pto_mem_alloc(self._dev, nbytes, stream._ptr, out)
+        if rc:
+            if rc == _ENOMEM:
+                return None
+            check(rc, f"{label}: allocating {nbytes} bytes of device temporaries for its host arrays")
+        ptr = int(out[0])
+        temps = []
+        for size in sizes:
+            temps.append(ptr)
+            ptr += size
+        return temps
 
     def _alloc_locked(self, nbytes: int, stream: Stream | None, what: str) -> int:
         if nbytes >= 1 << 64:
@@ -746,6 +788,14 @@ class ChipWorker(CommandQueue, DeviceMemory):
         if rc:
             check(rc, f"{what}: allocating {nbytes} bytes of device memory")
         return int(out[0])
+
+    def _retry_memory_locked(self) -> None:
+        """Serve the launches waiting for device memory, flushing what they let through (lock held)."""
+        while retry(self):
+            if self._backlog:
+                self._flush()
+            if not self._mem_waiters:
+                break
 
     def _queue_one(self, stream: Stream, fn, args_without_token: tuple, name: str, keep, out) -> Launch:
         """Queue one data command owned by a new Launch (lock held)."""
@@ -880,4 +930,5 @@ class ChipWorker(CommandQueue, DeviceMemory):
             engines=engine_stats(self._dev, self._info.engines, self._info.cores),
             stream_stats=stream_stats(self._streams.values(), self._backlog),
             backpressure_wait_ns=self._backlog.total_ns(),
+            memory_waits=self._memory_waits,
         )

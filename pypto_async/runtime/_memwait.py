@@ -1,0 +1,210 @@
+"""Launches that wait for device memory: back-pressure on the arena, as on ring room.
+
+A launch with host arrays holds one device temporary per array for its
+life, all carved from one block: the input copies fill them, the kernel
+uses them, the output copies empty them, and a stream-ordered free returns
+the block.  Under load (a service with many requests in flight on a small
+device) the arena can be full of the temporaries of launches about to
+finish.  Failing the next launch then would be wrong: the memory it needs
+is on its way back.  So a launch whose temporaries do not fit waits, as a
+launch waits for ring room:
+
+1. Its commands enter its stream's FIFO as stand-ins (:meth:`MemoryWait.run`)
+   behind a gate, a :class:`MemoryWait` not yet "entered": the flush stops
+   there, so later work on the stream queues behind the launch and order on
+   the stream is kept.  Their tokens are taken at once, so a sync point
+   (``w.sync()``, ``await w.wait()``) taken afterwards covers the launch.
+2. After each drain (frees completed) and flush, the worker retries the
+   oldest waiting launch (:func:`retry`).  Waiters are served in arrival
+   order, worker-wide, and while one waits a new launch with host arrays
+   joins the line instead of allocating, so a run of small requests cannot
+   starve a large one.
+3. Granted, the gate opens, and each stand-in submits its real command
+   (now with the temporaries) when the flush reaches it.  The temporaries may
+   be taken before the stand-ins reach the head of their FIFO: only the
+   group's own commands use them, in stream order.
+
+Waiting cannot help when the request is larger than the device, or when
+nothing in flight could free memory: the device has no command left to run
+(after a drain and a flush, whatever still sits in a FIFO waits, directly or
+not, on a launch that waits for memory).  The launch then fails with
+:class:`~pypto_async.errors.PtoOutOfMemory`: at the call if that is so when
+it is made; else in its place on its stream, where its stand-ins complete
+failed, so what was queued behind it runs next.
+
+Facts this rests on:
+
+* The driver counts a command completed after its effects: a free has
+  returned its block by then (``release_resources`` in stream.c).  Reading "nothing in flight" *before* an
+  allocation attempt therefore means the attempt saw every free that will
+  ever run.
+* A block freed on stream S may be handed to S again while its free is still
+  queued (stream-ordered reuse): the group's commands all come later on S.
+
+Everything here runs with the worker's lock held.
+"""
+
+from __future__ import annotations
+
+from .._driver import ffi, lib
+from ..errors import PtoError, PtoOutOfMemory
+from ._queue import _F_DATA, _F_LAST
+
+__all__ = ["MemoryWait", "group_flags", "rounded", "wait_for_memory", "retry"]
+
+_ALIGN = 256  # the driver's allocation granule
+
+
+def group_flags(hosts: list) -> list[int]:
+    """The FIFO flags of a launch group's commands, in the order the group queues them.
+
+    Input copies, the kernel, output copies (data commands), then the free of
+    the temporaries' block, the group's last command.
+    """
+    n_data = 1 + sum(p.copies_in + p.copies_out for _, _, p in hosts)
+    return [_F_DATA] * n_data + [_F_LAST]
+
+
+def rounded(nbytes: int) -> int:
+    """The bytes the allocator reserves for a temporary of `nbytes` (its alignment)."""
+    return (max(nbytes, 1) + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def needed(hosts: list) -> int:
+    """The bytes of the block that holds a launch's temporaries."""
+    return sum(rounded(ha.nbytes) for _, ha, _ in hosts)
+
+
+def _device_idle(dev) -> bool:
+    """True if the device has no command queued or running (every submission completed)."""
+    stats = ffi.new("pto_device_stats *")
+    lib.pto_device_get_stats(dev, stats)
+    return stats.submitted == stats.completed
+
+
+class MemoryWait:
+    """The gate of a launch waiting for its temporaries, and the stand-in of its commands.
+
+    ``_entered`` is the gate's state, read by the flush (as an Event's): False
+    while the launch waits, True once it was granted memory or gave up.
+    """
+
+    __slots__ = ("_entered", "worker", "handle", "stream", "values", "launch", "tokens", "cmds", "exc")
+
+    def __init__(self, worker, handle, stream, values: list, launch, tokens: list):
+        self._entered = False
+        self.worker = worker
+        self.handle = handle
+        self.stream = stream
+        self.values = values
+        self.launch = launch
+        self.tokens = tokens
+        self.cmds = None  # (fn, args, flags) per command, once granted
+        self.exc = None  # the error, once it gave up
+
+    def run(self, k: int, token: int) -> int:
+        """Submit command `k` of the group (the flush calls it in the command's place).
+
+        Returns the driver's status.  After the launch gave up, the command
+        fails here instead, without reaching the device.
+        """
+        cmds = self.cmds
+        if cmds is not None:
+            fn, args, _ = cmds[k]
+            return fn(*args)
+        self.worker._pending.pop(token, None)
+        self.launch._fail(self.exc)
+        return 0
+
+    def grant(self, temps: list) -> None:
+        self.cmds = self.worker._group_commands(self.handle, self.stream, self.values, self.launch._keep,
+                                                temps, self.tokens)
+        self._entered = True
+
+    def give_up(self, exc: PtoError) -> None:
+        self.exc = exc
+        self._entered = True
+
+
+def wait_for_memory(worker, handle, stream, values: list, launch):
+    """Make `launch` wait for its temporaries, or raise if waiting cannot help.
+
+    Called when the temporaries did not fit (or others wait already).
+    Returns the temporaries if a last try found room, else None: the launch
+    then waits in its stream's FIFO.
+
+    Raises
+    ------
+    PtoOutOfMemory
+        If the temporaries are larger than the device, or nothing is in
+        flight that could free room; nothing is queued.
+    """
+    hosts = launch._keep
+    nbytes = needed(hosts)
+    capacity = worker._info.device_memory
+    if nbytes > capacity:
+        raise PtoOutOfMemory(
+            f"{handle._label}: allocating {nbytes} bytes of device temporaries for its host arrays, more "
+            f"than the device's {capacity} bytes: pass DeviceTensors, or open the worker with more "
+            "device_memory"
+        )
+    if not (worker._mem_waiters or worker._backlog or worker._deferred) and _device_idle(worker._dev):
+        # Nothing in flight: no free is coming.  A last try sees every free that ran.
+        temps = worker._alloc_temps(hosts, stream, handle._label)
+        if temps is None:
+            raise PtoOutOfMemory(
+                f"{handle._label}: allocating {nbytes} bytes of device temporaries: no free extent fits, "
+                "and no work in flight would free any"
+            )
+        return temps
+    flags = group_flags(hosts)
+    tokens = [worker._token(launch) for _ in flags]
+    launch._remaining = len(tokens)
+    gate = MemoryWait(worker, handle, stream, values, launch, tokens)
+    run = gate.run
+    stream._fifo.extend((run, (k, token), launch, f, gate) for k, (token, f) in enumerate(zip(tokens, flags)))
+    if stream not in worker._backlog:
+        worker._backlog[stream] = None
+    worker._fifo_waits += len(tokens)
+    worker._memory_waits += 1
+    worker._mem_waiters.append(gate)
+    return None
+
+
+def retry(worker) -> bool:
+    """Give the oldest waiting launches their temporaries; True if any was granted or gave up.
+
+    Stops at the first that still does not fit while work is in flight (it
+    goes on waiting).  One that cannot be helped gives up, and this returns
+    at once, so the flush lets its stand-ins fail before the next is tried:
+    work queued behind it may free memory.
+    """
+    waiters = worker._mem_waiters
+    moved = False
+    while waiters:
+        gate = waiters[0]
+        launch = gate.launch
+        if launch._done:  # its stand-ins were dropped (close() ran out of time)
+            waiters.popleft()
+            continue
+        idle = _device_idle(worker._dev)  # before the attempt: see the module doc
+        try:
+            temps = worker._alloc_temps(launch._keep, gate.stream, gate.handle._label)
+        except PtoError as exc:  # not a shortage: a lost device
+            waiters.popleft()
+            gate.give_up(exc)
+            return True
+        if temps is None:
+            if moved or not idle:  # (what it granted is not on the device yet: flush first)
+                break
+            waiters.popleft()
+            gate.give_up(PtoOutOfMemory(
+                f"{gate.handle._label}: allocating {needed(launch._keep)} bytes of device temporaries: "
+                "waited for device memory until the device had nothing left to run, and they still "
+                "do not fit (DeviceTensors still held keep the rest)"
+            ))
+            return True
+        waiters.popleft()
+        gate.grant(temps)
+        moved = True
+    return moved
