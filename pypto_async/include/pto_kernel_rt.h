@@ -11,6 +11,11 @@
  *   pto_bf16_round         a float rounded through BF16 (pl.cast to BF16)
  *   pto_floordiv, pto_mod  Python's // and % on int64 (floor toward -inf;
  *                          the remainder takes the divisor's sign)
+ *   pto_min64, pto_max64   min / max of index expressions
+ *   pto_cvt_f32/f16/bf16   a double rounded to FP32 / FP16 / BF16 with one of
+ *                          pl.cast's rounding modes (see PTO_CVT_*)
+ *   pto_atomic_add_*       pl.store(..., atomic=Add): add into a tensor
+ *                          element that other blocks may add to as well
  *
  * Division by zero cannot trap here: both return 0 for b == 0, and the
  * int64 overflow of INT64_MIN / -1 wraps instead of trapping.
@@ -66,5 +71,110 @@ static inline int64_t pto_mod(int64_t a, int64_t b)
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+
+static inline int64_t pto_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pto_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- rounding conversions (pl.cast(..., mode=...)) ------------------------
+ *
+ * Each pto_cvt_T(x, mode) returns x rounded to a value of type T (as a float,
+ * the type FP16/BF16/FP32 tiles compute in).  The nearest-even conversion r
+ * and the other representable neighbour of x bracket it; the mode picks one:
+ * nearest-even, nearest with ties away from zero, toward -inf, toward +inf,
+ * toward zero, or the neighbour whose last significand bit is odd.  Bit
+ * patterns are sign-magnitude, so the neighbour of magnitude m is m - 1 or
+ * m + 1 (the step crosses binades and reaches infinity correctly).
+ */
+#define PTO_CVT_RINT  0
+#define PTO_CVT_ROUND 1
+#define PTO_CVT_FLOOR 2
+#define PTO_CVT_CEIL  3
+#define PTO_CVT_TRUNC 4
+#define PTO_CVT_ODD   5
+
+static inline uint32_t pto_f32_bits_(double x) { float f = (float)x; uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline double pto_f32_value_(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t pto_f16_bits_(double x) { _Float16 h = (_Float16)x; uint16_t u; memcpy(&u, &h, 2); return u; }
+static inline double pto_f16_value_(uint32_t u) { uint16_t b = (uint16_t)u; _Float16 h; memcpy(&h, &b, 2); return (double)h; }
+static inline double pto_bf16_value_(uint32_t u) { return pto_bf2f((uint16_t)u); }
+
+/* x to BF16, nearest even.  Going through float rounds twice; that matters
+ * only when the float lands exactly on a BF16 tie that x itself is not on. */
+static inline uint32_t pto_bf16_bits_(double x)
+{
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0xffffu) == 0x8000u && (double)f != x && (u & 0x7fffffffu) < 0x7f800000u)
+        return (u >> 16) + (fabs(x) > fabs((double)f) ? 1u : 0u);
+    return pto_f2bf(f);
+}
+
+static inline double pto_cvt_pick_(double x, uint32_t r, uint32_t sign, double (*value)(uint32_t), int mode)
+{
+    double rv = value(r);
+    if (x != x || rv == x || mode == PTO_CVT_RINT)
+        return rv;
+    uint32_t s = r & sign, m = r & ~sign;
+    uint32_t other = fabs(rv) > fabs(x) ? m - 1u : m + 1u;
+    uint32_t tz = m < other ? m : other, az = m < other ? other : m;
+    uint32_t pick = r;
+    switch (mode) {
+    case PTO_CVT_ROUND:
+        pick = fabs(x) == (value(tz) + value(az)) / 2 ? s | az : r;
+        break;
+    case PTO_CVT_FLOOR: pick = s | (x > 0 ? tz : az); break;
+    case PTO_CVT_CEIL: pick = s | (x > 0 ? az : tz); break;
+    case PTO_CVT_TRUNC: pick = s | tz; break;
+    case PTO_CVT_ODD: pick = s | ((tz & 1u) ? tz : az); break;
+    default: break;
+    }
+    return value(pick);
+}
+
+static inline float pto_cvt_f32(double x, int mode)
+{
+    return (float)pto_cvt_pick_(x, pto_f32_bits_(x), 0x80000000u, pto_f32_value_, mode);
+}
+
+static inline float pto_cvt_f16(double x, int mode)
+{
+    return (float)pto_cvt_pick_(x, pto_f16_bits_(x), 0x8000u, pto_f16_value_, mode);
+}
+
+static inline float pto_cvt_bf16(double x, int mode)
+{
+    return (float)pto_cvt_pick_(x, pto_bf16_bits_(x), 0x8000u, pto_bf16_value_, mode);
+}
+
+/* ---- atomic adds into tensors (blocks of one launch run concurrently) ---- */
+static inline void pto_atomic_add_f32(float *p, float v)
+{
+    float old, upd;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do
+        upd = old + v;
+    while (!__atomic_compare_exchange(p, &old, &upd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+static inline void pto_atomic_add_f16(_Float16 *p, float v)
+{
+    _Float16 old, upd;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do
+        upd = (_Float16)((float)old + v);
+    while (!__atomic_compare_exchange(p, &old, &upd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+static inline void pto_atomic_add_bf16(uint16_t *p, float v)
+{
+    uint16_t old = __atomic_load_n(p, __ATOMIC_RELAXED), upd;
+    do
+        upd = pto_f2bf(pto_bf2f(old) + v);
+    while (!__atomic_compare_exchange_n(p, &old, upd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+static inline void pto_atomic_add_i32(int32_t *p, int32_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline void pto_atomic_add_i8(int8_t *p, int8_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
 #endif /* PTO_KERNEL_RT_H */

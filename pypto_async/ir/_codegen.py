@@ -17,23 +17,21 @@ FP16 and BF16 tiles compute in ``float`` and round when stored or cast.
 
 from __future__ import annotations
 
-import math
+from pathlib import Path
 
-from .._dtypes import BF16, BOOL, FP16, FP64, DataType
+from .._dtypes import BF16, FP16, FP64
 from .._signature import SCALAR
 from ..errors import PtoCompileError
+from ._cexpr import Element, element, linear_at, literal, strides, valid_cond
+from ._cexpr import ctype as _ctype
+from ._cexpr import index as _index
 from ._infer import compute_dtype
 from ._nodes import (
+    IConst,
     Assign,
-    Binary,
-    Cast,
     Const,
     For,
-    Full,
     Fused,
-    IBin,
-    IConst,
-    IVar,
     Load,
     Matmul,
     MatmulAcc,
@@ -43,14 +41,14 @@ from ._nodes import (
     Scope,
     Spmd,
     Store,
-    Unary,
+    Update,
     Var,
 )
 from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "5"
+CODEGEN_VERSION = "6"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -59,57 +57,17 @@ _INCLUDES = ('#include "pto_kernel.h"', '#include "pto_kernel_rt.h"')
 _GEMM_INCLUDE = '#include "pto_gemm.h"'
 
 
-def _ctype(dtype: DataType) -> str:
-    """C type of a tile element while computing (FP16/BF16 compute in float)."""
-    return compute_dtype(dtype).c_type
-
-
-def _literal(value, dtype: DataType) -> str:
-    ct = _ctype(dtype)
-    if dtype == BOOL:
-        return "1" if value else "0"
-    if dtype.is_float:
-        v = float(value)
-        if math.isnan(v):
-            return "__builtin_nanf(\"\")" if ct == "float" else "__builtin_nan(\"\")"
-        if math.isinf(v):
-            inf = "__builtin_inff()" if ct == "float" else "__builtin_inf()"
-            return inf if v > 0 else f"(-{inf})"
-        return f"{float.hex(v)}" + ("f" if ct == "float" else "")
-    v = int(value)
-    if dtype.c_type == "int64_t" and v == -(2**63):
-        return "INT64_MIN"
-    return f"(({ct}){v}LL)" if v < 0 else f"(({ct}){v}ULL)"
-
-
-def _index(e) -> str:
-    if isinstance(e, IConst):
-        return f"INT64_C({e.value})"
-    if isinstance(e, IVar):
-        return f"ix_{e.name}"
-    if isinstance(e, IBin):
-        a, b = _index(e.a), _index(e.b)
-        if e.op == "//":
-            return f"pto_floordiv({a}, {b})"
-        if e.op == "%":
-            return f"pto_mod({a}, {b})"
-        return f"({a} {e.op} {b})"
-    raise PtoCompileError(f"bad index expression {e!r}")
-
-
-def _strides(shape) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
 def _numel(shape) -> int:
     n = 1
     for d in shape:
         n *= d
     return n
+
+
+def _c_string(text: str) -> str:
+    """A C string literal of ``text`` (printable ASCII kept, anything else as '?')."""
+    safe = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "?" for ch in text)
+    return f'"{safe}"'
 
 
 class _Gen:
@@ -128,6 +86,7 @@ class _Gen:
         self.uid = 0
         self.uses_gemm = False
         self.uses_blk = False
+        self.uses_fail = False  # a runtime check may fail the launch (goto done)
 
     # -- helpers ----------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -161,7 +120,7 @@ class _Gen:
     def linear(self, param: str, offsets) -> str:
         shape = self.params[param].shape
         terms = []
-        for off, stride in zip(offsets, _strides(shape)):
+        for off, stride in zip(offsets, strides(shape)):
             if isinstance(off, IConst) and off.value == 0:
                 continue
             terms.append(_index(off) if stride == 1 else f"{_index(off)} * {stride}")
@@ -211,8 +170,8 @@ class _Gen:
         if not self.uses_blk:
             head.append("    (void)blk;")
         tail = []
-        if self.heap:
-            tail.append("done:")
+        if self.heap or self.uses_fail:
+            tail.append("done:;")
             for h in self.heap:
                 tail.append(f"    free({h});")
         tail.append("}")
@@ -268,6 +227,10 @@ class _Gen:
             self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False)
         elif isinstance(s, MatmulAcc):
             self.matmul(s.acc, s.a, s.b, accumulate=True)
+        elif isinstance(s, Update):
+            if s.value.id != s.target.id:
+                nbytes = _numel(s.target.type.shape) * compute_dtype(s.target.type.dtype).itemsize
+                self.emit(f"memcpy({self.buffer(s.target)}, {self.buffer(s.value)}, {nbytes}); /* carried */")
         else:
             raise PtoCompileError(f"codegen: statement not lowered: {type(s).__name__} (run the pass pipeline)")
 
@@ -326,6 +289,24 @@ class _Gen:
         self.emit("}")
 
     # -- fused chains ---------------------------------------------------------------
+    def check_box(self, m, param: str, offsets, shape, valid, what: str) -> None:
+        """Fail the launch if a runtime valid extent leaves its tile or its tensor."""
+        if valid is None:
+            return
+        dims = self.params[param].shape
+        for d, e in enumerate(valid):
+            if isinstance(e, IConst):
+                continue  # checked at compile time
+            self.uses_blk = self.uses_fail = True
+            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
+            msg = _c_string(f"{where}{what}: valid extent of dimension {d} outside [0, {shape[d]}] or tensor {param!r}")
+            x = self.fresh("x")
+            self.emit(f"const int64_t {x} = {_index(e)};")
+            self.emit(f"if ({x} < 0 || {x} > {shape[d]} || {_index(offsets[d])} + {x} > {dims[d]}) {{")
+            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
+            self.emit("    goto done;")
+            self.emit("}")
+
     def fused(self, f: Fused) -> None:
         shape = f.shape
         rank = len(shape)
@@ -337,17 +318,18 @@ class _Gen:
         bases: dict[int, str] = {}
         for m in f.members:
             if isinstance(m, Assign) and isinstance(m.expr, Load):
-                off = self.linear(m.expr.param, m.expr.offsets)
-                if off != "0":
-                    name = self.fresh("o")
-                    self.emit(f"const int64_t {name} = {off};")
-                    bases[id(m)] = name
+                param, offsets = m.expr.param, m.expr.offsets
+                self.check_box(m, param, offsets, m.expr.shape, m.expr.valid, "pl.load")
             elif isinstance(m, Store):
-                off = self.linear(m.param, m.offsets)
-                if off != "0":
-                    name = self.fresh("o")
-                    self.emit(f"const int64_t {name} = {off};")
-                    bases[id(m)] = name
+                param, offsets = m.param, m.offsets
+                self.check_box(m, param, offsets, m.value.type.shape, m.value.type.valid, "pl.store")
+            else:
+                continue
+            off = self.linear(param, offsets)
+            if off != "0":
+                name = self.fresh("o")
+                self.emit(f"const int64_t {name} = {off};")
+                bases[id(m)] = name
         for d in range(rank):
             self.emit(f"for (int64_t {idx[d]} = 0; {idx[d]} < {shape[d]}; {idx[d]}++) {{")
             self.depth += 1
@@ -364,7 +346,7 @@ class _Gen:
                     return f"v{x.id}"
                 return f"{self.buffer(x)}[{self._lin(x.type.shape, shape, idx)}]"
             if isinstance(x, Const):
-                return _literal(x.value, x.dtype)
+                return literal(x.value, x.dtype)
             if isinstance(x, ScalarRef):
                 q = self.params[x.param]
                 if compute_dtype(q.dtype) == compute_dtype(x.dtype):
@@ -372,20 +354,19 @@ class _Gen:
                 return f"(({_ctype(x.dtype)})s_{x.param})"
             raise PtoCompileError(f"bad operand {x!r}")
 
+        def at(x: Var, dims) -> str:
+            lin = tile_lin if dims is None else linear_at(x.type.shape, dims)
+            return f"{self.buffer(x)}[{lin}]"
+
         for m in f.members:
             if isinstance(m, Store):
-                q = self.params[m.param]
-                val = operand(m.value)
-                if q.dtype == FP16:
-                    val = f"(_Float16){val}"
-                elif q.dtype == BF16:
-                    val = f"pto_f2bf({val})"
-                self.emit(f"{self.tensor_ptr(m.param)}[{tensor_index(m.param, m)}] = {val};")
+                self.fused_store(m, operand(m.value), f"{self.tensor_ptr(m.param)}[{tensor_index(m.param, m)}]",
+                                 valid_cond(idx, m.value.type.shape, m.value.type.valid))
                 continue
             v = m.var
             ct = _ctype(v.type.dtype)
-            rhs = self._expr(m.expr, v.type.dtype, operand, lambda: tensor_index(m.expr.param, m))
-            self.emit(f"const {ct} v{v.id} = {rhs};")
+            el = Element(idx, operand, at, lambda m=m: f"{self.tensor_ptr(m.expr.param)}[{tensor_index(m.expr.param, m)}]")
+            self.emit(f"const {ct} v{v.id} = {element(m.expr, v.type.dtype, el)};")
             if v.id in keep:
                 self.emit(f"{self.buffer(v)}[{tile_lin}] = v{v.id};")
         for _ in range(rank):
@@ -393,6 +374,19 @@ class _Gen:
             self.emit("}")
         self.depth -= 1
         self.emit("}")
+
+    def fused_store(self, m: Store, val: str, ref: str, cond: str) -> None:
+        q = self.params[m.param]
+        if m.atomic == "add":
+            fn = {"FP32": "f32", "FP16": "f16", "BF16": "bf16", "INT32": "i32", "INT8": "i8"}[q.dtype.name]
+            line = f"pto_atomic_add_{fn}(&{ref}, {val});"
+        else:
+            if q.dtype == FP16:
+                val = f"(_Float16){val}"
+            elif q.dtype == BF16:
+                val = f"pto_f2bf({val})"
+            line = f"{ref} = {val};"
+        self.emit(f"if ({cond}) {line}" if cond else line)
 
     def _lin(self, vshape, gshape, idx, tensor: bool = False) -> str:
         """Linear index of element ``idx`` (over ``gshape``) in an array of ``vshape``.
@@ -402,58 +396,12 @@ class _Gen:
         """
         off = len(gshape) - len(vshape)
         terms = []
-        for d, (size, stride) in enumerate(zip(vshape, _strides(vshape))):
+        for d, (size, stride) in enumerate(zip(vshape, strides(vshape))):
             if size == 1 and not tensor:
                 continue
             i = idx[d + off]
             terms.append(i if stride == 1 else f"{i} * {stride}")
         return " + ".join(terms) if terms else "0"
-
-    def _expr(self, e, dtype: DataType, operand, load_index) -> str:
-        ct = _ctype(dtype)
-        f = "f" if ct == "float" else ""
-        if isinstance(e, Load):
-            q = self.params[e.param]
-            ref = f"{self.tensor_ptr(e.param)}[{load_index()}]"
-            if q.dtype == BF16:
-                return f"pto_bf2f({ref})"
-            if q.dtype == FP16:
-                return f"(float){ref}"
-            return ref
-        if isinstance(e, Full):
-            return operand(e.value)
-        if isinstance(e, Cast):
-            x = operand(e.x)
-            if e.dtype == FP16:
-                return f"(float)(_Float16)({x})"
-            if e.dtype == BF16:
-                return f"pto_bf16_round((float)({x}))"
-            return f"({ct})({x})"
-        if isinstance(e, Unary):
-            x = operand(e.x)
-            if e.op == "neg":
-                return f"({ct})(-{x})"
-            if e.op == "abs":
-                return f"fabs{f}({x})" if dtype.is_float else f"({ct})({x} < 0 ? -{x} : {x})"
-            if e.op == "relu":
-                return f"({x} > 0 ? {x} : ({ct})0)"
-            if e.op == "rsqrt":
-                return f"(({ct})1 / sqrt{f}({x}))"
-            return f"{e.op}{f}({x})"
-        if isinstance(e, Binary):
-            a, b = operand(e.a), operand(e.b)
-            if e.op in ("add", "sub", "mul"):
-                sym = {"add": "+", "sub": "-", "mul": "*"}[e.op]
-                return f"({ct})({a} {sym} {b})"
-            if e.op == "div":
-                if dtype.is_float:
-                    return f"({a} / {b})"
-                return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
-            cmp = ">" if e.op == "maximum" else "<"
-            if dtype.is_float:
-                return f"(({a} {cmp} {b} || {a} != {a}) ? {a} : {b})"
-            return f"({a} {cmp} {b} ? {a} : {b})"
-        raise PtoCompileError(f"codegen: not an element-wise expression: {e!r}")
 
 
 def generate_c(program: Program, symbol: str) -> str:

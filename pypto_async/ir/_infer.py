@@ -1,4 +1,4 @@
-"""Shape and dtype rules of every IR expression, and window checks.
+"""Shape, dtype, memory-space and valid-region rules of every IR expression; window checks.
 
 The tracer calls these as each op is recorded (so a mistake is reported at the
 user's line), and the ``infer_and_check`` pass calls them again over a whole
@@ -10,11 +10,12 @@ source location.
 from __future__ import annotations
 
 from .._checks import is_int
-from .._dtypes import BF16, BOOL, FP16, FP32, FP64, DataType
+from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, DataType
 from .._signature import IN, SCALAR
 from ..errors import PtoCompileError
 from ._nodes import (
     BINARY_OPS,
+    CAST_MODES,
     REDUCE_OPS,
     UNARY_OPS,
     Binary,
@@ -23,10 +24,12 @@ from ._nodes import (
     Full,
     IBin,
     IConst,
+    IScalar,
     IVar,
     Load,
     Loc,
     Matmul,
+    Move,
     Param,
     Reduce,
     ScalarRef,
@@ -34,6 +37,8 @@ from ._nodes import (
     Unary,
     Var,
 )
+from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
+from ._valid import agree, check_extents, extents, normalize, require_full, static_extent
 
 __all__ = [
     "compile_error",
@@ -43,12 +48,14 @@ __all__ = [
     "check_store",
     "check_matmul_acc",
     "index_range",
+    "check_window",
     "compute_dtype",
     "MATMUL_DTYPES",
 ]
 
-_FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt")
+_FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
 MATMUL_DTYPES = (FP32, FP64, FP16, BF16)
+ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT8)
 
 
 def compile_error(message: str, loc: Loc | None) -> PtoCompileError:
@@ -98,60 +105,98 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
     """Return the tile type of ``expr`` or raise PtoCompileError."""
     if isinstance(expr, Load):
         p = _tensor_param(expr.param, params, loc, "load from")
-        return TileType(tuple(expr.shape), p.dtype)
+        check_space(expr.memory, LOAD_TARGETS, "pl.load", loc)
+        shape = tuple(expr.shape)
+        if expr.valid is not None:
+            check_extents(shape, expr.valid, "pl.load", loc)
+        return TileType(shape, p.dtype, expr.memory, normalize(shape, expr.valid))
     if isinstance(expr, Unary):
         if expr.op not in UNARY_OPS:
             raise compile_error(f"unknown unary op {expr.op!r}", loc)
         t = expr.x.type
+        check_vector_operand(expr.x, f"pl.{expr.op}", loc)
         if t.dtype == BOOL or (expr.op in _FLOAT_ONLY and not t.dtype.is_float):
             raise compile_error(f"unsupported dtype {t.dtype.name} for {expr.op}", loc)
-        return t
+        return TileType(t.shape, t.dtype, "Vec", t.valid)
     if isinstance(expr, Binary):
-        if expr.op not in BINARY_OPS:
-            raise compile_error(f"unknown binary op {expr.op!r}", loc)
-        ta, tb = _operand_type(expr.a, loc), _operand_type(expr.b, loc)
-        if ta is None and tb is None:
-            raise compile_error(f"{expr.op} needs at least one tile operand", loc)
-        if ta is not None and tb is not None:
-            if ta.dtype != tb.dtype:
-                raise compile_error(
-                    f"dtype mismatch in {expr.op}: {ta.dtype.name} and {tb.dtype.name} "
-                    "(cast one operand with pl.cast)",
-                    loc,
-                )
-            shape = broadcast_shapes(ta.shape, tb.shape, loc, expr.op)
-            dtype = ta.dtype
-        else:
-            t = ta or tb
-            shape, dtype = t.shape, t.dtype
-        if dtype == BOOL and expr.op not in ("maximum", "minimum"):
-            raise compile_error(f"unsupported dtype BOOL for {expr.op}", loc)
-        return TileType(shape, dtype)
+        return _binary_type(expr, loc)
     if isinstance(expr, Cast):
-        return TileType(expr.x.type.shape, expr.dtype)
+        check_vector_operand(expr.x, "pl.cast", loc)
+        if expr.mode not in CAST_MODES:
+            raise compile_error(f"pl.cast: unknown rounding mode {expr.mode!r} (one of {', '.join(CAST_MODES)})", loc)
+        if expr.mode == "odd" and not (expr.x.type.dtype.is_float and expr.dtype.is_float):
+            raise compile_error("pl.cast: mode 'odd' (round to odd) narrows floats only", loc)
+        return TileType(expr.x.type.shape, expr.dtype, "Vec", expr.x.type.valid)
     if isinstance(expr, Full):
-        if not expr.shape or any(not is_int(d) or d <= 0 for d in expr.shape):
-            raise compile_error(f"tile shape must be positive ints, got {list(expr.shape)}", loc)
-        return TileType(tuple(expr.shape), expr.dtype)
+        shape = tuple(expr.shape)
+        _check_shape(shape, loc)
+        check_space(expr.memory, CREATE_TARGETS, "pl.create_tile", loc)
+        if expr.valid is not None:
+            check_extents(shape, expr.valid, "pl.create_tile", loc)
+        return TileType(shape, expr.dtype, expr.memory, normalize(shape, expr.valid))
     if isinstance(expr, Reduce):
         if expr.op not in REDUCE_OPS:
             raise compile_error(f"unknown reduction {expr.op!r}", loc)
         t = expr.x.type
+        check_vector_operand(expr.x, f"pl.{expr.op}", loc)
         if len(t.shape) != 2:
             raise compile_error(f"{expr.op} needs a 2-D tile, got shape {list(t.shape)}", loc)
         if t.dtype == BOOL:
             raise compile_error(f"unsupported dtype BOOL for {expr.op}", loc)
         r, c = t.shape
-        return TileType((r, 1) if expr.op.startswith("row") else (1, c), t.dtype)
+        vr, vc = extents(t)
+        if expr.op.startswith("row"):
+            return TileType((r, 1), t.dtype, "Vec", normalize((r, 1), (vr, IConst(1))))
+        return TileType((1, c), t.dtype, "Vec", normalize((1, c), (IConst(1), vc)))
     if isinstance(expr, Matmul):
         return _matmul_type(expr.a, expr.b, loc)
-    raise compile_error(f"unknown expression {type(expr).__name__}", loc)
+    if isinstance(expr, Move):
+        check_move(expr.x, expr.memory, loc)
+        t = expr.x.type
+        return TileType(t.shape, t.dtype, expr.memory, t.valid)
+    from ._layout import infer_layout
+
+    return infer_layout(expr, loc)
 
 
-def _matmul_type(a: Var, b: Var, loc: Loc | None) -> TileType:
+def _check_shape(shape, loc: Loc | None) -> None:
+    if not shape or any(not is_int(d) or d <= 0 for d in shape):
+        raise compile_error(f"tile shape must be positive ints, got {list(shape)}", loc)
+
+
+def _binary_type(expr: Binary, loc: Loc | None) -> TileType:
+    if expr.op not in BINARY_OPS:
+        raise compile_error(f"unknown binary op {expr.op!r}", loc)
+    ta, tb = _operand_type(expr.a, loc), _operand_type(expr.b, loc)
+    if ta is None and tb is None:
+        raise compile_error(f"{expr.op} needs at least one tile operand", loc)
+    for x in (expr.a, expr.b):
+        if isinstance(x, Var):
+            check_vector_operand(x, f"pl.{expr.op}", loc)
+    if ta is not None and tb is not None:
+        if ta.dtype != tb.dtype:
+            raise compile_error(
+                f"dtype mismatch in {expr.op}: {ta.dtype.name} and {tb.dtype.name} "
+                "(cast one operand with pl.cast)",
+                loc,
+            )
+        shape = broadcast_shapes(ta.shape, tb.shape, loc, expr.op)
+        dtype = ta.dtype
+        valid = agree([ta, tb], shape, f"pl.{expr.op}", loc)
+    else:
+        t = ta or tb
+        shape, dtype, valid = t.shape, t.dtype, t.valid
+    if dtype == BOOL and expr.op not in ("maximum", "minimum"):
+        raise compile_error(f"unsupported dtype BOOL for {expr.op}", loc)
+    return TileType(shape, dtype, "Vec", valid)
+
+
+def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> TileType:
     ta, tb = a.type, b.type
     if len(ta.shape) != 2 or len(tb.shape) != 2:
         raise compile_error(f"matmul needs 2-D tiles, got {list(ta.shape)} and {list(tb.shape)}", loc)
+    check_matmul_operand(a, "Left", op, loc)
+    check_matmul_operand(b, "Right", op, loc)
     if ta.shape[1] != tb.shape[0]:
         raise compile_error(
             f"shape mismatch in matmul: {list(ta.shape)} @ {list(tb.shape)} "
@@ -162,14 +207,27 @@ def _matmul_type(a: Var, b: Var, loc: Loc | None) -> TileType:
         raise compile_error(f"dtype mismatch in matmul: {ta.dtype.name} and {tb.dtype.name}", loc)
     if ta.dtype not in MATMUL_DTYPES:
         raise compile_error(f"unsupported dtype {ta.dtype.name} for matmul (use FP32, FP64, FP16 or BF16)", loc)
-    return TileType((ta.shape[0], tb.shape[1]), FP64 if ta.dtype == FP64 else FP32)
+    require_full(a, op, loc, dims=(1,))
+    require_full(b, op, loc, dims=(0,))
+    shape = (ta.shape[0], tb.shape[1])
+    valid = normalize(shape, (extents(ta)[0], extents(tb)[1]))
+    return TileType(shape, FP64 if ta.dtype == FP64 else FP32, "Acc", valid)
 
 
 def check_matmul_acc(acc: Var, a: Var, b: Var, loc: Loc | None) -> None:
-    """Check ``acc += a @ b``: acc must have exactly the product's type."""
-    t = _matmul_type(a, b, loc)
-    if acc.type != t:
-        raise compile_error(f"matmul accumulator is {acc.type}, but the product is {t}", loc)
+    """Check ``acc += a @ b``: acc must have the product's shape and dtype.
+
+    The accumulator may live in Acc (a matmul result), Vec or Mat (moved to
+    Acc implicitly); all three operands must be fully valid.
+    """
+    t = _matmul_type(a, b, loc, "pl.matmul_acc")
+    check_vector_operand(acc, "pl.matmul_acc (accumulator)", loc)
+    for v in (acc, a, b):
+        require_full(v, "pl.matmul_acc", loc)
+    if (acc.type.shape, acc.type.dtype) != (t.shape, t.dtype):
+        want = TileType(t.shape, t.dtype)
+        raise compile_error(f"matmul accumulator is {TileType(acc.type.shape, acc.type.dtype)}, but the product is "
+                            f"{want}", loc)
 
 
 def _tensor_param(name: str, params: dict[str, Param], loc: Loc | None, what: str) -> Param:
@@ -202,42 +260,71 @@ def index_range(e, ranges: dict[str, tuple[int, int]], loc: Loc | None) -> tuple
         if e.op == "*":
             c = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
             return min(c), max(c)
+        if e.op == "min":
+            return min(alo, blo), min(ahi, bhi)
+        if e.op == "max":
+            return max(alo, blo), max(ahi, bhi)
         if e.op in ("//", "%") and blo == bhi and blo > 0:
             if e.op == "//":
                 return alo // blo, ahi // blo
             if alo >= 0:
                 return (alo % blo, ahi % blo) if ahi - alo < blo and alo % blo <= ahi % blo else (0, blo - 1)
         raise compile_error(f"cannot bound index expression with {e.op!r} (divide by a positive constant only)", loc)
+    if isinstance(e, IScalar):
+        raise compile_error(
+            f"scalar parameter {e.param!r} cannot be an offset: its value is unknown at compile time "
+            "(offsets are ints and loop indices; a scalar may be a valid_shape extent)",
+            loc,
+        )
     raise compile_error(f"offsets must be ints or loop indices, got {e!r}", loc)
 
 
-def _check_window(p: Param, offsets, shape, ranges, loc: Loc | None, what: str) -> None:
-    if len(offsets) != len(p.shape) or len(shape) != len(p.shape):
+def check_window(kind: str, name: str, dims, offsets, shape, valid, ranges, loc: Loc | None, what: str) -> None:
+    """Check that ``[offsets, offsets + extent)`` lies inside ``dims`` for every index value.
+
+    The extent is the valid extent where one is given and constant (a window
+    may overhang its source past the valid region), else the tile's shape.  A
+    runtime valid extent is checked by the kernel when it runs.
+    """
+    if len(offsets) != len(dims) or len(shape) != len(dims):
         raise compile_error(
-            f"{what} {p.name!r}: tensor has rank {len(p.shape)}, but got {len(offsets)} offsets "
+            f"{what} {name!r}: {kind} has rank {len(dims)}, but got {len(offsets)} offsets "
             f"and a {len(shape)}-D tile",
             loc,
         )
-    for d, (off, size, dim) in enumerate(zip(offsets, shape, p.shape)):
+    for d, (off, size, dim) in enumerate(zip(offsets, shape, dims)):
         if not is_int(size) or size <= 0:
             raise compile_error(f"tile shape must be positive ints, got {list(shape)}", loc)
         lo, hi = index_range(off, ranges, loc)
+        if valid is not None:
+            size = static_extent(valid[d])
+            if size is None:  # a runtime extent: only the offset is checked here
+                size = 0
         if lo < 0 or hi + size > dim:
             raise compile_error(
-                f"{what} window outside tensor {p.name!r}: dimension {d} spans "
-                f"[{lo}, {hi + size}) but the tensor has {dim} (shape {list(p.shape)})",
+                f"{what} window outside {kind} {name!r}: dimension {d} spans "
+                f"[{lo}, {hi + size}) but the {kind} has {dim} (shape {list(dims)})",
                 loc,
             )
 
 
+def _check_window(p: Param, offsets, shape, valid, ranges, loc: Loc | None, what: str) -> None:
+    check_window("tensor", p.name, p.shape, offsets, shape, valid, ranges, loc, what)
+
+
 def check_load(expr: Load, params: dict[str, Param], ranges, loc: Loc | None) -> None:
-    """Check that a load's window lies inside its tensor for every index value."""
+    """Check that a load's window (its valid box, if given) lies inside its tensor."""
     p = _tensor_param(expr.param, params, loc, "load from")
-    _check_window(p, expr.offsets, expr.shape, ranges, loc, "load")
+    _check_window(p, expr.offsets, expr.shape, expr.valid, ranges, loc, "load")
 
 
-def check_store(value: Var, param: str, offsets, params: dict[str, Param], ranges, loc: Loc | None) -> None:
-    """Check a store: writable parameter, matching dtype and rank, window inside."""
+def check_store(value: Var, param: str, offsets, params: dict[str, Param], ranges, loc: Loc | None,
+                atomic: str | None = None) -> None:
+    """Check a store: writable parameter, matching dtype and rank, valid box inside.
+
+    ``atomic="add"`` needs a dtype the device adds atomically (FP32, FP16,
+    BF16, INT32, INT8).
+    """
     p = _tensor_param(param, params, loc, "store to")
     if p.direction == IN:
         raise compile_error(
@@ -250,4 +337,11 @@ def check_store(value: Var, param: str, offsets, params: dict[str, Param], range
             f"{p.dtype.name} (cast the tile with pl.cast)",
             loc,
         )
-    _check_window(p, offsets, value.type.shape, ranges, loc, "store")
+    check_vector_operand(value, "pl.store", loc)
+    if atomic not in (None, "add"):
+        raise compile_error(f"pl.store: unknown atomic mode {atomic!r}", loc)
+    if atomic == "add" and value.type.dtype not in ATOMIC_DTYPES:
+        raise compile_error(
+            f"atomic add of {value.type.dtype.name}: the device adds FP32, FP16, BF16, INT32 and INT8 only", loc
+        )
+    _check_window(p, offsets, value.type.shape, value.type.valid, ranges, loc, "store")

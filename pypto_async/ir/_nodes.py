@@ -6,11 +6,20 @@ Source locations ride along on statements but take no part in equality.
 
 Three kinds of values appear:
 
-* index expressions (:class:`IConst`, :class:`IVar`, :class:`IBin`): ``int64``
-  arithmetic on loop indices and the block index, used in load/store offsets;
-* tile values (:class:`Var`): an SSA name with a static :class:`TileType`;
+* index expressions (:class:`IConst`, :class:`IVar`, :class:`IBin`,
+  :class:`IScalar`): ``int64`` arithmetic on loop indices, the block index
+  and integer scalar parameters, used in offsets and valid extents;
+* tile values (:class:`Var`): an SSA name with a static :class:`TileType`
+  (shape, dtype, memory space, valid region);
 * scalar operands (:class:`Const`, :class:`ScalarRef`): a literal or a
   scalar parameter, used on one side of a binary op or in ``full``.
+
+A tile lives in one of PyPTO's on-chip memory spaces (:data:`MEMORY_SPACES`).
+The sim has a single memory, so a space changes no number a kernel computes;
+it is checked (which op may read or produce which space) so that a kernel
+that is wrong about placement on the device is wrong here too.  A tile's
+*valid region* (``TileType.valid``) is the leading box of elements that hold
+data; the rest is padding whose values are unspecified until ``fillpad``.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ __all__ = [
     "IConst",
     "IVar",
     "IBin",
+    "IScalar",
     "IndexExpr",
     "TileType",
     "Var",
@@ -38,9 +48,17 @@ __all__ = [
     "Full",
     "Reduce",
     "Matmul",
+    "Move",
+    "Broadcast",
+    "Reshape",
+    "Slice",
+    "Concat",
+    "Assemble",
+    "FillPad",
     "Expr",
     "Assign",
     "MatmulAcc",
+    "Update",
     "Store",
     "For",
     "Spmd",
@@ -53,11 +71,20 @@ __all__ = [
     "BINARY_OPS",
     "REDUCE_OPS",
     "ELEMENTWISE",
+    "MEMORY_SPACES",
+    "PAD_VALUES",
+    "CAST_MODES",
 ]
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu")
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu")
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
 REDUCE_OPS = ("row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min")
+#: PyPTO's on-chip memory spaces; tensors live in "DDR".
+MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
+#: What ``fillpad`` writes outside the valid region: 0, +max (+inf), -max (-inf).
+PAD_VALUES = ("zero", "max", "min")
+#: ``cast`` rounding modes (PyPTO's names); ``"none"`` converts as C does.
+CAST_MODES = ("none", "rint", "round", "floor", "ceil", "trunc", "odd")
 
 
 @dataclass(frozen=True)
@@ -93,7 +120,14 @@ class IBin:
     b: "IndexExpr"
 
 
-IndexExpr = Union[IConst, IVar, IBin]
+@dataclass(frozen=True)
+class IScalar:
+    """An integer scalar parameter used as an index (a runtime valid extent)."""
+
+    param: str
+
+
+IndexExpr = Union[IConst, IVar, IBin, IScalar]
 
 
 # ---- tile values and operands ----------------------------------------------
@@ -101,11 +135,26 @@ IndexExpr = Union[IConst, IVar, IBin]
 
 @dataclass(frozen=True)
 class TileType:
+    """Shape, dtype, memory space and valid region of a tile.
+
+    ``valid`` is ``None`` for a fully valid tile, else one extent per
+    dimension (ints or index expressions, each at most the dimension).
+    """
+
     shape: tuple[int, ...]
     dtype: DataType
+    memory: str = "Vec"
+    valid: tuple | None = None
 
     def __str__(self) -> str:
-        return f"{self.dtype.name}[{', '.join(map(str, self.shape))}]"
+        from ._printer import format_index
+
+        text = f"{self.dtype.name}[{', '.join(map(str, self.shape))}]"
+        if self.memory != "Vec":
+            text += f"@{self.memory}"
+        if self.valid is not None:
+            text += f" valid[{', '.join(format_index(e) for e in self.valid)}]"
+        return text
 
 
 @dataclass(frozen=True)
@@ -140,9 +189,13 @@ Operand = Union[Var, Const, ScalarRef]
 
 @dataclass(frozen=True)
 class Load:
+    """Read a window of a tensor; with ``valid``, only its leading box."""
+
     param: str
     offsets: tuple[IndexExpr, ...]
     shape: tuple[int, ...]
+    memory: str = "Vec"
+    valid: tuple[IndexExpr, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -160,15 +213,22 @@ class Binary:
 
 @dataclass(frozen=True)
 class Cast:
+    """Convert to ``dtype``, rounding as ``mode`` says (one of :data:`CAST_MODES`)."""
+
     x: Var
     dtype: DataType
+    mode: str = "none"
 
 
 @dataclass(frozen=True)
 class Full:
+    """A tile of ``shape`` filled with ``value`` (``create_tile`` fills zeros)."""
+
     shape: tuple[int, ...]
     value: Union[Const, ScalarRef]
     dtype: DataType
+    memory: str = "Vec"
+    valid: tuple[IndexExpr, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +243,69 @@ class Matmul:
     b: Var
 
 
-Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul]
-ELEMENTWISE = (Load, Unary, Binary, Cast, Full)
+@dataclass(frozen=True)
+class Move:
+    """The same values in memory space ``memory`` (``pl.move``)."""
+
+    x: Var
+    memory: str
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """``x`` broadcast to ``shape`` (``pl.row_expand`` / ``pl.col_expand``)."""
+
+    x: Var
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """The same elements in row-major order, viewed as ``shape``."""
+
+    x: Var
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The ``shape`` window of tile ``x`` at ``offsets``."""
+
+    x: Var
+    shape: tuple[int, ...]
+    offsets: tuple[IndexExpr, ...]
+    valid: tuple[IndexExpr, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Concat:
+    """``a`` and ``b`` side by side (along the last dimension)."""
+
+    a: Var
+    b: Var
+
+
+@dataclass(frozen=True)
+class Assemble:
+    """``target`` with the window at ``offsets`` replaced by ``source``."""
+
+    target: Var
+    source: Var
+    offsets: tuple[IndexExpr, ...]
+
+
+@dataclass(frozen=True)
+class FillPad:
+    """``x`` with every element outside its valid region set to ``pad``."""
+
+    x: Var
+    pad: str
+
+
+Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Slice, Concat, Assemble,
+             FillPad]
+#: Expressions computed element by element over their result's shape (fusable).
+ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Slice, Concat, Assemble, FillPad)
 
 
 # ---- statements ----------------------------------------------------------------
@@ -208,11 +329,26 @@ class MatmulAcc:
 
 
 @dataclass(frozen=True)
+class Update:
+    """``target := value`` in place: a loop-carried tile takes its next value."""
+
+    target: Var
+    value: Var
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Store:
+    """Write the valid region of ``value`` into ``param`` at ``offsets``.
+
+    ``atomic="add"`` adds into the tensor instead of overwriting it.
+    """
+
     value: Var
     param: str
     offsets: tuple[IndexExpr, ...]
     loc: Loc | None = field(default=None, compare=False)
+    atomic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +400,7 @@ class Fused:
     materialize: tuple[int, ...]
 
 
-Stmt = Union[Assign, MatmulAcc, Store, For, Spmd, Scope, Fused]
+Stmt = Union[Assign, MatmulAcc, Update, Store, For, Spmd, Scope, Fused]
 
 
 # ---- program -------------------------------------------------------------------

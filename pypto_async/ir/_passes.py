@@ -19,22 +19,31 @@ from dataclasses import replace
 from .._dtypes import BF16, FP16
 from ..errors import PtoCompileError
 from ._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ._layout import check_tile_window
 from ._nodes import (
     ELEMENTWISE,
+    Assemble,
     Assign,
     Binary,
+    Broadcast,
     Cast,
+    Concat,
+    FillPad,
     For,
     Fused,
     Load,
     Matmul,
     MatmulAcc,
+    Move,
     Program,
     Reduce,
+    Reshape,
     Scope,
+    Slice,
     Spmd,
     Store,
     Unary,
+    Update,
     Var,
 )
 
@@ -45,18 +54,21 @@ __all__ = [
     "eliminate_dead_tiles",
     "fuse_elementwise",
     "expr_inputs",
+    "mutated_vars",
     "view_loads",
 ]
 
 
 def expr_inputs(expr) -> list[Var]:
     """Return the tile variables an expression reads."""
-    if isinstance(expr, Unary) or isinstance(expr, Cast) or isinstance(expr, Reduce):
+    if isinstance(expr, (Unary, Cast, Reduce, Move, Broadcast, Reshape, Slice, FillPad)):
         return [expr.x]
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
-    if isinstance(expr, Matmul):
+    if isinstance(expr, (Matmul, Concat)):
         return [expr.a, expr.b]
+    if isinstance(expr, Assemble):
+        return [expr.target, expr.source]
     return []
 
 
@@ -65,9 +77,20 @@ def _stmt_inputs(s) -> list[Var]:
         return expr_inputs(s.expr)
     if isinstance(s, MatmulAcc):
         return [s.acc, s.a, s.b]
+    if isinstance(s, Update):
+        return [s.target, s.value]
     if isinstance(s, Store):
         return [s.value]
     return []
+
+
+def mutated_vars(s) -> set[int]:
+    """Return the ids of the tiles a statement updates in place."""
+    if isinstance(s, MatmulAcc):
+        return {s.acc.id}
+    if isinstance(s, Update):
+        return {s.target.id}
+    return set()
 
 
 # ---- pass 1: shape/dtype inference and checks ----------------------------------
@@ -99,6 +122,7 @@ def infer_and_check(program: Program) -> Program:
                     raise compile_error(f"tile %{s.var.id} declared {s.var.type} but computes {t}", s.loc)
                 if isinstance(s.expr, Load):
                     check_load(s.expr, params, ranges, s.loc)
+                check_tile_window(s.expr, ranges, s.loc)
                 if s.var.id in defined:
                     raise compile_error(f"tile %{s.var.id} defined twice", s.loc)
                 defined.add(s.var.id)
@@ -106,9 +130,15 @@ def infer_and_check(program: Program) -> Program:
                 for v in (s.acc, s.a, s.b):
                     use(v, s.loc)
                 check_matmul_acc(s.acc, s.a, s.b, s.loc)
+            elif isinstance(s, Update):
+                use(s.target, s.loc)
+                use(s.value, s.loc)
+                t, v = s.target.type, s.value.type
+                if (t.shape, t.dtype, t.valid) != (v.shape, v.dtype, v.valid):
+                    raise compile_error(f"loop-carried tile %{s.target.id} is {t}, but its next value is {v}", s.loc)
             elif isinstance(s, Store):
                 use(s.value, s.loc)
-                check_store(s.value, s.param, s.offsets, params, ranges, s.loc)
+                check_store(s.value, s.param, s.offsets, params, ranges, s.loc, s.atomic)
             elif isinstance(s, For):
                 if s.step <= 0:
                     raise compile_error(f"pl.range step must be positive, got {s.step}", s.loc)
@@ -165,6 +195,8 @@ def eliminate_dead_tiles(program: Program) -> Program:
 
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
+_REINDEXING = (Reshape, Slice, Concat, Assemble)
+
 
 def _walk_all(body):
     for s in body:
@@ -198,6 +230,9 @@ def view_loads(program: Program) -> set[int]:
         if isinstance(s, MatmulAcc):
             if s.acc.id in ok:
                 ok[s.acc.id] = False
+            continue
+        if isinstance(s, Assign) and isinstance(s.expr, Load) and s.var.type.valid is not None:
+            ok[s.var.id] = False  # a partial window may overhang its tensor: read its box only
             continue
         for v in _stmt_inputs(s):
             if v.id in ok:
@@ -257,7 +292,10 @@ def fuse_elementwise(program: Program) -> Program:
             if isinstance(s, Assign) and isinstance(s.expr, ELEMENTWISE) and s.var.id not in views:
                 shape = s.var.type.shape
                 ins = {v.id for v in expr_inputs(s.expr)}
-                flush_if(lambda g: g.shape != shape and g.defs & ins)
+                # Reshape, slice, concat and assemble read their operands at other positions
+                # than the element being computed: those come from materialised tiles.
+                moved = isinstance(s.expr, _REINDEXING)
+                flush_if(lambda g: (g.shape != shape or moved) and g.defs & ins)
                 if isinstance(s.expr, Load):
                     param = s.expr.param
                     flush_if(lambda g: param in g.stores)
@@ -285,7 +323,7 @@ def fuse_elementwise(program: Program) -> Program:
                 out.append(s)
             else:
                 ins = {v.id for v in _stmt_inputs(s)}
-                mutated = {s.acc.id} if isinstance(s, MatmulAcc) else set()
+                mutated = mutated_vars(s)
                 flush_if(lambda g: g.defs & ins or g.reads & mutated)
                 out.append(s)
         flush_if(lambda g: True)

@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 from ._nodes import (
+    Assemble,
     Assign,
     Binary,
+    Broadcast,
     Cast,
+    Concat,
     Const,
+    FillPad,
     For,
     Full,
     Fused,
     IBin,
     IConst,
+    IScalar,
     IVar,
     Load,
     Matmul,
     MatmulAcc,
+    Move,
     Program,
     Reduce,
+    Reshape,
     ScalarRef,
     Scope,
+    Slice,
     Spmd,
     Store,
     Unary,
+    Update,
     Var,
 )
 
@@ -35,6 +44,10 @@ def format_index(e) -> str:
         return str(e.value)
     if isinstance(e, IVar):
         return e.name
+    if isinstance(e, IScalar):
+        return f"${e.param}"
+    if isinstance(e, IBin) and e.op in ("min", "max"):
+        return f"{e.op}({format_index(e.a)}, {format_index(e.b)})"
     if isinstance(e, IBin):
         a, b = format_index(e.a), format_index(e.b)
         if isinstance(e.a, IBin):
@@ -67,13 +80,28 @@ def _expr(e) -> str:
     if isinstance(e, Binary):
         return f"{e.op} {_operand(e.a)}, {_operand(e.b)}"
     if isinstance(e, Cast):
-        return f"cast {_operand(e.x)} to {e.dtype.name}"
+        mode = "" if e.mode == "none" else f" mode {e.mode}"
+        return f"cast {_operand(e.x)} to {e.dtype.name}{mode}"
     if isinstance(e, Full):
         return f"full {_operand(e.value)}"
     if isinstance(e, Reduce):
         return f"{e.op} {_operand(e.x)}"
     if isinstance(e, Matmul):
         return f"matmul {_operand(e.a)}, {_operand(e.b)}"
+    if isinstance(e, Move):
+        return f"move {_operand(e.x)} to {e.memory}"
+    if isinstance(e, Broadcast):
+        return f"broadcast {_operand(e.x)}"
+    if isinstance(e, Reshape):
+        return f"reshape {_operand(e.x)}"
+    if isinstance(e, Slice):
+        return f"slice {_operand(e.x)}{_offsets(e.offsets)}"
+    if isinstance(e, Concat):
+        return f"concat {_operand(e.a)}, {_operand(e.b)}"
+    if isinstance(e, Assemble):
+        return f"assemble {_operand(e.source)} into {_operand(e.target)}{_offsets(e.offsets)}"
+    if isinstance(e, FillPad):
+        return f"fillpad {_operand(e.x)} with {e.pad}"
     return repr(e)
 
 
@@ -84,8 +112,11 @@ def format_stmt(s, indent: int = 0) -> list[str]:
         return [f"{pad}%{s.var.id}: {s.var.type} = {_expr(s.expr)}"]
     if isinstance(s, MatmulAcc):
         return [f"{pad}%{s.acc.id} += matmul {_operand(s.a)}, {_operand(s.b)}"]
+    if isinstance(s, Update):
+        return [f"{pad}%{s.target.id} <- {_operand(s.value)}"]
     if isinstance(s, Store):
-        return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}"]
+        atomic = f" atomic {s.atomic}" if s.atomic else ""
+        return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}{atomic}"]
     if isinstance(s, For):
         head = f"{pad}for {s.var.name} in range({s.start}, {s.stop}, {s.step}) {{"
     elif isinstance(s, Spmd):

@@ -22,12 +22,21 @@ Semantics worth knowing:
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
-from ._control import at, range, spmd
+from . import tile
+from ._carry import yield_
+from ._control import at, parallel, range, spmd
 from ._jit import JitFunction, jit
+from ._layout import *  # noqa: F401,F403
+from ._layout import __all__ as _layout_all
+from ._memory import *  # noqa: F401,F403
+from ._memory import __all__ as _memory_all
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
 from ._tracer import Index, ScalarArg, TensorArg, Tile
-from ._types import InOut, Level, Out, Scalar, Tensor
+from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
+
+#: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
+INDEX = INT64
 
 __all__ = [
     "jit",
@@ -37,9 +46,16 @@ __all__ = [
     "InOut",
     "Scalar",
     "Level",
+    "MemorySpace",
+    "Mem",
+    "PadValue",
+    "AtomicType",
     "at",
     "range",
+    "parallel",
+    "yield_",
     "spmd",
+    "tile",
     "Tile",
     "Index",
     "TensorArg",
@@ -55,5 +71,8 @@ __all__ = [
     "INT64",
     "UINT8",
     "BOOL",
+    "INDEX",
     *_ops_all,
+    *_memory_all,
+    *_layout_all,
 ]

@@ -1,9 +1,10 @@
-"""Scopes and loops: ``pl.at``, ``pl.range``, ``pl.spmd``.
+"""Scopes and loops: ``pl.at``, ``pl.range``, ``pl.parallel``, ``pl.spmd``.
 
 ``pl.range`` and ``pl.spmd`` are iterators that yield exactly once: the body
 of your ``for`` is traced one time, with a symbolic :class:`Index`, and
 becomes a loop (or a per-block body) in the IR.  A plain Python ``range``
 unrolls instead.  ``break`` and ``continue`` have no meaning in a traced loop.
+Tiles carried from one iteration to the next are in ``_carry``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import sys
 
 from .._checks import is_int
 from ..ir._infer import compile_error
-from ..ir._nodes import Assign, For, Scope, Spmd
-from ..ir._passes import expr_inputs
+from ..ir._nodes import For, Scope, Spmd
+from ._carry import carry_rebound, open_carries, tile_locals
 from ._tracer import Index, Tile, current, user_loc
 from ._types import Level
 
-__all__ = ["at", "range", "spmd"]
+__all__ = ["at", "range", "parallel", "spmd"]
 
 
 class at:
@@ -57,83 +58,85 @@ class range:  # noqa: A001
     ``for i in pl.range(0, n, 64):`` traces its body once; ``i`` is an
     :class:`Index` you can use (with ``+ - * // %`` and ints) in load and
     store offsets.  Bounds are Python ints; the step must be positive.
+
+    A tile name rebound in the body is carried from one iteration to the
+    next, as in Python (``acc = pl.add(acc, t)`` accumulates).  With
+    ``init_values=(t0, ...)`` the carried tiles are explicit:
+    ``for i, (acc,) in pl.range(n, init_values=(t0,)):`` ... ``out = pl.yield_(new)``.
     """
 
-    def __init__(self, start, stop=None, step=1):
+    _kind = "pl.range"
+
+    def __init__(self, start, stop=None, step=1, *, init_values=None):
         if stop is None:
             start, stop = 0, start
-        self.start = _int(start, "pl.range start")
-        self.stop = _int(stop, "pl.range stop")
-        self.step = _int(step, "pl.range step")
+        self.start = _int(start, f"{self._kind} start")
+        self.stop = _int(stop, f"{self._kind} stop")
+        self.step = _int(step, f"{self._kind} step")
         self._loc = user_loc()
         if self.step <= 0:
-            raise compile_error(f"pl.range step must be positive, got {self.step}", self._loc)
+            raise compile_error(f"{self._kind} step must be positive, got {self.step}", self._loc)
+        if init_values is not None and not isinstance(init_values, (list, tuple)):
+            raise compile_error(f"{self._kind} init_values must be a tuple of tiles, got {init_values!r}", self._loc)
+        self._init = None if init_values is None else tuple(init_values)
         self._state = 0
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> Index:
-        t = current("pl.range")
+    def __next__(self):
+        t = current(self._kind)
         if self._state == 0:
             self._state = 1
-            self._tracer = t
-            self._var = t.new_index("i")
-            n = len(builtins.range(self.start, self.stop, self.step))
-            last = self.start + (n - 1) * self.step if n else self.start
-            t.ranges[self._var.name] = (self.start, last)
-            t.open_block("range")
-            self._first_var = t.next_var
-            self._tiles_before = _tile_locals(sys._getframe(1))
-            return Index(self._var)
+            return self._begin(t, sys._getframe(1))
         if self._state == 1:
             self._state = 2
-            body = t.close_block()
-            del t.ranges[self._var.name]
-            _check_no_carried_tiles(self._tiles_before, _tile_locals(sys._getframe(1)), self._first_var, body)
-            t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
+            self._end(t, sys._getframe(1))
         raise StopIteration
 
+    def _begin(self, t, frame):
+        self._tracer = t
+        carries = None
+        if self._init is not None:
+            inits, carries = open_carries(t, self._init, self._loc)
+            for s in inits:
+                t.append(s)
+        self._var = t.new_index("i")
+        n = len(builtins.range(self.start, self.stop, self.step))
+        last = self.start + (n - 1) * self.step if n else self.start
+        t.ranges[self._var.name] = (self.start, last)
+        t.open_block("range")
+        self._before = tile_locals(frame)
+        index = Index(self._var)
+        if carries is None:
+            return index
+        self.carries, self.depth, self.yielded = carries, len(t.blocks), None
+        t.carry_loops.append(self)
+        return index, tuple(Tile(c) for c in carries)
 
-def _tile_locals(frame) -> dict[str, int]:
-    return {name: v.var.id for name, v in frame.f_locals.items() if isinstance(v, Tile)}
+    def _end(self, t, frame) -> None:
+        if self._init is not None:
+            t.carry_loops.pop()
+            if self.yielded is None:
+                raise compile_error(f"a {self._kind}(..., init_values=...) body must end with pl.yield_", self._loc)
+            if self.yielded != len(t.blocks[-1]):
+                raise compile_error("pl.yield_ must be the last statement of the loop body", self._loc)
+        body = t.close_block()
+        del t.ranges[self._var.name]
+        inits, body = carry_rebound(t, self._before, frame, body, self._loc)
+        for s in inits:
+            t.append(s)
+        t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
 
 
-def _check_no_carried_tiles(before: dict[str, int], after: dict[str, int], first_var: int, body) -> None:
-    """Refuse ``t = f(t)`` inside a pl.range body: the loop would not carry t.
+class parallel(range):
+    """``pl.range`` whose iterations you declare independent (PyPTO's ``pl.parallel``).
 
-    The body is traced once, so each iteration would read the tile from
-    before the loop.  A name rebound to a tile computed in the loop from its
-    own previous value is that mistake.
+    The sim runs them in order, so a loop that is not in fact independent
+    computes what ``pl.range`` would.
     """
-    deps: dict[int, list[int]] = {}
-    locs = {}
 
-    def index(stmts) -> None:
-        for s in stmts:
-            if isinstance(s, Assign):
-                deps[s.var.id] = [v.id for v in expr_inputs(s.expr)]
-                locs[s.var.id] = s.loc
-            index(getattr(s, "body", ()))
-
-    index(body)
-    for name, old in before.items():
-        new = after.get(name)
-        if new is None or new == old or new < first_var:
-            continue
-        seen, stack = set(), [new]
-        while stack:
-            v = stack.pop()
-            if v == old:
-                raise compile_error(
-                    f"tile {name!r} is reassigned from its own value inside pl.range: the loop body is "
-                    "traced once, so every iteration would read the value from before the loop. "
-                    "Accumulate matmuls in place with pl.matmul(a, b, acc=...), or unroll with range()",
-                    locs.get(new),
-                )
-            if v not in seen:
-                seen.add(v)
-                stack.extend(deps.get(v, ()))
+    _kind = "pl.parallel"
 
 
 class spmd:

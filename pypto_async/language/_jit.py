@@ -7,7 +7,7 @@ import inspect
 
 import numpy as np
 
-from .._dtypes import BF16, BOOL, FP32, INT64, as_dtype, check_native
+from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
@@ -78,6 +78,8 @@ class JitFunction:
                 ann = TensorAnnotation()
             elif ann is Scalar:
                 ann = ScalarAnnotation()
+            elif isinstance(ann, DataType):  # a bare dtype (``n: pl.INDEX``) annotates a scalar
+                ann = ScalarAnnotation(ann)
             if _is_device_tensor(arg):
                 raise compile_error(
                     f"missing inferred tensor metadata for parameter {name}: a DeviceTensor carries no "

@@ -1,4 +1,7 @@
-"""Tile ops.  Each records one IR statement and checks it at the caller's line."""
+"""Arithmetic tile ops, reductions and matmul.  Each records one IR statement, checked at the caller's line.
+
+Data movement is in ``_memory``, layout and broadcast ops in ``_layout``.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +11,23 @@ import numbers
 from .._checks import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError
-from ..ir._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ..ir._infer import check_matmul_acc, compile_error, infer_expr
 from ..ir._nodes import (
+    CAST_MODES,
     Assign,
     Binary,
     Cast,
     Const,
     Full,
-    Load,
     Matmul,
     MatmulAcc,
     Reduce,
     ScalarRef,
-    Store,
     Unary,
 )
-from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
+from ._tracer import ScalarArg, Tile, current, user_loc
 
 __all__ = [
-    "load",
-    "store",
     "add",
     "sub",
     "mul",
@@ -40,6 +40,7 @@ __all__ = [
     "log",
     "sqrt",
     "rsqrt",
+    "recip",
     "relu",
     "cast",
     "full",
@@ -70,12 +71,6 @@ def _tile(x, op: str, what: str = "operand") -> "Tile":
     return x
 
 
-def _tensor(x, op: str) -> TensorArg:
-    if not isinstance(x, TensorArg):
-        raise compile_error(f"pl.{op}: expected a tensor parameter of the kernel, got {x!r}", user_loc())
-    return x
-
-
 def _scalar(x, dtype, op: str):
     """Convert a Python number or a scalar parameter to an operand of ``dtype``."""
     if isinstance(x, ScalarArg):
@@ -102,42 +97,6 @@ def _binary(op: str, a, b) -> Tile:
     if isinstance(b, Tile):
         return _record(op, Binary(op, _scalar(a, b.dtype, op), b.var))
     raise compile_error(f"pl.{op} needs at least one tile operand, got {a!r} and {b!r}", user_loc())
-
-
-def load(tensor, offsets, shapes) -> Tile:
-    """Load the window ``[offsets, offsets + shapes)`` of a tensor parameter as a tile.
-
-    Offsets may be ints or loop/block indices; shapes are ints.  The window
-    must lie inside the tensor for every index value.
-    """
-    t = current("pl.load")
-    loc = user_loc()
-    ten = _tensor(tensor, "load")
-    offs = tuple(to_index(o) for o in offsets)
-    shape = tuple(shapes)
-    if not all(is_int(d) for d in shape):
-        raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
-    expr = Load(ten.name, offs, shape)
-    check_load(expr, t.params, t.ranges, loc)
-    type_ = infer_expr(expr, t.params, loc)
-    v = t.new_var(type_)
-    t.append(Assign(v, expr, loc))
-    return Tile(v)
-
-
-def store(tile, offsets, tensor):
-    """Store a tile into ``tensor`` at ``offsets``; return the tensor.
-
-    The tensor must be ``pl.Out`` or ``pl.InOut`` and have the tile's dtype.
-    """
-    t = current("pl.store")
-    loc = user_loc()
-    tl = _tile(tile, "store", "the value")
-    ten = _tensor(tensor, "store")
-    offs = tuple(to_index(o) for o in offsets)
-    check_store(tl.var, ten.name, offs, t.params, t.ranges, loc)
-    t.append(Store(tl.var, ten.name, offs, loc))
-    return tensor
 
 
 def add(a, b) -> Tile:
@@ -205,19 +164,43 @@ def rsqrt(x) -> Tile:
     return _unary("rsqrt", x)
 
 
+def recip(x, high_precision=False) -> Tile:
+    """Return ``1 / x`` (float tiles; ``high_precision`` changes nothing on the sim)."""
+    return _unary("recip", x)
+
+
 def relu(x) -> Tile:
     """Return ``max(x, 0)``."""
     return _unary("relu", x)
 
 
-def cast(x, dtype) -> Tile:
-    """Return the tile converted to ``dtype`` (floats to ints truncate toward zero)."""
+_CAST_MODE_NUMBERS = dict(enumerate(CAST_MODES))
+
+
+def cast(x, target_type, mode=None) -> Tile:
+    """Return the tile converted to ``target_type``, rounding as ``mode`` says.
+
+    ``mode`` is one of PyPTO's names, ``"none" "rint" "round" "floor"
+    "ceil" "trunc" "odd"`` (or its number 0-6): ``rint`` rounds to nearest
+    even, ``round`` to nearest with ties away from zero, ``odd`` to the
+    neighbour with an odd last bit (narrowing floats only).  It applies to
+    float sources (to ints, or to a narrower float).  Without a mode (or
+    with ``"none"``) the conversion is C's: floats to ints toward zero,
+    narrowing floats to nearest even; PyPTO's own default is ``"round"``.
+    """
     current("pl.cast")
+    loc = user_loc()
     try:
-        d = as_dtype(dtype)
+        d = as_dtype(target_type)
     except PtoArgumentError as exc:
-        raise compile_error(f"pl.cast: {exc}", user_loc()) from None
-    return _record("cast", Cast(_tile(x, "cast").var, d))
+        raise compile_error(f"pl.cast: {exc}", loc) from None
+    if mode is None:
+        mode = "none"
+    elif is_int(mode) and mode in _CAST_MODE_NUMBERS:
+        mode = _CAST_MODE_NUMBERS[mode]
+    elif mode not in CAST_MODES:
+        raise compile_error(f"pl.cast: mode must be one of {', '.join(CAST_MODES)} (or 0-6), got {mode!r}", loc)
+    return _record("cast", Cast(_tile(x, "cast").var, d, mode))
 
 
 def full(shape, value, dtype=FP32) -> Tile:
@@ -236,29 +219,43 @@ def zeros(shape, dtype=FP32) -> Tile:
     return full(shape, 0, dtype)
 
 
-def _reduce(op: str, x) -> Tile:
+def _reduce(op: str, x, tmp_tile=None) -> Tile:
     current(f"pl.{op}")
-    return _record(op, Reduce(op, _tile(x, op).var))
+    tl = _tile(x, op)
+    if tmp_tile is not None:
+        # PyPTO's scratch tile for the device's reduction: the sim needs none, but checks it.
+        tmp = _tile(tmp_tile, op, "tmp_tile")
+        if tmp.dtype != tl.dtype or len(tmp.shape) != len(tl.shape):
+            raise compile_error(
+                f"pl.{op}: tmp_tile must have the input's dtype and rank: got {tmp.var.type}, input {tl.var.type}",
+                user_loc(),
+            )
+    return _record(op, Reduce(op, tl.var))
 
 
-def row_sum(x) -> Tile:
-    """Return the sum of each row of a 2-D tile, shape ``[rows, 1]``."""
-    return _reduce("row_sum", x)
+def row_sum(x, tmp_tile=None) -> Tile:
+    """Return the sum of each row of a 2-D tile, shape ``[rows, 1]``.
+
+    ``tmp_tile`` is PyPTO's scratch tile (``pl.create_tile``, the input's
+    dtype and rank); the sim does not need it, and the one-argument form
+    works too.  A reduction reads the whole tile, padding included.
+    """
+    return _reduce("row_sum", x, tmp_tile)
 
 
-def row_max(x) -> Tile:
-    """Return the maximum of each row, shape ``[rows, 1]``."""
-    return _reduce("row_max", x)
+def row_max(x, tmp_tile=None) -> Tile:
+    """Return the maximum of each row, shape ``[rows, 1]`` (``tmp_tile`` as for ``row_sum``)."""
+    return _reduce("row_max", x, tmp_tile)
 
 
-def row_min(x) -> Tile:
-    """Return the minimum of each row, shape ``[rows, 1]``."""
-    return _reduce("row_min", x)
+def row_min(x, tmp_tile=None) -> Tile:
+    """Return the minimum of each row, shape ``[rows, 1]`` (``tmp_tile`` as for ``row_sum``)."""
+    return _reduce("row_min", x, tmp_tile)
 
 
-def col_sum(x) -> Tile:
+def col_sum(x, tmp_tile=None) -> Tile:
     """Return the sum of each column of a 2-D tile, shape ``[1, cols]``."""
-    return _reduce("col_sum", x)
+    return _reduce("col_sum", x, tmp_tile)
 
 
 def col_max(x) -> Tile:
@@ -271,18 +268,33 @@ def col_min(x) -> Tile:
     return _reduce("col_min", x)
 
 
-def matmul(a, b, acc=None) -> Tile:
-    """Return ``a @ b``; with ``acc``, add the product into ``acc`` in place and return it.
+def matmul(a, b, acc=None, out_dtype=None) -> Tile:
+    """Return ``a @ b`` (in Acc); with ``acc``, add the product into ``acc`` in place and return it.
 
-    FP32/FP16/BF16 operands give an FP32 result, FP64 gives FP64.  The
-    accumulating form updates ``acc`` in place, so ``acc`` carries its value
-    across iterations of a ``pl.range`` loop.
+    FP32/FP16/BF16 operands give an FP32 result, FP64 gives FP64; an
+    ``out_dtype`` must name that dtype (cast the result for another).
+    Operands in Left/Right are read as they are; in Vec, Mat or Acc they are
+    moved there implicitly.  The accumulating form updates ``acc`` in place,
+    so ``acc`` carries its value across iterations of a ``pl.range`` loop.
     """
     current("pl.matmul")
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
-    if acc is None:
-        return _record("matmul", Matmul(ta.var, tb.var))
-    return matmul_acc(acc, a, b)
+    if acc is not None:
+        out = matmul_acc(acc, a, b)
+    else:
+        out = _record("matmul", Matmul(ta.var, tb.var))
+    if out_dtype is not None:
+        try:
+            want = as_dtype(out_dtype)
+        except PtoArgumentError as exc:
+            raise compile_error(f"pl.matmul: {exc}", user_loc()) from None
+        if want != out.dtype:
+            raise compile_error(
+                f"pl.matmul: out_dtype={want.name}, but the accumulator of these operands is {out.dtype.name} "
+                "(pl.cast the result)",
+                user_loc(),
+            )
+    return out
 
 
 def matmul_acc(acc, a, b) -> Tile:

@@ -17,7 +17,7 @@ from pathlib import Path
 from .._checks import is_int
 from ..errors import PtoCompileError
 from ..ir._infer import compile_error
-from ..ir._nodes import IBin, IConst, IndexExpr, IVar, Loc, Param, Var
+from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
 
 __all__ = ["Tracer", "current", "user_loc", "TensorArg", "ScalarArg", "Tile", "Index", "to_index", "tracing"]
 
@@ -50,6 +50,7 @@ class Tracer:
         self.ranges: dict[str, tuple[int, int]] = {}
         self.block_num: int | None = None
         self.in_spmd = False
+        self.carry_loops: list = []  # open pl.range loops with init_values (innermost last)
 
     def new_var(self, type_) -> Var:
         v = Var(self.next_var, type_)
@@ -184,9 +185,13 @@ class Tile:
 
 
 def to_index(x, what: str = "offset") -> IndexExpr:
-    """Convert an int or :class:`Index` to an index expression."""
+    """Convert an int, an :class:`Index` or an integer scalar parameter to an index expression."""
     if isinstance(x, Index):
         return x.expr
+    if isinstance(x, ScalarArg):
+        if x.dtype.is_float or x.dtype.name == "BOOL":
+            raise compile_error(f"{what} must be an integer, but scalar {x.name!r} is {x.dtype.name}", user_loc())
+        return IScalar(x.name)
     if not is_int(x):
         try:
             import operator

@@ -1,4 +1,8 @@
-"""Parameter annotations (``pl.Tensor``, ``pl.Out``, ``pl.InOut``, ``pl.Scalar``) and levels."""
+"""Parameter annotations (``pl.Tensor``, ``pl.Out``, ``pl.InOut``, ``pl.Scalar``), levels and enums.
+
+``pl.MemorySpace`` (also ``pl.Mem``), ``pl.PadValue`` and ``pl.AtomicType``
+are PyPTO's enums, under PyPTO's member names.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,19 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError
 
-__all__ = ["Tensor", "Out", "InOut", "Scalar", "Level", "TensorAnnotation", "ScalarAnnotation"]
+__all__ = [
+    "Tensor",
+    "Out",
+    "InOut",
+    "Scalar",
+    "Level",
+    "MemorySpace",
+    "Mem",
+    "PadValue",
+    "AtomicType",
+    "TensorAnnotation",
+    "ScalarAnnotation",
+]
 
 
 @dataclass(frozen=True)
@@ -81,3 +97,45 @@ class Level(enum.Enum):
     CHIP = "CHIP"
     CORE_GROUP = "CORE_GROUP"
     CORE = "CORE"
+
+
+class MemorySpace(enum.Enum):
+    """Where a tile lives (``pl.Mem`` is the same enum).
+
+    ``DDR`` holds tensors; ``Vec`` (the unified buffer, where vector ops
+    compute), ``Mat`` (L1), ``Left`` / ``Right`` (the matmul operand buffers),
+    ``Acc`` (the matmul accumulator) and ``Bias`` are on-chip.  See
+    :mod:`pypto_async.ir._spaces` for which op may read or produce which.
+    """
+
+    DDR = "DDR"
+    Vec = "Vec"
+    Mat = "Mat"
+    Left = "Left"
+    Right = "Right"
+    Acc = "Acc"
+    Bias = "Bias"
+
+
+Mem = MemorySpace
+
+
+class PadValue(enum.Enum):
+    """What ``pl.fillpad`` writes outside a tile's valid region.
+
+    ``zero``; ``max`` (+inf for floats, the largest value for ints); ``min``
+    (-inf, or the smallest value).  ``null`` (no padding) is accepted where
+    PyPTO accepts it, as "leave the padding unspecified".
+    """
+
+    null = "null"
+    zero = "zero"
+    max = "max"
+    min = "min"
+
+
+class AtomicType(enum.Enum):
+    """How ``pl.store`` / ``pl.assemble`` combine with the tensor: overwrite, or add."""
+
+    None_ = "none"
+    Add = "add"

@@ -362,22 +362,6 @@ def test_a_bool_is_not_a_tile_dimension():
         pl.spmd(True)
 
 
-def test_loop_carried_tile_is_refused():
-    where = []
-
-    @pl.jit
-    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
-        acc = pl.zeros([16, 16])
-        for i in pl.range(0, 64, 16):
-            where.append(next_line())
-            acc = acc + pl.load(a, [i, 0], [16, 16])
-        pl.store(acc, [0, 0], out)
-
-    with pytest.raises(PtoCompileError) as ei:
-        k.lower(X, X[:16])
-    assert_at(ei, where[0], "tile 'acc' is reassigned from its own value inside pl.range", "acc=")
-
-
 def test_rebinding_a_name_to_a_fresh_tile_in_a_loop_is_fine():
     @pl.jit
     def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -388,3 +372,275 @@ def test_rebinding_a_name_to_a_fresh_tile_in_a_loop_is_fine():
             pl.store(t, [i, 0], out)
 
     k.lower(X, X)
+
+
+# ---- memory spaces -----------------------------------------------------------------
+
+M64 = np.ones((64, 64), np.float32)
+
+
+@pytest.mark.parametrize("space", ["Left", "Right", "Acc", "Bias", "DDR"])
+def test_load_reaches_vec_or_mat_only(space):
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        t = pl.load(a, [0, 0], [16, 16], target_memory=getattr(pl.MemorySpace, space))
+        pl.store(t, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], f"pl.load cannot target {space}", "allowed: Vec, Mat")
+
+
+@pytest.mark.parametrize("space", ["Acc", "DDR"])
+def test_move_cannot_target_acc_or_ddr(space):
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.move(t, target_memory=getattr(pl.Mem, space)), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], f"pl.move cannot target {space}")
+
+
+def test_nothing_moves_a_tile_out_of_left():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        left = pl.move(pl.load(a, [0, 0], [16, 16], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
+        where.append(next_line())
+        pl.store(pl.move(left, target_memory=pl.Mem.Vec), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.move: tile %1 is in Left", "only the cube reads")
+
+
+@pytest.mark.parametrize("space", ["Left", "Right", "Bias"])
+def test_vector_ops_and_stores_do_not_read_cube_buffers(space):
+    where = []
+
+    @pl.jit
+    def vector(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.move(pl.load(a, [0, 0], [16, 16]), target_memory=getattr(pl.Mem, space))
+        where.append(next_line())
+        pl.store(pl.add(t, 1.0), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        vector.lower(M64, M64)
+    assert_at(ei, where[0], f"pl.add reads tile %1 in {space}", "feed the cube (pl.matmul) only")
+
+    @pl.jit
+    def store(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.move(pl.load(a, [0, 0], [16, 16]), target_memory=getattr(pl.Mem, space))
+        where.append(next_line())
+        pl.store(t, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        store.lower(M64, M64)
+    assert_at(ei, where[1], f"pl.store reads tile %1 in {space}")
+
+
+def test_matmul_operands_in_the_wrong_slots():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        l = pl.move(pl.load(a, [0, 0], [16, 16], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
+        r = pl.move(pl.load(a, [0, 0], [16, 16], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Right)
+        where.append(next_line())
+        pl.store(pl.matmul(r, l), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.matmul: the left operand %3 is in Right", "swap the operands")
+
+
+def test_create_tile_is_not_a_tensor():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.create_tile([16, 16], dtype=pl.FP32, target_memory=pl.Mem.DDR), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.create_tile cannot target DDR", "DDR holds tensors")
+
+
+def test_memory_space_arguments_are_checked():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [0, 0], [16, 16], target_memory="L1"), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.load: target_memory must be a pl.MemorySpace, got 'L1'")
+
+
+def test_copy_is_between_ddr_tensors_of_one_type():
+    where = []
+
+    @pl.jit
+    def vec(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.copy(out, a, source_memory=pl.Mem.DDR, target_memory=pl.Mem.Vec)
+
+    with pytest.raises(PtoCompileError) as ei:
+        vec.lower(M64, M64)
+    assert_at(ei, where[0], "pl.copy: target_memory must be pl.MemorySpace.DDR")
+
+    @pl.jit
+    def shapes(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.copy(out, a)
+
+    with pytest.raises(PtoCompileError) as ei:
+        shapes.lower(M64, M64[:32])
+    assert_at(ei, where[1], "pl.copy: 'a' is FP32[64, 64], 'out' is FP32[32, 64]")
+
+
+# ---- reductions, broadcasts, layout ops ------------------------------------------
+
+
+def test_expand_ops_check_the_vector_shape():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.row_expand_sub(t, pl.load(a, [0, 0], [1, 16])), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.row_expand_sub: expected a [rows, 1] row vector [16, 1]", "got [1, 16]")
+
+
+def test_reduction_scratch_tile_must_match():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        tmp = pl.create_tile([16, 16], dtype=pl.FP16)
+        where.append(next_line())
+        pl.store(pl.row_max(t, tmp), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.row_max: tmp_tile must have the input's dtype and rank")
+
+
+def test_reshape_keeps_the_element_count():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.reshape(t, [8, 16]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.reshape: [16, 16] has 256 elements, [8, 16] has 128")
+
+
+def test_concat_needs_equal_rows_and_dtypes():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.concat(pl.load(a, [0, 0], [16, 8]), pl.load(a, [0, 0], [8, 8])), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.concat joins 2-D tiles with equal row counts")
+
+
+def test_slice_and_assemble_windows_stay_inside_the_tile():
+    where = []
+
+    @pl.jit
+    def sl(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        for i in pl.range(0, 16, 4):
+            where.append(next_line())
+            pl.store(pl.slice(t, [4, 8], [i, 10]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        sl.lower(M64, M64)
+    assert_at(ei, where[0], "pl.slice window outside tile '%0'", "dimension 1 spans [10, 18)")
+
+    @pl.jit
+    def asm(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.tile.assemble(t, pl.load(a, [0, 0], [8, 8]), [12, 0]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        asm.lower(M64, M64)
+    assert_at(ei, where[1], "pl.tile.assemble window outside tile '%0'", "dimension 0 spans [12, 20)")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_atomic_add_dtypes_are_the_devices(dtype):
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.InOut[pl.Tensor]):
+        where.append(next_line())
+        pl.assemble(out, pl.load(a, [0, 0], [16, 16]), [0, 0], atomic=pl.AtomicType.Add)
+
+    x = np.ones((16, 16), dtype)
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(x, x)
+    assert_at(ei, where[0], "atomic add of", "FP32, FP16, BF16, INT32 and INT8 only")
+
+
+def test_cast_modes_are_pyptos():
+    where = []
+
+    @pl.jit
+    def bad(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.cast(pl.load(a, [0, 0], [16, 16]), pl.INT32, mode="nearest"), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        bad.lower(M64, M64.astype(np.int32))
+    assert_at(ei, where[0], "pl.cast: mode must be one of none, rint, round, floor, ceil, trunc, odd")
+
+    @pl.jit
+    def odd(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.cast(pl.load(a, [0, 0], [16, 16]), pl.INT32, mode="odd"), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        odd.lower(M64, M64.astype(np.int32))
+    assert_at(ei, where[1], "mode 'odd' (round to odd) narrows floats only")
+
+
+def test_matmul_out_dtype_must_be_the_accumulators():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(pl.matmul(t, t, out_dtype=pl.FP16), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.matmul: out_dtype=FP16, but the accumulator of these operands is FP32")

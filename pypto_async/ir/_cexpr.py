@@ -1,0 +1,237 @@
+"""The C expression of one element of an element-wise IR expression.
+
+A fused loop nest (``_codegen``) runs over its chain's shape with loop indices
+``e0, e1, ...``; each member becomes ``const T vN = <expression>;`` built
+here.  :class:`Element` is what an expression needs from that loop: the
+value of an operand at the current element (broadcast as numpy does), a tile
+buffer read at other indices (slice, concat, assemble, reshape), the tensor
+element a load reads, and the valid-region test of a tile.
+
+FP16 and BF16 tiles compute in ``float`` (``compute_dtype``); casts and
+stores round.  A cast with a rounding mode calls ``pto_cvt_*`` of
+``pto_kernel_rt.h`` (float to narrower float) or libm (float to int); without
+one (``"none"``) it converts as C does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._dtypes import BF16, BOOL, FP16, FP32, FP64, DataType
+from ..errors import PtoCompileError
+from ._infer import compute_dtype
+from ._nodes import (
+    Assemble,
+    Binary,
+    Broadcast,
+    Cast,
+    Concat,
+    FillPad,
+    Full,
+    IBin,
+    IConst,
+    IScalar,
+    IVar,
+    Load,
+    Move,
+    Reshape,
+    Slice,
+    Unary,
+)
+
+__all__ = ["ctype", "literal", "index", "strides", "linear_at", "valid_cond", "Element", "element"]
+
+#: ``pl.cast`` modes as ``pto_cvt_*`` take them (see pto_kernel_rt.h).
+CAST_MODE_CODES = {"none": 0, "rint": 0, "round": 1, "floor": 2, "ceil": 3, "trunc": 4, "odd": 5}
+_INT_ROUNDING = {"rint": "rint", "round": "round", "floor": "floor", "ceil": "ceil", "trunc": "trunc"}
+
+
+def ctype(dtype: DataType) -> str:
+    """C type of a tile element while computing (FP16/BF16 compute in float)."""
+    return compute_dtype(dtype).c_type
+
+
+def literal(value, dtype: DataType) -> str:
+    ct = ctype(dtype)
+    if dtype == BOOL:
+        return "1" if value else "0"
+    if dtype.is_float:
+        v = float(value)
+        if math.isnan(v):
+            return "__builtin_nanf(\"\")" if ct == "float" else "__builtin_nan(\"\")"
+        if math.isinf(v):
+            inf = "__builtin_inff()" if ct == "float" else "__builtin_inf()"
+            return inf if v > 0 else f"(-{inf})"
+        return f"{float.hex(v)}" + ("f" if ct == "float" else "")
+    v = int(value)
+    if dtype.c_type == "int64_t" and v == -(2**63):
+        return "INT64_MIN"
+    return f"(({ct}){v}LL)" if v < 0 else f"(({ct}){v}ULL)"
+
+
+def index(e) -> str:
+    """C of an index expression (int64 arithmetic, Python's // and %)."""
+    if isinstance(e, IConst):
+        return f"INT64_C({e.value})"
+    if isinstance(e, IVar):
+        return f"ix_{e.name}"
+    if isinstance(e, IScalar):
+        return f"((int64_t)s_{e.param})"
+    if isinstance(e, IBin):
+        a, b = index(e.a), index(e.b)
+        if e.op == "//":
+            return f"pto_floordiv({a}, {b})"
+        if e.op == "%":
+            return f"pto_mod({a}, {b})"
+        if e.op in ("min", "max"):
+            return f"pto_{e.op}64({a}, {b})"
+        return f"({a} {e.op} {b})"
+    raise PtoCompileError(f"bad index expression {e!r}")
+
+
+def strides(shape) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def linear_at(shape, dims: list[str]) -> str:
+    """Row-major linear index of the element at per-dimension indices ``dims``."""
+    terms = [d if s == 1 else f"({d}) * {s}" for d, s in zip(dims, strides(shape))]
+    return " + ".join(terms) if terms else "0"
+
+
+def _pad(pad: str, dtype: DataType) -> str:
+    if pad == "zero":
+        return literal(0, dtype)
+    if dtype.is_float:
+        return literal(math.inf if pad == "max" else -math.inf, dtype)
+    if dtype == BOOL:
+        return "1" if pad == "max" else "0"
+    bits = dtype.itemsize * 8
+    unsigned = dtype.c_type.startswith("uint")
+    hi = (1 << bits) - 1 if unsigned else (1 << (bits - 1)) - 1
+    lo = 0 if unsigned else -(1 << (bits - 1))
+    return literal(hi if pad == "max" else lo, dtype)
+
+
+class Element:
+    """What an element expression reads, for one fused loop nest (see ``_codegen``)."""
+
+    def __init__(self, idx: list[str], operand, at, tensor_ref):
+        self.idx = idx  # loop index names, one per dimension of the chain's shape
+        self.operand = operand  # operand(x) -> its value at the current element (broadcast)
+        self.at = at  # at(var, dims) -> buffer element of var at per-dimension indices (None: same position)
+        self.tensor_ref = tensor_ref  # tensor_ref() -> the tensor element a Load member reads
+
+
+def element(e, dtype: DataType, el: Element) -> str:
+    """Return the C expression computing one element of ``e`` (result dtype ``dtype``)."""
+    ct = ctype(dtype)
+    f = "f" if ct == "float" else ""
+    if isinstance(e, Load):
+        return _load(e, dtype, el)
+    if isinstance(e, Full):
+        return el.operand(e.value)
+    if isinstance(e, (Move, Broadcast)):
+        return el.operand(e.x)
+    if isinstance(e, Cast):
+        return _cast(e, el.operand(e.x), ct)
+    if isinstance(e, Unary):
+        x = el.operand(e.x)
+        if e.op == "neg":
+            return f"({ct})(-{x})"
+        if e.op == "abs":
+            return f"fabs{f}({x})" if dtype.is_float else f"({ct})({x} < 0 ? -{x} : {x})"
+        if e.op == "relu":
+            return f"({x} > 0 ? {x} : ({ct})0)"
+        if e.op == "rsqrt":
+            return f"(({ct})1 / sqrt{f}({x}))"
+        if e.op == "recip":
+            return f"(({ct})1 / {x})"
+        return f"{e.op}{f}({x})"
+    if isinstance(e, Binary):
+        a, b = el.operand(e.a), el.operand(e.b)
+        if e.op in ("add", "sub", "mul"):
+            sym = {"add": "+", "sub": "-", "mul": "*"}[e.op]
+            return f"({ct})({a} {sym} {b})"
+        if e.op == "div":
+            if dtype.is_float:
+                return f"({a} / {b})"
+            return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
+        cmp = ">" if e.op == "maximum" else "<"
+        if dtype.is_float:
+            return f"(({a} {cmp} {b} || {a} != {a}) ? {a} : {b})"
+        return f"({a} {cmp} {b} ? {a} : {b})"
+    return _layout(e, dtype, el)
+
+
+def valid_cond(idx: list[str], shape, valid) -> str:
+    """C condition that the element at ``idx`` lies in the valid box (``""``: always)."""
+    if valid is None:
+        return ""
+    terms = [f"{i} < {index(v)}" for i, v, d in zip(idx, valid, shape) if not (isinstance(v, IConst) and v.value == d)]
+    return " && ".join(terms)
+
+
+def _load(e: Load, dtype: DataType, el: Element) -> str:
+    ref = el.tensor_ref()
+    if dtype == BF16:
+        ref = f"pto_bf2f({ref})"
+    elif dtype == FP16:
+        ref = f"(float){ref}"
+    cond = valid_cond(el.idx, e.shape, e.valid)
+    if not cond:
+        return ref
+    # Outside the valid box nothing is read: the padding is unspecified, and reads as NaN (or 0) here.
+    pad = literal(math.nan, dtype) if dtype.is_float else literal(0, dtype)
+    return f"(({cond}) ? {ref} : {pad})"
+
+
+_PRECISION = {FP64: 53, FP32: 24, FP16: 11, BF16: 8}
+
+
+def _cast(e: Cast, x: str, ct: str) -> str:
+    src, dst, mode = e.x.type.dtype, e.dtype, e.mode
+    if dst == BOOL:
+        return f"({ct})({x} != 0)"
+    if src.is_float and not dst.is_float and mode != "none":
+        fn = _INT_ROUNDING[mode] + ("f" if compute_dtype(src) == FP32 else "")
+        return f"({ct}){fn}({x})"
+    narrowing = src.is_float and dst.is_float and _PRECISION[dst] < _PRECISION[src]
+    if narrowing and mode not in ("none", "rint"):
+        target = {FP16: "f16", BF16: "bf16", FP32: "f32"}[dst]
+        return f"pto_cvt_{target}((double)({x}), {CAST_MODE_CODES[mode]})"
+    # C's conversion: floats to ints toward zero, narrowing floats to nearest even.
+    if dst == FP16:
+        return f"(float)(_Float16)({x})"
+    if dst == BF16:
+        return f"pto_bf16_round((float)({x}))"
+    return f"({ct})({x})"
+
+
+def _layout(e, dtype: DataType, el: Element) -> str:
+    idx = el.idx
+    if isinstance(e, FillPad):
+        cond = valid_cond(idx, e.x.type.shape, e.x.type.valid)
+        x = el.operand(e.x)
+        return f"(({cond}) ? {x} : {_pad(e.pad, dtype)})" if cond else x
+    if isinstance(e, Reshape):
+        return el.at(e.x, None)  # the same linear position
+    if isinstance(e, Slice):
+        return el.at(e.x, [f"{index(o)} + {i}" for o, i in zip(e.offsets, idx)])
+    if isinstance(e, Concat):
+        na = e.a.type.shape[1]
+        left = el.at(e.a, [idx[0], idx[1]])
+        right = el.at(e.b, [idx[0], f"{idx[1]} - {na}"])
+        return f"({idx[1]} < {na} ? {left} : {right})"
+    if isinstance(e, Assemble):
+        src = e.source.type.shape
+        inside = " && ".join(
+            f"{i} - {index(o)} >= 0 && {i} - {index(o)} < {s}" for i, o, s in zip(idx, e.offsets, src)
+        )
+        written = el.at(e.source, [f"{i} - {index(o)}" for i, o in zip(idx, e.offsets)])
+        return f"(({inside}) ? {written} : {el.operand(e.target)})"
+    raise PtoCompileError(f"codegen: not an element-wise expression: {e!r}")

@@ -1,0 +1,135 @@
+"""Type rules of the layout ops: broadcast, reshape, slice, concat, assemble, fillpad.
+
+Each is computed element by element over its result (so it fuses), reading
+its tile operands at shifted or re-linearised positions.  Reshape, slice,
+fillpad and assemble keep their (first) operand's memory space, as PyPTO's
+view ops do; broadcast and concat compute in Vec.
+"""
+
+from __future__ import annotations
+
+from ._nodes import (
+    PAD_VALUES,
+    Assemble,
+    Broadcast,
+    Concat,
+    FillPad,
+    IConst,
+    Loc,
+    Reshape,
+    Slice,
+    TileType,
+)
+from ._spaces import check_vector_operand
+from ._valid import check_extents, normalize, require_full
+
+__all__ = ["infer_layout", "check_tile_window"]
+
+
+def _error(message: str, loc: Loc | None):
+    from ._infer import compile_error
+
+    return compile_error(message, loc)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _check_shape(shape, op: str, loc: Loc | None) -> None:
+    from .._checks import is_int
+
+    if not shape or any(not is_int(d) or d <= 0 for d in shape):
+        raise _error(f"{op}: tile shape must be positive ints, got {list(shape)}", loc)
+
+
+def infer_layout(expr, loc: Loc | None) -> TileType:
+    """Return the tile type of a layout expression or raise PtoCompileError."""
+    if isinstance(expr, Broadcast):
+        t = expr.x.type
+        check_vector_operand(expr.x, "pl.row_expand/col_expand", loc)
+        _check_shape(expr.shape, "broadcast", loc)
+        if len(t.shape) != len(expr.shape) or any(s not in (1, d) for s, d in zip(t.shape, expr.shape)):
+            raise _error(f"cannot broadcast a {list(t.shape)} tile to {list(expr.shape)}", loc)
+        broadcast_dims = tuple(d for d, s in enumerate(t.shape) if s != expr.shape[d])
+        require_full(expr.x, "broadcast", loc, dims=broadcast_dims)
+        valid = None
+        if t.valid is not None:
+            valid = normalize(expr.shape, tuple(
+                IConst(expr.shape[d]) if d in broadcast_dims else t.valid[d] for d in range(len(t.shape))
+            ))
+        return TileType(tuple(expr.shape), t.dtype, "Vec", valid)
+    if isinstance(expr, Reshape):
+        t = expr.x.type
+        check_vector_operand(expr.x, "pl.reshape", loc)
+        _check_shape(expr.shape, "pl.reshape", loc)
+        if _numel(expr.shape) != _numel(t.shape):
+            raise _error(
+                f"pl.reshape: {list(t.shape)} has {_numel(t.shape)} elements, {list(expr.shape)} has "
+                f"{_numel(expr.shape)}",
+                loc,
+            )
+        require_full(expr.x, "pl.reshape", loc)
+        return TileType(tuple(expr.shape), t.dtype, t.memory)
+    if isinstance(expr, Slice):
+        t = expr.x.type
+        check_vector_operand(expr.x, "pl.slice", loc)
+        _check_shape(expr.shape, "pl.slice", loc)
+        if len(expr.shape) != len(t.shape) or len(expr.offsets) != len(t.shape):
+            raise _error(
+                f"pl.slice: a {len(t.shape)}-D tile needs {len(t.shape)} sizes and offsets, got "
+                f"{list(expr.shape)} and {len(expr.offsets)} offsets",
+                loc,
+            )
+        require_full(expr.x, "pl.slice", loc)
+        if expr.valid is not None:
+            check_extents(tuple(expr.shape), expr.valid, "pl.slice", loc)
+        return TileType(tuple(expr.shape), t.dtype, t.memory, normalize(tuple(expr.shape), expr.valid))
+    if isinstance(expr, Concat):
+        ta, tb = expr.a.type, expr.b.type
+        for v in (expr.a, expr.b):
+            check_vector_operand(v, "pl.concat", loc)
+            require_full(v, "pl.concat", loc)
+        if len(ta.shape) != 2 or len(tb.shape) != 2 or ta.shape[0] != tb.shape[0]:
+            raise _error(
+                f"pl.concat joins 2-D tiles with equal row counts, got {list(ta.shape)} and {list(tb.shape)}", loc
+            )
+        if ta.dtype != tb.dtype:
+            raise _error(f"dtype mismatch in concat: {ta.dtype.name} and {tb.dtype.name}", loc)
+        return TileType((ta.shape[0], ta.shape[1] + tb.shape[1]), ta.dtype, "Vec")
+    if isinstance(expr, Assemble):
+        tt, ts = expr.target.type, expr.source.type
+        for v in (expr.target, expr.source):
+            check_vector_operand(v, "pl.tile.assemble", loc)
+            require_full(v, "pl.tile.assemble", loc)
+        if tt.dtype != ts.dtype:
+            raise _error(f"dtype mismatch in assemble: target {tt.dtype.name}, source {ts.dtype.name}", loc)
+        if len(ts.shape) != len(tt.shape) or len(expr.offsets) != len(tt.shape):
+            raise _error(
+                f"pl.tile.assemble: a {list(ts.shape)} source and {len(expr.offsets)} offsets do not fit a "
+                f"{len(tt.shape)}-D target",
+                loc,
+            )
+        return TileType(tt.shape, tt.dtype, tt.memory)
+    if isinstance(expr, FillPad):
+        t = expr.x.type
+        check_vector_operand(expr.x, "pl.fillpad", loc)
+        if expr.pad not in PAD_VALUES:
+            raise _error(f"pl.fillpad: pad value must be one of {', '.join(PAD_VALUES)}, got {expr.pad!r}", loc)
+        return TileType(t.shape, t.dtype, t.memory)
+    raise _error(f"unknown expression {type(expr).__name__}", loc)
+
+
+def check_tile_window(expr, ranges, loc: Loc | None) -> None:
+    """Check that a slice reads, or an assemble writes, inside its tile for every index value."""
+    from ._infer import check_window
+
+    if isinstance(expr, Slice):
+        check_window("tile", f"%{expr.x.id}", expr.x.type.shape, expr.offsets, expr.shape, None, ranges, loc,
+                     "pl.slice")
+    elif isinstance(expr, Assemble):
+        check_window("tile", f"%{expr.target.id}", expr.target.type.shape, expr.offsets, expr.source.type.shape,
+                     None, ranges, loc, "pl.tile.assemble")

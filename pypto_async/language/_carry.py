@@ -1,0 +1,153 @@
+"""Loop-carried tiles: rebinding a name inside ``pl.range``, and ``init_values=`` with ``pl.yield_``.
+
+A ``pl.range`` body is traced once, so ``t = pl.add(t, x)`` in it records a
+read of the ``t`` from before the loop.  To give it Python's meaning (each
+iteration reads the previous one's ``t``) the loop gets a *carried* tile
+``c``: before the loop ``c = t``; the body's reads of the old ``t`` become
+reads of ``c``; the body ends with ``c := <the new t>`` (an ``Update``); and
+after the loop the name ``t`` holds ``c``.  A name is carried when, at the end
+of the body, it is bound to another tile than at the start *and* the body read
+the old one; a name only rebound to fresh values needs no carry.
+
+``init_values=`` names the carried tiles explicitly (PyPTO's printed form):
+the loop target receives them, and ``pl.yield_`` ends the body with their next
+values and returns the tiles that hold them after the loop.
+
+All updates of one iteration read the values of that iteration, as a
+parallel assignment does: ``a, b = b, a`` swaps (a value that is itself a
+carried tile is copied first).
+"""
+
+from __future__ import annotations
+
+from ..ir._infer import compile_error
+from ..ir._nodes import Assign, Move, TileType, Update
+from ..ir._rewrite import reads, substitute
+from ..ir._spaces import CUBE_ONLY
+from ._tracer import Tile, current, user_loc
+
+__all__ = ["tile_locals", "carry_rebound", "open_carries", "yield_"]
+
+
+def tile_locals(frame) -> dict[str, Tile]:
+    """The local names of ``frame`` bound to tiles."""
+    return {name: v for name, v in frame.f_locals.items() if isinstance(v, Tile)}
+
+
+def _same(a: TileType, b: TileType) -> bool:
+    return (a.shape, a.dtype, a.valid) == (b.shape, b.dtype, b.valid)
+
+
+def _def_loc(body, var_id: int):
+    for s in body:
+        if isinstance(s, Assign) and s.var.id == var_id:
+            return s.loc
+        found = _def_loc(getattr(s, "body", ()), var_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _updates(tracer, pairs, carry_ids: set[int], loc) -> list:
+    """``Update`` statements for ``(carry, value)`` pairs, copying values that are carries themselves."""
+    stmts, fixed = [], []
+    for c, v in pairs:
+        if v.id in carry_ids and v.id != c.id:
+            tmp = tracer.new_var(v.type)
+            stmts.append(Assign(tmp, Move(v, v.type.memory), loc))
+            v = tmp
+        fixed.append((c, v))
+    stmts.extend(Update(c, v, loc) for c, v in fixed if c.id != v.id)
+    return stmts
+
+
+def carry_rebound(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc) -> tuple[list, tuple]:
+    """Turn names rebound in a traced loop body into carried tiles.
+
+    Returns the statements to run before the loop and the new body.
+    """
+    after = tile_locals(frame)
+    body_reads = reads(body)
+    carried: dict[int, list[str]] = {}  # old var id -> rebound names
+    for name, old in before.items():
+        new = after.get(name)
+        if new is None or new.var.id == old.var.id or old.var.id not in body_reads:
+            continue
+        carried.setdefault(old.var.id, []).append(name)
+    if not carried:
+        return [], body
+    mapping, inits, pairs, targets = {}, [], [], []
+    for old_id, names in carried.items():
+        aliases = [m for m, t in before.items() if t.var.id == old_id and m not in names]
+        if len(names) > 1 or any(after.get(m) is not None and after[m].var.id == old_id for m in aliases):
+            others = names[1:] + aliases
+            raise compile_error(
+                f"tiles {names[0]!r} and {others[0]!r} are one tile when the pl.range loop starts, and "
+                f"{names[0]!r} is rebound in the loop: the body, traced once, cannot tell which of them it "
+                "reads. Give one of them its own tile first (e.g. pl.add(t, 0))",
+                loop_loc,
+            )
+        name = names[0]
+        a, b = before[name].var, after[name].var
+        if not _same(a.type, b.type):
+            raise compile_error(
+                f"tile {name!r} is carried by the pl.range loop but changes type in it: {a.type} before, "
+                f"{b.type} at the end of the body",
+                _def_loc(body, b.id) or loop_loc,
+            )
+        memory = b.type.memory if b.type.memory in CUBE_ONLY else a.type.memory
+        c = tracer.new_var(TileType(a.type.shape, a.type.dtype, memory, a.type.valid))
+        inits.append(Assign(c, Move(a, memory), loop_loc))
+        mapping[a.id] = c
+        pairs.append((c, b))
+        targets.append((name, c))
+    body = substitute(body, mapping)
+    carry_ids = {c.id for c in mapping.values()}
+    pairs = [(c, mapping.get(b.id, b)) for c, b in pairs]
+    body = body + tuple(_updates(tracer, pairs, carry_ids, loop_loc))
+    for name, c in targets:
+        after[name].var = c  # after the loop the name holds the carried tile
+    return inits, body
+
+
+def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
+    """The carried tiles of ``init_values=``: (statements before the loop, carry vars)."""
+    inits, carries = [], []
+    for i, t in enumerate(init_values):
+        if not isinstance(t, Tile):
+            raise compile_error(f"pl.range init_values[{i}] must be a tile, got {t!r}", loop_loc)
+        c = tracer.new_var(t.var.type)
+        inits.append(Assign(c, Move(t.var, t.var.type.memory), loop_loc))
+        carries.append(c)
+    return inits, carries
+
+
+def yield_(*values):
+    """End a ``pl.range(..., init_values=...)`` body: the carried tiles' next values.
+
+    Returns the tile (or a tuple of tiles) holding the carried values, which
+    after the loop are its results.  It must be the body's last statement,
+    with one value per ``init_values`` entry, each of the same shape, dtype
+    and valid region.
+    """
+    t = current("pl.yield_")
+    loc = user_loc()
+    loop = t.carry_loops[-1] if getattr(t, "carry_loops", None) else None
+    if loop is None or loop.depth != len(t.blocks):
+        raise compile_error("pl.yield_ belongs directly in the body of a pl.range(..., init_values=...) loop", loc)
+    if loop.yielded is not None:
+        raise compile_error("pl.yield_ is called once per loop body", loc)
+    if len(values) != len(loop.carries):
+        raise compile_error(f"pl.yield_ got {len(values)} values for {len(loop.carries)} init_values", loc)
+    pairs = []
+    for i, (c, v) in enumerate(zip(loop.carries, values)):
+        if not isinstance(v, Tile):
+            raise compile_error(f"pl.yield_ value {i} must be a tile, got {v!r}", loc)
+        if not _same(c.type, v.var.type):
+            raise compile_error(f"pl.yield_ value {i} is {v.var.type}, but init_values[{i}] is {c.type}", loc)
+        pairs.append((c, v.var))
+    for s in _updates(t, pairs, {c.id for c in loop.carries}, loc):
+        t.append(s)
+    loop.yielded = len(t.blocks[-1])
+    out = tuple(Tile(c) for c in loop.carries)
+    return out[0] if len(out) == 1 else out

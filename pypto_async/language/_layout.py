@@ -1,0 +1,163 @@
+"""Layout and broadcast ops on tiles: reshape, slice, concat, assemble, row/col expand.
+
+``pl.row_expand_sub(t, v)`` is ``t - v`` with ``v`` a ``[rows, 1]`` tile
+broadcast along each row, and so on for the other ``*_expand_*`` ops (the
+column forms take a ``[1, cols]`` tile); they record the same IR as the
+broadcasting binary ops, after checking that the vector has the shape its
+name promises.
+"""
+
+from __future__ import annotations
+
+from .._checks import is_int
+from ..ir._infer import compile_error
+from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice
+from ._memory import _tile, pad_name, record, valid_extents
+from ._tracer import Tile, current, to_index, user_loc
+
+__all__ = [
+    "reshape",
+    "slice",
+    "concat",
+    "row_expand",
+    "row_expand_add",
+    "row_expand_sub",
+    "row_expand_mul",
+    "row_expand_div",
+    "col_expand",
+    "col_expand_add",
+    "col_expand_sub",
+    "col_expand_mul",
+    "col_expand_div",
+]
+
+
+def _shape(shape, op: str) -> tuple[int, ...]:
+    if not isinstance(shape, (list, tuple)) or not all(is_int(d) for d in shape):
+        raise compile_error(f"{op}: shape must be a list of ints, got {shape!r}", user_loc())
+    return tuple(shape)
+
+
+def reshape(tile, shape) -> Tile:
+    """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count)."""
+    current("pl.reshape")
+    return record(Reshape(_tile(tile, "pl.reshape").var, _shape(shape, "pl.reshape")), "pl.reshape")
+
+
+def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noqa: A001
+    """Return the ``shape`` window of a tile at ``offset`` (ints or loop indices).
+
+    ``valid_shape`` marks only a leading box of the result as data; with a
+    ``pad_value`` (PyPTO's shorthand) the rest is filled right away.
+    """
+    t = current("pl.slice")
+    loc = user_loc()
+    tl = _tile(tile, "pl.slice")
+    offs = tuple(to_index(o) for o in offset)
+    expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))
+    from ..ir._layout import check_tile_window
+
+    check_tile_window(expr, t.ranges, loc)
+    out = record(expr, "pl.slice")
+    pad = None if pad_value is None else pad_name(pad_value, "pl.slice")
+    if pad is not None and out.var.type.valid is not None:
+        from ._memory import fillpad
+
+        return fillpad(out, pad_value)
+    return out
+
+
+def concat(src0, src1) -> Tile:
+    """Return two tiles with equal row counts side by side: ``[rows, c0 + c1]``."""
+    current("pl.concat")
+    a, b = _tile(src0, "pl.concat", "src0"), _tile(src1, "pl.concat", "src1")
+    return record(Concat(a.var, b.var), "pl.concat")
+
+
+def tile_assemble(target, source, offset) -> Tile:
+    """Return ``target`` with the window at ``offset`` replaced by ``source`` (``pl.tile.assemble``)."""
+    t = current("pl.tile.assemble")
+    loc = user_loc()
+    tt = _tile(target, "pl.tile.assemble", "target")
+    ts = _tile(source, "pl.tile.assemble", "source")
+    expr = Assemble(tt.var, ts.var, tuple(to_index(o) for o in offset))
+    out = record(expr, "pl.tile.assemble")
+    from ..ir._layout import check_tile_window
+
+    check_tile_window(expr, t.ranges, loc)
+    return out
+
+
+def _vector(tile, vec, op: str, along: str) -> tuple[Tile, Tile]:
+    tl, v = _tile(tile, op, "the tile"), _tile(vec, op, "the vector")
+    if len(tl.shape) != 2 or len(v.shape) != 2:
+        raise compile_error(f"{op} needs 2-D tiles, got {list(tl.shape)} and {list(v.shape)}", user_loc())
+    rows, cols = tl.shape
+    want = (rows, 1) if along == "row" else (1, cols)
+    if v.shape != want:
+        kind = "a [rows, 1] row vector" if along == "row" else "a [1, cols] column vector"
+        raise compile_error(f"{op}: expected {kind} {list(want)} for a {list(tl.shape)} tile, got {list(v.shape)}",
+                            user_loc())
+    return tl, v
+
+
+def _expand(name: str, op: str, along: str, tile, vec) -> Tile:
+    current(f"pl.{name}")
+    tl, v = _vector(tile, vec, f"pl.{name}", along)
+    return record(Binary(op, tl.var, v.var), f"pl.{name}")
+
+
+def _broadcast(name: str, along: str, target, vec) -> Tile:
+    current(f"pl.{name}")
+    tl, v = _vector(target, vec, f"pl.{name}", along)
+    return record(Broadcast(v.var, tl.shape), f"pl.{name}")
+
+
+def row_expand(target, row_vec) -> Tile:
+    """Return ``row_vec`` (``[rows, 1]``) broadcast to the shape of ``target``."""
+    return _broadcast("row_expand", "row", target, row_vec)
+
+
+def row_expand_add(tile, row_vec) -> Tile:
+    """Return ``tile + row_vec``, the ``[rows, 1]`` vector broadcast along each row."""
+    return _expand("row_expand_add", "add", "row", tile, row_vec)
+
+
+def row_expand_sub(tile, row_vec) -> Tile:
+    """Return ``tile - row_vec`` (a ``[rows, 1]`` vector)."""
+    return _expand("row_expand_sub", "sub", "row", tile, row_vec)
+
+
+def row_expand_mul(tile, row_vec) -> Tile:
+    """Return ``tile * row_vec`` (a ``[rows, 1]`` vector)."""
+    return _expand("row_expand_mul", "mul", "row", tile, row_vec)
+
+
+def row_expand_div(tile, row_vec) -> Tile:
+    """Return ``tile / row_vec`` (a ``[rows, 1]`` vector)."""
+    return _expand("row_expand_div", "div", "row", tile, row_vec)
+
+
+def col_expand(target, col_vec) -> Tile:
+    """Return ``col_vec`` (``[1, cols]``) broadcast to the shape of ``target``."""
+    return _broadcast("col_expand", "col", target, col_vec)
+
+
+def col_expand_add(tile, col_vec) -> Tile:
+    """Return ``tile + col_vec``, the ``[1, cols]`` vector broadcast down each column."""
+    return _expand("col_expand_add", "add", "col", tile, col_vec)
+
+
+def col_expand_sub(tile, col_vec) -> Tile:
+    """Return ``tile - col_vec`` (a ``[1, cols]`` vector)."""
+    return _expand("col_expand_sub", "sub", "col", tile, col_vec)
+
+
+def col_expand_mul(tile, col_vec) -> Tile:
+    """Return ``tile * col_vec`` (a ``[1, cols]`` vector)."""
+    return _expand("col_expand_mul", "mul", "col", tile, col_vec)
+
+
+def col_expand_div(tile, col_vec) -> Tile:
+    """Return ``tile / col_vec`` (a ``[1, cols]`` vector)."""
+    return _expand("col_expand_div", "div", "col", tile, col_vec)

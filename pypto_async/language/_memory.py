@@ -1,0 +1,224 @@
+"""Data movement: load, store, move, create_tile, copy, fillpad, assemble into a tensor.
+
+Memory spaces are PyPTO's (``pl.MemorySpace``); the rules each op checks are
+in :mod:`pypto_async.ir._spaces`.  A load may be given a valid region
+(``valid_shape``): it then reads only that leading box of its window, and the
+rest of the tile is padding until ``pl.fillpad`` fills it.
+"""
+
+from __future__ import annotations
+
+from .._checks import is_int
+from .._dtypes import as_dtype
+from ..errors import PtoArgumentError
+from ..ir._infer import check_load, check_store, compile_error, infer_expr
+from ..ir._nodes import Assign, Const, FillPad, Full, Load, Move, Store
+from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
+from ._types import AtomicType, MemorySpace, PadValue
+
+__all__ = ["load", "store", "move", "create_tile", "copy", "fillpad", "assemble"]
+
+
+def space_name(x, op: str, what: str = "target_memory") -> str:
+    """The IR name of a memory space given as ``pl.MemorySpace`` (or its name)."""
+    if isinstance(x, MemorySpace):
+        return x.value
+    if isinstance(x, str) and x in MemorySpace.__members__:
+        return x
+    raise compile_error(f"{op}: {what} must be a pl.MemorySpace, got {x!r}", user_loc())
+
+
+def _tensor(x, op: str) -> TensorArg:
+    if not isinstance(x, TensorArg):
+        raise compile_error(f"{op}: expected a tensor parameter of the kernel, got {x!r}", user_loc())
+    return x
+
+
+def _tile(x, op: str, what: str = "operand") -> Tile:
+    if not isinstance(x, Tile):
+        raise compile_error(f"{op}: {what} must be a tile, got {x!r}", user_loc())
+    return x
+
+
+def _extent(x, op: str):
+    """A valid extent: an int, a loop index, or an integer scalar parameter."""
+    if isinstance(x, ScalarArg) and x.dtype.is_float:
+        raise compile_error(f"{op}: valid extent {x.name!r} is a {x.dtype.name} scalar, not an integer", user_loc())
+    return to_index(x, "valid extent")
+
+
+def valid_extents(valid, op: str):
+    if valid is None:
+        return None
+    if not isinstance(valid, (list, tuple)):
+        raise compile_error(f"{op}: valid_shape must be a list, got {valid!r}", user_loc())
+    return tuple(_extent(v, op) for v in valid)
+
+
+def record(expr, op: str) -> Tile:
+    """Type-check ``expr`` at the caller's line, append ``v = expr``, return the tile."""
+    t = current(op)
+    loc = user_loc()
+    v = t.new_var(infer_expr(expr, t.params, loc))
+    t.append(Assign(v, expr, loc))
+    return Tile(v)
+
+
+def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.Vec, transpose=False, *,
+         valid_shape=None) -> Tile:
+    """Load the window ``[offsets, offsets + shapes)`` of a tensor parameter as a tile.
+
+    Offsets may be ints or loop/block indices; shapes are ints.
+    ``target_memory`` is ``Vec`` (the default) or ``Mat``.  With
+    ``valid_shape`` (also spelt ``valid_shapes``: ints, loop indices or
+    integer scalar parameters) only that leading box is read, and it is what
+    must lie inside the tensor; the rest of the tile is padding.  A runtime
+    extent outside the tile or the tensor fails the launch.
+    """
+    t = current("pl.load")
+    loc = user_loc()
+    ten = _tensor(tensor, "pl.load")
+    if transpose:
+        raise compile_error("pl.load(transpose=True) is not supported here; load, then use pl.transpose", loc)
+    if valid_shapes is not None and valid_shape is not None:
+        raise compile_error("pl.load: pass valid_shape or valid_shapes, not both", loc)
+    offs = tuple(to_index(o) for o in offsets)
+    shape = tuple(shapes)
+    if not all(is_int(d) for d in shape):
+        raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
+    valid = valid_extents(valid_shape if valid_shape is not None else valid_shapes, "pl.load")
+    expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)
+    type_ = infer_expr(expr, t.params, loc)
+    check_load(expr, t.params, t.ranges, loc)
+    v = t.new_var(type_)
+    t.append(Assign(v, expr, loc))
+    return Tile(v)
+
+
+def _atomic(atomic, op: str) -> str | None:
+    if atomic is None or atomic is AtomicType.None_:
+        return None
+    if atomic is AtomicType.Add:
+        return "add"
+    raise compile_error(f"{op}: atomic must be a pl.AtomicType, got {atomic!r}", user_loc())
+
+
+def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
+    """Store a tile (its valid region) into ``output_tensor`` at ``offsets``; return the tensor.
+
+    The tensor must be ``pl.Out`` or ``pl.InOut`` and have the tile's dtype.
+    ``atomic=pl.AtomicType.Add`` adds into the tensor instead (blocks of one
+    launch may add into the same window).  The older order
+    ``pl.store(tile, offsets, shapes, output_tensor)`` is accepted too.
+    """
+    t = current("pl.store")
+    loc = user_loc()
+    if isinstance(output_tensor, (list, tuple)) and isinstance(shapes, TensorArg):
+        output_tensor, shapes = shapes, output_tensor  # PyPTO's older argument order
+    tl = _tile(tile, "pl.store", "the value")
+    ten = _tensor(output_tensor, "pl.store")
+    if shapes is not None and tuple(shapes) != tl.shape:
+        raise compile_error(f"pl.store: shapes {list(shapes)} differ from the tile's {list(tl.shape)}", loc)
+    offs = tuple(to_index(o) for o in offsets)
+    mode = _atomic(atomic, "pl.store")
+    check_store(tl.var, ten.name, offs, t.params, t.ranges, loc, mode)
+    t.append(Store(tl.var, ten.name, offs, loc, mode))
+    return output_tensor
+
+
+def move(tile, target_memory, blayout=None, slayout=None) -> Tile:
+    """Return the tile in memory space ``target_memory`` (the only way into Left, Right and Bias).
+
+    ``blayout`` / ``slayout`` (PyPTO's layout hints) change nothing on the sim.
+    """
+    current("pl.move")
+    tl = _tile(tile, "pl.move")
+    return record(Move(tl.var, space_name(target_memory, "pl.move")), "pl.move")
+
+
+def create_tile(shape, dtype, target_memory=MemorySpace.Vec, *, valid_shape=None) -> Tile:
+    """Allocate a tile of ``shape`` and ``dtype`` in ``target_memory``.
+
+    Its contents are unspecified in PyPTO (a scratch buffer); the sim fills
+    zeros.  ``valid_shape`` marks only a leading box as data.
+    """
+    current("pl.create_tile")
+    loc = user_loc()
+    try:
+        d = as_dtype(dtype)
+    except PtoArgumentError as exc:
+        raise compile_error(f"pl.create_tile: {exc}", loc) from None
+    shape = tuple(shape)
+    memory = space_name(target_memory, "pl.create_tile")
+    valid = valid_extents(valid_shape, "pl.create_tile")
+    return record(Full(shape, Const(0, d), d, memory, valid), "pl.create_tile")
+
+
+def copy(dst, src, source_memory=MemorySpace.DDR, target_memory=MemorySpace.DDR):
+    """Copy tensor ``src`` into tensor ``dst`` (destination first); return ``dst``.
+
+    Both are tensor parameters of one shape and dtype, in DDR; ``dst`` must be
+    ``pl.Out`` or ``pl.InOut``.
+    """
+    current("pl.copy")
+    loc = user_loc()
+    d, s = _tensor(dst, "pl.copy"), _tensor(src, "pl.copy")
+    for what, m in (("source_memory", source_memory), ("target_memory", target_memory)):
+        if space_name(m, "pl.copy", what) != "DDR":
+            raise compile_error(f"pl.copy: {what} must be pl.MemorySpace.DDR for tensors (use pl.move for tiles)",
+                                loc)
+    if d.shape != s.shape or d.dtype != s.dtype:
+        raise compile_error(
+            f"pl.copy: {s.name!r} is {s.dtype.name}{list(s.shape)}, {d.name!r} is {d.dtype.name}{list(d.shape)}", loc
+        )
+    zero = [0] * len(s.shape)
+    return store(load(src, zero, list(s.shape)), zero, dst)
+
+
+_PAD_SUGAR = {0: "zero", float("inf"): "max", float("-inf"): "min"}
+
+
+def pad_name(pad_value, op: str) -> str | None:
+    """``PadValue`` (or the sugars ``0``, ``math.inf``, ``-math.inf``) as the IR's name; None for null."""
+    if isinstance(pad_value, PadValue):
+        return None if pad_value is PadValue.null else pad_value.value
+    if isinstance(pad_value, (int, float)) and not isinstance(pad_value, bool) and pad_value in _PAD_SUGAR:
+        return _PAD_SUGAR[pad_value]
+    raise compile_error(
+        f"{op}: pad_value must be a pl.PadValue (zero, max, min) or 0, math.inf, -math.inf, got {pad_value!r}",
+        user_loc(),
+    )
+
+
+def fillpad(tile, pad_value=PadValue.zero) -> Tile:
+    """Return the tile with every element outside its valid region set to the pad value.
+
+    ``PadValue.zero``, ``max`` (+inf, or the dtype's largest value) or
+    ``min`` (-inf, or the smallest).  The result is fully valid.
+    """
+    current("pl.fillpad")
+    tl = _tile(tile, "pl.fillpad")
+    pad = pad_name(pad_value, "pl.fillpad")
+    if pad is None:
+        raise compile_error("pl.fillpad: PadValue.null fills nothing; choose zero, max or min", user_loc())
+    return record(FillPad(tl.var, pad), "pl.fillpad")
+
+
+def assemble(dst, src, offsets, atomic=None):
+    """Write tile ``src`` into ``dst`` at ``offsets``.
+
+    ``dst`` a tensor parameter: the tile is stored there (``atomic=
+    pl.AtomicType.Add`` adds it in), and the tensor is returned.  ``dst`` a
+    tile: the same as ``pl.tile.assemble`` (a new tile).
+    """
+    current("pl.assemble")
+    if isinstance(dst, Tile):
+        if _atomic(atomic, "pl.assemble") is not None:
+            raise compile_error("pl.assemble: atomic applies to a tensor destination only", user_loc())
+        from ._layout import tile_assemble
+
+        return tile_assemble(dst, src, offsets)
+    if isinstance(src, TensorArg):
+        raise compile_error("pl.assemble: a tensor source (tensor-level ops) is not supported; load it first",
+                            user_loc())
+    return store(src, offsets, dst, atomic=atomic)

@@ -1,0 +1,75 @@
+"""``pl.tile``: the tile-level spellings of PyPTO's ops.
+
+``pl.tile.assemble(target, source, offsets)`` writes a tile into a tile (the
+top-level ``pl.assemble`` writes into a tensor); the rest are the same ops
+as at top level, under their ``pl.tile.*`` names.
+"""
+
+from ._layout import concat, reshape, slice  # noqa: A004
+from ._layout import tile_assemble as assemble
+from ._memory import create_tile, fillpad, load, move, store
+from ._ops import (
+    abs,  # noqa: A004
+    add,
+    cast,
+    col_max,
+    col_min,
+    col_sum,
+    div,
+    exp,
+    full,
+    log,
+    matmul,
+    matmul_acc,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    recip,
+    relu,
+    row_max,
+    row_min,
+    row_sum,
+    rsqrt,
+    sqrt,
+    sub,
+)
+
+create = create_tile
+
+__all__ = [
+    "assemble",
+    "concat",
+    "reshape",
+    "slice",
+    "create",
+    "create_tile",
+    "fillpad",
+    "load",
+    "move",
+    "store",
+    "abs",
+    "add",
+    "cast",
+    "col_max",
+    "col_min",
+    "col_sum",
+    "div",
+    "exp",
+    "full",
+    "log",
+    "matmul",
+    "matmul_acc",
+    "maximum",
+    "minimum",
+    "mul",
+    "neg",
+    "recip",
+    "relu",
+    "row_max",
+    "row_min",
+    "row_sum",
+    "rsqrt",
+    "sqrt",
+    "sub",
+]
