@@ -86,8 +86,10 @@ def check_matmul_operand(v: Var, slot: str, op: str, loc: Loc | None) -> None:
 
 def check_move(v: Var, target: str, loc: Loc | None) -> None:
     """Check ``pl.move(v, target_memory=target)`` (a move within one space is a copy)."""
+    if target == v.type.memory:
+        return
     check_space(target, MOVE_TARGETS, "pl.move", loc)
-    if v.type.memory in CUBE_ONLY and v.type.memory != target:
+    if v.type.memory in CUBE_ONLY:
         raise _error(
             f"pl.move: tile %{v.id} is in {v.type.memory}, which only the cube reads; nothing moves a tile "
             "out of Left, Right or Bias (move a copy kept in Vec or Mat instead)",

@@ -33,6 +33,8 @@ from ._memory import __all__ as _memory_all
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
 from ._tracer import Index, ScalarArg, TensorArg, Tile
+from ._tracer import index_max as max  # noqa: A001
+from ._tracer import index_min as min  # noqa: A001
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
@@ -72,6 +74,8 @@ __all__ = [
     "UINT8",
     "BOOL",
     "INDEX",
+    "min",
+    "max",
     *_ops_all,
     *_memory_all,
     *_layout_all,

@@ -6,8 +6,9 @@ iteration reads the previous one's ``t``) the loop gets a *carried* tile
 ``c``: before the loop ``c = t``; the body's reads of the old ``t`` become
 reads of ``c``; the body ends with ``c := <the new t>`` (an ``Update``); and
 after the loop the name ``t`` holds ``c``.  A name is carried when, at the end
-of the body, it is bound to another tile than at the start *and* the body read
-the old one; a name only rebound to fresh values needs no carry.
+of the body, it is bound to another tile than at the start *and* the old one is
+needed in the loop (the body reads it, or another name is rebound to it); a
+name only rebound to fresh values needs no carry.
 
 ``init_values=`` names the carried tiles explicitly (PyPTO's printed form):
 the loop target receives them, and ``pl.yield_`` ends the body with their next
@@ -67,7 +68,9 @@ def carry_rebound(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc)
     Returns the statements to run before the loop and the new body.
     """
     after = tile_locals(frame)
-    body_reads = reads(body)
+    # The old value of a name is needed in the loop when the body reads it, or when it becomes
+    # another name's value (``a, b = b, a``): the next iteration reads it through that name.
+    body_reads = reads(body) | {t.var.id for t in after.values()}
     carried: dict[int, list[str]] = {}  # old var id -> rebound names
     for name, old in before.items():
         new = after.get(name)

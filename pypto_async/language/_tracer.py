@@ -19,7 +19,19 @@ from ..errors import PtoCompileError
 from ..ir._infer import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
 
-__all__ = ["Tracer", "current", "user_loc", "TensorArg", "ScalarArg", "Tile", "Index", "to_index", "tracing"]
+__all__ = [
+    "Tracer",
+    "current",
+    "user_loc",
+    "TensorArg",
+    "ScalarArg",
+    "Tile",
+    "Index",
+    "to_index",
+    "tracing",
+    "index_min",
+    "index_max",
+]
 
 _PKG_DIR = str(Path(__file__).resolve().parent.parent)
 _state = threading.local()
@@ -239,3 +251,19 @@ class Index:
         from ..ir._printer import format_index
 
         return f"<index {format_index(self.expr)}>"
+
+
+def _index_extreme(op: str, a, b):
+    if is_int(a) and is_int(b):
+        return min(a, b) if op == "min" else max(a, b)
+    return Index(IBin(op, to_index(a, f"pl.{op} operand"), to_index(b, f"pl.{op} operand")))
+
+
+def index_min(a, b):
+    """``pl.min`` of two ints, loop indices or integer scalars (an int when both are ints)."""
+    return _index_extreme("min", a, b)
+
+
+def index_max(a, b):
+    """``pl.max`` of two ints, loop indices or integer scalars (an int when both are ints)."""
+    return _index_extreme("max", a, b)

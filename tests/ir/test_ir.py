@@ -196,3 +196,39 @@ def test_dead_tiles_are_dropped():
     assert len([s for s in _walk(k.trace(x, x).body) if isinstance(s, Assign)]) == 4
     lowered = k.lower(x, x)
     assert [type(s.expr).__name__ for s in _walk(lowered.body) if isinstance(s, Assign)] == ["Load", "Binary"]
+
+
+def test_types_print_their_space_and_valid_region():
+    from pypto_async.ir import IConst, IScalar, TileType
+
+    assert str(TileType((16, 32), FP32)) == "FP32[16, 32]"
+    assert str(TileType((16, 32), FP32, "Left")) == "FP32[16, 32]@Left"
+    assert str(TileType((16, 32), FP32, "Vec", (IConst(16), IScalar("n")))) == "FP32[16, 32] valid[16, $n]"
+    assert TileType((16, 32), FP32, "Acc") != TileType((16, 32), FP32)
+
+
+def test_an_update_keeps_its_tiles_type():
+    from pypto_async.ir import IConst, IVar, Param, TileType, Update, Var
+
+    t16, t8 = TileType((16, 16), FP32), TileType((8, 16), FP32)
+    x = Param("x", "in", (16, 16), FP32)
+    c, v = Var(0, t16), Var(1, t8)
+    body = (
+        Assign(c, Load("x", (IConst(0), IConst(0)), (16, 16))),
+        For(IVar("i"), 0, 4, 1, (Assign(v, Load("x", (IConst(0), IConst(0)), (8, 16))), Update(c, v))),
+    )
+    with pytest.raises(PtoCompileError, match="loop-carried tile %0 is FP32\\[16, 16\\], but its next value is"):
+        ir.run_passes(Program("handmade", (x,), body))
+
+
+def test_valid_regions_and_spaces_are_checked_on_hand_built_programs():
+    from pypto_async.ir import IConst, Move, Param, TileType, Var
+
+    x = Param("x", "in", (16, 16), FP32)
+    y = Param("y", "out", (16, 16), FP32)
+    v0 = Var(0, TileType((16, 16), FP32, "Mat"))
+    v1 = Var(1, TileType((16, 16), FP32, "Acc"))
+    body = (Assign(v0, Load("x", (IConst(0), IConst(0)), (16, 16), "Mat")), Assign(v1, Move(v0, "Acc")),
+            Store(v1, "y", (IConst(0), IConst(0))))
+    with pytest.raises(PtoCompileError, match="pl.move cannot target Acc"):
+        ir.run_passes(Program("handmade", (x, y), body))

@@ -644,3 +644,183 @@ def test_matmul_out_dtype_must_be_the_accumulators():
     with pytest.raises(PtoCompileError) as ei:
         k.lower(M64, M64)
     assert_at(ei, where[0], "pl.matmul: out_dtype=FP16, but the accumulator of these operands is FP32")
+
+
+# ---- valid regions -------------------------------------------------------------------
+
+
+def test_valid_extent_outside_the_tile():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [0, 0], [16, 16], valid_shape=[8, 17]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.load: valid extent 17 of dimension 1 is outside [0, 16]")
+
+
+def test_a_valid_box_outside_the_tensor():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [56, 0], [16, 16], valid_shape=[9, 16]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "load window outside tensor 'a'", "dimension 0 spans [56, 65)")
+
+
+def test_operands_must_agree_on_the_valid_region():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16], valid_shape=[16, 8])
+        u = pl.load(a, [0, 0], [16, 16])
+        where.append(next_line())
+        pl.store(t + u, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64)
+    assert_at(ei, where[0], "pl.add: operands disagree on the valid region along dimension 1", "fillpad")
+
+
+@pytest.mark.parametrize("op", ["matmul", "reshape"])
+def test_partially_valid_tiles_are_padded_first(op):
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16], valid_shape=[16, 8])
+        where.append(next_line())
+        r = pl.matmul(t, pl.load(a, [0, 0], [16, 16])) if op == "matmul" else pl.reshape(t, [256])
+        pl.store(r, [0, 0] if op == "matmul" else [0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, M64 if op == "matmul" else np.ones(256, np.float32))
+    assert_at(ei, where[0], f"pl.{op}: tile %0 is only partially valid", "pl.fillpad it first")
+
+
+def test_a_float_scalar_is_not_an_extent():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, n: pl.FP32, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [0, 0], [16, 16], valid_shape=[16, n]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, 3.0, M64)
+    assert_at(ei, where[0], "valid extent 'n' is a FP32 scalar, not an integer")
+
+
+def test_a_scalar_is_not_an_offset():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, n: pl.INDEX, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.store(pl.load(a, [n, 0], [16, 16]), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(M64, 3, M64)
+    assert_at(ei, where[0], "scalar parameter 'n' cannot be an offset")
+
+
+# ---- loop-carried tiles ------------------------------------------------------------------
+
+
+def test_a_carried_tile_keeps_its_type():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.zeros([16, 16])
+        for i in pl.range(0, 64, 16):
+            where.append(next_line())
+            acc = pl.cast(acc + pl.load(a, [i, 0], [16, 16]), pl.FP16)
+        pl.store(acc, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X[:16].astype(np.float16))
+    assert_at(ei, where[0], "tile 'acc' is carried by the pl.range loop but changes type in it",
+              "FP32[16, 16] before, FP16[16, 16]")
+
+
+def test_an_alias_of_a_carried_tile_is_ambiguous():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.zeros([16, 16])
+        first = acc
+        where.append(next_line())
+        for i in pl.range(0, 64, 16):
+            acc = acc + first
+        pl.store(acc, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(X, X[:16])
+    assert_at(ei, where[0], "tiles 'acc' and 'first' are one tile when the pl.range loop starts")
+
+
+def test_yield_rules():
+    where = []
+
+    @pl.jit
+    def no_yield(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        for i, (acc,) in pl.range(4, init_values=(pl.zeros([16, 16]),)):
+            acc = acc + 1.0
+        pl.store(acc, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        no_yield.lower(X, X[:16])
+    assert_at(ei, where[0], "body must end with pl.yield_")
+
+    @pl.jit
+    def not_last(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        for i, (acc,) in pl.range(4, init_values=(pl.zeros([16, 16]),)):
+            res = pl.yield_(acc + 1.0)
+            pl.store(res, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        not_last.lower(X, X[:16])
+    assert_at(ei, where[1], "pl.yield_ must be the last statement of the loop body")
+
+    @pl.jit
+    def outside(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        where.append(next_line())
+        pl.yield_(pl.zeros([16, 16]))
+
+    with pytest.raises(PtoCompileError) as ei:
+        outside.lower(X, X[:16])
+    assert_at(ei, where[2], "pl.yield_ belongs directly in the body of a pl.range(..., init_values=...) loop")
+
+    @pl.jit
+    def count(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i, (acc,) in pl.range(4, init_values=(pl.zeros([16, 16]),)):
+            where.append(next_line())
+            res = pl.yield_(acc, acc)
+        pl.store(res, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        count.lower(X, X[:16])
+    assert_at(ei, where[3], "pl.yield_ got 2 values for 1 init_values")
+
+    @pl.jit
+    def shape(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i, (acc,) in pl.range(4, init_values=(pl.zeros([16, 16]),)):
+            where.append(next_line())
+            res = pl.yield_(pl.zeros([8, 16]))
+        pl.store(res, [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        shape.lower(X, X[:16])
+    assert_at(ei, where[4], "pl.yield_ value 0 is FP32[8, 16], but init_values[0] is FP32[16, 16]")

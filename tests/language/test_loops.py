@@ -1,0 +1,206 @@
+"""Loop-carried tiles in pl.range: rebinding a name, and init_values= with pl.yield_; pl.parallel.
+
+A pl.range body is traced once; a tile name rebound in it is carried from
+one iteration to the next as Python would (each iteration reads the previous
+one's value), and after the loop the name holds the last value.  Each test
+runs the kernel against numpy with outputs poisoned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from ir._fixtures import poison
+
+X = np.zeros((64, 16), np.float32)
+
+
+def test_rebinding_accumulates(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.zeros([16, 16])
+        for i in pl.range(0, 64, 16):
+            acc = acc + pl.load(a, [i, 0], [16, 16])
+        pl.store(acc, [0, 0], out)
+
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    out = poison((16, 16))
+    launcher.run(k.compile(a, out), a, out)
+    want = np.zeros((16, 16), np.float32)
+    for i in range(0, 64, 16):
+        want += a[i:i + 16]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_pyptos_quickstart_carry(launcher, rng):
+    """t = a + a; three times t = t + a: 5a, read after the loop."""
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0, 0], [32, 32])
+            t = pl.add(ta, ta)
+            for i in pl.range(3):
+                t = pl.add(t, ta)
+            pl.assemble(out, pl.mul(t, t), [0, 0])
+        return out
+
+    a = rng.standard_normal((32, 32)).astype(np.float32)
+    out = poison((32, 32))
+    launcher.run(k.compile(a, out), a, out)
+    t = a + a
+    for _ in range(3):
+        t = t + a
+    np.testing.assert_array_equal(out, t * t)
+
+
+def test_the_ir_carries_the_tile():
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.zeros([16, 16])
+        for i in pl.range(0, 64, 16):
+            acc = acc + pl.load(a, [i, 0], [16, 16])
+        pl.store(acc, [0, 0], out)
+
+    text = str(k.trace(X, X[:16]))
+    assert "%3: FP32[16, 16] = move %0 to Vec" in text  # the carried tile, before the loop
+    assert "%2: FP32[16, 16] = add %3, %1" in text  # the body reads the carried tile
+    assert "    %3 <- %2" in text  # and updates it last
+    assert "store %3 -> out[0, 0]" in text  # after the loop, the name holds it
+
+
+def test_a_swap_is_a_parallel_assignment(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, out_a: pl.Out[pl.Tensor], out_b: pl.Out[pl.Tensor]):
+        ta, tb = pl.load(a, [0, 0], [8, 8]), pl.load(b, [0, 0], [8, 8])
+        for i in pl.range(3):
+            ta, tb = tb, ta + 1.0
+        pl.store(ta, [0, 0], out_a)
+        pl.store(tb, [0, 0], out_b)
+
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    oa, ob = poison((8, 8)), poison((8, 8))
+    launcher.run(k.compile(a, b, oa, ob), a, b, oa, ob)
+    ta, tb = a, b
+    for _ in range(3):
+        ta, tb = tb, ta + np.float32(1)
+    np.testing.assert_array_equal(oa, ta)
+    np.testing.assert_array_equal(ob, tb)
+
+
+def test_nested_loops_carry_through_both(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        acc = pl.load(a, [0, 0], [8, 16])
+        for i in pl.range(0, 64, 16):
+            for j in pl.range(0, 16, 8):
+                acc = pl.maximum(acc, pl.load(a, [i + j, 0], [8, 16])) * 0.5
+        pl.store(acc, [0, 0], out)
+
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    out = poison((8, 16))
+    launcher.run(k.compile(a, out), a, out)
+    acc = a[:8].copy()
+    for i in range(0, 64, 16):
+        for j in range(0, 16, 8):
+            acc = np.maximum(acc, a[i + j:i + j + 8]) * np.float32(0.5)
+    np.testing.assert_array_equal(out, acc)
+
+
+def test_a_loop_without_iterations_keeps_the_initial_value(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [8, 16])
+        for i in pl.range(0):
+            t = t * 3.0
+        pl.store(t, [0, 0], out)
+
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    out = poison((8, 16))
+    launcher.run(k.compile(a, out), a, out)
+    np.testing.assert_array_equal(out, a)
+
+
+def test_matmul_accumulation_by_rebinding(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
+        acc = pl.matmul(pl.load(a, [0, 0], [16, 32]), pl.load(b, [0, 0], [32, 24]))
+        for kk in pl.range(32, 128, 32):
+            acc = pl.add(acc, pl.matmul(pl.load(a, [0, kk], [16, 32]), pl.load(b, [kk, 0], [32, 24])))
+        pl.store(acc, [0, 0], c)
+
+    a = rng.standard_normal((16, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 24)).astype(np.float32)
+    c = poison((16, 24))
+    launcher.run(k.compile(a, b, c), a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_init_values_and_yield(launcher, rng):
+    """PyPTO's explicit form: two carried tiles, read after the loop under the yield_ names."""
+
+    @pl.jit
+    def k(a: pl.Tensor, mx: pl.Out[pl.Tensor], sm: pl.Out[pl.Tensor]):
+        init_max = pl.full([8, 16], -1e30, pl.FP32)
+        init_sum = pl.zeros([8, 16], pl.FP32)
+        for i, (acc_max, acc_sum) in pl.range(8, init_values=(init_max, init_sum)):
+            row_i = pl.load(a, [i * 8, 0], [8, 16])
+            out_max, out_sum = pl.yield_(pl.maximum(acc_max, row_i), pl.add(acc_sum, row_i))
+        pl.store(out_max, [0, 0], mx)
+        pl.store(out_sum, [0, 0], sm)
+
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    mx, sm = poison((8, 16)), poison((8, 16))
+    launcher.run(k.compile(a, mx, sm), a, mx, sm)
+    blocks = a.reshape(8, 8, 16)
+    np.testing.assert_array_equal(mx, blocks.max(axis=0))
+    want = np.zeros((8, 16), np.float32)
+    for blk in blocks:
+        want += blk
+    np.testing.assert_array_equal(sm, want)
+
+
+def test_yield_of_a_single_value(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i, (acc,) in pl.range(4, init_values=(pl.load(a, [0, 0], [8, 16]),)):
+            res = pl.yield_(acc * 2.0)
+        pl.store(res, [0, 0], out)
+
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    out = poison((8, 16))
+    launcher.run(k.compile(a, out), a, out)
+    np.testing.assert_array_equal(out, a * np.float32(16))
+
+
+def test_parallel_is_a_loop(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.parallel(0, 64, 16):
+            pl.store(pl.exp(pl.load(a, [i, 0], [16, 16])), [i, 0], out)
+
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    out = poison((64, 16))
+    assert "for i0 in range(0, 64, 16) {" in str(k.trace(a, out))
+    launcher.run(k.compile(a, out), a, out)
+    np.testing.assert_allclose(out, np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_bare_dtype_and_index_scalar_parameters(launcher, rng, n):
+    @pl.jit
+    def k(a: pl.Tensor, scale: pl.FP32, n_valid: pl.INDEX, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [8, 8], valid_shape=[n_valid, 8])
+        pl.store(pl.fillpad(t * scale, pl.PadValue.zero), [0, 0], out)
+
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    out = poison((8, 8))
+    c = k.compile(a, 0.25, n, out)
+    assert [p.dtype for p in c.params[1:3]] == [pl.FP32, pl.INDEX] and pl.INDEX == pl.INT64
+    launcher.run(c, a, 0.25, n, out)
+    want = np.zeros((8, 8), np.float32)
+    want[:n] = a[:n] * np.float32(0.25)
+    np.testing.assert_array_equal(out, want)
