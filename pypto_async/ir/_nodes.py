@@ -438,6 +438,17 @@ class Program:
                 return p
         raise KeyError(name)
 
+    @property
+    def functions(self) -> dict[str, "Program"]:
+        """The program's functions by name: a ``@pl.jit`` kernel is one function, itself."""
+        return {self.name: self}
+
+    def as_python(self) -> str:
+        """Return the program as the source of a ``@pl.jit`` function that traces to an equivalent program."""
+        from ._python import format_python
+
+        return format_python(self)
+
     def __str__(self) -> str:
         from ._printer import format_program
 

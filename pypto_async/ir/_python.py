@@ -1,0 +1,267 @@
+"""Print a program back as a ``@pl.jit`` function (``Program.as_python()``).
+
+The source uses only ``pypto_async.language`` spellings, so executing it and
+tracing the function for arguments of the program's parameter types gives an
+equivalent program: the same statements, though lowering may emit independent
+ones in another order (fusion emits a chain where it closes).  Tiles are named
+``t0, t1, ...`` in order of definition, so printing is stable: print, trace,
+lower and print again, and the text no longer changes.  A lowered program's
+fused chains print as their statements; a loop with carried tiles prints in
+PyPTO's explicit form, ``init_values=`` and ``pl.yield_``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._signature import INOUT, OUT, SCALAR
+from ._nodes import (
+    Assemble,
+    Assign,
+    Binary,
+    Broadcast,
+    Cast,
+    Concat,
+    Const,
+    FillPad,
+    For,
+    Full,
+    Fused,
+    IBin,
+    IConst,
+    IScalar,
+    IVar,
+    Load,
+    Matmul,
+    MatmulAcc,
+    Move,
+    Program,
+    Reduce,
+    Reshape,
+    ScalarRef,
+    Scope,
+    Slice,
+    Spmd,
+    Store,
+    Unary,
+    Update,
+    Var,
+)
+
+__all__ = ["format_python"]
+
+_PAD = {"zero": "pl.PadValue.zero", "max": "pl.PadValue.max", "min": "pl.PadValue.min"}
+
+
+def _index(e) -> str:
+    if isinstance(e, IConst):
+        return str(e.value)
+    if isinstance(e, IVar):
+        return e.name
+    if isinstance(e, IScalar):
+        return e.param
+    if isinstance(e, IBin):
+        if e.op in ("min", "max"):
+            return f"pl.{e.op}({_index(e.a)}, {_index(e.b)})"
+        return f"({_index(e.a)} {e.op} {_index(e.b)})"
+    raise ValueError(f"not an index expression: {e!r}")
+
+
+def _list(items) -> str:
+    return "[" + ", ".join(items) + "]"
+
+
+def _ints(shape) -> str:
+    return _list(str(d) for d in shape)
+
+
+def _number(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value}")'
+    return repr(value)
+
+
+class _Printer:
+    def __init__(self, program: Program):
+        self.program = program
+        self.names: dict[int, str] = {}
+        self.lines: list[str] = []
+        self.prefix = "t"
+        while any(q.name.startswith(self.prefix) for q in program.params):
+            self.prefix = "_" + self.prefix  # tile names never shadow a parameter
+
+    def name(self, v: Var) -> str:
+        if v.id not in self.names:
+            self.names[v.id] = f"{self.prefix}{len(self.names)}"
+        return self.names[v.id]
+
+    def operand(self, x) -> str:
+        if isinstance(x, Var):
+            return self.name(x)
+        if isinstance(x, ScalarRef):
+            return x.param
+        if isinstance(x, Const):
+            return _number(x.value)
+        raise ValueError(f"not an operand: {x!r}")
+
+    def expr(self, e, v: Var) -> str:
+        t = v.type
+        valid = "" if t.valid is None else f", valid_shape={_list(_index(x) for x in t.valid)}"
+        if isinstance(e, Load):
+            mem = "" if e.memory == "Vec" else f", target_memory=pl.Mem.{e.memory}"
+            return f"pl.load({e.param}, {_list(_index(o) for o in e.offsets)}, {_ints(e.shape)}{mem}{valid})"
+        if isinstance(e, Unary):
+            return f"pl.{e.op}({self.name(e.x)})"
+        if isinstance(e, Binary):
+            return f"pl.{e.op}({self.operand(e.a)}, {self.operand(e.b)})"
+        if isinstance(e, Cast):
+            mode = "" if e.mode == "none" else f', mode="{e.mode}"'
+            return f"pl.cast({self.name(e.x)}, pl.{e.dtype.name}{mode})"
+        if isinstance(e, Full):
+            if e.memory != "Vec" or valid:
+                return f"pl.create_tile({_ints(e.shape)}, dtype=pl.{e.dtype.name}, target_memory=pl.Mem.{e.memory}{valid})"
+            return f"pl.full({_ints(e.shape)}, {self.operand(e.value)}, pl.{e.dtype.name})"
+        if isinstance(e, Reduce):
+            return f"pl.{e.op}({self.name(e.x)})"
+        if isinstance(e, Matmul):
+            return f"pl.matmul({self.name(e.a)}, {self.name(e.b)})"
+        if isinstance(e, Move):
+            return f"pl.move({self.name(e.x)}, target_memory=pl.Mem.{e.memory})"
+        if isinstance(e, Broadcast):
+            op = "row_expand" if e.x.type.shape[0] == e.shape[0] else "col_expand"
+            target = f"pl.zeros({_ints(e.shape)}, pl.{t.dtype.name})"  # only its shape is read
+            return f"pl.{op}({target}, {self.name(e.x)})"
+        if isinstance(e, Reshape):
+            return f"pl.reshape({self.name(e.x)}, {_ints(e.shape)})"
+        if isinstance(e, Slice):
+            return f"pl.slice({self.name(e.x)}, {_ints(e.shape)}, {_list(_index(o) for o in e.offsets)}{valid})"
+        if isinstance(e, Concat):
+            return f"pl.concat({self.name(e.a)}, {self.name(e.b)})"
+        if isinstance(e, Assemble):
+            offs = _list(_index(o) for o in e.offsets)
+            return f"pl.tile.assemble({self.name(e.target)}, {self.name(e.source)}, {offs})"
+        if isinstance(e, FillPad):
+            return f"pl.fillpad({self.name(e.x)}, {_PAD[e.pad]})"
+        raise ValueError(f"cannot print {type(e).__name__}")
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def block(self, body, depth: int) -> None:
+        flat = _flatten(body)
+        inits = _carry_inits(flat)
+        skip = {id(a) for loop in inits.values() for _, a in loop}
+        start = len(self.lines)
+        for s in flat:
+            if id(s) in skip:
+                continue
+            if isinstance(s, For) and id(s) in inits:
+                self.carried_loop(s, inits[id(s)], depth)
+            else:
+                self.stmt(s, depth)
+        if len(self.lines) == start:
+            self.emit(depth, "pass")
+
+    def carried_loop(self, s: For, carries, depth: int) -> None:
+        """Print a loop with carried tiles in PyPTO's explicit form: init_values= and pl.yield_."""
+        targets = ", ".join(self.name(c) for c, _ in carries)
+        init = ", ".join(self.name(a.expr.x) for _, a in carries)
+        self.emit(depth, f"for {s.var.name}, ({targets},) in pl.range({s.start}, {s.stop}, {s.step}, "
+                         f"init_values=({init},)):")
+        flat = _flatten(s.body)
+        updates = {u.target.id: u for u in flat if isinstance(u, Update)}
+        copies = {a.var.id: a.expr.x for a in flat if isinstance(a, Assign) and _is_carry_copy(a, updates)}
+        body = tuple(b for b in flat if not isinstance(b, Update) and not (isinstance(b, Assign) and b.var.id in copies))
+        self.block(body, depth + 1)
+        values = ", ".join(self.name(copies.get(updates[c.id].value.id, updates[c.id].value)) for c, _ in carries)
+        self.emit(depth + 1, f"{targets} = pl.yield_({values})")
+
+    def stmt(self, s, depth: int) -> None:
+        if isinstance(s, Assign):
+            rhs = self.expr(s.expr, s.var)
+            self.emit(depth, f"{self.name(s.var)} = {rhs}")
+        elif isinstance(s, MatmulAcc):
+            self.emit(depth, f"pl.matmul_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)})")
+        elif isinstance(s, Update):
+            self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}")
+        elif isinstance(s, Store):
+            atomic = ", atomic=pl.AtomicType.Add" if s.atomic == "add" else ""
+            self.emit(depth, f"pl.store({self.name(s.value)}, {_list(_index(o) for o in s.offsets)}, {s.param}{atomic})")
+        elif isinstance(s, For):
+            self.emit(depth, f"for {s.var.name} in pl.range({s.start}, {s.stop}, {s.step}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, Spmd):
+            self.emit(depth, f"for {s.var.name} in pl.spmd({s.count}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, Scope):
+            self.emit(depth, f"with pl.at(level=pl.Level.{s.level}):")
+            self.block(s.body, depth + 1)
+        else:
+            raise ValueError(f"cannot print {type(s).__name__}")
+
+    def run(self) -> str:
+        p = self.program
+        params = []
+        for q in p.params:
+            if q.direction == SCALAR:
+                params.append(f"{q.name}: pl.Scalar[pl.{q.dtype.name}]")
+                continue
+            ann = f"pl.Tensor[{_ints(q.shape)}, pl.{q.dtype.name}]"
+            if q.direction == OUT:
+                ann = f"pl.Out[{ann}]"
+            elif q.direction == INOUT:
+                ann = f"pl.InOut[{ann}]"
+            params.append(f"{q.name}: {ann}")
+        self.lines = ["import pypto_async.language as pl", "", "", "@pl.jit", f"def {p.name}({', '.join(params)}):"]
+        self.block(p.body, 1)
+        if p.ret is not None:
+            self.emit(1, f"return {p.ret}")
+        return "\n".join(self.lines) + "\n"
+
+
+def _carry_inits(flat: list) -> dict[int, list]:
+    """For each loop of ``flat`` that carries tiles: ``[(carry, its initialising Assign)]``.
+
+    The tracer initialises a carried tile ``c = move a`` before its loop, and
+    the body ends with ``c := value`` updates (preceded by copies of carried
+    tiles that another update reads).  A loop whose updates do not all have
+    such an initialisation prints in the rebinding form instead.
+    """
+    defs = {s.var.id: s for s in flat if isinstance(s, Assign)}
+    out = {}
+    for s in flat:
+        if not isinstance(s, For):
+            continue
+        body = _flatten(s.body)
+        updates = [u for u in body if isinstance(u, Update)]
+        tail = body[len(body) - len(updates):]
+        if not updates or any(not isinstance(u, Update) for u in tail):
+            continue
+        carries = []
+        for u in updates:
+            a = defs.get(u.target.id)
+            if a is None or not isinstance(a.expr, Move) or a.expr.memory != u.target.type.memory:
+                break
+            carries.append((u.target, a))
+        else:
+            out[id(s)] = carries
+    return out
+
+
+def _flatten(body) -> list:
+    """The statements of ``body`` with fused chains spelled out."""
+    out = []
+    for s in body:
+        out.extend(s.members if isinstance(s, Fused) else (s,))
+    return out
+
+
+def _is_carry_copy(a: Assign, updates: dict) -> bool:
+    """A copy of a carried tile taken for a parallel update (``a, b = b, a``)."""
+    return (isinstance(a.expr, Move) and a.expr.x.id in updates and a.expr.memory == a.expr.x.type.memory
+            and any(u.value.id == a.var.id for u in updates.values()))
+
+
+def format_python(program: Program) -> str:
+    """Return ``program`` as the source of a ``@pl.jit`` function of the same name (see the module)."""
+    return _Printer(program).run()
