@@ -7,10 +7,19 @@ outlive its loop nest gets a buffer declared at the top of the function (on
 the stack while small, else ``aligned_alloc``), so loops reuse it per
 iteration.  A :class:`~pypto_async.ir._nodes.Fused` chain becomes one loop
 nest whose innermost loop runs over the contiguous dimension with unit
-stride, which the compiler vectorises; matmul calls the register-blocked,
-packed-panel GEMM of ``pto_gemm.h``.  The C helpers live in real headers
-under ``pypto_async/include`` (``pto_kernel_rt.h``: BF16 rounding, Python's
-``//`` and ``%``; ``pto_gemm.h``), which the generated file includes.
+stride, which the compiler vectorises (``_cexpr`` writes each member's
+element expression); matmul calls the register-blocked, packed-panel GEMM of
+``pto_gemm.h``.  A loop-carried tile's ``Update`` copies the new value into
+the carried tile's buffer.  The C helpers live in real headers under
+``pypto_async/include`` (``pto_kernel_rt.h``: BF16 rounding, Python's ``//``
+and ``%``, rounding casts, atomic adds; ``pto_gemm.h``), which the generated
+file includes.
+
+Memory spaces generate nothing: the sim has one memory.  A partially valid
+tile costs a test per element where a load reads or a store writes it; a
+valid extent known only at run time is checked once per loop nest, and one
+outside its tile or tensor fails the launch (``PTO_EINVAL``) with the
+kernel's file and line.
 
 FP16 and BF16 tiles compute in ``float`` and round when stored or cast.
 """
@@ -365,7 +374,10 @@ class _Gen:
                 continue
             v = m.var
             ct = _ctype(v.type.dtype)
-            el = Element(idx, operand, at, lambda m=m: f"{self.tensor_ptr(m.expr.param)}[{tensor_index(m.expr.param, m)}]")
+            def tensor_ref(m=m) -> str:
+                return f"{self.tensor_ptr(m.expr.param)}[{tensor_index(m.expr.param, m)}]"
+
+            el = Element(idx, operand, at, tensor_ref)
             self.emit(f"const {ct} v{v.id} = {element(m.expr, v.type.dtype, el)};")
             if v.id in keep:
                 self.emit(f"{self.buffer(v)}[{tile_lin}] = v{v.id};")

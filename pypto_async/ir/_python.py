@@ -119,7 +119,8 @@ class _Printer:
             return f"pl.cast({self.name(e.x)}, pl.{e.dtype.name}{mode})"
         if isinstance(e, Full):
             if e.memory != "Vec" or valid:
-                return f"pl.create_tile({_ints(e.shape)}, dtype=pl.{e.dtype.name}, target_memory=pl.Mem.{e.memory}{valid})"
+                mem = f"target_memory=pl.Mem.{e.memory}"
+                return f"pl.create_tile({_ints(e.shape)}, dtype=pl.{e.dtype.name}, {mem}{valid})"
             return f"pl.full({_ints(e.shape)}, {self.operand(e.value)}, pl.{e.dtype.name})"
         if isinstance(e, Reduce):
             return f"pl.{e.op}({self.name(e.x)})"
@@ -171,7 +172,8 @@ class _Printer:
         flat = _flatten(s.body)
         updates = {u.target.id: u for u in flat if isinstance(u, Update)}
         copies = {a.var.id: a.expr.x for a in flat if isinstance(a, Assign) and _is_carry_copy(a, updates)}
-        body = tuple(b for b in flat if not isinstance(b, Update) and not (isinstance(b, Assign) and b.var.id in copies))
+        body = tuple(b for b in flat
+                     if not isinstance(b, Update) and not (isinstance(b, Assign) and b.var.id in copies))
         self.block(body, depth + 1)
         values = ", ".join(self.name(copies.get(updates[c.id].value.id, updates[c.id].value)) for c, _ in carries)
         self.emit(depth + 1, f"{targets} = pl.yield_({values})")
@@ -186,7 +188,8 @@ class _Printer:
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}")
         elif isinstance(s, Store):
             atomic = ", atomic=pl.AtomicType.Add" if s.atomic == "add" else ""
-            self.emit(depth, f"pl.store({self.name(s.value)}, {_list(_index(o) for o in s.offsets)}, {s.param}{atomic})")
+            offs = _list(_index(o) for o in s.offsets)
+            self.emit(depth, f"pl.store({self.name(s.value)}, {offs}, {s.param}{atomic})")
         elif isinstance(s, For):
             self.emit(depth, f"for {s.var.name} in pl.range({s.start}, {s.stop}, {s.step}):")
             self.block(s.body, depth + 1)

@@ -19,6 +19,14 @@ Semantics worth knowing:
   place, so an accumulator carries across ``pl.range`` iterations.
 * Distinct tensor arguments must not overlap in memory (the generated code
   declares them ``restrict``); use ``pl.InOut`` to update a tensor in place.
+* Tiles live in PyPTO's memory spaces (``pl.MemorySpace``, ``pl.Mem``) and
+  the placement rules are checked: loads land in Vec or Mat, Left/Right/Bias
+  are reached only by ``pl.move`` and read only by the cube, Acc only by
+  matmul.  The sim computes the same numbers in every space.
+* A tile may be partially valid (``pl.load(..., valid_shape=)``): the rest is
+  padding until ``pl.fillpad``; stores write the valid box only.
+* A tile name rebound in a ``pl.range`` body is carried across iterations
+  (``init_values=`` / ``pl.yield_`` is the explicit form).
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType

@@ -108,8 +108,11 @@ def carry_rebound(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc)
     carry_ids = {c.id for c in mapping.values()}
     pairs = [(c, mapping.get(b.id, b)) for c, b in pairs]
     body = body + tuple(_updates(tracer, pairs, carry_ids, loop_loc))
+    carried_objects = {id(before[name]) for name, _ in targets}
+    pre_loop = {id(t) for t in before.values()} - carried_objects
     for name, c in targets:
-        after[name].var = c  # after the loop the name holds the carried tile
+        if id(after[name]) not in pre_loop:  # a loop-invariant tile keeps its value (and its other names)
+            after[name].var = c  # after the loop the name holds the carried tile
     return inits, body
 
 

@@ -11,10 +11,9 @@ import numbers
 from .._checks import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError
-from ..ir._infer import check_matmul_acc, compile_error, infer_expr
+from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import (
     CAST_MODES,
-    Assign,
     Binary,
     Cast,
     Const,
@@ -25,6 +24,8 @@ from ..ir._nodes import (
     ScalarRef,
     Unary,
 )
+from ._memory import _tile as tile_operand
+from ._memory import record
 from ._tracer import ScalarArg, Tile, current, user_loc
 
 __all__ = [
@@ -57,18 +58,11 @@ __all__ = [
 
 
 def _record(op: str, expr) -> Tile:
-    t = current(f"pl.{op}")
-    loc = user_loc()
-    type_ = infer_expr(expr, t.params, loc)
-    v = t.new_var(type_)
-    t.append(Assign(v, expr, loc))
-    return Tile(v)
+    return record(expr, f"pl.{op}")
 
 
-def _tile(x, op: str, what: str = "operand") -> "Tile":
-    if not isinstance(x, Tile):
-        raise compile_error(f"pl.{op}: {what} must be a tile, got {x!r}", user_loc())
-    return x
+def _tile(x, op: str, what: str = "operand") -> Tile:
+    return tile_operand(x, f"pl.{op}", what)
 
 
 def _scalar(x, dtype, op: str):

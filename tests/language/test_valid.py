@@ -138,3 +138,20 @@ def test_valid_regions_propagate_through_element_wise_ops():
     text = str(k.trace(x, x[:, :1], 7, x))
     assert "%1: FP32[16, 32] valid[16, $n] = exp %0" in text
     assert "%3: FP32[16, 32] valid[16, $n] = add %1, %2" in text
+
+
+def test_slice_with_a_valid_shape_and_pad_value(launcher, rng):
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [16, 32])
+        pl.store(pl.slice(t, [8, 16], [4, 8], valid_shape=[8, 5], pad_value=pl.PadValue.zero), [0, 0], y)
+        pl.store(pl.slice(t, [8, 16], [4, 8], valid_shape=[3, 16]), [0, 0], z)  # no pad: a partial store
+
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    y, z = poison((8, 16)), poison((8, 16))
+    launcher.run(k.compile(x, y, z), x, y, z)
+    want = np.zeros((8, 16), np.float32)
+    want[:, :5] = x[4:12, 8:13]
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(z[:3], x[4:7, 8:24])
+    assert np.isnan(z[3:]).all()
