@@ -14,6 +14,7 @@ from ._nodes import (
     Broadcast,
     Concat,
     FillPad,
+    IBin,
     IConst,
     Loc,
     Reshape,
@@ -23,7 +24,7 @@ from ._nodes import (
 from ._spaces import check_vector_operand
 from ._valid import check_extents, normalize, require_full
 
-__all__ = ["infer_layout", "check_tile_window"]
+__all__ = ["infer_layout", "check_tile_window", "slice_valid"]
 
 
 def _error(message: str, loc: Loc | None):
@@ -84,10 +85,10 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
                 f"{list(expr.shape)} and {len(expr.offsets)} offsets",
                 loc,
             )
-        require_full(expr.x, "pl.slice", loc)
+        shape = tuple(expr.shape)
         if expr.valid is not None:
-            check_extents(tuple(expr.shape), expr.valid, "pl.slice", loc)
-        return TileType(tuple(expr.shape), t.dtype, t.memory, normalize(tuple(expr.shape), expr.valid))
+            check_extents(shape, expr.valid, "pl.slice", loc)
+        return TileType(shape, t.dtype, t.memory, normalize(shape, slice_valid(t, expr, shape)))
     if isinstance(expr, Concat):
         ta, tb = expr.a.type, expr.b.type
         for v in (expr.a, expr.b):
@@ -121,6 +122,36 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
             raise _error(f"pl.fillpad: pad value must be one of {', '.join(PAD_VALUES)}, got {expr.pad!r}", loc)
         return TileType(t.shape, t.dtype, t.memory)
     raise _error(f"unknown expression {type(expr).__name__}", loc)
+
+
+def _clip(e, lo: int, hi: int):
+    """``min(max(e, lo), hi)`` of an index expression, folded when it is constant."""
+    if isinstance(e, IConst):
+        return IConst(min(max(e.value, lo), hi))
+    return IBin("min", IBin("max", e, IConst(lo)), IConst(hi))
+
+
+def slice_valid(t: TileType, expr: Slice, shape) -> tuple | None:
+    """A slice is valid where its source is (shifted by the offset, cut to the window) and it says so."""
+    if t.valid is None:
+        return expr.valid
+    out = []
+    for d, size in enumerate(shape):
+        e = t.valid[d]
+        if isinstance(e, IConst) and e.value == t.shape[d]:
+            inherited = IConst(size)
+        elif isinstance(e, IConst) and isinstance(expr.offsets[d], IConst):
+            inherited = _clip(IConst(e.value - expr.offsets[d].value), 0, size)
+        else:
+            inherited = _clip(IBin("-", e, expr.offsets[d]), 0, size)
+        asked = expr.valid[d] if expr.valid is not None else IConst(size)
+        if isinstance(asked, IConst) and isinstance(inherited, IConst):
+            out.append(IConst(min(asked.value, inherited.value)))
+        elif isinstance(asked, IConst) and asked.value == size:
+            out.append(inherited)
+        else:
+            out.append(IBin("min", asked, inherited))
+    return tuple(out)
 
 
 def check_tile_window(expr, ranges, loc: Loc | None) -> None:

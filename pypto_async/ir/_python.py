@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from .._signature import INOUT, OUT, SCALAR
+from ._layout import slice_valid
 from ._nodes import (
     Assemble,
     Assign,
@@ -47,6 +48,7 @@ from ._nodes import (
     Update,
     Var,
 )
+from ._valid import normalize
 
 __all__ = ["format_python"]
 
@@ -135,6 +137,8 @@ class _Printer:
         if isinstance(e, Reshape):
             return f"pl.reshape({self.name(e.x)}, {_ints(e.shape)})"
         if isinstance(e, Slice):
+            if normalize(e.shape, slice_valid(e.x.type, Slice(e.x, e.shape, e.offsets), e.shape)) == t.valid:
+                valid = ""  # inherited from the source: the language derives it again
             return f"pl.slice({self.name(e.x)}, {_ints(e.shape)}, {_list(_index(o) for o in e.offsets)}{valid})"
         if isinstance(e, Concat):
             return f"pl.concat({self.name(e.a)}, {self.name(e.b)})"

@@ -14,8 +14,10 @@ restricted to what this compiler can prove:
   the whole tile, padding included (so pad first: ``PadValue.min`` before a
   max, ``zero`` before a sum);
 * ``fillpad`` makes the tile fully valid; a store writes the region only;
-* matmul needs its contracted dimension fully valid; reshape, slice, concat
-  and assemble need fully valid operands here.
+* a slice is valid where its source is, shifted by its offset and cut to its
+  window (and within its own ``valid_shape``);
+* matmul needs its contracted dimension fully valid; reshape, concat and
+  assemble need fully valid operands here.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ def vector(x: pl.Tensor, s: pl.Scalar[pl.FP32], n: pl.INDEX, y: pl.Out[pl.Tensor
     m = pl.row_max(p)
     e = pl.exp(pl.row_expand_sub(p, m)) * s
     pl.store(pl.concat(pl.slice(e, [16, 8], [0, 0]), pl.row_expand(pl.zeros([16, 8]), m)), [0, 0], y)
+    pl.store(pl.fillpad(pl.slice(t, [16, 16], [0, 4]), pl.PadValue.zero), [0, 0], y)  # inherits [16, n - 4]
     pl.store(pl.reshape(pl.cast(pl.col_sum(e), pl.INT32, mode="floor"), [32]), [0], z)
 
 

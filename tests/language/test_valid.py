@@ -155,3 +155,44 @@ def test_slice_with_a_valid_shape_and_pad_value(launcher, rng):
     np.testing.assert_array_equal(y, want)
     np.testing.assert_array_equal(z[:3], x[4:7, 8:24])
     assert np.isnan(z[3:]).all()
+
+
+def test_matmul_of_a_partially_valid_tile(launcher):
+    """PyPTO's 12_matmul_valid_shape: 5 data rows in a 16-row tile that overhangs the tensor."""
+
+    @pl.jit
+    def matmul_valid_shape(a: pl.Tensor, b: pl.Tensor, output: pl.InOut[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            a_mat = pl.load(a, [0, 0], [16, 16], valid_shape=[5, 16], target_memory=pl.Mem.Mat)
+            b_mat = pl.load(b, [0, 0], [16, 16], target_memory=pl.Mem.Mat)
+            result = pl.matmul(pl.move(a_mat, target_memory=pl.Mem.Left), pl.move(b_mat, target_memory=pl.Mem.Right))
+            pl.store(pl.slice(result, [5, 16], [0, 0]), [0, 0], output)
+        return output
+
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 16), torch.randn(16, 16)
+    output = torch.randn(16, 16)
+    want = output.clone()
+    want[:5] = a @ b
+    text = str(matmul_valid_shape.trace(a, b, output))
+    assert "FP32[16, 16]@Acc valid[5, 16] = matmul" in text and "FP32[5, 16]@Acc = slice" in text
+    launcher.run(matmul_valid_shape.compile(a, b, output), a, b, output)
+    torch.testing.assert_close(output, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_slice_inherits_its_sources_region(launcher, rng):
+    @pl.jit
+    def k(x: pl.Tensor, n: pl.INDEX, y: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [16, 32], valid_shape=[16, n])
+        pl.store(pl.slice(t, [8, 16], [2, 4]), [0, 0], y)  # valid columns: n - 4, cut to [0, 16]
+        pl.store(pl.slice(t, [8, 16], [2, 4], valid_shape=[3, 16]), [0, 0], z)
+
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    for n in (30, 10, 2):
+        y, z = poison((8, 16)), poison((8, 16))
+        launcher.run(k.compile(x, n, y, z), x, n, y, z)
+        cols = min(max(n - 4, 0), 16)
+        np.testing.assert_array_equal(y[:, :cols], x[2:10, 4:4 + cols])
+        assert np.isnan(y[:, cols:]).all()
+        np.testing.assert_array_equal(z[:3, :cols], x[2:5, 4:4 + cols])
+        assert np.isnan(z[3:]).all() and np.isnan(z[:, cols:]).all()
