@@ -70,6 +70,8 @@ __all__ = [
     "PTO_EFAULT",
     "PTO_ELOAD",
     "PTO_ENOTSUP",
+    "PTO_QUEUED",
+    "PTO_EPOCH_NOW",
     "PTO_CMD_H2D",
     "PTO_CMD_D2H",
     "PTO_CMD_D2D",
@@ -101,6 +103,11 @@ PTO_ECANCELED: int = lib.PTO_ECANCELED
 PTO_EFAULT: int = lib.PTO_EFAULT
 PTO_ELOAD: int = lib.PTO_ELOAD
 PTO_ENOTSUP: int = lib.PTO_ENOTSUP
+
+# A submission's positive result: accepted into the stream's overflow, not yet in its ring.
+PTO_QUEUED: int = lib.PTO_QUEUED
+# pto_stream_backdate's "no backdating": judge commands at the epoch they are accepted in.
+PTO_EPOCH_NOW: int = lib.PTO_EPOCH_NOW
 
 # Trace record kinds.
 PTO_CMD_H2D: int = lib.PTO_CMD_H2D

@@ -123,11 +123,13 @@ class Latch:
         fails on the device, and so does the work queued behind it.
     """
 
-    __slots__ = ("_handle", "_stream", "released", "timeout")
+    __slots__ = ("_handle", "_stream", "_queued", "_exited", "released", "timeout")
 
     def __init__(self, handle, stream, timeout: float):
         self._handle = handle
         self._stream = stream
+        self._queued = False  # the driver has the wait (and its own reference to the latch)
+        self._exited = False  # the hold() block ended: destroy the handle once the driver has the wait
         self.released = False
         self.timeout = timeout
 
@@ -163,41 +165,18 @@ def _stream_of(stream):
 def _queue(stream, fn, args: tuple, *, record: bool):
     """Queue a driver call on `stream` in order with the runtime's own work.
 
-    The runtime keeps commands that do not fit a full ring in the stream's
-    FIFO; going through its submission path keeps the hook in that order
-    (nothing jumps the queue).  ``fn(*args, token)`` returns a driver status.
-    With `record`, the call is a device command whose completion the worker
-    tracks (a token in its map); otherwise it gets token 0.
+    Through the worker's one hook for this module (``_queue_call``): nothing
+    jumps the queue, behind a full ring (the driver's backlog keeps the
+    order) or behind work the runtime holds back on the host.
+    ``fn(*args, token)`` returns a driver status.  With `record`, the call is
+    a device command whose completion the worker tracks (a token in its map);
+    otherwise it gets token 0.
 
-    Returns the FIFO entry when it had to wait there, else None.
+    Returns the host FIFO entry when it waits there, else None.
     """
     worker = stream._worker
     with worker._lock:
-        token = worker._token(None) if record else 0
-        if worker._submit(stream, fn, (*args, token), None, 0):
-            return None
-        return stream._fifo[-1]
-
-
-def _unqueue(stream, entry) -> None:
-    """Take a FIFO entry made by :func:`_queue` back out, if it is still waiting."""
-    from .runtime._queue import dropped_entry
-
-    worker = stream._worker
-    with worker._lock:
-        fifo = stream._fifo
-        try:
-            i = fifo.index(entry)
-        except ValueError:
-            return  # it entered the ring meanwhile
-        # In its place in line it still uses up an injected failure (fail_next), as it would
-        # have on the device.
-        fifo[i] = dropped_entry(entry)
-        token = entry[1][-1]
-        if token:
-            worker._pending.pop(token, None)
-        if worker._pump.on_own_thread():
-            worker._settle_locked()  # its token leaves without a record: waits on it end here
+        return worker._queue_call(stream, fn, args, record)
 
 
 @contextlib.contextmanager
@@ -227,8 +206,6 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     ------
     PtoArgumentError
         If ``stream`` is not a pypto_async stream, or ``timeout <= 0``.
-    PtoTryAgain
-        If the stream's ring is full: there is no room to queue the latch.
     """
     from ._driver import check, ffi, lib
     from .errors import PtoArgumentError
@@ -236,20 +213,32 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise PtoArgumentError(f"timeout must be a number of seconds > 0, not {timeout!r}")
     stream = _stream_of(stream)
+    worker = stream._worker
     out = ffi.new("pto_latch **")
-    check(lib.pto_latch_create(stream._worker._dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
+    check(lib.pto_latch_create(worker._dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
     latch = Latch(out[0], stream, float(timeout))
-    entry = _queue(stream, lib.pto_stream_latch_wait, (stream._ptr, latch._handle), record=True)
+
+    def wait(ptr, handle, token):  # runs when the runtime queues it: at once, or in its turn
+        rc = lib.pto_stream_latch_wait(ptr, handle, token)
+        latch._queued = True
+        if latch._exited:  # the block ended while it waited on the host: the latch is released
+            lib.pto_latch_destroy(handle)
+        return rc
+
+    try:
+        _queue(stream, wait, (stream._ptr, latch._handle), record=True)
+    except BaseException:
+        lib.pto_latch_destroy(latch._handle)
+        raise
     try:
         yield latch
     finally:
-        if stream._worker._alive():
+        if worker._alive():
             latch.release()
-            if entry is not None:
-                # Still behind a full ring: a released latch holds nothing, so drop
-                # the wait rather than let it reach the ring after the latch is gone.
-                _unqueue(stream, entry)
-            lib.pto_latch_destroy(latch._handle)  # the ring keeps its own reference
+            with worker._lock:
+                latch._exited = True
+                if latch._queued:
+                    lib.pto_latch_destroy(latch._handle)  # the driver keeps its own reference
         else:
             latch.released = True  # the worker closed inside the block: its device freed the latch
 
@@ -306,7 +295,7 @@ def fail_next(stream, error: type | str | None = None, *, count: int = 1) -> Non
                                f"of a driver status, not {error!r}")
     stream = _stream_of(stream)
 
-    def arm(ptr, status, n, token):  # runs when the FIFO reaches it: in order
+    def arm(ptr, status, n, token):  # runs when the runtime queues it: at once, or in its turn
         return lib.pto_debug_fail_next(ptr, status, n)
 
     _queue(stream, arm, (stream._ptr, code, count), record=False)

@@ -19,6 +19,7 @@ import pytest
 from conftest import assert_no_device_memory
 from helpers.kernels import Kernel
 from pypto_async._signature import IN, OUT, ParamSpec
+from pypto_async._driver import lib
 from pypto_async._dtypes import FP32
 from pypto_async.errors import PtoArgumentError
 from pypto_async.runtime import ChipWorker, RunConfig
@@ -120,6 +121,12 @@ def test_block_count_past_the_driver_limit_is_refused(kernels):
 # -- a refusal that only the driver sees ------------------------------------------------------------
 
 
+class _Gate:
+    """A host condition not met yet: work queued behind it waits in the stream's FIFO."""
+
+    _entered = False
+
+
 def unchecked(w, kernels):
     """The wide program registered with the runtime's fit check switched off."""
     h = w.register(wide_kernel(kernels))
@@ -151,11 +158,17 @@ async def test_driver_refusal_in_the_fifo_writes_no_output(kernels):
         inputs, out = wide_args()
         before = memory(w)
         a, b, later = rand(), rand(), np.full(N, np.nan, np.float32)
-        with hold(w.default_stream) as latch:
-            refused = wide(*inputs, out)  # waits in the FIFO: the driver sees it only later
-            after = add(a, b, later)
-            assert not refused.submitted_to_ring
-            latch.release()
+        # Hold the stream on the host (as a launch waiting for device memory does): the driver
+        # keeps a full ring's backlog itself and would refuse the launch at the call.
+        s, gate = w.default_stream, _Gate()
+        with w._lock:
+            w._submit(s, lib.pto_stream_notify, (s._ptr, w._token(None)), None, 0, gate=gate)
+        refused = wide(*inputs, out)  # waits in the FIFO: the driver sees it only later
+        after = add(a, b, later)
+        assert not refused.submitted_to_ring
+        gate._entered = True
+        with w._lock:
+            w._service_locked()  # what the pump does once the host condition is met
         with pytest.raises(PtoArgumentError, match="exceed the 256-byte ring heap"):
             await refused
         assert await after is later  # work queued behind it runs

@@ -12,6 +12,9 @@
  *     on the calling thread is available from pto_last_error().
  *   - A submission never blocks.  A full ring, heap or dependency pool is
  *     -PTO_EAGAIN; the caller decides how to wait (see pto_stream_space_left).
+ *     A stream with its overflow on (pto_stream_set_overflow) accepts such a
+ *     command anyway and returns PTO_QUEUED: the driver moves it into the
+ *     ring as room frees, with no help from the caller.
  *   - A call's status is not the command's result.  A command's own outcome
  *     arrives later in its completion record (pto_completion.status).
  *   - No driver thread ever calls back into the host.  Completions are
@@ -36,6 +39,9 @@
 
 /* Status codes PTO_OK, PTO_EAGAIN ... PTO_ENOTSUP (functions return their
  * negation): pto_kernel.h, included above, which kernels see too. */
+
+/* A submission's result (positive): accepted, waiting in the stream's overflow for ring room. */
+#define PTO_QUEUED      1
 
 /* Detail text for the last failing call on this thread ("" if none). */
 const char *pto_last_error(void);
@@ -164,10 +170,12 @@ typedef struct pto_stream_stats {
     uint32_t heap_hwm;          /* high-water mark of heap bytes in use */
     uint32_t dep_entries;       /* dependency pool size */
     uint32_t dep_hwm;           /* high-water mark of dependency entries in use */
+    uint32_t overflow;          /* commands accepted and waiting in the overflow for ring room */
+    uint32_t overflow_hwm;      /* high-water mark of overflow */
     uint32_t reserved;
     uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
     uint64_t completed;         /* commands finished, in order */
-    uint64_t eagain;            /* submissions refused with -PTO_EAGAIN */
+    uint64_t eagain;            /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
 } pto_stream_stats;
 
 /*
@@ -184,13 +192,60 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out);
 void pto_stream_destroy(pto_stream *s);
 
 uint32_t pto_stream_id(const pto_stream *s);
-/* Free ring slots: a submission now succeeds only if this is > 0. */
+/*
+ * Free ring slots.  Without the overflow, a submission now succeeds only if
+ * this is > 0; with it, commands waiting in the overflow take freed slots
+ * first.
+ */
 uint32_t pto_stream_space_left(const pto_stream *s);
-/* Sequence number of the last command accepted (0: none yet). */
+/*
+ * Sequence numbers.  Every accepted command gets the next one; it is in the
+ * ring (on the device) once submitted >= its seq, done once completed >= it.
+ */
+/* Sequence number of the last command accepted, in the ring or the overflow (0: none yet). */
+uint64_t pto_stream_accepted(const pto_stream *s);
+/* Sequence number of the last command that entered the ring. */
 uint64_t pto_stream_submitted(const pto_stream *s);
 /* Number of commands completed, in order: command n is done iff completed >= n. */
 uint64_t pto_stream_completed(const pto_stream *s);
 int pto_stream_get_stats(const pto_stream *s, pto_stream_stats *out);
+
+/*
+ * The overflow.  With it on (off for a new stream), a command that finds no
+ * room in s's ring (a slot, ring-heap bytes or a dependency entry), or finds
+ * commands waiting in the overflow already, is accepted anyway: it gets its
+ * sequence number, failure epoch and any injected failure now, and the
+ * submission returns PTO_QUEUED.  It keeps a private copy of its launch
+ * arguments and enters the ring in order as commands complete and free room,
+ * on whatever thread completes them: no host call is needed for a backlog to
+ * reach the device.  Refills wait for a quarter of the ring (at least one
+ * slot) to be free, unless the ring is empty.  Turning it off while commands
+ * wait in it is -PTO_EINVAL.  Returns 0.
+ */
+int pto_stream_set_overflow(pto_stream *s, int on);
+/*
+ * Withdraw commands first..last (sequence numbers; a command group queued
+ * back to back) if none of them has entered the ring yet: each then completes
+ * -PTO_ECANCELED without running when its turn comes (a free still reclaims
+ * its block), and the commands after them run as if they had succeeded.
+ * Returns 1 if withdrawn, 0 if the first one is in the ring already (nothing
+ * changed: it is on the device), -PTO_EINVAL for a range not accepted.
+ */
+int pto_stream_cancel_queued(pto_stream *s, uint64_t first, uint64_t last);
+
+/*
+ * Failure epochs.  The epoch of s counts its failures observed so far (see
+ * "Failure propagation" below).  A host that holds a command back on a host
+ * condition before submitting it reads the epoch when it queues the command
+ * and backdates the submission to it: the driver then judges the command as
+ * if it had been submitted then (queued behind a failure observed since, it
+ * fails as a dependent).  pto_stream_backdate(s, e) applies to every command
+ * accepted on s until the next call; PTO_EPOCH_NOW ends it.  The caller keeps
+ * other submitters off s meanwhile.  Returns 0.
+ */
+#define PTO_EPOCH_NOW 0xffffffffffffffff
+uint64_t pto_stream_epoch(const pto_stream *s);
+int pto_stream_backdate(pto_stream *s, uint64_t epoch);
 
 /*
  * Block until everything queued on s so far completed, or timeout_us passes
@@ -202,17 +257,21 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us);
 /*
  * Commands.  Each takes a token: nonzero means "push a completion record
  * with this token when the command finishes"; 0 means no record.
- * Each returns 0 when queued, -PTO_EAGAIN when the ring/heap/dep pool is
- * full (nothing was queued), -PTO_EINVAL for a bad argument (nothing was
- * queued), -PTO_EDEVLOST, -PTO_ECLOSED.  Commands on one stream start in
- * order and each starts only after the previous one completed.
+ * Each returns 0 when queued in the ring, PTO_QUEUED when queued in the
+ * overflow (see pto_stream_set_overflow), -PTO_EAGAIN when the ring/heap/dep
+ * pool is full and the overflow is off (nothing was queued), -PTO_EINVAL for
+ * a bad argument (nothing was queued), -PTO_ENOMEM (the overflow could not
+ * grow), -PTO_EDEVLOST, -PTO_ECLOSED.  Commands on one stream start in order
+ * and each starts only after the previous one completed.
  *
  * Failure propagation: when a command fails, its record carries its own
  * status; every later command on that stream, and every command on another
  * stream that waits on an event recorded after the failure, completes with
  * -PTO_EDEP and cause_token naming the first failure.  Once the failure's
  * completion record has been drained (pto_cq_drain / pto_wait_token), the
- * stream is healthy again for commands submitted from then on.
+ * stream is healthy again for commands accepted from then on (the epoch of
+ * s moves on); commands accepted before, in the ring or the overflow, still
+ * fail as dependents.
  *
  * Host pointers passed to copies must stay valid until the command
  * completes; the driver reads and writes them in place (no staging).
@@ -237,7 +296,11 @@ int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nby
 int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks,
                       const uint64_t *args, uint32_t nargs, uint64_t token);
 
-/* Record e: e completes once everything queued on s before it completes. */
+/*
+ * Record e: e completes once everything queued on s before it completes.  The
+ * recording is taken when the command is accepted (in the overflow too), so a
+ * wait submitted afterwards, on any stream, waits for this one.
+ */
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
 /*
  * Record e as an ordering point only: like pto_stream_record, but e (and this
@@ -249,32 +312,13 @@ int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
  */
 int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token);
 /*
- * Record e as failed: in stream order, e completes carrying -status (a
- * PTO_E* value; 0 means PTO_EDEP) and cause_token, so every stream that
- * waits on it fails its later commands as dependents.  s itself stays
- * healthy; this command's own record carries -status too.  For a host that
- * failed work it never queued (a backlog behind an observed failure) and must
- * pass that failure on to the streams waiting on it.
- */
-int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t cause_token,
-                             uint64_t token);
-/*
  * Make s wait (on the device) for e as recorded at the time of this call.
  * On a stream whose earlier command failed, the wait still waits for e and
  * then completes -PTO_EDEP, so work ordered behind it stays ordered.
  * Waiting on an event never recorded is a no-op.  Uses one dep-pool entry
- * until it executes.
+ * from entering the ring until it executes.
  */
 int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
-/*
- * Like pto_stream_wait_event, but the wait never fails s: if e carries a
- * failure it completes -PTO_EDEP as a dependent (not s's first failure),
- * and s stays healthy.  The host uses it for a wait it kept queued behind a
- * failure of s that it has observed since: in the ring that wait would have
- * waited for e and then failed as a dependent, so it must neither run what
- * follows it early nor fail work queued after the observation.
- */
-int pto_stream_wait_event_dependent(pto_stream *s, pto_event *e, uint64_t token);
 /* Stream-ordered free of an allocation (see pto_mem_alloc for reuse). */
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token);
 /* A command that does nothing but complete its token in order. */
@@ -451,18 +495,12 @@ void pto_latch_release(pto_latch *l);
 void pto_latch_destroy(pto_latch *l);
 
 /*
- * The next `count` commands submitted to s fail with -status (status > 0,
- * default PTO_EFAULT when 0) instead of running.  Ordering-only records
- * (pto_stream_record_ordering) do not count.
+ * The next `count` commands accepted on s (in the ring or the overflow)
+ * fail with -status (status > 0, default PTO_EFAULT when 0) instead of
+ * running.  A command that fails as a dependent anyway uses one up;
+ * ordering-only records (pto_stream_record_ordering) do not count.
  */
 int pto_debug_fail_next(pto_stream *s, int status, uint32_t count);
-/*
- * A host that drops a command it queued (it never reaches the driver, e.g. a
- * backlog entry failed as dependent of an observed failure) calls this in
- * its place: one pending injected failure of s is used up, as the command
- * would have used it.  Returns 1 if one was pending, 0 if not.
- */
-int pto_debug_fail_next_drop(pto_stream *s);
 /* The next `count` pto_mem_alloc calls on dev return -PTO_ENOMEM. */
 int pto_debug_fail_alloc(pto_device *dev, uint32_t count);
 /* Mark the device lost now, with msg as the first failure. */

@@ -191,8 +191,7 @@ static bool all_idle(pto_device *dev)
 {
     for (size_t i = 0; i < dev->n_streams; i++) {
         pto_stream *s = dev->streams[i];
-        if (s->active || atomic_load_explicit(&s->head, memory_order_relaxed) !=
-                             atomic_load_explicit(&s->tail, memory_order_acquire))
+        if (!pto_stream_idle(s))
             return false;
     }
     return true;
@@ -325,7 +324,7 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
     }
     for (size_t i = 0; i < n; i++) {
         ids[i] = dev->streams[i]->id;
-        targets[i] = atomic_load_explicit(&dev->streams[i]->tail, memory_order_acquire);
+        targets[i] = atomic_load_explicit(&dev->streams[i]->accepted, memory_order_acquire);
     }
     dev->host_waiters++;
     for (;;) {

@@ -47,8 +47,7 @@ int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token)
         return rc;
     atomic_fetch_add_explicit(&l->refs, 1, memory_order_relaxed);
     cmd->u.latch.l = l;
-    pto_slot_commit(s, cmd, PTO_CMD_LATCH, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_LATCH, token);
 }
 
 static void release(pto_latch *l)
@@ -107,18 +106,6 @@ int pto_debug_fail_next(pto_stream *s, int status, uint32_t count)
     s->fail_next_count = count;
     pthread_mutex_unlock(&s->submit_lock);
     return 0;
-}
-
-int pto_debug_fail_next_drop(pto_stream *s)
-{
-    if (!s)
-        return pto_error(PTO_EINVAL, "pto_debug_fail_next_drop: NULL stream");
-    pthread_mutex_lock(&s->submit_lock);
-    int used = s->fail_next_count > 0;
-    if (used)
-        s->fail_next_count--;
-    pthread_mutex_unlock(&s->submit_lock);
-    return used;
 }
 
 /* The next count pto_mem_alloc calls on dev return -PTO_ENOMEM. */

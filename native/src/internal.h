@@ -3,15 +3,16 @@
  *
  * Never installed, never seen by cffi.  Lock order (take left before right):
  *
- *     sched_lock -> submit_lock (close's fence only)
+ *     sched_lock -> submit_lock (close's fence; the overflow refill in pto_cmd_finish)
  *     sched_lock -> obj_lock / mem_lock / cq_lock / copy_lock / core_lock
  *     submit_lock -> obj_lock / mem_lock
  *     any of the above -> trace_lock
  *
  * Nobody takes sched_lock while holding another driver lock: submitters
- * drop submit_lock before they kick the scheduler, engine threads drop
- * their queue lock before they take sched_lock to finish a command, and
- * pto_cq_drain drops cq_lock before it marks failures observed.
+ * drop submit_lock before they kick the scheduler (a submitter that moved
+ * overflow commands into the ring hands them off the same way), engine
+ * threads drop their queue lock before they take sched_lock to finish a
+ * command, and pto_cq_drain drops cq_lock before it marks failures observed.
  */
 #ifndef PTO_INTERNAL_H
 #define PTO_INTERNAL_H
@@ -200,10 +201,11 @@ enum pto_cmd_state {
 
 struct pto_cmd {
     uint32_t kind;                /* PTO_CMD_* */
-    uint32_t state;               /* enum pto_cmd_state, under sched_lock */
+    uint8_t state;                /* enum pto_cmd_state, under sched_lock */
+    bool canceled;                /* withdrawn while in the overflow (pto_stream_cancel_queued) */
     uint64_t token;
     uint64_t seq;
-    uint64_t epoch;               /* stream epoch at submit (failure observation) */
+    uint64_t epoch;               /* stream epoch at acceptance, or earlier (pto_stream_backdate) */
     uint64_t submit_ns, start_ns, deadline_ns;
     int32_t inject;               /* > 0: pto_debug_fail_next made this fail with -inject */
     uint32_t heap_used;           /* ring-heap bytes consumed, padding included */
@@ -214,10 +216,7 @@ struct pto_cmd {
         struct {
             struct pto_event_node *node;
             uint64_t event_id;
-            int32_t fail_status;          /* record: < 0 completes e failed (pto_stream_record_failed) */
             bool ordering;                /* record: never carries s's failure (pto_stream_record_ordering) */
-            uint64_t fail_cause;
-            bool dependent;               /* wait: a failed e fails it as a dependent only */
         } ev;                                             /* record, wait */
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
@@ -253,6 +252,29 @@ struct pto_stream_fail {
     char msg[PTO_MSG_LEN];
 };
 
+/*
+ * A command accepted while its stream's ring had no room for it (a slot, heap
+ * bytes or a dependency entry), waiting to enter the ring in order
+ * (overflow.c).  Its cmd is complete (seq, epoch, token, injection) except for
+ * ring resources: the launch arguments are a private copy until it enters.
+ */
+struct pto_ovf_ent {
+    struct pto_cmd cmd;
+    uint64_t *args;               /* launch arguments (malloc'd); NULL if none */
+    uint32_t heap_len;            /* ring-heap bytes it needs on entry */
+    bool dep;                     /* it needs a dependency entry on entry (an event wait) */
+};
+
+/* A stream's overflow: a circular array, under submit_lock. */
+struct pto_overflow {
+    bool on;                      /* pto_stream_set_overflow: accept instead of -PTO_EAGAIN */
+    bool slot;                    /* the slot pto_slot_begin handed out lies here */
+    struct pto_ovf_ent *ents;     /* ents[head] holds seq tail + 1 */
+    uint32_t cap, head;           /* cap: a power of two (0: not allocated yet) */
+    uint32_t refill;              /* free ring slots a refill waits for (hysteresis) */
+    uint32_t hwm;                 /* high-water mark of commands waiting */
+};
+
 struct pto_stream {
     pto_device *dev;
     uint32_t id;
@@ -261,7 +283,12 @@ struct pto_stream {
     /* ring (see the essay in stream.c) */
     uint32_t entries, mask;
     struct pto_cmd *ring;
-    _Atomic uint64_t tail;        /* seq of the last submitted command; producer: release */
+    _Atomic uint64_t tail;        /* seq of the last command in the ring; producer: release */
+    /*
+     * seq of the last accepted command: >= tail, and (tail, accepted] wait in
+     * the overflow (overflow.c).  Stored before tail, under submit_lock.
+     */
+    _Atomic uint64_t accepted;
     /* Completion-side counters on their own cache line (no false sharing with tail). */
     _Alignas(64) _Atomic uint64_t head; /* seq of the last completed command; completion: release */
 
@@ -279,6 +306,9 @@ struct pto_stream {
     int32_t fail_next_status;
     uint32_t window_hwm, heap_hwm, dep_hwm;
     _Atomic uint64_t eagain;
+    uint64_t backdate;            /* commands are accepted at min(epoch, backdate) (pto_stream_backdate) */
+    bool slot_dep;                /* the ring slot pto_slot_begin handed out took a dep entry */
+    struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
     struct pto_run run;           /* the head command while it is on an engine */
@@ -306,6 +336,15 @@ static inline bool pto_stream_has_work(pto_stream *s)
            atomic_load_explicit(&s->head, memory_order_relaxed) != atomic_load(&s->tail);
 }
 /*
+ * Whether s holds no command at all, in its ring or its overflow (sched_lock
+ * held, no submitter running on s: a stream being destroyed or closed).
+ */
+static inline bool pto_stream_idle(pto_stream *s)
+{
+    return !s->active && atomic_load_explicit(&s->head, memory_order_relaxed) ==
+                             atomic_load_explicit(&s->accepted, memory_order_acquire);
+}
+/*
  * Complete s's head command cmd (sched_lock held): record, resources, head
  * advance, wake-ups, deferred stream free.  status/cause/msg are the
  * command's outcome before stream-failure bookkeeping; own == true marks a
@@ -317,14 +356,56 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
 /*
  * Submission slots (stream.c; hooks.c uses them too).  pto_slot_begin takes
  * submit_lock and reserves a ring slot, heap_len heap bytes and (dep) one
- * dependency entry; on success the zeroed slot is returned with the lock
- * held and *heap pointing at the reserved bytes.  pto_slot_commit publishes
- * it and unlocks; pto_slot_abort unlocks without queueing anything.
+ * dependency entry, or, when they are not free (or commands wait in the
+ * overflow already) and s accepts overflow, an overflow entry with heap_len
+ * private bytes; on success the zeroed slot is returned with the lock held
+ * and *heap pointing at the reserved bytes.  pto_slot_commit publishes it
+ * and unlocks; it returns 0 (in the ring) or PTO_QUEUED (in the overflow).
+ * pto_slot_abort unlocks without queueing anything.
  */
 int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd, void **heap);
-void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
+int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
 void pto_slot_abort(pto_stream *s);
+/*
+ * Ring room (submit_lock held; head as loaded by the caller, tail the
+ * producer's): 0 if a command needing heap_len heap bytes and (dep) one
+ * dependency entry fits now, with *used the heap bytes it is charged
+ * (padding included) and *heap where they start; else which one is short:
+ * PTO_RING_SLOTS, PTO_RING_HEAP or PTO_RING_DEPS.
+ */
+enum { PTO_RING_SLOTS = 1, PTO_RING_HEAP, PTO_RING_DEPS };
+int pto_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
+                  uint32_t *used, uint8_t **heap);
+/* Take one dependency entry for a wait entering the ring (submit_lock held). */
+void pto_ring_take_dep(pto_stream *s);
+/* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
+void pto_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
+/*
+ * Hand commands just published into the ring of s (first: the first one's
+ * seq) to a scheduler pass if s was idle (no lock held; see pto_slot_commit).
+ */
+void pto_stream_kick(pto_stream *s, uint64_t first);
+
+/* ---- the overflow (overflow.c) ----------------------------------------------------- */
+
+/*
+ * Reserve the next overflow entry of s (submit_lock held) with heap_len bytes
+ * for launch arguments; 0 and *ent (zeroed but for its args buffer), or
+ * -PTO_ENOMEM.  It counts only once pto_ovf_publish has run.
+ */
+int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **ent);
+/* Give back an entry pto_ovf_reserve handed out and nothing published (submit_lock held). */
+void pto_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent);
+/*
+ * Move overflow commands of s into its ring, in order, while they fit
+ * (submit_lock held); returns how many moved, and *first the first one's
+ * seq.  A refill waits until a batch of slots is free (ovf.refill) unless
+ * the ring is empty, so one producer wake-up admits many commands.
+ */
+uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first);
+/* Release the overflow's memory (the stream is being freed; no entry is left). */
+void pto_ovf_fini(pto_stream *s);
 /* Destroyed streams whose rings drained (sched_lock held). */
 void pto_streams_reap(pto_device *dev);
 /* Mark the failure fail_id of stream stream_id observed (sched_lock held). */
@@ -333,7 +414,7 @@ void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
 void pto_stream_free_now(pto_device *dev, pto_stream *s);
 /* Cancel every not-started command of s (sched_lock held); returns the count. */
 int pto_stream_cancel_locked(pto_device *dev, pto_stream *s);
-/* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine. */
+/* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine (overflow included). */
 void pto_stream_drop_canceled(pto_device *dev, pto_stream *s);
 
 /* ---- completion queue (completion.c) ---------------------------------------------- */

@@ -16,7 +16,11 @@
  *
  * Command seq n lives in ring[(n - 1) & mask].  Slots (head, tail] are in
  * flight, so a submission needs tail - head < entries; pto_stream_space_left
- * is entries - (tail - head).  Commands complete strictly in order: the
+ * is entries - (tail - head).  A third counter, accepted (>= tail), counts
+ * the commands accepted: those that found no room wait in the stream's
+ * overflow, seqs (tail, accepted], and enter the ring in order as room frees
+ * (overflow.c).  Sequence numbers are given on acceptance, so a command's
+ * seq never changes.  Commands complete strictly in order: the
  * scheduler starts ring[head & mask] only when the previous command has
  * completed, and at most one command of a stream is ever started (queued on
  * an engine, or blocked in the scheduler on a delay, latch or event).  A slot
@@ -37,12 +41,15 @@
  *
  * Failure propagation
  * -------------------
- * Each command remembers the stream's epoch at submit.  When a command fails
+ * Each command remembers the stream's epoch when it was accepted (in the
+ * ring or the overflow alike), or the earlier epoch a host that held it back
+ * backdated it to (pto_stream_backdate).  When a command fails
  * on its own (kernel fail, injected fault, copy fault, latch timeout, or a
  * wait on an event that carries a failure), the stream records that first
  * failure (s->fail).  A later command fails with -PTO_EDEP (cause = the first
- * failure's token) while the failure is unobserved, or if it was submitted
- * before the observation (epoch < observed_epoch).  The failure is observed
+ * failure's token) while the failure is unobserved, or if it was accepted
+ * before the observation (epoch < observed_epoch).  This is the one place the
+ * rule lives: the host keeps no copy of it.  The failure is observed
  * when its record leaves the completion queue (pto_cq_drain, pto_wait_token),
  * or at once if it carries no token.  Frees on a failed stream still reclaim
  * their block; records still complete their event, carrying the failure.
@@ -54,6 +61,56 @@
 #include "internal.h"
 
 /* ---- submission ------------------------------------------------------------ */
+
+int pto_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
+                  uint32_t *used_out, uint8_t **heap_out)
+{
+    if (tail - head >= s->entries)
+        return PTO_RING_SLOTS;
+    uint32_t used = 0;
+    uint8_t *heap = s->heap;
+    if (heap_len > 0) {
+        /* Acquire pairs with the release add of heap_freed in pto_cmd_finish. */
+        uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_acquire);
+        uint32_t pos = (uint32_t)(s->heap_alloc % s->heap_size);
+        uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
+        used = pad + heap_len;
+        if ((uint64_t)used > s->heap_size - in_use)
+            return PTO_RING_HEAP;
+        heap = s->heap + (pad ? 0 : pos);
+    }
+    /* Acquire pairs with the release decrement of dep_used in release_resources. */
+    if (dep && atomic_load_explicit(&s->dep_used, memory_order_acquire) >= s->dep_size)
+        return PTO_RING_DEPS;
+    *used_out = used;
+    *heap_out = heap;
+    return 0;
+}
+
+void pto_ring_take_dep(pto_stream *s)
+{
+    /*
+     * Only producers (under submit_lock) increment, so pto_ring_room's check
+     * still holds; the scheduler reads the command only after the tail
+     * release.
+     */
+    uint32_t used = atomic_fetch_add_explicit(&s->dep_used, 1, memory_order_relaxed) + 1;
+    if (used > s->dep_hwm)
+        s->dep_hwm = used;
+}
+
+void pto_ring_charge(pto_stream *s, uint32_t used, uint64_t seq)
+{
+    s->heap_alloc += used;
+    /* Relaxed: the two loads below only feed the high-water marks. */
+    uint32_t heap_in_use =
+        (uint32_t)(s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed));
+    if (heap_in_use > s->heap_hwm)
+        s->heap_hwm = heap_in_use;
+    uint32_t window = (uint32_t)(seq - atomic_load_explicit(&s->head, memory_order_relaxed));
+    if (window > s->window_hwm)
+        s->window_hwm = window;
+}
 
 int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd_out, void **heap_out)
@@ -74,90 +131,77 @@ int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
         return pto_error(PTO_ECLOSED, "%s: device is closing", fn);
     }
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
-    /* Acquire pairs with the release store of head in pto_cmd_finish: the slot is no longer read. */
-    uint64_t head = atomic_load_explicit(&s->head, memory_order_acquire);
-    if (tail - head >= s->entries) {
-        atomic_fetch_add_explicit(&s->eagain, 1, memory_order_relaxed);
+    int short_of = PTO_RING_SLOTS; /* commands wait in the overflow: this one goes behind them */
+    if (atomic_load_explicit(&s->accepted, memory_order_relaxed) == tail) {
+        /* Acquire pairs with the release store of head in pto_cmd_finish: the slot is no longer read. */
+        uint64_t head = atomic_load_explicit(&s->head, memory_order_acquire);
+        uint32_t used;
+        uint8_t *heap;
+        short_of = pto_ring_room(s, head, tail, heap_len, dep, &used, &heap);
+        if (!short_of) {
+            struct pto_cmd *cmd = &s->ring[tail & s->mask];
+            memset(cmd, 0, sizeof(*cmd));
+            cmd->heap_used = used;
+            if (dep)
+                pto_ring_take_dep(s);
+            s->slot_dep = dep;
+            s->ovf.slot = false;
+            *cmd_out = cmd;
+            if (heap_out)
+                *heap_out = heap;
+            return 0;
+        }
+    }
+    atomic_fetch_add_explicit(&s->eagain, 1, memory_order_relaxed);
+    if (!s->ovf.on) {
+        uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed);
         pthread_mutex_unlock(&s->submit_lock);
+        if (short_of == PTO_RING_HEAP)
+            return pto_error(PTO_EAGAIN, "%s: stream %u ring heap full (%llu of %u bytes in use)", fn,
+                             s->id, (unsigned long long)in_use, s->heap_size);
+        if (short_of == PTO_RING_DEPS)
+            return pto_error(PTO_EAGAIN, "%s: stream %u dependency pool full (%u entries)", fn, s->id,
+                             s->dep_size);
         return pto_error(PTO_EAGAIN, "%s: stream %u ring full (%u commands in flight)", fn, s->id,
                          s->entries);
     }
-    uint32_t used = 0;
-    uint8_t *heap = s->heap;
-    if (heap_len > 0) {
-        /* Acquire pairs with the release add of heap_freed in pto_cmd_finish. */
-        uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_acquire);
-        uint32_t pos = (uint32_t)(s->heap_alloc % s->heap_size);
-        uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
-        used = pad + heap_len;
-        if ((uint64_t)used > s->heap_size - in_use) {
-            atomic_fetch_add_explicit(&s->eagain, 1, memory_order_relaxed);
-            pthread_mutex_unlock(&s->submit_lock);
-            return pto_error(PTO_EAGAIN, "%s: stream %u ring heap full (%llu of %u bytes in use)", fn,
-                             s->id, (unsigned long long)in_use, s->heap_size);
-        }
-        heap = s->heap + (pad ? 0 : pos);
-    }
-    if (dep && atomic_load_explicit(&s->dep_used, memory_order_acquire) >= s->dep_size) {
-        atomic_fetch_add_explicit(&s->eagain, 1, memory_order_relaxed);
+    struct pto_ovf_ent *ent;
+    int rc = pto_ovf_reserve(s, heap_len, dep, &ent);
+    if (rc) {
         pthread_mutex_unlock(&s->submit_lock);
-        return pto_error(PTO_EAGAIN, "%s: stream %u dependency pool full (%u entries)", fn, s->id,
-                         s->dep_size);
+        return rc;
     }
-    struct pto_cmd *cmd = &s->ring[tail & s->mask];
-    memset(cmd, 0, sizeof(*cmd));
-    cmd->heap_used = used;
-    *cmd_out = cmd;
+    s->ovf.slot = true;
+    s->slot_dep = false;
+    *cmd_out = &ent->cmd;
     if (heap_out)
-        *heap_out = heap;
+        *heap_out = ent->args;
     return 0;
 }
 
 void pto_slot_abort(pto_stream *s)
 {
+    if (s->ovf.slot) {
+        uint32_t waiting = (uint32_t)(atomic_load_explicit(&s->accepted, memory_order_relaxed) -
+                                      atomic_load_explicit(&s->tail, memory_order_relaxed));
+        pto_ovf_unreserve(s, &s->ovf.ents[(s->ovf.head + waiting) & (s->ovf.cap - 1)]);
+        s->ovf.slot = false;
+    } else if (s->slot_dep) {
+        /* Nothing published used it: give the dependency entry back. */
+        atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_relaxed);
+    }
+    s->slot_dep = false;
     pthread_mutex_unlock(&s->submit_lock);
 }
 
-void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token)
+void pto_stream_kick(pto_stream *s, uint64_t first)
 {
     pto_device *dev = s->dev;
-    uint64_t seq = atomic_load_explicit(&s->tail, memory_order_relaxed) + 1;
-    cmd->kind = kind;
-    cmd->token = token;
-    cmd->seq = seq;
-    cmd->state = PTO_CMD_QUEUED;
-    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish (scheduler side). */
-    cmd->epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
-    cmd->submit_ns = pto_now_ns();
-    /* An ordering-only record is a point, not a command that can fail: injections pass it by. */
-    if (s->fail_next_count > 0 && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
-        s->fail_next_count--;
-        cmd->inject = s->fail_next_status;
-    }
-    s->heap_alloc += cmd->heap_used;
-    /* Relaxed: the two loads below only feed the high-water marks. */
-    uint32_t heap_in_use =
-        (uint32_t)(s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed));
-    if (heap_in_use > s->heap_hwm)
-        s->heap_hwm = heap_in_use;
-    uint32_t window = (uint32_t)(seq - atomic_load_explicit(&s->head, memory_order_relaxed));
-    if (window > s->window_hwm)
-        s->window_hwm = window;
-    /*
-     * seq_cst, like the load of head below, the store of head in
-     * pto_cmd_finish and the load of tail in pto_stream_step (a Dekker
-     * pair): either the pass that completes command seq - 1 sees this tail
-     * and starts this command, or the load below sees that head.  (Also a
-     * release: the slot is filled.)
-     */
-    atomic_store(&s->tail, seq);
-    pthread_mutex_unlock(&s->submit_lock);
-    atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
     uint64_t head = atomic_load(&s->head);
-    if (head + 1 != seq)
-        return; /* busy (or already done): whoever completes seq - 1 starts this one */
+    if (head + 1 != first)
+        return; /* busy (or already done): whoever completes first - 1 starts it */
     /*
-     * The stream was idle: nothing will start this command but a scheduler
+     * The stream was idle: nothing will start the command but a scheduler
      * pass.  A spinning engine runs one on a kick (engines.c, watch_kicks):
      * one atomic increment here.  Otherwise run it here if sched_lock is
      * free, instead of waking the scheduler thread: one cross-thread
@@ -169,6 +213,58 @@ void pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t
         return;
     }
     pto_sched_kick(dev, false);
+}
+
+int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token)
+{
+    pto_device *dev = s->dev;
+    uint64_t seq = atomic_load_explicit(&s->accepted, memory_order_relaxed) + 1;
+    cmd->kind = kind;
+    cmd->token = token;
+    cmd->seq = seq;
+    cmd->state = PTO_CMD_QUEUED;
+    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish (scheduler side). */
+    uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
+    cmd->epoch = epoch < s->backdate ? epoch : s->backdate;
+    cmd->submit_ns = pto_now_ns();
+    /* An ordering-only record is a point, not a command that can fail: injections pass it by. */
+    if (s->fail_next_count > 0 && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
+        s->fail_next_count--;
+        cmd->inject = s->fail_next_status;
+    }
+    s->slot_dep = false;
+    if (s->ovf.slot) {
+        s->ovf.slot = false;
+        uint32_t waiting =
+            (uint32_t)(seq - atomic_load_explicit(&s->tail, memory_order_relaxed));
+        if (waiting > s->ovf.hwm)
+            s->ovf.hwm = waiting;
+        /* seq_cst: the submission side of the overflow hand-off (overflow.c). */
+        atomic_store(&s->accepted, seq);
+        uint64_t first = 0;
+        uint32_t moved = pto_ovf_refill(s, &first);
+        bool entered = atomic_load_explicit(&s->tail, memory_order_relaxed) == seq;
+        pthread_mutex_unlock(&s->submit_lock);
+        atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
+        if (moved)
+            pto_stream_kick(s, first);
+        return entered ? 0 : PTO_QUEUED;
+    }
+    pto_ring_charge(s, cmd->heap_used, seq);
+    /* Before tail: accepted >= tail for every reader. */
+    atomic_store_explicit(&s->accepted, seq, memory_order_release);
+    /*
+     * seq_cst, like the load of head in pto_stream_kick, the store of head in
+     * pto_cmd_finish and the load of tail in pto_stream_step (a Dekker
+     * pair): either the pass that completes command seq - 1 sees this tail
+     * and starts this command, or the load in pto_stream_kick sees that
+     * head.  (Also a release: the slot is filled.)
+     */
+    atomic_store(&s->tail, seq);
+    pthread_mutex_unlock(&s->submit_lock);
+    atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
+    pto_stream_kick(s, seq);
+    return 0;
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
@@ -196,8 +292,7 @@ static int submit_copy(pto_stream *s, const char *fn, uint32_t kind, uint64_t ds
     cmd->u.copy.dst = dst;
     cmd->u.copy.src = src;
     cmd->u.copy.n = n;
-    pto_slot_commit(s, cmd, kind, token);
-    return 0;
+    return pto_slot_commit(s, cmd, kind, token);
 }
 
 /*
@@ -258,8 +353,7 @@ int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nby
     cmd->u.set.dst = dst;
     cmd->u.set.n = nbytes;
     cmd->u.set.value = value;
-    pto_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
 }
 
 int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
@@ -290,12 +384,10 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     cmd->u.launch.args = heap;
     cmd->u.launch.blocks = blocks;
     cmd->u.launch.nargs = nargs;
-    pto_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
 }
 
-static int submit_record(pto_stream *s, pto_event *e, int32_t fail_status, uint64_t fail_cause,
-                         bool ordering, uint64_t token, const char *fn)
+static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t token, const char *fn)
 {
     int rc = check_stream(s, fn);
     if (rc)
@@ -320,33 +412,23 @@ static int submit_record(pto_stream *s, pto_event *e, int32_t fail_status, uint6
         pto_event_node_unref(old);
     cmd->u.ev.node = node;
     cmd->u.ev.event_id = e->id;
-    cmd->u.ev.fail_status = fail_status;
-    cmd->u.ev.fail_cause = fail_cause;
     cmd->u.ev.ordering = ordering;
-    pto_slot_commit(s, cmd, PTO_CMD_RECORD, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_RECORD, token);
 }
 
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_record(s, e, 0, 0, false, token, "pto_stream_record");
+    return submit_record(s, e, false, token, "pto_stream_record");
 }
 
 int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_record(s, e, 0, 0, true, token, "pto_stream_record_ordering");
+    return submit_record(s, e, true, token, "pto_stream_record_ordering");
 }
 
-int pto_stream_record_failed(pto_stream *s, pto_event *e, int status, uint64_t cause_token,
-                             uint64_t token)
+int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
 {
-    if (status <= 0 || status > PTO_ENOTSUP)
-        status = PTO_EDEP;
-    return submit_record(s, e, -status, cause_token, false, token, "pto_stream_record_failed");
-}
-
-static int submit_wait(pto_stream *s, const char *fn, pto_event *e, bool dependent, uint64_t token)
-{
+    const char *fn = "pto_stream_wait_event";
     int rc = check_stream(s, fn);
     if (rc)
         return rc;
@@ -361,30 +443,10 @@ static int submit_wait(pto_stream *s, const char *fn, pto_event *e, bool depende
     }
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
     cmd->u.ev.event_id = e->id;
-    cmd->u.ev.dependent = dependent;
-    if (node) {
-        /*
-         * Only producers (under submit_lock) increment, so the check in
-         * pto_slot_begin still holds; the scheduler reads the command only
-         * after the tail release in pto_slot_commit.
-         */
-        uint32_t used = atomic_fetch_add_explicit(&s->dep_used, 1, memory_order_relaxed) + 1;
-        if (used > s->dep_hwm)
-            s->dep_hwm = used;
+    if (node)
+        /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
-    }
-    pto_slot_commit(s, cmd, PTO_CMD_WAIT, token);
-    return 0;
-}
-
-int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
-{
-    return submit_wait(s, "pto_stream_wait_event", e, false, token);
-}
-
-int pto_stream_wait_event_dependent(pto_stream *s, pto_event *e, uint64_t token)
-{
-    return submit_wait(s, "pto_stream_wait_event_dependent", e, true, token);
+    return pto_slot_commit(s, cmd, PTO_CMD_WAIT, token);
 }
 
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
@@ -407,8 +469,7 @@ int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
     }
     cmd->u.free.pf = pf;
     cmd->u.free.ptr = ptr;
-    pto_slot_commit(s, cmd, PTO_CMD_FREE, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_FREE, token);
 }
 
 int pto_stream_notify(pto_stream *s, uint64_t token)
@@ -419,8 +480,7 @@ int pto_stream_notify(pto_stream *s, uint64_t token)
     struct pto_cmd *cmd;
     if ((rc = pto_slot_begin(s, "pto_stream_notify", 0, false, &cmd, NULL)))
         return rc;
-    pto_slot_commit(s, cmd, PTO_CMD_NOTIFY, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_NOTIFY, token);
 }
 
 int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token)
@@ -432,8 +492,7 @@ int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token)
     if ((rc = pto_slot_begin(s, "pto_stream_delay", 0, false, &cmd, NULL)))
         return rc;
     cmd->u.delay.us = delay_us;
-    pto_slot_commit(s, cmd, PTO_CMD_DELAY, token);
-    return 0;
+    return pto_slot_commit(s, cmd, PTO_CMD_DELAY, token);
 }
 
 /* ---- streams ---------------------------------------------------------------- */
@@ -487,12 +546,15 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     pto_mutex_init(&s->submit_lock);
     pto_link_init(&s->pending);
     atomic_init(&s->tail, 0);
+    atomic_init(&s->accepted, 0);
     atomic_init(&s->head, 0);
     atomic_init(&s->heap_freed, 0);
     atomic_init(&s->dep_used, 0);
     atomic_init(&s->waits_pending, 0);
     atomic_init(&s->epoch, 0);
     atomic_init(&s->eagain, 0);
+    s->backdate = PTO_EPOCH_NOW;
+    s->ovf.refill = s->entries / 4 ? s->entries / 4 : 1;
 
     pthread_mutex_lock(&dev->sched_lock);
     if (dev->n_streams == dev->cap_streams) {
@@ -537,16 +599,11 @@ void pto_stream_free_now(pto_device *dev, pto_stream *s)
         }
     }
     dev->n_streams = n - 1;
+    pto_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
     free(s->ring);
     free(s->heap);
     free(s);
-}
-
-static bool stream_idle(pto_stream *s)
-{
-    return !s->active && atomic_load_explicit(&s->head, memory_order_relaxed) ==
-                             atomic_load_explicit(&s->tail, memory_order_acquire);
 }
 
 void pto_streams_reap(pto_device *dev)
@@ -554,7 +611,7 @@ void pto_streams_reap(pto_device *dev)
     dev->reap = false;
     for (size_t i = 0; i < dev->n_streams;) {
         pto_stream *s = dev->streams[i];
-        if (s->destroyed && stream_idle(s))
+        if (s->destroyed && pto_stream_idle(s))
             pto_stream_free_now(dev, s); /* shifts streams[i + 1..] down */
         else
             i++;
@@ -569,7 +626,7 @@ void pto_stream_destroy(pto_stream *s)
     pto_device *dev = s->dev;
     pthread_mutex_lock(&dev->sched_lock);
     s->destroyed = true;
-    if (stream_idle(s))
+    if (pto_stream_idle(s))
         pto_stream_free_now(dev, s);
     pthread_mutex_unlock(&dev->sched_lock);
 }
@@ -587,6 +644,27 @@ uint32_t pto_stream_space_left(const pto_stream *s)
     uint64_t head = atomic_load_explicit(&((pto_stream *)s)->head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&((pto_stream *)s)->tail, memory_order_acquire);
     return s->entries - (uint32_t)(tail - head);
+}
+
+uint64_t pto_stream_accepted(const pto_stream *s)
+{
+    return s ? atomic_load_explicit(&((pto_stream *)s)->accepted, memory_order_acquire) : 0;
+}
+
+uint64_t pto_stream_epoch(const pto_stream *s)
+{
+    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish. */
+    return s ? atomic_load_explicit(&((pto_stream *)s)->epoch, memory_order_acquire) : 0;
+}
+
+int pto_stream_backdate(pto_stream *s, uint64_t epoch)
+{
+    if (!s)
+        return pto_error(PTO_EINVAL, "pto_stream_backdate: NULL stream");
+    pthread_mutex_lock(&s->submit_lock);
+    s->backdate = epoch;
+    pthread_mutex_unlock(&s->submit_lock);
+    return 0;
 }
 
 uint64_t pto_stream_submitted(const pto_stream *s)
@@ -607,6 +685,7 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
     pto_stream *s = (pto_stream *)cs;
     pthread_mutex_lock(&s->submit_lock);
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+    uint64_t accepted = atomic_load_explicit(&s->accepted, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&s->head, memory_order_acquire);
     *out = (pto_stream_stats){
         .id = s->id,
@@ -618,7 +697,9 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
         .heap_hwm = s->heap_hwm,
         .dep_entries = s->dep_size,
         .dep_hwm = s->dep_hwm,
-        .submitted = tail,
+        .overflow = (uint32_t)(accepted - tail),
+        .overflow_hwm = s->ovf.hwm,
+        .submitted = accepted,
         .completed = head,
         .eagain = atomic_load_explicit(&s->eagain, memory_order_relaxed),
     };
@@ -637,7 +718,7 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us)
         return pto_error(PTO_EINVAL, "pto_stream_synchronize: NULL stream");
     pto_device *dev = s->dev;
     uint64_t deadline = pto_deadline_after_us(timeout_us);
-    uint64_t target = atomic_load_explicit(&s->tail, memory_order_acquire);
+    uint64_t target = atomic_load_explicit(&s->accepted, memory_order_acquire);
     int rc = 0;
     pthread_mutex_lock(&dev->sched_lock);
     dev->host_waiters++;
@@ -800,6 +881,17 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     atomic_store(&s->head, cmd->seq);
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
     /*
+     * seq_cst: the completion side of the overflow hand-off (overflow.c).
+     * Refilled before the record is pushed, so a host that drains it finds
+     * the room it announces taken by the backlog already.
+     */
+    if (atomic_load(&s->accepted) != atomic_load_explicit(&s->tail, memory_order_relaxed)) {
+        uint64_t first;
+        pthread_mutex_lock(&s->submit_lock);
+        pto_ovf_refill(s, &first);
+        pthread_mutex_unlock(&s->submit_lock);
+    }
+    /*
      * Pushed after head moved: whoever drains the record sees the command
      * completed (pto_stream_completed, pto_stream_space_left), so a host that
      * refills a full ring on each drained record never finds it still full.
@@ -808,7 +900,7 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pto_cq_push(dev, &c, fail_id);
     if (dev->host_waiters)
         pthread_cond_broadcast(&dev->host_cv);
-    if (s->destroyed && stream_idle(s))
+    if (s->destroyed && pto_stream_idle(s))
         dev->reap = true;
     /*
      * s's next command may be startable now.  Whoever called us runs
@@ -871,6 +963,10 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         pto_msgf(msg, n, "canceled before it started");
         return -PTO_ECANCELED;
     }
+    if (cmd->canceled) {
+        pto_msgf(msg, n, "withdrawn while it waited for ring room");
+        return -PTO_ECANCELED;
+    }
     if (failed_for(s, cmd)) {
         /* An ordering-only record completes its event healthy: it marks a point, not a result. */
         if (cmd->kind == PTO_CMD_RECORD && cmd->u.ev.ordering)
@@ -912,8 +1008,8 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         } else {
             pto_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
                      (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
-            /* A dependent wait fails as a dependent only: s stays healthy. */
-            finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, !cmd->u.ev.dependent, now);
+            /* The wait's own failure: s fails from here on, with the event's cause. */
+            finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, true, now);
         }
         return true;
     }
@@ -981,15 +1077,6 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         pto_core_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_RECORD:
-        if (cmd->u.ev.fail_status) {
-            /* Not this stream's failure (own = false): only the event carries it. */
-            pto_msgf(msg, sizeof(msg), "recorded as failed by the host: depends on failed token %llu",
-                     (unsigned long long)cmd->u.ev.fail_cause);
-            pto_cmd_finish(dev, s, cmd, cmd->u.ev.fail_status, cmd->u.ev.fail_cause, msg, false,
-                           now, now, PTO_ENGINE_NONE);
-            return true;
-        }
-        /* fall through */
     case PTO_CMD_FREE:
     case PTO_CMD_NOTIFY:
         pto_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
@@ -1036,12 +1123,13 @@ void pto_stream_drop_canceled(pto_device *dev, pto_stream *s)
 int pto_stream_cancel_locked(pto_device *dev, pto_stream *s)
 {
     uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_acquire);
-    int n = (int)(tail - head) - (s->active ? 1 : 0);
+    /* The overflow too: its commands enter the ring as the canceled ones ahead leave it. */
+    uint64_t accepted = atomic_load_explicit(&s->accepted, memory_order_acquire);
+    int n = (int)(accepted - head) - (s->active ? 1 : 0);
     if (n <= 0)
         return 0;
-    if (tail > s->cancel_seq)
-        s->cancel_seq = tail;
+    if (accepted > s->cancel_seq)
+        s->cancel_seq = accepted;
     pto_stream_drop_canceled(dev, s);
     return n;
 }

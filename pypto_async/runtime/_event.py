@@ -24,7 +24,7 @@ class Event:
 
     __slots__ = (
         "_worker", "_stream", "_ptr", "_name", "_done", "_exc", "_entered", "_waiters",
-        "_entry_waiters", "_retrieved", "_poison", "_time_ns", "__weakref__",
+        "_entry_waiters", "_retrieved", "_time_ns", "__weakref__",
     )
 
     def __init__(self, *args, **kwargs):
@@ -45,7 +45,6 @@ class Event:
         event._waiters = None
         event._entry_waiters = None
         event._retrieved = False
-        event._poison = None  # set while its record waits in a FIFO behind an observed failure
         event._time_ns = None  # None: the driver knows its completion time (see _completed_ns)
         return event
 
@@ -158,7 +157,7 @@ class Event:
             pass
 
     def __repr__(self) -> str:
-        state = "done" if self._done else ("recorded" if self._entered else "waiting for ring room")
+        state = "done" if self._done else ("recorded" if self._entered else "waiting to be recorded")
         return f"<Event on stream {self._stream.id} {state}>"
 
     # -- called by the worker (lock held) -----------------------------------------

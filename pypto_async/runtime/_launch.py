@@ -49,7 +49,7 @@ class Launch:
     __slots__ = (
         "_worker", "_stream", "_name", "_remaining", "_exc", "_done", "_entered",
         "_waiters", "_entry_waiters", "_keep", "_out", "_retrieved", "_t0", "_t1",
-        "_event", "_await_entry", "_poison", "_owaiters", "__weakref__",
+        "_event", "_await_entry", "_span", "_owaiters", "__weakref__",
     )
 
     def __init__(self, *args, **kwargs):
@@ -308,7 +308,7 @@ def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entr
     launch._t1 = 0
     launch._event = None
     launch._await_entry = await_entry
-    launch._poison = None
+    launch._span = None  # (first token, last token, last seq) while in the driver's backlog
     launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
     return launch
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from .._driver import ffi, lib
 from ..errors import PtoError, PtoOutOfMemory
-from ._queue import _F_DATA, _F_LAST
+from ._queue import _F_DATA, _F_LAST, _Entry
 
 __all__ = ["MemoryWait", "group_flags", "rounded", "wait_for_memory", "retry"]
 
@@ -162,7 +162,9 @@ def wait_for_memory(worker, handle, stream, values: list, launch):
     launch._remaining = len(tokens)
     gate = MemoryWait(worker, handle, stream, values, launch, tokens)
     run = gate.run
-    stream._fifo.extend((run, (k, token), launch, f, gate) for k, (token, f) in enumerate(zip(tokens, flags)))
+    epoch = lib.pto_stream_epoch(stream._ptr)  # the driver judges the group as queued now
+    stream._fifo.extend(_Entry(run, (k, token), launch, f, gate, epoch)
+                        for k, (token, f) in enumerate(zip(tokens, flags)))
     if stream not in worker._backlog:
         worker._backlog[stream] = None
     worker._fifo_waits += len(tokens)

@@ -1,4 +1,4 @@
-"""The worker's command queue: token map, stream FIFOs, completion drain, blocking waits.
+"""The worker's command queue: token map, stream backlogs, completion drain, blocking waits.
 
 How work flows (the timeline of one launch):
 
@@ -12,22 +12,38 @@ How work flows (the timeline of one launch):
    :class:`Launch`.  Every command carries one because the driver treats a
    failing token-less command as observed at once, which would let the rest
    of the group run on bad data.
-3. Commands go straight into the stream's ring while it has room and the
-   stream's FIFO is empty; otherwise they wait in that FIFO, in order.
-4. The completion pump drains records in batches (256 per driver call),
-   resolves owners, then flushes FIFOs into the rings as room frees up (a
-   quarter window at a time, so one producer wake-up admits many launches).
-5. A Launch resolves when its last record arrived; its error is the first
+3. Commands go straight to the driver.  Every stream of a worker has its
+   overflow on: a command that finds no room in the ring (a slot, heap bytes,
+   a dependency entry) is accepted anyway and waits in the driver, in order,
+   and whichever driver thread completes a command moves the backlog into the
+   room it freed.  The device never waits for the event loop to refill a
+   ring.  A submission says where the command went (0: the ring,
+   ``PTO_QUEUED``: the overflow).  For a Launch whose last command went to the
+   overflow the queue keeps the sequence number the driver gave it (the
+   stream's ``pto_stream_accepted``): the launch is in the ring once the
+   stream's ring has reached that number (``pto_stream_submitted``), which
+   the pump checks after each drain.  That is what ``await handle.submit()``
+   waits for, so back-pressure is still the stream's window.
+4. Only work that waits on a host condition stays on the host: an entry whose
+   gate is not open yet (a launch waiting for device memory, see
+   ``_memwait``; a wait on an event whose record is itself held back), and
+   everything queued on its stream after it, waits in that stream's FIFO
+   (``Stream._fifo``), in order, and goes to the driver once the gate opens.
+   Each such :class:`_Entry` is stamped with the stream's failure epoch when
+   it is queued, and its submission is backdated to that epoch
+   (``pto_stream_backdate``), so the driver judges it as if it had been
+   submitted then.
+5. The completion pump drains records in batches (256 per driver call),
+   resolves owners, submits FIFO entries whose gates opened, and marks the
+   launches that entered their ring.
+6. A Launch resolves when its last record arrived; its error is the first
    failure among its records.
 
-A failure record for a stream whose FIFO still holds work "poisons" what
-waits there: once the driver has reported the failure it heals the stream for
-later submissions, but those commands were queued before the failure was
-observed.  Copies and launches fail here with a dependency error, as they
-would have in the ring; event records are made to fail on the device, so
-streams waiting on them fail as dependents too; latch waits (testing.hold),
-which would complete at once, are dropped.  Frees go in; event waits go in as
-dependent waits (still ordered, but a failed event does not fail the stream).
+"A command queued behind an observed failure fails as a dependent" is the
+driver's rule (``native/src/stream.c``, "Failure propagation"): every command
+carries the failure epoch it was queued at, whether it entered the ring at
+once, waited in the overflow or waited here, and the driver judges them all
+alike.  The host keeps no copy of the rule.
 
 Threading: a worker belongs to the thread (and event loop) that opened it.
 In sync mode several threads may share it (the process-wide default worker):
@@ -46,8 +62,17 @@ import time
 
 import numpy as np
 
-from .._driver import PTO_EAGAIN, PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
-from ..errors import PtoDependencyError, PtoError, PtoTimeout
+from .._driver import (
+    PTO_ECANCELED,
+    PTO_EDEP,
+    PTO_EPOCH_NOW,
+    PTO_QUEUED,
+    check,
+    error_for_status,
+    ffi,
+    lib,
+)
+from ..errors import PtoError, PtoTimeout
 from ._checks import check_timeout
 from ._launch import Launch, _new_launch
 from ._stream import Stream
@@ -57,9 +82,9 @@ __all__ = ["CommandQueue", "cq_view"]
 _OPEN = 0
 _FORKED = 2
 _F_LAST = 1  # the last command of its owner's group: entering the ring completes submission
-_F_DATA = 2  # a copy or launch: skipped (fails) if queued behind an observed failure
-_F_RECORD = 4  # an event record: made to fail on the device if queued behind an observed failure
-_EAGAIN = -PTO_EAGAIN
+_F_DATA = 2  # a copy or launch: not sent once the driver refused an earlier command of its group
+_F_RECORD = 4  # an event record: its event counts as recorded once the driver accepted it
+_QUEUED = PTO_QUEUED
 _ECANCELED = -PTO_ECANCELED
 _FIRST_FAILURE = lib.PTO_CQ_FIRST_FAILURE
 _EDEP = -PTO_EDEP
@@ -69,6 +94,40 @@ _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 _Future = asyncio.Future
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+
+
+class _Entry:
+    """A command waiting in a stream's host FIFO (see the module doc, step 4).
+
+    Attributes
+    ----------
+    fn, args
+        ``fn(*args)`` submits it and returns a driver status; ``args[-1]`` is
+        its token (0: none).
+    owner
+        The Launch or Event it belongs to, or None.
+    flags : int
+        ``_F_LAST``, ``_F_DATA`` and ``_F_RECORD``.
+    gate
+        None, or an object whose ``_entered`` must be true before the entry
+        may go (an Event: its record reached the driver).
+    epoch : int
+        The stream's failure epoch when the entry was queued.
+    """
+
+    __slots__ = ("fn", "args", "owner", "flags", "gate", "epoch")
+
+    def __init__(self, fn, args: tuple, owner, flags: int, gate, epoch: int):
+        self.fn = fn
+        self.args = args
+        self.owner = owner
+        self.flags = flags
+        self.gate = gate
+        self.epoch = epoch
+
+    @property
+    def token(self) -> int:
+        return self.args[-1]
 
 
 def cq_view(buf):
@@ -87,17 +146,6 @@ def cq_view(buf):
     return np.frombuffer(ffi.buffer(buf), dtype=dtype)
 
 
-def _drop_injection(stream_ptr, token) -> int:
-    """Stand in for a command the host dropped: use up one injected failure, if armed."""
-    lib.pto_debug_fail_next_drop(stream_ptr)
-    return 0
-
-
-def dropped_entry(entry: tuple) -> tuple:
-    """The FIFO entry that takes a dropped entry's place in line (see _drop_injection)."""
-    return (_drop_injection, (entry[1][0], 0), None, 0, None)
-
-
 class CommandQueue:
     """Submission, completion and waiting for a worker (a mixin; see the module doc)."""
 
@@ -111,42 +159,46 @@ class CommandQueue:
 
     def _submit(self, stream: Stream, fn, args: tuple, owner, flags: int, gate=None) -> bool:
         """Queue one command; True if it entered the ring now.  args[-1] is its token."""
-        fifo = stream._fifo
-        if not fifo and (gate is None or gate._entered):
-            rc = fn(*args)
-            if not rc:
-                return True
-            if rc != _EAGAIN:
-                self._pending.pop(args[-1], None)
-                check(rc, owner._name if owner is not None else "queueing a command")
-        fifo.append((fn, args, owner, flags, gate))
-        if stream not in self._backlog:  # entering it starts the stream's back-pressure clock
-            self._backlog[stream] = None
-        self._fifo_waits += 1
-        return False
+        if stream._fifo or (gate is not None and not gate._entered):
+            self._hold(stream, fn, args, owner, flags, gate)
+            return False
+        rc = fn(*args)
+        if not rc:
+            return True
+        if rc == _QUEUED:
+            self._overflowed(stream, 1)
+            if flags & _F_RECORD:
+                owner._entered = True  # recorded: what waits on the event from now on waits for it
+            elif flags & _F_LAST and owner is not None:
+                self._track(stream, owner, args[-1], args[-1])
+            return False
+        self._pending.pop(args[-1], None)
+        check(rc, owner._name if owner is not None else "queueing a command")
 
     def _submit_group(self, stream: Stream, cmds: list, owner: Launch) -> bool:
         """Queue a group of (fn, args, flags); True if all of it entered the ring."""
-        fifo = stream._fifo
-        i = 0
-        n = len(cmds)
-        if not fifo:
-            while i < n:
-                fn, args, flags = cmds[i]
-                rc = fn(*args)
-                if rc:
-                    if rc != _EAGAIN:
-                        self._group_error(stream, cmds, i, rc, owner)
-                    break
-                i += 1
-            else:
-                return True
-        for fn, args, flags in cmds[i:]:
-            fifo.append((fn, args, owner, flags, None))
-        if stream not in self._backlog:
-            self._backlog[stream] = None
-        self._fifo_waits += n - i
-        return False
+        if stream._fifo:
+            epoch = lib.pto_stream_epoch(stream._ptr)
+            fifo = stream._fifo
+            for fn, args, flags in cmds:
+                fifo.append(_Entry(fn, args, owner, flags, None, epoch))
+            self._fifo_waits += len(cmds)
+            return False
+        queued = 0
+        rc = 0
+        for i, (fn, args, flags) in enumerate(cmds):
+            rc = fn(*args)
+            if rc:
+                if rc != _QUEUED:
+                    self._group_error(stream, cmds, i, rc, owner)
+                queued += 1
+        if not queued:
+            return True
+        self._overflowed(stream, queued)
+        if rc == _QUEUED:
+            self._track(stream, owner, cmds[0][1][-1], cmds[-1][1][-1])
+            return False
+        return True  # the last command is in the ring, so every one before it is
 
     def _group_error(self, stream: Stream, cmds: list, i: int, rc: int, owner: Launch) -> None:
         """The driver refused command `i` of a group: undo what was not queued, then raise.
@@ -182,6 +234,47 @@ class CommandQueue:
             owner._finish()
         raise error
 
+    def _overflowed(self, stream: Stream, n: int) -> None:
+        """`n` commands went to `stream`'s overflow in the driver (lock held)."""
+        self._fifo_waits += n
+        if stream not in self._backlog:  # entering it starts the stream's back-pressure clock
+            self._backlog[stream] = None
+
+    def _track(self, stream: Stream, owner: Launch, first_token: int, last_token: int) -> None:
+        """Note where `owner` (tokens first..last, queued back to back) waits for the ring."""
+        seq = lib.pto_stream_accepted(stream._ptr)  # its last command's
+        owner._span = (first_token, last_token, seq)
+        stream._unentered.append((seq, owner))
+
+    def _hold(self, stream: Stream, fn, args: tuple, owner, flags: int, gate) -> _Entry:
+        """Queue a command in `stream`'s host FIFO, stamped with its failure epoch (lock held)."""
+        entry = _Entry(fn, args, owner, flags, gate, lib.pto_stream_epoch(stream._ptr))
+        stream._fifo.append(entry)
+        if stream not in self._backlog:
+            self._backlog[stream] = None
+        self._fifo_waits += 1
+        return entry
+
+    def _queue_call(self, stream: Stream, fn, args: tuple, record: bool) -> _Entry | None:
+        """Queue ``fn(*args, token)`` on `stream` in order with the worker's own work (lock held).
+
+        The one hook :mod:`pypto_async.testing` uses.  ``fn`` returns a
+        driver status; with `record` it is a device command whose completion
+        the worker tracks (a token in its map), else it gets token 0.
+        Returns the FIFO entry when it has to wait on the host, else None.
+        """
+        token = self._token(None) if record else 0
+        args = (*args, token)
+        if stream._fifo:
+            return self._hold(stream, fn, args, None, 0, None)
+        rc = fn(*args)
+        if rc == _QUEUED:
+            self._overflowed(stream, 1)
+        elif rc:
+            self._pending.pop(token, None)
+            check(rc, "queueing a command")
+        return None
+
     def _mark_entered(self, owner) -> None:
         owner._entered = True
         waiters = owner._entry_waiters
@@ -190,70 +283,84 @@ class CommandQueue:
             self._wake_all(waiters)
 
     def _flush(self) -> None:
-        """Move FIFO commands into rings while there is room (lock held)."""
+        """Let FIFO entries whose gates opened go; mark launches that entered their ring (lock held)."""
         backlog = self._backlog
-        pending = self._pending
         progress = True
         while progress and backlog:
             progress = False
             for stream in list(backlog):
-                fifo = stream._fifo
-                # Refill a ring in batches, not one slot at a time: one producer
-                # wake-up then admits many launches (hysteresis).
-                if lib.pto_stream_space_left(stream._ptr) < self._refill:
+                if stream._fifo and self._submit_held(stream):
+                    progress = True  # a record that went may open a gate on another stream
+                unentered = stream._unentered
+                if unentered:
+                    in_ring = lib.pto_stream_submitted(stream._ptr)
+                    while unentered and unentered[0][0] <= in_ring:
+                        owner = unentered.popleft()[1]
+                        if not owner._entered:
+                            # _mark_entered, called only when someone waits for entry.
+                            owner._entered = True
+                            if owner._entry_waiters:
+                                self._mark_entered(owner)
+                if not stream._fifo and not unentered:
+                    sp = stream._ptr
+                    if lib.pto_stream_accepted(sp) == lib.pto_stream_submitted(sp):
+                        del backlog[stream]
+                        if stream._closed:
+                            self._destroy_stream(stream)
+
+    def _submit_held(self, stream: Stream) -> bool:
+        """Submit `stream`'s FIFO entries, in order, up to the first closed gate (lock held).
+
+        Each goes backdated to the failure epoch it was queued at.  Returns
+        whether any went.
+        """
+        fifo = stream._fifo
+        sp = stream._ptr
+        went = False
+        backdate = None
+        run_owner, run_first = None, 0  # the owner whose group is going, and its first token
+        refused = None  # the driver refused a command of run_owner's group: its data stays out
+        try:
+            while fifo:
+                entry = fifo[0]
+                gate = entry.gate
+                if gate is not None and not gate._entered:
+                    break
+                if entry.epoch != backdate:
+                    backdate = entry.epoch
+                    lib.pto_stream_backdate(sp, backdate)
+                fifo.popleft()
+                went = True
+                owner = entry.owner
+                if owner is not run_owner:
+                    run_owner, run_first, refused = owner, entry.token, None
+                if refused is not None and entry.flags & _F_DATA:
+                    # Its output copies would write what no kernel computed; its free still goes.
+                    self._pending.pop(entry.token, None)
+                    owner._fail(refused)
                     continue
-                while fifo:
-                    fn, args, owner, flags, gate = fifo[0]
-                    if gate is not None and not gate._entered:
-                        break
-                    if flags & _F_DATA and owner._poison is not None:
-                        fifo.popleft()
-                        pending.pop(args[-1], None)
-                        _drop_injection(stream._ptr, 0)  # it takes its place among fail_next's
-                        owner._fail(owner._poison)
-                    else:
-                        if flags & _F_RECORD and owner._poison is not None:
-                            # The driver healed the stream when the failure was drained, but this
-                            # record was queued before that: record the event as failed instead,
-                            # so streams waiting on it fail as dependents (the driver's own rule)
-                            # while this stream stays healthy for work queued after the
-                            # observation.  Dependents name this record's token as their cause:
-                            # map it to the first failure.
-                            poison = owner._poison
-                            if owner._exc is None:
-                                owner._exc = poison
-                            owner._poison = None
-                            token = args[-1]
-                            self._remember_failure(token, poison.__cause__ or poison)
-                            fn = lib.pto_stream_record_failed
-                            args = (args[0], args[1], PTO_EDEP, token, token)
-                            fifo[0] = (fn, args, owner, flags, gate)  # stays so on a full ring
-                        rc = fn(*args)
-                        if rc == _EAGAIN:
-                            break
-                        fifo.popleft()
-                        if rc:
-                            pending.pop(args[-1], None)
-                            try:
-                                check(rc, owner._name if owner is not None else "queueing a command")
-                            except PtoError as exc:
-                                if owner is not None:
-                                    owner._fail(exc)
-                                    if flags & _F_DATA:
-                                        # The rest of its group must not run on bad data: its
-                                        # output copies would write what no kernel computed.
-                                        # Its free still goes in.
-                                        owner._poison = exc
-                    progress = True
-                    if flags & _F_LAST and owner is not None and not owner._entered:
-                        # _mark_entered, called only when someone waits for entry.
+                rc = entry.fn(*entry.args)
+                if rc == 0 or rc == _QUEUED:
+                    flags = entry.flags
+                    if flags & _F_RECORD:
                         owner._entered = True
-                        if owner._entry_waiters:
+                    elif flags & _F_LAST and owner is not None:
+                        if rc:
+                            self._track(stream, owner, run_first, entry.token)
+                        elif not owner._entered:
                             self._mark_entered(owner)
-                if not fifo:
-                    del backlog[stream]
-                    if stream._closed:
-                        self._destroy_stream(stream)
+                    continue
+                self._pending.pop(entry.token, None)
+                try:
+                    check(rc, owner._name if owner is not None else "queueing a command")
+                except PtoError as exc:
+                    if owner is not None:
+                        owner._fail(exc)
+                        refused = exc
+        finally:
+            if backdate is not None:
+                lib.pto_stream_backdate(sp, PTO_EPOCH_NOW)
+        return went
 
     # -- completion (lock held) -------------------------------------------------------------------
 
@@ -312,14 +419,6 @@ class CommandQueue:
         exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
         if status != _EDEP and status != _ECANCELED:
             self._remember_failure(rec.token, exc)
-        if rec.flags & _FIRST_FAILURE:
-            # Draining this record observed the failure: the driver runs what is
-            # submitted from now on, so what still waits in the FIFO (queued
-            # before now) must fail as a dependent here.  Dependents' records
-            # carry no flag: they are not news about their stream.
-            stream = self._streams.get(rec.stream_id)
-            if stream is not None and stream._fifo:
-                self._poison_fifo(stream, cause if cause is not None else exc)
         if owner is not None:
             owner._fail(exc)
 
@@ -329,32 +428,6 @@ class CommandQueue:
         failures[token] = exc
         if len(failures) > _KEEP_FAILURES:
             del failures[next(iter(failures))]
-
-    def _poison_fifo(self, stream: Stream, first: BaseException) -> None:
-        fifo = stream._fifo
-        for i, entry in enumerate(fifo):  # entries are replaced in place, never added or removed
-            fn, args, owner, flags, gate = entry
-            if fn is lib.pto_stream_latch_wait:
-                # A latch wait (testing.hold) behind a failed command completes at once on the
-                # device: it holds nothing.  Let into the ring after the observation it would
-                # hold the stream, so drop it, as it would have completed there; in its place
-                # in line, it still uses up an injected failure (testing.fail_next).
-                fifo[i] = dropped_entry(entry)
-                self._pending.pop(args[-1], None)
-                continue
-            if fn is lib.pto_stream_wait_event:
-                # In the ring this wait would wait for its event, then fail as a dependent:
-                # entering after the observation it must not become a new first failure.
-                fifo[i] = (lib.pto_stream_wait_event_dependent, args, owner, flags, gate)
-                continue
-            if flags & (_F_DATA | _F_RECORD) and owner._poison is None and not owner._done:
-                exc = PtoDependencyError(
-                    f"{owner._name}: queued on stream {stream._id} behind a failed command "
-                    f"(first failure: {first})",
-                    status="PTO_EDEP",
-                )
-                exc.__cause__ = first
-                owner._poison = exc
 
     def _release_waiters(self, owner) -> None:
         """Wake everything waiting for `owner` (a Launch or Event) to enter its ring or finish."""
@@ -412,8 +485,9 @@ class CommandQueue:
     def _settle_locked(self) -> None:
         """Complete the sync points and wake the idle waiters whose wait is over (lock held).
 
-        Also called where a command leaves the token map without a record
-        (testing's dropped latch waits), so no wait outlives its last command.
+        Also called where commands leave the token map without a record (a
+        launch canceled before it reached the device), so no wait outlives
+        its last command.
         """
         points = self._sync_points
         if points:

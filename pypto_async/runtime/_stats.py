@@ -75,14 +75,15 @@ class StreamStats:
     in_flight : int
         Commands in the ring now, not yet completed.
     backlog : int
-        Commands waiting in the stream's FIFO for room in the ring now.
+        Commands queued on the stream that wait for room in the ring now (in
+        the driver's backlog, or in the stream's FIFO behind a host condition).
     submitted, completed : int
-        Commands the ring accepted, and completed.
+        Commands the stream accepted, and completed.
     refused : int
-        Submissions the ring refused because it was full (each one sent a
-        command, or the rest of a launch's group, into the FIFO).
+        Submissions the ring had no room for (each one sent a command into
+        the stream's backlog).
     backpressure_wait_ns : int
-        Time the stream's FIFO held commands waiting for room.
+        Time the stream held commands waiting for room.
     """
 
     stream: int
@@ -185,7 +186,7 @@ def stream_stats(streams, backlog: BacklogClock | None = None) -> tuple[StreamSt
             stream=int(st.id), window=int(st.entries), window_hwm=int(st.window_hwm),
             heap_bytes=int(st.heap_bytes), heap_hwm=int(st.heap_hwm),
             dep_entries=int(st.dep_entries), dep_hwm=int(st.dep_hwm),
-            in_flight=int(st.in_flight), backlog=len(s._fifo),
+            in_flight=int(st.in_flight), backlog=int(st.overflow) + len(s._fifo),
             submitted=int(st.submitted), completed=int(st.completed), refused=int(st.eagain),
             backpressure_wait_ns=backlog.waited_ns(s.id) if backlog is not None else 0,
         ))

@@ -1,10 +1,12 @@
-"""Stream: an in-order queue of device work with its own FIFO for back-pressure.
+"""Stream: an in-order queue of device work.
 
 Each stream is a ring of ``ring_task_window`` slots in the driver.  When the
-ring is full, submissions do not block: the commands wait in the stream's own
-FIFO here, in order, and the completion pump moves them into the ring as room
-frees up.  A group of commands (a launch with its copies) may be split across
-that boundary; order is preserved either way.
+ring is full, submissions do not block: the driver accepts the commands into
+the stream's backlog (its overflow), in order, and moves them into the ring
+as commands complete, without waiting for the host.  A group of commands (a
+launch with its copies) may be split across that boundary; order is
+preserved either way.  Only work held back by a host condition waits in the
+stream's FIFO here (see :mod:`._queue`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Stream:
     its queued work still running.
     """
 
-    __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_closed", "_final",
+    __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed", "_final",
                  "_final_ordering", "_is_default", "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -47,7 +49,8 @@ class Stream:
         stream._ptr = ptr
         stream._id = int(lib.pto_stream_id(ptr))
         stream._priority = priority
-        stream._fifo = deque()
+        stream._fifo = deque()  # _queue._Entry: work held back by a host condition
+        stream._unentered = deque()  # (seq, Launch) in the driver's backlog, oldest first
         stream._closed = False
         stream._final = None  # Events recorded at close: everything queued, with its failures...
         stream._final_ordering = None  # ... and the same point as an ordering only
@@ -78,8 +81,11 @@ class Stream:
 
     @property
     def backlog(self) -> int:
-        """Commands waiting in this stream's FIFO for room in its ring."""
-        return len(self._fifo)
+        """Commands queued on this stream that wait for room in its ring."""
+        n = len(self._fifo)
+        if not self.is_closed:
+            n += lib.pto_stream_accepted(self._ptr) - lib.pto_stream_submitted(self._ptr)
+        return n
 
     def _check(self) -> None:
         self._worker._check_open()
@@ -199,10 +205,10 @@ class Stream:
                 return final is None or final.query()
             if self._fifo:
                 return False
-            # The lock keeps submissions out: read how far the ring was filled, then how far
-            # it was drained.
-            submitted = lib.pto_stream_submitted(self._ptr)
-            return lib.pto_stream_completed(self._ptr) >= submitted
+            # The lock keeps submissions out: read how far the stream was filled (the ring
+            # and the driver's backlog), then how far it was drained.
+            accepted = lib.pto_stream_accepted(self._ptr)
+            return lib.pto_stream_completed(self._ptr) >= accepted
 
     def close(self) -> None:
         """Close the stream (idempotent).

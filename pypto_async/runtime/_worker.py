@@ -2,8 +2,8 @@
 
 The worker is three pieces: this module (opening and closing, modes, streams,
 registration and launches, events, statistics), :mod:`._queue` (the token
-map, stream FIFOs, completion drain and blocking waits, with the essay on how
-work flows) and :mod:`._memory` (DeviceTensors, frees and copies).
+map, stream backlogs, completion drain and blocking waits, with the essay on
+how work flows) and :mod:`._memory` (DeviceTensors, frees and copies).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ._launch import Launch, _new_launch
 from ._memory import DeviceMemory
 from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
-from ._queue import _BATCH, _EAGAIN, _F_DATA, _F_LAST, _F_RECORD, CommandQueue, cq_view
+from ._queue import _BATCH, _F_DATA, _F_LAST, _F_RECORD, _QUEUED, CommandQueue, cq_view
 from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
 from ._stream import Stream
 from ._tensor import DeviceTensor
@@ -91,7 +91,8 @@ class WorkerStats:
     wakeups : int
         Drains that found records (one per pump wake-up with work).
     backpressure_waits : int
-        Commands that waited in a stream FIFO because the ring was full.
+        Commands that had to wait for room in their stream's ring (in the
+        driver's backlog, or in the stream's FIFO behind a host condition).
     in_flight : int
         Commands queued whose record has not arrived yet.
     streams : int
@@ -212,7 +213,6 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._fifo_waits = 0
         self._mem_waiters: deque = deque()  # MemoryWait gates, oldest first (see _memwait)
         self._memory_waits = 0
-        self._refill = max(1, info.ring_task_window // 4)
         self._state = _OPEN
         try:
             self._default_stream = self._new_stream(0, True)
@@ -412,11 +412,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
             for stream in list(self._streams.values()):
                 fifo = stream._fifo
                 while fifo:
-                    fn, args, owner, flags, gate = fifo.popleft()
-                    self._pending.pop(args[-1], None)
-                    if owner is not None:
-                        owner._fail(canceled)
+                    entry = fifo.popleft()
+                    self._pending.pop(entry.token, None)
+                    if entry.owner is not None:
+                        entry.owner._fail(canceled)
                     dropped += 1
+                stream._unentered.clear()  # the driver cancels its backlog below
             self._backlog.clear()
             dropped += max(lib.pto_device_cancel(self._dev), 0)
         # Canceled commands complete at once; running ones finish on their engine.
@@ -459,6 +460,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
     def _new_stream(self, priority: int, is_default: bool) -> Stream:
         out = ffi.new("pto_stream **")
         check(lib.pto_stream_create(self._dev, priority, out), "pto_stream_create")
+        check(lib.pto_stream_set_overflow(out[0], 1), "pto_stream_set_overflow")  # see _queue.py, step 3
         stream = Stream._make(self, out[0], priority, is_default)
         self._streams[stream._id] = stream
         return stream
@@ -588,7 +590,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
             stream._final = self._record_locked(stream)
             stream._final_ordering = self._record_locked(stream, ordering=True)
             stream._closed = True
-            if not stream._fifo:
+            if stream not in self._backlog:  # else the flush that empties it destroys it
                 self._destroy_stream(stream)
 
     def _destroy_stream(self, stream: Stream) -> None:
@@ -678,31 +680,30 @@ class ChipWorker(CommandQueue, DeviceMemory):
                 self._next_token = token + 1
                 self._pending[token] = launch
                 # cffi passes the list as a temporary uint64_t array; the driver copies
-                # the arguments into the ring heap at submit.  (_stream_launch is
+                # the arguments (into the ring heap, or its overflow).  (_stream_launch is
                 # lib.pto_stream_launch bound once: a cffi lib attribute costs a lookup.)
-                fifo = stream._fifo
-                if not fifo:
+                if not stream._fifo:
                     rc = _stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, token)
                     if not rc:
                         launch._entered = True
-                    elif rc != _EAGAIN:
+                    elif rc == _QUEUED:  # the driver keeps it until the ring has room
+                        self._overflowed(stream, 1)
+                        self._track(stream, launch, token, token)
+                    else:
                         del self._pending[token]
                         check(rc, h._label)
+                else:
+                    # Behind a host condition: wait in the stream's FIFO.  tuple(values): a
+                    # tuple of ints (and cdata) drops out of the cyclic GC's tracking at its
+                    # first collection, a list never does.
+                    self._hold(stream, _stream_launch,
+                               (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, token),
+                               launch, _F_DATA | _F_LAST, None)
                 if not token & _SERVICE_MASK and self._pump.can_serve_inline():
                     # A coroutine that submits without ever suspending never lets the pump
                     # run: drain here now and then, so finished launches die young (cheap
                     # for the cyclic GC) and the completion queue stays short.
                     self._service_locked()
-                if not launch._entered:
-                    # tuple(values): a tuple of ints (and cdata) drops out of the cyclic
-                    # GC's tracking at its first collection, a list never does; thousands
-                    # of queued launches then cost the collector less.
-                    fifo.append((_stream_launch,
-                                 (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, token),
-                                 launch, _F_DATA | _F_LAST, None))
-                    if stream not in self._backlog:
-                        self._backlog[stream] = None
-                    self._fifo_waits += 1
             else:
                 self._launch_group(h, stream, values, hosts, launch)
         if self._async:
@@ -826,11 +827,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
         """
         event = Event._make(self, stream, True)
         token = self._token(event)
-        if ordering:
-            fn, flags = lib.pto_stream_record_ordering, _F_LAST
-        else:
-            fn, flags = lib.pto_stream_record, _F_LAST | _F_RECORD
-        if self._submit(stream, fn, (stream._ptr, event._ptr, token), event, flags):
+        fn = lib.pto_stream_record_ordering if ordering else lib.pto_stream_record
+        if self._submit(stream, fn, (stream._ptr, event._ptr, token), event, _F_LAST | _F_RECORD):
             event._entered = True
         return event
 

@@ -115,18 +115,33 @@ def test_destroyed_event_still_orders_queued_waits(dev, cq, stream, stream2):
     assert cq.wait(t)[t].status == 0
 
 
-def test_record_failed_fails_waiters_but_not_its_own_stream(dev, cq, stream, new_stream):
+def _fail_and_observe(cq, stream) -> tuple[int, int]:
+    """Fail a command on `stream` and drain its record; return (its token, the epoch before)."""
+    fail_t = new_token()
+    before = lib.pto_stream_epoch(stream)
+    check(lib.pto_debug_fail_next(stream, 0, 1))
+    notify(stream, fail_t)
+    assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT  # drained: observed
+    assert lib.pto_stream_epoch(stream) == before + 1
+    return fail_t, before
+
+
+def test_backdated_record_fails_waiters_but_not_its_own_stream(dev, cq, stream, new_stream):
+    """A record a host held back from before an observed failure carries it to waiters only."""
     waiter = new_stream()
     ev = new_event(dev)
+    fail_t, before = _fail_and_observe(cq, stream)
     rec_t, wait_t, after_wait_t, own_t = (new_token() for _ in range(4))
-    check(lib.pto_stream_record_failed(stream, ev, 0, 4242, rec_t))
+    check(lib.pto_stream_backdate(stream, before))
+    check(lib.pto_stream_record(stream, ev, rec_t))
+    check(lib.pto_stream_backdate(stream, lib.PTO_EPOCH_NOW))
     check(lib.pto_stream_wait_event(waiter, ev, wait_t))
     notify(waiter, after_wait_t)
     notify(stream, own_t)
     got = cq.wait(rec_t, wait_t, after_wait_t, own_t)
-    assert got[rec_t].status == -lib.PTO_EDEP and got[rec_t].cause_token == 4242
+    assert got[rec_t].status == -lib.PTO_EDEP and got[rec_t].cause_token == fail_t
     assert lib.pto_event_query(ev) == -lib.PTO_EDEP
-    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == 4242
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == fail_t
     assert got[after_wait_t].status == -lib.PTO_EDEP  # the waiter fails as a dependent
     assert got[own_t].status == 0                     # the recording stream stays healthy
     lib.pto_event_destroy(ev)
@@ -153,19 +168,22 @@ def test_wait_on_a_failed_stream_still_waits_for_its_event(dev, cq, stream, new_
     lib.pto_event_destroy(ev)
 
 
-def test_dependent_wait_waits_but_never_fails_its_stream(dev, cq, stream, new_stream):
-    """pto_stream_wait_event_dependent: ordered like a wait; a failed event fails it as a dependent."""
+def test_backdated_wait_waits_then_fails_only_as_a_dependent(dev, cq, stream, new_stream):
+    """A wait held back from before an observed failure: still ordered, never a new failure."""
     other = new_stream()
     ev = new_event(dev)
-    rec_t, wait_t, after_t = new_token(), new_token(), new_token()
+    fail_t, before = _fail_and_observe(cq, stream)
+    wait_t, after_t = new_token(), new_token()
     with held(dev, other) as latch:
-        check(lib.pto_stream_record_failed(other, ev, 0, 4242, rec_t))
-        check(lib.pto_stream_wait_event_dependent(stream, ev, wait_t))
+        check(lib.pto_stream_record(other, ev, 0))
+        check(lib.pto_stream_backdate(stream, before))
+        check(lib.pto_stream_wait_event(stream, ev, wait_t))
+        check(lib.pto_stream_backdate(stream, lib.PTO_EPOCH_NOW))
         notify(stream, after_t)
         assert lib.pto_stream_synchronize(stream, 20_000) == -PTO_ETIMEDOUT  # the wait holds
         latch.release()
-    got = cq.wait(rec_t, wait_t, after_t)
-    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == 4242
+    got = cq.wait(wait_t, after_t)
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == fail_t
     assert not got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE  # not news about its stream
     assert got[after_t].status == 0                          # the stream stays healthy
     lib.pto_event_destroy(ev)

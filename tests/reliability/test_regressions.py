@@ -47,29 +47,33 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
     Was: ChipWorker._poison_fifo poisoned only data commands, so a record still in the FIFO
     when the failure was drained entered the ring after the driver had healed the stream.
 
-    Stream A: latch, failing kernel, records until the 4-slot ring is full: e waits in A's FIFO.
-    Stream B waits on e, then increments a tensor.  e was recorded after the failure, so e must
-    fail and B's launch must fail with a dependency error, as they do when the ring has room.
+    Now the driver keeps that backlog and judges it by the epoch each record was queued at.
+
+    Stream A: latch, failing kernel, a wait on held stream C (it keeps A's ring after the
+    failure), records until three wait in A's backlog behind the 4-slot ring; e is the last.
+    Stream B waits on e, then increments a tensor.  The failure is observed while e still
+    waits for ring room.  e was recorded after the failure, so e must fail and B's launch must
+    fail with a dependency error, as they do when the ring has room.
     """
     fail = rel_kernels.get("fail", 16)
     inc = rel_kernels.get("inc", 16)
     with _async_worker(ring_task_window=4) as (loop, w):
-        a, b = w.default_stream, w.stream()
+        a, b, c = w.default_stream, w.stream(), w.stream()
         x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
         assert _outcome(loop, w.register(inc)(x, stream=b)) is x  # b has joined x: no join waits later
         loop.run_until_complete(a)
-        with testing.hold(a) as latch:
+        with testing.hold(c) as held_c, testing.hold(a) as latch:
             failed = w.register(fail)(x, stream=a)
+            a.wait(c.record())
             e = a.record()
-            while not a.backlog:  # fill the ring: the last record waits in A's FIFO
+            while a.backlog < 3:  # fill the ring: the last records wait in A's backlog
                 e = a.record()
             b.wait(e)
             dependent = w.register(inc)(x, stream=b)
-            latch.release()
-            # Let A's ring run dry before the pump drains anything (no sleeps: a driver wait).
-            assert lib.pto_stream_synchronize(a._ptr, 10_000_000) == 0
-            assert a.backlog == 1
+            latch.release()  # the latch and the failure leave the ring, two records take their slots
             assert isinstance(_outcome(loop, failed), PtoKernelFault)
+            assert a.backlog == 1  # e waits for ring room: queued before the observation
+            held_c.release()
             dep = _outcome(loop, dependent)
             event_exc = _outcome(loop, e)
         assert isinstance(event_exc, PtoDependencyError), f"event after the failure: {event_exc!r}"

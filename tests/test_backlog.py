@@ -1,0 +1,157 @@
+"""Work queued past a full ring: the driver keeps it, judges it, and lets it be withdrawn.
+
+* The backlog reaches the device without the host (issue 11, item 12): the
+  driver moves it into the ring as commands complete, so a busy event loop
+  does not leave the device idle.
+* One failure rule (issue 12, item 2): every command carries the failure
+  epoch it was queued at, in the ring, the driver's backlog or the host's
+  FIFO alike, and the driver judges them all.
+
+The rings are tiny (4 slots) and held by ``testing.hold`` latches, so what
+waits where is deterministic; device memory is read straight from the sim
+arena where the host must not queue anything to look.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pypto_async._driver import ffi, lib
+from pypto_async.errors import PtoDependencyError, PtoError, PtoKernelFault
+from pypto_async.runtime import ChipWorker
+from pypto_async.testing import fail_next, hold
+
+N = 64
+
+
+def rand(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0.5, 4.0, N).astype(np.float32)
+
+
+def arena(worker, t, dtype) -> np.ndarray:
+    """A tensor's device contents, read from the sim arena (nothing queued)."""
+    ptr = lib.pto_mem_host_ptr(worker._dev, t.data_ptr)
+    return np.frombuffer(ffi.buffer(ptr, t.nbytes), dtype=dtype).copy()
+
+
+async def outcome(launch):
+    try:
+        return await launch
+    except PtoError as exc:
+        return exc
+
+
+# -- the backlog reaches the device without the host ---------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_backlog_runs_on_the_device_while_the_event_loop_is_busy(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
+        step = w.register(kernels.get("step"))
+        counter = w.alloc_tensor(1, np.int64, init=np.zeros(1, np.int64))
+        s = w.default_stream
+        await s
+        with hold(s) as latch:
+            launches = [step(counter, i) for i in range(40)]  # k_step fails unless run in order
+            assert s.backlog == 37  # the latch and three launches fill the ring
+            latch.release()
+            # The event loop is busy from here on (a blocking driver wait stands for any work
+            # that keeps it from the pump): whatever reaches the device now gets there without it.
+            assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0
+        np.testing.assert_array_equal(arena(w, counter, np.int64), [40])
+        assert lib.pto_stream_completed(s._ptr) == lib.pto_stream_accepted(s._ptr)
+        for launch in launches:
+            await launch
+        assert s.backlog == 0 and w.stats().backpressure_waits >= 37
+        np.testing.assert_array_equal(await counter.to_host(), [40])
+        counter.free()
+
+
+# -- one failure rule: the driver's ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_injection_aimed_behind_an_observed_failure_is_used_up_there(kernels, tiny_ring):
+    """fail_next aimed at a record queued behind a failure (past a full ring): the record fails
+    as a dependent, using the injection up, and work queued after the observation runs.
+
+    Was: the host kept that record in its FIFO, and on the observation turned it into a
+    "record failed" command that entered the ring healthy: the injection made it the stream's
+    new first failure, and the next launch failed as its dependent.
+    """
+    async with ChipWorker(tiny_ring) as w:
+        fail = w.register(kernels.get("fail", N))
+        inc = w.register(kernels.get("inc", N))
+        s, c = w.default_stream, w.stream()
+        x = w.alloc_tensor(N, np.float32, init=rand(1))
+        y = w.alloc_tensor(N, np.float32, init=rand(2))
+        z = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await s
+        with hold(c) as held_c, hold(s) as latch:
+            failed = fail(x)
+            s.wait(c.record())  # keeps s's ring after the failure, until c goes on
+            fillers = []
+            while not s.backlog:
+                fillers.append(inc(y))
+            fail_next(s)  # aimed at the record, which waits for ring room behind the failure
+            e = s.record()
+            latch.release()
+            assert isinstance(await outcome(failed), PtoKernelFault)  # observed now
+            later = inc(z)  # queued after the observation, before the record runs
+            held_c.release()
+        assert await outcome(later) is z
+        with pytest.raises(PtoDependencyError):
+            await e
+        for launch in fillers:
+            assert isinstance(await outcome(launch), PtoDependencyError)
+        np.testing.assert_array_equal(await z.to_host(), np.ones(N, np.float32))
+        for t in (x, y, z):
+            t.free()
+
+
+class _Gate:
+    """A host condition work can be queued behind (a stand-in for one not yet met)."""
+
+    _entered = False
+
+
+def _hold_behind(w, stream, gate) -> None:
+    """Queue a notify on `stream` that waits for `gate`: what follows waits on the host."""
+    with w._lock:
+        w._submit(stream, lib.pto_stream_notify, (stream._ptr, w._token(None)), None, 0, gate=gate)
+
+
+def _open(w, gate) -> None:
+    gate._entered = True
+    with w._lock:
+        w._service_locked()  # what the pump does once the condition is met
+
+
+@pytest.mark.anyio
+async def test_work_held_on_the_host_is_judged_at_the_epoch_it_was_queued(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
+        fail = w.register(kernels.get("fail", N))
+        inc = w.register(kernels.get("inc", N))
+        s = w.default_stream
+        x = w.alloc_tensor(N, np.float32, init=rand(1))
+        z = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await s
+        gate = _Gate()
+        with hold(s) as latch:
+            failed = fail(x)
+            _hold_behind(w, s, gate)
+            before = inc(z)  # queued before the failure is observed
+            latch.release()
+            assert isinstance(await outcome(failed), PtoKernelFault)  # observed now
+        after = inc(z)  # queued after the observation, behind the gate too
+        assert s.backlog == 3 and not s.query()
+        assert not before.done() and not after.done()
+        _open(w, gate)
+        exc = await outcome(before)
+        assert isinstance(exc, PtoDependencyError) and isinstance(exc.__cause__, PtoKernelFault)
+        assert await outcome(after) is z
+        np.testing.assert_array_equal(await z.to_host(), np.ones(N, np.float32))
+        assert s.backlog == 0
+        x.free()
+        z.free()
