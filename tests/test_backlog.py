@@ -6,6 +6,8 @@
 * One failure rule (issue 12, item 2): every command carries the failure
   epoch it was queued at, in the ring, the driver's backlog or the host's
   FIFO alike, and the driver judges them all.
+* ``Launch.cancel()`` (issue 11, item 14) withdraws a launch that has not
+  reached the device yet.
 
 The rings are tiny (4 slots) and held by ``testing.hold`` latches, so what
 waits where is deterministic; device memory is read straight from the sim
@@ -14,19 +16,28 @@ arena where the host must not queue anything to look.
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
 from pypto_async._driver import ffi, lib
-from pypto_async.errors import PtoDependencyError, PtoError, PtoKernelFault
+from pypto_async.errors import PtoCanceledError, PtoDependencyError, PtoError, PtoKernelFault
 from pypto_async.runtime import ChipWorker
 from pypto_async.testing import fail_next, hold
+
+from conftest import mem_stats
 
 N = 64
 
 
 def rand(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(0.5, 4.0, N).astype(np.float32)
+
+
+def poisoned() -> np.ndarray:
+    return np.full(N, np.nan, np.float32)
 
 
 def arena(worker, t, dtype) -> np.ndarray:
@@ -155,3 +166,80 @@ async def test_work_held_on_the_host_is_judged_at_the_epoch_it_was_queued(kernel
         assert s.backlog == 0
         x.free()
         z.free()
+
+
+# -- Launch.cancel ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_cancel_withdraws_a_launch_still_waiting_for_ring_room(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
+        add = w.register(kernels.get("add", N))
+        s = w.default_stream
+        weight = rand(9)
+        wd = w.alloc_tensor(N, np.float32, init=weight)
+        await s
+        xs = [rand(i) for i in range(6)]
+        outs = [poisoned() for _ in range(6)]
+        with hold(s) as latch:
+            # Five commands each (copy in, kernel, copy out, two frees): the latch and the first
+            # three of launch 0 fill the ring; the rest waits in the driver's backlog.
+            launches = [add(x, wd, out) for x, out in zip(xs, outs)]
+            assert launches[0].cancel() is False  # its copy in is in the ring: on the device
+            assert launches[3].cancel() is True
+            assert launches[3].done()  # at once, while the stream is still held
+            assert launches[3].cancel() is False  # nothing left to withdraw
+            with pytest.raises(PtoCanceledError):
+                await launches[3]
+            held = weakref.ref(xs[3])
+            xs[3] = None
+            gc.collect()
+            assert held() is None  # the runtime let go of its host arrays
+            latch.release()
+        for i in (0, 1, 2, 4, 5):
+            assert await launches[i] is outs[i]
+            np.testing.assert_array_equal(outs[i], rand(i) + weight)
+        assert np.isnan(outs[3]).all()  # never written
+        await s
+        stats = mem_stats(w)
+        assert (stats.count, stats.pending_frees) == (1, 0)  # the weight: its temporaries went
+        assert s.backlog == 0
+        wd.free()
+
+
+@pytest.mark.anyio
+async def test_cancel_of_work_held_on_the_host(kernels, tiny_ring):
+    async with ChipWorker(tiny_ring) as w:
+        add = w.register(kernels.get("add", N))
+        s = w.default_stream
+        weight = rand(9)
+        wd = w.alloc_tensor(N, np.float32, init=weight)
+        await s
+        gate = _Gate()
+        _hold_behind(w, s, gate)
+        out_a, out_b = poisoned(), poisoned()
+        a = add(rand(1), wd, out_a)
+        b = add(rand(2), wd, out_b)
+        assert mem_stats(w).count == 5  # the weight and two temporaries each
+        assert a.cancel() is True
+        assert mem_stats(w).count == 3  # nothing was queued that uses them: freed at once
+        with pytest.raises(PtoCanceledError):
+            await a
+        _open(w, gate)
+        assert await b is out_b
+        np.testing.assert_array_equal(out_b, rand(2) + weight)
+        assert np.isnan(out_a).all()
+        await s
+        assert mem_stats(w).count == 1
+        wd.free()
+
+
+def test_cancel_after_completion_or_close_is_false(kernels, config):
+    w = ChipWorker(config)
+    inc = w.register(kernels.get("inc", N))
+    t = w.alloc_tensor(N, np.float32, init=rand())
+    done = inc(t)
+    assert done.cancel() is False and done.exception() is None
+    t.free()
+    w.close()
+    assert done.cancel() is False

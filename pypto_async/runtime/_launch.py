@@ -10,7 +10,9 @@ awaiting it.  The first failure among its records is its error.
 Waiting follows one pattern everywhere (trio's ``wait_task_rescheduled``):
 register a waiter in a list, suspend; the completion pump wakes every waiter
 of the list in one pass.  Cancelling a waiting task removes its waiter and
-nothing else: work already on the device cannot be withdrawn.  The hottest
+nothing else: work already on the device cannot be withdrawn.  Work still
+waiting for room in its stream's ring can be, explicitly, with
+:meth:`Launch.cancel`.  The hottest
 wait, ``await launch`` under asyncio, registers the task's future itself
 (``_owaiters``), and finishing the launch resolves it to the launch's
 outputs or error: no generator stands between the task and the future.
@@ -134,6 +136,28 @@ class Launch:
         if not self._done:
             self._worker._block_until(self, False, timeout)
         return self.result()
+
+    def cancel(self) -> bool:
+        """Withdraw the launch if it has not reached the device yet.
+
+        A launch still waiting for room in its stream's ring (queued behind
+        a full ring, in the driver's backlog or the stream's FIFO) can be
+        withdrawn: a service sheds load this way when a deadline passes.
+        It then fails at once with
+        :class:`~pypto_async.errors.PtoCanceledError`: its commands never
+        run (its output arrays are not written), the runtime lets go of its
+        host arrays, and its device temporaries are freed in stream order.
+        Work queued after it on the stream runs as if it had completed.
+        Work already in the ring is on the device and cannot be withdrawn.
+
+        Returns
+        -------
+        bool
+            True if the launch was withdrawn; False if it had reached the
+            device (or completed, or its worker is closed): it then runs to
+            completion as usual.
+        """
+        return self._worker._cancel(self)
 
     # -- state ------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ from .._driver import (
     ffi,
     lib,
 )
-from ..errors import PtoError, PtoTimeout
+from ..errors import PtoCanceledError, PtoError, PtoTimeout
 from ._checks import check_timeout
 from ._launch import Launch, _new_launch
 from ._stream import Stream
@@ -361,6 +361,48 @@ class CommandQueue:
             if backdate is not None:
                 lib.pto_stream_backdate(sp, PTO_EPOCH_NOW)
         return went
+
+    def _cancel(self, launch: Launch) -> bool:
+        """Withdraw `launch` if none of it has reached the device (Launch.cancel)."""
+        with self._lock:
+            if launch._done or launch._entered or self._state != _OPEN:
+                return False
+            stream = launch._stream
+            if not self._drop_held(stream, launch):
+                span = launch._span
+                if span is None:
+                    return False
+                first, last, seq = span
+                # Its commands have consecutive tokens and, on the stream, consecutive seqs.
+                rc = lib.pto_stream_cancel_queued(stream._ptr, seq - (last - first), seq)
+                if rc == 0:
+                    return False  # its first command is in the ring: on the device
+                check(rc, f"canceling {launch._name}")
+                pop = self._pending.pop
+                for token in range(first, last + 1):
+                    pop(token, None)
+            launch._remaining = 0
+            if launch._exc is None:
+                launch._exc = PtoCanceledError(f"{launch._name}: canceled before it reached the device")
+            launch._finish()
+            if self._pump.on_own_thread():
+                self._settle_locked()  # its tokens left without records: waits on them may end
+            return True
+
+    def _drop_held(self, stream: Stream, owner) -> bool:
+        """Take `owner`'s entries out of `stream`'s FIFO; False if it has none there (lock held)."""
+        fifo = stream._fifo
+        mine = [entry for entry in fifo if entry.owner is owner]
+        if not mine:
+            return False
+        kept = [entry for entry in fifo if entry.owner is not owner]
+        fifo.clear()
+        fifo.extend(kept)
+        for entry in mine:
+            self._pending.pop(entry.token, None)
+            if entry.fn is lib.pto_stream_free:
+                lib.pto_mem_free(self._dev, entry.args[1])  # a temporary nothing queued uses
+        return True
 
     # -- completion (lock held) -------------------------------------------------------------------
 
