@@ -139,7 +139,17 @@ async def roundtrip(program, config, n: int, blocks: int = 5) -> dict:
 
 
 def _raw_pipelined(w, h, t, n: int) -> float:
-    dev, s, k = w._dev, w.default_stream._ptr, h._kptr
+    # A stream of its own, without the overflow the runtime's streams have: a full ring
+    # refuses (-PTO_EAGAIN) and this loop drains, the bare driver loop.
+    out = ffi.new("pto_stream **")
+    assert lib.pto_stream_create(w._dev, 0, out) == 0
+    try:
+        return _raw_pipelined_on(w._dev, out[0], h._kptr, t, n)
+    finally:
+        lib.pto_stream_destroy(out[0])
+
+
+def _raw_pipelined_on(dev, s, k, t, n: int) -> float:
     args = ffi.new("uint64_t[]", [t.data_ptr])
     buf = ffi.new("pto_completion[]", 256)
     launch, drain, wait = lib.pto_stream_launch, lib.pto_cq_drain, lib.pto_cq_wait

@@ -59,3 +59,28 @@ def test_bench_runtime_script_runs(tmp_path):
         assert results[name]["value"] > 0
     assert results["concurrent"]["ref_asyncio_tasks_us"] > 0
     assert results["concurrent"]["ref_batched_futures_us"] > 0
+
+
+def test_bench_service_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_service.py: every round checks its outputs against numpy;
+    # the figures are reported, not asserted.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "bench_service.py"), "--quick", "--json", "--requests", "60"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    for name in ("plain", "busy loop"):
+        for ring in ("default_ring", "large_ring"):
+            r = results[name][ring]
+            assert r["req_per_s"] > 0 and 0 < r["busy_over_wall"] <= 1
+    assert results["plain"]["default_ring"]["ring"] == 256 and results["plain"]["large_ring"]["ring"] == 512
+    assert len(results["rows"]) == 4
