@@ -24,7 +24,7 @@ import pytest
 
 from pypto_async._driver import ffi, lib
 from pypto_async.errors import PtoCanceledError, PtoDependencyError, PtoError, PtoKernelFault
-from pypto_async.runtime import ChipWorker
+from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
 
 from conftest import mem_stats
@@ -220,9 +220,10 @@ async def test_cancel_of_work_held_on_the_host(kernels, tiny_ring):
         out_a, out_b = poisoned(), poisoned()
         a = add(rand(1), wd, out_a)
         b = add(rand(2), wd, out_b)
-        assert mem_stats(w).count == 5  # the weight and two temporaries each
+        assert mem_stats(w).count == 3  # the weight and a block of temporaries each
         assert a.cancel() is True
-        assert mem_stats(w).count == 3  # nothing was queued that uses them: freed at once
+        assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0  # its block went back, in order
+        assert mem_stats(w).count == 2
         with pytest.raises(PtoCanceledError):
             await a
         _open(w, gate)
@@ -232,6 +233,62 @@ async def test_cancel_of_work_held_on_the_host(kernels, tiny_ring):
         await s
         assert mem_stats(w).count == 1
         wd.free()
+
+
+ONE_LAUNCH = RunConfig(cores=1, copy_engines=1, device_memory=64 << 10)  # one 4096-float add at a time
+M = 4096
+
+
+@pytest.mark.anyio
+async def test_cancel_of_a_launch_waiting_for_device_memory(kernels):
+    async with ChipWorker(ONE_LAUNCH) as w:
+        add = w.register(kernels.get("add", M))
+        held, s = w.stream(), w.stream()
+        a = [np.random.default_rng(i).standard_normal(M).astype(np.float32) for i in range(6)]
+        outs = [np.full(M, np.nan, np.float32) for _ in range(3)]
+        with hold(held) as latch:
+            first = add(a[0], a[1], outs[0], stream=held)  # its temporaries fill the device
+            second = add(a[2], a[3], outs[1], stream=s)  # waits for memory
+            third = add(a[4], a[5], outs[2], stream=s)  # waits behind it
+            assert not second.submitted_to_ring and w.stats().memory_waits >= 1
+            assert second.cancel() is True
+            with pytest.raises(PtoCanceledError):
+                await second
+            latch.release()
+        assert await first is outs[0] and await third is outs[2]
+        np.testing.assert_array_equal(outs[0], a[0] + a[1])
+        np.testing.assert_array_equal(outs[2], a[4] + a[5])
+        assert np.isnan(outs[1]).all()
+        await w.wait()
+        assert mem_stats(w).count == 0
+
+
+@pytest.mark.anyio
+async def test_cancel_of_a_launch_granted_memory_but_held_on_the_host(kernels):
+    async with ChipWorker(ONE_LAUNCH) as w:
+        add = w.register(kernels.get("add", M))
+        held, s = w.stream(), w.stream()
+        a = [np.random.default_rng(i).standard_normal(M).astype(np.float32) for i in range(4)]
+        outs = [np.full(M, np.nan, np.float32) for _ in range(2)]
+        gate = _Gate()
+        _hold_behind(w, s, gate)
+        with hold(held) as latch:
+            first = add(a[0], a[1], outs[0], stream=held)  # its temporaries fill the device
+            second = add(a[2], a[3], outs[1], stream=s)  # waits for memory, behind the gate too
+            latch.release()
+        assert await first is outs[0]
+        await held
+        with w._lock:
+            w._service_locked()  # memory came back: the waiting launch is granted its block
+        assert mem_stats(w).count == 1 and not second.done()
+        assert second.cancel() is True  # still behind the gate: its block goes back in order
+        assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0
+        assert mem_stats(w).count == 0
+        with pytest.raises(PtoCanceledError):
+            await second
+        _open(w, gate)
+        await s
+        assert np.isnan(outs[1]).all()
 
 
 def test_cancel_after_completion_or_close_is_false(kernels, config):

@@ -140,9 +140,10 @@ class Launch:
     def cancel(self) -> bool:
         """Withdraw the launch if it has not reached the device yet.
 
-        A launch still waiting for room in its stream's ring (queued behind
-        a full ring, in the driver's backlog or the stream's FIFO) can be
-        withdrawn: a service sheds load this way when a deadline passes.
+        A launch still waiting for room in its stream's ring (in the
+        driver's backlog behind a full ring, or held on the host: waiting
+        for device memory, or queued behind such a launch) can be withdrawn:
+        a service sheds load this way when a deadline passes.
         It then fails at once with
         :class:`~pypto_async.errors.PtoCanceledError`: its commands never
         run (its output arrays are not written), the runtime lets go of its

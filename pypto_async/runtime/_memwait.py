@@ -125,6 +125,20 @@ class MemoryWait:
         self.exc = exc
         self._entered = True
 
+    def withdraw(self) -> int | None:
+        """Its launch was canceled while its stand-ins waited in the FIFO (Launch.cancel).
+
+        The gate opens (nothing waits on it any more; :func:`retry` drops the
+        done launch).  Returns the device block it was granted, for the
+        caller to free in stream order, or None (idempotent).
+        """
+        self._entered = True
+        cmds, self.cmds = self.cmds, None
+        if cmds is None:
+            return None
+        fn, args, _ = cmds[-1]  # the free of the one block (see _group_commands)
+        return args[1]
+
 
 def wait_for_memory(worker, handle, stream, values: list, launch):
     """Make `launch` wait for its temporaries, or raise if waiting cannot help.

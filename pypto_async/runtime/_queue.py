@@ -390,7 +390,14 @@ class CommandQueue:
             return True
 
     def _drop_held(self, stream: Stream, owner) -> bool:
-        """Take `owner`'s entries out of `stream`'s FIFO; False if it has none there (lock held)."""
+        """Take `owner`'s entries out of `stream`'s FIFO; False if it has none there (lock held).
+
+        Its temporaries (the block its free stands for, or the one its memory
+        wait was granted) go back in stream order, straight to the driver:
+        the block may have been carved from a free still queued on the
+        stream, which the work before that free still uses; nothing held in
+        the FIFO uses it.
+        """
         fifo = stream._fifo
         mine = [entry for entry in fifo if entry.owner is owner]
         if not mine:
@@ -398,10 +405,22 @@ class CommandQueue:
         kept = [entry for entry in fifo if entry.owner is not owner]
         fifo.clear()
         fifo.extend(kept)
+        blocks = []
         for entry in mine:
             self._pending.pop(entry.token, None)
             if entry.fn is lib.pto_stream_free:
-                lib.pto_mem_free(self._dev, entry.args[1])  # a temporary nothing queued uses
+                blocks.append(entry.args[1])
+            elif entry.gate is not None:  # a memory wait's stand-in (see _memwait)
+                block = entry.gate.withdraw()
+                if block is not None:
+                    blocks.append(block)
+        for ptr in blocks:
+            token = self._token(None)
+            rc = lib.pto_stream_free(stream._ptr, ptr, token)
+            if rc == _QUEUED:
+                self._overflowed(stream, 1)
+            elif rc:
+                self._pending.pop(token, None)  # a lost device: its memory goes with it
         return True
 
     # -- completion (lock held) -------------------------------------------------------------------
