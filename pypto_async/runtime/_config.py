@@ -38,7 +38,8 @@ class RunConfig:
         Which device of the platform (the simulator has one per worker).
     ring_task_window : int
         Command slots per stream ring, a power of two.  When a stream's ring
-        is full, new work waits in that stream's FIFO (back-pressure).
+        is full, new work waits in that stream's backlog in the driver, and
+        enters the ring as commands complete (back-pressure).
     ring_heap : int
         Bytes of launch arguments each stream can hold in flight.
     ring_dep_pool : int

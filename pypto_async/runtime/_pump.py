@@ -10,7 +10,7 @@ Some facts the pumps rest on (see ``native/include/pto_driver.h``):
   record is ever stranded behind a reset fd.
 
 A pump's only job is to call ``worker._on_readable()`` (which drains records
-in batches, resolves their futures, and flushes stream FIFOs) on the thread
+in batches, resolves their futures, and moves stream backlogs on) on the thread
 that owns the worker's waiters, whenever the fd is readable, and to suspend
 awaiting tasks until they are woken.  Every flavour has the same methods:
 

@@ -6,9 +6,10 @@ time, commands, bytes) and per stream (``pto_stream_get_stats``: ring
 occupancy high-water marks, refusals), and measures how long streams waited
 for room in their rings (back-pressure).
 
-Back-pressure time is measured per stream as the time its FIFO held commands
-that did not fit the ring: from the moment the first command had to wait in
-the FIFO until the FIFO was empty again.  :class:`BacklogClock` is the
+Back-pressure time is measured per stream as the time it held commands that
+did not fit the ring (in the driver's backlog, or in its FIFO on the host):
+from the moment the first command had to wait until the pump found none
+waiting any more.  :class:`BacklogClock` is the
 worker's set of such streams (it replaces a plain ``dict``) and keeps that
 clock as streams enter and leave it, so measuring costs nothing while rings
 have room.
