@@ -258,12 +258,21 @@ struct pto_stream_fail {
  * (overflow.c).  Its cmd is complete (seq, epoch, token, injection) except for
  * ring resources: the launch arguments are a private copy until it enters.
  */
+#define PTO_OVF_INLINE_ARGS 8     /* launch arguments an overflow entry holds without a malloc */
+
 struct pto_ovf_ent {
     struct pto_cmd cmd;
-    uint64_t *args;               /* launch arguments (malloc'd); NULL if none */
+    uint64_t *args;               /* launch arguments past PTO_OVF_INLINE_ARGS words (malloc'd) */
     uint32_t heap_len;            /* ring-heap bytes it needs on entry */
     bool dep;                     /* it needs a dependency entry on entry (an event wait) */
+    uint64_t inline_args[PTO_OVF_INLINE_ARGS];  /* the arguments otherwise (entries move: no pointer) */
 };
+
+/* Where an overflow entry's launch arguments are. */
+static inline uint64_t *pto_ovf_args(struct pto_ovf_ent *ent)
+{
+    return ent->heap_len > sizeof(ent->inline_args) ? ent->args : ent->inline_args;
+}
 
 /* A stream's overflow: a circular array, under submit_lock. */
 struct pto_overflow {
@@ -404,6 +413,21 @@ void pto_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent);
  * the ring is empty, so one producer wake-up admits many commands.
  */
 uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first);
+/*
+ * Whether pto_ovf_refill could move anything now, read without submit_lock
+ * by the completion path right after it stored head (overflow.c).  A stale
+ * tail only makes it say yes: the refill itself decides under the lock.
+ */
+static inline bool pto_ovf_due(pto_stream *s)
+{
+    /* seq_cst: the completion side of the overflow hand-off. */
+    uint64_t accepted = atomic_load(&s->accepted);
+    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+    if (accepted == tail)
+        return false;
+    uint32_t in_ring = (uint32_t)(tail - atomic_load_explicit(&s->head, memory_order_relaxed));
+    return in_ring == 0 || s->entries - in_ring >= s->ovf.refill;
+}
 /* Release the overflow's memory (the stream is being freed; no entry is left). */
 void pto_ovf_fini(pto_stream *s);
 /* Destroyed streams whose rings drained (sched_lock held). */

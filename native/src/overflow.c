@@ -38,10 +38,12 @@
  * the ring has no room for it.  Who moves it into the ring:
  *
  *   completion  pto_cmd_finish stores head (seq_cst), then loads accepted
- *               (seq_cst); if commands wait, it takes submit_lock (lock
- *               order: sched_lock -> submit_lock) and refills, before the
- *               command's record is pushed: a host that drains the record
- *               finds them in the ring already.
+ *               (seq_cst, pto_ovf_due); if commands wait and a refill is
+ *               due (below), it takes submit_lock (lock order: sched_lock
+ *               -> submit_lock) and refills, before the command's record is
+ *               pushed: a host that drains the record finds them in the ring
+ *               already.  So a completion takes submit_lock once per batch,
+ *               not once per command.
  *   submission  after storing accepted (seq_cst), the submitter refills too,
  *               loading head (seq_cst).  In the total order of seq_cst
  *               operations one side sees the other: either the completion
@@ -52,7 +54,9 @@
  * command to enter then admits a batch of launches, and the ring still holds
  * three quarters of its commands while it waits, so the device never idles.
  * An empty ring has all of its heap and dependency entries free, so the
- * oldest waiting command always fits then.
+ * oldest waiting command always fits then.  Launch arguments of up to
+ * PTO_OVF_INLINE_ARGS words wait inside the entry, so a backlog of ordinary
+ * launches costs no allocation per command.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -99,14 +103,14 @@ int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_e
     if (waiting == o->cap && !ovf_grow(s, waiting))
         return pto_error(PTO_ENOMEM, "stream %u: out of host memory for %u waiting commands", s->id,
                          waiting + 1);
+    struct pto_ovf_ent *ent = &o->ents[(o->head + waiting) & (o->cap - 1)];
     uint64_t *args = NULL;
-    if (heap_len) {
+    if (heap_len > sizeof(ent->inline_args)) {
         args = malloc(heap_len);
         if (!args)
             return pto_error(PTO_ENOMEM, "stream %u: out of host memory for launch arguments", s->id);
     }
-    struct pto_ovf_ent *ent = &o->ents[(o->head + waiting) & (o->cap - 1)];
-    memset(ent, 0, sizeof(*ent));
+    memset(&ent->cmd, 0, sizeof(ent->cmd));
     ent->args = args;
     ent->heap_len = heap_len;
     ent->dep = dep;
@@ -114,11 +118,17 @@ int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_e
     return 0;
 }
 
+/* Release an entry's launch arguments (they were copied, or are not needed). */
+static void ovf_release_args(struct pto_ovf_ent *ent)
+{
+    free(ent->args);
+    ent->args = NULL;
+}
+
 void pto_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent)
 {
     (void)s;
-    free(ent->args);
-    ent->args = NULL;
+    ovf_release_args(ent);
 }
 
 uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first)
@@ -144,11 +154,11 @@ uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first)
         struct pto_cmd *cmd = &s->ring[tail & s->mask];
         *cmd = ent->cmd;
         cmd->heap_used = used;
-        if (ent->heap_len) {
-            memcpy(heap, ent->args, ent->heap_len);
-            cmd->u.launch.args = (uint64_t *)heap; /* only launches carry heap bytes */
-        }
-        free(ent->args);
+        if (ent->heap_len)
+            memcpy(heap, pto_ovf_args(ent), ent->heap_len); /* only launches carry heap bytes */
+        if (cmd->kind == PTO_CMD_LAUNCH)
+            cmd->u.launch.args = (uint64_t *)heap; /* never into the entry: entries move */
+        ovf_release_args(ent);
         if (ent->dep)
             pto_ring_take_dep(s);
         pto_ring_charge(s, used, cmd->seq);
@@ -167,7 +177,7 @@ void pto_ovf_fini(pto_stream *s)
     struct pto_overflow *o = &s->ovf;
     uint32_t waiting = ovf_waiting(s);
     for (uint32_t i = 0; i < waiting; i++)
-        free(o->ents[(o->head + i) & (o->cap - 1)].args);
+        ovf_release_args(&o->ents[(o->head + i) & (o->cap - 1)]);
     free(o->ents);
     o->ents = NULL;
     o->cap = 0;

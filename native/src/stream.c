@@ -175,7 +175,7 @@ int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     s->slot_dep = false;
     *cmd_out = &ent->cmd;
     if (heap_out)
-        *heap_out = ent->args;
+        *heap_out = pto_ovf_args(ent);
     return 0;
 }
 
@@ -885,7 +885,7 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * Refilled before the record is pushed, so a host that drains it finds
      * the room it announces taken by the backlog already.
      */
-    if (atomic_load(&s->accepted) != atomic_load_explicit(&s->tail, memory_order_relaxed)) {
+    if (pto_ovf_due(s)) {
         uint64_t first;
         pthread_mutex_lock(&s->submit_lock);
         pto_ovf_refill(s, &first);

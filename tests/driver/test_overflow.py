@@ -89,6 +89,35 @@ def test_launch_arguments_wait_in_the_overflow_for_heap_room(small_dev, ostream)
     sync(ostream)
 
 
+def test_long_argument_lists_wait_in_the_overflow_too(open_dev):
+    # Ten arguments (80 bytes): past what an overflow entry holds inline.
+    dev = open_dev(ring_task_window=4, ring_heap=256)
+    out = ffi.new("pto_stream **")
+    check(lib.pto_stream_create(dev, 0, out))
+    s = out[0]
+    check(lib.pto_stream_set_overflow(s, 1))
+    cq = _cq(dev)
+    fill = builtin(dev, "fill_f32")
+    n = 16
+    bufs = [alloc(dev, n * 4, s) for _ in range(8)]
+    values = np.random.default_rng(1).uniform(1, 9, 8).astype(np.float32)
+    toks = []
+    with held(dev, s):
+        for buf, v in zip(bufs, values):
+            toks.append(new_token())
+            launch(s, fill, 1, [buf, f32_bits(v), n] + [0xDEAD] * 7, toks[-1])
+        assert stream_stats(s).overflow >= 5
+    cq.wait(*toks)
+    for buf, v in zip(bufs, values):
+        got = np.zeros(n, np.float32)
+        d2h(s, got, buf)
+        sync(s)
+        np.testing.assert_array_equal(got, np.full(n, v, np.float32))
+    for buf in bufs:
+        check(lib.pto_stream_free(s, buf, 0))
+    sync(s)
+
+
 def test_waits_take_dependency_entries_only_in_the_ring(small_dev, ostream, new_stream):
     cq = _cq(small_dev)
     src = ffi.new("pto_stream **")
