@@ -3,8 +3,8 @@
 The pattern of issue 11 (item 12): an asyncio service keeps a weight resident
 on the device and serves each request as its own task, ``await h(x, w, y)``
 with host arrays ``x`` (in) and ``y`` (out), all on one stream.  200 such
-requests queue 1,000 commands (copy in, kernel, copy out, two frees of
-temporaries): four times the default ring of 256 slots.  The device must stay
+requests queue 800 commands (copy in, kernel, copy out, the free of their
+temporaries): three times the default ring of 256 slots.  The device must stay
 busy while the backlog waits for ring room, without waiting for the event
 loop to come round.  Two services:
 
@@ -142,8 +142,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else args.rounds
-    # A ring that holds every command of a round: five per request, rounded up to a power of two.
-    large = 1 << (5 * args.requests - 1).bit_length()
+    # A ring that holds every command of a round: four per request, rounded up to a power of two.
+    large = 1 << (4 * args.requests - 1).bit_length()
     result: dict = {"requests": args.requests, "elements": N,
                     "targets": {"busy_over_wall": TARGET_BUSY, "req_per_s_ratio": TARGET_RATIO}}
     rows = []

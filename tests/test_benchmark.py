@@ -73,7 +73,7 @@ def test_bench_service_script_runs(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "bench_service.py"), "--quick", "--json", "--requests", "60"],
+        [sys.executable, str(root / "benchmarks" / "bench_service.py"), "--quick", "--json", "--requests", "80"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
