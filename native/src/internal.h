@@ -29,7 +29,7 @@
 #define PTO_MSG_LEN 104           /* == sizeof(pto_completion.message), asserted in completion.c */
 #define PTO_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
 
-/* ---- small helpers (error.c) ---------------------------------------------- */
+/* ---- error text (error.c) ------------------------------------------------- */
 
 /* Set this thread's last-error text and return -code. */
 int pto_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -37,6 +37,9 @@ int pto_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void pto_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Clear this thread's last-error text. */
 void pto_clear_error(void);
+
+/* ---- small helpers (util.c) ------------------------------------------------- */
+
 /* Absolute CLOCK_MONOTONIC deadline timeout_us from now; 0 means none (< 0). */
 uint64_t pto_deadline_after_us(int64_t timeout_us);
 /*
@@ -53,6 +56,10 @@ int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadli
 void pto_mutex_init(pthread_mutex_t *mu);
 /* Initialise a condition variable on CLOCK_MONOTONIC. */
 void pto_cond_init(pthread_cond_t *cv);
+/* Zeroed allocation aligned to 64 (structs with cache-line-aligned members); free() it. */
+void *pto_zalloc64(size_t size);
+/* Bounded copy of a C string into a fixed buffer. */
+void pto_strlcpy(char *dst, const char *src, size_t n);
 /* Spin-loop hint. */
 static inline void pto_cpu_relax(void)
 {
@@ -584,11 +591,5 @@ static inline bool pto_dev_lost(pto_device *dev)
 
 /* Mark dev lost (sched_lock held); the first call wins the message. */
 void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
-
-/* Zeroed allocation aligned to 64 (structs with cache-line-aligned members); free() it. */
-void *pto_zalloc64(size_t size);
-
-/* Bounded copy of a C string into a fixed buffer. */
-void pto_strlcpy(char *dst, const char *src, size_t n);
 
 #endif /* PTO_INTERNAL_H */
