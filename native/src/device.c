@@ -149,20 +149,6 @@ fail_mem:
     return rc;
 }
 
-void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg)
-{
-    if (atomic_load_explicit(&dev->lost, memory_order_relaxed))
-        return;
-    dev->lost_cause = cause;
-    pto_strlcpy(dev->lost_msg, msg, sizeof(dev->lost_msg));
-    /* Release pairs with pto_dev_lost's acquire: lost_msg/lost_cause are set. */
-    atomic_store_explicit(&dev->lost, 1, memory_order_release);
-    pthread_cond_broadcast(&dev->host_cv);
-    atomic_fetch_add(&dev->kick, 1);
-    pthread_cond_broadcast(&dev->sched_cv);
-    pto_cq_wake_all(dev);
-}
-
 /* Cancel every not-started command (sched_lock held); returns the count. */
 static int cancel_locked(pto_device *dev)
 {

@@ -125,7 +125,7 @@ void pto_event_node_unref(struct pto_event_node *n);
 /* Current node of e with a new reference (NULL: never recorded). */
 struct pto_event_node *pto_event_current(pto_event *e);
 
-/* ---- latches (hooks.c) ---------------------------------------------------------- */
+/* ---- latches (latch.c) ---------------------------------------------------------- */
 
 struct pto_latch {
     pto_device *dev;
@@ -588,6 +588,8 @@ static inline bool pto_dev_lost(pto_device *dev)
 {
     return atomic_load_explicit(&dev->lost, memory_order_acquire) != 0;
 }
+
+/* ---- device loss (lost.c) ------------------------------------------------------ */
 
 /* Mark dev lost (sched_lock held); the first call wins the message. */
 void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);

@@ -495,6 +495,22 @@ int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token)
     return pto_slot_commit(s, cmd, PTO_CMD_DELAY, token);
 }
 
+/* Queue a wait on l: holds s until l is released or times out. */
+int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token)
+{
+    if (!s)
+        return pto_error(PTO_EINVAL, "pto_stream_latch_wait: NULL stream");
+    if (!l || l->dev != s->dev)
+        return pto_error(PTO_EINVAL, "pto_stream_latch_wait: latch is NULL or from another device");
+    struct pto_cmd *cmd;
+    int rc = pto_slot_begin(s, "pto_stream_latch_wait", 0, false, &cmd, NULL);
+    if (rc)
+        return rc;
+    atomic_fetch_add_explicit(&l->refs, 1, memory_order_relaxed);
+    cmd->u.latch.l = l;
+    return pto_slot_commit(s, cmd, PTO_CMD_LATCH, token);
+}
+
 /* ---- streams ---------------------------------------------------------------- */
 
 /* Insert s into dev->order: priority descending, then id ascending (sched_lock held). */

@@ -1,0 +1,86 @@
+/*
+ * latch.c - latches: host-released gates that hold streams (a test hook).
+ *
+ * Phase: lifecycle and execution.  A latch is refcounted: the host handle
+ * holds one reference and every queued pto_stream_latch_wait another (taken
+ * at submit, submit.c; dropped at completion, exec.c), so destroying a
+ * latch never frees it under a queued wait.  The scheduler checks a started
+ * latch wait on each pass (check_blocked, exec.c); releasing one runs the
+ * passes it enables from the releasing thread.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Returns 0 and *out, -PTO_EINVAL, -PTO_ENOMEM. */
+int pto_latch_create(pto_device *dev, int64_t timeout_us, pto_latch **out)
+{
+    if (!dev || !out)
+        return pto_error(PTO_EINVAL, "pto_latch_create: NULL argument");
+    pto_latch *l = calloc(1, sizeof(*l));
+    if (!l)
+        return pto_error(PTO_ENOMEM, "pto_latch_create: out of host memory");
+    l->dev = dev;
+    l->timeout_us = timeout_us;
+    atomic_init(&l->released, 0);
+    atomic_init(&l->refs, 1);
+    pthread_mutex_lock(&dev->obj_lock);
+    pto_link_add(&dev->latches, &l->link);
+    pthread_mutex_unlock(&dev->obj_lock);
+    *out = l;
+    return 0;
+}
+
+void pto_latch_unref(pto_latch *l)
+{
+    if (atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_lock(&l->dev->obj_lock);
+    pto_link_del(&l->link);
+    pthread_mutex_unlock(&l->dev->obj_lock);
+    free(l);
+}
+
+static void release(pto_latch *l)
+{
+    /* Release pairs with the acquire load in check_blocked (exec.c). */
+    atomic_store_explicit(&l->released, 1, memory_order_release);
+}
+
+/*
+ * Release under sched_lock and run the passes it enables from here: no pass
+ * can be half-way through the streams when the latch opens, so the streams
+ * it held move on in priority order, and no thread needs waking to start
+ * them.
+ */
+static void release_and_run(pto_latch *l)
+{
+    pto_device *dev = l->dev;
+    pthread_mutex_lock(&dev->sched_lock);
+    release(l);
+    pto_sched_run(dev);
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
+void pto_latch_release(pto_latch *l)
+{
+    if (!l)
+        return;
+    release_and_run(l);
+}
+
+void pto_latch_destroy(pto_latch *l)
+{
+    if (!l)
+        return;
+    release_and_run(l);
+    pto_latch_unref(l);
+}
+
+void pto_latches_release_all(pto_device *dev)
+{
+    pthread_mutex_lock(&dev->obj_lock);
+    for (struct pto_link *p = dev->latches.next; p != &dev->latches; p = p->next)
+        release(PTO_CONTAINER(p, pto_latch, link));
+    pthread_mutex_unlock(&dev->obj_lock);
+}
