@@ -1,10 +1,11 @@
 /*
  * device.c - open, close, info, status, synchronize, cancel, device stats.
  *
- * Setup and teardown only; the hot paths live in stream.c, engines.c and
- * completion.c.  Teardown cannot fail and cannot hang on a latch: close
- * cancels everything not started (releasing latches), waits for what runs
- * on an engine, joins the threads and frees every object still alive.
+ * Phase: setup and teardown, plus the device-wide host calls.  The hot
+ * paths live in submit.c, exec.c, sched.c, engines.c and completion.c.
+ * Teardown cannot fail and cannot hang on a latch: close cancels everything
+ * not started (releasing latches), waits for what runs on an engine, joins
+ * the threads and frees every object still alive.
  */
 #include <sched.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * makes a new node (refcounted: the event, the record command, and every
  * wait queued while it was current), so re-recording never disturbs waits
  * already queued.  The record command's completion fills the node and
- * release-stores done (stream.c); readers here load done with acquire.
+ * release-stores done (exec.c); readers here load done with acquire.
  */
 #include <stdlib.h>
 

@@ -198,7 +198,7 @@ int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
 /* True if [addr, addr+n) lies inside the arena. */
 bool pto_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
 
-/* ---- commands and streams (stream.c) -------------------------------------------- */
+/* ---- commands and streams -------------------------------------------------- */
 
 enum pto_cmd_state {
     PTO_CMD_QUEUED = 0,           /* in the ring, not started */
@@ -296,7 +296,7 @@ struct pto_stream {
     uint32_t id;
     int32_t priority;
 
-    /* ring (see the essay in stream.c) */
+    /* ring (see the essay in ring.c) */
     uint32_t entries, mask;
     struct pto_cmd *ring;
     _Atomic uint64_t tail;        /* seq of the last command in the ring; producer: release */
@@ -338,54 +338,30 @@ struct pto_stream {
     struct pto_link pending;      /* struct pto_pending_free */
 };
 
-/* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
-bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
+/* ---- submission (submit.c, ring.c) ---------------------------------------------- */
 
 /*
- * Whether pto_stream_step could do anything (sched_lock held): no command of
- * s is on an engine, and s holds a command.  The load of tail is seq_cst, as
- * in pto_stream_step (see pto_slot_commit).
- */
-static inline bool pto_stream_has_work(pto_stream *s)
-{
-    return !s->active &&
-           atomic_load_explicit(&s->head, memory_order_relaxed) != atomic_load(&s->tail);
-}
-/*
- * Whether s holds no command at all, in its ring or its overflow (sched_lock
- * held, no submitter running on s: a stream being destroyed or closed).
- */
-static inline bool pto_stream_idle(pto_stream *s)
-{
-    return !s->active && atomic_load_explicit(&s->head, memory_order_relaxed) ==
-                             atomic_load_explicit(&s->accepted, memory_order_acquire);
-}
-/*
- * Complete s's head command cmd (sched_lock held): record, resources, head
- * advance, wake-ups, deferred stream free.  status/cause/msg are the
- * command's outcome before stream-failure bookkeeping; own == true marks a
- * failure of the command itself (it becomes the stream's first failure).
- */
-void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
-                    uint64_t cause, const char *msg, bool own, uint64_t start_ns,
-                    uint64_t end_ns, int32_t engine);
-/*
- * Submission slots (stream.c; hooks.c uses them too).  pto_slot_begin takes
- * submit_lock and reserves a ring slot, heap_len heap bytes and (dep) one
- * dependency entry, or, when they are not free (or commands wait in the
- * overflow already) and s accepts overflow, an overflow entry with heap_len
- * private bytes; on success the zeroed slot is returned with the lock held
- * and *heap pointing at the reserved bytes.  pto_slot_commit publishes it
- * and unlocks; it returns 0 (in the ring) or PTO_QUEUED (in the overflow).
- * pto_slot_abort unlocks without queueing anything.
+ * Submission slots (submit.c).  pto_slot_begin takes submit_lock and
+ * reserves a ring slot, heap_len heap bytes and (dep) one dependency entry,
+ * or, when they are not free (or commands wait in the overflow already) and
+ * s accepts overflow, an overflow entry with heap_len private bytes; on
+ * success the zeroed slot is returned with the lock held and *heap pointing
+ * at the reserved bytes.  pto_slot_commit publishes it and unlocks; it
+ * returns 0 (in the ring) or PTO_QUEUED (in the overflow).  pto_slot_abort
+ * unlocks without queueing anything.
  */
 int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd, void **heap);
 int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
 void pto_slot_abort(pto_stream *s);
 /*
- * Ring room (submit_lock held; head as loaded by the caller, tail the
- * producer's): 0 if a command needing heap_len heap bytes and (dep) one
+ * Hand commands just published into the ring of s (first: the first one's
+ * seq) to a scheduler pass if s was idle (no lock held; see pto_slot_commit).
+ */
+void pto_stream_kick(pto_stream *s, uint64_t first);
+/*
+ * Ring room (ring.c; submit_lock held; head as loaded by the caller, tail
+ * the producer's): 0 if a command needing heap_len heap bytes and (dep) one
  * dependency entry fits now, with *used the heap bytes it is charged
  * (padding included) and *heap where they start; else which one is short:
  * PTO_RING_SLOTS, PTO_RING_HEAP or PTO_RING_DEPS.
@@ -397,18 +373,13 @@ int pto_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len
 void pto_ring_take_dep(pto_stream *s);
 /* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
 void pto_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
-/*
- * Hand commands just published into the ring of s (first: the first one's
- * seq) to a scheduler pass if s was idle (no lock held; see pto_slot_commit).
- */
-void pto_stream_kick(pto_stream *s, uint64_t first);
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 
 /*
  * Reserve the next overflow entry of s (submit_lock held) with heap_len bytes
  * for launch arguments; 0 and *ent (zeroed but for its args buffer), or
- * -PTO_ENOMEM.  It counts only once pto_ovf_publish has run.
+ * -PTO_ENOMEM.  It counts only once pto_slot_commit has published it.
  */
 int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **ent);
 /* Give back an entry pto_ovf_reserve handed out and nothing published (submit_lock held). */
@@ -437,12 +408,48 @@ static inline bool pto_ovf_due(pto_stream *s)
 }
 /* Release the overflow's memory (the stream is being freed; no entry is left). */
 void pto_ovf_fini(pto_stream *s);
+
+/* ---- stream lifecycle (stream.c) ---------------------------------------------------- */
+
 /* Destroyed streams whose rings drained (sched_lock held). */
 void pto_streams_reap(pto_device *dev);
 /* Mark the failure fail_id of stream stream_id observed (sched_lock held). */
 void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
 /* Unlink and free a stream (sched_lock held, ring empty). */
 void pto_stream_free_now(pto_device *dev, pto_stream *s);
+/*
+ * Whether s holds no command at all, in its ring or its overflow (sched_lock
+ * held, no submitter running on s: a stream being destroyed or closed).
+ */
+static inline bool pto_stream_idle(pto_stream *s)
+{
+    return !s->active && atomic_load_explicit(&s->head, memory_order_relaxed) ==
+                             atomic_load_explicit(&s->accepted, memory_order_acquire);
+}
+
+/* ---- execution (exec.c) ------------------------------------------------------------- */
+
+/* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
+bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
+/*
+ * Whether pto_stream_step could do anything (sched_lock held): no command of
+ * s is on an engine, and s holds a command.  The load of tail is seq_cst, as
+ * in pto_stream_step (see pto_slot_commit).
+ */
+static inline bool pto_stream_has_work(pto_stream *s)
+{
+    return !s->active &&
+           atomic_load_explicit(&s->head, memory_order_relaxed) != atomic_load(&s->tail);
+}
+/*
+ * Complete s's head command cmd (sched_lock held): record, resources, head
+ * advance, wake-ups, deferred stream free.  status/cause/msg are the
+ * command's outcome before stream-failure bookkeeping; own == true marks a
+ * failure of the command itself (it becomes the stream's first failure).
+ */
+void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
+                    uint64_t cause, const char *msg, bool own, uint64_t start_ns,
+                    uint64_t end_ns, int32_t engine);
 /* Cancel every not-started command of s (sched_lock held); returns the count. */
 int pto_stream_cancel_locked(pto_device *dev, pto_stream *s);
 /* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine (overflow included). */

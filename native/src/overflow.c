@@ -18,7 +18,7 @@
  * An accepted command is whole: its sequence number, failure epoch, injected
  * failure and submit time are taken on acceptance, as for a command that
  * enters the ring at once, so the failure rule judges a backlog exactly as it
- * judges the ring (stream.c, "Failure propagation").  Only ring resources
+ * judges the ring (exec.c, "Failure propagation").  Only ring resources
  * wait: the slot, the heap bytes (the command keeps a private copy of its
  * launch arguments) and the dependency entry of an event wait.  Everything
  * else is taken on acceptance: an event record becomes its event's current
