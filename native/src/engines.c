@@ -1,44 +1,24 @@
 /*
- * engines.c - the device's threads: schedulers, compute cores, copy engines.
+ * engines.c - the engines: compute cores and copy engines, their queues,
+ * threads and statistics.
  *
- * Schedulers (aicpu_thread_num) walk the streams in priority order under
- * sched_lock and start each ready head: copies and memsets go to the shared
- * copy queue, launches to the core queue, everything else (record, wait,
- * free, notify, delay, latch) they run themselves.  Delays and latches hold
- * their stream's head without occupying an engine or a thread: the
- * scheduler re-checks them on each pass and sleeps until the nearest
- * deadline.  Cores take blocks from the first launch of the core queue
+ * Phase: execution.  A scheduler pass (sched.c) hands each started copy or
+ * launch to an engine queue (pto_copy_enqueue, pto_core_enqueue; sched_lock
+ * held).  Cores take blocks from the first launch of the core queue
  * (next_block under core_lock); the core that finishes a launch's last block
- * completes it.  Copy engines pop whole commands.
+ * completes it.  Copy engines pop whole commands.  The engine that completes
+ * a command (pto_cmd_finish, exec.c) runs a scheduler pass at once
+ * (pto_sched_run), so the stream's next command starts without a hand-off.
+ * pto_engines_start starts every device thread, the schedulers' included
+ * (pto_sched_main, sched.c), and pto_engines_stop joins them all.
  *
- * Scheduler passes do not only run on scheduler threads (pto_sched_run): an
- * engine that finishes a command runs one at once; a spinning engine runs
- * one when kicked (watch_kicks); a submitter whose command lands on an idle
- * stream with no engine spinning runs one itself (stream.c,
- * pto_slot_commit).  The scheduler thread is woken only for what those
- * passes leave behind: a deadline to sleep towards, work left after the
- * passes, or a kick nobody watches.
- *
- * Idling.  A scheduler, and an engine whose queue-mates all sleep, spin at
- * most spin_us watching atomic counters, then sleep on their condition
- * variable with no timeout (a scheduler with a delay or latch timeout
- * pending sleeps until that deadline), so an idle device burns no CPU.
- * Wake-ups cost a signal only when somebody sleeps:
- *
- *   schedulers  kick (work to schedule) and wakes (deadlines) are seq_cst
- *               counters; a scheduler about to sleep increments
- *               sched_sleepers (seq_cst) and re-reads both under sched_lock.
- *               pto_sched_kick bumps kick and then reads kick_watchers (a
- *               watcher serves it) and sched_sleepers; pto_sched_wake bumps
- *               wakes and reads sched_sleepers; either signals under
- *               sched_lock only if a scheduler sleeps.  In the single total
- *               order of seq_cst operations one side sees the other, so a
- *               wake-up is never lost, and a busy or spinning scheduler costs
- *               a kicker no syscall.
- *   engines     queue pushes, sleeper and spinner counts are all under the
- *               queue's lock; copy_len / core_len are what the spinning
- *               engine watches.  A push signals a sleeper only when the queue
- *               holds more runs than there are spinners.
+ * Idling.  An engine whose queue-mates all sleep spins at most spin_us
+ * watching its queue (and serving scheduler kicks meanwhile: watch_kicks),
+ * then sleeps on its condition variable with no timeout, so an idle device
+ * burns no CPU.  Queue pushes, sleeper and spinner counts are all under the
+ * queue's lock; copy_len / core_len are what the spinning engine watches.
+ * A push signals a sleeper only when the queue holds more runs than there
+ * are spinners.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -65,99 +45,6 @@ static __thread bool tl_watching;
 static int self_returning(pto_device *dev, bool copy)
 {
     return tl_engine && !tl_watching && tl_engine->dev == dev && tl_engine->is_copy == copy;
-}
-
-static void signal_scheduler(pto_device *dev, bool locked)
-{
-    if (atomic_load(&dev->sched_sleepers) > 0) {
-        if (!locked)
-            pthread_mutex_lock(&dev->sched_lock);
-        pthread_cond_signal(&dev->sched_cv);
-        if (!locked)
-            pthread_mutex_unlock(&dev->sched_lock);
-    }
-}
-
-void pto_sched_kick(pto_device *dev, bool locked)
-{
-    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in sched_main */
-    if (atomic_load(&dev->kick_watchers) > 0)
-        return; /* a spinning engine runs the pass (engine_idle) */
-    signal_scheduler(dev, locked);
-}
-
-void pto_sched_wake(pto_device *dev, bool locked)
-{
-    /* Not kick: watchers would run a pass for it, and that pass would wake again. */
-    atomic_fetch_add(&dev->wakes, 1); /* seq_cst: pairs with the sleepers++ / re-read in sched_main */
-    signal_scheduler(dev, locked);
-}
-
-/* One pass over every stream, highest priority first (sched_lock held). */
-static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
-{
-    bool progress = false;
-    /*
-     * Every kick up to this value is covered by this pass: its kicker stored
-     * the stream's tail before bumping kick, and the tail loads below come
-     * after this seq_cst load.  Watchers compare kick with it (watch_kicks).
-     */
-    atomic_store(&dev->kick_served, atomic_load(&dev->kick));
-    if (dev->reap)
-        pto_streams_reap(dev);
-    uint64_t now = 0; /* read the clock only for a stream with something to start */
-    for (size_t i = 0; i < dev->n_streams; i++) {
-        pto_stream *s = dev->order[i];
-        /* Run a bounded burst per stream so one busy stream cannot starve the rest. */
-        for (int burst = 0; burst < 64 && pto_stream_has_work(s); burst++) {
-            if (!now)
-                now = pto_now_ns();
-            if (!pto_stream_step(dev, s, now, next_deadline))
-                break;
-            progress = true;
-            now = 0;
-        }
-    }
-    if (dev->reap)
-        pto_streams_reap(dev);
-    return progress;
-}
-
-static void *sched_main(void *arg)
-{
-    pto_device *dev = arg;
-    uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    pthread_mutex_lock(&dev->sched_lock);
-    while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
-        uint64_t k = atomic_load(&dev->kick), w = atomic_load(&dev->wakes);
-        uint64_t next_deadline = 0;
-        if (sched_pass(dev, &next_deadline))
-            continue;
-        if (spin_ns) {
-            pthread_mutex_unlock(&dev->sched_lock);
-            uint64_t end = pto_now_ns() + spin_ns;
-            if (next_deadline && next_deadline < end)
-                end = next_deadline;
-            while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k &&
-                   atomic_load_explicit(&dev->wakes, memory_order_relaxed) == w) {
-                sched_yield();   /* see engine_idle: give the CPU to the host */
-                if (pto_now_ns() >= end)
-                    break;
-            }
-            pthread_mutex_lock(&dev->sched_lock);
-            if (atomic_load(&dev->kick) != k || atomic_load(&dev->wakes) != w)
-                continue;
-            if (next_deadline && pto_now_ns() >= next_deadline)
-                continue;
-        }
-        atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
-        if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
-            !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
-            pto_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
-        atomic_fetch_sub(&dev->sched_sleepers, 1);
-    }
-    pthread_mutex_unlock(&dev->sched_lock);
-    return NULL;
 }
 
 /* Insert r into a queue after every entry of the same or higher priority. */
@@ -213,12 +100,6 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pthread_mutex_unlock(&dev->core_lock);
 }
 
-/* Whether some kick is newer than the latest pass (sched_pass records what it covers). */
-static bool kick_pending(pto_device *dev)
-{
-    return atomic_load(&dev->kick) != atomic_load(&dev->kick_served);
-}
-
 /* Run the passes a kick asks for (no lock held). */
 static void serve_kicks(pto_device *dev)
 {
@@ -248,7 +129,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
     uint64_t end = pto_now_ns() + spin_ns;
     while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
            !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
-        if (kick_pending(dev)) {
+        if (pto_sched_kick_pending(dev)) {
             serve_kicks(dev);
             continue; /* the pass may have pushed a run for us */
         }
@@ -260,7 +141,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
             break;
     }
     atomic_fetch_sub(&dev->kick_watchers, 1);
-    if (kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
+    if (pto_sched_kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
         serve_kicks(dev);
     tl_watching = false;
 }
@@ -293,36 +174,6 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
     (*sleepers)++;
     pthread_cond_wait(cv, mu);
     (*sleepers)--;
-}
-
-/*
- * Run scheduler passes from the calling thread (sched_lock held) until
- * everything startable has started (another pass is needed only after one
- * that completed commands: starting work frees nothing); wake the
- * scheduler thread only if it has something to do: a delay or latch deadline
- * to sleep towards, or work left after the last allowed pass.  Both the
- * engines (after finishing a command) and submitters (pto_slot_commit's fast
- * path) call this.  Without it, s's next command, and any stream whose head
- * waits on an event that just fired, would wait for the scheduler thread to
- * be woken and scheduled: on an oversubscribed host (every core thread busy
- * in a kernel) that takes milliseconds, and on an idle one each such hand-off
- * costs a vCPU wake-up (tens of microseconds) on the launch's critical path.
- */
-void pto_sched_run(pto_device *dev)
-{
-    uint64_t next_deadline = 0;
-    bool progress = false;
-    for (int pass = 0; pass < 4; pass++) {
-        /* Commands complete only under sched_lock: the count is ours to compare. */
-        uint64_t completed = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
-        next_deadline = 0;
-        progress = sched_pass(dev, &next_deadline) &&
-                   atomic_load_explicit(&dev->st_completed, memory_order_relaxed) != completed;
-        if (!progress)
-            break;
-    }
-    if (progress || next_deadline)
-        pto_sched_wake(dev, true); /* the scheduler thread tracks deadlines */
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
@@ -548,7 +399,7 @@ int pto_engines_start(pto_device *dev)
             fn = copy_main;
             arg = &dev->engines[i];
         } else {
-            fn = sched_main;
+            fn = pto_sched_main;
             arg = dev;
         }
         int rc = pthread_create(&dev->threads[i], NULL, fn, arg);

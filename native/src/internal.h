@@ -492,6 +492,9 @@ void pto_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
 void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+
+/* ---- the scheduler (sched.c) ---------------------------------------------------------- */
+
 /*
  * Wake the scheduler after new work or a state change.  Cheap when the
  * scheduler is spinning or busy: only a sleeping scheduler costs a signal.
@@ -500,7 +503,12 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pto_sched_kick(pto_device *dev, bool locked);
 /* Wake the scheduler thread itself (deadlines, leftover work), watchers or not. */
 void pto_sched_wake(pto_device *dev, bool locked);
+/* Run scheduler passes from the calling thread (sched_lock held) until nothing more starts. */
 void pto_sched_run(pto_device *dev);
+/* Whether some kick is newer than the latest pass (a watching engine serves it). */
+bool pto_sched_kick_pending(pto_device *dev);
+/* A scheduler thread's body (arg: the device); pto_engines_start starts it. */
+void *pto_sched_main(void *arg);
 
 /* ---- the device (device.c) ----------------------------------------------------------- */
 
@@ -532,7 +540,7 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t kick; /* bumped when there is work to schedule (seq_cst) */
     _Atomic uint64_t kick_served; /* kick as read by the latest pass, before it scanned */
     _Atomic uint64_t wakes;       /* bumped to wake the scheduler thread itself (deadlines) */
-    atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see engines.c) */
+    atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see sched.c) */
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
