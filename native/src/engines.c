@@ -302,22 +302,9 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     uint64_t end = pto_now_ns();
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
-    if (!skip && pto_trace_on(dev)) {
-        pto_trace_record r;
-        memset(&r, 0, sizeof(r));
-        r.token = cmd->token;
-        r.seq = cmd->seq;
-        r.submit_ns = cmd->submit_ns;
-        r.start_ns = start;
-        r.end_ns = end;
-        r.stream_id = run->stream->id;
-        r.engine = eng->id;
-        r.kind = PTO_CMD_BLOCK;
-        r.block = b;
-        r.status = tl_block_failed ? -PTO_EKERNEL : 0;
-        pto_strlcpy(r.name, k->name, sizeof(r.name));
-        pto_trace_push(dev, &r);
-    }
+    if (!skip && pto_trace_on(dev))
+        pto_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, start, end,
+                      eng->id);
     /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
     if (atomic_fetch_add_explicit(&run->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
         return;

@@ -32,8 +32,6 @@
  * or at once if it carries no token.  Frees on a failed stream still reclaim
  * their block; records still complete their event, carrying the failure.
  */
-#include <string.h>
-
 #include "internal.h"
 
 static bool failed_for(const pto_stream *s, const struct pto_cmd *cmd)
@@ -71,43 +69,6 @@ static void release_resources(pto_device *dev, pto_stream *s, struct pto_cmd *cm
     if (cmd->heap_used)
         /* Release pairs with the acquire load of heap_freed in pto_slot_begin. */
         atomic_fetch_add_explicit(&s->heap_freed, cmd->heap_used, memory_order_release);
-}
-
-static void trace_cmd(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
-                      uint64_t start_ns, uint64_t end_ns, int32_t engine)
-{
-    pto_trace_record r;
-    memset(&r, 0, sizeof(r));
-    r.token = cmd->token;
-    r.seq = cmd->seq;
-    r.submit_ns = cmd->submit_ns;
-    r.start_ns = start_ns;
-    r.end_ns = end_ns;
-    r.stream_id = s->id;
-    r.engine = engine;
-    r.kind = cmd->kind;
-    r.status = status;
-    switch (cmd->kind) {
-    case PTO_CMD_H2D:
-    case PTO_CMD_D2H:
-    case PTO_CMD_D2D:
-        r.bytes = cmd->u.copy.n;
-        break;
-    case PTO_CMD_MEMSET:
-        r.bytes = cmd->u.set.n;
-        break;
-    case PTO_CMD_RECORD:
-    case PTO_CMD_WAIT:
-        r.event_id = cmd->u.ev.event_id;
-        break;
-    default:
-        break;
-    }
-    if (cmd->kind == PTO_CMD_LAUNCH)
-        pto_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
-    else
-        pto_strlcpy(r.name, pto_cmd_name(cmd->kind), sizeof(r.name));
-    pto_trace_push(dev, &r);
 }
 
 void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
@@ -159,7 +120,7 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pto_strlcpy(c.message, status ? msg : "", sizeof(c.message));
     }
     if (pto_trace_on(dev))
-        trace_cmd(dev, s, cmd, status, start_ns, end_ns, engine);
+        pto_trace_cmd(dev, s, cmd, PTO_TRACE_WHOLE, status, start_ns, end_ns, engine);
     if (status == -PTO_ECANCELED)
         atomic_fetch_add_explicit(&dev->st_canceled, 1, memory_order_relaxed);
     release_resources(dev, s, cmd);

@@ -474,8 +474,15 @@ void pto_cq_wake_all(pto_device *dev);
 static inline bool pto_trace_on(pto_device *dev);
 void pto_trace_push(pto_device *dev, const pto_trace_record *r);
 void pto_trace_fini(pto_device *dev);
-/* Name of a command kind for the trace ("h2d", "record", ...). */
-const char *pto_cmd_name(uint32_t kind);
+/*
+ * Push the trace record of cmd, run on s from start_ns to end_ns by engine
+ * (PTO_ENGINE_NONE: the scheduler) with status: the whole command
+ * (block == PTO_TRACE_WHOLE), or block `block` of a launch (kind
+ * PTO_CMD_BLOCK).  The one place a record is filled.
+ */
+enum { PTO_TRACE_WHOLE = -1 };
+void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
+                   int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine);
 
 /* ---- engines (engines.c) ------------------------------------------------------------ */
 

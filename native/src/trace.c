@@ -1,8 +1,10 @@
 /*
  * trace.c - the trace buffer: a bounded ring of pto_trace_record.
  *
- * Producers are the driver threads (one record per command at completion,
- * one per launch block on its core); the host drains with pto_trace_read.
+ * Phase: execution (producers) and host reads.  Producers are the driver
+ * threads, through pto_trace_cmd: one record per command at completion
+ * (exec.c), one per launch block on its core (engines.c); the host drains
+ * with pto_trace_read.
  * When the ring is full the oldest record is overwritten and counted in
  * trace_dropped.  The buffer is allocated on first use.
  */
@@ -11,7 +13,7 @@
 
 #include "internal.h"
 
-const char *pto_cmd_name(uint32_t kind)
+static const char *cmd_name(uint32_t kind)
 {
     static const char *const names[] = {
         "?",      "h2d",    "d2h",  "d2d",  "memset", "launch", "block",
@@ -39,6 +41,44 @@ void pto_trace_push(pto_device *dev, const pto_trace_record *r)
     dev->trace_buf[(dev->trace_head + dev->trace_len) % dev->trace_cap] = *r;
     dev->trace_len++;
     pthread_mutex_unlock(&dev->trace_lock);
+}
+
+void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
+                   int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine)
+{
+    pto_trace_record r;
+    memset(&r, 0, sizeof(r));
+    r.token = cmd->token;
+    r.seq = cmd->seq;
+    r.submit_ns = cmd->submit_ns;
+    r.start_ns = start_ns;
+    r.end_ns = end_ns;
+    r.stream_id = s->id;
+    r.engine = engine;
+    r.kind = block == PTO_TRACE_WHOLE ? cmd->kind : PTO_CMD_BLOCK;
+    r.block = block == PTO_TRACE_WHOLE ? 0 : (uint32_t)block;
+    r.status = status;
+    switch (cmd->kind) {
+    case PTO_CMD_H2D:
+    case PTO_CMD_D2H:
+    case PTO_CMD_D2D:
+        r.bytes = cmd->u.copy.n;
+        break;
+    case PTO_CMD_MEMSET:
+        r.bytes = cmd->u.set.n;
+        break;
+    case PTO_CMD_RECORD:
+    case PTO_CMD_WAIT:
+        r.event_id = cmd->u.ev.event_id;
+        break;
+    default:
+        break;
+    }
+    if (cmd->kind == PTO_CMD_LAUNCH)
+        pto_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
+    else
+        pto_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
+    pto_trace_push(dev, &r);
 }
 
 void pto_trace_fini(pto_device *dev)
