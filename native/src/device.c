@@ -300,7 +300,7 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
     int rc = 0;
     pthread_mutex_lock(&dev->sched_lock);
     size_t n = dev->n_streams;
-    /* (id, target) per stream, sorted by id like dev->streams. */
+    /* (id, target) per stream: a stream may be freed while we wait (pto_streams_reap). */
     uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
     uint64_t *targets = malloc((n ? n : 1) * sizeof(*targets));
     if (!ids || !targets) {
@@ -320,12 +320,10 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
             break;
         }
         bool done = true;
-        size_t j = 0;
         for (size_t i = 0; i < n && done; i++) {
-            while (j < dev->n_streams && dev->streams[j]->id < ids[i])
-                j++;
-            if (j < dev->n_streams && dev->streams[j]->id == ids[i] &&
-                atomic_load_explicit(&dev->streams[j]->head, memory_order_relaxed) < targets[i])
+            /* A stream freed meanwhile (destroyed, drained) has nothing left to wait for. */
+            pto_stream *s = pto_stream_find(dev, ids[i]);
+            if (s && atomic_load_explicit(&s->head, memory_order_relaxed) < targets[i])
                 done = false;
         }
         if (done)

@@ -70,6 +70,29 @@ static inline void pto_cpu_relax(void)
 #endif
 }
 
+/* ---- sorted arrays ---------------------------------------------------------------- */
+
+/*
+ * Binary search over n items sorted by key_of(v, i): the index of the first
+ * item whose key is > key (upper) or >= key (!upper), n if there is none.
+ * The one bound helper of the driver (allocator tables, streams by id);
+ * inline, so a constant key_of folds into the loop.
+ */
+static inline size_t pto_bound(const void *v, size_t n, uint64_t (*key_of)(const void *v, size_t i),
+                               uint64_t key, bool upper)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t k = key_of(v, mid);
+        if (k < key || (upper && k == key))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* ---- intrusive list ---------------------------------------------------------- */
 
 struct pto_link {
@@ -411,6 +434,8 @@ void pto_ovf_fini(pto_stream *s);
 
 /* ---- stream lifecycle (stream.c) ---------------------------------------------------- */
 
+/* The stream with this id, or NULL (sched_lock held). */
+pto_stream *pto_stream_find(pto_device *dev, uint32_t id);
 /* Destroyed streams whose rings drained (sched_lock held). */
 void pto_streams_reap(pto_device *dev);
 /* Mark the failure fail_id of stream stream_id observed (sched_lock held). */

@@ -36,46 +36,15 @@ static uint64_t round_up(uint64_t n)
     return (n + PTO_ALIGN - 1) & ~(uint64_t)(PTO_ALIGN - 1);
 }
 
-/* Index of the first extent with off > key (upper bound). */
-static size_t ext_upper(const struct pto_extent *v, size_t n, uint64_t key)
+/* Keys of the two sorted tables, for pto_bound. */
+static uint64_t ext_off(const void *v, size_t i)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v[mid].off <= key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return ((const struct pto_extent *)v)[i].off;
 }
 
-/* Index of the first allocation with off > key (upper bound). */
-static size_t alloc_upper(const struct pto_alloc *v, size_t n, uint64_t key)
+static uint64_t alloc_off(const void *v, size_t i)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v[mid].off <= key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Index of the first allocation with off >= key (lower bound). */
-static size_t alloc_lower(const struct pto_alloc *v, size_t n, uint64_t key)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v[mid].off < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return ((const struct pto_alloc *)v)[i].off;
 }
 
 static int vec_reserve(void **v, size_t *cap, size_t need, size_t elem)
@@ -105,7 +74,7 @@ static int alloc_reserve(pto_device *dev, size_t need)
 
 static void alloc_insert(pto_device *dev, struct pto_alloc a)
 {
-    size_t i = alloc_upper(dev->allocs, dev->n_alloc, a.off);
+    size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, a.off, true);
     memmove(&dev->allocs[i + 1], &dev->allocs[i], (dev->n_alloc - i) * sizeof(*dev->allocs));
     dev->allocs[i] = a;
     dev->n_alloc++;
@@ -136,7 +105,7 @@ static void ext_remove_at(struct pto_extent *v, size_t *n, size_t i)
  */
 static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 {
-    size_t i = ext_upper(dev->free_ext, dev->n_free, off);
+    size_t i = pto_bound(dev->free_ext, dev->n_free, ext_off, off, true);
     bool merge_prev = i > 0 && dev->free_ext[i - 1].off + dev->free_ext[i - 1].len == off;
     bool merge_next = i < dev->n_free && off + len == dev->free_ext[i].off;
     if (merge_prev && merge_next) {
@@ -155,7 +124,7 @@ static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 /* Index of the block starting at off (live or pending), or -1 (mem_lock held). */
 static long block_find(pto_device *dev, uint64_t off)
 {
-    size_t i = alloc_upper(dev->allocs, dev->n_alloc, off);
+    size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
     if (i > 0 && dev->allocs[i - 1].off == off)
         return (long)(i - 1);
     return -1;
@@ -435,7 +404,7 @@ void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
     dev->pending_frees--;
     dev->pending_bytes -= pf->len;
     /* Pieces carved from pf are plain live allocations from now on. */
-    for (size_t j = alloc_lower(dev->allocs, dev->n_alloc, pf->orig_off);
+    for (size_t j = pto_bound(dev->allocs, dev->n_alloc, alloc_off, pf->orig_off, false);
          j < dev->n_alloc && dev->allocs[j].off < pf->orig_off + pf->orig_len; j++)
         if (dev->allocs[j].src == pf)
             dev->allocs[j].src = NULL;
@@ -460,7 +429,7 @@ int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
     bool ok = false;
     if (off != UINT64_MAX) {
         pthread_mutex_lock(&dev->mem_lock);
-        size_t i = alloc_upper(dev->allocs, dev->n_alloc, off);
+        size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
         if (i > 0) {
             const struct pto_alloc *a = &dev->allocs[i - 1];
             ok = off - a->off <= a->len && n <= a->len - (off - a->off);

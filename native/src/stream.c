@@ -260,23 +260,23 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us)
     return rc;
 }
 
-void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
+static uint64_t stream_id_at(const void *v, size_t i)
+{
+    return ((pto_stream *const *)v)[i]->id;
+}
+
+pto_stream *pto_stream_find(pto_device *dev, uint32_t id)
 {
     /* streams[] is sorted by id: creation order, removals keep the order. */
-    size_t lo = 0, hi = dev->n_streams;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (dev->streams[mid]->id < stream_id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == dev->n_streams || dev->streams[lo]->id != stream_id)
-        return;
-    pto_stream *s = dev->streams[lo];
-    if (s->fail.set && s->fail.id == fail_id && !s->fail.observed) {
+    size_t i = pto_bound(dev->streams, dev->n_streams, stream_id_at, id, false);
+    return i < dev->n_streams && dev->streams[i]->id == id ? dev->streams[i] : NULL;
+}
+
+void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
+{
+    pto_stream *s = pto_stream_find(dev, stream_id);
+    if (s && s->fail.set && s->fail.id == fail_id && !s->fail.observed) {
         s->fail.observed = true;
         s->fail.observed_epoch = atomic_fetch_add_explicit(&s->epoch, 1, memory_order_acq_rel) + 1;
     }
 }
-
