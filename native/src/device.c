@@ -84,7 +84,8 @@ static void destroy_sync(pto_device *dev)
 }
 
 /*
- * pto_device_open - open a simulated device.
+ * pto_device_open - open a device of the platform called platform (or an
+ * alias of it), with the operations the platform table gives it.
  *
  * Returns 0 and *out, -PTO_EINVAL (bad config), -PTO_ENOTSUP (unknown
  * platform), -PTO_ENOMEM (arena, eventfd or threads).
@@ -93,10 +94,10 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
 {
     if (!platform || !out)
         return pto_error(PTO_EINVAL, "pto_device_open: NULL argument");
-    if (strcmp(platform, "sim") != 0 && strcmp(platform, "a2a3sim") != 0 &&
-        strcmp(platform, "a5sim") != 0)
-        return pto_error(PTO_ENOTSUP, "pto_device_open: unknown platform '%s' (supported: sim, "
-                         "a2a3sim, a5sim)", platform);
+    const char *name;
+    const struct pto_platform_ops *ops = pto_platform_find(platform, &name);
+    if (!ops)
+        return -PTO_ENOTSUP;
     pto_device_config rc_cfg;
     int rc = resolve_config(cfg, &rc_cfg);
     if (rc)
@@ -105,7 +106,8 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     if (!dev)
         return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;
-    pto_strlcpy(dev->platform, "sim", sizeof(dev->platform));
+    pto_strlcpy(dev->platform, name, sizeof(dev->platform));
+    dev->ops = ops;
     dev->efd = -1;
     atomic_init(&dev->lost, 0);
     atomic_init(&dev->closing, 0);
@@ -134,7 +136,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
         goto fail_mem;
     if ((rc = pto_cq_init(dev)))
         goto fail_cq;
-    if ((rc = pto_engines_start(dev)))
+    if ((rc = dev->ops->engines_start(dev)))
         goto fail_threads;
     *out = dev;
     return 0;
@@ -211,7 +213,7 @@ void pto_device_close(pto_device *dev)
     dev->host_waiters--;
     pthread_mutex_unlock(&dev->sched_lock);
 
-    pto_engines_stop(dev);
+    dev->ops->engines_stop(dev);
 
     /*
      * Host threads still blocked in a wait (misuse, but it must not crash):

@@ -1,6 +1,6 @@
 /*
- * engines.c - the engines: compute cores and copy engines, their queues,
- * threads and statistics.
+ * engines.c - the sim's engines: compute cores and copy engines as host
+ * threads, their queues, and their statistics.
  *
  * Phase: execution.  A scheduler pass (sched.c) hands each started copy or
  * launch to an engine queue (pto_copy_enqueue, pto_core_enqueue; sched_lock
@@ -10,7 +10,8 @@
  * a command (pto_cmd_finish, exec.c) runs a scheduler pass at once
  * (pto_sched_run), so the stream's next command starts without a hand-off.
  * pto_engines_start starts every device thread, the schedulers' included
- * (pto_sched_main, sched.c), and pto_engines_stop joins them all.
+ * (pto_sched_main, sched.c), and pto_engines_stop joins them all; the sim
+ * platform's engines_start / engines_stop are these two (sim.c).
  *
  * Idling.  An engine whose queue-mates all sleep spins at most spin_us
  * watching its queue (and serving scheduler kicks meanwhile: watch_kicks),

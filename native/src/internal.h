@@ -172,7 +172,7 @@ struct pto_kernel {
     atomic_int refs;              /* host handle + queued launches */
     atomic_int unloaded;
     pto_kernel_fn fn;
-    void *dl;                     /* dlopen handle; NULL for builtins */
+    void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
     char name[PTO_NAME_LEN];
 };
 
@@ -542,11 +542,43 @@ bool pto_sched_kick_pending(pto_device *dev);
 /* A scheduler thread's body (arg: the device); pto_engines_start starts it. */
 void *pto_sched_main(void *arg);
 
+/* ---- platforms (platform.c; the sim: sim.c) ---------------------------------------- */
+
+/*
+ * What differs per platform, and nothing else: where device memory comes
+ * from, what runs the commands, how a kernel's code is found.  Streams,
+ * rings, the scheduler, events, the completion queue and the trace are the
+ * driver's own, the same on every platform.  Each returns 0 or -PTO_E* with
+ * the error text set, like an ABI call.
+ */
+struct pto_platform_ops {
+    /* Map dev->cfg.device_memory bytes of device memory into dev->arena / arena_size. */
+    int (*mem_map)(pto_device *dev);
+    void (*mem_unmap)(pto_device *dev);
+    /* Start the device's threads (engines and schedulers); stop and join them (queues empty). */
+    int (*engines_start)(pto_device *dev);
+    void (*engines_stop)(pto_device *dev);
+    /* Find symbol in the kernel library at path: *fn, and *handle for kernel_unload. */
+    int (*kernel_load)(const char *path, const char *symbol, pto_kernel_fn *fn, void **handle);
+    /* The built-in kernel called name (see pto_kernel_builtin): *fn. */
+    int (*kernel_builtin)(const char *name, pto_kernel_fn *fn);
+    /* Release what kernel_load handed out (the last launch of the kernel has finished). */
+    void (*kernel_unload)(void *handle);
+};
+
+/*
+ * The operations of the platform called name or one of its aliases, and
+ * *canonical its name; NULL with the error text set (PTO_ENOTSUP) if none.
+ */
+const struct pto_platform_ops *pto_platform_find(const char *name, const char **canonical);
+extern const struct pto_platform_ops pto_sim_ops;
+
 /* ---- the device (device.c) ----------------------------------------------------------- */
 
 struct pto_device {
     pto_device_config cfg;        /* resolved: no zeros left */
-    char platform[16];
+    char platform[16];            /* the platform's name (pto_device_info.platform) */
+    const struct pto_platform_ops *ops;
 
     atomic_int lost;              /* sticky */
     atomic_int closing;

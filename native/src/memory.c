@@ -1,9 +1,13 @@
 /*
  * memory.c - the device arena: allocator, stream-ordered free bookkeeping, stats.
  *
- * The arena is one anonymous mapping; a device address is the host address
- * of the byte (so pto_mem_host_ptr is the identity after validation, and
- * kernels dereference their arguments directly).  Bookkeeping, all under
+ * Phase: host calls (alloc, free, stats), submission (a stream-ordered free
+ * turns its block into a pending free) and execution (the free command
+ * reclaims it; copies check their ranges).  The platform maps the arena
+ * (pto_platform_ops.mem_map; the sim: one anonymous mapping, sim.c); on the
+ * sim a device address is the host address of the byte (so
+ * pto_mem_host_ptr is the identity after validation, and kernels
+ * dereference their arguments directly).  Bookkeeping, all under
  * dev->mem_lock:
  *
  *   free_ext   free extents, sorted by offset and always coalesced
@@ -23,11 +27,9 @@
  *
  * Sizes are rounded up to PTO_ALIGN, so every extent boundary is aligned.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -146,13 +148,9 @@ static void account_reserved(pto_device *dev)
 
 int pto_mem_init(pto_device *dev)
 {
-    void *p = mmap(NULL, dev->cfg.device_memory, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return pto_error(PTO_ENOMEM, "cannot map a %llu-byte device arena: %s",
-                         (unsigned long long)dev->cfg.device_memory, strerror(errno));
-    dev->arena = p;
-    dev->arena_size = dev->cfg.device_memory;
+    int rc = dev->ops->mem_map(dev);
+    if (rc)
+        return rc;
     pto_mutex_init(&dev->mem_lock);
     if (free_reserve(dev, 64) || alloc_reserve(dev, 64)) {
         pto_mem_fini(dev);
@@ -166,7 +164,7 @@ int pto_mem_init(pto_device *dev)
 void pto_mem_fini(pto_device *dev)
 {
     if (dev->arena) {
-        munmap(dev->arena, dev->arena_size);
+        dev->ops->mem_unmap(dev);
         pthread_mutex_destroy(&dev->mem_lock);
     }
     dev->arena = NULL;

@@ -1,0 +1,173 @@
+/*
+ * sim.c - the simulated platform: host memory as device memory, host
+ * threads as engines, shared objects as kernels.
+ *
+ * Phase: setup and teardown (the operations pto_device_open and close
+ * reach through the platform table, platform.c), and the built-in kernels
+ * the sim's cores run.  The sim's engines themselves are engines.c: its
+ * compute cores call a kernel's C function on a host thread, and its copy
+ * engines move bytes with memmove, since a device address is the host
+ * address of an arena byte (memory.c).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+/* ---- device memory: one anonymous mapping ----------------------------------------- */
+
+static int sim_mem_map(pto_device *dev)
+{
+    void *p = mmap(NULL, dev->cfg.device_memory, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return pto_error(PTO_ENOMEM, "cannot map a %llu-byte device arena: %s",
+                         (unsigned long long)dev->cfg.device_memory, strerror(errno));
+    dev->arena = p;
+    dev->arena_size = dev->cfg.device_memory;
+    return 0;
+}
+
+static void sim_mem_unmap(pto_device *dev)
+{
+    munmap(dev->arena, dev->arena_size);
+}
+
+/* ---- kernels: a symbol in a shared object ------------------------------------------- */
+
+static int sim_kernel_load(const char *path, const char *symbol, pto_kernel_fn *fn, void **handle)
+{
+    dlerror();
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *why = dlerror();
+        return pto_error(PTO_ELOAD, "pto_kernel_load: cannot load %s: %s", path, why ? why : "?");
+    }
+    dlerror();
+    void *sym = dlsym(dl, symbol);
+    const char *why = dlerror();
+    if (!sym || why) {
+        int rc = pto_error(PTO_ELOAD, "pto_kernel_load: no symbol %s in %s: %s", symbol, path,
+                           why ? why : "NULL symbol");
+        dlclose(dl);
+        return rc;
+    }
+    memcpy(fn, &sym, sizeof(*fn));
+    *handle = dl;
+    return 0;
+}
+
+static void sim_kernel_unload(void *handle)
+{
+    dlclose(handle);
+}
+
+/* ---- built-ins (argument conventions in pto_driver.h) ------------------------- */
+
+static uint64_t arg_u64(void *const *args, int i)
+{
+    uint64_t v;
+    memcpy(&v, &args[i], sizeof(v));
+    return v;
+}
+
+static float arg_f32(void *const *args, int i)
+{
+    uint32_t bits = (uint32_t)arg_u64(args, i);
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* [begin, end) of this block's contiguous chunk of n elements. */
+static void chunk(const pto_block *blk, uint64_t n, uint64_t *begin, uint64_t *end)
+{
+    uint64_t per = (n + blk->block_num - 1) / blk->block_num;
+    uint64_t b = per * blk->block_idx;
+    *begin = b < n ? b : n;
+    *end = b + per < n ? b + per : n;
+}
+
+static void k_noop(const pto_block *blk, void *const *args)
+{
+    (void)blk;
+    (void)args;
+}
+
+static void k_fill_f32(const pto_block *blk, void *const *args)
+{
+    float *out = (float *)args[0];
+    float v = arg_f32(args, 1);
+    uint64_t b, e;
+    chunk(blk, arg_u64(args, 2), &b, &e);
+    for (uint64_t i = b; i < e; i++)
+        out[i] = v;
+}
+
+static void k_add_f32(const pto_block *blk, void *const *args)
+{
+    const float *a = (const float *)args[0], *x = (const float *)args[1];
+    float *out = (float *)args[2];
+    uint64_t b, e;
+    chunk(blk, arg_u64(args, 3), &b, &e);
+    for (uint64_t i = b; i < e; i++)
+        out[i] = a[i] + x[i];
+}
+
+static void k_axpy_f32(const pto_block *blk, void *const *args)
+{
+    float alpha = arg_f32(args, 0);
+    const float *x = (const float *)args[1];
+    float *y = (float *)args[2];
+    uint64_t b, e;
+    chunk(blk, arg_u64(args, 3), &b, &e);
+    for (uint64_t i = b; i < e; i++)
+        y[i] = alpha * x[i] + y[i];
+}
+
+static void k_spin(const pto_block *blk, void *const *args)
+{
+    (void)blk;
+    uint64_t end = pto_now_ns() + arg_u64(args, 0) * 1000ull;
+    while (pto_now_ns() < end)
+        pto_cpu_relax();
+}
+
+static void k_fail(const pto_block *blk, void *const *args)
+{
+    int code = (int)arg_u64(args, 0);
+    blk->fail(blk, code ? code : PTO_EKERNEL, "builtin kernel 'fail' failed its launch");
+}
+
+static const struct {
+    const char *name;
+    pto_kernel_fn fn;
+} builtins[] = {
+    {"noop", k_noop},     {"fill_f32", k_fill_f32}, {"add_f32", k_add_f32},
+    {"axpy_f32", k_axpy_f32}, {"spin", k_spin},     {"fail", k_fail},
+};
+
+static int sim_kernel_builtin(const char *name, pto_kernel_fn *fn)
+{
+    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++) {
+        if (strcmp(builtins[i].name, name) == 0) {
+            *fn = builtins[i].fn;
+            return 0;
+        }
+    }
+    return pto_error(PTO_EINVAL,
+                     "pto_kernel_builtin: unknown kernel '%s' (noop, fill_f32, add_f32, axpy_f32, "
+                     "spin, fail)", name);
+}
+
+const struct pto_platform_ops pto_sim_ops = {
+    .mem_map = sim_mem_map,
+    .mem_unmap = sim_mem_unmap,
+    .engines_start = pto_engines_start,
+    .engines_stop = pto_engines_stop,
+    .kernel_load = sim_kernel_load,
+    .kernel_builtin = sim_kernel_builtin,
+    .kernel_unload = sim_kernel_unload,
+};
