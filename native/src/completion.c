@@ -45,24 +45,24 @@
 
 #include "internal.h"
 
-int pto_cq_init(pto_device *dev)
+int pti_cq_init(pto_device *dev)
 {
     dev->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (dev->efd < 0)
-        return pto_error(PTO_ENOMEM, "pto_device_open: eventfd failed: %s", strerror(errno));
+        return pti_error(PTO_ENOMEM, "pto_device_open: eventfd failed: %s", strerror(errno));
     dev->cq_cap = 256;
     dev->cq = malloc(dev->cq_cap * sizeof(*dev->cq));
     if (!dev->cq) {
         close(dev->efd);
         dev->efd = -1;
-        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     }
-    pto_mutex_init(&dev->cq_lock);
-    pto_cond_init(&dev->cq_cv);
+    pti_mutex_init(&dev->cq_lock);
+    pti_cond_init(&dev->cq_cv);
     return 0;
 }
 
-void pto_cq_fini(pto_device *dev)
+void pti_cq_fini(pto_device *dev)
 {
     if (dev->efd >= 0) {
         close(dev->efd);
@@ -114,10 +114,10 @@ static void fd_reset(pto_device *dev)
     while (rc < 0 && errno == EINTR);
 }
 
-_Static_assert(sizeof(((pto_completion *)0)->message) == PTO_MSG_LEN,
-               "PTO_MSG_LEN must match pto_completion.message");
+_Static_assert(sizeof(((pto_completion *)0)->message) == PTI_MSG_LEN,
+               "PTI_MSG_LEN must match pto_completion.message");
 
-void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
+void pti_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
 {
     pthread_mutex_lock(&dev->cq_lock);
     if (dev->cq_len == dev->cq_cap && !cq_grow(dev)) {
@@ -146,14 +146,14 @@ void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
      * After unlocking: a waiter woken while we still held cq_lock would go
      * straight back to sleep on the mutex, and cost a second wake-up.  Its
      * predicate (the record) is in the queue already.  Pushes run under
-     * sched_lock (pto_cmd_finish), which close takes before it tears the
+     * sched_lock (pti_cmd_finish), which close takes before it tears the
      * queue down, so cq_cv outlives this broadcast.
      */
     if (wake)
         pthread_cond_broadcast(&dev->cq_cv);
 }
 
-void pto_cq_wake_all(pto_device *dev)
+void pti_cq_wake_all(pto_device *dev)
 {
     pthread_mutex_lock(&dev->cq_lock);
     pthread_cond_broadcast(&dev->cq_cv);
@@ -162,7 +162,7 @@ void pto_cq_wake_all(pto_device *dev)
 
 int pto_cq_fd(pto_device *dev)
 {
-    return dev ? dev->efd : pto_error(PTO_EINVAL, "pto_cq_fd: NULL device");
+    return dev ? dev->efd : pti_error(PTO_EINVAL, "pto_cq_fd: NULL device");
 }
 
 uint32_t pto_cq_ready(pto_device *dev)
@@ -182,7 +182,7 @@ static void observe(pto_device *dev, const uint32_t *ids, const uint64_t *fail_i
         return;
     pthread_mutex_lock(&dev->sched_lock);
     for (uint32_t i = 0; i < n; i++)
-        pto_stream_observe(dev, ids[i], fail_ids[i]);
+        pti_stream_observe(dev, ids[i], fail_ids[i]);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -195,7 +195,7 @@ static void observe(pto_device *dev, const uint32_t *ids, const uint64_t *fail_i
 int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 {
     if (!dev || (!out && max))
-        return pto_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
     enum { OBS_BATCH = 16 };
     uint32_t obs_ids[OBS_BATCH];
     uint64_t obs_fail[OBS_BATCH];
@@ -237,22 +237,22 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 int pto_cq_wait(pto_device *dev, int64_t timeout_us)
 {
     if (!dev)
-        return pto_error(PTO_EINVAL, "pto_cq_wait: NULL device");
-    uint64_t deadline = pto_deadline_after_us(timeout_us);
+        return pti_error(PTO_EINVAL, "pto_cq_wait: NULL device");
+    uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     while (dev->cq_len == 0) {
-        if (pto_dev_lost(dev)) {
-            rc = pto_error(PTO_EDEVLOST, "pto_cq_wait: device lost");
+        if (pti_dev_lost(dev)) {
+            rc = pti_error(PTO_EDEVLOST, "pto_cq_wait: device lost");
             break;
         }
         if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
-            rc = pto_error(PTO_ECLOSED, "pto_cq_wait: device is closing");
+            rc = pti_error(PTO_ECLOSED, "pto_cq_wait: device is closing");
             break;
         }
-        if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
-            rc = pto_error(PTO_ETIMEDOUT, "pto_cq_wait: no completion within %lld us",
+        if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+            rc = pti_error(PTO_ETIMEDOUT, "pto_cq_wait: no completion within %lld us",
                            (long long)timeout_us);
             break;
         }
@@ -272,10 +272,10 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
 int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_completion *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_wait_token: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_wait_token: NULL argument");
     if (token == 0)
-        return pto_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
-    uint64_t deadline = pto_deadline_after_us(timeout_us);
+        return pti_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
+    uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
     uint64_t fail_id = 0;
     pthread_mutex_lock(&dev->cq_lock);
@@ -296,17 +296,17 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         }
         if (found)
             break;
-        if (pto_dev_lost(dev)) {
-            rc = pto_error(PTO_EDEVLOST, "pto_wait_token: device lost before token %llu completed",
+        if (pti_dev_lost(dev)) {
+            rc = pti_error(PTO_EDEVLOST, "pto_wait_token: device lost before token %llu completed",
                            (unsigned long long)token);
             break;
         }
         if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
-            rc = pto_error(PTO_ECLOSED, "pto_wait_token: device is closing");
+            rc = pti_error(PTO_ECLOSED, "pto_wait_token: device is closing");
             break;
         }
-        if (pto_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
-            rc = pto_error(PTO_ETIMEDOUT, "pto_wait_token: token %llu not completed within %lld us",
+        if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+            rc = pti_error(PTO_ETIMEDOUT, "pto_wait_token: token %llu not completed within %lld us",
                            (unsigned long long)token, (long long)timeout_us);
             break;
         }

@@ -54,19 +54,19 @@ static int resolve_config(const pto_device_config *in, pto_device_config *out)
 #undef DEFAULT
     uint32_t w = out->ring_task_window;
     if (w & (w - 1))
-        return pto_error(PTO_EINVAL, "pto_device_open: ring_task_window %u is not a power of two", w);
+        return pti_error(PTO_EINVAL, "pto_device_open: ring_task_window %u is not a power of two", w);
     if (w > (1u << 20))
-        return pto_error(PTO_EINVAL, "pto_device_open: ring_task_window %u exceeds 2^20", w);
+        return pti_error(PTO_EINVAL, "pto_device_open: ring_task_window %u exceeds 2^20", w);
     if (out->cores > 1024 || out->copy_engines > 1024 || out->aicpu_thread_num > 64)
-        return pto_error(PTO_EINVAL, "pto_device_open: too many threads (cores %u, copy engines %u, "
+        return pti_error(PTO_EINVAL, "pto_device_open: too many threads (cores %u, copy engines %u, "
                          "schedulers %u)", out->cores, out->copy_engines, out->aicpu_thread_num);
     if (out->ring_heap < 8)
-        return pto_error(PTO_EINVAL, "pto_device_open: ring_heap %u is below 8 bytes", out->ring_heap);
-    if (out->device_memory < PTO_ALIGN)
-        return pto_error(PTO_EINVAL, "pto_device_open: device_memory %llu is below %u bytes",
-                         (unsigned long long)out->device_memory, PTO_ALIGN);
+        return pti_error(PTO_EINVAL, "pto_device_open: ring_heap %u is below 8 bytes", out->ring_heap);
+    if (out->device_memory < PTI_ALIGN)
+        return pti_error(PTO_EINVAL, "pto_device_open: device_memory %llu is below %u bytes",
+                         (unsigned long long)out->device_memory, PTI_ALIGN);
     if (out->spin_us > 1000000)
-        return pto_error(PTO_EINVAL, "pto_device_open: spin_us %u exceeds one second", out->spin_us);
+        return pti_error(PTO_EINVAL, "pto_device_open: spin_us %u exceeds one second", out->spin_us);
     return 0;
 }
 
@@ -93,20 +93,20 @@ static void destroy_sync(pto_device *dev)
 int pto_device_open(const char *platform, const pto_device_config *cfg, pto_device **out)
 {
     if (!platform || !out)
-        return pto_error(PTO_EINVAL, "pto_device_open: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_device_open: NULL argument");
     const char *name;
-    const struct pto_platform_ops *ops = pto_platform_find(platform, &name);
+    const struct pto_platform_ops *ops = pti_platform_find(platform, &name);
     if (!ops)
         return -PTO_ENOTSUP;
     pto_device_config rc_cfg;
     int rc = resolve_config(cfg, &rc_cfg);
     if (rc)
         return rc;
-    pto_device *dev = pto_zalloc64(sizeof(*dev));
+    pto_device *dev = pti_zalloc64(sizeof(*dev));
     if (!dev)
-        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;
-    pto_strlcpy(dev->platform, name, sizeof(dev->platform));
+    pti_strlcpy(dev->platform, name, sizeof(dev->platform));
     dev->ops = ops;
     dev->efd = -1;
     atomic_init(&dev->lost, 0);
@@ -119,22 +119,22 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_cap = rc_cfg.trace_capacity;
-    pto_mutex_init(&dev->sched_lock);
-    pto_cond_init(&dev->sched_cv);
-    pto_cond_init(&dev->host_cv);
-    pto_mutex_init(&dev->copy_lock);
+    pti_mutex_init(&dev->sched_lock);
+    pti_cond_init(&dev->sched_cv);
+    pti_cond_init(&dev->host_cv);
+    pti_mutex_init(&dev->copy_lock);
     pthread_cond_init(&dev->copy_cv, NULL);
-    pto_mutex_init(&dev->core_lock);
+    pti_mutex_init(&dev->core_lock);
     pthread_cond_init(&dev->core_cv, NULL);
-    pto_mutex_init(&dev->trace_lock);
-    pto_mutex_init(&dev->obj_lock);
-    pto_link_init(&dev->events);
-    pto_link_init(&dev->latches);
-    pto_link_init(&dev->kernels);
+    pti_mutex_init(&dev->trace_lock);
+    pti_mutex_init(&dev->obj_lock);
+    pti_link_init(&dev->events);
+    pti_link_init(&dev->latches);
+    pti_link_init(&dev->kernels);
 
-    if ((rc = pto_mem_init(dev)))
+    if ((rc = pti_mem_init(dev)))
         goto fail_mem;
-    if ((rc = pto_cq_init(dev)))
+    if ((rc = pti_cq_init(dev)))
         goto fail_cq;
     if ((rc = dev->ops->engines_start(dev)))
         goto fail_threads;
@@ -142,12 +142,12 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     return 0;
 
 fail_threads:
-    pto_cq_fini(dev);
+    pti_cq_fini(dev);
 fail_cq:
-    pto_mem_fini(dev);
+    pti_mem_fini(dev);
 fail_mem:
     destroy_sync(dev);
-    pthread_mutex_destroy(&dev->trace_lock); /* pto_trace_fini owns it once opened */
+    pthread_mutex_destroy(&dev->trace_lock); /* pti_trace_fini owns it once opened */
     free(dev);
     return rc;
 }
@@ -155,13 +155,13 @@ fail_mem:
 /* Cancel every not-started command (sched_lock held); returns the count. */
 static int cancel_locked(pto_device *dev)
 {
-    pto_latches_release_all(dev);
+    pti_latches_release_all(dev);
     int n = 0;
     for (size_t i = 0; i < dev->n_streams; i++)
-        n += pto_stream_cancel_locked(dev, dev->streams[i]);
+        n += pti_stream_cancel_locked(dev, dev->streams[i]);
     if (dev->reap)
-        pto_streams_reap(dev);
-    pto_sched_kick(dev, true);
+        pti_streams_reap(dev);
+    pti_sched_kick(dev, true);
     return n;
 }
 
@@ -169,7 +169,7 @@ static int cancel_locked(pto_device *dev)
 int pto_device_cancel(pto_device *dev)
 {
     if (!dev)
-        return pto_error(PTO_EINVAL, "pto_device_cancel: NULL device");
+        return pti_error(PTO_EINVAL, "pto_device_cancel: NULL device");
     pthread_mutex_lock(&dev->sched_lock);
     int n = cancel_locked(dev);
     pthread_mutex_unlock(&dev->sched_lock);
@@ -180,7 +180,7 @@ static bool all_idle(pto_device *dev)
 {
     for (size_t i = 0; i < dev->n_streams; i++) {
         pto_stream *s = dev->streams[i];
-        if (!pto_stream_idle(s))
+        if (!pti_stream_idle(s))
             return false;
     }
     return true;
@@ -208,7 +208,7 @@ void pto_device_close(pto_device *dev)
         cancel_locked(dev); /* whatever an engine completion unblocked */
         if (all_idle(dev))
             break;
-        pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, pto_now_ns() + 10000000ull);
+        pti_cond_wait_until(&dev->host_cv, &dev->sched_lock, pto_now_ns() + 10000000ull);
     }
     dev->host_waiters--;
     pthread_mutex_unlock(&dev->sched_lock);
@@ -239,22 +239,22 @@ void pto_device_close(pto_device *dev)
 
     /* Everything below is single-threaded now. */
     while (dev->n_streams > 0)
-        pto_stream_free_now(dev, dev->streams[dev->n_streams - 1]);
+        pti_stream_free_now(dev, dev->streams[dev->n_streams - 1]);
     free(dev->streams);
     free(dev->order);
     while (dev->events.next != &dev->events) {
-        pto_event *e = PTO_CONTAINER(dev->events.next, pto_event, link);
+        pto_event *e = PTI_CONTAINER(dev->events.next, pto_event, link);
         pto_event_destroy(e);
     }
     while (dev->latches.next != &dev->latches) {
-        pto_latch *l = PTO_CONTAINER(dev->latches.next, pto_latch, link);
-        pto_link_del(&l->link);
+        pto_latch *l = PTI_CONTAINER(dev->latches.next, pto_latch, link);
+        pti_link_del(&l->link);
         free(l);
     }
-    pto_kernels_release_all(dev);
-    pto_trace_fini(dev);
-    pto_cq_fini(dev);
-    pto_mem_fini(dev);
+    pti_kernels_release_all(dev);
+    pti_trace_fini(dev);
+    pti_cq_fini(dev);
+    pti_mem_fini(dev);
     destroy_sync(dev);
     free(dev);
 }
@@ -262,7 +262,7 @@ void pto_device_close(pto_device *dev)
 int pto_device_get_info(pto_device *dev, pto_device_info *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_device_get_info: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_device_get_info: NULL argument");
     memset(out, 0, sizeof(*out));
     out->cores = dev->cfg.cores;
     out->copy_engines = dev->cfg.copy_engines;
@@ -274,18 +274,18 @@ int pto_device_get_info(pto_device *dev, pto_device_info *out)
     out->engines = dev->cfg.cores + dev->cfg.copy_engines;
     out->device_memory = dev->arena_size;
     out->arena_base = (uint64_t)(uintptr_t)dev->arena;
-    pto_strlcpy(out->platform, dev->platform, sizeof(out->platform));
+    pti_strlcpy(out->platform, dev->platform, sizeof(out->platform));
     return 0;
 }
 
 int pto_device_status(pto_device *dev)
 {
     if (!dev)
-        return pto_error(PTO_EINVAL, "pto_device_status: NULL device");
-    if (pto_dev_lost(dev))
-        return pto_error(PTO_EDEVLOST, "device lost: %s", dev->lost_msg);
+        return pti_error(PTO_EINVAL, "pto_device_status: NULL device");
+    if (pti_dev_lost(dev))
+        return pti_error(PTO_EDEVLOST, "device lost: %s", dev->lost_msg);
     if (atomic_load_explicit(&dev->closing, memory_order_acquire))
-        return pto_error(PTO_ECLOSED, "device is closing");
+        return pti_error(PTO_ECLOSED, "device is closing");
     return 0;
 }
 
@@ -297,19 +297,19 @@ int pto_device_status(pto_device *dev)
 int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
 {
     if (!dev)
-        return pto_error(PTO_EINVAL, "pto_device_synchronize: NULL device");
-    uint64_t deadline = pto_deadline_after_us(timeout_us);
+        return pti_error(PTO_EINVAL, "pto_device_synchronize: NULL device");
+    uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
     pthread_mutex_lock(&dev->sched_lock);
     size_t n = dev->n_streams;
-    /* (id, target) per stream: a stream may be freed while we wait (pto_streams_reap). */
+    /* (id, target) per stream: a stream may be freed while we wait (pti_streams_reap). */
     uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
     uint64_t *targets = malloc((n ? n : 1) * sizeof(*targets));
     if (!ids || !targets) {
         pthread_mutex_unlock(&dev->sched_lock);
         free(ids);
         free(targets);
-        return pto_error(PTO_ENOMEM, "pto_device_synchronize: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_device_synchronize: out of host memory");
     }
     for (size_t i = 0; i < n; i++) {
         ids[i] = dev->streams[i]->id;
@@ -317,21 +317,21 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
     }
     dev->host_waiters++;
     for (;;) {
-        if (pto_dev_lost(dev)) {
-            rc = pto_error(PTO_EDEVLOST, "pto_device_synchronize: device lost: %s", dev->lost_msg);
+        if (pti_dev_lost(dev)) {
+            rc = pti_error(PTO_EDEVLOST, "pto_device_synchronize: device lost: %s", dev->lost_msg);
             break;
         }
         bool done = true;
         for (size_t i = 0; i < n && done; i++) {
             /* A stream freed meanwhile (destroyed, drained) has nothing left to wait for. */
-            pto_stream *s = pto_stream_find(dev, ids[i]);
+            pto_stream *s = pti_stream_find(dev, ids[i]);
             if (s && atomic_load_explicit(&s->head, memory_order_relaxed) < targets[i])
                 done = false;
         }
         if (done)
             break;
-        if (pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
-            rc = pto_error(PTO_ETIMEDOUT, "pto_device_synchronize: timed out after %lld us",
+        if (pti_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
+            rc = pti_error(PTO_ETIMEDOUT, "pto_device_synchronize: timed out after %lld us",
                            (long long)timeout_us);
             break;
         }
@@ -346,7 +346,7 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us)
 int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_device_get_stats: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_device_get_stats: NULL argument");
 #define LD(x) atomic_load_explicit(&dev->x, memory_order_relaxed)
     *out = (pto_device_stats){
         .submitted = LD(st_submitted),

@@ -3,14 +3,14 @@
  * threads, their queues, and their statistics.
  *
  * Phase: execution.  A scheduler pass (sched.c) hands each started copy or
- * launch to an engine queue (pto_copy_enqueue, pto_core_enqueue; sched_lock
+ * launch to an engine queue (pti_copy_enqueue, pti_core_enqueue; sched_lock
  * held).  Cores take blocks from the first launch of the core queue
  * (next_block under core_lock); the core that finishes a launch's last block
  * completes it.  Copy engines pop whole commands.  The engine that completes
- * a command (pto_cmd_finish, exec.c) runs a scheduler pass at once
- * (pto_sched_run), so the stream's next command starts without a hand-off.
- * pto_engines_start starts every device thread, the schedulers' included
- * (pto_sched_main, sched.c), and pto_engines_stop joins them all; the sim
+ * a command (pti_cmd_finish, exec.c) runs a scheduler pass at once
+ * (pti_sched_run), so the stream's next command starts without a hand-off.
+ * pti_engines_start starts every device thread, the schedulers' included
+ * (pti_sched_main, sched.c), and pti_engines_stop joins them all; the sim
  * platform's engines_start / engines_stop are these two (sim.c).
  *
  * Idling.  An engine whose queue-mates all sleep spins at most spin_us
@@ -74,7 +74,7 @@ static struct pto_run *run_init(pto_stream *s, struct pto_cmd *cmd)
     return r;
 }
 
-void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->copy_lock);
@@ -86,7 +86,7 @@ void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pthread_mutex_unlock(&dev->copy_lock);
 }
 
-void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->core_lock);
@@ -105,13 +105,13 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 static void serve_kicks(pto_device *dev)
 {
     pthread_mutex_lock(&dev->sched_lock);
-    pto_sched_run(dev);
+    pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
 /*
  * Spin (no lock held) until len is nonzero, shutdown, or spin_ns passed.
- * While spinning the engine is a kick watcher: pto_sched_kick does not wake
+ * While spinning the engine is a kick watcher: pti_sched_kick does not wake
  * the scheduler thread but leaves the pass to us, so a submission to an idle
  * stream costs the submitter one atomic increment, and the run the pass
  * pushes is taken by this very engine.
@@ -130,7 +130,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
     uint64_t end = pto_now_ns() + spin_ns;
     while (atomic_load_explicit(len, memory_order_acquire) == 0 &&
            !atomic_load_explicit(&dev->shutdown, memory_order_relaxed)) {
-        if (pto_sched_kick_pending(dev)) {
+        if (pti_sched_kick_pending(dev)) {
             serve_kicks(dev);
             continue; /* the pass may have pushed a run for us */
         }
@@ -142,7 +142,7 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
             break;
     }
     atomic_fetch_sub(&dev->kick_watchers, 1);
-    if (pto_sched_kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
+    if (pti_sched_kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
         serve_kicks(dev);
     tl_watching = false;
 }
@@ -180,30 +180,30 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
 {
     struct pto_cmd *cmd = run->cmd;
-    char msg[PTO_MSG_LEN] = "";
+    char msg[PTI_MSG_LEN] = "";
     int32_t status = 0;
     uint64_t cause = 0;
     bool own = false;
     uint64_t start = pto_now_ns();
     uint64_t n = cmd->kind == PTO_CMD_MEMSET ? cmd->u.set.n : cmd->u.copy.n;
-    if (pto_dev_lost(dev)) {
+    if (pti_dev_lost(dev)) {
         status = -PTO_EDEVLOST;
     } else if (n > 0) {
         int rc = 0;
         switch (cmd->kind) {
         case PTO_CMD_H2D:
-            rc = pto_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
+            rc = pti_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
             break;
         case PTO_CMD_D2H:
-            rc = pto_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
+            rc = pti_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
             break;
         case PTO_CMD_D2D:
-            rc = pto_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
+            rc = pti_mem_check_range(dev, cmd->u.copy.dst, n, msg, sizeof(msg));
             if (!rc)
-                rc = pto_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
+                rc = pti_mem_check_range(dev, cmd->u.copy.src, n, msg, sizeof(msg));
             break;
         case PTO_CMD_MEMSET:
-            rc = pto_mem_check_range(dev, cmd->u.set.dst, n, msg, sizeof(msg));
+            rc = pti_mem_check_range(dev, cmd->u.set.dst, n, msg, sizeof(msg));
             break;
         }
         if (rc) {
@@ -231,10 +231,10 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
     pthread_mutex_lock(&dev->sched_lock);
     if (status == -PTO_EDEVLOST) {
         cause = dev->lost_cause;
-        pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
+        pti_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
-    pto_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
-    pto_sched_run(dev);
+    pti_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
+    pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -273,11 +273,11 @@ static void block_fail(const pto_block *blk, int code, const char *msg)
         return;
     /* Read by the launch's finisher after its acq_rel add of done_blocks. */
     r->fail_code = code;
-    pto_msgf(r->fail_msg, sizeof(r->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
+    pti_msgf(r->fail_msg, sizeof(r->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
     if (code == PTO_EDEVLOST) {
         pto_device *dev = r->stream->dev;
         pthread_mutex_lock(&dev->sched_lock);
-        pto_device_lose_locked(dev, r->cmd->token, r->fail_msg);
+        pti_device_lose_locked(dev, r->cmd->token, r->fail_msg);
         pthread_mutex_unlock(&dev->sched_lock);
     }
 }
@@ -288,7 +288,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     pto_kernel *k = cmd->u.launch.k;
     uint32_t blocks = cmd->u.launch.blocks;
     uint64_t start = pto_now_ns();
-    bool skip = pto_dev_lost(dev) || atomic_load_explicit(&run->fail_claim, memory_order_acquire);
+    bool skip = pti_dev_lost(dev) || atomic_load_explicit(&run->fail_claim, memory_order_acquire);
     tl_block_failed = 0;
     if (!skip) {
         pto_block blk = {
@@ -303,8 +303,8 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     uint64_t end = pto_now_ns();
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
-    if (!skip && pto_trace_on(dev))
-        pto_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, start, end,
+    if (!skip && pti_trace_on(dev))
+        pti_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, start, end,
                       eng->id);
     /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
     if (atomic_fetch_add_explicit(&run->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
@@ -312,21 +312,21 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     int32_t status = 0;
     uint64_t cause = 0;
     bool own = false;
-    char msg[PTO_MSG_LEN] = "";
+    char msg[PTI_MSG_LEN] = "";
     pto_stream *s = run->stream;
     atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed);
     pthread_mutex_lock(&dev->sched_lock);
     if (atomic_load_explicit(&run->fail_claim, memory_order_acquire)) {
         status = -run->fail_code;
         own = true;
-        pto_strlcpy(msg, run->fail_msg, sizeof(msg));
-    } else if (pto_dev_lost(dev)) {
+        pti_strlcpy(msg, run->fail_msg, sizeof(msg));
+    } else if (pti_dev_lost(dev)) {
         status = -PTO_EDEVLOST;
         cause = dev->lost_cause;
-        pto_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
+        pti_msgf(msg, sizeof(msg), "device lost: %s", dev->lost_msg);
     }
-    pto_cmd_finish(dev, s, cmd, status, cause, msg, own, run->start_ns, end, eng->id);
-    pto_sched_run(dev);
+    pti_cmd_finish(dev, s, cmd, status, cause, msg, own, run->start_ns, end, eng->id);
+    pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -359,7 +359,7 @@ static void *core_main(void *arg)
     return NULL;
 }
 
-int pto_engines_start(pto_device *dev)
+int pti_engines_start(pto_device *dev)
 {
     uint32_t ncores = dev->cfg.cores, ncopy = dev->cfg.copy_engines;
     uint32_t nsched = dev->cfg.aicpu_thread_num;
@@ -370,7 +370,7 @@ int pto_engines_start(pto_device *dev)
         free(dev->threads);
         dev->engines = NULL;
         dev->threads = NULL;
-        return pto_error(PTO_ENOMEM, "pto_device_open: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     }
     for (uint32_t i = 0; i < ncores + ncopy; i++) {
         dev->engines[i].dev = dev;
@@ -387,13 +387,13 @@ int pto_engines_start(pto_device *dev)
             fn = copy_main;
             arg = &dev->engines[i];
         } else {
-            fn = pto_sched_main;
+            fn = pti_sched_main;
             arg = dev;
         }
         int rc = pthread_create(&dev->threads[i], NULL, fn, arg);
         if (rc) {
-            pto_engines_stop(dev);
-            return pto_error(PTO_ENOMEM, "pto_device_open: cannot start thread %u: %s", i,
+            pti_engines_stop(dev);
+            return pti_error(PTO_ENOMEM, "pto_device_open: cannot start thread %u: %s", i,
                              strerror(rc));
         }
         dev->n_threads++;
@@ -410,7 +410,7 @@ int pto_engines_start(pto_device *dev)
     return 0;
 }
 
-void pto_engines_stop(pto_device *dev)
+void pti_engines_stop(pto_device *dev)
 {
     atomic_store_explicit(&dev->shutdown, 1, memory_order_release);
     pthread_mutex_lock(&dev->sched_lock);
@@ -436,10 +436,10 @@ void pto_engines_stop(pto_device *dev)
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_engine_get_stats: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_engine_get_stats: NULL argument");
     int32_t n = (int32_t)(dev->cfg.cores + dev->cfg.copy_engines);
     if (engine < 0 || engine >= n)
-        return pto_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d)", engine, n);
+        return pti_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d)", engine, n);
     struct pto_engine *e = &dev->engines[engine];
     out->engine = engine;
     out->is_copy = e->is_copy;

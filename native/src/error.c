@@ -2,7 +2,7 @@
  * error.c - thread-local error text and status names.
  *
  * Phase: none (support).  Every ABI call that fails sets this thread's
- * message with pto_error and returns -code; pto_last_error reads it back.
+ * message with pti_error and returns -code; pto_last_error reads it back.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 /* Each host thread reads the text of its own last failing call. */
 static __thread char pto_errbuf[256];
 
-int pto_error(int code, const char *fmt, ...)
+int pti_error(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -21,7 +21,7 @@ int pto_error(int code, const char *fmt, ...)
     return -code;
 }
 
-void pto_msgf(char *buf, size_t n, const char *fmt, ...)
+void pti_msgf(char *buf, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -29,7 +29,7 @@ void pto_msgf(char *buf, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-void pto_clear_error(void)
+void pti_clear_error(void)
 {
     pto_errbuf[0] = '\0';
 }

@@ -11,7 +11,7 @@
 
 #include "internal.h"
 
-struct pto_event_node *pto_event_node_new(uint64_t event_id)
+struct pto_event_node *pti_event_node_new(uint64_t event_id)
 {
     struct pto_event_node *n = calloc(1, sizeof(*n));
     if (!n)
@@ -22,23 +22,23 @@ struct pto_event_node *pto_event_node_new(uint64_t event_id)
     return n;
 }
 
-void pto_event_node_ref(struct pto_event_node *n)
+void pti_event_node_ref(struct pto_event_node *n)
 {
     atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
 }
 
-void pto_event_node_unref(struct pto_event_node *n)
+void pti_event_node_unref(struct pto_event_node *n)
 {
     if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
         free(n);
 }
 
-struct pto_event_node *pto_event_current(pto_event *e)
+struct pto_event_node *pti_event_current(pto_event *e)
 {
     pthread_mutex_lock(&e->dev->obj_lock);
     struct pto_event_node *n = e->cur;
     if (n)
-        pto_event_node_ref(n);
+        pti_event_node_ref(n);
     pthread_mutex_unlock(&e->dev->obj_lock);
     return n;
 }
@@ -47,14 +47,14 @@ struct pto_event_node *pto_event_current(pto_event *e)
 int pto_event_create(pto_device *dev, pto_event **out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_event_create: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_event_create: NULL argument");
     pto_event *e = calloc(1, sizeof(*e));
     if (!e)
-        return pto_error(PTO_ENOMEM, "pto_event_create: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_event_create: out of host memory");
     e->dev = dev;
     pthread_mutex_lock(&dev->obj_lock);
     e->id = ++dev->next_event_id;
-    pto_link_add(&dev->events, &e->link);
+    pti_link_add(&dev->events, &e->link);
     pthread_mutex_unlock(&dev->obj_lock);
     *out = e;
     return 0;
@@ -65,11 +65,11 @@ void pto_event_destroy(pto_event *e)
     if (!e)
         return;
     pthread_mutex_lock(&e->dev->obj_lock);
-    pto_link_del(&e->link);
+    pti_link_del(&e->link);
     struct pto_event_node *n = e->cur;
     e->cur = NULL;
     pthread_mutex_unlock(&e->dev->obj_lock);
-    pto_event_node_unref(n);
+    pti_event_node_unref(n);
     free(e);
 }
 
@@ -86,12 +86,12 @@ static int node_state(const struct pto_event_node *n)
 int pto_event_query(pto_event *e)
 {
     if (!e)
-        return pto_error(PTO_EINVAL, "pto_event_query: NULL event");
-    struct pto_event_node *n = pto_event_current(e);
+        return pti_error(PTO_EINVAL, "pto_event_query: NULL event");
+    struct pto_event_node *n = pti_event_current(e);
     int st = node_state(n);
     if (st < 0)
-        pto_error(-st, "event %llu: %s", (unsigned long long)e->id, n->msg);
-    pto_event_node_unref(n);
+        pti_error(-st, "event %llu: %s", (unsigned long long)e->id, n->msg);
+    pti_event_node_unref(n);
     return st;
 }
 
@@ -103,10 +103,10 @@ int pto_event_query(pto_event *e)
 int pto_event_synchronize(pto_event *e, int64_t timeout_us)
 {
     if (!e)
-        return pto_error(PTO_EINVAL, "pto_event_synchronize: NULL event");
+        return pti_error(PTO_EINVAL, "pto_event_synchronize: NULL event");
     pto_device *dev = e->dev;
-    struct pto_event_node *n = pto_event_current(e);
-    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    struct pto_event_node *n = pti_event_current(e);
+    uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc;
     pthread_mutex_lock(&dev->sched_lock);
     dev->host_waiters++;
@@ -114,14 +114,14 @@ int pto_event_synchronize(pto_event *e, int64_t timeout_us)
         rc = node_state(n);
         if (rc != 0)
             break;
-        if (pto_dev_lost(dev)) {
-            rc = pto_error(PTO_EDEVLOST, "pto_event_synchronize: device lost: %s", dev->lost_msg);
+        if (pti_dev_lost(dev)) {
+            rc = pti_error(PTO_EDEVLOST, "pto_event_synchronize: device lost: %s", dev->lost_msg);
             break;
         }
-        if (pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
+        if (pti_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
             rc = node_state(n);
             if (rc == 0)
-                rc = pto_error(PTO_ETIMEDOUT, "pto_event_synchronize: event %llu not complete within %lld us",
+                rc = pti_error(PTO_ETIMEDOUT, "pto_event_synchronize: event %llu not complete within %lld us",
                                (unsigned long long)e->id, (long long)timeout_us);
             break;
         }
@@ -129,8 +129,8 @@ int pto_event_synchronize(pto_event *e, int64_t timeout_us)
     dev->host_waiters--;
     pthread_mutex_unlock(&dev->sched_lock);
     if (rc < 0 && rc != -PTO_ETIMEDOUT && rc != -PTO_EDEVLOST && n)
-        pto_error(-rc, "event %llu: %s", (unsigned long long)e->id, n->msg);
-    pto_event_node_unref(n);
+        pti_error(-rc, "event %llu: %s", (unsigned long long)e->id, n->msg);
+    pti_event_node_unref(n);
     return rc;
 }
 
@@ -139,11 +139,11 @@ uint64_t pto_event_timestamp_ns(const pto_event *ce)
     if (!ce)
         return 0;
     pto_event *e = (pto_event *)ce;
-    struct pto_event_node *n = pto_event_current(e);
+    struct pto_event_node *n = pti_event_current(e);
     uint64_t t = 0;
     if (n && atomic_load_explicit(&n->done, memory_order_acquire))
         t = n->time_ns;
-    pto_event_node_unref(n);
+    pti_event_node_unref(n);
     return t;
 }
 
@@ -151,10 +151,10 @@ uint64_t pto_event_timestamp_ns(const pto_event *ce)
 int pto_event_elapsed_ms(const pto_event *a, const pto_event *b, double *out_ms)
 {
     if (!a || !b || !out_ms)
-        return pto_error(PTO_EINVAL, "pto_event_elapsed_ms: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_event_elapsed_ms: NULL argument");
     uint64_t ta = pto_event_timestamp_ns(a), tb = pto_event_timestamp_ns(b);
     if (ta == 0 || tb == 0)
-        return pto_error(PTO_EAGAIN, "pto_event_elapsed_ms: event %s not complete",
+        return pti_error(PTO_EAGAIN, "pto_event_elapsed_ms: event %s not complete",
                          ta == 0 ? "a" : "b");
     *out_ms = ((double)tb - (double)ta) / 1e6;
     return 0;

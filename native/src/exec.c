@@ -2,10 +2,10 @@
  * exec.c - execution: starting, finishing and failing a stream's commands.
  *
  * Phase: execution, under dev->sched_lock throughout: the consumer side of
- * the ring (ring.c).  A scheduler pass (sched.c) calls pto_stream_step for
+ * the ring (ring.c).  A scheduler pass (sched.c) calls pti_stream_step for
  * each stream with work: it starts the head command on an engine
  * (engines.c), holds it in the scheduler (event wait, delay, latch), or
- * finishes it at once.  pto_cmd_finish completes a command wherever it ran:
+ * finishes it at once.  pti_cmd_finish completes a command wherever it ran:
  * its record, its resources, the head advance, the overflow refill, the
  * wake-ups.  Cancels drop commands not started.
  *
@@ -43,35 +43,35 @@ static void release_resources(pto_device *dev, pto_stream *s, struct pto_cmd *cm
 {
     switch (cmd->kind) {
     case PTO_CMD_LAUNCH:
-        pto_kernel_unref(cmd->u.launch.k);
+        pti_kernel_unref(cmd->u.launch.k);
         break;
     case PTO_CMD_RECORD:
-        pto_event_node_unref(cmd->u.ev.node);
+        pti_event_node_unref(cmd->u.ev.node);
         break;
     case PTO_CMD_WAIT:
         if (cmd->u.ev.node) {
-            pto_event_node_unref(cmd->u.ev.node);
-            /* Release pairs with the acquire load of dep_used in pto_slot_begin. */
+            pti_event_node_unref(cmd->u.ev.node);
+            /* Release pairs with the acquire load of dep_used in pti_slot_begin. */
             atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_release);
             atomic_fetch_sub_explicit(&s->waits_pending, 1, memory_order_release);
         }
         break;
     case PTO_CMD_FREE:
         /* Reclaimed whatever the outcome: a failed or canceled stream must not leak. */
-        pto_mem_reclaim(dev, cmd->u.free.pf);
+        pti_mem_reclaim(dev, cmd->u.free.pf);
         break;
     case PTO_CMD_LATCH:
-        pto_latch_unref(cmd->u.latch.l);
+        pti_latch_unref(cmd->u.latch.l);
         break;
     default:
         break;
     }
     if (cmd->heap_used)
-        /* Release pairs with the acquire load of heap_freed in pto_slot_begin. */
+        /* Release pairs with the acquire load of heap_freed in pti_slot_begin. */
         atomic_fetch_add_explicit(&s->heap_freed, cmd->heap_used, memory_order_release);
 }
 
-void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
+void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                     uint64_t cause, const char *msg, bool own, uint64_t start_ns, uint64_t end_ns,
                     int32_t engine)
 {
@@ -86,7 +86,7 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         s->fail.cause = cause;
         s->fail.id = ++s->fail_ids;
         s->fail.seq = cmd->seq;
-        pto_strlcpy(s->fail.msg, msg, sizeof(s->fail.msg));
+        pti_strlcpy(s->fail.msg, msg, sizeof(s->fail.msg));
         fail_id = s->fail.id;
         if (cmd->token == 0) {
             /* Nobody can drain a record that is never pushed: observed now. */
@@ -99,8 +99,8 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         n->status = status;
         n->cause = status ? cause : 0;
         n->time_ns = end_ns;
-        pto_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
-        /* Release pairs with the acquire loads of done in event.c and pto_stream_step. */
+        pti_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
+        /* Release pairs with the acquire loads of done in event.c and pti_stream_step. */
         atomic_store_explicit(&n->done, 1, memory_order_release);
     }
     /* The record is built now (the slot may be refilled once head moves) and pushed after. */
@@ -117,19 +117,19 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         c.cause_token = status ? cause : 0;
         c.flags = fail_id ? PTO_CQ_FIRST_FAILURE : 0;
         c.reserved = 0;
-        pto_strlcpy(c.message, status ? msg : "", sizeof(c.message));
+        pti_strlcpy(c.message, status ? msg : "", sizeof(c.message));
     }
-    if (pto_trace_on(dev))
-        pto_trace_cmd(dev, s, cmd, PTO_TRACE_WHOLE, status, start_ns, end_ns, engine);
+    if (pti_trace_on(dev))
+        pti_trace_cmd(dev, s, cmd, PTI_TRACE_WHOLE, status, start_ns, end_ns, engine);
     if (status == -PTO_ECANCELED)
         atomic_fetch_add_explicit(&dev->st_canceled, 1, memory_order_relaxed);
     release_resources(dev, s, cmd);
-    cmd->state = PTO_CMD_QUEUED;
+    cmd->state = PTI_CMD_QUEUED;
     s->active = false;
     /*
-     * Release pairs with the acquire loads of head in pto_slot_begin (the slot
+     * Release pairs with the acquire loads of head in pti_slot_begin (the slot
      * may be refilled after this store: nothing below reads cmd).  seq_cst for
-     * pto_slot_commit's hand-off: our caller's next pass loads tail.
+     * pti_slot_commit's hand-off: our caller's next pass loads tail.
      */
     atomic_store(&s->head, cmd->seq);
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
@@ -138,10 +138,10 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * Refilled before the record is pushed, so a host that drains it finds
      * the room it announces taken by the backlog already.
      */
-    if (pto_ovf_due(s)) {
+    if (pti_ovf_due(s)) {
         uint64_t first;
         pthread_mutex_lock(&s->submit_lock);
-        pto_ovf_refill(s, &first);
+        pti_ovf_refill(s, &first);
         pthread_mutex_unlock(&s->submit_lock);
     }
     /*
@@ -150,15 +150,15 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * refills a full ring on each drained record never finds it still full.
      */
     if (token)
-        pto_cq_push(dev, &c, fail_id);
+        pti_cq_push(dev, &c, fail_id);
     if (dev->host_waiters)
         pthread_cond_broadcast(&dev->host_cv);
-    if (s->destroyed && pto_stream_idle(s))
+    if (s->destroyed && pti_stream_idle(s))
         dev->reap = true;
     /*
      * s's next command may be startable now.  Whoever called us runs
      * scheduler passes next: the scheduler's own pass reports progress and
-     * rescans, an engine calls pto_sched_run, a host-side cancel kicks once
+     * rescans, an engine calls pti_sched_run, a host-side cancel kicks once
      * at its end.
      */
     (void)engine;
@@ -166,7 +166,7 @@ void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
 
 static void edep_msg(char *buf, size_t n, const pto_stream *s)
 {
-    pto_msgf(buf, n, "depends on failed token %llu (%s): %s", (unsigned long long)s->fail.cause,
+    pti_msgf(buf, n, "depends on failed token %llu (%s): %s", (unsigned long long)s->fail.cause,
              pto_status_name(s->fail.status), s->fail.msg);
 }
 
@@ -174,8 +174,8 @@ static void edep_msg(char *buf, size_t n, const pto_stream *s)
 static void finish_now(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                        uint64_t cause, const char *msg, bool own, uint64_t now)
 {
-    uint64_t start = cmd->state == PTO_CMD_BLOCKED ? cmd->start_ns : now;
-    pto_cmd_finish(dev, s, cmd, status, cause, msg, own, start, now, PTO_ENGINE_NONE);
+    uint64_t start = cmd->state == PTI_CMD_BLOCKED ? cmd->start_ns : now;
+    pti_cmd_finish(dev, s, cmd, status, cause, msg, own, start, now, PTO_ENGINE_NONE);
 }
 
 /*
@@ -187,17 +187,17 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
 {
     *own = false;
     *cause = 0;
-    if (pto_dev_lost(dev)) {
+    if (pti_dev_lost(dev)) {
         *cause = dev->lost_cause;
-        pto_msgf(msg, n, "device lost: %s", dev->lost_msg);
+        pti_msgf(msg, n, "device lost: %s", dev->lost_msg);
         return -PTO_EDEVLOST;
     }
     if (cmd->seq <= s->cancel_seq) {
-        pto_msgf(msg, n, "canceled before it started");
+        pti_msgf(msg, n, "canceled before it started");
         return -PTO_ECANCELED;
     }
     if (cmd->canceled) {
-        pto_msgf(msg, n, "withdrawn while it waited for ring room");
+        pti_msgf(msg, n, "withdrawn while it waited for ring room");
         return -PTO_ECANCELED;
     }
     if (failed_for(s, cmd)) {
@@ -210,16 +210,16 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
          * other stream's work, and must stay so even on a failed stream.
          */
         if (cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node &&
-            /* Acquire pairs with the release store of done in pto_cmd_finish. */
+            /* Acquire pairs with the release store of done in pti_cmd_finish. */
             !atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire))
             return 0;
         *cause = s->fail.cause;
         edep_msg(msg, n, s);
         return -PTO_EDEP;
     }
-    if (cmd->inject > 0 && cmd->state == PTO_CMD_QUEUED) {
+    if (cmd->inject > 0 && cmd->state == PTI_CMD_QUEUED) {
         *own = true;
-        pto_msgf(msg, n, "injected failure (pto_debug_fail_next): %s", pto_status_name(cmd->inject));
+        pti_msgf(msg, n, "injected failure (pto_debug_fail_next): %s", pto_status_name(cmd->inject));
         return -cmd->inject;
     }
     return 0;
@@ -229,17 +229,17 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
 static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
                           uint64_t *next_deadline)
 {
-    char msg[PTO_MSG_LEN];
+    char msg[PTI_MSG_LEN];
     switch (cmd->kind) {
     case PTO_CMD_WAIT: {
         struct pto_event_node *n = cmd->u.ev.node;
-        /* Acquire pairs with the release store of done in pto_cmd_finish. */
+        /* Acquire pairs with the release store of done in pti_cmd_finish. */
         if (!atomic_load_explicit(&n->done, memory_order_acquire))
             return false;
         if (n->status == 0) {
             finish_now(dev, s, cmd, 0, 0, NULL, false, now);
         } else {
-            pto_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
+            pti_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
                      (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
             /* The wait's own failure: s fails from here on, with the event's cause. */
             finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, true, now);
@@ -259,7 +259,7 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
             return true;
         }
         if (cmd->deadline_ns && now >= cmd->deadline_ns) {
-            pto_msgf(msg, sizeof(msg), "latch wait timed out after %lld us",
+            pti_msgf(msg, sizeof(msg), "latch wait timed out after %lld us",
                      (long long)cmd->u.latch.l->timeout_us);
             finish_now(dev, s, cmd, -PTO_ETIMEDOUT, 0, msg, true, now);
             return true;
@@ -273,17 +273,17 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
     return false;
 }
 
-bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline)
+bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline)
 {
     if (s->active)
         return false;
     uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed); /* we are the consumer */
-    /* seq_cst, an acquire of the slot too: see pto_slot_commit. */
+    /* seq_cst, an acquire of the slot too: see pti_slot_commit. */
     uint64_t tail = atomic_load(&s->tail);
     if (head == tail)
         return false;
     struct pto_cmd *cmd = &s->ring[head & s->mask];
-    char msg[PTO_MSG_LEN];
+    char msg[PTI_MSG_LEN];
     uint64_t cause;
     bool own;
     int32_t st = pre_status(dev, s, cmd, &cause, msg, sizeof(msg), &own);
@@ -291,7 +291,7 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         finish_now(dev, s, cmd, st, cause, msg, own, now);
         return true;
     }
-    if (cmd->state == PTO_CMD_BLOCKED)
+    if (cmd->state == PTI_CMD_BLOCKED)
         return check_blocked(dev, s, cmd, now, next_deadline);
 
     cmd->start_ns = now;
@@ -300,47 +300,47 @@ bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     case PTO_CMD_D2H:
     case PTO_CMD_D2D:
     case PTO_CMD_MEMSET:
-        cmd->state = PTO_CMD_RUNNING;
+        cmd->state = PTI_CMD_RUNNING;
         s->active = true;
-        pto_copy_enqueue(dev, s, cmd);
+        pti_copy_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_LAUNCH:
-        cmd->state = PTO_CMD_RUNNING;
+        cmd->state = PTI_CMD_RUNNING;
         s->active = true;
-        pto_core_enqueue(dev, s, cmd);
+        pti_core_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_RECORD:
     case PTO_CMD_FREE:
     case PTO_CMD_NOTIFY:
-        pto_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
+        pti_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
         return true;
     case PTO_CMD_WAIT:
         if (!cmd->u.ev.node) {
-            pto_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
+            pti_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
             return true;
         }
-        cmd->state = PTO_CMD_BLOCKED;
+        cmd->state = PTI_CMD_BLOCKED;
         break;
     case PTO_CMD_DELAY:
         cmd->deadline_ns = now + cmd->u.delay.us * 1000ull;
-        cmd->state = PTO_CMD_BLOCKED;
+        cmd->state = PTI_CMD_BLOCKED;
         break;
     case PTO_CMD_LATCH: {
         int64_t t = cmd->u.latch.l->timeout_us;
         cmd->deadline_ns = t > 0 ? now + (uint64_t)t * 1000ull : 0;
-        cmd->state = PTO_CMD_BLOCKED;
+        cmd->state = PTI_CMD_BLOCKED;
         break;
     }
     default:
-        pto_msgf(msg, sizeof(msg), "unknown command kind %u", cmd->kind);
-        pto_cmd_finish(dev, s, cmd, -PTO_EINVAL, 0, msg, true, now, now, PTO_ENGINE_NONE);
+        pti_msgf(msg, sizeof(msg), "unknown command kind %u", cmd->kind);
+        pti_cmd_finish(dev, s, cmd, -PTO_EINVAL, 0, msg, true, now, now, PTO_ENGINE_NONE);
         return true;
     }
     check_blocked(dev, s, cmd, now, next_deadline);
     return true; /* started: progress even if still blocked */
 }
 
-void pto_stream_drop_canceled(pto_device *dev, pto_stream *s)
+void pti_stream_drop_canceled(pto_device *dev, pto_stream *s)
 {
     uint64_t now = pto_now_ns();
     while (!s->active) {
@@ -353,7 +353,7 @@ void pto_stream_drop_canceled(pto_device *dev, pto_stream *s)
     }
 }
 
-int pto_stream_cancel_locked(pto_device *dev, pto_stream *s)
+int pti_stream_cancel_locked(pto_device *dev, pto_stream *s)
 {
     uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
     /* The overflow too: its commands enter the ring as the canceled ones ahead leave it. */
@@ -363,6 +363,6 @@ int pto_stream_cancel_locked(pto_device *dev, pto_stream *s)
         return 0;
     if (accepted > s->cancel_seq)
         s->cancel_seq = accepted;
-    pto_stream_drop_canceled(dev, s);
+    pti_stream_drop_canceled(dev, s);
     return n;
 }

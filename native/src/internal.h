@@ -1,9 +1,15 @@
 /*
- * internal.h - private structures and helpers of the sim driver.
+ * internal.h - private structures and helpers of the driver.
  *
- * Never installed, never seen by cffi.  Lock order (take left before right):
+ * Never installed, never seen by cffi.  Names say which side of the
+ * contract they are on: the ABI (pto_driver.h) is pto_* / PTO_*; a function,
+ * macro or constant private to the driver is pti_* / PTI_* ("pto
+ * internal") and declared here only.  Private struct tags keep pto_ (they
+ * never reach the cdef).
  *
- *     sched_lock -> submit_lock (close's fence; the overflow refill in pto_cmd_finish)
+ * Lock order (take left before right):
+ *
+ *     sched_lock -> submit_lock (close's fence; the overflow refill in pti_cmd_finish)
  *     sched_lock -> obj_lock / mem_lock / cq_lock / copy_lock / core_lock
  *     submit_lock -> obj_lock / mem_lock
  *     any of the above -> trace_lock
@@ -25,43 +31,43 @@
 
 #include "pto_driver.h"
 
-#define PTO_ALIGN 256u            /* device allocation alignment */
-#define PTO_MSG_LEN 104           /* == sizeof(pto_completion.message), asserted in completion.c */
-#define PTO_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
+#define PTI_ALIGN 256u            /* device allocation alignment */
+#define PTI_MSG_LEN 104           /* == sizeof(pto_completion.message), asserted in completion.c */
+#define PTI_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
 
 /* ---- error text (error.c) ------------------------------------------------- */
 
 /* Set this thread's last-error text and return -code. */
-int pto_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int pti_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* snprintf into a fixed message buffer; truncation is intended. */
-void pto_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void pti_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Clear this thread's last-error text. */
-void pto_clear_error(void);
+void pti_clear_error(void);
 
 /* ---- small helpers (util.c) ------------------------------------------------- */
 
 /* Absolute CLOCK_MONOTONIC deadline timeout_us from now; 0 means none (< 0). */
-uint64_t pto_deadline_after_us(int64_t timeout_us);
+uint64_t pti_deadline_after_us(int64_t timeout_us);
 /*
  * pthread_cond_wait, or a timed wait until deadline_ns (CLOCK_MONOTONIC; 0:
  * forever).  Returns 0, or ETIMEDOUT once the deadline has passed.
  */
-int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
+int pti_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
 /*
  * Initialise a driver lock: adaptive (glibc) where available, so a thread
  * finding it held spins briefly before sleeping.  The driver's critical
  * sections are a few hundred nanoseconds; sleeping on one costs a futex
  * wake-up, which on a VM with an idle vCPU takes tens of microseconds.
  */
-void pto_mutex_init(pthread_mutex_t *mu);
+void pti_mutex_init(pthread_mutex_t *mu);
 /* Initialise a condition variable on CLOCK_MONOTONIC. */
-void pto_cond_init(pthread_cond_t *cv);
+void pti_cond_init(pthread_cond_t *cv);
 /* Zeroed allocation aligned to 64 (structs with cache-line-aligned members); free() it. */
-void *pto_zalloc64(size_t size);
+void *pti_zalloc64(size_t size);
 /* Bounded copy of a C string into a fixed buffer. */
-void pto_strlcpy(char *dst, const char *src, size_t n);
+void pti_strlcpy(char *dst, const char *src, size_t n);
 /* Spin-loop hint. */
-static inline void pto_cpu_relax(void)
+static inline void pti_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -78,7 +84,7 @@ static inline void pto_cpu_relax(void)
  * The one bound helper of the driver (allocator tables, streams by id);
  * inline, so a constant key_of folds into the loop.
  */
-static inline size_t pto_bound(const void *v, size_t n, uint64_t (*key_of)(const void *v, size_t i),
+static inline size_t pti_bound(const void *v, size_t n, uint64_t (*key_of)(const void *v, size_t i),
                                uint64_t key, bool upper)
 {
     size_t lo = 0, hi = n;
@@ -99,22 +105,22 @@ struct pto_link {
     struct pto_link *prev, *next;
 };
 
-static inline void pto_link_init(struct pto_link *h) { h->prev = h->next = h; }
-static inline void pto_link_add(struct pto_link *h, struct pto_link *n)
+static inline void pti_link_init(struct pto_link *h) { h->prev = h->next = h; }
+static inline void pti_link_add(struct pto_link *h, struct pto_link *n)
 {
     n->prev = h->prev;
     n->next = h;
     h->prev->next = n;
     h->prev = n;
 }
-static inline void pto_link_del(struct pto_link *n)
+static inline void pti_link_del(struct pto_link *n)
 {
     n->prev->next = n->next;
     n->next->prev = n->prev;
     n->prev = n->next = n;
 }
 
-#define PTO_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define PTI_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* ---- events (event.c) ----------------------------------------------------------- */
 
@@ -132,7 +138,7 @@ struct pto_event_node {
     uint64_t cause;               /* first failure's token for a failed record */
     uint64_t time_ns;             /* when the record command executed */
     uint64_t event_id;
-    char msg[PTO_MSG_LEN];
+    char msg[PTI_MSG_LEN];
 };
 
 struct pto_event {
@@ -142,11 +148,11 @@ struct pto_event {
     struct pto_event_node *cur;   /* under obj_lock; NULL: never recorded */
 };
 
-struct pto_event_node *pto_event_node_new(uint64_t event_id);
-void pto_event_node_ref(struct pto_event_node *n);
-void pto_event_node_unref(struct pto_event_node *n);
+struct pto_event_node *pti_event_node_new(uint64_t event_id);
+void pti_event_node_ref(struct pto_event_node *n);
+void pti_event_node_unref(struct pto_event_node *n);
 /* Current node of e with a new reference (NULL: never recorded). */
-struct pto_event_node *pto_event_current(pto_event *e);
+struct pto_event_node *pti_event_current(pto_event *e);
 
 /* ---- latches (latch.c) ---------------------------------------------------------- */
 
@@ -158,9 +164,9 @@ struct pto_latch {
     int64_t timeout_us;
 };
 
-void pto_latch_unref(struct pto_latch *l);
+void pti_latch_unref(struct pto_latch *l);
 /* Release every latch of dev (cancel/close). */
-void pto_latches_release_all(pto_device *dev);
+void pti_latches_release_all(pto_device *dev);
 
 /* ---- kernels (kernel.c) --------------------------------------------------------- */
 
@@ -173,13 +179,13 @@ struct pto_kernel {
     atomic_int unloaded;
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
-    char name[PTO_NAME_LEN];
+    char name[PTI_NAME_LEN];
 };
 
-void pto_kernel_ref(pto_kernel *k);
-void pto_kernel_unref(pto_kernel *k);
+void pti_kernel_ref(pto_kernel *k);
+void pti_kernel_unref(pto_kernel *k);
 /* Close: drop every kernel still loaded. */
-void pto_kernels_release_all(pto_device *dev);
+void pti_kernels_release_all(pto_device *dev);
 
 /* ---- memory (memory.c) ----------------------------------------------------------- */
 
@@ -209,24 +215,24 @@ struct pto_pending_free {
     bool local_ok;                /* no event wait was queued on the stream at submit */
 };
 
-int pto_mem_init(pto_device *dev);
-void pto_mem_fini(pto_device *dev);
+int pti_mem_init(pto_device *dev);
+void pti_mem_fini(pto_device *dev);
 /* Turn the live allocation at ptr into a pending free (submit side). */
-int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local_ok,
+int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local_ok,
                       struct pto_pending_free **out);
 /* The free command executed (or was dropped): reclaim what is left of pf. */
-void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
+void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
 /* 0 if [addr, addr+n) lies in one live allocation, else -PTO_EFAULT (message set). */
-int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
+int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
 /* True if [addr, addr+n) lies inside the arena. */
-bool pto_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
+bool pti_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
 
 /* ---- commands and streams -------------------------------------------------- */
 
 enum pto_cmd_state {
-    PTO_CMD_QUEUED = 0,           /* in the ring, not started */
-    PTO_CMD_BLOCKED,              /* started on the scheduler, waiting (delay/latch/event) */
-    PTO_CMD_RUNNING,              /* handed to an engine */
+    PTI_CMD_QUEUED = 0,           /* in the ring, not started */
+    PTI_CMD_BLOCKED,              /* started on the scheduler, waiting (delay/latch/event) */
+    PTI_CMD_RUNNING,              /* handed to an engine */
 };
 
 struct pto_cmd {
@@ -268,7 +274,7 @@ struct pto_run {
     atomic_uint done_blocks;      /* acq_rel: the last block's finisher completes the launch */
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */
-    char fail_msg[PTO_MSG_LEN];
+    char fail_msg[PTI_MSG_LEN];
 };
 
 struct pto_stream_fail {
@@ -279,7 +285,7 @@ struct pto_stream_fail {
     uint64_t id;                  /* matches the primary record's fail_id */
     uint64_t observed_epoch;      /* commands with epoch >= this run normally */
     uint64_t seq;                 /* the failing command */
-    char msg[PTO_MSG_LEN];
+    char msg[PTI_MSG_LEN];
 };
 
 /*
@@ -288,18 +294,18 @@ struct pto_stream_fail {
  * (overflow.c).  Its cmd is complete (seq, epoch, token, injection) except for
  * ring resources: the launch arguments are a private copy until it enters.
  */
-#define PTO_OVF_INLINE_ARGS 8     /* launch arguments an overflow entry holds without a malloc */
+#define PTI_OVF_INLINE_ARGS 8     /* launch arguments an overflow entry holds without a malloc */
 
 struct pto_ovf_ent {
     struct pto_cmd cmd;
-    uint64_t *args;               /* launch arguments past PTO_OVF_INLINE_ARGS words (malloc'd) */
+    uint64_t *args;               /* launch arguments past PTI_OVF_INLINE_ARGS words (malloc'd) */
     uint32_t heap_len;            /* ring-heap bytes it needs on entry */
     bool dep;                     /* it needs a dependency entry on entry (an event wait) */
-    uint64_t inline_args[PTO_OVF_INLINE_ARGS];  /* the arguments otherwise (entries move: no pointer) */
+    uint64_t inline_args[PTI_OVF_INLINE_ARGS];  /* the arguments otherwise (entries move: no pointer) */
 };
 
 /* Where an overflow entry's launch arguments are. */
-static inline uint64_t *pto_ovf_args(struct pto_ovf_ent *ent)
+static inline uint64_t *pti_ovf_args(struct pto_ovf_ent *ent)
 {
     return ent->heap_len > sizeof(ent->inline_args) ? ent->args : ent->inline_args;
 }
@@ -307,7 +313,7 @@ static inline uint64_t *pto_ovf_args(struct pto_ovf_ent *ent)
 /* A stream's overflow: a circular array, under submit_lock. */
 struct pto_overflow {
     bool on;                      /* pto_stream_set_overflow: accept instead of -PTO_EAGAIN */
-    bool slot;                    /* the slot pto_slot_begin handed out lies here */
+    bool slot;                    /* the slot pti_slot_begin handed out lies here */
     struct pto_ovf_ent *ents;     /* ents[head] holds seq tail + 1 */
     uint32_t cap, head;           /* cap: a power of two (0: not allocated yet) */
     uint32_t refill;              /* free ring slots a refill waits for (hysteresis) */
@@ -346,7 +352,7 @@ struct pto_stream {
     uint32_t window_hwm, heap_hwm, dep_hwm;
     _Atomic uint64_t eagain;
     uint64_t backdate;            /* commands are accepted at min(epoch, backdate) (pto_stream_backdate) */
-    bool slot_dep;                /* the ring slot pto_slot_begin handed out took a dep entry */
+    bool slot_dep;                /* the ring slot pti_slot_begin handed out took a dep entry */
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
@@ -364,62 +370,62 @@ struct pto_stream {
 /* ---- submission (submit.c, ring.c) ---------------------------------------------- */
 
 /*
- * Submission slots (submit.c).  pto_slot_begin takes submit_lock and
+ * Submission slots (submit.c).  pti_slot_begin takes submit_lock and
  * reserves a ring slot, heap_len heap bytes and (dep) one dependency entry,
  * or, when they are not free (or commands wait in the overflow already) and
  * s accepts overflow, an overflow entry with heap_len private bytes; on
  * success the zeroed slot is returned with the lock held and *heap pointing
- * at the reserved bytes.  pto_slot_commit publishes it and unlocks; it
- * returns 0 (in the ring) or PTO_QUEUED (in the overflow).  pto_slot_abort
+ * at the reserved bytes.  pti_slot_commit publishes it and unlocks; it
+ * returns 0 (in the ring) or PTO_QUEUED (in the overflow).  pti_slot_abort
  * unlocks without queueing anything.
  */
-int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
+int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd, void **heap);
-int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
-void pto_slot_abort(pto_stream *s);
+int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token);
+void pti_slot_abort(pto_stream *s);
 /*
  * Hand commands just published into the ring of s (first: the first one's
- * seq) to a scheduler pass if s was idle (no lock held; see pto_slot_commit).
+ * seq) to a scheduler pass if s was idle (no lock held; see pti_slot_commit).
  */
-void pto_stream_kick(pto_stream *s, uint64_t first);
+void pti_stream_kick(pto_stream *s, uint64_t first);
 /*
  * Ring room (ring.c; submit_lock held; head as loaded by the caller, tail
  * the producer's): 0 if a command needing heap_len heap bytes and (dep) one
  * dependency entry fits now, with *used the heap bytes it is charged
  * (padding included) and *heap where they start; else which one is short:
- * PTO_RING_SLOTS, PTO_RING_HEAP or PTO_RING_DEPS.
+ * PTI_RING_SLOTS, PTI_RING_HEAP or PTI_RING_DEPS.
  */
-enum { PTO_RING_SLOTS = 1, PTO_RING_HEAP, PTO_RING_DEPS };
-int pto_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
+enum { PTI_RING_SLOTS = 1, PTI_RING_HEAP, PTI_RING_DEPS };
+int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
                   uint32_t *used, uint8_t **heap);
 /* Take one dependency entry for a wait entering the ring (submit_lock held). */
-void pto_ring_take_dep(pto_stream *s);
+void pti_ring_take_dep(pto_stream *s);
 /* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
-void pto_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
+void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 
 /*
  * Reserve the next overflow entry of s (submit_lock held) with heap_len bytes
  * for launch arguments; 0 and *ent (zeroed but for its args buffer), or
- * -PTO_ENOMEM.  It counts only once pto_slot_commit has published it.
+ * -PTO_ENOMEM.  It counts only once pti_slot_commit has published it.
  */
-int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **ent);
-/* Give back an entry pto_ovf_reserve handed out and nothing published (submit_lock held). */
-void pto_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent);
+int pti_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **ent);
+/* Give back an entry pti_ovf_reserve handed out and nothing published (submit_lock held). */
+void pti_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent);
 /*
  * Move overflow commands of s into its ring, in order, while they fit
  * (submit_lock held); returns how many moved, and *first the first one's
  * seq.  A refill waits until a batch of slots is free (ovf.refill) unless
  * the ring is empty, so one producer wake-up admits many commands.
  */
-uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first);
+uint32_t pti_ovf_refill(pto_stream *s, uint64_t *first);
 /*
- * Whether pto_ovf_refill could move anything now, read without submit_lock
+ * Whether pti_ovf_refill could move anything now, read without submit_lock
  * by the completion path right after it stored head (overflow.c).  A stale
  * tail only makes it say yes: the refill itself decides under the lock.
  */
-static inline bool pto_ovf_due(pto_stream *s)
+static inline bool pti_ovf_due(pto_stream *s)
 {
     /* seq_cst: the completion side of the overflow hand-off. */
     uint64_t accepted = atomic_load(&s->accepted);
@@ -430,23 +436,23 @@ static inline bool pto_ovf_due(pto_stream *s)
     return in_ring == 0 || s->entries - in_ring >= s->ovf.refill;
 }
 /* Release the overflow's memory (the stream is being freed; no entry is left). */
-void pto_ovf_fini(pto_stream *s);
+void pti_ovf_fini(pto_stream *s);
 
 /* ---- stream lifecycle (stream.c) ---------------------------------------------------- */
 
 /* The stream with this id, or NULL (sched_lock held). */
-pto_stream *pto_stream_find(pto_device *dev, uint32_t id);
+pto_stream *pti_stream_find(pto_device *dev, uint32_t id);
 /* Destroyed streams whose rings drained (sched_lock held). */
-void pto_streams_reap(pto_device *dev);
+void pti_streams_reap(pto_device *dev);
 /* Mark the failure fail_id of stream stream_id observed (sched_lock held). */
-void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
+void pti_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
 /* Unlink and free a stream (sched_lock held, ring empty). */
-void pto_stream_free_now(pto_device *dev, pto_stream *s);
+void pti_stream_free_now(pto_device *dev, pto_stream *s);
 /*
  * Whether s holds no command at all, in its ring or its overflow (sched_lock
  * held, no submitter running on s: a stream being destroyed or closed).
  */
-static inline bool pto_stream_idle(pto_stream *s)
+static inline bool pti_stream_idle(pto_stream *s)
 {
     return !s->active && atomic_load_explicit(&s->head, memory_order_relaxed) ==
                              atomic_load_explicit(&s->accepted, memory_order_acquire);
@@ -455,13 +461,13 @@ static inline bool pto_stream_idle(pto_stream *s)
 /* ---- execution (exec.c) ------------------------------------------------------------- */
 
 /* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
-bool pto_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
+bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
 /*
- * Whether pto_stream_step could do anything (sched_lock held): no command of
+ * Whether pti_stream_step could do anything (sched_lock held): no command of
  * s is on an engine, and s holds a command.  The load of tail is seq_cst, as
- * in pto_stream_step (see pto_slot_commit).
+ * in pti_stream_step (see pti_slot_commit).
  */
-static inline bool pto_stream_has_work(pto_stream *s)
+static inline bool pti_stream_has_work(pto_stream *s)
 {
     return !s->active &&
            atomic_load_explicit(&s->head, memory_order_relaxed) != atomic_load(&s->tail);
@@ -472,13 +478,13 @@ static inline bool pto_stream_has_work(pto_stream *s)
  * command's outcome before stream-failure bookkeeping; own == true marks a
  * failure of the command itself (it becomes the stream's first failure).
  */
-void pto_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
+void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                     uint64_t cause, const char *msg, bool own, uint64_t start_ns,
                     uint64_t end_ns, int32_t engine);
 /* Cancel every not-started command of s (sched_lock held); returns the count. */
-int pto_stream_cancel_locked(pto_device *dev, pto_stream *s);
+int pti_stream_cancel_locked(pto_device *dev, pto_stream *s);
 /* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine (overflow included). */
-void pto_stream_drop_canceled(pto_device *dev, pto_stream *s);
+void pti_stream_drop_canceled(pto_device *dev, pto_stream *s);
 
 /* ---- completion queue (completion.c) ---------------------------------------------- */
 
@@ -487,26 +493,26 @@ struct pto_cq_rec {
     uint64_t fail_id;             /* != 0: the primary failure record of stream c.stream_id */
 };
 
-int pto_cq_init(pto_device *dev);
-void pto_cq_fini(pto_device *dev);
+int pti_cq_init(pto_device *dev);
+void pti_cq_fini(pto_device *dev);
 /* Push a record (any thread; takes cq_lock).  Wakes the eventfd on empty -> non-empty. */
-void pto_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id);
+void pti_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id);
 /* Wake every cq waiter (device lost/closing). */
-void pto_cq_wake_all(pto_device *dev);
+void pti_cq_wake_all(pto_device *dev);
 
 /* ---- trace (trace.c) ---------------------------------------------------------------- */
 
-static inline bool pto_trace_on(pto_device *dev);
-void pto_trace_push(pto_device *dev, const pto_trace_record *r);
-void pto_trace_fini(pto_device *dev);
+static inline bool pti_trace_on(pto_device *dev);
+void pti_trace_push(pto_device *dev, const pto_trace_record *r);
+void pti_trace_fini(pto_device *dev);
 /*
  * Push the trace record of cmd, run on s from start_ns to end_ns by engine
  * (PTO_ENGINE_NONE: the scheduler) with status: the whole command
- * (block == PTO_TRACE_WHOLE), or block `block` of a launch (kind
+ * (block == PTI_TRACE_WHOLE), or block `block` of a launch (kind
  * PTO_CMD_BLOCK).  The one place a record is filled.
  */
-enum { PTO_TRACE_WHOLE = -1 };
-void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
+enum { PTI_TRACE_WHOLE = -1 };
+void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
                    int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine);
 
 /* ---- engines (engines.c) ------------------------------------------------------------ */
@@ -518,12 +524,12 @@ struct pto_engine {
     _Atomic uint64_t busy_ns, commands, bytes;
 };
 
-int pto_engines_start(pto_device *dev);
+int pti_engines_start(pto_device *dev);
 /* Stop and join every thread (closing: queues are empty). */
-void pto_engines_stop(pto_device *dev);
+void pti_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
-void pto_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
-void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 
 /* ---- the scheduler (sched.c) ---------------------------------------------------------- */
 
@@ -532,15 +538,15 @@ void pto_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
  * scheduler is spinning or busy: only a sleeping scheduler costs a signal.
  * locked: the caller holds sched_lock.
  */
-void pto_sched_kick(pto_device *dev, bool locked);
+void pti_sched_kick(pto_device *dev, bool locked);
 /* Wake the scheduler thread itself (deadlines, leftover work), watchers or not. */
-void pto_sched_wake(pto_device *dev, bool locked);
+void pti_sched_wake(pto_device *dev, bool locked);
 /* Run scheduler passes from the calling thread (sched_lock held) until nothing more starts. */
-void pto_sched_run(pto_device *dev);
+void pti_sched_run(pto_device *dev);
 /* Whether some kick is newer than the latest pass (a watching engine serves it). */
-bool pto_sched_kick_pending(pto_device *dev);
-/* A scheduler thread's body (arg: the device); pto_engines_start starts it. */
-void *pto_sched_main(void *arg);
+bool pti_sched_kick_pending(pto_device *dev);
+/* A scheduler thread's body (arg: the device); pti_engines_start starts it. */
+void *pti_sched_main(void *arg);
 
 /* ---- platforms (platform.c; the sim: sim.c) ---------------------------------------- */
 
@@ -570,8 +576,8 @@ struct pto_platform_ops {
  * The operations of the platform called name or one of its aliases, and
  * *canonical its name; NULL with the error text set (PTO_ENOTSUP) if none.
  */
-const struct pto_platform_ops *pto_platform_find(const char *name, const char **canonical);
-extern const struct pto_platform_ops pto_sim_ops;
+const struct pto_platform_ops *pti_platform_find(const char *name, const char **canonical);
+extern const struct pto_platform_ops pti_sim_ops;
 
 /* ---- the device (device.c) ----------------------------------------------------------- */
 
@@ -584,7 +590,7 @@ struct pto_device {
     atomic_int closing;
     atomic_int shutdown;          /* threads exit */
     uint64_t lost_cause;          /* under sched_lock; written once */
-    char lost_msg[PTO_MSG_LEN];
+    char lost_msg[PTI_MSG_LEN];
 
     /* memory (memory.c), under mem_lock */
     pthread_mutex_t mem_lock;
@@ -658,12 +664,12 @@ struct pto_device {
         st_canceled, st_launches, st_copies, st_h2d, st_d2h, st_d2d;
 };
 
-static inline bool pto_trace_on(pto_device *dev)
+static inline bool pti_trace_on(pto_device *dev)
 {
     return atomic_load_explicit(&dev->trace_enabled, memory_order_relaxed) != 0;
 }
 
-static inline bool pto_dev_lost(pto_device *dev)
+static inline bool pti_dev_lost(pto_device *dev)
 {
     return atomic_load_explicit(&dev->lost, memory_order_acquire) != 0;
 }
@@ -671,6 +677,6 @@ static inline bool pto_dev_lost(pto_device *dev)
 /* ---- device loss (lost.c) ------------------------------------------------------ */
 
 /* Mark dev lost (sched_lock held); the first call wins the message. */
-void pto_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
+void pti_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
 
 #endif /* PTO_INTERNAL_H */

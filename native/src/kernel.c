@@ -23,25 +23,25 @@ static pto_kernel *kernel_new(pto_device *dev, const char *name, pto_kernel_fn f
     k->handle = handle;
     atomic_init(&k->refs, 1);
     atomic_init(&k->unloaded, 0);
-    pto_strlcpy(k->name, name, sizeof(k->name));
+    pti_strlcpy(k->name, name, sizeof(k->name));
     pthread_mutex_lock(&dev->obj_lock);
-    pto_link_add(&dev->kernels, &k->link);
+    pti_link_add(&dev->kernels, &k->link);
     pthread_mutex_unlock(&dev->obj_lock);
     return k;
 }
 
-void pto_kernel_ref(pto_kernel *k)
+void pti_kernel_ref(pto_kernel *k)
 {
     atomic_fetch_add_explicit(&k->refs, 1, memory_order_relaxed);
 }
 
-void pto_kernel_unref(pto_kernel *k)
+void pti_kernel_unref(pto_kernel *k)
 {
     if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) != 1)
         return;
     pto_device *dev = k->dev;
     pthread_mutex_lock(&dev->obj_lock);
-    pto_link_del(&k->link);
+    pti_link_del(&k->link);
     pthread_mutex_unlock(&dev->obj_lock);
     if (k->handle)
         dev->ops->kernel_unload(k->handle);
@@ -58,10 +58,10 @@ void pto_kernel_unref(pto_kernel *k)
 int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_kernel **out)
 {
     if (!dev || !path || !symbol || !out)
-        return pto_error(PTO_EINVAL, "pto_kernel_load: NULL argument");
-    if (strlen(symbol) >= PTO_NAME_LEN)
-        return pto_error(PTO_EINVAL, "pto_kernel_load: symbol name longer than %d bytes",
-                         PTO_NAME_LEN - 1);
+        return pti_error(PTO_EINVAL, "pto_kernel_load: NULL argument");
+    if (strlen(symbol) >= PTI_NAME_LEN)
+        return pti_error(PTO_EINVAL, "pto_kernel_load: symbol name longer than %d bytes",
+                         PTI_NAME_LEN - 1);
     pto_kernel_fn fn;
     void *handle;
     int rc = dev->ops->kernel_load(path, symbol, &fn, &handle);
@@ -70,7 +70,7 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
     pto_kernel *k = kernel_new(dev, symbol, fn, handle);
     if (!k) {
         dev->ops->kernel_unload(handle);
-        return pto_error(PTO_ENOMEM, "pto_kernel_load: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_kernel_load: out of host memory");
     }
     *out = k;
     return 0;
@@ -80,14 +80,14 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
 int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out)
 {
     if (!dev || !name || !out)
-        return pto_error(PTO_EINVAL, "pto_kernel_builtin: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_kernel_builtin: NULL argument");
     pto_kernel_fn fn;
     int rc = dev->ops->kernel_builtin(name, &fn);
     if (rc)
         return rc;
     pto_kernel *k = kernel_new(dev, name, fn, NULL);
     if (!k)
-        return pto_error(PTO_ENOMEM, "pto_kernel_builtin: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_kernel_builtin: out of host memory");
     *out = k;
     return 0;
 }
@@ -103,10 +103,10 @@ void pto_kernel_unload(pto_kernel *k)
         return;
     int expected = 0;
     if (atomic_compare_exchange_strong(&k->unloaded, &expected, 1))
-        pto_kernel_unref(k);
+        pti_kernel_unref(k);
 }
 
-void pto_kernels_release_all(pto_device *dev)
+void pti_kernels_release_all(pto_device *dev)
 {
     /* Close: no launch is queued any more, so each remaining kernel holds only its host ref. */
     for (;;) {
@@ -115,8 +115,8 @@ void pto_kernels_release_all(pto_device *dev)
             pthread_mutex_unlock(&dev->obj_lock);
             break;
         }
-        pto_kernel *k = PTO_CONTAINER(dev->kernels.next, pto_kernel, link);
-        pto_link_del(&k->link);
+        pto_kernel *k = PTI_CONTAINER(dev->kernels.next, pto_kernel, link);
+        pti_link_del(&k->link);
         pthread_mutex_unlock(&dev->obj_lock);
         if (k->handle)
             dev->ops->kernel_unload(k->handle);

@@ -16,27 +16,27 @@
 int pto_latch_create(pto_device *dev, int64_t timeout_us, pto_latch **out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_latch_create: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_latch_create: NULL argument");
     pto_latch *l = calloc(1, sizeof(*l));
     if (!l)
-        return pto_error(PTO_ENOMEM, "pto_latch_create: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_latch_create: out of host memory");
     l->dev = dev;
     l->timeout_us = timeout_us;
     atomic_init(&l->released, 0);
     atomic_init(&l->refs, 1);
     pthread_mutex_lock(&dev->obj_lock);
-    pto_link_add(&dev->latches, &l->link);
+    pti_link_add(&dev->latches, &l->link);
     pthread_mutex_unlock(&dev->obj_lock);
     *out = l;
     return 0;
 }
 
-void pto_latch_unref(pto_latch *l)
+void pti_latch_unref(pto_latch *l)
 {
     if (atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) != 1)
         return;
     pthread_mutex_lock(&l->dev->obj_lock);
-    pto_link_del(&l->link);
+    pti_link_del(&l->link);
     pthread_mutex_unlock(&l->dev->obj_lock);
     free(l);
 }
@@ -58,7 +58,7 @@ static void release_and_run(pto_latch *l)
     pto_device *dev = l->dev;
     pthread_mutex_lock(&dev->sched_lock);
     release(l);
-    pto_sched_run(dev);
+    pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -74,13 +74,13 @@ void pto_latch_destroy(pto_latch *l)
     if (!l)
         return;
     release_and_run(l);
-    pto_latch_unref(l);
+    pti_latch_unref(l);
 }
 
-void pto_latches_release_all(pto_device *dev)
+void pti_latches_release_all(pto_device *dev)
 {
     pthread_mutex_lock(&dev->obj_lock);
     for (struct pto_link *p = dev->latches.next; p != &dev->latches; p = p->next)
-        release(PTO_CONTAINER(p, pto_latch, link));
+        release(PTI_CONTAINER(p, pto_latch, link));
     pthread_mutex_unlock(&dev->obj_lock);
 }

@@ -25,7 +25,7 @@
  * before the free may still touch the whole block, even after a local
  * reuse carved a live allocation out of its front).
  *
- * Sizes are rounded up to PTO_ALIGN, so every extent boundary is aligned.
+ * Sizes are rounded up to PTI_ALIGN, so every extent boundary is aligned.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +35,10 @@
 
 static uint64_t round_up(uint64_t n)
 {
-    return (n + PTO_ALIGN - 1) & ~(uint64_t)(PTO_ALIGN - 1);
+    return (n + PTI_ALIGN - 1) & ~(uint64_t)(PTI_ALIGN - 1);
 }
 
-/* Keys of the two sorted tables, for pto_bound. */
+/* Keys of the two sorted tables, for pti_bound. */
 static uint64_t ext_off(const void *v, size_t i)
 {
     return ((const struct pto_extent *)v)[i].off;
@@ -76,7 +76,7 @@ static int alloc_reserve(pto_device *dev, size_t need)
 
 static void alloc_insert(pto_device *dev, struct pto_alloc a)
 {
-    size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, a.off, true);
+    size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, a.off, true);
     memmove(&dev->allocs[i + 1], &dev->allocs[i], (dev->n_alloc - i) * sizeof(*dev->allocs));
     dev->allocs[i] = a;
     dev->n_alloc++;
@@ -107,7 +107,7 @@ static void ext_remove_at(struct pto_extent *v, size_t *n, size_t i)
  */
 static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 {
-    size_t i = pto_bound(dev->free_ext, dev->n_free, ext_off, off, true);
+    size_t i = pti_bound(dev->free_ext, dev->n_free, ext_off, off, true);
     bool merge_prev = i > 0 && dev->free_ext[i - 1].off + dev->free_ext[i - 1].len == off;
     bool merge_next = i < dev->n_free && off + len == dev->free_ext[i].off;
     if (merge_prev && merge_next) {
@@ -126,7 +126,7 @@ static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 /* Index of the block starting at off (live or pending), or -1 (mem_lock held). */
 static long block_find(pto_device *dev, uint64_t off)
 {
-    size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
+    size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
     if (i > 0 && dev->allocs[i - 1].off == off)
         return (long)(i - 1);
     return -1;
@@ -146,22 +146,22 @@ static void account_reserved(pto_device *dev)
         dev->peak = reserved;
 }
 
-int pto_mem_init(pto_device *dev)
+int pti_mem_init(pto_device *dev)
 {
     int rc = dev->ops->mem_map(dev);
     if (rc)
         return rc;
-    pto_mutex_init(&dev->mem_lock);
+    pti_mutex_init(&dev->mem_lock);
     if (free_reserve(dev, 64) || alloc_reserve(dev, 64)) {
-        pto_mem_fini(dev);
-        return pto_error(PTO_ENOMEM, "out of host memory for the allocator tables");
+        pti_mem_fini(dev);
+        return pti_error(PTO_ENOMEM, "out of host memory for the allocator tables");
     }
-    dev->free_ext[0] = (struct pto_extent){0, dev->arena_size & ~(uint64_t)(PTO_ALIGN - 1)};
+    dev->free_ext[0] = (struct pto_extent){0, dev->arena_size & ~(uint64_t)(PTI_ALIGN - 1)};
     dev->n_free = 1;
     return 0;
 }
 
-void pto_mem_fini(pto_device *dev)
+void pti_mem_fini(pto_device *dev)
 {
     if (dev->arena) {
         dev->ops->mem_unmap(dev);
@@ -175,7 +175,7 @@ void pto_mem_fini(pto_device *dev)
     dev->n_free = dev->n_alloc = dev->cap_free = dev->cap_alloc = 0;
 }
 
-bool pto_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n)
+bool pti_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n)
 {
     uint64_t base = (uint64_t)(uintptr_t)dev->arena;
     return addr >= base && addr - base <= dev->arena_size && n <= dev->arena_size - (addr - base);
@@ -190,13 +190,13 @@ bool pto_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n)
 int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_mem_alloc: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_mem_alloc: NULL argument");
     if (size == 0)
-        return pto_error(PTO_EINVAL, "pto_mem_alloc: size must be > 0");
+        return pti_error(PTO_EINVAL, "pto_mem_alloc: size must be > 0");
     if (s && s->dev != dev)
-        return pto_error(PTO_EINVAL, "pto_mem_alloc: stream belongs to another device");
+        return pti_error(PTO_EINVAL, "pto_mem_alloc: stream belongs to another device");
     if (atomic_load(&dev->closing))
-        return pto_error(PTO_ECLOSED, "pto_mem_alloc: device is closing");
+        return pti_error(PTO_ECLOSED, "pto_mem_alloc: device is closing");
     if (size > dev->arena_size)
         goto nomem_unlocked;
     uint64_t rsize = round_up(size);
@@ -206,12 +206,12 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
         dev->fail_alloc--;
         dev->alloc_failures++;
         pthread_mutex_unlock(&dev->mem_lock);
-        return pto_error(PTO_ENOMEM, "pto_mem_alloc: injected allocation failure (%llu bytes)",
+        return pti_error(PTO_ENOMEM, "pto_mem_alloc: injected allocation failure (%llu bytes)",
                          (unsigned long long)size);
     }
     if (alloc_reserve(dev, dev->n_alloc + 2) || free_reserve(dev, dev->n_free + 1)) {
         pthread_mutex_unlock(&dev->mem_lock);
-        return pto_error(PTO_ENOMEM, "pto_mem_alloc: out of host memory for allocator tables");
+        return pti_error(PTO_ENOMEM, "pto_mem_alloc: out of host memory for allocator tables");
     }
     uint64_t off = UINT64_MAX;
     struct pto_pending_free *carved = NULL;
@@ -229,7 +229,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
     if (off == UINT64_MAX && s) {
         /* s's own queued frees that are ordered behind s's work only. */
         for (struct pto_link *l = s->pending.next; l != &s->pending; l = l->next) {
-            struct pto_pending_free *pf = PTO_CONTAINER(l, struct pto_pending_free, link);
+            struct pto_pending_free *pf = PTI_CONTAINER(l, struct pto_pending_free, link);
             if (pf->local_ok && pf->len >= rsize) {
                 /* Carve from the front; the pending block's table entry shrinks with it. */
                 long j = block_find(dev, pf->off);
@@ -252,7 +252,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
         dev->alloc_failures++;
         uint64_t in_use = dev->in_use, pend = dev->pending_bytes;
         pthread_mutex_unlock(&dev->mem_lock);
-        return pto_error(PTO_ENOMEM,
+        return pti_error(PTO_ENOMEM,
                          "out of device memory: %llu bytes requested, %llu in use, %llu pending free, "
                          "%llu capacity",
                          (unsigned long long)size, (unsigned long long)in_use,
@@ -270,7 +270,7 @@ nomem_unlocked:
     pthread_mutex_lock(&dev->mem_lock);
     dev->alloc_failures++;
     pthread_mutex_unlock(&dev->mem_lock);
-    return pto_error(PTO_ENOMEM, "out of device memory: %llu bytes requested, capacity %llu",
+    return pti_error(PTO_ENOMEM, "out of device memory: %llu bytes requested, capacity %llu",
                      (unsigned long long)size, (unsigned long long)dev->arena_size);
 }
 
@@ -291,13 +291,13 @@ static uint64_t arena_off(pto_device *dev, pto_devptr ptr)
 int pto_mem_free(pto_device *dev, pto_devptr ptr)
 {
     if (!dev)
-        return pto_error(PTO_EINVAL, "pto_mem_free: NULL device");
+        return pti_error(PTO_EINVAL, "pto_mem_free: NULL device");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
     long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
     if (i < 0 || free_reserve(dev, dev->n_free + 1)) {
         pthread_mutex_unlock(&dev->mem_lock);
-        return pto_error(PTO_EINVAL, "pto_mem_free: 0x%llx is not a live device allocation",
+        return pti_error(PTO_EINVAL, "pto_mem_free: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     }
     struct pto_alloc a = dev->allocs[i];
@@ -313,14 +313,14 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr)
 int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_mem_size: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_mem_size: NULL argument");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
     long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
     uint64_t len = i >= 0 ? dev->allocs[i].len : 0;
     pthread_mutex_unlock(&dev->mem_lock);
     if (i < 0)
-        return pto_error(PTO_EINVAL, "pto_mem_size: 0x%llx is not a live device allocation",
+        return pti_error(PTO_EINVAL, "pto_mem_size: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     *out = len;
     return 0;
@@ -329,7 +329,7 @@ int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out)
 int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_mem_get_stats: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_mem_get_stats: NULL argument");
     pthread_mutex_lock(&dev->mem_lock);
     uint64_t largest = 0;
     for (size_t i = 0; i < dev->n_free; i++)
@@ -353,26 +353,26 @@ int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out)
 void *pto_mem_host_ptr(pto_device *dev, pto_devptr ptr)
 {
     if (!dev || arena_off(dev, ptr) == UINT64_MAX) {
-        pto_error(PTO_EINVAL, "pto_mem_host_ptr: 0x%llx is not a device address",
+        pti_error(PTO_EINVAL, "pto_mem_host_ptr: 0x%llx is not a device address",
                   (unsigned long long)ptr);
         return NULL;
     }
     return (void *)(uintptr_t)ptr;
 }
 
-int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local_ok,
+int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local_ok,
                       struct pto_pending_free **out)
 {
     struct pto_pending_free *pf = calloc(1, sizeof(*pf));
     if (!pf)
-        return pto_error(PTO_ENOMEM, "pto_stream_free: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_stream_free: out of host memory");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
     long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
     if (i < 0 || free_reserve(dev, dev->n_free + 1)) {
         pthread_mutex_unlock(&dev->mem_lock);
         free(pf);
-        return pto_error(PTO_EINVAL, "pto_stream_free: 0x%llx is not a live device allocation",
+        return pti_error(PTO_EINVAL, "pto_stream_free: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     }
     struct pto_alloc a = dev->allocs[i];
@@ -385,7 +385,7 @@ int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
     pf->off = pf->orig_off = a.off;
     pf->len = pf->orig_len = a.len;
     pf->local_ok = local_ok;
-    pto_link_add(&s->pending, &pf->link);
+    pti_link_add(&s->pending, &pf->link);
     pthread_mutex_unlock(&dev->mem_lock);
     *out = pf;
     return 0;
@@ -395,14 +395,14 @@ int pto_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
  * The free command of pf executed (or was dropped, or its stream failed):
  * return what local reuse left of the block to the free list.
  */
-void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
+void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
 {
     pthread_mutex_lock(&dev->mem_lock);
-    pto_link_del(&pf->link);
+    pti_link_del(&pf->link);
     dev->pending_frees--;
     dev->pending_bytes -= pf->len;
     /* Pieces carved from pf are plain live allocations from now on. */
-    for (size_t j = pto_bound(dev->allocs, dev->n_alloc, alloc_off, pf->orig_off, false);
+    for (size_t j = pti_bound(dev->allocs, dev->n_alloc, alloc_off, pf->orig_off, false);
          j < dev->n_alloc && dev->allocs[j].off < pf->orig_off + pf->orig_len; j++)
         if (dev->allocs[j].src == pf)
             dev->allocs[j].src = NULL;
@@ -421,13 +421,13 @@ void pto_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
     free(pf);
 }
 
-int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen)
+int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen)
 {
     uint64_t off = arena_off(dev, addr);
     bool ok = false;
     if (off != UINT64_MAX) {
         pthread_mutex_lock(&dev->mem_lock);
-        size_t i = pto_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
+        size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
         if (i > 0) {
             const struct pto_alloc *a = &dev->allocs[i - 1];
             ok = off - a->off <= a->len && n <= a->len - (off - a->off);
@@ -439,7 +439,7 @@ int pto_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
     }
     if (ok)
         return 0;
-    pto_msgf(msg, msglen, "device range 0x%llx+%llu is not inside a live allocation",
+    pti_msgf(msg, msglen, "device range 0x%llx+%llu is not inside a live allocation",
              (unsigned long long)addr, (unsigned long long)n);
     return -PTO_EFAULT;
 }

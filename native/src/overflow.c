@@ -37,8 +37,8 @@
  * A submission goes to the overflow if commands wait here already (order) or
  * the ring has no room for it.  Who moves it into the ring:
  *
- *   completion  pto_cmd_finish stores head (seq_cst), then loads accepted
- *               (seq_cst, pto_ovf_due); if commands wait and a refill is
+ *   completion  pti_cmd_finish stores head (seq_cst), then loads accepted
+ *               (seq_cst, pti_ovf_due); if commands wait and a refill is
  *               due (below), it takes submit_lock (lock order: sched_lock
  *               -> submit_lock) and refills, before the command's record is
  *               pushed: a host that drains the record finds them in the ring
@@ -55,7 +55,7 @@
  * three quarters of its commands while it waits, so the device never idles.
  * An empty ring has all of its heap and dependency entries free, so the
  * oldest waiting command always fits then.  Launch arguments of up to
- * PTO_OVF_INLINE_ARGS words wait inside the entry, so a backlog of ordinary
+ * PTI_OVF_INLINE_ARGS words wait inside the entry, so a backlog of ordinary
  * launches costs no allocation per command.
  */
 #include <stdlib.h>
@@ -96,19 +96,19 @@ static uint32_t ovf_waiting(const pto_stream *s)
                       atomic_load_explicit(&s->tail, memory_order_relaxed));
 }
 
-int pto_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **out)
+int pti_ovf_reserve(pto_stream *s, uint32_t heap_len, bool dep, struct pto_ovf_ent **out)
 {
     struct pto_overflow *o = &s->ovf;
     uint32_t waiting = ovf_waiting(s);
     if (waiting == o->cap && !ovf_grow(s, waiting))
-        return pto_error(PTO_ENOMEM, "stream %u: out of host memory for %u waiting commands", s->id,
+        return pti_error(PTO_ENOMEM, "stream %u: out of host memory for %u waiting commands", s->id,
                          waiting + 1);
     struct pto_ovf_ent *ent = &o->ents[(o->head + waiting) & (o->cap - 1)];
     uint64_t *args = NULL;
     if (heap_len > sizeof(ent->inline_args)) {
         args = malloc(heap_len);
         if (!args)
-            return pto_error(PTO_ENOMEM, "stream %u: out of host memory for launch arguments", s->id);
+            return pti_error(PTO_ENOMEM, "stream %u: out of host memory for launch arguments", s->id);
     }
     memset(&ent->cmd, 0, sizeof(ent->cmd));
     ent->args = args;
@@ -125,13 +125,13 @@ static void ovf_release_args(struct pto_ovf_ent *ent)
     ent->args = NULL;
 }
 
-void pto_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent)
+void pti_ovf_unreserve(pto_stream *s, struct pto_ovf_ent *ent)
 {
     (void)s;
     ovf_release_args(ent);
 }
 
-uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first)
+uint32_t pti_ovf_refill(pto_stream *s, uint64_t *first)
 {
     struct pto_overflow *o = &s->ovf;
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
@@ -149,30 +149,30 @@ uint32_t pto_ovf_refill(pto_stream *s, uint64_t *first)
         struct pto_ovf_ent *ent = &o->ents[o->head];
         uint32_t used;
         uint8_t *heap;
-        if (pto_ring_room(s, head, tail, ent->heap_len, ent->dep, &used, &heap))
+        if (pti_ring_room(s, head, tail, ent->heap_len, ent->dep, &used, &heap))
             break;
         struct pto_cmd *cmd = &s->ring[tail & s->mask];
         *cmd = ent->cmd;
         cmd->heap_used = used;
         if (ent->heap_len)
-            memcpy(heap, pto_ovf_args(ent), ent->heap_len); /* only launches carry heap bytes */
+            memcpy(heap, pti_ovf_args(ent), ent->heap_len); /* only launches carry heap bytes */
         if (cmd->kind == PTO_CMD_LAUNCH)
             cmd->u.launch.args = (uint64_t *)heap; /* never into the entry: entries move */
         ovf_release_args(ent);
         if (ent->dep)
-            pto_ring_take_dep(s);
-        pto_ring_charge(s, used, cmd->seq);
+            pti_ring_take_dep(s);
+        pti_ring_charge(s, used, cmd->seq);
         o->head = (o->head + 1) & (o->cap - 1);
         tail++;
         moved++;
     }
     if (moved)
-        /* seq_cst, a release of the slots too: as in pto_slot_commit. */
+        /* seq_cst, a release of the slots too: as in pti_slot_commit. */
         atomic_store(&s->tail, tail);
     return moved;
 }
 
-void pto_ovf_fini(pto_stream *s)
+void pti_ovf_fini(pto_stream *s)
 {
     struct pto_overflow *o = &s->ovf;
     uint32_t waiting = ovf_waiting(s);
@@ -186,12 +186,12 @@ void pto_ovf_fini(pto_stream *s)
 int pto_stream_set_overflow(pto_stream *s, int on)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "pto_stream_set_overflow: NULL stream");
+        return pti_error(PTO_EINVAL, "pto_stream_set_overflow: NULL stream");
     pthread_mutex_lock(&s->submit_lock);
     if (!on && ovf_waiting(s)) {
         uint32_t waiting = ovf_waiting(s);
         pthread_mutex_unlock(&s->submit_lock);
-        return pto_error(PTO_EINVAL, "pto_stream_set_overflow: %u commands wait in stream %u's overflow",
+        return pti_error(PTO_EINVAL, "pto_stream_set_overflow: %u commands wait in stream %u's overflow",
                          waiting, s->id);
     }
     s->ovf.on = on != 0;
@@ -202,20 +202,20 @@ int pto_stream_set_overflow(pto_stream *s, int on)
 int pto_stream_cancel_queued(pto_stream *s, uint64_t first, uint64_t last)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "pto_stream_cancel_queued: NULL stream");
+        return pti_error(PTO_EINVAL, "pto_stream_cancel_queued: NULL stream");
     pthread_mutex_lock(&s->submit_lock);
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
     uint64_t accepted = atomic_load_explicit(&s->accepted, memory_order_relaxed);
     int rc = 0;
     if (first == 0 || first > last || last > accepted) {
-        rc = pto_error(PTO_EINVAL, "pto_stream_cancel_queued: commands %llu..%llu were not accepted on stream %u",
+        rc = pti_error(PTO_EINVAL, "pto_stream_cancel_queued: commands %llu..%llu were not accepted on stream %u",
                        (unsigned long long)first, (unsigned long long)last, s->id);
     } else if (first > tail) {
         struct pto_overflow *o = &s->ovf;
         uint32_t from = (uint32_t)(first - tail - 1), n = (uint32_t)(last - first + 1);
         for (uint32_t i = 0; i < n && !rc; i++) {
             if (o->ents[(o->head + from + i) & (o->cap - 1)].cmd.kind == PTO_CMD_RECORD)
-                rc = pto_error(PTO_EINVAL, "pto_stream_cancel_queued: command %llu records an event",
+                rc = pti_error(PTO_EINVAL, "pto_stream_cancel_queued: command %llu records an event",
                                (unsigned long long)(first + i));
         }
         for (uint32_t i = 0; i < n && !rc; i++)

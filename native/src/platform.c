@@ -19,7 +19,7 @@ static const struct {
     const char *aliases[MAX_ALIASES];          /* other names it opens under (NULL-ended) */
     const struct pto_platform_ops *ops;
 } platforms[] = {
-    {"sim", {"a2a3sim", "a5sim"}, &pto_sim_ops},
+    {"sim", {"a2a3sim", "a5sim"}, &pti_sim_ops},
 };
 
 enum { N_PLATFORMS = sizeof(platforms) / sizeof(platforms[0]) };
@@ -34,7 +34,7 @@ static bool named(size_t i, const char *name)
     return false;
 }
 
-const struct pto_platform_ops *pto_platform_find(const char *name, const char **canonical)
+const struct pto_platform_ops *pti_platform_find(const char *name, const char **canonical)
 {
     for (size_t i = 0; i < N_PLATFORMS; i++) {
         if (named(i, name)) {
@@ -51,6 +51,6 @@ const struct pto_platform_ops *pto_platform_find(const char *name, const char **
             len += (size_t)snprintf(known + len, len < sizeof(known) ? sizeof(known) - len : 0,
                                     ", %s", platforms[i].aliases[a]);
     }
-    pto_error(PTO_ENOTSUP, "pto_device_open: unknown platform '%s' (supported: %s)", name, known);
+    pti_error(PTO_ENOTSUP, "pto_device_open: unknown platform '%s' (supported: %s)", name, known);
     return NULL;
 }

@@ -3,9 +3,9 @@
  *
  * Phase: submission.  Producers (submit_lock held) ask here whether a
  * command fits in its stream's ring and charge what it takes: a direct
- * submission (pto_slot_begin, submit.c) and a refill from the overflow
- * (pto_ovf_refill, overflow.c) alike.  The completion side gives the room
- * back (pto_cmd_finish and release_resources, exec.c).
+ * submission (pti_slot_begin, submit.c) and a refill from the overflow
+ * (pti_ovf_refill, overflow.c) alike.  The completion side gives the room
+ * back (pti_cmd_finish and release_resources, exec.c).
  *
  * Ring invariants
  * ---------------
@@ -16,7 +16,7 @@
  *            holding s->submit_lock, with a release store after the slot and
  *            its heap bytes are filled; read with acquire by the scheduler.
  *     head   seq of the last completed command.  Written only under
- *            dev->sched_lock by pto_cmd_finish, with a release store after
+ *            dev->sched_lock by pti_cmd_finish, with a release store after
  *            the last read of the slot; read with acquire by producers (room
  *            in the ring) and by host waiters.
  *
@@ -44,35 +44,35 @@
  */
 #include "internal.h"
 
-int pto_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
+int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
                   uint32_t *used_out, uint8_t **heap_out)
 {
     if (tail - head >= s->entries)
-        return PTO_RING_SLOTS;
+        return PTI_RING_SLOTS;
     uint32_t used = 0;
     uint8_t *heap = s->heap;
     if (heap_len > 0) {
-        /* Acquire pairs with the release add of heap_freed in pto_cmd_finish. */
+        /* Acquire pairs with the release add of heap_freed in pti_cmd_finish. */
         uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_acquire);
         uint32_t pos = (uint32_t)(s->heap_alloc % s->heap_size);
         uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
         used = pad + heap_len;
         if ((uint64_t)used > s->heap_size - in_use)
-            return PTO_RING_HEAP;
+            return PTI_RING_HEAP;
         heap = s->heap + (pad ? 0 : pos);
     }
     /* Acquire pairs with the release decrement of dep_used in release_resources. */
     if (dep && atomic_load_explicit(&s->dep_used, memory_order_acquire) >= s->dep_size)
-        return PTO_RING_DEPS;
+        return PTI_RING_DEPS;
     *used_out = used;
     *heap_out = heap;
     return 0;
 }
 
-void pto_ring_take_dep(pto_stream *s)
+void pti_ring_take_dep(pto_stream *s)
 {
     /*
-     * Only producers (under submit_lock) increment, so pto_ring_room's check
+     * Only producers (under submit_lock) increment, so pti_ring_room's check
      * still holds; the scheduler reads the command only after the tail
      * release.
      */
@@ -81,7 +81,7 @@ void pto_ring_take_dep(pto_stream *s)
         s->dep_hwm = used;
 }
 
-void pto_ring_charge(pto_stream *s, uint32_t used, uint64_t seq)
+void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq)
 {
     s->heap_alloc += used;
     /* Relaxed: the two loads below only feed the high-water marks. */

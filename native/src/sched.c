@@ -3,18 +3,18 @@
  *
  * Phase: execution, under sched_lock in every pass.  Schedulers
  * (aicpu_thread_num) walk the streams in priority order and start each
- * ready head (pto_stream_step, exec.c): copies and memsets go to the shared
+ * ready head (pti_stream_step, exec.c): copies and memsets go to the shared
  * copy queue, launches to the core queue (engines.c), everything else
  * (record, wait, free, notify, delay, latch) they run themselves.  Delays
  * and latches hold their stream's head without occupying an engine or a
  * thread: the scheduler re-checks them on each pass and sleeps until the
  * nearest deadline.
  *
- * Scheduler passes do not only run on scheduler threads (pto_sched_run): an
+ * Scheduler passes do not only run on scheduler threads (pti_sched_run): an
  * engine that finishes a command runs one at once; a spinning engine runs
  * one when kicked (engines.c, watch_kicks); a submitter whose command lands
  * on an idle stream with no engine spinning runs one itself (submit.c,
- * pto_stream_kick).  The scheduler thread is woken only for what those
+ * pti_stream_kick).  The scheduler thread is woken only for what those
  * passes leave behind: a deadline to sleep towards, work left after the
  * passes, or a kick nobody watches.
  *
@@ -24,8 +24,8 @@
  * CPU.  A wake-up costs a signal only when a scheduler sleeps:
  * kick (work to schedule) and wakes (deadlines) are seq_cst counters; a
  * scheduler about to sleep increments sched_sleepers (seq_cst) and re-reads
- * both under sched_lock.  pto_sched_kick bumps kick and then reads
- * kick_watchers (a watcher serves it) and sched_sleepers; pto_sched_wake
+ * both under sched_lock.  pti_sched_kick bumps kick and then reads
+ * kick_watchers (a watcher serves it) and sched_sleepers; pti_sched_wake
  * bumps wakes and reads sched_sleepers; either signals under sched_lock only
  * if a scheduler sleeps.  In the single total order of seq_cst operations
  * one side sees the other, so a wake-up is never lost, and a busy or
@@ -47,18 +47,18 @@ static void signal_scheduler(pto_device *dev, bool locked)
     }
 }
 
-void pto_sched_kick(pto_device *dev, bool locked)
+void pti_sched_kick(pto_device *dev, bool locked)
 {
-    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in pto_sched_main */
+    atomic_fetch_add(&dev->kick, 1); /* seq_cst: pairs with the sleepers++ / kick re-read in pti_sched_main */
     if (atomic_load(&dev->kick_watchers) > 0)
         return; /* a spinning engine runs the pass (engines.c, engine_idle) */
     signal_scheduler(dev, locked);
 }
 
-void pto_sched_wake(pto_device *dev, bool locked)
+void pti_sched_wake(pto_device *dev, bool locked)
 {
     /* Not kick: watchers would run a pass for it, and that pass would wake again. */
-    atomic_fetch_add(&dev->wakes, 1); /* seq_cst: pairs with the sleepers++ / re-read in pto_sched_main */
+    atomic_fetch_add(&dev->wakes, 1); /* seq_cst: pairs with the sleepers++ / re-read in pti_sched_main */
     signal_scheduler(dev, locked);
 }
 
@@ -74,26 +74,26 @@ static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
      */
     atomic_store(&dev->kick_served, atomic_load(&dev->kick));
     if (dev->reap)
-        pto_streams_reap(dev);
+        pti_streams_reap(dev);
     uint64_t now = 0; /* read the clock only for a stream with something to start */
     for (size_t i = 0; i < dev->n_streams; i++) {
         pto_stream *s = dev->order[i];
         /* Run a bounded burst per stream so one busy stream cannot starve the rest. */
-        for (int burst = 0; burst < 64 && pto_stream_has_work(s); burst++) {
+        for (int burst = 0; burst < 64 && pti_stream_has_work(s); burst++) {
             if (!now)
                 now = pto_now_ns();
-            if (!pto_stream_step(dev, s, now, next_deadline))
+            if (!pti_stream_step(dev, s, now, next_deadline))
                 break;
             progress = true;
             now = 0;
         }
     }
     if (dev->reap)
-        pto_streams_reap(dev);
+        pti_streams_reap(dev);
     return progress;
 }
 
-void *pto_sched_main(void *arg)
+void *pti_sched_main(void *arg)
 {
     pto_device *dev = arg;
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
@@ -123,7 +123,7 @@ void *pto_sched_main(void *arg)
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
         if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
             !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
-            pto_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
+            pti_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
         atomic_fetch_sub(&dev->sched_sleepers, 1);
     }
     pthread_mutex_unlock(&dev->sched_lock);
@@ -131,7 +131,7 @@ void *pto_sched_main(void *arg)
 }
 
 /* Whether some kick is newer than the latest pass (sched_pass records what it covers). */
-bool pto_sched_kick_pending(pto_device *dev)
+bool pti_sched_kick_pending(pto_device *dev)
 {
     return atomic_load(&dev->kick) != atomic_load(&dev->kick_served);
 }
@@ -142,14 +142,14 @@ bool pto_sched_kick_pending(pto_device *dev)
  * that completed commands: starting work frees nothing); wake the
  * scheduler thread only if it has something to do: a delay or latch deadline
  * to sleep towards, or work left after the last allowed pass.  Both the
- * engines (after finishing a command) and submitters (pto_slot_commit's fast
+ * engines (after finishing a command) and submitters (pti_slot_commit's fast
  * path) call this.  Without it, s's next command, and any stream whose head
  * waits on an event that just fired, would wait for the scheduler thread to
  * be woken and scheduled: on an oversubscribed host (every core thread busy
  * in a kernel) that takes milliseconds, and on an idle one each such hand-off
  * costs a vCPU wake-up (tens of microseconds) on the launch's critical path.
  */
-void pto_sched_run(pto_device *dev)
+void pti_sched_run(pto_device *dev)
 {
     uint64_t next_deadline = 0;
     bool progress = false;
@@ -163,5 +163,5 @@ void pto_sched_run(pto_device *dev)
             break;
     }
     if (progress || next_deadline)
-        pto_sched_wake(dev, true); /* the scheduler thread tracks deadlines */
+        pti_sched_wake(dev, true); /* the scheduler thread tracks deadlines */
 }

@@ -23,7 +23,7 @@ static int sim_mem_map(pto_device *dev)
     void *p = mmap(NULL, dev->cfg.device_memory, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-        return pto_error(PTO_ENOMEM, "cannot map a %llu-byte device arena: %s",
+        return pti_error(PTO_ENOMEM, "cannot map a %llu-byte device arena: %s",
                          (unsigned long long)dev->cfg.device_memory, strerror(errno));
     dev->arena = p;
     dev->arena_size = dev->cfg.device_memory;
@@ -43,13 +43,13 @@ static int sim_kernel_load(const char *path, const char *symbol, pto_kernel_fn *
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         const char *why = dlerror();
-        return pto_error(PTO_ELOAD, "pto_kernel_load: cannot load %s: %s", path, why ? why : "?");
+        return pti_error(PTO_ELOAD, "pto_kernel_load: cannot load %s: %s", path, why ? why : "?");
     }
     dlerror();
     void *sym = dlsym(dl, symbol);
     const char *why = dlerror();
     if (!sym || why) {
-        int rc = pto_error(PTO_ELOAD, "pto_kernel_load: no symbol %s in %s: %s", symbol, path,
+        int rc = pti_error(PTO_ELOAD, "pto_kernel_load: no symbol %s in %s: %s", symbol, path,
                            why ? why : "NULL symbol");
         dlclose(dl);
         return rc;
@@ -132,7 +132,7 @@ static void k_spin(const pto_block *blk, void *const *args)
     (void)blk;
     uint64_t end = pto_now_ns() + arg_u64(args, 0) * 1000ull;
     while (pto_now_ns() < end)
-        pto_cpu_relax();
+        pti_cpu_relax();
 }
 
 static void k_fail(const pto_block *blk, void *const *args)
@@ -157,16 +157,16 @@ static int sim_kernel_builtin(const char *name, pto_kernel_fn *fn)
             return 0;
         }
     }
-    return pto_error(PTO_EINVAL,
+    return pti_error(PTO_EINVAL,
                      "pto_kernel_builtin: unknown kernel '%s' (noop, fill_f32, add_f32, axpy_f32, "
                      "spin, fail)", name);
 }
 
-const struct pto_platform_ops pto_sim_ops = {
+const struct pto_platform_ops pti_sim_ops = {
     .mem_map = sim_mem_map,
     .mem_unmap = sim_mem_unmap,
-    .engines_start = pto_engines_start,
-    .engines_stop = pto_engines_stop,
+    .engines_start = pti_engines_start,
+    .engines_stop = pti_engines_stop,
     .kernel_load = sim_kernel_load,
     .kernel_builtin = sim_kernel_builtin,
     .kernel_unload = sim_kernel_unload,

@@ -6,7 +6,7 @@
  * and dev->order (the scan order: priority, then id), both under
  * sched_lock.  pto_stream_destroy never waits: a stream with commands left
  * is marked destroyed and freed by whoever completes its last one (reap).
- * pto_stream_observe is the completion queue's half of the failure rule
+ * pti_stream_observe is the completion queue's half of the failure rule
  * (exec.c, "Failure propagation"): draining a failure's record moves the
  * stream's epoch on.
  */
@@ -39,14 +39,14 @@ static void order_insert(pto_device *dev, pto_stream *s)
 int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
 {
     if (!dev || !out)
-        return pto_error(PTO_EINVAL, "pto_stream_create: NULL argument");
-    if (pto_dev_lost(dev))
-        return pto_error(PTO_EDEVLOST, "pto_stream_create: device lost: %s", dev->lost_msg);
+        return pti_error(PTO_EINVAL, "pto_stream_create: NULL argument");
+    if (pti_dev_lost(dev))
+        return pti_error(PTO_EDEVLOST, "pto_stream_create: device lost: %s", dev->lost_msg);
     if (atomic_load(&dev->closing))
-        return pto_error(PTO_ECLOSED, "pto_stream_create: device is closing");
-    pto_stream *s = pto_zalloc64(sizeof(*s));
+        return pti_error(PTO_ECLOSED, "pto_stream_create: device is closing");
+    pto_stream *s = pti_zalloc64(sizeof(*s));
     if (!s)
-        return pto_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
     s->dev = dev;
     s->priority = priority;
     s->entries = dev->cfg.ring_task_window;
@@ -59,10 +59,10 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
         free(s->ring);
         free(s->heap);
         free(s);
-        return pto_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
     }
-    pto_mutex_init(&s->submit_lock);
-    pto_link_init(&s->pending);
+    pti_mutex_init(&s->submit_lock);
+    pti_link_init(&s->pending);
     atomic_init(&s->tail, 0);
     atomic_init(&s->accepted, 0);
     atomic_init(&s->head, 0);
@@ -89,7 +89,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
             free(s->ring);
             free(s->heap);
             free(s);
-            return pto_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
+            return pti_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
         }
         dev->cap_streams = ncap;
     }
@@ -101,7 +101,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     return 0;
 }
 
-void pto_stream_free_now(pto_device *dev, pto_stream *s)
+void pti_stream_free_now(pto_device *dev, pto_stream *s)
 {
     size_t n = dev->n_streams;
     for (size_t i = 0; i < n; i++) {
@@ -117,20 +117,20 @@ void pto_stream_free_now(pto_device *dev, pto_stream *s)
         }
     }
     dev->n_streams = n - 1;
-    pto_ovf_fini(s);
+    pti_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
     free(s->ring);
     free(s->heap);
     free(s);
 }
 
-void pto_streams_reap(pto_device *dev)
+void pti_streams_reap(pto_device *dev)
 {
     dev->reap = false;
     for (size_t i = 0; i < dev->n_streams;) {
         pto_stream *s = dev->streams[i];
-        if (s->destroyed && pto_stream_idle(s))
-            pto_stream_free_now(dev, s); /* shifts streams[i + 1..] down */
+        if (s->destroyed && pti_stream_idle(s))
+            pti_stream_free_now(dev, s); /* shifts streams[i + 1..] down */
         else
             i++;
     }
@@ -144,8 +144,8 @@ void pto_stream_destroy(pto_stream *s)
     pto_device *dev = s->dev;
     pthread_mutex_lock(&dev->sched_lock);
     s->destroyed = true;
-    if (pto_stream_idle(s))
-        pto_stream_free_now(dev, s);
+    if (pti_stream_idle(s))
+        pti_stream_free_now(dev, s);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -158,7 +158,7 @@ uint32_t pto_stream_space_left(const pto_stream *s)
 {
     if (!s)
         return 0;
-    /* Acquire pairs with the release store of head in pto_cmd_finish. */
+    /* Acquire pairs with the release store of head in pti_cmd_finish. */
     uint64_t head = atomic_load_explicit(&((pto_stream *)s)->head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&((pto_stream *)s)->tail, memory_order_acquire);
     return s->entries - (uint32_t)(tail - head);
@@ -171,14 +171,14 @@ uint64_t pto_stream_accepted(const pto_stream *s)
 
 uint64_t pto_stream_epoch(const pto_stream *s)
 {
-    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish. */
+    /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish. */
     return s ? atomic_load_explicit(&((pto_stream *)s)->epoch, memory_order_acquire) : 0;
 }
 
 int pto_stream_backdate(pto_stream *s, uint64_t epoch)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "pto_stream_backdate: NULL stream");
+        return pti_error(PTO_EINVAL, "pto_stream_backdate: NULL stream");
     pthread_mutex_lock(&s->submit_lock);
     s->backdate = epoch;
     pthread_mutex_unlock(&s->submit_lock);
@@ -192,14 +192,14 @@ uint64_t pto_stream_submitted(const pto_stream *s)
 
 uint64_t pto_stream_completed(const pto_stream *s)
 {
-    /* Acquire pairs with the release store of head in pto_cmd_finish: the record is pushed. */
+    /* Acquire pairs with the release store of head in pti_cmd_finish: the record is pushed. */
     return s ? atomic_load_explicit(&((pto_stream *)s)->head, memory_order_acquire) : 0;
 }
 
 int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
 {
     if (!cs || !out)
-        return pto_error(PTO_EINVAL, "pto_stream_get_stats: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_stream_get_stats: NULL argument");
     pto_stream *s = (pto_stream *)cs;
     pthread_mutex_lock(&s->submit_lock);
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
@@ -233,23 +233,23 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
 int pto_stream_synchronize(pto_stream *s, int64_t timeout_us)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "pto_stream_synchronize: NULL stream");
+        return pti_error(PTO_EINVAL, "pto_stream_synchronize: NULL stream");
     pto_device *dev = s->dev;
-    uint64_t deadline = pto_deadline_after_us(timeout_us);
+    uint64_t deadline = pti_deadline_after_us(timeout_us);
     uint64_t target = atomic_load_explicit(&s->accepted, memory_order_acquire);
     int rc = 0;
     pthread_mutex_lock(&dev->sched_lock);
     dev->host_waiters++;
     for (;;) {
-        if (pto_dev_lost(dev)) {
-            rc = pto_error(PTO_EDEVLOST, "pto_stream_synchronize: device lost: %s", dev->lost_msg);
+        if (pti_dev_lost(dev)) {
+            rc = pti_error(PTO_EDEVLOST, "pto_stream_synchronize: device lost: %s", dev->lost_msg);
             break;
         }
         uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
         if (head >= target)
             break;
-        if (pto_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
-            rc = pto_error(PTO_ETIMEDOUT,
+        if (pti_cond_wait_until(&dev->host_cv, &dev->sched_lock, deadline)) {
+            rc = pti_error(PTO_ETIMEDOUT,
                            "pto_stream_synchronize: stream %u timed out at %llu of %llu completed",
                            s->id, (unsigned long long)head, (unsigned long long)target);
             break;
@@ -265,16 +265,16 @@ static uint64_t stream_id_at(const void *v, size_t i)
     return ((pto_stream *const *)v)[i]->id;
 }
 
-pto_stream *pto_stream_find(pto_device *dev, uint32_t id)
+pto_stream *pti_stream_find(pto_device *dev, uint32_t id)
 {
     /* streams[] is sorted by id: creation order, removals keep the order. */
-    size_t i = pto_bound(dev->streams, dev->n_streams, stream_id_at, id, false);
+    size_t i = pti_bound(dev->streams, dev->n_streams, stream_id_at, id, false);
     return i < dev->n_streams && dev->streams[i]->id == id ? dev->streams[i] : NULL;
 }
 
-void pto_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
+void pti_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
 {
-    pto_stream *s = pto_stream_find(dev, stream_id);
+    pto_stream *s = pti_stream_find(dev, stream_id);
     if (s && s->fail.set && s->fail.id == fail_id && !s->fail.observed) {
         s->fail.observed = true;
         s->fail.observed_epoch = atomic_fetch_add_explicit(&s->epoch, 1, memory_order_acq_rel) + 1;

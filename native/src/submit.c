@@ -1,12 +1,12 @@
 /*
  * submit.c - submission: the producer side of a stream (any host thread).
  *
- * Phase: submission.  pto_slot_begin takes submit_lock and reserves a ring
+ * Phase: submission.  pti_slot_begin takes submit_lock and reserves a ring
  * slot (ring.c) or, when the ring has no room and the stream accepts it, an
  * overflow entry (overflow.c); the pto_stream_<command> functions fill it;
- * pto_slot_commit gives it its sequence number and failure epoch, publishes
+ * pti_slot_commit gives it its sequence number and failure epoch, publishes
  * it and, if the stream was idle, hands it to a scheduler pass
- * (pto_stream_kick).  Nothing here waits: a full ring is -PTO_EAGAIN or an
+ * (pti_stream_kick).  Nothing here waits: a full ring is -PTO_EAGAIN or an
  * overflow entry.  What happens to a command once published is in exec.c.
  */
 #include <stdio.h>
@@ -15,38 +15,38 @@
 
 #include "internal.h"
 
-int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
+int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd_out, void **heap_out)
 {
     pto_device *dev = s->dev;
-    if (pto_dev_lost(dev))
-        return pto_error(PTO_EDEVLOST, "%s: device lost: %s", fn, dev->lost_msg);
+    if (pti_dev_lost(dev))
+        return pti_error(PTO_EDEVLOST, "%s: device lost: %s", fn, dev->lost_msg);
     if (atomic_load_explicit(&dev->closing, memory_order_acquire))
-        return pto_error(PTO_ECLOSED, "%s: device is closing", fn);
+        return pti_error(PTO_ECLOSED, "%s: device is closing", fn);
     if (heap_len > s->heap_size)
-        return pto_error(PTO_EINVAL, "%s: %u argument bytes exceed the %u-byte ring heap", fn,
+        return pti_error(PTO_EINVAL, "%s: %u argument bytes exceed the %u-byte ring heap", fn,
                          heap_len, s->heap_size);
 
     pthread_mutex_lock(&s->submit_lock);
     /* Re-check under the lock: close fences submitters by taking it. */
     if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
         pthread_mutex_unlock(&s->submit_lock);
-        return pto_error(PTO_ECLOSED, "%s: device is closing", fn);
+        return pti_error(PTO_ECLOSED, "%s: device is closing", fn);
     }
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
-    int short_of = PTO_RING_SLOTS; /* commands wait in the overflow: this one goes behind them */
+    int short_of = PTI_RING_SLOTS; /* commands wait in the overflow: this one goes behind them */
     if (atomic_load_explicit(&s->accepted, memory_order_relaxed) == tail) {
-        /* Acquire pairs with the release store of head in pto_cmd_finish: the slot is no longer read. */
+        /* Acquire pairs with the release store of head in pti_cmd_finish: the slot is no longer read. */
         uint64_t head = atomic_load_explicit(&s->head, memory_order_acquire);
         uint32_t used;
         uint8_t *heap;
-        short_of = pto_ring_room(s, head, tail, heap_len, dep, &used, &heap);
+        short_of = pti_ring_room(s, head, tail, heap_len, dep, &used, &heap);
         if (!short_of) {
             struct pto_cmd *cmd = &s->ring[tail & s->mask];
             memset(cmd, 0, sizeof(*cmd));
             cmd->heap_used = used;
             if (dep)
-                pto_ring_take_dep(s);
+                pti_ring_take_dep(s);
             s->slot_dep = dep;
             s->ovf.slot = false;
             *cmd_out = cmd;
@@ -59,17 +59,17 @@ int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     if (!s->ovf.on) {
         uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed);
         pthread_mutex_unlock(&s->submit_lock);
-        if (short_of == PTO_RING_HEAP)
-            return pto_error(PTO_EAGAIN, "%s: stream %u ring heap full (%llu of %u bytes in use)", fn,
+        if (short_of == PTI_RING_HEAP)
+            return pti_error(PTO_EAGAIN, "%s: stream %u ring heap full (%llu of %u bytes in use)", fn,
                              s->id, (unsigned long long)in_use, s->heap_size);
-        if (short_of == PTO_RING_DEPS)
-            return pto_error(PTO_EAGAIN, "%s: stream %u dependency pool full (%u entries)", fn, s->id,
+        if (short_of == PTI_RING_DEPS)
+            return pti_error(PTO_EAGAIN, "%s: stream %u dependency pool full (%u entries)", fn, s->id,
                              s->dep_size);
-        return pto_error(PTO_EAGAIN, "%s: stream %u ring full (%u commands in flight)", fn, s->id,
+        return pti_error(PTO_EAGAIN, "%s: stream %u ring full (%u commands in flight)", fn, s->id,
                          s->entries);
     }
     struct pto_ovf_ent *ent;
-    int rc = pto_ovf_reserve(s, heap_len, dep, &ent);
+    int rc = pti_ovf_reserve(s, heap_len, dep, &ent);
     if (rc) {
         pthread_mutex_unlock(&s->submit_lock);
         return rc;
@@ -78,16 +78,16 @@ int pto_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     s->slot_dep = false;
     *cmd_out = &ent->cmd;
     if (heap_out)
-        *heap_out = pto_ovf_args(ent);
+        *heap_out = pti_ovf_args(ent);
     return 0;
 }
 
-void pto_slot_abort(pto_stream *s)
+void pti_slot_abort(pto_stream *s)
 {
     if (s->ovf.slot) {
         uint32_t waiting = (uint32_t)(atomic_load_explicit(&s->accepted, memory_order_relaxed) -
                                       atomic_load_explicit(&s->tail, memory_order_relaxed));
-        pto_ovf_unreserve(s, &s->ovf.ents[(s->ovf.head + waiting) & (s->ovf.cap - 1)]);
+        pti_ovf_unreserve(s, &s->ovf.ents[(s->ovf.head + waiting) & (s->ovf.cap - 1)]);
         s->ovf.slot = false;
     } else if (s->slot_dep) {
         /* Nothing published used it: give the dependency entry back. */
@@ -97,7 +97,7 @@ void pto_slot_abort(pto_stream *s)
     pthread_mutex_unlock(&s->submit_lock);
 }
 
-void pto_stream_kick(pto_stream *s, uint64_t first)
+void pti_stream_kick(pto_stream *s, uint64_t first)
 {
     pto_device *dev = s->dev;
     uint64_t head = atomic_load(&s->head);
@@ -111,22 +111,22 @@ void pto_stream_kick(pto_stream *s, uint64_t first)
      * hand-off less on a launch's critical path.
      */
     if (atomic_load(&dev->kick_watchers) == 0 && pthread_mutex_trylock(&dev->sched_lock) == 0) {
-        pto_sched_run(dev);
+        pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         return;
     }
-    pto_sched_kick(dev, false);
+    pti_sched_kick(dev, false);
 }
 
-int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token)
+int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t token)
 {
     pto_device *dev = s->dev;
     uint64_t seq = atomic_load_explicit(&s->accepted, memory_order_relaxed) + 1;
     cmd->kind = kind;
     cmd->token = token;
     cmd->seq = seq;
-    cmd->state = PTO_CMD_QUEUED;
-    /* Pairs with the acq_rel bump in pto_stream_observe / pto_cmd_finish (scheduler side). */
+    cmd->state = PTI_CMD_QUEUED;
+    /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish (scheduler side). */
     uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->epoch = epoch < s->backdate ? epoch : s->backdate;
     cmd->submit_ns = pto_now_ns();
@@ -145,43 +145,43 @@ int pto_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
         /* seq_cst: the submission side of the overflow hand-off (overflow.c). */
         atomic_store(&s->accepted, seq);
         uint64_t first = 0;
-        uint32_t moved = pto_ovf_refill(s, &first);
+        uint32_t moved = pti_ovf_refill(s, &first);
         bool entered = atomic_load_explicit(&s->tail, memory_order_relaxed) == seq;
         pthread_mutex_unlock(&s->submit_lock);
         atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
         if (moved)
-            pto_stream_kick(s, first);
+            pti_stream_kick(s, first);
         return entered ? 0 : PTO_QUEUED;
     }
-    pto_ring_charge(s, cmd->heap_used, seq);
+    pti_ring_charge(s, cmd->heap_used, seq);
     /* Before tail: accepted >= tail for every reader. */
     atomic_store_explicit(&s->accepted, seq, memory_order_release);
     /*
-     * seq_cst, like the load of head in pto_stream_kick, the store of head in
-     * pto_cmd_finish and the load of tail in pto_stream_step (a Dekker
+     * seq_cst, like the load of head in pti_stream_kick, the store of head in
+     * pti_cmd_finish and the load of tail in pti_stream_step (a Dekker
      * pair): either the pass that completes command seq - 1 sees this tail
-     * and starts this command, or the load in pto_stream_kick sees that
+     * and starts this command, or the load in pti_stream_kick sees that
      * head.  (Also a release: the slot is filled.)
      */
     atomic_store(&s->tail, seq);
     pthread_mutex_unlock(&s->submit_lock);
     atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
-    pto_stream_kick(s, seq);
+    pti_stream_kick(s, seq);
     return 0;
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "%s: NULL stream", fn);
+        return pti_error(PTO_EINVAL, "%s: NULL stream", fn);
     return 0;
 }
 
 static int check_dev_range(pto_stream *s, const char *fn, uint64_t addr, uint64_t n)
 {
-    if (n == 0 || pto_mem_in_arena(s->dev, addr, n))
+    if (n == 0 || pti_mem_in_arena(s->dev, addr, n))
         return 0;
-    return pto_error(PTO_EINVAL, "%s: device range 0x%llx+%llu lies outside the device arena", fn,
+    return pti_error(PTO_EINVAL, "%s: device range 0x%llx+%llu lies outside the device arena", fn,
                      (unsigned long long)addr, (unsigned long long)n);
 }
 
@@ -189,13 +189,13 @@ static int submit_copy(pto_stream *s, const char *fn, uint32_t kind, uint64_t ds
                        uint64_t n, uint64_t token)
 {
     struct pto_cmd *cmd;
-    int rc = pto_slot_begin(s, fn, 0, false, &cmd, NULL);
+    int rc = pti_slot_begin(s, fn, 0, false, &cmd, NULL);
     if (rc)
         return rc;
     cmd->u.copy.dst = dst;
     cmd->u.copy.src = src;
     cmd->u.copy.n = n;
-    return pto_slot_commit(s, cmd, kind, token);
+    return pti_slot_commit(s, cmd, kind, token);
 }
 
 /*
@@ -211,7 +211,7 @@ int pto_stream_copy_h2d(pto_stream *s, pto_devptr dst, const void *src, uint64_t
     if (rc)
         return rc;
     if (nbytes && !src)
-        return pto_error(PTO_EINVAL, "pto_stream_copy_h2d: NULL host pointer");
+        return pti_error(PTO_EINVAL, "pto_stream_copy_h2d: NULL host pointer");
     if ((rc = check_dev_range(s, "pto_stream_copy_h2d", dst, nbytes)))
         return rc;
     return submit_copy(s, "pto_stream_copy_h2d", PTO_CMD_H2D, dst, (uint64_t)(uintptr_t)src, nbytes,
@@ -224,7 +224,7 @@ int pto_stream_copy_d2h(pto_stream *s, void *dst, pto_devptr src, uint64_t nbyte
     if (rc)
         return rc;
     if (nbytes && !dst)
-        return pto_error(PTO_EINVAL, "pto_stream_copy_d2h: NULL host pointer");
+        return pti_error(PTO_EINVAL, "pto_stream_copy_d2h: NULL host pointer");
     if ((rc = check_dev_range(s, "pto_stream_copy_d2h", src, nbytes)))
         return rc;
     return submit_copy(s, "pto_stream_copy_d2h", PTO_CMD_D2H, (uint64_t)(uintptr_t)dst, src, nbytes,
@@ -251,12 +251,12 @@ int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nby
     if ((rc = check_dev_range(s, "pto_stream_memset", dst, nbytes)))
         return rc;
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_memset", 0, false, &cmd, NULL)))
+    if ((rc = pti_slot_begin(s, "pto_stream_memset", 0, false, &cmd, NULL)))
         return rc;
     cmd->u.set.dst = dst;
     cmd->u.set.n = nbytes;
     cmd->u.set.value = value;
-    return pto_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
 }
 
 int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
@@ -266,28 +266,28 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     if (rc)
         return rc;
     if (!k || k->dev != s->dev)
-        return pto_error(PTO_EINVAL, "pto_stream_launch: kernel is NULL or from another device");
+        return pti_error(PTO_EINVAL, "pto_stream_launch: kernel is NULL or from another device");
     if (atomic_load_explicit(&k->unloaded, memory_order_acquire))
-        return pto_error(PTO_EINVAL, "pto_stream_launch: kernel %s was unloaded", k->name);
+        return pti_error(PTO_EINVAL, "pto_stream_launch: kernel %s was unloaded", k->name);
     if (blocks == 0)
-        return pto_error(PTO_EINVAL, "pto_stream_launch: blocks must be >= 1");
+        return pti_error(PTO_EINVAL, "pto_stream_launch: blocks must be >= 1");
     if (nargs && !args)
-        return pto_error(PTO_EINVAL, "pto_stream_launch: NULL args with nargs=%u", nargs);
+        return pti_error(PTO_EINVAL, "pto_stream_launch: NULL args with nargs=%u", nargs);
     if ((uint64_t)nargs * 8u > s->heap_size)
-        return pto_error(PTO_EINVAL, "pto_stream_launch: %u arguments exceed the %u-byte ring heap",
+        return pti_error(PTO_EINVAL, "pto_stream_launch: %u arguments exceed the %u-byte ring heap",
                          nargs, s->heap_size);
     struct pto_cmd *cmd;
     void *heap;
-    if ((rc = pto_slot_begin(s, "pto_stream_launch", nargs * 8u, false, &cmd, &heap)))
+    if ((rc = pti_slot_begin(s, "pto_stream_launch", nargs * 8u, false, &cmd, &heap)))
         return rc;
     if (nargs)
         memcpy(heap, args, (size_t)nargs * 8u);
-    pto_kernel_ref(k);
+    pti_kernel_ref(k);
     cmd->u.launch.k = k;
     cmd->u.launch.args = heap;
     cmd->u.launch.blocks = blocks;
     cmd->u.launch.nargs = nargs;
-    return pto_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
 }
 
 static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t token, const char *fn)
@@ -296,27 +296,27 @@ static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t to
     if (rc)
         return rc;
     if (!e || e->dev != s->dev)
-        return pto_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
-    struct pto_event_node *node = pto_event_node_new(e->id);
+        return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
+    struct pto_event_node *node = pti_event_node_new(e->id);
     if (!node)
-        return pto_error(PTO_ENOMEM, "pto_stream_record: out of host memory");
+        return pti_error(PTO_ENOMEM, "pto_stream_record: out of host memory");
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, fn, 0, false, &cmd, NULL))) {
-        pto_event_node_unref(node);
+    if ((rc = pti_slot_begin(s, fn, 0, false, &cmd, NULL))) {
+        pti_event_node_unref(node);
         return rc;
     }
     /* node starts with one reference (the command's); the event takes a second. */
-    pto_event_node_ref(node);
+    pti_event_node_ref(node);
     pthread_mutex_lock(&s->dev->obj_lock);
     struct pto_event_node *old = e->cur;
     e->cur = node;
     pthread_mutex_unlock(&s->dev->obj_lock);
     if (old)
-        pto_event_node_unref(old);
+        pti_event_node_unref(old);
     cmd->u.ev.node = node;
     cmd->u.ev.event_id = e->id;
     cmd->u.ev.ordering = ordering;
-    return pto_slot_commit(s, cmd, PTO_CMD_RECORD, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_RECORD, token);
 }
 
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
@@ -336,12 +336,12 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     if (rc)
         return rc;
     if (!e || e->dev != s->dev)
-        return pto_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
-    struct pto_event_node *node = pto_event_current(e);
+        return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
+    struct pto_event_node *node = pti_event_current(e);
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, fn, 0, node != NULL, &cmd, NULL))) {
+    if ((rc = pti_slot_begin(s, fn, 0, node != NULL, &cmd, NULL))) {
         if (node)
-            pto_event_node_unref(node);
+            pti_event_node_unref(node);
         return rc;
     }
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
@@ -349,7 +349,7 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     if (node)
         /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
-    return pto_slot_commit(s, cmd, PTO_CMD_WAIT, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
 }
 
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
@@ -358,7 +358,7 @@ int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
     if (rc)
         return rc;
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_free", 0, false, &cmd, NULL)))
+    if ((rc = pti_slot_begin(s, "pto_stream_free", 0, false, &cmd, NULL)))
         return rc;
     /*
      * Under submit_lock no wait can be added concurrently; acquire pairs with
@@ -366,13 +366,13 @@ int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
      */
     bool local_ok = atomic_load_explicit(&s->waits_pending, memory_order_acquire) == 0;
     struct pto_pending_free *pf;
-    if ((rc = pto_mem_pend_free(s->dev, s, ptr, local_ok, &pf))) {
-        pto_slot_abort(s);
+    if ((rc = pti_mem_pend_free(s->dev, s, ptr, local_ok, &pf))) {
+        pti_slot_abort(s);
         return rc;
     }
     cmd->u.free.pf = pf;
     cmd->u.free.ptr = ptr;
-    return pto_slot_commit(s, cmd, PTO_CMD_FREE, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_FREE, token);
 }
 
 int pto_stream_notify(pto_stream *s, uint64_t token)
@@ -381,9 +381,9 @@ int pto_stream_notify(pto_stream *s, uint64_t token)
     if (rc)
         return rc;
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_notify", 0, false, &cmd, NULL)))
+    if ((rc = pti_slot_begin(s, "pto_stream_notify", 0, false, &cmd, NULL)))
         return rc;
-    return pto_slot_commit(s, cmd, PTO_CMD_NOTIFY, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_NOTIFY, token);
 }
 
 int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token)
@@ -392,24 +392,24 @@ int pto_stream_delay(pto_stream *s, uint64_t delay_us, uint64_t token)
     if (rc)
         return rc;
     struct pto_cmd *cmd;
-    if ((rc = pto_slot_begin(s, "pto_stream_delay", 0, false, &cmd, NULL)))
+    if ((rc = pti_slot_begin(s, "pto_stream_delay", 0, false, &cmd, NULL)))
         return rc;
     cmd->u.delay.us = delay_us;
-    return pto_slot_commit(s, cmd, PTO_CMD_DELAY, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_DELAY, token);
 }
 
 /* Queue a wait on l: holds s until l is released or times out. */
 int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token)
 {
     if (!s)
-        return pto_error(PTO_EINVAL, "pto_stream_latch_wait: NULL stream");
+        return pti_error(PTO_EINVAL, "pto_stream_latch_wait: NULL stream");
     if (!l || l->dev != s->dev)
-        return pto_error(PTO_EINVAL, "pto_stream_latch_wait: latch is NULL or from another device");
+        return pti_error(PTO_EINVAL, "pto_stream_latch_wait: latch is NULL or from another device");
     struct pto_cmd *cmd;
-    int rc = pto_slot_begin(s, "pto_stream_latch_wait", 0, false, &cmd, NULL);
+    int rc = pti_slot_begin(s, "pto_stream_latch_wait", 0, false, &cmd, NULL);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&l->refs, 1, memory_order_relaxed);
     cmd->u.latch.l = l;
-    return pto_slot_commit(s, cmd, PTO_CMD_LATCH, token);
+    return pti_slot_commit(s, cmd, PTO_CMD_LATCH, token);
 }

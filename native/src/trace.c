@@ -2,7 +2,7 @@
  * trace.c - the trace buffer: a bounded ring of pto_trace_record.
  *
  * Phase: execution (producers) and host reads.  Producers are the driver
- * threads, through pto_trace_cmd: one record per command at completion
+ * threads, through pti_trace_cmd: one record per command at completion
  * (exec.c), one per launch block on its core (engines.c); the host drains
  * with pto_trace_read.
  * When the ring is full the oldest record is overwritten and counted in
@@ -22,7 +22,7 @@ static const char *cmd_name(uint32_t kind)
     return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
-void pto_trace_push(pto_device *dev, const pto_trace_record *r)
+void pti_trace_push(pto_device *dev, const pto_trace_record *r)
 {
     pthread_mutex_lock(&dev->trace_lock);
     if (!dev->trace_buf) {
@@ -43,7 +43,7 @@ void pto_trace_push(pto_device *dev, const pto_trace_record *r)
     pthread_mutex_unlock(&dev->trace_lock);
 }
 
-void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
+void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
                    int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine)
 {
     pto_trace_record r;
@@ -55,8 +55,8 @@ void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     r.end_ns = end_ns;
     r.stream_id = s->id;
     r.engine = engine;
-    r.kind = block == PTO_TRACE_WHOLE ? cmd->kind : PTO_CMD_BLOCK;
-    r.block = block == PTO_TRACE_WHOLE ? 0 : (uint32_t)block;
+    r.kind = block == PTI_TRACE_WHOLE ? cmd->kind : PTO_CMD_BLOCK;
+    r.block = block == PTI_TRACE_WHOLE ? 0 : (uint32_t)block;
     r.status = status;
     switch (cmd->kind) {
     case PTO_CMD_H2D:
@@ -75,13 +75,13 @@ void pto_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
         break;
     }
     if (cmd->kind == PTO_CMD_LAUNCH)
-        pto_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
+        pti_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
     else
-        pto_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
-    pto_trace_push(dev, &r);
+        pti_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
+    pti_trace_push(dev, &r);
 }
 
-void pto_trace_fini(pto_device *dev)
+void pti_trace_fini(pto_device *dev)
 {
     free(dev->trace_buf);
     dev->trace_buf = NULL;
@@ -98,7 +98,7 @@ void pto_trace_enable(pto_device *dev, int on)
 int pto_trace_read(pto_device *dev, pto_trace_record *out, uint32_t max)
 {
     if (!dev || (!out && max))
-        return pto_error(PTO_EINVAL, "pto_trace_read: NULL argument");
+        return pti_error(PTO_EINVAL, "pto_trace_read: NULL argument");
     pthread_mutex_lock(&dev->trace_lock);
     uint32_t n = 0;
     while (n < max && dev->trace_len > 0) {

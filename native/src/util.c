@@ -23,7 +23,7 @@ int pto_nop(void)
     return 0;
 }
 
-void pto_strlcpy(char *dst, const char *src, size_t n)
+void pti_strlcpy(char *dst, const char *src, size_t n)
 {
     if (n == 0)
         return;
@@ -33,7 +33,7 @@ void pto_strlcpy(char *dst, const char *src, size_t n)
     dst[len] = '\0';
 }
 
-void *pto_zalloc64(size_t size)
+void *pti_zalloc64(size_t size)
 {
     size_t rounded = (size + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, rounded);
@@ -42,14 +42,14 @@ void *pto_zalloc64(size_t size)
     return p;
 }
 
-uint64_t pto_deadline_after_us(int64_t timeout_us)
+uint64_t pti_deadline_after_us(int64_t timeout_us)
 {
     if (timeout_us < 0)
         return 0;
     return pto_now_ns() + (uint64_t)timeout_us * 1000ull;
 }
 
-void pto_mutex_init(pthread_mutex_t *mu)
+void pti_mutex_init(pthread_mutex_t *mu)
 {
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
     pthread_mutexattr_t attr;
@@ -62,7 +62,7 @@ void pto_mutex_init(pthread_mutex_t *mu)
 #endif
 }
 
-void pto_cond_init(pthread_cond_t *cv)
+void pti_cond_init(pthread_cond_t *cv)
 {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -71,7 +71,7 @@ void pto_cond_init(pthread_cond_t *cv)
     pthread_condattr_destroy(&attr);
 }
 
-int pto_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
+int pti_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
 {
     if (deadline_ns == 0) {
         pthread_cond_wait(cv, mu);

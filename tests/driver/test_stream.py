@@ -354,7 +354,7 @@ def test_failure_without_a_token_is_observed_through_its_first_dependent(dev, cq
 
 # -- submissions to an idle stream ------------------------------------------------------------
 # A command submitted to a stream whose earlier work has all completed is started by the
-# submitting thread (pto_slot_commit runs the scheduler pass itself when sched_lock is free).
+# submitting thread (pti_stream_kick runs the scheduler pass itself when sched_lock is free).
 # What it cannot finish there must still be picked up: deadlines by the scheduler thread,
 # event waits by whoever fires the event.  spin_us=1 and a pause before each submission make
 # sure every driver thread is asleep, so nothing is finished by a thread that happened to spin.
