@@ -1,6 +1,9 @@
 /*
  * completion.c - the completion queue and its eventfd.
  *
+ * Phase: completion.  Pushed by whoever finishes a command (pti_cmd_finish,
+ * exec.c), drained and waited on by host threads.
+ *
  * The queue
  * ---------
  * Every command with a nonzero token pushes one pto_completion when it

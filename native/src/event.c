@@ -1,6 +1,9 @@
 /*
  * event.c - events: recordings (nodes), host queries and waits, elapsed time.
  *
+ * Phase: lifecycle and host waits (recording and waiting are commands:
+ * submit.c queues them, exec.c runs them).
+ *
  * An event is a handle to its latest recording.  Each pto_stream_record
  * makes a new node (refcounted: the event, the record command, and every
  * wait queued while it was current), so re-recording never disturbs waits

@@ -1,6 +1,9 @@
 /*
  * overflow.c - commands accepted while their stream's ring had no room.
  *
+ * Phase: submission (accepting into the overflow) and, under submit_lock,
+ * whichever thread frees ring room (the refill).
+ *
  * Why the driver keeps the backlog
  * --------------------------------
  * A ring holds `entries` commands, their launch arguments in `heap_size`

@@ -35,7 +35,7 @@ failed, so what was queued behind it runs next.
 Facts this rests on:
 
 * The driver counts a command completed after its effects: a free has
-  returned its block by then (``release_resources`` in stream.c).  Reading "nothing in flight" *before* an
+  returned its block by then (``release_resources`` in exec.c).  Reading "nothing in flight" *before* an
   allocation attempt therefore means the attempt saw every free that will
   ever run.
 * A block freed on stream S may be handed to S again while its free is still

@@ -40,7 +40,7 @@ How work flows (the timeline of one launch):
    failure among its records.
 
 "A command queued behind an observed failure fails as a dependent" is the
-driver's rule (``native/src/stream.c``, "Failure propagation"): every command
+driver's rule (``native/src/exec.c``, "Failure propagation"): every command
 carries the failure epoch it was queued at, whether it entered the ring at
 once, waited in the overflow or waited here, and the driver judges them all
 alike.  The host keeps no copy of the rule.

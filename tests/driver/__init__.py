@@ -1,1 +1,1 @@
-"""Tests of every call of the native driver, one file per native/src file."""
+"""Tests of every call of the native driver, one file per concept of native/src."""

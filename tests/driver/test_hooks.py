@@ -1,4 +1,4 @@
-"""native/src hooks: latch (release, timeout, shared), delay, fail injection."""
+"""native/src/latch.c and debug.c: latch (release, timeout, shared), delay, fail injection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""native/src/stream.c: rings, ordering, copies, back-pressure, failure propagation."""
+"""native/src/submit.c, ring.c, stream.c, exec.c: rings, ordering, copies, back-pressure, failure propagation."""
 
 from __future__ import annotations
 
