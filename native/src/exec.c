@@ -161,7 +161,6 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * rescans, an engine calls pti_sched_run, a host-side cancel kicks once
      * at its end.
      */
-    (void)engine;
 }
 
 static void edep_msg(char *buf, size_t n, const pto_stream *s)
