@@ -81,8 +81,8 @@ def bench_submit(calls: int, repeats: int) -> dict:
                     check(lib.pto_cq_wait(dev, 1_000_000))
         st = ffi.new("pto_stream_stats *")
         check(lib.pto_stream_get_stats(s, st))
-        if st.eagain:
-            raise RuntimeError(f"the ring filled {st.eagain} times: the measurement is void")
+        if st.refused:
+            raise RuntimeError(f"the ring filled {st.refused} times: the measurement is void")
     finally:
         lib.pto_device_close(dev)
     nop_med, notify_med = statistics.median(nop_ns), statistics.median(notify_ns)

@@ -52,8 +52,8 @@ def assert_no_device_memory(worker, timeout: float = 10.0) -> None:
     assert lib.pto_device_synchronize(worker._dev, int(timeout * 1e6)) == 0
     worker._drive(worker._idle, timeout)
     stats = mem_stats(worker)
-    assert (stats.count, stats.in_use, stats.pending_frees) == (0, 0, 0), (
-        f"device memory left: count={stats.count} in_use={stats.in_use} pending_frees={stats.pending_frees}"
+    assert (stats.allocations, stats.in_use, stats.pending_frees) == (0, 0, 0), (
+        f"device memory left: allocations={stats.allocations} in_use={stats.in_use} pending_frees={stats.pending_frees}"
     )
 
 

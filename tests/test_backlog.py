@@ -202,7 +202,7 @@ async def test_cancel_withdraws_a_launch_still_waiting_for_ring_room(kernels, ti
         assert np.isnan(outs[3]).all()  # never written
         await s
         stats = mem_stats(w)
-        assert (stats.count, stats.pending_frees) == (1, 0)  # the weight: its temporaries went
+        assert (stats.allocations, stats.pending_frees) == (1, 0)  # the weight: its temporaries went
         assert s.backlog == 0
         wd.free()
 
@@ -220,10 +220,10 @@ async def test_cancel_of_work_held_on_the_host(kernels, tiny_ring):
         out_a, out_b = poisoned(), poisoned()
         a = add(rand(1), wd, out_a)
         b = add(rand(2), wd, out_b)
-        assert mem_stats(w).count == 3  # the weight and a block of temporaries each
+        assert mem_stats(w).allocations == 3  # the weight and a block of temporaries each
         assert a.cancel() is True
         assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0  # its block went back, in order
-        assert mem_stats(w).count == 2
+        assert mem_stats(w).allocations == 2
         with pytest.raises(PtoCanceledError):
             await a
         _open(w, gate)
@@ -231,7 +231,7 @@ async def test_cancel_of_work_held_on_the_host(kernels, tiny_ring):
         np.testing.assert_array_equal(out_b, rand(2) + weight)
         assert np.isnan(out_a).all()
         await s
-        assert mem_stats(w).count == 1
+        assert mem_stats(w).allocations == 1
         wd.free()
 
 
@@ -260,7 +260,7 @@ async def test_cancel_of_a_launch_waiting_for_device_memory(kernels):
         np.testing.assert_array_equal(outs[2], a[4] + a[5])
         assert np.isnan(outs[1]).all()
         await w.wait()
-        assert mem_stats(w).count == 0
+        assert mem_stats(w).allocations == 0
 
 
 @pytest.mark.anyio
@@ -280,10 +280,10 @@ async def test_cancel_of_a_launch_granted_memory_but_held_on_the_host(kernels):
         await held
         with w._lock:
             w._service_locked()  # memory came back: the waiting launch is granted its block
-        assert mem_stats(w).count == 1 and not second.done()
+        assert mem_stats(w).allocations == 1 and not second.done()
         assert second.cancel() is True  # still behind the gate: its block goes back in order
         assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0
-        assert mem_stats(w).count == 0
+        assert mem_stats(w).allocations == 0
         with pytest.raises(PtoCanceledError):
             await second
         _open(w, gate)

@@ -470,7 +470,7 @@ def test_bad_input_is_rejected_before_queueing(worker, kernels, config):
             with pytest.raises(exc, match=pattern):
                 add(*args)
         after = mem_stats(worker)
-        assert (after.count, after.in_use) == (before.count, before.in_use)
+        assert (after.allocations, after.in_use) == (before.allocations, before.in_use)
         assert worker.stats().commands_submitted == submitted
         assert worker.stats().in_flight == 0
         foreign.free()
@@ -506,7 +506,7 @@ def test_out_of_memory_for_temporaries_rolls_back(kernels):
         with pytest.raises(PtoOutOfMemory):
             add(rand(n), rand(n), np.zeros(n, np.float32))
         after = mem_stats(w)
-        assert (after.count, after.in_use) == (before.count, before.in_use)
+        assert (after.allocations, after.in_use) == (before.allocations, before.in_use)
         assert w.stats().in_flight == 0
         filler.free()
         a, b, out = rand(n), rand(n), np.zeros(n, np.float32)

@@ -77,7 +77,7 @@ def test_init_is_checked(worker):
         worker.alloc_tensor((2, -1), np.float32)
     with pytest.raises(PtoArgumentError, match="unsupported dtype"):
         worker.alloc_tensor(4, np.complex64)
-    assert mem_stats(worker).count == 0
+    assert mem_stats(worker).allocations == 0
 
 
 def test_out_of_device_memory(worker):
@@ -174,7 +174,7 @@ def test_shapes_are_non_empty_and_positive(worker, shape):
     with pytest.raises(PtoArgumentError, match=r"alloc_tensor\(\): shape must be a non-empty tuple of ints > 0, "
                                                rf"not {re.escape(repr(shape))}"):
         worker.alloc_tensor(shape, np.float32)
-    assert mem_stats(worker).count == 0
+    assert mem_stats(worker).allocations == 0
 
 
 def test_copy_from_and_copy_to_name_a_buffer_they_cannot_use(worker):
@@ -295,13 +295,13 @@ def test_tensor_collected_while_a_launch_reads_it_is_freed_behind_the_launch(wor
 
 
 def test_collected_tensor_is_freed(worker):
-    before = mem_stats(worker).count
+    before = mem_stats(worker).allocations
     t = worker.alloc_tensor(N, np.float32)
-    assert mem_stats(worker).count == before + 1
+    assert mem_stats(worker).allocations == before + 1
     del t
     gc.collect()
     worker.default_stream.sync(timeout=10)
-    assert mem_stats(worker).count == before
+    assert mem_stats(worker).allocations == before
 
 
 @pytest.mark.anyio
@@ -312,7 +312,7 @@ async def test_collected_tensor_is_freed_in_async_mode(config):
         gc.collect()
         await w.default_stream
         await w.default_stream
-        assert mem_stats(w).count == 0
+        assert mem_stats(w).allocations == 0
 
 
 def test_close_frees_forgotten_tensors_with_a_warning(config):
@@ -355,7 +355,7 @@ def test_a_failed_initial_copy_in_sync_mode_raises_and_frees(worker):
     with pytest.raises(PtoCopyFault):
         worker.alloc_tensor(N, np.float32, init=np.random.default_rng().standard_normal(N).astype(np.float32))
     worker.sync(timeout=10)
-    assert (mem_stats(worker).count, mem_stats(worker).pending_frees) == (0, 0)
+    assert (mem_stats(worker).allocations, mem_stats(worker).pending_frees) == (0, 0)
     x = np.random.default_rng().standard_normal(N).astype(np.float32)
     t = worker.alloc_tensor(N, np.float32, init=x)  # the stream recovered
     np.testing.assert_array_equal(t.numpy(), x)

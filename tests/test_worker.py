@@ -315,7 +315,7 @@ def test_sync_waits_for_every_stream(kernels):
             np.testing.assert_array_equal(t.numpy(), x + np.float32(1))
             t.free()
         w.sync(timeout=10)
-        assert mem_stats(w).count == 0 and mem_stats(w).pending_frees == 0
+        assert mem_stats(w).allocations == 0 and mem_stats(w).pending_frees == 0
     with pytest.raises(PtoClosedError):
         w.sync()
 
@@ -327,7 +327,7 @@ def test_sync_covers_the_frees_of_collected_tensors(worker):
         gc.collect()  # the free is deferred to the worker, behind the held stream
         latch.release()
         worker.sync(timeout=10)
-    assert mem_stats(worker).count == 0 and mem_stats(worker).pending_frees == 0
+    assert mem_stats(worker).allocations == 0 and mem_stats(worker).pending_frees == 0
 
 
 def test_sync_raises_on_a_lost_device(config, kernels):

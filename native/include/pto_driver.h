@@ -130,7 +130,7 @@ typedef struct pto_mem_stats {
     uint64_t in_use;            /* bytes in live allocations (rounded sizes) */
     uint64_t reserved;          /* in_use + bytes whose stream-ordered free is still queued */
     uint64_t peak;              /* high-water mark of reserved */
-    uint64_t count;             /* live allocations */
+    uint64_t allocations;       /* live allocations */
     uint64_t pending_frees;     /* frees queued but not executed */
     uint64_t largest_free;      /* largest free extent (fragmentation view) */
     uint64_t alloc_failures;    /* allocations that returned -PTO_ENOMEM */
@@ -163,7 +163,7 @@ void *pto_mem_host_ptr(pto_device *dev, pto_devptr ptr);
 typedef struct pto_stream_stats {
     uint32_t id;
     int32_t priority;
-    uint32_t entries;           /* ring slots */
+    uint32_t window;            /* ring slots (ring_task_window) */
     uint32_t in_flight;         /* commands queued, not yet completed */
     uint32_t window_hwm;        /* high-water mark of in_flight */
     uint32_t heap_bytes;        /* argument heap size */
@@ -175,7 +175,7 @@ typedef struct pto_stream_stats {
     uint32_t reserved;
     uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
     uint64_t completed;         /* commands finished, in order */
-    uint64_t eagain;            /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
+    uint64_t refused;           /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
 } pto_stream_stats;
 
 /*
@@ -468,12 +468,12 @@ typedef struct pto_engine_stats {
 } pto_engine_stats;
 
 typedef struct pto_device_stats {
-    uint64_t submitted, completed;
+    uint64_t commands_submitted, commands_completed;
     uint64_t cq_records;        /* completion records pushed */
     uint64_t cq_signals;        /* eventfd writes (wake-ups offered) */
     uint64_t cq_drains;         /* pto_cq_drain calls that returned records */
     uint64_t canceled;
-    uint64_t launches, copies, copy_bytes_h2d, copy_bytes_d2h, copy_bytes_d2d;
+    uint64_t launches, copies, bytes_h2d, bytes_d2h, bytes_d2d;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

@@ -349,17 +349,17 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         return pti_error(PTO_EINVAL, "pto_device_get_stats: NULL argument");
 #define LD(x) atomic_load_explicit(&dev->x, memory_order_relaxed)
     *out = (pto_device_stats){
-        .submitted = LD(st_submitted),
-        .completed = LD(st_completed),
+        .commands_submitted = LD(st_submitted),
+        .commands_completed = LD(st_completed),
         .cq_records = LD(st_cq_records),
         .cq_signals = LD(st_cq_signals),
         .cq_drains = LD(st_cq_drains),
         .canceled = LD(st_canceled),
         .launches = LD(st_launches),
         .copies = LD(st_copies),
-        .copy_bytes_h2d = LD(st_h2d),
-        .copy_bytes_d2h = LD(st_d2h),
-        .copy_bytes_d2d = LD(st_d2d),
+        .bytes_h2d = LD(st_bytes_h2d),
+        .bytes_d2h = LD(st_bytes_d2h),
+        .bytes_d2d = LD(st_bytes_d2d),
     };
 #undef LD
     return 0;

@@ -221,9 +221,9 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
     if (status == 0) {
         atomic_fetch_add_explicit(&eng->bytes, n, memory_order_relaxed);
         atomic_fetch_add_explicit(&dev->st_copies, 1, memory_order_relaxed);
-        _Atomic uint64_t *ctr = cmd->kind == PTO_CMD_H2D   ? &dev->st_h2d
-                                : cmd->kind == PTO_CMD_D2H ? &dev->st_d2h
-                                : cmd->kind == PTO_CMD_D2D ? &dev->st_d2d
+        _Atomic uint64_t *ctr = cmd->kind == PTO_CMD_H2D   ? &dev->st_bytes_h2d
+                                : cmd->kind == PTO_CMD_D2H ? &dev->st_bytes_d2h
+                                : cmd->kind == PTO_CMD_D2D ? &dev->st_bytes_d2d
                                                            : NULL;
         if (ctr)
             atomic_fetch_add_explicit(ctr, n, memory_order_relaxed);

@@ -350,7 +350,7 @@ struct pto_stream {
     uint32_t fail_next_count;
     int32_t fail_next_status;
     uint32_t window_hwm, heap_hwm, dep_hwm;
-    _Atomic uint64_t eagain;
+    _Atomic uint64_t refused;     /* submissions the ring had no room for */
     uint64_t backdate;            /* commands are accepted at min(epoch, backdate) (pto_stream_backdate) */
     bool slot_dep;                /* the ring slot pti_slot_begin handed out took a dep entry */
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
@@ -661,7 +661,7 @@ struct pto_device {
     /* counters */
     _Alignas(64) _Atomic uint64_t st_submitted; /* host side: own cache line */
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
-        st_canceled, st_launches, st_copies, st_h2d, st_d2h, st_d2d;
+        st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d;
 };
 
 static inline bool pti_trace_on(pto_device *dev)

@@ -340,7 +340,7 @@ int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out)
         .in_use = dev->in_use,
         .reserved = dev->in_use + dev->pending_bytes,
         .peak = dev->peak,
-        .count = dev->n_live,
+        .allocations = dev->n_live,
         .pending_frees = dev->pending_frees,
         .largest_free = largest,
         .alloc_failures = dev->alloc_failures,

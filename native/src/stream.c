@@ -70,7 +70,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     atomic_init(&s->dep_used, 0);
     atomic_init(&s->waits_pending, 0);
     atomic_init(&s->epoch, 0);
-    atomic_init(&s->eagain, 0);
+    atomic_init(&s->refused, 0);
     s->backdate = PTO_EPOCH_NOW;
     s->ovf.refill = s->entries / 4 ? s->entries / 4 : 1;
 
@@ -208,7 +208,7 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
     *out = (pto_stream_stats){
         .id = s->id,
         .priority = s->priority,
-        .entries = s->entries,
+        .window = s->entries,
         .in_flight = (uint32_t)(tail - head),
         .window_hwm = s->window_hwm,
         .heap_bytes = s->heap_size,
@@ -219,7 +219,7 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
         .overflow_hwm = s->ovf.hwm,
         .submitted = accepted,
         .completed = head,
-        .eagain = atomic_load_explicit(&s->eagain, memory_order_relaxed),
+        .refused = atomic_load_explicit(&s->refused, memory_order_relaxed),
     };
     pthread_mutex_unlock(&s->submit_lock);
     return 0;

@@ -55,7 +55,7 @@ int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
             return 0;
         }
     }
-    atomic_fetch_add_explicit(&s->eagain, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
     if (!s->ovf.on) {
         uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed);
         pthread_mutex_unlock(&s->submit_lock);

@@ -204,8 +204,8 @@ static int phase1(void)
     t_assert(overflowed > 0, "nothing ever waited in an overflow: the test tests nothing");
     pto_mem_stats ms;
     t_check(pto_mem_get_stats(dev, &ms));
-    t_assert(ms.count == 0 && ms.pending_frees == 0, "%llu allocations, %llu pending frees left",
-             (unsigned long long)ms.count, (unsigned long long)ms.pending_frees);
+    t_assert(ms.allocations == 0 && ms.pending_frees == 0, "%llu allocations, %llu pending frees left",
+             (unsigned long long)ms.allocations, (unsigned long long)ms.pending_frees);
     printf("phase 1: %llu records, %llu of %llu withdrawals took\n", (unsigned long long)want,
            (unsigned long long)n_withdrawn, (unsigned long long)n_cancel_tries);
     for (int i = 0; i < NSUB; i++) {

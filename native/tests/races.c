@@ -268,9 +268,9 @@ static int run_phase(int which, double seconds)
     }
     pto_mem_stats ms;
     t_check(pto_mem_get_stats(dev, &ms));
-    if (ms.count || ms.pending_frees || ms.reserved)
+    if (ms.allocations || ms.pending_frees || ms.reserved)
         FAIL("phase %d: memory left: count=%llu pending=%llu reserved=%llu", which,
-             (unsigned long long)ms.count, (unsigned long long)ms.pending_frees,
+             (unsigned long long)ms.allocations, (unsigned long long)ms.pending_frees,
              (unsigned long long)ms.reserved);
     for (int i = 0; i < NSUB; i++)
         pto_event_destroy(events[i]);

@@ -459,8 +459,8 @@ int main(int argc, char **argv)
 
     pto_mem_stats ms;
     t_check(pto_mem_get_stats(dev, &ms));
-    if (ms.count || ms.pending_frees || ms.reserved)
-        FAIL("memory left: count=%llu pending=%llu reserved=%llu", (unsigned long long)ms.count,
+    if (ms.allocations || ms.pending_frees || ms.reserved)
+        FAIL("memory left: allocations=%llu pending=%llu reserved=%llu", (unsigned long long)ms.allocations,
              (unsigned long long)ms.pending_frees, (unsigned long long)ms.reserved);
     if (ms.largest_free != ms.capacity)
         FAIL("free extents did not coalesce: largest %llu of %llu",

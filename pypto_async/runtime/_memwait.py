@@ -79,7 +79,7 @@ def _device_idle(dev) -> bool:
     """True if the device has no command queued or running (every submission completed)."""
     stats = ffi.new("pto_device_stats *")
     lib.pto_device_get_stats(dev, stats)
-    return stats.submitted == stats.completed
+    return stats.commands_submitted == stats.commands_completed
 
 
 class MemoryWait:

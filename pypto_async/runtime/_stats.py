@@ -184,11 +184,11 @@ def stream_stats(streams, backlog: BacklogClock | None = None) -> tuple[StreamSt
             continue
         check(lib.pto_stream_get_stats(s._ptr, st), "pto_stream_get_stats")
         out.append(StreamStats(
-            stream=int(st.id), window=int(st.entries), window_hwm=int(st.window_hwm),
+            stream=int(st.id), window=int(st.window), window_hwm=int(st.window_hwm),
             heap_bytes=int(st.heap_bytes), heap_hwm=int(st.heap_hwm),
             dep_entries=int(st.dep_entries), dep_hwm=int(st.dep_hwm),
             in_flight=int(st.in_flight), backlog=int(st.overflow) + len(s._fifo),
-            submitted=int(st.submitted), completed=int(st.completed), refused=int(st.eagain),
+            submitted=int(st.submitted), completed=int(st.completed), refused=int(st.refused),
             backpressure_wait_ns=backlog.waited_ns(s.id) if backlog is not None else 0,
         ))
     return tuple(out)

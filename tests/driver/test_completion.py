@@ -115,8 +115,8 @@ def test_device_counters_move(dev, cq, stream):
     notify(stream, 0)
     cq.wait(*toks)
     st = device_stats(dev)
-    assert st.submitted - st0.submitted == 6
-    assert st.completed - st0.completed == 6
+    assert st.commands_submitted - st0.commands_submitted == 6
+    assert st.commands_completed - st0.commands_completed == 6
     assert st.cq_records - st0.cq_records == 5
     assert 1 <= st.cq_signals - st0.cq_signals <= 5
     assert 1 <= st.cq_drains - st0.cq_drains <= 5

@@ -24,7 +24,7 @@ def test_alloc_alignment_size_and_stats(dev):
     i = info(dev)
     st0 = mem_stats(dev)
     assert st0.capacity == 64 * MiB
-    assert (st0.in_use, st0.count, st0.reserved) == (0, 0, 0)
+    assert (st0.in_use, st0.allocations, st0.reserved) == (0, 0, 0)
     sizes = [1, 100, 256, 257, 4096 + 3, MiB]
     ptrs = [alloc(dev, n) for n in sizes]
     size_out = ffi.new("uint64_t *")
@@ -37,12 +37,12 @@ def test_alloc_alignment_size_and_stats(dev):
         total += size_out[0]
     assert len(set(ptrs)) == len(ptrs)
     st = mem_stats(dev)
-    assert (st.count, st.in_use) == (len(sizes), total)
+    assert (st.allocations, st.in_use) == (len(sizes), total)
     assert st.reserved == total and st.peak >= total
     for p in ptrs:
         free(dev, p)
     st = mem_stats(dev)
-    assert (st.count, st.in_use, st.reserved) == (0, 0, 0)
+    assert (st.allocations, st.in_use, st.reserved) == (0, 0, 0)
     assert st.peak >= total
     assert st.largest_free == st.capacity  # freed neighbours coalesced back into one extent
 
@@ -94,7 +94,7 @@ def test_oom_is_an_error_and_the_device_keeps_working(dev, stream):
         check(lib.pto_stream_free(stream, p, 0))
     sync(stream)
     st = mem_stats(dev)
-    assert (st.count, st.pending_frees, st.largest_free) == (0, 0, st.capacity)
+    assert (st.allocations, st.pending_frees, st.largest_free) == (0, 0, st.capacity)
     big = alloc(dev, st.capacity)
     free(dev, big)
 
@@ -113,7 +113,7 @@ def test_stream_free_is_not_reused_by_other_streams_before_it_executes(dev, stre
     with held(dev, stream):
         check(lib.pto_stream_free(stream, x, new_token()))
         st = mem_stats(dev)
-        assert (st.pending_frees, st.count) == (1, 0)
+        assert (st.pending_frees, st.allocations) == (1, 0)
         assert st.reserved >= st.in_use + MiB
         on_other = alloc(dev, MiB, stream2)
         on_none = alloc(dev, MiB)
@@ -181,7 +181,7 @@ def test_stats_peak_and_pending(dev, stream):
         for p in ptrs:
             check(lib.pto_stream_free(stream, p, 0))
         st = mem_stats(dev)
-        assert (st.count, st.in_use, st.pending_frees) == (0, 0, 4)
+        assert (st.allocations, st.in_use, st.pending_frees) == (0, 0, 4)
         assert st.reserved == 4 * MiB
         assert st.peak >= 4 * MiB
     sync(stream)

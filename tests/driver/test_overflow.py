@@ -40,7 +40,7 @@ def test_without_the_overflow_a_full_ring_refuses(small_dev):
         for _ in range(3):
             notify(s, 0)
         assert lib.pto_stream_notify(s, 0) == -PTO_EAGAIN
-        assert stream_stats(s).eagain == 1 and stream_stats(s).overflow == 0
+        assert stream_stats(s).refused == 1 and stream_stats(s).overflow == 0
 
 
 def test_the_overflow_accepts_in_order_and_drains_without_the_host(small_dev, ostream):
@@ -52,7 +52,7 @@ def test_the_overflow_accepts_in_order_and_drains_without_the_host(small_dev, os
         assert lib.pto_stream_accepted(ostream) == 41
         assert lib.pto_stream_submitted(ostream) == 4
         st = stream_stats(ostream)
-        assert (st.in_flight, st.overflow, st.overflow_hwm, st.eagain) == (4, 37, 37, 37)
+        assert (st.in_flight, st.overflow, st.overflow_hwm, st.refused) == (4, 37, 37, 37)
         latch.release()
         sync(ostream)  # waits for the overflow too; no drain, no host call moved anything
     assert lib.pto_stream_completed(ostream) == 41
@@ -213,7 +213,7 @@ def test_cancel_queued_withdraws_what_waits_and_nothing_in_the_ring(small_dev, o
     assert [got[t].status for t in toks] == [0, 0, 0] + [-lib.PTO_ECANCELED] * 3
     assert (out == -1.0).all()  # the withdrawn copies never ran
     st = mem_stats(small_dev)
-    assert (st.count, st.pending_frees) == (0, 0)  # the withdrawn free still gave its block back
+    assert (st.allocations, st.pending_frees) == (0, 0)  # the withdrawn free still gave its block back
     t = new_token()
     notify(ostream, t)  # later work runs as if they had completed
     assert cq.wait(t)[t].status == 0

@@ -25,7 +25,7 @@ def test_create_ids_priority_and_stats(dev, new_stream):
     a, b = new_stream(0), new_stream(5)
     assert lib.pto_stream_id(a) != lib.pto_stream_id(b)
     st = stream_stats(b)
-    assert (st.id, st.priority, st.entries) == (lib.pto_stream_id(b), 5, 256)
+    assert (st.id, st.priority, st.window) == (lib.pto_stream_id(b), 5, 256)
     assert (st.in_flight, st.submitted, st.completed) == (0, 0, 0)
     assert st.heap_bytes == 64 << 10 and st.dep_entries == 64
     assert lib.pto_stream_space_left(a) == 256
@@ -140,7 +140,7 @@ def test_ring_full_is_try_again(open_dev, new_stream):
         assert rc == -PTO_EAGAIN
         with pytest.raises(PtoTryAgain):
             check(rc)
-        assert stream_stats(s).eagain == 1
+        assert stream_stats(s).refused == 1
     sync(s)
     assert lib.pto_stream_space_left(s) == 4
     notify(s, 0)
@@ -165,7 +165,7 @@ def test_ring_heap_full_is_try_again(open_dev, new_stream):
         assert 1 <= accepted <= 4
         assert lib.pto_stream_space_left(s) > 0  # the ring has room: the heap ran out
         st = stream_stats(s)
-        assert st.heap_hwm <= st.heap_bytes == 2048 and st.eagain == 1
+        assert st.heap_hwm <= st.heap_bytes == 2048 and st.refused == 1
     sync(s)
     launch(s, noop, 1, args)  # room again once the launches completed
     sync(s)

@@ -145,8 +145,8 @@ def test_engine_stats(open_dev, new_stream, rng):
     after = device_stats(dev)
     assert after.launches - before.launches == 1
     assert after.copies - before.copies == 2
-    assert after.copy_bytes_h2d - before.copy_bytes_h2d == n
-    assert after.copy_bytes_d2h - before.copy_bytes_d2h == n
+    assert after.bytes_h2d - before.bytes_h2d == n
+    assert after.bytes_d2h - before.bytes_d2h == n
     es = ffi.new("pto_engine_stats *")
     blocks = copies = moved = 0
     for e in range(4):

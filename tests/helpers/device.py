@@ -29,8 +29,8 @@ def close_device(device, *, check_leaks: bool = True, timeout_s: float = 10.0) -
             assert rc in (0, -PTO_EDEVLOST), f"pto_device_synchronize returned {rc}"
             stats = ffi.new("pto_mem_stats *")
             check(lib.pto_mem_get_stats(device, stats), "pto_mem_get_stats")
-            assert (stats.count, stats.in_use, stats.pending_frees) == (0, 0, 0), (
-                f"device memory leaked: count={stats.count} in_use={stats.in_use} "
+            assert (stats.allocations, stats.in_use, stats.pending_frees) == (0, 0, 0), (
+                f"device memory leaked: allocations={stats.allocations} in_use={stats.in_use} "
                 f"pending_frees={stats.pending_frees}"
             )
             assert stats.reserved == 0, f"reserved={stats.reserved} after every free executed"

@@ -40,10 +40,10 @@ def test_memory_exhaustion_mid_pipeline(rel_kernels):
                     add(held[-2], held[-1], out)
                     np.testing.assert_array_equal(out, _f(len(held) - 2) + _f(len(held) - 1))
         # A launch with host arrays needs temporaries: it fails cleanly, nothing queued.
-        before = mem_stats(w).count
+        before = mem_stats(w).allocations
         with pytest.raises(PtoOutOfMemory):
             add(_f(1), _f(2), np.zeros(N, np.float32))
-        assert mem_stats(w).count == before
+        assert mem_stats(w).allocations == before
         # Free a few: the pipeline continues.
         for t in held[:4]:
             t.free()
@@ -53,7 +53,7 @@ def test_memory_exhaustion_mid_pipeline(rel_kernels):
         for t in held[4:]:
             t.free()
         w.default_stream.sync()
-        assert mem_stats(w).count == 0
+        assert mem_stats(w).allocations == 0
 
 
 def test_injected_alloc_failure_then_recovery(rel_kernels):

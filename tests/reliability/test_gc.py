@@ -41,7 +41,7 @@ def test_dropped_tensors_and_launches_free_in_stream_order(rel_kernels):
         w.default_stream.sync()
         s.sync()
         m = mem_stats(w)
-        assert (m.count, m.pending_frees) == (0, 0)
+        assert (m.allocations, m.pending_frees) == (0, 0)
 
 
 def test_dropped_tensor_in_async_mode_is_freed(rel_kernels):
@@ -55,7 +55,7 @@ def test_dropped_tensor_in_async_mode_is_freed(rel_kernels):
             await w.default_stream
             await w.default_stream
             m = mem_stats(w)
-            assert (m.count, m.pending_frees) == (0, 0)
+            assert (m.allocations, m.pending_frees) == (0, 0)
 
     asyncio.run(main())
 

@@ -79,7 +79,7 @@ async def _traffic(seconds: float, seed: int):
         for s in streams:
             await s
         m = mem_stats(w)
-        assert (m.count, m.pending_frees) == (0, 0), (m.count, m.pending_frees)
+        assert (m.allocations, m.pending_frees) == (0, 0), (m.allocations, m.pending_frees)
     return i
 
 

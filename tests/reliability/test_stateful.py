@@ -353,7 +353,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
             np.testing.assert_array_equal(got, p.model.data, err_msg=str(p))
         live = [p for p in self.tensors if not p.model.freed]
         m = mem_stats(self.worker)
-        assert m.count == len(live), f"{m.count} device allocations, {len(live)} live tensors"
+        assert m.allocations == len(live), f"{m.allocations} device allocations, {len(live)} live tensors"
         assert m.pending_frees == 0 and m.reserved == m.in_use
         assert self.worker.stats().in_flight == 0
         # A record is pushed just before its stream's head moves: let the driver catch up.
