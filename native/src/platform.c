@@ -16,7 +16,7 @@ enum { MAX_ALIASES = 4 };
 
 static const struct {
     const char *name;                          /* as pto_device_info.platform reports it */
-    const char *aliases[MAX_ALIASES];          /* other names it opens under (NULL-ended) */
+    const char *aliases[MAX_ALIASES];          /* other names it opens under (unused: NULL) */
     const struct pto_platform_ops *ops;
 } platforms[] = {
     {"sim", {"a2a3sim", "a5sim"}, &pti_sim_ops},
@@ -34,6 +34,13 @@ static bool named(size_t i, const char *name)
     return false;
 }
 
+/* Append sep and s to buf (n bytes, *len used); a full buffer keeps what fits. */
+static void append(char *buf, size_t n, size_t *len, const char *sep, const char *s)
+{
+    if (*len < n)
+        *len += (size_t)snprintf(buf + *len, n - *len, "%s%s", sep, s);
+}
+
 const struct pto_platform_ops *pti_platform_find(const char *name, const char **canonical)
 {
     for (size_t i = 0; i < N_PLATFORMS; i++) {
@@ -45,11 +52,9 @@ const struct pto_platform_ops *pti_platform_find(const char *name, const char **
     char known[128] = "";
     size_t len = 0;
     for (size_t i = 0; i < N_PLATFORMS; i++) {
-        len += (size_t)snprintf(known + len, len < sizeof(known) ? sizeof(known) - len : 0, "%s%s",
-                                len ? ", " : "", platforms[i].name);
+        append(known, sizeof(known), &len, i ? ", " : "", platforms[i].name);
         for (size_t a = 0; a < MAX_ALIASES && platforms[i].aliases[a]; a++)
-            len += (size_t)snprintf(known + len, len < sizeof(known) ? sizeof(known) - len : 0,
-                                    ", %s", platforms[i].aliases[a]);
+            append(known, sizeof(known), &len, ", ", platforms[i].aliases[a]);
     }
     pti_error(PTO_ENOTSUP, "pto_device_open: unknown platform '%s' (supported: %s)", name, known);
     return NULL;
