@@ -59,6 +59,12 @@ def test_bench_runtime_script_runs(tmp_path):
         assert results[name]["value"] > 0
     assert results["concurrent"]["ref_asyncio_tasks_us"] > 0
     assert results["concurrent"]["ref_batched_futures_us"] > 0
+    # It measures the way users run: with torch imported where torch is installed.
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    assert results["config"]["torch"] == (torch.__version__ if torch is not None else None)
 
 
 def test_bench_service_script_runs(tmp_path):
