@@ -8,22 +8,41 @@ the runtime; they are re-exported here.
 
 from __future__ import annotations
 
+import math
+
 from .._checks import check_int, is_int, is_number
 from ..errors import PtoArgumentError
 
 __all__ = ["check_timeout", "check_int", "is_int", "is_number"]
 
 
-def check_timeout(timeout, what: str) -> None:
-    """Raise PtoArgumentError unless `timeout` is None or a number of seconds.
+def check_timeout(timeout, what: str) -> float | None:
+    """Return `timeout` as seconds to wait at most, ``None`` for no limit.
 
-    A negative timeout is accepted and means "do not wait": the call raises
-    PtoTimeout at once if the work has not completed.
+    ``None`` and ``float("inf")`` (or any number too large for a float) mean
+    no limit; ``0`` means "do not wait": the call raises PtoTimeout at once if
+    the work has not completed.
+
+    Raises
+    ------
+    PtoArgumentError
+        For anything else: a non-number, NaN, or a negative number.
     """
     if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        return None
+    if not is_number(timeout):
         raise PtoArgumentError(
             f"{what}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
-    if timeout != timeout:  # NaN
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int beyond any float: longer than any wait
+        return None if timeout > 0 else _negative(what, timeout)
+    if seconds != seconds:  # NaN
         raise PtoArgumentError(f"{what}: timeout must be a number of seconds, not NaN")
+    if seconds < 0:
+        _negative(what, timeout)
+    return None if math.isinf(seconds) else seconds
+
+
+def _negative(what: str, timeout) -> None:
+    raise PtoArgumentError(f"{what}: timeout must be >= 0 seconds (or None for no limit), not {timeout}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 
 from pypto_async import testing
-from pypto_async.errors import PtoCanceledError, PtoTimeout
+from pypto_async._driver import lib
+from pypto_async.errors import PtoArgumentError, PtoCanceledError, PtoTimeout
 from pypto_async.runtime import ChipWorker, RunConfig
 
 from .conftest import SMALL
@@ -107,6 +109,41 @@ async def test_aclose_past_its_timeout_cancels_what_waits_in_the_fifo(rel_kernel
         assert isinstance(launch.exception(), PtoCanceledError)
 
 
+@pytest.mark.anyio
+async def test_a_cancelled_aclose_cancels_queued_work_and_reraises(rel_kernels):
+    """Cancelling aclose() does what close() does past its timeout, then lets the cancellation go on."""
+    w = await ChipWorker(RunConfig(**SMALL)).open()
+    inc = w.register(rel_kernels.get("inc", N))
+    x, y = _f(11), _f(12)
+    x0 = x.copy()
+    other = w.stream()
+    outcome = []
+
+    async def waiter(launch):
+        try:
+            await launch
+        except PtoCanceledError as exc:
+            outcome.append(exc)
+
+    with testing.hold(w.default_stream, timeout=60):  # never released: only cancelling ends the wait
+        stuck = inc(y)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, stuck)
+            await anyio.wait_all_tasks_blocked()
+            finished = inc(x, stream=other)
+            assert lib.pto_stream_synchronize(other._ptr, 10_000_000) == 0  # done on the device, not drained
+            with warnings.catch_warnings(record=True) as caught, anyio.CancelScope() as scope:
+                warnings.simplefilter("always")
+                scope.cancel()
+                await w.aclose()
+    assert scope.cancelled_caught and w.is_closed
+    assert isinstance(stuck.exception(), PtoCanceledError) and len(outcome) == 1
+    assert finished.result() is x  # drained before the device closed: its real outcome
+    np.testing.assert_array_equal(x, x0 + 1)
+    said = [str(c.message) for c in caught if c.category is RuntimeWarning]
+    assert any(re.search(r"aclose\(\) was cancelled; dropped [1-9]\d* command", m) for m in said), said
+
+
 _CTRL_C = textwrap.dedent(r"""
     import sys, threading, time
     sys.path[:0] = [{tests!r}, {root!r}]
@@ -164,3 +201,93 @@ def test_interrupt_main_from_a_timer_thread(rel_kernels):
             latch.release()
             launch.sync(timeout=10)
         assert launch.done() and w.stats().in_flight == 0
+
+
+# -- what a timeout may be ---------------------------------------------------------------------------
+
+INF = float("inf")
+
+
+def _waits(w, inc, x):
+    """Each blocking wait that takes a timeout, as wait(timeout) on work queued now (held)."""
+    return {
+        "Launch.sync": lambda: inc.submit(x).sync,
+        "Event.sync": lambda: (inc.submit(x), w.default_stream.record())[1].sync,
+        "Stream.sync": lambda: (inc.submit(x), w.default_stream)[1].sync,
+        "ChipWorker.sync": lambda: (inc.submit(x), w)[1].sync,
+    }
+
+
+@pytest.mark.parametrize("wait", ["Launch.sync", "Event.sync", "Stream.sync", "ChipWorker.sync"])
+def test_an_infinite_timeout_means_no_limit(rel_kernels, wait):
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        inc = w.register(rel_kernels.get("inc", N))
+        x = _f(7)
+        x0 = x.copy()
+        with testing.hold(w.default_stream, timeout=60) as latch:
+            sync = _waits(w, inc, x)[wait]()
+            # Released from a timer: the wait must outlast it, however long it is.
+            timer = threading.Timer(0.05, latch.release)
+            timer.start()
+            sync(timeout=INF)
+            timer.join()
+        w.sync()
+        np.testing.assert_array_equal(x, x0 + 1)
+
+
+@pytest.mark.parametrize("wait", ["Launch.sync", "Event.sync", "Stream.sync", "ChipWorker.sync", "close"])
+@pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, "1", True])
+def test_a_bad_timeout_is_refused_before_anything_happens(rel_kernels, wait, timeout):
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        inc = w.register(rel_kernels.get("inc", N))
+        x = _f(8)
+        x0 = x.copy()
+        sync = w.close if wait == "close" else _waits(w, inc, x)[wait]()
+        with pytest.raises(PtoArgumentError, match="timeout"):
+            sync(timeout=timeout)
+        assert not w.is_closed
+        w.sync()
+        inc(x)  # the worker works on
+        np.testing.assert_array_equal(x, x0 + 1 if wait == "close" else x0 + 1 + 1)
+
+
+def test_close_with_an_infinite_timeout_finishes_the_queued_work(rel_kernels):
+    w = ChipWorker(RunConfig(**dict(SMALL, ring_task_window=16)))
+    inc = w.register(rel_kernels.get("inc", N))
+    x = _f(9)
+    x0 = x.copy()
+    with testing.hold(w.default_stream, timeout=60) as latch:
+        queued = [inc.submit(x) for _ in range(2)]  # in the ring behind the latch (4 commands each)
+        timer = threading.Timer(0.05, latch.release)
+        timer.start()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # nothing may be dropped
+            w.close(timeout=INF)
+        timer.join()
+    assert w.is_closed and [launch.exception() for launch in queued] == [None, None]
+    np.testing.assert_array_equal(x, x0 + 1 + 1)  # float32, step by step
+
+
+@pytest.mark.anyio
+async def test_aclose_with_an_infinite_timeout_finishes_the_queued_work(rel_kernels):
+    w = await ChipWorker(RunConfig(**dict(SMALL, ring_task_window=4))).open()
+    inc = w.register(rel_kernels.get("inc", N))
+    x = _f(10)
+    x0 = x.copy()
+    with testing.hold(w.default_stream, timeout=60) as latch:
+        queued = [inc(x) for _ in range(8)]  # most of them wait in the FIFO
+
+        async def release_once_closing():
+            await anyio.wait_all_tasks_blocked()  # aclose() waits for the queued work
+            latch.release()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(release_once_closing)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)  # nothing may be dropped
+                await w.aclose(timeout=INF)
+    assert w.is_closed and all(launch.exception() is None for launch in queued)
+    expect = x0
+    for _ in queued:
+        expect = expect + 1  # float32, step by step
+    np.testing.assert_array_equal(x, expect)
