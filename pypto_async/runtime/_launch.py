@@ -24,7 +24,7 @@ import warnings
 
 from ..errors import PtoCanceledError, PtoInvalidStateError
 
-__all__ = ["Launch"]
+__all__ = ["Launch", "mark_turn"]
 
 
 class Launch:
@@ -80,6 +80,10 @@ class Launch:
                 if self._entry_waiters is None:
                     self._entry_waiters = []
                 yield from self._worker._pump.wait(self._entry_waiters)
+            elif self._await_entry is _TURN:
+                # The launch path found this task long without suspending (the pump
+                # module's essay on producers): give the loop its turn now.
+                yield from self._worker._pump.give_turn()
             return self
         if not self._done:
             if self._waiters is None:
@@ -87,19 +91,29 @@ class Launch:
             yield from self._worker._pump.wait(self._waiters)
             while not self._done:  # pragma: no cover - woken only on completion
                 yield from self._worker._pump.wait(self._waiters)
+        else:
+            pump = self._worker._pump
+            n = pump.streak + 1
+            pump.streak = n
+            if not n & 15:  # every _pump._CHECK_EVERY-th
+                yield from pump.pause()
         return self.result()
 
     async def wait(self):
         """Wait until the launch completed; return :meth:`result`.
 
         Unlike ``await launch`` on a launch from ``handle.submit(...)``, this
-        always waits for completion.  Suspends unless it already completed.
+        always waits for completion.  Suspends unless it already completed
+        (and then yields to the event loop now and then, so a loop of such
+        waits does not hold it).
 
         Raises
         ------
         PtoError
             The launch's error if it failed.
         """
+        if self._done:
+            await _Answered(self._worker._pump)
         while not self._done:
             if self._waiters is None:
                 self._waiters = []
@@ -109,8 +123,12 @@ class Launch:
     async def submitted(self) -> Launch:
         """Wait until every command of the launch entered its stream's ring.
 
-        Returns the Launch.  Suspends only while the stream's window is full.
+        Returns the Launch.  Suspends only while the stream's window is full
+        (and yields to the event loop now and then otherwise, as ``await``
+        does).
         """
+        if self._entered:
+            await _Answered(self._worker._pump)
         while not self._entered:
             if self._entry_waiters is None:
                 self._entry_waiters = []
@@ -336,6 +354,33 @@ def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entr
     launch._span = None  # (first token, last token, last seq) while in the driver's backlog
     launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
     return launch
+
+
+#: ``Launch._await_entry`` (truthy, as for any launch from ``submit()``) of a launch whose
+#: ``await`` is to yield to the loop once: the launch path sets it (see the pump module's
+#: essay on producers).
+_TURN = object()
+
+
+def mark_turn(launch: Launch) -> None:
+    """Make ``await launch`` (a launch from ``submit()``) yield to the loop once."""
+    launch._await_entry = _TURN
+
+
+class _Answered:
+    """Count an await answered without suspending; yield to the loop when the streak is long."""
+
+    __slots__ = ("_pump",)
+
+    def __init__(self, pump):
+        self._pump = pump
+
+    def __await__(self):
+        pump = self._pump
+        n = pump.streak + 1
+        pump.streak = n
+        if not n & 15:
+            yield from pump.pause()
 
 
 class _Suspend:

@@ -27,8 +27,35 @@ awaiting tasks until they are woken.  Every flavour has the same methods:
     garbage collector on another thread).
 ``on_own_thread()``
     Whether the caller runs on the pump's thread.
+``turn_due(weight)``
+    Count `weight` more awaits (or launches) answered without suspending;
+    True, once the task has gone ``_SLICE_NS`` or ``_YIELD_EVERY`` of them
+    without suspending, when the caller is to yield (the count starts over).
+    ``wait`` and ``wait_outcome`` reset the count.
+``pause()``
+    A generator: yield to the event loop if ``turn_due(_CHECK_EVERY)``; what
+    every ``_CHECK_EVERY``-th await of a finished launch runs.
+``give_turn()``
+    A generator that yields to the event loop once.
+``close_on_loop(timeout)``
+    Called by ``close()`` on another thread: run ``aclose(timeout)`` on the
+    pump's thread and block until it finished; False if the loop no longer
+    runs (the caller then closes on its own thread).
 ``close()``
     Stop watching the fd.  Idempotent.
+
+Some facts about producers that never suspend: a coroutine whose every
+``await`` is answered at once (``await handle.submit(...)`` while the ring has
+room, ``await launch`` of finished launches) never gives the event loop a
+turn, however long it runs; neither asyncio nor trio preempts it.  So such
+awaits are counted, and past a millisecond (or 1024 of them) without a
+suspension one await yields: a bare ``yield`` under asyncio (what
+``asyncio.sleep(0)`` does), ``cancel_shielded_checkpoint`` under trio (a
+schedule point that adds no cancellation point).  The count costs the
+hottest path nothing: a launch from ``submit()`` is counted by the launch
+path where it already drains completions every 64 tokens, which marks the
+launch whose ``await`` is to yield; awaits of finished launches count one by
+one and look at the clock every 16th.  A task that suspends pays one store.
 
 :class:`SyncPump` is the flavour of a worker in sync mode: it has no loop, so
 awaiting raises, and blocking waits drive the queue themselves
@@ -39,14 +66,35 @@ stays prompt).
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import threading
+import time
 from asyncio import _get_running_loop  # None outside a loop: no exception to catch per await
 
 from .._driver import lib
 from ..errors import PtoInvalidStateError
 
-__all__ = ["SyncPump", "AsyncioPump", "TrioPump", "make_pump"]
+__all__ = ["SyncPump", "AsyncioPump", "TrioPump", "make_pump", "running_loop_flavour"]
+
+_CHECK_EVERY = 16  # awaits of finished launches between two looks at the clock (a power of 2)
+_SLICE_NS = 1_000_000  # at most this long without suspending, then one await yields
+_YIELD_EVERY = 1024  # ... or after this many, whatever the clock says (a bound tests can count on)
+_HANDOFF_SLICE_S = 0.05  # close_on_loop looks this often whether the loop still runs
+_clock = time.perf_counter_ns
+
+
+def running_loop_flavour() -> str | None:
+    """``"asyncio"`` or ``"trio"`` if an event loop runs on this thread, else None.
+
+    Cheap for asyncio (one C call); trio is asked only once it is imported.
+    """
+    if _get_running_loop() is not None:
+        return "asyncio"
+    trio = sys.modules.get("trio")
+    if trio is not None and trio.lowlevel.in_trio_run():
+        return "trio"
+    return None
 
 
 class SyncPump:
@@ -57,6 +105,18 @@ class SyncPump:
 
     def __init__(self, worker):
         self._worker = worker
+        self.streak = 0
+
+    def turn_due(self, weight: int) -> bool:
+        return False  # nothing to yield to: a sync-mode worker's launches blocked already
+
+    def pause(self):
+        return iter(())
+
+    give_turn = pause
+
+    def close_on_loop(self, timeout) -> bool:
+        return False
 
     def can_serve_inline(self) -> bool:
         # Sync mode drains in blocking waits only: failures are observed where the host waits.
@@ -99,7 +159,101 @@ def _prune(waiters: list) -> None:
         waiters[:] = [w for w in waiters if type(w) is not asyncio.Future or not w.cancelled()]
 
 
-class AsyncioPump:
+class _LoopPump:
+    """What the asyncio and trio pumps share: the no-suspension streak and the close hand-off.
+
+    A subclass sets ``_worker`` and defines ``_yield_once()`` (a generator
+    that yields to its loop once), ``_loop_runs()`` and
+    ``_run_soon_threadsafe(fn)``.
+    """
+
+    streak = 0  # awaits answered without suspending since the last suspension
+    _streak_t0 = 0
+
+    def turn_due(self, weight: int) -> bool:
+        """Count `weight` awaits answered without suspending; True if one is to yield now."""
+        n = self.streak
+        if not n:
+            self._streak_t0 = _clock()  # the streak's first look at the clock
+        n += weight
+        if n >= _YIELD_EVERY or (n > weight and _clock() - self._streak_t0 >= _SLICE_NS):
+            self.streak = 0
+            return True
+        self.streak = n
+        return False
+
+    def pause(self):
+        """Yield to the loop if the task went too long without suspending (see the module doc)."""
+        if self.turn_due(_CHECK_EVERY):
+            yield from self._yield_once()
+
+    def give_turn(self):
+        """Yield to the loop once."""
+        return self._yield_once()
+
+    def close_on_loop(self, timeout) -> bool:
+        """Run ``worker.aclose(timeout)`` on this pump's thread; block until it finished.
+
+        Completions resolve the loop's futures and wake its tasks, which only
+        the loop's thread may do.  Returns False, having done nothing, if the
+        loop no longer runs, or does not start the close within `timeout`
+        (it is busy or blocked); the caller then closes on its own thread.
+        Raises what ``aclose`` raised, cancellation aside.
+        """
+        if not self._loop_runs():
+            return False
+        handoff = _CloseHandoff(self._worker, timeout)
+        try:
+            self._run_soon_threadsafe(lambda: self._start(handoff))
+        except RuntimeError:  # the loop closed or the run finished (trio's error is one)
+            return False
+        return handoff.wait(self._loop_runs)
+
+
+class _CloseHandoff:
+    """A close() handed from a foreign thread to the pump's thread (see close_on_loop)."""
+
+    def __init__(self, worker, timeout):
+        self._worker = worker
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._state = "queued"  # -> "started" on the loop's thread, or "abandoned" by the caller
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self.task = None  # asyncio keeps only weak references to tasks
+
+    def claim(self) -> bool:
+        """On the loop's thread: True if the close is to start now (the caller still waits)."""
+        with self._lock:
+            if self._state != "queued":
+                return False
+            self._state = "started"
+            return True
+
+    async def run(self) -> None:
+        try:
+            await self._worker.aclose(timeout=self._timeout)
+        except Exception as exc:  # noqa: BLE001 - handed to the thread that called close()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, loop_runs) -> bool:
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while not self._done.wait(_HANDOFF_SLICE_S):
+            with self._lock:
+                if self._state == "queued" and (
+                        not loop_runs() or (deadline is not None and time.monotonic() > deadline)):
+                    self._state = "abandoned"
+                    return False
+                if self._state == "started" and not loop_runs():
+                    return False  # the loop stopped under the close: finish it here
+        if self._error is not None:
+            raise self._error
+        return True
+
+
+class AsyncioPump(_LoopPump):
     """The pump of a worker opened under asyncio (uvloop included): ``loop.add_reader``."""
 
     flavour = "asyncio"
@@ -148,6 +302,7 @@ class AsyncioPump:
         loop = self._loop
         if _get_running_loop() is not loop or self._closed:
             raise self._wrong_loop()
+        self.streak = 0
         fut = loop.create_future()
         waiters = launch._owaiters
         if waiters is None:
@@ -163,6 +318,7 @@ class AsyncioPump:
         loop = self._loop
         if _get_running_loop() is not loop or self._closed:
             raise self._wrong_loop()
+        self.streak = 0
         _prune(waiters)
         fut = loop.create_future()
         waiters.append(fut)
@@ -177,6 +333,20 @@ class AsyncioPump:
         if not fut.done():
             fut.set_result(None)
 
+    @staticmethod
+    def _yield_once():
+        yield  # a bare yield: the task runs again after one turn of the loop
+
+    def _loop_runs(self) -> bool:
+        return not self._closed and self._loop.is_running()
+
+    def _run_soon_threadsafe(self, fn) -> None:
+        self._loop.call_soon_threadsafe(fn)
+
+    def _start(self, handoff) -> None:
+        if handoff.claim():
+            handoff.task = self._loop.create_task(handoff.run())
+
     async def wait_idle(self, timeout) -> bool:
         worker = self._worker
         if worker._idle():
@@ -184,7 +354,7 @@ class AsyncioPump:
         fut = self._loop.create_future()
         worker._idle_waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            await (fut if timeout is None else asyncio.wait_for(fut, timeout))
             return True
         except (asyncio.TimeoutError, TimeoutError):
             return False
@@ -219,7 +389,7 @@ class AsyncioPump:
         loop.remove_reader(self._fd)
 
 
-class TrioPump:
+class TrioPump(_LoopPump):
     """The pump of a worker opened under trio: a system task waiting on the fd."""
 
     flavour = "trio"
@@ -255,7 +425,10 @@ class TrioPump:
         trio = self._trio
         try:
             with self._cancel:
-                while True:
+                # Look before each wait: a worker closed before this task first ran (or
+                # while it ran _on_readable) has closed its fd, and trio registers the fd
+                # with epoll before it checks for cancellation.
+                while not self._closed:
                     try:
                         await trio.lowlevel.wait_readable(self._fd)
                     except trio.ClosedResourceError:
@@ -279,6 +452,7 @@ class TrioPump:
                 "this ChipWorker's completion pump runs in another trio run (or event loop); "
                 "open it in this one with `await worker.open()` or `async with`"
             )
+        self.streak = 0
         waiters.append(task)
 
         def abort(_raise_cancel):
@@ -294,12 +468,26 @@ class TrioPump:
     def wake(self, task) -> None:
         self._trio.lowlevel.reschedule(task)
 
+    def _yield_once(self):
+        if self.is_current():
+            yield from self._trio.lowlevel.cancel_shielded_checkpoint().__await__()
+
+    def _loop_runs(self) -> bool:
+        return self.usable()
+
+    def _run_soon_threadsafe(self, fn) -> None:
+        self._token.run_sync_soon(fn)
+
+    def _start(self, handoff) -> None:
+        if handoff.claim():
+            self._trio.lowlevel.spawn_system_task(handoff.run, name="pypto_async close() from a thread")
+
     async def wait_idle(self, timeout) -> bool:
         worker = self._worker
         if worker._idle():
             return True
         waiters = worker._idle_waiters
-        with self._trio.move_on_after(timeout if timeout is not None else float("inf")):
+        with self._trio.move_on_after(timeout if timeout is not None else math.inf):
             await self._wait(waiters)
             return True
         return worker._idle()

@@ -57,8 +57,11 @@ methods marked "lock held" expect the caller to hold ``self._lock``.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -75,6 +78,7 @@ from .._driver import (
 from ..errors import PtoCanceledError, PtoError, PtoTimeout
 from ._checks import check_timeout
 from ._launch import Launch, _new_launch
+from ._pump import running_loop_flavour
 from ._stream import Stream
 
 __all__ = ["CommandQueue", "cq_view"]
@@ -144,6 +148,19 @@ def cq_view(buf):
         "itemsize": ffi.sizeof("pto_completion"),
     })
     return np.frombuffer(ffi.buffer(buf), dtype=dtype)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside pypto_async."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 class CommandQueue:
@@ -612,9 +629,16 @@ class CommandQueue:
             lib.pto_cq_wait(dev, wait_us)
 
     def _block_until(self, obj, entry: bool, timeout: float | None) -> None:
-        """Block until `obj` entered the ring (entry) or completed; PtoTimeout past `timeout`."""
-        check_timeout(timeout, f"waiting for {obj._name}")
+        """Block until `obj` entered the ring (entry) or completed; PtoTimeout past `timeout`.
+
+        Every blocking wait ends here (sync-mode launches and copies, and the
+        ``sync()`` methods), so this is where a wait that blocks an event loop
+        running on this thread is noticed and warned about.
+        """
+        timeout = check_timeout(timeout, f"waiting for {obj._name}")
         self._check_open()
+        if len(self._loop_warned) < 2 and running_loop_flavour() is not None:
+            self._warn_loop_blocked()
         if entry:
             def predicate():
                 return obj._entered
@@ -631,6 +655,23 @@ class CommandQueue:
                              f"({len(self._pending)} command(s) in flight on the worker)")
         if self._state == _FORKED:
             self._check_open()
+
+    def _warn_loop_blocked(self) -> None:
+        """Warn, once per worker and kind, that a blocking wait holds this thread's event loop."""
+        kind = "wait" if self._async else "sync mode"
+        if kind in self._loop_warned:
+            return
+        self._loop_warned.add(kind)
+        loop = running_loop_flavour()
+        if self._async:
+            text = (f"a blocking wait (.sync()) blocks the {loop} event loop running on this thread "
+                    "until the device finished: await the launch, stream or event instead "
+                    "(or `await worker.wait()`)")
+        else:
+            text = (f"this ChipWorker is in sync mode, so its launches and waits block the {loop} "
+                    "event loop running on this thread: open it with `async with ChipWorker(...)` "
+                    "or `await worker.open()`, then await its launches")
+        warnings.warn(text, RuntimeWarning, stacklevel=_caller_stacklevel())
 
     def _block_foreign(self, obj, entry: bool, predicate, timeout) -> bool:
         # Another thread than the event loop's: the pump resolves obj; wait on an Event.

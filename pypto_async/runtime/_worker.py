@@ -31,7 +31,7 @@ from ._checks import check_timeout
 from ._config import as_run_config, normalize_platform
 from ._event import Event
 from ._kernel import KernelHandle
-from ._launch import Launch, _new_launch
+from ._launch import Launch, _new_launch, mark_turn
 from ._memory import DeviceMemory
 from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
@@ -206,6 +206,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._sync_points: deque = deque()  # (token, Launch): see CommandQueue._sync_point
         self._pump = SyncPump(self)
         self._async = False
+        self._loop_warned: set[str] = set()  # kinds of blocked-event-loop warning given (see _block_until)
         self._pid = os.getpid()
         self._ctx_tokens: list = []
         self._completions = 0
@@ -219,7 +220,8 @@ class ChipWorker(CommandQueue, DeviceMemory):
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
         except BaseException:
             self._state = _CLOSED
-            lib.pto_device_close(self._dev)
+            dev, self._dev = self._dev, None
+            lib.pto_device_close(dev)
             raise
         _live_workers.add(self)
 
@@ -327,24 +329,39 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
         1. DeviceTensors you never freed are freed (a ``ResourceWarning``
            names each).
-        2. Queued work runs to completion, for at most `timeout` seconds;
-           past that, work not yet started is cancelled (its launches fail
-           with :class:`~pypto_async.errors.PtoCanceledError`) and a
+        2. Queued work runs to completion, for at most `timeout` seconds
+           (``None`` or ``float("inf")``: no limit); past that, work not yet
+           started is cancelled (its launches fail with
+           :class:`~pypto_async.errors.PtoCanceledError`) and a
            ``RuntimeWarning`` says how many commands were dropped.
         3. Registrations, streams and events are released with the device.
 
+        Whatever ends the wait early (Ctrl-C, an error), commands already on
+        an engine finish before their host arrays are let go.
+
         In async mode this blocks the event loop; prefer :meth:`aclose`.
+        Called from another thread than the event loop's, it hands the
+        closing to the loop (as ``await worker.aclose()`` there) and blocks
+        until it finished, so tasks awaiting the worker's launches wake.
+
+        Raises
+        ------
+        PtoArgumentError
+            For a timeout that is not None or a number of seconds >= 0.
         """
+        timeout = check_timeout(timeout, "ChipWorker.close")
         if self._state == _CLOSED:
             return
         if self._state == _FORKED:
             self._state = _CLOSED
             self._dev = None
             return
+        if self._async and not self._pump.on_own_thread() and self._pump.close_on_loop(timeout):
+            return
         try:
             forgotten = self._free_forgotten()
             if not self._drive(self._idle, timeout):
-                self._drop_queued(timeout)
+                self._drop_queued(f"ChipWorker.close(): queued work did not finish within {timeout} s")
             self._tracing.close()
         finally:
             self._teardown()
@@ -353,29 +370,49 @@ class ChipWorker(CommandQueue, DeviceMemory):
     async def aclose(self, *, timeout: float | None = 30.0) -> None:
         """Close the worker without blocking the event loop (see :meth:`close`).
 
-        Suspends until queued work finished (or `timeout` passed).
+        Suspends until queued work finished (or `timeout` passed).  If the
+        close itself is cancelled (``asyncio.wait_for``, a trio cancel scope),
+        it does at once what :meth:`close` does when its timeout passes
+        (work not yet started is cancelled, what runs on an engine finishes,
+        the device is closed), then lets the cancellation go on.
+
+        Raises
+        ------
+        PtoArgumentError
+            For a timeout that is not None or a number of seconds >= 0.
         """
+        timeout = check_timeout(timeout, "ChipWorker.aclose")
         if self._state != _OPEN or not self._async or not self._pump.is_current():
             self.close(timeout=timeout)
             return
         forgotten = self._free_forgotten()
         try:
-            finished = await self._pump.wait_idle(timeout)
+            try:
+                finished = await self._pump.wait_idle(timeout)
+            except BaseException:
+                # Cancelled while draining: the caller wants out now, but host arrays in
+                # flight must outlive the device's use of them.  Cancel, settle, re-raise.
+                self._drop_queued("ChipWorker.aclose() was cancelled", quiet_if_none=True)
+                raise
             if not finished:
-                self._drop_queued(timeout)
+                self._drop_queued(f"ChipWorker.aclose(): queued work did not finish within {timeout} s")
             self._tracing.close()
         finally:
             self._teardown()
         self._warn_forgotten(forgotten)
 
     def __del__(self):
+        # The last reference went without close(), or close() was interrupted before the
+        # device closed: close the device before the launches (and their host arrays) go.
         try:
+            if getattr(self, "_dev", None) is None or self._state == _FORKED:
+                return
             if self._state == _OPEN:
                 warnings.warn(f"unclosed {self!r}; close it or use `with`", ResourceWarning, stacklevel=2)
-                self._state = _CLOSED
-                self._pump.close()
-                lib.pto_device_close(self._dev)
-                self._dev = None
+            self._state = _CLOSED
+            self._pump.close()
+            dev, self._dev = self._dev, None
+            lib.pto_device_close(dev)
         except Exception:
             pass
 
@@ -405,7 +442,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
             warnings.warn(f"ChipWorker.close() freed {name}, which was never freed",
                           ResourceWarning, stacklevel=3)
 
-    def _drop_queued(self, timeout) -> None:
+    def _drop_queued(self, why: str, quiet_if_none: bool = False) -> None:
+        """Cancel every command not yet started, then drain what the engines finish.
+
+        Warns (``RuntimeWarning``) with `why` and how many commands were
+        dropped; with `quiet_if_none`, only if there were any.
+        """
         canceled = PtoCanceledError("dropped: the worker closed before it ran")
         dropped = 0
         with self._lock:
@@ -422,10 +464,18 @@ class ChipWorker(CommandQueue, DeviceMemory):
             dropped += max(lib.pto_device_cancel(self._dev), 0)
         # Canceled commands complete at once; running ones finish on their engine.
         self._drive(self._idle, 5.0)
-        warnings.warn(f"ChipWorker.close(): queued work did not finish within {timeout} s; "
-                      f"dropped {dropped} command(s)", RuntimeWarning, stacklevel=3)
+        if dropped or not quiet_if_none:
+            warnings.warn(f"{why}; dropped {dropped} command(s)",
+                          RuntimeWarning, stacklevel=3)
 
     def _teardown(self) -> None:
+        """Close the device, then settle whatever was still in flight (idempotent).
+
+        The order is the point: closing the device cancels what has not
+        started and waits for what runs on an engine.  Only then may the
+        launches let go of their host arrays; a copy still reading an array
+        whose last reference went with its launch would read freed memory.
+        """
         if self._state == _CLOSED:
             return
         self._state = _CLOSED
@@ -433,7 +483,13 @@ class ChipWorker(CommandQueue, DeviceMemory):
         try:
             self._pump.close()
         finally:
+            try:
+                self._tracing.close()  # done already unless the close was cut short
+            except Exception:  # noqa: BLE001 - a diagnostic must not keep the device open
+                pass
             with self._lock:
+                dev, self._dev = self._dev, None
+                lib.pto_device_close(dev)
                 canceled = PtoCanceledError("the worker closed before this completed")
                 owners = {id(o): o for o in self._pending.values() if o is not None}
                 self._pending.clear()
@@ -450,8 +506,6 @@ class ChipWorker(CommandQueue, DeviceMemory):
                 for t in list(self._tensors):
                     t._freed = True
                 self._wake_idle()
-                lib.pto_device_close(self._dev)
-                self._dev = None
                 self._handles.clear()
                 self._kernels.clear()
 
@@ -704,8 +758,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
                     # run: drain here now and then, so finished launches die young (cheap
                     # for the cyclic GC) and the completion queue stays short.
                     self._service_locked()
+                    if submit and self._pump.turn_due(_SERVICE_MASK + 1):
+                        mark_turn(launch)  # nor the rest of the loop: its await yields once
             else:
                 self._launch_group(h, stream, values, hosts, launch)
+                if submit and self._pump.can_serve_inline() and self._pump.turn_due(1):
+                    mark_turn(launch)
         if self._async:
             return launch
         if submit:

@@ -8,6 +8,7 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 from pypto_async.runtime import ChipWorker, RunConfig
 
@@ -53,6 +54,7 @@ _FORK = r"""
 import os, sys
 sys.path[:0] = [{tests!r}, {root!r}]
 import numpy as np
+import pytest
 from helpers.kernels import KernelLib
 from pypto_async.errors import PtoInvalidStateError
 from pypto_async.runtime import ChipWorker, RunConfig
@@ -117,3 +119,114 @@ def test_multiprocessing_spawn_children_compute(rel_kernels):
         p.join(30)
         assert p.exitcode == 0
     assert got == [(0, True), (1, True)]
+
+
+# Copies of large host arrays (held only by their launches: fire and forget) are in flight
+# when the worker's close is cut short; the device must stop reading the arrays before they
+# are let go.  Before the fix, teardown dropped the launches first and the process died
+# (SIGSEGV) in most runs of every scenario.
+_CUT_SHORT_CLOSE = r"""
+import asyncio, sys, warnings
+sys.path[:0] = [{root!r}]
+import numpy as np
+import pytest
+from pypto_async.runtime import ChipWorker, RunConfig
+
+warnings.simplefilter("ignore")  # the "dropped N command(s)" of a cut-short close
+CFG = RunConfig(platform="sim", cores=1, copy_engines=1, device_memory=256 << 20)
+SIZE = 8 << 20  # float32 elements: 32 MiB per copy
+
+
+def queue_copies(w):
+    for t in [w.alloc_tensor((SIZE,), "float32") for _ in range(4)]:
+        w.copy(t, np.ones(SIZE, np.float32))  # not awaited: only the launch holds the array
+
+
+async def asyncio_wait_for():
+    w = await ChipWorker(CFG).open()
+    queue_copies(w)
+    try:
+        await asyncio.wait_for(w.aclose(), 0.02)
+    except asyncio.TimeoutError:
+        pass
+    assert w.is_closed
+
+
+async def asyncio_cancel():
+    w = await ChipWorker(CFG).open()
+    queue_copies(w)
+    task = asyncio.ensure_future(w.aclose())
+    await asyncio.sleep(0)  # it suspends in its drain
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the cancelled aclose() returned")
+    assert w.is_closed
+
+
+async def trio_cancel_scope():
+    import trio
+    with trio.CancelScope() as scope:
+        async with ChipWorker(CFG) as w:
+            queue_copies(w)
+            scope.cancel()  # level-triggered: aclose() is cancelled at its first await
+    assert scope.cancelled_caught and w.is_closed
+
+
+async def opened_with_copies(w):
+    await w.open()
+    queue_copies(w)
+
+
+def interrupted_close():
+    w = ChipWorker(CFG)
+    asyncio.run(opened_with_copies(w))  # the loop is gone; close() drains on this thread
+    drain = w._service_locked
+
+    def ctrl_c_in_the_drain():
+        drain()
+        raise KeyboardInterrupt
+    w._service_locked = ctrl_c_in_the_drain
+    try:
+        w.close()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("close() was not interrupted")
+    assert w.is_closed
+
+
+def infinite_timeout():  # it raised OverflowError out of the drain
+    w = ChipWorker(CFG)
+    asyncio.run(opened_with_copies(w))
+    w.close(timeout=float("inf"))
+
+
+scenario = sys.argv[1]
+if scenario == "trio_cancel_scope":
+    import trio
+    trio.run(trio_cancel_scope)
+elif scenario.startswith("asyncio"):
+    asyncio.run(globals()[scenario]())
+else:
+    globals()[scenario]()
+print("clean exit")
+"""
+
+
+@pytest.mark.parametrize("scenario", ["asyncio_wait_for", "asyncio_cancel", "trio_cancel_scope",
+                                      "interrupted_close", "infinite_timeout"])
+def test_a_cut_short_close_keeps_host_arrays_alive_until_the_device_let_go(scenario, tmp_path):
+    import subprocess
+
+    script = tmp_path / "close.py"
+    script.write_text(_CUT_SHORT_CLOSE.format(root=os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))))))
+    for run in range(3):  # the crash it guards against came in most runs, not all
+        proc = subprocess.run([sys.executable, str(script), scenario], capture_output=True, text=True,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout.strip()) == (0, "clean exit"), (run, proc.returncode,
+                                                                             proc.stderr[-2000:])
