@@ -11,8 +11,11 @@ Four figures, each next to what it is compared with:
    (a host thread that sleeps and is woken, as an event loop is).
 2. ``pipelined``: launches in flight from one coroutine with
    ``await handle.submit(t)`` (back-pressure only), then one wait.  References:
-   the same loop on raw cffi calls (submit, drain when the ring is full), and
-   one bare ``pto_nop`` cffi call.
+   the same loop on raw cffi calls (submit, drain when the ring is full), one
+   bare ``pto_nop`` cffi call, and the same loop with the awaits that do not
+   suspend giving the event loop no turns (``ref_without_turns_us``, the code
+   before they did); ``turns_cost_us`` is what those turns cost per launch,
+   the median difference of paired rounds (target: at most 0.1 µs).
 3. ``concurrent``: 10,000 tasks each awaiting its own launch, under asyncio
    and again under uvloop when it is installed (``concurrent_uvloop``).
    Reference: 10,000 tasks each awaiting a future resolved with
@@ -188,22 +191,78 @@ def _nop(n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-async def pipelined(program, config, n: int, repeats: int) -> dict:
+def _await_without_turns(self):
+    """``Launch._await`` as it was before awaits answered at once gave the loop turns.
+
+    The reference of ``ref_without_turns_us``: the pipelined loop with this in
+    place measures what yielding to the event loop (and counting the awaits
+    that do not suspend) costs per launch, beside it in the same process.
+    """
+    if self._await_entry:
+        if not self._entered:
+            if self._entry_waiters is None:
+                self._entry_waiters = []
+            yield from self._worker._pump.wait(self._entry_waiters)
+        return self
+    if not self._done:
+        if self._waiters is None:
+            self._waiters = []
+        yield from self._worker._pump.wait(self._waiters)
+        while not self._done:
+            yield from self._worker._pump.wait(self._waiters)
+    return self.result()
+
+
+async def _submit_loop(w, h, t, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await h.submit(t)
+    await w.default_stream
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+async def _turns_cost(w, h, t, n: int, pairs: int) -> tuple[float, float]:
+    """Per-launch cost of the event loop's turns: (median paired difference, median without).
+
+    Rounds of `n` launches with and without the turns take turns, in `pairs`
+    pairs whose order alternates; each pair's difference is measured under
+    the same conditions, so the median difference is the cost, not drift.
+    """
+    from pypto_async.runtime._launch import Launch
+
+    awaits = Launch._await
+    diffs, without = [], []
+    for i in range(pairs):
+        order = (True, False) if i % 2 else (False, True)
+        got = {}
+        for turns in order:
+            if not turns:
+                Launch._await = _await_without_turns
+            try:
+                got[turns] = await _submit_loop(w, h, t, n)
+            finally:
+                Launch._await = awaits
+            w._drive(w._idle, 10.0)
+        diffs.append(got[True] - got[False])
+        without.append(got[False])
+    return median(diffs), median(without)
+
+
+async def pipelined(program, config, n: int, repeats: int, pairs: int = 31) -> dict:
     values, raws = [], []
     async with ChipWorker(config) as w:
         h = w.register(program)
         t = w.alloc_tensor(program.params[0].shape, np.float32)
         await h(t)
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                await h.submit(t)
-            await w.default_stream
-            values.append((time.perf_counter() - t0) / n * 1e6)
+            values.append(await _submit_loop(w, h, t, n))
+            w._drive(w._idle, 10.0)
             raws.append(_raw_pipelined(w, h, t, n))
             w._drive(w._idle, 10.0)
+        cost, without = await _turns_cost(w, h, t, max(n // 10, 1000), pairs)
         t.free()
-    return {"value": median(values), "ref_raw_cffi_us": median(raws), "ref_pto_nop_us": _nop(200_000)}
+    return {"value": median(values), "ref_raw_cffi_us": median(raws), "ref_without_turns_us": without,
+            "turns_cost_us": cost, "ref_pto_nop_us": _nop(200_000)}
 
 
 # -- 3. concurrent ---------------------------------------------------------------------------------------

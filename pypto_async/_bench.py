@@ -108,6 +108,12 @@ def _runtime_rows(result: dict) -> list[dict]:
         target = f"≤ {limit:g}x" if unit == "x" else f"≤ {limit:g} {unit}"
         rows.append(_row(name, r["value"], unit, reference=reference, reference_name=ref_name,
                          target=target, ok=r["value"] <= limit))
+        if key == "pipelined" and "turns_cost_us" in r:
+            cost = r["turns_cost_us"]
+            rows.append(_row("the event loop's turns in that loop, per launch", cost, "µs",
+                             reference=r["ref_without_turns_us"],
+                             reference_name="the same loop giving the loop no turns",
+                             target="≤ 0.1 µs", ok=cost <= 0.1))
     return rows
 
 
