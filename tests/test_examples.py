@@ -21,6 +21,7 @@ EXAMPLES = [
      "waited for device memory; all outputs verified"),
     ("serve_trio.py", ["--requests", "300", "--concurrency", "64"], "all outputs verified"),
     ("kv_cache.py", ["--steps", "4"], "scores and the final cache verified"),
+    ("program.py", [], "8 tasks, 4 edges, one launch: OK"),
 ]
 
 

@@ -57,7 +57,7 @@ from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "6"
+CODEGEN_VERSION = "7"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -83,7 +83,8 @@ class _Gen:
     def __init__(self, program: Program, symbol: str):
         self.program = program
         self.symbol = symbol
-        self.params = {q.name: q for q in program.params}
+        self.params = {q.name: q for q in (*program.params, *program.scratch)}
+        self.task: str | None = None  # the task (named region) being emitted, for failure messages
         self.lines: list[str] = []
         self.depth = 1
         self.buffers: dict[int, str] = {}  # var id -> C name of its tile buffer
@@ -169,6 +170,11 @@ class _Gen:
             head.append(f"    (void){'s' if q.direction == SCALAR else 'p'}_{q.name};")
         for d in self.decls:
             head.append("    " + d)
+        # A program's intermediates (pl.create_tensor) live for one launch, beside its tile buffers.
+        for q in self.program.scratch:
+            nbytes = (_numel(q.shape) * q.dtype.itemsize + 63) // 64 * 64
+            head.append(f"    {q.dtype.c_type} *restrict p_{q.name} = ({q.dtype.c_type} *)aligned_alloc(64, {nbytes});")
+            self.heap.append(f"p_{q.name}")
         if self.heap:
             cond = " || ".join(f"!{h}" for h in self.heap)
             head.append(f"    if ({cond}) {{")
@@ -219,9 +225,13 @@ class _Gen:
             self.block(s.body)
             self.emit("}")
         elif isinstance(s, Scope):
-            self.emit(f"{{ /* at {s.level} */")
+            outer = self.task
+            if s.name is not None:
+                self.task = s.name
+            self.emit(f"{{ /* at {s.level}{'' if s.name is None else ': task ' + s.name} */")
             self.block(s.body)
             self.emit("}")
+            self.task = outer
         elif isinstance(s, Assign) and isinstance(s.expr, Load):
             # Only view loads remain outside fused chains.
             q = self.params[s.expr.param]
@@ -308,6 +318,8 @@ class _Gen:
                 continue  # checked at compile time
             self.uses_blk = self.uses_fail = True
             where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
+            if self.task is not None:
+                where += f"task {self.task}: "
             msg = _c_string(f"{where}{what}: valid extent of dimension {d} outside [0, {shape[d]}] or tensor {param!r}")
             x = self.fresh("x")
             self.emit(f"const int64_t {x} = {_index(e)};")

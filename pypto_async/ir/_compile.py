@@ -34,6 +34,7 @@ from .._dtypes import as_dtype
 from .._signature import INOUT, OUT, PLATFORMS, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
 from ._codegen import CODEGEN_VERSION, generate_c
+from ._deps import Edge, Task, TaskGraph, task_graph
 from ._nodes import Program
 from ._passes import run_passes
 from ._printer import format_program
@@ -121,6 +122,10 @@ class CompiledProgram:
         self.runtime_name = "pypto_async.sim"
         self.runtime_config = {"block_num": self.block_num}
         self.validate_ir = validate_ir
+        graph = meta.get("task_graph")
+        #: The program's tasks (id and name, in submission order) and edges (a :class:`TaskGraph`);
+        #: ``None`` when the program submits more than :data:`~pypto_async.ir._deps.MAX_TASKS` tasks.
+        self.task_graph = None if graph is None else _graph_from_meta(graph)
 
     @classmethod
     def from_dir(cls, path) -> "CompiledProgram":
@@ -154,6 +159,24 @@ class CompiledProgram:
             f"<CompiledProgram {self.name} platform={self.platform!r} blocks={self.block_num} "
             f"params={list(self.param_names)} dir={str(self.output_dir)!r}>"
         )
+
+
+def _graph_to_meta(program: Program) -> dict | None:
+    try:
+        g = task_graph(program)
+    except PtoCompileError:
+        return None
+    return {
+        "tasks": [{"id": t.id, "name": t.name} for t in g.tasks],
+        "edges": [{"src": e.src, "dst": e.dst, "kind": e.kind, "hazard": e.hazard, "tensor": e.tensor}
+                  for e in g.edges],
+    }
+
+
+def _graph_from_meta(graph: dict) -> TaskGraph:
+    tasks = tuple(Task(t["id"], t["name"], ()) for t in graph["tasks"])
+    edges = tuple(Edge(e["src"], e["dst"], e["kind"], e["hazard"], e["tensor"]) for e in graph["edges"])
+    return TaskGraph(tasks, edges)
 
 
 def _dispatch(compiled, args, stream):
@@ -248,6 +271,7 @@ def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol:
         "flags": list(flags),
         "ir_hash": ir_hash,
         "codegen_version": CODEGEN_VERSION,
+        "task_graph": _graph_to_meta(program),
     }
 
 
@@ -280,8 +304,11 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         If a check fails (message starts with ``file:line``) or the C
         compiler fails (message carries its output).
     """
+    if getattr(program, "__pl_program__", False):  # a @pl.program class: its IR as handed in
+        program = program.trace()
     if not isinstance(program, Program):
-        raise PtoArgumentError(f"ir.compile expects a Program (kernel.lower(...)), got {type(program).__name__}")
+        raise PtoArgumentError(f"ir.compile expects a Program (kernel.lower(...)) or a @pl.program class, "
+                               f"got {type(program).__name__}")
     if platform not in PLATFORMS:
         raise PtoNotSupported(f"unknown platform {platform!r}; supported: {', '.join(PLATFORMS)}")
     kwargs = dict(kwargs)

@@ -382,6 +382,17 @@ class Scope:
     level: str
     body: tuple["Stmt", ...]
     loc: Loc | None = field(default=None, compare=False)
+    #: The task's name (``name_hint=``, or the kernel a program calls); ``None`` for a plain region.
+    name: str | None = None
+    #: Task ids (see ``task``) this task is declared to wait for (``deps=``), on top of the inferred edges.
+    deps: tuple[int, ...] = ()
+    #: Inside ``pl.manual_scope()``: no edge is inferred into this task, only ``deps=`` order it.
+    manual: bool = False
+    #: Declared accesses of a kernel call, ``(tensor, mode, offsets, shape)`` with mode ``"r"``, ``"w"``
+    #: or ``"rw"`` (from the parameters' directions); empty for a region, whose loads and stores say it.
+    accesses: tuple = ()
+    #: The task id: the region's position among the program's regions, in trace order.
+    task: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -431,9 +442,11 @@ class Program:
     block_num: int = 1
     ret: str | None = None
     stage: str = "traced"
+    #: Intermediate tensors (``pl.create_tensor``) that live only inside one launch of the program.
+    scratch: tuple[Param, ...] = ()
 
     def param(self, name: str) -> Param:
-        for p in self.params:
+        for p in (*self.params, *self.scratch):
             if p.name == name:
                 return p
         raise KeyError(name)

@@ -104,7 +104,7 @@ def infer_and_check(program: Program) -> Program:
     PtoCompileError
         With the offending statement's ``file:line``.
     """
-    params = {p.name: p for p in program.params}
+    params = {p.name: p for p in (*program.params, *program.scratch)}
     defined: set[int] = set()
     spmd_counts: set[int] = set()
 

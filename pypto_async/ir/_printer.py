@@ -122,7 +122,7 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     elif isinstance(s, Spmd):
         head = f"{pad}spmd {s.var.name} in blocks({s.count}) {{"
     elif isinstance(s, Scope):
-        head = f"{pad}at {s.level} {{"
+        head = f"{pad}at {s.level}{_task_attrs(s)} {{"
     elif isinstance(s, Fused):
         keep = ", ".join(f"%{i}" for i in s.materialize)
         head = f"{pad}fused [{', '.join(map(str, s.shape))}] keep({keep}) {{"
@@ -136,13 +136,27 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     return lines
 
 
+def _task_attrs(s: Scope) -> str:
+    text = f" task {s.name!r}" if s.name is not None else ""
+    if s.deps:
+        text += f" deps({', '.join(map(str, s.deps))})"
+    if s.manual:
+        text += " manual"
+    for tensor, mode, offsets, shape in s.accesses:
+        text += f" {mode}:{tensor}{_offsets(offsets)}[{', '.join(map(str, shape))}]"
+    return text
+
+
 def format_program(p: Program) -> str:
     """Return the program as text: a header line, then one line per statement."""
     params = ", ".join(f"{q.name}: {q.direction} {q.dtype.name}[{', '.join(map(str, q.shape))}]" for q in p.params)
     head = f"program {p.name}({params})"
     if p.ret is not None:
         head += f" -> {p.ret}"
-    head += f" blocks={p.block_num} stage={p.stage} {{"
+    head += f" blocks={p.block_num} stage={p.stage}"
+    for q in p.scratch:
+        head += f" scratch {q.name}: {q.dtype.name}[{', '.join(map(str, q.shape))}]"
+    head += " {"
     lines = [head]
     for s in p.body:
         lines.extend(format_stmt(s, 1))

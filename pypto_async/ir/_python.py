@@ -201,13 +201,26 @@ class _Printer:
             self.emit(depth, f"for {s.var.name} in pl.spmd({s.count}):")
             self.block(s.body, depth + 1)
         elif isinstance(s, Scope):
-            self.emit(depth, f"with pl.at(level=pl.Level.{s.level}):")
+            if s.accesses:
+                raise ValueError("as_python prints @pl.jit kernels; a @pl.program's kernel calls have no such form")
+            args = f"level=pl.Level.{s.level}"
+            if s.name is not None:
+                args += f", name_hint={s.name!r}"
+            if s.deps:
+                args += f", deps=[{', '.join(f'_task{d}' for d in s.deps)}]"
+            bind = f" as _task{s.task}" if s.task is not None else ""
+            if s.manual:
+                self.emit(depth, "with pl.manual_scope():")
+                depth += 1
+            self.emit(depth, f"with pl.at({args}){bind}:")
             self.block(s.body, depth + 1)
         else:
             raise ValueError(f"cannot print {type(s).__name__}")
 
     def run(self) -> str:
         p = self.program
+        if p.scratch:
+            raise ValueError("as_python prints @pl.jit kernels; a @pl.program's intermediates have no such form")
         params = []
         for q in p.params:
             if q.direction == SCALAR:

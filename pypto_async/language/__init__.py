@@ -32,8 +32,9 @@ Semantics worth knowing:
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
 from . import tile
 from ._carry import yield_
-from ._control import at, parallel, range, spmd
+from ._control import TaskId, at, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
+from ._program import FunctionType, ProgramDef, create_tensor, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
 from ._memory import *  # noqa: F401,F403
@@ -61,6 +62,14 @@ __all__ = [
     "PadValue",
     "AtomicType",
     "at",
+    "incore",
+    "manual_scope",
+    "TaskId",
+    "program",
+    "function",
+    "FunctionType",
+    "ProgramDef",
+    "create_tensor",
     "range",
     "parallel",
     "yield_",

@@ -19,30 +19,87 @@ from ._carry import carry_rebound, open_carries, tile_locals
 from ._tracer import Index, Tile, current, user_loc
 from ._types import Level
 
-__all__ = ["at", "range", "parallel", "spmd"]
+__all__ = ["at", "incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
+
+
+class TaskId:
+    """The id of a region's task, bound by ``with pl.at(...) as tid:``; pass it to a later ``deps=``."""
+
+    def __init__(self, tracer, id_: int, name: str | None):
+        self._tracer = tracer
+        self.id = id_
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<task {self.id}{'' if self.name is None else ' ' + repr(self.name)}>"
+
+
+def task_deps(tracer, deps, loc) -> tuple[int, ...]:
+    """Check ``deps=`` (task ids of this kernel's earlier regions) and return their ids."""
+    if deps is None:
+        return ()
+    if not isinstance(deps, (list, tuple)):
+        raise compile_error(f"deps= takes a list of task ids (with pl.at(...) as tid), got {deps!r}", loc)
+    out = []
+    for d in deps:
+        if not isinstance(d, TaskId) or d._tracer is not tracer:
+            raise compile_error(f"deps= takes task ids bound by 'with pl.at(...) as tid' in this kernel, got {d!r}",
+                                loc)
+        out.append(d.id)
+    return tuple(out)
 
 
 class at:
-    """Mark the body of a ``with`` as running on a core of ``level``.
+    """Mark the body of a ``with`` as running on a core of ``level``: one task of the kernel.
 
-    ``with pl.at(level=pl.Level.CORE_GROUP): ...``
+    ``with pl.at(level=pl.Level.CORE_GROUP, name_hint="stage1", deps=[t0]) as t1: ...``
+    binds the task id ``t1``; ``deps=`` adds edges from earlier tasks to the
+    ones inferred from the tensors each task touches.
     """
 
-    def __init__(self, level: Level = Level.CORE_GROUP):
+    def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None):
         if not isinstance(level, Level):
             raise compile_error(f"pl.at(level=...) takes a pl.Level, got {level!r}", user_loc())
+        if name_hint is not None and not (isinstance(name_hint, str) and name_hint):
+            raise compile_error(f"pl.at(name_hint=...) takes a non-empty str, got {name_hint!r}", user_loc())
         self.level = level
+        self.name_hint = name_hint
+        self.deps = deps
 
-    def __enter__(self):
+    def __enter__(self) -> TaskId:
         self._tracer = current("pl.at")
         self._loc = user_loc()
+        self._deps = task_deps(self._tracer, self.deps, self._loc)
+        if any(frame == "at" for frame in self._tracer.frames):
+            raise compile_error("pl.at regions cannot be nested (each region is one task)", self._loc)
+        self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
+        self._tracer.next_task += 1
         self._tracer.open_block("at")
-        return self
+        return self._task
 
     def __exit__(self, exc_type, *_):
         body = self._tracer.close_block()
         if exc_type is None:
-            self._tracer.append(Scope(self.level.value, body, self._loc))
+            self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
+                                      manual=self._tracer.manual > 0, task=self._task.id))
+        return False
+
+
+def incore(*, name_hint: str | None = None, deps=None) -> at:
+    """The short form of ``pl.at(level=pl.Level.CORE_GROUP, ...)``."""
+    return at(Level.CORE_GROUP, name_hint=name_hint, deps=deps)
+
+
+class manual_scope:
+    """``with pl.manual_scope():`` no edge is inferred into the tasks inside; only ``deps=`` order them."""
+
+    def __enter__(self):
+        self._tracer = current("pl.manual_scope")
+        self._tracer.manual += 1
+        return self
+
+    def __exit__(self, *_):
+        self._tracer.manual -= 1
         return False
 
 

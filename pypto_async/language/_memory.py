@@ -13,6 +13,7 @@ from .._dtypes import as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_load, check_store, compile_error, infer_expr
 from ..ir._nodes import Assign, Const, FillPad, Full, Load, Move, Store
+from ._program import shift
 from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
 
@@ -86,6 +87,7 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     shape = tuple(shapes)
     if not all(is_int(d) for d in shape):
         raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
+    offs = shift(ten, offs, shape, "pl.load")
     valid = valid_extents(valid_shape if valid_shape is not None else valid_shapes, "pl.load")
     expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)
     type_ = infer_expr(expr, t.params, loc)
@@ -119,7 +121,7 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
     ten = _tensor(output_tensor, "pl.store")
     if shapes is not None and tuple(shapes) != tl.shape:
         raise compile_error(f"pl.store: shapes {list(shapes)} differ from the tile's {list(tl.shape)}", loc)
-    offs = tuple(to_index(o) for o in offsets)
+    offs = shift(ten, tuple(to_index(o) for o in offsets), tl.shape, "pl.store")
     mode = _atomic(atomic, "pl.store")
     check_store(tl.var, ten.name, offs, t.params, t.ranges, loc, mode)
     t.append(Store(tl.var, ten.name, offs, loc, mode))

@@ -63,6 +63,9 @@ class Tracer:
         self.block_num: int | None = None
         self.in_spmd = False
         self.carry_loops: list = []  # open pl.range loops with init_values (innermost last)
+        self.next_task = 0  # the id the next region (task) gets
+        self.manual = 0  # depth of open pl.manual_scope() blocks
+        self.scratch: list[Param] = []  # pl.create_tensor intermediates, in creation order
 
     def new_var(self, type_) -> Var:
         v = Var(self.next_var, type_)
@@ -122,6 +125,12 @@ class TensorArg:
         self.shape = param.shape
         self.dtype = param.dtype
 
+    def __getitem__(self, key):
+        """A window of the tensor (``t[0:64, :]``) to pass to a program's kernel."""
+        from ._program import window
+
+        return window(self, key)
+
     def __repr__(self) -> str:
         return f"<tensor {self.name}: {self.param.direction} {self.dtype.name}{list(self.shape)}>"
 
@@ -164,6 +173,14 @@ class Tile:
 
     def __init__(self, var: Var):
         self.var = var
+
+    def __class_getitem__(cls, item):
+        """``pl.Tile[[r, c], pl.FP32]``: an annotation (of a tile variable), checked for form only."""
+        from .._dtypes import as_dtype
+
+        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], (list, tuple)):
+            raise PtoCompileError("pl.Tile[...] takes [shape, dtype], e.g. pl.Tile[[64, 64], pl.FP32]")
+        return (tuple(item[0]), as_dtype(item[1]))
 
     @property
     def shape(self) -> tuple[int, ...]:

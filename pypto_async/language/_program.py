@@ -1,0 +1,327 @@
+"""``@pl.program`` classes: InCore kernels called by one Orchestration function.
+
+A program is traced as one kernel whose regions are its tasks: each call
+``self.kernel(...)`` in the orchestration traces the kernel's body once more,
+as a region named after the kernel, with its tensor parameters bound to the
+orchestration's tensors or to windows of them (``a[0:64, :]``).  The call
+records what the task touches: each tensor argument's window, read for an
+``In`` parameter, written for ``Out``, both for ``InOut``.  The task graph
+(:mod:`pypto_async.ir._deps`) is derived from those accesses.
+
+``pl.create_tensor(shape, dtype)`` makes an intermediate.  One the
+orchestration returns becomes an ``Out`` parameter of the compiled program,
+after the orchestration's own parameters; one it does not return is scratch
+that lives for one launch.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+
+from .._dtypes import as_dtype
+from .._signature import IN, INOUT, OUT, SCALAR
+from ..errors import PtoArgumentError, PtoCompileError
+from ..ir._infer import compile_error
+from ..ir._nodes import IBin, IConst, Loc, Param, Program, Scope
+from ._control import task_deps
+from ._tracer import ScalarArg, TensorArg, Tracer, current, tracing, user_loc
+from ._types import Level, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
+
+__all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
+
+
+class FunctionType(enum.Enum):
+    """What a ``@pl.function`` of a ``@pl.program`` is: a kernel, or the orchestration that calls kernels."""
+
+    InCore = "InCore"
+    Orchestration = "Orchestration"
+
+
+class _Function:
+    """A ``@pl.function``: the Python function and its type, until ``@pl.program`` collects it."""
+
+    def __init__(self, fn, type_: FunctionType, name_hint: str | None):
+        self.fn = fn
+        self.type = type_
+        self.name = name_hint or fn.__name__
+        code = fn.__code__
+        self.loc = Loc(code.co_filename, code.co_firstlineno)
+
+    def annotations(self) -> dict:
+        try:
+            # String annotations (``from __future__ import annotations``) may name the closure's variables.
+            nonlocals = inspect.getclosurevars(self.fn).nonlocals
+            return inspect.get_annotations(self.fn, eval_str=True, locals=nonlocals)
+        except Exception as exc:
+            raise compile_error(f"cannot evaluate the annotations of {self.name}: {exc}", self.loc) from exc
+
+    def param_names(self) -> list[str]:
+        names = list(inspect.signature(self.fn).parameters)
+        if not names or names[0] != "self":
+            raise compile_error(f"@pl.function {self.name} must take self first", self.loc)
+        return names[1:]
+
+    def __call__(self, *args, **kwargs):
+        raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it as self.{self.fn.__name__}(...) "
+                              f"inside the orchestration, and compile the program with ir.compile")
+
+
+def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None):  # noqa: A002
+    """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``."""
+    if not isinstance(type, FunctionType):
+        raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
+
+    def wrap(f):
+        if not callable(f):
+            raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
+        return _Function(f, type, name_hint)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
+    if ann is Tensor:
+        ann = TensorAnnotation()
+    elif ann is Scalar:
+        ann = ScalarAnnotation()
+    elif isinstance(ann, type(as_dtype("FP32"))):
+        ann = ScalarAnnotation(ann)
+    if isinstance(ann, TensorAnnotation):
+        if ann.shape is None or ann.dtype is None:
+            raise compile_error(f"{where}: a program's tensors need a shape and dtype: pl.Tensor[[r, c], pl.FP32]",
+                                loc)
+        return ann
+    if isinstance(ann, ScalarAnnotation):
+        if ann.dtype is None:
+            raise compile_error(f"{where}: a program's scalars need a dtype: pl.Scalar[pl.INT64]", loc)
+        return ann
+    raise compile_error(f"{where}: unsupported annotation {ann!r} (pl.Tensor[[...], dtype] or pl.Scalar[dtype])",
+                        loc)
+
+
+class TensorWindow(TensorArg):
+    """A window of a tensor, ``t[r0:r1, c0:c1]``: a kernel call's argument, or a kernel's view of one."""
+
+    def __init__(self, base: TensorArg, origin: tuple[int, ...], shape: tuple[int, ...], direction: str | None = None):
+        param = base.param
+        super().__init__(Param(param.name, direction or param.direction, param.shape, param.dtype))
+        self.shape = shape
+        self.origin = origin
+
+    def __repr__(self) -> str:
+        box = ", ".join(f"{o}:{o + d}" for o, d in zip(self.origin, self.shape))
+        return f"<window {self.name}[{box}]: {self.dtype.name}>"
+
+
+def window(t: TensorArg, key) -> TensorWindow:
+    """``t[key]`` for a tensor of a program: a window of static, unit-step slices (or indices)."""
+    loc = user_loc()
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > len(t.shape):
+        raise compile_error(f"{t.name}[...]: {len(key)} indices for a {len(t.shape)}-d tensor", loc)
+    base_origin = getattr(t, "origin", (0,) * len(t.shape))
+    origin, shape = [], []
+    for d, extent in enumerate(t.shape):
+        k = key[d] if d < len(key) else slice(None)
+        if isinstance(k, slice):
+            if k.step not in (None, 1):
+                raise compile_error(f"{t.name}[...]: a window's step must be 1, got {k.step!r}", loc)
+            start, stop = k.start or 0, extent if k.stop is None else k.stop
+        elif isinstance(k, int) and not isinstance(k, bool):
+            start, stop = k, k + 1
+        else:
+            raise compile_error(f"{t.name}[...]: window bounds must be Python ints, got {k!r}", loc)
+        if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start < stop <= extent:
+            raise compile_error(f"{t.name}[...]: dimension {d} window {start}:{stop} is outside [0, {extent}]", loc)
+        origin.append(base_origin[d] + start)
+        shape.append(stop - start)
+    base = TensorArg(t.param)
+    return TensorWindow(base, tuple(origin), tuple(shape))
+
+
+def shift(t: TensorArg, offsets: tuple, shape, op: str):
+    """Offsets into ``t``'s window as offsets into its tensor (a window checks constant bounds)."""
+    origin = getattr(t, "origin", None)
+    if origin is None:
+        return offsets
+    out = []
+    for d, (o, base) in enumerate(zip(offsets, origin)):
+        if isinstance(o, IConst):
+            if shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
+                raise compile_error(f"{op}: window {o.value}:{o.value + shape[d]} of dimension {d} is outside "
+                                    f"the {list(t.shape)} window of {t.name!r}", user_loc())
+            out.append(IConst(o.value + base))
+        else:
+            out.append(o if base == 0 else IBin("+", o, IConst(base)))
+    return tuple(out)
+
+
+def create_tensor(shape, dtype, *, name: str | None = None) -> TensorArg:
+    """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
+
+    Returned by the orchestration, it is an output of the compiled program;
+    otherwise it lives only inside one launch.
+    """
+    t = current("pl.create_tensor")
+    loc = user_loc()
+    shape = tuple(shape)
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise compile_error(f"pl.create_tensor: shape must be a list of positive ints, got {list(shape)}", loc)
+    try:
+        d = as_dtype(dtype)
+    except PtoArgumentError as exc:
+        raise compile_error(f"pl.create_tensor: {exc}", loc) from None
+    name = name or f"tensor{len(t.scratch)}"
+    if name in t.params:
+        raise compile_error(f"pl.create_tensor: the name {name!r} is taken", loc)
+    p = Param(name, INOUT, shape, d)
+    t.params[name] = p
+    t.scratch.append(p)
+    return TensorArg(p)
+
+
+_MODES = {IN: "r", OUT: "w", INOUT: "rw"}
+
+
+class _Kernel:
+    """``self.kernel`` inside the orchestration: calling it traces the kernel's body as one task."""
+
+    def __init__(self, prog, fn: _Function):
+        self.prog = prog
+        self.fn = fn
+
+    def __call__(self, *args, name_hint: str | None = None, deps=None):
+        t = current(f"self.{self.fn.name}")
+        loc = user_loc()
+        names = self.fn.param_names()
+        if len(args) != len(names):
+            raise compile_error(f"{self.fn.name} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}",
+                                loc)
+        anns = self.fn.annotations()
+        proxies, accesses = [], []
+        for name, arg in zip(names, args):
+            ann = _annotation(anns.get(name), f"{self.fn.name}: parameter {name!r}", self.fn.loc)
+            if isinstance(ann, ScalarAnnotation):
+                if not isinstance(arg, (ScalarArg, int, float)) or isinstance(arg, TensorArg):
+                    raise compile_error(f"{self.fn.name}: parameter {name!r} is a scalar, got {arg!r}", loc)
+                proxies.append(arg)
+                continue
+            if not isinstance(arg, TensorArg):
+                raise compile_error(f"{self.fn.name}: parameter {name!r} is a tensor, got {arg!r}", loc)
+            if arg.shape != ann.shape or arg.dtype != ann.dtype:
+                raise compile_error(f"{self.fn.name}: parameter {name!r} is {ann.dtype.name}{list(ann.shape)}, "
+                                    f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})", loc)
+            if ann.direction != IN and t.params[arg.name].direction == IN:
+                raise compile_error(f"{self.fn.name}: parameter {name!r} is {ann.direction}, but {arg.name!r} is an "
+                                    f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
+            origin = getattr(arg, "origin", (0,) * len(arg.shape))
+            proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
+            accesses.append((arg.name, _MODES[ann.direction], tuple(IConst(o) for o in origin), arg.shape))
+        deps_ids = task_deps(t, deps, loc)
+        if any(frame == "at" for frame in t.frames):
+            raise compile_error(f"self.{self.fn.name}(...) is a task: call it from the orchestration, not a region",
+                                loc)
+        task = t.next_task
+        t.next_task += 1
+        t.open_block("at")
+        ok = False
+        try:
+            result = self.fn.fn(self.prog, *proxies)
+            ok = True
+        finally:
+            body = t.close_block()
+        if ok:
+            t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or self.fn.name, deps=deps_ids,
+                           manual=t.manual > 0, task=task, accesses=tuple(accesses)))
+        return self._result(result, proxies, args)
+
+    def _result(self, result, proxies, args):
+        """Map what the kernel returned (its own parameters) back to the caller's arguments."""
+        if isinstance(result, tuple):
+            return tuple(self._result(r, proxies, args) for r in result)
+        for p, a in zip(proxies, args):
+            if result is p:
+                return a
+        if result is None:
+            return None
+        raise compile_error(f"{self.fn.name} must return its tensor parameters (or nothing), got {result!r}",
+                            self.fn.loc)
+
+
+class _Self:
+    """The ``self`` an orchestration sees: its kernels, as task-making callables."""
+
+    def __init__(self, kernels: dict):
+        self._kernels = kernels
+
+    def __getattr__(self, name):
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise AttributeError(f"the program has no InCore function {name!r}") from None
+
+
+class ProgramDef:
+    """A ``@pl.program`` class: its kernels and its orchestration; ``ir.compile(cls)`` compiles it."""
+
+    __pl_program__ = True
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.name = cls.__name__
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__doc__ = cls.__doc__
+        fns = {k: v for k, v in vars(cls).items() if isinstance(v, _Function)}
+        self.kernels = {k: f for k, f in fns.items() if f.type is FunctionType.InCore}
+        orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
+        if len(orch) != 1:
+            raise PtoCompileError(f"@pl.program {self.name} needs exactly one "
+                                  f"@pl.function(type=pl.FunctionType.Orchestration), found {len(orch)}")
+        self.orchestration = orch[0]
+
+    def __repr__(self) -> str:
+        return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
+
+    def trace(self) -> Program:
+        """Trace the orchestration (each kernel call a task) into a Program, before any pass."""
+        orch = self.orchestration
+        anns = orch.annotations()
+        params = []
+        for name in orch.param_names():
+            ann = _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc)
+            if isinstance(ann, ScalarAnnotation):
+                params.append(Param(name, SCALAR, (), ann.dtype))
+            else:
+                params.append(Param(name, ann.direction, ann.shape, ann.dtype))
+        tracer = Tracer(self.name, params)
+        me = _Self({})
+        me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
+        proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        with tracing(tracer):
+            result = orch.fn(me, *proxies)
+        if len(tracer.blocks) != 1:
+            raise compile_error(f"{self.name}: a pl.range loop did not finish (break is not supported)", orch.loc)
+        returned = self._returned(result, orch)
+        outs = [p for p in tracer.scratch if p.name in returned]
+        scratch = tuple(p for p in tracer.scratch if p.name not in returned)
+        all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
+        ret = returned[0] if returned else None
+        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch)
+
+    def _returned(self, result, orch) -> list[str]:
+        items = result if isinstance(result, tuple) else (() if result is None else (result,))
+        names = []
+        for r in items:
+            if not isinstance(r, TensorArg) or hasattr(r, "origin"):
+                raise compile_error(f"{orch.name} must return whole tensors (or nothing), got {r!r}", orch.loc)
+            names.append(r.name)
+        return names
+
+
+def program(cls):
+    """Make a class a program (``@pl.program``): its ``@pl.function`` methods are its kernels and orchestration."""
+    if not isinstance(cls, type):
+        raise PtoCompileError(f"@pl.program decorates a class, got {cls!r}")
+    return ProgramDef(cls)
