@@ -360,3 +360,84 @@ def test_program_errors_are_compile_errors():
 
     with pytest.raises(PtoCompileError, match="input of the orchestration"):
         ir.compile(WritesInput)
+
+
+T = 16
+
+
+@pl.program
+class Tiles64:
+    @pl.function(type=pl.FunctionType.InCore)
+    def relu(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+        pl.store(pl.relu(pl.load(x, [0, 0], [T, 32])), [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def accumulate(self, y: pl.Tensor[[T, 32], F], acc: pl.InOut[pl.Tensor[[T, 32], F]]):
+        pl.store(pl.load(acc, [0, 0], [T, 32]) + pl.load(y, [0, 0], [T, 32]), [0, 0], acc)
+        return acc
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[64 * T, 32], F], y: pl.Out[pl.Tensor[[64 * T, 32], F]],
+             acc: pl.InOut[pl.Tensor[[T, 32], F]]):
+        for i in pl.range(64):
+            self.relu(x[i * T:(i + 1) * T, :], y[i * T:(i + 1) * T])
+        for i in pl.range(0, 64 * T, T):
+            self.accumulate(y[i:i + T], acc)
+        return y
+
+
+def test_a_tiled_loop_of_64_tiles_is_64_tasks_from_one_loop_of_code():
+    c = ir.compile(Tiles64)
+    text = str(c.program)
+    assert text.count("task 'relu'") == 1 and text.count("for ") == 2  # a real loop, not 64 copies
+    g = c.task_graph
+    assert names(c) == ["relu"] * 64 + ["accumulate"] * 64
+    # each accumulate waits for the relu of its tile and for the accumulate before it, nothing else
+    for k in range(64):
+        assert g.preds(64 + k) == sorted({k, *([63 + k] if k else [])})
+    assert all(not g.preds(k) for k in range(64))
+    x, y, acc0 = rand((64 * T, 32), 18), poison((64 * T, 32)), rand((T, 32), 19)
+    acc = acc0.copy()
+    c(x, y, acc)
+    r = np.maximum(x, 0)
+    np.testing.assert_array_equal(y, r)
+    np.testing.assert_allclose(acc, acc0 + r.reshape(64, T, 32).sum(0, dtype=np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_window_bounds_are_checked_over_the_loop():
+    @pl.program
+    class Overrun:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, x: pl.Tensor[[8, 8], F], y: pl.Out[pl.Tensor[[8, 8], F]]):
+            pl.store(pl.load(x, [0, 0], [8, 8]), [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[32, 8], F], y: pl.Out[pl.Tensor[[32, 8], F]]):
+            for i in pl.range(4):
+                self.k(x[i * 8 + 1:i * 8 + 9], y[i * 8:i * 8 + 8])
+
+    with pytest.raises(PtoCompileError, match="outside"):
+        ir.compile(Overrun)
+
+
+@pl.jit
+def two_outputs(x: pl.Tensor, s: pl.Out[pl.Tensor], out: pl.Out[pl.Tensor]):
+    with pl.incore(name_hint="first"):
+        pl.store(pl.load(x, [0, 0], [8, 8]) - 1.0, [0, 0], s)
+    with pl.incore(name_hint="second"):
+        pl.store(pl.load(s, [0, 0], [8, 8]) * pl.load(x, [0, 0], [8, 8]), [0, 0], out)
+    return s, out
+
+
+def test_a_kernel_may_return_several_outputs_as_a_tuple():
+    x, s, out = rand((8, 8), 20), poison((8, 8)), poison((8, 8))
+    program = two_outputs.trace(x, s, out)
+    assert program.ret == "s, out"
+    namespace: dict = {}
+    exec(program.as_python(), namespace)
+    assert namespace["two_outputs"].trace(x, s, out) == program
+    got = two_outputs(x, s, out)
+    assert isinstance(got, tuple) and got[0] is s and got[1] is out
+    np.testing.assert_array_equal(s, x - 1)
+    np.testing.assert_array_equal(out, (x - 1) * x)

@@ -433,7 +433,7 @@ class Program:
 
     ``stage`` is ``"traced"`` straight from the tracer and ``"lowered"`` once
     the pass pipeline has run; compiling a lowered program skips the passes.
-    ``ret`` names the parameter the kernel returns (or ``None``).
+    ``ret`` names the parameter the kernel returns, or several, comma-separated (or ``None``).
     """
 
     name: str

@@ -155,13 +155,13 @@ class JitFunction:
             raise compile_error(
                 f"{self.__name__}: a pl.range or pl.spmd loop did not finish (break is not supported)", self._loc
             )
-        ret = None
-        if isinstance(result, TensorArg):
-            ret = result.name
-        elif result is not None:
+        items = result if isinstance(result, tuple) else (() if result is None else (result,))
+        if not all(isinstance(r, TensorArg) and not hasattr(r, "origin") for r in items):
             raise compile_error(
-                f"{self.__name__} must return one of its tensor parameters or nothing, got {result!r}", self._loc
+                f"{self.__name__} must return one of its tensor parameters, a tuple of them, or nothing, "
+                f"got {result!r}", self._loc
             )
+        ret = ", ".join(r.name for r in items) or None
         return Program(self.__name__, tuple(params), tuple(tracer.blocks[0]), tracer.block_num or 1, ret)
 
     def lower(self, *args) -> Program:

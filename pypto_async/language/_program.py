@@ -22,10 +22,10 @@ import inspect
 from .._dtypes import as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
-from ..ir._infer import compile_error
-from ..ir._nodes import IBin, IConst, Loc, Param, Program, Scope
+from ..ir._infer import compile_error, index_range
+from ..ir._nodes import IBin, IConst, IVar, Loc, Param, Program, Scope
 from ._control import task_deps
-from ._tracer import ScalarArg, TensorArg, Tracer, current, tracing, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
 __all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
@@ -103,41 +103,101 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
 class TensorWindow(TensorArg):
     """A window of a tensor, ``t[r0:r1, c0:c1]``: a kernel call's argument, or a kernel's view of one."""
 
-    def __init__(self, base: TensorArg, origin: tuple[int, ...], shape: tuple[int, ...], direction: str | None = None):
+    def __init__(self, base: TensorArg, origin: tuple, shape: tuple[int, ...], direction: str | None = None):
         param = base.param
         super().__init__(Param(param.name, direction or param.direction, param.shape, param.dtype))
         self.shape = shape
         self.origin = origin
 
     def __repr__(self) -> str:
-        box = ", ".join(f"{o}:{o + d}" for o, d in zip(self.origin, self.shape))
+        from ..ir._printer import format_index
+
+        box = ", ".join(f"{format_index(o)}:+{d}" for o, d in zip(self.origin, self.shape))
         return f"<window {self.name}[{box}]: {self.dtype.name}>"
 
 
+def _linear(e) -> dict | None:
+    """An index expression as ``{var: coefficient, None: constant}``, or None if it is not linear."""
+    if isinstance(e, IConst):
+        return {None: e.value}
+    if isinstance(e, IVar):
+        return {e.name: 1, None: 0}
+    if isinstance(e, IBin) and e.op in ("+", "-", "*"):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "*":
+            if set(a) == {None}:
+                a, b = b, a
+            if set(b) != {None}:
+                return None
+            return {k: v * b[None] for k, v in a.items()}
+        sign = 1 if e.op == "+" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    return None
+
+
+def _bound(k, what: str, loc):
+    if isinstance(k, Index):
+        return k.expr
+    if isinstance(k, int) and not isinstance(k, bool):
+        return IConst(k)
+    raise compile_error(f"{what}: window bounds must be ints or loop indices, got {k!r}", loc)
+
+
+def _extent(start, stop, what: str, loc) -> int:
+    """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``)."""
+    a, b = _linear(start), _linear(stop)
+    diff = None
+    if a is not None and b is not None:
+        d = {k: b.get(k, 0) - a.get(k, 0) for k in {*a, *b}}
+        if all(v == 0 for k, v in d.items() if k is not None):
+            diff = d.get(None, 0)
+    if diff is None:
+        raise compile_error(f"{what}: a window's extent (stop - start) must be a constant", loc)
+    return diff
+
+
+def _add(a, b):
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(a.value + b.value)
+    if isinstance(b, IConst) and b.value == 0:
+        return a
+    if isinstance(a, IConst) and a.value == 0:
+        return b
+    return IBin("+", a, b)
+
+
 def window(t: TensorArg, key) -> TensorWindow:
-    """``t[key]`` for a tensor of a program: a window of static, unit-step slices (or indices)."""
+    """``t[key]`` for a tensor of a program: unit-step slices (or indices) bounded by ints or loop indices."""
+    tracer = current(f"{t.name}[...]")
     loc = user_loc()
+    what = f"{t.name}[...]"
     key = key if isinstance(key, tuple) else (key,)
     if len(key) > len(t.shape):
-        raise compile_error(f"{t.name}[...]: {len(key)} indices for a {len(t.shape)}-d tensor", loc)
-    base_origin = getattr(t, "origin", (0,) * len(t.shape))
+        raise compile_error(f"{what}: {len(key)} indices for a {len(t.shape)}-d tensor", loc)
+    base_origin = getattr(t, "origin", (IConst(0),) * len(t.shape))
     origin, shape = [], []
     for d, extent in enumerate(t.shape):
         k = key[d] if d < len(key) else slice(None)
         if isinstance(k, slice):
             if k.step not in (None, 1):
-                raise compile_error(f"{t.name}[...]: a window's step must be 1, got {k.step!r}", loc)
-            start, stop = k.start or 0, extent if k.stop is None else k.stop
-        elif isinstance(k, int) and not isinstance(k, bool):
-            start, stop = k, k + 1
+                raise compile_error(f"{what}: a window's step must be 1, got {k.step!r}", loc)
+            start = _bound(0 if k.start is None else k.start, what, loc)
+            stop = _bound(extent if k.stop is None else k.stop, what, loc)
         else:
-            raise compile_error(f"{t.name}[...]: window bounds must be Python ints, got {k!r}", loc)
-        if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start < stop <= extent:
-            raise compile_error(f"{t.name}[...]: dimension {d} window {start}:{stop} is outside [0, {extent}]", loc)
-        origin.append(base_origin[d] + start)
-        shape.append(stop - start)
-    base = TensorArg(t.param)
-    return TensorWindow(base, tuple(origin), tuple(shape))
+            start = _bound(k, what, loc)
+            stop = _add(start, IConst(1))
+        n = _extent(start, stop, what, loc)
+        lo, hi = index_range(start, tracer.ranges, loc)
+        if n <= 0 or lo < 0 or hi + n > extent:
+            raise compile_error(f"{what}: dimension {d} window [{lo}..{hi}] + {n} is outside [0, {extent}]", loc)
+        origin.append(_add(base_origin[d], start))
+        shape.append(n)
+    return TensorWindow(TensorArg(t.param), tuple(origin), tuple(shape))
 
 
 def shift(t: TensorArg, offsets: tuple, shape, op: str):
@@ -147,13 +207,10 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
         return offsets
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
-        if isinstance(o, IConst):
-            if shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
-                raise compile_error(f"{op}: window {o.value}:{o.value + shape[d]} of dimension {d} is outside "
-                                    f"the {list(t.shape)} window of {t.name!r}", user_loc())
-            out.append(IConst(o.value + base))
-        else:
-            out.append(o if base == 0 else IBin("+", o, IConst(base)))
+        if isinstance(o, IConst) and shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
+            raise compile_error(f"{op}: window {o.value}:{o.value + shape[d]} of dimension {d} is outside "
+                                f"the {list(t.shape)} window of {t.name!r}", user_loc())
+        out.append(_add(base, o))
     return tuple(out)
 
 
@@ -215,9 +272,9 @@ class _Kernel:
             if ann.direction != IN and t.params[arg.name].direction == IN:
                 raise compile_error(f"{self.fn.name}: parameter {name!r} is {ann.direction}, but {arg.name!r} is an "
                                     f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
-            origin = getattr(arg, "origin", (0,) * len(arg.shape))
+            origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
             proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
-            accesses.append((arg.name, _MODES[ann.direction], tuple(IConst(o) for o in origin), arg.shape))
+            accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
         deps_ids = task_deps(t, deps, loc)
         if any(frame == "at" for frame in t.frames):
             raise compile_error(f"self.{self.fn.name}(...) is a task: call it from the orchestration, not a region",
@@ -307,7 +364,7 @@ class ProgramDef:
         outs = [p for p in tracer.scratch if p.name in returned]
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
-        ret = returned[0] if returned else None
+        ret = ", ".join(returned) or None
         return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch)
 
     def _returned(self, result, orch) -> list[str]:
