@@ -441,3 +441,16 @@ def test_a_kernel_may_return_several_outputs_as_a_tuple():
     assert isinstance(got, tuple) and got[0] is s and got[1] is out
     np.testing.assert_array_equal(s, x - 1)
     np.testing.assert_array_equal(out, (x - 1) * x)
+
+
+@pl.jit
+def tensor_level(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.incore(name_hint="sugar"):
+        pl.assemble(out, pl.exp(a) * b - a, [0, 0])
+
+
+def test_tensor_level_elementwise_ops_and_assemble_in_a_region():
+    a, b, out = rand((16, 32), 21), rand((16, 32), 22), poison((16, 32))
+    tensor_level(a, b, out)
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(out, np.exp(a64) * b - a64, rtol=1e-5, atol=1e-6)

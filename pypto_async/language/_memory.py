@@ -35,7 +35,15 @@ def _tensor(x, op: str) -> TensorArg:
     return x
 
 
+def as_tile(x):
+    """A tensor (or a window of one) used where a tile goes is loaded whole: tensor-level ops are sugar."""
+    if isinstance(x, TensorArg):
+        return load(x, [0] * len(x.shape), list(x.shape))
+    return x
+
+
 def _tile(x, op: str, what: str = "operand") -> Tile:
+    x = as_tile(x)
     if not isinstance(x, Tile):
         raise compile_error(f"{op}: {what} must be a tile, got {x!r}", user_loc())
     return x
@@ -209,8 +217,8 @@ def fillpad(tile, pad_value=PadValue.zero) -> Tile:
 def assemble(dst, src, offsets, atomic=None):
     """Write tile ``src`` into ``dst`` at ``offsets``.
 
-    ``dst`` a tensor parameter: the tile is stored there (``atomic=
-    pl.AtomicType.Add`` adds it in), and the tensor is returned.  ``dst`` a
+    ``dst`` a tensor parameter: the tile (or a whole tensor, loaded) is stored
+    there (``atomic=pl.AtomicType.Add`` adds it in), and the tensor is returned.  ``dst`` a
     tile: the same as ``pl.tile.assemble`` (a new tile).
     """
     current("pl.assemble")
@@ -220,7 +228,4 @@ def assemble(dst, src, offsets, atomic=None):
         from ._layout import tile_assemble
 
         return tile_assemble(dst, src, offsets)
-    if isinstance(src, TensorArg):
-        raise compile_error("pl.assemble: a tensor source (tensor-level ops) is not supported; load it first",
-                            user_loc())
     return store(src, offsets, dst, atomic=atomic)

@@ -25,6 +25,7 @@ from ..ir._nodes import (
     Unary,
 )
 from ._memory import _tile as tile_operand
+from ._memory import as_tile
 from ._memory import record
 from ._tracer import ScalarArg, Tile, current, user_loc
 
@@ -84,6 +85,7 @@ def _scalar(x, dtype, op: str):
 
 def _binary(op: str, a, b) -> Tile:
     current(f"pl.{op}")
+    a, b = as_tile(a), as_tile(b)
     if isinstance(a, Tile) and isinstance(b, Tile):
         return _record(op, Binary(op, a.var, b.var))
     if isinstance(a, Tile):

@@ -116,6 +116,24 @@ def current(op: str) -> Tracer:
 # ---- proxies ---------------------------------------------------------------------
 
 
+def _binop(name):
+    def method(self, other):
+        from . import _ops
+
+        return getattr(_ops, name)(self, other)
+
+    return method
+
+
+def _rbinop(name):
+    def method(self, other):
+        from . import _ops
+
+        return getattr(_ops, name)(other, self)
+
+    return method
+
+
 class TensorArg:
     """A tensor parameter inside a traced kernel (``shape``, ``dtype``, ``name``)."""
 
@@ -124,6 +142,17 @@ class TensorArg:
         self.name = param.name
         self.shape = param.shape
         self.dtype = param.dtype
+
+    # Tensor-level element-wise ops: each tensor operand is loaded whole (a tile results).
+    __add__, __radd__ = _binop("add"), _rbinop("add")
+    __sub__, __rsub__ = _binop("sub"), _rbinop("sub")
+    __mul__, __rmul__ = _binop("mul"), _rbinop("mul")
+    __truediv__, __rtruediv__ = _binop("div"), _rbinop("div")
+
+    def __neg__(self):
+        from . import _ops
+
+        return _ops.neg(self)
 
     def __getitem__(self, key):
         """A window of the tensor (``t[0:64, :]``) to pass to a program's kernel."""
@@ -148,24 +177,6 @@ class ScalarArg:
 
     def __repr__(self) -> str:
         return f"<scalar {self.name}: {self.dtype.name}>"
-
-
-def _binop(name):
-    def method(self, other):
-        from . import _ops
-
-        return getattr(_ops, name)(self, other)
-
-    return method
-
-
-def _rbinop(name):
-    def method(self, other):
-        from . import _ops
-
-        return getattr(_ops, name)(other, self)
-
-    return method
 
 
 class Tile:
