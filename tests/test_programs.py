@@ -454,3 +454,15 @@ def test_tensor_level_elementwise_ops_and_assemble_in_a_region():
     tensor_level(a, b, out)
     a64 = a.astype(np.float64)
     np.testing.assert_allclose(out, np.exp(a64) * b - a64, rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_call_with_config_runs_on_a_worker_of_that_config():
+    from pypto_async.errors import PtoArgumentError
+    from pypto_async.runtime import RunConfig
+
+    x, s, out = rand((8, 8), 23), poison((8, 8)), poison((8, 8))
+    got = two_outputs(x, s, out, config=RunConfig(platform="a2a3sim", cores=1))
+    assert got[1] is out
+    np.testing.assert_array_equal(out, (x - 1) * x)
+    with ChipWorker() as w, pytest.raises(PtoArgumentError, match="not both"):
+        two_outputs(x, s, out, stream=w.stream(), config=RunConfig())

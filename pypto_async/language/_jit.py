@@ -181,17 +181,31 @@ class JitFunction:
             self._compiled[key] = compiled
         return compiled
 
-    def __call__(self, *args, stream=None):
+    def __call__(self, *args, stream=None, config=None):
         """Compile the specialisation for ``args`` (cached) and dispatch it.
+
+        With ``config=RunConfig(...)`` the kernel is compiled for the
+        config's platform and run, to completion, on a worker opened with
+        that config for this call (PyPTO's ``kernel(*args, config=cfg)``);
+        otherwise it runs on the worker opened around the call.
 
         Raises
         ------
         PtoCompileError
             If an argument is a DeviceTensor (compile the program and use a
             worker instead) or tracing fails.
+        PtoArgumentError
+            If both ``stream`` and ``config`` are given.
         """
-        compiled = self.compile(*args)
-        return _dispatch(compiled, args, stream)
+        if config is None:
+            return _dispatch(self.compile(*args), args, stream)
+        if stream is not None:
+            raise PtoArgumentError(f"{self.__name__}: pass stream= or config=, not both (a stream has its worker)")
+        from ..runtime import ChipWorker
+
+        compiled = self.compile(*args, platform=config.platform)
+        with ChipWorker(config=config) as worker:
+            return worker.run(compiled, *args).result()
 
 
 def jit(fn=None):
