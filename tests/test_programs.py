@@ -361,6 +361,20 @@ def test_program_errors_are_compile_errors():
     with pytest.raises(PtoCompileError, match="input of the orchestration"):
         ir.compile(WritesInput)
 
+    @pl.program
+    class Blocks:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, x: pl.Tensor[[8, 8], F], y: pl.Out[pl.Tensor[[8, 8], F]]):
+            for b in pl.spmd(2):
+                pl.store(pl.load(x, [b * 4, 0], [4, 8]), [b * 4, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[8, 8], F], y: pl.Out[pl.Tensor[[8, 8], F]]):
+            self.k(x, y)
+
+    with pytest.raises(PtoCompileError, match="pl.spmd is not supported in a @pl.program"):
+        ir.compile(Blocks)
+
 
 T = 16
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import inspect
 
-from .._dtypes import as_dtype
+from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._infer import compile_error, index_range
@@ -85,7 +85,7 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
         ann = TensorAnnotation()
     elif ann is Scalar:
         ann = ScalarAnnotation()
-    elif isinstance(ann, type(as_dtype("FP32"))):
+    elif isinstance(ann, DataType):  # a bare dtype (``n: pl.INDEX``) annotates a scalar
         ann = ScalarAnnotation(ann)
     if isinstance(ann, TensorAnnotation):
         if ann.shape is None or ann.dtype is None:
@@ -260,7 +260,7 @@ class _Kernel:
         for name, arg in zip(names, args):
             ann = _annotation(anns.get(name), f"{self.fn.name}: parameter {name!r}", self.fn.loc)
             if isinstance(ann, ScalarAnnotation):
-                if not isinstance(arg, (ScalarArg, int, float)) or isinstance(arg, TensorArg):
+                if not isinstance(arg, (ScalarArg, int, float)):
                     raise compile_error(f"{self.fn.name}: parameter {name!r} is a scalar, got {arg!r}", loc)
                 proxies.append(arg)
                 continue
@@ -360,6 +360,10 @@ class ProgramDef:
             result = orch.fn(me, *proxies)
         if len(tracer.blocks) != 1:
             raise compile_error(f"{self.name}: a pl.range loop did not finish (break is not supported)", orch.loc)
+        if tracer.block_num is not None:
+            raise compile_error(f"{self.name}: pl.spmd is not supported in a @pl.program's kernels yet (the program "
+                                f"runs as one launch of one block; write the blocks as separate kernel calls)",
+                                orch.loc)
         returned = self._returned(result, orch)
         outs = [p for p in tracer.scratch if p.name in returned]
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
