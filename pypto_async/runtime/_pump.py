@@ -160,15 +160,56 @@ def _prune(waiters: list) -> None:
 
 
 class _LoopPump:
-    """What the asyncio and trio pumps share: the no-suspension streak and the close hand-off.
+    """What the asyncio and trio pumps share: their state, the thread hand-offs, the close.
 
-    A subclass sets ``_worker`` and defines ``_yield_once()`` (a generator
-    that yields to its loop once), ``_loop_runs()`` and
-    ``_run_soon_threadsafe(fn)``.
+    One method set over two loops, as trio's epoll and kqueue backends share
+    theirs: the fd watched, the thread that owns the waiters, the
+    no-suspension streak, running work on that thread from another, and the
+    close choreography (on the pump's thread, stop watching at once; from
+    another, ask the loop to).  A subclass calls ``__init__`` and defines
+    what differs between the loops:
+
+    ``_yield_once()``
+        A generator that yields to the loop once.
+    ``_loop_runs()``
+        Whether the loop still runs this pump (it may take a hand-off).
+    ``_run_soon_threadsafe(fn)``
+        Ask the loop to run `fn` on its thread; raises RuntimeError (trio's
+        RunFinishedError is one) if the loop is gone.
+    ``_unwatch()``, ``_unwatch_from_loop()``
+        Stop watching the fd: on the pump's thread (the fd may be closed
+        right after), and as run by the loop for a close on another thread.
+    ``_start(handoff)``
+        On the loop's thread: start a close handed over by ``close_on_loop``.
     """
 
     streak = 0  # awaits answered without suspending since the last suspension
     _streak_t0 = 0
+
+    def __init__(self, worker):
+        self._worker = worker
+        self._fd = lib.pto_cq_fd(worker._dev)
+        self._thread = threading.get_ident()  # the thread that owns the waiters
+        self._closed = False
+
+    def on_own_thread(self) -> bool:
+        return threading.get_ident() == self._thread
+
+    def call_soon_threadsafe(self, fn) -> None:
+        try:
+            self._run_soon_threadsafe(fn)
+        except RuntimeError:  # the loop is gone: the owner picks the work up later
+            pass
+
+    def close(self) -> None:
+        """Stop watching the fd (idempotent); from another thread, ask the loop to."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.on_own_thread():
+            self._unwatch()
+        else:
+            self.call_soon_threadsafe(self._unwatch_from_loop)
 
     def turn_due(self, weight: int) -> bool:
         """Count `weight` awaits answered without suspending; True if one is to yield now."""
@@ -260,11 +301,8 @@ class AsyncioPump(_LoopPump):
     waits_for_outcomes = True  # Launch.__await__ uses wait_outcome
 
     def __init__(self, worker, loop: asyncio.AbstractEventLoop):
-        self._worker = worker
+        super().__init__(worker)
         self._loop = loop
-        self._fd = lib.pto_cq_fd(worker._dev)
-        self._thread = threading.get_ident()
-        self._closed = False
         loop.add_reader(self._fd, worker._on_readable)
 
     @property
@@ -364,29 +402,12 @@ class AsyncioPump(_LoopPump):
             except ValueError:
                 pass
 
-    def call_soon_threadsafe(self, fn) -> None:
-        try:
-            self._loop.call_soon_threadsafe(fn)
-        except RuntimeError:  # loop closed: the owner picks it up later
-            pass
-
-    def on_own_thread(self) -> bool:
-        return threading.get_ident() == self._thread
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _unwatch(self) -> None:
         loop = self._loop
-        if loop.is_closed():
-            return
-        if threading.get_ident() != self._thread:
-            try:
-                loop.call_soon_threadsafe(loop.remove_reader, self._fd)
-            except RuntimeError:
-                pass
-            return
-        loop.remove_reader(self._fd)
+        if not loop.is_closed():
+            loop.remove_reader(self._fd)
+
+    _unwatch_from_loop = _unwatch
 
 
 class TrioPump(_LoopPump):
@@ -398,12 +419,9 @@ class TrioPump(_LoopPump):
     def __init__(self, worker):
         import trio
 
+        super().__init__(worker)
         self._trio = trio
-        self._worker = worker
-        self._fd = lib.pto_cq_fd(worker._dev)
-        self._thread = threading.get_ident()
         self._token = trio.lowlevel.current_trio_token()
-        self._closed = False
         self._cancel = trio.CancelScope()
         self._finished = trio.Event()
         trio.lowlevel.spawn_system_task(self._run, name=f"pypto_async pump (worker {id(worker):#x})")
@@ -492,30 +510,18 @@ class TrioPump(_LoopPump):
             return True
         return worker._idle()
 
-    def call_soon_threadsafe(self, fn) -> None:
+    def _unwatch(self) -> None:
         try:
-            self._token.run_sync_soon(fn)
-        except self._trio.RunFinishedError:
+            # Wakes wait_readable with ClosedResourceError: trio must learn of it before
+            # the fd is closed (the device closes right after).
+            self._trio.lowlevel.notify_closing(self._fd)
+        except RuntimeError:  # not inside this trio run any more
             pass
+        self._cancel.cancel()
 
-    def on_own_thread(self) -> bool:
-        return threading.get_ident() == self._thread
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if threading.get_ident() == self._thread:
-            try:
-                self._trio.lowlevel.notify_closing(self._fd)
-            except RuntimeError:  # not inside this trio run any more
-                pass
-            self._cancel.cancel()
-        else:
-            try:
-                self._token.run_sync_soon(self._cancel.cancel)
-            except self._trio.RunFinishedError:
-                pass
+    def _unwatch_from_loop(self) -> None:
+        # The fd may be closed by now: cancelling the pump task's wait is enough.
+        self._cancel.cancel()
 
 
 def make_pump(worker):
