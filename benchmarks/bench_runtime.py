@@ -192,25 +192,17 @@ def _nop(n: int) -> float:
 
 
 def _await_without_turns(self):
-    """``Launch._await`` as it was before awaits answered at once gave the loop turns.
+    """``Launch._await_submitted`` as it was before awaits answered at once gave the loop turns.
 
     The reference of ``ref_without_turns_us``: the pipelined loop with this in
     place measures what yielding to the event loop (and counting the awaits
     that do not suspend) costs per launch, beside it in the same process.
     """
-    if self._await_entry:
-        if not self._entered:
-            if self._entry_waiters is None:
-                self._entry_waiters = []
-            yield from self._worker._pump.wait(self._entry_waiters)
-        return self
-    if not self._done:
-        if self._waiters is None:
-            self._waiters = []
-        yield from self._worker._pump.wait(self._waiters)
-        while not self._done:
-            yield from self._worker._pump.wait(self._waiters)
-    return self.result()
+    if not self._entered:
+        if self._entry_waiters is None:
+            self._entry_waiters = []
+        yield from self._worker._pump.wait(self._entry_waiters)
+    return self
 
 
 async def _submit_loop(w, h, t, n: int) -> float:
@@ -230,18 +222,18 @@ async def _turns_cost(w, h, t, n: int, pairs: int) -> tuple[float, float]:
     """
     from pypto_async.runtime._launch import Launch
 
-    awaits = Launch._await
+    awaits = Launch._await_submitted
     diffs, without = [], []
     for i in range(pairs):
         order = (True, False) if i % 2 else (False, True)
         got = {}
         for turns in order:
             if not turns:
-                Launch._await = _await_without_turns
+                Launch._await_submitted = _await_without_turns
             try:
                 got[turns] = await _submit_loop(w, h, t, n)
             finally:
-                Launch._await = awaits
+                Launch._await_submitted = awaits
             w._drive(w._idle, 10.0)
         diffs.append(got[True] - got[False])
         without.append(got[False])

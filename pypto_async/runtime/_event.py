@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoInvalidStateError, PtoTryAgain
+from ._waitable import _Waitable
 
 __all__ = ["Event"]
 
 
-class Event:
+class Event(_Waitable):
     """A snapshot of the work queued on a stream, recorded by :meth:`Stream.record`.
 
     The event completes once everything queued on its stream before it has
@@ -22,10 +23,7 @@ class Event:
     the first failure, when known).
     """
 
-    __slots__ = (
-        "_worker", "_stream", "_ptr", "_name", "_done", "_exc", "_entered", "_waiters",
-        "_entry_waiters", "_retrieved", "_time_ns", "__weakref__",
-    )
+    __slots__ = ("_ptr", "_time_ns")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Event cannot be constructed directly; use Stream.record()")
@@ -56,34 +54,9 @@ class Event:
         event._time_ns = launch._t1 if launch._exc is None else 0
         return event
 
-    # -- waiting ----------------------------------------------------------------
+    # -- waiting (``await event`` and sync() are _Waitable's) ----------------------
 
-    def __await__(self):
-        """Suspend until the event completed (not at all if it already has)."""
-        while not self._done:
-            if self._waiters is None:
-                self._waiters = []
-            yield from self._worker._pump_wait(self._waiters)
-        if self._exc is not None:
-            raise self._exc
-
-    def sync(self, timeout: float | None = None) -> None:
-        """Block this thread until the event completed.
-
-        Parameters
-        ----------
-        timeout : float, optional
-            Seconds to wait at most (``None``: no limit).
-
-        Raises
-        ------
-        PtoTimeout
-            If it did not complete in time.
-        PtoError
-            The failure of the recorded work, if any.
-        """
-        if not self._done:
-            self._worker._block_until(self, False, timeout)
+    def _outcome(self) -> None:
         if self._exc is not None:
             raise self._exc
 
@@ -169,9 +142,3 @@ class Event:
         if self._exc is None:
             self._exc = exc
         self._finish()
-
-    def _finish(self) -> None:
-        self._done = True
-        self._entered = True
-        if self._waiters or self._entry_waiters:
-            self._worker._release_waiters(self)

@@ -7,27 +7,30 @@ holds the Launch until the record of its last command arrives, so the host
 arrays it references stay alive even if you drop the Launch or cancel the task
 awaiting it.  The first failure among its records is its error.
 
-Waiting follows one pattern everywhere (trio's ``wait_task_rescheduled``):
-register a waiter in a list, suspend; the completion pump wakes every waiter
-of the list in one pass.  Cancelling a waiting task removes its waiter and
-nothing else: work already on the device cannot be withdrawn.  Work still
-waiting for room in its stream's ring can be, explicitly, with
-:meth:`Launch.cancel`.  The hottest
-wait, ``await launch`` under asyncio, registers the task's future itself
-(``_owaiters``), and finishing the launch resolves it to the launch's
-outputs or error: no generator stands between the task and the future.
+Waiting is the one way of :mod:`._waitable`: register a waiter, suspend;
+the completion pump wakes every waiter of the list in one pass.  Cancelling
+a waiting task removes its waiter and nothing else: work already on the
+device cannot be withdrawn.  Work still waiting for room in its stream's
+ring can be, explicitly, with :meth:`Launch.cancel`.  The hottest wait,
+``await launch`` under asyncio, is the documented exception: it registers
+the task's future itself (``_owaiters``), and finishing the launch resolves
+it to the launch's outputs or error.
+
+A stream marker (``await stream``, :meth:`Stream.sync`) and a worker sync
+point (:meth:`ChipWorker.sync`) are launches of no result (:class:`_Marker`).
 """
 
 from __future__ import annotations
 
 import warnings
 
-from ..errors import PtoCanceledError, PtoInvalidStateError
+from ..errors import PtoCanceledError, PtoDependencyError, PtoInvalidStateError
+from ._waitable import _Until, _Waitable
 
 __all__ = ["Launch", "mark_turn"]
 
 
-class Launch:
+class Launch(_Waitable):
     """The future of a kernel launch or copy queued on a stream.
 
     You get one from a registered kernel (``handle(...)``,
@@ -48,11 +51,8 @@ class Launch:
     (``RuntimeWarning``) when it is garbage-collected, like an asyncio future.
     """
 
-    __slots__ = (
-        "_worker", "_stream", "_name", "_remaining", "_exc", "_done", "_entered",
-        "_waiters", "_entry_waiters", "_keep", "_out", "_retrieved", "_t0", "_t1",
-        "_event", "_await_entry", "_span", "_owaiters", "__weakref__",
-    )
+    __slots__ = ("_remaining", "_keep", "_out", "_t0", "_t1", "_event", "_await_entry", "_span",
+                 "_owaiters")
 
     def __init__(self, *args, **kwargs):
         raise TypeError(
@@ -60,44 +60,54 @@ class Launch:
             "(ChipWorker.register(compiled)(...)), ChipWorker.run() or ChipWorker.copy()"
         )
 
+    @classmethod
+    def _make(cls, worker, stream, name: str, remaining: int, keep, out, await_entry: bool = False) -> Launch:
+        launch = cls.__new__(cls)
+        launch._worker = worker
+        launch._stream = stream
+        launch._name = name
+        launch._remaining = remaining
+        launch._exc = None
+        launch._done = False
+        launch._entered = False
+        launch._waiters = None
+        launch._entry_waiters = None
+        launch._keep = keep
+        launch._out = out
+        launch._retrieved = False
+        launch._t0 = 0
+        launch._t1 = 0
+        launch._event = None
+        launch._await_entry = await_entry
+        launch._span = None  # (first token, last token, last seq) while in the driver's backlog
+        launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
+        return launch
+
     # -- awaiting ---------------------------------------------------------------
 
     def __await__(self):
-        if not self._done and not self._await_entry:
-            pump = self._worker._pump
-            if pump.waits_for_outcomes:
-                # asyncio: the task awaits a future that resolves to this launch's
-                # outcome (_finish delivers it), with no generator of ours in between:
-                # one object and one frame less per waiting task.
-                return pump.wait_outcome(self)
-        return self._await()
+        if not self._await_entry:
+            if not self._done:
+                pump = self._worker._pump
+                if pump.waits_for_outcomes:
+                    # The documented exception to the one way to block (see _waitable):
+                    # under asyncio the task awaits a future that _finish resolves to this
+                    # launch's outcome, with no generator of ours in between: one object
+                    # and one frame less per waiting task.
+                    return pump.wait_outcome(self)
+            return self._until(False)
+        return self._await_submitted()
 
-    def _await(self):
-        # The pump's wait is called directly (not through worker._pump_wait): one
-        # Python call less on every await that suspends.
-        if self._await_entry:
-            if not self._entered:
-                if self._entry_waiters is None:
-                    self._entry_waiters = []
-                yield from self._worker._pump.wait(self._entry_waiters)
-            elif self._await_entry is _TURN:
-                # The launch path found this task long without suspending (the pump
-                # module's essay on producers): give the loop its turn now.
-                yield from self._worker._pump.give_turn()
-            return self
-        if not self._done:
-            if self._waiters is None:
-                self._waiters = []
-            yield from self._worker._pump.wait(self._waiters)
-            while not self._done:  # pragma: no cover - woken only on completion
-                yield from self._worker._pump.wait(self._waiters)
-        else:
-            pump = self._worker._pump
-            n = pump.streak + 1
-            pump.streak = n
-            if not n & 15:  # every _pump._CHECK_EVERY-th
-                yield from pump.pause()
-        return self.result()
+    def _await_submitted(self):
+        """``await`` of a launch from ``submit()``: until it entered the ring; returns the Launch."""
+        if not self._entered:
+            yield from self._until(True)
+        elif self._await_entry is _TURN:
+            # The launch path found this task long without suspending (the pump
+            # module's essay on producers): give the loop its turn now.  It counts
+            # such launches itself, so an await that does not suspend costs nothing.
+            yield from self._worker._pump.give_turn()
+        return self
 
     async def wait(self):
         """Wait until the launch completed; return :meth:`result`.
@@ -112,13 +122,7 @@ class Launch:
         PtoError
             The launch's error if it failed.
         """
-        if self._done:
-            await _Answered(self._worker._pump)
-        while not self._done:
-            if self._waiters is None:
-                self._waiters = []
-            await _Suspend(self._worker, self._waiters)
-        return self.result()
+        return await _Until(self, False)
 
     async def submitted(self) -> Launch:
         """Wait until every command of the launch entered its stream's ring.
@@ -127,33 +131,7 @@ class Launch:
         (and yields to the event loop now and then otherwise, as ``await``
         does).
         """
-        if self._entered:
-            await _Answered(self._worker._pump)
-        while not self._entered:
-            if self._entry_waiters is None:
-                self._entry_waiters = []
-            await _Suspend(self._worker, self._entry_waiters)
-        return self
-
-    def sync(self, timeout: float | None = None):
-        """Block this thread until the launch completed; return :meth:`result`.
-
-        Parameters
-        ----------
-        timeout : float, optional
-            Seconds to wait at most (``None``: no limit).  Waiting happens in
-            short slices, so Ctrl-C stays prompt.
-
-        Raises
-        ------
-        PtoTimeout
-            If the launch did not complete in time (it is not cancelled).
-        PtoError
-            The launch's error if it failed.
-        """
-        if not self._done:
-            self._worker._block_until(self, False, timeout)
-        return self.result()
+        return await _Until(self, True)
 
     def cancel(self) -> bool:
         """Withdraw the launch if it has not reached the device yet.
@@ -205,6 +183,8 @@ class Launch:
             self._mark_retrieved()
             raise self._exc
         return self._out
+
+    _outcome = result  # what awaiting (and sync()) returns
 
     def exception(self):
         """Return the launch's error, or None if it succeeded.
@@ -270,6 +250,7 @@ class Launch:
             self._finish()
 
     def _finish(self) -> None:
+        # _Waitable._finish and more, written out: the hot path of every completion.
         self._done = True
         self._entered = True
         self._keep = None
@@ -332,30 +313,6 @@ class _Unretrieved:
             pass
 
 
-def _new_launch(worker, stream, name: str, remaining: int, keep, out, await_entry: bool = False) -> Launch:
-    """Build a Launch (the private constructor)."""
-    launch = Launch.__new__(Launch)
-    launch._worker = worker
-    launch._stream = stream
-    launch._name = name
-    launch._remaining = remaining
-    launch._exc = None
-    launch._done = False
-    launch._entered = False
-    launch._waiters = None
-    launch._entry_waiters = None
-    launch._keep = keep
-    launch._out = out
-    launch._retrieved = False
-    launch._t0 = 0
-    launch._t1 = 0
-    launch._event = None
-    launch._await_entry = await_entry
-    launch._span = None  # (first token, last token, last seq) while in the driver's backlog
-    launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
-    return launch
-
-
 #: ``Launch._await_entry`` (truthy, as for any launch from ``submit()``) of a launch whose
 #: ``await`` is to yield to the loop once: the launch path sets it (see the pump module's
 #: essay on producers).
@@ -367,30 +324,30 @@ def mark_turn(launch: Launch) -> None:
     launch._await_entry = _TURN
 
 
-class _Answered:
-    """Count an await answered without suspending; yield to the loop when the streak is long."""
+class _Marker(Launch):
+    """A launch of no result: a point on a stream, or on every stream (a sync point).
 
-    __slots__ = ("_pump",)
+    ``await stream`` and :meth:`Stream.sync` wait for a marker queued on the
+    stream (a notify command); :meth:`ChipWorker.sync` and
+    :meth:`ChipWorker.wait` for a sync point, which has no command and
+    completes once the token map drained up to it.  Waiting for one raises
+    only its own failure (a lost device), not the failure of a command
+    before it (a :class:`~pypto_async.errors.PtoDependencyError`): each
+    launch reports its own.  It never warns when collected.
+    """
 
-    def __init__(self, pump):
-        self._pump = pump
+    __slots__ = ()
 
-    def __await__(self):
-        pump = self._pump
-        n = pump.streak + 1
-        pump.streak = n
-        if not n & 15:
-            yield from pump.pause()
+    # The one await loop, not Launch's asyncio fast path, which resolves to the raw error.
+    __await__ = _Waitable.__await__
 
+    @classmethod
+    def _make(cls, worker, stream, name: str) -> _Marker:
+        marker = super()._make(worker, stream, name, 1, None, None)
+        marker._retrieved = True
+        return marker
 
-class _Suspend:
-    """Await a waiter list of a worker's pump (the one way coroutines here suspend)."""
-
-    __slots__ = ("_worker", "_waiters")
-
-    def __init__(self, worker, waiters):
-        self._worker = worker
-        self._waiters = waiters
-
-    def __await__(self):
-        return (yield from self._worker._pump_wait(self._waiters))
+    def _outcome(self) -> None:
+        exc = self._exc
+        if exc is not None and not isinstance(exc, PtoDependencyError):
+            raise exc

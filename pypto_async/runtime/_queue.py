@@ -77,7 +77,7 @@ from .._driver import (
 )
 from ..errors import PtoCanceledError, PtoError, PtoTimeout
 from ._checks import check_timeout
-from ._launch import Launch, _new_launch
+from ._launch import Launch, _Marker
 from ._pump import running_loop_flavour
 from ._stream import Stream
 
@@ -586,8 +586,7 @@ class CommandQueue:
         with self._lock:
             if self._deferred:  # frees of collected tensors count as work queued so far
                 self._process_deferred_locked()
-            point = _new_launch(self, self._default_stream, "a worker sync point", 1, None, None)
-            point._retrieved = True
+            point = _Marker._make(self, self._default_stream, "a worker sync point")
             point._entered = True
             token = self._next_token
             if token <= self._oldest_in_flight():
@@ -602,9 +601,6 @@ class CommandQueue:
         # order, so its first key is the oldest command still in flight.
         pending = self._pending
         return next(iter(pending)) if pending else self._next_token
-
-    def _pump_wait(self, waiters: list):
-        return self._pump.wait(waiters)
 
     # -- blocking waits -------------------------------------------------------------------------------
 
@@ -677,14 +673,7 @@ class CommandQueue:
         # Another thread than the event loop's: the pump resolves obj; wait on an Event.
         event = threading.Event()
         with self._lock:
-            if entry:
-                if obj._entry_waiters is None:
-                    obj._entry_waiters = []
-                obj._entry_waiters.append(event)
-            else:
-                if obj._waiters is None:
-                    obj._waiters = []
-                obj._waiters.append(event)
+            obj._waiter_list(entry).append(event)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not predicate():
             if self._state != _OPEN:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 from .._driver import lib
-from ..errors import PtoArgumentError, PtoClosedError, PtoDependencyError
+from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
 from ._event import Event
 from ._launch import Launch
@@ -154,12 +154,7 @@ class Stream:
 
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed."""
-        marker = self._worker._marker(self)
-        if not marker._done:
-            if marker._waiters is None:
-                marker._waiters = []
-            yield from self._worker._pump_wait(marker._waiters)
-        _marker_outcome(marker)
+        return self._worker._marker(self).__await__()
 
     def sync(self, timeout: float | None = None) -> None:
         """Block this thread until everything queued on this stream so far has completed.
@@ -176,11 +171,8 @@ class Stream:
         PtoDeviceLost
             If the device was lost.
         """
-        check_timeout(timeout, "Stream.sync")
-        marker = self._worker._marker(self)
-        if not marker._done:
-            self._worker._block_until(marker, False, timeout)
-        _marker_outcome(marker)
+        check_timeout(timeout, "Stream.sync")  # before the marker is queued
+        self._worker._marker(self).sync(timeout)
 
     def query(self) -> bool:
         """Return True if everything queued on this stream so far has completed.
@@ -243,10 +235,3 @@ class Stream:
         state = " closed" if self.is_closed else ""
         return f"<Stream {self._id} priority={self._priority}{state}>"
 
-
-def _marker_outcome(marker) -> None:
-    """Raise what waiting for a stream must raise: not a command's own failure."""
-    exc = marker._exc
-    marker._mark_retrieved()
-    if exc is not None and not isinstance(exc, PtoDependencyError):
-        raise exc

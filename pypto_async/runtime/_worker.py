@@ -31,7 +31,7 @@ from ._checks import check_timeout
 from ._config import as_run_config, normalize_platform
 from ._event import Event
 from ._kernel import KernelHandle
-from ._launch import Launch, _new_launch, mark_turn
+from ._launch import Launch, _Marker, mark_turn
 from ._memory import DeviceMemory
 from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
@@ -44,6 +44,7 @@ from ._tracing import TraceWindow, WorkerTracing
 __all__ = ["ChipWorker", "WorkerStats"]
 
 _stream_launch = lib.pto_stream_launch  # the launch hot path calls it once per launch
+_make_launch = Launch._make  # ... and this: bound once, a classmethod lookup costs a bound method
 _ENOMEM = -PTO_ENOMEM
 _SERVICE_MASK = 63  # the launch hot path drains completions itself every 64 tokens
 
@@ -583,9 +584,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
             If the worker is closed.
         """
         check_timeout(timeout, "ChipWorker.sync")
-        point = self._sync_point()
-        if not point._done:
-            self._block_until(point, False, timeout)
+        self._sync_point().sync(timeout)
         self._check_device()
 
     async def wait(self) -> None:
@@ -721,7 +720,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
         # while the launch runs is freed in stream order behind it.  Host arrays are kept
         # by _launch_group.
-        launch = _new_launch(self, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
+        launch = _make_launch(self, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
                              submit)
         with self._lock:
             if self._deferred:
@@ -858,7 +857,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _queue_one(self, stream: Stream, fn, args_without_token: tuple, name: str, keep, out) -> Launch:
         """Queue one data command owned by a new Launch (lock held)."""
-        launch = _new_launch(self, stream, name, 1, keep, out)
+        launch = _make_launch(self, stream, name, 1, keep, out)
         token = self._token(launch)
         if self._submit(stream, fn, (*args_without_token, token), launch, _F_DATA | _F_LAST):
             launch._entered = True
@@ -918,8 +917,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         with self._lock:
             if self._deferred:  # frees of collected tensors count as work queued so far
                 self._process_deferred_locked()
-            marker = _new_launch(self, stream, f"stream {stream._id} sync point", 1, None, None)
-            marker._retrieved = True
+            marker = _Marker._make(self, stream, f"stream {stream._id} sync point")
             if stream._closed:
                 raise PtoClosedError(f"stream {stream._id} is closed")
             token = self._token(marker)
