@@ -1,0 +1,155 @@
+"""docs/pypto_compat.md stays true: every row is checked against the package.
+
+A row marked same, extended or differs names something that must exist here; a row marked
+missing names something that must not. So the page goes stale in neither direction: adding a
+PyPTO name to the package fails the test until its row says so, and removing one fails it too.
+"""
+
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.runtime import ChipWorker, RunConfig, benchmark
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "pypto_compat.md"
+README = ROOT / "README.md"
+
+PREFIXES = {"pl": "pypto_async.language", "ir": "pypto_async.ir", "runtime": "pypto_async.runtime"}
+STATUSES = {"same", "extended", "differs", "missing"}
+# `pl.load(target_memory=)`: a dotted name, optionally a keyword the callable must take.
+NAME = re.compile(r"^(?P<path>[A-Za-z_][\w.]*)(?:\((?P<kw>\w+)=\))?$")
+ROW = re.compile(r"^\|\s*`(?P<name>[^`]+)`\s*\|\s*(?P<status>[^|]*?)\s*\|")
+
+MISSING = object()
+
+
+def doc_rows():
+    """(name, status, line number) of every table row of the page that names something."""
+    rows = []
+    for number, line in enumerate(DOC.read_text().splitlines(), 1):
+        match = ROW.match(line)
+        if match:
+            rows.append((match["name"], match["status"], number))
+    return rows
+
+
+ROWS = doc_rows()
+
+
+@pl.jit
+def _add(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [16, 16])
+        tb = pl.load(b, [0, 0], [16, 16])
+        pl.store(pl.add(ta, tb), [0, 0], out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def samples():
+    """One live object per class whose members the page lists, for attributes set per instance."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16)).astype(np.float32)
+    program = _add.lower(a, b, np.zeros_like(a))
+    compiled = ir.compile(program, platform="sim")
+    with ChipWorker(config=RunConfig(platform="sim")) as worker:
+        tensor = worker.alloc_tensor((16, 16), np.float32, init=b)
+        handle = worker.register(compiled)
+        result = benchmark(compiled, (a, b, np.zeros_like(a)), rounds=2, warmup=1)
+        yield {
+            "ir.Program": program,
+            "ir.CompiledProgram": compiled,
+            "runtime.ChipWorker": worker,
+            "runtime.DeviceTensor": tensor,
+            "runtime.KernelHandle": handle,
+            "runtime.BenchmarkResult": result,
+        }
+        worker.free_tensor(tensor)
+
+
+def resolve(path, samples):
+    """The object `path` names here, or MISSING.
+
+    A member absent from its class is looked up on that class's sample instance, so
+    attributes set in ``__init__`` count as present.
+    """
+    prefix, _, rest = path.partition(".")
+    obj = importlib.import_module(PREFIXES[prefix])
+    walked = prefix
+    for part in rest.split("."):
+        found = getattr(obj, part, MISSING)
+        if found is MISSING and walked in samples:
+            found = getattr(samples[walked], part, MISSING)
+        if found is MISSING:
+            return MISSING
+        obj, walked = found, f"{walked}.{part}"
+    return obj
+
+
+def takes_keyword(obj, keyword):
+    """Whether `obj` takes `keyword` by name (a bare ``**kwargs`` does not count)."""
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return False
+    param = params.get(keyword)
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+
+
+def exists(name, samples):
+    match = NAME.match(name)
+    obj = resolve(match["path"], samples)
+    if obj is MISSING:
+        return False
+    return match["kw"] is None or takes_keyword(obj, match["kw"])
+
+
+def test_every_row_is_well_formed():
+    assert len(ROWS) > 100, "the tables were not found"
+    names = [name for name, _, _ in ROWS]
+    assert len(names) == len(set(names)), "a name is listed twice"
+    for name, status, number in ROWS:
+        assert status in STATUSES, f"docs/pypto_compat.md:{number}: unknown status {status!r}"
+        match = NAME.match(name)
+        assert match, f"docs/pypto_compat.md:{number}: cannot read the name {name!r}"
+        assert match["path"].partition(".")[0] in PREFIXES, f"docs/pypto_compat.md:{number}: {name!r}"
+
+
+@pytest.mark.parametrize(("name", "status", "number"), ROWS, ids=[row[0] for row in ROWS])
+def test_row_matches_the_package(name, status, number, samples):
+    here = exists(name, samples)
+    if status == "missing":
+        assert not here, f"docs/pypto_compat.md:{number}: {name} exists here; the row says missing"
+    else:
+        assert here, f"docs/pypto_compat.md:{number}: {name} does not exist here; the row says {status}"
+
+
+def test_missing_is_detected(samples):
+    # The checker itself can fail: a name, member or keyword that is not here reads as absent.
+    assert not exists("runtime.ChipWorker.no_such_member", samples)
+    assert not exists("pl.load(no_such_keyword=)", samples)
+    assert not exists("ir.CompiledProgram.no_such_field", samples)
+    assert exists("ir.CompiledProgram.output_dir", samples)  # set per instance, found on the sample
+    assert exists("pl.load(target_memory=)", samples)
+
+
+def test_readme_runtime_names_are_listed_as_present():
+    # The README names PyPTO's runtime-page names that work here; each must have a present row.
+    text = README.read_text()
+    start = text.index("Every name of PyPTO's runtime page")
+    sentence = text[start:text.index(";", start)]
+    assert "docs/pypto_compat.md" in text[start:start + 1200], "the README no longer points at the page"
+    claimed = re.findall(r"`@?([\w.]+)`", sentence)
+    assert len(claimed) >= 10
+    present = {name.rsplit(".", 1)[-1] for name, status, _ in ROWS if status != "missing"}
+    present |= {name.split("(")[0].rsplit(".", 1)[-1] for name, status, _ in ROWS if status != "missing"}
+    for name in claimed:
+        assert name.rsplit(".", 1)[-1] in present, f"README claims {name}; docs/pypto_compat.md has no present row"
