@@ -15,6 +15,7 @@ import pytest
 
 import pypto_async.language as pl
 from pypto_async import ir
+from pypto_async.errors import PtoArgumentError
 from pypto_async.runtime import ChipWorker, RunConfig, benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,12 @@ def samples():
     b = rng.standard_normal((16, 16)).astype(np.float32)
     program = _add.lower(a, b, np.zeros_like(a))
     compiled = ir.compile(program, platform="sim")
+    # Callables that take their options as **kwargs and refuse unknown ones: a keyword row is
+    # checked by calling them with it.
+    probes = {
+        "ir.compile": lambda **option: ir.compile(program, platform="sim", **option),
+        "pl.JitFunction.compile": lambda **option: _add.compile(a, b, np.zeros_like(a), **option),
+    }
     with ChipWorker(config=RunConfig(platform="sim")) as worker:
         tensor = worker.alloc_tensor((16, 16), np.float32, init=b)
         handle = worker.register(compiled)
@@ -71,6 +78,7 @@ def samples():
             "runtime.DeviceTensor": tensor,
             "runtime.KernelHandle": handle,
             "runtime.BenchmarkResult": result,
+            "probes": probes,
         }
         worker.free_tensor(tensor)
 
@@ -94,14 +102,28 @@ def resolve(path, samples):
     return obj
 
 
-def takes_keyword(obj, keyword):
-    """Whether `obj` takes `keyword` by name (a bare ``**kwargs`` does not count)."""
+def takes_keyword(obj, keyword, probe=None):
+    """Whether `obj` takes `keyword` by name.
+
+    A bare ``**kwargs`` does not count, unless `probe` calls `obj` with the keyword and it is
+    not refused as unknown.
+    """
     try:
         params = inspect.signature(obj).parameters
     except (TypeError, ValueError):
         return False
     param = params.get(keyword)
-    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+    if param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+        return True
+    if probe is None or not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return False
+    try:
+        probe(**{keyword: None})
+    except PtoArgumentError as exc:
+        return "unknown option" not in str(exc)
+    except TypeError as exc:
+        return "unexpected keyword" not in str(exc)
+    return True
 
 
 def exists(name, samples):
@@ -109,7 +131,9 @@ def exists(name, samples):
     obj = resolve(match["path"], samples)
     if obj is MISSING:
         return False
-    return match["kw"] is None or takes_keyword(obj, match["kw"])
+    if match["kw"] is None:
+        return True
+    return takes_keyword(obj, match["kw"], samples["probes"].get(match["path"]))
 
 
 def test_every_row_is_well_formed():
@@ -139,6 +163,8 @@ def test_missing_is_detected(samples):
     assert not exists("ir.CompiledProgram.no_such_field", samples)
     assert exists("ir.CompiledProgram.output_dir", samples)  # set per instance, found on the sample
     assert exists("pl.load(target_memory=)", samples)
+    assert not exists("ir.compile(no_such_option=)", samples)  # **kwargs, refused when called
+    assert exists("ir.compile(validate_ir=)", samples)
 
 
 def test_readme_runtime_names_are_listed_as_present():
