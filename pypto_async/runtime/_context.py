@@ -58,7 +58,7 @@ def stream_stack() -> tuple:
 def current_worker():
     """Return the innermost open worker opened around this code, or None."""
     for worker in reversed(_workers.get()):
-        if worker._state == 0:
+        if worker._alive():
             return worker
     return None
 
@@ -67,10 +67,10 @@ def default_worker():
     """Return the process-wide default worker (sync mode), creating it once."""
     global _default
     worker = _default
-    if worker is not None and worker._state == 0:
+    if worker is not None and worker._alive():
         return worker
     with _default_lock:
-        if _default is None or _default._state != 0:
+        if _default is None or not _default._alive():
             from ._worker import ChipWorker
 
             _default = ChipWorker()

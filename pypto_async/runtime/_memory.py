@@ -14,7 +14,6 @@ from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoError, PtoForeignTensorError, PtoTensorFreedError
 from ._args import _is_torch_tensor, check_init, host_array
 from ._launch import Launch
-from ._queue import _OPEN
 from ._stream import Stream
 from ._tensor import DeviceTensor
 
@@ -156,7 +155,7 @@ class DeviceMemory:
 
     def _defer_free(self, ptr: int, stream: Stream, used) -> None:
         """Free a collected DeviceTensor later, on the owning thread (any thread may call)."""
-        if self._state != _OPEN:
+        if not self._alive():
             return
         self._deferred.append((ptr, stream, tuple(used)))
         if self._async and not self._deferred_scheduled:
@@ -165,7 +164,7 @@ class DeviceMemory:
 
     def _process_deferred(self) -> None:
         with self._lock:
-            if self._state == _OPEN:
+            if self._alive():
                 self._process_deferred_locked()
 
     def _process_deferred_locked(self) -> None:

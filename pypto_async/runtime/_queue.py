@@ -79,12 +79,11 @@ from ..errors import PtoCanceledError, PtoError, PtoTimeout
 from ._checks import check_timeout
 from ._launch import Launch, _Marker
 from ._pump import running_loop_flavour
+from ._state import FORKED, OPEN
 from ._stream import Stream
 
 __all__ = ["CommandQueue", "cq_view"]
 
-_OPEN = 0
-_FORKED = 2
 _F_LAST = 1  # the last command of its owner's group: entering the ring completes submission
 _F_DATA = 2  # a copy or launch: not sent once the driver refused an earlier command of its group
 _F_RECORD = 4  # an event record: its event counts as recorded once the driver accepted it
@@ -382,7 +381,7 @@ class CommandQueue:
     def _cancel(self, launch: Launch) -> bool:
         """Withdraw `launch` if none of it has reached the device (Launch.cancel)."""
         with self._lock:
-            if launch._done or launch._entered or self._state != _OPEN:
+            if launch._done or launch._entered or self._state != OPEN:
                 return False
             stream = launch._stream
             if not self._drop_held(stream, launch):
@@ -546,7 +545,7 @@ class CommandQueue:
     def _on_readable(self) -> None:
         """The pump's callback: the completion fd is readable."""
         with self._lock:
-            if self._state == _OPEN:
+            if self._state == OPEN:
                 self._service_locked()
 
     def _service_locked(self) -> None:
@@ -610,7 +609,7 @@ class CommandQueue:
         lock = self._lock
         while True:
             with lock:
-                if self._state != _OPEN:
+                if self._state != OPEN:
                     return predicate()
                 self._service_locked()
                 dev = self._dev
@@ -649,7 +648,7 @@ class CommandQueue:
             what = "enter its stream's ring" if entry else "complete"
             raise PtoTimeout(f"{obj._name} did not {what} within {timeout} s "
                              f"({len(self._pending)} command(s) in flight on the worker)")
-        if self._state == _FORKED:
+        if self._state == FORKED:
             self._check_open()
 
     def _warn_loop_blocked(self) -> None:
@@ -676,7 +675,7 @@ class CommandQueue:
             obj._waiter_list(entry).append(event)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not predicate():
-            if self._state != _OPEN:
+            if self._state != OPEN:
                 return predicate()
             wait_s = _SLICE_US / 1e6
             if deadline is not None:

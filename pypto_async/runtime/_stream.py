@@ -77,7 +77,7 @@ class Stream:
     @property
     def is_closed(self) -> bool:
         """True once :meth:`close` was called (or the worker closed)."""
-        return self._closed or self._worker._state != 0
+        return self._closed or not self._worker._alive()
 
     @property
     def backlog(self) -> int:
@@ -214,7 +214,7 @@ class Stream:
         PtoArgumentError
             For the worker's default stream.
         """
-        if self._closed or self._worker._state != 0:
+        if self._closed or not self._worker._alive():
             return
         if self._is_default:
             raise PtoArgumentError("the default stream is closed with its worker")

@@ -200,7 +200,7 @@ class DeviceTensor:
 
     def close(self, stream=None) -> None:
         """Free the tensor unless it is freed already (idempotent :meth:`free`)."""
-        if not self._freed and self._worker._state == 0:
+        if not self._freed and self._worker._alive():
             self._worker.free_tensor(self, stream=stream)
 
     def __enter__(self) -> DeviceTensor:

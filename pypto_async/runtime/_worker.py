@@ -36,6 +36,7 @@ from ._memory import DeviceMemory
 from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
 from ._queue import _BATCH, _F_DATA, _F_LAST, _F_RECORD, _QUEUED, CommandQueue, cq_view
+from ._state import CLOSED, FORKED, OPEN
 from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
 from ._stream import Stream
 from ._tensor import DeviceTensor
@@ -48,15 +49,13 @@ _make_launch = Launch._make  # ... and this: bound once, a classmethod lookup co
 _ENOMEM = -PTO_ENOMEM
 _SERVICE_MASK = 63  # the launch hot path drains completions itself every 64 tokens
 
-_OPEN, _CLOSED, _FORKED = 0, 1, 2
-
 _live_workers: weakref.WeakSet = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     for worker in list(_live_workers):
-        if worker._state == _OPEN:
-            worker._state = _FORKED
+        if worker._state == OPEN:
+            worker._state = FORKED
 
 
 if hasattr(os, "register_at_fork"):
@@ -68,7 +67,7 @@ def _close_live_workers() -> None:
     # Driver threads write into host arrays until their commands complete: finish (or
     # cancel) every worker's work before the interpreter frees those arrays.
     for worker in list(_live_workers):
-        if worker._state == _OPEN:
+        if worker._state == OPEN:
             try:
                 worker.close(timeout=5.0)
             except Exception:
@@ -176,7 +175,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
     """
 
     def __init__(self, config=None):
-        self._state = _CLOSED
+        self._state = CLOSED
         cfg = as_run_config(config)
         self._config = cfg
         self._platform = cfg.device_platform
@@ -215,12 +214,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._fifo_waits = 0
         self._mem_waiters: deque = deque()  # MemoryWait gates, oldest first (see _memwait)
         self._memory_waits = 0
-        self._state = _OPEN
+        self._state = OPEN
         try:
             self._default_stream = self._new_stream(0, True)
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
         except BaseException:
-            self._state = _CLOSED
+            self._state = CLOSED
             dev, self._dev = self._dev, None
             lib.pto_device_close(dev)
             raise
@@ -230,9 +229,9 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _check_open(self) -> None:
         state = self._state
-        if state == _OPEN:
+        if state == OPEN:
             return
-        if state == _FORKED:
+        if state == FORKED:
             raise PtoInvalidStateError(
                 f"this ChipWorker was opened in process {self._pid} and cannot be used in the "
                 f"forked child {os.getpid()}: open a new ChipWorker in the child"
@@ -240,12 +239,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
         raise PtoClosedError("the ChipWorker is closed")
 
     def _alive(self) -> bool:
-        return self._state == _OPEN
+        return self._state == OPEN
 
     @property
     def is_closed(self) -> bool:
         """True once :meth:`close` (or :meth:`aclose`) ran."""
-        return self._state != _OPEN
+        return self._state != OPEN
 
     @property
     def config(self):
@@ -269,7 +268,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         return self._default_stream
 
     def __repr__(self) -> str:
-        state = "closed" if self._state else self._pump.flavour
+        state = self._pump.flavour if self._alive() else "closed"
         return f"<ChipWorker {self._config.platform} {state}>"
 
     # -- opening and closing ------------------------------------------------------------------
@@ -351,10 +350,10 @@ class ChipWorker(CommandQueue, DeviceMemory):
             For a timeout that is not None or a number of seconds >= 0.
         """
         timeout = check_timeout(timeout, "ChipWorker.close")
-        if self._state == _CLOSED:
+        if self._state == CLOSED:
             return
-        if self._state == _FORKED:
-            self._state = _CLOSED
+        if self._state == FORKED:
+            self._state = CLOSED
             self._dev = None
             return
         if self._async and not self._pump.on_own_thread() and self._pump.close_on_loop(timeout):
@@ -383,7 +382,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
             For a timeout that is not None or a number of seconds >= 0.
         """
         timeout = check_timeout(timeout, "ChipWorker.aclose")
-        if self._state != _OPEN or not self._async or not self._pump.is_current():
+        if self._state != OPEN or not self._async or not self._pump.is_current():
             self.close(timeout=timeout)
             return
         forgotten = self._free_forgotten()
@@ -406,11 +405,11 @@ class ChipWorker(CommandQueue, DeviceMemory):
         # The last reference went without close(), or close() was interrupted before the
         # device closed: close the device before the launches (and their host arrays) go.
         try:
-            if getattr(self, "_dev", None) is None or self._state == _FORKED:
+            if getattr(self, "_dev", None) is None or self._state == FORKED:
                 return
-            if self._state == _OPEN:
+            if self._state == OPEN:
                 warnings.warn(f"unclosed {self!r}; close it or use `with`", ResourceWarning, stacklevel=2)
-            self._state = _CLOSED
+            self._state = CLOSED
             self._pump.close()
             dev, self._dev = self._dev, None
             lib.pto_device_close(dev)
@@ -477,9 +476,9 @@ class ChipWorker(CommandQueue, DeviceMemory):
         launches let go of their host arrays; a copy still reading an array
         whose last reference went with its launch would read freed memory.
         """
-        if self._state == _CLOSED:
+        if self._state == CLOSED:
             return
-        self._state = _CLOSED
+        self._state = CLOSED
         _live_workers.discard(self)
         try:
             self._pump.close()
@@ -707,7 +706,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _launch_kernel(self, h: KernelHandle, args: tuple, stream, submit: bool) -> Launch:
         # The hot path: keep it flat.
-        if self._state:
+        if self._state != OPEN:
             self._check_open()
         if h._unfit is not None:
             raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
