@@ -1,10 +1,11 @@
-"""Per-engine and per-stream statistics, and the back-pressure clock.
+"""Statistics: the worker's counters, per engine and per stream, and the back-pressure clock.
 
-:meth:`ChipWorker.stats` returns the worker's counters; this module supplies
-the parts read from the driver per engine (``pto_engine_get_stats``: busy
-time, commands, bytes) and per stream (``pto_stream_get_stats``: ring
-occupancy high-water marks, refusals), and measures how long streams waited
-for room in their rings (back-pressure).
+:meth:`ChipWorker.stats` returns a :class:`WorkerStats`, assembled here
+(:func:`worker_stats`) from the driver's device and memory counters, the
+command queue's own (completions, wake-ups, commands that waited), per engine
+(``pto_engine_get_stats``: busy time, commands, bytes) and per stream
+(``pto_stream_get_stats``: ring occupancy high-water marks, refusals), and
+from how long streams waited for room in their rings (back-pressure).
 
 Back-pressure time is measured per stream as the time it held commands that
 did not fit the ring (in the driver's backlog, or in its FIFO on the host):
@@ -25,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 
 __all__ = [
+    "WorkerStats",
+    "worker_stats",
     "EngineStats",
     "StreamStats",
     "BacklogClock",
@@ -100,6 +103,74 @@ class StreamStats:
     completed: int
     refused: int
     backpressure_wait_ns: int
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Counters of a worker, from :meth:`ChipWorker.stats`.
+
+    Attributes
+    ----------
+    launches, copies : int
+        Kernel launches and copies the device ran (driver counters).
+    bytes_h2d, bytes_d2h, bytes_d2d : int
+        Bytes copied per direction.
+    commands_submitted, commands_completed : int
+        Commands accepted by the device and finished.
+    completions : int
+        Completion records the pump drained.
+    wakeups : int
+        Drains that found records (one per pump wake-up with work).
+    backpressure_waits : int
+        Commands that had to wait for room in their stream's ring (in the
+        driver's backlog, or in the stream's FIFO behind a host condition).
+    in_flight : int
+        Commands queued whose record has not arrived yet.
+    streams : int
+        Open streams, the default one included.
+    memory_in_use, memory_reserved, memory_peak, memory_capacity : int
+        Device memory bytes: in live allocations; plus frees still queued;
+        the high-water mark of reserved; the arena size.
+    memory_allocations : int
+        Live device allocations.
+    engines : tuple of EngineStats
+        Per engine (cores first, then copy engines): busy time, commands, bytes.
+    stream_stats : tuple of StreamStats
+        Per open stream: ring occupancy high-water marks (task window, heap,
+        dep pool), backlog, and time spent waiting for room in the ring.
+    backpressure_wait_ns : int
+        Time streams spent with commands waiting for room, summed over streams.
+    memory_waits : int
+        Launches that waited for device memory for their host arrays'
+        temporaries (memory back-pressure).
+    """
+
+    launches: int
+    copies: int
+    bytes_h2d: int
+    bytes_d2h: int
+    bytes_d2d: int
+    commands_submitted: int
+    commands_completed: int
+    completions: int
+    wakeups: int
+    backpressure_waits: int
+    in_flight: int
+    streams: int
+    memory_in_use: int
+    memory_reserved: int
+    memory_peak: int
+    memory_capacity: int
+    memory_allocations: int
+    engines: tuple[EngineStats, ...] = ()
+    stream_stats: tuple[StreamStats, ...] = ()
+    backpressure_wait_ns: int = 0
+    memory_waits: int = 0
+
+    @property
+    def completions_per_wakeup(self) -> float:
+        """Average records handled per pump wake-up (batching at work)."""
+        return self.completions / self.wakeups if self.wakeups else 0.0
 
 
 class BacklogClock(dict):
@@ -207,3 +278,36 @@ def scope_stats(stats) -> dict:
         if hasattr(stats, name):
             doc[name] = getattr(stats, name)
     return doc
+
+
+def worker_stats(worker) -> WorkerStats:
+    """Assemble :meth:`ChipWorker.stats`: the driver's counters, the queue's, per engine and stream."""
+    from .._driver import check, ffi, lib
+
+    dev_stats = ffi.new("pto_device_stats *")
+    mem = ffi.new("pto_mem_stats *")
+    check(lib.pto_device_get_stats(worker._dev, dev_stats), "pto_device_get_stats")
+    check(lib.pto_mem_get_stats(worker._dev, mem), "pto_mem_get_stats")
+    return WorkerStats(
+        launches=dev_stats.launches,
+        copies=dev_stats.copies,
+        bytes_h2d=dev_stats.bytes_h2d,
+        bytes_d2h=dev_stats.bytes_d2h,
+        bytes_d2d=dev_stats.bytes_d2d,
+        commands_submitted=dev_stats.commands_submitted,
+        commands_completed=dev_stats.commands_completed,
+        completions=worker._completions,
+        wakeups=worker._wakeups,
+        backpressure_waits=worker._fifo_waits,
+        in_flight=len(worker._pending),
+        streams=sum(1 for s in worker._streams.values() if not s._closed),
+        memory_in_use=mem.in_use,
+        memory_reserved=mem.reserved,
+        memory_peak=mem.peak,
+        memory_capacity=mem.capacity,
+        memory_allocations=mem.allocations,
+        engines=engine_stats(worker._dev, worker._info.engines, worker._info.cores),
+        stream_stats=stream_stats(worker._streams.values(), worker._backlog),
+        backpressure_wait_ns=worker._backlog.total_ns(),
+        memory_waits=worker._memory_waits,
+    )

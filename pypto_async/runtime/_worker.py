@@ -15,7 +15,6 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from dataclasses import dataclass
 
 from .._driver import PTO_ENOMEM, check, device_config, error_for_status, ffi, lib
 from ..errors import (
@@ -37,7 +36,7 @@ from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
 from ._queue import _BATCH, _F_DATA, _F_LAST, _F_RECORD, _QUEUED, CommandQueue, cq_view
 from ._state import CLOSED, FORKED, OPEN
-from ._stats import BacklogClock, EngineStats, StreamStats, engine_stats, stream_stats
+from ._stats import BacklogClock, WorkerStats, worker_stats
 from ._stream import Stream
 from ._tensor import DeviceTensor
 from ._tracing import TraceWindow, WorkerTracing
@@ -72,74 +71,6 @@ def _close_live_workers() -> None:
                 worker.close(timeout=5.0)
             except Exception:
                 pass
-
-
-@dataclass(frozen=True)
-class WorkerStats:
-    """Counters of a worker, from :meth:`ChipWorker.stats`.
-
-    Attributes
-    ----------
-    launches, copies : int
-        Kernel launches and copies the device ran (driver counters).
-    bytes_h2d, bytes_d2h, bytes_d2d : int
-        Bytes copied per direction.
-    commands_submitted, commands_completed : int
-        Commands accepted by the device and finished.
-    completions : int
-        Completion records the pump drained.
-    wakeups : int
-        Drains that found records (one per pump wake-up with work).
-    backpressure_waits : int
-        Commands that had to wait for room in their stream's ring (in the
-        driver's backlog, or in the stream's FIFO behind a host condition).
-    in_flight : int
-        Commands queued whose record has not arrived yet.
-    streams : int
-        Open streams, the default one included.
-    memory_in_use, memory_reserved, memory_peak, memory_capacity : int
-        Device memory bytes: in live allocations; plus frees still queued;
-        the high-water mark of reserved; the arena size.
-    memory_allocations : int
-        Live device allocations.
-    engines : tuple of EngineStats
-        Per engine (cores first, then copy engines): busy time, commands, bytes.
-    stream_stats : tuple of StreamStats
-        Per open stream: ring occupancy high-water marks (task window, heap,
-        dep pool), backlog, and time spent waiting for room in the ring.
-    backpressure_wait_ns : int
-        Time streams spent with commands waiting for room, summed over streams.
-    memory_waits : int
-        Launches that waited for device memory for their host arrays'
-        temporaries (memory back-pressure).
-    """
-
-    launches: int
-    copies: int
-    bytes_h2d: int
-    bytes_d2h: int
-    bytes_d2d: int
-    commands_submitted: int
-    commands_completed: int
-    completions: int
-    wakeups: int
-    backpressure_waits: int
-    in_flight: int
-    streams: int
-    memory_in_use: int
-    memory_reserved: int
-    memory_peak: int
-    memory_capacity: int
-    memory_allocations: int
-    engines: tuple[EngineStats, ...] = ()
-    stream_stats: tuple[StreamStats, ...] = ()
-    backpressure_wait_ns: int = 0
-    memory_waits: int = 0
-
-    @property
-    def completions_per_wakeup(self) -> float:
-        """Average records handled per pump wake-up (batching at work)."""
-        return self.completions / self.wakeups if self.wakeups else 0.0
 
 
 class ChipWorker(CommandQueue, DeviceMemory):
@@ -958,30 +889,4 @@ class ChipWorker(CommandQueue, DeviceMemory):
     def stats(self) -> WorkerStats:
         """Return a snapshot of the worker's counters (see :class:`WorkerStats`)."""
         self._check_open()
-        dev_stats = ffi.new("pto_device_stats *")
-        mem = ffi.new("pto_mem_stats *")
-        check(lib.pto_device_get_stats(self._dev, dev_stats), "pto_device_get_stats")
-        check(lib.pto_mem_get_stats(self._dev, mem), "pto_mem_get_stats")
-        return WorkerStats(
-            launches=dev_stats.launches,
-            copies=dev_stats.copies,
-            bytes_h2d=dev_stats.bytes_h2d,
-            bytes_d2h=dev_stats.bytes_d2h,
-            bytes_d2d=dev_stats.bytes_d2d,
-            commands_submitted=dev_stats.commands_submitted,
-            commands_completed=dev_stats.commands_completed,
-            completions=self._completions,
-            wakeups=self._wakeups,
-            backpressure_waits=self._fifo_waits,
-            in_flight=len(self._pending),
-            streams=sum(1 for s in self._streams.values() if not s._closed),
-            memory_in_use=mem.in_use,
-            memory_reserved=mem.reserved,
-            memory_peak=mem.peak,
-            memory_capacity=mem.capacity,
-            memory_allocations=mem.allocations,
-            engines=engine_stats(self._dev, self._info.engines, self._info.cores),
-            stream_stats=stream_stats(self._streams.values(), self._backlog),
-            backpressure_wait_ns=self._backlog.total_ns(),
-            memory_waits=self._memory_waits,
-        )
+        return worker_stats(self)
