@@ -151,7 +151,7 @@ class CompiledProgram:
     load = from_dir
 
     def __call__(self, *args, stream=None):
-        """Dispatch through the runtime: ``pypto_async.runtime._context.dispatch``."""
+        """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
         return _dispatch(self, args, stream)
 
     def __repr__(self) -> str:
@@ -181,7 +181,7 @@ def _graph_from_meta(graph: dict) -> TaskGraph:
 
 def _dispatch(compiled, args, stream):
     try:
-        from ..runtime._context import dispatch
+        from ..runtime._dispatch import dispatch
     except ImportError as exc:
         raise PtoNotSupported(
             "no runtime: pypto_async.runtime is not available to dispatch this program "

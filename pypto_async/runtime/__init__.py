@@ -8,7 +8,8 @@ under ``with``, async under ``async with``).
 from ._benchmark import *  # noqa: F401,F403
 from ._benchmark import __all__ as _benchmark_all
 from ._config import RunConfig
-from ._context import current_worker, dispatch
+from ._context import current_worker
+from ._dispatch import dispatch
 from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
 from ._kernel import *  # noqa: F401,F403

@@ -5,8 +5,9 @@ thread) sees its own values:
 
 * the stack of workers opened with ``with`` / ``async with`` around the code:
   ``compiled(*args)`` and ``kernel(*args)`` on a ``@pl.jit`` function
-  dispatch on the innermost one (:func:`dispatch`); with none open, on one
-  process-wide default worker created on first use and closed at exit;
+  dispatch on the innermost one (:func:`current_worker`; with none open,
+  :func:`~pypto_async.runtime._dispatch.dispatch` uses the process-wide
+  default worker);
 * the stack of streams set with ``worker.use_stream(s)``: a worker's
   task-local default stream is the innermost of its own streams there, else
   its ``default_stream``.
@@ -14,17 +15,12 @@ thread) sees its own values:
 
 from __future__ import annotations
 
-import atexit
-import threading
 from contextvars import ContextVar
 
-__all__ = ["dispatch", "current_worker", "default_worker"]
+__all__ = ["current_worker", "push_worker", "pop_worker", "push_stream", "pop_stream", "stream_stack"]
 
 _workers: ContextVar[tuple] = ContextVar("pypto_async_workers", default=())
 _streams: ContextVar[tuple] = ContextVar("pypto_async_streams", default=())
-
-_default = None
-_default_lock = threading.Lock()
 
 
 def push_worker(worker):
@@ -41,18 +37,20 @@ def pop_worker(worker, token) -> None:
 
 
 def push_stream(stream):
+    """Push `stream` on this context's stream stack (``use_stream``); return the token."""
     return _streams.set(_streams.get() + (stream,))
 
 
 def pop_stream(stream, token) -> None:
+    """Undo :func:`push_stream` (tolerates being called from another context)."""
     try:
         _streams.reset(token)
     except ValueError:
         _streams.set(tuple(s for s in _streams.get() if s is not stream))
 
 
-def stream_stack() -> tuple:
-    return _streams.get()
+#: This context's stream stack, innermost last: a C call, which the launch hot path makes per launch.
+stream_stack = _streams.get
 
 
 def current_worker():
@@ -61,58 +59,3 @@ def current_worker():
         if worker._alive():
             return worker
     return None
-
-
-def default_worker():
-    """Return the process-wide default worker (sync mode), creating it once."""
-    global _default
-    worker = _default
-    if worker is not None and worker._alive():
-        return worker
-    with _default_lock:
-        if _default is None or not _default._alive():
-            from ._worker import ChipWorker
-
-            _default = ChipWorker()
-        return _default
-
-
-@atexit.register
-def _close_default() -> None:
-    worker = _default
-    if worker is not None:
-        worker.close(timeout=5.0)
-
-
-def dispatch(compiled, args, *, stream=None):
-    """Launch `compiled` with `args` on the worker opened around this code.
-
-    This is what ``CompiledProgram.__call__`` and ``@pl.jit`` kernels call.
-    The worker is the innermost one opened with ``with`` / ``async with``
-    in this task; with none, the process-wide default worker (created once,
-    in sync mode, closed at interpreter exit).
-
-    Parameters
-    ----------
-    compiled
-        A compiled program (see :mod:`pypto_async._signature`).
-    args : sequence
-        Its arguments.
-    stream : Stream, optional
-        The stream to launch on; ``None`` means the task-local default
-        stream.  It must belong to the chosen worker.
-
-    Returns
-    -------
-    object or Launch
-        In sync mode, the launch's result (its ``Out``/``InOut`` arguments,
-        see :meth:`Launch.result`), once it has completed.  In async mode,
-        the pending :class:`Launch`: ``await`` it for the same result.
-    """
-    worker = current_worker()
-    if worker is None:
-        worker = stream._worker if stream is not None else default_worker()
-    launch = worker.register(compiled)(*args, stream=stream)
-    if worker._async:
-        return launch
-    return launch.result()

@@ -544,7 +544,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
 
     def _current_stream(self) -> Stream:
         """The task-local default stream: the innermost of this worker's ``use_stream`` streams."""
-        stack = _context._streams.get()
+        stack = _context.stream_stack()
         if stack:
             for stream in reversed(stack):
                 if stream._worker is self:
@@ -642,7 +642,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         if h._unfit is not None:
             raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
         if stream is None:
-            stream = self._current_stream() if _context._streams.get() else self._default_stream
+            stream = self._current_stream() if _context.stream_stack() else self._default_stream
         else:
             self._own_stream(stream)
         values, hosts, joins = h._binder.bind(self, stream, args)
