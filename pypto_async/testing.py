@@ -123,11 +123,14 @@ class Latch:
         fails on the device, and so does the work queued behind it.
     """
 
-    __slots__ = ("_handle", "_stream", "_queued", "_exited", "released", "timeout")
+    __slots__ = ("_handle", "_stream", "_lock", "_queued", "_exited", "released", "timeout")
 
     def __init__(self, handle, stream, timeout: float):
+        import threading
+
         self._handle = handle
         self._stream = stream
+        self._lock = threading.Lock()  # orders _queued and _exited: the wait may be queued on another thread
         self._queued = False  # the driver has the wait (and its own reference to the latch)
         self._exited = False  # the hold() block ended: destroy the handle once the driver has the wait
         self.released = False
@@ -143,7 +146,7 @@ class Latch:
             from ._driver import lib
 
             self.released = True
-            if self._stream._worker._alive():
+            if not self._stream.worker.is_closed:
                 lib.pto_latch_release(self._handle)
 
     def __repr__(self) -> str:
@@ -162,21 +165,17 @@ def _stream_of(stream):
     return stream
 
 
-def _queue(stream, fn, args: tuple, *, record: bool):
+def _queue(stream, fn, args: tuple, *, record: bool) -> None:
     """Queue a driver call on `stream` in order with the runtime's own work.
 
-    Through the worker's one hook for this module (``_queue_call``): nothing
-    jumps the queue, behind a full ring (the driver's backlog keeps the
-    order) or behind work the runtime holds back on the host.
-    ``fn(*args, token)`` returns a driver status.  With `record`, the call is
-    a device command whose completion the worker tracks (a token in its map);
-    otherwise it gets token 0.
-
-    Returns the host FIFO entry when it waits there, else None.
+    Through the one hook the worker's command queue keeps for this module
+    (``CommandQueue.enqueue_hook``): nothing jumps the queue, behind a full
+    ring (the driver's backlog keeps the order) or behind work the runtime
+    holds back on the host.  ``fn(*args, token)`` returns a driver status.
+    With `record`, the call is a device command whose completion the worker
+    tracks (a token in its map); otherwise it gets token 0.
     """
-    worker = stream._worker
-    with worker._lock:
-        return worker._queue_call(stream, fn, args, record)
+    stream.worker._queue.enqueue_hook(stream, fn, args, record=record)
 
 
 @contextlib.contextmanager
@@ -213,16 +212,17 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise PtoArgumentError(f"timeout must be a number of seconds > 0, not {timeout!r}")
     stream = _stream_of(stream)
-    worker = stream._worker
+    worker = stream.worker
     out = ffi.new("pto_latch **")
-    check(lib.pto_latch_create(worker._dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
+    check(lib.pto_latch_create(worker._queue.dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
     latch = Latch(out[0], stream, float(timeout))
 
     def wait(ptr, handle, token):  # runs when the runtime queues it: at once, or in its turn
-        rc = lib.pto_stream_latch_wait(ptr, handle, token)
-        latch._queued = True
-        if latch._exited:  # the block ended while it waited on the host: the latch is released
-            lib.pto_latch_destroy(handle)
+        with latch._lock:
+            rc = lib.pto_stream_latch_wait(ptr, handle, token)
+            latch._queued = True
+            if latch._exited:  # the block ended while it waited on the host: the latch is released
+                lib.pto_latch_destroy(handle)
         return rc
 
     try:
@@ -233,9 +233,9 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     try:
         yield latch
     finally:
-        if worker._alive():
+        if not worker.is_closed:
             latch.release()
-            with worker._lock:
+            with latch._lock:
                 latch._exited = True
                 if latch._queued:
                     lib.pto_latch_destroy(latch._handle)  # the driver keeps its own reference

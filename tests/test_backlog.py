@@ -25,6 +25,8 @@ import pytest
 from pypto_async._driver import ffi, lib
 from pypto_async.errors import PtoCanceledError, PtoDependencyError, PtoError, PtoKernelFault
 from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.runtime._complete import service
+from pypto_async.runtime._submit import submit, token
 from pypto_async.testing import fail_next, hold
 
 from conftest import mem_stats
@@ -129,14 +131,15 @@ class _Gate:
 
 def _hold_behind(w, stream, gate) -> None:
     """Queue a notify on `stream` that waits for `gate`: what follows waits on the host."""
-    with w._lock:
-        w._submit(stream, lib.pto_stream_notify, (stream._ptr, w._token(None)), None, 0, gate=gate)
+    q = w._queue
+    with q.lock:
+        submit(q, stream, lib.pto_stream_notify, (stream._ptr, token(q, None)), None, 0, gate=gate)
 
 
 def _open(w, gate) -> None:
     gate._entered = True
-    with w._lock:
-        w._service_locked()  # what the pump does once the condition is met
+    with w._queue.lock:
+        service(w._queue)  # what the pump does once the condition is met
 
 
 @pytest.mark.anyio
@@ -278,8 +281,8 @@ async def test_cancel_of_a_launch_granted_memory_but_held_on_the_host(kernels):
             latch.release()
         assert await first is outs[0]
         await held
-        with w._lock:
-            w._service_locked()  # memory came back: the waiting launch is granted its block
+        with w._queue.lock:
+            service(w._queue)  # memory came back: the waiting launch is granted its block
         assert mem_stats(w).allocations == 1 and not second.done()
         assert second.cancel() is True  # still behind the gate: its block goes back in order
         assert lib.pto_stream_synchronize(s._ptr, 10_000_000) == 0

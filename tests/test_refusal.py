@@ -23,6 +23,8 @@ from pypto_async._driver import lib
 from pypto_async._dtypes import FP32
 from pypto_async.errors import PtoArgumentError
 from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.runtime._complete import service
+from pypto_async.runtime._submit import submit, token
 from pypto_async.testing import hold
 
 N = 64
@@ -161,14 +163,15 @@ async def test_driver_refusal_in_the_fifo_writes_no_output(kernels):
         # Hold the stream on the host (as a launch waiting for device memory does): the driver
         # keeps a full ring's backlog itself and would refuse the launch at the call.
         s, gate = w.default_stream, _Gate()
-        with w._lock:
-            w._submit(s, lib.pto_stream_notify, (s._ptr, w._token(None)), None, 0, gate=gate)
+        q = w._queue
+        with q.lock:
+            submit(q, s, lib.pto_stream_notify, (s._ptr, token(q, None)), None, 0, gate=gate)
         refused = wide(*inputs, out)  # waits in the FIFO: the driver sees it only later
         after = add(a, b, later)
         assert not refused.submitted_to_ring
         gate._entered = True
-        with w._lock:
-            w._service_locked()  # what the pump does once the host condition is met
+        with q.lock:
+            service(q)  # what the pump does once the host condition is met
         with pytest.raises(PtoArgumentError, match="exceed the 256-byte ring heap"):
             await refused
         assert await after is later  # work queued behind it runs

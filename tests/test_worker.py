@@ -28,6 +28,7 @@ from pypto_async.errors import (
     PtoTimeout,
 )
 from pypto_async.runtime import ChipWorker, KernelHandle, RunConfig, WorkerStats
+from pypto_async.runtime._submit import submit, token
 from pypto_async.testing import hold
 
 N = 64
@@ -164,8 +165,9 @@ def test_close_timeout_cancels_queued_work(config, kernels):
     latch = ffi.new("pto_latch **")
     assert lib.pto_latch_create(w._dev, 30_000_000, latch) == 0
     stream = w.default_stream
-    with w._lock:
-        w._submit(stream, lib.pto_stream_latch_wait, (stream._ptr, latch[0], w._token(None)), None, 0)
+    q = w._queue
+    with q.lock:
+        submit(q, stream, lib.pto_stream_latch_wait, (stream._ptr, latch[0], token(q, None)), None, 0)
     stuck = inc.submit(t)
     t.free()
     with pytest.warns(RuntimeWarning, match=r"dropped \d+ command"):
@@ -340,10 +342,10 @@ def test_sync_raises_on_a_lost_device(config, kernels):
         with pytest.raises(PtoDeviceLost, match="device was lost"):
             w.sync(timeout=10)
         assert isinstance(launch.exception(), PtoDeviceLost)
-        in_flight = len(w._pending)
+        in_flight = len(w._queue.pending)
         with pytest.raises(PtoDeviceLost):  # refused at submission, leaving nothing behind
             inc.submit(t)
-        assert len(w._pending) == in_flight
+        assert len(w._queue.pending) == in_flight
     with pytest.warns(ResourceWarning, match="never freed"):
         w.close(timeout=5)
 

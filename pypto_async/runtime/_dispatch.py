@@ -1,9 +1,45 @@
 """The dispatch path: from a call to commands on a stream.
 
+A launch goes down through these files::
+
+    handle(*args) / handle.submit(*args)      _kernel.py      KernelHandle
+      launch_kernel                           _dispatch.py    this module
+        Binder.bind                           _args.py        check and convert the arguments
+        DeviceTensor._join                    _tensor.py      first use on this stream
+        token + pto_stream_launch             (inlined)       no host arrays: one command
+        launch_group                          _dispatch.py    host arrays: a command group
+          DeviceMemory.alloc_temps            _memory.py      one block of temporaries
+          wait_for_memory                     _memwait.py     ... or wait for one
+          group_commands                      _group.py       copies in, kernel, copies out, free
+          submit_group                        _submit.py      to the driver, or the stream's FIFO
+      finish_sync                             (sync mode)     block until it completed
+    ... the device runs it; the pump wakes ...
+    service -> drain -> Launch._ok / _fail    _complete.py    the Launch resolves
+
 ``dispatch(compiled, args)`` (what ``compiled(*args)`` and ``@pl.jit``
-kernels call) picks the worker: the innermost one opened around the code
-(:mod:`._context`), else a process-wide default worker in sync mode, created
-on first use and closed at interpreter exit.
+kernels call) picks the worker first: the innermost one opened around the
+code (:mod:`._context`), else a process-wide default worker in sync mode,
+created on first use and closed at interpreter exit.
+
+The hot path.  :func:`launch_kernel` runs once per launch, and for a launch
+on DeviceTensors and scalars (no host arrays) its cost is the runtime's
+per-launch cost, so it is kept flat: it compares the worker's state itself,
+takes the task-local default stream without a call when no ``use_stream``
+is active, inlines :func:`~._submit.token` and :func:`~._submit.submit` (one
+command, straight to the driver unless the stream's FIFO holds work), calls
+``pto_stream_launch`` and ``Launch._make`` through names bound once (a cffi
+``lib`` attribute costs a lookup, a classmethod a bound method), and passes the argument list as is (cffi converts it to a
+temporary ``uint64_t`` array, which the driver copies into the ring heap or
+its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
+a tuple of ints drops out of the cyclic GC's tracking at its first
+collection, a list never does.  And every 64th token it runs the completion
+service itself when its pump may (``can_serve_inline``): a coroutine that
+submits without ever suspending never lets the pump run, and draining now
+and then lets finished launches die young (cheap for the cyclic GC) and
+keeps the completion queue short.  There too it counts the launches of
+``submit()`` for the pump's turn-taking (see :mod:`._pump`, on producers
+that never suspend): when one is due, that launch's ``await`` yields to the
+loop once.  Everything else on the path is ordinary code.
 """
 
 from __future__ import annotations
@@ -11,9 +47,24 @@ from __future__ import annotations
 import atexit
 import threading
 
-from ._context import current_worker
+from .._driver import check, lib
+from ..errors import PtoArgumentError
+from ._complete import service
+from ._context import current_worker, stream_stack
+from ._group import group_commands, group_flags
+from ._launch import Launch, mark_turn
+from ._memwait import wait_for_memory
+from ._queue import F_DATA, F_LAST, QUEUED
+from ._state import OPEN
+from ._stream import accept, task_default
+from ._submit import hold, overflowed, submit, submit_group, token, track
+from ._wait import block_until
 
-__all__ = ["dispatch", "default_worker"]
+__all__ = ["dispatch", "default_worker", "launch_kernel", "launch_group", "queue_one", "finish_sync"]
+
+_stream_launch = lib.pto_stream_launch  # bound once: the hot path calls it per launch
+_make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
+_SERVICE_MASK = 63  # the hot path runs the completion service itself every 64 tokens
 
 _default = None
 _default_lock = threading.Lock()
@@ -72,3 +123,107 @@ def dispatch(compiled, args, *, stream=None):
     if worker._async:
         return launch
     return launch.result()
+
+
+def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
+    """Queue a launch of the registered kernel `h` (``h(*args)``, or ``h.submit`` with `submit_only`).
+
+    The hot path: see the module doc.
+    """
+    if worker._state != OPEN:
+        worker._check_open()
+    if h._unfit is not None:
+        raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
+    if stream is None:
+        stream = task_default(worker) if stream_stack() else worker._default_stream
+    else:
+        accept(worker, stream)
+    values, hosts, joins = h._binder.bind(worker, stream, args)
+    out1 = h._out1
+    # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
+    # while the launch runs is freed in stream order behind it.  Host arrays are kept
+    # by launch_group.
+    launch = _make_launch(worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
+                          submit_only)
+    q = worker._queue
+    with q.lock:
+        mem = worker._memory
+        if mem.deferred:
+            mem.free_deferred_locked()
+        if joins is not None:
+            for t in joins:
+                t._join(stream)
+        if hosts is None:
+            tok = q.next_token
+            q.next_token = tok + 1
+            q.pending[tok] = launch
+            if not stream._fifo:
+                rc = _stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                if not rc:
+                    launch._entered = True
+                elif rc == QUEUED:  # the driver keeps it until the ring has room
+                    overflowed(q, stream, 1)
+                    track(stream, launch, tok, tok)
+                else:
+                    del q.pending[tok]
+                    check(rc, h._label)
+            else:  # behind a host condition: wait in the stream's FIFO
+                hold(q, stream, _stream_launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
+                     launch, F_DATA | F_LAST, None)
+            if not tok & _SERVICE_MASK and q.pump.can_serve_inline():
+                service(q)
+                if submit_only and q.pump.turn_due(_SERVICE_MASK + 1):
+                    mark_turn(launch)  # nor the rest of the loop: its await yields once
+        else:
+            launch_group(worker, h, stream, values, hosts, launch)
+            if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
+                mark_turn(launch)
+    if worker._async:
+        return launch
+    if submit_only:
+        if not launch._entered:
+            block_until(q, launch, True, None)
+        return launch
+    return finish_sync(worker, launch)
+
+
+def launch_group(worker, h, stream, values: list, hosts: list, launch: Launch) -> None:
+    """Queue a launch with host arrays: temporaries, copies in, kernel, copies out, free (lock held).
+
+    If the temporaries do not fit, or other launches wait for memory
+    already, the launch waits in its stream's FIFO (see :mod:`._memwait`).
+    """
+    launch._keep = hosts
+    mem = worker._memory
+    temps = None if mem.mem_waiters else mem.alloc_temps(hosts, stream, h._label)
+    if temps is None:
+        temps = wait_for_memory(mem, h, stream, values, launch)
+        if temps is None:
+            return
+    q = worker._queue
+    tokens = [token(q, launch) for _ in group_flags(hosts)]
+    cmds = group_commands(h, stream, values, hosts, temps, tokens)
+    launch._remaining = len(cmds)
+    if submit_group(q, stream, cmds, launch):
+        launch._entered = True
+
+
+def queue_one(worker, stream, fn, args_without_token: tuple, name: str, keep, out) -> Launch:
+    """Queue one data command owned by a new Launch (a copy; lock held)."""
+    launch = _make_launch(worker, stream, name, 1, keep, out)
+    q = worker._queue
+    t = token(q, launch)
+    if submit(q, stream, fn, (*args_without_token, t), launch, F_DATA | F_LAST):
+        launch._entered = True
+    return launch
+
+
+def finish_sync(worker, launch: Launch) -> Launch:
+    """In sync mode, wait for `launch` and raise its error; in async mode, return it."""
+    if not worker._async:
+        if not launch._done:
+            block_until(worker._queue, launch, False, None)
+        if launch._exc is not None:
+            launch._mark_retrieved()
+            raise launch._exc
+    return launch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._args import Binder
+from ._dispatch import launch_kernel
 
 __all__ = ["KernelHandle"]
 
@@ -91,7 +92,7 @@ class KernelHandle:
         PtoError
             In sync mode, the launch's own failure.
         """
-        return self._worker._launch_kernel(self, args, stream, False)
+        return launch_kernel(self._worker, self, args, stream, False)
 
     def submit(self, *args, stream=None):
         """Queue a launch without waiting for it to complete.
@@ -104,7 +105,7 @@ class KernelHandle:
             for completion.  In sync mode this call returns once the
             commands entered the ring.
         """
-        return self._worker._launch_kernel(self, args, stream, True)
+        return launch_kernel(self._worker, self, args, stream, True)
 
     @property
     def compiled(self):

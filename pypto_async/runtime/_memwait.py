@@ -14,8 +14,8 @@ launch waits for ring room:
    there, so later work on the stream queues behind the launch and order on
    the stream is kept.  Their tokens are taken at once, so a sync point
    (``w.sync()``, ``await w.wait()``) taken afterwards covers the launch.
-2. After each drain (frees completed) and flush, the worker retries the
-   oldest waiting launch (:func:`retry`).  Waiters are served in arrival
+2. After each drain (frees completed) and flush, device memory retries the
+   oldest waiting launch (:func:`retry`, from ``DeviceMemory.on_service``).  Waiters are served in arrival
    order, worker-wide, and while one waits a new launch with host arrays
    joins the line instead of allocating, so a run of small requests cannot
    starve a large one.
@@ -41,38 +41,20 @@ Facts this rests on:
 * A block freed on stream S may be handed to S again while its free is still
   queued (stream-ordered reuse): the group's commands all come later on S.
 
-Everything here runs with the worker's lock held.
+The functions take the worker's :class:`~._memory.DeviceMemory` (``mem``),
+which keeps the waiting line; everything here runs with the worker's lock
+held.
 """
 
 from __future__ import annotations
 
 from .._driver import ffi, lib
 from ..errors import PtoError, PtoOutOfMemory
-from ._queue import _F_DATA, _F_LAST, _Entry
+from ._group import group_commands, group_flags, needed
+from ._queue import Entry
+from ._submit import token
 
-__all__ = ["MemoryWait", "group_flags", "rounded", "wait_for_memory", "retry"]
-
-_ALIGN = 256  # the driver's allocation granule
-
-
-def group_flags(hosts: list) -> list[int]:
-    """The FIFO flags of a launch group's commands, in the order the group queues them.
-
-    Input copies, the kernel, output copies (data commands), then the free of
-    the temporaries' block, the group's last command.
-    """
-    n_data = 1 + sum(p.copies_in + p.copies_out for _, _, p in hosts)
-    return [_F_DATA] * n_data + [_F_LAST]
-
-
-def rounded(nbytes: int) -> int:
-    """The bytes the allocator reserves for a temporary of `nbytes` (its alignment)."""
-    return (max(nbytes, 1) + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def needed(hosts: list) -> int:
-    """The bytes of the block that holds a launch's temporaries."""
-    return sum(rounded(ha.nbytes) for _, ha, _ in hosts)
+__all__ = ["MemoryWait", "wait_for_memory", "retry"]
 
 
 def _device_idle(dev) -> bool:
@@ -89,11 +71,11 @@ class MemoryWait:
     while the launch waits, True once it was granted memory or gave up.
     """
 
-    __slots__ = ("_entered", "worker", "handle", "stream", "values", "launch", "tokens", "cmds", "exc")
+    __slots__ = ("_entered", "queue", "handle", "stream", "values", "launch", "tokens", "cmds", "exc")
 
-    def __init__(self, worker, handle, stream, values: list, launch, tokens: list):
+    def __init__(self, queue, handle, stream, values: list, launch, tokens: list):
         self._entered = False
-        self.worker = worker
+        self.queue = queue
         self.handle = handle
         self.stream = stream
         self.values = values
@@ -112,13 +94,12 @@ class MemoryWait:
         if cmds is not None:
             fn, args, _ = cmds[k]
             return fn(*args)
-        self.worker._pending.pop(token, None)
+        self.queue.pending.pop(token, None)
         self.launch._fail(self.exc)
         return 0
 
     def grant(self, temps: list) -> None:
-        self.cmds = self.worker._group_commands(self.handle, self.stream, self.values, self.launch._keep,
-                                                temps, self.tokens)
+        self.cmds = group_commands(self.handle, self.stream, self.values, self.launch._keep, temps, self.tokens)
         self._entered = True
 
     def give_up(self, exc: PtoError) -> None:
@@ -136,11 +117,11 @@ class MemoryWait:
         cmds, self.cmds = self.cmds, None
         if cmds is None:
             return None
-        fn, args, _ = cmds[-1]  # the free of the one block (see _group_commands)
+        fn, args, _ = cmds[-1]  # the free of the one block (see group_commands)
         return args[1]
 
 
-def wait_for_memory(worker, handle, stream, values: list, launch):
+def wait_for_memory(mem, handle, stream, values: list, launch):
     """Make `launch` wait for its temporaries, or raise if waiting cannot help.
 
     Called when the temporaries did not fit (or others wait already).
@@ -155,16 +136,17 @@ def wait_for_memory(worker, handle, stream, values: list, launch):
     """
     hosts = launch._keep
     nbytes = needed(hosts)
-    capacity = worker._info.device_memory
+    capacity = mem.capacity
+    q = mem.queue
     if nbytes > capacity:
         raise PtoOutOfMemory(
             f"{handle._label}: allocating {nbytes} bytes of device temporaries for its host arrays, more "
             f"than the device's {capacity} bytes: pass DeviceTensors, or open the worker with more "
             "device_memory"
         )
-    if not (worker._mem_waiters or worker._backlog or worker._deferred) and _device_idle(worker._dev):
+    if not (mem.mem_waiters or q.backlog or mem.deferred) and _device_idle(q.dev):
         # Nothing in flight: no free is coming.  A last try sees every free that ran.
-        temps = worker._alloc_temps(hosts, stream, handle._label)
+        temps = mem.alloc_temps(hosts, stream, handle._label)
         if temps is None:
             raise PtoOutOfMemory(
                 f"{handle._label}: allocating {nbytes} bytes of device temporaries: no free extent fits, "
@@ -172,22 +154,22 @@ def wait_for_memory(worker, handle, stream, values: list, launch):
             )
         return temps
     flags = group_flags(hosts)
-    tokens = [worker._token(launch) for _ in flags]
+    tokens = [token(q, launch) for _ in flags]
     launch._remaining = len(tokens)
-    gate = MemoryWait(worker, handle, stream, values, launch, tokens)
+    gate = MemoryWait(q, handle, stream, values, launch, tokens)
     run = gate.run
     epoch = lib.pto_stream_epoch(stream._ptr)  # the driver judges the group as queued now
-    stream._fifo.extend(_Entry(run, (k, token), launch, f, gate, epoch)
-                        for k, (token, f) in enumerate(zip(tokens, flags)))
-    if stream not in worker._backlog:
-        worker._backlog[stream] = None
-    worker._fifo_waits += len(tokens)
-    worker._memory_waits += 1
-    worker._mem_waiters.append(gate)
+    stream._fifo.extend(Entry(run, (k, t), launch, f, gate, epoch)
+                        for k, (t, f) in enumerate(zip(tokens, flags)))
+    if stream not in q.backlog:
+        q.backlog[stream] = None
+    q.fifo_waits += len(tokens)
+    mem.memory_waits += 1
+    mem.mem_waiters.append(gate)
     return None
 
 
-def retry(worker) -> bool:
+def retry(mem) -> bool:
     """Give the oldest waiting launches their temporaries; True if any was granted or gave up.
 
     Stops at the first that still does not fit while work is in flight (it
@@ -195,7 +177,8 @@ def retry(worker) -> bool:
     at once, so the flush lets its stand-ins fail before the next is tried:
     work queued behind it may free memory.
     """
-    waiters = worker._mem_waiters
+    waiters = mem.mem_waiters
+    dev = mem.queue.dev
     moved = False
     while waiters:
         gate = waiters[0]
@@ -203,9 +186,9 @@ def retry(worker) -> bool:
         if launch._done:  # its stand-ins were dropped (close() ran out of time)
             waiters.popleft()
             continue
-        idle = _device_idle(worker._dev)  # before the attempt: see the module doc
+        idle = _device_idle(dev)  # before the attempt: see the module doc
         try:
-            temps = worker._alloc_temps(launch._keep, gate.stream, gate.handle._label)
+            temps = mem.alloc_temps(launch._keep, gate.stream, gate.handle._label)
         except PtoError as exc:  # not a shortage: a lost device
             waiters.popleft()
             gate.give_up(exc)

@@ -284,6 +284,7 @@ def worker_stats(worker) -> WorkerStats:
     """Assemble :meth:`ChipWorker.stats`: the driver's counters, the queue's, per engine and stream."""
     from .._driver import check, ffi, lib
 
+    q = worker._queue
     dev_stats = ffi.new("pto_device_stats *")
     mem = ffi.new("pto_mem_stats *")
     check(lib.pto_device_get_stats(worker._dev, dev_stats), "pto_device_get_stats")
@@ -296,10 +297,10 @@ def worker_stats(worker) -> WorkerStats:
         bytes_d2d=dev_stats.bytes_d2d,
         commands_submitted=dev_stats.commands_submitted,
         commands_completed=dev_stats.commands_completed,
-        completions=worker._completions,
-        wakeups=worker._wakeups,
-        backpressure_waits=worker._fifo_waits,
-        in_flight=len(worker._pending),
+        completions=q.completions,
+        wakeups=q.wakeups,
+        backpressure_waits=q.fifo_waits,
+        in_flight=len(q.pending),
         streams=sum(1 for s in worker._streams.values() if not s._closed),
         memory_in_use=mem.in_use,
         memory_reserved=mem.reserved,
@@ -307,7 +308,7 @@ def worker_stats(worker) -> WorkerStats:
         memory_capacity=mem.capacity,
         memory_allocations=mem.allocations,
         engines=engine_stats(worker._dev, worker._info.engines, worker._info.cores),
-        stream_stats=stream_stats(worker._streams.values(), worker._backlog),
-        backpressure_wait_ns=worker._backlog.total_ns(),
-        memory_waits=worker._memory_waits,
+        stream_stats=stream_stats(worker._streams.values(), q.backlog),
+        backpressure_wait_ns=q.backlog.total_ns(),
+        memory_waits=worker._memory.memory_waits,
     )

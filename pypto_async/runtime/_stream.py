@@ -1,4 +1,4 @@
-"""Stream: an in-order queue of device work.
+"""Stream: an in-order queue of device work, and how work is ordered on it.
 
 Each stream is a ring of ``ring_task_window`` slots in the driver.  When the
 ring is full, submissions do not block: the driver accepts the commands into
@@ -7,17 +7,27 @@ as commands complete, without waiting for the host.  A group of commands (a
 launch with its copies) may be split across that boundary; order is
 preserved either way.  Only work held back by a host condition waits in the
 stream's FIFO here (see :mod:`._queue`).
+
+A stream records events and waits for them (``_record_locked``,
+``_wait_locked``: the commands every ordering in the runtime is made of),
+queues markers (``_marker``: what ``await stream`` and ``stream.sync()``
+wait for), and releases its driver stream (``_destroy``).  :func:`accept`
+and :func:`stream_for` are how every call that takes ``stream=`` checks it,
+or picks the task-local default.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from .._driver import lib
+from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
+from ._context import stream_stack
 from ._event import Event
-from ._launch import Launch
+from ._launch import Launch, _Marker
+from ._queue import F_LAST, F_RECORD
+from ._submit import submit, token
 
 __all__ = ["Stream"]
 
@@ -36,20 +46,31 @@ class Stream:
     its queued work still running.
     """
 
-    __slots__ = ("_worker", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed", "_final",
-                 "_final_ordering", "_is_default", "__weakref__")
+    __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
+                 "_final", "_final_ordering", "_is_default", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
 
     @classmethod
+    def _create(cls, worker, priority: int, is_default: bool) -> Stream:
+        """Create a driver stream on `worker` and register it there (lock held)."""
+        out = ffi.new("pto_stream **")
+        check(lib.pto_stream_create(worker._dev, priority, out), "pto_stream_create")
+        check(lib.pto_stream_set_overflow(out[0], 1), "pto_stream_set_overflow")  # see _queue.py, step 3
+        stream = cls._make(worker, out[0], priority, is_default)
+        worker._streams[stream._id] = stream
+        return stream
+
+    @classmethod
     def _make(cls, worker, ptr, priority: int, is_default: bool) -> Stream:
         stream = cls.__new__(cls)
         stream._worker = worker
+        stream._queue = worker._queue
         stream._ptr = ptr
         stream._id = int(lib.pto_stream_id(ptr))
         stream._priority = priority
-        stream._fifo = deque()  # _queue._Entry: work held back by a host condition
+        stream._fifo = deque()  # _queue.Entry: work held back by a host condition
         stream._unentered = deque()  # (seq, Launch) in the driver's backlog, oldest first
         stream._closed = False
         stream._final = None  # Events recorded at close: everything queued, with its failures...
@@ -106,7 +127,8 @@ class Stream:
             If the stream or its worker is closed.
         """
         self._check()
-        return self._worker._record(self)
+        with self._worker._lock:
+            return self._record_locked()
 
     def wait(self, what) -> None:
         """Make this stream wait, on the device, for an event, a launch or a stream.
@@ -150,7 +172,8 @@ class Stream:
             )
         elif what._worker is not worker:
             raise PtoArgumentError("Stream.wait(): the event belongs to another worker")
-        worker._wait_event(self, what)
+        with worker._lock:
+            self._wait_locked(what)
 
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed."""
@@ -190,8 +213,7 @@ class Stream:
         worker = self._worker
         worker._check_open()
         with worker._lock:
-            if worker._deferred:  # frees of collected tensors count as work queued so far
-                worker._process_deferred_locked()
+            worker._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
             if self._closed:
                 final = self._final
                 return final is None or final.query()
@@ -214,11 +236,19 @@ class Stream:
         PtoArgumentError
             For the worker's default stream.
         """
-        if self._closed or not self._worker._alive():
+        worker = self._worker
+        if self._closed or not worker._alive():
             return
         if self._is_default:
             raise PtoArgumentError("the default stream is closed with its worker")
-        self._worker._close_stream(self)
+        with worker._lock:
+            # The last points anyone can join: one that carries the stream's failures (for
+            # waits on its work) and one that only orders (for frees of tensors it used).
+            self._final = self._record_locked()
+            self._final_ordering = self._record_locked(ordering=True)
+            self._closed = True
+            if self not in self._queue.backlog:  # else the flush that empties it destroys it
+                self._destroy()
 
     def __del__(self):
         # Nothing references the stream any more (tensors, launches, events and queued
@@ -234,4 +264,95 @@ class Stream:
     def __repr__(self) -> str:
         state = " closed" if self.is_closed else ""
         return f"<Stream {self._id} priority={self._priority}{state}>"
+
+    # -- ordering commands (lock held unless said) ----------------------------------
+
+    def _record_locked(self, ordering: bool = False) -> Event:
+        """Record an Event on this stream.
+
+        ``ordering=True`` records a point that stands for no result: the event
+        completes healthy even if the stream failed before it, so waiting on
+        it orders without inheriting that failure.
+        """
+        q = self._queue
+        event = Event._make(self._worker, self, True)
+        t = token(q, event)
+        fn = lib.pto_stream_record_ordering if ordering else lib.pto_stream_record
+        if submit(q, self, fn, (self._ptr, event._ptr, t), event, F_LAST | F_RECORD):
+            event._entered = True
+        return event
+
+    def _wait_locked(self, event: Event) -> None:
+        """Make this stream wait, on the device, for `event` (held on the host until it is recorded)."""
+        q = self._queue
+        t = token(q, None)
+        submit(q, self, lib.pto_stream_wait_event, (self._ptr, event._ptr, t), None, 0, gate=event)
+
+    def _marker(self) -> Launch:
+        """Queue a notify: a Launch that completes after everything queued before it (takes the lock)."""
+        worker = self._worker
+        worker._check_open()
+        with worker._lock:
+            worker._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
+            marker = _Marker._make(worker, self, f"stream {self._id} sync point")
+            if self._closed:
+                raise PtoClosedError(f"stream {self._id} is closed")
+            q = self._queue
+            t = token(q, marker)
+            if submit(q, self, lib.pto_stream_notify, (self._ptr, t), marker, F_LAST):
+                marker._entered = True
+        return marker
+
+    def _event_after(self, launch: Launch) -> Event:
+        """An Event that completes once `launch`, queued on this stream, has (takes the lock)."""
+        worker = self._worker
+        worker._check_open()
+        with worker._lock:
+            if launch._done:
+                return Event._of_finished(worker, launch)
+            if self._closed:
+                return self._final
+            return self._record_locked()
+
+    def _destroy(self) -> None:
+        """Release the driver's stream, once nothing of this stream is left on the host."""
+        self._worker._streams.pop(self._id, None)
+        lib.pto_stream_destroy(self._ptr)
+
+
+def accept(worker, stream) -> Stream:
+    """Return `stream` if work for `worker` may be queued on it, else raise.
+
+    Raises
+    ------
+    PtoArgumentError
+        If it is not a Stream, or belongs to another worker.
+    PtoClosedError
+        If it is closed.
+    """
+    if type(stream) is not Stream:
+        raise PtoArgumentError(f"stream must be a Stream or None, not {type(stream).__name__}")
+    if stream._worker is not worker:
+        raise PtoArgumentError("the stream belongs to another ChipWorker")
+    if stream._closed:
+        raise PtoClosedError(f"stream {stream._id} is closed")
+    return stream
+
+
+def task_default(worker) -> Stream:
+    """`worker`'s task-local default stream: the innermost of its ``use_stream`` streams, else its own."""
+    stack = stream_stack()
+    if stack:
+        for stream in reversed(stack):
+            if stream._worker is worker:
+                if stream._closed:  # closed inside the block: refused, as with stream=s
+                    raise PtoClosedError(f"stream {stream._id} is closed (it is this task's "
+                                         "default stream, set with use_stream)")
+                return stream
+    return worker._default_stream
+
+
+def stream_for(worker, stream) -> Stream:
+    """The stream a call on `worker` queues on: `stream` checked (:func:`accept`), or the task-local default."""
+    return task_default(worker) if stream is None else accept(worker, stream)
 

@@ -1,4 +1,9 @@
-"""DeviceTensor: a buffer that stays resident in device memory across launches."""
+"""DeviceTensor: a buffer that stays resident in device memory across launches.
+
+Allocation and frees are the worker's device memory (:mod:`._memory`); a
+tensor itself knows its streams, and joins a new one on first use
+(``_join``).
+"""
 
 from __future__ import annotations
 
@@ -213,9 +218,24 @@ class DeviceTensor:
         try:
             if not self._freed:
                 self._freed = True
-                self._worker._defer_free(self._ptr, self._stream, self._streams)
+                self._worker._memory.defer_free(self._ptr, self._stream, self._streams)
         except Exception:  # never raise from a finalizer
             pass
+
+    def _join(self, stream) -> None:
+        """First use on `stream`: wait for the allocation and initial copy (lock held).
+
+        The event was recorded right after them (rule 4 above), so later,
+        unrelated work on the allocation stream (and its failures) is not
+        waited for.
+        """
+        event = self._ready
+        if event is None:
+            birth = self._stream
+            event = birth._final if birth._closed else birth._record_locked()
+        if event is not None:
+            stream._wait_locked(event)
+        self._streams.add(stream)
 
     def __repr__(self) -> str:
         state = " freed" if self._freed else ""

@@ -1,9 +1,20 @@
-"""ChipWorker: one open device, its streams, registrations and modes.
+"""ChipWorker: one open device, as a facade over the parts that do the work.
 
-The worker is three pieces: this module (opening and closing, modes, streams,
-registration and launches, events, statistics), :mod:`._queue` (the token
-map, stream backlogs, completion drain and blocking waits, with the essay on
-how work flows) and :mod:`._memory` (DeviceTensors, frees and copies).
+The worker owns its parts and holds little logic of its own:
+
+* the command queue (:class:`~._queue.CommandQueue`: tokens, the stream
+  FIFOs, completions), with its behaviour split by phase into
+  :mod:`._submit`, :mod:`._complete` and :mod:`._wait`;
+* device memory (:class:`~._memory.DeviceMemory`: tensors, stream-ordered and
+  deferred frees, temporaries), with copies in :mod:`._copy`;
+* the completion pump of its mode (:mod:`._pump`);
+* its streams (:mod:`._stream`), which record and wait for events;
+* tracing (:mod:`._tracing`) and statistics (:mod:`._stats`).
+
+A launch goes from ``handle(...)`` down the dispatch path
+(:mod:`._dispatch`, where its files are listed).  What is here: opening and
+closing, modes, streams, registration, worker-wide waits, and the public
+methods of the parts.
 """
 
 from __future__ import annotations
@@ -14,39 +25,35 @@ import os
 import threading
 import warnings
 import weakref
-from collections import deque
 
-from .._driver import PTO_ENOMEM, check, device_config, error_for_status, ffi, lib
+from .._driver import check, device_config, error_for_status, ffi, lib
 from ..errors import (
     PtoArgumentError,
     PtoCanceledError,
     PtoClosedError,
-    PtoError,
     PtoInvalidStateError,
     PtoPlatformMismatch,
 )
 from . import _context
 from ._checks import check_timeout
+from ._complete import cancel, drain, on_readable
 from ._config import as_run_config, normalize_platform
+from ._copy import blocking_copy, copy
 from ._event import Event
 from ._kernel import KernelHandle
-from ._launch import Launch, _Marker, mark_turn
+from ._launch import Launch, _Marker
 from ._memory import DeviceMemory
-from ._memwait import group_flags, retry, rounded, wait_for_memory
 from ._pump import SyncPump, make_pump
-from ._queue import _BATCH, _F_DATA, _F_LAST, _F_RECORD, _QUEUED, CommandQueue, cq_view
+from ._queue import CommandQueue, release_waiters, wake_idle
 from ._state import CLOSED, FORKED, OPEN
-from ._stats import BacklogClock, WorkerStats, worker_stats
-from ._stream import Stream
+from ._stats import WorkerStats, worker_stats
+from ._stream import Stream, accept
+from ._submit import flush
 from ._tensor import DeviceTensor
 from ._tracing import TraceWindow, WorkerTracing
+from ._wait import add_sync_point, block_until, drive
 
 __all__ = ["ChipWorker", "WorkerStats"]
-
-_stream_launch = lib.pto_stream_launch  # the launch hot path calls it once per launch
-_make_launch = Launch._make  # ... and this: bound once, a classmethod lookup costs a bound method
-_ENOMEM = -PTO_ENOMEM
-_SERVICE_MASK = 63  # the launch hot path drains completions itself every 64 tokens
 
 _live_workers: weakref.WeakSet = weakref.WeakSet()
 
@@ -73,7 +80,7 @@ def _close_live_workers() -> None:
                 pass
 
 
-class ChipWorker(CommandQueue, DeviceMemory):
+class ChipWorker:
     """An open device: where compiled programs are registered and launched.
 
     ``ChipWorker(config)`` opens the device.  How you then use it sets its
@@ -117,37 +124,22 @@ class ChipWorker(CommandQueue, DeviceMemory):
         info = ffi.new("pto_device_info *")
         check(lib.pto_device_get_info(self._dev, info), "pto_device_get_info")
         self._info = info
-        self._lock = threading.Lock()
-        self._pending: dict[int, object] = {}
-        self._next_token = 1
-        self._cq = ffi.new("pto_completion[]", _BATCH)
-        self._cq_view = cq_view(self._cq)  # the same memory, read column-wise by _drain
-        self._devptr_out = ffi.new("pto_devptr *")
+        self._lock = threading.Lock()  # the queue's lock (see _queue.py, "Threading")
+        self._pump = SyncPump(self)
+        self._queue = CommandQueue(self._dev, self._lock, self._pump, self._alive, self._check_open)
+        self._memory = DeviceMemory(self, self._queue, info.device_memory)
+        self._queue.on_service = self._memory.on_service
         # Weak: a stream nobody references (no tensor, launch, event or FIFO entry) is
-        # destroyed by its finalizer; the backlog holds streams with queued commands.
+        # destroyed by its finalizer; the queue's backlog holds streams with queued commands.
         self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
-        self._backlog: dict[Stream, None] = BacklogClock()  # also times back-pressure waits
-        self._failures: dict[int, PtoError] = {}
-        self._deferred: deque = deque()
-        self._deferred_scheduled = False
-        self._tensors: weakref.WeakSet = weakref.WeakSet()
         self._handles: dict[int, tuple] = {}
         self._kernels: dict[tuple[str, str], object] = {}
-        self._idle_waiters: list = []
-        self._sync_points: deque = deque()  # (token, Launch): see CommandQueue._sync_point
-        self._pump = SyncPump(self)
         self._async = False
-        self._loop_warned: set[str] = set()  # kinds of blocked-event-loop warning given (see _block_until)
         self._pid = os.getpid()
         self._ctx_tokens: list = []
-        self._completions = 0
-        self._wakeups = 0
-        self._fifo_waits = 0
-        self._mem_waiters: deque = deque()  # MemoryWait gates, oldest first (see _memwait)
-        self._memory_waits = 0
         self._state = OPEN
         try:
-            self._default_stream = self._new_stream(0, True)
+            self._default_stream = Stream._create(self, 0, True)
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
         except BaseException:
             self._state = CLOSED
@@ -238,11 +230,11 @@ class ChipWorker(CommandQueue, DeviceMemory):
         with self._lock:
             new = make_pump(self)
             pump.close()
-            self._pump = new
+            self._pump = self._queue.pump = new
             self._async = True
-            self._drain()
-            if self._backlog:
-                self._flush()
+            drain(self._queue)
+            if self._queue.backlog:
+                flush(self._queue)
         return self
 
     async def __aenter__(self) -> ChipWorker:
@@ -285,12 +277,12 @@ class ChipWorker(CommandQueue, DeviceMemory):
             return
         if self._state == FORKED:
             self._state = CLOSED
-            self._dev = None
+            self._dev = self._queue.dev = None
             return
         if self._async and not self._pump.on_own_thread() and self._pump.close_on_loop(timeout):
             return
         try:
-            forgotten = self._free_forgotten()
+            forgotten = self._memory.free_forgotten()
             if not self._drive(self._idle, timeout):
                 self._drop_queued(f"ChipWorker.close(): queued work did not finish within {timeout} s")
             self._tracing.close()
@@ -316,7 +308,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         if self._state != OPEN or not self._async or not self._pump.is_current():
             self.close(timeout=timeout)
             return
-        forgotten = self._free_forgotten()
+        forgotten = self._memory.free_forgotten()
         try:
             try:
                 finished = await self._pump.wait_idle(timeout)
@@ -343,30 +335,10 @@ class ChipWorker(CommandQueue, DeviceMemory):
             self._state = CLOSED
             self._pump.close()
             dev, self._dev = self._dev, None
+            self._queue.dev = None
             lib.pto_device_close(dev)
         except Exception:
             pass
-
-    def _idle(self) -> bool:
-        return not self._pending and not self._backlog
-
-    def _free_forgotten(self) -> list[str]:
-        names = []
-        with self._lock:
-            try:
-                self._process_deferred_locked()
-            except PtoError:  # a lost device
-                self._deferred.clear()
-            for t in list(self._tensors):
-                if not t._freed:
-                    names.append(repr(t))
-                    t._freed = True
-                    try:
-                        self._free_locked(t._ptr, self._dealloc_stream(t._stream), t._streams)
-                    except PtoError:  # a lost device: closing it releases the memory anyway
-                        pass
-            self._tensors.clear()
-        return names
 
     def _warn_forgotten(self, names: list[str]) -> None:
         for name in names:
@@ -381,17 +353,18 @@ class ChipWorker(CommandQueue, DeviceMemory):
         """
         canceled = PtoCanceledError("dropped: the worker closed before it ran")
         dropped = 0
+        q = self._queue
         with self._lock:
             for stream in list(self._streams.values()):
                 fifo = stream._fifo
                 while fifo:
                     entry = fifo.popleft()
-                    self._pending.pop(entry.token, None)
+                    q.pending.pop(entry.token, None)
                     if entry.owner is not None:
                         entry.owner._fail(canceled)
                     dropped += 1
                 stream._unentered.clear()  # the driver cancels its backlog below
-            self._backlog.clear()
+            q.backlog.clear()
             dropped += max(lib.pto_device_cancel(self._dev), 0)
         # Canceled commands complete at once; running ones finish on their engine.
         self._drive(self._idle, 5.0)
@@ -418,12 +391,14 @@ class ChipWorker(CommandQueue, DeviceMemory):
                 self._tracing.close()  # done already unless the close was cut short
             except Exception:  # noqa: BLE001 - a diagnostic must not keep the device open
                 pass
+            q = self._queue
             with self._lock:
                 dev, self._dev = self._dev, None
+                q.dev = None
                 lib.pto_device_close(dev)
                 canceled = PtoCanceledError("the worker closed before this completed")
-                owners = {id(o): o for o in self._pending.values() if o is not None}
-                self._pending.clear()
+                owners = {id(o): o for o in q.pending.values() if o is not None}
+                q.pending.clear()
                 for owner in owners.values():
                     if not owner._done:
                         if owner._exc is None:
@@ -431,24 +406,16 @@ class ChipWorker(CommandQueue, DeviceMemory):
                         owner._finish()
                 # Nothing is in flight any more: end every worker-wide wait (its waiter then
                 # finds the worker closed).  The last drain normally settled them already.
-                points = self._sync_points
+                points = q.sync_points
                 while points:
                     points.popleft()[1]._ok(0, 0)
-                for t in list(self._tensors):
+                for t in list(self._memory.tensors):
                     t._freed = True
-                self._wake_idle()
+                wake_idle(q)
                 self._handles.clear()
                 self._kernels.clear()
 
     # -- streams ----------------------------------------------------------------------------
-
-    def _new_stream(self, priority: int, is_default: bool) -> Stream:
-        out = ffi.new("pto_stream **")
-        check(lib.pto_stream_create(self._dev, priority, out), "pto_stream_create")
-        check(lib.pto_stream_set_overflow(out[0], 1), "pto_stream_set_overflow")  # see _queue.py, step 3
-        stream = Stream._make(self, out[0], priority, is_default)
-        self._streams[stream._id] = stream
-        return stream
 
     def stream(self, priority: int = 0) -> Stream:
         """Create a stream.
@@ -469,7 +436,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         if not -(1 << 31) <= priority < (1 << 31):
             raise PtoArgumentError(f"priority must fit in 32 bits, not {priority}")
         with self._lock:
-            return self._new_stream(priority, False)
+            return Stream._create(self, priority, False)
 
     @contextlib.contextmanager
     def use_stream(self, stream: Stream):
@@ -481,7 +448,7 @@ class ChipWorker(CommandQueue, DeviceMemory):
         :class:`~pypto_async.errors.PtoClosedError`, as with ``stream=stream``.
         """
         self._check_open()
-        self._own_stream(stream)
+        accept(self, stream)
         token = _context.push_stream(stream)
         try:
             yield stream
@@ -535,50 +502,22 @@ class ChipWorker(CommandQueue, DeviceMemory):
         await point.wait()
         self._check_device()
 
+    def _sync_point(self) -> Launch:
+        """A Launch that completes once every command queued so far has completed (no command of its own)."""
+        self._check_open()
+        with self._lock:
+            self._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
+            point = _Marker._make(self, self._default_stream, "a worker sync point")
+            point._entered = True
+            add_sync_point(self._queue, point)
+        return point
+
     def _check_device(self) -> None:
         """Raise PtoDeviceLost if the device was lost (the check after a worker-wide wait)."""
         self._check_open()
         status = lib.pto_device_status(self._dev)
         if status:
             raise error_for_status(status, "the device was lost; its work did not complete")
-
-    def _current_stream(self) -> Stream:
-        """The task-local default stream: the innermost of this worker's ``use_stream`` streams."""
-        stack = _context.stream_stack()
-        if stack:
-            for stream in reversed(stack):
-                if stream._worker is self:
-                    if stream._closed:  # closed inside the block: refused, as with stream=s
-                        raise PtoClosedError(f"stream {stream._id} is closed (it is this task's "
-                                             "default stream, set with use_stream)")
-                    return stream
-        return self._default_stream
-
-    def _own_stream(self, stream) -> Stream:
-        if type(stream) is not Stream:
-            raise PtoArgumentError(f"stream must be a Stream or None, not {type(stream).__name__}")
-        if stream._worker is not self:
-            raise PtoArgumentError("the stream belongs to another ChipWorker")
-        if stream._closed:
-            raise PtoClosedError(f"stream {stream._id} is closed")
-        return stream
-
-    def _dealloc_stream(self, stream: Stream) -> Stream:
-        return self._default_stream if stream._closed else stream
-
-    def _close_stream(self, stream: Stream) -> None:
-        with self._lock:
-            # The last points anyone can join: one that carries the stream's failures (for
-            # waits on its work) and one that only orders (for frees of tensors it used).
-            stream._final = self._record_locked(stream)
-            stream._final_ordering = self._record_locked(stream, ordering=True)
-            stream._closed = True
-            if stream not in self._backlog:  # else the flush that empties it destroys it
-                self._destroy_stream(stream)
-
-    def _destroy_stream(self, stream: Stream) -> None:
-        self._streams.pop(stream._id, None)
-        lib.pto_stream_destroy(stream._ptr)
 
     # -- launches ------------------------------------------------------------------------------------
 
@@ -635,239 +574,112 @@ class ChipWorker(CommandQueue, DeviceMemory):
         """
         return self.register(compiled)(*args, stream=stream)
 
-    def _launch_kernel(self, h: KernelHandle, args: tuple, stream, submit: bool) -> Launch:
-        # The hot path: keep it flat.
-        if self._state != OPEN:
-            self._check_open()
-        if h._unfit is not None:
-            raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
-        if stream is None:
-            stream = self._current_stream() if _context.stream_stack() else self._default_stream
-        else:
-            self._own_stream(stream)
-        values, hosts, joins = h._binder.bind(self, stream, args)
-        out1 = h._out1
-        # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
-        # while the launch runs is freed in stream order behind it.  Host arrays are kept
-        # by _launch_group.
-        launch = _make_launch(self, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
-                             submit)
-        with self._lock:
-            if self._deferred:
-                self._process_deferred_locked()
-            if joins is not None:
-                for t in joins:
-                    self._join_first_use(t, stream)
-            if hosts is None:
-                token = self._next_token
-                self._next_token = token + 1
-                self._pending[token] = launch
-                # cffi passes the list as a temporary uint64_t array; the driver copies
-                # the arguments (into the ring heap, or its overflow).  (_stream_launch is
-                # lib.pto_stream_launch bound once: a cffi lib attribute costs a lookup.)
-                if not stream._fifo:
-                    rc = _stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, token)
-                    if not rc:
-                        launch._entered = True
-                    elif rc == _QUEUED:  # the driver keeps it until the ring has room
-                        self._overflowed(stream, 1)
-                        self._track(stream, launch, token, token)
-                    else:
-                        del self._pending[token]
-                        check(rc, h._label)
-                else:
-                    # Behind a host condition: wait in the stream's FIFO.  tuple(values): a
-                    # tuple of ints (and cdata) drops out of the cyclic GC's tracking at its
-                    # first collection, a list never does.
-                    self._hold(stream, _stream_launch,
-                               (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, token),
-                               launch, _F_DATA | _F_LAST, None)
-                if not token & _SERVICE_MASK and self._pump.can_serve_inline():
-                    # A coroutine that submits without ever suspending never lets the pump
-                    # run: drain here now and then, so finished launches die young (cheap
-                    # for the cyclic GC) and the completion queue stays short.
-                    self._service_locked()
-                    if submit and self._pump.turn_due(_SERVICE_MASK + 1):
-                        mark_turn(launch)  # nor the rest of the loop: its await yields once
-            else:
-                self._launch_group(h, stream, values, hosts, launch)
-                if submit and self._pump.can_serve_inline() and self._pump.turn_due(1):
-                    mark_turn(launch)
-        if self._async:
-            return launch
-        if submit:
-            if not launch._entered:
-                self._block_until(launch, True, None)
-            return launch
-        return self._finish_sync(launch)
+    # -- device memory and copies (see _memory.py, _copy.py) ----------------------------------------
 
-    def _launch_group(self, h: KernelHandle, stream: Stream, values: list, hosts: list,
-                      launch: Launch) -> None:
-        """Queue a launch with host arrays: temporaries, copies in, kernel, copies out, frees.
+    def alloc_tensor(self, shape, dtype, *, init=None, stream=None) -> DeviceTensor:
+        """Allocate a tensor in device memory, optionally filled from a host array.
 
-        If the temporaries do not fit, or other launches wait for memory
-        already, the launch waits in its stream's FIFO (see :mod:`._memwait`).
-        """
-        launch._keep = hosts
-        temps = None if self._mem_waiters else self._alloc_temps(hosts, stream, h._label)
-        if temps is None:
-            temps = wait_for_memory(self, h, stream, values, launch)
-            if temps is None:
-                return
-        token = self._token
-        tokens = [token(launch) for _ in group_flags(hosts)]
-        cmds = self._group_commands(h, stream, values, hosts, temps, tokens)
-        launch._remaining = len(cmds)
-        if self._submit_group(stream, cmds, launch):
-            launch._entered = True
-
-    def _group_commands(self, h: KernelHandle, stream: Stream, values: list, hosts: list, temps: list,
-                        tokens: list) -> list:
-        """The commands ``(fn, args, flags)`` of a launch group, in stream order (see group_flags)."""
-        sp = stream._ptr
-        tokens = iter(tokens)
-        for (i, ha, p), ptr in zip(hosts, temps):
-            values[i] = ptr
-        cmds = []
-        for (i, ha, p), ptr in zip(hosts, temps):
-            if p.copies_in:
-                cmds.append((lib.pto_stream_copy_h2d, (sp, ptr, ha.ptr, ha.nbytes, next(tokens)), _F_DATA))
-        cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, values, h._nargs, next(tokens)), _F_DATA))
-        for (i, ha, p), ptr in zip(hosts, temps):
-            if p.copies_out:
-                cmds.append((lib.pto_stream_copy_d2h, (sp, ha.ptr, ptr, ha.nbytes, next(tokens)), _F_DATA))
-        cmds.append((lib.pto_stream_free, (sp, temps[0], next(tokens)), _F_LAST))  # the one block
-        return cmds
-
-    def _alloc_temps(self, hosts: list, stream: Stream, label: str) -> list | None:
-        """Allocate the temporaries of a launch's host arrays (lock held); None if they do not fit.
-
-        One block for all of them, carved per array at the allocator's
-        alignment, so the allocation succeeds or fails whole: a partial set
-        could not be handed back at once, as the driver may carve a block
-        from a free still queued on `stream`, which the work before that free
-        still uses.
+        Parameters
+        ----------
+        shape : int or tuple of int
+            The tensor's shape.
+        dtype
+            A torch, numpy or pl dtype (``torch.float32``, ``np.float32``,
+            ``pl.FP32``).
+        init : numpy array or torch CPU tensor, optional
+            Copied into the tensor, in order on `stream`; its shape and
+            dtype must match.  In sync mode the call returns once the copy
+            completed; in async mode the runtime copies `init` first, so you
+            may reuse your array at once.
+        stream : Stream, optional
+            The allocation (and default deallocation) stream; ``None`` means
+            the task-local default stream.
 
         Raises
         ------
-        PtoError
-            For a failure other than a shortage (a lost device).
+        PtoArgumentError
+            For a bad shape, dtype or init.
+        PtoOutOfMemory
+            If no free extent fits.
         """
-        sizes = [rounded(ha.nbytes) for _, ha, _ in hosts]
-        nbytes = sum(sizes)
-        out = self._devptr_out
-        rc = lib.pto_mem_alloc(self._dev, nbytes, stream._ptr, out)
-        if rc:
-            if rc == _ENOMEM:
-                return None
-            check(rc, f"{label}: allocating {nbytes} bytes of device temporaries for its host arrays")
-        ptr = int(out[0])
-        temps = []
-        for size in sizes:
-            temps.append(ptr)
-            ptr += size
-        return temps
+        return self._memory.alloc_tensor(shape, dtype, init, stream)
 
-    def _alloc_locked(self, nbytes: int, stream: Stream | None, what: str) -> int:
-        if nbytes >= 1 << 64:
-            raise PtoArgumentError(f"{what}: {nbytes} bytes is more than a device address can span")
-        out = self._devptr_out
-        rc = lib.pto_mem_alloc(self._dev, max(nbytes, 1), stream._ptr if stream is not None else ffi.NULL, out)
-        if rc:
-            check(rc, f"{what}: allocating {nbytes} bytes of device memory")
-        return int(out[0])
+    def free_tensor(self, t: DeviceTensor, *, stream=None) -> None:
+        """Free a DeviceTensor in stream order.
 
-    def _retry_memory_locked(self) -> None:
-        """Serve the launches waiting for device memory, flushing what they let through (lock held)."""
-        while retry(self):
-            if self._backlog:
-                self._flush()
-            if not self._mem_waiters:
-                break
+        Parameters
+        ----------
+        t : DeviceTensor
+            The tensor.
+        stream : Stream, optional
+            Where to free it; ``None`` means the tensor's deallocation stream
+            (the one it was allocated on).  Every other stream that used it
+            is joined first, so the block is reused only after their work
+            queued so far.  The join orders only: a failure of another
+            stream does not fail work queued on `stream`.
 
-    def _queue_one(self, stream: Stream, fn, args_without_token: tuple, name: str, keep, out) -> Launch:
-        """Queue one data command owned by a new Launch (lock held)."""
-        launch = _make_launch(self, stream, name, 1, keep, out)
-        token = self._token(launch)
-        if self._submit(stream, fn, (*args_without_token, token), launch, _F_DATA | _F_LAST):
-            launch._entered = True
-        return launch
-
-    def _finish_sync(self, launch: Launch) -> Launch:
-        """In sync mode, wait for `launch` and raise its error."""
-        if not self._async:
-            if not launch._done:
-                self._block_until(launch, False, None)
-            if launch._exc is not None:
-                launch._mark_retrieved()
-                raise launch._exc
-        return launch
-
-    # -- events and ordering (lock held unless said) ------------------------------------------------
-
-    def _record_locked(self, stream: Stream, ordering: bool = False) -> Event:
-        """Record an Event on `stream` (lock held).
-
-        ``ordering=True`` records a point that stands for no result: the event
-        completes healthy even if `stream` failed before it, so waiting on it
-        orders without inheriting that failure.
+        Raises
+        ------
+        PtoForeignTensorError
+            If it belongs to another worker.
+        PtoTensorFreedError
+            If it was freed already.
         """
-        event = Event._make(self, stream, True)
-        token = self._token(event)
-        fn = lib.pto_stream_record_ordering if ordering else lib.pto_stream_record
-        if self._submit(stream, fn, (stream._ptr, event._ptr, token), event, _F_LAST | _F_RECORD):
-            event._entered = True
-        return event
+        self._memory.free_tensor(t, stream)
 
-    def _record(self, stream: Stream) -> Event:
-        with self._lock:
-            return self._record_locked(stream)
+    def copy(self, dst, src, *, stream=None) -> Launch:
+        """Copy between a DeviceTensor and a host array, or two DeviceTensors.
 
-    def _wait_event_locked(self, stream: Stream, event: Event) -> None:
-        token = self._token(None)
-        self._submit(stream, lib.pto_stream_wait_event, (stream._ptr, event._ptr, token), None, 0, gate=event)
+        The direction follows the argument types.  Both sides must have the
+        same dtype and number of bytes.
 
-    def _wait_event(self, stream: Stream, event: Event) -> None:
-        with self._lock:
-            self._wait_event_locked(stream, event)
+        Parameters
+        ----------
+        dst, src : DeviceTensor or host array
+            At least one must be a DeviceTensor.  A host destination must be
+            writeable.
+        stream : Stream, optional
+            ``None`` means the task-local default stream.
 
-    def _event_after(self, launch: Launch) -> Event:
-        self._check_open()
-        with self._lock:
-            stream = launch._stream
-            if launch._done:
-                return Event._of_finished(self, launch)
-            if stream._closed:
-                return stream._final
-            return self._record_locked(stream)
-
-    def _marker(self, stream: Stream) -> Launch:
-        """Queue a notify on `stream`: a Launch that completes after everything before it."""
-        self._check_open()
-        with self._lock:
-            if self._deferred:  # frees of collected tensors count as work queued so far
-                self._process_deferred_locked()
-            marker = _Marker._make(self, stream, f"stream {stream._id} sync point")
-            if stream._closed:
-                raise PtoClosedError(f"stream {stream._id} is closed")
-            token = self._token(marker)
-            if self._submit(stream, lib.pto_stream_notify, (stream._ptr, token), marker, _F_LAST):
-                marker._entered = True
-        return marker
-
-    def _join_first_use(self, t: DeviceTensor, stream: Stream) -> None:
-        """First use of `t` on `stream`: wait for its allocation and initial copy (lock held).
-
-        The event was recorded right after them, so later, unrelated work on the
-        allocation stream (and its failures) is not waited for.
+        Returns
+        -------
+        Launch
+            Its result is `dst`.  In sync mode it has completed; in async mode
+            await it.  The host array stays alive until the copy completed.
         """
-        event = t._ready
-        if event is None:
-            birth = t._stream
-            event = birth._final if birth._closed else self._record_locked(birth)
-        if event is not None:
-            self._wait_event_locked(stream, event)
-        t._streams.add(stream)
+        return copy(self, dst, src, stream)
+
+    def copy_from(self, host_ptr, dev_ptr: int, nbytes: int, *, stream=None) -> None:
+        """Copy `nbytes` from device address `dev_ptr` to the host, and wait for it.
+
+        The seed's blocking device-to-host copy:
+        ``w.copy_from(host_ptr, t.data_ptr, t.nbytes)``.
+
+        Parameters
+        ----------
+        host_ptr : int or writable buffer
+            A host address, or an object exposing a writable buffer (a numpy
+            array, a torch CPU tensor, a ``bytearray``) of at least `nbytes`.
+        dev_ptr : int
+            A device address inside a live allocation.
+        nbytes : int
+            Bytes to copy.
+        stream : Stream, optional
+            ``None`` means the task-local default stream.
+
+        Raises
+        ------
+        PtoCopyFault
+            If the device range is invalid.
+        """
+        blocking_copy(self, True, host_ptr, dev_ptr, nbytes, stream, "copy_from")
+
+    def copy_to(self, dev_ptr: int, host_ptr, nbytes: int, *, stream=None) -> None:
+        """Copy `nbytes` from the host to device address `dev_ptr`, and wait for it.
+
+        Parameters are as for :meth:`copy_from`, the other way round.
+        """
+        blocking_copy(self, False, host_ptr, dev_ptr, nbytes, stream, "copy_to")
 
     # -- statistics and traces ---------------------------------------------------------------------------------
 
@@ -885,8 +697,39 @@ class ChipWorker(CommandQueue, DeviceMemory):
         self._check_open()
         return self._tracing.window(path)
 
-
     def stats(self) -> WorkerStats:
         """Return a snapshot of the worker's counters (see :class:`WorkerStats`)."""
         self._check_open()
         return worker_stats(self)
+
+    # -- what the worker's objects ask of it -------------------------------------------------
+    # Launch, Event, Stream's waits, the pumps and tracing reach the parts through these
+    # names: each is a one-line forward to the part that does the work.
+
+    def _idle(self) -> bool:
+        return self._queue.idle()
+
+    @property
+    def _idle_waiters(self) -> list:
+        return self._queue.idle_waiters
+
+    def _on_readable(self) -> None:
+        on_readable(self._queue)
+
+    def _drive(self, predicate, timeout: float | None) -> bool:
+        return drive(self._queue, predicate, timeout)
+
+    def _block_until(self, obj, entry: bool, timeout: float | None) -> None:
+        block_until(self._queue, obj, entry, timeout)
+
+    def _release_waiters(self, owner) -> None:
+        release_waiters(self._queue, owner)
+
+    def _cancel(self, launch: Launch) -> bool:
+        return cancel(self._queue, launch)
+
+    def _marker(self, stream: Stream) -> Launch:
+        return stream._marker()
+
+    def _event_after(self, launch: Launch) -> Event:
+        return launch._stream._event_after(launch)

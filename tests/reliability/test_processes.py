@@ -184,12 +184,13 @@ async def opened_with_copies(w):
 def interrupted_close():
     w = ChipWorker(CFG)
     asyncio.run(opened_with_copies(w))  # the loop is gone; close() drains on this thread
-    drain = w._service_locked
+    q = w._queue
+    serve = q.on_service  # what every completion service runs after its drain
 
     def ctrl_c_in_the_drain():
-        drain()
+        serve()
         raise KeyboardInterrupt
-    w._service_locked = ctrl_c_in_the_drain
+    q.on_service = ctrl_c_in_the_drain
     try:
         w.close()
     except KeyboardInterrupt:

@@ -1,0 +1,197 @@
+"""Completion: how commands leave the token map.
+
+The consumer side of the :class:`~._queue.CommandQueue` (see :mod:`._queue`,
+steps 5 and 6).  A command leaves the map in one of three ways:
+
+* its record arrives: :func:`drain` reads records in batches and resolves
+  each owner (``_ok``, or ``_fail`` with the error the record names,
+  :func:`on_failure`);
+* it is withdrawn before it reached the device (:func:`cancel`, for
+  ``Launch.cancel``);
+* the worker closes (its teardown fails whatever is left).
+
+:func:`service` is what the completion pump runs whenever the completion fd
+is readable (and what blocking waits run in a loop): drain, flush the FIFOs
+(:func:`~._submit.flush`), the owner's ``on_service`` (deferred frees and
+memory waits), then :func:`settle` the worker-wide waits.  Everything here
+runs with the lock held unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+from .._driver import PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
+from ..errors import PtoCanceledError
+from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
+from ._submit import flush, overflowed, token
+
+__all__ = ["drain", "on_failure", "remember_failure", "service", "on_readable", "settle", "cancel"]
+
+_ECANCELED = -PTO_ECANCELED
+_EDEP = -PTO_EDEP
+_MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
+_KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
+_COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+
+
+def drain(q: CommandQueue) -> int:
+    """Drain ready completion records and resolve their owners; return how many.
+
+    At most ``_MAX_BATCHES`` batches per call, so a device that keeps
+    producing records cannot hold the event loop: records left over keep
+    the fd readable, and the loop comes back to them after other work.
+    """
+    buf = q.cq
+    view = q.cq_view
+    pop = q.pending.pop
+    dev = q.dev
+    drain_cq = lib.pto_cq_drain
+    total = 0
+    for _ in range(_MAX_BATCHES):
+        n = drain_cq(dev, buf, BATCH)
+        if n <= 0:
+            break
+        total += n
+        if n >= _COLUMNS_FROM and not view["status"][:n].any():
+            # A large batch of successes (pipelined work): read the fields the
+            # owners need as whole columns, one numpy call each, instead of four
+            # cffi attribute reads per record.  Same order as the records.
+            recs = view[:n]
+            for t, start_ns, end_ns in zip(recs["token"].tolist(), recs["start_ns"].tolist(),
+                                           recs["end_ns"].tolist()):
+                owner = pop(t, None)
+                if owner is not None:
+                    owner._ok(start_ns, end_ns)
+        else:
+            for i in range(n):
+                rec = buf[i]
+                owner = pop(rec.token, None)
+                status = rec.status
+                if status:
+                    on_failure(q, rec, status, owner)
+                elif owner is not None:
+                    owner._ok(rec.start_ns, rec.end_ns)
+        if n < BATCH:
+            break
+    if total:
+        q.completions += total
+        q.wakeups += 1
+    return total
+
+
+def on_failure(q: CommandQueue, rec, status: int, owner) -> None:
+    """Fail `owner` with the error of the failure record `rec`, naming its first failure."""
+    cause_token = rec.cause_token
+    cause = q.failures.get(cause_token) if cause_token else None
+    what = owner._name if owner is not None else "a queued command"
+    message = ffi.string(rec.message).decode("utf-8", "replace")
+    text = f"{what}: {message}" if message else what
+    if cause is not None:
+        text = f"{text} (first failure: {cause})"
+    exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
+    if status != _EDEP and status != _ECANCELED:
+        remember_failure(q, rec.token, exc)
+    if owner is not None:
+        owner._fail(exc)
+
+
+def remember_failure(q: CommandQueue, t: int, exc: BaseException) -> None:
+    """Keep `exc` as the first failure of token `t`, for dependents naming it."""
+    failures = q.failures
+    failures[t] = exc
+    if len(failures) > _KEEP_FAILURES:
+        del failures[next(iter(failures))]
+
+
+def on_readable(q: CommandQueue) -> None:
+    """The pump's callback: the completion fd is readable (takes the lock)."""
+    with q.lock:
+        if q.alive():
+            service(q)
+
+
+def service(q: CommandQueue) -> None:
+    """Drain records, refill rings from the FIFOs, run the owner's on_service, settle."""
+    drain(q)
+    if q.backlog:
+        flush(q)
+    q.on_service()
+    settle(q)
+
+
+def settle(q: CommandQueue) -> None:
+    """Complete the sync points and wake the idle waiters whose wait is over.
+
+    Also called where commands leave the token map without a record (a
+    launch canceled before it reached the device), so no wait outlives
+    its last command.
+    """
+    points = q.sync_points
+    if points:
+        oldest = q.oldest_in_flight()
+        while points and points[0][0] <= oldest:
+            points.popleft()[1]._ok(0, 0)
+    if q.idle_waiters and not q.pending and not q.backlog:
+        wake_idle(q)
+
+
+def cancel(q: CommandQueue, launch) -> bool:
+    """Withdraw `launch` if none of it has reached the device (Launch.cancel; takes the lock)."""
+    with q.lock:
+        if launch._done or launch._entered or not q.alive():
+            return False
+        stream = launch._stream
+        if not _drop_held(q, stream, launch):
+            span = launch._span
+            if span is None:
+                return False
+            first, last, seq = span
+            # Its commands have consecutive tokens and, on the stream, consecutive seqs.
+            rc = lib.pto_stream_cancel_queued(stream._ptr, seq - (last - first), seq)
+            if rc == 0:
+                return False  # its first command is in the ring: on the device
+            check(rc, f"canceling {launch._name}")
+            pop = q.pending.pop
+            for t in range(first, last + 1):
+                pop(t, None)
+        launch._remaining = 0
+        if launch._exc is None:
+            launch._exc = PtoCanceledError(f"{launch._name}: canceled before it reached the device")
+        launch._finish()
+        if q.pump.on_own_thread():
+            settle(q)  # its tokens left without records: waits on them may end
+        return True
+
+
+def _drop_held(q: CommandQueue, stream, owner) -> bool:
+    """Take `owner`'s entries out of `stream`'s FIFO; False if it has none there.
+
+    Its temporaries (the block its free stands for, or the one its memory
+    wait was granted) go back in stream order, straight to the driver:
+    the block may have been carved from a free still queued on the
+    stream, which the work before that free still uses; nothing held in
+    the FIFO uses it.
+    """
+    fifo = stream._fifo
+    mine = [entry for entry in fifo if entry.owner is owner]
+    if not mine:
+        return False
+    kept = [entry for entry in fifo if entry.owner is not owner]
+    fifo.clear()
+    fifo.extend(kept)
+    blocks = []
+    for entry in mine:
+        q.pending.pop(entry.token, None)
+        if entry.fn is lib.pto_stream_free:
+            blocks.append(entry.args[1])
+        elif entry.gate is not None:  # a memory wait's stand-in (see _memwait)
+            block = entry.gate.withdraw()
+            if block is not None:
+                blocks.append(block)
+    for ptr in blocks:
+        t = token(q, None)
+        rc = lib.pto_stream_free(stream._ptr, ptr, t)
+        if rc == QUEUED:
+            overflowed(q, stream, 1)
+        elif rc:
+            q.pending.pop(t, None)  # a lost device: its memory goes with it
+    return True

@@ -1,0 +1,132 @@
+"""Copies: between DeviceTensors and host arrays, and the seed's raw blocking copies.
+
+The worker's ``copy``, ``copy_from`` and ``copy_to`` delegate here.  A copy
+is one data command owned by a new :class:`Launch`, queued in stream order
+like a kernel launch (:func:`~._dispatch.queue_one`).  The host side stays
+alive until the copy completed (the Launch keeps it).  A DeviceTensor used
+for the first time on the copy's stream joins it first
+(``DeviceTensor._join``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._driver import ffi, lib
+from ..errors import PtoArgumentError, PtoForeignTensorError, PtoTensorFreedError
+from ._args import _is_torch_tensor, check_init, host_array
+from ._dispatch import finish_sync, queue_one
+from ._launch import Launch
+from ._stream import stream_for
+from ._tensor import DeviceTensor
+from ._wait import block_until
+
+__all__ = ["copy", "blocking_copy"]
+
+
+def copy(worker, dst, src, stream) -> Launch:
+    """See :meth:`ChipWorker.copy`."""
+    worker._check_open()
+    stream = stream_for(worker, stream)
+    dst_dev = isinstance(dst, DeviceTensor)
+    src_dev = isinstance(src, DeviceTensor)
+    for side, t in (("dst", dst), ("src", src)):
+        if isinstance(t, DeviceTensor):
+            if t._worker is not worker:
+                raise PtoForeignTensorError(f"copy({side}=...): the DeviceTensor belongs to another ChipWorker")
+            if t._freed:
+                raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
+            if t._init is not None and side == "src":
+                check_init(t, f"copy({side}=...)")
+    host = None
+    if dst_dev and src_dev:
+        kind, nbytes = "d2d", dst._nbytes
+        _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
+    elif dst_dev:
+        host = host_array(src, "copy(src=...)", writeable=False)
+        kind, nbytes = "h2d", dst._nbytes
+        _check_same(dst._dtype, dst._nbytes, host.dtype, host.nbytes)
+    elif src_dev:
+        host = host_array(dst, "copy(dst=...)", writeable=True)
+        kind, nbytes = "d2h", src._nbytes
+        _check_same(host.dtype, host.nbytes, src._dtype, src._nbytes)
+    else:
+        raise PtoArgumentError("copy(): dst or src must be a DeviceTensor (host-to-host is numpy's job)")
+    sp = stream._ptr
+    name = f"copy {kind} ({nbytes} bytes)"
+    with worker._lock:
+        for t in (dst, src):
+            if isinstance(t, DeviceTensor) and stream not in t._streams:
+                t._join(stream)
+        if kind == "d2d":
+            launch = queue_one(worker, stream, lib.pto_stream_copy_d2d, (sp, dst._ptr, src._ptr, nbytes),
+                               name, (dst, src), dst)
+            dst._init = launch  # a full overwrite: the tensor is as good as this copy
+        elif kind == "h2d":
+            launch = queue_one(worker, stream, lib.pto_stream_copy_h2d, (sp, dst._ptr, host.ptr, nbytes),
+                               name, (dst, src, host), dst)
+            dst._init = launch
+        else:
+            launch = queue_one(worker, stream, lib.pto_stream_copy_d2h, (sp, host.ptr, src._ptr, nbytes),
+                               name, (dst, src, host), dst)
+    return finish_sync(worker, launch)
+
+
+def blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, what: str) -> None:
+    """See :meth:`ChipWorker.copy_from` (`to_host`) and :meth:`ChipWorker.copy_to`."""
+    worker._check_open()
+    stream = stream_for(worker, stream)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+        raise PtoArgumentError(f"{what}(): nbytes must be an int > 0, not {nbytes!r}")
+    if isinstance(dev_ptr, bool) or not isinstance(dev_ptr, (int, np.integer)) or dev_ptr <= 0:
+        raise PtoArgumentError(f"{what}(): dev_ptr must be a device address (an int > 0), not {dev_ptr!r}")
+    nbytes = int(nbytes)
+    ptr, keep = _host_pointer(host_ptr, nbytes, to_host, f"{what}(host_ptr=...)")
+    sp = stream._ptr
+    if to_host:
+        fn, args = lib.pto_stream_copy_d2h, (sp, ptr, int(dev_ptr), nbytes)
+    else:
+        fn, args = lib.pto_stream_copy_h2d, (sp, int(dev_ptr), ptr, nbytes)
+    with worker._lock:
+        launch = queue_one(worker, stream, fn, args, f"{what} ({nbytes} bytes)", keep, None)
+    if not launch._done:
+        block_until(worker._queue, launch, False, None)
+    launch.result()
+
+
+def _check_same(dst_dtype, dst_nbytes, src_dtype, src_nbytes) -> None:
+    if dst_dtype != src_dtype:
+        raise PtoArgumentError(f"copy(): dtypes differ (dst {dst_dtype.np_name}, src {src_dtype.np_name})")
+    if dst_nbytes != src_nbytes:
+        raise PtoArgumentError(f"copy(): sizes differ (dst {dst_nbytes} bytes, src {src_nbytes} bytes)")
+
+
+def _host_pointer(obj, nbytes: int, writeable: bool, what: str):
+    """Return (cdata pointer, keep-alive) for an int address or a buffer of >= nbytes."""
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        if obj <= 0:
+            raise PtoArgumentError(f"{what}: not a host address: {obj!r}")
+        return ffi.cast("void *", int(obj)), None
+    if isinstance(obj, np.ndarray) or _is_torch_tensor(obj):
+        h = host_array(obj, what, writeable=writeable)
+        if h.nbytes < nbytes:
+            raise PtoArgumentError(f"{what}: the buffer has {h.nbytes} bytes, fewer than nbytes={nbytes}")
+        return h.ptr, (obj, h)
+    try:
+        ptr = ffi.from_buffer(obj, require_writable=writeable)
+    except TypeError:
+        raise PtoArgumentError(f"{what}: expected an int address or a buffer, not {type(obj).__name__}") from None
+    except BufferError:  # read-only when it must be written, or not contiguous
+        raise PtoArgumentError(f"{what}: {_buffer_problem(obj, writeable)}") from None
+    if len(ptr) < nbytes:
+        raise PtoArgumentError(f"{what}: the buffer has {len(ptr)} bytes, fewer than nbytes={nbytes}")
+    return ptr, (obj, ptr)
+
+
+def _buffer_problem(obj, writeable: bool) -> str:
+    view = memoryview(obj)
+    if writeable and view.readonly:
+        return f"the {type(obj).__name__} is read-only but the device writes it"
+    if not view.c_contiguous:
+        return f"the {type(obj).__name__} is not C-contiguous"
+    return f"the {type(obj).__name__} cannot be used as a host buffer"
