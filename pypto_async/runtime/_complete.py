@@ -8,7 +8,9 @@ steps 5 and 6).  A command leaves the map in one of three ways:
   :func:`on_failure`);
 * it is withdrawn before it reached the device (:func:`cancel`, for
   ``Launch.cancel``);
-* the worker closes (its teardown fails whatever is left).
+* the worker closes: :func:`drop_queued` cancels what has not started
+  (past ``close``'s timeout), and :func:`fail_pending` fails whatever is
+  left once the device is closed.
 
 :func:`service` is what the completion pump runs whenever the completion fd
 is readable (and what blocking waits run in a loop): drain, flush the FIFOs
@@ -24,7 +26,8 @@ from ..errors import PtoCanceledError
 from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
-__all__ = ["drain", "on_failure", "remember_failure", "service", "on_readable", "settle", "cancel"]
+__all__ = ["drain", "on_failure", "remember_failure", "service", "on_readable", "settle", "cancel",
+           "drop_queued", "fail_pending"]
 
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
@@ -195,3 +198,44 @@ def _drop_held(q: CommandQueue, stream, owner) -> bool:
         elif rc:
             q.pending.pop(t, None)  # a lost device: its memory goes with it
     return True
+
+
+def drop_queued(q: CommandQueue, streams, exc: BaseException) -> int:
+    """Cancel every command not yet started, on `streams` and in the driver; return how many.
+
+    The entries of the streams' FIFOs fail with `exc` now; the driver fails
+    its backlog and the commands waiting in rings, whose records then come
+    as for any command.  Commands running on an engine finish.
+    """
+    dropped = 0
+    for stream in streams:
+        fifo = stream._fifo
+        while fifo:
+            entry = fifo.popleft()
+            q.pending.pop(entry.token, None)
+            if entry.owner is not None:
+                entry.owner._fail(exc)
+            dropped += 1
+        stream._unentered.clear()  # the driver cancels its backlog below
+    q.backlog.clear()
+    return dropped + max(lib.pto_device_cancel(q.dev), 0)
+
+
+def fail_pending(q: CommandQueue, exc: BaseException) -> None:
+    """Finish every owner still in the token map with `exc`, and end every worker-wide wait.
+
+    For a closed device: nothing is in flight any more, and no record will
+    come.  A sync point or an idle waiter then finds the worker closed (the
+    last drain normally settled them already).
+    """
+    owners = {id(o): o for o in q.pending.values() if o is not None}
+    q.pending.clear()
+    for owner in owners.values():
+        if not owner._done:
+            if owner._exc is None:
+                owner._exc = exc
+            owner._finish()
+    points = q.sync_points
+    while points:
+        points.popleft()[1]._ok(0, 0)
+    wake_idle(q)

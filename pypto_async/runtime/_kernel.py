@@ -1,8 +1,17 @@
-"""KernelHandle: a compiled program registered on a worker, ready to launch."""
+"""KernelHandle: a compiled program registered on a worker, ready to launch.
+
+:func:`register` loads a program on a worker (``ChipWorker.register``);
+calling the handle goes down the dispatch path (:mod:`._dispatch`).
+"""
 
 from __future__ import annotations
 
+import os
+
+from .._driver import check, ffi, lib
+from ..errors import PtoArgumentError, PtoPlatformMismatch
 from ._args import Binder
+from ._config import normalize_platform
 from ._dispatch import launch_kernel
 
 __all__ = ["KernelHandle"]
@@ -139,3 +148,39 @@ class KernelHandle:
 
     def __repr__(self) -> str:
         return f"<KernelHandle {self._name!r} on {self._worker!r}>"
+
+
+def register(worker, compiled) -> KernelHandle:
+    """Load `compiled` on `worker` once and return its handle (see :meth:`ChipWorker.register`).
+
+    The worker keeps the handle by program (a program registered again gets
+    the same handle) and the loaded kernel by shared object and symbol.
+    """
+    entry = worker._handles.get(id(compiled))
+    if entry is not None and entry[0] is compiled:
+        return entry[1]
+    for attr in ("platform", "params", "lib_path", "symbol"):
+        if not hasattr(compiled, attr):
+            raise PtoArgumentError(
+                f"{type(compiled).__name__} is not a compiled program: it has no {attr!r} "
+                "(compile it with pypto_async.ir.compile)"
+            )
+    symbol = str(compiled.symbol)
+    name = str(getattr(compiled, "name", None) or symbol)
+    if normalize_platform(str(compiled.platform)) != worker._platform:
+        raise PtoPlatformMismatch(
+            f"{name!r} was compiled for platform {compiled.platform!r}, but this worker runs "
+            f"{worker._config.platform!r}: compile it for the platform you dispatch on"
+        )
+    path = os.fspath(compiled.lib_path)
+    with worker._lock:
+        kptr = worker._kernels.get((path, symbol))
+        if kptr is None:
+            out = ffi.new("pto_kernel **")
+            check(lib.pto_kernel_load(worker._dev, path.encode(), symbol.encode(), out),
+                  f"loading {symbol!r} from {path}")
+            kptr = out[0]
+            worker._kernels[(path, symbol)] = kptr
+        handle = KernelHandle._make(worker, compiled, kptr, name)
+        worker._handles[id(compiled)] = (compiled, handle)
+    return handle

@@ -19,66 +19,32 @@ methods of the parts.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import threading
-import warnings
 import weakref
 
 from .._driver import check, device_config, error_for_status, ffi, lib
-from ..errors import (
-    PtoArgumentError,
-    PtoCanceledError,
-    PtoClosedError,
-    PtoInvalidStateError,
-    PtoPlatformMismatch,
-)
-from . import _context
+from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError
+from . import _context, _lifecycle
 from ._checks import check_timeout
-from ._complete import cancel, drain, on_readable
-from ._config import as_run_config, normalize_platform
+from ._complete import cancel, on_readable
+from ._config import as_run_config
 from ._copy import blocking_copy, copy
 from ._event import Event
-from ._kernel import KernelHandle
+from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
 from ._memory import DeviceMemory
-from ._pump import SyncPump, make_pump
-from ._queue import CommandQueue, release_waiters, wake_idle
+from ._pump import SyncPump
+from ._queue import CommandQueue, release_waiters
 from ._state import CLOSED, FORKED, OPEN
 from ._stats import WorkerStats, worker_stats
 from ._stream import Stream, accept
-from ._submit import flush
 from ._tensor import DeviceTensor
 from ._tracing import TraceWindow, WorkerTracing
 from ._wait import add_sync_point, block_until, drive
 
 __all__ = ["ChipWorker", "WorkerStats"]
-
-_live_workers: weakref.WeakSet = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for worker in list(_live_workers):
-        if worker._state == OPEN:
-            worker._state = FORKED
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@atexit.register
-def _close_live_workers() -> None:
-    # Driver threads write into host arrays until their commands complete: finish (or
-    # cancel) every worker's work before the interpreter frees those arrays.
-    for worker in list(_live_workers):
-        if worker._state == OPEN:
-            try:
-                worker.close(timeout=5.0)
-            except Exception:
-                pass
-
 
 class ChipWorker:
     """An open device: where compiled programs are registered and launched.
@@ -144,9 +110,10 @@ class ChipWorker:
         except BaseException:
             self._state = CLOSED
             dev, self._dev = self._dev, None
+            self._queue.dev = None
             lib.pto_device_close(dev)
             raise
-        _live_workers.add(self)
+        _lifecycle.live(self)
 
     # -- state --------------------------------------------------------------------------
 
@@ -220,21 +187,7 @@ class ChipWorker:
             If no supported async library runs, or the worker's pump still
             runs in another live event loop.
         """
-        self._check_open()
-        pump = self._pump
-        if self._async:
-            if pump.is_current():
-                return self
-            if pump.usable() and getattr(pump, "loop", None) is not None and pump.loop.is_running():
-                raise PtoInvalidStateError("this ChipWorker's completion pump runs in another live event loop")
-        with self._lock:
-            new = make_pump(self)
-            pump.close()
-            self._pump = self._queue.pump = new
-            self._async = True
-            drain(self._queue)
-            if self._queue.backlog:
-                flush(self._queue)
+        _lifecycle.switch_to_async(self)
         return self
 
     async def __aenter__(self) -> ChipWorker:
@@ -272,23 +225,7 @@ class ChipWorker:
         PtoArgumentError
             For a timeout that is not None or a number of seconds >= 0.
         """
-        timeout = check_timeout(timeout, "ChipWorker.close")
-        if self._state == CLOSED:
-            return
-        if self._state == FORKED:
-            self._state = CLOSED
-            self._dev = self._queue.dev = None
-            return
-        if self._async and not self._pump.on_own_thread() and self._pump.close_on_loop(timeout):
-            return
-        try:
-            forgotten = self._memory.free_forgotten()
-            if not self._drive(self._idle, timeout):
-                self._drop_queued(f"ChipWorker.close(): queued work did not finish within {timeout} s")
-            self._tracing.close()
-        finally:
-            self._teardown()
-        self._warn_forgotten(forgotten)
+        _lifecycle.close(self, timeout)
 
     async def aclose(self, *, timeout: float | None = 30.0) -> None:
         """Close the worker without blocking the event loop (see :meth:`close`).
@@ -304,116 +241,10 @@ class ChipWorker:
         PtoArgumentError
             For a timeout that is not None or a number of seconds >= 0.
         """
-        timeout = check_timeout(timeout, "ChipWorker.aclose")
-        if self._state != OPEN or not self._async or not self._pump.is_current():
-            self.close(timeout=timeout)
-            return
-        forgotten = self._memory.free_forgotten()
-        try:
-            try:
-                finished = await self._pump.wait_idle(timeout)
-            except BaseException:
-                # Cancelled while draining: the caller wants out now, but host arrays in
-                # flight must outlive the device's use of them.  Cancel, settle, re-raise.
-                self._drop_queued("ChipWorker.aclose() was cancelled", quiet_if_none=True)
-                raise
-            if not finished:
-                self._drop_queued(f"ChipWorker.aclose(): queued work did not finish within {timeout} s")
-            self._tracing.close()
-        finally:
-            self._teardown()
-        self._warn_forgotten(forgotten)
+        await _lifecycle.aclose(self, timeout)
 
     def __del__(self):
-        # The last reference went without close(), or close() was interrupted before the
-        # device closed: close the device before the launches (and their host arrays) go.
-        try:
-            if getattr(self, "_dev", None) is None or self._state == FORKED:
-                return
-            if self._state == OPEN:
-                warnings.warn(f"unclosed {self!r}; close it or use `with`", ResourceWarning, stacklevel=2)
-            self._state = CLOSED
-            self._pump.close()
-            dev, self._dev = self._dev, None
-            self._queue.dev = None
-            lib.pto_device_close(dev)
-        except Exception:
-            pass
-
-    def _warn_forgotten(self, names: list[str]) -> None:
-        for name in names:
-            warnings.warn(f"ChipWorker.close() freed {name}, which was never freed",
-                          ResourceWarning, stacklevel=3)
-
-    def _drop_queued(self, why: str, quiet_if_none: bool = False) -> None:
-        """Cancel every command not yet started, then drain what the engines finish.
-
-        Warns (``RuntimeWarning``) with `why` and how many commands were
-        dropped; with `quiet_if_none`, only if there were any.
-        """
-        canceled = PtoCanceledError("dropped: the worker closed before it ran")
-        dropped = 0
-        q = self._queue
-        with self._lock:
-            for stream in list(self._streams.values()):
-                fifo = stream._fifo
-                while fifo:
-                    entry = fifo.popleft()
-                    q.pending.pop(entry.token, None)
-                    if entry.owner is not None:
-                        entry.owner._fail(canceled)
-                    dropped += 1
-                stream._unentered.clear()  # the driver cancels its backlog below
-            q.backlog.clear()
-            dropped += max(lib.pto_device_cancel(self._dev), 0)
-        # Canceled commands complete at once; running ones finish on their engine.
-        self._drive(self._idle, 5.0)
-        if dropped or not quiet_if_none:
-            warnings.warn(f"{why}; dropped {dropped} command(s)",
-                          RuntimeWarning, stacklevel=3)
-
-    def _teardown(self) -> None:
-        """Close the device, then settle whatever was still in flight (idempotent).
-
-        The order is the point: closing the device cancels what has not
-        started and waits for what runs on an engine.  Only then may the
-        launches let go of their host arrays; a copy still reading an array
-        whose last reference went with its launch would read freed memory.
-        """
-        if self._state == CLOSED:
-            return
-        self._state = CLOSED
-        _live_workers.discard(self)
-        try:
-            self._pump.close()
-        finally:
-            try:
-                self._tracing.close()  # done already unless the close was cut short
-            except Exception:  # noqa: BLE001 - a diagnostic must not keep the device open
-                pass
-            q = self._queue
-            with self._lock:
-                dev, self._dev = self._dev, None
-                q.dev = None
-                lib.pto_device_close(dev)
-                canceled = PtoCanceledError("the worker closed before this completed")
-                owners = {id(o): o for o in q.pending.values() if o is not None}
-                q.pending.clear()
-                for owner in owners.values():
-                    if not owner._done:
-                        if owner._exc is None:
-                            owner._exc = canceled
-                        owner._finish()
-                # Nothing is in flight any more: end every worker-wide wait (its waiter then
-                # finds the worker closed).  The last drain normally settled them already.
-                points = q.sync_points
-                while points:
-                    points.popleft()[1]._ok(0, 0)
-                for t in list(self._memory.tensors):
-                    t._freed = True
-                wake_idle(q)
-                self._handles.clear()
-                self._kernels.clear()
+        _lifecycle.finalize(self)
 
     # -- streams ----------------------------------------------------------------------------
 
@@ -537,34 +368,7 @@ class ChipWorker:
             If its shared object or symbol cannot be loaded.
         """
         self._check_open()
-        entry = self._handles.get(id(compiled))
-        if entry is not None and entry[0] is compiled:
-            return entry[1]
-        for attr in ("platform", "params", "lib_path", "symbol"):
-            if not hasattr(compiled, attr):
-                raise PtoArgumentError(
-                    f"{type(compiled).__name__} is not a compiled program: it has no {attr!r} "
-                    "(compile it with pypto_async.ir.compile)"
-                )
-        symbol = str(compiled.symbol)
-        name = str(getattr(compiled, "name", None) or symbol)
-        if normalize_platform(str(compiled.platform)) != self._platform:
-            raise PtoPlatformMismatch(
-                f"{name!r} was compiled for platform {compiled.platform!r}, but this worker runs "
-                f"{self._config.platform!r}: compile it for the platform you dispatch on"
-            )
-        path = os.fspath(compiled.lib_path)
-        with self._lock:
-            kptr = self._kernels.get((path, symbol))
-            if kptr is None:
-                out = ffi.new("pto_kernel **")
-                check(lib.pto_kernel_load(self._dev, path.encode(), symbol.encode(), out),
-                      f"loading {symbol!r} from {path}")
-                kptr = out[0]
-                self._kernels[(path, symbol)] = kptr
-            handle = KernelHandle._make(self, compiled, kptr, name)
-            self._handles[id(compiled)] = (compiled, handle)
-        return handle
+        return register(self, compiled)
 
     def run(self, compiled, *args, stream=None):
         """Register `compiled` (once) and launch it with `args`: the one-shot form.
