@@ -21,11 +21,29 @@ from ._stream import stream_for
 from ._tensor import DeviceTensor
 from ._wait import block_until
 
-__all__ = ["copy", "blocking_copy"]
+__all__ = ["copy", "copy_from", "copy_to"]
 
 
 def copy(worker, dst, src, stream) -> Launch:
-    """See :meth:`ChipWorker.copy`."""
+    """Copy between a DeviceTensor and a host array, or two DeviceTensors.
+
+    The direction follows the argument types.  Both sides must have the
+    same dtype and number of bytes.
+
+    Parameters
+    ----------
+    dst, src : DeviceTensor or host array
+        At least one must be a DeviceTensor.  A host destination must be
+        writeable.
+    stream : Stream, optional
+        ``None`` means the task-local default stream.
+
+    Returns
+    -------
+    Launch
+        Its result is `dst`.  In sync mode it has completed; in async mode
+        await it.  The host array stays alive until the copy completed.
+    """
     worker._check_open()
     stream = stream_for(worker, stream)
     dst_dev = isinstance(dst, DeviceTensor)
@@ -72,8 +90,41 @@ def copy(worker, dst, src, stream) -> Launch:
     return finish_sync(worker, launch)
 
 
-def blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, what: str) -> None:
-    """See :meth:`ChipWorker.copy_from` (`to_host`) and :meth:`ChipWorker.copy_to`."""
+def copy_from(worker, host_ptr, dev_ptr, nbytes, stream) -> None:
+    """Copy `nbytes` from device address `dev_ptr` to the host, and wait for it.
+
+    The seed's blocking device-to-host copy:
+    ``w.copy_from(host_ptr, t.data_ptr, t.nbytes)``.
+
+    Parameters
+    ----------
+    host_ptr : int or writable buffer
+        A host address, or an object exposing a writable buffer (a numpy
+        array, a torch CPU tensor, a ``bytearray``) of at least `nbytes`.
+    dev_ptr : int
+        A device address inside a live allocation.
+    nbytes : int
+        Bytes to copy.
+    stream : Stream, optional
+        ``None`` means the task-local default stream.
+
+    Raises
+    ------
+    PtoCopyFault
+        If the device range is invalid.
+    """
+    _blocking_copy(worker, True, host_ptr, dev_ptr, nbytes, stream, "copy_from")
+
+
+def copy_to(worker, dev_ptr, host_ptr, nbytes, stream) -> None:
+    """Copy `nbytes` from the host to device address `dev_ptr`, and wait for it.
+
+    Parameters are as for :meth:`copy_from`, the other way round.
+    """
+    _blocking_copy(worker, False, host_ptr, dev_ptr, nbytes, stream, "copy_to")
+
+
+def _blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, what: str) -> None:
     worker._check_open()
     stream = stream_for(worker, stream)
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:

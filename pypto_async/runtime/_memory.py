@@ -80,7 +80,31 @@ class DeviceMemory:
     # -- tensors (ChipWorker.alloc_tensor / free_tensor) -------------------------------------
 
     def alloc_tensor(self, shape, dtype, init, stream) -> DeviceTensor:
-        """See :meth:`ChipWorker.alloc_tensor`."""
+        """Allocate a tensor in device memory, optionally filled from a host array.
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            The tensor's shape.
+        dtype
+            A torch, numpy or pl dtype (``torch.float32``, ``np.float32``,
+            ``pl.FP32``).
+        init : numpy array or torch CPU tensor, optional
+            Copied into the tensor, in order on `stream`; its shape and
+            dtype must match.  In sync mode the call returns once the copy
+            completed; in async mode the runtime copies `init` first, so you
+            may reuse your array at once.
+        stream : Stream, optional
+            The allocation (and default deallocation) stream; ``None`` means
+            the task-local default stream.
+
+        Raises
+        ------
+        PtoArgumentError
+            For a bad shape, dtype or init.
+        PtoOutOfMemory
+            If no free extent fits.
+        """
         worker = self._worker
         worker._check_open()
         shape = _as_shape(shape)
@@ -138,7 +162,26 @@ class DeviceMemory:
         return t
 
     def free_tensor(self, t: DeviceTensor, stream) -> None:
-        """See :meth:`ChipWorker.free_tensor`."""
+        """Free a DeviceTensor in stream order.
+
+        Parameters
+        ----------
+        t : DeviceTensor
+            The tensor.
+        stream : Stream, optional
+            Where to free it; ``None`` means the tensor's deallocation stream
+            (the one it was allocated on).  Every other stream that used it
+            is joined first, so the block is reused only after their work
+            queued so far.  The join orders only: a failure of another
+            stream does not fail work queued on `stream`.
+
+        Raises
+        ------
+        PtoForeignTensorError
+            If it belongs to another worker.
+        PtoTensorFreedError
+            If it was freed already.
+        """
         worker = self._worker
         worker._check_open()
         if not isinstance(t, DeviceTensor):

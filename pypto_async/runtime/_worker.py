@@ -26,11 +26,10 @@ import weakref
 
 from .._driver import check, device_config, error_for_status, ffi, lib
 from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError
-from . import _context, _lifecycle
+from . import _context, _copy, _lifecycle
 from ._checks import check_timeout
 from ._complete import cancel, on_readable
 from ._config import as_run_config
-from ._copy import blocking_copy, copy
 from ._event import Event
 from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
@@ -45,6 +44,15 @@ from ._tracing import TraceWindow, WorkerTracing
 from ._wait import add_sync_point, block_until, drive
 
 __all__ = ["ChipWorker", "WorkerStats"]
+
+
+def _doc_of(impl):
+    """Give a method that forwards to a part the docstring of the part's function."""
+    def document(method):
+        method.__doc__ = impl.__doc__
+        return method
+    return document
+
 
 class ChipWorker:
     """An open device: where compiled programs are registered and launched.
@@ -378,112 +386,27 @@ class ChipWorker:
         """
         return self.register(compiled)(*args, stream=stream)
 
-    # -- device memory and copies (see _memory.py, _copy.py) ----------------------------------------
+    # -- device memory and copies: the parts' methods, with their docstrings ---------------------------
 
+    @_doc_of(DeviceMemory.alloc_tensor)
     def alloc_tensor(self, shape, dtype, *, init=None, stream=None) -> DeviceTensor:
-        """Allocate a tensor in device memory, optionally filled from a host array.
-
-        Parameters
-        ----------
-        shape : int or tuple of int
-            The tensor's shape.
-        dtype
-            A torch, numpy or pl dtype (``torch.float32``, ``np.float32``,
-            ``pl.FP32``).
-        init : numpy array or torch CPU tensor, optional
-            Copied into the tensor, in order on `stream`; its shape and
-            dtype must match.  In sync mode the call returns once the copy
-            completed; in async mode the runtime copies `init` first, so you
-            may reuse your array at once.
-        stream : Stream, optional
-            The allocation (and default deallocation) stream; ``None`` means
-            the task-local default stream.
-
-        Raises
-        ------
-        PtoArgumentError
-            For a bad shape, dtype or init.
-        PtoOutOfMemory
-            If no free extent fits.
-        """
         return self._memory.alloc_tensor(shape, dtype, init, stream)
 
+    @_doc_of(DeviceMemory.free_tensor)
     def free_tensor(self, t: DeviceTensor, *, stream=None) -> None:
-        """Free a DeviceTensor in stream order.
-
-        Parameters
-        ----------
-        t : DeviceTensor
-            The tensor.
-        stream : Stream, optional
-            Where to free it; ``None`` means the tensor's deallocation stream
-            (the one it was allocated on).  Every other stream that used it
-            is joined first, so the block is reused only after their work
-            queued so far.  The join orders only: a failure of another
-            stream does not fail work queued on `stream`.
-
-        Raises
-        ------
-        PtoForeignTensorError
-            If it belongs to another worker.
-        PtoTensorFreedError
-            If it was freed already.
-        """
         self._memory.free_tensor(t, stream)
 
+    @_doc_of(_copy.copy)
     def copy(self, dst, src, *, stream=None) -> Launch:
-        """Copy between a DeviceTensor and a host array, or two DeviceTensors.
+        return _copy.copy(self, dst, src, stream)
 
-        The direction follows the argument types.  Both sides must have the
-        same dtype and number of bytes.
-
-        Parameters
-        ----------
-        dst, src : DeviceTensor or host array
-            At least one must be a DeviceTensor.  A host destination must be
-            writeable.
-        stream : Stream, optional
-            ``None`` means the task-local default stream.
-
-        Returns
-        -------
-        Launch
-            Its result is `dst`.  In sync mode it has completed; in async mode
-            await it.  The host array stays alive until the copy completed.
-        """
-        return copy(self, dst, src, stream)
-
+    @_doc_of(_copy.copy_from)
     def copy_from(self, host_ptr, dev_ptr: int, nbytes: int, *, stream=None) -> None:
-        """Copy `nbytes` from device address `dev_ptr` to the host, and wait for it.
+        _copy.copy_from(self, host_ptr, dev_ptr, nbytes, stream)
 
-        The seed's blocking device-to-host copy:
-        ``w.copy_from(host_ptr, t.data_ptr, t.nbytes)``.
-
-        Parameters
-        ----------
-        host_ptr : int or writable buffer
-            A host address, or an object exposing a writable buffer (a numpy
-            array, a torch CPU tensor, a ``bytearray``) of at least `nbytes`.
-        dev_ptr : int
-            A device address inside a live allocation.
-        nbytes : int
-            Bytes to copy.
-        stream : Stream, optional
-            ``None`` means the task-local default stream.
-
-        Raises
-        ------
-        PtoCopyFault
-            If the device range is invalid.
-        """
-        blocking_copy(self, True, host_ptr, dev_ptr, nbytes, stream, "copy_from")
-
+    @_doc_of(_copy.copy_to)
     def copy_to(self, dev_ptr: int, host_ptr, nbytes: int, *, stream=None) -> None:
-        """Copy `nbytes` from the host to device address `dev_ptr`, and wait for it.
-
-        Parameters are as for :meth:`copy_from`, the other way round.
-        """
-        blocking_copy(self, False, host_ptr, dev_ptr, nbytes, stream, "copy_to")
+        _copy.copy_to(self, dev_ptr, host_ptr, nbytes, stream)
 
     # -- statistics and traces ---------------------------------------------------------------------------------
 
