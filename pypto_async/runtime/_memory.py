@@ -278,8 +278,7 @@ class DeviceMemory:
 
     def on_service(self) -> None:
         """The queue's ``on_service``: deferred frees, then the launches waiting for memory."""
-        if self.deferred:
-            self.free_deferred_locked()
+        self.free_deferred_locked()
         if self.mem_waiters:  # frees may have made room for launches waiting for memory
             q = self.queue
             while retry(self):

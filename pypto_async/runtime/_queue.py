@@ -88,10 +88,13 @@ _Future = asyncio.Future
 class CommandQueue:
     """A worker's command queue: the state the submit, complete and wait phases share.
 
+    :mod:`pypto_async.testing` reaches the worker through this object only:
+    :meth:`enqueue_hook`, and ``dev`` to create its latches.
+
     Parameters
     ----------
     dev
-        The open ``pto_device *``.
+        The open ``pto_device *`` (None once the worker closed it).
     lock : threading.Lock
         The worker's lock (see the module doc, "Threading").
     pump
@@ -165,15 +168,15 @@ class CommandQueue:
     def enqueue_hook(self, stream, fn, args: tuple, *, record: bool) -> None:
         """Queue ``fn(*args, token)`` on `stream` in order with the worker's own work.
 
-        The private API of :mod:`pypto_async.testing` (its latches and fault
-        injections), and its only way into the worker.  ``fn`` returns a
-        driver status; with `record` it is a device command whose completion
-        the queue tracks (a token in its map), else it gets token 0.  It goes
-        to the driver now (into the ring, or the overflow behind a full one),
-        or, behind work held on the host, into the stream's FIFO, and then
-        runs, under the worker's lock, when the flush reaches it.
+        The hook of :mod:`pypto_async.testing` (its latches and fault
+        injections).  ``fn`` returns a driver status; with `record` it is a
+        device command whose completion the queue tracks (a token in its
+        map), else it gets token 0.  It goes to the driver now (into the
+        ring, or the overflow behind a full one), or, behind work held on the
+        host, into the stream's FIFO, and then runs, under the worker's lock,
+        when the flush reaches it.  Takes the lock.
         """
-        from ._submit import queue_call
+        from ._submit import queue_call  # here: _submit imports this module
 
         with self.lock:
             queue_call(self, stream, fn, args, record)
