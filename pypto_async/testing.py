@@ -39,6 +39,7 @@ loaded only when a fixture or helper is used.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -126,8 +127,6 @@ class Latch:
     __slots__ = ("_handle", "_stream", "_lock", "_queued", "_exited", "released", "timeout")
 
     def __init__(self, handle, stream, timeout: float):
-        import threading
-
         self._handle = handle
         self._stream = stream
         self._lock = threading.Lock()  # orders _queued and _exited: the wait may be queued on another thread
