@@ -260,12 +260,14 @@ def wake_all(q: CommandQueue, waiters: list) -> None:
                 pass
 
 
-def release_waiters(q: CommandQueue, owner) -> None:
-    """Wake everything waiting for `owner` (a Launch or Event) to enter its ring or finish."""
+def release_waiters(q: CommandQueue, owner, entry_only: bool = False) -> None:
+    """Wake everything waiting for `owner` (a Launch or Event) to enter its ring, and to finish."""
     waiters = owner._entry_waiters
     if waiters:
         owner._entry_waiters = None
         wake_all(q, waiters)
+    if entry_only:
+        return
     waiters = owner._waiters
     if waiters:
         owner._waiters = None

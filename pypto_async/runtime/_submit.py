@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .._driver import PTO_EPOCH_NOW, check, lib
 from ..errors import PtoError
-from ._queue import F_DATA, F_LAST, F_RECORD, QUEUED, CommandQueue, Entry, wake_all
+from ._queue import F_DATA, F_LAST, F_RECORD, QUEUED, CommandQueue, Entry, release_waiters
 
 __all__ = ["token", "submit", "submit_group", "overflowed", "track", "hold", "queue_call",
            "mark_entered", "flush"]
@@ -155,10 +155,7 @@ def queue_call(q: CommandQueue, stream, fn, args: tuple, record: bool) -> Entry 
 def mark_entered(q: CommandQueue, owner) -> None:
     """`owner` entered its ring: wake what waits for that."""
     owner._entered = True
-    waiters = owner._entry_waiters
-    if waiters:
-        owner._entry_waiters = None
-        wake_all(q, waiters)
+    release_waiters(q, owner, entry_only=True)
 
 
 def flush(q: CommandQueue) -> None:
