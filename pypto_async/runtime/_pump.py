@@ -323,7 +323,7 @@ class AsyncioPump(_LoopPump):
         """Whether the caller may drain completions now (it runs inside the pump's loop).
 
         The launch path drains now and then for a coroutine that never suspends
-        (``ChipWorker._launch_kernel``); outside the running loop draining is left
+        (``_dispatch.launch_kernel``); outside the running loop draining is left
         to the loop and to blocking waits, as before.
         """
         return _get_running_loop() is self._loop and not self._closed
