@@ -61,12 +61,14 @@ one and look at the clock every 16th.  A task that suspends pays one store.
 awaiting raises, and blocking waits drive the queue themselves
 (``ChipWorker._block_until``, with ``pto_cq_wait`` in short slices so Ctrl-C
 stays prompt).
+The loop flavours share :class:`_LoopPump` (below) and differ in a few
+methods, one backend per file, as trio keeps one I/O backend per file:
+:mod:`._pump_asyncio` (asyncio and uvloop) and :mod:`._pump_trio`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import sys
 import threading
 import time
@@ -75,7 +77,7 @@ from asyncio import _get_running_loop  # None outside a loop: no exception to ca
 from .._driver import lib
 from ..errors import PtoInvalidStateError
 
-__all__ = ["SyncPump", "AsyncioPump", "TrioPump", "make_pump", "running_loop_flavour"]
+__all__ = ["SyncPump", "make_pump", "running_loop_flavour"]
 
 _CHECK_EVERY = 16  # awaits of finished launches between two looks at the clock (a power of 2)
 _SLICE_NS = 1_000_000  # at most this long without suspending, then one await yields
@@ -294,236 +296,6 @@ class _CloseHandoff:
         return True
 
 
-class AsyncioPump(_LoopPump):
-    """The pump of a worker opened under asyncio (uvloop included): ``loop.add_reader``."""
-
-    flavour = "asyncio"
-    waits_for_outcomes = True  # Launch.__await__ uses wait_outcome
-
-    def __init__(self, worker, loop: asyncio.AbstractEventLoop):
-        super().__init__(worker)
-        self._loop = loop
-        loop.add_reader(self._fd, worker._on_readable)
-
-    @property
-    def loop(self):
-        return self._loop
-
-    def is_current(self) -> bool:
-        """True if the running loop is this pump's loop (and it is open)."""
-        try:
-            return asyncio.get_running_loop() is self._loop and not self._closed
-        except RuntimeError:
-            return False
-
-    def usable(self) -> bool:
-        return not self._closed and not self._loop.is_closed()
-
-    def can_serve_inline(self) -> bool:
-        """Whether the caller may drain completions now (it runs inside the pump's loop).
-
-        The launch path drains now and then for a coroutine that never suspends
-        (``_dispatch.launch_kernel``); outside the running loop draining is left
-        to the loop and to blocking waits, as before.
-        """
-        return _get_running_loop() is self._loop and not self._closed
-
-    def _wrong_loop(self):
-        return PtoInvalidStateError(
-            "this ChipWorker's completion pump runs on another event loop; "
-            "open it in this one with `await worker.open()` or `async with`"
-        )
-
-    def wait_outcome(self, launch):
-        """``await launch``: return the iterator of a future that Launch._finish resolves
-        to the launch's result (or error).  Its waiters are kept in ``launch._owaiters``."""
-        loop = self._loop
-        if _get_running_loop() is not loop or self._closed:
-            raise self._wrong_loop()
-        self.streak = 0
-        fut = loop.create_future()
-        waiters = launch._owaiters
-        if waiters is None:
-            launch._owaiters = fut
-        elif type(waiters) is list:
-            _prune(waiters)  # the futures of cancelled tasks, as in wait()
-            waiters.append(fut)
-        else:
-            launch._owaiters = [waiters, fut]
-        return fut.__await__()
-
-    def wait(self, waiters):
-        loop = self._loop
-        if _get_running_loop() is not loop or self._closed:
-            raise self._wrong_loop()
-        self.streak = 0
-        _prune(waiters)
-        fut = loop.create_future()
-        waiters.append(fut)
-        # The future's own iterator, not a generator of ours wrapping it: one object and
-        # one frame less per waiting task (thousands of tasks may wait at once).  A
-        # cancelled task cancels this future, which drops the waiter: wake() skips done
-        # futures, and cancelled ones are pruned from long lists above.
-        return fut.__await__()
-
-    @staticmethod
-    def wake(fut) -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    @staticmethod
-    def _yield_once():
-        yield  # a bare yield: the task runs again after one turn of the loop
-
-    def _loop_runs(self) -> bool:
-        return not self._closed and self._loop.is_running()
-
-    def _run_soon_threadsafe(self, fn) -> None:
-        self._loop.call_soon_threadsafe(fn)
-
-    def _start(self, handoff) -> None:
-        if handoff.claim():
-            handoff.task = self._loop.create_task(handoff.run())
-
-    async def wait_idle(self, timeout) -> bool:
-        worker = self._worker
-        if worker._idle():
-            return True
-        fut = self._loop.create_future()
-        worker._idle_waiters.append(fut)
-        try:
-            await (fut if timeout is None else asyncio.wait_for(fut, timeout))
-            return True
-        except (asyncio.TimeoutError, TimeoutError):
-            return False
-        finally:
-            try:
-                worker._idle_waiters.remove(fut)
-            except ValueError:
-                pass
-
-    def _unwatch(self) -> None:
-        loop = self._loop
-        if not loop.is_closed():
-            loop.remove_reader(self._fd)
-
-    _unwatch_from_loop = _unwatch
-
-
-class TrioPump(_LoopPump):
-    """The pump of a worker opened under trio: a system task waiting on the fd."""
-
-    flavour = "trio"
-    waits_for_outcomes = False
-
-    def __init__(self, worker):
-        import trio
-
-        super().__init__(worker)
-        self._trio = trio
-        self._token = trio.lowlevel.current_trio_token()
-        self._cancel = trio.CancelScope()
-        self._finished = trio.Event()
-        trio.lowlevel.spawn_system_task(self._run, name=f"pypto_async pump (worker {id(worker):#x})")
-
-    def is_current(self) -> bool:
-        try:
-            return self._trio.lowlevel.current_trio_token() is self._token and not self._closed
-        except RuntimeError:
-            return False
-
-    def can_serve_inline(self) -> bool:
-        """Whether the caller may drain completions now (it runs inside this trio run)."""
-        return self.is_current()
-
-    def usable(self) -> bool:
-        return not self._closed and not self._finished.is_set()
-
-    async def _run(self) -> None:
-        trio = self._trio
-        try:
-            with self._cancel:
-                # Look before each wait: a worker closed before this task first ran (or
-                # while it ran _on_readable) has closed its fd, and trio registers the fd
-                # with epoll before it checks for cancellation.
-                while not self._closed:
-                    try:
-                        await trio.lowlevel.wait_readable(self._fd)
-                    except trio.ClosedResourceError:
-                        return
-                    self._worker._on_readable()
-        finally:
-            self._finished.set()
-
-    def wait(self, waiters):
-        return (yield from self._wait(waiters).__await__())
-
-    async def _wait(self, waiters) -> None:
-        trio = self._trio
-        try:
-            task = trio.lowlevel.current_task()
-            ok = self._trio.lowlevel.current_trio_token() is self._token
-        except RuntimeError:
-            ok = False
-        if not ok or self._closed:
-            raise PtoInvalidStateError(
-                "this ChipWorker's completion pump runs in another trio run (or event loop); "
-                "open it in this one with `await worker.open()` or `async with`"
-            )
-        self.streak = 0
-        waiters.append(task)
-
-        def abort(_raise_cancel):
-            # Work already on the device cannot be withdrawn; only our waiter goes.
-            try:
-                waiters.remove(task)
-            except ValueError:
-                pass
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def wake(self, task) -> None:
-        self._trio.lowlevel.reschedule(task)
-
-    def _yield_once(self):
-        if self.is_current():
-            yield from self._trio.lowlevel.cancel_shielded_checkpoint().__await__()
-
-    def _loop_runs(self) -> bool:
-        return self.usable()
-
-    def _run_soon_threadsafe(self, fn) -> None:
-        self._token.run_sync_soon(fn)
-
-    def _start(self, handoff) -> None:
-        if handoff.claim():
-            self._trio.lowlevel.spawn_system_task(handoff.run, name="pypto_async close() from a thread")
-
-    async def wait_idle(self, timeout) -> bool:
-        worker = self._worker
-        if worker._idle():
-            return True
-        waiters = worker._idle_waiters
-        with self._trio.move_on_after(timeout if timeout is not None else math.inf):
-            await self._wait(waiters)
-            return True
-        return worker._idle()
-
-    def _unwatch(self) -> None:
-        try:
-            # Wakes wait_readable with ClosedResourceError: trio must learn of it before
-            # the fd is closed (the device closes right after).
-            self._trio.lowlevel.notify_closing(self._fd)
-        except RuntimeError:  # not inside this trio run any more
-            pass
-        self._cancel.cancel()
-
-    def _unwatch_from_loop(self) -> None:
-        # The fd may be closed by now: cancelling the pump task's wait is enough.
-        self._cancel.cancel()
-
-
 def make_pump(worker):
     """Return the pump for the async library running in this task.
 
@@ -535,6 +307,9 @@ def make_pump(worker):
     PtoInvalidStateError
         If no supported async library is running.
     """
+    from ._pump_asyncio import AsyncioPump  # the backends import this module's base
+    from ._pump_trio import TrioPump
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
