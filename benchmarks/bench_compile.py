@@ -1,4 +1,4 @@
-"""Measure compile times of the seed kernel: cold, disk-cache hit, in-memory hit.
+"""Measure compile times of the quickstart kernel: cold, disk-cache hit, in-memory hit.
 
 (a) Cold compile: ``ir.compile(add_kernel.lower(...))`` into an empty cache
     (trace, passes, codegen, the C compiler, the atomic publish; the
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in
            {"cold_s": cold, "bare_cc_s": bare, "disk_hit_s": hit, "memory_hit_s": mem, "lower_s": lower}.items()}
     rows = [
-        {"name": "cold compile of the seed kernel", "figure": med["cold_s"] * 1e3, "unit": "ms",
+        {"name": "cold compile of the quickstart kernel", "figure": med["cold_s"] * 1e3, "unit": "ms",
          "reference": med["bare_cc_s"] * 1e3, "reference_name": "C compiler alone",
          "ratio": med["cold_s"] / med["bare_cc_s"]},
         {"name": "trace + passes (kernel.lower)", "figure": med["lower_s"] * 1e3, "unit": "ms"},
