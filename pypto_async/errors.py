@@ -195,6 +195,17 @@ class PtoInvalidStateError(PtoError):
     """
 
 
+class PtoCaptureError(PtoError):
+    """A call that cannot be recorded, inside a graph capture, or a capture that cannot end.
+
+    Waiting for captured work (awaiting a captured node, ``sync()``,
+    ``w.sync()``, ``await stream``, a blocking copy to the host), replaying
+    another graph, or using a host array directly, inside
+    ``w.capture(...)``; a stream forked into the capture and not joined
+    back when it ends.  Raised at the call site; the capture stays usable.
+    """
+
+
 class PtoCanceledError(PtoError):
     """The command was dropped before it ran (worker closing, device cancel)."""
 

@@ -506,6 +506,125 @@ int pto_debug_fail_alloc(pto_device *dev, uint32_t count);
 /* Mark the device lost now, with msg as the first failure. */
 int pto_debug_lose_device(pto_device *dev, const char *msg);
 
+/* ---- graphs (graph.c) ---------------------------------------------------------
+ *
+ * A graph is a recorded step: commands on a few streams, the event edges
+ * between them, and argument slots that each replay fills in.  Build it once
+ * (pto_graph_add_*), instantiate it (validate and size), then replay it any
+ * number of times: one pto_graph_replay call queues every command on the
+ * streams the caller passes, with the bound addresses patched in, and one
+ * completion record (the replay's token) ends the whole replay.
+ *
+ * Streams are slots 0..n-1 (slot 0: the origin, where a replay starts and
+ * ends).  Events are graph-local indices; the graph creates and owns them.
+ * Inputs are graph-local indices too; pto_graph_patch names which argument
+ * of which command takes an input's address.
+ *
+ * Tokens.  A replay with token T gives command i (in the order the commands
+ * were added) the tag T + 1 + i, and the few commands of its own (the
+ * staging copies of host-bound inputs, its ordering behind the previous
+ * replay) the tag T + 1 + commands: a command pushes no completion record of
+ * its own, except when it is its stream's first failure; that record carries
+ * its tag (so draining it observes the failure, as for any command), and the
+ * replay's record (T), a -PTO_EDEP behind it, names the tag as cause_token.
+ * Trace records of a replay's commands carry their tags.  A host that maps
+ * tokens to owners reserves T .. T + 1 + pto_graph_get_info().commands.
+ *
+ * A graph belongs to its device; destroy it before closing the device.
+ * Building and replaying one graph is for one thread at a time.
+ */
+
+typedef struct pto_graph pto_graph;
+
+/* pto_graph_patch fields for copies (a launch's fields are its argument indices). */
+#define PTO_GRAPH_DST 0xffffffffu
+#define PTO_GRAPH_SRC 0xfffffffeu
+/* How a launch uses a patched argument (copies: implied by the field). */
+#define PTO_GRAPH_READ  1u
+#define PTO_GRAPH_WRITE 2u
+
+typedef struct pto_graph_info {
+    uint32_t commands;          /* commands added (what a replay queues, less its own few) */
+    uint32_t streams;           /* stream slots used (highest + 1) */
+    uint32_t events;            /* graph-local events */
+    uint32_t inputs;            /* inputs declared */
+    uint32_t launches;          /* of the commands, kernel launches */
+    uint32_t instantiated;      /* nonzero once pto_graph_instantiate succeeded */
+} pto_graph_info;
+
+/* Returns 0 and *out, -PTO_EINVAL, -PTO_ENOMEM. */
+int pto_graph_create(pto_device *dev, pto_graph **out);
+/* Destroy g (replays already queued still run: they hold what they use). */
+void pto_graph_destroy(pto_graph *g);
+int pto_graph_get_info(const pto_graph *g, pto_graph_info *out);
+
+/*
+ * Add a command on stream slot `slot`; each returns the command's index
+ * (>= 0) or -PTO_EINVAL (graph instantiated already, bad argument),
+ * -PTO_ENOMEM.  Arguments are as for the pto_stream_* call of the same name;
+ * a device address that an input patches may be 0 here.
+ */
+int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t blocks,
+                         const uint64_t *args, uint32_t nargs);
+/* kind: PTO_CMD_H2D, PTO_CMD_D2H or PTO_CMD_D2D (a host side is a host address). */
+int pto_graph_add_copy(pto_graph *g, uint32_t slot, uint32_t kind, uint64_t dst, uint64_t src,
+                       uint64_t nbytes);
+int pto_graph_add_memset(pto_graph *g, uint32_t slot, uint64_t dst, uint8_t value, uint64_t nbytes);
+/* Record graph event `event` on slot; wait on slot for it (recorded by an earlier command). */
+int pto_graph_add_record(pto_graph *g, uint32_t slot, uint32_t event);
+int pto_graph_add_wait(pto_graph *g, uint32_t slot, uint32_t event);
+/* Wait for e as recorded when the replay queues this command (an event outside the graph). */
+int pto_graph_add_wait_external(pto_graph *g, uint32_t slot, pto_event *e);
+
+/* Declare an input of nbytes; returns its index. */
+int pto_graph_add_input(pto_graph *g, uint64_t nbytes);
+/*
+ * Argument `field` of command `cmd` (a launch's argument index, or
+ * PTO_GRAPH_DST / PTO_GRAPH_SRC of a copy or memset) takes input `input`'s
+ * address at replay; use: PTO_GRAPH_READ and/or PTO_GRAPH_WRITE for a
+ * launch (ignored for copies).  Returns 0, -PTO_EINVAL.
+ */
+int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, uint32_t use);
+
+/*
+ * Validate g and size it: every wait's event is recorded by an earlier
+ * command, every input is patched somewhere; create the graph's events.
+ * Returns 0, -PTO_EINVAL (message says what), -PTO_ENOMEM.  No command
+ * can be added afterwards.
+ */
+int pto_graph_instantiate(pto_graph *g);
+
+/*
+ * Whether input i must be given a device address at replay even when it is
+ * bound to a host array: 1 if a launch uses it (the replay stages the host
+ * array through that device buffer: an H2D before the graph's commands if
+ * anything reads it, a D2H after them if anything writes it), 0 if only
+ * copies use it (they copy to or from the host array directly).
+ */
+int pto_graph_input_staged(const pto_graph *g, uint32_t input);
+
+/*
+ * Replay g on streams[0..nstreams) (nstreams == the graph's streams; each of
+ * g's device, with its overflow on).  dev_ptrs[i] is input i's device address (a host-bound input
+ * that is staged: its staging buffer; a host-bound copy-only input: 0);
+ * host_ptrs (NULL: all inputs device-bound) holds a host address for each
+ * input bound to a host array, else 0.  Host memory must stay valid until
+ * the replay's record arrives.  Everything is checked before anything is
+ * queued (-PTO_EINVAL, -PTO_EDEVLOST, -PTO_ECLOSED; nothing queued).
+ *
+ * The commands go in the order they were added, each judged as if accepted
+ * when the replay began (a failure observed meanwhile does not let the rest
+ * of the replay run on its results).  Replays of one graph run one after
+ * another: a replay whose origin stream differs from the previous replay's
+ * first waits on the device for that one.  Returns 0 once the replay's last
+ * command is in the ring, PTO_QUEUED when some wait in the overflow.  A
+ * device lost or closing part way returns its error; what was queued runs
+ * or is canceled, and no record with token comes.
+ */
+int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams,
+                     const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
+                     uint64_t token);
+
 /* PTO_CDEF_END */
 
 #endif /* PTO_DRIVER_H */

@@ -105,7 +105,8 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     }
     /* The record is built now (the slot may be refilled once head moves) and pushed after. */
     pto_completion c;
-    uint64_t token = cmd->token;
+    /* A graph replay's command reports only its own first failure (graph.c). */
+    uint64_t token = cmd->quiet && !fail_id ? 0 : cmd->token;
     if (token) {
         c.token = cmd->token;
         c.status = status;

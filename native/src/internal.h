@@ -239,6 +239,7 @@ struct pto_cmd {
     uint32_t kind;                /* PTO_CMD_* */
     uint8_t state;                /* enum pto_cmd_state, under sched_lock */
     bool canceled;                /* withdrawn while in the overflow (pto_stream_cancel_queued) */
+    bool quiet;                   /* a graph replay's command: a record only for its own first failure */
     uint64_t token;
     uint64_t seq;
     uint64_t epoch;               /* stream epoch at acceptance, or earlier (pto_stream_backdate) */
@@ -402,6 +403,16 @@ int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len
 void pti_ring_take_dep(pto_stream *s);
 /* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
 void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
+
+/* ---- graphs (graph.c) ---------------------------------------------------------------- */
+
+/*
+ * Set by pto_graph_replay around the commands it queues: pti_slot_commit
+ * marks a command submitted by this thread meanwhile quiet (pto_cmd.quiet).
+ * Thread-local, so another thread's submissions on the same streams are
+ * never marked.
+ */
+extern _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec")));
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 

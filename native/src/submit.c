@@ -124,6 +124,7 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
     uint64_t seq = atomic_load_explicit(&s->accepted, memory_order_relaxed) + 1;
     cmd->kind = kind;
     cmd->token = token;
+    cmd->quiet = pti_quiet;
     cmd->seq = seq;
     cmd->state = PTI_CMD_QUEUED;
     /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish (scheduler side). */

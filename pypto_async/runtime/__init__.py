@@ -10,8 +10,10 @@ from ._benchmark import __all__ as _benchmark_all
 from ._config import RunConfig
 from ._context import current_worker
 from ._dispatch import dispatch
+from ._capture import CapturedEvent, CapturedNode, Capture, GraphInput
 from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
+from ._graph import Graph
 from ._kernel import *  # noqa: F401,F403
 from ._kernel import __all__ as _kernel_all
 from ._launch import *  # noqa: F401,F403
@@ -34,4 +36,9 @@ __all__ = [
     *_tensor_all,
     *_kernel_all,
     *_benchmark_all,
+    "Capture",
+    "CapturedNode",
+    "CapturedEvent",
+    "Graph",
+    "GraphInput",
 ]

@@ -321,6 +321,8 @@ def _slice_event(sl: Slice) -> dict:
         args["block"] = r.block
     if r.engine >= 0:
         args["engine"] = r.engine
+    if r.graph:
+        args["graph"] = r.graph
     return {"name": r.name or k, "cat": k, "ph": "X", "ts": sl.ts, "dur": sl.dur,
             "pid": _PID, "tid": sl.tid, "args": args}
 
@@ -388,6 +390,7 @@ def _record_from(ev: Mapping, tid: int, origin: int) -> TraceRecord | None:
         stream_id=int(args.get("stream", tid - STREAM_TID_BASE if on_stream else 0)),
         engine=int(args.get("engine", -1 if on_stream else tid - ENGINE_TID_BASE)), kind=kind, block=int(args.get("block", 0)),
         status=_status_code(str(args.get("status", "ok"))), name=str(ev.get("name", "")),
+        graph=str(args.get("graph", "")),
     )
 
 

@@ -1,6 +1,6 @@
 """Which worker and which stream a call dispatches on, per task.
 
-Two ``contextvars`` variables, so every asyncio task (and trio task, and
+Three ``contextvars`` variables, so every asyncio task (and trio task, and
 thread) sees its own values:
 
 * the stack of workers opened with ``with`` / ``async with`` around the code:
@@ -10,17 +10,21 @@ thread) sees its own values:
   default worker);
 * the stack of streams set with ``worker.use_stream(s)``: a worker's
   task-local default stream is the innermost of its own streams there, else
-  its ``default_stream``.
+  its ``default_stream``;
+* the graph capture the task has open (``w.capture()``, :mod:`._capture`):
+  the capture belongs to the task, not the thread.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["current_worker", "push_worker", "pop_worker", "push_stream", "pop_stream", "stream_stack"]
+__all__ = ["current_worker", "push_worker", "pop_worker", "push_stream", "pop_stream", "stream_stack",
+           "capture_of", "set_capture", "reset_capture"]
 
 _workers: ContextVar[tuple] = ContextVar("pypto_async_workers", default=())
 _streams: ContextVar[tuple] = ContextVar("pypto_async_streams", default=())
+_capture: ContextVar = ContextVar("pypto_async_capture", default=None)
 
 
 def push_worker(worker):
@@ -59,3 +63,24 @@ def current_worker():
         if worker._alive():
             return worker
     return None
+
+
+def capture_of(worker):
+    """The graph capture this task has open on `worker` (``w.capture()``), or None."""
+    cap = _capture.get()
+    if cap is not None and cap._worker is worker and cap._open:
+        return cap
+    return None
+
+
+def set_capture(cap):
+    """Make `cap` this context's capture; return the token for :func:`reset_capture`."""
+    return _capture.set(cap)
+
+
+def reset_capture(token) -> None:
+    """Undo :func:`set_capture` (tolerates being called from another context)."""
+    try:
+        _capture.reset(token)
+    except ValueError:
+        _capture.set(None)

@@ -15,6 +15,8 @@ import numpy as np
 from .._driver import ffi, lib
 from ..errors import PtoArgumentError, PtoForeignTensorError, PtoTensorFreedError
 from ._args import _is_torch_tensor, check_init, host_array
+from ._capture import refuse
+from ._context import capture_of
 from ._dispatch import finish_sync, queue_one
 from ._launch import Launch
 from ._stream import stream_for
@@ -45,6 +47,8 @@ def copy(worker, dst, src, stream) -> Launch:
         await it.  The host array stays alive until the copy completed.
     """
     worker._check_open()
+    if worker._captures and (cap := capture_of(worker)) is not None:
+        return cap.copy(dst, src, stream)  # recorded, not queued (_capture.py)
     stream = stream_for(worker, stream)
     dst_dev = isinstance(dst, DeviceTensor)
     src_dev = isinstance(src, DeviceTensor)
@@ -126,6 +130,7 @@ def copy_to(worker, dev_ptr, host_ptr, nbytes, stream) -> None:
 
 def _blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, what: str) -> None:
     worker._check_open()
+    refuse(worker, f"the blocking {what}()")
     stream = stream_for(worker, stream)
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
         raise PtoArgumentError(f"{what}(): nbytes must be an int > 0, not {nbytes!r}")

@@ -50,7 +50,7 @@ import threading
 from .._driver import check, lib
 from ..errors import PtoArgumentError
 from ._complete import service
-from ._context import current_worker, stream_stack
+from ._context import capture_of, current_worker, stream_stack
 from ._group import group_commands, group_flags
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
@@ -132,6 +132,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     """
     if worker._state != OPEN:
         worker._check_open()
+    if worker._captures and (cap := capture_of(worker)) is not None:
+        return cap.launch(h, args, stream, submit_only)  # recorded, not queued (_capture.py)
     if h._unfit is not None:
         raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
     if stream is None:

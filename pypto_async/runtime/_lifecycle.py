@@ -106,6 +106,7 @@ def close(worker, timeout) -> None:
         return
     q = worker._queue
     try:
+        close_graphs(worker)
         forgotten = worker._memory.free_forgotten()
         if not drive(q, q.idle, timeout):
             _drop_queued(worker, f"ChipWorker.close(): queued work did not finish within {timeout} s")
@@ -121,6 +122,7 @@ async def aclose(worker, timeout) -> None:
     if worker._state != OPEN or not worker._async or not worker._pump.is_current():
         close(worker, timeout)
         return
+    close_graphs(worker)
     forgotten = worker._memory.free_forgotten()
     try:
         try:
@@ -151,11 +153,22 @@ def finalize(worker) -> None:
             warnings.warn(f"unclosed {worker!r}; close it or use `with`", ResourceWarning, stacklevel=3)
         worker._state = CLOSED
         worker._pump.close()
+        for g in list(worker._graphs):
+            g._release_native()
         dev, worker._dev = worker._dev, None
         worker._queue.dev = None
         lib.pto_device_close(dev)
     except Exception:
         pass
+
+
+def close_graphs(worker) -> None:
+    """Close the worker's graphs (their tensors are freed in stream order, not forgotten)."""
+    for g in list(worker._graphs):
+        try:
+            g.close()
+        except Exception:  # noqa: BLE001 - a lost device: closing it releases everything
+            g._release_native()
 
 
 def _warn_forgotten(names: list[str]) -> None:
@@ -195,6 +208,8 @@ def _teardown(worker) -> None:
             pass
         q = worker._queue
         with q.lock:
+            for g in list(worker._graphs):
+                g._release_native()  # graphs hold driver events: before the device goes
             dev, worker._dev = worker._dev, None
             q.dev = None
             lib.pto_device_close(dev)

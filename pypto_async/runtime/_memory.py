@@ -30,7 +30,7 @@ import numpy as np
 
 from .._driver import PTO_ENOMEM, check, ffi, lib
 from .._dtypes import as_dtype
-from ..errors import PtoArgumentError, PtoError, PtoForeignTensorError, PtoTensorFreedError
+from ..errors import PtoArgumentError, PtoError, PtoForeignTensorError, PtoInvalidStateError, PtoTensorFreedError
 from ._args import host_array
 from ._dispatch import finish_sync, queue_one
 from ._group import rounded
@@ -64,7 +64,7 @@ class DeviceMemory:
     """
 
     __slots__ = ("_worker", "queue", "capacity", "tensors", "deferred", "_deferred_scheduled",
-                 "mem_waiters", "memory_waits", "_devptr_out")
+                 "mem_waiters", "memory_waits", "_devptr_out", "pinned")
 
     def __init__(self, worker, queue, capacity: int):
         self._worker = worker
@@ -76,6 +76,7 @@ class DeviceMemory:
         self.mem_waiters: deque = deque()
         self.memory_waits = 0
         self._devptr_out = ffi.new("pto_devptr *")
+        self.pinned: dict[int, int] = {}  # id(tensor) -> graphs that use it (_graph.py): not freeable
 
     # -- tensors (ChipWorker.alloc_tensor / free_tensor) -------------------------------------
 
@@ -190,6 +191,9 @@ class DeviceMemory:
             raise PtoForeignTensorError("free_tensor(): the DeviceTensor belongs to another ChipWorker")
         if t._freed:
             raise PtoTensorFreedError("free_tensor(): the DeviceTensor was freed already")
+        if self.pinned and id(t) in self.pinned:
+            raise PtoInvalidStateError(f"free_tensor(): {t!r} is used by a graph that is not closed; "
+                                       "close the graph first (graph.close())")
         stream = _dealloc_stream(worker, t._stream) if stream is None else accept(worker, stream)
         with self.queue.lock:
             self.free_locked(t._ptr, stream, t._streams)

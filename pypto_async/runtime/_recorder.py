@@ -59,6 +59,21 @@ def device_shape(dev) -> dict:
     }
 
 
+def _tag_graphs(records: list, tags: list) -> list:
+    """Name the graph on the records of replayed commands (their tokens lie in a replay's range)."""
+    import bisect
+    import dataclasses
+
+    firsts = [t[0] for t in tags]
+    out = []
+    for r in records:
+        i = bisect.bisect_right(firsts, r.token) - 1
+        if i >= 0 and r.token <= tags[i][1]:
+            r = dataclasses.replace(r, graph=tags[i][2])
+        out.append(r)
+    return out
+
+
 class TraceCapture:
     """An open capture: the records finished while it is open.
 
@@ -105,6 +120,9 @@ class TraceRecorder:
         self._captures: list[TraceCapture] = []
         self._lock = threading.Lock()
         self._device = device_shape(dev)
+        #: While tracing: ``(first token, last token, graph name)`` of each graph replay, in token
+        #: order (``Graph.replay`` appends), so records of replayed commands name their graph.
+        self.graph_tags: list | None = [] if always_on else None
 
     def start(self) -> TraceCapture:
         """Open a capture of the commands submitted from now on."""
@@ -119,6 +137,7 @@ class TraceRecorder:
                 self._drain_locked()  # records from before the capture are not its business
                 if not self._always_on:
                     lib.pto_trace_enable(self._dev, 1)
+                    self.graph_tags = []
             cap = TraceCapture(int(lib.pto_now_ns()), int(lib.pto_trace_dropped(self._dev)))
             self._captures.append(cap)
             return cap
@@ -130,6 +149,8 @@ class TraceRecorder:
 
     def _drain_locked(self) -> int:
         records = read_records(self._dev)
+        if self.graph_tags:
+            records = _tag_graphs(records, self.graph_tags)
         for cap in self._captures:
             cap._records.extend(records)
         return len(records)
@@ -151,6 +172,7 @@ class TraceRecorder:
                 cap._dropped_after = int(lib.pto_trace_dropped(self._dev))
                 if len(self._captures) == 1 and not self._always_on:
                     lib.pto_trace_enable(self._dev, 0)
+                    self.graph_tags = None
             cap.closed = True
             cap.until_ns = int(lib.pto_now_ns())
             self._captures.remove(cap)

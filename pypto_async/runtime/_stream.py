@@ -23,7 +23,7 @@ from collections import deque
 from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
-from ._context import stream_stack
+from ._context import capture_of, stream_stack
 from ._event import Event
 from ._launch import Launch, _Marker
 from ._queue import F_LAST, F_RECORD
@@ -108,6 +108,11 @@ class Stream:
             n += lib.pto_stream_accepted(self._ptr) - lib.pto_stream_submitted(self._ptr)
         return n
 
+    def _refuse_captured(self, what: str) -> None:
+        """Raise PtoCaptureError if this task captures on this stream: it would wait for captured work."""
+        if self._worker._captures and (cap := capture_of(self._worker)) is not None and self in cap._slots:
+            cap.refuse(f"{what} (stream {self._id})")
+
     def _check(self) -> None:
         self._worker._check_open()
         if self._closed:
@@ -127,6 +132,8 @@ class Stream:
             If the stream or its worker is closed.
         """
         self._check()
+        if self._worker._captures and (cap := capture_of(self._worker)) is not None:
+            return cap.record(self)  # recorded in the graph (_capture.py)
         with self._worker._lock:
             return self._record_locked()
 
@@ -152,6 +159,9 @@ class Stream:
         """
         self._check()
         worker = self._worker
+        if worker._captures and (cap := capture_of(worker)) is not None:
+            cap.wait(self, what)  # recorded in the graph (_capture.py)
+            return
         if isinstance(what, Launch):
             if what._worker is not worker:
                 raise PtoArgumentError("Stream.wait(): the launch belongs to another worker")
@@ -177,6 +187,7 @@ class Stream:
 
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed."""
+        self._refuse_captured("await stream")
         return self._worker._marker(self).__await__()
 
     def sync(self, timeout: float | None = None) -> None:
@@ -195,6 +206,7 @@ class Stream:
             If the device was lost.
         """
         check_timeout(timeout, "Stream.sync")  # before the marker is queued
+        self._refuse_captured("Stream.sync()")
         self._worker._marker(self).sync(timeout)
 
     def query(self) -> bool:

@@ -93,6 +93,7 @@ class TraceRecord:
     block: int
     status: int
     name: str
+    graph: str = ""  # the graph whose replay queued it ("" for eager work)
 
     @classmethod
     def from_cdata(cls, rec, string=None) -> "TraceRecord":

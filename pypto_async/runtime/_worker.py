@@ -27,7 +27,9 @@ import weakref
 from .._driver import check, device_config, error_for_status, ffi, lib
 from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError
 from . import _context, _copy, _lifecycle
+from ._context import capture_of
 from ._checks import check_timeout
+from ._capture import Capture, refuse
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
@@ -111,6 +113,8 @@ class ChipWorker:
         self._async = False
         self._pid = os.getpid()
         self._ctx_tokens: list = []
+        self._captures = 0  # graph captures open on this worker, any task (_capture.py)
+        self._graphs: weakref.WeakSet = weakref.WeakSet()  # graphs not closed (_graph.py)
         self._state = OPEN
         try:
             self._default_stream = Stream._create(self, 0, True)
@@ -294,6 +298,36 @@ class ChipWorker:
         finally:
             _context.pop_stream(stream, token)
 
+    # -- graphs ---------------------------------------------------------------------------------------
+
+    def capture(self, name: str = "graph", *, stream=None) -> Capture:
+        """Record a step once, to replay it with new arguments: ``with`` / ``async with w.capture():``.
+
+        Inside the block, this task's launches, copies, event records and
+        waits on the capture's streams are recorded instead of queued, and
+        return captured nodes (:class:`CapturedNode`); ``cap.input(name,
+        shape, dtype)`` declares the placeholders a replay binds.  Once the
+        block has exited, ``cap.graph`` is the :class:`Graph`; its
+        :meth:`~Graph.replay` queues the whole step in one driver call.
+
+        Parameters
+        ----------
+        name : str
+            Names the graph in errors, traces and ``repr``.
+        stream : Stream, optional
+            The capture's stream (``None``: the task-local default stream).
+            Other streams join by waiting on captured work, and must be
+            joined back (``cap.stream.wait(s)``) before the block ends.
+
+        Raises
+        ------
+        PtoCaptureError
+            Inside the block, for a call that would wait for captured work
+            (see :class:`~pypto_async.errors.PtoCaptureError`); at its end,
+            for a stream not joined back.
+        """
+        return Capture(self, name, stream)
+
     # -- waiting for everything ------------------------------------------------------------------
 
     def sync(self, timeout: float | None = None) -> None:
@@ -320,6 +354,7 @@ class ChipWorker:
             If the worker is closed.
         """
         check_timeout(timeout, "ChipWorker.sync")
+        refuse(self, "ChipWorker.sync()")
         self._sync_point().sync(timeout)
         self._check_device()
 
@@ -337,6 +372,7 @@ class ChipWorker:
         PtoClosedError
             If the worker is closed.
         """
+        refuse(self, "ChipWorker.wait()")
         point = self._sync_point()
         await point.wait()
         self._check_device()
@@ -390,7 +426,10 @@ class ChipWorker:
 
     @_doc_of(DeviceMemory.alloc_tensor)
     def alloc_tensor(self, shape, dtype, *, init=None, stream=None) -> DeviceTensor:
-        return self._memory.alloc_tensor(shape, dtype, init, stream)
+        t = self._memory.alloc_tensor(shape, dtype, init, stream)
+        if self._captures and (cap := capture_of(self)) is not None:
+            cap.own(t)  # allocated inside a capture: the graph owns it
+        return t
 
     @_doc_of(DeviceMemory.free_tensor)
     def free_tensor(self, t: DeviceTensor, *, stream=None) -> None:

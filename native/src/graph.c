@@ -1,0 +1,651 @@
+/*
+ * graph.c - graphs: a recorded step, replayed with new addresses in one call.
+ *
+ * Phase: submission.  A graph is plain host data: the commands in the order
+ * they were added, each on a stream slot, with its static arguments; the
+ * patches that say which argument takes which input's address; and the
+ * graph's own events.  Nothing here runs on a driver thread: a replay is a
+ * producer like any other, queuing each command through the pto_stream_*
+ * call of its kind (submit.c), so ring room, the overflow, back-dating and
+ * failure propagation are exactly those of eager commands.
+ *
+ * One record per replay
+ * ---------------------
+ * The replay's commands are quiet (pti_quiet while it queues them): each
+ * carries a tag, token + 1 + its index, and pushes a completion record only
+ * if it is its stream's first failure (exec.c, pti_cmd_finish).  That record
+ * is what observes the failure, as for any command; the rest of the replay
+ * fails behind it as dependents, silently, and the replay's last command, a
+ * notify with the replay's token on the origin stream, reports -PTO_EDEP
+ * naming the failed command's tag as its cause.  Every fork of the graph
+ * joins the origin before that notify (the host checks it at capture), so
+ * the notify completes after every command of the replay.
+ *
+ * Judged as one submission
+ * ------------------------
+ * A command may run, fail and be observed while the replay is still queuing
+ * later ones.  Each stream is back-dated (pto_stream_backdate's field) to
+ * its epoch when the replay began, so the rest of the replay fails as
+ * dependents instead of running on a failed command's output.
+ *
+ * Replays in order
+ * ----------------
+ * Replays on one origin stream are ordered by the stream.  When a replay's
+ * origin differs from the previous one's, it first waits for the previous
+ * replay's end: an ordering-only record of the graph's `done` event, which
+ * every replay queues before its notify (ordering-only, so a failed replay
+ * does not fail the next one).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { G_LAUNCH = 1, G_COPY, G_MEMSET, G_RECORD, G_WAIT, G_WAIT_EXT };
+
+struct pti_gcmd {
+    uint32_t op;                  /* G_* */
+    uint32_t slot;                /* stream slot */
+    uint32_t kind;                /* copies: PTO_CMD_H2D / D2H / D2D */
+    uint32_t event;               /* record/wait: graph event index */
+    pto_event *ext;               /* wait on an outside event */
+    pto_kernel *k;                /* launch (a reference held) */
+    uint32_t blocks, nargs;
+    uint64_t args_at;             /* launch: offset of its arguments in g->args */
+    uint64_t dst, src, n;         /* copy / memset (value in src) */
+    uint32_t patch_at, patches;   /* its patches: g->patches[patch_at .. + patches) */
+};
+
+struct pti_gpatch {
+    uint32_t cmd, field, input, use;
+};
+
+struct pti_ginput {
+    uint64_t nbytes;
+    uint32_t use;                 /* PTO_GRAPH_READ | PTO_GRAPH_WRITE, from every patch */
+    bool staged;                  /* a launch takes its address: a host binding needs a device buffer */
+    bool patched;
+};
+
+struct pto_graph {
+    pto_device *dev;
+    struct pti_gcmd *cmds;
+    uint32_t n_cmds, cap_cmds;
+    uint64_t *args;
+    uint64_t n_args, cap_args;
+    struct pti_gpatch *patches;
+    uint32_t n_patches, cap_patches;
+    struct pti_ginput *inputs;
+    uint32_t n_inputs, cap_inputs;
+    uint32_t n_streams, n_events, n_launches, max_nargs;
+    bool instantiated;
+    pto_event **events;
+    pto_event *done;              /* recorded (ordering only) at every replay's end */
+    uint32_t last_origin;         /* stream id of the previous replay's origin */
+    bool replayed;
+};
+
+_Thread_local bool pti_quiet __attribute__((tls_model("initial-exec"))) = false;
+
+static bool grow(void **v, uint64_t *cap, uint64_t need, size_t size)
+{
+    if (need <= *cap)
+        return true;
+    uint64_t ncap = *cap ? *cap * 2 : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*v, (size_t)ncap * size);
+    if (!p)
+        return false;
+    *v = p;
+    *cap = ncap;
+    return true;
+}
+
+static bool grow32(void **v, uint32_t *cap, uint32_t need, size_t size)
+{
+    uint64_t c = *cap;
+    bool ok = grow(v, &c, need, size);
+    *cap = (uint32_t)c;
+    return ok;
+}
+
+int pto_graph_create(pto_device *dev, pto_graph **out)
+{
+    if (!dev || !out)
+        return pti_error(PTO_EINVAL, "pto_graph_create: NULL argument");
+    pto_graph *g = calloc(1, sizeof(*g));
+    if (!g)
+        return pti_error(PTO_ENOMEM, "pto_graph_create: out of host memory");
+    g->dev = dev;
+    *out = g;
+    return 0;
+}
+
+void pto_graph_destroy(pto_graph *g)
+{
+    if (!g)
+        return;
+    for (uint32_t i = 0; i < g->n_cmds; i++)
+        if (g->cmds[i].op == G_LAUNCH)
+            pti_kernel_unref(g->cmds[i].k);
+    if (g->events)
+        for (uint32_t i = 0; i < g->n_events; i++)
+            if (g->events[i])
+                pto_event_destroy(g->events[i]);
+    if (g->done)
+        pto_event_destroy(g->done);
+    free(g->events);
+    free(g->cmds);
+    free(g->args);
+    free(g->patches);
+    free(g->inputs);
+    free(g);
+}
+
+int pto_graph_get_info(const pto_graph *g, pto_graph_info *out)
+{
+    if (!g || !out)
+        return pti_error(PTO_EINVAL, "pto_graph_get_info: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->commands = g->n_cmds;
+    out->streams = g->n_streams;
+    out->events = g->n_events;
+    out->inputs = g->n_inputs;
+    out->launches = g->n_launches;
+    out->instantiated = g->instantiated;
+    return 0;
+}
+
+/* A new command on slot, zeroed, or NULL with the error set (*rc). */
+static struct pti_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int *rc)
+{
+    if (!g) {
+        *rc = pti_error(PTO_EINVAL, "%s: NULL graph", fn);
+        return NULL;
+    }
+    if (g->instantiated) {
+        *rc = pti_error(PTO_EINVAL, "%s: the graph is instantiated already", fn);
+        return NULL;
+    }
+    if (slot > 1024) {
+        *rc = pti_error(PTO_EINVAL, "%s: stream slot %u is out of range", fn, slot);
+        return NULL;
+    }
+    if (!grow32((void **)&g->cmds, &g->cap_cmds, g->n_cmds + 1, sizeof(*g->cmds))) {
+        *rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        return NULL;
+    }
+    struct pti_gcmd *c = &g->cmds[g->n_cmds];
+    memset(c, 0, sizeof(*c));
+    c->slot = slot;
+    if (slot + 1 > g->n_streams)
+        g->n_streams = slot + 1;
+    *rc = (int)g->n_cmds++;
+    return c;
+}
+
+int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t blocks,
+                         const uint64_t *args, uint32_t nargs)
+{
+    const char *fn = "pto_graph_add_launch";
+    if (g && (!k || k->dev != g->dev))
+        return pti_error(PTO_EINVAL, "%s: kernel is NULL or from another device", fn);
+    if (blocks == 0)
+        return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
+    if (nargs && !args)
+        return pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
+    if (g && (uint64_t)nargs * 8u > g->dev->cfg.ring_heap)
+        return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
+                         g->dev->cfg.ring_heap);
+    if (g && !grow((void **)&g->args, &g->cap_args, g->n_args + nargs, sizeof(uint64_t)))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    int rc;
+    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = G_LAUNCH;
+    pti_kernel_ref(k);
+    c->k = k;
+    c->blocks = blocks;
+    c->nargs = nargs;
+    c->args_at = g->n_args;
+    if (nargs)
+        memcpy(&g->args[g->n_args], args, (size_t)nargs * 8u);
+    g->n_args += nargs;
+    g->n_launches++;
+    if (nargs > g->max_nargs)
+        g->max_nargs = nargs;
+    return rc;
+}
+
+int pto_graph_add_copy(pto_graph *g, uint32_t slot, uint32_t kind, uint64_t dst, uint64_t src,
+                       uint64_t nbytes)
+{
+    const char *fn = "pto_graph_add_copy";
+    if (kind != PTO_CMD_H2D && kind != PTO_CMD_D2H && kind != PTO_CMD_D2D)
+        return pti_error(PTO_EINVAL, "%s: kind %u is not a copy", fn, kind);
+    int rc;
+    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = G_COPY;
+    c->kind = kind;
+    c->dst = dst;
+    c->src = src;
+    c->n = nbytes;
+    return rc;
+}
+
+int pto_graph_add_memset(pto_graph *g, uint32_t slot, uint64_t dst, uint8_t value, uint64_t nbytes)
+{
+    int rc;
+    struct pti_gcmd *c = new_cmd(g, slot, "pto_graph_add_memset", &rc);
+    if (!c)
+        return rc;
+    c->op = G_MEMSET;
+    c->dst = dst;
+    c->src = value;
+    c->n = nbytes;
+    return rc;
+}
+
+static int add_event_cmd(pto_graph *g, uint32_t slot, uint32_t event, uint32_t op, const char *fn)
+{
+    if (event > 65535)
+        return pti_error(PTO_EINVAL, "%s: event %u is out of range", fn, event);
+    int rc;
+    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = op;
+    c->event = event;
+    if (event + 1 > g->n_events)
+        g->n_events = event + 1;
+    return rc;
+}
+
+int pto_graph_add_record(pto_graph *g, uint32_t slot, uint32_t event)
+{
+    return add_event_cmd(g, slot, event, G_RECORD, "pto_graph_add_record");
+}
+
+int pto_graph_add_wait(pto_graph *g, uint32_t slot, uint32_t event)
+{
+    return add_event_cmd(g, slot, event, G_WAIT, "pto_graph_add_wait");
+}
+
+int pto_graph_add_wait_external(pto_graph *g, uint32_t slot, pto_event *e)
+{
+    const char *fn = "pto_graph_add_wait_external";
+    if (g && (!e || e->dev != g->dev))
+        return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
+    int rc;
+    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = G_WAIT_EXT;
+    c->ext = e;
+    return rc;
+}
+
+int pto_graph_add_input(pto_graph *g, uint64_t nbytes)
+{
+    if (!g)
+        return pti_error(PTO_EINVAL, "pto_graph_add_input: NULL graph");
+    if (g->instantiated)
+        return pti_error(PTO_EINVAL, "pto_graph_add_input: the graph is instantiated already");
+    if (!grow32((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(*g->inputs)))
+        return pti_error(PTO_ENOMEM, "pto_graph_add_input: out of host memory");
+    struct pti_ginput *in = &g->inputs[g->n_inputs];
+    memset(in, 0, sizeof(*in));
+    in->nbytes = nbytes;
+    return (int)g->n_inputs++;
+}
+
+int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, uint32_t use)
+{
+    const char *fn = "pto_graph_patch";
+    if (!g)
+        return pti_error(PTO_EINVAL, "%s: NULL graph", fn);
+    if (g->instantiated)
+        return pti_error(PTO_EINVAL, "%s: the graph is instantiated already", fn);
+    if (cmd >= g->n_cmds || input >= g->n_inputs)
+        return pti_error(PTO_EINVAL, "%s: command %u or input %u does not exist", fn, cmd, input);
+    struct pti_gcmd *c = &g->cmds[cmd];
+    if (c->patches && c->patch_at + c->patches != g->n_patches)
+        return pti_error(PTO_EINVAL, "%s: patch command %u's fields together, before the next command's",
+                         fn, cmd);
+    struct pti_ginput *in = &g->inputs[input];
+    switch (c->op) {
+    case G_LAUNCH:
+        if (field >= c->nargs)
+            return pti_error(PTO_EINVAL, "%s: the launch has %u arguments, no argument %u", fn,
+                             c->nargs, field);
+        if (!use || (use & ~(PTO_GRAPH_READ | PTO_GRAPH_WRITE)))
+            return pti_error(PTO_EINVAL, "%s: use must be PTO_GRAPH_READ and/or PTO_GRAPH_WRITE", fn);
+        in->staged = true;
+        break;
+    case G_COPY:
+    case G_MEMSET:
+        if (field == PTO_GRAPH_DST) {
+            if (c->op == G_COPY && c->kind == PTO_CMD_D2H)
+                return pti_error(PTO_EINVAL, "%s: a D2H copy's destination is a host address", fn);
+            use = PTO_GRAPH_WRITE;
+            if (c->op == G_MEMSET)
+                in->staged = true; /* a memset writes device memory only */
+        } else if (field == PTO_GRAPH_SRC && c->op == G_COPY) {
+            if (c->kind == PTO_CMD_H2D)
+                return pti_error(PTO_EINVAL, "%s: an H2D copy's source is a host address", fn);
+            use = PTO_GRAPH_READ;
+        } else {
+            return pti_error(PTO_EINVAL, "%s: field %u of a %s", fn, field,
+                             c->op == G_COPY ? "copy (PTO_GRAPH_DST or PTO_GRAPH_SRC)"
+                                             : "memset (PTO_GRAPH_DST)");
+        }
+        break;
+    default:
+        return pti_error(PTO_EINVAL, "%s: command %u takes no address", fn, cmd);
+    }
+    if (!grow32((void **)&g->patches, &g->cap_patches, g->n_patches + 1, sizeof(*g->patches)))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    if (!c->patches)
+        c->patch_at = g->n_patches;
+    g->patches[g->n_patches++] = (struct pti_gpatch){cmd, field, input, use};
+    c->patches++;
+    in->use |= use;
+    in->patched = true;
+    return 0;
+}
+
+int pto_graph_instantiate(pto_graph *g)
+{
+    const char *fn = "pto_graph_instantiate";
+    if (!g)
+        return pti_error(PTO_EINVAL, "%s: NULL graph", fn);
+    if (g->instantiated)
+        return pti_error(PTO_EINVAL, "%s: the graph is instantiated already", fn);
+    for (uint32_t i = 0; i < g->n_inputs; i++)
+        if (!g->inputs[i].patched)
+            return pti_error(PTO_EINVAL, "%s: input %u is used by no command", fn, i);
+    /* A wait must find its event recorded by an earlier command of the replay. */
+    bool *recorded = calloc(g->n_events ? g->n_events : 1, sizeof(bool));
+    if (!recorded)
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    for (uint32_t i = 0; i < g->n_cmds; i++) {
+        struct pti_gcmd *c = &g->cmds[i];
+        if (c->op == G_RECORD)
+            recorded[c->event] = true;
+        else if (c->op == G_WAIT && !recorded[c->event]) {
+            free(recorded);
+            return pti_error(PTO_EINVAL, "%s: command %u waits on event %u, which no earlier command records",
+                             fn, i, c->event);
+        }
+    }
+    free(recorded);
+    g->events = calloc(g->n_events ? g->n_events : 1, sizeof(pto_event *));
+    if (!g->events)
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    int rc = pto_event_create(g->dev, &g->done);
+    for (uint32_t i = 0; !rc && i < g->n_events; i++)
+        rc = pto_event_create(g->dev, &g->events[i]);
+    if (rc)
+        return rc; /* pto_graph_destroy releases what was created */
+    g->instantiated = true;
+    return 0;
+}
+
+int pto_graph_input_staged(const pto_graph *g, uint32_t input)
+{
+    if (!g || input >= g->n_inputs)
+        return pti_error(PTO_EINVAL, "pto_graph_input_staged: no input %u", input);
+    return g->inputs[input].staged;
+}
+
+/* ---- replay ------------------------------------------------------------------ */
+
+struct replay {
+    pto_graph *g;
+    pto_stream *const *streams;
+    const uint64_t *dev_ptrs, *host_ptrs;
+};
+
+static bool host_bound(const struct replay *r, uint32_t input)
+{
+    return r->host_ptrs && r->host_ptrs[input];
+}
+
+/*
+ * The address input i stands for in field `field` of copy c: a copy-only
+ * host-bound input is its host array; anything else its device address.
+ * *host: whether it is a host address.
+ */
+static uint64_t copy_side(const struct replay *r, uint32_t input, bool *host)
+{
+    const struct pti_ginput *in = &r->g->inputs[input];
+    if (host_bound(r, input) && !in->staged) {
+        *host = true;
+        return r->host_ptrs[input];
+    }
+    *host = false;
+    return r->dev_ptrs[input];
+}
+
+/* A copy as it goes in this replay: kind, dst, src.  -PTO_EINVAL if host to host. */
+static int resolve_copy(const struct replay *r, const struct pti_gcmd *c, uint32_t *kind,
+                        uint64_t *dst, uint64_t *src)
+{
+    bool dst_host = c->kind == PTO_CMD_D2H, src_host = c->kind == PTO_CMD_H2D;
+    *dst = c->dst;
+    *src = c->src;
+    for (uint32_t p = 0; p < c->patches; p++) {
+        const struct pti_gpatch *pt = &r->g->patches[c->patch_at + p];
+        if (pt->field == PTO_GRAPH_DST)
+            *dst = copy_side(r, pt->input, &dst_host);
+        else
+            *src = copy_side(r, pt->input, &src_host);
+    }
+    if (dst_host && src_host)
+        return pti_error(PTO_EINVAL, "pto_graph_replay: command %u would copy host to host (both sides "
+                         "bound to host arrays)", (unsigned)(c - r->g->cmds));
+    *kind = dst_host ? PTO_CMD_D2H : src_host ? PTO_CMD_H2D : PTO_CMD_D2D;
+    return 0;
+}
+
+static int check_range(pto_device *dev, uint64_t addr, uint64_t n, uint32_t cmd)
+{
+    if (n == 0 || pti_mem_in_arena(dev, addr, n))
+        return 0;
+    return pti_error(PTO_EINVAL, "pto_graph_replay: command %u: device range 0x%llx+%llu lies outside the "
+                     "device arena", cmd, (unsigned long long)addr, (unsigned long long)n);
+}
+
+/* Everything a replay is checked for before it queues anything. */
+static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninputs)
+{
+    const char *fn = "pto_graph_replay";
+    pto_graph *g = r->g;
+    if (!g->instantiated)
+        return pti_error(PTO_EINVAL, "%s: the graph is not instantiated", fn);
+    if (nstreams != g->n_streams || (nstreams && !r->streams))
+        return pti_error(PTO_EINVAL, "%s: the graph uses %u streams, got %u", fn, g->n_streams, nstreams);
+    for (uint32_t i = 0; i < nstreams; i++) {
+        if (!r->streams[i] || r->streams[i]->dev != g->dev)
+            return pti_error(PTO_EINVAL, "%s: stream %u is NULL or of another device", fn, i);
+        /* With it off a full ring would refuse the replay part way; with it on nothing can. */
+        if (!r->streams[i]->ovf.on)
+            return pti_error(PTO_EINVAL, "%s: stream %u has its overflow off (pto_stream_set_overflow)",
+                             fn, i);
+    }
+    if (ninputs != g->n_inputs || (ninputs && !r->dev_ptrs))
+        return pti_error(PTO_EINVAL, "%s: the graph has %u inputs, got %u", fn, g->n_inputs, ninputs);
+    for (uint32_t i = 0; i < ninputs; i++) {
+        const struct pti_ginput *in = &g->inputs[i];
+        bool host = host_bound(r, i);
+        if ((in->staged || !host) && r->dev_ptrs[i] == 0)
+            return pti_error(PTO_EINVAL, "%s: input %u has no device address", fn, i);
+        if ((in->staged || !host) && !pti_mem_in_arena(g->dev, r->dev_ptrs[i], in->nbytes ? in->nbytes : 1))
+            return pti_error(PTO_EINVAL, "%s: input %u's device range 0x%llx+%llu lies outside the device arena",
+                             fn, i, (unsigned long long)r->dev_ptrs[i], (unsigned long long)in->nbytes);
+    }
+    for (uint32_t i = 0; i < g->n_cmds; i++) {
+        const struct pti_gcmd *c = &g->cmds[i];
+        uint32_t kind;
+        uint64_t dst, src;
+        int rc = 0;
+        if (c->op == G_COPY) {
+            if ((rc = resolve_copy(r, c, &kind, &dst, &src)))
+                return rc;
+            if (kind != PTO_CMD_D2H)
+                rc = check_range(g->dev, dst, c->n, i);
+            if (!rc && kind != PTO_CMD_H2D)
+                rc = check_range(g->dev, src, c->n, i);
+            if (!rc && c->n && ((kind == PTO_CMD_D2H && !dst) || (kind == PTO_CMD_H2D && !src)))
+                rc = pti_error(PTO_EINVAL, "%s: command %u: NULL host pointer", fn, i);
+        } else if (c->op == G_MEMSET) {
+            dst = c->patches ? r->dev_ptrs[g->patches[c->patch_at].input] : c->dst;
+            rc = check_range(g->dev, dst, c->n, i);
+        } else if (c->op == G_LAUNCH && atomic_load_explicit(&c->k->unloaded, memory_order_acquire)) {
+            rc = pti_error(PTO_EINVAL, "%s: command %u: kernel %s was unloaded", fn, i, c->k->name);
+        }
+        if (rc)
+            return rc;
+    }
+    int st = pto_device_status(g->dev);
+    if (st)
+        return pti_error(-st, "%s: %s", fn, st == -PTO_EDEVLOST ? "device lost" : "device is closing");
+    return 0;
+}
+
+/* Queue command i of the replay (tag: its token); returns the submission's status. */
+static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t *scratch)
+{
+    pto_graph *g = r->g;
+    const struct pti_gcmd *c = &g->cmds[i];
+    pto_stream *s = r->streams[c->slot];
+    switch (c->op) {
+    case G_LAUNCH: {
+        const uint64_t *args = &g->args[c->args_at];
+        if (c->patches) {
+            memcpy(scratch, args, (size_t)c->nargs * 8u);
+            for (uint32_t p = 0; p < c->patches; p++) {
+                const struct pti_gpatch *pt = &g->patches[c->patch_at + p];
+                scratch[pt->field] = r->dev_ptrs[pt->input];
+            }
+            args = scratch;
+        }
+        return pto_stream_launch(s, c->k, c->blocks, args, c->nargs, tag);
+    }
+    case G_COPY: {
+        uint32_t kind;
+        uint64_t dst, src;
+        resolve_copy(r, c, &kind, &dst, &src); /* checked in check_replay */
+        if (kind == PTO_CMD_H2D)
+            return pto_stream_copy_h2d(s, dst, (const void *)(uintptr_t)src, c->n, tag);
+        if (kind == PTO_CMD_D2H)
+            return pto_stream_copy_d2h(s, (void *)(uintptr_t)dst, src, c->n, tag);
+        return pto_stream_copy_d2d(s, dst, src, c->n, tag);
+    }
+    case G_MEMSET: {
+        uint64_t dst = c->patches ? r->dev_ptrs[g->patches[c->patch_at].input] : c->dst;
+        return pto_stream_memset(s, dst, (uint8_t)c->src, c->n, tag);
+    }
+    case G_RECORD:
+        return pto_stream_record(s, g->events[c->event], tag);
+    case G_WAIT:
+        return pto_stream_wait_event(s, g->events[c->event], tag);
+    case G_WAIT_EXT:
+        return pto_stream_wait_event(s, c->ext, tag);
+    default:
+        return pti_error(PTO_EINVAL, "pto_graph_replay: command %u of unknown kind", i);
+    }
+}
+
+/* The staging copies of host-bound inputs: H2D before the commands (in), D2H after (out). */
+static int queue_staging(const struct replay *r, bool in, uint64_t tag)
+{
+    pto_graph *g = r->g;
+    pto_stream *s = r->streams[0];
+    if (!r->host_ptrs)
+        return 0;
+    int last = 0;
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        const struct pti_ginput *b = &g->inputs[i];
+        if (!b->staged || !r->host_ptrs[i] || !b->nbytes)
+            continue;
+        int rc;
+        if (in && (b->use & PTO_GRAPH_READ))
+            rc = pto_stream_copy_h2d(s, r->dev_ptrs[i], (const void *)(uintptr_t)r->host_ptrs[i], b->nbytes, tag);
+        else if (!in && (b->use & PTO_GRAPH_WRITE))
+            rc = pto_stream_copy_d2h(s, (void *)(uintptr_t)r->host_ptrs[i], r->dev_ptrs[i], b->nbytes, tag);
+        else
+            continue;
+        if (rc < 0)
+            return rc;
+        last = rc;
+    }
+    return last;
+}
+
+#define PTI_GRAPH_STACK_ARGS 32
+
+int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams,
+                     const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
+                     uint64_t token)
+{
+    if (!g)
+        return pti_error(PTO_EINVAL, "pto_graph_replay: NULL graph");
+    if (token == 0)
+        return pti_error(PTO_EINVAL, "pto_graph_replay: the replay needs a token");
+    struct replay r = {g, streams, dev_ptrs, host_ptrs};
+    int rc = check_replay(&r, nstreams, ninputs);
+    if (rc)
+        return rc;
+    uint64_t stack_args[PTI_GRAPH_STACK_ARGS];
+    uint64_t *scratch = stack_args;
+    if (g->max_nargs > PTI_GRAPH_STACK_ARGS && !(scratch = malloc((size_t)g->max_nargs * 8u)))
+        return pti_error(PTO_ENOMEM, "pto_graph_replay: out of host memory");
+    uint64_t saved_stack[8];
+    uint64_t *saved = nstreams <= 8 ? saved_stack : malloc((size_t)nstreams * sizeof(uint64_t));
+    if (!saved) {
+        if (scratch != stack_args)
+            free(scratch);
+        return pti_error(PTO_ENOMEM, "pto_graph_replay: out of host memory");
+    }
+    /* Judged as one submission: each stream back-dated to its epoch now (see the essay). */
+    for (uint32_t i = 0; i < nstreams; i++) {
+        pto_stream *s = streams[i];
+        saved[i] = s->backdate;
+        uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
+        if (epoch < s->backdate)
+            s->backdate = epoch;
+    }
+    /* Tags: command i is token + 1 + i; the replay's own commands (order, staging) the one after. */
+    pto_stream *origin = streams[0];
+    uint64_t tag = token + 1, own_tag = token + 1 + g->n_cmds;
+    int last = 0;
+    pti_quiet = true;
+    if (g->replayed && g->last_origin != origin->id)
+        rc = pto_stream_wait_event(origin, g->done, own_tag); /* the previous replay's end */
+    if (rc >= 0)
+        rc = queue_staging(&r, true, own_tag);
+    for (uint32_t i = 0; rc >= 0 && i < g->n_cmds; i++)
+        rc = queue_cmd(&r, i, tag + i, scratch);
+    if (rc >= 0)
+        rc = queue_staging(&r, false, own_tag);
+    if (rc >= 0)
+        rc = pto_stream_record_ordering(origin, g->done, own_tag);
+    pti_quiet = false;
+    if (rc >= 0) {
+        g->replayed = true;
+        g->last_origin = origin->id;
+        rc = last = pto_stream_notify(origin, token);
+    }
+    for (uint32_t i = 0; i < nstreams; i++)
+        streams[i]->backdate = saved[i];
+    if (saved != saved_stack)
+        free(saved);
+    if (scratch != stack_args)
+        free(scratch);
+    return rc < 0 ? rc : last;
+}

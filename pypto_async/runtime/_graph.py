@@ -1,0 +1,487 @@
+"""Graph: a captured step, replayed with new bindings in one driver call.
+
+:meth:`Graph._build` turns a finished :class:`~._capture.Capture` into the
+driver's graph (``native/src/graph.c``): each recorded command is added on
+its stream slot, each use of an input becomes a patch, and the graph is
+instantiated (validated, its events created).  :meth:`Graph.replay` then
+checks the bindings (nothing is queued on error), reserves one token per
+command plus the replay's own, and makes one ``pto_graph_replay`` call.
+
+Tokens.  A replay with token ``T`` maps only ``T`` to its :class:`Launch`
+(a :class:`_Replay`).  The driver gives command ``i`` the tag ``T + 1 + i``
+and the replay's own commands (staging copies, ordering) ``T + 1 + n``; a
+command reports only when it is its stream's first failure, under its tag,
+which nobody owns: :func:`~._complete.on_failure` remembers its error, and
+the replay's own record, a dependency failure naming that tag as its cause,
+fails the Launch with an error that names the node (:meth:`_Replay._fail`).
+
+Host-array bindings.  An input bound to a host array is copied by
+direction inside the replay: a copy whose side it is copies to or from the
+array directly; an input a launch uses goes through a device buffer the
+graph owns (allocated at the first such replay), copied in before the
+graph's commands if anything reads it and out after them if anything
+writes it.  Replays of one graph run one after another, so one buffer per
+input serves them all.
+"""
+
+from __future__ import annotations
+
+from .._driver import PTO_CMD_D2D, check, ffi, lib
+from ..errors import (
+    PtoArgumentError,
+    PtoCaptureError,
+    PtoClosedError,
+    PtoError,
+    PtoForeignTensorError,
+    PtoTensorFreedError,
+)
+from ._args import check_init, host_array
+from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
+from ._complete import service
+from ._launch import Launch, mark_turn
+from ._memory import _dealloc_stream
+from ._queue import QUEUED
+from ._state import OPEN
+from ._stream import accept
+from ._submit import overflowed
+from ._tensor import DeviceTensor
+from ._wait import block_until
+
+__all__ = ["Graph"]
+
+_replay_fn = lib.pto_graph_replay  # bound once: every replay calls it
+_NULL = ffi.NULL
+_USE = {"r": 1, "w": 2, "rw": 3}  # PTO_GRAPH_READ / PTO_GRAPH_WRITE
+
+
+class _Replay(Launch):
+    """The Launch of one replay: its failure names the graph's node that failed."""
+
+    __slots__ = ("_graph", "_base")
+
+    def cancel(self) -> bool:
+        """A replay cannot be withdrawn (its commands span streams): returns False."""
+        return False
+
+    def _fail(self, exc) -> None:
+        if self._exc is None:
+            self._exc = self._graph._name_failure(self, exc)
+        self._remaining -= 1
+        if not self._remaining:
+            self._finish()
+
+
+class Graph:
+    """A recorded step (from :meth:`ChipWorker.capture`): replay it with new bindings.
+
+    ``len(graph)`` is its command count; :attr:`inputs` the declared
+    inputs.  :meth:`close` it (or use ``with``) to free what it owns: the
+    tensors allocated inside the capture, the staging buffers of host
+    bindings, and the hold on the DeviceTensors it uses directly (freeing
+    one of those while the graph lives is refused).  Closing the worker
+    closes its graphs.
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Graph cannot be constructed directly; use ChipWorker.capture()")
+
+    @classmethod
+    def _build(cls, cap) -> Graph:
+        worker = cap._worker
+        g = cls.__new__(cls)
+        g._worker = worker
+        g._name = cap.name
+        g._label = f"graph {cap.name!r} replay"
+        g._origin = cap._origin
+        g._streams = tuple(cap._streams)
+        g._inputs = tuple(cap._inputs)
+        g._static = tuple(cap._static.values())
+        g._owned = list(cap._owned)
+        g._keep = tuple(cap._keep)
+        g._staging = [None] * len(g._inputs)
+        g._ptr = None
+        g._what = []  # per driver command: how a failure names it
+        g._nodes = len(cap._nodes)
+        g._launches = sum(1 for c in cap._cmds if c.kind == LAUNCH)
+        for inp in g._inputs:
+            if not (inp.reads or inp.writes):
+                raise PtoCaptureError(f"capture {cap.name!r}: input {inp.name!r} is used by no launch or copy")
+        out = ffi.new("pto_graph **")
+        check(lib.pto_graph_create(worker._dev, out), "pto_graph_create")
+        g._ptr = out[0]
+        try:
+            g._add_all(cap)
+            check(lib.pto_graph_instantiate(g._ptr), f"instantiating graph {cap.name!r}")
+        except BaseException:
+            lib.pto_graph_destroy(g._ptr)
+            g._ptr = None
+            raise
+        g._staged = tuple(bool(lib.pto_graph_input_staged(g._ptr, k)) for k in range(len(g._inputs)))
+        g._ncmds = len(g._what)
+        g._span = g._ncmds + 2  # tokens per replay: its own, one per command, one for its own commands
+        g._cstreams = {}  # origin -> pto_stream *[] for the driver
+        g._cstreams[g._origin] = g._stream_array(g._origin)
+        g._closed = False
+        pins = worker._memory.pinned
+        for t in (*g._static, *g._owned):
+            pins[id(t)] = pins.get(id(t), 0) + 1
+        worker._graphs.add(g)
+        return g
+
+    def _add_all(self, cap) -> None:
+        """Add every recorded command (and the records waits on nodes need) to the driver's graph."""
+        p = self._ptr
+        what = self._what
+        for inp in self._inputs:
+            check(lib.pto_graph_add_input(p, inp.nbytes), "pto_graph_add_input")
+        for cmd in cap._cmds:
+            slot = cmd.slot
+            sid = self._streams[slot].id
+            if cmd.kind == LAUNCH:
+                h, values = cmd.data
+                idx = check(lib.pto_graph_add_launch(p, slot, h._kptr, h._blocks, list(values), h._nargs),
+                            h._label)
+                for field, k, use in cmd.patches:
+                    check(lib.pto_graph_patch(p, idx, field, k, _USE[use]), h._label)
+                what.append(f"node {cmd.node.index} ({h._label}, a launch on stream {sid})")
+            elif cmd.kind == COPY:
+                d, s, n = cmd.data
+                idx = check(lib.pto_graph_add_copy(p, slot, PTO_CMD_D2D, d, s, n), "copy()")
+                for field, k, use in cmd.patches:
+                    f = lib.PTO_GRAPH_DST if field == "dst" else lib.PTO_GRAPH_SRC
+                    check(lib.pto_graph_patch(p, idx, f, k, 0), "copy()")
+                what.append(f"node {cmd.node.index} ({cmd.node.name}, on stream {sid})")
+            elif cmd.kind == RECORD:
+                check(lib.pto_graph_add_record(p, slot, cmd.data[0]), "Stream.record()")
+                what.append(f"an event record on stream {sid}")
+            elif cmd.kind == WAIT:
+                check(lib.pto_graph_add_wait(p, slot, cmd.data[0]), "Stream.wait()")
+                what.append(f"a wait on stream {sid}")
+            elif cmd.kind == WAIT_EXT:
+                check(lib.pto_graph_add_wait_external(p, slot, cmd.data[0]._ptr), "Stream.wait()")
+                what.append(f"a wait on stream {sid} for an outside event")
+            for e in cmd.after:
+                check(lib.pto_graph_add_record(p, slot, e), "Stream.wait()")
+                what.append(f"an event record on stream {sid}")
+
+    def _stream_array(self, origin):
+        """The ``pto_stream *[]`` of a replay whose origin is `origin`."""
+        return ffi.new("pto_stream *[]", [origin._ptr] + [s._ptr for s in self._streams[1:]])
+
+    # -- description -------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name given to :meth:`ChipWorker.capture`."""
+        return self._name
+
+    @property
+    def inputs(self) -> tuple:
+        """The declared inputs (``name``, ``shape``, ``dtype``), in declaration order."""
+        return self._inputs
+
+    @property
+    def stream(self):
+        """The stream it was captured on: where a replay runs unless told otherwise."""
+        return self._origin
+
+    @property
+    def streams(self) -> tuple:
+        """Every stream it records on, its :attr:`stream` first."""
+        return self._streams
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed or not self._worker._alive()
+
+    def __len__(self) -> int:
+        return self._ncmds
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{i.name}{list(i.shape)}:{i.dtype.np_name}" for i in self._inputs)
+        state = " closed" if self.is_closed else ""
+        return (f"<Graph {self._name!r}: {self._ncmds} commands ({self._launches} launches) on "
+                f"{len(self._streams)} streams, inputs ({inputs}){state}>")
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    def replay(self, *, stream=None, **bindings) -> Launch:
+        """Queue the graph's commands once, with `bindings` for its inputs, in one driver call.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            The stream the replay starts and ends on (``None``: the stream it
+            was captured on); the other streams are those captured.
+        **bindings
+            One per input, by name: a DeviceTensor of this worker, or a host
+            array (numpy, torch CPU) of the declared shape and dtype, copied
+            in and out by direction inside the replay.
+
+        Returns
+        -------
+        Launch
+            Completed in sync mode; in async mode ``await`` it.  Its result
+            is None.  A failing command fails it with an error that names the
+            node (its kernel and position).
+
+        Raises
+        ------
+        PtoArgumentError
+            Before anything is queued, for a missing, unknown or mismatched
+            binding.
+        PtoCaptureError
+            Inside a capture.
+        PtoClosedError
+            If the graph or its worker is closed.
+        """
+        return self._replay(stream, bindings, False)
+
+    def submit(self, *, stream=None, **bindings) -> Launch:
+        """Like :meth:`replay`, without waiting for completion.
+
+        Awaiting the Launch waits only until the replay's commands entered
+        their rings (back-pressure), as for ``handle.submit``.
+        """
+        return self._replay(stream, bindings, True)
+
+    def _replay(self, stream, bindings: dict, submit_only: bool) -> Launch:
+        worker = self._worker
+        if worker._state != OPEN:
+            worker._check_open()
+        if self._closed:
+            raise PtoClosedError(f"graph {self._name!r} is closed")
+        if worker._captures:
+            refuse(worker, f"replay of graph {self._name!r}")
+        if stream is None or stream is self._origin:
+            origin = self._origin
+            cstreams = self._cstreams[origin]
+        else:
+            origin = accept(worker, stream)
+            cstreams = self._cstreams.get(origin)
+            if cstreams is None:
+                cstreams = self._cstreams[origin] = self._stream_array(origin)
+        ptrs, hosts, keep, joins = self._bind(bindings, origin)
+        launch = _Replay._make(worker, origin, self._label, 1, keep, None, submit_only)
+        launch._graph = self
+        q = worker._queue
+        with q.lock:
+            mem = worker._memory
+            if mem.deferred:
+                mem.free_deferred_locked()
+            if joins is not None:
+                for t in joins:
+                    t._join(origin)
+            if origin is not self._origin:
+                for t in self._static:
+                    if origin not in t._streams:
+                        t._join(origin)
+            for s in self._streams:
+                if s._closed:
+                    raise PtoClosedError(f"graph {self._name!r}: stream {s.id} is closed")
+            if origin._closed:
+                raise PtoClosedError(f"stream {origin.id} is closed")
+            if any(s._fifo for s in self._streams) or origin._fifo:
+                # Work held on the host (a launch waiting for memory) keeps stream order:
+                # let it go first, as the pump would.
+                from ._submit import flush
+
+                flush(q)
+                if any(s._fifo for s in self._streams) or origin._fifo:
+                    raise PtoError(f"{self._label}: a stream of the graph holds work waiting on the host "
+                                   "(device memory, an unrecorded event); replay once it has gone")
+            tok = q.next_token
+            q.next_token = tok + self._span
+            q.pending[tok] = launch
+            launch._base = tok
+            rc = _replay_fn(self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+            if not rc:
+                launch._entered = True
+            elif rc == QUEUED:  # the driver keeps the rest until its rings have room
+                overflowed(q, origin, 1)
+                origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
+            else:
+                del q.pending[tok]
+                check(rc, self._label)
+            tags = worker._tracing.recorder.graph_tags
+            if tags is not None:
+                tags.append((tok, tok + self._span - 1, self._name))
+            if q.pump.can_serve_inline():
+                service(q)
+                if submit_only and q.pump.turn_due(1):
+                    mark_turn(launch)
+        if worker._async:
+            return launch
+        if not launch._done:
+            block_until(q, launch, submit_only, None)
+        if not submit_only and launch._exc is not None:
+            launch._mark_retrieved()
+            raise launch._exc
+        return launch
+
+    def _bind(self, bindings: dict, origin):
+        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, joins)."""
+        inputs = self._inputs
+        if len(bindings) != len(inputs):
+            self._names_error(bindings)
+        worker = self._worker
+        ptrs = []
+        hosts = None
+        keep = None
+        joins = None
+        for k, inp in enumerate(inputs):
+            try:
+                v = bindings[inp.name]
+            except KeyError:
+                self._names_error(bindings)
+            if type(v) is DeviceTensor:
+                if (v._worker is not worker or v._freed or v._shape != inp.shape
+                        or (v._dtype is not inp.dtype and v._dtype != inp.dtype)):
+                    self._tensor_error(inp, v)
+                if v._init is not None:
+                    check_init(v, f"{self._label}: binding {inp.name!r}")
+                ptrs.append(v._ptr)
+                if origin not in v._streams:
+                    if joins is None:
+                        joins = []
+                    joins.append(v)
+                continue
+            what = f"{self._label}: binding {inp.name!r}"
+            h = host_array(v, what, writeable=inp.writes)
+            if h.shape != inp.shape or (h.dtype is not inp.dtype and h.dtype != inp.dtype):
+                if tuple(h.shape) != inp.shape:
+                    raise PtoArgumentError(f"{what}: expected shape {inp.shape}, got {tuple(h.shape)}")
+                raise PtoArgumentError(f"{what}: expected dtype {inp.dtype.np_name}, got {h.dtype.np_name}")
+            if hosts is None:
+                hosts = [0] * len(inputs)
+                keep = []
+            hosts[k] = int(ffi.cast("uintptr_t", h.ptr))
+            keep.append(h)
+            if self._staged[k]:
+                ptrs.append(self._staging_for(k)._ptr)
+            else:
+                ptrs.append(0)
+        return ptrs, _NULL if hosts is None else hosts, keep, joins
+
+    def _staging_for(self, k: int) -> DeviceTensor:
+        """The device buffer host bindings of input `k` go through (allocated once)."""
+        t = self._staging[k]
+        if t is None:
+            inp = self._inputs[k]
+            t = self._worker.alloc_tensor(inp.shape, inp.dtype, stream=self._origin)
+            self._staging[k] = t
+            self._owned.append(t)
+            pins = self._worker._memory.pinned
+            pins[id(t)] = pins.get(id(t), 0) + 1
+        return t
+
+    def _names_error(self, bindings: dict) -> None:
+        names = [i.name for i in self._inputs]
+        missing = [n for n in names if n not in bindings]
+        unknown = [n for n in bindings if n not in names]
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"unknown {', '.join(map(repr, unknown))}")
+        raise PtoArgumentError(f"{self._label}: bindings {'; '.join(parts)} (its inputs: {', '.join(names)})")
+
+    def _tensor_error(self, inp, v) -> None:
+        what = f"{self._label}: binding {inp.name!r}"
+        if v._worker is not self._worker:
+            raise PtoForeignTensorError(f"{what}: the DeviceTensor belongs to another ChipWorker")
+        if v._freed:
+            raise PtoTensorFreedError(f"{what}: the DeviceTensor was freed")
+        if v._shape != inp.shape:
+            raise PtoArgumentError(f"{what}: expected shape {inp.shape}, got {v._shape}")
+        raise PtoArgumentError(f"{what}: expected dtype {inp.dtype.np_name}, got {v._dtype.np_name}")
+
+    def _name_failure(self, launch: _Replay, exc):
+        """The error of a failed replay: the failing node's own error, named."""
+        ct = getattr(exc, "cause_token", 0) or 0
+        i = ct - launch._base - 1
+        if 0 <= i < self._ncmds:
+            where = self._what[i]
+        elif i == self._ncmds:
+            where = "the copies of its host-array bindings"
+        else:
+            return exc
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        text = str(cause)
+        for prefix in ("a queued command: ",):
+            if text.startswith(prefix):
+                text = text[len(prefix):]
+        new = type(cause)(f"{self._label} failed at {where}: {text}")
+        new.__cause__ = exc
+        new.cause_token = ct
+        return new
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free what the graph owns (idempotent); replays already queued still run.
+
+        Tensors allocated inside the capture and the staging buffers are
+        freed in stream order, behind every replay queued so far.
+        """
+        if self._closed:
+            return
+        worker = self._worker
+        if not worker._alive():
+            self._release_native()
+            return
+        self._closed = True
+        worker._graphs.discard(self)
+        self._unpin()
+        mem = worker._memory
+        with worker._lock:
+            home = _dealloc_stream(worker, self._origin)
+            for t in self._owned:
+                if not t._freed:
+                    t._freed = True
+                    mem.tensors.discard(t)
+                    used = {*self._streams, *self._cstreams, *t._streams}
+                    try:
+                        mem.free_locked(t._ptr, home, used)
+                    except PtoError:  # a lost device: its memory goes with it
+                        pass
+            lib.pto_graph_destroy(self._ptr)
+            self._ptr = None
+        self._owned = []
+        self._static = ()
+
+    def _unpin(self) -> None:
+        pins = self._worker._memory.pinned
+        for t in (*self._static, *self._owned):
+            n = pins.get(id(t), 0) - 1
+            if n > 0:
+                pins[id(t)] = n
+            else:
+                pins.pop(id(t), None)
+
+    def _release_native(self) -> None:
+        """The worker is closing its device: destroy the driver's graph first (no Python frees)."""
+        self._closed = True
+        if self._ptr is not None:
+            lib.pto_graph_destroy(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        # Nothing references the graph, so nothing replays it: let go of its tensors (each
+        # frees itself in stream order when collected) and of the driver's graph (replays
+        # queued hold what they use).  No lock here: a finalizer may run anywhere.
+        try:
+            if not self._closed and self._worker._alive():
+                self._closed = True
+                self._unpin()
+                self._owned = []
+                self._static = ()
+                self._release_native()
+        except Exception:  # never raise from a finalizer
+            pass
