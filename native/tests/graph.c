@@ -1,0 +1,333 @@
+/*
+ * Description: graph replay (pto_graph_*) under concurrency.
+ *
+ *   - several replays in flight: a two-stream graph (a fork and its join)
+ *     with host-bound and device-bound inputs, replayed eight times behind a
+ *     latch on a 4-slot ring (most of each replay waits in the overflow),
+ *     each with fresh bindings; every replay's one record arrives, and every
+ *     result is its own;
+ *   - a failing node: an injected fault on the fork fails the replay with
+ *     one record for the node (its tag, PTO_CQ_FIRST_FAILURE) and the
+ *     replay's record (-PTO_EDEP naming that tag); the next replay runs;
+ *   - replays racing stream closes: two threads, each with its own graph,
+ *     replay in a loop while one destroys and recreates its fork stream
+ *     with replays still queued on it;
+ *   - refusals: a bad replay queues nothing.
+ */
+#include <pthread.h>
+
+#include "helpers.h"
+
+#define N 256
+#define REPLAYS 8
+
+static uint64_t f_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Drain records into log until `token` is among them; returns its index in log. */
+static int wait_record(pto_device *dev, pto_completion *log, int *n_log, int cap, uint64_t token)
+{
+    for (;;) {
+        for (int i = 0; i < *n_log; i++)
+            if (log[i].token == token)
+                return i;
+        t_assert(*n_log < cap, "record log full");
+        int rc = pto_cq_wait(dev, 10 * 1000 * 1000);
+        t_assert(rc == 0, "no record for token %llu: %s", (unsigned long long)token, pto_status_name(rc));
+        *n_log += t_check(pto_cq_drain(dev, &log[*n_log], (uint32_t)(cap - *n_log)));
+    }
+}
+
+/*
+ * slot 0: Y = 2*X + Y            (X host-bound: staged; Y device-bound)
+ *         record e0
+ * slot 1: wait e0; Z = 1*Y + Z   (Z host-bound: staged, read and written)
+ *         record e1
+ * slot 0: wait e1
+ */
+static pto_graph *build_fork_graph(pto_device *dev, pto_kernel *axpy, int *axpy2_cmd)
+{
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int x = t_check(pto_graph_add_input(g, N * 4));
+    int y = t_check(pto_graph_add_input(g, N * 4));
+    int z = t_check(pto_graph_add_input(g, N * 4));
+    uint64_t a1[4] = {f_bits(2.0f), 0, 0, N};
+    int c = t_check(pto_graph_add_launch(g, 0, axpy, 2, a1, 4));
+    t_check(pto_graph_patch(g, c, 1, x, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, c, 2, y, PTO_GRAPH_READ | PTO_GRAPH_WRITE));
+    t_check(pto_graph_add_record(g, 0, 0));
+    t_check(pto_graph_add_wait(g, 1, 0));
+    uint64_t a2[4] = {f_bits(1.0f), 0, 0, N};
+    c = t_check(pto_graph_add_launch(g, 1, axpy, 2, a2, 4));
+    *axpy2_cmd = c;
+    t_check(pto_graph_patch(g, c, 1, y, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, c, 2, z, PTO_GRAPH_READ | PTO_GRAPH_WRITE));
+    t_check(pto_graph_add_record(g, 1, 1));
+    t_check(pto_graph_add_wait(g, 0, 1));
+    t_check(pto_graph_instantiate(g));
+    t_assert(pto_graph_input_staged(g, 0) == 1 && pto_graph_input_staged(g, 2) == 1, "staging");
+    pto_graph_info info;
+    t_check(pto_graph_get_info(g, &info));
+    t_assert(info.commands == 6 && info.streams == 2 && info.inputs == 3 && info.launches == 2,
+             "info %u %u %u %u", info.commands, info.streams, info.inputs, info.launches);
+    return g;
+}
+
+static void several_in_flight_and_a_failure(void)
+{
+    pto_device *dev = t_open_device(16u << 20, 4);
+    pto_kernel *axpy;
+    t_check(pto_kernel_builtin(dev, "axpy_f32", &axpy));
+    pto_stream *s[2];
+    for (int i = 0; i < 2; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_stream_set_overflow(s[i], 1));
+    }
+    int axpy2;
+    pto_graph *g = build_fork_graph(dev, axpy, &axpy2);
+    pto_graph_info info;
+    t_check(pto_graph_get_info(g, &info));
+    uint64_t span = info.commands + 2;
+
+    static float xh[REPLAYS][N], zh[REPLAYS][N], y0[REPLAYS][N];
+    pto_devptr yd[REPLAYS], stage[3];
+    uint64_t seed = 7;
+    for (int i = 0; i < 3; i++)
+        t_check(pto_mem_alloc(dev, N * 4, NULL, &stage[i]));
+    for (int r = 0; r < REPLAYS; r++) {
+        t_check(pto_mem_alloc(dev, N * 4, NULL, &yd[r]));
+        for (int i = 0; i < N; i++) {
+            xh[r][i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+            zh[r][i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+            y0[r][i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+        }
+        memcpy(pto_mem_host_ptr(dev, yd[r]), y0[r], N * 4);
+    }
+    static float z0[REPLAYS][N];
+    memcpy(z0, zh, sizeof(z0));
+
+    /* Several replays in flight behind a latch: most commands wait in the overflow. */
+    pto_latch *l;
+    t_check(pto_latch_create(dev, 0, &l));
+    t_check(pto_stream_latch_wait(s[0], l, 0));
+    uint64_t tok[REPLAYS];
+    uint64_t next = 1000;
+    int queued = 0;
+    for (int r = 0; r < REPLAYS; r++) {
+        /* One staging buffer per input serves every replay: replays of a graph run in order. */
+        uint64_t dev_ptrs[3] = {stage[0], yd[r], stage[2]};
+        uint64_t host_ptrs[3] = {(uint64_t)(uintptr_t)xh[r], 0, (uint64_t)(uintptr_t)zh[r]};
+        tok[r] = next;
+        next += span;
+        int rc = t_check(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 3, tok[r]));
+        queued += rc == PTO_QUEUED;
+    }
+    t_assert(queued > 0, "a 4-slot ring behind a latch took %d replays whole", REPLAYS);
+    t_assert(pto_cq_ready(dev) == 0, "records before the latch was released");
+    pto_latch_release(l);
+    static pto_completion log[256];
+    int n_log = 0;
+    for (int r = 0; r < REPLAYS; r++) {
+        int k = wait_record(dev, log, &n_log, 256, tok[r]);
+        t_assert(log[k].status == 0, "replay %d: %s %s", r, pto_status_name(log[k].status), log[k].message);
+    }
+    t_check(pto_device_synchronize(dev, 10 * 1000 * 1000));
+    n_log += t_check(pto_cq_drain(dev, &log[n_log], (uint32_t)(256 - n_log)));
+    t_assert(n_log == REPLAYS, "%d records for %d replays: one each", n_log, REPLAYS);
+    for (int r = 0; r < REPLAYS; r++) {
+        const float *y = pto_mem_host_ptr(dev, yd[r]);
+        for (int i = 0; i < N; i++) {
+            float want_y = 2.0f * xh[r][i] + y0[r][i];
+            float want_z = want_y + z0[r][i];
+            t_assert(y[i] == want_y && zh[r][i] == want_z, "replay %d [%d]: y %g (%g) z %g (%g)", r, i,
+                     y[i], want_y, zh[r][i], want_z);
+        }
+    }
+
+    /* A failing node: the fork's launch (the first command queued on slot 1 is its wait). */
+    t_check(pto_debug_fail_next(s[1], PTO_EKERNEL, 2));
+    uint64_t dev_ptrs[3] = {stage[0], yd[0], stage[2]};
+    uint64_t host_ptrs[3] = {(uint64_t)(uintptr_t)xh[0], 0, (uint64_t)(uintptr_t)zh[0]};
+    uint64_t bad = next;
+    next += span;
+    t_check(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 3, bad));
+    n_log = 0;
+    int k = wait_record(dev, log, &n_log, 256, bad);
+    t_assert(log[k].status == -PTO_EDEP, "replay with a failing node: %s", pto_status_name(log[k].status));
+    /* The wait on slot 1 is command 2 (tag bad + 1 + 2): the injection hit it first. */
+    uint64_t tag = bad + 1 + 2;
+    t_assert(log[k].cause_token == tag, "cause %llu, want the node's tag %llu",
+             (unsigned long long)log[k].cause_token, (unsigned long long)tag);
+    int own = -1;
+    for (int i = 0; i < n_log; i++)
+        if (log[i].token == tag)
+            own = i;
+    t_assert(own >= 0 && (log[own].flags & PTO_CQ_FIRST_FAILURE) && log[own].status == -PTO_EKERNEL,
+             "the failing node's own record");
+    t_check(pto_device_synchronize(dev, 10 * 1000 * 1000));
+    n_log += t_check(pto_cq_drain(dev, &log[n_log], (uint32_t)(256 - n_log)));
+    for (int i = 0; i < n_log; i++)
+        t_assert(log[i].token == bad || log[i].token == tag || log[i].token == bad + 1 + 3 ||
+                     log[i].token == bad + 1 + 4 || log[i].token == bad + 1 + 5,
+                 "a stray record %llu", (unsigned long long)log[i].token);
+    /* Both failures were observed (their records drained): the next replay runs normally. */
+    uint64_t good = next;
+    next += span;
+    t_check(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 3, good));
+    n_log = 0;
+    k = wait_record(dev, log, &n_log, 256, good);
+    t_assert(log[k].status == 0, "the replay after an observed failure: %s %s", pto_status_name(log[k].status),
+             log[k].message);
+
+    /* Refusals queue nothing. */
+    uint64_t before0 = pto_stream_accepted(s[0]), before1 = pto_stream_accepted(s[1]);
+    t_assert(pto_graph_replay(g, s, 1, dev_ptrs, host_ptrs, 3, next) == -PTO_EINVAL, "streams");
+    t_assert(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 2, next) == -PTO_EINVAL, "inputs");
+    uint64_t no_dev[3] = {stage[0], 0, stage[2]};
+    t_assert(pto_graph_replay(g, s, 2, no_dev, host_ptrs, 3, next) == -PTO_EINVAL, "no device address");
+    uint64_t outside[3] = {stage[0], 16, stage[2]};
+    t_assert(pto_graph_replay(g, s, 2, outside, host_ptrs, 3, next) == -PTO_EINVAL, "outside the arena");
+    t_assert(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 3, 0) == -PTO_EINVAL, "token 0");
+    t_assert(pto_stream_accepted(s[0]) == before0 && pto_stream_accepted(s[1]) == before1, "queued");
+    pto_graph *bad_g;
+    t_check(pto_graph_create(dev, &bad_g));
+    t_check(pto_graph_add_wait(bad_g, 0, 0));
+    t_assert(pto_graph_instantiate(bad_g) == -PTO_EINVAL, "a wait before its record");
+    t_assert(pto_graph_add_record(bad_g, 0, 0) >= 0, "still open after a failed instantiate");
+    pto_graph_destroy(bad_g);
+
+    t_check(pto_device_synchronize(dev, 10 * 1000 * 1000));
+    pto_graph_destroy(g);
+    for (int r = 0; r < REPLAYS; r++)
+        t_check(pto_mem_free(dev, yd[r]));
+    for (int i = 0; i < 3; i++)
+        t_check(pto_mem_free(dev, stage[i]));
+    pto_latch_destroy(l);
+    pto_kernel_unload(axpy);
+    pto_device_close(dev);
+}
+
+/* ---- replays racing stream closes ------------------------------------------------ */
+
+struct racer {
+    pto_device *dev;
+    pto_kernel *add;
+    int recreate;               /* destroy and recreate the fork stream every few replays */
+    uint64_t token_base;
+    int replays;
+    int ok;
+};
+
+/* slot 0: c = a + b; record; slot 1: wait; c = c + a; record; slot 0: wait. */
+static pto_graph *build_add_graph(pto_device *dev, pto_kernel *add)
+{
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int a = t_check(pto_graph_add_input(g, N * 4));
+    int b = t_check(pto_graph_add_input(g, N * 4));
+    int c = t_check(pto_graph_add_input(g, N * 4));
+    uint64_t args[4] = {0, 0, 0, N};
+    int k = t_check(pto_graph_add_launch(g, 0, add, 1, args, 4));
+    t_check(pto_graph_patch(g, k, 0, a, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, k, 1, b, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, k, 2, c, PTO_GRAPH_WRITE));
+    t_check(pto_graph_add_record(g, 0, 0));
+    t_check(pto_graph_add_wait(g, 1, 0));
+    k = t_check(pto_graph_add_launch(g, 1, add, 1, args, 4));
+    t_check(pto_graph_patch(g, k, 0, c, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, k, 1, a, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, k, 2, c, PTO_GRAPH_WRITE));
+    t_check(pto_graph_add_record(g, 1, 1));
+    t_check(pto_graph_add_wait(g, 0, 1));
+    t_check(pto_graph_instantiate(g));
+    return g;
+}
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    pto_device *dev = r->dev;
+    pto_graph *g = build_add_graph(dev, r->add);
+    pto_stream *s[2];
+    for (int i = 0; i < 2; i++) {
+        t_check(pto_stream_create(dev, i, &s[i]));
+        t_check(pto_stream_set_overflow(s[i], 1));
+    }
+    pto_devptr a, b, c;
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &a));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &b));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &c));
+    float *ha = pto_mem_host_ptr(dev, a), *hb = pto_mem_host_ptr(dev, b);
+    for (int i = 0; i < N; i++) {
+        ha[i] = (float)i;
+        hb[i] = (float)(2 * i);
+    }
+    uint64_t ptrs[3] = {a, b, c};
+    pto_graph_info info;
+    t_check(pto_graph_get_info(g, &info));
+    uint64_t tok = r->token_base;
+    for (int i = 0; i < r->replays; i++) {
+        t_check(pto_graph_replay(g, s, 2, ptrs, NULL, 3, tok));
+        tok += info.commands + 2;
+        if (r->recreate && i % 5 == 4) {
+            pto_stream_destroy(s[1]); /* replays still queued on it run; it is freed once drained */
+            t_check(pto_stream_create(dev, 1, &s[1]));
+            t_check(pto_stream_set_overflow(s[1], 1));
+        }
+    }
+    t_check(pto_stream_synchronize(s[0], 20 * 1000 * 1000));
+    const float *hc = pto_mem_host_ptr(dev, c);
+    r->ok = 1;
+    for (int i = 0; i < N; i++)
+        if (hc[i] != 4.0f * (float)i)
+            r->ok = 0;
+    pto_stream_destroy(s[0]);
+    pto_stream_destroy(s[1]);
+    pto_graph_destroy(g);
+    t_check(pto_device_synchronize(dev, 20 * 1000 * 1000));
+    t_check(pto_mem_free(dev, a));
+    t_check(pto_mem_free(dev, b));
+    t_check(pto_mem_free(dev, c));
+    return NULL;
+}
+
+static void replays_racing_stream_closes(void)
+{
+    pto_device *dev = t_open_device(16u << 20, 8);
+    pto_kernel *add;
+    t_check(pto_kernel_builtin(dev, "add_f32", &add));
+    struct racer rs[2] = {{dev, add, 1, 1, 200, 0}, {dev, add, 0, 1ull << 40, 200, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        t_assert(pthread_create(&th[i], NULL, race, &rs[i]) == 0, "pthread_create");
+    /* Meanwhile: drain what comes (each replay's one record). */
+    int records = 0;
+    while (records < 400) {
+        static pto_completion buf[64];
+        t_assert(pto_cq_wait(dev, 20 * 1000 * 1000) == 0, "records stopped after %d", records);
+        int n = t_check(pto_cq_drain(dev, buf, 64));
+        for (int i = 0; i < n; i++)
+            t_assert(buf[i].status == 0, "record %llu: %s %s", (unsigned long long)buf[i].token,
+                     pto_status_name(buf[i].status), buf[i].message);
+        records += n;
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        t_assert(rs[i].ok, "racer %d computed the wrong result", i);
+    }
+    t_assert(records == 400, "%d records for 400 replays", records);
+    pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
+int main(void)
+{
+    several_in_flight_and_a_failure();
+    replays_racing_stream_closes();
+    return T_EXIT_PASS;
+}
