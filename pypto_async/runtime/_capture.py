@@ -384,9 +384,9 @@ class Capture:
         slot = self._slots.get(stream)
         if slot is None:
             raise PtoCaptureError(
-                f"{what} on stream {stream.id} inside capture {self.name!r}: the stream is not part of the "
-                f"capture (its stream is {self._origin.id}; another stream joins it by waiting on captured "
-                "work, stream.wait(node))")
+                f"{what} inside capture {self.name!r}: stream {stream.id} is not part of the capture (its "
+                f"stream is {self._origin.id}; another stream joins it by waiting on captured work, "
+                "stream.wait(node))")
         return slot
 
     def _tick(self, slot: int) -> dict:
@@ -432,7 +432,7 @@ class Capture:
         if h._unfit is not None:
             raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
         stream = task_default(worker) if stream is None else accept(worker, stream)
-        slot = self._slot(stream, f"launching {h._label}")
+        slot = self._slot(stream, h._label)
         values, hosts, joins = h._binder.bind(worker, stream, args)
         if hosts is not None:
             i, _, p = hosts[0]

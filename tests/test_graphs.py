@@ -1,0 +1,597 @@
+"""Graphs: capture a step once, replay it with new bindings in one driver call (runtime/_capture.py, _graph.py)."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import anyio
+import numpy as np
+import pytest
+
+from conftest import assert_no_device_memory
+from pypto_async._driver import lib
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoCaptureError,
+    PtoClosedError,
+    PtoForeignTensorError,
+    PtoInvalidStateError,
+    PtoKernelFault,
+    PtoTensorFreedError,
+)
+from pypto_async.runtime import CapturedEvent, CapturedNode, ChipWorker, Graph, RunConfig
+from pypto_async.testing import hold
+
+N = 64
+POISON = np.float32(-12345.0)
+
+
+def rand(n: int = N, rng=np.random.default_rng(2026)) -> np.ndarray:
+    return rng.standard_normal(n).astype(np.float32)
+
+
+def poisoned(n: int = N) -> np.ndarray:
+    return np.full(n, POISON, np.float32)
+
+
+def queued_state(w):
+    """What a refused replay must leave alone: tokens, the token map, every stream's accepted count."""
+    return (w._queue.next_token, len(w._queue.pending),
+            tuple(lib.pto_stream_accepted(s._ptr) for s in w._streams.values()))
+
+
+def chain_graph(w, k, name="chain"):
+    """y = 3 * (x + b) + x on one stream, through a tensor the capture allocates."""
+    add, scale = k["add"], k["scale"]
+    with w.capture(name=name) as cap:
+        x = cap.input("x", N, np.float32)
+        b = cap.input("b", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        mid = w.alloc_tensor(N, np.float32)
+        add(x, b, mid)
+        scale(mid, 3.0, mid)
+        add(mid, x, y)
+    return cap.graph
+
+
+def chain_want(x, b):
+    return np.float32(3.0) * (x + b) + x
+
+
+@pytest.fixture
+def k(worker, kernels):
+    return {name: worker.register(kernels.get(name)) for name in ("add", "scale", "inc", "fail", "copy")}
+
+
+# -- replay equals eager ------------------------------------------------------------------------
+
+
+def test_chain_replay_equals_eager_with_device_and_host_bindings(worker, k):
+    g = chain_graph(worker, k)
+    x, b = rand(), rand()
+    # Eager reference, outputs poisoned first.
+    eager = poisoned()
+    mid = worker.alloc_tensor(N, np.float32)
+    k["add"](x, b, mid)
+    k["scale"](mid, 3.0, mid)
+    k["add"](mid, x, eager)
+    np.testing.assert_allclose(eager, chain_want(x, b), rtol=1e-6)
+    # Host bindings: copied in and out by direction inside the replay.
+    y = poisoned()
+    launch = g.replay(x=x, b=b, y=y)
+    assert launch.done() and launch.exception() is None
+    np.testing.assert_array_equal(y, eager)
+    # DeviceTensor bindings.
+    xd = worker.alloc_tensor(N, np.float32, init=x)
+    bd = worker.alloc_tensor(N, np.float32, init=b)
+    yd = worker.alloc_tensor(N, np.float32, init=poisoned())
+    g.replay(x=xd, b=bd, y=yd)
+    np.testing.assert_array_equal(yd.numpy(), eager)
+    # Mixed.
+    y2 = poisoned()
+    g.replay(x=xd, b=b, y=y2)
+    np.testing.assert_array_equal(y2, eager)
+    assert len(g) == 3 and [i.name for i in g.inputs] == ["x", "b", "y"]
+    assert "chain" in repr(g) and "3 commands" in repr(g)
+    g.close()
+    for t in (mid, xd, bd, yd):
+        t.free()
+
+
+def pipeline_capture(w, kernel, weight, s_in, s_k, s_out, xs, ys):
+    """The demo's batch: H2D on s_in, the kernel on s_k, D2H on s_out, joined back on s_in."""
+    with w.capture(name="batch", stream=s_in) as cap:
+        x = cap.input("x", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        h2d = w.copy(xs, x, stream=s_in)
+        s_k.wait(h2d)
+        launch = kernel(xs, weight, ys, stream=s_k)
+        s_out.wait(launch)
+        w.copy(y, ys, stream=s_out)
+        cap.stream.wait(s_out)
+    return cap.graph
+
+
+@pytest.mark.anyio
+async def test_three_stream_pipeline_with_host_bindings(config, kernels):
+    async with ChipWorker(config) as w:
+        add = w.register(kernels.get("add"))
+        weight_h = rand()
+        weight = w.alloc_tensor(N, np.float32, init=weight_h)
+        s_in, s_k, s_out = w.stream(), w.stream(), w.stream()
+        xs = w.alloc_tensor(N, np.float32, stream=s_in)
+        ys = w.alloc_tensor(N, np.float32, stream=s_k)
+        g = pipeline_capture(w, add, weight, s_in, s_k, s_out, xs, ys)
+        assert set(g.streams) == {s_in, s_k, s_out} and g.stream is s_in
+        batches = [rand() for _ in range(16)]
+        outs = [poisoned() for _ in batches]
+        launches = [g.replay(x=x, y=y) for x, y in zip(batches, outs)]
+        for launch in launches:
+            assert await launch is None
+        for x, y in zip(batches, outs):
+            np.testing.assert_array_equal(y, x + weight_h)
+        # Eager, the same batch: the same numbers.
+        eager = poisoned()
+        await w.copy(xs, batches[0], stream=s_in)
+        s_k.wait(s_in)
+        await add(xs, weight, ys, stream=s_k)
+        await w.copy(eager, ys, stream=s_k)
+        np.testing.assert_array_equal(eager, outs[0])
+        g.close()
+        for t in (weight, xs, ys):
+            t.free()
+
+
+@pytest.mark.anyio
+async def test_a_thousand_replays_with_fresh_bindings_give_fresh_results(config, kernels):
+    async with ChipWorker(config) as w:
+        add, scale = (w.register(kernels.get(n)) for n in ("add", "scale"))
+        g = chain_graph(w, {"add": add, "scale": scale})
+        rng = np.random.default_rng(5)
+        xs = [rng.standard_normal(N).astype(np.float32) for _ in range(1000)]
+        bs = [rng.standard_normal(N).astype(np.float32) for _ in range(1000)]
+        ys = [poisoned() for _ in range(1000)]
+        launches = [g.replay(x=x, b=b, y=y) for x, b, y in zip(xs, bs, ys)]
+        for launch in launches:
+            await launch
+        # No replay's output was overwritten by a later one: each holds its own inputs' result.
+        for x, b, y in zip(xs, bs, ys):
+            np.testing.assert_allclose(y, chain_want(x, b), rtol=1e-6)
+        g.close()
+
+
+@pytest.mark.anyio
+async def test_device_bound_replays_in_flight_keep_their_own_outputs(config, kernels):
+    async with ChipWorker(config) as w:
+        add, scale = (w.register(kernels.get(n)) for n in ("add", "scale"))
+        g = chain_graph(w, {"add": add, "scale": scale})
+        pairs = [(rand(), rand()) for _ in range(20)]
+        ins = [(w.alloc_tensor(N, np.float32, init=x), w.alloc_tensor(N, np.float32, init=b)) for x, b in pairs]
+        outs = [w.alloc_tensor(N, np.float32, init=poisoned()) for _ in pairs]
+        with hold(g.stream) as latch:  # all twenty queued before the first runs
+            launches = [g.replay(x=xd, b=bd, y=yd) for (xd, bd), yd in zip(ins, outs)]
+            assert not any(launch.done() for launch in launches)
+            latch.release()
+        for launch in launches:
+            await launch
+        for (x, b), yd in zip(pairs, outs):
+            np.testing.assert_allclose(await yd.to_host(), chain_want(x, b), rtol=1e-6)
+        g.close()
+        for t in [t for pair in ins for t in pair] + outs:
+            t.free()
+
+
+# -- forbidden calls, forks, other tasks ---------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_every_forbidden_call_raises_at_its_call_site_and_the_capture_goes_on(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        other = chain_graph(w, {"add": w.register(kernels.get("add")), "scale": w.register(kernels.get("scale"))})
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        host = np.zeros(N, np.float32)
+        async with w.capture(name="forbidden") as cap:
+            x = cap.input("x", N, np.float32)
+            node = inc(x)
+            assert isinstance(node, CapturedNode) and node.index == 0 and not node.done()
+            with pytest.raises(PtoCaptureError, match="awaiting node 0"):
+                await node
+            with pytest.raises(PtoCaptureError):
+                node.sync()
+            with pytest.raises(PtoCaptureError):
+                node.result()
+            with pytest.raises(PtoCaptureError, match="ChipWorker.wait"):
+                await w.wait()
+            with pytest.raises(PtoCaptureError, match="ChipWorker.sync"):
+                w.sync()
+            with pytest.raises(PtoCaptureError, match="await stream"):
+                await cap.stream
+            with pytest.raises(PtoCaptureError, match="Stream.sync"):
+                cap.stream.sync()
+            with pytest.raises(PtoCaptureError, match="copy_from"):
+                w.copy_from(host, t.data_ptr, t.nbytes)
+            with pytest.raises(PtoCaptureError, match="host array"):
+                await w.copy(host, t)  # a copy to the host
+            with pytest.raises(PtoCaptureError, match="host array"):
+                inc(host)
+            with pytest.raises(PtoCaptureError, match="replay of graph"):
+                other.replay(x=host, b=host, y=host.copy())
+            event = cap.stream.record()
+            assert isinstance(event, CapturedEvent)
+            with pytest.raises(PtoCaptureError):
+                await event
+            inc(x)  # still capturing
+            inc(t)
+        g = cap.graph
+        assert len(g) == 4  # inc, record, inc, inc
+        xd = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await g.replay(x=xd)
+        np.testing.assert_array_equal(await xd.to_host(), np.full(N, 2, np.float32))
+        np.testing.assert_array_equal(await t.to_host(), np.ones(N, np.float32))
+        g.close()
+        other.close()
+        for tt in (t, xd):
+            tt.free()
+
+
+def test_a_fork_not_joined_back_is_an_error_naming_the_stream(worker, k):
+    s2 = worker.stream()
+    with pytest.raises(PtoCaptureError, match=f"stream {s2.id} was forked into the capture and not joined"):
+        with worker.capture(name="fork") as cap:
+            x = cap.input("x", N, np.float32)
+            a = k["inc"](x)
+            s2.wait(a)
+            k["inc"](x, stream=s2)
+    with pytest.raises(PtoCaptureError, match="discarded"):
+        cap.graph
+    # Joined: fine.
+    with worker.capture(name="fork") as cap:
+        x = cap.input("x", N, np.float32)
+        a = k["inc"](x)
+        s2.wait(a)
+        k["inc"](x, stream=s2)
+        cap.stream.wait(s2)
+    xd = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    cap.graph.replay(x=xd)
+    np.testing.assert_array_equal(xd.numpy(), np.full(N, 2, np.float32))
+    cap.graph.close()
+    xd.free()
+
+
+def test_a_stream_outside_the_capture_is_refused(worker, k):
+    other = worker.stream()
+    with worker.capture(name="outside") as cap:
+        x = cap.input("x", N, np.float32)
+        with pytest.raises(PtoCaptureError, match=f"stream {other.id} is not part of the capture"):
+            k["inc"](x, stream=other)
+        k["inc"](x)
+    cap.graph.close()
+
+
+def test_an_exception_discards_the_capture_and_frees_its_tensors(worker, k):
+    with pytest.raises(ZeroDivisionError):
+        with worker.capture(name="boom") as cap:
+            x = cap.input("x", N, np.float32)
+            mid = worker.alloc_tensor(N, np.float32)
+            k["add"](x, x, mid)
+            1 / 0
+    assert mid.freed
+    with pytest.raises(PtoCaptureError, match="discarded"):
+        cap.graph
+
+
+@pytest.mark.anyio
+async def test_another_tasks_work_during_a_capture_is_not_recorded(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        theirs = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        in_capture = anyio.Event()
+        captured = anyio.Event()
+        launched = []
+
+        async def other_task():
+            await in_capture.wait()
+            launched.append(inc(theirs))  # same stream, queued for real behind the latch
+            captured.set()
+
+        with hold(w.default_stream) as latch:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(other_task)
+                async with w.capture(name="mine") as cap:
+                    x = cap.input("x", N, np.float32)
+                    inc(x)
+                    in_capture.set()
+                    await captured.wait()
+                    inc(x)
+            assert not launched[0].done()  # held by the latch: really queued, not recorded
+            latch.release()
+        await launched[0]
+        np.testing.assert_array_equal(await theirs.to_host(), np.ones(N, np.float32))
+        g = cap.graph
+        assert len(g) == 2
+        xd = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await g.replay(x=xd)
+        np.testing.assert_array_equal(await xd.to_host(), np.full(N, 2, np.float32))
+        np.testing.assert_array_equal(await theirs.to_host(), np.ones(N, np.float32))  # not replayed
+        g.close()
+        for t in (theirs, xd):
+            t.free()
+
+
+# -- bindings and tensors -----------------------------------------------------------------------
+
+
+def test_freeing_a_static_tensor_while_its_graph_lives_is_refused(worker, k):
+    weight = worker.alloc_tensor(N, np.float32, init=rand())
+    with worker.capture(name="static") as cap:
+        x = cap.input("x", N, np.float32)
+        own = worker.alloc_tensor(N, np.float32)
+        k["add"](x, weight, own)
+        k["copy"](own, x)
+    g = cap.graph
+    for t in (weight, own):
+        with pytest.raises(PtoInvalidStateError, match="used by a graph"):
+            t.free()
+        assert not t.freed
+    g.close()
+    assert own.freed  # the graph's own, freed with it
+    weight.free()
+
+
+def test_wrong_bindings_are_refused_with_nothing_queued(worker, k, config):
+    g = chain_graph(worker, k)
+    good = worker.alloc_tensor(N, np.float32)
+    freed = worker.alloc_tensor(N, np.float32)
+    freed.free()
+    wrong_shape = worker.alloc_tensor(N + 1, np.float32)
+    wrong_dtype = worker.alloc_tensor(N, np.int32)
+    with ChipWorker(config) as other:
+        foreign = other.alloc_tensor(N, np.float32)
+        before = queued_state(worker)
+        cases = [
+            (dict(x=good, b=good), PtoArgumentError, "missing 'y'"),
+            (dict(x=good, b=good, y=good, z=good), PtoArgumentError, "unknown 'z'"),
+            (dict(x=wrong_shape, b=good, y=good), PtoArgumentError, r"expected shape \(64,\)"),
+            (dict(x=wrong_dtype, b=good, y=good), PtoArgumentError, "expected dtype float32"),
+            (dict(x=foreign, b=good, y=good), PtoForeignTensorError, "another ChipWorker"),
+            (dict(x=freed, b=good, y=good), PtoTensorFreedError, "freed"),
+            (dict(x=rand(N + 1), b=good, y=good), PtoArgumentError, "expected shape"),
+            (dict(x=rand().astype(np.float64), b=good, y=good), PtoArgumentError, "expected dtype"),
+            (dict(x=np.zeros(2 * N, np.float32)[::2], b=good, y=good), PtoArgumentError, "contiguous"),
+            (dict(x=good, b=good, y=np.zeros(N, np.float32).copy().view()), None, None),
+        ]
+        for bindings, error, match in cases:
+            if error is None:
+                continue
+            with pytest.raises(error, match=match):
+                g.replay(**bindings)
+            assert queued_state(worker) == before
+        ro = np.zeros(N, np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(PtoArgumentError, match="read-only"):
+            g.replay(x=good, b=good, y=ro)  # the replay writes y
+        assert queued_state(worker) == before
+        foreign.free()
+    g.close()
+    for t in (good, wrong_shape, wrong_dtype):
+        t.free()
+
+
+def test_inputs_are_declared_once_and_must_be_used(worker, k):
+    with pytest.raises(PtoCaptureError, match="'unused' is used by no launch or copy"):
+        with worker.capture(name="unused") as cap:
+            cap.input("unused", N, np.float32)
+            x = cap.input("x", N, np.float32)
+            k["inc"](x)
+    with worker.capture(name="names") as cap:
+        x = cap.input("x", N, np.float32)
+        with pytest.raises(PtoArgumentError, match="declared already"):
+            cap.input("x", N, np.float32)
+        with pytest.raises(PtoArgumentError, match="other than 'stream'"):
+            cap.input("stream", N, np.float32)
+        k["inc"](x)
+    cap.graph.close()
+
+
+# -- failures, back-pressure, streams -------------------------------------------------------------
+
+
+def test_a_failing_node_fails_its_replay_naming_the_node_and_later_replays_run(worker, k):
+    with worker.capture(name="faulty") as cap:
+        x = cap.input("x", N, np.float32)
+        k["inc"](x)
+        k["inc"](x)
+        k["fail"](x)
+        k["inc"](x)
+    g = cap.graph
+    xd = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    with pytest.raises(PtoKernelFault, match=r"graph 'faulty' replay failed at node 2 \(launch of 'fail'") as info:
+        g.replay(x=xd)
+    assert "k_fail: failing on purpose" in str(info.value)
+    np.testing.assert_array_equal(xd.numpy(), np.full(N, 2, np.float32))  # the node after it did not run
+    good = chain_graph(worker, k, name="good")
+    y = poisoned()
+    a, b = rand(), rand()
+    good.replay(x=a, b=b, y=y)  # the failure was observed: later replays run normally
+    np.testing.assert_allclose(y, chain_want(a, b), rtol=1e-6)
+    with pytest.raises(PtoKernelFault, match="node 2"):
+        g.replay(x=xd)
+    for graph in (g, good):
+        graph.close()
+    xd.free()
+
+
+@pytest.mark.anyio
+async def test_a_failing_node_on_a_fork_names_it(config, kernels):
+    async with ChipWorker(config) as w:
+        inc, fail = w.register(kernels.get("inc")), w.register(kernels.get("fail"))
+        s2 = w.stream()
+        async with w.capture(name="forked") as cap:
+            x = cap.input("x", N, np.float32)
+            a = inc(x)
+            s2.wait(a)
+            fail(x, stream=s2)
+            cap.stream.wait(s2)
+            inc(x)
+        g = cap.graph
+        xd = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        with pytest.raises(PtoKernelFault, match=rf"node 1 \(launch of 'fail', a launch on stream {s2.id}\)"):
+            await g.replay(x=xd)
+        np.testing.assert_array_equal(await xd.to_host(), np.ones(N, np.float32))
+        g.close()
+        xd.free()
+
+
+@pytest.mark.anyio
+async def test_backpressure_with_a_4_slot_ring_and_a_64_node_graph(kernels):
+    cfg = RunConfig(ring_task_window=4, cores=1, copy_engines=1, device_memory=16 << 20)
+    async with ChipWorker(cfg) as w:
+        inc = w.register(kernels.get("inc"))
+        async with w.capture(name="deep") as cap:
+            x = cap.input("x", N, np.float32)
+            for _ in range(64):
+                inc(x)
+        g = cap.graph
+        assert len(g) == 64
+        xd = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await w.default_stream
+        ticks = 0
+        done = False
+        latch_cm = hold(w.default_stream)
+        latch = latch_cm.__enter__()
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                if ticks == 3:
+                    latch.release()  # the first submits wait: the loop still runs
+                await anyio.sleep(0)
+
+        replays = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            for _ in range(10):
+                launch = await g.submit(x=xd)
+                assert launch.submitted_to_ring
+                replays.append(launch)
+            await replays[-1].wait()
+            done = True
+        latch_cm.__exit__(None, None, None)
+        assert ticks >= 3
+        assert [r.exception() for r in replays] == [None] * 10
+        assert w.stats().backpressure_waits > 0
+        np.testing.assert_array_equal(await xd.to_host(), np.full(N, 640, np.float32))
+        g.close()
+        xd.free()
+
+
+def test_replays_on_another_stream_run_after_the_previous_replay(worker, k):
+    with worker.capture(name="moving") as cap:
+        x = cap.input("x", N, np.float32)
+        k["scale"](x, 2.0, x)
+        k["inc"](x)
+    g = cap.graph
+    s1, s2 = worker.stream(), worker.stream()
+    xd = worker.alloc_tensor(N, np.float32, init=np.ones(N, np.float32))
+    with hold(s1) as latch:
+        first = g.submit(x=xd, stream=s1)
+        second = g.submit(x=xd, stream=s2)
+        # The second waits on the device for the first, held by the latch.
+        assert lib.pto_stream_synchronize(s2._ptr, 50_000) == -lib.PTO_ETIMEDOUT
+        assert not first.done() and not second.done()
+        latch.release()
+    worker.sync()
+    assert first.exception() is None and second.exception() is None
+    np.testing.assert_array_equal(xd.numpy(), np.full(N, (1 * 2 + 1) * 2 + 1, np.float32))
+    g.close()
+    xd.free()
+
+
+def test_closed_graphs_and_streams_refuse_replays(worker, k):
+    s2 = worker.stream()
+    with worker.capture(name="closing", stream=s2) as cap:
+        x = cap.input("x", N, np.float32)
+        k["inc"](x, stream=s2)
+    g = cap.graph
+    xd = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+    with hold(s2):
+        launch = g.submit(x=xd)
+        s2.close()  # the queued replay still runs
+    worker.sync()
+    assert launch.exception() is None
+    with pytest.raises(PtoClosedError):
+        g.replay(x=xd)
+    g.close()
+    g.close()  # idempotent
+    with pytest.raises(PtoClosedError, match="graph 'closing' is closed"):
+        g.replay(x=xd, stream=worker.default_stream)
+    np.testing.assert_array_equal(xd.numpy(), np.ones(N, np.float32))
+    xd.free()
+
+
+def test_closing_the_worker_closes_its_graphs(config, kernels):
+    w = ChipWorker(config)
+    with w:
+        inc = w.register(kernels.get("inc"))
+        with w.capture(name="left open") as cap:
+            x = cap.input("x", N, np.float32)
+            own = w.alloc_tensor(N, np.float32)
+            inc(x)
+            inc(own)
+        g = cap.graph
+        g.replay(x=np.zeros(N, np.float32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the graph's tensors are not "forgotten"
+            w.close()
+    assert g.is_closed and own.freed
+
+
+def test_a_dropped_graph_lets_go_of_its_tensors(worker, k):
+    weight = worker.alloc_tensor(N, np.float32, init=rand())
+    with worker.capture(name="dropped") as cap:
+        x = cap.input("x", N, np.float32)
+        own = worker.alloc_tensor(N, np.float32)
+        k["add"](x, weight, own)
+    g = cap.graph
+    g.replay(x=rand())
+    del g, cap, own
+    gc.collect()
+    weight.free()  # no graph holds it any more
+    worker.sync()
+    assert_no_device_memory(worker)
+
+
+def test_traces_tag_replayed_commands_with_the_graph(worker, k):
+    g = chain_graph(worker, k, name="traced")
+    x, b = rand(), rand()
+    eager = worker.alloc_tensor(N, np.float32, init=x)
+    with worker.trace() as window:
+        g.replay(x=x, b=b, y=poisoned())
+        k["inc"](eager)
+    records = window.trace.records
+    tagged = [r for r in records if r.graph == "traced"]
+    assert {"launch", "h2d", "d2h"} <= {r.kind_name for r in tagged}
+    assert [r.name for r in tagged if r.kind_name == "launch"] == ["k_add", "k_scale", "k_add"]
+    assert any(r.kind_name == "launch" and r.name == "k_inc" and r.graph == "" for r in records)
+    doc = window.trace.to_chrome()
+    assert any(ev.get("args", {}).get("graph") == "traced" for ev in doc["traceEvents"])
+    g.close()
+    eager.free()
+
+
+@pytest.mark.anyio
+async def test_async_replay_and_submit_under_every_backend(config, kernels):
+    async with ChipWorker(config) as w:
+        add, scale = (w.register(kernels.get(n)) for n in ("add", "scale"))
+        g = chain_graph(w, {"add": add, "scale": scale})
+        x, b = rand(), rand()
+        y = poisoned()
+        launch = g.submit(x=x, b=b, y=y)
+        assert await launch is launch
+        await launch.wait()
+        np.testing.assert_allclose(y, chain_want(x, b), rtol=1e-6)
+        assert not launch.cancel()  # a replay cannot be withdrawn
+        g.close()
