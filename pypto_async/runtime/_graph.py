@@ -43,7 +43,7 @@ from ._memory import _dealloc_stream
 from ._queue import QUEUED
 from ._state import OPEN
 from ._stream import accept
-from ._submit import overflowed
+from ._submit import flush, overflowed
 from ._tensor import DeviceTensor
 from ._wait import block_until
 
@@ -122,6 +122,7 @@ class Graph:
         g._cstreams = {}  # origin -> pto_stream *[] for the driver
         g._cstreams[g._origin] = g._stream_array(g._origin)
         g._closed = False
+        g._recorder = worker._tracing.recorder
         pins = worker._memory.pinned
         for t in (*g._static, *g._owned):
             pins[id(t)] = pins.get(id(t), 0) + 1
@@ -277,19 +278,10 @@ class Graph:
                     if origin not in t._streams:
                         t._join(origin)
             for s in self._streams:
-                if s._closed:
-                    raise PtoClosedError(f"graph {self._name!r}: stream {s.id} is closed")
-            if origin._closed:
-                raise PtoClosedError(f"stream {origin.id} is closed")
-            if any(s._fifo for s in self._streams) or origin._fifo:
-                # Work held on the host (a launch waiting for memory) keeps stream order:
-                # let it go first, as the pump would.
-                from ._submit import flush
-
-                flush(q)
-                if any(s._fifo for s in self._streams) or origin._fifo:
-                    raise PtoError(f"{self._label}: a stream of the graph holds work waiting on the host "
-                                   "(device memory, an unrecorded event); replay once it has gone")
+                if s._fifo or s._closed:
+                    self._not_now(s)
+            if origin._fifo or origin._closed:
+                self._not_now(origin)
             tok = q.next_token
             q.next_token = tok + self._span
             q.pending[tok] = launch
@@ -303,10 +295,12 @@ class Graph:
             else:
                 del q.pending[tok]
                 check(rc, self._label)
-            tags = worker._tracing.recorder.graph_tags
+            tags = self._recorder.graph_tags
             if tags is not None:
                 tags.append((tok, tok + self._span - 1, self._name))
-            if q.pump.can_serve_inline():
+            # As the launch path does every 64 tokens: a producer that never suspends still
+            # drains completions now and then (here every 256 tokens), and gives the loop turns.
+            if tok >> 8 != (tok + self._span) >> 8 and q.pump.can_serve_inline():
                 service(q)
                 if submit_only and q.pump.turn_due(1):
                     mark_turn(launch)
@@ -318,6 +312,17 @@ class Graph:
             launch._mark_retrieved()
             raise launch._exc
         return launch
+
+    def _not_now(self, stream) -> None:
+        """Raise for a stream the replay cannot queue on now: closed, or holding work on the host."""
+        if stream._closed:
+            raise PtoClosedError(f"{self._label}: stream {stream.id} is closed")
+        # Work held on the host (a launch waiting for device memory, a wait on an event not
+        # yet recorded) keeps stream order: let what can go first, as the pump would.
+        flush(self._worker._queue)
+        if stream._fifo:
+            raise PtoError(f"{self._label}: stream {stream.id} holds work waiting on the host (device "
+                           "memory, an event not recorded yet); replay once it has gone")
 
     def _bind(self, bindings: dict, origin):
         """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, joins)."""

@@ -1,0 +1,200 @@
+"""Benchmark graph replay against the same work launched eagerly, side by side in one run.
+
+Three figures, each a ratio to its eager reference measured in the same
+process, in rounds that take turns (so a noisy stretch of a shared machine
+hits both sides alike), medians over the rounds:
+
+1. ``node_host_ns``: a step of 64 tiny kernels on one stream.  The host time
+   of one ``graph.submit(x=t)`` call divided by its 64 nodes, next to the
+   host time of one eager ``handle.submit(t)`` (``eager_submit_ns``).
+   Targets: at most 150 ns per node, and at most a tenth of the eager
+   per-launch cost (``vs_eager``).
+2. ``step_speedup``: the same step to completion: 64 eager submits and a
+   wait for the last, over ``await graph.replay(x=t)``.  Target: at least 2x.
+3. ``pipeline_host``: the demo's three-stream batch loop (H2D on one stream,
+   the demo's kernel on another, D2H on a third; two batches in flight, each
+   slot with its own streams and device buffers), host µs spent issuing one
+   batch: eager (two copies, a kernel, two waits) against one replay of the
+   slot's graph with the batch's host arrays bound.  Target: replay at most
+   half of eager (``vs_eager`` <= 0.5).
+
+torch is imported when installed, as the runtime's users do.
+
+    python benchmarks/bench_graphs.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from helpers.kernels import KernelLib  # noqa: E402
+
+from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+
+try:
+    import torch  # noqa: E402, F401
+
+    TORCH = torch.__version__
+except ImportError:
+    TORCH = None
+
+NODES = 64
+clock = time.perf_counter_ns
+
+
+def median(xs) -> float:
+    return statistics.median(xs)
+
+
+# -- 1 and 2: a step of 64 tiny kernels ------------------------------------------------------------
+
+
+async def step(program, rounds: int) -> tuple[dict, dict]:
+    async with ChipWorker(RunConfig()) as w:
+        h = w.register(program)
+        t = w.alloc_tensor(program.params[0].shape, np.float32)
+        async with w.capture(name="step") as cap:
+            x = cap.input("x", t.shape, np.float32)
+            for _ in range(NODES):
+                h(x)
+        g = cap.graph
+        eager_call, replay_call, eager_whole, replay_whole = [], [], [], []
+        for r in range(rounds + 10):  # the first ten warm up
+            t0 = clock()
+            for _ in range(NODES):
+                last = h.submit(t)
+            t1 = clock()
+            await last.wait()
+            t2 = clock()
+            launch = g.submit(x=t)
+            t3 = clock()
+            await launch.wait()
+            t4 = clock()
+            await launch  # as an eager step's launches: every one is done
+            t5 = clock()
+            await g.replay(x=t)
+            t6 = clock()
+            if r >= 10:
+                eager_call.append((t1 - t0) / NODES)
+                eager_whole.append(t2 - t0)
+                replay_call.append((t3 - t2) / NODES)
+                replay_whole.append(t6 - t5)
+            del t4
+        g.close()
+        t.free()
+    eager_ns, node_ns = median(eager_call), median(replay_call)
+    host = {"value": node_ns, "eager_submit_ns": eager_ns, "vs_eager": node_ns / eager_ns}
+    whole = {"value": median(eager_whole) / median(replay_whole), "eager_step_us": median(eager_whole) / 1e3,
+             "replay_step_us": median(replay_whole) / 1e3}
+    return host, whole
+
+
+# -- 3: the demo's three-stream batch loop ---------------------------------------------------------------
+
+
+async def pipeline(batches: int, rows: int = 64, cols: int = 256, depth: int = 2) -> dict:
+    from pypto_async._demo import _blocks_for, make_kernel
+
+    rng = np.random.default_rng(7)
+    weight_h = rng.standard_normal((rows, cols)).astype(np.float32)
+    xs_h = [rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(8)]
+    async with ChipWorker(RunConfig(device_memory=64 << 20)) as w:
+        cores = sum(1 for e in w.stats().engines if e.kind == "core")
+        compiled = make_kernel(rows, cols, _blocks_for(rows, cores)).compile(xs_h[0], weight_h, xs_h[0])
+        kernel = w.register(compiled)
+        weight = w.alloc_tensor((rows, cols), np.float32, init=weight_h)
+        slots = []
+        for _ in range(depth):
+            s_in, s_k, s_out = w.stream(), w.stream(), w.stream()
+            xd = w.alloc_tensor((rows, cols), np.float32, stream=s_in)
+            yd = w.alloc_tensor((rows, cols), np.float32, stream=s_k)
+            async with w.capture(name="batch", stream=s_in) as cap:
+                x = cap.input("x", (rows, cols), np.float32)
+                y = cap.input("y", (rows, cols), np.float32)
+                s_k.wait(w.copy(xd, x, stream=s_in))
+                s_out.wait(kernel(xd, weight, yd, stream=s_k))
+                w.copy(y, yd, stream=s_out)
+                cap.stream.wait(s_out)
+            slots.append((s_in, s_k, s_out, xd, yd, cap.graph))
+        outs = [np.zeros((rows, cols), np.float32) for _ in range(depth)]
+
+        async def run(replay: bool) -> list[float]:
+            pending = [None] * depth
+            samples = []
+            for i in range(batches):
+                slot = i % depth
+                if pending[slot] is not None:
+                    await pending[slot]
+                s_in, s_k, s_out, xd, yd, g = slots[slot]
+                x_h = xs_h[i % len(xs_h)]
+                t0 = clock()
+                if replay:
+                    pending[slot] = g.replay(x=x_h, y=outs[slot])
+                else:
+                    s_k.wait(w.copy(xd, x_h, stream=s_in))
+                    s_out.wait(kernel(xd, weight, yd, stream=s_k))
+                    pending[slot] = w.copy(outs[slot], yd, stream=s_out)
+                samples.append((clock() - t0) / 1e3)
+            for p in pending:
+                if p is not None:
+                    await p
+            return samples
+
+        eager, replayed = [], []
+        for r in range(6):
+            e, g_ = await run(False), await run(True)
+            if r:
+                eager.append(median(e))
+                replayed.append(median(g_))
+        want = xs_h[(batches - 1) % len(xs_h)] * weight_h
+        want = want / (np.exp(-want) + np.float32(1))
+        assert np.allclose(outs[(batches - 1) % depth], want, rtol=1e-5, atol=1e-5), "replayed batches differ"
+        for s_in, s_k, s_out, xd, yd, g in slots:
+            g.close()
+            xd.free()
+            yd.free()
+        weight.free()
+    e, r = median(eager), median(replayed)
+    return {"value": r / e, "eager_host_us_per_batch": e, "replay_host_us_per_batch": r}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    results: dict = {"config": {"torch": TORCH}}
+    with tempfile.TemporaryDirectory() as tmp:
+        noop = KernelLib(tmp).get("noop", 16)
+        host, whole = asyncio.run(step(noop, 30 if args.quick else 300))
+    results["node_host_ns"] = host
+    results["step_speedup"] = whole
+    results["pipeline_host"] = asyncio.run(pipeline(20 if args.quick else 200))
+    targets = {"node_host_ns": "<= 150 ns and vs_eager <= 0.1", "step_speedup": ">= 2x",
+               "pipeline_host": "replay/eager <= 0.5"}
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"torch imported: {TORCH or 'no (not installed)'}")
+        for name, target in targets.items():
+            r = results[name]
+            refs = ", ".join(f"{k} {v:.3f}" for k, v in r.items() if k != "value")
+            print(f"{name:14s} {r['value']:9.3f}  (target {target}; {refs})")
+    return results
+
+
+if __name__ == "__main__":
+    main()
