@@ -15,6 +15,14 @@ entry is built in a private temporary directory inside the cache and published
 with one ``os.rename``: two processes that build the same kernel at once both
 succeed, and the loser uses the winner's entry.  A hit costs reading and
 hashing the headers and a JSON read.
+
+A :class:`CompiledProgram` pickles as its artifact (the C source, the IR text
+and the metadata, which names the compiler and flags), not as paths: the
+receiving process looks the entry up in its own cache under the key
+:func:`compile` would use there, and builds it from the carried source only
+on a miss.  That is how a program travels to another machine (a Ray actor);
+like :meth:`CompiledProgram.from_dir`, the unpickled handle has no
+``program``.
 """
 
 from __future__ import annotations
@@ -150,6 +158,21 @@ class CompiledProgram:
 
     load = from_dir
 
+    def __reduce__(self):
+        """Pickle as the artifact; see :func:`_from_artifact` for the receiving side."""
+        return (_from_artifact, (self._artifact(), self.validate_ir))
+
+    def _artifact(self) -> dict:
+        try:
+            return {
+                "meta": json.loads((self.output_dir / _META).read_text()),
+                "source": self.source_path.read_text(),
+                "ir_text": (self.output_dir / _IR_TEXT).read_text(),
+            }
+        except (OSError, ValueError) as exc:
+            raise PtoLoadError(f"cannot pickle {self.name!r}: its artifact directory {self.output_dir} "
+                               f"is incomplete ({exc})") from exc
+
     def __call__(self, *args, stream=None):
         """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
         return _dispatch(self, args, stream)
@@ -159,6 +182,28 @@ class CompiledProgram:
             f"<CompiledProgram {self.name} platform={self.platform!r} blocks={self.block_num} "
             f"params={list(self.param_names)} dir={str(self.output_dir)!r}>"
         )
+
+
+def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram:
+    """Rebuild a pickled program through this process's kernel cache.
+
+    The key is the one :func:`compile` computes here for the same IR,
+    compiler, flags and platform, so a program unpickled where it was
+    compiled (or where the same kernel was built before) costs a cache
+    lookup; elsewhere the carried C source is built and published as
+    :func:`compile` publishes its entries.
+    """
+    meta = artifact["meta"]
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise PtoLoadError(f"a pickled program with compiled_meta.json schema {meta.get('schema_version')!r}, "
+                           f"expected {SCHEMA_VERSION}")
+    cc = tuple(shlex.split(meta["compiler"]))
+    flags = tuple(meta["flags"])
+    root = cache_dir() / "kernels"
+    entry = root / _cache_key(meta["ir_hash"], cc, flags, meta["platform"])
+    if not (entry / _META).is_file():
+        _publish(root, entry, artifact["source"], artifact["ir_text"], meta, cc, flags)
+    return CompiledProgram(entry, json.loads((entry / _META).read_text()), None, validate_ir=validate_ir)
 
 
 def _graph_to_meta(program: Program) -> dict | None:
@@ -323,13 +368,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     text = format_program(lowered)
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)}_{ir_hash[:12]}"
-    host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
-    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host,
-                          _headers_digest(_INCLUDE)])
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
-
     root = cache_dir() / "kernels"
-    entry = root / key
+    entry = root / _cache_key(ir_hash, cc, flags, platform)
     if not (entry / _META).is_file():
         _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
     meta = json.loads((entry / _META).read_text())
@@ -344,6 +384,14 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     return CompiledProgram(target, meta, program, validate_ir=validate_ir)
 
 
+def _cache_key(ir_hash: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:
+    """The cache entry's name: the IR, the compiler and its version, the flags, the CPU, the headers."""
+    host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
+    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host,
+                          _headers_digest(_INCLUDE)])
+    return hashlib.sha256(key_src.encode()).hexdigest()[:32]
+
+
 def _c_name(name: str) -> str:
     out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     return out if out and not out[0].isdigit() else f"k_{out}"
@@ -351,6 +399,12 @@ def _c_name(name: str) -> str:
 
 def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc) -> None:
     source = generate_c(lowered, symbol)
+    meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol)
+    _publish(root, entry, source, text + "\n", meta, cc, flags)
+
+
+def _publish(root: Path, entry: Path, source: str, ir_text: str, meta: dict, cc, flags) -> None:
+    """Build `source` in a private directory inside the cache and publish it as `entry`."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{entry.name}-", dir=root))
@@ -358,9 +412,8 @@ def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_
         raise PtoCompileError(f"cannot use the kernel cache {root} ({exc}); set PYPTO_ASYNC_CACHE_DIR") from exc
     try:
         (tmp / _SOURCE).write_text(source)
-        (tmp / _IR_TEXT).write_text(text + "\n")
+        (tmp / _IR_TEXT).write_text(ir_text)
         _run_compiler(cc, flags, tmp / _SOURCE, tmp / _LIB)
-        meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol)
         (tmp / _META).write_text(json.dumps(meta, indent=2) + "\n")
         try:
             os.rename(tmp, entry)

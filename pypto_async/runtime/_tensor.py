@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtypes import BF16, DataType, bf16_to_float32
-from ..errors import PtoArgumentError, PtoInvalidStateError
+from ..errors import PtoArgumentError, PtoInvalidStateError, PtoNotSupported
 
 __all__ = ["DeviceTensor"]
 
@@ -210,6 +210,15 @@ class DeviceTensor:
 
     def __enter__(self) -> DeviceTensor:
         return self
+
+    def __reduce__(self):
+        """Refuse: the data lives in one process's device memory, which a pickle cannot carry."""
+        raise PtoNotSupported(
+            f"a DeviceTensor cannot be pickled: it lives in the device memory of one ChipWorker, in this "
+            f"process. To keep a tensor on a Ray actor and pass it around, hold the actor's handle instead "
+            f"(pypto_async.ray: ChipActor.put / alloc return a TensorRef); to send the data, pickle "
+            f"`await t.to_host()` (or t.numpy())"
+        )
 
     def __exit__(self, *exc_info) -> None:
         self.close()

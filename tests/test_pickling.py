@@ -1,0 +1,94 @@
+"""A CompiledProgram pickles as its artifact; a DeviceTensor refuses to pickle."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.errors import PtoLoadError, PtoNotSupported
+from pypto_async.runtime import ChipWorker
+
+R, C = 16, 32
+
+
+@pl.jit
+def axpy(x: pl.Tensor, y: pl.Tensor, out: pl.Out[pl.Tensor], alpha: pl.Scalar[pl.FP32]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.add(pl.mul(pl.load(x, [0, 0], [R, C]), alpha), pl.load(y, [0, 0], [R, C])), [0, 0], out)
+    return out
+
+
+def rand(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((R, C)).astype(np.float32)
+
+
+def run(compiled) -> np.ndarray:
+    x, y = rand(1), rand(2)
+    out = np.full((R, C), np.nan, np.float32)
+    with ChipWorker() as w:
+        w.run(compiled, x, y, out, 0.5)
+    np.testing.assert_allclose(out, x * 0.5 + y, rtol=1e-6)
+    return out
+
+
+@pytest.fixture
+def compiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "here"))
+    x = rand(0)
+    return ir.compile(axpy.lower(x, x, x, 1.0), output_dir=tmp_path / "artifact")
+
+
+def test_a_program_travels_without_its_directory_or_cache(compiled, tmp_path, monkeypatch):
+    data = pickle.dumps(compiled)
+    # The receiving side: another cache, and the sender's files gone.
+    shutil.rmtree(tmp_path / "artifact")
+    shutil.rmtree(tmp_path / "here")
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "there"))
+    again = pickle.loads(data)
+    assert again.output_dir.parent == tmp_path / "there" / "kernels"  # rebuilt into this cache
+    assert (again.output_dir / "kernel.so").is_file()
+    assert again.program is None  # as from_dir: the artifact, not the IR objects
+    assert (again.name, again.symbol, again.params, again.flags, again.ir_hash) == (
+        compiled.name, compiled.symbol, compiled.params, compiled.flags, compiled.ir_hash)
+    assert again.source_path.read_text() == pickle.loads(data).source_path.read_text()
+    run(again)
+
+
+def test_unpickling_where_it_was_built_hits_the_cache(compiled, tmp_path):
+    entry = ir.compile(compiled.program)  # the cache entry compile() made
+    built = (entry.lib_path.stat().st_mtime_ns, entry.lib_path.stat().st_ino)
+    again = pickle.loads(pickle.dumps(compiled))
+    assert again.output_dir == entry.output_dir
+    assert (again.lib_path.stat().st_mtime_ns, again.lib_path.stat().st_ino) == built  # not rebuilt
+    assert not [p for p in again.output_dir.parent.iterdir() if p.name.startswith("tmp-")]
+    run(again)
+
+
+def test_a_program_of_another_schema_is_refused(compiled):
+    meta = json.loads((compiled.output_dir / "compiled_meta.json").read_text())
+    meta["schema_version"] = 99
+    (compiled.output_dir / "compiled_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PtoLoadError, match="schema 99"):
+        pickle.loads(pickle.dumps(compiled))
+
+
+def test_a_program_whose_files_are_gone_cannot_be_pickled(compiled):
+    (compiled.output_dir / "kernel.c").unlink()
+    with pytest.raises(PtoLoadError, match="incomplete"):
+        pickle.dumps(compiled)
+
+
+def test_a_device_tensor_refuses_to_pickle():
+    with ChipWorker() as w:
+        t = w.alloc_tensor((R, C), "float32", init=rand(3))
+        for dump in (pickle.dumps, lambda obj: pickle.dumps(obj, protocol=0)):
+            with pytest.raises(PtoNotSupported, match="TensorRef"):
+                dump(t)
+        np.testing.assert_array_equal(t.numpy(), rand(3))  # still usable
+        w.free_tensor(t)
