@@ -6,6 +6,7 @@ compared against torch or numpy on random data.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -209,6 +210,21 @@ def test_the_example_runs_against_the_cluster(ray_session):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "8 batches through 2 actors match numpy" in proc.stdout
+
+
+def test_the_benchmark_runs_against_the_cluster(ray_session, tmp_path):
+    # A smoke run (figures, not timing assertions): every round checks its results against numpy.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_ray.py"), "--quick", "--json", str(out),
+         "--address", ray_session.address],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["target"] for r in rows] == ["≤ 1.5x", "≥ 1.5x"]
+    assert all(r["figure"] > 0 and r["reference"] > 0 for r in rows)
 
 
 def test_the_core_imports_without_ray():
