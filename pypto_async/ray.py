@@ -110,7 +110,9 @@ class ChipWorkerActor:
         self._programs: dict[str, object] = {}
         self._tensors: dict[str, DeviceTensor] = {}
         self._keys = itertools.count(1)
-        self._id = ray.get_runtime_context().get_actor_id() or "driver"
+        # Outside an actor (the class used directly, in tests) there is no actor id, and asking the
+        # runtime context would start Ray.
+        self._id = (ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None) or "local"
 
     # -- the worker, opened in the actor's event loop -------------------------------------
 
@@ -164,10 +166,12 @@ class ChipWorkerActor:
             As :meth:`ChipWorker.register` raises them.
         """
         worker = await self._open()
-        handle = worker.register(compiled)
-        digest = hashlib.sha256(f"{compiled.lib_path}\0{compiled.symbol}".encode()).hexdigest()[:16]
-        key = f"{handle.name}-{digest}"
-        self._programs.setdefault(key, handle)
+        # Each arrival is a new object (unpickled here): the key names the loaded code instead.
+        lib, symbol = getattr(compiled, "lib_path", None), getattr(compiled, "symbol", None)
+        digest = hashlib.sha256(f"{lib}\0{symbol}".encode()).hexdigest()[:16]
+        key = f"{getattr(compiled, 'name', None) or symbol}-{digest}"
+        if key not in self._programs:
+            self._programs[key] = worker.register(compiled)
         return key
 
     async def run(self, key: str, *args):
@@ -224,10 +228,9 @@ class ChipWorkerActor:
     async def put(self, array) -> TensorRef:
         """Copy a host array (numpy, torch CPU) into a new resident tensor; return its ref."""
         worker = await self._open()
-        host = _as_numpy(array)
-        if host is None:
+        if _as_numpy(array) is None:
             raise PtoArgumentError(f"put: expected a numpy array or a torch CPU tensor, not {type(array).__name__}")
-        return self._ref(worker.alloc_tensor(host.shape, host.dtype, init=host))
+        return self._ref(worker.alloc_tensor(tuple(array.shape), array.dtype, init=array))
 
     async def alloc(self, shape, dtype, init=None) -> TensorRef:
         """Allocate a resident tensor (as ``ChipWorker.alloc_tensor``); return its ref."""

@@ -227,6 +227,28 @@ def test_the_benchmark_runs_against_the_cluster(ray_session, tmp_path):
     assert all(r["figure"] > 0 and r["reference"] > 0 for r in rows)
 
 
+def test_the_actor_class_used_directly_does_not_start_ray():
+    code = (
+        "import asyncio, numpy as np, ray, torch\n"
+        "from pypto_async.ray import ChipWorkerActor\n"
+        "async def main():\n"
+        "    a = ChipWorkerActor({'platform': 'sim'})\n"
+        "    x = torch.randn(4, 4).to(torch.bfloat16)\n"
+        "    ref = await a.put(x)\n"
+        "    assert (ref.actor_id, ref.dtype) == ('local', 'bfloat16'), ref\n"
+        "    assert np.array_equal(await a.get(ref), x.view(torch.uint16).numpy())\n"
+        "    await a.close()\n"
+        "asyncio.run(main())\n"
+        "assert not ray.is_initialized()\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
+
+
 def test_the_core_imports_without_ray():
     code = (
         "import sys; sys.modules['ray'] = None\n"  # `import ray` now fails
