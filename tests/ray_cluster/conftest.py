@@ -7,15 +7,17 @@
     the driver.  Actors run with ``num_cpus=0``.  At the end of the session
     it shuts Ray down, then checks that every process Ray started is gone and
     that no file Ray made is left in ``/dev/shm``.  Ray's processes are the
-    descendants of this process (the nodes' daemons, and the workers the
-    raylets start), recorded by pid and start time after every test; a
-    leftover is ended by its pid, and the session fails.
+    children this process gained while the cluster started (the nodes'
+    daemons) and their descendants (the workers and agents the raylets
+    start), recorded by pid and start time after every test; a leftover is
+    ended by its pid, and the session fails.
 ``actors``
     Two :class:`Probe` actors (a ChipActor with a few test-only methods),
     one placed on each node by its custom resource.
 
-This directory has no ``__init__.py`` on purpose: as a package it would be
-named ``ray`` and hide Ray itself.
+The directory is a package named ``ray_cluster``: named ``ray`` it would
+hide Ray itself, and outside a package this file would be imported as the
+top-level module ``conftest`` that the runtime tests import helpers from.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import pypto_async.language as pl  # noqa: E402
 from pypto_async import ir  # noqa: E402
-from ray_support import COLS, NODE_A, NODE_B, ROWS, actor_on, probe_class  # noqa: E402
+from .support import COLS, NODE_A, NODE_B, ROWS, actor_on, probe_class  # noqa: E402
 
 STORE = 100 << 20  # per node: about 200 MiB of object store in all
 
@@ -60,24 +62,53 @@ def _proc_stat(pid: int) -> tuple[int, str, int] | None:
     return int(fields[1]), fields[0], int(fields[19])
 
 
-class Descendants:
-    """The processes started under this one, recorded as (pid, start time)."""
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from /proc."""
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := _proc_stat(int(name))) is not None:
+            out.setdefault(st[0], []).append(int(name))
+    return out
+
+
+class RayProcesses:
+    """The processes Ray started, recorded as (pid, start time).
+
+    Its roots are the children this process gained while the cluster started
+    (the nodes' daemons); every descendant of theirs (the workers and agents a
+    raylet starts) is Ray's too.  Other children of this process, which other
+    tests may leave running, are not.
+    """
 
     def __init__(self):
         self.seen: dict[int, int] = {}
+        self.names: set[str] = set()
+        self._before = set(_children().get(os.getpid(), ()))
+        self._roots: list[int] = []
+
+    def started(self) -> None:
+        """Take the children born since construction as the roots."""
+        self._roots = [pid for pid in _children().get(os.getpid(), ()) if pid not in self._before]
+        self.record()
 
     def record(self) -> None:
-        children: dict[int, list[int]] = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and (st := _proc_stat(int(name))) is not None:
-                children.setdefault(st[0], []).append(int(name))
-        todo = [os.getpid()]
+        children = _children()
+        todo = list(self._roots)
         while todo:
-            for pid in children.get(todo.pop(), ()):
-                st = _proc_stat(pid)
-                if st is not None and pid not in self.seen:
-                    self.seen[pid] = st[2]
-                todo.append(pid)
+            pid = todo.pop()
+            st = _proc_stat(pid)
+            if st is not None and pid not in self.seen:
+                self.seen[pid] = st[2]
+                self.names.add(_comm(pid))
+            todo.extend(children.get(pid, ()))
 
     def alive(self) -> list[int]:
         """The recorded processes still running (a zombie or a reused pid is gone)."""
@@ -124,7 +155,7 @@ def _shm() -> set[str]:
 class RaySession:
     """What the tests need of the session's cluster."""
 
-    def __init__(self, cluster, address: str, node_ids: dict[str, str], procs: Descendants):
+    def __init__(self, cluster, address: str, node_ids: dict[str, str], procs: RayProcesses):
         self.cluster = cluster
         self.address = address
         self.node_ids = node_ids  # resource name -> node id
@@ -136,14 +167,14 @@ def ray_session():
     old_auth = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     shm_before = _shm()
-    procs = Descendants()
+    procs = RayProcesses()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "object_store_memory": STORE, "include_dashboard": False, "resources": {NODE_A: 1}})
     try:
         second = cluster.add_node(num_cpus=0, object_store_memory=STORE, resources={NODE_B: 1})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address)
-        procs.record()
+        procs.started()
         node_ids = {NODE_A: cluster.head_node.node_id, NODE_B: second.node_id}
         yield RaySession(cluster, cluster.address, node_ids, procs)
         procs.record()
@@ -157,6 +188,7 @@ def ray_session():
         else:
             os.environ["RAY_AUTH_MODE"] = old_auth
     leftovers = procs.end_leftovers()
+    assert {"gcs_server", "raylet"} <= procs.names, f"the check did not see Ray's daemons: {procs.names}"
     new = _shm() - shm_before
     stray = {n for n in new if n in held or "plasma" in n or "ray" in n.lower()}
     assert not leftovers, f"Ray processes left after shutdown (killed by pid): {leftovers}"

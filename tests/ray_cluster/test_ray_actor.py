@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import ray
 import torch
-from ray_support import COLS, NODE_A, NODE_B, ROOT, ROWS, actor_on, nan_array, probe_class, rand
+from .support import COLS, NODE_A, NODE_B, ROOT, ROWS, actor_on, nan_array, probe_class, rand
 
 from pypto_async.errors import (
     PtoArgumentError,
