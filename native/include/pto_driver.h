@@ -73,7 +73,7 @@ typedef struct pto_device_config {
     uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */
     uint64_t device_memory;     /* arena bytes; 0: 1 GiB */
     uint32_t spin_us;           /* an idle engine per queue spins this long before sleeping; 0: 200 */
-    uint32_t reserved;
+    uint32_t device_id;         /* which device of the platform, 0 .. pto_device_count() - 1 */
 } pto_device_config;
 
 typedef struct pto_device_info {
@@ -81,6 +81,8 @@ typedef struct pto_device_info {
     uint32_t ring_task_window, ring_heap, ring_dep_pool;
     uint32_t trace;
     uint32_t engines;           /* cores + copy_engines; engine ids: cores first */
+    uint32_t device_id;         /* pto_device_config.device_id */
+    uint32_t reserved;
     uint64_t device_memory;
     uint64_t arena_base;        /* device address of the first arena byte */
     char platform[16];
@@ -313,7 +315,8 @@ int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token);
 int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token);
 /*
  * Make s wait (on the device) for e as recorded at the time of this call.
- * On a stream whose earlier command failed, the wait still waits for e and
+ * e may belong to another device of the same platform (a cross-device
+ * wait: see "Several devices" below).  On a stream whose earlier command failed, the wait still waits for e and
  * then completes -PTO_EDEP, so work ordered behind it stays ordered.
  * Waiting on an event never recorded is a no-op.  Uses one dep-pool entry
  * from entering the ring until it executes.
@@ -431,6 +434,7 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
 #define PTO_CMD_NOTIFY  10
 #define PTO_CMD_DELAY   11
 #define PTO_CMD_LATCH   12
+#define PTO_CMD_PEER    13  /* a copy between this device and another (pto_stream_copy_peer) */
 
 #define PTO_ENGINE_NONE -1     /* ran on the scheduler */
 
@@ -474,10 +478,56 @@ typedef struct pto_device_stats {
     uint64_t cq_drains;         /* pto_cq_drain calls that returned records */
     uint64_t canceled;
     uint64_t launches, copies, bytes_h2d, bytes_d2h, bytes_d2d;
+    uint64_t bytes_peer;        /* peer copies run on this device's copy engines, either direction */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);
 int pto_device_get_stats(pto_device *dev, pto_device_stats *out);
+
+/* ---- several devices (peer.c) ------------------------------------------ */
+
+/*
+ * Devices of a platform are numbered 0 .. count - 1 and opened by
+ * pto_device_config.device_id (an id out of range is -PTO_EINVAL).  The sim
+ * offers 8, or what the environment variable PYPTO_ASYNC_SIM_DEVICES says
+ * (1..1024).  Each open device of the sim is a separate arena with its own
+ * engines, in one process.  Returns the count, -PTO_ENOTSUP for an unknown
+ * platform, -PTO_EINVAL for a bad PYPTO_ASYNC_SIM_DEVICES.
+ */
+int pto_device_count(const char *platform);
+
+/*
+ * A peer copy: nbytes from src on src_dev to dst on dst_dev, one of which is
+ * s's device, as one command on s (run by s's device's copy engines), in
+ * order with s's other commands and failing like any command (failure
+ * propagation as above).  The other device must be of the same platform
+ * (else -PTO_ENOTSUP: stage through the host) and stay open until the copy
+ * has run; one closed before it runs fails the copy with -PTO_ECLOSED.
+ * Ranges are checked as for pto_stream_copy_d2d, each on its own device.
+ * The other device's streams are not ordered by it: order them with
+ * events (pto_stream_wait_event accepts another device's event).
+ */
+int pto_stream_copy_peer(pto_stream *s, pto_device *dst_dev, pto_devptr dst, pto_device *src_dev,
+                         pto_devptr src, uint64_t nbytes, uint64_t token);
+
+/*
+ * Cross-device waits.  pto_stream_wait_event(s, e) with e of another device
+ * of the same platform makes s wait, on the device, for e's recording; no
+ * host round trip.  If the recorded work failed, the wait fails as its
+ * stream's first failure with -PTO_EDEP (its own token as cause: tokens of
+ * the other device mean nothing here) and s's later commands fail as
+ * dependents.  If e's device is closed before the recorded work completed,
+ * or cancels that work (pto_device_cancel), the wait fails with
+ * -PTO_ECLOSED instead of hanging.
+ *
+ * pto_event_reserve(e): the host will record e later (the record is still
+ * held on the host): waits queued from now on, on any stream of any device,
+ * wait for that next recording of e.  Until then e counts as pending; if e
+ * is destroyed first those waits fail (-PTO_ECANCELED), and if its device
+ * closes first they fail with -PTO_ECLOSED.  Reserving a reserved event
+ * changes nothing.  Returns 0, -PTO_ENOMEM.
+ */
+int pto_event_reserve(pto_event *e);
 
 /* ---- test hooks ---------------------------------------------------------- */
 

@@ -102,6 +102,12 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     int rc = resolve_config(cfg, &rc_cfg);
     if (rc)
         return rc;
+    int count = ops->device_count();
+    if (count < 0)
+        return count;
+    if (rc_cfg.device_id >= (uint32_t)count)
+        return pti_error(PTO_EINVAL, "pto_device_open: device_id %u is out of range: platform %s has "
+                         "devices 0..%d", rc_cfg.device_id, name, count - 1);
     pto_device *dev = pti_zalloc64(sizeof(*dev));
     if (!dev)
         return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
@@ -136,12 +142,16 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
         goto fail_mem;
     if ((rc = pti_cq_init(dev)))
         goto fail_cq;
+    if ((rc = pti_peer_register(dev)))
+        goto fail_register;
     if ((rc = dev->ops->engines_start(dev)))
         goto fail_threads;
     *out = dev;
     return 0;
 
 fail_threads:
+    pti_peer_unregister(dev);
+fail_register:
     pti_cq_fini(dev);
 fail_cq:
     pti_mem_fini(dev);
@@ -191,6 +201,12 @@ void pto_device_close(pto_device *dev)
     if (!dev)
         return;
     atomic_store_explicit(&dev->closing, 1, memory_order_release);
+    /*
+     * Other devices first (peer.c): peer copies that run from now on find
+     * this one gone, and waits of theirs on events no record will fill fail.
+     */
+    pti_peer_unregister(dev);
+    pti_events_abandon_all(dev);
     pthread_mutex_lock(&dev->sched_lock);
     /*
      * Fence submitters: one that passed its closing check holds submit_lock
@@ -272,6 +288,7 @@ int pto_device_get_info(pto_device *dev, pto_device_info *out)
     out->ring_dep_pool = dev->cfg.ring_dep_pool;
     out->trace = (uint32_t)atomic_load_explicit(&dev->trace_enabled, memory_order_relaxed);
     out->engines = dev->cfg.cores + dev->cfg.copy_engines;
+    out->device_id = dev->cfg.device_id;
     out->device_memory = dev->arena_size;
     out->arena_base = (uint64_t)(uintptr_t)dev->arena;
     pti_strlcpy(out->platform, dev->platform, sizeof(out->platform));
@@ -360,6 +377,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .bytes_h2d = LD(st_bytes_h2d),
         .bytes_d2h = LD(st_bytes_d2h),
         .bytes_d2d = LD(st_bytes_d2d),
+        .bytes_peer = LD(st_bytes_peer),
     };
 #undef LD
     return 0;

@@ -205,10 +205,15 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
         case PTO_CMD_MEMSET:
             rc = pti_mem_check_range(dev, cmd->u.set.dst, n, msg, sizeof(msg));
             break;
+        case PTO_CMD_PEER:
+            rc = pti_peer_copy(dev, cmd, msg, sizeof(msg)); /* checks both sides, then copies */
+            break;
         }
         if (rc) {
             status = rc;
             own = true;
+        } else if (cmd->kind == PTO_CMD_PEER) {
+            /* copied by pti_peer_copy */
         } else if (cmd->kind == PTO_CMD_MEMSET) {
             memset((void *)(uintptr_t)cmd->u.set.dst, cmd->u.set.value, n);
         } else {
@@ -224,6 +229,7 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
         _Atomic uint64_t *ctr = cmd->kind == PTO_CMD_H2D   ? &dev->st_bytes_h2d
                                 : cmd->kind == PTO_CMD_D2H ? &dev->st_bytes_d2h
                                 : cmd->kind == PTO_CMD_D2D ? &dev->st_bytes_d2d
+                                : cmd->kind == PTO_CMD_PEER ? &dev->st_bytes_peer
                                                            : NULL;
         if (ctr)
             atomic_fetch_add_explicit(ctr, n, memory_order_relaxed);

@@ -67,6 +67,8 @@ void pto_event_destroy(pto_event *e)
 {
     if (!e)
         return;
+    if (e->reserved) /* only its host sets and clears it (peer.c): waits on it must not hang */
+        pti_event_abandon(e, -PTO_ECANCELED, "the event was destroyed before it was recorded");
     pthread_mutex_lock(&e->dev->obj_lock);
     pti_link_del(&e->link);
     struct pto_event_node *n = e->cur;

@@ -100,8 +100,11 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         n->cause = status ? cause : 0;
         n->time_ns = end_ns;
         pti_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
-        /* Release pairs with the acquire loads of done in event.c and pti_stream_step. */
-        atomic_store_explicit(&n->done, 1, memory_order_release);
+        if (n->peer_waits)
+            pti_peer_complete(dev, n); /* done, then the other devices woken (peer.c) */
+        else
+            /* Release pairs with the acquire loads of done in event.c and pti_stream_step. */
+            atomic_store_explicit(&n->done, 1, memory_order_release);
     }
     /* The record is built now (the slot may be refilled once head moves) and pushed after. */
     pto_completion c;
@@ -236,7 +239,11 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         /* Acquire pairs with the release store of done in pti_cmd_finish. */
         if (!atomic_load_explicit(&n->done, memory_order_acquire))
             return false;
-        if (n->status == 0) {
+        if (cmd->u.ev.peer) {
+            /* Another device's event (peer.c): the wait's own token is the cause here. */
+            int32_t st = pti_peer_wait_status(n, msg, sizeof(msg));
+            finish_now(dev, s, cmd, st, st ? cmd->token : 0, msg, st != 0, now);
+        } else if (n->status == 0) {
             finish_now(dev, s, cmd, 0, 0, NULL, false, now);
         } else {
             pti_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
@@ -300,6 +307,7 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     case PTO_CMD_D2H:
     case PTO_CMD_D2D:
     case PTO_CMD_MEMSET:
+    case PTO_CMD_PEER:
         cmd->state = PTI_CMD_RUNNING;
         s->active = true;
         pti_copy_enqueue(dev, s, cmd);

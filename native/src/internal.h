@@ -138,6 +138,7 @@ struct pto_event_node {
     uint64_t cause;               /* first failure's token for a failed record */
     uint64_t time_ns;             /* when the record command executed */
     uint64_t event_id;
+    int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
     char msg[PTI_MSG_LEN];
 };
 
@@ -146,6 +147,7 @@ struct pto_event {
     struct pto_link link;         /* dev->events, under obj_lock */
     uint64_t id;
     struct pto_event_node *cur;   /* under obj_lock; NULL: never recorded */
+    bool reserved;                /* cur is a node no record filled yet (pto_event_reserve), under obj_lock */
 };
 
 struct pto_event_node *pti_event_node_new(uint64_t event_id);
@@ -247,13 +249,18 @@ struct pto_cmd {
     int32_t inject;               /* > 0: pto_debug_fail_next made this fail with -inject */
     uint32_t heap_used;           /* ring-heap bytes consumed, padding included */
     union {
-        struct { uint64_t dst, src, n; } copy;        /* host addresses (sim) */
+        struct {
+            uint64_t dst, src, n;                         /* host addresses (sim) */
+            uint32_t peer;                                /* PTO_CMD_PEER: the other device's serial (peer.c) */
+            bool peer_dst;                                /* PTO_CMD_PEER: dst lies on the other device */
+        } copy;
         struct { uint64_t dst, n; uint8_t value; } set;
         struct { pto_kernel *k; uint64_t *args; uint32_t blocks, nargs; } launch;
         struct {
             struct pto_event_node *node;
             uint64_t event_id;
             bool ordering;                /* record: never carries s's failure (pto_stream_record_ordering) */
+            bool peer;                    /* wait: the event is another device's (peer.c) */
         } ev;                                             /* record, wait */
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
@@ -581,6 +588,8 @@ struct pto_platform_ops {
     int (*kernel_builtin)(const char *name, pto_kernel_fn *fn);
     /* Release what kernel_load handed out (the last launch of the kernel has finished). */
     void (*kernel_unload)(void *handle);
+    /* How many devices the platform offers (pto_device_count): >= 1, or -PTO_E* with the error text set. */
+    int (*device_count)(void);
 };
 
 /*
@@ -669,10 +678,14 @@ struct pto_device {
     struct pto_link events, latches, kernels;
     uint64_t next_event_id;
 
+    /* several devices (peer.c), under the process's peers lock */
+    uint32_t peer_serial;         /* this open device's number in the process, never reused */
+    int peer_pins;                /* peer copies and the notifier using the device right now */
+
     /* counters */
     _Alignas(64) _Atomic uint64_t st_submitted; /* host side: own cache line */
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
-        st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d;
+        st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
 };
 
 static inline bool pti_trace_on(pto_device *dev)
@@ -684,6 +697,52 @@ static inline bool pti_dev_lost(pto_device *dev)
 {
     return atomic_load_explicit(&dev->lost, memory_order_acquire) != 0;
 }
+
+/* ---- several devices (peer.c) ----------------------------------------------------------
+ *
+ * The process's open devices are registered (by serial) so that a command of
+ * one device never holds a pointer to another: a peer copy names the other
+ * device by serial and pins it while it runs.  Lock order: the peers lock is
+ * a leaf under sched_lock (pti_peer_notify); nobody takes a sched_lock or
+ * mem_lock while holding it.
+ */
+
+/* Register dev (open, before its threads start) / unregister it (close, before its memory goes). */
+int pti_peer_register(pto_device *dev);
+void pti_peer_unregister(pto_device *dev);
+/* Run the peer copy cmd on dev's copy engine (no lock held): 0, or -PTO_E* with msg set. */
+int pti_peer_copy(pto_device *dev, const struct pto_cmd *cmd, char *msg, size_t n);
+/*
+ * A wait of s's device on node, an event node of device owner (another
+ * device, same platform), is being queued: count it, so the record's
+ * completion wakes the other devices (takes owner's sched_lock; no lock held).
+ */
+int pti_peer_watch(pto_device *owner, struct pto_event_node *node);
+/* Wake the other devices: a node with their waits has completed (any lock may be held). */
+void pti_peer_notify(void);
+/*
+ * Mark node n of dev done, n having waits of other devices (n->peer_waits;
+ * sched_lock of dev held), and wake them.  A recording canceled by dev's
+ * close completes with -PTO_ECLOSED.
+ */
+void pti_peer_complete(pto_device *dev, struct pto_event_node *n);
+/*
+ * The status a cross-device wait on the done node n fails with (0: none),
+ * with its message in msg: -PTO_ECLOSED if n's device closed before n
+ * completed, else -PTO_EDEP for a failed recording.
+ */
+int32_t pti_peer_wait_status(const struct pto_event_node *n, char *msg, size_t len);
+/*
+ * The node a record of e fills: a reserved one (pto_event_reserve), with a
+ * new reference, taken from e; NULL if e is not reserved (obj_lock not held).
+ */
+struct pto_event_node *pti_event_take_reserved(pto_event *e);
+/*
+ * Complete the reserved, never recorded nodes of e (one event) or of every
+ * event of dev (closing) with status; sched_lock not held.
+ */
+void pti_event_abandon(pto_event *e, int32_t status, const char *msg);
+void pti_events_abandon_all(pto_device *dev);
 
 /* ---- device loss (lost.c) ------------------------------------------------------ */
 

@@ -11,6 +11,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -162,6 +163,21 @@ static int sim_kernel_builtin(const char *name, pto_kernel_fn *fn)
                      "spin, fail)", name);
 }
 
+/* ---- devices: PYPTO_ASYNC_SIM_DEVICES of them, 8 by default ---------------------- */
+
+static int sim_device_count(void)
+{
+    const char *env = getenv("PYPTO_ASYNC_SIM_DEVICES");
+    if (!env || !*env)
+        return 8;
+    char *end;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || *end || n < 1 || n > 1024)
+        return pti_error(PTO_EINVAL, "PYPTO_ASYNC_SIM_DEVICES='%s' is not a device count (1..1024)", env);
+    return (int)n;
+}
+
 const struct pto_platform_ops pti_sim_ops = {
     .mem_map = sim_mem_map,
     .mem_unmap = sim_mem_unmap,
@@ -170,4 +186,5 @@ const struct pto_platform_ops pti_sim_ops = {
     .kernel_load = sim_kernel_load,
     .kernel_builtin = sim_kernel_builtin,
     .kernel_unload = sim_kernel_unload,
+    .device_count = sim_device_count,
 };

@@ -298,7 +298,10 @@ static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t to
         return rc;
     if (!e || e->dev != s->dev)
         return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
-    struct pto_event_node *node = pti_event_node_new(e->id);
+    /* A reserved event (pto_event_reserve, peer.c) is filled by this record: waits hold it already. */
+    struct pto_event_node *node = pti_event_take_reserved(e);
+    if (!node)
+        node = pti_event_node_new(e->id);
     if (!node)
         return pti_error(PTO_ENOMEM, "pto_stream_record: out of host memory");
     struct pto_cmd *cmd;
@@ -336,9 +339,18 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     int rc = check_stream(s, fn);
     if (rc)
         return rc;
-    if (!e || e->dev != s->dev)
-        return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
+    if (!e)
+        return pti_error(PTO_EINVAL, "%s: NULL event", fn);
+    bool peer = e->dev != s->dev;
+    if (peer && e->dev->ops != s->dev->ops)
+        return pti_error(PTO_ENOTSUP, "%s: the event is of a device of platform '%s', the stream of "
+                         "platform '%s'", fn, e->dev->platform, s->dev->platform);
     struct pto_event_node *node = pti_event_current(e);
+    /* Another device's event: counted, so that its completion wakes this device (peer.c). */
+    if (peer && node && (rc = pti_peer_watch(e->dev, node))) {
+        pti_event_node_unref(node);
+        return rc;
+    }
     struct pto_cmd *cmd;
     if ((rc = pti_slot_begin(s, fn, 0, node != NULL, &cmd, NULL))) {
         if (node)
@@ -347,6 +359,7 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     }
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
     cmd->u.ev.event_id = e->id;
+    cmd->u.ev.peer = peer;
     if (node)
         /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);

@@ -17,7 +17,7 @@ static const char *cmd_name(uint32_t kind)
 {
     static const char *const names[] = {
         "?",      "h2d",    "d2h",  "d2d",  "memset", "launch", "block",
-        "record", "wait",   "free", "notify", "delay", "latch",
+        "record", "wait",   "free", "notify", "delay", "latch", "peer",
     };
     return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
@@ -62,6 +62,7 @@ void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     case PTO_CMD_H2D:
     case PTO_CMD_D2H:
     case PTO_CMD_D2D:
+    case PTO_CMD_PEER:
         r.bytes = cmd->u.copy.n;
         break;
     case PTO_CMD_MEMSET:
