@@ -84,6 +84,7 @@ __all__ = [
     "PTO_CMD_NOTIFY",
     "PTO_CMD_DELAY",
     "PTO_CMD_LATCH",
+    "PTO_CMD_PEER",
     "PTO_ENGINE_NONE",
 ]
 
@@ -122,6 +123,7 @@ PTO_CMD_FREE: int = lib.PTO_CMD_FREE
 PTO_CMD_NOTIFY: int = lib.PTO_CMD_NOTIFY
 PTO_CMD_DELAY: int = lib.PTO_CMD_DELAY
 PTO_CMD_LATCH: int = lib.PTO_CMD_LATCH
+PTO_CMD_PEER: int = lib.PTO_CMD_PEER
 PTO_ENGINE_NONE: int = lib.PTO_ENGINE_NONE
 
 #: Exception class per status code (index = positive code); None for PTO_OK.

@@ -94,14 +94,13 @@ def test_wait_rejects_other_things(worker, config, kernels):
     s = worker.stream()
     with pytest.raises(PtoArgumentError, match="takes an Event, a Launch or a Stream"):
         s.wait(42)
-    with ChipWorker(config) as other:
-        with pytest.raises(PtoArgumentError, match="another worker"):
-            s.wait(other.default_stream)
-        with pytest.raises(PtoArgumentError, match="another worker"):
-            s.wait(other.default_stream.record())
+    with ChipWorker(config.replace(device_id=1)) as other:
+        # Another worker's work is waited for on the device (tests/test_devices.py).
+        s.wait(other.default_stream)
+        s.wait(other.default_stream.record())
         foreign = other.register(kernels.get("inc", N))(rand())
-        with pytest.raises(PtoArgumentError, match="another worker"):
-            s.wait(foreign)
+        s.wait(foreign)
+        s.sync(timeout=10)
     s.close()
 
 

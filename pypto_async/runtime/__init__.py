@@ -11,6 +11,7 @@ from ._config import RunConfig
 from ._context import current_worker
 from ._dispatch import dispatch
 from ._capture import CapturedEvent, CapturedNode, Capture, GraphInput
+from ._peer import device_count
 from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
 from ._graph import Graph
@@ -28,6 +29,7 @@ from ._worker import __all__ as _worker_all
 __all__ = [
     "RunConfig",
     "dispatch",
+    "device_count",
     "current_worker",
     *_worker_all,
     *_stream_all,

@@ -293,7 +293,8 @@ class Binder:
     @staticmethod
     def _tensor_error(worker, arg, label: str, p) -> None:
         if arg._worker is not worker:
-            raise PtoForeignTensorError(f"{label}: the DeviceTensor belongs to another ChipWorker")
+            raise PtoForeignTensorError(f"{label}: the DeviceTensor belongs to another ChipWorker; move "
+                                        "it to this one first with w.copy(dst, src) (a peer copy)")
         if arg._freed:
             raise PtoTensorFreedError(f"{label}: the DeviceTensor was freed")
         if p.direction == SCALAR:

@@ -35,7 +35,9 @@ class RunConfig:
         ``"sim"`` (``"a2a3sim"`` and ``"a5sim"`` are accepted aliases).  The
         worker refuses programs compiled for another platform.
     device_id : int
-        Which device of the platform (the simulator has one per worker).
+        Which device of the platform, ``0 .. device_count(platform) - 1``
+        (the simulator offers 8, or ``PYPTO_ASYNC_SIM_DEVICES``).  Workers of
+        several devices copy to each other with :meth:`ChipWorker.copy`.
     ring_task_window : int
         Command slots per stream ring, a power of two.  When a stream's ring
         is full, new work waits in that stream's backlog in the driver, and
@@ -172,6 +174,7 @@ class RunConfig:
             "ring_dep_pool": self.ring_dep_pool,
             "trace": int(self.enable_chip_swimlane),
         }
+        fields["device_id"] = self.device_id
         for name in ("aicpu_thread_num", "cores", "copy_engines", "device_memory"):
             value = getattr(self, name)
             if value is not None:

@@ -19,6 +19,7 @@ from ._capture import refuse
 from ._context import capture_of
 from ._dispatch import finish_sync, queue_one
 from ._launch import Launch
+from ._peer import copy as peer_copy, is_peer_copy
 from ._stream import stream_for
 from ._tensor import DeviceTensor
 from ._wait import block_until
@@ -32,13 +33,19 @@ def copy(worker, dst, src, stream) -> Launch:
     The direction follows the argument types.  Both sides must have the
     same dtype and number of bytes.
 
+    Two DeviceTensors of different workers (devices of one platform) make a
+    peer copy: one command on one stream, ordered on the device after the
+    work queued so far on every stream that used either tensor, and before
+    their later uses there; no host round trip.
+
     Parameters
     ----------
     dst, src : DeviceTensor or host array
         At least one must be a DeviceTensor.  A host destination must be
         writeable.
     stream : Stream, optional
-        ``None`` means the task-local default stream.
+        ``None`` means the task-local default stream (of the source's worker
+        for a peer copy, which may also run on a stream of either worker).
 
     Returns
     -------
@@ -49,13 +56,16 @@ def copy(worker, dst, src, stream) -> Launch:
     worker._check_open()
     if worker._captures and (cap := capture_of(worker)) is not None:
         return cap.copy(dst, src, stream)  # recorded, not queued (_capture.py)
+    if is_peer_copy(worker, dst, src):
+        return peer_copy(worker, dst, src, stream)
     stream = stream_for(worker, stream)
     dst_dev = isinstance(dst, DeviceTensor)
     src_dev = isinstance(src, DeviceTensor)
     for side, t in (("dst", dst), ("src", src)):
         if isinstance(t, DeviceTensor):
             if t._worker is not worker:
-                raise PtoForeignTensorError(f"copy({side}=...): the DeviceTensor belongs to another ChipWorker")
+                raise PtoForeignTensorError(f"copy({side}=...): the DeviceTensor belongs to another ChipWorker; "
+                                            "copy it from the worker that owns it")
             if t._freed:
                 raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
             if t._init is not None and side == "src":

@@ -148,12 +148,18 @@ class Stream:
         what : Event, Launch or Stream
             An event; a launch (waits for it to complete: see
             :attr:`Launch.event`); or a stream (waits for everything queued
-            on it so far).
+            on it so far).  It may belong to another worker of the same
+            platform (another device): the wait is still on the device.  A
+            failure of that work fails this stream's later work as a
+            dependent, and closing that worker first fails it with
+            :class:`~pypto_async.errors.PtoClosedError`.
 
         Raises
         ------
         PtoArgumentError
-            If `what` is of another worker or type.
+            If `what` is of another type.
+        PtoNotSupported
+            If `what` is of a worker of another platform.
         PtoClosedError
             If this stream or its worker is closed.
         """
@@ -162,15 +168,16 @@ class Stream:
         if worker._captures and (cap := capture_of(worker)) is not None:
             cap.wait(self, what)  # recorded in the graph (_capture.py)
             return
+        if isinstance(what, (Launch, Event, Stream)) and what._worker is not worker:
+            from . import _peer  # here: _peer imports this module
+
+            _peer.wait(self, what)  # a device-side wait across devices of one platform
+            return
         if isinstance(what, Launch):
-            if what._worker is not worker:
-                raise PtoArgumentError("Stream.wait(): the launch belongs to another worker")
             if what._done:
                 return
             what = what.event
         elif isinstance(what, Stream):
-            if what._worker is not worker:
-                raise PtoArgumentError("Stream.wait(): the stream belongs to another worker")
             if what is self:
                 return
             what = what.record() if not what._closed else what._final
@@ -180,8 +187,6 @@ class Stream:
             raise PtoArgumentError(
                 f"Stream.wait() takes an Event, a Launch or a Stream, not {type(what).__name__}"
             )
-        elif what._worker is not worker:
-            raise PtoArgumentError("Stream.wait(): the event belongs to another worker")
         with worker._lock:
             self._wait_locked(what)
 
@@ -298,6 +303,9 @@ class Stream:
         """Make this stream wait, on the device, for `event` (held on the host until it is recorded)."""
         q = self._queue
         t = token(q, None)
+        if event._worker is not self._worker:
+            _wait_foreign(q, self, event, t)
+            return
         submit(q, self, lib.pto_stream_wait_event, (self._ptr, event._ptr, t), None, 0, gate=event)
 
     def _marker(self) -> Launch:
@@ -330,6 +338,23 @@ class Stream:
         """Release the driver's stream, once nothing of this stream is left on the host."""
         self._worker._streams.pop(self._id, None)
         lib.pto_stream_destroy(self._ptr)
+
+
+def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:
+    """Queue a wait on another device's `event` (see :mod:`._peer`; lock held).
+
+    Such an event is in its driver already (recorded or reserved), so no
+    gate holds the wait; it still keeps its place behind work held in this
+    stream's FIFO.  If the event's worker has closed by the time the wait
+    reaches the driver, its work is over and its driver objects are gone:
+    the wait becomes a plain marker.
+    """
+    def wait(sp, ev, tok):  # runs when the stream gets to it: at once, or in its FIFO turn
+        if event._worker._alive():
+            return lib.pto_stream_wait_event(sp, ev, tok)
+        return lib.pto_stream_notify(sp, tok)
+
+    submit(q, stream, wait, (stream._ptr, event._ptr, t), None, 0)
 
 
 def accept(worker, stream) -> Stream:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 __all__ = ["TraceRecord", "Trace", "TraceSummary", "kind_name", "kind_code"]
 
 _kinds: dict[int, str] | None = None
-_COPY_KINDS = frozenset({"h2d", "d2h", "d2d", "memset"})
+_COPY_KINDS = frozenset({"h2d", "d2h", "d2d", "memset", "peer"})
 
 
 def _kind_table() -> dict[int, str]:

@@ -159,6 +159,11 @@ class ChipWorker:
         return self._platform
 
     @property
+    def device_id(self) -> int:
+        """Which device of its platform the worker opened (``RunConfig.device_id``)."""
+        return self._info.device_id
+
+    @property
     def mode(self) -> str:
         """``"sync"``, ``"asyncio"`` or ``"trio"``: how launches complete."""
         return self._pump.flavour

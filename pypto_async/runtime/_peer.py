@@ -1,0 +1,218 @@
+"""Between workers: device counts, peer copies, and waits on another worker's work.
+
+Several :class:`~pypto_async.runtime.ChipWorker` objects of one process each
+own a device of their platform (``RunConfig(device_id=k)``; the simulator
+offers :func:`device_count` of them).  This module is the one place where two
+workers meet:
+
+* :func:`copy` is ``w.copy(dst, src)`` for DeviceTensors of two workers: one
+  peer copy command (``pto_stream_copy_peer``) on one stream, the source
+  worker's default stream unless you pass one of either worker.
+* :func:`wait` is ``stream.wait(x)`` for an Event, Launch or Stream of
+  another worker: a device-side wait (``pto_stream_wait_event`` takes another
+  device's event), no host round trip.
+
+How a peer copy is ordered
+--------------------------
+A DeviceTensor remembers the streams of its worker that used it.  The copy
+waits (on the device) for everything queued so far on every such stream of
+both tensors: for the source through events that carry failures, so that a
+failed writer fails the copy as its dependent; for the destination through
+ordering-only events, since what it waits for there is earlier readers and
+writers that the copy overwrites anyway.  After the copy, one event is
+recorded on the copy's stream, and every other stream that used either
+tensor waits for it; a stream of the other worker that uses the tensor for
+the first time later joins on that event (the tensor's ``_ready``).  So a
+later use of the destination reads the copied bytes, and a later write of
+the source does not overwrite what the copy still reads.
+
+That is stream-level ordering: coarser than per-tensor hazard tracking
+(:mod:`._hazards`, where present), which may replace :func:`_before` and
+:func:`_after` (the two seams: what the copy waits for, what waits for the
+copy) with the tensors' own last writer and readers.
+
+Two workers' locks are never held at once: each step takes the lock of the
+worker whose stream it queues on, one after the other.  An event that has
+not reached the driver yet (its record waits in its stream's host FIFO) is
+reserved there first (``pto_event_reserve``), so a wait of another device
+queued meanwhile waits for that very record; that is what makes it safe to
+treat it as entered.
+"""
+
+from __future__ import annotations
+
+from .._driver import check, lib
+from ..errors import PtoArgumentError, PtoForeignTensorError, PtoNotSupported, PtoTensorFreedError
+from ._args import check_init
+from ._dispatch import finish_sync, queue_one
+from ._event import Event
+from ._launch import Launch
+from ._stream import Stream, task_default
+from ._tensor import DeviceTensor
+
+__all__ = ["device_count", "is_peer_copy", "copy", "wait"]
+
+
+def device_count(platform: str = "sim") -> int:
+    """Return how many devices `platform` offers in this process.
+
+    The simulator offers 8, or what the environment variable
+    ``PYPTO_ASYNC_SIM_DEVICES`` says (1 to 1024).  Open device ``k`` with
+    ``ChipWorker(RunConfig(device_id=k))``.
+
+    Parameters
+    ----------
+    platform : str
+        A platform name (``"sim"``, or an alias such as ``"a2a3sim"``).
+
+    Raises
+    ------
+    PtoNotSupported
+        For an unknown platform.
+    PtoArgumentError
+        If ``PYPTO_ASYNC_SIM_DEVICES`` is not a count.
+    """
+    if not isinstance(platform, str):
+        raise PtoArgumentError(f"device_count(platform=...) takes a str, not {type(platform).__name__}")
+    return check(lib.pto_device_count(platform.encode()), f"device_count({platform!r})")
+
+
+def is_peer_copy(worker, dst, src) -> bool:
+    """True if ``worker.copy(dst, src)`` copies between two workers' DeviceTensors."""
+    return (isinstance(dst, DeviceTensor) and isinstance(src, DeviceTensor)
+            and dst._worker is not src._worker)
+
+
+# -- peer copies ---------------------------------------------------------------------
+
+
+def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
+    """Copy `src` of one worker into `dst` of another; see :meth:`ChipWorker.copy`."""
+    _check_copy(worker, dst, src)
+    stream = _copy_stream(dst, src, stream)
+    owner = stream._worker
+    nbytes = dst._nbytes
+    _before(stream, dst, src)
+    sp = stream._ptr
+    args = (sp, dst._worker._dev, dst._ptr, src._worker._dev, src._ptr, nbytes)
+    name = (f"copy peer ({nbytes} bytes, device {src._worker.device_id} -> "
+            f"device {dst._worker.device_id})")
+    with owner._lock:
+        for t in (dst, src):
+            if t._worker is owner and stream not in t._streams:
+                t._join(stream)
+        launch = queue_one(owner, stream, lib.pto_stream_copy_peer, args, name, (dst, src), dst)
+        dst._init = launch  # a full overwrite: the tensor is as good as this copy
+        done = stream._record_locked()
+        _enter(done)
+    _after(stream, done, dst, src)
+    return finish_sync(owner, launch)
+
+
+def _check_copy(worker, dst: DeviceTensor, src: DeviceTensor) -> None:
+    for side, t in (("dst", dst), ("src", src)):
+        if t._freed:
+            raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
+        t._worker._check_open()
+    if worker is not dst._worker and worker is not src._worker:
+        raise PtoForeignTensorError("copy(): neither DeviceTensor belongs to this ChipWorker")
+    a, b = src._worker, dst._worker
+    if a.platform != b.platform:
+        raise PtoNotSupported(f"copy(): the tensors live on devices of platforms {a.platform!r} and "
+                              f"{b.platform!r}, which cannot copy to each other; stage the data "
+                              "through the host (src.numpy(), then w.copy(dst, host))")
+    if dst._dtype != src._dtype:
+        raise PtoArgumentError(f"copy(): dtypes differ (dst {dst._dtype.np_name}, src {src._dtype.np_name})")
+    if dst._nbytes != src._nbytes:
+        raise PtoArgumentError(f"copy(): sizes differ (dst {dst._nbytes} bytes, src {src._nbytes} bytes)")
+    if src._init is not None:
+        check_init(src, "copy(src=...)")
+
+
+def _copy_stream(dst: DeviceTensor, src: DeviceTensor, stream) -> Stream:
+    if stream is None:
+        return task_default(src._worker)
+    if type(stream) is not Stream:
+        raise PtoArgumentError(f"stream must be a Stream or None, not {type(stream).__name__}")
+    if stream._worker is not src._worker and stream._worker is not dst._worker:
+        raise PtoArgumentError("copy(): a peer copy runs on a stream of the source's or the "
+                               "destination's ChipWorker; this stream belongs to neither")
+    stream._check()
+    return stream
+
+
+def _users(t: DeviceTensor, skip: Stream) -> list[Stream]:
+    return [s for s in list(t._streams) if s is not skip]
+
+
+def _before(stream: Stream, dst: DeviceTensor, src: DeviceTensor) -> None:
+    """Make `stream` wait for the work queued so far on every other stream that used `dst` or `src`."""
+    points = []
+    for t, ordering in ((src, False), (dst, True)):
+        users = _users(t, stream)
+        if not users:
+            continue
+        with t._worker._lock:
+            for user in users:
+                if user._closed:
+                    event = user._final_ordering if ordering else user._final
+                else:
+                    event = user._record_locked(ordering=ordering)
+                if event is not None:
+                    _enter(event)
+                    points.append(event)
+    if points:
+        with stream._worker._lock:
+            for event in points:
+                stream._wait_locked(event)
+
+
+def _after(stream: Stream, done: Event, dst: DeviceTensor, src: DeviceTensor) -> None:
+    """Order the later uses of `dst` and `src`, on every stream of theirs but `stream`, after `done`."""
+    for t in (dst, src):
+        users = [s for s in _users(t, stream) if not s._closed]
+        with t._worker._lock:
+            for user in users:
+                user._wait_locked(done)
+            if t._worker is not stream._worker:
+                t._ready = done  # a stream of t's worker that uses t first joins here
+
+
+def _enter(event: Event) -> None:
+    """Make `event` count as entered for waits of any device (its worker's lock held).
+
+    An event whose record still waits in its stream's host FIFO is reserved
+    in the driver: waits queued from now on wait for that record.
+    """
+    if not event._entered:
+        check(lib.pto_event_reserve(event._ptr), "pto_event_reserve")
+        event._entered = True
+
+
+# -- waits on another worker's work ------------------------------------------------------
+
+
+def wait(stream: Stream, what) -> None:
+    """``stream.wait(what)`` for an Event, Launch or Stream of another worker (see Stream.wait)."""
+    other = what._worker
+    other._check_open()
+    if other.platform != stream._worker.platform:
+        raise PtoNotSupported(f"Stream.wait(): the {type(what).__name__.lower()} is of a "
+                              f"{other.platform!r} device and the stream of a "
+                              f"{stream._worker.platform!r} one; a wait crosses devices of one "
+                              "platform only")
+    if isinstance(what, Launch):
+        if what._done:
+            return
+        event = what.event  # recorded behind it, under its worker's lock
+    elif isinstance(what, Stream):
+        with other._lock:
+            event = what._final if what._closed else what._record_locked()
+        if event is None:
+            return
+    else:
+        event = what
+    with other._lock:
+        _enter(event)
+    with stream._worker._lock:
+        stream._wait_locked(event)
