@@ -117,7 +117,7 @@ class _Printer:
         if isinstance(e, Binary):
             return f"pl.{e.op}({self.operand(e.a)}, {self.operand(e.b)})"
         if isinstance(e, Cast):
-            mode = "" if e.mode == "none" else f', mode="{e.mode}"'
+            mode = "" if e.mode == "round" else f', mode="{e.mode}"'
             return f"pl.cast({self.name(e.x)}, pl.{e.dtype.name}{mode})"
         if isinstance(e, Full):
             if e.memory != "Vec" or valid:

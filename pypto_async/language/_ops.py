@@ -173,16 +173,17 @@ def relu(x) -> Tile:
 _CAST_MODE_NUMBERS = dict(enumerate(CAST_MODES))
 
 
-def cast(x, target_type, mode=None) -> Tile:
+def cast(x, target_type, mode="round") -> Tile:
     """Return the tile converted to ``target_type``, rounding as ``mode`` says.
 
     ``mode`` is one of PyPTO's names, ``"none" "rint" "round" "floor"
     "ceil" "trunc" "odd"`` (or its number 0-6): ``rint`` rounds to nearest
     even, ``round`` to nearest with ties away from zero, ``odd`` to the
     neighbour with an odd last bit (narrowing floats only).  It applies to
-    float sources (to ints, or to a narrower float).  Without a mode (or
-    with ``"none"``) the conversion is C's: floats to ints toward zero,
-    narrowing floats to nearest even; PyPTO's own default is ``"round"``.
+    float sources (to ints, or to a narrower float).  The default is
+    PyPTO's, ``"round"``: ``pl.cast(t, pl.INT32)`` of 2.5 is 3, of -2.7 is -3.
+    ``"none"`` converts as C does: floats to ints toward zero, narrowing
+    floats to nearest even.
     """
     current("pl.cast")
     loc = user_loc()
@@ -190,9 +191,7 @@ def cast(x, target_type, mode=None) -> Tile:
         d = as_dtype(target_type)
     except PtoArgumentError as exc:
         raise compile_error(f"pl.cast: {exc}", loc) from None
-    if mode is None:
-        mode = "none"
-    elif is_int(mode) and mode in _CAST_MODE_NUMBERS:
+    if is_int(mode) and mode in _CAST_MODE_NUMBERS:
         mode = _CAST_MODE_NUMBERS[mode]
     elif mode not in CAST_MODES:
         raise compile_error(f"pl.cast: mode must be one of {', '.join(CAST_MODES)} (or 0-6), got {mode!r}", loc)

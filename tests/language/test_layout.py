@@ -252,6 +252,26 @@ def _fp16_ref(x: np.ndarray, mode: str) -> np.ndarray:
     return np.where(exact, near, out)
 
 
+def test_cast_default_mode_is_pyptos_round(launcher, rng):
+    """Without mode=, pl.cast rounds half away from zero, as PyPTO's default "round" does."""
+    @pl.jit
+    def k(x: pl.Tensor, yi: pl.Out[pl.Tensor], yh: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [16, 64])
+        pl.store(pl.cast(t, pl.INT32), [0, 0], yi)
+        pl.store(pl.cast(t, pl.FP16), [0, 0], yh)
+
+    x = (rng.standard_normal((16, 64)) * 30).astype(np.float32)
+    x[0, :8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.7, -2.7]  # ties to integers, and non-ties
+    halves = np.float16(rng.standard_normal(32) * 30).astype(np.float32)
+    ulp = np.spacing(np.abs(halves).astype(np.float16)).astype(np.float32)
+    x[1, :32] = halves + np.sign(halves) * ulp / 2  # exact ties between two FP16 values
+    yi, yh = poison((16, 64), np.int32), poison((16, 64), np.float16)
+    launcher.run(k.compile(x, yi, yh), x, yi, yh)
+    np.testing.assert_array_equal(yi, _to_int_ref(x, "round").astype(np.int32))
+    assert list(yi[0, :8]) == [1, 2, 3, -1, -2, -3, 3, -3]
+    np.testing.assert_array_equal(yh.view(np.uint16), _fp16_ref(x.astype(np.float64), "round").view(np.uint16))
+
+
 @pytest.mark.parametrize("mode", ["rint", "round", "floor", "ceil", "trunc", "odd"])
 def test_cast_to_fp16_modes(launcher, rng, mode):
     @pl.jit
