@@ -367,7 +367,7 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     lowered = run_passes(program)
     text = format_program(lowered)
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
-    symbol = f"{_c_name(lowered.name)}_{ir_hash[:12]}"
+    symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, cc, flags, platform)
     if not (entry / _META).is_file():
@@ -390,6 +390,10 @@ def _cache_key(ir_hash: str, cc: tuple[str, ...], flags: tuple[str, ...], platfo
     key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host,
                           _headers_digest(_INCLUDE)])
     return hashlib.sha256(key_src.encode()).hexdigest()[:32]
+
+
+#: Characters of the program's name kept in its kernel symbol: with ``_`` and 12 of the IR hash, 47 bytes.
+_SYMBOL_STEM = 34
 
 
 def _c_name(name: str) -> str:
