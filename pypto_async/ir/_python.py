@@ -7,7 +7,11 @@ ones in another order (fusion emits a chain where it closes).  Tiles are named
 ``t0, t1, ...`` in order of definition, so printing is stable: print, trace,
 lower and print again, and the text no longer changes.  A lowered program's
 fused chains print as their statements; a loop with carried tiles prints in
-PyPTO's explicit form, ``init_values=`` and ``pl.yield_``.
+PyPTO's explicit form, ``init_values=`` and ``pl.yield_``.  A ``@pl.program``
+prints as one such function: its intermediates as ``pl.create_tensor``
+calls, each kernel call as the region it traced to (whose accesses are then
+derived from its loads and stores, where the call declared them by its
+parameters' directions).
 """
 
 from __future__ import annotations
@@ -201,8 +205,8 @@ class _Printer:
             self.emit(depth, f"for {s.var.name} in pl.spmd({s.count}):")
             self.block(s.body, depth + 1)
         elif isinstance(s, Scope):
-            if s.accesses:
-                raise ValueError("as_python prints @pl.jit kernels; a @pl.program's kernel calls have no such form")
+            # A kernel call (declared accesses) prints as its region; the region's accesses are then
+            # derived from its loads and stores.
             args = f"level=pl.Level.{s.level}"
             if s.name is not None:
                 args += f", name_hint={s.name!r}"
@@ -219,8 +223,6 @@ class _Printer:
 
     def run(self) -> str:
         p = self.program
-        if p.scratch:
-            raise ValueError("as_python prints @pl.jit kernels; a @pl.program's intermediates have no such form")
         params = []
         for q in p.params:
             if q.direction == SCALAR:
@@ -233,6 +235,8 @@ class _Printer:
                 ann = f"pl.InOut[{ann}]"
             params.append(f"{q.name}: {ann}")
         self.lines = ["import pypto_async.language as pl", "", "", "@pl.jit", f"def {p.name}({', '.join(params)}):"]
+        for q in p.scratch:
+            self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r})")
         self.block(p.body, 1)
         if p.ret is not None:
             self.emit(1, f"return {p.ret}")

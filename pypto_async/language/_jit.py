@@ -8,13 +8,14 @@ import inspect
 import numpy as np
 
 from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
-from .._signature import SCALAR
+from .._signature import OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._infer import compile_error
 from ..ir._nodes import Loc, Param, Program
 from ..ir._passes import run_passes
+from ._incore import incore
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -62,6 +63,29 @@ class JitFunction:
                 raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
             self._annotations = raw
         return self._annotations
+
+    def _bind(self, args, kwargs) -> tuple:
+        """The arguments in parameter order: ``kernel(a, b, out=c)`` as ``(a, b, c)``."""
+        if not kwargs:
+            return args
+        names = list(self._sig.parameters)
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise PtoArgumentError(f"{self.__name__} has no parameter {', '.join(map(repr, unknown))} "
+                                   f"(its parameters: {', '.join(names)})")
+        doubled = sorted(n for n in names[:len(args)] if n in kwargs)
+        if doubled:
+            raise PtoArgumentError(f"{self.__name__}: argument {', '.join(map(repr, doubled))} given twice")
+        missing = [n for n in names[len(args):] if n not in kwargs]
+        if missing:
+            raise PtoArgumentError(f"{self.__name__}: missing argument {', '.join(map(repr, missing))}")
+        return (*args, *(kwargs[n] for n in names[len(args):]))
+
+    def _split(self, args, kwargs) -> tuple[tuple, dict]:
+        """Kernel arguments given by name, bound into ``args``; the other keywords are returned."""
+        names = set(self._sig.parameters)
+        mine = {k: v for k, v in kwargs.items() if k in names}
+        return self._bind(args, mine), {k: v for k, v in kwargs.items() if k not in names}
 
     def _params(self, args) -> list[Param]:
         names = list(self._sig.parameters)
@@ -142,9 +166,9 @@ class JitFunction:
         return Param(name, ann.direction, shape, dtype)
 
     # -- tracing -----------------------------------------------------------------
-    def trace(self, *args) -> Program:
+    def trace(self, *args, **kwargs) -> Program:
         """Trace the kernel for these arguments; return the program before any pass."""
-        return self._trace(self._params(args))
+        return self._trace(self._params(self._bind(args, kwargs)))
 
     def _trace(self, params: list[Param]) -> Program:
         tracer = Tracer(self.__name__, params)
@@ -158,18 +182,38 @@ class JitFunction:
         items = result if isinstance(result, tuple) else (() if result is None else (result,))
         if not all(isinstance(r, TensorArg) and not hasattr(r, "origin") for r in items):
             raise compile_error(
-                f"{self.__name__} must return one of its tensor parameters, a tuple of them, or nothing, "
-                f"got {result!r}", self._loc
+                f"{self.__name__} must return its tensor parameters or pl.create_tensor tensors (one, a "
+                f"tuple of them, or nothing), got {result!r}", self._loc
             )
-        ret = ", ".join(r.name for r in items) or None
-        return Program(self.__name__, tuple(params), tuple(tracer.blocks[0]), tracer.block_num or 1, ret)
+        returned = [r.name for r in items]
+        # A returned intermediate is an output of the program, after the parameters; the rest is scratch.
+        outs = tuple(Param(p.name, OUT, p.shape, p.dtype) for p in tracer.scratch if p.name in returned)
+        scratch = tuple(p for p in tracer.scratch if p.name not in returned)
+        ret = ", ".join(returned) or None
+        return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
+                       scratch=scratch)
 
-    def lower(self, *args) -> Program:
+    def lower(self, *args, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments."""
-        return run_passes(self.trace(*args))
+        return run_passes(self.trace(*args, **kwargs))
+
+    def compile_for_test(self, *args, **kwargs) -> Program:
+        """Compile for these arguments (cached, as :meth:`compile`) and return the lowered program.
+
+        PyPTO's test entry: nothing runs; the result's ``functions`` and
+        ``as_python()`` show what was compiled.
+        """
+        self.compile(*args, **kwargs)
+        return self.lower(*self._split(args, kwargs)[0])
 
     def compile(self, *args, platform: str = "sim", output_dir=None, **kwargs):
-        """Compile for these arguments and return a CompiledProgram (cached per signature)."""
+        """Compile for these arguments and return a CompiledProgram (cached per signature).
+
+        A keyword naming a parameter of the kernel is that argument
+        (``kernel.compile(a, b, out=c)``); the other keywords are options of
+        :func:`pypto_async.ir.compile`.
+        """
+        args, kwargs = self._split(args, kwargs)
         params = self._params(args)
         key = (tuple(params), platform, repr(sorted(kwargs.items())))
         if output_dir is None:
@@ -181,8 +225,10 @@ class JitFunction:
             self._compiled[key] = compiled
         return compiled
 
-    def __call__(self, *args, stream=None, config=None):
+    def __call__(self, *args, stream=None, config=None, **kwargs):
         """Compile the specialisation for ``args`` (cached) and dispatch it.
+
+        Arguments may be given by parameter name too (``kernel(a, b, out=c)``).
 
         With ``config=RunConfig(...)`` the kernel is compiled for the
         config's platform and run, to completion, on a worker opened with
@@ -197,6 +243,7 @@ class JitFunction:
         PtoArgumentError
             If both ``stream`` and ``config`` are given.
         """
+        args = self._bind(args, kwargs)
         if config is None:
             return _dispatch(self.compile(*args), args, stream)
         if stream is not None:
@@ -209,7 +256,7 @@ class JitFunction:
 
 
 def jit(fn=None):
-    """Make a Python function a kernel (``@pl.jit``)."""
+    """Make a Python function a kernel (``@pl.jit``); ``@pl.jit.incore`` makes a helper kernel it calls."""
     if fn is None:
         return jit
     if isinstance(fn, JitFunction):
@@ -217,3 +264,6 @@ def jit(fn=None):
     if not callable(fn):
         raise PtoCompileError(f"@pl.jit decorates a function, got {fn!r}")
     return functools.update_wrapper(JitFunction(fn), fn, updated=())
+
+
+jit.incore = incore

@@ -26,7 +26,7 @@ from ..ir._infer import compile_error, index_range
 from ..ir._nodes import IBin, IConst, IVar, Loc, Param, Program, Scope
 from ._control import task_deps
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
-from ._types import Level, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
+from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
 __all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
 
@@ -214,14 +214,20 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     return tuple(out)
 
 
-def create_tensor(shape, dtype, *, name: str | None = None) -> TensorArg:
+def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None) -> TensorArg:
     """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
 
-    Returned by the orchestration, it is an output of the compiled program;
-    otherwise it lives only inside one launch.
+    Returned by the orchestration (or a ``@pl.jit`` entry), it is an output
+    of the compiled program, after the parameters; otherwise it lives only
+    inside one launch.  A tensor lives in DDR: ``memory_type`` may only be
+    ``pl.MemorySpace.DDR`` (on-chip buffers are tiles, ``pl.create_tile``).
     """
     t = current("pl.create_tensor")
     loc = user_loc()
+    space = memory_type.value if isinstance(memory_type, MemorySpace) else memory_type
+    if space != MemorySpace.DDR.value:
+        raise compile_error(f"pl.create_tensor: memory_type must be pl.MemorySpace.DDR, got {memory_type!r} "
+                            f"(a tensor lives in DDR; make an on-chip buffer with pl.create_tile)", loc)
     shape = tuple(shape)
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise compile_error(f"pl.create_tensor: shape must be a list of positive ints, got {list(shape)}", loc)
@@ -241,6 +247,70 @@ def create_tensor(shape, dtype, *, name: str | None = None) -> TensorArg:
 _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 
+def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
+              name_hint: str | None = None, deps=None):
+    """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
+
+    ``anns`` maps each parameter to its :class:`TensorAnnotation` or
+    :class:`ScalarAnnotation`; a tensor annotation without a shape or dtype
+    (a ``@pl.jit.incore`` helper's bare ``pl.Tensor``) takes the argument's.
+    The task records the accesses the parameters' directions declare: each
+    tensor argument's window, read for ``In``, written for ``Out``, both for
+    ``InOut``.
+    """
+    if len(args) != len(param_names):
+        raise compile_error(f"{name} takes {len(param_names)} arguments ({', '.join(param_names)}), "
+                            f"got {len(args)}", loc)
+    proxies, accesses = [], []
+    for pname, arg in zip(param_names, args):
+        ann = anns[pname]
+        if isinstance(ann, ScalarAnnotation):
+            if not isinstance(arg, (ScalarArg, int, float)):
+                raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
+            proxies.append(arg)
+            continue
+        if not isinstance(arg, TensorArg):
+            raise compile_error(f"{name}: parameter {pname!r} is a tensor, got {arg!r}", loc)
+        if (ann.shape is not None and arg.shape != ann.shape) or (ann.dtype is not None and arg.dtype != ann.dtype):
+            declared = f"{(ann.dtype or arg.dtype).name}{list(ann.shape or arg.shape)}"
+            raise compile_error(f"{name}: parameter {pname!r} is {declared}, "
+                                f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})", loc)
+        if ann.direction != IN and t.params[arg.name].direction == IN:
+            raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
+                                f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
+        origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
+        proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
+        accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
+    deps_ids = task_deps(t, deps, loc)
+    if any(frame == "at" for frame in t.frames):
+        raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
+    task = t.next_task
+    t.next_task += 1
+    t.open_block("at")
+    ok = False
+    try:
+        result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
+        ok = True
+    finally:
+        body = t.close_block()
+    if ok:
+        t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
+                       manual=t.manual > 0, task=task, accesses=tuple(accesses)))
+    return _task_result(name, result, proxies, args, fn_loc)
+
+
+def _task_result(name, result, proxies, args, fn_loc):
+    """Map what a kernel returned (its own parameters) back to the caller's arguments."""
+    if isinstance(result, tuple):
+        return tuple(_task_result(name, r, proxies, args, fn_loc) for r in result)
+    for p, a in zip(proxies, args):
+        if result is p:
+            return a
+    if result is None:
+        return None
+    raise compile_error(f"{name} must return its tensor parameters (or nothing), got {result!r}", fn_loc)
+
+
 class _Kernel:
     """``self.kernel`` inside the orchestration: calling it traces the kernel's body as one task."""
 
@@ -250,60 +320,11 @@ class _Kernel:
 
     def __call__(self, *args, name_hint: str | None = None, deps=None):
         t = current(f"self.{self.fn.name}")
-        loc = user_loc()
         names = self.fn.param_names()
-        if len(args) != len(names):
-            raise compile_error(f"{self.fn.name} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}",
-                                loc)
-        anns = self.fn.annotations()
-        proxies, accesses = [], []
-        for name, arg in zip(names, args):
-            ann = _annotation(anns.get(name), f"{self.fn.name}: parameter {name!r}", self.fn.loc)
-            if isinstance(ann, ScalarAnnotation):
-                if not isinstance(arg, (ScalarArg, int, float)):
-                    raise compile_error(f"{self.fn.name}: parameter {name!r} is a scalar, got {arg!r}", loc)
-                proxies.append(arg)
-                continue
-            if not isinstance(arg, TensorArg):
-                raise compile_error(f"{self.fn.name}: parameter {name!r} is a tensor, got {arg!r}", loc)
-            if arg.shape != ann.shape or arg.dtype != ann.dtype:
-                raise compile_error(f"{self.fn.name}: parameter {name!r} is {ann.dtype.name}{list(ann.shape)}, "
-                                    f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})", loc)
-            if ann.direction != IN and t.params[arg.name].direction == IN:
-                raise compile_error(f"{self.fn.name}: parameter {name!r} is {ann.direction}, but {arg.name!r} is an "
-                                    f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
-            origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
-            proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
-            accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
-        deps_ids = task_deps(t, deps, loc)
-        if any(frame == "at" for frame in t.frames):
-            raise compile_error(f"self.{self.fn.name}(...) is a task: call it from the orchestration, not a region",
-                                loc)
-        task = t.next_task
-        t.next_task += 1
-        t.open_block("at")
-        ok = False
-        try:
-            result = self.fn.fn(self.prog, *proxies)
-            ok = True
-        finally:
-            body = t.close_block()
-        if ok:
-            t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or self.fn.name, deps=deps_ids,
-                           manual=t.manual > 0, task=task, accesses=tuple(accesses)))
-        return self._result(result, proxies, args)
-
-    def _result(self, result, proxies, args):
-        """Map what the kernel returned (its own parameters) back to the caller's arguments."""
-        if isinstance(result, tuple):
-            return tuple(self._result(r, proxies, args) for r in result)
-        for p, a in zip(proxies, args):
-            if result is p:
-                return a
-        if result is None:
-            return None
-        raise compile_error(f"{self.fn.name} must return its tensor parameters (or nothing), got {result!r}",
-                            self.fn.loc)
+        raw = self.fn.annotations()
+        anns = {n: _annotation(raw.get(n), f"{self.fn.name}: parameter {n!r}", self.fn.loc) for n in names}
+        return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=user_loc(),
+                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps)
 
 
 class _Self:
@@ -370,6 +391,15 @@ class ProgramDef:
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
         return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch)
+
+    @property
+    def functions(self) -> dict[str, "_Function"]:
+        """The program's ``@pl.function`` methods by name: its kernels and its orchestration."""
+        return {**{f.name: f for f in self.kernels.values()}, self.orchestration.name: self.orchestration}
+
+    def as_python(self) -> str:
+        """The traced program as the source of one ``@pl.jit`` function (see :meth:`Program.as_python`)."""
+        return self.trace().as_python()
 
     def _returned(self, result, orch) -> list[str]:
         items = result if isinstance(result, tuple) else (() if result is None else (result,))
