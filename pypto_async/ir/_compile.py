@@ -200,7 +200,7 @@ def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram
     cc = tuple(shlex.split(meta["compiler"]))
     flags = tuple(meta["flags"])
     root = cache_dir() / "kernels"
-    entry = root / _cache_key(meta["ir_hash"], cc, flags, meta["platform"])
+    entry = root / _cache_key(meta["ir_hash"], meta["symbol"], cc, flags, meta["platform"])
     if not (entry / _META).is_file():
         _publish(root, entry, artifact["source"], artifact["ir_text"], meta, cc, flags)
     return CompiledProgram(entry, json.loads((entry / _META).read_text()), None, validate_ir=validate_ir)
@@ -369,7 +369,7 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
-    entry = root / _cache_key(ir_hash, cc, flags, platform)
+    entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)
     if not (entry / _META).is_file():
         _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
     meta = json.loads((entry / _META).read_text())
@@ -384,10 +384,11 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     return CompiledProgram(target, meta, program, validate_ir=validate_ir)
 
 
-def _cache_key(ir_hash: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:
-    """The cache entry's name: the IR, the compiler and its version, the flags, the CPU, the headers."""
+def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:
+    """The cache entry's name: the IR, the kernel's symbol, the compiler and its version, the flags, the CPU,
+    the headers."""
     host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
-    key_src = json.dumps([ir_hash, list(cc), _compiler_version(cc), list(flags), platform, host,
+    key_src = json.dumps([ir_hash, symbol, list(cc), _compiler_version(cc), list(flags), platform, host,
                           _headers_digest(_INCLUDE)])
     return hashlib.sha256(key_src.encode()).hexdigest()[:32]
 
