@@ -91,16 +91,17 @@ class ChipWorkerActor:
     Parameters
     ----------
     config : RunConfig or dict, optional
-        The worker's device (``None``: the defaults).  A bad config raises
-        its :class:`~pypto_async.errors.PtoArgumentError` at every call.
+        The worker's device (``None``: the defaults).  A bad config (or
+        `streams`) raises its :class:`~pypto_async.errors.PtoArgumentError`
+        at every call; the actor stays alive.
     streams : int, optional
         How many streams ``run`` calls are spread over (round robin):
         calls in flight at once overlap on the device up to this many.
     """
 
     def __init__(self, config=None, *, streams: int = DEFAULT_STREAMS):
-        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
-            raise PtoArgumentError(f"streams must be an int >= 1, not {streams!r}")
+        # Nothing is checked here: an error in an actor's constructor kills the actor, and its
+        # callers would see only that (PtoDeviceLost); checked on the first call, it keeps its type.
         self._config = config
         self._nstreams = streams
         self._worker: ChipWorker | None = None
@@ -125,6 +126,9 @@ class ChipWorkerActor:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._worker is None:
+                n = self._nstreams
+                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                    raise PtoArgumentError(f"ChipActor: streams must be an int >= 1, not {n!r}")
                 worker = ChipWorker(self._config)
                 await worker.open()
                 self._streams = [worker.stream() for _ in range(self._nstreams)]
@@ -288,13 +292,14 @@ async def _settle(ref, what: str):
     """Await an ObjectRef, turning a dead actor into PtoDeviceLost."""
     try:
         return await ref
-    except RayActorError as exc:
-        raise PtoDeviceLost(f"{what}: the ChipActor died ({exc.__class__.__name__}): {exc}") from exc
-    except RayTaskError as exc:
-        # A result that depended on a dead actor's output carries that death as its cause.
-        if isinstance(exc.cause, RayActorError):
-            raise PtoDeviceLost(f"{what}: a ChipActor it depended on died: {exc.cause}") from exc
-        raise
+    except (RayActorError, RayTaskError) as exc:
+        # A task whose argument was a dead actor's result fails as a RayTaskError caused by the death.
+        upstream = isinstance(exc, RayTaskError)
+        death = exc.cause if upstream else exc
+        if not isinstance(death, RayActorError):
+            raise
+        whose = "a ChipActor it depended on" if upstream else "the ChipActor"
+        raise PtoDeviceLost(f"{what}: {whose} died ({type(death).__name__}): {death}") from exc
 
 
 async def call(method, *args):

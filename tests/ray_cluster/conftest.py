@@ -216,7 +216,7 @@ def actors(ray_session):
 
 @pytest.fixture(scope="session")
 def programs(tmp_path_factory):
-    """The seed quickstart's add kernel, and two stages of a pipeline (``x * w``, then ``y + b``)."""
+    """The seed quickstart's add kernel, two stages of a pipeline (``x * w``, then ``y + b``), and more."""
 
     @pl.jit
     def add_kernel(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -239,8 +239,15 @@ def programs(tmp_path_factory):
             pl.store(pl.fillpad(t, pl.PadValue.zero), [0, 0], out)
         return out
 
+    @pl.jit
+    def accumulate(x: pl.Tensor, acc: pl.InOut[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.add(pl.load(acc, [0, 0], [ROWS, COLS]), pl.load(x, [0, 0], [ROWS, COLS])), [0, 0], acc)
+        return acc
+
     x = np.zeros((ROWS, COLS), np.float32)
     return {
+        "accumulate": ir.compile(accumulate.lower(x, x)),
         "add": ir.compile(add_kernel.lower(x, x, x)),
         "scale": ir.compile(scale.lower(x, x, x)),
         "masked": ir.compile(masked.lower(x, 1, x)),

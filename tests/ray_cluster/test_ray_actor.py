@@ -62,11 +62,15 @@ async def test_two_actor_pipeline_matches_one_process(actors, programs):
             want.append(await local.run(programs["add"], y, bias, nan_array()))
     k1, k2 = await call(a.register, programs["scale"]), await call(b.register, programs["add"])
     w_ref, bias_ref = await call(a.put, w), await call(b.put, bias)
-    got = await pipeline([(a, k1, (w_ref, None)), (b, k2, (bias_ref, None))], xs, depth=4)
+    stages = [(a, k1, (w_ref, None)), (b, k2, (bias_ref, None))]
+    got = await pipeline(stages, iter(xs), depth=4)
     assert len(got) == len(xs)
     for g, z, x in zip(got, want, xs):
         np.testing.assert_array_equal(g, z)
         np.testing.assert_allclose(g, x * w + bias, rtol=1e-5, atol=1e-5)
+    # A failure in the first stage reaches the caller through the second with its type.
+    with pytest.raises(PtoArgumentError, match="'x'"):
+        await pipeline(stages, [xs[0], np.zeros((2, 2), np.float32)], depth=2)
     await call(a.free, w_ref)
     await call(b.free, bias_ref)
 
@@ -90,6 +94,23 @@ async def test_tensor_ref_round_trip(actors, programs):
     with pytest.raises(PtoTensorFreedError):
         await call(a.run, key, ref, y, None)
     await call(a.free, out)
+
+
+@pytest.mark.asyncio
+async def test_inout_host_arrays_come_back_new_and_refs_accumulate(actors, programs):
+    a, _ = actors
+    key = await call(a.register, programs["accumulate"])
+    x, acc = rand(8), rand(9)
+    got = await call(a.run, key, x, acc)  # copied in, and back as a new array
+    np.testing.assert_allclose(got, rand(9) + x, rtol=1e-6)
+    np.testing.assert_array_equal(acc, rand(9))  # the caller's array is not written
+    ref = await call(a.put, acc)
+    want = acc
+    for _ in range(3):
+        assert await call(a.run, key, x, ref) == ref  # accumulates on the actor
+        want = want + x
+    np.testing.assert_array_equal(await call(a.get, ref), want)
+    await call(a.free, ref)
 
 
 @pytest.mark.asyncio
@@ -141,6 +162,15 @@ async def test_an_error_inside_the_actor_keeps_its_type(actors, programs):
 
 
 @pytest.mark.asyncio
+async def test_a_bad_config_keeps_its_type_and_the_actor(ray_session, programs):
+    actor = ChipActor.options(num_cpus=0, resources={NODE_B: 0.01}).remote({**SIM_DEVICE, "cores": 0})
+    for _ in range(2):  # at every call, and the actor stays alive
+        with pytest.raises(PtoArgumentError, match="cores"):
+            await call(actor.register, programs["add"])
+    ray.kill(actor)
+
+
+@pytest.mark.asyncio
 async def test_runs_on_one_actor_overlap_on_the_device(actors, programs):
     a, _ = actors
     key = await call(a.register, programs["add"])
@@ -155,14 +185,18 @@ async def test_runs_on_one_actor_overlap_on_the_device(actors, programs):
 
 
 @pytest.mark.asyncio
-async def test_a_killed_actor_is_device_lost(ray_session, programs):
+async def test_a_killed_actor_is_device_lost(actors, programs):
+    a, _ = actors
     doomed = actor_on(ChipActor, NODE_A)
     key = await call(doomed.register, programs["add"])
+    live = await call(a.register, programs["add"])
     ray.kill(doomed)
     with pytest.raises(PtoDeviceLost, match="died"):
         await call(doomed.run, key, rand(1), rand(2), None)
     with pytest.raises(PtoDeviceLost):
         await pipeline([(doomed, key, (rand(2), None))], [rand(1)])
+    with pytest.raises(PtoDeviceLost, match="depended on"):  # a live stage fed by the dead one
+        await pipeline([(doomed, key, (rand(2), None)), (a, live, (rand(3), None))], [rand(1)])
 
 
 @pytest.mark.asyncio
