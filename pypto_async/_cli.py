@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for demo_trace.json and demo_trace.png (default: ./pypto_async_demo)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     p.add_argument("--no-png", action="store_true", help="write the trace JSON only")
+    p.add_argument("--graph", action="store_true",
+                   help="run the pipelined loop as graph replays (capture each batch once, replay per batch)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("bench", help="run every benchmark next to its reference",

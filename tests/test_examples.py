@@ -22,6 +22,7 @@ EXAMPLES = [
     ("serve_trio.py", ["--requests", "300", "--concurrency", "64"], "all outputs verified"),
     ("kv_cache.py", ["--steps", "4"], "scores and the final cache verified"),
     ("program.py", [], "8 tasks, 4 edges, one launch: OK"),
+    ("graph_step.py", ["--steps", "5", "--layers", "16"], "eager and replayed steps match numpy: OK"),
 ]
 
 

@@ -595,3 +595,20 @@ async def test_async_replay_and_submit_under_every_backend(config, kernels):
         np.testing.assert_allclose(y, chain_want(x, b), rtol=1e-6)
         assert not launch.cancel()  # a replay cannot be withdrawn
         g.close()
+
+
+def test_demo_runs_its_batch_loop_through_graphs(tmp_path, capsys):
+    import json
+
+    from pypto_async._cli import main
+
+    assert main(["demo", "--graph", "--batches", "6", "--rows", "64", "--cols", "256", "--depth", "2",
+                 "--out", str(tmp_path), "--no-progress", "--no-png"]) == 0
+    text = capsys.readouterr().out
+    assert "one graph replay per batch (2 graphs" in text and "replayed graphs:" in text
+    assert "matched numpy" in text
+    doc = json.loads((tmp_path / "demo_trace.json").read_text())
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    launches = [e for e in xs if e["cat"] == "launch"]
+    assert len(launches) == 6 and {e["args"].get("graph") for e in launches} == {"batch 0", "batch 1"}
+    assert sum(e["cat"] == "h2d" and e["tid"] < 100_000 for e in xs) == 6
