@@ -86,6 +86,7 @@ struct pto_graph {
 };
 
 _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec"))) = false;
+_Thread_local uint64_t pti_submit_ns __attribute__((tls_model("initial-exec"))) = 0;
 
 static bool grow(void **v, uint64_t *cap, uint64_t need, size_t size)
 {
@@ -625,6 +626,7 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
     uint64_t tag = token + 1, own_tag = token + 1 + g->n_cmds;
     int last = 0;
     pti_quiet = true;
+    pti_submit_ns = pto_now_ns();
     if (g->replayed && g->last_origin != origin->id)
         rc = pto_stream_wait_event(origin, g->done, own_tag); /* the previous replay's end */
     if (rc >= 0)
@@ -636,6 +638,7 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
     if (rc >= 0)
         rc = pto_stream_record_ordering(origin, g->done, own_tag);
     pti_quiet = false;
+    pti_submit_ns = 0;
     if (rc >= 0) {
         g->replayed = true;
         g->last_origin = origin->id;

@@ -420,6 +420,12 @@ void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
  * never marked.
  */
 extern _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec")));
+/*
+ * Also set by pto_graph_replay: the submission time every command it queues
+ * carries (one clock read per replay; on a VM a read costs tens of ns).
+ * 0: read the clock per command.
+ */
+extern _Thread_local uint64_t pti_submit_ns __attribute__((tls_model("initial-exec")));
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 

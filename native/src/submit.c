@@ -130,7 +130,7 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
     /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish (scheduler side). */
     uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->epoch = epoch < s->backdate ? epoch : s->backdate;
-    cmd->submit_ns = pto_now_ns();
+    cmd->submit_ns = pti_submit_ns ? pti_submit_ns : pto_now_ns(); /* a graph replay reads it once */
     /* An ordering-only record is a point, not a command that can fail: injections pass it by. */
     if (s->fail_next_count > 0 && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
         s->fail_next_count--;
