@@ -612,3 +612,35 @@ def test_demo_runs_its_batch_loop_through_graphs(tmp_path, capsys):
     launches = [e for e in xs if e["cat"] == "launch"]
     assert len(launches) == 6 and {e["args"].get("graph") for e in launches} == {"batch 0", "batch 1"}
     assert sum(e["cat"] == "h2d" and e["tid"] < 100_000 for e in xs) == 6
+
+
+@pytest.mark.anyio
+async def test_a_replay_behind_a_launch_waiting_for_memory_waits_in_order(kernels):
+    big = 4096  # an `add` of three host arrays of this size fills the device below
+    cfg = RunConfig(cores=1, copy_engines=1, device_memory=64 << 10)
+    async with ChipWorker(cfg) as w:
+        add = w.register(kernels.get("add", big))
+        inc = w.register(kernels.get("inc", N))
+        held, s = w.stream(), w.stream()
+        async with w.capture(name="behind", stream=s) as cap:
+            x = cap.input("x", N, np.float32)
+            inc(x, stream=s)
+        g = cap.graph
+        xd = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=s)
+        a, b = rand(big), rand(big)
+        o1, o2 = poisoned(big), poisoned(big)
+        with hold(held) as latch:
+            first = add(a, b, o1, stream=held)  # its temporaries fill the device
+            second = add(a, b, o2, stream=s)  # do not fit: waits in s's host FIFO
+            assert not second.submitted_to_ring
+            replay = g.submit(x=xd)  # behind it, in stream order
+            assert not replay.submitted_to_ring
+            latch.release()
+        await replay
+        await replay.wait()
+        await first
+        await second
+        np.testing.assert_array_equal(o2, a + b)
+        np.testing.assert_array_equal(await xd.to_host(), np.ones(N, np.float32))
+        g.close()
+        xd.free()

@@ -40,10 +40,10 @@ from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
 from ._complete import service
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream
-from ._queue import QUEUED
+from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
 from ._stream import accept
-from ._submit import flush, overflowed
+from ._submit import hold, overflowed
 from ._tensor import DeviceTensor
 from ._wait import block_until
 
@@ -52,6 +52,20 @@ __all__ = ["Graph"]
 _replay_fn = lib.pto_graph_replay  # bound once: every replay calls it
 _NULL = ffi.NULL
 _USE = {"r": 1, "w": 2, "rw": 3}  # PTO_GRAPH_READ / PTO_GRAPH_WRITE
+
+
+class _AfterHeld:
+    """A FIFO gate: open once the given entries have left their streams' FIFOs."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: list):
+        self.pending = pending  # (stream, its last FIFO entry when the replay was held)
+
+    @property
+    def _entered(self) -> bool:
+        self.pending = [(s, e) for s, e in self.pending if e in s._fifo]
+        return not self.pending
 
 
 class _Replay(Launch):
@@ -270,6 +284,11 @@ class Graph:
             mem = worker._memory
             if mem.deferred:
                 mem.free_deferred_locked()
+            for s in self._streams:
+                if s._closed:
+                    raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
+            if origin._closed:
+                raise PtoClosedError(f"{self._label}: stream {origin.id} is closed")
             if joins is not None:
                 for t in joins:
                     t._join(origin)
@@ -277,24 +296,26 @@ class Graph:
                 for t in self._static:
                     if origin not in t._streams:
                         t._join(origin)
+            held = origin._fifo
             for s in self._streams:
-                if s._fifo or s._closed:
-                    self._not_now(s)
-            if origin._fifo or origin._closed:
-                self._not_now(origin)
+                held = held or s._fifo
             tok = q.next_token
             q.next_token = tok + self._span
             q.pending[tok] = launch
             launch._base = tok
-            rc = _replay_fn(self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
-            if not rc:
-                launch._entered = True
-            elif rc == QUEUED:  # the driver keeps the rest until its rings have room
-                overflowed(q, origin, 1)
-                origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
+            args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+            if held:
+                self._hold(q, origin, args, launch)
             else:
-                del q.pending[tok]
-                check(rc, self._label)
+                rc = _replay_fn(*args)
+                if not rc:
+                    launch._entered = True
+                elif rc == QUEUED:  # the driver keeps the rest until its rings have room
+                    overflowed(q, origin, 1)
+                    origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
+                else:
+                    del q.pending[tok]
+                    check(rc, self._label)
             tags = self._recorder.graph_tags
             if tags is not None:
                 tags.append((tok, tok + self._span - 1, self._name))
@@ -313,16 +334,15 @@ class Graph:
             raise launch._exc
         return launch
 
-    def _not_now(self, stream) -> None:
-        """Raise for a stream the replay cannot queue on now: closed, or holding work on the host."""
-        if stream._closed:
-            raise PtoClosedError(f"{self._label}: stream {stream.id} is closed")
-        # Work held on the host (a launch waiting for device memory, a wait on an event not
-        # yet recorded) keeps stream order: let what can go first, as the pump would.
-        flush(self._worker._queue)
-        if stream._fifo:
-            raise PtoError(f"{self._label}: stream {stream.id} holds work waiting on the host (device "
-                           "memory, an event not recorded yet); replay once it has gone")
+    def _hold(self, q, origin, args: tuple, launch) -> None:
+        """Queue the replay in `origin`'s host FIFO: a stream of it holds work waiting on the host.
+
+        That work (a launch waiting for device memory, a wait on an event not
+        recorded yet) keeps stream order: the replay goes once what its
+        streams hold now has gone, backdated to now, as any held command.
+        """
+        gate = _AfterHeld([(s, s._fifo[-1]) for s in {origin, *self._streams} if s._fifo and s is not origin])
+        hold(q, origin, _replay_fn, args, launch, F_DATA | F_LAST, gate if gate.pending else None)
 
     def _bind(self, bindings: dict, origin):
         """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, joins)."""
