@@ -23,7 +23,7 @@ def test_benchmark_times_every_round(kernels):
     for field in ("device_wall_us", "host_wall_us"):
         t = getattr(result, field)
         assert t.min() <= t.median() <= t.max() and t.min() <= t.mean() <= t.max()
-    assert "7 rounds" in str(result)
+    assert "rounds=7" in str(result)
     np.testing.assert_array_equal(out, a + a)
 
 

@@ -77,7 +77,9 @@ def samples():
             "runtime.ChipWorker": worker,
             "runtime.DeviceTensor": tensor,
             "runtime.KernelHandle": handle,
+            "runtime.RegistrationHandle": handle,
             "runtime.BenchmarkResult": result,
+            "runtime.BenchmarkStats": result,
             "probes": probes,
         }
         worker.free_tensor(tensor)

@@ -25,7 +25,7 @@ def test_has_the_seed_fields_and_the_device_shape():
 def test_defaults():
     cfg = RunConfig()
     assert cfg.platform == "sim" and cfg.device_platform == "sim"
-    assert cfg.ring_task_window == 256 and cfg.codegen_only is False
+    assert cfg.ring_task_window is None and cfg.codegen_only is False  # None: the driver's default, as PyPTO
     assert cfg.compile_kwargs() == {}
 
 
@@ -64,7 +64,12 @@ def test_compile_kwargs_forwards_save_kernels_dir(tmp_path):
         ("copy_engines", 1000),
         ("device_memory", 100),
         ("spin_us", -1),
-        ("enable_chip_swimlane", 1),
+        ("enable_chip_swimlane", 5),
+        ("enable_chip_swimlane", "4"),
+        ("enable_dump_args", 3),
+        ("enable_pmu", -1),
+        ("ring_heap", [1024, 1024]),
+        ("ring_task_window", [0, 3, 0, 0]),
         ("codegen_only", "yes"),
         ("rtol", -1.0),
         ("atol", "0"),

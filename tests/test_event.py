@@ -89,8 +89,10 @@ def test_elapsed_ms_of_a_finished_launch_event(worker, kernels, drained):
     t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
     start = worker.default_stream.record()
     if drained == "before":
-        first = inc(t)  # sync mode: returns once its completion was drained
-        second = inc(t)
+        first = inc.submit(t)
+        first.sync(timeout=10)  # returns once its completion was drained
+        second = inc.submit(t)
+        second.sync(timeout=10)
         assert first.done() and second.done()
         first_event, second_event = first.event, second.event
     else:

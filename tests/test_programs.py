@@ -50,7 +50,7 @@ class HelloWorld:
 def test_hello_world_program_is_one_task_and_its_output_a_parameter():
     c = ir.compile(HelloWorld)
     assert c.program == HelloWorld.trace()  # the IR as handed in
-    assert list(c.param_names) == ["a", "b", "tensor0"] and c.output_indices == (2,)
+    assert list(c.param_names) == ["a", "b", "tensor0"] and c.output_indices == [2]
     assert names(c) == ["tile_add"] and c.task_graph.edges == ()
     a, b, out = rand((R, C), 1), rand((R, C), 2), poison((R, C))
     c(a, b, out)

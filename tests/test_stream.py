@@ -98,7 +98,7 @@ def test_wait_rejects_other_things(worker, config, kernels):
         # Another worker's work is waited for on the device (tests/test_devices.py).
         s.wait(other.default_stream)
         s.wait(other.default_stream.record())
-        foreign = other.register(kernels.get("inc", N))(rand())
+        foreign = other.register(kernels.get("inc", N)).submit(rand())
         s.wait(foreign)
         s.sync(timeout=10)
     s.close()
@@ -107,7 +107,8 @@ def test_wait_rejects_other_things(worker, config, kernels):
 def test_wait_on_what_is_already_settled_adds_no_dependency(worker, kernels):
     inc = worker.register(kernels.get("inc", N))
     s, c = worker.stream(), worker.stream()
-    done = inc(rand(), stream=c)  # sync mode: complete on return
+    done = inc.submit(rand(), stream=c)
+    done.sync(timeout=10)
     with hold(c, timeout=2):
         s.wait(done)  # completed: nothing to wait for, though c is held now
         s.wait(s)  # a stream is in order with itself
@@ -289,7 +290,7 @@ def test_use_stream_of_a_stream_closed_inside_the_block_refuses_work(worker, ker
     s = worker.stream()
     t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
     with worker.use_stream(s):
-        assert inc(t).stream is s
+        assert inc.submit(t).stream is s
         s.close()
         with pytest.raises(PtoClosedError, match="closed"):
             inc(t)

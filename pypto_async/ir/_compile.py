@@ -35,11 +35,12 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._dtypes import as_dtype
-from .._signature import INOUT, OUT, PLATFORMS, ParamSpec
+from .._signature import OUT, PLATFORMS, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
 from ._codegen import CODEGEN_VERSION, generate_c
 from ._deps import Edge, Task, TaskGraph, task_graph
@@ -60,6 +61,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-math-errno")
+#: The runtime a program is bound to, PyPTO's default (``ChipWorker(runtime=...)`` must match).
+RUNTIME_NAME = "tensormap_and_ringbuffer"
 _META = "compiled_meta.json"
 _SOURCE = "kernel.c"
 _LIB = "kernel.so"
@@ -114,8 +117,10 @@ class CompiledProgram:
         self.params = tuple(
             ParamSpec(p["name"], p["direction"], tuple(p["shape"]), as_dtype(p["dtype"])) for p in meta["params"]
         )
-        self.param_names = tuple(p.name for p in self.params)
-        self.output_indices = tuple(i for i, p in enumerate(self.params) if p.direction in (OUT, INOUT))
+        #: The parameters' names, in call order (a list, as PyPTO's).
+        self.param_names = [p.name for p in self.params]
+        #: The indices of the pure ``Out`` parameters, those a return-style call allocates (as PyPTO's).
+        self.output_indices = [i for i, p in enumerate(self.params) if p.direction == OUT]
         self.has_return: bool = meta["has_return"]
         self.block_num: int = meta["block_num"]
         self.symbol: str = meta["symbol"]
@@ -127,7 +132,7 @@ class CompiledProgram:
         self.name: str = meta["name"]
         self.program = program
         self.chip_callable = ChipCallable(self.lib_path, self.symbol, self.block_num)
-        self.runtime_name = "pypto_async.sim"
+        self.runtime_name = RUNTIME_NAME
         self.runtime_config = {"block_num": self.block_num}
         self.validate_ir = validate_ir
         graph = meta.get("task_graph")
@@ -176,6 +181,46 @@ class CompiledProgram:
     def __call__(self, *args, stream=None):
         """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
         return _dispatch(self, args, stream)
+    def __call__(self, *args, stream=None, config=None):
+        """Dispatch through the runtime (``pypto_async.runtime._dispatch.dispatch``).
+
+        In place (every argument) or return style (the inputs only: the
+        ``Out`` arrays are allocated and returned), as PyPTO's.  With
+        ``config=RunConfig(...)`` it runs on the innermost open worker of
+        that platform and device, else on a worker opened for the call, and
+        the config's DFX switches apply to it.
+        """
+        return _dispatch(self, args, stream, config)
+
+    @property
+    def orchestration_names(self) -> list[str]:
+        """PyPTO's names of separately callable orchestrations: always empty here.
+
+        A program here has one entry (one orchestration); call it directly.
+        """
+        return []
+
+    def build_orch_args(self, *args):
+        """Check the call shape and complete `args`: ``(orch_args, coerced, return_style)``.
+
+        See :func:`pypto_async.runtime._call.build_orch_args`: ``coerced``
+        holds every argument in parameter order (the ``Out`` arrays of a
+        return-style call allocated), ``orch_args`` the same as a tuple for
+        ``w.run(compiled, *orch_args)``.
+        """
+        from ..runtime._call import build_orch_args
+
+        return build_orch_args(self, args)
+
+    def build_call_config(self, config=None, *, aicpu_thread_num=None, dfx_dir=None):
+        """Return the :class:`~pypto_async.runtime._call.CallConfig` one dispatch runs with.
+
+        ``aicpu_thread_num`` is the keyword, else the config's, else the
+        program's ``runtime_config``; `dfx_dir` becomes ``output_prefix``.
+        """
+        from ..runtime._call import build_call_config
+
+        return build_call_config(self, config, aicpu_thread_num=aicpu_thread_num, dfx_dir=dfx_dir)
 
     def __repr__(self) -> str:
         return (
@@ -224,7 +269,7 @@ def _graph_from_meta(graph: dict) -> TaskGraph:
     return TaskGraph(tasks, edges)
 
 
-def _dispatch(compiled, args, stream):
+def _dispatch(compiled, args, stream, config=None):
     try:
         from ..runtime._dispatch import dispatch
     except ImportError as exc:
@@ -232,7 +277,7 @@ def _dispatch(compiled, args, stream):
             "no runtime: pypto_async.runtime is not available to dispatch this program "
             f"({exc}); load {compiled.lib_path} through the driver instead"
         ) from exc
-    return dispatch(compiled, args, stream=stream)
+    return dispatch(compiled, args, stream=stream, config=config)
 
 
 _host: list[str] = []
@@ -340,6 +385,30 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         The C compiler command (default ``$CC`` or ``cc``).
     validate_ir : bool, optional
         Stored on the handle; per-pass semantic comparison is not done here.
+    dump_passes : bool or int, optional
+        Write the program after each pass as ``passes_dump/NN_<pass>.txt``
+        in the handle's directory (``00_input.txt`` is the program as handed
+        in).
+    profiling : bool, optional
+        Write the compile's stage times (the passes; the build, code
+        generation and C compiler, 0 for a cache hit) as
+        ``report/pipeline_profile.json`` and ``.txt`` in the handle's
+        directory.
+    backend_type : str, optional
+        Must be the platform's backend (``"sim"``) if given.
+    distributed_config : None
+        Distributed (L3) programs are not supported: anything but None
+        raises :class:`PtoNotSupported`.
+    strategy, skip_ptoas, verification_level, memory_planner, diagnostic_phase,
+    disabled_diagnostics, analyze_auto_scopes_for_deps, enable_pypto_l0c_double_buffer,
+    emit_source_loc, dump_ptoas_passes
+        PyPTO's options that mean nothing on the simulator, accepted so
+        PyPTO code compiles unchanged, with no effect: there is one pass
+        pipeline, no ptoas step (kernels are compiled to C), no on-chip
+        memory to plan or double-buffer, the checks always run and compile
+        errors always carry the user's ``file:line``, task dependencies are
+        always derived, and there are no diagnostics to gate.  The flags
+        among them must be bools.
 
     Raises
     ------
@@ -360,18 +429,24 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     flags = _flags_from(kwargs)
     cc_text = kwargs.pop("cc", None) or os.environ.get("CC") or "cc"
     validate_ir = bool(kwargs.pop("validate_ir", False))
+    options = _pypto_options(kwargs, platform)
     if kwargs:
         raise PtoArgumentError(f"ir.compile: unknown options {sorted(kwargs)}")
     cc = tuple(shlex.split(cc_text))
 
-    lowered = run_passes(program)
+    clock = time.perf_counter
+    t0 = clock()
+    lowered, dumps = _lower(program, options["dump_passes"])
+    t1 = clock()
     text = format_program(lowered)
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)
+    times = {"passes_s": t1 - t0, "build_s": 0.0, "cache_hit": True}
     if not (entry / _META).is_file():
         _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
+        times.update(build_s=clock() - t1, cache_hit=False)
     meta = json.loads((entry / _META).read_text())
     target = entry
     if output_dir is not None and Path(output_dir).resolve() != entry.resolve():
@@ -381,6 +456,10 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
             tmp = target / f".{name}.{os.getpid()}.tmp"
             shutil.copyfile(entry / name, tmp)
             os.replace(tmp, target / name)
+    if dumps:
+        _write_pass_dumps(target, dumps)
+    if options["profiling"]:
+        _write_profile(target, lowered.name, times)
     return CompiledProgram(target, meta, program, validate_ir=validate_ir)
 
 
@@ -391,6 +470,67 @@ def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str,
     key_src = json.dumps([ir_hash, symbol, list(cc), _compiler_version(cc), list(flags), platform, host,
                           _headers_digest(_INCLUDE)])
     return hashlib.sha256(key_src.encode()).hexdigest()[:32]
+# PyPTO's ir.compile options that have no meaning on the simulator (see compile's doc).
+_INERT_FLAGS = ("skip_ptoas", "analyze_auto_scopes_for_deps", "enable_pypto_l0c_double_buffer",
+                "emit_source_loc", "dump_ptoas_passes")
+_INERT_VALUES = ("strategy", "verification_level", "memory_planner", "diagnostic_phase",
+                 "disabled_diagnostics")
+
+
+def _pypto_options(kwargs: dict, platform: str) -> dict:
+    """Take PyPTO's options out of `kwargs`; check them; return those that act here."""
+    for name in _INERT_FLAGS:
+        value = kwargs.pop(name, False)
+        if value is not None and not isinstance(value, bool):
+            raise PtoArgumentError(f"ir.compile: {name} must be a bool, not {value!r}")
+    for name in _INERT_VALUES:
+        kwargs.pop(name, None)
+    backend = kwargs.pop("backend_type", None)
+    if backend is not None and str(getattr(backend, "name", backend)) != PLATFORMS[platform]:
+        raise PtoArgumentError(f"ir.compile: backend_type {backend!r} is not platform {platform!r}'s "
+                               f"backend ({PLATFORMS[platform]!r}); leave it None")
+    if kwargs.pop("distributed_config", None) is not None:
+        raise PtoNotSupported("ir.compile: distributed (L3, multi-rank) programs are not supported; "
+                              "leave distributed_config None")
+    dump = kwargs.pop("dump_passes", False)
+    profiling = kwargs.pop("profiling", False)
+    for name, value in (("dump_passes", dump), ("profiling", profiling)):
+        if not isinstance(value, (bool, int)) and value is not None:
+            raise PtoArgumentError(f"ir.compile: {name} must be a bool, not {value!r}")
+    return {"dump_passes": bool(dump), "profiling": bool(profiling)}
+
+
+def _lower(program: Program, dump: bool) -> tuple[Program, list[tuple[str, str]]]:
+    """Run the pass pipeline; with `dump`, also the program's text after each pass."""
+    if not dump or program.stage == "lowered":
+        lowered = run_passes(program)
+        return lowered, ([("input", format_program(lowered))] if dump else [])
+    from dataclasses import replace
+
+    from ._passes import PIPELINE
+
+    dumps = [("input", format_program(program))]
+    for p in PIPELINE:
+        program = p(program)
+        dumps.append((getattr(p, "__name__", "pass").lstrip("_"), format_program(program)))
+    return replace(program, stage="lowered"), dumps
+
+
+def _write_pass_dumps(target: Path, dumps: list[tuple[str, str]]) -> None:
+    out = target / "passes_dump"
+    out.mkdir(parents=True, exist_ok=True)
+    for i, (name, text) in enumerate(dumps):
+        (out / f"{i:02d}_{name}.txt").write_text(text + "\n")
+
+
+def _write_profile(target: Path, name: str, times: dict) -> None:
+    out = target / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"program": name, **times}
+    (out / "pipeline_profile.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = [f"compile profile of {name}" + (" (cache hit)" if times["cache_hit"] else "")]
+    lines += [f"  {stage:<8} {times[stage + '_s'] * 1e3:10.3f} ms" for stage in ("passes", "build")]
+    (out / "pipeline_profile.txt").write_text("\n".join(lines) + "\n")
 
 
 #: Characters of the program's name kept in its kernel symbol: with ``_`` and 12 of the IR hash, 47 bytes.

@@ -206,14 +206,25 @@ class JitFunction:
         self.compile(*args, **kwargs)
         return self.lower(*self._split(args, kwargs)[0])
 
-    def compile(self, *args, platform: str = "sim", output_dir=None, **kwargs):
+    def compile(self, *args, platform: str | None = None, output_dir=None, config=None, **kwargs):
         """Compile for these arguments and return a CompiledProgram (cached per signature).
 
         A keyword naming a parameter of the kernel is that argument
         (``kernel.compile(a, b, out=c)``); the other keywords are options of
-        :func:`pypto_async.ir.compile`.
+        :func:`pypto_async.ir.compile`.  ``config=RunConfig(...)`` compiles
+        for its platform with its compile-side fields
+        (``RunConfig.compile_kwargs``, which key the cache too); keywords
+        given here win over the config's.
         """
         args, kwargs = self._split(args, kwargs)
+        if config is not None:
+            from ..runtime._config import as_run_config
+
+            cfg = as_run_config(config)
+            kwargs = {**cfg.compile_kwargs(), **kwargs}
+            output_dir = kwargs.pop("output_dir", None) if output_dir is None else output_dir
+            platform = cfg.platform if platform is None else platform
+        platform = "sim" if platform is None else platform
         params = self._params(args)
         key = (tuple(params), platform, repr(sorted(kwargs.items())))
         if output_dir is None:
@@ -231,9 +242,12 @@ class JitFunction:
         Arguments may be given by parameter name too (``kernel(a, b, out=c)``).
 
         With ``config=RunConfig(...)`` the kernel is compiled for the
-        config's platform and run, to completion, on a worker opened with
-        that config for this call (PyPTO's ``kernel(*args, config=cfg)``);
-        otherwise it runs on the worker opened around the call.
+        config's platform with its compile-side fields, and run on the
+        innermost open worker of that platform and device, else to
+        completion on a worker opened with that config for this call
+        (PyPTO's ``kernel(*args, config=cfg)``); the config's DFX switches
+        apply to the call.  Otherwise it runs on the worker opened around
+        the call.
 
         Raises
         ------
@@ -248,11 +262,7 @@ class JitFunction:
             return _dispatch(self.compile(*args), args, stream)
         if stream is not None:
             raise PtoArgumentError(f"{self.__name__}: pass stream= or config=, not both (a stream has its worker)")
-        from ..runtime import ChipWorker
-
-        compiled = self.compile(*args, platform=config.platform)
-        with ChipWorker(config=config) as worker:
-            return worker.run(compiled, *args).result()
+        return _dispatch(self.compile(*args, config=config), args, None, config)
 
 
 def jit(fn=None):

@@ -430,7 +430,7 @@ class Capture:
         """Record ``h(*args)`` (the capture path of ``launch_kernel``)."""
         worker = self._worker
         if h._unfit is not None:
-            raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
+            raise h._refusal()
         stream = task_default(worker) if stream is None else accept(worker, stream)
         slot = self._slot(stream, h._label)
         values, hosts, joins = h._binder.bind(worker, stream, args)

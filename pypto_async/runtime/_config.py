@@ -38,14 +38,20 @@ class RunConfig:
         Which device of the platform, ``0 .. device_count(platform) - 1``
         (the simulator offers 8, or ``PYPTO_ASYNC_SIM_DEVICES``).  Workers of
         several devices copy to each other with :meth:`ChipWorker.copy`.
-    ring_task_window : int
-        Command slots per stream ring, a power of two.  When a stream's ring
-        is full, new work waits in that stream's backlog in the driver, and
-        enters the ring as commands complete (back-pressure).
-    ring_heap : int
-        Bytes of launch arguments each stream can hold in flight.
-    ring_dep_pool : int
-        Event waits each stream can hold in flight.
+    ring_task_window : int, list of 4 ints, or None
+        Command slots per stream ring, a power of two (``None``: the
+        driver's default, 256).  When a stream's ring is full, new work
+        waits in that stream's backlog in the driver, and enters the ring as
+        commands complete (back-pressure).  PyPTO's per-level form, a list
+        of four entries (one per scope-depth ring, 0 = that ring's default),
+        is accepted; a stream here has one ring for every depth, sized by
+        the largest entry.
+    ring_heap : int, list of 4 ints, or None
+        Bytes of launch arguments each stream can hold in flight (``None``:
+        64 KiB); a per-level list as for ``ring_task_window``.
+    ring_dep_pool : int, list of 4 ints, or None
+        Event waits each stream can hold in flight (``None``: 64); a
+        per-level list as for ``ring_task_window``.
     aicpu_thread_num : int or None
         Scheduler threads (``None``: the driver's default, 1).
     cores, copy_engines : int or None
@@ -59,19 +65,32 @@ class RunConfig:
         200).  Work arriving within the window starts without a thread
         wake-up, which on a VM costs tens of microseconds; past it the device
         uses no CPU.  Lower it to trade latency for idle CPU.
-    enable_chip_swimlane : bool
-        Record a trace record per command (the swimlane view) for the
-        worker's whole life, written as ``pto_swimlane_<pid>_<n>.json`` (in
-        ``save_kernels_dir``, else the current directory) when it closes.
+    enable_chip_swimlane : int (0 to 4) or bool
+        PyPTO's swimlane collection level; ``True`` is 4 and ``False`` 0.
+        The simulator records every command's submit, start and end at any
+        level from 1 up (the levels above 1 add nothing here).  On the
+        worker's config it traces the worker's whole life, written as
+        ``pto_swimlane_<pid>_<n>.json`` (in ``save_kernels_dir``, else the
+        current directory) when it closes; on a per-call config
+        (``compiled(*args, config=cfg)``) it traces that call into the
+        program's ``dfx_outputs/`` (see :mod:`pypto_async.runtime._dfx`).
     enable_scope_stats : bool
         Write the per-stream and per-engine statistics (ring high-water
         marks, back-pressure waits, engine busy time) as JSON next to each
         trace the worker writes (``<trace stem>.stats.json``), and once more
         when it closes (beside the swimlane file, else as
-        ``pto_scope_stats_<pid>_<n>.json``).
-    enable_dep_gen, enable_pmu, enable_dump_args : bool
-        Further DFX switches of PyPTO's ``RunConfig``; accepted and kept, no
-        effect on the simulator.
+        ``pto_scope_stats_<pid>_<n>.json``); per call, as
+        ``dfx_outputs/scope_stats/scope_stats.jsonl``.
+    enable_dump_args : int (0, 1, 2) or bool
+        PyPTO's argument-dump level, per call: 0 off, 1 (``True``) the
+        tensors marked for dumping (there is no marker here, so only the
+        manifest is written), 2 every tensor argument before and after the
+        launch, into ``dfx_outputs/args_dump/``.
+    enable_pmu : int >= 0
+        PyPTO's PMU event type (0: off).  The simulated cores have no
+        performance counters: accepted and kept, nothing is collected.
+    enable_dep_gen : bool
+        Write the program's task graph as ``dfx_outputs/deps.json`` per call.
 
     Fields only a harness reads
     ---------------------------
@@ -83,7 +102,17 @@ class RunConfig:
         Keep generated kernels; :meth:`compile_kwargs` forwards
         ``save_kernels_dir`` as ``ir.compile``'s ``output_dir``.
     codegen_only : bool
-        Read by a harness.  It does **not** stop a dispatch through a worker.
+        Read by a harness (:func:`pypto_async.runtime.run`).  It does **not**
+        stop a dispatch through a worker.
+
+    Fields compilation reads (PyPTO's compile side)
+    -----------------------------------------------
+    strategy, dump_passes, dump_ptoas_passes, compile_profiling, diagnostic_phase,
+    disabled_diagnostics, analyze_auto_scopes_for_deps, memory_planner, distributed_config
+        Forwarded to ``ir.compile`` by :meth:`compile_kwargs` (with
+        ``compile_profiling`` as ``profiling``), and by
+        ``kernel(*args, config=cfg)`` and ``kernel.compile(*args,
+        config=cfg)``.  ``ir.compile`` says what each does on the simulator.
 
     Raises
     ------
@@ -94,14 +123,14 @@ class RunConfig:
 
     platform: str = "sim"
     device_id: int = 0
-    enable_chip_swimlane: bool = False
+    enable_chip_swimlane: int | bool = 0
     enable_dep_gen: bool = False
-    enable_pmu: bool = False
-    enable_dump_args: bool = False
+    enable_pmu: int = 0
+    enable_dump_args: int | bool = 0
     enable_scope_stats: bool = False
-    ring_task_window: int = 256
-    ring_heap: int = 64 * 1024
-    ring_dep_pool: int = 64
+    ring_task_window: int | tuple[int, ...] | None = None
+    ring_heap: int | tuple[int, ...] | None = None
+    ring_dep_pool: int | tuple[int, ...] | None = None
     aicpu_thread_num: int | None = None
     rtol: float = 1e-5
     atol: float = 1e-5
@@ -113,6 +142,16 @@ class RunConfig:
     copy_engines: int | None = None
     device_memory: int | None = None
     spin_us: int | None = None
+    # PyPTO's compile-side fields (see compile_kwargs and ir.compile).
+    strategy: Any = None
+    dump_passes: bool | int = False
+    dump_ptoas_passes: bool = False
+    compile_profiling: bool = False
+    diagnostic_phase: Any = None
+    disabled_diagnostics: Any = None
+    analyze_auto_scopes_for_deps: bool = False
+    memory_planner: Any = None
+    distributed_config: Any = None
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -120,20 +159,18 @@ class RunConfig:
 
         if not isinstance(self.platform, str) or not self.platform.strip():
             fail("platform", "must be a non-empty str such as 'sim'")
-        for name in ("enable_chip_swimlane", "enable_dep_gen", "enable_pmu", "enable_dump_args",
-                     "enable_scope_stats", "save_kernels", "codegen_only"):
+        for name in ("enable_dep_gen", "enable_scope_stats", "save_kernels", "codegen_only",
+                     "dump_ptoas_passes", "compile_profiling", "analyze_auto_scopes_for_deps"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "must be a bool")
+        _check_dfx_levels(self, fail)
+        _check_compile_side(self, fail)
+
         def check(name: str, **bounds) -> None:
             check_int(getattr(self, name), f"RunConfig.{name}", **bounds)
 
         check("device_id", low=0)
-        if not is_int(self.ring_task_window) or not _power_of_two(self.ring_task_window):
-            fail("ring_task_window", "must be a power of two >= 1")
-        if self.ring_task_window > 1 << 20:
-            fail("ring_task_window", "must be at most 1048576")
-        check("ring_heap", low=256, high=(1 << 32) - 1)
-        check("ring_dep_pool", low=1, high=(1 << 32) - 1)
+        _check_rings(self, fail)
         for name in ("aicpu_thread_num", "cores", "copy_engines"):
             check(name, low=1, high=256, optional=True)
         check("device_memory", low=4096, optional=True)  # bytes
@@ -147,6 +184,27 @@ class RunConfig:
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 fail(name, "must be None or a path")
 
+    # -- PyPTO's DFX and compile-side helpers ---------------------------------------
+
+    def any_dfx_enabled(self) -> bool:
+        """True when a DFX switch is on (swimlane, argument dump, PMU, dep_gen, scope stats)."""
+        return bool(self.enable_chip_swimlane or self.enable_dump_args or self.enable_pmu
+                    or self.enable_dep_gen or self.enable_scope_stats)
+
+    def compile_options(self) -> dict[str, Any]:
+        """The compile-side fields under ``ir.compile``'s names, those that are set.
+
+        What :meth:`compile_kwargs` forwards besides ``output_dir``, and what
+        ``kernel.compile(*args, config=cfg)`` compiles with (and keys its
+        cache by).
+        """
+        out: dict[str, Any] = {}
+        for name, option in _COMPILE_SIDE:
+            value = getattr(self, name)
+            if value is not None and value is not False:
+                out[option] = value
+        return out
+
     @property
     def device_platform(self) -> str:
         """The canonical platform name the driver is opened with (``"sim"``)."""
@@ -155,12 +213,15 @@ class RunConfig:
     def compile_kwargs(self) -> dict[str, Any]:
         """Return the keyword arguments this config forwards to ``ir.compile``.
 
-        Only ``save_kernels_dir`` is forwarded, as ``output_dir``; an empty
-        dict when it is not set.
+        ``save_kernels_dir`` as ``output_dir``, and the compile-side fields
+        that are set (:meth:`compile_options`); an empty dict when none is.
+        Unlike PyPTO's it does not include ``platform``: pass that yourself
+        (``ir.compile(p, platform=cfg.platform, **cfg.compile_kwargs())``).
         """
-        if self.save_kernels_dir is None:
-            return {}
-        return {"output_dir": str(self.save_kernels_dir)}
+        out = self.compile_options()
+        if self.save_kernels_dir is not None:
+            out["output_dir"] = str(self.save_kernels_dir)
+        return out
 
     def replace(self, **changes: Any) -> RunConfig:
         """Return a copy with some fields changed (validated again)."""
@@ -168,12 +229,11 @@ class RunConfig:
 
     def _device_fields(self) -> dict[str, int]:
         """The ``pto_device_config`` fields this config sets."""
-        fields = {
-            "ring_task_window": self.ring_task_window,
-            "ring_heap": self.ring_heap,
-            "ring_dep_pool": self.ring_dep_pool,
-            "trace": int(self.enable_chip_swimlane),
-        }
+        fields = {"trace": int(self.enable_chip_swimlane > 0)}
+        for name in ("ring_task_window", "ring_heap", "ring_dep_pool"):
+            size = ring_size(getattr(self, name))
+            if size is not None:
+                fields[name] = size
         fields["device_id"] = self.device_id
         for name in ("aicpu_thread_num", "cores", "copy_engines", "device_memory"):
             value = getattr(self, name)
@@ -183,6 +243,91 @@ class RunConfig:
             # The driver reads 0 as "its default"; 1 us is the least spinning it takes.
             fields["spin_us"] = max(self.spin_us, 1)
         return fields
+
+
+# -- PyPTO's fields: levels, per-level rings, the compile side ---------------------------
+
+#: How many scope-depth rings PyPTO's per-level ``ring_*`` lists size.
+RING_LEVELS = 4
+
+#: RunConfig's compile-side fields and the ``ir.compile`` options they become.
+_COMPILE_SIDE = (
+    ("strategy", "strategy"),
+    ("dump_passes", "dump_passes"),
+    ("dump_ptoas_passes", "dump_ptoas_passes"),
+    ("compile_profiling", "profiling"),
+    ("diagnostic_phase", "diagnostic_phase"),
+    ("disabled_diagnostics", "disabled_diagnostics"),
+    ("analyze_auto_scopes_for_deps", "analyze_auto_scopes_for_deps"),
+    ("memory_planner", "memory_planner"),
+    ("distributed_config", "distributed_config"),
+)
+
+_RING_LIMITS = {  # field: (least, most, power of two)
+    "ring_task_window": (1, 1 << 20, True),
+    "ring_heap": (256, (1 << 32) - 1, False),
+    "ring_dep_pool": (1, (1 << 32) - 1, False),
+}
+
+
+def ring_size(value) -> int | None:
+    """The one ring size a ``ring_*`` value gives a stream here (None: the driver's default).
+
+    A stream has one ring for every scope depth, so a per-level list sizes it
+    by its largest entry (0 entries keep their default; all 0 is the default).
+    """
+    if isinstance(value, tuple):
+        return max(value) or None
+    return value
+
+
+def _check_level(cfg, fail, name: str, high: int, true_means: int) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool):
+        object.__setattr__(cfg, name, true_means if value else 0)
+    elif not is_int(value) or not 0 <= value <= high:
+        fail(name, f"must be a bool or an int in [0, {high}]")
+
+
+def _check_dfx_levels(cfg, fail) -> None:
+    _check_level(cfg, fail, "enable_chip_swimlane", 4, 4)
+    _check_level(cfg, fail, "enable_dump_args", 2, 1)
+    value = cfg.enable_pmu
+    if isinstance(value, bool):
+        object.__setattr__(cfg, "enable_pmu", int(value))
+    elif not is_int(value) or value < 0:
+        fail("enable_pmu", "must be an int >= 0 (a PMU event type; 0 is off)")
+    if cfg.any_dfx_enabled() and not cfg.save_kernels:
+        object.__setattr__(cfg, "save_kernels", True)  # as PyPTO: DFX keeps its outputs
+
+
+def _check_rings(cfg, fail) -> None:
+    for name, (low, high, pow2) in _RING_LIMITS.items():
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        what = f"a power of two in [{low}, {high}]" if pow2 else f"an int in [{low}, {high}]"
+        if isinstance(value, (list, tuple)):
+            value = tuple(value)
+            object.__setattr__(cfg, name, value)
+            if len(value) != RING_LEVELS:
+                fail(name, f"as a list must have {RING_LEVELS} entries (one per scope-depth ring)")
+            entries = [v for v in value if not (is_int(v) and v == 0)]
+        else:
+            entries = [value]
+        for v in entries:
+            if not is_int(v) or not low <= v <= high or (pow2 and not _power_of_two(v)):
+                fail(name, f"must be None, {what}, or a list of {RING_LEVELS} such (0: keep the default)")
+
+
+def _check_compile_side(cfg, fail) -> None:
+    if not isinstance(cfg.dump_passes, (bool, int)):
+        fail("dump_passes", "must be a bool or a dump level")
+    if cfg.distributed_config is not None:
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported("RunConfig.distributed_config: distributed (L3, multi-rank) programs are not "
+                              "supported here; leave it None")
 
 
 def as_run_config(config: RunConfig | dict | None) -> RunConfig:

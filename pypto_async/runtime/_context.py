@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["current_worker", "push_worker", "pop_worker", "push_stream", "pop_stream", "stream_stack",
-           "capture_of", "set_capture", "reset_capture"]
+__all__ = ["current_worker", "open_workers", "push_worker", "pop_worker", "push_stream", "pop_stream",
+           "stream_stack", "capture_of", "set_capture", "reset_capture"]
 
 _workers: ContextVar[tuple] = ContextVar("pypto_async_workers", default=())
 _streams: ContextVar[tuple] = ContextVar("pypto_async_streams", default=())
@@ -55,6 +55,11 @@ def pop_stream(stream, token) -> None:
 
 #: This context's stream stack, innermost last: a C call, which the launch hot path makes per launch.
 stream_stack = _streams.get
+
+
+def open_workers() -> tuple:
+    """This context's worker stack, innermost last (closed ones included)."""
+    return _workers.get()
 
 
 def current_worker():

@@ -91,7 +91,7 @@ def _close_default() -> None:
         worker.close(timeout=5.0)
 
 
-def dispatch(compiled, args, *, stream=None):
+def dispatch(compiled, args, *, stream=None, config=None):
     """Launch `compiled` with `args` on the worker opened around this code.
 
     This is what ``CompiledProgram.__call__`` and ``@pl.jit`` kernels call.
@@ -108,21 +108,37 @@ def dispatch(compiled, args, *, stream=None):
     stream : Stream, optional
         The stream to launch on; ``None`` means the task-local default
         stream.  It must belong to the chosen worker.
+    config : RunConfig, optional
+        PyPTO's per-call config.  The call runs on the innermost open worker
+        of the config's platform and device (``ChipWorker.current``), else
+        on a worker opened with `config` for this call alone (sync mode);
+        its DFX switches apply to the call.
 
     Returns
     -------
     object or Launch
-        In sync mode, the launch's result (its ``Out``/``InOut`` arguments,
-        see :meth:`Launch.result`), once it has completed.  In async mode,
-        the pending :class:`Launch`: ``await`` it for the same result.
+        In sync mode, the call's outputs once it has completed (see
+        :mod:`._call`).  In async mode, the pending :class:`Launch`:
+        ``await`` it for the same value.
     """
+    if config is not None and stream is None:
+        return _dispatch_with_config(compiled, args, config)
     worker = current_worker()
     if worker is None:
         worker = stream._worker if stream is not None else default_worker()
-    launch = worker.register(compiled)(*args, stream=stream)
-    if worker._async:
-        return launch
-    return launch.result()
+    return worker.register(compiled)(*args, stream=stream, config=config)
+
+
+def _dispatch_with_config(compiled, args, config):
+    from ._config import as_run_config
+    from ._worker import ChipWorker
+
+    cfg = as_run_config(config)
+    worker = ChipWorker.current(platform=cfg.platform, device_id=cfg.device_id)
+    if worker is not None:
+        return worker.register(compiled)(*args, config=cfg)
+    with ChipWorker(config=cfg) as worker:
+        return worker.register(compiled)(*args, config=cfg)
 
 
 def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
@@ -135,7 +151,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     if worker._captures and (cap := capture_of(worker)) is not None:
         return cap.launch(h, args, stream, submit_only)  # recorded, not queued (_capture.py)
     if h._unfit is not None:
-        raise PtoArgumentError(f"{h._label}: the program {h._unfit}")
+        raise h._refusal()
     if stream is None:
         stream = task_default(worker) if stream_stack() else worker._default_stream
     else:

@@ -2,6 +2,7 @@
 
 :func:`register` loads a program on a worker (``ChipWorker.register``);
 calling the handle goes down the dispatch path (:mod:`._dispatch`).
+``RegistrationHandle`` (PyPTO's name for the class) is the same class.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import os
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoPlatformMismatch
+from ..errors import PtoArgumentError, PtoClosedError, PtoPlatformMismatch
+from . import _call
 from ._args import Binder
 from ._config import normalize_platform
 from ._dispatch import launch_kernel
+from ._launch import Launch
 
-__all__ = ["KernelHandle"]
+__all__ = ["KernelHandle", "RegistrationHandle"]
 
 _ARG_BYTES = 8  # one 64-bit slot per parameter: a device address or a scalar's bits
 
@@ -52,16 +55,30 @@ class KernelHandle:
     for ``In``/``InOut`` parameters and back for ``Out``/``InOut``, in stream
     order with the launch; a :class:`DeviceTensor` skips both copies.
     ``stream=None`` means the task-local default stream.
+
+    What a call returns (see :mod:`._call`): in sync mode the outputs, as
+    PyPTO's ``RegistrationHandle`` (the allocated ``Out`` arrays of a
+    return-style call, the ``Out``/``InOut`` arguments of an in-place one,
+    None for a program that returns nothing); in async mode the
+    :class:`Launch`, which awaits to the same value.
+
+    As PyPTO's handle: ``handle.cid`` names the loaded kernel (handles of one
+    program on one worker share it), ``handle.unregister()`` closes this
+    handle (idempotent; the kernel stays loaded until the worker closes),
+    ``with worker.register(compiled) as handle:`` unregisters on exit, and
+    ``handle.closed`` is True after either or once the worker closed.  A
+    closed handle refuses launches with :class:`~pypto_async.errors.PtoClosedError`.
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label",
-                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "__weakref__")
+                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
+                 "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("KernelHandle cannot be constructed directly; use ChipWorker.register(compiled)")
 
     @classmethod
-    def _make(cls, worker, compiled, kptr, name: str) -> KernelHandle:
+    def _make(cls, worker, compiled, kptr, name: str, cid: int = 0) -> KernelHandle:
         h = cls.__new__(cls)
         h._worker = worker
         h._compiled = compiled
@@ -71,21 +88,30 @@ class KernelHandle:
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)
         h._label = f"launch of {name!r}"
         h._nargs = len(h._binder.params)
-        h._out_idx = tuple(getattr(compiled, "output_indices", ()) or ())
+        h._out_idx = _call.result_indices(h._binder.params)
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
         # The usual call shape, one output: its index, so a launch need not call _result().
         h._out1 = h._out_idx[0] if h._has_return and len(h._out_idx) == 1 else -1
         h._unfit = fit_error(h._nargs, h._blocks, worker._info.ring_heap)
+        h._cid = cid
+        h._closed = False
         return h
 
-    def __call__(self, *args, stream=None):
+    def __call__(self, *args, stream=None, config=None):
         """Launch the program with `args` on `stream` (``None``: the task-local default).
+
+        `args` are every parameter (in place) or, for a program that returns
+        something, every parameter but the ``Out`` ones (return style: the
+        outputs are allocated and returned).  `config` is a per-call
+        :class:`RunConfig` (its DFX switches apply to this call; see
+        :mod:`._call`).
 
         Returns
         -------
-        Launch
-            Completed in sync mode; pending in async mode (``await`` it for
-            the outputs).
+        object or Launch
+            In sync mode, once the launch completed, its outputs (see the
+            class doc); in async mode the pending :class:`Launch`
+            (``await`` it for the same value).
 
         Raises
         ------
@@ -98,10 +124,16 @@ class KernelHandle:
             device, or nothing in flight would free room); nothing is queued.
             While in-flight work will free room, the launch waits for it
             instead, as for ring room.
+        PtoClosedError
+            If the handle was unregistered or its worker closed.
         PtoError
             In sync mode, the launch's own failure.
         """
-        return launch_kernel(self._worker, self, args, stream, False)
+        if config is not None or len(args) != self._nargs:
+            return _call.call(self, args, stream, config)
+        launch = launch_kernel(self._worker, self, args, stream, False)
+        # A Launch in sync mode has completed: its outputs.  Inside a graph capture, the node.
+        return launch._out if type(launch) is Launch and not self._worker._async else launch
 
     def submit(self, *args, stream=None):
         """Queue a launch without waiting for it to complete.
@@ -120,6 +152,45 @@ class KernelHandle:
     def compiled(self):
         """The compiled program this handle launches."""
         return self._compiled
+
+    @property
+    def cid(self) -> int:
+        """The registration id of the loaded kernel (PyPTO's ``cid``; informational)."""
+        return self._cid
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`unregister` ran or the worker closed."""
+        return self._closed or not self._worker._alive()
+
+    def unregister(self) -> None:
+        """Close this handle (idempotent), as PyPTO's.
+
+        Later calls raise :class:`~pypto_async.errors.PtoClosedError`; the
+        kernel stays loaded until the worker closes, and registering the
+        program again returns a new, open handle.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._unfit = _CLOSED
+        handles = self._worker._handles
+        entry = handles.get(id(self._compiled))
+        if entry is not None and entry[1] is self:
+            del handles[id(self._compiled)]
+
+    def __enter__(self) -> KernelHandle:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.unregister()
+
+    def _refusal(self) -> Exception:
+        """The error a launch of this handle raises when ``_unfit`` is set."""
+        if self._unfit is _CLOSED:
+            return PtoClosedError(f"{self._label}: the handle was unregistered; register the program again "
+                                  "(worker.register(compiled)) for a new one")
+        return PtoArgumentError(f"{self._label}: the program {self._unfit}")
 
     @property
     def name(self) -> str:
@@ -147,7 +218,14 @@ class KernelHandle:
         return tuple(args[i] for i in idx)
 
     def __repr__(self) -> str:
-        return f"<KernelHandle {self._name!r} on {self._worker!r}>"
+        state = " closed" if self.closed else ""
+        return f"<KernelHandle {self._name!r} cid={self._cid}{state} on {self._worker!r}>"
+
+
+#: PyPTO's name for the handle class.
+RegistrationHandle = KernelHandle
+
+_CLOSED = "is unregistered"  # the _unfit mark of an unregistered handle
 
 
 def register(worker, compiled) -> KernelHandle:
@@ -181,6 +259,7 @@ def register(worker, compiled) -> KernelHandle:
                   f"loading {symbol!r} from {path}")
             kptr = out[0]
             worker._kernels[(path, symbol)] = kptr
-        handle = KernelHandle._make(worker, compiled, kptr, name)
+        cid = worker._cids.setdefault((path, symbol), len(worker._cids) + 1)
+        handle = KernelHandle._make(worker, compiled, kptr, name, cid)
         worker._handles[id(compiled)] = (compiled, handle)
     return handle

@@ -25,7 +25,8 @@ import threading
 import weakref
 
 from .._driver import check, device_config, error_for_status, ffi, lib
-from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError
+from .._signature import normalize_platform
+from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError, PtoNotSupported
 from . import _context, _copy, _lifecycle
 from ._context import capture_of
 from ._checks import check_timeout
@@ -46,6 +47,15 @@ from ._tracing import TraceWindow, WorkerTracing
 from ._wait import add_sync_point, block_until, drive
 
 __all__ = ["ChipWorker", "WorkerStats"]
+
+#: The runtime name PyPTO binds workers and programs to by default; the sim's program runtime
+#: (a task ring with tensor-map dependencies, run by the scheduler threads) is that model.
+DEFAULT_RUNTIME = "tensormap_and_ringbuffer"
+
+
+def _check_worker_id(worker_id, what: str) -> None:
+    if isinstance(worker_id, bool) or worker_id != 0:
+        raise PtoArgumentError(f"{what}(): worker_id must be 0 on a ChipWorker (one chip), not {worker_id!r}")
 
 
 def _doc_of(impl):
@@ -77,22 +87,70 @@ class ChipWorker:
     ----------
     config : RunConfig or dict, optional
         Device settings (``None``: the defaults).
+    level : int, optional
+        PyPTO's hierarchy level; only 2 (one chip) is supported.
+    runtime : str, optional
+        PyPTO's runtime name; only ``"tensormap_and_ringbuffer"`` (the
+        default, the runtime the simulator's programs follow).
+    enable_sdma : bool, optional
+        Kept (``ChipWorker.current(require_sdma=True)`` reads it); the
+        simulator needs no SDMA workspace.
+    auto_init : bool or None, optional
+        ``False`` defers opening the device to :meth:`init` (or ``with``);
+        ``None`` or ``True`` opens it now.
 
     Raises
     ------
     PtoArgumentError
-        For a bad config.
+        For a bad config or keyword.
     PtoNotSupported
-        For an unknown platform.
+        For an unknown platform, a level other than 2 or another runtime.
     PtoOutOfMemory
         If the device memory cannot be mapped.
     """
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, *, level: int = 2, runtime: str = DEFAULT_RUNTIME,
+                 enable_sdma: bool = False, auto_init: bool | None = None):
         self._state = CLOSED
+        self._opened = False
         cfg = as_run_config(config)
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise PtoArgumentError(f"ChipWorker: level must be an int, not {level!r}")
+        if level != 2:
+            raise PtoNotSupported(f"ChipWorker: level={level} is not supported; only level=2 (one chip) "
+                                  "is, as in PyPTO (L3 and up go through a distributed worker)")
+        if runtime != DEFAULT_RUNTIME:
+            raise PtoNotSupported(f"ChipWorker: runtime={runtime!r} is not supported; the simulator runs "
+                                  f"{DEFAULT_RUNTIME!r}")
+        for name, value in (("enable_sdma", enable_sdma), ("auto_init", auto_init)):
+            if value is not None and not isinstance(value, bool):
+                raise PtoArgumentError(f"ChipWorker: {name} must be a bool, not {value!r}")
         self._config = cfg
         self._platform = cfg.device_platform
+        self._level = level
+        self._runtime = runtime
+        self._enable_sdma = bool(enable_sdma)
+        self._ctx_tokens: list = []
+        if auto_init is None or auto_init:
+            self._open_device()
+
+    def init(self) -> None:
+        """Open the device if the worker was made with ``auto_init=False``; idempotent.
+
+        Raises
+        ------
+        PtoClosedError
+            If the worker was closed: a closed worker is not reopened (PyPTO
+            reopens it); create a new ChipWorker.
+        """
+        if self._state == OPEN:
+            return
+        if self._opened:
+            self._check_open()
+        self._open_device()
+
+    def _open_device(self) -> None:
+        cfg = self._config
         out = ffi.new("pto_device **")
         check(lib.pto_device_open(self._platform.encode(), device_config(**cfg._device_fields()), out),
               f"opening a {cfg.platform!r} device")
@@ -110,11 +168,13 @@ class ChipWorker:
         self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
         self._handles: dict[int, tuple] = {}
         self._kernels: dict[tuple[str, str], object] = {}
+        self._cids: dict[tuple[str, str], int] = {}  # registration ids (a handle's cid)
+        self._raw: dict[int, DeviceTensor] = {}  # malloc'd blocks by base address
         self._async = False
         self._pid = os.getpid()
-        self._ctx_tokens: list = []
         self._captures = 0  # graph captures open on this worker, any task (_capture.py)
         self._graphs: weakref.WeakSet = weakref.WeakSet()  # graphs not closed (_graph.py)
+        self._opened = True
         self._state = OPEN
         try:
             self._default_stream = Stream._create(self, 0, True)
@@ -133,6 +193,9 @@ class ChipWorker:
         state = self._state
         if state == OPEN:
             return
+        if not self._opened:
+            raise PtoClosedError("the ChipWorker is not initialized: it was made with auto_init=False; "
+                                 "call init() or use `with`")
         if state == FORKED:
             raise PtoInvalidStateError(
                 f"this ChipWorker was opened in process {self._pid} and cannot be used in the "
@@ -161,7 +224,48 @@ class ChipWorker:
     @property
     def device_id(self) -> int:
         """Which device of its platform the worker opened (``RunConfig.device_id``)."""
-        return self._info.device_id
+        return self._info.device_id if self._opened else self._config.device_id
+
+    @property
+    def level(self) -> int:
+        """PyPTO's hierarchy level: 2, one chip."""
+        return self._level
+
+    @property
+    def runtime(self) -> str:
+        """The runtime name programs are bound to (``"tensormap_and_ringbuffer"``)."""
+        return self._runtime
+
+    @property
+    def initialized(self) -> bool:
+        """True while the device is open (after construction or :meth:`init`, before :meth:`close`)."""
+        return self._state == OPEN
+
+    @classmethod
+    def current(cls, *, level: int = 2, platform: str | None = None, device_id: int | None = None,
+                runtime: str = DEFAULT_RUNTIME, require_sdma: bool = False) -> ChipWorker | None:
+        """Return the innermost open worker around this code with this binding, or None.
+
+        The workers are those entered with ``with`` / ``async with`` in this
+        task (as PyPTO's).  ``platform`` and ``device_id`` left None match
+        any; platform aliases match (``"a2a3sim"`` is ``"sim"``).
+
+        Raises
+        ------
+        PtoInvalidStateError
+            If the matching worker was made without ``enable_sdma=True`` and
+            `require_sdma` is set.
+        """
+        want = None if platform is None else normalize_platform(str(platform))
+        for w in reversed(_context.open_workers()):
+            if not w._alive() or w._level != level or w._runtime != runtime:
+                continue
+            if (want is not None and w._platform != want) or (device_id is not None and w.device_id != device_id):
+                continue
+            if require_sdma and not w._enable_sdma:
+                raise PtoInvalidStateError("the open ChipWorker was made without enable_sdma=True")
+            return w
+        return None
 
     @property
     def mode(self) -> str:
@@ -175,12 +279,14 @@ class ChipWorker:
         return self._default_stream
 
     def __repr__(self) -> str:
-        state = self._pump.flavour if self._alive() else "closed"
+        state = self._pump.flavour if self._alive() else ("closed" if self._opened else "not initialized")
         return f"<ChipWorker {self._config.platform} {state}>"
 
     # -- opening and closing ------------------------------------------------------------------
 
     def __enter__(self) -> ChipWorker:
+        if not self._opened:
+            self.init()
         self._check_open()
         self._ctx_tokens.append(_context.push_worker(self))
         return self
@@ -208,6 +314,8 @@ class ChipWorker:
         return self
 
     async def __aenter__(self) -> ChipWorker:
+        if not self._opened:
+            self.init()
         await self.open()
         self._ctx_tokens.append(_context.push_worker(self))
         return self
@@ -419,13 +527,16 @@ class ChipWorker:
         self._check_open()
         return register(self, compiled)
 
-    def run(self, compiled, *args, stream=None):
+    def run(self, compiled, *args, stream=None, config=None):
         """Register `compiled` (once) and launch it with `args`: the one-shot form.
 
-        Returns the :class:`Launch` (completed in sync mode; await it in
-        async mode).  ``stream=None`` means the task-local default stream.
+        Returns what the handle returns (:meth:`KernelHandle.__call__`): in
+        sync mode the outputs once it completed, as PyPTO's; in async mode
+        the :class:`Launch` (await it for the same value).  ``stream=None``
+        means the task-local default stream; `config` is a per-call
+        :class:`RunConfig`.
         """
-        return self.register(compiled)(*args, stream=stream)
+        return self.register(compiled)(*args, stream=stream, config=config)
 
     # -- device memory and copies: the parts' methods, with their docstrings ---------------------------
 
@@ -445,12 +556,52 @@ class ChipWorker:
         return _copy.copy(self, dst, src, stream)
 
     @_doc_of(_copy.copy_from)
-    def copy_from(self, host_ptr, dev_ptr: int, nbytes: int, *, stream=None) -> None:
+    def copy_from(self, host_ptr, dev_ptr: int, nbytes: int, *, stream=None, worker_id: int = 0) -> None:
+        _check_worker_id(worker_id, "copy_from")
         _copy.copy_from(self, host_ptr, dev_ptr, nbytes, stream)
 
     @_doc_of(_copy.copy_to)
-    def copy_to(self, dev_ptr: int, host_ptr, nbytes: int, *, stream=None) -> None:
+    def copy_to(self, dev_ptr: int, host_ptr, nbytes: int, *, stream=None, worker_id: int = 0) -> None:
+        _check_worker_id(worker_id, "copy_to")
         _copy.copy_to(self, dev_ptr, host_ptr, nbytes, stream)
+
+    def malloc(self, nbytes: int, *, worker_id: int = 0) -> int:
+        """Allocate `nbytes` of device memory; return its address (PyPTO's raw ``malloc``).
+
+        Pair it with :meth:`free`; :meth:`close` frees what is left (with a
+        ``ResourceWarning``).  The address works with :meth:`copy_to` and
+        :meth:`copy_from`.
+
+        Raises
+        ------
+        PtoArgumentError
+            For `nbytes` not an int > 0, or `worker_id` not 0.
+        PtoOutOfMemory
+            If the device has no room.
+        """
+        _check_worker_id(worker_id, "malloc")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise PtoArgumentError(f"malloc(): nbytes must be an int > 0, not {nbytes!r}")
+        block = self._memory.alloc_tensor((nbytes,), "uint8", None, None)
+        self._raw[block.data_ptr] = block
+        return block.data_ptr
+
+    def free(self, ptr: int, *, worker_id: int = 0) -> None:
+        """Free an address :meth:`malloc` returned (in stream order, as ``free_tensor``).
+
+        Raises
+        ------
+        PtoArgumentError
+            For an address that is not a live :meth:`malloc` base of this
+            worker (an interior pointer, a freed block, a tensor's address).
+        """
+        _check_worker_id(worker_id, "free")
+        self._check_open()
+        block = self._raw.pop(ptr, None) if isinstance(ptr, int) and not isinstance(ptr, bool) else None
+        if block is None:
+            raise PtoArgumentError(f"free(): {ptr!r} is not an address this worker's malloc() returned "
+                                   "(or it was freed already)")
+        self._memory.free_tensor(block, None)
 
     # -- statistics and traces ---------------------------------------------------------------------------------
 

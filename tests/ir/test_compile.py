@@ -65,7 +65,7 @@ def test_artifact_directory(fresh_cache, compiler_calls):
     assert len(meta["ir_hash"]) == 64
     assert '#include "pto_kernel.h"' in c.source_path.read_text()
     # the seed's members
-    assert (c.platform, c.backend_type, c.has_return, c.output_indices) == ("sim", "sim", True, (2,))
+    assert (c.platform, c.backend_type, c.has_return, c.output_indices) == ("sim", "sim", True, [2])
     assert c.chip_callable.lib_path == c.lib_path and c.chip_callable.symbol == c.symbol
     assert c.runtime_config == {"block_num": 1} and c.validate_ir is False and c.runtime_name
     assert [p.name for p in c.params] == list(c.param_names)
@@ -137,7 +137,7 @@ def test_from_dir_in_a_fresh_process(tmp_path):
         from pypto_async.ir import CompiledProgram
         from ir._launch import Launcher
         c = CompiledProgram.from_dir({str(out_dir)!r})
-        assert c.program is None and c.param_names == ("a", "b", "out")
+        assert c.program is None and c.param_names == ["a", "b", "out"]
         rng = np.random.default_rng(7)
         a = rng.standard_normal(({ROWS}, {COLS})).astype(np.float32)
         b = rng.standard_normal(({ROWS}, {COLS})).astype(np.float32)
@@ -227,7 +227,7 @@ def test_kernel_call_forwards_to_the_runtime(monkeypatch):
     """kernel(*args) and compiled(*args, stream=) go to runtime._dispatch.dispatch."""
     calls = []
     fake = types.ModuleType("pypto_async.runtime._dispatch")
-    fake.dispatch = lambda compiled, args, stream=None: calls.append((compiled, args, stream)) or "launched"
+    fake.dispatch = lambda compiled, args, stream=None, config=None: calls.append((compiled, args, stream)) or "launched"
     monkeypatch.setitem(sys.modules, "pypto_async.runtime._dispatch", fake)
     a = np.zeros((ROWS, COLS), np.float32)
     assert add_kernel(a, a, a) == "launched"

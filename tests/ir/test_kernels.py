@@ -36,8 +36,8 @@ def test_seed_add_kernel_torch(launcher):
     b = torch.randn(ROWS, COLS, dtype=torch.float32)
     out = torch.full((ROWS, COLS), float("nan"))
     compiled = ir.compile(add_kernel.lower(a, b, torch.zeros(ROWS, COLS)), platform="a2a3sim")
-    assert compiled.param_names == ("a", "b", "out")
-    assert compiled.output_indices == (2,)
+    assert compiled.param_names == ["a", "b", "out"]
+    assert compiled.output_indices == [2]
     assert compiled.has_return is True
     assert compiled.block_num == 1
     launcher.run(compiled, a, b, out)

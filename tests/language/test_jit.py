@@ -64,7 +64,7 @@ def test_directions_and_scalars_in_the_signature():
     assert [(p.name, p.direction, p.dtype) for p in c.params] == [
         ("a", IN, pl.FP32), ("b", INOUT, pl.FP32), ("s", SCALAR, pl.INT32), ("t", SCALAR, pl.FP32), ("out", OUT, pl.FP32),
     ]
-    assert c.output_indices == (1, 4) and c.has_return is False
+    assert c.output_indices == [4] and c.has_return is False  # the pure Out parameters, a list, as PyPTO
 
 
 def test_scalar_parameters_of_each_kind(launcher, rng):

@@ -1,0 +1,207 @@
+"""PyPTO's call shapes: in-place and return-style calls, per-call configs, call configs.
+
+A compiled program is called one of two ways, as in PyPTO:
+
+* **in place**: every argument given, outputs included; the outputs are
+  written into the arrays passed for them;
+* **return style**: only the inputs given (every parameter but the ``Out``
+  ones), for a program that returns something; the ``Out`` arrays are
+  allocated here (torch tensors when an argument is a torch tensor, else
+  numpy arrays; zeros) and the call returns them.
+
+What a call returns, in sync mode and as the value its :class:`Launch`
+awaits to: the outputs of a return-style call (one, or a tuple in parameter
+order), as PyPTO; for an in-place call of a program that returns something,
+its ``Out``/``InOut`` arguments (PyPTO returns None there); None for a
+program that returns nothing.
+
+A call may carry its own :class:`RunConfig` (``config=``), PyPTO's per-call
+config.  Its DFX switches apply to that call (:mod:`._dfx`); what sizes the
+device (rings, scheduler threads, the device's shape) is the worker's, set
+when it opened, so a per-call config that asks for other sizes is refused
+rather than ignored.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._signature import INOUT, OUT
+from ..errors import PtoArgumentError, PtoPlatformMismatch
+from ._config import RunConfig, as_run_config, normalize_platform, ring_size
+from ._launch import Launch
+
+__all__ = ["CallConfig", "out_indices", "result_indices", "complete_args", "check_call_config",
+           "build_orch_args", "build_call_config"]
+
+#: Per-call fields that size the device: they must match the worker's config.
+_DEVICE_SIZED = ("ring_task_window", "ring_heap", "ring_dep_pool", "aicpu_thread_num")
+
+
+def out_indices(params) -> tuple[int, ...]:
+    """The indices of the pure ``Out`` parameters (PyPTO's ``output_indices``)."""
+    return tuple(i for i, p in enumerate(params) if p.direction == OUT)
+
+
+def result_indices(params) -> tuple[int, ...]:
+    """The indices of the ``Out`` and ``InOut`` parameters (what an in-place call returns)."""
+    return tuple(i for i, p in enumerate(params) if p.direction in (OUT, INOUT))
+
+
+def _zeros_like_param(p, torch_out: bool):
+    if torch_out:
+        torch = sys.modules["torch"]
+        return torch.zeros(p.shape, dtype=getattr(torch, p.dtype.np_name))
+    return np.zeros(p.shape, p.dtype.np_storage)
+
+
+def complete_args(params, has_return: bool, args: tuple, name: str) -> tuple[tuple, bool]:
+    """Return ``(all arguments, return_style)`` for a call with `args`.
+
+    Raises
+    ------
+    PtoArgumentError
+        For a count that is neither every parameter nor (for a program that
+        returns something) every parameter but the ``Out`` ones.
+    """
+    n = len(params)
+    outs = out_indices(params)
+    if len(args) == n:
+        return tuple(args), False
+    if has_return and outs and len(args) == n - len(outs):
+        torch = sys.modules.get("torch")
+        torch_out = torch is not None and any(isinstance(a, torch.Tensor) for a in args)
+        given = iter(args)
+        full = tuple(_zeros_like_param(p, torch_out) if i in outs else next(given)
+                     for i, p in enumerate(params))
+        return full, True
+    names = ", ".join(p.name for p in params)
+    forms = f"{n} (in place)" + (f" or {n - len(outs)} (return style)" if has_return and outs else "")
+    raise PtoArgumentError(f"{name} takes {forms} argument(s) ({names}), got {len(args)}")
+
+
+def returned(params, has_return: bool, full: tuple, return_style: bool):
+    """What a call returns once it completed (see the module doc)."""
+    if not has_return:
+        return None
+    idx = out_indices(params) if return_style else result_indices(params)
+    if not idx:
+        return None
+    if len(idx) == 1:
+        return full[idx[0]]
+    return tuple(full[i] for i in idx)
+
+
+def check_call_config(worker, config) -> RunConfig:
+    """Validate a per-call `config` against `worker`; return it as a RunConfig.
+
+    Raises
+    ------
+    PtoPlatformMismatch
+        If its platform is not the worker's.
+    PtoArgumentError
+        If its device id differs from the worker's, or it sizes the device
+        (rings, ``aicpu_thread_num``) otherwise than the worker was opened
+        with: those are fixed when the worker opens.
+    """
+    cfg = as_run_config(config)
+    wcfg = worker._config
+    if normalize_platform(cfg.platform) != worker._platform:
+        raise PtoPlatformMismatch(f"config= is for platform {cfg.platform!r}, but this worker runs "
+                                  f"{wcfg.platform!r}")
+    if cfg.device_id != wcfg.device_id:
+        raise PtoArgumentError(f"config=: device_id {cfg.device_id} is not this worker's ({wcfg.device_id}); "
+                               "dispatch on a ChipWorker of that device")
+    for name in _DEVICE_SIZED:
+        mine, theirs = getattr(cfg, name), getattr(wcfg, name)
+        if name.startswith("ring_"):
+            mine, theirs = ring_size(mine), ring_size(theirs)
+        if mine is not None and mine != theirs:
+            raise PtoArgumentError(
+                f"config=: {name}={getattr(cfg, name)!r} differs from the worker's {getattr(wcfg, name)!r}; "
+                f"the device is sized when the worker opens: open the ChipWorker with "
+                f"RunConfig({name}={getattr(cfg, name)!r})")
+    return cfg
+
+
+def build_orch_args(compiled, args: tuple) -> tuple[tuple, list, bool]:
+    """PyPTO's ``CompiledProgram.build_orch_args``: ``(orch_args, coerced, return_style)``.
+
+    ``coerced`` lists every argument in parameter order, with the ``Out``
+    arrays of a return-style call allocated (read them after the launch);
+    ``orch_args`` is the same as a tuple, ready for ``w.run(compiled,
+    *orch_args)`` (the driver's argument slots are made per launch, on the
+    worker's stream).  Shapes and dtypes are checked when it launches.
+    """
+    name = str(getattr(compiled, "name", None) or compiled.symbol)
+    full, return_style = complete_args(compiled.params, bool(compiled.has_return), tuple(args), name)
+    return full, list(full), return_style
+
+
+@dataclass(frozen=True)
+class CallConfig:
+    """What one dispatch runs with (PyPTO's ``CallConfig``): from :func:`build_call_config`.
+
+    ``aicpu_thread_num`` and the ``ring_*`` sizes are the effective ones
+    (None: the driver's default); the DFX fields are the levels;
+    ``output_prefix`` is where the call's DFX outputs go (None: no DFX).
+    """
+
+    aicpu_thread_num: int | None = None
+    enable_chip_swimlane: int = 0
+    enable_dump_args: int = 0
+    enable_pmu: int = 0
+    enable_dep_gen: bool = False
+    enable_scope_stats: bool = False
+    ring_task_window: int | None = None
+    ring_heap: int | None = None
+    ring_dep_pool: int | None = None
+    output_prefix: str | None = None
+
+
+def build_call_config(compiled, config=None, *, aicpu_thread_num: int | None = None,
+                      dfx_dir=None) -> CallConfig:
+    """PyPTO's ``CompiledProgram.build_call_config``.
+
+    ``aicpu_thread_num``: the keyword, else the config's field, else the
+    program's ``runtime_config``; `dfx_dir` becomes ``output_prefix``.
+    """
+    cfg = as_run_config(config)
+    threads = aicpu_thread_num if aicpu_thread_num is not None else cfg.aicpu_thread_num
+    if threads is None:
+        threads = (getattr(compiled, "runtime_config", None) or {}).get("aicpu_thread_num")
+    fields: dict[str, Any] = {name: getattr(cfg, name) for name in (
+        "enable_chip_swimlane", "enable_dump_args", "enable_pmu", "enable_dep_gen", "enable_scope_stats")}
+    for name in ("ring_task_window", "ring_heap", "ring_dep_pool"):
+        fields[name] = ring_size(getattr(cfg, name))
+    return CallConfig(aicpu_thread_num=threads, output_prefix=None if dfx_dir is None else str(dfx_dir),
+                      **fields)
+
+
+def call(h, args: tuple, stream, config):
+    """``handle(*args, config=...)`` and return-style calls: the handle's slower path.
+
+    Completes the arguments, checks the per-call config, hands a call with
+    DFX switches on to :mod:`._dfx`, and launches; returns what the handle
+    returns (see the module doc).
+    """
+    from ._dispatch import launch_kernel
+
+    worker = h._worker
+    worker._check_open()
+    cfg = None if config is None else check_call_config(worker, config)
+    params = h._binder.params
+    full, return_style = complete_args(params, h._has_return, tuple(args), h._name)
+    if cfg is not None and cfg.any_dfx_enabled():
+        from ._dfx import dfx_call
+
+        return dfx_call(h, full, returned(params, h._has_return, full, return_style), stream, cfg)
+    launch = launch_kernel(worker, h, full, stream, False)
+    if type(launch) is not Launch:  # a node of a graph capture
+        return launch
+    launch._out = returned(params, h._has_return, full, return_style)
+    return launch if worker._async else launch._out

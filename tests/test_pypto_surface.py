@@ -1,0 +1,365 @@
+"""PyPTO's runtime surface, as a PyPTO program uses it (runtime/_call.py, _kernel.py, _worker.py).
+
+Written the way PyPTO's own runtime tests are: torch tensors in, torch references out, the
+program compiled once with ``ir.compile`` or ``kernel.compile`` and dispatched through
+``compiled(...)``, ``w.run(...)`` or a registration handle.  Outputs are poisoned (NaN) before
+every launch, so a launch that does not write them cannot pass.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoClosedError,
+    PtoInvalidStateError,
+    PtoNotSupported,
+    PtoPlatformMismatch,
+)
+from pypto_async.runtime import ChipWorker, KernelHandle, Launch, RegistrationHandle, RunConfig
+
+torch = pytest.importorskip("torch")
+
+R, C = 16, 32
+SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+
+
+@pl.jit
+def add_kernel(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(pl.add(ta, tb), [0, 0], out)
+    return out
+
+
+@pl.jit
+def sum_diff(a: pl.Tensor, b: pl.Tensor, s: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(pl.add(ta, tb), [0, 0], s)
+        pl.store(pl.sub(ta, tb), [0, 0], d)
+    return s, d
+
+
+@pl.jit
+def scale_into(x: pl.Tensor, y: pl.InOut[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        tx = pl.load(x, [0, 0], [R, C])
+        ty = pl.load(y, [0, 0], [R, C])
+        pl.store(pl.add(ty, pl.mul(tx, tx)), [0, 0], y)
+
+
+def poison():
+    return torch.full((R, C), float("nan"))
+
+
+@pytest.fixture
+def ab():
+    torch.manual_seed(0)
+    return torch.randn(R, C), torch.randn(R, C)
+
+
+@pytest.fixture(scope="module")
+def add_compiled():
+    z = torch.zeros(R, C)
+    return ir.compile(add_kernel.lower(z, z, z), platform="a2a3sim")
+
+
+@pytest.fixture(scope="module")
+def pair_compiled():
+    z = torch.zeros(R, C)
+    return sum_diff.compile(z, z, z, z)
+
+
+# -- what a call returns ----------------------------------------------------------------------------
+
+
+def test_sync_calls_return_the_outputs_in_place(add_compiled, ab):
+    a, b = ab
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        h = w.register(add_compiled)
+        for call in (lambda out: h(a, b, out), lambda out: w.run(add_compiled, a, b, out),
+                     lambda out: add_compiled(a, b, out)):
+            out = poison()
+            got = call(out)
+            assert got is out and not isinstance(got, Launch)
+            torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+def test_return_style_allocates_and_returns_the_outputs(add_compiled, pair_compiled, ab):
+    # PyPTO's return style: pass the inputs only; the Out tensors are allocated and returned.
+    a, b = ab
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        c = w.run(add_compiled, a, b)
+        assert isinstance(c, torch.Tensor) and c.shape == (R, C) and c.dtype == torch.float32
+        torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+        s, d = w.register(pair_compiled)(a, b)
+        torch.testing.assert_close(s, a + b, rtol=0, atol=0)
+        torch.testing.assert_close(d, a - b, rtol=0, atol=0)
+        c2 = add_compiled(a, b)  # compiled(...) on the worker opened around it
+        assert c2 is not c
+        torch.testing.assert_close(c2, a + b, rtol=0, atol=0)
+        n = add_compiled(a.numpy(), b.numpy())  # numpy in, numpy out
+        assert isinstance(n, np.ndarray)
+        np.testing.assert_array_equal(n, (a + b).numpy())
+
+
+def test_a_program_that_returns_nothing_returns_none(ab):
+    a, _ = ab
+    y = torch.randn(R, C)
+    expected = y + a * a
+    compiled = scale_into.compile(a, y)
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        assert w.run(compiled, a, y) is None
+    torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_wrong_argument_counts_name_both_forms(add_compiled, ab):
+    a, b = ab
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        before = w.stats().commands_submitted
+        with pytest.raises(PtoArgumentError, match=r"takes 3 \(in place\) or 2 \(return style\)"):
+            w.run(add_compiled, a)
+        with pytest.raises(PtoArgumentError, match=r"takes 3 "):
+            w.run(add_compiled, a, b, poison(), poison())
+        assert w.stats().commands_submitted == before
+        torch.testing.assert_close(w.run(add_compiled, a, b), a + b)  # the worker keeps working
+
+
+@pytest.mark.anyio
+async def test_async_mode_returns_a_launch_that_awaits_to_the_same_value(add_compiled, ab, anyio_backend):
+    a, b = ab
+    async with ChipWorker(config=RunConfig(**SMALL)) as w:
+        out = poison()
+        launch = w.run(add_compiled, a, b, out)
+        assert isinstance(launch, Launch)
+        assert await launch is out
+        launch = w.register(add_compiled)(a, b)  # return style
+        assert isinstance(launch, Launch)
+        c = await launch
+        torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+        torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+# -- RegistrationHandle -----------------------------------------------------------------------------
+
+
+def test_registration_handle_cid_unregister_and_with(add_compiled, ab):
+    a, b = ab
+    assert RegistrationHandle is KernelHandle
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        h = w.register(add_compiled)
+        assert isinstance(h, RegistrationHandle) and isinstance(h.cid, int) and h.cid > 0
+        assert not h.closed
+        torch.testing.assert_close(h(a, b), a + b)
+        h.unregister()
+        h.unregister()  # idempotent
+        assert h.closed
+        before = w.stats().commands_submitted
+        with pytest.raises(PtoClosedError, match="unregistered"):
+            h(a, b, poison())
+        assert w.stats().commands_submitted == before
+        with w.register(add_compiled) as h2:  # a fresh, open handle of the same loaded kernel
+            assert h2 is not h and h2.cid == h.cid and not h2.closed
+            torch.testing.assert_close(h2(a, b), a + b)
+        assert h2.closed
+        h3 = w.register(add_compiled)
+    assert h3.closed  # the worker closed
+
+
+# -- ChipWorker: PyPTO's constructor, init, raw memory, binding, current() ---------------------------
+
+
+def test_auto_init_false_defers_the_device_until_init(add_compiled, ab):
+    a, b = ab
+    w = ChipWorker(RunConfig(**SMALL), level=2, runtime="tensormap_and_ringbuffer", enable_sdma=False,
+                   auto_init=False)
+    assert not w.initialized
+    with pytest.raises(PtoClosedError, match="not initialized"):
+        w.register(add_compiled)
+    w.init()
+    w.init()  # idempotent
+    assert w.initialized and (w.level, w.runtime, w.device_id) == (2, "tensormap_and_ringbuffer", 0)
+    torch.testing.assert_close(w.run(add_compiled, a, b), a + b)
+    w.close()
+    assert not w.initialized
+    with pytest.raises(PtoClosedError):
+        w.init()
+    lazy = ChipWorker(RunConfig(**SMALL), auto_init=False)
+    with lazy as w2:  # `with` initializes, as in PyPTO
+        assert w2.initialized
+        torch.testing.assert_close(w2.run(add_compiled, a, b), a + b)
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "pattern"), [
+    ({"level": 3}, PtoNotSupported, "level=3"),
+    ({"level": "2"}, PtoArgumentError, "level must be an int"),
+    ({"runtime": "host_build_graph"}, PtoNotSupported, "host_build_graph"),
+    ({"enable_sdma": 1}, PtoArgumentError, "enable_sdma must be a bool"),
+    ({"auto_init": "yes"}, PtoArgumentError, "auto_init must be a bool"),
+])
+def test_bad_worker_keywords_are_refused(kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        ChipWorker(RunConfig(**SMALL), **kwargs)
+
+
+def test_malloc_copy_to_copy_from_free_by_pointer():
+    # PyPTO's raw path: malloc, copy_to from a host pointer, copy_from into another, free.
+    torch.manual_seed(1)
+    src = torch.randn(R, C)
+    dst = torch.full((R, C), float("nan"))
+    nbytes = src.numel() * src.element_size()
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        ptr = w.malloc(nbytes)
+        assert isinstance(ptr, int) and ptr > 0
+        w.copy_to(ptr, src.data_ptr(), nbytes)
+        w.copy_from(dst.data_ptr(), ptr, nbytes, worker_id=0)
+        torch.testing.assert_close(dst, src, rtol=0, atol=0)
+        with pytest.raises(PtoArgumentError, match="not an address"):
+            w.free(ptr + 64)  # an interior pointer
+        with pytest.raises(PtoArgumentError, match="worker_id"):
+            w.malloc(64, worker_id=1)
+        for bad in (0, -5, 2.5, True):
+            with pytest.raises(PtoArgumentError, match="nbytes"):
+                w.malloc(bad)
+        w.free(ptr)
+        with pytest.raises(PtoArgumentError, match="freed already"):
+            w.free(ptr)
+        w.sync()
+        assert w.stats().memory_in_use == 0
+
+
+def test_malloc_left_allocated_is_freed_at_close_with_a_warning():
+    with pytest.warns(ResourceWarning):
+        with ChipWorker(config=RunConfig(**SMALL)) as w:
+            w.malloc(4096)
+    gc.collect()
+
+
+def test_current_finds_the_open_worker_of_a_binding():
+    assert ChipWorker.current(platform="sim", device_id=0) is None
+    with ChipWorker(config=RunConfig(platform="a2a3sim", **SMALL)) as w:
+        assert ChipWorker.current(level=2, platform="a5sim", device_id=0, runtime="tensormap_and_ringbuffer") is w
+        assert ChipWorker.current(platform="sim", device_id=1) is None
+        assert ChipWorker.current(level=3, platform="sim") is None
+        with pytest.raises(PtoInvalidStateError, match="enable_sdma"):
+            ChipWorker.current(platform="sim", require_sdma=True)
+        with ChipWorker(config=RunConfig(**SMALL), enable_sdma=True) as inner:
+            assert ChipWorker.current(platform="sim") is inner
+            assert ChipWorker.current(platform="sim", require_sdma=True) is inner
+        assert ChipWorker.current(platform="sim") is w
+    assert ChipWorker.current(platform="sim") is None
+
+
+# -- per-call config= ---------------------------------------------------------------------------------
+
+
+def test_compiled_with_config_reuses_the_open_worker_of_its_binding(add_compiled, ab):
+    a, b = ab
+    cfg = RunConfig(platform="a2a3sim", **SMALL)
+    with ChipWorker(config=cfg) as w:
+        before = w.stats().launches
+        out = poison()
+        assert add_compiled(a, b, out, config=cfg) is out
+        assert w.stats().launches == before + 1  # it ran here, not on a worker of its own
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    out = poison()
+    add_compiled(a, b, out, config=cfg)  # no worker open: one for the call
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+def test_kernel_with_config_runs_and_compiles_with_its_compile_side(ab, tmp_path):
+    a, b = ab
+    cfg = RunConfig(platform="a5sim", dump_passes=True, save_kernels_dir=str(tmp_path / "k"), **SMALL)
+    out = poison()
+    assert add_kernel(a, b, out, config=cfg) is out
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    assert sorted(p.name for p in (tmp_path / "k" / "passes_dump").iterdir())[0] == "00_input.txt"
+    plain = add_kernel.compile(a, b, out)
+    dumped = add_kernel.compile(a, b, out, config=RunConfig(dump_passes=True))
+    assert add_kernel.compile(a, b, out, config=RunConfig(dump_passes=True)) is dumped  # cached
+    assert dumped is not plain  # compile-side fields key the cache
+    assert dumped.platform == "sim" and add_kernel.compile(a, b, out, config=RunConfig(platform="a5sim")).platform == "a5sim"
+
+
+def test_a_per_call_config_that_resizes_the_device_is_refused(add_compiled, ab):
+    a, b = ab
+    with ChipWorker(config=RunConfig(ring_task_window=16, **SMALL)) as w:
+        h = w.register(add_compiled)
+        before = w.stats().commands_submitted
+        with pytest.raises(PtoArgumentError, match="ring_task_window"):
+            h(a, b, poison(), config=RunConfig(ring_task_window=32))
+        with pytest.raises(PtoArgumentError, match="device_id"):
+            h(a, b, poison(), config=RunConfig(device_id=1))
+        assert w.stats().commands_submitted == before
+        # The same sizes, PyPTO's per-level form with the same largest ring, or none: accepted.
+        for cfg in (RunConfig(ring_task_window=16), RunConfig(ring_task_window=[16, 0, 4, 0]), RunConfig()):
+            out = poison()
+            assert h(a, b, out, config=cfg) is out
+            torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+def test_a_per_call_config_of_another_platform_is_refused(add_compiled, ab, monkeypatch):
+    from pypto_async import _signature
+    from pypto_async.runtime._call import check_call_config
+
+    monkeypatch.setitem(_signature.PLATFORMS, "b9", "b9")
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        with pytest.raises(PtoPlatformMismatch):
+            check_call_config(w, RunConfig(platform="b9"))
+
+
+# -- CompiledProgram's runtime-side members -------------------------------------------------------------
+
+
+def test_compiled_program_call_shape_members(add_compiled, pair_compiled, ab):
+    a, b = ab
+    assert add_compiled.param_names == ["a", "b", "out"] and add_compiled.output_indices == [2]
+    assert pair_compiled.output_indices == [2, 3] and add_compiled.orchestration_names == []
+    assert add_compiled.runtime_name == "tensormap_and_ringbuffer"
+    orch_args, coerced, return_style = add_compiled.build_orch_args(a, b)
+    assert return_style is True and len(coerced) == 3 and coerced[0] is a and coerced[1] is b
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        w.run(add_compiled, *orch_args)
+    torch.testing.assert_close(coerced[2], a + b, rtol=0, atol=0)  # read the outputs after dispatch
+    out = poison()
+    _, coerced, return_style = add_compiled.build_orch_args(a, b, out)
+    assert return_style is False and coerced[2] is out
+    with pytest.raises(PtoArgumentError, match="takes 3"):
+        add_compiled.build_orch_args(a)
+
+
+def test_build_call_config_precedence(add_compiled, tmp_path):
+    cfg = RunConfig(aicpu_thread_num=3, enable_chip_swimlane=True, ring_heap=[0, 4096, 0, 1024])
+    cc = add_compiled.build_call_config(cfg, dfx_dir=tmp_path)
+    assert (cc.aicpu_thread_num, cc.enable_chip_swimlane, cc.ring_heap, cc.output_prefix) == (3, 4, 4096, str(tmp_path))
+    assert add_compiled.build_call_config(cfg, aicpu_thread_num=5).aicpu_thread_num == 5
+    assert add_compiled.build_call_config().aicpu_thread_num is None and add_compiled.build_call_config().output_prefix is None
+
+
+# -- RunConfig: PyPTO's levels, rings and compile side ---------------------------------------------------
+
+
+def test_run_config_levels_rings_and_compile_side(tmp_path):
+    cfg = RunConfig(enable_chip_swimlane=True, enable_dump_args=True, enable_pmu=2)
+    assert (cfg.enable_chip_swimlane, cfg.enable_dump_args, cfg.enable_pmu) == (4, 1, 2)
+    assert cfg.save_kernels is True and cfg.any_dfx_enabled()  # DFX keeps its outputs, as PyPTO
+    assert not RunConfig().any_dfx_enabled() and RunConfig().save_kernels is False
+    assert RunConfig(enable_chip_swimlane=False).enable_chip_swimlane == 0
+    assert RunConfig(ring_heap=[1024, 0, 0, 8192]).ring_heap == (1024, 0, 0, 8192)
+    assert RunConfig(ring_heap=[1024, 0, 0, 8192])._device_fields()["ring_heap"] == 8192
+    assert "ring_heap" not in RunConfig(ring_heap=None)._device_fields()
+    full = RunConfig(strategy="Default", dump_passes=True, compile_profiling=True,
+                     analyze_auto_scopes_for_deps=True, save_kernels_dir=str(tmp_path))
+    assert full.compile_kwargs() == {"strategy": "Default", "dump_passes": True, "profiling": True,
+                                     "analyze_auto_scopes_for_deps": True, "output_dir": str(tmp_path)}
+    with pytest.raises(PtoNotSupported, match="distributed"):
+        RunConfig(distributed_config=object())
