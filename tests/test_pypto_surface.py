@@ -363,3 +363,74 @@ def test_run_config_levels_rings_and_compile_side(tmp_path):
                                      "analyze_auto_scopes_for_deps": True, "output_dir": str(tmp_path)}
     with pytest.raises(PtoNotSupported, match="distributed"):
         RunConfig(distributed_config=object())
+
+
+# -- ir.compile: PyPTO's options ----------------------------------------------------------------------
+
+
+def test_compile_dump_passes_and_profiling_write_their_files(tmp_path):
+    z = torch.zeros(R, C)
+    program = add_kernel.trace(z, z, z)  # before the passes: each pass is dumped
+    c = ir.compile(program, platform="sim", output_dir=tmp_path, dump_passes=True, profiling=True)
+    dumps = sorted(p.name for p in (tmp_path / "passes_dump").iterdir())
+    assert dumps[0] == "00_input.txt" and len(dumps) >= 3
+    assert "add_kernel" in (tmp_path / "passes_dump" / dumps[-1]).read_text()
+    import json
+
+    profile = json.loads((tmp_path / "report" / "pipeline_profile.json").read_text())
+    assert profile["program"] == "add_kernel" and profile["passes_s"] >= 0 and "cache_hit" in profile
+    assert (tmp_path / "report" / "pipeline_profile.txt").read_text().startswith("compile profile")
+    a, b = torch.randn(R, C), torch.randn(R, C)
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        torch.testing.assert_close(w.run(c, a, b), a + b)
+
+
+def test_compile_accepts_the_inert_options_and_refuses_what_it_cannot_do(tmp_path):
+    z = torch.zeros(R, C)
+    program = add_kernel.lower(z, z, z)
+    plain = ir.compile(program, platform="sim")
+    inert = ir.compile(program, platform="sim", strategy="Default", skip_ptoas=True, verification_level=2,
+                       memory_planner="PTOAS", diagnostic_phase=None, disabled_diagnostics=set(),
+                       analyze_auto_scopes_for_deps=True, enable_pypto_l0c_double_buffer=False,
+                       emit_source_loc=True, dump_ptoas_passes=False, backend_type="sim", distributed_config=None)
+    assert inert.symbol == plain.symbol and inert.output_dir == plain.output_dir  # no effect: the same build
+    with pytest.raises(PtoArgumentError, match="skip_ptoas must be a bool"):
+        ir.compile(program, platform="sim", skip_ptoas="yes")
+    with pytest.raises(PtoArgumentError, match="backend_type"):
+        ir.compile(program, platform="sim", backend_type="Ascend910B")
+    with pytest.raises(PtoNotSupported, match="distributed"):
+        ir.compile(program, platform="sim", distributed_config=object())
+    with pytest.raises(PtoArgumentError, match="unknown options"):
+        ir.compile(program, platform="sim", no_such_option=1)
+
+
+# -- benchmark: BenchmarkStats under PyPTO's names ----------------------------------------------------------
+
+
+def test_benchmark_returns_pypto_stats_with_real_device_times(add_compiled, ab, capsys):
+    from pypto_async.runtime import BenchmarkResult, BenchmarkStats, benchmark
+
+    a, b = ab
+    out = poison()
+    stats = benchmark(add_compiled, (a, b, out), rounds=5, warmup=2, platform="a2a3sim", device_id=0,
+                      config=RunConfig(**SMALL))
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    assert isinstance(stats, BenchmarkStats) and BenchmarkResult is BenchmarkStats
+    assert (stats.rounds, stats.warmup, len(stats.samples), len(stats.host_wall_us)) == (5, 2, 5, 5)
+    assert stats.samples is stats.device_wall_us and all(d > 0 for d in stats.device_wall_us)
+    assert not stats.all_zero_device
+    assert stats.device_wall_us_min <= stats.device_wall_us_median <= stats.device_wall_us_max
+    assert stats.device_us_median == stats.device_wall_us_median == stats.median("device_wall_us")
+    assert stats.device_us_mean == pytest.approx(sum(stats.samples) / 5)
+    assert stats.per_round("device") == list(stats.device_wall_us) == stats.per_round("effective")
+    assert stats.per_round("host") == list(stats.host_wall_us) and stats.per_rank() == {}
+    with pytest.raises(PtoArgumentError, match="metric"):
+        stats.per_round("union")
+    # Each round's device span lies inside its host span's time, and the tree prints both.
+    for inv in stats.invocations:
+        assert 0 < inv.device_wall_us <= inv.host_wall_us
+    stats.print_tree(0)
+    stats.print_mean_tree(spread="both")
+    printed = capsys.readouterr().out
+    assert "launch[0]" in printed and "device_wall [dev]" in printed and "mean of 5 launches" in printed
+    assert "rounds=5, warmup=2" in str(stats)
