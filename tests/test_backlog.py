@@ -298,7 +298,8 @@ def test_cancel_after_completion_or_close_is_false(kernels, config):
     w = ChipWorker(config)
     inc = w.register(kernels.get("inc", N))
     t = w.alloc_tensor(N, np.float32, init=rand())
-    done = inc(t)
+    done = inc.submit(t)
+    done.sync(timeout=10)
     assert done.cancel() is False and done.exception() is None
     t.free()
     w.close()

@@ -116,7 +116,7 @@ def test_sync_mode_blocks_the_thread_until_memory_frees(kernels):
 
             releaser = threading.Thread(target=release_once_waiting)
             releaser.start()
-            assert add(a2, b2, o2, stream=other).result() is o2  # blocks until the first one freed them
+            assert add(a2, b2, o2, stream=other) is o2  # blocks until the first one freed them
             releaser.join()
         assert first.sync(timeout=10) is o1
         np.testing.assert_array_equal(o1, a1 + b1)

@@ -290,7 +290,9 @@ def test_use_stream_of_a_stream_closed_inside_the_block_refuses_work(worker, ker
     s = worker.stream()
     t = worker.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
     with worker.use_stream(s):
-        assert inc.submit(t).stream is s
+        launch = inc.submit(t)
+        assert launch.stream is s
+        launch.sync(timeout=10)
         s.close()
         with pytest.raises(PtoClosedError, match="closed"):
             inc(t)

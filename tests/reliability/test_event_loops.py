@@ -216,11 +216,11 @@ async def test_a_sync_mode_worker_used_in_a_coroutine_warns_once(rel_config, rel
         x = rand()
         x0 = x.copy()
         with pytest.warns(RuntimeWarning, match=r"sync mode.*block.*event loop.*await worker\.open\(\)") as rec:
-            await inc(x)
+            inc(x)  # sync mode: returns the outputs once done, blocking the loop
         assert len(rec) == 1 and rec[0].filename == __file__  # it points at the caller
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            await inc(x)  # once per worker
+            inc(x)  # once per worker
             w.default_stream.sync()
         np.testing.assert_array_equal(x, x0 + 1 + 1)  # float32, step by step
     finally:
