@@ -136,6 +136,36 @@ static void k_spin(const pto_block *blk, void *const *args)
         pti_cpu_relax();
 }
 
+/* dst[i] = op(dst[i], src[i]) for one element type (pto_driver.h: "reduce"). */
+#define REDUCE(T)                                                                                  \
+    do {                                                                                           \
+        T *d = (T *)dst;                                                                           \
+        const T *s = (const T *)src;                                                               \
+        for (uint64_t i = b; i < e; i++)                                                           \
+            d[i] = op == 0 ? d[i] + s[i] : op == 1 ? (s[i] > d[i] ? s[i] : d[i])                   \
+                                                   : (s[i] < d[i] ? s[i] : d[i]);                  \
+    } while (0)
+
+static void k_reduce(const pto_block *blk, void *const *args)
+{
+    void *dst = args[0];
+    const void *src = args[1];
+    uint64_t op = arg_u64(args, 3), dtype = arg_u64(args, 4);
+    uint64_t b, e;
+    chunk(blk, arg_u64(args, 2), &b, &e);
+    if (op > 2 || dtype > 3) {
+        blk->fail(blk, PTO_EINVAL, "builtin kernel 'reduce': op or dtype out of range");
+        return;
+    }
+    switch (dtype) {
+    case 0: REDUCE(float); break;
+    case 1: REDUCE(double); break;
+    case 2: REDUCE(int32_t); break;
+    default: REDUCE(int64_t); break;
+    }
+}
+#undef REDUCE
+
 static void k_fail(const pto_block *blk, void *const *args)
 {
     int code = (int)arg_u64(args, 0);
@@ -148,6 +178,7 @@ static const struct {
 } builtins[] = {
     {"noop", k_noop},     {"fill_f32", k_fill_f32}, {"add_f32", k_add_f32},
     {"axpy_f32", k_axpy_f32}, {"spin", k_spin},     {"fail", k_fail},
+    {"reduce", k_reduce},
 };
 
 static int sim_kernel_builtin(const char *name, pto_kernel_fn *fn)
@@ -160,7 +191,7 @@ static int sim_kernel_builtin(const char *name, pto_kernel_fn *fn)
     }
     return pti_error(PTO_EINVAL,
                      "pto_kernel_builtin: unknown kernel '%s' (noop, fill_f32, add_f32, axpy_f32, "
-                     "spin, fail)", name);
+                     "spin, fail, reduce)", name);
 }
 
 /* ---- devices: PYPTO_ASYNC_SIM_DEVICES of them, 8 by default ---------------------- */

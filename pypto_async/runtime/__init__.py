@@ -11,6 +11,7 @@ from ._config import RunConfig
 from ._context import current_worker
 from ._dispatch import dispatch
 from ._capture import CapturedEvent, CapturedNode, Capture, GraphInput
+from ._distributed import DistributedLaunch, DistributedWorker, StackedDeviceTensor
 from ._peer import device_count
 from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
@@ -30,6 +31,9 @@ __all__ = [
     "RunConfig",
     "dispatch",
     "device_count",
+    "DistributedWorker",
+    "DistributedLaunch",
+    "StackedDeviceTensor",
     "current_worker",
     *_worker_all,
     *_stream_all,

@@ -27,9 +27,10 @@ later use of the destination reads the copied bytes, and a later write of
 the source does not overwrite what the copy still reads.
 
 That is stream-level ordering: coarser than per-tensor hazard tracking
-(:mod:`._hazards`, where present), which may replace :func:`_before` and
-:func:`_after` (the two seams: what the copy waits for, what waits for the
-copy) with the tensors' own last writer and readers.
+(:mod:`._hazards`, where present), which may replace :func:`order_before`
+and :func:`order_after` (the two seams: what the copy waits for, what
+waits for the copy; the collectives of :mod:`._distributed` use them too)
+with the tensors' own last writer and readers.
 
 Two workers' locks are never held at once: each step takes the lock of the
 worker whose stream it queues on, one after the other.  An event that has
@@ -50,7 +51,7 @@ from ._launch import Launch
 from ._stream import Stream, task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["device_count", "is_peer_copy", "copy", "wait"]
+__all__ = ["device_count", "is_peer_copy", "copy", "wait", "order_before", "order_after", "enter"]
 
 
 def device_count(platform: str = "sim") -> int:
@@ -92,7 +93,7 @@ def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
     stream = _copy_stream(dst, src, stream)
     owner = stream._worker
     nbytes = dst._nbytes
-    _before(stream, dst, src)
+    order_before(stream, reads=(src,), writes=(dst,))
     sp = stream._ptr
     args = (sp, dst._worker._dev, dst._ptr, src._worker._dev, src._ptr, nbytes)
     name = (f"copy peer ({nbytes} bytes, device {src._worker.device_id} -> "
@@ -104,8 +105,8 @@ def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
         launch = queue_one(owner, stream, lib.pto_stream_copy_peer, args, name, (dst, src), dst)
         dst._init = launch  # a full overwrite: the tensor is as good as this copy
         done = stream._record_locked()
-        _enter(done)
-    _after(stream, done, dst, src)
+        enter(done)
+    order_after(stream, done, (dst, src))
     return finish_sync(owner, launch)
 
 
@@ -145,10 +146,15 @@ def _users(t: DeviceTensor, skip: Stream) -> list[Stream]:
     return [s for s in list(t._streams) if s is not skip]
 
 
-def _before(stream: Stream, dst: DeviceTensor, src: DeviceTensor) -> None:
-    """Make `stream` wait for the work queued so far on every other stream that used `dst` or `src`."""
+def order_before(stream: Stream, reads=(), writes=()) -> None:
+    """Make `stream` wait for the work queued so far on every other stream that used these tensors.
+
+    The waits on users of `reads` carry their failures (a failed writer
+    fails what `stream` queues next, as its dependent); those on users of
+    `writes` only order.
+    """
     points = []
-    for t, ordering in ((src, False), (dst, True)):
+    for t, ordering in [(t, False) for t in reads] + [(t, True) for t in writes]:
         users = _users(t, stream)
         if not users:
             continue
@@ -159,7 +165,7 @@ def _before(stream: Stream, dst: DeviceTensor, src: DeviceTensor) -> None:
                 else:
                     event = user._record_locked(ordering=ordering)
                 if event is not None:
-                    _enter(event)
+                    enter(event)
                     points.append(event)
     if points:
         with stream._worker._lock:
@@ -167,9 +173,9 @@ def _before(stream: Stream, dst: DeviceTensor, src: DeviceTensor) -> None:
                 stream._wait_locked(event)
 
 
-def _after(stream: Stream, done: Event, dst: DeviceTensor, src: DeviceTensor) -> None:
-    """Order the later uses of `dst` and `src`, on every stream of theirs but `stream`, after `done`."""
-    for t in (dst, src):
+def order_after(stream: Stream, done: Event, tensors) -> None:
+    """Order the later uses of `tensors`, on every stream of theirs but `stream`, after `done`."""
+    for t in tensors:
         users = [s for s in _users(t, stream) if not s._closed]
         with t._worker._lock:
             for user in users:
@@ -178,7 +184,7 @@ def _after(stream: Stream, done: Event, dst: DeviceTensor, src: DeviceTensor) ->
                 t._ready = done  # a stream of t's worker that uses t first joins here
 
 
-def _enter(event: Event) -> None:
+def enter(event: Event) -> None:
     """Make `event` count as entered for waits of any device (its worker's lock held).
 
     An event whose record still waits in its stream's host FIFO is reserved
@@ -213,6 +219,6 @@ def wait(stream: Stream, what) -> None:
     else:
         event = what
     with other._lock:
-        _enter(event)
+        enter(event)
     with stream._worker._lock:
         stream._wait_locked(event)

@@ -1,0 +1,365 @@
+"""Several devices as one: StackedDeviceTensor, DistributedWorker, collectives.
+
+Every result is checked against numpy on random data (outputs poisoned
+first); ordering and back-pressure are made deterministic with latches.
+"""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+from conftest import SMALL
+from pypto_async.errors import (
+    PtoArgumentError,
+    PtoCopyFault,
+    PtoDependencyError,
+    PtoError,
+    PtoNotSupported,
+)
+from pypto_async.runtime import (
+    ChipWorker,
+    DistributedLaunch,
+    DistributedWorker,
+    RunConfig,
+    StackedDeviceTensor,
+)
+from pypto_async.testing import fail_next, hold
+
+N = 1024
+CFG = RunConfig(**SMALL)
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-1000, 1000, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def poison(shape, dtype=np.float32):
+    return np.full(shape, -7777, dtype)
+
+
+def read(dw, t) -> np.ndarray:
+    out = poison(t.full_shape, t.dtype.np_storage)
+    dw.copy_stacked_from(t, out)
+    return out
+
+
+# -- StackedDeviceTensor ------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair():
+    with DistributedWorker([0, 1], CFG) as dw:
+        yield dw
+
+
+def test_stacked_tensor_validation_rules(pair):
+    a, b = pair.workers
+    s0 = a.alloc_tensor((4, 8), np.float32)
+    s1 = b.alloc_tensor((4, 8), np.float32)
+    odd = b.alloc_tensor((4, 9), np.float32)
+    ints = b.alloc_tensor((4, 8), np.int32)
+    rules = [
+        (([s0, s1], (2,), (0, 1)), "rank >= 2"),
+        (([], (0, 4, 8), ()), "at least one shard"),
+        (([s0], (2, 4, 8), (0, 1)), "expects 2 shards"),
+        (([s0, s1], (2, 4, 8), (0,)), "expects 2 worker_ids"),
+        (([s0, s1], (2, 4, 8), (1, 1)), "distinct"),
+        (([s0, np.zeros((4, 8))], (2, 4, 8), (0, 1)), "must be a DeviceTensor"),
+        (([s0, odd], (2, 4, 8), (0, 1)), "expected per-shard shape"),
+        (([s0, ints], (2, 4, 8), (0, 1)), "dtype int32 differs"),
+        (([s0, s1], (2, "4", 8), (0, 1)), "must contain ints"),
+    ]
+    for args, match in rules:
+        with pytest.raises(PtoArgumentError, match=match):
+            StackedDeviceTensor(*args)
+    x = StackedDeviceTensor([s0, s1], [2, 4, 8], [0, 1])
+    assert x.full_shape == x.shape == (2, 4, 8) and x.worker_ids == (0, 1) and len(x) == 2
+    assert x[0] is s0 and x[1] is s1
+    assert x[1, ...] is s1 and x[0, :, 0:8] is s0 and x[np.int64(1)] is s1
+    assert x.dtype.np_name == "float32"
+    with pytest.raises(IndexError, match="out of range"):
+        x[2]
+    with pytest.raises(IndexError, match="too many"):
+        x[0, :, :, :]
+    with pytest.raises(PtoArgumentError, match="whole-shard"):
+        x[0, 1:3]
+    with pytest.raises(PtoArgumentError, match="must be int"):
+        x["0"]
+    for t in (s0, s1, odd, ints):
+        t.free()
+
+
+def test_distributed_worker_validation():
+    with pytest.raises(PtoArgumentError, match="at least one"):
+        DistributedWorker([])
+    with pytest.raises(PtoArgumentError, match="distinct"):
+        DistributedWorker([1, 1])
+    with pytest.raises(PtoArgumentError, match="depth"):
+        DistributedWorker([0], depth=0)
+    with pytest.raises(PtoArgumentError, match="out of range"):
+        DistributedWorker([0, 99], CFG)  # the first device is closed again
+
+
+def test_alloc_stacked_tensor_shards_and_validates(pair, kernels):
+    host = rand((2, 4, 8))
+    t = pair.alloc_stacked_tensor(host)
+    assert t.worker_ids == (0, 1) and t.full_shape == (2, 4, 8)
+    assert t[0].worker is pair.workers[0] and t[1].worker is pair.workers[1]
+    np.testing.assert_array_equal(read(pair, t), host)
+    swapped = pair.alloc_stacked_tensor(host, worker_ids=[1, 0])
+    assert swapped[0].worker is pair.workers[1]
+    np.testing.assert_array_equal(read(pair, swapped), host)
+    torch = pytest.importorskip("torch")
+    tt = pair.alloc_stacked_tensor(torch.from_numpy(host))
+    np.testing.assert_array_equal(read(pair, tt), host)
+    for bad, match in [(np.zeros(4, np.float32), "rank >= 2"), (np.zeros((0, 4), np.float32), "at least one")]:
+        with pytest.raises(PtoArgumentError, match=match):
+            pair.alloc_stacked_tensor(bad)
+    for ids, match in [([0], "1 entries"), ([0, 0], "distinct"), ([0, 2], "out of range")]:
+        with pytest.raises(PtoArgumentError, match=match):
+            pair.alloc_stacked_tensor(host, worker_ids=ids)
+    with pytest.raises(PtoArgumentError, match="does not match"):
+        pair.copy_stacked_from(t, np.empty((2, 4, 9), np.float32))
+    for x in (t, swapped, tt):
+        pair.free_stacked_tensor(x)
+        pair.free_stacked_tensor(x)  # idempotent
+        assert all(s.freed for s in x.shards)
+
+
+# -- run and submit ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_run_on_every_device_equals_numpy(kernels, n):
+    with DistributedWorker(range(n), CFG) as dw:
+        add = dw.register(kernels.get("add", N))
+        x = rand((n, N), seed=1)
+        y = rand(N, seed=2)  # a host input: the same array on every device
+        xs = dw.alloc_stacked_tensor(x)
+        out = dw.alloc_stacked_tensor(poison((n, N)))
+        done = add(xs, y, out)
+        assert isinstance(done, DistributedLaunch) and done.done()
+        np.testing.assert_array_equal(read(dw, out), x + y)
+        dw.run(kernels.get("add", N), out, xs, out)  # the one-shot form, shards as outputs too
+        np.testing.assert_array_equal(read(dw, out), (x + y) + x)
+        dw.free_stacked_tensor(xs)
+        dw.free_stacked_tensor(out)
+
+
+def test_run_refuses_arguments_that_do_not_fit_before_queueing(pair, kernels):
+    add = pair.register(kernels.get("add", N))
+    xs = pair.alloc_stacked_tensor(rand((2, N)))
+    one = pair.alloc_stacked_tensor(rand((1, N)))  # a shard on worker 0 only
+    with pytest.raises(PtoArgumentError, match="every device would write"):
+        add(xs, xs, np.empty(N, np.float32))
+    with pytest.raises(PtoArgumentError, match="StackedDeviceTensor"):
+        add(xs, xs, xs[0])
+    with pytest.raises(PtoArgumentError, match="no shard on worker 1"):
+        add(xs, one, xs)
+    with DistributedWorker([2, 3], CFG) as other:
+        foreign = other.alloc_stacked_tensor(rand((2, N)))
+        with pytest.raises(PtoArgumentError, match="does not live on worker"):
+            add(xs, foreign, xs)
+        other.free_stacked_tensor(foreign)
+    assert all(w.stats().launches == 0 for w in pair.workers)
+    add(xs, xs, xs)  # still working
+    pair.free_stacked_tensor(xs)
+    pair.free_stacked_tensor(one)
+
+
+def test_sync_submit_keeps_at_most_depth_in_flight(kernels):
+    with DistributedWorker([0, 1], CFG, depth=2) as dw:
+        add = dw.register(kernels.get("add", N))
+        x = rand((2, N))
+        xs = dw.alloc_stacked_tensor(x)
+        outs = [dw.alloc_stacked_tensor(poison((2, N))) for _ in range(4)]
+        subs = []
+        for i, out in enumerate(outs):
+            subs.append(add.submit(xs, np.full(N, i, np.float32), out))
+            # The call returned with at most `depth` dispatches not yet done.
+            assert sum(not s.done() for s in subs) <= 2
+        for i, (s, out) in enumerate(zip(subs, outs)):
+            s.sync()
+            np.testing.assert_array_equal(read(dw, out), x + i)
+            dw.free_stacked_tensor(out)
+        dw.free_stacked_tensor(xs)
+
+
+@pytest.mark.anyio
+async def test_async_submit_is_back_pressure_not_a_blocked_loop(kernels):
+    async with DistributedWorker([0, 1], CFG, depth=2) as dw:
+        add = dw.register(kernels.get("add", N))
+        x = rand((2, N))
+        xs = dw.alloc_stacked_tensor(x)
+        outs = [dw.alloc_stacked_tensor(poison((2, N))) for _ in range(3)]
+        third = None
+        with hold(dw.workers[0].default_stream) as l0, hold(dw.workers[1].default_stream) as l1:
+            first = await add.submit(xs, np.zeros(N, np.float32), outs[0])
+            second = await add.submit(xs, np.ones(N, np.float32), outs[1])
+
+            async def submit_third():
+                nonlocal third
+                third = await add.submit(xs, np.full(N, 2, np.float32), outs[2])
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(submit_third)
+                # The loop runs on while the third waits: other device work completes.
+                await dw.workers[0].stream().record()
+                await dw.workers[1].stream().record()
+                assert third is None and not first.done()
+                l0.release()
+                l1.release()
+            assert first.done() and third is not None
+        for i, launch in enumerate((first, second, third)):
+            await launch
+            np.testing.assert_array_equal(await _aread(dw, outs[i]), x + i)
+        for t in (xs, *outs):
+            dw.free_stacked_tensor(t)
+
+
+async def _aread(dw, t) -> np.ndarray:
+    out = poison(t.full_shape, t.dtype.np_storage)
+    await dw.copy_stacked_from(t, out)
+    return out
+
+
+# -- collectives -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_all_reduce_equals_numpy(n, dtype):
+    with DistributedWorker(range(n), CFG) as dw:
+        host = rand((n, 37, 11), dtype, seed=n)  # 407 elements: chunks of unequal size
+        for op, ref in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+            t = dw.alloc_stacked_tensor(host)
+            out = dw.alloc_stacked_tensor(poison(host.shape, dtype))
+            assert dw.all_reduce(t, op, out=out) is out
+            want = np.broadcast_to(ref(host, axis=0), host.shape)
+            np.testing.assert_allclose(read(dw, out), want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(read(dw, t), host)  # out= leaves t alone
+            assert dw.all_reduce(t, op) is t  # in place
+            np.testing.assert_allclose(read(dw, t), want, rtol=1e-5, atol=1e-6)
+            dw.free_stacked_tensor(t)
+            dw.free_stacked_tensor(out)
+
+
+def test_all_reduce_of_fewer_elements_than_devices():
+    with DistributedWorker(range(4), CFG) as dw:
+        host = rand((4, 1, 2))  # two elements over four ranks: empty chunks
+        t = dw.alloc_stacked_tensor(host)
+        dw.all_reduce(t)
+        np.testing.assert_allclose(read(dw, t), np.broadcast_to(host.sum(0), host.shape), rtol=1e-5, atol=1e-6)
+        dw.free_stacked_tensor(t)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_all_gather_and_broadcast_equal_numpy(n):
+    with DistributedWorker(range(n), CFG) as dw:
+        host = rand((n, 64, 3), np.float64, seed=10 + n)
+        t = dw.alloc_stacked_tensor(host)
+        g = dw.all_gather(t)
+        assert g.full_shape == (n, n, 64, 3) and g.worker_ids == t.worker_ids
+        got = read(dw, g)
+        for i in range(n):
+            np.testing.assert_array_equal(got[i], host)
+        for root in range(n):
+            u = dw.alloc_stacked_tensor(host)
+            assert dw.broadcast(u, root) is u
+            np.testing.assert_array_equal(read(dw, u), np.broadcast_to(host[root], host.shape))
+            dw.free_stacked_tensor(u)
+        dw.free_stacked_tensor(g)
+        dw.free_stacked_tensor(t)
+
+
+def test_collectives_on_a_permuted_subset_of_workers():
+    with DistributedWorker(range(4), CFG) as dw:
+        host = rand((3, 50))
+        t = dw.alloc_stacked_tensor(host, worker_ids=[3, 0, 2])
+        dw.all_reduce(t, "max")
+        np.testing.assert_array_equal(read(dw, t), np.broadcast_to(host.max(0), host.shape))
+        dw.free_stacked_tensor(t)
+
+
+def test_collective_argument_errors(pair):
+    t = pair.alloc_stacked_tensor(rand((2, 8)))
+    half = pair.alloc_stacked_tensor(rand((2, 8)).astype(np.float16))
+    other = pair.alloc_stacked_tensor(rand((2, 9)))
+    with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min'"):
+        pair.all_reduce(t, "prod")
+    with pytest.raises(PtoNotSupported, match="float16"):
+        pair.all_reduce(half)
+    with pytest.raises(PtoArgumentError, match="full_shape"):
+        pair.all_reduce(t, out=other)
+    with pytest.raises(PtoArgumentError, match="root"):
+        pair.broadcast(t, 2)
+    with pytest.raises(PtoArgumentError, match="StackedDeviceTensor"):
+        pair.all_gather(t[0])
+    np.testing.assert_array_equal(read(pair, t), read(pair, t))  # nothing was queued on t
+    for x in (t, half, other):
+        pair.free_stacked_tensor(x)
+
+
+def test_a_failure_fails_the_collective_and_the_worker_goes_on(pair):
+    host = rand((2, 256))
+    t = pair.alloc_stacked_tensor(host)
+    read(pair, t)  # uploads done
+    fail_next(pair.workers[1].default_stream, PtoCopyFault)
+    with pytest.raises((PtoCopyFault, PtoDependencyError)):
+        pair.all_reduce(t)
+    u = pair.alloc_stacked_tensor(host)
+    pair.all_reduce(u)
+    np.testing.assert_allclose(read(pair, u), np.broadcast_to(host.sum(0), host.shape), rtol=1e-5, atol=1e-6)
+    pair.free_stacked_tensor(t)
+    pair.free_stacked_tensor(u)
+
+
+@pytest.mark.anyio
+async def test_collectives_in_async_mode_wait_for_the_shards_writers(kernels):
+    n = 3
+    async with DistributedWorker(range(n), CFG) as dw:
+        inc = [w.register(kernels.get("inc", N)) for w in dw.workers]
+        host = rand((n, N), seed=5)
+        t = dw.alloc_stacked_tensor(host)
+        side = dw.workers[1].stream()
+        with hold(side) as latch:
+            writer = inc[1](t[1], stream=side)  # a held writer of shard 1, on another stream
+            pending = dw.all_reduce(t)
+            assert isinstance(pending, DistributedLaunch)
+            await dw.workers[0].stream().record()
+            assert not pending.done() and not writer.done()
+            latch.release()
+            assert await pending is t
+        want = host.sum(0) + 1  # the writer's increment is in: the ring waited for it
+        np.testing.assert_allclose(await _aread(dw, t), np.broadcast_to(want, host.shape), rtol=1e-5, atol=1e-6)
+        g = await dw.all_gather(t)
+        got = await _aread(dw, g)
+        for i in range(n):
+            np.testing.assert_allclose(got[i], np.broadcast_to(want, host.shape), rtol=1e-5, atol=1e-6)
+        await dw.broadcast(t, 2)
+        # Later work on a shard's other stream waits for the collective.
+        later = inc[0](t[0], stream=dw.workers[0].stream())
+        await later
+        got = await _aread(dw, t)
+        np.testing.assert_allclose(got[0], want + 1, rtol=1e-5, atol=1e-6)
+        for x in (t, g):
+            dw.free_stacked_tensor(x)
+
+
+def test_lifecycle():
+    dw = DistributedWorker([4, 6], CFG)
+    assert [w.device_id for w in dw.workers] == [4, 6] and dw.device_ids == (4, 6) and dw.depth == 2
+    assert not dw.is_closed and "DistributedWorker" in repr(dw)
+    dw.close()
+    dw.close()
+    assert dw.is_closed and all(w.is_closed for w in dw.workers)
+    with pytest.raises(PtoError):
+        dw.alloc_stacked_tensor(rand((2, 4)))
+    with DistributedWorker([0], CFG) as one:
+        assert isinstance(one.workers[0], ChipWorker)
+    assert one.is_closed
