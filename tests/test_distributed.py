@@ -363,3 +363,21 @@ def test_lifecycle():
     with DistributedWorker([0], CFG) as one:
         assert isinstance(one.workers[0], ChipWorker)
     assert one.is_closed
+
+
+def test_bench_devices_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_devices.py: its rounds check their results against
+    # numpy; the figures are for the README, not asserted here.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "devices.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_devices.py"), "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["copies"]["peer_gbps"] > 0 and result["all_reduce"]["bus_gbps"] > 0
+    assert [r["unit"] for r in result["rows"]] == ["GB/s", "GB/s", "ms"]

@@ -23,6 +23,7 @@ EXAMPLES = [
     ("kv_cache.py", ["--steps", "4"], "scores and the final cache verified"),
     ("program.py", [], "8 tasks, 4 edges, one launch: OK"),
     ("graph_step.py", ["--steps", "5", "--layers", "16"], "eager and replayed steps match numpy: OK"),
+    ("two_devices.py", ["--batches", "4"], "4 batches through two devices with a peer copy between the stages: OK"),
 ]
 
 
