@@ -644,3 +644,15 @@ async def test_a_replay_behind_a_launch_waiting_for_memory_waits_in_order(kernel
         np.testing.assert_array_equal(await xd.to_host(), np.ones(N, np.float32))
         g.close()
         xd.free()
+
+
+def test_a_worker_closed_inside_the_capture_leaves_no_graph(config, kernels):
+    w = ChipWorker(config)
+    inc = w.register(kernels.get("inc"))
+    with pytest.raises(PtoClosedError):
+        with w.capture(name="orphan") as cap:
+            x = cap.input("x", N, np.float32)
+            inc(x)
+            w.close()
+    with pytest.raises(PtoCaptureError, match="discarded"):
+        cap.graph

@@ -282,6 +282,7 @@ class Capture:
         from ._graph import Graph
 
         try:
+            worker._check_open()  # closed inside the block: nothing to build on
             self._check_joined()
             self._graph = Graph._build(self)
         except BaseException:
