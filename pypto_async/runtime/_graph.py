@@ -436,7 +436,7 @@ class Graph:
         for prefix in ("a queued command: ",):
             if text.startswith(prefix):
                 text = text[len(prefix):]
-        new = type(cause)(f"{self._label} failed at {where}: {text}")
+        new = type(cause)(f"{self._label} failed at {where}: {text}", status=getattr(cause, "status", None))
         new.__cause__ = exc
         new.cause_token = ct
         return new

@@ -16,6 +16,7 @@ from ._trace import Trace, TraceRecord
 __all__ = ["read_records", "device_shape", "TraceCapture", "TraceRecorder"]
 
 _READ_BATCH = 4096
+_KEEP_TAGS = 65536  # graph replays remembered for naming their records (the driver keeps 65536 records)
 
 
 def read_records(dev) -> list[TraceRecord]:
@@ -149,8 +150,11 @@ class TraceRecorder:
 
     def _drain_locked(self) -> int:
         records = read_records(self._dev)
-        if self.graph_tags:
-            records = _tag_graphs(records, self.graph_tags)
+        tags = self.graph_tags
+        if tags:
+            records = _tag_graphs(records, tags)
+            if len(tags) > _KEEP_TAGS:  # a worker-long trace: what is this old was read or dropped
+                del tags[:len(tags) - _KEEP_TAGS]
         for cap in self._captures:
             cap._records.extend(records)
         return len(records)
