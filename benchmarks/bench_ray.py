@@ -89,11 +89,10 @@ async def _time_calls(method, args, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-async def bench_run(rounds: int, calls: int, cfg) -> dict:
+async def bench_run(chip, bare, rounds: int, calls: int) -> dict:
     add, _ = _kernels(RUN_SHAPE)
     rng = np.random.default_rng(0)
     x, w = (rng.standard_normal(RUN_SHAPE).astype(np.float32) for _ in range(2))
-    chip, bare = ChipActor.options(num_cpus=0).remote(cfg), Bare.remote()
     key = await chip.register.remote(add)
     w_ref = await chip.put.remote(w)
     np.testing.assert_allclose(await chip.run.remote(key, x, w_ref, None), x + w, rtol=1e-6)
@@ -104,20 +103,17 @@ async def bench_run(rounds: int, calls: int, cfg) -> dict:
         chip_s.append(await _time_calls(chip.run, (key, x, w_ref, None), calls))
         bare_s.append(await _time_calls(bare.run, (key, x, w_ref, None), calls))
     np.testing.assert_allclose(await chip.run.remote(key, x, w_ref, None), x + w, rtol=1e-6)
-    await chip.close.remote()
-    for actor in (chip, bare):
-        ray.kill(actor)
+    await chip.free.remote(w_ref)
     c, b = statistics.median(chip_s) * 1e6, statistics.median(bare_s) * 1e6
     return {"chip_us": c, "bare_us": b, "ratio": c / b}
 
 
-async def bench_pipeline(rounds: int, batches: int, cfg) -> dict:
+async def bench_pipeline(one, two, rounds: int, batches: int) -> dict:
     add, mul = _kernels(PIPE_SHAPE)
     rng = np.random.default_rng(1)
     w, b = (rng.standard_normal(PIPE_SHAPE).astype(np.float32) for _ in range(2))
     xs = [rng.standard_normal(PIPE_SHAPE).astype(np.float32) for _ in range(batches)]
     want = [x * w + b for x in xs]
-    one, two = (ChipActor.options(num_cpus=0).remote(cfg) for _ in range(2))
     k1, k2 = await one.register.remote(mul), await two.register.remote(add)
     w_ref, b_ref = await one.put.remote(w), await two.put.remote(b)
     stages = [(one, k1, (w_ref, None)), (two, k2, (b_ref, None))]
@@ -136,11 +132,23 @@ async def bench_pipeline(rounds: int, batches: int, cfg) -> dict:
     for _ in range(rounds):
         deep.append(await rate(4))
         flat.append(await rate(1))
-    for actor in (one, two):
-        await actor.close.remote()
-        ray.kill(actor)
     d, f = statistics.median(deep), statistics.median(flat)
     return {"depth4_per_s": d, "depth1_per_s": f, "ratio": d / f}
+
+
+async def bench_all(rounds: int, calls: int, batches: int) -> tuple[dict, dict]:
+    cfg = RunConfig(platform="sim", cores=2)
+    one, two = (ChipActor.options(num_cpus=0).remote(cfg) for _ in range(2))
+    bare = Bare.remote()
+    try:
+        run = await bench_run(one, bare, rounds, calls)
+        pipe = await bench_pipeline(one, two, rounds, batches)
+    finally:
+        for actor in (one, two):
+            await actor.close.remote()
+        for actor in (one, two, bare):
+            ray.kill(actor)
+    return run, pipe
 
 
 def rows(run: dict, pipe: dict) -> list[dict]:
@@ -161,14 +169,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--address", help="join this Ray cluster instead of starting one")
     args = parser.parse_args(argv)
     rounds, calls, batches = (3, 20, 16) if args.quick else (9, 100, 48)
-    cfg = RunConfig(platform="sim", cores=2)
     if args.address:
         ray.init(address=args.address)
     else:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 << 20)
     try:
-        run = asyncio.run(bench_run(rounds, calls, cfg))
-        pipe = asyncio.run(bench_pipeline(rounds, batches, cfg))
+        run, pipe = asyncio.run(bench_all(rounds, calls, batches))
     finally:
         ray.shutdown()
     result = {"run": run, "pipeline": pipe, "rows": rows(run, pipe), "quick": args.quick}
