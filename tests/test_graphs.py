@@ -656,3 +656,25 @@ def test_a_worker_closed_inside_the_capture_leaves_no_graph(config, kernels):
             w.close()
     with pytest.raises(PtoCaptureError, match="discarded"):
         cap.graph
+
+
+def test_torch_inputs_and_bindings_and_a_replay_on_a_new_stream(worker, k):
+    torch = pytest.importorskip("torch")
+    born = worker.stream()
+    w_h = rand()
+    weight = worker.alloc_tensor(N, torch.float32, init=torch.from_numpy(w_h), stream=born)
+    with worker.capture(name="torch") as cap:
+        x = cap.input("x", N, torch.float32)
+        y = cap.input("y", (N,), np.float32)
+        k["add"](x, weight, y)
+    g = cap.graph
+    assert g.inputs[0].shape == (N,) and g.inputs[0].dtype.np_name == "float32"
+    x_h = torch.from_numpy(rand())
+    y_h = torch.full((N,), float(POISON))
+    elsewhere = worker.stream()  # neither the capture's stream nor the weight's: it joins both first
+    g.replay(x=x_h, y=y_h, stream=elsewhere)
+    np.testing.assert_array_equal(y_h.numpy(), x_h.numpy() + w_h)
+    with pytest.raises(PtoArgumentError, match="expected dtype float32"):
+        g.replay(x=x_h.double(), y=y_h)
+    g.close()
+    weight.free()
