@@ -266,7 +266,13 @@ def test_a_stream_outside_the_capture_is_refused(worker, k):
         x = cap.input("x", N, np.float32)
         with pytest.raises(PtoCaptureError, match=f"stream {other.id} is not part of the capture"):
             k["inc"](x, stream=other)
-        k["inc"](x)
+        node = k["inc"](x)
+    with pytest.raises(PtoCaptureError, match="has ended"):
+        node.event
+    with pytest.raises(PtoCaptureError, match="declare inputs inside"):
+        cap.input("late", N, np.float32)
+    with pytest.raises(PtoArgumentError, match="not CapturedNode"):
+        other.wait(node)
     cap.graph.close()
 
 

@@ -129,8 +129,11 @@ class CapturedNode:
 
     @property
     def event(self) -> CapturedEvent:
-        """A captured event right after this node on its stream."""
+        """A captured event right after this node on its stream (while the capture is open)."""
         if self._event is None:
+            if not self._cap._open:
+                raise PtoCaptureError(f"node {self._index} ({self._name}): capture {self._cap.name!r} has "
+                                      "ended; its graph replays as a whole")
             self._event = self._cap._event_after(self)
         return self._event
 
