@@ -668,8 +668,9 @@ int pto_graph_input_staged(const pto_graph *g, uint32_t input);
  * when the replay began (a failure observed meanwhile does not let the rest
  * of the replay run on its results).  Replays of one graph run one after
  * another: a replay whose origin stream differs from the previous replay's
- * first waits on the device for that one.  Returns 0 once the replay's last
- * command is in the ring, PTO_QUEUED when some wait in the overflow.  A
+ * first waits on the device for that one.  Returns 0 if the replay's last
+ * command (on the origin) went into its ring, PTO_QUEUED if it waits in the
+ * overflow (commands of other streams may wait in theirs either way).  A
  * device lost or closing part way returns its error; what was queued runs
  * or is canceled, and no record with token comes.
  */
