@@ -29,6 +29,8 @@ handle:
 * :class:`PtoInvalidStateError` — the object's state does not allow the call
   (a launch's result before it finished, a sync-mode worker awaited, a worker
   used in a forked child).
+* :class:`PtoCaptureError` — inside ``w.capture()``, a call that would wait
+  for captured work (or use a host array directly); a fork not joined back.
 * :class:`PtoCanceledError` — the command was dropped before it ran (the
   worker closed under it).
 * :class:`PtoLoadError` — a kernel library or its symbol could not be loaded.
@@ -58,6 +60,7 @@ __all__ = [
     "PtoTensorFreedError",
     "PtoTimeout",
     "PtoInvalidStateError",
+    "PtoCaptureError",
     "PtoCanceledError",
     "PtoLoadError",
     "PtoCompileError",

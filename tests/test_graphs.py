@@ -237,6 +237,9 @@ async def test_every_forbidden_call_raises_at_its_call_site_and_the_capture_goes
 
 
 def test_a_fork_not_joined_back_is_an_error_naming_the_stream(worker, k):
+    import pypto_async
+
+    assert pypto_async.PtoCaptureError is PtoCaptureError and issubclass(PtoCaptureError, pypto_async.PtoError)
     s2 = worker.stream()
     with pytest.raises(PtoCaptureError, match=f"stream {s2.id} was forked into the capture and not joined"):
         with worker.capture(name="fork") as cap:
