@@ -434,3 +434,73 @@ def test_benchmark_returns_pypto_stats_with_real_device_times(add_compiled, ab, 
     printed = capsys.readouterr().out
     assert "launch[0]" in printed and "device_wall [dev]" in printed and "mean of 5 launches" in printed
     assert "rounds=5, warmup=2" in str(stats)
+
+
+# -- DFX per call: dfx_outputs/ with PyPTO's names ---------------------------------------------------------
+
+
+def test_per_call_dfx_writes_dfx_outputs(add_compiled, ab, tmp_path):
+    import json
+
+    from pypto_async.runtime._dfx import dfx_dir
+
+    a, b = ab
+    cfg = RunConfig(platform="a2a3sim", enable_chip_swimlane=True, enable_dump_args=2, enable_dep_gen=True,
+                    enable_scope_stats=True, enable_pmu=2, save_kernels_dir=str(tmp_path), **SMALL)
+    out = poison()
+    with ChipWorker(config=RunConfig(platform="a2a3sim", **SMALL)) as w:
+        h = w.register(add_compiled)
+        assert h(a, b, out, config=cfg) is out
+        c = h(a, b, config=cfg)  # return style, a second call into the same directory
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+    d = dfx_dir(add_compiled, cfg)
+    assert d == tmp_path / "dfx_outputs"
+    # args_dump: what each launch read before it ran and what it wrote, byte for byte.
+    manifest = json.loads((d / "args_dump" / "args_dump.json").read_text())
+    assert manifest["level"] == 2 and manifest["program"] == add_compiled.name
+    first = manifest["entries"][0]["call"]
+    mine = {(e["param"], e["stage"]): e for e in manifest["entries"] if e["call"] == first}
+    assert set(mine) == {("a", "before"), ("b", "before"), ("out", "after")}
+    read = lambda e: torch.from_numpy(np.frombuffer((d / "args_dump" / e["file"]).read_bytes(), np.float32).reshape(R, C).copy())
+    torch.testing.assert_close(read(mine[("a", "before")]), a, rtol=0, atol=0)
+    torch.testing.assert_close(read(mine[("out", "after")]), a + b, rtol=0, atol=0)
+    assert len({e["call"] for e in manifest["entries"]}) == 2
+    # The swimlane of each call: a Perfetto trace with its launch.
+    traces = sorted(d.glob("merged_swimlane_*.json"))
+    assert len(traces) == 2
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("cat") == "launch") == 1
+    # scope_stats: JSON lines, one per stream per call, with the ring high-water marks.
+    lines = [json.loads(line) for line in (d / "scope_stats" / "scope_stats.jsonl").read_text().splitlines()]
+    assert lines and {line["call"] for line in lines} == {first, first + 1}
+    assert all("program" in line for line in lines)
+    deps = json.loads((d / "deps.json").read_text())
+    assert [t["name"] for t in deps["tasks"]] and deps["program"] == add_compiled.name
+    assert not (d / "pmu.csv").exists()  # the sim's cores have no counters
+
+
+def test_dump_args_level_one_writes_only_the_manifest(add_compiled, ab, tmp_path):
+    import json
+
+    a, b = ab
+    cfg = RunConfig(enable_dump_args=True, save_kernels_dir=str(tmp_path), **SMALL)
+    assert cfg.enable_dump_args == 1
+    out = poison()
+    add_compiled(a, b, out, config=cfg)
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    dump = tmp_path / "dfx_outputs" / "args_dump"
+    assert json.loads((dump / "args_dump.json").read_text())["entries"] == []
+    assert sorted(p.name for p in dump.iterdir()) == ["args_dump.json"]
+
+
+@pytest.mark.anyio
+async def test_per_call_dfx_is_refused_in_async_mode(add_compiled, ab, tmp_path, anyio_backend):
+    a, b = ab
+    async with ChipWorker(config=RunConfig(**SMALL)) as w:
+        before = w.stats().commands_submitted
+        with pytest.raises(PtoNotSupported, match="sync mode"):
+            w.run(add_compiled, a, b, poison(), config=RunConfig(enable_chip_swimlane=1,
+                                                               save_kernels_dir=str(tmp_path)))
+        assert w.stats().commands_submitted == before
+        torch.testing.assert_close(await w.run(add_compiled, a, b), a + b)

@@ -1,0 +1,163 @@
+"""DFX outputs of one call: PyPTO's ``dfx_outputs/`` directory, per call with ``config=``.
+
+A call that carries a per-call config with a DFX switch on
+(``compiled(*args, config=RunConfig(enable_chip_swimlane=True))``, the same
+on ``handle(...)``, ``w.run(...)`` and ``kernel(...)``) writes what it
+collected under :func:`dfx_dir`: ``<base>/dfx_outputs/``, where the base is
+the config's ``save_kernels_dir`` when set, else the program's
+``output_dir`` (its kernel-cache entry when it was compiled without one).
+The names are PyPTO's where the content is the same kind:
+
+``deps.json`` (``enable_dep_gen``)
+    The program's tasks and the edges among them.
+``scope_stats/scope_stats.jsonl`` (``enable_scope_stats``)
+    One JSON line per stream of the worker at the end of the call: its
+    ring high-water marks (task window, heap, dep pool) and back-pressure
+    waits; the simulator's rings are per stream, not per scope.
+``merged_swimlane_<time>.json`` (``enable_chip_swimlane`` >= 1)
+    A Chrome/Perfetto trace of the call's commands (PyPTO's converter
+    writes the same kind of file from its records).  Every level from 1 up
+    records the same here: submit, start and end of each command.
+``args_dump/`` (``enable_dump_args``)
+    ``args_dump.json``, a manifest: one entry per tensor argument dumped,
+    with the call, parameter, direction, stage (``"before"`` for what the
+    launch reads, ``"after"`` for what it wrote), shape, dtype and the file
+    of its raw bytes (C order) beside it.  Level 2 dumps every tensor
+    argument; level 1 only those marked with ``pl.dump_tag``, which this
+    language does not have, so it writes the manifest with no entries.
+
+``enable_pmu`` collects nothing: the simulated cores have no counters.  A
+call with DFX switches runs in sync mode only (it reads tensors back and
+waits for its trace): in async mode it is refused before anything is
+queued; use the worker's own config for whole-life traces there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+from pathlib import Path
+
+from .._driver import ffi
+from .._signature import SCALAR
+from ..errors import PtoNotSupported
+from ._args import host_array
+from ._tensor import DeviceTensor
+
+__all__ = ["DFX_DIR", "dfx_dir", "dfx_call"]
+
+DFX_DIR = "dfx_outputs"
+_calls = itertools.count(1)  # a call's number in the file names, process-wide
+
+
+def dfx_dir(compiled, config=None) -> Path:
+    """Where a call of `compiled` writes its DFX outputs: ``<base>/dfx_outputs`` (see the module doc)."""
+    base = getattr(config, "save_kernels_dir", None) or compiled.output_dir
+    return Path(base) / DFX_DIR
+
+
+def _bytes_of(arg) -> bytes:
+    if isinstance(arg, DeviceTensor):
+        return arg.numpy().tobytes()
+    h = host_array(arg, "enable_dump_args", writeable=False)
+    return bytes(ffi.buffer(h.ptr, h.nbytes))
+
+
+def _dump(out: Path, call: int, stage: str, params, args, wanted) -> list[dict]:
+    entries = []
+    for p, arg in zip(params, args):
+        if p.direction == SCALAR or not wanted(p):
+            continue
+        name = f"{call:04d}_{p.name}_{stage}.bin"
+        (out / name).write_bytes(_bytes_of(arg))
+        entries.append({"call": call, "param": p.name, "direction": p.direction, "stage": stage,
+                        "shape": list(p.shape), "dtype": p.dtype.np_name, "file": name})
+    return entries
+
+
+def _write_manifest(out: Path, program: str, level: int, entries: list[dict]) -> None:
+    path = out / "args_dump.json"
+    doc = {"program": program, "level": level, "entries": []}
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            pass
+    doc["level"] = level
+    doc["entries"] = doc.get("entries", []) + entries
+    _write_json(path, doc)
+
+
+def _write_json(path: Path, doc) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _write_deps(compiled, base: Path, name: str) -> None:
+    graph = getattr(compiled, "task_graph", None)
+    if graph is None:
+        return
+    out = base / DFX_DIR
+    doc = {"program": name,
+           "tasks": [{"id": t.id, "name": t.name} for t in graph.tasks],
+           "edges": [{"src": e.src, "dst": e.dst, "kind": e.kind, "hazard": e.hazard, "tensor": e.tensor}
+                     for e in graph.edges]}
+    _write_json(out / "deps.json", doc)
+
+
+def _write_scope_stats(worker, out: Path, call: int, program: str) -> None:
+    from dataclasses import asdict
+
+    stats_dir = out / "scope_stats"
+    stats_dir.mkdir(exist_ok=True)
+    lines = [json.dumps({"call": call, "program": program, **asdict(s)})
+             for s in worker.stats().stream_stats]
+    with open(stats_dir / "scope_stats.jsonl", "a") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def dfx_call(h, full: tuple, result, stream, cfg):
+    """Launch ``h(*full)`` collecting the DFX outputs `cfg` asks for; return `result` (sync mode).
+
+    Raises
+    ------
+    PtoNotSupported
+        In async mode, before anything is queued.
+    """
+    from ._dispatch import launch_kernel
+
+    worker = h._worker
+    if worker._async:
+        raise PtoNotSupported(
+            f"{h._label}: a per-call config with DFX switches runs in sync mode only; in async mode "
+            "open the worker with them (RunConfig(enable_chip_swimlane=..., enable_scope_stats=...)) "
+            "or use w.trace()")
+    compiled, params = h._compiled, h._binder.params
+    out = dfx_dir(compiled, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    call = next(_calls)
+    level = cfg.enable_dump_args
+    dumps = out / "args_dump"
+    entries: list[dict] = []
+    if level:
+        dumps.mkdir(exist_ok=True)
+    if level >= 2:
+        entries += _dump(dumps, call, "before", params, full, lambda p: p.copies_in)
+    if cfg.enable_chip_swimlane:
+        stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+        with worker.trace(out / f"merged_swimlane_{stamp}_{call:04d}.json"):
+            launch_kernel(worker, h, full, stream, False)
+    else:
+        launch_kernel(worker, h, full, stream, False)
+    if level >= 2:
+        entries += _dump(dumps, call, "after", params, full, lambda p: p.copies_out)
+    if level:
+        _write_manifest(dumps, h._name, level, entries)
+    if cfg.enable_dep_gen:
+        _write_deps(compiled, out.parent, h._name)
+    if cfg.enable_scope_stats:
+        _write_scope_stats(worker, out, call, h._name)
+    return result
