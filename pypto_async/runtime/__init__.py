@@ -16,6 +16,7 @@ from ._peer import device_count
 from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
 from ._graph import Graph
+from ._harness import RunResult, run
 from ._kernel import *  # noqa: F401,F403
 from ._kernel import __all__ as _kernel_all
 from ._launch import *  # noqa: F401,F403
@@ -47,4 +48,6 @@ __all__ = [
     "CapturedEvent",
     "Graph",
     "GraphInput",
+    "run",
+    "RunResult",
 ]

@@ -92,15 +92,16 @@ class RunConfig:
     enable_dep_gen : bool
         Write the program's task graph as ``dfx_outputs/deps.json`` per call.
 
-    Fields only a harness reads
-    ---------------------------
+    Fields only the harness reads (:func:`pypto_async.runtime.run`)
+    ---------------------------------------------------------------
     rtol, atol : float
-        Tolerances for a golden comparison.
+        Tolerances of the golden comparison.
     golden_data_dir : str or None
-        Where a harness keeps golden data.
+        Where the harness keeps the inputs and the golden outputs.
     save_kernels : bool, save_kernels_dir : str or None
-        Keep generated kernels; :meth:`compile_kwargs` forwards
-        ``save_kernels_dir`` as ``ir.compile``'s ``output_dir``.
+        Keep the generated kernels (any DFX switch sets ``save_kernels``);
+        :meth:`compile_kwargs` forwards ``save_kernels_dir`` as
+        ``ir.compile``'s ``output_dir``.
     codegen_only : bool
         Read by a harness (:func:`pypto_async.runtime.run`).  It does **not**
         stop a dispatch through a worker.
