@@ -357,3 +357,43 @@ async def test_several_workers_from_one_event_loop(kernels):
     assert sorted(results) == [0, 1, 2]
     for out, want in results.values():
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.anyio
+async def test_a_held_wait_on_a_worker_closed_meanwhile_becomes_a_no_op(kernels):
+    # b's wait on a's event waits in b's host FIFO (behind a launch waiting for memory) while
+    # a closes: when the FIFO reaches it, a's work is over and its driver objects are gone,
+    # so the wait must not touch them; what follows it runs.
+    async with ChipWorker(RunConfig(device_id=1, **ONE_LAUNCH)) as b:
+        add = b.register(kernels.get("add", N))
+        inc = b.register(kernels.get("inc", 64))
+        t = b.alloc_tensor(64, np.float32, init=np.zeros(64, np.float32))
+        a = ChipWorker(cfg(0))
+        await a.open()
+        event = a.default_stream.record()
+        held, waiting = b.stream(), b.stream()
+        o1, o2 = np.empty(N, np.float32), np.empty(N, np.float32)
+        with hold(held) as latch:
+            add(rand(), rand(), o1, stream=held)  # fills b's memory
+            second = add(rand(), rand(), o2, stream=waiting)  # waits for memory on the host
+            waiting.wait(event)  # behind it, in the FIFO
+            later = inc(t, stream=waiting)
+            await a.aclose()
+            latch.release()
+            await later
+        await second
+        np.testing.assert_array_equal(await t.to_host(), np.ones(64, np.float32))
+        t.free()
+
+
+def test_waits_and_copies_across_platforms_are_refused():
+    with ChipWorker(cfg(0)) as a, ChipWorker(cfg(1)) as b:
+        event = a.default_stream.record()
+        b._platform = "other"  # as a worker of another platform would say
+        try:
+            with pytest.raises(PtoNotSupported, match="one platform only"):
+                b.default_stream.wait(event)
+        finally:
+            b._platform = a.platform
+        b.default_stream.wait(event)
+        b.default_stream.sync()

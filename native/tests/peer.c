@@ -6,9 +6,10 @@
  * fails the waiter and its dependents; closing a device whose events are
  * awaited, recorded or only reserved, fails the waits with -PTO_ECLOSED
  * instead of hanging; a peer copy whose other device closed fails the
- * same way; and threads ping-ponging data around a ring of devices with
- * cross-device waits keep every byte (the sanitizer builds watch the
- * locking and the lifetimes).
+ * same way; threads ping-ponging data around a ring of devices with
+ * cross-device waits keep every byte; and a device closed by another thread
+ * while peer copies read its memory fails them cleanly (the sanitizer
+ * builds watch the locking and the lifetimes).
  */
 #include <pthread.h>
 
@@ -288,6 +289,76 @@ static void test_ring_concurrency(void)
         pto_device_close(r.dev[i]);
 }
 
+/* ---- concurrency: closing a device while another runs peer copies from it ------------ */
+
+struct closer {
+    pto_device *dev;
+};
+
+static void *close_thread(void *p)
+{
+    struct closer *c = p;
+    pto_device_close(c->dev);
+    return NULL;
+}
+
+/*
+ * Peer copies queued on d1 from d0's memory run on d1's copy engines while
+ * another thread closes d0: each either copied (d0 still there) or failed
+ * with -PTO_ECLOSED (d0 gone first), and close never frees memory a copy is
+ * still reading (the sanitizers would say so).  Waits of d1 on d0's events,
+ * recorded behind work d0's close cancels, fail the same way.
+ */
+static void test_close_races_peer_copies(void)
+{
+    enum { ROUNDS = 20, COPIES = 64 };
+    for (int round = 0; round < ROUNDS; round++) {
+        pto_device *d0 = open_id(0), *d1 = open_id(1);
+        pto_stream *s0, *s1;
+        pto_event *e0;
+        pto_latch *l;
+        t_check(pto_stream_create(d0, 0, &s0));
+        t_check(pto_stream_create(d1, 0, &s1));
+        t_check(pto_stream_set_overflow(s1, 1)); /* more copies than the ring holds */
+        t_check(pto_event_create(d0, &e0));
+        t_check(pto_latch_create(d0, 0, &l));
+        pto_devptr a0, a1;
+        t_check(pto_mem_alloc(d0, N, NULL, &a0));
+        t_check(pto_mem_alloc(d1, N, NULL, &a1));
+        t_check(pto_stream_latch_wait(s0, l, 0));
+        t_check(pto_stream_record(s0, e0, 0));
+        uint64_t tok = 1;
+        for (int i = 0; i < COPIES; i++) {
+            if (i == COPIES / 2)
+                t_check(pto_stream_wait_event(s1, e0, 1000));
+            t_check(pto_stream_copy_peer(s1, d1, a1, d0, a0, N, tok++));
+        }
+        struct closer c = {d0};
+        pthread_t th;
+        t_assert(pthread_create(&th, NULL, close_thread, &c) == 0, "pthread_create");
+        int ok = 0, closed = 0;
+        for (uint64_t t = 1; t < tok; t++) {
+            pto_completion cq = wait_tok(d1, t);
+            if (cq.status == 0)
+                ok++;
+            else if (cq.status == -PTO_ECLOSED || cq.status == -PTO_EDEP)
+                closed++;
+            else
+                t_assert(0, "copy %llu: %s (%s)", (unsigned long long)t, pto_status_name(cq.status),
+                         cq.message);
+        }
+        pthread_join(th, NULL);
+        pto_completion w = wait_tok(d1, 1000);
+        /* Its own failure, or a dependent one if a copy before it found d0 gone already. */
+        t_assert(w.status == -PTO_ECLOSED || w.status == -PTO_EDEP, "wait on a closed device's event: %s",
+                 pto_status_name(w.status));
+        t_assert(ok + closed == COPIES, "%d + %d copies", ok, closed);
+        /* Everything behind the failed wait failed as its dependent. */
+        t_assert(closed >= COPIES / 2, "only %d copies failed after the wait", closed);
+        pto_device_close(d1);
+    }
+}
+
 int main(void)
 {
     test_ids();
@@ -295,5 +366,6 @@ int main(void)
     test_failure_crosses();
     test_close_fails_waiters();
     test_ring_concurrency();
+    test_close_races_peer_copies();
     return T_EXIT_PASS;
 }
