@@ -397,3 +397,27 @@ def test_waits_and_copies_across_platforms_are_refused():
             b._platform = a.platform
         b.default_stream.wait(event)
         b.default_stream.sync()
+
+
+@pytest.mark.anyio
+async def test_freeing_the_source_waits_for_a_peer_copy_still_reading_it():
+    # b pulls a's tensor on b's stream, held by a latch; a frees the tensor and reuses its
+    # block at once.  The free waits (on the device) for the copy, so the copy still reads
+    # the original bytes; without that wait it would read the new tensor's zeros.
+    x = rand()
+    async with ChipWorker(cfg(0)) as a, ChipWorker(cfg(1)) as b:
+        src = a.alloc_tensor(N, np.float32, init=x)
+        await a.default_stream
+        dst = b.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        with hold(b.default_stream) as latch:
+            copy = b.copy(dst, src, stream=b.default_stream)
+            src.free()
+            reuse = a.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+            await a.stream().record()
+            assert not copy.done()
+            latch.release()
+            await copy
+        np.testing.assert_array_equal(await dst.to_host(), x)
+        np.testing.assert_array_equal(await reuse.to_host(), np.zeros(N, np.float32))
+        reuse.free()
+        dst.free()
