@@ -1,16 +1,19 @@
-"""One Ray instance for the whole test session: a two-node local cluster.
+"""One Ray instance for the test session: a two-node local cluster, for this package's tests.
 
 ``ray_session``
     Starts a head node (2 CPUs, custom resource ``pto_node_a``) and a second
     node (no CPUs, resource ``pto_node_b``), each with a 100 MiB object
     store, no dashboard, ``RAY_AUTH_MODE=disabled``; connects this process as
-    the driver.  Actors run with ``num_cpus=0``.  At the end of the session
-    it shuts Ray down, then checks that every process Ray started is gone and
-    that no file Ray made is left in ``/dev/shm``.  Ray's processes are the
-    children this process gained while the cluster started (the nodes'
-    daemons) and their descendants (the workers and agents the raylets
-    start), recorded by pid and start time after every test; a leftover is
-    ended by its pid, and the session fails.
+    the driver.  Actors run with ``num_cpus=0``.  The fixtures are
+    package-scoped: after the last test here (the rest of the suite runs
+    without Ray's daemons) it shuts Ray down, then checks that every process
+    Ray started is gone and that no file Ray made is left in ``/dev/shm``.
+    Ray's processes are the children this process gained while the cluster
+    started (the nodes' daemons) and their descendants (the workers and
+    agents the raylets start), recorded by pid and start time after every
+    test; a leftover is ended by its pid, and the teardown fails.  A file in
+    ``/dev/shm`` is Ray's if one of those processes mapped or held it (other
+    test sessions running at the same time make their own).
 ``actors``
     Two :class:`Probe` actors (a ChipActor with a few test-only methods),
     one placed on each node by its custom resource.
@@ -162,7 +165,7 @@ class RaySession:
         self.procs = procs
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_session():
     old_auth = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -190,7 +193,7 @@ def ray_session():
     leftovers = procs.end_leftovers()
     assert {"gcs_server", "raylet"} <= procs.names, f"the check did not see Ray's daemons: {procs.names}"
     new = _shm() - shm_before
-    stray = {n for n in new if n in held or "plasma" in n or "ray" in n.lower()}
+    stray = new & held
     assert not leftovers, f"Ray processes left after shutdown (killed by pid): {leftovers}"
     assert not stray, f"files left in /dev/shm by the Ray session: {sorted(stray)}"
 
@@ -205,7 +208,7 @@ def _record_ray_processes(request):
 # -- actors and programs ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def actors(ray_session):
     cls = probe_class()
     a, b = actor_on(cls, NODE_A), actor_on(cls, NODE_B)
@@ -214,7 +217,7 @@ def actors(ray_session):
         ray.kill(actor)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def programs(tmp_path_factory):
     """The seed quickstart's add kernel, two stages of a pipeline (``x * w``, then ``y + b``), and more."""
 
