@@ -85,6 +85,8 @@ __all__ = [
     "PTO_CMD_DELAY",
     "PTO_CMD_LATCH",
     "PTO_CMD_PEER",
+    "PTO_CMD_PROGRAM",
+    "PTO_CMD_TASK",
     "PTO_ENGINE_NONE",
 ]
 
@@ -124,6 +126,8 @@ PTO_CMD_NOTIFY: int = lib.PTO_CMD_NOTIFY
 PTO_CMD_DELAY: int = lib.PTO_CMD_DELAY
 PTO_CMD_LATCH: int = lib.PTO_CMD_LATCH
 PTO_CMD_PEER: int = lib.PTO_CMD_PEER
+PTO_CMD_PROGRAM: int = lib.PTO_CMD_PROGRAM
+PTO_CMD_TASK: int = lib.PTO_CMD_TASK
 PTO_ENGINE_NONE: int = lib.PTO_ENGINE_NONE
 
 #: Exception class per status code (index = positive code); None for PTO_OK.

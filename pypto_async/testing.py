@@ -17,7 +17,7 @@ point, so every test session gets these fixtures without a ``conftest.py``:
     marker on the test (or its class or module) sets.  Override the fixture to
     change it for a whole directory.
 
-And two helpers that make ordering, back-pressure and error paths
+And helpers that make ordering, back-pressure and error paths
 deterministic, with no sleeps:
 
 :func:`hold`
@@ -30,6 +30,10 @@ deterministic, with no sleeps:
     ``fail_next(stream)`` makes the next command queued on the stream fail
     on the device (as a copy fault by default), so you can test how your code
     handles a failed launch and the dependency errors that follow it.
+:func:`delay_task`
+    ``delay_task(handle, "name", seconds)`` makes every task of that name in
+    a registered program hold its core that long before it runs: a delay
+    kernel inside a task graph, to make overlaps and orderings visible.
 
 This module is imported by every pytest run where pypto_async is installed, so
 it imports nothing heavy at import time: the runtime and the driver are
@@ -45,7 +49,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["SIM_DEVICE", "Latch", "hold", "fail_next", "sim_config"]
+__all__ = ["SIM_DEVICE", "Latch", "hold", "fail_next", "sim_config", "delay_task"]
 
 #: The device the fixtures open: small enough to open in milliseconds and to
 #: run out of on purpose.
@@ -298,3 +302,25 @@ def fail_next(stream, error: type | str | None = None, *, count: int = 1) -> Non
         return lib.pto_debug_fail_next(ptr, status, n)
 
     _queue(stream, arm, (stream._ptr, code, count), record=False)
+
+
+def delay_task(handle, task: str, seconds: float) -> None:
+    """Make every task named `task` of a registered program hold its core `seconds` before it runs.
+
+    A delay kernel inside a program: with it, tasks that may run at the same
+    time overlap for long enough to see in a trace, and a task that must
+    wait for another visibly does.  ``seconds=0`` turns it off.
+
+    Raises
+    ------
+    PtoArgumentError
+        If `handle` is not a registered program, or it has no task `task`.
+    """
+    from ._driver import ffi, lib
+    from .errors import PtoArgumentError
+
+    if getattr(handle.compiled, "kind", "kernel") != "program" or ffi.typeof(handle._kptr) is not ffi.typeof(
+            "pto_program *"):
+        raise PtoArgumentError(f"delay_task needs a registered program, got {handle!r}")
+    if lib.pto_debug_task_delay(handle._kptr, task.encode(), round(seconds * 1e6)) < 0:
+        raise PtoArgumentError(f"{handle.name!r} has no task named {task!r}")

@@ -67,7 +67,7 @@ typedef struct pto_device_config {
     uint32_t copy_engines;      /* copy-engine threads; 0: 2 */
     uint32_t aicpu_thread_num;  /* scheduler threads; 0: 1 */
     uint32_t ring_task_window;  /* slots per stream ring, power of two; 0: 256 */
-    uint32_t ring_heap;         /* argument bytes per stream; 0: 64 KiB */
+    uint32_t ring_heap;         /* argument bytes per stream; 0: 64 KiB (and programs' intermediates: 0: unbounded) */
     uint32_t ring_dep_pool;     /* event-wait entries per stream; 0: 64 */
     uint32_t trace;             /* nonzero: record a trace record per command */
     uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */
@@ -370,6 +370,58 @@ const char *pto_kernel_name(const pto_kernel *k);
 /* Unload once no queued launch references k.  Never blocks. */
 void pto_kernel_unload(pto_kernel *k);
 
+/* ---- programs (program.c) ------------------------------------------------ */
+
+/*
+ * A program: an orchestration and its tasks in one shared object (see
+ * pypto_async/include/pto_program.h).  pto_stream_run_program queues one
+ * command that runs it once: the orchestration runs on the device's
+ * orchestration threads (aicpu_thread_num), each task it submits runs on a
+ * free compute core once the tasks its compiled table names have
+ * completed, concurrently with the orchestration and with other tasks.
+ * The device config's rings bound a run: ring_task_window task slots,
+ * ring_heap bytes of intermediates, ring_dep_pool dependency entries; when
+ * one is full the orchestration waits for tasks to retire.  The command
+ * fails with the first failing task's status and "task NAME: message" (its
+ * dependents do not run; independent tasks do), or with -PTO_EINVAL /
+ * -PTO_ENOMEM naming the knob when a ring can never make room (a scope
+ * holding more tasks than the window; intermediates past ring_heap).
+ */
+typedef struct pto_program pto_program;
+
+typedef struct pto_program_stats {
+    uint32_t sites;             /* task sites (kernel call sites) */
+    uint32_t instances;         /* task instances per run in the compiled table (0: no table) */
+    uint64_t runs;              /* runs completed */
+    uint64_t tasks;             /* task instances submitted, all runs */
+    uint32_t window_hwm;        /* most task slots in use at once */
+    uint32_t dep_hwm;           /* most dependency entries in use at once */
+    uint64_t heap_hwm;          /* most intermediate bytes placed at once */
+    uint64_t window_waits;      /* times the orchestration waited for a task slot */
+    uint64_t dep_waits;         /* ... for a dependency entry */
+    uint64_t heap_waits;        /* ... for ring-heap bytes */
+} pto_program_stats;
+
+/* Load the program whose descriptor function is symbol in the library at path: 0, -PTO_ELOAD, -PTO_ENOMEM. */
+int pto_program_load(pto_device *dev, const char *path, const char *symbol, pto_program **out);
+const char *pto_program_name(const pto_program *p);
+/* Unload once no queued run references p.  Never blocks. */
+void pto_program_unload(pto_program *p);
+int pto_program_get_stats(pto_program *p, pto_program_stats *out);
+/*
+ * Run p once with args[0..nargs) (its parameters: device addresses or
+ * scalar bits), like pto_stream_launch: same returns, same ordering.
+ */
+int pto_stream_run_program(pto_stream *s, pto_program *p, const uint64_t *args, uint32_t nargs,
+                           uint64_t token);
+
+/* Libraries loaded so far: kernels (pto_kernel_load) and programs (pto_program_load). */
+typedef struct pto_load_counts {
+    uint64_t host_dlopen;
+    uint64_t aicpu_dlopen;
+} pto_load_counts;
+int pto_device_get_load_counts(pto_device *dev, pto_load_counts *out);
+
 /* ---- completion queue -------------------------------------------------- */
 
 typedef struct pto_completion {
@@ -437,6 +489,8 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
 #define PTO_CMD_DELAY   11
 #define PTO_CMD_LATCH   12
 #define PTO_CMD_PEER    13  /* a copy between this device and another (pto_stream_copy_peer) */
+#define PTO_CMD_PROGRAM 14  /* a whole program run (pto_stream_run_program), on the scheduler */
+#define PTO_CMD_TASK    15  /* one task of a program, on one core: name is the task's, block its instance */
 
 #define PTO_ENGINE_NONE -1     /* ran on the scheduler */
 
@@ -555,6 +609,12 @@ void pto_latch_destroy(pto_latch *l);
 int pto_debug_fail_next(pto_stream *s, int status, uint32_t count);
 /* The next `count` pto_mem_alloc calls on dev return -PTO_ENOMEM. */
 int pto_debug_fail_alloc(pto_device *dev, uint32_t count);
+/*
+ * Every task of p named `task` holds its core us microseconds before its
+ * body runs (0: off): a delay kernel inside a program.  Returns how many task sites
+ * matched, or -PTO_EINVAL if none.
+ */
+int pto_debug_task_delay(pto_program *p, const char *task, uint32_t us);
 /* Mark the device lost now, with msg as the first failure. */
 int pto_debug_lose_device(pto_device *dev, const char *msg);
 

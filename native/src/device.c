@@ -112,6 +112,8 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     if (!dev)
         return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;
+    /* A program's intermediates: ring_heap bytes when set, else only device memory bounds them. */
+    dev->program_heap = cfg ? cfg->ring_heap : 0;
     pti_strlcpy(dev->platform, name, sizeof(dev->platform));
     dev->ops = ops;
     dev->efd = -1;
@@ -137,6 +139,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pti_link_init(&dev->events);
     pti_link_init(&dev->latches);
     pti_link_init(&dev->kernels);
+    pti_link_init(&dev->programs);
 
     if ((rc = pti_mem_init(dev)))
         goto fail_mem;
@@ -230,6 +233,7 @@ void pto_device_close(pto_device *dev)
     pthread_mutex_unlock(&dev->sched_lock);
 
     dev->ops->engines_stop(dev);
+    pti_programs_stop(dev);
 
     /*
      * Host threads still blocked in a wait (misuse, but it must not crash):
@@ -267,6 +271,7 @@ void pto_device_close(pto_device *dev)
         pti_link_del(&l->link);
         free(l);
     }
+    pti_programs_release_all(dev);
     pti_kernels_release_all(dev);
     pti_trace_fini(dev);
     pti_cq_fini(dev);

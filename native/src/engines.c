@@ -64,6 +64,7 @@ static struct pto_run *run_init(pto_stream *s, struct pto_cmd *cmd)
 {
     struct pto_run *r = &s->run;
     r->cmd = cmd;
+    r->task = NULL;
     r->stream = s;
     r->qnext = NULL;
     r->next_block = 0;
@@ -88,12 +89,17 @@ void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
-    struct pto_run *r = run_init(s, cmd);
+    pti_core_enqueue_run(dev, run_init(s, cmd));
+}
+
+void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
+{
+    uint32_t blocks = r->task ? 1 : r->cmd->u.launch.blocks;
     pthread_mutex_lock(&dev->core_lock);
     queue_insert(&dev->core_head, r);
     uint32_t len = atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release) + 1;
     if (dev->core_sleepers) {
-        if (cmd->u.launch.blocks > 1)
+        if (blocks > 1)
             pthread_cond_broadcast(&dev->core_cv);
         else if (len > (uint32_t)(dev->core_spinners + self_returning(dev, false)))
             pthread_cond_signal(&dev->core_cv);
@@ -352,13 +358,16 @@ static void *core_main(void *arg)
         uint32_t b = r->next_block++;
         if (b == 0)
             r->start_ns = pto_now_ns(); /* read by the finisher after done_blocks (acq_rel) */
-        if (r->next_block == r->cmd->u.launch.blocks) {
+        if (r->task || r->next_block == r->cmd->u.launch.blocks) {
             /* Last block handed out: the launch leaves the queue (it may still run). */
             dev->core_head = r->qnext;
             atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&dev->core_lock);
-        run_block(dev, eng, r, b);
+        if (r->task)
+            pti_task_run(dev, eng, r); /* a program's task: one block (program.c) */
+        else
+            run_block(dev, eng, r, b);
         pthread_mutex_lock(&dev->core_lock);
     }
     pthread_mutex_unlock(&dev->core_lock);

@@ -63,6 +63,9 @@ static void release_resources(pto_device *dev, pto_stream *s, struct pto_cmd *cm
     case PTO_CMD_LATCH:
         pti_latch_unref(cmd->u.latch.l);
         break;
+    case PTO_CMD_PROGRAM:
+        pti_program_unref(cmd->u.prog.p);
+        break;
     default:
         break;
     }
@@ -316,6 +319,12 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         cmd->state = PTI_CMD_RUNNING;
         s->active = true;
         pti_core_enqueue(dev, s, cmd);
+        return true;
+    case PTO_CMD_PROGRAM:
+        /* Its orchestration runs on an orchestration thread; its last task completes it (program.c). */
+        cmd->state = PTI_CMD_RUNNING;
+        s->active = true;
+        pti_program_start(dev, s, cmd, now);
         return true;
     case PTO_CMD_RECORD:
     case PTO_CMD_FREE:

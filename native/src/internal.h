@@ -265,6 +265,7 @@ struct pto_cmd {
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
         struct { pto_latch *l; } latch;
+        struct { pto_program *p; uint64_t *args; uint32_t nargs; } prog;
     } u;
 };
 
@@ -275,6 +276,7 @@ struct pto_cmd {
  */
 struct pto_run {
     struct pto_cmd *cmd;
+    struct pti_task *task;        /* a program's task (program.c; cmd is NULL), else NULL */
     pto_stream *stream;
     struct pto_run *qnext;        /* copy or core queue link, under that queue's lock */
     uint32_t next_block;          /* under core_lock */
@@ -554,6 +556,21 @@ void pti_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
 void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+/* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
+void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
+
+/* ---- programs (program.c) ------------------------------------------------------------ */
+
+struct pti_orch_pool;
+/* Start the program command cmd of s (sched_lock held): hand it to the orchestration threads. */
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
+void pti_program_ref(pto_program *p);
+void pti_program_unref(pto_program *p);
+/* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
+void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
+/* Close: join the orchestration threads (no program runs); drop every program still loaded. */
+void pti_programs_stop(pto_device *dev);
+void pti_programs_release_all(pto_device *dev);
 
 /* ---- the scheduler (sched.c) ---------------------------------------------------------- */
 
@@ -681,7 +698,10 @@ struct pto_device {
 
     /* objects, under obj_lock */
     pthread_mutex_t obj_lock;
-    struct pto_link events, latches, kernels;
+    struct pto_link events, latches, kernels, programs;
+    struct pti_orch_pool *orch_pool; /* program.c: started with the first program load */
+    uint64_t program_heap;        /* ring_heap as configured (0: not set): bounds a program's intermediates */
+    _Atomic uint64_t loads_host, loads_aicpu; /* pto_device_get_load_counts */
     uint64_t next_event_id;
 
     /* several devices (peer.c), under the process's peers lock */

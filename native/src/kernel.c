@@ -72,6 +72,7 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
         dev->ops->kernel_unload(handle);
         return pti_error(PTO_ENOMEM, "pto_kernel_load: out of host memory");
     }
+    atomic_fetch_add_explicit(&dev->loads_host, 1, memory_order_relaxed);
     *out = k;
     return 0;
 }

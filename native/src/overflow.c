@@ -161,6 +161,8 @@ uint32_t pti_ovf_refill(pto_stream *s, uint64_t *first)
             memcpy(heap, pti_ovf_args(ent), ent->heap_len); /* only launches carry heap bytes */
         if (cmd->kind == PTO_CMD_LAUNCH)
             cmd->u.launch.args = (uint64_t *)heap; /* never into the entry: entries move */
+        else if (cmd->kind == PTO_CMD_PROGRAM)
+            cmd->u.prog.args = (uint64_t *)heap;
         ovf_release_args(ent);
         if (ent->dep)
             pti_ring_take_dep(s);

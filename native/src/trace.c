@@ -17,7 +17,7 @@ static const char *cmd_name(uint32_t kind)
 {
     static const char *const names[] = {
         "?",      "h2d",    "d2h",  "d2d",  "memset", "launch", "block",
-        "record", "wait",   "free", "notify", "delay", "latch", "peer",
+        "record", "wait",   "free", "notify", "delay", "latch", "peer", "program", "task",
     };
     return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
@@ -77,6 +77,8 @@ void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     }
     if (cmd->kind == PTO_CMD_LAUNCH)
         pti_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
+    else if (cmd->kind == PTO_CMD_PROGRAM)
+        pti_strlcpy(r.name, pto_program_name(cmd->u.prog.p), sizeof(r.name));
     else
         pti_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
     pti_trace_push(dev, &r);

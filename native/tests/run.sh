@@ -47,6 +47,13 @@ for src in "$ROOT"/native/src/*.c; do
     OBJS+=("$obj")
 done
 
+# Libraries the tests load (native/tests/lib/NAME.c -> $OUT/libNAME.so), found through PTO_TEST_LIBDIR.
+for src in "$HERE"/lib/*.c; do
+    [ -e "$src" ] || continue
+    $CC $CFLAGS $INC -shared -fPIC "$src" -o "$OUT/lib$(basename "${src%.c}").so" || { echo "FAIL: build $src"; exit 1; }
+done
+export PTO_TEST_LIBDIR="$OUT"
+
 pass=0 fail=0 skip=0
 failed=()
 for test in "$HERE"/*.c; do

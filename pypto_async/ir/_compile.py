@@ -47,6 +47,7 @@ from ._deps import Edge, Task, TaskGraph, task_graph
 from ._nodes import Program
 from ._passes import run_passes
 from ._printer import format_program
+from ._program_codegen import PROGRAM_CODEGEN_VERSION, generate_program_c, is_task_program, program_symbol
 
 __all__ = [
     "CompiledProgram",
@@ -135,6 +136,11 @@ class CompiledProgram:
         self.runtime_name = RUNTIME_NAME
         self.runtime_config = {"block_num": self.block_num}
         self.validate_ir = validate_ir
+        #: ``"program"``: a task graph the device runs (its orchestration and tasks, one launch);
+        #: ``"kernel"``: one kernel function.
+        self.kind: str = meta.get("kind", "kernel")
+        #: A program's descriptor entry (``pto_program_load``); ``symbol`` is its one-kernel entry.
+        self.program_symbol: str | None = meta.get("program_symbol")
         graph = meta.get("task_graph")
         #: The program's tasks (id and name, in submission order) and edges (a :class:`TaskGraph`);
         #: ``None`` when the program submits more than :data:`~pypto_async.ir._deps.MAX_TASKS` tasks.
@@ -345,9 +351,11 @@ def _flags_from(kwargs) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol: str) -> dict:
+def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol: str, kind: str) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "program_symbol": program_symbol(symbol) if kind == "program" else None,
         "name": program.name,
         "symbol": symbol,
         "platform": platform,
@@ -418,7 +426,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         If a check fails (message starts with ``file:line``) or the C
         compiler fails (message carries its output).
     """
-    if getattr(program, "__pl_program__", False):  # a @pl.program class: its IR as handed in
+    as_program = bool(getattr(program, "__pl_program__", False))
+    if as_program:  # a @pl.program class: its IR as handed in
         program = program.trace()
     if not isinstance(program, Program):
         raise PtoArgumentError(f"ir.compile expects a Program (kernel.lower(...)) or a @pl.program class, "
@@ -438,14 +447,16 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     t0 = clock()
     lowered, dumps = _lower(program, options["dump_passes"])
     t1 = clock()
+    kind = "program" if is_task_program(lowered, force=as_program) else "kernel"
     text = format_program(lowered)
-    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}\n{text}".encode()).hexdigest()
+    tag = f" program {PROGRAM_CODEGEN_VERSION}" if kind == "program" else ""
+    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{tag}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)
     times = {"passes_s": t1 - t0, "build_s": 0.0, "cache_hit": True}
     if not (entry / _META).is_file():
-        _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc)
+        _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind)
         times.update(build_s=clock() - t1, cache_hit=False)
     meta = json.loads((entry / _META).read_text())
     target = entry
@@ -542,9 +553,9 @@ def _c_name(name: str) -> str:
     return out if out and not out[0].isdigit() else f"k_{out}"
 
 
-def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc) -> None:
-    source = generate_c(lowered, symbol)
-    meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol)
+def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind) -> None:
+    source = generate_program_c(lowered, symbol) if kind == "program" else generate_c(lowered, symbol)
+    meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol, kind)
     _publish(root, entry, source, text + "\n", meta, cc, flags)
 
 

@@ -397,9 +397,21 @@ class ProgramDef:
         """The program's ``@pl.function`` methods by name: its kernels and its orchestration."""
         return {**{f.name: f for f in self.kernels.values()}, self.orchestration.name: self.orchestration}
 
-    def as_python(self) -> str:
-        """The traced program as the source of one ``@pl.jit`` function (see :meth:`Program.as_python`)."""
-        return self.trace().as_python()
+    def as_python(self, form: str = "jit") -> str:
+        """The traced program as source.
+
+        ``form="jit"``: one ``@pl.jit`` function (see :meth:`Program.as_python`).
+        ``form="class"``: a ``@pl.program`` class, one InCore function per
+        kernel call on the same windows; compiling the class it defines
+        gives the same artifact (see :mod:`pypto_async.ir._program_python`).
+        """
+        if form == "jit":
+            return self.trace().as_python()
+        if form == "class":
+            from ..ir._program_python import format_program_class
+
+            return format_program_class(self.trace())
+        raise PtoArgumentError(f"as_python(form=...) takes 'jit' or 'class', got {form!r}")
 
     def _returned(self, result, orch) -> list[str]:
         items = result if isinstance(result, tuple) else (() if result is None else (result,))

@@ -435,6 +435,9 @@ class Capture:
         worker = self._worker
         if h._unfit is not None:
             raise h._refusal()
+        if getattr(h._compiled, "kind", "kernel") == "program":  # one launch already: nothing to record
+            raise PtoCaptureError(f"{h._label}: a program (a task graph) cannot be captured into a graph; "
+                                  "launch it outside the capture")
         stream = task_default(worker) if stream is None else accept(worker, stream)
         slot = self._slot(stream, h._label)
         values, hosts, joins = h._binder.bind(worker, stream, args)

@@ -64,6 +64,10 @@ __all__ = [
 STREAM_TID_BASE = 1
 #: ``tid`` of the track of engine ``e`` is ``ENGINE_TID_BASE + e``.
 ENGINE_TID_BASE = 100_000
+#: Kinds drawn on their engine's lane only (a launch's blocks, a program's tasks) ...
+_ENGINE_ONLY = frozenset({"block", "task"})
+#: ... and on their stream's lane only (a launch and a program as a whole).
+_STREAM_ONLY = frozenset({"launch", "program"})
 _PID = 1
 # otherData keys that are not the device's shape.
 _OWN_KEYS = frozenset({"producer", "origin_ns", "dropped", "records"})
@@ -158,7 +162,7 @@ def _core_count(trace: Trace) -> int:
     copy_engines = [r.engine for r in trace.records if r.engine >= 0 and r.is_copy]
     if copy_engines:
         return min(copy_engines)
-    return 1 + max((r.engine for r in trace.records if r.kind_name == "block"), default=-1)
+    return 1 + max((r.engine for r in trace.records if r.kind_name in _ENGINE_ONLY), default=-1)
 
 
 def layout(trace: Trace) -> Layout:
@@ -202,7 +206,7 @@ def layout(trace: Trace) -> Layout:
         k = r.kind_name
         ts = us(r.begin_ns)
         dur = round(r.duration_ns / 1000.0, 3)
-        if k != "block":
+        if k not in _ENGINE_ONLY:
             sl = Slice(stream_track(r.stream_id), ts, dur, r)
             slices.append(sl)
             stream_slices.setdefault(sl.tid, []).append(sl)
@@ -210,7 +214,7 @@ def layout(trace: Trace) -> Layout:
                 by_event.setdefault(r.event_id, []).append((r.submit_ns, sl))
             elif r.event_id and k == "wait":
                 waits.append(sl)
-        if r.engine >= 0 and k != "launch":
+        if r.engine >= 0 and k not in _STREAM_ONLY:
             slices.append(Slice(engine_track(r.engine), ts, dur, r))
     flows = _flows(by_event, waits, stream_slices)
     return Layout(origin, tuple(tracks[t] for t in sorted(tracks)), tuple(slices), tuple(flows))
@@ -317,7 +321,7 @@ def _slice_event(sl: Slice) -> dict:
         args["queued_us"] = round((r.start_ns - r.submit_ns) / 1000.0, 3)
     if r.event_id:
         args["event"] = r.event_id
-    if k == "block":
+    if k in _ENGINE_ONLY:
         args["block"] = r.block
     if r.engine >= 0:
         args["engine"] = r.engine
@@ -440,7 +444,7 @@ def from_chrome(doc: Mapping | list) -> Trace:
             name = _stream_name(sid, str((ev.get("args") or {}).get("name", "")))
             if name:
                 names[sid] = name
-        elif ev.get("ph") == "X" and (tid < ENGINE_TID_BASE or ev.get("cat") == "block"):
+        elif ev.get("ph") == "X" and (tid < ENGINE_TID_BASE or ev.get("cat") in _ENGINE_ONLY):
             # An engine's copies repeat the slices on their streams; its blocks are only there.
             r = _record_from(ev, tid, origin)
             if r is not None:

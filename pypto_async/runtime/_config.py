@@ -48,7 +48,9 @@ class RunConfig:
         the largest entry.
     ring_heap : int, list of 4 ints, or None
         Bytes of launch arguments each stream can hold in flight (``None``:
-        64 KiB); a per-level list as for ``ring_task_window``.
+        64 KiB), and of a program's ``pl.create_tensor`` intermediates placed
+        at once (``None``: as many as device memory holds); a per-level list
+        as for ``ring_task_window``.
     ring_dep_pool : int, list of 4 ints, or None
         Event waits each stream can hold in flight (``None``: 64); a
         per-level list as for ``ring_task_window``.

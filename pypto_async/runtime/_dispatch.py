@@ -47,7 +47,7 @@ from __future__ import annotations
 import atexit
 import threading
 
-from .._driver import check, lib
+from .._driver import check
 from ..errors import PtoArgumentError
 from ._complete import service
 from ._context import capture_of, current_worker, stream_stack
@@ -62,7 +62,6 @@ from ._wait import block_until
 
 __all__ = ["dispatch", "default_worker", "launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
-_stream_launch = lib.pto_stream_launch  # bound once: the hot path calls it per launch
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
 _SERVICE_MASK = 63  # the hot path runs the completion service itself every 64 tokens
 
@@ -176,7 +175,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             q.next_token = tok + 1
             q.pending[tok] = launch
             if not stream._fifo:
-                rc = _stream_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
                 if not rc:
                     launch._entered = True
                 elif rc == QUEUED:  # the driver keeps it until the ring has room
@@ -186,7 +185,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                     del q.pending[tok]
                     check(rc, h._label)
             else:  # behind a host condition: wait in the stream's FIFO
-                hold(q, stream, _stream_launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
+                hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
                      launch, F_DATA | F_LAST, None)
             if not tok & _SERVICE_MASK and q.pump.can_serve_inline():
                 service(q)

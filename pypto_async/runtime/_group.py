@@ -46,7 +46,7 @@ def group_commands(h, stream, values: list, hosts: list, temps: list, tokens: li
     for (i, ha, p), ptr in zip(hosts, temps):
         if p.copies_in:
             cmds.append((lib.pto_stream_copy_h2d, (sp, ptr, ha.ptr, ha.nbytes, next(tokens)), F_DATA))
-    cmds.append((lib.pto_stream_launch, (sp, h._kptr, h._blocks, values, h._nargs, next(tokens)), F_DATA))
+    cmds.append((h._launch, (sp, h._kptr, h._blocks, values, h._nargs, next(tokens)), F_DATA))
     for (i, ha, p), ptr in zip(hosts, temps):
         if p.copies_out:
             cmds.append((lib.pto_stream_copy_d2h, (sp, ha.ptr, ptr, ha.nbytes, next(tokens)), F_DATA))

@@ -70,7 +70,7 @@ class KernelHandle:
     closed handle refuses launches with :class:`~pypto_async.errors.PtoClosedError`.
     """
 
-    __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label",
+    __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_launch",
                  "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
                  "__weakref__")
 
@@ -78,11 +78,13 @@ class KernelHandle:
         raise TypeError("KernelHandle cannot be constructed directly; use ChipWorker.register(compiled)")
 
     @classmethod
-    def _make(cls, worker, compiled, kptr, name: str, cid: int = 0) -> KernelHandle:
+    def _make(cls, worker, compiled, kptr, name: str, cid: int = 0, launch=lib.pto_stream_launch) -> KernelHandle:
         h = cls.__new__(cls)
         h._worker = worker
         h._compiled = compiled
         h._kptr = kptr
+        # The driver call that queues one launch: (stream, kernel, blocks, args, nargs, token).
+        h._launch = launch
         h._name = name
         h._binder = Binder(compiled.params, name)
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)
@@ -207,6 +209,26 @@ class KernelHandle:
         """The :class:`ChipWorker` it is registered on."""
         return self._worker
 
+    def program_stats(self) -> dict:
+        """The ring statistics of a program, over every run so far (see ``pto_program_stats``).
+
+        ``runs`` and ``tasks`` (task instances submitted); ``window_hwm``,
+        ``dep_hwm``, ``heap_hwm``: the most task slots, dependency entries
+        and intermediate bytes in use at once; ``window_waits``,
+        ``dep_waits``, ``heap_waits``: how often the orchestration waited
+        for each ring (back-pressure inside the device).
+
+        Raises
+        ------
+        PtoArgumentError
+            If this handle launches a kernel, not a program.
+        """
+        if self._launch is lib.pto_stream_launch:
+            raise PtoArgumentError(f"{self._name!r} is a kernel, not a program: it has no program statistics")
+        st = ffi.new("pto_program_stats *")
+        check(lib.pto_program_get_stats(self._kptr, st), "pto_program_get_stats")
+        return {name: int(getattr(st, name)) for name, _ in ffi.typeof("pto_program_stats").fields}
+
     def _result(self, args):
         if not self._has_return:
             return None
@@ -226,6 +248,21 @@ class KernelHandle:
 RegistrationHandle = KernelHandle
 
 _CLOSED = "is unregistered"  # the _unfit mark of an unregistered handle
+
+
+def load_counts(worker) -> tuple[int, int]:
+    """``(host, aicpu)``: kernel libraries and program (orchestration) libraries the worker's device loaded."""
+    out = ffi.new("pto_load_counts *")
+    check(lib.pto_device_get_load_counts(worker._dev, out), "pto_device_get_load_counts")
+    return int(out.host_dlopen), int(out.aicpu_dlopen)
+
+
+def _run_program(sp, pp, blocks, values, nargs, tok) -> int:
+    """Queue one run of a program: ``pto_stream_launch``'s shape, for :attr:`KernelHandle._launch`."""
+    return _stream_run_program(sp, pp, values, nargs, tok)
+
+
+_stream_run_program = lib.pto_stream_run_program
 
 
 def register(worker, compiled) -> KernelHandle:
@@ -251,15 +288,29 @@ def register(worker, compiled) -> KernelHandle:
             f"{worker._config.platform!r}: compile it for the platform you dispatch on"
         )
     path = os.fspath(compiled.lib_path)
+    program = getattr(compiled, "kind", "kernel") == "program"
+    if program:  # the task graph's entry, not the one-kernel form beside it
+        symbol = str(compiled.program_symbol)
     with worker._lock:
         kptr = worker._kernels.get((path, symbol))
         if kptr is None:
-            out = ffi.new("pto_kernel **")
-            check(lib.pto_kernel_load(worker._dev, path.encode(), symbol.encode(), out),
-                  f"loading {symbol!r} from {path}")
+            if program:  # the orchestration and its tasks, loaded for the device's schedulers
+                out = ffi.new("pto_program **")
+                check(lib.pto_program_load(worker._dev, path.encode(), symbol.encode(), out),
+                      f"loading program {symbol!r} from {path}")
+            else:
+                out = ffi.new("pto_kernel **")
+                check(lib.pto_kernel_load(worker._dev, path.encode(), symbol.encode(), out),
+                      f"loading {symbol!r} from {path}")
             kptr = out[0]
             worker._kernels[(path, symbol)] = kptr
         cid = worker._cids.setdefault((path, symbol), len(worker._cids) + 1)
-        handle = KernelHandle._make(worker, compiled, kptr, name, cid)
+        handle = KernelHandle._make(worker, compiled, kptr, name, cid,
+                                    _run_program if program else lib.pto_stream_launch)
         worker._handles[id(compiled)] = (compiled, handle)
+    graph = getattr(compiled, "task_graph", None)
+    if worker._config.enable_dep_gen and graph is not None:
+        from ..ir._dfx import write_deps
+
+        write_deps(graph, compiled.output_dir, name)
     return handle

@@ -228,7 +228,7 @@ class Trace:
             last = r.end_ns if last is None else max(last, r.end_ns)
             if r.engine < 0:
                 continue
-            if r.kind_name == "block":
+            if r.kind_name in ("block", "task"):
                 compute.append((r.start_ns, r.end_ns))
             elif r.is_copy:
                 copies.append((r.start_ns, r.end_ns))

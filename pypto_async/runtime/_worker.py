@@ -34,7 +34,7 @@ from ._capture import Capture, refuse
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
-from ._kernel import KernelHandle, register
+from ._kernel import KernelHandle, load_counts, register
 from ._launch import Launch, _Marker
 from ._memory import DeviceMemory
 from ._pump import SyncPump
@@ -526,6 +526,19 @@ class ChipWorker:
         """
         self._check_open()
         return register(self, compiled)
+
+    @property
+    def host_dlopen_count(self) -> int:
+        """Kernel libraries loaded on this worker's device: one per kernel registered; launches load none."""
+        self._check_open()
+        return load_counts(self)[0]
+
+    @property
+    def aicpu_dlopen_count(self) -> int:
+        """Program libraries (orchestration and tasks) loaded for the device's schedulers: one per program
+        registered; launches load none."""
+        self._check_open()
+        return load_counts(self)[1]
 
     def run(self, compiled, *args, stream=None, config=None):
         """Register `compiled` (once) and launch it with `args`: the one-shot form.
