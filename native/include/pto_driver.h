@@ -67,7 +67,7 @@ typedef struct pto_device_config {
     uint32_t copy_engines;      /* copy-engine threads; 0: 2 */
     uint32_t aicpu_thread_num;  /* scheduler threads; 0: 1 */
     uint32_t ring_task_window;  /* slots per stream ring, power of two; 0: 256 */
-    uint32_t ring_heap;         /* argument bytes per stream; 0: 64 KiB (and programs' intermediates: 0: unbounded) */
+    uint32_t ring_heap;         /* argument bytes per stream (0: 64 KiB), and a program run's intermediates (0: unbounded) */
     uint32_t ring_dep_pool;     /* event-wait entries per stream; 0: 64 */
     uint32_t trace;             /* nonzero: record a trace record per command */
     uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */

@@ -24,7 +24,7 @@ void pto_device_config_init(pto_device_config *cfg)
     cfg->copy_engines = 2;
     cfg->aicpu_thread_num = 1;
     cfg->ring_task_window = 256;
-    cfg->ring_heap = 64 * 1024;
+    cfg->ring_heap = 0; /* unset: streams' argument heaps PTI_ARG_HEAP, programs' intermediates unbounded */
     cfg->ring_dep_pool = 64;
     cfg->trace = 0;
     cfg->trace_capacity = 65536;
@@ -46,7 +46,8 @@ static int resolve_config(const pto_device_config *in, pto_device_config *out)
     DEFAULT(copy_engines);
     DEFAULT(aicpu_thread_num);
     DEFAULT(ring_task_window);
-    DEFAULT(ring_heap);
+    if (out->ring_heap == 0)
+        out->ring_heap = PTI_ARG_HEAP;
     DEFAULT(ring_dep_pool);
     DEFAULT(trace_capacity);
     DEFAULT(device_memory);
