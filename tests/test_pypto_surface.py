@@ -434,6 +434,8 @@ def test_benchmark_returns_pypto_stats_with_real_device_times(add_compiled, ab, 
     printed = capsys.readouterr().out
     assert "launch[0]" in printed and "device_wall [dev]" in printed and "mean of 5 launches" in printed
     assert "rounds=5, warmup=2" in str(stats)
+    inputs_only = benchmark(add_compiled, (a, b), rounds=2, warmup=0, config=RunConfig(**SMALL))  # return style
+    assert len(inputs_only.samples) == 2 and all(d > 0 for d in inputs_only.samples)
 
 
 # -- DFX per call: dfx_outputs/ with PyPTO's names ---------------------------------------------------------

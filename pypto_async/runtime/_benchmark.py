@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .._checks import is_int
 from ..errors import PtoArgumentError
+from ._call import complete_args
 from ._config import RunConfig, as_run_config
 
 __all__ = ["benchmark", "BenchmarkStats", "BenchmarkResult", "Timings", "TraceInvocation", "TraceSpan"]
@@ -346,8 +347,10 @@ def benchmark(compiled, args, *, rounds: int = 100, warmup: int = 3, platform: s
     compiled
         A compiled program.
     args : sequence
-        Its arguments, every parameter (host arrays are copied each round;
-        pass host arrays, not DeviceTensors, which belong to another worker).
+        Its arguments: every parameter, or the inputs alone for a program
+        that returns something (the outputs are then allocated once).  Host
+        arrays are copied each round; pass host arrays, not DeviceTensors,
+        which belong to another worker.
     rounds : int, optional
         Measured rounds (>= 1).
     warmup : int, optional
@@ -375,8 +378,9 @@ def benchmark(compiled, args, *, rounds: int = 100, warmup: int = 3, platform: s
     changes = {k: v for k, v in (("platform", platform), ("device_id", device_id)) if v is not None}
     if changes:
         cfg = cfg.replace(**changes)
-    args = tuple(args)
     name = str(getattr(compiled, "name", None) or compiled.symbol)
+    # Every parameter, or the inputs alone (return style: the outputs allocated once, reused).
+    args, _ = complete_args(compiled.params, bool(getattr(compiled, "has_return", False)), tuple(args), name)
     hid = str(getattr(compiled, "symbol", name))
     pid = os.getpid()
     stats = BenchmarkStats(rounds=rounds, warmup=warmup, name=name)
