@@ -506,3 +506,16 @@ async def test_per_call_dfx_is_refused_in_async_mode(add_compiled, ab, tmp_path,
                                                                save_kernels_dir=str(tmp_path)))
         assert w.stats().commands_submitted == before
         torch.testing.assert_close(await w.run(add_compiled, a, b), a + b)
+
+
+def test_an_unregistered_handle_is_refused_inside_a_graph_capture(add_compiled):
+    # The capture path refuses it as the launch path does: PtoClosedError, not a bad argument.
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        h = w.register(add_compiled)
+        ts = [w.alloc_tensor((R, C), np.float32, init=np.ones((R, C), np.float32)) for _ in range(3)]
+        h.unregister()
+        with pytest.raises(PtoClosedError, match="unregistered"):
+            with w.capture(name="step"):
+                h(*ts)
+        for t in ts:
+            w.free_tensor(t)
