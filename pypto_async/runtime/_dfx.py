@@ -9,7 +9,9 @@ the config's ``save_kernels_dir`` when set, else the program's
 The names are PyPTO's where the content is the same kind:
 
 ``deps.json`` (``enable_dep_gen``)
-    The program's tasks and the edges among them.
+    The program's tasks and the edges among them
+    (:func:`pypto_async.ir._dfx.write_deps`, which a worker opened with
+    ``enable_dep_gen`` also calls when it registers a program).
 ``scope_stats/scope_stats.jsonl`` (``enable_scope_stats``)
     One JSON line per stream of the worker at the end of the call: its
     ring high-water marks (task window, heap, dep pool) and back-pressure
@@ -48,7 +50,7 @@ from ._tensor import DeviceTensor
 
 __all__ = ["DFX_DIR", "dfx_dir", "dfx_call"]
 
-DFX_DIR = "dfx_outputs"
+DFX_DIR = "dfx_outputs"  # the same as pypto_async.ir._dfx.DFX_DIR
 _calls = itertools.count(1)  # a call's number in the file names, process-wide
 
 
@@ -94,18 +96,6 @@ def _write_json(path: Path, doc) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, path)
-
-
-def _write_deps(compiled, base: Path, name: str) -> None:
-    graph = getattr(compiled, "task_graph", None)
-    if graph is None:
-        return
-    out = base / DFX_DIR
-    doc = {"program": name,
-           "tasks": [{"id": t.id, "name": t.name} for t in graph.tasks],
-           "edges": [{"src": e.src, "dst": e.dst, "kind": e.kind, "hazard": e.hazard, "tensor": e.tensor}
-                     for e in graph.edges]}
-    _write_json(out / "deps.json", doc)
 
 
 def _write_scope_stats(worker, out: Path, call: int, program: str) -> None:
@@ -156,8 +146,11 @@ def dfx_call(h, full: tuple, result, stream, cfg):
         entries += _dump(dumps, call, "after", params, full, lambda p: p.copies_out)
     if level:
         _write_manifest(dumps, h._name, level, entries)
-    if cfg.enable_dep_gen:
-        _write_deps(compiled, out.parent, h._name)
+    graph = getattr(compiled, "task_graph", None)
+    if cfg.enable_dep_gen and graph is not None:
+        from ..ir._dfx import write_deps  # the one deps.json writer (as _kernel.register uses it)
+
+        write_deps(graph, out.parent, h._name)
     if cfg.enable_scope_stats:
         _write_scope_stats(worker, out, call, h._name)
     return result
