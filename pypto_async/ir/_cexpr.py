@@ -36,6 +36,7 @@ from ._nodes import (
     Move,
     Reshape,
     Slice,
+    Transpose,
     Unary,
 )
 
@@ -222,6 +223,8 @@ def _layout(e, dtype: DataType, el: Element) -> str:
         return el.at(e.x, None)  # the same linear position
     if isinstance(e, Slice):
         return el.at(e.x, [f"{index(o)} + {i}" for o, i in zip(e.offsets, idx)])
+    if isinstance(e, Transpose):
+        return el.at(e.x, [idx[1], idx[0]])
     if isinstance(e, Concat):
         na = e.a.type.shape[1]
         left = el.at(e.a, [idx[0], idx[1]])

@@ -20,6 +20,7 @@ from ._nodes import (
     Reshape,
     Slice,
     TileType,
+    Transpose,
 )
 from ._spaces import check_vector_operand
 from ._valid import check_extents, normalize, require_full
@@ -75,6 +76,13 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
             )
         require_full(expr.x, "pl.reshape", loc)
         return TileType(tuple(expr.shape), t.dtype, t.memory)
+    if isinstance(expr, Transpose):
+        t = expr.x.type
+        check_vector_operand(expr.x, "pl.transpose", loc)
+        if len(t.shape) != 2:
+            raise _error(f"pl.transpose swaps the two dimensions of a 2-D tile, got {list(t.shape)}", loc)
+        require_full(expr.x, "pl.transpose", loc)
+        return TileType((t.shape[1], t.shape[0]), t.dtype, t.memory)
     if isinstance(expr, Slice):
         t = expr.x.type
         check_vector_operand(expr.x, "pl.slice", loc)

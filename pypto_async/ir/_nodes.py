@@ -51,6 +51,7 @@ __all__ = [
     "Move",
     "Broadcast",
     "Reshape",
+    "Transpose",
     "Slice",
     "Concat",
     "Assemble",
@@ -268,6 +269,13 @@ class Reshape:
 
 
 @dataclass(frozen=True)
+class Transpose:
+    """A 2-D tile with its two dimensions swapped (``pl.transpose``)."""
+
+    x: Var
+
+
+@dataclass(frozen=True)
 class Slice:
     """The ``shape`` window of tile ``x`` at ``offsets``."""
 
@@ -302,10 +310,10 @@ class FillPad:
     pad: str
 
 
-Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Slice, Concat, Assemble,
-             FillPad]
+Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,
+             Assemble, FillPad]
 #: Expressions computed element by element over their result's shape (fusable).
-ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Slice, Concat, Assemble, FillPad)
+ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad)
 
 
 # ---- statements ----------------------------------------------------------------

@@ -40,6 +40,7 @@ from ._nodes import (
     Reshape,
     Scope,
     Slice,
+    Transpose,
     Spmd,
     Store,
     Unary,
@@ -61,7 +62,7 @@ __all__ = [
 
 def expr_inputs(expr) -> list[Var]:
     """Return the tile variables an expression reads."""
-    if isinstance(expr, (Unary, Cast, Reduce, Move, Broadcast, Reshape, Slice, FillPad)):
+    if isinstance(expr, (Unary, Cast, Reduce, Move, Broadcast, Reshape, Transpose, Slice, FillPad)):
         return [expr.x]
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
@@ -195,7 +196,7 @@ def eliminate_dead_tiles(program: Program) -> Program:
 
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
-_REINDEXING = (Reshape, Slice, Concat, Assemble)
+_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble)
 
 
 def _walk_all(body):

@@ -28,6 +28,7 @@ from ._nodes import (
     ScalarRef,
     Scope,
     Slice,
+    Transpose,
     Spmd,
     Store,
     Unary,
@@ -94,6 +95,8 @@ def _expr(e) -> str:
         return f"broadcast {_operand(e.x)}"
     if isinstance(e, Reshape):
         return f"reshape {_operand(e.x)}"
+    if isinstance(e, Transpose):
+        return f"transpose {_operand(e.x)}"
     if isinstance(e, Slice):
         return f"slice {_operand(e.x)}{_offsets(e.offsets)}"
     if isinstance(e, Concat):

@@ -46,6 +46,7 @@ from ._nodes import (
     ScalarRef,
     Scope,
     Slice,
+    Transpose,
     Spmd,
     Store,
     Unary,
@@ -140,6 +141,8 @@ class _Printer:
             return f"pl.{op}({target}, {self.name(e.x)})"
         if isinstance(e, Reshape):
             return f"pl.reshape({self.name(e.x)}, {_ints(e.shape)})"
+        if isinstance(e, Transpose):
+            return f"pl.transpose({self.name(e.x)}, axis1=0, axis2=1)"
         if isinstance(e, Slice):
             if normalize(e.shape, slice_valid(e.x.type, Slice(e.x, e.shape, e.offsets), e.shape)) == t.valid:
                 valid = ""  # inherited from the source: the language derives it again

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from .._checks import is_int
 from ..ir._infer import compile_error
-from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice
+from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
 from ._memory import _tile, pad_name, record, valid_extents
 from ._tracer import Tile, current, to_index, user_loc
 
 __all__ = [
     "reshape",
+    "transpose",
     "slice",
     "concat",
     "row_expand",
@@ -42,6 +43,17 @@ def reshape(tile, shape) -> Tile:
     """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count)."""
     current("pl.reshape")
     return record(Reshape(_tile(tile, "pl.reshape").var, _shape(shape, "pl.reshape")), "pl.reshape")
+
+
+def transpose(tile, axis1=0, axis2=1) -> Tile:
+    """Return the 2-D tile with its dimensions ``axis1`` and ``axis2`` (0 and 1) swapped."""
+    current("pl.transpose")
+    loc = user_loc()
+    axes = {axis1, axis2}
+    if not all(is_int(a) for a in (axis1, axis2)) or axes != {0, 1}:
+        raise compile_error(f"pl.transpose swaps axes 0 and 1 of a 2-D tile, got axis1={axis1!r}, "
+                            f"axis2={axis2!r}", loc)
+    return record(Transpose(_tile(tile, "pl.transpose").var), "pl.transpose")
 
 
 def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noqa: A001

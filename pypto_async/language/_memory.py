@@ -12,12 +12,12 @@ from .._checks import is_int
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_load, check_store, compile_error, infer_expr
-from ..ir._nodes import Assign, Const, FillPad, Full, Load, Move, Store
+from ..ir._nodes import Assign, Const, FillPad, Full, Load, Move, Store, Transpose
 from ._program import shift
 from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
 
-__all__ = ["load", "store", "move", "create_tile", "copy", "fillpad", "assemble"]
+__all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "assemble"]
 
 
 def space_name(x, op: str, what: str = "target_memory") -> str:
@@ -136,13 +136,31 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
     return output_tensor
 
 
-def move(tile, target_memory, blayout=None, slayout=None) -> Tile:
+def l0c_store(tile, offsets, shapes, output_tensor):
+    """Store an Acc tile (a matmul result, in L0C) into ``output_tensor``: PyPTO's older spelling.
+
+    ``pl.l0c_store(t, offsets, shapes, tensor)`` is ``pl.store(t, offsets, tensor)`` for a tile
+    in ``pl.MemorySpace.Acc``; any other tile is refused.
+    """
+    current("pl.l0c_store")
+    tl = _tile(tile, "pl.l0c_store", "the value")
+    if tl.var.type.memory != MemorySpace.Acc.value:
+        raise compile_error(f"pl.l0c_store stores an Acc tile (a pl.matmul result), got one in "
+                            f"{tl.var.type.memory}; use pl.store", user_loc())
+    return store(tile, offsets, output_tensor, shapes)
+
+
+def move(tile, target_memory, blayout=None, slayout=None, transpose=False) -> Tile:
     """Return the tile in memory space ``target_memory`` (the only way into Left, Right and Bias).
 
-    ``blayout`` / ``slayout`` (PyPTO's layout hints) change nothing on the sim.
+    With ``transpose=True`` the 2-D tile arrives with its dimensions swapped (as
+    ``pl.move(pl.transpose(t, 0, 1), ...)``).  ``blayout`` / ``slayout`` (PyPTO's
+    layout hints) change nothing on the sim.
     """
     current("pl.move")
     tl = _tile(tile, "pl.move")
+    if transpose:
+        tl = record(Transpose(tl.var), "pl.move(transpose=True)")
     return record(Move(tl.var, space_name(target_memory, "pl.move")), "pl.move")
 
 
