@@ -72,7 +72,7 @@ with ChipWorker(config=RunConfig()) as worker:
                 args.append(np.full(p.shape, np.nan, dt) if p.dtype.is_float else np.zeros(p.shape, dt))
             else:
                 args.append((rng.random(p.shape) + 0.5).astype(dt))
-        worker.run(c, *args).result()
+        worker.run(c, *args)  # sync mode: returns once the launch completed
         for p, a in zip(c.params, args):
             if p.direction in ("out", "inout") and p.dtype.is_float and not np.isfinite(a).all():
                 raise SystemExit(f"{prog.name}: output {p.name} not written or not finite")
