@@ -162,12 +162,12 @@ def host_time(rounds: int) -> dict:
             t0 = clock()
             last = hp.submit(dx, dy)
             t1 = clock()
-            last.wait()
+            last.sync()
             t2 = clock()
             for a, b in zip(xs, ys):
                 last = hk.submit(a, b)
             t3 = clock()
-            last.wait()
+            last.sync()
             if r >= 2:
                 programs.append((t1 - t0) / 1000)
                 eager.append((t3 - t2) / 1000)
@@ -196,7 +196,7 @@ def dispatch(rounds: int) -> dict:
             with w.trace() as tl:
                 for _ in range(NT):
                     last = hk.submit(a, y)
-                last.wait()
+                last.sync()
             if r:
                 task_gaps += _gaps([x for x in tr.trace.records if x.kind_name == "task"])
                 launch_gaps += _gaps([x for x in tl.trace.records if x.kind_name == "launch"])
