@@ -442,3 +442,23 @@ def test_a_program_too_large_to_expand_runs_its_tasks_in_order():
         st = h.program_stats()
     np.testing.assert_array_equal(y, x * 2)
     assert st["instances"] == 0 and st["tasks"] == n
+
+
+def test_a_programs_trace_in_chrome_json_puts_each_task_on_its_core_lane_and_reads_back():
+    from pypto_async.runtime._chrome import ENGINE_TID_BASE
+    from pypto_async.runtime._trace import Trace
+
+    c = ir.compile(Diamond)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        with w.trace() as tr:
+            w.run(c, rand((R, C), 38), poison((R, C)))
+    doc = tr.trace.to_chrome()
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    tasks = [e for e in slices if e["cat"] == "task"]
+    assert sorted(e["name"] for e in tasks) == ["bottom", "left", "right", "top"]
+    assert all(e["tid"] >= ENGINE_TID_BASE and e["tid"] - ENGINE_TID_BASE == e["args"]["engine"] for e in tasks)
+    progs = [e for e in slices if e["cat"] == "program"]
+    assert len(progs) == 1 and progs[0]["tid"] < ENGINE_TID_BASE  # the launch, on its stream's lane
+    back = Trace.from_chrome(doc)
+    assert sorted(r.name for r in back.records if r.kind_name == "task") == ["bottom", "left", "right", "top"]
+    assert tr.trace.summary().compute_ns > 0  # tasks count as compute
