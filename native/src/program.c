@@ -321,6 +321,7 @@ static void run_finish(struct pto_orch *o)
     pthread_mutex_unlock(&p->stats_lock);
     if (o->heap_base)
         pto_mem_free(dev, o->heap_base);
+    atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed); /* one launch per run */
     pthread_mutex_lock(&dev->sched_lock);
     int32_t status = o->status;
     if (!status && pti_dev_lost(dev))

@@ -47,7 +47,13 @@ from ._deps import Edge, Task, TaskGraph, task_graph
 from ._nodes import Program
 from ._passes import run_passes
 from ._printer import format_program
-from ._program_codegen import PROGRAM_CODEGEN_VERSION, generate_program_c, is_task_program, program_symbol
+from ._program_codegen import (
+    PROGRAM_CODEGEN_VERSION,
+    generate_program_c,
+    is_task_program,
+    largest_scope,
+    program_symbol,
+)
 
 __all__ = [
     "CompiledProgram",
@@ -141,6 +147,8 @@ class CompiledProgram:
         self.kind: str = meta.get("kind", "kernel")
         #: A program's descriptor entry (``pto_program_load``); ``symbol`` is its one-kernel entry.
         self.program_symbol: str | None = meta.get("program_symbol")
+        #: The most tasks one ``pl.manual_scope()`` of the program holds (they stay in the task window).
+        self.largest_scope: int = meta.get("largest_scope", 0)
         graph = meta.get("task_graph")
         #: The program's tasks (id and name, in submission order) and edges (a :class:`TaskGraph`);
         #: ``None`` when the program submits more than :data:`~pypto_async.ir._deps.MAX_TASKS` tasks.
@@ -356,6 +364,7 @@ def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol:
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
         "program_symbol": program_symbol(symbol) if kind == "program" else None,
+        "largest_scope": largest_scope(program.body) if kind == "program" else 0,
         "name": program.name,
         "symbol": symbol,
         "platform": platform,

@@ -43,10 +43,11 @@ from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen
 from ._deps import MAX_TASKS, Task, edges, program_tasks
 from ._nodes import For, Program, Scope
 
-__all__ = ["is_task_program", "generate_program_c", "program_symbol", "MAX_INDICES", "PROGRAM_CODEGEN_VERSION"]
+__all__ = ["is_task_program", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
+           "PROGRAM_CODEGEN_VERSION"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
-PROGRAM_CODEGEN_VERSION = "2"
+PROGRAM_CODEGEN_VERSION = "3"
 
 
 def program_symbol(symbol: str) -> str:
@@ -83,6 +84,32 @@ def is_task_program(program: Program, force: bool = False) -> bool:
         return False
     loops = any(isinstance(s, For) for s in program.body)
     return force or bool(program.scratch) or loops or _count_sites(program.body) > 1
+
+
+def _instances(s) -> int:
+    """Task instances a statement submits (a loop: its trips times its body's)."""
+    if isinstance(s, Scope):
+        return 1
+    return s.trip_count * sum(_instances(x) for x in s.body)
+
+
+def largest_scope(body) -> int:
+    """The most task instances one ``pl.manual_scope()`` scope holds (0: none).
+
+    Consecutive manual statements are one scope, as the orchestration
+    brackets them (:class:`_Orch`); a scope's tasks stay in the task window
+    until it ends, so one larger than ``ring_task_window`` can never end.
+    """
+    best, run = 0, 0
+    for s in body:
+        if _manual(s):
+            run += _instances(s)
+            best = max(best, run)
+            continue
+        run = 0
+        if isinstance(s, For):
+            best = max(best, largest_scope(s.body))
+    return best
 
 
 def _manual(s) -> bool:

@@ -40,6 +40,22 @@ def fit_error(nargs: int, blocks, ring_heap: int) -> str | None:
     return None
 
 
+def scope_error(largest: int, window: int) -> str | None:
+    """Why a program's scope can never end on this device, or None.
+
+    A scope's tasks stay in the task window until it ends (PyPTO's
+    scopes): one that holds more tasks than ``ring_task_window`` slots
+    would deadlock on the device, which reports it too; refused here, the
+    launch fails before anything is queued.
+    """
+    if largest <= window:
+        return None
+    need = 1 << (largest - 1).bit_length()
+    return (f"holds {largest} tasks in one pl.manual_scope(), more than ring_task_window={window} task slots "
+            f"(a deadlock: a scope's tasks retire only when it ends): open the worker with "
+            f"RunConfig(ring_task_window={need}) or more")
+
+
 class KernelHandle:
     """A compiled program loaded on one worker; call it to launch.
 
@@ -94,7 +110,8 @@ class KernelHandle:
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
         # The usual call shape, one output: its index, so a launch need not call _result().
         h._out1 = h._out_idx[0] if h._has_return and len(h._out_idx) == 1 else -1
-        h._unfit = fit_error(h._nargs, h._blocks, worker._info.ring_heap)
+        h._unfit = fit_error(h._nargs, h._blocks, worker._info.ring_heap) or scope_error(
+            getattr(compiled, "largest_scope", 0), worker._info.ring_task_window)
         h._cid = cid
         h._closed = False
         return h
