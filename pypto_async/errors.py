@@ -37,6 +37,8 @@ handle:
 * :class:`PtoCompileError` — tracing or compiling a kernel failed; the message
   starts with the kernel's file and line.
 * :class:`PtoNotSupported` — the platform or feature is not available here.
+* :class:`PtoRaceError` — the sanitizer found two accesses to one tensor on
+  different streams with nothing ordering them; nothing was queued.
 
 Each class with a driver counterpart names it in ``status`` (see
 :class:`PtoError`).  Cancellation is never wrapped: ``asyncio.CancelledError``
@@ -65,6 +67,7 @@ __all__ = [
     "PtoLoadError",
     "PtoCompileError",
     "PtoNotSupported",
+    "PtoRaceError",
 ]
 
 
@@ -229,3 +232,19 @@ class PtoNotSupported(PtoError):
     """The platform or feature is not available here."""
 
     status = "PTO_ENOTSUP"
+
+
+class PtoRaceError(PtoError):
+    """Two accesses to the same data on different streams, and nothing orders them.
+
+    Raised by the sanitizer (``RunConfig(sanitize="raise")``) from the call
+    that makes the second access, before anything is queued.  The message
+    names both sides: what accessed the data (a kernel and its parameter, or
+    a copy), how (read or write), on which stream, and where in your code.
+    ``first`` and ``second`` hold those two descriptions.
+    """
+
+    def __init__(self, message: str = "", *, first: str = "", second: str = "", status: str | None = None):
+        super().__init__(message, status=status)
+        self.first = first
+        self.second = second

@@ -17,6 +17,14 @@ point, so every test session gets these fixtures without a ``conftest.py``:
     marker on the test (or its class or module) sets.  Override the fixture to
     change it for a whole directory.
 
+The sanitizer (see "Data hazards" in the README): with ``pto_sanitize = raise``
+(or ``warn``) in your pytest configuration, or ``--pto-sanitize=raise`` on the
+command line, every worker your tests open checks the ordering you write
+yourself (``auto_deps=False``, ``manual_deps``) and raises
+:class:`~pypto_async.errors.PtoRaceError` at a racy call.  It works through
+the environment variable ``PYPTO_ASYNC_SANITIZE``, which wins when set.  A
+test that races on purpose opts out with ``@pytest.mark.pto_races``.
+
 And helpers that make ordering, back-pressure and error paths
 deterministic, with no sleeps:
 
@@ -43,6 +51,7 @@ loaded only when a fixture or helper is used.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -80,12 +89,47 @@ def sim_config(**fields: Any):
     return RunConfig(**{**SIM_DEVICE, **fields})
 
 
+_SANITIZE_ENV = "PYPTO_ASYNC_SANITIZE"  # read by every worker that opens (runtime/_hazards.py)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    help_ = ("the sanitizer's mode for the workers tests open: off, raise or warn "
+             f"(the environment variable {_SANITIZE_ENV} wins when set)")
+    parser.addini("pto_sanitize", help_, default="")
+    parser.addoption("--pto-sanitize", dest="pto_sanitize", default=None, choices=("off", "raise", "warn"),
+                     help=help_)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "pto_config(**fields): RunConfig fields for the pto_worker / pto_async_worker fixtures "
         "(e.g. ring_task_window=4)",
     )
+    config.addinivalue_line(
+        "markers", "pto_races: the test races on purpose: the sanitizer is off for the workers it opens")
+    mode = config.getoption("pto_sanitize", None) or str(config.getini("pto_sanitize") or "").strip()
+    if mode:
+        if mode not in ("off", "raise", "warn"):
+            raise pytest.UsageError(f"pto_sanitize = {mode!r}: expected off, raise or warn")
+        os.environ.setdefault(_SANITIZE_ENV, mode)
+
+
+@pytest.fixture(autouse=True)
+def _pto_races(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``@pytest.mark.pto_races``: no sanitizer for the workers the test opens."""
+    if request.node.get_closest_marker("pto_races") is None:
+        yield
+        return
+    before = os.environ.get(_SANITIZE_ENV)
+    os.environ[_SANITIZE_ENV] = "off"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_SANITIZE_ENV, None)
+        else:
+            os.environ[_SANITIZE_ENV] = before
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The task graph: which task of a program waits for which.
 
-This module is the one place the edge rule lives.  :func:`edges` is a pure
+The edge rule itself is :func:`pypto_async._hazard_rule.hazard`, which the runtime's
+streams share (:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
 function over tasks in submission order, each with the accesses it makes
 (a tensor, read and/or write, and the window touched):
 
@@ -34,6 +35,7 @@ import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._hazard_rule import covers, hazard, overlaps
 from ..errors import PtoCompileError
 from ._nodes import Assign, For, Fused, IBin, IConst, IScalar, IVar, Load, Program, Scope, Spmd, Store
 
@@ -85,30 +87,8 @@ class TaskGraph:
         return sorted({e.src for e in self.edges if e.dst == task})
 
 
-def overlaps(a, b) -> bool:
-    """Whether two boxes (``None``: the whole tensor) share an element."""
-    if a is None or b is None:
-        return True
-    return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b))
-
-
-def covers(a, b) -> bool:
-    """Whether box ``a`` holds every element of box ``b`` (``None``: the whole tensor)."""
-    if a is None:
-        return True
-    if b is None:
-        return False
-    return all(alo <= blo and bhi <= ahi for (alo, ahi), (blo, bhi) in zip(a, b))
-
-
 def _hazard(later: Access, earlier: Access) -> str | None:
-    if later.read and earlier.write:
-        return "RAW"
-    if later.write and earlier.write:
-        return "WAW"
-    if later.write and earlier.read:
-        return "WAR"
-    return None
+    return hazard(later.read, later.write, earlier.read, earlier.write)
 
 
 def edges(tasks: Sequence[Task]) -> list[Edge]:

@@ -258,13 +258,16 @@ class Binder:
         ``values`` holds one 64-bit slot per parameter (device address or
         scalar bits; 0 for host arrays, to be filled with their temporaries);
         ``hosts`` is None or a list of ``(index, HostArray, param)``;
-        ``joins`` is None or the DeviceTensors `stream` has not used yet.
+        ``joins`` is None or the ``(DeviceTensor, param)`` that need the slow
+        path of ordering (:func:`~._hazards.order`): first uses on `stream`,
+        and with hazard tracking, every tensor whose home is not `stream`.
         """
         if len(args) != self.nparams:
             raise self.arity_error(len(args))
         values = []
         append = values.append
         hosts = joins = None
+        track = worker._hazards is not None
         for arg, (shape, dtype, scalar, label, p) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
                 # The common case first: a tensor of this worker, alive, of the right shape and dtype.
@@ -274,10 +277,11 @@ class Binder:
                 if arg._init is not None:
                     check_init(arg, label)
                 append(arg._ptr)
-                if stream not in arg._streams:
+                # The common case: last written on this stream and used only here since.
+                if (arg._home is not stream) if track else (stream not in arg._streams):
                     if joins is None:
                         joins = []
-                    joins.append(arg)
+                    joins.append((arg, p))
             elif scalar:
                 append(scalar_bits(arg, dtype, label))
             else:

@@ -93,6 +93,23 @@ class RunConfig:
         performance counters: accepted and kept, nothing is collected.
     enable_dep_gen : bool
         Write the program's task graph as ``dfx_outputs/deps.json`` per call.
+    auto_deps : bool
+        Order accesses to a DeviceTensor across streams for you (the
+        default): a launch or copy that reads a tensor last written on
+        another stream waits for that write on the device, and one that
+        writes waits for the earlier reads and write on other streams.
+        ``False`` leaves it to your ``stream.wait`` calls (see "Data hazards"
+        in the README).
+    sanitize : str or None
+        ``"raise"`` or ``"warn"``: where ordering is yours (``auto_deps=False``,
+        ``manual_deps``), check it: an access not ordered after a conflicting
+        one on another stream raises :class:`~pypto_async.errors.PtoRaceError`
+        (or warns) before anything is queued.  ``"off"``: no checks.
+        ``None``: the environment variable ``PYPTO_ASYNC_SANITIZE`` (which
+        the pytest plugin's ``pto_sanitize`` setting sets), else off.
+    sanitize_stacks : bool
+        The sanitizer's messages carry the full stack of each side, not only
+        its file and line.
 
     Fields only the harness reads (:func:`pypto_async.runtime.run`)
     ---------------------------------------------------------------
@@ -155,6 +172,9 @@ class RunConfig:
     analyze_auto_scopes_for_deps: bool = False
     memory_planner: Any = None
     distributed_config: Any = None
+    auto_deps: bool = True
+    sanitize: str | None = None
+    sanitize_stacks: bool = False
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -163,7 +183,8 @@ class RunConfig:
         if not isinstance(self.platform, str) or not self.platform.strip():
             fail("platform", "must be a non-empty str such as 'sim'")
         for name in ("enable_dep_gen", "enable_scope_stats", "save_kernels", "codegen_only",
-                     "dump_ptoas_passes", "compile_profiling", "analyze_auto_scopes_for_deps"):
+                     "dump_ptoas_passes", "compile_profiling", "analyze_auto_scopes_for_deps",
+                     "auto_deps", "sanitize_stacks"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "must be a bool")
         _check_dfx_levels(self, fail)
@@ -172,6 +193,8 @@ class RunConfig:
         def check(name: str, **bounds) -> None:
             check_int(getattr(self, name), f"RunConfig.{name}", **bounds)
 
+        if self.sanitize not in (None, "off", "raise", "warn"):
+            fail("sanitize", "must be None, 'off', 'raise' or 'warn'")
         check("device_id", low=0)
         _check_rings(self, fail)
         for name in ("aicpu_thread_num", "cores", "copy_engines"):

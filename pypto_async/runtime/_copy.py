@@ -18,6 +18,7 @@ from ._args import _is_torch_tensor, check_init, host_array
 from ._capture import refuse
 from ._context import capture_of
 from ._dispatch import finish_sync, queue_one
+from ._hazards import order
 from ._launch import Launch
 from ._peer import copy as peer_copy, is_peer_copy
 from ._stream import stream_for
@@ -25,6 +26,20 @@ from ._tensor import DeviceTensor
 from ._wait import block_until
 
 __all__ = ["copy", "copy_from", "copy_to"]
+
+
+class _Side:
+    """The host side of a copy, as the sanitizer reads a kernel parameter (name and direction)."""
+
+    __slots__ = ("name", "copies_in", "copies_out")
+
+    def __init__(self, name: str, copies_in: bool, copies_out: bool):
+        self.name = name
+        self.copies_in = copies_in
+        self.copies_out = copies_out
+
+
+_SIDE = {"h2d": _Side("src", True, False), "d2h": _Side("dst", False, True)}
 
 
 def copy(worker, dst, src, stream) -> Launch:
@@ -86,10 +101,16 @@ def copy(worker, dst, src, stream) -> Launch:
         raise PtoArgumentError("copy(): dst or src must be a DeviceTensor (host-to-host is numpy's job)")
     sp = stream._ptr
     name = f"copy {kind} ({nbytes} bytes)"
+    accesses = []  # what the copy touches, for ordering across streams (_hazards.py)
+    if dst_dev:
+        accesses.append((dst, "dst", False, True))
+    if src_dev:
+        accesses.append((src, "src", True, False))
+    hz = worker._hazards
     with worker._lock:
-        for t in (dst, src):
-            if isinstance(t, DeviceTensor) and stream not in t._streams:
-                t._join(stream)
+        if hz is not None and hz.mode != "off" and host is not None:
+            hz.check_hosts(stream, [(0, host, _SIDE[kind])], name)
+        order(worker, stream, accesses, name, 0)
         if kind == "d2d":
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2d, (sp, dst._ptr, src._ptr, nbytes),
                                name, (dst, src), dst)
@@ -101,6 +122,8 @@ def copy(worker, dst, src, stream) -> Launch:
         else:
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2h, (sp, host.ptr, src._ptr, nbytes),
                                name, (dst, src, host), dst)
+        if hz is not None and hz.mode != "off" and kind == "h2d":
+            hz.note_hosts(stream, [(0, host, _SIDE[kind])], name, stream._last)
     return finish_sync(worker, launch)
 
 

@@ -51,7 +51,8 @@ from .._driver import check
 from ..errors import PtoArgumentError
 from ._complete import service
 from ._context import capture_of, current_worker, stream_stack
-from ._group import group_commands, group_flags
+from ._group import group_commands, group_flags, inputs
+from ._hazards import order
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -167,13 +168,15 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         mem = worker._memory
         if mem.deferred:
             mem.free_deferred_locked()
-        if joins is not None:
-            for t in joins:
-                t._join(stream)
+        if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
+            worker._hazards.check_hosts(stream, hosts, h._label)
+        if joins is not None:  # the bind step's slow path: first uses, and edges across streams
+            order(worker, stream, joins, h._label, 0 if hosts is None else inputs(hosts))
         if hosts is None:
             tok = q.next_token
             q.next_token = tok + 1
             q.pending[tok] = launch
+            stream._last = tok
             if not stream._fifo:
                 rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
                 if not rc:
@@ -193,6 +196,9 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                     mark_turn(launch)  # nor the rest of the loop: its await yields once
         else:
             launch_group(worker, h, stream, values, hosts, launch)
+            stream._last = q.next_token - 1
+            if worker._hazards is not None and worker._hazards.mode != "off":
+                worker._hazards.note_hosts(stream, hosts, h._label, stream._last)
             if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
                 mark_turn(launch)
     if worker._async:
@@ -230,6 +236,7 @@ def queue_one(worker, stream, fn, args_without_token: tuple, name: str, keep, ou
     launch = _make_launch(worker, stream, name, 1, keep, out)
     q = worker._queue
     t = token(q, launch)
+    stream._last = t
     if submit(q, stream, fn, (*args_without_token, t), launch, F_DATA | F_LAST):
         launch._entered = True
     return launch

@@ -23,7 +23,7 @@ class Event(_Waitable):
     the first failure, when known).
     """
 
-    __slots__ = ("_ptr", "_time_ns")
+    __slots__ = ("_ptr", "_time_ns", "_clock")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Event cannot be constructed directly; use Stream.record()")
@@ -44,6 +44,7 @@ class Event(_Waitable):
         event._entry_waiters = None
         event._retrieved = False
         event._time_ns = None  # None: the driver knows its completion time (see _completed_ns)
+        event._clock = None  # what waiting for its record orders after (_hazards.mark)
         return event
 
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .._driver import lib
 from ._queue import F_DATA, F_LAST
 
-__all__ = ["group_flags", "group_commands", "rounded", "needed"]
+__all__ = ["group_flags", "group_commands", "rounded", "needed", "inputs"]
 
 _ALIGN = 256  # the driver's allocation granule
 
@@ -28,6 +28,11 @@ def group_flags(hosts: list) -> list[int]:
     """
     n_data = 1 + sum(p.copies_in + p.copies_out for _, _, p in hosts)
     return [F_DATA] * n_data + [F_LAST]
+
+
+def inputs(hosts: list) -> int:
+    """How many commands of a launch group come before its kernel: one input copy per ``In``/``InOut`` array."""
+    return sum(1 for _, _, p in hosts if p.copies_in)
 
 
 def group_commands(h, stream, values: list, hosts: list, temps: list, tokens: list) -> list:

@@ -80,7 +80,7 @@ class DeviceMemory:
 
     # -- tensors (ChipWorker.alloc_tensor / free_tensor) -------------------------------------
 
-    def alloc_tensor(self, shape, dtype, init, stream) -> DeviceTensor:
+    def alloc_tensor(self, shape, dtype, init, stream, manual_deps: bool = False) -> DeviceTensor:
         """Allocate a tensor in device memory, optionally filled from a host array.
 
         Parameters
@@ -98,6 +98,10 @@ class DeviceMemory:
         stream : Stream, optional
             The allocation (and default deallocation) stream; ``None`` means
             the task-local default stream.
+        manual_deps : bool
+            Leave the ordering of this tensor's accesses across streams to
+            you (``stream.wait``), as ``RunConfig(auto_deps=False)`` does for
+            every tensor; the sanitizer, when on, checks it.
 
         Raises
         ------
@@ -116,6 +120,8 @@ class DeviceMemory:
         nbytes = dt.itemsize
         for d in shape:
             nbytes *= d
+        if not isinstance(manual_deps, bool):
+            raise PtoArgumentError(f"alloc_tensor(manual_deps=...) must be a bool, not {manual_deps!r}")
         stream = stream_for(worker, stream)
         host = None
         if init is not None:
@@ -132,6 +138,7 @@ class DeviceMemory:
         with self.queue.lock:
             ptr = self._alloc_locked(nbytes, stream, "alloc_tensor()")
             launch = None
+            init_token = self.queue.next_token
             try:
                 if host is not None and nbytes:
                     launch = queue_one(worker, stream, lib.pto_stream_copy_h2d,
@@ -153,6 +160,10 @@ class DeviceMemory:
             t = DeviceTensor._make(worker, ptr, shape, dt, nbytes, stream)
             t._init = launch
             t._ready = ready
+            t._manual = manual_deps
+            hz = worker._hazards
+            if hz is not None and launch is not None:
+                hz.written(t, stream, init_token, "alloc_tensor() copy", ready)
             self.tensors.add(t)
         if launch is not None and not worker._async:
             try:

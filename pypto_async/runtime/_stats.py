@@ -143,6 +143,12 @@ class WorkerStats:
     memory_waits : int
         Launches that waited for device memory for their host arrays'
         temporaries (memory back-pressure).
+    inferred_waits, skipped_waits : int
+        Waits the runtime inserted to order DeviceTensors across streams
+        (``auto_deps``), and ones it left out because earlier waits (or the
+        earlier access's completion) already imply them.
+    races : int
+        Races the sanitizer reported (``sanitize="warn"`` or ``"raise"``).
     """
 
     launches: int
@@ -166,6 +172,9 @@ class WorkerStats:
     stream_stats: tuple[StreamStats, ...] = ()
     backpressure_wait_ns: int = 0
     memory_waits: int = 0
+    inferred_waits: int = 0
+    skipped_waits: int = 0
+    races: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -285,6 +294,7 @@ def worker_stats(worker) -> WorkerStats:
     from .._driver import check, ffi, lib
 
     q = worker._queue
+    hz = worker._hazards
     dev_stats = ffi.new("pto_device_stats *")
     mem = ffi.new("pto_mem_stats *")
     check(lib.pto_device_get_stats(worker._dev, dev_stats), "pto_device_get_stats")
@@ -311,4 +321,7 @@ def worker_stats(worker) -> WorkerStats:
         stream_stats=stream_stats(worker._streams.values(), q.backlog),
         backpressure_wait_ns=q.backlog.total_ns(),
         memory_waits=worker._memory.memory_waits,
+        inferred_waits=hz.inferred if hz is not None else 0,
+        skipped_waits=hz.skipped if hz is not None else 0,
+        races=hz.races if hz is not None else 0,
     )

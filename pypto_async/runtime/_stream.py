@@ -25,6 +25,7 @@ from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event
+from ._hazards import mark, merge_clock
 from ._launch import Launch, _Marker
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
@@ -47,7 +48,7 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_is_default", "__weakref__")
+                 "_final", "_final_ordering", "_is_default", "_last", "_clock", "_oclock", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -76,6 +77,9 @@ class Stream:
         stream._final = None  # Events recorded at close: everything queued, with its failures...
         stream._final_ordering = None  # ... and the same point as an ordering only
         stream._is_default = is_default
+        stream._last = 0  # the token of its last data command (a launch or copy): see _hazards.py
+        stream._clock = {}  # other stream -> the largest token of its events this one waits for
+        stream._oclock = {}  # ... counting ordering-only events too
         return stream
 
     # -- properties ---------------------------------------------------------------
@@ -295,6 +299,7 @@ class Stream:
         event = Event._make(self._worker, self, True)
         t = token(q, event)
         fn = lib.pto_stream_record_ordering if ordering else lib.pto_stream_record
+        event._clock = mark(self, t, ordering)  # what a stream that waits for it is ordered after (_hazards.py)
         if submit(q, self, fn, (self._ptr, event._ptr, t), event, F_LAST | F_RECORD):
             event._entered = True
         return event
@@ -307,6 +312,8 @@ class Stream:
             _wait_foreign(q, self, event, t)
             return
         submit(q, self, lib.pto_stream_wait_event, (self._ptr, event._ptr, t), None, 0, gate=event)
+        if event._clock is not None:
+            merge_clock(self, event)
 
     def _marker(self) -> Launch:
         """Queue a notify: a Launch that completes after everything queued before it (takes the lock)."""

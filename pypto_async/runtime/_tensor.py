@@ -49,7 +49,7 @@ class DeviceTensor:
     """
 
     __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams",
-                 "_freed", "_init", "_ready", "__weakref__")
+                 "_freed", "_init", "_ready", "_home", "_manual", "_writer", "_readers", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
@@ -68,6 +68,12 @@ class DeviceTensor:
         t._freed = False
         t._init = None  # the Launch of its initial copy, until known to have succeeded
         t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
+        # Hazard tracking (_hazards.py): the stream where an access needs nothing, the last
+        # write (stream, token, what) and the reads since, one per stream.
+        t._home = None
+        t._manual = False
+        t._writer = None
+        t._readers = None
         return t
 
     # -- description ----------------------------------------------------------------

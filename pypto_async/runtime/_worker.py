@@ -36,6 +36,7 @@ from ._config import as_run_config
 from ._event import Event
 from ._kernel import KernelHandle, load_counts, register
 from ._launch import Launch, _Marker
+from ._hazards import Hazards, manual_region, sanitize_mode
 from ._memory import DeviceMemory
 from ._pump import SyncPump
 from ._queue import CommandQueue, release_waiters
@@ -131,6 +132,7 @@ class ChipWorker:
         self._runtime = runtime
         self._enable_sdma = bool(enable_sdma)
         self._ctx_tokens: list = []
+        self._sanitize = sanitize_mode(cfg.sanitize)  # before the device opens: a bad environment raises
         if auto_init is None or auto_init:
             self._open_device()
 
@@ -151,6 +153,7 @@ class ChipWorker:
 
     def _open_device(self) -> None:
         cfg = self._config
+        mode = self._sanitize
         out = ffi.new("pto_device **")
         check(lib.pto_device_open(self._platform.encode(), device_config(**cfg._device_fields()), out),
               f"opening a {cfg.platform!r} device")
@@ -163,6 +166,9 @@ class ChipWorker:
         self._queue = CommandQueue(self._dev, self._lock, self._pump, self._alive, self._check_open)
         self._memory = DeviceMemory(self, self._queue, info.device_memory)
         self._queue.on_service = self._memory.on_service
+        # None when there is nothing to track: the bind step then only joins first uses.
+        self._hazards = (Hazards(self, cfg.auto_deps, mode, cfg.sanitize_stacks)
+                         if cfg.auto_deps or mode != "off" else None)
         # Weak: a stream nobody references (no tensor, launch, event or FIFO entry) is
         # destroyed by its finalizer; the queue's backlog holds streams with queued commands.
         self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
@@ -554,11 +560,21 @@ class ChipWorker:
     # -- device memory and copies: the parts' methods, with their docstrings ---------------------------
 
     @_doc_of(DeviceMemory.alloc_tensor)
-    def alloc_tensor(self, shape, dtype, *, init=None, stream=None) -> DeviceTensor:
-        t = self._memory.alloc_tensor(shape, dtype, init, stream)
+    def alloc_tensor(self, shape, dtype, *, init=None, stream=None, manual_deps: bool = False) -> DeviceTensor:
+        t = self._memory.alloc_tensor(shape, dtype, init, stream, manual_deps)
         if self._captures and (cap := capture_of(self)) is not None:
             cap.own(t)  # allocated inside a capture: the graph owns it
         return t
+
+    def manual_deps(self):
+        """``with w.manual_deps():`` leaves the ordering of DeviceTensors across streams to you in the block.
+
+        Launches and copies queued on this worker inside the block, by this
+        task (or thread) only, get no inferred waits; order them with
+        ``stream.wait(...)``.  The sanitizer, when on, checks them.  Works
+        in sync and async code alike (a plain ``with``).
+        """
+        return manual_region(self)
 
     @_doc_of(DeviceMemory.free_tensor)
     def free_tensor(self, t: DeviceTensor, *, stream=None) -> None:

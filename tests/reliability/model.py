@@ -23,6 +23,18 @@ It knows nothing of threads, rings or engines; it follows the rules of
    and waits on each first (ordered behind their work, not failed by their
    failures); a launch with host arrays is a group (H2D copies, the kernel,
    D2H copies, frees of the temporaries) whose error is its first failure.
+5. With automatic ordering (``Model(auto_deps=True)``, the runtime's
+   default), a launch or copy that touches a DeviceTensor last written on
+   another stream (or, when it writes, read there since) first records an
+   event on that stream and waits on it, after the first-use joins; the same
+   rule as ``pypto_async._hazard_rule.hazard``; the edges come before the
+   first-use joins.  An edge is left out when the stream's hazard clock
+   (merged only through events that carry failures) shows one queued
+   already, or another stream the call waits for has waited for that access
+   itself; each other stream is waited for once per call; a join is left out
+   when an edge to the allocation stream covers its point.  Without the sanitizer (``homes=True``) a tensor written on a stream
+   and used only there since is summed up, when another stream comes, as a
+   write at that stream's last data command, as the runtime does.
 
 Executing in issue order is a valid linearisation only for race-free
 programs: two accesses to one buffer, one of them a write, must be ordered
@@ -93,6 +105,8 @@ class MStream:
     inject: str | None = None                       # the next command fails with this kind
     latches: list = field(default_factory=list)     # (latch id, pos) held
     hold_clock: dict[int, int] = field(default_factory=dict)  # like clock, merged by every wait
+    hclock: dict[int, int] = field(default_factory=dict)  # the runtime's Stream._clock (auto ordering)
+    last_data: int = 0                              # position of the last command of its last data call
 
 
 @dataclass
@@ -107,6 +121,9 @@ class MTensor:
     reads: dict[int, int] = field(default_factory=dict)
     init: MLaunch | None = None                        # the last copy that filled it entirely
     ready: MEvent | None = None                        # recorded right after allocation and init
+    home: int | None = None                            # auto ordering's state (runtime/_hazards.py)
+    hw: tuple | None = None                            # its last write: (stream, position, exact event)
+    hr: dict[int, int] | None = None                   # the reads since: stream -> position
 
 
 @dataclass
@@ -139,6 +156,7 @@ class MEvent:
     clock: dict[int, int]
     fail: Failure | None
     hold_clock: dict[int, int] = field(default_factory=dict)
+    hclock: dict[int, int] | None = None   # for hazard clocks: None for an ordering-only point
 
 
 def _merge(a: dict[int, int], b: dict[int, int]) -> None:
@@ -158,10 +176,17 @@ class Model:
         How the runtime joins a tensor's first use on another stream: False, with an event
         recorded on its allocation stream at that moment; True, with the event recorded right
         after its allocation (and initial copy).
+    auto_deps, homes : bool
+        Rule 5: automatic ordering of DeviceTensors across streams; and whether a tensor's
+        home stream is summed up (the runtime without its sanitizer) or every access recorded.
     """
 
-    def __init__(self, streams: int, *, join_on_ready: bool = False):
+    def __init__(self, streams: int, *, join_on_ready: bool = False, auto_deps: bool = False,
+                 homes: bool = False):
         self.join_on_ready = join_on_ready
+        self.auto_deps = auto_deps
+        self.homes = homes
+        self.inferred = 0  # the waits rule 5 inserted
         self.streams = [MStream(i) for i in range(streams)]
         self.tensors: dict[int, MTensor] = {}
         self.hosts: dict[int, MHost] = {}
@@ -221,7 +246,8 @@ class Model:
         # A record completes its event carrying the stream's failure; an ordering-only record
         # never carries it.
         fail = s.fail if status != OK and not ordering else None
-        ev = MEvent(self._next(), s.index, pos, clock, fail, self._hold_clock_of(s))
+        ev = MEvent(self._next(), s.index, pos, clock, fail, self._hold_clock_of(s),
+                    None if ordering else {**s.hclock, s.index: pos})
         self.events[ev.uid] = ev
         return ev
 
@@ -231,6 +257,10 @@ class Model:
         # entered a ring (the runtime gates it), so for latches every wait counts.
         _merge(s.hold_clock, ev.clock)
         _merge(s.hold_clock, getattr(ev, "hold_clock", {}))
+        if ev.hclock is not None:  # the runtime merges as it queues the wait, whatever its fate
+            for k, v in ev.hclock.items():
+                if (k != s.index or k == ev.stream) and s.hclock.get(k, 0) < v:
+                    s.hclock[k] = v
         if status == OK:
             _merge(s.clock, ev.clock)
             if ev.fail is not None:
@@ -248,6 +278,63 @@ class Model:
         ev = t.ready if t.ready is not None else self._record(self.streams[t.birth])
         self._wait(s, ev)
         t.streams.append(s.index)
+
+    def _auto(self, s: MStream, accesses: list) -> list:
+        """Rule 5, before the call's commands: insert the edges, join first uses; return what to note.
+
+        `accesses` are ``(MTensor, reads, writes)`` in the runtime's order.
+        """
+        waits: dict[int, None] = {}
+        notes = []
+        for t, reads, writes in accesses:
+            if t.home is not None and t.home != s.index:
+                last = self.streams[t.home].last_data
+                exact = t.hw[2] if t.hw is not None and t.hw[1] == last else None
+                t.hw, t.hr, t.home = (t.home, last, exact), None, None
+            earlier = []
+            if t.hw is not None and t.hw[0] != s.index and (reads or writes):
+                earlier.append(t.hw)
+            if writes and t.hr:
+                earlier.extend((st, pos, None) for st, pos in t.hr.items() if st != s.index)
+            for st, pos, exact in earlier:
+                if s.hclock.get(st, 0) > pos:
+                    continue
+                if st not in waits:
+                    waits[st] = (pos, exact)
+                    continue
+                # One wait per stream: the latest position, and an exact event after both if any.
+                latest = max(waits[st][0], pos)
+                usable = [ev for ev in (waits[st][1], exact) if ev is not None and ev.pos > latest]
+                waits[st] = (latest, min(usable, key=lambda ev: ev.pos) if usable else None)
+            notes.append((t, writes))
+        # A stream that waited for the access itself covers it (the runtime prunes in this order).
+        for a in list(waits):
+            for b in list(waits):
+                if b != a and self.streams[b].hclock.get(a, 0) > waits[a][0]:
+                    del waits[a]
+                    break
+        for st, (_, exact) in waits.items():
+            self._wait(s, exact if exact is not None else self._record(self.streams[st]))
+            self.inferred += 1
+        for t, _, _ in accesses:
+            ready = t.ready if self.join_on_ready else None
+            if s.index not in t.streams and ready is not None and s.hclock.get(ready.stream, 0) > ready.pos:
+                t.streams.append(s.index)  # an edge just queued covers the join
+            else:
+                self._join_first_use(t, s)
+        return notes
+
+    def _noted(self, notes: list, s: MStream, pos: int) -> None:
+        """Rule 5, after the call's commands: the accesses at `pos` (the kernel's or the copy's)."""
+        for t, writes in notes:
+            if writes:
+                t.hw, t.hr = (s.index, pos, None), None
+                if self.homes:
+                    t.home = s.index
+            elif t.hr is None:
+                t.hr = {s.index: pos}
+            else:
+                t.hr[s.index] = pos
 
     # -- queries for a generator ------------------------------------------------------------
 
@@ -311,9 +398,14 @@ class Model:
             t.last_write = (stream, pos)
             self._finish(lc, s, pos, status, cause)
             t.init = lc
+            s.last_data = pos
         if self.join_on_ready:
             # Without an initial copy the point stands for no result (runtime: ordering-only).
             t.ready = self._record(s, ordering=init is None)
+        if self.auto_deps and init is not None:
+            t.hw = (stream, t.last_write[1], t.ready)  # the ready point is an exact one for this write
+            if self.homes:
+                t.home = stream
         return t
 
     def init_state(self, t: MTensor) -> str:
@@ -392,11 +484,18 @@ class Model:
     def copy(self, dst, src, stream: int) -> MLaunch:
         """w.copy(dst, src, stream=stream): H2D, D2H or D2D (one command, one Launch)."""
         s = self.streams[stream]
-        for b in (dst, src):
-            if isinstance(b, MTensor):
-                self._join_first_use(b, s)
+        notes = None
+        if self.auto_deps:
+            notes = self._auto(s, [(b, b is src, b is dst) for b in (dst, src) if isinstance(b, MTensor)])
+        else:
+            for b in (dst, src):
+                if isinstance(b, MTensor):
+                    self._join_first_use(b, s)
         lc = self._new_launch(stream)
         pos, status, cause, own = self._issue(s, "copy", data=True)
+        s.last_data = pos
+        if notes is not None:
+            self._noted(notes, s, pos)
         if status == OK:
             dst.data = None if src.data is None else src.data.copy()
         self._touch(src, s, pos, False)
@@ -414,9 +513,15 @@ class Model:
         """
         dirs, fn = KERNELS[kernel]
         s = self.streams[stream]
-        for a in args:
-            if isinstance(a, MTensor):
-                self._join_first_use(a, s)
+        notes = None
+        if self.auto_deps:
+            # The bind step's slow path takes the tensors whose home is not this stream.
+            notes = self._auto(s, [(a, d in ("in", "inout"), d in ("out", "inout")) for a, d in zip(args, dirs)
+                                   if isinstance(a, MTensor) and not (self.homes and a.home == s.index)])
+        else:
+            for a in args:
+                if isinstance(a, MTensor):
+                    self._join_first_use(a, s)
         lc = self._new_launch(stream)
         hosts = [(a, d) for a, d in zip(args, dirs) if isinstance(a, MHost)]
         # The group: H2D for in/inout host arrays, the launch, D2H for out/inout, frees.
@@ -475,6 +580,9 @@ class Model:
         lc.pos = s.pos
         lc.clock = self._clock_of(s)
         lc.hold_clock = self._hold_clock_of(s)
+        s.last_data = s.pos
+        if notes is not None:
+            self._noted(notes, s, kpos)
         return lc
 
     # -- host synchronisation ----------------------------------------------------------------------

@@ -59,7 +59,9 @@ def test_event_recorded_behind_a_failure_in_the_fifo_fails(rel_kernels):
     inc = rel_kernels.get("inc", 16)
     with _async_worker(ring_task_window=4) as (loop, w):
         a, b, c = w.default_stream, w.stream(), w.stream()
-        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a)
+        # Its commands are counted against a 4-slot ring: x orders nothing for itself (manual_deps),
+        # the test orders it (b's use completed before a's; b waits for a's event after).
+        x = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=a, manual_deps=True)
         assert _outcome(loop, w.register(inc)(x, stream=b)) is x  # b has joined x: no join waits later
         loop.run_until_complete(a)
         with testing.hold(c) as held_c, testing.hold(a) as latch:

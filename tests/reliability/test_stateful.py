@@ -14,8 +14,10 @@ live tensors.
 
 Determinism: the worker runs in async mode on an asyncio loop that runs only
 inside sync points, so completion records are drained (and failures
-observed) only there.  The generator orders every racing access with an
-event first, and waits on a launch only when the model says that wait
+observed) only there.  The runtime orders racing accesses to DeviceTensors
+itself (automatic ordering, rule 5 of the model, which inserts the same
+edges); the generator writes no wait for them, and orders only racing
+host-array accesses with an event first, and waits on a launch only when the model says that wait
 observes a determined set of failures.  The CI profile is derandomized
 (the same programs every run); ``PYPTO_ASYNC_LONG=1`` selects a long,
 randomized profile.
@@ -104,8 +106,11 @@ class RuntimeVsModel(RuleBasedStateMachine):
         self.loop.run_until_complete(self.worker.open())
         self.streams = [self.worker.default_stream] + [self.worker.stream() for _ in range(STREAMS - 1)]
         self.handles = {name: self.worker.register(_kernel_lib.get(name, N)) for name in KERNEL_NAMES}
-        # The runtime joins first uses on the event recorded right after allocation, if it has one.
-        self.model = Model(STREAMS, join_on_ready="_ready" in DeviceTensor.__slots__)
+        # The runtime joins first uses on the event recorded right after allocation, if it has one;
+        # it orders DeviceTensors across streams itself (auto_deps, the default), as the model does.
+        hz = self.worker._hazards
+        self.model = Model(STREAMS, join_on_ready="_ready" in DeviceTensor.__slots__,
+                           auto_deps=hz is not None and hz.auto, homes=hz is not None and hz.mode == "off")
         self.tensors: list[Pair] = []
         self.hosts: list[Pair] = []
         self.launches: list[Pair] = []
@@ -123,7 +128,14 @@ class RuntimeVsModel(RuleBasedStateMachine):
             raise AssertionError(f"{what} hung (20 s): the runtime lost a completion") from None
 
     def _order(self, stream: int, reads=(), writes=()):
-        """Make the access race-free: wait here for each stream whose earlier access races."""
+        """Make the access race-free: wait here for each stream whose earlier access races.
+
+        With automatic ordering the runtime orders DeviceTensors itself (no explicit wait is
+        written for them); host arrays are always the program's to order.
+        """
+        if self.model.auto_deps:
+            reads = [r for r in reads if not isinstance(r.model, MTensor)]
+            writes = [w for w in writes if not isinstance(w.model, MTensor)]
         for u in sorted(self.model.conflicts(stream, [r.model for r in reads], [w.model for w in writes])):
             ev = self.streams[u].record()
             self.streams[stream].wait(ev)
@@ -355,7 +367,10 @@ class RuntimeVsModel(RuleBasedStateMachine):
         m = mem_stats(self.worker)
         assert m.allocations == len(live), f"{m.allocations} device allocations, {len(live)} live tensors"
         assert m.pending_frees == 0 and m.reserved == m.in_use
-        assert self.worker.stats().in_flight == 0
+        stats = self.worker.stats()
+        assert stats.in_flight == 0
+        assert stats.inferred_waits == self.model.inferred, (
+            f"the runtime inferred {stats.inferred_waits} waits, the model {self.model.inferred}")
         # A record is pushed just before its stream's head moves: let the driver catch up.
         assert lib.pto_device_synchronize(self.worker._dev, 5_000_000) == 0
         for s in self.streams:

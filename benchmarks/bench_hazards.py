@@ -1,0 +1,181 @@
+"""Benchmark automatic ordering of DeviceTensors across streams, and the sanitizer.
+
+Three figures, each beside its reference measured in the same process, in
+rounds that take turns (medians over rounds, µs per launch).  Each is the
+host's cost of queueing the launches (every stream's overflow takes them at
+once, so the loop never waits for the device); the sync after it is not
+timed:
+
+``single stream``
+    ``h.submit(t)`` of the empty kernel on one DeviceTensor, pipelined on one
+    stream, then one sync: what ``auto_deps=True`` (the default) adds over
+    ``auto_deps=False``.  Target: at most 0.1 µs per launch.
+``crossing streams``
+    The same launches alternating between two streams on the same tensor,
+    so that every launch must wait for the one before (write after write):
+    what automatic ordering (an event recorded and waited for per launch)
+    adds over ``auto_deps=False`` with no waits at all (unordered).  Target:
+    at most 0.6 µs per launch.  The same program with the waits written by
+    hand (``s.wait(other)``) is reported beside it.
+``sanitizer``
+    The cost per launch of ``sanitize="raise"`` (no target: a debugging
+    mode), on one stream, and crossing streams with the waits written by hand.
+
+torch is imported when installed, as the runtime's users do (its objects
+weigh on the cyclic GC, the references' as much as the figures').
+
+    python benchmarks/bench_hazards.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+if importlib.util.find_spec("torch") is not None:
+    import torch  # noqa: F401  (the runtime's users import it)
+
+from helpers.kernels import KernelLib  # noqa: E402
+
+from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+
+DEVICE = {"cores": 2, "copy_engines": 1, "device_memory": 16 << 20, "ring_task_window": 1024}
+
+
+def _single(w, noop, t, n: int) -> float:
+    s = w.default_stream
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        noop.submit(t, stream=s)
+    dt = time.perf_counter_ns() - t0  # the host's cost: the ring's overflow takes every launch at once
+    w.sync()
+    return dt / n / 1e3
+
+
+def _crossing(w, noop, t, n: int, s1, s2, explicit: bool) -> float:
+    t0 = time.perf_counter_ns()
+    if explicit:
+        for _ in range(n // 2):
+            s1.wait(s2)
+            noop.submit(t, stream=s1)
+            s2.wait(s1)
+            noop.submit(t, stream=s2)
+    else:
+        for _ in range(n // 2):
+            noop.submit(t, stream=s1)
+            noop.submit(t, stream=s2)
+    dt = time.perf_counter_ns() - t0
+    w.sync()
+    return dt / n / 1e3
+
+
+def measure(n: int, rounds: int) -> dict:
+    lib = KernelLib(tempfile.mkdtemp(prefix="bench_hazards_"))
+    kernel = lib.get("noop", 16)
+    workers = {
+        "auto": ChipWorker(RunConfig(**DEVICE)),
+        "manual": ChipWorker(RunConfig(**DEVICE, auto_deps=False, sanitize="off")),
+        "sanitize": ChipWorker(RunConfig(**DEVICE, auto_deps=False, sanitize="raise")),
+    }
+    setups = {}
+    for name, w in workers.items():
+        noop = w.register(kernel)
+        t = w.alloc_tensor(16, np.float32, init=np.random.default_rng().standard_normal(16).astype(np.float32))
+        s1, s2 = w.stream(), w.stream()
+        setups[name] = (w, noop, t, s1, s2)
+    cases = {
+        "single/auto": lambda: _single(*setups["auto"][:3], n),
+        "single/manual": lambda: _single(*setups["manual"][:3], n),
+        "single/sanitize": lambda: _single(*setups["sanitize"][:3], n),
+        "crossing/auto": lambda: _crossing(*setups["auto"][:3], n, *setups["auto"][3:], False),
+        "crossing/manual_unordered": lambda: _crossing(*setups["manual"][:3], n, *setups["manual"][3:], False),
+        "crossing/manual_waits": lambda: _crossing(*setups["manual"][:3], n, *setups["manual"][3:], True),
+        "crossing/sanitize_waits": lambda: _crossing(*setups["sanitize"][:3], n, *setups["sanitize"][3:], True),
+    }
+    for case in cases.values():  # warm up
+        case()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            gc.collect()
+            times[name].append(case())
+    stats = workers["auto"].stats()
+    for w, _, t, s1, s2 in setups.values():
+        t.free()
+        s1.close()
+        s2.close()
+        w.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    # Paired differences (the rounds take turns), so drift between rounds cancels out.
+    single_added = statistics.median(a - m for a, m in zip(times["single/auto"], times["single/manual"]))
+    crossing_added = statistics.median(a - m for a, m in zip(times["crossing/auto"],
+                                                              times["crossing/manual_unordered"]))
+    return {"median_us": med, "single_added_us": single_added, "crossing_added_us": crossing_added,
+            "sanitize_single_added_us": med["single/sanitize"] - med["single/manual"],
+            "sanitize_crossing_added_us": med["crossing/sanitize_waits"] - med["crossing/manual_waits"],
+            "inferred_waits": stats.inferred_waits, "skipped_waits": stats.skipped_waits,
+            "launches_per_round": n, "rounds": rounds,
+            "torch": sys.modules["torch"].__version__ if "torch" in sys.modules else None}
+
+
+def rows(r: dict) -> list[dict]:
+    med = r["median_us"]
+
+    def row(name, figure, reference, reference_name, target="", ok=None):
+        return {"name": name, "figure": figure, "unit": "µs", "reference": reference,
+                "reference_name": reference_name, "ratio": figure / reference if reference else None,
+                "target": target, "ok": ok}
+
+    return [
+        row("auto_deps, one stream: added per launch", r["single_added_us"], med["single/manual"],
+            "auto_deps=False, per launch", "≤ 0.1 µs", r["single_added_us"] <= 0.1),
+        row("auto_deps, crossing streams: added per launch", r["crossing_added_us"],
+            med["crossing/manual_unordered"], "auto_deps=False, no waits, per launch", "≤ 0.6 µs",
+            r["crossing_added_us"] <= 0.6),
+        row("waits by hand, crossing streams: added per launch",
+            med["crossing/manual_waits"] - med["crossing/manual_unordered"], med["crossing/manual_unordered"],
+            "auto_deps=False, no waits, per launch"),
+        row("sanitizer, one stream: added per launch", r["sanitize_single_added_us"], med["single/manual"],
+            "auto_deps=False, per launch"),
+        row("sanitizer, crossing streams with waits by hand: added per launch", r["sanitize_crossing_added_us"],
+            med["crossing/manual_waits"], "the same without the sanitizer, per launch"),
+    ]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer launches and rounds (a smoke run)")
+    parser.add_argument("--json", nargs="?", const="-", default=None, help="write the results as JSON (to PATH)")
+    args = parser.parse_args(argv)
+    n, rounds = (2000, 3) if args.quick else (20000, 7)
+    r = measure(n, rounds)
+    r["rows"] = rows(r)
+    if args.json is not None:
+        text = json.dumps(r, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text)
+        return 0
+    for row in r["rows"]:
+        ok = "" if row["ok"] is None else ("  ok" if row["ok"] else "  MISSED")
+        print(f"{row['name']:<68} {row['figure']:7.3f} µs   (reference {row['reference']:.3f} µs: "
+              f"{row['reference_name']})  {row['target']}{ok}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""Data hazards: accesses to DeviceTensors ordered across streams, and the sanitizer that checks them.
+
+Kernels declare ``In``/``Out``/``InOut``, and copies know their direction,
+so every access to a DeviceTensor is known when it is queued.  The rule
+that orders two accesses is the one the tasks of a program obey
+(:func:`pypto_async._hazard_rule.hazard`): a read waits for the last write
+(RAW); a write waits for the last write (WAW) and for the reads since it
+(WAR); a read never waits for a read.  Same-stream order is free (a stream
+runs its commands in order); only accesses on different streams need an
+edge, and an edge is a device-side wait: an event recorded on the earlier
+access's stream, waited for on the later one.  No host round trip, and no
+Python on a driver thread.
+
+Positions.  Every command carries a token, handed out in host submission
+order, so on one stream tokens grow in the order the stream runs its
+commands (a command held in a stream's FIFO keeps its place and its token).
+An access is known by ``(stream, token)``.  An event recorded on stream S
+with token r completes after every command of S with a smaller token: it
+covers those accesses.
+
+Clocks.  Each stream keeps a vector clock (``Stream._clock``): for every
+other stream S (by id), the largest token of an S-recorded event it waits for,
+directly or through events it waits for (a wait merges the recording
+stream's clock as it was at the record).  An edge from ``(S, p)`` to a
+stream whose clock for S is above p is implied already, and is not added
+again; nor is one to S when another stream the call waits for has waited for
+``(S, p)`` itself, nor a first use's join that an edge to the tensor's
+allocation stream covers.  Explicit ``stream.wait(...)`` merges in the same way, so an edge you
+wrote is not doubled.  Only events that carry failures count: an ordering-only
+point (a free's join) orders, but a failure would not propagate through it,
+and an inferred edge must propagate one exactly as an explicit wait does.
+Whether the earlier access has completed does not count either: which
+records the host has drained depends on timing, and the edges inserted must
+not (an edge to completed work costs one record and one wait that finish at
+once).
+
+Per tensor, the bookkeeping is the last write, ``(stream, token, what,
+exact)``, and the reads since, one per stream.  An edge waits for the
+stream's tail, recorded when the edge is made (over-waiting for later work
+there, never under-waiting), unless an exact point is known: ``exact`` is an
+event recorded right after the access (the point right after an
+``alloc_tensor(init=...)`` copy, which the first-use join uses too).  The common case is cheaper still: a
+tensor written on stream S and used only on S since has ``_home`` S, and an
+access on S needs nothing at all (:meth:`Binder.bind` checks one attribute).
+When another stream comes, the home's accesses are summed up as a write at
+S's last data command (``Stream._last``): conservative, and exact in a
+pipeline.
+
+Opt-outs, narrow to wide: ``alloc_tensor(..., manual_deps=True)``; ``with
+w.manual_deps():`` (task-local, a :mod:`contextvars` variable);
+``RunConfig(auto_deps=False)``.  Where ordering is the user's, the sanitizer
+(``RunConfig(sanitize="raise" | "warn")``, ``PYPTO_ASYNC_SANITIZE``) checks
+what auto ordering would have inserted: an edge neither implied by the
+waits queued (any event counts here, ordering-only ones too:
+``Stream._oclock``) nor made moot by the earlier access having completed
+(its token left the token map: the host saw it finish) is a race, raised as
+:class:`~pypto_async.errors.PtoRaceError` before the call queues anything.  It also watches host arrays: one handed to an
+in-flight launch as an input and then to another stream's launch or copy as
+an output before the first launch completed.
+
+Threads: ordering follows host submission order, which two threads
+submitting at once do not have; a tensor shared between threads needs
+their own order on the host.  Inside a graph capture, edges would be
+derived once, at capture time (:meth:`Hazards.order` is the one place they
+are made, the hook for it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import pathlib
+import sys
+import traceback
+import warnings
+
+from .._hazard_rule import hazard
+from ..errors import PtoArgumentError, PtoRaceError
+
+__all__ = ["Hazards", "order", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+
+#: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
+ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
+_MODES = ("off", "raise", "warn")
+_PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
+_KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
+
+# The workers whose ordering is manual in this task (``with w.manual_deps():``).
+_manual: contextvars.ContextVar[tuple] = contextvars.ContextVar("pypto_async_manual_deps", default=())
+
+
+def sanitize_mode(configured: str | None) -> str:
+    """The sanitizer mode a worker opens with: its config, else ``PYPTO_ASYNC_SANITIZE``, else off.
+
+    The pytest plugin (:mod:`pypto_async.testing`, ``pto_sanitize``) sets the variable.
+    """
+    if configured is not None:
+        return configured
+    env = os.environ.get(ENV_SANITIZE, "").strip().lower()
+    if env not in ("", *_MODES):
+        raise PtoArgumentError(f"{ENV_SANITIZE}={env!r}: expected 'off', 'raise' or 'warn'")
+    return env or "off"
+
+
+@contextlib.contextmanager
+def manual_region(worker):
+    """``with w.manual_deps():``: accesses queued on `worker` in this task are not ordered for you."""
+    token = _manual.set((*_manual.get(), worker))
+    try:
+        yield
+    finally:
+        _manual.reset(token)
+
+
+def mark(stream, token: int, ordering: bool) -> tuple:
+    """What an event recorded on `stream` with `token` stands for, for the clocks of streams that wait for it."""
+    return (stream._id, token, None if ordering else dict(stream._clock), dict(stream._oclock))
+
+
+def merge_clock(stream, event) -> None:
+    """`stream` waits for `event`: what the event's recording stream had waited for, and the event itself.
+
+    ``Stream._clock`` counts events that carry failures (what inferred edges
+    may rely on); ``Stream._oclock`` counts every event, ordering-only ones
+    too (what the sanitizer asks: is it ordered at all).
+    """
+    src, r, snapshot, osnapshot = event._clock
+    me = stream._id
+    _merge(stream._oclock, osnapshot, me, src, r)
+    if snapshot is not None:
+        _merge(stream._clock, snapshot, me, src, r)
+
+
+def _merge(clock: dict, snapshot: dict, me: int, src: int, r: int) -> None:
+    for s, v in snapshot.items():
+        if v > clock.get(s, 0) and s != me:
+            clock[s] = v
+    if r > clock.get(src, 0):
+        clock[src] = r
+
+
+def order(worker, stream, accesses: list, label: str, offset: int) -> None:
+    """Order a launch's or copy's DeviceTensor accesses on `stream` (lock held; the bind step's slow path).
+
+    `accesses` are ``(tensor, param)`` (a kernel's) or ``(tensor, name,
+    reads, writes)`` (a copy's); `offset` is how many commands of the call
+    come before the one that touches the tensors (a launch group's input
+    copies).  Without hazard tracking, only first uses join.
+    """
+    hz = worker._hazards
+    if hz is None:
+        for acc in accesses:
+            t = acc[0]
+            if stream not in t._streams:
+                t._join(stream)
+        return
+    hz.order(stream, accesses, label, offset)
+
+
+class Hazards:
+    """A worker's hazard tracking: inferred waits, skipped waits, and the sanitizer.
+
+    Attributes
+    ----------
+    auto : bool
+        ``RunConfig.auto_deps``.
+    mode : str
+        The sanitizer's mode: ``"off"``, ``"raise"`` or ``"warn"``.
+    inferred, skipped : int
+        Waits inserted; waits not inserted because earlier waits (or the
+        access's completion) imply them.
+    races : int
+        Races the sanitizer reported.
+    """
+
+    __slots__ = ("worker", "queue", "auto", "mode", "stacks", "inferred", "skipped", "races",
+                 "inferred_tokens", "_hosts")
+
+    def __init__(self, worker, auto: bool, mode: str, stacks: bool):
+        self.worker = worker
+        self.queue = worker._queue
+        self.auto = auto
+        self.mode = mode
+        self.stacks = stacks
+        self.inferred = 0
+        self.skipped = 0
+        self.races = 0
+        self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
+        self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
+
+    @property
+    def sanitizing(self) -> bool:
+        return self.mode != "off"
+
+    # -- the slow path of the bind step (lock held) ---------------------------------------------
+
+    def order(self, stream, accesses: list, label: str, offset: int) -> None:
+        """Decide the edges of one call's accesses, check or insert them, then note the accesses.
+
+        Nothing is queued before every check passed.
+        """
+        q = self.queue
+        pending = q.pending
+        clock = stream._clock
+        region = self.worker in _manual.get() if _manual.get() else False
+        sanitizing = self.mode != "off"
+        waits: dict = {}  # stream -> the latest of its accesses to wait for (at its current tail)
+        notes = []
+        site = None
+        for acc in accesses:
+            t = acc[0]
+            if len(acc) == 2:
+                p = acc[1]
+                name, reads, writes = p.name, p.copies_in, p.copies_out
+            else:
+                _, name, reads, writes = acc
+            if t._manual and not sanitizing:
+                notes.append((t, None, False))
+                continue
+            manual = region or t._manual or not self.auto
+            home = t._home
+            if home is not None and home is not stream:
+                # Leaving the home stream: its accesses, summed up as a write at its last data command.
+                w = t._writer
+                exact = w[3] if w is not None and w[1] == home._last else None
+                t._writer = (home, home._last, w[2] if w is not None else None, exact)
+                t._readers = None
+                t._home = None
+            earlier = []
+            w = t._writer
+            if w is not None and w[0] is not stream and hazard(reads, writes, False, True):
+                earlier.append((w, "write"))
+            readers = t._readers
+            if writes and readers:
+                for r_stream, r in readers.items():
+                    if r_stream is not stream:
+                        earlier.append((r, "read"))
+            for prev, how in earlier:
+                src, pos, what, exact = prev
+                if not manual:
+                    if clock.get(src._id, 0) > pos:
+                        self.skipped += 1  # implied by a wait queued on `stream` already
+                    elif src in waits:
+                        self.skipped += 1  # one wait per stream and call
+                        waits[src] = _combine(waits[src], pos, exact)
+                    else:
+                        waits[src] = (pos, exact)
+                elif sanitizing and pos in pending and stream._oclock.get(src._id, 0) <= pos \
+                        and not _joined_after(t, stream, src, pos):
+                    if site is None:
+                        site = self._site()
+                    self._race(t, prev, how, _describe(label, name, reads, writes, stream, site))
+            if sanitizing and site is None:
+                site = self._site()
+            notes.append((t, _describe(label, name, reads, writes, stream, site) if sanitizing else None,
+                          writes))
+        # Every check passed: now queue the edges, then the first uses' joins (rule 4 of DeviceTensor).
+        if len(waits) > 1:
+            self._prune(waits)
+        for src, (_, exact) in waits.items():
+            self._wait(stream, src, exact)
+        for acc in accesses:
+            t = acc[0]
+            if stream not in t._streams:
+                ready = t._ready._clock if t._ready is not None else None
+                if ready is not None and clock.get(ready[0], 0) > ready[1]:
+                    t._streams.add(stream)  # an edge just queued waits for more than the join would
+                else:
+                    t._join(stream)
+        pos = q.next_token + offset  # the token of the command that touches the tensors
+        home_ok = not sanitizing
+        for t, what, writes in notes:
+            if what is None and t._manual and not sanitizing:
+                t._home = stream  # nothing to track: nothing to do on this stream again
+                continue
+            acc = (stream, pos, what, None)
+            if writes:
+                t._writer = acc
+                t._readers = None
+                if home_ok:
+                    t._home = stream
+            else:
+                readers = t._readers
+                if readers is None:
+                    t._readers = {stream: acc}
+                else:
+                    readers[stream] = acc
+
+    def _prune(self, waits: dict) -> None:
+        """Drop the waits that another one implies: a stream that waited for that access itself."""
+        for a in list(waits):
+            pos = waits[a][0]
+            for b in list(waits):
+                if b is not a and b._clock.get(a._id, 0) > pos:
+                    del waits[a]
+                    self.skipped += 1
+                    break
+
+    def written(self, t, stream, token: int, label: str, exact) -> None:
+        """Note a write the runtime queued itself (``alloc_tensor(init=...)``; lock held).
+
+        `exact` is an Event recorded right after it (or None).
+        """
+        what = _describe(label, "init", False, True, stream, self._site()) if self.mode != "off" else None
+        t._writer = (stream, token, what, exact)
+        t._readers = None
+        if self.mode == "off":
+            t._home = stream
+
+    def _wait(self, stream, src, exact) -> None:
+        """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far."""
+        event = exact
+        if event is None:
+            event = src._final if src._closed else src._record_locked()
+            if event is None:
+                return
+        tok = self.queue.next_token
+        stream._wait_locked(event)
+        self.inferred += 1
+        kept = self.inferred_tokens
+        kept[tok] = None
+        if len(kept) > _KEEP_INFERRED:
+            del kept[next(iter(kept))]
+
+    # -- the sanitizer ------------------------------------------------------------------------------
+
+    def _site(self) -> str:
+        """The user's call site: file:line of the first frame outside pypto_async (or its stack)."""
+        f = sys._getframe(2)
+        while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+            f = f.f_back
+        if f is None:
+            return "<unknown>"
+        if self.stacks:
+            return "\n" + "".join(traceback.format_stack(f)).rstrip()
+        return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+    def _race(self, t, prev, how: str, second: str) -> None:
+        first = prev[2] or f"an access on stream {prev[0]._id} (its call site unknown: queued while the " \
+                           "sanitizer was off)"
+        message = (f"data race on {_tensor_name(t)}: {second} is not ordered after the {how} by {first}; "
+                   f"add stream.wait(...) between them, or leave the ordering to auto_deps")
+        self.report(message, first, second)
+
+    def report(self, message: str, first: str, second: str) -> None:
+        """Raise or warn about a race, as the mode says."""
+        self.races += 1
+        if self.mode == "raise":
+            raise PtoRaceError(message, first=first, second=second)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    def check_hosts(self, stream, hosts: list, label: str) -> None:
+        """Sanitize a call's host arrays (lock held): an output over an input of an unordered call elsewhere.
+
+        `hosts` are ``(index, HostArray, param)`` as the bind step gives
+        them.  An input stays on record until its call completed; an output
+        on another stream must be ordered after it (or it completed).
+        """
+        table = self._hosts
+        if not table:
+            return
+        pending = self.queue.pending
+        for addr in [a for a, entry in table.items() if entry[2] not in pending]:
+            del table[addr]  # completed
+        oclock = stream._oclock
+        for _, ha, p in hosts:
+            if not p.copies_out or not ha.nbytes:
+                continue
+            lo = _address(ha.ptr)
+            hi = lo + ha.nbytes
+            for addr, (end, src, pos, what) in table.items():
+                if addr < hi and lo < end and src != stream._id and oclock.get(src, 0) <= pos:
+                    second = _describe(label, p.name, p.copies_in, True, stream, self._site())
+                    self.report(f"data race on a host array: {second} writes it while {what} may still "
+                                "read it (nothing orders them, and it has not completed); wait for it first",
+                                what, second)
+
+    def note_hosts(self, stream, hosts: list, label: str, pos: int) -> None:
+        """Remember the host arrays a call queued at token `pos` reads, until it completes (lock held)."""
+        site = None
+        for _, ha, p in hosts:
+            if p.copies_in and ha.nbytes:
+                if site is None:
+                    site = self._site()
+                lo = _address(ha.ptr)
+                self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
+                                   _describe(label, p.name, True, p.copies_out, stream, site))
+
+
+def _joined_after(t, stream, src, pos: int) -> bool:
+    """Whether `t`'s first use on `stream` (queued with this call) waits for `src` past `pos` (its join)."""
+    if stream in t._streams or t._ready is None:
+        return False
+    ready = t._ready._clock
+    return ready[0] == src._id and ready[1] > pos
+
+
+def _combine(need: tuple, pos: int, exact) -> tuple:
+    """One wait for two accesses on one stream: the latest position, and an exact event after both if any."""
+    latest = max(need[0], pos)
+    best = None
+    for event in (need[1], exact):
+        if event is not None and event._clock[1] > latest and (best is None or event._clock[1] < best._clock[1]):
+            best = event
+    return latest, best
+
+
+def _address(ptr) -> int:
+    from .._driver import ffi
+
+    return int(ffi.cast("uintptr_t", ptr))
+
+
+def _describe(label: str, name: str, reads: bool, writes: bool, stream, site: str) -> str:
+    direction = "InOut" if reads and writes else ("Out" if writes else "In")
+    return f"{label} ({name!r}, {direction}) on stream {stream._id} at {site}"
+
+
+def _tensor_name(t) -> str:
+    return f"DeviceTensor shape={t._shape} dtype={t._dtype.np_name} at 0x{t._ptr:x}"

@@ -1,0 +1,559 @@
+"""Data hazards: DeviceTensors ordered across streams for you, and the sanitizer (runtime/_hazards.py).
+
+Each test holds the earlier side of a hazard on a latch, so that a later
+access that ran too early would see what it must not (poisoned or
+overwritten data), and checks the numbers against numpy on random data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pypto_async._hazard_rule import hazard
+from pypto_async.errors import PtoDependencyError, PtoError, PtoRaceError
+from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.testing import fail_next, hold
+
+N = 64
+SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+
+
+def rand(n: int = N) -> np.ndarray:
+    return np.random.default_rng().standard_normal(n).astype(np.float32)
+
+
+def here() -> int:
+    """The caller's line number (where a racy call is made, for the sanitizer's message)."""
+    return sys._getframe(1).f_lineno
+
+
+@pytest.fixture
+def open_worker():
+    """Open a sync-mode worker on the small device with some RunConfig fields; close them all after."""
+    opened = []
+
+    def make(**fields):
+        w = ChipWorker(RunConfig(**{**SMALL, **fields}))
+        opened.append(w)
+        return w
+
+    yield make
+    for w in opened:
+        w.close()
+
+
+# -- the shared rule ------------------------------------------------------------------------------
+
+
+def test_the_rule_is_the_programs_rule():
+    from pypto_async.ir import _deps
+
+    assert hazard(True, False, False, True) == "RAW"
+    assert hazard(False, True, False, True) == "WAW"
+    assert hazard(False, True, True, False) == "WAR"
+    assert hazard(True, False, True, False) is None
+    a_read = _deps.Access("t", True, False)
+    a_write = _deps.Access("t", False, True)
+    assert _deps._hazard(a_read, a_write) == "RAW" and _deps._hazard(a_read, a_read) is None
+
+
+# -- automatic ordering ---------------------------------------------------------------------------------
+
+
+def _pipeline(w, kernels, steps: int = 4, before_release=None):
+    """Three stages on three streams, no explicit waits; buffers reused every step (RAW and WAR).
+
+    s1: a = 2 * x[i];  s2: b = 3 * a;  s3: out[i] = a + b  (= 8 * x[i]).
+    The producer's stream is held on a latch while everything is queued.
+    """
+    scale = w.register(kernels.get("scale", N))
+    add = w.register(kernels.get("add", N))
+    s1, s2, s3 = w.stream(), w.stream(), w.stream()
+    xs = [rand() for _ in range(steps)]
+    xt = [w.alloc_tensor(N, np.float32, init=x, stream=s1) for x in xs]
+    poison = np.full(N, np.nan, np.float32)
+    a = w.alloc_tensor(N, np.float32, init=poison, stream=s1)
+    b = w.alloc_tensor(N, np.float32, init=poison, stream=s2)
+    outs = [w.alloc_tensor(N, np.float32, init=poison, stream=s3) for _ in range(steps)]
+    with hold(s1) as latch:
+        for i in range(steps):
+            scale.submit(xt[i], 2.0, a, stream=s1)
+            scale.submit(a, 3.0, b, stream=s2)
+            add.submit(a, b, outs[i], stream=s3)
+        if before_release is not None:
+            before_release(s1, s2, s3)
+        latch.release()
+        w.sync(timeout=10)
+    got = [o.numpy() for o in outs]
+    for t in (*xt, a, b, *outs):
+        t.free()
+    for s in (s1, s2, s3):
+        s.close()
+    return xs, got
+
+
+def test_pipeline_without_waits_is_correct_with_the_producer_held(worker, kernels):
+    def still_waiting(s1, s2, s3):
+        # Stages 2 and 3 wait on the device for the held producer: nothing of theirs ran.
+        assert not s2.query() and not s3.query()
+
+    xs, got = _pipeline(worker, kernels, before_release=still_waiting)
+    for x, out in zip(xs, got):
+        np.testing.assert_allclose(out, 8 * x, rtol=1e-6)
+    assert worker.stats().inferred_waits > 0
+
+
+def test_pipeline_without_waits_is_wrong_without_auto_deps(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="off")
+
+    def let_them_run(s1, s2, s3):
+        s2.sync(timeout=10)  # nothing orders them after the held producer: they run now, on poison
+        s3.sync(timeout=10)
+
+    xs, got = _pipeline(w, kernels, before_release=let_them_run)
+    assert not all(np.allclose(out, 8 * x) for x, out in zip(xs, got))
+    assert w.stats().inferred_waits == 0
+
+
+def test_pipeline_without_waits_is_a_race_for_the_sanitizer(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1):
+        scale.submit(x, 2.0, a, stream=s1)
+        before = w.stats().commands_submitted
+        with pytest.raises(PtoRaceError):
+            scale.submit(a, 3.0, b, stream=s2)
+        assert w.stats().commands_submitted == before  # nothing of the racy call was queued
+
+
+def test_two_readers_on_two_streams_run_concurrently(worker, kernels):
+    copy = worker.register(kernels.get("copy", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    t = worker.alloc_tensor(N, np.float32, init=x)
+    r1 = worker.alloc_tensor(N, np.float32, stream=s1)
+    r2 = worker.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1) as latch:
+        first = copy.submit(t, r1, stream=s1)
+        second = copy.submit(t, r2, stream=s2)
+        second.sync(timeout=10)  # completes while the other reader is held: read-read is not ordered
+        assert not first.done()
+        latch.release()
+        first.sync(timeout=10)
+    np.testing.assert_array_equal(r1.numpy(), x)
+    np.testing.assert_array_equal(r2.numpy(), x)
+    for tensor in (t, r1, r2):
+        tensor.free()
+    s1.close()
+    s2.close()
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_write_after_read_across_streams(open_worker, kernels, auto):
+    w = open_worker(auto_deps=auto, sanitize="off")
+    copy = w.register(kernels.get("copy", N))
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x, y = rand(), rand()
+    t = w.alloc_tensor(N, np.float32, init=x)
+    ty = w.alloc_tensor(N, np.float32, init=y)
+    r = w.alloc_tensor(N, np.float32, stream=s1)
+    with hold(s1) as latch:
+        reader = copy.submit(t, r, stream=s1)
+        writer = scale.submit(ty, 5.0, t, stream=s2)  # overwrites what the held reader is to read
+        if not auto:
+            writer.sync(timeout=10)  # nothing holds it back
+        latch.release()
+        w.sync(timeout=10)
+    assert reader.exception() is None and writer.exception() is None
+    if auto:
+        np.testing.assert_array_equal(r.numpy(), x)  # the reader saw the data before the write
+    else:
+        np.testing.assert_allclose(r.numpy(), 5 * y, rtol=1e-6)  # it ran too early
+    np.testing.assert_allclose(t.numpy(), 5 * y, rtol=1e-6)
+    for tensor in (t, ty, r):
+        tensor.free()
+
+
+def test_a_wait_implied_by_an_earlier_one_is_skipped(worker, kernels):
+    pair = worker.register(kernels.get("pair", N))
+    add = worker.register(kernels.get("add", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    a = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    lo = worker.alloc_tensor(N, np.float32, stream=s1)
+    hi = worker.alloc_tensor(N, np.float32, stream=s1)
+    out = worker.alloc_tensor(N, np.float32, stream=s2)
+    out2 = worker.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1) as latch:
+        pair.submit(a, lo, hi, stream=s1)  # two outputs, one writer on s1
+        before = worker.stats()
+        add.submit(lo, hi, out, stream=s2)  # one wait covers both
+        mid = worker.stats()
+        add.submit(hi, lo, out2, stream=s2)  # the wait queued before implies it again
+        after = worker.stats()
+        latch.release()
+        worker.sync(timeout=10)
+    assert mid.inferred_waits - before.inferred_waits == 1
+    assert mid.skipped_waits - before.skipped_waits == 1
+    assert after.inferred_waits == mid.inferred_waits
+    assert after.skipped_waits - mid.skipped_waits == 2
+    want = (x - np.float32(1)) + (x + np.float32(1))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(out2.numpy(), want, rtol=1e-6)
+    for t in (a, lo, hi, out, out2):
+        t.free()
+
+
+def test_an_explicit_wait_is_merged_in(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    src = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)
+        s2.wait(s1)  # yours: the runtime adds none of its own
+        before = worker.stats()
+        scale.submit(a, 3.0, b, stream=s2)
+        after = worker.stats()
+        latch.release()
+        worker.sync(timeout=10)
+    assert after.inferred_waits == before.inferred_waits
+    assert after.skipped_waits == before.skipped_waits + 1
+    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+    for t in (src, a, b):
+        t.free()
+
+
+def test_a_completed_write_is_no_race(open_worker, kernels):
+    # The host saw the write complete (sync mode): the sanitizer takes that as ordering.  Inferred
+    # edges do not depend on what the host happened to see: one is added, and finishes at once.
+    for auto in (True, False):
+        w = open_worker(auto_deps=auto, sanitize="raise")
+        scale = w.register(kernels.get("scale", N))
+        s1, s2 = w.stream(), w.stream()
+        x = rand()
+        src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+        a = w.alloc_tensor(N, np.float32, stream=s1)
+        b = w.alloc_tensor(N, np.float32, stream=s2)
+        scale(src, 2.0, a, stream=s1)  # sync mode: complete when the call returns
+        scale(a, 3.0, b, stream=s2)
+        assert w.stats().inferred_waits == (1 if auto else 0) and w.stats().races == 0
+        np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+
+
+def test_copies_are_ordered_too(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x, y = rand(), rand()
+    src = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
+    b = worker.alloc_tensor(N, np.float32, init=y, stream=s2)
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)
+        # A sync-mode copy returns once done, so make it from another thread, queued after the write.
+        th = threading.Thread(target=worker.copy, args=(b, a), kwargs={"stream": s2})
+        th.start()
+        while th.is_alive() and s2.query():  # until its wait and copy are queued on s2
+            time.sleep(0.001)
+        latch.release()
+        th.join()
+    np.testing.assert_allclose(b.numpy(stream=s2), 2 * x, rtol=1e-6)
+    for t in (src, a, b):
+        t.free()
+
+
+def test_a_failure_propagates_along_an_inferred_edge(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    src = worker.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1) as latch:
+        fail_next(s1)
+        writer = scale.submit(src, 2.0, a, stream=s1)
+        reader = scale.submit(a, 3.0, b, stream=s2)
+        latch.release()
+        worker.sync(timeout=10)
+    first = writer.exception()
+    assert first is not None and "injected" in str(first)
+    exc = reader.exception()
+    assert isinstance(exc, PtoDependencyError)
+    assert "injected" in str(exc)  # it names the first failure
+    for t in (src, a, b):
+        t.free()
+
+
+def test_ordering_holds_while_the_writer_waits_in_its_fifo(open_worker, kernels):
+    # The writer waits on the host for device memory (its stream's FIFO); the reader on another
+    # stream is queued after it and must still see its result.
+    w = open_worker(device_memory=1 << 20)
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    x = rand()
+    a = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    free = w.stats().memory_capacity - w.stats().memory_reserved
+    hog = w.alloc_tensor(free // 4, np.float32, stream=s0)  # every byte left
+    with hold(s0) as latch:
+        hog.free()  # queued behind the latch: the memory comes back once it is released
+        writer = scale.submit(x, 2.0, a, stream=s1)  # a host array: its temporary must wait
+        assert w.stats().memory_waits == 1 and not writer.done()
+        reader = scale.submit(a, 3.0, b, stream=s2)
+        latch.release()
+        w.sync(timeout=10)
+    assert writer.exception() is None and reader.exception() is None
+    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+    a.free()
+    b.free()
+
+
+# -- opt-outs --------------------------------------------------------------------------------------------
+
+
+def _racy_read(w, kernels, *, manual_tensor: bool = False, region: bool = False):
+    """A write held on s1, a read of it on s2 with no explicit wait; returns (inferred waits, result ok)."""
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = rand()
+    src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1,
+                       manual_deps=manual_tensor)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    before = w.stats().inferred_waits
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)
+        if region:
+            with w.manual_deps():
+                reader = scale.submit(a, 3.0, b, stream=s2)
+        else:
+            reader = scale.submit(a, 3.0, b, stream=s2)
+        if w.stats().inferred_waits == before:
+            reader.sync(timeout=10)  # not ordered: it runs now, on the poison
+        latch.release()
+        w.sync(timeout=10)
+    inferred = w.stats().inferred_waits - before
+    ok = np.allclose(b.numpy(), 6 * x)
+    for t in (src, a, b):
+        t.free()
+    return inferred, ok
+
+
+def test_auto_ordering_is_on_by_default(open_worker, kernels):
+    assert _racy_read(open_worker(), kernels) == (1, True)
+
+
+@pytest.mark.parametrize("how", ["tensor", "region", "worker"])
+def test_each_opt_out_switches_it_off(open_worker, kernels, how):
+    w = open_worker(sanitize="off", **({"auto_deps": False} if how == "worker" else {}))
+    inferred, ok = _racy_read(w, kernels, manual_tensor=how == "tensor", region=how == "region")
+    assert (inferred, ok) == (0, False)
+
+
+def test_the_manual_region_is_task_local(open_worker, kernels):
+    w = open_worker(sanitize="off")
+    seen = {}
+    with w.manual_deps():
+
+        def other():  # another thread: its own context, outside the region
+            seen["other"] = _racy_read(w, kernels)
+
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+    assert seen["other"] == (1, True)
+    assert _racy_read(w, kernels) == (1, True)  # the region ended
+
+
+def test_manual_region_in_tasks():
+    async def main():
+        w = ChipWorker(RunConfig(**SMALL))
+        async with w:
+            inside = asyncio.Event()
+            done = asyncio.Event()
+
+            async def in_region():
+                with w.manual_deps():
+                    inside.set()
+                    await done.wait()
+
+            async def outside():
+                await inside.wait()
+                from pypto_async.runtime._hazards import _manual
+
+                try:
+                    return w in _manual.get()
+                finally:
+                    done.set()
+
+            _, seen = await asyncio.gather(in_region(), outside())
+            return seen
+
+    assert asyncio.run(main()) is False
+
+
+# -- the sanitizer ---------------------------------------------------------------------------------------
+
+
+def test_the_sanitizer_names_both_sides(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    src = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1):
+        scale.submit(src, 2.0, a, stream=s1); first_line = here()  # noqa: E702
+        with pytest.raises(PtoRaceError) as info:
+            second_line = here() + 1
+            scale.submit(a, 3.0, b, stream=s2)
+    msg = str(info.value)
+    assert isinstance(info.value, PtoError)
+    assert f"test_hazards.py:{first_line}" in msg and f"test_hazards.py:{second_line}" in msg
+    assert "launch of 'scale'" in msg and "'out', Out" in msg and "'x', In" in msg
+    assert f"stream {s1.id}" in msg and f"stream {s2.id}" in msg
+    assert f"test_hazards.py:{first_line}" in info.value.first
+    assert w.stats().races == 1
+    w.sync(timeout=10)
+
+
+def test_the_sanitizer_is_silent_on_an_ordered_program(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = rand()
+    src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1) as latch:
+        first = scale.submit(src, 2.0, a, stream=s1)
+        s2.wait(first)
+        scale.submit(a, 3.0, b, stream=s2)
+        s1.wait(s2)  # the next write of a waits for that read
+        scale.submit(src, 4.0, a, stream=s1)
+        latch.release()
+        w.sync(timeout=10)
+    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+    np.testing.assert_allclose(a.numpy(), 4 * x, rtol=1e-6)
+    assert w.stats().races == 0
+
+
+def test_the_sanitizer_catches_a_write_after_read(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    copy = w.register(kernels.get("copy", N))
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    t = w.alloc_tensor(N, np.float32, init=rand())
+    y = w.alloc_tensor(N, np.float32, init=rand(), stream=s2)
+    r = w.alloc_tensor(N, np.float32, stream=s1)
+    w.sync()
+    with hold(s1):
+        copy.submit(t, r, stream=s1)
+        with pytest.raises(PtoRaceError, match="after the read by launch of 'copy' \\('src', In\\)"):
+            scale.submit(y, 2.0, t, stream=s2)
+    w.sync(timeout=10)
+
+
+def test_the_sanitizer_checks_manual_tensors_only_when_auto_is_on(open_worker, kernels):
+    w = open_worker(sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    src = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    auto = w.alloc_tensor(N, np.float32, stream=s1)
+    manual = w.alloc_tensor(N, np.float32, stream=s1, manual_deps=True)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1):
+        scale.submit(src, 2.0, auto, stream=s1)
+        scale.submit(src, 2.0, manual, stream=s1)
+        with pytest.raises(PtoRaceError):
+            scale.submit(manual, 3.0, b, stream=s2)
+        with w.manual_deps(), pytest.raises(PtoRaceError):
+            scale.submit(auto, 3.0, b, stream=s2)  # inside the region, yours to order
+        before = w.stats().inferred_waits
+        scale.submit(auto, 3.0, b, stream=s2)  # outside it, ordered for you: no race
+        assert w.stats().inferred_waits == before + 1
+        scale.submit(manual, 3.0, b, stream=s2)  # ... which orders this read too
+    w.sync(timeout=10)
+    assert w.stats().races == 2
+
+
+def test_the_sanitizer_warns(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="warn")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    src = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1):
+        scale.submit(src, 2.0, a, stream=s1)
+        with pytest.warns(RuntimeWarning, match="data race"):
+            scale.submit(a, 3.0, b, stream=s2)  # queued anyway
+    w.sync(timeout=10)
+    assert w.stats().races == 1
+
+
+def test_the_sanitizer_gives_full_stacks_on_request(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise", sanitize_stacks=True)
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    src = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    b = w.alloc_tensor(N, np.float32, stream=s2)
+    with hold(s1):
+        scale.submit(src, 2.0, a, stream=s1)
+        with pytest.raises(PtoRaceError) as info:
+            scale.submit(a, 3.0, b, stream=s2)
+    assert info.value.first.count("in test_the_sanitizer_gives_full_stacks_on_request") == 1
+    assert "File " in info.value.second
+    w.sync(timeout=10)
+
+
+def test_the_sanitizer_catches_a_host_input_handed_out_as_an_output(open_worker, kernels):
+    w = open_worker(sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = rand()
+    host = x.copy()
+    t = w.alloc_tensor(N, np.float32, init=rand(), stream=s2)
+    w.sync()
+    with hold(s1):
+        scale.submit(host, 2.0, t, stream=s1)  # reads `host` once the latch lets it
+        with pytest.raises(PtoRaceError, match="host array") as info:
+            scale.submit(t, 3.0, host, stream=s2)  # ... and this would write it first
+        assert "'x', In" in str(info.value) and "'out', Out" in str(info.value)
+    w.sync(timeout=10)
+    np.testing.assert_allclose(t.numpy(), 2 * x, rtol=1e-6)
+    t.free()
+
+
+def test_the_environment_variable_turns_the_sanitizer_on(monkeypatch, kernels):
+    monkeypatch.setenv("PYPTO_ASYNC_SANITIZE", "warn")
+    with ChipWorker(RunConfig(**SMALL, auto_deps=False)) as w:
+        assert w._hazards.mode == "warn"
+    monkeypatch.setenv("PYPTO_ASYNC_SANITIZE", "loud")
+    with pytest.raises(PtoError, match="PYPTO_ASYNC_SANITIZE"):
+        ChipWorker(RunConfig(**SMALL))
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(PtoError, match="sanitize"):
+        RunConfig(sanitize="yes")
+    with pytest.raises(PtoError, match="auto_deps"):
+        RunConfig(auto_deps=1)
+
+
+def test_manual_deps_must_be_a_bool(worker):
+    with pytest.raises(PtoError, match="manual_deps"):
+        worker.alloc_tensor(N, np.float32, manual_deps="yes")
