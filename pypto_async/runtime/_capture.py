@@ -453,7 +453,7 @@ class Capture:
                 self._arg(arg, use, h._binder.labels[i], i, patches)
         if joins:
             with worker._lock:
-                for t in joins:
+                for t, _ in joins:
                     if id(t) not in self._input_ids and stream not in t._streams:
                         t._join(stream)  # its allocation, once, eagerly: every replay comes after
         return self._add(LAUNCH, slot, (h, tuple(values)), tuple(patches), h._label)
