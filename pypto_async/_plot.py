@@ -179,12 +179,12 @@ def render_trace(
         ax.broken_barh([(x, w)], (r - 0.38, 0.76), facecolors="none", edgecolor="#c62828",
                        linewidth=1.2, zorder=3)
 
-    # Event arrows: from each event record to the waits on it.
+    # Event arrows: from each event record to the waits on it (dashed: inferred by the runtime).
     for fl in lay.flows[:_MAX_ARROWS]:
         ax.annotate("", xy=((fl.dst_ts - t0) * scale, row[fl.dst_tid]),
                     xytext=((fl.src_ts - t0) * scale, row[fl.src_tid]),
                     arrowprops={"arrowstyle": "->", "color": "#7a7a7a", "lw": 0.5, "alpha": 0.55,
-                                "shrinkA": 0, "shrinkB": 2},
+                                "shrinkA": 0, "shrinkB": 2, "linestyle": "--" if fl.inferred else "-"},
                     zorder=4)
 
     ax.set_yticks(range(len(lanes)), [t.name for t in lanes])

@@ -31,7 +31,11 @@ queued on it (kernels by name, copies by direction, event records and waits,
 frees, latches); one track per compute core with the blocks it ran; one track
 per copy engine with the copies it ran.  A track's kind follows from its
 ``tid`` alone (:func:`track_kind`).  An arrow joins each event record on one
-stream to every wait for that recording on another stream.
+stream to every wait for that recording on another stream; the arrow of a
+wait the runtime inferred (automatic ordering of DeviceTensors) has the
+category ``"inferred"`` and a name that says so, the others ``"event"``, and
+the wait's slice says ``"inferred": true`` in its args (which is how
+:func:`from_chrome` gets them back).
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ class Flow:
     src_ts: float
     dst_tid: int
     dst_ts: float
+    inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,12 +221,12 @@ def layout(trace: Trace) -> Layout:
                 waits.append(sl)
         if r.engine >= 0 and k not in _STREAM_ONLY:
             slices.append(Slice(engine_track(r.engine), ts, dur, r))
-    flows = _flows(by_event, waits, stream_slices)
+    flows = _flows(by_event, waits, stream_slices, trace.inferred_waits)
     return Layout(origin, tuple(tracks[t] for t in sorted(tracks)), tuple(slices), tuple(flows))
 
 
 def _flows(by_event: dict[int, list[tuple[int, Slice]]], waits: list[Slice],
-           stream_slices: dict[int, list[Slice]]) -> list[Flow]:
+           stream_slices: dict[int, list[Slice]], inferred=frozenset()) -> list[Flow]:
     flows: list[Flow] = []
     by_end: dict[int, tuple[list[float], list[Slice]]] = {}
     submits: dict[int, list[int]] = {}
@@ -247,7 +252,7 @@ def _flows(by_event: dict[int, list[tuple[int, Slice]]], waits: list[Slice],
         points = _flow_points(src, wait, by_end[src.tid])
         if points is not None:
             s_slice, s_ts, f_ts = points
-            flows.append(Flow(w.event_id, s_slice.tid, s_ts, wait.tid, f_ts))
+            flows.append(Flow(w.event_id, s_slice.tid, s_ts, wait.tid, f_ts, w.token in inferred))
     return flows
 
 
@@ -306,7 +311,7 @@ def _status_code(text: str) -> int:
     return _status_codes.get(text, _status_codes["PTO_E?"])
 
 
-def _slice_event(sl: Slice) -> dict:
+def _slice_event(sl: Slice, inferred=frozenset()) -> dict:
     r = sl.record
     k = r.kind_name
     args: dict[str, object] = {
@@ -321,6 +326,8 @@ def _slice_event(sl: Slice) -> dict:
         args["queued_us"] = round((r.start_ns - r.submit_ns) / 1000.0, 3)
     if r.event_id:
         args["event"] = r.event_id
+        if k == "wait" and r.token in inferred:
+            args["inferred"] = True
     if k in _ENGINE_ONLY:
         args["block"] = r.block
     if r.engine >= 0:
@@ -346,9 +353,13 @@ def to_chrome(trace: Trace) -> dict:
         first record's submission (``otherData["origin_ns"]``).
     """
     lay = layout(trace)
-    events: list[tuple[float, int, dict]] = [(sl.ts, 0, _slice_event(sl)) for sl in lay.slices]
+    inferred = trace.inferred_waits
+    events: list[tuple[float, int, dict]] = [(sl.ts, 0, _slice_event(sl, inferred)) for sl in lay.slices]
     for n, fl in enumerate(lay.flows, 1):
-        common = {"name": f"event {fl.event_id}", "cat": "event", "id": n, "pid": _PID}
+        if fl.inferred:
+            common = {"name": f"inferred wait, event {fl.event_id}", "cat": "inferred", "id": n, "pid": _PID}
+        else:
+            common = {"name": f"event {fl.event_id}", "cat": "event", "id": n, "pid": _PID}
         events.append((fl.src_ts, 1, {**common, "ph": "s", "ts": fl.src_ts, "tid": fl.src_tid}))
         events.append((fl.dst_ts, 1, {**common, "ph": "f", "bp": "e", "ts": fl.dst_ts, "tid": fl.dst_tid}))
     events.sort(key=lambda item: (item[0], item[1]))
@@ -433,6 +444,7 @@ def from_chrome(doc: Mapping | list) -> Trace:
     origin = int(other.get("origin_ns", 0)) or 1
     records: list[TraceRecord] = []
     names: dict[int, str] = {}
+    inferred: set[int] = set()
     for ev in events:
         if not isinstance(ev, Mapping):
             continue
@@ -449,8 +461,11 @@ def from_chrome(doc: Mapping | list) -> Trace:
             r = _record_from(ev, tid, origin)
             if r is not None:
                 records.append(r)
+                if (ev.get("args") or {}).get("inferred") and r.kind_name == "wait":
+                    inferred.add(r.token)
     device = {k: v for k, v in other.items() if k not in _OWN_KEYS}
-    return Trace(tuple(records), dropped=int(other.get("dropped", 0)), device=device, stream_names=names)
+    return Trace(tuple(records), dropped=int(other.get("dropped", 0)), device=device, stream_names=names,
+                 inferred_waits=frozenset(inferred))
 
 
 def write_json(path: str | os.PathLike, obj: object) -> pathlib.Path:

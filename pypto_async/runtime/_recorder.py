@@ -112,12 +112,15 @@ class TraceRecorder:
         The device was opened with tracing on: leave it on when no capture is open.
     stream_names : callable, optional
         Returns ``{stream_id: label}`` for the streams to name in the trace.
+    inferred : callable, optional
+        Returns the tokens of the waits the runtime inferred (a container).
     """
 
-    def __init__(self, dev, *, always_on: bool = False, stream_names=None):
+    def __init__(self, dev, *, always_on: bool = False, stream_names=None, inferred=None):
         self._dev = dev
         self._always_on = always_on
         self._stream_names = stream_names
+        self._inferred = inferred
         self._captures: list[TraceCapture] = []
         self._lock = threading.Lock()
         self._device = device_shape(dev)
@@ -183,7 +186,10 @@ class TraceRecorder:
             dropped = cap._dropped_after - cap._dropped_before
         names = dict(self._stream_names()) if self._stream_names is not None else {}
         records = tuple(r for r in cap._records if (r.submit_ns or r.begin_ns) >= cap.since_ns)
-        return Trace(records, dropped=dropped, device=self._device, stream_names=names)
+        kept = self._inferred() if self._inferred is not None else ()
+        inferred = frozenset(r.token for r in records if r.token in kept and r.kind_name == "wait")
+        return Trace(records, dropped=dropped, device=self._device, stream_names=names,
+                     inferred_waits=inferred)
 
     def close(self) -> None:
         """Collect what the driver holds for the open captures and let go of the device.

@@ -205,12 +205,16 @@ class Trace:
         ``platform``, ``cores``, ``copy_engines`` (see ``device_shape``).
     stream_names : dict
         Track names by stream id, for streams you want named (``"default"``).
+    inferred_waits : frozenset of int
+        Tokens of the waits the runtime inserted itself to order DeviceTensors
+        across streams (``auto_deps``); their arrows are marked inferred.
     """
 
     records: tuple[TraceRecord, ...]
     dropped: int = 0
     device: Mapping[str, object] = field(default_factory=dict)
     stream_names: Mapping[int, str] = field(default_factory=dict)
+    inferred_waits: frozenset = frozenset()
 
     def __len__(self) -> int:
         return len(self.records)

@@ -112,7 +112,8 @@ class WorkerTracing:
         self._worker = worker
         self._swimlane = bool(cfg.enable_chip_swimlane)
         self._scope_stats = bool(cfg.enable_scope_stats)
-        self.recorder = TraceRecorder(worker._dev, always_on=self._swimlane, stream_names=self._names)
+        self.recorder = TraceRecorder(worker._dev, always_on=self._swimlane, stream_names=self._names,
+                                      inferred=self._inferred)
         with WorkerTracing._serial_lock:
             WorkerTracing._serial += 1
             serial = WorkerTracing._serial
@@ -129,6 +130,10 @@ class WorkerTracing:
     def _names(self) -> dict[int, str]:
         default = getattr(self._worker, "_default_stream", None)
         return {default.id: "default"} if default is not None else {}
+
+    def _inferred(self):
+        hz = getattr(self._worker, "_hazards", None)
+        return hz.inferred_tokens if hz is not None else ()
 
     def window(self, path=None) -> TraceWindow:
         """Return a :class:`TraceWindow` writing to `path` (None: keep it in memory)."""
