@@ -310,6 +310,7 @@ async def test_copy_and_wait_on_work_still_held_on_the_host(kernels):
         t = a.alloc_tensor(64, np.float32, init=t0)
         tb = b.alloc_tensor(64, np.float32, init=np.zeros(64, np.float32))
         ub = b.alloc_tensor(64, np.float32, init=np.zeros(64, np.float32))
+        probe = b.alloc_tensor(64, np.float32, init=np.zeros(64, np.float32))
         held, waiting = a.stream(), a.stream()
         o1, o2 = np.empty(N, np.float32), np.empty(N, np.float32)
         with hold(held) as latch:
@@ -321,14 +322,15 @@ async def test_copy_and_wait_on_work_still_held_on_the_host(kernels):
             copy = b.copy(tb, t, stream=b.default_stream)  # b pulls t once the writer ran
             b.default_stream.wait(event)
             later = inc_b(ub)
-            await inc_b(ub, stream=b.stream())  # b's device goes on meanwhile
+            await inc_b(probe, stream=b.stream())  # b's device goes on meanwhile (on a tensor of its own)
             assert not copy.done() and not later.done()
             latch.release()
             await later
         assert first.done() and second.done() and writer.done() and copy.done()
         np.testing.assert_array_equal(await tb.to_host(), t0 + 1)  # without the wait: t0
-        np.testing.assert_array_equal(await ub.to_host(), np.full(64, 2, np.float32))
-        for x in (t, tb, ub):
+        np.testing.assert_array_equal(await ub.to_host(), np.full(64, 1, np.float32))
+        np.testing.assert_array_equal(await probe.to_host(), np.full(64, 1, np.float32))
+        for x in (t, tb, ub, probe):
             x.free()
 
 
