@@ -328,7 +328,7 @@ async def test_async_dispatch_of_a_program():
 
 
 def test_program_errors_are_compile_errors():
-    with pytest.raises(PtoCompileError, match="exactly one"):
+    with pytest.raises(PtoCompileError, match="compiles one entry"):
         @pl.program
         class NoOrch:
             @pl.function(type=pl.FunctionType.InCore)

@@ -32,7 +32,7 @@ Semantics worth knowing:
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
 from . import tile
 from ._carry import yield_
-from ._control import TaskId, at, incore, manual_scope, parallel, range, spmd
+from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
 from ._program import FunctionType, ProgramDef, create_tensor, function, program
 from ._layout import *  # noqa: F401,F403
@@ -63,6 +63,7 @@ __all__ = [
     "AtomicType",
     "at",
     "incore",
+    "auto_incore",
     "manual_scope",
     "TaskId",
     "program",

@@ -19,7 +19,7 @@ from ._carry import carry_rebound, open_carries, tile_locals
 from ._tracer import Index, Tile, current, user_loc
 from ._types import Level
 
-__all__ = ["at", "incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
+__all__ = ["at", "incore", "auto_incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
 
 
 class TaskId:
@@ -87,6 +87,11 @@ class at:
 
 def incore(*, name_hint: str | None = None, deps=None) -> at:
     """The short form of ``pl.at(level=pl.Level.CORE_GROUP, ...)``."""
+    return at(Level.CORE_GROUP, name_hint=name_hint, deps=deps)
+
+
+def auto_incore(*, name_hint: str | None = None, deps=None) -> at:
+    """PyPTO's compiler-outlined core scope: here the same as :func:`incore`, one region (a task)."""
     return at(Level.CORE_GROUP, name_hint=name_hint, deps=deps)
 
 

@@ -23,7 +23,7 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, IVar, Loc, Param, Program, Scope
+from ..ir._nodes import IBin, IConst, IVar, Loc, Param, Program, Scope, Store
 from ._control import task_deps
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
@@ -36,6 +36,9 @@ class FunctionType(enum.Enum):
 
     InCore = "InCore"
     Orchestration = "Orchestration"
+    #: A function whose body holds its own regions (``with pl.auto_incore():``), compiled as the
+    #: program's entry when the program has no orchestration; its tensors' directions follow its body.
+    Opaque = "Opaque"
 
 
 class _Function:
@@ -354,10 +357,15 @@ class ProgramDef:
         fns = {k: v for k, v in vars(cls).items() if isinstance(v, _Function)}
         self.kernels = {k: f for k, f in fns.items() if f.type is FunctionType.InCore}
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
-        if len(orch) != 1:
-            raise PtoCompileError(f"@pl.program {self.name} needs exactly one "
-                                  f"@pl.function(type=pl.FunctionType.Orchestration), found {len(orch)}")
-        self.orchestration = orch[0]
+        opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
+        # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
+        if len(orch) == 1 and not opaque or not orch and len(opaque) == 1:
+            self.orchestration = (orch or opaque)[0]
+        else:
+            raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
+                                  f"@pl.function(type=pl.FunctionType.Orchestration), or one "
+                                  f"pl.FunctionType.Opaque function and no orchestration; found {len(orch)} "
+                                  f"Orchestration and {len(opaque)} Opaque")
 
     def __repr__(self) -> str:
         return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
@@ -365,6 +373,7 @@ class ProgramDef:
     def trace(self) -> Program:
         """Trace the orchestration (each kernel call a task) into a Program, before any pass."""
         orch = self.orchestration
+        opaque = orch.type is FunctionType.Opaque
         anns = orch.annotations()
         params = []
         for name in orch.param_names():
@@ -372,7 +381,10 @@ class ProgramDef:
             if isinstance(ann, ScalarAnnotation):
                 params.append(Param(name, SCALAR, (), ann.dtype))
             else:
-                params.append(Param(name, ann.direction, ann.shape, ann.dtype))
+                # An Opaque function's tensors may be written whatever they are annotated: traced
+                # writable, each is then an input unless its body stores to it (_opaque_directions).
+                direction = INOUT if opaque and ann.direction == IN else ann.direction
+                params.append(Param(name, direction, ann.shape, ann.dtype))
         tracer = Tracer(self.name, params)
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
@@ -386,6 +398,8 @@ class ProgramDef:
                                 f"runs as one launch of one block; write the blocks as separate kernel calls)",
                                 orch.loc)
         returned = self._returned(result, orch)
+        if opaque:
+            params = _opaque_directions(params, anns, tracer.blocks[0])
         outs = [p for p in tracer.scratch if p.name in returned]
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
@@ -421,6 +435,30 @@ class ProgramDef:
                 raise compile_error(f"{orch.name} must return whole tensors (or nothing), got {r!r}", orch.loc)
             names.append(r.name)
         return names
+
+
+def _stored(body) -> set[str]:
+    """The tensors ``body`` stores to, at any depth."""
+    out = set()
+    for s in body:
+        if isinstance(s, Store):
+            out.add(s.param)
+        for inner in ("body", "members"):
+            if isinstance(getattr(s, inner, None), tuple):
+                out |= _stored(getattr(s, inner))
+    return out
+
+
+def _opaque_directions(params, anns, body) -> list[Param]:
+    """An Opaque entry's tensors: declared ``pl.Tensor``, one its body stores to is ``InOut``, else ``In``."""
+    written = _stored(body)
+    out = []
+    for p in params:
+        declared = anns.get(p.name)
+        if p.direction == INOUT and getattr(_annotation(declared, p.name, None), "direction", None) == IN:
+            p = Param(p.name, INOUT if p.name in written else IN, p.shape, p.dtype)
+        out.append(p)
+    return out
 
 
 def program(cls):

@@ -225,3 +225,40 @@ def test_a_long_program_name_still_makes_a_loadable_kernel(launcher):
     x, y = rand(16, 16, seed=12), poison(16, 16)
     launcher.run(c, x, y)
     torch.testing.assert_close(y, x + 1)
+
+
+@pl.program
+class OpaqueEntry:
+    @pl.function(type=pl.FunctionType.Opaque)
+    def entry(self, x: pl.Tensor[[16, 128], pl.FP32], row: pl.Tensor[[16, 1], pl.FP32],
+              out: pl.Tensor[[16, 128], pl.FP32]) -> pl.Tensor[[16, 128], pl.FP32]:
+        with pl.auto_incore():
+            t = pl.row_expand_mul(pl.sqrt(pl.add(x, 2.0)), row)
+            out = pl.assemble(out, pl.maximum(pl.neg(t), t), [0, 0])
+        return out
+
+
+def test_an_opaque_entry_infers_which_tensors_it_writes(launcher):
+    from pypto_async.backend import BackendType
+
+    c = ir.compile(OpaqueEntry, backend_type=BackendType.PTO, skip_ptoas=True)
+    assert [(p.name, p.direction) for p in c.params] == [("x", "in"), ("row", "in"), ("out", "inout")]
+    x, row, out = rand(16, 128, seed=13).abs(), rand(16, 1, seed=14), poison(16, 128)
+    launcher.run(c, x, row, out)
+    t = torch.sqrt(x + 2.0) * row
+    torch.testing.assert_close(out, torch.maximum(-t, t))
+    with pytest.raises(PtoArgumentError, match="backend_type"):
+        ir.compile(OpaqueEntry, backend_type=BackendType.CCE)
+
+
+def test_a_program_has_one_entry():
+    with pytest.raises(PtoCompileError, match="compiles one entry.*found 0 Orchestration and 2 Opaque"):
+        @pl.program
+        class TwoOpaque:
+            @pl.function(type=pl.FunctionType.Opaque)
+            def a(self, x: pl.Tensor[[16, 16], pl.FP32]) -> pl.Tensor[[16, 16], pl.FP32]:
+                return x
+
+            @pl.function(type=pl.FunctionType.Opaque)
+            def b(self, x: pl.Tensor[[16, 16], pl.FP32]) -> pl.Tensor[[16, 16], pl.FP32]:
+                return x

@@ -1,0 +1,21 @@
+"""PyPTO's backend names (``from pypto_async.backend import BackendType``).
+
+PyPTO's compiler has code generators for Ascend parts: ``BackendType.PTO``
+(PTO-ISA, assembled by ``ptoas``) and ``BackendType.CCE``.  Here there is one
+backend, the simulator's: kernels are compiled to C.  ``ir.compile`` takes
+``backend_type=BackendType.PTO`` as naming it (PyPTO's default backend, the
+one its examples pass), and refuses ``CCE``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["BackendType"]
+
+
+class BackendType(enum.Enum):
+    """A code generator of PyPTO's: ``PTO`` is the sim's C backend here; ``CCE`` is not available."""
+
+    PTO = "PTO"
+    CCE = "CCE"
