@@ -262,3 +262,25 @@ def test_a_program_has_one_entry():
             @pl.function(type=pl.FunctionType.Opaque)
             def b(self, x: pl.Tensor[[16, 16], pl.FP32]) -> pl.Tensor[[16, 16], pl.FP32]:
                 return x
+
+
+@pl.jit.incore
+def plus_one(a: pl.Tensor, o: pl.Out[pl.Tensor]):
+    pl.store(pl.add(pl.load(a, [0, 0], [N, N]), 1.0), [0, 0], o)
+    return o
+
+
+@pl.jit
+def entry_returning_a_created_tensor(a: pl.Tensor):
+    o = pl.create_tensor([N, N], dtype=pl.FP32)
+    o = plus_one(a, o)
+    return o
+
+
+def test_calling_an_entry_that_returns_a_created_tensor_returns_it():
+    from pypto_async.runtime import RunConfig
+
+    x = rand(N, N, seed=15)
+    got = entry_returning_a_created_tensor(x, config=RunConfig())  # PyPTO's return style: inputs only
+    assert isinstance(got, torch.Tensor) and got.shape == (N, N)
+    torch.testing.assert_close(got, x + 1)
