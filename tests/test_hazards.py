@@ -557,3 +557,117 @@ def test_bad_config_is_refused():
 def test_manual_deps_must_be_a_bool(worker):
     with pytest.raises(PtoError, match="manual_deps"):
         worker.alloc_tensor(N, np.float32, manual_deps="yes")
+
+
+def test_raw_copies_are_ordered_as_the_tensor_they_touch(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    src = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
+    out = np.full(N, np.nan, np.float32)
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)
+        # PyPTO's blocking copy by address, from another thread, queued after the write.
+        th = threading.Thread(target=worker.copy_from, args=(out, a.data_ptr, a.nbytes), kwargs={"stream": s2})
+        th.start()
+        while th.is_alive() and s2.query():  # until its wait and copy are queued on s2
+            time.sleep(0.001)
+        latch.release()
+        th.join()
+    np.testing.assert_allclose(out, 2 * x, rtol=1e-6)
+    src.free()
+    a.free()
+
+
+def test_the_sanitizer_catches_a_use_of_memory_freed_on_another_stream(open_worker):
+    w = open_worker(sanitize="raise")
+    s1, s2 = w.stream(), w.stream()
+    t = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    w.sync()
+    ptr, nbytes = t.data_ptr, t.nbytes
+    out = np.empty(N, np.float32)
+    with hold(s1):
+        t.free(); free_line = here()  # noqa: E702
+        with pytest.raises(PtoRaceError, match="freed device memory") as info:
+            w.copy_from(out, ptr, nbytes, stream=s2)
+    assert f"free_tensor() on stream {s1.id} at " in str(info.value)
+    assert f"test_hazards.py:{free_line}" in str(info.value)
+    w.sync(timeout=10)
+
+
+def test_inferred_waits_are_marked_in_the_trace(tmp_path, worker, kernels):
+    import json
+
+    from pypto_async.runtime._trace import Trace
+
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    src = worker.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    c = worker.alloc_tensor(N, np.float32, stream=s1)
+    worker.sync()
+    with worker.trace(tmp_path / "t.json") as tr:
+        scale(src, 2.0, a, stream=s1)
+        scale(a, 3.0, b, stream=s2)  # an inferred wait on s1
+        s1.wait(s2)  # an explicit one
+        scale(src, 4.0, c, stream=s1)
+    doc = json.loads(tr.path.read_text())
+    flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert sorted({e["cat"] for e in flows}) == ["event", "inferred"]
+    inferred = [e for e in flows if e["cat"] == "inferred"]
+    assert len(inferred) == 2 and all(e["name"].startswith("inferred wait") for e in inferred)
+    assert {e["tid"] for e in inferred if e["ph"] == "f"} == {1 + s2.id}
+    assert len(tr.trace.inferred_waits) == 1
+    assert Trace.from_chrome(doc).inferred_waits == tr.trace.inferred_waits
+    for t in (src, a, b, c):
+        t.free()
+
+
+def test_the_readme_pipeline(kernels):
+    # README, "Data hazards": copies in, a kernel, copies out, on three streams, no waits; the
+    # loading stream is held while every step is queued.
+    async def main():
+        steps = 4
+        batches = [rand() for _ in range(steps)]
+        results = [np.full(N, np.nan, np.float32) for _ in range(steps)]
+        async with ChipWorker(RunConfig(**SMALL)) as w:
+            handle = w.register(kernels.get("add", N))
+            weight_host = rand()
+            weight = w.alloc_tensor(N, np.float32, init=weight_host)
+            load, compute, store = w.stream(), w.stream(), w.stream()
+            x_dev = w.alloc_tensor(N, np.float32, stream=load)
+            y_dev = w.alloc_tensor(N, np.float32, stream=compute)
+            with hold(load) as latch:
+                for i, batch in enumerate(batches):
+                    w.copy(x_dev, batch, stream=load)
+                    handle(x_dev, weight, y_dev, stream=compute)
+                    w.copy(results[i], y_dev, stream=store)
+                assert not store.query()
+                latch.release()
+                await store
+            for t in (weight, x_dev, y_dev):
+                t.free()
+            return batches, weight_host, results
+
+    batches, weight, results = asyncio.run(main())
+    for batch, out in zip(batches, results):
+        np.testing.assert_array_equal(out, batch + weight)
+
+
+def test_bench_hazards_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_hazards.py (figures, not timing assertions).
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_hazards.py"), "--quick", "--json", "-"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert len(results["rows"]) == 5 and all(row["figure"] is not None for row in results["rows"])
+    assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())

@@ -176,8 +176,12 @@ def _blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, wha
         fn, args = lib.pto_stream_copy_d2h, (sp, ptr, int(dev_ptr), nbytes)
     else:
         fn, args = lib.pto_stream_copy_h2d, (sp, int(dev_ptr), ptr, nbytes)
+    name = f"{what} ({nbytes} bytes)"
+    hz = worker._hazards
     with worker._lock:
-        launch = queue_one(worker, stream, fn, args, f"{what} ({nbytes} bytes)", keep, None)
+        if hz is not None:  # a raw address: ordered (and checked) as the tensor it lies in
+            hz.raw_access(stream, int(dev_ptr), nbytes, to_host, name)
+        launch = queue_one(worker, stream, fn, args, name, keep, None)
     if not launch._done:
         block_until(worker._queue, launch, False, None)
     launch.result()

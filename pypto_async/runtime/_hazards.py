@@ -75,8 +75,11 @@ import sys
 import traceback
 import warnings
 
+from .._driver import check, ffi, lib
 from .._hazard_rule import hazard
 from ..errors import PtoArgumentError, PtoRaceError
+from ._queue import QUEUED
+from ._submit import overflowed, token
 
 __all__ = ["Hazards", "order", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
@@ -85,6 +88,7 @@ ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
 _MODES = ("off", "raise", "warn")
 _PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
+_KEEP_FREED = 4096  # freed blocks the sanitizer remembers
 
 # The workers whose ordering is manual in this task (``with w.manual_deps():``).
 _manual: contextvars.ContextVar[tuple] = contextvars.ContextVar("pypto_async_manual_deps", default=())
@@ -287,6 +291,37 @@ class Hazards:
                 else:
                     readers[stream] = acc
 
+    def raw_access(self, stream, lo: int, nbytes: int, reads: bool, label: str) -> None:
+        """Order a copy to or from a raw device address (``copy_from``/``copy_to``; lock held).
+
+        The live tensor the range lies in is accessed as by any copy.  With
+        the sanitizer on, a range in the block of a tensor freed on another
+        stream, with nothing ordering this copy after that free, is a race.
+        """
+        hi = lo + nbytes
+        for t in self.worker._memory.tensors:
+            if t._ptr < hi and lo < t._ptr + t._nbytes and not t._freed:
+                self.order(stream, [(t, "dev_ptr", reads, not reads)], label, 0)
+                break
+        freed = self.worker._memory.freed_blocks
+        if not freed or self.mode == "off":
+            return
+        pending = self.queue.pending
+        for start, (end, src, pos, what) in freed.items():
+            if start < hi and lo < end and src != stream._id and pos in pending \
+                    and stream._oclock.get(src, 0) <= pos:
+                second = f"{label} on stream {stream._id} at {self._site()}"
+                self.report(f"data race on freed device memory: {second} uses the block of a DeviceTensor "
+                            f"that {what} frees, and nothing orders it after that free", what, second)
+
+    def freed(self, t, stream, token: int) -> None:
+        """Remember the block of `t`, freed on `stream` by the command with `token` (sanitizer; lock held)."""
+        blocks = self.worker._memory.freed_blocks
+        blocks[t._ptr] = (t._ptr + max(t._nbytes, 1), stream._id, token,
+                          f"free_tensor() on stream {stream._id} at {self._site()}")
+        if len(blocks) > _KEEP_FREED:
+            del blocks[next(iter(blocks))]
+
     def _prune(self, waits: dict) -> None:
         """Drop the waits that another one implies: a stream that waited for that access itself."""
         for a in list(waits):
@@ -310,18 +345,58 @@ class Hazards:
 
     def _wait(self, stream, src, exact) -> None:
         """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far."""
-        event = exact
-        if event is None:
-            event = src._final if src._closed else src._record_locked()
+        q = self.queue
+        tok = q.next_token
+        if exact is None and not src._fifo and not stream._fifo and not src._closed:
+            self._edge(stream, src)
+        else:
+            event = exact
             if event is None:
-                return
-        tok = self.queue.next_token
-        stream._wait_locked(event)
+                event = src._final if src._closed else src._record_locked()
+                if event is None:
+                    return
+            tok = q.next_token
+            stream._wait_locked(event)
         self.inferred += 1
         kept = self.inferred_tokens
         kept[tok] = None
         if len(kept) > _KEEP_INFERRED:
             del kept[next(iter(kept))]
+
+    def _edge(self, stream, src) -> None:
+        """The common edge, with neither stream holding work on the host: two driver calls.
+
+        The record goes on `src`'s own hazard event (one per stream, re-recorded
+        each time: a wait takes the recording current when it is queued, and
+        both commands go to the driver now, so nothing can come between), with
+        no token (a record never fails on its own; its event carries a
+        failure).  The wait has one, so that its failure is observed only when
+        drained, like any wait's.  The mark is the next token: every command
+        of `src` before the record has a smaller one, every later one a larger
+        or equal one.
+        """
+        q = self.queue
+        event = src._hz_event
+        if event is None:
+            out = ffi.new("pto_event **")
+            check(lib.pto_event_create(q.dev, out), "pto_event_create")
+            event = src._hz_event = out[0]
+        r = q.next_token
+        rc = lib.pto_stream_record(src._ptr, event, 0)
+        if rc:
+            if rc != QUEUED:
+                check(rc, "recording an inferred edge")
+            overflowed(q, src, 1)
+        t = token(q, None)
+        rc = lib.pto_stream_wait_event(stream._ptr, event, t)
+        if rc:
+            if rc != QUEUED:
+                q.pending.pop(t, None)
+                check(rc, "queueing an inferred wait")
+            overflowed(q, stream, 1)
+        me = stream._id
+        _merge(stream._oclock, src._oclock, me, src._id, r)
+        _merge(stream._clock, src._clock, me, src._id, r)
 
     # -- the sanitizer ------------------------------------------------------------------------------
 
@@ -407,8 +482,6 @@ def _combine(need: tuple, pos: int, exact) -> tuple:
 
 
 def _address(ptr) -> int:
-    from .._driver import ffi
-
     return int(ffi.cast("uintptr_t", ptr))
 
 

@@ -64,7 +64,7 @@ class DeviceMemory:
     """
 
     __slots__ = ("_worker", "queue", "capacity", "tensors", "deferred", "_deferred_scheduled",
-                 "mem_waiters", "memory_waits", "_devptr_out", "pinned")
+                 "mem_waiters", "memory_waits", "_devptr_out", "pinned", "freed_blocks")
 
     def __init__(self, worker, queue, capacity: int):
         self._worker = worker
@@ -76,6 +76,9 @@ class DeviceMemory:
         self.mem_waiters: deque = deque()
         self.memory_waits = 0
         self._devptr_out = ffi.new("pto_devptr *")
+        # The sanitizer's: start -> (end, stream id, token of the free, what) of freed tensors'
+        # blocks, until an allocation takes them again (_hazards.Hazards.freed).
+        self.freed_blocks: dict[int, tuple] = {}
         self.pinned: dict[int, int] = {}  # id(tensor) -> graphs that use it (_graph.py): not freeable
 
     # -- tensors (ChipWorker.alloc_tensor / free_tensor) -------------------------------------
@@ -210,6 +213,9 @@ class DeviceMemory:
             self.free_locked(t._ptr, stream, t._streams)
             t._freed = True
             self.tensors.discard(t)
+            hz = worker._hazards
+            if hz is not None and hz.mode != "off":
+                hz.freed(t, stream, self.queue.next_token - 1)  # the free is the last command queued
 
     # -- allocation (lock held) ------------------------------------------------------------------
 
@@ -220,7 +226,15 @@ class DeviceMemory:
         rc = lib.pto_mem_alloc(self.queue.dev, max(nbytes, 1), stream._ptr, out)
         if rc:
             check(rc, f"{what}: allocating {nbytes} bytes of device memory")
+        if self.freed_blocks:
+            self._reused(int(out[0]), max(nbytes, 1))
         return int(out[0])
+
+    def _reused(self, ptr: int, nbytes: int) -> None:
+        """An allocation took `ptr`: the freed blocks it overlaps are memory in use again."""
+        end = ptr + nbytes
+        for start in [s for s, entry in self.freed_blocks.items() if s < end and ptr < entry[0]]:
+            del self.freed_blocks[start]
 
     def alloc_temps(self, hosts: list, stream, label: str) -> list | None:
         """Allocate the temporaries of a launch's host arrays (lock held); None if they do not fit.
@@ -245,6 +259,8 @@ class DeviceMemory:
                 return None
             check(rc, f"{label}: allocating {nbytes} bytes of device temporaries for its host arrays")
         ptr = int(out[0])
+        if self.freed_blocks:
+            self._reused(ptr, nbytes)
         temps = []
         for size in sizes:
             temps.append(ptr)

@@ -48,7 +48,7 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_is_default", "_last", "_clock", "_oclock", "__weakref__")
+                 "_final", "_final_ordering", "_is_default", "_last", "_clock", "_oclock", "_hz_event", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -80,6 +80,7 @@ class Stream:
         stream._last = 0  # the token of its last data command (a launch or copy): see _hazards.py
         stream._clock = {}  # other stream -> the largest token of its events this one waits for
         stream._oclock = {}  # ... counting ordering-only events too
+        stream._hz_event = None  # the driver event of inferred edges from this stream (_hazards.py)
         return stream
 
     # -- properties ---------------------------------------------------------------
@@ -279,6 +280,9 @@ class Stream:
             if not self._closed and self._worker._alive():
                 self._closed = True
                 lib.pto_stream_destroy(self._ptr)
+            if self._hz_event is not None and self._worker._alive():
+                lib.pto_event_destroy(self._hz_event)
+                self._hz_event = None
         except Exception:
             pass
 
@@ -345,6 +349,9 @@ class Stream:
         """Release the driver's stream, once nothing of this stream is left on the host."""
         self._worker._streams.pop(self._id, None)
         lib.pto_stream_destroy(self._ptr)
+        if self._hz_event is not None:  # waits already queued keep the recording they took
+            lib.pto_event_destroy(self._hz_event)
+            self._hz_event = None
 
 
 def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:
