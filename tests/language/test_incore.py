@@ -284,3 +284,19 @@ def test_calling_an_entry_that_returns_a_created_tensor_returns_it():
     got = entry_returning_a_created_tensor(x, config=RunConfig())  # PyPTO's return style: inputs only
     assert isinstance(got, torch.Tensor) and got.shape == (N, N)
     torch.testing.assert_close(got, x + 1)
+
+
+@pl.jit
+def tiled_plus_one(a: pl.Tensor, o: pl.Out[pl.Tensor]):
+    for i in pl.range(4):
+        plus_one(a[i * N:(i + 1) * N, :], o[i * N:(i + 1) * N, :])  # one task per tile
+    return o
+
+
+def test_helpers_called_on_windows_in_a_loop_are_independent_tasks(launcher):
+    x, o = rand(4 * N, N, seed=16), poison(4 * N, N)
+    c = tiled_plus_one.compile(x, o)
+    assert [t.name for t in c.task_graph.tasks] == ["plus_one"] * 4
+    assert c.task_graph.edges == ()  # disjoint windows order nothing
+    launcher.run(c, x, o)
+    torch.testing.assert_close(o, x + 1)
