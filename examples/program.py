@@ -3,7 +3,9 @@
 ``scale`` writes each tile of ``x`` times two into an intermediate; ``add``
 adds ``y`` to it.  Each call is one task; the task graph (printed) has an
 edge from each ``scale`` tile to the ``add`` of the same tile, and none
-between tiles.  The whole program is one launch.
+between tiles.  The whole program is one launch: on the device the
+orchestration submits the tasks, and each runs on a free core as soon as the
+tasks it waits for are done, so the tiles' chains run side by side.
 """
 
 import numpy as np
