@@ -194,7 +194,7 @@ async def test_later_uses_of_the_destination_wait_for_the_copy(kernels, where):
             assert not later.done()
             latch.release()
             await later
-        assert copy.done()
+        await copy  # done on the device before `later` started; a's pump may not have seen it yet
         # The increment ran on the copied bytes: without the wait, the copy would have
         # overwritten it and tb would be x.
         np.testing.assert_array_equal(await tb.to_host(), x + 1)
@@ -217,7 +217,7 @@ async def test_stream_waits_on_a_launch_of_another_worker(kernels):
             assert not first.done() and not second.done()
             latch.release()
             await second
-        assert first.done()
+        await first  # finished on a's device before `second` ran; a's pump may not have seen it yet
         b.default_stream.wait(first)  # a finished launch: nothing to wait for
         b.default_stream.wait(a.default_stream)  # a stream of another worker, too
         b.default_stream.wait(a.default_stream.record())  # and an event

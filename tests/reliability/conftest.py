@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,30 @@ def proc_threads() -> set[str]:
     for 10 s) does not upset.
     """
     return set(os.listdir("/proc/self/task"))
+
+
+def threads_left(before: set[str], settle_s: float = 2.0) -> dict[str, str]:
+    """The threads started since `before` that are still alive, by id, with their names.
+
+    A joined thread leaves ``/proc/self/task`` as it is reaped; one that is
+    ending on its own (a library's idle worker) may take a moment, so this
+    looks again for up to `settle_s` before it answers.  The names say whose
+    thread it is when a test fails.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        new = proc_threads() - before
+        if not new or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    names = {}
+    for tid in sorted(new):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names[tid] = f.read().strip()
+        except OSError:  # ended meanwhile
+            pass
+    return names
 
 
 def proc_fds() -> int:

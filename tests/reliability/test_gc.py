@@ -13,7 +13,7 @@ import numpy as np
 from pypto_async import testing
 from pypto_async.runtime import ChipWorker, RunConfig
 
-from .conftest import SMALL, mem_stats, proc_threads
+from .conftest import SMALL, mem_stats, proc_threads, threads_left
 
 N = 256
 
@@ -75,4 +75,4 @@ def test_open_close_leaves_no_threads(rel_kernels):
             del w2
             gc.collect()
     assert threading.active_count() <= py_before
-    assert proc_threads() <= native_before
+    assert threads_left(native_before) == {}

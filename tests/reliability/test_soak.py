@@ -17,7 +17,7 @@ from pypto_async import testing
 from pypto_async.errors import PtoDependencyError, PtoKernelFault
 from pypto_async.runtime import ChipWorker, RunConfig
 
-from .conftest import LONG, SMALL, mem_stats, proc_fds, proc_threads, rss_kib
+from .conftest import LONG, SMALL, mem_stats, proc_fds, proc_threads, rss_kib, threads_left
 
 N = 1024
 SECONDS = float(os.environ.get("PYPTO_ASYNC_SOAK_S", 300 if LONG else 3))
@@ -97,7 +97,7 @@ def test_soak_returns_to_its_starting_point(rel_kernels):
     assert proc_fds() == fds0
     # No thread started since is still alive (a library's idle worker may have ended meanwhile:
     # trio keeps its thread cache for 10 s).
-    assert proc_threads() <= thr0, (sorted(thr0), sorted(proc_threads()))
+    assert threads_left(thr0) == {}
     grown = rss_kib() - rss0
     if not SANITIZED:
         assert grown < RSS_TOLERANCE_KIB, f"RSS grew by {grown} KiB over {rounds} rounds"
