@@ -346,9 +346,8 @@ class Hazards:
     def _wait(self, stream, src, exact) -> None:
         """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far."""
         q = self.queue
-        tok = q.next_token
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            self._edge(stream, src)
+            tok = self._edge(stream, src)
         else:
             event = exact
             if event is None:
@@ -363,17 +362,16 @@ class Hazards:
         if len(kept) > _KEEP_INFERRED:
             del kept[next(iter(kept))]
 
-    def _edge(self, stream, src) -> None:
-        """The common edge, with neither stream holding work on the host: two driver calls.
+    def _edge(self, stream, src) -> int:
+        """The common edge, with neither stream holding work on the host: two driver calls; the wait's token.
 
         The record goes on `src`'s own hazard event (one per stream, re-recorded
         each time: a wait takes the recording current when it is queued, and
-        both commands go to the driver now, so nothing can come between), with
-        no token (a record never fails on its own; its event carries a
-        failure).  The wait has one, so that its failure is observed only when
-        drained, like any wait's.  The mark is the next token: every command
-        of `src` before the record has a smaller one, every later one a larger
-        or equal one.
+        both commands go to the driver now, so nothing can come between).
+        Both carry tokens, as an Event's record and wait do, so that a failure
+        of theirs (an injected one) is observed only when drained; the
+        record's token is its mark: every command of `src` before it has a
+        smaller one.
         """
         q = self.queue
         event = src._hz_event
@@ -381,10 +379,11 @@ class Hazards:
             out = ffi.new("pto_event **")
             check(lib.pto_event_create(q.dev, out), "pto_event_create")
             event = src._hz_event = out[0]
-        r = q.next_token
-        rc = lib.pto_stream_record(src._ptr, event, 0)
+        r = token(q, None)
+        rc = lib.pto_stream_record(src._ptr, event, r)
         if rc:
             if rc != QUEUED:
+                q.pending.pop(r, None)
                 check(rc, "recording an inferred edge")
             overflowed(q, src, 1)
         t = token(q, None)
@@ -397,6 +396,7 @@ class Hazards:
         me = stream._id
         _merge(stream._oclock, src._oclock, me, src._id, r)
         _merge(stream._clock, src._clock, me, src._id, r)
+        return t
 
     # -- the sanitizer ------------------------------------------------------------------------------
 
