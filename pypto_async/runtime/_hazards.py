@@ -267,7 +267,8 @@ class Hazards:
         for acc in accesses:
             t = acc[0]
             if stream not in t._streams:
-                ready = t._ready._clock if t._ready is not None else None
+                # (A point of another worker, a peer copy's, is not in this worker's clocks.)
+                ready = t._ready._clock if t._ready is not None and t._ready._worker is self.worker else None
                 if ready is not None and clock.get(ready[0], 0) > ready[1]:
                     t._streams.add(stream)  # an edge just queued waits for more than the join would
                 else:
@@ -465,7 +466,7 @@ class Hazards:
 
 def _joined_after(t, stream, src, pos: int) -> bool:
     """Whether `t`'s first use on `stream` (queued with this call) waits for `src` past `pos` (its join)."""
-    if stream in t._streams or t._ready is None:
+    if stream in t._streams or t._ready is None or t._ready._worker is not stream._worker:
         return False
     ready = t._ready._clock
     return ready[0] == src._id and ready[1] > pos
