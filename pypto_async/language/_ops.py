@@ -36,6 +36,13 @@ __all__ = [
     "div",
     "maximum",
     "minimum",
+    "adds",
+    "subs",
+    "muls",
+    "divs",
+    "maxs",
+    "mins",
+    "lrelu",
     "neg",
     "abs",
     "exp",
@@ -123,6 +130,53 @@ def maximum(a, b) -> Tile:
 def minimum(a, b) -> Tile:
     """Return the element-wise minimum (NaN propagates)."""
     return _binary("minimum", a, b)
+
+
+def _with_scalar(op: str, base: str, tile, scalar) -> Tile:
+    """PyPTO's tile-and-scalar forms (``pl.adds(t, 2.0)``): the binary op with a scalar right operand."""
+    current(f"pl.{op}")
+    if isinstance(as_tile(scalar), Tile):
+        raise compile_error(f"pl.{op} takes a tile and a scalar (a number or a pl.Scalar parameter), got "
+                            f"{scalar!r} as the scalar; use pl.{base} for two tiles", user_loc())
+    return _binary(base, tile, scalar)
+
+
+def adds(tile, scalar) -> Tile:
+    """Return ``tile + scalar``."""
+    return _with_scalar("adds", "add", tile, scalar)
+
+
+def subs(tile, scalar) -> Tile:
+    """Return ``tile - scalar``."""
+    return _with_scalar("subs", "sub", tile, scalar)
+
+
+def muls(tile, scalar) -> Tile:
+    """Return ``tile * scalar``."""
+    return _with_scalar("muls", "mul", tile, scalar)
+
+
+def divs(tile, scalar) -> Tile:
+    """Return ``tile / scalar`` (floor division for integer tiles, as ``pl.div``)."""
+    return _with_scalar("divs", "div", tile, scalar)
+
+
+def maxs(tile, scalar) -> Tile:
+    """Return the element-wise maximum of the tile and a scalar."""
+    return _with_scalar("maxs", "maximum", tile, scalar)
+
+
+def mins(tile, scalar) -> Tile:
+    """Return the element-wise minimum of the tile and a scalar."""
+    return _with_scalar("mins", "minimum", tile, scalar)
+
+
+def lrelu(tile, slope) -> Tile:
+    """Leaky ReLU: ``x`` where ``x > 0``, else ``slope * x`` (any slope: ``relu(x) - slope * relu(-x)``)."""
+    current("pl.lrelu")
+    if isinstance(as_tile(slope), Tile):
+        raise compile_error(f"pl.lrelu takes a scalar slope, got {slope!r}", user_loc())
+    return sub(relu(tile), mul(relu(neg(tile)), slope))
 
 
 def _unary(op: str, x) -> Tile:
