@@ -383,20 +383,6 @@ async def test_async_programs_overlap_with_the_host():
         np.testing.assert_allclose(o, (e + 1) * (e * 2), rtol=1e-5)
 
 
-def test_a_program_inside_a_graph_capture_is_refused_at_the_call_site():
-    from pypto_async.errors import PtoCaptureError
-
-    c = ir.compile(HelloWorld)
-    with ChipWorker() as w:
-        h = w.register(c)
-        a, b, out = (w.alloc_tensor((R, C), F, init=rand((R, C), k)) for k in range(3))
-        with pytest.raises(PtoCaptureError, match="cannot be captured"):
-            with w.capture(name="step"):
-                h(a, b, out)
-        h(a, b, out)  # outside a capture it runs
-        np.testing.assert_array_equal(out.numpy(), a.numpy() + b.numpy())
-
-
 @pytest.mark.parametrize("name", ["Diamond", "Tiles64", "Failing", "Halves", "Pipeline"])
 def test_as_python_of_a_program_round_trips_through_ir_compile(name):
     import test_programs

@@ -648,7 +648,7 @@ int pto_debug_lose_device(pto_device *dev, const char *msg);
 
 typedef struct pto_graph pto_graph;
 
-/* pto_graph_patch fields for copies (a launch's fields are its argument indices). */
+/* pto_graph_patch fields for copies (a launch's or program's fields are its argument indices). */
 #define PTO_GRAPH_DST 0xffffffffu
 #define PTO_GRAPH_SRC 0xfffffffeu
 /* How a launch uses a patched argument (copies: implied by the field). */
@@ -660,7 +660,7 @@ typedef struct pto_graph_info {
     uint32_t streams;           /* stream slots used (highest + 1) */
     uint32_t events;            /* graph-local events */
     uint32_t inputs;            /* inputs declared */
-    uint32_t launches;          /* of the commands, kernel launches */
+    uint32_t launches;          /* of the commands, kernel launches and program runs */
     uint32_t instantiated;      /* nonzero once pto_graph_instantiate succeeded */
 } pto_graph_info;
 
@@ -678,6 +678,13 @@ int pto_graph_get_info(const pto_graph *g, pto_graph_info *out);
  */
 int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t blocks,
                          const uint64_t *args, uint32_t nargs);
+/*
+ * A program run (pto_stream_run_program): one command however many tasks
+ * it holds.  Its fields for pto_graph_patch are its argument indices, as a
+ * launch's.  A task that fails fails the command, and so the replay, with
+ * the task's "task NAME: message".
+ */
+int pto_graph_add_program(pto_graph *g, uint32_t slot, pto_program *p, const uint64_t *args, uint32_t nargs);
 /* kind: PTO_CMD_H2D, PTO_CMD_D2H or PTO_CMD_D2D (a host side is a host address). */
 int pto_graph_add_copy(pto_graph *g, uint32_t slot, uint32_t kind, uint64_t dst, uint64_t src,
                        uint64_t nbytes);

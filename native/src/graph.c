@@ -17,7 +17,11 @@
  * is what observes the failure, as for any command; the rest of the replay
  * fails behind it as dependents, silently, and the replay's last command, a
  * notify with the replay's token on the origin stream, reports -PTO_EDEP
- * naming the failed command's tag as its cause.  Every fork of the graph
+ * naming the failed command's tag as its cause.  A program run is one such
+ * command however many tasks it holds: it completes (pti_cmd_finish, from
+ * the thread that finishes the run) once all its tasks have, failing with
+ * its first failing task's "task NAME: message", so the rule is the same.
+ * Every fork of the graph
  * joins the origin before that notify (the host checks it at capture), so
  * the notify completes after every command of the replay.
  *
@@ -41,7 +45,7 @@
 
 #include "internal.h"
 
-enum { G_LAUNCH = 1, G_COPY, G_MEMSET, G_RECORD, G_WAIT, G_WAIT_EXT };
+enum { G_LAUNCH = 1, G_PROGRAM, G_COPY, G_MEMSET, G_RECORD, G_WAIT, G_WAIT_EXT };
 
 struct pti_gcmd {
     uint32_t op;                  /* G_* */
@@ -50,8 +54,9 @@ struct pti_gcmd {
     uint32_t event;               /* record/wait: graph event index */
     pto_event *ext;               /* wait on an outside event */
     pto_kernel *k;                /* launch (a reference held) */
+    pto_program *prog;            /* program run (a reference held) */
     uint32_t blocks, nargs;
-    uint64_t args_at;             /* launch: offset of its arguments in g->args */
+    uint64_t args_at;             /* launch, program: offset of its arguments in g->args */
     uint64_t dst, src, n;         /* copy / memset (value in src) */
     uint32_t patch_at, patches;   /* its patches: g->patches[patch_at .. + patches) */
 };
@@ -63,7 +68,7 @@ struct pti_gpatch {
 struct pti_ginput {
     uint64_t nbytes;
     uint32_t use;                 /* PTO_GRAPH_READ | PTO_GRAPH_WRITE, from every patch */
-    bool staged;                  /* a launch takes its address: a host binding needs a device buffer */
+    bool staged;                  /* a launch or program takes its address: host bindings are staged */
     bool patched;
 };
 
@@ -130,6 +135,8 @@ void pto_graph_destroy(pto_graph *g)
     for (uint32_t i = 0; i < g->n_cmds; i++)
         if (g->cmds[i].op == G_LAUNCH)
             pti_kernel_unref(g->cmds[i].k);
+        else if (g->cmds[i].op == G_PROGRAM)
+            pti_program_unref(g->cmds[i].prog);
     if (g->events)
         for (uint32_t i = 0; i < g->n_events; i++)
             if (g->events[i])
@@ -186,29 +193,26 @@ static struct pti_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int
     return c;
 }
 
-int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t blocks,
-                         const uint64_t *args, uint32_t nargs)
+/* A new launch or program command with its arguments copied, or NULL with the error set (*rc). */
+static struct pti_gcmd *new_call(pto_graph *g, uint32_t slot, const uint64_t *args, uint32_t nargs,
+                                 const char *fn, int *rc)
 {
-    const char *fn = "pto_graph_add_launch";
-    if (g && (!k || k->dev != g->dev))
-        return pti_error(PTO_EINVAL, "%s: kernel is NULL or from another device", fn);
-    if (blocks == 0)
-        return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
-    if (nargs && !args)
-        return pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
-    if (g && (uint64_t)nargs * 8u > g->dev->cfg.ring_heap)
-        return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
-                         g->dev->cfg.ring_heap);
-    if (g && !grow((void **)&g->args, &g->cap_args, g->n_args + nargs, sizeof(uint64_t)))
-        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
-    int rc;
-    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    if (nargs && !args) {
+        *rc = pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
+        return NULL;
+    }
+    if (g && (uint64_t)nargs * 8u > g->dev->cfg.ring_heap) {
+        *rc = pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
+                        g->dev->cfg.ring_heap);
+        return NULL;
+    }
+    if (g && !grow((void **)&g->args, &g->cap_args, g->n_args + nargs, sizeof(uint64_t))) {
+        *rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        return NULL;
+    }
+    struct pti_gcmd *c = new_cmd(g, slot, fn, rc);
     if (!c)
-        return rc;
-    c->op = G_LAUNCH;
-    pti_kernel_ref(k);
-    c->k = k;
-    c->blocks = blocks;
+        return NULL;
     c->nargs = nargs;
     c->args_at = g->n_args;
     if (nargs)
@@ -217,6 +221,46 @@ int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t bl
     g->n_launches++;
     if (nargs > g->max_nargs)
         g->max_nargs = nargs;
+    return c;
+}
+
+int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t blocks,
+                         const uint64_t *args, uint32_t nargs)
+{
+    const char *fn = "pto_graph_add_launch";
+    if (g && (!k || k->dev != g->dev))
+        return pti_error(PTO_EINVAL, "%s: kernel is NULL or from another device", fn);
+    if (blocks == 0)
+        return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
+    int rc;
+    struct pti_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = G_LAUNCH;
+    pti_kernel_ref(k);
+    c->k = k;
+    c->blocks = blocks;
+    return rc;
+}
+
+int pto_graph_add_program(pto_graph *g, uint32_t slot, pto_program *p, const uint64_t *args, uint32_t nargs)
+{
+    const char *fn = "pto_graph_add_program";
+    if (g && (!p || pti_program_device(p) != g->dev))
+        return pti_error(PTO_EINVAL, "%s: program is NULL or from another device", fn);
+    if (p && pti_program_unloaded(p))
+        return pti_error(PTO_EINVAL, "%s: program %s was unloaded", fn, pto_program_name(p));
+    if (p && nargs != pti_program_nparams(p))
+        return pti_error(PTO_EINVAL, "%s: program %s takes %u arguments, got %u", fn, pto_program_name(p),
+                         pti_program_nparams(p), nargs);
+    int rc;
+    struct pti_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
+    if (!c)
+        return rc;
+    c->op = G_PROGRAM;
+    pti_program_ref(p);
+    c->prog = p;
+    c->blocks = 1;
     return rc;
 }
 
@@ -320,9 +364,10 @@ int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, 
     struct pti_ginput *in = &g->inputs[input];
     switch (c->op) {
     case G_LAUNCH:
+    case G_PROGRAM:
         if (field >= c->nargs)
-            return pti_error(PTO_EINVAL, "%s: the launch has %u arguments, no argument %u", fn,
-                             c->nargs, field);
+            return pti_error(PTO_EINVAL, "%s: the %s has %u arguments, no argument %u", fn,
+                             c->op == G_LAUNCH ? "launch" : "program", c->nargs, field);
         if (!use || (use & ~(PTO_GRAPH_READ | PTO_GRAPH_WRITE)))
             return pti_error(PTO_EINVAL, "%s: use must be PTO_GRAPH_READ and/or PTO_GRAPH_WRITE", fn);
         in->staged = true;
@@ -508,6 +553,9 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
             rc = check_range(g->dev, dst, c->n, i);
         } else if (c->op == G_LAUNCH && atomic_load_explicit(&c->k->unloaded, memory_order_acquire)) {
             rc = pti_error(PTO_EINVAL, "%s: command %u: kernel %s was unloaded", fn, i, c->k->name);
+        } else if (c->op == G_PROGRAM && pti_program_unloaded(c->prog)) {
+            rc = pti_error(PTO_EINVAL, "%s: command %u: program %s was unloaded", fn, i,
+                           pto_program_name(c->prog));
         }
         if (rc)
             return rc;
@@ -525,7 +573,8 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
     const struct pti_gcmd *c = &g->cmds[i];
     pto_stream *s = r->streams[c->slot];
     switch (c->op) {
-    case G_LAUNCH: {
+    case G_LAUNCH:
+    case G_PROGRAM: {
         const uint64_t *args = &g->args[c->args_at];
         if (c->patches) {
             memcpy(scratch, args, (size_t)c->nargs * 8u);
@@ -535,6 +584,8 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
             }
             args = scratch;
         }
+        if (c->op == G_PROGRAM)
+            return pto_stream_run_program(s, c->prog, args, c->nargs, tag);
         return pto_stream_launch(s, c->k, c->blocks, args, c->nargs, tag);
     }
     case G_COPY: {

@@ -567,6 +567,10 @@ struct pti_orch_pool;
 void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
 void pti_program_ref(pto_program *p);
 void pti_program_unref(pto_program *p);
+/* For graph.c: p's device, its parameter count, whether it was unloaded. */
+pto_device *pti_program_device(const pto_program *p);
+uint32_t pti_program_nparams(const pto_program *p);
+bool pti_program_unloaded(pto_program *p);
 /* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
 /* Close: join the orchestration threads (no program runs); drop every program still loaded. */

@@ -823,6 +823,21 @@ void pti_program_unref(pto_program *p)
     program_unref(p);
 }
 
+pto_device *pti_program_device(const pto_program *p)
+{
+    return p->dev;
+}
+
+uint32_t pti_program_nparams(const pto_program *p)
+{
+    return p->desc->nparams;
+}
+
+bool pti_program_unloaded(pto_program *p)
+{
+    return atomic_load_explicit(&p->unloaded, memory_order_acquire) != 0;
+}
+
 void pti_programs_release_all(pto_device *dev)
 {
     while (dev->programs.next != &dev->programs) {

@@ -12,7 +12,13 @@
  *   - replays racing stream closes: two threads, each with its own graph,
  *     replay in a loop while one destroys and recreates its fork stream
  *     with replays still queued on it;
- *   - refusals: a bad replay queues nothing.
+ *   - refusals: a bad replay queues nothing;
+ *   - programs (lib/programs.c, through $PTO_TEST_LIBDIR): a diamond program
+ *     and a kernel launch, one node each, replayed four times in flight with
+ *     fresh bindings (one record per replay: a program command is quiet
+ *     too); a program whose task fails fails its replay, the cause its
+ *     node's tag and the message the task's, and the next replay runs; an
+ *     unloaded program is refused before anything is queued.
  */
 #include <pthread.h>
 
@@ -325,9 +331,176 @@ static void replays_racing_stream_closes(void)
     pto_device_close(dev);
 }
 
+/* ---- programs ------------------------------------------------------------------ */
+
+#define PN 64 /* lib/programs.c's tensors: 64 floats */
+
+static pto_program *load_program(pto_device *dev, const char *symbol)
+{
+    char lib[4096];
+    snprintf(lib, sizeof(lib), "%s/libprograms.so", getenv("PTO_TEST_LIBDIR"));
+    pto_program *p;
+    t_check(pto_program_load(dev, lib, symbol, &p));
+    return p;
+}
+
+/* The wait_record log's records, drained until the device is idle; returns how many there are. */
+static int drain_all(pto_device *dev, pto_completion *log, int n_log, int cap)
+{
+    t_check(pto_device_synchronize(dev, 10 * 1000 * 1000));
+    return n_log + t_check(pto_cq_drain(dev, &log[n_log], (uint32_t)(cap - n_log)));
+}
+
+static void programs_in_a_graph(void)
+{
+    if (!getenv("PTO_TEST_LIBDIR")) {
+        printf("graph: programs skipped (PTO_TEST_LIBDIR is not set: run through run.sh)\n");
+        return;
+    }
+    pto_device *dev = t_open_device(16u << 20, 16);
+    pto_program *diamond = load_program(dev, "prog_diamond"), *failing = load_program(dev, "prog_failing");
+    pto_kernel *add;
+    t_check(pto_kernel_builtin(dev, "add_f32", &add));
+    pto_stream *s[2];
+    for (int i = 0; i < 2; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_stream_set_overflow(s[i], 1));
+    }
+    /* diamond(x, s, l, r, out): out = 2 (x + 1) + 3 (x + 1); then y = out + x.  s, l, r: static. */
+    pto_devptr mid[3];
+    for (int i = 0; i < 3; i++)
+        t_check(pto_mem_alloc(dev, PN * 4, NULL, &mid[i]));
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int x = t_check(pto_graph_add_input(g, PN * 4));
+    int out = t_check(pto_graph_add_input(g, PN * 4));
+    int y = t_check(pto_graph_add_input(g, PN * 4));
+    uint64_t dargs[5] = {0, mid[0], mid[1], mid[2], 0};
+    t_assert(pto_graph_add_program(g, 0, diamond, dargs, 4) == -PTO_EINVAL, "a wrong argument count");
+    t_assert(pto_graph_add_program(g, 0, NULL, dargs, 5) == -PTO_EINVAL, "a NULL program");
+    int c = t_check(pto_graph_add_program(g, 0, diamond, dargs, 5));
+    t_assert(pto_graph_patch(g, c, 5, x, PTO_GRAPH_READ) == -PTO_EINVAL, "a field past the arguments");
+    t_check(pto_graph_patch(g, c, 0, x, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, c, 4, out, PTO_GRAPH_WRITE));
+    uint64_t aargs[4] = {0, 0, 0, PN};
+    c = t_check(pto_graph_add_launch(g, 0, add, 1, aargs, 4));
+    t_check(pto_graph_patch(g, c, 0, out, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, c, 1, x, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(g, c, 2, y, PTO_GRAPH_WRITE));
+    t_check(pto_graph_instantiate(g));
+    pto_graph_info info;
+    t_check(pto_graph_get_info(g, &info));
+    t_assert(info.commands == 2 && info.launches == 2, "info %u commands %u launches", info.commands,
+             info.launches);
+    uint64_t span = info.commands + 2;
+
+    /* Four replays in flight, each with its own buffers: one record each, every result its own. */
+    enum { R = 4 };
+    pto_devptr b[R][3];
+    uint64_t seed = 11, tok[R], next = 5000;
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < 3; i++)
+            t_check(pto_mem_alloc(dev, PN * 4, NULL, &b[r][i]));
+        float *hx = pto_mem_host_ptr(dev, b[r][0]), *hy = pto_mem_host_ptr(dev, b[r][2]);
+        for (int i = 0; i < PN; i++) {
+            hx[i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+            hy[i] = -12345.0f;
+        }
+        tok[r] = next;
+        next += span;
+        t_check(pto_graph_replay(g, s, 1, (uint64_t[3]){b[r][0], b[r][1], b[r][2]}, NULL, 3, tok[r]));
+    }
+    static pto_completion log[64];
+    int n_log = 0;
+    for (int r = 0; r < R; r++) {
+        int k = wait_record(dev, log, &n_log, 64, tok[r]);
+        t_assert(log[k].status == 0, "replay %d: %s %s", r, pto_status_name(log[k].status), log[k].message);
+    }
+    n_log = drain_all(dev, log, n_log, 64);
+    t_assert(n_log == R, "%d records for %d replays: one each", n_log, R);
+    for (int r = 0; r < R; r++) {
+        const float *hx = pto_mem_host_ptr(dev, b[r][0]), *hy = pto_mem_host_ptr(dev, b[r][2]);
+        for (int i = 0; i < PN; i++) {
+            float sum = hx[i] + 1.0f, want = (sum * 2.0f + sum * 3.0f) + hx[i]; /* as the tasks compute it */
+            t_assert(hy[i] == want, "replay %d [%d]: %g, want %g", r, i, hy[i], want);
+        }
+    }
+
+    /* failing(out): task bad fails, after (its dependent) does not run, beside does; then add. */
+    pto_graph *fg;
+    t_check(pto_graph_create(dev, &fg));
+    int fo = t_check(pto_graph_add_input(fg, PN * 4));
+    c = t_check(pto_graph_add_program(fg, 0, failing, (uint64_t[1]){0}, 1));
+    t_check(pto_graph_patch(fg, c, 0, fo, PTO_GRAPH_WRITE));
+    c = t_check(pto_graph_add_launch(fg, 0, add, 1, aargs, 4));
+    t_check(pto_graph_patch(fg, c, 0, fo, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(fg, c, 1, fo, PTO_GRAPH_READ));
+    t_check(pto_graph_patch(fg, c, 2, fo, PTO_GRAPH_WRITE));
+    t_check(pto_graph_instantiate(fg));
+    float *hf = pto_mem_host_ptr(dev, b[0][1]);
+    for (int i = 0; i < PN; i++)
+        hf[i] = 0.0f;
+    uint64_t bad = next;
+    next += span;
+    t_check(pto_graph_replay(fg, s, 1, (uint64_t[1]){b[0][1]}, NULL, 1, bad));
+    n_log = 0;
+    int k = wait_record(dev, log, &n_log, 64, bad);
+    t_assert(log[k].status == -PTO_EDEP && log[k].cause_token == bad + 1, "replay with a failing task: %s, "
+             "cause %llu", pto_status_name(log[k].status), (unsigned long long)log[k].cause_token);
+    n_log = drain_all(dev, log, n_log, 64);
+    int own = -1;
+    for (int i = 0; i < n_log; i++) {
+        t_assert(log[i].token == bad || log[i].token == bad + 1, "a stray record %llu",
+                 (unsigned long long)log[i].token);
+        if (log[i].token == bad + 1)
+            own = i;
+    }
+    t_assert(own >= 0 && (log[own].flags & PTO_CQ_FIRST_FAILURE) && log[own].status == -PTO_EKERNEL &&
+                 strstr(log[own].message, "task bad: bad input"),
+             "the program node's own record: %s", own >= 0 ? log[own].message : "none");
+    t_assert(hf[0] == 0.0f && hf[1] == 1.0f && hf[2] == 0.0f, "after ran or beside did not, or add ran: "
+             "%g %g %g", hf[0], hf[1], hf[2]);
+    /* The failure was observed: the next replay runs. */
+    uint64_t good = next;
+    next += span;
+    t_check(pto_graph_replay(g, s, 1, (uint64_t[3]){b[1][0], b[1][1], b[1][2]}, NULL, 3, good));
+    n_log = 0;
+    k = wait_record(dev, log, &n_log, 64, good);
+    t_assert(log[k].status == 0, "the replay after an observed failure: %s %s", pto_status_name(log[k].status),
+             log[k].message);
+
+    /* An unloaded program: refused before anything is queued (the graph's reference keeps it). */
+    pto_program_unload(diamond);
+    uint64_t before = pto_stream_accepted(s[0]);
+    t_assert(pto_graph_replay(g, s, 1, (uint64_t[3]){b[1][0], b[1][1], b[1][2]}, NULL, 3, next) == -PTO_EINVAL,
+             "a replay of an unloaded program");
+    t_assert(strstr(pto_last_error(), "pto_graph_replay: command 0: program prog_diamond was unloaded"),
+             "checked before queuing: %s", pto_last_error());
+    t_assert(pto_stream_accepted(s[0]) == before, "queued");
+    pto_graph *ug;
+    t_check(pto_graph_create(dev, &ug));
+    t_assert(pto_graph_add_program(ug, 0, diamond, dargs, 5) == -PTO_EINVAL, "adding an unloaded program");
+    pto_graph_destroy(ug);
+
+    t_check(pto_device_synchronize(dev, 10 * 1000 * 1000));
+    pto_graph_destroy(g); /* the last reference to the diamond */
+    pto_graph_destroy(fg);
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < 3; i++)
+            t_check(pto_mem_free(dev, b[r][i]));
+    for (int i = 0; i < 3; i++)
+        t_check(pto_mem_free(dev, mid[i]));
+    for (int i = 0; i < 2; i++)
+        pto_stream_destroy(s[i]);
+    pto_program_unload(failing);
+    pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
 int main(void)
 {
     several_in_flight_and_a_failure();
     replays_racing_stream_closes();
+    programs_in_a_graph();
     return T_EXIT_PASS;
 }

@@ -4,7 +4,8 @@
 task that opened it (a ``contextvars`` variable: the capture belongs to the
 task, not the thread) records what it queues on the capture's streams:
 
-* kernel launches and copies become :class:`CapturedNode` objects;
+* kernel launches (a program, however many tasks it holds, is one) and
+  copies become :class:`CapturedNode` objects;
 * ``stream.record()`` becomes a :class:`CapturedEvent`;
 * ``stream.wait(what)`` on captured work becomes a device-side edge, and
   pulls the waiting stream into the capture (a *fork*); a wait on an
@@ -431,13 +432,14 @@ class Capture:
         return t._ptr
 
     def launch(self, h, args: tuple, stream, submit_only: bool) -> CapturedNode:
-        """Record ``h(*args)`` (the capture path of ``launch_kernel``)."""
+        """Record ``h(*args)`` (the capture path of ``launch_kernel``).
+
+        A program (a task graph) is one launch, so one node, however many
+        tasks it holds: its tasks run inside the replay as they do eagerly.
+        """
         worker = self._worker
         if h._unfit is not None:
             raise h._refusal()
-        if getattr(h._compiled, "kind", "kernel") == "program":  # one launch already: nothing to record
-            raise PtoCaptureError(f"{h._label}: a program (a task graph) cannot be captured into a graph; "
-                                  "launch it outside the capture")
         stream = task_default(worker) if stream is None else accept(worker, stream)
         slot = self._slot(stream, h._label)
         values, hosts, joins = h._binder.bind(worker, stream, args)

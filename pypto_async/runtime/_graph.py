@@ -154,11 +154,16 @@ class Graph:
             sid = self._streams[slot].id
             if cmd.kind == LAUNCH:
                 h, values = cmd.data
-                idx = check(lib.pto_graph_add_launch(p, slot, h._kptr, h._blocks, list(values), h._nargs),
-                            h._label)
+                if getattr(h._compiled, "kind", "kernel") == "program":  # its tasks run inside one command
+                    idx = check(lib.pto_graph_add_program(p, slot, h._kptr, list(values), h._nargs), h._label)
+                    kind = "a program"
+                else:
+                    idx = check(lib.pto_graph_add_launch(p, slot, h._kptr, h._blocks, list(values), h._nargs),
+                                h._label)
+                    kind = "a launch"
                 for field, k, use in cmd.patches:
                     check(lib.pto_graph_patch(p, idx, field, k, _USE[use]), h._label)
-                what.append(f"node {cmd.node.index} ({h._label}, a launch on stream {sid})")
+                what.append(f"node {cmd.node.index} ({h._label}, {kind} on stream {sid})")
             elif cmd.kind == COPY:
                 d, s, n = cmd.data
                 idx = check(lib.pto_graph_add_copy(p, slot, PTO_CMD_D2D, d, s, n), "copy()")
