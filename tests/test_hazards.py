@@ -8,6 +8,7 @@ overwritten data), and checks the numbers against numpy on random data.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -671,3 +672,27 @@ def test_bench_hazards_script_runs(tmp_path):
     results = json.loads(proc.stdout)
     assert len(results["rows"]) == 5 and all(row["figure"] is not None for row in results["rows"])
     assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())
+
+
+def test_the_suite_runs_with_the_sanitizer_raising():
+    # pyproject.toml sets pto_sanitize = "raise"; the plugin hands it to every worker opened.
+    from pypto_async.runtime._hazards import ENV_SANITIZE
+
+    assert os.environ.get(ENV_SANITIZE) in ("raise", "warn")
+    with ChipWorker(RunConfig(**SMALL, auto_deps=False)) as w:
+        assert w._hazards is not None and w._hazards.mode == os.environ[ENV_SANITIZE]
+
+
+@pytest.mark.pto_races
+def test_the_pto_races_marker_turns_the_sanitizer_off(kernels):
+    with ChipWorker(RunConfig(**SMALL, auto_deps=False)) as w:
+        assert w._hazards is None  # nothing to track: no ordering, no checks
+        scale = w.register(kernels.get("scale", N))
+        s1, s2 = w.stream(), w.stream()
+        src = w.alloc_tensor(N, np.float32, init=rand(), stream=s1)
+        a = w.alloc_tensor(N, np.float32, stream=s1)
+        b = w.alloc_tensor(N, np.float32, stream=s2)
+        with hold(s1):
+            scale.submit(src, 2.0, a, stream=s1)
+            scale.submit(a, 3.0, b, stream=s2)  # a race, on purpose: not refused
+        w.sync(timeout=10)

@@ -135,3 +135,20 @@ def test_a_wait_on_a_failed_stream_still_waits():
     later = m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
     assert later.outcome == DEPENDENCY
     assert m.blocked(later.clock) and m.blocked(later.hold_clock)
+
+
+def test_auto_ordering_waits_once_for_a_write_on_another_stream():
+    m = Model(2, join_on_ready=True, auto_deps=True)
+    a = m.alloc(4, 0, _v(1.0))
+    out = m.alloc(4, 1, None)
+    m.launch("inc", [a], 0)  # a write on stream 0
+    m.launch("copy", [a, out], 1)  # a read on stream 1: an edge from stream 0
+    assert m.inferred == 1
+    np.testing.assert_array_equal(out.data, _v(2.0))
+    m.launch("copy", [a, out], 1)  # the edge queued before implies this one
+    out0 = m.alloc(4, 0, None)
+    m.launch("copy", [a, out0], 0)  # a read after a read (and the write on its own stream): none
+    assert m.inferred == 1
+    m.launch("inc", [a], 1)  # a write after the read on stream 0: an edge from stream 0 again
+    assert m.inferred == 2
+    np.testing.assert_array_equal(a.data, _v(3.0))
