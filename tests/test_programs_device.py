@@ -320,7 +320,7 @@ def test_register_loads_a_program_once_and_launches_load_nothing():
             pl.store(pl.load(a, [0, 0], [8, 8]), [0, 0], b)
 
         w.run(kernel.compile(rand((8, 8), 0), poison((8, 8))), rand((8, 8), 1), poison((8, 8)))
-        assert (w.host_dlopen_count, w.aicpu_dlopen_count) == (1, 1)
+        assert (w.host_dlopen_count, w.aicpu_dlopen_count) == (0, 2)  # a kernel is a callable too
         with pytest.raises(PtoArgumentError, match="not a program"):
             w.register(kernel.compile(rand((8, 8), 0), poison((8, 8)))).program_stats()
 

@@ -267,13 +267,6 @@ RegistrationHandle = KernelHandle
 _CLOSED = "is unregistered"  # the _unfit mark of an unregistered handle
 
 
-def load_counts(worker) -> tuple[int, int]:
-    """``(host, aicpu)``: kernel libraries and program (orchestration) libraries the worker's device loaded."""
-    out = ffi.new("pto_load_counts *")
-    check(lib.pto_device_get_load_counts(worker._dev, out), "pto_device_get_load_counts")
-    return int(out.host_dlopen), int(out.aicpu_dlopen)
-
-
 def _run_program(sp, pp, blocks, values, nargs, tok) -> int:
     """Queue one run of a program: ``pto_stream_launch``'s shape, for :attr:`KernelHandle._launch`."""
     return _stream_run_program(sp, pp, values, nargs, tok)
@@ -325,6 +318,7 @@ def register(worker, compiled) -> KernelHandle:
         handle = KernelHandle._make(worker, compiled, kptr, name, cid,
                                     _run_program if program else lib.pto_stream_launch)
         worker._handles[id(compiled)] = (compiled, handle)
+        worker._prepared += 1
     graph = getattr(compiled, "task_graph", None)
     if worker._config.enable_dep_gen and graph is not None:
         from ..ir._dfx import write_deps

@@ -34,7 +34,7 @@ from ._capture import Capture, refuse
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
-from ._kernel import KernelHandle, load_counts, register
+from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
 from ._hazards import Hazards, manual_region, sanitize_mode
 from ._memory import DeviceMemory
@@ -175,6 +175,7 @@ class ChipWorker:
         self._handles: dict[int, tuple] = {}
         self._kernels: dict[tuple[str, str], object] = {}
         self._cids: dict[tuple[str, str], int] = {}  # registration ids (a handle's cid)
+        self._prepared = 0  # handles made by register(): aicpu_dlopen_count
         self._raw: dict[int, DeviceTensor] = {}  # malloc'd blocks by base address
         self._async = False
         self._pid = os.getpid()
@@ -535,16 +536,22 @@ class ChipWorker:
 
     @property
     def host_dlopen_count(self) -> int:
-        """Kernel libraries loaded on this worker's device: one per kernel registered; launches load none."""
+        """Libraries loaded for orchestration on the host: always 0 here, as in PyPTO's device-orchestrated
+        runtime (``tensormap_and_ringbuffer``), where every registration is loaded by the device."""
         self._check_open()
-        return load_counts(self)[0]
+        return 0
 
     @property
     def aicpu_dlopen_count(self) -> int:
-        """Program libraries (orchestration and tasks) loaded for the device's schedulers: one per program
-        registered; launches load none."""
+        """Callables prepared for the device, as PyPTO counts them: one per :meth:`register` that made
+        a handle (a compiled program registered for the first time, or again after ``unregister()``);
+        registering the same object again or launching prepares nothing.  Never decreases.
+
+        Programs compiled to the same artifact share one copy of its code on the device (the count
+        is of callables, not of copies).
+        """
         self._check_open()
-        return load_counts(self)[1]
+        return self._prepared
 
     def run(self, compiled, *args, stream=None, config=None):
         """Register `compiled` (once) and launch it with `args`: the one-shot form.
