@@ -159,6 +159,7 @@ def test_registration_handle_cid_unregister_and_with(add_compiled, ab):
         h = w.register(add_compiled)
         assert isinstance(h, RegistrationHandle) and isinstance(h.cid, int) and h.cid > 0
         assert not h.closed
+        assert w.register(add_compiled) is h and (w.aicpu_dlopen_count, w.host_dlopen_count) == (1, 0)
         torch.testing.assert_close(h(a, b), a + b)
         h.unregister()
         h.unregister()  # idempotent
@@ -169,6 +170,7 @@ def test_registration_handle_cid_unregister_and_with(add_compiled, ab):
         assert w.stats().commands_submitted == before
         with w.register(add_compiled) as h2:  # a fresh, open handle of the same loaded kernel
             assert h2 is not h and h2.cid == h.cid and not h2.closed
+            assert w.aicpu_dlopen_count == 2  # prepared again after unregister(), as PyPTO counts it
             torch.testing.assert_close(h2(a, b), a + b)
         assert h2.closed
         h3 = w.register(add_compiled)
