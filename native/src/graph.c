@@ -92,6 +92,7 @@ struct pto_graph {
 
 _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec"))) = false;
 _Thread_local uint64_t pti_submit_ns __attribute__((tls_model("initial-exec"))) = 0;
+_Thread_local bool pti_defer_kicks __attribute__((tls_model("initial-exec"))) = false;
 
 static bool grow(void **v, uint64_t *cap, uint64_t need, size_t size)
 {
@@ -678,6 +679,7 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
     int last = 0;
     pti_quiet = true;
     pti_submit_ns = pto_now_ns();
+    pti_defer_kicks = true; /* one kick per stream, below, once every command is in */
     if (g->replayed && g->last_origin != origin->id)
         rc = pto_stream_wait_event(origin, g->done, own_tag); /* the previous replay's end */
     if (rc >= 0)
@@ -690,6 +692,9 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
         rc = pto_stream_record_ordering(origin, g->done, own_tag);
     pti_quiet = false;
     pti_submit_ns = 0;
+    pti_defer_kicks = false;
+    for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */
+        pti_stream_kick_deferred(streams[i]);
     if (rc >= 0) {
         g->replayed = true;
         g->last_origin = origin->id;

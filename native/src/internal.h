@@ -364,6 +364,7 @@ struct pto_stream {
     _Atomic uint64_t refused;     /* submissions the ring had no room for */
     uint64_t backdate;            /* commands are accepted at min(epoch, backdate) (pto_stream_backdate) */
     bool slot_dep;                /* the ring slot pti_slot_begin handed out took a dep entry */
+    uint64_t kick_first;          /* first command committed without its kick (pti_defer_kicks); 0: none */
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
@@ -429,6 +430,17 @@ extern _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec")));
  * 0: read the clock per command.
  */
 extern _Thread_local uint64_t pti_submit_ns __attribute__((tls_model("initial-exec")));
+/*
+ * Also set by pto_graph_replay: a command committed meanwhile is published
+ * without its kick, and the stream remembers the first such command
+ * (kick_first); pti_stream_kick_deferred gives the stream its one kick once
+ * the replay's commands are all in.  Without this, an idle device starts
+ * each tiny command as it is committed, and the submitting thread runs a
+ * scheduler pass per command.  A late kick is as safe as a slow submitter:
+ * the command is published (tail) before it, as always.
+ */
+extern _Thread_local bool pti_defer_kicks __attribute__((tls_model("initial-exec")));
+void pti_stream_kick_deferred(pto_stream *s);
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 

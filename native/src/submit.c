@@ -165,10 +165,24 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
      * head.  (Also a release: the slot is filled.)
      */
     atomic_store(&s->tail, seq);
+    bool defer = pti_defer_kicks;
+    if (defer && !s->kick_first)
+        s->kick_first = seq;
     pthread_mutex_unlock(&s->submit_lock);
     atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
-    pti_stream_kick(s, seq);
+    if (!defer)
+        pti_stream_kick(s, seq);
     return 0;
+}
+
+void pti_stream_kick_deferred(pto_stream *s)
+{
+    pthread_mutex_lock(&s->submit_lock);
+    uint64_t first = s->kick_first;
+    s->kick_first = 0;
+    pthread_mutex_unlock(&s->submit_lock);
+    if (first)
+        pti_stream_kick(s, first);
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
