@@ -178,11 +178,23 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
 void pti_stream_kick_deferred(pto_stream *s)
 {
     pthread_mutex_lock(&s->submit_lock);
-    uint64_t first = s->kick_first;
+    bool deferred = s->kick_first != 0;
     s->kick_first = 0;
+    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
     pthread_mutex_unlock(&s->submit_lock);
-    if (first)
-        pti_stream_kick(s, first);
+    if (!deferred)
+        return;
+    /*
+     * Kick the command after the last completed one, not the first deferred:
+     * the stream may have started that one, finished it and gone idle before
+     * the next was published, and no kick was sent for the next.  Every
+     * deferred command is published (tail) by now, so either this load of
+     * head sees the stream idle short of tail and starts it, or the pass
+     * completing head sees the tail (the Dekker pair of pti_slot_commit).
+     */
+    uint64_t head = atomic_load(&s->head);
+    if (head < tail)
+        pti_stream_kick(s, head + 1);
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
