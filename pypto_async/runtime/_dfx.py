@@ -10,7 +10,7 @@ The names are PyPTO's where the content is the same kind:
 
 ``deps.json`` (``enable_dep_gen``)
     The program's tasks and the edges among them
-    (:func:`pypto_async.ir._dfx.write_deps`, which a worker opened with
+    (:func:`pypto_async.runtime._deps_json.write_deps`, which a worker opened with
     ``enable_dep_gen`` also calls when it registers a program).
 ``scope_stats/scope_stats.jsonl`` (``enable_scope_stats``)
     One JSON line per stream of the worker at the end of the call: its
@@ -46,11 +46,11 @@ from .._driver import ffi
 from .._signature import SCALAR
 from ..errors import PtoNotSupported
 from ._args import host_array
+from ._deps_json import DFX_DIR, write_deps
 from ._tensor import DeviceTensor
 
 __all__ = ["DFX_DIR", "dfx_dir", "dfx_call"]
 
-DFX_DIR = "dfx_outputs"  # the same as pypto_async.ir._dfx.DFX_DIR
 _calls = itertools.count(1)  # a call's number in the file names, process-wide
 
 
@@ -148,8 +148,6 @@ def dfx_call(h, full: tuple, result, stream, cfg):
         _write_manifest(dumps, h._name, level, entries)
     graph = getattr(compiled, "task_graph", None)
     if cfg.enable_dep_gen and graph is not None:
-        from ..ir._dfx import write_deps  # the one deps.json writer (as _kernel.register uses it)
-
         write_deps(graph, out.parent, h._name)
     if cfg.enable_scope_stats:
         _write_scope_stats(worker, out, call, h._name)

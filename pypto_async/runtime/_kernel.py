@@ -14,6 +14,7 @@ from ..errors import PtoArgumentError, PtoClosedError, PtoPlatformMismatch
 from . import _call
 from ._args import Binder
 from ._config import normalize_platform
+from ._deps_json import write_deps
 from ._dispatch import launch_kernel
 from ._launch import Launch
 
@@ -321,7 +322,5 @@ def register(worker, compiled) -> KernelHandle:
         worker._prepared += 1
     graph = getattr(compiled, "task_graph", None)
     if worker._config.enable_dep_gen and graph is not None:
-        from ..ir._dfx import write_deps
-
         write_deps(graph, compiled.output_dir, name)
     return handle
