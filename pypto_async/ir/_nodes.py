@@ -36,6 +36,7 @@ __all__ = [
     "IBin",
     "IScalar",
     "IndexExpr",
+    "linear_index",
     "TileType",
     "Var",
     "Const",
@@ -129,6 +130,30 @@ class IScalar:
 
 
 IndexExpr = Union[IConst, IVar, IBin, IScalar]
+
+
+def linear_index(e) -> dict | None:
+    """An index expression as ``{var name: coefficient, None: constant}``, or None if it is not linear."""
+    if isinstance(e, IConst):
+        return {None: e.value}
+    if isinstance(e, IVar):
+        return {e.name: 1, None: 0}
+    if isinstance(e, IBin) and e.op in ("+", "-", "*"):
+        a, b = linear_index(e.a), linear_index(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "*":
+            if set(a) == {None}:
+                a, b = b, a
+            if set(b) != {None}:
+                return None
+            return {k: v * b[None] for k, v in a.items()}
+        sign = 1 if e.op == "+" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    return None
 
 
 # ---- tile values and operands ----------------------------------------------

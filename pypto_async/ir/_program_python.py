@@ -37,35 +37,12 @@ from ._nodes import (
     Spmd,
     Store,
 )
+from ._nodes import linear_index as _linear
 from ._python import _Printer, _index, _ints
 
 __all__ = ["format_program_class"]
 
 _ANN = {"r": "{}", "w": "pl.Out[{}]", "rw": "pl.InOut[{}]"}
-
-
-def _linear(e) -> dict | None:
-    """An index expression as ``{var name: coefficient, None: constant}``, or None if it is not linear."""
-    if isinstance(e, IConst):
-        return {None: e.value}
-    if isinstance(e, IVar):
-        return {e.name: 1, None: 0}
-    if isinstance(e, IBin) and e.op in ("+", "-", "*"):
-        a, b = _linear(e.a), _linear(e.b)
-        if a is None or b is None:
-            return None
-        if e.op == "*":
-            if set(a) == {None}:
-                a, b = b, a
-            if set(b) != {None}:
-                return None
-            return {k: v * b[None] for k, v in a.items()}
-        sign = 1 if e.op == "+" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    return None
 
 
 def _from_linear(terms: dict):

@@ -23,7 +23,8 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, IVar, Loc, Param, Program, Scope, Store
+from ..ir._nodes import IBin, IConst, Loc, Param, Program, Scope, Store
+from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
@@ -117,30 +118,6 @@ class TensorWindow(TensorArg):
 
         box = ", ".join(f"{format_index(o)}:+{d}" for o, d in zip(self.origin, self.shape))
         return f"<window {self.name}[{box}]: {self.dtype.name}>"
-
-
-def _linear(e) -> dict | None:
-    """An index expression as ``{var: coefficient, None: constant}``, or None if it is not linear."""
-    if isinstance(e, IConst):
-        return {None: e.value}
-    if isinstance(e, IVar):
-        return {e.name: 1, None: 0}
-    if isinstance(e, IBin) and e.op in ("+", "-", "*"):
-        a, b = _linear(e.a), _linear(e.b)
-        if a is None or b is None:
-            return None
-        if e.op == "*":
-            if set(a) == {None}:
-                a, b = b, a
-            if set(b) != {None}:
-                return None
-            return {k: v * b[None] for k, v in a.items()}
-        sign = 1 if e.op == "+" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    return None
 
 
 def _bound(k, what: str, loc):
