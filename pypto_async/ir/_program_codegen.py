@@ -159,21 +159,7 @@ class _SiteGen(_Gen):
             head.append(f"    (void){'s' if q.direction == SCALAR else 'p'}_{q.name};")
         for d in self.decls:
             head.append("    " + d)
-        if self.heap:
-            cond = " || ".join(f"!{h}" for h in self.heap)
-            head.append(f"    if ({cond}) {{")
-            head.append('        blk->fail(blk, PTO_ENOMEM, "kernel: out of memory for tile buffers");')
-            head.append("        goto done;")
-            head.append("    }")
-            self.uses_blk = True
-        if not self.uses_blk:
-            head.append("    (void)blk;")
-        tail = []
-        if self.heap or self.uses_fail:
-            tail.append("done:;")
-            for h in self.heap:
-                tail.append(f"    free({h});")
-        tail.append("}")
+        tail = self.frame(head)
         entry = ["", f"static void {self.symbol}(const pto_block *blk, void *const *args, const int64_t *idx)", "{",
                  *unpack, f"    {body_fn}({', '.join(call)});", "}"]
         return "\n".join(head + body + tail + entry)
