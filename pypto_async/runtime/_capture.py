@@ -255,6 +255,7 @@ class Capture:
         self._inputs: list[GraphInput] = []
         self._input_ids: dict[int, int] = {}  # id(placeholder) -> input index
         self._static: dict[int, DeviceTensor] = {}  # DeviceTensors used directly
+        self._uses: dict[int, list] = {}  # id -> [tensor, name, reads, writes]: what a replay touches
         self._owned: list[DeviceTensor] = []  # tensors allocated inside the capture
         self._keep: list = []  # outside events waited on
 
@@ -296,7 +297,7 @@ class Capture:
     def _discard(self) -> None:
         """Free what the capture allocated; forget what it recorded."""
         owned, self._owned = self._owned, []
-        self._cmds, self._nodes, self._static = [], [], {}
+        self._cmds, self._nodes, self._static, self._uses = [], [], {}, {}
         for t in owned:
             if not t._freed and self._worker._alive():
                 self._worker.free_tensor(t)
@@ -413,8 +414,12 @@ class Capture:
         self._nodes.append(node)
         return node
 
-    def _arg(self, t, use: str, where: str, field, patches: list) -> int:
-        """A DeviceTensor argument: its address (0 for an input, patched at replay)."""
+    def _arg(self, t, use: str, where: str, field, patches: list, name: str) -> int:
+        """A DeviceTensor argument: its address (0 for an input, patched at replay).
+
+        The directions of a tensor used directly add up over the capture
+        (:attr:`_uses`): a replay is ordered as one access of each, by them.
+        """
         k = self._input_ids.get(id(t))
         if k is not None:
             inp = self._inputs[k]
@@ -429,6 +434,11 @@ class Capture:
         if t._freed:
             raise PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
         self._static.setdefault(id(t), t)
+        u = self._uses.get(id(t))
+        if u is None:
+            u = self._uses[id(t)] = [t, name, False, False]
+        u[2] = u[2] or use != "w"
+        u[3] = u[3] or use != "r"
         return t._ptr
 
     def launch(self, h, args: tuple, stream, submit_only: bool) -> CapturedNode:
@@ -452,7 +462,7 @@ class Capture:
         for i, (arg, p) in enumerate(zip(args, h._binder.params)):
             if type(arg) is DeviceTensor:
                 use = "rw" if p.copies_in and p.copies_out else "w" if p.copies_out else "r"
-                self._arg(arg, use, h._binder.labels[i], i, patches)
+                self._arg(arg, use, h._binder.labels[i], i, patches, p.name)
         if joins:
             with worker._lock:
                 for t, _ in joins:
@@ -474,8 +484,8 @@ class Capture:
 
         _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
         patches = []
-        d = self._arg(dst, "w", "copy(dst=...)", "dst", patches)
-        s = self._arg(src, "r", "copy(src=...)", "src", patches)
+        d = self._arg(dst, "w", "copy(dst=...)", "dst", patches, "dst")
+        s = self._arg(src, "r", "copy(src=...)", "src", patches, "src")
         with worker._lock:
             for t in (dst, src):
                 if id(t) not in self._input_ids and stream not in t._streams:

@@ -22,6 +22,14 @@ graph owns (allocated at the first such replay), copied in before the
 graph's commands if anything reads it and out after them if anything
 writes it.  Replays of one graph run one after another, so one buffer per
 input serves them all.
+
+Data hazards.  A replay is ordered against eager work and other replays
+(:mod:`._hazards`) as one access per DeviceTensor it touches, those it uses
+directly and those bound to its inputs, with the union of that tensor's
+directions over the graph, on its origin stream at its own token
+(:meth:`Graph._order`).  That is exact enough: the replay starts on its
+origin, every fork joins the origin before the replay's last command (the
+notify of its token), and the token stays in flight until all of it ended.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from ..errors import (
 from ._args import check_init, host_array
 from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
 from ._complete import service
+from ._hazards import order
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -110,6 +119,9 @@ class Graph:
         g._streams = tuple(cap._streams)
         g._inputs = tuple(cap._inputs)
         g._static = tuple(cap._static.values())
+        # The DeviceTensors used directly, each with the union of its directions: what a replay is
+        # ordered by, as one access each (bound DeviceTensors by their input's directions).
+        g._touch = tuple((t, name, reads, writes) for t, name, reads, writes in cap._uses.values())
         g._owned = list(cap._owned)
         g._keep = tuple(cap._keep)
         g._staging = [None] * len(g._inputs)
@@ -281,7 +293,7 @@ class Graph:
             cstreams = self._cstreams.get(origin)
             if cstreams is None:
                 cstreams = self._cstreams[origin] = self._stream_array(origin)
-        ptrs, hosts, keep, joins = self._bind(bindings, origin)
+        ptrs, hosts, keep, touched = self._bind(bindings, origin)
         launch = _Replay._make(worker, origin, self._label, 1, keep, None, submit_only)
         launch._graph = self
         q = worker._queue
@@ -294,18 +306,13 @@ class Graph:
                     raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
             if origin._closed:
                 raise PtoClosedError(f"{self._label}: stream {origin.id} is closed")
-            if joins is not None:
-                for t in joins:
-                    t._join(origin)
-            if origin is not self._origin:
-                for t in self._static:
-                    if origin not in t._streams:
-                        t._join(origin)
+            self._order(origin, touched)
             held = origin._fifo
             for s in self._streams:
                 held = held or s._fifo
             tok = q.next_token
             q.next_token = tok + self._span
+            origin._last = tok  # its data command for hazards: the notify, last on origin (graph.c)
             q.pending[tok] = launch
             launch._base = tok
             args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
@@ -339,6 +346,29 @@ class Graph:
             raise launch._exc
         return launch
 
+    def _order(self, origin, touched) -> None:
+        """Order the replay after other streams' use of the tensors it touches, and note its own (lock held).
+
+        A replay starts on `origin` and every fork of it joins `origin` again
+        before its last command (the notify of its token), so waits queued on
+        `origin` before it order all of it, and the replay's token on
+        `origin` stands for all its accesses: each tensor is one access there,
+        with the union of its directions over the graph.  As in the bind step
+        (:meth:`~._args.Binder.bind`), a tensor whose home is `origin` needs
+        nothing; without hazard tracking, only first uses join.  Edges
+        between the graph's own commands were made at capture.
+        """
+        track = self._worker._hazards is not None
+        for acc in self._touch:
+            t = acc[0]
+            if (t._home is not origin) if track else (origin not in t._streams):
+                if touched is None:
+                    touched = []
+                touched.append(acc)
+        if touched is not None:
+            # Offset 0: noted at the replay's own token, in flight (q.pending) until all of it ended.
+            order(self._worker, origin, touched, self._label, 0)
+
     def _hold(self, q, origin, args: tuple, launch) -> None:
         """Queue the replay in `origin`'s host FIFO: a stream of it holds work waiting on the host.
 
@@ -350,7 +380,12 @@ class Graph:
         hold(q, origin, _replay_fn, args, launch, F_DATA | F_LAST, gate if gate.pending else None)
 
     def _bind(self, bindings: dict, origin):
-        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, joins)."""
+        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses).
+
+        The accesses are those of the DeviceTensors bound that need ordering
+        on `origin` (:meth:`_order`), ``(tensor, input name, reads, writes)``,
+        or None.
+        """
         inputs = self._inputs
         if len(bindings) != len(inputs):
             self._names_error(bindings)
@@ -358,7 +393,8 @@ class Graph:
         ptrs = []
         hosts = None
         keep = None
-        joins = None
+        touched = None
+        track = worker._hazards is not None
         for k, inp in enumerate(inputs):
             try:
                 v = bindings[inp.name]
@@ -371,10 +407,10 @@ class Graph:
                 if v._init is not None:
                     check_init(v, f"{self._label}: binding {inp.name!r}")
                 ptrs.append(v._ptr)
-                if origin not in v._streams:
-                    if joins is None:
-                        joins = []
-                    joins.append(v)
+                if (v._home is not origin) if track else (origin not in v._streams):
+                    if touched is None:
+                        touched = []
+                    touched.append((v, inp.name, inp.reads, inp.writes))
                 continue
             what = f"{self._label}: binding {inp.name!r}"
             h = host_array(v, what, writeable=inp.writes)
@@ -391,7 +427,7 @@ class Graph:
                 ptrs.append(self._staging_for(k)._ptr)
             else:
                 ptrs.append(0)
-        return ptrs, _NULL if hosts is None else hosts, keep, joins
+        return ptrs, _NULL if hosts is None else hosts, keep, touched
 
     def _staging_for(self, k: int) -> DeviceTensor:
         """The device buffer host bindings of input `k` go through (allocated once)."""
