@@ -66,19 +66,24 @@ class ParamSpec:
     shape: tuple[int, ...]
     dtype: DataType
 
+    def __post_init__(self):
+        # Plain attributes, read on every launch that orders tensors across streams.
+        object.__setattr__(self, "reads", self.direction in (IN, INOUT))
+        object.__setattr__(self, "writes", self.direction in (OUT, INOUT))
+
     @property
     def is_tensor(self) -> bool:
         return self.direction != SCALAR
 
     @property
     def copies_in(self) -> bool:
-        """True if a host array for this parameter is copied to the device."""
-        return self.direction in (IN, INOUT)
+        """True if a host array for this parameter is copied to the device (the kernel reads it)."""
+        return self.reads
 
     @property
     def copies_out(self) -> bool:
-        """True if a host array for this parameter is copied back after the launch."""
-        return self.direction in (OUT, INOUT)
+        """True if a host array for this parameter is copied back after the launch (the kernel writes it)."""
+        return self.writes
 
     @property
     def nbytes(self) -> int:

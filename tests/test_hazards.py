@@ -297,6 +297,57 @@ def test_a_failure_propagates_along_an_inferred_edge(worker, kernels):
         t.free()
 
 
+def test_an_injected_failure_hits_the_launch_not_its_inferred_wait(worker, kernels):
+    # fail_next(s2) names the next command the caller queues on s2: the reader, not the edge
+    # the runtime queues in front of it.
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    before = worker.stats().inferred_waits
+    writer = scale.submit(x, 2.0, a, stream=s1)
+    fail_next(s2)
+    reader = scale.submit(a, 3.0, b, stream=s2)
+    worker.sync(timeout=10)
+    assert worker.stats().inferred_waits == before + 1
+    assert writer.exception() is None
+    exc = reader.exception()
+    assert exc is not None and not isinstance(exc, PtoDependencyError) and "injected" in str(exc)
+    again = scale.submit(a, 3.0, b, stream=s2)  # s2 runs new work once the failure is seen
+    worker.sync(timeout=10)
+    assert again.exception() is None
+    np.testing.assert_allclose(b.numpy(stream=s2), 6 * x, rtol=1e-6)
+    a.free()
+    b.free()
+
+
+def test_a_stream_runs_again_after_a_failure_came_along_an_inferred_edge(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand()
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    c = worker.alloc_tensor(N, np.float32, init=x, stream=s2)
+    with hold(s1) as latch:
+        fail_next(s1)
+        writer = scale.submit(x, 2.0, a, stream=s1)
+        first = scale.submit(a, 3.0, b, stream=s2)
+        second = scale.submit(a, 4.0, b, stream=s2)  # implied by the first's edge: no new wait
+        latch.release()
+        worker.sync(timeout=10)
+    assert "injected" in str(writer.exception())
+    assert isinstance(first.exception(), PtoDependencyError)
+    assert isinstance(second.exception(), PtoDependencyError)
+    worker.copy(b, np.full(N, np.nan, np.float32), stream=s2)  # poison what the next launch writes
+    healthy = scale.submit(c, 5.0, b, stream=s2)
+    worker.sync(timeout=10)
+    assert healthy.exception() is None
+    np.testing.assert_allclose(b.numpy(stream=s2), 5 * x, rtol=1e-6)
+    for t in (a, b, c):
+        t.free()
+
+
 def test_ordering_holds_while_the_writer_waits_in_its_fifo(open_worker, kernels):
     # The writer waits on the host for device memory (its stream's FIFO); the reader on another
     # stream is queued after it and must still see its result.

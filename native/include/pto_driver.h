@@ -322,6 +322,28 @@ int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token);
  * from entering the ring until it executes.
  */
 int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
+/*
+ * The commands of an edge the caller inferred (automatic ordering), not ones
+ * its user asked for: as pto_stream_record and pto_stream_wait_event, except
+ * that injected failures (pto_debug_fail_next) pass them by and hit the next
+ * command.
+ */
+int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token);
+int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
+/*
+ * An edge between two streams of one device, in one call: record e on src,
+ * then make s wait for that recording, as pto_stream_record_edge(src, e, 0)
+ * followed by pto_stream_wait_edge(s, e, token), except that the wait is
+ * quiet: its token gets a completion record only when the wait itself fails,
+ * with PTO_CQ_FIRST_FAILURE (a failure carried by e, whose observation lets s
+ * run again).  A failure on src before the record reaches s's later commands as
+ * -PTO_EDEP naming it, as with an explicit wait.  Returns 0, or a positive
+ * mask: PTO_QUEUED (the wait went to s's overflow), PTO_EDGE_SRC_QUEUED (the
+ * record went to src's); or a negative error (if the wait is refused the
+ * record may stand: a point nobody waits for).
+ */
+#define PTO_EDGE_SRC_QUEUED 2
+int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token);
 /* Stream-ordered free of an allocation (see pto_mem_alloc for reuse). */
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token);
 /* A command that does nothing but complete its token in order. */

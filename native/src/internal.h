@@ -243,6 +243,7 @@ struct pto_cmd {
     uint8_t state;                /* enum pto_cmd_state, under sched_lock */
     bool canceled;                /* withdrawn while in the overflow (pto_stream_cancel_queued) */
     bool quiet;                   /* a graph replay's command: a record only for its own first failure */
+    bool edge;                    /* an inferred edge's record or wait: injected failures pass it by */
     uint64_t token;
     uint64_t seq;
     uint64_t epoch;               /* stream epoch at acceptance, or earlier (pto_stream_backdate) */

@@ -124,15 +124,18 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
     uint64_t seq = atomic_load_explicit(&s->accepted, memory_order_relaxed) + 1;
     cmd->kind = kind;
     cmd->token = token;
-    cmd->quiet = pti_quiet;
+    cmd->quiet = pti_quiet || cmd->quiet;
     cmd->seq = seq;
     cmd->state = PTI_CMD_QUEUED;
     /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish (scheduler side). */
     uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->epoch = epoch < s->backdate ? epoch : s->backdate;
     cmd->submit_ns = pti_submit_ns ? pti_submit_ns : pto_now_ns(); /* a graph replay reads it once */
-    /* An ordering-only record is a point, not a command that can fail: injections pass it by. */
-    if (s->fail_next_count > 0 && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
+    /*
+     * An ordering-only record is a point, not a command that can fail, and an
+     * inferred edge is not the user's command: injections pass them by.
+     */
+    if (s->fail_next_count > 0 && !cmd->edge && !(kind == PTO_CMD_RECORD && cmd->u.ev.ordering)) {
         s->fail_next_count--;
         cmd->inject = s->fail_next_status;
     }
@@ -317,7 +320,8 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     return pti_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
 }
 
-static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t token, const char *fn)
+static int submit_record(pto_stream *s, pto_event *e, bool ordering, bool edge, uint64_t token,
+                         const char *fn)
 {
     int rc = check_stream(s, fn);
     if (rc)
@@ -346,22 +350,22 @@ static int submit_record(pto_stream *s, pto_event *e, bool ordering, uint64_t to
     cmd->u.ev.node = node;
     cmd->u.ev.event_id = e->id;
     cmd->u.ev.ordering = ordering;
+    cmd->edge = edge;
     return pti_slot_commit(s, cmd, PTO_CMD_RECORD, token);
 }
 
 int pto_stream_record(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_record(s, e, false, token, "pto_stream_record");
+    return submit_record(s, e, false, false, token, "pto_stream_record");
 }
 
 int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_record(s, e, true, token, "pto_stream_record_ordering");
+    return submit_record(s, e, true, false, token, "pto_stream_record_ordering");
 }
 
-int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
+static int submit_wait(pto_stream *s, pto_event *e, bool edge, bool quiet, uint64_t token, const char *fn)
 {
-    const char *fn = "pto_stream_wait_event";
     int rc = check_stream(s, fn);
     if (rc)
         return rc;
@@ -386,10 +390,44 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     cmd->u.ev.node = node; /* the reference taken above moves to the command */
     cmd->u.ev.event_id = e->id;
     cmd->u.ev.peer = peer;
+    cmd->edge = edge;
+    cmd->quiet = quiet;
     if (node)
         /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
     return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
+}
+
+int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_wait(s, e, false, false, token, "pto_stream_wait_event");
+}
+
+int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_record(s, e, false, true, token, "pto_stream_record_edge");
+}
+
+int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token)
+{
+    return submit_wait(s, e, true, false, token, "pto_stream_wait_edge");
+}
+
+int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token)
+{
+    const char *fn = "pto_stream_wait_stream";
+    if (!s || !src || s == src || s->dev != src->dev)
+        return pti_error(PTO_EINVAL, "%s: two distinct streams of one device expected", fn);
+    int rc = check_stream(s, fn);
+    if (rc)
+        return rc;
+    int recorded = submit_record(src, e, false, true, 0, fn);
+    if (recorded < 0)
+        return recorded;
+    int waited = submit_wait(s, e, true, true, token, fn);
+    if (waited < 0)
+        return waited; /* the record alone is harmless: a point nobody waits for */
+    return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
 }
 
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)

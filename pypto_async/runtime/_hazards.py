@@ -8,8 +8,11 @@ that orders two accesses is the one the tasks of a program obey
 (WAR); a read never waits for a read.  Same-stream order is free (a stream
 runs its commands in order); only accesses on different streams need an
 edge, and an edge is a device-side wait: an event recorded on the earlier
-access's stream, waited for on the later one.  No host round trip, and no
-Python on a driver thread.
+access's stream, waited for on the later one (one driver call,
+``pto_stream_wait_stream``, when neither stream holds work on the host).
+No host round trip, and no Python on a driver thread.  An edge's commands
+are the runtime's, not the user's: an injected failure (``fail_next``)
+passes them by and hits the user's next command.
 
 Positions.  Every command carries a token, handed out in host submission
 order, so on one stream tokens grow in the order the stream runs its
@@ -89,6 +92,8 @@ _MODES = ("off", "raise", "warn")
 _PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
 _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
+_wait_stream = lib.pto_stream_wait_stream
+_SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
 
 # The workers whose ordering is manual in this task (``with w.manual_deps():``).
 _manual: contextvars.ContextVar[tuple] = contextvars.ContextVar("pypto_async_manual_deps", default=())
@@ -178,8 +183,8 @@ class Hazards:
         Races the sanitizer reported.
     """
 
-    __slots__ = ("worker", "queue", "auto", "mode", "stacks", "inferred", "skipped", "races",
-                 "inferred_tokens", "_hosts")
+    __slots__ = ("worker", "queue", "auto", "mode", "stacks", "fast", "inferred", "skipped", "races",
+                 "inferred_tokens", "_hosts", "_recorder")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -187,11 +192,21 @@ class Hazards:
         self.auto = auto
         self.mode = mode
         self.stacks = stacks
+        self.fast = auto and mode == "off"  # the short path of order()
         self.inferred = 0
         self.skipped = 0
         self.races = 0
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
+        self._recorder = None
+
+    @property
+    def recorder(self):
+        """The worker's trace recorder (made after this object: looked up at the first edge)."""
+        rec = self._recorder
+        if rec is None:
+            rec = self._recorder = self.worker._tracing.recorder
+        return rec
 
     @property
     def sanitizing(self) -> bool:
@@ -200,14 +215,104 @@ class Hazards:
     # -- the slow path of the bind step (lock held) ---------------------------------------------
 
     def order(self, stream, accesses: list, label: str, offset: int) -> None:
-        """Decide the edges of one call's accesses, check or insert them, then note the accesses.
+        """Decide the edges of one call's accesses, insert them, then note the accesses (lock held).
+
+        The path of automatic ordering with the sanitizer off, kept short: it
+        runs for every launch whose tensors cross streams.  Everything else
+        (the sanitizer, manual ordering) takes :meth:`_order_general`, which
+        obeys the same rule.
+        """
+        manual = _manual.get()
+        region = manual and self.worker in manual
+        if not self.fast or region:
+            self._order_general(stream, accesses, label, offset, bool(region))
+            return
+        clock = stream._clock
+        waits = None  # stream -> (position, exact event): the latest of its accesses to wait for
+        firsts = None
+        for acc in accesses:
+            t = acc[0]
+            if stream not in t._streams:
+                firsts = [t] if firsts is None else [*firsts, t]
+            if t._manual:
+                continue
+            writes = acc[1].writes if len(acc) == 2 else acc[3]
+            home = t._home
+            if home is not None:
+                if home is stream:
+                    continue
+                # Leaving the home stream: its accesses, summed up as a write at its last data command.
+                pos = home._last
+                w = t._writer
+                exact = w[3] if w is not None and w[1] == pos else None
+                t._home = None
+                if not writes:  # (a write replaces the record below)
+                    t._writer = (home, pos, w[2] if w is not None else None, exact)
+                    t._readers = None
+                if clock.get(home._id, 0) > pos:
+                    self.skipped += 1  # implied by a wait queued on `stream` already
+                elif waits is None:
+                    waits = {home: (pos, exact)}
+                else:
+                    self._need(waits, home, pos, exact)
+                continue
+            w = t._writer
+            if w is not None and w[0] is not stream:  # RAW, or WAW: any access after a write
+                if clock.get(w[0]._id, 0) > w[1]:
+                    self.skipped += 1
+                elif waits is None:
+                    waits = {w[0]: (w[1], w[3])}
+                else:
+                    self._need(waits, w[0], w[1], w[3])
+            if writes and t._readers:  # WAR
+                for r in t._readers.values():
+                    if r[0] is not stream:
+                        if clock.get(r[0]._id, 0) > r[1]:
+                            self.skipped += 1
+                        elif waits is None:
+                            waits = {r[0]: (r[1], None)}
+                        else:
+                            self._need(waits, r[0], r[1], None)
+        if waits is not None:
+            if len(waits) > 1:
+                self._prune(waits)
+            for src, (_, exact) in waits.items():
+                self._wait(stream, src, exact)
+        if firsts is not None:
+            for t in firsts:
+                _first_use(t, stream)
+        pos = self.queue.next_token + offset  # the token of the command that touches the tensors
+        for acc in accesses:
+            t = acc[0]
+            if t._manual:
+                t._home = stream  # nothing to track: nothing to do on this stream again
+            elif acc[1].writes if len(acc) == 2 else acc[3]:
+                t._writer = (stream, pos, None, None)
+                t._readers = None
+                t._home = stream
+            elif t._home is not stream:
+                readers = t._readers
+                if readers is None:
+                    t._readers = {stream: (stream, pos, None, None)}
+                else:
+                    readers[stream] = (stream, pos, None, None)
+
+    def _need(self, waits: dict, src, pos: int, exact) -> None:
+        """Add a wait for `src`'s access at `pos` to `waits` (one wait per stream and call)."""
+        if src in waits:
+            self.skipped += 1
+            waits[src] = _combine(waits[src], pos, exact)
+        else:
+            waits[src] = (pos, exact)
+
+    def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
+        """:meth:`order` where the sanitizer is on or ordering may be manual: check or insert, then note.
 
         Nothing is queued before every check passed.
         """
         q = self.queue
         pending = q.pending
         clock = stream._clock
-        region = self.worker in _manual.get() if _manual.get() else False
         sanitizing = self.mode != "off"
         waits: dict = {}  # stream -> the latest of its accesses to wait for (at its current tail)
         notes = []
@@ -267,12 +372,7 @@ class Hazards:
         for acc in accesses:
             t = acc[0]
             if stream not in t._streams:
-                # (A point of another worker, a peer copy's, is not in this worker's clocks.)
-                ready = t._ready._clock if t._ready is not None and t._ready._worker is self.worker else None
-                if ready is not None and clock.get(ready[0], 0) > ready[1]:
-                    t._streams.add(stream)  # an edge just queued waits for more than the join would
-                else:
-                    t._join(stream)
+                _first_use(t, stream)
         pos = q.next_token + offset  # the token of the command that touches the tensors
         home_ok = not sanitizing
         for t, what, writes in notes:
@@ -345,59 +445,60 @@ class Hazards:
             t._home = stream
 
     def _wait(self, stream, src, exact) -> None:
-        """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far."""
+        """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far.
+
+        The common edge, with neither stream holding work on the host, is one
+        driver call, ``pto_stream_wait_stream``: it records `src`'s own hazard
+        event (one per stream, re-recorded each time: a wait takes the
+        recording current when it is queued) and queues the wait on `stream`,
+        both as an inferred edge's commands: injected failures pass them by,
+        and the wait has a completion record only if it fails itself (a
+        failure the event carries), so its token is not in the token map.
+        That token is the edge's mark in the clocks: every command of `src`
+        before the record has a smaller one.
+        """
         q = self.queue
+        tok = q.next_token
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            tok = self._edge(stream, src)
+            event = src._hz_event
+            if event is None:
+                out = ffi.new("pto_event **")
+                check(lib.pto_event_create(q.dev, out), "pto_event_create")
+                event = src._hz_event = out[0]
+            q.next_token = tok + 1
+            rc = _wait_stream(stream._ptr, src._ptr, event, tok)
+            if rc:
+                if rc < 0:
+                    check(rc, "queueing an inferred wait")
+                if rc & _SRC_QUEUED:
+                    overflowed(q, src, 1)
+                if rc & QUEUED:
+                    overflowed(q, stream, 1)
+            me = stream._id
+            clock = stream._oclock
+            for s_id, v in src._oclock.items():
+                if v > clock.get(s_id, 0) and s_id != me:
+                    clock[s_id] = v
+            clock[src._id] = tok
+            clock = stream._clock
+            for s_id, v in src._clock.items():
+                if v > clock.get(s_id, 0) and s_id != me:
+                    clock[s_id] = v
+            clock[src._id] = tok
         else:
             event = exact
             if event is None:
-                event = src._final if src._closed else src._record_locked()
+                event = src._final if src._closed else src._record_locked(edge=True)
                 if event is None:
                     return
-            tok = q.next_token
-            stream._wait_locked(event)
+                tok = q.next_token
+            stream._wait_locked(event, edge=True)
         self.inferred += 1
-        kept = self.inferred_tokens
-        kept[tok] = None
-        if len(kept) > _KEEP_INFERRED:
-            del kept[next(iter(kept))]
-
-    def _edge(self, stream, src) -> int:
-        """The common edge, with neither stream holding work on the host: two driver calls; the wait's token.
-
-        The record goes on `src`'s own hazard event (one per stream, re-recorded
-        each time: a wait takes the recording current when it is queued, and
-        both commands go to the driver now, so nothing can come between).
-        Both carry tokens, as an Event's record and wait do, so that a failure
-        of theirs (an injected one) is observed only when drained; the
-        record's token is its mark: every command of `src` before it has a
-        smaller one.
-        """
-        q = self.queue
-        event = src._hz_event
-        if event is None:
-            out = ffi.new("pto_event **")
-            check(lib.pto_event_create(q.dev, out), "pto_event_create")
-            event = src._hz_event = out[0]
-        r = token(q, None)
-        rc = lib.pto_stream_record(src._ptr, event, r)
-        if rc:
-            if rc != QUEUED:
-                q.pending.pop(r, None)
-                check(rc, "recording an inferred edge")
-            overflowed(q, src, 1)
-        t = token(q, None)
-        rc = lib.pto_stream_wait_event(stream._ptr, event, t)
-        if rc:
-            if rc != QUEUED:
-                q.pending.pop(t, None)
-                check(rc, "queueing an inferred wait")
-            overflowed(q, stream, 1)
-        me = stream._id
-        _merge(stream._oclock, src._oclock, me, src._id, r)
-        _merge(stream._clock, src._clock, me, src._id, r)
-        return t
+        if self.recorder.graph_tags is not None:  # tracing: the trace marks this wait's arrow inferred
+            kept = self.inferred_tokens
+            kept[tok] = None
+            if len(kept) > _KEEP_INFERRED:
+                del kept[next(iter(kept))]
 
     # -- the sanitizer ------------------------------------------------------------------------------
 
@@ -462,6 +563,16 @@ class Hazards:
                 lo = _address(ha.ptr)
                 self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
                                    _describe(label, p.name, True, p.copies_out, stream, site))
+
+
+def _first_use(t, stream) -> None:
+    """`t`'s first use on `stream`: join its allocation (rule 4 of DeviceTensor), unless an edge covers that."""
+    # (A point of another worker, a peer copy's, is not in this worker's clocks.)
+    ready = t._ready._clock if t._ready is not None and t._ready._worker is stream._worker else None
+    if ready is not None and stream._clock.get(ready[0], 0) > ready[1]:
+        t._streams.add(stream)  # an edge just queued waits for more than the join would
+    else:
+        t._join(stream)
 
 
 def _joined_after(t, stream, src, pos: int) -> bool:

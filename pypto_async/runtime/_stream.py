@@ -292,30 +292,37 @@ class Stream:
 
     # -- ordering commands (lock held unless said) ----------------------------------
 
-    def _record_locked(self, ordering: bool = False) -> Event:
+    def _record_locked(self, ordering: bool = False, edge: bool = False) -> Event:
         """Record an Event on this stream.
 
         ``ordering=True`` records a point that stands for no result: the event
         completes healthy even if the stream failed before it, so waiting on
-        it orders without inheriting that failure.
+        it orders without inheriting that failure.  ``edge=True``: the record
+        of an inferred edge (:mod:`._hazards`), which injected failures pass by.
         """
         q = self._queue
         event = Event._make(self._worker, self, True)
         t = token(q, event)
-        fn = lib.pto_stream_record_ordering if ordering else lib.pto_stream_record
+        fn = (lib.pto_stream_record_ordering if ordering else
+              lib.pto_stream_record_edge if edge else lib.pto_stream_record)
         event._clock = mark(self, t, ordering)  # what a stream that waits for it is ordered after (_hazards.py)
         if submit(q, self, fn, (self._ptr, event._ptr, t), event, F_LAST | F_RECORD):
             event._entered = True
         return event
 
-    def _wait_locked(self, event: Event) -> None:
-        """Make this stream wait, on the device, for `event` (held on the host until it is recorded)."""
+    def _wait_locked(self, event: Event, edge: bool = False) -> None:
+        """Make this stream wait, on the device, for `event` (held on the host until it is recorded).
+
+        ``edge=True``: the wait of an inferred edge (:mod:`._hazards`), which
+        injected failures pass by.
+        """
         q = self._queue
         t = token(q, None)
         if event._worker is not self._worker:
             _wait_foreign(q, self, event, t)
             return
-        submit(q, self, lib.pto_stream_wait_event, (self._ptr, event._ptr, t), None, 0, gate=event)
+        fn = lib.pto_stream_wait_edge if edge else lib.pto_stream_wait_event
+        submit(q, self, fn, (self._ptr, event._ptr, t), None, 0, gate=event)
         if event._clock is not None:
             merge_clock(self, event)
 

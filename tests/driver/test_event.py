@@ -187,3 +187,95 @@ def test_backdated_wait_waits_then_fails_only_as_a_dependent(dev, cq, stream, ne
     assert not got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE  # not news about its stream
     assert got[after_t].status == 0                          # the stream stays healthy
     lib.pto_event_destroy(ev)
+
+
+# -- pto_stream_wait_stream: an inferred edge in one call -------------------------------------------
+
+
+def test_wait_stream_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
+    """What stream2 queues after the edge runs after what stream had queued before it."""
+    n = 1 << 16
+    data = rng.integers(0, 256, n, dtype=np.uint8)
+    out = np.full(n, 0x55, dtype=np.uint8)
+    p = alloc(dev, n, stream)
+    t = new_token()
+    with held(dev, stream):
+        h2d(stream, p, data)
+        assert lib.pto_stream_wait_stream(stream2, stream, event, new_token()) == 0
+        d2h(stream2, out, p, t)
+        assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
+        cq.drain_all()
+        assert t not in cq and (out == 0x55).all()
+    assert cq.wait(t)[t].status == 0
+    np.testing.assert_array_equal(out, data)
+    check(lib.pto_stream_free(stream, p, 0))
+    sync(stream)
+
+
+def test_wait_stream_is_quiet_on_success(dev, cq, stream, stream2, event):
+    wait_t, after_t = new_token(), new_token()
+    notify(stream, new_token())
+    check(lib.pto_stream_wait_stream(stream2, stream, event, wait_t))
+    notify(stream2, after_t)
+    cq.wait(after_t)
+    sync(stream)
+    cq.drain_all()
+    assert wait_t not in cq  # no record for a wait that did not fail
+
+
+def test_injected_failures_pass_the_edge_by(dev, cq, stream, stream2, event):
+    """An edge is not the caller's command: fail_next hits the next command of each stream."""
+    src_t, dst_t = new_token(), new_token()
+    check(lib.pto_debug_fail_next(stream, 0, 1))
+    check(lib.pto_debug_fail_next(stream2, 0, 1))
+    check(lib.pto_stream_wait_stream(stream2, stream, event, new_token()))
+    notify(stream, src_t)
+    notify(stream2, dst_t)
+    got = cq.wait(src_t, dst_t)
+    assert got[src_t].status == -lib.PTO_EFAULT and got[src_t].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[dst_t].status == -lib.PTO_EFAULT and got[dst_t].flags & lib.PTO_CQ_FIRST_FAILURE
+
+
+def test_wait_stream_carries_a_failure_and_reports_it_once(dev, cq, stream, stream2, event):
+    """A failure before the edge fails the waiting stream's later work, which runs again once observed."""
+    fail_t, wait_t, after_t = new_token(), new_token(), new_token()
+    with held(dev, stream):
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, fail_t)
+        check(lib.pto_stream_wait_stream(stream2, stream, event, wait_t))
+        notify(stream2, after_t)
+    got = cq.wait(fail_t, wait_t, after_t)
+    assert got[fail_t].status == -lib.PTO_EFAULT
+    # The wait's own failure: a record, news about stream2, naming the first failure.
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == fail_t
+    assert got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[after_t].status == -lib.PTO_EDEP and got[after_t].cause_token == fail_t
+    healthy = new_token()  # both failures drained (observed): stream2 runs new work
+    notify(stream2, healthy)
+    assert cq.wait(healthy)[healthy].status == 0
+
+
+def test_wait_stream_refuses_one_stream_or_two_devices(dev, open_dev, stream, new_stream, event):
+    from pypto_async.errors import PtoArgumentError
+
+    with pytest.raises(PtoArgumentError):
+        check(lib.pto_stream_wait_stream(stream, stream, event, 0))
+    other = open_dev()
+    out = ffi.new("pto_stream **")
+    check(lib.pto_stream_create(other, 0, out))
+    with pytest.raises(PtoArgumentError):
+        check(lib.pto_stream_wait_stream(out[0], stream, event, 0))
+    lib.pto_stream_destroy(out[0])
+
+
+def test_an_edge_record_and_wait_pass_injected_failures_by(dev, cq, stream, stream2, event):
+    rec_t, wait_t, src_t, dst_t = (new_token() for _ in range(4))
+    check(lib.pto_debug_fail_next(stream, 0, 1))
+    check(lib.pto_debug_fail_next(stream2, 0, 1))
+    check(lib.pto_stream_record_edge(stream, event, rec_t))
+    check(lib.pto_stream_wait_edge(stream2, event, wait_t))
+    notify(stream, src_t)
+    notify(stream2, dst_t)
+    got = cq.wait(rec_t, wait_t, src_t, dst_t)
+    assert got[rec_t].status == 0 and got[wait_t].status == 0  # not quiet: both have records
+    assert got[src_t].status == -lib.PTO_EFAULT and got[dst_t].status == -lib.PTO_EFAULT

@@ -32,7 +32,9 @@ It knows nothing of threads, rings or engines; it follows the rules of
    (merged only through events that carry failures) shows one queued
    already, or another stream the call waits for has waited for that access
    itself; each other stream is waited for once per call; a join is left out
-   when an edge to the allocation stream covers its point.  Without the sanitizer (``homes=True``) a tensor written on a stream
+   when an edge to the allocation stream covers its point.  An edge's record
+   and wait are not the caller's commands: an injected failure passes them by
+   and hits the next command.  Without the sanitizer (``homes=True``) a tensor written on a stream
    and used only there since is summed up, when another stream comes, as a
    write at that stream's last data command, as the runtime does.
 
@@ -237,11 +239,11 @@ class Model:
             return pos, kind_, f, True
         return pos, OK, None, False
 
-    def _record(self, s: MStream, ordering: bool = False) -> MEvent:
+    def _record(self, s: MStream, ordering: bool = False, edge: bool = False) -> MEvent:
         clock = self._clock_of(s)
-        # An ordering-only record (pto_stream_record_ordering) is a point, not a command an
-        # injected failure can hit.
-        pos, status, cause, own = self._issue(s, "record", data=False, injectable=not ordering)
+        # An ordering-only record (pto_stream_record_ordering) is a point, and an inferred
+        # edge's record not the caller's command: injected failures do not hit them.
+        pos, status, cause, own = self._issue(s, "record", data=False, injectable=not ordering and not edge)
         clock[s.index] = pos
         # A record completes its event carrying the stream's failure; an ordering-only record
         # never carries it.
@@ -251,8 +253,8 @@ class Model:
         self.events[ev.uid] = ev
         return ev
 
-    def _wait(self, s: MStream, ev: MEvent) -> None:
-        pos, status, cause, own = self._issue(s, "wait", data=False)
+    def _wait(self, s: MStream, ev: MEvent, edge: bool = False) -> None:
+        pos, status, cause, own = self._issue(s, "wait", data=False, injectable=not edge)
         # Even a wait that fails at once may be held on the host until its event's record
         # entered a ring (the runtime gates it), so for latches every wait counts.
         _merge(s.hold_clock, ev.clock)
@@ -314,7 +316,7 @@ class Model:
                     del waits[a]
                     break
         for st, (_, exact) in waits.items():
-            self._wait(s, exact if exact is not None else self._record(self.streams[st]))
+            self._wait(s, exact if exact is not None else self._record(self.streams[st], edge=True), edge=True)
             self.inferred += 1
         for t, _, _ in accesses:
             ready = t.ready if self.join_on_ready else None
