@@ -10,6 +10,7 @@ fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 import numpy as np
@@ -435,3 +436,244 @@ def test_the_sanitizer_is_silent_on_an_ordered_replay(open_worker, kernels):
     g.close()
     for t in (src, a, out, b):
         t.free()
+
+
+# -- edges derived at capture ---------------------------------------------------------------------
+
+
+def _fork_graph(w, scale, a, s0, s1, s2, *, explicit: bool = False, region: bool = False):
+    """Forked from s0 and joined back: s1 writes a = 2 * x, s2 reads y = 3 * a; no wait between them
+    unless `explicit`."""
+    with w.capture(name="fork", stream=s0) as cap:
+        x = cap.input("x", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        start = s0.record()
+        s1.wait(start)
+        s2.wait(start)
+        with w.manual_deps() if region else contextlib.nullcontext():
+            writer = scale(x, 2.0, a, stream=s1)
+            if explicit:
+                s2.wait(writer)
+            scale(a, 3.0, y, stream=s2)
+        s0.wait(s1)
+        s0.wait(s2)
+    return cap.graph
+
+
+def _replay_with_the_writer_held(w, g, s1, s2, x, ordered: bool):
+    """Replay with s1 (where the graph writes) held; returns y."""
+    xd = w.alloc_tensor(N, np.float32, init=x)
+    yd = w.alloc_tensor(N, np.float32, init=poisoned())
+    with hold(s1) as latch:
+        replay = g.submit(x=xd, y=yd)
+        if ordered:
+            assert not s2.query()  # the reader waits on the device for the held writer
+        else:
+            s2.sync(timeout=10)  # nothing orders it: it ran, on the poison
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None
+    y = yd.numpy()
+    xd.free()
+    yd.free()
+    return y
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_a_capture_on_two_streams_needs_no_waits(open_worker, kernels, auto):
+    w = open_worker(auto_deps=auto, sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    before = inferred(w)
+    g = _fork_graph(w, scale, a, s0, s1, s2)
+    assert g.inferred_waits == (1 if auto else 0) and inferred(w) == before + g.inferred_waits
+    assert ("1 inferred waits" in repr(g)) == auto
+    for _ in range(2):  # derived once: every replay has it
+        x = rand()
+        w.copy(a, poisoned())
+        y = _replay_with_the_writer_held(w, g, s1, s2, x, ordered=auto)
+        np.testing.assert_allclose(y, 6 * x if auto else 3 * POISON, rtol=1e-6)
+    g.close()
+    a.free()
+
+
+def test_an_inferred_capture_edge_is_the_wait_you_would_write(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s0, s1, s2 = worker.stream(), worker.stream(), worker.stream()
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    before = worker.stats()
+    explicit = _fork_graph(worker, scale, a, s0, s1, s2, explicit=True)
+    mid = worker.stats()
+    inferred_graph = _fork_graph(worker, scale, a, s0, s1, s2)
+    # Your wait implies the edge: none added, one skipped.
+    assert explicit.inferred_waits == 0 and mid.inferred_waits == before.inferred_waits
+    assert mid.skipped_waits == before.skipped_waits + 1
+    # The inferred edge is the same two commands (a record after the writer, a wait before the reader).
+    assert inferred_graph.inferred_waits == 1 and len(inferred_graph) == len(explicit)
+    x = rand()
+    for g in (explicit, inferred_graph):
+        np.testing.assert_allclose(_replay_with_the_writer_held(worker, g, s1, s2, x, ordered=True), 6 * x,
+                                   rtol=1e-6)
+        g.close()
+    a.free()
+
+
+def test_an_edge_another_edge_of_the_call_implies_is_skipped(worker, kernels):
+    # s1 writes a; s2 reads a (an edge s1 -> s2) and writes b; s3 reads both: one edge, from s2.
+    scale = worker.register(kernels.get("scale", N))
+    add = worker.register(kernels.get("add", N))
+    s0, s1, s2, s3 = (worker.stream() for _ in range(4))
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, stream=s2)
+    with worker.capture(name="diamond", stream=s0) as cap:
+        x = cap.input("x", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        start = s0.record()
+        for s in (s1, s2, s3):
+            s.wait(start)
+        scale(x, 2.0, a, stream=s1)
+        scale(a, 3.0, b, stream=s2)
+        skipped = worker.stats().skipped_waits
+        add(a, b, y, stream=s3)
+        assert worker.stats().skipped_waits == skipped + 1
+        for s in (s1, s2, s3):
+            s0.wait(s)
+    g = cap.graph
+    assert g.inferred_waits == 2
+    x_h, y_h = rand(), poisoned()
+    with hold(s1) as latch:
+        replay = g.submit(x=x_h, y=y_h)
+        assert not s3.query()
+        latch.release()
+        replay.sync(timeout=10)
+    np.testing.assert_allclose(y_h, 8 * x_h, rtol=1e-6)
+    g.close()
+    a.free()
+    b.free()
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_a_captured_write_waits_for_a_captured_read_on_another_stream(open_worker, kernels, auto):
+    # Write after read inside the graph: s1 reads a (held), s2 then overwrites it.
+    w = open_worker(auto_deps=auto, sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    copy = w.register(kernels.get("copy", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    x = rand()
+    a = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    with w.capture(name="war", stream=s0) as cap:
+        r = cap.input("r", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        start = s0.record()
+        s1.wait(start)
+        s2.wait(start)
+        copy(a, r, stream=s1)
+        scale(y, 5.0, a, stream=s2)
+        s0.wait(s1)
+        s0.wait(s2)
+    g = cap.graph
+    assert g.inferred_waits == (1 if auto else 0)
+    y_h = rand()
+    rd = w.alloc_tensor(N, np.float32, init=poisoned())
+    yd = w.alloc_tensor(N, np.float32, init=y_h)
+    with hold(s1) as latch:
+        replay = g.submit(r=rd, y=yd)
+        if auto:
+            assert not s2.query()
+        else:
+            s2.sync(timeout=10)  # overwrote `a` before the held read
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None
+    np.testing.assert_allclose(rd.numpy(), x if auto else 5 * y_h, rtol=1e-6)
+    np.testing.assert_allclose(a.numpy(), 5 * y_h, rtol=1e-6)
+    g.close()
+    for t in (a, rd, yd):
+        t.free()
+
+
+@pytest.mark.parametrize("how", ["tensor", "region", "worker"])
+def test_each_opt_out_switches_capture_edges_off(open_worker, kernels, how):
+    w = open_worker(sanitize="off", **({"auto_deps": False} if how == "worker" else {}))
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1, manual_deps=how == "tensor")
+    before = inferred(w)
+    g = _fork_graph(w, scale, a, s0, s1, s2, region=how == "region")
+    assert g.inferred_waits == 0 and inferred(w) == before
+    x = rand()
+    np.testing.assert_allclose(_replay_with_the_writer_held(w, g, s1, s2, x, ordered=False), 3 * POISON,
+                               rtol=1e-6)
+    g.close()
+    a.free()
+
+
+def test_the_sanitizer_names_both_sides_of_a_race_in_a_capture(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    with w.capture(name="racy", stream=s0) as cap:
+        x = cap.input("x", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        start = s0.record()
+        s1.wait(start)
+        s2.wait(start)
+        scale(x, 2.0, a, stream=s1); first_line = here()  # noqa: E702
+        with pytest.raises(PtoRaceError) as info:
+            second_line = here() + 1
+            scale(a, 3.0, y, stream=s2)
+        assert len(cap._cmds) == 4  # the refused launch recorded nothing; the capture goes on
+        s2.wait(s1)
+        scale(a, 3.0, y, stream=s2)  # ordered now: no race
+        s0.wait(s2)
+    msg = str(info.value)
+    assert f"test_graph_hazards.py:{first_line}" in msg and f"test_graph_hazards.py:{second_line}" in msg
+    assert "capture 'racy'" in msg and "after the write by launch of 'scale' ('out', Out)" in msg
+    assert f"launch of 'scale' ('x', In) on stream {s2.id}" in msg and f"on stream {s1.id}" in msg
+    assert f"test_graph_hazards.py:{first_line}" in info.value.first
+    assert w.stats().races == 1
+    x_h, y_h = rand(), poisoned()
+    cap.graph.replay(x=x_h, y=y_h)
+    np.testing.assert_allclose(y_h, 6 * x_h, rtol=1e-6)
+    cap.graph.close()
+    a.free()
+
+
+def test_the_sanitizer_is_silent_on_a_correct_manual_capture(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="raise")
+    scale = w.register(kernels.get("scale", N))
+    copy = w.register(kernels.get("copy", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    g = _fork_graph(w, scale, a, s0, s1, s2, explicit=True)
+    with w.capture(name="war", stream=s0) as cap:  # write after read, ordered by hand
+        r = cap.input("r", N, np.float32)
+        s1.wait(s0)
+        copy(a, r, stream=s1)
+        s0.wait(s1)
+        scale(r, 2.0, a, stream=s0)
+    assert w.stats().races == 0
+    x_h, y_h, r_h = rand(), poisoned(), poisoned()
+    g.replay(x=x_h, y=y_h)
+    cap.graph.replay(r=r_h)
+    np.testing.assert_allclose(y_h, 6 * x_h, rtol=1e-6)
+    np.testing.assert_allclose(r_h, 2 * x_h, rtol=1e-6)
+    np.testing.assert_allclose(a.numpy(), 4 * x_h, rtol=1e-6)
+    assert w.stats().races == 0
+    g.close()
+    cap.graph.close()
+    a.free()
+
+
+def test_the_sanitizer_warns_about_a_race_in_a_capture(open_worker, kernels):
+    w = open_worker(auto_deps=False, sanitize="warn")
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    a = w.alloc_tensor(N, np.float32, stream=s1)
+    with pytest.warns(RuntimeWarning, match="data race in capture 'fork'"):
+        g = _fork_graph(w, scale, a, s0, s1, s2)  # recorded anyway
+    assert w.stats().races == 1 and g.inferred_waits == 0
+    g.close()
+    a.free()

@@ -34,12 +34,18 @@ The hooks into the eager paths (``launch_kernel``, ``copy``, ``Stream``'s
 record/wait/await, ``ChipWorker.sync``) are one test of the worker's
 ``_captures`` count, and only when it is nonzero one look-up of the task's
 capture (:func:`capture_of`).
+
+Launches and copies on different streams of the capture that touch one
+DeviceTensor are ordered as eager ones are, by edges recorded with them
+(:mod:`._capture_hazards`): derived once, here, so replays pay nothing for
+them.  What a graph touches across its boundary is ordered at each replay.
 """
 
 from __future__ import annotations
 
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoCaptureError, PtoForeignTensorError, PtoTensorFreedError
+from ._capture_hazards import CaptureHazards
 from ._context import capture_of, reset_capture, set_capture
 from ._event import Event
 from ._launch import Launch
@@ -258,6 +264,8 @@ class Capture:
         self._uses: dict[int, list] = {}  # id -> [tensor, name, reads, writes]: what a replay touches
         self._owned: list[DeviceTensor] = []  # tensors allocated inside the capture
         self._keep: list = []  # outside events waited on
+        hz = worker._hazards
+        self._hz = CaptureHazards(self, hz) if hz is not None else None  # edges across its streams
 
     # -- the block ------------------------------------------------------------------------------
 
@@ -429,10 +437,7 @@ class Capture:
                 inp.writes = True
             patches.append((field, k, use))
             return 0
-        if t._worker is not self._worker:
-            raise PtoForeignTensorError(f"{where}: the DeviceTensor belongs to another ChipWorker")
-        if t._freed:
-            raise PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
+        self._check(t, where)
         self._static.setdefault(id(t), t)
         u = self._uses.get(id(t))
         if u is None:
@@ -440,6 +445,15 @@ class Capture:
         u[2] = u[2] or use != "w"
         u[3] = u[3] or use != "r"
         return t._ptr
+
+    def _check(self, t, where: str) -> None:
+        """Refuse a DeviceTensor (not an input) of another worker, or freed."""
+        if id(t) in self._input_ids:
+            return
+        if t._worker is not self._worker:
+            raise PtoForeignTensorError(f"{where}: the DeviceTensor belongs to another ChipWorker")
+        if t._freed:
+            raise PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
 
     def launch(self, h, args: tuple, stream, submit_only: bool) -> CapturedNode:
         """Record ``h(*args)`` (the capture path of ``launch_kernel``).
@@ -458,6 +472,11 @@ class Capture:
             raise PtoCaptureError(
                 f"{h._label}: argument {p.name!r} is a host array inside capture {self.name!r}; declare it "
                 "with cap.input(...) and bind the array at replay (the replay copies it by direction)")
+        plan = None
+        if self._hz is not None:
+            accesses = [(arg, p.name, p.copies_in, p.copies_out)
+                        for arg, p in zip(args, h._binder.params) if type(arg) is DeviceTensor]
+            plan = self._hz.plan(slot, accesses, h._label)  # may refuse a race: nothing recorded yet
         patches = []
         for i, (arg, p) in enumerate(zip(args, h._binder.params)):
             if type(arg) is DeviceTensor:
@@ -468,7 +487,7 @@ class Capture:
                 for t, _ in joins:
                     if id(t) not in self._input_ids and stream not in t._streams:
                         t._join(stream)  # its allocation, once, eagerly: every replay comes after
-        return self._add(LAUNCH, slot, (h, tuple(values)), tuple(patches), h._label)
+        return self._access(plan, slot, LAUNCH, (h, tuple(values)), tuple(patches), h._label)
 
     def copy(self, dst, src, stream) -> CapturedNode:
         """Record a copy between DeviceTensors (the capture path of ``ChipWorker.copy``)."""
@@ -483,6 +502,13 @@ class Capture:
         from ._copy import _check_same
 
         _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
+        self._check(dst, "copy(dst=...)")
+        self._check(src, "copy(src=...)")
+        nbytes = dst._nbytes
+        label = f"copy d2d ({nbytes} bytes)"
+        plan = None
+        if self._hz is not None:
+            plan = self._hz.plan(slot, [(dst, "dst", False, True), (src, "src", True, False)], label)
         patches = []
         d = self._arg(dst, "w", "copy(dst=...)", "dst", patches, "dst")
         s = self._arg(src, "r", "copy(src=...)", "src", patches, "src")
@@ -490,8 +516,19 @@ class Capture:
             for t in (dst, src):
                 if id(t) not in self._input_ids and stream not in t._streams:
                     t._join(stream)
-        nbytes = dst._nbytes
-        return self._add(COPY, slot, (d, s, nbytes), tuple(patches), f"copy d2d ({nbytes} bytes)")
+        return self._access(plan, slot, COPY, (d, s, nbytes), tuple(patches), label)
+
+    def _access(self, plan, slot: int, kind: str, data: tuple, patches: tuple, name: str) -> CapturedNode:
+        """Record a launch or copy on `slot` behind the edges its plan needs, and note its accesses."""
+        if plan is None:
+            return self._add(kind, slot, data, patches, name)
+        waits, notes = plan
+        for earlier in waits:
+            self._wait_node(slot, earlier, True)
+            self._hz.count()
+        node = self._add(kind, slot, data, patches, name)
+        self._hz.note(notes, node)
+        return node
 
     def record(self, stream) -> CapturedEvent:
         """Record an event on `stream` (``Stream.record`` inside the capture)."""
@@ -519,13 +556,7 @@ class Capture:
                 raise PtoCaptureError(f"Stream.wait(): {what!r} belongs to another capture")
             if what._stream is stream:
                 return  # earlier work of this very stream: stream order has it
-            event = what.event if isinstance(what, CapturedNode) else what
-            slot = self._pull(stream)
-            self._add(WAIT, slot, (event._index,))
-            clock = self._clocks[slot]
-            for k, n in event._clock.items():
-                if clock.get(k, 0) < n:
-                    clock[k] = n
+            self._wait_node(self._pull(stream), what, False)
             return
         if isinstance(what, Stream) and what in self._slots:
             if what is stream:
@@ -553,6 +584,15 @@ class Capture:
             raise PtoArgumentError("Stream.wait(): the event belongs to another worker")
         self._keep.append(what)
         self._add(WAIT_EXT, slot, (what,))
+
+    def _wait_node(self, slot: int, what, inferred: bool) -> None:
+        """Record a wait on `slot` for a captured event, or for the event right after a node."""
+        event = what.event if isinstance(what, CapturedNode) else what
+        self._add(WAIT, slot, (event._index, what.index if inferred else None))
+        clock = self._clocks[slot]
+        for k, n in event._clock.items():
+            if clock.get(k, 0) < n:
+                clock[k] = n
 
     def _pull(self, stream) -> int:
         """The slot of `stream`, pulling it into the capture if new (a fork)."""

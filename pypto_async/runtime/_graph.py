@@ -23,13 +23,15 @@ graph's commands if anything reads it and out after them if anything
 writes it.  Replays of one graph run one after another, so one buffer per
 input serves them all.
 
-Data hazards.  A replay is ordered against eager work and other replays
-(:mod:`._hazards`) as one access per DeviceTensor it touches, those it uses
-directly and those bound to its inputs, with the union of that tensor's
-directions over the graph, on its origin stream at its own token
-(:meth:`Graph._order`).  That is exact enough: the replay starts on its
-origin, every fork joins the origin before the replay's last command (the
-notify of its token), and the token stays in flight until all of it ended.
+Data hazards.  Edges between the graph's own commands were derived at
+capture (:mod:`._capture_hazards`) and are part of it.  A replay is ordered
+against eager work and other replays (:mod:`._hazards`) as one access per
+DeviceTensor it touches, those it uses directly and those bound to its
+inputs, with the union of that tensor's directions over the graph, on its
+origin stream at its own token (:meth:`Graph._order`).  That is exact
+enough: the replay starts on its origin, every fork joins the origin before
+the replay's last command (the notify of its token), and the token stays in
+flight until all of it ended.
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class Graph:
         g._what = []  # per driver command: how a failure names it
         g._nodes = len(cap._nodes)
         g._launches = sum(1 for c in cap._cmds if c.kind == LAUNCH)
+        g._inferred = cap._hz.inferred if cap._hz is not None else 0
         for inp in g._inputs:
             if not (inp.reads or inp.writes):
                 raise PtoCaptureError(f"capture {cap.name!r}: input {inp.name!r} is used by no launch or copy")
@@ -188,7 +191,9 @@ class Graph:
                 what.append(f"an event record on stream {sid}")
             elif cmd.kind == WAIT:
                 check(lib.pto_graph_add_wait(p, slot, cmd.data[0]), "Stream.wait()")
-                what.append(f"a wait on stream {sid}")
+                node = cmd.data[1]
+                what.append(f"a wait on stream {sid}" if node is None else
+                            f"an inferred wait on stream {sid} for node {node}")
             elif cmd.kind == WAIT_EXT:
                 check(lib.pto_graph_add_wait_external(p, slot, cmd.data[0]._ptr), "Stream.wait()")
                 what.append(f"a wait on stream {sid} for an outside event")
@@ -226,13 +231,23 @@ class Graph:
     def is_closed(self) -> bool:
         return self._closed or not self._worker._alive()
 
+    @property
+    def inferred_waits(self) -> int:
+        """Waits between its streams the capture inferred from the tensors its commands share.
+
+        Made once, at capture (counted then in ``w.stats().inferred_waits``),
+        and part of every replay; waits you captured are not counted.
+        """
+        return self._inferred
+
     def __len__(self) -> int:
         return self._ncmds
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{i.name}{list(i.shape)}:{i.dtype.np_name}" for i in self._inputs)
         state = " closed" if self.is_closed else ""
-        return (f"<Graph {self._name!r}: {self._ncmds} commands ({self._launches} launches) on "
+        inferred = f", {self._inferred} inferred waits" if self._inferred else ""
+        return (f"<Graph {self._name!r}: {self._ncmds} commands ({self._launches} launches{inferred}) on "
                 f"{len(self._streams)} streams, inputs ({inputs}){state}>")
 
     # -- replay ----------------------------------------------------------------------------------
