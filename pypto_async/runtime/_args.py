@@ -147,21 +147,29 @@ def _host_dtype_name(obj, dtype: DataType) -> str:
 
 
 def check_init(t: DeviceTensor, what: str) -> None:
-    """Raise if `t`'s initial copy failed; forget it once it succeeded.
+    """Raise if `t`'s initial copy failed, or fails; forget it once it succeeded.
 
-    A copy still in flight is left to stream order: work queued behind it on
-    its stream (or joined to it) fails on the device if it fails.
+    A copy still in flight is left to the device, where work ordered after
+    it fails as its dependent if it fails; unless its stream's failure it
+    was queued behind was observed since (``DeviceTensor._init_doomed``),
+    which lets work queued from then on run though the copy fails.
     """
     launch = t._init
-    if not launch._done:
+    if not launch._done and not t._init_doomed():
         return
-    if launch._exc is None:
-        t._init = None
-        return
-    launch._mark_retrieved()
-    exc = PtoDependencyError(f"{what}: the DeviceTensor's initial copy failed: {launch._exc}",
-                             status="PTO_EDEP")
-    exc.__cause__ = launch._exc
+    if launch._done:
+        if launch._exc is None:
+            t._init = None
+            return
+        cause = launch._exc
+        why = str(cause)
+    else:
+        cause = None
+        why = (f"{launch._name} on stream {launch._stream.id} was queued behind a failure of that stream, "
+               "which the host has observed since; the copy fails as its dependent")
+    launch._mark_retrieved()  # reported here: it does not warn when it fails later
+    exc = PtoDependencyError(f"{what}: the DeviceTensor's initial copy failed: {why}", status="PTO_EDEP")
+    exc.__cause__ = cause
     raise exc
 
 

@@ -114,11 +114,11 @@ def copy(worker, dst, src, stream) -> Launch:
         if kind == "d2d":
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2d, (sp, dst._ptr, src._ptr, nbytes),
                                name, (dst, src), dst)
-            dst._init = launch  # a full overwrite: the tensor is as good as this copy
+            dst._initialising(launch)  # a full overwrite: the tensor is as good as this copy
         elif kind == "h2d":
             launch = queue_one(worker, stream, lib.pto_stream_copy_h2d, (sp, dst._ptr, host.ptr, nbytes),
                                name, (dst, src, host), dst)
-            dst._init = launch
+            dst._initialising(launch)
         else:
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2h, (sp, host.ptr, src._ptr, nbytes),
                                name, (dst, src, host), dst)

@@ -161,7 +161,8 @@ class DeviceMemory:
                         pass
                 raise
             t = DeviceTensor._make(worker, ptr, shape, dt, nbytes, stream)
-            t._init = launch
+            if launch is not None:
+                t._initialising(launch)
             t._ready = ready
             t._manual = manual_deps
             hz = worker._hazards

@@ -103,7 +103,7 @@ def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
             if t._worker is owner and stream not in t._streams:
                 t._join(stream)
         launch = queue_one(owner, stream, lib.pto_stream_copy_peer, args, name, (dst, src), dst)
-        dst._init = launch  # a full overwrite: the tensor is as good as this copy
+        dst._initialising(launch)  # a full overwrite: the tensor is as good as this copy
         done = stream._record_locked()
         enter(done)
     order_after(stream, done, (dst, src))

@@ -3,12 +3,34 @@
 Allocation and frees are the worker's device memory (:mod:`._memory`); a
 tensor itself knows its streams, and joins a new one on first use
 (``_join``).
+
+A failed initial copy.  The host learns how ``alloc_tensor(init=...)``'s copy
+ended when its completion record is drained (the tensor's ``_init``, until
+then).  A use queued before that mostly needs nothing: it runs after the
+copy on the device (in stream order, or through the first use's join on
+``_ready``, which carries the copy's failure) and fails as its dependent.
+Except when the copy failed as the dependent of an earlier failure of its
+stream whose record was drained first: draining the first failure heals the
+stream (the driver runs work accepted from then on normally), and the copy,
+accepted before, still fails, but later, and a use queued in between would
+run on memory the copy never wrote.  The host sees that case exactly
+through the stream's failure epoch (``pto_stream_epoch``, the count of its
+failures observed): if the epoch moved since the copy was accepted
+(``_init_epoch``) and the copy's record has still not been drained, a
+failure queued before the copy was observed, so the copy fails.  (Had that
+failure come after the copy on the stream, the copy's record would have come
+out of the completion queue before its record.)  :func:`~._args.check_init`
+refuses such a use.  Reading the epoch and the copy's state under the lock
+keeps a drain from falling between the two reads.  (A drain by another
+thread, one blocked in a wait, between that check and the queueing of the
+use is not seen: the usual caveat of sharing a tensor between threads.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._driver import lib
 from .._dtypes import BF16, DataType, bf16_to_float32
 from ..errors import PtoArgumentError, PtoInvalidStateError, PtoNotSupported
 
@@ -42,14 +64,17 @@ class DeviceTensor:
        user of a recycled block, but nothing queued there later.
     5. If its initial copy (``alloc_tensor(init=...)``) failed, every later
        use raises :class:`~pypto_async.errors.PtoDependencyError` naming that
-       failure, rather than computing on uninitialised memory.
+       failure, rather than computing on uninitialised memory.  While the
+       copy's outcome is still unknown to the host, a use fails on the device
+       as its dependent, or raises the same error once the host has seen a
+       failure the copy was queued behind.
     6. A DeviceTensor you drop without freeing is freed in stream order when
        it is garbage-collected; one still alive when the worker closes is
        freed then, with a ``ResourceWarning`` naming it.
     """
 
-    __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams",
-                 "_freed", "_init", "_ready", "_home", "_manual", "_writer", "_readers", "__weakref__")
+    __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams", "_freed",
+                 "_init", "_init_epoch", "_ready", "_home", "_manual", "_writer", "_readers", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
@@ -67,6 +92,7 @@ class DeviceTensor:
         t._streams = {stream}
         t._freed = False
         t._init = None  # the Launch of its initial copy, until known to have succeeded
+        t._init_epoch = 0  # its stream's failure epoch when that copy was queued
         t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
         # Hazard tracking (_hazards.py): the stream where an access needs nothing, the last
         # write (stream, token, what) and the reads since, one per stream.
@@ -236,6 +262,24 @@ class DeviceTensor:
                 self._worker._memory.defer_free(self._ptr, self._stream, self._streams)
         except Exception:  # never raise from a finalizer
             pass
+
+    def _initialising(self, launch) -> None:
+        """`launch`, just queued (lock held), fills the whole tensor: uses check it until it is known good."""
+        self._init = launch
+        self._init_epoch = lib.pto_stream_epoch(launch._stream._ptr)
+
+    def _init_doomed(self) -> bool:
+        """Whether its initial copy, not drained yet, fails for a failure observed since (takes the lock).
+
+        See the module doc.  False once the copy's record was drained: the
+        caller then reads its outcome.
+        """
+        launch = self._init
+        stream = launch._stream
+        with launch._worker._lock:
+            # (A closed stream's driver side goes once it has run dry: its epoch is not read.)
+            return not launch._done and not stream._closed and \
+                lib.pto_stream_epoch(stream._ptr) != self._init_epoch
 
     def _join(self, stream) -> None:
         """First use on `stream`: wait for the allocation and initial copy (lock held).

@@ -136,6 +136,108 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
         assert isinstance(res, PtoError) or (out == 5.0).all(), f"read garbage without an error: {out}"
 
 
+def _use(loop, handle, *args, **kwargs):
+    """Launch `handle(*args)` and return its outcome: its result, or the PtoError it raised or failed with."""
+    try:
+        launch = handle(*args, **kwargs)
+    except PtoError as exc:  # refused before anything is queued
+        return exc
+    return _outcome(loop, launch)
+
+
+# Ordering without hazard tracking; with it and the sanitizer (the suite's default); with it alone.
+_ORDERINGS = {"manual": {"auto_deps": False, "sanitize": "off"}, "sanitized": {}, "auto": {"sanitize": "off"}}
+
+
+@pytest.mark.parametrize("ordering", list(_ORDERINGS))
+@pytest.mark.parametrize("where", ["allocation stream", "other stream", "other stream, after a wait"])
+def test_failed_init_copy_refused_though_the_earlier_failure_was_drained_first(rel_kernels, ordering, where):
+    """The race behind test_failed_init_copy_is_not_silently_lost, made deterministic.
+
+    Was: the init copy failed as a dependent of an earlier failure on its stream, whose record
+    the host drained first (observing it, which heals the stream) while the copy still waited
+    on the device. A use then queued on the allocation stream ran after the copy had failed,
+    and read uninitialised memory: the host did not know yet, and stream order let it run. So
+    did a use on another stream ordered after the allocation stream by a wait queued since.
+
+    Stream s: a failing kernel, a wait on held stream c, the init copy. The failure is observed
+    while c holds the copy back; then t is used, then c is released.
+    """
+    fail = rel_kernels.get("fail", 16)
+    copy = rel_kernels.get("copy", 16)
+    with _async_worker(**_ORDERINGS[ordering]) as (loop, w):
+        s, c, b = w.default_stream, w.stream(), w.stream()
+        scratch = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32))
+        loop.run_until_complete(s)
+        use_on = s if where == "allocation stream" else b
+        out = np.full(16, -1.0, np.float32)  # poisoned: any write shows
+        with testing.hold(c) as held_c:
+            failed = w.register(fail)(scratch)
+            s.wait(c.record())  # holds the init copy back on the device, after the failure
+            t = w.alloc_tensor((16,), np.float32, init=np.full(16, 5.0, np.float32))
+            init = t._init
+            assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed: s heals
+            assert not init.done()  # the copy's fate is still unknown on the host
+            if where.endswith("after a wait"):
+                b.wait(s.record())  # an event after the copy, recorded once s had healed
+            first = _use(loop, w.register(copy), t, out, stream=use_on)
+            held_c.release()
+            assert isinstance(_outcome(loop, init), PtoDependencyError)
+        assert isinstance(first, PtoDependencyError), f"read t without an error: {first!r}, {out}"
+        np.testing.assert_array_equal(out, np.full(16, -1.0, np.float32))
+        second = _use(loop, w.register(copy), t, out, stream=use_on)
+        assert isinstance(second, PtoDependencyError) and "initial copy failed" in str(second)
+
+
+def test_failed_overwrite_refused_though_the_earlier_failure_was_drained_first(rel_kernels):
+    """The same race for a copy that overwrites a whole tensor, which stands for its contents as
+    an initial copy does: a use after it must not read the values it did not replace."""
+    fail = rel_kernels.get("fail", 16)
+    copy = rel_kernels.get("copy", 16)
+    with _async_worker() as (loop, w):
+        s, c = w.default_stream, w.stream()
+        t = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32))
+        loop.run_until_complete(s)
+        out = np.full(16, -1.0, np.float32)
+        with testing.hold(c) as held_c:
+            failed = w.register(fail)(t)
+            s.wait(c.record())
+            overwrite = w.copy(t, np.full(16, 5.0, np.float32))
+            assert isinstance(_outcome(loop, failed), PtoKernelFault)
+            first = _use(loop, w.register(copy), t, out)
+            held_c.release()
+            assert isinstance(_outcome(loop, overwrite), PtoDependencyError)
+        assert isinstance(first, PtoDependencyError), f"read t without an error: {first!r}, {out}"
+        np.testing.assert_array_equal(out, np.full(16, -1.0, np.float32))
+
+
+@pytest.mark.parametrize("ordering", list(_ORDERINGS))
+def test_a_use_while_the_init_copy_runs_reads_its_values(rel_kernels, ordering):
+    """Uses queued while the init copy is held wait for it (on its stream too) and see its values;
+    a failure observed on another stream meanwhile does not make the runtime refuse them."""
+    copy = rel_kernels.get("copy", 16)
+    inc = rel_kernels.get("inc", 16)
+    fail = rel_kernels.get("fail", 16)
+    values = np.random.default_rng(7).standard_normal(16).astype(np.float32)
+    with _async_worker(**_ORDERINGS[ordering]) as (loop, w):
+        s, b, c = w.default_stream, w.stream(), w.stream()
+        scratch = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32), stream=c)
+        out = np.full(16, np.nan, np.float32)
+        back = np.full(16, np.nan, np.float32)
+        with testing.hold(s) as held:
+            t = w.alloc_tensor((16,), np.float32, init=values)
+            assert isinstance(_outcome(loop, w.register(fail)(scratch, stream=c)), PtoKernelFault)
+            moved = w.register(copy)(t, back, stream=b)
+            s.wait(moved)  # (ordered by hand for the manual case)
+            bumped = w.register(inc)(t)  # a write on its stream, before the copy is known good
+            read = w.register(copy)(t, out)
+            held.release()
+            for launch in (moved, bumped, read):
+                assert not isinstance(_outcome(loop, launch), PtoError)
+        np.testing.assert_array_equal(back, values)
+        np.testing.assert_array_equal(out, values + 1)
+
+
 def test_free_on_a_failed_stream_still_waits_for_other_users(rel_kernels):
     """Shrunk from RuntimeVsModel (PYPTO_ASYNC_LONG=1): a d2d copy on s0 failed with
     'device range ... is not inside a live allocation' after its source was freed on s2,
