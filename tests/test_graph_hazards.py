@@ -98,6 +98,27 @@ def test_an_eager_write_orders_a_replay_that_reads_it(open_worker, kernels, boun
         t.free()
 
 
+def test_a_replay_on_another_stream_is_ordered_there(worker, kernels):
+    # Captured on s0, replayed on s2: the edge goes to s2, where this replay starts and ends.
+    scale = worker.register(kernels.get("scale", N))
+    s0, s1, s2 = worker.stream(), worker.stream(), worker.stream()
+    x = rand()
+    src = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    out = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s2)
+    g = _reader_graph(worker, scale, a, s0, bound=False)
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)
+        replay = g.submit(out=out, stream=s2)
+        assert not replay.done() and not s2.query()
+        latch.release()
+        worker.sync(timeout=10)
+    np.testing.assert_allclose(out.numpy(), 6 * x, rtol=1e-6)
+    g.close()
+    for t in (src, a, out):
+        t.free()
+
+
 def _writer_graph(w, scale, a, stream, bound: bool):
     """a = 2 * x on `stream`; `a` used directly (static) or bound as input "a" at replay."""
     with w.capture(name="writer", stream=stream) as cap:

@@ -301,11 +301,13 @@ class Capture:
         except BaseException:
             self._discard()
             raise
+        self._hz = None  # its bookkeeping served the recording
 
     def _discard(self) -> None:
         """Free what the capture allocated; forget what it recorded."""
         owned, self._owned = self._owned, []
         self._cmds, self._nodes, self._static, self._uses = [], [], {}, {}
+        self._hz = None
         for t in owned:
             if not t._freed and self._worker._alive():
                 self._worker.free_tensor(t)

@@ -132,11 +132,13 @@ class CaptureHazards:
     def count(self) -> None:
         """One edge added (also the worker's ``stats().inferred_waits``)."""
         self.inferred += 1
-        self.hz.inferred += 1
+        with self.cap._worker._lock:  # the worker's counters: other threads count there too
+            self.hz.inferred += 1
 
     def _skip(self) -> None:
         self.skipped += 1
-        self.hz.skipped += 1
+        with self.cap._worker._lock:
+            self.hz.skipped += 1
 
     def _stream(self, slot: int):
         return self.cap._streams[slot]
