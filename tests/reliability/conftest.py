@@ -8,7 +8,8 @@
 
 Helpers: :func:`mem_stats` reads the driver's memory counters,
 :func:`proc_threads` lists this process's threads (all of them, driver threads
-included: ``/proc/self/task``), :func:`proc_fds` counts its open file descriptors,
+included: ``/proc/self/task``), :func:`threads_left` those started since that may be
+the library's and are still alive, :func:`proc_fds` counts its open file descriptors,
 :func:`rss_kib` reads ``VmRSS``.
 """
 
@@ -77,8 +78,30 @@ def proc_threads() -> set[str]:
     return set(os.listdir("/proc/self/task"))
 
 
+def thread_name(tid: str) -> str | None:
+    """The name (``comm``) of this process's thread `tid`, None if it ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def ours(name: str) -> bool:
+    """Whether a thread of this name may have been started by this library (driver or runtime).
+
+    The driver names each of its threads ``pto-...``.  A thread nobody named
+    carries the name of the thread that started it, which for a thread the
+    runtime or the driver starts from a host thread is the process's own.
+    Threads other libraries name are not ours: the gRPC threads a Ray session
+    leaves in the process after ``ray.shutdown()`` (``event_engine``,
+    ``timer_manager``, ...) keep starting more of themselves, at any moment.
+    """
+    return name.startswith("pto-") or name == thread_name(str(os.getpid()))
+
+
 def threads_left(before: set[str], settle_s: float = 2.0) -> dict[str, str]:
-    """The threads started since `before` that are still alive, by id, with their names.
+    """The threads started since `before`, still alive and maybe ours (:func:`ours`): id -> name.
 
     A joined thread leaves ``/proc/self/task`` as it is reaped; one that is
     ending on its own (a library's idle worker) may take a moment, so this
@@ -87,18 +110,11 @@ def threads_left(before: set[str], settle_s: float = 2.0) -> dict[str, str]:
     """
     deadline = time.monotonic() + settle_s
     while True:
-        new = proc_threads() - before
-        if not new or time.monotonic() >= deadline:
-            break
+        names = {tid: name for tid in sorted(proc_threads() - before)
+                 if (name := thread_name(tid)) is not None and ours(name)}
+        if not names or time.monotonic() >= deadline:
+            return names
         time.sleep(0.01)
-    names = {}
-    for tid in sorted(new):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names[tid] = f.read().strip()
-        except OSError:  # ended meanwhile
-            pass
-    return names
 
 
 def proc_fds() -> int:

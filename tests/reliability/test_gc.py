@@ -4,7 +4,9 @@ and closed workers leave no threads behind."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
+import os
 import threading
 import warnings
 
@@ -13,7 +15,7 @@ import numpy as np
 from pypto_async import testing
 from pypto_async.runtime import ChipWorker, RunConfig
 
-from .conftest import SMALL, mem_stats, proc_threads, threads_left
+from .conftest import SMALL, mem_stats, proc_threads, thread_name, threads_left
 
 N = 256
 
@@ -76,3 +78,33 @@ def test_open_close_leaves_no_threads(rel_kernels):
             gc.collect()
     assert threading.active_count() <= py_before
     assert threads_left(native_before) == {}
+
+
+def test_threads_left_names_only_threads_this_library_may_have_started():
+    """Why test_open_close_leaves_no_threads once saw one extra thread: the gRPC threads a Ray
+    session (tests/ray_cluster, earlier in the same process) leaves behind start new ones of
+    their own at any moment (an ``event_engine`` thread was seen starting 11 s into an idle
+    wait).  Such a thread is another library's, named by it; one the driver started is named
+    ``pto-...``, and one nobody named carries the process's name."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = proc_threads()
+    stop = threading.Event()
+    named = threading.Barrier(4)
+
+    def run(name):
+        if name is not None:
+            assert prctl(15, name.encode(), 0, 0, 0) == 0  # PR_SET_NAME: this thread's comm
+        named.wait()
+        stop.wait()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("event_engine", "pto-core7", None)]
+    for t in threads:
+        t.start()
+    try:
+        named.wait()
+        left = threads_left(before, settle_s=0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert sorted(left.values()) == sorted(["pto-core7", thread_name(str(os.getpid()))])
