@@ -179,6 +179,32 @@ async def test_peer_copy_waits_for_pending_uses_of_the_destination(kernels):
 
 
 @pytest.mark.anyio
+async def test_a_first_write_of_the_source_on_a_new_stream_waits_for_the_copy(kernels):
+    # Write after read: the source was last written on another stream than the copy's, and the
+    # stream that overwrites it afterwards never used it.  The write's inferred edge goes to the
+    # source's last writer, which waits for the copy (as every stream that used the source does).
+    x = rand()
+    async with ChipWorker(cfg(0)) as a, ChipWorker(cfg(1)) as b:
+        inc = a.register(kernels.get("inc", N))
+        writer_home, copier, later = a.stream(), a.stream(), a.stream()
+        ta = a.alloc_tensor(N, np.float32, init=x, stream=writer_home)
+        await inc(ta, stream=writer_home)  # ta = x + 1, last written on writer_home
+        tb = b.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32))
+        with hold(copier) as latch:
+            copy = a.copy(tb, ta, stream=copier)  # held: it has not read ta yet
+            overwrite = inc(ta, stream=later)
+            await a.stream().record()  # a's device goes on meanwhile
+            assert not overwrite.done()
+            latch.release()
+            await copy
+            await overwrite
+        np.testing.assert_array_equal(await tb.to_host(), x + 1)  # the copy read ta before the overwrite
+        np.testing.assert_array_equal(await ta.to_host(), x + 1 + 1)
+        ta.free()
+        tb.free()
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("where", ["used stream", "new stream"])
 async def test_later_uses_of_the_destination_wait_for_the_copy(kernels, where):
     x = rand()

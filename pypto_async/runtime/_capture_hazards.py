@@ -33,7 +33,7 @@ ordered at each replay, on its origin stream (:meth:`~._graph.Graph._order`).
 from __future__ import annotations
 
 from .._hazard_rule import hazard
-from ._hazards import _manual
+from ._hazards import _manual, describe
 
 __all__ = ["CaptureHazards"]
 
@@ -99,10 +99,10 @@ class CaptureHazards:
                 elif sanitizing:
                     if site is None:
                         site = hz._site()
-                    self._race(t, name, prev, how, _describe(label, name, reads, writes, self._stream(slot), site))
+                    self._race(t, name, prev, how, describe(label, name, reads, writes, self._stream(slot), site))
             if sanitizing and site is None:
                 site = hz._site()
-            what = _describe(label, name, reads, writes, self._stream(slot), site) if sanitizing else None
+            what = describe(label, name, reads, writes, self._stream(slot), site) if sanitizing else None
             notes.append((t, writes, what))
         waits = []
         for src, (pos, node) in need.items():
@@ -157,8 +157,3 @@ class CaptureHazards:
             return f"input {self.cap._inputs[k].name!r}"
         return f"DeviceTensor shape={t._shape} dtype={t._dtype.np_name} at 0x{t._ptr:x}"
 
-
-def _describe(label: str, name: str, reads: bool, writes: bool, stream, site: str) -> str:
-    """One side of a race, as the eager sanitizer words it: call, parameter, direction, stream, site."""
-    direction = "InOut" if reads and writes else ("Out" if writes else "In")
-    return f"{label} ({name!r}, {direction}) on stream {stream.id} at {site}"

@@ -63,9 +63,10 @@ an output before the first launch completed.
 
 Threads: ordering follows host submission order, which two threads
 submitting at once do not have; a tensor shared between threads needs
-their own order on the host.  Inside a graph capture, edges would be
-derived once, at capture time (:meth:`Hazards.order` is the one place they
-are made, the hook for it).
+their own order on the host.  Graphs: inside a capture, edges between its
+streams are derived once, at capture time, by the same rule
+(:mod:`._capture_hazards`); a replay is one access on its stream to each
+tensor it touches, ordered here (:meth:`~._graph.Graph.replay`).
 """
 
 from __future__ import annotations
@@ -359,10 +360,10 @@ class Hazards:
                         and not _joined_after(t, stream, src, pos):
                     if site is None:
                         site = self._site()
-                    self._race(t, prev, how, _describe(label, name, reads, writes, stream, site))
+                    self._race(t, prev, how, describe(label, name, reads, writes, stream, site))
             if sanitizing and site is None:
                 site = self._site()
-            notes.append((t, _describe(label, name, reads, writes, stream, site) if sanitizing else None,
+            notes.append((t, describe(label, name, reads, writes, stream, site) if sanitizing else None,
                           writes))
         # Every check passed: now queue the edges, then the first uses' joins (rule 4 of DeviceTensor).
         if len(waits) > 1:
@@ -438,7 +439,7 @@ class Hazards:
 
         `exact` is an Event recorded right after it (or None).
         """
-        what = _describe(label, "init", False, True, stream, self._site()) if self.mode != "off" else None
+        what = describe(label, "init", False, True, stream, self._site()) if self.mode != "off" else None
         t._writer = (stream, token, what, exact)
         t._readers = None
         if self.mode == "off":
@@ -548,7 +549,7 @@ class Hazards:
             hi = lo + ha.nbytes
             for addr, (end, src, pos, what) in table.items():
                 if addr < hi and lo < end and src != stream._id and oclock.get(src, 0) <= pos:
-                    second = _describe(label, p.name, p.copies_in, True, stream, self._site())
+                    second = describe(label, p.name, p.copies_in, True, stream, self._site())
                     self.report(f"data race on a host array: {second} writes it while {what} may still "
                                 "read it (nothing orders them, and it has not completed); wait for it first",
                                 what, second)
@@ -562,7 +563,7 @@ class Hazards:
                     site = self._site()
                 lo = _address(ha.ptr)
                 self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
-                                   _describe(label, p.name, True, p.copies_out, stream, site))
+                                   describe(label, p.name, True, p.copies_out, stream, site))
 
 
 def _first_use(t, stream) -> None:
@@ -597,7 +598,8 @@ def _address(ptr) -> int:
     return int(ffi.cast("uintptr_t", ptr))
 
 
-def _describe(label: str, name: str, reads: bool, writes: bool, stream, site: str) -> str:
+def describe(label: str, name: str, reads: bool, writes: bool, stream, site: str) -> str:
+    """One side of a race: call, parameter, direction, stream, call site (a capture's too: _capture_hazards)."""
     direction = "InOut" if reads and writes else ("Out" if writes else "In")
     return f"{label} ({name!r}, {direction}) on stream {stream._id} at {site}"
 
