@@ -19,7 +19,10 @@ timed:
     hand (``s.wait(other)``) is reported beside it.
     The submitting thread's CPU time is reported beside it: the runtime's own
     work, without the simulated device's threads (which share the host's
-    cores) competing with it.
+    cores) competing with it.  So is the floor under the figure: the same
+    launches made straight through the driver (no runtime, no completion
+    records), with and without ``pto_stream_wait_stream``, the one driver
+    call an inferred edge costs.
 ``sanitizer``
     The cost per launch of ``sanitize="raise"`` (no target: a debugging
     mode), on one stream, and crossing streams with the waits written by hand.
@@ -53,6 +56,8 @@ if importlib.util.find_spec("torch") is not None:
 
 from helpers.kernels import KernelLib  # noqa: E402
 
+from pypto_async._driver import check, ffi  # noqa: E402
+from pypto_async._driver import lib as driver  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
 
 # Rings that hold a whole round (launches, records and waits): a sync-mode submit() returns once
@@ -92,6 +97,29 @@ def _crossing(w, noop, t, n: int, s1, s2, explicit: bool) -> tuple[float, float]
     return dt / n / 1e3, dc / n / 1e3
 
 
+def _driver_only(w, noop, t, n: int, s1, s2, events, edges: bool) -> float:
+    """The crossing launches queued straight through the driver: what the driver alone costs."""
+    launch, kptr, blocks, values = noop._launch, noop._kptr, noop._blocks, [t._ptr]
+    p1, p2 = s1._ptr, s2._ptr
+    e1, e2 = events
+    edge = driver.pto_stream_wait_stream
+    c0 = time.thread_time_ns()
+    if edges:
+        for _ in range(n // 2):
+            edge(p1, p2, e2, 0)
+            launch(p1, kptr, blocks, values, 1, 0)
+            edge(p2, p1, e1, 0)
+            launch(p2, kptr, blocks, values, 1, 0)
+    else:
+        for _ in range(n // 2):
+            launch(p1, kptr, blocks, values, 1, 0)
+            launch(p2, kptr, blocks, values, 1, 0)
+    dc = time.thread_time_ns() - c0
+    for p in (p1, p2):
+        check(driver.pto_stream_synchronize(p, 60_000_000), "pto_stream_synchronize")
+    return dc / n / 1e3, dc / n / 1e3
+
+
 def measure(n: int, rounds: int) -> dict:
     lib = KernelLib(tempfile.mkdtemp(prefix="bench_hazards_"))
     kernel = lib.get("noop", 16)
@@ -100,12 +128,18 @@ def measure(n: int, rounds: int) -> dict:
         "manual": ChipWorker(RunConfig(**DEVICE, auto_deps=False, sanitize="off")),
         "sanitize": ChipWorker(RunConfig(**DEVICE, auto_deps=False, sanitize="raise")),
     }
+    workers["driver"] = ChipWorker(RunConfig(**DEVICE, auto_deps=False, sanitize="off"))
     setups = {}
     for name, w in workers.items():
         noop = w.register(kernel)
         t = w.alloc_tensor(16, np.float32, init=np.random.default_rng().standard_normal(16).astype(np.float32))
         s1, s2 = w.stream(), w.stream()
         setups[name] = (w, noop, t, s1, s2)
+    events = []
+    for _ in range(2):
+        out = ffi.new("pto_event **")
+        check(driver.pto_event_create(workers["driver"]._queue.dev, out), "pto_event_create")
+        events.append(out[0])
     cases = {
         "single/auto": lambda: _single(*setups["auto"][:3], n),
         "single/manual": lambda: _single(*setups["manual"][:3], n),
@@ -114,6 +148,8 @@ def measure(n: int, rounds: int) -> dict:
         "crossing/manual_unordered": lambda: _crossing(*setups["manual"][:3], n, *setups["manual"][3:], False),
         "crossing/manual_waits": lambda: _crossing(*setups["manual"][:3], n, *setups["manual"][3:], True),
         "crossing/sanitize_waits": lambda: _crossing(*setups["sanitize"][:3], n, *setups["sanitize"][3:], True),
+        "driver/launches": lambda: _driver_only(*setups["driver"][:3], n, *setups["driver"][3:], events, False),
+        "driver/edges": lambda: _driver_only(*setups["driver"][:3], n, *setups["driver"][3:], events, True),
     }
     for case in cases.values():  # warm up
         case()
@@ -126,6 +162,8 @@ def measure(n: int, rounds: int) -> dict:
             times[name].append(wall)
             cpu[name].append(thread)
     stats = workers["auto"].stats()
+    for event in events:
+        driver.pto_event_destroy(event)
     for w, _, t, s1, s2 in setups.values():
         t.free()
         s1.close()
@@ -138,10 +176,11 @@ def measure(n: int, rounds: int) -> dict:
                                                               times["crossing/manual_unordered"]))
     # The submitting thread's own CPU time: the runtime's work without the simulated device's
     # threads, which share the host's cores, competing for them.
+    driver_added = statistics.median(e - b for e, b in zip(cpu["driver/edges"], cpu["driver/launches"]))
     crossing_cpu_added = statistics.median(a - m for a, m in zip(cpu["crossing/auto"],
                                                                   cpu["crossing/manual_unordered"]))
     return {"median_us": med, "single_added_us": single_added, "crossing_added_us": crossing_added,
-            "crossing_cpu_added_us": crossing_cpu_added,
+            "crossing_cpu_added_us": crossing_cpu_added, "driver_edge_added_us": driver_added,
             "crossing_cpu_reference_us": statistics.median(cpu["crossing/manual_unordered"]),
             "sanitize_single_added_us": med["single/sanitize"] - med["single/manual"],
             "sanitize_crossing_added_us": med["crossing/sanitize_waits"] - med["crossing/manual_waits"],
@@ -166,6 +205,8 @@ def rows(r: dict) -> list[dict]:
             r["crossing_added_us"] <= 0.6),
         row("auto_deps, crossing streams: submitting thread's CPU added per launch", r["crossing_cpu_added_us"],
             r["crossing_cpu_reference_us"], "auto_deps=False, no waits, thread CPU per launch"),
+        row("the driver alone, crossing streams: its edge call added per launch (thread CPU)",
+            r["driver_edge_added_us"], med["driver/launches"], "the same launches through the driver, no edges"),
         row("waits by hand, crossing streams: added per launch",
             med["crossing/manual_waits"] - med["crossing/manual_unordered"], med["crossing/manual_unordered"],
             "auto_deps=False, no waits, per launch"),

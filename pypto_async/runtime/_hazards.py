@@ -76,6 +76,7 @@ import contextvars
 import os
 import pathlib
 import sys
+import threading
 import traceback
 import warnings
 
@@ -113,13 +114,21 @@ def sanitize_mode(configured: str | None) -> str:
     return env or "off"
 
 
+_regions = [0]  # manual regions open in any task or thread: while none is, order() skips the contextvar
+_regions_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def manual_region(worker):
     """``with w.manual_deps():``: accesses queued on `worker` in this task are not ordered for you."""
     token = _manual.set((*_manual.get(), worker))
+    with _regions_lock:
+        _regions[0] += 1
     try:
         yield
     finally:
+        with _regions_lock:
+            _regions[0] -= 1
         _manual.reset(token)
 
 
@@ -185,7 +194,7 @@ class Hazards:
     """
 
     __slots__ = ("worker", "queue", "auto", "mode", "stacks", "fast", "inferred", "skipped", "races",
-                 "inferred_tokens", "_hosts", "_recorder")
+                 "inferred_tokens", "_hosts", "recorder")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -199,15 +208,7 @@ class Hazards:
         self.races = 0
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
-        self._recorder = None
-
-    @property
-    def recorder(self):
-        """The worker's trace recorder (made after this object: looked up at the first edge)."""
-        rec = self._recorder
-        if rec is None:
-            rec = self._recorder = self.worker._tracing.recorder
-        return rec
+        self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
 
     @property
     def sanitizing(self) -> bool:
@@ -223,8 +224,7 @@ class Hazards:
         (the sanitizer, manual ordering) takes :meth:`_order_general`, which
         obeys the same rule.
         """
-        manual = _manual.get()
-        region = manual and self.worker in manual
+        region = _regions[0] and self.worker in _manual.get()
         if not self.fast or region:
             self._order_general(stream, accesses, label, offset, bool(region))
             return
@@ -476,11 +476,12 @@ class Hazards:
                 if rc & QUEUED:
                     overflowed(q, stream, 1)
             me = stream._id
-            clock = stream._oclock
-            for s_id, v in src._oclock.items():
-                if v > clock.get(s_id, 0) and s_id != me:
-                    clock[s_id] = v
-            clock[src._id] = tok
+            if self.mode != "off":  # only the sanitizer reads the clocks of ordering-only events
+                clock = stream._oclock
+                for s_id, v in src._oclock.items():
+                    if v > clock.get(s_id, 0) and s_id != me:
+                        clock[s_id] = v
+                clock[src._id] = tok
             clock = stream._clock
             for s_id, v in src._clock.items():
                 if v > clock.get(s_id, 0) and s_id != me:
@@ -495,7 +496,7 @@ class Hazards:
                 tok = q.next_token
             stream._wait_locked(event, edge=True)
         self.inferred += 1
-        if self.recorder.graph_tags is not None:  # tracing: the trace marks this wait's arrow inferred
+        if self.recorder is not None and self.recorder.graph_tags is not None:  # tracing: an inferred arrow
             kept = self.inferred_tokens
             kept[tok] = None
             if len(kept) > _KEEP_INFERRED:

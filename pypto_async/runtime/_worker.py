@@ -186,6 +186,8 @@ class ChipWorker:
         try:
             self._default_stream = Stream._create(self, 0, True)
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
+            if self._hazards is not None:
+                self._hazards.recorder = self._tracing.recorder  # its inferred waits' trace marks
         except BaseException:
             self._state = CLOSED
             dev, self._dev = self._dev, None
