@@ -698,3 +698,42 @@ def test_the_sanitizer_warns_about_a_race_in_a_capture(open_worker, kernels):
     assert w.stats().races == 1 and g.inferred_waits == 0
     g.close()
     a.free()
+
+
+def test_a_replay_marks_the_waits_its_capture_inferred_in_the_trace(tmp_path, worker, kernels):
+    import json
+
+    from pypto_async.runtime._trace import Trace
+
+    scale = worker.register(kernels.get("scale", N))
+    s0, s1, s2 = worker.stream(), worker.stream(), worker.stream()
+    a = worker.alloc_tensor(N, np.float32, stream=s1)
+    inferred_graph = _fork_graph(worker, scale, a, s0, s1, s2)
+    explicit = _fork_graph(worker, scale, a, s0, s1, s2, explicit=True)
+    x = rand()
+    xd = worker.alloc_tensor(N, np.float32, init=x, stream=s0)
+    yd = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    worker.sync()
+    with worker.trace(tmp_path / "t.json") as tr:
+        inferred_graph.replay(x=xd, y=yd)
+        explicit.replay(x=xd, y=yd)
+    np.testing.assert_allclose(yd.numpy(), 6 * x, rtol=1e-6)
+    doc = json.loads(tr.path.read_text())
+    flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    # Per replay: the fork (s0 -> s1, s0 -> s2) and the joins (s1 -> s0, s2 -> s0), captured waits;
+    # the edge s1 -> s2, inferred in the first graph, captured in the second.
+    marked = [e for e in flows if e["cat"] == "inferred"]
+    assert len(marked) == 2 and all(e["name"].startswith("inferred wait") for e in marked)
+    assert {(e["ph"], e["tid"]) for e in marked} == {("s", 1 + s1.id), ("f", 1 + s2.id)}
+    plain = [e for e in flows if e["cat"] == "event"]
+    assert len(plain) == 2 * 9  # 4 + 5 arrows
+    # Into s2: each replay's fork, and the second graph's s2.wait(writer).
+    assert sum(e["ph"] == "f" and e["tid"] == 1 + s2.id for e in plain) == 3
+    (token,) = tr.trace.inferred_waits
+    (record,) = [r for r in tr.trace.records if r.token == token]
+    assert (record.kind_name, record.graph, record.stream_id) == ("wait", "fork", s2.id)
+    assert Trace.from_chrome(doc).inferred_waits == tr.trace.inferred_waits
+    for g in (inferred_graph, explicit):
+        g.close()
+    for t in (a, xd, yd):
+        t.free()

@@ -129,6 +129,7 @@ class Graph:
         g._staging = [None] * len(g._inputs)
         g._ptr = None
         g._what = []  # per driver command: how a failure names it
+        g._edges = []  # the driver command indices of the waits the capture inferred (for traces)
         g._nodes = len(cap._nodes)
         g._launches = sum(1 for c in cap._cmds if c.kind == LAUNCH)
         g._inferred = cap._hz.inferred if cap._hz is not None else 0
@@ -147,6 +148,7 @@ class Graph:
             raise
         g._staged = tuple(bool(lib.pto_graph_input_staged(g._ptr, k)) for k in range(len(g._inputs)))
         g._ncmds = len(g._what)
+        g._edges = tuple(1 + i for i in g._edges)  # as offsets from a replay's token: command i is T + 1 + i
         g._span = g._ncmds + 2  # tokens per replay: its own, one per command, one for its own commands
         g._cstreams = {}  # origin -> pto_stream *[] for the driver
         g._cstreams[g._origin] = g._stream_array(g._origin)
@@ -192,6 +194,8 @@ class Graph:
             elif cmd.kind == WAIT:
                 check(lib.pto_graph_add_wait(p, slot, cmd.data[0]), "Stream.wait()")
                 node = cmd.data[1]
+                if node is not None:
+                    self._edges.append(len(what))
                 what.append(f"a wait on stream {sid}" if node is None else
                             f"an inferred wait on stream {sid} for node {node}")
             elif cmd.kind == WAIT_EXT:
@@ -345,7 +349,7 @@ class Graph:
                     check(rc, self._label)
             tags = self._recorder.graph_tags
             if tags is not None:
-                tags.append((tok, tok + self._span - 1, self._name))
+                tags.append((tok, tok + self._span - 1, self._name, self._edges))
             # As the launch path does every 64 tokens: a producer that never suspends still
             # drains completions now and then (here every 256 tokens), and gives the loop turns.
             if tok >> 8 != (tok + self._span) >> 8 and q.pump.can_serve_inline():

@@ -60,19 +60,27 @@ def device_shape(dev) -> dict:
     }
 
 
-def _tag_graphs(records: list, tags: list) -> list:
-    """Name the graph on the records of replayed commands (their tokens lie in a replay's range)."""
+def _tag_graphs(records: list, tags: list) -> tuple[list, list]:
+    """Name the graph on the records of replayed commands (their tokens lie in a replay's range).
+
+    Returns the records and the tokens of those that are waits the graph's
+    capture inferred (a tag's fourth item: their offsets from its first token).
+    """
     import bisect
     import dataclasses
 
     firsts = [t[0] for t in tags]
     out = []
+    inferred = []
     for r in records:
         i = bisect.bisect_right(firsts, r.token) - 1
         if i >= 0 and r.token <= tags[i][1]:
-            r = dataclasses.replace(r, graph=tags[i][2])
+            first, _, name, edges = tags[i]
+            r = dataclasses.replace(r, graph=name)
+            if edges and r.token - first in edges and r.kind_name == "wait":
+                inferred.append(r.token)
         out.append(r)
-    return out
+    return out, inferred
 
 
 class TraceCapture:
@@ -82,10 +90,11 @@ class TraceCapture:
     and returns the :class:`Trace`.
     """
 
-    __slots__ = ("_records", "since_ns", "until_ns", "closed", "_dropped_before", "_dropped_after")
+    __slots__ = ("_records", "_inferred", "since_ns", "until_ns", "closed", "_dropped_before", "_dropped_after")
 
     def __init__(self, since_ns: int, dropped_before: int):
         self._records: list[TraceRecord] = []
+        self._inferred: set[int] = set()  # tokens of replayed waits a capture inferred
         self.since_ns = since_ns
         self.until_ns: int | None = None
         self.closed = False
@@ -124,8 +133,9 @@ class TraceRecorder:
         self._captures: list[TraceCapture] = []
         self._lock = threading.Lock()
         self._device = device_shape(dev)
-        #: While tracing: ``(first token, last token, graph name)`` of each graph replay, in token
-        #: order (``Graph.replay`` appends), so records of replayed commands name their graph.
+        #: While tracing: ``(first token, last token, graph name, offsets of its inferred waits)`` of
+        #: each graph replay, in token order (``Graph.replay`` appends), so records of replayed
+        #: commands name their graph, and the waits its capture inferred are marked as such.
         self.graph_tags: list | None = [] if always_on else None
 
     def start(self) -> TraceCapture:
@@ -154,12 +164,15 @@ class TraceRecorder:
     def _drain_locked(self) -> int:
         records = read_records(self._dev)
         tags = self.graph_tags
+        inferred = None
         if tags:
-            records = _tag_graphs(records, tags)
+            records, inferred = _tag_graphs(records, tags)
             if len(tags) > _KEEP_TAGS:  # a worker-long trace: what is this old was read or dropped
                 del tags[:len(tags) - _KEEP_TAGS]
         for cap in self._captures:
             cap._records.extend(records)
+            if inferred:
+                cap._inferred.update(inferred)
         return len(records)
 
     def finish(self, cap: TraceCapture) -> Trace:
@@ -187,7 +200,9 @@ class TraceRecorder:
         names = dict(self._stream_names()) if self._stream_names is not None else {}
         records = tuple(r for r in cap._records if (r.submit_ns or r.begin_ns) >= cap.since_ns)
         kept = self._inferred() if self._inferred is not None else ()
-        inferred = frozenset(r.token for r in records if r.token in kept and r.kind_name == "wait")
+        edges = cap._inferred
+        inferred = frozenset(r.token for r in records
+                             if r.kind_name == "wait" and (r.token in kept or r.token in edges))
         return Trace(records, dropped=dropped, device=self._device, stream_names=names,
                      inferred_waits=inferred)
 

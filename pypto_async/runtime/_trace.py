@@ -207,7 +207,8 @@ class Trace:
         Track names by stream id, for streams you want named (``"default"``).
     inferred_waits : frozenset of int
         Tokens of the waits the runtime inserted itself to order DeviceTensors
-        across streams (``auto_deps``); their arrows are marked inferred.
+        across streams (``auto_deps``), eager ones and those of graph replays
+        that their capture inferred; their arrows are marked inferred.
     """
 
     records: tuple[TraceRecord, ...]
