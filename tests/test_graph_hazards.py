@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from pypto_async.errors import PtoDependencyError, PtoRaceError
+from pypto_async.errors import PtoArgumentError, PtoDependencyError, PtoRaceError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
 
@@ -736,4 +736,80 @@ def test_a_replay_marks_the_waits_its_capture_inferred_in_the_trace(tmp_path, wo
     for g in (inferred_graph, explicit):
         g.close()
     for t in (a, xd, yd):
+        t.free()
+
+
+# -- bindings the capture could not see -------------------------------------------------------------
+
+
+def _apart_graph(w, scale, s0, s1, s2, a=None):
+    """s1 writes t = 2 * x, s2 reads y = 3 * b: no edge between them, the capture sees two tensors.
+
+    `t` is the input "t", or `a` used directly."""
+    with w.capture(name="apart", stream=s0) as cap:
+        x = cap.input("x", N, np.float32)
+        t = cap.input("t", N, np.float32) if a is None else a
+        b = cap.input("b", N, np.float32)
+        y = cap.input("y", N, np.float32)
+        start = s0.record()
+        s1.wait(start)
+        s2.wait(start)
+        scale(x, 2.0, t, stream=s1)
+        scale(b, 3.0, y, stream=s2)
+        s0.wait(s1)
+        s0.wait(s2)
+    assert cap.graph.inferred_waits == 0
+    return cap.graph
+
+
+def _refused(w, g, match: str, **bindings) -> None:
+    """The replay is refused before anything is queued."""
+    before = w.stats()
+    with pytest.raises(PtoArgumentError, match=match):
+        g.replay(**bindings)
+    after = w.stats()
+    assert (after.commands_submitted, after.inferred_waits) == (before.commands_submitted, before.inferred_waits)
+
+
+def test_a_replay_refuses_an_input_bound_to_a_tensor_the_graph_writes_directly(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s0, s1, s2 = worker.stream(), worker.stream(), worker.stream()
+    x, old = rand(), rand()
+    a = worker.alloc_tensor(N, np.float32, init=old, stream=s0)
+    xd = worker.alloc_tensor(N, np.float32, init=x, stream=s0)
+    bd = worker.alloc_tensor(N, np.float32, init=old, stream=s0)
+    yd = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    g = _apart_graph(worker, scale, s0, s1, s2, a)
+    # Bound to "b", `a` would be read on s2 while s1 writes it, unordered.
+    _refused(worker, g, r"binding 'b' is a DeviceTensor the graph also uses directly .*the graph writes it.*"
+             r"bind a different DeviceTensor, or capture that tensor as an input", x=xd, b=a, y=yd)
+    # The graph writes `a` and input "x" only reads: still two tensors to the capture.
+    _refused(worker, g, "binding 'x' is a DeviceTensor the graph also uses directly", x=a, b=bd, y=yd)
+    np.testing.assert_allclose(yd.numpy(), POISON)
+    g.replay(x=xd, b=bd, y=yd)  # the worker and the graph keep working
+    np.testing.assert_allclose(a.numpy(), 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(yd.numpy(), 3 * old, rtol=1e-6)
+    g.close()
+    for t in (a, xd, bd, yd):
+        t.free()
+
+
+def test_a_replay_refuses_one_tensor_bound_to_two_inputs_unless_both_read(worker, kernels):
+    scale = worker.register(kernels.get("scale", N))
+    s0, s1, s2 = worker.stream(), worker.stream(), worker.stream()
+    x = rand()
+    xd = worker.alloc_tensor(N, np.float32, init=x, stream=s0)
+    td = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    yd = worker.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    g = _apart_graph(worker, scale, s0, s1, s2)
+    # "t" written on s1, "b" read on s2: one tensor, unordered.
+    _refused(worker, g, r"bindings 't' and 'b' are one DeviceTensor, and 't' writes it.*"
+             r"bind different DeviceTensors, or capture one input for both", x=xd, t=td, b=td, y=yd)
+    _refused(worker, g, "bindings 'x' and 'y' are one DeviceTensor, and 'y' writes it", x=xd, t=td, b=yd, y=xd)
+    np.testing.assert_allclose(td.numpy(), POISON)
+    g.replay(x=xd, t=td, b=xd, y=yd)  # "x" and "b" only read: allowed
+    np.testing.assert_allclose(td.numpy(), 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(yd.numpy(), 3 * x, rtol=1e-6)
+    g.close()
+    for t in (xd, td, yd):
         t.free()

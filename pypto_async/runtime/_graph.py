@@ -31,7 +31,11 @@ inputs, with the union of that tensor's directions over the graph, on its
 origin stream at its own token (:meth:`Graph._order`).  That is exact
 enough: the replay starts on its origin, every fork joins the origin before
 the replay's last command (the notify of its token), and the token stays in
-flight until all of it ended.
+flight until all of it ended.  What the capture could not see, an input
+bound to a tensor the graph uses directly or two inputs bound to one, it
+could not order: such a replay is refused unless all of them only read
+(:meth:`Graph._refuse_aliases`).  In a trace, the waits the capture
+inferred are marked as such (``graph_tags`` of :mod:`._recorder`).
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ class Graph:
         # The DeviceTensors used directly, each with the union of its directions: what a replay is
         # ordered by, as one access each (bound DeviceTensors by their input's directions).
         g._touch = tuple((t, name, reads, writes) for t, name, reads, writes in cap._uses.values())
+        g._direct = {id(t): writes for t, _, _, writes in g._touch}  # for refusing aliased bindings
         g._owned = list(cap._owned)
         g._keep = tuple(cap._keep)
         g._staging = [None] * len(g._inputs)
@@ -280,7 +285,10 @@ class Graph:
         ------
         PtoArgumentError
             Before anything is queued, for a missing, unknown or mismatched
-            binding.
+            binding; and, with ``auto_deps`` or the sanitizer on, for a
+            DeviceTensor the graph also uses directly, or one bound to two
+            inputs, where a side writes it (the capture ordered its commands
+            as if they were different tensors).
         PtoCaptureError
             Inside a capture.
         PtoClosedError
@@ -414,6 +422,7 @@ class Graph:
         keep = None
         touched = None
         track = worker._hazards is not None
+        bound = [] if track else None  # (input, DeviceTensor): checked for aliases the capture missed
         for k, inp in enumerate(inputs):
             try:
                 v = bindings[inp.name]
@@ -426,6 +435,8 @@ class Graph:
                 if v._init is not None:
                     check_init(v, f"{self._label}: binding {inp.name!r}")
                 ptrs.append(v._ptr)
+                if track:
+                    bound.append((inp, v))
                 if (v._home is not origin) if track else (origin not in v._streams):
                     if touched is None:
                         touched = []
@@ -446,7 +457,36 @@ class Graph:
                 ptrs.append(self._staging_for(k)._ptr)
             else:
                 ptrs.append(0)
+        if bound:
+            self._refuse_aliases(bound)
         return ptrs, _NULL if hosts is None else hosts, keep, touched
+
+    def _refuse_aliases(self, bound: list) -> None:
+        """Refuse a DeviceTensor bound where the capture could not see it as one tensor (tracking on).
+
+        The capture derived its edges per tensor: an input was a tensor of its
+        own, apart from those used directly and from other inputs.  A binding
+        to a tensor the graph uses directly, or one tensor bound to two
+        inputs, would leave their commands unordered on other streams, unless
+        every one of them only reads it.
+        """
+        direct = self._direct
+        first: dict[int, object] = {}
+        for inp, v in bound:
+            writes = direct.get(id(v))
+            if writes is not None and (writes or inp.writes):
+                raise PtoArgumentError(
+                    f"{self._label}: binding {inp.name!r} is a DeviceTensor the graph also uses directly (not "
+                    f"through an input), and {'the graph' if writes else 'the input'} writes it: the capture "
+                    "saw two tensors, so nothing orders their commands on other streams; bind a different "
+                    "DeviceTensor, or capture that tensor as an input")
+            other = first.setdefault(id(v), inp)
+            if other is not inp and (other.writes or inp.writes):
+                raise PtoArgumentError(
+                    f"{self._label}: bindings {other.name!r} and {inp.name!r} are one DeviceTensor, and "
+                    f"{(other if other.writes else inp).name!r} writes it: the capture saw two tensors, so "
+                    "nothing orders their commands on other streams; bind different DeviceTensors, or capture "
+                    "one input for both")
 
     def _staging_for(self, k: int) -> DeviceTensor:
         """The device buffer host bindings of input `k` go through (allocated once)."""
