@@ -331,10 +331,10 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
 int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token);
 int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
 /*
- * An edge between two streams of one device, in one call: record e on src,
- * then make s wait for that recording, as pto_stream_record_edge(src, e, 0)
- * followed by pto_stream_wait_edge(s, e, token), except that the wait is
- * quiet: its token gets a completion record only when the wait itself fails,
+ * An edge between two streams of one device, in one call: s waits for
+ * everything queued on src so far, as after pto_stream_record_edge(src, e, 0)
+ * and pto_stream_wait_edge(s, e, token), except that e only names the edge
+ * in traces (its own recording is left alone), and the wait is quiet: its token gets a completion record only when the wait itself fails,
  * with PTO_CQ_FIRST_FAILURE (a failure carried by e, whose observation lets s
  * run again).  A failure on src before the record reaches s's later commands as
  * -PTO_EDEP naming it, as with an explicit wait.  Returns 0, or a positive

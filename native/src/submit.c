@@ -416,17 +416,42 @@ int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token)
 int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token)
 {
     const char *fn = "pto_stream_wait_stream";
-    if (!s || !src || s == src || s->dev != src->dev)
-        return pti_error(PTO_EINVAL, "%s: two distinct streams of one device expected", fn);
+    if (!s || !src || s == src || s->dev != src->dev || !e || e->dev != s->dev)
+        return pti_error(PTO_EINVAL, "%s: two distinct streams and an event of one device expected", fn);
     int rc = check_stream(s, fn);
     if (rc)
         return rc;
-    int recorded = submit_record(src, e, false, true, 0, fn);
-    if (recorded < 0)
-        return recorded;
-    int waited = submit_wait(s, e, true, true, token, fn);
-    if (waited < 0)
-        return waited; /* the record alone is harmless: a point nobody waits for */
+    if ((rc = check_stream(src, fn)))
+        return rc;
+    /*
+     * The record and the wait share one node, handed from one to the other
+     * here: e only names it in traces (its own recording is left alone), so
+     * neither command takes the device's object lock.
+     */
+    struct pto_event_node *node = pti_event_node_new(e->id);
+    if (!node)
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    struct pto_cmd *cmd;
+    if ((rc = pti_slot_begin(src, fn, 0, false, &cmd, NULL))) {
+        pti_event_node_unref(node);
+        return rc;
+    }
+    pti_event_node_ref(node); /* the wait's, taken before the record can complete and drop its own */
+    cmd->u.ev.node = node;
+    cmd->u.ev.event_id = e->id;
+    cmd->edge = true;
+    int recorded = pti_slot_commit(src, cmd, PTO_CMD_RECORD, 0); /* 0 or PTO_QUEUED */
+    if ((rc = pti_slot_begin(s, fn, 0, true, &cmd, NULL))) {
+        pti_event_node_unref(node);
+        return rc; /* the record alone is harmless: a point nobody waits for */
+    }
+    cmd->u.ev.node = node; /* the reference taken above moves to the command */
+    cmd->u.ev.event_id = e->id;
+    cmd->edge = true;
+    cmd->quiet = true;
+    /* Its dependency entry was taken with the slot (or is, on entering the ring). */
+    atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
+    int waited = pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
     return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
 }
 

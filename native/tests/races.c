@@ -1,7 +1,7 @@
 /*
  * Description: device-wide state changes racing submitters.  Three threads
  * submit groups of work (copies, spin launches, cross-stream event waits,
- * latches, stream-ordered frees, notifies) while
+ * inferred edges onto each other's streams (pto_stream_wait_stream), latches, stream-ordered frees, notifies) while
  *   phase 1: a fourth thread calls pto_device_cancel at random moments, and
  *   phase 2: a fourth thread marks the device lost partway through.
  * Every token must complete exactly once with a status the phase allows,
@@ -25,6 +25,7 @@
 
 static pto_device *dev;
 static pto_event *events[NSUB];
+static pto_stream *streams[NSUB];
 static pto_kernel *k_spin;
 static int phase;                         /* 1: cancel, 2: lost */
 static _Atomic uint64_t next_token;
@@ -163,6 +164,12 @@ static void *submitter(void *arg)
             SUBMIT(w, pto_stream_latch_wait, w->s, l);
         if (t_rand_range(&w->rng, 0, 2) == 0)
             SUBMIT(w, pto_stream_wait_event, w->s, events[t_rand_range(&w->rng, 0, NSUB - 1)]);
+        if (t_rand_range(&w->rng, 0, 2) == 0) {
+            /* Another submitter's stream, recorded from this thread; a quiet wait: no token. */
+            int other = (w->idx + 1 + (int)t_rand_range(&w->rng, 0, NSUB - 2)) % NSUB;
+            int rc = pto_stream_wait_stream(w->s, streams[other], events[other], 0);
+            submit(w, rc < 0 ? rc : 0, 0);
+        }
         int copies = SUBMIT(w, pto_stream_copy_h2d, w->s, a, w->src, NBYTES);
         uint64_t us[1] = {t_rand_range(&w->rng, 1, 30)};
         SUBMIT(w, pto_stream_launch, w->s, k_spin, 2, us, 1);
@@ -231,6 +238,7 @@ static int run_phase(int which, double seconds)
         subs[i].idx = i;
         subs[i].rng = 0x51ed27ULL * (uint64_t)(i + 7) + (uint64_t)which;
         t_check(pto_stream_create(dev, i, &subs[i].s));
+        streams[i] = subs[i].s;
         t_check(pto_event_create(dev, &events[i]));
     }
     until = t_now_ns() + (uint64_t)(seconds * 1e9);
