@@ -306,7 +306,8 @@ async def call(method, *args):
     """Call an actor method and await its result: ``await call(actor.run, key, x, w)``.
 
     Errors raised in the actor keep their :class:`~pypto_async.errors.PtoError`
-    type; a dead actor raises :class:`~pypto_async.errors.PtoDeviceLost`.
+    type; a dead actor raises :class:`~pypto_async.errors.PtoDeviceLost`.  ``ray.kill``
+    returns before the actor is dead: a call sent right after it can still run and return.
     """
     return await _settle(method.remote(*args), "call")
 

@@ -1,7 +1,7 @@
 """ChipActor: a ChipWorker inside an async Ray actor, used from the driver.
 
-Every test runs on the session's two-node cluster (conftest.py); numbers are
-compared against torch or numpy on random data.
+Every test runs on the session's two-node cluster (conftest.py), but those of
+how Ray's errors map; numbers are compared against torch or numpy on random data.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import ray
 import torch
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 from .support import COLS, NODE_A, NODE_B, ROOT, ROWS, actor_on, nan_array, probe_class, rand
 
 from pypto_async.errors import (
@@ -26,7 +27,7 @@ from pypto_async.errors import (
     PtoNotSupported,
     PtoTensorFreedError,
 )
-from pypto_async.ray import ChipActor, call, pipeline
+from pypto_async.ray import ChipActor, _settle, call, pipeline
 from pypto_async.runtime import ChipWorker
 from pypto_async.testing import SIM_DEVICE
 
@@ -186,17 +187,48 @@ async def test_runs_on_one_actor_overlap_on_the_device(actors, programs):
 
 @pytest.mark.asyncio
 async def test_a_killed_actor_is_device_lost(actors, programs):
-    a, _ = actors
-    doomed = actor_on(ChipActor, NODE_A)
+    a, b = actors
+    doomed = actor_on(probe_class(), NODE_A)
     key = await call(doomed.register, programs["add"])
-    live = await call(a.register, programs["add"])
+    live_a, live_b = await call(a.register, programs["add"]), await call(b.register, programs["add"])
+    # ray.kill only asks the GCS to kill the actor and returns: a short call sent right after it
+    # can still run, and succeed, before the kill lands.  The doomed actor's next run is held on
+    # its device, so that call can end only in the actor's death (it is not restartable).
+    await call(doomed.hold_next)
     ray.kill(doomed)
-    with pytest.raises(PtoDeviceLost, match="died"):
+    with pytest.raises(PtoDeviceLost, match="call: the ChipActor died"):
         await call(doomed.run, key, rand(1), rand(2), None)
-    with pytest.raises(PtoDeviceLost):
+    with pytest.raises(PtoDeviceLost, match="pipeline: the ChipActor died"):
         await pipeline([(doomed, key, (rand(2), None))], [rand(1)])
+    first = (doomed, key, (rand(2), None))
     with pytest.raises(PtoDeviceLost, match="depended on"):  # a live stage fed by the dead one
-        await pipeline([(doomed, key, (rand(2), None)), (a, live, (rand(3), None))], [rand(1)])
+        await pipeline([first, (a, live_a, (rand(3), None))], [rand(1)])
+    with pytest.raises(PtoDeviceLost, match="depended on"):  # and one two stages behind it
+        await pipeline([first, (a, live_a, (rand(3), None)), (b, live_b, (rand(4), None))], [rand(1)])
+
+
+async def _raising(exc):
+    raise exc  # what awaiting a Ray ObjectRef does when its task failed
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("death", [
+    ActorDiedError(),
+    ActorUnavailableError("the actor's process is gone", None),  # what a call can see mid-kill
+    RayTaskError("run", "Traceback ...", ActorDiedError()).as_instanceof_cause(),  # a downstream stage
+], ids=lambda e: type(e).__name__)
+async def test_every_way_ray_reports_a_dead_actor_is_device_lost(death):
+    with pytest.raises(PtoDeviceLost, match="call: .* died") as caught:
+        await _settle(_raising(death), "call")
+    assert caught.value.__cause__ is death
+
+
+@pytest.mark.asyncio
+async def test_other_ray_task_errors_pass_through():
+    other = RayTaskError("run", "Traceback ...", ValueError("not a death"))
+    with pytest.raises(RayTaskError) as caught:
+        await _settle(_raising(other), "call")
+    assert caught.value is other
 
 
 @pytest.mark.asyncio
