@@ -186,6 +186,38 @@ def test_an_eager_write_waits_for_a_replay_that_reads(open_worker, kernels, auto
         t.free()
 
 
+@pytest.mark.parametrize("bound", [False, True], ids=["static", "bound"])
+def test_an_eager_write_waits_for_the_last_of_several_replays_that_read(open_worker, kernels, bound):
+    # The second and third replays read `a` with nothing to order, so they are not noted one by
+    # one; a writer on another stream, already ordered after the first (its explicit wait), must
+    # still wait for the last of them.
+    w = open_worker(sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x, y = rand(), rand()
+    a = w.alloc_tensor(N, np.float32, init=x, stream=s2)
+    yd = w.alloc_tensor(N, np.float32, init=y, stream=s2)
+    outs = [w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1) for _ in range(3)]
+    g = _reader_graph(w, scale, a, s1, bound)
+    extra = {"a": a} if bound else {}
+    g.submit(out=outs[0], **extra)
+    w.sync()
+    s2.wait(s1)  # s2 is ordered after the first replay's read
+    with hold(s1) as latch:
+        replays = [g.submit(out=o, **extra) for o in outs[1:]]
+        writer = scale.submit(yd, 5.0, a, stream=s2)
+        assert not writer.done() and not s2.query()
+        latch.release()
+        w.sync(timeout=10)
+    assert all(r.exception() is None for r in replays) and writer.exception() is None
+    for o in outs:
+        np.testing.assert_allclose(o.numpy(), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(a.numpy(), 5 * y, rtol=1e-6)
+    g.close()
+    for t in (a, yd, *outs):
+        t.free()
+
+
 @pytest.mark.parametrize("auto", [True, False])
 def test_a_replay_that_writes_waits_for_an_eager_read(open_worker, kernels, auto):
     # Write after read the other way: an eager read of `a` (held), then a replay that writes it.

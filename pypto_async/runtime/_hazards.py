@@ -86,7 +86,7 @@ from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
 from ._submit import overflowed, token
 
-__all__ = ["Hazards", "order", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+__all__ = ["Hazards", "order", "read_home", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -175,6 +175,23 @@ def order(worker, stream, accesses: list, label: str, offset: int) -> None:
                 t._join(stream)
         return
     hz.order(stream, accesses, label, offset)
+
+
+def read_home(worker, stream, accesses: list) -> None:
+    """After :func:`order`: `stream` reads these tensors again with nothing to order (lock held).
+
+    A graph replay calls it for the tensors it only reads: while no write
+    comes, its next replays on `stream` skip them (``DeviceTensor._readhome``),
+    and a writer elsewhere waits for `stream`'s last data command instead of
+    a noted read.  Only for automatic ordering with the sanitizer off, which
+    is what left every such read ordered after the tensor's last write.
+    """
+    hz = worker._hazards
+    if hz is None or not hz.fast or (_regions[0] and worker in _manual.get()):
+        return
+    for t, _, _, writes in accesses:
+        if not writes and not t._manual:
+            t._readhome = stream
 
 
 class Hazards:
@@ -266,14 +283,17 @@ class Hazards:
                 else:
                     self._need(waits, w[0], w[1], w[3])
             if writes and t._readers:  # WAR
+                rhome = t._readhome
                 for r in t._readers.values():
-                    if r[0] is not stream:
-                        if clock.get(r[0]._id, 0) > r[1]:
+                    src = r[0]
+                    if src is not stream:
+                        pos = src._last if src is rhome else r[1]  # (reads there went unnoted)
+                        if clock.get(src._id, 0) > pos:
                             self.skipped += 1
                         elif waits is None:
-                            waits = {r[0]: (r[1], None)}
+                            waits = {src: (pos, None)}
                         else:
-                            self._need(waits, r[0], r[1], None)
+                            self._need(waits, src, pos, None)
         if waits is not None:
             if len(waits) > 1:
                 self._prune(waits)
@@ -290,6 +310,7 @@ class Hazards:
             elif acc[1].writes if len(acc) == 2 else acc[3]:
                 t._writer = (stream, pos, None, None)
                 t._readers = None
+                t._readhome = None
                 t._home = stream
             elif t._home is not stream:
                 readers = t._readers
@@ -343,8 +364,11 @@ class Hazards:
                 earlier.append((w, "write"))
             readers = t._readers
             if writes and readers:
+                rhome = t._readhome
                 for r_stream, r in readers.items():
                     if r_stream is not stream:
+                        if r_stream is rhome:  # reads there went unnoted: its last data command
+                            r = (r_stream, r_stream._last, r[2], None)
                         earlier.append((r, "read"))
             for prev, how in earlier:
                 src, pos, what, exact = prev
@@ -384,6 +408,7 @@ class Hazards:
             if writes:
                 t._writer = acc
                 t._readers = None
+                t._readhome = None
                 if home_ok:
                     t._home = stream
             else:
@@ -442,6 +467,7 @@ class Hazards:
         what = describe(label, "init", False, True, stream, self._site()) if self.mode != "off" else None
         t._writer = (stream, token, what, exact)
         t._readers = None
+        t._readhome = None
         if self.mode == "off":
             t._home = stream
 

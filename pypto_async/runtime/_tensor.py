@@ -74,7 +74,8 @@ class DeviceTensor:
     """
 
     __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams", "_freed",
-                 "_init", "_init_epoch", "_ready", "_home", "_manual", "_writer", "_readers", "__weakref__")
+                 "_init", "_init_epoch", "_ready", "_home", "_readhome", "_manual", "_writer", "_readers",
+                 "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceTensor cannot be constructed directly; use ChipWorker.alloc_tensor()")
@@ -94,9 +95,11 @@ class DeviceTensor:
         t._init = None  # the Launch of its initial copy, until known to have succeeded
         t._init_epoch = 0  # its stream's failure epoch when that copy was queued
         t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
-        # Hazard tracking (_hazards.py): the stream where an access needs nothing, the last
-        # write (stream, token, what) and the reads since, one per stream.
+        # Hazard tracking (_hazards.py): the stream where an access needs nothing, the stream
+        # where a read needs nothing, the last write (stream, token, what) and the reads since,
+        # one per stream.
         t._home = None
+        t._readhome = None
         t._manual = False
         t._writer = None
         t._readers = None
