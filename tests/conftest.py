@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers.kernels import KernelLib
@@ -55,6 +57,26 @@ def assert_no_device_memory(worker, timeout: float = 10.0) -> None:
     assert (stats.allocations, stats.in_use, stats.pending_frees) == (0, 0, 0), (
         f"device memory left: allocations={stats.allocations} in_use={stats.in_use} pending_frees={stats.pending_frees}"
     )
+
+
+@pytest.fixture
+def open_worker():
+    """Open sync-mode workers on the small device with some RunConfig fields; close them all after."""
+    opened = []
+
+    def make(**fields):
+        w = ChipWorker(RunConfig(**{**SMALL, **fields}))
+        opened.append(w)
+        return w
+
+    yield make
+    for w in opened:
+        w.close()
+
+
+def here() -> int:
+    """The caller's line number (where a racy call is made, for the sanitizer's message)."""
+    return sys._getframe(1).f_lineno
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ from pypto_async.errors import PtoArgumentError, PtoDependencyError, PtoRaceErro
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
 
+from conftest import here
+
 N = 64
-SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
 POISON = np.float32(-12345.0)
 
 
@@ -31,26 +31,6 @@ def rand(n: int = N) -> np.ndarray:
 
 def poisoned(n: int = N) -> np.ndarray:
     return np.full(n, POISON, np.float32)
-
-
-def here() -> int:
-    """The caller's line number (where a racy call is made, for the sanitizer's message)."""
-    return sys._getframe(1).f_lineno
-
-
-@pytest.fixture
-def open_worker():
-    """Open a sync-mode worker on the small device with some RunConfig fields; close them all after."""
-    opened = []
-
-    def make(**fields):
-        w = ChipWorker(RunConfig(**{**SMALL, **fields}))
-        opened.append(w)
-        return w
-
-    yield make
-    for w in opened:
-        w.close()
 
 
 def inferred(w) -> int:

@@ -21,32 +21,13 @@ from pypto_async.errors import PtoDependencyError, PtoError, PtoRaceError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
 
+from conftest import SMALL, here
+
 N = 64
-SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
 
 
 def rand(n: int = N) -> np.ndarray:
     return np.random.default_rng().standard_normal(n).astype(np.float32)
-
-
-def here() -> int:
-    """The caller's line number (where a racy call is made, for the sanitizer's message)."""
-    return sys._getframe(1).f_lineno
-
-
-@pytest.fixture
-def open_worker():
-    """Open a sync-mode worker on the small device with some RunConfig fields; close them all after."""
-    opened = []
-
-    def make(**fields):
-        w = ChipWorker(RunConfig(**{**SMALL, **fields}))
-        opened.append(w)
-        return w
-
-    yield make
-    for w in opened:
-        w.close()
 
 
 # -- the shared rule ------------------------------------------------------------------------------
