@@ -364,7 +364,25 @@ int pto_stream_record_ordering(pto_stream *s, pto_event *e, uint64_t token)
     return submit_record(s, e, true, false, token, "pto_stream_record_ordering");
 }
 
-static int submit_wait(pto_stream *s, pto_event *e, bool edge, bool quiet, uint64_t token, const char *fn)
+/*
+ * Fill and publish a wait on `node` (NULL: a no-op wait), in a slot taken
+ * with a dependency entry if node is set.  The caller's reference to node
+ * moves to the command.
+ */
+static int commit_wait(pto_stream *s, struct pto_cmd *cmd, struct pto_event_node *node, uint64_t event_id,
+                       bool peer, bool edge, uint64_t token)
+{
+    cmd->u.ev.node = node;
+    cmd->u.ev.event_id = event_id;
+    cmd->u.ev.peer = peer;
+    cmd->edge = edge;
+    if (node)
+        /* Its dependency entry was taken with the slot (or is, on entering the ring). */
+        atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
+    return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
+}
+
+static int submit_wait(pto_stream *s, pto_event *e, bool edge, uint64_t token, const char *fn)
 {
     int rc = check_stream(s, fn);
     if (rc)
@@ -387,20 +405,12 @@ static int submit_wait(pto_stream *s, pto_event *e, bool edge, bool quiet, uint6
             pti_event_node_unref(node);
         return rc;
     }
-    cmd->u.ev.node = node; /* the reference taken above moves to the command */
-    cmd->u.ev.event_id = e->id;
-    cmd->u.ev.peer = peer;
-    cmd->edge = edge;
-    cmd->quiet = quiet;
-    if (node)
-        /* Its dependency entry was taken with the slot (or is, on entering the ring). */
-        atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
-    return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
+    return commit_wait(s, cmd, node, e->id, peer, edge, token);
 }
 
 int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_wait(s, e, false, false, token, "pto_stream_wait_event");
+    return submit_wait(s, e, false, token, "pto_stream_wait_event");
 }
 
 int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token)
@@ -410,7 +420,7 @@ int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token)
 
 int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token)
 {
-    return submit_wait(s, e, true, false, token, "pto_stream_wait_edge");
+    return submit_wait(s, e, true, token, "pto_stream_wait_edge");
 }
 
 int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token)
@@ -445,13 +455,8 @@ int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_
         pti_event_node_unref(node);
         return rc; /* the record alone is harmless: a point nobody waits for */
     }
-    cmd->u.ev.node = node; /* the reference taken above moves to the command */
-    cmd->u.ev.event_id = e->id;
-    cmd->edge = true;
     cmd->quiet = true;
-    /* Its dependency entry was taken with the slot (or is, on entering the ring). */
-    atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
-    int waited = pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
+    int waited = commit_wait(s, cmd, node, e->id, false, true, token); /* the reference taken above */
     return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
 }
 

@@ -171,11 +171,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
             worker._hazards.check_hosts(stream, hosts, h._label)
         if joins is not None:  # the bind step's slow path: first uses, and edges across streams
-            hz = worker._hazards
-            if hz is not None:
-                hz.order(stream, joins, h._label, 0 if hosts is None else inputs(hosts))
-            else:
-                order(worker, stream, joins, h._label, 0)
+            order(worker, stream, joins, h._label, 0 if hosts is None else inputs(hosts))
         if hosts is None:
             tok = q.next_token
             q.next_token = tok + 1

@@ -501,18 +501,9 @@ class Hazards:
                     overflowed(q, src, 1)
                 if rc & QUEUED:
                     overflowed(q, stream, 1)
-            me = stream._id
             if self.mode != "off":  # only the sanitizer reads the clocks of ordering-only events
-                clock = stream._oclock
-                for s_id, v in src._oclock.items():
-                    if v > clock.get(s_id, 0) and s_id != me:
-                        clock[s_id] = v
-                clock[src._id] = tok
-            clock = stream._clock
-            for s_id, v in src._clock.items():
-                if v > clock.get(s_id, 0) and s_id != me:
-                    clock[s_id] = v
-            clock[src._id] = tok
+                _merge(stream._oclock, src._oclock, stream._id, src._id, tok)
+            _merge(stream._clock, src._clock, stream._id, src._id, tok)
         else:
             event = exact
             if event is None:
