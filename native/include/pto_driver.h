@@ -344,6 +344,19 @@ int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
  */
 #define PTO_EDGE_SRC_QUEUED 2
 int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token);
+/*
+ * pto_stream_wait_stream(s, src, e, edge_token) and then pto_stream_launch(s,
+ * k, blocks, args, nargs, token), in one call: the launch an inferred edge
+ * orders.  Nothing is queued unless both are valid.  Returns 0, or a positive
+ * mask: PTO_QUEUED (the launch went to s's overflow), PTO_EDGE_WAIT_QUEUED (the
+ * wait did, and so the launch), PTO_EDGE_SRC_QUEUED (the record went to
+ * src's); or a negative error (if the launch is refused the edge may stand: s
+ * waits for src's work, then for nothing).
+ */
+#define PTO_EDGE_WAIT_QUEUED 4
+int pto_stream_launch_after(pto_stream *s, pto_stream *src, pto_event *e, uint64_t edge_token,
+                            pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                            uint64_t token);
 /* Stream-ordered free of an allocation (see pto_mem_alloc for reuse). */
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token);
 /* A command that does nothing but complete its token in order. */

@@ -289,26 +289,34 @@ int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nby
     return pti_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
 }
 
-int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
-                      uint32_t nargs, uint64_t token)
+static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                        uint32_t nargs, const char *fn)
 {
-    int rc = check_stream(s, "pto_stream_launch");
+    int rc = check_stream(s, fn);
     if (rc)
         return rc;
     if (!k || k->dev != s->dev)
-        return pti_error(PTO_EINVAL, "pto_stream_launch: kernel is NULL or from another device");
+        return pti_error(PTO_EINVAL, "%s: kernel is NULL or from another device", fn);
     if (atomic_load_explicit(&k->unloaded, memory_order_acquire))
-        return pti_error(PTO_EINVAL, "pto_stream_launch: kernel %s was unloaded", k->name);
+        return pti_error(PTO_EINVAL, "%s: kernel %s was unloaded", fn, k->name);
     if (blocks == 0)
-        return pti_error(PTO_EINVAL, "pto_stream_launch: blocks must be >= 1");
+        return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
     if (nargs && !args)
-        return pti_error(PTO_EINVAL, "pto_stream_launch: NULL args with nargs=%u", nargs);
+        return pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
     if ((uint64_t)nargs * 8u > s->heap_size)
-        return pti_error(PTO_EINVAL, "pto_stream_launch: %u arguments exceed the %u-byte ring heap",
-                         nargs, s->heap_size);
+        return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
+                         s->heap_size);
+    return 0;
+}
+
+/* Queue a launch that check_launch accepted. */
+static int commit_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                         uint32_t nargs, uint64_t token, const char *fn)
+{
     struct pto_cmd *cmd;
     void *heap;
-    if ((rc = pti_slot_begin(s, "pto_stream_launch", nargs * 8u, false, &cmd, &heap)))
+    int rc = pti_slot_begin(s, fn, nargs * 8u, false, &cmd, &heap);
+    if (rc)
         return rc;
     if (nargs)
         memcpy(heap, args, (size_t)nargs * 8u);
@@ -318,6 +326,15 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     cmd->u.launch.blocks = blocks;
     cmd->u.launch.nargs = nargs;
     return pti_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
+}
+
+int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                      uint32_t nargs, uint64_t token)
+{
+    int rc = check_launch(s, k, blocks, args, nargs, "pto_stream_launch");
+    if (rc)
+        return rc;
+    return commit_launch(s, k, blocks, args, nargs, token, "pto_stream_launch");
 }
 
 static int submit_record(pto_stream *s, pto_event *e, bool ordering, bool edge, uint64_t token,
@@ -423,16 +440,22 @@ int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token)
     return submit_wait(s, e, true, token, "pto_stream_wait_edge");
 }
 
-int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token)
+static int check_edge(pto_stream *s, pto_stream *src, pto_event *e, const char *fn)
 {
-    const char *fn = "pto_stream_wait_stream";
     if (!s || !src || s == src || s->dev != src->dev || !e || e->dev != s->dev)
         return pti_error(PTO_EINVAL, "%s: two distinct streams and an event of one device expected", fn);
     int rc = check_stream(s, fn);
     if (rc)
         return rc;
-    if ((rc = check_stream(src, fn)))
-        return rc;
+    return check_stream(src, fn);
+}
+
+/*
+ * The edge check_edge accepted: a record on src and a quiet wait on s.  Returns
+ * a mask of PTO_EDGE_SRC_QUEUED and PTO_QUEUED (the wait's), or an error.
+ */
+static int commit_edge(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn)
+{
     /*
      * The record and the wait share one node, handed from one to the other
      * here: e only names it in traces (its own recording is left alone), so
@@ -442,7 +465,8 @@ int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_
     if (!node)
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     struct pto_cmd *cmd;
-    if ((rc = pti_slot_begin(src, fn, 0, false, &cmd, NULL))) {
+    int rc = pti_slot_begin(src, fn, 0, false, &cmd, NULL);
+    if (rc) {
         pti_event_node_unref(node);
         return rc;
     }
@@ -458,6 +482,51 @@ int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_
     cmd->quiet = true;
     int waited = commit_wait(s, cmd, node, e->id, false, true, token); /* the reference taken above */
     return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
+}
+
+/*
+ * Every command one call queues is stamped with the same submission time:
+ * on some hosts reading the clock costs as much as queueing a command.
+ */
+static uint64_t stamp_begin(void)
+{
+    uint64_t outer = pti_submit_ns;
+    if (!outer)
+        pti_submit_ns = pto_now_ns();
+    return outer;
+}
+
+int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token)
+{
+    const char *fn = "pto_stream_wait_stream";
+    int rc = check_edge(s, src, e, fn);
+    if (rc)
+        return rc;
+    uint64_t outer = stamp_begin();
+    rc = commit_edge(s, src, e, token, fn);
+    pti_submit_ns = outer;
+    return rc;
+}
+
+int pto_stream_launch_after(pto_stream *s, pto_stream *src, pto_event *e, uint64_t edge_token,
+                            pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                            uint64_t token)
+{
+    const char *fn = "pto_stream_launch_after";
+    int rc = check_edge(s, src, e, fn);
+    if (rc || (rc = check_launch(s, k, blocks, args, nargs, fn)))
+        return rc;
+    uint64_t outer = stamp_begin();
+    int edge = commit_edge(s, src, e, edge_token, fn);
+    if (edge < 0) {
+        pti_submit_ns = outer;
+        return edge;
+    }
+    rc = commit_launch(s, k, blocks, args, nargs, token, fn);
+    pti_submit_ns = outer;
+    if (rc < 0)
+        return rc; /* the edge alone is harmless: s waits for src's work, then for nothing */
+    return (edge & PTO_EDGE_SRC_QUEUED) | (edge & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
 }
 
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)

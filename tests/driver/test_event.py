@@ -9,7 +9,7 @@ from helpers import held, new_token
 from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
 from pypto_async.errors import PtoTryAgain
 
-from .util import alloc, d2h, h2d, new_event, notify, sync
+from .util import alloc, builtin, d2h, h2d, new_event, notify, sync
 
 
 @pytest.fixture
@@ -266,6 +266,85 @@ def test_wait_stream_refuses_one_stream_or_two_devices(dev, open_dev, stream, ne
     with pytest.raises(PtoArgumentError):
         check(lib.pto_stream_wait_stream(out[0], stream, event, 0))
     lib.pto_stream_destroy(out[0])
+
+
+# -- pto_stream_launch_after: an inferred edge and the launch it orders, in one call -----------------
+
+
+def _args(*values):
+    return ffi.new("uint64_t[]", [int(v) for v in values])
+
+
+def test_launch_after_runs_after_the_other_streams_work(dev, cq, stream, stream2, event, rng):
+    n = 4097
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    out = np.full(n, np.nan, dtype=np.float32)
+    pa, pb, po = alloc(dev, 4 * n, stream), alloc(dev, 4 * n, stream), alloc(dev, 4 * n, stream)
+    h2d(stream, po, out)  # poisoned
+    add, t = builtin(dev, "add_f32"), new_token()
+    with held(dev, stream):
+        h2d(stream, pa, a)
+        h2d(stream, pb, b)
+        assert lib.pto_stream_launch_after(stream2, stream, event, new_token(), add, 3,
+                                           _args(pa, pb, po, n), 4, t) == 0
+        assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
+        cq.drain_all()
+        assert t not in cq
+    assert cq.wait(t)[t].status == 0
+    d2h(stream2, out, po)
+    sync(stream2)
+    np.testing.assert_array_equal(out, a + b)
+    for p in (pa, pb, po):
+        check(lib.pto_stream_free(stream2, p, 0))
+    sync(stream2)
+
+
+def test_launch_after_queues_nothing_unless_both_are_valid(dev, stream, stream2, event):
+    from pypto_async.errors import PtoArgumentError
+
+    noop = builtin(dev, "noop")
+    before = (lib.pto_stream_accepted(stream), lib.pto_stream_accepted(stream2))
+    with pytest.raises(PtoArgumentError, match="blocks"):
+        check(lib.pto_stream_launch_after(stream2, stream, event, 0, noop, 0, ffi.NULL, 0, 0))
+    with pytest.raises(PtoArgumentError, match="distinct streams"):
+        check(lib.pto_stream_launch_after(stream, stream, event, 0, noop, 1, ffi.NULL, 0, 0))
+    assert (lib.pto_stream_accepted(stream), lib.pto_stream_accepted(stream2)) == before
+
+
+def test_launch_after_carries_a_failure_to_the_launch(dev, cq, stream, stream2, event):
+    fail_t, wait_t, launch_t = new_token(), new_token(), new_token()
+    with held(dev, stream):
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, fail_t)
+        check(lib.pto_stream_launch_after(stream2, stream, event, wait_t, builtin(dev, "noop"), 1,
+                                          ffi.NULL, 0, launch_t))
+    got = cq.wait(fail_t, wait_t, launch_t)
+    assert got[fail_t].status == -lib.PTO_EFAULT
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[launch_t].status == -lib.PTO_EDEP and got[launch_t].cause_token == fail_t
+
+
+def test_launch_after_reports_what_went_to_overflow(open_dev, new_stream):
+    """Behind a latch a 4-slot ring fills: the mask says which of the three commands waited."""
+    dev = open_dev(ring_task_window=4)
+    src, dst = new_stream(device=dev), new_stream(device=dev)
+    for s in (src, dst):
+        check(lib.pto_stream_set_overflow(s, 1))
+    event = new_event(dev)
+    noop, seen = builtin(dev, "noop"), set()
+    with held(dev, src) as h:
+        h.hold(dst)
+        for _ in range(6):
+            rc = lib.pto_stream_launch_after(dst, src, event, 0, noop, 1, ffi.NULL, 0, 0)
+            assert rc >= 0
+            seen.add(rc)
+    sync(src)
+    sync(dst)
+    lib.pto_event_destroy(event)
+    for s in (src, dst):
+        lib.pto_stream_destroy(s)
+    assert 0 in seen  # room at first
+    assert lib.PTO_EDGE_SRC_QUEUED | lib.PTO_EDGE_WAIT_QUEUED | lib.PTO_QUEUED in seen  # all three, later
 
 
 def test_an_edge_record_and_wait_pass_injected_failures_by(dev, cq, stream, stream2, event):
