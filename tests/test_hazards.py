@@ -329,6 +329,27 @@ def test_a_stream_runs_again_after_a_failure_came_along_an_inferred_edge(worker,
         t.free()
 
 
+@pytest.mark.anyio
+async def test_crossing_launches_stay_ordered_when_the_rings_overflow(kernels):
+    # Each launch and its inferred edge are one driver call; behind a latch the 4-slot rings
+    # fill, so the record, the wait and the launch of later calls wait in the driver's overflow.
+    async with ChipWorker(RunConfig(**{**SMALL, "ring_task_window": 4, "cores": 1})) as w:
+        inc = w.register(kernels.get("inc", N))
+        s1, s2 = w.stream(), w.stream()
+        x = rand()
+        t = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+        await s1
+        before = w.stats()
+        with hold(s1):
+            launches = [inc.submit(t, stream=(s1, s2)[i % 2]) for i in range(40)]
+            assert w.stats().backpressure_waits > before.backpressure_waits  # the overflow took some
+        for launch in launches:
+            await launch.wait()
+        assert w.stats().inferred_waits - before.inferred_waits == 39
+        np.testing.assert_allclose(await t.to_host(), x + 40, rtol=1e-6)
+        t.free()
+
+
 def test_ordering_holds_while_the_writer_waits_in_its_fifo(open_worker, kernels):
     # The writer waits on the host for device memory (its stream's FIFO); the reader on another
     # stream is queued after it and must still see its result.

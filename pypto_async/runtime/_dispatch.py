@@ -52,7 +52,7 @@ from ..errors import PtoArgumentError
 from ._complete import service
 from ._context import capture_of, current_worker, stream_stack
 from ._group import group_commands, group_flags, inputs
-from ._hazards import order
+from ._hazards import fused_overflow, order
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -170,15 +170,28 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             mem.free_deferred_locked()
         if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
             worker._hazards.check_hosts(stream, hosts, h._label)
+        edge = None
         if joins is not None:  # the bind step's slow path: first uses, and edges across streams
-            order(worker, stream, joins, h._label, 0 if hosts is None else inputs(hosts))
+            hz = worker._hazards
+            if hz is None:
+                order(worker, stream, joins, h._label, 0)
+            elif hosts is None:
+                edge = hz.order(stream, joins, h._label, 0, h._after is not None)
+            else:
+                hz.order(stream, joins, h._label, inputs(hosts))
         if hosts is None:
             tok = q.next_token
             q.next_token = tok + 1
             q.pending[tok] = launch
             stream._last = tok
             if not stream._fifo:
-                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                if edge is None:
+                    rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                else:  # behind its one inferred edge (_hazards.Hazards.order)
+                    rc = h._after(stream._ptr, edge[0], edge[1], edge[2], h._kptr, h._blocks, values,
+                                  h._nargs, tok)
+                    if rc > QUEUED:
+                        rc = fused_overflow(q, stream, edge[3], rc)
                 if not rc:
                     launch._entered = True
                 elif rc == QUEUED:  # the driver keeps it until the ring has room

@@ -86,7 +86,7 @@ from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
 from ._submit import overflowed, token
 
-__all__ = ["Hazards", "order", "read_home", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+__all__ = ["Hazards", "order", "fused_overflow", "read_home", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -96,6 +96,7 @@ _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
 _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
 _wait_stream = lib.pto_stream_wait_stream
 _SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
+_WAIT_QUEUED = lib.PTO_EDGE_WAIT_QUEUED
 
 # The workers whose ordering is manual in this task (``with w.manual_deps():``).
 _manual: contextvars.ContextVar[tuple] = contextvars.ContextVar("pypto_async_manual_deps", default=())
@@ -177,6 +178,15 @@ def order(worker, stream, accesses: list, label: str, offset: int) -> None:
     hz.order(stream, accesses, label, offset)
 
 
+def fused_overflow(q, stream, src, rc: int) -> int:
+    """Account the commands of a ``pto_stream_launch_after`` that went to overflow; the launch's part of `rc`."""
+    if rc & _SRC_QUEUED:
+        overflowed(q, src, 1)
+    if rc & _WAIT_QUEUED:
+        overflowed(q, stream, 1)
+    return rc & QUEUED
+
+
 def read_home(worker, stream, accesses: list) -> None:
     """After :func:`order`: `stream` reads these tensors again with nothing to order (lock held).
 
@@ -233,21 +243,28 @@ class Hazards:
 
     # -- the slow path of the bind step (lock held) ---------------------------------------------
 
-    def order(self, stream, accesses: list, label: str, offset: int) -> None:
+    def order(self, stream, accesses: list, label: str, offset: int, fuse: bool = False):
         """Decide the edges of one call's accesses, insert them, then note the accesses (lock held).
 
         The path of automatic ordering with the sanitizer off, kept short: it
         runs for every launch whose tensors cross streams.  Everything else
         (the sanitizer, manual ordering) takes :meth:`_order_general`, which
         obeys the same rule.
+
+        With `fuse` (a launch with no host arrays, about to be queued with
+        ``pto_stream_launch_after``), a lone edge that one driver call can
+        make is left to that call: returns its ``(src pointer, event, token,
+        src)``, its token handed out and the clocks merged.  Otherwise None.
         """
         region = _regions[0] and self.worker in _manual.get()
         if not self.fast or region:
             self._order_general(stream, accesses, label, offset, bool(region))
-            return
+            return None
         clock = stream._clock
-        waits = None  # stream -> (position, exact event): the latest of its accesses to wait for
-        firsts = None
+        # The streams to wait for: the first as three names (most calls have at most one), the
+        # rest in `waits`, stream -> (position, exact event): the latest of its accesses.
+        src1 = exact1 = waits = firsts = None
+        pos1 = 0
         for acc in accesses:
             t = acc[0]
             if stream not in t._streams:
@@ -269,19 +286,19 @@ class Hazards:
                     t._readers = None
                 if clock.get(home._id, 0) > pos:
                     self.skipped += 1  # implied by a wait queued on `stream` already
-                elif waits is None:
-                    waits = {home: (pos, exact)}
+                elif src1 is None:
+                    src1, pos1, exact1 = home, pos, exact
                 else:
-                    self._need(waits, home, pos, exact)
+                    waits = self._need(waits, src1, pos1, exact1, home, pos, exact)
                 continue
             w = t._writer
             if w is not None and w[0] is not stream:  # RAW, or WAW: any access after a write
                 if clock.get(w[0]._id, 0) > w[1]:
                     self.skipped += 1
-                elif waits is None:
-                    waits = {w[0]: (w[1], w[3])}
+                elif src1 is None:
+                    src1, pos1, exact1 = w[0], w[1], w[3]
                 else:
-                    self._need(waits, w[0], w[1], w[3])
+                    waits = self._need(waits, src1, pos1, exact1, w[0], w[1], w[3])
             if writes and t._readers:  # WAR
                 rhome = t._readhome
                 for r in t._readers.values():
@@ -290,15 +307,22 @@ class Hazards:
                         pos = src._last if src is rhome else r[1]  # (reads there went unnoted)
                         if clock.get(src._id, 0) > pos:
                             self.skipped += 1
-                        elif waits is None:
-                            waits = {src: (pos, None)}
+                        elif src1 is None:
+                            src1, pos1, exact1 = src, pos, None
                         else:
-                            self._need(waits, src, pos, None)
+                            waits = self._need(waits, src1, pos1, exact1, src, pos, None)
+        edge = None
         if waits is not None:
             if len(waits) > 1:
                 self._prune(waits)
             for src, (_, exact) in waits.items():
                 self._wait(stream, src, exact)
+        elif src1 is not None:
+            if fuse and exact1 is None and firsts is None and not stream._fifo and not src1._fifo \
+                    and not src1._closed:
+                edge = self._edge(stream, src1)
+            else:
+                self._wait(stream, src1, exact1)
         if firsts is not None:
             for t in firsts:
                 _first_use(t, stream)
@@ -318,14 +342,21 @@ class Hazards:
                     t._readers = {stream: (stream, pos, None, None)}
                 else:
                     readers[stream] = (stream, pos, None, None)
+        return edge
 
-    def _need(self, waits: dict, src, pos: int, exact) -> None:
-        """Add a wait for `src`'s access at `pos` to `waits` (one wait per stream and call)."""
+    def _need(self, waits, src1, pos1: int, exact1, src, pos: int, exact) -> dict:
+        """A second stream (or access) to wait for: `waits` made (with the first) if None, and returned.
+
+        One wait per stream and call: two accesses on one stream combine.
+        """
+        if waits is None:
+            waits = {src1: (pos1, exact1)}
         if src in waits:
             self.skipped += 1
             waits[src] = _combine(waits[src], pos, exact)
         else:
             waits[src] = (pos, exact)
+        return waits
 
     def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
         """:meth:`order` where the sanitizer is on or ordering may be manual: check or insert, then note.
@@ -484,40 +515,61 @@ class Hazards:
         That token is the edge's mark in the clocks: every command of `src`
         before the record has a smaller one.
         """
-        q = self.queue
-        tok = q.next_token
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            event = src._hz_event
-            if event is None:
-                out = ffi.new("pto_event **")
-                check(lib.pto_event_create(q.dev, out), "pto_event_create")
-                event = src._hz_event = out[0]
-            q.next_token = tok + 1
+            _, event, tok, _ = self._edge(stream, src)
             rc = _wait_stream(stream._ptr, src._ptr, event, tok)
             if rc:
                 if rc < 0:
                     check(rc, "queueing an inferred wait")
                 if rc & _SRC_QUEUED:
-                    overflowed(q, src, 1)
+                    overflowed(self.queue, src, 1)
                 if rc & QUEUED:
-                    overflowed(q, stream, 1)
-            if self.mode != "off":  # only the sanitizer reads the clocks of ordering-only events
-                _merge(stream._oclock, src._oclock, stream._id, src._id, tok)
-            _merge(stream._clock, src._clock, stream._id, src._id, tok)
-        else:
-            event = exact
+                    overflowed(self.queue, stream, 1)
+            return
+        event = exact
+        if event is None:
+            event = src._final if src._closed else src._record_locked(edge=True)
             if event is None:
-                event = src._final if src._closed else src._record_locked(edge=True)
-                if event is None:
-                    return
-                tok = q.next_token
-            stream._wait_locked(event, edge=True)
+                return
+        tok = self.queue.next_token
+        stream._wait_locked(event, edge=True)
+        self._count(tok)
+
+    def _edge(self, stream, src) -> tuple:
+        """The edge of one driver call from `src`'s tail to `stream`, clocks merged and counted.
+
+        Returns ``(src pointer, event, token, src)``; the caller queues it
+        next, with ``pto_stream_wait_stream`` or ``pto_stream_launch_after``.
+        (The driver refuses an edge only on a device that is lost or closing,
+        after which nothing runs to order.)
+        """
+        q = self.queue
+        tok = q.next_token
+        q.next_token = tok + 1
+        event = src._hz_event
+        if event is None:
+            out = ffi.new("pto_event **")
+            check(lib.pto_event_create(q.dev, out), "pto_event_create")
+            event = src._hz_event = out[0]
+        if self.mode != "off":  # only the sanitizer reads the clocks of ordering-only events
+            _merge(stream._oclock, src._oclock, stream._id, src._id, tok)
+        _merge(stream._clock, src._clock, stream._id, src._id, tok)
         self.inferred += 1
-        if self.recorder is not None and self.recorder.graph_tags is not None:  # tracing: an inferred arrow
-            kept = self.inferred_tokens
-            kept[tok] = None
-            if len(kept) > _KEEP_INFERRED:
-                del kept[next(iter(kept))]
+        if self.recorder is not None and self.recorder.graph_tags is not None:
+            self._keep(tok)
+        return src._ptr, event, tok, src
+
+    def _count(self, tok: int) -> None:
+        """One inferred wait, with token `tok`: counted, and kept for the trace's arrows when tracing."""
+        self.inferred += 1
+        if self.recorder is not None and self.recorder.graph_tags is not None:
+            self._keep(tok)
+
+    def _keep(self, tok: int) -> None:
+        kept = self.inferred_tokens
+        kept[tok] = None
+        if len(kept) > _KEEP_INFERRED:
+            del kept[next(iter(kept))]
 
     # -- the sanitizer ------------------------------------------------------------------------------
 

@@ -88,7 +88,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_launch",
-                 "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
+                 "_after", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
                  "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -102,6 +102,8 @@ class KernelHandle:
         h._kptr = kptr
         # The driver call that queues one launch: (stream, kernel, blocks, args, nargs, token).
         h._launch = launch
+        # The same launch behind an inferred edge, in one driver call (None: two calls).
+        h._after = lib.pto_stream_launch_after if launch is lib.pto_stream_launch else None
         h._name = name
         h._binder = Binder(compiled.params, name)
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)

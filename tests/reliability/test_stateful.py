@@ -92,6 +92,9 @@ class RuntimeVsModel(RuleBasedStateMachine):
 
     #: Rings large enough that nothing waits in a stream FIFO.
     RING = {"ring_task_window": 1024, "ring_dep_pool": 1024}
+    #: The sanitizer's mode for the worker (None: the suite's, raising).  Off, automatic ordering
+    #: takes its short path (``Hazards.order``), the one users run by default.
+    SANITIZE = None
     #: Whether the program injects copy faults and launches the failing kernel.
     FAULTS = True
     #: Whether a dependency error must carry its first failure as ``__cause__``.
@@ -102,7 +105,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.worker = ChipWorker(dict(SMALL, **self.RING))
+        self.worker = ChipWorker(dict(SMALL, **self.RING, sanitize=self.SANITIZE))
         self.loop.run_until_complete(self.worker.open())
         self.streams = [self.worker.default_stream] + [self.worker.stream() for _ in range(STREAMS - 1)]
         self.handles = {name: self.worker.register(_kernel_lib.get(name, N)) for name in KERNEL_NAMES}
@@ -426,7 +429,23 @@ class RuntimeVsModelBackPressure(RuntimeVsModel):
     FAULTS = True
 
 
+class RuntimeVsModelShortPath(RuntimeVsModel):
+    """The same programs with the sanitizer off: automatic ordering's short path, not the general one."""
+
+    SANITIZE = "off"
+
+
+class RuntimeVsModelShortPathBackPressure(RuntimeVsModelBackPressure):
+    """The short path with 8-slot rings: edges and launches wait in the driver's overflow and in FIFOs."""
+
+    SANITIZE = "off"
+
+
 RuntimeVsModel.TestCase.settings = PROFILE
 RuntimeVsModelBackPressure.TestCase.settings = PROFILE
+RuntimeVsModelShortPath.TestCase.settings = PROFILE
+RuntimeVsModelShortPathBackPressure.TestCase.settings = PROFILE
 test_runtime_matches_model = RuntimeVsModel.TestCase
 test_runtime_matches_model_with_backpressure = RuntimeVsModelBackPressure.TestCase
+test_runtime_matches_model_on_the_short_path = RuntimeVsModelShortPath.TestCase
+test_runtime_matches_model_on_the_short_path_with_backpressure = RuntimeVsModelShortPathBackPressure.TestCase
