@@ -64,7 +64,9 @@ from ._wait import block_until
 __all__ = ["dispatch", "default_worker", "launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
-_SERVICE_MASK = 63  # the hot path runs the completion service itself every 64 tokens
+# The hot path runs the completion service itself once per this many tokens (however many each
+# launch takes: an inferred edge takes one too).
+_SERVICE_EVERY = 64
 
 _default = None
 _default_lock = threading.Lock()
@@ -203,9 +205,10 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             else:  # behind a host condition: wait in the stream's FIFO
                 hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
                      launch, F_DATA | F_LAST, None)
-            if not tok & _SERVICE_MASK and q.pump.can_serve_inline():
+            if tok >= q.serve_at and q.pump.can_serve_inline():
+                q.serve_at = tok + _SERVICE_EVERY
                 service(q)
-                if submit_only and q.pump.turn_due(_SERVICE_MASK + 1):
+                if submit_only and q.pump.turn_due(_SERVICE_EVERY):
                     mark_turn(launch)  # nor the rest of the loop: its await yields once
         else:
             launch_group(worker, h, stream, values, hosts, launch)

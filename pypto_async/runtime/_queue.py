@@ -131,7 +131,7 @@ class CommandQueue:
     """
 
     __slots__ = ("dev", "lock", "pump", "alive", "check_open", "on_service", "pending", "next_token",
-                 "backlog", "failures", "sync_points", "idle_waiters", "completions", "wakeups",
+                 "serve_at", "backlog", "failures", "sync_points", "idle_waiters", "completions", "wakeups",
                  "fifo_waits", "loop_warned", "cq", "cq_view")
 
     def __init__(self, dev, lock, pump, alive, check_open):
@@ -143,6 +143,7 @@ class CommandQueue:
         self.on_service = _nothing
         self.pending: dict[int, object] = {}
         self.next_token = 1
+        self.serve_at = 0  # the token from which the hot path runs the completion service itself
         self.backlog: BacklogClock = BacklogClock()  # also times back-pressure waits
         self.failures: dict[int, BaseException] = {}
         self.sync_points: deque = deque()

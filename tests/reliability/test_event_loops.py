@@ -104,6 +104,37 @@ async def test_a_producer_loop_lets_the_event_loop_run(rel_kernels, device):
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("shift", [0, 1], ids=["even-tokens", "odd-tokens"])
+async def test_a_producer_loop_across_streams_lets_the_event_loop_run(rel_kernels, shift):
+    """``await h.submit(t)`` alternating two streams: every launch takes an inferred edge's token too.
+
+    So the launches' tokens are all even or all odd (`shift`): neither may keep the loop waiting.
+    """
+    cfg = RunConfig(ring_task_window=1 << 14, ring_heap=1 << 18, ring_dep_pool=1 << 14, cores=1,
+                    copy_engines=1, device_memory=16 << 20)
+    async with ChipWorker(cfg) as w:
+        h = w.register(rel_kernels.get("inc", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        streams = (w.stream(), w.stream())
+        other = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        for _ in range(shift):
+            await h.submit(other)  # one token more before the loop
+
+        async def produce(step):
+            for i in range(PRODUCED):
+                await h.submit(t, stream=streams[i % 2])
+                step()
+
+        ticks, longest = await _tick_through(produce)
+        for s in streams:
+            await s
+        assert w.stats().inferred_waits >= PRODUCED - 1
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, PRODUCED, np.float32))
+    assert longest < BETWEEN_TICKS, longest
+    assert ticks >= PRODUCED // BETWEEN_TICKS, ticks
+
+
+@pytest.mark.anyio
 async def test_awaiting_finished_launches_in_a_loop_lets_the_event_loop_run(rel_config, rel_kernels):
     """``await launch``, ``launch.wait()`` and ``launch.submitted()`` of finished launches, in a row."""
     async with ChipWorker(rel_config) as w:
