@@ -21,8 +21,8 @@ timed:
     work, without the simulated device's threads (which share the host's
     cores) competing with it.  So is the floor under the figure: the same
     launches made straight through the driver (no runtime, no completion
-    records), with and without ``pto_stream_wait_stream``, the one driver
-    call an inferred edge costs.
+    records), as plain launches and as ``pto_stream_launch_after``, the
+    driver call that queues an inferred edge with its launch.
 ``sanitizer``
     The cost per launch of ``sanitize="raise"`` (no target: a debugging
     mode), on one stream, and crossing streams with the waits written by hand.
@@ -100,16 +100,14 @@ def _crossing(w, noop, t, n: int, s1, s2, explicit: bool) -> tuple[float, float]
 def _driver_only(w, noop, t, n: int, s1, s2, events, edges: bool) -> float:
     """The crossing launches queued straight through the driver: what the driver alone costs."""
     launch, kptr, blocks, values = noop._launch, noop._kptr, noop._blocks, [t._ptr]
+    after = driver.pto_stream_launch_after
     p1, p2 = s1._ptr, s2._ptr
     e1, e2 = events
-    edge = driver.pto_stream_wait_stream
     c0 = time.thread_time_ns()
     if edges:
         for _ in range(n // 2):
-            edge(p1, p2, e2, 0)
-            launch(p1, kptr, blocks, values, 1, 0)
-            edge(p2, p1, e1, 0)
-            launch(p2, kptr, blocks, values, 1, 0)
+            after(p1, p2, e2, 0, kptr, blocks, values, 1, 0)
+            after(p2, p1, e1, 0, kptr, blocks, values, 1, 0)
     else:
         for _ in range(n // 2):
             launch(p1, kptr, blocks, values, 1, 0)
@@ -205,7 +203,7 @@ def rows(r: dict) -> list[dict]:
             r["crossing_added_us"] <= 0.6),
         row("auto_deps, crossing streams: submitting thread's CPU added per launch", r["crossing_cpu_added_us"],
             r["crossing_cpu_reference_us"], "auto_deps=False, no waits, thread CPU per launch"),
-        row("the driver alone, crossing streams: its edge call added per launch (thread CPU)",
+        row("the driver alone, crossing streams: the edge added per launch (thread CPU)",
             r["driver_edge_added_us"], med["driver/launches"], "the same launches through the driver, no edges"),
         row("waits by hand, crossing streams: added per launch",
             med["crossing/manual_waits"] - med["crossing/manual_unordered"], med["crossing/manual_unordered"],

@@ -1,7 +1,8 @@
 /*
  * Description: device-wide state changes racing submitters.  Three threads
  * submit groups of work (copies, spin launches, cross-stream event waits,
- * inferred edges onto each other's streams (pto_stream_wait_stream), latches, stream-ordered frees, notifies) while
+ * inferred edges onto each other's streams (pto_stream_wait_stream, and
+ * pto_stream_launch_after), latches, stream-ordered frees, notifies) while
  *   phase 1: a fourth thread calls pto_device_cancel at random moments, and
  *   phase 2: a fourth thread marks the device lost partway through.
  * Every token must complete exactly once with a status the phase allows,
@@ -172,7 +173,13 @@ static void *submitter(void *arg)
         }
         int copies = SUBMIT(w, pto_stream_copy_h2d, w->s, a, w->src, NBYTES);
         uint64_t us[1] = {t_rand_range(&w->rng, 1, 30)};
-        SUBMIT(w, pto_stream_launch, w->s, k_spin, 2, us, 1);
+        if (t_rand_range(&w->rng, 0, 2) == 0) {
+            /* The launch behind an inferred edge from another submitter's stream, in one call. */
+            int other = (w->idx + 1 + (int)t_rand_range(&w->rng, 0, NSUB - 2)) % NSUB;
+            SUBMIT(w, pto_stream_launch_after, w->s, streams[other], events[other], 0, k_spin, 2, us, 1);
+        } else {
+            SUBMIT(w, pto_stream_launch, w->s, k_spin, 2, us, 1);
+        }
         copies |= SUBMIT(w, pto_stream_copy_d2d, w->s, b, a, NBYTES);
         copies |= SUBMIT(w, pto_stream_copy_d2h, w->s, w->dst, b, NBYTES);
         SUBMIT(w, pto_stream_record, w->s, events[w->idx]);
