@@ -650,11 +650,13 @@ def test_the_sanitizer_catches_a_use_of_memory_freed_on_another_stream(open_work
     w.sync(timeout=10)
 
 
-def test_inferred_waits_are_marked_in_the_trace(tmp_path, worker, kernels):
+@pytest.mark.parametrize("sanitize", ["raise", "off"], ids=["general-path", "short-path"])
+def test_inferred_waits_are_marked_in_the_trace(tmp_path, open_worker, kernels, sanitize):
     import json
 
     from pypto_async.runtime._trace import Trace
 
+    worker = open_worker(sanitize=sanitize)  # off: the edge goes in with its launch, in one call
     scale = worker.register(kernels.get("scale", N))
     s1, s2 = worker.stream(), worker.stream()
     src = worker.alloc_tensor(N, np.float32, init=rand(), stream=s1)
