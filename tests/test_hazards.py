@@ -8,6 +8,7 @@ overwritten data), and checks the numbers against numpy on random data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import threading
@@ -21,13 +22,24 @@ from pypto_async.errors import PtoDependencyError, PtoError, PtoRaceError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
 
-from conftest import SMALL, here
+from conftest import SMALL, assert_no_device_memory, here
 
 N = 64
 
 
 def rand(n: int = N) -> np.ndarray:
     return np.random.default_rng().standard_normal(n).astype(np.float32)
+
+
+@pytest.fixture(params=["raise", "off"], ids=["general-path", "short-path"])
+def worker(request, config):
+    """Both ways automatic ordering runs: beside the sanitizer (the suite's), and on its own.
+
+    Users run the second by default, where ``Hazards.order`` takes its short path.
+    """
+    with ChipWorker(dataclasses.replace(config, sanitize=request.param)) as w:
+        yield w
+        assert_no_device_memory(w)
 
 
 # -- the shared rule ------------------------------------------------------------------------------

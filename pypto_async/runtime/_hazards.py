@@ -9,7 +9,8 @@ that orders two accesses is the one the tasks of a program obey
 runs its commands in order); only accesses on different streams need an
 edge, and an edge is a device-side wait: an event recorded on the earlier
 access's stream, waited for on the later one (one driver call,
-``pto_stream_wait_stream``, when neither stream holds work on the host).
+``pto_stream_wait_stream``, when neither stream holds work on the host; a
+launch's lone edge goes in with the launch, ``pto_stream_launch_after``).
 No host round trip, and no Python on a driver thread.  An edge's commands
 are the runtime's, not the user's: an injected failure (``fail_next``)
 passes them by and hits the user's next command.
@@ -86,7 +87,8 @@ from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
 from ._submit import overflowed, token
 
-__all__ = ["Hazards", "order", "fused_overflow", "read_home", "mark", "merge_clock", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+__all__ = ["Hazards", "order", "fused_overflow", "read_home", "mark", "merge_clock", "manual_region",
+           "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
