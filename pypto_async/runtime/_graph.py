@@ -67,6 +67,7 @@ __all__ = ["Graph"]
 _replay_fn = lib.pto_graph_replay  # bound once: every replay calls it
 _NULL = ffi.NULL
 _USE = {"r": 1, "w": 2, "rw": 3}  # PTO_GRAPH_READ / PTO_GRAPH_WRITE
+_SERVICE_EVERY = 256  # tokens between the completion services replays run inline (at least)
 
 
 class _AfterHeld:
@@ -360,7 +361,9 @@ class Graph:
                 tags.append((tok, tok + self._span - 1, self._name, self._edges))
             # As the launch path does every 64 tokens: a producer that never suspends still
             # drains completions now and then (here every 256 tokens), and gives the loop turns.
-            if tok >> 8 != (tok + self._span) >> 8 and q.pump.can_serve_inline():
+            end = tok + self._span
+            if end > q.serve_at and q.pump.can_serve_inline():
+                q.serve_at = end + _SERVICE_EVERY
                 service(q)
                 if submit_only and q.pump.turn_due(1):
                     mark_turn(launch)

@@ -135,6 +135,42 @@ async def test_a_producer_loop_across_streams_lets_the_event_loop_run(rel_kernel
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("shift", range(4))
+async def test_a_replay_loop_across_streams_lets_the_event_loop_run(rel_kernels, shift):
+    """``await g.submit(stream=...)`` alternating two streams: each replay takes an edge's token too.
+
+    A one-launch replay takes three tokens, its edge a fourth: over the four alignments (`shift`)
+    none may keep the loop waiting.
+    """
+    cfg = RunConfig(ring_task_window=1 << 14, ring_heap=1 << 18, ring_dep_pool=1 << 14, cores=1,
+                    copy_engines=1, device_memory=16 << 20)
+    async with ChipWorker(cfg) as w:
+        h = w.register(rel_kernels.get("inc", N))
+        s0, s1, s2 = w.stream(), w.stream(), w.stream()
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=s1)
+        with w.capture(name="inc", stream=s0) as cap:
+            h(t, stream=s0)
+        g = cap.graph
+        other = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        for _ in range(shift):
+            await h.submit(other)  # one token more before the loop
+
+        async def produce(step):
+            for i in range(PRODUCED // 2):
+                await g.submit(stream=(s1, s2)[i % 2])
+                step()
+
+        ticks, longest = await _tick_through(produce)
+        for s in (s1, s2):
+            await s
+        assert w.stats().inferred_waits >= PRODUCED // 2 - 1
+        np.testing.assert_array_equal(await t.to_host(), np.full(N, PRODUCED // 2, np.float32))
+        g.close()
+    assert longest < BETWEEN_TICKS, longest
+    assert ticks >= PRODUCED // 2 // BETWEEN_TICKS, ticks
+
+
+@pytest.mark.anyio
 async def test_awaiting_finished_launches_in_a_loop_lets_the_event_loop_run(rel_config, rel_kernels):
     """``await launch``, ``launch.wait()`` and ``launch.submitted()`` of finished launches, in a row."""
     async with ChipWorker(rel_config) as w:
