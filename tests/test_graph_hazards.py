@@ -825,3 +825,22 @@ def test_a_replay_refuses_one_tensor_bound_to_two_inputs_unless_both_read(worker
     g.close()
     for t in (xd, td, yd):
         t.free()
+
+
+@pytest.mark.pto_races
+def test_aliased_bindings_are_the_users_business_without_ordering(open_worker, kernels):
+    # With auto_deps and the sanitizer both off nothing tracks the accesses, so a replay takes
+    # the bindings it would refuse otherwise: the ordering is the program's own.
+    w = open_worker(auto_deps=False, sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s0, s1, s2 = w.stream(), w.stream(), w.stream()
+    x = rand()
+    xd = w.alloc_tensor(N, np.float32, init=x, stream=s0)
+    td = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    yd = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s0)
+    g = _apart_graph(w, scale, s0, s1, s2)
+    g.replay(x=xd, t=td, b=td, y=yd)  # refused with ordering tracked (above)
+    np.testing.assert_allclose(td.numpy(), 2 * x, rtol=1e-6)  # the write; the read raced it
+    g.close()
+    for t in (xd, td, yd):
+        t.free()
