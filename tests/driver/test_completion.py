@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 
 import pytest
 
@@ -110,11 +111,17 @@ def test_wait_token_releases_the_gil(dev, cq, stream):
 def test_device_counters_move(dev, cq, stream):
     st0 = device_stats(dev)
     toks = [new_token() for _ in range(5)]
+    notify(stream, 0)  # first: the records waited for below come after it completed
     for t in toks:
         notify(stream, t)
-    notify(stream, 0)
     cq.wait(*toks)
     st = device_stats(dev)
+    # The counter is bumped just after a command's head moves, so a later command's record can
+    # overtake the bump by a few instructions: wait (bounded) for the count, do not race it.
+    deadline = time.monotonic() + 10
+    while st.commands_completed - st0.commands_completed < 6 and time.monotonic() < deadline:
+        time.sleep(0.001)
+        st = device_stats(dev)
     assert st.commands_submitted - st0.commands_submitted == 6
     assert st.commands_completed - st0.commands_completed == 6
     assert st.cq_records - st0.cq_records == 5
