@@ -63,8 +63,11 @@ def test_elapsed_time_spans_a_delay(dev, stream, new_stream):
     lib.pto_event_destroy(e2)
 
 
-def test_wait_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
-    """B reads what A writes, because B waits for an event A records after the write."""
+def _copy_across(dev, cq, stream, stream2, rng, edge) -> None:
+    """Copy random bytes in on `stream`, `edge()`, copy them out on `stream2`: it must see them.
+
+    `stream` is held on a latch until the copy out has had every chance to run too early.
+    """
     n = 1 << 16
     data = rng.integers(0, 256, n, dtype=np.uint8)
     out = np.full(n, 0x55, dtype=np.uint8)
@@ -74,8 +77,7 @@ def test_wait_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
     t = new_token()
     with held(dev, stream):
         h2d(stream, p, data)
-        check(lib.pto_stream_record(stream, event, 0))
-        check(lib.pto_stream_wait_event(stream2, event, 0))
+        edge()
         d2h(stream2, out, p, t)
         assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
         cq.drain_all()
@@ -84,6 +86,16 @@ def test_wait_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
     np.testing.assert_array_equal(out, data)
     check(lib.pto_stream_free(stream, p, 0))
     sync(stream)
+
+
+def test_wait_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
+    """B reads what A writes, because B waits for an event A records after the write."""
+
+    def edge():
+        check(lib.pto_stream_record(stream, event, 0))
+        check(lib.pto_stream_wait_event(stream2, event, 0))
+
+    _copy_across(dev, cq, stream, stream2, rng, edge)
 
 
 def test_wait_uses_the_recording_at_the_time_of_the_call(dev, cq, new_stream, event):
@@ -194,22 +206,11 @@ def test_backdated_wait_waits_then_fails_only_as_a_dependent(dev, cq, stream, ne
 
 def test_wait_stream_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
     """What stream2 queues after the edge runs after what stream had queued before it."""
-    n = 1 << 16
-    data = rng.integers(0, 256, n, dtype=np.uint8)
-    out = np.full(n, 0x55, dtype=np.uint8)
-    p = alloc(dev, n, stream)
-    t = new_token()
-    with held(dev, stream):
-        h2d(stream, p, data)
+
+    def edge():
         assert lib.pto_stream_wait_stream(stream2, stream, event, new_token()) == 0
-        d2h(stream2, out, p, t)
-        assert lib.pto_stream_synchronize(stream2, 2000) == -PTO_ETIMEDOUT
-        cq.drain_all()
-        assert t not in cq and (out == 0x55).all()
-    assert cq.wait(t)[t].status == 0
-    np.testing.assert_array_equal(out, data)
-    check(lib.pto_stream_free(stream, p, 0))
-    sync(stream)
+
+    _copy_across(dev, cq, stream, stream2, rng, edge)
 
 
 def test_wait_stream_is_quiet_on_success(dev, cq, stream, stream2, event):
