@@ -1,5 +1,21 @@
-# setuptools reads everything from pyproject.toml; this file only points it at
-# the cffi build script, which compiles the native driver (API mode).
-from setuptools import setup
+# setuptools reads everything from pyproject.toml; this file only names the two
+# compiled parts: the native driver, built by its cffi script (API mode), and the
+# common case of automatic ordering (a CPython extension, native/python/).
+# PTO_DRIVER_CFLAGS / PTO_DRIVER_LDFLAGS reach both (sanitizer builds).
+import os
+import shlex
 
-setup(cffi_modules=["pypto_async/_ffi_build.py:ffi"])
+from setuptools import Extension, setup
+
+setup(
+    cffi_modules=["pypto_async/_ffi_build.py:ffi"],
+    ext_modules=[
+        Extension(
+            "pypto_async._fastorder",
+            sources=["native/python/fastorder.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                *shlex.split(os.environ.get("PTO_DRIVER_CFLAGS", ""))],
+            extra_link_args=shlex.split(os.environ.get("PTO_DRIVER_LDFLAGS", "")),
+        )
+    ],
+)

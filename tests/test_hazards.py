@@ -31,11 +31,11 @@ def rand(n: int = N) -> np.ndarray:
     return np.random.default_rng().standard_normal(n).astype(np.float32)
 
 
-@pytest.fixture(params=["raise", "off"], ids=["general-path", "short-path"])
+@pytest.fixture(params=["raise", "off"], ids=["general-path", "compiled-path"])
 def worker(request, config):
     """Both ways automatic ordering runs: beside the sanitizer (the suite's), and on its own.
 
-    Users run the second by default, where ``Hazards.order`` takes its short path.
+    Users run the second by default, where ``Hazards.order`` runs its compiled common case.
     """
     with ChipWorker(dataclasses.replace(config, sanitize=request.param)) as w:
         yield w
@@ -662,7 +662,7 @@ def test_the_sanitizer_catches_a_use_of_memory_freed_on_another_stream(open_work
     w.sync(timeout=10)
 
 
-@pytest.mark.parametrize("sanitize", ["raise", "off"], ids=["general-path", "short-path"])
+@pytest.mark.parametrize("sanitize", ["raise", "off"], ids=["general-path", "compiled-path"])
 def test_inferred_waits_are_marked_in_the_trace(tmp_path, open_worker, kernels, sanitize):
     import json
 

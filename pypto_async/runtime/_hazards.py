@@ -48,7 +48,9 @@ tensor written on stream S and used only on S since has ``_home`` S, and an
 access on S needs nothing at all (:meth:`Binder.bind` checks one attribute).
 When another stream comes, the home's accesses are summed up as a write at
 S's last data command (``Stream._last``): conservative, and exact in a
-pipeline.
+pipeline.  Crossing streams, the common case is compiled
+(``native/python/fastorder.c``, :meth:`Hazards.order`): the same rule on the
+same slots, without the interpreter's cost per step.
 
 Opt-outs, narrow to wide: ``alloc_tensor(..., manual_deps=True)``; ``with
 w.manual_deps():`` (task-local, a :mod:`contextvars` variable);
@@ -82,6 +84,8 @@ import traceback
 import warnings
 
 from .._driver import check, ffi, lib
+from .._fastorder import order as _fast_order
+from .._fastorder import setup as _fast_setup
 from .._hazard_rule import hazard
 from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
@@ -231,13 +235,15 @@ class Hazards:
         self.auto = auto
         self.mode = mode
         self.stacks = stacks
-        self.fast = auto and mode == "off"  # the short path of order()
+        self.fast = auto and mode == "off"  # order()'s compiled common case may run
         self.inferred = 0
         self.skipped = 0
         self.races = 0
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
+        if not _fast_ready:
+            _setup_fast()
 
     @property
     def sanitizing(self) -> bool:
@@ -248,122 +254,42 @@ class Hazards:
     def order(self, stream, accesses: list, label: str, offset: int, fuse: bool = False):
         """Decide the edges of one call's accesses, insert them, then note the accesses (lock held).
 
-        The path of automatic ordering with the sanitizer off, kept short: it
-        runs for every launch whose tensors cross streams.  Everything else
-        (the sanitizer, manual ordering) takes :meth:`_order_general`, which
-        obeys the same rule.
+        The common case, automatic ordering with the sanitizer off and every
+        tensor known on `stream` already, is compiled
+        (``native/python/fastorder.c``): it runs for every launch whose
+        tensors cross streams.  It hands back the edges it decided, accounted
+        (tokens, clocks, counters) but not queued.  Everything it declines
+        (first uses, exact points, streams holding work on the host, the
+        sanitizer, manual ordering, traces that mark inferred waits) takes
+        :meth:`_order_general`, which obeys the same rule.
 
         With `fuse` (a launch with no host arrays, about to be queued with
-        ``pto_stream_launch_after``), a lone edge that one driver call can
-        make is left to that call: returns its ``(src pointer, event, token,
-        src)``, its token handed out and the clocks merged.  Otherwise None.
+        ``pto_stream_launch_after``), the last edge is left to that call:
+        returns its ``(src pointer, event, token, src)``.  Otherwise None.
         """
         region = _regions[0] and self.worker in _manual.get()
-        if not self.fast or region:
-            self._order_general(stream, accesses, label, offset, bool(region))
-            return None
-        clock = stream._clock
-        # The streams to wait for: the first as three names (most calls have at most one), the
-        # rest in `waits`, stream -> (position, exact event): the latest of its accesses.
-        src1 = exact1 = waits = firsts = None
-        pos1 = 0
-        for acc in accesses:
-            t = acc[0]
-            if stream not in t._streams:
-                firsts = [t] if firsts is None else [*firsts, t]
-            if t._manual:
-                continue
-            writes = acc[1].writes if len(acc) == 2 else acc[3]
-            home = t._home
-            if home is not None:
-                if home is stream:
-                    continue
-                # Leaving the home stream: its accesses, summed up as a write at its last data command.
-                pos = home._last
-                w = t._writer
-                exact = w[3] if w is not None and w[1] == pos else None
-                t._home = None
-                if not writes:  # (a write replaces the record below)
-                    t._writer = (home, pos, w[2] if w is not None else None, exact)
-                    t._readers = None
-                if clock.get(home._id, 0) > pos:
-                    self.skipped += 1  # implied by a wait queued on `stream` already
-                elif src1 is None:
-                    src1, pos1, exact1 = home, pos, exact
-                else:
-                    waits = self._need(waits, src1, pos1, exact1, home, pos, exact)
-                continue
-            w = t._writer
-            if w is not None and w[0] is not stream:  # RAW, or WAW: any access after a write
-                if clock.get(w[0]._id, 0) > w[1]:
-                    self.skipped += 1
-                elif src1 is None:
-                    src1, pos1, exact1 = w[0], w[1], w[3]
-                else:
-                    waits = self._need(waits, src1, pos1, exact1, w[0], w[1], w[3])
-            if writes and t._readers:  # WAR
-                rhome = t._readhome
-                for r in t._readers.values():
-                    src = r[0]
-                    if src is not stream:
-                        pos = src._last if src is rhome else r[1]  # (reads there went unnoted)
-                        if clock.get(src._id, 0) > pos:
-                            self.skipped += 1
-                        elif src1 is None:
-                            src1, pos1, exact1 = src, pos, None
-                        else:
-                            waits = self._need(waits, src1, pos1, exact1, src, pos, None)
-        edge = None
-        if waits is not None:
-            if len(waits) > 1:
-                self._prune(waits)
-            for src, (_, exact) in waits.items():
-                self._wait(stream, src, exact)
-        elif src1 is not None:
-            if fuse and exact1 is None and firsts is None and not stream._fifo and not src1._fifo \
-                    and not src1._closed:
-                edge = self._edge(stream, src1)
-            else:
-                self._wait(stream, src1, exact1)
-        if firsts is not None:
-            for t in firsts:
-                _first_use(t, stream)
-        pos = self.queue.next_token + offset  # the token of the command that touches the tensors
-        for acc in accesses:
-            t = acc[0]
-            if t._manual:
-                t._home = stream  # nothing to track: nothing to do on this stream again
-            elif acc[1].writes if len(acc) == 2 else acc[3]:
-                t._writer = (stream, pos, None, None)
-                t._readers = None
-                t._readhome = None
-                t._home = stream
-            elif t._home is not stream:
-                readers = t._readers
-                if readers is None:
-                    t._readers = {stream: (stream, pos, None, None)}
-                else:
-                    readers[stream] = (stream, pos, None, None)
-        return edge
-
-    def _need(self, waits, src1, pos1: int, exact1, src, pos: int, exact) -> dict:
-        """A second stream (or access) to wait for: `waits` made (with the first) if None, and returned.
-
-        One wait per stream and call: two accesses on one stream combine.
-        """
-        if waits is None:
-            waits = {src1: (pos1, exact1)}
-        if src in waits:
-            self.skipped += 1
-            waits[src] = _combine(waits[src], pos, exact)
-        else:
-            waits[src] = (pos, exact)
-        return waits
+        if not region:
+            edge = _fast_order(self, stream, accesses, offset)
+            if edge is not None:
+                if edge is False:
+                    return None
+                if type(edge) is list:  # more than one: all but the last on their own
+                    for e in edge[:-1]:
+                        self._queue_edge(stream, e)
+                    edge = edge[-1]
+                if fuse:
+                    return edge
+                self._queue_edge(stream, edge)
+                return None
+        self._order_general(stream, accesses, label, offset, bool(region))
+        return None
 
     def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
-        """:meth:`order` where the sanitizer is on or ordering may be manual: check or insert, then note.
+        """:meth:`order`, all of it: check (the sanitizer) or insert, then note.
 
-        Nothing is queued before every check passed.
+        It takes whatever the compiled common case declines: the sanitizer,
+        manual ordering, first uses, exact points, streams holding work on the
+        host.  Nothing is queued before every check passed.
         """
         q = self.queue
         pending = q.pending
@@ -518,15 +444,7 @@ class Hazards:
         before the record has a smaller one.
         """
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            _, event, tok, _ = self._edge(stream, src)
-            rc = _wait_stream(stream._ptr, src._ptr, event, tok)
-            if rc:
-                if rc < 0:
-                    check(rc, "queueing an inferred wait")
-                if rc & _SRC_QUEUED:
-                    overflowed(self.queue, src, 1)
-                if rc & QUEUED:
-                    overflowed(self.queue, stream, 1)
+            self._queue_edge(stream, self._edge(stream, src))
             return
         event = exact
         if event is None:
@@ -536,6 +454,18 @@ class Hazards:
         tok = self.queue.next_token
         stream._wait_locked(event, edge=True)
         self._count(tok)
+
+    def _queue_edge(self, stream, edge: tuple) -> None:
+        """Queue an edge :meth:`_edge` (or the compiled common case) made: one ``pto_stream_wait_stream``."""
+        src_ptr, event, tok, src = edge
+        rc = _wait_stream(stream._ptr, src_ptr, event, tok)
+        if rc:
+            if rc < 0:
+                check(rc, "queueing an inferred wait")
+            if rc & _SRC_QUEUED:
+                overflowed(self.queue, src, 1)
+            if rc & QUEUED:
+                overflowed(self.queue, stream, 1)
 
     def _edge(self, stream, src) -> tuple:
         """The edge of one driver call from `src`'s tail to `stream`, clocks merged and counted.
@@ -636,6 +566,19 @@ class Hazards:
                 lo = _address(ha.ptr)
                 self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
                                    describe(label, p.name, True, p.copies_out, stream, site))
+
+
+_fast_ready = []
+
+
+def _setup_fast() -> None:
+    """Hand the compiled common case the classes whose slots it reads (once: their layout is fixed)."""
+    from ._queue import CommandQueue
+    from ._stream import Stream
+    from ._tensor import DeviceTensor
+
+    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue)
+    _fast_ready.append(True)
 
 
 def _first_use(t, stream) -> None:

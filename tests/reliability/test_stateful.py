@@ -93,7 +93,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
     #: Rings large enough that nothing waits in a stream FIFO.
     RING = {"ring_task_window": 1024, "ring_dep_pool": 1024}
     #: The sanitizer's mode for the worker (None: the suite's, raising).  Off, automatic ordering
-    #: takes its short path (``Hazards.order``), the one users run by default.
+    #: runs its compiled common case (``Hazards.order``), the one users run by default.
     SANITIZE = None
     #: Whether the program injects copy faults and launches the failing kernel.
     FAULTS = True
@@ -429,23 +429,23 @@ class RuntimeVsModelBackPressure(RuntimeVsModel):
     FAULTS = True
 
 
-class RuntimeVsModelShortPath(RuntimeVsModel):
-    """The same programs with the sanitizer off: automatic ordering's short path, not the general one."""
+class RuntimeVsModelCompiledPath(RuntimeVsModel):
+    """The same programs with the sanitizer off: automatic ordering's compiled common case, and what it declines."""
 
     SANITIZE = "off"
 
 
-class RuntimeVsModelShortPathBackPressure(RuntimeVsModelBackPressure):
-    """The short path with 8-slot rings: edges and launches wait in the driver's overflow and in FIFOs."""
+class RuntimeVsModelCompiledPathBackPressure(RuntimeVsModelBackPressure):
+    """The compiled path with 8-slot rings: edges and launches wait in the driver's overflow and in FIFOs."""
 
     SANITIZE = "off"
 
 
 RuntimeVsModel.TestCase.settings = PROFILE
 RuntimeVsModelBackPressure.TestCase.settings = PROFILE
-RuntimeVsModelShortPath.TestCase.settings = PROFILE
-RuntimeVsModelShortPathBackPressure.TestCase.settings = PROFILE
+RuntimeVsModelCompiledPath.TestCase.settings = PROFILE
+RuntimeVsModelCompiledPathBackPressure.TestCase.settings = PROFILE
 test_runtime_matches_model = RuntimeVsModel.TestCase
 test_runtime_matches_model_with_backpressure = RuntimeVsModelBackPressure.TestCase
-test_runtime_matches_model_on_the_short_path = RuntimeVsModelShortPath.TestCase
-test_runtime_matches_model_on_the_short_path_with_backpressure = RuntimeVsModelShortPathBackPressure.TestCase
+test_runtime_matches_model_on_the_compiled_path = RuntimeVsModelCompiledPath.TestCase
+test_runtime_matches_model_on_the_compiled_path_with_backpressure = RuntimeVsModelCompiledPathBackPressure.TestCase

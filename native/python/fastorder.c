@@ -1,0 +1,572 @@
+/*
+ * fastorder.c - the common case of automatic ordering, compiled (pypto_async._fastorder).
+ *
+ * Hazards.order (pypto_async/runtime/_hazards.py) runs for every launch or
+ * copy whose DeviceTensors cross streams.  Its rule, and every case this file
+ * declines, live in Python (_order_general); this file is the common case of
+ * the same rule, on the same Python objects, without the interpreter's cost
+ * per step.  It never queues anything: it decides the edges, accounts them
+ * (tokens, clocks, counters), notes the accesses, and hands the edges back to
+ * Python, which queues them with the launch or copy.
+ *
+ * order(hz, stream, accesses, offset) returns
+ *   None   declined: nothing was read into or written to any state; the
+ *          caller takes the general path;
+ *   False  done, no edge;
+ *   an edge (src pointer, src's hazard event, token, src): one edge from
+ *          src's tail, to be queued with the launch or copy;
+ *   a list of edges, in the order they must be queued (more than one).
+ *
+ * It declines, before touching anything, whatever the general path handles
+ * better: a tensor's first use on the stream (its join), an exact event to
+ * wait for, a stream holding work on the host (its FIFO), a closed source
+ * stream or one without its hazard event yet, a trace marking inferred
+ * waits, a tensor given twice, more than MAX_SRC streams to wait for, or an
+ * object of an unexpected type.
+ *
+ * The objects' attributes are __slots__, read and written at the offsets
+ * their member descriptors give (setup() takes them once): the same storage
+ * Python's attribute access uses.  Called with the worker's lock held, on the
+ * submitting thread; it holds no state of its own between calls.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+#define MAX_SRC 4  /* streams one call may wait for here; more go to the general path */
+#define MAX_ACC 16 /* accesses one call may have here */
+
+/* The slots read here, by class. */
+enum {
+    T_STREAMS, T_MANUAL, T_HOME, T_WRITER, T_READERS, T_READHOME, T_NSLOTS
+};
+enum {
+    S_ID, S_LAST, S_CLOCK, S_FIFO, S_CLOSED, S_HZ_EVENT, S_PTR, S_NSLOTS
+};
+enum {
+    H_FAST, H_SKIPPED, H_INFERRED, H_RECORDER, H_QUEUE, H_NSLOTS
+};
+enum {
+    Q_NEXT_TOKEN, Q_NSLOTS
+};
+
+static const char *const tensor_names[T_NSLOTS] = {"_streams", "_manual", "_home", "_writer", "_readers",
+                                                   "_readhome"};
+static const char *const stream_names[S_NSLOTS] = {"_id", "_last", "_clock", "_fifo", "_closed", "_hz_event",
+                                                   "_ptr"};
+static const char *const hazards_names[H_NSLOTS] = {"fast", "skipped", "inferred", "recorder", "queue"};
+static const char *const queue_names[Q_NSLOTS] = {"next_token"};
+
+static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type;
+static Py_ssize_t tensor_off[T_NSLOTS], stream_off[S_NSLOTS], hazards_off[H_NSLOTS], queue_off[Q_NSLOTS];
+static PyObject *str_writes, *str_graph_tags, *zero;
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+#define TS(t, i) SLOT(t, tensor_off[i])
+#define SS(s, i) SLOT(s, stream_off[i])
+#define HS(h, i) SLOT(h, hazards_off[i])
+
+/* Replace a slot's value; the old one is released by the caller (it may run code when freed). */
+static PyObject *swap_slot(PyObject *o, Py_ssize_t off, PyObject *value)
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    Py_INCREF(value);
+    *p = value;
+    return old;
+}
+
+static int offsets(PyTypeObject *type, const char *const *names, Py_ssize_t *out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)type, names[i]);
+        if (!d)
+            return -1;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ attribute", type->tp_name, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *setup(PyObject *self, PyObject *args)
+{
+    PyTypeObject *t, *s, *h, *q;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &t, &PyType_Type, &s, &PyType_Type, &h,
+                          &PyType_Type, &q))
+        return NULL;
+    Py_ssize_t toff[T_NSLOTS], soff[S_NSLOTS], hoff[H_NSLOTS], qoff[Q_NSLOTS];
+    if (offsets(t, tensor_names, toff, T_NSLOTS) || offsets(s, stream_names, soff, S_NSLOTS) ||
+        offsets(h, hazards_names, hoff, H_NSLOTS) || offsets(q, queue_names, qoff, Q_NSLOTS))
+        return NULL; /* nothing replaced */
+    memcpy(tensor_off, toff, sizeof(toff));
+    memcpy(stream_off, soff, sizeof(soff));
+    memcpy(hazards_off, hoff, sizeof(hoff));
+    memcpy(queue_off, qoff, sizeof(qoff));
+    Py_INCREF(t);
+    Py_INCREF(s);
+    Py_INCREF(h);
+    Py_INCREF(q);
+    Py_XSETREF(tensor_type, t);
+    Py_XSETREF(stream_type, s);
+    Py_XSETREF(hazards_type, h);
+    Py_XSETREF(queue_type, q);
+    Py_RETURN_NONE;
+}
+
+/* An int slot or item as a C integer; -1 with no error set means "not a small int" (decline). */
+static int as_i64(PyObject *v, long long *out)
+{
+    if (!v || !PyLong_CheckExact(v))
+        return -1;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static int is_stream(PyObject *s)
+{
+    return s && PyObject_TypeCheck(s, stream_type);
+}
+
+/* stream._clock.get(src._id, 0) as a C integer; -2 on an error, -3 to decline. */
+static long long clock_of(PyObject *clock, PyObject *src_id)
+{
+    PyObject *v = PyDict_GetItemWithError(clock, src_id);
+    if (!v)
+        return PyErr_Occurred() ? -2 : 0;
+    long long x;
+    return as_i64(v, &x) ? -3 : x;
+}
+
+struct src {
+    PyObject *stream; /* borrowed: held by the state it was read from, which is unchanged until commit */
+    long long pos;
+};
+
+struct plan {
+    struct src src[MAX_SRC];
+    int n;
+    long long skipped;
+};
+
+/* One more access to wait for (an edge from src past pos); 0, or 1 to decline. */
+static int need(struct plan *pl, PyObject *src, long long pos)
+{
+    for (int i = 0; i < pl->n; i++) {
+        if (pl->src[i].stream == src) { /* one wait per stream and call: the latest of its accesses */
+            pl->skipped++;
+            if (pos > pl->src[i].pos)
+                pl->src[i].pos = pos;
+            return 0;
+        }
+    }
+    if (pl->n == MAX_SRC)
+        return 1;
+    pl->src[pl->n].stream = src;
+    pl->src[pl->n].pos = pos;
+    pl->n++;
+    return 0;
+}
+
+/* The access at (src, pos) before this call: implied by the clock (skipped), or needed. 0, 1 decline, -1 error. */
+static int earlier(struct plan *pl, PyObject *clock, PyObject *src, long long pos)
+{
+    if (!is_stream(src))
+        return 1;
+    long long c = clock_of(clock, SS(src, S_ID));
+    if (c == -2)
+        return -1;
+    if (c == -3)
+        return 1;
+    if (c > pos) {
+        pl->skipped++; /* implied by a wait queued on the stream already */
+        return 0;
+    }
+    return need(pl, src, pos);
+}
+
+/* Leaving a home stream: what commit() must write (a read keeps a writer record at the home's tail). */
+struct leave {
+    PyObject *tensor; /* borrowed (the accesses list holds it) */
+    PyObject *writer; /* new reference, or NULL: the writer record to store (reads only) */
+};
+
+static PyObject *make_record(PyObject *stream, long long pos, PyObject *what, PyObject *exact)
+{
+    PyObject *p = PyLong_FromLongLong(pos);
+    if (!p)
+        return NULL;
+    PyObject *r = PyTuple_Pack(4, stream, p, what, exact);
+    Py_DECREF(p);
+    return r;
+}
+
+static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "order(hz, stream, accesses, offset) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *hz = args[0], *stream = args[1], *accesses = args[2];
+    long long offset, inferred, skipped;
+    if (!tensor_type || !Py_IS_TYPE(hz, hazards_type) || !is_stream(stream) || !PyList_CheckExact(accesses))
+        Py_RETURN_NONE;
+    if (as_i64(args[3], &offset) || as_i64(HS(hz, H_INFERRED), &inferred) || as_i64(HS(hz, H_SKIPPED), &skipped))
+        Py_RETURN_NONE;
+    PyObject *q = HS(hz, H_QUEUE), *recorder = HS(hz, H_RECORDER);
+    if (!q || !Py_IS_TYPE(q, queue_type) || HS(hz, H_FAST) != Py_True || !recorder)
+        Py_RETURN_NONE;
+    if (recorder != Py_None) { /* a trace that marks inferred waits keeps their tokens: Python's */
+        PyObject *tags = PyObject_GetAttr(recorder, str_graph_tags);
+        if (!tags)
+            return NULL;
+        Py_DECREF(tags);
+        if (tags != Py_None)
+            Py_RETURN_NONE;
+    }
+    PyObject *clock = SS(stream, S_CLOCK), *fifo = SS(stream, S_FIFO);
+    if (!clock || !PyDict_CheckExact(clock) || !fifo || PyObject_Length(fifo) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(accesses);
+    if (n > MAX_ACC)
+        Py_RETURN_NONE;
+    PyObject *tensors[MAX_ACC];
+    char writes[MAX_ACC];
+    struct leave leave[MAX_ACC];
+    int nleave = 0;
+    struct plan pl = {.n = 0, .skipped = 0};
+    PyObject *edges = NULL, *record = NULL, *v;
+    PyObject *old[7 * MAX_ACC + 3]; /* values replaced, released at the end */
+    int nold = 0;
+    long long pruned = 0, tok;
+    PyObject *result = Py_None; /* declined, unless the decision below completes */
+    Py_INCREF(result);
+
+    /* -- decide: read only ----------------------------------------------------------------- */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *acc = PyList_GET_ITEM(accesses, i);
+        Py_ssize_t len = PyTuple_CheckExact(acc) ? PyTuple_GET_SIZE(acc) : 0;
+        if (len != 2 && len != 4)
+            goto out;
+        PyObject *t = PyTuple_GET_ITEM(acc, 0);
+        if (!Py_IS_TYPE(t, tensor_type))
+            goto out;
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (tensors[j] == t) /* a tensor given twice: the general path combines its accesses */
+                goto out;
+        tensors[i] = t;
+        PyObject *streams = TS(t, T_STREAMS), *manual = TS(t, T_MANUAL);
+        if (!streams || !PyAnySet_CheckExact(streams) || !manual)
+            goto out;
+        int known = PySet_Contains(streams, stream);
+        if (known < 0)
+            goto fail;
+        if (!known) /* its first use here: the join is the general path's */
+            goto out;
+        PyObject *w = NULL;
+        if (len == 2) {
+            w = PyObject_GetAttr(PyTuple_GET_ITEM(acc, 1), str_writes);
+            if (!w)
+                goto fail;
+        } else {
+            w = PyTuple_GET_ITEM(acc, 3);
+            Py_INCREF(w);
+        }
+        int wr = PyObject_IsTrue(w);
+        Py_DECREF(w);
+        if (wr < 0)
+            goto fail;
+        writes[i] = (char)wr;
+        if (manual == Py_True)
+            continue;
+        if (manual != Py_False)
+            goto out;
+        PyObject *home = TS(t, T_HOME), *writer = TS(t, T_WRITER);
+        if (!home || !writer || (writer != Py_None && !(PyTuple_CheckExact(writer) &&
+                                                        PyTuple_GET_SIZE(writer) == 4)))
+            goto out;
+        if (home != Py_None) {
+            if (home == stream)
+                continue;
+            if (!is_stream(home))
+                goto out;
+            long long pos, wpos;
+            if (as_i64(SS(home, S_LAST), &pos))
+                goto out;
+            /* Leaving the home stream: its accesses, summed up as a write at its last data command. */
+            PyObject *exact = Py_None;
+            if (writer != Py_None) {
+                if (as_i64(PyTuple_GET_ITEM(writer, 1), &wpos))
+                    goto out;
+                if (wpos == pos)
+                    exact = PyTuple_GET_ITEM(writer, 3);
+            }
+            int rc = earlier(&pl, clock, home, pos);
+            if (rc < 0)
+                goto fail;
+            if (rc)
+                goto out;
+            if (exact != Py_None) {
+                /* An exact point: used only if the edge is needed, and then it is the general path's. */
+                for (int k = 0; k < pl.n; k++)
+                    if (pl.src[k].stream == home)
+                        goto out;
+            }
+            leave[nleave].tensor = t;
+            leave[nleave].writer = NULL;
+            if (!wr) {
+                leave[nleave].writer = make_record(home, pos, writer != Py_None ? PyTuple_GET_ITEM(writer, 2)
+                                                                                : Py_None, exact);
+                if (!leave[nleave].writer)
+                    goto fail;
+            }
+            nleave++;
+            continue;
+        }
+        if (writer != Py_None && PyTuple_GET_ITEM(writer, 0) != stream) { /* RAW, or WAW */
+            long long wpos;
+            if (as_i64(PyTuple_GET_ITEM(writer, 1), &wpos))
+                goto out;
+            PyObject *wsrc = PyTuple_GET_ITEM(writer, 0);
+            int rc = earlier(&pl, clock, wsrc, wpos);
+            if (rc < 0)
+                goto fail;
+            if (rc)
+                goto out;
+            if (PyTuple_GET_ITEM(writer, 3) != Py_None)
+                for (int k = 0; k < pl.n; k++)
+                    if (pl.src[k].stream == wsrc)
+                        goto out;
+        }
+        PyObject *readers = TS(t, T_READERS);
+        if (!readers)
+            goto out;
+        if (wr && readers != Py_None) { /* WAR */
+            if (!PyDict_CheckExact(readers))
+                goto out;
+            PyObject *rhome = TS(t, T_READHOME), *key, *r;
+            Py_ssize_t it = 0;
+            if (!rhome)
+                goto out;
+            while (PyDict_Next(readers, &it, &key, &r)) {
+                if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 4)
+                    goto out;
+                PyObject *src = PyTuple_GET_ITEM(r, 0);
+                if (src == stream)
+                    continue;
+                long long pos;
+                if (src == rhome) { /* reads there went unnoted: its last data command */
+                    if (!is_stream(src) || as_i64(SS(src, S_LAST), &pos))
+                        goto out;
+                } else if (as_i64(PyTuple_GET_ITEM(r, 1), &pos)) {
+                    goto out;
+                }
+                int rc = earlier(&pl, clock, src, pos);
+                if (rc < 0)
+                    goto fail;
+                if (rc)
+                    goto out;
+            }
+        }
+    }
+    /* Drop the waits another one implies: a stream that waited for that access itself (_prune). */
+    if (pl.n > 1) {
+        char dropped[MAX_SRC] = {0};
+        for (int a = 0; a < pl.n; a++) {
+            for (int b = 0; b < pl.n; b++) {
+                if (b == a || dropped[b])
+                    continue;
+                PyObject *bclock = SS(pl.src[b].stream, S_CLOCK);
+                if (!bclock || !PyDict_CheckExact(bclock))
+                    goto out;
+                long long c = clock_of(bclock, SS(pl.src[a].stream, S_ID));
+                if (c == -2)
+                    goto fail;
+                if (c == -3)
+                    goto out;
+                if (c > pl.src[a].pos) {
+                    dropped[a] = 1;
+                    pruned++;
+                    break;
+                }
+            }
+        }
+        int k = 0;
+        for (int a = 0; a < pl.n; a++)
+            if (!dropped[a])
+                pl.src[k++] = pl.src[a];
+        pl.n = k;
+    }
+    /* The edges left are one driver call each: both streams without host work, the source open. */
+    for (int k = 0; k < pl.n; k++) {
+        PyObject *src = pl.src[k].stream, *sfifo = SS(src, S_FIFO);
+        if (SS(src, S_CLOSED) != Py_False || !sfifo || !SS(src, S_HZ_EVENT) || SS(src, S_HZ_EVENT) == Py_None ||
+            !SS(src, S_CLOCK) || !PyDict_CheckExact(SS(src, S_CLOCK)) || !SS(src, S_PTR))
+            goto out;
+        Py_ssize_t busy = PyObject_Length(sfifo);
+        if (busy != 0) {
+            PyErr_Clear();
+            goto out;
+        }
+    }
+    if (as_i64(SLOT(q, queue_off[Q_NEXT_TOKEN]), &tok))
+        goto out;
+
+    /* -- commit: every check passed ----------------------------------------------------------- */
+    Py_DECREF(result);
+    result = NULL;
+    edges = pl.n > 1 ? PyList_New(pl.n) : NULL;
+    if (pl.n > 1 && !edges)
+        goto fail;
+    PyObject *me = SS(stream, S_ID);
+    for (int k = 0; k < pl.n; k++) {
+        PyObject *src = pl.src[k].stream, *skey, *sval;
+        PyObject *sclock = SS(src, S_CLOCK);
+        Py_ssize_t it = 0;
+        while (PyDict_Next(sclock, &it, &skey, &sval)) { /* _merge: what src had waited for */
+            if (skey == me || PyObject_RichCompareBool(skey, me, Py_EQ) == 1)
+                continue;
+            PyObject *mine = PyDict_GetItemWithError(clock, skey);
+            if (!mine && PyErr_Occurred())
+                goto fail_edges;
+            int above = PyObject_RichCompareBool(sval, mine ? mine : zero, Py_GT);
+            if (above < 0 || (above && PyDict_SetItem(clock, skey, sval) < 0))
+                goto fail_edges;
+        }
+        PyObject *etok = PyLong_FromLongLong(tok + k); /* the newest token: above anything in the clock */
+        if (!etok || PyDict_SetItem(clock, SS(src, S_ID), etok) < 0) {
+            Py_XDECREF(etok);
+            goto fail_edges;
+        }
+        PyObject *edge = PyTuple_Pack(4, SS(src, S_PTR), SS(src, S_HZ_EVENT), etok, src);
+        Py_DECREF(etok);
+        if (!edge)
+            goto fail_edges;
+        if (edges)
+            PyList_SET_ITEM(edges, k, edge);
+        else
+            edges = edge;
+    }
+    if (pl.n) {
+        if (!(v = PyLong_FromLongLong(tok + pl.n)))
+            goto fail_edges;
+        old[nold++] = swap_slot(q, queue_off[Q_NEXT_TOKEN], v);
+        Py_DECREF(v);
+        if (!(v = PyLong_FromLongLong(inferred + pl.n)))
+            goto fail_notes;
+        old[nold++] = swap_slot(hz, hazards_off[H_INFERRED], v);
+        Py_DECREF(v);
+    }
+    if (pl.skipped + pruned) {
+        if (!(v = PyLong_FromLongLong(skipped + pl.skipped + pruned)))
+            goto fail_notes;
+        old[nold++] = swap_slot(hz, hazards_off[H_SKIPPED], v);
+        Py_DECREF(v);
+    }
+    for (int k = 0; k < nleave; k++) { /* the homes left */
+        PyObject *t = leave[k].tensor;
+        old[nold++] = swap_slot(t, tensor_off[T_HOME], Py_None);
+        if (leave[k].writer) {
+            old[nold++] = swap_slot(t, tensor_off[T_WRITER], leave[k].writer);
+            Py_CLEAR(leave[k].writer);
+            old[nold++] = swap_slot(t, tensor_off[T_READERS], Py_None);
+        }
+    }
+    nleave = 0;
+    /* Note the accesses, at the token of the command that touches the tensors (one record serves all). */
+    if (!(record = make_record(stream, tok + pl.n + offset, Py_None, Py_None)))
+        goto fail_notes;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = tensors[i];
+        if (TS(t, T_MANUAL) == Py_True) {
+            old[nold++] = swap_slot(t, tensor_off[T_HOME], stream); /* nothing to track: nothing to do here again */
+        } else if (writes[i]) {
+            old[nold++] = swap_slot(t, tensor_off[T_WRITER], record);
+            old[nold++] = swap_slot(t, tensor_off[T_READERS], Py_None);
+            old[nold++] = swap_slot(t, tensor_off[T_READHOME], Py_None);
+            old[nold++] = swap_slot(t, tensor_off[T_HOME], stream);
+        } else if (TS(t, T_HOME) != stream) {
+            PyObject *readers = TS(t, T_READERS);
+            if (readers == Py_None) {
+                PyObject *d = PyDict_New();
+                if (!d || PyDict_SetItem(d, stream, record) < 0) {
+                    Py_XDECREF(d);
+                    goto fail_notes;
+                }
+                old[nold++] = swap_slot(t, tensor_off[T_READERS], d);
+                Py_DECREF(d);
+            } else {
+                PyObject *prev = PyDict_GetItemWithError(readers, stream); /* released at the end, not here */
+                if (!prev && PyErr_Occurred())
+                    goto fail_notes;
+                Py_XINCREF(prev);
+                old[nold++] = prev;
+                if (PyDict_SetItem(readers, stream, record) < 0)
+                    goto fail_notes;
+            }
+        }
+    }
+    Py_DECREF(record);
+    /* Only now release what was replaced: freeing it may run code (a Stream's __del__). */
+    for (int k = 0; k < nold; k++)
+        Py_XDECREF(old[k]);
+    if (edges)
+        return edges;
+    Py_RETURN_FALSE;
+
+fail_notes:
+fail_edges:
+    Py_XDECREF(record);
+    for (int k = 0; k < nold; k++)
+        Py_XDECREF(old[k]);
+    Py_XDECREF(edges);
+fail:
+    Py_XDECREF(result);
+    result = NULL;
+out:
+    for (int k = 0; k < nleave; k++)
+        Py_XDECREF(leave[k].writer);
+    if (result == Py_None)
+        PyErr_Clear();
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS,
+     "setup(DeviceTensor, Stream, Hazards, CommandQueue): read the classes' slot offsets."},
+    {"order", (PyCFunction)(void (*)(void))order, METH_FASTCALL,
+     "order(hz, stream, accesses): the common case of Hazards.order; None where it declines."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pypto_async._fastorder",
+    .m_doc = "The common case of automatic ordering, compiled (see Hazards.order).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__fastorder(void)
+{
+    str_writes = PyUnicode_InternFromString("writes");
+    str_graph_tags = PyUnicode_InternFromString("graph_tags");
+    zero = PyLong_FromLong(0);
+    if (!str_writes || !str_graph_tags || !zero)
+        return NULL;
+    return PyModule_Create(&module);
+}
