@@ -179,6 +179,8 @@ def measure(n: int, rounds: int) -> dict:
                                                                   cpu["crossing/manual_unordered"]))
     return {"median_us": med, "single_added_us": single_added, "crossing_added_us": crossing_added,
             "crossing_cpu_added_us": crossing_cpu_added, "driver_edge_added_us": driver_added,
+            "crossing_added_rounds_us": [a - m for a, m in zip(times["crossing/auto"],
+                                                               times["crossing/manual_unordered"])],
             "crossing_cpu_reference_us": statistics.median(cpu["crossing/manual_unordered"]),
             "sanitize_single_added_us": med["single/sanitize"] - med["single/manual"],
             "sanitize_crossing_added_us": med["crossing/sanitize_waits"] - med["crossing/manual_waits"],

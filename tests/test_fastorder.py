@@ -18,7 +18,7 @@ import pytest
 
 from pypto_async import _fastorder
 from pypto_async.runtime import ChipWorker
-from pypto_async.runtime import _hazards
+from pypto_async.runtime import _dispatch, _hazards
 from pypto_async.testing import hold
 
 from conftest import assert_no_device_memory
@@ -47,7 +47,7 @@ def declines(monkeypatch):
         declined = 0
         force = False
 
-    real = _hazards._fast_order
+    real = _hazards.fast_order
 
     def counting(hz, stream, accesses, offset):
         Counter.calls += 1
@@ -55,7 +55,8 @@ def declines(monkeypatch):
         Counter.declined += result is None
         return result
 
-    monkeypatch.setattr(_hazards, "_fast_order", counting)
+    monkeypatch.setattr(_hazards, "fast_order", counting)
+    monkeypatch.setattr(_dispatch, "fast_order", counting)  # the launch path calls it itself
     return Counter
 
 
@@ -197,7 +198,7 @@ def test_a_declined_call_changes_nothing(worker, kernels):
     b = worker.alloc_tensor(N, np.float32, stream=s1)
     scale.submit(a, 2.0, b, stream=s1)
     hz = worker._hazards
-    p_in, p_out = (row[4] for row in (scale._binder._rows[0], scale._binder._rows[2]))
+    p_in, p_out = (row[5] for row in (scale._binder._rows[0], scale._binder._rows[2]))  # Access
     before = _state(worker, (a, b), (s1, s2))
     with worker._queue.lock:
         # First uses on s2 (their joins are the general path's), a tensor given twice, bad objects.
@@ -205,6 +206,8 @@ def test_a_declined_call_changes_nothing(worker, kernels):
         assert _fastorder.order(hz, s1, [(a, p_in), (a, p_in)], 0) is None
         assert _fastorder.order(hz, s1, [(object(), p_in)], 0) is None
         assert _fastorder.order(hz, s1, [(a,)], 0) is None
+        assert _fastorder.order(hz, s1, [(a, scale._binder._rows[0][4])], 0) is None  # a ParamSpec
+        assert _fastorder.order(hz, s1, [(a, "x", True, 1)], 0) is None  # not a bool
         assert _fastorder.order(hz, s1, ((a, p_in),), 0) is None
         assert _fastorder.order(hz, object(), [(a, p_in)], 0) is None
         assert _fastorder.order(object(), s1, [(a, p_in)], 0) is None
@@ -219,13 +222,19 @@ def test_a_declined_call_changes_nothing(worker, kernels):
         s.close()
 
 
-def test_setup_refuses_classes_without_the_slots():
+def test_setup_refuses_classes_without_the_slots(worker, kernels, declines):
     class NoSlots:
         pass
 
-    with pytest.raises((TypeError, AttributeError)):
-        _fastorder.setup(NoSlots, NoSlots, NoSlots, NoSlots)
-    _hazards._setup_fast()  # the real classes again (setup failed before replacing anything)
+    with pytest.raises(AttributeError):  # NoSlots._streams
+        _fastorder.setup(NoSlots, NoSlots, NoSlots, NoSlots, NoSlots, [0])
+    plain = type("Plain", (), dict.fromkeys(("_streams", "_manual", "_home", "_writer", "_readers", "_readhome")))
+    with pytest.raises(TypeError, match="not a __slots__ attribute"):
+        _fastorder.setup(plain, NoSlots, NoSlots, NoSlots, NoSlots, [0])
+    # A failed setup replaced nothing: ordering still runs compiled, and right.
+    want, got, declined = _ping_pong(worker, kernels, 4, np.random.default_rng(5), declines)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert declined == 0
 
 
 def test_no_reference_leaks(worker, kernels):

@@ -18,7 +18,8 @@
  *   a list of edges, in the order they must be queued (more than one).
  *
  * It declines, before touching anything, whatever the general path handles
- * better: a tensor's first use on the stream (its join), an exact event to
+ * better: a manual region open anywhere (``with w.manual_deps():``, which
+ * is task-local), a tensor's first use on the stream (its join), an exact event to
  * wait for, a stream holding work on the host (its FIFO), a closed source
  * stream or one without its hazard event yet, a trace marking inferred
  * waits, a tensor given twice, more than MAX_SRC streams to wait for, or an
@@ -58,9 +59,11 @@ static const char *const stream_names[S_NSLOTS] = {"_id", "_last", "_clock", "_f
 static const char *const hazards_names[H_NSLOTS] = {"fast", "skipped", "inferred", "recorder", "queue"};
 static const char *const queue_names[Q_NSLOTS] = {"next_token"};
 
-static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type;
+static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type, *access_type;
+static PyObject *regions; /* _hazards._regions: [manual regions open in any task or thread] */
 static Py_ssize_t tensor_off[T_NSLOTS], stream_off[S_NSLOTS], hazards_off[H_NSLOTS], queue_off[Q_NSLOTS];
-static PyObject *str_writes, *str_graph_tags, *zero;
+static Py_ssize_t access_writes_off;
+static PyObject *str_graph_tags, *zero;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 #define TS(t, i) SLOT(t, tensor_off[i])
@@ -98,18 +101,26 @@ static int offsets(PyTypeObject *type, const char *const *names, Py_ssize_t *out
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-    PyTypeObject *t, *s, *h, *q;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &t, &PyType_Type, &s, &PyType_Type, &h,
-                          &PyType_Type, &q))
+    PyTypeObject *t, *s, *h, *q, *a;
+    PyObject *r;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyType_Type, &t, &PyType_Type, &s, &PyType_Type, &h,
+                          &PyType_Type, &q, &PyType_Type, &a, &PyList_Type, &r))
         return NULL;
-    Py_ssize_t toff[T_NSLOTS], soff[S_NSLOTS], hoff[H_NSLOTS], qoff[Q_NSLOTS];
+    if (PyList_GET_SIZE(r) != 1) {
+        PyErr_SetString(PyExc_ValueError, "setup: regions must be a list of one int");
+        return NULL;
+    }
+    Py_ssize_t toff[T_NSLOTS], soff[S_NSLOTS], hoff[H_NSLOTS], qoff[Q_NSLOTS], aoff;
+    static const char *const access_names[1] = {"writes"};
     if (offsets(t, tensor_names, toff, T_NSLOTS) || offsets(s, stream_names, soff, S_NSLOTS) ||
-        offsets(h, hazards_names, hoff, H_NSLOTS) || offsets(q, queue_names, qoff, Q_NSLOTS))
+        offsets(h, hazards_names, hoff, H_NSLOTS) || offsets(q, queue_names, qoff, Q_NSLOTS) ||
+        offsets(a, access_names, &aoff, 1))
         return NULL; /* nothing replaced */
     memcpy(tensor_off, toff, sizeof(toff));
     memcpy(stream_off, soff, sizeof(soff));
     memcpy(hazards_off, hoff, sizeof(hoff));
     memcpy(queue_off, qoff, sizeof(qoff));
+    access_writes_off = aoff;
     Py_INCREF(t);
     Py_INCREF(s);
     Py_INCREF(h);
@@ -118,6 +129,10 @@ static PyObject *setup(PyObject *self, PyObject *args)
     Py_XSETREF(stream_type, s);
     Py_XSETREF(hazards_type, h);
     Py_XSETREF(queue_type, q);
+    Py_INCREF(a);
+    Py_XSETREF(access_type, a);
+    Py_INCREF(r);
+    Py_XSETREF(regions, r);
     Py_RETURN_NONE;
 }
 
@@ -223,6 +238,9 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long offset, inferred, skipped;
     if (!tensor_type || !Py_IS_TYPE(hz, hazards_type) || !is_stream(stream) || !PyList_CheckExact(accesses))
         Py_RETURN_NONE;
+    long long open_regions;
+    if (PyList_GET_SIZE(regions) != 1 || as_i64(PyList_GET_ITEM(regions, 0), &open_regions) || open_regions)
+        Py_RETURN_NONE; /* whether this task is in one is the general path's question */
     if (as_i64(args[3], &offset) || as_i64(HS(hz, H_INFERRED), &inferred) || as_i64(HS(hz, H_SKIPPED), &skipped))
         Py_RETURN_NONE;
     PyObject *q = HS(hz, H_QUEUE), *recorder = HS(hz, H_RECORDER);
@@ -277,19 +295,18 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         if (!known) /* its first use here: the join is the general path's */
             goto out;
-        PyObject *w = NULL;
+        PyObject *w; /* (tensor, Access) from the bind step, or a copy's (tensor, name, reads, writes) */
         if (len == 2) {
-            w = PyObject_GetAttr(PyTuple_GET_ITEM(acc, 1), str_writes);
-            if (!w)
-                goto fail;
+            PyObject *a = PyTuple_GET_ITEM(acc, 1);
+            if (!Py_IS_TYPE(a, access_type))
+                goto out;
+            w = SLOT(a, access_writes_off);
         } else {
             w = PyTuple_GET_ITEM(acc, 3);
-            Py_INCREF(w);
         }
-        int wr = PyObject_IsTrue(w);
-        Py_DECREF(w);
-        if (wr < 0)
-            goto fail;
+        if (w != Py_True && w != Py_False)
+            goto out;
+        int wr = w == Py_True;
         writes[i] = (char)wr;
         if (manual == Py_True)
             continue;
@@ -547,7 +564,7 @@ out:
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
-     "setup(DeviceTensor, Stream, Hazards, CommandQueue): read the classes' slot offsets."},
+     "setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, regions): read the classes' slot offsets."},
     {"order", (PyCFunction)(void (*)(void))order, METH_FASTCALL,
      "order(hz, stream, accesses): the common case of Hazards.order; None where it declines."},
     {NULL, NULL, 0, NULL},
@@ -563,10 +580,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastorder(void)
 {
-    str_writes = PyUnicode_InternFromString("writes");
     str_graph_tags = PyUnicode_InternFromString("graph_tags");
     zero = PyLong_FromLong(0);
-    if (!str_writes || !str_graph_tags || !zero)
+    if (!str_graph_tags || !zero)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -26,6 +26,7 @@ from ..errors import (
     PtoTensorFreedError,
 )
 from . import _hostmem
+from ._hazards import Access
 from ._tensor import DeviceTensor
 
 __all__ = ["HostArray", "host_array", "Binder", "check_init"]
@@ -241,7 +242,8 @@ class Binder:
     """Validate arguments against one program's parameters and collect what to queue.
 
     Built once per registration; :meth:`bind` runs per launch, so it reads
-    precomputed ``(shape, dtype, is_scalar, label, param)`` rows.
+    precomputed ``(shape, dtype, is_scalar, label, param, access)`` rows
+    (``access``: the parameter as ordering reads it, :class:`~._hazards.Access`).
     """
 
     __slots__ = ("params", "nparams", "labels", "program", "_rows")
@@ -251,7 +253,7 @@ class Binder:
         self.nparams = len(self.params)
         self.labels = tuple(f"{program}: argument {p.name!r}" for p in self.params)
         self.program = program
-        self._rows = tuple((p.shape, p.dtype, p.direction == SCALAR, label, p)
+        self._rows = tuple((p.shape, p.dtype, p.direction == SCALAR, label, p, Access.of(p))
                            for p, label in zip(self.params, self.labels))
 
     def arity_error(self, n: int) -> PtoArgumentError:
@@ -266,7 +268,7 @@ class Binder:
         ``values`` holds one 64-bit slot per parameter (device address or
         scalar bits; 0 for host arrays, to be filled with their temporaries);
         ``hosts`` is None or a list of ``(index, HostArray, param)``;
-        ``joins`` is None or the ``(DeviceTensor, param)`` that need the slow
+        ``joins`` is None or the ``(DeviceTensor, Access)`` that need the slow
         path of ordering (:func:`~._hazards.order`): first uses on `stream`,
         and with hazard tracking, every tensor whose home is not `stream`.
         """
@@ -276,7 +278,7 @@ class Binder:
         append = values.append
         hosts = joins = None
         track = worker._hazards is not None
-        for arg, (shape, dtype, scalar, label, p) in zip(args, self._rows):
+        for arg, (shape, dtype, scalar, label, p, access) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
                 # The common case first: a tensor of this worker, alive, of the right shape and dtype.
                 if (arg._worker is not worker or arg._freed or arg._shape != shape or scalar
@@ -288,8 +290,9 @@ class Binder:
                 # The common case: last written on this stream and used only here since.
                 if (arg._home is not stream) if track else (stream not in arg._streams):
                     if joins is None:
-                        joins = []
-                    joins.append((arg, p))
+                        joins = [(arg, access)]
+                    else:
+                        joins.append((arg, access))
             elif scalar:
                 append(scalar_bits(arg, dtype, label))
             else:

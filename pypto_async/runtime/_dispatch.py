@@ -32,7 +32,9 @@ command, straight to the driver unless the stream's FIFO holds work), calls
 temporary ``uint64_t`` array, which the driver copies into the ring heap or
 its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
 a tuple of ints drops out of the cyclic GC's tracking at its first
-collection, a list never does.  And every 64th token it runs the completion
+collection, a list never does.  A launch whose tensors cross streams asks
+the compiled common case of ordering for its edge (``fast_order``) and
+queues the edge with itself.  And every 64th launch it runs the completion
 service itself when its pump may (``can_serve_inline``): a coroutine that
 submits without ever suspending never lets the pump run, and draining now
 and then lets finished launches die young (cheap for the cyclic GC) and
@@ -52,7 +54,7 @@ from ..errors import PtoArgumentError
 from ._complete import service
 from ._context import capture_of, current_worker, stream_stack
 from ._group import group_commands, group_flags, inputs
-from ._hazards import fused_overflow, order
+from ._hazards import fast_order, fused_overflow, order
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -64,8 +66,8 @@ from ._wait import block_until
 __all__ = ["dispatch", "default_worker", "launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
-# The hot path runs the completion service itself once per this many tokens (however many each
-# launch takes: an inferred edge takes one too).
+# The hot path runs the completion service itself once per this many launches (a threshold on
+# tokens, however many each launch takes: an inferred edge takes one too).
 _SERVICE_EVERY = 64
 
 _default = None
@@ -177,8 +179,10 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             hz = worker._hazards
             if hz is None:
                 order(worker, stream, joins, h._label, 0)
-            elif hosts is None:
-                edge = hz.order(stream, joins, h._label, 0, h._after is not None)
+            elif hosts is None:  # Hazards.order, its common case first
+                edge = fast_order(hz, stream, joins, 0)
+                if type(edge) is not tuple or h._after is None:
+                    edge = hz.settle(stream, joins, h._label, 0, edge, h._after is not None)
             else:
                 hz.order(stream, joins, h._label, inputs(hosts))
         if hosts is None:
@@ -205,11 +209,14 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             else:  # behind a host condition: wait in the stream's FIFO
                 hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
                      launch, F_DATA | F_LAST, None)
-            if tok >= q.serve_at and q.pump.can_serve_inline():
-                q.serve_at = tok + _SERVICE_EVERY
-                service(q)
-                if submit_only and q.pump.turn_due(_SERVICE_EVERY):
-                    mark_turn(launch)  # nor the rest of the loop: its await yields once
+            if tok >= q.serve_at:
+                # Every 64 launches, whether or not each brought its inferred edge (a token too);
+                # a pump that may not serve here (sync mode, another thread) is asked again then.
+                q.serve_at = tok + (_SERVICE_EVERY if edge is None else 2 * _SERVICE_EVERY)
+                if q.pump.can_serve_inline():
+                    service(q)
+                    if submit_only and q.pump.turn_due(_SERVICE_EVERY):
+                        mark_turn(launch)  # nor the rest of the loop: its await yields once
         else:
             launch_group(worker, h, stream, values, hosts, launch)
             stream._last = q.next_token - 1

@@ -362,11 +362,12 @@ class Graph:
             # As the launch path does every 64 tokens: a producer that never suspends still
             # drains completions now and then (here every 256 tokens), and gives the loop turns.
             end = tok + self._span
-            if end > q.serve_at and q.pump.can_serve_inline():
+            if end > q.serve_at:
                 q.serve_at = end + _SERVICE_EVERY
-                service(q)
-                if submit_only and q.pump.turn_due(1):
-                    mark_turn(launch)
+                if q.pump.can_serve_inline():
+                    service(q)
+                    if submit_only and q.pump.turn_due(1):
+                        mark_turn(launch)
         if worker._async:
             return launch
         if not launch._done:

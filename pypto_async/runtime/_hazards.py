@@ -84,15 +84,15 @@ import traceback
 import warnings
 
 from .._driver import check, ffi, lib
-from .._fastorder import order as _fast_order
+from .._fastorder import order as fast_order
 from .._fastorder import setup as _fast_setup
 from .._hazard_rule import hazard
 from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
 from ._submit import overflowed, token
 
-__all__ = ["Hazards", "order", "fused_overflow", "read_home", "mark", "merge_clock", "manual_region",
-           "sanitize_mode", "ENV_SANITIZE"]
+__all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
+           "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -169,7 +169,7 @@ def _merge(clock: dict, snapshot: dict, me: int, src: int, r: int) -> None:
 def order(worker, stream, accesses: list, label: str, offset: int) -> None:
     """Order a launch's or copy's DeviceTensor accesses on `stream` (lock held; the bind step's slow path).
 
-    `accesses` are ``(tensor, param)`` (a kernel's) or ``(tensor, name,
+    `accesses` are ``(tensor, Access)`` (a kernel's) or ``(tensor, name,
     reads, writes)`` (a copy's); `offset` is how many commands of the call
     come before the one that touches the tensors (a launch group's input
     copies).  Without hazard tracking, only first uses join.
@@ -182,6 +182,29 @@ def order(worker, stream, accesses: list, label: str, offset: int) -> None:
                 t._join(stream)
         return
     hz.order(stream, accesses, label, offset)
+
+
+class Access:
+    """A kernel parameter as ordering reads it: its name and directions (one per parameter).
+
+    :class:`~._args.Binder` makes one per parameter at registration and
+    hands ``(tensor, access)`` to :meth:`Hazards.order`; its slots are what
+    the compiled common case reads (``writes``, the same as ``copies_out``).
+    """
+
+    __slots__ = ("name", "copies_in", "copies_out", "writes")
+
+    @classmethod
+    def of(cls, param) -> Access:
+        """The access of a kernel parameter (a :class:`~pypto_async._signature.ParamSpec`)."""
+        a = cls()
+        a.name = param.name
+        a.copies_in = bool(param.copies_in)
+        a.copies_out = a.writes = bool(param.copies_out)
+        return a
+
+    def __repr__(self) -> str:
+        return f"Access({self.name!r}, reads={self.copies_in}, writes={self.writes})"
 
 
 def fused_overflow(q, stream, src, rc: int) -> int:
@@ -258,30 +281,38 @@ class Hazards:
         tensor known on `stream` already, is compiled
         (``native/python/fastorder.c``): it runs for every launch whose
         tensors cross streams.  It hands back the edges it decided, accounted
-        (tokens, clocks, counters) but not queued.  Everything it declines
-        (first uses, exact points, streams holding work on the host, the
-        sanitizer, manual ordering, traces that mark inferred waits) takes
-        :meth:`_order_general`, which obeys the same rule.
+        (tokens, clocks, counters) but not queued; :meth:`settle` queues them.
 
         With `fuse` (a launch with no host arrays, about to be queued with
         ``pto_stream_launch_after``), the last edge is left to that call:
         returns its ``(src pointer, event, token, src)``.  Otherwise None.
+        (The launch path calls the compiled function and :meth:`settle`
+        itself: ``_dispatch.launch_kernel``.)
         """
-        region = _regions[0] and self.worker in _manual.get()
-        if not region:
-            edge = _fast_order(self, stream, accesses, offset)
-            if edge is not None:
-                if edge is False:
-                    return None
-                if type(edge) is list:  # more than one: all but the last on their own
-                    for e in edge[:-1]:
-                        self._queue_edge(stream, e)
-                    edge = edge[-1]
-                if fuse:
-                    return edge
-                self._queue_edge(stream, edge)
-                return None
-        self._order_general(stream, accesses, label, offset, bool(region))
+        return self.settle(stream, accesses, label, offset, fast_order(self, stream, accesses, offset), fuse)
+
+    def settle(self, stream, accesses: list, label: str, offset: int, edge, fuse: bool):
+        """:meth:`order` after the compiled common case returned `edge`.
+
+        None: it declined, and :meth:`_order_general` takes the call (the
+        sanitizer, manual ordering, first uses, exact points, streams holding
+        work on the host).  False: nothing to wait for.  An edge, or a list of
+        them: queue them, all but the last alone; the last too unless `fuse`,
+        in which case it is returned for the launch's own driver call.
+        """
+        if edge is None:
+            self._order_general(stream, accesses, label, offset,
+                                bool(_regions[0] and self.worker in _manual.get()))
+            return None
+        if edge is False:
+            return None
+        if type(edge) is list:  # more than one
+            for e in edge[:-1]:
+                self._queue_edge(stream, e)
+            edge = edge[-1]
+        if fuse:
+            return edge
+        self._queue_edge(stream, edge)
         return None
 
     def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
@@ -577,7 +608,7 @@ def _setup_fast() -> None:
     from ._stream import Stream
     from ._tensor import DeviceTensor
 
-    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue)
+    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, _regions)
     _fast_ready.append(True)
 
 
