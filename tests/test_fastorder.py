@@ -40,7 +40,7 @@ def worker(config):
 
 @pytest.fixture
 def declines(monkeypatch):
-    """Counts the calls the compiled path declines (and, with ``force``, declines them all)."""
+    """Counts the calls of ``fast_order`` and those it declines (with ``force``: declines them all)."""
 
     class Counter:
         calls = 0
@@ -48,15 +48,21 @@ def declines(monkeypatch):
         force = False
 
     real = _hazards.fast_order
+    general = _hazards.Hazards._order_declined
 
-    def counting(hz, stream, accesses, offset):
+    def counting(hz, stream, accesses, label, offset, fuse):
         Counter.calls += 1
-        result = None if Counter.force else real(hz, stream, accesses, offset)
-        Counter.declined += result is None
-        return result
+        if Counter.force:
+            return hz._order_declined(stream, accesses, label, offset)
+        return real(hz, stream, accesses, label, offset, fuse)
+
+    def declined(hz, stream, accesses, label, offset):
+        Counter.declined += 1
+        return general(hz, stream, accesses, label, offset)
 
     monkeypatch.setattr(_hazards, "fast_order", counting)
     monkeypatch.setattr(_dispatch, "fast_order", counting)  # the launch path calls it itself
+    monkeypatch.setattr(_hazards.Hazards, "_order_declined", declined)
     return Counter
 
 
@@ -191,7 +197,8 @@ def _state(w, tensors, streams) -> tuple:
             [dict(s._clock) for s in streams])
 
 
-def test_a_declined_call_changes_nothing(worker, kernels):
+def test_a_declined_call_changes_nothing(worker, kernels, monkeypatch):
+    """What the compiled path declines reaches the general path untouched."""
     scale = worker.register(kernels.get("scale", N))
     s1, s2 = worker.stream(), worker.stream()
     a = worker.alloc_tensor(N, np.float32, init=rand(np.random.default_rng(3)), stream=s1)
@@ -200,21 +207,34 @@ def test_a_declined_call_changes_nothing(worker, kernels):
     hz = worker._hazards
     p_in, p_out = (row[5] for row in (scale._binder._rows[0], scale._binder._rows[2]))  # Access
     before = _state(worker, (a, b), (s1, s2))
+    seen = []
+
+    def general(hz, stream, accesses, label, offset):  # in place of the general path: look, change nothing
+        seen.append((accesses, _state(worker, (a, b), (s1, s2))))
+
+    monkeypatch.setattr(_hazards.Hazards, "_order_declined", general)
+    declined = [
+        (s2, [(a, p_in), (b, p_out)]),  # first uses on s2: their joins are the general path's
+        (s1, [(a, p_in), (a, p_in)]),  # a tensor given twice
+        (s1, [(object(), p_in)]),
+        (s1, [(a,)]),
+        (s1, [(a, scale._binder._rows[0][4])]),  # a ParamSpec, not an Access
+        (s1, [(a, "x", True, 1)]),  # not a bool
+        (s1, ((a, p_in),)),  # not a list
+        (object(), [(a, p_in)]),
+    ]
     with worker._queue.lock:
-        # First uses on s2 (their joins are the general path's), a tensor given twice, bad objects.
-        assert _fastorder.order(hz, s2, [(a, p_in), (b, p_out)], 0) is None
-        assert _fastorder.order(hz, s1, [(a, p_in), (a, p_in)], 0) is None
-        assert _fastorder.order(hz, s1, [(object(), p_in)], 0) is None
-        assert _fastorder.order(hz, s1, [(a,)], 0) is None
-        assert _fastorder.order(hz, s1, [(a, scale._binder._rows[0][4])], 0) is None  # a ParamSpec
-        assert _fastorder.order(hz, s1, [(a, "x", True, 1)], 0) is None  # not a bool
-        assert _fastorder.order(hz, s1, ((a, p_in),), 0) is None
-        assert _fastorder.order(hz, object(), [(a, p_in)], 0) is None
-        assert _fastorder.order(object(), s1, [(a, p_in)], 0) is None
-        assert _fastorder.order(hz, s1, [(a, p_in)], "0") is None
+        for stream, accesses in declined:
+            assert _fastorder.order(hz, stream, accesses, "test", 0, True) is None
+        assert _fastorder.order(hz, s1, [(a, p_in)], "test", "0", True) is None  # an odd offset
+        with pytest.raises(AttributeError):  # declined, and not a Hazards
+            _fastorder.order(object(), s1, [(a, p_in)], "test", 0, True)
         with pytest.raises(TypeError):
             _fastorder.order(hz, s1, [(a, p_in)])
+    assert [acc for acc, _ in seen] == [acc for _, acc in declined] + [[(a, p_in)]]
+    assert all(state == before for _, state in seen)
     assert _state(worker, (a, b), (s1, s2)) == before
+    monkeypatch.undo()
     worker.sync(timeout=10)
     for t in (a, b):
         t.free()

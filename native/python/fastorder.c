@@ -9,13 +9,12 @@
  * (tokens, clocks, counters), notes the accesses, and hands the edges back to
  * Python, which queues them with the launch or copy.
  *
- * order(hz, stream, accesses, offset) returns
- *   None   declined: nothing was read into or written to any state; the
- *          caller takes the general path;
- *   False  done, no edge;
- *   an edge (src pointer, src's hazard event, token, src): one edge from
- *          src's tail, to be queued with the launch or copy;
- *   a list of edges, in the order they must be queued (more than one).
+ * order(hz, stream, accesses, label, offset, fuse) is Hazards.order.  In
+ * the common case it decides here, queues the edges through
+ * hz._queue_edge (one driver call each), all but the last if fuse, and
+ * returns the last one's source stream for the launch's own driver call
+ * (its token is the one before the launch's); otherwise None.  What it
+ * declines goes to hz._order_declined (the general path), untouched.
  *
  * It declines, before touching anything, whatever the general path handles
  * better: a manual region open anywhere (``with w.manual_deps():``, which
@@ -63,7 +62,7 @@ static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type, *acc
 static PyObject *regions; /* _hazards._regions: [manual regions open in any task or thread] */
 static Py_ssize_t tensor_off[T_NSLOTS], stream_off[S_NSLOTS], hazards_off[H_NSLOTS], queue_off[Q_NSLOTS];
 static Py_ssize_t access_writes_off;
-static PyObject *str_graph_tags, *zero;
+static PyObject *str_graph_tags, *str_queue_edge, *str_order_declined, *zero;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 #define TS(t, i) SLOT(t, tensor_off[i])
@@ -228,51 +227,54 @@ static PyObject *make_record(PyObject *stream, long long pos, PyObject *what, Py
     return r;
 }
 
-static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The edges decided: their sources and tokens (new references), in the order they must be queued. */
+struct edges {
+    int n;
+    PyObject *src[MAX_SRC];
+    PyObject *tok[MAX_SRC];
+};
+
+/* Decide and account one call's edges, note its accesses: 0 done, 1 declined (nothing changed), -1 error. */
+static int decide(PyObject *hz, PyObject *stream, PyObject *accesses, long long offset, struct edges *ed)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "order(hz, stream, accesses, offset) takes 4 arguments");
-        return NULL;
-    }
-    PyObject *hz = args[0], *stream = args[1], *accesses = args[2];
-    long long offset, inferred, skipped;
+    long long inferred, skipped;
     if (!tensor_type || !Py_IS_TYPE(hz, hazards_type) || !is_stream(stream) || !PyList_CheckExact(accesses))
-        Py_RETURN_NONE;
+        return 1;
     long long open_regions;
     if (PyList_GET_SIZE(regions) != 1 || as_i64(PyList_GET_ITEM(regions, 0), &open_regions) || open_regions)
-        Py_RETURN_NONE; /* whether this task is in one is the general path's question */
-    if (as_i64(args[3], &offset) || as_i64(HS(hz, H_INFERRED), &inferred) || as_i64(HS(hz, H_SKIPPED), &skipped))
-        Py_RETURN_NONE;
+        return 1; /* whether this task is in one is the general path's question */
+    if (as_i64(HS(hz, H_INFERRED), &inferred) || as_i64(HS(hz, H_SKIPPED), &skipped))
+        return 1;
     PyObject *q = HS(hz, H_QUEUE), *recorder = HS(hz, H_RECORDER);
     if (!q || !Py_IS_TYPE(q, queue_type) || HS(hz, H_FAST) != Py_True || !recorder)
-        Py_RETURN_NONE;
+        return 1;
     if (recorder != Py_None) { /* a trace that marks inferred waits keeps their tokens: Python's */
         PyObject *tags = PyObject_GetAttr(recorder, str_graph_tags);
         if (!tags)
-            return NULL;
+            return -1;
         Py_DECREF(tags);
         if (tags != Py_None)
-            Py_RETURN_NONE;
+            return 1;
     }
     PyObject *clock = SS(stream, S_CLOCK), *fifo = SS(stream, S_FIFO);
     if (!clock || !PyDict_CheckExact(clock) || !fifo || PyObject_Length(fifo) != 0) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return 1;
     }
     Py_ssize_t n = PyList_GET_SIZE(accesses);
     if (n > MAX_ACC)
-        Py_RETURN_NONE;
+        return 1;
     PyObject *tensors[MAX_ACC];
     char writes[MAX_ACC];
     struct leave leave[MAX_ACC];
     int nleave = 0;
     struct plan pl = {.n = 0, .skipped = 0};
-    PyObject *edges = NULL, *record = NULL, *v;
+    PyObject *record = NULL, *v;
     PyObject *old[7 * MAX_ACC + 3]; /* values replaced, released at the end */
     int nold = 0;
     long long pruned = 0, tok;
-    PyObject *result = Py_None; /* declined, unless the decision below completes */
-    Py_INCREF(result);
+    int status = 1; /* declined, unless the decision below completes */
+    ed->n = 0;
 
     /* -- decide: read only ----------------------------------------------------------------- */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -292,7 +294,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto out;
         int known = PySet_Contains(streams, stream);
         if (known < 0)
-            goto fail;
+            goto error;
         if (!known) /* its first use here: the join is the general path's */
             goto out;
         PyObject *w; /* (tensor, Access) from the bind step, or a copy's (tensor, name, reads, writes) */
@@ -334,7 +336,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             int rc = earlier(&pl, clock, home, pos);
             if (rc < 0)
-                goto fail;
+                goto error;
             if (rc)
                 goto out;
             if (exact != Py_None) {
@@ -349,7 +351,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 leave[nleave].writer = make_record(home, pos, writer != Py_None ? PyTuple_GET_ITEM(writer, 2)
                                                                                 : Py_None, exact);
                 if (!leave[nleave].writer)
-                    goto fail;
+                    goto error;
             }
             nleave++;
             continue;
@@ -361,7 +363,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *wsrc = PyTuple_GET_ITEM(writer, 0);
             int rc = earlier(&pl, clock, wsrc, wpos);
             if (rc < 0)
-                goto fail;
+                goto error;
             if (rc)
                 goto out;
             if (PyTuple_GET_ITEM(writer, 3) != Py_None)
@@ -394,7 +396,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
                 int rc = earlier(&pl, clock, src, pos);
                 if (rc < 0)
-                    goto fail;
+                    goto error;
                 if (rc)
                     goto out;
             }
@@ -412,7 +414,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     goto out;
                 long long c = clock_of(bclock, SS(pl.src[a].stream, S_ID));
                 if (c == -2)
-                    goto fail;
+                    goto error;
                 if (c == -3)
                     goto out;
                 if (c > pl.src[a].pos) {
@@ -444,11 +446,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto out;
 
     /* -- commit: every check passed ----------------------------------------------------------- */
-    Py_DECREF(result);
-    result = NULL;
-    edges = pl.n > 1 ? PyList_New(pl.n) : NULL;
-    if (pl.n > 1 && !edges)
-        goto fail;
+    status = -1; /* from here, only an error stops it (and leaves what was done) */
     PyObject *me = SS(stream, S_ID);
     for (int k = 0; k < pl.n; k++) {
         PyObject *src = pl.src[k].stream, *skey, *sval;
@@ -459,38 +457,34 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 continue;
             PyObject *mine = PyDict_GetItemWithError(clock, skey);
             if (!mine && PyErr_Occurred())
-                goto fail_edges;
+                goto fail;
             int above = PyObject_RichCompareBool(sval, mine ? mine : zero, Py_GT);
             if (above < 0 || (above && PyDict_SetItem(clock, skey, sval) < 0))
-                goto fail_edges;
+                goto fail;
         }
         PyObject *etok = PyLong_FromLongLong(tok + k); /* the newest token: above anything in the clock */
-        if (!etok || PyDict_SetItem(clock, SS(src, S_ID), etok) < 0) {
-            Py_XDECREF(etok);
-            goto fail_edges;
-        }
-        PyObject *edge = PyTuple_Pack(4, SS(src, S_PTR), SS(src, S_HZ_EVENT), etok, src);
-        Py_DECREF(etok);
-        if (!edge)
-            goto fail_edges;
-        if (edges)
-            PyList_SET_ITEM(edges, k, edge);
-        else
-            edges = edge;
+        if (!etok)
+            goto fail;
+        Py_INCREF(src);
+        ed->src[k] = src;
+        ed->tok[k] = etok;
+        ed->n = k + 1;
+        if (PyDict_SetItem(clock, SS(src, S_ID), etok) < 0)
+            goto fail;
     }
     if (pl.n) {
         if (!(v = PyLong_FromLongLong(tok + pl.n)))
-            goto fail_edges;
+            goto fail;
         old[nold++] = swap_slot(q, queue_off[Q_NEXT_TOKEN], v);
         Py_DECREF(v);
         if (!(v = PyLong_FromLongLong(inferred + pl.n)))
-            goto fail_notes;
+            goto fail;
         old[nold++] = swap_slot(hz, hazards_off[H_INFERRED], v);
         Py_DECREF(v);
     }
     if (pl.skipped + pruned) {
         if (!(v = PyLong_FromLongLong(skipped + pl.skipped + pruned)))
-            goto fail_notes;
+            goto fail;
         old[nold++] = swap_slot(hz, hazards_off[H_SKIPPED], v);
         Py_DECREF(v);
     }
@@ -504,61 +498,93 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     nleave = 0;
-    /* Note the accesses, at the token of the command that touches the tensors (one record serves all). */
-    if (!(record = make_record(stream, tok + pl.n + offset, Py_None, Py_None)))
-        goto fail_notes;
+    /*
+     * Note the accesses, at the token of the command that touches the tensors.  A write makes
+     * the stream the tensor's home and keeps no record: while it has a home, its last write is
+     * the home's last data command (the homes left above read it there), and a record made here
+     * would carry nothing more (no exact point, no call site).  A read's record serves them all.
+     */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = tensors[i];
         if (TS(t, T_MANUAL) == Py_True) {
             old[nold++] = swap_slot(t, tensor_off[T_HOME], stream); /* nothing to track: nothing to do here again */
         } else if (writes[i]) {
-            old[nold++] = swap_slot(t, tensor_off[T_WRITER], record);
+            old[nold++] = swap_slot(t, tensor_off[T_WRITER], Py_None);
             old[nold++] = swap_slot(t, tensor_off[T_READERS], Py_None);
             old[nold++] = swap_slot(t, tensor_off[T_READHOME], Py_None);
             old[nold++] = swap_slot(t, tensor_off[T_HOME], stream);
         } else if (TS(t, T_HOME) != stream) {
+            if (!record && !(record = make_record(stream, tok + pl.n + offset, Py_None, Py_None)))
+                goto fail;
             PyObject *readers = TS(t, T_READERS);
             if (readers == Py_None) {
                 PyObject *d = PyDict_New();
                 if (!d || PyDict_SetItem(d, stream, record) < 0) {
                     Py_XDECREF(d);
-                    goto fail_notes;
+                    goto fail;
                 }
                 old[nold++] = swap_slot(t, tensor_off[T_READERS], d);
                 Py_DECREF(d);
             } else {
                 PyObject *prev = PyDict_GetItemWithError(readers, stream); /* released at the end, not here */
                 if (!prev && PyErr_Occurred())
-                    goto fail_notes;
+                    goto fail;
                 Py_XINCREF(prev);
                 old[nold++] = prev;
                 if (PyDict_SetItem(readers, stream, record) < 0)
-                    goto fail_notes;
+                    goto fail;
             }
         }
     }
-    Py_DECREF(record);
+    status = 0;
+fail:
+    Py_XDECREF(record);
     /* Only now release what was replaced: freeing it may run code (a Stream's __del__). */
     for (int k = 0; k < nold; k++)
         Py_XDECREF(old[k]);
-    if (edges)
-        return edges;
-    Py_RETURN_FALSE;
-
-fail_notes:
-fail_edges:
-    Py_XDECREF(record);
-    for (int k = 0; k < nold; k++)
-        Py_XDECREF(old[k]);
-    Py_XDECREF(edges);
-fail:
-    Py_XDECREF(result);
-    result = NULL;
 out:
     for (int k = 0; k < nleave; k++)
         Py_XDECREF(leave[k].writer);
-    if (result == Py_None)
-        PyErr_Clear();
+    if (status == 1)
+        PyErr_Clear(); /* (a declining check may leave one: an odd object's length) */
+    return status;
+error: /* deciding failed: nothing was changed */
+    status = -1;
+    goto out;
+}
+
+static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "order(hz, stream, accesses, label, offset, fuse) takes 6 arguments");
+        return NULL;
+    }
+    PyObject *hz = args[0], *stream = args[1], *accesses = args[2], *label = args[3], *off = args[4];
+    long long offset;
+    struct edges ed;
+    int status = as_i64(off, &offset) ? 1 : decide(hz, stream, accesses, offset, &ed);
+    if (status == 1) /* declined: the general path, on state nobody touched */
+        return PyObject_CallMethodObjArgs(hz, str_order_declined, stream, accesses, label, off, NULL);
+    PyObject *result = NULL;
+    if (status == 0) {
+        int fuse = PyObject_IsTrue(args[5]);
+        int queued = fuse > 0 && ed.n ? ed.n - 1 : ed.n; /* all but the one left to the launch */
+        int k = 0;
+        for (; fuse >= 0 && k < queued; k++) {
+            PyObject *r = PyObject_CallMethodObjArgs(hz, str_queue_edge, stream, ed.src[k], ed.tok[k], NULL);
+            if (!r)
+                break;
+            Py_DECREF(r);
+        }
+        if (fuse >= 0 && k == queued) {
+            result = k < ed.n ? ed.src[k] : Py_None;
+            Py_INCREF(result);
+        }
+    }
+    for (int k = 0; k < ed.n; k++) {
+        Py_DECREF(ed.src[k]);
+        Py_DECREF(ed.tok[k]);
+    }
     return result;
 }
 
@@ -566,7 +592,7 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
      "setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, regions): read the classes' slot offsets."},
     {"order", (PyCFunction)(void (*)(void))order, METH_FASTCALL,
-     "order(hz, stream, accesses): the common case of Hazards.order; None where it declines."},
+     "order(hz, stream, accesses, label, offset, fuse): Hazards.order, its common case compiled."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -581,8 +607,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__fastorder(void)
 {
     str_graph_tags = PyUnicode_InternFromString("graph_tags");
+    str_queue_edge = PyUnicode_InternFromString("_queue_edge");
+    str_order_declined = PyUnicode_InternFromString("_order_declined");
     zero = PyLong_FromLong(0);
-    if (!str_graph_tags || !zero)
+    if (!str_graph_tags || !str_queue_edge || !str_order_declined || !zero)
         return NULL;
     return PyModule_Create(&module);
 }

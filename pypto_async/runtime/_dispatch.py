@@ -179,10 +179,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             hz = worker._hazards
             if hz is None:
                 order(worker, stream, joins, h._label, 0)
-            elif hosts is None:  # Hazards.order, its common case first
-                edge = fast_order(hz, stream, joins, 0)
-                if type(edge) is not tuple or h._after is None:
-                    edge = hz.settle(stream, joins, h._label, 0, edge, h._after is not None)
+            elif hosts is None:  # Hazards.order: the source stream of an edge left to the launch
+                edge = fast_order(hz, stream, joins, h._label, 0, h._after is not None)
             else:
                 hz.order(stream, joins, h._label, inputs(hosts))
         if hosts is None:
@@ -194,10 +192,10 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                 if edge is None:
                     rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
                 else:  # behind its one inferred edge (_hazards.Hazards.order)
-                    rc = h._after(stream._ptr, edge[0], edge[1], edge[2], h._kptr, h._blocks, values,
+                    rc = h._after(stream._ptr, edge._ptr, edge._hz_event, tok - 1, h._kptr, h._blocks, values,
                                   h._nargs, tok)
                     if rc > QUEUED:
-                        rc = fused_overflow(q, stream, edge[3], rc)
+                        rc = fused_overflow(q, stream, edge, rc)
                 if not rc:
                     launch._entered = True
                 elif rc == QUEUED:  # the driver keeps it until the ring has room

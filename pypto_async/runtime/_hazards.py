@@ -278,42 +278,23 @@ class Hazards:
         """Decide the edges of one call's accesses, insert them, then note the accesses (lock held).
 
         The common case, automatic ordering with the sanitizer off and every
-        tensor known on `stream` already, is compiled
-        (``native/python/fastorder.c``): it runs for every launch whose
-        tensors cross streams.  It hands back the edges it decided, accounted
-        (tokens, clocks, counters) but not queued; :meth:`settle` queues them.
+        tensor known on `stream` already, is compiled (``fast_order``,
+        ``native/python/fastorder.c``): it runs for every launch whose
+        tensors cross streams, and queues its edges with :meth:`_queue_edge`.
+        What it declines, before changing anything, it hands to
+        :meth:`_order_declined`.
 
         With `fuse` (a launch with no host arrays, about to be queued with
         ``pto_stream_launch_after``), the last edge is left to that call:
-        returns its ``(src pointer, event, token, src)``.  Otherwise None.
-        (The launch path calls the compiled function and :meth:`settle`
-        itself: ``_dispatch.launch_kernel``.)
+        returns its source stream (the edge's token is the one just before
+        the launch's).  Otherwise None.  (The launch path calls
+        ``fast_order`` itself: ``_dispatch.launch_kernel``.)
         """
-        return self.settle(stream, accesses, label, offset, fast_order(self, stream, accesses, offset), fuse)
+        return fast_order(self, stream, accesses, label, offset, fuse)
 
-    def settle(self, stream, accesses: list, label: str, offset: int, edge, fuse: bool):
-        """:meth:`order` after the compiled common case returned `edge`.
-
-        None: it declined, and :meth:`_order_general` takes the call (the
-        sanitizer, manual ordering, first uses, exact points, streams holding
-        work on the host).  False: nothing to wait for.  An edge, or a list of
-        them: queue them, all but the last alone; the last too unless `fuse`,
-        in which case it is returned for the launch's own driver call.
-        """
-        if edge is None:
-            self._order_general(stream, accesses, label, offset,
-                                bool(_regions[0] and self.worker in _manual.get()))
-            return None
-        if edge is False:
-            return None
-        if type(edge) is list:  # more than one
-            for e in edge[:-1]:
-                self._queue_edge(stream, e)
-            edge = edge[-1]
-        if fuse:
-            return edge
-        self._queue_edge(stream, edge)
-        return None
+    def _order_declined(self, stream, accesses: list, label: str, offset: int) -> None:
+        """:meth:`order` for a call the compiled common case declined: the general path."""
+        self._order_general(stream, accesses, label, offset, bool(_regions[0] and self.worker in _manual.get()))
 
     def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
         """:meth:`order`, all of it: check (the sanitizer) or insert, then note.
@@ -475,7 +456,7 @@ class Hazards:
         before the record has a smaller one.
         """
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            self._queue_edge(stream, self._edge(stream, src))
+            self._queue_edge(stream, src, self._edge(stream, src))
             return
         event = exact
         if event is None:
@@ -486,10 +467,9 @@ class Hazards:
         stream._wait_locked(event, edge=True)
         self._count(tok)
 
-    def _queue_edge(self, stream, edge: tuple) -> None:
-        """Queue an edge :meth:`_edge` (or the compiled common case) made: one ``pto_stream_wait_stream``."""
-        src_ptr, event, tok, src = edge
-        rc = _wait_stream(stream._ptr, src_ptr, event, tok)
+    def _queue_edge(self, stream, src, tok: int) -> None:
+        """Queue the edge from `src`'s tail that :meth:`_edge` (or ``fast_order``) made: one driver call."""
+        rc = _wait_stream(stream._ptr, src._ptr, src._hz_event, tok)
         if rc:
             if rc < 0:
                 check(rc, "queueing an inferred wait")
@@ -498,11 +478,11 @@ class Hazards:
             if rc & QUEUED:
                 overflowed(self.queue, stream, 1)
 
-    def _edge(self, stream, src) -> tuple:
+    def _edge(self, stream, src) -> int:
         """The edge of one driver call from `src`'s tail to `stream`, clocks merged and counted.
 
-        Returns ``(src pointer, event, token, src)``; the caller queues it
-        next, with ``pto_stream_wait_stream`` or ``pto_stream_launch_after``.
+        Returns its token; the caller queues it next (:meth:`_queue_edge`),
+        with ``src._hz_event``, the event it makes here if need be.
         (The driver refuses an edge only on a device that is lost or closing,
         after which nothing runs to order.)
         """
@@ -520,7 +500,7 @@ class Hazards:
         self.inferred += 1
         if self.recorder is not None and self.recorder.graph_tags is not None:
             self._keep(tok)
-        return src._ptr, event, tok, src
+        return tok
 
     def _count(self, tok: int) -> None:
         """One inferred wait, with token `tok`: counted, and kept for the trace's arrows when tracing."""
