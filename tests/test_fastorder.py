@@ -247,10 +247,10 @@ def test_setup_refuses_classes_without_the_slots(worker, kernels, declines):
         pass
 
     with pytest.raises(AttributeError):  # NoSlots._streams
-        _fastorder.setup(NoSlots, NoSlots, NoSlots, NoSlots, NoSlots, [0])
+        _fastorder.setup(NoSlots, NoSlots, NoSlots, NoSlots, NoSlots, NoSlots, [0])
     plain = type("Plain", (), dict.fromkeys(("_streams", "_manual", "_home", "_writer", "_readers", "_readhome")))
     with pytest.raises(TypeError, match="not a __slots__ attribute"):
-        _fastorder.setup(plain, NoSlots, NoSlots, NoSlots, NoSlots, [0])
+        _fastorder.setup(plain, NoSlots, NoSlots, NoSlots, NoSlots, NoSlots, [0])
     # A failed setup replaced nothing: ordering still runs compiled, and right.
     want, got, declined = _ping_pong(worker, kernels, 4, np.random.default_rng(5), declines)
     np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -58,11 +58,11 @@ static const char *const stream_names[S_NSLOTS] = {"_id", "_last", "_clock", "_f
 static const char *const hazards_names[H_NSLOTS] = {"fast", "skipped", "inferred", "recorder", "queue"};
 static const char *const queue_names[Q_NSLOTS] = {"next_token"};
 
-static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type, *access_type;
+static PyTypeObject *tensor_type, *stream_type, *hazards_type, *queue_type, *access_type, *recorder_type;
 static PyObject *regions; /* _hazards._regions: [manual regions open in any task or thread] */
 static Py_ssize_t tensor_off[T_NSLOTS], stream_off[S_NSLOTS], hazards_off[H_NSLOTS], queue_off[Q_NSLOTS];
-static Py_ssize_t access_writes_off;
-static PyObject *str_graph_tags, *str_queue_edge, *str_order_declined, *zero;
+static Py_ssize_t access_writes_off, recorder_tags_off;
+static PyObject *str_queue_edge, *str_order_declined, *zero;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 #define TS(t, i) SLOT(t, tensor_off[i])
@@ -100,26 +100,27 @@ static int offsets(PyTypeObject *type, const char *const *names, Py_ssize_t *out
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-    PyTypeObject *t, *s, *h, *q, *a;
+    PyTypeObject *t, *s, *h, *q, *a, *rec;
     PyObject *r;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyType_Type, &t, &PyType_Type, &s, &PyType_Type, &h,
-                          &PyType_Type, &q, &PyType_Type, &a, &PyList_Type, &r))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!", &PyType_Type, &t, &PyType_Type, &s, &PyType_Type, &h,
+                          &PyType_Type, &q, &PyType_Type, &a, &PyType_Type, &rec, &PyList_Type, &r))
         return NULL;
     if (PyList_GET_SIZE(r) != 1) {
         PyErr_SetString(PyExc_ValueError, "setup: regions must be a list of one int");
         return NULL;
     }
-    Py_ssize_t toff[T_NSLOTS], soff[S_NSLOTS], hoff[H_NSLOTS], qoff[Q_NSLOTS], aoff;
-    static const char *const access_names[1] = {"writes"};
+    Py_ssize_t toff[T_NSLOTS], soff[S_NSLOTS], hoff[H_NSLOTS], qoff[Q_NSLOTS], aoff, roff;
+    static const char *const access_names[1] = {"writes"}, *const recorder_names[1] = {"graph_tags"};
     if (offsets(t, tensor_names, toff, T_NSLOTS) || offsets(s, stream_names, soff, S_NSLOTS) ||
         offsets(h, hazards_names, hoff, H_NSLOTS) || offsets(q, queue_names, qoff, Q_NSLOTS) ||
-        offsets(a, access_names, &aoff, 1))
+        offsets(a, access_names, &aoff, 1) || offsets(rec, recorder_names, &roff, 1))
         return NULL; /* nothing replaced */
     memcpy(tensor_off, toff, sizeof(toff));
     memcpy(stream_off, soff, sizeof(soff));
     memcpy(hazards_off, hoff, sizeof(hoff));
     memcpy(queue_off, qoff, sizeof(qoff));
     access_writes_off = aoff;
+    recorder_tags_off = roff;
     Py_INCREF(t);
     Py_INCREF(s);
     Py_INCREF(h);
@@ -130,6 +131,8 @@ static PyObject *setup(PyObject *self, PyObject *args)
     Py_XSETREF(queue_type, q);
     Py_INCREF(a);
     Py_XSETREF(access_type, a);
+    Py_INCREF(rec);
+    Py_XSETREF(recorder_type, rec);
     Py_INCREF(r);
     Py_XSETREF(regions, r);
     Py_RETURN_NONE;
@@ -248,14 +251,9 @@ static int decide(PyObject *hz, PyObject *stream, PyObject *accesses, long long 
     PyObject *q = HS(hz, H_QUEUE), *recorder = HS(hz, H_RECORDER);
     if (!q || !Py_IS_TYPE(q, queue_type) || HS(hz, H_FAST) != Py_True || !recorder)
         return 1;
-    if (recorder != Py_None) { /* a trace that marks inferred waits keeps their tokens: Python's */
-        PyObject *tags = PyObject_GetAttr(recorder, str_graph_tags);
-        if (!tags)
-            return -1;
-        Py_DECREF(tags);
-        if (tags != Py_None)
-            return 1;
-    }
+    /* A trace that marks inferred waits keeps their tokens: Python's. */
+    if (recorder != Py_None && (!Py_IS_TYPE(recorder, recorder_type) || SLOT(recorder, recorder_tags_off) != Py_None))
+        return 1;
     PyObject *clock = SS(stream, S_CLOCK), *fifo = SS(stream, S_FIFO);
     if (!clock || !PyDict_CheckExact(clock) || !fifo || PyObject_Length(fifo) != 0) {
         PyErr_Clear();
@@ -590,7 +588,7 @@ static PyObject *order(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
-     "setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, regions): read the classes' slot offsets."},
+     "setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, TraceRecorder, regions): the slot offsets."},
     {"order", (PyCFunction)(void (*)(void))order, METH_FASTCALL,
      "order(hz, stream, accesses, label, offset, fuse): Hazards.order, its common case compiled."},
     {NULL, NULL, 0, NULL},
@@ -606,11 +604,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastorder(void)
 {
-    str_graph_tags = PyUnicode_InternFromString("graph_tags");
     str_queue_edge = PyUnicode_InternFromString("_queue_edge");
     str_order_declined = PyUnicode_InternFromString("_order_declined");
     zero = PyLong_FromLong(0);
-    if (!str_graph_tags || !str_queue_edge || !str_order_declined || !zero)
+    if (!str_queue_edge || !str_order_declined || !zero)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -585,10 +585,11 @@ _fast_ready = []
 def _setup_fast() -> None:
     """Hand the compiled common case the classes whose slots it reads (once: their layout is fixed)."""
     from ._queue import CommandQueue
+    from ._recorder import TraceRecorder
     from ._stream import Stream
     from ._tensor import DeviceTensor
 
-    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, _regions)
+    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, TraceRecorder, _regions)
     _fast_ready.append(True)
 
 
