@@ -3,31 +3,38 @@
  *
  * Hazards.order (pypto_async/runtime/_hazards.py) runs for every launch or
  * copy whose DeviceTensors cross streams.  Its rule, and every case this file
- * declines, live in Python (_order_general); this file is the common case of
- * the same rule, on the same Python objects, without the interpreter's cost
- * per step.  It never queues anything: it decides the edges, accounts them
- * (tokens, clocks, counters), notes the accesses, and hands the edges back to
- * Python, which queues them with the launch or copy.
+ * declines, live in Python (Hazards._order_general); this file is the common
+ * case of the same rule, on the same Python objects, without the
+ * interpreter's cost per step.
  *
  * order(hz, stream, accesses, label, offset, fuse) is Hazards.order.  In
- * the common case it decides here, queues the edges through
- * hz._queue_edge (one driver call each), all but the last if fuse, and
- * returns the last one's source stream for the launch's own driver call
- * (its token is the one before the launch's); otherwise None.  What it
- * declines goes to hz._order_declined (the general path), untouched.
+ * the common case it decides the edges and accounts them (tokens, clocks,
+ * counters), notes the accesses, then queues the edges through
+ * hz._queue_edge (one driver call each): all of them, or all but the last
+ * with fuse, whose source stream it returns for the launch's own driver call
+ * (the edge's token is the one before the launch's).  Otherwise it returns
+ * None.  What it declines it hands to hz._order_declined (the general path)
+ * on state it has not touched.
  *
- * It declines, before touching anything, whatever the general path handles
- * better: a manual region open anywhere (``with w.manual_deps():``, which
- * is task-local), a tensor's first use on the stream (its join), an exact event to
- * wait for, a stream holding work on the host (its FIFO), a closed source
- * stream or one without its hazard event yet, a trace marking inferred
- * waits, a tensor given twice, more than MAX_SRC streams to wait for, or an
- * object of an unexpected type.
+ * It declines whatever the general path handles better: a manual region
+ * open anywhere (``with w.manual_deps():``, which is task-local), a tensor's
+ * first use on the stream (its join), an exact event to wait for, a stream
+ * holding work on the host (its FIFO), a closed source stream or one without
+ * its hazard event yet, a trace marking inferred waits, a tensor given
+ * twice, more than MAX_SRC streams to wait for, or an object of an
+ * unexpected type.
+ *
+ * One difference in what it writes: a write it notes makes the stream the
+ * tensor's home and leaves no writer record (None), where the general path
+ * keeps one; while a tensor has a home, its last write is the home's last
+ * data command, which is where leaving the home reads it.
  *
  * The objects' attributes are __slots__, read and written at the offsets
  * their member descriptors give (setup() takes them once): the same storage
- * Python's attribute access uses.  Called with the worker's lock held, on the
- * submitting thread; it holds no state of its own between calls.
+ * Python's attribute access uses.  Replaced values are released only once
+ * everything is written (freeing one may run code: a Stream's __del__).
+ * Called with the worker's lock held, on the submitting thread; it holds no
+ * state of its own between calls.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -200,7 +207,7 @@ static int need(struct plan *pl, PyObject *src, long long pos)
 /* The access at (src, pos) before this call: implied by the clock (skipped), or needed. 0, 1 decline, -1 error. */
 static int earlier(struct plan *pl, PyObject *clock, PyObject *src, long long pos)
 {
-    if (!is_stream(src))
+    if (!is_stream(src) || !SS(src, S_ID)) /* (every stream that reaches the plan has its id) */
         return 1;
     long long c = clock_of(clock, SS(src, S_ID));
     if (c == -2)
@@ -255,7 +262,7 @@ static int decide(PyObject *hz, PyObject *stream, PyObject *accesses, long long 
     if (recorder != Py_None && (!Py_IS_TYPE(recorder, recorder_type) || SLOT(recorder, recorder_tags_off) != Py_None))
         return 1;
     PyObject *clock = SS(stream, S_CLOCK), *fifo = SS(stream, S_FIFO);
-    if (!clock || !PyDict_CheckExact(clock) || !fifo || PyObject_Length(fifo) != 0) {
+    if (!clock || !PyDict_CheckExact(clock) || !SS(stream, S_ID) || !fifo || PyObject_Length(fifo) != 0) {
         PyErr_Clear();
         return 1;
     }
