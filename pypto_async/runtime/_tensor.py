@@ -96,8 +96,9 @@ class DeviceTensor:
         t._init_epoch = 0  # its stream's failure epoch when that copy was queued
         t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
         # Hazard tracking (_hazards.py): the stream where an access needs nothing, the stream
-        # where a read needs nothing, the last write (stream, token, what) and the reads since,
-        # one per stream.
+        # where a read needs nothing, the last write (stream, token, what, exact; None while the
+        # tensor has a home it was written on: that home's last data command) and the reads
+        # since, one per stream.
         t._home = None
         t._readhome = None
         t._manual = False
