@@ -259,7 +259,8 @@ static int decide(PyObject *hz, PyObject *stream, PyObject *accesses, long long 
     if (!q || !Py_IS_TYPE(q, queue_type) || HS(hz, H_FAST) != Py_True || !recorder)
         return 1;
     /* A trace that marks inferred waits keeps their tokens: Python's. */
-    if (recorder != Py_None && (!Py_IS_TYPE(recorder, recorder_type) || SLOT(recorder, recorder_tags_off) != Py_None))
+    if (recorder != Py_None &&
+        (!Py_IS_TYPE(recorder, recorder_type) || SLOT(recorder, recorder_tags_off) != Py_None))
         return 1;
     PyObject *clock = SS(stream, S_CLOCK), *fifo = SS(stream, S_FIFO);
     if (!clock || !PyDict_CheckExact(clock) || !SS(stream, S_ID) || !fifo || PyObject_Length(fifo) != 0) {
@@ -512,7 +513,8 @@ static int decide(PyObject *hz, PyObject *stream, PyObject *accesses, long long 
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = tensors[i];
         if (TS(t, T_MANUAL) == Py_True) {
-            old[nold++] = swap_slot(t, tensor_off[T_HOME], stream); /* nothing to track: nothing to do here again */
+            /* nothing to track: nothing to do here again */
+            old[nold++] = swap_slot(t, tensor_off[T_HOME], stream);
         } else if (writes[i]) {
             old[nold++] = swap_slot(t, tensor_off[T_WRITER], Py_None);
             old[nold++] = swap_slot(t, tensor_off[T_READERS], Py_None);

@@ -48,9 +48,10 @@ tensor written on stream S and used only on S since has ``_home`` S, and an
 access on S needs nothing at all (:meth:`Binder.bind` checks one attribute).
 When another stream comes, the home's accesses are summed up as a write at
 S's last data command (``Stream._last``): conservative, and exact in a
-pipeline (so while a tensor has a home, its write record may be None).  Crossing streams, the common case is compiled
-(``native/python/fastorder.c``, :meth:`Hazards.order`): the same rule on the
-same slots, without the interpreter's cost per step.
+pipeline (so while a tensor has a home, its write record may be None).
+Crossing streams, the common case is compiled (``native/python/fastorder.c``,
+:meth:`Hazards.order`): the same rule on the same slots, without the
+interpreter's cost per step.
 
 Opt-outs, narrow to wide: ``alloc_tensor(..., manual_deps=True)``; ``with
 w.manual_deps():`` (task-local, a :mod:`contextvars` variable);
