@@ -50,7 +50,6 @@ import atexit
 import threading
 
 from .._driver import check
-from ..errors import PtoArgumentError
 from ._complete import service
 from ._context import capture_of, current_worker, stream_stack
 from ._group import group_commands, group_flags, inputs
