@@ -280,49 +280,49 @@ def test_no_reference_leaks(worker, kernels):
         s.close()
 
 
-def test_an_edge_from_a_closed_stream_is_the_general_paths(worker, kernels, declines):
-    """A tensor last written on a stream closed since: the edge waits for the stream's final point."""
-    rng = np.random.default_rng(6)
+def _declined_handoff(worker, kernels, declines, seed: int, after_write=lambda s1: None) -> None:
+    """a = 2x on a held s1, then b = 3a on s2, a call the compiled path declines: still ordered.
+
+    Warmed first (first uses, each stream's first edge), so that only what
+    `after_write(s1)` (or the caller around it) changes makes the decline.
+    """
+    rng = np.random.default_rng(seed)
     scale = worker.register(kernels.get("scale", N))
     s1, s2 = worker.stream(), worker.stream()
     x = rand(rng)
     xt = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
     a = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
     b = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s2)
-    for _ in range(2):  # first uses, and each stream's first edge
+    for _ in range(2):
         scale.submit(xt, 1.0, a, stream=s1)
         scale.submit(a, 1.0, b, stream=s2)
     worker.sync(timeout=10)
     with hold(s1) as latch:
         scale.submit(xt, 2.0, a, stream=s1)
-        s1.close()  # its queued work still runs, behind the latch
+        after_write(s1)
         declined = declines.declined
         scale.submit(a, 3.0, b, stream=s2)
-        assert declines.declined == declined + 1  # the source is closed: the general path's edge
-        assert not s2.query()
+        assert declines.declined == declined + 1  # the general path's edge
+        assert not s2.query()  # ... and s2 waits for the held write
         latch.release()
     worker.sync(timeout=10)
     np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
     for t in (xt, a, b):
         t.free()
-    s2.close()
+    for s in (s1, s2):
+        s.close()  # (idempotent)
+
+
+def test_an_edge_from_a_closed_stream_is_the_general_paths(worker, kernels, declines):
+    """A tensor last written on a stream closed since: the edge waits for the stream's final point."""
+    # Closed after the write: its queued work still runs, behind the latch.
+    _declined_handoff(worker, kernels, declines, 6, after_write=lambda s1: s1.close())
 
 
 def test_a_manual_region_in_another_thread_leaves_this_one_ordered(worker, kernels, declines):
     """While any region is open the compiled path declines; the general path still orders this task."""
     import threading
 
-    rng = np.random.default_rng(7)
-    scale = worker.register(kernels.get("scale", N))
-    s1, s2 = worker.stream(), worker.stream()
-    x = rand(rng)
-    xt = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
-    a = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
-    b = worker.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s2)
-    for _ in range(2):  # first uses, and each stream's first edge
-        scale.submit(xt, 1.0, a, stream=s1)
-        scale.submit(a, 1.0, b, stream=s2)
-    worker.sync(timeout=10)
     opened, done = threading.Event(), threading.Event()
 
     def elsewhere():
@@ -334,19 +334,7 @@ def test_a_manual_region_in_another_thread_leaves_this_one_ordered(worker, kerne
     thread.start()
     try:
         assert opened.wait(10)
-        with hold(s1) as latch:
-            scale.submit(xt, 2.0, a, stream=s1)
-            declined = declines.declined
-            scale.submit(a, 3.0, b, stream=s2)
-            assert declines.declined == declined + 1  # declined: a region is open somewhere
-            assert not s2.query()  # and still ordered after the held write: the region is not ours
-            latch.release()
+        _declined_handoff(worker, kernels, declines, 7)
     finally:
         done.set()
         thread.join(10)
-    worker.sync(timeout=10)
-    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
-    for t in (xt, a, b):
-        t.free()
-    for s in (s1, s2):
-        s.close()
