@@ -20,6 +20,7 @@ from ._nodes import *  # noqa: F401,F403
 from ._nodes import __all__ as _nodes_all
 from ._passes import PIPELINE, eliminate_dead_tiles, fuse_elementwise, infer_and_check, run_passes
 from ._printer import format_program
+from ._program import Program
 
 __all__ = [
     "compile",
@@ -33,6 +34,7 @@ __all__ = [
     "CODEGEN_VERSION",
     "generate_c",
     "format_program",
+    "Program",
     "PIPELINE",
     "run_passes",
     "infer_and_check",

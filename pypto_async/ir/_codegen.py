@@ -44,7 +44,6 @@ from ._nodes import (
     Load,
     Matmul,
     MatmulAcc,
-    Program,
     Reduce,
     ScalarRef,
     Scope,
@@ -53,6 +52,7 @@ from ._nodes import (
     Update,
     Var,
 )
+from ._program import Program
 from ._passes import view_loads
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]

@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .._dtypes import as_dtype
@@ -44,8 +44,8 @@ from .._signature import OUT, PLATFORMS, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
 from ._codegen import CODEGEN_VERSION, generate_c
 from ._deps import Edge, Task, TaskGraph, task_graph
-from ._nodes import Program
-from ._passes import run_passes
+from ._program import Program
+from ._passes import PIPELINE, run_passes
 from ._printer import format_program
 from ._program_codegen import (
     PROGRAM_CODEGEN_VERSION,
@@ -222,7 +222,7 @@ class CompiledProgram:
         return-style call allocated), ``orch_args`` the same as a tuple for
         ``w.run(compiled, *orch_args)``.
         """
-        from ..runtime._call import build_orch_args
+        from ..runtime._call import build_orch_args  # upward: the runtime is optional for compiling
 
         return build_orch_args(self, args)
 
@@ -232,7 +232,7 @@ class CompiledProgram:
         ``aicpu_thread_num`` is the keyword, else the config's, else the
         program's ``runtime_config``; `dfx_dir` becomes ``output_prefix``.
         """
-        from ..runtime._call import build_call_config
+        from ..runtime._call import build_call_config  # upward: the runtime is optional for compiling
 
         return build_call_config(self, config, aicpu_thread_num=aicpu_thread_num, dfx_dir=dfx_dir)
 
@@ -285,7 +285,7 @@ def _graph_from_meta(graph: dict) -> TaskGraph:
 
 def _dispatch(compiled, args, stream, config=None):
     try:
-        from ..runtime._dispatch import dispatch
+        from ..runtime._dispatch import dispatch  # upward, and optional: see the ImportError below
     except ImportError as exc:
         raise PtoNotSupported(
             "no runtime: pypto_async.runtime is not available to dispatch this program "
@@ -527,10 +527,6 @@ def _lower(program: Program, dump: bool) -> tuple[Program, list[tuple[str, str]]
     if not dump or program.stage == "lowered":
         lowered = run_passes(program)
         return lowered, ([("input", format_program(lowered))] if dump else [])
-    from dataclasses import replace
-
-    from ._passes import PIPELINE
-
     dumps = [("input", format_program(program))]
     for p in PIPELINE:
         program = p(program)

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from .._hazard_rule import covers, hazard, overlaps
 from ..errors import PtoCompileError
-from ._nodes import Assign, For, Fused, IBin, IConst, IScalar, IVar, Load, Program, Scope, Spmd, Store
+from ._nodes import Assign, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, Spmd, Store
+from ._program import Program
 
 __all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "MAX_TASKS"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from .._checks import is_int
 from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, DataType
 from .._signature import IN, SCALAR
-from ..errors import PtoCompileError
 from ._nodes import (
     BINARY_OPS,
     CAST_MODES,
@@ -37,6 +36,9 @@ from ._nodes import (
     Unary,
     Var,
 )
+from ._bounds import check_window, index_range
+from ._diag import compile_error
+from ._layout import infer_layout
 from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
 from ._valid import agree, check_extents, extents, normalize, require_full, static_extent
 
@@ -56,19 +58,6 @@ __all__ = [
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
 MATMUL_DTYPES = (FP32, FP64, FP16, BF16)
 ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT8)
-
-
-def compile_error(message: str, loc: Loc | None) -> PtoCompileError:
-    """Return a PtoCompileError whose message starts with ``file:line:``.
-
-    The error also carries ``file`` and ``line`` attributes (``None`` when
-    the location is unknown).
-    """
-    text = f"{loc}: {message}" if loc is not None else message
-    err = PtoCompileError(text)
-    err.file = loc.file if loc is not None else None
-    err.line = loc.line if loc is not None else None
-    return err
 
 
 def compute_dtype(dtype: DataType) -> DataType:
@@ -154,8 +143,6 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         check_move(expr.x, expr.memory, loc)
         t = expr.x.type
         return TileType(t.shape, t.dtype, expr.memory, t.valid)
-    from ._layout import infer_layout
-
     return infer_layout(expr, loc)
 
 
@@ -237,75 +224,6 @@ def _tensor_param(name: str, params: dict[str, Param], loc: Loc | None, what: st
     if p.direction == SCALAR:
         raise compile_error(f"cannot {what} scalar parameter {name!r}", loc)
     return p
-
-
-def index_range(e, ranges: dict[str, tuple[int, int]], loc: Loc | None) -> tuple[int, int]:
-    """Return the inclusive (min, max) an index expression takes.
-
-    ``ranges`` maps each loop / block index name to its inclusive range.
-    """
-    if isinstance(e, IConst):
-        return e.value, e.value
-    if isinstance(e, IVar):
-        if e.name not in ranges:
-            raise compile_error(f"index {e.name} used outside its loop", loc)
-        return ranges[e.name]
-    if isinstance(e, IBin):
-        alo, ahi = index_range(e.a, ranges, loc)
-        blo, bhi = index_range(e.b, ranges, loc)
-        if e.op == "+":
-            return alo + blo, ahi + bhi
-        if e.op == "-":
-            return alo - bhi, ahi - blo
-        if e.op == "*":
-            c = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
-            return min(c), max(c)
-        if e.op == "min":
-            return min(alo, blo), min(ahi, bhi)
-        if e.op == "max":
-            return max(alo, blo), max(ahi, bhi)
-        if e.op in ("//", "%") and blo == bhi and blo > 0:
-            if e.op == "//":
-                return alo // blo, ahi // blo
-            if alo >= 0:
-                return (alo % blo, ahi % blo) if ahi - alo < blo and alo % blo <= ahi % blo else (0, blo - 1)
-        raise compile_error(f"cannot bound index expression with {e.op!r} (divide by a positive constant only)", loc)
-    if isinstance(e, IScalar):
-        raise compile_error(
-            f"scalar parameter {e.param!r} cannot be an offset: its value is unknown at compile time "
-            "(offsets are ints and loop indices; a scalar may be a valid_shape extent)",
-            loc,
-        )
-    raise compile_error(f"offsets must be ints or loop indices, got {e!r}", loc)
-
-
-def check_window(kind: str, name: str, dims, offsets, shape, valid, ranges, loc: Loc | None, what: str) -> None:
-    """Check that ``[offsets, offsets + extent)`` lies inside ``dims`` for every index value.
-
-    The extent is the valid extent where one is given and constant (a window
-    may overhang its source past the valid region), else the tile's shape.  A
-    runtime valid extent is checked by the kernel when it runs.
-    """
-    if len(offsets) != len(dims) or len(shape) != len(dims):
-        raise compile_error(
-            f"{what} {name!r}: {kind} has rank {len(dims)}, but got {len(offsets)} offsets "
-            f"and a {len(shape)}-D tile",
-            loc,
-        )
-    for d, (off, size, dim) in enumerate(zip(offsets, shape, dims)):
-        if not is_int(size) or size <= 0:
-            raise compile_error(f"tile shape must be positive ints, got {list(shape)}", loc)
-        lo, hi = index_range(off, ranges, loc)
-        if valid is not None:
-            size = static_extent(valid[d])
-            if size is None:  # a runtime extent: only the offset is checked here
-                size = 0
-        if lo < 0 or hi + size > dim:
-            raise compile_error(
-                f"{what} window outside {kind} {name!r}: dimension {d} spans "
-                f"[{lo}, {hi + size}) but the {kind} has {dim} (shape {list(dims)})",
-                loc,
-            )
 
 
 def _check_window(p: Param, offsets, shape, valid, ranges, loc: Loc | None, what: str) -> None:

@@ -8,6 +8,9 @@ view ops do; broadcast and concat compute in Vec.
 
 from __future__ import annotations
 
+from .._checks import is_int
+from ._bounds import check_window
+from ._diag import compile_error
 from ._nodes import (
     PAD_VALUES,
     Assemble,
@@ -29,8 +32,6 @@ __all__ = ["infer_layout", "check_tile_window", "slice_valid"]
 
 
 def _error(message: str, loc: Loc | None):
-    from ._infer import compile_error
-
     return compile_error(message, loc)
 
 
@@ -42,8 +43,6 @@ def _numel(shape) -> int:
 
 
 def _check_shape(shape, op: str, loc: Loc | None) -> None:
-    from .._checks import is_int
-
     if not shape or any(not is_int(d) or d <= 0 for d in shape):
         raise _error(f"{op}: tile shape must be positive ints, got {list(shape)}", loc)
 
@@ -164,8 +163,6 @@ def slice_valid(t: TileType, expr: Slice, shape) -> tuple | None:
 
 def check_tile_window(expr, ranges, loc: Loc | None) -> None:
     """Check that a slice reads, or an assemble writes, inside its tile for every index value."""
-    from ._infer import check_window
-
     if isinstance(expr, Slice):
         check_window("tile", f"%{expr.x.id}", expr.x.type.shape, expr.offsets, expr.shape, None, ranges, loc,
                      "pl.slice")

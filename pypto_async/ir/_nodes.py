@@ -68,7 +68,6 @@ __all__ = [
     "Fused",
     "Stmt",
     "Param",
-    "Program",
     "UNARY_OPS",
     "BINARY_OPS",
     "REDUCE_OPS",
@@ -173,8 +172,6 @@ class TileType:
     valid: tuple | None = None
 
     def __str__(self) -> str:
-        from ._printer import format_index
-
         text = f"{self.dtype.name}[{', '.join(map(str, self.shape))}]"
         if self.memory != "Vec":
             text += f"@{self.memory}"
@@ -460,42 +457,21 @@ class Param:
     dtype: DataType
 
 
-@dataclass(frozen=True)
-class Program:
-    """A traced kernel.
-
-    ``stage`` is ``"traced"`` straight from the tracer and ``"lowered"`` once
-    the pass pipeline has run; compiling a lowered program skips the passes.
-    ``ret`` names the parameter the kernel returns, or several, comma-separated (or ``None``).
-    """
-
-    name: str
-    params: tuple[Param, ...]
-    body: tuple[Stmt, ...]
-    block_num: int = 1
-    ret: str | None = None
-    stage: str = "traced"
-    #: Intermediate tensors (``pl.create_tensor``) that live only inside one launch of the program.
-    scratch: tuple[Param, ...] = ()
-
-    def param(self, name: str) -> Param:
-        for p in (*self.params, *self.scratch):
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
-    @property
-    def functions(self) -> dict[str, "Program"]:
-        """The program's functions by name: a ``@pl.jit`` kernel is one function, itself."""
-        return {self.name: self}
-
-    def as_python(self) -> str:
-        """Return the program as the source of a ``@pl.jit`` function that traces to an equivalent program."""
-        from ._python import format_python
-
-        return format_python(self)
-
-    def __str__(self) -> str:
-        from ._printer import format_program
-
-        return format_program(self)
+def format_index(e) -> str:
+    """Format an index expression (``i0 * 64 + 8``)."""
+    if isinstance(e, IConst):
+        return str(e.value)
+    if isinstance(e, IVar):
+        return e.name
+    if isinstance(e, IScalar):
+        return f"${e.param}"
+    if isinstance(e, IBin) and e.op in ("min", "max"):
+        return f"{e.op}({format_index(e.a)}, {format_index(e.b)})"
+    if isinstance(e, IBin):
+        a, b = format_index(e.a), format_index(e.b)
+        if isinstance(e.a, IBin):
+            a = f"({a})"
+        if isinstance(e.b, IBin):
+            b = f"({b})"
+        return f"{a} {e.op} {b}"
+    return repr(e)

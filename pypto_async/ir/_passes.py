@@ -35,7 +35,6 @@ from ._nodes import (
     Matmul,
     MatmulAcc,
     Move,
-    Program,
     Reduce,
     Reshape,
     Scope,
@@ -47,6 +46,7 @@ from ._nodes import (
     Update,
     Var,
 )
+from ._program import Program
 
 __all__ = [
     "PIPELINE",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._nodes import (
+    format_index,
     Assemble,
     Assign,
     Binary,
@@ -22,7 +25,6 @@ from ._nodes import (
     Matmul,
     MatmulAcc,
     Move,
-    Program,
     Reduce,
     Reshape,
     ScalarRef,
@@ -36,27 +38,10 @@ from ._nodes import (
     Var,
 )
 
+if TYPE_CHECKING:  # annotations only: _program imports this module
+    from ._program import Program
+
 __all__ = ["format_program", "format_index", "format_stmt"]
-
-
-def format_index(e) -> str:
-    """Format an index expression (``i0 * 64 + 8``)."""
-    if isinstance(e, IConst):
-        return str(e.value)
-    if isinstance(e, IVar):
-        return e.name
-    if isinstance(e, IScalar):
-        return f"${e.param}"
-    if isinstance(e, IBin) and e.op in ("min", "max"):
-        return f"{e.op}({format_index(e.a)}, {format_index(e.b)})"
-    if isinstance(e, IBin):
-        a, b = format_index(e.a), format_index(e.b)
-        if isinstance(e.a, IBin):
-            a = f"({a})"
-        if isinstance(e.b, IBin):
-            b = f"({b})"
-        return f"{a} {e.op} {b}"
-    return repr(e)
 
 
 def _operand(x) -> str:

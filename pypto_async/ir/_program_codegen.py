@@ -41,7 +41,8 @@ from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen, generate_c
 from ._deps import MAX_TASKS, Task, edges, program_tasks
-from ._nodes import For, Program, Scope
+from ._nodes import For, Scope
+from ._program import Program
 
 __all__ = ["is_task_program", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
            "PROGRAM_CODEGEN_VERSION"]

@@ -31,12 +31,12 @@ from ._nodes import (
     IScalar,
     IVar,
     Load,
-    Program,
     ScalarRef,
     Scope,
     Spmd,
     Store,
 )
+from ._program import Program
 from ._nodes import linear_index as _linear
 from ._python import _Printer, _index, _ints
 

@@ -16,6 +16,8 @@ parameters' directions).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 from .._signature import INOUT, OUT, SCALAR
@@ -40,7 +42,6 @@ from ._nodes import (
     Matmul,
     MatmulAcc,
     Move,
-    Program,
     Reduce,
     Reshape,
     ScalarRef,
@@ -53,6 +54,9 @@ from ._nodes import (
     Update,
     Var,
 )
+
+if TYPE_CHECKING:  # annotations only: _program imports this module
+    from ._program import Program
 from ._valid import normalize
 
 __all__ = ["format_python"]

@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from ._nodes import Assign, Loc, TileType, Var
+from ._passes import _stmt_inputs
 
 __all__ = ["reads", "substitute"]
 
 
 def reads(body) -> set[int]:
     """Return the ids of the tiles any statement of ``body`` (nested ones too) reads or updates."""
-    from ._passes import _stmt_inputs
-
     out: set[int] = set()
     for s in body:
         out.update(v.id for v in _stmt_inputs(s))

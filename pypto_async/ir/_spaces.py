@@ -22,6 +22,7 @@ device could not execute is a compile error here too.
 
 from __future__ import annotations
 
+from ._diag import compile_error
 from ._nodes import MEMORY_SPACES, Loc, Var
 
 __all__ = [
@@ -42,8 +43,6 @@ CREATE_TARGETS = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
 
 
 def _error(message: str, loc: Loc | None):
-    from ._infer import compile_error
-
     return compile_error(message, loc)
 
 

@@ -22,6 +22,7 @@ restricted to what this compiler can prove:
 
 from __future__ import annotations
 
+from ._diag import compile_error
 from ._nodes import IBin, IConst, IScalar, IVar, Loc, TileType, Var
 
 __all__ = ["extents", "normalize", "is_full", "agree", "require_full", "static_extent", "check_extents"]
@@ -52,8 +53,6 @@ def is_full(t: TileType) -> bool:
 
 
 def _error(message: str, loc: Loc | None):
-    from ._infer import compile_error
-
     return compile_error(message, loc)
 
 

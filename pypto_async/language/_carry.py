@@ -21,7 +21,7 @@ carried tile is copied first).
 
 from __future__ import annotations
 
-from ..ir._infer import compile_error
+from ..ir._diag import compile_error
 from ..ir._nodes import Assign, Move, TileType, Update
 from ..ir._rewrite import reads, substitute
 from ..ir._spaces import CUBE_ONLY

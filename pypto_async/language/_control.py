@@ -13,7 +13,7 @@ import builtins
 import sys
 
 from .._checks import is_int
-from ..ir._infer import compile_error
+from ..ir._diag import compile_error
 from ..ir._nodes import For, Scope, Spmd
 from ._carry import carry_rebound, open_carries, tile_locals
 from ._tracer import Index, Tile, current, user_loc

@@ -20,7 +20,7 @@ import inspect
 
 from .._dtypes import DataType
 from ..errors import PtoCompileError
-from ..ir._infer import compile_error
+from ..ir._diag import compile_error
 from ..ir._nodes import Loc
 from ._program import call_task
 from ._tracer import ScalarArg, current, user_loc

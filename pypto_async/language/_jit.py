@@ -12,8 +12,9 @@ from .._signature import OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
-from ..ir._infer import compile_error
-from ..ir._nodes import Loc, Param, Program
+from ..ir._diag import compile_error
+from ..ir._nodes import Loc, Param
+from ..ir._program import Program
 from ..ir._passes import run_passes
 from ._incore import incore
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing

@@ -10,7 +10,7 @@ name promises.
 from __future__ import annotations
 
 from .._checks import is_int
-from ..ir._infer import compile_error
+from ..ir._diag import compile_error
 from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
 from ._memory import _tile, pad_name, record, valid_extents
 from ._tracer import Tile, current, to_index, user_loc

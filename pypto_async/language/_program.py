@@ -23,7 +23,8 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, Loc, Param, Program, Scope, Store
+from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
+from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._checks import is_int
 from ..errors import PtoCompileError
-from ..ir._infer import compile_error
+from ..ir._diag import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
 
 __all__ = [
