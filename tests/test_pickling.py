@@ -126,6 +126,15 @@ def test_a_program_of_another_schema_is_refused(compiled):
         pickle.loads(pickle.dumps(compiled))
 
 
+@pytest.mark.parametrize("field, value", [("params", None), ("flags", "-O3"), ("block_num", True)])
+def test_a_pickled_program_with_damaged_metadata_names_the_field(compiled, field, value):
+    meta = json.loads((compiled.output_dir / "compiled_meta.json").read_text())
+    meta[field] = value
+    (compiled.output_dir / "compiled_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PtoLoadError, match=f"a pickled program: compiled_meta.json field '{field}'"):
+        pickle.loads(pickle.dumps(compiled))
+
+
 def test_a_program_whose_files_are_gone_cannot_be_pickled(compiled):
     (compiled.output_dir / "kernel.c").unlink()
     with pytest.raises(PtoLoadError, match="incomplete"):
