@@ -50,8 +50,8 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from types import NoneType
 from pathlib import Path
+from types import NoneType
 
 from .._dtypes import as_dtype
 from .._signature import IN, INOUT, OUT, PLATFORMS, SCALAR, ParamSpec
@@ -213,9 +213,6 @@ class CompiledProgram:
             raise PtoLoadError(f"cannot pickle {self.name!r}: its artifact directory {self.output_dir} "
                                f"is incomplete ({exc})") from exc
 
-    def __call__(self, *args, stream=None):
-        """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
-        return _dispatch(self, args, stream)
     def __call__(self, *args, stream=None, config=None):
         """Dispatch through the runtime (``pypto_async.runtime._dispatch.dispatch``).
 
