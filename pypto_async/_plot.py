@@ -70,14 +70,17 @@ def load_trace(path: str | os.PathLike) -> dict:
     FileNotFoundError
         If there is no such file.
     ValueError
-        If the file is not JSON, or not a trace (an object with a
-        ``traceEvents`` list, or a bare list of events).
+        If the file is not JSON (or nested too deeply for the parser), or
+        not a trace (an object with a ``traceEvents`` list, or a bare list
+        of events).
     """
     path = pathlib.Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

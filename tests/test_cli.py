@@ -96,6 +96,28 @@ def test_trace_errors_are_one_line(tmp_path, capsys):
     assert not (tmp_path / "empty.png").exists()
 
 
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("text", [
+    "[" * DEEP + "]" * DEEP,
+    '{"traceEvents": [' + "[" * DEEP + "]" * DEEP + "]}",
+    '{"traceEvents": [{"ph": "X", "args": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}]}",
+], ids=["top level", "in traceEvents", "in an event's args"])
+def test_trace_of_deeply_nested_json_is_a_one_line_error(tmp_path, text):
+    """The command as a user runs it: one line on stderr, status 1, no traceback."""
+    src = tmp_path / "deep.json"
+    src.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYPTO_ASYNC_DEBUG", None)
+    res = subprocess.run([sys.executable, "-m", "pypto_async", "trace", str(src)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.startswith("pypto-async trace: error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert "nested too deeply" in res.stderr
+    assert not (tmp_path / "deep.png").exists()
+
+
 def test_render_lanes_and_failures(tmp_path):
     from pypto_async._plot import _lanes, render_trace
     from pypto_async.runtime._chrome import from_chrome, layout

@@ -16,13 +16,26 @@ with one ``os.rename``: two processes that build the same kernel at once both
 succeed, and the loser uses the winner's entry.  A hit costs reading and
 hashing the headers and a JSON read.
 
+An entry that cannot be read (its metadata missing, empty, not JSON or not
+what this version writes, or its library gone) is a miss: it is rebuilt and
+the new entry replaces it, published as any other.
+
 A :class:`CompiledProgram` pickles as its artifact (the C source, the IR text
-and the metadata, which names the compiler and flags), not as paths: the
-receiving process looks the entry up in its own cache under the key
-:func:`compile` would use there, and builds it from the carried source only
-on a miss.  That is how a program travels to another machine (a Ray actor);
-like :meth:`CompiledProgram.from_dir`, the unpickled handle has no
-``program``.
+and the metadata, which names the compiler and flags), not as paths.  The
+receiving process uses the entry a local :func:`compile` made for that IR
+only when the carried artifact is byte for byte that entry's; otherwise it
+builds the carried source into an entry of its own, keyed by a digest of
+everything carried, so a received artifact never takes the key of a local
+compile (a later local :func:`compile` of the same IR builds and runs what
+this process generates).  That is how a program travels to another machine
+(a Ray actor); like :meth:`CompiledProgram.from_dir`, the unpickled handle
+has no ``program``.
+
+Security: an artifact is code.  Unpickling a program runs the compiler
+command its metadata names, with its flags, on its C source, and loading one
+(:meth:`CompiledProgram.from_dir`, ``register``, a launch) dlopens its
+``kernel.so`` into this process.  Never unpickle or load a program from a
+source you do not trust.
 """
 
 from __future__ import annotations
@@ -38,9 +51,10 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import NoneType
 
 from .._dtypes import as_dtype
-from .._signature import OUT, PLATFORMS, ParamSpec
+from .._signature import IN, INOUT, OUT, PLATFORMS, SCALAR, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
 from ._codegen import CODEGEN_VERSION, generate_c
 from ._deps import Edge, Task, TaskGraph, task_graph
@@ -158,19 +172,20 @@ class CompiledProgram:
     def from_dir(cls, path) -> "CompiledProgram":
         """Rebuild a handle from an artifact directory alone (``program`` is None).
 
+        Loading the handle (``register``, a launch) dlopens the
+        directory's ``kernel.so``, running its code in this process: never
+        load a directory from a source you do not trust.
+
         Raises
         ------
         PtoLoadError
             If the directory lacks the metadata or the library, or the
-            metadata's schema is not one this version reads.
+            metadata is not JSON, not of a schema this version reads, or
+            lacks a field or has one of the wrong type (the message names
+            the directory and the field).
         """
         path = Path(path)
-        try:
-            meta = json.loads((path / _META).read_text())
-        except (OSError, ValueError) as exc:
-            raise PtoLoadError(f"{path}: not an artifact directory ({exc})") from exc
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            raise PtoLoadError(f"{path}: compiled_meta.json schema {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        meta = _read_meta(path)
         if not (path / _LIB).is_file():
             raise PtoLoadError(f"{path}: {_LIB} is missing")
         return cls(path, meta, None)
@@ -178,7 +193,13 @@ class CompiledProgram:
     load = from_dir
 
     def __reduce__(self):
-        """Pickle as the artifact; see :func:`_from_artifact` for the receiving side."""
+        """Pickle as the artifact; see :func:`_from_artifact` for the receiving side.
+
+        Unpickling runs the C compiler command and flags the pickled
+        metadata names on the pickled source, and a launch then
+        dlopens what it built: never unpickle a program from a source
+        you do not trust.
+        """
         return (_from_artifact, (self._artifact(), self.validate_ir))
 
     def _artifact(self) -> dict:
@@ -192,9 +213,6 @@ class CompiledProgram:
             raise PtoLoadError(f"cannot pickle {self.name!r}: its artifact directory {self.output_dir} "
                                f"is incomplete ({exc})") from exc
 
-    def __call__(self, *args, stream=None):
-        """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
-        return _dispatch(self, args, stream)
     def __call__(self, *args, stream=None, config=None):
         """Dispatch through the runtime (``pypto_async.runtime._dispatch.dispatch``).
 
@@ -246,23 +264,162 @@ class CompiledProgram:
 def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram:
     """Rebuild a pickled program through this process's kernel cache.
 
-    The key is the one :func:`compile` computes here for the same IR,
-    compiler, flags and platform, so a program unpickled where it was
-    compiled (or where the same kernel was built before) costs a cache
-    lookup; elsewhere the carried C source is built and published as
-    :func:`compile` publishes its entries.
+    The entry a local :func:`compile` made for the same IR, compiler, flags
+    and platform is used when the carried artifact (source, IR text and
+    metadata) is exactly what that entry holds, so a program unpickled where
+    it was compiled costs a cache lookup.  Anything else is built from the
+    carried source into an entry keyed by a digest of the whole artifact too:
+    a received build never takes the key of a local compile, so it is never
+    what a later local :func:`compile` runs.
+
+    This runs the compiler command the metadata names on the carried source;
+    a program from an untrusted source must not be unpickled.
+
+    Raises
+    ------
+    PtoLoadError
+        If the artifact is malformed or its metadata not of a schema this
+        version reads.
     """
-    meta = artifact["meta"]
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise PtoLoadError(f"a pickled program with compiled_meta.json schema {meta.get('schema_version')!r}, "
-                           f"expected {SCHEMA_VERSION}")
+    where = "a pickled program"
+    if not isinstance(artifact, dict):
+        raise PtoLoadError(f"{where}: the artifact is a {type(artifact).__name__}, not a dict")
+    for field in ("source", "ir_text"):
+        if not isinstance(artifact.get(field), str):
+            raise PtoLoadError(f"{where}: artifact field {field!r} is missing or not a string")
+    meta = _check_meta(artifact.get("meta"), where)
     cc = tuple(shlex.split(meta["compiler"]))
     flags = tuple(meta["flags"])
     root = cache_dir() / "kernels"
-    entry = root / _cache_key(meta["ir_hash"], meta["symbol"], cc, flags, meta["platform"])
-    if not (entry / _META).is_file():
-        _publish(root, entry, artifact["source"], artifact["ir_text"], meta, cc, flags)
-    return CompiledProgram(entry, json.loads((entry / _META).read_text()), None, validate_ir=validate_ir)
+    local = root / _cache_key(meta["ir_hash"], meta["symbol"], cc, flags, meta["platform"])
+    if _holds(local, artifact, meta):
+        return CompiledProgram(local, meta, None, validate_ir=validate_ir)
+    entry = root / _received_key(local.name, artifact["source"], artifact["ir_text"], meta)
+    got = _entry_meta(entry, meta["ir_hash"], meta["symbol"])
+    if got is None:
+        got = _publish(root, entry, artifact["source"], artifact["ir_text"], meta, cc, flags)
+    return CompiledProgram(entry, got, None, validate_ir=validate_ir)
+
+
+def _holds(entry: Path, artifact: dict, meta: dict) -> bool:
+    """Whether cache `entry` is readable and holds exactly the carried artifact."""
+    if _entry_meta(entry, meta["ir_hash"], meta["symbol"]) != meta:
+        return False
+    try:
+        return ((entry / _SOURCE).read_text() == artifact["source"]
+                and (entry / _IR_TEXT).read_text() == artifact["ir_text"])
+    except (OSError, ValueError):
+        return False
+
+
+def _received_key(local_key: str, source: str, ir_text: str, meta: dict) -> str:
+    """The cache entry's name for a received artifact: the local key and a digest of all it carries."""
+    digest = hashlib.sha256()
+    for part in (source, ir_text, json.dumps(meta, sort_keys=True)):
+        data = part.encode()
+        digest.update(f"{len(data)}\n".encode())
+        digest.update(data)
+    key_src = json.dumps(["received", local_key, digest.hexdigest()])
+    return hashlib.sha256(key_src.encode()).hexdigest()[:32]
+
+
+# The fields of compiled_meta.json a handle reads: the types each must have (``int`` excludes bool).
+_REQUIRED = {"name": str, "symbol": str, "platform": str, "block_num": int, "has_return": bool,
+             "params": list, "compiler": str, "flags": list, "ir_hash": str}
+_OPTIONAL = {"kind": str, "program_symbol": (str, NoneType), "largest_scope": int,
+             "task_graph": (dict, NoneType)}
+_DIRECTIONS = (IN, OUT, INOUT, SCALAR)
+
+
+def _is(value, types) -> bool:
+    if isinstance(value, bool) and types is int:
+        return False
+    return isinstance(value, types)
+
+
+def _read_meta(path: Path) -> dict:
+    """Read and check ``compiled_meta.json`` of artifact directory `path`.
+
+    Raises
+    ------
+    PtoLoadError
+        Naming `path` and what is wrong (see :func:`_check_meta`).
+    """
+    try:
+        text = (path / _META).read_text()
+    except (OSError, ValueError) as exc:
+        raise PtoLoadError(f"{path}: not an artifact directory ({exc})") from exc
+    try:
+        meta = json.loads(text)
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"not JSON ({exc})"
+        raise PtoLoadError(f"{path}: {_META} is {what}") from None
+    except RecursionError:
+        raise PtoLoadError(f"{path}: {_META} is nested too deeply to be metadata") from None
+    return _check_meta(meta, str(path))
+
+
+def _check_meta(meta, where: str) -> dict:
+    """Return `meta` if it is compiled metadata this version reads, else raise :class:`PtoLoadError`.
+
+    `where` (a directory, or "a pickled program") starts the message, which
+    names the field that is missing or of the wrong type.
+    """
+    if not isinstance(meta, dict):
+        raise PtoLoadError(f"{where}: {_META} holds a {type(meta).__name__}, not an object")
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise PtoLoadError(f"{where}: {_META} schema {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+
+    def bad(field: str, want: str):
+        got = "missing" if field not in meta else f"{type(meta[field]).__name__} {meta[field]!r}"[:80]
+        raise PtoLoadError(f"{where}: {_META} field {field!r} must be {want}, got {got}")
+
+    for field, types in _REQUIRED.items():
+        if field not in meta or not _is(meta[field], types):
+            bad(field, f"a {types.__name__}")
+    for field, types in _OPTIONAL.items():
+        if field in meta and not _is(meta[field], types):
+            bad(field, " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,))))
+    if meta.get("kind", "kernel") not in ("kernel", "program"):
+        bad("kind", "'kernel' or 'program'")
+    if meta.get("kind") == "program" and not isinstance(meta.get("program_symbol"), str):
+        bad("program_symbol", "a str for a program")
+    if not all(isinstance(f, str) for f in meta["flags"]):
+        bad("flags", "a list of str")
+    if not shlex.split(meta["compiler"]):
+        bad("compiler", "a command")
+    for i, p in enumerate(meta["params"]):
+        ok = (isinstance(p, dict) and isinstance(p.get("name"), str) and p.get("direction") in _DIRECTIONS
+              and isinstance(p.get("shape"), list) and all(_is(d, int) for d in p["shape"])
+              and isinstance(p.get("dtype"), str))
+        if ok:
+            try:
+                as_dtype(p["dtype"])
+            except (PtoError, KeyError, ValueError, TypeError):
+                ok = False
+        if not ok:
+            raise PtoLoadError(f"{where}: {_META} field 'params' entry {i} must be an object with a str name, "
+                               f"a direction in {list(_DIRECTIONS)}, a list of int shape and a dtype name, "
+                               f"got {p!r}"[:300])
+    graph = meta.get("task_graph")
+    if graph is not None:
+        try:
+            _graph_from_meta(graph)
+        except (KeyError, TypeError, AttributeError):
+            raise PtoLoadError(f"{where}: {_META} field 'task_graph' must hold 'tasks' "
+                               "(id, name) and 'edges' (src, dst, kind, hazard, tensor)") from None
+    return meta
+
+
+def _entry_meta(entry: Path, ir_hash: str, symbol: str) -> dict | None:
+    """Return the metadata of cache `entry` when it is usable for `ir_hash` and `symbol`, else None (a miss)."""
+    try:
+        meta = _read_meta(entry)
+    except PtoLoadError:
+        return None
+    if meta["ir_hash"] != ir_hash or meta["symbol"] != symbol or not (entry / _LIB).is_file():
+        return None
+    return meta
 
 
 def _graph_to_meta(program: Program) -> dict | None:
@@ -465,10 +622,10 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)
     times = {"passes_s": t1 - t0, "build_s": 0.0, "cache_hit": True}
-    if not (entry / _META).is_file():
-        _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind)
+    meta = _entry_meta(entry, ir_hash, symbol)
+    if meta is None:  # absent, or unreadable: rebuilt, and the new entry replaces it
+        meta = _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind)
         times.update(build_s=clock() - t1, cache_hit=False)
-    meta = json.loads((entry / _META).read_text())
     target = entry
     if output_dir is not None and Path(output_dir).resolve() != entry.resolve():
         target = Path(output_dir)
@@ -488,9 +645,12 @@ def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str,
     """The cache entry's name: the IR, the kernel's symbol, the compiler and its version, the flags, the CPU,
     the headers."""
     host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
-    key_src = json.dumps([ir_hash, symbol, list(cc), _compiler_version(cc), list(flags), platform, host,
+    # "key 2": entries made before received artifacts were kept apart are never looked up again.
+    key_src = json.dumps(["key 2", ir_hash, symbol, list(cc), _compiler_version(cc), list(flags), platform, host,
                           _headers_digest(_INCLUDE)])
     return hashlib.sha256(key_src.encode()).hexdigest()[:32]
+
+
 # PyPTO's ir.compile options that have no meaning on the simulator (see compile's doc).
 _INERT_FLAGS = ("skip_ptoas", "analyze_auto_scopes_for_deps", "enable_pypto_l0c_double_buffer",
                 "emit_source_loc", "dump_ptoas_passes")
@@ -560,14 +720,20 @@ def _c_name(name: str) -> str:
     return out if out and not out[0].isdigit() else f"k_{out}"
 
 
-def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind) -> None:
+def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind) -> dict:
     source = generate_program_c(lowered, symbol) if kind == "program" else generate_c(lowered, symbol)
     meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol, kind)
-    _publish(root, entry, source, text + "\n", meta, cc, flags)
+    return _publish(root, entry, source, text + "\n", meta, cc, flags)
 
 
-def _publish(root: Path, entry: Path, source: str, ir_text: str, meta: dict, cc, flags) -> None:
-    """Build `source` in a private directory inside the cache and publish it as `entry`."""
+def _publish(root: Path, entry: Path, source: str, ir_text: str, meta: dict, cc, flags) -> dict:
+    """Build `source` in a private directory inside the cache and publish it as `entry`; return its metadata.
+
+    Publishing is one ``os.rename``.  If `entry` exists and is usable (another
+    process published it first) that one is kept; if it exists and is not
+    (unreadable metadata, no library), it is moved aside and this build takes
+    its place.
+    """
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{entry.name}-", dir=root))
@@ -578,12 +744,19 @@ def _publish(root: Path, entry: Path, source: str, ir_text: str, meta: dict, cc,
         (tmp / _IR_TEXT).write_text(ir_text)
         _run_compiler(cc, flags, tmp / _SOURCE, tmp / _LIB)
         (tmp / _META).write_text(json.dumps(meta, indent=2) + "\n")
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            # Someone else published this entry first: theirs is as good as ours.
-            if not (entry / _META).is_file():
-                raise
+        for attempt in range(3):
+            try:
+                os.rename(tmp, entry)
+                return meta
+            except OSError:
+                # Someone else published this entry first: theirs is as good as ours.
+                theirs = _entry_meta(entry, meta["ir_hash"], meta["symbol"])
+                if theirs is not None:
+                    return theirs
+                if attempt == 2:
+                    raise
+                _discard(root, entry)  # a damaged entry: out of the way, then publish ours
+        raise AssertionError("unreachable")
     except PtoError:
         raise
     except OSError as exc:
@@ -591,3 +764,14 @@ def _publish(root: Path, entry: Path, source: str, ir_text: str, meta: dict, cc,
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _discard(root: Path, entry: Path) -> None:
+    """Move a damaged cache entry aside with one rename (readers see it or nothing), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f"tmp-stale-{entry.name}-", dir=root))
+    try:
+        os.rename(entry, trash / "entry")
+    except FileNotFoundError:
+        pass  # another process moved it already
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)

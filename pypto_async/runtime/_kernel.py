@@ -283,6 +283,10 @@ def register(worker, compiled) -> KernelHandle:
 
     The worker keeps the handle by program (a program registered again gets
     the same handle) and the loaded kernel by shared object and symbol.
+
+    Loading dlopens the program's ``kernel.so`` and runs its code in this
+    process: never register a program (one from ``from_dir``, or unpickled)
+    that came from a source you do not trust.
     """
     entry = worker._handles.get(id(compiled))
     if entry is not None and entry[0] is compiled:

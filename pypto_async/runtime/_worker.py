@@ -521,7 +521,10 @@ class ChipWorker:
     def register(self, compiled) -> KernelHandle:
         """Load a compiled program once and return the handle you launch it with.
 
-        Registering the same program again returns the same handle.
+        Registering the same program again returns the same handle.  Loading
+        dlopens its ``kernel.so`` and runs its code in this process: never
+        register a program (from ``CompiledProgram.from_dir``, or unpickled)
+        that came from a source you do not trust.
 
         Raises
         ------

@@ -261,3 +261,72 @@ def test_output_dir_may_be_the_cache_entry(fresh_cache):
     c = ir.compile(add_kernel.lower(A, A, A))
     again = ir.compile(add_kernel.lower(A, A, A), output_dir=c.output_dir)
     assert again.output_dir == c.output_dir and again.lib_path.is_file()
+
+
+def _set(field, value):
+    def damage(text):
+        meta = json.loads(text)
+        meta[field] = value
+        return json.dumps(meta)
+    return damage
+
+
+def _drop(field):
+    def damage(text):
+        meta = json.loads(text)
+        del meta[field]
+        return json.dumps(meta)
+    return damage
+
+
+def _param_shape(text):
+    meta = json.loads(text)
+    meta["params"][0]["shape"] = "128x128"
+    return json.dumps(meta)
+
+
+#: Damage done to compiled_meta.json, and what the error must name.
+DAMAGED_META = {
+    "missing field": (_drop("params"), "'params'"),
+    "missing symbol": (_drop("symbol"), "'symbol'"),
+    "wrong type": (_set("block_num", "1"), "'block_num'"),
+    "wrong type in a parameter": (_param_shape, "'params'"),
+    "wrong task graph": (_set("task_graph", {"tasks": 3}), "'task_graph'"),
+    "bad json": (lambda text: text[: len(text) // 2], "not JSON"),
+    "empty file": (lambda text: "", "empty"),
+    "not an object": (lambda text: "[1, 2]", "not an object"),
+    "wrong schema version": (_set("schema_version", 2), "schema 2"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED_META)
+def test_from_dir_of_damaged_metadata_names_the_directory_and_field(tmp_path, case):
+    damage, needle = DAMAGED_META[case]
+    out_dir = tmp_path / "artifacts"
+    ir.compile(add_kernel.lower(A, A, A), output_dir=out_dir)
+    meta = out_dir / "compiled_meta.json"
+    meta.write_text(damage(meta.read_text()))
+    with pytest.raises(PtoLoadError) as info:
+        ir.CompiledProgram.from_dir(out_dir)
+    assert str(out_dir) in str(info.value) and needle in str(info.value)
+
+
+@pytest.mark.parametrize("case", [*DAMAGED_META, "library gone"])
+def test_a_damaged_cache_entry_is_a_miss_and_is_rebuilt(fresh_cache, compiler_calls, launcher, rng, case):
+    first = ir.compile(add_kernel.lower(A, A, A))
+    if case == "library gone":
+        first.lib_path.unlink()
+    else:
+        meta = first.output_dir / "compiled_meta.json"
+        meta.write_text(DAMAGED_META[case][0](meta.read_text()))
+    again = ir.compile(add_kernel.lower(A, A, A))
+    assert len(compiler_calls) == 2  # rebuilt ...
+    assert again.output_dir == first.output_dir  # ... in place of the damaged entry
+    assert ir.CompiledProgram.from_dir(again.output_dir).symbol == first.symbol
+    assert ir.compile(add_kernel.lower(A, A, A)).output_dir == first.output_dir and len(compiler_calls) == 2
+    assert [p.name for p in (fresh_cache / "kernels").iterdir()] == [first.output_dir.name]  # nothing left over
+    a = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    b = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    out = poison((ROWS, COLS))
+    launcher.run(again, a, b, out)
+    np.testing.assert_array_equal(out, a + b)
