@@ -249,6 +249,46 @@ def test_all_reduce_equals_numpy(n, dtype):
             dw.free_stacked_tensor(out)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_reduce_max_and_min_propagate_nan_whatever_the_ring_order(dtype):
+    # As np.maximum / np.minimum and pl.maximum / pl.minimum: a NaN in any shard makes that
+    # element NaN, whichever shard holds it, wherever it falls in the chunks of the ring, and
+    # whichever worker holds which shard.  (It used to depend on the order the ring met it.)
+    n, elems = 3, 7  # chunks of 3, 3 and 1 elements
+    orders = [(0, 1, 2), (2, 0, 1), (1, 3, 0)]
+    with DistributedWorker(range(4), CFG) as dw:
+        base = rand((n, elems), dtype, seed=3)
+        cases = [(shard, pos) for shard in range(n) for pos in range(elems)]
+        for op, ref in (("max", np.max), ("min", np.min)):
+            for ids in orders:
+                for k, (shard, pos) in enumerate(cases):
+                    host = base.copy()
+                    host[shard, pos] = np.nan
+                    other = cases[(k * 5 + 3) % len(cases)]  # a second NaN elsewhere, some of the time
+                    if k % 2:
+                        host[other] = np.nan
+                    t = dw.alloc_stacked_tensor(host, worker_ids=ids)
+                    out = dw.alloc_stacked_tensor(poison(host.shape, dtype), worker_ids=ids)
+                    dw.all_reduce(t, op, out=out)
+                    want = np.broadcast_to(ref(host, axis=0), host.shape)
+                    assert np.isnan(want[0, pos])
+                    np.testing.assert_array_equal(read(dw, out), want, err_msg=f"{op} {ids} {host}")
+                    dw.all_reduce(t, op)  # in place
+                    np.testing.assert_array_equal(read(dw, t), want, err_msg=f"{op} {ids} in place")
+                    dw.free_stacked_tensor(t)
+                    dw.free_stacked_tensor(out)
+
+
+def test_all_reduce_max_of_the_reported_shards_is_nan():
+    host = np.array([[np.nan, 1], [2, 3], [4, np.nan]], np.float32)[:, None, :]  # the example
+    with DistributedWorker(range(3), CFG) as dw:
+        for op in ("max", "min"):
+            t = dw.alloc_stacked_tensor(host)
+            dw.all_reduce(t, op)
+            assert np.isnan(read(dw, t)).all()
+            dw.free_stacked_tensor(t)
+
+
 def test_all_reduce_of_fewer_elements_than_devices():
     with DistributedWorker(range(4), CFG) as dw:
         host = rand((4, 1, 2))  # two elements over four ranks: empty chunks

@@ -573,6 +573,10 @@ class DistributedWorker:
         t : StackedDeviceTensor
             Shards of float32, float64, int32 or int64.
         op : {"sum", "max", "min"}
+            ``"max"`` and ``"min"`` propagate NaN, as ``pl.maximum`` /
+            ``pl.minimum`` and ``np.maximum`` / ``np.minimum`` do: an element
+            that is NaN in any shard is NaN in the result, whatever the order
+            of the shards on the ring.  ``"sum"`` of a NaN is NaN too.
         out : StackedDeviceTensor, optional
             Where the result goes (shards on the same workers, same shape and
             dtype); ``None``: in place, into `t`.
