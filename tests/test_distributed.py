@@ -6,6 +6,9 @@ first); ordering and back-pressure are made deterministic with latches.
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import anyio
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from pypto_async.errors import (
     PtoDependencyError,
     PtoError,
     PtoNotSupported,
+    PtoTimeout,
 )
 from pypto_async.runtime import (
     ChipWorker,
@@ -187,6 +191,39 @@ def test_sync_submit_keeps_at_most_depth_in_flight(kernels):
             s.sync()
             np.testing.assert_array_equal(read(dw, out), x + i)
             dw.free_stacked_tensor(out)
+        dw.free_stacked_tensor(xs)
+
+
+def test_sync_timeout_is_one_deadline_for_every_device_and_raises_pto_timeout(kernels):
+    # Every device is held, so every part is late: a wait per device would take 3 t; one
+    # deadline for all takes about t.  (The bound is loose, for a loaded machine; what it
+    # tells apart is t against 3 t.)
+    t = 0.4
+    with DistributedWorker([0, 1, 2], CFG) as dw:
+        add = dw.register(kernels.get("add", N))
+        x = rand((3, N))
+        xs = dw.alloc_stacked_tensor(x)
+        out = dw.alloc_stacked_tensor(poison((3, N)))
+        with contextlib.ExitStack() as held:
+            latches = [held.enter_context(hold(w.default_stream)) for w in dw.workers]
+            pending = add.submit(xs, np.full(N, 2, np.float32), out)
+            start = time.monotonic()
+            with pytest.raises(PtoTimeout, match="not every device completed"):
+                pending.sync(timeout=t)
+            elapsed = time.monotonic() - start
+            assert elapsed < 2.5 * t, f"sync(timeout={t}) took {elapsed:.2f} s on 3 held devices"
+            assert not pending.done()
+            with pytest.raises(PtoTimeout):
+                pending.sync(timeout=0)
+            for latch in latches:
+                latch.release()
+            assert pending.sync(timeout=30) is None  # the work went on
+        np.testing.assert_array_equal(read(dw, out), x + 2)
+        add(xs, np.full(N, 5, np.float32), out)  # the workers go on
+        np.testing.assert_array_equal(read(dw, out), x + 5)
+        with pytest.raises(PtoArgumentError, match="timeout"):
+            pending.sync(timeout=-1)
+        dw.free_stacked_tensor(out)
         dw.free_stacked_tensor(xs)
 
 

@@ -32,13 +32,15 @@ shard); ``all_gather`` and ``broadcast`` pass whole shards along the ring.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 
 import numpy as np
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported, PtoTimeout
 from ._args import _is_torch_tensor
+from ._checks import check_timeout
 from ._config import as_run_config
 from ._dispatch import queue_one
 from ._hazards import order
@@ -199,10 +201,39 @@ class DistributedLaunch:
         return self._result
 
     def sync(self, timeout: float | None = None):
-        """Block this thread until every part completed; return :meth:`result`."""
+        """Block this thread until every part completed; return :meth:`result`.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most, for all the parts together: one
+            deadline shared by every device, not one wait per device
+            (``None`` or ``math.inf``: no limit; ``0``: do not wait).
+
+        Raises
+        ------
+        PtoTimeout
+            If some part did not complete in time (the work goes on: nothing
+            is cancelled; sync or await it again).
+        PtoArgumentError
+            For a timeout that is not a number of seconds >= 0.
+        PtoError
+            The first failure, in device order.
+        """
+        limit = check_timeout(timeout, "DistributedLaunch.sync()")
+        deadline = None if limit is None else time.monotonic() + limit
         for launch in self.launches:
-            with contextlib.suppress(PtoError):
-                launch.sync(timeout)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                launch.sync(left)
+            except PtoTimeout:
+                if not launch.done():  # the wait ran out (not a part that failed with a timeout)
+                    raise PtoTimeout(
+                        f"DistributedLaunch.sync(timeout={timeout!r}): not every device completed in "
+                        f"time (device {launch._worker.device_id} has not); the work goes on, nothing "
+                        "is cancelled") from None
+            except PtoError:
+                pass  # raised below, in device order
         return self.result()
 
     async def wait(self):
