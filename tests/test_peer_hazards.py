@@ -59,15 +59,23 @@ def workers(**extra):
 
 
 @pytest.mark.parametrize("reader", ["copy to host", "kernel"])
-async def test_a_first_use_of_the_destination_on_a_new_stream_waits_for_the_copy(kernels, reader):
+@pytest.mark.parametrize("known", [False, True], ids=["new streams", "streams that used it"])
+async def test_a_use_of_the_destination_on_another_stream_waits_for_the_copy(kernels, reader, known):
+    # New streams: the regression (they joined tb's allocation, before the copy).  Streams that
+    # used tb before: the compiled common case (fastorder.c) now orders them, where they used
+    # to wait for the copy at once.
     x = rand(N)
     a, b = workers()
     async with a, b:
         inc = b.register(kernels.get("inc", N))
         ta = a.alloc_tensor(N, np.float32, init=x)
         tb = b.alloc_tensor(N, np.float32, init=poison(N))
-        await b.default_stream.record()  # tb's initial copy is over: only the peer copy is pending
         copier, later = b.stream(), b.stream()
+        if known:
+            scratch = poison(N)
+            await b.copy(scratch, tb, stream=copier)
+            await b.copy(scratch, tb, stream=later)
+        await b.default_stream.record()  # tb's initial copy is over: only the peer copy is pending
         out = poison(N)
         with hold(copier) as latch:
             copy = a.copy(tb, ta, stream=copier)  # held on b's stream
