@@ -6,6 +6,9 @@ first); ordering and back-pressure are made deterministic with latches.
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import anyio
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from pypto_async.errors import (
     PtoDependencyError,
     PtoError,
     PtoNotSupported,
+    PtoTimeout,
 )
 from pypto_async.runtime import (
     ChipWorker,
@@ -190,6 +194,39 @@ def test_sync_submit_keeps_at_most_depth_in_flight(kernels):
         dw.free_stacked_tensor(xs)
 
 
+def test_sync_timeout_is_one_deadline_for_every_device_and_raises_pto_timeout(kernels):
+    # Every device is held, so every part is late: a wait per device would take 3 t; one
+    # deadline for all takes about t.  (The bound is loose, for a loaded machine; what it
+    # tells apart is t against 3 t.)
+    t = 0.4
+    with DistributedWorker([0, 1, 2], CFG) as dw:
+        add = dw.register(kernels.get("add", N))
+        x = rand((3, N))
+        xs = dw.alloc_stacked_tensor(x)
+        out = dw.alloc_stacked_tensor(poison((3, N)))
+        with contextlib.ExitStack() as held:
+            latches = [held.enter_context(hold(w.default_stream)) for w in dw.workers]
+            pending = add.submit(xs, np.full(N, 2, np.float32), out)
+            start = time.monotonic()
+            with pytest.raises(PtoTimeout, match="not every device completed"):
+                pending.sync(timeout=t)
+            elapsed = time.monotonic() - start
+            assert elapsed < 2.5 * t, f"sync(timeout={t}) took {elapsed:.2f} s on 3 held devices"
+            assert not pending.done()
+            with pytest.raises(PtoTimeout):
+                pending.sync(timeout=0)
+            for latch in latches:
+                latch.release()
+            assert pending.sync(timeout=30) is None  # the work went on
+        np.testing.assert_array_equal(read(dw, out), x + 2)
+        add(xs, np.full(N, 5, np.float32), out)  # the workers go on
+        np.testing.assert_array_equal(read(dw, out), x + 5)
+        with pytest.raises(PtoArgumentError, match="timeout"):
+            pending.sync(timeout=-1)
+        dw.free_stacked_tensor(out)
+        dw.free_stacked_tensor(xs)
+
+
 @pytest.mark.anyio
 async def test_async_submit_is_back_pressure_not_a_blocked_loop(kernels):
     async with DistributedWorker([0, 1], CFG, depth=2) as dw:
@@ -247,6 +284,46 @@ def test_all_reduce_equals_numpy(n, dtype):
             np.testing.assert_allclose(read(dw, t), want, rtol=1e-5, atol=1e-6)
             dw.free_stacked_tensor(t)
             dw.free_stacked_tensor(out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_reduce_max_and_min_propagate_nan_whatever_the_ring_order(dtype):
+    # As np.maximum / np.minimum and pl.maximum / pl.minimum: a NaN in any shard makes that
+    # element NaN, whichever shard holds it, wherever it falls in the chunks of the ring, and
+    # whichever worker holds which shard.  (It used to depend on the order the ring met it.)
+    n, elems = 3, 7  # chunks of 3, 3 and 1 elements
+    orders = [(0, 1, 2), (2, 0, 1), (1, 3, 0)]
+    with DistributedWorker(range(4), CFG) as dw:
+        base = rand((n, elems), dtype, seed=3)
+        cases = [(shard, pos) for shard in range(n) for pos in range(elems)]
+        for op, ref in (("max", np.max), ("min", np.min)):
+            for ids in orders:
+                for k, (shard, pos) in enumerate(cases):
+                    host = base.copy()
+                    host[shard, pos] = np.nan
+                    other = cases[(k * 5 + 3) % len(cases)]  # a second NaN elsewhere, some of the time
+                    if k % 2:
+                        host[other] = np.nan
+                    t = dw.alloc_stacked_tensor(host, worker_ids=ids)
+                    out = dw.alloc_stacked_tensor(poison(host.shape, dtype), worker_ids=ids)
+                    dw.all_reduce(t, op, out=out)
+                    want = np.broadcast_to(ref(host, axis=0), host.shape)
+                    assert np.isnan(want[0, pos])
+                    np.testing.assert_array_equal(read(dw, out), want, err_msg=f"{op} {ids} {host}")
+                    dw.all_reduce(t, op)  # in place
+                    np.testing.assert_array_equal(read(dw, t), want, err_msg=f"{op} {ids} in place")
+                    dw.free_stacked_tensor(t)
+                    dw.free_stacked_tensor(out)
+
+
+def test_all_reduce_max_of_the_reported_shards_is_nan():
+    host = np.array([[np.nan, 1], [2, 3], [4, np.nan]], np.float32)[:, None, :]  # the example
+    with DistributedWorker(range(3), CFG) as dw:
+        for op in ("max", "min"):
+            t = dw.alloc_stacked_tensor(host)
+            dw.all_reduce(t, op)
+            assert np.isnan(read(dw, t)).all()
+            dw.free_stacked_tensor(t)
 
 
 def test_all_reduce_of_fewer_elements_than_devices():

@@ -396,7 +396,8 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
  *   "spin"      (us)                            busy for `us` microseconds per block
  *   "fail"      (code)                          fails the launch with code (0: PTO_EKERNEL)
  *   "reduce"    (dst, src, n, op, dtype)        dst = op(dst, src) elementwise; op 0 sum, 1 max,
- *                                               2 min; dtype 0 f32, 1 f64, 2 i32, 3 i64
+ *                                               2 min (NaN propagates); dtype 0 f32, 1 f64,
+ *                                               2 i32, 3 i64
  * Blocks split [0, n) into contiguous chunks.  Returns 0, -PTO_EINVAL (unknown name).
  */
 int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out);

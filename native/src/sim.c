@@ -136,15 +136,21 @@ static void k_spin(const pto_block *blk, void *const *args)
         pti_cpu_relax();
 }
 
-/* dst[i] = op(dst[i], src[i]) for one element type (pto_driver.h: "reduce"). */
-#define REDUCE(T)                                                                                  \
+/* dst[i] = op(dst[i], src[i]) for one element type (pto_driver.h: "reduce").  Max and min
+ * propagate NaN, as pl.maximum / pl.minimum and numpy's maximum / minimum do: a NaN on either
+ * side gives NaN, so the result of a reduction does not depend on the order of its operands.
+ * ISNAN is the element type's NaN test (0 for the integer types). */
+#define REDUCE(T, ISNAN)                                                                           \
     do {                                                                                           \
         T *d = (T *)dst;                                                                           \
         const T *s = (const T *)src;                                                               \
         for (uint64_t i = b; i < e; i++)                                                           \
-            d[i] = op == 0 ? d[i] + s[i] : op == 1 ? (s[i] > d[i] ? s[i] : d[i])                   \
-                                                   : (s[i] < d[i] ? s[i] : d[i]);                  \
+            d[i] = op == 0   ? d[i] + s[i]                                                         \
+                   : op == 1 ? (s[i] > d[i] || ISNAN(s[i]) ? s[i] : d[i])                          \
+                             : (s[i] < d[i] || ISNAN(s[i]) ? s[i] : d[i]);                         \
     } while (0)
+#define FLOAT_NAN(v) ((v) != (v))
+#define INT_NAN(v) 0
 
 static void k_reduce(const pto_block *blk, void *const *args)
 {
@@ -158,13 +164,15 @@ static void k_reduce(const pto_block *blk, void *const *args)
         return;
     }
     switch (dtype) {
-    case 0: REDUCE(float); break;
-    case 1: REDUCE(double); break;
-    case 2: REDUCE(int32_t); break;
-    default: REDUCE(int64_t); break;
+    case 0: REDUCE(float, FLOAT_NAN); break;
+    case 1: REDUCE(double, FLOAT_NAN); break;
+    case 2: REDUCE(int32_t, INT_NAN); break;
+    default: REDUCE(int64_t, INT_NAN); break;
     }
 }
 #undef REDUCE
+#undef FLOAT_NAN
+#undef INT_NAN
 
 static void k_fail(const pto_block *blk, void *const *args)
 {

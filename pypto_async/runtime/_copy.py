@@ -49,9 +49,10 @@ def copy(worker, dst, src, stream) -> Launch:
     same dtype and number of bytes.
 
     Two DeviceTensors of different workers (devices of one platform) make a
-    peer copy: one command on one stream, ordered on the device after the
-    work queued so far on every stream that used either tensor, and before
-    their later uses there; no host round trip.
+    peer copy: one command on one stream, no host round trip.  It is ordered
+    like any copy: a write of `dst` and a read of `src`, after their earlier
+    uses and before their later ones on every stream of either worker (the
+    sanitizer checks it where ordering is yours; see :mod:`._peer`).
 
     Parameters
     ----------

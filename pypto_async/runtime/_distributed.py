@@ -12,8 +12,13 @@ returns something to await.
 
 The collectives are rings.  Rank ``i`` is shard ``i`` of the stacked tensor,
 on worker ``worker_ids[i]``; each rank works on its worker's task-local
-default stream, which first joins every other stream that used its shard
-(:func:`._peer.order_before`).  A step of a ring is, on every rank at once:
+default stream.  To the ordering of its worker (:mod:`._hazards`), a
+collective is one access per rank on that stream: a read of its shard of the
+source and a write of its shard of the result, ordered after the earlier
+accesses to them as a copy is (or checked by the sanitizer) before the first
+step, and noted at the rank's last point, which waits for the neighbour that
+read the rank's buffer last, so a later use anywhere waits for all of it.
+A step of a ring is, on every rank at once:
 wait (on the device) for the previous step of its neighbours, pull a chunk
 from the left neighbour with one peer copy (into a temporary, or straight
 into place), reduce it in (a built-in kernel of the device), and record an
@@ -27,16 +32,19 @@ shard); ``all_gather`` and ``broadcast`` pass whole shards along the ring.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 
 import numpy as np
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported, PtoTimeout
 from ._args import _is_torch_tensor
+from ._checks import check_timeout
 from ._config import as_run_config
 from ._dispatch import queue_one
-from ._peer import enter, order_after, order_before
+from ._hazards import order
+from ._peer import enter
 from ._stream import task_default
 from ._tensor import DeviceTensor
 from ._worker import ChipWorker
@@ -193,10 +201,39 @@ class DistributedLaunch:
         return self._result
 
     def sync(self, timeout: float | None = None):
-        """Block this thread until every part completed; return :meth:`result`."""
+        """Block this thread until every part completed; return :meth:`result`.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most, for all the parts together: one
+            deadline shared by every device, not one wait per device
+            (``None`` or ``math.inf``: no limit; ``0``: do not wait).
+
+        Raises
+        ------
+        PtoTimeout
+            If some part did not complete in time (the work goes on: nothing
+            is cancelled; sync or await it again).
+        PtoArgumentError
+            For a timeout that is not a number of seconds >= 0.
+        PtoError
+            The first failure, in device order.
+        """
+        limit = check_timeout(timeout, "DistributedLaunch.sync()")
+        deadline = None if limit is None else time.monotonic() + limit
         for launch in self.launches:
-            with contextlib.suppress(PtoError):
-                launch.sync(timeout)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                launch.sync(left)
+            except PtoTimeout:
+                if not launch.done():  # the wait ran out (not a part that failed with a timeout)
+                    raise PtoTimeout(
+                        f"DistributedLaunch.sync(timeout={timeout!r}): not every device completed in "
+                        f"time (device {launch._worker.device_id} has not); the work goes on, nothing "
+                        "is cancelled") from None
+            except PtoError:
+                pass  # raised below, in device order
         return self.result()
 
     async def wait(self):
@@ -567,6 +604,10 @@ class DistributedWorker:
         t : StackedDeviceTensor
             Shards of float32, float64, int32 or int64.
         op : {"sum", "max", "min"}
+            ``"max"`` and ``"min"`` propagate NaN, as ``pl.maximum`` /
+            ``pl.minimum`` and ``np.maximum`` / ``np.minimum`` do: an element
+            that is NaN in any shard is NaN in the result, whatever the order
+            of the shards on the ring.  ``"sum"`` of a NaN is NaN too.
         out : StackedDeviceTensor, optional
             Where the result goes (shards on the same workers, same shape and
             dtype); ``None``: in place, into `t`.
@@ -591,7 +632,7 @@ class DistributedWorker:
             if out.full_shape != t.full_shape or out.dtype != t.dtype or out.worker_ids != t.worker_ids:
                 raise PtoArgumentError("all_reduce(out=...): out must have t's full_shape, dtype and worker_ids")
             dst = out
-        ring = _Ring(self, t, dst)
+        ring = _Ring(self, t, dst, "all_reduce")
         ring.start(copy_in=out is not None)
         n = ring.n
         if n > 1:
@@ -629,7 +670,7 @@ class DistributedWorker:
                 g.free()
             raise
         result = StackedDeviceTensor(gathered, (b,) + shape, t.worker_ids)
-        ring = _Ring(self, t, result)
+        ring = _Ring(self, t, result, "all_gather")
         ring.start(copy_in=False, slots=True)
         per = t.shards[0]._nbytes
         for k in range(b - 1):  # rank r takes slot r-1-k from its left neighbour's gathered copy
@@ -650,7 +691,7 @@ class DistributedWorker:
         n = len(t.shards)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < n:
             raise PtoArgumentError(f"broadcast(root=...) must be a shard index in [0, {n}), not {root!r}")
-        ring = _Ring(self, t, t)
+        ring = _Ring(self, t, t, "broadcast")
         ring.start(copy_in=False)
         for h in range(1, n):  # along the ring from root: each takes the whole shard of its left neighbour
             r = (root + h) % n
@@ -703,8 +744,9 @@ class _Ring:
     ``r`` takes that worker's lock, and only that one.
     """
 
-    def __init__(self, dw: DistributedWorker, src: StackedDeviceTensor, dst: StackedDeviceTensor):
+    def __init__(self, dw: DistributedWorker, src: StackedDeviceTensor, dst: StackedDeviceTensor, label: str):
         self.dw = dw
+        self.label = label
         self.src = src.shards
         self.dst = dst.shards
         self.ids = src.worker_ids
@@ -715,16 +757,28 @@ class _Ring:
         self.elems = self.src[0]._nbytes // self.itemsize if self.itemsize else 0
         self.events = [None] * self.n
 
+    def accesses(self, r: int) -> list:
+        """What the collective does to rank `r`'s buffers, as ordering reads a copy's: reads src, writes dst."""
+        src, dst = self.src[r], self.dst[r]
+        if src is dst:
+            return [(dst, "t", True, True)]
+        return [(src, "t", True, False), (dst, "out", False, True)]
+
     def start(self, copy_in: bool, slots: bool = False) -> None:
-        """Join each rank's stream to the other users of its buffers; copy src into dst (or its slot)."""
+        """Order each rank's stream after the earlier accesses to its buffers; copy src into dst (or its slot).
+
+        Every rank's accesses are ordered (and checked by the sanitizer)
+        before any rank queues a command of the collective, so a race raises
+        with at most some inferred waits queued.
+        """
+        for r in range(self.n):
+            w = self.workers[r]
+            with w._lock:
+                order(w, self.streams[r], self.accesses(r), self.label, 0)
         for r in range(self.n):
             src, dst = self.src[r], self.dst[r]
             s, w = self.streams[r], self.workers[r]
-            order_before(s, reads=(src,), writes=(dst,) if dst is not src else ())
             with w._lock:
-                for t in {id(src): src, id(dst): dst}.values():
-                    if s not in t._streams:
-                        t._join(s)
                 if copy_in or slots:
                     offset = r * src._nbytes if slots else 0
                     _step(w, s, lib.pto_stream_copy_d2d, (s._ptr, dst._ptr + offset, src._ptr, src._nbytes),
@@ -788,13 +842,26 @@ class _Ring:
             t.free(stream=s)
 
     def finish(self, result: StackedDeviceTensor):
-        """Order the buffers' other users after the collective; the markers that end it, awaited or not."""
+        """End each rank's part with one access to its buffers; the markers that end it, awaited or not.
+
+        A rank's last point first waits for its right neighbour's last step
+        (the one that read its buffer last), so the point covers every
+        access to the rank's buffers, its own and its neighbours' reads.
+        The accesses are noted at that point (:func:`._hazards.order`, a
+        second time after :meth:`start`): a later use of a buffer on another
+        stream is ordered after the whole collective, or, with ordering off,
+        the sanitizer sees it as a race until the collective completed.
+        """
+        n = self.n
+        last = list(self.events)
         markers = []
-        for r in range(self.n):
+        for r in range(n):
             s, w = self.streams[r], self.workers[r]
             with w._lock:
-                done = self._record(r)
-            order_after(s, done, (self.dst[r],) if self.dst[r] is self.src[r] else (self.src[r], self.dst[r]))
+                if n > 1:
+                    s._wait_locked(last[(r + 1) % n])
+                order(w, s, self.accesses(r), self.label, 0)  # noted at the record that comes next
+                self.events[r] = self._record(r)
             markers.append(s._marker())
         launch = DistributedLaunch(markers, result)
         if self.dw._async:

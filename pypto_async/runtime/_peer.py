@@ -14,23 +14,28 @@ workers meet:
 
 How a peer copy is ordered
 --------------------------
-A DeviceTensor remembers the streams of its worker that used it.  The copy
-waits (on the device) for everything queued so far on every such stream of
-both tensors: for the source through events that carry failures, so that a
-failed writer fails the copy as its dependent; for the destination through
-ordering-only events, since what it waits for there is earlier readers and
-writers that the copy overwrites anyway.  After the copy, one event is
-recorded on the copy's stream, and every other stream that used either
-tensor waits for it; a stream of the other worker that uses the tensor for
-the first time later joins on that event (the tensor's ``_ready``).  So a
-later use of the destination reads the copied bytes, and a later write of
-the source does not overwrite what the copy still reads.
+The copy runs on a stream of one of the two workers (the source's default
+stream unless you pass one).  To that worker, it is an access like a local
+copy's: a write of the destination, or a read of the source, ordered after
+the earlier accesses to the tensor by the worker's hazard tracking, noted
+there for the later ones, and checked by the sanitizer where ordering is
+manual (:func:`._hazards.order`, as :mod:`._copy` calls it).  The tensor of
+the other worker is ordered at stream level, since the copy's stream is not
+one of that worker's: the copy waits (on the device) for everything queued
+so far on every stream of that worker that used the tensor, through events
+that carry failures for the source (a failed writer fails the copy as its
+dependent) and ordering-only ones for the destination (what it waits for
+there is earlier readers and writers that the copy overwrites anyway).
+After the copy, one event is recorded on the copy's stream; every stream of
+the other worker that used the tensor waits for it, and one that uses the
+tensor for the first time later joins on it (the tensor's ``_ready``).  So
+a later use of the destination, on any stream of either worker, reads the
+copied bytes, and a later write of the source does not overwrite what the
+copy still reads.
 
-That is stream-level ordering: coarser than per-tensor hazard tracking
-(:mod:`._hazards`, where present), which may replace :func:`order_before`
-and :func:`order_after` (the two seams: what the copy waits for, what
-waits for the copy; the collectives of :mod:`._distributed` use them too)
-with the tensors' own last writer and readers.
+The collectives of :mod:`._distributed` use the same two parts: each rank's
+own buffers go through :func:`._hazards.order`, and the peer copies between
+ranks are ordered by the ring's events.
 
 Two workers' locks are never held at once: each step takes the lock of the
 worker whose stream it queues on, one after the other.  An event that has
@@ -47,11 +52,12 @@ from ..errors import PtoArgumentError, PtoForeignTensorError, PtoNotSupported, P
 from ._args import check_init
 from ._dispatch import finish_sync, queue_one
 from ._event import Event
+from ._hazards import order
 from ._launch import Launch
 from ._stream import Stream, task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["device_count", "is_peer_copy", "copy", "wait", "order_before", "order_after", "enter"]
+__all__ = ["device_count", "is_peer_copy", "copy", "wait", "order_after", "enter"]
 
 
 def device_count(platform: str = "sim") -> int:
@@ -93,20 +99,24 @@ def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
     stream = _copy_stream(dst, src, stream)
     owner = stream._worker
     nbytes = dst._nbytes
-    order_before(stream, reads=(src,), writes=(dst,))
-    sp = stream._ptr
-    args = (sp, dst._worker._dev, dst._ptr, src._worker._dev, src._ptr, nbytes)
     name = (f"copy peer ({nbytes} bytes, device {src._worker.device_id} -> "
             f"device {dst._worker.device_id})")
+    # The tensor of the stream's worker is accessed as by a local copy (ordered, noted and
+    # sanitized: _hazards.py); the other worker's, through its streams' tails (see the module doc).
+    local, foreign = (dst, src) if dst._worker is owner else (src, dst)
+    accesses = [(dst, "dst", False, True)] if local is dst else [(src, "src", True, False)]
+    points = _tails(foreign, stream, ordering=foreign is dst)
+    sp = stream._ptr
+    args = (sp, dst._worker._dev, dst._ptr, src._worker._dev, src._ptr, nbytes)
     with owner._lock:
-        for t in (dst, src):
-            if t._worker is owner and stream not in t._streams:
-                t._join(stream)
+        order(owner, stream, accesses, name, len(points))  # the waits below come before the copy
+        for event in points:
+            stream._wait_locked(event)
         launch = queue_one(owner, stream, lib.pto_stream_copy_peer, args, name, (dst, src), dst)
         dst._initialising(launch)  # a full overwrite: the tensor is as good as this copy
         done = stream._record_locked()
         enter(done)
-    order_after(stream, done, (dst, src))
+    order_after(stream, done, (foreign,))
     return finish_sync(owner, launch)
 
 
@@ -146,31 +156,26 @@ def _users(t: DeviceTensor, skip: Stream) -> list[Stream]:
     return [s for s in list(t._streams) if s is not skip]
 
 
-def order_before(stream: Stream, reads=(), writes=()) -> None:
-    """Make `stream` wait for the work queued so far on every other stream that used these tensors.
+def _tails(t: DeviceTensor, stream: Stream, ordering: bool) -> list:
+    """Events after the work queued so far on every stream but `stream` that used `t` (entered).
 
-    The waits on users of `reads` carry their failures (a failed writer
-    fails what `stream` queues next, as its dependent); those on users of
-    `writes` only order.
+    Those of a read carry their failures (a failed writer fails the copy,
+    as its dependent); those of a write (``ordering``) only order.
     """
+    users = _users(t, stream)
     points = []
-    for t, ordering in [(t, False) for t in reads] + [(t, True) for t in writes]:
-        users = _users(t, stream)
-        if not users:
-            continue
-        with t._worker._lock:
-            for user in users:
-                if user._closed:
-                    event = user._final_ordering if ordering else user._final
-                else:
-                    event = user._record_locked(ordering=ordering)
-                if event is not None:
-                    enter(event)
-                    points.append(event)
-    if points:
-        with stream._worker._lock:
-            for event in points:
-                stream._wait_locked(event)
+    if not users:
+        return points
+    with t._worker._lock:
+        for user in users:
+            if user._closed:
+                event = user._final_ordering if ordering else user._final
+            else:
+                event = user._record_locked(ordering=ordering)
+            if event is not None:
+                enter(event)
+                points.append(event)
+    return points
 
 
 def order_after(stream: Stream, done: Event, tensors) -> None:
