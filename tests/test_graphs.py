@@ -813,3 +813,42 @@ def test_a_placeholder_of_one_capture_is_refused_in_another(worker, k):
         k["inc"](y)
     first.graph.close()
     second.graph.close()
+
+
+# -- an empty capture (issue 25, item 9) -----------------------------------------------------------
+
+
+def test_an_empty_capture_replays_as_a_no_op_in_sync_mode(worker, k):
+    with worker.capture(name="nothing") as cap:
+        pass
+    g = cap.graph
+    assert len(g) == 0
+    x = worker.alloc_tensor(N, np.float32, init=(start := rand()))
+    k["inc"](x)
+    launch = g.replay()
+    assert launch.done() and launch.exception() is None
+    g.replay()  # again: nothing accumulates
+    np.testing.assert_array_equal(x.numpy(), start + np.float32(1))
+    g.close()
+    x.free()
+
+
+@pytest.mark.anyio
+async def test_an_empty_capture_replays_as_a_no_op_in_order_on_its_stream(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        s = w.stream()
+        async with w.capture(name="nothing", stream=s) as cap:
+            pass
+        g = cap.graph
+        x = w.alloc_tensor(N, np.float32, init=(start := rand()), stream=s)
+        with hold(s) as latch:
+            inc(x, stream=s)
+            replay = g.submit()
+            await replay  # in the ring, behind the held launch
+            assert not replay.done()  # an ordered no-op: it waits for the work queued before it
+            latch.release()
+        assert await replay.wait() is None
+        np.testing.assert_array_equal(await x.to_host(), start + np.float32(1))
+        g.close()
+        x.free()

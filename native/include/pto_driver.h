@@ -692,7 +692,8 @@ int pto_debug_lose_device(pto_device *dev, const char *msg);
  * completion record (the replay's token) ends the whole replay.
  *
  * Streams are slots 0..n-1 (slot 0: the origin, where a replay starts and
- * ends).  Events are graph-local indices; the graph creates and owns them.
+ * ends; every graph has it, so an empty graph replays on one stream as a
+ * no-op whose record arrives in order there, as CUDA's empty graphs do).  Events are graph-local indices; the graph creates and owns them.
  * Inputs are graph-local indices too; pto_graph_patch names which argument
  * of which command takes an input's address.
  *
@@ -721,7 +722,7 @@ typedef struct pto_graph pto_graph;
 
 typedef struct pto_graph_info {
     uint32_t commands;          /* commands added (what a replay queues, less its own few) */
-    uint32_t streams;           /* stream slots used (highest + 1) */
+    uint32_t streams;           /* stream slots used (highest + 1; at least 1, the origin) */
     uint32_t events;            /* graph-local events */
     uint32_t inputs;            /* inputs declared */
     uint32_t launches;          /* of the commands, kernel launches and program runs */

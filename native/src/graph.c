@@ -126,6 +126,7 @@ int pto_graph_create(pto_device *dev, pto_graph **out)
     if (!g)
         return pti_error(PTO_ENOMEM, "pto_graph_create: out of host memory");
     g->dev = dev;
+    g->n_streams = 1; /* slot 0, the origin, always: an empty graph replays as a no-op there */
     *out = g;
     return 0;
 }

@@ -279,7 +279,9 @@ class Graph:
         Launch
             Completed in sync mode; in async mode ``await`` it.  Its result
             is None.  A failing command fails it with an error that names the
-            node (its kernel and position).
+            node (its kernel and position).  An empty graph (a capture that
+            recorded nothing) replays as a no-op on `stream`: the Launch
+            completes in order behind that stream's earlier work.
 
         Raises
         ------
