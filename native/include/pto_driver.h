@@ -234,6 +234,22 @@ int pto_stream_set_overflow(pto_stream *s, int on);
  * changed: it is on the device), -PTO_EINVAL for a range not accepted.
  */
 int pto_stream_cancel_queued(pto_stream *s, uint64_t first, uint64_t last);
+/*
+ * Withdraw the commands of s whose tokens lie in first..last (a command
+ * group's, queued back to back), in the ring or the overflow, if none of
+ * them has started (on an engine, or held by the scheduler on a delay or
+ * latch; a wait blocked on its event has not).  Atomic with the scheduler:
+ * a command either runs fully or is skipped, never both.  Each withdrawn
+ * command completes -PTO_ECANCELED without running when its turn comes (its
+ * record, if it has a token, says so; a free still reclaims its block; a
+ * wait still waits for its event first, so later commands stay ordered
+ * behind it), and the commands after them run as if they had succeeded:
+ * later commands on s, events recorded after them, and streams waiting on
+ * those.  Returns how many were withdrawn; 0 if none was found, one has
+ * started, or one records an event (nothing changed); -PTO_EINVAL for a bad
+ * range.
+ */
+int pto_stream_cancel_tokens(pto_stream *s, uint64_t first, uint64_t last);
 
 /*
  * Failure epochs.  The epoch of s counts its failures observed so far (see

@@ -274,7 +274,7 @@ enum pto_cmd_state {
 struct pto_cmd {
     uint32_t kind;                /* PTO_CMD_* */
     uint8_t state;                /* enum pto_cmd_state, under sched_lock */
-    bool canceled;                /* withdrawn while in the overflow (pto_stream_cancel_queued) */
+    bool canceled;                /* withdrawn before it started (pto_stream_cancel_queued / _tokens) */
     bool quiet;                   /* a graph replay's command: a record only for its own first failure */
     bool edge;                    /* an inferred edge's record or wait: injected failures pass it by */
     uint64_t token;

@@ -88,6 +88,8 @@ class _Replay(Launch):
 
     __slots__ = ("_graph", "_base")
 
+    _withdrawable = False  # once in the driver, Launch.cancel declines (held on the host, it withdraws)
+
     def cancel(self) -> bool:
         """A replay cannot be withdrawn (its commands span streams): returns False."""
         return False
