@@ -16,6 +16,7 @@ arena where the host must not queue anything to look.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 
@@ -175,7 +176,7 @@ async def test_work_held_on_the_host_is_judged_at_the_epoch_it_was_queued(kernel
 
 
 @pytest.mark.anyio
-async def test_cancel_withdraws_a_launch_still_waiting_for_ring_room(kernels, tiny_ring):
+async def test_cancel_withdraws_a_launch_in_the_ring_or_waiting_for_ring_room(kernels, tiny_ring):
     async with ChipWorker(tiny_ring) as w:
         add = w.register(kernels.get("add", N))
         s = w.default_stream
@@ -188,7 +189,7 @@ async def test_cancel_withdraws_a_launch_still_waiting_for_ring_room(kernels, ti
             # Five commands each (copy in, kernel, copy out, two frees): the latch and the first
             # three of launch 0 fill the ring; the rest waits in the driver's backlog.
             launches = [add(x, wd, out) for x, out in zip(xs, outs)]
-            assert launches[0].cancel() is False  # its copy in is in the ring: on the device
+            assert launches[0].cancel() is True  # in the ring behind the latch: not started either
             assert launches[3].cancel() is True
             assert launches[3].done()  # at once, while the stream is still held
             assert launches[3].cancel() is False  # nothing left to withdraw
@@ -199,10 +200,10 @@ async def test_cancel_withdraws_a_launch_still_waiting_for_ring_room(kernels, ti
             gc.collect()
             assert held() is None  # the runtime let go of its host arrays
             latch.release()
-        for i in (0, 1, 2, 4, 5):
+        for i in (1, 2, 4, 5):
             assert await launches[i] is outs[i]
             np.testing.assert_array_equal(outs[i], rand(i) + weight)
-        assert np.isnan(outs[3]).all()  # never written
+        assert np.isnan(outs[0]).all() and np.isnan(outs[3]).all()  # never written
         await s
         stats = mem_stats(w)
         assert (stats.allocations, stats.pending_frees) == (1, 0)  # the weight: its temporaries went
@@ -304,3 +305,73 @@ def test_cancel_after_completion_or_close_is_false(kernels, config):
     t.free()
     w.close()
     assert done.cancel() is False
+
+
+@pytest.mark.anyio
+async def test_cancel_withdraws_launches_in_the_rings_of_four_held_streams_and_order_holds(kernels, config):
+    """100 launches in the rings of 4 held streams, none started: all withdrawn, none runs.
+
+    What was queued after them still runs, in order: on each stream an
+    ``inc`` then a ``scale`` (so order shows in the value, (x + 1) * 3), an
+    event recorded after them fires, and another stream waiting on that event
+    reads the final value.
+    """
+    async with ChipWorker(config) as w:
+        inc, scale, add = (w.register(kernels.get(n)) for n in ("inc", "scale", "add"))
+        streams = [w.stream() for _ in range(4)]
+        starts = [rand(10 + i) for i in range(4)]
+        ts = [w.alloc_tensor(N, np.float32, init=x, stream=s) for x, s in zip(starts, streams)]
+        sink = w.alloc_tensor(N, np.float32, init=poisoned(), stream=streams[1])
+        for s in streams:
+            await s
+        with contextlib.ExitStack() as stack:
+            latches = [stack.enter_context(hold(s)) for s in streams]
+            doomed = [inc(t, stream=s) for _ in range(25) for s, t in zip(streams, ts)]
+            assert all(launch.cancel() for launch in doomed)  # in the rings, behind the latches
+            assert all(launch.done() for launch in doomed)  # at once, while the streams are held
+            assert not any(launch.cancel() for launch in doomed)  # nothing left to withdraw
+            later = []
+            for s, t in zip(streams, ts):
+                later.append(inc(t, stream=s))
+                later.append(scale(t, 3.0, t, stream=s))
+            ev = streams[0].record()
+            streams[1].wait(ev)
+            later.append(add(ts[0], ts[1], sink, stream=streams[1]))  # reads stream 0's final value
+            assert not any(launch.done() for launch in later)
+            for latch in latches:
+                latch.release()
+        for launch in doomed:
+            with pytest.raises(PtoCanceledError, match="canceled before it started"):
+                await launch
+        for launch in later:
+            await launch.wait()
+        await ev
+        finals = [(x + np.float32(1)) * np.float32(3) for x in starts]
+        for t, want in zip(ts, finals):
+            np.testing.assert_array_equal(await t.to_host(), want)  # the withdrawn 25 never ran
+        np.testing.assert_array_equal(await sink.to_host(), finals[0] + finals[1])
+        for t in (*ts, sink):
+            t.free()
+
+
+def test_cancel_racing_the_device_either_runs_a_launch_fully_or_skips_it(kernels, config):
+    """Unheld streams, cancels as the device runs: each launch ran (cancel False) or not (True), never both."""
+    with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        streams = [w.stream() for _ in range(4)]
+        ts = [w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=s) for s in streams]
+        ran = [0] * 4
+        for round_ in range(4):
+            launches = [(i, inc.submit(t, stream=s)) for _ in range(50) for i, (s, t) in enumerate(zip(streams, ts))]
+            for k, (i, launch) in enumerate(launches):
+                if (k + round_) % 3 and not launch.cancel():
+                    ran[i] += 1
+                elif not (k + round_) % 3:
+                    ran[i] += 1
+            w.sync()
+            for i, launch in launches:
+                assert launch.done()
+            for t, n in zip(ts, ran):
+                np.testing.assert_array_equal(t.numpy(), np.full(N, n, np.float32))
+        for t in ts:
+            t.free()

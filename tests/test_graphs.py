@@ -687,3 +687,168 @@ def test_torch_inputs_and_bindings_and_a_replay_on_a_new_stream(worker, k):
         g.replay(x=x_h.double(), y=y_h)
     g.close()
     weight.free()
+
+
+# -- placeholders outside their capture (issue 25, item 1) ----------------------------------------
+
+_PLACEHOLDER_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import anyio, numpy as np
+from helpers.kernels import KernelLib
+from pypto_async._driver import ffi, lib
+from pypto_async.errors import PtoCaptureError
+from pypto_async.runtime import ChipWorker, RunConfig
+
+kernels = KernelLib(sys.argv[2])
+
+
+async def main():
+    async with ChipWorker(RunConfig(cores=2, copy_engines=2, device_memory=64 << 20)) as w:
+        inc = w.register(kernels.get("inc"))
+        ready, done = anyio.Event(), anyio.Event()
+        box = {}
+
+        async def other_task():
+            await ready.wait()
+            try:
+                await inc(box["x"])  # used to be queued with address 0: the core segfaulted
+            except PtoCaptureError as exc:
+                print("refused:", exc)
+            # Past the runtime's checks, straight to the driver: refused there too.
+            rc = lib.pto_stream_launch(w.default_stream._ptr, inc._kptr, 1, [0], 1, 0)
+            print("driver:", rc, ffi.string(lib.pto_last_error()).decode())
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_task)
+            async with w.capture(name="mine") as cap:
+                box["x"] = cap.input("x", 64, np.float32)
+                inc(box["x"])
+                ready.set()
+                await done.wait()
+        await w.default_stream
+    print("clean exit")
+
+
+anyio.run(main, backend=sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_another_tasks_launch_of_a_placeholder_is_refused_not_a_crash(kernels, backend, tmp_path):
+    """Run several times in a subprocess: before the fix the process died of SIGSEGV."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "placeholder.py"
+    script.write_text(_PLACEHOLDER_SCRIPT)
+    tests_dir = pathlib.Path(__file__).resolve().parent
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, str(script), str(tests_dir), str(kernels.directory), backend],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = proc.stdout
+        assert "refused: " in out and "input 'x' of capture 'mine'" in out, out
+        assert f"driver: {-lib.PTO_EINVAL} " in out and "argument 0 is a tensor" in out, out
+        assert out.rstrip().endswith("clean exit"), out
+
+
+@pytest.mark.anyio
+async def test_a_placeholder_is_refused_everywhere_but_its_own_recording(config, kernels):
+    """Another task's launch, copy, to_host and free; and any use after the capture: PtoCaptureError, nothing queued."""
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        ready, done = anyio.Event(), anyio.Event()
+        seen = []
+
+        async def other_task():
+            await ready.wait()
+            x = box["x"]
+            before = queued_state(w)
+            for use in (lambda: inc(x), lambda: w.copy(x, rand()), lambda: w.copy(rand(), x),
+                        lambda: inc.submit(x)):
+                with pytest.raises(PtoCaptureError, match="input 'x' of capture 'mine'.*another task") as info:
+                    use()
+                seen.append(str(info.value))
+            with pytest.raises(PtoCaptureError, match="input 'x' of capture 'mine'"):
+                await x.to_host()
+            assert queued_state(w) == before
+            done.set()
+
+        box = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_task)  # started outside the capture: a task started inside inherits it
+            async with w.capture(name="mine") as cap:
+                x = box["x"] = cap.input("x", N, np.float32)
+                inc(x)  # its own recording takes it
+                ready.set()
+                await done.wait()
+                inc(x)
+        assert len(seen) == 4 and x.freed
+        before = queued_state(w)
+        with pytest.raises(PtoCaptureError, match="input 'x' of capture 'mine'.*after it ended"):
+            inc(x)
+        with pytest.raises(PtoCaptureError, match="after it ended"):
+            cap.graph.replay(x=x)
+        assert queued_state(w) == before
+        xd = w.alloc_tensor(N, np.float32, init=(start := rand()))
+        await cap.graph.replay(x=xd)
+        np.testing.assert_array_equal(await xd.to_host(), (start + np.float32(1)) + np.float32(1))
+        cap.graph.close()
+        xd.free()
+
+
+def test_a_placeholder_of_one_capture_is_refused_in_another(worker, k):
+    with worker.capture(name="first") as first:
+        x = first.input("x", N, np.float32)
+        k["inc"](x)
+    with worker.capture(name="second") as second:
+        y = second.input("y", N, np.float32)
+        with pytest.raises(PtoCaptureError, match="input 'x' of capture 'first'"):
+            k["add"](x, y, y)
+        with pytest.raises(PtoCaptureError, match="input 'x' of capture 'first'"):
+            worker.copy(y, x)
+        k["inc"](y)
+    first.graph.close()
+    second.graph.close()
+
+
+# -- an empty capture (issue 25, item 9) -----------------------------------------------------------
+
+
+def test_an_empty_capture_replays_as_a_no_op_in_sync_mode(worker, k):
+    with worker.capture(name="nothing") as cap:
+        pass
+    g = cap.graph
+    assert len(g) == 0
+    x = worker.alloc_tensor(N, np.float32, init=(start := rand()))
+    k["inc"](x)
+    launch = g.replay()
+    assert launch.done() and launch.exception() is None
+    g.replay()  # again: nothing accumulates
+    np.testing.assert_array_equal(x.numpy(), start + np.float32(1))
+    g.close()
+    x.free()
+
+
+@pytest.mark.anyio
+async def test_an_empty_capture_replays_as_a_no_op_in_order_on_its_stream(config, kernels):
+    async with ChipWorker(config) as w:
+        inc = w.register(kernels.get("inc"))
+        s = w.stream()
+        async with w.capture(name="nothing", stream=s) as cap:
+            pass
+        g = cap.graph
+        x = w.alloc_tensor(N, np.float32, init=(start := rand()), stream=s)
+        with hold(s) as latch:
+            inc(x, stream=s)
+            replay = g.submit()
+            await replay  # in the ring, behind the held launch
+            assert not replay.done()  # an ordered no-op: it waits for the work queued before it
+            latch.release()
+        assert await replay.wait() is None
+        np.testing.assert_array_equal(await x.to_host(), start + np.float32(1))
+        g.close()
+        x.free()

@@ -480,3 +480,28 @@ def test_a_kernel_call_with_config_runs_on_a_worker_of_that_config():
     np.testing.assert_array_equal(out, (x - 1) * x)
     with ChipWorker() as w, pytest.raises(PtoArgumentError, match="not both"):
         two_outputs(x, s, out, stream=w.stream(), config=RunConfig())
+
+
+def test_a_program_run_with_a_stray_tensor_address_is_refused_by_the_driver():
+    """register() declares a program's argument kinds: a run whose tensor is not in device memory is refused."""
+    from pypto_async._driver import ffi, lib
+
+    c = ir.compile(Diamond)
+    with ChipWorker() as w:
+        h = w.register(c)
+        assert h.compiled is c
+        s = w.default_stream
+        good = w.alloc_tensor((R, C), np.float32)
+        before = lib.pto_stream_accepted(s._ptr)
+        for bad in (0, good.data_ptr + good.nbytes + (1 << 20)):
+            args = [good.data_ptr] * len(h.params)
+            args[-1] = bad
+            rc = lib.pto_stream_run_program(s._ptr, h._kptr, args, len(args), 0)
+            assert rc == -lib.PTO_EINVAL
+            assert "is a tensor, but its address" in ffi.string(lib.pto_last_error()).decode()
+        assert lib.pto_stream_accepted(s._ptr) == before  # nothing queued
+        x, out = rand((R, C), 18), poison((R, C))
+        h(x, out)  # the program still runs
+        e = np.exp(x.astype(np.float64))
+        np.testing.assert_allclose(out, (e + 1) * (e * 2), rtol=1e-5)
+        good.free()

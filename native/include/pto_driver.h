@@ -234,6 +234,22 @@ int pto_stream_set_overflow(pto_stream *s, int on);
  * changed: it is on the device), -PTO_EINVAL for a range not accepted.
  */
 int pto_stream_cancel_queued(pto_stream *s, uint64_t first, uint64_t last);
+/*
+ * Withdraw the commands of s whose tokens lie in first..last (a command
+ * group's, queued back to back), in the ring or the overflow, if none of
+ * them has started (on an engine, or held by the scheduler on a delay or
+ * latch; a wait blocked on its event has not).  Atomic with the scheduler:
+ * a command either runs fully or is skipped, never both.  Each withdrawn
+ * command completes -PTO_ECANCELED without running when its turn comes (its
+ * record, if it has a token, says so; a free still reclaims its block; a
+ * wait still waits for its event first, so later commands stay ordered
+ * behind it), and the commands after them run as if they had succeeded:
+ * later commands on s, events recorded after them, and streams waiting on
+ * those.  Returns how many were withdrawn; 0 if none was found, one has
+ * started, or one records an event (nothing changed); -PTO_EINVAL for a bad
+ * range.
+ */
+int pto_stream_cancel_tokens(pto_stream *s, uint64_t first, uint64_t last);
 
 /*
  * Failure epochs.  The epoch of s counts its failures observed so far (see
@@ -282,7 +298,10 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us);
  * is refused at submit with -PTO_EINVAL (nothing queued); a range inside the
  * arena that does not lie within one allocation when the command executes
  * (live, or freed by a stream-ordered free that has not executed yet) makes
- * the command fail with -PTO_EFAULT.  Launch arguments are not checked.
+ * the command fail with -PTO_EFAULT.  Launch arguments are checked at submit
+ * when the kernel or program declared their kinds (pto_kernel_set_arg_kinds):
+ * a tensor argument that is not inside an allocation (live, or freed by a
+ * stream-ordered free not executed yet) is -PTO_EINVAL, nothing queued.
  */
 int pto_stream_copy_h2d(pto_stream *s, pto_devptr dst, const void *src, uint64_t nbytes, uint64_t token);
 int pto_stream_copy_d2h(pto_stream *s, void *dst, pto_devptr src, uint64_t nbytes, uint64_t token);
@@ -403,6 +422,26 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
 int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out);
 /* Name of the kernel (its symbol). */
 const char *pto_kernel_name(const pto_kernel *k);
+
+/* Argument kinds (pto_kernel_set_arg_kinds, pto_program_set_arg_kinds). */
+#define PTO_ARG_SCALAR  0   /* the raw 64 bits of a scalar */
+#define PTO_ARG_TENSOR  1   /* a device address */
+/*
+ * Declare what k's arguments are: kinds[i] for argument i, nargs of them.
+ * From then on every launch of k (pto_stream_launch, pto_stream_launch_after,
+ * a graph's launch at each replay, checked before the replay queues
+ * anything) must pass at least nargs arguments (any after them are not
+ * checked), each PTO_ARG_TENSOR one the
+ * address of a byte inside an allocation of k's device (live, or freed by a
+ * stream-ordered free not executed yet), else it is refused with
+ * -PTO_EINVAL naming the argument and nothing is queued: a kernel never sees
+ * an address outside device memory.  The check is one lock and a binary
+ * search per tensor argument.  A kernel whose kinds were never declared is
+ * not checked; the built-in kernels come declared.  Declaring the same kinds
+ * again changes nothing; different ones are -PTO_EINVAL.  Returns 0,
+ * -PTO_EINVAL, -PTO_ENOMEM.
+ */
+int pto_kernel_set_arg_kinds(pto_kernel *k, const uint8_t *kinds, uint32_t nargs);
 /* Unload once no queued launch references k.  Never blocks. */
 void pto_kernel_unload(pto_kernel *k);
 
@@ -443,6 +482,12 @@ int pto_program_load(pto_device *dev, const char *path, const char *symbol, pto_
 const char *pto_program_name(const pto_program *p);
 /* Unload once no queued run references p.  Never blocks. */
 void pto_program_unload(pto_program *p);
+/*
+ * Declare p's argument kinds (PTO_ARG_*; nargs must be its parameter count):
+ * as pto_kernel_set_arg_kinds, for pto_stream_run_program and a graph's
+ * program runs.  Returns 0, -PTO_EINVAL, -PTO_ENOMEM.
+ */
+int pto_program_set_arg_kinds(pto_program *p, const uint8_t *kinds, uint32_t nargs);
 int pto_program_get_stats(pto_program *p, pto_program_stats *out);
 /*
  * Run p once with args[0..nargs) (its parameters: device addresses or
@@ -664,7 +709,8 @@ int pto_debug_lose_device(pto_device *dev, const char *msg);
  * completion record (the replay's token) ends the whole replay.
  *
  * Streams are slots 0..n-1 (slot 0: the origin, where a replay starts and
- * ends).  Events are graph-local indices; the graph creates and owns them.
+ * ends; every graph has it, so an empty graph replays on one stream as a
+ * no-op whose record arrives in order there, as CUDA's empty graphs do).  Events are graph-local indices; the graph creates and owns them.
  * Inputs are graph-local indices too; pto_graph_patch names which argument
  * of which command takes an input's address.
  *
@@ -693,7 +739,7 @@ typedef struct pto_graph pto_graph;
 
 typedef struct pto_graph_info {
     uint32_t commands;          /* commands added (what a replay queues, less its own few) */
-    uint32_t streams;           /* stream slots used (highest + 1) */
+    uint32_t streams;           /* stream slots used (highest + 1; at least 1, the origin) */
     uint32_t events;            /* graph-local events */
     uint32_t inputs;            /* inputs declared */
     uint32_t launches;          /* of the commands, kernel launches and program runs */

@@ -203,7 +203,10 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         return -PTO_ECANCELED;
     }
     if (cmd->canceled) {
-        pti_msgf(msg, n, "withdrawn while it waited for ring room");
+        /* A withdrawn wait still waits (check_blocked ends it): what follows stays ordered behind it. */
+        if (cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node)
+            return 0;
+        pti_msgf(msg, n, "withdrawn before it started");
         return -PTO_ECANCELED;
     }
     if (failed_for(s, cmd)) {
@@ -242,7 +245,9 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         /* Acquire pairs with the release store of done in pti_cmd_finish. */
         if (!atomic_load_explicit(&n->done, memory_order_acquire))
             return false;
-        if (cmd->u.ev.peer) {
+        if (cmd->canceled) {
+            finish_now(dev, s, cmd, -PTO_ECANCELED, 0, "withdrawn before it started", false, now);
+        } else if (cmd->u.ev.peer) {
             /* Another device's event (peer.c): the wait's own token is the cause here. */
             int32_t st = pti_peer_wait_status(n, msg, sizeof(msg));
             finish_now(dev, s, cmd, st, st ? cmd->token : 0, msg, st != 0, now);

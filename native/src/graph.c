@@ -40,6 +40,7 @@
  * every replay queues before its notify (ordering-only, so a failed replay
  * does not fail the next one).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +126,7 @@ int pto_graph_create(pto_device *dev, pto_graph **out)
     if (!g)
         return pti_error(PTO_ENOMEM, "pto_graph_create: out of host memory");
     g->dev = dev;
+    g->n_streams = 1; /* slot 0, the origin, always: an empty graph replays as a no-op there */
     *out = g;
     return 0;
 }
@@ -507,8 +509,23 @@ static int check_range(pto_device *dev, uint64_t addr, uint64_t n, uint32_t cmd)
                      "device arena", cmd, (unsigned long long)addr, (unsigned long long)n);
 }
 
-/* Everything a replay is checked for before it queues anything. */
-static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninputs)
+/* The arguments launch or program command c takes in replay r: its own, or patched into scratch. */
+static const uint64_t *patched_args(const struct replay *r, const struct pti_gcmd *c, uint64_t *scratch)
+{
+    pto_graph *g = r->g;
+    const uint64_t *args = &g->args[c->args_at];
+    if (!c->patches)
+        return args;
+    memcpy(scratch, args, (size_t)c->nargs * 8u);
+    for (uint32_t p = 0; p < c->patches; p++) {
+        const struct pti_gpatch *pt = &g->patches[c->patch_at + p];
+        scratch[pt->field] = r->dev_ptrs[pt->input];
+    }
+    return scratch;
+}
+
+/* Everything a replay is checked for before it queues anything (scratch: g->max_nargs slots). */
+static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninputs, uint64_t *scratch)
 {
     const char *fn = "pto_graph_replay";
     pto_graph *g = r->g;
@@ -557,6 +574,17 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
         } else if (c->op == G_PROGRAM && pti_program_unloaded(c->prog)) {
             rc = pti_error(PTO_EINVAL, "%s: command %u: program %s was unloaded", fn, i,
                            pto_program_name(c->prog));
+        } else if (c->op == G_LAUNCH || c->op == G_PROGRAM) {
+            /* As pto_stream_launch will check them, but now: a refusal part way would leave half a replay. */
+            char what[PTI_NAME_LEN + 32];
+            const uint64_t *args = patched_args(r, c, scratch);
+            if (c->op == G_PROGRAM) {
+                rc = pti_program_args_check(c->prog, args, c->nargs, fn);
+            } else {
+                snprintf(what, sizeof(what), "command %u (%s)", i, c->k->name);
+                rc = pti_args_check(g->dev, atomic_load_explicit(&c->k->kinds, memory_order_acquire), args,
+                                    c->nargs, fn, what);
+            }
         }
         if (rc)
             return rc;
@@ -576,15 +604,7 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
     switch (c->op) {
     case G_LAUNCH:
     case G_PROGRAM: {
-        const uint64_t *args = &g->args[c->args_at];
-        if (c->patches) {
-            memcpy(scratch, args, (size_t)c->nargs * 8u);
-            for (uint32_t p = 0; p < c->patches; p++) {
-                const struct pti_gpatch *pt = &g->patches[c->patch_at + p];
-                scratch[pt->field] = r->dev_ptrs[pt->input];
-            }
-            args = scratch;
-        }
+        const uint64_t *args = patched_args(r, c, scratch);
         if (c->op == G_PROGRAM)
             return pto_stream_run_program(s, c->prog, args, c->nargs, tag);
         return pto_stream_launch(s, c->k, c->blocks, args, c->nargs, tag);
@@ -651,13 +671,16 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
     if (token == 0)
         return pti_error(PTO_EINVAL, "pto_graph_replay: the replay needs a token");
     struct replay r = {g, streams, dev_ptrs, host_ptrs};
-    int rc = check_replay(&r, nstreams, ninputs);
-    if (rc)
-        return rc;
     uint64_t stack_args[PTI_GRAPH_STACK_ARGS];
     uint64_t *scratch = stack_args;
     if (g->max_nargs > PTI_GRAPH_STACK_ARGS && !(scratch = malloc((size_t)g->max_nargs * 8u)))
         return pti_error(PTO_ENOMEM, "pto_graph_replay: out of host memory");
+    int rc = check_replay(&r, nstreams, ninputs, scratch);
+    if (rc) {
+        if (scratch != stack_args)
+            free(scratch);
+        return rc;
+    }
     uint64_t saved_stack[8];
     uint64_t *saved = nstreams <= 8 ? saved_stack : malloc((size_t)nstreams * sizeof(uint64_t));
     if (!saved) {

@@ -175,6 +175,32 @@ void pti_latches_release_all(pto_device *dev);
 
 typedef void (*pto_kernel_fn)(const pto_block *blk, void *const *args);
 
+/*
+ * What a kernel's or program's arguments are (pto_kernel_set_arg_kinds):
+ * their count and the indices of the tensors (device addresses), which
+ * every launch checks at submit.  Set once, never freed before its owner.
+ */
+struct pti_argkinds {
+    uint32_t nargs, ntensors;
+    uint32_t idx[];
+};
+
+/*
+ * Publish kinds[0..nargs) in *slot unless set already (then they must be the
+ * same).  Returns 0, -PTO_EINVAL (a bad kind, different from those set),
+ * -PTO_ENOMEM.
+ */
+int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
+                     const char *fn, const char *name);
+/*
+ * Check a launch's arguments against ak (NULL: none declared, nothing to
+ * check): at least ak->nargs of them, and each declared tensor inside a
+ * live allocation of dev.
+ * Returns 0 or -PTO_EINVAL (the message names fn, what and the argument).
+ */
+int pti_args_check(pto_device *dev, const struct pti_argkinds *ak, const uint64_t *args, uint32_t nargs,
+                   const char *fn, const char *what);
+
 struct pto_kernel {
     pto_device *dev;
     struct pto_link link;         /* dev->kernels, under obj_lock */
@@ -182,6 +208,7 @@ struct pto_kernel {
     atomic_int unloaded;
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
+    struct pti_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
     char name[PTI_NAME_LEN];
 };
 
@@ -227,6 +254,12 @@ int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
 void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
 /* 0 if [addr, addr+n) lies in one live allocation, else -PTO_EFAULT (message set). */
 int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
+/*
+ * The first of args[idx[0..n)] that is not inside a live allocation (nor a
+ * block whose stream-ordered free is still queued), as its position in idx,
+ * or -1 if all are: one mem_lock and a binary search per address.
+ */
+long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *idx, uint32_t n);
 /* True if [addr, addr+n) lies inside the arena. */
 bool pti_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
 
@@ -241,7 +274,7 @@ enum pto_cmd_state {
 struct pto_cmd {
     uint32_t kind;                /* PTO_CMD_* */
     uint8_t state;                /* enum pto_cmd_state, under sched_lock */
-    bool canceled;                /* withdrawn while in the overflow (pto_stream_cancel_queued) */
+    bool canceled;                /* withdrawn before it started (pto_stream_cancel_queued / _tokens) */
     bool quiet;                   /* a graph replay's command: a record only for its own first failure */
     bool edge;                    /* an inferred edge's record or wait: injected failures pass it by */
     uint64_t token;
@@ -584,6 +617,8 @@ void pti_program_unref(pto_program *p);
 pto_device *pti_program_device(const pto_program *p);
 uint32_t pti_program_nparams(const pto_program *p);
 bool pti_program_unloaded(pto_program *p);
+/* pti_args_check against p's declared argument kinds (none declared: 0). */
+int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn);
 /* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
 /* Close: join the orchestration threads (no program runs); drop every program still loaded. */

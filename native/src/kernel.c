@@ -13,6 +13,77 @@
 
 #include "internal.h"
 
+/*
+ * pti_argkinds_set - publish a kernel's or program's argument kinds once.
+ *
+ * Returns 0 (set now, or set before to the same kinds), -PTO_EINVAL (a kind
+ * other than PTO_ARG_SCALAR / PTO_ARG_TENSOR, or kinds that differ from those
+ * set), -PTO_ENOMEM.
+ */
+int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
+                     const char *fn, const char *name)
+{
+    if (nargs && !kinds)
+        return pti_error(PTO_EINVAL, "%s: NULL kinds with nargs=%u", fn, nargs);
+    struct pti_argkinds *ak = malloc(sizeof(*ak) + (size_t)nargs * sizeof(ak->idx[0]));
+    if (!ak)
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    ak->nargs = nargs;
+    ak->ntensors = 0;
+    for (uint32_t i = 0; i < nargs; i++) {
+        if (kinds[i] != PTO_ARG_SCALAR && kinds[i] != PTO_ARG_TENSOR) {
+            free(ak);
+            return pti_error(PTO_EINVAL, "%s: %s: kind %u of argument %u is neither PTO_ARG_SCALAR nor "
+                             "PTO_ARG_TENSOR", fn, name, kinds[i], i);
+        }
+        if (kinds[i] == PTO_ARG_TENSOR)
+            ak->idx[ak->ntensors++] = i;
+    }
+    struct pti_argkinds *expected = NULL;
+    if (atomic_compare_exchange_strong(slot, &expected, ak))
+        return 0;
+    bool same = expected->nargs == ak->nargs && expected->ntensors == ak->ntensors &&
+                !memcmp(expected->idx, ak->idx, (size_t)ak->ntensors * sizeof(ak->idx[0]));
+    free(ak);
+    if (!same)
+        return pti_error(PTO_EINVAL, "%s: %s: its argument kinds were declared already, differently", fn,
+                         name);
+    return 0;
+}
+
+/*
+ * pti_args_check - a launch's arguments against its kernel's declared kinds.
+ *
+ * Returns 0 (also when none were declared), -PTO_EINVAL: fewer arguments
+ * than declared (more are passed through unchecked), or a tensor argument not inside a live allocation (the
+ * message gives its index and address).
+ */
+int pti_args_check(pto_device *dev, const struct pti_argkinds *ak, const uint64_t *args, uint32_t nargs,
+                   const char *fn, const char *what)
+{
+    if (!ak)
+        return 0;
+    if (nargs < ak->nargs)
+        return pti_error(PTO_EINVAL, "%s: %s takes %u arguments, got %u", fn, what, ak->nargs, nargs);
+    if (!ak->ntensors)
+        return 0;
+    long k = pti_mem_find_stray(dev, args, ak->idx, ak->ntensors);
+    if (k < 0)
+        return 0;
+    uint32_t i = ak->idx[k];
+    return pti_error(PTO_EINVAL, "%s: %s: argument %u is a tensor, but its address 0x%llx is not inside a "
+                     "live device allocation%s", fn, what, i, (unsigned long long)args[i],
+                     args[i] ? "" : " (0: no address at all)");
+}
+
+/* The argument kinds of the built-in kernels (pto_kernel_builtin): T a tensor, S a scalar. */
+static const struct {
+    const char *name, *kinds;
+} builtin_kinds[] = {
+    {"noop", ""},     {"fill_f32", "TSS"}, {"add_f32", "TTTS"},  {"axpy_f32", "STTS"},
+    {"spin", "S"},    {"fail", "S"},       {"reduce", "TTSSS"},
+};
+
 static pto_kernel *kernel_new(pto_device *dev, const char *name, pto_kernel_fn fn, void *handle)
 {
     pto_kernel *k = calloc(1, sizeof(*k));
@@ -23,6 +94,7 @@ static pto_kernel *kernel_new(pto_device *dev, const char *name, pto_kernel_fn f
     k->handle = handle;
     atomic_init(&k->refs, 1);
     atomic_init(&k->unloaded, 0);
+    atomic_init(&k->kinds, NULL);
     pti_strlcpy(k->name, name, sizeof(k->name));
     pthread_mutex_lock(&dev->obj_lock);
     pti_link_add(&dev->kernels, &k->link);
@@ -45,6 +117,7 @@ void pti_kernel_unref(pto_kernel *k)
     pthread_mutex_unlock(&dev->obj_lock);
     if (k->handle)
         dev->ops->kernel_unload(k->handle);
+    free(atomic_load_explicit(&k->kinds, memory_order_relaxed));
     free(k);
 }
 
@@ -89,8 +162,28 @@ int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out)
     pto_kernel *k = kernel_new(dev, name, fn, NULL);
     if (!k)
         return pti_error(PTO_ENOMEM, "pto_kernel_builtin: out of host memory");
+    for (size_t i = 0; i < sizeof(builtin_kinds) / sizeof(builtin_kinds[0]); i++) {
+        if (strcmp(builtin_kinds[i].name, name))
+            continue;
+        uint8_t kinds[8];
+        uint32_t n = (uint32_t)strlen(builtin_kinds[i].kinds);
+        for (uint32_t j = 0; j < n; j++)
+            kinds[j] = builtin_kinds[i].kinds[j] == 'T' ? PTO_ARG_TENSOR : PTO_ARG_SCALAR;
+        if ((rc = pti_argkinds_set(&k->kinds, kinds, n, "pto_kernel_builtin", name))) {
+            pti_kernel_unref(k);
+            return rc;
+        }
+    }
     *out = k;
     return 0;
+}
+
+/* Returns 0, -PTO_EINVAL, -PTO_ENOMEM (see pti_argkinds_set). */
+int pto_kernel_set_arg_kinds(pto_kernel *k, const uint8_t *kinds, uint32_t nargs)
+{
+    if (!k)
+        return pti_error(PTO_EINVAL, "pto_kernel_set_arg_kinds: NULL kernel");
+    return pti_argkinds_set(&k->kinds, kinds, nargs, "pto_kernel_set_arg_kinds", k->name);
 }
 
 const char *pto_kernel_name(const pto_kernel *k)
@@ -121,6 +214,7 @@ void pti_kernels_release_all(pto_device *dev)
         pthread_mutex_unlock(&dev->obj_lock);
         if (k->handle)
             dev->ops->kernel_unload(k->handle);
+        free(atomic_load_explicit(&k->kinds, memory_order_relaxed));
         free(k);
     }
 }

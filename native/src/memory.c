@@ -443,3 +443,23 @@ int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
              (unsigned long long)addr, (unsigned long long)n);
     return -PTO_EFAULT;
 }
+
+/*
+ * pti_mem_find_stray - the tensor arguments of a launch, under one mem_lock.
+ *
+ * Returns the position in idx of the first address outside every block, or -1.
+ */
+long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *idx, uint32_t n)
+{
+    long bad = -1;
+    pthread_mutex_lock(&dev->mem_lock);
+    for (uint32_t k = 0; k < n && bad < 0; k++) {
+        uint64_t off = arena_off(dev, args[idx[k]]);
+        size_t i = off == UINT64_MAX ? 0 : pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
+        /* Inside a block: live, carved from a queued free, or queued for freeing itself. */
+        if (i == 0 || off - dev->allocs[i - 1].off >= dev->allocs[i - 1].len)
+            bad = (long)k;
+    }
+    pthread_mutex_unlock(&dev->mem_lock);
+    return bad;
+}

@@ -231,3 +231,63 @@ int pto_stream_cancel_queued(pto_stream *s, uint64_t first, uint64_t last)
     pthread_mutex_unlock(&s->submit_lock);
     return rc;
 }
+
+/* Whether the command with sequence number seq on s has started (sched_lock held). */
+static bool cmd_started(pto_stream *s, uint64_t seq, uint64_t head)
+{
+    if (seq <= head)
+        return true; /* completed */
+    if (seq != head + 1)
+        return false; /* only the head command can have started */
+    const struct pto_cmd *cmd = &s->ring[head & s->mask];
+    /* On an engine, or held by the scheduler on a delay or latch.  A blocked wait has done nothing yet. */
+    return s->active || (cmd->state == PTI_CMD_BLOCKED && cmd->kind != PTO_CMD_WAIT);
+}
+
+/*
+ * pto_stream_cancel_tokens - withdraw s's commands with tokens first..last,
+ * in the ring or the overflow, if none of them has started.
+ *
+ * Takes sched_lock, so no command starts meanwhile: each found is either
+ * started already (nothing changes) or marked and later skipped.  Returns
+ * the count withdrawn, 0 (none found, one started, or one records an
+ * event: nothing changed), -PTO_EINVAL.
+ */
+int pto_stream_cancel_tokens(pto_stream *s, uint64_t first, uint64_t last)
+{
+    if (!s)
+        return pti_error(PTO_EINVAL, "pto_stream_cancel_tokens: NULL stream");
+    if (first == 0 || first > last)
+        return pti_error(PTO_EINVAL, "pto_stream_cancel_tokens: bad token range %llu..%llu",
+                         (unsigned long long)first, (unsigned long long)last);
+    pto_device *dev = s->dev;
+    pthread_mutex_lock(&dev->sched_lock);
+    pthread_mutex_lock(&s->submit_lock);
+    uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+    uint64_t accepted = atomic_load_explicit(&s->accepted, memory_order_relaxed);
+    struct pto_overflow *o = &s->ovf;
+    int found = 0;
+    bool refuse = false;
+    /* Two passes: check every command of the range, then mark them all, or none. */
+    for (int mark = 0; mark < 2 && !refuse; mark++) {
+        for (uint64_t seq = head + 1; seq <= accepted; seq++) {
+            struct pto_cmd *cmd = seq <= tail ? &s->ring[(seq - 1) & s->mask]
+                                              : &o->ents[(o->head + (seq - tail - 1)) & (o->cap - 1)].cmd;
+            if (cmd->token < first || cmd->token > last || cmd->canceled)
+                continue;
+            if (!mark) {
+                found++;
+                if (cmd->kind == PTO_CMD_RECORD || cmd_started(s, seq, head) || seq <= s->cancel_seq) {
+                    refuse = true;
+                    break;
+                }
+            } else {
+                cmd->canceled = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->submit_lock);
+    pthread_mutex_unlock(&dev->sched_lock);
+    return refuse ? 0 : found;
+}

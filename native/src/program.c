@@ -99,6 +99,7 @@ struct pto_program {
     const pto_program_desc *desc;
     char name[64];
     _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
+    struct pti_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
     pto_program_stats st;
@@ -799,6 +800,7 @@ static void program_free(pto_program *p)
         p->dev->ops->kernel_unload(p->handle);
     pthread_mutex_destroy(&p->stats_lock);
     free(p->delay_us);
+    free(atomic_load_explicit(&p->kinds, memory_order_relaxed));
     free(p);
 }
 
@@ -831,6 +833,27 @@ pto_device *pti_program_device(const pto_program *p)
 uint32_t pti_program_nparams(const pto_program *p)
 {
     return p->desc->nparams;
+}
+
+int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn)
+{
+    char what[80];
+    const struct pti_argkinds *ak = atomic_load_explicit(&p->kinds, memory_order_acquire);
+    if (!ak)
+        return 0;
+    snprintf(what, sizeof(what), "program %s", p->name);
+    return pti_args_check(p->dev, ak, args, nargs, fn, what);
+}
+
+/* Returns 0, -PTO_EINVAL, -PTO_ENOMEM (see pti_argkinds_set). */
+int pto_program_set_arg_kinds(pto_program *p, const uint8_t *kinds, uint32_t nargs)
+{
+    if (!p)
+        return pti_error(PTO_EINVAL, "pto_program_set_arg_kinds: NULL program");
+    if (nargs != p->desc->nparams)
+        return pti_error(PTO_EINVAL, "pto_program_set_arg_kinds: program %s takes %u arguments, not %u", p->name,
+                         p->desc->nparams, nargs);
+    return pti_argkinds_set(&p->kinds, kinds, nargs, "pto_program_set_arg_kinds", p->name);
 }
 
 bool pti_program_unloaded(pto_program *p)
@@ -902,6 +925,7 @@ int pto_program_load(pto_device *dev, const char *path, const char *symbol, pto_
     p->desc = d;
     atomic_init(&p->refs, 1);
     atomic_init(&p->unloaded, 0);
+    atomic_init(&p->kinds, NULL);
     pti_mutex_init(&p->stats_lock);
     pti_strlcpy(p->name, symbol, sizeof(p->name));
     pthread_mutex_lock(&dev->obj_lock);
@@ -990,9 +1014,12 @@ int pto_stream_run_program(pto_stream *s, pto_program *p, const uint64_t *args, 
     if ((uint64_t)nargs * 8u > s->heap_size)
         return pti_error(PTO_EINVAL, "pto_stream_run_program: %u arguments exceed the %u-byte ring heap", nargs,
                          s->heap_size);
+    int rc = pti_program_args_check(p, args, nargs, "pto_stream_run_program");
+    if (rc)
+        return rc;
     struct pto_cmd *cmd;
     void *heap;
-    int rc = pti_slot_begin(s, "pto_stream_run_program", nargs * 8u, false, &cmd, &heap);
+    rc = pti_slot_begin(s, "pto_stream_run_program", nargs * 8u, false, &cmd, &heap);
     if (rc)
         return rc;
     if (nargs)

@@ -306,7 +306,9 @@ static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uin
     if ((uint64_t)nargs * 8u > s->heap_size)
         return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
                          s->heap_size);
-    return 0;
+    /* Declared tensor arguments inside device memory: a core never dereferences a stray address. */
+    return pti_args_check(s->dev, atomic_load_explicit(&k->kinds, memory_order_acquire), args, nargs, fn,
+                          k->name);
 }
 
 /* Queue a launch that check_launch accepted. */

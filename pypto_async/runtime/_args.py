@@ -23,11 +23,10 @@ from ..errors import (
     PtoArgumentError,
     PtoDependencyError,
     PtoForeignTensorError,
-    PtoTensorFreedError,
 )
 from . import _hostmem
 from ._hazards import Access
-from ._tensor import DeviceTensor
+from ._tensor import DeviceTensor, freed_error
 
 __all__ = ["HostArray", "host_array", "Binder", "check_init"]
 
@@ -307,14 +306,22 @@ class Binder:
 
     @staticmethod
     def _tensor_error(worker, arg, label: str, p) -> None:
+        """Raise for a DeviceTensor that :meth:`bind`'s fast test turned away, or return if it is fine.
+
+        Fine only for a capture's input placeholder (``_freed`` carries its
+        :class:`~._capture.Placeholder`) in its own capture's recording, with
+        the right shape and dtype: anywhere else it has no device address.
+        """
         if arg._worker is not worker:
             raise PtoForeignTensorError(f"{label}: the DeviceTensor belongs to another ChipWorker; move "
                                         "it to this one first with w.copy(dst, src) (a peer copy)")
-        if arg._freed:
-            raise PtoTensorFreedError(f"{label}: the DeviceTensor was freed")
+        mark = arg._freed
+        if mark and (mark is True or not mark.recording()):
+            raise freed_error(arg, label)
         if p.direction == SCALAR:
             raise PtoArgumentError(f"{label}: expected a {p.dtype.name} scalar, not a DeviceTensor")
-        _mismatch(label, p, arg._shape, arg._dtype.np_name)
+        if arg._shape != p.shape or (arg._dtype is not p.dtype and arg._dtype != p.dtype):
+            _mismatch(label, p, arg._shape, arg._dtype.np_name)
 
 
 def _mismatch(label: str, p, shape, dtype_name: str) -> None:

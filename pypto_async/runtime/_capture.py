@@ -43,16 +43,18 @@ them.  What a graph touches across its boundary is ordered at each replay.
 
 from __future__ import annotations
 
+import weakref
+
 from .._dtypes import as_dtype
-from ..errors import PtoArgumentError, PtoCaptureError, PtoForeignTensorError, PtoTensorFreedError
+from ..errors import PtoArgumentError, PtoCaptureError, PtoForeignTensorError
 from ._capture_hazards import CaptureHazards
 from ._context import capture_of, reset_capture, set_capture
 from ._event import Event
 from ._launch import Launch
 from ._stream import Stream, accept, task_default
-from ._tensor import DeviceTensor
+from ._tensor import DeviceTensor, freed_error
 
-__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "capture_of", "refuse"]
+__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "Placeholder", "capture_of", "refuse"]
 
 # Command kinds of a recording (what graph.c adds for each).
 LAUNCH, COPY, RECORD, WAIT, WAIT_EXT = "launch", "copy", "record", "wait", "wait_ext"
@@ -82,6 +84,37 @@ class _Everywhere:
 
 
 _EVERYWHERE = _Everywhere()
+
+
+class Placeholder:
+    """The ``_freed`` mark of an input placeholder: never allocated, it has no device address.
+
+    Truthy, so every eager path's freed-tensor test (a launch's bind, a copy,
+    a replay binding, a free) turns it away before anything is queued; those
+    paths raise :meth:`error` (through :func:`~._tensor.freed_error`).  Only
+    its own capture's recording, in the task that opened it, takes it (and
+    patches its address in at each replay).
+    """
+
+    __slots__ = ("cap", "capture_name", "name")
+
+    def __init__(self, cap, name: str):
+        self.cap = weakref.ref(cap)  # not a cycle through the capture, its graph and its inputs
+        self.capture_name = cap.name
+        self.name = name
+
+    def recording(self) -> bool:
+        """True in its capture's recording: the capture is open and belongs to this task."""
+        cap = self.cap()
+        return cap is not None and cap._open and capture_of(cap._worker) is cap
+
+    def error(self, where: str) -> PtoCaptureError:
+        cap = self.cap()
+        when = ("while it is open, in another task than the one recording it" if cap is not None and cap._open
+                else "after it ended; bind a real tensor at graph.replay(...) instead")
+        return PtoCaptureError(
+            f"{where}: the DeviceTensor is input {self.name!r} of capture {self.capture_name!r}, a placeholder with no "
+            f"device memory: it can be used only inside that capture's recording, not {when}")
 
 
 class _Cmd:
@@ -287,8 +320,6 @@ class Capture:
         self._open = False
         worker._captures -= 1
         reset_capture(self._token)
-        for inp in self._inputs:
-            inp._tensor._freed = True  # never allocated: nothing to free, nothing to use
         if exc is not None:
             self._discard()
             return
@@ -361,7 +392,11 @@ class Capture:
         Returns
         -------
         DeviceTensor
-            The placeholder.  Use it only inside this capture.
+            The placeholder, with no device memory.  Use it only inside this
+            capture, in the task recording it: a launch, copy, free or replay
+            binding anywhere else (another task while the capture is open, or
+            after it ended) raises :class:`~pypto_async.errors.PtoCaptureError`
+            naming the input and the capture, before anything is queued.
         """
         if not self._open:
             raise PtoCaptureError(f"capture {self.name!r}: declare inputs inside the capture's block")
@@ -381,6 +416,7 @@ class Capture:
             nbytes *= d
         t = DeviceTensor._make(self._worker, 0, shape, dt, nbytes, self._origin)
         t._streams = _EVERYWHERE
+        t._freed = Placeholder(self, name)  # refused by every eager path (see Placeholder)
         self._input_ids[id(t)] = len(self._inputs)
         self._inputs.append(GraphInput(name, shape, dt, nbytes, t))
         return t
@@ -455,7 +491,7 @@ class Capture:
         if t._worker is not self._worker:
             raise PtoForeignTensorError(f"{where}: the DeviceTensor belongs to another ChipWorker")
         if t._freed:
-            raise PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
+            raise freed_error(t, where)
 
     def launch(self, h, args: tuple, stream, submit_only: bool) -> CapturedNode:
         """Record ``h(*args)`` (the capture path of ``launch_kernel``).

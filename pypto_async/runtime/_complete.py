@@ -6,7 +6,7 @@ steps 5 and 6).  A command leaves the map in one of three ways:
 * its record arrives: :func:`drain` reads records in batches and resolves
   each owner (``_ok``, or ``_fail`` with the error the record names,
   :func:`on_failure`);
-* it is withdrawn before it reached the device (:func:`cancel`, for
+* it is withdrawn before any of it started (:func:`cancel`, for
   ``Launch.cancel``);
 * the worker closes: :func:`drop_queued` cancels what has not started
   (past ``close``'s timeout), and :func:`fail_pending` fails whatever is
@@ -125,7 +125,7 @@ def settle(q: CommandQueue) -> None:
     """Complete the sync points and wake the idle waiters whose wait is over.
 
     Also called where commands leave the token map without a record (a
-    launch canceled before it reached the device), so no wait outlives
+    launch withdrawn before it started), so no wait outlives
     its last command.
     """
     points = q.sync_points
@@ -138,27 +138,36 @@ def settle(q: CommandQueue) -> None:
 
 
 def cancel(q: CommandQueue, launch) -> bool:
-    """Withdraw `launch` if none of it has reached the device (Launch.cancel; takes the lock)."""
+    """Withdraw `launch` if none of its commands has started (Launch.cancel; takes the lock).
+
+    Held on the host (its stream's FIFO): its entries leave the FIFO.  In
+    the driver (the ring, or the backlog behind it): one call,
+    ``pto_stream_cancel_tokens``, withdraws its commands still to run (its
+    tokens in the map, consecutive on its stream), atomically with the
+    device's scheduler, or none of them if one has started.  The driver
+    skips them in their turn and their records, if any, name no owner.
+    """
     with q.lock:
-        if launch._done or launch._entered or not q.alive():
+        if launch._done or not q.alive():
             return False
         stream = launch._stream
         if not _drop_held(q, stream, launch):
-            span = launch._span
-            if span is None:
+            if not launch._withdrawable:
                 return False
-            first, last, seq = span
-            # Its commands have consecutive tokens and, on the stream, consecutive seqs.
-            rc = lib.pto_stream_cancel_queued(stream._ptr, seq - (last - first), seq)
+            toks = [t for t, owner in q.pending.items() if owner is launch]
+            if not toks:
+                return False
+            first, last = min(toks), max(toks)
+            rc = lib.pto_stream_cancel_tokens(stream._ptr, first, last)
             if rc == 0:
-                return False  # its first command is in the ring: on the device
+                return False  # one of its commands has started: it runs to completion
             check(rc, f"canceling {launch._name}")
             pop = q.pending.pop
-            for t in range(first, last + 1):
+            for t in toks:
                 pop(t, None)
         launch._remaining = 0
         if launch._exc is None:
-            launch._exc = PtoCanceledError(f"{launch._name}: canceled before it reached the device")
+            launch._exc = PtoCanceledError(f"{launch._name}: canceled before it started")
         launch._finish()
         if q.pump.on_own_thread():
             settle(q)  # its tokens left without records: waits on them may end

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._driver import ffi, lib
-from ..errors import PtoArgumentError, PtoForeignTensorError, PtoTensorFreedError
+from ..errors import PtoArgumentError, PtoForeignTensorError
 from ._args import _is_torch_tensor, check_init, host_array
 from ._capture import refuse
 from ._context import capture_of
@@ -22,7 +22,7 @@ from ._hazards import order
 from ._launch import Launch
 from ._peer import copy as peer_copy, is_peer_copy
 from ._stream import stream_for
-from ._tensor import DeviceTensor
+from ._tensor import DeviceTensor, freed_error
 from ._wait import block_until
 
 __all__ = ["copy", "copy_from", "copy_to"]
@@ -83,7 +83,7 @@ def copy(worker, dst, src, stream) -> Launch:
                 raise PtoForeignTensorError(f"copy({side}=...): the DeviceTensor belongs to another ChipWorker; "
                                             "copy it from the worker that owns it")
             if t._freed:
-                raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
+                raise freed_error(t, f"copy({side}=...)")
             if t._init is not None and side == "src":
                 check_init(t, f"copy({side}=...)")
     host = None

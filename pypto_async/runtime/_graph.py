@@ -47,7 +47,6 @@ from ..errors import (
     PtoClosedError,
     PtoError,
     PtoForeignTensorError,
-    PtoTensorFreedError,
 )
 from ._args import check_init, host_array
 from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
@@ -59,7 +58,7 @@ from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
 from ._stream import accept
 from ._submit import hold, overflowed
-from ._tensor import DeviceTensor
+from ._tensor import DeviceTensor, freed_error
 from ._wait import block_until
 
 __all__ = ["Graph"]
@@ -88,6 +87,8 @@ class _Replay(Launch):
     """The Launch of one replay: its failure names the graph's node that failed."""
 
     __slots__ = ("_graph", "_base")
+
+    _withdrawable = False  # once in the driver, Launch.cancel declines (held on the host, it withdraws)
 
     def cancel(self) -> bool:
         """A replay cannot be withdrawn (its commands span streams): returns False."""
@@ -280,7 +281,9 @@ class Graph:
         Launch
             Completed in sync mode; in async mode ``await`` it.  Its result
             is None.  A failing command fails it with an error that names the
-            node (its kernel and position).
+            node (its kernel and position).  An empty graph (a capture that
+            recorded nothing) replays as a no-op on `stream`: the Launch
+            completes in order behind that stream's earlier work.
 
         Raises
         ------
@@ -523,7 +526,7 @@ class Graph:
         if v._worker is not self._worker:
             raise PtoForeignTensorError(f"{what}: the DeviceTensor belongs to another ChipWorker")
         if v._freed:
-            raise PtoTensorFreedError(f"{what}: the DeviceTensor was freed")
+            raise freed_error(v, what)
         if v._shape != inp.shape:
             raise PtoArgumentError(f"{what}: expected shape {inp.shape}, got {v._shape}")
         raise PtoArgumentError(f"{what}: expected dtype {inp.dtype.np_name}, got {v._dtype.np_name}")

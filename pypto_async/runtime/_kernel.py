@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from .._driver import check, ffi, lib
+from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoClosedError, PtoPlatformMismatch
 from . import _call
 from ._args import Binder
@@ -324,6 +325,11 @@ def register(worker, compiled) -> KernelHandle:
         cid = worker._cids.setdefault((path, symbol), len(worker._cids) + 1)
         handle = KernelHandle._make(worker, compiled, kptr, name, cid,
                                     _run_program if program else lib.pto_stream_launch)
+        # Which arguments are device addresses: the driver checks each launch's against device memory.
+        kinds = [lib.PTO_ARG_SCALAR if p.direction == SCALAR else lib.PTO_ARG_TENSOR for p in handle.params]
+        declare = lib.pto_program_set_arg_kinds if program else lib.pto_kernel_set_arg_kinds
+        check(declare(kptr, ffi.new("uint8_t[]", kinds) if kinds else ffi.NULL, len(kinds)),
+              f"declaring the arguments of {symbol!r}")
         worker._handles[id(compiled)] = (compiled, handle)
         worker._prepared += 1
     graph = getattr(compiled, "task_graph", None)

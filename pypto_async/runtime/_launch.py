@@ -54,6 +54,8 @@ class Launch(_Waitable):
     __slots__ = ("_remaining", "_keep", "_out", "_t0", "_t1", "_event", "_await_entry", "_span",
                  "_owaiters")
 
+    _withdrawable = True  # Launch.cancel may try (a graph replay's says no)
+
     def __init__(self, *args, **kwargs):
         raise TypeError(
             "Launch cannot be constructed directly; call a registered kernel "
@@ -134,25 +136,30 @@ class Launch(_Waitable):
         return await _Until(self, True)
 
     def cancel(self) -> bool:
-        """Withdraw the launch if it has not reached the device yet.
+        """Withdraw the launch if none of its commands has started yet.
 
-        A launch still waiting for room in its stream's ring (in the
-        driver's backlog behind a full ring, or held on the host: waiting
-        for device memory, or queued behind such a launch) can be withdrawn:
-        a service sheds load this way when a deadline passes.
+        A launch waiting its turn anywhere before the device starts it can be
+        withdrawn: in its stream's ring behind earlier work, in the driver's
+        backlog behind a full ring, or held on the host (waiting for device
+        memory, or queued behind such a launch).  A service sheds load this
+        way when a deadline passes.  The withdrawal is atomic with the
+        device's scheduler: the launch either runs fully or not at all.
         It then fails at once with
-        :class:`~pypto_async.errors.PtoCanceledError`: its commands never
-        run (its output arrays are not written), the runtime lets go of its
+        :class:`~pypto_async.errors.PtoCanceledError`: its kernel never
+        runs (its output arrays are not written), the runtime lets go of its
         host arrays, and its device temporaries are freed in stream order.
-        Work queued after it on the stream runs as if it had completed.
-        Work already in the ring is on the device and cannot be withdrawn.
+        Work queued after it runs as if it had completed, in order: later
+        launches on the stream, events recorded after it, and other streams
+        waiting on those; the waits it was ordered behind still hold what
+        follows it.  A launch whose kernel (or any of its commands) has
+        started cannot be withdrawn, nor can a graph replay.
 
         Returns
         -------
         bool
-            True if the launch was withdrawn; False if it had reached the
-            device (or completed, or its worker is closed): it then runs to
-            completion as usual.
+            True if the launch was withdrawn; False if it had started (or
+            completed, or its worker is closed): it then runs to completion
+            as usual.
         """
         return self._worker._cancel(self)
 

@@ -48,14 +48,14 @@ treat it as entered.
 from __future__ import annotations
 
 from .._driver import check, lib
-from ..errors import PtoArgumentError, PtoForeignTensorError, PtoNotSupported, PtoTensorFreedError
+from ..errors import PtoArgumentError, PtoForeignTensorError, PtoNotSupported
 from ._args import check_init
 from ._dispatch import finish_sync, queue_one
 from ._event import Event
 from ._hazards import order
 from ._launch import Launch
 from ._stream import Stream, task_default
-from ._tensor import DeviceTensor
+from ._tensor import DeviceTensor, freed_error
 
 __all__ = ["device_count", "is_peer_copy", "copy", "wait", "order_after", "enter"]
 
@@ -123,7 +123,7 @@ def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
 def _check_copy(worker, dst: DeviceTensor, src: DeviceTensor) -> None:
     for side, t in (("dst", dst), ("src", src)):
         if t._freed:
-            raise PtoTensorFreedError(f"copy({side}=...): the DeviceTensor was freed")
+            raise freed_error(t, f"copy({side}=...)")
         t._worker._check_open()
     if worker is not dst._worker and worker is not src._worker:
         raise PtoForeignTensorError("copy(): neither DeviceTensor belongs to this ChipWorker")

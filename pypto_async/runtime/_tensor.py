@@ -32,9 +32,22 @@ import numpy as np
 
 from .._driver import lib
 from .._dtypes import BF16, DataType, bf16_to_float32
-from ..errors import PtoArgumentError, PtoInvalidStateError, PtoNotSupported
+from ..errors import PtoArgumentError, PtoInvalidStateError, PtoNotSupported, PtoTensorFreedError
 
-__all__ = ["DeviceTensor"]
+__all__ = ["DeviceTensor", "freed_error"]
+
+
+def freed_error(t, where: str) -> Exception:
+    """The error for using `t` (a DeviceTensor whose ``_freed`` is set) at `where`.
+
+    A freed tensor's mark is ``True``; a capture's input placeholder, never
+    allocated, carries its :class:`~._capture.Placeholder` instead, which
+    names the placeholder and its capture.
+    """
+    mark = t._freed
+    if mark is True:
+        return PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
+    return mark.error(where)
 
 
 class DeviceTensor:
@@ -145,8 +158,13 @@ class DeviceTensor:
 
     @property
     def freed(self) -> bool:
-        """True once the tensor was freed (explicitly, or by its worker's close)."""
-        return self._freed
+        """True once the tensor was freed (explicitly, or by its worker's close).
+
+        A capture's input placeholder (``cap.input(...)``) is never allocated:
+        it counts as freed, and any use outside its capture's recording is
+        refused with :class:`~pypto_async.errors.PtoCaptureError`.
+        """
+        return bool(self._freed)
 
     is_closed = freed
 

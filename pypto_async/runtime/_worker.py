@@ -430,7 +430,11 @@ class ChipWorker:
         return captured nodes (:class:`CapturedNode`); ``cap.input(name,
         shape, dtype)`` declares the placeholders a replay binds.  Once the
         block has exited, ``cap.graph`` is the :class:`Graph`; its
-        :meth:`~Graph.replay` queues the whole step in one driver call.
+        :meth:`~Graph.replay` queues the whole step in one driver call.  A
+        capture that recorded nothing is a graph too (as a CUDA graph with
+        no nodes): its replay is a no-op on the capture's stream, a
+        :class:`Launch` that completes once the work queued before it on
+        that stream has.
 
         Parameters
         ----------
