@@ -41,6 +41,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ._signature import INOUT, OUT
 from .errors import (
     PtoArgumentError,
+    PtoClosedError,
     PtoDeviceLost,
     PtoForeignTensorError,
     PtoTensorFreedError,
@@ -179,7 +180,7 @@ class ChipWorkerActor:
         return key
 
     async def run(self, key: str, *args):
-        """Launch a registered program and return what the kernel returns, once it completed.
+        """Launch a registered program and return its outputs, once it completed.
 
         Arguments bind as ``handle(*args)`` binds them, with three changes
         for arguments that crossed a process boundary: a :class:`TensorRef`
@@ -190,8 +191,17 @@ class ChipWorkerActor:
         ``Out`` parameter means a new array of the parameter's shape and
         dtype.
 
+        Returns
+        -------
+        What the kernel returns; for a kernel that returns nothing, what is
+        bound to its ``Out``/``InOut`` parameters (one, or a tuple in
+        parameter order; ``None`` if it has none), as the outputs made or
+        copied here would be lost otherwise.
+
         Raises
         ------
+        PtoClosedError
+            After :meth:`close`.
         PtoArgumentError
             For an unknown key or a wrong argument, before anything is queued.
         PtoForeignTensorError, PtoTensorFreedError
@@ -199,13 +209,18 @@ class ChipWorkerActor:
         PtoError
             The launch's own failure.
         """
-        await self._open()
+        worker = await self._open()
+        if worker.is_closed:
+            raise PtoClosedError(f"run({key!r}): this ChipActor is closed")
         handle = self._programs.get(key)
         if handle is None:
             raise PtoArgumentError(f"no program registered under {key!r} on this actor: register() it first")
         refs: dict[int, TensorRef] = {}
         bound = [self._bind(handle.params, i, arg, refs) for i, arg in enumerate(args)]
         result = await handle(*bound, stream=self._next_stream())
+        if result is None:  # the kernel returns nothing: its outputs are what it was bound to
+            outs = [a for p, a in zip(handle.params, bound) if p.direction in (OUT, INOUT)]
+            result = outs[0] if len(outs) == 1 else tuple(outs) if outs else None
         if isinstance(result, tuple):
             return tuple(refs.get(id(r), r) for r in result)
         return refs.get(id(result), result)

@@ -33,7 +33,10 @@ deterministic, with no sleeps:
     queued behind it waits on the device until ``latch.release()`` (or the end
     of the block).  The latch has a timeout, so a test that fails while
     holding a stream cannot hang the session: past it, the stream's held work
-    fails instead.
+    fails instead, and the plugin fails the test, naming the latch (a test
+    that waited for a latch to expire tested something else than it says).
+    A test that lets a latch expire on purpose says so with
+    ``@pytest.mark.pto_latch_expires``.
 :func:`fail_next`
     ``fail_next(stream)`` makes the next command queued on the stream fail
     on the device (as a copy fault by default), so you can test how your code
@@ -52,13 +55,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
-__all__ = ["SIM_DEVICE", "Latch", "hold", "fail_next", "sim_config", "delay_task"]
+__all__ = ["SIM_DEVICE", "Latch", "hold", "fail_next", "sim_config", "delay_task", "note_expired"]
 
 #: The device the fixtures open: small enough to open in milliseconds and to
 #: run out of on purpose.
@@ -108,6 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers", "pto_races: the test races on purpose: the sanitizer is off for the workers it opens")
+    config.addinivalue_line(
+        "markers", "pto_latch_expires: the test lets a hold() latch expire on purpose (not a failure)")
     mode = config.getoption("pto_sanitize", None) or str(config.getini("pto_sanitize") or "").strip()
     if mode:
         if mode not in ("off", "raise", "warn"):
@@ -130,6 +136,44 @@ def _pto_races(request: pytest.FixtureRequest) -> Iterator[None]:
             os.environ.pop(_SANITIZE_ENV, None)
         else:
             os.environ[_SANITIZE_ENV] = before
+
+
+# Latches that expired instead of being released, one line each ("hold(...) at file:line: ..."),
+# appended when their block ends; the hook below fails the test they ended in.
+_expired: list[str] = []
+
+
+def note_expired(what: str) -> None:
+    """Record that the latch described by `what` expired: the running test fails (see :func:`hold`).
+
+    For latch helpers built on the driver directly (a test suite's own); :func:`hold` calls it itself.
+    """
+    _expired.append(what)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Fail a test in which a latch expired instead of being released (``pto_latch_expires`` opts out)."""
+    start = len(_expired)
+    try:
+        result = yield
+    except BaseException:
+        del _expired[start:]  # the test's own failure is the one to report
+        raise
+    expired = _expired[start:]
+    del _expired[start:]
+    if expired and item.get_closest_marker("pto_latch_expires") is None:
+        pytest.fail("a latch expired instead of being released (the test waited for its timeout, "
+                    "not for the event it meant):\n  " + "\n  ".join(expired), pytrace=False)
+    return result
+
+
+def _caller() -> str:
+    """``file:line`` of the first frame outside this module and contextlib (who called hold)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename in (__file__, contextlib.__file__):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
 
 
 @pytest.fixture
@@ -242,7 +286,8 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
         Seconds after which the latch gives up (default 10).  The held wait
         then fails with a timeout on the device, and work queued behind it on
         the stream fails with a dependency error, so a broken test fails
-        rather than hangs.
+        rather than hangs.  Under pytest the plugin then fails the test,
+        naming this latch, unless it is marked ``pto_latch_expires``.
 
     Yields
     ------
@@ -263,6 +308,7 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
     out = ffi.new("pto_latch **")
     check(lib.pto_latch_create(worker._queue.dev, max(1, int(timeout * 1e6)), out), "pto_latch_create")
     latch = Latch(out[0], stream, float(timeout))
+    where = _caller()
 
     def wait(ptr, handle, token):  # runs when the runtime queues it: at once, or in its turn
         with latch._lock:
@@ -285,6 +331,9 @@ def hold(stream, *, timeout: float = 10.0) -> Iterator[Latch]:
             with latch._lock:
                 latch._exited = True
                 if latch._queued:
+                    # Final now that it is released: a released latch never expires.
+                    if lib.pto_latch_expired(latch._handle):
+                        note_expired(f"hold({stream!r}, timeout={timeout}) at {where}: expired after {timeout} s")
                     lib.pto_latch_destroy(latch._handle)  # the driver keeps its own reference
         else:
             latch.released = True  # the worker closed inside the block: its device freed the latch

@@ -90,3 +90,24 @@ def test_bench_service_script_runs(tmp_path):
             assert r["req_per_s"] > 0 and 0 < r["busy_over_wall"] <= 1
     assert results["plain"]["default_ring"]["ring"] == 256 and results["plain"]["large_ring"]["ring"] == 512
     assert len(results["rows"]) == 4
+
+
+def test_bench_calls_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_calls.py: it checks each call shape's output against torch;
+    # the ratio is reported, not asserted (timing lives in benchmarks/).
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_calls.py"), "--quick", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert [r["target"] for r in results["rows"]] == [1.2, 1.2]
+    assert all(r["figure"] > 0 and r["reference"] > 0 for r in results["rows"])
+    assert len(results["config"]["load_average"]) == 2

@@ -362,28 +362,34 @@ async def test_crossing_launches_stay_ordered_when_the_rings_overflow(kernels):
         t.free()
 
 
-def test_ordering_holds_while_the_writer_waits_in_its_fifo(open_worker, kernels):
+@pytest.mark.anyio
+async def test_ordering_holds_while_the_writer_waits_in_its_fifo(kernels):
     # The writer waits on the host for device memory (its stream's FIFO); the reader on another
-    # stream is queued after it and must still see its result.
-    w = open_worker(device_memory=1 << 20)
-    scale = w.register(kernels.get("scale", N))
-    s0, s1, s2 = w.stream(), w.stream(), w.stream()
-    x = rand()
-    a = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
-    b = w.alloc_tensor(N, np.float32, stream=s2)
-    free = w.stats().memory_capacity - w.stats().memory_reserved
-    hog = w.alloc_tensor(free // 4, np.float32, stream=s0)  # every byte left
-    with hold(s0) as latch:
-        hog.free()  # queued behind the latch: the memory comes back once it is released
-        writer = scale.submit(x, 2.0, a, stream=s1)  # a host array: its temporary must wait
-        assert w.stats().memory_waits == 1 and not writer.done()
-        reader = scale.submit(a, 3.0, b, stream=s2)
-        latch.release()
-        w.sync(timeout=10)
-    assert writer.exception() is None and reader.exception() is None
-    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
-    a.free()
-    b.free()
+    # stream is queued after it, while it still waits there, and must still see its result. An
+    # async worker, so that queuing the writer does not block until it enters its ring (a sync
+    # worker's submit would: it returned only once the latch had expired, the memory came back
+    # and the writer had gone to the device, so the reader was never queued behind a waiting one).
+    async with ChipWorker(RunConfig(**{**SMALL, "device_memory": 1 << 20})) as w:
+        scale = w.register(kernels.get("scale", N))
+        s0, s1, s2 = w.stream(), w.stream(), w.stream()
+        x = rand()
+        a = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s1)
+        b = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s2)
+        await w.wait()  # the initial copies are done: only the hog takes memory from here
+        free = w.stats().memory_capacity - w.stats().memory_reserved
+        hog = w.alloc_tensor(free // 4, np.float32, stream=s0)  # every byte left
+        with hold(s0) as latch:
+            hog.free()  # queued behind the latch: the memory comes back once it is released
+            writer = scale.submit(x, 2.0, a, stream=s1)  # a host array: its temporary must wait
+            assert w.stats().memory_waits == 1 and not writer.submitted_to_ring and not writer.done()
+            reader = scale.submit(a, 3.0, b, stream=s2)  # queued while the writer waits on the host
+            assert not writer.submitted_to_ring and not reader.done()
+            latch.release()
+            await writer
+            await reader
+        np.testing.assert_allclose(await b.to_host(), 6 * x, rtol=1e-6)
+        a.free()
+        b.free()
 
 
 # -- opt-outs --------------------------------------------------------------------------------------------

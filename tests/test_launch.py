@@ -356,8 +356,10 @@ async def test_a_coroutine_that_never_suspends_still_sees_launches_complete(conf
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         h = w.register(kernels.get("inc", N))
         first = await h.submit(t)
-        assert lib.pto_stream_synchronize(w.default_stream._ptr, 10_000_000) == 0  # drains nothing
-        assert not first.done()
+        # Finished on the device (this waits in the driver, and resolves nothing). Whether `first`
+        # is resolved yet is the runtime's business (a drain may have come already); what the
+        # coroutine can count on is that it is, 64 launches later, though it never suspended.
+        assert lib.pto_stream_synchronize(w.default_stream._ptr, 10_000_000) == 0
         for _ in range(64):
             await h.submit(t)  # the ring has room: no suspension
         assert first.done() and first.result() is t
@@ -392,8 +394,13 @@ async def test_kernel_fault_then_dependency_error_then_recovery(config, kernels)
         inc = w.register(kernels.get("inc", N))
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
-        first = fail(t)
-        second = inc(t)  # queued before the failure could be observed
+        with hold(w.default_stream) as latch:
+            # Both queued before the failing launch runs, so before anything can observe its failure
+            # (unheld, a drain between the two calls, such as the launch path's every 64 launches,
+            # may observe a failure that ran at once, and then `second` runs as new work).
+            first = fail(t)
+            second = inc(t)
+            latch.release()
         with pytest.raises(PtoKernelFault, match="failing on purpose") as fault:
             await first
         with pytest.raises(PtoDependencyError) as dep:

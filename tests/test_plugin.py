@@ -157,6 +157,7 @@ async def test_hold_queued_behind_a_full_ring_is_dropped_on_exit(pto_async_worke
     w.free_tensor(yd)
 
 
+@pytest.mark.pto_latch_expires  # on purpose: without the marker the plugin fails the test
 def test_hold_times_out_instead_of_hanging(pto_worker, compiled, rng):
     w = pto_worker
     k = w.register(compiled)
@@ -315,3 +316,35 @@ def test_failing_user_test_fails_cleanly(pytester, monkeypatch):
     result = pytester.runpytest_subprocess(*_plugin_args(), "-q", "-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*user bug*"])
+
+
+def test_a_latch_that_expires_fails_the_test_naming_it(pytester, monkeypatch):
+    # A test that waits for a latch to time out (instead of releasing it) tests something else than
+    # it says: the plugin fails it, naming the latch; the marker lets a test do it on purpose.
+    root = pathlib.Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    pytester.makepyfile(test_expiry=textwrap.dedent("""
+        import pytest
+        from pypto_async.testing import hold
+
+        def _expire(w):
+            s = w.stream()
+            with hold(s, timeout=0.05):
+                w.sync(timeout=10)  # the latch expires: nothing releases it in time
+
+        def test_expired_latch(pto_worker):
+            _expire(pto_worker)
+
+        @pytest.mark.pto_latch_expires
+        def test_expired_on_purpose(pto_worker):
+            _expire(pto_worker)
+
+        def test_released_latch(pto_worker):
+            with hold(pto_worker.stream(), timeout=30) as latch:
+                latch.release()
+                pto_worker.sync(timeout=10)
+    """))
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-q", "-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_expired_latch*", "*a latch expired instead of being released*",
+                                 "*hold(<Stream*timeout=0.05) at *test_expiry.py:6: expired after 0.05 s*"])

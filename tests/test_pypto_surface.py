@@ -521,3 +521,42 @@ def test_an_unregistered_handle_is_refused_inside_a_graph_capture(add_compiled):
                 h(*ts)
         for t in ts:
             w.free_tensor(t)
+
+
+def _twice(rows: int, cols: int):
+    @pl.jit
+    def twice(x: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tx = pl.load(x, [0, 0], [rows, cols])
+            pl.store(pl.add(tx, tx), [0, 0], out)
+        return out
+
+    return twice
+
+
+# 256x256: past torch's grain size, where torch.zeros woke its thread pool; 16x32: small enough
+# for the allocator to hand a just-freed block straight back.
+@pytest.mark.parametrize("shape", [(256, 256), (R, C)], ids=["256x256", "16x32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_return_style_torch_outputs_are_tensors_of_their_own(dtype, shape):
+    # The outputs are made without torch.zeros (its intra-op pool cost milliseconds on a small host,
+    # benchmarks/bench_calls.py): they must still be torch tensors of the parameter's dtype and
+    # shape holding the kernel's result (not the bytes of freed memory), each with memory of its
+    # own that the caller may write.
+    torch.manual_seed(2)
+    x = torch.randn(*shape).to(dtype)
+    compiled = _twice(*shape).compile(x, x)
+    want = x + x
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        h = w.register(compiled)
+        first = h(x)
+        for _ in range(3):
+            junk = torch.full(shape, float("nan"), dtype=dtype)
+            del junk  # freed memory full of NaN, which the next allocation may well reuse
+            got = h(x)
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype and tuple(got.shape) == shape
+            assert got.is_contiguous() and got.untyped_storage().resizable()  # torch's own memory
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            assert got.data_ptr() != first.data_ptr()
+            got.fill_(float("nan"))  # the caller's to write: later outputs are unaffected
+        torch.testing.assert_close(first, want, rtol=0, atol=0)

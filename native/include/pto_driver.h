@@ -680,6 +680,12 @@ int pto_stream_latch_wait(pto_stream *s, pto_latch *l, uint64_t token);
 void pto_latch_release(pto_latch *l);
 /* Destroy l (releasing it first). */
 void pto_latch_destroy(pto_latch *l);
+/*
+ * How many waits on l timed out instead of being released (a test that meant
+ * to release l in time is wrong if this is nonzero).  Final once
+ * pto_latch_release(l) returned.  Returns 0 for NULL.
+ */
+int pto_latch_expired(pto_latch *l);
 
 /*
  * The next `count` commands accepted on s (in the ring or the overflow)

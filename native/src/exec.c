@@ -276,6 +276,7 @@ static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         if (cmd->deadline_ns && now >= cmd->deadline_ns) {
             pti_msgf(msg, sizeof(msg), "latch wait timed out after %lld us",
                      (long long)cmd->u.latch.l->timeout_us);
+            atomic_fetch_add_explicit(&cmd->u.latch.l->expired, 1, memory_order_relaxed);
             finish_now(dev, s, cmd, -PTO_ETIMEDOUT, 0, msg, true, now);
             return true;
         }

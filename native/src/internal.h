@@ -164,6 +164,7 @@ struct pto_latch {
     struct pto_link link;         /* dev->latches, under obj_lock */
     atomic_int released;          /* sticky; release-stored, then the scheduler is woken */
     atomic_int refs;              /* host handle + queued waits */
+    atomic_int expired;           /* waits that timed out before a release (pto_latch_expired) */
     int64_t timeout_us;
 };
 

@@ -24,6 +24,7 @@ int pto_latch_create(pto_device *dev, int64_t timeout_us, pto_latch **out)
     l->timeout_us = timeout_us;
     atomic_init(&l->released, 0);
     atomic_init(&l->refs, 1);
+    atomic_init(&l->expired, 0);
     pthread_mutex_lock(&dev->obj_lock);
     pti_link_add(&dev->latches, &l->link);
     pthread_mutex_unlock(&dev->obj_lock);
@@ -67,6 +68,22 @@ void pto_latch_release(pto_latch *l)
     if (!l)
         return;
     release_and_run(l);
+}
+
+/*
+ * pto_latch_expired - how many waits on l timed out instead of being released.
+ *
+ * Returns that count (0 for NULL).  Taken under sched_lock, so it is final
+ * for l once pto_latch_release returned: a released latch never expires.
+ */
+int pto_latch_expired(pto_latch *l)
+{
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->dev->sched_lock);
+    int n = atomic_load_explicit(&l->expired, memory_order_relaxed);
+    pthread_mutex_unlock(&l->dev->sched_lock);
+    return n;
 }
 
 void pto_latch_destroy(pto_latch *l)

@@ -7,7 +7,8 @@ A compiled program is called one of two ways, as in PyPTO:
 * **return style**: only the inputs given (every parameter but the ``Out``
   ones), for a program that returns something; the ``Out`` arrays are
   allocated here (torch tensors when an argument is a torch tensor, else
-  numpy arrays; zeros) and the call returns them.
+  numpy arrays) and the call returns them; each holds what the device
+  temporary of its parameter holds once the kernel ran.
 
 What a call returns, in sync mode and as the value its :class:`Launch`
 awaits to: the outputs of a return-style call (one, or a tuple in parameter
@@ -52,11 +53,22 @@ def result_indices(params) -> tuple[int, ...]:
     return tuple(i for i, p in enumerate(params) if p.direction in (OUT, INOUT))
 
 
-def _zeros_like_param(p, torch_out: bool):
-    if torch_out:
-        torch = sys.modules["torch"]
-        return torch.zeros(p.shape, dtype=getattr(torch, p.dtype.np_name))
-    return np.zeros(p.shape, p.dtype.np_storage)
+def _output_like_param(p, torch_out: bool):
+    """A new output for parameter `p` of a return-style call: a numpy array, or a torch tensor.
+
+    A torch output is ``torch.empty``: the call's copy back writes every byte
+    of it (the whole device temporary, :mod:`._group`), so nothing reads it
+    before; ``torch.zeros`` of a large tensor filled it on torch's intra-op
+    thread pool, and waking that pool cost a call milliseconds on a small,
+    busy host.  (Filled through ``.numpy()`` it would not be torch's own
+    memory any more: exporting the storage makes it non-resizable, and the
+    runtime checks such a tensor's pages for being writeable at every call.)
+    A numpy output is ``np.zeros`` (``calloc``: fresh pages, no fill).
+    """
+    if not torch_out:
+        return np.zeros(p.shape, p.dtype.np_storage)
+    torch = sys.modules["torch"]
+    return torch.empty(p.shape, dtype=getattr(torch, p.dtype.np_name))
 
 
 def complete_args(params, has_return: bool, args: tuple, name: str) -> tuple[tuple, bool]:
@@ -76,7 +88,7 @@ def complete_args(params, has_return: bool, args: tuple, name: str) -> tuple[tup
         torch = sys.modules.get("torch")
         torch_out = torch is not None and any(isinstance(a, torch.Tensor) for a in args)
         given = iter(args)
-        full = tuple(_zeros_like_param(p, torch_out) if i in outs else next(given)
+        full = tuple(_output_like_param(p, torch_out) if i in outs else next(given)
                      for i, p in enumerate(params))
         return full, True
     names = ", ".join(p.name for p in params)

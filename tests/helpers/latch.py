@@ -5,6 +5,9 @@ stream, queues work behind it, asserts what it likes while the stream is held,
 and releases it.  The latch carries its own timeout, so a test that fails
 before releasing it cannot leave a stream (or the device's close) waiting
 forever: the latch then expires and its wait completes with -PTO_ETIMEDOUT.
+A latch that expired instead of being released fails the test (through
+``pypto_async.testing.note_expired``, as the plugin's ``hold`` does): the test
+waited for the timeout, not for what it meant to.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 from collections.abc import Iterator
 
 from pypto_async._driver import check, ffi, lib
+from pypto_async.testing import note_expired
 
 __all__ = ["Held", "held"]
 
@@ -67,4 +71,6 @@ def held(device, stream, *, timeout_s: float = 10.0, token: int = 0) -> Iterator
         yield h
     finally:
         h.release()
+        if lib.pto_latch_expired(h.latch):  # final once released
+            note_expired(f"held(stream, timeout_s={timeout_s}): expired after {timeout_s} s")
         lib.pto_latch_destroy(h.latch)

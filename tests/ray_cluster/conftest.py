@@ -248,8 +248,22 @@ def programs(tmp_path_factory):
             pl.store(pl.add(pl.load(acc, [0, 0], [ROWS, COLS]), pl.load(x, [0, 0], [ROWS, COLS])), [0, 0], acc)
         return acc
 
+    @pl.jit
+    def scale_in_place(x: pl.Tensor, w: pl.Tensor, out: pl.Out[pl.Tensor]):  # returns nothing
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.mul(pl.load(x, [0, 0], [ROWS, COLS]), pl.load(w, [0, 0], [ROWS, COLS])), [0, 0], out)
+
+    @pl.jit
+    def sum_and_accumulate(x: pl.Tensor, total: pl.Out[pl.Tensor], acc: pl.InOut[pl.Tensor]):  # nothing
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tx = pl.load(x, [0, 0], [ROWS, COLS])
+            pl.store(pl.add(tx, tx), [0, 0], total)
+            pl.store(pl.add(pl.load(acc, [0, 0], [ROWS, COLS]), tx), [0, 0], acc)
+
     x = np.zeros((ROWS, COLS), np.float32)
     return {
+        "scale_in_place": ir.compile(scale_in_place.lower(x, x, x)),
+        "sum_and_accumulate": ir.compile(sum_and_accumulate.lower(x, x, x)),
         "accumulate": ir.compile(accumulate.lower(x, x)),
         "add": ir.compile(add_kernel.lower(x, x, x)),
         "scale": ir.compile(scale.lower(x, x, x)),

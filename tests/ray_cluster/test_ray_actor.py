@@ -21,6 +21,7 @@ from .support import COLS, NODE_A, NODE_B, ROOT, ROWS, actor_on, nan_array, prob
 
 from pypto_async.errors import (
     PtoArgumentError,
+    PtoClosedError,
     PtoCopyFault,
     PtoDeviceLost,
     PtoForeignTensorError,
@@ -112,6 +113,30 @@ async def test_inout_host_arrays_come_back_new_and_refs_accumulate(actors, progr
         want = want + x
     np.testing.assert_array_equal(await call(a.get, ref), want)
     await call(a.free, ref)
+
+
+@pytest.mark.asyncio
+async def test_a_kernel_that_returns_nothing_gives_back_its_outputs(actors, programs):
+    # Was: run returned None and the Out arrays made (or copied) inside the actor were lost.
+    a, _ = actors
+    x, w = rand(10), rand(11)
+    key = await call(a.register, programs["scale_in_place"])
+    got = await call(a.run, key, x, w, None)  # an Out made on the actor
+    assert isinstance(got, np.ndarray) and got.shape == (ROWS, COLS)
+    np.testing.assert_allclose(got, (torch.from_numpy(x) * torch.from_numpy(w)).numpy(), rtol=1e-6)
+    got = await call(a.run, key, x, w, nan_array())  # a host Out array: copied, and back new
+    np.testing.assert_allclose(got, x * w, rtol=1e-6)
+    out = await call(a.alloc, (ROWS, COLS), "float32", nan_array())
+    assert await call(a.run, key, x, w, out) == out  # bound to a TensorRef: the ref
+    np.testing.assert_allclose(await call(a.get, out), x * w, rtol=1e-6)
+    await call(a.free, out)
+    # Two outputs (an Out, then an InOut): a tuple in parameter order.
+    key2 = await call(a.register, programs["sum_and_accumulate"])
+    acc = rand(12)
+    total, acc2 = await call(a.run, key2, x, None, acc)
+    np.testing.assert_allclose(total, x + x, rtol=1e-6)
+    np.testing.assert_allclose(acc2, acc + x, rtol=1e-6)
+    np.testing.assert_array_equal(acc, rand(12))  # the caller's array is not written
 
 
 @pytest.mark.asyncio
@@ -252,6 +277,20 @@ async def test_close_frees_and_closes(ray_session, programs):
     await call(actor.close)  # idempotent
     with pytest.raises(PtoTensorFreedError):
         await call(actor.get, ref)
+    ray.kill(actor)
+
+
+@pytest.mark.asyncio
+async def test_run_after_close_is_a_closed_error(ray_session, programs):
+    # Was: PtoArgumentError "no program registered" (close forgets the programs), as if the key were wrong.
+    actor = actor_on(probe_class(), NODE_B)
+    key = await call(actor.register, programs["add"])
+    np.testing.assert_allclose(await call(actor.run, key, rand(1), rand(2), None), rand(1) + rand(2), rtol=1e-6)
+    await call(actor.close)
+    with pytest.raises(PtoClosedError, match="closed"):
+        await call(actor.run, key, rand(1), rand(2), None)
+    with pytest.raises(PtoClosedError):
+        await call(actor.run, "never-registered", rand(1))
     ray.kill(actor)
 
 

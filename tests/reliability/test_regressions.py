@@ -123,17 +123,24 @@ def test_failed_init_copy_is_not_silently_lost(rel_kernels):
         s = w.default_stream
         scratch = w.alloc_tensor((16,), np.float32, init=np.zeros(16, np.float32))
         loop.run_until_complete(s)
-        failed = w.register(fail)(scratch)
-        t = w.alloc_tensor((16,), np.float32, init=np.full(16, 5.0, np.float32))  # fails: EDEP
+        # Both queued before the failing kernel runs, so the copy fails as its dependent (unheld,
+        # the failure could be observed first, by the launch path's inline drain, and the copy
+        # would run: either outcome was accepted, and which came was the race, not the rule).
+        with testing.hold(s) as latch:
+            failed = w.register(fail)(scratch)
+            t = w.alloc_tensor((16,), np.float32, init=np.full(16, 5.0, np.float32))
+            latch.release()
         assert isinstance(_outcome(loop, failed), PtoKernelFault)  # observed: s recovers
-        out = np.zeros(16, np.float32)
-        handle = w.register(copy)
-        try:
-            res = _outcome(loop, handle(t, out))
-        except PtoError as exc:  # refused before anything is queued
-            res = exc
-        # Either the launch reading t reports the failed initialisation, or t holds its init values.
-        assert isinstance(res, PtoError) or (out == 5.0).all(), f"read garbage without an error: {out}"
+        out = np.full(16, np.nan, np.float32)
+        # Whether the copy's own record was drained yet or not, the use reports the failed copy
+        # and is refused before anything is queued.
+        res = _use(loop, w.register(copy), t, out)
+        assert isinstance(res, PtoDependencyError) and "initial copy failed" in str(res), res
+        assert np.isnan(out).all()
+        # Later work on the stream runs: a fresh tensor and a use of it.
+        u = w.alloc_tensor((16,), np.float32, init=np.full(16, 7.0, np.float32))
+        assert _use(loop, w.register(copy), u, out) is out
+        np.testing.assert_array_equal(out, np.full(16, 7.0, np.float32))
 
 
 def _use(loop, handle, *args, **kwargs):
