@@ -570,6 +570,8 @@ typedef struct pto_device_stats {
     uint64_t canceled;
     uint64_t launches, copies, bytes_h2d, bytes_d2h, bytes_d2d;
     uint64_t bytes_peer;        /* peer copies run on this device's copy engines, either direction */
+    uint64_t sched_passes;      /* scheduler passes run (by any thread) */
+    uint64_t sched_visits;      /* streams those passes looked at: only streams with work */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

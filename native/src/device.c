@@ -141,6 +141,8 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pti_link_init(&dev->latches);
     pti_link_init(&dev->kernels);
     pti_link_init(&dev->programs);
+    pti_link_init(&dev->ready);
+    atomic_init(&dev->doorbell, NULL);
 
     if ((rc = pti_mem_init(dev)))
         goto fail_mem;
@@ -386,5 +388,9 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .bytes_peer = LD(st_bytes_peer),
     };
 #undef LD
+    pthread_mutex_lock(&dev->sched_lock);
+    out->sched_passes = dev->st_sched_passes;
+    out->sched_visits = dev->st_sched_visits;
+    pthread_mutex_unlock(&dev->sched_lock);
     return 0;
 }

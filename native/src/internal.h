@@ -369,6 +369,10 @@ struct pto_stream {
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
+    struct pto_link ready;        /* dev->ready while on_ready (sched.c) */
+    bool on_ready;                /* on dev->ready: it may have work to start */
+    pto_stream *bell_next;        /* dev->doorbell link while bell is set */
+    atomic_int bell;              /* 1 while s is on dev->doorbell (seq_cst; sched.c) */
     struct pto_run run;           /* the head command while it is on an engine */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
@@ -604,6 +608,15 @@ void pti_sched_wake(pto_device *dev, bool locked);
 void pti_sched_run(pto_device *dev);
 /* Whether some kick is newer than the latest pass (a watching engine serves it). */
 bool pti_sched_kick_pending(pto_device *dev);
+/*
+ * s, an idle stream, has just been given work (no lock held): ring its
+ * doorbell, so the next pass visits it (sched.c).  Call before kicking.
+ */
+void pti_sched_ring(pto_stream *s);
+/* s may have work to start (sched_lock held): put it on the ready list. */
+void pti_sched_ready(pto_device *dev, pto_stream *s);
+/* s is being freed (sched_lock held): take it off the ready list. */
+void pti_sched_forget(pto_device *dev, pto_stream *s);
 /* A scheduler thread's body (arg: the device); pti_engines_start starts it. */
 void *pti_sched_main(void *arg);
 
@@ -676,7 +689,9 @@ struct pto_device {
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;
-    pto_stream **order;           /* by priority (desc), then id: the scan order */
+    pto_stream **order;           /* by priority (desc), then id */
+    struct pto_link ready;        /* streams that may have work, priority order (sched.c) */
+    _Atomic(pto_stream *) doorbell; /* streams submitters found idle, not yet on ready (sched.c) */
     uint32_t next_stream_id;
     bool reap;                    /* a destroyed stream drained: free it */
 
@@ -730,6 +745,7 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_submitted; /* host side: own cache line */
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
+    uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
 };
 
 static inline bool pti_trace_on(pto_device *dev)

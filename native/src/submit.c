@@ -108,8 +108,10 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
      * pass.  A spinning engine runs one on a kick (engines.c, watch_kicks):
      * one atomic increment here.  Otherwise run it here if sched_lock is
      * free, instead of waking the scheduler thread: one cross-thread
-     * hand-off less on a launch's critical path.
+     * hand-off less on a launch's critical path.  Either way the pass
+     * finds s by its doorbell (sched.c): passes visit only streams with work.
      */
+    pti_sched_ring(s);
     if (atomic_load(&dev->kick_watchers) == 0 && pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
