@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -48,15 +49,82 @@ static int self_returning(pto_device *dev, bool copy)
     return tl_engine && !tl_watching && tl_engine->dev == dev && tl_engine->is_copy == copy;
 }
 
-/* Insert r into a queue after every entry of the same or higher priority. */
-static void queue_insert(struct pto_run **head, struct pto_run *r)
+uint32_t pti_host_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+/*
+ * The host comes first: an idle device thread spins only while the awake
+ * device threads (itself included) leave a CPU for the host thread.  A
+ * spinner on the host's only CPU is worse than none: a submitter leaves the
+ * pass to it (watch_kicks), and it cannot run until the host blocks.
+ */
+bool pti_may_spin(pto_device *dev)
+{
+    bool ok = pti_cpu_spare(dev);
+    atomic_fetch_add_explicit(ok ? &dev->st_idle_spins : &dev->st_idle_no_spin, 1, memory_order_relaxed);
+    return ok;
+}
+
+bool pti_cpu_spare(pto_device *dev)
+{
+    return dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 <= dev->cpus;
+}
+
+/*
+ * Insert r into a queue (head, tail) after every entry of the same or higher
+ * priority: O(1) when r's priority is not above the last entry's (always, with
+ * one priority), else a walk past the higher ones.
+ */
+static void queue_insert(struct pto_run **head, struct pto_run **tail, struct pto_run *r)
 {
     int32_t prio = r->stream->priority;
+    r->qnext = NULL;
+    if (!*head || (*tail)->stream->priority >= prio) {
+        if (*head)
+            (*tail)->qnext = r;
+        else
+            *head = r;
+        *tail = r;
+        return;
+    }
     struct pto_run **pp = head;
-    while (*pp && (*pp)->stream->priority >= prio)
-        pp = &(*pp)->qnext;
+    while ((*pp)->stream->priority >= prio)
+        pp = &(*pp)->qnext; /* stops before *tail: its priority is below prio */
     r->qnext = *pp;
     *pp = r;
+}
+
+/* Take the first run off a queue (its lock held). */
+static void queue_pop(struct pto_run **head, struct pto_run **tail)
+{
+    *head = (*head)->qnext;
+    if (!*head)
+        *tail = NULL;
+}
+
+/*
+ * Wake sleepers of a queue (its lock held) until every queued run has a
+ * thread coming for it: the spinners, the sleepers already signalled and
+ * not back (waking), and (self) an engine of the queue pushing from its own
+ * finish path.  Ready work reaches an idle engine at once, and a burst of
+ * runs signals each sleeper once.
+ */
+static void wake_for(pto_device *dev, pthread_cond_t *cv, uint32_t len, int sleepers, int *waking,
+                     int spinners, int self)
+{
+    uint32_t takers = (uint32_t)(spinners + *waking + self);
+    while (sleepers > *waking && len > takers) {
+        pthread_cond_signal(cv);
+        (*waking)++;
+        takers++;
+        atomic_fetch_add_explicit(&dev->st_core_wakes, 1, memory_order_relaxed);
+    }
 }
 
 /* Prepare s->run for cmd (sched_lock held; s has no other started command). */
@@ -66,7 +134,6 @@ static struct pto_run *run_init(pto_stream *s, struct pto_cmd *cmd)
     r->cmd = cmd;
     r->task = NULL;
     r->stream = s;
-    r->qnext = NULL;
     r->next_block = 0;
     atomic_store_explicit(&r->done_blocks, 0, memory_order_relaxed);
     atomic_store_explicit(&r->fail_claim, 0, memory_order_relaxed);
@@ -79,11 +146,11 @@ void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->copy_lock);
-    queue_insert(&dev->copy_head, r);
+    queue_insert(&dev->copy_head, &dev->copy_tail, r);
     uint32_t len = atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release) + 1;
     /* The spinner takes one, and so does a copy engine pushing from its own finish path. */
-    if (dev->copy_sleepers && len > (uint32_t)(dev->copy_spinners + self_returning(dev, true)))
-        pthread_cond_signal(&dev->copy_cv);
+    wake_for(dev, &dev->copy_cv, len, dev->copy_sleepers, &dev->copy_waking, dev->copy_spinners,
+             self_returning(dev, true));
     pthread_mutex_unlock(&dev->copy_lock);
 }
 
@@ -94,15 +161,34 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
 {
-    uint32_t blocks = r->task ? 1 : r->cmd->u.launch.blocks;
+    r->qnext = NULL;
+    pti_core_enqueue_runs(dev, r);
+}
+
+void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
+{
+    if (!runs)
+        return;
+    uint32_t n = 0;
+    bool multi = false;
     pthread_mutex_lock(&dev->core_lock);
-    queue_insert(&dev->core_head, r);
-    uint32_t len = atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release) + 1;
-    if (dev->core_sleepers) {
-        if (blocks > 1)
-            pthread_cond_broadcast(&dev->core_cv);
-        else if (len > (uint32_t)(dev->core_spinners + self_returning(dev, false)))
-            pthread_cond_signal(&dev->core_cv);
+    while (runs) {
+        struct pto_run *next = runs->qnext;
+        multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
+        queue_insert(&dev->core_head, &dev->core_tail, runs);
+        n++;
+        runs = next;
+    }
+    uint32_t len = atomic_fetch_add_explicit(&dev->core_len, n, memory_order_release) + n;
+    if (multi && dev->core_sleepers > dev->core_waking) {
+        /* A launch of several blocks: every core can take one. */
+        pthread_cond_broadcast(&dev->core_cv);
+        atomic_fetch_add_explicit(&dev->st_core_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
+                                  memory_order_relaxed);
+        dev->core_waking = dev->core_sleepers;
+    } else {
+        wake_for(dev, &dev->core_cv, len, dev->core_sleepers, &dev->core_waking, dev->core_spinners,
+                 self_returning(dev, false));
     }
     pthread_mutex_unlock(&dev->core_lock);
 }
@@ -144,8 +230,8 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
          * waiting for (often the host thread just woken by the eventfd)
          * may need this very CPU. */
         sched_yield();
-        if (pto_now_ns() >= end)
-            break;
+        if (pto_now_ns() >= end || !pti_cpu_spare(dev))
+            break; /* a device thread woke: the spare CPU is its now */
     }
     atomic_fetch_sub(&dev->kick_watchers, 1);
     if (pti_sched_kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
@@ -166,10 +252,10 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
  */
 static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
                         struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers,
-                        int *spinners, uint32_t total)
+                        int *waking, int *spinners, uint32_t total)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1) {
+    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1 && pti_may_spin(dev)) {
         (*spinners)++;
         pthread_mutex_unlock(mu);
         watch_kicks(dev, len, spin_ns);
@@ -179,8 +265,12 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
             return;
     }
     (*sleepers)++;
+    atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
     pthread_cond_wait(cv, mu);
+    atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
     (*sleepers)--;
+    if (*waking > 0)
+        (*waking)--; /* back (a spurious wake-up only makes the next push signal early) */
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
@@ -259,12 +349,15 @@ static void *copy_main(void *arg)
     for (;;) {
         while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
-                        &dev->copy_sleepers, &dev->copy_spinners, dev->cfg.copy_engines);
+                        &dev->copy_sleepers, &dev->copy_waking, &dev->copy_spinners,
+                        dev->cfg.copy_engines);
         struct pto_run *r = dev->copy_head;
         if (!r)
             break; /* shutdown with an empty queue */
-        dev->copy_head = r->qnext;
-        atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed);
+        queue_pop(&dev->copy_head, &dev->copy_tail);
+        uint32_t left = atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed) - 1;
+        /* We are busy now: what is left needs another engine. */
+        wake_for(dev, &dev->copy_cv, left, dev->copy_sleepers, &dev->copy_waking, dev->copy_spinners, 0);
         pthread_mutex_unlock(&dev->copy_lock);
         run_copy(dev, eng, r);
         pthread_mutex_lock(&dev->copy_lock);
@@ -351,7 +444,7 @@ static void *core_main(void *arg)
     for (;;) {
         while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
-                        &dev->core_sleepers, &dev->core_spinners, dev->cfg.cores);
+                        &dev->core_sleepers, &dev->core_waking, &dev->core_spinners, dev->cfg.cores);
         struct pto_run *r = dev->core_head;
         if (!r)
             break;
@@ -360,8 +453,11 @@ static void *core_main(void *arg)
             r->start_ns = pto_now_ns(); /* read by the finisher after done_blocks (acq_rel) */
         if (r->task || r->next_block == r->cmd->u.launch.blocks) {
             /* Last block handed out: the launch leaves the queue (it may still run). */
-            dev->core_head = r->qnext;
-            atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed);
+            queue_pop(&dev->core_head, &dev->core_tail);
+            uint32_t left = atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed) - 1;
+            /* We are busy now: what is left needs another core. */
+            wake_for(dev, &dev->core_cv, left, dev->core_sleepers, &dev->core_waking,
+                     dev->core_spinners, 0);
         }
         pthread_mutex_unlock(&dev->core_lock);
         if (r->task)

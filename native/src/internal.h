@@ -576,6 +576,18 @@ void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
+/* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
+void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
+/* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
+uint32_t pti_host_cpus(void);
+/*
+ * Whether an idle device thread may spin now (any lock or none): a CPU is
+ * left for the host thread after every awake device thread, the caller
+ * included.  Counts a spin or a refusal in the device stats.
+ */
+bool pti_may_spin(pto_device *dev);
+/* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
+bool pti_cpu_spare(pto_device *dev);
 
 /* ---- programs (program.c) ------------------------------------------------------------ */
 
@@ -699,15 +711,22 @@ struct pto_device {
     pthread_mutex_t copy_lock;
     pthread_cond_t copy_cv;
     struct pto_run *copy_head;    /* copies and memsets, priority order */
+    struct pto_run *copy_tail;    /* its last run (O(1) appends) */
     int copy_sleepers;
+    int copy_waking;              /* sleepers signalled and not back yet */
     int copy_spinners;            /* at most one idle copy engine spins (engine_idle) */
     _Atomic uint32_t copy_len;    /* the spinning copy engine watches this */
     pthread_mutex_t core_lock;
     pthread_cond_t core_cv;
     struct pto_run *core_head;    /* launches with blocks left to start */
+    struct pto_run *core_tail;
     int core_sleepers;
+    int core_waking;
     int core_spinners;            /* at most one idle core spins */
     _Atomic uint32_t core_len;
+    uint32_t cpus;                /* CPUs the opening thread may run on (sched_getaffinity) */
+    uint32_t n_dev_threads;       /* cores + copy engines + schedulers */
+    _Atomic uint32_t asleep;      /* device threads inside a condition wait (see spare_cpu, engines.c) */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
     size_t n_threads;
@@ -746,6 +765,7 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
+    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_core_wakes;
 };
 
 static inline bool pti_trace_on(pto_device *dev)

@@ -201,7 +201,7 @@ void *pti_sched_main(void *arg)
         uint64_t next_deadline = 0;
         if (sched_pass(dev, &next_deadline))
             continue;
-        if (spin_ns) {
+        if (spin_ns && pti_may_spin(dev)) {
             pthread_mutex_unlock(&dev->sched_lock);
             uint64_t end = pto_now_ns() + spin_ns;
             if (next_deadline && next_deadline < end)
@@ -209,7 +209,7 @@ void *pti_sched_main(void *arg)
             while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k &&
                    atomic_load_explicit(&dev->wakes, memory_order_relaxed) == w) {
                 sched_yield();   /* see watch_kicks (engines.c): give the CPU to the host */
-                if (pto_now_ns() >= end)
+                if (pto_now_ns() >= end || !pti_cpu_spare(dev))
                     break;
             }
             pthread_mutex_lock(&dev->sched_lock);
@@ -221,7 +221,11 @@ void *pti_sched_main(void *arg)
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
         if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
             !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+        {
+            atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
             pti_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
+            atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
+        }
         atomic_fetch_sub(&dev->sched_sleepers, 1);
     }
     pthread_mutex_unlock(&dev->sched_lock);
