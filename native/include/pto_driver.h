@@ -580,7 +580,7 @@ typedef struct pto_device_stats {
     uint64_t sched_visits;      /* streams those passes looked at: only streams with work */
     uint64_t idle_spins;        /* idle device threads that spun (spin_us) before sleeping */
     uint64_t idle_no_spin;      /* ... that slept at once: no CPU spare for the host (see spin_us) */
-    uint64_t core_wakes;        /* sleeping cores woken for queued work */
+    uint64_t engine_wakes;      /* sleeping engines (cores, copy engines) signalled for queued work */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

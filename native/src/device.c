@@ -392,7 +392,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .bytes_peer = LD(st_bytes_peer),
         .idle_spins = LD(st_idle_spins),
         .idle_no_spin = LD(st_idle_no_spin),
-        .core_wakes = LD(st_core_wakes),
+        .engine_wakes = LD(st_engine_wakes),
     };
 #undef LD
     pthread_mutex_lock(&dev->sched_lock);

@@ -123,7 +123,7 @@ static void wake_for(pto_device *dev, pthread_cond_t *cv, uint32_t len, int slee
         pthread_cond_signal(cv);
         (*waking)++;
         takers++;
-        atomic_fetch_add_explicit(&dev->st_core_wakes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dev->st_engine_wakes, 1, memory_order_relaxed);
     }
 }
 
@@ -183,7 +183,7 @@ void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
     if (multi && dev->core_sleepers > dev->core_waking) {
         /* A launch of several blocks: every core can take one. */
         pthread_cond_broadcast(&dev->core_cv);
-        atomic_fetch_add_explicit(&dev->st_core_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
+        atomic_fetch_add_explicit(&dev->st_engine_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
                                   memory_order_relaxed);
         dev->core_waking = dev->core_sleepers;
     } else {

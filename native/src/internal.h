@@ -765,7 +765,7 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
-    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_core_wakes;
+    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes;
 };
 
 static inline bool pti_trace_on(pto_device *dev)
