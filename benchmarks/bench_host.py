@@ -27,7 +27,13 @@ stretch of a shared machine hits both alike; medians over rounds):
 torch is imported when installed, as the runtime's users do.  The load
 average is printed first: on a shared machine read the figures with it.
 
-    python benchmarks/bench_host.py [--quick] [--json] [--only service,spread,demo]
+``knobs``
+    What ``RunConfig.spin_us`` trades: one small request at a time with the
+    device idle in between (100 us and 2 ms gaps): median request latency and
+    the process's CPU time over wall time, for spin_us 0 (1 us), 200 (the
+    default) and 5000.
+
+    python benchmarks/bench_host.py [--quick] [--json] [--only service,spread,knobs,demo]
 """
 
 from __future__ import annotations
@@ -57,8 +63,9 @@ try:
 except ImportError:
     TORCH = None
 
-import pypto_async.language as pl  # noqa: E402
 from helpers.kernels import KernelLib  # noqa: E402
+
+import pypto_async.language as pl  # noqa: E402
 from pypto_async import ir  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
 from pypto_async.testing import delay_task  # noqa: E402
@@ -144,33 +151,38 @@ def service(requests: int, reps: int, rounds: int) -> dict:
 # -- spread ----------------------------------------------------------------------------
 
 F = pl.FP32
-T = 8
 
 
-@pl.program
-class Eight:
-    @pl.function(type=pl.FunctionType.InCore)
-    def inc(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
-        pl.store(pl.load(x, [0, 0], [T, 32]) + 1.0, [0, 0], y)
-        return y
+def _eight(rows: int):
+    """A program of 8 independent tasks on [rows, 32] tiles (rows sets the kernel's own work)."""
 
-    @pl.function(type=pl.FunctionType.Orchestration)
-    def orch(self, x: pl.Tensor[[8 * T, 32], F], y: pl.Out[pl.Tensor[[8 * T, 32], F]]):
-        for i in pl.range(8):
-            self.inc(x[i * T:(i + 1) * T], y[i * T:(i + 1) * T])
-        return y
+    @pl.program
+    class Eight:
+        @pl.function(type=pl.FunctionType.InCore)
+        def inc(self, x: pl.Tensor[[rows, 32], F], y: pl.Out[pl.Tensor[[rows, 32], F]]):
+            pl.store(pl.exp(pl.load(x, [0, 0], [rows, 32]) * 0.5), [0, 0], y)
+            return y
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[8 * rows, 32], F], y: pl.Out[pl.Tensor[[8 * rows, 32], F]]):
+            for i in pl.range(8):
+                self.inc(x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
+            return y
+
+    return Eight
 
 
-def spread(rounds: int) -> dict:
-    compiled = ir.compile(Eight)
+def spread(rounds: int, rows_1us: int = 16) -> dict:
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((8 * T, 32)).astype(np.float32)
     out = {}
     with ChipWorker(RunConfig(cores=2)) as w:
-        h = w.register(compiled)
-        dx = w.alloc_tensor(x.shape, F, init=x)
-        dy = w.alloc_tensor(x.shape, F)
-        for label, seconds in (("1us", 1e-6), ("70us", 70e-6), ("3ms", 3e-3)):
+        # ~1 us: the kernel's own work on [rows_1us, 32] tiles, no delay (the delay hook sleeps: a
+        # timer's slack is its floor); 70 us and 3 ms: a small tile held by the delay hook.
+        for label, rows, seconds in (("1us", rows_1us, 0.0), ("70us", 8, 70e-6), ("3ms", 8, 3e-3)):
+            x = rng.standard_normal((8 * rows, 32)).astype(np.float32)
+            h = w.register(ir.compile(_eight(rows)))
+            dx = w.alloc_tensor(x.shape, F, init=x)
+            dy = w.alloc_tensor(x.shape, F)
             delay_task(h, "inc", seconds)
             ratios, walls, sums = [], [], []
             for r in range(rounds + 1):
@@ -185,10 +197,45 @@ def spread(rounds: int) -> dict:
                 ratios.append(wall / serial)
                 walls.append(wall / 1000)
                 sums.append(serial / 1000)
-            np.testing.assert_array_equal(dy.numpy(), x + 1)
+            np.testing.assert_allclose(dy.numpy(), np.exp(x * 0.5), rtol=1e-5)
             out[label] = {"wall_over_serial": statistics.median(ratios), "wall_us": statistics.median(walls),
                           "serial_sum_us": statistics.median(sums)}
-        delay_task(h, "inc", 0)
+            dx.free()
+            dy.free()
+    return out
+
+
+# -- knobs -----------------------------------------------------------------------------
+
+async def _knob(program, spin_us: int | None, requests: int, gap_s: float) -> dict:
+    x = np.random.default_rng(3).uniform(-1, 1, 1024).astype(np.float32)
+    y = np.empty_like(x)
+    lat = []
+    async with ChipWorker(RunConfig(spin_us=spin_us)) as w:
+        h = w.register(program)
+        wd = w.alloc_tensor((1024,), np.float32, init=x)
+        await h(x, wd, y)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(requests):
+            await asyncio.sleep(gap_s)  # the device goes idle between requests
+            t0 = time.perf_counter()
+            await h(x, wd, y)
+            lat.append(time.perf_counter() - t0)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        np.testing.assert_array_equal(y, x + x)
+        wd.free()
+    return {"latency_us": statistics.median(lat) * 1e6, "cpu_share": cpu / wall}
+
+
+def knobs(requests: int) -> dict:
+    """spin_us against latency and CPU: one small request at a time, the device idle in between."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        program = KernelLib(tmp).get("add", 1024)
+        for gap_us in (100, 2000):
+            for spin in (0, 200, 5000):
+                r = asyncio.run(_knob(program, spin, requests, gap_us / 1e6))
+                out[f"spin_us={spin}, idle gap {gap_us} us"] = r
     return out
 
 
@@ -220,7 +267,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="few rounds (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--only", default="service,spread,demo")
+    parser.add_argument("--only", default="service,spread,knobs,demo")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     res: dict = {"config": {"torch": TORCH, "cpus": len(ALL_CPUS), "loadavg": os.getloadavg()}}
@@ -244,6 +291,12 @@ def main(argv=None) -> dict:
                 x = sp[label]
                 print(f"8 tasks of {label:4s} on 2 cores: wall {x['wall_us']:9.1f} us / serial sum "
                       f"{x['serial_sum_us']:9.1f} us = {x['wall_over_serial']:.2f} (target <= {target})")
+    if "knobs" in parts:
+        res["knobs"] = k = knobs(50 if args.quick else 200)
+        if not args.json:
+            for label, x in k.items():
+                print(f"{label:32s} request latency {x['latency_us']:8.1f} us, process CPU / wall "
+                      f"{x['cpu_share']:.2f}")
     if "demo" in parts:
         res["demo"] = d = demo(4 if args.quick else 20)
         if not args.json:

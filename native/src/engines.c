@@ -509,15 +509,20 @@ int pti_engines_start(pto_device *dev)
         }
         dev->n_threads++;
         /*
-         * The host comes first: SCHED_BATCH (same share of the CPU, no
-         * unprivileged rights needed) keeps a device thread that is woken
-         * from preempting the thread that woke it.  On a CPU they share, the
-         * host goes on submitting until it awaits, and the device then runs
-         * the whole burst, instead of a context switch per hand-off.  A
-         * host thread woken by a completion still preempts a device thread.
+         * The host comes first.  Opened on one CPU, the device's threads
+         * share it with the host: SCHED_BATCH (the same share of the CPU,
+         * no rights needed) keeps a woken device thread from preempting the
+         * thread that woke it, so the host goes on submitting until it
+         * awaits and the device then runs the whole burst, instead of a
+         * context switch per hand-off; a host thread woken by a completion
+         * still preempts a device thread.  Not with CPUs to spare: there a
+         * woken thread takes an idle CPU, and SCHED_BATCH would only make
+         * it wait a time slice behind other processes on a loaded host.
          */
-        struct sched_param sp = {.sched_priority = 0};
-        (void)pthread_setschedparam(dev->threads[i], SCHED_BATCH, &sp); /* best effort */
+        if (dev->cpus <= 1) {
+            struct sched_param sp = {.sched_priority = 0};
+            (void)pthread_setschedparam(dev->threads[i], SCHED_BATCH, &sp); /* best effort */
+        }
         /* Named for top, perf and gdb: pto-core0, pto-copy0, pto-sched0. */
         char name[32];
         if (i < ncores)
