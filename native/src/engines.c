@@ -16,10 +16,14 @@
  * Idling.  An engine whose queue-mates all sleep spins at most spin_us
  * watching its queue (and serving scheduler kicks meanwhile: watch_kicks),
  * then sleeps on its condition variable with no timeout, so an idle device
- * burns no CPU.  Queue pushes, sleeper and spinner counts are all under the
- * queue's lock; copy_len / core_len are what the spinning engine watches.
- * A push signals a sleeper only when the queue holds more runs than there
- * are spinners.
+ * burns no CPU.  It spins only while a CPU is spare for the host
+ * (pti_may_spin), so on a host with no CPU to spare nothing spins.  Queue
+ * pushes, sleeper, waking and spinner counts are all under the queue's
+ * lock; copy_len / core_len are what the spinning engine watches.  Ready
+ * work reaches an idle engine at once: a push (or a batch of them), and an
+ * engine taking a run that leaves others queued, signal sleepers until
+ * every queued run has a thread coming for it (wake_for), each sleeper
+ * once.  Appends are O(1) (a tail pointer per queue).
  */
 #include <errno.h>
 #include <stdio.h>

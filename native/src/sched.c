@@ -2,8 +2,8 @@
  * sched.c - the scheduler: passes over the streams that start ready heads.
  *
  * Phase: execution, under sched_lock in every pass.  Schedulers
- * (aicpu_thread_num) walk the streams in priority order and start each
- * ready head (pti_stream_step, exec.c): copies and memsets go to the shared
+ * (aicpu_thread_num) walk the ready list (the streams with work, see below)
+ * in priority order and start each ready head (pti_stream_step, exec.c): copies and memsets go to the shared
  * copy queue, launches to the core queue (engines.c), everything else
  * (record, wait, free, notify, delay, latch) they run themselves.  Delays
  * and latches hold their stream's head without occupying an engine or a
@@ -18,7 +18,8 @@
  * passes leave behind: a deadline to sleep towards, work left after the
  * passes, or a kick nobody watches.
  *
- * Idling.  A scheduler spins at most spin_us watching atomic counters, then
+ * Idling.  A scheduler spins at most spin_us watching atomic counters, and
+ * only while a CPU is spare for the host (pti_may_spin, engines.c), then
  * sleeps on sched_cv with no timeout (a scheduler with a delay or latch
  * timeout pending sleeps until that deadline), so an idle device burns no
  * CPU.  A wake-up costs a signal only when a scheduler sleeps:
