@@ -117,6 +117,10 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     dev->cpus = pti_host_cpus();
     dev->n_dev_threads = rc_cfg.cores + rc_cfg.copy_engines + rc_cfg.aicpu_thread_num;
     atomic_init(&dev->asleep, 0);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    dev->machine_cpus = online > 0 ? (uint32_t)online : 1;
+    atomic_init(&dev->runnable, -1);
+    atomic_init(&dev->runnable_ns, 0);
     /* A program's intermediates: ring_heap bytes when set, else only device memory bounds them. */
     dev->program_heap = cfg ? cfg->ring_heap : 0;
     pti_strlcpy(dev->platform, name, sizeof(dev->platform));

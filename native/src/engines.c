@@ -26,6 +26,7 @@
  * once.  Appends are O(1) (a tail pointer per queue).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +76,44 @@ bool pti_may_spin(pto_device *dev)
     return ok;
 }
 
+/*
+ * Runnable threads on the whole machine (the fourth field of /proc/loadavg,
+ * the caller included), read at most once a millisecond per device; -1 if
+ * unknown.  It sees what the device's own count cannot: the host's other
+ * threads (a BLAS pool spinning after a call) and other processes.
+ */
+static int machine_runnable(pto_device *dev)
+{
+    uint64_t now = pto_now_ns();
+    if (now - atomic_load_explicit(&dev->runnable_ns, memory_order_relaxed) < 1000000ull)
+        return atomic_load_explicit(&dev->runnable, memory_order_relaxed);
+    atomic_store_explicit(&dev->runnable_ns, now, memory_order_relaxed);
+    int n = -1;
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[128];
+        ssize_t len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len > 0) {
+            buf[len] = '\0';
+            double l1, l5, l15;
+            int running, total;
+            if (sscanf(buf, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) == 5)
+                n = running;
+        }
+    }
+    atomic_store_explicit(&dev->runnable, n, memory_order_relaxed);
+    return n;
+}
+
 bool pti_cpu_spare(pto_device *dev)
 {
-    return dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 <= dev->cpus;
+    /* The device's own threads: the awake ones (the caller included) and the host fit its CPUs. */
+    if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > dev->cpus)
+        return false;
+    /* The machine's: the runnable threads (the caller included) and a waking host fit its CPUs. */
+    int running = machine_runnable(dev);
+    return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
 }
 
 /*

@@ -726,7 +726,10 @@ struct pto_device {
     _Atomic uint32_t core_len;
     uint32_t cpus;                /* CPUs the opening thread may run on (sched_getaffinity) */
     uint32_t n_dev_threads;       /* cores + copy engines + schedulers */
-    _Atomic uint32_t asleep;      /* device threads inside a condition wait (see spare_cpu, engines.c) */
+    _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
+    uint32_t machine_cpus;        /* online CPUs of the machine */
+    atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
+    _Atomic uint64_t runnable_ns; /* when it was sampled */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
     size_t n_threads;
