@@ -64,10 +64,11 @@ uint32_t pti_host_cpus(void)
 }
 
 /*
- * The host comes first: an idle device thread spins only while the awake
- * device threads (itself included) leave a CPU for the host thread.  A
- * spinner on the host's only CPU is worse than none: a submitter leaves the
- * pass to it (watch_kicks), and it cannot run until the host blocks.
+ * The host comes first: an idle device thread spins only while a CPU is
+ * spare for the host thread (pti_cpu_spare).  A spinner on the CPU the host
+ * needs is worse than none: it yields, but each yield and each wake-up of
+ * it is a context switch the host pays for, and work it waits for cannot
+ * reach it until the host blocks.
  */
 bool pti_may_spin(pto_device *dev)
 {

@@ -583,7 +583,9 @@ uint32_t pti_host_cpus(void);
 /*
  * Whether an idle device thread may spin now (any lock or none): a CPU is
  * left for the host thread after every awake device thread, the caller
- * included.  Counts a spin or a refusal in the device stats.
+ * included, both among the CPUs the device was opened on and among the
+ * machine's runnable threads (/proc/loadavg).  Counts a spin or a refusal
+ * in the device stats.
  */
 bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */

@@ -71,9 +71,12 @@ class RunConfig:
         without a thread wake-up, which on a VM costs tens of microseconds;
         past it the device uses no CPU.  A thread spins only while a CPU is
         spare for the host: the awake device threads, itself included, plus
-        the host thread must fit the C CPUs above, so on one CPU nothing
+        the host thread must fit the C CPUs above (so on one CPU nothing
         spins, and on two at most one thread spins while the device is
-        idle.  Lower it to trade latency for idle CPU (``0`` is the least,
+        idle), and the machine's runnable threads plus one must fit its
+        CPUs (so nothing spins beside a busy host, numpy's BLAS threads
+        included, or on a loaded machine).  Opened on one CPU, the device's
+        threads run ``SCHED_BATCH``: a woken one does not preempt the host.  Lower it to trade latency for idle CPU (``0`` is the least,
         1 µs); raise it, on a host with CPUs to spare, for the opposite.
     enable_chip_swimlane : int (0 to 4) or bool
         PyPTO's swimlane collection level; ``True`` is 4 and ``False`` 0.
