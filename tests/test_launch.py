@@ -392,8 +392,10 @@ async def test_kernel_fault_then_dependency_error_then_recovery(config, kernels)
         inc = w.register(kernels.get("inc", N))
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
-        first = fail(t)
-        second = inc(t)  # queued before the failure could be observed
+        with hold(w.default_stream) as latch:  # however fast the device, both are queued first
+            first = fail(t)
+            second = inc(t)  # queued before the failure could be observed
+            latch.release()
         with pytest.raises(PtoKernelFault, match="failing on purpose") as fault:
             await first
         with pytest.raises(PtoDependencyError) as dep:
