@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=_positive_int, default=3,
                    help="batches in flight at once (buffers per stage, default: 3)")
     p.add_argument("--cores", type=_positive_int, default=None,
-                   help="compute cores of the sim device (default: the driver's, min(4, CPUs))")
+                   help="compute cores of the sim device (default: the driver's, min(4, CPUs this process may use))")
     p.add_argument("--out", "-o", default="pypto_async_demo", metavar="DIR",
                    help="directory for demo_trace.json and demo_trace.png (default: ./pypto_async_demo)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")

@@ -330,8 +330,11 @@ async def test_a_failed_initial_copy_is_reported_by_every_use(config, kernels):
     async with ChipWorker(config) as w:
         scratch = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
-        failed = w.register(kernels.get("fail", N))(scratch)
-        t = w.alloc_tensor(N, np.float32, init=np.full(N, 5.0, np.float32))  # behind the fault
+        fail = w.register(kernels.get("fail", N))
+        with hold(w.default_stream) as latch:  # however fast the device, both are queued first
+            failed = fail(scratch)
+            t = w.alloc_tensor(N, np.float32, init=np.full(N, 5.0, np.float32))  # behind the fault
+            latch.release()
         with pytest.raises(PtoKernelFault):
             await failed
         await w.default_stream

@@ -63,8 +63,8 @@ typedef struct pto_latch pto_latch;
 typedef uint64_t pto_devptr;   /* a device address; 0 is never valid */
 
 typedef struct pto_device_config {
-    uint32_t cores;             /* compute-core threads; 0: min(4, online CPUs) */
-    uint32_t copy_engines;      /* copy-engine threads; 0: 2 */
+    uint32_t cores;             /* compute-core threads; 0: min(4, CPUs of the opener's affinity) */
+    uint32_t copy_engines;      /* copy-engine threads; 0: min(2, those CPUs) */
     uint32_t aicpu_thread_num;  /* scheduler threads; 0: 1 */
     uint32_t ring_task_window;  /* slots per stream ring, power of two; 0: 256 */
     uint32_t ring_heap;         /* argument bytes per stream (0: 64 KiB), and a program run's intermediates (0: unbounded) */
@@ -72,7 +72,15 @@ typedef struct pto_device_config {
     uint32_t trace;             /* nonzero: record a trace record per command */
     uint32_t trace_capacity;    /* trace records kept; 0: 65536 (oldest dropped) */
     uint64_t device_memory;     /* arena bytes; 0: 1 GiB */
-    uint32_t spin_us;           /* an idle engine per queue spins this long before sleeping; 0: 200 */
+    /*
+     * An idle engine per queue (and the scheduler) spins this long before
+     * sleeping; 0: 200.  It spins only while a CPU is spare: the awake device
+     * threads, itself included, plus one for the host fit the CPUs the opening
+     * thread may run on (sched_getaffinity), so on one CPU nothing spins; and
+     * the machine's runnable threads plus one fit its CPUs (/proc/loadavg),
+     * so nothing spins beside a busy host or a loaded machine.
+     */
+    uint32_t spin_us;
     uint32_t device_id;         /* which device of the platform, 0 .. pto_device_count() - 1 */
 } pto_device_config;
 
@@ -616,6 +624,11 @@ typedef struct pto_device_stats {
     uint64_t canceled;
     uint64_t launches, copies, bytes_h2d, bytes_d2h, bytes_d2d;
     uint64_t bytes_peer;        /* peer copies run on this device's copy engines, either direction */
+    uint64_t sched_passes;      /* scheduler passes run (by any thread) */
+    uint64_t sched_visits;      /* streams those passes looked at: only streams with work */
+    uint64_t idle_spins;        /* idle device threads that spun (spin_us) before sleeping */
+    uint64_t idle_no_spin;      /* ... that slept at once: no CPU spare for the host (see spin_us) */
+    uint64_t engine_wakes;      /* sleeping engines (cores, copy engines) signalled for queued work */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

@@ -18,10 +18,11 @@ void pto_device_config_init(pto_device_config *cfg)
 {
     if (!cfg)
         return;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    /* The CPUs this thread may use, not the machine's: a pinned process gets threads that fit. */
+    uint32_t cpus = pti_host_cpus();
     memset(cfg, 0, sizeof(*cfg));
-    cfg->cores = cpus > 0 && cpus < 4 ? (uint32_t)cpus : 4;
-    cfg->copy_engines = 2;
+    cfg->cores = cpus < 4 ? cpus : 4;
+    cfg->copy_engines = cpus < 2 ? cpus : 2;
     cfg->aicpu_thread_num = 1;
     cfg->ring_task_window = 256;
     cfg->ring_heap = 0; /* unset: streams' argument heaps PTI_ARG_HEAP, programs' intermediates unbounded */
@@ -113,6 +114,13 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     if (!dev)
         return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;
+    dev->cpus = pti_host_cpus();
+    dev->n_dev_threads = rc_cfg.cores + rc_cfg.copy_engines + rc_cfg.aicpu_thread_num;
+    atomic_init(&dev->asleep, 0);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    dev->machine_cpus = online > 0 ? (uint32_t)online : 1;
+    atomic_init(&dev->runnable, -1);
+    atomic_init(&dev->runnable_ns, 0);
     /* A program's intermediates: ring_heap bytes when set, else only device memory bounds them. */
     dev->program_heap = cfg ? cfg->ring_heap : 0;
     pti_strlcpy(dev->platform, name, sizeof(dev->platform));
@@ -141,6 +149,8 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pti_link_init(&dev->latches);
     pti_link_init(&dev->kernels);
     pti_link_init(&dev->programs);
+    pti_link_init(&dev->ready);
+    atomic_init(&dev->doorbell, NULL);
 
     if ((rc = pti_mem_init(dev)))
         goto fail_mem;
@@ -384,7 +394,14 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .bytes_d2h = LD(st_bytes_d2h),
         .bytes_d2d = LD(st_bytes_d2d),
         .bytes_peer = LD(st_bytes_peer),
+        .idle_spins = LD(st_idle_spins),
+        .idle_no_spin = LD(st_idle_no_spin),
+        .engine_wakes = LD(st_engine_wakes),
     };
 #undef LD
+    pthread_mutex_lock(&dev->sched_lock);
+    out->sched_passes = dev->st_sched_passes;
+    out->sched_visits = dev->st_sched_visits;
+    pthread_mutex_unlock(&dev->sched_lock);
     return 0;
 }

@@ -16,17 +16,23 @@
  * Idling.  An engine whose queue-mates all sleep spins at most spin_us
  * watching its queue (and serving scheduler kicks meanwhile: watch_kicks),
  * then sleeps on its condition variable with no timeout, so an idle device
- * burns no CPU.  Queue pushes, sleeper and spinner counts are all under the
- * queue's lock; copy_len / core_len are what the spinning engine watches.
- * A push signals a sleeper only when the queue holds more runs than there
- * are spinners.
+ * burns no CPU.  It spins only while a CPU is spare for the host
+ * (pti_may_spin), so on a host with no CPU to spare nothing spins.  Queue
+ * pushes, sleeper, waking and spinner counts are all under the queue's
+ * lock; copy_len / core_len are what the spinning engine watches.  Ready
+ * work reaches an idle engine at once: a push (or a batch of them), and an
+ * engine taking a run that leaves others queued, signal sleepers until
+ * every queued run has a thread coming for it (wake_for), each sleeper
+ * once.  Appends are O(1) (a tail pointer per queue).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -48,15 +54,118 @@ static int self_returning(pto_device *dev, bool copy)
     return tl_engine && !tl_watching && tl_engine->dev == dev && tl_engine->is_copy == copy;
 }
 
-/* Insert r into a queue after every entry of the same or higher priority. */
-static void queue_insert(struct pto_run **head, struct pto_run *r)
+uint32_t pti_host_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+/*
+ * The host comes first: an idle device thread spins only while a CPU is
+ * spare for the host thread (pti_cpu_spare).  A spinner on the CPU the host
+ * needs is worse than none: it yields, but each yield and each wake-up of
+ * it is a context switch the host pays for, and work it waits for cannot
+ * reach it until the host blocks.
+ */
+bool pti_may_spin(pto_device *dev)
+{
+    bool ok = pti_cpu_spare(dev);
+    atomic_fetch_add_explicit(ok ? &dev->st_idle_spins : &dev->st_idle_no_spin, 1, memory_order_relaxed);
+    return ok;
+}
+
+/*
+ * Runnable threads on the whole machine (the fourth field of /proc/loadavg,
+ * the caller included), read at most once a millisecond per device; -1 if
+ * unknown.  It sees what the device's own count cannot: the host's other
+ * threads (a BLAS pool spinning after a call) and other processes.
+ */
+static int machine_runnable(pto_device *dev)
+{
+    uint64_t now = pto_now_ns();
+    if (now - atomic_load_explicit(&dev->runnable_ns, memory_order_relaxed) < 1000000ull)
+        return atomic_load_explicit(&dev->runnable, memory_order_relaxed);
+    atomic_store_explicit(&dev->runnable_ns, now, memory_order_relaxed);
+    int n = -1;
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[128];
+        ssize_t len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len > 0) {
+            buf[len] = '\0';
+            double l1, l5, l15;
+            int running, total;
+            if (sscanf(buf, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) == 5)
+                n = running;
+        }
+    }
+    atomic_store_explicit(&dev->runnable, n, memory_order_relaxed);
+    return n;
+}
+
+bool pti_cpu_spare(pto_device *dev)
+{
+    /* The device's own threads: the awake ones (the caller included) and the host fit its CPUs. */
+    if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > dev->cpus)
+        return false;
+    /* The machine's: the runnable threads (the caller included) and a waking host fit its CPUs. */
+    int running = machine_runnable(dev);
+    return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
+}
+
+/*
+ * Insert r into a queue (head, tail) after every entry of the same or higher
+ * priority: O(1) when r's priority is not above the last entry's (always, with
+ * one priority), else a walk past the higher ones.
+ */
+static void queue_insert(struct pto_run **head, struct pto_run **tail, struct pto_run *r)
 {
     int32_t prio = r->stream->priority;
+    r->qnext = NULL;
+    if (!*head || (*tail)->stream->priority >= prio) {
+        if (*head)
+            (*tail)->qnext = r;
+        else
+            *head = r;
+        *tail = r;
+        return;
+    }
     struct pto_run **pp = head;
-    while (*pp && (*pp)->stream->priority >= prio)
-        pp = &(*pp)->qnext;
+    while ((*pp)->stream->priority >= prio)
+        pp = &(*pp)->qnext; /* stops before *tail: its priority is below prio */
     r->qnext = *pp;
     *pp = r;
+}
+
+/* Take the first run off a queue (its lock held). */
+static void queue_pop(struct pto_run **head, struct pto_run **tail)
+{
+    *head = (*head)->qnext;
+    if (!*head)
+        *tail = NULL;
+}
+
+/*
+ * Wake sleepers of a queue (its lock held) until every queued run has a
+ * thread coming for it: the spinners, the sleepers already signalled and
+ * not back (waking), and (self) an engine of the queue pushing from its own
+ * finish path.  Ready work reaches an idle engine at once, and a burst of
+ * runs signals each sleeper once.
+ */
+static void wake_for(pto_device *dev, pthread_cond_t *cv, uint32_t len, int sleepers, int *waking,
+                     int spinners, int self)
+{
+    uint32_t takers = (uint32_t)(spinners + *waking + self);
+    while (sleepers > *waking && len > takers) {
+        pthread_cond_signal(cv);
+        (*waking)++;
+        takers++;
+        atomic_fetch_add_explicit(&dev->st_engine_wakes, 1, memory_order_relaxed);
+    }
 }
 
 /* Prepare s->run for cmd (sched_lock held; s has no other started command). */
@@ -66,7 +175,6 @@ static struct pto_run *run_init(pto_stream *s, struct pto_cmd *cmd)
     r->cmd = cmd;
     r->task = NULL;
     r->stream = s;
-    r->qnext = NULL;
     r->next_block = 0;
     atomic_store_explicit(&r->done_blocks, 0, memory_order_relaxed);
     atomic_store_explicit(&r->fail_claim, 0, memory_order_relaxed);
@@ -79,11 +187,11 @@ void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     struct pto_run *r = run_init(s, cmd);
     pthread_mutex_lock(&dev->copy_lock);
-    queue_insert(&dev->copy_head, r);
+    queue_insert(&dev->copy_head, &dev->copy_tail, r);
     uint32_t len = atomic_fetch_add_explicit(&dev->copy_len, 1, memory_order_release) + 1;
     /* The spinner takes one, and so does a copy engine pushing from its own finish path. */
-    if (dev->copy_sleepers && len > (uint32_t)(dev->copy_spinners + self_returning(dev, true)))
-        pthread_cond_signal(&dev->copy_cv);
+    wake_for(dev, &dev->copy_cv, len, dev->copy_sleepers, &dev->copy_waking, dev->copy_spinners,
+             self_returning(dev, true));
     pthread_mutex_unlock(&dev->copy_lock);
 }
 
@@ -94,15 +202,34 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
 {
-    uint32_t blocks = r->task ? 1 : r->cmd->u.launch.blocks;
+    r->qnext = NULL;
+    pti_core_enqueue_runs(dev, r);
+}
+
+void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
+{
+    if (!runs)
+        return;
+    uint32_t n = 0;
+    bool multi = false;
     pthread_mutex_lock(&dev->core_lock);
-    queue_insert(&dev->core_head, r);
-    uint32_t len = atomic_fetch_add_explicit(&dev->core_len, 1, memory_order_release) + 1;
-    if (dev->core_sleepers) {
-        if (blocks > 1)
-            pthread_cond_broadcast(&dev->core_cv);
-        else if (len > (uint32_t)(dev->core_spinners + self_returning(dev, false)))
-            pthread_cond_signal(&dev->core_cv);
+    while (runs) {
+        struct pto_run *next = runs->qnext;
+        multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
+        queue_insert(&dev->core_head, &dev->core_tail, runs);
+        n++;
+        runs = next;
+    }
+    uint32_t len = atomic_fetch_add_explicit(&dev->core_len, n, memory_order_release) + n;
+    if (multi && dev->core_sleepers > dev->core_waking) {
+        /* A launch of several blocks: every core can take one. */
+        pthread_cond_broadcast(&dev->core_cv);
+        atomic_fetch_add_explicit(&dev->st_engine_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
+                                  memory_order_relaxed);
+        dev->core_waking = dev->core_sleepers;
+    } else {
+        wake_for(dev, &dev->core_cv, len, dev->core_sleepers, &dev->core_waking, dev->core_spinners,
+                 self_returning(dev, false));
     }
     pthread_mutex_unlock(&dev->core_lock);
 }
@@ -144,8 +271,8 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
          * waiting for (often the host thread just woken by the eventfd)
          * may need this very CPU. */
         sched_yield();
-        if (pto_now_ns() >= end)
-            break;
+        if (pto_now_ns() >= end || !pti_cpu_spare(dev))
+            break; /* a device thread woke: the spare CPU is its now */
     }
     atomic_fetch_sub(&dev->kick_watchers, 1);
     if (pti_sched_kick_pending(dev) && !atomic_load_explicit(&dev->shutdown, memory_order_relaxed))
@@ -166,10 +293,10 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
  */
 static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
                         struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers,
-                        int *spinners, uint32_t total)
+                        int *waking, int *spinners, uint32_t total)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1) {
+    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1 && pti_may_spin(dev)) {
         (*spinners)++;
         pthread_mutex_unlock(mu);
         watch_kicks(dev, len, spin_ns);
@@ -179,8 +306,12 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
             return;
     }
     (*sleepers)++;
+    atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
     pthread_cond_wait(cv, mu);
+    atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
     (*sleepers)--;
+    if (*waking > 0)
+        (*waking)--; /* back (a spurious wake-up only makes the next push signal early) */
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
@@ -259,12 +390,15 @@ static void *copy_main(void *arg)
     for (;;) {
         while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
-                        &dev->copy_sleepers, &dev->copy_spinners, dev->cfg.copy_engines);
+                        &dev->copy_sleepers, &dev->copy_waking, &dev->copy_spinners,
+                        dev->cfg.copy_engines);
         struct pto_run *r = dev->copy_head;
         if (!r)
             break; /* shutdown with an empty queue */
-        dev->copy_head = r->qnext;
-        atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed);
+        queue_pop(&dev->copy_head, &dev->copy_tail);
+        uint32_t left = atomic_fetch_sub_explicit(&dev->copy_len, 1, memory_order_relaxed) - 1;
+        /* We are busy now: what is left needs another engine. */
+        wake_for(dev, &dev->copy_cv, left, dev->copy_sleepers, &dev->copy_waking, dev->copy_spinners, 0);
         pthread_mutex_unlock(&dev->copy_lock);
         run_copy(dev, eng, r);
         pthread_mutex_lock(&dev->copy_lock);
@@ -351,7 +485,7 @@ static void *core_main(void *arg)
     for (;;) {
         while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
             engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
-                        &dev->core_sleepers, &dev->core_spinners, dev->cfg.cores);
+                        &dev->core_sleepers, &dev->core_waking, &dev->core_spinners, dev->cfg.cores);
         struct pto_run *r = dev->core_head;
         if (!r)
             break;
@@ -360,8 +494,11 @@ static void *core_main(void *arg)
             r->start_ns = pto_now_ns(); /* read by the finisher after done_blocks (acq_rel) */
         if (r->task || r->next_block == r->cmd->u.launch.blocks) {
             /* Last block handed out: the launch leaves the queue (it may still run). */
-            dev->core_head = r->qnext;
-            atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed);
+            queue_pop(&dev->core_head, &dev->core_tail);
+            uint32_t left = atomic_fetch_sub_explicit(&dev->core_len, 1, memory_order_relaxed) - 1;
+            /* We are busy now: what is left needs another core. */
+            wake_for(dev, &dev->core_cv, left, dev->core_sleepers, &dev->core_waking,
+                     dev->core_spinners, 0);
         }
         pthread_mutex_unlock(&dev->core_lock);
         if (r->task)
@@ -412,6 +549,21 @@ int pti_engines_start(pto_device *dev)
                              strerror(rc));
         }
         dev->n_threads++;
+        /*
+         * The host comes first.  Opened on one CPU, the device's threads
+         * share it with the host: SCHED_BATCH (the same share of the CPU,
+         * no rights needed) keeps a woken device thread from preempting the
+         * thread that woke it, so the host goes on submitting until it
+         * awaits and the device then runs the whole burst, instead of a
+         * context switch per hand-off; a host thread woken by a completion
+         * still preempts a device thread.  Not with CPUs to spare: there a
+         * woken thread takes an idle CPU, and SCHED_BATCH would only make
+         * it wait a time slice behind other processes on a loaded host.
+         */
+        if (dev->cpus <= 1) {
+            struct sched_param sp = {.sched_priority = 0};
+            (void)pthread_setschedparam(dev->threads[i], SCHED_BATCH, &sp); /* best effort */
+        }
         /* Named for top, perf and gdb: pto-core0, pto-copy0, pto-sched0. */
         char name[32];
         if (i < ncores)

@@ -139,6 +139,7 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * pti_slot_commit's hand-off: our caller's next pass loads tail.
      */
     atomic_store(&s->head, cmd->seq);
+    pti_sched_ready(dev, s); /* its next command may start: the next pass visits it */
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
     /*
      * seq_cst: the completion side of the overflow hand-off (overflow.c).

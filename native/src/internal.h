@@ -403,6 +403,10 @@ struct pto_stream {
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
+    struct pto_link ready;        /* dev->ready while on_ready (sched.c) */
+    bool on_ready;                /* on dev->ready: it may have work to start */
+    pto_stream *bell_next;        /* dev->doorbell link while bell is set */
+    atomic_int bell;              /* 1 while s is on dev->doorbell (seq_cst; sched.c) */
     struct pto_run run;           /* the head command while it is on an engine */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
@@ -606,6 +610,20 @@ void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
+/* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
+void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
+/* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
+uint32_t pti_host_cpus(void);
+/*
+ * Whether an idle device thread may spin now (any lock or none): a CPU is
+ * left for the host thread after every awake device thread, the caller
+ * included, both among the CPUs the device was opened on and among the
+ * machine's runnable threads (/proc/loadavg).  Counts a spin or a refusal
+ * in the device stats.
+ */
+bool pti_may_spin(pto_device *dev);
+/* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
+bool pti_cpu_spare(pto_device *dev);
 
 /* ---- programs (program.c) ------------------------------------------------------------ */
 
@@ -640,6 +658,15 @@ void pti_sched_wake(pto_device *dev, bool locked);
 void pti_sched_run(pto_device *dev);
 /* Whether some kick is newer than the latest pass (a watching engine serves it). */
 bool pti_sched_kick_pending(pto_device *dev);
+/*
+ * s, an idle stream, has just been given work (no lock held): ring its
+ * doorbell, so the next pass visits it (sched.c).  Call before kicking.
+ */
+void pti_sched_ring(pto_stream *s);
+/* s may have work to start (sched_lock held): put it on the ready list. */
+void pti_sched_ready(pto_device *dev, pto_stream *s);
+/* s is being freed (sched_lock held): take it off the ready list. */
+void pti_sched_forget(pto_device *dev, pto_stream *s);
 /* A scheduler thread's body (arg: the device); pti_engines_start starts it. */
 void *pti_sched_main(void *arg);
 
@@ -712,7 +739,9 @@ struct pto_device {
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;
-    pto_stream **order;           /* by priority (desc), then id: the scan order */
+    pto_stream **order;           /* by priority (desc), then id */
+    struct pto_link ready;        /* streams that may have work, priority order (sched.c) */
+    _Atomic(pto_stream *) doorbell; /* streams submitters found idle, not yet on ready (sched.c) */
     uint32_t next_stream_id;
     bool reap;                    /* a destroyed stream drained: free it */
 
@@ -720,15 +749,25 @@ struct pto_device {
     pthread_mutex_t copy_lock;
     pthread_cond_t copy_cv;
     struct pto_run *copy_head;    /* copies and memsets, priority order */
+    struct pto_run *copy_tail;    /* its last run (O(1) appends) */
     int copy_sleepers;
+    int copy_waking;              /* sleepers signalled and not back yet */
     int copy_spinners;            /* at most one idle copy engine spins (engine_idle) */
     _Atomic uint32_t copy_len;    /* the spinning copy engine watches this */
     pthread_mutex_t core_lock;
     pthread_cond_t core_cv;
     struct pto_run *core_head;    /* launches with blocks left to start */
+    struct pto_run *core_tail;
     int core_sleepers;
+    int core_waking;
     int core_spinners;            /* at most one idle core spins */
     _Atomic uint32_t core_len;
+    uint32_t cpus;                /* CPUs the opening thread may run on (sched_getaffinity) */
+    uint32_t n_dev_threads;       /* cores + copy engines + schedulers */
+    _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
+    uint32_t machine_cpus;        /* online CPUs of the machine */
+    atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
+    _Atomic uint64_t runnable_ns; /* when it was sampled */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
     size_t n_threads;
@@ -766,6 +805,8 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_submitted; /* host side: own cache line */
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
+    uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
+    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes;
 };
 
 static inline bool pti_trace_on(pto_device *dev)

@@ -292,11 +292,7 @@ static void task_complete(struct pto_orch *o, struct pti_task *t, int32_t status
 
 static void dispatch(pto_device *dev, struct pto_run *ready)
 {
-    while (ready) {
-        struct pto_run *next = ready->qnext;
-        pti_core_enqueue_run(dev, ready);
-        ready = next;
-    }
+    pti_core_enqueue_runs(dev, ready); /* one batch: one lock, each idle core woken once */
 }
 
 static void program_unref(pto_program *p);

@@ -2,8 +2,8 @@
  * sched.c - the scheduler: passes over the streams that start ready heads.
  *
  * Phase: execution, under sched_lock in every pass.  Schedulers
- * (aicpu_thread_num) walk the streams in priority order and start each
- * ready head (pti_stream_step, exec.c): copies and memsets go to the shared
+ * (aicpu_thread_num) walk the ready list (the streams with work, see below)
+ * in priority order and start each ready head (pti_stream_step, exec.c): copies and memsets go to the shared
  * copy queue, launches to the core queue (engines.c), everything else
  * (record, wait, free, notify, delay, latch) they run themselves.  Delays
  * and latches hold their stream's head without occupying an engine or a
@@ -18,7 +18,8 @@
  * passes leave behind: a deadline to sleep towards, work left after the
  * passes, or a kick nobody watches.
  *
- * Idling.  A scheduler spins at most spin_us watching atomic counters, then
+ * Idling.  A scheduler spins at most spin_us watching atomic counters, and
+ * only while a CPU is spare for the host (pti_may_spin, engines.c), then
  * sleeps on sched_cv with no timeout (a scheduler with a delay or latch
  * timeout pending sleeps until that deadline), so an idle device burns no
  * CPU.  A wake-up costs a signal only when a scheduler sleeps:
@@ -62,7 +63,97 @@ void pti_sched_wake(pto_device *dev, bool locked)
     signal_scheduler(dev, locked);
 }
 
-/* One pass over every stream, highest priority first (sched_lock held). */
+/*
+ * The ready list.  A pass visits only dev->ready: the streams that may have
+ * a command to start or re-check (a head blocked on an event, delay or latch
+ * stays on it), highest priority first, first come first within a priority.
+ * So a pass costs O(streams with work), however many idle streams are open
+ * (st_sched_visits counts the visits).  A stream joins it two ways:
+ *
+ *   - pti_cmd_finish puts the stream back under sched_lock (its next command
+ *     may be startable), as does a pass finding it has work;
+ *   - a submitter that finds its stream idle (pti_stream_kick: head + 1 ==
+ *     the first new seq) cannot take sched_lock, so it rings the stream's
+ *     doorbell: it sets s->bell and, if it was clear, pushes s on
+ *     dev->doorbell, a lock-free stack that each pass takes whole (exchange
+ *     with NULL: no ABA), reverses (arrival order), and moves to the ready
+ *     list, clearing each bell.
+ *
+ * A pass drops a stream from the list after a visit that finds nothing to
+ * do (on an engine, or nothing queued).  That is never a lost wake-up: the
+ * drop follows the pass's seq_cst load of tail, after the seq_cst store of
+ * head that completed the last command; a submitter stores tail, then loads
+ * head (seq_cst), then exchanges bell.  Either the pass sees the new tail
+ * and starts it, or the submitter sees the head and rings (Dekker, as in
+ * pti_slot_commit).  A bell exchange that found the bell still set
+ * precedes the pass's clearing store, which precedes that pass's tail loads.
+ */
+static void ready_insert(pto_device *dev, pto_stream *s)
+{
+    /* After the last stream of the same or higher priority: O(1) with one priority. */
+    struct pto_link *at = dev->ready.prev;
+    while (at != &dev->ready && PTI_CONTAINER(at, pto_stream, ready)->priority < s->priority)
+        at = at->prev;
+    /* pti_link_add(h, n) links n before h: before at->next is after at. */
+    pti_link_add(at->next, &s->ready);
+    s->on_ready = true;
+}
+
+void pti_sched_ready(pto_device *dev, pto_stream *s)
+{
+    if (!s->on_ready)
+        ready_insert(dev, s);
+}
+
+static void ready_remove(pto_stream *s)
+{
+    pti_link_del(&s->ready);
+    s->on_ready = false;
+}
+
+void pti_sched_ring(pto_stream *s)
+{
+    pto_device *dev = s->dev;
+    if (atomic_exchange(&s->bell, 1))
+        return; /* on the stack already; the pass that takes it clears bell, then loads tail */
+    pto_stream *top = atomic_load_explicit(&dev->doorbell, memory_order_relaxed);
+    do
+        s->bell_next = top;
+    while (!atomic_compare_exchange_weak_explicit(&dev->doorbell, &top, s, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* Move every rung stream to the ready list (sched_lock held). */
+static void take_doorbells(pto_device *dev)
+{
+    if (!atomic_load_explicit(&dev->doorbell, memory_order_relaxed))
+        return;
+    /* Acquire pairs with the pushes' release: bell_next is written. */
+    pto_stream *s = atomic_exchange_explicit(&dev->doorbell, NULL, memory_order_acquire);
+    pto_stream *fifo = NULL;
+    while (s) {
+        pto_stream *next = s->bell_next;
+        s->bell_next = fifo;
+        fifo = s;
+        s = next;
+    }
+    for (s = fifo; s; s = fifo) {
+        fifo = s->bell_next;
+        s->bell_next = NULL;
+        atomic_store(&s->bell, 0); /* seq_cst: before this pass's tail loads */
+        pti_sched_ready(dev, s);
+    }
+}
+
+void pti_sched_forget(pto_device *dev, pto_stream *s)
+{
+    /* A stream's last kick returned before it was destroyed: only a pass can hold it. */
+    take_doorbells(dev);
+    if (s->on_ready)
+        ready_remove(s);
+}
+
+/* One pass over the streams with work, highest priority first (sched_lock held). */
 static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
 {
     bool progress = false;
@@ -75,9 +166,13 @@ static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
     atomic_store(&dev->kick_served, atomic_load(&dev->kick));
     if (dev->reap)
         pti_streams_reap(dev);
+    take_doorbells(dev);
+    dev->st_sched_passes++;
     uint64_t now = 0; /* read the clock only for a stream with something to start */
-    for (size_t i = 0; i < dev->n_streams; i++) {
-        pto_stream *s = dev->order[i];
+    struct pto_link *l = dev->ready.next;
+    while (l != &dev->ready) {
+        pto_stream *s = PTI_CONTAINER(l, pto_stream, ready);
+        dev->st_sched_visits++;
         /* Run a bounded burst per stream so one busy stream cannot starve the rest. */
         for (int burst = 0; burst < 64 && pti_stream_has_work(s); burst++) {
             if (!now)
@@ -87,6 +182,10 @@ static bool sched_pass(pto_device *dev, uint64_t *next_deadline)
             progress = true;
             now = 0;
         }
+        /* Only s's own commands ran: the list around s is as it was. */
+        l = l->next;
+        if (!pti_stream_has_work(s))
+            ready_remove(s);
     }
     if (dev->reap)
         pti_streams_reap(dev);
@@ -103,7 +202,7 @@ void *pti_sched_main(void *arg)
         uint64_t next_deadline = 0;
         if (sched_pass(dev, &next_deadline))
             continue;
-        if (spin_ns) {
+        if (spin_ns && pti_may_spin(dev)) {
             pthread_mutex_unlock(&dev->sched_lock);
             uint64_t end = pto_now_ns() + spin_ns;
             if (next_deadline && next_deadline < end)
@@ -111,7 +210,7 @@ void *pti_sched_main(void *arg)
             while (atomic_load_explicit(&dev->kick, memory_order_relaxed) == k &&
                    atomic_load_explicit(&dev->wakes, memory_order_relaxed) == w) {
                 sched_yield();   /* see watch_kicks (engines.c): give the CPU to the host */
-                if (pto_now_ns() >= end)
+                if (pto_now_ns() >= end || !pti_cpu_spare(dev))
                     break;
             }
             pthread_mutex_lock(&dev->sched_lock);
@@ -123,7 +222,11 @@ void *pti_sched_main(void *arg)
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
         if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
             !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+        {
+            atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
             pti_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
+            atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
+        }
         atomic_fetch_sub(&dev->sched_sleepers, 1);
     }
     pthread_mutex_unlock(&dev->sched_lock);

@@ -103,6 +103,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
 
 void pti_stream_free_now(pto_device *dev, pto_stream *s)
 {
+    pti_sched_forget(dev, s);
     size_t n = dev->n_streams;
     for (size_t i = 0; i < n; i++) {
         if (dev->streams[i] == s) {

@@ -105,12 +105,17 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
         return; /* busy (or already done): whoever completes first - 1 starts it */
     /*
      * The stream was idle: nothing will start the command but a scheduler
-     * pass.  A spinning engine runs one on a kick (engines.c, watch_kicks):
-     * one atomic increment here.  Otherwise run it here if sched_lock is
-     * free, instead of waking the scheduler thread: one cross-thread
-     * hand-off less on a launch's critical path.
+     * pass.  Run it here if sched_lock is free: the pass hands the command
+     * to its engine queue, where an idle engine (spinning or woken) takes it.
+     * Only if the lock is held, kick: a spinning engine runs the pass
+     * (engines.c, watch_kicks), else the scheduler thread is woken.  Leaving
+     * the pass to a spinner even when the lock is free would add a
+     * hand-off, and on a loaded host the spinner, which yields its CPU
+     * while it watches, may not be running.  Either way the pass finds s
+     * by its doorbell (sched.c): passes visit only streams with work.
      */
-    if (atomic_load(&dev->kick_watchers) == 0 && pthread_mutex_trylock(&dev->sched_lock) == 0) {
+    pti_sched_ring(s);
+    if (pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         return;

@@ -58,15 +58,26 @@ class RunConfig:
         Scheduler threads (``None``: the driver's default, 1).
     cores, copy_engines : int or None
         Compute-core and copy-engine threads (``None``: the driver's defaults,
-        ``min(4, CPUs)`` and 2).
+        ``min(4, C)`` and ``min(2, C)``, where C is the number of CPUs the
+        opening thread may run on, ``len(os.sched_getaffinity(0))``: a
+        process pinned to one CPU gets one of each).  More threads than CPUs
+        only take turns with the host.
     device_memory : int or None
         Bytes of device memory (``None``: 1 GiB).
     spin_us : int or None
-        Microseconds an idle driver thread (one per engine queue) spins,
-        yielding the CPU, before it sleeps (``None``: the driver's default,
-        200).  Work arriving within the window starts without a thread
-        wake-up, which on a VM costs tens of microseconds; past it the device
-        uses no CPU.  Lower it to trade latency for idle CPU.
+        Microseconds an idle driver thread (one per engine queue, and the
+        scheduler) spins, yielding the CPU, before it sleeps (``None``: the
+        driver's default, 200).  Work arriving within the window starts
+        without a thread wake-up, which on a VM costs tens of microseconds;
+        past it the device uses no CPU.  A thread spins only while a CPU is
+        spare for the host: the awake device threads, itself included, plus
+        the host thread must fit the C CPUs above (so on one CPU nothing
+        spins, and on two at most one thread spins while the device is
+        idle), and the machine's runnable threads plus one must fit its
+        CPUs (so nothing spins beside a busy host, numpy's BLAS threads
+        included, or on a loaded machine).  Opened on one CPU, the device's
+        threads run ``SCHED_BATCH``: a woken one does not preempt the host.  Lower it to trade latency for idle CPU (``0`` is the least,
+        1 µs); raise it, on a host with CPUs to spare, for the opposite.
     enable_chip_swimlane : int (0 to 4) or bool
         PyPTO's swimlane collection level; ``True`` is 4 and ``False`` 0.
         The simulator records every command's submit, start and end at any
