@@ -174,7 +174,7 @@ typedef struct pto_stream_stats {
     uint32_t dep_hwm;           /* high-water mark of dependency entries in use */
     uint32_t overflow;          /* commands accepted and waiting in the overflow for ring room */
     uint32_t overflow_hwm;      /* high-water mark of overflow */
-    uint32_t reserved;
+    uint32_t ring_allocated;    /* 1 once its ring and heap exist (its first submission), else 0 */
     uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
     uint64_t completed;         /* commands finished, in order */
     uint64_t refused;           /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
@@ -570,6 +570,8 @@ typedef struct pto_device_stats {
     uint64_t canceled;
     uint64_t launches, copies, bytes_h2d, bytes_d2h, bytes_d2d;
     uint64_t bytes_peer;        /* peer copies run on this device's copy engines, either direction */
+    uint64_t streams;           /* streams open (or destroyed with work left) */
+    uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

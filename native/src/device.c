@@ -125,6 +125,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->kick_served, 0);
     atomic_init(&dev->wakes, 0);
     atomic_init(&dev->kick_watchers, 0);
+    atomic_init(&dev->rings_allocated, 0);
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_cap = rc_cfg.trace_capacity;
@@ -384,7 +385,11 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .bytes_d2h = LD(st_bytes_d2h),
         .bytes_d2d = LD(st_bytes_d2d),
         .bytes_peer = LD(st_bytes_peer),
+        .rings_allocated = LD(rings_allocated),
     };
+    pthread_mutex_lock(&dev->sched_lock);
+    out->streams = dev->n_streams;
+    pthread_mutex_unlock(&dev->sched_lock);
 #undef LD
     return 0;
 }

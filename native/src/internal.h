@@ -415,6 +415,10 @@ int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len
 void pti_ring_take_dep(pto_stream *s);
 /* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
 void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
+/* Allocate s's ring and heap at its first submission (submit_lock held): 0, or -1 out of memory. */
+int pti_ring_alloc(pto_stream *s);
+/* Free s's ring and heap, if allocated. */
+void pti_ring_free(pto_stream *s);
 
 /* ---- graphs (graph.c) ---------------------------------------------------------------- */
 
@@ -678,6 +682,7 @@ struct pto_device {
     size_t n_streams, cap_streams;
     pto_stream **order;           /* by priority (desc), then id: the scan order */
     uint32_t next_stream_id;
+    _Atomic uint64_t rings_allocated; /* streams whose ring and heap exist (ring.c) */
     bool reap;                    /* a destroyed stream drained: free it */
 
     /* engines (engines.c) */
