@@ -192,15 +192,18 @@ void pti_kernels_release_all(pto_device *dev);
 
 /* ---- memory (memory.c) ----------------------------------------------------------- */
 
-struct pto_extent {
+/*
+ * A node of the allocator's two ordered indexes (treaps keyed by off, memory.c):
+ * a free extent, or a block handed out, live (pf == NULL) or waiting for its
+ * queued free.
+ */
+struct pti_mnode {
     uint64_t off, len;            /* offsets into the arena */
-};
-
-/* A block handed out: live (pf == NULL) or waiting for its queued free. */
-struct pto_alloc {
-    uint64_t off, len;
-    struct pto_pending_free *pf;  /* non-NULL: this block's free is queued */
-    struct pto_pending_free *src; /* live block carved from a queued free, until it executes */
+    uint64_t max;                 /* free index: the largest len in this subtree (first fit) */
+    uint32_t prio;                /* treap priority (random) */
+    struct pti_mnode *l, *r;
+    struct pto_pending_free *pf;  /* blocks: non-NULL: this block's free is queued */
+    struct pto_pending_free *src; /* blocks: live block carved from a queued free, until it executes */
 };
 
 /*
@@ -225,7 +228,12 @@ int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
                       struct pto_pending_free **out);
 /* The free command executed (or was dropped): reclaim what is left of pf. */
 void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
-/* 0 if [addr, addr+n) lies in one live allocation, else -PTO_EFAULT (message set). */
+/*
+ * The one lookup of device ranges (copies, and launch pointer arguments):
+ * 0 if [addr, addr+n) lies in one block that queued work may touch (a live
+ * allocation, or the original extent of a queued free), else -PTO_EFAULT
+ * with msg set.  O(log live allocations), under mem_lock.
+ */
 int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
 /* True if [addr, addr+n) lies inside the arena. */
 bool pti_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n);
@@ -661,10 +669,11 @@ struct pto_device {
     pthread_mutex_t mem_lock;
     uint8_t *arena;
     uint64_t arena_size;
-    struct pto_extent *free_ext;  /* sorted by off, coalesced */
-    size_t n_free, cap_free;
-    struct pto_alloc *allocs;     /* live and pending-free blocks, sorted by off */
-    size_t n_alloc, cap_alloc;
+    struct pti_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
+    struct pti_mnode *alloc_root; /* live and pending-free blocks by off */
+    struct pti_mnode *node_pool;  /* spare nodes (linked by l) */
+    size_t n_free, n_alloc;
+    uint32_t mem_seed;            /* treap priorities */
     uint64_t in_use, pending_bytes, peak, pending_frees, alloc_failures, n_live;
     uint32_t fail_alloc;
 
