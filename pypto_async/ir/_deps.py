@@ -41,8 +41,10 @@ from ._nodes import Assign, For, Fused, IBin, IConst, IScalar, IVar, Load, Progr
 
 __all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "MAX_TASKS"]
 
-#: The most task instances a program's graph is expanded to at compile time.
-MAX_TASKS = 4096
+#: The most task instances a program's graph is expanded to at compile time.  Computing the
+#: edges is linear in the tasks (:func:`edges`), so the bound is the size of the tables the
+#: generated C carries (and its compile time), not the edge computation.
+MAX_TASKS = 1 << 20
 
 
 @dataclass(frozen=True)
