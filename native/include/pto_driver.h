@@ -155,6 +155,13 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr);
 /* Size of the live allocation starting at ptr, or -PTO_EINVAL. */
 int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out);
 
+/*
+ * The live allocation that holds device address addr: its start and
+ * (rounded) size.  O(log allocations).  Returns 0, or -PTO_EINVAL if addr
+ * lies in no live allocation (errno-style: no message is set).
+ */
+int pto_mem_lookup(pto_device *dev, pto_devptr addr, pto_devptr *base, uint64_t *len);
+
 int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out);
 
 /* Host pointer for a device address (the sim arena is host memory). */

@@ -462,6 +462,27 @@ int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out)
     return 0;
 }
 
+int pto_mem_lookup(pto_device *dev, pto_devptr addr, pto_devptr *base, uint64_t *len)
+{
+    if (!dev)
+        return -PTO_EINVAL;
+    uint64_t off = arena_off(dev, addr);
+    if (off == UINT64_MAX)
+        return -PTO_EINVAL;
+    pthread_mutex_lock(&dev->mem_lock);
+    const struct pti_mnode *b = tree_floor(dev->alloc_root, off);
+    bool hit = b && b->pf == NULL && off - b->off < b->len;
+    uint64_t boff = hit ? b->off : 0, blen = hit ? b->len : 0;
+    pthread_mutex_unlock(&dev->mem_lock);
+    if (!hit)
+        return -PTO_EINVAL;
+    if (base)
+        *base = (pto_devptr)(uintptr_t)(dev->arena + boff);
+    if (len)
+        *len = blen;
+    return 0;
+}
+
 int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out)
 {
     if (!dev || !out)
