@@ -247,6 +247,12 @@ def _c_array(ctype: str, name: str, values) -> str:
 
 
 def _scratch_lifetimes(program: Program, tasks: list[Task] | None) -> list[tuple[int, int, int]]:
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for t in tasks or ():  # one pass over the accesses, not one per intermediate
+        for a in t.accesses:
+            first.setdefault(a.tensor, t.id)
+            last[a.tensor] = t.id
     out = []
     for q in program.scratch:
         nbytes = q.dtype.itemsize
@@ -255,8 +261,7 @@ def _scratch_lifetimes(program: Program, tasks: list[Task] | None) -> list[tuple
         if tasks is None:
             out.append((nbytes, 0, _NONE))
             continue
-        users = [t.id for t in tasks if any(a.tensor == q.name for a in t.accesses)]
-        out.append((nbytes, users[0], users[-1]) if users else (nbytes, _NONE, _NONE))
+        out.append((nbytes, first[q.name], last[q.name]) if q.name in first else (nbytes, _NONE, _NONE))
     return out
 
 
