@@ -18,8 +18,9 @@ ratio to its first point, all measured in one process (medians over rounds):
 ``alloc/free @ live allocations``
     A driver ``pto_mem_alloc`` + ``pto_mem_free`` pair with N live
     allocations (every other one freed, so the free space is fragmented).
-    Target: at 100,000 at most 1.5x with 10.  The cffi call overhead is in
-    every point alike.
+    Target: at 100,000 at most 1.5x with 10.  Rounds take turns with a
+    second device that keeps 10; the cffi call overhead is in every point
+    alike.
 ``compile per task``
     ``ir.compile`` time per task of a program of N independent row tasks
     (C compiler included, a fresh kernel cache each time).  Target: per
@@ -74,14 +75,15 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _launch_once(noop, t, stream, n: int) -> float:
-    """µs per launch: n pipelined empty launches on `stream`, then a sync."""
+def _launch_once(noop, t, stream, n: int) -> tuple[float, float]:
+    """µs per launch, wall and the submitting thread's CPU: n pipelined empty launches on `stream`, then a sync."""
     gc.collect()
+    c0 = time.thread_time_ns()
     t0 = time.perf_counter_ns()
     for _ in range(n):
         noop.submit(t, stream=stream)
     stream.sync()
-    return (time.perf_counter_ns() - t0) / n / 1e3
+    return (time.perf_counter_ns() - t0) / n / 1e3, (time.thread_time_ns() - c0) / n / 1e3
 
 
 class _Paired:
@@ -109,15 +111,16 @@ class _Paired:
     def worker(self):
         return self.sides[0][0]
 
-    def measure(self) -> tuple[float, float]:
-        ratios, us = [], []
+    def measure(self) -> tuple[float, float, float]:
+        ratios, us, cpu = [], [], []
         (_, pn, pt, ps), (_, rn, rt, rs) = self.sides
         for _ in range(self.rounds):
-            a = _launch_once(pn, pt, ps, self.n)
-            b = _launch_once(rn, rt, rs, self.n)
+            a, c = _launch_once(pn, pt, ps, self.n)
+            b, _ = _launch_once(rn, rt, rs, self.n)
             ratios.append(a / b)
             us.append(a)
-        return statistics.median(ratios), statistics.median(us)
+            cpu.append(c)
+        return statistics.median(ratios), statistics.median(us), statistics.median(cpu)
 
     def close(self) -> None:
         for w, _, t, s in self.sides:
@@ -125,8 +128,8 @@ class _Paired:
             w.close()
 
 
-def _curve(points: list[int], grow, measure) -> list[tuple[int, float, float]]:
-    """Grow the population to each point in turn (grow(k): add k), measure there: (point, ratio, µs)."""
+def _curve(points: list[int], grow, measure) -> list[tuple]:
+    """Grow the population to each point in turn (grow(k): add k), measure there: (point, ratio, µs[, cpu µs])."""
     have, out = 0, []
     for p in points:
         grow(p - have)
@@ -176,33 +179,49 @@ def launch_curves(points: list[int], big: list[int], n: int, rounds: int) -> dic
     return res
 
 
-def alloc_curve(points: list[int], pairs: int, rounds: int) -> list[tuple[int, float]]:
+def alloc_curve(points: list[int], pairs: int, rounds: int) -> list[tuple[int, float, float]]:
+    """(n, ratio, µs) per alloc + free pair with n live allocations, paired against a device with 10."""
     from helpers import close_device, open_device
 
-    dev = open_device(device_memory=1 << 30)
     out = ffi.new("pto_devptr *")
     alloc, free = driver.pto_mem_alloc, driver.pto_mem_free
+
+    def populate(dev, n):
+        live = []
+        for i in range(2 * n):
+            check(alloc(dev, 256 * (1 + i % 3), ffi.NULL, out))
+            live.append(out[0])
+        for p in live[::2]:  # n live allocations, with holes between them
+            check(free(dev, p))
+        return live[1::2]
+
+    def once(dev):
+        t0 = time.perf_counter_ns()
+        for _ in range(pairs):
+            alloc(dev, 512, ffi.NULL, out)
+            free(dev, out[0])
+        return (time.perf_counter_ns() - t0) / pairs / 1e3
+
+    ref = open_device(device_memory=1 << 30)
+    dev = open_device(device_memory=1 << 30)
     res = []
     try:
+        ref_live = populate(ref, 10)
         for n in points:
-            live = []
-            for i in range(2 * n):
-                check(alloc(dev, 256 * (1 + i % 3), ffi.NULL, out))
-                live.append(out[0])
-            for p in live[::2]:  # n live allocations, with holes between them
-                check(free(dev, p))
-            ts = []
+            live = populate(dev, n)
+            ratios, us = [], []
             for _ in range(rounds):
-                t0 = time.perf_counter_ns()
-                for _ in range(pairs):
-                    alloc(dev, 512, ffi.NULL, out)
-                    free(dev, out[0])
-                ts.append((time.perf_counter_ns() - t0) / pairs / 1e3)
-            for p in live[1::2]:
+                a, b = once(dev), once(ref)
+                ratios.append(a / b)
+                us.append(a)
+            for p in live:
                 check(free(dev, p))
-            res.append((n, statistics.median(ts)))
+            res.append((n, statistics.median(ratios), statistics.median(us)))
+        for p in ref_live:
+            check(free(ref, p))
     finally:
         close_device(dev)
+        close_device(ref)
     return res
 
 
@@ -257,12 +276,12 @@ def parallel_program(n: int, delay_s: float) -> dict:
 
 
 def _ratios(curve):
-    """(point, µs, ratio to the first point): from (point, µs) or (point, paired ratio, µs)."""
+    """(point, µs, ratio to the first point, extra) from (point, µs) or (point, paired ratio, µs[, cpu µs])."""
     if len(curve[0]) == 2:
         base = curve[0][1]
-        return [(p, v, v / base) for p, v in curve]
+        return [(p, v, v / base, None) for p, v in curve]
     base = curve[0][1]
-    return [(p, us, r / base) for p, r, us in curve]
+    return [(p, row[1], row[0] / base, row[2] if len(row) > 2 else None) for p, *row in curve]
 
 
 def main(argv=None) -> int:
@@ -276,9 +295,9 @@ def main(argv=None) -> int:
           f"{' (quick)' if q else ''}")
     points = [1, 10, 100] if q else [1, 10, 100, 1_000, 10_000]
     big = [1, 10, 100] if q else [1, 10, 100, 1_000, 10_000, 100_000]
-    out: dict = launch_curves(points, big, 64 if q else 512, 3 if q else 7)
+    out: dict = launch_curves(points, big, 64 if q else 256, 3 if q else 15)
     out["alloc/free @ live allocations"] = alloc_curve([10, 100, 1000] if q else [10, 100, 1_000, 10_000, 100_000],
-                                                       500 if q else 5000, 3 if q else 7)
+                                                       500 if q else 2000, 3 if q else 15)
     out["compile per task"] = compile_curve([64, 128] if q else [64, 512, 1024, 4096], 1 if q else 3)
     out["parallel program"] = parallel_program(500 if q else 20_000, 100e-6)
 
@@ -290,8 +309,9 @@ def main(argv=None) -> int:
         rows = _ratios(out[name])
         at, limit = targets[name]
         print(f"{name} (µs; ratio to the first point; target at {at:,}: <= {limit}x)")
-        for p, v, r in rows:
-            print(f"  {p:>7,}  {v:9.3f}  {r:6.2f}x")
+        for p, v, r, cpu in rows:
+            extra = "" if cpu is None else f"   submitting thread's CPU {cpu:7.3f} µs"
+            print(f"  {p:>7,}  {v:9.3f}  {r:6.2f}x{extra}")
         figures[name] = rows
     print(f"memory per idle stream: {out['bytes per idle stream'] / 1024:.1f} KiB "
           f"(streams open, rings allocated: {out['streams open / rings allocated']})")
