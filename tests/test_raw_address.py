@@ -47,7 +47,7 @@ def test_a_raw_address_copy_is_ordered_as_its_tensor_without_scanning_the_live_o
         def copy_back_half():
             try:  # the back half of a, by address, on another stream: waits for the write on s1
                 w.copy_from(out, a.data_ptr + 4 * (n // 2), out.nbytes, stream=s2)
-            except BaseException as exc:  # reported below
+            except Exception as exc:  # reported below
                 errors.append(exc)
 
         try:
