@@ -142,6 +142,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pti_link_init(&dev->latches);
     pti_link_init(&dev->kernels);
     pti_link_init(&dev->programs);
+    pti_link_init(&dev->doomed);
 
     if ((rc = pti_mem_init(dev)))
         goto fail_mem;

@@ -380,6 +380,7 @@ struct pto_stream {
     struct pto_run run;           /* the head command while it is on an engine */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
+    struct pto_link doomed;       /* on dev->doomed while destroyed with work left (self-linked otherwise) */
     uint64_t cancel_seq;          /* commands with seq <= this are dropped */
     uint64_t fail_ids;
     struct pto_stream_fail fail;
@@ -693,6 +694,7 @@ struct pto_device {
     uint32_t next_stream_id;
     _Atomic uint64_t rings_allocated; /* streams whose ring and heap exist (ring.c) */
     bool reap;                    /* a destroyed stream drained: free it */
+    struct pto_link doomed;       /* streams destroyed with work left: what pti_streams_reap looks at */
 
     /* engines (engines.c) */
     pthread_mutex_t copy_lock;

@@ -60,6 +60,7 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     /* The ring and its heap come with the first submission (pti_ring_alloc): an idle stream is small. */
     pti_mutex_init(&s->submit_lock);
     pti_link_init(&s->pending);
+    pti_link_init(&s->doomed);
     atomic_init(&s->tail, 0);
     atomic_init(&s->accepted, 0);
     atomic_init(&s->head, 0);
@@ -112,6 +113,7 @@ void pti_stream_free_now(pto_device *dev, pto_stream *s)
     if (j < n && dev->order[j] == s)
         memmove(&dev->order[j], &dev->order[j + 1], (n - j - 1) * sizeof(*dev->order));
     dev->n_streams = n - 1;
+    pti_link_del(&s->doomed);
     pti_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
     pti_ring_free(s);
@@ -121,12 +123,12 @@ void pti_stream_free_now(pto_device *dev, pto_stream *s)
 void pti_streams_reap(pto_device *dev)
 {
     dev->reap = false;
-    for (size_t i = 0; i < dev->n_streams;) {
-        pto_stream *s = dev->streams[i];
-        if (s->destroyed && pti_stream_idle(s))
-            pti_stream_free_now(dev, s); /* shifts streams[i + 1..] down */
-        else
-            i++;
+    /* Only streams destroyed with work left: O(those), not O(streams open). */
+    for (struct pto_link *l = dev->doomed.next; l != &dev->doomed;) {
+        pto_stream *s = PTI_CONTAINER(l, pto_stream, doomed);
+        l = l->next;
+        if (pti_stream_idle(s))
+            pti_stream_free_now(dev, s); /* unlinks s */
     }
 }
 
@@ -140,6 +142,8 @@ void pto_stream_destroy(pto_stream *s)
     s->destroyed = true;
     if (pti_stream_idle(s))
         pti_stream_free_now(dev, s);
+    else
+        pti_link_add(&dev->doomed, &s->doomed);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
