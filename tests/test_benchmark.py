@@ -111,3 +111,28 @@ def test_bench_calls_script_runs(tmp_path):
     assert [r["target"] for r in results["rows"]] == [1.2, 1.2]
     assert all(r["figure"] > 0 and r["reference"] > 0 for r in results["rows"])
     assert len(results["config"]["load_average"]) == 2
+
+
+def test_bench_scale_script_runs(tmp_path):
+    # A smoke run of benchmarks/bench_scale.py: every curve and figure is produced (no timing assertions).
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+               PYPTO_ASYNC_CACHE_DIR=str(tmp_path / "cache"))
+    out = tmp_path / "scale.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_scale.py"), "--quick", "--json", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "load average" in proc.stdout and "memory per idle stream" in proc.stdout
+    res = json.loads(out.read_text())
+    for name in ("launch @ idle streams", "launch @ live tensors", "launch @ live events",
+                 "alloc/free @ live allocations", "compile per task"):
+        assert [p for p, *_ in res[name]][:3] in ([1, 10, 100], [10, 100, 1000], [64, 128]), name
+    streams, rings = res["streams open / rings allocated"]
+    assert streams > 10_000 and rings < 10  # idle streams have no ring
+    assert res["parallel program"]["edges"] == 0

@@ -409,10 +409,9 @@ def test_a_printed_program_runs_like_the_original():
     np.testing.assert_allclose(out, (e + 1) * (e * 2), rtol=1e-5)
 
 
-def test_a_program_too_large_to_expand_runs_its_tasks_in_order():
-    from pypto_async.ir._deps import MAX_TASKS
-
-    n = MAX_TASKS + 4
+def test_a_program_past_4096_tasks_gets_its_task_graph_not_a_serial_chain():
+    """Independent rows stay independent past the old 4,096-instance table limit."""
+    n = 4096 + 4
 
     @pl.jit
     def rows(x: pl.Tensor, y: pl.Out[pl.Tensor]):
@@ -422,13 +421,42 @@ def test_a_program_too_large_to_expand_runs_its_tasks_in_order():
 
     x = rand((n, 8), 37)
     c = rows.compile(x, poison((n, 8)))
-    assert c.kind == "program" and c.task_graph is None  # no table: each task waits for the one before
+    assert c.kind == "program" and c.task_graph is not None
+    assert len(c.task_graph.tasks) == n and c.task_graph.edges == ()  # no task waits for the one before
     with ChipWorker() as w:
         h = w.register(c)
         y = poison((n, 8))
         h(x, y)
         st = h.program_stats()
     np.testing.assert_array_equal(y, x * 2)
+    assert st["instances"] == n and st["tasks"] == n
+
+
+def test_a_program_too_large_to_expand_warns_and_runs_its_tasks_in_order(monkeypatch):
+    from pypto_async.ir import _deps, _program_codegen
+
+    monkeypatch.setattr(_deps, "MAX_TASKS", 64)
+    monkeypatch.setattr(_program_codegen, "MAX_TASKS", 64)
+    monkeypatch.setattr(_deps.program_tasks, "__defaults__", (64,))
+    monkeypatch.setattr(_deps.task_graph, "__defaults__", (64,))
+    n = 64 + 4
+
+    @pl.jit
+    def rows(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        for i in pl.range(n):
+            with pl.incore(name_hint="row"):
+                pl.store(pl.load(x, [i, 0], [1, 8]) * 3.0, [i, 0], y)
+
+    x = rand((n, 8), 38)
+    with pytest.warns(RuntimeWarning, match="without a task graph"):
+        c = rows.compile(x, poison((n, 8)))
+    assert c.kind == "program" and c.task_graph is None  # no table: each task waits for the one before
+    with ChipWorker() as w:
+        h = w.register(c)
+        y = poison((n, 8))
+        h(x, y)
+        st = h.program_stats()
+    np.testing.assert_array_equal(y, x * 3)
     assert st["instances"] == 0 and st["tasks"] == n
 
 

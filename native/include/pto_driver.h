@@ -163,6 +163,13 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr);
 /* Size of the live allocation starting at ptr, or -PTO_EINVAL. */
 int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out);
 
+/*
+ * The live allocation that holds device address addr: its start and
+ * (rounded) size.  O(log allocations).  Returns 0, or -PTO_EINVAL if addr
+ * lies in no live allocation (errno-style: no message is set).
+ */
+int pto_mem_lookup(pto_device *dev, pto_devptr addr, pto_devptr *base, uint64_t *len);
+
 int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out);
 
 /* Host pointer for a device address (the sim arena is host memory). */
@@ -182,7 +189,7 @@ typedef struct pto_stream_stats {
     uint32_t dep_hwm;           /* high-water mark of dependency entries in use */
     uint32_t overflow;          /* commands accepted and waiting in the overflow for ring room */
     uint32_t overflow_hwm;      /* high-water mark of overflow */
-    uint32_t reserved;
+    uint32_t ring_allocated;    /* 1 once its ring and heap exist (its first submission), else 0 */
     uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
     uint64_t completed;         /* commands finished, in order */
     uint64_t refused;           /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
@@ -629,6 +636,8 @@ typedef struct pto_device_stats {
     uint64_t idle_spins;        /* idle device threads that spun (spin_us) before sleeping */
     uint64_t idle_no_spin;      /* ... that slept at once: no CPU spare for the host (see spin_us) */
     uint64_t engine_wakes;      /* sleeping engines (cores, copy engines) signalled for queued work */
+    uint64_t streams;           /* streams open (or destroyed with work left) */
+    uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

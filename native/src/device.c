@@ -133,6 +133,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->kick_served, 0);
     atomic_init(&dev->wakes, 0);
     atomic_init(&dev->kick_watchers, 0);
+    atomic_init(&dev->rings_allocated, 0);
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_cap = rc_cfg.trace_capacity;
@@ -151,6 +152,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pti_link_init(&dev->programs);
     pti_link_init(&dev->ready);
     atomic_init(&dev->doorbell, NULL);
+    pti_link_init(&dev->doomed);
 
     if ((rc = pti_mem_init(dev)))
         goto fail_mem;
@@ -397,9 +399,11 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .idle_spins = LD(st_idle_spins),
         .idle_no_spin = LD(st_idle_no_spin),
         .engine_wakes = LD(st_engine_wakes),
+        .rings_allocated = LD(rings_allocated),
     };
 #undef LD
     pthread_mutex_lock(&dev->sched_lock);
+    out->streams = dev->n_streams;
     out->sched_passes = dev->st_sched_passes;
     out->sched_visits = dev->st_sched_visits;
     pthread_mutex_unlock(&dev->sched_lock);

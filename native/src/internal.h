@@ -220,15 +220,18 @@ void pti_kernels_release_all(pto_device *dev);
 
 /* ---- memory (memory.c) ----------------------------------------------------------- */
 
-struct pto_extent {
+/*
+ * A node of the allocator's two ordered indexes (treaps keyed by off, memory.c):
+ * a free extent, or a block handed out, live (pf == NULL) or waiting for its
+ * queued free.
+ */
+struct pti_mnode {
     uint64_t off, len;            /* offsets into the arena */
-};
-
-/* A block handed out: live (pf == NULL) or waiting for its queued free. */
-struct pto_alloc {
-    uint64_t off, len;
-    struct pto_pending_free *pf;  /* non-NULL: this block's free is queued */
-    struct pto_pending_free *src; /* live block carved from a queued free, until it executes */
+    uint64_t max;                 /* free index: the largest len in this subtree (first fit) */
+    uint32_t prio;                /* treap priority (random) */
+    struct pti_mnode *l, *r;
+    struct pto_pending_free *pf;  /* blocks: non-NULL: this block's free is queued */
+    struct pto_pending_free *src; /* blocks: live block carved from a queued free, until it executes */
 };
 
 /*
@@ -253,7 +256,12 @@ int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
                       struct pto_pending_free **out);
 /* The free command executed (or was dropped): reclaim what is left of pf. */
 void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf);
-/* 0 if [addr, addr+n) lies in one live allocation, else -PTO_EFAULT (message set). */
+/*
+ * The one lookup of device ranges (copies, and launch pointer arguments):
+ * 0 if [addr, addr+n) lies in one block that queued work may touch (a live
+ * allocation, or the original extent of a queued free), else -PTO_EFAULT
+ * with msg set.  O(log live allocations), under mem_lock.
+ */
 int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, size_t msglen);
 /*
  * The first of args[idx[0..n)] that is not inside a live allocation (nor a
@@ -410,6 +418,7 @@ struct pto_stream {
     struct pto_run run;           /* the head command while it is on an engine */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
+    struct pto_link doomed;       /* on dev->doomed while destroyed with work left (self-linked otherwise) */
     uint64_t cancel_seq;          /* commands with seq <= this are dropped */
     uint64_t fail_ids;
     struct pto_stream_fail fail;
@@ -453,6 +462,10 @@ int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len
 void pti_ring_take_dep(pto_stream *s);
 /* Charge `used` heap bytes to command seq entering the ring; update the high-water marks. */
 void pti_ring_charge(pto_stream *s, uint32_t used, uint64_t seq);
+/* Allocate s's ring and heap at its first submission (submit_lock held): 0, or -1 out of memory. */
+int pti_ring_alloc(pto_stream *s);
+/* Free s's ring and heap, if allocated. */
+void pti_ring_free(pto_stream *s);
 
 /* ---- graphs (graph.c) ---------------------------------------------------------------- */
 
@@ -720,10 +733,11 @@ struct pto_device {
     pthread_mutex_t mem_lock;
     uint8_t *arena;
     uint64_t arena_size;
-    struct pto_extent *free_ext;  /* sorted by off, coalesced */
-    size_t n_free, cap_free;
-    struct pto_alloc *allocs;     /* live and pending-free blocks, sorted by off */
-    size_t n_alloc, cap_alloc;
+    struct pti_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
+    struct pti_mnode *alloc_root; /* live and pending-free blocks by off */
+    struct pti_mnode *node_pool;  /* spare nodes (linked by l) */
+    size_t n_free, n_alloc;
+    uint32_t mem_seed;            /* treap priorities */
     uint64_t in_use, pending_bytes, peak, pending_frees, alloc_failures, n_live;
     uint32_t fail_alloc;
 
@@ -743,7 +757,9 @@ struct pto_device {
     struct pto_link ready;        /* streams that may have work, priority order (sched.c) */
     _Atomic(pto_stream *) doorbell; /* streams submitters found idle, not yet on ready (sched.c) */
     uint32_t next_stream_id;
+    _Atomic uint64_t rings_allocated; /* streams whose ring and heap exist (ring.c) */
     bool reap;                    /* a destroyed stream drained: free it */
+    struct pto_link doomed;       /* streams destroyed with work left: what pti_streams_reap looks at */
 
     /* engines (engines.c) */
     pthread_mutex_t copy_lock;

@@ -10,15 +10,24 @@
  * dereference their arguments directly).  Bookkeeping, all under
  * dev->mem_lock:
  *
- *   free_ext   free extents, sorted by offset and always coalesced
- *              (no two are adjacent); allocation is first fit, which keeps
- *              the low end of the arena dense.
- *   allocs     handed-out blocks, sorted by offset, so both "is ptr the start
- *              of a live block" and "does [a, a+n) lie inside one" are a
- *              binary search.  A block whose stream-ordered free is queued
+ *   free_root  free extents, ordered by offset and always coalesced
+ *              (no two are adjacent); allocation is first fit (the lowest
+ *              extent that fits), which keeps the low end of the arena dense.
+ *              Each node also holds the largest extent in its subtree, so
+ *              first fit is one descent.
+ *   alloc_root handed-out blocks, ordered by offset, so both "is ptr the
+ *              start of a live block" and "does [a, a+n) lie inside one" are
+ *              one descent.  A block whose stream-ordered free is queued
  *              stays here with pf set: work queued before the free may still
  *              touch it, but it is no longer live for pto_mem_free/size.
  *   pending    per stream: those queued frees (struct pto_pending_free).
+ *
+ * Both indexes are treaps (struct pti_mnode; random priorities, split and
+ * merge), so alloc, free and every lookup cost O(log n) in the extents and
+ * blocks, whatever the population.  Nodes come from a per-device pool: an
+ * alloc reserves its one node before it changes anything, a free recycles
+ * the block's node for the extent it returns, so nothing after the
+ * reservation can run out of host memory.
  *
  * Range checks for copies accept a range inside one handed-out block, or
  * inside the original extent of a queued free (work queued on the stream
@@ -38,105 +47,217 @@ static uint64_t round_up(uint64_t n)
     return (n + PTI_ALIGN - 1) & ~(uint64_t)(PTI_ALIGN - 1);
 }
 
-/* Keys of the two sorted tables, for pti_bound. */
-static uint64_t ext_off(const void *v, size_t i)
+/* ---- the treaps ---------------------------------------------------------------------- */
+
+static void pull(struct pti_mnode *t)
 {
-    return ((const struct pto_extent *)v)[i].off;
+    uint64_t m = t->len;
+    if (t->l && t->l->max > m)
+        m = t->l->max;
+    if (t->r && t->r->max > m)
+        m = t->r->max;
+    t->max = m;
 }
 
-static uint64_t alloc_off(const void *v, size_t i)
+/* Split t into *a (off < key) and *b (off >= key). */
+static void split(struct pti_mnode *t, uint64_t key, struct pti_mnode **a, struct pti_mnode **b)
 {
-    return ((const struct pto_alloc *)v)[i].off;
-}
-
-static int vec_reserve(void **v, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 64;
-    while (ncap < need)
-        ncap *= 2;
-    void *nv = realloc(*v, ncap * elem);
-    if (!nv)
-        return -1;
-    *v = nv;
-    *cap = ncap;
-    return 0;
-}
-
-static int free_reserve(pto_device *dev, size_t need)
-{
-    return vec_reserve((void **)&dev->free_ext, &dev->cap_free, need, sizeof(*dev->free_ext));
-}
-
-static int alloc_reserve(pto_device *dev, size_t need)
-{
-    return vec_reserve((void **)&dev->allocs, &dev->cap_alloc, need, sizeof(*dev->allocs));
-}
-
-static void alloc_insert(pto_device *dev, struct pto_alloc a)
-{
-    size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, a.off, true);
-    memmove(&dev->allocs[i + 1], &dev->allocs[i], (dev->n_alloc - i) * sizeof(*dev->allocs));
-    dev->allocs[i] = a;
-    dev->n_alloc++;
-}
-
-static void alloc_remove_at(pto_device *dev, size_t i)
-{
-    memmove(&dev->allocs[i], &dev->allocs[i + 1], (dev->n_alloc - i - 1) * sizeof(*dev->allocs));
-    dev->n_alloc--;
-}
-
-static void ext_insert_at(struct pto_extent *v, size_t *n, size_t i, struct pto_extent e)
-{
-    memmove(&v[i + 1], &v[i], (*n - i) * sizeof(*v));
-    v[i] = e;
-    (*n)++;
-}
-
-static void ext_remove_at(struct pto_extent *v, size_t *n, size_t i)
-{
-    memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof(*v));
-    (*n)--;
-}
-
-/*
- * Return [off, off+len) to the free list, merging with its neighbours.
- * Needs at most one new slot; callers reserve it first (mem_lock held).
- */
-static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
-{
-    size_t i = pti_bound(dev->free_ext, dev->n_free, ext_off, off, true);
-    bool merge_prev = i > 0 && dev->free_ext[i - 1].off + dev->free_ext[i - 1].len == off;
-    bool merge_next = i < dev->n_free && off + len == dev->free_ext[i].off;
-    if (merge_prev && merge_next) {
-        dev->free_ext[i - 1].len += len + dev->free_ext[i].len;
-        ext_remove_at(dev->free_ext, &dev->n_free, i);
-    } else if (merge_prev) {
-        dev->free_ext[i - 1].len += len;
-    } else if (merge_next) {
-        dev->free_ext[i].off = off;
-        dev->free_ext[i].len += len;
+    if (!t) {
+        *a = *b = NULL;
+    } else if (t->off < key) {
+        split(t->r, key, &t->r, b);
+        pull(t);
+        *a = t;
     } else {
-        ext_insert_at(dev->free_ext, &dev->n_free, i, (struct pto_extent){off, len});
+        split(t->l, key, a, &t->l);
+        pull(t);
+        *b = t;
     }
 }
 
-/* Index of the block starting at off (live or pending), or -1 (mem_lock held). */
-static long block_find(pto_device *dev, uint64_t off)
+/* Join a and b, every key of a below every key of b. */
+static struct pti_mnode *merge(struct pti_mnode *a, struct pti_mnode *b)
 {
-    size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
-    if (i > 0 && dev->allocs[i - 1].off == off)
-        return (long)(i - 1);
-    return -1;
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    if (a->prio > b->prio) {
+        a->r = merge(a->r, b);
+        pull(a);
+        return a;
+    }
+    b->l = merge(a, b->l);
+    pull(b);
+    return b;
 }
 
-/* Index of the live allocation starting at off, or -1 (mem_lock held). */
-static long alloc_find(pto_device *dev, uint64_t off)
+/* Recompute max on the path to the node keyed key, after its len changed in place (its order held). */
+static void tree_fix(struct pti_mnode *t, uint64_t key)
 {
-    long i = block_find(dev, off);
-    return i >= 0 && dev->allocs[i].pf == NULL ? i : -1;
+    if (!t)
+        return;
+    if (key < t->off)
+        tree_fix(t->l, key);
+    else if (key > t->off)
+        tree_fix(t->r, key);
+    pull(t);
+}
+
+/* Insert n: descend while the priorities say so, split the rest under n (aug: keep max on the path). */
+static void tree_insert(struct pti_mnode **root, struct pti_mnode *n, bool aug)
+{
+    struct pti_mnode **p = root;
+    while (*p && (*p)->prio > n->prio)
+        p = n->off < (*p)->off ? &(*p)->l : &(*p)->r;
+    split(*p, n->off, &n->l, &n->r);
+    pull(n);
+    *p = n;
+    if (aug)
+        tree_fix(*root, n->off);
+}
+
+/* Unlink and return the node keyed off (which must exist): its children merge in its place. */
+static struct pti_mnode *tree_take(struct pti_mnode **root, uint64_t off, bool aug)
+{
+    struct pti_mnode **p = root;
+    while ((*p)->off != off)
+        p = off < (*p)->off ? &(*p)->l : &(*p)->r;
+    struct pti_mnode *m = *p;
+    *p = merge(m->l, m->r);
+    if (aug)
+        tree_fix(*root, off); /* the path to where it was: its ancestors */
+    return m;
+}
+
+/* The node with the largest off <= key, or NULL. */
+static struct pti_mnode *tree_floor(struct pti_mnode *t, uint64_t key)
+{
+    struct pti_mnode *best = NULL;
+    while (t) {
+        if (t->off <= key) {
+            best = t;
+            t = t->r;
+        } else {
+            t = t->l;
+        }
+    }
+    return best;
+}
+
+/* The node with the smallest off >= key, or NULL. */
+static struct pti_mnode *tree_ceil(struct pti_mnode *t, uint64_t key)
+{
+    struct pti_mnode *best = NULL;
+    while (t) {
+        if (t->off >= key) {
+            best = t;
+            t = t->l;
+        } else {
+            t = t->r;
+        }
+    }
+    return best;
+}
+
+/* The free extent of lowest offset with len >= size, or NULL (one descent on max). */
+static struct pti_mnode *first_fit(struct pti_mnode *t, uint64_t size)
+{
+    while (t && t->max >= size) {
+        if (t->l && t->l->max >= size)
+            t = t->l;
+        else if (t->len >= size)
+            return t;
+        else
+            t = t->r;
+    }
+    return NULL;
+}
+
+static void tree_free_all(struct pti_mnode *t)
+{
+    while (t) {
+        tree_free_all(t->r);
+        struct pti_mnode *l = t->l;
+        free(t);
+        t = l;
+    }
+}
+
+/* ---- the node pool (mem_lock held) --------------------------------------------------- */
+
+static int pool_reserve(pto_device *dev)
+{
+    if (dev->node_pool)
+        return 0;
+    struct pti_mnode *n = malloc(sizeof(*n));
+    if (!n)
+        return -1;
+    n->l = NULL;
+    dev->node_pool = n;
+    return 0;
+}
+
+static struct pti_mnode *node_get(pto_device *dev, uint64_t off, uint64_t len)
+{
+    struct pti_mnode *n = dev->node_pool; /* reserved by the caller */
+    dev->node_pool = n->l;
+    uint32_t x = dev->mem_seed; /* xorshift32 */
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    dev->mem_seed = x;
+    *n = (struct pti_mnode){.off = off, .len = len, .max = len, .prio = x};
+    return n;
+}
+
+static void node_put(pto_device *dev, struct pti_mnode *n)
+{
+    n->l = dev->node_pool;
+    dev->node_pool = n;
+}
+
+/*
+ * Return [off, off+len) to the free index, merging with its neighbours.
+ * Needs at most one node, reserved in the pool (mem_lock held).
+ */
+static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
+{
+    struct pti_mnode *prev = off ? tree_floor(dev->free_root, off - 1) : NULL;
+    struct pti_mnode *next = tree_ceil(dev->free_root, off + len);
+    bool merge_prev = prev && prev->off + prev->len == off;
+    bool merge_next = next && next->off == off + len;
+    if (merge_prev && merge_next) {
+        tree_take(&dev->free_root, next->off, true);
+        prev->len += len + next->len;
+        tree_fix(dev->free_root, prev->off);
+        node_put(dev, next);
+        dev->n_free--;
+    } else if (merge_prev) {
+        prev->len += len; /* grows in place: its order holds */
+        tree_fix(dev->free_root, prev->off);
+    } else if (merge_next) {
+        next->off = off; /* moves down to off: still above prev's end */
+        next->len += len;
+        tree_fix(dev->free_root, next->off);
+    } else {
+        tree_insert(&dev->free_root, node_get(dev, off, len), true);
+        dev->n_free++;
+    }
+}
+
+/* The block starting at off (live or pending), or NULL (mem_lock held). */
+static struct pti_mnode *block_find(pto_device *dev, uint64_t off)
+{
+    struct pti_mnode *b = tree_floor(dev->alloc_root, off);
+    return b && b->off == off ? b : NULL;
+}
+
+/* The live allocation starting at off, or NULL (mem_lock held). */
+static struct pti_mnode *alloc_find(pto_device *dev, uint64_t off)
+{
+    struct pti_mnode *b = block_find(dev, off);
+    return b && b->pf == NULL ? b : NULL;
 }
 
 static void account_reserved(pto_device *dev)
@@ -152,12 +273,16 @@ int pti_mem_init(pto_device *dev)
     if (rc)
         return rc;
     pti_mutex_init(&dev->mem_lock);
-    if (free_reserve(dev, 64) || alloc_reserve(dev, 64)) {
-        pti_mem_fini(dev);
-        return pti_error(PTO_ENOMEM, "out of host memory for the allocator tables");
+    dev->mem_seed = 0x9e3779b9u;
+    uint64_t usable = dev->arena_size & ~(uint64_t)(PTI_ALIGN - 1);
+    if (usable) {
+        if (pool_reserve(dev)) {
+            pti_mem_fini(dev);
+            return pti_error(PTO_ENOMEM, "out of host memory for the allocator tables");
+        }
+        tree_insert(&dev->free_root, node_get(dev, 0, usable), true);
+        dev->n_free = 1;
     }
-    dev->free_ext[0] = (struct pto_extent){0, dev->arena_size & ~(uint64_t)(PTI_ALIGN - 1)};
-    dev->n_free = 1;
     return 0;
 }
 
@@ -168,11 +293,15 @@ void pti_mem_fini(pto_device *dev)
         pthread_mutex_destroy(&dev->mem_lock);
     }
     dev->arena = NULL;
-    free(dev->free_ext);
-    free(dev->allocs);
-    dev->free_ext = NULL;
-    dev->allocs = NULL;
-    dev->n_free = dev->n_alloc = dev->cap_free = dev->cap_alloc = 0;
+    tree_free_all(dev->free_root);
+    tree_free_all(dev->alloc_root);
+    while (dev->node_pool) {
+        struct pti_mnode *n = dev->node_pool;
+        dev->node_pool = n->l;
+        free(n);
+    }
+    dev->free_root = dev->alloc_root = NULL;
+    dev->n_free = dev->n_alloc = 0;
 }
 
 bool pti_mem_in_arena(pto_device *dev, uint64_t addr, uint64_t n)
@@ -209,21 +338,22 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
         return pti_error(PTO_ENOMEM, "pto_mem_alloc: injected allocation failure (%llu bytes)",
                          (unsigned long long)size);
     }
-    if (alloc_reserve(dev, dev->n_alloc + 2) || free_reserve(dev, dev->n_free + 1)) {
+    if (pool_reserve(dev)) {
         pthread_mutex_unlock(&dev->mem_lock);
         return pti_error(PTO_ENOMEM, "pto_mem_alloc: out of host memory for allocator tables");
     }
     uint64_t off = UINT64_MAX;
     struct pto_pending_free *carved = NULL;
-    for (size_t i = 0; i < dev->n_free; i++) {
-        struct pto_extent *e = &dev->free_ext[i];
-        if (e->len >= rsize) {
-            off = e->off;
-            e->off += rsize;
+    struct pti_mnode *e = first_fit(dev->free_root, rsize);
+    if (e) {
+        off = e->off;
+        if (e->len > rsize) {
+            e->off += rsize; /* carved from the front: its order holds */
             e->len -= rsize;
-            if (e->len == 0)
-                ext_remove_at(dev->free_ext, &dev->n_free, i);
-            break;
+            tree_fix(dev->free_root, e->off);
+        } else {
+            node_put(dev, tree_take(&dev->free_root, off, true));
+            dev->n_free--;
         }
     }
     if (off == UINT64_MAX && s) {
@@ -231,18 +361,19 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
         for (struct pto_link *l = s->pending.next; l != &s->pending; l = l->next) {
             struct pto_pending_free *pf = PTI_CONTAINER(l, struct pto_pending_free, link);
             if (pf->local_ok && pf->len >= rsize) {
-                /* Carve from the front; the pending block's table entry shrinks with it. */
-                long j = block_find(dev, pf->off);
+                /* Carve from the front; the pending block's node shrinks with it (its order holds). */
+                struct pti_mnode *j = block_find(dev, pf->off);
                 off = pf->off;
                 carved = pf;
                 pf->off += rsize;
                 pf->len -= rsize;
                 dev->pending_bytes -= rsize;
                 if (pf->len == 0) {
-                    alloc_remove_at(dev, (size_t)j);
+                    node_put(dev, tree_take(&dev->alloc_root, j->off, false));
+                    dev->n_alloc--;
                 } else {
-                    dev->allocs[j].off = pf->off;
-                    dev->allocs[j].len = pf->len;
+                    j->off = pf->off;
+                    j->len = pf->len;
                 }
                 break;
             }
@@ -258,7 +389,10 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
                          (unsigned long long)size, (unsigned long long)in_use,
                          (unsigned long long)pend, (unsigned long long)dev->arena_size);
     }
-    alloc_insert(dev, (struct pto_alloc){off, rsize, NULL, carved});
+    struct pti_mnode *blk = node_get(dev, off, rsize);
+    blk->src = carved;
+    tree_insert(&dev->alloc_root, blk, false);
+    dev->n_alloc++;
     dev->in_use += rsize;
     dev->n_live++;
     account_reserved(dev);
@@ -294,17 +428,19 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr)
         return pti_error(PTO_EINVAL, "pto_mem_free: NULL device");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
-    if (i < 0 || free_reserve(dev, dev->n_free + 1)) {
+    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    if (!b) {
         pthread_mutex_unlock(&dev->mem_lock);
         return pti_error(PTO_EINVAL, "pto_mem_free: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     }
-    struct pto_alloc a = dev->allocs[i];
-    alloc_remove_at(dev, (size_t)i);
-    dev->in_use -= a.len;
+    tree_take(&dev->alloc_root, b->off, false);
+    dev->n_alloc--;
+    dev->in_use -= b->len;
     dev->n_live--;
-    free_insert(dev, a.off, a.len);
+    uint64_t boff = b->off, blen = b->len;
+    node_put(dev, b); /* the node free_insert needs */
+    free_insert(dev, boff, blen);
     pthread_mutex_unlock(&dev->mem_lock);
     return 0;
 }
@@ -316,13 +452,34 @@ int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out)
         return pti_error(PTO_EINVAL, "pto_mem_size: NULL argument");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
-    uint64_t len = i >= 0 ? dev->allocs[i].len : 0;
+    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    uint64_t len = b ? b->len : 0;
     pthread_mutex_unlock(&dev->mem_lock);
-    if (i < 0)
+    if (!b)
         return pti_error(PTO_EINVAL, "pto_mem_size: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     *out = len;
+    return 0;
+}
+
+int pto_mem_lookup(pto_device *dev, pto_devptr addr, pto_devptr *base, uint64_t *len)
+{
+    if (!dev)
+        return -PTO_EINVAL;
+    uint64_t off = arena_off(dev, addr);
+    if (off == UINT64_MAX)
+        return -PTO_EINVAL;
+    pthread_mutex_lock(&dev->mem_lock);
+    const struct pti_mnode *b = tree_floor(dev->alloc_root, off);
+    bool hit = b && b->pf == NULL && off - b->off < b->len;
+    uint64_t boff = hit ? b->off : 0, blen = hit ? b->len : 0;
+    pthread_mutex_unlock(&dev->mem_lock);
+    if (!hit)
+        return -PTO_EINVAL;
+    if (base)
+        *base = (pto_devptr)(uintptr_t)(dev->arena + boff);
+    if (len)
+        *len = blen;
     return 0;
 }
 
@@ -331,10 +488,7 @@ int pto_mem_get_stats(pto_device *dev, pto_mem_stats *out)
     if (!dev || !out)
         return pti_error(PTO_EINVAL, "pto_mem_get_stats: NULL argument");
     pthread_mutex_lock(&dev->mem_lock);
-    uint64_t largest = 0;
-    for (size_t i = 0; i < dev->n_free; i++)
-        if (dev->free_ext[i].len > largest)
-            largest = dev->free_ext[i].len;
+    uint64_t largest = dev->free_root ? dev->free_root->max : 0;
     *out = (pto_mem_stats){
         .capacity = dev->arena_size,
         .in_use = dev->in_use,
@@ -368,22 +522,21 @@ int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
         return pti_error(PTO_ENOMEM, "pto_stream_free: out of host memory");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    long i = off == UINT64_MAX ? -1 : alloc_find(dev, off);
-    if (i < 0 || free_reserve(dev, dev->n_free + 1)) {
+    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    if (!b) {
         pthread_mutex_unlock(&dev->mem_lock);
         free(pf);
         return pti_error(PTO_EINVAL, "pto_stream_free: 0x%llx is not a live device allocation",
                          (unsigned long long)ptr);
     }
-    struct pto_alloc a = dev->allocs[i];
-    dev->allocs[i].pf = pf; /* stays in the table for work queued before the free */
-    dev->in_use -= a.len;
+    b->pf = pf; /* stays in the index for work queued before the free */
+    dev->in_use -= b->len;
     dev->n_live--;
-    dev->pending_bytes += a.len;
+    dev->pending_bytes += b->len;
     dev->pending_frees++;
     pf->stream = s;
-    pf->off = pf->orig_off = a.off;
-    pf->len = pf->orig_len = a.len;
+    pf->off = pf->orig_off = b->off;
+    pf->len = pf->orig_len = b->len;
     pf->local_ok = local_ok;
     pti_link_add(&s->pending, &pf->link);
     pthread_mutex_unlock(&dev->mem_lock);
@@ -402,19 +555,18 @@ void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
     dev->pending_frees--;
     dev->pending_bytes -= pf->len;
     /* Pieces carved from pf are plain live allocations from now on. */
-    for (size_t j = pti_bound(dev->allocs, dev->n_alloc, alloc_off, pf->orig_off, false);
-         j < dev->n_alloc && dev->allocs[j].off < pf->orig_off + pf->orig_len; j++)
-        if (dev->allocs[j].src == pf)
-            dev->allocs[j].src = NULL;
+    for (struct pti_mnode *b = tree_ceil(dev->alloc_root, pf->orig_off);
+         b && b->off < pf->orig_off + pf->orig_len; b = tree_ceil(dev->alloc_root, b->off + 1))
+        if (b->src == pf)
+            b->src = NULL;
     if (pf->len > 0) {
-        long i = block_find(dev, pf->off);
-        if (i >= 0)
-            alloc_remove_at(dev, (size_t)i);
-        /*
-         * free_insert needs at most one new slot: reserved when the free was
-         * queued, or a carve shrank this block (no new extent) since.
-         */
-        if (free_reserve(dev, dev->n_free + 1) == 0)
+        struct pti_mnode *b = block_find(dev, pf->off);
+        if (b) {
+            tree_take(&dev->alloc_root, b->off, false);
+            dev->n_alloc--;
+            node_put(dev, b); /* the node free_insert needs */
+        }
+        if (pool_reserve(dev) == 0)
             free_insert(dev, pf->off, pf->len);
     }
     pthread_mutex_unlock(&dev->mem_lock);
@@ -427,9 +579,8 @@ int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
     bool ok = false;
     if (off != UINT64_MAX) {
         pthread_mutex_lock(&dev->mem_lock);
-        size_t i = pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
-        if (i > 0) {
-            const struct pto_alloc *a = &dev->allocs[i - 1];
+        const struct pti_mnode *a = tree_floor(dev->alloc_root, off);
+        if (a) {
             ok = off - a->off <= a->len && n <= a->len - (off - a->off);
             const struct pto_pending_free *pf = a->pf ? a->pf : a->src;
             if (!ok && pf && off - a->off < a->len)
@@ -455,9 +606,9 @@ long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *i
     pthread_mutex_lock(&dev->mem_lock);
     for (uint32_t k = 0; k < n && bad < 0; k++) {
         uint64_t off = arena_off(dev, args[idx[k]]);
-        size_t i = off == UINT64_MAX ? 0 : pti_bound(dev->allocs, dev->n_alloc, alloc_off, off, true);
+        const struct pti_mnode *a = off == UINT64_MAX ? NULL : tree_floor(dev->alloc_root, off);
         /* Inside a block: live, carved from a queued free, or queued for freeing itself. */
-        if (i == 0 || off - dev->allocs[i - 1].off >= dev->allocs[i - 1].len)
+        if (!a || off - a->off >= a->len)
             bad = (long)k;
     }
     pthread_mutex_unlock(&dev->mem_lock);

@@ -41,8 +41,42 @@
  * command (heap_used), so releases stay in FIFO order with the commands.
  * Event waits take one of dep_size dependency entries until they execute
  * (the entry's payload, the event node, lives in the slot).
+ *
+ * The slots and the heap are allocated by the stream's first submission
+ * (pti_ring_alloc, under submit_lock, before the tail release that
+ * publishes any slot), so a stream that was never used costs only its
+ * struct: tens of thousands of idle streams stay cheap.
  */
+#include <stdlib.h>
+
 #include "internal.h"
+
+/* Allocate s's slots and argument heap (submit_lock held).  Returns 0, or -1 out of host memory. */
+int pti_ring_alloc(pto_stream *s)
+{
+    struct pto_cmd *ring = calloc(s->entries, sizeof(*ring));
+    uint8_t *heap = malloc(s->heap_size ? s->heap_size : 8);
+    if (!ring || !heap) {
+        free(ring);
+        free(heap);
+        return -1;
+    }
+    s->heap = heap;
+    s->ring = ring;
+    atomic_fetch_add_explicit(&s->dev->rings_allocated, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* Free s's ring and heap, if it has them (s is being freed). */
+void pti_ring_free(pto_stream *s)
+{
+    if (s->ring)
+        atomic_fetch_sub_explicit(&s->dev->rings_allocated, 1, memory_order_relaxed);
+    free(s->ring);
+    free(s->heap);
+    s->ring = NULL;
+    s->heap = NULL;
+}
 
 int pti_ring_room(pto_stream *s, uint64_t head, uint64_t tail, uint32_t heap_len, bool dep,
                   uint32_t *used_out, uint8_t **heap_out)

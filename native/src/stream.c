@@ -15,18 +15,22 @@
 
 #include "internal.h"
 
-/* Insert s into dev->order: priority descending, then id ascending (sched_lock held). */
+/* dev->order's sort key: priority descending, then id ascending. */
+static uint64_t order_key_of(const pto_stream *s)
+{
+    return (uint64_t)((int64_t)INT32_MAX - s->priority) << 32 | s->id;
+}
+
+static uint64_t order_key(const void *v, size_t i)
+{
+    return order_key_of(((pto_stream *const *)v)[i]);
+}
+
+/* Insert s into dev->order by a binary search (sched_lock held); O(1) moves when it goes last. */
 static void order_insert(pto_device *dev, pto_stream *s)
 {
-    size_t i = dev->n_streams; /* n_streams already counts s in streams[], not in order[] */
-    size_t n = i - 1;
-    size_t pos = n;
-    for (size_t j = 0; j < n; j++) {
-        if (dev->order[j]->priority < s->priority) {
-            pos = j;
-            break;
-        }
-    }
+    size_t n = dev->n_streams - 1; /* n_streams already counts s in streams[], not in order[] */
+    size_t pos = pti_bound(dev->order, n, order_key, order_key_of(s), true);
     memmove(&dev->order[pos + 1], &dev->order[pos], (n - pos) * sizeof(*dev->order));
     dev->order[pos] = s;
 }
@@ -53,16 +57,10 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     s->mask = s->entries - 1;
     s->heap_size = dev->cfg.ring_heap & ~7u;
     s->dep_size = dev->cfg.ring_dep_pool;
-    s->ring = calloc(s->entries, sizeof(*s->ring));
-    s->heap = malloc(s->heap_size ? s->heap_size : 8);
-    if (!s->ring || !s->heap) {
-        free(s->ring);
-        free(s->heap);
-        free(s);
-        return pti_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
-    }
+    /* The ring and its heap come with the first submission (pti_ring_alloc): an idle stream is small. */
     pti_mutex_init(&s->submit_lock);
     pti_link_init(&s->pending);
+    pti_link_init(&s->doomed);
     atomic_init(&s->tail, 0);
     atomic_init(&s->accepted, 0);
     atomic_init(&s->head, 0);
@@ -86,8 +84,6 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
         if (!ns || !no) {
             pthread_mutex_unlock(&dev->sched_lock);
             pthread_mutex_destroy(&s->submit_lock);
-            free(s->ring);
-            free(s->heap);
             free(s);
             return pti_error(PTO_ENOMEM, "pto_stream_create: out of host memory");
         }
@@ -101,39 +97,39 @@ int pto_stream_create(pto_device *dev, int priority, pto_stream **out)
     return 0;
 }
 
+static uint64_t stream_id_at(const void *v, size_t i)
+{
+    return ((pto_stream *const *)v)[i]->id;
+}
+
 void pti_stream_free_now(pto_device *dev, pto_stream *s)
 {
     pti_sched_forget(dev, s);
     size_t n = dev->n_streams;
-    for (size_t i = 0; i < n; i++) {
-        if (dev->streams[i] == s) {
-            memmove(&dev->streams[i], &dev->streams[i + 1], (n - i - 1) * sizeof(*dev->streams));
-            break;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (dev->order[i] == s) {
-            memmove(&dev->order[i], &dev->order[i + 1], (n - i - 1) * sizeof(*dev->order));
-            break;
-        }
-    }
+    /* Both tables are sorted (streams[] by id, order[] by order_key): binary searches. */
+    size_t i = pti_bound(dev->streams, n, stream_id_at, s->id, false);
+    if (i < n && dev->streams[i] == s)
+        memmove(&dev->streams[i], &dev->streams[i + 1], (n - i - 1) * sizeof(*dev->streams));
+    size_t j = pti_bound(dev->order, n, order_key, order_key_of(s), false);
+    if (j < n && dev->order[j] == s)
+        memmove(&dev->order[j], &dev->order[j + 1], (n - j - 1) * sizeof(*dev->order));
     dev->n_streams = n - 1;
+    pti_link_del(&s->doomed);
     pti_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
-    free(s->ring);
-    free(s->heap);
+    pti_ring_free(s);
     free(s);
 }
 
 void pti_streams_reap(pto_device *dev)
 {
     dev->reap = false;
-    for (size_t i = 0; i < dev->n_streams;) {
-        pto_stream *s = dev->streams[i];
-        if (s->destroyed && pti_stream_idle(s))
-            pti_stream_free_now(dev, s); /* shifts streams[i + 1..] down */
-        else
-            i++;
+    /* Only streams destroyed with work left: O(those), not O(streams open). */
+    for (struct pto_link *l = dev->doomed.next; l != &dev->doomed;) {
+        pto_stream *s = PTI_CONTAINER(l, pto_stream, doomed);
+        l = l->next;
+        if (pti_stream_idle(s))
+            pti_stream_free_now(dev, s); /* unlinks s */
     }
 }
 
@@ -147,6 +143,8 @@ void pto_stream_destroy(pto_stream *s)
     s->destroyed = true;
     if (pti_stream_idle(s))
         pti_stream_free_now(dev, s);
+    else
+        pti_link_add(&dev->doomed, &s->doomed);
     pthread_mutex_unlock(&dev->sched_lock);
 }
 
@@ -218,6 +216,7 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
         .dep_hwm = s->dep_hwm,
         .overflow = (uint32_t)(accepted - tail),
         .overflow_hwm = s->ovf.hwm,
+        .ring_allocated = s->ring != NULL,
         .submitted = accepted,
         .completed = head,
         .refused = atomic_load_explicit(&s->refused, memory_order_relaxed),
@@ -259,11 +258,6 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us)
     dev->host_waiters--;
     pthread_mutex_unlock(&dev->sched_lock);
     return rc;
-}
-
-static uint64_t stream_id_at(const void *v, size_t i)
-{
-    return ((pto_stream *const *)v)[i]->id;
 }
 
 pto_stream *pti_stream_find(pto_device *dev, uint32_t id)

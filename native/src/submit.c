@@ -33,6 +33,10 @@ int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
         pthread_mutex_unlock(&s->submit_lock);
         return pti_error(PTO_ECLOSED, "%s: device is closing", fn);
     }
+    if (!s->ring && pti_ring_alloc(s)) {
+        pthread_mutex_unlock(&s->submit_lock);
+        return pti_error(PTO_ENOMEM, "%s: out of host memory for stream %u's ring", fn, s->id);
+    }
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
     int short_of = PTI_RING_SLOTS; /* commands wait in the overflow: this one goes behind them */
     if (atomic_load_explicit(&s->accepted, memory_order_relaxed) == tail) {

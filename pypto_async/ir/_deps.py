@@ -42,8 +42,10 @@ from ._program import Program
 
 __all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "MAX_TASKS"]
 
-#: The most task instances a program's graph is expanded to at compile time.
-MAX_TASKS = 4096
+#: The most task instances a program's graph is expanded to at compile time.  Computing the
+#: edges is linear in the tasks (:func:`edges`), so the bound is the size of the tables the
+#: generated C carries (and its compile time), not the edge computation.
+MAX_TASKS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -92,10 +94,131 @@ def _hazard(later: Access, earlier: Access) -> str | None:
     return hazard(later.read, later.write, earlier.read, earlier.write)
 
 
+class _Entry:
+    """One access in a tensor's history: ``seq`` is its place in history order."""
+
+    __slots__ = ("seq", "task", "access", "alive")
+
+    def __init__(self, seq: int, task: int, access: Access):
+        self.seq = seq
+        self.task = task
+        self.access = access
+        self.alive = True
+
+
+#: A box spanning more grid cells than this is kept in the index's list of large boxes.
+_MAX_CELLS = 64
+
+
+class _RegionIndex:
+    """The live accesses of one tensor, found by region.
+
+    Boxes are hashed into a grid whose cell is the size of the first box
+    seen (tiles of one tensor are usually the same size), so the accesses a
+    box may overlap or cover are those in the cells it spans, plus the large
+    boxes (the whole tensor, a box spanning many cells, an empty one, or of
+    another rank) that every query looks at.  Entries leave lazily: a removed one is dropped
+    from a cell's list when a query next passes it.
+    """
+
+    __slots__ = ("cell", "cells", "large", "live")
+
+    def __init__(self):
+        self.cell: tuple[int, ...] | None = None
+        self.cells: dict[tuple[int, ...], list[_Entry]] = {}
+        self.large: list[_Entry] = []
+        self.live = 0
+
+    def _keys(self, box) -> list[tuple[int, ...]] | None:
+        """The grid cells `box` spans, or None if it is a large box."""
+        if box is None or self.cell is None or len(box) != len(self.cell):
+            return None
+        ranges, count = [], 1
+        for (lo, hi), size in zip(box, self.cell):
+            if hi <= lo:
+                return None  # empty: it may still overlap or be covered at a cell's edge (see overlaps)
+            first, last = lo // size, (hi - 1) // size
+            count *= last - first + 1
+            if count > _MAX_CELLS:
+                return None
+            ranges.append(builtins.range(first, last + 1))
+        keys = [()]
+        for r in ranges:
+            keys = [k + (c,) for k in keys for c in r]
+        return keys
+
+    def add(self, e: _Entry) -> None:
+        box = e.access.box
+        if self.cell is None and box is not None:
+            self.cell = tuple(builtins.max(1, hi - lo) for lo, hi in box)
+        keys = self._keys(box)
+        if keys is None:
+            self.large.append(e)
+        else:
+            for k in keys:
+                self.cells.setdefault(k, []).append(e)
+        self.live += 1
+
+    def remove(self, e: _Entry) -> None:
+        e.alive = False
+        self.live -= 1
+
+    def near(self, box) -> list[_Entry]:
+        """Every live entry whose box may overlap `box` (a superset), in no particular order."""
+        if self.live == 0:
+            return []
+        keys = self._keys(box)
+        lists = [self.large]
+        if keys is None:
+            lists.extend(self.cells.values())
+        else:
+            lists.extend(self.cells[k] for k in keys if k in self.cells)
+        out, seen = [], set()
+        for lst in lists:
+            if any(not e.alive for e in lst):
+                lst[:] = [e for e in lst if e.alive]
+            for e in lst:
+                if e.seq not in seen:
+                    seen.add(e.seq)
+                    out.append(e)
+        if keys is None and len(self.cells) > 4 * self.live + 64:
+            self.cells = {k: v for k, v in self.cells.items() if v}
+        return out
+
+
+class _History:
+    """A tensor's live accesses: all of them, and those that write (what a read can conflict with)."""
+
+    __slots__ = ("all", "writes")
+
+    def __init__(self):
+        self.all = _RegionIndex()
+        self.writes = _RegionIndex()
+
+    def add(self, e: _Entry) -> None:
+        self.all.add(e)
+        if e.access.write:
+            self.writes.add(e)
+
+    def remove(self, e: _Entry) -> None:
+        self.all.remove(e)
+        if e.access.write:
+            self.writes.remove(e)
+
+
 def edges(tasks: Sequence[Task]) -> list[Edge]:
-    """The edges among ``tasks`` (in submission order), sorted by (dst, src)."""
+    """The edges among ``tasks`` (in submission order), sorted by (dst, src).
+
+    Each tensor's live accesses are indexed by region (:class:`_RegionIndex`),
+    so a task looks only at the earlier accesses its windows may overlap: the
+    cost is linear in the tasks and the edges found, not quadratic in the
+    accesses of a tensor.  The result is the rule's, access by access: for
+    each access of a task, every live earlier access it conflicts with, in
+    history order (so a pair's hazard is the first found, as before).
+    """
     found: dict[tuple[int, int], Edge] = {}
-    history: dict[str, list[tuple[int, Access]]] = {}
+    history: dict[str, _History] = {}
+    seq = 0
     for pos, t in enumerate(tasks):
         if t.id != pos:
             raise ValueError(f"task ids must be their positions: task {t.name!r} at {pos} has id {t.id}")
@@ -105,17 +228,28 @@ def edges(tasks: Sequence[Task]) -> list[Edge]:
             found.setdefault((d, t.id), Edge(d, t.id, "declared"))
         if not t.manual:
             for a in t.accesses:
-                for u, b in history.get(a.tensor, ()):
+                h = history.get(a.tensor)
+                if h is None or not (a.read or a.write):
+                    continue
+                near = (h.all if a.write else h.writes).near(a.box)
+                near.sort(key=lambda e: e.seq)
+                for e in near:
+                    b = e.access
                     hazard = _hazard(a, b)
-                    if hazard is not None and u != t.id and overlaps(a.box, b.box):
-                        found.setdefault((u, t.id), Edge(u, t.id, "inferred", hazard, a.tensor))
+                    if hazard is not None and e.task != t.id and overlaps(a.box, b.box):
+                        found.setdefault((e.task, t.id), Edge(e.task, t.id, "inferred", hazard, a.tensor))
         for a in t.accesses:
-            past = history.setdefault(a.tensor, [])
+            h = history.get(a.tensor)
+            if h is None:
+                h = history[a.tensor] = _History()
             if a.write and not t.manual:
                 # t now waits for every earlier access its write covers; a later task that conflicts
                 # with one of those conflicts with t's write too, so waiting for t implies it.
-                past[:] = [(u, b) for u, b in past if u == t.id or not covers(a.box, b.box)]
-            past.append((t.id, a))
+                for e in h.all.near(a.box):
+                    if e.task != t.id and covers(a.box, e.access.box):
+                        h.remove(e)
+            h.add(_Entry(seq, t.id, a))
+            seq += 1
     return sorted(found.values(), key=lambda e: (e.dst, e.src))
 
 

@@ -398,10 +398,9 @@ class Hazards:
         stream, with nothing ordering this copy after that free, is a race.
         """
         hi = lo + nbytes
-        for t in self.worker._memory.tensors:
-            if t._ptr < hi and lo < t._ptr + t._nbytes and not t._freed:
-                self.order(stream, [(t, "dev_ptr", reads, not reads)], label, 0)
-                break
+        t = self.worker._memory.tensor_at(lo)  # an ordered index, not a scan of every live tensor
+        if t is not None and t._ptr < hi and lo < t._ptr + t._nbytes:
+            self.order(stream, [(t, "dev_ptr", reads, not reads)], label, 0)
         freed = self.worker._memory.freed_blocks
         if not freed or self.mode == "off":
             return

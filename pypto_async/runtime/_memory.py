@@ -55,6 +55,10 @@ class DeviceMemory:
         The arena's bytes.
     tensors : WeakSet
         Live DeviceTensors, for :meth:`free_forgotten`.
+    by_ptr : WeakValueDictionary
+        Start address -> the DeviceTensor allocated there (a freed one until
+        its block is allocated again): with the driver's ordered index
+        (:meth:`tensor_at`), a raw address finds its tensor in O(log n).
     deferred : deque
         ``(ptr, stream, used)`` of collected tensors whose free is not queued yet.
     mem_waiters : deque
@@ -63,14 +67,16 @@ class DeviceMemory:
         Launches that ever waited for memory.
     """
 
-    __slots__ = ("_worker", "queue", "capacity", "tensors", "deferred", "_deferred_scheduled",
-                 "mem_waiters", "memory_waits", "_devptr_out", "pinned", "freed_blocks")
+    __slots__ = ("_worker", "queue", "capacity", "tensors", "by_ptr", "deferred", "_deferred_scheduled",
+                 "mem_waiters", "memory_waits", "_devptr_out", "_lookup_out", "pinned", "freed_blocks")
 
     def __init__(self, worker, queue, capacity: int):
         self._worker = worker
         self.queue = queue
         self.capacity = capacity
         self.tensors: weakref.WeakSet = weakref.WeakSet()
+        self.by_ptr: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._lookup_out = (ffi.new("pto_devptr *"), ffi.new("uint64_t *"))
         self.deferred: deque = deque()
         self._deferred_scheduled = False
         self.mem_waiters: deque = deque()
@@ -169,6 +175,7 @@ class DeviceMemory:
             if hz is not None and launch is not None:
                 hz.written(t, stream, init_token, "alloc_tensor() copy", ready)
             self.tensors.add(t)
+            self.by_ptr[ptr] = t
         if launch is not None and not worker._async:
             try:
                 finish_sync(worker, launch)
@@ -176,6 +183,18 @@ class DeviceMemory:
                 self.free_tensor(t, None)
                 raise
         return t
+
+    def tensor_at(self, addr: int):
+        """The live DeviceTensor whose block holds device address `addr`, or None (lock held).
+
+        The driver's ordered index of live allocations (``pto_mem_lookup``)
+        gives the block's start; the tensor allocated there is looked up by it.
+        """
+        base, _ = self._lookup_out
+        if lib.pto_mem_lookup(self.queue.dev, addr, base, ffi.NULL) != 0:
+            return None
+        t = self.by_ptr.get(int(base[0]))
+        return None if t is None or t._freed or t not in self.tensors else t
 
     def free_tensor(self, t: DeviceTensor, stream) -> None:
         """Free a DeviceTensor in stream order.

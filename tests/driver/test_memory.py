@@ -188,3 +188,25 @@ def test_stats_peak_and_pending(dev, stream):
     st = mem_stats(dev)
     assert (st.reserved, st.pending_frees) == (0, 0)
     assert st.peak >= 4 * MiB
+
+
+def test_lookup_finds_the_live_allocation_holding_an_address(dev, stream):
+    """pto_mem_lookup: the ordered index's floor search, live blocks only."""
+    i = info(dev)
+    ptrs = [alloc(dev, n) for n in (300, 256, 5000, 1)]
+    base, size = ffi.new("pto_devptr *"), ffi.new("uint64_t *")
+    for p in ptrs:
+        check(lib.pto_mem_size(dev, p, size))
+        n = size[0]
+        for addr in (p, p + 1, p + n - 1):
+            assert lib.pto_mem_lookup(dev, addr, base, size) == 0
+            assert (base[0], size[0]) == (p, n)
+    assert lib.pto_mem_lookup(dev, i.arena_base + i.device_memory - 1, base, size) < 0  # free space
+    assert lib.pto_mem_lookup(dev, 8, base, size) < 0  # not in the arena
+    with held(dev, stream):
+        check(lib.pto_stream_free(stream, ptrs[2], 0))
+        assert lib.pto_mem_lookup(dev, ptrs[2] + 8, base, size) < 0  # its free is queued: not live
+    sync(stream)
+    for p in (ptrs[0], ptrs[1], ptrs[3]):
+        free(dev, p)
+    assert lib.pto_mem_lookup(dev, ptrs[0], base, size) < 0

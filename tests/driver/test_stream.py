@@ -18,7 +18,19 @@ from pypto_async._driver import (
 )
 from pypto_async.errors import PtoArgumentError, PtoTryAgain
 
-from .util import alloc, builtin, d2h, free, h2d, launch, new_event, notify, stream_stats, sync
+from .util import (
+    alloc,
+    builtin,
+    d2h,
+    device_stats,
+    free,
+    h2d,
+    launch,
+    new_event,
+    notify,
+    stream_stats,
+    sync,
+)
 
 
 def test_create_ids_priority_and_stats(dev, new_stream):
@@ -30,6 +42,47 @@ def test_create_ids_priority_and_stats(dev, new_stream):
     assert st.heap_bytes == 64 << 10 and st.dep_entries == 64
     assert lib.pto_stream_space_left(a) == 256
     assert lib.pto_stream_submitted(a) == 0 and lib.pto_stream_completed(a) == 0
+
+
+def test_an_idle_stream_has_no_ring_until_its_first_submission(dev, cq, new_stream):
+    """A stream's ring and heap come with its first command: many idle streams stay small."""
+    base = device_stats(dev)
+    idle = [new_stream(p % 3) for p in range(50)]
+    st = device_stats(dev)
+    assert st.streams == base.streams + 50
+    assert st.rings_allocated == base.rings_allocated
+    assert all(stream_stats(s).ring_allocated == 0 for s in idle)
+    used = idle[7]
+    t = new_token()
+    notify(used, t)
+    sync(used)
+    assert stream_stats(used).ring_allocated == 1 and stream_stats(idle[8]).ring_allocated == 0
+    assert device_stats(dev).rings_allocated == base.rings_allocated + 1
+    assert cq.wait(t)[t].status == 0
+    lib.pto_stream_destroy(used)
+    idle.remove(used)
+    st = device_stats(dev)
+    assert (st.streams, st.rings_allocated) == (base.streams + 49, base.rings_allocated)
+
+
+def test_streams_of_mixed_priorities_are_found_and_removed_by_their_sort_keys(dev, cq, new_stream, rng):
+    """Destroying streams in any order removes exactly them: the rest all keep running."""
+    base = device_stats(dev).streams
+    prios = [int(p) for p in rng.integers(-3, 4, size=40)]
+    streams = [new_stream(p) for p in prios]
+    order = rng.permutation(len(streams))
+    gone = {int(i) for i in order[:25]}
+    for i in order[:25]:
+        lib.pto_stream_destroy(streams[int(i)])
+    assert device_stats(dev).streams == base + 15
+    keep = [s for i, s in enumerate(streams) if i not in gone]
+    tokens = [new_token() for _ in keep]
+    for s, t in zip(keep, tokens):
+        notify(s, t)
+    assert all(r.status == 0 for r in cq.wait(*tokens).values())
+    for s in keep:
+        lib.pto_stream_destroy(s)
+    assert device_stats(dev).streams == base
 
 
 def test_destroy_lets_queued_work_finish(dev, cq, new_stream):
