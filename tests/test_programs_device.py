@@ -21,7 +21,7 @@ from pypto_async.errors import PtoArgumentError, PtoError, PtoOutOfMemory
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import delay_task
 
-from test_programs import Chain, Diamond, Failing, Halves, HelloWorld, Tiles64, carried, chain_manual, poison, rand
+from test_programs import Chain, Diamond, Halves, HelloWorld, Tiles64, carried, chain_manual, poison, rand
 
 R, C = 128, 128
 F = pl.FP32

@@ -192,9 +192,6 @@ class CompiledProgram:
             raise PtoLoadError(f"cannot pickle {self.name!r}: its artifact directory {self.output_dir} "
                                f"is incomplete ({exc})") from exc
 
-    def __call__(self, *args, stream=None):
-        """Dispatch through the runtime: ``pypto_async.runtime._dispatch.dispatch``."""
-        return _dispatch(self, args, stream)
     def __call__(self, *args, stream=None, config=None):
         """Dispatch through the runtime (``pypto_async.runtime._dispatch.dispatch``).
 

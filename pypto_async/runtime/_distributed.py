@@ -32,7 +32,7 @@ from collections import deque
 import numpy as np
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from ..errors import PtoArgumentError, PtoError, PtoNotSupported
 from ._args import _is_torch_tensor
 from ._config import as_run_config
 from ._dispatch import queue_one
