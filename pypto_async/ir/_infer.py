@@ -9,7 +9,7 @@ source location.
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, DataType
 from .._signature import IN, SCALAR
 from ..errors import PtoCompileError

@@ -42,7 +42,7 @@ def _numel(shape) -> int:
 
 
 def _check_shape(shape, op: str, loc: Loc | None) -> None:
-    from .._checks import is_int
+    from .._scalars import is_int
 
     if not shape or any(not is_int(d) or d <= 0 for d in shape):
         raise _error(f"{op}: tile shape must be positive ints, got {list(shape)}", loc)

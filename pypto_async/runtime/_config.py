@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int, is_int, is_number
+from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError
 
