@@ -362,6 +362,7 @@ async def test_crossing_launches_stay_ordered_when_the_rings_overflow(kernels):
         t.free()
 
 
+@pytest.mark.slow
 def test_ordering_holds_while_the_writer_waits_in_its_fifo(open_worker, kernels):
     # The writer waits on the host for device memory (its stream's FIFO); the reader on another
     # stream is queued after it and must still see its result.
@@ -694,7 +695,7 @@ def test_inferred_waits_are_marked_in_the_trace(tmp_path, open_worker, kernels, 
 
 
 def test_the_readme_pipeline(kernels):
-    # README, "Data hazards": copies in, a kernel, copies out, on three streams, no waits; the
+    # docs/hazards.md: copies in, a kernel, copies out, on three streams, no waits; the
     # loading stream is held while every step is queued.
     async def main():
         steps = 4
@@ -724,6 +725,7 @@ def test_the_readme_pipeline(kernels):
         np.testing.assert_array_equal(out, batch + weight)
 
 
+@pytest.mark.slow
 def test_bench_hazards_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_hazards.py (figures, not timing assertions).
     import json
