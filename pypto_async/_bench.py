@@ -340,6 +340,7 @@ def run_bench(args) -> int:
     results: dict[str, dict] = {}
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load_start = _loadavg()
+    commit = _git_commit(bench_dir)  # before the run: the code that was measured
     progress = None
     if not args.no_progress:
         from tqdm import tqdm
@@ -363,7 +364,7 @@ def run_bench(args) -> int:
           f"{os.cpu_count()} CPUs{', quick run: not a measurement' if args.quick else ''})")
     print(format_table(results))
     doc = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-           "quick": bool(args.quick), "date": started, "commit": _git_commit(bench_dir),
+           "quick": bool(args.quick), "date": started, "commit": commit,
            "torch": _torch_version(), "load": {"start": load_start, "end": _loadavg()},
            "benchmarks": results}
     path = pathlib.Path(args.json)
