@@ -258,6 +258,13 @@ def format_markdown(doc: dict) -> str:
         + (f", torch {doc['torch']}" if doc.get("torch") else ", torch not installed"),
         f"- load average (1, 5, 15 min): {_load('start')} at the start, {_load('end')} at the end",
     ]
+    peak = max([*(load.get("start") or []), *(load.get("end") or [])], default=0)
+    if doc.get("cpus") and peak > doc["cpus"]:
+        lines.append(f"- the machine was shared: a load average above its {doc['cpus']} CPUs means other work "
+                     "competed with the benchmarks for them, so read the figures as a loaded machine's")
+    judged = [r["ok"] for e in doc.get("benchmarks", {}).values() if e.get("status") == "ok"
+              for r in e.get("rows", []) if r.get("ok") is not None]
+    lines.append(f"- targets met: {sum(judged)} of {len(judged)} (a row marked *no* is not within its target in this run)")
     if doc.get("quick"):
         lines.append("- **quick run** (`--quick`): a smoke run, not a measurement")
     lines += [

@@ -33,6 +33,10 @@ def test_the_page_names_date_commit_machine_and_load_and_keeps_each_target_by_it
     assert "| plain | 3 x |  |  |  |  |" in page
     assert "`bench_y`: failed (timed out after 600 s)" in page
     assert "do not edit by hand" in page
+    assert "targets met: 0 of 1" in page
+    assert "machine was shared" not in page  # a load of 1.5 on 2 CPUs
+    loaded = _bench.format_markdown({**DOC, "load": {"start": [5.0, 4.0, 3.0], "end": [7.0, 6.0, 5.0]}})
+    assert "the machine was shared: a load average above its 2 CPUs" in loaded
 
 
 def test_render_writes_the_page_of_an_earlier_run_without_running_anything(tmp_path, monkeypatch):

@@ -72,7 +72,7 @@ def test_every_relative_link_resolves(page):
         assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
 
 
-HISTORY = ["before the re-cut", "earlier runs", "later runs", "missed", "before and after", "before the driver",
+HISTORY = ["before the re-cut", "earlier runs", "later runs", "missed", "before and after the runtime", "before the driver",
            "as in the seed", "the seed's"]
 
 
