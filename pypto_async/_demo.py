@@ -24,7 +24,7 @@ each output buffer in full afterwards.  The pipelined run is captured with
 ``w.trace()``: the command prints throughput, the speed-up over the serial
 run and the overlap the trace shows, writes ``demo_trace.json`` (open it in
 https://ui.perfetto.dev) and ``demo_trace.png``, and says where they are.  The
-PNG needs matplotlib (``pip install 'pypto_async[demo]'``); without it the demo
+PNG needs matplotlib (``python3 -m pip install '.[demo]'`` in the source checkout); without it the demo
 runs all the same and its last line says how to get the picture.
 """
 
@@ -43,7 +43,7 @@ from ._cli_error import CliError
 __all__ = ["run_demo", "make_kernel", "DemoResult", "NO_MATPLOTLIB"]
 
 #: The report's last line when the swimlane PNG cannot be drawn.
-NO_MATPLOTLIB = "swimlane: not drawn, matplotlib is not installed (pip install 'pypto_async[demo]' adds it)"
+NO_MATPLOTLIB = "swimlane: not drawn, matplotlib is not installed (python3 -m pip install '.[demo]' in the source checkout adds it)"
 
 
 def make_kernel(rows: int, cols: int, blocks: int):

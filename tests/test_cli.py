@@ -381,7 +381,7 @@ def test_demo_runs_on_a_plain_install_and_says_how_to_get_the_png(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "matched numpy" in out.stdout and lines[-1] == NO_MATPLOTLIB
-    assert "pip install 'pypto_async[demo]'" in NO_MATPLOTLIB and "swimlane: /" not in out.stdout
+    assert "python3 -m pip install '.[demo]'" in NO_MATPLOTLIB and "swimlane: /" not in out.stdout
     assert (tmp_path / "demo_trace.json").is_file() and not (tmp_path / "demo_trace.png").exists()
 
 
