@@ -192,7 +192,7 @@ def main(argv=None) -> int:
         ("pto_nop() per call", f"{submit['nop_us']:.3f} us", ""),
         ("pto_stream_notify() per call", f"{submit['notify_us']:.3f} us", "target <= 1 us"),
         ("  ratio notify / nop", f"{submit['ratio']:.2f}x", ""),
-        (f"submit -> fd readable (poll waiter), idle device", f"{idle['readable_median_us']:.2f} us",
+        ("submit -> fd readable (poll waiter), idle device", f"{idle['readable_median_us']:.2f} us",
          "target < 10 us (median)"),
         ("  p90 / p99", f"{idle['readable_p90_us']:.2f} / {idle['readable_p99_us']:.2f} us", ""),
         ("  record end_ns - submit_ns", f"{idle['record_end_minus_submit_median_us']:.2f} us", ""),

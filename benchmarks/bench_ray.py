@@ -5,7 +5,7 @@ alternating rounds, medians over rounds:
 
 ``ChipActor.run``
     The time of one ``await actor.run.remote(key, x, w_ref, None)`` (the
-    seed's add kernel on 128x128 float32: ``x`` copied in, the weight
+    quickstart's add kernel on 128x128 float32: ``x`` copied in, the weight
     resident behind a TensorRef, the output a new array) against the floor:
     the same call on a bare async Ray actor whose method only makes the
     output array, carrying the same arguments.  Target: at most 1.5x.

@@ -1,4 +1,4 @@
-"""Explicit dispatch from the seed's runtime page: register once, call the handle in a hot loop.
+"""Explicit dispatch from PyPTO's runtime page: register once, call the handle in a hot loop.
 
 Only the imports differ from the PyPTO original (and PLATFORM is "sim").
 """

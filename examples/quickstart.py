@@ -1,4 +1,4 @@
-"""Quickstart from the seed's runtime page: keep a weight on the device.
+"""Quickstart from PyPTO's runtime page: keep a weight on the device.
 
 Only the imports differ from the PyPTO original (and PLATFORM is "sim").
 A DeviceTensor opts a buffer out of both copies, so the resident weight ``B``

@@ -250,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive_int, default=600, metavar="S",
                    help="seconds allowed per benchmark script (default: 600)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    p.add_argument("--markdown", default=None, metavar="PATH",
+                   help="also write the results as a dated Markdown page (e.g. docs/benchmarks.md)")
+    p.add_argument("--render", default=None, metavar="JSON",
+                   help="run nothing: render an earlier bench_results.json as the --markdown page")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("trace", help="render a trace JSON as a swimlane PNG",

@@ -24,7 +24,7 @@ each output buffer in full afterwards.  The pipelined run is captured with
 ``w.trace()``: the command prints throughput, the speed-up over the serial
 run and the overlap the trace shows, writes ``demo_trace.json`` (open it in
 https://ui.perfetto.dev) and ``demo_trace.png``, and says where they are.  The
-PNG needs matplotlib (``pip install 'pypto_async[demo]'``); without it the demo
+PNG needs matplotlib (``python3 -m pip install '.[demo]'`` in the source checkout); without it the demo
 runs all the same and its last line says how to get the picture.
 """
 
@@ -43,7 +43,7 @@ from ._cli_error import CliError
 __all__ = ["run_demo", "make_kernel", "DemoResult", "NO_MATPLOTLIB"]
 
 #: The report's last line when the swimlane PNG cannot be drawn.
-NO_MATPLOTLIB = "swimlane: not drawn, matplotlib is not installed (pip install 'pypto_async[demo]' adds it)"
+NO_MATPLOTLIB = "swimlane: not drawn, matplotlib is not installed (python3 -m pip install '.[demo]' in the source checkout adds it)"
 
 
 def make_kernel(rows: int, cols: int, blocks: int):
@@ -196,7 +196,8 @@ async def _serial(w, kernel, weight, batches, out, n: int, check) -> float:
 
 
 async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathlib.Path,
-                progress_file, show_progress: bool, cores: int | None = None, graph: bool = False) -> DemoResult:
+                progress_file, show_progress: bool, cores: int | None = None, graph: bool = False,
+                on_open=None) -> DemoResult:
     import numpy as np
 
     from .runtime import ChipWorker, RunConfig
@@ -225,6 +226,8 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
     async with ChipWorker(config=config) as w:
         cores = sum(1 for e in w.stats().engines if e.kind == "core")
+        if on_open is not None:
+            on_open(cores)  # the header, printed before the progress bar is drawn under it
         kernel_fn = make_kernel(rows, cols, _blocks_for(rows, cores))
         compiled = kernel_fn.compile(batches[0], weight_host, batches[0])
         kernel = w.register(compiled)
@@ -237,8 +240,10 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
         from tqdm import tqdm
 
+        # Drawn under the header, on a terminal only (disable=None), and erased when done
+        # (leave=False): the report that follows replaces it.
         with tqdm(total=n_batches, unit="batch", desc="pipelined", file=progress_file,
-                  disable=not show_progress, leave=False) as progress:
+                  disable=None if show_progress else True, leave=False) as progress:
             async with w.trace() as window:
                 loop = _pipeline_graph if graph else _pipeline
                 pipelined_s, names = await loop(w, kernel, weight, batches, outs, n_batches, progress, check)
@@ -261,8 +266,13 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 def run_demo(args) -> int:
     """Run the ``demo`` subcommand; return the exit status."""
     out_dir = pathlib.Path(args.out)
+    graph = getattr(args, "graph", False)
+
+    def header(cores: int) -> None:
+        print("\n".join(_header_lines(args.batches, args.rows, args.cols, args.depth, cores, graph)), flush=True)
+
     result = asyncio.run(_demo(args.rows, args.cols, args.batches, args.depth, out_dir,
-                               sys.stderr, not args.no_progress, args.cores, getattr(args, "graph", False)))
+                               sys.stderr, not args.no_progress, args.cores, graph, on_open=header))
     if not args.no_png:
         if _can_draw():
             from ._plot import render_trace
@@ -272,7 +282,7 @@ def run_demo(args) -> int:
                                                  f"{result.rows}x{result.cols} fp32, depth {result.depth}")
         else:
             result.png_missing = True
-    print(format_report(result))
+    print(format_report(result, header=False))
     return 0
 
 
@@ -285,19 +295,28 @@ def _can_draw() -> bool:
     return True
 
 
-def format_report(r: DemoResult) -> str:
-    """Return the demo's printed report."""
+def _header_lines(batches: int, rows: int, cols: int, depth: int, cores: int, graph: bool) -> list[str]:
+    """Return the report's first two lines: what runs, and on what."""
+    batch_bytes = rows * cols * 4
+    in_flight = min(depth, batches)
+    size = f"{batch_bytes / 2**20:.2f} MiB" if batch_bytes >= 2**20 else f"{batch_bytes / 2**10:.1f} KiB"
+    how = (f"one graph replay per batch ({in_flight} graphs, each on its own 3 streams: H2D | kernel | D2H)"
+           if graph else f"3 streams (H2D | kernel | D2H), {in_flight} batch{'es' if in_flight != 1 else ''} "
+                         "in flight")
+    return [
+        f"pypto_async demo: {batches} batches of {rows}x{cols} float32 "
+        f"({size} each), y = silu(x * w) with w resident on the device",
+        f"  sim device: {cores} core{'s' if cores != 1 else ''}, {how}",
+    ]
+
+
+def format_report(r: DemoResult, *, header: bool = True) -> str:
+    """Return the demo's printed report (without its first two lines if not `header`)."""
     s = r.summary
     moved = 2 * r.batch_bytes * r.batches  # H2D in, D2H out
     in_flight = min(r.depth, r.batches)
-    size = f"{r.batch_bytes / 2**20:.2f} MiB" if r.batch_bytes >= 2**20 else f"{r.batch_bytes / 2**10:.1f} KiB"
-    how = (f"one graph replay per batch ({in_flight} graphs, each on its own 3 streams: H2D | kernel | D2H)"
-           if r.graph else f"3 streams (H2D | kernel | D2H), {in_flight} batch{'es' if in_flight != 1 else ''} "
-                           "in flight")
     lines = [
-        f"pypto_async demo: {r.batches} batches of {r.rows}x{r.cols} float32 "
-        f"({size} each), y = silu(x * w) with w resident on the device",
-        f"  sim device: {r.cores} core{'s' if r.cores != 1 else ''}, {how}",
+        *(_header_lines(r.batches, r.rows, r.cols, r.depth, r.cores, r.graph) if header else []),
         f"  serial (1 stream):     {r.serial_s * 1e3:8.1f} ms   {r.batches / r.serial_s:8.0f} batches/s",
         f"  {'replayed graphs:' if r.graph else 'pipelined (3 streams):':22s} {r.pipelined_s * 1e3:8.1f} ms   {r.batches / r.pipelined_s:8.0f} batches/s   "
         f"{moved / r.pipelined_s / 1e9:.2f} GB/s copied   speed-up {r.serial_s / r.pipelined_s:.2f}x",

@@ -1,6 +1,6 @@
 """Many machines through Ray: an async actor owns a ChipWorker; callers hold handles.
 
-This module is the optional ``ray`` extra (``pip install 'pypto_async[ray]'``)
+This module is the optional ``ray`` extra (``python3 -m pip install '.[ray]'`` in the source checkout)
 and the only one in the package that imports Ray.
 
 * :class:`ChipActor` is a Ray actor class (``ChipActor.remote(config)``,

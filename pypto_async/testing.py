@@ -17,7 +17,7 @@ point, so every test session gets these fixtures without a ``conftest.py``:
     marker on the test (or its class or module) sets.  Override the fixture to
     change it for a whole directory.
 
-The sanitizer (see "Data hazards" in the README): with ``pto_sanitize = raise``
+The sanitizer (see docs/hazards.md): with ``pto_sanitize = raise``
 (or ``warn``) in your pytest configuration, or ``--pto-sanitize=raise`` on the
 command line, every worker your tests open checks the ordering you write
 yourself (``auto_deps=False``, ``manual_deps``) and raises

@@ -1,6 +1,6 @@
 """A user's tests of their own pipeline, with the pypto_async pytest plugin.
 
-(Run by tests/test_plugin.py through pytester; the README shows it.)
+(Run by tests/test_plugin.py through pytester; docs/testing.md shows it.)
 """
 
 import numpy as np

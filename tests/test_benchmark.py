@@ -38,6 +38,7 @@ def test_benchmark_checks_its_arguments(kernels, kwargs):
         benchmark(kernels.get("inc", 16), (np.zeros(16, np.float32),), **kwargs)
 
 
+@pytest.mark.slow
 def test_bench_runtime_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_runtime.py (figures, not timing assertions).
     import json
@@ -67,6 +68,7 @@ def test_bench_runtime_script_runs(tmp_path):
     assert results["config"]["torch"] == (torch.__version__ if torch is not None else None)
 
 
+@pytest.mark.slow
 def test_bench_service_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_service.py: every round checks its outputs against numpy;
     # the figures are reported, not asserted.

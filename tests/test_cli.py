@@ -69,6 +69,7 @@ def test_usage_error_is_one_line(capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_trace_renders_png(tmp_path, capsys):
     src = tmp_path / "t.json"
     src.write_text(json.dumps(pipeline_trace()))
@@ -133,6 +134,7 @@ def test_render_lanes_and_failures(tmp_path):
     assert_png(render_trace(doc, tmp_path / "f.png"))
 
 
+@pytest.mark.slow
 def test_render_reads_through_the_trace_model(tmp_path):
     from test_trace import CORES, pipeline_records, rec
 
@@ -289,6 +291,7 @@ def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
     assert "(0 kernels" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_bench_runs_the_real_driver_benchmark(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", "--only", "bench_driver", "--quick", "--json", str(out), "--no-progress"]) == 0
@@ -304,6 +307,7 @@ def test_bench_runs_the_real_driver_benchmark(tmp_path, capsys):
 # --- demo -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_runs_the_pipeline_and_writes_its_trace(tmp_path, capsys):
     from test_trace import check_chrome_trace
 
@@ -384,6 +388,7 @@ def test_demo_reports_a_wrong_result_in_one_line(tmp_path, capsys, monkeypatch):
 # --- a plain install (no extras) ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_runs_on_a_plain_install_and_says_how_to_get_the_png(tmp_path):
     """Without the extras (matplotlib, torch unimportable), the demo runs and names the extra."""
     from pypto_async._demo import NO_MATPLOTLIB
@@ -398,7 +403,7 @@ def test_demo_runs_on_a_plain_install_and_says_how_to_get_the_png(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "matched numpy" in out.stdout and lines[-1] == NO_MATPLOTLIB
-    assert "pip install 'pypto_async[demo]'" in NO_MATPLOTLIB and "swimlane: /" not in out.stdout
+    assert "python3 -m pip install '.[demo]'" in NO_MATPLOTLIB and "swimlane: /" not in out.stdout
     assert (tmp_path / "demo_trace.json").is_file() and not (tmp_path / "demo_trace.png").exists()
 
 

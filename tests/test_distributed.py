@@ -442,6 +442,7 @@ def test_lifecycle():
     assert one.is_closed
 
 
+@pytest.mark.slow
 def test_bench_devices_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_devices.py: its rounds check their results against
     # numpy; the figures are for the README, not asserted here.

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example is a process of its own
+
 ROOT = Path(__file__).resolve().parents[1]
 
 EXAMPLES = [

@@ -700,7 +700,7 @@ def test_inferred_waits_are_marked_in_the_trace(tmp_path, open_worker, kernels, 
 
 
 def test_the_readme_pipeline(kernels):
-    # README, "Data hazards": copies in, a kernel, copies out, on three streams, no waits; the
+    # docs/hazards.md: copies in, a kernel, copies out, on three streams, no waits; the
     # loading stream is held while every step is queued.
     async def main():
         steps = 4
@@ -730,6 +730,7 @@ def test_the_readme_pipeline(kernels):
         np.testing.assert_array_equal(out, batch + weight)
 
 
+@pytest.mark.slow
 def test_bench_hazards_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_hazards.py (figures, not timing assertions).
     import json

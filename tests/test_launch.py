@@ -139,7 +139,7 @@ async def test_cancelled_waiter_keeps_host_buffers_alive(config, kernels):
             launch = w.run(add, a, b, out)
 
             async def waiter():
-                await launch
+                await launch  # noqa: F821 (runs before the del below)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(waiter)
@@ -170,7 +170,7 @@ async def test_many_tasks_await_one_launch_some_cancelled(config, kernels, recwa
 
                 async def waiter(i):
                     try:
-                        got.append((i, await launch))
+                        got.append((i, await launch))  # noqa: F821 (runs before the del below)
                     except PtoKernelFault as exc:
                         got.append((i, exc))
 

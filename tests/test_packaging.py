@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_package_ships_its_type_marker_and_kernel_header(tmp_path):
     # build_py copies exactly what a wheel would get from pyproject.toml (modules and
     # package data), without compiling the driver.

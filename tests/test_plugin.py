@@ -1,7 +1,7 @@
 """The pytest plugin (pypto_async.testing): fixtures, hold() and fail_next().
 
 The helpers are tested here directly, with the plugin's own fixtures; a small
-user test file (the README's example) runs through ``pytester`` in a
+user test file (the example in docs/testing.md) runs through ``pytester`` in a
 subprocess, under pytest-asyncio and under anyio's plugin (asyncio and trio).
 """
 
@@ -275,7 +275,7 @@ def test_fail_next_rejects_bad_arguments(pto_worker):
 
 # --- a user's test file, through pytester -----------------------------------------------------
 
-README_EXAMPLE = pathlib.Path(__file__).with_name("plugin_user_example.py")
+USER_EXAMPLE = pathlib.Path(__file__).with_name("plugin_user_example.py")
 
 
 def _plugin_args() -> list[str]:
@@ -285,10 +285,11 @@ def _plugin_args() -> list[str]:
     return ["-p", "pypto_async.testing"]
 
 
+@pytest.mark.slow
 def test_user_test_file_runs_with_the_plugin(pytester, monkeypatch):
     root = pathlib.Path(__file__).resolve().parent.parent
     monkeypatch.setenv("PYTHONPATH", str(root))
-    pytester.makepyfile(test_user=README_EXAMPLE.read_text())
+    pytester.makepyfile(test_user=USER_EXAMPLE.read_text())
     pytester.makeini(textwrap.dedent("""
         [pytest]
         asyncio_mode = strict
@@ -298,6 +299,7 @@ def test_user_test_file_runs_with_the_plugin(pytester, monkeypatch):
     result.assert_outcomes(passed=5)
 
 
+@pytest.mark.slow
 def test_failing_user_test_fails_cleanly(pytester, monkeypatch):
     root = pathlib.Path(__file__).resolve().parent.parent
     monkeypatch.setenv("PYTHONPATH", str(root))

@@ -21,7 +21,7 @@ from pypto_async.errors import PtoArgumentError, PtoError, PtoOutOfMemory
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import delay_task
 
-from test_programs import Chain, Diamond, Failing, Halves, HelloWorld, Tiles64, carried, chain_manual, poison, rand
+from test_programs import Chain, Diamond, Halves, HelloWorld, Tiles64, carried, chain_manual, poison, rand
 
 R, C = 128, 128
 F = pl.FP32
@@ -346,6 +346,7 @@ def test_enable_dep_gen_writes_deps_json_with_inferred_and_declared_edges(tmp_pa
     assert not (tmp_path / "hello" / "dfx_outputs").exists()
 
 
+@pytest.mark.slow
 def test_from_dir_runs_a_program_in_a_fresh_process(tmp_path):
     ir.compile(Diamond, output_dir=tmp_path / "diamond")
     script = textwrap.dedent(f"""

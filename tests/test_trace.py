@@ -541,7 +541,7 @@ async def test_async_trace_window(tmp_path, kernels, anyio_backend):
     async with ChipWorker(RunConfig(**SMALL)) as w:
         a, b = w.stream(), w.stream()
         ys = [np.empty(N, np.float32) for _ in range(4)]
-        async with w.trace(tmp_path / "a.json") as tr:
+        async with w.trace(tmp_path / "a.json"):
             first = w.run(add, x, x, ys[0], stream=a)
             b.wait(first)
             for y in ys[1:]:

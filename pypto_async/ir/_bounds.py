@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from ._diag import compile_error
 from ._nodes import IBin, IConst, IScalar, IVar, Loc
 from ._valid import static_extent

@@ -9,7 +9,7 @@ source location.
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, DataType
 from .._signature import IN, SCALAR
 from ._nodes import (
@@ -21,10 +21,7 @@ from ._nodes import (
     Cast,
     Const,
     Full,
-    IBin,
     IConst,
-    IScalar,
-    IVar,
     Load,
     Loc,
     Matmul,
@@ -40,7 +37,7 @@ from ._bounds import check_window, index_range
 from ._diag import compile_error
 from ._layout import infer_layout
 from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
-from ._valid import agree, check_extents, extents, normalize, require_full, static_extent
+from ._valid import agree, check_extents, extents, normalize, require_full
 
 __all__ = [
     "compile_error",

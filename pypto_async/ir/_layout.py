@@ -8,7 +8,7 @@ view ops do; broadcast and concat compute in Vec.
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from ._bounds import check_window
 from ._diag import compile_error
 from ._nodes import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import sys
 
-from .._checks import is_int
+from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._nodes import For, Scope, Spmd
 from ._carry import carry_rebound, open_carries, tile_locals

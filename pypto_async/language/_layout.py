@@ -9,7 +9,7 @@ name promises.
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
 from ._memory import _tile, pad_name, record, valid_extents

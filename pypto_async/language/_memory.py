@@ -8,7 +8,7 @@ rest of the tile is padding until ``pl.fillpad`` fills it.
 
 from __future__ import annotations
 
-from .._checks import is_int
+from .._scalars import is_int
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_load, check_store, compile_error, infer_expr

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .._checks import is_int
+from .._scalars import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_matmul_acc, compile_error

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .._checks import is_int
+from .._scalars import is_int
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var

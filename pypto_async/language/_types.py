@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .._checks import is_int
+from .._scalars import is_int
 from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError

@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .._checks import is_int
+from .._scalars import is_int
 from ..errors import PtoArgumentError
 from ._call import complete_args
 from ._config import RunConfig, as_run_config

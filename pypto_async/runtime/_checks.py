@@ -1,19 +1,19 @@
 """Small argument checks shared by the runtime's objects (no driver, no state).
 
-The scalar validators (:func:`is_int`, :func:`is_number`, :func:`check_int`)
-are defined in :mod:`pypto_async._checks`, below every layer, so that the
-language and the IR ask "an int, not a bool" the same way without importing
-the runtime; they are re-exported here.
+The scalar predicates every layer asks (:func:`is_int`, :func:`is_number`,
+:func:`check_int`) are in :mod:`pypto_async._scalars`, below every layer, so
+that the language and the IR ask "an int, not a bool" the same way without
+importing the runtime.
 """
 
 from __future__ import annotations
 
 import math
 
-from .._checks import check_int, is_int, is_number
+from .._scalars import is_number
 from ..errors import PtoArgumentError
 
-__all__ = ["check_timeout", "check_int", "is_int", "is_number"]
+__all__ = ["check_timeout"]
 
 
 def check_timeout(timeout, what: str) -> float | None:

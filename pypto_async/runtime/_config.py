@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int, is_int, is_number
+from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError
 
@@ -109,8 +109,8 @@ class RunConfig:
         default): a launch or copy that reads a tensor last written on
         another stream waits for that write on the device, and one that
         writes waits for the earlier reads and write on other streams.
-        ``False`` leaves it to your ``stream.wait`` calls (see "Data hazards"
-        in the README).
+        ``False`` leaves it to your ``stream.wait`` calls (see
+        docs/hazards.md).
     sanitize : str or None
         ``"raise"`` or ``"warn"``: where ordering is yours (``auto_deps=False``,
         ``manual_deps``), check it: an access not ordered after a conflicting

@@ -1,4 +1,4 @@
-"""Copies: between DeviceTensors and host arrays, and the seed's raw blocking copies.
+"""Copies: between DeviceTensors and host arrays, and PyPTO's blocking copies by address.
 
 The worker's ``copy``, ``copy_from`` and ``copy_to`` delegate here.  A copy
 is one data command owned by a new :class:`Launch`, queued in stream order
@@ -131,7 +131,7 @@ def copy(worker, dst, src, stream) -> Launch:
 def copy_from(worker, host_ptr, dev_ptr, nbytes, stream) -> None:
     """Copy `nbytes` from device address `dev_ptr` to the host, and wait for it.
 
-    The seed's blocking device-to-host copy:
+    PyPTO's blocking device-to-host copy by address:
     ``w.copy_from(host_ptr, t.data_ptr, t.nbytes)``.
 
     Parameters

@@ -38,7 +38,7 @@ from collections import deque
 import numpy as np
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported, PtoTimeout
+from ..errors import PtoArgumentError, PtoError, PtoNotSupported, PtoTimeout
 from ._args import _is_torch_tensor
 from ._checks import check_timeout
 from ._config import as_run_config

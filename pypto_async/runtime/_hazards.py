@@ -90,7 +90,7 @@ from .._fastorder import setup as _fast_setup
 from .._hazard_rule import hazard
 from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
-from ._submit import overflowed, token
+from ._submit import overflowed
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
            "manual_region", "sanitize_mode", "ENV_SANITIZE"]

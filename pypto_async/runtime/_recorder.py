@@ -1,10 +1,10 @@
-"""Capture: move the driver's trace records of one device into open captures.
+"""Recorder: move the driver's trace records of one device into open trace windows.
 
 :func:`read_records` drains the driver's buffer, :func:`device_shape` reads
 the device's shape for the trace's lanes, and a :class:`TraceRecorder` hands
-every record it drains to each open :class:`TraceCapture`, so that captures
+every record it drains to each open :class:`TraceWindowRecords`, so that windows
 that overlap in time (a worker-long one and a ``w.trace()`` window) see the
-same records.  What a capture becomes is a :class:`~._trace.Trace`.
+same records.  What a window becomes is a :class:`~._trace.Trace`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 
 from ._trace import Trace, TraceRecord
 
-__all__ = ["read_records", "device_shape", "TraceCapture", "TraceRecorder"]
+__all__ = ["read_records", "device_shape", "TraceWindowRecords", "TraceRecorder"]
 
 _READ_BATCH = 4096
 _KEEP_TAGS = 65536  # graph replays remembered for naming their records (the driver keeps 65536 records)
@@ -63,8 +63,8 @@ def device_shape(dev) -> dict:
 def _tag_graphs(records: list, tags: list) -> tuple[list, list]:
     """Name the graph on the records of replayed commands (their tokens lie in a replay's range).
 
-    Returns the records and the tokens of those that are waits the graph's
-    capture inferred (a tag's fourth item: their offsets from its first token).
+    Returns the records and the tokens of those that are waits the
+    graph capture inferred (a tag's fourth item: their offsets from its first token).
     """
     import bisect
     import dataclasses
@@ -83,8 +83,8 @@ def _tag_graphs(records: list, tags: list) -> tuple[list, list]:
     return out, inferred
 
 
-class TraceCapture:
-    """An open capture: the records finished while it is open.
+class TraceWindowRecords:
+    """An open trace window: the records finished while it is open.
 
     Made by :meth:`TraceRecorder.start`; :meth:`TraceRecorder.finish` closes it
     and returns the :class:`Trace`.
@@ -94,7 +94,7 @@ class TraceCapture:
 
     def __init__(self, since_ns: int, dropped_before: int):
         self._records: list[TraceRecord] = []
-        self._inferred: set[int] = set()  # tokens of replayed waits a capture inferred
+        self._inferred: set[int] = set()  # tokens of replayed waits a graph capture inferred
         self.since_ns = since_ns
         self.until_ns: int | None = None
         self.closed = False
@@ -103,12 +103,12 @@ class TraceCapture:
 
 
 class TraceRecorder:
-    """Move the driver's trace records of one device into the open captures.
+    """Move the driver's trace records of one device into the open trace windows.
 
-    A worker owns one recorder.  The driver traces while at least one capture
+    A worker owns one recorder.  The driver traces while at least one trace window
     is open (or always, when the device was opened with ``trace=1``); every
-    :meth:`poll` moves the driver's records into each open capture, so a
-    worker-long capture and a ``w.trace()`` window can be open at once and
+    :meth:`poll` moves the driver's records into each open trace window, so a
+    worker-long window and a ``w.trace()`` window can be open at once and
     both see the same records.  Poll often enough that the driver's buffer
     (``trace_capacity`` records) does not overflow; :attr:`Trace.dropped`
     reports it when it does.
@@ -118,7 +118,7 @@ class TraceRecorder:
     dev : cdata ``pto_device *``
         The device; it must stay open until :meth:`close`.
     always_on : bool
-        The device was opened with tracing on: leave it on when no capture is open.
+        The device was opened with tracing on: leave it on when no trace window is open.
     stream_names : callable, optional
         Returns ``{stream_id: label}`` for the streams to name in the trace.
     inferred : callable, optional
@@ -126,23 +126,23 @@ class TraceRecorder:
     """
 
     # (Slots: automatic ordering's compiled common case reads graph_tags on every crossing launch.)
-    __slots__ = ("_dev", "_always_on", "_stream_names", "_inferred", "_captures", "_lock", "_device", "graph_tags")
+    __slots__ = ("_dev", "_always_on", "_stream_names", "_inferred", "_windows", "_lock", "_device", "graph_tags")
 
     def __init__(self, dev, *, always_on: bool = False, stream_names=None, inferred=None):
         self._dev = dev
         self._always_on = always_on
         self._stream_names = stream_names
         self._inferred = inferred
-        self._captures: list[TraceCapture] = []
+        self._windows: list[TraceWindowRecords] = []
         self._lock = threading.Lock()
         self._device = device_shape(dev)
         #: While tracing: ``(first token, last token, graph name, offsets of its inferred waits)`` of
         #: each graph replay, in token order (``Graph.replay`` appends), so records of replayed
-        #: commands name their graph, and the waits its capture inferred are marked as such.
+        #: commands name their graph, and the waits its graph capture inferred are marked as such.
         self.graph_tags: list | None = [] if always_on else None
 
-    def start(self) -> TraceCapture:
-        """Open a capture of the commands submitted from now on."""
+    def start(self) -> TraceWindowRecords:
+        """Open a trace window on the commands submitted from now on."""
         from .._driver import lib
 
         with self._lock:
@@ -150,17 +150,17 @@ class TraceRecorder:
                 from ..errors import PtoClosedError
 
                 raise PtoClosedError("cannot start a trace: the device is closed")
-            if not self._captures:
-                self._drain_locked()  # records from before the capture are not its business
+            if not self._windows:
+                self._drain_locked()  # records from before the window are not its business
                 if not self._always_on:
                     lib.pto_trace_enable(self._dev, 1)
                     self.graph_tags = []
-            cap = TraceCapture(int(lib.pto_now_ns()), int(lib.pto_trace_dropped(self._dev)))
-            self._captures.append(cap)
-            return cap
+            win = TraceWindowRecords(int(lib.pto_now_ns()), int(lib.pto_trace_dropped(self._dev)))
+            self._windows.append(win)
+            return win
 
     def poll(self) -> int:
-        """Move the driver's records into every open capture; return how many moved."""
+        """Move the driver's records into every open trace window; return how many moved."""
         with self._lock:
             return self._drain_locked()
 
@@ -172,47 +172,47 @@ class TraceRecorder:
             records, inferred = _tag_graphs(records, tags)
             if len(tags) > _KEEP_TAGS:  # a worker-long trace: what is this old was read or dropped
                 del tags[:len(tags) - _KEEP_TAGS]
-        for cap in self._captures:
-            cap._records.extend(records)
+        for win in self._windows:
+            win._records.extend(records)
             if inferred:
-                cap._inferred.update(inferred)
+                win._inferred.update(inferred)
         return len(records)
 
-    def finish(self, cap: TraceCapture) -> Trace:
-        """Close ``cap`` and return its trace.
+    def finish(self, win: TraceWindowRecords) -> Trace:
+        """Close ``win`` and return its trace.
 
-        Call it once the work submitted during the capture has completed (the
+        Call it once the work submitted during the window has completed (the
         records of unfinished commands are not there yet).  Records of
-        commands submitted before the capture started are left out.
+        commands submitted before the window started are left out.
         """
         from .._driver import lib
 
         with self._lock:
-            if cap.closed:
-                raise ValueError("this trace capture is already finished")
+            if win.closed:
+                raise ValueError("this trace window is already finished")
             if self._dev is not None:
                 self._drain_locked()
-                cap._dropped_after = int(lib.pto_trace_dropped(self._dev))
-                if len(self._captures) == 1 and not self._always_on:
+                win._dropped_after = int(lib.pto_trace_dropped(self._dev))
+                if len(self._windows) == 1 and not self._always_on:
                     lib.pto_trace_enable(self._dev, 0)
                     self.graph_tags = None
-            cap.closed = True
-            cap.until_ns = int(lib.pto_now_ns())
-            self._captures.remove(cap)
-            dropped = cap._dropped_after - cap._dropped_before
+            win.closed = True
+            win.until_ns = int(lib.pto_now_ns())
+            self._windows.remove(win)
+            dropped = win._dropped_after - win._dropped_before
         names = dict(self._stream_names()) if self._stream_names is not None else {}
-        records = tuple(r for r in cap._records if (r.submit_ns or r.begin_ns) >= cap.since_ns)
+        records = tuple(r for r in win._records if (r.submit_ns or r.begin_ns) >= win.since_ns)
         kept = self._inferred() if self._inferred is not None else ()
-        edges = cap._inferred
+        edges = win._inferred
         inferred = frozenset(r.token for r in records
                              if r.kind_name == "wait" and (r.token in kept or r.token in edges))
         return Trace(records, dropped=dropped, device=self._device, stream_names=names,
                      inferred_waits=inferred)
 
     def close(self) -> None:
-        """Collect what the driver holds for the open captures and let go of the device.
+        """Collect what the driver holds for the open trace windows and let go of the device.
 
-        Call it before the device closes.  Open captures can still be
+        Call it before the device closes.  Open windows can still be
         finished afterwards, with the records collected up to now.
         Idempotent.
         """
@@ -223,6 +223,6 @@ class TraceRecorder:
                 return
             self._drain_locked()
             dropped = int(lib.pto_trace_dropped(self._dev))
-            for cap in self._captures:
-                cap._dropped_after = dropped
+            for win in self._windows:
+                win._dropped_after = dropped
             self._dev = None

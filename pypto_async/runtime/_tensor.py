@@ -268,10 +268,10 @@ class DeviceTensor:
     def __reduce__(self):
         """Refuse: the data lives in one process's device memory, which a pickle cannot carry."""
         raise PtoNotSupported(
-            f"a DeviceTensor cannot be pickled: it lives in the device memory of one ChipWorker, in this "
-            f"process. To keep a tensor on a Ray actor and pass it around, hold the actor's handle instead "
-            f"(pypto_async.ray: ChipActor.put / alloc return a TensorRef); to send the data, pickle "
-            f"`await t.to_host()` (or t.numpy())"
+            "a DeviceTensor cannot be pickled: it lives in the device memory of one ChipWorker, in this "
+            "process. To keep a tensor on a Ray actor and pass it around, hold the actor's handle instead "
+            "(pypto_async.ray: ChipActor.put / alloc return a TensorRef); to send the data, pickle "
+            "`await t.to_host()` (or t.numpy())"
         )
 
     def __exit__(self, *exc_info) -> None:

@@ -3,14 +3,14 @@
 When tracing is on, the driver writes one ``pto_trace_record`` per command it
 finishes (and one per block of a launch): stream, engine, kind, name, bytes and
 the submit/start/end times of ``pto_now_ns()``.  This module holds the model
-of a captured trace, :class:`Trace` (the records and the device's shape), and
+of a recorded trace, :class:`Trace` (the records and the device's shape), and
 its analysis, :class:`TraceSummary` (busy, copy, compute and overlapped time).
 
 Where the other parts of tracing live:
 
 * ``_chrome.py``: the trace as Chrome/Perfetto JSON, both ways
   (:meth:`Trace.to_chrome`, :meth:`Trace.from_chrome`);
-* ``_recorder.py``: moving the driver's records into open captures;
+* ``_recorder.py``: moving the driver's records into open trace windows;
 * ``_tracing.py``: a worker's trace windows and the files it writes.
 """
 
@@ -187,7 +187,7 @@ class TraceSummary:
 
 @dataclass(frozen=True)
 class Trace:
-    """A captured swimlane trace: the driver's records and the device's shape.
+    """A recorded swimlane trace: the driver's records and the device's shape.
 
     Get one from :meth:`ChipWorker.trace` (a window) or from a worker opened
     with ``RunConfig(enable_chip_swimlane=True)`` (its whole life), or read
@@ -208,7 +208,7 @@ class Trace:
     inferred_waits : frozenset of int
         Tokens of the waits the runtime inserted itself to order DeviceTensors
         across streams (``auto_deps``), eager ones and those of graph replays
-        that their capture inferred; their arrows are marked inferred.
+        that their graph capture inferred; their arrows are marked inferred.
     """
 
     records: tuple[TraceRecord, ...]

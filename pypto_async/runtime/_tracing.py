@@ -13,7 +13,7 @@ import pathlib
 import threading
 
 from ._chrome import write_json
-from ._recorder import TraceCapture, TraceRecorder
+from ._recorder import TraceWindowRecords, TraceRecorder
 from ._trace import Trace
 
 __all__ = ["TraceWindow", "WorkerTracing"]
@@ -34,7 +34,7 @@ class TraceWindow:
     path : pathlib.Path or None
         Where the JSON is written on exit.
     trace : Trace or None
-        The captured trace, once the block has exited.
+        The recorded trace, once the block has exited.
     stats_path : pathlib.Path or None
         Where the scope statistics went (``enable_scope_stats``), next to
         the trace: ``<path stem>.stats.json``.
@@ -44,7 +44,7 @@ class TraceWindow:
 
     def __init__(self, tracing: "WorkerTracing", path):
         self._tracing = tracing
-        self._cap: TraceCapture | None = None
+        self._cap: TraceWindowRecords | None = None
         self.path = pathlib.Path(path) if path is not None else None
         self.trace: Trace | None = None
         self.stats_path: pathlib.Path | None = None
@@ -91,7 +91,7 @@ class WorkerTracing:
     """A worker's swimlane and scope-statistics outputs (``enable_chip_swimlane``, ``enable_scope_stats``).
 
     The worker makes one when it opens.  With ``enable_chip_swimlane`` it
-    captures the worker's whole life and writes it when the worker closes, to
+    records the worker's whole life and writes it when the worker closes, to
     :attr:`life_path`: ``pto_swimlane_<pid>_<n>.json`` in
     ``RunConfig.save_kernels_dir`` when that is set, else in the current
     directory.  With ``enable_scope_stats`` the per-stream and per-engine

@@ -75,7 +75,7 @@ class ChipWorker:
 
     * **sync mode** — under ``with`` (or with no context manager at all, then
       :meth:`close` it): a launch call returns once the launch completed, as
-      in the seed.
+      in PyPTO.
     * **async mode** — under ``async with`` (or after ``await worker.open()``
       for a long-lived worker): a launch call returns a :class:`Launch` at
       once and you ``await`` it.  Works under asyncio, uvloop and trio; the

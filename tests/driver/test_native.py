@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUN = ROOT / "native" / "tests" / "run.sh"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc with sanitizers")
 @pytest.mark.parametrize("mode", ["asan", "tsan"])
 def test_native_suite_runs_clean_under_sanitizer(mode):

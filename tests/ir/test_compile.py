@@ -153,6 +153,7 @@ def test_from_dir_in_a_fresh_process(tmp_path):
     assert res.stdout.startswith("ok add_kernel_")
 
 
+@pytest.mark.slow
 def test_two_processes_compile_the_same_kernel_with_a_cold_cache(tmp_path):
     """Both processes are inside the C compiler at once (a barrier in $CC); both succeed."""
     cache = tmp_path / "cache"

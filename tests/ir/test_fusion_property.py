@@ -10,6 +10,7 @@ the model is exact up to summation order) and run on the sim device.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -126,6 +127,7 @@ def _model_body(ops, x, r, c, io, outs):
             io[...] = vals[op[1]]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=programs(), trips=st.sampled_from([0, 1, 3]), seed=st.integers(0, 2**16))
 def test_random_programs_match_numpy(launcher, ops, trips, seed):

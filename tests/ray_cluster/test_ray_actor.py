@@ -32,6 +32,8 @@ from pypto_async.ray import ChipActor, _settle, call, pipeline
 from pypto_async.runtime import ChipWorker
 from pypto_async.testing import SIM_DEVICE
 
+pytestmark = pytest.mark.slow  # a two-node Ray cluster: seconds to start
+
 
 @pytest.mark.asyncio
 async def test_quickstart_through_an_actor_matches_torch(actors, programs):

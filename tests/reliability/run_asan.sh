@@ -42,4 +42,4 @@ if [ $# -eq 0 ]; then
     # with libasan preloaded into gcc, LeakSanitizer would report the compiler's leaks.
     set -- tests/reliability tests/driver --ignore=tests/driver/test_native.py
 fi
-LD_PRELOAD="$PRELOAD" python -m pytest -p no:cacheprovider -q -x "$@"
+LD_PRELOAD="$PRELOAD" python -m pytest -p no:cacheprovider -q -x -m "" "$@"

@@ -80,6 +80,7 @@ async def _tick_through(produce) -> tuple[int, int]:
     pytest.param(dict(ring=4, kernel="noop", n=16), id="keeps-up-4-slot-ring"),
     pytest.param(dict(ring=4, kernel="inc", n=1 << 15), id="falls-behind-4-slot-ring"),
 ])
+@pytest.mark.slow
 async def test_a_producer_loop_lets_the_event_loop_run(rel_kernels, device):
     """10,000 ``await h.submit(t)`` in a row: a ticker beside them ticks all along."""
     cfg = RunConfig(ring_task_window=device["ring"], ring_heap=64 * device["ring"], cores=1, copy_engines=1,

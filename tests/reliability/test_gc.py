@@ -11,6 +11,7 @@ import threading
 import warnings
 
 import numpy as np
+import pytest
 
 from pypto_async import testing
 from pypto_async.runtime import ChipWorker, RunConfig
@@ -62,6 +63,7 @@ def test_dropped_tensor_in_async_mode_is_freed(rel_kernels):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_open_close_leaves_no_threads(rel_kernels):
     add = rel_kernels.get("add", N)
     gc.collect()

@@ -86,6 +86,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+@pytest.mark.slow
 def test_worker_used_in_a_forked_child_raises(rel_kernels, tmp_path):
     import subprocess
 
@@ -107,6 +108,7 @@ def _spawned(add, seed: int, q) -> None:
     q.put((seed, bool((out == a + b).all())))
 
 
+@pytest.mark.slow
 def test_multiprocessing_spawn_children_compute(rel_kernels):
     add = rel_kernels.get("add", N)  # built here once; the children only load it
     ctx = multiprocessing.get_context("spawn")
@@ -220,6 +222,7 @@ print("clean exit")
 
 @pytest.mark.parametrize("scenario", ["asyncio_wait_for", "asyncio_cancel", "trio_cancel_scope",
                                       "interrupted_close", "infinite_timeout"])
+@pytest.mark.slow
 def test_a_cut_short_close_keeps_host_arrays_alive_until_the_device_let_go(scenario, tmp_path):
     import subprocess
 

@@ -12,6 +12,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from pypto_async import testing
 from pypto_async.errors import PtoDependencyError, PtoKernelFault
@@ -86,6 +87,7 @@ async def _traffic(seconds: float, seed: int):
 _kernels = []
 
 
+@pytest.mark.slow
 def test_soak_returns_to_its_starting_point(rel_kernels):
     _kernels[:] = [rel_kernels.get(n, N) for n in ("add", "inc", "fail")]
     asyncio.run(_traffic(0.5, 0))  # warm-up: caches, allocator arenas, imports

@@ -45,7 +45,10 @@ from .model import COPY_FAULT, DEPENDENCY, OK, Model, MTensor
 # A failed init copy of alloc_tensor(init=...) has no Launch to retrieve its error from
 # (test_regressions.py, test_failed_init_copy_is_not_silently_lost); the model already treats
 # such a tensor's contents as unknown.  teardown() marks those errors seen.
-pytestmark = pytest.mark.filterwarnings(r"ignore:alloc_tensor\(init=\.\.\.\) copy failed:RuntimeWarning")
+pytestmark = [
+    pytest.mark.slow,  # hypothesis state machines: seconds each
+    pytest.mark.filterwarnings(r"ignore:alloc_tensor\(init=\.\.\.\) copy failed:RuntimeWarning"),
+]
 
 N = 16
 STREAMS = 3

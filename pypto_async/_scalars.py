@@ -5,8 +5,8 @@ int" always means "an int that is not a bool" and is asked in one place.  The
 language and the IR raise their own errors (with the kernel's file and line)
 from the predicates; the runtime's settings use :func:`check_int`, which
 raises :class:`~pypto_async.errors.PtoArgumentError` naming the argument.
-``pypto_async.runtime._checks`` re-exports these beside the runtime's own
-checks.
+The runtime's own argument checks (timeouts, ...) are in
+``pypto_async.runtime._checks``.
 """
 
 from __future__ import annotations

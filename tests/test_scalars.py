@@ -1,31 +1,30 @@
-"""The scalar validators (pypto_async/_checks.py): a bool is never an int, and the message names the argument."""
+"""The scalar validators (pypto_async/_scalars.py): a bool is never an int, and the message names the argument."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pypto_async import _checks
+from pypto_async import _scalars
 from pypto_async.errors import PtoArgumentError
-from pypto_async.runtime import _checks as runtime_checks
 
 
 @pytest.mark.parametrize("value, want", [(0, True), (-3, True), (2**70, True), (True, False), (False, False),
                                          (1.0, False), ("1", False), (None, False), (np.int64(3), False)])
 def test_is_int(value, want):
-    assert _checks.is_int(value) is want
+    assert _scalars.is_int(value) is want
 
 
 @pytest.mark.parametrize("value, want", [(0, True), (1.5, True), (float("inf"), True), (True, False),
                                          ("1", False), (None, False)])
 def test_is_number(value, want):
-    assert _checks.is_number(value) is want
+    assert _scalars.is_number(value) is want
 
 
 def test_check_int_returns_the_value_within_its_bounds():
-    assert _checks.check_int(5, "n") == 5
-    assert _checks.check_int(1, "n", low=1, high=1) == 1
-    assert _checks.check_int(None, "n", low=1, optional=True) is None
+    assert _scalars.check_int(5, "n") == 5
+    assert _scalars.check_int(1, "n", low=1, high=1) == 1
+    assert _scalars.check_int(None, "n", low=1, optional=True) is None
 
 
 @pytest.mark.parametrize("value, bounds, message", [
@@ -38,10 +37,6 @@ def test_check_int_returns_the_value_within_its_bounds():
 ])
 def test_check_int_refuses_with_a_message_that_names_the_argument(value, bounds, message):
     with pytest.raises(PtoArgumentError) as ei:
-        _checks.check_int(value, "n", **bounds)
+        _scalars.check_int(value, "n", **bounds)
     assert str(ei.value) == message
 
-
-def test_the_runtime_sees_the_same_validators():
-    for name in ("is_int", "is_number", "check_int"):
-        assert getattr(runtime_checks, name) is getattr(_checks, name)
