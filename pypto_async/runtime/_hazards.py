@@ -93,7 +93,7 @@ from ._queue import QUEUED
 from ._submit import overflowed, token
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
-           "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+           "prune_clocks", "fold_readers", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -101,6 +101,8 @@ _MODES = ("off", "raise", "warn")
 _PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
 _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
+_FOLD_FROM = 4  # readers a tensor notes before it folds the closed streams' ones
+_CLOCK_SLACK = 16  # entries of gone streams a clock may hold beyond one per live stream
 _wait_stream = lib.pto_stream_wait_stream
 _SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
 _WAIT_QUEUED = lib.PTO_EDGE_WAIT_QUEUED
@@ -157,6 +159,52 @@ def merge_clock(stream, event) -> None:
     _merge(stream._oclock, osnapshot, me, src, r)
     if snapshot is not None:
         _merge(stream._clock, snapshot, me, src, r)
+
+
+def prune_clocks(worker) -> None:
+    """Drop gone streams' entries from clocks grown past one per live stream and a slack (lock held).
+
+    A stream's clock gains an entry for every stream it waits for, directly
+    or through others; without this, a long-lived stream's clock (and the
+    snapshot each of its events copies) would grow with every short-lived
+    stream ever seen.  Called when a stream is made or closed.  Dropping an
+    entry of ``_clock`` is always sound: it only lets an edge be skipped (an
+    edge to a gone stream is then queued again, and costs one wait).  The
+    sanitizer reads ``_oclock`` to prove an access ordered, so while it is on
+    those entries stay.
+    """
+    live = worker._streams
+    bound = 2 * len(live) + _CLOCK_SLACK
+    hz = worker._hazards
+    prune_o = hz is None or hz.mode == "off"
+    for stream in live.values():
+        for clock in (stream._clock, stream._oclock) if prune_o else (stream._clock,):
+            if len(clock) > bound:
+                for sid in [sid for sid in clock if sid not in live]:
+                    del clock[sid]
+
+
+def fold_readers(hz, t, readers: dict) -> None:
+    """Fold the reads of closed streams among `t`'s readers into one read of the fold point (lock held).
+
+    A write after them waits for the fold point's tail, which is ordered
+    after all those streams' work (``_stream.fold_point``), where it waited
+    for each of them: sound, over-waiting.  Ordering only: a failure of a
+    closed reader is not carried to a later writer through it.  With the
+    sanitizer on, a read still in flight stays (the sanitizer names it).
+    """
+    pending = hz.queue.pending if hz is not None and hz.mode != "off" else None
+    fold = t._worker._fold
+    pos = 0
+    for r_stream in [s for s in readers if s._closed and s._folded and s is not fold]:
+        if pending is not None and readers[r_stream][1] in pending:
+            continue
+        pos = max(pos, r_stream._folded)
+        del readers[r_stream]
+    if pos:
+        prev = readers.get(fold)
+        if prev is None or prev[1] < pos:
+            readers[fold] = (fold, pos, None, None)
 
 
 def _merge(clock: dict, snapshot: dict, me: int, src: int, r: int) -> None:
@@ -388,6 +436,8 @@ class Hazards:
                 if readers is None:
                     t._readers = {stream: acc}
                 else:
+                    if len(readers) >= _FOLD_FROM and stream not in readers:
+                        fold_readers(self, t, readers)
                     readers[stream] = acc
 
     def raw_access(self, stream, lo: int, nbytes: int, reads: bool, label: str) -> None:
@@ -599,7 +649,7 @@ def _first_use(t, stream) -> None:
     # (A point of another worker, a peer copy's, is not in this worker's clocks.)
     ready = t._ready._clock if t._ready is not None and t._ready._worker is stream._worker else None
     if ready is not None and stream._clock.get(ready[0], 0) > ready[1]:
-        t._streams.add(stream)  # an edge just queued waits for more than the join would
+        t._add_stream(stream)  # an edge just queued waits for more than the join would
     else:
         t._join(stream)
 
