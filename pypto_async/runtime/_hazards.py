@@ -159,6 +159,8 @@ def merge_clock(stream, event) -> None:
     _merge(stream._oclock, osnapshot, me, src, r)
     if snapshot is not None:
         _merge(stream._clock, snapshot, me, src, r)
+    if len(stream._clock) > _CLOCK_SLACK or len(stream._oclock) > _CLOCK_SLACK:
+        _prune_clock(stream)  # an event of a closed stream names streams gone since
 
 
 def prune_clocks(worker) -> None:
@@ -167,21 +169,27 @@ def prune_clocks(worker) -> None:
     A stream's clock gains an entry for every stream it waits for, directly
     or through others; without this, a long-lived stream's clock (and the
     snapshot each of its events copies) would grow with every short-lived
-    stream ever seen.  Called when a stream is made or closed.  Dropping an
+    stream ever seen.  Called when a stream is made or closed, and for one
+    stream when it merged a large snapshot (:func:`merge_clock`).  Dropping an
     entry of ``_clock`` is always sound: it only lets an edge be skipped (an
     edge to a gone stream is then queued again, and costs one wait).  The
     sanitizer reads ``_oclock`` to prove an access ordered, so while it is on
     those entries stay.
     """
+    for stream in worker._streams.values():
+        _prune_clock(stream)
+
+
+def _prune_clock(stream) -> None:
+    """:func:`prune_clocks` for one stream (it just merged a snapshot that may name gone streams)."""
+    worker = stream._worker
     live = worker._streams
     bound = 2 * len(live) + _CLOCK_SLACK
     hz = worker._hazards
-    prune_o = hz is None or hz.mode == "off"
-    for stream in live.values():
-        for clock in (stream._clock, stream._oclock) if prune_o else (stream._clock,):
-            if len(clock) > bound:
-                for sid in [sid for sid in clock if sid not in live]:
-                    del clock[sid]
+    for clock in (stream._clock, stream._oclock) if hz is None or hz.mode == "off" else (stream._clock,):
+        if len(clock) > bound:
+            for sid in [sid for sid in clock if sid not in live]:
+                del clock[sid]
 
 
 def fold_readers(hz, t, readers: dict) -> None:
