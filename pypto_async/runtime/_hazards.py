@@ -93,7 +93,7 @@ from ._queue import QUEUED
 from ._submit import overflowed, token
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
-           "prune_clocks", "fold_readers", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+           "prune_clocks", "closed", "fold_readers", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -173,8 +173,8 @@ def prune_clocks(worker) -> None:
     stream when it merged a large snapshot (:func:`merge_clock`).  Dropping an
     entry of ``_clock`` is always sound: it only lets an edge be skipped (an
     edge to a gone stream is then queued again, and costs one wait).  The
-    sanitizer reads ``_oclock`` to prove an access ordered, so while it is on
-    those entries stay.
+    sanitizer reads ``_oclock`` to prove an access ordered: an entry there
+    goes only once nothing it could prove is left in flight (:func:`closed`).
     """
     for stream in worker._streams.values():
         _prune_clock(stream)
@@ -185,11 +185,35 @@ def _prune_clock(stream) -> None:
     worker = stream._worker
     live = worker._streams
     bound = 2 * len(live) + _CLOCK_SLACK
+    clock = stream._clock
+    if len(clock) > bound:
+        for sid in [sid for sid in clock if sid not in live]:
+            del clock[sid]
+    clock = stream._oclock
+    if len(clock) > bound:
+        hz = worker._hazards
+        gone = hz.gone if hz is not None else {}
+        for sid in [sid for sid in clock if sid not in live and ((g := gone.get(sid)) is None or g._done)]:
+            del clock[sid]
+
+
+def closed(stream) -> None:
+    """`stream` was closed (lock held): remember it while its work may be in flight, if the sanitizer is on.
+
+    The sanitizer proves an access ordered with ``_oclock``: an entry of a
+    closed stream may go once the host saw its final point complete (its
+    accesses have all left the token map, so none can race any more), and
+    one of a stream collected unclosed at once (no record names it).
+    """
+    worker = stream._worker
     hz = worker._hazards
-    for clock in (stream._clock, stream._oclock) if hz is None or hz.mode == "off" else (stream._clock,):
-        if len(clock) > bound:
-            for sid in [sid for sid in clock if sid not in live]:
-                del clock[sid]
+    if hz is not None and hz.mode != "off" and stream._final is not None:
+        gone = hz.gone
+        gone[stream._id] = stream._final
+        if len(gone) > _CLOCK_SLACK:
+            for sid in [sid for sid, final in gone.items() if final._done]:
+                del gone[sid]
+    prune_clocks(worker)
 
 
 def fold_readers(hz, t, readers: dict) -> None:
@@ -307,7 +331,7 @@ class Hazards:
     """
 
     __slots__ = ("worker", "queue", "auto", "mode", "stacks", "fast", "inferred", "skipped", "races",
-                 "inferred_tokens", "_hosts", "recorder")
+                 "inferred_tokens", "_hosts", "recorder", "gone")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -322,6 +346,7 @@ class Hazards:
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
+        self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
         if not _fast_ready:
             _setup_fast()
 

@@ -25,7 +25,7 @@ from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event
-from ._hazards import mark, merge_clock, prune_clocks
+from ._hazards import closed, mark, merge_clock, prune_clocks
 from ._launch import Launch, _Marker
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
@@ -279,7 +279,7 @@ class Stream:
             self._closed = True
             if self not in self._queue.backlog:  # else the flush that empties it destroys it
                 self._destroy()
-            prune_clocks(worker)
+            closed(self)
 
     def __del__(self):
         # Nothing references the stream any more (tensors, launches, events and queued
