@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import PtoCanceledError, PtoDependencyError, PtoInvalidStateError
+from ._queue import _running_loop, resolve_soon
 from ._waitable import _Until, _Waitable
 
 __all__ = ["Launch", "mark_turn"]
@@ -273,15 +274,23 @@ class Launch(_Waitable):
             self._worker._release_waiters(self)
 
     def _deliver(self, waiters, exc) -> None:
-        """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome."""
+        """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome.
+
+        Off their loop's thread (a close or a blocking drive on another
+        thread), through the loop's thread-safe path (``_queue.resolve_soon``).
+        """
+        here = _running_loop()
         for fut in waiters:
             if fut.done():  # its task was cancelled
                 continue
             try:
-                if exc is None:
+                if fut.get_loop() is not here:
+                    resolve_soon(fut, self._out, exc)
+                elif exc is None:
                     fut.set_result(self._out)
                 else:
                     fut.set_exception(exc)
+                if exc is not None:
                     self._mark_retrieved()
             except RuntimeError:  # its event loop is gone
                 pass
