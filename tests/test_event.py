@@ -143,12 +143,36 @@ async def test_event_after_a_failure_raises_it(config, kernels):
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
         failed = w.register(kernels.get("fail", N))(t)
+        # Recorded right behind the failure, nothing held: it carries the failure whenever the
+        # runtime drains the failure's record, since draining observes nothing.
         event = w.default_stream.record()
         with pytest.raises(PtoDependencyError) as info:
             await event
         assert isinstance(info.value.__cause__, PtoKernelFault)
+        # Awaiting the event delivered a dependency error of the failure: observed, so an event
+        # recorded now completes healthy, and the failed launch still raises its own error.
+        await w.default_stream.record()
         with pytest.raises(PtoKernelFault):
             await failed
+        t.free()
+
+
+@pytest.mark.anyio
+async def test_event_after_a_drained_failure_still_raises_it(config, kernels):
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await w.default_stream
+        failed = w.register(kernels.get("fail", N))(t)
+        # The marker drains the failure's record but raises nothing: not delivered, not observed.
+        await w.default_stream
+        assert failed.done()
+        event = w.default_stream.record()
+        with pytest.raises(PtoDependencyError) as info:
+            await event
+        with pytest.raises(PtoKernelFault) as fault:
+            await failed
+        assert info.value.__cause__ is fault.value
+        await w.default_stream.record()  # observed: the stream runs new work again
         t.free()
 
 
