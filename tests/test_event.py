@@ -177,6 +177,37 @@ async def test_event_after_a_drained_failure_still_raises_it(config, kernels):
 
 
 @pytest.mark.anyio
+async def test_a_failure_delivered_through_a_wait_observes_the_stream_it_came_from(config, kernels):
+    async with ChipWorker(config) as w:
+        a, b = w.default_stream, w.stream()
+        inc = w.register(kernels.get("inc", N))
+        x = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+        y = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=b)
+        await a
+        await b
+        failed = w.register(kernels.get("fail", N))(x, stream=a)
+        b.wait(a.record())  # b's own failure, carrying a's
+        dep = inc(y, stream=b)
+        await b  # drains everything, delivers nothing: both streams still fail new work
+        assert failed.done() and dep.done()
+        still = inc(x, stream=a)
+        with pytest.raises(PtoDependencyError) as info:
+            await dep
+        assert isinstance(info.value.__cause__, PtoKernelFault)
+        # Delivered: b's failure is observed, and a's, which it came from through the wait.
+        await inc(y, stream=b)
+        await inc(x, stream=a)
+        np.testing.assert_array_equal(await y.to_host(stream=b), np.ones(N, np.float32))
+        np.testing.assert_array_equal(await x.to_host(), np.ones(N, np.float32))
+        with pytest.raises(PtoDependencyError):  # queued before the observation
+            await still
+        with pytest.raises(PtoKernelFault):
+            await failed
+        x.free()
+        y.free()
+
+
+@pytest.mark.anyio
 async def test_event_recorded_behind_a_failure_in_the_fifo_fails(kernels, tiny_ring):
     # Window 4: the record waits in the stream's FIFO when the fault is drained.  It was queued
     # before the fault was observed, so it fails, and a stream waiting on it fails as a dependent.
