@@ -41,7 +41,17 @@ class Stream:
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
     ``await stream`` suspends until everything queued on it so far has
     completed, and :meth:`query` asks without waiting; neither raises for a
-    failed command (each launch reports its own failure).  :meth:`close` it
+    failed command (each launch reports its own failure).
+
+    A command that fails makes every later command on the stream fail with
+    :class:`~pypto_async.errors.PtoDependencyError` until the failure has been
+    delivered to you: until awaiting (or ``sync()``, ``result()``,
+    ``exception()``) a Launch or Event raises that failure or a dependency
+    error behind it.  Work queued after that runs normally; work queued
+    before still fails.  When the runtime happens to process completions
+    never matters, and ``await stream`` (which raises no dependency error)
+    delivers nothing: a stream whose failed launches are never awaited keeps
+    failing its new work.  :meth:`close` it
     when you are done; a stream nothing references any more (no tensor,
     launch, event or queued command) is released by the garbage collector,
     its queued work still running.
