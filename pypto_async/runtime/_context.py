@@ -6,7 +6,7 @@ thread) sees its own values:
 * the stack of workers opened with ``with`` / ``async with`` around the code:
   ``compiled(*args)`` and ``kernel(*args)`` on a ``@pl.jit`` function
   dispatch on the innermost one (:func:`current_worker`; with none open,
-  :func:`~pypto_async.runtime._dispatch.dispatch` uses the process-wide
+  :func:`~pypto_async.runtime._entry.dispatch` uses the process-wide
   default worker);
 * the stack of streams set with ``worker.use_stream(s)``: a worker's
   task-local default stream is the innermost of its own streams there, else
