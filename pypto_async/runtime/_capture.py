@@ -48,24 +48,17 @@ import weakref
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoCaptureError, PtoForeignTensorError
 from ._capture_hazards import CaptureHazards
+from ._checks import as_shape, check_same
 from ._context import capture_of, reset_capture, set_capture
 from ._event import Event
 from ._launch import Launch
 from ._stream import Stream, accept, task_default
 from ._tensor import DeviceTensor, freed_error
 
-__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "Placeholder", "capture_of", "refuse"]
+__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "Placeholder", "capture_of"]
 
 # Command kinds of a recording (what graph.c adds for each).
 LAUNCH, COPY, RECORD, WAIT, WAIT_EXT = "launch", "copy", "record", "wait", "wait_ext"
-
-
-def refuse(worker, what: str) -> None:
-    """Raise PtoCaptureError if this task is capturing on `worker`: `what` would wait for captured work."""
-    if worker._captures:
-        cap = capture_of(worker)
-        if cap is not None:
-            cap.refuse(what)
 
 
 class _Everywhere:
@@ -404,9 +397,7 @@ class Capture:
             raise PtoArgumentError(f"capture input name must be an identifier other than 'stream', not {name!r}")
         if any(i.name == name for i in self._inputs):
             raise PtoArgumentError(f"capture {self.name!r}: input {name!r} is declared already")
-        from ._memory import _as_shape
-
-        shape = _as_shape(shape)
+        shape = as_shape(shape)
         try:
             dt = as_dtype(dtype)
         except PtoArgumentError as exc:
@@ -537,9 +528,7 @@ class Capture:
                     f"copy({side}=...) of a host array inside capture {self.name!r}: declare it with "
                     "cap.input(...) and bind the array at replay (the replay copies it by direction)")
         slot = self._slot(stream, "copy()")
-        from ._copy import _check_same
-
-        _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
+        check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
         self._check(dst, "copy(dst=...)")
         self._check(src, "copy(src=...)")
         nbytes = dst._nbytes

@@ -20,7 +20,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 __all__ = ["current_worker", "open_workers", "push_worker", "pop_worker", "push_stream", "pop_stream",
-           "stream_stack", "capture_of", "set_capture", "reset_capture"]
+           "stream_stack", "capture_of", "set_capture", "reset_capture", "refuse"]
 
 _workers: ContextVar[tuple] = ContextVar("pypto_async_workers", default=())
 _streams: ContextVar[tuple] = ContextVar("pypto_async_streams", default=())
@@ -89,3 +89,11 @@ def reset_capture(token) -> None:
         _capture.reset(token)
     except ValueError:
         _capture.set(None)
+
+
+def refuse(worker, what: str) -> None:
+    """Raise PtoCaptureError if this task is capturing on `worker`: `what` would wait for captured work."""
+    if worker._captures:
+        cap = capture_of(worker)
+        if cap is not None:
+            cap.refuse(what)

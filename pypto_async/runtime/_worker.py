@@ -28,9 +28,9 @@ from .._driver import check, device_config, error_for_status, ffi, lib
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError, PtoNotSupported
 from . import _context, _copy, _lifecycle
-from ._context import capture_of
+from ._context import capture_of, refuse
 from ._checks import check_timeout
-from ._capture import Capture, refuse
+from ._capture import Capture
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
