@@ -17,7 +17,7 @@ Nothing is queued while recording.  Calls that would wait for captured work
 copy to the host, replaying another graph) raise
 :class:`~pypto_async.errors.PtoCaptureError` at the call site and leave the
 capture usable.  When the block exits, every fork must have rejoined the
-capture's stream (a ``wait`` on it), and the recording becomes a
+capture's stream (a ``wait`` on it), and the worker makes the recording a
 :class:`~._graph.Graph` (``cap.graph``).  An exception escaping the block
 discards the recording.
 
@@ -264,14 +264,21 @@ class Capture:
 
     Use :meth:`input` for placeholders, queue work as usual, and read
     :attr:`graph` once the block has exited.  See :meth:`ChipWorker.capture`.
+
+    The capture records; its owner makes the product.  `build` is how the
+    owner (:meth:`ChipWorker.capture`, which passes ``Graph._build``) turns
+    a recording whose forks all rejoined into what :attr:`graph` returns, so
+    this module knows nothing of :class:`~._graph.Graph`, which is built on
+    it.
     """
 
-    def __init__(self, worker, name: str, stream):
+    def __init__(self, worker, name: str, stream, build):
         worker._check_open()
         if not isinstance(name, str) or not name:
             raise PtoArgumentError(f"capture(name=...) must be a non-empty str, not {name!r}")
         self._worker = worker
         self.name = name
+        self._build = build  # the finished recording -> its Graph (see the class doc)
         self._origin = task_default(worker) if stream is None else accept(worker, stream)
         self._open = False
         self._used = False
@@ -316,12 +323,10 @@ class Capture:
         if exc is not None:
             self._discard()
             return
-        from ._graph import Graph
-
         try:
             worker._check_open()  # closed inside the block: nothing to build on
             self._check_joined()
-            self._graph = Graph._build(self)
+            self._graph = self._build(self)
         except BaseException:
             self._discard()
             raise

@@ -34,6 +34,7 @@ from ._capture import Capture
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
+from ._graph import Graph
 from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
 from ._hazards import Hazards, manual_region, sanitize_mode
@@ -452,7 +453,7 @@ class ChipWorker:
             (see :class:`~pypto_async.errors.PtoCaptureError`); at its end,
             for a stream not joined back.
         """
-        return Capture(self, name, stream)
+        return Capture(self, name, stream, Graph._build)  # the capture records; the worker makes the Graph
 
     # -- waiting for everything ------------------------------------------------------------------
 
