@@ -15,7 +15,7 @@ import numpy as np
 from .._scalars import is_number
 from ..errors import PtoArgumentError
 
-__all__ = ["check_timeout", "as_shape", "check_same"]
+__all__ = ["check_timeout", "as_shape", "check_same", "int_tuple"]
 
 
 def check_timeout(timeout, what: str) -> float | None:
@@ -71,3 +71,15 @@ def check_same(dst_dtype, dst_nbytes, src_dtype, src_nbytes) -> None:
         raise PtoArgumentError(f"copy(): dtypes differ (dst {dst_dtype.np_name}, src {src_dtype.np_name})")
     if dst_nbytes != src_nbytes:
         raise PtoArgumentError(f"copy(): sizes differ (dst {dst_nbytes} bytes, src {src_nbytes} bytes)")
+
+
+def int_tuple(values, what: str) -> tuple[int, ...]:
+    """Return `values` as a tuple of ints (numpy ints included, bools not); `what` names it in errors."""
+    try:
+        out = tuple(values)
+    except TypeError:
+        raise PtoArgumentError(f"{what} must be a sequence of ints, not {type(values).__name__}") from None
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise PtoArgumentError(f"{what} must contain ints, got {out!r}")
+    return tuple(int(v) for v in out)
