@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import _driver
 from ._trace_record import TraceRecord, kind_code
 
 if TYPE_CHECKING:  # for the annotations only: any object with a Trace's fields will do
@@ -297,8 +298,6 @@ def _flow_points(src: Slice, wait: Slice, track: tuple[list[float], list[Slice]]
 def _status_text(status: int) -> str:
     if status == 0:
         return "ok"
-    from .. import _driver
-
     return _driver.status_name(status)
 
 

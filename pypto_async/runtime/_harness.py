@@ -90,7 +90,7 @@ class RunResult:
 
 
 def _compile(program, tensors, cfg, output_dir):
-    from .. import ir
+    from .. import ir  # upward, the runtime's one arrow into ir: run() compiles what it is given
 
     options = {**cfg.compile_options(), "output_dir": output_dir}
     if hasattr(program, "lib_path") and hasattr(program, "params"):

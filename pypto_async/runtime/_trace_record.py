@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import _driver
+from .._driver import ffi
+
 __all__ = ["TraceRecord", "kind_name", "kind_code"]
 
 _kinds: dict[int, str] | None = None
@@ -16,12 +19,9 @@ _COPY_KINDS = frozenset({"h2d", "d2h", "d2d", "memset", "peer"})
 
 
 def _kind_table() -> dict[int, str]:
-    # Built from the header's constants the first time it is needed, so that
-    # importing this module does not load the native driver.
+    # Built from the header's constants the first time it is needed.
     global _kinds
     if _kinds is None:
-        from .. import _driver
-
         _kinds = {
             getattr(_driver, name): name[len("PTO_CMD_"):].lower()
             for name in _driver.__all__
@@ -87,8 +87,6 @@ class TraceRecord:
     def from_cdata(cls, rec, string=None) -> "TraceRecord":
         """Copy a ``pto_trace_record`` cdata into a record."""
         if string is None:
-            from .._driver import ffi
-
             string = ffi.string
         return cls(
             int(rec.token), int(rec.seq), int(rec.bytes),
