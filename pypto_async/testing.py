@@ -260,13 +260,15 @@ def _queue(stream, fn, args: tuple, *, record: bool) -> None:
     """Queue a driver call on `stream` in order with the runtime's own work.
 
     Through the one hook the worker's command queue keeps for this module
-    (``CommandQueue.enqueue_hook``): nothing jumps the queue, behind a full
+    (``_submit.enqueue_hook``): nothing jumps the queue, behind a full
     ring (the driver's backlog keeps the order) or behind work the runtime
     holds back on the host.  ``fn(*args, token)`` returns a driver status.
     With `record`, the call is a device command whose completion the worker
     tracks (a token in its map); otherwise it gets token 0.
     """
-    stream.worker._queue.enqueue_hook(stream, fn, args, record=record)
+    from .runtime._submit import enqueue_hook  # the plugin loads without the driver
+
+    enqueue_hook(stream.worker._queue, stream, fn, args, record=record)
 
 
 @contextlib.contextmanager

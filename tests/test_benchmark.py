@@ -94,6 +94,7 @@ def test_bench_service_script_runs(tmp_path):
     assert len(results["rows"]) == 4
 
 
+@pytest.mark.slow
 def test_bench_calls_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_calls.py: it checks each call shape's output against torch;
     # the ratio is reported, not asserted (timing lives in benchmarks/).
@@ -115,6 +116,8 @@ def test_bench_calls_script_runs(tmp_path):
     assert len(results["config"]["load_average"]) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # every curve, small populations: a minute on an idle machine
 def test_bench_scale_script_runs(tmp_path):
     # A smoke run of benchmarks/bench_scale.py: every curve and figure is produced (no timing assertions).
     import json

@@ -19,18 +19,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "pypto_async"
 
-# What remains in runtime/, all in files other engineers are still changing (issue 27, step 2): the
-# circles, each closed by a function-level import that runs upward, and the imports with no reason given.
-_CIRCLES_LEFT = ("runtime/ still has circles, each closed by a function-level import: _queue -> _submit "
-                 "(enqueue_hook), _pump -> _pump_asyncio/_pump_trio (make_pump), _hazards -> _stream "
-                 "(_setup_fast), _stream -> _peer (the peer wait)")
-_UNSAID_LEFT = ("_hazards.py's function-level imports (_setup_fast: _queue, _recorder, _stream, _tensor) and "
-                "_pump.py's of _pump_trio (make_pump) do not say why")
-
-
-def _packages(left: str) -> list:
-    return [pytest.param("ir", id="ir"),
-            pytest.param("runtime", id="runtime", marks=pytest.mark.xfail(strict=True, reason=left))]
+_PACKAGES = ["ir", "runtime"]
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:
@@ -129,7 +118,7 @@ def unexplained(pkgdir: pathlib.Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("pkg", _packages(_CIRCLES_LEFT))
+@pytest.mark.parametrize("pkg", _PACKAGES)
 def test_no_import_circle(pkg):
     edges = imports(ROOT / pkg)
     comps = circles(edges)
@@ -137,7 +126,7 @@ def test_no_import_circle(pkg):
         edges, comps)
 
 
-@pytest.mark.parametrize("pkg", _packages(_UNSAID_LEFT))
+@pytest.mark.parametrize("pkg", _PACKAGES)
 def test_every_function_level_import_says_why(pkg):
     missing = unexplained(ROOT / pkg)
     assert not missing, (f"function-level imports in pypto_async/{pkg}/ with no comment saying why (on the "

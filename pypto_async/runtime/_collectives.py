@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from .._driver import check, ffi, lib
 from ._dispatch import queue_one
+from ._event import enter
 from ._hazards import order
-from ._peer import enter
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor

@@ -7,7 +7,7 @@ from ..errors import PtoArgumentError, PtoInvalidStateError, PtoTryAgain
 from ._complete import observe
 from ._waitable import _Waitable
 
-__all__ = ["Event"]
+__all__ = ["Event", "enter"]
 
 
 class Event(_Waitable):
@@ -146,3 +146,14 @@ class Event(_Waitable):
         if self._exc is None:
             self._exc = exc
         self._finish()
+
+
+def enter(event: Event) -> None:
+    """Make `event` count as entered for waits of any device (its worker's lock held).
+
+    An event whose record still waits in its stream's host FIFO is reserved
+    in the driver: waits queued from now on wait for that record.
+    """
+    if not event._entered:
+        check(lib.pto_event_reserve(event._ptr), "pto_event_reserve")
+        event._entered = True

@@ -86,14 +86,14 @@ import warnings
 
 from .._driver import check, ffi, lib
 from .._fastorder import order as fast_order
-from .._fastorder import setup as _fast_setup
 from .._hazard_rule import hazard
 from ..errors import PtoArgumentError, PtoRaceError
 from ._queue import QUEUED
 from ._submit import overflowed
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
-           "prune_clocks", "closed", "fold_readers", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+           "prune_clocks", "closed", "fold_readers", "manual_region", "regions_open", "sanitize_mode",
+           "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -124,7 +124,7 @@ def sanitize_mode(configured: str | None) -> str:
     return env or "off"
 
 
-_regions = [0]  # manual regions open in any task or thread: while none is, order() skips the contextvar
+regions_open = [0]  # manual regions open in any task or thread: while none is, order() skips the contextvar
 _regions_lock = threading.Lock()
 
 
@@ -133,12 +133,12 @@ def manual_region(worker):
     """``with w.manual_deps():``: accesses queued on `worker` in this task are not ordered for you."""
     token = _manual.set((*_manual.get(), worker))
     with _regions_lock:
-        _regions[0] += 1
+        regions_open[0] += 1
     try:
         yield
     finally:
         with _regions_lock:
-            _regions[0] -= 1
+            regions_open[0] -= 1
         _manual.reset(token)
 
 
@@ -307,7 +307,7 @@ def read_home(worker, stream, accesses: list) -> None:
     is what left every such read ordered after the tensor's last write.
     """
     hz = worker._hazards
-    if hz is None or not hz.fast or (_regions[0] and worker in _manual.get()):
+    if hz is None or not hz.fast or (regions_open[0] and worker in _manual.get()):
         return
     for t, _, _, writes in accesses:
         if not writes and not t._manual:
@@ -347,8 +347,6 @@ class Hazards:
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
         self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
-        if not _fast_ready:
-            _setup_fast()
 
     @property
     def sanitizing(self) -> bool:
@@ -376,7 +374,7 @@ class Hazards:
 
     def _order_declined(self, stream, accesses: list, label: str, offset: int) -> None:
         """:meth:`order` for a call the compiled common case declined: the general path."""
-        self._order_general(stream, accesses, label, offset, bool(_regions[0] and self.worker in _manual.get()))
+        self._order_general(stream, accesses, label, offset, bool(regions_open[0] and self.worker in _manual.get()))
 
     def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
         """:meth:`order`, all of it: check (the sanitizer) or insert, then note.
@@ -660,20 +658,6 @@ class Hazards:
                 lo = _address(ha.ptr)
                 self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
                                    describe(label, p.name, True, p.copies_out, stream, site))
-
-
-_fast_ready = []
-
-
-def _setup_fast() -> None:
-    """Hand the compiled common case the classes whose slots it reads (once: their layout is fixed)."""
-    from ._queue import CommandQueue
-    from ._recorder import TraceRecorder
-    from ._stream import Stream
-    from ._tensor import DeviceTensor
-
-    _fast_setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, TraceRecorder, _regions)
-    _fast_ready.append(True)
 
 
 def _first_use(t, stream) -> None:

@@ -27,8 +27,10 @@ tracing) through their own interfaces.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
+import sys
 import warnings
 import weakref
 
@@ -36,14 +38,46 @@ from .._driver import lib
 from ..errors import PtoCanceledError, PtoInvalidStateError
 from ._checks import check_timeout
 from ._complete import drain, drop_queued, fail_pending
-from ._pump import make_pump
+from ._pump_asyncio import AsyncioPump
+from ._pump_trio import TrioPump
 from ._state import CLOSED, FORKED, OPEN
 from ._submit import flush
 from ._wait import drive
 
-__all__ = ["live", "switch_to_async", "close", "aclose", "finalize"]
+__all__ = ["make_pump", "live", "switch_to_async", "close", "aclose", "finalize"]
 
 _live_workers: weakref.WeakSet = weakref.WeakSet()
+
+
+def make_pump(worker):
+    """Return the pump for the async library running in this task.
+
+    asyncio (uvloop included) is recognised by its running loop, trio by its
+    current task; no third-party detection library is needed.
+
+    Raises
+    ------
+    PtoInvalidStateError
+        If no supported async library is running.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+        return AsyncioPump(worker, loop)
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            pass
+        else:
+            return TrioPump(worker)
+    raise PtoInvalidStateError(
+        "no supported event loop is running (asyncio, uvloop or trio); "
+        "open the worker with `with` for sync mode instead"
+    )
 
 
 def _after_fork_in_child() -> None:

@@ -8,8 +8,8 @@ workers meet:
 * :func:`copy` is ``w.copy(dst, src)`` for DeviceTensors of two workers: one
   peer copy command (``pto_stream_copy_peer``) on one stream, the source
   worker's default stream unless you pass one of either worker.
-* :func:`wait` is ``stream.wait(x)`` for an Event, Launch or Stream of
-  another worker: a device-side wait (``pto_stream_wait_event`` takes another
+* ``stream.wait(x)`` for an Event, Launch or Stream of another worker
+  (``_stream._wait_other_worker``): a device-side wait (``pto_stream_wait_event`` takes another
   device's event), no host round trip.
 
 How a peer copy is ordered
@@ -51,13 +51,13 @@ from .._driver import check, lib
 from ..errors import PtoArgumentError, PtoForeignTensorError, PtoNotSupported
 from ._args import check_init
 from ._dispatch import finish_sync, queue_one
-from ._event import Event
+from ._event import Event, enter
 from ._hazards import order
 from ._launch import Launch
 from ._stream import Stream, task_default
 from ._tensor import DeviceTensor, freed_error
 
-__all__ = ["device_count", "is_peer_copy", "copy", "wait", "order_after", "enter"]
+__all__ = ["device_count", "is_peer_copy", "copy", "order_after"]
 
 
 def device_count(platform: str = "sim") -> int:
@@ -187,43 +187,3 @@ def order_after(stream: Stream, done: Event, tensors) -> None:
                 user._wait_locked(done)
             if t._worker is not stream._worker:
                 t._ready = done  # a stream of t's worker that uses t first joins here
-
-
-def enter(event: Event) -> None:
-    """Make `event` count as entered for waits of any device (its worker's lock held).
-
-    An event whose record still waits in its stream's host FIFO is reserved
-    in the driver: waits queued from now on wait for that record.
-    """
-    if not event._entered:
-        check(lib.pto_event_reserve(event._ptr), "pto_event_reserve")
-        event._entered = True
-
-
-# -- waits on another worker's work ------------------------------------------------------
-
-
-def wait(stream: Stream, what) -> None:
-    """``stream.wait(what)`` for an Event, Launch or Stream of another worker (see Stream.wait)."""
-    other = what._worker
-    other._check_open()
-    if other.platform != stream._worker.platform:
-        raise PtoNotSupported(f"Stream.wait(): the {type(what).__name__.lower()} is of a "
-                              f"{other.platform!r} device and the stream of a "
-                              f"{stream._worker.platform!r} one; a wait crosses devices of one "
-                              "platform only")
-    if isinstance(what, Launch):
-        if what._done:
-            return
-        event = what.event  # recorded behind it, under its worker's lock
-    elif isinstance(what, Stream):
-        with other._lock:
-            event = what._final if what._closed else what._record_locked()
-        if event is None:
-            return
-    else:
-        event = what
-    with other._lock:
-        enter(event)
-    with stream._worker._lock:
-        stream._wait_locked(event)

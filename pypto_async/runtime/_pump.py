@@ -77,7 +77,7 @@ from asyncio import _get_running_loop  # None outside a loop: no exception to ca
 from .._driver import lib
 from ..errors import PtoInvalidStateError
 
-__all__ = ["SyncPump", "make_pump", "running_loop_flavour"]
+__all__ = ["SyncPump", "running_loop_flavour"]
 
 _CHECK_EVERY = 16  # awaits of finished launches between two looks at the clock (a power of 2)
 _SLICE_NS = 1_000_000  # at most this long without suspending, then one await yields
@@ -294,37 +294,3 @@ class _CloseHandoff:
         if self._error is not None:
             raise self._error
         return True
-
-
-def make_pump(worker):
-    """Return the pump for the async library running in this task.
-
-    asyncio (uvloop included) is recognised by its running loop, trio by its
-    current task; no third-party detection library is needed.
-
-    Raises
-    ------
-    PtoInvalidStateError
-        If no supported async library is running.
-    """
-    from ._pump_asyncio import AsyncioPump  # the backends import this module's base
-    from ._pump_trio import TrioPump
-
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    if loop is not None:
-        return AsyncioPump(worker, loop)
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            pass
-        else:
-            return TrioPump(worker)
-    raise PtoInvalidStateError(
-        "no supported event loop is running (asyncio, uvloop or trio); "
-        "open the worker with `with` for sync mode instead"
-    )

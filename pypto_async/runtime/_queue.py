@@ -90,7 +90,7 @@ class CommandQueue:
     """A worker's command queue: the state the submit, complete and wait phases share.
 
     :mod:`pypto_async.testing` reaches the worker through this object only:
-    :meth:`enqueue_hook`, and ``dev`` to create its latches.
+    ``_submit.enqueue_hook``, and ``dev`` to create its latches.
 
     Parameters
     ----------
@@ -166,22 +166,6 @@ class CommandQueue:
         # order, so its first key is the oldest command still in flight.
         pending = self.pending
         return next(iter(pending)) if pending else self.next_token
-
-    def enqueue_hook(self, stream, fn, args: tuple, *, record: bool) -> None:
-        """Queue ``fn(*args, token)`` on `stream` in order with the worker's own work.
-
-        The hook of :mod:`pypto_async.testing` (its latches and fault
-        injections).  ``fn`` returns a driver status; with `record` it is a
-        device command whose completion the queue tracks (a token in its
-        map), else it gets token 0.  It goes to the driver now (into the
-        ring, or the overflow behind a full one), or, behind work held on the
-        host, into the stream's FIFO, and then runs, under the worker's lock,
-        when the flush reaches it.  Takes the lock.
-        """
-        from ._submit import queue_call  # here: _submit imports this module
-
-        with self.lock:
-            queue_call(self, stream, fn, args, record)
 
 
 def _nothing() -> None:

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections import deque
 
 from .._driver import check, ffi, lib
-from ..errors import PtoArgumentError, PtoClosedError
+from ..errors import PtoArgumentError, PtoClosedError, PtoNotSupported
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
-from ._event import Event
+from ._event import Event, enter
 from ._hazards import closed, mark, merge_clock, prune_clocks
 from ._launch import Launch, _Marker
 from ._queue import F_LAST, F_RECORD
@@ -187,9 +187,7 @@ class Stream:
             cap.wait(self, what)  # recorded in the graph (_capture.py)
             return
         if isinstance(what, (Launch, Event, Stream)) and what._worker is not worker:
-            from . import _peer  # here: _peer imports this module
-
-            _peer.wait(self, what)  # a device-side wait across devices of one platform
+            _wait_other_worker(self, what)  # a device-side wait across devices of one platform
             return
         if isinstance(what, Launch):
             if what._done:
@@ -453,3 +451,28 @@ def stream_for(worker, stream) -> Stream:
     """The stream a call on `worker` queues on: `stream` checked (:func:`accept`), or the task-local default."""
     return task_default(worker) if stream is None else accept(worker, stream)
 
+
+def _wait_other_worker(stream: Stream, what) -> None:
+    """``stream.wait(what)`` for an Event, Launch or Stream of another worker (see Stream.wait)."""
+    other = what._worker
+    other._check_open()
+    if other.platform != stream._worker.platform:
+        raise PtoNotSupported(f"Stream.wait(): the {type(what).__name__.lower()} is of a "
+                              f"{other.platform!r} device and the stream of a "
+                              f"{stream._worker.platform!r} one; a wait crosses devices of one "
+                              "platform only")
+    if isinstance(what, Launch):
+        if what._done:
+            return
+        event = what.event  # recorded behind it, under its worker's lock
+    elif isinstance(what, Stream):
+        with other._lock:
+            event = what._final if what._closed else what._record_locked()
+        if event is None:
+            return
+    else:
+        event = what
+    with other._lock:
+        enter(event)
+    with stream._worker._lock:
+        stream._wait_locked(event)

@@ -18,7 +18,7 @@ from .._driver import PTO_EPOCH_NOW, check, lib
 from ..errors import PtoError
 from ._queue import F_DATA, F_LAST, F_RECORD, QUEUED, CommandQueue, Entry, release_waiters
 
-__all__ = ["token", "submit", "submit_group", "overflowed", "track", "hold", "queue_call",
+__all__ = ["token", "submit", "submit_group", "overflowed", "track", "hold", "enqueue_hook", "queue_call",
            "mark_entered", "flush"]
 
 
@@ -134,8 +134,23 @@ def hold(q: CommandQueue, stream, fn, args: tuple, owner, flags: int, gate) -> E
     return entry
 
 
+def enqueue_hook(q: CommandQueue, stream, fn, args: tuple, *, record: bool) -> None:
+    """Queue ``fn(*args, token)`` on `stream` in order with the worker's own work.
+
+    The hook of :mod:`pypto_async.testing` (its latches and fault
+    injections).  ``fn`` returns a driver status; with `record` it is a
+    device command whose completion the queue tracks (a token in its
+    map), else it gets token 0.  It goes to the driver now (into the
+    ring, or the overflow behind a full one), or, behind work held on the
+    host, into the stream's FIFO, and then runs, under the worker's lock,
+    when the flush reaches it.  Takes the lock.
+    """
+    with q.lock:
+        queue_call(q, stream, fn, args, record)
+
+
 def queue_call(q: CommandQueue, stream, fn, args: tuple, record: bool) -> Entry | None:
-    """Queue ``fn(*args, token)`` on `stream` in order (see ``CommandQueue.enqueue_hook``).
+    """Queue ``fn(*args, token)`` on `stream` in order (see :func:`enqueue_hook`).
 
     Returns the FIFO entry when it has to wait on the host, else None.
     """
