@@ -63,6 +63,7 @@ from helpers.kernels import KernelLib  # noqa: E402
 
 from pypto_async._driver import PTO_EAGAIN, ffi, lib  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+from pypto_async.runtime._wait import drive  # noqa: E402
 
 # Measure the way users run: they import torch (the runtime takes torch tensors), and a process
 # with torch loaded pays more for every cyclic collection, bare futures as much as launches.
@@ -234,7 +235,7 @@ async def _turns_cost(w, h, t, n: int, pairs: int) -> tuple[float, float]:
                 got[turns] = await _submit_loop(w, h, t, n)
             finally:
                 Launch._await_submitted = awaits
-            w._drive(w._idle, 10.0)
+            drive(w._queue, w._queue.idle, 10.0)
         diffs.append(got[True] - got[False])
         without.append(got[False])
     return median(diffs), median(without)
@@ -248,9 +249,9 @@ async def pipelined(program, config, n: int, repeats: int, pairs: int = 31) -> d
         await h(t)
         for _ in range(repeats):
             values.append(await _submit_loop(w, h, t, n))
-            w._drive(w._idle, 10.0)
+            drive(w._queue, w._queue.idle, 10.0)
             raws.append(_raw_pipelined(w, h, t, n))
-            w._drive(w._idle, 10.0)
+            drive(w._queue, w._queue.idle, 10.0)
         cost, without = await _turns_cost(w, h, t, max(n // 10, 1000), pairs)
         t.free()
     return {"value": median(values), "ref_raw_cffi_us": median(raws), "ref_without_turns_us": without,

@@ -22,6 +22,7 @@ import pytest
 from helpers.kernels import KernelLib
 from pypto_async._driver import ffi, lib
 from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.runtime._wait import drive
 
 SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
 
@@ -52,7 +53,7 @@ def mem_stats(worker):
 def assert_no_device_memory(worker, timeout: float = 10.0) -> None:
     """Wait for every queued command, then assert no allocation or pending free is left."""
     assert lib.pto_device_synchronize(worker._dev, int(timeout * 1e6)) == 0
-    worker._drive(worker._idle, timeout)
+    drive(worker._queue, worker._queue.idle, timeout)
     stats = mem_stats(worker)
     assert (stats.allocations, stats.in_use, stats.pending_frees) == (0, 0, 0), (
         f"device memory left: allocations={stats.allocations} in_use={stats.in_use} pending_frees={stats.pending_frees}"

@@ -33,7 +33,8 @@ ordered at each replay, on its origin stream (:meth:`~._graph.Graph._order`).
 from __future__ import annotations
 
 from .._hazard_rule import hazard
-from ._hazards import _manual, describe
+from ._hazards import _manual
+from ._sanitizer import describe
 
 __all__ = ["CaptureHazards"]
 
@@ -98,10 +99,10 @@ class CaptureHazards:
                         need[src] = (pos, node)
                 elif sanitizing:
                     if site is None:
-                        site = hz._site()
+                        site = hz.sanitizer.site()
                     self._race(t, name, prev, how, describe(label, name, reads, writes, self._stream(slot), site))
             if sanitizing and site is None:
-                site = hz._site()
+                site = hz.sanitizer.site()
             what = describe(label, name, reads, writes, self._stream(slot), site) if sanitizing else None
             notes.append((t, writes, what))
         waits = []
@@ -149,7 +150,7 @@ class CaptureHazards:
         message = (f"data race in capture {self.cap.name!r} on {self._tensor_name(t)}: {second} is not "
                    f"ordered after the {how} by {first}; add stream.wait(...) between them, or leave the "
                    "ordering to auto_deps")
-        self.hz.report(message, first, second)
+        self.hz.sanitizer.report(message, first, second)
 
     def _tensor_name(self, t) -> str:
         k = self.cap._input_ids.get(id(t))

@@ -110,7 +110,7 @@ def copy(worker, dst, src, stream) -> Launch:
     hz = worker._hazards
     with worker._lock:
         if hz is not None and hz.mode != "off" and host is not None:
-            hz.check_hosts(stream, [(0, host, _SIDE[kind])], name)
+            hz.sanitizer.check_hosts(stream, [(0, host, _SIDE[kind])], name)
         order(worker, stream, accesses, name, 0)
         if kind == "d2d":
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2d, (sp, dst._ptr, src._ptr, nbytes),
@@ -124,7 +124,7 @@ def copy(worker, dst, src, stream) -> Launch:
             launch = queue_one(worker, stream, lib.pto_stream_copy_d2h, (sp, host.ptr, src._ptr, nbytes),
                                name, (dst, src, host), dst)
         if hz is not None and hz.mode != "off" and kind == "h2d":
-            hz.note_hosts(stream, [(0, host, _SIDE[kind])], name, stream._last)
+            hz.sanitizer.note_hosts(stream, [(0, host, _SIDE[kind])], name, stream._last)
     return finish_sync(worker, launch)
 
 

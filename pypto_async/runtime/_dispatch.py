@@ -93,7 +93,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         if mem.deferred:
             mem.free_deferred_locked()
         if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
-            worker._hazards.check_hosts(stream, hosts, h._label)
+            worker._hazards.sanitizer.check_hosts(stream, hosts, h._label)
         edge = None
         if joins is not None:  # the bind step's slow path: first uses, and edges across streams
             hz = worker._hazards
@@ -139,7 +139,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             launch_group(worker, h, stream, values, hosts, launch)
             stream._last = q.next_token - 1
             if worker._hazards is not None and worker._hazards.mode != "off":
-                worker._hazards.note_hosts(stream, hosts, h._label, stream._last)
+                worker._hazards.sanitizer.note_hosts(stream, hosts, h._label, stream._last)
             if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
                 mark_turn(launch)
     if worker._async:

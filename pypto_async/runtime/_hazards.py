@@ -79,16 +79,14 @@ import contextlib
 import contextvars
 import os
 import pathlib
-import sys
 import threading
-import traceback
-import warnings
 
 from .._driver import check, ffi, lib
 from .._fastorder import order as fast_order
 from .._hazard_rule import hazard
-from ..errors import PtoArgumentError, PtoRaceError
+from ..errors import PtoArgumentError
 from ._queue import QUEUED
+from ._sanitizer import Sanitizer, describe
 from ._submit import overflowed
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
@@ -330,27 +328,34 @@ class Hazards:
         Races the sanitizer reported.
     """
 
-    __slots__ = ("worker", "queue", "auto", "mode", "stacks", "fast", "inferred", "skipped", "races",
-                 "inferred_tokens", "_hosts", "recorder", "gone")
+    __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "inferred", "skipped", "inferred_tokens",
+                 "recorder", "gone")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
         self.queue = worker._queue
         self.auto = auto
-        self.mode = mode
-        self.stacks = stacks
+        self.sanitizer = Sanitizer(self.queue, mode, stacks)
         self.fast = auto and mode == "off"  # order()'s compiled common case may run
         self.inferred = 0
         self.skipped = 0
-        self.races = 0
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
-        self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
         self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
 
     @property
+    def mode(self) -> str:
+        """The sanitizer's mode: ``"off"``, ``"raise"`` or ``"warn"``."""
+        return self.sanitizer.mode
+
+    @property
+    def races(self) -> int:
+        """Races the sanitizer reported."""
+        return self.sanitizer.races
+
+    @property
     def sanitizing(self) -> bool:
-        return self.mode != "off"
+        return self.sanitizer.mode != "off"
 
     # -- the slow path of the bind step (lock held) ---------------------------------------------
 
@@ -434,10 +439,10 @@ class Hazards:
                 elif sanitizing and pos in pending and stream._oclock.get(src._id, 0) <= pos \
                         and not _joined_after(t, stream, src, pos):
                     if site is None:
-                        site = self._site()
-                    self._race(t, prev, how, describe(label, name, reads, writes, stream, site))
+                        site = self.sanitizer.site()
+                    self.sanitizer.race(t, prev, how, describe(label, name, reads, writes, stream, site))
             if sanitizing and site is None:
-                site = self._site()
+                site = self.sanitizer.site()
             notes.append((t, describe(label, name, reads, writes, stream, site) if sanitizing else None,
                           writes))
         # Every check passed: now queue the edges, then the first uses' joins (rule 4 of DeviceTensor).
@@ -489,15 +494,15 @@ class Hazards:
         for start, (end, src, pos, what) in freed.items():
             if start < hi and lo < end and src != stream._id and pos in pending \
                     and stream._oclock.get(src, 0) <= pos:
-                second = f"{label} on stream {stream._id} at {self._site()}"
-                self.report(f"data race on freed device memory: {second} uses the block of a DeviceTensor "
+                second = f"{label} on stream {stream._id} at {self.sanitizer.site()}"
+                self.sanitizer.report(f"data race on freed device memory: {second} uses the block of a DeviceTensor "
                             f"that {what} frees, and nothing orders it after that free", what, second)
 
     def freed(self, t, stream, token: int) -> None:
         """Remember the block of `t`, freed on `stream` by the command with `token` (sanitizer; lock held)."""
         blocks = self.worker._memory.freed_blocks
         blocks[t._ptr] = (t._ptr + max(t._nbytes, 1), stream._id, token,
-                          f"free_tensor() on stream {stream._id} at {self._site()}")
+                          f"free_tensor() on stream {stream._id} at {self.sanitizer.site()}")
         if len(blocks) > _KEEP_FREED:
             del blocks[next(iter(blocks))]
 
@@ -516,7 +521,7 @@ class Hazards:
 
         `exact` is an Event recorded right after it (or None).
         """
-        what = describe(label, "init", False, True, stream, self._site()) if self.mode != "off" else None
+        what = describe(label, "init", False, True, stream, self.sanitizer.site()) if self.mode != "off" else None
         t._writer = (stream, token, what, exact)
         t._readers = None
         t._readhome = None
@@ -595,70 +600,6 @@ class Hazards:
         if len(kept) > _KEEP_INFERRED:
             del kept[next(iter(kept))]
 
-    # -- the sanitizer ------------------------------------------------------------------------------
-
-    def _site(self) -> str:
-        """The user's call site: file:line of the first frame outside pypto_async (or its stack)."""
-        f = sys._getframe(2)
-        while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
-            f = f.f_back
-        if f is None:
-            return "<unknown>"
-        if self.stacks:
-            return "\n" + "".join(traceback.format_stack(f)).rstrip()
-        return f"{f.f_code.co_filename}:{f.f_lineno}"
-
-    def _race(self, t, prev, how: str, second: str) -> None:
-        first = prev[2] or f"an access on stream {prev[0]._id} (its call site unknown: queued while the " \
-                           "sanitizer was off)"
-        message = (f"data race on {_tensor_name(t)}: {second} is not ordered after the {how} by {first}; "
-                   f"add stream.wait(...) between them, or leave the ordering to auto_deps")
-        self.report(message, first, second)
-
-    def report(self, message: str, first: str, second: str) -> None:
-        """Raise or warn about a race, as the mode says."""
-        self.races += 1
-        if self.mode == "raise":
-            raise PtoRaceError(message, first=first, second=second)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-    def check_hosts(self, stream, hosts: list, label: str) -> None:
-        """Sanitize a call's host arrays (lock held): an output over an input of an unordered call elsewhere.
-
-        `hosts` are ``(index, HostArray, param)`` as the bind step gives
-        them.  An input stays on record until its call completed; an output
-        on another stream must be ordered after it (or it completed).
-        """
-        table = self._hosts
-        if not table:
-            return
-        pending = self.queue.pending
-        for addr in [a for a, entry in table.items() if entry[2] not in pending]:
-            del table[addr]  # completed
-        oclock = stream._oclock
-        for _, ha, p in hosts:
-            if not p.copies_out or not ha.nbytes:
-                continue
-            lo = _address(ha.ptr)
-            hi = lo + ha.nbytes
-            for addr, (end, src, pos, what) in table.items():
-                if addr < hi and lo < end and src != stream._id and oclock.get(src, 0) <= pos:
-                    second = describe(label, p.name, p.copies_in, True, stream, self._site())
-                    self.report(f"data race on a host array: {second} writes it while {what} may still "
-                                "read it (nothing orders them, and it has not completed); wait for it first",
-                                what, second)
-
-    def note_hosts(self, stream, hosts: list, label: str, pos: int) -> None:
-        """Remember the host arrays a call queued at token `pos` reads, until it completes (lock held)."""
-        site = None
-        for _, ha, p in hosts:
-            if p.copies_in and ha.nbytes:
-                if site is None:
-                    site = self._site()
-                lo = _address(ha.ptr)
-                self._hosts[lo] = (lo + ha.nbytes, stream._id, pos,
-                                   describe(label, p.name, True, p.copies_out, stream, site))
-
 
 def _first_use(t, stream) -> None:
     """`t`'s first use on `stream`: join its allocation (rule 4 of DeviceTensor), unless an edge covers that."""
@@ -686,17 +627,3 @@ def _combine(need: tuple, pos: int, exact) -> tuple:
         if event is not None and event._clock[1] > latest and (best is None or event._clock[1] < best._clock[1]):
             best = event
     return latest, best
-
-
-def _address(ptr) -> int:
-    return int(ffi.cast("uintptr_t", ptr))
-
-
-def describe(label: str, name: str, reads: bool, writes: bool, stream, site: str) -> str:
-    """One side of a race: call, parameter, direction, stream, call site (a capture's too: _capture_hazards)."""
-    direction = "InOut" if reads and writes else ("Out" if writes else "In")
-    return f"{label} ({name!r}, {direction}) on stream {stream._id} at {site}"
-
-
-def _tensor_name(t) -> str:
-    return f"DeviceTensor shape={t._shape} dtype={t._dtype.np_name} at 0x{t._ptr:x}"

@@ -25,8 +25,8 @@ from __future__ import annotations
 import warnings
 
 from ..errors import PtoCanceledError, PtoDependencyError, PtoInvalidStateError
-from ._complete import observe
-from ._queue import _running_loop, resolve_soon
+from ._complete import cancel, observe
+from ._queue import _running_loop, release_waiters, resolve_soon
 from ._waitable import _Until, _Waitable
 
 __all__ = ["Launch", "mark_turn"]
@@ -172,7 +172,7 @@ class Launch(_Waitable):
             completed, or its worker is closed): it then runs to completion
             as usual.
         """
-        return self._worker._cancel(self)
+        return cancel(self._worker._queue, self)
 
     # -- state ------------------------------------------------------------------
 
@@ -238,7 +238,7 @@ class Launch(_Waitable):
         and :meth:`Event.elapsed_ms` times it at the launch's end.
         """
         if self._event is None:
-            self._event = self._worker._event_after(self)
+            self._event = self._stream._event_after(self)
         return self._event
 
     @property
@@ -286,7 +286,7 @@ class Launch(_Waitable):
             # Only a failed launch carries a finalizer: the success path stays cheap.
             self._retrieved = _Unretrieved(self._name, exc)
         if self._waiters or self._entry_waiters:
-            self._worker._release_waiters(self)
+            release_waiters(self._worker._queue, self)
 
     def _deliver(self, waiters, exc) -> None:
         """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome.

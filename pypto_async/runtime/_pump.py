@@ -9,7 +9,7 @@ Some facts the pumps rest on (see ``native/include/pto_driver.h``):
   only once the queue is empty, so one wake-up can drain everything and no
   record is ever stranded behind a reset fd.
 
-A pump's only job is to call ``worker._on_readable()`` (which drains records
+A pump's only job is to call ``_complete.on_readable(worker._queue)`` (which drains records
 in batches, resolves their futures, and moves stream backlogs on) on the thread
 that owns the worker's waiters, whenever the fd is readable, and to suspend
 awaiting tasks until they are woken.  Every flavour has the same methods:

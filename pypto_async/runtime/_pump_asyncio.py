@@ -9,6 +9,7 @@ import asyncio
 from asyncio import _get_running_loop  # None outside a loop: no exception to catch per await
 
 from ..errors import PtoInvalidStateError
+from ._complete import on_readable
 from ._pump import _LoopPump, _prune
 
 __all__ = ["AsyncioPump"]
@@ -23,7 +24,7 @@ class AsyncioPump(_LoopPump):
     def __init__(self, worker, loop: asyncio.AbstractEventLoop):
         super().__init__(worker)
         self._loop = loop
-        loop.add_reader(self._fd, worker._on_readable)
+        loop.add_reader(self._fd, on_readable, worker._queue)
 
     @property
     def loop(self):
@@ -107,10 +108,10 @@ class AsyncioPump(_LoopPump):
 
     async def wait_idle(self, timeout) -> bool:
         worker = self._worker
-        if worker._idle():
+        if worker._queue.idle():
             return True
         fut = self._loop.create_future()
-        worker._idle_waiters.append(fut)
+        worker._queue.idle_waiters.append(fut)
         try:
             await (fut if timeout is None else asyncio.wait_for(fut, timeout))
             return True
@@ -118,7 +119,7 @@ class AsyncioPump(_LoopPump):
             return False
         finally:
             try:
-                worker._idle_waiters.remove(fut)
+                worker._queue.idle_waiters.remove(fut)
             except ValueError:
                 pass
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from ..errors import PtoInvalidStateError
+from ._complete import on_readable
 from ._pump import _LoopPump
 
 __all__ = ["TrioPump"]
@@ -54,7 +55,7 @@ class TrioPump(_LoopPump):
                         await trio.lowlevel.wait_readable(self._fd)
                     except trio.ClosedResourceError:
                         return
-                    self._worker._on_readable()
+                    on_readable(self._worker._queue)
         finally:
             self._finished.set()
 
@@ -118,13 +119,13 @@ class TrioPump(_LoopPump):
 
     async def wait_idle(self, timeout) -> bool:
         worker = self._worker
-        if worker._idle():
+        if worker._queue.idle():
             return True
-        waiters = worker._idle_waiters
+        waiters = worker._queue.idle_waiters
         with self._trio.move_on_after(timeout if timeout is not None else math.inf):
             await self._wait(waiters)
             return True
-        return worker._idle()
+        return worker._queue.idle()
 
     def _unwatch(self) -> None:
         try:

@@ -209,7 +209,7 @@ class Stream:
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed."""
         self._refuse_captured("await stream")
-        return self._worker._marker(self).__await__()
+        return self._marker().__await__()
 
     def sync(self, timeout: float | None = None) -> None:
         """Block this thread until everything queued on this stream so far has completed.
@@ -228,7 +228,7 @@ class Stream:
         """
         check_timeout(timeout, "Stream.sync")  # before the marker is queued
         self._refuse_captured("Stream.sync()")
-        self._worker._marker(self).sync(timeout)
+        self._marker().sync(timeout)
 
     def query(self) -> bool:
         """Return True if everything queued on this stream so far has completed.

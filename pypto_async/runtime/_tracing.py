@@ -17,6 +17,7 @@ from ._chrome import write_json
 from ._recorder import TraceWindowRecords, TraceRecorder
 from ._stats import scope_stats
 from ._trace import Trace
+from ._wait import drive
 
 __all__ = ["TraceWindow", "WorkerTracing"]
 
@@ -61,7 +62,7 @@ class TraceWindow:
     def __exit__(self, *exc_info) -> None:
         worker = self._tracing._worker
         if worker._alive():
-            worker._drive(worker._idle, None)
+            drive(worker._queue, worker._queue.idle, None)
         self._finish()
 
     async def __aenter__(self) -> "TraceWindow":
@@ -73,7 +74,7 @@ class TraceWindow:
             if worker._async and worker._pump.is_current():
                 await worker._pump.wait_idle(None)
             else:
-                worker._drive(worker._idle, None)
+                drive(worker._queue, worker._queue.idle, None)
         self._finish()
 
     def _finish(self) -> None:

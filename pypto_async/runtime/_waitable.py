@@ -39,6 +39,9 @@ and one frame less each.
 
 from __future__ import annotations
 
+from ._queue import release_waiters
+from ._wait import block_until
+
 __all__: list[str] = []
 
 
@@ -112,7 +115,7 @@ class _Waitable:
             recorded work.
         """
         if not self._done:
-            self._worker._block_until(self, False, timeout)
+            block_until(self._worker._queue, self, False, timeout)
         return self._outcome()
 
     # -- called by the worker (lock held) -----------------------------------------
@@ -121,7 +124,7 @@ class _Waitable:
         self._done = True
         self._entered = True
         if self._waiters or self._entry_waiters:
-            self._worker._release_waiters(self)
+            release_waiters(self._worker._queue, self)
 
 
 class _Until:

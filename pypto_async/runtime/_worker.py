@@ -32,23 +32,21 @@ from . import _context, _copy, _lifecycle
 from ._context import capture_of, refuse
 from ._checks import check_timeout
 from ._capture import Capture
-from ._complete import cancel, on_readable
 from ._config import as_run_config
-from ._event import Event
 from ._graph import Graph
 from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
 from ._hazards import Access, Hazards, manual_region, regions_open, sanitize_mode
 from ._memory import DeviceMemory
 from ._pump import SyncPump
-from ._queue import CommandQueue, release_waiters
+from ._queue import CommandQueue
 from ._recorder import TraceRecorder
 from ._state import CLOSED, FORKED, OPEN
 from ._stats import WorkerStats, worker_stats
 from ._stream import Stream, accept
 from ._tensor import DeviceTensor
 from ._tracing import TraceWindow, WorkerTracing
-from ._wait import add_sync_point, block_until, drive
+from ._wait import add_sync_point
 
 __all__ = ["ChipWorker", "WorkerStats"]
 
@@ -676,35 +674,3 @@ class ChipWorker:
         """Return a snapshot of the worker's counters (see :class:`WorkerStats`)."""
         self._check_open()
         return worker_stats(self)
-
-    # -- what the worker's objects ask of it -------------------------------------------------
-    # Launch, Event, Stream's waits, the pumps and tracing reach the parts through these
-    # names: each is a one-line forward to the part that does the work.
-
-    def _idle(self) -> bool:
-        return self._queue.idle()
-
-    @property
-    def _idle_waiters(self) -> list:
-        return self._queue.idle_waiters
-
-    def _on_readable(self) -> None:
-        on_readable(self._queue)
-
-    def _drive(self, predicate, timeout: float | None) -> bool:
-        return drive(self._queue, predicate, timeout)
-
-    def _block_until(self, obj, entry: bool, timeout: float | None) -> None:
-        block_until(self._queue, obj, entry, timeout)
-
-    def _release_waiters(self, owner) -> None:
-        release_waiters(self._queue, owner)
-
-    def _cancel(self, launch: Launch) -> bool:
-        return cancel(self._queue, launch)
-
-    def _marker(self, stream: Stream) -> Launch:
-        return stream._marker()
-
-    def _event_after(self, launch: Launch) -> Event:
-        return launch._stream._event_after(launch)
