@@ -328,7 +328,7 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         pti_core_enqueue(dev, s, cmd);
         return true;
     case PTO_CMD_PROGRAM:
-        /* Its orchestration runs on an orchestration thread; its last task completes it (program.c). */
+        /* Its orchestration runs on an orchestration thread; its last task completes it (orch.c). */
         cmd->state = PTI_CMD_RUNNING;
         s->active = true;
         pti_program_start(dev, s, cmd, now);

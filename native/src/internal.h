@@ -320,7 +320,7 @@ struct pto_cmd {
  */
 struct pto_run {
     struct pto_cmd *cmd;
-    struct pti_task *task;        /* a program's task (program.c; cmd is NULL), else NULL */
+    struct pto_task *task;        /* a program's task (orch.c; cmd is its program's command), else NULL */
     pto_stream *stream;
     struct pto_run *qnext;        /* copy or core queue link, under that queue's lock */
     uint32_t next_block;          /* under core_lock */
@@ -625,6 +625,13 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
 /* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
+/*
+ * blk->fail of every block a core runs (a launch's, a program's task's; blk->ctx
+ * is its pto_run): the first failure of the run wins (CAS on fail_claim) and
+ * keeps its code (outside 1..PTO_ENOTSUP: PTO_EKERNEL) and message;
+ * PTO_EDEVLOST loses the device, naming r->cmd's token.
+ */
+void pti_block_fail(const pto_block *blk, int code, const char *msg);
 /* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
 uint32_t pti_host_cpus(void);
 /*
@@ -638,11 +645,23 @@ bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
 
-/* ---- programs (program.c) ------------------------------------------------------------ */
+/* ---- programs (program.c: objects; orch.c: runs) ------------------------------------- */
 
-struct pti_orch_pool;
-/* Start the program command cmd of s (sched_lock held): hand it to the orchestration threads. */
-void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
+struct pto_program {
+    pto_device *dev;
+    struct pto_link link;         /* dev->programs, under obj_lock */
+    atomic_int refs;              /* host handle + queued runs */
+    atomic_int unloaded;
+    void *handle;
+    const struct pto_program_desc *desc;
+    char name[64];
+    _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
+    struct pti_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
+    /* statistics, under stats_lock */
+    pthread_mutex_t stats_lock;
+    pto_program_stats st;
+};
+
 void pti_program_ref(pto_program *p);
 void pti_program_unref(pto_program *p);
 /* For graph.c: p's device, its parameter count, whether it was unloaded. */
@@ -651,11 +670,20 @@ uint32_t pti_program_nparams(const pto_program *p);
 bool pti_program_unloaded(pto_program *p);
 /* pti_args_check against p's declared argument kinds (none declared: 0). */
 int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn);
+/* Add one finished run's figures to p's statistics (sums, and the high-water marks' maxima). */
+void pti_program_count_run(pto_program *p, const pto_program_stats *run);
+/* Close: drop every program still loaded. */
+void pti_programs_release_all(pto_device *dev);
+
+struct pto_orch_pool;
+/* Start the device's orchestration threads once (obj_lock held; the first load): 0 or -PTO_ENOMEM. */
+int pti_orch_start(pto_device *dev);
+/* Start the program command cmd of s (sched_lock held): hand it to the orchestration threads. */
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
 /* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
-/* Close: join the orchestration threads (no program runs); drop every program still loaded. */
+/* Close: join the orchestration threads (no program runs). */
 void pti_programs_stop(pto_device *dev);
-void pti_programs_release_all(pto_device *dev);
 
 /* ---- the scheduler (sched.c) ---------------------------------------------------------- */
 
@@ -808,7 +836,7 @@ struct pto_device {
     /* objects, under obj_lock */
     pthread_mutex_t obj_lock;
     struct pto_link events, latches, kernels, programs;
-    struct pti_orch_pool *orch_pool; /* program.c: started with the first program load */
+    struct pto_orch_pool *orch_pool; /* orch.c: started with the first program load */
     uint64_t program_heap;        /* ring_heap as configured (0: not set): bounds a program's intermediates */
     _Atomic uint64_t loads_host, loads_aicpu; /* pto_device_get_load_counts */
     uint64_t next_event_id;
