@@ -19,6 +19,25 @@
  * overflow commands into the ring hands them off the same way), engine
  * threads drop their queue lock before they take sched_lock to finish a
  * command, and pto_cq_drain drops cq_lock before it marks failures observed.
+ *
+ * Rings.  The driver's three rings name their fields one way, liburing's
+ * (struct io_uring_sq / io_uring_cq: khead, ktail, ring_mask, ring_entries):
+ *
+ *     entries  slots in the ring (a power of two unless said otherwise)
+ *     mask     entries - 1: item i lives in slot i & mask
+ *     head     items ever consumed: the next to consume is item head
+ *     tail     items ever produced: the next to produce is item tail
+ *
+ * head and tail are 64-bit and never wrap; tail - head items are in the
+ * ring, and it is full when that is entries.  The stream ring (struct
+ * pto_stream: entries, mask, head, tail; ring.c) counts commands: tail is
+ * the seq of the last submitted, head of the last completed, seq n being
+ * item n - 1.  The completion queue (struct pto_device: cq_entries,
+ * cq_mask, cq_head, cq_tail; completion.c) counts records and doubles
+ * when full.  The trace buffer (trace_entries, trace_head, trace_tail;
+ * trace.c) keeps exactly the configured trace_capacity records, any
+ * number, so it has no mask and indexes with i % trace_entries; when full
+ * its oldest record is dropped (head advances).
  */
 #ifndef PTO_INTERNAL_H
 #define PTO_INTERNAL_H
@@ -379,7 +398,7 @@ struct pto_stream {
     uint32_t id;
     int32_t priority;
 
-    /* ring (see the essay in ring.c) */
+    /* ring (the scheme at the top of this file; the essay in ring.c) */
     uint32_t entries, mask;
     struct pto_cmd *ring;
     _Atomic uint64_t tail;        /* seq of the last command in the ring; producer: release */
@@ -819,9 +838,9 @@ struct pto_device {
     /* completion queue (completion.c), under cq_lock */
     pthread_mutex_t cq_lock;
     pthread_cond_t cq_cv;
-    struct pto_cq_rec *cq;
-    size_t cq_cap, cq_head, cq_len;  /* circular, cq_cap a power of two */
-    uint64_t cq_base;             /* absolute index of cq[cq_head] */
+    struct pto_cq_rec *cq;        /* a ring (the scheme at the top): grows by doubling */
+    size_t cq_entries, cq_mask;
+    uint64_t cq_head, cq_tail;    /* records ever drained / pushed */
     bool cq_signalled;            /* the eventfd counter is nonzero */
     int cq_waiters;
     int efd;
@@ -829,8 +848,9 @@ struct pto_device {
     /* trace (trace.c), under trace_lock */
     pthread_mutex_t trace_lock;
     atomic_int trace_enabled;
-    pto_trace_record *trace_buf;
-    uint32_t trace_cap, trace_head, trace_len;
+    pto_trace_record *trace_buf;  /* a ring (the scheme at the top) of exactly trace_entries: indexed % */
+    uint32_t trace_entries;
+    uint64_t trace_head, trace_tail; /* records ever read or dropped / pushed */
     uint64_t trace_dropped;
 
     /* objects, under obj_lock */

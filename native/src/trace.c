@@ -5,6 +5,10 @@
  * threads, through pti_trace_cmd: one record per command at completion
  * (exec.c), one per launch block on its core (engines.c); the host drains
  * with pto_trace_read.
+ * The ring follows internal.h's scheme: trace_head counts the records ever
+ * read or dropped, trace_tail those ever pushed; it keeps exactly
+ * trace_entries records (the configured trace_capacity, any number, so
+ * record i lives in trace_buf[i % trace_entries] and there is no mask).
  * When the ring is full the oldest record is overwritten and counted in
  * trace_dropped.  The buffer is allocated on first use.
  */
@@ -26,20 +30,19 @@ void pti_trace_push(pto_device *dev, const pto_trace_record *r)
 {
     pthread_mutex_lock(&dev->trace_lock);
     if (!dev->trace_buf) {
-        dev->trace_buf = malloc((size_t)dev->trace_cap * sizeof(*dev->trace_buf));
+        dev->trace_buf = malloc((size_t)dev->trace_entries * sizeof(*dev->trace_buf));
         if (!dev->trace_buf) {
             dev->trace_dropped++;
             pthread_mutex_unlock(&dev->trace_lock);
             return;
         }
     }
-    if (dev->trace_len == dev->trace_cap) {
-        dev->trace_head = (dev->trace_head + 1) % dev->trace_cap;
-        dev->trace_len--;
+    if (dev->trace_tail - dev->trace_head == dev->trace_entries) {
+        dev->trace_head++;
         dev->trace_dropped++;
     }
-    dev->trace_buf[(dev->trace_head + dev->trace_len) % dev->trace_cap] = *r;
-    dev->trace_len++;
+    dev->trace_buf[dev->trace_tail % dev->trace_entries] = *r;
+    dev->trace_tail++;
     pthread_mutex_unlock(&dev->trace_lock);
 }
 
@@ -104,10 +107,9 @@ int pto_trace_read(pto_device *dev, pto_trace_record *out, uint32_t max)
         return pti_error(PTO_EINVAL, "pto_trace_read: NULL argument");
     pthread_mutex_lock(&dev->trace_lock);
     uint32_t n = 0;
-    while (n < max && dev->trace_len > 0) {
-        out[n++] = dev->trace_buf[dev->trace_head];
-        dev->trace_head = (dev->trace_head + 1) % dev->trace_cap;
-        dev->trace_len--;
+    while (n < max && dev->trace_head != dev->trace_tail) {
+        out[n++] = dev->trace_buf[dev->trace_head % dev->trace_entries];
+        dev->trace_head++;
     }
     pthread_mutex_unlock(&dev->trace_lock);
     return (int)n;
