@@ -294,6 +294,24 @@ def _ratios(curve):
     return [(p, row[1], row[0] / base, row[2] if len(row) > 2 else None) for p, *row in curve]
 
 
+def _table_rows(out, figures, targets, comp, ref, pp) -> list[dict]:
+    """The figures as ``pypto-async bench`` table rows (each a ratio to its curve's first point)."""
+    rows = []
+    for name, (at, limit) in targets.items():
+        point = next((r for r in figures[name] if r[0] == at), figures[name][-1])
+        rows.append({"name": f"{name}: {point[0]:,} vs {figures[name][0][0]:,}", "figure": point[2], "unit": "x",
+                     "target": f"≤ {limit:g}x", "ok": point[2] <= limit})
+    at = dict(comp)
+    if 4096 in at:
+        r = at[4096] / ref
+        rows.append({"name": "compile per task: 4,096 tasks vs 512", "figure": r, "unit": "x",
+                     "target": "≤ 2x", "ok": r <= 2.0})
+    rows.append({"name": f"{pp['tasks']:,} independent 100 µs tasks on 2 cores: wall / serial sum",
+                 "figure": pp["ratio"], "unit": "x", "target": "≤ 0.6", "ok": pp["ratio"] <= 0.6})
+    rows.append({"name": "memory per idle stream", "figure": out["bytes per idle stream"] / 1024, "unit": "KiB"})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small populations and rounds (a smoke run)")
@@ -336,7 +354,8 @@ def main(argv=None) -> int:
           f"over the same program on 1 core ({pp['one_core_s']:.3f} s: what the tasks really take, sleep "
           f"overshoot included) = {pp['ratio_to_one_core']:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"load": load, "quick": q, **{k: v for k, v in out.items()}},
+        rows = _table_rows(out, figures, targets, comp, ref, pp)
+        Path(args.json).write_text(json.dumps({"load": load, "quick": q, "rows": rows, **out},
                                               indent=1, default=str))
     return 0
 

@@ -143,13 +143,68 @@ async def test_event_after_a_failure_raises_it(config, kernels):
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
         failed = w.register(kernels.get("fail", N))(t)
+        # Recorded right behind the failure, nothing held: it carries the failure whenever the
+        # runtime drains the failure's record, since draining observes nothing.
         event = w.default_stream.record()
         with pytest.raises(PtoDependencyError) as info:
             await event
         assert isinstance(info.value.__cause__, PtoKernelFault)
+        # Awaiting the event delivered a dependency error of the failure: observed, so an event
+        # recorded now completes healthy, and the failed launch still raises its own error.
+        await w.default_stream.record()
         with pytest.raises(PtoKernelFault):
             await failed
         t.free()
+
+
+@pytest.mark.anyio
+async def test_event_after_a_drained_failure_still_raises_it(config, kernels):
+    async with ChipWorker(config) as w:
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        await w.default_stream
+        failed = w.register(kernels.get("fail", N))(t)
+        # The marker drains the failure's record but raises nothing: not delivered, not observed.
+        await w.default_stream
+        assert failed.done()
+        event = w.default_stream.record()
+        with pytest.raises(PtoDependencyError) as info:
+            await event
+        with pytest.raises(PtoKernelFault) as fault:
+            await failed
+        assert info.value.__cause__ is fault.value
+        await w.default_stream.record()  # observed: the stream runs new work again
+        t.free()
+
+
+@pytest.mark.anyio
+async def test_a_failure_delivered_through_a_wait_observes_the_stream_it_came_from(config, kernels):
+    async with ChipWorker(config) as w:
+        a, b = w.default_stream, w.stream()
+        inc = w.register(kernels.get("inc", N))
+        x = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=a)
+        y = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32), stream=b)
+        await a
+        await b
+        failed = w.register(kernels.get("fail", N))(x, stream=a)
+        b.wait(a.record())  # b's own failure, carrying a's
+        dep = inc(y, stream=b)
+        await b  # drains everything, delivers nothing: both streams still fail new work
+        assert failed.done() and dep.done()
+        still = inc(x, stream=a)
+        with pytest.raises(PtoDependencyError) as info:
+            await dep
+        assert isinstance(info.value.__cause__, PtoKernelFault)
+        # Delivered: b's failure is observed, and a's, which it came from through the wait.
+        await inc(y, stream=b)
+        await inc(x, stream=a)
+        np.testing.assert_array_equal(await y.to_host(stream=b), np.ones(N, np.float32))
+        np.testing.assert_array_equal(await x.to_host(), np.ones(N, np.float32))
+        with pytest.raises(PtoDependencyError):  # queued before the observation
+            await still
+        with pytest.raises(PtoKernelFault):
+            await failed
+        x.free()
+        y.free()
 
 
 @pytest.mark.anyio

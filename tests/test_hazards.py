@@ -770,3 +770,85 @@ def test_the_pto_races_marker_turns_the_sanitizer_off(kernels):
             scale.submit(src, 2.0, a, stream=s1)
             scale.submit(a, 3.0, b, stream=s2)  # a race, on purpose: not refused
         w.sync(timeout=10)
+
+
+# -- long-lived tensors, short-lived streams --------------------------------------------------------
+
+
+def _bounded_records(w, t, most: int) -> None:
+    """`t`'s records and every live stream's clock stay bounded, however many streams came and went."""
+    assert len(t._streams) <= most, t._streams
+    assert len(t._readers or ()) <= most, t._readers
+    live = w._streams
+    kept = {*live.values(), *t._streams, *(t._readers or ()), t._home, t._writer and t._writer[0]} - {None}
+    most_clock = 32  # a few live streams here at any time: two entries each and a slack of 16 gone ones
+    for s in kept:  # the live streams, and the closed ones the tensor's records still name
+        assert len(s._clock) <= most_clock, (s, s._clock)
+        # (The sanitizer keeps the ordering-only marks of closed streams still in flight.)
+        assert len(s._oclock) <= (most_clock if not w._hazards.sanitizing else most_clock + most), (s, s._oclock)
+
+
+def test_a_resident_tensor_keeps_bounded_records_of_many_short_lived_streams(worker, kernels):
+    """2,000 streams, each opened, reading (and some writing) a resident tensor, closed and dropped.
+
+    Before the fix the tensor kept every stream that ever used it, with their events and
+    clocks, and a stream's clock grew with every stream it had waited for (through others):
+    about 3.7 KiB per stream, for ever.  Now closed streams fold into the worker's fold point.
+    Ordering still holds, through that point too: a write on a new stream after a closed,
+    still-held reader waits for its read, and a read after a held writer sees its write.
+    """
+    w = worker
+    scale = w.register(kernels.get("scale", N))
+    inc = w.register(kernels.get("inc", N))
+    x = rand()
+    resident = w.alloc_tensor(N, np.float32, init=x)
+    writes = 0
+    most = 8 if not w._hazards.sanitizing else 24  # the sanitizer keeps reads still in flight
+    for i in range(2000):
+        s = w.stream()
+        if i % 10 == 3:
+            inc.submit(resident, stream=s)  # a write: the next stream's read waits for it
+            writes += 1
+        out = w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=s)
+        scale.submit(resident, 2.0, out, stream=s)
+        if i % 16 == 0:
+            np.testing.assert_allclose(out.numpy(stream=s), 2 * (x + writes), rtol=1e-6)
+        out.free()
+        s.close()
+        del s, out
+        if i % 100 == 99:
+            _bounded_records(w, resident, most)
+    w.sync(timeout=30)
+    _bounded_records(w, resident, most)
+
+    # A reader held on a latch, its stream closed, then folded away by later readers: a
+    # write on a new stream must still wait for that read.
+    poison = np.full(N, np.nan, np.float32)
+    before = w.alloc_tensor(N, np.float32, init=poison)
+    held = w.stream()
+    with hold(held) as latch:
+        scale.submit(resident, 1.0, before, stream=held)
+        held.close()
+        for _ in range(2 * most):
+            s = w.stream()
+            scale.submit(resident, 0.0, w.alloc_tensor(N, np.float32, stream=s), stream=s)
+            s.close()
+        writer = w.stream()
+        inc.submit(resident, stream=writer)
+        latch.release()
+    np.testing.assert_allclose(before.numpy(), x + writes, rtol=1e-6)
+    # A writer held on a latch: a read on a new stream sees its write.
+    after = w.alloc_tensor(N, np.float32, init=poison)
+    held_writer = w.stream()
+    with hold(held_writer) as latch:
+        inc.submit(resident, stream=held_writer)
+        reader = w.stream()
+        scale.submit(resident, 1.0, after, stream=reader)
+        held_writer.close()
+        latch.release()
+    np.testing.assert_allclose(after.numpy(), x + writes + 2, rtol=1e-6)
+    _bounded_records(w, resident, most)
+    for t in (resident, before, after):
+        t.free()
+    for s in (writer, reader):
+        s.close()

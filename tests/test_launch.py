@@ -394,19 +394,25 @@ async def test_kernel_fault_then_dependency_error_then_recovery(config, kernels)
         inc = w.register(kernels.get("inc", N))
         t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
         await w.default_stream
-        with hold(w.default_stream) as latch:
-            # Both queued before the failing launch runs, so before anything can observe its failure
-            # (unheld, a drain between the two calls, such as the launch path's every 64 launches,
-            # may observe a failure that ran at once, and then `second` runs as new work).
-            first = fail(t)
-            second = inc(t)
-            latch.release()
+        # Nothing held: `second` goes right behind the failing launch, and fails as its dependent
+        # whenever the runtime happens to drain the failure's record (the launch path's inline
+        # service, the pump).  Only delivering the failure to the user observes it.
+        first = fail(t)
+        second = inc(t)
+        # A stream marker drains every record up to it, and raises no dependency error: nothing
+        # is delivered, so nothing is observed, and work queued now still fails as a dependent.
+        await w.default_stream
+        assert first.done() and second.done()
+        third = inc(t)
         with pytest.raises(PtoKernelFault, match="failing on purpose") as fault:
             await first
         with pytest.raises(PtoDependencyError) as dep:
             await second
         assert dep.value.__cause__ is fault.value
         assert "k_fail" in str(dep.value) and "first failure" in str(dep.value)
+        with pytest.raises(PtoDependencyError) as dep3:
+            await third
+        assert dep3.value.__cause__ is fault.value
         # The stream recovers: later work runs, and the dependent launch did not run.
         await inc(t)
         np.testing.assert_array_equal(await t.to_host(), np.ones(N, np.float32))

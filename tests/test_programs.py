@@ -505,3 +505,34 @@ def test_a_program_run_with_a_stray_tensor_address_is_refused_by_the_driver():
         e = np.exp(x.astype(np.float64))
         np.testing.assert_allclose(out, (e + 1) * (e * 2), rtol=1e-5)
         good.free()
+
+
+@pytest.mark.parametrize("what", ["program", "kernel"])
+def test_compile_decides_kernel_or_program_once_and_derives_edges_once(what, monkeypatch, tmp_path):
+    # ir.compile lowers once into a value that carries the answer (ir/_target.py); the task
+    # graph it derives feeds both the metadata and the generated C.
+    from pypto_async.ir import _deps, _program_codegen, _target
+
+    monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "cache"))  # a miss: the C is generated
+    asked, derived = [], []
+    real_ask, real_graph = _program_codegen.is_task_program, _deps.task_graph
+    monkeypatch.setattr(_target, "is_task_program", lambda *a, **k: asked.append(1) or real_ask(*a, **k))
+    monkeypatch.setattr(_program_codegen, "task_graph", lambda *a, **k: derived.append(1) or real_graph(*a, **k))
+    a, b = rand((R, C), 5), rand((R, C), 6)
+    if what == "program":
+        c = ir.compile(HelloWorld)
+        out = poison((R, C))
+        c(a, b, out)
+    else:
+        @pl.jit
+        def tile_add(x: pl.Tensor[[R, C], F], y: pl.Tensor[[R, C], F], z: pl.Out[pl.Tensor[[R, C], F]]):
+            tx = pl.load(x, offsets=[0, 0], shapes=[R, C])
+            ty = pl.load(y, offsets=[0, 0], shapes=[R, C])
+            pl.store(pl.add(tx, ty), offsets=[0, 0], output_tensor=z)
+
+        out = poison((R, C))
+        c = ir.compile(tile_add.lower(a, b, out))
+        c(a, b, out)
+    assert c.kind == what
+    assert (len(asked), len(derived)) == (1, 1)
+    np.testing.assert_array_equal(out, a + b)

@@ -307,11 +307,16 @@ int pto_stream_synchronize(pto_stream *s, int64_t timeout_us);
  * Failure propagation: when a command fails, its record carries its own
  * status; every later command on that stream, and every command on another
  * stream that waits on an event recorded after the failure, completes with
- * -PTO_EDEP and cause_token naming the first failure.  Once the failure's
- * completion record has been drained (pto_cq_drain / pto_wait_token), the
- * stream is healthy again for commands accepted from then on (the epoch of
- * s moves on); commands accepted before, in the ring or the overflow, still
- * fail as dependents.
+ * -PTO_EDEP and cause_token naming the first failure; the records of the
+ * failure and of its dependents carry its fail_id.  Once the host has
+ * delivered the failure to its user and said so (pto_completion_observe
+ * with the failure's record or a dependent's), the stream is healthy again
+ * for commands accepted from then on (the epoch of s moves on); commands
+ * accepted before, in the ring or the overflow, still fail as dependents.
+ * Draining records (pto_cq_drain / pto_wait_token) observes nothing, so the
+ * rule does not depend on when the host drains.  A failure never delivered
+ * (a token-less command's, or one nobody looks at) keeps the stream failing
+ * until a dependent's record is.
  *
  * Host pointers passed to copies must stay valid until the command
  * completes; the driver reads and writes them in place (no staging).
@@ -376,8 +381,9 @@ int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
  * everything queued on src so far, as after pto_stream_record_edge(src, e, 0)
  * and pto_stream_wait_edge(s, e, token), except that e only names the edge
  * in traces (its own recording is left alone), and the wait is quiet: its token gets a completion record only when the wait itself fails,
- * with PTO_CQ_FIRST_FAILURE (a failure carried by e, whose observation lets s
- * run again).  A failure on src before the record reaches s's later commands as
+ * with PTO_CQ_FIRST_FAILURE (a failure carried by e; delivering it, or a
+ * dependent's record, observes it and the failure on src it came from, and
+ * lets s run again).  A failure on src before the record reaches s's later commands as
  * -PTO_EDEP naming it, as with an explicit wait.  Returns 0, or a positive
  * mask: PTO_QUEUED (the wait went to s's overflow), PTO_EDGE_SRC_QUEUED (the
  * record went to src's); or a negative error (if the wait is refused the
@@ -535,17 +541,35 @@ typedef struct pto_completion {
     uint64_t submit_ns, start_ns, end_ns;
     uint64_t cause_token;       /* for -PTO_EDEP/-PTO_EDEVLOST: the first failure's token (0: unknown) */
     uint32_t flags;             /* PTO_CQ_* */
-    uint32_t reserved;
+    uint32_t fail_id;           /* the stream failure this record is or depends on (0: none) */
     char message[104];          /* failure text, "" on success */
 } pto_completion;
 
 /*
- * pto_completion.flags: this record is its stream's first failure.  Draining
- * it (pto_cq_drain / pto_wait_token) is what observes the failure: commands
- * submitted to that stream from then on run normally.  Dependents' records
- * (-PTO_EDEP behind it) do not carry the flag.
+ * pto_completion.flags: this record is its stream's first failure.
+ * Dependents' records (-PTO_EDEP behind it) do not carry the flag; they
+ * carry its fail_id, as it does.
  */
 #define PTO_CQ_FIRST_FAILURE 1
+
+/*
+ * Observing a failure.  A stream's first failure fails every later command
+ * on it as a dependent until the failure is observed; commands accepted
+ * after the observation run normally ("Failure propagation" below).  The
+ * failure is observed when the host delivers it to its user: it raises the
+ * record's error, or a dependent's, and calls this with that record.
+ * Draining records (pto_cq_drain, pto_wait_token) observes nothing, so when
+ * the host drains never changes which commands fail.  A failure that is
+ * never delivered (its records never retrieved, or a token-less command's)
+ * keeps the stream failing until a dependent's record is.  A failure that
+ * reached c's stream through an event wait (the wait failed on its own,
+ * carrying another stream's failure) observes the failure it came from too,
+ * along the chain of such waits (on this device).
+ * Returns 1 if c's failure was observed now, 0 if there was nothing to
+ * observe (a success, a cancel or lost device, a failure observed already or
+ * superseded), -PTO_EINVAL for NULL.
+ */
+int pto_completion_observe(pto_device *dev, const pto_completion *c);
 
 /*
  * The eventfd that is readable while completion records are ready.  The
@@ -754,8 +778,10 @@ int pto_debug_lose_device(pto_device *dev, const char *msg);
  * staging copies of host-bound inputs, its ordering behind the previous
  * replay) the tag T + 1 + commands: a command pushes no completion record of
  * its own, except when it is its stream's first failure; that record carries
- * its tag (so draining it observes the failure, as for any command), and the
- * replay's record (T), a -PTO_EDEP behind it, names the tag as cause_token.
+ * its tag, and the replay's record (T), a -PTO_EDEP behind it, names the tag
+ * as cause_token.  Delivering the replay's record (pto_completion_observe)
+ * observes the origin's failure and, through the joins it came by, the
+ * failed fork's.
  * Trace records of a replay's commands carry their tags.  A host that maps
  * tokens to owners reserves T .. T + 1 + pto_graph_get_info().commands.
  *

@@ -39,8 +39,9 @@
  *
  * Blocking waits (pto_cq_wait, pto_wait_token) sleep on cq_cv; pushes
  * broadcast it only when cq_waiters > 0.  pto_wait_token copies a record
- * and leaves it queued.  Handing out a stream's primary failure record (by
- * drain or by wait_token) marks that failure observed (stream.c).
+ * and leaves it queued.  Handing out records observes nothing: a failure is
+ * observed when the host delivers it to its user (pto_completion_observe,
+ * stream.c), so when the host drains never changes which commands fail.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -127,7 +128,7 @@ static void fd_reset(pto_device *dev)
 _Static_assert(sizeof(((pto_completion *)0)->message) == PTI_MSG_LEN,
                "PTI_MSG_LEN must match pto_completion.message");
 
-void pti_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
+void pti_cq_push(pto_device *dev, const pto_completion *c)
 {
     pthread_mutex_lock(&dev->cq_lock);
     if (cq_full(dev) && !cq_grow(dev)) {
@@ -143,7 +144,6 @@ void pti_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id)
     }
     struct pto_cq_rec *r = &dev->cq[dev->cq_tail & dev->cq_mask];
     r->c = *c;
-    r->fail_id = fail_id;
     dev->cq_tail++;
     atomic_fetch_add_explicit(&dev->st_cq_records, 1, memory_order_relaxed);
     if (!dev->cq_signalled) {
@@ -185,17 +185,6 @@ uint32_t pto_cq_ready(pto_device *dev)
     return n;
 }
 
-/* Mark the primary failure records among out[0..n) observed (no lock held). */
-static void observe(pto_device *dev, const uint32_t *ids, const uint64_t *fail_ids, uint32_t n)
-{
-    if (n == 0)
-        return;
-    pthread_mutex_lock(&dev->sched_lock);
-    for (uint32_t i = 0; i < n; i++)
-        pti_stream_observe(dev, ids[i], fail_ids[i]);
-    pthread_mutex_unlock(&dev->sched_lock);
-}
-
 /*
  * pto_cq_drain - move up to max records into out, oldest first.
  *
@@ -206,23 +195,11 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 {
     if (!dev || (!out && max))
         return pti_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
-    enum { OBS_BATCH = 16 };
-    uint32_t obs_ids[OBS_BATCH];
-    uint64_t obs_fail[OBS_BATCH];
-    uint32_t nobs = 0;
     uint32_t n = 0;
     pthread_mutex_lock(&dev->cq_lock);
     while (n < max && dev->cq_head != dev->cq_tail) {
         struct pto_cq_rec *r = &dev->cq[dev->cq_head & dev->cq_mask];
         out[n++] = r->c;
-        if (r->fail_id && nobs < OBS_BATCH) {
-            obs_ids[nobs] = r->c.stream_id;
-            obs_fail[nobs++] = r->fail_id;
-        } else if (r->fail_id) {
-            /* Rare: many streams failed at once.  Stop here; the rest stays queued. */
-            n--;
-            break;
-        }
         dev->cq_head++;
     }
     if (dev->cq_head == dev->cq_tail && dev->cq_signalled) {
@@ -232,7 +209,6 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
     pthread_mutex_unlock(&dev->cq_lock);
     if (n)
         atomic_fetch_add_explicit(&dev->st_cq_drains, 1, memory_order_relaxed);
-    observe(dev, obs_ids, obs_fail, nobs);
     return (int)n;
 }
 
@@ -285,7 +261,6 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         return pti_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
     uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
-    uint64_t fail_id = 0;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     uint64_t scanned = dev->cq_head; /* index of the next record to look at */
@@ -297,7 +272,6 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
             uint64_t i = scanned & dev->cq_mask;
             if (dev->cq[i].c.token == token) {
                 *out = dev->cq[i].c;
-                fail_id = dev->cq[i].fail_id;
                 found = true;
                 break;
             }
@@ -321,9 +295,5 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
     }
     dev->cq_waiters--;
     pthread_mutex_unlock(&dev->cq_lock);
-    if (rc == 0 && fail_id) {
-        uint32_t id = out->stream_id;
-        observe(dev, &id, &fail_id, 1);
-    }
     return rc;
 }

@@ -27,10 +27,16 @@
  * failure (s->fail).  A later command fails with -PTO_EDEP (cause = the first
  * failure's token) while the failure is unobserved, or if it was accepted
  * before the observation (epoch < observed_epoch).  This is the one place the
- * rule lives: the host keeps no copy of it.  The failure is observed
- * when its record leaves the completion queue (pto_cq_drain, pto_wait_token),
- * or at once if it carries no token.  Frees on a failed stream still reclaim
- * their block; records still complete their event, carrying the failure.
+ * rule lives: the host keeps no copy of it.  The failure is observed when the
+ * host delivers it to its user: it raises the record of the failure, or of a
+ * dependent behind it, and says so with pto_completion_observe (stream.c; the
+ * record's fail_id names the failure).  Draining records observes nothing,
+ * so when the host happens to drain never changes what runs.  A failure the
+ * user is never given (a token-less command's, or one whose records nobody
+ * retrieves) keeps the stream failing until a dependent's error is delivered:
+ * every command after it that has a token carries its fail_id.  Frees on a
+ * failed stream still reclaim their block; records still complete their
+ * event, carrying the failure.
  */
 #include "internal.h"
 
@@ -91,16 +97,25 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         s->fail.seq = cmd->seq;
         pti_strlcpy(s->fail.msg, msg, sizeof(s->fail.msg));
         fail_id = s->fail.id;
-        if (cmd->token == 0) {
-            /* Nobody can drain a record that is never pushed: observed now. */
-            s->fail.observed = true;
-            s->fail.observed_epoch = atomic_fetch_add_explicit(&s->epoch, 1, memory_order_acq_rel) + 1;
-        }
+        /* A wait's failure came from its event's stream: observing it observes that one too. */
+        bool carried = cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node && !cmd->u.ev.peer;
+        s->fail.from_stream = carried ? cmd->u.ev.node->fail_stream : 0;
+        s->fail.from_id = carried ? cmd->u.ev.node->fail_id : 0;
+        /*
+         * Even with no token (no record the host could deliver) it stays
+         * unobserved: the first dependent's record names it, and delivering
+         * that observes it.  Observing it here, at the time it ran, would let
+         * the commands accepted meanwhile run or fail by the scheduler's timing.
+         */
     }
+    /* The failure this record's own or dependent failure is (0: none): what delivering it observes. */
+    uint64_t rec_fail = fail_id ? fail_id : status == -PTO_EDEP && s->fail.set ? s->fail.id : 0;
     if (cmd->kind == PTO_CMD_RECORD) {
         struct pto_event_node *n = cmd->u.ev.node;
         n->status = status;
         n->cause = status ? cause : 0;
+        n->fail_stream = rec_fail ? s->id : 0;
+        n->fail_id = (uint32_t)rec_fail;
         n->time_ns = end_ns;
         pti_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
         if (n->peer_waits)
@@ -123,7 +138,7 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         c.end_ns = end_ns;
         c.cause_token = status ? cause : 0;
         c.flags = fail_id ? PTO_CQ_FIRST_FAILURE : 0;
-        c.reserved = 0;
+        c.fail_id = (uint32_t)rec_fail;
         pti_strlcpy(c.message, status ? msg : "", sizeof(c.message));
     }
     if (pti_trace_on(dev))
@@ -158,7 +173,7 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * refills a full ring on each drained record never finds it still full.
      */
     if (token)
-        pti_cq_push(dev, &c, fail_id);
+        pti_cq_push(dev, &c);
     if (dev->host_waiters)
         pthread_cond_broadcast(&dev->host_cv);
     if (s->destroyed && pti_stream_idle(s))

@@ -13,11 +13,13 @@
  * ---------------------
  * The replay's commands are quiet (pti_quiet while it queues them): each
  * carries a tag, token + 1 + its index, and pushes a completion record only
- * if it is its stream's first failure (exec.c, pti_cmd_finish).  That record
- * is what observes the failure, as for any command; the rest of the replay
+ * if it is its stream's first failure (exec.c, pti_cmd_finish).  The rest of the replay
  * fails behind it as dependents, silently, and the replay's last command, a
  * notify with the replay's token on the origin stream, reports -PTO_EDEP
- * naming the failed command's tag as its cause.  A program run is one such
+ * naming the failed command's tag as its cause.  The host delivers that
+ * record (the replay's error) and observes with it (pto_completion_observe)
+ * the origin's failure and, along the joins it came through, the failed
+ * fork's: a replay's failure is observed as one.  A program run is one such
  * command however many tasks it holds: it completes (pti_cmd_finish, from
  * the thread that finishes the run) once all its tasks have, failing with
  * its first failing task's "task NAME: message", so the rule is the same.
@@ -27,7 +29,8 @@
  *
  * Judged as one submission
  * ------------------------
- * A command may run, fail and be observed while the replay is still queuing
+ * A command may run, fail and be observed (its replay's error delivered by
+ * another thread, or an earlier failure's) while the replay is still queuing
  * later ones.  Each stream is back-dated (pto_stream_backdate's field) to
  * its epoch when the replay began, so the rest of the replay fails as
  * dependents instead of running on a failed command's output.

@@ -18,7 +18,7 @@
  * drop submit_lock before they kick the scheduler (a submitter that moved
  * overflow commands into the ring hands them off the same way), engine
  * threads drop their queue lock before they take sched_lock to finish a
- * command, and pto_cq_drain drops cq_lock before it marks failures observed.
+ * command, and pto_completion_observe takes sched_lock holding no other lock.
  *
  * Rings.  The driver's three rings name their fields one way, liburing's
  * (struct io_uring_sq / io_uring_cq: khead, ktail, ring_mask, ring_entries):
@@ -156,6 +156,8 @@ struct pto_event_node {
     atomic_int done;              /* release-stored by the record's completion */
     int32_t status;               /* 0, or the failure the recorded work carried */
     uint64_t cause;               /* first failure's token for a failed record */
+    uint32_t fail_stream;         /* a failed record: its stream, and the failure */
+    uint32_t fail_id;             /*   it carried (0: none, or another device's) */
     uint64_t time_ns;             /* when the record command executed */
     uint64_t event_id;
     int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
@@ -352,10 +354,12 @@ struct pto_run {
 
 struct pto_stream_fail {
     bool set;                     /* a failure is in effect */
-    bool observed;                /* its record was handed out */
+    bool observed;                /* delivered to the user (pto_completion_observe) */
     int32_t status;               /* the first failure's own status */
     uint64_t cause;               /* the first failure's token (EDEP cause) */
-    uint64_t id;                  /* matches the primary record's fail_id */
+    uint64_t id;                  /* records' fail_id (low 32 bits) names it */
+    uint32_t from_stream;         /* a wait's failure: the stream, and the failure, */
+    uint32_t from_id;             /*   its event carried (0: none); observed with it */
     uint64_t observed_epoch;      /* commands with epoch >= this run normally */
     uint64_t seq;                 /* the failing command */
     char msg[PTI_MSG_LEN];
@@ -554,8 +558,12 @@ void pti_ovf_fini(pto_stream *s);
 pto_stream *pti_stream_find(pto_device *dev, uint32_t id);
 /* Destroyed streams whose rings drained (sched_lock held). */
 void pti_streams_reap(pto_device *dev);
-/* Mark the failure fail_id of stream stream_id observed (sched_lock held). */
-void pti_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id);
+/*
+ * Mark the failure fail_id (a record's, low 32 bits) of stream stream_id
+ * observed, if it is still the stream's and unobserved (sched_lock held).
+ * Returns true if it did.
+ */
+bool pti_stream_observe(pto_device *dev, uint32_t stream_id, uint32_t fail_id);
 /* Unlink and free a stream (sched_lock held, ring empty). */
 void pti_stream_free_now(pto_device *dev, pto_stream *s);
 /*
@@ -600,13 +608,12 @@ void pti_stream_drop_canceled(pto_device *dev, pto_stream *s);
 
 struct pto_cq_rec {
     pto_completion c;
-    uint64_t fail_id;             /* != 0: the primary failure record of stream c.stream_id */
 };
 
 int pti_cq_init(pto_device *dev);
 void pti_cq_fini(pto_device *dev);
 /* Push a record (any thread; takes cq_lock).  Wakes the eventfd on empty -> non-empty. */
-void pti_cq_push(pto_device *dev, const pto_completion *c, uint64_t fail_id);
+void pti_cq_push(pto_device *dev, const pto_completion *c);
 /* Wake every cq waiter (device lost/closing). */
 void pti_cq_wake_all(pto_device *dev);
 

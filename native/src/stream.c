@@ -6,9 +6,9 @@
  * and dev->order (the scan order: priority, then id), both under
  * sched_lock.  pto_stream_destroy never waits: a stream with commands left
  * is marked destroyed and freed by whoever completes its last one (reap).
- * pti_stream_observe is the completion queue's half of the failure rule
- * (exec.c, "Failure propagation"): draining a failure's record moves the
- * stream's epoch on.
+ * pto_completion_observe is the host's half of the failure rule (exec.c,
+ * "Failure propagation"): the host delivered a failure to its user, and the
+ * stream's epoch moves on.  Draining records never does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +170,7 @@ uint64_t pto_stream_accepted(const pto_stream *s)
 
 uint64_t pto_stream_epoch(const pto_stream *s)
 {
-    /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish. */
+    /* Pairs with the acq_rel bump in pti_stream_observe. */
     return s ? atomic_load_explicit(&((pto_stream *)s)->epoch, memory_order_acquire) : 0;
 }
 
@@ -267,11 +267,44 @@ pto_stream *pti_stream_find(pto_device *dev, uint32_t id)
     return i < dev->n_streams && dev->streams[i]->id == id ? dev->streams[i] : NULL;
 }
 
-void pti_stream_observe(pto_device *dev, uint32_t stream_id, uint64_t fail_id)
+bool pti_stream_observe(pto_device *dev, uint32_t stream_id, uint32_t fail_id)
 {
-    pto_stream *s = pti_stream_find(dev, stream_id);
-    if (s && s->fail.set && s->fail.id == fail_id && !s->fail.observed) {
+    bool now = false;
+    /* Along the chain of waits it came through; each link names an older failure. */
+    for (size_t hops = 0; fail_id && hops <= dev->n_streams; hops++) {
+        pto_stream *s = pti_stream_find(dev, stream_id);
+        if (!s || !s->fail.set || (uint32_t)s->fail.id != fail_id || s->fail.observed)
+            break;
         s->fail.observed = true;
         s->fail.observed_epoch = atomic_fetch_add_explicit(&s->epoch, 1, memory_order_acq_rel) + 1;
+        now |= hops == 0;
+        stream_id = s->fail.from_stream;
+        fail_id = s->fail.from_id;
     }
+    return now;
+}
+
+/*
+ * pto_completion_observe - the host delivered the failure of record c.
+ *
+ * Observes the failure c names (c->fail_id on stream c->stream_id) if it is
+ * still that stream's and unobserved: commands accepted on the stream from
+ * now on run normally; those accepted before still fail as dependents.
+ * A failure that came from another stream's through an event wait observes
+ * that one too, and so on along the chain (each link is in c's causal past,
+ * so this does not depend on timing either); another device's is not.
+ * Returns 1 if it observed the failure now, 0 if there was nothing to
+ * observe (a success, a cancel, a lost device, a failure observed already
+ * or superseded, a stream gone), -PTO_EINVAL for a NULL argument.
+ */
+int pto_completion_observe(pto_device *dev, const pto_completion *c)
+{
+    if (!dev || !c)
+        return pti_error(PTO_EINVAL, "pto_completion_observe: NULL argument");
+    if (c->status == 0 || c->fail_id == 0)
+        return 0;
+    pthread_mutex_lock(&dev->sched_lock);
+    bool now = pti_stream_observe(dev, c->stream_id, c->fail_id);
+    pthread_mutex_unlock(&dev->sched_lock);
+    return now ? 1 : 0;
 }

@@ -137,7 +137,7 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
     cmd->quiet = pti_quiet || cmd->quiet;
     cmd->seq = seq;
     cmd->state = PTI_CMD_QUEUED;
-    /* Pairs with the acq_rel bump in pti_stream_observe / pti_cmd_finish (scheduler side). */
+    /* Pairs with the acq_rel bump in pti_stream_observe. */
     uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     cmd->epoch = epoch < s->backdate ? epoch : s->backdate;
     cmd->submit_ns = pti_submit_ns ? pti_submit_ns : pto_now_ns(); /* a graph replay reads it once */

@@ -181,7 +181,13 @@ static void several_in_flight_and_a_failure(void)
         t_assert(log[i].token == bad || log[i].token == tag || log[i].token == bad + 1 + 3 ||
                      log[i].token == bad + 1 + 4 || log[i].token == bad + 1 + 5,
                  "a stray record %llu", (unsigned long long)log[i].token);
-    /* Both failures were observed (their records drained): the next replay runs normally. */
+    /*
+     * Drained is not observed: delivering the replay's record observes the
+     * origin's failure and, through the join it came by, the fork's.  The next
+     * replay runs normally.
+     */
+    t_assert(pto_completion_observe(dev, &log[k]) == 1, "the replay's record observes its failure");
+    t_assert(pto_completion_observe(dev, &log[own]) == 0, "the fork's failure was observed with it");
     uint64_t good = next;
     next += span;
     t_check(pto_graph_replay(g, s, 2, dev_ptrs, host_ptrs, 3, good));
@@ -460,7 +466,8 @@ static void programs_in_a_graph(void)
              "the program node's own record: %s", own >= 0 ? log[own].message : "none");
     t_assert(hf[0] == 0.0f && hf[1] == 1.0f && hf[2] == 0.0f, "after ran or beside did not, or add ran: "
              "%g %g %g", hf[0], hf[1], hf[2]);
-    /* The failure was observed: the next replay runs. */
+    /* Delivering the replay's record observes the failure: the next replay runs. */
+    t_assert(pto_completion_observe(dev, &log[k]) == 1, "the replay's record observes its failure");
     uint64_t good = next;
     next += span;
     t_check(pto_graph_replay(g, s, 1, (uint64_t[3]){b[1][0], b[1][1], b[1][2]}, NULL, 3, good));

@@ -134,10 +134,13 @@ static void test_failure_crosses(void)
     t_assert(strstr(w.message, "another device") != NULL, "message: %s", w.message);
     t_assert(n.status == -PTO_EDEP && n.cause_token == 20, "dependent: %d", n.status);
     pto_completion buf[8];
-    while (pto_cq_drain(d1, buf, 8) > 0) /* observed: s1 is healthy again */
+    while (pto_cq_drain(d1, buf, 8) > 0) /* drained, not delivered: s1 still fails */
         ;
     t_check(pto_stream_notify(s1, 22));
-    t_assert(wait_tok(d1, 22).status == 0, "s1 still failing after the drain");
+    t_assert(wait_tok(d1, 22).status == -PTO_EDEP, "s1 healthy after a mere drain");
+    t_assert(pto_completion_observe(d1, &n) == 1, "delivering the dependent observes s1's failure");
+    t_check(pto_stream_notify(s1, 23));
+    t_assert(wait_tok(d1, 23).status == 0, "s1 still failing after the observation");
     pto_latch_destroy(l);
     pto_device_close(d0);
     pto_device_close(d1);

@@ -6,7 +6,8 @@
  * events recorded on one thread's stream and waited on by another's, device
  * allocations freed stream-ordered, latches released at random points, and
  * fail_next injections.  A drainer thread drains the completion queue through
- * the eventfd with random batch sizes.  Every command carries a token, and
+ * the eventfd with random batch sizes; the thread that waits for a group
+ * observes its failures (pto_completion_observe), as a host delivering them.  Every command carries a token, and
  * every token must complete exactly once with a status its group allows.
  * The device is closed at the end with a last round of latched work queued.
  *
@@ -36,6 +37,7 @@ static _Atomic uint64_t next_token = 1;
 static _Atomic uint8_t done_count[MAX_TOKENS];  /* records seen per token */
 static int32_t done_status[MAX_TOKENS];         /* written before done_count is released */
 static uint64_t done_cause[MAX_TOKENS];
+static uint32_t done_stream[MAX_TOKENS], done_fail[MAX_TOKENS];  /* for pto_completion_observe */
 static _Atomic uint8_t issued[MAX_TOKENS];
 static atomic_bool stop_drainer;
 static atomic_bool failed;
@@ -66,6 +68,8 @@ static void drain_once(uint64_t *rng)
         }
         done_status[t] = recs[i].status;
         done_cause[t] = recs[i].cause_token;
+        done_stream[t] = recs[i].stream_id;
+        done_fail[t] = recs[i].fail_id;
         if (atomic_fetch_add_explicit(&done_count[t], 1, memory_order_release) != 0)
             FAIL("token %llu completed twice", (unsigned long long)t);
         atomic_fetch_add(&n_records, 1);
@@ -177,6 +181,10 @@ static bool wait_group(struct worker *w)
         if (st == 0)
             continue;
         ok = false;
+        /* The group's owner saw the failure: delivered, so the stream runs new work again. */
+        pto_completion c = {.token = t, .status = st, .stream_id = done_stream[t], .fail_id = done_fail[t]};
+        if (pto_completion_observe(dev, &c) < 0)
+            FAIL("pto_completion_observe: %s", pto_last_error());
         switch (-st) {
         case PTO_EFAULT:
         case PTO_EKERNEL:

@@ -56,18 +56,12 @@ from types import NoneType
 from .._dtypes import as_dtype
 from .._signature import IN, INOUT, OUT, PLATFORMS, SCALAR, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
-from ._codegen import CODEGEN_VERSION, generate_c
-from ._deps import Edge, Task, TaskGraph, task_graph
+from ._codegen import CODEGEN_VERSION
+from ._deps import Edge, Task, TaskGraph
 from ._program import Program
 from ._passes import PIPELINE, run_passes
 from ._printer import format_program
-from ._program_codegen import (
-    PROGRAM_CODEGEN_VERSION,
-    generate_program_c,
-    is_task_program,
-    largest_scope,
-    program_symbol,
-)
+from ._target import Target, plan
 
 __all__ = [
     "CompiledProgram",
@@ -422,10 +416,8 @@ def _entry_meta(entry: Path, ir_hash: str, symbol: str) -> dict | None:
     return meta
 
 
-def _graph_to_meta(program: Program) -> dict | None:
-    try:
-        g = task_graph(program)
-    except PtoCompileError:
+def _graph_to_meta(g: TaskGraph | None) -> dict | None:
+    if g is None:
         return None
     return {
         "tasks": [{"id": t.id, "name": t.name} for t in g.tasks],
@@ -516,12 +508,11 @@ def _flags_from(kwargs) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol: str, kind: str) -> dict:
+def _meta(target: Target, platform: str, cc: str, flags, ir_hash: str, symbol: str) -> dict:
+    program = target.program
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "program_symbol": program_symbol(symbol) if kind == "program" else None,
-        "largest_scope": largest_scope(program.body) if kind == "program" else 0,
+        **target.meta(symbol),
         "name": program.name,
         "symbol": symbol,
         "platform": platform,
@@ -535,7 +526,7 @@ def _meta(program: Program, platform: str, cc: str, flags, ir_hash: str, symbol:
         "flags": list(flags),
         "ir_hash": ir_hash,
         "codegen_version": CODEGEN_VERSION,
-        "task_graph": _graph_to_meta(program),
+        "task_graph": _graph_to_meta(target.graph),
     }
 
 
@@ -614,17 +605,16 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     t0 = clock()
     lowered, dumps = _lower(program, options["dump_passes"])
     t1 = clock()
-    kind = "program" if is_task_program(lowered, force=as_program) else "kernel"
+    target = plan(lowered, force=as_program)
     text = format_program(lowered)
-    tag = f" program {PROGRAM_CODEGEN_VERSION}" if kind == "program" else ""
-    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{tag}\n{text}".encode()).hexdigest()
+    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{target.hash_tag}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)
     times = {"passes_s": t1 - t0, "build_s": 0.0, "cache_hit": True}
     meta = _entry_meta(entry, ir_hash, symbol)
     if meta is None:  # absent, or unreadable: rebuilt, and the new entry replaces it
-        meta = _build(root, entry, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind)
+        meta = _build(root, entry, target, text, platform, cc_text, flags, ir_hash, symbol, cc)
         times.update(build_s=clock() - t1, cache_hit=False)
     target = entry
     if output_dir is not None and Path(output_dir).resolve() != entry.resolve():
@@ -720,9 +710,9 @@ def _c_name(name: str) -> str:
     return out if out and not out[0].isdigit() else f"k_{out}"
 
 
-def _build(root: Path, entry: Path, lowered, text, platform, cc_text, flags, ir_hash, symbol, cc, kind) -> dict:
-    source = generate_program_c(lowered, symbol) if kind == "program" else generate_c(lowered, symbol)
-    meta = _meta(lowered, platform, cc_text, flags, ir_hash, symbol, kind)
+def _build(root: Path, entry: Path, target: Target, text, platform, cc_text, flags, ir_hash, symbol, cc) -> dict:
+    meta = _meta(target, platform, cc_text, flags, ir_hash, symbol)
+    source = target.source(symbol)
     return _publish(root, entry, source, text + "\n", meta, cc, flags)
 
 

@@ -42,11 +42,11 @@ from ..errors import PtoCompileError
 from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen, generate_c
-from ._deps import MAX_TASKS, Task, edges, program_tasks
+from ._deps import MAX_TASKS, Task, TaskGraph, task_graph
 from ._nodes import For, Scope
 from ._program import Program
 
-__all__ = ["is_task_program", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
+__all__ = ["is_task_program", "program_graph", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
            "PROGRAM_CODEGEN_VERSION"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
@@ -266,9 +266,24 @@ def _scratch_lifetimes(program: Program, tasks: list[Task] | None) -> list[tuple
     return out
 
 
-def generate_program_c(program: Program, symbol: str) -> str:
+def program_graph(program: Program) -> TaskGraph | None:
+    """The program's task instances and edges, or None if it submits too many to expand."""
+    try:
+        return task_graph(program)
+    except PtoCompileError:
+        return None
+
+
+_DERIVE = object()
+
+
+def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = _DERIVE) -> str:
     """Return the C11 source of a lowered task program: kernel entry ``symbol``, descriptor
-    entry :func:`program_symbol` (``symbol``)."""
+    entry :func:`program_symbol` (``symbol``).
+
+    ``graph`` is the program's :func:`program_graph`, derived here when not given; None (too
+    many task instances to expand) compiles it without tables, each task after the one before.
+    """
     if program.stage != "lowered":
         raise PtoCompileError("generate_program_c needs a lowered program (run ir.run_passes first)")
     sites = _sites(program.body)
@@ -277,10 +292,10 @@ def generate_program_c(program: Program, symbol: str) -> str:
         if len(loop_vars) > MAX_INDICES:
             raise PtoCompileError(f"program {program.name}: task {s.name or 'region'} sits in "
                                   f"{len(loop_vars)} nested pl.range loops; at most {MAX_INDICES}")
-    try:
-        tasks = program_tasks(program)
-    except PtoCompileError:
-        tasks = None  # too many to expand: no tables (each instance waits for the one before)
+    if graph is _DERIVE:
+        graph = program_graph(program)
+    tasks = list(graph.tasks) if graph is not None else None
+    if tasks is None:  # too many to expand: no tables (each instance waits for the one before)
         warnings.warn(f"program {program.name} submits more than {MAX_TASKS} task instances: compiled "
                       "without a task graph, each task runs after the one before it", RuntimeWarning,
                       stacklevel=4)
@@ -314,7 +329,7 @@ def generate_program_c(program: Program, symbol: str) -> str:
         if len(of) != len(tasks):
             raise PtoCompileError(f"program {program.name}: {len(of)} task sites walked, {len(tasks)} tasks")
         preds: list[list[int]] = [[] for _ in tasks]
-        for e in edges(tasks):
+        for e in graph.edges:
             preds[e.dst].append(e.src)
         offs, ids = [0], []
         for p in preds:

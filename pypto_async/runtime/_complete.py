@@ -26,8 +26,8 @@ from ..errors import PtoCanceledError
 from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
-__all__ = ["drain", "on_failure", "remember_failure", "service", "on_readable", "settle", "cancel",
-           "drop_queued", "fail_pending"]
+__all__ = ["drain", "on_failure", "remember_failure", "observe", "service", "on_readable", "settle",
+           "cancel", "drop_queued", "fail_pending"]
 
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
@@ -91,10 +91,44 @@ def on_failure(q: CommandQueue, rec, status: int, owner) -> None:
     if cause is not None:
         text = f"{text} (first failure: {cause})"
     exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
+    if rec.fail_id:
+        exc._pto_fail = (status, rec.stream_id, rec.fail_id)  # what delivering it observes
     if status != _EDEP and status != _ECANCELED:
         remember_failure(q, rec.token, exc)
     if owner is not None:
         owner._fail(exc)
+
+
+def observe(worker, exc: BaseException, locked: bool = False) -> None:
+    """Tell the driver that `exc`, a command's error, is being delivered to the user.
+
+    The one call site of the failure rule's host half (``pto_completion_observe``;
+    the rule is the driver's, exec.c "Failure propagation"): the stream failure
+    that `exc`'s record is, or depends on, is observed, so work queued on that
+    stream from now on runs, while work queued before still fails as its
+    dependents.  Every path that hands a command's failure to the caller comes
+    here as it does: ``await`` / ``sync()`` / ``result()`` / ``exception()`` of
+    a Launch, and waiting for an Event or a stream marker.  Draining records
+    observes nothing, so when the runtime drains never changes what fails.  An
+    error that is never retrieved observes nothing, nor does collecting its
+    Launch.  `locked`: the caller holds the worker's lock.
+    """
+    fail = getattr(exc, "_pto_fail", None)
+    if fail is None:
+        return
+    exc._pto_fail = None  # once is enough: the driver would ignore a second call
+    if locked:
+        _observe(worker, fail)
+    else:
+        with worker._lock:
+            _observe(worker, fail)
+
+
+def _observe(worker, fail) -> None:
+    if worker._alive():
+        rec = ffi.new("pto_completion *")
+        rec.status, rec.stream_id, rec.fail_id = fail
+        lib.pto_completion_observe(worker._dev, rec)
 
 
 def remember_failure(q: CommandQueue, t: int, exc: BaseException) -> None:

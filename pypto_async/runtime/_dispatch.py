@@ -50,7 +50,7 @@ import atexit
 import threading
 
 from .._driver import check
-from ._complete import service
+from ._complete import observe, service
 from ._context import capture_of, current_worker, stream_stack
 from ._group import group_commands, group_flags, inputs
 from ._hazards import fast_order, fused_overflow, order
@@ -269,5 +269,6 @@ def finish_sync(worker, launch: Launch) -> Launch:
             block_until(worker._queue, launch, False, None)
         if launch._exc is not None:
             launch._mark_retrieved()
+            observe(worker, launch._exc)
             raise launch._exc
     return launch

@@ -195,9 +195,18 @@ class DistributedLaunch:
         return all(launch.done() for launch in self.launches)
 
     def result(self):
-        """The call's result (a stacked tensor for a collective, else None), or its first error."""
-        for launch in self.launches:
-            launch.result()
+        """The call's result (a stacked tensor for a collective, else None), or its first error.
+
+        The error stands for every part's: raising it delivers (observes) the
+        failures of all of them, so each device runs new work again.
+        """
+        if not self.done():
+            for launch in self.launches:
+                launch.result()  # the first failure, or PtoInvalidStateError for a part in flight
+        errors = [launch.exception() for launch in self.launches]
+        for exc in errors:
+            if exc is not None:
+                raise exc
         return self._result
 
     def sync(self, timeout: float | None = None):

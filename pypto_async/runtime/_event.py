@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoInvalidStateError, PtoTryAgain
+from ._complete import observe
 from ._waitable import _Waitable
 
 __all__ = ["Event"]
@@ -58,8 +59,10 @@ class Event(_Waitable):
     # -- waiting (``await event`` and sync() are _Waitable's) ----------------------
 
     def _outcome(self) -> None:
-        if self._exc is not None:
-            raise self._exc
+        exc = self._exc
+        if exc is not None:
+            observe(self._worker, exc)
+            raise exc
 
     def query(self) -> bool:
         """Return True if the recorded work has completed, successfully or not.

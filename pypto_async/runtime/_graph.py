@@ -50,7 +50,7 @@ from ..errors import (
 )
 from ._args import check_init, host_array
 from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
-from ._complete import service
+from ._complete import observe, service
 from ._hazards import order, read_home
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream
@@ -377,6 +377,7 @@ class Graph:
             block_until(q, launch, submit_only, None)
         if not submit_only and launch._exc is not None:
             launch._mark_retrieved()
+            observe(worker, launch._exc)
             raise launch._exc
         return launch
 
@@ -549,6 +550,7 @@ class Graph:
         new = type(cause)(f"{self._label} failed at {where}: {text}", status=getattr(cause, "status", None))
         new.__cause__ = exc
         new.cause_token = ct
+        new._pto_fail = getattr(exc, "_pto_fail", None)  # delivering it observes what exc would
         return new
 
     # -- lifetime --------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ from ._queue import QUEUED
 from ._submit import overflowed
 
 __all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
-           "manual_region", "sanitize_mode", "ENV_SANITIZE"]
+           "prune_clocks", "closed", "fold_readers", "manual_region", "sanitize_mode", "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
@@ -101,6 +101,8 @@ _MODES = ("off", "raise", "warn")
 _PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
 _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
+_FOLD_FROM = 4  # readers a tensor notes before it folds the closed streams' ones
+_CLOCK_SLACK = 16  # entries of gone streams a clock may hold beyond one per live stream
 _wait_stream = lib.pto_stream_wait_stream
 _SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
 _WAIT_QUEUED = lib.PTO_EDGE_WAIT_QUEUED
@@ -157,6 +159,84 @@ def merge_clock(stream, event) -> None:
     _merge(stream._oclock, osnapshot, me, src, r)
     if snapshot is not None:
         _merge(stream._clock, snapshot, me, src, r)
+    if len(stream._clock) > _CLOCK_SLACK or len(stream._oclock) > _CLOCK_SLACK:
+        _prune_clock(stream)  # an event of a closed stream names streams gone since
+
+
+def prune_clocks(worker) -> None:
+    """Drop gone streams' entries from clocks grown past one per live stream and a slack (lock held).
+
+    A stream's clock gains an entry for every stream it waits for, directly
+    or through others; without this, a long-lived stream's clock (and the
+    snapshot each of its events copies) would grow with every short-lived
+    stream ever seen.  Called when a stream is made or closed, and for one
+    stream when it merged a large snapshot (:func:`merge_clock`).  Dropping an
+    entry of ``_clock`` is always sound: it only lets an edge be skipped (an
+    edge to a gone stream is then queued again, and costs one wait).  The
+    sanitizer reads ``_oclock`` to prove an access ordered: an entry there
+    goes only once nothing it could prove is left in flight (:func:`closed`).
+    """
+    for stream in worker._streams.values():
+        _prune_clock(stream)
+
+
+def _prune_clock(stream) -> None:
+    """:func:`prune_clocks` for one stream (it just merged a snapshot that may name gone streams)."""
+    worker = stream._worker
+    live = worker._streams
+    bound = 2 * len(live) + _CLOCK_SLACK
+    clock = stream._clock
+    if len(clock) > bound:
+        for sid in [sid for sid in clock if sid not in live]:
+            del clock[sid]
+    clock = stream._oclock
+    if len(clock) > bound:
+        hz = worker._hazards
+        gone = hz.gone if hz is not None else {}
+        for sid in [sid for sid in clock if sid not in live and ((g := gone.get(sid)) is None or g._done)]:
+            del clock[sid]
+
+
+def closed(stream) -> None:
+    """`stream` was closed (lock held): remember it while its work may be in flight, if the sanitizer is on.
+
+    The sanitizer proves an access ordered with ``_oclock``: an entry of a
+    closed stream may go once the host saw its final point complete (its
+    accesses have all left the token map, so none can race any more), and
+    one of a stream collected unclosed at once (no record names it).
+    """
+    worker = stream._worker
+    hz = worker._hazards
+    if hz is not None and hz.mode != "off" and stream._final is not None:
+        gone = hz.gone
+        gone[stream._id] = stream._final
+        if len(gone) > _CLOCK_SLACK:
+            for sid in [sid for sid, final in gone.items() if final._done]:
+                del gone[sid]
+    prune_clocks(worker)
+
+
+def fold_readers(hz, t, readers: dict) -> None:
+    """Fold the reads of closed streams among `t`'s readers into one read of the fold point (lock held).
+
+    A write after them waits for the fold point's tail, which is ordered
+    after all those streams' work (``_stream.fold_point``), where it waited
+    for each of them: sound, over-waiting.  Ordering only: a failure of a
+    closed reader is not carried to a later writer through it.  With the
+    sanitizer on, a read still in flight stays (the sanitizer names it).
+    """
+    pending = hz.queue.pending if hz is not None and hz.mode != "off" else None
+    fold = t._worker._fold
+    pos = 0
+    for r_stream in [s for s in readers if s._closed and s._folded and s is not fold]:
+        if pending is not None and readers[r_stream][1] in pending:
+            continue
+        pos = max(pos, r_stream._folded)
+        del readers[r_stream]
+    if pos:
+        prev = readers.get(fold)
+        if prev is None or prev[1] < pos:
+            readers[fold] = (fold, pos, None, None)
 
 
 def _merge(clock: dict, snapshot: dict, me: int, src: int, r: int) -> None:
@@ -251,7 +331,7 @@ class Hazards:
     """
 
     __slots__ = ("worker", "queue", "auto", "mode", "stacks", "fast", "inferred", "skipped", "races",
-                 "inferred_tokens", "_hosts", "recorder")
+                 "inferred_tokens", "_hosts", "recorder", "gone")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -266,6 +346,7 @@ class Hazards:
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self._hosts: dict[int, tuple] = {}  # host address -> (end, launch, what): inputs in flight
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
+        self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
         if not _fast_ready:
             _setup_fast()
 
@@ -388,6 +469,8 @@ class Hazards:
                 if readers is None:
                     t._readers = {stream: acc}
                 else:
+                    if len(readers) >= _FOLD_FROM and stream not in readers:
+                        fold_readers(self, t, readers)
                     readers[stream] = acc
 
     def raw_access(self, stream, lo: int, nbytes: int, reads: bool, label: str) -> None:
@@ -598,7 +681,7 @@ def _first_use(t, stream) -> None:
     # (A point of another worker, a peer copy's, is not in this worker's clocks.)
     ready = t._ready._clock if t._ready is not None and t._ready._worker is stream._worker else None
     if ready is not None and stream._clock.get(ready[0], 0) > ready[1]:
-        t._streams.add(stream)  # an edge just queued waits for more than the join would
+        t._add_stream(stream)  # an edge just queued waits for more than the join would
     else:
         t._join(stream)
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import warnings
 
 from ..errors import PtoCanceledError, PtoDependencyError, PtoInvalidStateError
+from ._complete import observe
+from ._queue import _running_loop, resolve_soon
 from ._waitable import _Until, _Waitable
 
 __all__ = ["Launch", "mark_turn"]
@@ -49,6 +51,15 @@ class Launch(_Waitable):
     device work goes on, and the host arrays stay alive until it is done.
     A launch that failed and whose error nobody retrieved warns
     (``RuntimeWarning``) when it is garbage-collected, like an asyncio future.
+
+    Retrieving the error (awaiting the launch, :meth:`sync`, :meth:`result`,
+    :meth:`exception`) is what *observes* the stream's failure: later work
+    on the stream fails as its dependent until then, and runs normally once
+    it was retrieved (work queued before still fails).  An error that is
+    never retrieved leaves the stream failing: a fire-and-forget launch that
+    fails makes every later launch on its stream fail too, until you await
+    one of them.  Collecting the launch observes nothing (garbage collection
+    happens at no determined time).
     """
 
     __slots__ = ("_remaining", "_keep", "_out", "_t0", "_t1", "_event", "_await_entry", "_span",
@@ -186,9 +197,11 @@ class Launch(_Waitable):
         """
         if not self._done:
             raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
-        if self._exc is not None:
+        exc = self._exc
+        if exc is not None:
             self._mark_retrieved()
-            raise self._exc
+            observe(self._worker, exc)
+            raise exc
         return self._out
 
     _outcome = result  # what awaiting (and sync()) returns
@@ -204,7 +217,10 @@ class Launch(_Waitable):
         if not self._done:
             raise PtoInvalidStateError(f"{self._name} has not completed; await it or call sync()")
         self._mark_retrieved()
-        return self._exc
+        exc = self._exc
+        if exc is not None:
+            observe(self._worker, exc)
+        return exc
 
     @property
     def stream(self):
@@ -273,16 +289,25 @@ class Launch(_Waitable):
             self._worker._release_waiters(self)
 
     def _deliver(self, waiters, exc) -> None:
-        """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome."""
+        """Resolve the futures of tasks awaiting this launch (asyncio) to its outcome.
+
+        Off their loop's thread (a close or a blocking drive on another
+        thread), through the loop's thread-safe path (``_queue.resolve_soon``).
+        """
+        here = _running_loop()
         for fut in waiters:
             if fut.done():  # its task was cancelled
                 continue
             try:
-                if exc is None:
+                if fut.get_loop() is not here:
+                    resolve_soon(fut, self._out, exc)
+                elif exc is None:
                     fut.set_result(self._out)
                 else:
                     fut.set_exception(exc)
+                if exc is not None:
                     self._mark_retrieved()
+                    observe(self._worker, exc, locked=True)  # the task resumes raising it
             except RuntimeError:  # its event loop is gone
                 pass
 
@@ -357,4 +382,5 @@ class _Marker(Launch):
     def _outcome(self) -> None:
         exc = self._exc
         if exc is not None and not isinstance(exc, PtoDependencyError):
+            observe(self._worker, exc)
             raise exc

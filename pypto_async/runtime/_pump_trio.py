@@ -75,9 +75,11 @@ class TrioPump(_LoopPump):
             )
         self.streak = 0
         waiters.append(task)
+        task.custom_sleep_data = object()  # this wait, for a wake from another thread (wake)
 
         def abort(_raise_cancel):
             # Work already on the device cannot be withdrawn; only our waiter goes.
+            task.custom_sleep_data = None
             try:
                 waiters.remove(task)
             except ValueError:
@@ -87,7 +89,18 @@ class TrioPump(_LoopPump):
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     def wake(self, task) -> None:
-        self._trio.lowlevel.reschedule(task)
+        if self.on_own_thread():
+            task.custom_sleep_data = None
+            self._trio.lowlevel.reschedule(task)
+        else:  # a close or a blocking drive on another thread: only trio's thread may reschedule
+            self._token.run_sync_soon(self._wake_later, task, task.custom_sleep_data)
+
+    def _wake_later(self, task, wait) -> None:
+        # On trio's thread, later: the task may have been cancelled meanwhile (its abort
+        # ended that wait, and it may be in another one by now): wake only the same wait.
+        if wait is not None and task.custom_sleep_data is wait:
+            task.custom_sleep_data = None
+            self._trio.lowlevel.reschedule(task)
 
     def _yield_once(self):
         if self.is_current():

@@ -83,6 +83,7 @@ F_RECORD = 4  # an event record: its event counts as recorded once the driver ac
 QUEUED = PTO_QUEUED  # a submission's status: accepted into the stream's overflow in the driver
 BATCH = 256  # completion records per driver call
 _Future = asyncio.Future
+_running_loop = asyncio._get_running_loop  # the loop running on this thread, or None
 
 
 class CommandQueue:
@@ -241,15 +242,27 @@ def cq_view(buf):
 
 
 def wake_all(q: CommandQueue, waiters: list) -> None:
-    """Wake every waiter of `waiters` (registered by the pump's ``wait``, or a thread's Event)."""
+    """Wake every waiter of `waiters` (registered by the pump's ``wait``, or a thread's Event).
+
+    Usually on the pump's thread; a close on another thread (one the busy loop
+    could not take over) or a blocking drive there finish owners too.  A loop's
+    futures and tasks are then woken through that loop's thread-safe path
+    (:func:`resolve_soon`, ``TrioPump.wake``): resolved off its thread, a
+    future would not wake the loop (and under asyncio's debug mode its task
+    would never run again).
+    """
     wake = q.pump.wake
+    here = _running_loop()
     for waiter in waiters:
         if type(waiter) is _Future:
             # AsyncioPump.wake inlined (asyncio and uvloop waiters are asyncio
             # Futures): one Python call less per woken task.
             if not waiter.done():
                 try:
-                    waiter.set_result(None)
+                    if waiter.get_loop() is here:
+                        waiter.set_result(None)
+                    else:
+                        resolve_soon(waiter, None, None)
                 except RuntimeError:  # its event loop is gone
                     pass
         elif type(waiter) is threading.Event:
@@ -259,6 +272,22 @@ def wake_all(q: CommandQueue, waiters: list) -> None:
                 wake(waiter)
             except RuntimeError:  # its event loop is gone
                 pass
+
+
+def _resolve(fut, result, exc) -> None:
+    if not fut.done():  # cancelled meanwhile
+        if exc is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(exc)
+
+
+def resolve_soon(fut, result, exc) -> None:
+    """Resolve an asyncio future from a thread other than its loop's: on that loop, through its thread-safe path.
+
+    Raises RuntimeError if the loop is closed.
+    """
+    fut.get_loop().call_soon_threadsafe(_resolve, fut, result, exc)
 
 
 def release_waiters(q: CommandQueue, owner, entry_only: bool = False) -> None:

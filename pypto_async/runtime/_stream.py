@@ -25,12 +25,12 @@ from ..errors import PtoArgumentError, PtoClosedError
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event
-from ._hazards import mark, merge_clock
+from ._hazards import closed, mark, merge_clock, prune_clocks
 from ._launch import Launch, _Marker
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "fold_point"]
 
 
 class Stream:
@@ -41,14 +41,25 @@ class Stream:
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
     ``await stream`` suspends until everything queued on it so far has
     completed, and :meth:`query` asks without waiting; neither raises for a
-    failed command (each launch reports its own failure).  :meth:`close` it
+    failed command (each launch reports its own failure).
+
+    A command that fails makes every later command on the stream fail with
+    :class:`~pypto_async.errors.PtoDependencyError` until the failure has been
+    delivered to you: until awaiting (or ``sync()``, ``result()``,
+    ``exception()``) a Launch or Event raises that failure or a dependency
+    error behind it.  Work queued after that runs normally; work queued
+    before still fails.  When the runtime happens to process completions
+    never matters, and ``await stream`` (which raises no dependency error)
+    delivers nothing: a stream whose failed launches are never awaited keeps
+    failing its new work.  :meth:`close` it
     when you are done; a stream nothing references any more (no tensor,
     launch, event or queued command) is released by the garbage collector,
     its queued work still running.
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_is_default", "_last", "_clock", "_oclock", "_hz_event", "__weakref__")
+                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_clock", "_oclock", "_hz_event",
+                 "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -61,6 +72,7 @@ class Stream:
         check(lib.pto_stream_set_overflow(out[0], 1), "pto_stream_set_overflow")  # see _queue.py, step 3
         stream = cls._make(worker, out[0], priority, is_default)
         worker._streams[stream._id] = stream
+        prune_clocks(worker)
         return stream
 
     @classmethod
@@ -76,6 +88,7 @@ class Stream:
         stream._closed = False
         stream._final = None  # Events recorded at close: everything queued, with its failures...
         stream._final_ordering = None  # ... and the same point as an ordering only
+        stream._folded = 0  # once closed: the token of the fold point's wait for it (fold_point)
         stream._is_default = is_default
         stream._last = 0  # the token of its last data command (a launch or copy): see _hazards.py
         stream._clock = {}  # other stream -> the largest token of its events this one waits for
@@ -268,9 +281,15 @@ class Stream:
             # waits on its work) and one that only orders (for frees of tensors it used).
             self._final = self._record_locked()
             self._final_ordering = self._record_locked(ordering=True)
+            # The worker's fold point waits for it: a record that still names this stream
+            # can be folded into that one point (see fold_point).
+            fold = fold_point(worker)
+            self._folded = self._queue.next_token
+            fold._wait_locked(self._final_ordering)
             self._closed = True
             if self not in self._queue.backlog:  # else the flush that empties it destroys it
                 self._destroy()
+            closed(self)
 
     def __del__(self):
         # Nothing references the stream any more (tensors, launches, events and queued
@@ -359,6 +378,26 @@ class Stream:
         if self._hz_event is not None:  # waits already queued keep the recording they took
             lib.pto_event_destroy(self._hz_event)
             self._hz_event = None
+
+
+def fold_point(worker) -> Stream:
+    """The worker's fold point: an internal stream that waits for every closed stream's last work (lock held).
+
+    ``Stream.close`` queues a wait there, ordering only, for the stream's
+    ``_final_ordering``, so everything queued on the fold point after that
+    wait is ordered after all the closed stream's work (its failures are not
+    carried).  A long-lived tensor's records of closed streams (the streams
+    it joined, for its stream-ordered free; the reads since its last write)
+    are folded into one record of the fold point (``DeviceTensor._add_stream``,
+    ``_hazards.fold_readers``): however many short-lived streams used it, it
+    keeps a bounded number.  Waiting for the fold point's tail over-waits
+    (for every stream closed so far), never under-waits.  Nothing else is
+    ever queued on it.
+    """
+    fold = worker._fold
+    if fold is None:
+        fold = worker._fold = Stream._create(worker, 0, False)
+    return fold
 
 
 def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:

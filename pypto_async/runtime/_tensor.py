@@ -49,6 +49,8 @@ def freed_error(t, where: str) -> Exception:
         return PtoTensorFreedError(f"{where}: the DeviceTensor was freed")
     return mark.error(where)
 
+_FOLD_FROM = 4  # streams a tensor notes before it folds the closed ones among them
+
 
 class DeviceTensor:
     """A tensor resident in a worker's device memory.
@@ -64,7 +66,8 @@ class DeviceTensor:
        (:class:`~pypto_async.errors.PtoForeignTensorError`).
     2. Its deallocation stream is the stream it was allocated on
        (:attr:`stream`); ``free(stream=...)`` overrides it.
-    3. It remembers every stream that used it.  Freeing it first makes the
+    3. It remembers the streams that used it (closed ones folded into one
+       point that waits for all their work).  Freeing it first makes the
        freeing stream wait (on the device) for each other stream's work queued
        so far, so the block is never reused while another stream still reads
        it.  That wait orders only: a failure on another stream does not fail
@@ -316,7 +319,24 @@ class DeviceTensor:
             event = birth._final if birth._closed else birth._record_locked()
         if event is not None:
             stream._wait_locked(event)
-        self._streams.add(stream)
+        self._add_stream(stream)
+
+    def _add_stream(self, stream) -> None:
+        """Note `stream` among the streams that used the tensor (lock held).
+
+        Closed streams among them are folded into the worker's fold point
+        (:func:`~._stream.fold_point`), which waits for all their work: a
+        free waits for it instead (rule 3 holds, over-waiting), and however
+        many short-lived streams used a long-lived tensor, it keeps the open
+        ones and one more.
+        """
+        streams = self._streams
+        streams.add(stream)
+        if len(streams) > _FOLD_FROM:
+            closed = [s for s in streams if s._closed and s._folded]
+            if closed:
+                streams.difference_update(closed)
+                streams.add(self._worker._fold)
 
     def __repr__(self) -> str:
         state = " freed" if self._freed else ""

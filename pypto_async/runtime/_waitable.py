@@ -21,6 +21,11 @@ Some facts the base rests on:
 * :meth:`_Waitable.sync` is the one blocking wait: ``worker._block_until``
   drives the queue on the pump's thread and waits on a ``threading.Event``
   on any other.
+* Every outcome that hands a command's error to the caller (``_outcome``,
+  ``Launch.result`` / ``exception``, the asyncio fast path's futures) tells
+  the driver through :func:`._complete.observe`: delivering a failure is what
+  lets its stream run new work (the driver's rule, exec.c), never the drain
+  that resolved the object.
 * An await answered without suspending counts towards the pump's streak, so a
   loop of such awaits still gives the event loop a turn about every
   millisecond (the pump module's essay on producers).

@@ -183,6 +183,7 @@ class ChipWorker:
         self._graphs: weakref.WeakSet = weakref.WeakSet()  # graphs not closed (_graph.py)
         self._opened = True
         self._state = OPEN
+        self._fold = None  # the fold point of closed streams, made at the first close (_stream.fold_point)
         try:
             self._default_stream = Stream._create(self, 0, True)
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs

@@ -154,9 +154,16 @@ def test_only_a_streams_first_failure_carries_the_first_failure_flag(dev, cq, st
     assert got[first].flags & lib.PTO_CQ_FIRST_FAILURE
     assert got[dependent].status == -lib.PTO_EDEP
     assert not got[dependent].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[dependent].fail_id == got[first].fail_id != 0  # both name the stream's failure
     notify(stream, later)
-    rec = cq.wait(later)[later]
-    assert rec.status == 0 and rec.flags == 0
+    # Drained is not delivered: the failure stands, whenever the records were drained.
+    assert cq.wait(later)[later].status == -lib.PTO_EDEP
+    assert cq.observe(dependent) == 1  # a dependent's error reached its user: observed
+    assert cq.observe(first) == 0      # once
+    healthy = new_token()
+    notify(stream, healthy)
+    rec = cq.wait(healthy)[healthy]
+    assert rec.status == 0 and rec.flags == 0 and rec.fail_id == 0
 
 
 def test_the_queue_doubles_around_its_wrap_and_keeps_every_record_in_order(dev, cq, stream):

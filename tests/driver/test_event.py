@@ -128,12 +128,14 @@ def test_destroyed_event_still_orders_queued_waits(dev, cq, stream, stream2):
 
 
 def _fail_and_observe(cq, stream) -> tuple[int, int]:
-    """Fail a command on `stream` and drain its record; return (its token, the epoch before)."""
+    """Fail a command on `stream` and deliver its record; return (its token, the epoch before)."""
     fail_t = new_token()
     before = lib.pto_stream_epoch(stream)
     check(lib.pto_debug_fail_next(stream, 0, 1))
     notify(stream, fail_t)
-    assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT  # drained: observed
+    assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT
+    assert lib.pto_stream_epoch(stream) == before  # drained: not observed
+    assert cq.observe(fail_t) == 1
     assert lib.pto_stream_epoch(stream) == before + 1
     return fail_t, before
 
@@ -251,9 +253,14 @@ def test_wait_stream_carries_a_failure_and_reports_it_once(dev, cq, stream, stre
     assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].cause_token == fail_t
     assert got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE
     assert got[after_t].status == -lib.PTO_EDEP and got[after_t].cause_token == fail_t
-    healthy = new_token()  # both failures drained (observed): stream2 runs new work
+    # after_t's error delivered: stream2's failure observed, and stream's it came from.
+    assert cq.observe(after_t) == 1
+    assert cq.observe(fail_t) == 0
+    healthy, healthy1 = new_token(), new_token()
     notify(stream2, healthy)
+    notify(stream, healthy1)
     assert cq.wait(healthy)[healthy].status == 0
+    assert cq.wait(healthy1)[healthy1].status == 0
 
 
 def test_wait_stream_refuses_one_stream_or_two_devices(dev, open_dev, stream, new_stream, event):

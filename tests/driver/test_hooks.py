@@ -23,6 +23,7 @@ def test_latch_expires_with_timeout_and_stream_recovers(dev, cq, stream):
     assert recs[t_latch].status == -PTO_ETIMEDOUT
     assert recs[t_after].status == -PTO_EDEP and recs[t_after].cause_token == t_latch
     assert lib.pto_latch_expired(latch) == 1  # what the pytest plugin fails a test for
+    assert cq.observe(t_latch) == 1
     t = new_token()
     notify(stream, t)
     assert cq.wait(t)[t].status == 0

@@ -181,7 +181,8 @@ def test_the_overflow_is_judged_by_the_epoch_it_was_accepted_at(small_dev, ostre
             check(lib.pto_debug_fail_next(ostream, 0, 1))
             assert lib.pto_stream_notify(ostream, armed) == PTO_QUEUED  # uses the injection up
             latch.release()
-            assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT  # observed now
+            assert cq.wait(fail_t)[fail_t].status == -lib.PTO_EFAULT
+            assert cq.observe(fail_t) == 1  # delivered: observed now
             assert stream_stats(ostream).overflow == 2  # behind and armed still wait
             notify(ostream, after)  # accepted after the observation
         held_other.release()

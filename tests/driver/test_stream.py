@@ -273,7 +273,8 @@ def test_fail_next_fails_the_rest_of_the_stream_then_recovers(dev, cq, stream, s
     recs = cq.wait(*toks, other)
     _assert_failed_then_dep(recs, toks[0], -PTO_EFAULT, toks[1:])
     assert recs[other].status == 0  # the other stream is untouched
-    # The failure was drained: new work on the stream runs normally.
+    assert cq.observe(toks[0]) == 1
+    # The failure was delivered: new work on the stream runs normally.
     out = np.zeros(4096, dtype=np.uint8)
     t = new_token()
     h2d(stream, p, data)
@@ -293,6 +294,10 @@ def test_failing_kernel_fails_the_rest_with_its_token(dev, cq, stream):
     recs = cq.wait(*toks)
     _assert_failed_then_dep(recs, toks[0], -PTO_EKERNEL, toks[1:])
     t = new_token()
+    notify(stream, t)  # drained, not delivered: still a dependent
+    assert cq.wait(t)[t].status == -PTO_EDEP
+    assert cq.observe(toks[0]) == 1
+    t = new_token()
     notify(stream, t)
     assert cq.wait(t)[t].status == 0
 
@@ -302,9 +307,11 @@ def test_fail_next_count_and_status(dev, cq, stream):
     t1 = new_token()
     notify(stream, t1)
     assert cq.wait(t1)[t1].status == -PTO_EKERNEL
+    assert cq.observe(t1) == 1
     t2 = new_token()
-    notify(stream, t2)  # submitted after the drain: injected failure number two
+    notify(stream, t2)  # submitted after the observation: injected failure number two
     assert cq.wait(t2)[t2].status == -PTO_EKERNEL
+    assert cq.observe(t2) == 1
     t3 = new_token()
     notify(stream, t3)
     assert cq.wait(t3)[t3].status == 0
@@ -325,7 +332,11 @@ def test_event_wait_propagates_failure_to_the_waiting_stream(dev, cq, stream, st
     assert recs[before].status == 0
     _assert_failed_then_dep(recs, ta, -PTO_EKERNEL, [trec, twait, tb])
     assert lib.pto_event_query(ev) < 0
-    # Both streams recover for work submitted after the failure was drained.
+    assert recs[twait].fail_id != 0 and recs[tb].fail_id == recs[twait].fail_id
+    # Delivering stream2's dependent observes its failure and the one it came from, through
+    # the wait: both streams recover for work submitted after that.
+    assert cq.observe(tb) == 1
+    assert cq.observe(ta) == 0
     t1, t2 = new_token(), new_token()
     notify(stream, t1)
     notify(stream2, t2)
@@ -400,9 +411,14 @@ def test_failure_without_a_token_is_observed_through_its_first_dependent(dev, cq
     rec = cq.wait(t1)[t1]
     assert rec.status == -PTO_EDEP and rec.cause_token == 0
     assert "PTO_EFAULT" in rec.message
+    assert rec.fail_id != 0  # names the token-less failure
     t2 = new_token()
-    notify(stream, t2)  # submitted after that record was drained
-    assert cq.wait(t2)[t2].status == 0
+    notify(stream, t2)  # submitted after that record was drained: not observed
+    assert cq.wait(t2)[t2].status == -PTO_EDEP
+    assert cq.observe(t1) == 1  # delivered
+    t3 = new_token()
+    notify(stream, t3)
+    assert cq.wait(t3)[t3].status == 0
 
 
 # -- submissions to an idle stream ------------------------------------------------------------

@@ -32,11 +32,13 @@ class Record:
     cause_token: int
     message: str
     flags: int = 0
+    fail_id: int = 0
 
     @classmethod
     def from_cdata(cls, c) -> Record:
         return cls(c.token, c.status, c.stream_id, c.seq, c.submit_ns, c.start_ns, c.end_ns,
-                   c.cause_token, ffi.string(c.message).decode("utf-8", "replace"), c.flags)
+                   c.cause_token, ffi.string(c.message).decode("utf-8", "replace"), c.flags,
+                   c.fail_id)
 
 
 class CompletionLog:
@@ -94,6 +96,17 @@ class CompletionLog:
             total += n
             if n < self._batch:
                 return total
+
+    def observe(self, token: int) -> int:
+        """Deliver `token`'s record as a host would (``pto_completion_observe``); return its result.
+
+        Draining observes no failure: a test that wants its stream to run new
+        work again after a failure says that the failure reached its user.
+        """
+        rec = self.records[token]
+        c = ffi.new("pto_completion *")
+        c.token, c.status, c.stream_id, c.fail_id = rec.token, rec.status, rec.stream_id, rec.fail_id
+        return lib.pto_completion_observe(self.device, c)
 
     def __getitem__(self, token: int) -> Record:
         return self.records[token]

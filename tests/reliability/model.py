@@ -11,11 +11,18 @@ It knows nothing of threads, rings or engines; it follows the rules of
    nothing.
 3. A command that fails on its own (kernel fault, injected fault) is the
    stream's *first failure*.  Every later command on that stream fails with a
-   dependency error until the failure is *observed* (its completion record is
-   drained by the host), and so does every command on a stream that waits on
-   an event recorded after the failure (the wait itself becomes that stream's
-   first failure, carrying the same cause).  Commands issued after the
-   observation run normally.
+   dependency error until the failure is *observed*, and so does every command
+   on a stream that waits on an event recorded after the failure (the wait
+   itself becomes that stream's first failure, carrying the same cause).
+   Commands issued after the observation run normally.  A failure is observed
+   when the host delivers it to the user: awaiting (or ``result()`` /
+   ``exception()`` of) a Launch or Event raises the failure or a dependency
+   error behind it (:meth:`Model.observe_raised`, :meth:`Model.observe_event`).
+   That observes the failure of the stream the delivered command failed on,
+   and, when that failure came through an event wait, the failure it came
+   from, along the chain of such waits.  Draining records observes nothing:
+   a barrier of stream markers (which raise no dependency error) leaves every
+   failure in place (``pto_completion_observe``).
 4. The runtime adds implicit commands that the model must mirror exactly:
    the first use of a tensor on a stream other than the ones that used it
    before records an event on its allocation stream and waits on it; a free
@@ -43,8 +50,7 @@ programs: two accesses to one buffer, one of them a write, must be ordered
 by stream order or events.  The model tracks that with vector clocks and
 answers :meth:`Model.conflicts` so a program generator can order racing
 accesses (record + wait) before issuing them.  The same clocks say whether
-a command is held behind a latch (:meth:`Model.blocked`), and which failures a
-host wait is certain to observe (:meth:`Model.certainly_observes`).
+a command is held behind a latch (:meth:`Model.blocked`).
 
 Contents are float32 vectors; ``None`` means "unknown" (fresh device memory,
 or computed from unknown data): the model predicts nothing for it.
@@ -104,6 +110,8 @@ class MStream:
     clock: dict[int, int] = field(default_factory=dict)   # stream -> position known complete before next
     fail: Failure | None = None                     # unobserved first failure (or its propagation)
     fail_pos: int = 0                               # where this stream's failure happened
+    fail_no: int = 0                                # failures so far: the current one's number
+    fail_from: tuple[int, int] | None = None        # (stream, number) it came from through a wait
     inject: str | None = None                       # the next command fails with this kind
     latches: list = field(default_factory=list)     # (latch id, pos) held
     hold_clock: dict[int, int] = field(default_factory=dict)  # like clock, merged by every wait
@@ -147,6 +155,7 @@ class MLaunch:
     ambiguous: bool = False        # the cause depends on an unordered set's order
     epoch: int = 0                 # the host sync epoch it was issued in
     resolved: bool = False         # the host has certainly drained all its records
+    fail_ref: tuple[int, int] | None = None  # (stream, failure number) its error is or depends on
     hold_clock: dict[int, int] = field(default_factory=dict)  # what may hold it back (latches)
 
 
@@ -159,6 +168,7 @@ class MEvent:
     fail: Failure | None
     hold_clock: dict[int, int] = field(default_factory=dict)
     hclock: dict[int, int] | None = None   # for hazard clocks: None for an ordering-only point
+    fail_src: tuple[int, int] | None = None  # (stream, failure number) it carries
 
 
 def _merge(a: dict[int, int], b: dict[int, int]) -> None:
@@ -235,9 +245,15 @@ class Model:
         if injected is not None:
             kind_ = injected
             f = Failure(self._next(), kind_, s.index, pos)
-            s.fail, s.fail_pos = f, pos
+            self._fail(s, f, pos)
             return pos, kind_, f, True
         return pos, OK, None, False
+
+    def _fail(self, s: MStream, f: Failure, pos: int, came_from: tuple[int, int] | None = None) -> None:
+        """Make `f` the first failure of s, at `pos` (`came_from`: the event's failure it came through)."""
+        s.fail, s.fail_pos = f, pos
+        s.fail_no += 1
+        s.fail_from = came_from
 
     def _record(self, s: MStream, ordering: bool = False, edge: bool = False) -> MEvent:
         clock = self._clock_of(s)
@@ -249,7 +265,8 @@ class Model:
         # never carries it.
         fail = s.fail if status != OK and not ordering else None
         ev = MEvent(self._next(), s.index, pos, clock, fail, self._hold_clock_of(s),
-                    None if ordering else {**s.hclock, s.index: pos})
+                    None if ordering else {**s.hclock, s.index: pos},
+                    fail_src=(s.index, s.fail_no) if fail is not None else None)
         self.events[ev.uid] = ev
         return ev
 
@@ -267,7 +284,7 @@ class Model:
             _merge(s.clock, ev.clock)
             if ev.fail is not None:
                 # The wait fails on its own with EDEP: s's first failure, same cause.
-                s.fail, s.fail_pos = ev.fail, pos
+                self._fail(s, ev.fail, pos, ev.fail_src)
         elif status == DEPENDENCY:
             # On a failed stream a wait still waits for its event, then fails as a dependent:
             # a stream-ordered free behind it stays ordered after the other stream's work.
@@ -376,15 +393,6 @@ class Model:
         """Streams whose first failure the host has not observed yet."""
         return [s for s in self.streams if s.fail is not None]
 
-    def certainly_observes(self, clock: dict[int, int]) -> bool:
-        """Return True if waiting for a command with `clock` observes exactly the failures pending.
-
-        A host wait drains every record ready at the time; only failures in
-        the waited command's causal past are certain to be among them.  A wait
-        is deterministic when every unobserved failure is.
-        """
-        return all(clock.get(s.index, 0) >= s.fail_pos for s in self.unobserved())
-
     # -- the program ------------------------------------------------------------------------------
 
     def alloc(self, n: int, stream: int, init: np.ndarray | None) -> MTensor:
@@ -467,6 +475,7 @@ class Model:
         if launch.outcome == OK and status != OK:
             launch.outcome = status
             launch.cause = cause if status == DEPENDENCY else None
+            launch.fail_ref = (s.index, s.fail_no)  # its own failure, or the one it depends on
         launch.pos = pos
         launch.clock = self._clock_of(s)
         launch.hold_clock = self._hold_clock_of(s)
@@ -538,7 +547,7 @@ class Model:
         ran = status == OK and all(st == OK for st in status_all)
         if status == OK and fn is None:
             f = Failure(self._next(), KERNEL_FAULT, s.index, pos)
-            s.fail, s.fail_pos = f, pos
+            self._fail(s, f, pos)
             status = KERNEL_FAULT
             ran = False
         self._finish(lc, s, pos, status, cause)
@@ -590,24 +599,41 @@ class Model:
     # -- host synchronisation ----------------------------------------------------------------------
 
     def observe_through(self, clock: dict[int, int]) -> None:
-        """The host waited for a command with `clock`: failures in its past are observed."""
+        """The host waited for a command with `clock`: the records in its past are drained.
+
+        That observes no failure (:meth:`observe_raised` does, for the waited launch).
+        """
         self.epoch += 1
         for lc in self.launches.values():
             if clock.get(lc.stream, 0) >= lc.pos:
                 lc.resolved = True
-        for s in self.streams:
-            if s.fail is not None and clock.get(s.index, 0) >= s.fail_pos:
-                s.fail = None
-                s.fail_pos = 0
+
+    def observe_raised(self, lc: MLaunch) -> None:
+        """The host delivered `lc`'s error (it raised, or ``exception()`` returned it)."""
+        if lc.outcome != OK:
+            self._observe(lc.fail_ref)
+
+    def observe_event(self, ev: MEvent) -> None:
+        """The host awaited `ev`, and it raised the failure it carries."""
+        if ev.fail is not None:
+            self._observe(ev.fail_src)
+
+    def _observe(self, ref: tuple[int, int] | None) -> None:
+        # The stream's failure if it is still that one, then the one it came from, and so on.
+        while ref is not None:
+            s = self.streams[ref[0]]
+            if s.fail is None or s.fail_no != ref[1]:
+                return
+            s.fail = None
+            s.fail_pos = 0
+            ref = s.fail_from
 
     def barrier(self) -> None:
-        """Everything issued has completed and every record was drained."""
+        """Everything issued has completed and every record was drained: no failure is observed."""
         self.epoch += 1
         for lc in self.launches.values():
             lc.resolved = True
         for s in self.streams:
             # The barrier waits for a marker on each stream: one command each.
             s.pos += 1
-            s.fail = None
-            s.fail_pos = 0
             s.latches = []

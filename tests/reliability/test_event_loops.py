@@ -14,6 +14,7 @@ import anyio
 import numpy as np
 import pytest
 
+from pypto_async._driver import lib
 from pypto_async.errors import PtoCanceledError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import hold
@@ -249,6 +250,78 @@ def test_close_from_another_thread_wakes_the_tasks_awaiting_launches(rel_kernels
 
     runner(main)
     assert got["closed"] and isinstance(got.get("error"), PtoCanceledError), got
+
+
+@pytest.mark.parametrize("outcome", ["finished", "dropped"])
+@pytest.mark.parametrize("runner", [_asyncio_run, _asyncio_run_debug, _uvloop_run_debug, _trio_run],
+                         ids=["asyncio", "asyncio-debug", "uvloop-debug", "trio"])
+def test_close_from_another_thread_while_the_loop_is_busy_wakes_the_awaiting_tasks(rel_kernels, runner, outcome):
+    """A close() the busy loop cannot take over runs on the closing thread: its completions still wake tasks.
+
+    The loop is held in a synchronous call while another thread closes the worker, so the
+    hand-off to the loop gives up and the close runs on that thread.  It finishes (latch
+    released, the work done on the device but not drained) or drops (latch held) the
+    launches two tasks wait for, one with ``await launch``, one with ``launch.wait()``;
+    each must wake with that outcome.  Before the fix their futures were resolved off the
+    loop's thread: under debug the tasks never woke.  The loop runs on a thread of its own,
+    so that a task that never wakes fails the test instead of hanging it.
+    """
+    got = {}
+    x = rand()
+    out = np.full(N, np.nan, np.float32)
+
+    async def main():
+        w = await ChipWorker(RunConfig(**SMALL)).open()
+        inc = w.register(rel_kernels.get("inc", N))
+        t = w.alloc_tensor(N, np.float32, init=x)
+        s = w.stream()
+        loop_free = threading.Event()
+        woke = anyio.Event()
+        with hold(s, timeout=60) as latch:
+            launches = {"first": inc.submit(t, stream=s), "copy": w.copy(out, t, stream=s)}
+            t.free()
+
+            async def waiter(name, wait):
+                try:
+                    got[name] = await wait()
+                except PtoCanceledError as exc:
+                    got[name] = exc
+                if "first" in got and "copy" in got:
+                    woke.set()
+
+            def close_elsewhere():
+                try:
+                    if outcome == "finished":
+                        latch.release()
+                        assert lib.pto_device_synchronize(w._dev, 30_000_000) == 0  # done, not drained
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # "dropped N command(s)"
+                        w.close(timeout=0.2)  # the loop is busy: the hand-off gives up
+                finally:
+                    loop_free.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, "first", launches["first"].wait)
+                tg.start_soon(waiter, "copy", lambda: launches["copy"])
+                await anyio.wait_all_tasks_blocked()
+                closer = threading.Thread(target=close_elsewhere)
+                closer.start()
+                assert loop_free.wait(60)  # the loop's thread blocks: nothing runs on it meanwhile
+                closer.join(30)
+                await woke.wait()
+        got["closed"] = w.is_closed
+
+    errors = []
+    loop_thread = threading.Thread(target=lambda: _record_errors(errors, lambda: runner(main)), daemon=True)
+    loop_thread.start()
+    loop_thread.join(60)
+    assert not loop_thread.is_alive(), f"the awaiting tasks never woke: {got}"
+    assert not errors and got["closed"], (errors, got)
+    if outcome == "finished":
+        assert not isinstance(got["first"], BaseException) and not isinstance(got["copy"], BaseException), got
+        np.testing.assert_array_equal(out, x + 1)
+    else:
+        assert isinstance(got["first"], PtoCanceledError) and isinstance(got["copy"], PtoCanceledError), got
 
 
 def test_close_from_another_thread_after_the_loop_ended_closes_there(rel_config, rel_kernels):

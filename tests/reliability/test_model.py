@@ -42,13 +42,41 @@ def test_kernel_fault_fails_dependents_until_observed():
     assert ev.fail is not None
     m.wait(1, ev)
     u = m.alloc(4, 1, _v(5.0))
-    assert m.launch("inc", [u], 1).outcome == DEPENDENCY  # the waiting stream fails too
-    m.observe_through(dep.clock)
+    dep1 = m.launch("inc", [u], 1)
+    assert dep1.outcome == DEPENDENCY  # the waiting stream fails too
+    m.observe_through(dep.clock)  # drained: observes nothing
+    assert m.launch("inc", [t], 0).outcome == DEPENDENCY
+    m.barrier()  # stream markers raise no dependency error: nothing observed either
+    assert m.launch("inc", [t], 0).outcome == DEPENDENCY
+    m.observe_raised(dep)  # its error delivered: stream 0's failure observed
     assert m.launch("inc", [t], 0).outcome == OK  # the stream recovered after observation
     np.testing.assert_array_equal(t.data, _v(2.0))
-    assert m.unobserved() == [m.streams[1]]  # stream 1's failure is not in dep's past
-    m.barrier()
+    assert m.unobserved() == [m.streams[1]]  # stream 1's own (propagated) failure stands
+    m.observe_raised(dep1)
+    assert m.unobserved() == []
     assert m.launch("inc", [u], 1).outcome == OK
+
+
+def test_observing_a_propagated_failure_observes_where_it_came_from():
+    m = Model(3)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("fail", [t], 0)
+    m.wait(1, m.record(0))  # stream 1 fails with stream 0's failure
+    m.wait(2, m.record(1))  # stream 2 with stream 1's
+    dep = m.launch("inc", [m.alloc(4, 2, _v(1.0))], 2)
+    assert dep.outcome == DEPENDENCY and all(s.fail is not None for s in m.streams)
+    m.observe_raised(dep)  # along the chain of waits: 2, then 1, then 0
+    assert m.unobserved() == []
+
+
+def test_observing_an_event_observes_its_stream():
+    m = Model(2)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("fail", [t], 0)
+    ev = m.record(0)
+    m.observe_event(ev)
+    assert m.unobserved() == []
+    assert m.launch("inc", [t], 0).outcome == OK
 
 
 def test_injected_fault_hits_the_next_command_even_on_a_failed_stream():
@@ -58,8 +86,9 @@ def test_injected_fault_hits_the_next_command_even_on_a_failed_stream():
     h = m.host(_v(3.0))
     assert m.copy(t, h, 0).outcome == COPY_FAULT
     m.inject(0, COPY_FAULT)  # consumed by a command that fails as a dependent anyway
-    assert m.copy(t, h, 0).outcome == DEPENDENCY
-    m.barrier()
+    dep = m.copy(t, h, 0)
+    assert dep.outcome == DEPENDENCY
+    m.observe_raised(dep)
     assert m.copy(t, h, 0).outcome == OK
     np.testing.assert_array_equal(t.data, _v(3.0))
 
@@ -110,7 +139,7 @@ def test_an_injection_passes_ordering_points_by():
 
 def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():
     m = Model(2)
-    m.launch("fail", [m.alloc(4, 0, _v(1.0))], 0)  # stream 0 fails, unobserved
+    failed = m.launch("fail", [m.alloc(4, 0, _v(1.0))], 0)  # stream 0 fails, unobserved
     t = m.alloc(4, 0, _v(2.0))  # its initial copy fails as a dependent
     assert t.data is None and t.init.outcome == DEPENDENCY
     assert m.init_state(t) == "ok"  # no sync point since: the host cannot know yet
@@ -120,6 +149,7 @@ def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():
     assert m.init_state(t) == "unknown"
     m.barrier()
     assert m.init_state(t) == "raise"
+    m.observe_raised(failed)  # stream 0 runs new work again
     m.copy(t, m.host(_v(3.0)), 0)  # a full overwrite makes it good again
     m.barrier()
     assert m.init_state(t) == "ok"
