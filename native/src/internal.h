@@ -604,6 +604,77 @@ int pti_stream_cancel_locked(pto_device *dev, pto_stream *s);
 /* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine (overflow included). */
 void pti_stream_drop_canceled(pto_device *dev, pto_stream *s);
 
+/* ---- command kinds (cmddef.c) ------------------------------------------------------- */
+
+/* Where a command runs once started (pti_stream_step, exec.c). */
+enum pti_cmd_where {
+    PTI_TRACE_ONLY = 0,   /* not a command: a kind only trace records carry (block, task) */
+    PTI_AT_ONCE,          /* nothing to run: it completes, healthy, when it starts */
+    PTI_ON_ENGINE,        /* .start hands it to an engine or a thread, which finishes it */
+    PTI_IN_SCHED,         /* held by the scheduler: .start arms it, .poll says when it may finish */
+};
+
+/* How a command held by the scheduler ends (.poll). */
+struct pto_cmd_outcome {
+    int32_t status;       /* 0 or -PTO_E* */
+    uint64_t cause;       /* the token its failure names */
+    bool own;             /* its own failure: the stream's first from now on */
+    char msg[PTI_MSG_LEN];
+};
+
+/*
+ * One row per command kind, as io_uring's opdef.c: exec.c runs every kind
+ * through its row, and each row's functions live in the kind's own file.
+ * Every function runs under sched_lock; NULL: nothing to do there.  The
+ * failure and cancel rules stay in exec.c (pre_status), for every kind.
+ */
+struct pto_cmd_def {
+    const char *name;     /* its trace records' name (unless .trace_name gives one) */
+    enum pti_cmd_where where;
+    /* Start cmd (cmd->start_ns is now; PTI_ON_ENGINE: cmd is RUNNING and s active already). */
+    void (*start)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+    /*
+     * PTI_IN_SCHED: whether cmd may finish at now: true with *out filled;
+     * false to hold it on (a deadline to wake for is cmd->deadline_ns).
+     */
+    bool (*poll)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                 struct pto_cmd_outcome *out);
+    /*
+     * cmd's own part of its finish (pti_cmd_finish), before its record is
+     * pushed: status/cause/msg its outcome, fail_id the failure its status
+     * is (0: none), end_ns its end.
+     */
+    void (*finish)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t cause,
+                   uint64_t fail_id, const char *msg, uint64_t end_ns);
+    /* Give back what cmd holds (references, dependency entries), whatever its outcome. */
+    void (*release)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+    /* The name of cmd's trace record, where it has its own (a kernel's, a program's). */
+    const char *(*trace_name)(const struct pto_cmd *cmd);
+};
+
+/* The row of kind (PTO_CMD_*); NULL for a kind the driver does not know. */
+const struct pto_cmd_def *pti_cmd_def(uint32_t kind);
+
+/* The rows' functions, each in its kind's file. */
+void pti_launch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);        /* kernel.c */
+const char *pti_launch_name(const struct pto_cmd *cmd);                               /* kernel.c */
+void pti_program_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);       /* program.c */
+const char *pti_program_cmd_name(const struct pto_cmd *cmd);                          /* program.c */
+void pti_record_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t cause,
+                       uint64_t fail_id, const char *msg, uint64_t end_ns);           /* event.c */
+void pti_record_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);        /* event.c */
+bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                   struct pto_cmd_outcome *out);                                      /* event.c */
+void pti_wait_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);          /* event.c */
+void pti_free_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);          /* memory.c */
+void pti_latch_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);           /* latch.c */
+bool pti_latch_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out);                                     /* latch.c */
+void pti_latch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);         /* latch.c */
+void pti_delay_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);           /* sched.c */
+bool pti_delay_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out);                                     /* sched.c */
+
 /* ---- completion queue (completion.c) ---------------------------------------------- */
 
 struct pto_cq_rec {
@@ -704,8 +775,8 @@ void pti_programs_release_all(pto_device *dev);
 struct pto_orch_pool;
 /* Start the device's orchestration threads once (obj_lock held; the first load): 0 or -PTO_ENOMEM. */
 int pti_orch_start(pto_device *dev);
-/* Start the program command cmd of s (sched_lock held): hand it to the orchestration threads. */
-void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
+/* Start the program command cmd of s (its row's .start, sched_lock held): hand it to the orchestration threads. */
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 /* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
 /* Close: join the orchestration threads (no program runs). */

@@ -218,3 +218,15 @@ void pti_kernels_release_all(pto_device *dev)
         free(k);
     }
 }
+
+/* ---- the launch command (its row in cmddef.c; the cores run it, engines.c) ---------------- */
+
+void pti_launch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_kernel_unref(cmd->u.launch.k);
+}
+
+const char *pti_launch_name(const struct pto_cmd *cmd)
+{
+    return cmd->u.launch.k->name;
+}

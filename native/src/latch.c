@@ -101,3 +101,34 @@ void pti_latches_release_all(pto_device *dev)
         release(PTI_CONTAINER(p, pto_latch, link));
     pthread_mutex_unlock(&dev->obj_lock);
 }
+
+/* ---- the latch-wait command (its row in cmddef.c) ------------------------------------ */
+
+/* Arm the wait's timeout (none when the latch has none). */
+void pti_latch_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    int64_t t = cmd->u.latch.l->timeout_us;
+    cmd->deadline_ns = t > 0 ? cmd->start_ns + (uint64_t)t * 1000ull : 0;
+}
+
+/* The wait ends when the latch is released, or fails with -PTO_ETIMEDOUT at its deadline. */
+bool pti_latch_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out)
+{
+    pto_latch *l = cmd->u.latch.l;
+    /* Acquire pairs with the release store in pto_latch_release. */
+    if (atomic_load_explicit(&l->released, memory_order_acquire))
+        return true;
+    if (!cmd->deadline_ns || now < cmd->deadline_ns)
+        return false;
+    pti_msgf(out->msg, sizeof(out->msg), "latch wait timed out after %lld us", (long long)l->timeout_us);
+    atomic_fetch_add_explicit(&l->expired, 1, memory_order_relaxed);
+    out->status = -PTO_ETIMEDOUT;
+    out->own = true;
+    return true;
+}
+
+void pti_latch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_latch_unref(cmd->u.latch.l);
+}

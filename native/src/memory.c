@@ -614,3 +614,9 @@ long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *i
     pthread_mutex_unlock(&dev->mem_lock);
     return bad;
 }
+
+/* The stream-ordered free command's release (its row in cmddef.c): the block is reclaimed whatever the outcome. */
+void pti_free_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_mem_reclaim(dev, cmd->u.free.pf);
+}

@@ -729,8 +729,9 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     return o;
 }
 
-void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now)
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
+    uint64_t now = cmd->start_ns;
     struct pto_orch *o = run_new(dev, s, cmd);
     struct pto_orch_pool *pool = dev->orch_pool;
     if (!o || !pool) {

@@ -232,3 +232,15 @@ int pto_device_get_load_counts(pto_device *dev, pto_load_counts *out)
     out->aicpu_dlopen = atomic_load_explicit(&dev->loads_aicpu, memory_order_relaxed);
     return 0;
 }
+
+/* ---- the program command (its row in cmddef.c; orch.c runs it) -------------------------- */
+
+void pti_program_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_program_unref(cmd->u.prog.p);
+}
+
+const char *pti_program_cmd_name(const struct pto_cmd *cmd)
+{
+    return cmd->u.prog.p->name;
+}

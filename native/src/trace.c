@@ -17,14 +17,6 @@
 
 #include "internal.h"
 
-static const char *cmd_name(uint32_t kind)
-{
-    static const char *const names[] = {
-        "?",      "h2d",    "d2h",  "d2d",  "memset", "launch", "block",
-        "record", "wait",   "free", "notify", "delay", "latch", "peer", "program", "task",
-    };
-    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
-}
 
 void pti_trace_push(pto_device *dev, const pto_trace_record *r)
 {
@@ -78,12 +70,10 @@ void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     default:
         break;
     }
-    if (cmd->kind == PTO_CMD_LAUNCH)
-        pti_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
-    else if (cmd->kind == PTO_CMD_PROGRAM)
-        pti_strlcpy(r.name, pto_program_name(cmd->u.prog.p), sizeof(r.name));
-    else
-        pti_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
+    /* Its kind's row names it (cmddef.c): a launch or a program by its own name. */
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    const char *name = !def ? "?" : def->trace_name ? def->trace_name(cmd) : def->name;
+    pti_strlcpy(r.name, name, sizeof(r.name));
     pti_trace_push(dev, &r);
 }
 
