@@ -1,14 +1,15 @@
 /*
  * event.c - events: recordings (nodes), host queries and waits, elapsed time.
  *
- * Phase: lifecycle and host waits (recording and waiting are commands:
- * submit.c queues them, exec.c runs them).
+ * Phase: lifecycle and host waits, and execution for the record and wait
+ * commands' rows (cmddef.c): submit.c queues them, exec.c runs them
+ * through the functions at the end of this file.
  *
  * An event is a handle to its latest recording.  Each pto_stream_record
  * makes a new node (refcounted: the event, the record command, and every
  * wait queued while it was current), so re-recording never disturbs waits
  * already queued.  The record command's completion fills the node and
- * release-stores done (exec.c); readers here load done with acquire.
+ * release-stores done (pti_record_finish); readers load done with acquire.
  */
 #include <stdlib.h>
 

@@ -3,10 +3,11 @@
  *
  * Phase: lifecycle and execution.  A latch is refcounted: the host handle
  * holds one reference and every queued pto_stream_latch_wait another (taken
- * at submit, submit.c; dropped at completion, exec.c), so destroying a
- * latch never frees it under a queued wait.  The scheduler checks a started
- * latch wait on each pass (check_blocked, exec.c); releasing one runs the
- * passes it enables from the releasing thread.
+ * at submit, submit.c; dropped at completion, pti_latch_release), so
+ * destroying a latch never frees it under a queued wait.  The scheduler
+ * checks a started latch wait on each pass (pti_latch_poll, its row in
+ * cmddef.c); releasing one runs the passes it enables from the releasing
+ * thread.
  */
 #include <stdlib.h>
 
@@ -44,7 +45,7 @@ void pti_latch_unref(pto_latch *l)
 
 static void release(pto_latch *l)
 {
-    /* Release pairs with the acquire load in check_blocked (exec.c). */
+    /* Release pairs with the acquire load in pti_latch_poll. */
     atomic_store_explicit(&l->released, 1, memory_order_release);
 }
 
