@@ -4,8 +4,8 @@
  * Never installed, never seen by cffi.  Names say which side of the
  * contract they are on: the ABI (pto_driver.h) is pto_* / PTO_*; a function,
  * macro or constant private to the driver is pti_* / PTI_* ("pto
- * internal") and declared here only.  Private struct tags keep pto_ (they
- * never reach the cdef).
+ * internal") and declared here only.  Private struct and enum tags keep
+ * pto_ (they never reach the cdef).
  *
  * Lock order (take left before right):
  *
@@ -202,7 +202,7 @@ typedef void (*pto_kernel_fn)(const pto_block *blk, void *const *args);
  * their count and the indices of the tensors (device addresses), which
  * every launch checks at submit.  Set once, never freed before its owner.
  */
-struct pti_argkinds {
+struct pto_argkinds {
     uint32_t nargs, ntensors;
     uint32_t idx[];
 };
@@ -212,7 +212,7 @@ struct pti_argkinds {
  * same).  Returns 0, -PTO_EINVAL (a bad kind, different from those set),
  * -PTO_ENOMEM.
  */
-int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
+int pti_argkinds_set(struct pto_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
                      const char *fn, const char *name);
 /*
  * Check a launch's arguments against ak (NULL: none declared, nothing to
@@ -220,7 +220,7 @@ int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, u
  * live allocation of dev.
  * Returns 0 or -PTO_EINVAL (the message names fn, what and the argument).
  */
-int pti_args_check(pto_device *dev, const struct pti_argkinds *ak, const uint64_t *args, uint32_t nargs,
+int pti_args_check(pto_device *dev, const struct pto_argkinds *ak, const uint64_t *args, uint32_t nargs,
                    const char *fn, const char *what);
 
 struct pto_kernel {
@@ -230,7 +230,7 @@ struct pto_kernel {
     atomic_int unloaded;
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
-    struct pti_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
+    struct pto_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
     char name[PTI_NAME_LEN];
 };
 
@@ -246,11 +246,11 @@ void pti_kernels_release_all(pto_device *dev);
  * a free extent, or a block handed out, live (pf == NULL) or waiting for its
  * queued free.
  */
-struct pti_mnode {
+struct pto_mnode {
     uint64_t off, len;            /* offsets into the arena */
     uint64_t max;                 /* free index: the largest len in this subtree (first fit) */
     uint32_t prio;                /* treap priority (random) */
-    struct pti_mnode *l, *r;
+    struct pto_mnode *l, *r;
     struct pto_pending_free *pf;  /* blocks: non-NULL: this block's free is queued */
     struct pto_pending_free *src; /* blocks: live block carved from a queued free, until it executes */
 };
@@ -607,7 +607,7 @@ void pti_stream_drop_canceled(pto_device *dev, pto_stream *s);
 /* ---- command kinds (cmddef.c) ------------------------------------------------------- */
 
 /* Where a command runs once started (pti_stream_step, exec.c). */
-enum pti_cmd_where {
+enum pto_cmd_where {
     PTI_TRACE_ONLY = 0,   /* not a command: a kind only trace records carry (block, task) */
     PTI_AT_ONCE,          /* nothing to run: it completes, healthy, when it starts */
     PTI_ON_ENGINE,        /* .start hands it to an engine or a thread, which finishes it */
@@ -630,7 +630,7 @@ struct pto_cmd_outcome {
  */
 struct pto_cmd_def {
     const char *name;     /* its trace records' name (unless .trace_name gives one) */
-    enum pti_cmd_where where;
+    enum pto_cmd_where where;
     /* Start cmd (cmd->start_ns is now; PTI_ON_ENGINE: cmd is RUNNING and s active already). */
     void (*start)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
     /*
@@ -753,7 +753,7 @@ struct pto_program {
     const struct pto_program_desc *desc;
     char name[64];
     _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
-    struct pti_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
+    struct pto_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
     pto_program_stats st;
@@ -858,9 +858,9 @@ struct pto_device {
     pthread_mutex_t mem_lock;
     uint8_t *arena;
     uint64_t arena_size;
-    struct pti_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
-    struct pti_mnode *alloc_root; /* live and pending-free blocks by off */
-    struct pti_mnode *node_pool;  /* spare nodes (linked by l) */
+    struct pto_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
+    struct pto_mnode *alloc_root; /* live and pending-free blocks by off */
+    struct pto_mnode *node_pool;  /* spare nodes (linked by l) */
     size_t n_free, n_alloc;
     uint32_t mem_seed;            /* treap priorities */
     uint64_t in_use, pending_bytes, peak, pending_frees, alloc_failures, n_live;

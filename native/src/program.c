@@ -59,7 +59,7 @@ uint32_t pti_program_nparams(const pto_program *p)
 int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn)
 {
     char what[80];
-    const struct pti_argkinds *ak = atomic_load_explicit(&p->kinds, memory_order_acquire);
+    const struct pto_argkinds *ak = atomic_load_explicit(&p->kinds, memory_order_acquire);
     if (!ak)
         return 0;
     snprintf(what, sizeof(what), "program %s", p->name);

@@ -54,3 +54,11 @@ def test_the_module_exports_the_abi_and_its_init_only():
         pytest.skip("needs nm (binutils)")
     public = _functions(_ffi_build.cdef_text(), "pto_")
     assert exported == public | {"PyInit__pto_driver"}
+
+
+def test_private_struct_and_enum_tags_keep_pto():
+    # internal.h's rule: functions, macros and constants are pti_*, struct and enum tags pto_*.
+    src = ROOT / "native" / "src"
+    found = sorted({f"{p.name}: {m}" for p in src.glob("*.[ch]")
+                    for m in re.findall(r"\b(?:struct|enum|union)\s+pti_\w+", _COMMENT.sub("", p.read_text()))})
+    assert found == []
