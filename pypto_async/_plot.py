@@ -2,7 +2,7 @@
 
 The picture is the trace's Chrome/Perfetto layout (``runtime/_chrome.py``)
 drawn again: a trace JSON is read back into the trace model first
-(``from_chrome``), so the lanes, slices and arrows are the ones Perfetto shows
+(``Trace.from_chrome``), so the lanes, slices and arrows are the ones Perfetto shows
 and the overlap in the title is the trace's own :class:`TraceSummary`.
 
 The picture has one lane per track of the trace: streams first, then compute
@@ -24,7 +24,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-from .runtime._chrome import Layout, Track, from_chrome, layout
+from .runtime._chrome import Layout, Track, layout
 from .runtime._trace import Trace, TraceSummary
 
 __all__ = ["load_trace", "render_trace", "KIND_COLORS"]
@@ -141,7 +141,7 @@ def render_trace(
             title = pathlib.Path(trace).name
         trace = load_trace(trace)
     if not isinstance(trace, Trace):
-        trace = from_chrome(trace)
+        trace = Trace.from_chrome(trace)
     lay = layout(trace)
     slices = lay.slices
     if not slices:

@@ -121,10 +121,11 @@ def test_trace_of_deeply_nested_json_is_a_one_line_error(tmp_path, text):
 
 def test_render_lanes_and_failures(tmp_path):
     from pypto_async._plot import _lanes, render_trace
-    from pypto_async.runtime._chrome import from_chrome, layout
+    from pypto_async.runtime._chrome import layout
+    from pypto_async.runtime._trace import Trace
 
     doc = pipeline_trace()
-    names = [t.name for t in _lanes(layout(from_chrome(doc)))]
+    names = [t.name for t in _lanes(layout(Trace.from_chrome(doc)))]
     assert names == ["stream 1", "stream 2", "stream 3", "core 0", "core 1", "copy engine 0", "copy engine 1"]
     # A failed slice gets drawn too (outlined): rendering must not choke on it.
     for e in doc["traceEvents"]:
@@ -140,7 +141,7 @@ def test_render_reads_through_the_trace_model(tmp_path):
 
     from pypto_async import _driver as drv
     from pypto_async._plot import _lanes, _overlap_line, render_trace
-    from pypto_async.runtime._chrome import from_chrome, layout
+    from pypto_async.runtime._chrome import layout
     from pypto_async.runtime._trace import Trace
 
     # Batch 1's H2D moved under batch 0's kernel: 40 µs of copy hide under compute.
@@ -149,11 +150,11 @@ def test_render_reads_through_the_trace_model(tmp_path):
     trace = Trace(tuple(records), device={"platform": "sim", "cores": 2, "copy_engines": 2})
     doc = json.loads(json.dumps(trace.to_chrome()))
     # The title's overlap is the trace's own summary, read back from the JSON.
-    assert _overlap_line(from_chrome(doc).summary()) == _overlap_line(trace.summary()) == (
+    assert _overlap_line(Trace.from_chrome(doc).summary()) == _overlap_line(trace.summary()) == (
         "compute busy 116 µs · copy busy 140 µs · overlapped 40 µs (34% of the shorter)")
     assert _overlap_line(Trace(tuple(r for r in records if r.kind != drv.PTO_CMD_BLOCK)).summary()) is None
     # Lane kinds come from the tracks' tids, whatever the labels say.
-    lanes = _lanes(layout(from_chrome(doc)))
+    lanes = _lanes(layout(Trace.from_chrome(doc)))
     assert [t.kind for t in lanes] == ["stream"] * 3 + ["core"] * 2 + ["copy"] * 2
     # A trace, its JSON and its file draw the same picture.
     src = tmp_path / "t.json"

@@ -1,4 +1,4 @@
-"""dispatch(), the worker stack and the task-local default stream (runtime/_context.py, runtime/_dispatch.py)."""
+"""dispatch(), the worker stack and the task-local default stream (runtime/_context.py, runtime/_entry.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pypto_async.runtime import ChipWorker, Launch, current_worker, dispatch
-from pypto_async.runtime._dispatch import default_worker
+from pypto_async.runtime._entry import default_worker
 
 N = 64
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pypto_async import _driver as drv
-from pypto_async.runtime._chrome import ENGINE_TID_BASE, STREAM_TID_BASE, from_chrome, layout, track_kind
+from pypto_async.runtime._chrome import ENGINE_TID_BASE, STREAM_TID_BASE, layout, track_kind
 from pypto_async.runtime._recorder import read_records
 from pypto_async.runtime._trace import Trace, TraceRecord
 
@@ -371,7 +371,7 @@ def test_from_chrome_reads_back_what_to_chrome_wrote():
     trace = Trace(tuple(pipeline_records()), dropped=3,
                   device={"platform": "sim", "cores": CORES, "copy_engines": COPY}, stream_names={2: "compute"})
     doc = json.loads(json.dumps(trace.to_chrome()))
-    back = from_chrome(doc)
+    back = Trace.from_chrome(doc)
     assert len(back) == len(trace) and set(back.records) == set(trace.records)
     assert back.dropped == 3 and back.stream_names == {2: "compute"} and back.device == trace.device
     assert back.to_chrome() == doc
@@ -388,7 +388,7 @@ def test_from_chrome_keeps_statuses_and_commands_that_never_started():
         rec(drv.PTO_CMD_FREE, 1, 10, 11, name="free", status=-99, token=4),  # a code the driver has no name for
     )
     doc = Trace(records, device={"cores": 4, "copy_engines": 1}).to_chrome()
-    back = from_chrome(doc)
+    back = Trace.from_chrome(doc)
     assert [r.status for r in back.records[:3]] == [r.status for r in records[:3]]
     assert drv.status_name(back.records[3].status) == "PTO_E?"
     never = back.records[2]
@@ -400,11 +400,11 @@ def test_from_chrome_keeps_statuses_and_commands_that_never_started():
 def test_from_chrome_rejects_what_is_not_a_trace():
     for bad in ({"events": []}, {"traceEvents": {}}, "trace.json", 3):
         with pytest.raises(ValueError, match="not a Chrome trace"):
-            from_chrome(bad)
+            Trace.from_chrome(bad)
     # Slices outside the layout's tracks, or of kinds the driver does not have, are left out.
     foreign = [{"name": "x", "cat": "launch", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 0, "args": {}},
                {"name": "y", "cat": "gc", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 5, "args": {}}]
-    assert len(from_chrome(foreign)) == 0
+    assert len(Trace.from_chrome(foreign)) == 0
 
 
 # --- records the driver traced --------------------------------------------
@@ -572,7 +572,7 @@ async def test_a_saved_window_reads_back_as_its_trace(tmp_path, kernels, anyio_b
     for y in ys:
         np.testing.assert_array_equal(y, x + x)
     doc = json.loads(tr.path.read_text())
-    back = from_chrome(doc)
+    back = Trace.from_chrome(doc)
     assert back.summary() == tr.trace.summary()
     assert back.stream_names == tr.trace.stream_names and back.device == tr.trace.device
     # The driver leaves some names empty; the JSON names those slices by kind.

@@ -208,7 +208,7 @@ class CompiledProgram:
                                f"is incomplete ({exc})") from exc
 
     def __call__(self, *args, stream=None, config=None):
-        """Dispatch through the runtime (``pypto_async.runtime._dispatch.dispatch``).
+        """Dispatch through the runtime (``pypto_async.runtime._entry.dispatch``).
 
         In place (every argument) or return style (the inputs only: the
         ``Out`` arrays are allocated and returned), as PyPTO's.  With
@@ -434,7 +434,7 @@ def _graph_from_meta(graph: dict) -> TaskGraph:
 
 def _dispatch(compiled, args, stream, config=None):
     try:
-        from ..runtime._dispatch import dispatch  # upward, and optional: see the ImportError below
+        from ..runtime._entry import dispatch  # upward, and optional: see the ImportError below
     except ImportError as exc:
         raise PtoNotSupported(
             "no runtime: pypto_async.runtime is not available to dispatch this program "

@@ -9,7 +9,7 @@ from ._benchmark import *  # noqa: F401,F403
 from ._benchmark import __all__ as _benchmark_all
 from ._config import RunConfig
 from ._context import current_worker
-from ._dispatch import dispatch
+from ._entry import dispatch
 from ._capture import CapturedEvent, CapturedNode, Capture, GraphInput
 from ._distributed import DistributedLaunch, DistributedWorker, StackedDeviceTensor
 from ._peer import device_count

@@ -28,6 +28,7 @@ from .._scalars import is_int
 from ..errors import PtoArgumentError
 from ._call import complete_args
 from ._config import RunConfig, as_run_config
+from ._worker import ChipWorker
 
 __all__ = ["benchmark", "BenchmarkStats", "BenchmarkResult", "Timings", "TraceInvocation", "TraceSpan"]
 
@@ -367,8 +368,6 @@ def benchmark(compiled, args, *, rounds: int = 100, warmup: int = 3, platform: s
     BenchmarkStats
     """
     import os
-
-    from ._worker import ChipWorker
 
     if not is_int(rounds) or rounds < 1:
         raise PtoArgumentError(f"benchmark(): rounds must be an int >= 1, not {rounds!r}")

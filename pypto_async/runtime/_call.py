@@ -34,6 +34,8 @@ import numpy as np
 from .._signature import INOUT, OUT
 from ..errors import PtoArgumentError, PtoPlatformMismatch
 from ._config import RunConfig, as_run_config, normalize_platform, ring_size
+from ._dfx import dfx_call
+from ._dispatch import launch_kernel
 from ._launch import Launch
 
 __all__ = ["CallConfig", "out_indices", "result_indices", "complete_args", "check_call_config",
@@ -201,16 +203,12 @@ def call(h, args: tuple, stream, config):
     DFX switches on to :mod:`._dfx`, and launches; returns what the handle
     returns (see the module doc).
     """
-    from ._dispatch import launch_kernel
-
     worker = h._worker
     worker._check_open()
     cfg = None if config is None else check_call_config(worker, config)
     params = h._binder.params
     full, return_style = complete_args(params, h._has_return, tuple(args), h._name)
     if cfg is not None and cfg.any_dfx_enabled():
-        from ._dfx import dfx_call
-
         return dfx_call(h, full, returned(params, h._has_return, full, return_style), stream, cfg)
     launch = launch_kernel(worker, h, full, stream, False)
     if type(launch) is not Launch:  # a node of a graph capture

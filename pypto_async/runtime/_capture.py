@@ -17,7 +17,7 @@ Nothing is queued while recording.  Calls that would wait for captured work
 copy to the host, replaying another graph) raise
 :class:`~pypto_async.errors.PtoCaptureError` at the call site and leave the
 capture usable.  When the block exits, every fork must have rejoined the
-capture's stream (a ``wait`` on it), and the recording becomes a
+capture's stream (a ``wait`` on it), and the worker makes the recording a
 :class:`~._graph.Graph` (``cap.graph``).  An exception escaping the block
 discards the recording.
 
@@ -48,24 +48,17 @@ import weakref
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoCaptureError, PtoForeignTensorError
 from ._capture_hazards import CaptureHazards
+from ._checks import as_shape, check_same
 from ._context import capture_of, reset_capture, set_capture
 from ._event import Event
 from ._launch import Launch
 from ._stream import Stream, accept, task_default
 from ._tensor import DeviceTensor, freed_error
 
-__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "Placeholder", "capture_of", "refuse"]
+__all__ = ["Capture", "CapturedNode", "CapturedEvent", "GraphInput", "Placeholder", "capture_of"]
 
 # Command kinds of a recording (what graph.c adds for each).
 LAUNCH, COPY, RECORD, WAIT, WAIT_EXT = "launch", "copy", "record", "wait", "wait_ext"
-
-
-def refuse(worker, what: str) -> None:
-    """Raise PtoCaptureError if this task is capturing on `worker`: `what` would wait for captured work."""
-    if worker._captures:
-        cap = capture_of(worker)
-        if cap is not None:
-            cap.refuse(what)
 
 
 class _Everywhere:
@@ -271,14 +264,21 @@ class Capture:
 
     Use :meth:`input` for placeholders, queue work as usual, and read
     :attr:`graph` once the block has exited.  See :meth:`ChipWorker.capture`.
+
+    The capture records; its owner makes the product.  `build` is how the
+    owner (:meth:`ChipWorker.capture`, which passes ``Graph._build``) turns
+    a recording whose forks all rejoined into what :attr:`graph` returns, so
+    this module knows nothing of :class:`~._graph.Graph`, which is built on
+    it.
     """
 
-    def __init__(self, worker, name: str, stream):
+    def __init__(self, worker, name: str, stream, build):
         worker._check_open()
         if not isinstance(name, str) or not name:
             raise PtoArgumentError(f"capture(name=...) must be a non-empty str, not {name!r}")
         self._worker = worker
         self.name = name
+        self._build = build  # the finished recording -> its Graph (see the class doc)
         self._origin = task_default(worker) if stream is None else accept(worker, stream)
         self._open = False
         self._used = False
@@ -323,12 +323,10 @@ class Capture:
         if exc is not None:
             self._discard()
             return
-        from ._graph import Graph
-
         try:
             worker._check_open()  # closed inside the block: nothing to build on
             self._check_joined()
-            self._graph = Graph._build(self)
+            self._graph = self._build(self)
         except BaseException:
             self._discard()
             raise
@@ -404,9 +402,7 @@ class Capture:
             raise PtoArgumentError(f"capture input name must be an identifier other than 'stream', not {name!r}")
         if any(i.name == name for i in self._inputs):
             raise PtoArgumentError(f"capture {self.name!r}: input {name!r} is declared already")
-        from ._memory import _as_shape
-
-        shape = _as_shape(shape)
+        shape = as_shape(shape)
         try:
             dt = as_dtype(dtype)
         except PtoArgumentError as exc:
@@ -537,9 +533,7 @@ class Capture:
                     f"copy({side}=...) of a host array inside capture {self.name!r}: declare it with "
                     "cap.input(...) and bind the array at replay (the replay copies it by direction)")
         slot = self._slot(stream, "copy()")
-        from ._copy import _check_same
-
-        _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
+        check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
         self._check(dst, "copy(dst=...)")
         self._check(src, "copy(src=...)")
         nbytes = dst._nbytes

@@ -3,9 +3,16 @@
 :func:`layout` places a trace's records on tracks (its lanes, slices and
 arrows); :func:`to_chrome` writes that layout in the Chrome trace event
 format, which Perfetto (https://ui.perfetto.dev) and ``chrome://tracing`` both
-load; :func:`from_chrome` reads such a document back into a trace, so that a
-saved file and a live capture are the same model (the PNG view in
-``pypto_async._plot`` draws the same layout).
+load; :func:`read_chrome` reads such a document back into a trace's fields
+(``Trace.from_chrome`` makes the trace of them), so that a saved file and a
+live capture are the same model (the PNG view in ``pypto_async._plot`` draws
+the same layout).
+
+This module works on any object with a trace's fields (``records``,
+``device``, ``stream_names``, ``inferred_waits``, ``dropped``) and does not
+import :mod:`._trace`: the trace model sits above it and calls it
+(``Trace.to_chrome``, ``from_chrome``, ``save``).  Both build on
+:mod:`._trace_record`.
 
 Some facts about the format that the conversion rests on:
 
@@ -35,7 +42,7 @@ stream to every wait for that recording on another stream; the arrow of a
 wait the runtime inferred (automatic ordering of DeviceTensors) has the
 category ``"inferred"`` and a name that says so, the others ``"event"``, and
 the wait's slice says ``"inferred": true`` in its args (which is how
-:func:`from_chrome` gets them back).
+:func:`read_chrome` gets them back).
 """
 
 from __future__ import annotations
@@ -47,12 +54,17 @@ import pathlib
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ._trace import Trace, TraceRecord, kind_code
+from .. import _driver
+from ._trace_record import TraceRecord, kind_code
+
+if TYPE_CHECKING:  # for the annotations only: any object with a Trace's fields will do
+    from ._trace import Trace
 
 __all__ = [
     "to_chrome",
-    "from_chrome",
+    "read_chrome",
     "layout",
     "Layout",
     "Track",
@@ -286,8 +298,6 @@ def _flow_points(src: Slice, wait: Slice, track: tuple[list[float], list[Slice]]
 def _status_text(status: int) -> str:
     if status == 0:
         return "ok"
-    from .. import _driver
-
     return _driver.status_name(status)
 
 
@@ -409,10 +419,11 @@ def _record_from(ev: Mapping, tid: int, origin: int) -> TraceRecord | None:
     )
 
 
-def from_chrome(doc: Mapping | list) -> Trace:
-    """Read back a trace that :func:`to_chrome` wrote.
+def read_chrome(doc: Mapping | list) -> dict:
+    """Read back the fields of a trace that :func:`to_chrome` wrote (``Trace.from_chrome`` makes the Trace).
 
-    Every field the JSON carries comes back: the records (a copy's slice on
+    Returns the keyword arguments of :class:`~._trace.Trace`: ``records``,
+    ``dropped``, ``device``, ``stream_names`` and ``inferred_waits``.  Every field the JSON carries comes back: the records (a copy's slice on
     its stream, a block's on its core), the device's shape, the dropped
     count and the streams' names.  So the trace read back has the same
     summary, and ``to_chrome`` of it gives ``doc`` again, but for the
@@ -464,8 +475,8 @@ def from_chrome(doc: Mapping | list) -> Trace:
                 if (ev.get("args") or {}).get("inferred") and r.kind_name == "wait":
                     inferred.add(r.token)
     device = {k: v for k, v in other.items() if k not in _OWN_KEYS}
-    return Trace(tuple(records), dropped=int(other.get("dropped", 0)), device=device, stream_names=names,
-                 inferred_waits=frozenset(inferred))
+    return {"records": tuple(records), "dropped": int(other.get("dropped", 0)), "device": device,
+            "stream_names": names, "inferred_waits": frozenset(inferred)}
 
 
 def write_json(path: str | os.PathLike, obj: object) -> pathlib.Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
-from ..errors import PtoArgumentError
+from ..errors import PtoArgumentError, PtoNotSupported
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
 
@@ -361,8 +361,6 @@ def _check_compile_side(cfg, fail) -> None:
     if not isinstance(cfg.dump_passes, (bool, int)):
         fail("dump_passes", "must be a bool or a dump level")
     if cfg.distributed_config is not None:
-        from ..errors import PtoNotSupported
-
         raise PtoNotSupported("RunConfig.distributed_config: distributed (L3, multi-rank) programs are not "
                               "supported here; leave it None")
 

@@ -6,7 +6,7 @@ thread) sees its own values:
 * the stack of workers opened with ``with`` / ``async with`` around the code:
   ``compiled(*args)`` and ``kernel(*args)`` on a ``@pl.jit`` function
   dispatch on the innermost one (:func:`current_worker`; with none open,
-  :func:`~pypto_async.runtime._dispatch.dispatch` uses the process-wide
+  :func:`~pypto_async.runtime._entry.dispatch` uses the process-wide
   default worker);
 * the stack of streams set with ``worker.use_stream(s)``: a worker's
   task-local default stream is the innermost of its own streams there, else
@@ -20,7 +20,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 __all__ = ["current_worker", "open_workers", "push_worker", "pop_worker", "push_stream", "pop_stream",
-           "stream_stack", "capture_of", "set_capture", "reset_capture"]
+           "stream_stack", "capture_of", "set_capture", "reset_capture", "refuse"]
 
 _workers: ContextVar[tuple] = ContextVar("pypto_async_workers", default=())
 _streams: ContextVar[tuple] = ContextVar("pypto_async_streams", default=())
@@ -89,3 +89,11 @@ def reset_capture(token) -> None:
         _capture.reset(token)
     except ValueError:
         _capture.set(None)
+
+
+def refuse(worker, what: str) -> None:
+    """Raise PtoCaptureError if this task is capturing on `worker`: `what` would wait for captured work."""
+    if worker._captures:
+        cap = capture_of(worker)
+        if cap is not None:
+            cap.refuse(what)

@@ -15,8 +15,8 @@ import numpy as np
 from .._driver import ffi, lib
 from ..errors import PtoArgumentError, PtoForeignTensorError
 from ._args import _is_torch_tensor, check_init, host_array
-from ._capture import refuse
-from ._context import capture_of
+from ._checks import check_same
+from ._context import capture_of, refuse
 from ._dispatch import finish_sync, queue_one
 from ._hazards import order
 from ._launch import Launch
@@ -89,15 +89,15 @@ def copy(worker, dst, src, stream) -> Launch:
     host = None
     if dst_dev and src_dev:
         kind, nbytes = "d2d", dst._nbytes
-        _check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
+        check_same(dst._dtype, dst._nbytes, src._dtype, src._nbytes)
     elif dst_dev:
         host = host_array(src, "copy(src=...)", writeable=False)
         kind, nbytes = "h2d", dst._nbytes
-        _check_same(dst._dtype, dst._nbytes, host.dtype, host.nbytes)
+        check_same(dst._dtype, dst._nbytes, host.dtype, host.nbytes)
     elif src_dev:
         host = host_array(dst, "copy(dst=...)", writeable=True)
         kind, nbytes = "d2h", src._nbytes
-        _check_same(host.dtype, host.nbytes, src._dtype, src._nbytes)
+        check_same(host.dtype, host.nbytes, src._dtype, src._nbytes)
     else:
         raise PtoArgumentError("copy(): dst or src must be a DeviceTensor (host-to-host is numpy's job)")
     sp = stream._ptr
@@ -186,13 +186,6 @@ def _blocking_copy(worker, to_host: bool, host_ptr, dev_ptr, nbytes, stream, wha
     if not launch._done:
         block_until(worker._queue, launch, False, None)
     launch.result()
-
-
-def _check_same(dst_dtype, dst_nbytes, src_dtype, src_nbytes) -> None:
-    if dst_dtype != src_dtype:
-        raise PtoArgumentError(f"copy(): dtypes differ (dst {dst_dtype.np_name}, src {src_dtype.np_name})")
-    if dst_nbytes != src_nbytes:
-        raise PtoArgumentError(f"copy(): sizes differ (dst {dst_nbytes} bytes, src {src_nbytes} bytes)")
 
 
 def _host_pointer(obj, nbytes: int, writeable: bool, what: str):

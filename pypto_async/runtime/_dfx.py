@@ -60,6 +60,7 @@ from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoNotSupported
 from ._args import host_array
 from ._deps_json import DFX_DIR, write_deps
+from ._dispatch import launch_kernel
 from ._tensor import DeviceTensor
 
 __all__ = ["DFX_DIR", "dfx_dir", "dfx_call", "run_id"]
@@ -172,8 +173,6 @@ def dfx_call(h, full: tuple, result, stream, cfg):
         If the DFX directory cannot be made or written, before anything is
         queued (or, if writing fails after the launch ran, then).
     """
-    from ._dispatch import launch_kernel
-
     worker = h._worker
     if worker._async:
         raise PtoNotSupported(

@@ -17,9 +17,8 @@ A launch goes down through these files::
     service -> drain -> Launch._ok / _fail    _complete.py    the Launch resolves
 
 ``dispatch(compiled, args)`` (what ``compiled(*args)`` and ``@pl.jit``
-kernels call) picks the worker first: the innermost one opened around the
-code (:mod:`._context`), else a process-wide default worker in sync mode,
-created on first use and closed at interpreter exit.
+kernels call) picks the worker first and then takes this path; it is an
+entry point, above the worker, in :mod:`._entry`.
 
 The hot path.  :func:`launch_kernel` runs once per launch, and for a launch
 on DeviceTensors and scalars (no host arrays) its cost is the runtime's
@@ -46,12 +45,9 @@ loop once.  Everything else on the path is ordinary code.
 
 from __future__ import annotations
 
-import atexit
-import threading
-
 from .._driver import check
 from ._complete import observe, service
-from ._context import capture_of, current_worker, stream_stack
+from ._context import capture_of, stream_stack
 from ._group import group_commands, group_flags, inputs
 from ._hazards import fast_order, fused_overflow, order
 from ._launch import Launch, mark_turn
@@ -62,87 +58,12 @@ from ._stream import accept, task_default
 from ._submit import hold, overflowed, submit, submit_group, token, track
 from ._wait import block_until
 
-__all__ = ["dispatch", "default_worker", "launch_kernel", "launch_group", "queue_one", "finish_sync"]
+__all__ = ["launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
 # The hot path runs the completion service itself once per this many launches (a threshold on
 # tokens, however many each launch takes: an inferred edge takes one too).
 _SERVICE_EVERY = 64
-
-_default = None
-_default_lock = threading.Lock()
-
-
-def default_worker():
-    """Return the process-wide default worker (sync mode), creating it once."""
-    global _default
-    worker = _default
-    if worker is not None and worker._alive():
-        return worker
-    with _default_lock:
-        if _default is None or not _default._alive():
-            from ._worker import ChipWorker
-
-            _default = ChipWorker()
-        return _default
-
-
-@atexit.register
-def _close_default() -> None:
-    worker = _default
-    if worker is not None:
-        worker.close(timeout=5.0)
-
-
-def dispatch(compiled, args, *, stream=None, config=None):
-    """Launch `compiled` with `args` on the worker opened around this code.
-
-    This is what ``CompiledProgram.__call__`` and ``@pl.jit`` kernels call.
-    The worker is the innermost one opened with ``with`` / ``async with``
-    in this task; with none, the process-wide default worker (created once,
-    in sync mode, closed at interpreter exit).
-
-    Parameters
-    ----------
-    compiled
-        A compiled program (see :mod:`pypto_async._signature`).
-    args : sequence
-        Its arguments.
-    stream : Stream, optional
-        The stream to launch on; ``None`` means the task-local default
-        stream.  It must belong to the chosen worker.
-    config : RunConfig, optional
-        PyPTO's per-call config.  The call runs on the innermost open worker
-        of the config's platform and device (``ChipWorker.current``), else
-        on a worker opened with `config` for this call alone (sync mode);
-        its DFX switches apply to the call.
-
-    Returns
-    -------
-    object or Launch
-        In sync mode, the call's outputs once it has completed (see
-        :mod:`._call`).  In async mode, the pending :class:`Launch`:
-        ``await`` it for the same value.
-    """
-    if config is not None and stream is None:
-        return _dispatch_with_config(compiled, args, config)
-    worker = current_worker()
-    if worker is None:
-        worker = stream._worker if stream is not None else default_worker()
-    return worker.register(compiled)(*args, stream=stream, config=config)
-
-
-def _dispatch_with_config(compiled, args, config):
-    from ._config import as_run_config
-    from ._worker import ChipWorker
-
-    cfg = as_run_config(config)
-    worker = ChipWorker.current(platform=cfg.platform, device_id=cfg.device_id)
-    if worker is not None:
-        return worker.register(compiled)(*args, config=cfg)
-    with ChipWorker(config=cfg) as worker:
-        return worker.register(compiled)(*args, config=cfg)
-
 
 def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     """Queue a launch of the registered kernel `h` (``h(*args)``, or ``h.submit`` with `submit_only`).

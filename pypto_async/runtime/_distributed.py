@@ -10,23 +10,11 @@ events (:mod:`._peer`).  Nothing of it runs Python on a driver thread, and
 nothing blocks an event loop: in async mode every call queues its work and
 returns something to await.
 
-The collectives are rings.  Rank ``i`` is shard ``i`` of the stacked tensor,
-on worker ``worker_ids[i]``; each rank works on its worker's task-local
-default stream.  To the ordering of its worker (:mod:`._hazards`), a
-collective is one access per rank on that stream: a read of its shard of the
-source and a write of its shard of the result, ordered after the earlier
-accesses to them as a copy is (or checked by the sanitizer) before the first
-step, and noted at the rank's last point, which waits for the neighbour that
-read the rank's buffer last, so a later use anywhere waits for all of it.
-A step of a ring is, on every rank at once:
-wait (on the device) for the previous step of its neighbours, pull a chunk
-from the left neighbour with one peer copy (into a temporary, or straight
-into place), reduce it in (a built-in kernel of the device), and record an
-event.  Waiting for the left neighbour orders the data; waiting for the
-right one too means a rank never overwrites a chunk its right neighbour is
-still reading.  ``all_reduce`` is the bandwidth-optimal one (reduce-scatter
-then all-gather of ``1/n`` chunks: each rank moves ``2 (n - 1) / n`` of the
-shard); ``all_gather`` and ``broadcast`` pass whole shards along the ring.
+The parts: this module holds the worker, its handles and
+:class:`DistributedLaunch`; :mod:`._stacked` the stacked tensor;
+:mod:`._collectives` the rings the collectives queue, which
+:class:`DistributedWorker` checks the arguments of and turns into a
+:class:`DistributedLaunch`.
 """
 
 from __future__ import annotations
@@ -37,144 +25,17 @@ from collections import deque
 
 import numpy as np
 
-from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoError, PtoNotSupported, PtoTimeout
+from . import _collectives
 from ._args import _is_torch_tensor
-from ._checks import check_timeout
+from ._checks import check_timeout, int_tuple
+from ._collectives import REDUCE_DTYPES, REDUCE_OPS
 from ._config import as_run_config
-from ._dispatch import queue_one
-from ._hazards import order
-from ._peer import enter
-from ._stream import task_default
+from ._stacked import StackedDeviceTensor
 from ._tensor import DeviceTensor
 from ._worker import ChipWorker
 
 __all__ = ["StackedDeviceTensor", "DistributedWorker", "DistributedLaunch"]
-
-_REDUCE_OPS = {"sum": 0, "max": 1, "min": 2}
-_REDUCE_DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3}  # the built-in "reduce" kernel's codes
-
-
-class StackedDeviceTensor:
-    """A ``[B, *tail]`` tensor stacked along its leading dimension, one shard per worker.
-
-    Shard ``i`` (``x[i]``) is a :class:`~pypto_async.runtime.DeviceTensor`
-    of shape ``full_shape[1:]`` resident on worker ``worker_ids[i]`` of a
-    :class:`DistributedWorker` (an index into its ``workers``).  Pass it to
-    :meth:`DistributedWorker.run` where the program takes one shard per
-    device; :meth:`DistributedWorker.alloc_stacked_tensor` makes one from a
-    host array.
-
-    Parameters
-    ----------
-    shards : sequence of DeviceTensor
-        ``full_shape[0]`` shards of one dtype, each of shape ``full_shape[1:]``.
-    full_shape : sequence of int
-        The stacked shape ``(B, *tail)``, rank 2 or more, ``B >= 1``.
-    worker_ids : sequence of int
-        One distinct worker index per shard.
-
-    Raises
-    ------
-    PtoArgumentError
-        If any of those rules is broken; the message names it.
-    """
-
-    __slots__ = ("shards", "full_shape", "worker_ids")
-
-    def __init__(self, shards, full_shape, worker_ids):
-        shards = tuple(shards)
-        full_shape = _int_tuple(full_shape, "full_shape")
-        worker_ids = _int_tuple(worker_ids, "worker_ids")
-        if len(full_shape) < 2:
-            raise PtoArgumentError(f"StackedDeviceTensor.full_shape must have rank >= 2, got {full_shape}")
-        b = full_shape[0]
-        if b < 1:
-            raise PtoArgumentError(f"StackedDeviceTensor needs at least one shard in the leading dim, "
-                                   f"got full_shape {full_shape}")
-        tail = full_shape[1:]
-        if len(shards) != b:
-            raise PtoArgumentError(f"StackedDeviceTensor expects {b} shards (leading dim of {full_shape}); "
-                                   f"got {len(shards)}")
-        if len(worker_ids) != b:
-            raise PtoArgumentError(f"StackedDeviceTensor expects {b} worker_ids (one per shard); "
-                                   f"got {len(worker_ids)}")
-        if len(set(worker_ids)) != b:
-            raise PtoArgumentError(f"StackedDeviceTensor.worker_ids must be distinct, got {worker_ids}")
-        for i, shard in enumerate(shards):
-            if not isinstance(shard, DeviceTensor):
-                raise PtoArgumentError(f"shard {i} must be a DeviceTensor, got {type(shard).__name__}")
-            if shard.shape != tail:
-                raise PtoArgumentError(f"shard {i} has shape {shard.shape}; expected per-shard shape {tail} "
-                                       f"(leading dim dropped from {full_shape})")
-            if shard.dtype != shards[0].dtype:
-                raise PtoArgumentError(f"shard {i} dtype {shard.dtype.np_name} differs from shard 0 dtype "
-                                       f"{shards[0].dtype.np_name}")
-        self.shards = shards
-        self.full_shape = full_shape
-        self.worker_ids = worker_ids
-
-    @property
-    def dtype(self):
-        """The element type shared by every shard (a pl :class:`~pypto_async.DataType`)."""
-        return self.shards[0].dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """``full_shape``."""
-        return self.full_shape
-
-    def __len__(self) -> int:
-        return len(self.shards)
-
-    def __getitem__(self, idx) -> DeviceTensor:
-        """Shard ``i``, for ``x[i]`` (and ``x[i, ...]`` or whole-shard slices after the index).
-
-        Raises
-        ------
-        IndexError
-            For an index out of range, or too many indices.
-        PtoArgumentError
-            For a leading index that is not an int, or a partial slice of a shard.
-        """
-        rank, rest = (idx[0], idx[1:]) if isinstance(idx, tuple) and idx else (idx, ())
-        if isinstance(idx, tuple) and not idx:
-            raise IndexError("StackedDeviceTensor requires a leading-dim index")
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise PtoArgumentError(f"StackedDeviceTensor leading index must be int, got {type(rank).__name__}")
-        if not 0 <= rank < len(self.shards):
-            raise IndexError(f"shard index {rank} out of range [0, {len(self.shards)})")
-        tail = self.full_shape[1:]
-        if rest.count(Ellipsis) > 1:
-            raise IndexError("StackedDeviceTensor index accepts at most one Ellipsis")
-        if Ellipsis in rest:
-            e = rest.index(Ellipsis)
-            fill = len(tail) - (len(rest) - 1)
-            if fill < 0:
-                raise IndexError(f"too many indices for StackedDeviceTensor of shape {self.full_shape}")
-            rest = rest[:e] + (slice(None),) * fill + rest[e + 1:]
-        if len(rest) > len(tail):
-            raise IndexError(f"too many indices for StackedDeviceTensor of shape {self.full_shape}")
-        for axis, s in enumerate(rest):
-            if s != slice(None) and s != slice(0, tail[axis]):
-                raise PtoArgumentError(f"StackedDeviceTensor only supports whole-shard slicing on the leading "
-                                       f"dim; got {s!r} on axis {axis + 1} (shard shape {tail})")
-        return self.shards[int(rank)]
-
-    def __repr__(self) -> str:
-        return (f"StackedDeviceTensor(full_shape={self.full_shape}, worker_ids={self.worker_ids}, "
-                f"dtype={self.dtype.np_name})")
-
-
-def _int_tuple(values, what: str) -> tuple[int, ...]:
-    try:
-        out = tuple(values)
-    except TypeError:
-        raise PtoArgumentError(f"{what} must be a sequence of ints, not {type(values).__name__}") from None
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise PtoArgumentError(f"{what} must contain ints, got {out!r}")
-    return tuple(int(v) for v in out)
 
 
 class DistributedLaunch:
@@ -309,7 +170,7 @@ class DistributedWorker:
     """
 
     def __init__(self, device_ids, config=None, *, depth: int = 2):
-        ids = _int_tuple(device_ids, "device_ids")
+        ids = int_tuple(device_ids, "device_ids")
         if not ids:
             raise PtoArgumentError("DistributedWorker needs at least one device id")
         if len(set(ids)) != len(ids):
@@ -550,7 +411,7 @@ class DistributedWorker:
             raise PtoArgumentError(f"alloc_stacked_tensor needs at least one shard in the leading dim, "
                                    f"got shape {shape}")
         world = len(self._workers)
-        ids = tuple(range(b)) if worker_ids is None else _int_tuple(worker_ids, "worker_ids")
+        ids = tuple(range(b)) if worker_ids is None else int_tuple(worker_ids, "worker_ids")
         if len(ids) != b:
             raise PtoArgumentError(f"worker_ids has {len(ids)} entries; host leading dim is {b}")
         if len(set(ids)) != b:
@@ -603,7 +464,7 @@ class DistributedWorker:
         launches = [shard._worker.copy(host_out[i], shard) for i, shard in enumerate(t.shards)]
         return DistributedLaunch(launches, host_out)
 
-    # -- collectives ------------------------------------------------------------------------
+    # -- collectives (the rings are in _collectives.py) -----------------------------------------
 
     def all_reduce(self, t: StackedDeviceTensor, op: str = "sum", *, out: StackedDeviceTensor | None = None):
         """Reduce the shards of `t` elementwise with `op` and give every shard the result.
@@ -629,31 +490,18 @@ class DistributedWorker:
         """
         self._check_open()
         self._check_stacked(t, "all_reduce(t=...)")
-        if op not in _REDUCE_OPS:
+        if op not in REDUCE_OPS:
             raise PtoArgumentError(f"all_reduce(op=...) is one of 'sum', 'max', 'min', not {op!r}")
-        code = _REDUCE_DTYPES.get(t.dtype.np_name)
-        if code is None:
+        if t.dtype.np_name not in REDUCE_DTYPES:
             raise PtoNotSupported(f"all_reduce(): dtype {t.dtype.np_name} is not supported "
-                                  f"({', '.join(_REDUCE_DTYPES)})")
+                                  f"({', '.join(REDUCE_DTYPES)})")
         dst = t
         if out is not None:
             self._check_stacked(out, "all_reduce(out=...)")
             if out.full_shape != t.full_shape or out.dtype != t.dtype or out.worker_ids != t.worker_ids:
                 raise PtoArgumentError("all_reduce(out=...): out must have t's full_shape, dtype and worker_ids")
             dst = out
-        ring = _Ring(self, t, dst, "all_reduce")
-        ring.start(copy_in=out is not None)
-        n = ring.n
-        if n > 1:
-            bounds = _chunks(ring.elems, n)
-            tmps = ring.temporaries(max(hi - lo for lo, hi in bounds))
-            for k in range(n - 1):  # reduce-scatter: rank r adds chunk r-1-k of its left neighbour
-                ring.step(lambda r, k=k: self._reduce_step(ring, r, bounds[(r - 1 - k) % n], tmps[r],
-                                                           _REDUCE_OPS[op], code), both=True)
-            for k in range(n - 1):  # all-gather: rank r takes the reduced chunk r-k of its left one
-                ring.step(lambda r, k=k: ring.pull(r, bounds[(r - k) % n]), both=True)
-            ring.free(tmps)
-        return ring.finish(dst)
+        return self._finish(_collectives.all_reduce(t, dst, op, self._reduce, out is not None), dst)
 
     def all_gather(self, t: StackedDeviceTensor):
         """Gather every shard of `t` onto every worker of `t`.
@@ -667,24 +515,8 @@ class DistributedWorker:
         """
         self._check_open()
         self._check_stacked(t, "all_gather(t=...)")
-        b = len(t.shards)
-        shape = (b,) + t.full_shape[1:]
-        gathered = []
-        try:
-            for shard in t.shards:
-                w = shard._worker
-                gathered.append(w.alloc_tensor(shape, shard._dtype.np_storage, stream=task_default(w)))
-        except BaseException:
-            for g in gathered:
-                g.free()
-            raise
-        result = StackedDeviceTensor(gathered, (b,) + shape, t.worker_ids)
-        ring = _Ring(self, t, result, "all_gather")
-        ring.start(copy_in=False, slots=True)
-        per = t.shards[0]._nbytes
-        for k in range(b - 1):  # rank r takes slot r-1-k from its left neighbour's gathered copy
-            ring.step(lambda r, k=k: ring.pull_bytes(r, ((r - 1 - k) % b) * per, per), both=False)
-        return ring.finish(result)
+        result, markers = _collectives.all_gather(t)
+        return self._finish(markers, result)
 
     def broadcast(self, t: StackedDeviceTensor, root: int = 0):
         """Give every shard of `t` the contents of shard `root`, in place.
@@ -700,179 +532,11 @@ class DistributedWorker:
         n = len(t.shards)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < n:
             raise PtoArgumentError(f"broadcast(root=...) must be a shard index in [0, {n}), not {root!r}")
-        ring = _Ring(self, t, t, "broadcast")
-        ring.start(copy_in=False)
-        for h in range(1, n):  # along the ring from root: each takes the whole shard of its left neighbour
-            r = (root + h) % n
-            ring.hop(r, lambda r=r: ring.pull(r, (0, ring.elems)))
-        return ring.finish(t)
+        return self._finish(_collectives.broadcast(t, root), t)
 
-    def _reduce_step(self, ring, r: int, bound, tmp: DeviceTensor, op: int, dtype: int) -> None:
-        lo, hi = bound
-        if hi <= lo:
-            return
-        item = ring.itemsize
-        ring.pull_into(r, tmp._ptr, lo * item, (hi - lo) * item)
-        w, s = ring.workers[r], ring.streams[r]
-        kernel = self._reduce_kernel(ring.ids[r], w)
-        argv = ffi.new("uint64_t[5]", [ring.dst[r]._ptr + lo * item, tmp._ptr, hi - lo, op, dtype])
-        blocks = max(1, min(w._info.cores, (hi - lo) // 4096 or 1))
-        _step(w, s, lib.pto_stream_launch, (s._ptr, kernel, blocks, argv, 5),
-                  "all_reduce step (reduce)", (argv, tmp))
-
-    def _reduce_kernel(self, index: int, w):
-        k = self._reduce.get(index)
-        if k is None:
-            out = ffi.new("pto_kernel **")
-            check(lib.pto_kernel_builtin(w._dev, b"reduce", out), "pto_kernel_builtin('reduce')")
-            k = self._reduce[index] = out[0]
-        return k
-
-
-def _step(w, s, fn, args, name: str, keep) -> None:
-    """Queue one command of a collective on `w`'s stream `s` (lock held).
-
-    Its Launch is the collective's own: a failure reaches the caller through
-    the markers that end the collective (dependents of it), so it does not
-    also warn as an error nobody retrieved.
-    """
-    queue_one(w, s, fn, args, name, keep, None)._mark_retrieved()
-
-
-def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
-    """[lo, hi) of `parts` nearly equal chunks of n elements (trailing ones may be empty)."""
-    per = -(-n // parts)
-    return [(min(i * per, n), min((i + 1) * per, n)) for i in range(parts)]
-
-
-class _Ring:
-    """The per-rank state of one collective: workers, streams, the buffers moved, the last events.
-
-    Rank ``r`` is shard ``r`` of the source tensor; ``dst[r]`` the buffer the
-    collective writes on that rank.  Every method that queues work on rank
-    ``r`` takes that worker's lock, and only that one.
-    """
-
-    def __init__(self, dw: DistributedWorker, src: StackedDeviceTensor, dst: StackedDeviceTensor, label: str):
-        self.dw = dw
-        self.label = label
-        self.src = src.shards
-        self.dst = dst.shards
-        self.ids = src.worker_ids
-        self.workers = [s._worker for s in self.src]
-        self.streams = [task_default(w) for w in self.workers]
-        self.n = len(self.src)
-        self.itemsize = src.dtype.itemsize
-        self.elems = self.src[0]._nbytes // self.itemsize if self.itemsize else 0
-        self.events = [None] * self.n
-
-    def accesses(self, r: int) -> list:
-        """What the collective does to rank `r`'s buffers, as ordering reads a copy's: reads src, writes dst."""
-        src, dst = self.src[r], self.dst[r]
-        if src is dst:
-            return [(dst, "t", True, True)]
-        return [(src, "t", True, False), (dst, "out", False, True)]
-
-    def start(self, copy_in: bool, slots: bool = False) -> None:
-        """Order each rank's stream after the earlier accesses to its buffers; copy src into dst (or its slot).
-
-        Every rank's accesses are ordered (and checked by the sanitizer)
-        before any rank queues a command of the collective, so a race raises
-        with at most some inferred waits queued.
-        """
-        for r in range(self.n):
-            w = self.workers[r]
-            with w._lock:
-                order(w, self.streams[r], self.accesses(r), self.label, 0)
-        for r in range(self.n):
-            src, dst = self.src[r], self.dst[r]
-            s, w = self.streams[r], self.workers[r]
-            with w._lock:
-                if copy_in or slots:
-                    offset = r * src._nbytes if slots else 0
-                    _step(w, s, lib.pto_stream_copy_d2d, (s._ptr, dst._ptr + offset, src._ptr, src._nbytes),
-                              "collective: local copy", (src, dst))
-                self.events[r] = self._record(r)
-
-    def _record(self, r: int):
-        event = self.streams[r]._record_locked()
-        enter(event)
-        return event
-
-    def step(self, work, both: bool) -> None:
-        """One step on every rank: wait for the neighbours' previous step, `work(r)`, record."""
-        n = self.n
-        last = list(self.events)
-        for r in range(n):
-            s, w = self.streams[r], self.workers[r]
-            with w._lock:
-                s._wait_locked(last[(r - 1) % n])
-                if both and n > 2:
-                    s._wait_locked(last[(r + 1) % n])
-            work(r)
-            with w._lock:
-                self.events[r] = self._record(r)
-
-    def hop(self, r: int, work) -> None:
-        """Rank `r` waits for its left neighbour's last event, then `work()`, then records."""
-        s, w = self.streams[r], self.workers[r]
-        with w._lock:
-            s._wait_locked(self.events[(r - 1) % self.n])
-        work()
-        with w._lock:
-            self.events[r] = self._record(r)
-
-    def pull(self, r: int, bound) -> None:
-        """Copy elements [lo, hi) of the left neighbour's dst into the same place of rank r's."""
-        lo, hi = bound
-        if hi > lo:
-            self.pull_bytes(r, lo * self.itemsize, (hi - lo) * self.itemsize)
-
-    def pull_bytes(self, r: int, offset: int, nbytes: int) -> None:
-        self.pull_into(r, self.dst[r]._ptr + offset, offset, nbytes)
-
-    def pull_into(self, r: int, dst_ptr: int, src_offset: int, nbytes: int) -> None:
-        """One peer copy on rank r's stream: nbytes at src_offset of the left neighbour's dst to dst_ptr."""
-        left = (r - 1) % self.n
-        w, s = self.workers[r], self.streams[r]
-        src = self.dst[left]
-        with w._lock:
-            _step(w, s, lib.pto_stream_copy_peer,
-                      (s._ptr, w._dev, dst_ptr, self.workers[left]._dev, src._ptr + src_offset, nbytes),
-                      f"collective: peer copy ({nbytes} bytes)", (src, self.dst[r]))
-
-    def temporaries(self, elems: int) -> list[DeviceTensor]:
-        """A buffer of `elems` elements per rank, on its stream (freed by :meth:`free`)."""
-        dtype = self.src[0]._dtype.np_storage
-        return [w.alloc_tensor(max(elems, 1), dtype, stream=s) for w, s in zip(self.workers, self.streams)]
-
-    def free(self, tmps) -> None:
-        for t, s in zip(tmps, self.streams):
-            t.free(stream=s)
-
-    def finish(self, result: StackedDeviceTensor):
-        """End each rank's part with one access to its buffers; the markers that end it, awaited or not.
-
-        A rank's last point first waits for its right neighbour's last step
-        (the one that read its buffer last), so the point covers every
-        access to the rank's buffers, its own and its neighbours' reads.
-        The accesses are noted at that point (:func:`._hazards.order`, a
-        second time after :meth:`start`): a later use of a buffer on another
-        stream is ordered after the whole collective, or, with ordering off,
-        the sanitizer sees it as a race until the collective completed.
-        """
-        n = self.n
-        last = list(self.events)
-        markers = []
-        for r in range(n):
-            s, w = self.streams[r], self.workers[r]
-            with w._lock:
-                if n > 1:
-                    s._wait_locked(last[(r + 1) % n])
-                order(w, s, self.accesses(r), self.label, 0)  # noted at the record that comes next
-                self.events[r] = self._record(r)
-            markers.append(s._marker())
+    def _finish(self, markers: list, result):
+        """The DistributedLaunch of a collective's markers: returned in async mode, else synced (its result)."""
         launch = DistributedLaunch(markers, result)
-        if self.dw._async:
+        if self._async:
             return launch
         return launch.sync()

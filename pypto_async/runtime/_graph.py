@@ -49,8 +49,9 @@ from ..errors import (
     PtoForeignTensorError,
 )
 from ._args import check_init, host_array
-from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT, refuse
+from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT
 from ._complete import observe, service
+from ._context import refuse
 from ._hazards import order, read_home
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream

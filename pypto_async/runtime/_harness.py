@@ -50,6 +50,7 @@ import numpy as np
 from ..errors import PtoArgumentError, PtoError
 from ._call import complete_args, result_indices
 from ._config import as_run_config
+from ._entry import dispatch
 from ._tensor import DeviceTensor
 
 __all__ = ["run", "RunResult"]
@@ -89,7 +90,7 @@ class RunResult:
 
 
 def _compile(program, tensors, cfg, output_dir):
-    from .. import ir
+    from .. import ir  # upward, the runtime's one arrow into ir: run() compiles what it is given
 
     options = {**cfg.compile_options(), "output_dir": output_dir}
     if hasattr(program, "lib_path") and hasattr(program, "params"):
@@ -292,8 +293,6 @@ def run(program, *tensors, config=None, golden=None, outputs=None, test_name: st
 
     t = time.perf_counter()
     try:
-        from ._dispatch import dispatch
-
         dispatch(compiled, full, config=cfg)
     except PtoArgumentError:
         raise

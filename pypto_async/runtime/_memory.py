@@ -32,6 +32,7 @@ from .._driver import PTO_ENOMEM, check, ffi, lib
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoError, PtoForeignTensorError, PtoInvalidStateError, PtoTensorFreedError
 from ._args import host_array
+from ._checks import as_shape
 from ._dispatch import finish_sync, queue_one
 from ._group import rounded
 from ._memwait import retry
@@ -121,7 +122,7 @@ class DeviceMemory:
         """
         worker = self._worker
         worker._check_open()
-        shape = _as_shape(shape)
+        shape = as_shape(shape)
         try:
             dt = as_dtype(dtype)
         except PtoArgumentError as exc:
@@ -363,17 +364,3 @@ def _dealloc_stream(worker, stream):
     """Where a tensor allocated on `stream` is freed: there, or on the default stream once it closed."""
     return worker._default_stream if stream._closed else stream
 
-
-def _as_shape(shape) -> tuple[int, ...]:
-    """A non-empty tuple of ints > 0, as PyPTO's DeviceTensor takes (an int n means ``(n,)``)."""
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    try:
-        dims = tuple(dims)
-    except TypeError:
-        raise PtoArgumentError(f"alloc_tensor(): shape must be an int or a tuple of ints, "
-                               f"not {shape!r}") from None
-    if not dims or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0
-                       for d in dims):
-        raise PtoArgumentError(f"alloc_tensor(): shape must be a non-empty tuple of ints > 0, "
-                               f"not {shape!r}")
-    return tuple(int(d) for d in dims)

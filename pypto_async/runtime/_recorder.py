@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 
+from .._driver import check, ffi, lib
+from ..errors import PtoClosedError
 from ._trace import Trace, TraceRecord
 
 __all__ = ["read_records", "device_shape", "TraceWindowRecords", "TraceRecorder"]
@@ -30,8 +32,6 @@ def read_records(dev) -> list[TraceRecord]:
     dev : cdata ``pto_device *``
         An open device.
     """
-    from .._driver import check, ffi, lib
-
     buf = ffi.new("pto_trace_record[]", _READ_BATCH)
     string = ffi.string
     out: list[TraceRecord] = []
@@ -44,8 +44,6 @@ def read_records(dev) -> list[TraceRecord]:
 
 def device_shape(dev) -> dict:
     """Return ``{"platform", "cores", "copy_engines", ...}`` from ``pto_device_get_info``."""
-    from .._driver import check, ffi, lib
-
     info = ffi.new("pto_device_info *")
     check(lib.pto_device_get_info(dev, info), "pto_device_get_info")
     return {
@@ -143,12 +141,8 @@ class TraceRecorder:
 
     def start(self) -> TraceWindowRecords:
         """Open a trace window on the commands submitted from now on."""
-        from .._driver import lib
-
         with self._lock:
             if self._dev is None:
-                from ..errors import PtoClosedError
-
                 raise PtoClosedError("cannot start a trace: the device is closed")
             if not self._windows:
                 self._drain_locked()  # records from before the window are not its business
@@ -185,8 +179,6 @@ class TraceRecorder:
         records of unfinished commands are not there yet).  Records of
         commands submitted before the window started are left out.
         """
-        from .._driver import lib
-
         with self._lock:
             if win.closed:
                 raise ValueError("this trace window is already finished")
@@ -216,8 +208,6 @@ class TraceRecorder:
         finished afterwards, with the records collected up to now.
         Idempotent.
         """
-        from .._driver import lib
-
         with self._lock:
             if self._dev is None:
                 return

@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from .._driver import check, ffi, lib
+
 __all__ = [
     "WorkerStats",
     "worker_stats",
@@ -232,8 +234,6 @@ class BacklogClock(dict):
 
 def engine_stats(dev, engines: int, cores: int) -> tuple[EngineStats, ...]:
     """Read ``pto_engine_get_stats`` for engines ``0 .. engines-1`` of an open device."""
-    from .._driver import check, ffi, lib
-
     out = []
     st = ffi.new("pto_engine_stats *")
     for e in range(engines):
@@ -255,8 +255,6 @@ def stream_stats(streams, backlog: BacklogClock | None = None) -> tuple[StreamSt
     backlog : BacklogClock, optional
         The worker's backlog, for the back-pressure wait times.
     """
-    from .._driver import check, ffi, lib
-
     st = ffi.new("pto_stream_stats *")
     out = []
     for s in sorted(streams, key=lambda s: s.id):
@@ -291,8 +289,6 @@ def scope_stats(stats) -> dict:
 
 def worker_stats(worker) -> WorkerStats:
     """Assemble :meth:`ChipWorker.stats`: the driver's counters, the queue's, per engine and stream."""
-    from .._driver import check, ffi, lib
-
     q = worker._queue
     hz = worker._hazards
     dev_stats = ffi.new("pto_device_stats *")

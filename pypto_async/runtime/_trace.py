@@ -8,8 +8,11 @@ its analysis, :class:`TraceSummary` (busy, copy, compute and overlapped time).
 
 Where the other parts of tracing live:
 
+* ``_trace_record.py``: one record (:class:`TraceRecord`) and the kind names,
+  below both this module and ``_chrome.py``;
 * ``_chrome.py``: the trace as Chrome/Perfetto JSON, both ways
-  (:meth:`Trace.to_chrome`, :meth:`Trace.from_chrome`);
+  (:meth:`Trace.to_chrome`, :meth:`Trace.from_chrome`), on a trace's fields
+  without importing this module;
 * ``_recorder.py``: moving the driver's records into open trace windows;
 * ``_tracing.py``: a worker's trace windows and the files it writes.
 """
@@ -21,115 +24,10 @@ import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ._chrome import read_chrome, to_chrome, write_json
+from ._trace_record import TraceRecord, kind_code, kind_name
+
 __all__ = ["TraceRecord", "Trace", "TraceSummary", "kind_name", "kind_code"]
-
-_kinds: dict[int, str] | None = None
-_COPY_KINDS = frozenset({"h2d", "d2h", "d2d", "memset", "peer"})
-
-
-def _kind_table() -> dict[int, str]:
-    # Built from the header's constants the first time it is needed, so that
-    # importing this module does not load the native driver.
-    global _kinds
-    if _kinds is None:
-        from .. import _driver
-
-        _kinds = {
-            getattr(_driver, name): name[len("PTO_CMD_"):].lower()
-            for name in _driver.__all__
-            if name.startswith("PTO_CMD_")
-        }
-    return _kinds
-
-
-def kind_name(kind: int) -> str:
-    """Return the short name of a ``PTO_CMD_*`` kind (``"h2d"``, ``"launch"``).
-
-    Parameters
-    ----------
-    kind : int
-        A trace record's ``kind``.  Unknown values give ``"kind<N>"``.
-    """
-    return _kind_table().get(kind, f"kind{kind}")
-
-
-def kind_code(name: str) -> int | None:
-    """Return the ``PTO_CMD_*`` kind that :func:`kind_name` calls `name`, or None.
-
-    Parameters
-    ----------
-    name : str
-        A short kind name (``"h2d"``), or ``"kind<N>"`` for a kind the
-        driver's header does not name.
-    """
-    for kind, short in _kind_table().items():
-        if short == name:
-            return kind
-    if name.startswith("kind") and name[len("kind"):].isdigit():
-        return int(name[len("kind"):])
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRecord:
-    """One command (or one block of a launch) as the driver traced it.
-
-    The fields are those of ``pto_trace_record`` in ``pto_driver.h``; times
-    are ``pto_now_ns()`` nanoseconds.  ``engine`` is a core for
-    ``0 <= engine < cores``, a copy engine above that, and ``-1`` for work the
-    scheduler did itself (event records and waits, latches, delays).
-    """
-
-    token: int
-    seq: int
-    bytes: int
-    submit_ns: int
-    start_ns: int
-    end_ns: int
-    event_id: int
-    stream_id: int
-    engine: int
-    kind: int
-    block: int
-    status: int
-    name: str
-    graph: str = ""  # the graph whose replay queued it ("" for eager work)
-
-    @classmethod
-    def from_cdata(cls, rec, string=None) -> "TraceRecord":
-        """Copy a ``pto_trace_record`` cdata into a record."""
-        if string is None:
-            from .._driver import ffi
-
-            string = ffi.string
-        return cls(
-            int(rec.token), int(rec.seq), int(rec.bytes),
-            int(rec.submit_ns), int(rec.start_ns), int(rec.end_ns),
-            int(rec.event_id), int(rec.stream_id), int(rec.engine),
-            int(rec.kind), int(rec.block), int(rec.status),
-            string(rec.name).decode("utf-8", "replace"),
-        )
-
-    @property
-    def kind_name(self) -> str:
-        """The kind's short name: ``"h2d"``, ``"launch"``, ``"block"``, ..."""
-        return kind_name(self.kind)
-
-    @property
-    def is_copy(self) -> bool:
-        """Whether the command moves bytes (a copy or a memset): copy engines run those."""
-        return self.kind_name in _COPY_KINDS
-
-    @property
-    def begin_ns(self) -> int:
-        """When the command started, or when it ended if it never started."""
-        return self.start_ns or self.end_ns or self.submit_ns
-
-    @property
-    def duration_ns(self) -> int:
-        """How long it ran (0 if it never started)."""
-        return max(0, self.end_ns - self.start_ns) if self.start_ns else 0
-
 
 def _union_ns(intervals: list[tuple[int, int]]) -> tuple[int, list[tuple[int, int]]]:
     """Return the total length of the union of [start, end) intervals, and the union."""
@@ -251,27 +149,23 @@ class Trace:
             engine_busy_ns={e: _union_ns(iv)[0] for e, iv in sorted(busy.items())},
         )
 
-    # The Chrome format is _chrome.py's business; it builds on this module,
-    # so these delegates import it when called.
+    # The Chrome format is _chrome.py's business; it works on any object with a trace's fields and
+    # does not import this module, so these methods call it directly.
 
     def to_chrome(self) -> dict:
         """Return the trace in the Chrome trace event format (a JSON-ready dict).
 
         See :func:`pypto_async.runtime._chrome.to_chrome`.
         """
-        from ._chrome import to_chrome
-
         return to_chrome(self)
 
     @classmethod
     def from_chrome(cls, doc) -> "Trace":
         """Read back a trace that :meth:`to_chrome` wrote (the dict, or its event list).
 
-        See :func:`pypto_async.runtime._chrome.from_chrome`.
+        See :func:`pypto_async.runtime._chrome.read_chrome`.
         """
-        from ._chrome import from_chrome
-
-        return from_chrome(doc)
+        return cls(**read_chrome(doc))
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write :meth:`to_chrome` as JSON to ``path`` (atomically) and return the path.
@@ -279,6 +173,4 @@ class Trace:
         Parent directories are created.  Open the file in https://ui.perfetto.dev
         or render it with ``pypto-async trace PATH -o PATH.png``.
         """
-        from ._chrome import write_json
-
         return write_json(path, self.to_chrome())

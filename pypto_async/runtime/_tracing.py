@@ -12,8 +12,10 @@ import os
 import pathlib
 import threading
 
+from .._driver import lib
 from ._chrome import write_json
 from ._recorder import TraceWindowRecords, TraceRecorder
+from ._stats import scope_stats
 from ._trace import Trace
 
 __all__ = ["TraceWindow", "WorkerTracing"]
@@ -148,16 +150,12 @@ class WorkerTracing:
         """
         dev = self._worker._dev
         if dev is not None:
-            from .._driver import lib
-
             lib.pto_device_synchronize(dev, 1_000_000)
 
     def write_scope_stats(self, trace_path) -> pathlib.Path | None:
         """Write the scope statistics next to `trace_path` if enabled; return where."""
         if not self._scope_stats or not self._worker._alive():
             return None
-        from ._stats import scope_stats
-
         return write_json(_stats_path_for(pathlib.Path(trace_path)), scope_stats(self._worker.stats()))
 
     def close(self) -> None:
@@ -173,8 +171,6 @@ class WorkerTracing:
             if self._worker._alive():
                 self.settle()
                 if self.life_stats_path is not None:
-                    from ._stats import scope_stats
-
                     _write_or_warn(self.life_stats_path, scope_stats(self._worker.stats()))
             if self._life is not None:
                 trace = self.recorder.finish(self._life)

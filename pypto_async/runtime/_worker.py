@@ -28,12 +28,13 @@ from .._driver import check, device_config, error_for_status, ffi, lib
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError, PtoNotSupported
 from . import _context, _copy, _lifecycle
-from ._context import capture_of
+from ._context import capture_of, refuse
 from ._checks import check_timeout
-from ._capture import Capture, refuse
+from ._capture import Capture
 from ._complete import cancel, on_readable
 from ._config import as_run_config
 from ._event import Event
+from ._graph import Graph
 from ._kernel import KernelHandle, register
 from ._launch import Launch, _Marker
 from ._hazards import Hazards, manual_region, sanitize_mode
@@ -453,7 +454,7 @@ class ChipWorker:
             (see :class:`~pypto_async.errors.PtoCaptureError`); at its end,
             for a stream not joined back.
         """
-        return Capture(self, name, stream)
+        return Capture(self, name, stream, Graph._build)  # the capture records; the worker makes the Graph
 
     # -- waiting for everything ------------------------------------------------------------------
 

@@ -134,3 +134,6 @@ class Launcher:
                 r = self._records[i]
                 if r.status != 0 and first is None:
                     first = error_for_status(r.status, ffi.string(r.message).decode())
+                    # Raised to the caller: the stream's failure is observed (the driver's rule),
+                    # so the next run on this stream runs normally.
+                    lib.pto_completion_observe(self.dev, ffi.addressof(self._records, i))

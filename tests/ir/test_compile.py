@@ -225,11 +225,11 @@ def test_fused_loops_vectorise():
 
 
 def test_kernel_call_forwards_to_the_runtime(monkeypatch):
-    """kernel(*args) and compiled(*args, stream=) go to runtime._dispatch.dispatch."""
+    """kernel(*args) and compiled(*args, stream=) go to runtime._entry.dispatch."""
     calls = []
-    fake = types.ModuleType("pypto_async.runtime._dispatch")
+    fake = types.ModuleType("pypto_async.runtime._entry")
     fake.dispatch = lambda compiled, args, stream=None, config=None: calls.append((compiled, args, stream)) or "launched"
-    monkeypatch.setitem(sys.modules, "pypto_async.runtime._dispatch", fake)
+    monkeypatch.setitem(sys.modules, "pypto_async.runtime._entry", fake)
     a = np.zeros((ROWS, COLS), np.float32)
     assert add_kernel(a, a, a) == "launched"
     compiled, args, stream = calls[-1]
@@ -238,7 +238,7 @@ def test_kernel_call_forwards_to_the_runtime(monkeypatch):
 
 
 def test_call_without_a_runtime_says_so(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pypto_async.runtime._dispatch", None)  # import fails
+    monkeypatch.setitem(sys.modules, "pypto_async.runtime._entry", None)  # import fails
     a = np.zeros((ROWS, COLS), np.float32)
     with pytest.raises(PtoNotSupported, match="no runtime"):
         add_kernel(a, a, a)

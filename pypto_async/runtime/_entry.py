@@ -1,0 +1,94 @@
+"""Entry points: ``dispatch()`` and the process-wide default worker.
+
+``dispatch(compiled, args)`` is what ``compiled(*args)`` and ``@pl.jit``
+kernels call.  It picks the worker first: the innermost one opened around
+the code (:mod:`._context`), else, for a per-call config, the innermost open
+worker of the config's platform and device or one opened for the call, else
+a process-wide default worker in sync mode, created on first use and closed
+at interpreter exit.  Then it calls the worker's handle for the program,
+which goes down the dispatch path (:mod:`._dispatch`).
+
+These sit above :class:`~._worker.ChipWorker`, which they create, and so
+above everything the worker is made of; nothing in the runtime below the
+worker imports this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from ._config import as_run_config
+from ._context import current_worker
+from ._worker import ChipWorker
+
+__all__ = ["dispatch", "default_worker"]
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_worker():
+    """Return the process-wide default worker (sync mode), creating it once."""
+    global _default
+    worker = _default
+    if worker is not None and worker._alive():
+        return worker
+    with _default_lock:
+        if _default is None or not _default._alive():
+            _default = ChipWorker()
+        return _default
+
+
+@atexit.register
+def _close_default() -> None:
+    worker = _default
+    if worker is not None:
+        worker.close(timeout=5.0)
+
+
+def dispatch(compiled, args, *, stream=None, config=None):
+    """Launch `compiled` with `args` on the worker opened around this code.
+
+    This is what ``CompiledProgram.__call__`` and ``@pl.jit`` kernels call.
+    The worker is the innermost one opened with ``with`` / ``async with``
+    in this task; with none, the process-wide default worker (created once,
+    in sync mode, closed at interpreter exit).
+
+    Parameters
+    ----------
+    compiled
+        A compiled program (see :mod:`pypto_async._signature`).
+    args : sequence
+        Its arguments.
+    stream : Stream, optional
+        The stream to launch on; ``None`` means the task-local default
+        stream.  It must belong to the chosen worker.
+    config : RunConfig, optional
+        PyPTO's per-call config.  The call runs on the innermost open worker
+        of the config's platform and device (``ChipWorker.current``), else
+        on a worker opened with `config` for this call alone (sync mode);
+        its DFX switches apply to the call.
+
+    Returns
+    -------
+    object or Launch
+        In sync mode, the call's outputs once it has completed (see
+        :mod:`._call`).  In async mode, the pending :class:`Launch`:
+        ``await`` it for the same value.
+    """
+    if config is not None and stream is None:
+        return _dispatch_with_config(compiled, args, config)
+    worker = current_worker()
+    if worker is None:
+        worker = stream._worker if stream is not None else default_worker()
+    return worker.register(compiled)(*args, stream=stream, config=config)
+
+
+def _dispatch_with_config(compiled, args, config):
+    cfg = as_run_config(config)
+    worker = ChipWorker.current(platform=cfg.platform, device_id=cfg.device_id)
+    if worker is not None:
+        return worker.register(compiled)(*args, config=cfg)
+    with ChipWorker(config=cfg) as worker:
+        return worker.register(compiled)(*args, config=cfg)
