@@ -24,6 +24,9 @@ NATIVE = ROOT / "native"
 KERNEL_INCLUDE = ROOT / "pypto_async" / "include"
 HEADERS = [KERNEL_INCLUDE / "pto_kernel.h", NATIVE / "include" / "pto_driver.h"]
 
+# What the module exports: pto_* and PyInit_ (the version script), every pti_* hidden.
+VERSION_SCRIPT = NATIVE / "pto_driver.map"
+
 _SECTION = re.compile(r"/\* PTO_CDEF_BEGIN \*/(.*?)/\* PTO_CDEF_END \*/", re.S)
 
 
@@ -51,8 +54,10 @@ ffi.set_source(
     sources=_sources(),
     include_dirs=[str(NATIVE / "include"), str(KERNEL_INCLUDE), str(NATIVE / "src")],
     extra_compile_args=["-std=c11", "-O2", "-pthread", "-D_GNU_SOURCE", "-Wall", "-Wextra",
-                        "-Wno-unused-parameter", *shlex.split(os.environ.get("PTO_DRIVER_CFLAGS", ""))],
-    extra_link_args=["-pthread", "-ldl", *shlex.split(os.environ.get("PTO_DRIVER_LDFLAGS", ""))],
+                        "-Wno-unused-parameter", "-fvisibility=hidden",
+                        *shlex.split(os.environ.get("PTO_DRIVER_CFLAGS", ""))],
+    extra_link_args=["-pthread", "-ldl", f"-Wl,--version-script={VERSION_SCRIPT}",
+                     *shlex.split(os.environ.get("PTO_DRIVER_LDFLAGS", ""))],
 )
 
 if __name__ == "__main__":

@@ -33,6 +33,13 @@
 
 #include "pto_kernel.h"
 
+/* What the driver exports: the driver is built with -fvisibility=hidden and
+ * native/pto_driver.map, so only what is declared between these pragmas
+ * (pto_*) leaves the shared object; every pti_* stays inside it. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* PTO_CDEF_BEGIN */
 
 #define PTO_ABI_VERSION 1
@@ -882,5 +889,9 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
                      uint64_t token);
 
 /* PTO_CDEF_END */
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #endif /* PTO_DRIVER_H */

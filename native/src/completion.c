@@ -7,12 +7,14 @@
  * The queue
  * ---------
  * Every command with a nonzero token pushes one pto_completion when it
- * finishes.  Records live in a growable circular array (cq, cq_cap a power
- * of two; cq_head, cq_len) under cq_lock; pushes come from any driver thread
- * (schedulers, cores, copy engines, the host thread running a cancel), drains
- * from host threads.  Nothing is ever dropped: a full array doubles.
- * cq_base is the absolute index of cq[cq_head], so pto_wait_token can resume
- * its scan where it stopped even while other threads drain.
+ * finishes.  Records live in a growable ring (cq: cq_entries slots, a power
+ * of two, cq_mask = cq_entries - 1; the ring scheme of internal.h) under
+ * cq_lock: cq_head counts the records ever drained, cq_tail those ever
+ * pushed, and record i lives in cq[i & cq_mask].  Pushes come from any
+ * driver thread (schedulers, cores, copy engines, the host thread running a
+ * cancel), drains from host threads.  Nothing is ever dropped: a full ring
+ * doubles.  The counters never wrap, so pto_wait_token can resume its scan
+ * where it stopped even while other threads drain.
  *
  * The eventfd protocol
  * --------------------
@@ -21,7 +23,7 @@
  * mirrors "the counter is nonzero", and these invariants hold whenever
  * cq_lock is free:
  *
- *     cq_len > 0   <=>   cq_signalled   <=>   eventfd counter > 0
+ *     cq_tail != cq_head   <=>   cq_signalled   <=>   eventfd counter > 0
  *
  *   push   appends; if !cq_signalled, writes 1 to the fd and sets the flag.
  *          So a burst of completions costs one write(2), not one per record.
@@ -29,7 +31,7 @@
  *          it read(2) the fd (resetting the counter) and clear the flag.
  *
  * Both happen under cq_lock, so a record pushed concurrently with a drain
- * either lands before the drain looks at cq_len (and the fd stays readable)
+ * either lands before the drain looks at cq_tail (and the fd stays readable)
  * or after the reset (and its push writes the fd again).  A drain that
  * leaves records behind never touches the fd: it stays readable, and an
  * event loop that wakes on it drains again.  No record is ever stranded
@@ -54,8 +56,10 @@ int pti_cq_init(pto_device *dev)
     dev->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (dev->efd < 0)
         return pti_error(PTO_ENOMEM, "pto_device_open: eventfd failed: %s", strerror(errno));
-    dev->cq_cap = 256;
-    dev->cq = malloc(dev->cq_cap * sizeof(*dev->cq));
+    dev->cq_entries = 256;
+    dev->cq_mask = dev->cq_entries - 1;
+    dev->cq_head = dev->cq_tail = 0;
+    dev->cq = malloc(dev->cq_entries * sizeof(*dev->cq));
     if (!dev->cq) {
         close(dev->efd);
         dev->efd = -1;
@@ -80,23 +84,26 @@ void pti_cq_fini(pto_device *dev)
     }
 }
 
-/* Double the array, unwrapping it (cq_lock held).  False if out of memory. */
+/* Double the ring, each record moving to its slot under the new mask (cq_lock held).  False if out of memory. */
 static bool cq_grow(pto_device *dev)
 {
-    size_t ncap = dev->cq_cap * 2;
-    struct pto_cq_rec *n = malloc(ncap * sizeof(*n));
+    size_t nentries = dev->cq_entries * 2, nmask = nentries - 1;
+    struct pto_cq_rec *n = malloc(nentries * sizeof(*n));
     if (!n)
         return false;
-    size_t first = dev->cq_cap - dev->cq_head;
-    if (first > dev->cq_len)
-        first = dev->cq_len;
-    memcpy(n, &dev->cq[dev->cq_head], first * sizeof(*n));
-    memcpy(&n[first], dev->cq, (dev->cq_len - first) * sizeof(*n));
+    for (uint64_t i = dev->cq_head; i != dev->cq_tail; i++)
+        n[i & nmask] = dev->cq[i & dev->cq_mask];
     free(dev->cq);
     dev->cq = n;
-    dev->cq_cap = ncap;
-    dev->cq_head = 0;
+    dev->cq_entries = nentries;
+    dev->cq_mask = nmask;
     return true;
+}
+
+/* Whether the ring is full (cq_lock held). */
+static bool cq_full(const pto_device *dev)
+{
+    return dev->cq_tail - dev->cq_head == dev->cq_entries;
 }
 
 static void fd_signal(pto_device *dev)
@@ -124,20 +131,20 @@ _Static_assert(sizeof(((pto_completion *)0)->message) == PTI_MSG_LEN,
 void pti_cq_push(pto_device *dev, const pto_completion *c)
 {
     pthread_mutex_lock(&dev->cq_lock);
-    if (dev->cq_len == dev->cq_cap && !cq_grow(dev)) {
+    if (cq_full(dev) && !cq_grow(dev)) {
         /*
          * Host memory exhausted: block the pushing driver thread until a
          * drain makes room rather than lose a record.
          */
-        while (dev->cq_len == dev->cq_cap && !cq_grow(dev)) {
+        while (cq_full(dev) && !cq_grow(dev)) {
             pthread_mutex_unlock(&dev->cq_lock);
             usleep(1000);
             pthread_mutex_lock(&dev->cq_lock);
         }
     }
-    struct pto_cq_rec *r = &dev->cq[(dev->cq_head + dev->cq_len) & (dev->cq_cap - 1)];
+    struct pto_cq_rec *r = &dev->cq[dev->cq_tail & dev->cq_mask];
     r->c = *c;
-    dev->cq_len++;
+    dev->cq_tail++;
     atomic_fetch_add_explicit(&dev->st_cq_records, 1, memory_order_relaxed);
     if (!dev->cq_signalled) {
         dev->cq_signalled = true;
@@ -173,7 +180,7 @@ uint32_t pto_cq_ready(pto_device *dev)
     if (!dev)
         return 0;
     pthread_mutex_lock(&dev->cq_lock);
-    uint32_t n = (uint32_t)dev->cq_len;
+    uint32_t n = (uint32_t)(dev->cq_tail - dev->cq_head);
     pthread_mutex_unlock(&dev->cq_lock);
     return n;
 }
@@ -190,14 +197,12 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
         return pti_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
     uint32_t n = 0;
     pthread_mutex_lock(&dev->cq_lock);
-    while (n < max && dev->cq_len > 0) {
-        struct pto_cq_rec *r = &dev->cq[dev->cq_head];
+    while (n < max && dev->cq_head != dev->cq_tail) {
+        struct pto_cq_rec *r = &dev->cq[dev->cq_head & dev->cq_mask];
         out[n++] = r->c;
-        dev->cq_head = (dev->cq_head + 1) & (dev->cq_cap - 1);
-        dev->cq_len--;
-        dev->cq_base++;
+        dev->cq_head++;
     }
-    if (dev->cq_len == 0 && dev->cq_signalled) {
+    if (dev->cq_head == dev->cq_tail && dev->cq_signalled) {
         fd_reset(dev);
         dev->cq_signalled = false;
     }
@@ -221,7 +226,7 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
     int rc = 0;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
-    while (dev->cq_len == 0) {
+    while (dev->cq_head == dev->cq_tail) {
         if (pti_dev_lost(dev)) {
             rc = pti_error(PTO_EDEVLOST, "pto_cq_wait: device lost");
             break;
@@ -258,13 +263,13 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
     int rc = 0;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
-    uint64_t scanned = dev->cq_base; /* absolute index of the next record to look at */
+    uint64_t scanned = dev->cq_head; /* index of the next record to look at */
     for (;;) {
-        if (scanned < dev->cq_base)
-            scanned = dev->cq_base;
+        if (scanned < dev->cq_head)
+            scanned = dev->cq_head;
         bool found = false;
-        for (; scanned < dev->cq_base + dev->cq_len; scanned++) {
-            size_t i = (dev->cq_head + (size_t)(scanned - dev->cq_base)) & (dev->cq_cap - 1);
+        for (; scanned < dev->cq_tail; scanned++) {
+            uint64_t i = scanned & dev->cq_mask;
             if (dev->cq[i].c.token == token) {
                 *out = dev->cq[i].c;
                 found = true;

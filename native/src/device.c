@@ -136,7 +136,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->rings_allocated, 0);
     atomic_init(&dev->sched_sleepers, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
-    dev->trace_cap = rc_cfg.trace_capacity;
+    dev->trace_entries = rc_cfg.trace_capacity;
     pti_mutex_init(&dev->sched_lock);
     pti_cond_init(&dev->sched_cv);
     pti_cond_init(&dev->host_cv);

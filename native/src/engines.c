@@ -407,8 +407,7 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-/* blk->fail: the first failing block of a launch wins (CAS on fail_claim). */
-static void block_fail(const pto_block *blk, int code, const char *msg)
+void pti_block_fail(const pto_block *blk, int code, const char *msg)
 {
     struct pto_run *r = blk->ctx;
     tl_block_failed = 1;
@@ -417,7 +416,7 @@ static void block_fail(const pto_block *blk, int code, const char *msg)
     int expected = 0;
     if (!atomic_compare_exchange_strong(&r->fail_claim, &expected, 1))
         return;
-    /* Read by the launch's finisher after its acq_rel add of done_blocks. */
+    /* Read by the run's finisher after its acq_rel add of done_blocks (a task: its own core). */
     r->fail_code = code;
     pti_msgf(r->fail_msg, sizeof(r->fail_msg), "%s", msg && *msg ? msg : "kernel failed");
     if (code == PTO_EDEVLOST) {
@@ -442,7 +441,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
             .block_num = blocks,
             .core_idx = (uint32_t)eng->id,
             .ctx = run,
-            .fail = block_fail,
+            .fail = pti_block_fail,
         };
         k->fn(&blk, (void *const *)cmd->u.launch.args);
     }
@@ -502,7 +501,7 @@ static void *core_main(void *arg)
         }
         pthread_mutex_unlock(&dev->core_lock);
         if (r->task)
-            pti_task_run(dev, eng, r); /* a program's task: one block (program.c) */
+            pti_task_run(dev, eng, r); /* a program's task: one block (orch.c) */
         else
             run_block(dev, eng, r, b);
         pthread_mutex_lock(&dev->core_lock);

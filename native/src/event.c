@@ -1,14 +1,15 @@
 /*
  * event.c - events: recordings (nodes), host queries and waits, elapsed time.
  *
- * Phase: lifecycle and host waits (recording and waiting are commands:
- * submit.c queues them, exec.c runs them).
+ * Phase: lifecycle and host waits, and execution for the record and wait
+ * commands' rows (cmddef.c): submit.c queues them, exec.c runs them
+ * through the functions at the end of this file.
  *
  * An event is a handle to its latest recording.  Each pto_stream_record
  * makes a new node (refcounted: the event, the record command, and every
  * wait queued while it was current), so re-recording never disturbs waits
  * already queued.  The record command's completion fills the node and
- * release-stores done (exec.c); readers here load done with acquire.
+ * release-stores done (pti_record_finish); readers load done with acquire.
  */
 #include <stdlib.h>
 
@@ -163,4 +164,65 @@ int pto_event_elapsed_ms(const pto_event *a, const pto_event *b, double *out_ms)
                          ta == 0 ? "a" : "b");
     *out_ms = ((double)tb - (double)ta) / 1e6;
     return 0;
+}
+
+/* ---- the record and wait commands (their rows in cmddef.c) ---------------------------- */
+
+/* A record's finish: fill its node with the outcome, then mark it done (peer waits: wake them). */
+void pti_record_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t cause,
+                       uint64_t fail_id, const char *msg, uint64_t end_ns)
+{
+    struct pto_event_node *n = cmd->u.ev.node;
+    n->status = status;
+    n->cause = status ? cause : 0;
+    n->fail_stream = fail_id ? s->id : 0;
+    n->fail_id = (uint32_t)fail_id;
+    n->time_ns = end_ns;
+    pti_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
+    if (n->peer_waits)
+        pti_peer_complete(dev, n); /* done, then the other devices woken (peer.c) */
+    else
+        /* Release pairs with the acquire loads of done here and in pti_wait_poll, pre_status. */
+        atomic_store_explicit(&n->done, 1, memory_order_release);
+}
+
+void pti_record_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_event_node_unref(cmd->u.ev.node);
+}
+
+/* A wait ends once its event's node is done (none: at once), failing if the recording failed. */
+bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                   struct pto_cmd_outcome *out)
+{
+    struct pto_event_node *n = cmd->u.ev.node;
+    if (!n)
+        return true; /* a wait on an event never recorded: nothing to wait for */
+    /* Acquire pairs with the release store of done in pti_record_finish. */
+    if (!atomic_load_explicit(&n->done, memory_order_acquire))
+        return false;
+    if (cmd->u.ev.peer) {
+        /* Another device's event (peer.c): the wait's own token is the cause here. */
+        out->status = pti_peer_wait_status(n, out->msg, sizeof(out->msg));
+        out->cause = out->status ? cmd->token : 0;
+        out->own = out->status != 0;
+    } else if (n->status != 0) {
+        pti_msgf(out->msg, sizeof(out->msg), "waits on event %llu recorded after failed token %llu: %s",
+                 (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
+        /* The wait's own failure: s fails from here on, with the event's cause. */
+        out->status = -PTO_EDEP;
+        out->cause = n->cause;
+        out->own = true;
+    }
+    return true;
+}
+
+void pti_wait_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    if (!cmd->u.ev.node)
+        return;
+    pti_event_node_unref(cmd->u.ev.node);
+    /* Release pairs with the acquire load of dep_used in pti_slot_begin. */
+    atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&s->waits_pending, 1, memory_order_release);
 }

@@ -7,7 +7,10 @@
  * (engines.c), holds it in the scheduler (event wait, delay, latch), or
  * finishes it at once.  pti_cmd_finish completes a command wherever it ran:
  * its record, its resources, the head advance, the overflow refill, the
- * wake-ups.  Cancels drop commands not started.
+ * wake-ups.  Cancels drop commands not started.  What a kind does at each of
+ * these points is its row in cmddef.c (start, poll, finish, release), so
+ * this file names no kind's functions; it keeps the rules every kind
+ * shares: in-order execution, failure propagation and cancels.
  *
  * In-order execution
  * ------------------
@@ -47,34 +50,9 @@ static bool failed_for(const pto_stream *s, const struct pto_cmd *cmd)
 
 static void release_resources(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
-    switch (cmd->kind) {
-    case PTO_CMD_LAUNCH:
-        pti_kernel_unref(cmd->u.launch.k);
-        break;
-    case PTO_CMD_RECORD:
-        pti_event_node_unref(cmd->u.ev.node);
-        break;
-    case PTO_CMD_WAIT:
-        if (cmd->u.ev.node) {
-            pti_event_node_unref(cmd->u.ev.node);
-            /* Release pairs with the acquire load of dep_used in pti_slot_begin. */
-            atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_release);
-            atomic_fetch_sub_explicit(&s->waits_pending, 1, memory_order_release);
-        }
-        break;
-    case PTO_CMD_FREE:
-        /* Reclaimed whatever the outcome: a failed or canceled stream must not leak. */
-        pti_mem_reclaim(dev, cmd->u.free.pf);
-        break;
-    case PTO_CMD_LATCH:
-        pti_latch_unref(cmd->u.latch.l);
-        break;
-    case PTO_CMD_PROGRAM:
-        pti_program_unref(cmd->u.prog.p);
-        break;
-    default:
-        break;
-    }
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    if (def && def->release)
+        def->release(dev, s, cmd); /* whatever the outcome: a failed or canceled stream must not leak */
     if (cmd->heap_used)
         /* Release pairs with the acquire load of heap_freed in pti_slot_begin. */
         atomic_fetch_add_explicit(&s->heap_freed, cmd->heap_used, memory_order_release);
@@ -110,20 +88,9 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
     }
     /* The failure this record's own or dependent failure is (0: none): what delivering it observes. */
     uint64_t rec_fail = fail_id ? fail_id : status == -PTO_EDEP && s->fail.set ? s->fail.id : 0;
-    if (cmd->kind == PTO_CMD_RECORD) {
-        struct pto_event_node *n = cmd->u.ev.node;
-        n->status = status;
-        n->cause = status ? cause : 0;
-        n->fail_stream = rec_fail ? s->id : 0;
-        n->fail_id = (uint32_t)rec_fail;
-        n->time_ns = end_ns;
-        pti_strlcpy(n->msg, status ? msg : "", sizeof(n->msg));
-        if (n->peer_waits)
-            pti_peer_complete(dev, n); /* done, then the other devices woken (peer.c) */
-        else
-            /* Release pairs with the acquire loads of done in event.c and pti_stream_step. */
-            atomic_store_explicit(&n->done, 1, memory_order_release);
-    }
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    if (def && def->finish)
+        def->finish(dev, s, cmd, status, cause, rec_fail, msg, end_ns); /* a record completes its event */
     /* The record is built now (the slot may be refilled once head moves) and pushed after. */
     pto_completion c;
     /* A graph replay's command reports only its own first failure (graph.c). */
@@ -250,59 +217,25 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
     return 0;
 }
 
-/* Try to finish a started scheduler-side command; true if it finished. */
+/* Try to finish a started scheduler-side command (its row's .poll); true if it finished. */
 static bool check_blocked(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
                           uint64_t *next_deadline)
 {
-    char msg[PTI_MSG_LEN];
-    switch (cmd->kind) {
-    case PTO_CMD_WAIT: {
-        struct pto_event_node *n = cmd->u.ev.node;
-        /* Acquire pairs with the release store of done in pti_cmd_finish. */
-        if (!atomic_load_explicit(&n->done, memory_order_acquire))
-            return false;
-        if (cmd->canceled) {
-            finish_now(dev, s, cmd, -PTO_ECANCELED, 0, "withdrawn before it started", false, now);
-        } else if (cmd->u.ev.peer) {
-            /* Another device's event (peer.c): the wait's own token is the cause here. */
-            int32_t st = pti_peer_wait_status(n, msg, sizeof(msg));
-            finish_now(dev, s, cmd, st, st ? cmd->token : 0, msg, st != 0, now);
-        } else if (n->status == 0) {
-            finish_now(dev, s, cmd, 0, 0, NULL, false, now);
-        } else {
-            pti_msgf(msg, sizeof(msg), "waits on event %llu recorded after failed token %llu: %s",
-                     (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
-            /* The wait's own failure: s fails from here on, with the event's cause. */
-            finish_now(dev, s, cmd, -PTO_EDEP, n->cause, msg, true, now);
-        }
-        return true;
-    }
-    case PTO_CMD_DELAY:
-        if (now >= cmd->deadline_ns) {
-            finish_now(dev, s, cmd, 0, 0, NULL, false, now);
-            return true;
-        }
-        break;
-    case PTO_CMD_LATCH:
-        /* Acquire pairs with the release store in pto_latch_release. */
-        if (atomic_load_explicit(&cmd->u.latch.l->released, memory_order_acquire)) {
-            finish_now(dev, s, cmd, 0, 0, NULL, false, now);
-            return true;
-        }
-        if (cmd->deadline_ns && now >= cmd->deadline_ns) {
-            pti_msgf(msg, sizeof(msg), "latch wait timed out after %lld us",
-                     (long long)cmd->u.latch.l->timeout_us);
-            atomic_fetch_add_explicit(&cmd->u.latch.l->expired, 1, memory_order_relaxed);
-            finish_now(dev, s, cmd, -PTO_ETIMEDOUT, 0, msg, true, now);
-            return true;
-        }
-        break;
-    default:
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    if (!def || !def->poll)
+        return false;
+    struct pto_cmd_outcome out = {.status = 0, .cause = 0, .own = false, .msg = ""};
+    if (!def->poll(dev, s, cmd, now, &out)) {
+        if (cmd->deadline_ns && (*next_deadline == 0 || cmd->deadline_ns < *next_deadline))
+            *next_deadline = cmd->deadline_ns;
         return false;
     }
-    if (cmd->deadline_ns && (*next_deadline == 0 || cmd->deadline_ns < *next_deadline))
-        *next_deadline = cmd->deadline_ns;
-    return false;
+    /* Only a wait is held while withdrawn (pre_status): it ends canceled once its event is done. */
+    if (cmd->canceled)
+        finish_now(dev, s, cmd, -PTO_ECANCELED, 0, "withdrawn before it started", false, now);
+    else
+        finish_now(dev, s, cmd, out.status, out.cause, out.status ? out.msg : NULL, out.own, now);
+    return true;
 }
 
 bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline)
@@ -327,56 +260,29 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
         return check_blocked(dev, s, cmd, now, next_deadline);
 
     cmd->start_ns = now;
-    switch (cmd->kind) {
-    case PTO_CMD_H2D:
-    case PTO_CMD_D2H:
-    case PTO_CMD_D2D:
-    case PTO_CMD_MEMSET:
-    case PTO_CMD_PEER:
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    switch (def ? def->where : PTI_TRACE_ONLY) {
+    case PTI_ON_ENGINE:
+        /* An engine, or an orchestration thread (a program), finishes it. */
         cmd->state = PTI_CMD_RUNNING;
         s->active = true;
-        pti_copy_enqueue(dev, s, cmd);
+        def->start(dev, s, cmd);
         return true;
-    case PTO_CMD_LAUNCH:
-        cmd->state = PTI_CMD_RUNNING;
-        s->active = true;
-        pti_core_enqueue(dev, s, cmd);
-        return true;
-    case PTO_CMD_PROGRAM:
-        /* Its orchestration runs on an orchestration thread; its last task completes it (program.c). */
-        cmd->state = PTI_CMD_RUNNING;
-        s->active = true;
-        pti_program_start(dev, s, cmd, now);
-        return true;
-    case PTO_CMD_RECORD:
-    case PTO_CMD_FREE:
-    case PTO_CMD_NOTIFY:
+    case PTI_AT_ONCE:
         pti_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
         return true;
-    case PTO_CMD_WAIT:
-        if (!cmd->u.ev.node) {
-            pti_cmd_finish(dev, s, cmd, 0, 0, NULL, false, now, now, PTO_ENGINE_NONE);
-            return true;
-        }
+    case PTI_IN_SCHED:
         cmd->state = PTI_CMD_BLOCKED;
-        break;
-    case PTO_CMD_DELAY:
-        cmd->deadline_ns = now + cmd->u.delay.us * 1000ull;
-        cmd->state = PTI_CMD_BLOCKED;
-        break;
-    case PTO_CMD_LATCH: {
-        int64_t t = cmd->u.latch.l->timeout_us;
-        cmd->deadline_ns = t > 0 ? now + (uint64_t)t * 1000ull : 0;
-        cmd->state = PTI_CMD_BLOCKED;
+        if (def->start)
+            def->start(dev, s, cmd);
+        check_blocked(dev, s, cmd, now, next_deadline);
+        return true; /* started: progress even if still blocked */
+    case PTI_TRACE_ONLY:
         break;
     }
-    default:
-        pti_msgf(msg, sizeof(msg), "unknown command kind %u", cmd->kind);
-        pti_cmd_finish(dev, s, cmd, -PTO_EINVAL, 0, msg, true, now, now, PTO_ENGINE_NONE);
-        return true;
-    }
-    check_blocked(dev, s, cmd, now, next_deadline);
-    return true; /* started: progress even if still blocked */
+    pti_msgf(msg, sizeof(msg), "unknown command kind %u", cmd->kind);
+    pti_cmd_finish(dev, s, cmd, -PTO_EINVAL, 0, msg, true, now, now, PTO_ENGINE_NONE);
+    return true;
 }
 
 void pti_stream_drop_canceled(pto_device *dev, pto_stream *s)

@@ -51,7 +51,7 @@
 
 enum { G_LAUNCH = 1, G_PROGRAM, G_COPY, G_MEMSET, G_RECORD, G_WAIT, G_WAIT_EXT };
 
-struct pti_gcmd {
+struct pto_gcmd {
     uint32_t op;                  /* G_* */
     uint32_t slot;                /* stream slot */
     uint32_t kind;                /* copies: PTO_CMD_H2D / D2H / D2D */
@@ -65,11 +65,11 @@ struct pti_gcmd {
     uint32_t patch_at, patches;   /* its patches: g->patches[patch_at .. + patches) */
 };
 
-struct pti_gpatch {
+struct pto_gpatch {
     uint32_t cmd, field, input, use;
 };
 
-struct pti_ginput {
+struct pto_ginput {
     uint64_t nbytes;
     uint32_t use;                 /* PTO_GRAPH_READ | PTO_GRAPH_WRITE, from every patch */
     bool staged;                  /* a launch or program takes its address: host bindings are staged */
@@ -78,13 +78,13 @@ struct pti_ginput {
 
 struct pto_graph {
     pto_device *dev;
-    struct pti_gcmd *cmds;
+    struct pto_gcmd *cmds;
     uint32_t n_cmds, cap_cmds;
     uint64_t *args;
     uint64_t n_args, cap_args;
-    struct pti_gpatch *patches;
+    struct pto_gpatch *patches;
     uint32_t n_patches, cap_patches;
-    struct pti_ginput *inputs;
+    struct pto_ginput *inputs;
     uint32_t n_inputs, cap_inputs;
     uint32_t n_streams, n_events, n_launches, max_nargs;
     bool instantiated;
@@ -172,7 +172,7 @@ int pto_graph_get_info(const pto_graph *g, pto_graph_info *out)
 }
 
 /* A new command on slot, zeroed, or NULL with the error set (*rc). */
-static struct pti_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int *rc)
+static struct pto_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int *rc)
 {
     if (!g) {
         *rc = pti_error(PTO_EINVAL, "%s: NULL graph", fn);
@@ -190,7 +190,7 @@ static struct pti_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int
         *rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
         return NULL;
     }
-    struct pti_gcmd *c = &g->cmds[g->n_cmds];
+    struct pto_gcmd *c = &g->cmds[g->n_cmds];
     memset(c, 0, sizeof(*c));
     c->slot = slot;
     if (slot + 1 > g->n_streams)
@@ -200,7 +200,7 @@ static struct pti_gcmd *new_cmd(pto_graph *g, uint32_t slot, const char *fn, int
 }
 
 /* A new launch or program command with its arguments copied, or NULL with the error set (*rc). */
-static struct pti_gcmd *new_call(pto_graph *g, uint32_t slot, const uint64_t *args, uint32_t nargs,
+static struct pto_gcmd *new_call(pto_graph *g, uint32_t slot, const uint64_t *args, uint32_t nargs,
                                  const char *fn, int *rc)
 {
     if (nargs && !args) {
@@ -216,7 +216,7 @@ static struct pti_gcmd *new_call(pto_graph *g, uint32_t slot, const uint64_t *ar
         *rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
         return NULL;
     }
-    struct pti_gcmd *c = new_cmd(g, slot, fn, rc);
+    struct pto_gcmd *c = new_cmd(g, slot, fn, rc);
     if (!c)
         return NULL;
     c->nargs = nargs;
@@ -239,7 +239,7 @@ int pto_graph_add_launch(pto_graph *g, uint32_t slot, pto_kernel *k, uint32_t bl
     if (blocks == 0)
         return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
     int rc;
-    struct pti_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
+    struct pto_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
     if (!c)
         return rc;
     c->op = G_LAUNCH;
@@ -260,7 +260,7 @@ int pto_graph_add_program(pto_graph *g, uint32_t slot, pto_program *p, const uin
         return pti_error(PTO_EINVAL, "%s: program %s takes %u arguments, got %u", fn, pto_program_name(p),
                          pti_program_nparams(p), nargs);
     int rc;
-    struct pti_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
+    struct pto_gcmd *c = new_call(g, slot, args, nargs, fn, &rc);
     if (!c)
         return rc;
     c->op = G_PROGRAM;
@@ -277,7 +277,7 @@ int pto_graph_add_copy(pto_graph *g, uint32_t slot, uint32_t kind, uint64_t dst,
     if (kind != PTO_CMD_H2D && kind != PTO_CMD_D2H && kind != PTO_CMD_D2D)
         return pti_error(PTO_EINVAL, "%s: kind %u is not a copy", fn, kind);
     int rc;
-    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    struct pto_gcmd *c = new_cmd(g, slot, fn, &rc);
     if (!c)
         return rc;
     c->op = G_COPY;
@@ -291,7 +291,7 @@ int pto_graph_add_copy(pto_graph *g, uint32_t slot, uint32_t kind, uint64_t dst,
 int pto_graph_add_memset(pto_graph *g, uint32_t slot, uint64_t dst, uint8_t value, uint64_t nbytes)
 {
     int rc;
-    struct pti_gcmd *c = new_cmd(g, slot, "pto_graph_add_memset", &rc);
+    struct pto_gcmd *c = new_cmd(g, slot, "pto_graph_add_memset", &rc);
     if (!c)
         return rc;
     c->op = G_MEMSET;
@@ -306,7 +306,7 @@ static int add_event_cmd(pto_graph *g, uint32_t slot, uint32_t event, uint32_t o
     if (event > 65535)
         return pti_error(PTO_EINVAL, "%s: event %u is out of range", fn, event);
     int rc;
-    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    struct pto_gcmd *c = new_cmd(g, slot, fn, &rc);
     if (!c)
         return rc;
     c->op = op;
@@ -332,7 +332,7 @@ int pto_graph_add_wait_external(pto_graph *g, uint32_t slot, pto_event *e)
     if (g && (!e || e->dev != g->dev))
         return pti_error(PTO_EINVAL, "%s: event is NULL or from another device", fn);
     int rc;
-    struct pti_gcmd *c = new_cmd(g, slot, fn, &rc);
+    struct pto_gcmd *c = new_cmd(g, slot, fn, &rc);
     if (!c)
         return rc;
     c->op = G_WAIT_EXT;
@@ -348,7 +348,7 @@ int pto_graph_add_input(pto_graph *g, uint64_t nbytes)
         return pti_error(PTO_EINVAL, "pto_graph_add_input: the graph is instantiated already");
     if (!grow32((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(*g->inputs)))
         return pti_error(PTO_ENOMEM, "pto_graph_add_input: out of host memory");
-    struct pti_ginput *in = &g->inputs[g->n_inputs];
+    struct pto_ginput *in = &g->inputs[g->n_inputs];
     memset(in, 0, sizeof(*in));
     in->nbytes = nbytes;
     return (int)g->n_inputs++;
@@ -363,11 +363,11 @@ int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, 
         return pti_error(PTO_EINVAL, "%s: the graph is instantiated already", fn);
     if (cmd >= g->n_cmds || input >= g->n_inputs)
         return pti_error(PTO_EINVAL, "%s: command %u or input %u does not exist", fn, cmd, input);
-    struct pti_gcmd *c = &g->cmds[cmd];
+    struct pto_gcmd *c = &g->cmds[cmd];
     if (c->patches && c->patch_at + c->patches != g->n_patches)
         return pti_error(PTO_EINVAL, "%s: patch command %u's fields together, before the next command's",
                          fn, cmd);
-    struct pti_ginput *in = &g->inputs[input];
+    struct pto_ginput *in = &g->inputs[input];
     switch (c->op) {
     case G_LAUNCH:
     case G_PROGRAM:
@@ -403,7 +403,7 @@ int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, 
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     if (!c->patches)
         c->patch_at = g->n_patches;
-    g->patches[g->n_patches++] = (struct pti_gpatch){cmd, field, input, use};
+    g->patches[g->n_patches++] = (struct pto_gpatch){cmd, field, input, use};
     c->patches++;
     in->use |= use;
     in->patched = true;
@@ -425,7 +425,7 @@ int pto_graph_instantiate(pto_graph *g)
     if (!recorded)
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     for (uint32_t i = 0; i < g->n_cmds; i++) {
-        struct pti_gcmd *c = &g->cmds[i];
+        struct pto_gcmd *c = &g->cmds[i];
         if (c->op == G_RECORD)
             recorded[c->event] = true;
         else if (c->op == G_WAIT && !recorded[c->event]) {
@@ -474,7 +474,7 @@ static bool host_bound(const struct replay *r, uint32_t input)
  */
 static uint64_t copy_side(const struct replay *r, uint32_t input, bool *host)
 {
-    const struct pti_ginput *in = &r->g->inputs[input];
+    const struct pto_ginput *in = &r->g->inputs[input];
     if (host_bound(r, input) && !in->staged) {
         *host = true;
         return r->host_ptrs[input];
@@ -484,14 +484,14 @@ static uint64_t copy_side(const struct replay *r, uint32_t input, bool *host)
 }
 
 /* A copy as it goes in this replay: kind, dst, src.  -PTO_EINVAL if host to host. */
-static int resolve_copy(const struct replay *r, const struct pti_gcmd *c, uint32_t *kind,
+static int resolve_copy(const struct replay *r, const struct pto_gcmd *c, uint32_t *kind,
                         uint64_t *dst, uint64_t *src)
 {
     bool dst_host = c->kind == PTO_CMD_D2H, src_host = c->kind == PTO_CMD_H2D;
     *dst = c->dst;
     *src = c->src;
     for (uint32_t p = 0; p < c->patches; p++) {
-        const struct pti_gpatch *pt = &r->g->patches[c->patch_at + p];
+        const struct pto_gpatch *pt = &r->g->patches[c->patch_at + p];
         if (pt->field == PTO_GRAPH_DST)
             *dst = copy_side(r, pt->input, &dst_host);
         else
@@ -513,7 +513,7 @@ static int check_range(pto_device *dev, uint64_t addr, uint64_t n, uint32_t cmd)
 }
 
 /* The arguments launch or program command c takes in replay r: its own, or patched into scratch. */
-static const uint64_t *patched_args(const struct replay *r, const struct pti_gcmd *c, uint64_t *scratch)
+static const uint64_t *patched_args(const struct replay *r, const struct pto_gcmd *c, uint64_t *scratch)
 {
     pto_graph *g = r->g;
     const uint64_t *args = &g->args[c->args_at];
@@ -521,7 +521,7 @@ static const uint64_t *patched_args(const struct replay *r, const struct pti_gcm
         return args;
     memcpy(scratch, args, (size_t)c->nargs * 8u);
     for (uint32_t p = 0; p < c->patches; p++) {
-        const struct pti_gpatch *pt = &g->patches[c->patch_at + p];
+        const struct pto_gpatch *pt = &g->patches[c->patch_at + p];
         scratch[pt->field] = r->dev_ptrs[pt->input];
     }
     return scratch;
@@ -547,7 +547,7 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
     if (ninputs != g->n_inputs || (ninputs && !r->dev_ptrs))
         return pti_error(PTO_EINVAL, "%s: the graph has %u inputs, got %u", fn, g->n_inputs, ninputs);
     for (uint32_t i = 0; i < ninputs; i++) {
-        const struct pti_ginput *in = &g->inputs[i];
+        const struct pto_ginput *in = &g->inputs[i];
         bool host = host_bound(r, i);
         if ((in->staged || !host) && r->dev_ptrs[i] == 0)
             return pti_error(PTO_EINVAL, "%s: input %u has no device address", fn, i);
@@ -556,7 +556,7 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
                              fn, i, (unsigned long long)r->dev_ptrs[i], (unsigned long long)in->nbytes);
     }
     for (uint32_t i = 0; i < g->n_cmds; i++) {
-        const struct pti_gcmd *c = &g->cmds[i];
+        const struct pto_gcmd *c = &g->cmds[i];
         uint32_t kind;
         uint64_t dst, src;
         int rc = 0;
@@ -602,7 +602,7 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
 static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t *scratch)
 {
     pto_graph *g = r->g;
-    const struct pti_gcmd *c = &g->cmds[i];
+    const struct pto_gcmd *c = &g->cmds[i];
     pto_stream *s = r->streams[c->slot];
     switch (c->op) {
     case G_LAUNCH:
@@ -646,7 +646,7 @@ static int queue_staging(const struct replay *r, bool in, uint64_t tag)
         return 0;
     int last = 0;
     for (uint32_t i = 0; i < g->n_inputs; i++) {
-        const struct pti_ginput *b = &g->inputs[i];
+        const struct pto_ginput *b = &g->inputs[i];
         if (!b->staged || !r->host_ptrs[i] || !b->nbytes)
             continue;
         int rc;

@@ -4,8 +4,8 @@
  * Never installed, never seen by cffi.  Names say which side of the
  * contract they are on: the ABI (pto_driver.h) is pto_* / PTO_*; a function,
  * macro or constant private to the driver is pti_* / PTI_* ("pto
- * internal") and declared here only.  Private struct tags keep pto_ (they
- * never reach the cdef).
+ * internal") and declared here only.  Private struct and enum tags keep
+ * pto_ (they never reach the cdef).
  *
  * Lock order (take left before right):
  *
@@ -19,6 +19,25 @@
  * overflow commands into the ring hands them off the same way), engine
  * threads drop their queue lock before they take sched_lock to finish a
  * command, and pto_completion_observe takes sched_lock holding no other lock.
+ *
+ * Rings.  The driver's three rings name their fields one way, liburing's
+ * (struct io_uring_sq / io_uring_cq: khead, ktail, ring_mask, ring_entries):
+ *
+ *     entries  slots in the ring (a power of two unless said otherwise)
+ *     mask     entries - 1: item i lives in slot i & mask
+ *     head     items ever consumed: the next to consume is item head
+ *     tail     items ever produced: the next to produce is item tail
+ *
+ * head and tail are 64-bit and never wrap; tail - head items are in the
+ * ring, and it is full when that is entries.  The stream ring (struct
+ * pto_stream: entries, mask, head, tail; ring.c) counts commands: tail is
+ * the seq of the last submitted, head of the last completed, seq n being
+ * item n - 1.  The completion queue (struct pto_device: cq_entries,
+ * cq_mask, cq_head, cq_tail; completion.c) counts records and doubles
+ * when full.  The trace buffer (trace_entries, trace_head, trace_tail;
+ * trace.c) keeps exactly the configured trace_capacity records, any
+ * number, so it has no mask and indexes with i % trace_entries; when full
+ * its oldest record is dropped (head advances).
  */
 #ifndef PTO_INTERNAL_H
 #define PTO_INTERNAL_H
@@ -183,7 +202,7 @@ typedef void (*pto_kernel_fn)(const pto_block *blk, void *const *args);
  * their count and the indices of the tensors (device addresses), which
  * every launch checks at submit.  Set once, never freed before its owner.
  */
-struct pti_argkinds {
+struct pto_argkinds {
     uint32_t nargs, ntensors;
     uint32_t idx[];
 };
@@ -193,7 +212,7 @@ struct pti_argkinds {
  * same).  Returns 0, -PTO_EINVAL (a bad kind, different from those set),
  * -PTO_ENOMEM.
  */
-int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
+int pti_argkinds_set(struct pto_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
                      const char *fn, const char *name);
 /*
  * Check a launch's arguments against ak (NULL: none declared, nothing to
@@ -201,7 +220,7 @@ int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, u
  * live allocation of dev.
  * Returns 0 or -PTO_EINVAL (the message names fn, what and the argument).
  */
-int pti_args_check(pto_device *dev, const struct pti_argkinds *ak, const uint64_t *args, uint32_t nargs,
+int pti_args_check(pto_device *dev, const struct pto_argkinds *ak, const uint64_t *args, uint32_t nargs,
                    const char *fn, const char *what);
 
 struct pto_kernel {
@@ -211,7 +230,7 @@ struct pto_kernel {
     atomic_int unloaded;
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
-    struct pti_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
+    struct pto_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
     char name[PTI_NAME_LEN];
 };
 
@@ -227,11 +246,11 @@ void pti_kernels_release_all(pto_device *dev);
  * a free extent, or a block handed out, live (pf == NULL) or waiting for its
  * queued free.
  */
-struct pti_mnode {
+struct pto_mnode {
     uint64_t off, len;            /* offsets into the arena */
     uint64_t max;                 /* free index: the largest len in this subtree (first fit) */
     uint32_t prio;                /* treap priority (random) */
-    struct pti_mnode *l, *r;
+    struct pto_mnode *l, *r;
     struct pto_pending_free *pf;  /* blocks: non-NULL: this block's free is queued */
     struct pto_pending_free *src; /* blocks: live block carved from a queued free, until it executes */
 };
@@ -322,7 +341,7 @@ struct pto_cmd {
  */
 struct pto_run {
     struct pto_cmd *cmd;
-    struct pti_task *task;        /* a program's task (program.c; cmd is NULL), else NULL */
+    struct pto_task *task;        /* a program's task (orch.c; cmd is its program's command), else NULL */
     pto_stream *stream;
     struct pto_run *qnext;        /* copy or core queue link, under that queue's lock */
     uint32_t next_block;          /* under core_lock */
@@ -383,7 +402,7 @@ struct pto_stream {
     uint32_t id;
     int32_t priority;
 
-    /* ring (see the essay in ring.c) */
+    /* ring (the scheme at the top of this file; the essay in ring.c) */
     uint32_t entries, mask;
     struct pto_cmd *ring;
     _Atomic uint64_t tail;        /* seq of the last command in the ring; producer: release */
@@ -585,6 +604,77 @@ int pti_stream_cancel_locked(pto_device *dev, pto_stream *s);
 /* Drop s's queued commands whose seq <= cancel_seq, while its head is not on an engine (overflow included). */
 void pti_stream_drop_canceled(pto_device *dev, pto_stream *s);
 
+/* ---- command kinds (cmddef.c) ------------------------------------------------------- */
+
+/* Where a command runs once started (pti_stream_step, exec.c). */
+enum pto_cmd_where {
+    PTI_TRACE_ONLY = 0,   /* not a command: a kind only trace records carry (block, task) */
+    PTI_AT_ONCE,          /* nothing to run: it completes, healthy, when it starts */
+    PTI_ON_ENGINE,        /* .start hands it to an engine or a thread, which finishes it */
+    PTI_IN_SCHED,         /* held by the scheduler: .start arms it, .poll says when it may finish */
+};
+
+/* How a command held by the scheduler ends (.poll). */
+struct pto_cmd_outcome {
+    int32_t status;       /* 0 or -PTO_E* */
+    uint64_t cause;       /* the token its failure names */
+    bool own;             /* its own failure: the stream's first from now on */
+    char msg[PTI_MSG_LEN];
+};
+
+/*
+ * One row per command kind, as io_uring's opdef.c: exec.c runs every kind
+ * through its row, and each row's functions live in the kind's own file.
+ * Every function runs under sched_lock; NULL: nothing to do there.  The
+ * failure and cancel rules stay in exec.c (pre_status), for every kind.
+ */
+struct pto_cmd_def {
+    const char *name;     /* its trace records' name (unless .trace_name gives one) */
+    enum pto_cmd_where where;
+    /* Start cmd (cmd->start_ns is now; PTI_ON_ENGINE: cmd is RUNNING and s active already). */
+    void (*start)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+    /*
+     * PTI_IN_SCHED: whether cmd may finish at now: true with *out filled;
+     * false to hold it on (a deadline to wake for is cmd->deadline_ns).
+     */
+    bool (*poll)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                 struct pto_cmd_outcome *out);
+    /*
+     * cmd's own part of its finish (pti_cmd_finish), before its record is
+     * pushed: status/cause/msg its outcome, fail_id the failure its status
+     * is (0: none), end_ns its end.
+     */
+    void (*finish)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t cause,
+                   uint64_t fail_id, const char *msg, uint64_t end_ns);
+    /* Give back what cmd holds (references, dependency entries), whatever its outcome. */
+    void (*release)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+    /* The name of cmd's trace record, where it has its own (a kernel's, a program's). */
+    const char *(*trace_name)(const struct pto_cmd *cmd);
+};
+
+/* The row of kind (PTO_CMD_*); NULL for a kind the driver does not know. */
+const struct pto_cmd_def *pti_cmd_def(uint32_t kind);
+
+/* The rows' functions, each in its kind's file. */
+void pti_launch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);        /* kernel.c */
+const char *pti_launch_name(const struct pto_cmd *cmd);                               /* kernel.c */
+void pti_program_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);       /* program.c */
+const char *pti_program_cmd_name(const struct pto_cmd *cmd);                          /* program.c */
+void pti_record_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t cause,
+                       uint64_t fail_id, const char *msg, uint64_t end_ns);           /* event.c */
+void pti_record_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);        /* event.c */
+bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                   struct pto_cmd_outcome *out);                                      /* event.c */
+void pti_wait_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);          /* event.c */
+void pti_free_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);          /* memory.c */
+void pti_latch_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);           /* latch.c */
+bool pti_latch_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out);                                     /* latch.c */
+void pti_latch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);         /* latch.c */
+void pti_delay_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);           /* sched.c */
+bool pti_delay_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out);                                     /* sched.c */
+
 /* ---- completion queue (completion.c) ---------------------------------------------- */
 
 struct pto_cq_rec {
@@ -632,6 +722,13 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
 /* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
+/*
+ * blk->fail of every block a core runs (a launch's, a program's task's; blk->ctx
+ * is its pto_run): the first failure of the run wins (CAS on fail_claim) and
+ * keeps its code (outside 1..PTO_ENOTSUP: PTO_EKERNEL) and message;
+ * PTO_EDEVLOST loses the device, naming r->cmd's token.
+ */
+void pti_block_fail(const pto_block *blk, int code, const char *msg);
 /* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
 uint32_t pti_host_cpus(void);
 /*
@@ -645,11 +742,23 @@ bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
 
-/* ---- programs (program.c) ------------------------------------------------------------ */
+/* ---- programs (program.c: objects; orch.c: runs) ------------------------------------- */
 
-struct pti_orch_pool;
-/* Start the program command cmd of s (sched_lock held): hand it to the orchestration threads. */
-void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now);
+struct pto_program {
+    pto_device *dev;
+    struct pto_link link;         /* dev->programs, under obj_lock */
+    atomic_int refs;              /* host handle + queued runs */
+    atomic_int unloaded;
+    void *handle;
+    const struct pto_program_desc *desc;
+    char name[64];
+    _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
+    struct pto_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
+    /* statistics, under stats_lock */
+    pthread_mutex_t stats_lock;
+    pto_program_stats st;
+};
+
 void pti_program_ref(pto_program *p);
 void pti_program_unref(pto_program *p);
 /* For graph.c: p's device, its parameter count, whether it was unloaded. */
@@ -658,11 +767,20 @@ uint32_t pti_program_nparams(const pto_program *p);
 bool pti_program_unloaded(pto_program *p);
 /* pti_args_check against p's declared argument kinds (none declared: 0). */
 int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn);
+/* Add one finished run's figures to p's statistics (sums, and the high-water marks' maxima). */
+void pti_program_count_run(pto_program *p, const pto_program_stats *run);
+/* Close: drop every program still loaded. */
+void pti_programs_release_all(pto_device *dev);
+
+struct pto_orch_pool;
+/* Start the device's orchestration threads once (obj_lock held; the first load): 0 or -PTO_ENOMEM. */
+int pti_orch_start(pto_device *dev);
+/* Start the program command cmd of s (its row's .start, sched_lock held): hand it to the orchestration threads. */
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 /* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
-/* Close: join the orchestration threads (no program runs); drop every program still loaded. */
+/* Close: join the orchestration threads (no program runs). */
 void pti_programs_stop(pto_device *dev);
-void pti_programs_release_all(pto_device *dev);
 
 /* ---- the scheduler (sched.c) ---------------------------------------------------------- */
 
@@ -740,9 +858,9 @@ struct pto_device {
     pthread_mutex_t mem_lock;
     uint8_t *arena;
     uint64_t arena_size;
-    struct pti_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
-    struct pti_mnode *alloc_root; /* live and pending-free blocks by off */
-    struct pti_mnode *node_pool;  /* spare nodes (linked by l) */
+    struct pto_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
+    struct pto_mnode *alloc_root; /* live and pending-free blocks by off */
+    struct pto_mnode *node_pool;  /* spare nodes (linked by l) */
     size_t n_free, n_alloc;
     uint32_t mem_seed;            /* treap priorities */
     uint64_t in_use, pending_bytes, peak, pending_frees, alloc_failures, n_live;
@@ -798,9 +916,9 @@ struct pto_device {
     /* completion queue (completion.c), under cq_lock */
     pthread_mutex_t cq_lock;
     pthread_cond_t cq_cv;
-    struct pto_cq_rec *cq;
-    size_t cq_cap, cq_head, cq_len;  /* circular, cq_cap a power of two */
-    uint64_t cq_base;             /* absolute index of cq[cq_head] */
+    struct pto_cq_rec *cq;        /* a ring (the scheme at the top): grows by doubling */
+    size_t cq_entries, cq_mask;
+    uint64_t cq_head, cq_tail;    /* records ever drained / pushed */
     bool cq_signalled;            /* the eventfd counter is nonzero */
     int cq_waiters;
     int efd;
@@ -808,14 +926,15 @@ struct pto_device {
     /* trace (trace.c), under trace_lock */
     pthread_mutex_t trace_lock;
     atomic_int trace_enabled;
-    pto_trace_record *trace_buf;
-    uint32_t trace_cap, trace_head, trace_len;
+    pto_trace_record *trace_buf;  /* a ring (the scheme at the top) of exactly trace_entries: indexed % */
+    uint32_t trace_entries;
+    uint64_t trace_head, trace_tail; /* records ever read or dropped / pushed */
     uint64_t trace_dropped;
 
     /* objects, under obj_lock */
     pthread_mutex_t obj_lock;
     struct pto_link events, latches, kernels, programs;
-    struct pti_orch_pool *orch_pool; /* program.c: started with the first program load */
+    struct pto_orch_pool *orch_pool; /* orch.c: started with the first program load */
     uint64_t program_heap;        /* ring_heap as configured (0: not set): bounds a program's intermediates */
     _Atomic uint64_t loads_host, loads_aicpu; /* pto_device_get_load_counts */
     uint64_t next_event_id;

@@ -20,12 +20,12 @@
  * other than PTO_ARG_SCALAR / PTO_ARG_TENSOR, or kinds that differ from those
  * set), -PTO_ENOMEM.
  */
-int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
+int pti_argkinds_set(struct pto_argkinds *_Atomic *slot, const uint8_t *kinds, uint32_t nargs,
                      const char *fn, const char *name)
 {
     if (nargs && !kinds)
         return pti_error(PTO_EINVAL, "%s: NULL kinds with nargs=%u", fn, nargs);
-    struct pti_argkinds *ak = malloc(sizeof(*ak) + (size_t)nargs * sizeof(ak->idx[0]));
+    struct pto_argkinds *ak = malloc(sizeof(*ak) + (size_t)nargs * sizeof(ak->idx[0]));
     if (!ak)
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     ak->nargs = nargs;
@@ -39,7 +39,7 @@ int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, u
         if (kinds[i] == PTO_ARG_TENSOR)
             ak->idx[ak->ntensors++] = i;
     }
-    struct pti_argkinds *expected = NULL;
+    struct pto_argkinds *expected = NULL;
     if (atomic_compare_exchange_strong(slot, &expected, ak))
         return 0;
     bool same = expected->nargs == ak->nargs && expected->ntensors == ak->ntensors &&
@@ -58,7 +58,7 @@ int pti_argkinds_set(struct pti_argkinds *_Atomic *slot, const uint8_t *kinds, u
  * than declared (more are passed through unchecked), or a tensor argument not inside a live allocation (the
  * message gives its index and address).
  */
-int pti_args_check(pto_device *dev, const struct pti_argkinds *ak, const uint64_t *args, uint32_t nargs,
+int pti_args_check(pto_device *dev, const struct pto_argkinds *ak, const uint64_t *args, uint32_t nargs,
                    const char *fn, const char *what)
 {
     if (!ak)
@@ -217,4 +217,16 @@ void pti_kernels_release_all(pto_device *dev)
         free(atomic_load_explicit(&k->kinds, memory_order_relaxed));
         free(k);
     }
+}
+
+/* ---- the launch command (its row in cmddef.c; the cores run it, engines.c) ---------------- */
+
+void pti_launch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_kernel_unref(cmd->u.launch.k);
+}
+
+const char *pti_launch_name(const struct pto_cmd *cmd)
+{
+    return cmd->u.launch.k->name;
 }

@@ -3,10 +3,11 @@
  *
  * Phase: lifecycle and execution.  A latch is refcounted: the host handle
  * holds one reference and every queued pto_stream_latch_wait another (taken
- * at submit, submit.c; dropped at completion, exec.c), so destroying a
- * latch never frees it under a queued wait.  The scheduler checks a started
- * latch wait on each pass (check_blocked, exec.c); releasing one runs the
- * passes it enables from the releasing thread.
+ * at submit, submit.c; dropped at completion, pti_latch_release), so
+ * destroying a latch never frees it under a queued wait.  The scheduler
+ * checks a started latch wait on each pass (pti_latch_poll, its row in
+ * cmddef.c); releasing one runs the passes it enables from the releasing
+ * thread.
  */
 #include <stdlib.h>
 
@@ -44,7 +45,7 @@ void pti_latch_unref(pto_latch *l)
 
 static void release(pto_latch *l)
 {
-    /* Release pairs with the acquire load in check_blocked (exec.c). */
+    /* Release pairs with the acquire load in pti_latch_poll. */
     atomic_store_explicit(&l->released, 1, memory_order_release);
 }
 
@@ -100,4 +101,35 @@ void pti_latches_release_all(pto_device *dev)
     for (struct pto_link *p = dev->latches.next; p != &dev->latches; p = p->next)
         release(PTI_CONTAINER(p, pto_latch, link));
     pthread_mutex_unlock(&dev->obj_lock);
+}
+
+/* ---- the latch-wait command (its row in cmddef.c) ------------------------------------ */
+
+/* Arm the wait's timeout (none when the latch has none). */
+void pti_latch_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    int64_t t = cmd->u.latch.l->timeout_us;
+    cmd->deadline_ns = t > 0 ? cmd->start_ns + (uint64_t)t * 1000ull : 0;
+}
+
+/* The wait ends when the latch is released, or fails with -PTO_ETIMEDOUT at its deadline. */
+bool pti_latch_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out)
+{
+    pto_latch *l = cmd->u.latch.l;
+    /* Acquire pairs with the release store in pto_latch_release. */
+    if (atomic_load_explicit(&l->released, memory_order_acquire))
+        return true;
+    if (!cmd->deadline_ns || now < cmd->deadline_ns)
+        return false;
+    pti_msgf(out->msg, sizeof(out->msg), "latch wait timed out after %lld us", (long long)l->timeout_us);
+    atomic_fetch_add_explicit(&l->expired, 1, memory_order_relaxed);
+    out->status = -PTO_ETIMEDOUT;
+    out->own = true;
+    return true;
+}
+
+void pti_latch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_latch_unref(cmd->u.latch.l);
 }

@@ -22,7 +22,7 @@
  *              touch it, but it is no longer live for pto_mem_free/size.
  *   pending    per stream: those queued frees (struct pto_pending_free).
  *
- * Both indexes are treaps (struct pti_mnode; random priorities, split and
+ * Both indexes are treaps (struct pto_mnode; random priorities, split and
  * merge), so alloc, free and every lookup cost O(log n) in the extents and
  * blocks, whatever the population.  Nodes come from a per-device pool: an
  * alloc reserves its one node before it changes anything, a free recycles
@@ -49,7 +49,7 @@ static uint64_t round_up(uint64_t n)
 
 /* ---- the treaps ---------------------------------------------------------------------- */
 
-static void pull(struct pti_mnode *t)
+static void pull(struct pto_mnode *t)
 {
     uint64_t m = t->len;
     if (t->l && t->l->max > m)
@@ -60,7 +60,7 @@ static void pull(struct pti_mnode *t)
 }
 
 /* Split t into *a (off < key) and *b (off >= key). */
-static void split(struct pti_mnode *t, uint64_t key, struct pti_mnode **a, struct pti_mnode **b)
+static void split(struct pto_mnode *t, uint64_t key, struct pto_mnode **a, struct pto_mnode **b)
 {
     if (!t) {
         *a = *b = NULL;
@@ -76,7 +76,7 @@ static void split(struct pti_mnode *t, uint64_t key, struct pti_mnode **a, struc
 }
 
 /* Join a and b, every key of a below every key of b. */
-static struct pti_mnode *merge(struct pti_mnode *a, struct pti_mnode *b)
+static struct pto_mnode *merge(struct pto_mnode *a, struct pto_mnode *b)
 {
     if (!a)
         return b;
@@ -93,7 +93,7 @@ static struct pti_mnode *merge(struct pti_mnode *a, struct pti_mnode *b)
 }
 
 /* Recompute max on the path to the node keyed key, after its len changed in place (its order held). */
-static void tree_fix(struct pti_mnode *t, uint64_t key)
+static void tree_fix(struct pto_mnode *t, uint64_t key)
 {
     if (!t)
         return;
@@ -105,9 +105,9 @@ static void tree_fix(struct pti_mnode *t, uint64_t key)
 }
 
 /* Insert n: descend while the priorities say so, split the rest under n (aug: keep max on the path). */
-static void tree_insert(struct pti_mnode **root, struct pti_mnode *n, bool aug)
+static void tree_insert(struct pto_mnode **root, struct pto_mnode *n, bool aug)
 {
-    struct pti_mnode **p = root;
+    struct pto_mnode **p = root;
     while (*p && (*p)->prio > n->prio)
         p = n->off < (*p)->off ? &(*p)->l : &(*p)->r;
     split(*p, n->off, &n->l, &n->r);
@@ -118,12 +118,12 @@ static void tree_insert(struct pti_mnode **root, struct pti_mnode *n, bool aug)
 }
 
 /* Unlink and return the node keyed off (which must exist): its children merge in its place. */
-static struct pti_mnode *tree_take(struct pti_mnode **root, uint64_t off, bool aug)
+static struct pto_mnode *tree_take(struct pto_mnode **root, uint64_t off, bool aug)
 {
-    struct pti_mnode **p = root;
+    struct pto_mnode **p = root;
     while ((*p)->off != off)
         p = off < (*p)->off ? &(*p)->l : &(*p)->r;
-    struct pti_mnode *m = *p;
+    struct pto_mnode *m = *p;
     *p = merge(m->l, m->r);
     if (aug)
         tree_fix(*root, off); /* the path to where it was: its ancestors */
@@ -131,9 +131,9 @@ static struct pti_mnode *tree_take(struct pti_mnode **root, uint64_t off, bool a
 }
 
 /* The node with the largest off <= key, or NULL. */
-static struct pti_mnode *tree_floor(struct pti_mnode *t, uint64_t key)
+static struct pto_mnode *tree_floor(struct pto_mnode *t, uint64_t key)
 {
-    struct pti_mnode *best = NULL;
+    struct pto_mnode *best = NULL;
     while (t) {
         if (t->off <= key) {
             best = t;
@@ -146,9 +146,9 @@ static struct pti_mnode *tree_floor(struct pti_mnode *t, uint64_t key)
 }
 
 /* The node with the smallest off >= key, or NULL. */
-static struct pti_mnode *tree_ceil(struct pti_mnode *t, uint64_t key)
+static struct pto_mnode *tree_ceil(struct pto_mnode *t, uint64_t key)
 {
-    struct pti_mnode *best = NULL;
+    struct pto_mnode *best = NULL;
     while (t) {
         if (t->off >= key) {
             best = t;
@@ -161,7 +161,7 @@ static struct pti_mnode *tree_ceil(struct pti_mnode *t, uint64_t key)
 }
 
 /* The free extent of lowest offset with len >= size, or NULL (one descent on max). */
-static struct pti_mnode *first_fit(struct pti_mnode *t, uint64_t size)
+static struct pto_mnode *first_fit(struct pto_mnode *t, uint64_t size)
 {
     while (t && t->max >= size) {
         if (t->l && t->l->max >= size)
@@ -174,11 +174,11 @@ static struct pti_mnode *first_fit(struct pti_mnode *t, uint64_t size)
     return NULL;
 }
 
-static void tree_free_all(struct pti_mnode *t)
+static void tree_free_all(struct pto_mnode *t)
 {
     while (t) {
         tree_free_all(t->r);
-        struct pti_mnode *l = t->l;
+        struct pto_mnode *l = t->l;
         free(t);
         t = l;
     }
@@ -190,7 +190,7 @@ static int pool_reserve(pto_device *dev)
 {
     if (dev->node_pool)
         return 0;
-    struct pti_mnode *n = malloc(sizeof(*n));
+    struct pto_mnode *n = malloc(sizeof(*n));
     if (!n)
         return -1;
     n->l = NULL;
@@ -198,20 +198,20 @@ static int pool_reserve(pto_device *dev)
     return 0;
 }
 
-static struct pti_mnode *node_get(pto_device *dev, uint64_t off, uint64_t len)
+static struct pto_mnode *node_get(pto_device *dev, uint64_t off, uint64_t len)
 {
-    struct pti_mnode *n = dev->node_pool; /* reserved by the caller */
+    struct pto_mnode *n = dev->node_pool; /* reserved by the caller */
     dev->node_pool = n->l;
     uint32_t x = dev->mem_seed; /* xorshift32 */
     x ^= x << 13;
     x ^= x >> 17;
     x ^= x << 5;
     dev->mem_seed = x;
-    *n = (struct pti_mnode){.off = off, .len = len, .max = len, .prio = x};
+    *n = (struct pto_mnode){.off = off, .len = len, .max = len, .prio = x};
     return n;
 }
 
-static void node_put(pto_device *dev, struct pti_mnode *n)
+static void node_put(pto_device *dev, struct pto_mnode *n)
 {
     n->l = dev->node_pool;
     dev->node_pool = n;
@@ -223,8 +223,8 @@ static void node_put(pto_device *dev, struct pti_mnode *n)
  */
 static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 {
-    struct pti_mnode *prev = off ? tree_floor(dev->free_root, off - 1) : NULL;
-    struct pti_mnode *next = tree_ceil(dev->free_root, off + len);
+    struct pto_mnode *prev = off ? tree_floor(dev->free_root, off - 1) : NULL;
+    struct pto_mnode *next = tree_ceil(dev->free_root, off + len);
     bool merge_prev = prev && prev->off + prev->len == off;
     bool merge_next = next && next->off == off + len;
     if (merge_prev && merge_next) {
@@ -247,16 +247,16 @@ static void free_insert(pto_device *dev, uint64_t off, uint64_t len)
 }
 
 /* The block starting at off (live or pending), or NULL (mem_lock held). */
-static struct pti_mnode *block_find(pto_device *dev, uint64_t off)
+static struct pto_mnode *block_find(pto_device *dev, uint64_t off)
 {
-    struct pti_mnode *b = tree_floor(dev->alloc_root, off);
+    struct pto_mnode *b = tree_floor(dev->alloc_root, off);
     return b && b->off == off ? b : NULL;
 }
 
 /* The live allocation starting at off, or NULL (mem_lock held). */
-static struct pti_mnode *alloc_find(pto_device *dev, uint64_t off)
+static struct pto_mnode *alloc_find(pto_device *dev, uint64_t off)
 {
-    struct pti_mnode *b = block_find(dev, off);
+    struct pto_mnode *b = block_find(dev, off);
     return b && b->pf == NULL ? b : NULL;
 }
 
@@ -296,7 +296,7 @@ void pti_mem_fini(pto_device *dev)
     tree_free_all(dev->free_root);
     tree_free_all(dev->alloc_root);
     while (dev->node_pool) {
-        struct pti_mnode *n = dev->node_pool;
+        struct pto_mnode *n = dev->node_pool;
         dev->node_pool = n->l;
         free(n);
     }
@@ -344,7 +344,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
     }
     uint64_t off = UINT64_MAX;
     struct pto_pending_free *carved = NULL;
-    struct pti_mnode *e = first_fit(dev->free_root, rsize);
+    struct pto_mnode *e = first_fit(dev->free_root, rsize);
     if (e) {
         off = e->off;
         if (e->len > rsize) {
@@ -362,7 +362,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
             struct pto_pending_free *pf = PTI_CONTAINER(l, struct pto_pending_free, link);
             if (pf->local_ok && pf->len >= rsize) {
                 /* Carve from the front; the pending block's node shrinks with it (its order holds). */
-                struct pti_mnode *j = block_find(dev, pf->off);
+                struct pto_mnode *j = block_find(dev, pf->off);
                 off = pf->off;
                 carved = pf;
                 pf->off += rsize;
@@ -389,7 +389,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
                          (unsigned long long)size, (unsigned long long)in_use,
                          (unsigned long long)pend, (unsigned long long)dev->arena_size);
     }
-    struct pti_mnode *blk = node_get(dev, off, rsize);
+    struct pto_mnode *blk = node_get(dev, off, rsize);
     blk->src = carved;
     tree_insert(&dev->alloc_root, blk, false);
     dev->n_alloc++;
@@ -428,7 +428,7 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr)
         return pti_error(PTO_EINVAL, "pto_mem_free: NULL device");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    struct pto_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
     if (!b) {
         pthread_mutex_unlock(&dev->mem_lock);
         return pti_error(PTO_EINVAL, "pto_mem_free: 0x%llx is not a live device allocation",
@@ -452,7 +452,7 @@ int pto_mem_size(pto_device *dev, pto_devptr ptr, uint64_t *out)
         return pti_error(PTO_EINVAL, "pto_mem_size: NULL argument");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    struct pto_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
     uint64_t len = b ? b->len : 0;
     pthread_mutex_unlock(&dev->mem_lock);
     if (!b)
@@ -470,7 +470,7 @@ int pto_mem_lookup(pto_device *dev, pto_devptr addr, pto_devptr *base, uint64_t 
     if (off == UINT64_MAX)
         return -PTO_EINVAL;
     pthread_mutex_lock(&dev->mem_lock);
-    const struct pti_mnode *b = tree_floor(dev->alloc_root, off);
+    const struct pto_mnode *b = tree_floor(dev->alloc_root, off);
     bool hit = b && b->pf == NULL && off - b->off < b->len;
     uint64_t boff = hit ? b->off : 0, blen = hit ? b->len : 0;
     pthread_mutex_unlock(&dev->mem_lock);
@@ -522,7 +522,7 @@ int pti_mem_pend_free(pto_device *dev, pto_stream *s, pto_devptr ptr, bool local
         return pti_error(PTO_ENOMEM, "pto_stream_free: out of host memory");
     uint64_t off = arena_off(dev, ptr);
     pthread_mutex_lock(&dev->mem_lock);
-    struct pti_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
+    struct pto_mnode *b = off == UINT64_MAX ? NULL : alloc_find(dev, off);
     if (!b) {
         pthread_mutex_unlock(&dev->mem_lock);
         free(pf);
@@ -555,12 +555,12 @@ void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
     dev->pending_frees--;
     dev->pending_bytes -= pf->len;
     /* Pieces carved from pf are plain live allocations from now on. */
-    for (struct pti_mnode *b = tree_ceil(dev->alloc_root, pf->orig_off);
+    for (struct pto_mnode *b = tree_ceil(dev->alloc_root, pf->orig_off);
          b && b->off < pf->orig_off + pf->orig_len; b = tree_ceil(dev->alloc_root, b->off + 1))
         if (b->src == pf)
             b->src = NULL;
     if (pf->len > 0) {
-        struct pti_mnode *b = block_find(dev, pf->off);
+        struct pto_mnode *b = block_find(dev, pf->off);
         if (b) {
             tree_take(&dev->alloc_root, b->off, false);
             dev->n_alloc--;
@@ -579,7 +579,7 @@ int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
     bool ok = false;
     if (off != UINT64_MAX) {
         pthread_mutex_lock(&dev->mem_lock);
-        const struct pti_mnode *a = tree_floor(dev->alloc_root, off);
+        const struct pto_mnode *a = tree_floor(dev->alloc_root, off);
         if (a) {
             ok = off - a->off <= a->len && n <= a->len - (off - a->off);
             const struct pto_pending_free *pf = a->pf ? a->pf : a->src;
@@ -606,11 +606,17 @@ long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *i
     pthread_mutex_lock(&dev->mem_lock);
     for (uint32_t k = 0; k < n && bad < 0; k++) {
         uint64_t off = arena_off(dev, args[idx[k]]);
-        const struct pti_mnode *a = off == UINT64_MAX ? NULL : tree_floor(dev->alloc_root, off);
+        const struct pto_mnode *a = off == UINT64_MAX ? NULL : tree_floor(dev->alloc_root, off);
         /* Inside a block: live, carved from a queued free, or queued for freeing itself. */
         if (!a || off - a->off >= a->len)
             bad = (long)k;
     }
     pthread_mutex_unlock(&dev->mem_lock);
     return bad;
+}
+
+/* The stream-ordered free command's release (its row in cmddef.c): the block is reclaimed whatever the outcome. */
+void pti_free_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pti_mem_reclaim(dev, cmd->u.free.pf);
 }

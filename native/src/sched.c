@@ -268,3 +268,16 @@ void pti_sched_run(pto_device *dev)
     if (progress || next_deadline)
         pti_sched_wake(dev, true); /* the scheduler thread tracks deadlines */
 }
+
+/* ---- the delay command (its row in cmddef.c): a hold the passes time ---------------------- */
+
+void pti_delay_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    cmd->deadline_ns = cmd->start_ns + cmd->u.delay.us * 1000ull;
+}
+
+bool pti_delay_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                    struct pto_cmd_outcome *out)
+{
+    return now >= cmd->deadline_ns;
+}

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "pto_program.h"
 
 int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd_out, void **heap_out)
@@ -298,6 +299,35 @@ int pto_stream_memset(pto_stream *s, pto_devptr dst, uint8_t value, uint64_t nby
     return pti_slot_commit(s, cmd, PTO_CMD_MEMSET, token);
 }
 
+/* The argument array of a launch or a program run: present, and within the ring heap.  0 or -PTO_EINVAL. */
+static int check_args(const pto_stream *s, const uint64_t *args, uint32_t nargs, const char *fn)
+{
+    if (nargs && !args)
+        return pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
+    if ((uint64_t)nargs * 8u > s->heap_size)
+        return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
+                         s->heap_size);
+    return 0;
+}
+
+/*
+ * Take a slot for a launch or a program run and copy its arguments (which
+ * check_args accepted) into the slot's ring heap, at *heap; the caller fills
+ * cmd->u and commits.  Returns 0 or pti_slot_begin's error.
+ */
+static int begin_with_args(pto_stream *s, const uint64_t *args, uint32_t nargs, const char *fn,
+                           struct pto_cmd **cmd, uint64_t **heap)
+{
+    void *h;
+    int rc = pti_slot_begin(s, fn, nargs * 8u, false, cmd, &h);
+    if (rc)
+        return rc;
+    if (nargs)
+        memcpy(h, args, (size_t)nargs * 8u);
+    *heap = h;
+    return 0;
+}
+
 static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                         uint32_t nargs, const char *fn)
 {
@@ -310,11 +340,8 @@ static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uin
         return pti_error(PTO_EINVAL, "%s: kernel %s was unloaded", fn, k->name);
     if (blocks == 0)
         return pti_error(PTO_EINVAL, "%s: blocks must be >= 1", fn);
-    if (nargs && !args)
-        return pti_error(PTO_EINVAL, "%s: NULL args with nargs=%u", fn, nargs);
-    if ((uint64_t)nargs * 8u > s->heap_size)
-        return pti_error(PTO_EINVAL, "%s: %u arguments exceed the %u-byte ring heap", fn, nargs,
-                         s->heap_size);
+    if ((rc = check_args(s, args, nargs, fn)))
+        return rc;
     /* Declared tensor arguments inside device memory: a core never dereferences a stray address. */
     return pti_args_check(s->dev, atomic_load_explicit(&k->kinds, memory_order_acquire), args, nargs, fn,
                           k->name);
@@ -325,12 +352,10 @@ static int commit_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const ui
                          uint32_t nargs, uint64_t token, const char *fn)
 {
     struct pto_cmd *cmd;
-    void *heap;
-    int rc = pti_slot_begin(s, fn, nargs * 8u, false, &cmd, &heap);
+    uint64_t *heap;
+    int rc = begin_with_args(s, args, nargs, fn, &cmd, &heap);
     if (rc)
         return rc;
-    if (nargs)
-        memcpy(heap, args, (size_t)nargs * 8u);
     pti_kernel_ref(k);
     cmd->u.launch.k = k;
     cmd->u.launch.args = heap;
@@ -346,6 +371,49 @@ int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
     if (rc)
         return rc;
     return commit_launch(s, k, blocks, args, nargs, token, "pto_stream_launch");
+}
+
+/* A program run: p loaded on s's device, its parameter count, its arguments (as check_launch's). */
+static int check_program(pto_stream *s, pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn)
+{
+    int rc = check_stream(s, fn);
+    if (rc)
+        return rc;
+    if (!p || p->dev != s->dev)
+        return pti_error(PTO_EINVAL, "%s: program is NULL or from another device", fn);
+    if (atomic_load_explicit(&p->unloaded, memory_order_acquire))
+        return pti_error(PTO_EINVAL, "%s: program %s was unloaded", fn, p->name);
+    if (nargs != p->desc->nparams)
+        return pti_error(PTO_EINVAL, "%s: program %s takes %u arguments, got %u", fn, p->name,
+                         p->desc->nparams, nargs);
+    if ((rc = check_args(s, args, nargs, fn)))
+        return rc;
+    return pti_program_args_check(p, args, nargs, fn);
+}
+
+/* Queue a PTO_CMD_PROGRAM (orch.c runs it) that check_program accepted. */
+static int commit_program(pto_stream *s, pto_program *p, const uint64_t *args, uint32_t nargs,
+                          uint64_t token, const char *fn)
+{
+    struct pto_cmd *cmd;
+    uint64_t *heap;
+    int rc = begin_with_args(s, args, nargs, fn, &cmd, &heap);
+    if (rc)
+        return rc;
+    pti_program_ref(p);
+    cmd->u.prog.p = p;
+    cmd->u.prog.args = heap;
+    cmd->u.prog.nargs = nargs;
+    return pti_slot_commit(s, cmd, PTO_CMD_PROGRAM, token);
+}
+
+int pto_stream_run_program(pto_stream *s, pto_program *p, const uint64_t *args, uint32_t nargs,
+                           uint64_t token)
+{
+    int rc = check_program(s, p, args, nargs, "pto_stream_run_program");
+    if (rc)
+        return rc;
+    return commit_program(s, p, args, nargs, token, "pto_stream_run_program");
 }
 
 static int submit_record(pto_stream *s, pto_event *e, bool ordering, bool edge, uint64_t token,

@@ -5,6 +5,10 @@
  * threads, through pti_trace_cmd: one record per command at completion
  * (exec.c), one per launch block on its core (engines.c); the host drains
  * with pto_trace_read.
+ * The ring follows internal.h's scheme: trace_head counts the records ever
+ * read or dropped, trace_tail those ever pushed; it keeps exactly
+ * trace_entries records (the configured trace_capacity, any number, so
+ * record i lives in trace_buf[i % trace_entries] and there is no mask).
  * When the ring is full the oldest record is overwritten and counted in
  * trace_dropped.  The buffer is allocated on first use.
  */
@@ -13,33 +17,24 @@
 
 #include "internal.h"
 
-static const char *cmd_name(uint32_t kind)
-{
-    static const char *const names[] = {
-        "?",      "h2d",    "d2h",  "d2d",  "memset", "launch", "block",
-        "record", "wait",   "free", "notify", "delay", "latch", "peer", "program", "task",
-    };
-    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
-}
 
 void pti_trace_push(pto_device *dev, const pto_trace_record *r)
 {
     pthread_mutex_lock(&dev->trace_lock);
     if (!dev->trace_buf) {
-        dev->trace_buf = malloc((size_t)dev->trace_cap * sizeof(*dev->trace_buf));
+        dev->trace_buf = malloc((size_t)dev->trace_entries * sizeof(*dev->trace_buf));
         if (!dev->trace_buf) {
             dev->trace_dropped++;
             pthread_mutex_unlock(&dev->trace_lock);
             return;
         }
     }
-    if (dev->trace_len == dev->trace_cap) {
-        dev->trace_head = (dev->trace_head + 1) % dev->trace_cap;
-        dev->trace_len--;
+    if (dev->trace_tail - dev->trace_head == dev->trace_entries) {
+        dev->trace_head++;
         dev->trace_dropped++;
     }
-    dev->trace_buf[(dev->trace_head + dev->trace_len) % dev->trace_cap] = *r;
-    dev->trace_len++;
+    dev->trace_buf[dev->trace_tail % dev->trace_entries] = *r;
+    dev->trace_tail++;
     pthread_mutex_unlock(&dev->trace_lock);
 }
 
@@ -75,12 +70,10 @@ void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     default:
         break;
     }
-    if (cmd->kind == PTO_CMD_LAUNCH)
-        pti_strlcpy(r.name, cmd->u.launch.k->name, sizeof(r.name));
-    else if (cmd->kind == PTO_CMD_PROGRAM)
-        pti_strlcpy(r.name, pto_program_name(cmd->u.prog.p), sizeof(r.name));
-    else
-        pti_strlcpy(r.name, cmd_name(cmd->kind), sizeof(r.name));
+    /* Its kind's row names it (cmddef.c): a launch or a program by its own name. */
+    const struct pto_cmd_def *def = pti_cmd_def(cmd->kind);
+    const char *name = !def ? "?" : def->trace_name ? def->trace_name(cmd) : def->name;
+    pti_strlcpy(r.name, name, sizeof(r.name));
     pti_trace_push(dev, &r);
 }
 
@@ -104,10 +97,9 @@ int pto_trace_read(pto_device *dev, pto_trace_record *out, uint32_t max)
         return pti_error(PTO_EINVAL, "pto_trace_read: NULL argument");
     pthread_mutex_lock(&dev->trace_lock);
     uint32_t n = 0;
-    while (n < max && dev->trace_len > 0) {
-        out[n++] = dev->trace_buf[dev->trace_head];
-        dev->trace_head = (dev->trace_head + 1) % dev->trace_cap;
-        dev->trace_len--;
+    while (n < max && dev->trace_head != dev->trace_tail) {
+        out[n++] = dev->trace_buf[dev->trace_head % dev->trace_entries];
+        dev->trace_head++;
     }
     pthread_mutex_unlock(&dev->trace_lock);
     return (int)n;

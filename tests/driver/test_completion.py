@@ -11,7 +11,7 @@ import pytest
 from helpers import held, new_token
 from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
 
-from .util import device_stats, notify
+from .util import device_stats, notify, sync
 
 
 def readable(fd: int, timeout: float = 0.0) -> bool:
@@ -164,3 +164,30 @@ def test_only_a_streams_first_failure_carries_the_first_failure_flag(dev, cq, st
     notify(stream, healthy)
     rec = cq.wait(healthy)[healthy]
     assert rec.status == 0 and rec.flags == 0 and rec.fail_id == 0
+
+
+def test_the_queue_doubles_around_its_wrap_and_keeps_every_record_in_order(dev, cq, stream):
+    # Its first 256 slots hold 100 records, 60 of them drained: the ring then wraps and must
+    # double twice (256 -> 512 -> 1024) with its oldest record in the middle of the array.
+    toks = [new_token() for _ in range(700)]
+    for t in toks[:100]:
+        notify(stream, t)
+    sync(stream)
+    got = []
+    while len(got) < 60:
+        got += cq.drain(60 - len(got))
+    for k in range(100, 700, 100):
+        for t in toks[k:k + 100]:
+            notify(stream, t)
+        sync(stream)
+    assert lib.pto_cq_ready(dev) == 640
+    out = ffi.new("pto_completion *")
+    for t in (toks[60], toks[255], toks[256], toks[511], toks[699]):  # found, and left queued
+        check(lib.pto_wait_token(dev, t, 10_000_000, out))
+        assert out.token == t
+    assert lib.pto_cq_ready(dev) == 640
+    while len(got) < 700:
+        got += cq.drain()
+    assert [r.token for r in got] == toks
+    assert [r.seq for r in got] == list(range(1, 701))
+    assert lib.pto_cq_ready(dev) == 0 and not readable(lib.pto_cq_fd(dev))

@@ -1,0 +1,751 @@
+/*
+ * orch.c - a program's run: its orchestration threads, its tasks dispatched
+ * to free compute cores as their dependencies complete, and the heap of its
+ * intermediates.
+ *
+ * Phase: execution.  The program object (its descriptor, load, stats) is
+ * program.c's; the PTO_CMD_PROGRAM command is queued by submit.c
+ * (pto_stream_run_program) and started here.
+ *
+ * Threads.  When the scheduler starts the command (pti_program_start,
+ * sched_lock held), it hands the run to the device's orchestration threads
+ * (aicpu_thread_num of them, started with the first program loaded): an
+ * orchestration blocks when the task window is full, and a scheduler thread
+ * must never block, so the orchestration does not run inside a scheduler
+ * pass.  The orchestration is compiled C: its loops are real loops, and
+ * each ops->submit makes the next task instance.  A task whose
+ * predecessors have all completed goes to the core queue (engines.c) at
+ * once; one that waits is dispatched by the core that completes its last
+ * predecessor.  So the orchestration, the cores and the dispatch overlap.
+ *
+ * One edge rule.  Which instance waits for which is decided at compile time
+ * by pypto_async/ir/_deps.py and arrives here as a table (pred_off,
+ * pred_ids); the driver only counts: at submit, each predecessor not yet
+ * complete takes a dependency entry on its successor list and bumps the new
+ * task's pending count; completing a task walks its list.  Without a table
+ * (a program too large to expand at compile time) each instance waits for
+ * the one before it, which is always sound.
+ *
+ * The rings, PyPTO's:
+ *   - ring_task_window: task slots.  Instance i lives in slot i % W; slots
+ *     retire in submission order once their task completed, so a full
+ *     window makes the orchestration wait for the oldest task.  Tasks of an
+ *     open scope (pl.manual_scope) do not retire until the scope ends: a
+ *     scope that holds a whole window can never end, and that (and only
+ *     that) is reported as a deadlock naming the knob.
+ *   - ring_heap: bytes of intermediates (when set; left at its default, only
+ *     device memory bounds them).  Each is placed (first fit) before
+ *     its first user is submitted and reclaimed when its last user retires;
+ *     when none fits the orchestration waits for a retirement that frees
+ *     one, and fails only when no such retirement can come.
+ *   - ring_dep_pool: successor entries in flight.  When the pool is empty
+ *     the orchestration waits for tasks to complete (every entry belongs to
+ *     a submitted task, which will complete), so it never deadlocks.
+ *
+ * Failure.  A task that fails (blk->fail, engines.c's pti_block_fail) fails
+ * the program with its own status and "task NAME: message"; its successors,
+ * and theirs, complete without running; independent tasks still run.  The
+ * command completes once the orchestration has returned and every submitted
+ * task completed, so no task outlives its launch.
+ *
+ * Locks: run->lock guards one run's slots, pool and heap; it is taken with
+ * no driver lock held, and core_lock / trace_lock / mem_lock may be taken
+ * under it (never sched_lock: the finish path drops it first).  pool->lock
+ * (the orchestration threads' queue) is taken under sched_lock.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "pto_program.h"
+
+#define NONE UINT32_MAX
+
+enum { T_FREE = 0, T_WAITING, T_RUNNING, T_DONE };
+
+struct pto_task {
+    struct pto_run run;           /* its run on the core queue (run.task == this) */
+    struct pto_orch *orch;
+    uint32_t id, site;
+    uint32_t pending;             /* predecessors not complete (+1 while it is being submitted) */
+    uint32_t succ;                /* first successor entry in the dep pool, NONE: none */
+    uint8_t state;
+    bool poisoned;                /* a predecessor failed: complete without running */
+    int32_t status;
+    uint64_t submit_ns;
+    int64_t idx[PTO_PROGRAM_MAX_IDX];
+};
+
+struct pto_dep {
+    uint32_t task;                /* the successor's instance id */
+    uint32_t next;
+};
+
+struct pto_extent {
+    uint64_t off, len;
+    uint32_t scratch;
+};
+
+struct pto_orch {
+    pto_device *dev;
+    pto_stream *s;
+    struct pto_cmd *cmd;
+    pto_program *p;
+    const pto_program_desc *d;
+    struct pto_orch *qnext;       /* the orchestration threads' queue */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;            /* the orchestration waits here for retirements */
+    bool waiting;
+
+    uint32_t window;
+    struct pto_task *slots;
+    uint32_t submitted, retired, completed;
+    uint32_t scope_depth, scope_start;
+    bool orch_done, finished;
+
+    struct pto_dep *pool;
+    uint32_t pool_size, free_dep, dep_used;
+
+    pto_devptr heap_base;
+    uint64_t heap_size, heap_used;
+    struct pto_extent *live;      /* placed intermediates, sorted by off */
+    uint32_t nlive;
+    uint8_t *failed;              /* per instance (with a table): completed with a failure */
+
+    int32_t status;               /* the first failure */
+    char msg[PTI_MSG_LEN];
+    uint64_t start_ns;
+    uint32_t window_hwm, dep_hwm;
+    uint64_t heap_hwm, waits_window, waits_deps, waits_heap;
+    void **args;                  /* launch arguments, then the intermediates' addresses */
+};
+
+struct pto_orch_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    struct pto_orch *head, *tail;
+    bool stop;
+    uint32_t n;
+    pthread_t *threads;
+};
+
+static const pto_orch_ops orch_ops;
+
+/* ---- failure ---------------------------------------------------------------------------- */
+
+/* Record the program's first failure (run->lock held). */
+static void run_fail(struct pto_orch *o, int32_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void run_fail(struct pto_orch *o, int32_t status, const char *fmt, ...)
+{
+    if (o->status)
+        return;
+    o->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->msg, sizeof(o->msg), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the heap of intermediates -------------------------------------------------------- */
+
+/* First fit in [0, heap_size) among the live extents (run->lock held); UINT64_MAX: none. */
+static uint64_t heap_fit(struct pto_orch *o, uint64_t len, uint32_t *at)
+{
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < o->nlive; k++) {
+        if (o->live[k].off - off >= len) {
+            *at = k;
+            return off;
+        }
+        off = o->live[k].off + o->live[k].len;
+    }
+    if (o->heap_size - off >= len) {
+        *at = o->nlive;
+        return off;
+    }
+    return UINT64_MAX;
+}
+
+static void heap_release(struct pto_orch *o, uint32_t scratch)
+{
+    for (uint32_t k = 0; k < o->nlive; k++) {
+        if (o->live[k].scratch != scratch)
+            continue;
+        o->heap_used -= o->live[k].len;
+        memmove(&o->live[k], &o->live[k + 1], (o->nlive - k - 1) * sizeof(*o->live));
+        o->nlive--;
+        return;
+    }
+}
+
+/* Whether a retirement still to come reclaims some placed intermediate (run->lock held). */
+static bool heap_will_free(struct pto_orch *o, uint32_t next)
+{
+    for (uint32_t k = 0; k < o->nlive; k++) {
+        uint32_t last = o->d->scratch[o->live[k].scratch].last;
+        bool held = o->scope_depth && last >= o->scope_start;
+        if (last < next && !held)
+            return true;
+    }
+    return false;
+}
+
+static uint64_t round64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
+
+/* ---- completion ---------------------------------------------------------------------------- */
+
+static bool pred_failed(struct pto_orch *o, uint32_t p)
+{
+    if (o->failed)
+        return o->failed[p] != 0;
+    return o->status != 0; /* no table: a chain, and everything after a failure depends on it */
+}
+
+/* Retire completed tasks in order (run->lock held); wakes the orchestration if it waits. */
+static void retire(struct pto_orch *o)
+{
+    bool moved = false;
+    while (o->retired < o->submitted) {
+        struct pto_task *t = &o->slots[o->retired % o->window];
+        if (t->state != T_DONE || (o->scope_depth && o->retired >= o->scope_start))
+            break;
+        t->state = T_FREE;
+        for (uint32_t j = 0; j < o->d->nscratch; j++)
+            if (o->d->scratch[j].last == o->retired)
+                heap_release(o, j);
+        o->retired++;
+        moved = true;
+    }
+    if (moved && o->waiting)
+        pthread_cond_signal(&o->cv);
+}
+
+/*
+ * Complete task t with status (0, its own failure, or -PTO_EDEP skipped),
+ * run->lock held: walk its successors, appending those now ready to
+ * *ready (a singly linked list through run.qnext); skipped ones complete
+ * here too, iteratively.
+ */
+static void task_complete(struct pto_orch *o, struct pto_task *t, int32_t status,
+                          struct pto_run **ready)
+{
+    struct pto_task *stack = NULL; /* skipped tasks still to complete, through run.qnext */
+    for (;;) {
+        t->state = T_DONE;
+        t->status = status;
+        if (status && o->failed)
+            o->failed[t->id] = 1;
+        o->completed++;
+        uint32_t e = t->succ;
+        t->succ = NONE;
+        while (e != NONE) {
+            struct pto_dep *dep = &o->pool[e];
+            uint32_t next = dep->next;
+            struct pto_task *u = &o->slots[dep->task % o->window];
+            if (status)
+                u->poisoned = true;
+            if (--u->pending == 0) {
+                if (u->poisoned) {
+                    u->run.qnext = (struct pto_run *)stack;
+                    stack = u;
+                } else {
+                    u->state = T_RUNNING;
+                    u->run.qnext = *ready;
+                    *ready = &u->run;
+                }
+            }
+            dep->next = o->free_dep;
+            o->free_dep = e;
+            o->dep_used--;
+            e = next;
+        }
+        if (!stack)
+            break;
+        t = stack;
+        stack = (struct pto_task *)t->run.qnext;
+        status = -PTO_EDEP;
+    }
+    retire(o);
+    if (o->waiting)
+        pthread_cond_signal(&o->cv); /* dependency entries came back */
+}
+
+static void dispatch(pto_device *dev, struct pto_run *ready)
+{
+    pti_core_enqueue_runs(dev, ready); /* one batch: one lock, each idle core woken once */
+}
+
+/* The run is over (run->lock not held, nobody else touches o): complete the command. */
+static void run_finish(struct pto_orch *o)
+{
+    pto_device *dev = o->dev;
+    uint64_t end = pto_now_ns();
+    pti_program_count_run(o->p, &(pto_program_stats){
+                                    .runs = 1,
+                                    .tasks = o->submitted,
+                                    .window_hwm = o->window_hwm,
+                                    .dep_hwm = o->dep_hwm,
+                                    .heap_hwm = o->heap_hwm,
+                                    .window_waits = o->waits_window,
+                                    .dep_waits = o->waits_deps,
+                                    .heap_waits = o->waits_heap,
+                                });
+    if (o->heap_base)
+        pto_mem_free(dev, o->heap_base);
+    atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed); /* one launch per run */
+    pthread_mutex_lock(&dev->sched_lock);
+    int32_t status = o->status;
+    if (!status && pti_dev_lost(dev))
+        status = -PTO_EDEVLOST;
+    pti_cmd_finish(dev, o->s, o->cmd, status, status == -PTO_EDEVLOST ? dev->lost_cause : 0,
+                   status ? o->msg : NULL, status != 0, o->start_ns, end, PTO_ENGINE_NONE);
+    pti_sched_run(dev);
+    pthread_mutex_unlock(&dev->sched_lock);
+    pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->cv);
+    free(o->slots);
+    free(o->pool);
+    free(o->live);
+    free(o->failed);
+    free(o->args);
+    free(o);
+}
+
+/* Whether the run is over and this caller is the one to finish it (run->lock held). */
+static bool claim_finish(struct pto_orch *o)
+{
+    if (o->finished || !o->orch_done || o->completed != o->submitted)
+        return false;
+    o->finished = true;
+    return true;
+}
+
+/* ---- tasks on cores -------------------------------------------------------------------------- */
+
+static void sleep_us(uint32_t us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
+{
+    struct pto_task *t = r->task;
+    struct pto_orch *o = t->orch;
+    const pto_task_site *site = &o->d->sites[t->site];
+    uint64_t start = pto_now_ns();
+    bool lost = pti_dev_lost(dev);
+    if (!lost) {
+        pto_block blk = {
+            .block_idx = 0,
+            .block_num = 1,
+            .core_idx = (uint32_t)eng->id,
+            .ctx = r,
+            .fail = pti_block_fail,
+        };
+        uint32_t delay = atomic_load_explicit(&o->p->delay_us[t->site], memory_order_relaxed);
+        if (delay)
+            sleep_us(delay); /* the core is busy with this task, before its body runs */
+        site->fn(&blk, (void *const *)o->args, t->idx);
+    }
+    uint64_t end = pto_now_ns();
+    atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
+    atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
+    int32_t status = 0;
+    if (lost)
+        status = -PTO_EDEVLOST;
+    else if (atomic_load_explicit(&r->fail_claim, memory_order_acquire))
+        status = -r->fail_code;
+    if (pti_trace_on(dev)) {
+        pto_trace_record rec;
+        memset(&rec, 0, sizeof(rec));
+        rec.token = o->cmd->token;
+        rec.seq = o->cmd->seq;
+        rec.submit_ns = t->submit_ns;
+        rec.start_ns = start;
+        rec.end_ns = end;
+        rec.stream_id = o->s->id;
+        rec.engine = eng->id;
+        rec.kind = PTO_CMD_TASK;
+        rec.block = t->id;
+        rec.status = status;
+        pti_strlcpy(rec.name, site->name, sizeof(rec.name));
+        pti_trace_push(dev, &rec);
+    }
+    struct pto_run *ready = NULL;
+    pthread_mutex_lock(&o->lock);
+    if (status == -PTO_EDEVLOST)
+        run_fail(o, status, "task %s: device lost: %s", site->name, dev->lost_msg);
+    else if (status)
+        run_fail(o, status, "task %s: %s", site->name, r->fail_msg);
+    task_complete(o, t, status, &ready);
+    bool fin = claim_finish(o);
+    pthread_mutex_unlock(&o->lock);
+    dispatch(dev, ready);
+    if (fin)
+        run_finish(o);
+}
+
+/* ---- the orchestration's calls ------------------------------------------------------------ */
+
+static int stopped(struct pto_orch *o)
+{
+    pto_device *dev = o->dev;
+    if (pti_dev_lost(dev)) {
+        run_fail(o, -PTO_EDEVLOST, "device lost: %s", dev->lost_msg);
+        return -PTO_EDEVLOST;
+    }
+    if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
+        run_fail(o, -PTO_ECANCELED, "device closed while program %s ran", o->p->name);
+        return -PTO_ECANCELED;
+    }
+    return 0;
+}
+
+static void wait_retire(struct pto_orch *o, uint64_t *counter)
+{
+    (*counter)++;
+    o->waiting = true;
+    pthread_cond_wait(&o->cv, &o->lock);
+    o->waiting = false;
+}
+
+/* Place the intermediates first used by instance i (run->lock held). */
+static int place_scratch(struct pto_orch *o, uint32_t i)
+{
+    const pto_program_desc *d = o->d;
+    for (uint32_t j = 0; j < d->nscratch; j++) {
+        if (d->scratch[j].first != i)
+            continue;
+        uint64_t len = round64(d->scratch[j].bytes);
+        uint32_t at;
+        uint64_t off;
+        while ((off = heap_fit(o, len, &at)) == UINT64_MAX) {
+            if (!heap_will_free(o, i)) {
+                run_fail(o, -PTO_ENOMEM,
+                         "intermediates need more than ring_heap=%llu bytes (task %u): raise "
+                         "RunConfig(ring_heap=...)",
+                         (unsigned long long)o->dev->program_heap, i);
+                return -PTO_ENOMEM;
+            }
+            wait_retire(o, &o->waits_heap);
+            int rc = stopped(o);
+            if (rc)
+                return rc;
+        }
+        memmove(&o->live[at + 1], &o->live[at], (o->nlive - at) * sizeof(*o->live));
+        o->live[at] = (struct pto_extent){off, len, j};
+        o->nlive++;
+        o->heap_used += len;
+        if (o->heap_used > o->heap_hwm)
+            o->heap_hwm = o->heap_used;
+        o->args[d->nparams + j] = (void *)(uintptr_t)(o->heap_base + off);
+    }
+    return 0;
+}
+
+/* Make t wait for predecessor p (run->lock held); may wait for a dependency entry. */
+static int add_pred(struct pto_orch *o, struct pto_task *t, uint32_t p)
+{
+    for (;;) {
+        if (p < o->retired || o->slots[p % o->window].state == T_DONE) {
+            if (pred_failed(o, p))
+                t->poisoned = true;
+            return 0;
+        }
+        if (o->free_dep != NONE)
+            break;
+        wait_retire(o, &o->waits_deps); /* p may complete meanwhile: look again */
+        int rc = stopped(o);
+        if (rc)
+            return rc;
+    }
+    uint32_t e = o->free_dep;
+    struct pto_task *src = &o->slots[p % o->window];
+    o->free_dep = o->pool[e].next;
+    o->pool[e].task = t->id;
+    o->pool[e].next = src->succ;
+    src->succ = e;
+    t->pending++;
+    if (++o->dep_used > o->dep_hwm)
+        o->dep_hwm = o->dep_used;
+    return 0;
+}
+
+static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *idx,
+                              struct pto_run **ready)
+{
+    const pto_program_desc *d = o->d;
+    uint32_t i = o->submitted;
+    int rc = stopped(o);
+    if (rc)
+        return rc;
+    if (site >= d->nsites || (d->ninstances && (i >= d->ninstances || d->site_of[i] != site))) {
+        run_fail(o, -PTO_EINVAL, "program %s: task %u of site %u does not match its compiled table", o->p->name,
+                 i, site);
+        return -PTO_EINVAL;
+    }
+    while (i - o->retired >= o->window) {
+        if (o->scope_depth && o->retired >= o->scope_start) {
+            run_fail(o, -PTO_EINVAL,
+                     "deadlock: a scope holds more than ring_task_window=%u tasks: raise "
+                     "RunConfig(ring_task_window=...)",
+                     o->window);
+            return -PTO_EINVAL;
+        }
+        wait_retire(o, &o->waits_window);
+        if ((rc = stopped(o)))
+            return rc;
+    }
+    if ((rc = place_scratch(o, i)))
+        return rc;
+    struct pto_task *t = &o->slots[i % o->window];
+    memset(t, 0, sizeof(*t));
+    t->orch = o;
+    t->id = i;
+    t->site = site;
+    t->succ = NONE;
+    t->pending = 1; /* held until every predecessor is counted */
+    t->state = T_WAITING;
+    t->submit_ns = pto_now_ns();
+    uint32_t nidx = d->sites[site].nidx;
+    if (nidx)
+        memcpy(t->idx, idx, nidx * sizeof(*idx));
+    t->run.cmd = o->cmd; /* the program's command: its token names a device loss */
+    t->run.task = t;
+    t->run.stream = o->s;
+    o->submitted = i + 1; /* slot i is in use from here on (retire stops at it while it waits) */
+    if (o->submitted - o->retired > o->window_hwm)
+        o->window_hwm = o->submitted - o->retired;
+    if (d->ninstances) {
+        for (uint32_t k = d->pred_off[i]; k < d->pred_off[i + 1]; k++)
+            if ((rc = add_pred(o, t, d->pred_ids[k])))
+                break;
+    } else if (i > 0) {
+        rc = add_pred(o, t, i - 1);
+    }
+    if (--t->pending == 0) {
+        if (t->poisoned || rc) {
+            task_complete(o, t, -PTO_EDEP, ready);
+        } else {
+            t->state = T_RUNNING;
+            t->run.qnext = *ready;
+            *ready = &t->run;
+        }
+    } else if (rc) {
+        t->poisoned = true; /* the program has failed: it completes without running */
+    }
+    return rc;
+}
+
+static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
+{
+    struct pto_run *ready = NULL;
+    pthread_mutex_lock(&o->lock);
+    int rc = orch_submit_locked(o, site, idx, &ready);
+    pthread_mutex_unlock(&o->lock);
+    dispatch(o->dev, ready);
+    return rc;
+}
+
+static int orch_scope_begin(pto_orch *o)
+{
+    pthread_mutex_lock(&o->lock);
+    if (o->scope_depth++ == 0)
+        o->scope_start = o->submitted;
+    pthread_mutex_unlock(&o->lock);
+    return 0;
+}
+
+static int orch_scope_end(pto_orch *o)
+{
+    pthread_mutex_lock(&o->lock);
+    if (o->scope_depth && --o->scope_depth == 0)
+        retire(o);
+    pthread_mutex_unlock(&o->lock);
+    return 0;
+}
+
+static const pto_orch_ops orch_ops = {
+    .submit = orch_submit,
+    .scope_begin = orch_scope_begin,
+    .scope_end = orch_scope_end,
+};
+
+/* ---- the orchestration threads ---------------------------------------------------------------- */
+
+static uint64_t scratch_total(const pto_program_desc *d)
+{
+    uint64_t total = 0;
+    for (uint32_t j = 0; j < d->nscratch; j++)
+        total += round64(d->scratch[j].bytes);
+    return total;
+}
+
+static void orchestrate(struct pto_orch *o)
+{
+    o->start_ns = pto_now_ns();
+    int rc = 0;
+    uint64_t want = scratch_total(o->d);
+    if (o->dev->program_heap && want > o->dev->program_heap)
+        want = o->dev->program_heap;
+    if (want) {
+        o->heap_size = want;
+        rc = pto_mem_alloc(o->dev, want, NULL, &o->heap_base);
+        if (rc) {
+            o->heap_base = 0;
+            pthread_mutex_lock(&o->lock);
+            run_fail(o, rc, "program %s: no device memory for its %llu-byte heap of intermediates",
+                     o->p->name, (unsigned long long)want);
+            pthread_mutex_unlock(&o->lock);
+        }
+    }
+    if (!rc)
+        rc = o->d->orchestrate(o, &orch_ops, (void *const *)o->args);
+    pthread_mutex_lock(&o->lock);
+    if (rc && !o->status)
+        run_fail(o, rc, "program %s: its orchestration returned %s", o->p->name, pto_status_name(rc));
+    o->scope_depth = 0;
+    retire(o);
+    o->orch_done = true;
+    bool fin = claim_finish(o);
+    pthread_mutex_unlock(&o->lock);
+    if (fin)
+        run_finish(o);
+}
+
+static void *orch_main(void *arg)
+{
+    pto_device *dev = arg;
+    struct pto_orch_pool *pool = dev->orch_pool;
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (!pool->head && !pool->stop)
+            pthread_cond_wait(&pool->cv, &pool->lock);
+        struct pto_orch *o = pool->head;
+        if (!o)
+            break;
+        pool->head = o->qnext;
+        if (!pool->head)
+            pool->tail = NULL;
+        pthread_mutex_unlock(&pool->lock);
+        orchestrate(o);
+        pthread_mutex_lock(&pool->lock);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+/* Start the orchestration threads once (obj_lock held).  Returns 0 or -PTO_ENOMEM. */
+int pti_orch_start(pto_device *dev)
+{
+    if (dev->orch_pool)
+        return 0;
+    struct pto_orch_pool *pool = calloc(1, sizeof(*pool));
+    uint32_t n = dev->cfg.aicpu_thread_num;
+    if (!pool || !(pool->threads = calloc(n, sizeof(*pool->threads)))) {
+        free(pool);
+        return pti_error(PTO_ENOMEM, "pto_program_load: out of host memory");
+    }
+    pti_mutex_init(&pool->lock);
+    pthread_cond_init(&pool->cv, NULL);
+    dev->orch_pool = pool;
+    for (uint32_t i = 0; i < n; i++) {
+        if (pthread_create(&pool->threads[i], NULL, orch_main, dev) != 0)
+            break;
+        char name[32];
+        snprintf(name, sizeof(name), "pto-aicpu%u", i);
+        pthread_setname_np(pool->threads[i], name);
+        pool->n++;
+    }
+    if (pool->n == 0) {
+        dev->orch_pool = NULL;
+        pthread_mutex_destroy(&pool->lock);
+        pthread_cond_destroy(&pool->cv);
+        free(pool->threads);
+        free(pool);
+        return pti_error(PTO_ENOMEM, "pto_program_load: cannot start an orchestration thread");
+    }
+    return 0;
+}
+
+void pti_programs_stop(pto_device *dev)
+{
+    struct pto_orch_pool *pool = dev->orch_pool;
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stop = true;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->lock);
+    for (uint32_t i = 0; i < pool->n; i++)
+        pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_cond_destroy(&pool->cv);
+    free(pool->threads);
+    free(pool);
+    dev->orch_pool = NULL;
+}
+
+static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    pto_program *p = cmd->u.prog.p;
+    const pto_program_desc *d = p->desc;
+    struct pto_orch *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->dev = dev;
+    o->s = s;
+    o->cmd = cmd;
+    o->p = p;
+    o->d = d;
+    o->window = dev->cfg.ring_task_window;
+    o->pool_size = dev->cfg.ring_dep_pool;
+    o->slots = calloc(o->window, sizeof(*o->slots));
+    o->pool = calloc(o->pool_size, sizeof(*o->pool));
+    o->live = calloc(d->nscratch ? d->nscratch : 1, sizeof(*o->live));
+    o->args = calloc((size_t)d->nparams + d->nscratch + 1, sizeof(*o->args));
+    o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
+    if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed)) {
+        free(o->slots);
+        free(o->pool);
+        free(o->live);
+        free(o->args);
+        free(o->failed);
+        free(o);
+        return NULL;
+    }
+    for (uint32_t e = 0; e < o->pool_size; e++)
+        o->pool[e].next = e + 1 < o->pool_size ? e + 1 : NONE;
+    o->free_dep = 0;
+    memcpy(o->args, cmd->u.prog.args, (size_t)cmd->u.prog.nargs * 8u);
+    pti_mutex_init(&o->lock);
+    pti_cond_init(&o->cv);
+    return o;
+}
+
+void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
+{
+    uint64_t now = cmd->start_ns;
+    struct pto_orch *o = run_new(dev, s, cmd);
+    struct pto_orch_pool *pool = dev->orch_pool;
+    if (!o || !pool) {
+        free(o);
+        pti_cmd_finish(dev, s, cmd, -PTO_ENOMEM, 0, "out of host memory to run the program", true, now,
+                       now, PTO_ENGINE_NONE);
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    if (pool->tail)
+        pool->tail->qnext = o;
+    else
+        pool->head = o;
+    pool->tail = o;
+    pthread_cond_signal(&pool->cv);
+    pthread_mutex_unlock(&pool->lock);
+}
