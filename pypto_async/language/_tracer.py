@@ -160,6 +160,18 @@ class TensorArg:
 
         return window(self, key)
 
+    def __setitem__(self, key, value):
+        """``t[r0:r1, c0:c1] = value``: store a tile (or a tensor, loaded whole) into that window of ``t``.
+
+        PyPTO's subscript assignment, which it lowers to ``assemble`` into the
+        tensor: here the same store as ``pl.assemble(t, value, [r0, c0])``.
+        The value must have the window's shape and the tensor's dtype, and
+        ``t`` must be writable (``pl.Out`` / ``pl.InOut``).
+        """
+        from ._assign import assign_window
+
+        assign_window(self, key, value)
+
     def __repr__(self) -> str:
         return f"<tensor {self.name}: {self.param.direction} {self.dtype.name}{list(self.shape)}>"
 
