@@ -269,6 +269,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     t.next_task += 1
     t.open_block("at")
     ok = False
+    from ._branch import traced_fn
+
+    fn = traced_fn(fn)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
         ok = True

@@ -277,10 +277,16 @@ class Index:
     __mul__, __rmul__ = _iop("*"), _iop("*", True)
     __floordiv__, __rfloordiv__ = _iop("//"), _iop("//", True)
     __mod__, __rmod__ = _iop("%"), _iop("%", True)
+    # Comparisons give an index of value 1 or 0: the condition of a runtime ``if`` (see _runtime_scalars).
+    __eq__, __ne__ = _iop("=="), _iop("!=")
+    __lt__, __le__ = _iop("<"), _iop("<=")
+    __gt__, __ge__ = _iop(">"), _iop(">=")
+    __hash__ = object.__hash__
 
     def _symbolic(self, *_):
         raise compile_error(
-            "a loop index is symbolic at trace time; use it in load/store offsets, "
+            "a loop index is symbolic at trace time (so is a pl.read scalar); use it in load/store offsets, "
+            "valid extents, pl.range bounds or the condition of an if statement, "
             "or use a Python range() to unroll",
             user_loc(),
         )
