@@ -135,6 +135,7 @@ class range:  # noqa: A001
             start, stop = 0, start
         # A bound that is a runtime scalar (pl.read) or an index makes a loop with runtime bounds.
         self._dynamic = any(isinstance(b, (Index, ScalarArg)) for b in (start, stop))
+        self._raw = (start, stop)
         if self._dynamic:
             self.start = to_index(start, f"{self._kind} start")
             self.stop = to_index(stop, f"{self._kind} stop")
@@ -173,8 +174,10 @@ class range:  # noqa: A001
         self._var = t.new_index("i")
         if self._dynamic:
             if "at" not in t.frames:
-                raise compile_error(f"a {self._kind} with runtime bounds runs inside a pl.at region (or an InCore "
-                                    f"function) here", self._loc)
+                what, bad = next((w, b) for w, b in zip(("start", "stop"), self._raw) if not is_int(b))
+                raise compile_error(f"{self._kind} {what} must be a Python int, got {bad!r} (a runtime bound, a "
+                                    f"loop index or a pl.read scalar, is taken inside a pl.at region or an InCore "
+                                    f"function)", self._loc)
             if self._init is not None:
                 raise compile_error(f"{self._kind}(..., init_values=) takes int bounds here", self._loc)
             t.ranges[self._var.name] = RUNTIME
