@@ -295,3 +295,39 @@ def test_a_runtime_range_outside_a_region():
 
     assert_at(_error(k, X, 3, X.copy()), where[0], "pl.range stop must be a Python int",
               "is taken inside a pl.at region")
+
+
+@pl.program
+class RaggedProgram:
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, x: pl.Tensor[[4 * Q, C], pl.FP32], cfg: pl.Tensor[[2], pl.INT32],
+          y: pl.Out[pl.Tensor[[4 * Q, C], pl.FP32]]) -> pl.Tensor[[4 * Q, C], pl.FP32]:
+        n = pl.read(cfg, [0])
+        for i in pl.range(n):
+            if i == 0:
+                v = pl.read(cfg, [1])
+            else:
+                v = C
+            t = pl.load(x, [i * Q, 0], [Q, C], valid_shape=[Q, v])
+            pl.store(pl.fillpad(t, pl.PadValue.zero), [i * Q, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[4 * Q, C], pl.FP32], cfg: pl.Tensor[[2], pl.INT32],
+             y: pl.Out[pl.Tensor[[4 * Q, C], pl.FP32]]) -> pl.Tensor[[4 * Q, C], pl.FP32]:
+        return self.k(x, cfg, y)
+
+
+def test_an_incore_function_of_a_program_and_its_class_form(launcher, rng):
+    from pypto_async import ir
+
+    x = rng.standard_normal((4 * Q, C)).astype(np.float32)
+    cfg = np.array([3, 5], np.int32)
+    namespace: dict = {}
+    exec(compile(RaggedProgram.as_python(form="class"), "<as_python>", "exec"), namespace)  # noqa: S102
+    for program in (RaggedProgram, namespace["RaggedProgram"]):
+        y = poison((4 * Q, C))
+        launcher.run(ir.compile(program), x, cfg, y)
+        want = x[:3 * Q].copy()
+        want[:Q, 5:] = 0
+        np.testing.assert_array_equal(y[:3 * Q], want)
