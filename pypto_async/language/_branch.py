@@ -13,8 +13,9 @@ trace time cannot pick a branch.  Before a kernel is traced, each of its
         (n1, ...) = _b.merge(("n1", ...), locals())
 
 where ``n1, ...`` are the names either branch binds.  A kernel whose source
-is not available (built by ``exec``), or that has no ``if``, is traced as
-it is.  Line numbers are kept, so errors point at the user's lines.
+is not available (built by ``exec``), that has no ``if``, or that declares
+a ``nonlocal``, is traced as it is; so are the plain Python functions a
+kernel calls (their ``if`` statements stay Python's).  Line numbers are kept, so errors point at the user's lines.
 """
 
 from __future__ import annotations
@@ -156,8 +157,11 @@ def _rewrite(fn):
     if len(defs) != 1 or defs[0].name != fn.__name__:
         return fn
     fdef = defs[0]
-    if not any(isinstance(n, ast.If) for n in ast.walk(fdef)):
+    nodes = list(ast.walk(fdef))
+    if not any(isinstance(n, ast.If) for n in nodes):
         return fn
+    if any(isinstance(n, (ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
+        return fn  # rebuilt, a nonlocal would bind a copy of the cell; generators are not kernels
     fdef.decorator_list = []
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
     _Rewrite().visit(fdef)

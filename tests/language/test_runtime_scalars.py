@@ -331,3 +331,30 @@ def test_an_incore_function_of_a_program_and_its_class_form(launcher, rng):
         want = x[:3 * Q].copy()
         want[:Q, 5:] = 0
         np.testing.assert_array_equal(y[:3 * Q], want)
+
+
+def test_a_scalar_parameter_bounds_a_loop_and_nested_runtime_ifs_merge(launcher, rng):
+    @pl.jit
+    def k(x: pl.Tensor, cfg: pl.Tensor, n: pl.Scalar[pl.INDEX], out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            a = pl.read(cfg, [0])
+            b = pl.read(cfg, [1])
+            for i in pl.range(n):
+                if a > i:
+                    if b > i:
+                        w = 4
+                    else:
+                        w = 8
+                else:
+                    w = 12
+                t = pl.load(x, [i * Q, 0], [Q, C], valid_shape=[Q, w])
+                pl.store(pl.fillpad(t, pl.PadValue.max), [i * Q, 0], out)
+
+    x = rng.standard_normal((4 * Q, C)).astype(np.float32)
+    cfg = np.array([3, 1], np.int64)
+    out = poison((4 * Q, C))
+    launcher.run(k.compile(x, cfg, 4, out), x, cfg, 4, out)
+    want = x.copy()
+    for i, w in enumerate((4, 8, 8, 12)):
+        want[i * Q:(i + 1) * Q, w:] = np.inf
+    np.testing.assert_array_equal(out, want)
