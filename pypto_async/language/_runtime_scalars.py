@@ -51,8 +51,8 @@ def read(tensor, indices) -> Index:
     if p.dtype.name not in INTEGER_DTYPES:
         raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
                             f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
-    if p.direction != "in":
-        raise compile_error(f"pl.read: {tensor.name!r} is {p.direction}; a runtime scalar is read from an input "
+    if tensor.param.direction != "in":  # a kernel's In parameter, whatever the orchestration passes it
+        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; a runtime scalar is read from an input "
                             f"tensor (pl.Tensor) here, which no store of the kernel changes", loc)
     if not isinstance(indices, (list, tuple)):
         indices = [indices]

@@ -358,3 +358,36 @@ def test_a_scalar_parameter_bounds_a_loop_and_nested_runtime_ifs_merge(launcher,
     for i, w in enumerate((4, 8, 8, 12)):
         want[i * Q:(i + 1) * Q, w:] = np.inf
     np.testing.assert_array_equal(out, want)
+
+
+def test_subscripts_inside_a_runtime_loop_and_a_read_of_an_intermediate(launcher, rng):
+    @pl.program
+    class Twice:
+        @pl.function(type=pl.FunctionType.InCore)
+        def count(self, cfg: pl.Tensor[[1, 2], pl.INT32],
+                  n: pl.Out[pl.Tensor[[1, 2], pl.INT32]]) -> pl.Tensor[[1, 2], pl.INT32]:
+            n[:] = pl.add(cfg, 1)  # the trip count is computed by an earlier task
+            return n
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def body(self, x: pl.Tensor[[4 * Q, C], pl.FP32], n: pl.Tensor[[1, 2], pl.INT32],
+                 y: pl.Out[pl.Tensor[[4 * Q, C], pl.FP32]]) -> pl.Tensor[[4 * Q, C], pl.FP32]:
+            for i in pl.range(pl.read(n, [0, 1])):
+                y[i * Q:(i + 1) * Q, :] = pl.mul(x[i * Q:(i + 1) * Q, :], 3.0)
+            return y
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[4 * Q, C], pl.FP32], cfg: pl.Tensor[[1, 2], pl.INT32],
+                 y: pl.Out[pl.Tensor[[4 * Q, C], pl.FP32]]) -> pl.Tensor[[4 * Q, C], pl.FP32]:
+            n = pl.create_tensor([1, 2], dtype=pl.INT32)
+            n = self.count(cfg, n)
+            return self.body(x, n, y)
+
+    from pypto_async import ir
+
+    c = ir.compile(Twice)
+    assert [(e.src, e.dst) for e in c.task_graph.edges] == [(0, 1)]
+    x = rng.standard_normal((4 * Q, C)).astype(np.float32)
+    y = poison((4 * Q, C))
+    launcher.run(c, x, np.array([[0, 2]], np.int32), y)
+    np.testing.assert_allclose(y[:3 * Q], x[:3 * Q] * 3, rtol=1e-6)
