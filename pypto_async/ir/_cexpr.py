@@ -30,7 +30,9 @@ from ._nodes import (
     Full,
     IBin,
     IConst,
+    COMPARE_OPS,
     IScalar,
+    IRead,
     IVar,
     Load,
     Move,
@@ -78,6 +80,11 @@ def index(e) -> str:
         return f"ix_{e.name}"
     if isinstance(e, IScalar):
         return f"((int64_t)s_{e.param})"
+    if isinstance(e, IRead):
+        lin = " + ".join(f"{index(o)} * INT64_C({s})" for o, s in zip(e.offsets, strides(e.shape)))
+        return f"((int64_t)p_{e.param}[{lin}])"
+    if isinstance(e, IBin) and e.op in COMPARE_OPS:
+        return f"((int64_t)({index(e.a)} {e.op} {index(e.b)}))"
     if isinstance(e, IBin):
         a, b = index(e.a), index(e.b)
         if e.op == "//":

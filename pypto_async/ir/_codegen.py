@@ -36,9 +36,14 @@ from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._infer import compute_dtype
 from ._nodes import (
+    IBin,
     IConst,
+    IRead,
+    IVar,
+    SetIndex,
     Assign,
     Const,
+    DynFor,
     For,
     Fused,
     Load,
@@ -97,6 +102,8 @@ class _Gen:
         self.uses_gemm = False
         self.uses_blk = False
         self.uses_fail = False  # a runtime check may fail the launch (goto done)
+        self.declared: set[str] = set()  # runtime scalars (SetIndex) declared at the top
+        self.runtime = runtime_names(program.body)  # their names and those of runtime-bound loops
 
     # -- helpers ----------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -225,6 +232,22 @@ class _Gen:
             self.emit(f"for (int64_t {v} = {s.start}; {v} < {s.stop}; {v} += {s.step}) {{")
             self.block(s.body)
             self.emit("}")
+        elif isinstance(s, SetIndex):
+            v = _index(s.var)
+            if v not in self.declared:  # declared at the top: both branches of an if assign it
+                self.declared.add(v)
+                self.decls.append(f"int64_t {v} = 0;")
+            self.emit(f"{v} = {_index(s.value)};")
+        elif isinstance(s, DynFor):
+            v, n = _index(s.var), self.fresh("n")
+            self.emit(f"{{ /* {s.kind} */")
+            self.depth += 1
+            self.emit(f"const int64_t {n} = {_index(s.stop)};")
+            self.emit(f"for (int64_t {v} = {_index(s.start)}; {v} < {n}; {v} += {s.step}) {{")
+            self.block(s.body)
+            self.emit("}")
+            self.depth -= 1
+            self.emit("}")
         elif isinstance(s, Spmd):
             self.uses_blk = True
             self.emit(f"{{ /* spmd: {s.count} blocks */")
@@ -244,6 +267,7 @@ class _Gen:
         elif isinstance(s, Assign) and isinstance(s.expr, Load):
             # Only view loads remain outside fused chains.
             q = self.params[s.expr.param]
+            self.check_offsets(s, q.name, s.expr.offsets, s.expr.shape, s.expr.valid, "pl.load")
             name = f"vw{s.var.id}"
             if s.var.id not in self.views:  # declared at the top: a view may be read after its loop
                 self.decls.append(f"const {q.dtype.c_type} *{name} = 0;")
@@ -318,7 +342,8 @@ class _Gen:
 
     # -- fused chains ---------------------------------------------------------------
     def check_box(self, m, param: str, offsets, shape, valid, what: str) -> None:
-        """Fail the launch if a runtime valid extent leaves its tile or its tensor."""
+        """Fail the launch if a runtime valid extent, or a runtime offset, leaves its tile or its tensor."""
+        self.check_offsets(m, param, offsets, shape, valid, what)
         if valid is None:
             return
         dims = self.params[param].shape
@@ -333,6 +358,27 @@ class _Gen:
             x = self.fresh("x")
             self.emit(f"const int64_t {x} = {_index(e)};")
             self.emit(f"if ({x} < 0 || {x} > {shape[d]} || {_index(offsets[d])} + {x} > {dims[d]}) {{")
+            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
+            self.emit("    goto done;")
+            self.emit("}")
+
+    def check_offsets(self, m, param: str, offsets, shape, valid, what: str) -> None:
+        """Fail the launch if an offset over a runtime scalar puts the window outside its tensor."""
+        dims = self.params[param].shape
+        for d, off in enumerate(offsets):
+            if not _mentions(off, self.runtime):
+                continue  # checked at compile time
+            self.uses_blk = self.uses_fail = True
+            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
+            if self.task is not None:
+                where += f"task {self.task}: "
+            msg = _c_string(f"{where}{what}: runtime offset of dimension {d} puts the window outside "
+                            f"tensor {param!r} (extent {dims[d]})")
+            x = self.fresh("x")
+            # With a valid region only its box must lie inside (check_box checks a runtime extent).
+            ext = shape[d] if valid is None else valid[d].value if isinstance(valid[d], IConst) else 0
+            self.emit(f"const int64_t {x} = {_index(off)};")
+            self.emit(f"if ({x} < 0 || {x} + {ext} > {dims[d]}) {{")
             self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
             self.emit("    goto done;")
             self.emit("}")
@@ -435,6 +481,31 @@ class _Gen:
             i = idx[d + off]
             terms.append(i if stride == 1 else f"{i} * {stride}")
         return " + ".join(terms) if terms else "0"
+
+
+def runtime_names(body) -> set[str]:
+    """The names of a body's runtime scalars and of its runtime-bound loops' indices."""
+    out = set()
+    for s in body:
+        if isinstance(s, SetIndex):
+            out.add(s.var.name)
+        elif isinstance(s, DynFor):
+            if s.kind == "range":
+                out.add(s.var.name)
+            out |= runtime_names(s.body)
+        elif isinstance(s, (For, Spmd, Scope)):
+            out |= runtime_names(s.body)
+    return out
+
+
+def _mentions(e, names: set[str]) -> bool:
+    if isinstance(e, IRead):
+        return True
+    if isinstance(e, IVar):
+        return e.name in names
+    if isinstance(e, IBin):
+        return _mentions(e.a, names) or _mentions(e.b, names)
+    return False
 
 
 def generate_c(program: Program, symbol: str) -> str:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .._hazard_rule import covers, hazard, overlaps
 from ..errors import PtoCompileError
-from ._nodes import Assign, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, Spmd, Store
+from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, Spmd, Store
 from ._program import Program
 
 __all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "MAX_TASKS"]
@@ -291,7 +291,7 @@ def _region_accesses(body, env) -> list[Access]:
             out.append(Access(s.param, False, True, _box(s.offsets, s.value.type.shape, env)))
         elif isinstance(s, Fused):
             out.extend(_region_accesses(s.members, env))
-        elif isinstance(s, (For, Spmd, Scope)):
+        elif isinstance(s, (For, Spmd, Scope, DynFor)):
             out.extend(_region_accesses(s.body, env))  # the inner index is not in env: whole tensor
     return out
 

@@ -35,6 +35,7 @@ __all__ = [
     "IVar",
     "IBin",
     "IScalar",
+    "IRead",
     "IndexExpr",
     "linear_index",
     "TileType",
@@ -66,6 +67,9 @@ __all__ = [
     "Spmd",
     "Scope",
     "Fused",
+    "SetIndex",
+    "DynFor",
+    "COMPARE_OPS",
     "Stmt",
     "Param",
     "UNARY_OPS",
@@ -128,7 +132,23 @@ class IScalar:
     param: str
 
 
-IndexExpr = Union[IConst, IVar, IBin, IScalar]
+@dataclass(frozen=True)
+class IRead:
+    """An element of an integer tensor, read when the statement using it runs (``pl.read``).
+
+    ``shape`` is the tensor's, for its strides; the tensor is an input of the
+    kernel, so no store of the kernel changes what the read sees.
+    """
+
+    param: str
+    offsets: tuple["IndexExpr", ...]
+    shape: tuple[int, ...]
+
+
+#: Comparisons of index expressions (``IBin`` ops); each gives 1 or 0.
+COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
+
+IndexExpr = Union[IConst, IVar, IBin, IScalar, IRead]
 
 
 def linear_index(e) -> dict | None:
@@ -441,7 +461,39 @@ class Fused:
     materialize: tuple[int, ...]
 
 
-Stmt = Union[Assign, MatmulAcc, Update, Store, For, Spmd, Scope, Fused]
+@dataclass(frozen=True)
+class SetIndex:
+    """``var := value``: a runtime scalar (an :class:`IVar` of no static range) takes a value.
+
+    Each one the tracer makes is assigned here once per execution of the
+    enclosing body, except a name merged after a runtime ``if``, assigned
+    once in each branch.
+    """
+
+    var: IVar
+    value: "IndexExpr"
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class DynFor:
+    """A loop whose bounds are runtime index expressions (``pl.range`` over a ``pl.read`` scalar).
+
+    ``kind="if"`` / ``"else"``: the two branches of a runtime ``if``, each a
+    loop of 0 or 1 iterations (``stop`` is the condition, or 1 minus it).
+    Lives inside a region; its body holds no region.
+    """
+
+    var: IVar
+    start: "IndexExpr"
+    stop: "IndexExpr"
+    step: int
+    body: tuple["Stmt", ...]
+    loc: Loc | None = field(default=None, compare=False)
+    kind: str = "range"
+
+
+Stmt = Union[Assign, MatmulAcc, Update, Store, For, Spmd, Scope, Fused, SetIndex, DynFor]
 
 
 # ---- program -------------------------------------------------------------------
@@ -465,6 +517,8 @@ def format_index(e) -> str:
         return e.name
     if isinstance(e, IScalar):
         return f"${e.param}"
+    if isinstance(e, IRead):
+        return f"pl.read({e.param}, [{', '.join(format_index(o) for o in e.offsets)}])"
     if isinstance(e, IBin) and e.op in ("min", "max"):
         return f"{e.op}({format_index(e.a)}, {format_index(e.b)})"
     if isinstance(e, IBin):

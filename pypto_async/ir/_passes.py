@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from .._dtypes import BF16, FP16
 from ..errors import PtoCompileError
+from ._bounds import RUNTIME
 from ._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
 from ._layout import check_tile_window
 from ._nodes import (
@@ -28,6 +29,7 @@ from ._nodes import (
     Broadcast,
     Cast,
     Concat,
+    DynFor,
     FillPad,
     For,
     Fused,
@@ -38,6 +40,7 @@ from ._nodes import (
     Reduce,
     Reshape,
     Scope,
+    SetIndex,
     Slice,
     Transpose,
     Spmd,
@@ -155,10 +158,16 @@ def infer_and_check(program: Program) -> Program:
                 walk(s.body, ranges)
             elif isinstance(s, Fused):
                 walk(s.members, ranges)
+            elif isinstance(s, SetIndex):
+                pass  # its name is RUNTIME in every range map (below)
+            elif isinstance(s, DynFor):
+                if s.step <= 0:
+                    raise compile_error(f"pl.range step must be positive, got {s.step}", s.loc)
+                walk(s.body, {**ranges, s.var.name: (0, 0) if s.kind != "range" else RUNTIME})
             else:
                 raise PtoCompileError(f"unknown statement {type(s).__name__}")
 
-    walk(program.body, {})
+    walk(program.body, {s.var.name: RUNTIME for s in _walk_all(program.body) if isinstance(s, SetIndex)})
     if len(spmd_counts) > 1 or (spmd_counts and program.block_num not in spmd_counts):
         raise PtoCompileError(
             f"program {program.name}: pl.spmd block counts {sorted(spmd_counts)} disagree with "
@@ -183,7 +192,7 @@ def eliminate_dead_tiles(program: Program) -> Program:
                 if isinstance(s, Assign) and s.var.id not in used:
                     removed = True
                     continue
-                if isinstance(s, (For, Spmd, Scope)):
+                if isinstance(s, (For, Spmd, Scope, DynFor)):
                     s = replace(s, body=keep(s.body))
                 out.append(s)
             return tuple(out)
@@ -202,7 +211,7 @@ _REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble)
 def _walk_all(body):
     for s in body:
         yield s
-        if isinstance(s, (For, Spmd, Scope)):
+        if isinstance(s, (For, Spmd, Scope, DynFor)):
             yield from _walk_all(s.body)
         elif isinstance(s, Fused):
             yield from _walk_all(s.members)
@@ -316,7 +325,7 @@ def fuse_elementwise(program: Program) -> Program:
                 if g is None:
                     g = open_.setdefault(shape, _Group(shape))
                 g.add(s)
-            elif isinstance(s, (For, Spmd, Scope)):
+            elif isinstance(s, (For, Spmd, Scope, DynFor)):
                 flush_if(lambda g: True)
                 out.append(replace(s, body=tuple(fuse_block(s.body))))
             elif isinstance(s, Fused):
@@ -348,7 +357,7 @@ def fuse_elementwise(program: Program) -> Program:
         for s in body:
             if isinstance(s, _Group):
                 res.append(built[id(s)])
-            elif isinstance(s, (For, Spmd, Scope)):
+            elif isinstance(s, (For, Spmd, Scope, DynFor)):
                 res.append(replace(s, body=rebuild(s.body)))
             else:
                 res.append(s)

@@ -13,8 +13,10 @@ from ._nodes import (
     Cast,
     Concat,
     Const,
+    DynFor,
     FillPad,
     For,
+    SetIndex,
     Full,
     Fused,
     Load,
@@ -101,8 +103,14 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     if isinstance(s, Store):
         atomic = f" atomic {s.atomic}" if s.atomic else ""
         return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}{atomic}"]
+    if isinstance(s, SetIndex):
+        return [f"{pad}{s.var.name} := {format_index(s.value)}"]
     if isinstance(s, For):
         head = f"{pad}for {s.var.name} in range({s.start}, {s.stop}, {s.step}) {{"
+    elif isinstance(s, DynFor) and s.kind == "range":
+        head = f"{pad}for {s.var.name} in range({format_index(s.start)}, {format_index(s.stop)}, {s.step}) {{"
+    elif isinstance(s, DynFor):
+        head = f"{pad}{s.kind} ({format_index(s.stop)}) {{"
     elif isinstance(s, Spmd):
         head = f"{pad}spmd {s.var.name} in blocks({s.count}) {{"
     elif isinstance(s, Scope):

@@ -25,11 +25,14 @@ from dataclasses import replace
 from .._signature import INOUT, OUT, SCALAR
 from ._nodes import (
     Assign,
+    DynFor,
     For,
     IBin,
     IConst,
+    IRead,
     IScalar,
     IVar,
+    SetIndex,
     Load,
     ScalarRef,
     Scope,
@@ -114,8 +117,22 @@ class _Site:
                 s = replace(s, param=self.windows[s.param][0], offsets=self.relative(s.param, s.offsets))
             elif isinstance(s, (For, Spmd, Scope)):
                 s = replace(s, body=self.rewrite(s.body))
+            elif isinstance(s, SetIndex):
+                s = replace(s, value=self.reads(s.value))
+            elif isinstance(s, DynFor):
+                s = replace(s, start=self.reads(s.start), stop=self.reads(s.stop), body=self.rewrite(s.body))
             out.append(s)
         return tuple(out)
+
+    def reads(self, e):
+        """``e`` with each ``pl.read`` of a tensor reading the kernel's parameter for its window."""
+        if isinstance(e, IRead):
+            offs = tuple(self.reads(o) for o in e.offsets)
+            return replace(e, param=self.windows[e.param][0], offsets=self.relative(e.param, offs))
+        if isinstance(e, IBin):
+            return replace(e, a=self.reads(e.a), b=self.reads(e.b))
+        self.note_scalars(e)
+        return e
 
 
 def _annotation(program: Program, tensor: str, mode: str, shape) -> str:

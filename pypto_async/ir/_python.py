@@ -34,10 +34,13 @@ from ._nodes import (
     For,
     Full,
     Fused,
+    DynFor,
     IBin,
     IConst,
+    IRead,
     IScalar,
     IVar,
+    SetIndex,
     Load,
     Matmul,
     MatmulAcc,
@@ -71,6 +74,8 @@ def _index(e) -> str:
         return e.name
     if isinstance(e, IScalar):
         return e.param
+    if isinstance(e, IRead):
+        return f"pl.read({e.param}, {_list(_index(o) for o in e.offsets)})"
     if isinstance(e, IBin):
         if e.op in ("min", "max"):
             return f"pl.{e.op}({_index(e.a)}, {_index(e.b)})"
@@ -207,6 +212,13 @@ class _Printer:
             self.emit(depth, f"pl.store({self.name(s.value)}, {offs}, {s.param}{atomic})")
         elif isinstance(s, For):
             self.emit(depth, f"for {s.var.name} in pl.range({s.start}, {s.stop}, {s.step}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, SetIndex):
+            self.emit(depth, f"{s.var.name} = {_index(s.value)}")
+        elif isinstance(s, DynFor):
+            # A runtime if's branch is a loop of 0 or 1 iterations, and prints as one.
+            note = "" if s.kind == "range" else f"  # {s.kind} branch"
+            self.emit(depth, f"for {s.var.name} in pl.range({_index(s.start)}, {_index(s.stop)}, {s.step}):{note}")
             self.block(s.body, depth + 1)
         elif isinstance(s, Spmd):
             self.emit(depth, f"for {s.var.name} in pl.spmd({s.count}):")

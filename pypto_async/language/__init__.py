@@ -41,6 +41,7 @@ from ._memory import *  # noqa: F401,F403
 from ._memory import __all__ as _memory_all
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
+from ._runtime_scalars import read
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
@@ -94,6 +95,7 @@ __all__ = [
     "INDEX",
     "min",
     "max",
+    "read",
     *_ops_all,
     *_memory_all,
     *_layout_all,

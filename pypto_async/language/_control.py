@@ -14,9 +14,10 @@ import sys
 
 from .._scalars import is_int
 from ..ir._diag import compile_error
-from ..ir._nodes import For, Scope, Spmd
+from ..ir._bounds import RUNTIME
+from ..ir._nodes import DynFor, For, Scope, Spmd
 from ._carry import carry_rebound, open_carries, tile_locals
-from ._tracer import Index, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, Tile, current, to_index, user_loc
 from ._types import Level
 
 __all__ = ["at", "incore", "auto_incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
@@ -132,8 +133,15 @@ class range:  # noqa: A001
     def __init__(self, start, stop=None, step=1, *, init_values=None):
         if stop is None:
             start, stop = 0, start
-        self.start = _int(start, f"{self._kind} start")
-        self.stop = _int(stop, f"{self._kind} stop")
+        # A bound that is a runtime scalar (pl.read) or an index makes a loop with runtime bounds.
+        self._dynamic = any(isinstance(b, (Index, ScalarArg)) for b in (start, stop))
+        self._raw = (start, stop)
+        if self._dynamic:
+            self.start = to_index(start, f"{self._kind} start")
+            self.stop = to_index(stop, f"{self._kind} stop")
+        else:
+            self.start = _int(start, f"{self._kind} start")
+            self.stop = _int(stop, f"{self._kind} stop")
         self.step = _int(step, f"{self._kind} step")
         self._loc = user_loc()
         if self.step <= 0:
@@ -164,9 +172,19 @@ class range:  # noqa: A001
             for s in inits:
                 t.append(s)
         self._var = t.new_index("i")
-        n = len(builtins.range(self.start, self.stop, self.step))
-        last = self.start + (n - 1) * self.step if n else self.start
-        t.ranges[self._var.name] = (self.start, last)
+        if self._dynamic:
+            if "at" not in t.frames:
+                what, bad = next((w, b) for w, b in zip(("start", "stop"), self._raw) if not is_int(b))
+                raise compile_error(f"{self._kind} {what} must be a Python int, got {bad!r} (a runtime bound, a "
+                                    f"loop index or a pl.read scalar, is taken inside a pl.at region or an InCore "
+                                    f"function)", self._loc)
+            if self._init is not None:
+                raise compile_error(f"{self._kind}(..., init_values=) takes int bounds here", self._loc)
+            t.ranges[self._var.name] = RUNTIME
+        else:
+            n = len(builtins.range(self.start, self.stop, self.step))
+            last = self.start + (n - 1) * self.step if n else self.start
+            t.ranges[self._var.name] = (self.start, last)
         t.open_block("range")
         self._before = tile_locals(frame)
         index = Index(self._var)
@@ -188,7 +206,10 @@ class range:  # noqa: A001
         inits, body = carry_rebound(t, self._before, frame, body, self._loc)
         for s in inits:
             t.append(s)
-        t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
+        if self._dynamic:
+            t.append(DynFor(self._var, self.start, self.stop, self.step, body, self._loc))
+        else:
+            t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
 
 
 class parallel(range):

@@ -16,6 +16,7 @@ from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
 from ..ir._program import Program
 from ..ir._passes import run_passes
+from ._branch import traced_fn
 from ._incore import incore
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
@@ -175,7 +176,7 @@ class JitFunction:
         tracer = Tracer(self.__name__, params)
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         with tracing(tracer):
-            result = self.fn(*proxies)
+            result = traced_fn(self.fn)(*proxies)
         if len(tracer.blocks) != 1:
             raise compile_error(
                 f"{self.__name__}: a pl.range or pl.spmd loop did not finish (break is not supported)", self._loc

@@ -27,7 +27,7 @@ from ..ir._nodes import (
 from ._memory import _tile as tile_operand
 from ._memory import as_tile
 from ._memory import record
-from ._tracer import ScalarArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, Tile, current, user_loc
 
 __all__ = [
     "add",
@@ -245,6 +245,11 @@ def cast(x, target_type, mode="round") -> Tile:
         d = as_dtype(target_type)
     except PtoArgumentError as exc:
         raise compile_error(f"pl.cast: {exc}", loc) from None
+    if isinstance(x, Index) or is_int(x):  # a runtime scalar or an int to an index type: the value itself
+        if d.name not in ("INT64", "INT32"):
+            raise compile_error(f"pl.cast of an index or a pl.read scalar gives pl.INDEX (INT64) or INT32, "
+                                f"not {d.name}", loc)
+        return x
     if is_int(mode) and mode in _CAST_MODE_NUMBERS:
         mode = _CAST_MODE_NUMBERS[mode]
     elif mode not in CAST_MODES:

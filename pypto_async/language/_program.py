@@ -173,7 +173,8 @@ def window(t: TensorArg, key) -> TensorWindow:
             start = _bound(k, what, loc)
             stop = _add(start, IConst(1))
         n = _extent(start, stop, what, loc)
-        lo, hi = index_range(start, tracer.ranges, loc)
+        # A start over a runtime scalar (pl.read, a runtime pl.range) is checked when the kernel runs.
+        lo, hi = index_range(start, tracer.ranges, loc, runtime_ok=True) or (0, extent - n)
         if n <= 0 or lo < 0 or hi + n > extent:
             raise compile_error(f"{what}: dimension {d} window [{lo}..{hi}] + {n} is outside [0, {extent}]", loc)
         origin.append(_add(base_origin[d], start))
@@ -269,6 +270,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     t.next_task += 1
     t.open_block("at")
     ok = False
+    from ._branch import traced_fn
+
+    fn = traced_fn(fn)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
         ok = True

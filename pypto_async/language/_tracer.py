@@ -160,6 +160,18 @@ class TensorArg:
 
         return window(self, key)
 
+    def __setitem__(self, key, value):
+        """``t[r0:r1, c0:c1] = value``: store a tile (or a tensor, loaded whole) into that window of ``t``.
+
+        PyPTO's subscript assignment, which it lowers to ``assemble`` into the
+        tensor: here the same store as ``pl.assemble(t, value, [r0, c0])``.
+        The value must have the window's shape and the tensor's dtype, and
+        ``t`` must be writable (``pl.Out`` / ``pl.InOut``).
+        """
+        from ._assign import assign_window
+
+        assign_window(self, key, value)
+
     def __repr__(self) -> str:
         return f"<tensor {self.name}: {self.param.direction} {self.dtype.name}{list(self.shape)}>"
 
@@ -265,10 +277,16 @@ class Index:
     __mul__, __rmul__ = _iop("*"), _iop("*", True)
     __floordiv__, __rfloordiv__ = _iop("//"), _iop("//", True)
     __mod__, __rmod__ = _iop("%"), _iop("%", True)
+    # Comparisons give an index of value 1 or 0: the condition of a runtime ``if`` (see _runtime_scalars).
+    __eq__, __ne__ = _iop("=="), _iop("!=")
+    __lt__, __le__ = _iop("<"), _iop("<=")
+    __gt__, __ge__ = _iop(">"), _iop(">=")
+    __hash__ = object.__hash__
 
     def _symbolic(self, *_):
         raise compile_error(
-            "a loop index is symbolic at trace time; use it in load/store offsets, "
+            "a loop index is symbolic at trace time (so is a pl.read scalar); use it in load/store offsets, "
+            "valid extents, pl.range bounds or the condition of an if statement, "
             "or use a Python range() to unroll",
             user_loc(),
         )

@@ -1,0 +1,52 @@
+"""Subscript assignment into a tensor: ``out[:] = expr``, ``out[r0:r1, c0:c1] = expr``.
+
+PyPTO lowers a subscript assignment to ``assemble`` of the value into the
+tensor.  Here the value is a tile (a tensor, or a window of one, is loaded
+whole first, as every tensor-level op does) and the assignment is the store
+of that tile into the window the subscript names, so it is checked as a
+store is: a writable tensor of the value's dtype, inside its bounds.
+"""
+
+from __future__ import annotations
+
+from ..ir._diag import compile_error
+from ._tracer import TensorArg, Tile, current, user_loc
+
+__all__ = ["assign_window"]
+
+
+def _key_text(key) -> str:
+    def one(k):
+        if isinstance(k, slice):
+            a = "" if k.start is None else _bound_text(k.start)
+            b = "" if k.stop is None else _bound_text(k.stop)
+            return f"{a}:{b}"
+        return _bound_text(k)
+
+    return ", ".join(one(k) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+def _bound_text(x) -> str:
+    return str(x) if isinstance(x, int) else repr(x)
+
+
+def assign_window(t: TensorArg, key, value) -> None:
+    """Store ``value`` into the window ``t[key]`` (the body of ``TensorArg.__setitem__``)."""
+    from ._memory import as_tile, store
+    from ._program import window
+
+    current(f"{t.name}[...] =")
+    loc = user_loc()
+    what = f"{t.name}[{_key_text(key)}] = ..."
+    w = window(t, key)
+    tile = as_tile(value)
+    if not isinstance(tile, Tile):
+        raise compile_error(f"{what}: the value must be a tile or a tensor, got {value!r} "
+                            f"(fill a tile with pl.full to store a number)", loc)
+    if tuple(tile.shape) != tuple(w.shape):
+        raise compile_error(f"{what}: the value is {tile.dtype.name}{list(tile.shape)} but the window is "
+                            f"{list(w.shape)}", loc)
+    if tile.dtype != t.dtype:
+        raise compile_error(f"{what}: the value is {tile.dtype.name} but {t.name!r} is {t.dtype.name} "
+                            f"(cast the value with pl.cast)", loc)
+    store(tile, [0] * len(w.shape), w)

@@ -1,0 +1,195 @@
+"""Rewrite a kernel's ``if`` statements so that one on a runtime scalar traces both branches.
+
+Tracing runs the kernel's Python once, so ``if c:`` on a value unknown at
+trace time cannot pick a branch.  Before a kernel is traced, each of its
+``if`` statements (``elif`` chains included) is rewritten as::
+
+    _b = __pl_if__(c, locals())
+    if _b.static:                 # c is a Python value: the original statement
+        if _b.value: <then> else: <else>
+    else:                         # c is a runtime index: trace both branches
+        _b.then(); <then>
+        (n1, ...) = _b.otherwise(("n1", ...), locals()); <else>
+        (n1, ...) = _b.merge(("n1", ...), locals())
+
+where ``n1, ...`` are the names either branch binds.  A kernel whose source
+is not available (built by ``exec``), that has no ``if``, or that declares
+a ``nonlocal``, is traced as it is; so are the plain Python functions a
+kernel calls (their ``if`` statements stay Python's).  Line numbers are kept, so errors point at the user's lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+
+from ._runtime_scalars import runtime_if
+
+__all__ = ["traced_fn"]
+
+_HELPER = "__pl_if__"
+_cache: dict = {}
+
+
+def _bound_names(stmts) -> list[str]:
+    """Names a list of statements binds (not inside nested functions or classes), in first-bound order."""
+    out: list[str] = []
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Store) and node.id not in out and not node.id.startswith("__pl_"):
+                out.append(node.id)
+
+        def visit_FunctionDef(self, node):
+            if node.name not in out:
+                out.append(node.name)
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+        def visit_Lambda(self, node):
+            pass
+
+    for s in stmts:
+        V().visit(s)
+    return out
+
+
+def _escapes(stmts) -> str | None:
+    """The first ``return``/``break``/``continue``/``yield`` of the branch itself, if any."""
+
+    class V(ast.NodeVisitor):
+        found = None
+
+        def generic_visit(self, node):
+            if self.found is None:
+                super().generic_visit(node)
+
+        def visit_Return(self, node):
+            self.found = self.found or "return"
+
+        def visit_Break(self, node):
+            self.found = self.found or "break"
+
+        def visit_Continue(self, node):
+            self.found = self.found or "continue"
+
+        def visit_Yield(self, node):
+            self.found = self.found or "yield"
+
+        def visit_FunctionDef(self, node):
+            pass
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+        def visit_For(self, node):  # a break or continue inside an inner loop belongs to that loop
+            saved = self.found
+            for s in node.body + node.orelse:
+                self.visit(s)
+            if self.found in ("break", "continue") and saved is None:
+                self.found = None
+            self.visit(node.iter)
+
+        visit_While = visit_For
+
+    v = V()
+    for s in stmts:
+        v.visit(s)
+    return v.found
+
+
+class _Rewrite(ast.NodeTransformer):
+    def __init__(self):
+        self.n = 0
+
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        self.n += 1
+        b = f"__pl_b{self.n}"
+        loc = {"lineno": node.lineno, "col_offset": node.col_offset}
+
+        def name(id_, ctx=ast.Load):
+            return ast.Name(id=id_, ctx=ctx(), **loc)
+
+        def call(method, *args):
+            return ast.Call(func=ast.Attribute(value=name(b), attr=method, ctx=ast.Load(), **loc),
+                            args=list(args), keywords=[], **loc)
+
+        def locals_():
+            return ast.Call(func=name("locals"), args=[], keywords=[], **loc)
+
+        setup = ast.Assign(targets=[name(b, ast.Store)],
+                           value=ast.Call(func=name(_HELPER), args=[node.test, locals_()], keywords=[], **loc),
+                           **loc)
+        static = ast.If(test=ast.Attribute(value=name(b), attr="value", ctx=ast.Load(), **loc),
+                        body=node.body, orelse=node.orelse, **loc)
+        escape = _escapes(node.body) or _escapes(node.orelse)
+        if escape is not None:
+            dynamic = [ast.Expr(value=call("refuse", ast.Constant(value=escape, **loc)), **loc)]
+        else:
+            names = _bound_names(node.body + node.orelse)
+            tup = ast.Tuple(elts=[ast.Constant(value=n, **loc) for n in names], ctx=ast.Load(), **loc)
+
+            def rebind(method):
+                value = call(method, tup, locals_())
+                if not names:
+                    return ast.Expr(value=value, **loc)
+                target = ast.Tuple(elts=[name(n, ast.Store) for n in names], ctx=ast.Store(), **loc)
+                return ast.Assign(targets=[target], value=value, **loc)
+
+            dynamic = [ast.Expr(value=call("then"), **loc), *node.body, rebind("otherwise"),
+                       *(node.orelse or [ast.Pass(**loc)]), rebind("merge")]
+        choose = ast.If(test=ast.Attribute(value=name(b), attr="static", ctx=ast.Load(), **loc),
+                        body=[static], orelse=dynamic, **loc)
+        return [setup, choose]
+
+
+def _rewrite(fn):
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return fn
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(defs) != 1 or defs[0].name != fn.__name__:
+        return fn
+    fdef = defs[0]
+    nodes = list(ast.walk(fdef))
+    if not any(isinstance(n, ast.If) for n in nodes):
+        return fn
+    if any(isinstance(n, (ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
+        return fn  # rebuilt, a nonlocal would bind a copy of the cell; generators are not kernels
+    fdef.decorator_list = []
+    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    _Rewrite().visit(fdef)
+    free = fn.__code__.co_freevars
+    maker = ast.FunctionDef(
+        name="__pl_make__",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in (_HELPER, *free)], kwonlyargs=[],
+                           kw_defaults=[], defaults=[]),
+        body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
+        decorator_list=[], lineno=fdef.lineno, col_offset=0, end_lineno=fdef.end_lineno, end_col_offset=0)
+    module = ast.fix_missing_locations(ast.Module(body=[maker], type_ignores=[]))
+    try:
+        code = compile(module, fn.__code__.co_filename, "exec")
+        cells = [c.cell_contents for c in (fn.__closure__ or ())]
+    except (SyntaxError, ValueError):  # a syntax the rewrite cannot keep, or an empty closure cell
+        return fn
+    namespace: dict = {}
+    exec(code, fn.__globals__, namespace)  # noqa: S102 - the kernel's own source, rewritten
+    new = namespace["__pl_make__"](runtime_if, *cells)
+    new.__defaults__ = fn.__defaults__
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__annotations__ = fn.__annotations__
+    return new
+
+
+def traced_fn(fn):
+    """The function to trace for ``fn``: its ``if`` statements rewritten (cached), or ``fn`` itself."""
+    hit = _cache.get(fn)
+    if hit is None:
+        hit = _cache[fn] = _rewrite(fn)
+    return hit

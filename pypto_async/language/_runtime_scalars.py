@@ -1,0 +1,170 @@
+"""Runtime scalars: ``pl.read``, and ``if``/``else`` on the values it reads.
+
+``pl.read(cfg, [k])`` reads one element of an integer input tensor when the
+region runs and returns an :class:`Index` whose value is unknown at trace
+time: a *runtime scalar*.  It combines with ints and indices (``+ - * // %``,
+comparisons giving 1 or 0), and may be a ``valid_shape`` extent, a load or
+store offset (the window is then checked when the kernel runs), or a bound of
+``pl.range``.
+
+A kernel's ``if`` statements are rewritten when it is traced (see
+:mod:`._branch`): an ``if`` whose condition is a plain Python value runs as
+Python's; one whose condition is a runtime scalar (or a comparison of loop
+indices) traces both branches, each as a loop of 0 or 1 iterations, and a
+name either branch binds to an int or index takes ``else + c * (then - else)``
+after it (``c`` the condition, 1 or 0).  A branch may load, compute and
+store; a tile name rebound in a branch is refused (the branches would give it
+different tiles).
+"""
+
+from __future__ import annotations
+
+from ..ir._bounds import RUNTIME, index_range
+from ..ir._diag import compile_error
+from ..ir._nodes import IBin, IConst, IRead, DynFor, SetIndex
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
+
+__all__ = ["read", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
+
+INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+
+
+def _in_region(t, what: str, loc) -> None:
+    if "at" not in t.frames:
+        raise compile_error(f"{what} runs inside a pl.at region (or an InCore function) here, where its value "
+                            f"is read on the core", loc)
+
+
+def read(tensor, indices) -> Index:
+    """Read the element ``tensor[indices]`` when the region runs; return it as a runtime scalar.
+
+    ``tensor`` is an integer input of the kernel (INT8, INT32, INT64, UINT8
+    or BOOL), ``indices`` one int or loop index per dimension, inside the
+    tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).
+    """
+    t = current("pl.read")
+    loc = user_loc()
+    _in_region(t, "pl.read", loc)
+    if not isinstance(tensor, TensorArg):
+        raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+    p = t.params[tensor.name]
+    if p.dtype.name not in INTEGER_DTYPES:
+        raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
+                            f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
+    if tensor.param.direction != "in":  # a kernel's In parameter, whatever the orchestration passes it
+        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; a runtime scalar is read from an input "
+                            f"tensor (pl.Tensor) here, which no store of the kernel changes", loc)
+    if not isinstance(indices, (list, tuple)):
+        indices = [indices]
+    origin = getattr(tensor, "origin", (IConst(0),) * len(p.shape))
+    if len(indices) != len(tensor.shape):
+        raise compile_error(f"pl.read: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
+                            f"{tensor.name!r}", loc)
+    offs = []
+    for d, (i, base) in enumerate(zip(indices, origin)):
+        e = to_index(i, "pl.read index")
+        lo, hi = index_range(e, t.ranges, loc)
+        if lo < 0 or hi >= tensor.shape[d]:
+            raise compile_error(f"pl.read: index [{lo}..{hi}] of dimension {d} is outside "
+                                f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
+        offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
+    return _bind(t, IRead(p.name, tuple(offs), p.shape), loc)
+
+
+def _bind(t, value, loc) -> Index:
+    var = t.new_index("s")
+    t.ranges[var.name] = RUNTIME
+    t.append(SetIndex(var, value, loc))
+    return Index(var)
+
+
+def as_runtime_index(x):
+    """``pl.cast(x, pl.INDEX)`` (or another integer dtype) of an int or an index: the value itself."""
+    return x
+
+
+class _Undefined:
+    """A name bound in only one branch of a runtime ``if`` (and not before it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name!r}: bound in only one branch of a runtime if>"
+
+
+class runtime_if:
+    """One ``if`` statement of a kernel, as the rewritten kernel drives it (see :mod:`._branch`)."""
+
+    def __init__(self, cond, before: dict):
+        self.static = not isinstance(cond, Index)
+        if self.static:
+            self.value = bool(cond)  # a tile or a scalar parameter raises its own error here
+            return
+        if isinstance(cond.expr, IConst):
+            self.static, self.value = True, bool(cond.expr.value)
+            return
+        self.t = current("if")
+        self.loc = user_loc()
+        _in_region(self.t, "an if on a runtime scalar or a loop index", self.loc)
+        self.before = dict(before)
+        e = cond.expr
+        if not (isinstance(e, IBin) and e.op in ("==", "!=", "<", "<=", ">", ">=")):
+            e = IBin("!=", e, IConst(0))
+        self.cond = _bind(self.t, e, self.loc).expr
+
+    def refuse(self, what: str):
+        raise compile_error(f"{what} inside an if on a runtime scalar is not supported (both branches are traced)",
+                            self.loc)
+
+    def then(self) -> None:
+        self.t.open_block("if")
+
+    def otherwise(self, names: tuple, now: dict) -> tuple:
+        """Close the then-branch; return the names' values from before the ``if`` for the else-branch."""
+        self.then_body = self.t.close_block()
+        self.then_vals = {n: now[n] for n in names if n in now}
+        self.t.open_block("else")
+        return tuple(self.before.get(n, _Undefined(n)) for n in names)
+
+    def merge(self, names: tuple, now: dict) -> tuple:
+        """Close the else-branch, emit both branches; return the names' values after the ``if``."""
+        t, loc = self.t, self.loc
+        else_body = t.close_block()
+        else_vals = {n: now[n] for n in names if n in now}
+        out = []
+        for n in names:
+            a, b = self.then_vals.get(n, _Undefined(n)), else_vals.get(n, _Undefined(n))
+            out.append(self._merge_one(n, a, b))
+        c = self.cond
+        if self.then_body:
+            t.append(DynFor(t.new_index("c"), IConst(0), c, 1, self.then_body, loc, "if"))
+        if else_body:
+            t.append(DynFor(t.new_index("c"), IConst(0), IBin("-", IConst(1), c), 1, else_body, loc, "else"))
+        # The merged names are computed after both branches, from values that stay bound.
+        return tuple(v if not isinstance(v, _Pending) else _bind(t, v.expr, loc) for v in out)
+
+    def _merge_one(self, name, a, b):
+        if a is b:
+            return a
+        if isinstance(a, _Undefined) or isinstance(b, _Undefined):
+            return a if isinstance(a, _Undefined) else b
+        index_like = (int, Index, ScalarArg)
+        if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, index_like) and isinstance(b, index_like)):
+            if isinstance(a, Tile) or isinstance(b, Tile):
+                raise compile_error(f"tile {name!r} is bound to different tiles in the branches of an if on a "
+                                    f"runtime scalar; that is not supported here (compute the tile once, with "
+                                    f"the branch choosing scalars such as its valid extent)", self.loc)
+            if a == b:
+                return a
+            raise compile_error(f"{name!r} is bound to {a!r} and {b!r} in the branches of an if on a runtime "
+                                f"scalar; only ints and indices are merged", self.loc)
+        if isinstance(a, int) and isinstance(b, int) and a == b:
+            return a
+        ea, eb = to_index(a, name), to_index(b, name)
+        return _Pending(IBin("+", eb, IBin("*", self.cond, IBin("-", ea, eb))))
+
+
+class _Pending:
+    def __init__(self, expr):
+        self.expr = expr
