@@ -27,6 +27,7 @@ from ._nodes import (
     Binary,
     Broadcast,
     Cast,
+    Compare,
     Concat,
     FillPad,
     For,
@@ -38,6 +39,7 @@ from ._nodes import (
     Reduce,
     Reshape,
     Scope,
+    Select,
     Slice,
     Transpose,
     Spmd,
@@ -66,10 +68,16 @@ def expr_inputs(expr) -> list[Var]:
         return [expr.x]
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
-    if isinstance(expr, (Matmul, Concat)):
+    if isinstance(expr, Matmul):
+        return [expr.a, expr.b] + ([expr.bias] if expr.bias is not None else [])
+    if isinstance(expr, Concat):
         return [expr.a, expr.b]
     if isinstance(expr, Assemble):
         return [expr.target, expr.source]
+    if isinstance(expr, Compare):
+        return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Select):
+        return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
     return []
 
 
@@ -196,7 +204,8 @@ def eliminate_dead_tiles(program: Program) -> Program:
 
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
-_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble)
+#: Compare reads 8 source elements per mask byte, Select a mask byte per 8 elements.
+_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select)
 
 
 def _walk_all(body):

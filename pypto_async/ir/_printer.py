@@ -30,6 +30,8 @@ from ._nodes import (
     Spmd,
     Store,
     Unary,
+    Compare,
+    Select,
     Update,
     Var,
 )
@@ -69,7 +71,8 @@ def _expr(e) -> str:
     if isinstance(e, Reduce):
         return f"{e.op} {_operand(e.x)}"
     if isinstance(e, Matmul):
-        return f"matmul {_operand(e.a)}, {_operand(e.b)}"
+        bias = "" if e.bias is None else f" + bias {_operand(e.bias)}"
+        return f"matmul {_operand(e.a)}, {_operand(e.b)}{bias}"
     if isinstance(e, Move):
         return f"move {_operand(e.x)} to {e.memory}"
     if isinstance(e, Broadcast):
@@ -86,6 +89,10 @@ def _expr(e) -> str:
         return f"assemble {_operand(e.source)} into {_operand(e.target)}{_offsets(e.offsets)}"
     if isinstance(e, FillPad):
         return f"fillpad {_operand(e.x)} with {e.pad}"
+    if isinstance(e, Compare):
+        return f"cmp.{e.cmp} {_operand(e.a)}, {_operand(e.b)}"
+    if isinstance(e, Select):
+        return f"sel {_operand(e.mask)} ? {_operand(e.a)} : {_operand(e.b)}"
     return repr(e)
 
 

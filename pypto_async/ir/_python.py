@@ -51,6 +51,9 @@ from ._nodes import (
     Spmd,
     Store,
     Unary,
+    CMP_TYPES,
+    Compare,
+    Select,
     Update,
     Var,
 )
@@ -136,6 +139,8 @@ class _Printer:
         if isinstance(e, Reduce):
             return f"pl.{e.op}({self.name(e.x)})"
         if isinstance(e, Matmul):
+            if e.bias is not None:
+                return f"pl.matmul_bias({self.name(e.a)}, {self.name(e.b)}, {self.name(e.bias)})"
             return f"pl.matmul({self.name(e.a)}, {self.name(e.b)})"
         if isinstance(e, Move):
             return f"pl.move({self.name(e.x)}, target_memory=pl.Mem.{e.memory})"
@@ -158,6 +163,10 @@ class _Printer:
             return f"pl.tile.assemble({self.name(e.target)}, {self.name(e.source)}, {offs})"
         if isinstance(e, FillPad):
             return f"pl.fillpad({self.name(e.x)}, {_PAD[e.pad]})"
+        if isinstance(e, Compare):
+            return f"pl.cmp({self.name(e.a)}, {self.operand(e.b)}, cmp_type={CMP_TYPES.index(e.cmp)})"
+        if isinstance(e, Select):
+            return f"pl.sel({self.name(e.mask)}, {self.name(e.a)}, {self.operand(e.b)})"
         raise ValueError(f"cannot print {type(e).__name__}")
 
     def emit(self, depth: int, line: str) -> None:
