@@ -15,6 +15,7 @@ from .._signature import IN, SCALAR
 from ._nodes import (
     BINARY_OPS,
     CAST_MODES,
+    ACC_PHASES,
     CMP_TYPES,
     INT_BINARY_OPS,
     Compare,
@@ -56,6 +57,7 @@ __all__ = [
     "compute_dtype",
     "MATMUL_DTYPES",
     "mask_columns",
+    "check_acc_phase",
 ]
 
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
@@ -144,6 +146,7 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         return TileType((1, c), t.dtype, "Vec", normalize((1, c), (IConst(1), vc)))
     if isinstance(expr, Matmul):
         t = _matmul_type(expr.a, expr.b, loc)
+        check_acc_phase(expr.acc_phase, expr.a, loc)
         if expr.bias is not None:
             _check_bias(expr.bias, t, loc)
         return t
@@ -196,7 +199,8 @@ def _binary_type(expr: Binary, loc: Loc | None) -> TileType:
 
 def mask_columns(n: int) -> int:
     """Bytes per row of a packed predicate mask over ``n`` elements: ``ceil(n / 8)`` rounded up to 32."""
-    return -(-(-(-n // 8)) // 32) * 32
+    nbytes = (n + 7) // 8
+    return (nbytes + 31) // 32 * 32
 
 
 def _packed_extent(e):
@@ -273,6 +277,16 @@ def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> Tile
     shape = (ta.shape[0], tb.shape[1])
     valid = normalize(shape, (extents(ta)[0], extents(tb)[1]))
     return TileType(shape, FP64 if ta.dtype == FP64 else FP32, "Acc", valid)
+
+
+def check_acc_phase(acc_phase, a: Var, loc: Loc | None) -> None:
+    """A gemv's ``acc_phase`` (None for a matmul) is one of PyPTO's values, and its lhs a ``[1, K]`` row."""
+    if acc_phase is None:
+        return
+    if acc_phase not in ACC_PHASES:
+        raise compile_error(f"pl.gemv: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}", loc)
+    if len(a.type.shape) != 2 or a.type.shape[0] != 1:
+        raise compile_error(f"pl.gemv: lhs must be a [1, K] row vector, got {list(a.type.shape)}", loc)
 
 
 def _check_bias(bias: Var, t: TileType, loc: Loc | None) -> None:

@@ -79,6 +79,7 @@ __all__ = [
     "Select",
     "CMP_TYPES",
     "INT_BINARY_OPS",
+    "ACC_PHASES",
 ]
 
 UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu", "not_")
@@ -88,6 +89,8 @@ BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "rem", "prelu", 
 INT_BINARY_OPS = ("and_", "or_", "xor", "shl", "shr")
 #: ``pl.cmp`` comparison codes, PyPTO's numbering (``cmp_type=0`` is ``eq``).
 CMP_TYPES = ("eq", "ne", "lt", "le", "gt", "ge")
+#: The gemv ops' ``acc_phase`` values (PyPTO's).
+ACC_PHASES = ("unspecified", "partial", "final")
 REDUCE_OPS = ("row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min")
 #: PyPTO's on-chip memory spaces; tensors live in "DDR".
 MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
@@ -271,11 +274,17 @@ class Reduce:
 
 @dataclass(frozen=True)
 class Matmul:
-    """``a @ b``; with ``bias`` (a ``[1, n]`` tile of the product's dtype) added to every row."""
+    """``a @ b``; with ``bias`` (a ``[1, n]`` tile of the product's dtype) added to every row.
+
+    ``acc_phase`` is set by the gemv forms (``a`` a ``[1, K]`` row): PyPTO's
+    accumulation-phase hint, one of :data:`ACC_PHASES`.  It changes no result
+    on the sim; it is recorded and printed.
+    """
 
     a: Var
     b: Var
     bias: Var | None = None
+    acc_phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -391,12 +400,13 @@ class Assign:
 
 @dataclass(frozen=True)
 class MatmulAcc:
-    """``acc += a @ b``, in place."""
+    """``acc += a @ b``, in place (``acc_phase`` as for :class:`Matmul`: set by ``pl.gemv_acc``)."""
 
     acc: Var
     a: Var
     b: Var
     loc: Loc | None = field(default=None, compare=False)
+    acc_phase: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from .._dtypes import BF16, FP16
 from ..errors import PtoCompileError
-from ._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ._infer import check_acc_phase, check_load, check_matmul_acc, check_store, compile_error, infer_expr
 from ._layout import check_tile_window
 from ._nodes import (
     ELEMENTWISE,
@@ -139,6 +139,7 @@ def infer_and_check(program: Program) -> Program:
                 for v in (s.acc, s.a, s.b):
                     use(v, s.loc)
                 check_matmul_acc(s.acc, s.a, s.b, s.loc)
+                check_acc_phase(s.acc_phase, s.a, s.loc)
             elif isinstance(s, Update):
                 use(s.target, s.loc)
                 use(s.value, s.loc)

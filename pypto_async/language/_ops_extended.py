@@ -7,8 +7,8 @@ two binary ops, ``expands`` a ``full``.
 
 ``tmp`` arguments (PyPTO's scratch tiles for the device's instructions) are
 optional here; one given must be a tile, and changes no result.
-``acc_phase`` of the gemv ops is checked against PyPTO's values and changes
-no result on the simulator.
+``acc_phase`` of the gemv ops is checked against PyPTO's values, recorded
+in the IR (printed) and changes no result on the simulator.
 
 A tensor operand inside a region is loaded whole, as for the other
 element-wise ops; ``pl.cmp`` of a tensor then follows PyPTO's tensor-level
@@ -19,11 +19,11 @@ packed predicate mask).
 from __future__ import annotations
 
 from .._dtypes import BOOL
-from ..ir._infer import compile_error
-from ..ir._nodes import CMP_TYPES, Binary, Compare, Const, Full, Matmul, Select, Unary
+from ..ir._infer import check_matmul_acc, compile_error
+from ..ir._nodes import ACC_PHASES, CMP_TYPES, Binary, Compare, Const, Full, Matmul, MatmulAcc, Select, Unary
 from ._memory import _tile as tile_operand
 from ._memory import as_tile, record
-from ._ops import _binary, _scalar, matmul_acc
+from ._ops import _binary, _scalar
 from ._tracer import ScalarArg, TensorArg, Tile, current, user_loc
 
 __all__ = [
@@ -55,8 +55,6 @@ __all__ = [
     "gemv_acc",
     "gemv_bias",
 ]
-
-_ACC_PHASES = ("unspecified", "partial", "final")
 
 
 def _tile(x, op: str, what: str = "operand") -> Tile:
@@ -341,8 +339,8 @@ def matmul_bias(lhs, rhs, bias) -> Tile:
 
 
 def _gemv_checks(op: str, lhs, acc_phase) -> None:
-    if acc_phase not in _ACC_PHASES:
-        raise compile_error(f"pl.{op}: acc_phase must be one of {', '.join(_ACC_PHASES)}, got {acc_phase!r}",
+    if acc_phase not in ACC_PHASES:
+        raise compile_error(f"pl.{op}: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}",
                             user_loc())
     a = _tile(lhs, op, "lhs")
     if len(a.shape) != 2 or a.shape[0] != 1:
@@ -350,23 +348,34 @@ def _gemv_checks(op: str, lhs, acc_phase) -> None:
 
 
 def gemv(lhs, rhs, acc_phase="unspecified") -> Tile:
-    """Return ``lhs @ rhs`` for a ``[1, K]`` row vector ``lhs`` (``acc_phase`` changes nothing on the sim)."""
+    """Return ``lhs @ rhs`` for a ``[1, K]`` row vector ``lhs`` (in Acc).
+
+    ``acc_phase`` (PyPTO's ``"unspecified"``, ``"partial"`` or ``"final"``)
+    is a hint for the device's accumulation; it is recorded in the IR and
+    changes nothing on the sim.
+    """
     current("pl.gemv")
     _gemv_checks("gemv", lhs, acc_phase)
     a, b = _tile(lhs, "gemv", "lhs"), _tile(rhs, "gemv", "rhs")
-    return record(Matmul(a.var, b.var), "pl.gemv")
+    return record(Matmul(a.var, b.var, None, acc_phase), "pl.gemv")
 
 
 def gemv_acc(acc, lhs, rhs, acc_phase="unspecified") -> Tile:
-    """Add ``lhs @ rhs`` (``lhs`` a ``[1, K]`` row) into ``acc`` in place and return it."""
-    current("pl.gemv_acc")
+    """Add ``lhs @ rhs`` (``lhs`` a ``[1, K]`` row) into ``acc`` in place and return it (as ``pl.matmul_acc``)."""
+    t = current("pl.gemv_acc")
+    loc = user_loc()
     _gemv_checks("gemv_acc", lhs, acc_phase)
-    return matmul_acc(acc, lhs, rhs)
+    tacc = _tile(acc, "gemv_acc", "acc")
+    ta, tb = _tile(lhs, "gemv_acc", "lhs"), _tile(rhs, "gemv_acc", "rhs")
+    check_matmul_acc(tacc.var, ta.var, tb.var, loc)
+    t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc, acc_phase))
+    return tacc
 
 
 def gemv_bias(lhs, rhs, bias, acc_phase="unspecified") -> Tile:
-    """Return ``lhs @ rhs + bias`` for a ``[1, K]`` row vector ``lhs``."""
+    """Return ``lhs @ rhs + bias`` for a ``[1, K]`` row vector ``lhs`` (the bias as for ``pl.matmul_bias``)."""
     current("pl.gemv_bias")
     _gemv_checks("gemv_bias", lhs, acc_phase)
-    return matmul_bias(lhs, rhs, bias)
-
+    a, b = _tile(lhs, "gemv_bias", "lhs"), _tile(rhs, "gemv_bias", "rhs")
+    bt = _tile(bias, "gemv_bias", "bias")
+    return record(Matmul(a.var, b.var, bt.var, acc_phase), "pl.gemv_bias")

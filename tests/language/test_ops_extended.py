@@ -401,6 +401,49 @@ def test_printed_ir_and_python_round_trip(rng):
     assert str(again) == text
 
 
+def test_gemv_records_acc_phase_and_round_trips(rng):
+    """acc_phase changes no number on the sim, so it is recorded: printed in the IR and by as_python."""
+    K, N = 16, 8
+    v, b = rng.standard_normal((1, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    bias = rng.standard_normal((1, N)).astype(np.float32)
+
+    @pl.jit
+    def k(v: pl.Tensor, b: pl.Tensor, bias: pl.Tensor, o: pl.Out[pl.Tensor], o2: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tv = pl.move(pl.load(v, [0, 0], [1, K], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
+            tb = pl.move(pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Right)
+            acc = pl.gemv(tv, tb, acc_phase="partial")
+            acc = pl.gemv_acc(acc, tv, tb, acc_phase="final")
+            pl.store(acc, [0, 0], o)
+            pl.store(pl.add(pl.gemv_bias(tv, tb, pl.load(bias, [0, 0], [1, N])),
+                            pl.matmul_bias(tv, tb, pl.load(bias, [0, 0], [1, N]))), [0, 0], o2)
+
+    args = (v, b, bias, poison((1, N)), poison((1, N)))
+    program = k.lower(*args)
+    text = str(program)
+    assert "gemv %" in text and "acc_phase partial" in text and "+= gemv" in text and "acc_phase final" in text
+    assert "matmul %" in text and "+ bias %" in text
+    namespace: dict = {}
+    exec(compile(program.as_python(), "<as_python>", "exec"), namespace)
+    assert str(namespace["k"].lower(*args)) == text
+
+
+def test_tensor_level_bitwise(launcher, rng):
+    """PyPTO's tensor-level spellings: tensors inside a region are loaded whole."""
+    a, b = ints(rng, (16, 16), np.int32), ints(rng, (16, 16), np.int32)
+    o1, o2 = poison((16, 16), np.int32), poison((16, 16), np.int32)
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, o1: pl.Out[pl.Tensor], o2: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.assemble(o1, pl.xor(a, b), [0, 0])
+            pl.assemble(o2, pl.shrs(pl.ands(a, 0xFFFF), 4), [0, 0])
+
+    launcher.run(k.compile(a, b, o1, o2), a, b, o1, o2)
+    np.testing.assert_array_equal(o1, a ^ b)
+    np.testing.assert_array_equal(o2, (a & 0xFFFF) >> 4)
+
+
 # ---- PyPTO's coverage-smoke style: one kernel using every op ------------------------------------------
 
 
