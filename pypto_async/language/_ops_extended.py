@@ -54,6 +54,8 @@ __all__ = [
     "gemv",
     "gemv_acc",
     "gemv_bias",
+    "sum",
+    "view",
 ]
 
 
@@ -379,3 +381,47 @@ def gemv_bias(lhs, rhs, bias, acc_phase="unspecified") -> Tile:
     a, b = _tile(lhs, "gemv_bias", "lhs"), _tile(rhs, "gemv_bias", "rhs")
     bt = _tile(bias, "gemv_bias", "bias")
     return record(Matmul(a.var, b.var, bt.var, acc_phase), "pl.gemv_bias")
+
+
+# ---- PyPTO's older tensor-level spellings -------------------------------------------------------------
+
+
+def sum(x, axis=-1, keep_dim=True) -> Tile:  # noqa: A001
+    """Sum a 2-D tile (or tensor) along ``axis``: -1 or 1 gives ``[rows, 1]``, 0 or -2 ``[1, cols]``.
+
+    PyPTO's earlier tensor-level reduction (``pl.sum(t, axis=-1,
+    keep_dim=True)``), which its main branch spells ``pl.row_sum`` /
+    ``pl.col_sum``; ``keep_dim=False`` drops the reduced dimension.
+    """
+    current("pl.sum")
+    t = _tile(x, "sum", "input")
+    if len(t.shape) != 2 or axis not in (-1, 0, 1, -2) or isinstance(axis, bool):
+        raise compile_error(f"pl.sum reduces a 2-D tile along axis -1/1 (rows) or 0/-2 (columns), got shape "
+                            f"{list(t.shape)}, axis={axis!r}", user_loc())
+    from ._layout import reshape
+    from ._ops import col_sum, row_sum
+
+    out = row_sum(t) if axis in (-1, 1) else col_sum(t)
+    if keep_dim:
+        return out
+    return reshape(out, [t.shape[0] if axis in (-1, 1) else t.shape[1]])
+
+
+def view(tensor, shape, offset) -> TensorArg:
+    """The ``shape`` window of a tensor at ``offset`` (ints or loop indices), as ``tensor[o0:o0 + s0, ...]``.
+
+    PyPTO's earlier ``pl.view(tensor, shape, offset)``; a window is read
+    (and, for an output, written) where it lies in its tensor.
+    """
+    current("pl.view")
+    if not isinstance(tensor, TensorArg):
+        raise compile_error(f"pl.view: expected a tensor, got {tensor!r} (use pl.slice for a tile)", user_loc())
+    shape, offset = list(shape), list(offset)
+    if len(shape) != len(tensor.shape) or len(offset) != len(shape):
+        raise compile_error(f"pl.view: shape {shape} and offset {offset} need one entry per dimension of the "
+                            f"{len(tensor.shape)}-d tensor", user_loc())
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise compile_error(f"pl.view: shape must be positive ints, got {shape}", user_loc())
+    from ._program import window
+
+    return window(tensor, tuple(slice(o, o + d) for o, d in zip(offset, shape)))

@@ -444,6 +444,50 @@ def test_tensor_level_bitwise(launcher, rng):
     np.testing.assert_array_equal(o2, (a & 0xFFFF) >> 4)
 
 
+# ---- PyPTO's earlier tensor-level spellings: pl.sum, pl.view ----------------------------------------
+
+
+def test_sum_and_view(launcher, rng):
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    rows, cols, flat, win = poison((R, 1)), poison((1, C)), poison((R,)), poison((TR, C))
+    full = poison((R, C))
+
+    @pl.jit
+    def k(x: pl.Tensor, rows: pl.Out[pl.Tensor], cols: pl.Out[pl.Tensor], flat: pl.Out[pl.Tensor],
+          win: pl.Out[pl.Tensor], full: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.assemble(rows, pl.sum(x), [0, 0])
+            pl.assemble(cols, pl.sum(x, axis=0), [0, 0])
+            pl.assemble(flat, pl.sum(x, axis=1, keep_dim=False), [0])
+        for i in pl.range(0, R, TR):
+            v = pl.view(x, [TR, C], [i, 0])  # a window of x, read where it lies
+            pl.store(pl.mul(pl.load(v, [0, 0], [TR, C]), 2.0), [0, 0], win)
+            pl.assemble(pl.view(full, [TR, C], [i, 0]), pl.mul(v, 3.0), [0, 0])  # written through a window
+
+    args = (x, rows, cols, flat, win, full)
+    launcher.run(k.compile(*args), *args)
+    np.testing.assert_array_equal(full, x * 3)
+    xd = torch.from_numpy(x).double()
+    np.testing.assert_allclose(rows, xd.sum(-1, keepdim=True).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cols, xd.sum(0, keepdim=True).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(flat, xd.sum(-1).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(win, x[R - TR:] * 2)  # the last iteration's window
+
+
+def test_view_outside_its_tensor_is_an_error():
+    where = []
+
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            where.append(next_line())
+            pl.assemble(out, pl.view(a, [16, 16], [8, 0]), [0, 0])
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(XF, XF)
+    assert_at(ei, where[0], "dimension 0 window [8..8] + 16 is outside [0, 16]")
+
+
 # ---- PyPTO's coverage-smoke style: one kernel using every op ------------------------------------------
 
 
