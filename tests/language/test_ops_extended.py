@@ -301,6 +301,29 @@ def test_cmp_integer_tiles(launcher, rng, dt):
     np.testing.assert_array_equal(y, np.where(a >= b, a, b))
 
 
+def test_cmp_sel_broadcast_and_1d(launcher, rng):
+    """A [rows, 1] operand broadcasts along each row (in cmp and in sel); 1-D tiles pack their one dimension."""
+    a = rng.standard_normal((R, C)).astype(np.float32)
+    col = rng.standard_normal((R, 1)).astype(np.float32)
+    v, w = rng.standard_normal(70).astype(np.float32), rng.standard_normal(70).astype(np.float32)
+    y, y1 = poison((R, C)), poison((70,))
+
+    @pl.jit
+    def k(a: pl.Tensor, col: pl.Tensor, v: pl.Tensor, w: pl.Tensor, y: pl.Out[pl.Tensor], y1: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            ta, tc = pl.load(a, [i, 0], [TR, C]), pl.load(col, [i, 0], [TR, 1])
+            pl.store(pl.sel(pl.cmp(ta, tc, cmp_type=4), ta, tc), [i, 0], y)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tv, tw = pl.load(v, [0], [70]), pl.load(w, [0], [70])
+            m = pl.cmp(tv, tw, cmp_type=3)
+            assert m.shape == (32,)
+            pl.store(pl.sel(m, tv, tw), [0], y1)
+
+    launcher.run(k.compile(a, col, v, w, y, y1), a, col, v, w, y, y1)
+    np.testing.assert_array_equal(y, np.maximum(a, col))
+    np.testing.assert_array_equal(y1, np.minimum(v, w))
+
+
 @pytest.mark.parametrize("carrier", ["uint8", "int32"])
 def test_sels_with_a_loaded_mask(launcher, rng, carrier):
     """A mask carrier loaded from memory: bytes in memory order, bit j % 8 of byte j // 8."""
