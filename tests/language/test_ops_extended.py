@@ -19,6 +19,7 @@ import torch
 
 import pypto_async.language as pl
 from ir._fixtures import poison
+from pypto_async import ir
 from pypto_async.errors import PtoCompileError
 
 R, C, TR = 32, 40, 8
@@ -465,6 +466,45 @@ def test_tensor_level_bitwise(launcher, rng):
     launcher.run(k.compile(a, b, o1, o2), a, b, o1, o2)
     np.testing.assert_array_equal(o1, a ^ b)
     np.testing.assert_array_equal(o2, (a & 0xFFFF) >> 4)
+
+
+# ---- PyPTO's documented program form: an InCore kernel comparing and selecting ---------------------------
+
+M, N = 16, 16
+
+
+@pl.program
+class CompareSelectProgram:
+    @pl.function(type=pl.FunctionType.InCore)
+    def kernel(self, lhs: pl.Tensor[[M, N], pl.FP32], rhs: pl.Tensor[[M, N], pl.FP32],
+               lt: pl.Out[pl.Tensor[[M, N], pl.FP32]], ge0: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+               ) -> tuple[pl.Tensor[[M, N], pl.FP32], pl.Tensor[[M, N], pl.FP32]]:
+        a: pl.Tile[[M, N], pl.FP32] = pl.load(lhs, [0, 0], [M, N])
+        b: pl.Tile[[M, N], pl.FP32] = pl.load(rhs, [0, 0], [M, N])
+        one = pl.tile.full([M, N], dtype=pl.FP32, value=1.0)
+        zero = pl.tile.full([M, N], dtype=pl.FP32, value=0.0)
+        tmp = pl.tile.create([1, 32], dtype=pl.UINT8)
+        lt_mask: pl.Tile[[M, 32], pl.UINT8] = pl.tile.cmp(a, b, cmp_type=2)
+        lt = pl.store(pl.tile.sel(lt_mask, one, zero, tmp), [0, 0], lt)
+        ge_mask = pl.tile.cmps(a, 0.0, cmp_type=5)
+        ge0 = pl.store(pl.tile.sels(ge_mask, a, tmp, -1.0), [0, 0], ge0)
+        return lt, ge0
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orchestrator(self, lhs: pl.Tensor[[M, N], pl.FP32], rhs: pl.Tensor[[M, N], pl.FP32],
+                     lt: pl.Out[pl.Tensor[[M, N], pl.FP32]], ge0: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+                     ) -> tuple[pl.Tensor[[M, N], pl.FP32], pl.Tensor[[M, N], pl.FP32]]:
+        lt, ge0 = self.kernel(lhs, rhs, lt, ge0)
+        return lt, ge0
+
+
+def test_program_form_compare_select(launcher, rng):
+    lhs = torch.from_numpy(rng.integers(-4, 5, size=(M, N)).astype(np.float32))
+    rhs = torch.from_numpy(rng.integers(-3, 4, size=(M, N)).astype(np.float32))
+    lt, ge0 = torch.full((M, N), float("nan")), torch.full((M, N), float("nan"))
+    launcher.run(ir.compile(CompareSelectProgram), lhs, rhs, lt, ge0)
+    torch.testing.assert_close(lt, (lhs < rhs).float())
+    torch.testing.assert_close(ge0, torch.where(lhs >= 0, lhs, torch.tensor(-1.0)))
 
 
 # ---- PyPTO's earlier tensor-level spellings: pl.sum, pl.view ----------------------------------------
