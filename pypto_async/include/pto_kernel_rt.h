@@ -12,6 +12,7 @@
  *   pto_floordiv, pto_mod  Python's // and % on int64 (floor toward -inf;
  *                          the remainder takes the divisor's sign)
  *   pto_min64, pto_max64   min / max of index expressions
+ *   pto_remf, pto_rem      pl.rem of floats (Python's %)
  *   pto_cvt_f32/f16/bf16   a double rounded to FP32 / FP16 / BF16 with one of
  *                          pl.cast's rounding modes (see PTO_CVT_*)
  *   pto_atomic_add_*       pl.store(..., atomic=Add): add into a tensor
@@ -74,6 +75,19 @@ static inline int64_t pto_mod(int64_t a, int64_t b)
 
 static inline int64_t pto_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pto_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* pl.rem of floats: Python's %, the remainder taking the divisor's sign (NaN for b == 0). */
+static inline float pto_remf(float a, float b)
+{
+    float r = __builtin_fmodf(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+static inline double pto_rem(double a, double b)
+{
+    double r = __builtin_fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 
 /* ---- rounding conversions (pl.cast(..., mode=...)) ------------------------
  *

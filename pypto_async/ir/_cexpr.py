@@ -25,6 +25,7 @@ from ._nodes import (
     Binary,
     Broadcast,
     Cast,
+    Compare,
     Concat,
     FillPad,
     Full,
@@ -37,6 +38,7 @@ from ._nodes import (
     Load,
     Move,
     Reshape,
+    Select,
     Slice,
     Transpose,
     Unary,
@@ -159,6 +161,8 @@ def element(e, dtype: DataType, el: Element) -> str:
             return f"(({ct})1 / sqrt{f}({x}))"
         if e.op == "recip":
             return f"(({ct})1 / {x})"
+        if e.op == "not_":
+            return f"({ct})(~{x})"
         return f"{e.op}{f}({x})"
     if isinstance(e, Binary):
         a, b = el.operand(e.a), el.operand(e.b)
@@ -169,11 +173,81 @@ def element(e, dtype: DataType, el: Element) -> str:
             if dtype.is_float:
                 return f"({a} / {b})"
             return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
+        if e.op in _EXTENDED_BINARY:
+            return _extended_binary(e.op, a, b, dtype)
         cmp = ">" if e.op == "maximum" else "<"
         if dtype.is_float:
             return f"(({a} {cmp} {b} || {a} != {a}) ? {a} : {b})"
         return f"({a} {cmp} {b} ? {a} : {b})"
+    if isinstance(e, Compare):
+        return _compare(e, el)
+    if isinstance(e, Select):
+        return _select(e, el)
     return _layout(e, dtype, el)
+
+
+_EXTENDED_BINARY = ("rem", "prelu", "and_", "or_", "xor", "shl", "shr")
+_BITWISE = {"and_": "&", "or_": "|", "xor": "^"}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _extended_binary(op: str, a: str, b: str, dtype: DataType) -> str:
+    """rem, prelu, the bitwise and the shift ops (integer wrap-around; no shift is undefined)."""
+    ct = ctype(dtype)
+    if op == "rem":
+        if dtype.is_float:
+            return f"pto_remf({a}, {b})" if ct == "float" else f"pto_rem({a}, {b})"
+        return f"({ct})pto_mod((int64_t)({a}), (int64_t)({b}))"
+    if op == "prelu":
+        return f"({a} > 0 ? {a} : ({ct})({a} * {b}))"
+    if op in _BITWISE:
+        return f"({ct})({a} {_BITWISE[op]} {b})"
+    # A shift by a negative amount or by the width or more: shl gives 0, shr 0 or (signed, negative) -1.
+    bits = dtype.itemsize * 8
+    out_of_range = f"(uint64_t)(int64_t)({b}) >= {bits}"
+    if op == "shl":
+        return f"({out_of_range} ? ({ct})0 : ({ct})((uint64_t)({a}) << ({b})))"
+    if dtype.c_type.startswith("uint"):
+        return f"({out_of_range} ? ({ct})0 : ({ct})({a} >> ({b})))"
+    return f"({out_of_range} ? ({ct})({a} < 0 ? -1 : 0) : ({ct})({a} >> ({b})))"
+
+
+def _dims(x, idx: list[str], last: str) -> list[str]:
+    """Per-dimension indices of tile ``x`` at element ``idx[:-1] + [last]``, broadcast as numpy does."""
+    off = len(idx) - len(x.type.shape)
+    out = []
+    for d, size in enumerate(x.type.shape):
+        i = last if d + off == len(idx) - 1 else idx[d + off]
+        out.append("0" if size == 1 else i)
+    return out
+
+
+def _compare(e: Compare, el: Element) -> str:
+    """One mask byte: bit k compares element 8 * byte + k of its row (0 past the row's end)."""
+    n = e.a.type.shape[-1]
+    if hasattr(e.b, "type"):
+        n = max(n, e.b.type.shape[-1])
+    byte = el.idx[-1]
+    sym = _COMPARE[e.cmp]
+    bits = []
+    for k in range(8):
+        j = f"({byte} * 8 + {k})"
+        a = el.at(e.a, _dims(e.a, el.idx, j))
+        b = el.at(e.b, _dims(e.b, el.idx, j)) if hasattr(e.b, "type") else el.operand(e.b)
+        bits.append(f"(({j} < {n} && {a} {sym} {b}) << {k})")
+    return "(uint8_t)(" + " | ".join(bits) + ")"
+
+
+def _select(e: Select, el: Element) -> str:
+    m = e.mask
+    size = m.type.dtype.itemsize
+    j = el.idx[-1]
+    byte = f"(({j}) >> 3)"
+    word = byte if size == 1 else f"({byte} / {size})"
+    shift = f"(({j}) & 7)" if size == 1 else f"(({byte} % {size}) * 8 + (({j}) & 7))"
+    value = el.at(m, [*el.idx[:-1], word])
+    bit = f"((((uint{size * 8}_t){value}) >> {shift}) & 1)"
+    return f"({bit} ? {el.operand(e.a)} : {el.operand(e.b)})"
 
 
 def valid_cond(idx: list[str], shape, valid) -> str:

@@ -276,7 +276,7 @@ class _Gen:
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
-            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False)
+            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias)
         elif isinstance(s, MatmulAcc):
             self.matmul(s.acc, s.a, s.b, accumulate=True)
         elif isinstance(s, Update):
@@ -286,12 +286,16 @@ class _Gen:
         else:
             raise PtoCompileError(f"codegen: statement not lowered: {type(s).__name__} (run the pass pipeline)")
 
-    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool) -> None:
+    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool, bias: Var | None = None) -> None:
         m, k = a.type.shape
         n = b.type.shape[1]
         pa, _, lda = self.operand_src(a)
         pb, _, ldb = self.operand_src(b)
         c = self.buffer(out)
+        if bias is not None:  # pl.matmul_bias: every row starts as the bias, the product accumulates onto it
+            pbias, _, _ = self.operand_src(bias)
+            self.emit(f"for (int64_t r = 0; r < {m}; r++) memcpy({c} + r * {n}, {pbias}, {n} * sizeof *{c});")
+            accumulate = True
         self.uses_gemm = True
         fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
         self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")

@@ -10,17 +10,23 @@ source location.
 from __future__ import annotations
 
 from .._scalars import is_int
-from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, DataType
+from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, UINT8, DataType
 from .._signature import IN, SCALAR
 from ._nodes import (
     BINARY_OPS,
     CAST_MODES,
+    ACC_PHASES,
+    CMP_TYPES,
+    INT_BINARY_OPS,
+    Compare,
+    Select,
     REDUCE_OPS,
     UNARY_OPS,
     Binary,
     Cast,
     Const,
     Full,
+    IBin,
     IConst,
     Load,
     Loc,
@@ -50,6 +56,8 @@ __all__ = [
     "check_window",
     "compute_dtype",
     "MATMUL_DTYPES",
+    "mask_columns",
+    "check_acc_phase",
 ]
 
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
@@ -103,6 +111,8 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         check_vector_operand(expr.x, f"pl.{expr.op}", loc)
         if t.dtype == BOOL or (expr.op in _FLOAT_ONLY and not t.dtype.is_float):
             raise compile_error(f"unsupported dtype {t.dtype.name} for {expr.op}", loc)
+        if expr.op == "not_" and t.dtype.is_float:
+            raise compile_error(f"pl.not_ needs an integer tile, got {t.dtype.name}", loc)
         return TileType(t.shape, t.dtype, "Vec", t.valid)
     if isinstance(expr, Binary):
         return _binary_type(expr, loc)
@@ -135,7 +145,15 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
             return TileType((r, 1), t.dtype, "Vec", normalize((r, 1), (vr, IConst(1))))
         return TileType((1, c), t.dtype, "Vec", normalize((1, c), (IConst(1), vc)))
     if isinstance(expr, Matmul):
-        return _matmul_type(expr.a, expr.b, loc)
+        t = _matmul_type(expr.a, expr.b, loc)
+        check_acc_phase(expr.acc_phase, expr.a, loc)
+        if expr.bias is not None:
+            _check_bias(expr.bias, t, loc)
+        return t
+    if isinstance(expr, Compare):
+        return _compare_type(expr, loc)
+    if isinstance(expr, Select):
+        return _select_type(expr, loc)
     if isinstance(expr, Move):
         check_move(expr.x, expr.memory, loc)
         t = expr.x.type
@@ -172,7 +190,70 @@ def _binary_type(expr: Binary, loc: Loc | None) -> TileType:
         shape, dtype, valid = t.shape, t.dtype, t.valid
     if dtype == BOOL and expr.op not in ("maximum", "minimum"):
         raise compile_error(f"unsupported dtype BOOL for {expr.op}", loc)
+    if expr.op in INT_BINARY_OPS and dtype.is_float:
+        raise compile_error(f"pl.{expr.op} needs integer tiles, got {dtype.name}", loc)
+    if expr.op == "prelu" and not dtype.is_float:
+        raise compile_error(f"pl.prelu needs float tiles, got {dtype.name}", loc)
     return TileType(shape, dtype, "Vec", valid)
+
+
+def mask_columns(n: int) -> int:
+    """Bytes per row of a packed predicate mask over ``n`` elements: ``ceil(n / 8)`` rounded up to 32."""
+    nbytes = (n + 7) // 8
+    return (nbytes + 31) // 32 * 32
+
+
+def _packed_extent(e):
+    if isinstance(e, IConst):
+        return IConst(-(-e.value // 8))
+    return IBin("//", IBin("+", e, IConst(7)), IConst(8))
+
+
+def _elementwise_pair(a: Var, b, op: str, loc: Loc | None):
+    """Shape, dtype and valid region of ``a`` with ``b`` (a tile or a scalar), as a binary op has them."""
+    check_vector_operand(a, op, loc)
+    ta = a.type
+    if isinstance(b, Var):
+        check_vector_operand(b, op, loc)
+        tb = b.type
+        if ta.dtype != tb.dtype:
+            raise compile_error(f"dtype mismatch in {op}: {ta.dtype.name} and {tb.dtype.name} "
+                                "(cast one operand with pl.cast)", loc)
+        shape = broadcast_shapes(ta.shape, tb.shape, loc, op)
+        return shape, ta.dtype, agree([ta, tb], shape, op, loc)
+    _operand_type(b, loc)
+    return ta.shape, ta.dtype, ta.valid
+
+
+def _compare_type(expr: Compare, loc: Loc | None) -> TileType:
+    if expr.cmp not in CMP_TYPES:
+        raise compile_error(f"pl.cmp: unknown comparison {expr.cmp!r} (one of {', '.join(CMP_TYPES)})", loc)
+    if not isinstance(expr.a, Var):
+        raise compile_error("pl.cmp: the left operand must be a tile", loc)
+    shape, _, valid = _elementwise_pair(expr.a, expr.b, "pl.cmp", loc)
+    out = tuple(shape[:-1]) + (mask_columns(shape[-1]),)
+    ext = extents(TileType(tuple(shape), UINT8, "Vec", valid))
+    return TileType(out, UINT8, "Vec", normalize(out, tuple(ext[:-1]) + (_packed_extent(ext[-1]),)))
+
+
+def _select_type(expr: Select, loc: Loc | None) -> TileType:
+    m = expr.mask
+    if not isinstance(m, Var) or not isinstance(expr.a, Var):
+        raise compile_error("pl.sel: the mask and the first source must be tiles", loc)
+    check_vector_operand(m, "pl.sel (mask)", loc)
+    shape, dtype, valid = _elementwise_pair(expr.a, expr.b, "pl.sel", loc)
+    mt = m.type
+    if mt.dtype.is_float or mt.dtype == BOOL:
+        raise compile_error(f"pl.sel: the mask must be an integer tile (a pl.cmp result), got {mt.dtype.name}", loc)
+    need = -(-shape[-1] // 8)
+    if (len(mt.shape) != len(shape) or any(x < y for x, y in zip(mt.shape[:-1], shape[:-1]))
+            or mt.shape[-1] * mt.dtype.itemsize < need):
+        raise compile_error(
+            f"pl.sel: mask {mt} does not cover a {list(shape)} selection (it needs a row per row and "
+            f"ceil({shape[-1]} / 8) = {need} bytes per row)",
+            loc,
+        )
+    return TileType(tuple(shape), dtype, "Vec", valid)
 
 
 def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> TileType:
@@ -196,6 +277,29 @@ def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> Tile
     shape = (ta.shape[0], tb.shape[1])
     valid = normalize(shape, (extents(ta)[0], extents(tb)[1]))
     return TileType(shape, FP64 if ta.dtype == FP64 else FP32, "Acc", valid)
+
+
+def check_acc_phase(acc_phase, a: Var, loc: Loc | None) -> None:
+    """A gemv's ``acc_phase`` (None for a matmul) is one of PyPTO's values, and its lhs a ``[1, K]`` row."""
+    if acc_phase is None:
+        return
+    if acc_phase not in ACC_PHASES:
+        raise compile_error(f"pl.gemv: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}", loc)
+    if len(a.type.shape) != 2 or a.type.shape[0] != 1:
+        raise compile_error(f"pl.gemv: lhs must be a [1, K] row vector, got {list(a.type.shape)}", loc)
+
+
+def _check_bias(bias: Var, t: TileType, loc: Loc | None) -> None:
+    """A matmul bias: ``[1, n]`` in the product's dtype, fully valid, in Bias, Vec or Mat (not Left/Right/Acc)."""
+    bt = bias.type
+    if bt.memory in ("Left", "Right", "Acc"):
+        raise compile_error(f"pl.matmul_bias: the bias %{bias.id} is in {bt.memory}; the cube reads it from Bias "
+                            "(pl.move it to pl.Mem.Bias, or keep it in Vec or Mat)", loc)
+    want = (1, t.shape[1])
+    if tuple(bt.shape) != want or bt.dtype != t.dtype:
+        raise compile_error(f"pl.matmul_bias: the bias must be {TileType(want, t.dtype)} (the product's row, in the "
+                            f"accumulator dtype), got {TileType(bt.shape, bt.dtype)}", loc)
+    require_full(bias, "pl.matmul_bias", loc)
 
 
 def check_matmul_acc(acc: Var, a: Var, b: Var, loc: Loc | None) -> None:

@@ -79,10 +79,22 @@ __all__ = [
     "MEMORY_SPACES",
     "PAD_VALUES",
     "CAST_MODES",
+    "Compare",
+    "Select",
+    "CMP_TYPES",
+    "INT_BINARY_OPS",
+    "ACC_PHASES",
 ]
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu")
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu", "not_")
+#: ``rem`` is Python's ``%`` (the divisor's sign); ``prelu`` is ``a > 0 ? a : a * b`` (float only);
+#: the bitwise and shift ops (:data:`INT_BINARY_OPS`) take integer tiles only.
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "rem", "prelu", "and_", "or_", "xor", "shl", "shr")
+INT_BINARY_OPS = ("and_", "or_", "xor", "shl", "shr")
+#: ``pl.cmp`` comparison codes, PyPTO's numbering (``cmp_type=0`` is ``eq``).
+CMP_TYPES = ("eq", "ne", "lt", "le", "gt", "ge")
+#: The gemv ops' ``acc_phase`` values (PyPTO's).
+ACC_PHASES = ("unspecified", "partial", "final")
 REDUCE_OPS = ("row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min")
 #: PyPTO's on-chip memory spaces; tensors live in "DDR".
 MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
@@ -282,8 +294,17 @@ class Reduce:
 
 @dataclass(frozen=True)
 class Matmul:
+    """``a @ b``; with ``bias`` (a ``[1, n]`` tile of the product's dtype) added to every row.
+
+    ``acc_phase`` is set by the gemv forms (``a`` a ``[1, K]`` row): PyPTO's
+    accumulation-phase hint, one of :data:`ACC_PHASES`.  It changes no result
+    on the sim; it is recorded and printed.
+    """
+
     a: Var
     b: Var
+    bias: Var | None = None
+    acc_phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -352,10 +373,39 @@ class FillPad:
     pad: str
 
 
+@dataclass(frozen=True)
+class Compare:
+    """``pl.cmp``: compare ``a`` with ``b`` (a tile or a scalar), one bit per element.
+
+    The result is PyPTO's packed predicate mask: a UINT8 tile whose last
+    dimension holds ``ceil(n / 8)`` bytes rounded up to 32; element ``j`` of
+    a row is bit ``j % 8`` of byte ``j // 8`` (least significant bit first).
+    ``cmp`` is one of :data:`CMP_TYPES`.
+    """
+
+    a: Var
+    b: Operand
+    cmp: str
+
+
+@dataclass(frozen=True)
+class Select:
+    """``pl.sel``: ``a`` where the packed ``mask`` bit is set, else ``b`` (a tile or a scalar).
+
+    ``mask`` is any integer tile holding the mask bytes (as ``Compare``
+    writes them), read as bytes in memory order.
+    """
+
+    mask: Var
+    a: Var
+    b: Operand
+
+
 Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,
-             Assemble, FillPad]
+             Assemble, FillPad, Compare, Select]
 #: Expressions computed element by element over their result's shape (fusable).
-ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad)
+ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad,
+               Compare, Select)
 
 
 # ---- statements ----------------------------------------------------------------
@@ -370,12 +420,13 @@ class Assign:
 
 @dataclass(frozen=True)
 class MatmulAcc:
-    """``acc += a @ b``, in place."""
+    """``acc += a @ b``, in place (``acc_phase`` as for :class:`Matmul`: set by ``pl.gemv_acc``)."""
 
     acc: Var
     a: Var
     b: Var
     loc: Loc | None = field(default=None, compare=False)
+    acc_phase: str | None = None
 
 
 @dataclass(frozen=True)

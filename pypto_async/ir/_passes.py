@@ -19,7 +19,7 @@ from dataclasses import replace
 from .._dtypes import BF16, FP16
 from ..errors import PtoCompileError
 from ._bounds import RUNTIME
-from ._infer import check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ._infer import check_acc_phase, check_load, check_matmul_acc, check_store, compile_error, infer_expr
 from ._layout import check_tile_window
 from ._nodes import (
     ELEMENTWISE,
@@ -28,6 +28,7 @@ from ._nodes import (
     Binary,
     Broadcast,
     Cast,
+    Compare,
     Concat,
     DynFor,
     FillPad,
@@ -40,6 +41,7 @@ from ._nodes import (
     Reduce,
     Reshape,
     Scope,
+    Select,
     SetIndex,
     Slice,
     Transpose,
@@ -69,10 +71,16 @@ def expr_inputs(expr) -> list[Var]:
         return [expr.x]
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
-    if isinstance(expr, (Matmul, Concat)):
+    if isinstance(expr, Matmul):
+        return [expr.a, expr.b] + ([expr.bias] if expr.bias is not None else [])
+    if isinstance(expr, Concat):
         return [expr.a, expr.b]
     if isinstance(expr, Assemble):
         return [expr.target, expr.source]
+    if isinstance(expr, Compare):
+        return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Select):
+        return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
     return []
 
 
@@ -134,6 +142,7 @@ def infer_and_check(program: Program) -> Program:
                 for v in (s.acc, s.a, s.b):
                     use(v, s.loc)
                 check_matmul_acc(s.acc, s.a, s.b, s.loc)
+                check_acc_phase(s.acc_phase, s.a, s.loc)
             elif isinstance(s, Update):
                 use(s.target, s.loc)
                 use(s.value, s.loc)
@@ -205,7 +214,8 @@ def eliminate_dead_tiles(program: Program) -> Program:
 
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
-_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble)
+#: Compare reads 8 source elements per mask byte, Select a mask byte per 8 elements.
+_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select)
 
 
 def _walk_all(body):

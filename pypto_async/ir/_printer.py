@@ -32,6 +32,8 @@ from ._nodes import (
     Spmd,
     Store,
     Unary,
+    Compare,
+    Select,
     Update,
     Var,
 )
@@ -71,7 +73,10 @@ def _expr(e) -> str:
     if isinstance(e, Reduce):
         return f"{e.op} {_operand(e.x)}"
     if isinstance(e, Matmul):
-        return f"matmul {_operand(e.a)}, {_operand(e.b)}"
+        bias = "" if e.bias is None else f" + bias {_operand(e.bias)}"
+        name = "matmul" if e.acc_phase is None else "gemv"
+        phase = "" if e.acc_phase is None else f" acc_phase {e.acc_phase}"
+        return f"{name} {_operand(e.a)}, {_operand(e.b)}{bias}{phase}"
     if isinstance(e, Move):
         return f"move {_operand(e.x)} to {e.memory}"
     if isinstance(e, Broadcast):
@@ -88,6 +93,10 @@ def _expr(e) -> str:
         return f"assemble {_operand(e.source)} into {_operand(e.target)}{_offsets(e.offsets)}"
     if isinstance(e, FillPad):
         return f"fillpad {_operand(e.x)} with {e.pad}"
+    if isinstance(e, Compare):
+        return f"cmp.{e.cmp} {_operand(e.a)}, {_operand(e.b)}"
+    if isinstance(e, Select):
+        return f"sel {_operand(e.mask)} ? {_operand(e.a)} : {_operand(e.b)}"
     return repr(e)
 
 
@@ -97,6 +106,8 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     if isinstance(s, Assign):
         return [f"{pad}%{s.var.id}: {s.var.type} = {_expr(s.expr)}"]
     if isinstance(s, MatmulAcc):
+        if s.acc_phase is not None:
+            return [f"{pad}%{s.acc.id} += gemv {_operand(s.a)}, {_operand(s.b)} acc_phase {s.acc_phase}"]
         return [f"{pad}%{s.acc.id} += matmul {_operand(s.a)}, {_operand(s.b)}"]
     if isinstance(s, Update):
         return [f"{pad}%{s.target.id} <- {_operand(s.value)}"]

@@ -54,6 +54,9 @@ from ._nodes import (
     Spmd,
     Store,
     Unary,
+    CMP_TYPES,
+    Compare,
+    Select,
     Update,
     Var,
 )
@@ -141,6 +144,12 @@ class _Printer:
         if isinstance(e, Reduce):
             return f"pl.{e.op}({self.name(e.x)})"
         if isinstance(e, Matmul):
+            bias = "" if e.bias is None else f", {self.name(e.bias)}"
+            if e.acc_phase is not None:
+                name = "gemv" if e.bias is None else "gemv_bias"
+                return f'pl.{name}({self.name(e.a)}, {self.name(e.b)}{bias}, acc_phase="{e.acc_phase}")'
+            if e.bias is not None:
+                return f"pl.matmul_bias({self.name(e.a)}, {self.name(e.b)}{bias})"
             return f"pl.matmul({self.name(e.a)}, {self.name(e.b)})"
         if isinstance(e, Move):
             return f"pl.move({self.name(e.x)}, target_memory=pl.Mem.{e.memory})"
@@ -163,6 +172,10 @@ class _Printer:
             return f"pl.tile.assemble({self.name(e.target)}, {self.name(e.source)}, {offs})"
         if isinstance(e, FillPad):
             return f"pl.fillpad({self.name(e.x)}, {_PAD[e.pad]})"
+        if isinstance(e, Compare):
+            return f"pl.cmp({self.name(e.a)}, {self.operand(e.b)}, cmp_type={CMP_TYPES.index(e.cmp)})"
+        if isinstance(e, Select):
+            return f"pl.sel({self.name(e.mask)}, {self.name(e.a)}, {self.operand(e.b)})"
         raise ValueError(f"cannot print {type(e).__name__}")
 
     def emit(self, depth: int, line: str) -> None:
@@ -203,7 +216,11 @@ class _Printer:
             rhs = self.expr(s.expr, s.var)
             self.emit(depth, f"{self.name(s.var)} = {rhs}")
         elif isinstance(s, MatmulAcc):
-            self.emit(depth, f"pl.matmul_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)})")
+            if s.acc_phase is not None:
+                self.emit(depth, f'pl.gemv_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)}, '
+                                 f'acc_phase="{s.acc_phase}")')
+            else:
+                self.emit(depth, f"pl.matmul_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}")
         elif isinstance(s, Store):

@@ -41,6 +41,8 @@ from ._memory import *  # noqa: F401,F403
 from ._memory import __all__ as _memory_all
 from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
+from ._ops_extended import *  # noqa: F401,F403
+from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
@@ -99,4 +101,5 @@ __all__ = [
     *_ops_all,
     *_memory_all,
     *_layout_all,
+    *_ops_extended_all,
 ]

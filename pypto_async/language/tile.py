@@ -34,6 +34,8 @@ from ._ops import (
     sqrt,
     sub,
 )
+from ._ops_extended import *  # noqa: F401,F403
+from ._ops_extended import __all__ as _ops_extended_all
 
 create = create_tile
 
@@ -72,4 +74,5 @@ __all__ = [
     "rsqrt",
     "sqrt",
     "sub",
+    *_ops_extended_all,
 ]
