@@ -66,9 +66,9 @@ def adapt(source: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # What the programs are
 
-# The doc runner's marker: the comment, then (blank space and) a newline, then the fence.
-_BLOCK = re.compile(r"<!--\s*doctest:\s*(setup|run)\s*-->[ \t]*\r?\n[ \t]*```python[ \t]*\r?\n(.*?)\r?\n[ \t]*```",
-                    re.DOTALL)
+# The doc runner's marker: the comment, then only white space (blank lines too) up to the end of a
+# line, then a fence opening exactly "```python"; the code runs to the next line starting "```".
+_BLOCK = re.compile(r"<!--\s*doctest:\s*(setup|run)\s*-->\s*\n```python\n(.*?)\n```", re.DOTALL)
 
 
 @dataclass(frozen=True)

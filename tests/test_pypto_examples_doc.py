@@ -52,6 +52,18 @@ PAGE = textwrap.dedent("""\
     echo a shell block is not a program
     ```
 
+    <!-- doctest: run -->
+    Text between the marker and the fence unmarks it:
+    ```python
+    raise SystemExit("never run")
+    ```
+
+    <!-- doctest: run -->
+
+    ```python
+    z = 3
+    ```
+
     <!-- doctest: setup -->
     ```python
     HELPER = 3
@@ -61,9 +73,10 @@ PAGE = textwrap.dedent("""\
 
 def test_marked_blocks_are_found_in_page_order_with_their_line():
     blocks = _runner().blocks(PAGE)
-    assert [(b.kind, b.line) for b in blocks] == [("setup", 3), ("run", 15), ("run", 21), ("setup", 31)]
+    assert [(b.kind, b.line) for b in blocks] == [("setup", 3), ("run", 15), ("run", 21), ("run", 37), ("setup", 43)]
     assert blocks[1].code == 'x = 1\nassert CFG == "sim"'
     assert blocks[2].code == "y = 2"
+    assert blocks[3].code == "z = 3"  # blank lines between marker and fence are allowed
 
 
 def test_a_run_block_runs_after_every_setup_block_of_its_page_with_the_platform_filled_in():
@@ -138,7 +151,8 @@ def test_a_checkout_is_its_example_files_and_its_user_guide_blocks(tmp_path):
     assert list(progs) == [
         "examples/basic/breaks.py", "examples/basic/checks.py", "examples/basic/quiet.py",
         "examples/models/net/config.py", "examples/models/net/main.py", "examples/models/net/parts/layer.py",
-        "docs/en/user/guide.md:15", "docs/en/user/guide.md:21", "docs/en/user/sub/other.md:1",
+        "docs/en/user/guide.md:15", "docs/en/user/guide.md:21", "docs/en/user/guide.md:37",
+        "docs/en/user/sub/other.md:1",
     ]
     assert progs["examples/basic/checks.py"].source.startswith("import pypto_async as pypto\n")
     assert progs["examples/basic/checks.py"].folder == "examples/basic"
@@ -171,12 +185,13 @@ def test_each_program_runs_and_says_what_it_showed(tmp_path):
         "examples/models/net/parts/layer.py": "module",
         "docs/en/user/guide.md:15": "matched",
         "docs/en/user/guide.md:21": "ran",
+        "docs/en/user/guide.md:37": "ran",
         "docs/en/user/sub/other.md:1": "FAIL",
     }
     assert results["examples/basic/breaks.py"].detail == "ValueError: no such op: pl.frob"
     assert results["docs/en/user/sub/other.md:1"].detail == "RuntimeError: boom"
     assert results["examples/models/net/parts/layer.py"].part_of == "examples/models/net/main.py"
-    assert r.summary(list(results.values())) == (5, 7, 2, 3)  # modules are parts of a program
+    assert r.summary(list(results.values())) == (6, 8, 3, 4)  # modules are parts of a program
 
 
 def test_the_first_error_is_the_exception_that_ended_the_program():
