@@ -20,9 +20,10 @@ Given any other directory (a folder of example files) or one file, the programs 
 and run as ``__main__`` in a fresh interpreter (a file that imports its siblings relatively,
 such as ``models/qwen3_jit``, runs with ``-m`` from its package).  One line per program says:
 ``matched`` when it exits 0 and has a check of its own (it asserts, or compares with a torch
-or numpy reference), ``ran`` when it exits 0 with nothing to compare, ``module`` for a file
-only imported by another example (it is part of that program, run here by importing it), or
-``FAIL`` with the first error (the exception it ended with).  Counts per folder follow.  With
+or numpy reference), ``ran`` when it exits 0 with nothing to compare, or ``FAIL`` with the
+first error (the exception it ended with).  A file only imported by other examples is part of
+their program, not one of its own: it is run by importing it (``module`` when that works) and
+counted apart.  Counts per folder follow; the exit status is 0 when every program ran.  With
 ``--programs`` each module-level ``@pl.program`` class of a file is also compiled and launched
 once on random inputs (outputs poisoned with NaN, and checked written and finite).
 
