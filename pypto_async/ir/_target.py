@@ -19,6 +19,7 @@ from ._program_codegen import (
     largest_scope,
     program_graph,
     program_symbol,
+    warn_serial,
 )
 
 __all__ = ["Target", "plan"]
@@ -64,6 +65,13 @@ class _TaskProgram(Target):
 
 
 def plan(lowered: Program, *, force: bool = False) -> Target:
-    """Return what `lowered` compiles to; `force` (a ``@pl.program``) makes one task a program."""
-    cls = _TaskProgram if is_task_program(lowered, force=force) else Target
-    return cls(lowered, program_graph(lowered))
+    """Return what `lowered` compiles to; `force` (a ``@pl.program``) makes one task a program.
+
+    A task program too large to expand warns, whether its build is cached or not.
+    """
+    graph = program_graph(lowered)
+    if not is_task_program(lowered, force=force):
+        return Target(lowered, graph)
+    if graph is None:
+        warn_serial(lowered, stacklevel=5)
+    return _TaskProgram(lowered, graph)
