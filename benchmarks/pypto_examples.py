@@ -4,7 +4,9 @@ Given a directory holding copies of PyPTO's example files (its ``examples/``
 tree or any part of it), this script makes a scratch copy of each file with
 
 1. the import switched from ``pypto`` to ``pypto_async`` (``import pypto.x``,
-   ``from pypto.x import``, ``from pypto import``), and
+   ``from pypto.x import``, ``from pypto import``; a bare ``import pypto``
+   becomes ``import pypto_async as pypto``, so the file's ``pypto.x``
+   references keep naming the package), and
 2. every platform string (``"a2a3sim"``, ``"a5sim"``, ``"a2a3"``, ``"a5"``)
    replaced by ``"sim"``,
 
@@ -32,12 +34,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+_BARE = re.compile(r"^(\s*)import\s+pypto(?=[ \t]*(?:#.*)?$)", re.MULTILINE)
 _IMPORT = re.compile(r"^(\s*(?:from|import)\s+)pypto(?=[\s.])", re.MULTILINE)
 _PLATFORM = re.compile(r"""(["'])(?:a2a3sim|a5sim|a2a3|a5)\1""")
 
 
 def adapt(source: str) -> str:
     """Return ``source`` with the two substitutions applied (and nothing else)."""
+    source = _BARE.sub(r"\1import pypto_async as pypto", source)
     return _PLATFORM.sub('"sim"', _IMPORT.sub(r"\1pypto_async", source))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import OUT, SCALAR
+from ..backend.pto_backend import PartialCodegenError
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
@@ -184,7 +185,7 @@ class JitFunction:
         if not all(isinstance(r, TensorArg) and not hasattr(r, "origin") for r in items):
             raise compile_error(
                 f"{self.__name__} must return its tensor parameters or pl.create_tensor tensors (one, a "
-                f"tuple of them, or nothing), got {result!r}", self._loc
+                f"tuple of them, or nothing), got {result!r}", self._loc, PartialCodegenError
             )
         returned = [r.name for r in items]
         # A returned intermediate is an output of the program, after the parameters; the rest is scratch.
