@@ -34,6 +34,14 @@ def _is_number(x) -> bool:
     return isinstance(x, (bool, int, float, np.generic))
 
 
+def _shape_matches(declared: tuple, shape: tuple) -> bool:
+    """Whether ``shape`` fits a declared shape; a ``pl.dynamic`` dimension takes any extent."""
+    from ._hints import DynamicDim
+
+    return len(declared) == len(shape) and all(
+        isinstance(d, DynamicDim) or d == n for d, n in zip(declared, shape))
+
+
 class JitFunction:
     """A kernel: call it to dispatch, or ``lower``/``compile`` it for given arguments.
 
@@ -161,7 +169,7 @@ class JitFunction:
             dtype = self._dtype_of(name, arg.dtype)
         if not shape:
             raise compile_error(f"parameter {name!r}: a 0-d tensor has no tiles; pass a scalar instead", self._loc)
-        if ann.shape is not None and ann.shape != shape:
+        if ann.shape is not None and not _shape_matches(ann.shape, shape):
             raise compile_error(f"parameter {name!r} is declared {list(ann.shape)} but got shape {list(shape)}", self._loc)
         if ann.dtype is not None and ann.dtype != dtype:
             raise compile_error(f"parameter {name!r} is declared {ann.dtype.name} but got {dtype.name}", self._loc)

@@ -20,7 +20,7 @@ import inspect
 
 from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
-from ..errors import PtoArgumentError, PtoCompileError
+from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
 from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
@@ -91,6 +91,10 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
         if ann.shape is None or ann.dtype is None:
             raise compile_error(f"{where}: a program's tensors need a shape and dtype: pl.Tensor[[r, c], pl.FP32]",
                                 loc)
+        if any(not isinstance(d, int) for d in ann.shape):  # a pl.dynamic dimension
+            raise PtoNotSupported(f"{loc}: {where}: pl.dynamic dimension in {list(ann.shape)}: a @pl.program's "
+                                  f"shapes come from its annotations, so each must be an int here (a @pl.jit "
+                                  f"kernel takes any extent for it)")
         return ann
     if isinstance(ann, ScalarAnnotation):
         if ann.dtype is None:

@@ -37,6 +37,18 @@ from ._ops import (
 
 create = create_tile
 
+
+def transpose_view(tile):
+    """Return ``tile`` with its two dimensions swapped (PyPTO's NZ <-> ZN view of a placed buffer).
+
+    PyPTO reinterprets the buffer's fractal layout without moving data; the
+    sim has no layouts, so the view is the transposed tile (the values a
+    matmul reads from it are the same).
+    """
+    from ._layout import transpose
+
+    return transpose(tile)
+
 __all__ = [
     "assemble",
     "concat",
@@ -44,6 +56,7 @@ __all__ = [
     "slice",
     "create",
     "create_tile",
+    "transpose_view",
     "fillpad",
     "load",
     "move",
