@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["BackendType"]
+from . import pto_backend  # noqa: F401 - PyPTO imports it as pypto.backend.pto_backend
+
+__all__ = ["BackendType", "pto_backend"]
 
 
 class BackendType(enum.Enum):
