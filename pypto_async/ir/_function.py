@@ -60,15 +60,21 @@ class Function:
     program: "Program" = field(repr=False, compare=False)
     #: InCore: the region this function was outlined from (``None`` for the body of a kernel without regions).
     region: Scope | None = field(default=None, repr=False, compare=False)
+    #: What the function returns, where it is not the tensors it writes (``pl.parse``'s functions).
+    returns: tuple[Param, ...] | None = None
 
     @property
     def return_types(self) -> tuple[Param, ...]:
-        """The tensors the function writes (an InCore function's outputs; the program's, for the orchestration)."""
+        """The tensors the function returns: those it writes (an InCore function's outputs; the program's)."""
+        if self.returns is not None:
+            return self.returns
         return tuple(p for p in self.params if p.direction in (OUT, INOUT))
 
     def as_python(self, prefix: str = "pl", concise: bool = False) -> str:
         """Return the function as it prints in its program's ``@pl.program`` class (see :func:`format_outlined`)."""
         text = format_outlined(self.program, prefix=prefix, concise=concise)
+        if self.func_type is FunctionType.Opaque:  # a parsed function: its program, whole
+            return text
         head = f"    def {self.name}("
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith(head)) - 1  # its decorator

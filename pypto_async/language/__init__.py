@@ -45,6 +45,7 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._hints import MemRef, cluster, dynamic
+from ._parse import loads, parse
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
@@ -81,6 +82,8 @@ __all__ = [
     "MemRef",
     "dynamic",
     "cluster",
+    "parse",
+    "loads",
     "Tile",
     "Index",
     "TensorArg",
