@@ -11,7 +11,11 @@ are its tasks); :func:`outline` derives that view from it, for reading:
   (``In`` read only, ``Out`` written only, ``InOut`` both, in the program's
   order), then the scalar parameters it reads, then the orchestration's loop
   indices it uses (``pl.Scalar[pl.INDEX]``, printed ``pl.INT64``);
-* the orchestration has the program's parameters and intermediates.
+* the orchestration has the program's parameters and intermediates, and
+  calls each function where its region was: with ``name_hint=`` the
+  region's name, inside ``pl.manual_scope()`` where the region was, and a
+  ``# task k: deps=[task j]`` note for a region's declared dependencies
+  (task ids count the regions in trace order).
 
 :func:`format_outlined` prints that view as a ``@pl.program`` class.
 """
@@ -207,10 +211,18 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
     loose = iter(f for f in kernels if f.region is None)
 
     def call(f: Function, depth: int) -> None:
-        args = ", ".join(q.name for q in f.params)
+        args = [q.name for q in f.params]
         outs = ", ".join(q.name for q in f.return_types)
         bind = f"{outs} = " if outs else ""
-        lines.append("    " * depth + f"{bind}self.{f.name}({args})")
+        region, note = f.region, ""
+        if region is not None and region.name is not None:
+            args.append(f"name_hint={region.name!r}")
+        if region is not None and region.manual:
+            lines.append("    " * depth + f"with {p}.manual_scope():")
+            depth += 1
+        if region is not None and region.deps:
+            note = f"  # task {region.task}: deps=[{', '.join(f'task {d}' for d in region.deps)}]"
+        lines.append("    " * depth + f"{bind}self.{f.name}({', '.join(args)}){note}")
 
     def walk(body, depth: int) -> None:
         pending = False

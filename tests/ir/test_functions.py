@@ -101,3 +101,20 @@ def test_the_printed_program_computes_what_the_kernel_does(rng):
     compiled(a, b, out)
     np.testing.assert_allclose(out[:32], 2 * a[:32], rtol=1e-6)
     np.testing.assert_allclose(out[32:], b[32:] + 2 * a[:32], rtol=1e-6)
+
+
+@pl.jit
+def staged(x: pl.Tensor, s: pl.Out[pl.Tensor], out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP, name_hint="one") as a:
+        pl.store(pl.load(x, [0, 0], [8, 8]) + 1.0, [0, 0], s)
+    with pl.manual_scope():
+        with pl.incore(name_hint="two", deps=[a]):
+            pl.store(pl.load(s, [0, 0], [8, 8]) * 2.0, [0, 0], out)
+
+
+def test_the_outlined_program_shows_names_manual_scopes_and_deps(rng):
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+    src = staged.trace(x, poison((8, 8)), poison((8, 8))).as_python()
+    assert "        s = self.staged_incore_0(x, s, name_hint='one')\n" in src
+    assert ("        with pl.manual_scope():\n"
+            "            out = self.staged_incore_1(s, out, name_hint='two')  # task 1: deps=[task 0]\n") in src
