@@ -449,7 +449,7 @@ def test_a_kernel_may_return_several_outputs_as_a_tuple():
     program = two_outputs.trace(x, s, out)
     assert program.ret == "s, out"
     namespace: dict = {}
-    exec(program.as_python(), namespace)
+    exec(program.as_python(form="jit"), namespace)
     assert namespace["two_outputs"].trace(x, s, out) == program
     got = two_outputs(x, s, out)
     assert isinstance(got, tuple) and got[0] is s and got[1] is out

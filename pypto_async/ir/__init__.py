@@ -21,6 +21,8 @@ from ._nodes import __all__ as _nodes_all
 from ._passes import PIPELINE, eliminate_dead_tiles, fuse_elementwise, infer_and_check, run_passes
 from ._printer import format_program
 from ._program import Program
+from . import pass_manager
+from ._function import Function, FunctionType
 
 __all__ = [
     "compile",
@@ -35,6 +37,9 @@ __all__ = [
     "generate_c",
     "format_program",
     "Program",
+    "Function",
+    "FunctionType",
+    "pass_manager",
     "PIPELINE",
     "run_passes",
     "infer_and_check",

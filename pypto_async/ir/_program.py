@@ -1,4 +1,4 @@
-"""A program: the IR's root, with its two views (the text print and ``as_python``).
+"""A program: the IR's root, with its views (the text print, its functions and ``as_python``).
 
 It sits above :mod:`._nodes` and the printers so that the statement nodes
 import no view of themselves.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import PtoArgumentError
+from ._function import Function, format_outlined, outline
 from ._nodes import Param, Stmt
 from ._printer import format_program
 from ._python import format_python
@@ -40,13 +42,29 @@ class Program:
         raise KeyError(name)
 
     @property
-    def functions(self) -> dict[str, "Program"]:
-        """The program's functions by name: a ``@pl.jit`` kernel is one function, itself."""
-        return {self.name: self}
+    def functions(self) -> dict[str, Function]:
+        """The program's IR functions by name, as after PyPTO's outlining pass.
 
-    def as_python(self) -> str:
-        """Return the program as the source of a ``@pl.jit`` function that traces to an equivalent program."""
-        return format_python(self)
+        One ``InCore`` function per region (``<name>_incore_<k>``, in trace
+        order; a kernel with no ``pl.at`` is one), then the ``Orchestration``
+        function, named as the program (see :mod:`._function`).
+        """
+        return {f.name: f for f in outline(self)}
+
+    def as_python(self, prefix: str = "pl", concise: bool = False, form: str = "program") -> str:
+        """Return the program as source.
+
+        ``form="program"`` (PyPTO's view): the outlined ``@pl.program`` class
+        of :attr:`functions`; ``concise=True`` leaves out the tiles' type
+        annotations; ``prefix`` is the language module's name in it.
+        ``form="jit"``: a ``@pl.jit`` function that traces to an equivalent
+        program (see :mod:`._python`).
+        """
+        if form == "program":
+            return format_outlined(self, prefix=prefix, concise=concise)
+        if form == "jit":
+            return format_python(self)
+        raise PtoArgumentError(f"as_python(form=...) takes 'program' or 'jit', got {form!r}")
 
     def __str__(self) -> str:
         return format_program(self)

@@ -106,6 +106,8 @@ class _Printer:
         self.names: dict[int, str] = {}
         self.lines: list[str] = []
         self.prefix = "t"
+        #: Annotate each tile with its type (``t0: pl.Tile[[64], pl.FP32] = ...``): the outlined view's default.
+        self.annotate = False
         while any(q.name.startswith(self.prefix) for q in program.params):
             self.prefix = "_" + self.prefix  # tile names never shadow a parameter
 
@@ -214,7 +216,8 @@ class _Printer:
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Assign):
             rhs = self.expr(s.expr, s.var)
-            self.emit(depth, f"{self.name(s.var)} = {rhs}")
+            ann = f": pl.Tile[{_ints(s.var.type.shape)}, pl.{s.var.type.dtype.name}]" if self.annotate else ""
+            self.emit(depth, f"{self.name(s.var)}{ann} = {rhs}")
         elif isinstance(s, MatmulAcc):
             if s.acc_phase is not None:
                 self.emit(depth, f'pl.gemv_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)}, '

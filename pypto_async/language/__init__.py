@@ -30,7 +30,7 @@ Semantics worth knowing:
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
-from . import tile
+from . import system, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
@@ -47,6 +47,8 @@ from ._runtime_scalars import read
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
+from ._hints import MemRef, cluster, dynamic
+from ._parse import loads, parse
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
@@ -79,6 +81,12 @@ __all__ = [
     "yield_",
     "spmd",
     "tile",
+    "system",
+    "MemRef",
+    "dynamic",
+    "cluster",
+    "parse",
+    "loads",
     "Tile",
     "Index",
     "TensorArg",

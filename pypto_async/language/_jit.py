@@ -9,6 +9,7 @@ import numpy as np
 
 from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import OUT, SCALAR
+from ..backend.pto_backend import PartialCodegenError
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
@@ -32,6 +33,14 @@ def _is_device_tensor(x) -> bool:
 
 def _is_number(x) -> bool:
     return isinstance(x, (bool, int, float, np.generic))
+
+
+def _shape_matches(declared: tuple, shape: tuple) -> bool:
+    """Whether ``shape`` fits a declared shape; a ``pl.dynamic`` dimension takes any extent."""
+    from ._hints import DynamicDim
+
+    return len(declared) == len(shape) and all(
+        isinstance(d, DynamicDim) or d == n for d, n in zip(declared, shape))
 
 
 class JitFunction:
@@ -161,7 +170,7 @@ class JitFunction:
             dtype = self._dtype_of(name, arg.dtype)
         if not shape:
             raise compile_error(f"parameter {name!r}: a 0-d tensor has no tiles; pass a scalar instead", self._loc)
-        if ann.shape is not None and ann.shape != shape:
+        if ann.shape is not None and not _shape_matches(ann.shape, shape):
             raise compile_error(f"parameter {name!r} is declared {list(ann.shape)} but got shape {list(shape)}", self._loc)
         if ann.dtype is not None and ann.dtype != dtype:
             raise compile_error(f"parameter {name!r} is declared {ann.dtype.name} but got {dtype.name}", self._loc)
@@ -185,7 +194,7 @@ class JitFunction:
         if not all(isinstance(r, TensorArg) and not hasattr(r, "origin") for r in items):
             raise compile_error(
                 f"{self.__name__} must return its tensor parameters or pl.create_tensor tensors (one, a "
-                f"tuple of them, or nothing), got {result!r}", self._loc
+                f"tuple of them, or nothing), got {result!r}", self._loc, PartialCodegenError
             )
         returned = [r.name for r in items]
         # A returned intermediate is an output of the program, after the parameters; the rest is scratch.

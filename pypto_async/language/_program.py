@@ -16,14 +16,14 @@ that lives for one launch.
 
 from __future__ import annotations
 
-import enum
 import inspect
 
 from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
-from ..errors import PtoArgumentError, PtoCompileError
+from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
 from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
+from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
@@ -31,16 +31,6 @@ from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
 __all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
-
-
-class FunctionType(enum.Enum):
-    """What a ``@pl.function`` of a ``@pl.program`` is: a kernel, or the orchestration that calls kernels."""
-
-    InCore = "InCore"
-    Orchestration = "Orchestration"
-    #: A function whose body holds its own regions (``with pl.auto_incore():``), compiled as the
-    #: program's entry when the program has no orchestration; its tensors' directions follow its body.
-    Opaque = "Opaque"
 
 
 class _Function:
@@ -52,6 +42,11 @@ class _Function:
         self.name = name_hint or fn.__name__
         code = fn.__code__
         self.loc = Loc(code.co_filename, code.co_firstlineno)
+
+    @property
+    def func_type(self) -> FunctionType:
+        """The function's type (PyPTO's ``Function.func_type``)."""
+        return self.type
 
     def annotations(self) -> dict:
         try:
@@ -96,6 +91,10 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
         if ann.shape is None or ann.dtype is None:
             raise compile_error(f"{where}: a program's tensors need a shape and dtype: pl.Tensor[[r, c], pl.FP32]",
                                 loc)
+        if any(not isinstance(d, int) for d in ann.shape):  # a pl.dynamic dimension
+            raise PtoNotSupported(f"{loc}: {where}: pl.dynamic dimension in {list(ann.shape)}: a @pl.program's "
+                                  f"shapes come from its annotations, so each must be an int here (a @pl.jit "
+                                  f"kernel takes any extent for it)")
         return ann
     if isinstance(ann, ScalarAnnotation):
         if ann.dtype is None:
@@ -402,7 +401,7 @@ class ProgramDef:
         gives the same artifact (see :mod:`pypto_async.ir._program_python`).
         """
         if form == "jit":
-            return self.trace().as_python()
+            return self.trace().as_python(form="jit")
         if form == "class":
             from ..ir._program_python import format_program_class
 

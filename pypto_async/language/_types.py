@@ -55,8 +55,12 @@ class Tensor:
         if not isinstance(item, tuple) or len(item) != 2:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype], e.g. pl.Tensor[[128, 128], pl.FP32]")
         shape, dtype = item
-        if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d > 0 for d in shape):
-            raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints, got {shape!r}")
+        from ._hints import DynamicDim
+
+        if not isinstance(shape, (list, tuple)) or not all(
+                isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
+            raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints (or pl.dynamic dims), "
+                                  f"got {shape!r}")
         return TensorAnnotation(IN, tuple(shape), as_dtype(dtype))
 
 

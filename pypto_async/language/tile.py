@@ -39,6 +39,18 @@ from ._ops_extended import __all__ as _ops_extended_all
 
 create = create_tile
 
+
+def transpose_view(tile):
+    """Return ``tile`` with its two dimensions swapped (PyPTO's NZ <-> ZN view of a placed buffer).
+
+    PyPTO reinterprets the buffer's fractal layout without moving data; the
+    sim has no layouts, so the view is the transposed tile (the values a
+    matmul reads from it are the same).
+    """
+    from ._layout import transpose
+
+    return transpose(tile)
+
 __all__ = [
     "assemble",
     "concat",
@@ -46,6 +58,7 @@ __all__ = [
     "slice",
     "create",
     "create_tile",
+    "transpose_view",
     "fillpad",
     "load",
     "move",

@@ -96,7 +96,7 @@ def test_regions_of_a_jit_kernel_are_tasks_and_as_python_keeps_names_and_deps():
     g = task_graph(program)
     assert [t.name for t in g.tasks] == ["one", "two"] and g.edges == (Edge(0, 1, "declared"),)
     assert g.tasks[1].manual and g.tasks[0].accesses == (R("x", ((0, 8), (0, 8))), W("s", ((0, 8), (0, 8))))
-    source = program.as_python()
+    source = program.as_python(form="jit")
     assert "name_hint='two', deps=[_task0]" in source and "pl.manual_scope()" in source
     namespace: dict = {}
     exec(source, namespace)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pypto_async import ir
 import pypto_async.language as pl
 
 from ._fixtures import poison
@@ -72,7 +73,7 @@ KERNELS = {"cube": cube, "vector": vector, "loops": loops}
 
 def _retrace(kernel, args):
     program = kernel.lower(*args)
-    source = program.as_python()
+    source = program.as_python(form="jit")
     namespace: dict = {}
     exec(compile(source, f"<as_python {kernel.__name__}>", "exec"), namespace)
     return program, source, namespace[kernel.__name__]
@@ -84,10 +85,10 @@ def test_as_python_traces_back_to_the_program(launcher, rng, name):
     args = _args(rng)[name]
     program, source, again = _retrace(kernel, args)
     assert source.startswith("import pypto_async.language as pl\n") and f"def {name}(" in source
-    source2 = again.lower(*args).as_python()
+    source2 = again.lower(*args).as_python(form="jit")
     namespace: dict = {}
     exec(source2, namespace)
-    assert namespace[name].lower(*args).as_python() == source2  # a fixed point
+    assert namespace[name].lower(*args).as_python(form="jit") == source2  # a fixed point
     outs = [i for i, p in enumerate(program.params) if p.direction in ("out", "inout")]
     first = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
     second = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
@@ -105,6 +106,9 @@ def test_carried_loops_print_in_pyptos_explicit_form(rng):
     assert "pl.assemble" not in source and "pl.store(" in source and "atomic=pl.AtomicType.Add" in source
 
 
-def test_functions_of_a_kernel(rng):
+def test_functions_of_a_kernel_are_its_outlined_body_and_its_orchestration(rng):
     program = cube.lower(*_args(rng)["cube"])
-    assert program.functions == {"cube": program}
+    fns = program.functions
+    assert list(fns) == ["cube_incore_0", "cube"]
+    assert [f.func_type for f in fns.values()] == [ir.FunctionType.InCore, ir.FunctionType.Orchestration]
+    assert fns["cube"].params == program.params and fns["cube_incore_0"].body == program.body[0].body

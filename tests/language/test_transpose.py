@@ -56,7 +56,7 @@ def test_transpose_round_trips_through_as_python(launcher):
             pl.store(pl.mul(pl.transpose(pl.load(x, [0, 0], [16, 8])), 2.0), [0, 0], out)
 
     x, out = rand(16, 8, seed=5), poison(8, 16)
-    source = k.lower(x, out).as_python()
+    source = k.lower(x, out).as_python(form="jit")
     assert "pl.transpose(" in source
     namespace: dict = {}
     exec(compile(source, "<as_python>", "exec"), namespace)  # noqa: S102 - the printed kernel

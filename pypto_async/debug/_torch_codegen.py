@@ -1,0 +1,373 @@
+"""Generate a PyTorch reference from a program's IR (``pypto_async.debug.torch_codegen``).
+
+The generated source defines one function, named as the program, with the
+program's parameters in order: tensors are torch tensors, written in place
+(``Out``/``InOut``), scalars are Python numbers.  Executing it computes what
+the compiled kernel computes, statement by statement, on the CPU:
+
+* every tile is a torch tensor of its full shape and dtype; FP16/BF16 tiles
+  compute in float32 and round to their dtype after each statement, as the
+  simulator's kernels do (a fused chain there keeps its intermediates in
+  float, so half-precision results may differ in the last place);
+* a load with a valid region reads its leading box; the rest is NaN (0 for
+  integers), the padding the compiled kernel reads; ``fillpad`` replaces it;
+* a store writes the valid region only (``atomic=Add`` adds it);
+* loops, ``pl.spmd`` blocks and regions run in program order (the order
+  the task graph allows; a race-free program has no other result);
+* integer ``div`` rounds toward minus infinity, ``maximum``/``minimum``
+  propagate NaN, reductions run over the whole tile, as the compiled code's.
+
+A statement the generator does not know raises ``PtoNotSupported`` naming
+it.  ``check_shapes=True`` adds checks of each tensor argument's shape and
+dtype at the top of the function.
+"""
+
+from __future__ import annotations
+
+from .._dtypes import BF16, BOOL, FP16, DataType
+from .._signature import SCALAR
+from ..errors import PtoArgumentError, PtoNotSupported
+from ..ir._nodes import (
+    Assemble,
+    Assign,
+    Binary,
+    Broadcast,
+    Cast,
+    Concat,
+    Const,
+    FillPad,
+    For,
+    Full,
+    Fused,
+    IBin,
+    IConst,
+    IScalar,
+    IVar,
+    Load,
+    Matmul,
+    MatmulAcc,
+    Move,
+    Reduce,
+    Reshape,
+    ScalarRef,
+    Scope,
+    Slice,
+    Spmd,
+    Store,
+    Transpose,
+    Unary,
+    Update,
+    Var,
+)
+from ..ir._program import Program
+
+__all__ = ["torch_codegen"]
+
+_TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "INT8": "int8",
+          "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "BOOL": "bool"}
+
+_PRELUDE = '''\
+import math
+
+import torch
+
+
+def _scalar(v, dtype):
+    return torch.tensor(v, dtype=dtype)
+
+
+def _load(t, offsets, shape, valid, dtype):
+    """The window at offsets; outside the valid box, the padding (NaN, or 0 for integers)."""
+    box = tuple(valid) if valid is not None else tuple(shape)
+    out = torch.full(tuple(shape), math.nan if dtype.is_floating_point else 0, dtype=dtype)
+    region = tuple(slice(o, o + b) for o, b in zip(offsets, box))
+    out[tuple(slice(0, b) for b in box)] = t[region].to(dtype)
+    return out
+
+
+def _store(t, value, offsets, valid, atomic):
+    box = tuple(valid) if valid is not None else tuple(value.shape)
+    region = tuple(slice(o, o + b) for o, b in zip(offsets, box))
+    v = value[tuple(slice(0, b) for b in box)].to(t.dtype)
+    if atomic:
+        t[region] += v
+    else:
+        t[region] = v
+
+
+def _pad(x, valid, pad):
+    if valid is None:
+        return x
+    if pad == "zero":
+        fill = 0
+    elif x.dtype.is_floating_point:
+        fill = math.inf if pad == "max" else -math.inf
+    elif x.dtype == torch.bool:
+        fill = pad == "max"
+    else:
+        info = torch.iinfo(x.dtype)
+        fill = info.max if pad == "max" else info.min
+    out = torch.full_like(x, fill)
+    box = tuple(slice(0, v) for v in valid)
+    out[box] = x[box]
+    return out
+
+
+def _round_half_away(x):
+    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+
+
+def _narrow(x, dtype, mode):
+    """A narrowing float conversion rounded as mode says (the nearest even is what .to gives)."""
+    x = x.to(torch.float64)
+    r = x.to(dtype)
+    rv = r.to(torch.float64)
+    toward = torch.where(x > rv, math.inf, -math.inf).to(dtype)
+    other = torch.nextafter(r, toward)
+    bigger = other.abs() > r.abs()
+    tz, az = torch.where(bigger, r, other), torch.where(bigger, other, r)
+    if mode == "round":
+        mid = (tz.to(torch.float64).abs() + az.to(torch.float64).abs()) / 2
+        pick = torch.where(x.abs() == mid, az, r)
+    elif mode == "floor":
+        pick = torch.where(x > 0, tz, az)
+    elif mode == "ceil":
+        pick = torch.where(x > 0, az, tz)
+    else:
+        pick = tz
+    return torch.where((rv == x) | torch.isnan(x), r, pick)
+
+
+def _check(name, t, shape, dtype):
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+        raise ValueError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
+'''
+
+
+def _tdt(dtype: DataType) -> str:
+    return f"torch.{_TORCH[dtype.name]}"
+
+
+def _compute(dtype: DataType) -> str:
+    return "torch.float32" if dtype in (FP16, BF16) else _tdt(dtype)
+
+
+class _Gen:
+    def __init__(self, program: Program):
+        self.program = program
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self.prefix = "t"
+        while any(q.name.startswith(self.prefix) for q in (*program.params, *program.scratch)):
+            self.prefix = "_" + self.prefix
+
+    def name(self, v: Var) -> str:
+        if v.id not in self.names:
+            self.names[v.id] = f"{self.prefix}{len(self.names)}"
+        return self.names[v.id]
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def index(self, e) -> str:
+        if isinstance(e, int):
+            return str(e)
+        if isinstance(e, IConst):
+            return str(e.value)
+        if isinstance(e, IVar):
+            return e.name
+        if isinstance(e, IScalar):
+            return f"int({e.param})"
+        if isinstance(e, IBin):
+            a, b = self.index(e.a), self.index(e.b)
+            return f"{e.op}({a}, {b})" if e.op in ("min", "max") else f"({a} {e.op} {b})"
+        raise PtoNotSupported(f"torch_codegen: index expression {e!r}")
+
+    def ints(self, items) -> str:
+        items = [self.index(x) for x in items]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+    def valid(self, t) -> str:
+        return "None" if t.valid is None else self.ints(t.valid)
+
+    def operand(self, x, dtype: DataType) -> str:
+        """The operand in ``dtype``'s compute type."""
+        if isinstance(x, Var):
+            if x.type.dtype == dtype and dtype not in (FP16, BF16):
+                return self.name(x)
+            return f"{self.name(x)}.to({_compute(dtype)})"
+        if isinstance(x, Const):
+            return f"_scalar({x.value!r}, {_compute(x.dtype)})"
+        if isinstance(x, ScalarRef):
+            return f"_scalar({x.param}, {_tdt(x.dtype)}).to({_compute(x.dtype)})"
+        raise PtoNotSupported(f"torch_codegen: operand {x!r}")
+
+    def expr(self, e, v: Var) -> str:
+        t = v.type
+        ct = _compute(t.dtype)
+        if isinstance(e, Load):
+            valid = "None" if e.valid is None else self.ints(e.valid)
+            return f"_load({e.param}, {self.ints(e.offsets)}, {self.ints(e.shape)}, {valid}, {_tdt(t.dtype)})"
+        if isinstance(e, Full):
+            # The valid region is the tile's metadata: every element holds the value, as in the compiled code.
+            return f"torch.full({self.ints(e.shape)}, {self.operand(e.value, t.dtype)}.item(), dtype={ct})"
+        if isinstance(e, Unary):
+            x = self.operand(e.x, t.dtype)
+            ops = {"neg": "-{x}", "abs": "torch.abs({x})", "exp": "torch.exp({x})", "log": "torch.log({x})",
+                   # A float64 square root rounded once is the correctly rounded one, as C's sqrtf.
+                   "sqrt": f"torch.sqrt({{x}}.double()).to({ct})",
+                   "rsqrt": f"(1 / torch.sqrt({{x}}.double()).to({ct}))", "recip": "(1 / {x})",
+                   "relu": "torch.where({x} > 0, {x}, torch.zeros_like({x}))"}
+            if e.op not in ops:
+                raise PtoNotSupported(f"torch_codegen: unary op {e.op!r}")
+            return ops[e.op].format(x=x)
+        if isinstance(e, Binary):
+            a, b = self.operand(e.a, t.dtype), self.operand(e.b, t.dtype)
+            if e.op == "div" and not t.dtype.is_float:
+                return f"torch.div({a}, {b}, rounding_mode='floor')"
+            ops = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
+                   "maximum": "torch.maximum({a}, {b})", "minimum": "torch.minimum({a}, {b})"}
+            if e.op not in ops:
+                raise PtoNotSupported(f"torch_codegen: binary op {e.op!r}")
+            return ops[e.op].format(a=a, b=b)
+        if isinstance(e, Cast):
+            return self.cast(e)
+        if isinstance(e, Reduce):
+            x = self.operand(e.x, e.x.type.dtype)
+            axis, kind = (1, e.op[4:]) if e.op.startswith("row_") else (0, e.op[4:])
+            if kind == "sum":
+                acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
+                return f"{x}.to({acc}).sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
+            fn = "amax" if kind == "max" else "amin"
+            return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
+        if isinstance(e, Matmul):
+            acc = "torch.float64" if t.dtype.name == "FP64" else "torch.float32"
+            return f"({self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc}))"
+        if isinstance(e, Move):
+            return f"{self.name(e.x)}.clone()"
+        if isinstance(e, Broadcast):
+            return f"{self.name(e.x)}.expand({self.ints(e.shape)}).clone()"
+        if isinstance(e, Reshape):
+            return f"{self.name(e.x)}.reshape({self.ints(e.shape)}).clone()"
+        if isinstance(e, Transpose):
+            return f"{self.name(e.x)}.transpose(0, 1).contiguous()"
+        if isinstance(e, Slice):
+            region = ", ".join(f"{self.index(o)}:{self.index(o)} + {d}" for o, d in zip(e.offsets, e.shape))
+            return f"{self.name(e.x)}[{region}].clone()"
+        if isinstance(e, Concat):
+            return f"torch.cat([{self.name(e.a)}, {self.name(e.b)}], dim=-1)"
+        if isinstance(e, Assemble):
+            return f"{self.name(e.target)}.clone()"  # the window is written by the statement (see stmt)
+        if isinstance(e, FillPad):
+            return f"_pad({self.name(e.x)}, {self.valid(e.x.type)}, {e.pad!r})"
+        raise PtoNotSupported(f"torch_codegen: {type(e).__name__} has no torch form here")
+
+    def cast(self, e: Cast) -> str:
+        src, dst, mode = e.x.type.dtype, e.dtype, e.mode
+        x = self.operand(e.x, src)
+        if dst == BOOL:
+            return f"({x} != 0)"
+        if src.is_float and not dst.is_float and mode != "none":
+            fn = {"rint": "torch.round({x})", "round": "_round_half_away({x})", "floor": "torch.floor({x})",
+                  "ceil": "torch.ceil({x})", "trunc": "torch.trunc({x})"}.get(mode)
+            if fn is None:
+                raise PtoNotSupported(f"torch_codegen: cast to {dst.name} with mode {mode!r}")
+            return fn.format(x=x)
+        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8}
+        if (src.is_float and dst.is_float and mode not in ("none", "rint")
+                and precision[dst.name] < precision[src.name]):
+            if mode not in ("round", "floor", "ceil", "trunc"):
+                raise PtoNotSupported(f"torch_codegen: a narrowing cast with mode {mode!r}")
+            return f"_narrow({self.name(e.x)}, {_tdt(dst)}, {mode!r})"
+        return x
+
+    def stmt(self, s, depth: int) -> None:
+        if isinstance(s, Fused):
+            for m in s.members:
+                self.stmt(m, depth)
+        elif isinstance(s, Assign):
+            v = s.var
+            rhs = self.expr(s.expr, v)
+            self.emit(depth, f"{self.name(v)} = {rhs}.to({_tdt(v.type.dtype)})")
+            if isinstance(s.expr, Assemble):
+                e = s.expr
+                region = ", ".join(f"{self.index(o)}:{self.index(o)} + {d}"
+                                   for o, d in zip(e.offsets, e.source.type.shape))
+                self.emit(depth, f"{self.name(v)}[{region}] = {self.name(e.source)}.to({_tdt(v.type.dtype)})")
+        elif isinstance(s, MatmulAcc):
+            acc = self.name(s.acc)
+            dt = _tdt(s.acc.type.dtype)
+            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {self.name(s.a)}.to(torch.float32) @ "
+                             f"{self.name(s.b)}.to(torch.float32)).to({dt})")
+        elif isinstance(s, Update):
+            self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
+        elif isinstance(s, Store):
+            atomic = s.atomic == "add"
+            self.emit(depth, f"_store({s.param}, {self.name(s.value)}, {self.ints(s.offsets)}, "
+                             f"{self.valid(s.value.type)}, {atomic})")
+        elif isinstance(s, For):
+            self.emit(depth, f"for {s.var.name} in range({s.start}, {s.stop}, {s.step}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, Spmd):
+            self.emit(depth, f"for {s.var.name} in range({s.count}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, Scope):
+            label = s.name or "region"
+            self.emit(depth, f"# task {s.task}: {label} (pl.at level={s.level})")
+            self.block(s.body, depth)
+        else:
+            raise PtoNotSupported(f"torch_codegen: statement {type(s).__name__} has no torch form here")
+
+    def block(self, body, depth: int) -> None:
+        start = len(self.lines)
+        for s in body:
+            self.stmt(s, depth)
+        if len(self.lines) == start:
+            self.emit(depth, "pass")
+
+    def run(self, check_shapes: bool) -> str:
+        p = self.program
+        self.lines = [_PRELUDE, "", f"def {p.name}({', '.join(q.name for q in p.params)}):"]
+        if check_shapes:
+            for q in p.params:
+                if q.direction != SCALAR:
+                    self.emit(1, f"_check({q.name!r}, {q.name}, {self.ints(q.shape)}, "
+                                 f"{_tdt(q.dtype)})")
+        for q in p.scratch:
+            self.emit(1, f"{q.name} = torch.full({self.ints(q.shape)}, "
+                         f"{'math.nan' if q.dtype.is_float else 0}, dtype={_tdt(q.dtype)})")
+        self.block(p.body, 1)
+        if p.ret is not None:
+            self.emit(1, f"return {p.ret}")
+        return "\n".join(self.lines) + "\n"
+
+
+def torch_codegen(program, check_shapes: bool = False) -> str:
+    """Return PyTorch source computing what ``program`` computes (see the module).
+
+    Parameters
+    ----------
+    program
+        An :class:`~pypto_async.ir.Program` (``kernel.lower(...)`` or
+        ``kernel.trace(...)``), one of its :class:`~pypto_async.ir.Function`
+        (its program is generated), or a ``@pl.program`` class.
+    check_shapes
+        Check each tensor argument's shape and dtype when the function runs.
+
+    Raises
+    ------
+    PtoArgumentError
+        If ``program`` is none of these.
+    PtoNotSupported
+        If the program holds a statement with no torch form here.
+    """
+    from ..ir._function import Function
+
+    if isinstance(program, Function):
+        program = program.program
+    elif not isinstance(program, Program) and hasattr(program, "trace") and hasattr(program, "kernels"):
+        program = program.trace()
+    if not isinstance(program, Program):
+        raise PtoArgumentError(f"torch_codegen takes an ir.Program, an ir.Function or a @pl.program class, "
+                               f"got {type(program).__name__}")
+    return _Gen(program).run(check_shapes)

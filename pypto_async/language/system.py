@@ -1,0 +1,51 @@
+"""``pl.system``: PyPTO's cross-core transfer, synchronisation and device geometry queries.
+
+None of these can be served by the sim: it runs each region of a kernel as
+one task on one core, so there are no peer cores to synchronise with in a
+kernel (``syncall``), no per-core caches to fence or invalidate, no device
+geometry a kernel is sized from at trace time, and no ``pl.submit`` task ids
+for ``task_dummy`` to join (order regions with ``deps=`` instead).  Each
+raises ``PtoNotSupported`` naming itself.
+"""
+
+from __future__ import annotations
+
+from ..errors import PtoNotSupported
+
+__all__ = ["task_dummy", "syncall", "fence", "cacheinvalid", "available_aiv_count", "available_cluster_count"]
+
+
+def _refuse(name: str, why: str):
+    raise PtoNotSupported(f"pl.system.{name}: {why}")
+
+
+def task_dummy(*args, **kwargs):
+    """A dependency join with no work (PyPTO); not available here."""
+    _refuse("task_dummy", "pypto_async has no pl.submit task ids to join; give the region deps= of the "
+                          "regions it waits for (pl.at(..., deps=[...]))")
+
+
+def syncall(*args, **kwargs):
+    """Synchronise the cores of a launch from inside the kernel (PyPTO); not available here."""
+    _refuse("syncall", "the sim runs each block to completion on its own, so blocks cannot wait for each other")
+
+
+def fence(*args, **kwargs):
+    """A memory fence between cores (PyPTO); not available here."""
+    _refuse("fence", "the sim has no per-core caches or write buffers to order")
+
+
+def cacheinvalid(*args, **kwargs):
+    """Invalidate a core's cache of global memory (PyPTO); not available here."""
+    _refuse("cacheinvalid", "the sim has no per-core caches")
+
+
+def available_aiv_count(*args, **kwargs):
+    """The device's vector core count, for sizing a launch (PyPTO); not available here."""
+    _refuse("available_aiv_count", "a kernel is traced before any device is chosen; pass the block count "
+                                   "(pl.spmd(n)) explicitly")
+
+
+def available_cluster_count(*args, **kwargs):
+    """The device's cluster count, for sizing a launch (PyPTO); not available here."""
+    _refuse("available_cluster_count", "the sim has no clusters; pass the block count (pl.spmd(n)) explicitly")

@@ -1,0 +1,99 @@
+"""PyPTO names its programs use: pl.dynamic, pl.MemRef, pl.cluster, pl.system, pl.tile.transpose_view,
+and ir.pass_manager's OptimizationStrategy / PassManager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.errors import PtoArgumentError, PtoCompileError, PtoNotSupported
+from pypto_async.ir.pass_manager import OptimizationStrategy, PassManager
+
+M = pl.dynamic("M")
+
+
+@pl.jit
+def rows_exp(a: pl.Tensor[[M, 64], pl.FP32], out: pl.Out[pl.Tensor[[M, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        for i in pl.range(a.shape[0] // 16):
+            tile: pl.Tile[[16, 64], pl.FP32, pl.MemRef("ub", slots=2)[i % 2], pl.Mem.Vec] = pl.load(
+                a, [i * 16, 0], [16, 64])
+            pl.store(pl.exp(tile), [i * 16, 0], out)
+    return out
+
+
+def _rand(*shape):
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("rows", [32, 64])
+def test_a_dynamic_dimension_takes_any_extent_of_a_jit_argument(rows):
+    a, out = _rand(rows, 64), np.full((rows, 64), np.nan, np.float32)
+    rows_exp(a, out)
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-5)
+
+
+def test_the_static_dimensions_beside_a_dynamic_one_are_still_checked():
+    with pytest.raises(PtoCompileError, match=r"declared \[M, 64\] but got shape \[32, 32\]"):
+        rows_exp.trace(_rand(32, 32), np.zeros((32, 32), np.float32))
+    with pytest.raises(PtoCompileError, match="pl.dynamic takes a dimension's name"):
+        pl.dynamic("not a name")
+
+
+def test_a_program_cannot_take_a_dynamic_dimension():
+    @pl.program
+    class Dyn:
+        @pl.function(type=pl.FunctionType.Opaque)
+        def main(self, a: pl.Tensor[[M, 64], pl.FP32], out: pl.Out[pl.Tensor[[M, 64], pl.FP32]]):
+            return out
+
+    with pytest.raises(PtoNotSupported, match=r"pl.dynamic dimension in \[M, 64\]"):
+        Dyn.trace()
+
+
+def test_memref_declarations_are_checked():
+    ref = pl.MemRef("ub", slots=2)
+    assert repr(ref[1]) == "pl.MemRef('ub', slots=2)[1]" and ref.slots == 2
+    with pytest.raises(PtoCompileError, match="slot 2 is out of range"):
+        ref[2]
+    with pytest.raises(PtoCompileError, match="slots=...\\) takes a positive int"):
+        pl.MemRef("ub", slots=0)
+
+
+def test_cluster_and_system_are_refused_by_name():
+    with pytest.raises(PtoNotSupported, match=r"pl.cluster\(\): the sim has no Cube/Vector clusters"):
+        with pl.cluster():
+            pass
+    for name in pl.system.__all__:
+        with pytest.raises(PtoNotSupported, match=rf"pl.system.{name}: "):
+            getattr(pl.system, name)(deps=[])
+
+
+@pl.jit
+def nt_matmul(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.move(pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
+        bm = pl.load(b, [0, 0], [24, 32], target_memory=pl.Mem.Mat)
+        tb = pl.move(pl.tile.transpose_view(bm), target_memory=pl.Mem.Right)
+        pl.store(pl.matmul(ta, tb), [0, 0], c)
+    return c
+
+
+def test_transpose_view_feeds_a_matmul_the_transposed_operand():
+    a, b, c = _rand(16, 32), _rand(24, 32), np.full((16, 24), np.nan, np.float32)
+    nt_matmul(a, b, c)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-4, atol=1e-5)
+
+
+def test_the_default_strategy_runs_the_pipeline():
+    a, out = _rand(32, 64), np.zeros((32, 64), np.float32)
+    pm = PassManager.get_strategy(OptimizationStrategy.Default)
+    assert pm.passes == tuple(ir.PIPELINE)
+    lowered = pm.run_passes(rows_exp.trace(a, out))
+    assert lowered == rows_exp.lower(a, out) and lowered.stage == "lowered"
+    with pytest.raises(PtoArgumentError, match="OptimizationStrategy"):
+        PassManager.get_strategy("Default")
+    with pytest.raises(PtoArgumentError, match="run_passes takes"):
+        pm.run_passes(rows_exp)
