@@ -417,7 +417,7 @@ def test_printed_ir_and_python_round_trip(rng):
     program = k.lower(a, i, poison((16, 40)), poison((16, 40), np.int32))
     text = str(program)
     assert "cmp.gt" in text and "sel %" in text and "xor" in text and "not_" in text and "shr" in text
-    source = program.as_python()
+    source = program.as_python(form="jit")
     assert "pl.cmp(" in source and "cmp_type=4" in source and "pl.sel(" in source
     namespace: dict = {}
     exec(compile(source, "<as_python>", "exec"), namespace)
@@ -448,7 +448,7 @@ def test_gemv_records_acc_phase_and_round_trips(rng):
     assert "gemv %" in text and "acc_phase partial" in text and "+= gemv" in text and "acc_phase final" in text
     assert "matmul %" in text and "+ bias %" in text
     namespace: dict = {}
-    exec(compile(program.as_python(), "<as_python>", "exec"), namespace)
+    exec(compile(program.as_python(form="jit"), "<as_python>", "exec"), namespace)
     assert str(namespace["k"].lower(*args)) == text
 
 

@@ -177,7 +177,7 @@ def test_a_runtime_offset_is_checked_when_the_kernel_runs(launcher, rng):
 def test_the_printed_program_computes_the_same(launcher, rng):
     buf = torch.from_numpy(rng.standard_normal((4 * Q, C)).astype(np.float32))
     cfg = torch.tensor([3, 5, C], dtype=torch.int32)
-    text = ragged_loop.lower(buf, cfg, buf).as_python()
+    text = ragged_loop.lower(buf, cfg, buf).as_python(form="jit")
     assert "pl.read(cfg, [0])" in text and "in pl.range(0, s0, 1):" in text
     namespace: dict = {}
     exec(compile(text, "<as_python>", "exec"), namespace)  # noqa: S102 - the printed program
