@@ -102,7 +102,8 @@ def format_stmt(s, indent: int = 0) -> list[str]:
         atomic = f" atomic {s.atomic}" if s.atomic else ""
         return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}{atomic}"]
     if isinstance(s, For):
-        head = f"{pad}for {s.var.name} in range({s.start}, {s.stop}, {s.step}) {{"
+        form = f"pipeline stage={s.stage}" if s.kind == "pipeline" else s.kind
+        head = f"{pad}for {s.var.name} in {form}({s.start}, {s.stop}, {s.step}) {{"
     elif isinstance(s, Spmd):
         head = f"{pad}spmd {s.var.name} in blocks({s.count}) {{"
     elif isinstance(s, Scope):
@@ -126,6 +127,10 @@ def _task_attrs(s: Scope) -> str:
         text += f" deps({', '.join(map(str, s.deps))})"
     if s.manual:
         text += " manual"
+    if s.no_dep:
+        text += f" no_dep({', '.join(s.no_dep)})"
+    for name, value in s.hints:
+        text += f" {name}={value}"
     for tensor, mode, offsets, shape in s.accesses:
         text += f" {mode}:{tensor}{_offsets(offsets)}[{', '.join(map(str, shape))}]"
     return text
@@ -140,6 +145,8 @@ def format_program(p: Program) -> str:
     head += f" blocks={p.block_num} stage={p.stage}"
     for q in p.scratch:
         head += f" scratch {q.name}: {q.dtype.name}[{', '.join(map(str, q.shape))}]"
+        if q.name in p.manual_dep:
+            head += " manual_dep"
     head += " {"
     lines = [head]
     for s in p.body:

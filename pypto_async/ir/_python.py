@@ -82,6 +82,19 @@ def _list(items) -> str:
     return "[" + ", ".join(items) + "]"
 
 
+def hint_args(hints) -> str:
+    """The ``pl.at`` keywords that spell a region's scheduling hints (``Scope.hints``)."""
+    opts, text = [], ""
+    for name, value in hints:
+        if name == "split":
+            opts.append(f"pl.split(pl.SplitMode.{value})")
+        elif name == "cross_core_slot":
+            opts.append(f"pl.cross_core_slot(slot_num={value})")
+        else:
+            text += f", {name}={value!r}"
+    return (f", optimizations=[{', '.join(opts)}]" if opts else "") + text
+
+
 def _ints(shape) -> str:
     return _list(str(d) for d in shape)
 
@@ -182,8 +195,11 @@ class _Printer:
         """Print a loop with carried tiles in PyPTO's explicit form: init_values= and pl.yield_."""
         targets = ", ".join(self.name(c) for c, _ in carries)
         init = ", ".join(self.name(a.expr.x) for _, a in carries)
-        self.emit(depth, f"for {s.var.name}, ({targets},) in pl.range({s.start}, {s.stop}, {s.step}, "
-                         f"init_values=({init},)):")
+        # pl.unroll takes no init_values: a carried unrolled loop prints as pl.range, the form noted.
+        form, stage = ("pipeline", f"stage={s.stage}, ") if s.kind == "pipeline" else ("range", "")
+        note = f"  # pl.{s.kind}" if s.kind not in ("range", form) else ""
+        self.emit(depth, f"for {s.var.name}, ({targets},) in pl.{form}({s.start}, {s.stop}, {s.step}, "
+                         f"{stage}init_values=({init},)):{note}")
         flat = _flatten(s.body)
         updates = {u.target.id: u for u in flat if isinstance(u, Update)}
         copies = {a.var.id: a.expr.x for a in flat if isinstance(a, Assign) and _is_carry_copy(a, updates)}
@@ -206,7 +222,8 @@ class _Printer:
             offs = _list(_index(o) for o in s.offsets)
             self.emit(depth, f"pl.store({self.name(s.value)}, {offs}, {s.param}{atomic})")
         elif isinstance(s, For):
-            self.emit(depth, f"for {s.var.name} in pl.range({s.start}, {s.stop}, {s.step}):")
+            stage = f", stage={s.stage}" if s.kind == "pipeline" else ""
+            self.emit(depth, f"for {s.var.name} in pl.{s.kind}({s.start}, {s.stop}, {s.step}{stage}):")
             self.block(s.body, depth + 1)
         elif isinstance(s, Spmd):
             self.emit(depth, f"for {s.var.name} in pl.spmd({s.count}):")
@@ -219,6 +236,9 @@ class _Printer:
                 args += f", name_hint={s.name!r}"
             if s.deps:
                 args += f", deps=[{', '.join(f'_task{d}' for d in s.deps)}]"
+            if s.no_dep:
+                args += f", no_dep_args=[{', '.join(s.no_dep)}]"
+            args += hint_args(s.hints)
             bind = f" as _task{s.task}" if s.task is not None else ""
             if s.manual:
                 self.emit(depth, "with pl.manual_scope():")
@@ -243,7 +263,9 @@ class _Printer:
             params.append(f"{q.name}: {ann}")
         self.lines = ["import pypto_async.language as pl", "", "", "@pl.jit", f"def {p.name}({', '.join(params)}):"]
         for q in p.scratch:
-            self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r})")
+            manual = ", manual_dep=True" if q.name in p.manual_dep else ""
+            self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r}"
+                         f"{manual})")
         self.block(p.body, 1)
         if p.ret is not None:
             self.emit(1, f"return {p.ret}")

@@ -34,6 +34,9 @@ from . import tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
+from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot, scope, split
+from ._inline import InlineFunction
+from ._loops import pipeline, unroll
 from ._program import FunctionType, ProgramDef, create_tensor, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
@@ -74,6 +77,16 @@ __all__ = [
     "range",
     "parallel",
     "yield_",
+    "unroll",
+    "pipeline",
+    "SplitMode",
+    "Split",
+    "CrossCoreSlot",
+    "split",
+    "cross_core_slot",
+    "ScopeMode",
+    "scope",
+    "InlineFunction",
     "spmd",
     "tile",
     "Tile",

@@ -195,13 +195,17 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     return tuple(out)
 
 
-def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None) -> TensorArg:
+def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None,
+                  manual_dep: bool = False) -> TensorArg:
     """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
 
     Returned by the orchestration (or a ``@pl.jit`` entry), it is an output
     of the compiled program, after the parameters; otherwise it lives only
     inside one launch.  A tensor lives in DDR: ``memory_type`` may only be
     ``pl.MemorySpace.DDR`` (on-chip buffers are tiles, ``pl.create_tile``).
+    With ``manual_dep=True`` no task's access to the tensor is tracked, for
+    its whole lifetime: no edge is inferred from it (order its writer and
+    readers with ``deps=``).
     """
     t = current("pl.create_tensor")
     loc = user_loc()
@@ -219,9 +223,15 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
     name = name or f"tensor{len(t.scratch)}"
     if name in t.params:
         raise compile_error(f"pl.create_tensor: the name {name!r} is taken", loc)
+    if not isinstance(manual_dep, bool):
+        raise compile_error(f"pl.create_tensor: manual_dep must be a bool, got {manual_dep!r}", loc)
     p = Param(name, INOUT, shape, d)
     t.params[name] = p
     t.scratch.append(p)
+    if manual_dep:
+        if not hasattr(t, "manual_dep"):
+            t.manual_dep = []
+        t.manual_dep.append(name)
     return TensorArg(p)
 
 
@@ -382,7 +392,8 @@ class ProgramDef:
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
-        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch)
+        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
+                       manual_dep=tuple(getattr(tracer, "manual_dep", ())))
 
     @property
     def functions(self) -> dict[str, "_Function"]:
