@@ -314,6 +314,7 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
     """
     tasks: list[Task] = []
     latest: dict[int, int] = {}  # static task id -> its latest instance
+    arrays: dict[str, dict] = {}  # task-id array -> slot -> the instance stored there
 
     def walk(body, env) -> None:
         for s in body:
@@ -336,11 +337,22 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
         untracked = set(s.no_dep) | set(program.manual_dep)
         if untracked:
             acc = [replace(a, tracked=False) if a.tensor in untracked else a for a in acc]
-        deps = tuple(latest[d] for d in s.deps if d in latest)
+        deps = [latest[d] for d in s.deps if d in latest]
+        for array, _ in s.dep_arrays:
+            deps.extend(arrays.get(array, {}).values())
+        deps = tuple(sorted(set(deps)))
         name = s.name if s.name is not None else f"task{s.task if s.task is not None else len(tasks)}"
         t = Task(len(tasks), name, tuple(acc), deps, s.manual)
         if s.task is not None:
             latest[s.task] = t.id
+        for array, size, index in s.assigns:
+            slot = _eval(index, env)
+            if slot is None:  # an index known only at run time: keep every such store (more edges, never fewer)
+                slot = ("runtime", t.id)
+            elif not 0 <= slot < size:  # the tracer bounds the index; a hand-built program may not
+                raise ValueError(f"program {program.name}: task {name!r} stores its id at {array}[{slot}], "
+                                 f"outside the array's {size} slots")
+            arrays.setdefault(array, {})[slot] = t.id
         tasks.append(t)
 
     walk(program.body, {})

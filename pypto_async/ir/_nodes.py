@@ -434,6 +434,12 @@ class Scope:
     #: Scheduling hints, ``(name, value)`` pairs in the order given: ``("split", "UP_DOWN")``,
     #: ``("cross_core_slot", 4)``, ``("allow_early_resolve", True)``.  They cannot change a result.
     hints: tuple[tuple[str, object], ...] = ()
+    #: Task-id arrays in ``deps=`` (``pl.array.create(n, pl.TASK_ID)``), ``(name, size)``: the task waits for
+    #: every task the array holds when it is submitted.
+    dep_arrays: tuple[tuple[str, int], ...] = ()
+    #: Stores of this task's id into task-id arrays (``arr[i] = tid``), ``(name, size, index)``, the index
+    #: evaluated per instance.
+    assigns: tuple[tuple[str, int, "IndexExpr"], ...] = ()
 
 
 @dataclass(frozen=True)

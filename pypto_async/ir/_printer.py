@@ -127,6 +127,10 @@ def _task_attrs(s: Scope) -> str:
         text += f" deps({', '.join(map(str, s.deps))})"
     if s.manual:
         text += " manual"
+    if s.dep_arrays:
+        text += f" deps_all({', '.join(name for name, _ in s.dep_arrays)})"
+    for name, size, index in s.assigns:
+        text += f" -> {name}[{format_index(index)}] of {size}"
     if s.no_dep:
         text += f" no_dep({', '.join(s.no_dep)})"
     for name, value in s.hints:

@@ -95,6 +95,19 @@ def hint_args(hints) -> str:
     return (f", optimizations=[{', '.join(opts)}]" if opts else "") + text
 
 
+def _task_arrays(body) -> list[tuple[str, int]]:
+    """The task-id arrays (``pl.array.create``) the regions of ``body`` store into or wait on, in order."""
+    found: dict[str, int] = {}
+    for s in body:
+        if isinstance(s, Scope):
+            for name, size, *_ in (*s.assigns, *s.dep_arrays):
+                found.setdefault(name, size)
+        for inner in getattr(s, "body", ()):
+            for name, size in _task_arrays((inner,)):
+                found.setdefault(name, size)
+    return sorted(found.items(), key=lambda kv: int(kv[0][4:]) if kv[0][4:].isdigit() else 0)
+
+
 def _ints(shape) -> str:
     return _list(str(d) for d in shape)
 
@@ -234,8 +247,9 @@ class _Printer:
             args = f"level=pl.Level.{s.level}"
             if s.name is not None:
                 args += f", name_hint={s.name!r}"
-            if s.deps:
-                args += f", deps=[{', '.join(f'_task{d}' for d in s.deps)}]"
+            if s.deps or s.dep_arrays:
+                ids = [f"_task{d}" for d in s.deps] + [name for name, _ in s.dep_arrays]
+                args += f", deps=[{', '.join(ids)}]"
             if s.no_dep:
                 args += f", no_dep_args=[{', '.join(s.no_dep)}]"
             args += hint_args(s.hints)
@@ -245,6 +259,8 @@ class _Printer:
                 depth += 1
             self.emit(depth, f"with pl.at({args}){bind}:")
             self.block(s.body, depth + 1)
+            for name, _, index in s.assigns:
+                self.emit(depth, f"{name}[{_index(index)}] = _task{s.task}")
         else:
             raise ValueError(f"cannot print {type(s).__name__}")
 
@@ -266,6 +282,8 @@ class _Printer:
             manual = ", manual_dep=True" if q.name in p.manual_dep else ""
             self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r}"
                          f"{manual})")
+        for name, size in _task_arrays(p.body):
+            self.emit(1, f"{name} = pl.array.create({size}, pl.TASK_ID)")
         self.block(p.body, 1)
         if p.ret is not None:
             self.emit(1, f"return {p.ret}")

@@ -30,13 +30,14 @@ Semantics worth knowing:
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
-from . import tile
+from . import array, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
 from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot, scope, split
 from ._inline import InlineFunction
 from ._loops import pipeline, unroll
+from .array import TASK_ID
 from ._program import FunctionType, ProgramDef, create_tensor, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
@@ -87,6 +88,8 @@ __all__ = [
     "ScopeMode",
     "scope",
     "InlineFunction",
+    "array",
+    "TASK_ID",
     "spmd",
     "tile",
     "Tile",

@@ -77,7 +77,11 @@ class at:
     def __enter__(self) -> TaskId:
         self._tracer = current("pl.at")
         self._loc = user_loc()
-        self._deps = task_deps(self._tracer, self.deps, self._loc)
+        from .array import split_deps
+
+        deps, self._dep_arrays = split_deps(self.deps)
+        self._check_arrays()
+        self._deps = task_deps(self._tracer, deps, self._loc)
         if any(frame == "at" for frame in self._tracer.frames):
             raise compile_error("pl.at regions cannot be nested (each region is one task)", self._loc)
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
@@ -85,12 +89,20 @@ class at:
         self._tracer.open_block("at")
         return self._task
 
+    def _check_arrays(self) -> None:
+        from .array import TaskIdArray
+
+        for d in self.deps if isinstance(self.deps, (list, tuple)) else ():
+            if isinstance(d, TaskIdArray) and d._tracer is not self._tracer:
+                raise compile_error(f"deps= takes task-id arrays created in this kernel, got {d!r}", self._loc)
+
     def __exit__(self, exc_type, *_):
         body = self._tracer.close_block()
         if exc_type is None:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
-                                      hints=self._hints + scope_hints(self._tracer)))
+                                      hints=self._hints + scope_hints(self._tracer),
+                                      dep_arrays=self._dep_arrays))
         return False
 
 
