@@ -17,7 +17,7 @@ Two kinds of knob live here, and they differ in what they may change:
 ``pl.scope()`` is the runtime scope of PyPTO's task chapter: ``mode=MANUAL``
 is ``pl.manual_scope()``; a hand-placed AUTO scope (dependency tracking on,
 as everywhere by default) needs ``@pl.jit(auto_scope=False)`` and is recorded
-on the tasks inside it as the hint ``scope=<depth>``.
+on the tasks inside it as the hint ``scope=<depth>`` (the outermost is depth 0).
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ class scope:
     (the default mode) keeps dependency tracking on, as it is everywhere
     else; writing one needs ``@pl.jit(auto_scope=False)`` (the compiler owns
     AUTO placement otherwise), it may not sit inside a manual scope or a
-    ``pl.at`` region, and the tasks inside record it (``scope=<depth>``).
+    ``pl.at`` region, and the tasks inside record its depth (``scope=0`` for the
+    outermost; PyPTO maps the depth to a heap ring, which the sim does not have).
     """
 
     def __init__(self, mode: ScopeMode = ScopeMode.AUTO):
@@ -174,9 +175,9 @@ class scope:
             self._inner = manual_scope()
             return self._inner.__enter__()
         if getattr(t, "auto_scope", True):
-            raise compile_error("a hand-placed AUTO 'with pl.scope()' requires @pl.jit(auto_scope=False) (the "
-                                "compiler places AUTO scopes otherwise); or use pl.scope(mode=pl.ScopeMode.MANUAL)",
-                                loc)
+            raise compile_error("a hand-placed AUTO 'with pl.scope()' requires @pl.jit(auto_scope=False) (or "
+                                "@pl.function / @pl.jit.inline(auto_scope=False): the compiler places AUTO scopes "
+                                "otherwise); or use pl.scope(mode=pl.ScopeMode.MANUAL)", loc)
         if t.manual > 0:
             raise compile_error("an AUTO pl.scope() cannot nest inside a manual scope", loc)
         self._inner = None
@@ -194,4 +195,4 @@ class scope:
 def scope_hints(tracer) -> tuple[tuple[str, object], ...]:
     """The hint a task gets from the hand-placed AUTO scopes around it (none when there are none)."""
     depth = getattr(tracer, "scope_depth", 0)
-    return (("scope", depth),) if depth else ()
+    return (("scope", depth - 1),) if depth else ()  # PyPTO counts the outermost scope as depth 0

@@ -27,6 +27,7 @@ from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
+from ._hints import scope_hints
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -72,15 +73,24 @@ class _Function:
                               f"inside the orchestration, and compile the program with ir.compile")
 
 
-def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None):  # noqa: A002
-    """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``."""
+def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
+             auto_scope: bool = True):
+    """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
+
+    ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
+    (``with pl.scope():``), as on ``@pl.jit``.
+    """
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
+    if not isinstance(auto_scope, bool):
+        raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
 
     def wrap(f):
         if not callable(f):
             raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
-        return _Function(f, type, name_hint)
+        out = _Function(f, type, name_hint)
+        out.auto_scope = auto_scope
+        return out
 
     return wrap if fn is None else wrap(fn)
 
@@ -286,7 +296,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         body = t.close_block()
     if ok:
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
-                       manual=t.manual > 0, task=task, accesses=tuple(accesses)))
+                       manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
     return _task_result(name, result, proxies, args, fn_loc)
 
 
@@ -374,6 +384,7 @@ class ProgramDef:
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
                 params.append(Param(name, direction, ann.shape, ann.dtype))
         tracer = Tracer(self.name, params)
+        tracer.auto_scope = getattr(orch, "auto_scope", True)
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]

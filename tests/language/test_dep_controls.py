@@ -257,7 +257,7 @@ def test_auto_scope_is_recorded_and_keeps_the_inferred_edges(launcher, rng):
     assert inferred(compiled) == {(i, i + 1, "out") for i in range(N - 1)}
     launcher.run(compiled, a, out)
     np.testing.assert_array_equal(out, a[-TILE:] * 2.0)
-    assert "scope=1" in str(kern.lower(a, out))
+    assert "scope=0" in str(kern.lower(a, out))
 
 
 def test_manual_scope_mode_is_manual_scope():
@@ -335,3 +335,54 @@ def test_auto_scope_is_rejected_on_incore_and_must_be_a_bool():
         pl.jit.incore(auto_scope=False)
     with pytest.raises(PtoCompileError, match="takes a bool"):
         pl.jit(auto_scope="no")
+
+
+def test_program_orchestration_with_auto_scope_false_nests_scopes(launcher, rng):
+    """PyPTO's performance/05-memory form: @pl.function(auto_scope=False), a scope per loop body."""
+
+    @pl.program
+    class Prog:
+        @pl.function(type=pl.FunctionType.InCore)
+        def kernel(self, a: pl.Tensor[[16, 16], pl.FP32], out: pl.InOut[pl.Tensor[[16, 16], pl.FP32]]):
+            t = pl.add(pl.load(out, [0, 0], [16, 16]), pl.load(a, [0, 0], [16, 16]))
+            pl.store(t, [0, 0], out)
+            return out
+
+        @pl.function(type=pl.FunctionType.Orchestration, auto_scope=False)
+        def orch(self, a: pl.Tensor[[16, 16], pl.FP32], out: pl.InOut[pl.Tensor[[16, 16], pl.FP32]]):
+            with pl.scope():
+                for i in pl.range(4):
+                    with pl.scope():
+                        out = self.kernel(a, out)
+                return out
+
+    from pypto_async import ir
+
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    out = rng.standard_normal((16, 16)).astype(np.float32)
+    want = out + 4 * a
+    compiled = ir.compile(Prog)
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges} == {(0, 1), (1, 2), (2, 3)}
+    launcher.run(compiled, a, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+    assert "scope=1" in str(Prog.trace())
+
+
+def test_program_orchestration_auto_scope_defaults_to_rejecting_a_scope():
+    @pl.program
+    class Prog:
+        @pl.function(type=pl.FunctionType.InCore)
+        def kernel(self, a: pl.Tensor[[16, 16], pl.FP32], out: pl.Out[pl.Tensor[[16, 16], pl.FP32]]):
+            pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], out)
+            return out
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, a: pl.Tensor[[16, 16], pl.FP32], out: pl.Out[pl.Tensor[[16, 16], pl.FP32]]):
+            with pl.scope():
+                out = self.kernel(a, out)
+            return out
+
+    from pypto_async import ir
+
+    with pytest.raises(PtoCompileError, match="requires @pl.jit\\(auto_scope=False\\)"):
+        ir.compile(Prog)
