@@ -90,6 +90,8 @@ def hint_args(hints) -> str:
             opts.append(f"pl.split(pl.SplitMode.{value})")
         elif name == "cross_core_slot":
             opts.append(f"pl.cross_core_slot(slot_num={value})")
+        elif name == "scope":
+            continue  # printed as the `with pl.scope():` blocks around the region
         else:
             text += f", {name}={value!r}"
     return (f", optimizations=[{', '.join(opts)}]" if opts else "") + text
@@ -105,7 +107,17 @@ def _task_arrays(body) -> list[tuple[str, int]]:
         for inner in getattr(s, "body", ()):
             for name, size in _task_arrays((inner,)):
                 found.setdefault(name, size)
-    return sorted(found.items(), key=lambda kv: int(kv[0][4:]) if kv[0][4:].isdigit() else 0)
+    return sorted(found.items(), key=lambda kv: int(kv[0].removeprefix("tids")))  # creation order: tids0, ...
+
+
+def _scope_depth(s) -> int | None:
+    """The depth of the hand-placed AUTO ``pl.scope()`` around a region (its ``scope`` hint), or None."""
+    return next((value for name, value in s.hints if name == "scope"), None)
+
+
+def _has_scopes(body) -> bool:
+    return any((isinstance(s, Scope) and _scope_depth(s) is not None) or _has_scopes(getattr(s, "body", ()))
+               for s in body)
 
 
 def _ints(shape) -> str:
@@ -254,6 +266,10 @@ class _Printer:
                 args += f", no_dep_args=[{', '.join(s.no_dep)}]"
             args += hint_args(s.hints)
             bind = f" as _task{s.task}" if s.task is not None else ""
+            scope_depth = _scope_depth(s)
+            for _ in range(-1 if scope_depth is None else scope_depth, -1, -1):  # depth + 1 nested scopes
+                self.emit(depth, "with pl.scope():")
+                depth += 1
             if s.manual:
                 self.emit(depth, "with pl.manual_scope():")
                 depth += 1
@@ -277,7 +293,8 @@ class _Printer:
             elif q.direction == INOUT:
                 ann = f"pl.InOut[{ann}]"
             params.append(f"{q.name}: {ann}")
-        self.lines = ["import pypto_async.language as pl", "", "", "@pl.jit", f"def {p.name}({', '.join(params)}):"]
+        jit = "@pl.jit(auto_scope=False)" if _has_scopes(p.body) else "@pl.jit"
+        self.lines = ["import pypto_async.language as pl", "", "", jit, f"def {p.name}({', '.join(params)}):"]
         for q in p.scratch:
             manual = ", manual_dep=True" if q.name in p.manual_dep else ""
             self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r}"

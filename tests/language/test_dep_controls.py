@@ -386,3 +386,14 @@ def test_program_orchestration_auto_scope_defaults_to_rejecting_a_scope():
 
     with pytest.raises(PtoCompileError, match="requires @pl.jit\\(auto_scope=False\\)"):
         ir.compile(Prog)
+
+
+def test_scopes_print_back_in_the_python_view():
+    a = np.zeros((ROWS, COLS), np.float32)
+    out = np.zeros((TILE, COLS), np.float32)
+    p = _bands(pl.scope).lower(a, out)
+    src = p.as_python()
+    assert "@pl.jit(auto_scope=False)" in src and "with pl.scope():" in src
+    namespace: dict = {}
+    exec(compile(src, "<as_python>", "exec"), namespace)
+    assert str(namespace["kern"].lower(a, out)) == str(p)

@@ -321,3 +321,22 @@ def test_bad_loop_forms_are_errors_at_the_loop(form, args, kw, message):
     with pytest.raises(PtoCompileError) as ei:
         kern.lower(x, x)
     assert_at(ei, where[0], message)
+
+
+def test_hints_and_loop_forms_round_trip_through_the_python_view():
+    @pl.jit
+    def kern(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for j in pl.unroll(2):
+            with pl.at(level=pl.Level.CORE_GROUP, no_dep_args=[out], allow_early_resolve=True,
+                       optimizations=[pl.split(pl.SplitMode.UP_DOWN), pl.cross_core_slot(slot_num=3)]):
+                for i in pl.pipeline(4, stage=2):
+                    t = pl.add(pl.load(a, [j * 64 + i * 16, 0], [16, 32]), pl.load(b, [i * 16, 0], [16, 32]))
+                    pl.store(t, [j * 64 + i * 16, 0], out)
+        return out
+
+    a = np.zeros((128, 32), np.float32)
+    b = np.zeros((64, 32), np.float32)
+    p = kern.lower(a, b, a.copy())
+    namespace: dict = {}
+    exec(compile(p.as_python(), "<as_python>", "exec"), namespace)
+    assert str(namespace["kern"].lower(a, b, a.copy())) == str(p)
