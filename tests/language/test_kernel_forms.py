@@ -340,3 +340,44 @@ def test_hints_and_loop_forms_round_trip_through_the_python_view():
     namespace: dict = {}
     exec(compile(p.as_python(), "<as_python>", "exec"), namespace)
     assert str(namespace["kern"].lower(a, b, a.copy())) == str(p)
+
+
+def test_a_tile_read_in_another_region_is_a_compile_error():
+    """03_mixed_kernel's staged form with a tile across the two scopes: each region is a task, so the
+    vector task would read a tile it never computed (it read garbage before this check)."""
+    where = []
+
+    @pl.jit
+    def staged(a: pl.Tensor, b: pl.Tensor, bias: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="cube_only"):
+            acc = pl.matmul(a, b, out_dtype=pl.FP32)
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="vector_only"):
+            where.append(next_line())
+            pl.store(pl.add(acc, bias), [0, 0], out)
+        return out
+
+    a = np.zeros((128, 256), np.float16)
+    b = np.zeros((256, 128), np.float16)
+    c = np.zeros((128, 128), np.float32)
+    with pytest.raises(PtoCompileError) as ei:
+        staged.lower(a, b, c, c.copy())
+    assert_at(ei, where[0], "is defined in region 'cube_only' and read outside it", "through a tensor")
+
+
+def test_the_staged_form_through_a_tensor_matches_torch(launcher):
+    @pl.jit
+    def staged(a: pl.Tensor, b: pl.Tensor, bias: pl.Tensor, out: pl.Out[pl.Tensor]):
+        mid = pl.create_tensor([128, 128], dtype=pl.FP32)
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="cube_only"):
+            pl.store(pl.matmul(a, b, out_dtype=pl.FP32), [0, 0], mid)
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="vector_only"):
+            pl.store(pl.add(mid, bias), [0, 0], out)
+        return out
+
+    torch.manual_seed(1)
+    a = torch.randn(128, 256, dtype=torch.float16)
+    b = torch.randn(256, 128, dtype=torch.float16)
+    bias = torch.randn(128, 128, dtype=torch.float32)
+    out = torch.full((128, 128), float("nan"))
+    launcher.run(staged.compile(a, b, bias, out), a, b, bias, out)
+    torch.testing.assert_close(out, a.float() @ b.float() + bias, rtol=1e-4, atol=1e-4)
