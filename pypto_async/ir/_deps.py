@@ -12,7 +12,10 @@ function over tasks in submission order, each with the accesses it makes
 * read-read never orders; disjoint windows of one tensor never order;
 * declared dependencies (``deps=``) are added to the inferred ones, and a
   task marked ``manual`` (inside ``pl.manual_scope()``) gets declared edges
-  only.
+  only;
+* an access that is not ``tracked`` (its tensor is in the region's
+  ``no_dep_args=``, or was created ``manual_dep=True``) gives no edge either
+  way: it is neither looked up nor recorded.
 
 No edge is dropped: an earlier access leaves the bookkeeping only once a
 later write that covers its window has been ordered after it, so any edge it
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .._hazard_rule import covers, hazard, overlaps
 from ..errors import PtoCompileError
@@ -56,6 +59,9 @@ class Access:
     read: bool
     write: bool
     box: tuple[tuple[int, int], ...] | None = None
+    #: ``False`` for an access the program opted out of tracking (``no_dep_args=``, ``manual_dep=True``):
+    #: it neither waits for earlier accesses nor is waited for by later ones.
+    tracked: bool = True
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,7 @@ def edges(tasks: Sequence[Task]) -> list[Edge]:
         if not t.manual:
             for a in t.accesses:
                 h = history.get(a.tensor)
-                if h is None or not (a.read or a.write):
+                if h is None or not (a.read or a.write) or not a.tracked:
                     continue
                 near = (h.all if a.write else h.writes).near(a.box)
                 near.sort(key=lambda e: e.seq)
@@ -239,6 +245,8 @@ def edges(tasks: Sequence[Task]) -> list[Edge]:
                     if hazard is not None and e.task != t.id and overlaps(a.box, b.box):
                         found.setdefault((e.task, t.id), Edge(e.task, t.id, "inferred", hazard, a.tensor))
         for a in t.accesses:
+            if not a.tracked:
+                continue
             h = history.get(a.tensor)
             if h is None:
                 h = history[a.tensor] = _History()
@@ -306,6 +314,7 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
     """
     tasks: list[Task] = []
     latest: dict[int, int] = {}  # static task id -> its latest instance
+    arrays: dict[str, dict] = {}  # task-id array -> slot -> the instance stored there
 
     def walk(body, env) -> None:
         for s in body:
@@ -325,11 +334,25 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
                    for tensor, mode, offs, shape in s.accesses]
         else:
             acc = _region_accesses(s.body, env)
-        deps = tuple(latest[d] for d in s.deps if d in latest)
+        untracked = set(s.no_dep) | set(program.manual_dep)
+        if untracked:
+            acc = [replace(a, tracked=False) if a.tensor in untracked else a for a in acc]
+        deps = [latest[d] for d in s.deps if d in latest]
+        for array, _ in s.dep_arrays:
+            deps.extend(arrays.get(array, {}).values())
+        deps = tuple(sorted(set(deps)))
         name = s.name if s.name is not None else f"task{s.task if s.task is not None else len(tasks)}"
         t = Task(len(tasks), name, tuple(acc), deps, s.manual)
         if s.task is not None:
             latest[s.task] = t.id
+        for array, size, index in s.assigns:
+            slot = _eval(index, env)
+            if slot is None:  # an index known only at run time: keep every such store (more edges, never fewer)
+                slot = ("runtime", t.id)
+            elif not 0 <= slot < size:  # the tracer bounds the index; a hand-built program may not
+                raise ValueError(f"program {program.name}: task {name!r} stores its id at {array}[{slot}], "
+                                 f"outside the array's {size} slots")
+            arrays.setdefault(array, {})[slot] = t.id
         tasks.append(t)
 
     walk(program.body, {})

@@ -460,6 +460,11 @@ class For:
     step: int
     body: tuple["Stmt", ...]
     loc: Loc | None = field(default=None, compare=False)
+    #: The loop form: ``"range"``, or ``"unroll"`` / ``"pipeline"`` (scheduling hints: every form computes
+    #: what ``pl.range`` computes, iteration by iteration in order).
+    kind: str = "range"
+    #: ``pl.pipeline(..., stage=n)``: the bodies a stage keeps in flight (double buffering at 2); else 1.
+    stage: int = 1
 
     @property
     def trip_count(self) -> int:
@@ -494,6 +499,18 @@ class Scope:
     accesses: tuple = ()
     #: The task id: the region's position among the program's regions, in trace order.
     task: int | None = field(default=None, compare=False)
+    #: Tensors this task's accesses are not tracked for (``no_dep_args=``): no edge into or out of it
+    #: is inferred from them; ``deps=`` still orders it.
+    no_dep: tuple[str, ...] = ()
+    #: Scheduling hints, ``(name, value)`` pairs in the order given: ``("split", "UP_DOWN")``,
+    #: ``("cross_core_slot", 4)``, ``("allow_early_resolve", True)``.  They cannot change a result.
+    hints: tuple[tuple[str, object], ...] = ()
+    #: Task-id arrays in ``deps=`` (``pl.array.create(n, pl.TASK_ID)``), ``(name, size)``: the task waits for
+    #: every task the array holds when it is submitted.
+    dep_arrays: tuple[tuple[str, int], ...] = ()
+    #: Stores of this task's id into task-id arrays (``arr[i] = tid``), ``(name, size, index)``, the index
+    #: evaluated per instance.
+    assigns: tuple[tuple[str, int, "IndexExpr"], ...] = ()
 
 
 @dataclass(frozen=True)

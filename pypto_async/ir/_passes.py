@@ -119,10 +119,19 @@ def infer_and_check(program: Program) -> Program:
     params = {p.name: p for p in (*program.params, *program.scratch)}
     defined: set[int] = set()
     spmd_counts: set[int] = set()
+    # Each region (Scope) is a task of its own: a tile it defines lives on that task's core only.
+    region_of: dict[int, Scope] = {}
+    regions: list[Scope] = []
 
     def use(v: Var, loc) -> None:
         if v.id not in defined:
             raise compile_error(f"tile %{v.id} used before it is defined", loc)
+        home = region_of.get(v.id)
+        if home is not None and (not regions or regions[-1] is not home):
+            where = f"region {home.name!r}" if home.name is not None else "another pl.at region"
+            raise compile_error(f"tile %{v.id} is defined in {where} and read outside it: each region is a task "
+                                f"of its own, so pass the value through a tensor (pl.store it to a "
+                                f"pl.create_tensor tensor there and pl.load it here)", loc)
 
     def walk(body, ranges) -> None:
         for s in body:
@@ -138,6 +147,8 @@ def infer_and_check(program: Program) -> Program:
                 if s.var.id in defined:
                     raise compile_error(f"tile %{s.var.id} defined twice", s.loc)
                 defined.add(s.var.id)
+                if regions:
+                    region_of[s.var.id] = regions[-1]
             elif isinstance(s, MatmulAcc):
                 for v in (s.acc, s.a, s.b):
                     use(v, s.loc)
@@ -164,7 +175,9 @@ def infer_and_check(program: Program) -> Program:
                 spmd_counts.add(s.count)
                 walk(s.body, {**ranges, s.var.name: (0, s.count - 1)})
             elif isinstance(s, Scope):
+                regions.append(s)
                 walk(s.body, ranges)
+                regions.pop()
             elif isinstance(s, Fused):
                 walk(s.members, ranges)
             elif isinstance(s, SetIndex):

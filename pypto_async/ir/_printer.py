@@ -117,7 +117,8 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     if isinstance(s, SetIndex):
         return [f"{pad}{s.var.name} := {format_index(s.value)}"]
     if isinstance(s, For):
-        head = f"{pad}for {s.var.name} in range({s.start}, {s.stop}, {s.step}) {{"
+        form = f"pipeline stage={s.stage}" if s.kind == "pipeline" else s.kind
+        head = f"{pad}for {s.var.name} in {form}({s.start}, {s.stop}, {s.step}) {{"
     elif isinstance(s, DynFor) and s.kind == "range":
         head = f"{pad}for {s.var.name} in range({format_index(s.start)}, {format_index(s.stop)}, {s.step}) {{"
     elif isinstance(s, DynFor):
@@ -145,6 +146,14 @@ def _task_attrs(s: Scope) -> str:
         text += f" deps({', '.join(map(str, s.deps))})"
     if s.manual:
         text += " manual"
+    if s.dep_arrays:
+        text += f" deps_all({', '.join(name for name, _ in s.dep_arrays)})"
+    for name, size, index in s.assigns:
+        text += f" -> {name}[{format_index(index)}] of {size}"
+    if s.no_dep:
+        text += f" no_dep({', '.join(s.no_dep)})"
+    for name, value in s.hints:
+        text += f" {name}={value}"
     for tensor, mode, offsets, shape in s.accesses:
         text += f" {mode}:{tensor}{_offsets(offsets)}[{', '.join(map(str, shape))}]"
     return text
@@ -159,6 +168,8 @@ def format_program(p: Program) -> str:
     head += f" blocks={p.block_num} stage={p.stage}"
     for q in p.scratch:
         head += f" scratch {q.name}: {q.dtype.name}[{', '.join(map(str, q.shape))}]"
+        if q.name in p.manual_dep:
+            head += " manual_dep"
     head += " {"
     lines = [head]
     for s in p.body:

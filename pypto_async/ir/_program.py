@@ -34,6 +34,8 @@ class Program:
     stage: str = "traced"
     #: Intermediate tensors (``pl.create_tensor``) that live only inside one launch of the program.
     scratch: tuple[Param, ...] = ()
+    #: Tensors created with ``pl.create_tensor(..., manual_dep=True)``: no task's access to them is tracked.
+    manual_dep: tuple[str, ...] = ()
 
     def param(self, name: str) -> Param:
         for p in (*self.params, *self.scratch):

@@ -90,6 +90,44 @@ def _list(items) -> str:
     return "[" + ", ".join(items) + "]"
 
 
+def hint_args(hints) -> str:
+    """The ``pl.at`` keywords that spell a region's scheduling hints (``Scope.hints``)."""
+    opts, text = [], ""
+    for name, value in hints:
+        if name == "split":
+            opts.append(f"pl.split(pl.SplitMode.{value})")
+        elif name == "cross_core_slot":
+            opts.append(f"pl.cross_core_slot(slot_num={value})")
+        elif name == "scope":
+            continue  # printed as the `with pl.scope():` blocks around the region
+        else:
+            text += f", {name}={value!r}"
+    return (f", optimizations=[{', '.join(opts)}]" if opts else "") + text
+
+
+def _task_arrays(body) -> list[tuple[str, int]]:
+    """The task-id arrays (``pl.array.create``) the regions of ``body`` store into or wait on, in order."""
+    found: dict[str, int] = {}
+    for s in body:
+        if isinstance(s, Scope):
+            for name, size, *_ in (*s.assigns, *s.dep_arrays):
+                found.setdefault(name, size)
+        for inner in getattr(s, "body", ()):
+            for name, size in _task_arrays((inner,)):
+                found.setdefault(name, size)
+    return sorted(found.items(), key=lambda kv: int(kv[0].removeprefix("tids")))  # creation order: tids0, ...
+
+
+def _scope_depth(s) -> int | None:
+    """The depth of the hand-placed AUTO ``pl.scope()`` around a region (its ``scope`` hint), or None."""
+    return next((value for name, value in s.hints if name == "scope"), None)
+
+
+def _has_scopes(body) -> bool:
+    return any((isinstance(s, Scope) and _scope_depth(s) is not None) or _has_scopes(getattr(s, "body", ()))
+               for s in body)
+
+
 def _ints(shape) -> str:
     return _list(str(d) for d in shape)
 
@@ -202,8 +240,11 @@ class _Printer:
         """Print a loop with carried tiles in PyPTO's explicit form: init_values= and pl.yield_."""
         targets = ", ".join(self.name(c) for c, _ in carries)
         init = ", ".join(self.name(a.expr.x) for _, a in carries)
-        self.emit(depth, f"for {s.var.name}, ({targets},) in pl.range({s.start}, {s.stop}, {s.step}, "
-                         f"init_values=({init},)):")
+        # pl.unroll takes no init_values: a carried unrolled loop prints as pl.range, the form noted.
+        form, stage = ("pipeline", f"stage={s.stage}, ") if s.kind == "pipeline" else ("range", "")
+        note = f"  # pl.{s.kind}" if s.kind not in ("range", form) else ""
+        self.emit(depth, f"for {s.var.name}, ({targets},) in pl.{form}({s.start}, {s.stop}, {s.step}, "
+                         f"{stage}init_values=({init},)):{note}")
         flat = _flatten(s.body)
         updates = {u.target.id: u for u in flat if isinstance(u, Update)}
         copies = {a.var.id: a.expr.x for a in flat if isinstance(a, Assign) and _is_carry_copy(a, updates)}
@@ -231,7 +272,8 @@ class _Printer:
             offs = _list(_index(o) for o in s.offsets)
             self.emit(depth, f"pl.store({self.name(s.value)}, {offs}, {s.param}{atomic})")
         elif isinstance(s, For):
-            self.emit(depth, f"for {s.var.name} in pl.range({s.start}, {s.stop}, {s.step}):")
+            stage = f", stage={s.stage}" if s.kind == "pipeline" else ""
+            self.emit(depth, f"for {s.var.name} in pl.{s.kind}({s.start}, {s.stop}, {s.step}{stage}):")
             self.block(s.body, depth + 1)
         elif isinstance(s, SetIndex):
             self.emit(depth, f"{s.var.name} = {_index(s.value)}")
@@ -249,14 +291,24 @@ class _Printer:
             args = f"level=pl.Level.{s.level}"
             if s.name is not None:
                 args += f", name_hint={s.name!r}"
-            if s.deps:
-                args += f", deps=[{', '.join(f'_task{d}' for d in s.deps)}]"
+            if s.deps or s.dep_arrays:
+                ids = [f"_task{d}" for d in s.deps] + [name for name, _ in s.dep_arrays]
+                args += f", deps=[{', '.join(ids)}]"
+            if s.no_dep:
+                args += f", no_dep_args=[{', '.join(s.no_dep)}]"
+            args += hint_args(s.hints)
             bind = f" as _task{s.task}" if s.task is not None else ""
+            scope_depth = _scope_depth(s)
+            for _ in range(-1 if scope_depth is None else scope_depth, -1, -1):  # depth + 1 nested scopes
+                self.emit(depth, "with pl.scope():")
+                depth += 1
             if s.manual:
                 self.emit(depth, "with pl.manual_scope():")
                 depth += 1
             self.emit(depth, f"with pl.at({args}){bind}:")
             self.block(s.body, depth + 1)
+            for name, _, index in s.assigns:
+                self.emit(depth, f"{name}[{_index(index)}] = _task{s.task}")
         else:
             raise ValueError(f"cannot print {type(s).__name__}")
 
@@ -273,9 +325,14 @@ class _Printer:
             elif q.direction == INOUT:
                 ann = f"pl.InOut[{ann}]"
             params.append(f"{q.name}: {ann}")
-        self.lines = ["import pypto_async.language as pl", "", "", "@pl.jit", f"def {p.name}({', '.join(params)}):"]
+        jit = "@pl.jit(auto_scope=False)" if _has_scopes(p.body) else "@pl.jit"
+        self.lines = ["import pypto_async.language as pl", "", "", jit, f"def {p.name}({', '.join(params)}):"]
         for q in p.scratch:
-            self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r})")
+            manual = ", manual_dep=True" if q.name in p.manual_dep else ""
+            self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r}"
+                         f"{manual})")
+        for name, size in _task_arrays(p.body):
+            self.emit(1, f"{name} = pl.array.create({size}, pl.TASK_ID)")
         self.block(p.body, 1)
         if p.ret is not None:
             self.emit(1, f"return {p.ret}")

@@ -30,10 +30,14 @@ Semantics worth knowing:
 """
 
 from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
-from . import system, tile
+from . import array, system, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
 from ._jit import JitFunction, jit
+from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot, scope, split
+from ._inline import InlineFunction
+from ._loops import pipeline, unroll
+from .array import TASK_ID
 from ._program import FunctionType, ProgramDef, create_tensor, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
@@ -47,7 +51,7 @@ from ._runtime_scalars import read
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
-from ._hints import MemRef, cluster, dynamic
+from ._placement import MemRef, cluster, dynamic
 from ._parse import loads, parse
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 
@@ -79,6 +83,18 @@ __all__ = [
     "range",
     "parallel",
     "yield_",
+    "unroll",
+    "pipeline",
+    "SplitMode",
+    "Split",
+    "CrossCoreSlot",
+    "split",
+    "cross_core_slot",
+    "ScopeMode",
+    "scope",
+    "InlineFunction",
+    "array",
+    "TASK_ID",
     "spmd",
     "tile",
     "system",

@@ -16,6 +16,7 @@ from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._bounds import RUNTIME
 from ..ir._nodes import DynFor, For, Scope, Spmd
+from ._hints import no_dep_names, region_hints, scope_hints
 from ._carry import carry_rebound, open_carries, tile_locals
 from ._tracer import Index, ScalarArg, Tile, current, to_index, user_loc
 from ._types import Level
@@ -55,10 +56,15 @@ class at:
 
     ``with pl.at(level=pl.Level.CORE_GROUP, name_hint="stage1", deps=[t0]) as t1: ...``
     binds the task id ``t1``; ``deps=`` adds edges from earlier tasks to the
-    ones inferred from the tensors each task touches.
+    ones inferred from the tensors each task touches.  ``no_dep_args=[t]``
+    takes the region's accesses to tensor ``t`` out of that inference (no
+    edge into or out of this task from ``t``); ``optimizations=[pl.split(...),
+    pl.cross_core_slot(...)]`` and ``allow_early_resolve=`` are scheduling
+    hints, checked and recorded (see :mod:`._hints`).
     """
 
-    def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None):
+    def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None,
+                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False):
         if not isinstance(level, Level):
             raise compile_error(f"pl.at(level=...) takes a pl.Level, got {level!r}", user_loc())
         if name_hint is not None and not (isinstance(name_hint, str) and name_hint):
@@ -66,11 +72,17 @@ class at:
         self.level = level
         self.name_hint = name_hint
         self.deps = deps
+        self._hints = region_hints(optimizations, allow_early_resolve, user_loc())
+        self._no_dep = no_dep_names(no_dep_args, user_loc())
 
     def __enter__(self) -> TaskId:
         self._tracer = current("pl.at")
         self._loc = user_loc()
-        self._deps = task_deps(self._tracer, self.deps, self._loc)
+        from .array import split_deps
+
+        deps, self._dep_arrays = split_deps(self.deps)
+        self._check_arrays()
+        self._deps = task_deps(self._tracer, deps, self._loc)
         if any(frame == "at" for frame in self._tracer.frames):
             raise compile_error("pl.at regions cannot be nested (each region is one task)", self._loc)
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
@@ -78,11 +90,20 @@ class at:
         self._tracer.open_block("at")
         return self._task
 
+    def _check_arrays(self) -> None:
+        from .array import TaskIdArray
+
+        for d in self.deps if isinstance(self.deps, (list, tuple)) else ():
+            if isinstance(d, TaskIdArray) and d._tracer is not self._tracer:
+                raise compile_error(f"deps= takes task-id arrays created in this kernel, got {d!r}", self._loc)
+
     def __exit__(self, exc_type, *_):
         body = self._tracer.close_block()
         if exc_type is None:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
-                                      manual=self._tracer.manual > 0, task=self._task.id))
+                                      manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
+                                      hints=self._hints + scope_hints(self._tracer),
+                                      dep_arrays=self._dep_arrays))
         return False
 
 
@@ -129,6 +150,8 @@ class range:  # noqa: A001
     """
 
     _kind = "pl.range"
+    _form = "range"  # the For node's kind (see _loops)
+    _stage = 1
 
     def __init__(self, start, stop=None, step=1, *, init_values=None):
         if stop is None:
@@ -209,7 +232,8 @@ class range:  # noqa: A001
         if self._dynamic:
             t.append(DynFor(self._var, self.start, self.stop, self.step, body, self._loc))
         else:
-            t.append(For(self._var, self.start, self.stop, self.step, body, self._loc))
+            t.append(For(self._var, self.start, self.stop, self.step, body, self._loc, kind=self._form,
+                         stage=self._stage))
 
 
 class parallel(range):

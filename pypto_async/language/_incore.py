@@ -74,12 +74,16 @@ class IncoreFunction:
                          loc=user_loc(), fn_loc=self._loc, name_hint=name_hint, deps=deps)
 
 
-def incore(fn=None, *, level=None):
+def incore(fn=None, *, level=None, auto_scope=None):
     """Make a Python function a helper kernel of ``@pl.jit`` entries (``@pl.jit.incore``).
 
     ``level`` is accepted for PyPTO's spelling (``@pl.jit.incore(level=pl.Level.AIC)``); the
-    simulator runs every task on one kind of core.
+    simulator runs every task on one kind of core.  ``auto_scope=`` is rejected, as in PyPTO:
+    an InCore helper has no orchestration body for a runtime scope to live in.
     """
+    if auto_scope is not None:
+        raise PtoCompileError("@pl.jit.incore does not take auto_scope= (an InCore helper has no orchestration "
+                              "body for a runtime scope); put it on the @pl.jit entry or an @pl.jit.inline helper")
     if fn is None:
         return functools.partial(incore, level=level)
     if isinstance(fn, IncoreFunction):

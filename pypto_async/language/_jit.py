@@ -19,6 +19,7 @@ from ..ir._program import Program
 from ..ir._passes import run_passes
 from ._branch import traced_fn
 from ._incore import incore
+from ._inline import inline
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -37,7 +38,7 @@ def _is_number(x) -> bool:
 
 def _shape_matches(declared: tuple, shape: tuple) -> bool:
     """Whether ``shape`` fits a declared shape; a ``pl.dynamic`` dimension takes any extent."""
-    from ._hints import DynamicDim
+    from ._placement import DynamicDim
 
     return len(declared) == len(shape) and all(
         isinstance(d, DynamicDim) or d == n for d, n in zip(declared, shape))
@@ -50,8 +51,10 @@ class JitFunction:
     is traced and compiled once; later calls with the same signature reuse it.
     """
 
-    def __init__(self, fn):
+    def __init__(self, fn, auto_scope: bool = True):
         self.fn = fn
+        #: ``@pl.jit(auto_scope=False)``: the body may place AUTO runtime scopes itself (``pl.scope()``).
+        self.auto_scope = auto_scope
         self.__name__ = fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
         self.__doc__ = fn.__doc__
@@ -183,6 +186,7 @@ class JitFunction:
 
     def _trace(self, params: list[Param]) -> Program:
         tracer = Tracer(self.__name__, params)
+        tracer.auto_scope = self.auto_scope
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         with tracing(tracer):
             result = traced_fn(self.fn)(*proxies)
@@ -202,7 +206,7 @@ class JitFunction:
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         ret = ", ".join(returned) or None
         return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
-                       scratch=scratch)
+                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())))
 
     def lower(self, *args, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments."""
@@ -276,15 +280,23 @@ class JitFunction:
         return _dispatch(self.compile(*args, config=config), args, None, config)
 
 
-def jit(fn=None):
-    """Make a Python function a kernel (``@pl.jit``); ``@pl.jit.incore`` makes a helper kernel it calls."""
+def jit(fn=None, *, auto_scope: bool = True):
+    """Make a Python function a kernel (``@pl.jit``); ``@pl.jit.incore`` makes a helper kernel it calls.
+
+    ``@pl.jit(auto_scope=False)`` lets the body place AUTO runtime scopes
+    (``with pl.scope():``) itself; ``@pl.jit.inline`` makes a helper spliced
+    into the kernel that calls it.
+    """
+    if not isinstance(auto_scope, bool):
+        raise PtoCompileError(f"@pl.jit(auto_scope=...) takes a bool, got {auto_scope!r}")
     if fn is None:
-        return jit
+        return functools.partial(jit, auto_scope=auto_scope)
     if isinstance(fn, JitFunction):
         return fn
     if not callable(fn):
         raise PtoCompileError(f"@pl.jit decorates a function, got {fn!r}")
-    return functools.update_wrapper(JitFunction(fn), fn, updated=())
+    return functools.update_wrapper(JitFunction(fn, auto_scope), fn, updated=())
 
 
 jit.incore = incore
+jit.inline = inline

@@ -27,6 +27,7 @@ from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
+from ._hints import scope_hints
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -67,15 +68,24 @@ class _Function:
                               f"inside the orchestration, and compile the program with ir.compile")
 
 
-def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None):  # noqa: A002
-    """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``."""
+def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
+             auto_scope: bool = True):
+    """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
+
+    ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
+    (``with pl.scope():``), as on ``@pl.jit``.
+    """
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
+    if not isinstance(auto_scope, bool):
+        raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
 
     def wrap(f):
         if not callable(f):
             raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
-        return _Function(f, type, name_hint)
+        out = _Function(f, type, name_hint)
+        out.auto_scope = auto_scope
+        return out
 
     return wrap if fn is None else wrap(fn)
 
@@ -195,13 +205,17 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     return tuple(out)
 
 
-def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None) -> TensorArg:
+def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None,
+                  manual_dep: bool = False) -> TensorArg:
     """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
 
     Returned by the orchestration (or a ``@pl.jit`` entry), it is an output
     of the compiled program, after the parameters; otherwise it lives only
     inside one launch.  A tensor lives in DDR: ``memory_type`` may only be
     ``pl.MemorySpace.DDR`` (on-chip buffers are tiles, ``pl.create_tile``).
+    With ``manual_dep=True`` no task's access to the tensor is tracked, for
+    its whole lifetime: no edge is inferred from it (order its writer and
+    readers with ``deps=``).
     """
     t = current("pl.create_tensor")
     loc = user_loc()
@@ -219,9 +233,15 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
     name = name or f"tensor{len(t.scratch)}"
     if name in t.params:
         raise compile_error(f"pl.create_tensor: the name {name!r} is taken", loc)
+    if not isinstance(manual_dep, bool):
+        raise compile_error(f"pl.create_tensor: manual_dep must be a bool, got {manual_dep!r}", loc)
     p = Param(name, INOUT, shape, d)
     t.params[name] = p
     t.scratch.append(p)
+    if manual_dep:
+        if not hasattr(t, "manual_dep"):
+            t.manual_dep = []
+        t.manual_dep.append(name)
     return TensorArg(p)
 
 
@@ -279,7 +299,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         body = t.close_block()
     if ok:
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
-                       manual=t.manual > 0, task=task, accesses=tuple(accesses)))
+                       manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
     return _task_result(name, result, proxies, args, fn_loc)
 
 
@@ -367,6 +387,7 @@ class ProgramDef:
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
                 params.append(Param(name, direction, ann.shape, ann.dtype))
         tracer = Tracer(self.name, params)
+        tracer.auto_scope = getattr(orch, "auto_scope", True)
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
@@ -385,7 +406,8 @@ class ProgramDef:
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
-        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch)
+        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
+                       manual_dep=tuple(getattr(tracer, "manual_dep", ())))
 
     @property
     def functions(self) -> dict[str, "_Function"]:

@@ -55,7 +55,7 @@ class Tensor:
         if not isinstance(item, tuple) or len(item) != 2:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype], e.g. pl.Tensor[[128, 128], pl.FP32]")
         shape, dtype = item
-        from ._hints import DynamicDim
+        from ._placement import DynamicDim
 
         if not isinstance(shape, (list, tuple)) or not all(
                 isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):

@@ -1,0 +1,90 @@
+"""``@pl.jit.inline``: a helper whose body is spliced into the kernel that calls it.
+
+Calling an inline helper while a ``@pl.jit`` kernel (or a ``@pl.program``
+function) is traced runs its Python body right there, on the caller's
+tensors and tiles: its ``pl.at`` regions become the caller's regions (tasks,
+ordered with the caller's others by the tensors they touch), its loops the
+caller's loops.  Nothing is outlined and no task boundary is added: the
+program is what it would be had the body been written at the call site.  What
+it returns (a tensor, a tile, a tuple, or nothing) is the call's value.
+
+A helper's annotations are checked against the call: a ``pl.Out`` or
+``pl.InOut`` parameter takes a tensor.  ``auto_scope=False``
+(``@pl.jit.inline(auto_scope=False)``) lets the body place AUTO runtime
+scopes (``pl.scope()``), as on ``@pl.jit``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from .._signature import INOUT, OUT
+from ..errors import PtoCompileError
+from ..ir._diag import compile_error
+from ..ir._nodes import Loc
+from ._tracer import TensorArg, current, user_loc
+from ._types import TensorAnnotation
+
+__all__ = ["InlineFunction", "inline"]
+
+
+_DIRECTION = {OUT: "Out", INOUT: "InOut"}
+
+
+class InlineFunction:
+    """A ``@pl.jit.inline`` helper: call it while a kernel is traced to splice its body there."""
+
+    def __init__(self, fn, auto_scope: bool = True):
+        self.fn = fn
+        self.auto_scope = auto_scope
+        self.__name__ = fn.__name__
+        self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        code = fn.__code__
+        self._loc = Loc(code.co_filename, code.co_firstlineno)
+        self._sig = inspect.signature(fn)
+
+    def __repr__(self) -> str:
+        return f"<pl.jit.inline {self.__qualname__}>"
+
+    def _check(self, bound: inspect.BoundArguments, loc) -> None:
+        try:
+            anns = inspect.get_annotations(self.fn, eval_str=True)
+        except Exception as exc:  # an annotation that does not evaluate
+            raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
+        for name, value in bound.arguments.items():
+            ann = anns.get(name)
+            if isinstance(ann, TensorAnnotation) and ann.direction in (OUT, INOUT) and not isinstance(value, TensorArg):
+                raise compile_error(f"{self.__name__}: parameter {name!r} is pl.{_DIRECTION[ann.direction]}: "
+                                    f"pass a tensor, got {type(value).__name__}", loc)
+
+    def __call__(self, *args, **kwargs):
+        t = current(f"{self.__name__}(...) (a @pl.jit.inline helper; call it from a @pl.jit kernel)")
+        loc = user_loc()
+        try:
+            bound = self._sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise compile_error(f"{self.__name__}: {exc}", loc) from None
+        bound.apply_defaults()
+        self._check(bound, loc)
+        before = getattr(t, "auto_scope", True)
+        t.auto_scope = self.auto_scope
+        try:
+            return self.fn(*bound.args, **bound.kwargs)
+        finally:
+            t.auto_scope = before
+
+
+def inline(fn=None, *, auto_scope: bool = True):
+    """Make a Python function a helper spliced into each kernel that calls it (``@pl.jit.inline``)."""
+    if not isinstance(auto_scope, bool):
+        raise PtoCompileError(f"@pl.jit.inline(auto_scope=...) takes a bool, got {auto_scope!r}")
+    if fn is None:
+        return functools.partial(inline, auto_scope=auto_scope)
+    if isinstance(fn, InlineFunction):
+        return fn
+    if not callable(fn):
+        raise PtoCompileError(f"@pl.jit.inline decorates a function, got {fn!r}")
+    return functools.update_wrapper(InlineFunction(fn, auto_scope), fn, updated=())

@@ -1,0 +1,72 @@
+"""PyPTO names that place or group work: ``pl.MemRef``, ``pl.dynamic``, ``pl.cluster``.
+
+* ``pl.MemRef("name", slots=N)[k]`` names slot ``k`` of an on-chip
+  allocation, in a tile's type annotation (PyPTO's hand-managed buffer
+  rotation).  The sim has one memory and no allocator, so a placement
+  changes no number a kernel computes: the declaration is checked (a name,
+  ``slots`` a positive int, an index an int or a loop index) and has no
+  other effect.  In a local annotation (``tile: pl.Tile[..., pl.MemRef(...)[i
+  % 2]] = ...``) Python never evaluates it, as in PyPTO's re-parsed source.
+* ``pl.dynamic("M")`` is a named runtime dimension for ``pl.Tensor[[M, 128],
+  pl.FP32]``: a ``@pl.jit`` kernel accepts any extent there (it is
+  specialised per call, so each extent compiles once; PyPTO compiles one
+  extent-independent artifact).  A ``@pl.program`` has no call to take the
+  extent from: ``pl.dynamic`` there raises ``PtoNotSupported``.
+* ``pl.cluster()`` co-schedules a Cube and a Vector kernel on one physical
+  cluster (a ``Group`` function).  The sim has no clusters and runs no
+  mixed kernels: entering it raises ``PtoNotSupported``.
+"""
+
+from __future__ import annotations
+
+from .._scalars import is_int
+from ..errors import PtoCompileError, PtoNotSupported
+
+__all__ = ["MemRef", "DynamicDim", "dynamic", "cluster"]
+
+
+class MemRef:
+    """A named on-chip allocation of ``slots`` equal slots (a placement: no effect on the sim's results)."""
+
+    def __init__(self, name: str, slots: int = 1):
+        if not isinstance(name, str) or not name:
+            raise PtoCompileError(f"pl.MemRef takes a name, got {name!r}")
+        if not is_int(slots) or slots < 1:
+            raise PtoCompileError(f"pl.MemRef({name!r}, slots=...) takes a positive int, got {slots!r}")
+        self.name = name
+        self.slots = int(slots)
+        self.slot = None
+
+    def __getitem__(self, k) -> "MemRef":
+        if is_int(k) and not 0 <= k < self.slots:
+            raise PtoCompileError(f"pl.MemRef({self.name!r}, slots={self.slots}): slot {k} is out of range")
+        out = MemRef(self.name, self.slots)
+        out.slot = k
+        return out
+
+    def __repr__(self) -> str:
+        slot = "" if self.slot is None else f"[{self.slot}]"
+        return f"pl.MemRef({self.name!r}, slots={self.slots}){slot}"
+
+
+class DynamicDim:
+    """A named runtime dimension (``pl.dynamic("M")``): matches any extent of a ``@pl.jit`` argument."""
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PtoCompileError(f"pl.dynamic takes a dimension's name, got {name!r}")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def dynamic(name: str) -> DynamicDim:
+    """Return a named runtime dimension for ``pl.Tensor[[...], dtype]`` annotations (see the module)."""
+    return DynamicDim(name)
+
+
+def cluster(*args, **kwargs):
+    """``with pl.cluster():``: not available on the sim (no Cube/Vector clusters); raises PtoNotSupported."""
+    raise PtoNotSupported("pl.cluster(): the sim has no Cube/Vector clusters and runs no mixed kernels; "
+                          "write the Cube and Vector work as separate pl.at regions")

@@ -1,0 +1,188 @@
+"""Task-id arrays: ``pl.array.create(n, pl.TASK_ID)``, ``arr[i] = tid`` and ``deps=[arr]``.
+
+A consumer with ``deps=[arr]`` waits for every task stored in the array when it is submitted;
+the stores are replayed instance by instance (``compiled.task_graph``).  The worked example is
+PyPTO's performance/03-dependencies ``tensor_claim``: a ``manual_dep`` scratch whose writers
+are collected in an array, checked against torch with the output poisoned.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import pypto_async.language as pl
+from ir._fixtures import poison
+from pypto_async.errors import PtoCompileError
+
+HERE = __file__
+N, TILE_ROWS, COLS = 4, 64, 128
+ROWS = N * TILE_ROWS
+
+
+def next_line() -> int:
+    return sys._getframe(1).f_lineno + 1
+
+
+def assert_at(excinfo, line: int, *fragments: str) -> None:
+    err = excinfo.value
+    assert err.file == HERE and err.line == line, (err.file, err.line, str(err))
+    for f in fragments:
+        assert f in str(err), (f, str(err))
+
+
+def _claim(collect: bool):
+    @pl.jit
+    def tensor_claim(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        scratch = pl.create_tensor([ROWS, COLS], pl.FP32, manual_dep=True)
+        writers = pl.array.create(N, pl.TASK_ID)
+        for i in pl.range(N):
+            with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                t = pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS])
+                pl.store(pl.mul(t, 2.0), [i * TILE_ROWS, 0], scratch)
+            writers[i] = tid
+        with pl.at(level=pl.Level.CORE_GROUP, deps=[writers] if collect else None):
+            for i in pl.range(N):
+                t = pl.load(scratch, [i * TILE_ROWS, 0], [TILE_ROWS, COLS])
+                pl.store(t, [i * TILE_ROWS, 0], out)
+        return out
+
+    return tensor_claim
+
+
+def test_pyptos_tensor_claim_waits_on_every_writer(launcher):
+    torch.manual_seed(0)
+    a = torch.randn(ROWS, COLS, dtype=torch.float32)
+    out = torch.full((ROWS, COLS), float("nan"))
+    compiled = _claim(True).compile(a, out)
+    assert {(e.src, e.dst, e.kind) for e in compiled.task_graph.edges} == {(i, N, "declared") for i in range(N)}
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a * 2.0, rtol=1e-6, atol=0)
+
+
+def test_without_the_array_the_manual_dep_consumer_has_no_edge():
+    a = np.zeros((ROWS, COLS), np.float32)
+    assert _claim(False).compile(a, a.copy()).task_graph.edges == ()
+
+
+def test_the_array_is_in_the_printed_program_and_the_python_view_round_trips():
+    a = np.zeros((ROWS, COLS), np.float32)
+    kern = _claim(True)
+    p = kern.lower(a, a.copy())
+    assert "-> tids0[i0] of 4" in str(p) and "deps_all(tids0)" in str(p)
+    src = p.as_python()
+    assert "tids0 = pl.array.create(4, pl.TASK_ID)" in src and "tids0[i0] = _task0" in src
+    assert "deps=[tids0]" in src
+    scope: dict = {}
+    exec(compile(src, "<as_python>", "exec"), scope)
+    again = scope["tensor_claim"]
+    assert str(again.lower(a, a.copy())) == str(p)
+    assert again.compile(a, a.copy()).task_graph == kern.compile(a, a.copy()).task_graph
+
+
+def test_a_slot_stored_in_every_iteration_holds_the_last_task():
+    @pl.jit
+    def kern(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        last = pl.array.create(1, pl.TASK_ID)
+        for i in pl.range(N):
+            with pl.manual_scope():
+                with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                    pl.store(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS]), [i * TILE_ROWS, 0], out)
+            last[0] = tid
+        with pl.manual_scope():
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[last]):
+                pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    assert [(e.src, e.dst) for e in kern.compile(a, a.copy()).task_graph.edges] == [(N - 1, N)]
+
+
+def test_arrays_and_task_ids_mix_in_one_deps_list(launcher, rng):
+    @pl.jit
+    def kern(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        mid = pl.create_tensor([ROWS, COLS], pl.FP32, manual_dep=True)
+        bands = pl.array.create(N - 1, pl.TASK_ID)
+        for i in pl.range(N - 1):
+            with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                pl.store(pl.exp(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS])), [i * TILE_ROWS, 0], mid)
+            bands[i] = tid
+        with pl.at(level=pl.Level.CORE_GROUP) as tail:
+            t = pl.load(a, [(N - 1) * TILE_ROWS, 0], [TILE_ROWS, COLS])
+            pl.store(pl.neg(t), [(N - 1) * TILE_ROWS, 0], mid)
+        with pl.at(level=pl.Level.CORE_GROUP, deps=[tail, bands]):
+            pl.store(pl.add(pl.load(mid, [0, 0], [ROWS, COLS]), 1.0), [0, 0], out)
+        return out
+
+    a = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    out = poison((ROWS, COLS))
+    compiled = kern.compile(a, out)
+    assert sorted(compiled.task_graph.preds(N)) == list(range(N))
+    launcher.run(compiled, a, out)
+    want = np.concatenate([np.exp(a[:-TILE_ROWS]), -a[-TILE_ROWS:]]) + 1.0
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+def test_a_store_outside_the_array_is_a_compile_error():
+    where = []
+
+    @pl.jit
+    def kern(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        ids = pl.array.create(N, pl.TASK_ID)
+        for i in pl.range(N):
+            with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], out)
+            where.append(next_line())
+            ids[i + 1] = tid
+        return out
+
+    x = np.zeros((16, 16), np.float32)
+    with pytest.raises(PtoCompileError) as ei:
+        kern.lower(x, x)
+    assert_at(ei, where[0], "tids0[i0 + 1] takes slots 1..4, outside the array's 4 slots")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("dtype", "only pl.TASK_ID arrays are supported here"),
+    ("size", "the size must be a positive int"),
+    ("const_range", "tids0[5] takes slots 5..5, outside the array's 4 slots"),
+    ("not_a_tid", "takes a task id bound by"),
+    ("read", "pass the whole array to deps="),
+    ("elsewhere", "store a task id in the loop body that binds it"),
+])
+def test_bad_arrays_are_errors_at_the_line(case, message):
+    where = []
+
+    @pl.jit
+    def kern(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP) as tid:
+            pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], out)
+        if case == "dtype":
+            where.append(next_line())
+            pl.array.create(4, pl.INT32)
+        elif case == "size":
+            where.append(next_line())
+            pl.array.create(0, pl.TASK_ID)
+        ids = pl.array.create(4, pl.TASK_ID)
+        if case == "const_range":
+            where.append(next_line())
+            ids[5] = tid
+        elif case == "not_a_tid":
+            where.append(next_line())
+            ids[0] = 3
+        elif case == "read":
+            where.append(next_line())
+            ids[0]
+        elif case == "elsewhere":
+            for i in pl.range(4):
+                where.append(next_line())
+                ids[i] = tid
+        return out
+
+    x = np.zeros((16, 16), np.float32)
+    with pytest.raises(PtoCompileError) as ei:
+        kern.lower(x, x)
+    assert_at(ei, where[0], message)
