@@ -88,7 +88,7 @@ def test_no_dep_args_on_disjoint_bands_computes_right(launcher):
     launcher.run(compiled, a, out)
     torch.testing.assert_close(out, a * 2.0, rtol=1e-6, atol=0)
     p = narrow.lower(a, out)
-    assert "no_dep(out)" in str(p) and "no_dep_args=[out]" in p.as_python()
+    assert "no_dep(out)" in str(p) and "no_dep_args=[out]" in p.as_python(form="jit")
 
 
 def test_no_dep_args_keeps_declared_deps_and_other_tensors(launcher, rng):
@@ -172,7 +172,7 @@ def test_manual_dep_with_declared_deps_computes_right(launcher, rng):
     np.testing.assert_allclose(out, a * 2.0 - 1.0, rtol=1e-6)
     p = kern.lower(a, out)
     assert "scratch tensor0: FP32[64, 128] manual_dep" in str(p)
-    assert "manual_dep=True)" in p.as_python()
+    assert "manual_dep=True)" in p.as_python(form="jit")
 
 
 def test_manual_dep_must_be_a_bool():
@@ -392,7 +392,7 @@ def test_scopes_print_back_in_the_python_view():
     a = np.zeros((ROWS, COLS), np.float32)
     out = np.zeros((TILE, COLS), np.float32)
     p = _bands(pl.scope).lower(a, out)
-    src = p.as_python()
+    src = p.as_python(form="jit")
     assert "@pl.jit(auto_scope=False)" in src and "with pl.scope():" in src
     namespace: dict = {}
     exec(compile(src, "<as_python>", "exec"), namespace)

@@ -75,7 +75,7 @@ def test_inline_regions_are_the_callers_tasks_ordered_by_what_they_touch():
     graph = compiled.task_graph
     assert len(graph.tasks) == 2
     assert [(e.src, e.dst, e.hazard, e.tensor) for e in graph.edges] == [(0, 1, "RAW", "tensor0")]
-    text = composed.lower(a, a.copy()).as_python()
+    text = composed.lower(a, a.copy()).as_python(form="jit")
     assert "add_one" not in text and "twice" not in text  # spliced, not called
 
 
@@ -168,7 +168,7 @@ def test_split_is_recorded_in_the_ir_and_the_python_view():
     c = np.zeros((128, 128), np.float32)
     p = _mixed(pl.SplitMode.LEFT_RIGHT, pl.cross_core_slot(slot_num=4)).lower(a, b, c, c.copy())
     assert "split=LEFT_RIGHT cross_core_slot=4" in str(p)
-    assert "optimizations=[pl.split(pl.SplitMode.LEFT_RIGHT), pl.cross_core_slot(slot_num=4)]" in p.as_python()
+    assert "optimizations=[pl.split(pl.SplitMode.LEFT_RIGHT), pl.cross_core_slot(slot_num=4)]" in p.as_python(form="jit")
 
 
 @pytest.mark.parametrize("opts, message", [
@@ -239,7 +239,7 @@ def test_unroll_accumulates_as_range_does(launcher, rng):
     np.testing.assert_allclose(out, want, rtol=1e-6)
     p = kern.lower(a, out)
     # pl.unroll takes no init_values, so the carried loop prints in pl.range's explicit form, noted
-    assert "in unroll(1, 4, 1)" in str(p) and "init_values=(t0,)):  # pl.unroll" in p.as_python()
+    assert "in unroll(1, 4, 1)" in str(p) and "init_values=(t0,)):  # pl.unroll" in p.as_python(form="jit")
 
 
 def test_unroll_of_regions_makes_one_task_per_iteration(launcher, rng):
@@ -278,7 +278,7 @@ def test_pipeline_double_buffers_an_incore_loop_with_a_tail(launcher, rng, stage
     np.testing.assert_allclose(out, a * b + 1.0, rtol=1e-6)
     p = kern.lower(a, b, out)
     assert f"in pipeline stage={stage}(0, 7, 1)" in str(p)
-    assert f"pl.pipeline(0, 7, 1, stage={stage})" in p.as_python()
+    assert f"pl.pipeline(0, 7, 1, stage={stage})" in p.as_python(form="jit")
 
 
 def test_pipeline_carries_init_values(launcher, rng):
@@ -296,7 +296,7 @@ def test_pipeline_carries_init_values(launcher, rng):
     out = poison((16, 16))
     launcher.run(kern.compile(a, out), a, out)
     np.testing.assert_allclose(out, a.reshape(4, 16, 16).sum(0), rtol=1e-5, atol=1e-6)
-    assert "pl.pipeline(0, 64, 16, stage=2, init_values=" in kern.lower(a, out).as_python()
+    assert "pl.pipeline(0, 64, 16, stage=2, init_values=" in kern.lower(a, out).as_python(form="jit")
 
 
 @pytest.mark.parametrize("form, args, kw, message", [
@@ -338,7 +338,7 @@ def test_hints_and_loop_forms_round_trip_through_the_python_view():
     b = np.zeros((64, 32), np.float32)
     p = kern.lower(a, b, a.copy())
     namespace: dict = {}
-    exec(compile(p.as_python(), "<as_python>", "exec"), namespace)
+    exec(compile(p.as_python(form="jit"), "<as_python>", "exec"), namespace)
     assert str(namespace["kern"].lower(a, b, a.copy())) == str(p)
 
 

@@ -73,7 +73,7 @@ def test_the_array_is_in_the_printed_program_and_the_python_view_round_trips():
     kern = _claim(True)
     p = kern.lower(a, a.copy())
     assert "-> tids0[i0] of 4" in str(p) and "deps_all(tids0)" in str(p)
-    src = p.as_python()
+    src = p.as_python(form="jit")
     assert "tids0 = pl.array.create(4, pl.TASK_ID)" in src and "tids0[i0] = _task0" in src
     assert "deps=[tids0]" in src
     scope: dict = {}
