@@ -12,6 +12,7 @@ import enum
 
 from ..errors import PtoArgumentError
 from ._passes import PIPELINE, run_passes
+from ._program import Program
 
 __all__ = ["OptimizationStrategy", "PassManager"]
 
@@ -46,8 +47,6 @@ class PassManager:
         ``program`` is a traced or lowered :class:`~pypto_async.ir.Program`, or a
         ``@pl.program`` class (traced first).
         """
-        from ._program import Program
-
         if not isinstance(program, Program) and hasattr(program, "trace") and hasattr(program, "kernels"):
             program = program.trace()
         if not isinstance(program, Program):
