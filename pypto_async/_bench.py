@@ -130,7 +130,7 @@ def rows_from_result(name: str, result: dict) -> list[dict]:
         rows = []
         for r in result["rows"]:
             rows.append(_row(r["name"], r.get("figure"), r.get("unit", ""), reference=r.get("reference"),
-                             reference_name=r.get("reference_name", ""), target=r.get("target", ""),
+                             reference_name=r.get("reference_name", ""), target=str(r.get("target", "")),
                              ok=r.get("ok"), ratio=r.get("ratio")))
         return rows
     adapter = _ADAPTERS.get(name)

@@ -111,7 +111,7 @@ def test_bench_calls_script_runs(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert [r["target"] for r in results["rows"]] == [1.2, 1.2]
+    assert [r["target"] for r in results["rows"]] == ["≤ 1.2x", "≤ 1.2x"]
     assert all(r["figure"] > 0 and r["reference"] > 0 for r in results["rows"])
     assert len(results["config"]["load_average"]) == 2
 

@@ -54,6 +54,7 @@ static const struct pto_cmd_def defs[] = {
     [PTO_CMD_PROGRAM] = {
         .name = "program",
         .where = PTI_ON_ENGINE,
+        .slow_start = true,
         .start = pti_program_start,
         .release = pti_program_release,
         .trace_name = pti_program_cmd_name,

@@ -631,6 +631,12 @@ struct pto_cmd_outcome {
 struct pto_cmd_def {
     const char *name;     /* its trace records' name (unless .trace_name gives one) */
     enum pto_cmd_where where;
+    /*
+     * Starting it is host work of its own (a program allocates its run and
+     * wakes an orchestration thread): the thread that queued it does not run
+     * the scheduler pass that starts it (pti_stream_kick), the scheduler does.
+     */
+    bool slow_start;
     /* Start cmd (cmd->start_ns is now; PTI_ON_ENGINE: cmd is RUNNING and s active already). */
     void (*start)(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
     /*

@@ -120,7 +120,13 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
      * by its doorbell (sched.c): passes visit only streams with work.
      */
     pti_sched_ring(s);
-    if (pthread_mutex_trylock(&dev->sched_lock) == 0) {
+    /*
+     * Not for a command whose start is host work of its own (its row's
+     * slow_start: a program), which the submitting thread should not pay for.
+     * (s->ring[head & mask] is the command this thread just queued: seq head + 1.)
+     */
+    const struct pto_cmd_def *def = pti_cmd_def(s->ring[head & s->mask].kind);
+    if (!(def && def->slow_start) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         return;
