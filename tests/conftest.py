@@ -1,4 +1,4 @@
-"""Fixtures shared by the runtime tests (tests/test_*.py).
+"""Fixtures shared by the tests (the runtime's in tests/runtime/, and the project's at the top).
 
 ``kernels``
     A :class:`helpers.kernels.KernelLib`: hand-written C kernels built once per

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from helpers import close_device, open_device
 from pypto_async._driver import PTO_ENOMEM, check, ffi, lib
 
-from .util import info, mem_stats, sync
+from helpers.raw_driver import info, mem_stats, sync
 
 ALIGN = 256
 ARENA = 1 << 20

@@ -7,7 +7,7 @@ import numpy as np
 from helpers import CompletionLog, held, new_token
 from pypto_async._driver import PTO_ECANCELED, PTO_EINVAL, check, lib
 
-from .util import alloc, builtin, d2h, f32_bits, h2d, launch, mem_stats, new_event, notify, sync
+from helpers.raw_driver import alloc, builtin, d2h, f32_bits, h2d, launch, mem_stats, new_event, notify, sync
 
 N = 64
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import held, new_token
 from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
 
-from .util import device_stats, notify, sync
+from helpers.raw_driver import device_stats, notify, sync
 
 
 def readable(fd: int, timeout: float = 0.0) -> bool:

@@ -19,7 +19,7 @@ from pypto_async._driver import (
 from pypto_async._signature import PLATFORMS
 from pypto_async.errors import PtoArgumentError, PtoDeviceLost, PtoNotSupported
 
-from .util import alloc, builtin, info, launch, notify
+from helpers.raw_driver import alloc, builtin, info, launch, notify
 
 
 @pytest.mark.parametrize("platform, canonical", sorted(PLATFORMS.items()))

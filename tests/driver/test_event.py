@@ -9,7 +9,7 @@ from helpers import held, new_token
 from pypto_async._driver import PTO_ETIMEDOUT, check, ffi, lib
 from pypto_async.errors import PtoTryAgain
 
-from .util import alloc, builtin, d2h, h2d, new_event, notify, sync
+from helpers.raw_driver import alloc, builtin, d2h, h2d, new_event, notify, sync
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import held, new_token
 from pypto_async._driver import PTO_ECANCELED, PTO_EDEP, PTO_ETIMEDOUT, check, ffi, lib
 
-from .util import notify, sync
+from helpers.raw_driver import notify, sync
 
 
 def _latch(dev, timeout_us):

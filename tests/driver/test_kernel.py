@@ -14,7 +14,7 @@ from helpers import held, new_token
 from pypto_async._driver import PTO_EFAULT, PTO_EKERNEL, check, ffi, lib
 from pypto_async.errors import PtoArgumentError, PtoLoadError
 
-from .util import alloc, builtin, d2h, f32_bits, h2d, launch, sync
+from helpers.raw_driver import alloc, builtin, d2h, f32_bits, h2d, launch, sync
 
 KERNEL_INCLUDE = pathlib.Path(__file__).resolve().parents[2] / "pypto_async" / "include"
 

@@ -13,7 +13,7 @@ import pytest
 from pypto_async._driver import check, ffi, lib
 from pypto_async.errors import PtoArgumentError
 
-from .util import alloc, builtin, d2h, f32_bits, info, launch, sync
+from helpers.raw_driver import alloc, builtin, d2h, f32_bits, info, launch, sync
 
 N = 256
 

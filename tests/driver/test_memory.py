@@ -9,7 +9,7 @@ from helpers import held, new_token
 from pypto_async._driver import PTO_ENOMEM, check, ffi, lib
 from pypto_async.errors import PtoArgumentError, PtoOutOfMemory
 
-from .util import NULL, alloc, d2h, free, info, mem_stats, new_event, sync
+from helpers.raw_driver import NULL, alloc, d2h, free, info, mem_stats, new_event, sync
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import held, new_token
 from pypto_async._driver import PTO_EAGAIN, PTO_EINVAL, PTO_QUEUED, check, ffi, lib
 
-from .util import alloc, builtin, d2h, f32_bits, h2d, launch, mem_stats, new_event, notify, stream_stats, sync
+from helpers.raw_driver import alloc, builtin, d2h, f32_bits, h2d, launch, mem_stats, new_event, notify, stream_stats, sync
 
 
 @pytest.fixture

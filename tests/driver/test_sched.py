@@ -8,7 +8,7 @@ from helpers import new_token
 
 from pypto_async._driver import check, ffi, lib
 
-from .util import device_stats, notify, sync
+from helpers.raw_driver import device_stats, notify, sync
 
 
 def test_a_pass_visits_only_streams_with_work(dev, cq, new_stream):
@@ -50,7 +50,7 @@ def test_queued_launches_reach_the_idle_core_each_sleeper_woken_once(open_dev, n
     """Eight launches queued by one pass: each sleeping core is signalled once, and both cores run them."""
     from helpers.latch import held
 
-    from .util import builtin, launch
+    from helpers.raw_driver import builtin, launch
 
     dev = open_dev(cores=2, copy_engines=1)
     spin = builtin(dev, "spin")
@@ -86,7 +86,7 @@ from pypto_async._driver import check, ffi, lib
 from pypto_async.runtime import ChipWorker, RunConfig
 sys.path.insert(0, "tests")
 from helpers import close_device, open_device
-from driver.util import device_stats, info, notify, sync
+from helpers.raw_driver import device_stats, info, notify, sync
 import time
 # Defaults follow the affinity: one CPU, one core and one copy engine.
 cfg = ffi.new("pto_device_config *")

@@ -7,7 +7,7 @@ import numpy as np
 from helpers import new_token
 from pypto_async._driver import check, lib
 
-from .util import alloc, builtin, d2h, h2d, launch, sync
+from helpers.raw_driver import alloc, builtin, d2h, h2d, launch, sync
 
 
 def test_open_copy_launch_drain_close(dev, cq, stream, rng):

@@ -18,7 +18,7 @@ from pypto_async._driver import (
 )
 from pypto_async.errors import PtoArgumentError, PtoTryAgain
 
-from .util import (
+from helpers.raw_driver import (
     alloc,
     builtin,
     d2h,

@@ -25,7 +25,7 @@ from pypto_async._driver import (
     lib,
 )
 
-from .util import alloc, builtin, d2h, device_stats, h2d, info, launch, new_event, notify, sync
+from helpers.raw_driver import alloc, builtin, d2h, device_stats, h2d, info, launch, new_event, notify, sync
 
 
 FIELDS = [name for name, _ in ffi.typeof("pto_trace_record").fields]

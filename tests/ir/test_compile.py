@@ -19,7 +19,7 @@ from pypto_async import ir
 from pypto_async.errors import PtoCompileError, PtoLoadError, PtoNotSupported
 from pypto_async.ir import _compile
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 from .test_kernels import ROWS, COLS, add_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_from_dir_in_a_fresh_process(tmp_path):
         f"""
         import numpy as np
         from pypto_async.ir import CompiledProgram
-        from ir._launch import Launcher
+        from helpers.launcher import Launcher
         c = CompiledProgram.from_dir({str(out_dir)!r})
         assert c.program is None and c.param_names == ["a", "b", "out"]
         rng = np.random.default_rng(7)

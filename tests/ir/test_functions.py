@@ -14,7 +14,7 @@ import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.errors import PtoArgumentError
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 
 R, C = 64, 128
 

@@ -25,7 +25,7 @@ from pypto_async import ir
 from pypto_async.errors import PtoOutOfMemory
 from pypto_async.ir import _compile
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 
 INCLUDE = Path(__file__).resolve().parents[2] / "pypto_async" / "include"
 HEADERS = ("pto_kernel.h", "pto_kernel_rt.h", "pto_gemm.h")

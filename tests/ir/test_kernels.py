@@ -10,7 +10,7 @@ import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.ir import Fused
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 
 ROWS, COLS = 128, 128
 

@@ -15,7 +15,7 @@ import pytest
 from pypto_async import ir
 import pypto_async.language as pl
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 
 
 @pl.jit

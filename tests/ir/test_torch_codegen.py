@@ -14,7 +14,7 @@ from pypto_async import ir
 from pypto_async.debug import torch_codegen
 from pypto_async.errors import PtoArgumentError, PtoNotSupported
 
-from ._fixtures import poison
+from helpers.ir_fixtures import poison
 from .test_python import KERNELS, _args
 
 torch = pytest.importorskip("torch")

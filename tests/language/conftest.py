@@ -1,1 +1,1 @@
-from ir._fixtures import kernel_cache, launcher, rng  # noqa: F401
+from helpers.ir_fixtures import kernel_cache, launcher, rng  # noqa: F401

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 R, C = 32, 64
 

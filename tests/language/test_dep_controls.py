@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 from pypto_async.errors import PtoCompileError
 
 HERE = __file__

@@ -10,7 +10,7 @@ import pypto_async.language as pl
 from pypto_async import _dtypes
 from pypto_async._signature import IN, INOUT, OUT, SCALAR
 from pypto_async.errors import PtoArgumentError, PtoCompileError
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 
 @pl.jit

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pypto_async.language as pl
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 X = np.zeros((64, 16), np.float32)
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 import pypto_async.language as pl
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 
 def rel_err(got, want) -> float:

@@ -17,7 +17,7 @@ import torch
 
 import pypto_async.language as pl
 from pypto_async.errors import PtoCompileError, PtoError
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 HERE = __file__
 Q, C = 16, 32

@@ -19,7 +19,7 @@ import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError
 from pypto_async.ir._deps import Edge
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 HERE = __file__
 

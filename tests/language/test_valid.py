@@ -14,7 +14,7 @@ import torch
 
 import pypto_async.language as pl
 from pypto_async.errors import PtoError
-from ir._fixtures import poison
+from helpers.ir_fixtures import poison
 
 PAD = {"zero": 0.0, "max": np.inf, "min": -np.inf}
 

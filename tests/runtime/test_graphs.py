@@ -744,7 +744,7 @@ def test_another_tasks_launch_of_a_placeholder_is_refused_not_a_crash(kernels, b
 
     script = tmp_path / "placeholder.py"
     script.write_text(_PLACEHOLDER_SCRIPT)
-    tests_dir = pathlib.Path(__file__).resolve().parent
+    tests_dir = pathlib.Path(__file__).resolve().parents[1]  # tests/: its helpers
     for _ in range(3):
         proc = subprocess.run([sys.executable, str(script), str(tests_dir), str(kernels.directory), backend],
                               capture_output=True, text=True, timeout=120)

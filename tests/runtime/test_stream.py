@@ -95,7 +95,7 @@ def test_wait_rejects_other_things(worker, config, kernels):
     with pytest.raises(PtoArgumentError, match="takes an Event, a Launch or a Stream"):
         s.wait(42)
     with ChipWorker(config.replace(device_id=1)) as other:
-        # Another worker's work is waited for on the device (tests/test_devices.py).
+        # Another worker's work is waited for on the device (tests/runtime/test_devices.py).
         s.wait(other.default_stream)
         s.wait(other.default_stream.record())
         foreign = other.register(kernels.get("inc", N)).submit(rand())

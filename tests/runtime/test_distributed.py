@@ -451,7 +451,7 @@ def test_bench_devices_script_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "devices.json"
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_devices.py"), "--quick",
                            "--json", str(out)], capture_output=True, text=True, timeout=300)

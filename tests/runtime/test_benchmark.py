@@ -47,7 +47,7 @@ def test_bench_runtime_script_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "bench_runtime.py"), "--quick", "--json",
@@ -78,7 +78,7 @@ def test_bench_service_script_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "bench_service.py"), "--quick", "--json", "--requests", "80"],
@@ -105,7 +105,7 @@ def test_bench_calls_script_runs(tmp_path):
     from pathlib import Path
 
     pytest.importorskip("torch")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_calls.py"), "--quick", "--json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -126,7 +126,7 @@ def test_bench_scale_script_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
                PYPTO_ASYNC_CACHE_DIR=str(tmp_path / "cache"))
     out = tmp_path / "scale.json"

@@ -1,6 +1,6 @@
 """Data hazards and graphs: edges derived at capture, replays ordered against eager work (_capture.py, _graph.py).
 
-As in tests/test_hazards.py, each test holds the earlier side of a hazard on
+As in tests/runtime/test_hazards.py, each test holds the earlier side of a hazard on
 a latch, so that a later access that ran too early would see what it must
 not (poisoned or overwritten data), and checks the numbers against numpy on
 random data.  A variant with the ordering switched off shows the test can

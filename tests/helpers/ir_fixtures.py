@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ._launch import Launcher
+from helpers.launcher import Launcher
 
 __all__ = ["kernel_cache", "launcher", "rng", "poison"]
 

@@ -17,7 +17,7 @@ from pypto_async import ir
 from pypto_async.errors import PtoArgumentError
 from pypto_async.runtime import ChipWorker, RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 R, C = 16, 32
 SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
 

@@ -738,7 +738,7 @@ def test_bench_hazards_script_runs(tmp_path):
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_hazards.py"), "--quick", "--json", "-"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
