@@ -24,7 +24,7 @@ SUBCOMMANDS = ["demo", "bench", "trace", "info", "cache"]
 
 
 def pipeline_trace() -> dict:
-    from test_trace import pipeline_records
+    from runtime.test_trace import pipeline_records
 
     from pypto_async.runtime._trace import Trace
 
@@ -137,7 +137,7 @@ def test_render_lanes_and_failures(tmp_path):
 
 @pytest.mark.slow
 def test_render_reads_through_the_trace_model(tmp_path):
-    from test_trace import CORES, pipeline_records, rec
+    from runtime.test_trace import CORES, pipeline_records, rec
 
     from pypto_async import _driver as drv
     from pypto_async._plot import _lanes, _overlap_line, render_trace
@@ -310,7 +310,7 @@ def test_bench_runs_the_real_driver_benchmark(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_demo_runs_the_pipeline_and_writes_its_trace(tmp_path, capsys):
-    from test_trace import check_chrome_trace
+    from runtime.test_trace import check_chrome_trace
 
     out_dir = tmp_path / "demo"
     assert main(["demo", "--batches", "6", "--rows", "64", "--cols", "256", "--depth", "2",

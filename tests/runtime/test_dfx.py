@@ -56,7 +56,7 @@ def test_two_runs_dumping_into_one_dir_keep_both_dumps(tmp_path, cache):
     save = tmp_path / "save"
     x = np.zeros((R, C), np.float32)
     ir.compile(dfx_add.lower(x, x, x))  # built once; both runs hit the cache
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "runtime")])}
     seeds = (11, 22)
     runs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
                 from test_dfx import one_run
