@@ -84,6 +84,7 @@ def test_unpickling_where_it_was_built_hits_the_cache(compiled, tmp_path):
     run(again)
 
 
+@pytest.mark.slow  # a subprocess or pytester run: seconds
 def test_a_received_artifact_never_takes_the_key_of_a_local_compile(compiled, tmp_path, monkeypatch):
     """A pickle carrying other code under axpy's IR: local compiles of axpy still run axpy, here and elsewhere."""
     x = rand(0)

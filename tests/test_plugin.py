@@ -320,6 +320,7 @@ def test_failing_user_test_fails_cleanly(pytester, monkeypatch):
     result.stdout.fnmatch_lines(["*user bug*"])
 
 
+@pytest.mark.slow  # a subprocess or pytester run: seconds
 def test_a_latch_that_expires_fails_the_test_naming_it(pytester, monkeypatch):
     # A test that waits for a latch to time out (instead of releasing it) tests something else than
     # it says: the plugin fails it, naming the latch; the marker lets a test do it on purpose.

@@ -52,6 +52,7 @@ def cache(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.slow  # a subprocess or pytester run: seconds
 def test_two_runs_dumping_into_one_dir_keep_both_dumps(tmp_path, cache):
     save = tmp_path / "save"
     x = np.zeros((R, C), np.float32)

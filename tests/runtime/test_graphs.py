@@ -735,6 +735,7 @@ anyio.run(main, backend=sys.argv[3])
 """
 
 
+@pytest.mark.slow  # a subprocess or pytester run: seconds
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_another_tasks_launch_of_a_placeholder_is_refused_not_a_crash(kernels, backend, tmp_path):
     """Run several times in a subprocess: before the fix the process died of SIGSEGV."""
