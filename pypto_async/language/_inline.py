@@ -77,14 +77,23 @@ class InlineFunction:
             t.auto_scope = before
 
 
-def inline(fn=None, *, auto_scope: bool = True):
-    """Make a Python function a helper spliced into each kernel that calls it (``@pl.jit.inline``)."""
+def decorate(fn, auto_scope, cls, spelling: str, again):
+    """The body of ``@pl.jit`` and ``@pl.jit.inline``: wrap `fn` in `cls`, bare or called with ``auto_scope=``.
+
+    `again` is the decorator itself (``@d(auto_scope=False)`` returns it
+    bound); `spelling` names it in errors.
+    """
     if not isinstance(auto_scope, bool):
-        raise PtoCompileError(f"@pl.jit.inline(auto_scope=...) takes a bool, got {auto_scope!r}")
+        raise PtoCompileError(f"{spelling}(auto_scope=...) takes a bool, got {auto_scope!r}")
     if fn is None:
-        return functools.partial(inline, auto_scope=auto_scope)
-    if isinstance(fn, InlineFunction):
+        return functools.partial(again, auto_scope=auto_scope)
+    if isinstance(fn, cls):
         return fn
     if not callable(fn):
-        raise PtoCompileError(f"@pl.jit.inline decorates a function, got {fn!r}")
-    return functools.update_wrapper(InlineFunction(fn, auto_scope), fn, updated=())
+        raise PtoCompileError(f"{spelling} decorates a function, got {fn!r}")
+    return functools.update_wrapper(cls(fn, auto_scope), fn, updated=())
+
+
+def inline(fn=None, *, auto_scope: bool = True):
+    """Make a Python function a helper spliced into each kernel that calls it (``@pl.jit.inline``)."""
+    return decorate(fn, auto_scope, InlineFunction, "@pl.jit.inline", inline)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import numpy as np
@@ -10,7 +9,7 @@ import numpy as np
 from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import OUT, SCALAR
 from ..backend.pto_backend import PartialCodegenError
-from ..errors import PtoArgumentError, PtoCompileError
+from ..errors import PtoArgumentError
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._diag import compile_error
@@ -19,7 +18,7 @@ from ..ir._program import Program
 from ..ir._passes import run_passes
 from ._branch import traced_fn
 from ._incore import incore
-from ._inline import inline
+from ._inline import decorate, inline
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -287,15 +286,7 @@ def jit(fn=None, *, auto_scope: bool = True):
     (``with pl.scope():``) itself; ``@pl.jit.inline`` makes a helper spliced
     into the kernel that calls it.
     """
-    if not isinstance(auto_scope, bool):
-        raise PtoCompileError(f"@pl.jit(auto_scope=...) takes a bool, got {auto_scope!r}")
-    if fn is None:
-        return functools.partial(jit, auto_scope=auto_scope)
-    if isinstance(fn, JitFunction):
-        return fn
-    if not callable(fn):
-        raise PtoCompileError(f"@pl.jit decorates a function, got {fn!r}")
-    return functools.update_wrapper(JitFunction(fn, auto_scope), fn, updated=())
+    return decorate(fn, auto_scope, JitFunction, "@pl.jit", jit)
 
 
 jit.incore = incore
