@@ -9,30 +9,19 @@ the graph and the result are those without them, and the hint is in the printed 
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 import torch
 
+from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
 from pypto_async.errors import PtoCompileError
 
-HERE = __file__
 N, TILE, COLS = 4, 64, 128
 ROWS = N * TILE
 
-
-def next_line() -> int:
-    return sys._getframe(1).f_lineno + 1
-
-
-def assert_at(excinfo, line: int, *fragments: str) -> None:
-    err = excinfo.value
-    assert err.file == HERE and err.line == line, (err.file, err.line, str(err))
-    for f in fragments:
-        assert f in str(err), (f, str(err))
 
 
 def inferred(compiled) -> set[tuple[int, int, str]]:

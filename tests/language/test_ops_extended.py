@@ -11,32 +11,21 @@ message and file:line.
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 import torch
 
+from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError
 
 R, C, TR = 32, 40, 8
-HERE = __file__
 
 INT_DTYPES = {"int32": np.int32, "int8": np.int8, "uint8": np.uint8, "int64": np.int64}
 
-
-def next_line() -> int:
-    return sys._getframe(1).f_lineno + 1
-
-
-def assert_at(excinfo, line: int, *fragments: str) -> None:
-    err = excinfo.value
-    assert (err.file, err.line) == (HERE, line), (err.file, err.line, str(err))
-    for f in fragments:
-        assert f in str(err), (f, str(err))
 
 
 def ints(rng, shape, dtype):

@@ -9,30 +9,19 @@ its window shows.
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 import torch
 
+from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError
 from pypto_async.ir._deps import Edge
 from helpers.ir_fixtures import poison
 
-HERE = __file__
 
-
-def next_line() -> int:
-    return sys._getframe(1).f_lineno + 1
-
-
-def assert_at(excinfo, line: int, *fragments: str) -> None:
-    err = excinfo.value
-    assert (err.file, err.line) == (HERE, line), (err.file, err.line, str(err))
-    for f in fragments:
-        assert f in str(err), (f, str(err))
 
 
 @pl.jit

@@ -8,30 +8,19 @@ are collected in an array, checked against torch with the output poisoned.
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 import torch
 
+from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
 from pypto_async.errors import PtoCompileError
 
-HERE = __file__
 N, TILE_ROWS, COLS = 4, 64, 128
 ROWS = N * TILE_ROWS
 
-
-def next_line() -> int:
-    return sys._getframe(1).f_lineno + 1
-
-
-def assert_at(excinfo, line: int, *fragments: str) -> None:
-    err = excinfo.value
-    assert err.file == HERE and err.line == line, (err.file, err.line, str(err))
-    for f in fragments:
-        assert f in str(err), (f, str(err))
 
 
 def _claim(collect: bool):
