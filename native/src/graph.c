@@ -584,9 +584,12 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
             if (c->op == G_PROGRAM) {
                 rc = pti_program_args_check(c->prog, args, c->nargs, fn);
             } else {
-                snprintf(what, sizeof(what), "command %u (%s)", i, c->k->name);
-                rc = pti_args_check(g->dev, atomic_load_explicit(&c->k->kinds, memory_order_acquire), args,
-                                    c->nargs, fn, what);
+                const struct pto_argkinds *ak = atomic_load_explicit(&c->k->kinds, memory_order_acquire);
+                rc = pti_args_check(g->dev, ak, args, c->nargs, fn, c->k->name);
+                if (rc) { /* the refusal's message names the command: made only then, not per replayed node */
+                    snprintf(what, sizeof(what), "command %u (%s)", i, c->k->name);
+                    rc = pti_args_check(g->dev, ak, args, c->nargs, fn, what);
+                }
             }
         }
         if (rc)
