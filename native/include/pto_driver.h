@@ -42,7 +42,7 @@
 
 /* PTO_CDEF_BEGIN */
 
-#define PTO_ABI_VERSION 1
+#define PTO_ABI_VERSION 2
 
 /* Status codes PTO_OK, PTO_EAGAIN ... PTO_ENOTSUP (functions return their
  * negation): pto_kernel.h, included above, which kernels see too. */

@@ -435,6 +435,8 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     uint64_t start = pto_now_ns();
     bool skip = pti_dev_lost(dev) || atomic_load_explicit(&run->fail_claim, memory_order_acquire);
     tl_block_failed = 0;
+    pto_work work;
+    memset(&work, 0, sizeof(work));
     if (!skip) {
         pto_block blk = {
             .block_idx = b,
@@ -442,6 +444,7 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
             .core_idx = (uint32_t)eng->id,
             .ctx = run,
             .fail = pti_block_fail,
+            .work = &work,
         };
         k->fn(&blk, (void *const *)cmd->u.launch.args);
     }

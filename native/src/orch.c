@@ -340,6 +340,8 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     const pto_task_site *site = &o->d->sites[t->site];
     uint64_t start = pto_now_ns();
     bool lost = pti_dev_lost(dev);
+    pto_work work;
+    memset(&work, 0, sizeof(work));
     if (!lost) {
         pto_block blk = {
             .block_idx = 0,
@@ -347,6 +349,7 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
             .core_idx = (uint32_t)eng->id,
             .ctx = r,
             .fail = pti_block_fail,
+            .work = &work,
         };
         uint32_t delay = atomic_load_explicit(&o->p->delay_us[t->site], memory_order_relaxed);
         if (delay)

@@ -36,6 +36,38 @@
 #define PTO_ELOAD       11  /* a kernel library or symbol could not be loaded */
 #define PTO_ENOTSUP     12  /* platform or feature not available */
 
+/*
+ * The work a block did, by pipe, for the device model: the kernel adds to
+ * blk->work as it runs (so runtime trip counts are exact), and the driver
+ * turns it into a modeled duration from the chip's profile.
+ *   load_*   GM -> on-chip buffers (MTE2): bytes moved and rows (contiguous
+ *            runs) they came in; each row costs at least one transfer granule
+ *   store_*  on-chip buffers -> GM (MTE3), the same
+ *   move_bytes  between on-chip buffers (MTE1)
+ *   vec_bytes   vector operand bytes processed, by op class (PTO_VEC_*)
+ *   cube_macs   matrix multiply-accumulates, by input dtype (PTO_CUBE_*)
+ *   overlap     nonzero: the kernel's loads and stores overlap its compute
+ *               (pl.pipeline, double buffers); zero: the pipes run in turn
+ */
+#define PTO_VEC_SIMPLE   0  /* add, sub, mul, max, min, select, compare, cast, copy, fill */
+#define PTO_VEC_SPECIAL  1  /* div, exp, log, sqrt, rsqrt, recip, pow, transcendental */
+#define PTO_VEC_REDUCE   2  /* row/column reductions, broadcasts */
+#define PTO_VEC_CLASSES  3
+#define PTO_CUBE_F16     0  /* fp16 and bf16 inputs */
+#define PTO_CUBE_F32     1
+#define PTO_CUBE_I8      2
+#define PTO_CUBE_DTYPES  3
+
+typedef struct pto_work {
+    uint64_t load_bytes, load_rows;
+    uint64_t store_bytes, store_rows;
+    uint64_t move_bytes;
+    uint64_t vec_bytes[PTO_VEC_CLASSES];
+    uint64_t cube_macs[PTO_CUBE_DTYPES];
+    uint32_t overlap;
+    uint32_t reserved;
+} pto_work;
+
 typedef struct pto_block {
     uint32_t block_idx;     /* this block's index, 0 <= block_idx < block_num */
     uint32_t block_num;     /* number of blocks in the launch */
@@ -50,6 +82,7 @@ typedef struct pto_block {
      * whole device lost.
      */
     void (*fail)(const struct pto_block *blk, int code, const char *msg);
+    pto_work *work;         /* this block's modeled work: add to it (never NULL) */
 } pto_block;
 /* PTO_CDEF_END */
 
