@@ -15,7 +15,15 @@ the compiled kernel computes, statement by statement, on the CPU:
 * loops, ``pl.spmd`` blocks and regions run in program order (the order
   the task graph allows; a race-free program has no other result);
 * integer ``div`` rounds toward minus infinity, ``maximum``/``minimum``
-  propagate NaN, reductions run over the whole tile, as the compiled code's.
+  propagate NaN, reductions run over the whole tile, as the compiled code's;
+  integer ``div`` and ``rem`` by zero give 0 (and ``rem`` by -1 gives 0),
+  ``rem`` takes the divisor's sign (Python's ``%``, exact for floats), shifts
+  by the width or more give 0 (``shr`` of a negative signed value -1);
+* ``pl.cmp`` gives PyPTO's packed predicate mask (bit ``j % 8`` of byte
+  ``j // 8`` of each row) and ``pl.sel`` reads it back, bytes in memory order;
+* ``pl.read`` reads its tensor element when the statement runs, runtime
+  scalars are Python ints, and a ``pl.range`` over them (or a runtime
+  ``if``/``else``, a loop of 0 or 1 iterations) is a Python ``for``.
 
 A statement the generator does not know raises ``PtoNotSupported`` naming
 it.  ``check_shapes=True`` adds checks of each tensor argument's shape and
@@ -28,19 +36,23 @@ from .._dtypes import BF16, BOOL, FP16, DataType
 from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoNotSupported
 from ..ir._nodes import (
+    COMPARE_OPS,
     Assemble,
     Assign,
     Binary,
     Broadcast,
     Cast,
+    Compare,
     Concat,
     Const,
+    DynFor,
     FillPad,
     For,
     Full,
     Fused,
     IBin,
     IConst,
+    IRead,
     IScalar,
     IVar,
     Load,
@@ -51,6 +63,8 @@ from ..ir._nodes import (
     Reshape,
     ScalarRef,
     Scope,
+    Select,
+    SetIndex,
     Slice,
     Spmd,
     Store,
@@ -133,9 +147,75 @@ def _narrow(x, dtype, mode):
         pick = torch.where(x > 0, tz, az)
     elif mode == "ceil":
         pick = torch.where(x > 0, az, tz)
+    elif mode == "odd":  # the neighbour whose last significand bit is odd (adjacent values differ in it)
+        bits = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}[dtype]
+        pick = torch.where((r.view(bits) & 1) == 1, r, other)
     else:
         pick = tz
     return torch.where((rv == x) | torch.isnan(x), r, pick)
+
+
+def _ifloordiv(a, b):
+    """Python's // on index values; 0 for b == 0, as the kernel's."""
+    return a // b if b else 0
+
+
+def _imod(a, b):
+    """Python's % on index values; 0 for b == 0 or -1, as the kernel's."""
+    return 0 if b in (0, -1) else a % b
+
+
+def _floordiv(a, b):
+    """Integer tiles: a // b rounded toward -inf, in int64; 0 where b == 0, -a where b == -1 (wrapping)."""
+    a, b = torch.broadcast_tensors(a.to(torch.int64), b.to(torch.int64))
+    special = (b == 0) | (b == -1)
+    q = torch.div(a, torch.where(special, torch.ones_like(b), b), rounding_mode="floor")
+    return torch.where(b == 0, torch.zeros_like(q), torch.where(b == -1, -a, q))
+
+
+def _mod(a, b):
+    """Integer tiles: a % b with the divisor's sign, in int64; 0 where b is 0 or -1."""
+    a, b = torch.broadcast_tensors(a.to(torch.int64), b.to(torch.int64))
+    special = (b == 0) | (b == -1)
+    r = torch.remainder(a, torch.where(special, torch.ones_like(b), b))
+    return torch.where(special, torch.zeros_like(r), r)
+
+
+def _fmod(a, b):
+    """Float tiles: a % b with the divisor's sign (an exact fmod, then the sign fixed; NaN for b == 0)."""
+    r = torch.fmod(a, b)
+    return torch.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+def _shift(a, b, left, bits, signed):
+    """a << b or a >> b on integer tiles; a shift of the width or more (or negative) gives 0, or -1 (>>)."""
+    a, b = torch.broadcast_tensors(a.to(torch.int64), b.to(torch.int64))
+    out_of_range = (b < 0) | (b >= bits)
+    amount = b.clamp(0, bits - 1)
+    if left:
+        return torch.where(out_of_range, torch.zeros_like(a), a << amount)
+    fill = torch.where(a < 0, -torch.ones_like(a), torch.zeros_like(a)) if signed else torch.zeros_like(a)
+    return torch.where(out_of_range, fill, a >> amount)
+
+
+_CMP = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+
+
+def _cmp(a, b, op, n, shape):
+    """PyPTO's packed predicate mask: bit j % 8 of byte j // 8 of each row is element j's comparison."""
+    lead, width = tuple(shape[:-1]), shape[-1]
+    r = torch.broadcast_to(_CMP[op](a, b), (*lead, n))
+    bits = torch.zeros((*lead, width * 8), dtype=torch.int64)
+    bits[..., :n] = r.to(torch.int64)
+    return (bits.reshape(*lead, width, 8) << torch.arange(8)).sum(-1).to(torch.uint8)
+
+
+def _sel(mask, a, b, shape):
+    """a where element j's mask bit (bit j % 8 of byte j // 8 of its row, in memory order) is set, else b."""
+    j = torch.arange(shape[-1])
+    byte = mask.contiguous().view(torch.uint8)[..., j >> 3].to(torch.int64)
+    bit = ((byte >> (j & 7)) & 1).bool()
+    return torch.broadcast_to(torch.where(bit, a, b), tuple(shape))
 
 
 def _check(name, t, shape, dtype):
@@ -178,9 +258,17 @@ class _Gen:
             return e.name
         if isinstance(e, IScalar):
             return f"int({e.param})"
+        if isinstance(e, IRead):  # the element, read when the statement runs
+            return f"int({e.param}[{', '.join(self.index(o) for o in e.offsets)}])"
         if isinstance(e, IBin):
             a, b = self.index(e.a), self.index(e.b)
-            return f"{e.op}({a}, {b})" if e.op in ("min", "max") else f"({a} {e.op} {b})"
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            if e.op in COMPARE_OPS:
+                return f"int({a} {e.op} {b})"
+            if e.op in ("//", "%"):
+                return f"{'_ifloordiv' if e.op == '//' else '_imod'}({a}, {b})"
+            return f"({a} {e.op} {b})"
         raise PtoNotSupported(f"torch_codegen: index expression {e!r}")
 
     def ints(self, items) -> str:
@@ -217,16 +305,24 @@ class _Gen:
                    # A float64 square root rounded once is the correctly rounded one, as C's sqrtf.
                    "sqrt": f"torch.sqrt({{x}}.double()).to({ct})",
                    "rsqrt": f"(1 / torch.sqrt({{x}}.double()).to({ct}))", "recip": "(1 / {x})",
-                   "relu": "torch.where({x} > 0, {x}, torch.zeros_like({x}))"}
+                   "relu": "torch.where({x} > 0, {x}, torch.zeros_like({x}))",
+                   "not_": "torch.bitwise_not({x})"}
             if e.op not in ops:
                 raise PtoNotSupported(f"torch_codegen: unary op {e.op!r}")
             return ops[e.op].format(x=x)
         if isinstance(e, Binary):
             a, b = self.operand(e.a, t.dtype), self.operand(e.b, t.dtype)
             if e.op == "div" and not t.dtype.is_float:
-                return f"torch.div({a}, {b}, rounding_mode='floor')"
+                return f"_floordiv({a}, {b})"
+            if e.op == "rem":
+                return f"{'_fmod' if t.dtype.is_float else '_mod'}({a}, {b})"
+            if e.op in ("shl", "shr"):
+                signed = not t.dtype.c_type.startswith("uint")
+                return f"_shift({a}, {b}, {e.op == 'shl'}, {t.dtype.itemsize * 8}, {signed})"
             ops = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
-                   "maximum": "torch.maximum({a}, {b})", "minimum": "torch.minimum({a}, {b})"}
+                   "maximum": "torch.maximum({a}, {b})", "minimum": "torch.minimum({a}, {b})",
+                   "prelu": "torch.where({a} > 0, {a}, {a} * {b})", "and_": "torch.bitwise_and({a}, {b})",
+                   "or_": "torch.bitwise_or({a}, {b})", "xor": "torch.bitwise_xor({a}, {b})"}
             if e.op not in ops:
                 raise PtoNotSupported(f"torch_codegen: binary op {e.op!r}")
             return ops[e.op].format(a=a, b=b)
@@ -240,9 +336,20 @@ class _Gen:
                 return f"{x}.to({acc}).sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
             fn = "amax" if kind == "max" else "amin"
             return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
-        if isinstance(e, Matmul):
+        if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
             acc = "torch.float64" if t.dtype.name == "FP64" else "torch.float32"
-            return f"({self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc}))"
+            product = f"{self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc})"
+            if e.bias is not None:  # every row starts as the bias; the product accumulates onto it
+                return f"({self.name(e.bias)}.to({acc}) + {product})"
+            return f"({product})"
+        if isinstance(e, Compare):
+            a = self.operand(e.a, e.a.type.dtype)
+            b = self.operand(e.b, e.a.type.dtype)
+            n = max(e.a.type.shape[-1], e.b.type.shape[-1] if isinstance(e.b, Var) else 0)
+            return f"_cmp({a}, {b}, {e.cmp!r}, {n}, {self.ints(t.shape)})"
+        if isinstance(e, Select):
+            a, b = self.operand(e.a, t.dtype), self.operand(e.b, t.dtype)
+            return f"_sel({self.name(e.mask)}, {a}, {b}, {self.ints(t.shape)})"
         if isinstance(e, Move):
             return f"{self.name(e.x)}.clone()"
         if isinstance(e, Broadcast):
@@ -276,7 +383,7 @@ class _Gen:
         precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8}
         if (src.is_float and dst.is_float and mode not in ("none", "rint")
                 and precision[dst.name] < precision[src.name]):
-            if mode not in ("round", "floor", "ceil", "trunc"):
+            if mode not in ("round", "floor", "ceil", "trunc", "odd"):
                 raise PtoNotSupported(f"torch_codegen: a narrowing cast with mode {mode!r}")
             return f"_narrow({self.name(e.x)}, {_tdt(dst)}, {mode!r})"
         return x
@@ -307,6 +414,12 @@ class _Gen:
                              f"{self.valid(s.value.type)}, {atomic})")
         elif isinstance(s, For):
             self.emit(depth, f"for {s.var.name} in range({s.start}, {s.stop}, {s.step}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, SetIndex):  # a runtime scalar takes its value
+            self.emit(depth, f"{s.var.name} = {self.index(s.value)}")
+        elif isinstance(s, DynFor):  # runtime bounds, evaluated once; an if/else branch runs 0 or 1 times
+            self.emit(depth, f"for {s.var.name} in range({self.index(s.start)}, {self.index(s.stop)}, {s.step}):"
+                             + ("" if s.kind == "range" else f"  # {s.kind} branch"))
             self.block(s.body, depth + 1)
         elif isinstance(s, Spmd):
             self.emit(depth, f"for {s.var.name} in range({s.count}):")
