@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import threading
 
+from ..errors import PtoInvalidStateError
 from ._config import as_run_config
 from ._context import current_worker
 from ._worker import ChipWorker
@@ -28,15 +29,25 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def default_worker():
-    """Return the process-wide default worker (sync mode), creating it once."""
+def default_worker(config=None):
+    """Return the process-wide default worker (sync mode), creating it once.
+
+    With `config` (a :class:`RunConfig`), the worker is created with it if
+    there is none yet, as ``pypto_async.torch.init(...)`` does; one already
+    open with another config raises :class:`PtoInvalidStateError`.
+    """
     global _default
     worker = _default
-    if worker is not None and worker._alive():
+    if worker is not None and worker._alive() and config is None:
         return worker
     with _default_lock:
         if _default is None or not _default._alive():
-            _default = ChipWorker()
+            _default = ChipWorker(config)
+        elif config is not None and _default._config != as_run_config(config):
+            cfg = _default._config
+            raise PtoInvalidStateError(
+                f"the process's default worker is open already with another config (platform {cfg.platform!r}, "
+                f"device {cfg.device_id}, aicpu_thread_num {cfg.aicpu_thread_num}); it is fixed once per process")
         return _default
 
 
