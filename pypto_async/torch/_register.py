@@ -130,7 +130,7 @@ def register(kernel, name: str, *, constexpr: dict | None = None, config=None):
                 return existing.op
             raise PtoArgumentError(f"torch operator {name!r} is registered already with another kernel or config")
         mutate_name = f"_pypto_{operator}_mutate"
-        defined = set(torch._C._dispatch_get_all_op_names())
+        defined = {n.partition(".")[0] for n in torch._C._dispatch_get_all_op_names()}  # without overload names
         for qual in (name, f"{namespace}::{mutate_name}"):
             if qual in defined:
                 raise PtoArgumentError(f"torch operator {qual!r} is defined already (not by this registration)")
