@@ -58,6 +58,17 @@ def two_outputs(x: pl.Tensor[[R, C], pl.FP32], s: pl.Out[pl.Tensor[[R, C], pl.FP
     return s, m
 
 
+M = pl.dynamic("M")
+
+
+@pl.jit
+def double_rows(x: pl.Tensor[[M, C], pl.FP32], out: pl.Out[pl.Tensor[[M, C], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.mul(pl.load(x, [0, 0], [x.shape[0], C]), 2.0), [0, 0], out)
+    return out
+
+
+DOUBLE = ptorch.register(double_rows, "pypto_async_test::double_rows")
 SCALE_ADD = ptorch.register(scale_add, "pypto_async_test::scale_add")
 ACCUMULATE = ptorch.register(accumulate_exp, "pypto_async_test::accumulate_exp")
 TWO = ptorch.register(two_outputs, "pypto_async_test::two_outputs")
@@ -169,6 +180,32 @@ def test_fake_and_meta_tensors_trace_without_running_anything(xy):
         with pytest.raises(PtoArgumentError, match="expected shape"):
             SCALE_ADD(fx, mode.from_tensor(torch.zeros(R, 2 * C)), 2.0, fo)
     assert default_worker().stats().launches == before
+
+
+def test_a_dynamic_dimension_takes_any_extent_and_the_static_ones_are_checked():
+    for rows in (8, 24):
+        x = torch.randn(rows, C)
+        out = nan(rows, C)
+        assert DOUBLE(x, out) is out
+        torch.testing.assert_close(out, 2 * x)
+    with pytest.raises(PtoArgumentError, match=r"expected shape \[\*, 32\], got \[8, 16\]"):
+        DOUBLE(torch.randn(8, 16), nan(8, 16))
+
+
+def test_on_an_async_worker_the_op_returns_once_it_ran(xy):
+    import asyncio
+
+    x, y = xy
+    out = nan(R, C)
+
+    async def main():
+        async with ChipWorker(RunConfig(**SMALL)) as w:
+            with pytest.warns(RuntimeWarning):  # a torch operator blocks the loop until its kernel ran
+                assert SCALE_ADD(x, y, 2.0, out) is out
+            torch.testing.assert_close(out, 2 * x + y)  # before anything is awaited
+            assert w.stats().launches == 1
+
+    asyncio.run(main())
 
 
 def test_the_op_runs_on_the_worker_opened_around_it(xy):
@@ -305,6 +342,14 @@ def test_the_model_gives_the_same_result_under_torch_compile_fullgraph(xy):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     x2, y2 = torch.randn(R, C), torch.randn(R, C)  # new data through the same compiled graph
     torch.testing.assert_close(compiled(x2, y2, 0.75, 3), reference(x2, y2, 0.75, 3), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_dynamic_dimension_stays_symbolic_under_torch_compile():
+    f = torch.compile(lambda x: DOUBLE(x, torch.empty_like(x)) + 1, fullgraph=True, dynamic=True)
+    for rows in (8, 24, 40):
+        x = torch.randn(rows, C)
+        torch.testing.assert_close(f(x), 2 * x + 1)
 
 
 @pytest.mark.slow
