@@ -15,7 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import pypto_async.language as pl

@@ -53,10 +53,10 @@ def init(*, device: int | None = None, platform: str = "sim", runtime: str | Non
     PtoInvalidStateError
         If the default worker is open already with another target.
     """
+    from ..runtime import _entry
     from ..runtime._config import RunConfig
-    from ..runtime._entry import default_worker
+    from ..runtime._context import capture_of, current_worker
     from ..runtime._worker import DEFAULT_RUNTIME
-    from ._graph import capturing
 
     if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
         raise PtoArgumentError(f"pypto_async.torch.init: device must be an int or None, not {device!r}")
@@ -69,10 +69,11 @@ def init(*, device: int | None = None, platform: str = "sim", runtime: str | Non
     if isinstance(aicpu_thread_num, bool) or not isinstance(aicpu_thread_num, int) or aicpu_thread_num < 0:
         raise PtoArgumentError(f"pypto_async.torch.init: aicpu_thread_num must be an int >= 0, "
                                f"not {aicpu_thread_num!r}")
-    if capturing():
-        raise PtoCaptureError("pypto_async.torch.init must be called outside a graph capture")
+    for w in (current_worker(), _entry._default):  # the runtime knows whether this task is capturing
+        if w is not None and w._alive() and capture_of(w) is not None:
+            raise PtoCaptureError("pypto_async.torch.init must be called outside a graph capture")
     index = _current_device[0] if device is None else device
-    default_worker(RunConfig(platform="sim", device_id=index, aicpu_thread_num=aicpu_thread_num or None))
+    _entry.default_worker(RunConfig(platform="sim", device_id=index, aicpu_thread_num=aicpu_thread_num or None))
 
 
 def worker():

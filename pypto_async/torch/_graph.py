@@ -24,16 +24,14 @@ import contextlib
 import numpy as np
 import torch
 
+from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoCaptureError, PtoInvalidStateError
+from ..runtime._args import host_array
+from ..runtime._capture import Capture
+from ..runtime._graph import Graph as RuntimeGraph
+from ._execution import worker
 
-__all__ = ["Graph", "graph", "capturing"]
-
-_active: list = []  # the open torch captures, innermost last (one per task is the runtime's rule)
-
-
-def capturing() -> bool:
-    """Whether a :func:`graph` block is open in this process."""
-    return bool(_active)
+__all__ = ["Graph", "graph"]
 
 
 def _address(obj) -> int:
@@ -87,51 +85,43 @@ class Graph:
         return f"<pypto_async.torch.Graph {state}>"
 
 
-def _capture_class():
-    from ..runtime._args import host_array
-    from ..runtime._capture import Capture
-    from ..runtime._graph import Graph as RuntimeGraph
+class _TorchCapture(Capture):
+    """A capture whose launches take host arrays: each becomes an input bound to it at replay."""
 
-    class TorchCapture(Capture):
-        """A capture whose launches take host arrays: each becomes an input bound to it at replay."""
+    def __init__(self, worker, name: str):
+        super().__init__(worker, name, None, RuntimeGraph._build)
+        self.held: dict = {}  # (address, nbytes, shape, dtype) -> (placeholder, input name, array)
+        self.spans: list = []  # (start, end, key)
 
-        def __init__(self, worker, name: str):
-            super().__init__(worker, name, None, RuntimeGraph._build)
-            self.held: dict = {}  # (address, nbytes, shape, dtype) -> (placeholder, input name, array)
-            self.spans: list = []  # (start, end, key)
+    def launch(self, h, args: tuple, stream, submit_only: bool):
+        params = h._binder.params
+        if len(args) == len(params):
+            args = tuple(self._placeholder(a, p, label) if isinstance(a, (torch.Tensor, np.ndarray)) else a
+                         for a, p, label in zip(args, params, h._binder.labels))
+        return super().launch(h, args, stream, submit_only)
 
-        def launch(self, h, args: tuple, stream, submit_only: bool):
-            params = h._binder.params
-            if len(args) == len(params):
-                args = tuple(self._placeholder(a, p, label) if isinstance(a, (torch.Tensor, np.ndarray)) else a
-                             for a, p, label in zip(args, params, h._binder.labels))
-            return super().launch(h, args, stream, submit_only)
-
-        def _placeholder(self, obj, p, label: str):
-            if p.direction == "scalar":
-                return obj  # a 0-d tensor as a scalar: its value now, as for any scalar
-            ha = host_array(obj, label, writeable=p.copies_out)  # the eager path's checks
-            start = _address(obj)
-            key = (start, ha.nbytes, tuple(ha.shape), ha.dtype)
-            found = self.held.get(key)
-            if found is not None:
-                return found[0]
-            for lo, hi, other in self.spans:
-                if start < hi and lo < start + ha.nbytes:
-                    raise PtoCaptureError(
-                        f"{label} overlaps the memory of captured tensor {self.held[other][1]!r} with another "
-                        f"offset, shape or dtype, inside capture {self.name!r}; capture one view of it")
-            name = p.name if p.name.isidentifier() else "t"
-            taken = {v[1] for v in self.held.values()}
-            base, k = name, 1
-            while name in taken or name == "stream":
-                name, k = f"{base}_{k}", k + 1
-            placeholder = self.input(name, ha.shape, ha.dtype)
-            self.held[key] = (placeholder, name, obj)
-            self.spans.append((start, start + ha.nbytes, key))
-            return placeholder
-
-    return TorchCapture
+    def _placeholder(self, obj, p, label: str):
+        if p.direction == SCALAR:
+            return obj  # a 0-d tensor as a scalar: its value now, as for any scalar
+        ha = host_array(obj, label, writeable=p.copies_out)  # the eager path's checks
+        start = _address(obj)
+        key = (start, ha.nbytes, tuple(ha.shape), ha.dtype)
+        found = self.held.get(key)
+        if found is not None:
+            return found[0]
+        for lo, hi, other in self.spans:
+            if start < hi and lo < start + ha.nbytes:
+                raise PtoCaptureError(
+                    f"{label} overlaps the memory of captured tensor {self.held[other][1]!r} with another "
+                    f"offset, shape or dtype, inside capture {self.name!r}; capture one view of it")
+        taken = {v[1] for v in self.held.values()}
+        name, k = p.name, 1
+        while name in taken or name == "stream":
+            name, k = f"{p.name}_{k}", k + 1
+        placeholder = self.input(name, ha.shape, ha.dtype)
+        self.held[key] = (placeholder, name, obj)
+        self.spans.append((start, start + ha.nbytes, key))
+        return placeholder
 
 
 @contextlib.contextmanager
@@ -154,18 +144,12 @@ def graph(g: Graph, *, name: str = "torch_graph"):
     PtoCaptureError
         Inside another capture of this task, or for overlapping views.
     """
-    from ._execution import worker
-
     if not isinstance(g, Graph):
         raise PtoArgumentError(f"pypto_async.torch.graph takes a pypto_async.torch.Graph, not {type(g).__name__}")
     if g._graph is not None:
         raise PtoInvalidStateError("this Graph holds a capture already; call reset() to capture again")
-    cap = _capture_class()(worker(), name)
+    cap = _TorchCapture(worker(), name)
     with cap:
-        _active.append(cap)
-        try:
-            yield g
-        finally:
-            _active.remove(cap)
+        yield g
     g._graph = cap.graph
     g._bindings = {n: obj for _, n, obj in cap.held.values()}
