@@ -123,7 +123,7 @@ def transfer(tensor_shape, box_shape, valid, itemsize: int) -> tuple[str, str]:
     nbytes = _product([*ext, itemsize])
     rows = _product(ext[:k])
     if any(not isinstance(x, int) for x in ext) and nbytes != "0":
-        rows = f"(({nbytes}) ? ({rows}) : 0)"
+        rows = f"(({nbytes}) != 0 ? ({rows}) : 0)"
     elif nbytes == "0":
         rows = "0"
     return nbytes, rows

@@ -275,3 +275,19 @@ def test_each_task_of_a_program_counts_its_own_work(rng):
     whole = run_kernel(compiled, x, y)
     assert whole["load_bytes"] == 2 * s0["load_bytes"] + s1["load_bytes"]
     assert whole["vec_bytes"] == [2 * 16 * 64 * 4, 0, 32 * 64 * 4]
+
+
+def test_the_counting_code_compiles_without_warnings(tmp_path):
+    """The counts of runtime extents (products, the zero-box guard) are warning-free C, as the headers are."""
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    buf = np.zeros((4 * Q, C), np.float32)
+    compiled = ragged_loop.compile(buf, np.array([1, 1, C], np.int32), buf.copy())
+    include = Path(__file__).resolve().parents[2] / "pypto_async" / "include"
+    cc = shlex.split(__import__("os").environ.get("CC") or "cc")
+    res = subprocess.run([*cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wconversion",
+                          f"-I{include}", "-c", "-o", str(tmp_path / "k.o"), str(compiled.source_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
