@@ -202,6 +202,9 @@ def perf_hints(program, platform: str = "sim") -> list[str]:
 def write_perf_hints(target, lines: list[str]) -> Path | None:
     """Write `lines` as ``<target>/report/perf_hints.log``; return its path (None, and no file, for no lines).
 
+    A directory that cannot be written does not fail the compile: the hints
+    are logged instead, with a warning.
+
     Logs PyPTO's one-line summary (``[perf_hint] N hints across M sites;
     see PATH``) at INFO on the ``pypto_async.ir`` logger.
     """
@@ -211,11 +214,19 @@ def write_perf_hints(target, lines: list[str]) -> Path | None:
             path.unlink()
         except FileNotFoundError:
             pass
+        except OSError as exc:  # a read-only cache entry: the stale file stays, the compile goes on
+            _log.warning("cannot remove %s (%s)", path, exc)
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{PERF_HINTS_FILE}.{os.getpid()}.tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{PERF_HINTS_FILE}.{os.getpid()}.tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        os.replace(tmp, path)
+    except OSError as exc:  # as PyPTO does: the hints go to the log instead, the compile goes on
+        _log.warning("cannot write %s (%s); the perf hints follow", path, exc)
+        for line in lines:
+            _log.info("%s", line)
+        return None
     sites = {line.rsplit(" at ", 1)[1] for line in lines if " at " in line}
     summary = f"[perf_hint] {len(lines)} {'hint' if len(lines) == 1 else 'hints'}"
     if sites:

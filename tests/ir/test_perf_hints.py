@@ -131,3 +131,13 @@ def test_a_pipeline_whose_stages_do_not_fit_gets_ph_mr_001():
 def test_a_pipeline_that_fits_is_silent(stage, rows):
     program, _ = _pipelined(stage, rows)
     assert [line for line in perf_hints(program, "a2a3sim") if "PH-MR-001" in line] == []
+
+
+def test_an_unwritable_report_dir_logs_the_hints_and_the_compile_goes_on(tmp_path, caplog):
+    from pypto_async.ir._perf_hints import write_perf_hints
+
+    (tmp_path / "report").write_text("a file where the directory would be")
+    lines = perf_hints(_rows(32)[0], "sim")
+    with caplog.at_level(logging.INFO, logger="pypto_async.ir"):
+        assert write_perf_hints(tmp_path, lines) is None
+    assert "cannot write" in caplog.text and lines[0] in caplog.text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import pypto_async.language as pl
 from pypto_async import ir
@@ -131,8 +132,6 @@ def test_half_precision_matmul_counts_in_the_f16_slot(dtype, slot):
     def mm(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
         with pl.at(level=pl.Level.CORE_GROUP):
             pl.store(pl.matmul(pl.load(a, [0, 0], [16, 32]), pl.load(b, [0, 0], [32, 64])), [0, 0], c)
-
-    import torch
 
     tdt = torch.bfloat16 if dtype == pl.BF16 else torch.float16
     a, b = torch.randn(16, 32).to(tdt), torch.randn(32, 64).to(tdt)
@@ -277,6 +276,7 @@ def test_each_task_of_a_program_counts_its_own_work(rng):
     assert whole["vec_bytes"] == [2 * 16 * 64 * 4, 0, 32 * 64 * 4]
 
 
+@pytest.mark.slow
 def test_the_counting_code_compiles_without_warnings(tmp_path):
     """The counts of runtime extents (products, the zero-box guard) are warning-free C, as the headers are."""
     import shlex
