@@ -106,6 +106,12 @@ def transfer(tensor_shape, box_shape, valid, itemsize: int) -> tuple[str, str]:
     or None.  A negative runtime extent is taken as 0 (the launch fails on
     it before the data moves).
     """
+    if valid is None:  # the common case, all ints
+        k = len(box_shape) - 1
+        while k > 0 and box_shape[k] == tensor_shape[k]:
+            k -= 1
+        n = _numel(box_shape)
+        return str(n * itemsize), str(_numel(box_shape[:k]) if n else 0)
     ext: list = []
     for d, size in enumerate(box_shape):
         e = None if valid is None else valid[d]
@@ -142,16 +148,19 @@ def vec_class(expr) -> int | None:
     return None  # Load (counted as a load), Move (MTE1), Reshape and Slice (views)
 
 
+_OPERANDS = {Unary: ("x",), Cast: ("x",), FillPad: ("x",), Transpose: ("x",), Broadcast: ("x",),
+             Binary: ("a", "b"), Concat: ("a", "b"), Compare: ("a", "b"), Select: ("a", "b"),
+             Assemble: ("target", "source")}
+
+
 def _width(expr, out: Var) -> int:
-    """The widest element an element-wise op reads or writes, in bytes."""
-    widths = [out.type.dtype.itemsize]
-    for name in ("x", "a", "b", "target", "source"):
-        v = getattr(expr, name, None)
-        if isinstance(v, Var):
-            widths.append(v.type.dtype.itemsize)
-    if isinstance(expr, Compare):  # the packed mask is not an element per element
-        widths = [w for w in widths[1:]] or widths
-    return max(widths)
+    """The widest element an element-wise op reads or writes, in bytes (a packed mask: its operands')."""
+    width = 0 if isinstance(expr, Compare) else out.type.dtype.itemsize
+    for name in _OPERANDS.get(type(expr), ()):
+        v = getattr(expr, name)
+        if isinstance(v, Var) and v.type.dtype.itemsize > width:
+            width = v.type.dtype.itemsize
+    return width or out.type.dtype.itemsize
 
 
 def member_work(m) -> list[tuple[str, str]]:
