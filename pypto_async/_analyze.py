@@ -415,6 +415,12 @@ def analyze_files(records_path, deps_path=None) -> Analysis:
 # ---- the report -----------------------------------------------------------------------------------
 
 
+def _task_label(tid: int) -> str:
+    """PyPTO's display of a task id, ``(ring << 32) | local``: ``t7``, or ``r2t7`` off ring 0."""
+    ring, local = (tid >> 32) & 0xFF, tid & 0xFFFFFFFF
+    return f"r{ring}t{local}" if ring else f"t{local}"
+
+
 def _pct(x: float, whole: float) -> str:
     return f"{100 * x / whole:5.1f}%" if whole > 0 else "    -"
 
@@ -443,7 +449,7 @@ def format_analysis(a: Analysis) -> str:
                    f"{c.wait_idle_us:.3f})")
         out.append(f"  core wait  {c.wait_busy_us:>12.3f} us {_pct(c.wait_busy_us, c.span_us)}   (every core of "
                    "the kind busy)")
-        shown = [f"t{t}" + (f" {n}" if n else "") for t, n in zip(c.tasks, c.names)]
+        shown = [_task_label(t) + (f" {n}" if n else "") for t, n in zip(c.tasks, c.names)]
         if len(shown) > 12:
             shown = shown[:5] + [f"... {len(shown) - 10} more ..."] + shown[-5:]
         out.append("  path: " + " -> ".join(shown))

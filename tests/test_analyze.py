@@ -146,3 +146,10 @@ def test_records_without_dispatch_times_are_refused_in_one_line(tmp_path, capsys
     assert "\n" not in err
     assert main(["analyze", str(tmp_path / "missing.json")]) == 1
     assert "no such record file" in capsys.readouterr().err
+
+
+def test_the_path_shows_task_ids_as_pypto_does(tmp_path):
+    ring2 = (2 << 32) | 7
+    tasks = [_task(5, 0, "aiv", 0, 1, 2, 3), _task(ring2, 0, "aiv", 3, 4, 5, 6, func_name="mix")]
+    rec, deps = _write(tmp_path, tasks, [(5, ring2)], ["aiv"])
+    assert "  path: t5 -> r2t7 mix" in format_analysis(analyze_files(rec, deps))
