@@ -1,4 +1,4 @@
-"""The ``pypto-async`` command: demo, bench, trace, info, cache.
+"""The ``pypto-async`` command: demo, bench, trace, analyze, info, cache.
 
 Every subcommand has ``--help``.  A failure prints one line,
 ``pypto-async <command>: error: <what went wrong>``, to stderr and exits with
@@ -45,6 +45,25 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     path = render_trace(doc, out, title=args.title or src.name, dpi=args.dpi)
     slices = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X")
     print(f"wrote {path} ({slices} slices)")
+    return 0
+
+
+# --- analyze -------------------------------------------------------------------
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from ._analyze import analyze_files, format_analysis
+
+    src = pathlib.Path(args.records)
+    if not src.is_file():
+        raise CliError(f"no such record file: {src}")
+    if args.deps is not None and not pathlib.Path(args.deps).is_file():
+        raise CliError(f"no such deps file: {args.deps}")
+    try:
+        a = analyze_files(src, args.deps)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"not JSON: {exc}") from None
+    print(json.dumps(a.to_json(), indent=2) if args.json else format_analysis(a))
     return 0
 
 
@@ -265,6 +284,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", help="the figure's title (default: the file name)")
     p.add_argument("--dpi", type=_positive_int, default=120, help="resolution (default: 120)")
     p.set_defaults(func=_cmd_trace)
+
+    p = sub.add_parser("analyze", help="scheduler overhead of a swimlane record file (PyPTO's sched_overhead_analysis)",
+                       description="Read PyPTO-format l2_swimlane_records.json (dispatch, start, end, finish "
+                                   "per task) and the program's deps.json; report, per engine kind and "
+                                   "system-wide, the share of the makespan an idle core had ready work, the "
+                                   "pickup (dispatch -> start) distribution, and the critical path split into "
+                                   "compute and scheduler time.")
+    p.add_argument("records", metavar="RECORDS", help="the l2_swimlane_records.json to analyze")
+    p.add_argument("--deps", metavar="deps.json", default=None,
+                   help="the task graph (default: a deps.json beside RECORDS, if there is one)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the report")
+    p.set_defaults(func=_cmd_analyze)
 
     p = sub.add_parser("info", help="show the platform, device shape, compiler and cache",
                        description="Show the platform, the sim device's shape, the C compiler "

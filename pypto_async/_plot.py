@@ -8,9 +8,14 @@ and the overlap in the title is the trace's own :class:`TraceSummary`.
 The picture has one lane per track of the trace: streams first, then compute
 cores, then copy engines, in the trace's own ``thread_sort_index`` order.
 Slices are coloured by kind (copies by direction, kernels and their blocks,
-scheduler work in grey, failed commands outlined in red), event waits are
+scheduler work in grey, failed commands outlined in red) and a program's
+tasks by their function, each named in the legend and on its bars where they
+are wide enough (:func:`task_colors`); event waits are
 joined to their records by thin arrows, and the time axis is in µs, ms or s,
 whichever reads best.  Overlap is visible as bars stacked in the same column.
+Under the title: the trace's overlap of compute and copies (when it has
+both), and, for a trace with a program's tasks, their summary
+(:func:`task_line`).
 
 matplotlib is imported only when you render, and only its object-oriented API
 with the Agg canvas is used: no pyplot, no global backend switch, so rendering
@@ -27,7 +32,7 @@ from collections.abc import Mapping
 from .runtime._chrome import Layout, Track, layout
 from .runtime._trace import Trace, TraceSummary
 
-__all__ = ["load_trace", "render_trace", "KIND_COLORS"]
+__all__ = ["load_trace", "render_trace", "KIND_COLORS", "TASK_PALETTE", "task_colors", "task_line"]
 
 #: Fill colour per slice kind (the ``cat`` of an ``"X"`` event).
 KIND_COLORS: Mapping[str, str] = {
@@ -36,6 +41,7 @@ KIND_COLORS: Mapping[str, str] = {
     "d2d": "#8e63b8",
     "memset": "#9c7a5b",
     "launch": "#3a9b4c",
+    "program": "#2e7d5b",
     "block": "#59b86a",
     "wait": "#d5d8dc",
     "record": "#5f6368",
@@ -50,6 +56,7 @@ _LEGEND_LABELS = {
     "d2d": "copy device→device",
     "memset": "memset",
     "launch": "kernel launch",
+    "program": "program launch",
     "block": "kernel block",
     "wait": "waiting on an event",
     "record": "event record",
@@ -60,6 +67,38 @@ _LEGEND_LABELS = {
 }
 _OTHER_COLOR = "#b0b0b0"
 _MAX_ARROWS = 400
+#: Colours of a program's task functions, in the order of their names (then again, lighter).
+#: (Apart from the kinds' colours: the copies' blues and oranges, the kernels' greens.)
+TASK_PALETTE = ("#17a2a2", "#c2185b", "#c9a227", "#3949ab", "#8d6e63", "#7cb342", "#ef6f6c", "#00838f",
+                "#ad1457", "#9e9d24", "#5e35b1", "#455a64")
+_MAX_TASK_LEGEND = 16  # functions named in the legend; the rest are "other tasks"
+_LABEL_MIN = 0.045  # a bar this share of the span wide or wider carries its task's name
+
+
+def task_colors(names) -> dict[str, str]:
+    """The colour of each task function (a task slice's name), by sorted name: stable across runs.
+
+    Past the palette the colours repeat; the legend names the first
+    ``_MAX_TASK_LEGEND`` functions and counts the rest.
+    """
+    return {n: TASK_PALETTE[i % len(TASK_PALETTE)] for i, n in enumerate(sorted(set(names)))}
+
+
+def _task_name(sl) -> str:
+    return sl.record.name or "task"
+
+
+def task_line(summary: TraceSummary, task_slices) -> str | None:
+    """The title's line for a trace of tasks: their count and functions, wall and core-busy time, concurrency."""
+    if not task_slices:
+        return None
+    names = {_task_name(sl) for sl in task_slices}
+    tasks = len({(sl.record.token, sl.record.block) for sl in task_slices})
+    busy = sum(sl.dur for sl in task_slices)
+    return (f"{tasks} {'task' if tasks == 1 else 'tasks'} of {len(names)} "
+            f"{'function' if len(names) == 1 else 'functions'} · "
+            f"wall {summary.wall_ns / 1000:,.1f} µs · core busy {busy:,.1f} µs · "
+            f"concurrency {summary.concurrency:.2f}x")
 
 
 def load_trace(path: str | os.PathLike) -> dict:
@@ -140,6 +179,15 @@ def render_trace(
         if title is None:
             title = pathlib.Path(trace).name
         trace = load_trace(trace)
+    fig = _figure(trace, title, dpi, width)
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def _figure(trace, title: str | None, dpi: int, width: float):
+    """The swimlane figure of a trace (or of its Chrome form), not yet saved."""
     if not isinstance(trace, Trace):
         trace = Trace.from_chrome(trace)
     lay = layout(trace)
@@ -159,13 +207,21 @@ def render_trace(
     span = max(t1 - t0, 1e-3) * scale
     tick = span / 2000.0  # zero-length slices are drawn this wide
 
+    task_slices = [sl for sl in slices if sl.record.kind_name == "task"]
+    colors = task_colors(_task_name(sl) for sl in task_slices)
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     failed: list[tuple[int, float, float]] = []
+    labels: list[tuple[int, float, float, str]] = []
     for sl in slices:
         r = row[sl.tid]
         x = (sl.ts - t0) * scale
         w = max(sl.dur * scale, tick)
-        bars.setdefault((r, sl.record.kind_name), []).append((x, w))
+        cat = sl.record.kind_name
+        if cat == "task":  # coloured by its function
+            cat = f"task:{_task_name(sl)}"
+            if w >= _LABEL_MIN * span:
+                labels.append((r, x, w, _task_name(sl)))
+        bars.setdefault((r, cat), []).append((x, w))
         if sl.record.status != 0:
             failed.append((r, x, w))
 
@@ -176,8 +232,11 @@ def render_trace(
     heights = {"wait": 0.22, "record": 0.5, "free": 0.3, "notify": 0.3}
     for (r, cat), spans in bars.items():
         h = heights.get(cat, 0.72)
-        ax.broken_barh(spans, (r - h / 2, h), facecolors=KIND_COLORS.get(cat, _OTHER_COLOR),
-                       edgecolor="none", zorder=2)
+        color = colors[cat[5:]] if cat.startswith("task:") else KIND_COLORS.get(cat, _OTHER_COLOR)
+        ax.broken_barh(spans, (r - h / 2, h), facecolors=color, edgecolor="none", zorder=2)
+    for r, x, w, name in labels:
+        ax.text(x + w / 2, r, name, ha="center", va="center", fontsize="x-small", color="white",
+                clip_on=True, zorder=5)
     for r, x, w in failed:
         ax.broken_barh([(x, w)], (r - 0.38, 0.76), facecolors="none", edgecolor="#c62828",
                        linewidth=1.2, zorder=3)
@@ -206,16 +265,17 @@ def render_trace(
 
     present = [c for c in KIND_COLORS if any(cat == c for _, cat in bars)]
     handles = [Patch(facecolor=KIND_COLORS[c], label=_LEGEND_LABELS[c]) for c in present]
+    named = sorted(colors)
+    handles += [Patch(facecolor=colors[n], label=f"task {n}") for n in named[:_MAX_TASK_LEGEND]]
+    if len(named) > _MAX_TASK_LEGEND:
+        handles.append(Patch(facecolor=_OTHER_COLOR, label=f"{len(named) - _MAX_TASK_LEGEND} more task functions"))
     if failed:
         handles.append(Patch(facecolor="none", edgecolor="#c62828", label="failed"))
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7),
                    frameon=False, fontsize="small")
     heading = title or "swimlane"
-    line = _overlap_line(trace.summary())
-    ax.set_title(heading if line is None else f"{heading}\n{line}", fontsize="medium", loc="left")
-
-    out = pathlib.Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
+    summary = trace.summary()
+    lines = [x for x in (_overlap_line(summary), task_line(summary, task_slices)) if x is not None]
+    ax.set_title("\n".join([heading, *lines]), fontsize="medium", loc="left")
+    return fig

@@ -22,6 +22,13 @@ outside its tile or tensor fails the launch (``PTO_EINVAL``) with the
 kernel's file and line.
 
 FP16 and BF16 tiles compute in ``float`` and round when stored or cast.
+
+Every statement also counts its work for the device model
+(:mod:`pypto_async.ir._work`): bytes and rows of each load and store,
+vector bytes by op class, cube MACs.  The counts are locals of the body
+function, added where the statement runs (so runtime trip counts and
+runtime ``if`` branches count what ran) and into ``blk->work`` once at its
+exit, failed launches included.
 """
 
 from __future__ import annotations
@@ -59,10 +66,11 @@ from ._nodes import (
 )
 from ._program import Program
 from ._passes import view_loads
+from ._work import FIELDS, matmul_work, member_work, overlaps, reduce_work, transfer
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "7"
+CODEGEN_VERSION = "8"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -104,6 +112,40 @@ class _Gen:
         self.uses_fail = False  # a runtime check may fail the launch (goto done)
         self.declared: set[str] = set()  # runtime scalars (SetIndex) declared at the top
         self.runtime = runtime_names(program.body)  # their names and those of runtime-bound loops
+        self.work: list[str] = []  # the pto_work counters this kernel adds to (FIELDS keys), in first use
+
+    def add_work(self, items) -> None:
+        """Add (counter, C amount) pairs to the kernel's work counters, where the code runs now."""
+        for field, amount in items:
+            if amount == "0":
+                continue
+            if field not in self.work:
+                self.work.append(field)
+            self.emit(f"w_{field} += {amount};")
+
+    def transfer_work(self, kind: str, param: str, shape, valid) -> None:
+        """Count a load (`kind` "load") or store of a `shape` box (valid extents `valid`) of tensor `param`."""
+        q = self.params[param]
+        nbytes, rows = transfer(q.shape, shape, valid, q.dtype.itemsize)
+        self.add_work([(f"{kind}_bytes", nbytes), (f"{kind}_rows", rows)])
+
+    def work_frame(self, head: list[str], tail: list[str], body) -> None:
+        """Declare the work counters at the top of `head`'s body and add them into blk->work at the exit.
+
+        `tail` is what :meth:`frame` returned; the flush goes right after its
+        ``done:`` label (every exit passes it) or before its closing brace.
+        """
+        flush = [f"    blk->work->{FIELDS[f]} += w_{f};" for f in self.work]
+        if overlaps(body):
+            flush.append("    blk->work->overlap = 1u;")
+        if not flush:
+            return
+        at = head.index("{") + 1
+        head[at:at] = [f"    uint64_t w_{f} = 0;" for f in self.work]
+        if head[-1] == "    (void)blk;":
+            head.pop()
+        i = tail.index("done:;") + 1 if "done:;" in tail else len(tail) - 1
+        tail[i:i] = flush
 
     # -- helpers ----------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -183,6 +225,7 @@ class _Gen:
             head.append(f"    {q.dtype.c_type} *restrict p_{q.name} = ({q.dtype.c_type} *)aligned_alloc(64, {nbytes});")
             self.heap.append(f"p_{q.name}")
         tail = self.frame(head)
+        self.work_frame(head, tail, self.program.body)
         entry = ["", f"void {self.symbol}(const pto_block *blk, void *const *args)", "{", *unpack,
                  f"    {body_fn}({', '.join(call)});", "}"]
         tail.extend(entry)
@@ -273,6 +316,7 @@ class _Gen:
                 self.decls.append(f"const {q.dtype.c_type} *{name} = 0;")
             self.emit(f"{name} = {self.tensor_ptr(q.name)} + ({self.linear(q.name, s.expr.offsets)});")
             self.views[s.var.id] = (name, q.shape[-1])
+            self.transfer_work("load", q.name, s.expr.shape, s.expr.valid)
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
@@ -299,6 +343,7 @@ class _Gen:
         self.uses_gemm = True
         fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
         self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
+        self.add_work(matmul_work(a, b))
 
     def reduce(self, out: Var, e: Reduce) -> None:
         src, _, ld = self.operand_src(e.x)
@@ -343,6 +388,7 @@ class _Gen:
             self.emit("}")
         self.depth -= 1
         self.emit("}")
+        self.add_work(reduce_work(e.x))
 
     # -- fused chains ---------------------------------------------------------------
     def check_box(self, m, param: str, offsets, shape, valid, what: str) -> None:
@@ -455,6 +501,13 @@ class _Gen:
         for _ in range(rank):
             self.depth -= 1
             self.emit("}")
+        for m in f.members:
+            if isinstance(m, Store):
+                self.transfer_work("store", m.param, m.value.type.shape, m.value.type.valid)
+            elif isinstance(m.expr, Load):
+                self.transfer_work("load", m.expr.param, m.expr.shape, m.expr.valid)
+            else:
+                self.add_work(member_work(m))
         self.depth -= 1
         self.emit("}")
 

@@ -60,6 +60,7 @@ from ._codegen import CODEGEN_VERSION
 from ._deps import Edge, Task, TaskGraph
 from ._program import Program
 from ._passes import PIPELINE, run_passes
+from ._perf_hints import perf_hints, write_perf_hints
 from ._printer import format_program
 from ._target import Target, plan
 
@@ -576,6 +577,13 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         always derived, and there are no diagnostics to gate.  The flags
         among them must be bools.
 
+    Every compile also writes its performance hints, PyPTO's ``PH001`` (a
+    load or store whose innermost dimension is below the chip's transfer
+    granularity) and ``PH-MR-001`` (a ``pl.pipeline`` whose stages do not
+    fit the on-chip buffers), as ``report/perf_hints.log`` in the handle's
+    directory (:mod:`pypto_async.ir._perf_hints`); with none, there is no
+    such file.
+
     Raises
     ------
     PtoNotSupported
@@ -624,6 +632,7 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
             tmp = target / f".{name}.{os.getpid()}.tmp"
             shutil.copyfile(entry / name, tmp)
             os.replace(tmp, target / name)
+    write_perf_hints(target, perf_hints(lowered, platform))
     if dumps:
         _write_pass_dumps(target, dumps)
     if options["profiling"]:

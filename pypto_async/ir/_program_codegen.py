@@ -50,7 +50,7 @@ __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_
            "PROGRAM_CODEGEN_VERSION"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
-PROGRAM_CODEGEN_VERSION = "4"
+PROGRAM_CODEGEN_VERSION = "5"
 
 
 def program_symbol(symbol: str) -> str:
@@ -163,6 +163,7 @@ class _SiteGen(_Gen):
         for d in self.decls:
             head.append("    " + d)
         tail = self.frame(head)
+        self.work_frame(head, tail, self.scope.body)
         entry = ["", f"static void {self.symbol}(const pto_block *blk, void *const *args, const int64_t *idx)", "{",
                  *unpack, f"    {body_fn}({', '.join(call)});", "}"]
         return "\n".join(head + body + tail + entry)
