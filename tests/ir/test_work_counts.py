@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import pypto_async.language as pl
-from pypto_async import ir
 
 from helpers.ir_fixtures import poison
 from helpers.work import run_kernel, run_site, site_names
