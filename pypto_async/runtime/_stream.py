@@ -11,9 +11,10 @@ stream's FIFO here (see :mod:`._queue`).
 A stream records events and waits for them (``_record_locked``,
 ``_wait_locked``: the commands every ordering in the runtime is made of),
 queues markers (``_marker``: what ``await stream`` and ``stream.sync()``
-wait for), and releases its driver stream (``_destroy``).  :func:`accept`
-and :func:`stream_for` are how every call that takes ``stream=`` checks it,
-or picks the task-local default.
+wait for; they raise what an event recorded there would,
+``_complete.raise_carried``), and releases its driver stream
+(``_destroy``).  :func:`accept` and :func:`stream_for` are how every call
+that takes ``stream=`` checks it, or picks the task-local default.
 """
 
 from __future__ import annotations
@@ -39,19 +40,22 @@ class Stream:
     Commands queued on one stream start in order, each after the previous one
     completed; commands on different streams overlap.  The constructor
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
-    ``await stream`` suspends until everything queued on it so far has
-    completed, and :meth:`query` asks without waiting; neither raises for a
-    failed command (each launch reports its own failure).
+    ``await stream`` (and :meth:`sync`) suspends until everything queued on
+    it so far has completed, and raises the failure the stream carries at
+    that point, as awaiting an event recorded there would; :meth:`query`
+    asks without waiting, and never raises for a failed command.
 
     A command that fails makes every later command on the stream fail with
     :class:`~pypto_async.errors.PtoDependencyError` until the failure has been
     delivered to you: until awaiting (or ``sync()``, ``result()``,
-    ``exception()``) a Launch or Event raises that failure or a dependency
-    error behind it.  Work queued after that runs normally; work queued
-    before still fails.  When the runtime happens to process completions
-    never matters, and ``await stream`` (which raises no dependency error)
-    delivers nothing: a stream whose failed launches are never awaited keeps
-    failing its new work.  :meth:`close` it
+    ``exception()``) a Launch, or awaiting (or ``sync()``) an Event or the
+    stream itself, raises that failure or a dependency error behind it
+    (whose ``__cause__`` is the failure).  Work queued after that runs
+    normally; work queued before still fails.  When the runtime happens to
+    process completions never matters.  So a fire-and-forget stream
+    reports its failures where it is synced: ``await stream`` after a
+    failed launch raises a dependency error of it, and the stream runs new
+    work again.  :meth:`close` it
     when you are done; a stream nothing references any more (no tensor,
     launch, event or queued command) is released by the garbage collector,
     its queued work still running.
@@ -207,7 +211,10 @@ class Stream:
             self._wait_locked(what)
 
     def __await__(self):
-        """Suspend until everything queued on this stream so far has completed."""
+        """Suspend until everything queued on this stream so far has completed.
+
+        Raises what :meth:`sync` raises (a timeout aside).
+        """
         self._refuse_captured("await stream")
         return self._marker().__await__()
 
@@ -221,10 +228,20 @@ class Stream:
 
         Raises
         ------
+        PtoDependencyError
+            If the stream carries a failure at this point: a command queued
+            before this call failed (the error's ``__cause__``, when still
+            known), and the failure had not been delivered when the call
+            was made.  The same error an Event recorded here raises when
+            awaited; raising it delivers the failure, so work queued on the
+            stream from now on runs.
         PtoTimeout
-            If the work did not complete in time (it goes on).
+            If the work did not complete in time (it goes on, and nothing is
+            delivered).
         PtoDeviceLost
             If the device was lost.
+        PtoClosedError
+            If the stream or its worker is closed.
         """
         check_timeout(timeout, "Stream.sync")  # before the marker is queued
         self._refuse_captured("Stream.sync()")
