@@ -365,16 +365,14 @@ class _Marker(Launch):
 
     ``await stream`` and :meth:`Stream.sync` wait for a marker queued on the
     stream (a notify command); :meth:`ChipWorker.sync` and
-    :meth:`ChipWorker.wait` for a sync point, which has no command and
-    completes once the token map drained up to it.  Waiting for a stream's
-    marker raises what an :class:`~._event.Event` recorded at that point
-    raises (:func:`._complete.raise_carried`, the one rule of such points):
-    the failure the stream carries (a
+    :meth:`ChipWorker.wait` for a sync point (:class:`_SyncPoint`).
+    Waiting for a stream's marker raises what an :class:`~._event.Event`
+    recorded at that point raises (:func:`._complete.raise_carried`, the one
+    rule of such points): the failure the stream carries (a
     :class:`~pypto_async.errors.PtoDependencyError` behind a failed command),
     observed as it is raised, so work queued on the stream afterwards runs.
-    A sync point carries no failure (it stands on no stream); it completes
-    healthy.  A marker never warns when collected: its failure is its
-    stream's, which the launches before it report too.
+    A marker never warns when collected: its failure is its stream's, which
+    the launches before it report too.
     """
 
     __slots__ = ()
@@ -389,3 +387,27 @@ class _Marker(Launch):
         return marker
 
     _outcome = raise_carried
+
+
+class _SyncPoint(_Marker):
+    """A worker sync point: what :meth:`ChipWorker.sync` and :meth:`ChipWorker.wait` wait for.
+
+    It has no command: it completes once the token map drained up to it
+    (:func:`._wait.add_sync_point`), every stream at once, closed ones and
+    the frees of collected tensors included.  The failures it reports are
+    those of the stream markers queued just before it, one on every open
+    stream (``_stream.sync_point``): the rule of ``await stream``, applied
+    to each.  Waiting for it raises the first of their failures, in stream
+    order, as that stream's sync would (and so delivers it); a failure
+    another stream carries is left to that stream, raised by its own sync
+    or the next worker sync.  A closed worker or a lost device is the
+    worker's own report (``ChipWorker._check_device``), before any stream's.
+    """
+
+    __slots__ = ("_markers",)
+
+    def _outcome(self) -> None:
+        self._worker._check_device()  # its markers were canceled or lost with it: say so once
+        for marker in self._markers:
+            if marker._exc is not None:
+                raise_carried(marker)

@@ -27,11 +27,11 @@ from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event, enter
 from ._hazards import closed, mark, merge_clock, prune_clocks
-from ._launch import Launch, _Marker
+from ._launch import Launch, _Marker, _SyncPoint
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
 
-__all__ = ["Stream", "fold_point"]
+__all__ = ["Stream", "fold_point", "sync_point"]
 
 
 class Stream:
@@ -366,13 +366,16 @@ class Stream:
         worker._check_open()
         with worker._lock:
             worker._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
-            marker = _Marker._make(worker, self, f"stream {self._id} sync point")
             if self._closed:
                 raise PtoClosedError(f"stream {self._id} is closed")
-            q = self._queue
-            t = token(q, marker)
-            if submit(q, self, lib.pto_stream_notify, (self._ptr, t), marker, F_LAST):
-                marker._entered = True
+            return self._marker_locked()
+
+    def _marker_locked(self) -> Launch:
+        marker = _Marker._make(self._worker, self, f"stream {self._id} sync point")
+        q = self._queue
+        t = token(q, marker)
+        if submit(q, self, lib.pto_stream_notify, (self._ptr, t), marker, F_LAST):
+            marker._entered = True
         return marker
 
     def _event_after(self, launch: Launch) -> Event:
@@ -413,6 +416,32 @@ def fold_point(worker) -> Stream:
     if fold is None:
         fold = worker._fold = Stream._create(worker, 0, False)
     return fold
+
+
+def sync_point(worker) -> _SyncPoint:
+    """A worker sync point, behind a marker on every open stream of `worker` (lock held).
+
+    The markers carry the failures ``w.sync()`` reports (:class:`_SyncPoint`):
+    each open stream's, as its own sync would raise it.  Closed streams get
+    none (nothing can be queued there to fail any more; waits on their last
+    event carry their failure), nor does the fold point (it orders only),
+    nor any stream of a lost device (the point reports the loss).  The
+    caller adds the point (``_wait.add_sync_point``) once they are queued,
+    so it covers them.
+    """
+    point = _SyncPoint._make(worker, worker._default_stream, "a worker sync point")
+    point._markers = []
+    if lib.pto_device_status(worker._dev):
+        return point
+    fold = worker._fold
+    for s in sorted(worker._streams.values(), key=_stream_id):
+        if not s._closed and s is not fold:
+            point._markers.append(s._marker_locked())
+    return point
+
+
+def _stream_id(stream: Stream) -> int:
+    return stream._id
 
 
 def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:

@@ -196,3 +196,77 @@ def test_each_sync_delivers_only_what_it_raised(worker, kernels):
     assert two.value.__cause__ is second.exception() and second.exception() is not first.exception()
     s.sync(timeout=10)
     t.free(stream=s)
+
+
+# -- the worker-wide sync: the same rule on every open stream ---------------------------------------
+
+
+def test_worker_sync_raises_each_failure_a_stream_carries_in_stream_order(worker, kernels):
+    fail = worker.register(kernels.get("fail", N))
+    inc = worker.register(kernels.get("inc", N))
+    a, b, healthy = worker.stream(), worker.stream(), worker.stream()
+    x = _rand(8)
+    t = worker.alloc_tensor(N, np.float32, init=x, stream=a)
+    u = worker.alloc_tensor(N, np.float32, init=x, stream=b)
+    worker.sync(timeout=10)
+    with hold(a) as la, hold(b) as lb:
+        fa = fail.submit(t, stream=a)
+        fb = fail.submit(u, stream=b)
+        ok = inc.submit(_rand(9), stream=healthy)
+        la.release()
+        lb.release()
+        with pytest.raises(PtoDependencyError) as first:
+            worker.sync(timeout=10)  # a's (the lower stream id): delivered
+    assert first.value.__cause__ is fa.exception() and ok.exception() is None
+    on_a = inc.submit(t, stream=a)  # a runs new work again
+    on_b = inc.submit(u, stream=b)  # b still carries its failure: a dependent
+    with pytest.raises(PtoDependencyError) as second:
+        worker.sync(timeout=10)
+    assert second.value.__cause__ is fb.exception()
+    assert on_a.exception() is None and isinstance(on_b.exception(), PtoDependencyError)
+    worker.sync(timeout=10)  # every failure delivered: nothing left
+    inc.submit(u, stream=b).sync(timeout=10)
+    np.testing.assert_array_equal(t.numpy(stream=a), x + np.float32(1))
+    np.testing.assert_array_equal(u.numpy(stream=b), x + np.float32(1))
+    t.free(stream=a)
+    u.free(stream=b)
+    worker.sync(timeout=10)
+
+
+def test_worker_sync_leaves_a_closed_streams_failure_to_its_last_event(worker, kernels):
+    fail = worker.register(kernels.get("fail", N))
+    s = worker.stream()
+    failed = fail.submit(_rand(10), stream=s)
+    s.close()  # nothing can be queued on it any more: no marker, nothing to deliver
+    worker.sync(timeout=10)
+    assert isinstance(failed.exception(), PtoKernelFault)
+
+
+@pytest.mark.anyio
+async def test_worker_wait_raises_and_delivers_like_stream_sync(config, kernels):
+    async with ChipWorker(config) as w:
+        fail = w.register(kernels.get("fail", N))
+        inc = w.register(kernels.get("inc", N))
+        x = _rand(11)
+        t = w.alloc_tensor(N, np.float32, init=x)
+        await w.wait()
+        with hold(w.default_stream) as latch:
+            failed = fail.submit(t)
+            before = inc.submit(t)
+            got = []
+            async with anyio.create_task_group() as tg:
+
+                async def wait_all():
+                    with pytest.raises(PtoDependencyError) as info:
+                        await w.wait()
+                    got.append(info.value)
+
+                tg.start_soon(wait_all)
+                await anyio.wait_all_tasks_blocked()  # queued before the failure ran
+                latch.release()
+        assert got[0].__cause__ is failed.exception()
+        after = inc.submit(t)
+        await w.wait()  # delivered: healthy
+        assert after.exception() is None and isinstance(before.exception(), PtoDependencyError)
+        np.testing.assert_array_equal(await t.to_host(), x + np.float32(1))
+        t.free()
