@@ -26,8 +26,8 @@ from ..errors import PtoCanceledError
 from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
-__all__ = ["drain", "on_failure", "remember_failure", "observe", "service", "on_readable", "settle",
-           "cancel", "drop_queued", "fail_pending"]
+__all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried", "service", "on_readable",
+           "settle", "cancel", "drop_queued", "fail_pending"]
 
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
@@ -108,7 +108,8 @@ def observe(worker, exc: BaseException, locked: bool = False) -> None:
     stream from now on runs, while work queued before still fails as its
     dependents.  Every path that hands a command's failure to the caller comes
     here as it does: ``await`` / ``sync()`` / ``result()`` / ``exception()`` of
-    a Launch, and waiting for an Event or a stream marker.  Draining records
+    a Launch, and waiting for a point on a stream (:func:`raise_carried`: an
+    Event, ``await stream``, ``stream.sync()``).  Draining records
     observes nothing, so when the runtime drains never changes what fails.  An
     error that is never retrieved observes nothing, nor does collecting its
     Launch.  `locked`: the caller holds the worker's lock.
@@ -122,6 +123,26 @@ def observe(worker, exc: BaseException, locked: bool = False) -> None:
     else:
         with worker._lock:
             _observe(worker, fail)
+
+
+def raise_carried(point) -> None:
+    """Raise the failure that `point`, a completed point on a stream, carries; observe it as it goes.
+
+    The one rule of every point on a stream that the host waits for: an
+    :class:`~._event.Event` (``await event``, ``event.sync()``) and a stream
+    marker (``await stream``, ``stream.sync()``) alike.  A point raises what
+    its stream carries there: the failure of a command queued before it (a
+    :class:`~pypto_async.errors.PtoDependencyError` whose ``__cause__`` is
+    the first failure, when it is still known), or its own (an injected
+    fault, a lost device, a cancel at close).  Raising it is delivering it:
+    the stream's failure is observed (:func:`observe`), so work queued on
+    that stream from now on runs.  Nothing is raised for a point that
+    completed healthy.
+    """
+    exc = point._exc
+    if exc is not None:
+        observe(point._worker, exc)
+        raise exc
 
 
 def _observe(worker, fail) -> None:

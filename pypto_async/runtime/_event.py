@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._driver import check, ffi, lib
 from ..errors import PtoArgumentError, PtoInvalidStateError, PtoTryAgain
-from ._complete import observe
+from ._complete import raise_carried
 from ._waitable import _Waitable
 
 __all__ = ["Event", "enter"]
@@ -21,7 +21,9 @@ class Event(_Waitable):
 
     If the recorded work failed, waiting for the event raises that failure
     (a :class:`~pypto_async.errors.PtoDependencyError` whose ``__cause__`` is
-    the first failure, when known).
+    the first failure, when known), and raising it delivers the failure:
+    work queued on the stream from then on runs.  ``await stream`` and
+    :meth:`Stream.sync` raise the same as an event recorded at that point.
     """
 
     __slots__ = ("_ptr", "_time_ns", "_clock")
@@ -58,11 +60,7 @@ class Event(_Waitable):
 
     # -- waiting (``await event`` and sync() are _Waitable's) ----------------------
 
-    def _outcome(self) -> None:
-        exc = self._exc
-        if exc is not None:
-            observe(self._worker, exc)
-            raise exc
+    _outcome = raise_carried  # the failure its stream carries at the record, observed (as ``await stream``)
 
     def query(self) -> bool:
         """Return True if the recorded work has completed, successfully or not.

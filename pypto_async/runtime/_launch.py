@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import PtoCanceledError, PtoDependencyError, PtoInvalidStateError
-from ._complete import cancel, observe
+from ..errors import PtoCanceledError, PtoInvalidStateError
+from ._complete import cancel, observe, raise_carried
 from ._queue import _running_loop, release_waiters, resolve_soon
 from ._waitable import _Until, _Waitable
 
@@ -55,11 +55,15 @@ class Launch(_Waitable):
     Retrieving the error (awaiting the launch, :meth:`sync`, :meth:`result`,
     :meth:`exception`) is what *observes* the stream's failure: later work
     on the stream fails as its dependent until then, and runs normally once
-    it was retrieved (work queued before still fails).  An error that is
-    never retrieved leaves the stream failing: a fire-and-forget launch that
-    fails makes every later launch on its stream fail too, until you await
-    one of them.  Collecting the launch observes nothing (garbage collection
-    happens at no determined time).
+    it was retrieved (work queued before still fails).  So does a dependency
+    error behind it reaching you: from a later launch, an event recorded
+    after it, or ``await stream`` / :meth:`Stream.sync`, which raise the
+    failure the stream carries.  A fire-and-forget launch that fails thus
+    makes the later launches on its stream fail until the stream's next
+    sync (or an await of one of them) reports it.  Collecting the launch
+    observes nothing (garbage collection happens at no determined time), and
+    a dependency error delivered elsewhere does not retrieve the launch's own
+    error: collecting it still warns.
     """
 
     __slots__ = ("_remaining", "_keep", "_out", "_t0", "_t1", "_event", "_await_entry", "_span",
@@ -361,16 +365,19 @@ class _Marker(Launch):
 
     ``await stream`` and :meth:`Stream.sync` wait for a marker queued on the
     stream (a notify command); :meth:`ChipWorker.sync` and
-    :meth:`ChipWorker.wait` for a sync point, which has no command and
-    completes once the token map drained up to it.  Waiting for one raises
-    only its own failure (a lost device), not the failure of a command
-    before it (a :class:`~pypto_async.errors.PtoDependencyError`): each
-    launch reports its own.  It never warns when collected.
+    :meth:`ChipWorker.wait` for a sync point (:class:`_SyncPoint`).
+    Waiting for a stream's marker raises what an :class:`~._event.Event`
+    recorded at that point raises (:func:`._complete.raise_carried`, the one
+    rule of such points): the failure the stream carries (a
+    :class:`~pypto_async.errors.PtoDependencyError` behind a failed command),
+    observed as it is raised, so work queued on the stream afterwards runs.
+    A marker never warns when collected: its failure is its stream's, which
+    the launches before it report too.
     """
 
     __slots__ = ()
 
-    # The one await loop, not Launch's asyncio fast path, which resolves to the raw error.
+    # The one await loop, which ends in _outcome (raise_carried), not Launch's asyncio fast path.
     __await__ = _Waitable.__await__
 
     @classmethod
@@ -379,8 +386,28 @@ class _Marker(Launch):
         marker._retrieved = True
         return marker
 
+    _outcome = raise_carried
+
+
+class _SyncPoint(_Marker):
+    """A worker sync point: what :meth:`ChipWorker.sync` and :meth:`ChipWorker.wait` wait for.
+
+    It has no command: it completes once the token map drained up to it
+    (:func:`._wait.add_sync_point`), every stream at once, closed ones and
+    the frees of collected tensors included.  The failures it reports are
+    those of the stream markers queued just before it, one on every open
+    stream (``_stream.sync_point``): the rule of ``await stream``, applied
+    to each.  Waiting for it raises the first of their failures, in stream
+    order, as that stream's sync would (and so delivers it); a failure
+    another stream carries is left to that stream, raised by its own sync
+    or the next worker sync.  A closed worker or a lost device is the
+    worker's own report (``ChipWorker._check_device``), before any stream's.
+    """
+
+    __slots__ = ("_markers",)
+
     def _outcome(self) -> None:
-        exc = self._exc
-        if exc is not None and not isinstance(exc, PtoDependencyError):
-            observe(self._worker, exc)
-            raise exc
+        self._worker._check_device()  # its markers were canceled or lost with it: say so once
+        for marker in self._markers:
+            if marker._exc is not None:
+                raise_carried(marker)

@@ -11,9 +11,10 @@ stream's FIFO here (see :mod:`._queue`).
 A stream records events and waits for them (``_record_locked``,
 ``_wait_locked``: the commands every ordering in the runtime is made of),
 queues markers (``_marker``: what ``await stream`` and ``stream.sync()``
-wait for), and releases its driver stream (``_destroy``).  :func:`accept`
-and :func:`stream_for` are how every call that takes ``stream=`` checks it,
-or picks the task-local default.
+wait for; they raise what an event recorded there would,
+``_complete.raise_carried``), and releases its driver stream
+(``_destroy``).  :func:`accept` and :func:`stream_for` are how every call
+that takes ``stream=`` checks it, or picks the task-local default.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event, enter
 from ._hazards import closed, mark, merge_clock, prune_clocks
-from ._launch import Launch, _Marker
+from ._launch import Launch, _Marker, _SyncPoint
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
 
-__all__ = ["Stream", "fold_point"]
+__all__ = ["Stream", "fold_point", "sync_point"]
 
 
 class Stream:
@@ -39,19 +40,22 @@ class Stream:
     Commands queued on one stream start in order, each after the previous one
     completed; commands on different streams overlap.  The constructor
     refuses; use :meth:`ChipWorker.stream` (or ``worker.default_stream``).
-    ``await stream`` suspends until everything queued on it so far has
-    completed, and :meth:`query` asks without waiting; neither raises for a
-    failed command (each launch reports its own failure).
+    ``await stream`` (and :meth:`sync`) suspends until everything queued on
+    it so far has completed, and raises the failure the stream carries at
+    that point, as awaiting an event recorded there would; :meth:`query`
+    asks without waiting, and never raises for a failed command.
 
     A command that fails makes every later command on the stream fail with
     :class:`~pypto_async.errors.PtoDependencyError` until the failure has been
     delivered to you: until awaiting (or ``sync()``, ``result()``,
-    ``exception()``) a Launch or Event raises that failure or a dependency
-    error behind it.  Work queued after that runs normally; work queued
-    before still fails.  When the runtime happens to process completions
-    never matters, and ``await stream`` (which raises no dependency error)
-    delivers nothing: a stream whose failed launches are never awaited keeps
-    failing its new work.  :meth:`close` it
+    ``exception()``) a Launch, or awaiting (or ``sync()``) an Event or the
+    stream itself, raises that failure or a dependency error behind it
+    (whose ``__cause__`` is the failure).  Work queued after that runs
+    normally; work queued before still fails.  When the runtime happens to
+    process completions never matters.  So a fire-and-forget stream
+    reports its failures where it is synced: ``await stream`` after a
+    failed launch raises a dependency error of it, and the stream runs new
+    work again.  :meth:`close` it
     when you are done; a stream nothing references any more (no tensor,
     launch, event or queued command) is released by the garbage collector,
     its queued work still running.
@@ -207,7 +211,10 @@ class Stream:
             self._wait_locked(what)
 
     def __await__(self):
-        """Suspend until everything queued on this stream so far has completed."""
+        """Suspend until everything queued on this stream so far has completed.
+
+        Raises what :meth:`sync` raises (a timeout aside).
+        """
         self._refuse_captured("await stream")
         return self._marker().__await__()
 
@@ -221,10 +228,20 @@ class Stream:
 
         Raises
         ------
+        PtoDependencyError
+            If the stream carries a failure at this point: a command queued
+            before this call failed (the error's ``__cause__``, when still
+            known), and the failure had not been delivered when the call
+            was made.  The same error an Event recorded here raises when
+            awaited; raising it delivers the failure, so work queued on the
+            stream from now on runs.
         PtoTimeout
-            If the work did not complete in time (it goes on).
+            If the work did not complete in time (it goes on, and nothing is
+            delivered).
         PtoDeviceLost
             If the device was lost.
+        PtoClosedError
+            If the stream or its worker is closed.
         """
         check_timeout(timeout, "Stream.sync")  # before the marker is queued
         self._refuse_captured("Stream.sync()")
@@ -349,13 +366,16 @@ class Stream:
         worker._check_open()
         with worker._lock:
             worker._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
-            marker = _Marker._make(worker, self, f"stream {self._id} sync point")
             if self._closed:
                 raise PtoClosedError(f"stream {self._id} is closed")
-            q = self._queue
-            t = token(q, marker)
-            if submit(q, self, lib.pto_stream_notify, (self._ptr, t), marker, F_LAST):
-                marker._entered = True
+            return self._marker_locked()
+
+    def _marker_locked(self) -> Launch:
+        marker = _Marker._make(self._worker, self, f"stream {self._id} sync point")
+        q = self._queue
+        t = token(q, marker)
+        if submit(q, self, lib.pto_stream_notify, (self._ptr, t), marker, F_LAST):
+            marker._entered = True
         return marker
 
     def _event_after(self, launch: Launch) -> Event:
@@ -396,6 +416,32 @@ def fold_point(worker) -> Stream:
     if fold is None:
         fold = worker._fold = Stream._create(worker, 0, False)
     return fold
+
+
+def sync_point(worker) -> _SyncPoint:
+    """A worker sync point, behind a marker on every open stream of `worker` (lock held).
+
+    The markers carry the failures ``w.sync()`` reports (:class:`_SyncPoint`):
+    each open stream's, as its own sync would raise it.  Closed streams get
+    none (nothing can be queued there to fail any more; waits on their last
+    event carry their failure), nor does the fold point (it orders only),
+    nor any stream of a lost device (the point reports the loss).  The
+    caller adds the point (``_wait.add_sync_point``) once they are queued,
+    so it covers them.
+    """
+    point = _SyncPoint._make(worker, worker._default_stream, "a worker sync point")
+    point._markers = []
+    if lib.pto_device_status(worker._dev):
+        return point
+    fold = worker._fold
+    for s in sorted(worker._streams.values(), key=_stream_id):
+        if not s._closed and s is not fold:
+            point._markers.append(s._marker_locked())
+    return point
+
+
+def _stream_id(stream: Stream) -> int:
+    return stream._id
 
 
 def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:

@@ -35,7 +35,7 @@ from ._capture import Capture
 from ._config import as_run_config
 from ._graph import Graph
 from ._kernel import KernelHandle, register
-from ._launch import Launch, _Marker
+from ._launch import Launch
 from ._hazards import Access, Hazards, manual_region, regions_open, sanitize_mode
 from ._memory import DeviceMemory
 from ._pump import SyncPump
@@ -43,7 +43,7 @@ from ._queue import CommandQueue
 from ._recorder import TraceRecorder
 from ._state import CLOSED, FORKED, OPEN
 from ._stats import WorkerStats, worker_stats
-from ._stream import Stream, accept
+from ._stream import Stream, accept, sync_point
 from ._tensor import DeviceTensor
 from ._tracing import TraceWindow, WorkerTracing
 from ._wait import add_sync_point
@@ -468,8 +468,11 @@ class ChipWorker:
         The worker-wide :meth:`Stream.sync` (CUDA's device synchronize): it
         covers all streams, closed ones included, and the frees queued for
         collected tensors.  Work queued after the call, by other threads or
-        tasks, is not waited for.  It does not raise for a failed command:
-        each launch reports its own.
+        tasks, is not waited for.  It raises what :meth:`Stream.sync` of
+        each open stream would, at that point: the first failure an open
+        stream carries, in stream order, delivered (that stream runs new
+        work again); a failure another stream carries stays for that
+        stream's sync, or the next worker sync.
 
         Parameters
         ----------
@@ -478,8 +481,11 @@ class ChipWorker:
 
         Raises
         ------
+        PtoDependencyError
+            If an open stream carries a failure (see :meth:`Stream.sync`).
         PtoTimeout
-            If the work did not complete in time (it goes on).
+            If the work did not complete in time (it goes on, and nothing is
+            delivered).
         PtoDeviceLost
             If the device was lost.
         PtoClosedError
@@ -493,12 +499,15 @@ class ChipWorker:
     async def wait(self) -> None:
         """Suspend until every command queued so far, on every stream, has completed.
 
-        The awaitable form of :meth:`sync` (async mode), with the same reach:
-        work queued after the call is not waited for, and a failed command
-        does not raise here.  Cancelling the wait cancels no device work.
+        The awaitable form of :meth:`sync` (async mode), with the same reach
+        and the same failures: work queued after the call is not waited for,
+        and the first failure an open stream carries is raised (delivered).
+        Cancelling the wait cancels no device work, and delivers nothing.
 
         Raises
         ------
+        PtoDependencyError
+            If an open stream carries a failure (see :meth:`Stream.sync`).
         PtoDeviceLost
             If the device was lost.
         PtoClosedError
@@ -514,7 +523,7 @@ class ChipWorker:
         self._check_open()
         with self._lock:
             self._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
-            point = _Marker._make(self, self._default_stream, "a worker sync point")
+            point = sync_point(self)  # behind a marker on every open stream (_stream.py)
             point._entered = True
             add_sync_point(self._queue, point)
         return point

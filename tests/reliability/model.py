@@ -16,13 +16,14 @@ It knows nothing of threads, rings or engines; it follows the rules of
    itself becomes that stream's first failure, carrying the same cause).
    Commands issued after the observation run normally.  A failure is observed
    when the host delivers it to the user: awaiting (or ``result()`` /
-   ``exception()`` of) a Launch or Event raises the failure or a dependency
-   error behind it (:meth:`Model.observe_raised`, :meth:`Model.observe_event`).
-   That observes the failure of the stream the delivered command failed on,
-   and, when that failure came through an event wait, the failure it came
-   from, along the chain of such waits.  Draining records observes nothing:
-   a barrier of stream markers (which raise no dependency error) leaves every
-   failure in place (``pto_completion_observe``).
+   ``exception()`` of) a Launch, or awaiting an Event or a stream (``await
+   stream``, ``stream.sync()``: a marker, which raises what an event recorded
+   there would), raises the failure or a dependency error behind it
+   (:meth:`Model.observe_raised`, :meth:`Model.observe_event`,
+   :meth:`Model.barrier`).  That observes the failure of the stream the
+   delivered command failed on, and, when that failure came through an event
+   wait, the failure it came from, along the chain of such waits.  Draining
+   records observes nothing (``pto_completion_observe``).
 4. The runtime adds implicit commands that the model must mirror exactly:
    the first use of a tensor on a stream other than the ones that used it
    before records an event on its allocation stream and waits on it; a free
@@ -628,12 +629,26 @@ class Model:
             s.fail_pos = 0
             ref = s.fail_from
 
-    def barrier(self) -> None:
-        """Everything issued has completed and every record was drained: no failure is observed."""
+    def barrier(self, order: list[int] | None = None) -> list[Failure | None]:
+        """``await stream`` on every stream in turn: everything issued has completed and was drained.
+
+        Each stream's marker (one command) carries the failure the stream
+        has when it is queued, as an event recorded there would, and raising
+        it observes that failure (:meth:`observe_event`'s rule).  The streams
+        are synced in turn (`order`, default by index), so observing one
+        stream's failure (and the one it came from) comes before the next
+        stream's marker is queued.  Returns what each stream's sync carried,
+        in that order (``None``: it raised nothing).
+        """
         self.epoch += 1
         for lc in self.launches.values():
             lc.resolved = True
-        for s in self.streams:
-            # The barrier waits for a marker on each stream: one command each.
+        carried: list[Failure | None] = []
+        for i in range(len(self.streams)) if order is None else order:
+            s = self.streams[i]
             s.pos += 1
             s.latches = []
+            carried.append(s.fail)
+            if s.fail is not None:
+                self._observe((s.index, s.fail_no))
+        return carried

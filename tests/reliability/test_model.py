@@ -46,8 +46,6 @@ def test_kernel_fault_fails_dependents_until_observed():
     assert dep1.outcome == DEPENDENCY  # the waiting stream fails too
     m.observe_through(dep.clock)  # drained: observes nothing
     assert m.launch("inc", [t], 0).outcome == DEPENDENCY
-    m.barrier()  # stream markers raise no dependency error: nothing observed either
-    assert m.launch("inc", [t], 0).outcome == DEPENDENCY
     m.observe_raised(dep)  # its error delivered: stream 0's failure observed
     assert m.launch("inc", [t], 0).outcome == OK  # the stream recovered after observation
     np.testing.assert_array_equal(t.data, _v(2.0))
@@ -66,6 +64,31 @@ def test_observing_a_propagated_failure_observes_where_it_came_from():
     dep = m.launch("inc", [m.alloc(4, 2, _v(1.0))], 2)
     assert dep.outcome == DEPENDENCY and all(s.fail is not None for s in m.streams)
     m.observe_raised(dep)  # along the chain of waits: 2, then 1, then 0
+    assert m.unobserved() == []
+
+
+def test_syncing_the_streams_raises_and_observes_what_each_carries():
+    m = Model(3)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("fail", [t], 0)
+    m.wait(1, m.record(0))  # stream 1 fails with stream 0's failure
+    before = m.launch("inc", [t], 0)
+    assert before.outcome == DEPENDENCY
+    carried = m.barrier()
+    assert carried == [before.cause, before.cause, None]  # stream 2 carries nothing
+    assert m.unobserved() == []
+    assert m.launch("inc", [t], 0).outcome == OK  # queued after the sync: runs
+    np.testing.assert_array_equal(t.data, _v(2.0))
+    assert m.barrier() == [None, None, None]  # delivered once
+
+
+def test_syncing_a_stream_observes_the_failure_it_came_from():
+    m = Model(2)
+    t = m.alloc(4, 0, _v(1.0))
+    m.launch("fail", [t], 0)
+    m.wait(1, m.record(0))
+    carried = m.barrier(order=[1, 0])  # stream 1 first: its failure came from stream 0's
+    assert carried[0] is not None and carried[1] is None  # stream 0 was observed through stream 1
     assert m.unobserved() == []
 
 
@@ -147,9 +170,9 @@ def test_a_failed_initial_copy_is_refused_once_the_host_saw_it():
     other = m.launch("inc", [m.alloc(4, 1, _v(1.0))], 1)
     m.observe_through(other.clock)  # a sync point that does not cover t's copy
     assert m.init_state(t) == "unknown"
-    m.barrier()
+    assert m.barrier()[0] is t.init.cause  # stream 0's sync raised its failure: observed
     assert m.init_state(t) == "raise"
-    m.observe_raised(failed)  # stream 0 runs new work again
+    m.observe_raised(failed)  # delivered already: nothing changes, stream 0 runs new work
     m.copy(t, m.host(_v(3.0)), 0)  # a full overwrite makes it good again
     m.barrier()
     assert m.init_state(t) == "ok"

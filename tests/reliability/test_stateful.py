@@ -16,7 +16,8 @@ Determinism: the worker runs in async mode on an asyncio loop that runs only
 inside sync points, so completion records are drained only there; that only
 matters for the initial-copy check (``Model.init_state``): a failure is
 observed when an error is delivered (a launch's ``wait()`` or
-``exception()``, an event's ``await``), whenever records are drained.  The
+``exception()``, an event's ``await``, a stream's ``await`` in a barrier,
+which raises what the stream carries), whenever records are drained.  The
 runtime orders racing accesses to DeviceTensors itself (automatic ordering,
 rule 5 of the model, which inserts the same edges); the generator writes no
 wait for them, and orders only racing host-array accesses with an event
@@ -321,11 +322,28 @@ class RuntimeVsModel(RuleBasedStateMachine):
             cm.__exit__(None, None, None)
 
         async def all_streams():
+            got = []
             for s in self.streams:
-                await s
+                try:
+                    await s  # raises the failure the stream carries, as an event would
+                except PtoError as exc:
+                    got.append(exc)
+                else:
+                    got.append(None)
+            return got
 
-        self._run(all_streams(), "a barrier on every stream")
-        self.model.barrier()
+        got = self._run(all_streams(), "a barrier on every stream")
+        carried = self.model.barrier()
+        for i, (exc, failure) in enumerate(zip(got, carried)):
+            if failure is None:
+                assert exc is None, f"await s{i} raised {exc!r}; the model says it carries no failure"
+                continue
+            assert isinstance(exc, PtoDependencyError), f"await s{i}: {exc!r}, model: carries {failure}"
+            if self.CHECK_CAUSE:
+                cause = exc.__cause__
+                assert cause is not None, f"await s{i}: a dependency error without its first failure: {exc}"
+                assert type(cause).__name__ == failure.kind, (
+                    f"await s{i}: first failure {type(cause).__name__} ({cause}), model {failure.kind}")
 
     # -- checks ----------------------------------------------------------------------------------------
 

@@ -280,7 +280,8 @@ def test_a_failure_propagates_along_an_inferred_edge(worker, kernels):
         writer = scale.submit(src, 2.0, a, stream=s1)
         reader = scale.submit(a, 3.0, b, stream=s2)
         latch.release()
-        worker.sync(timeout=10)
+        with pytest.raises(PtoDependencyError):  # the failure s1 carries
+            worker.sync(timeout=10)
     first = writer.exception()
     assert first is not None and "injected" in str(first)
     exc = reader.exception()
@@ -302,7 +303,8 @@ def test_an_injected_failure_hits_the_launch_not_its_inferred_wait(worker, kerne
     writer = scale.submit(x, 2.0, a, stream=s1)
     fail_next(s2)
     reader = scale.submit(a, 3.0, b, stream=s2)
-    worker.sync(timeout=10)
+    with pytest.raises(PtoDependencyError):  # the failure s2 carries
+        worker.sync(timeout=10)
     assert worker.stats().inferred_waits == before + 1
     assert writer.exception() is None
     exc = reader.exception()
@@ -328,7 +330,8 @@ def test_a_stream_runs_again_after_a_failure_came_along_an_inferred_edge(worker,
         first = scale.submit(a, 3.0, b, stream=s2)
         second = scale.submit(a, 4.0, b, stream=s2)  # implied by the first's edge: no new wait
         latch.release()
-        worker.sync(timeout=10)
+        with pytest.raises(PtoDependencyError):  # the failure s1 carries
+            worker.sync(timeout=10)
     assert "injected" in str(writer.exception())
     assert isinstance(first.exception(), PtoDependencyError)
     assert isinstance(second.exception(), PtoDependencyError)

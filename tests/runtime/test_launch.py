@@ -21,6 +21,7 @@ from pypto_async.errors import (
     PtoTensorFreedError,
 )
 from pypto_async.runtime import ChipWorker, Launch, RunConfig
+from pypto_async.runtime._wait import drive
 from pypto_async.testing import hold
 
 N = 64
@@ -399,10 +400,10 @@ async def test_kernel_fault_then_dependency_error_then_recovery(config, kernels)
         # service, the pump).  Only delivering the failure to the user observes it.
         first = fail(t)
         second = inc(t)
-        # A stream marker drains every record up to it, and raises no dependency error: nothing
-        # is delivered, so nothing is observed, and work queued now still fails as a dependent.
-        await w.default_stream
-        assert first.done() and second.done()
+        # Draining every record up to them (what the pump may do at any time) delivers nothing,
+        # so nothing is observed, and work queued now still fails as a dependent.
+        assert drive(w._queue, second.done, 10)
+        assert first.done()
         third = inc(t)
         with pytest.raises(PtoKernelFault, match="failing on purpose") as fault:
             await first
@@ -433,8 +434,12 @@ def test_kernel_fault_in_sync_mode(worker, kernels):
 
 def test_unretrieved_failure_warns_when_collected(worker, kernels):
     launch = worker.register(kernels.get("fail", N)).submit(rand())
-    worker.default_stream.sync(timeout=10)
+    # The stream's sync raises a dependency error of it, as an event would: the launch's own
+    # error is still unretrieved.
+    with pytest.raises(PtoDependencyError) as info:
+        worker.default_stream.sync(timeout=10)
     assert launch.done()
+    del info
     with pytest.warns(RuntimeWarning, match="never retrieved"):
         del launch
         gc.collect()
@@ -442,7 +447,8 @@ def test_unretrieved_failure_warns_when_collected(worker, kernels):
 
 def test_retrieved_failure_does_not_warn(worker, kernels, recwarn):
     launch = worker.register(kernels.get("fail", N)).submit(rand())
-    worker.default_stream.sync(timeout=10)
+    with pytest.raises(PtoDependencyError):
+        worker.default_stream.sync(timeout=10)
     assert isinstance(launch.exception(), PtoKernelFault)
     del launch
     gc.collect()

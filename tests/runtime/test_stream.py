@@ -9,7 +9,7 @@ import anyio
 import numpy as np
 import pytest
 
-from pypto_async.errors import PtoArgumentError, PtoClosedError, PtoTimeout
+from pypto_async.errors import PtoArgumentError, PtoClosedError, PtoDependencyError, PtoTimeout
 from pypto_async.runtime import ChipWorker, Stream
 from pypto_async.testing import hold
 
@@ -149,11 +149,13 @@ async def test_await_stream_waits_for_work_queued_so_far(config, kernels):
 
 
 @pytest.mark.anyio
-async def test_await_stream_does_not_raise_for_a_failed_launch(config, kernels):
+async def test_await_stream_raises_the_failure_of_a_launch_nobody_awaited(config, kernels):
     async with ChipWorker(config) as w:
         failed = w.register(kernels.get("fail", N))(rand())
-        await w.default_stream
-        assert failed.done() and failed.exception() is not None
+        with pytest.raises(PtoDependencyError) as info:
+            await w.default_stream
+        assert failed.done() and info.value.__cause__ is failed.exception() is not None
+        await w.default_stream  # delivered: nothing left to raise
 
 
 @pytest.mark.anyio
@@ -326,9 +328,10 @@ def test_query_tells_whether_the_work_queued_so_far_completed(kernels, tiny_ring
             a.sync(timeout=10)
         assert a.query() and all(launch.done() for launch in launches)
         np.testing.assert_array_equal(t.numpy(), x + np.float32(1) + np.float32(1))
-        # A failed command is completed work: query() does not raise for it.
+        # A failed command is completed work: query() does not raise for it (sync() does).
         failed = fail.submit(rand(), stream=b)
-        b.sync(timeout=10)
+        with pytest.raises(PtoDependencyError):
+            b.sync(timeout=10)
         assert b.query() and failed.exception() is not None
         # A closed stream answers for the work queued before it closed.
         with hold(b) as latch:

@@ -19,6 +19,7 @@ from pypto_async.errors import (
     PtoArgumentError,
     PtoCanceledError,
     PtoClosedError,
+    PtoDependencyError,
     PtoDeviceLost,
     PtoInvalidStateError,
     PtoKernelFault,
@@ -309,8 +310,10 @@ def test_sync_waits_for_every_stream(kernels):
                 w.sync(timeout=0.05)  # c is still held
             assert not launches[2].done()
             lc.release()
-            w.sync(timeout=10)  # a failed command does not raise here
+            with pytest.raises(PtoDependencyError) as info:
+                w.sync(timeout=10)  # the failure stream a carries, delivered
             assert all(launch.done() for launch in launches) and failed.done()
+        assert info.value.__cause__ is failed.exception()
         assert isinstance(failed.exception(), PtoKernelFault)
         for t, x in zip(ts, xs):
             np.testing.assert_array_equal(t.numpy(), x + np.float32(1))
