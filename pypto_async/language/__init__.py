@@ -54,6 +54,7 @@ from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
 from ._parse import loads, parse
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
+from .distributed_host import Role
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
@@ -66,6 +67,7 @@ __all__ = [
     "InOut",
     "Scalar",
     "Level",
+    "Role",
     "MemorySpace",
     "Mem",
     "PadValue",

@@ -361,8 +361,9 @@ def _check_compile_side(cfg, fail) -> None:
     if not isinstance(cfg.dump_passes, (bool, int)):
         fail("dump_passes", "must be a bool or a dump level")
     if cfg.distributed_config is not None:
-        raise PtoNotSupported("RunConfig.distributed_config: distributed (L3, multi-rank) programs are not "
-                              "supported here; leave it None")
+        from ..ir.distributed_compiled_program import as_distributed_config
+
+        as_distributed_config(cfg.distributed_config)  # a DistributedConfig (or a dict of its fields)
 
 
 def as_run_config(config: RunConfig | dict | None) -> RunConfig:
