@@ -115,6 +115,8 @@ class DistributedCompiledProgram:
 
     def plan(self) -> dict:
         """The plan as data: per dispatch its rank and steps (segments by name, operations by kind)."""
+        from ..language.distributed_trace import CommOp
+
         out = {"name": self.name, "device_ids": list(self.device_ids),
                "windows": [{"shape": list(w.shape), "dtype": w.dtype.name, "bytes": w.nbytes} for w in self.windows],
                "steps": []}
@@ -122,7 +124,7 @@ class DistributedCompiledProgram:
             if hasattr(s, "rank"):
                 items = []
                 for st in s.compiled:
-                    if hasattr(st, "kind") and not hasattr(st, "lib_path"):
+                    if isinstance(st, CommOp):
                         items.append({"op": st.kind, "window": st.tensor, "peer": st.peer, "offsets": list(st.offsets),
                                       "mode": st.mode})
                     else:

@@ -35,7 +35,7 @@ from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
 from ._tracer import user_loc
 from ._types import ScalarAnnotation, TensorAnnotation
-from .distributed_trace import RankTrace, Segmented, rank_tracing, split
+from .distributed_trace import CommOp, RankTrace, Segmented, rank_tracing, split
 
 __all__ = [
     "Role",
@@ -313,8 +313,9 @@ def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, l
     with rank_tracing(r):
         program = trace_fn()
     seg = split(program, r.extra)
-    params = (*program.params, *(p for p in r.extra if p not in program.params))
-    compiled = tuple(s if hasattr(s, "kind") else h.compile_fn(s) for s in seg.steps)
+    params = next((s.params for s in seg.steps if not isinstance(s, CommOp)),
+                  (*program.params, *(p for p in r.extra if p not in program.params)))
+    compiled = tuple(s if isinstance(s, CommOp) else h.compile_fn(s) for s in seg.steps)
     d = Dispatch(rank, name, seg, tuple(params), dict(zip(names, args)), compiled, windows)
     h.steps.append(d)
     return d

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, Loc, Param, Scope
+from ..ir._nodes import Assign, IConst, Load, Loc, Param, Scope, Store
 from ..ir._program import Program
 from ..ir._rewrite import reads
 from ._tracer import TensorArg, current, user_loc
@@ -227,23 +227,78 @@ def split(program: Program, extra: list[Param]) -> Segmented:
         raise PtoNotSupported(f"{program.name}: a pl.create_tensor tensor lives only inside one launch, and this "
                               f"program is cut into {n_seg} launches by its cross-rank operations; pass the tensor "
                               f"as a parameter instead")
-    params = (*program.params, *(p for p in extra if p not in program.params))
+    spills = _spill(program.name, steps)
+    params = (*program.params, *(p for p in extra if p not in program.params), *spills)
     out, k = [], 0
     for s in steps:
         if isinstance(s, CommOp):
             out.append(s)
             continue
         body = tuple(s)
-        crossing = reads(body) - _defined(body)
-        if crossing:
-            raise PtoNotSupported(
-                f"{program.name}: tile(s) %{', %'.join(map(str, sorted(crossing)))} would live across a cross-rank "
-                f"operation (each one ends a launch of the rank's program); store the tile to a tensor before it "
-                f"and load it after")
         out.append(Program(f"{program.name}_s{k}", params, body, program.block_num, program.ret,
                            scratch=program.scratch, manual_dep=program.manual_dep))
         k += 1
     return Segmented(program.name, program, tuple(out))
+
+
+def _spill(name: str, steps: list) -> list[Param]:
+    """Carry each tile a later segment reads from the segment that made it, through a tensor; return those.
+
+    The segment that defines the tile stores it (at the end of its last
+    region) into a spill tensor, an extra parameter; the segment that reads
+    it loads it back (at the start of its first region).  Only tiles that
+    live in Vec or Mat are carried; another raises PtoNotSupported.
+    """
+    segs = [i for i, s in enumerate(steps) if isinstance(s, list)]
+    made: dict[int, tuple[int, object]] = {}  # tile id -> (step index, its Var)
+    spills: dict[int, Param] = {}
+    for i in segs:
+        body = tuple(steps[i])
+        need = reads(body) - _defined(body)
+        for vid in sorted(need):
+            if vid not in made:
+                raise PtoCompileError(f"{name}: tile %{vid} is read before it is made")
+            j, var = made[vid]
+            tt = var.type
+            if tt.memory not in ("Vec", "Mat") or tt.valid is not None:
+                raise PtoNotSupported(
+                    f"{name}: tile %{vid} ({tt}) would live across a cross-rank operation (each one ends a launch of "
+                    f"the rank's program); store it to a tensor before the operation and load it after")
+            p = spills.get(vid)
+            if p is None:
+                p = spills[vid] = Param(f"__pld_spill{vid}", INOUT, tuple(tt.shape), tt.dtype)
+                _append_to_last_scope(steps[j], Store(var, p.name, tuple(IConst(0) for _ in tt.shape)))
+            load = Assign(var, Load(p.name, tuple(IConst(0) for _ in tt.shape), tuple(tt.shape), tt.memory))
+            _prepend_to_first_scope(steps[i], load)
+        for vid, var in _defined_vars(body).items():
+            made[vid] = (i, var)
+    return list(spills.values())
+
+
+def _defined_vars(body) -> dict:
+    out: dict = {}
+    for s in body:
+        if isinstance(s, Assign):
+            out[s.var.id] = s.var
+        if isinstance(s, Scope):
+            out.update(_defined_vars(s.body))
+    return out
+
+
+def _append_to_last_scope(seg: list, stmt) -> None:
+    for k in range(len(seg) - 1, -1, -1):
+        if isinstance(seg[k], Scope):
+            seg[k] = dataclasses.replace(seg[k], body=(*seg[k].body, stmt))
+            return
+    raise PtoNotSupported("a tile made outside a region cannot live across a cross-rank operation")
+
+
+def _prepend_to_first_scope(seg: list, stmt) -> None:
+    for k, s in enumerate(seg):
+        if isinstance(s, Scope):
+            seg[k] = dataclasses.replace(s, body=(stmt, *s.body))
+            return
+    raise PtoNotSupported("a tile read outside a region cannot live across a cross-rank operation")
 
 
 def window_param(tracer, tensor, op: str, loc) -> Param:

@@ -198,7 +198,9 @@ class _Rank:
 
 
 def _is_op(step) -> bool:
-    return hasattr(step, "kind") and hasattr(step, "mode")
+    from ..language.distributed_trace import CommOp
+
+    return isinstance(step, CommOp)
 
 
 # -- the operations ------------------------------------------------------------------------
