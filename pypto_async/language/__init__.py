@@ -47,7 +47,7 @@ from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
-from ._runtime_scalars import read
+from ._runtime_scalars import read, write
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
@@ -124,6 +124,7 @@ __all__ = [
     "min",
     "max",
     "read",
+    "write",
     *_ops_all,
     *_memory_all,
     *_layout_all,

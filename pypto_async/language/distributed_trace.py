@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, IConst, Load, Loc, Param, Scope, Store
+from ..ir._nodes import Assign, IConst, IRead, Load, Loc, Param, Scope, Store
 from ..ir._program import Program
 from ..ir._rewrite import reads
 from ._tracer import TensorArg, current, user_loc
@@ -235,6 +235,12 @@ def split(program: Program, extra: list[Param]) -> Segmented:
             out.append(s)
             continue
         body = tuple(s)
+        both = _walk(body, IRead) & _walk(body, Store)
+        if both:
+            raise PtoNotSupported(
+                f"{program.name}: pl.read of {', '.join(sorted(both))} in the same launch that stores to it (a "
+                f"runtime scalar may be read before the store); put a cross-rank operation (a barrier, a wait) "
+                f"between them")
         out.append(Program(f"{program.name}_s{k}", params, body, program.block_num, program.ret,
                            scratch=program.scratch, manual_dep=program.manual_dep))
         k += 1
@@ -273,6 +279,22 @@ def _spill(name: str, steps: list) -> list[Param]:
         for vid, var in _defined_vars(body).items():
             made[vid] = (i, var)
     return list(spills.values())
+
+
+def _walk(x, kind) -> set[str]:
+    """The ``param`` of every `kind` node (IRead or Store) anywhere inside `x`."""
+    out: set[str] = set()
+    if isinstance(x, kind):
+        out.add(x.param)
+    if isinstance(x, tuple):
+        for e in x:
+            out |= _walk(e, kind)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, (Loc, Param)):
+        for f in dataclasses.fields(x):
+            v = getattr(x, f.name)
+            if isinstance(v, tuple) or dataclasses.is_dataclass(v):
+                out |= _walk(v, kind)
+    return out
 
 
 def _defined_vars(body) -> dict:

@@ -327,6 +327,97 @@ def test_a_wait_nobody_satisfies_is_a_deadlock_error_and_the_worker_works_on():
     np.testing.assert_allclose(y, 2 * np.roll(x, -1, axis=0) + x, rtol=1e-6)
 
 
+# -- pl.read of a window, pl.write ------------------------------------------------------------------
+
+
+@pl.jit.incore
+def _tally(y: pl.Out[pl.Tensor[[W, 1], pl.INT32]], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+           k: pl.Scalar[pl.INT32]):
+    ctx = pld.get_comm_ctx(sig)
+    me = pld.rank(ctx)
+    for p in pl.range(pld.nranks(ctx)):
+        pld.system.notify(sig, peer=p, offsets=[me, 0], value=me + 10, op=pld.NotifyOp.Set)
+    sig = pld.tensor.barrier(sig)
+    for i in pl.range(W):
+        pl.write(y, [i, 0], pl.read(sig, [i, 0]))
+    return y
+
+
+@pl.jit
+def _tally_chip(y: pl.Out[pl.Tensor[[W, 1], pl.INT32]], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+                k: pl.Scalar[pl.INT32]):
+    return _tally(y, sig, k)
+
+
+@pl.jit.host
+def tally(y: pl.Out[pl.Tensor[[W, W, 1], pl.INT32]]):
+    sig = pld.alloc_window_buffer([W, 1], dtype=pl.INT32)
+    for r in pl.range(pld.world_size()):
+        _tally_chip(y[r], pld.window(sig, [W, 1]), r, device=r)
+
+
+def test_notify_set_then_pl_read_and_pl_write_surface_a_window_cell_by_cell():
+    y = np.full((W, W, 1), -1, np.int32)
+    tally(y, config=_cfg(W))
+    np.testing.assert_array_equal(y, np.broadcast_to((np.arange(W) + 10).reshape(1, W, 1), (W, W, 1)))
+
+
+def test_pl_write_numbers_scalars_and_read_values():
+    @pl.jit
+    def k(idx: pl.Tensor[[4], pl.INT32], y: pl.Out[pl.Tensor[[2, 4], pl.INT32]], s: pl.Scalar[pl.INT32]):
+        with pl.incore():
+            for i in pl.range(4):
+                pl.write(y, [0, i], pl.read(idx, [i]))
+            pl.write(y, [1, 0], 7)
+            pl.write(y, [1, 1], s)
+            pl.write(y, [1, 2], -3)
+            pl.write(y, [1, 3], pl.read(idx, [2]))
+        return y
+
+    idx = rng.integers(-100, 100, 4).astype(np.int32)
+    y = np.full((2, 4), 12345, np.int32)
+    k(idx, y, 41)
+    np.testing.assert_array_equal(y, [idx, [7, 41, -3, idx[2]]])
+
+    @pl.jit
+    def bad(idx: pl.Tensor[[4], pl.INT32], y: pl.Out[pl.Tensor[[4], pl.INT32]]):
+        with pl.incore():
+            pl.write(y, [0], pl.read(idx, [0]) + 1)
+        return y
+
+    with pytest.raises(PtoNotSupported, match="index expression"):
+        bad.compile(idx, np.zeros(4, np.int32))
+
+
+def test_pl_read_of_a_window_the_same_launch_stores_is_refused():
+    @pl.jit.incore
+    def k(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+          w: pld.DistributedTensor[[1, C], pl.FP32], n: pl.Scalar[pl.INT32]):
+        pl.store(pl.load(x, [0, 0], [1, C]), [0, 0], w)
+        return pl.store(pl.load(w, [0, 0], [1, C]), [0, 0], y)
+
+    @pl.jit.incore
+    def k2(y: pl.Out[pl.Tensor[[W, 1], pl.INT32]], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+           n: pl.Scalar[pl.INT32]):
+        pl.store(pl.full([W, 1], 1, pl.INT32), [0, 0], sig)
+        pl.write(y, [0, 0], pl.read(sig, [0, 0]))
+        return y
+
+    @pl.jit
+    def chip(y: pl.Out[pl.Tensor[[W, 1], pl.INT32]], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+             n: pl.Scalar[pl.INT32]):
+        return k2(y, sig, n)
+
+    @pl.jit.host
+    def host(y: pl.Out[pl.Tensor[[2, W, 1], pl.INT32]]):
+        sig = pld.alloc_window_buffer([W, 1], dtype=pl.INT32)
+        for r in pl.range(pld.world_size()):
+            chip(y[r], pld.window(sig, [W, 1]), r, device=r)
+
+    with pytest.raises(PtoNotSupported, match="same launch that stores"):
+        host.compile(np.zeros((2, W, 1), np.int32), config=_cfg(2))
+
+
 # -- what the tracer refuses, at compile time ------------------------------------------------------
 
 
@@ -552,6 +643,7 @@ PROGRAMS = [
     ("examples/distributed/01_hello_rank.py", ()),
     ("examples/distributed/02_programming_model.py", ()),
     ("examples/distributed/03_window_buffer.py", ()),
+    ("examples/distributed/04_barrier.py", ()),
     ("examples/distributed/04_barrier.py", ("--use-builtin",)),
     ("examples/distributed/05_remote_load_store.py", ()),
     ("examples/distributed/05_remote_load_store.py", ("--mode", "store")),
