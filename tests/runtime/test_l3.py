@@ -550,6 +550,7 @@ class _Inspect:
 _SEEN: list = []
 
 
+@pytest.mark.slow  # imports torch
 def test_host_functions_and_runtime_bound_callbacks():
     torch = pytest.importorskip("torch")
     assert _Inspect.get_function("bound_later").requires_runtime_binding is True
@@ -575,6 +576,42 @@ def test_host_functions_and_runtime_bound_callbacks():
     torch.testing.assert_close(f, a + b)
     torch.testing.assert_close(seen[0], a + b)
     torch.testing.assert_close(_SEEN[0], a + b)
+
+
+@pl.program
+class _Bound:
+    @pl.function(type=pl.FunctionType.InCore)
+    def scale(self, a: pl.Tensor[[N, N], pl.FP32], f: pl.Out[pl.Tensor[[N, N], pl.FP32]]) -> pl.Tensor[[N, N], pl.FP32]:
+        return pl.store(pl.mul(pl.load(a, [0, 0], [N, N]), 3.0), [0, 0], f)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def chip(self, a: pl.Tensor[[N, N], pl.FP32], f: pl.Out[pl.Tensor[[N, N], pl.FP32]]) -> pl.Tensor[[N, N], pl.FP32]:
+        return self.scale(a, f)
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.SubWorker)
+    def check(f: pl.Tensor[[N, N], pl.FP32]):
+        """Bound at prepare()."""
+        ...
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+    def host(self, a: pl.Tensor[[N, N], pl.FP32], f: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        out = self.chip(a, f, device=1)
+        self.check(out)
+
+
+def test_a_bound_callback_sees_the_chip_result_on_the_host():
+    compiled = ir.compile(_Bound, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1],
+                                                                                       num_sub_workers=1))
+    assert compiled.dispatches[0].rank == 1
+    a = rng.standard_normal((N, N)).astype(np.float32)
+    f = _poisoned((N, N))
+    seen = []
+    with compiled.prepare(callbacks={"check": lambda args: seen.append(np.array(args[0].array))}) as rt:
+        rt(a, f)
+        rt(a * 2, f)
+    np.testing.assert_allclose(f, 6 * a, rtol=1e-6)
+    np.testing.assert_allclose(seen[0], 3 * a, rtol=1e-6)
+    np.testing.assert_allclose(seen[1], 6 * a, rtol=1e-6)
 
 
 def test_subworkers_need_sub_workers():
@@ -681,3 +718,34 @@ def test_pypto_program_runs_unchanged_but_for_imports_and_platform(path, argv, t
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "OK" in done.stdout
     assert "skipped" not in done.stdout  # multi_program_kv_cache prints "skipped" when it fails
+
+
+# -- the page ------------------------------------------------------------------------------------
+
+
+def test_the_devices_page_example_runs():
+    import re
+
+    page = (ROOT / "docs" / "devices.md").read_text(encoding="utf-8")
+    section = page[page.index("## PyPTO's distributed names"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    x = rng.standard_normal((2, 1, 64)).astype(np.float32)
+    y = _poisoned((2, 1, 64))
+    exec(compile(code, "docs/devices.md", "exec"), {"x": x, "y": y})  # noqa: S102 - the page's own example
+    np.testing.assert_array_equal(y, np.roll(x, -1, axis=0))
+
+
+def test_an_l3_program_in_async_mode_is_refused_before_anything_is_queued():
+    import asyncio
+
+    x = rng.standard_normal((2, 1, C)).astype(np.float32)
+    y = _poisoned((2, 1, C))
+    compiled = scale_all.compile(x, y, config=_cfg(2))
+
+    async def main():
+        async with DistributedWorker([0, 1]) as dw:
+            with pytest.raises(PtoNotSupported, match="sync mode"):
+                dw.run(compiled, x, y)
+
+    asyncio.run(main())
+    assert np.isnan(y).all()
