@@ -134,8 +134,9 @@ class _Run:
     def window(self, buf, rank: int) -> DeviceTensor:
         key = (buf.index, rank)
         t = self.windows.get(key)
-        if t is None:
-            t = self.windows[key] = self.temp(rank, buf.shape, buf.dtype, init=np.zeros(buf.shape, buf.dtype.np_storage))
+        if t is None:  # kept for the whole run (across callbacks), freed at its end
+            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype.np_storage,
+                                                                   init=np.zeros(buf.shape, buf.dtype.np_storage))
         return t
 
     def tensor(self, rank: int, ht, direction: str) -> DeviceTensor:
@@ -353,17 +354,19 @@ def _where(op) -> str:
     return f"{loc.file}:{loc.line}" if loc is not None and hasattr(loc, "file") else str(loc)
 
 
-def _finish(run: _Run) -> None:
+def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
+    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries."""
     first = None
     for launch in run.launches:
         try:
             launch.sync()
         except PtoError as exc:
             first = first or exc
-    if first is None:
+    if first is None and download:
         for t, view in run.downloads:
             t._worker.copy(view, t)
-    for t in run.temps:
+    done = run.temps + (list(run.windows.values()) if final else [])
+    for t in done:
         with contextlib.suppress(PtoError):
             if not t._freed and not t._worker.is_closed:
                 t.free()
@@ -371,7 +374,8 @@ def _finish(run: _Run) -> None:
     run.launches.clear()
     run.downloads.clear()
     run.uploads.clear()
-    run.windows.clear()
+    if final:
+        run.windows.clear()
     if first is not None:
         raise first
 
@@ -404,10 +408,10 @@ def run_plan(dw, dcp, args, callbacks=None):
                 group.append(s)
         if group:
             _run_group(run, group)
-        _finish(run)
+        _finish(run, final=True)
     except BaseException:
         with contextlib.suppress(BaseException):
-            _finish(run)
+            _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
         raise
     ret = dcp.returned
     if isinstance(ret, HostTensor):

@@ -418,6 +418,23 @@ def test_pl_read_of_a_window_the_same_launch_stores_is_refused():
         host.compile(np.zeros((2, W, 1), np.int32), config=_cfg(2))
 
 
+@pl.jit.incore
+def _store_then_stuck(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+                      w: pld.DistributedTensor[[1, C], pl.FP32], k: pl.Scalar[pl.INT32]):
+    y = pl.store(pl.load(x, [0, 0], [1, C]), [0, 0], y)
+    pld.system.wait(w, offsets=[0, 0], expected=1, cmp=pld.WaitCmp.Ge)  # a float window: never 1
+    return y
+
+
+def test_a_failed_run_writes_none_of_its_outputs():
+    host = _host_of(_store_then_stuck)
+    x = rng.standard_normal((2, 1, C)).astype(np.float32)
+    y = _poisoned((2, 1, C))
+    with pytest.raises(PtoInvalidStateError, match="deadlocked"):
+        host(x, y, config=_cfg(2))
+    assert np.isnan(y).all()
+
+
 # -- what the tracer refuses, at compile time ------------------------------------------------------
 
 
