@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .._scalars import is_int
 from .._signature import PLATFORMS, SCALAR
-from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
+from ..errors import PtoArgumentError, PtoCompileError
 from ._compile import compile as _compile_one
 from ._passes import run_passes
 

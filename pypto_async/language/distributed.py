@@ -42,7 +42,7 @@ from .._scalars import is_int
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
 from ._memory import load, store
-from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, Tile, current, user_loc
 from ._types import AtomicType, TensorAnnotation
 from .distributed_trace import IN, INOUT, OUT, CommOp, cut, require_rank, window_param
 from .distributed_host import WindowBuffer, WindowView, alloc_window_buffer, window, world_size

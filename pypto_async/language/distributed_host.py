@@ -23,13 +23,13 @@ import functools
 import inspect
 import textwrap
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._dtypes import DataType, as_dtype
 from .._scalars import is_int
-from .._signature import IN, OUT, SCALAR
+from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param

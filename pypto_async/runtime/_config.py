@@ -16,7 +16,7 @@ from typing import Any
 
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
-from ..errors import PtoArgumentError, PtoNotSupported
+from ..errors import PtoArgumentError
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
 

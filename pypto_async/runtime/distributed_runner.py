@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._dtypes import as_dtype
-from .._signature import IN, OUT, SCALAR
+from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
 from ._args import _is_torch_tensor
 from ._stream import task_default
