@@ -585,10 +585,6 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         compiler fails (message carries its output).
     """
     as_program = bool(getattr(program, "__pl_program__", False))
-    if as_program and (getattr(program, "host_functions", None) or kwargs.get("distributed_config") is not None):
-        from .distributed_compiled_program import compile_program  # a multi-chip (L3) program
-
-        return compile_program(program, platform, output_dir, **kwargs)
     if as_program:  # a @pl.program class: its IR as handed in
         program = program.trace()
     if not isinstance(program, Program):

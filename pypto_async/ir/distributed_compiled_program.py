@@ -17,6 +17,7 @@ programs on one worker.  The runner is
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -115,6 +116,7 @@ class DistributedCompiledProgram:
 
     def plan(self) -> dict:
         """The plan as data: per dispatch its rank and steps (segments by name, operations by kind)."""
+        # the language imports ir; this one is imported when used
         from ..language.distributed_trace import CommOp
 
         out = {"name": self.name, "device_ids": list(self.device_ids),
@@ -140,12 +142,14 @@ class DistributedCompiledProgram:
 
     def check_args(self, args) -> None:
         """Check `args` against the compiled signature (before anything is queued)."""
+        # the runtime sits above ir; imported when used
         from ..runtime.distributed_runner import check_args
 
         check_args(self, args)
 
     def __call__(self, *args, config=None):
         """Run the program once on its devices, opened for this call; outputs land in the host arrays."""
+        # the runtime sits above ir; imported when used
         from ..runtime._distributed import DistributedWorker
 
         self._check_config(config)
@@ -157,6 +161,7 @@ class DistributedCompiledProgram:
             return dw.run(self, *args)
 
     def _run_config(self, config):
+        # the runtime sits above ir; imported when used
         from ..runtime._config import as_run_config
 
         cfg = as_run_config(config)
@@ -165,6 +170,7 @@ class DistributedCompiledProgram:
     def _check_config(self, config) -> None:
         if config is None:
             return
+        # the runtime sits above ir; imported when used
         from ..runtime._config import as_run_config
 
         cfg = as_run_config(config)
@@ -192,6 +198,7 @@ class DistributedCompiledProgram:
             (a ``ValueError``) for a runtime-bound callback left unbound, or
             a name that is no callback of the program.
         """
+        # the runtime sits above ir; imported when used
         from ..runtime._distributed import DistributedWorker
 
         return DistributedWorker([self, *extra_compiled], self._run_config(config), callbacks=callbacks)
@@ -212,7 +219,9 @@ def _compiler(platform: str, kwargs: dict):
 
 def compile_host(host_fn, args, kwargs, *, config=None, platform=None, output_dir=None) -> DistributedCompiledProgram:
     """Compile a ``@pl.jit.host`` function for `args` (see :meth:`HostFunction.compile`)."""
+    # the language imports ir; this one is imported when used
     from ..language.distributed_host import host_params, trace_host
+    # the runtime sits above ir; imported when used
     from ..runtime._config import as_run_config
 
     cfg = as_run_config(config)
@@ -247,6 +256,7 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
     tensors take their shapes from its annotations, so the plan is traced
     here from them.
     """
+    # the language imports ir; this one is imported when used
     from ..language.distributed_host import Role, host_params, trace_host
 
     dc = as_distributed_config(distributed_config) if distributed_config is not None else DistributedConfig()
@@ -285,6 +295,15 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
                                       _output_dir(output_dir, program_def.name), callbacks=bound, returned=result)
 
 
+@functools.wraps(_compile_one)
+def compile(program, platform: str = "sim", output_dir=None, **kwargs):  # noqa: A001
+    """``ir.compile``: a ``@pl.program`` with HOST functions (or given ``distributed_config``) is a multi-chip one."""
+    if getattr(program, "__pl_program__", False) and (getattr(program, "host_functions", None)
+                                                       or kwargs.get("distributed_config") is not None):
+        return compile_program(program, platform, output_dir, **kwargs)
+    return _compile_one(program, platform, output_dir, **kwargs)
+
+
 class _HostSelf:
     """The ``self`` a HOST orchestrator sees: chip orchestrations (dispatches) and SubWorkers (callbacks)."""
 
@@ -293,6 +312,7 @@ class _HostSelf:
         self._subs = subs
 
     def __getattr__(self, name):
+        # the language imports ir; this one is imported when used
         from ..language.distributed_host import Callback, HostTensor, host_active, record_dispatch
 
         subs = self.__dict__["_subs"]
@@ -314,7 +334,9 @@ class _HostSelf:
             raise AttributeError(f"{pdef.name} has no chip orchestration or SubWorker {name!r}")
 
         def dispatch(*args, device=None):
+            # the language imports ir; this one is imported when used
             from ..language._tracer import user_loc
+            # the language imports ir; this one is imported when used
             from ..language.distributed_host import _rank_of
 
             h = host_active()

@@ -361,6 +361,7 @@ def _check_compile_side(cfg, fail) -> None:
     if not isinstance(cfg.dump_passes, (bool, int)):
         fail("dump_passes", "must be a bool or a dump level")
     if cfg.distributed_config is not None:
+        # ir's DistributedConfig; imported when a config names one
         from ..ir.distributed_compiled_program import as_distributed_config
 
         as_distributed_config(cfg.distributed_config)  # a DistributedConfig (or a dict of its fields)

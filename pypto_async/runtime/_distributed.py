@@ -362,6 +362,7 @@ class DistributedWorker:
 
     def _run_l3(self, compiled, args):
         """Run a DistributedCompiledProgram's plan (see :mod:`.distributed_runner`); sync mode only."""
+        # the runner uses this module's worker; imported when used
         from .distributed_runner import run_plan
 
         self._check_open()

@@ -140,6 +140,7 @@ class _Run:
         return t
 
     def tensor(self, rank: int, ht, direction: str) -> DeviceTensor:
+        # the language imports the runtime; this one is imported when used
         from ..language.distributed_host import HostTensor
 
         assert isinstance(ht, HostTensor)
@@ -176,6 +177,7 @@ class _Rank:
         self.worker = w
         self.bound: dict = {}
         params = {p.name: p for p in d.params}
+        # the language imports the runtime; this one is imported when used
         from ..language.distributed_host import HostTensor, WindowView
 
         for name, arg in d.args.items():
@@ -199,6 +201,7 @@ class _Rank:
 
 
 def _is_op(step) -> bool:
+    # the language imports the runtime; this one is imported when used
     from ..language.distributed_trace import CommOp
 
     return isinstance(step, CommOp)
@@ -215,6 +218,7 @@ def _box_kernel(shape, box, offsets, dtype, add: bool):
     hit = _BOX_KERNELS.get(key)
     if hit is not None:
         return hit
+    # the language sits above the runtime; imported when used
     from .. import language as pl
 
     offs = list(offsets)
@@ -284,6 +288,7 @@ def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
 
 def _peer_tensor(run: _Run, st: _Rank, name: str, peer: int) -> DeviceTensor:
     """Rank `peer`'s copy of the window that parameter `name` of `st`'s dispatch is bound to."""
+    # the language imports the runtime; this one is imported when used
     from ..language.distributed_host import WindowView
 
     arg = st.d.args[name]
@@ -382,6 +387,7 @@ def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
 
 def run_plan(dw, dcp, args, callbacks=None):
     """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
+    # the language imports the runtime; this one is imported when used
     from ..language.distributed_host import Callback, HostTensor
 
     check_args(dcp, args)
