@@ -385,6 +385,26 @@ def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
         raise first
 
 
+def _check_resident(dw, dcp, args) -> None:
+    """A DeviceTensor argument must live on the device of every rank it is dispatched to (checked up front)."""
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import HostTensor
+
+    bound = dict(zip(dcp.param_names, args))
+    for d in dcp.dispatches:
+        for arg in d.args.values():
+            t = bound.get(arg.param) if isinstance(arg, HostTensor) else None
+            if isinstance(t, DeviceTensor):
+                if arg.index:
+                    raise PtoNotSupported(f"{dcp.name}: a view {arg!r} of a DeviceTensor argument; pass the "
+                                          f"DeviceTensor whole")
+                if t._worker is not dw.workers[d.rank]:
+                    raise PtoArgumentError(f"{dcp.name}: argument {arg.param!r} lives on device "
+                                           f"{t._worker.device_id} of another worker, or another device; "
+                                           f"{d.name} runs on rank {d.rank} (device {dcp.device_ids[d.rank]}) "
+                                           f"of this one")
+
+
 def run_plan(dw, dcp, args, callbacks=None):
     """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
     # the language imports the runtime; this one is imported when used
@@ -398,6 +418,7 @@ def run_plan(dw, dcp, args, callbacks=None):
         if isinstance(s, Callback) and s.fn is None and s.name not in callbacks:
             raise PtoArgumentError(f"{dcp.name}: callback {s.name!r} is not bound; pass prepare(callbacks="
                                    f"{{{s.name!r}: fn}})")
+    _check_resident(dw, dcp, args)
     run = _Run(dw, dcp, args)
     group: list = []
     try:

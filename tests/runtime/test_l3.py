@@ -686,6 +686,12 @@ def test_two_programs_share_one_worker_and_a_resident_tensor():
             rt.run(use_c, t, kv, o)
             np.testing.assert_allclose(o, t * (2 * p), rtol=1e-6)
         rt.free_tensor(kv)
+        with DistributedWorker([fill_c]) as other:
+            elsewhere = other.alloc_tensor((N, N), np.float32)
+            o[...] = np.nan
+            with pytest.raises(PtoArgumentError, match="another worker"):
+                rt.run(use_c, p, elsewhere, o)  # refused before anything is queued
+            assert np.isnan(o).all()
     with pytest.raises(PtoError):
         rt.run(use_c, p, p, o)  # closed
 
