@@ -39,7 +39,7 @@ import enum
 
 from .._dtypes import as_dtype
 from .._scalars import is_int
-from ..errors import PtoCompileError
+from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
 from ._memory import load, store
 from ._tracer import Index, ScalarArg, Tile, current, user_loc
@@ -52,6 +52,7 @@ __all__ = [
     "CommCtx",
     "DistributedTensor",
     "NotifyOp",
+    "ReduceOp",
     "WaitCmp",
     "WindowBuffer",
     "WindowView",
@@ -102,6 +103,15 @@ class DistributedTensor:
         if not all(is_int(d) and d > 0 for d in shape):
             raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints, got {list(shape)!r}")
         return TensorAnnotation(INOUT, tuple(int(d) for d in shape), as_dtype(dtype))
+
+
+class ReduceOp(enum.IntEnum):
+    """The reduction of ``pld.tensor.allreduce``: ``Sum``, ``Max``, ``Min`` (``Prod`` is PyPTO's too, not here)."""
+
+    Sum = 0
+    Max = 1
+    Min = 2
+    Prod = 3
 
 
 class CommCtx:
@@ -258,6 +268,34 @@ def get(dst, peer, src, **_chunking):
     return dst
 
 
+def allreduce(target, signal=None, *, op=ReduceOp.Sum, mode: str = "mesh", core_num: int = 1):
+    """Reduce every rank's copy of window `target` with `op`, in place on every rank; return `target`.
+
+    All ranks meet here (as at a barrier); the reduction is the driver's
+    ring all-reduce over the ranks' windows (``DistributedWorker.all_reduce``:
+    peer copies and a reduce kernel per step), whatever ``mode`` names
+    (``"mesh"`` or ``"ring"``: the same numbers).  `signal` is accepted and
+    left unchanged.
+    """
+    t = current("pld.tensor.allreduce")
+    loc = user_loc()
+    p = window_param(t, target, "pld.tensor.allreduce", loc)
+    if signal is not None:
+        window_param(t, signal, "pld.tensor.allreduce", loc)
+    if mode not in ("mesh", "ring"):
+        raise compile_error(f"pld.tensor.allreduce: mode is 'mesh' or 'ring', got {mode!r}", loc)
+    if op not in (ReduceOp.Sum, ReduceOp.Max, ReduceOp.Min):
+        if op == ReduceOp.Prod:
+            raise PtoNotSupported(f"{loc}: pld.tensor.allreduce(op=pld.ReduceOp.Prod) is not supported here "
+                                  f"(Sum, Max, Min)")
+        raise compile_error(f"pld.tensor.allreduce: op must be a pld.ReduceOp, got {op!r}", loc)
+    if p.dtype.name not in ("FP32", "FP64", "INT32", "INT64"):
+        raise PtoNotSupported(f"{loc}: pld.tensor.allreduce of {p.dtype.name} is not supported here "
+                              f"(FP32, FP64, INT32, INT64)")
+    cut(CommOp("allreduce", p.name, shape=p.shape, mode=ReduceOp(op).name.lower(), loc=loc))
+    return target
+
+
 def barrier(signal):
     """Hold every rank here until all of them arrived; return `signal` (left unchanged)."""
     t = current("pld.tensor.barrier")
@@ -311,7 +349,7 @@ class _Namespace:
 #: ``pld.tile``: tile-level cross-rank operations.
 tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
-tensor = _Namespace("tensor", put=put, get=get, barrier=barrier)
+tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce)
 #: ``pld.system``: signals.
 system = _Namespace("system", notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,
                     rank=rank, nranks=nranks)

@@ -279,7 +279,7 @@ def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
         ok = v == op.value if op.mode == "eq" else v >= op.value
         if not ok:
             return "blocked"
-    elif op.kind == "barrier":
+    elif op.kind in _COLLECTIVES:
         return "barrier"
     else:  # pragma: no cover - the tracer makes only the kinds above
         raise PtoNotSupported(f"unknown cross-rank operation {op.kind!r}")
@@ -297,8 +297,25 @@ def _peer_tensor(run: _Run, st: _Rank, name: str, peer: int) -> DeviceTensor:
     return run.window(arg.buffer, peer)
 
 
+#: The operations every rank meets at (in the same order on every rank).
+_COLLECTIVES = ("barrier", "allreduce")
+
+
 def _release_barrier(run: _Run, group: list) -> None:
-    """Every rank's stream waits (on the device) for everything queued so far on every other's."""
+    """Every rank's stream waits (on the device) for everything queued so far on every other's.
+
+    At an ``allreduce``, the ranks' windows are then reduced in place by the
+    driver's ring (``DistributedWorker.all_reduce``), ordered by its peer
+    copies and events after each rank's earlier work on its window.
+    """
+    op = group[0].current()
+    if op.kind == "allreduce":
+        from ._stacked import StackedDeviceTensor
+
+        group = sorted(group, key=lambda st: st.d.rank)
+        shards = [st.bound[op.tensor] for st in group]
+        stacked = StackedDeviceTensor(shards, (len(shards), *shards[0].shape), tuple(st.d.rank for st in group))
+        run.dw.all_reduce(stacked, op.mode)  # sync mode: returns once the ring completed
     events = [(st, task_default(st.worker).record()) for st in group]
     for st in group:
         stream = task_default(st.worker)
@@ -342,9 +359,10 @@ def _run_group(run: _Run, dispatches: list) -> None:
                     order.remove(r)
                 moved = True
         at_barrier = [st for st in fronts.values() if not st.done and _is_op(st.current())
-                      and st.current().kind == "barrier"]
+                      and st.current().kind in _COLLECTIVES]
         if at_barrier and len(at_barrier) == len(fronts) == world \
-                and len({st.barriers for st in at_barrier}) == 1:
+                and len({st.barriers for st in at_barrier}) == 1 \
+                and len({(st.current().kind, st.current().mode) for st in at_barrier}) == 1:
             _release_barrier(run, at_barrier)
             continue
         if not moved and fronts:

@@ -327,6 +327,53 @@ def test_a_wait_nobody_satisfies_is_a_deadlock_error_and_the_worker_works_on():
     np.testing.assert_allclose(y, 2 * np.roll(x, -1, axis=0) + x, rtol=1e-6)
 
 
+@pl.jit.incore
+def _reduce(x: pl.Tensor[[4, C], pl.FP32], y: pl.Out[pl.Tensor[[4, C], pl.FP32]],
+            win: pld.DistributedTensor[[4, C], pl.FP32], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+            k: pl.Scalar[pl.INT32]):
+    win = pl.store(pl.load(x, [0, 0], [4, C]), [0, 0], win)
+    win = pld.tensor.allreduce(win, sig, op=pld.ReduceOp.Sum)
+    total = pl.load(win, [0, 0], [4, C])
+    win = pl.store(pl.mul(pl.load(x, [0, 0], [4, C]), -1.0), [0, 0], win)
+    win = pld.tensor.allreduce(win, sig, op=pld.ReduceOp.Max, mode="ring")
+    y = pl.store(pl.add(total, pl.load(win, [0, 0], [4, C])), [0, 0], y)
+    return y
+
+
+@pl.jit
+def _reduce_chip(x: pl.Tensor[[4, C], pl.FP32], y: pl.Out[pl.Tensor[[4, C], pl.FP32]],
+                 win: pld.DistributedTensor[[4, C], pl.FP32], sig: pld.DistributedTensor[[W, 1], pl.INT32],
+                 k: pl.Scalar[pl.INT32]):
+    return _reduce(x, y, win, sig, k)
+
+
+@pl.jit.host
+def reduce_all(x: pl.Tensor[[NR, 4, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 4, C], pl.FP32]]):
+    win = pld.alloc_window_buffer([4, C], dtype=pl.FP32)
+    sig = pld.alloc_window_buffer([W, 1], dtype=pl.INT32)
+    for r in pl.range(pld.world_size()):
+        _reduce_chip(x[r], y[r], pld.window(win, [4, C]), pld.window(sig, [W, 1]), r, device=r)
+
+
+def test_allreduce_sums_and_maxes_every_ranks_window_in_place():
+    n = 3
+    x = rng.standard_normal((n, 4, C)).astype(np.float32)
+    y = _poisoned((n, 4, C))
+    reduce_all(x, y, config=_cfg(n))
+    want = x.sum(axis=0) + (-x).max(axis=0)
+    np.testing.assert_allclose(y, np.broadcast_to(want, (n, 4, C)), rtol=1e-5, atol=1e-6)
+
+
+def test_allreduce_prod_is_not_supported():
+    @pl.jit.incore
+    def k(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+          w: pld.DistributedTensor[[1, C], pl.FP32], n: pl.Scalar[pl.INT32]):
+        w = pld.tensor.allreduce(w, op=pld.ReduceOp.Prod)
+        return pl.store(pl.load(w, [0, 0], [1, C]), [0, 0], y)
+
+    _compile_err(k, PtoNotSupported, "Prod")
+
+
 # -- pl.read of a window, pl.write ------------------------------------------------------------------
 
 
