@@ -39,6 +39,7 @@ from .._dtypes import as_dtype
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
 from ._args import _is_torch_tensor
+from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
 
@@ -310,8 +311,6 @@ def _release_barrier(run: _Run, group: list) -> None:
     """
     op = group[0].current()
     if op.kind == "allreduce":
-        from ._stacked import StackedDeviceTensor
-
         group = sorted(group, key=lambda st: st.d.rank)
         shards = [st.bound[op.tensor] for st in group]
         stacked = StackedDeviceTensor(shards, (len(shards), *shards[0].shape), tuple(st.d.rank for st in group))
