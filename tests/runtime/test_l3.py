@@ -819,3 +819,25 @@ def test_an_l3_program_in_async_mode_is_refused_before_anything_is_queued():
 
     asyncio.run(main())
     assert np.isnan(y).all()
+
+
+def test_pl_cast_of_an_integer_scalar_parameter_to_a_float_operand():
+    @pl.jit
+    def k(x: pl.Tensor[[2, C], pl.FP32], y: pl.Out[pl.Tensor[[2, C], pl.FP32]], s: pl.Scalar[pl.INT32]):
+        with pl.incore():
+            pl.store(pl.mul(pl.load(x, [0, 0], [2, C]), pl.cast(s, target_type=pl.FP32)), [0, 0], y)
+        return y
+
+    x = rng.standard_normal((2, C)).astype(np.float32)
+    y = _poisoned((2, C))
+    k(x, y, -7)
+    np.testing.assert_allclose(y, x * -7, rtol=1e-6)
+
+    @pl.jit
+    def narrowing(x: pl.Tensor[[2, C], pl.INT32], y: pl.Out[pl.Tensor[[2, C], pl.INT32]], s: pl.Scalar[pl.FP32]):
+        with pl.incore():
+            pl.store(pl.add(pl.load(x, [0, 0], [2, C]), pl.cast(s, target_type=pl.INT32)), [0, 0], y)
+        return y
+
+    with pytest.raises(PtoCompileError, match="converts exactly"):
+        narrowing.compile(np.zeros((2, C), np.int32), np.zeros((2, C), np.int32), 1.5)
