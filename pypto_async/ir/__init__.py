@@ -21,6 +21,7 @@ from ._nodes import __all__ as _nodes_all
 from ._passes import PIPELINE, eliminate_dead_tiles, fuse_elementwise, infer_and_check, run_passes
 from ._printer import format_program
 from ._program import Program
+from .distributed_compiled_program import compile  # noqa: F811 - ir.compile also takes multi-chip @pl.programs
 from . import pass_manager
 from ._function import Function, FunctionType
 

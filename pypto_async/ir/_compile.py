@@ -671,8 +671,9 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
         raise PtoArgumentError(f"ir.compile: backend_type {backend!r} is not platform {platform!r}'s "
                                f"backend ({PLATFORMS[platform]!r}); leave it None")
     if kwargs.pop("distributed_config", None) is not None:
-        raise PtoNotSupported("ir.compile: distributed (L3, multi-rank) programs are not supported; "
-                              "leave distributed_config None")
+        raise PtoNotSupported("ir.compile: a distributed (L3, multi-rank) program is a @pl.jit.host function "
+                              "(host_fn.compile(*args, config=RunConfig(distributed_config=...))) or a @pl.program "
+                              "with a HOST orchestrator; a single-chip Program takes no distributed_config")
     dump = kwargs.pop("dump_passes", False)
     profiling = kwargs.pop("profiling", False)
     for name, value in (("dump_passes", dump), ("profiling", profiling)):

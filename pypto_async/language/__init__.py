@@ -47,13 +47,14 @@ from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
-from ._runtime_scalars import read
+from ._runtime_scalars import read, write
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
 from ._parse import loads, parse
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
+from .distributed_host import Role
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
@@ -66,6 +67,7 @@ __all__ = [
     "InOut",
     "Scalar",
     "Level",
+    "Role",
     "MemorySpace",
     "Mem",
     "PadValue",
@@ -122,6 +124,7 @@ __all__ = [
     "min",
     "max",
     "read",
+    "write",
     *_ops_all,
     *_memory_all,
     *_layout_all,

@@ -175,6 +175,10 @@ class range:  # noqa: A001
         self._state = 0
 
     def __iter__(self):
+        from .distributed_trace import unrolls_ranges
+
+        if not self._dynamic and self._init is None and unrolls_ranges():  # a host or per-rank trace
+            return iter(builtins.range(self.start, self.stop, self.step))
         return self
 
     def __next__(self):

@@ -19,6 +19,7 @@ from ..ir._passes import run_passes
 from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline
+from .distributed_host import host
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -271,6 +272,10 @@ class JitFunction:
         PtoArgumentError
             If both ``stream`` and ``config`` are given.
         """
+        from .distributed_host import host_active, host_dispatch
+
+        if host_active() is not None:  # a dispatch of a @pl.jit.host orchestrator being traced
+            return host_dispatch(self, args, kwargs)
         args = self._bind(args, kwargs)
         if config is None:
             return _dispatch(self.compile(*args), args, stream)
@@ -291,3 +296,4 @@ def jit(fn=None, *, auto_scope: bool = True):
 
 jit.incore = incore
 jit.inline = inline
+jit.host = host

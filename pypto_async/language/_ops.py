@@ -12,6 +12,7 @@ from .._scalars import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_matmul_acc, compile_error
+from ..ir._nodes import Param
 from ..ir._nodes import (
     CAST_MODES,
     Binary,
@@ -250,6 +251,11 @@ def cast(x, target_type, mode="round") -> Tile:
             raise compile_error(f"pl.cast of an index or a pl.read scalar gives pl.INDEX (INT64) or INT32, "
                                 f"not {d.name}", loc)
         return x
+    if isinstance(x, ScalarArg):  # a scalar parameter as an operand of another dtype (int to float: exact)
+        if x.dtype != d and (x.dtype.is_float or not d.is_float):
+            raise compile_error(f"pl.cast of scalar {x.name!r} ({x.dtype.name}) to {d.name}: only an integer "
+                                f"scalar to a float type converts exactly here; cast the tile instead", loc)
+        return ScalarArg(Param(x.name, x.param.direction, (), d))
     if is_int(mode) and mode in _CAST_MODE_NUMBERS:
         mode = _CAST_MODE_NUMBERS[mode]
     elif mode not in CAST_MODES:

@@ -69,12 +69,18 @@ class _Function:
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
-             auto_scope: bool = True):
+             auto_scope: bool = True, level: Level | None = None, role=None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
-    (``with pl.scope():``), as on ``@pl.jit``.
+    (``with pl.scope():``), as on ``@pl.jit``.  ``level=pl.Level.HOST, role=pl.Role.Orchestrator``
+    (or ``SubWorker``) makes a multi-chip program's host function (see
+    :mod:`pypto_async.language.distributed_host`).
     """
+    if level is not None or role is not None:
+        from .distributed_host import host_function
+
+        return host_function(fn, level, role, name_hint)
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
     if not isinstance(auto_scope, bool):
@@ -355,13 +361,18 @@ class ProgramDef:
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
+        from .distributed_host import HostLevelFunction
+
+        #: HOST-level functions of a multi-chip program (``pl.function(level=pl.Level.HOST, role=...)``).
+        self.host_functions = {v.name: v for v in vars(cls).values() if isinstance(v, HostLevelFunction)}
         fns = {k: v for k, v in vars(cls).items() if isinstance(v, _Function)}
+        self._all = fns
         self.kernels = {k: f for k, f in fns.items() if f.type is FunctionType.InCore}
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
         # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
-        if len(orch) == 1 and not opaque or not orch and len(opaque) == 1:
-            self.orchestration = (orch or opaque)[0]
+        if len(orch) == 1 and not opaque or not orch and len(opaque) == 1 or self.host_functions and orch:
+            self.orchestration = (orch or opaque)[0]  # with HOST functions: one chip program; each is an entry
         else:
             raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
                                   f"@pl.function(type=pl.FunctionType.Orchestration), or one "
@@ -370,6 +381,24 @@ class ProgramDef:
 
     def __repr__(self) -> str:
         return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
+
+    def get_function(self, name: str):
+        """The program's function `name` (kernel, orchestration or HOST function), or None (PyPTO's)."""
+        return self.host_functions.get(name) or next(
+            (f for f in self._all.values() if f.name == name), None)
+
+    def with_entry(self, name: str) -> "ProgramDef":
+        """This program with orchestration `name` as its entry (a chip program of its host orchestrator)."""
+        import copy
+
+        other = copy.copy(self)
+        other.orchestration = self.chip_orchestration(name)
+        return other
+
+    def chip_orchestration(self, name: str):
+        """The Orchestration function `name`, or None."""
+        return next((f for f in self._all.values() if f.name == name and f.type is FunctionType.Orchestration),
+                    None)
 
     def trace(self) -> Program:
         """Trace the orchestration (each kernel call a task) into a Program, before any pass."""

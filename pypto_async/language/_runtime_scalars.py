@@ -24,7 +24,7 @@ from ..ir._diag import compile_error
 from ..ir._nodes import IBin, IConst, IRead, DynFor, SetIndex
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
-__all__ = ["read", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
+__all__ = ["read", "write", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
 
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
 
@@ -51,7 +51,11 @@ def read(tensor, indices) -> Index:
     if p.dtype.name not in INTEGER_DTYPES:
         raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
                             f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
-    if tensor.param.direction != "in":  # a kernel's In parameter, whatever the orchestration passes it
+    from .distributed_trace import active_rank
+
+    rank = active_rank()  # a window of a multi-chip program: each read is checked against stores at its cut
+    window = rank is not None and tensor.name in rank.windows
+    if tensor.param.direction != "in" and not window:  # a kernel's In parameter, whatever the orchestration passes it
         raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; a runtime scalar is read from an input "
                             f"tensor (pl.Tensor) here, which no store of the kernel changes", loc)
     if not isinstance(indices, (list, tuple)):
@@ -69,6 +73,63 @@ def read(tensor, indices) -> Index:
                                 f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
         offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
     return _bind(t, IRead(p.name, tuple(offs), p.shape), loc)
+
+
+def write(tensor, indices, value) -> None:
+    """Write ``value`` into the element ``tensor[indices]`` when the region runs.
+
+    ``tensor`` is a ``pl.Out`` / ``pl.InOut`` tensor of the kernel, ``indices``
+    one int or loop index per dimension.  ``value`` is a number, a scalar
+    parameter, or a scalar ``pl.read`` returned (written as the element it
+    read, converted to the tensor's dtype); another index expression raises
+    :class:`PtoNotSupported`.
+    """
+    from .._dtypes import as_dtype
+    from ..errors import PtoNotSupported
+    from ._memory import load, store
+    from ._ops import cast, full
+
+    t = current("pl.write")
+    loc = user_loc()
+    _in_region(t, "pl.write", loc)
+    if not isinstance(tensor, TensorArg):
+        raise compile_error(f"pl.write: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+    if not isinstance(indices, (list, tuple)):
+        indices = [indices]
+    if len(indices) != len(tensor.shape):
+        raise compile_error(f"pl.write: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
+                            f"{tensor.name!r}", loc)
+    one = [1] * len(tensor.shape)
+    dtype = as_dtype(tensor.dtype)
+    if isinstance(value, Index):
+        src = _read_of(t, value)
+        if src is None:
+            raise PtoNotSupported(f"{loc}: pl.write of an index expression: write a number, a scalar parameter, or "
+                                  f"a value pl.read returned")
+        p = t.params[src.param]
+        tile = load(TensorArg(p), [Index(o) for o in src.offsets], [1] * len(p.shape))
+        if len(p.shape) != len(one):
+            from ._layout import reshape
+
+            tile = reshape(tile, one)
+        if tile.dtype != dtype:
+            tile = cast(tile, dtype)
+    else:
+        tile = full(one, value, dtype)
+    store(tile, list(indices), tensor)
+
+
+def _read_of(t, value: Index):
+    """The IRead a runtime scalar was bound to (``x = pl.read(...)``), or None."""
+    from ..ir._nodes import IVar
+
+    if not isinstance(value.expr, IVar):
+        return None
+    for block in reversed(t.blocks):
+        for s in reversed(block):
+            if isinstance(s, SetIndex) and s.var == value.expr:
+                return s.value if isinstance(s.value, IRead) else None
+    return None
 
 
 def _bind(t, value, loc) -> Index:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
-from ..errors import PtoArgumentError, PtoNotSupported
+from ..errors import PtoArgumentError
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
 
@@ -361,8 +361,10 @@ def _check_compile_side(cfg, fail) -> None:
     if not isinstance(cfg.dump_passes, (bool, int)):
         fail("dump_passes", "must be a bool or a dump level")
     if cfg.distributed_config is not None:
-        raise PtoNotSupported("RunConfig.distributed_config: distributed (L3, multi-rank) programs are not "
-                              "supported here; leave it None")
+        # ir's DistributedConfig; imported when a config names one
+        from ..ir.distributed_compiled_program import as_distributed_config
+
+        as_distributed_config(cfg.distributed_config)  # a DistributedConfig (or a dict of its fields)
 
 
 def as_run_config(config: RunConfig | dict | None) -> RunConfig:

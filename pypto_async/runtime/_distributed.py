@@ -38,6 +38,45 @@ from ._worker import ChipWorker
 __all__ = ["StackedDeviceTensor", "DistributedWorker", "DistributedLaunch"]
 
 
+def _is_l3(x) -> bool:
+    return type(x).__name__ == "DistributedCompiledProgram"
+
+
+def _programs(device_ids) -> tuple:
+    """The DistributedCompiledPrograms `device_ids` lists instead of ids (PyPTO's form), else ()."""
+    if isinstance(device_ids, (list, tuple)) and device_ids and all(_is_l3(x) for x in device_ids):
+        return tuple(device_ids)
+    if _is_l3(device_ids):
+        return (device_ids,)
+    return ()
+
+
+def _program_devices(programs) -> tuple:
+    ids = max((p.device_ids for p in programs), key=len)
+    for p in programs:
+        if tuple(ids[:len(p.device_ids)]) != p.device_ids:
+            raise PtoArgumentError(f"the programs run on different devices ({list(p.device_ids)} and "
+                                   f"{list(ids)}); prepare them on one worker only if they share devices")
+    return ids
+
+
+def _check_callbacks(programs, callbacks: dict) -> None:
+    if not isinstance(callbacks, dict):
+        raise PtoArgumentError(f"callbacks must be a dict of name -> function, got {type(callbacks).__name__}")
+    known = {n for p in programs for n in p.callback_names}
+    for name, fn in callbacks.items():
+        if name not in known:
+            raise PtoArgumentError(f"callbacks: {name!r} is no runtime-bound SubWorker of "
+                                   f"{', '.join(p.name for p in programs) or 'the programs'} "
+                                   f"(those: {', '.join(sorted(known)) or 'none'})")
+        if not callable(fn):
+            raise PtoArgumentError(f"callbacks[{name!r}] must be callable, got {fn!r}")
+    missing = sorted(known - set(callbacks))
+    if missing:
+        raise PtoArgumentError(f"SubWorker callback(s) {', '.join(map(repr, missing))} have a `...` body and must "
+                               f"be bound: prepare(callbacks={{{missing[0]!r}: fn, ...}})")
+
+
 class DistributedLaunch:
     """The work one call queued on several devices: one :class:`Launch` per device.
 
@@ -169,7 +208,10 @@ class DistributedWorker:
         or config.
     """
 
-    def __init__(self, device_ids, config=None, *, depth: int = 2):
+    def __init__(self, device_ids, config=None, *, depth: int = 2, callbacks=None):
+        programs = _programs(device_ids)
+        if programs:
+            device_ids = _program_devices(programs)
         ids = int_tuple(device_ids, "device_ids")
         if not ids:
             raise PtoArgumentError("DistributedWorker needs at least one device id")
@@ -192,6 +234,14 @@ class DistributedWorker:
         self._handles: dict[int, tuple] = {}  # id(compiled) -> (compiled, per-worker handles)
         self._inflight: deque[DistributedLaunch] = deque()
         self._reduce: dict[int, object] = {}  # worker index -> the built-in "reduce" kernel
+        #: The multi-chip programs prepared on this worker (PyPTO's ``DistributedWorker([c1, c2])``).
+        self._programs = programs
+        self._callbacks = dict(callbacks or {})
+        try:
+            _check_callbacks(programs, self._callbacks)
+        except BaseException:
+            self.close()
+            raise
 
     # -- state and lifecycle ------------------------------------------------------------
 
@@ -301,10 +351,47 @@ class DistributedWorker:
         PtoArgumentError
             For an argument that does not fit, before anything is queued.
         """
+        if _is_l3(compiled):
+            return self._run_l3(compiled, args)
         done = self._dispatch(compiled, args)
         if not self._async:
             done.sync()
         return done
+
+    # -- multi-chip programs (PyPTO's L3 runtime) --------------------------------------
+
+    def _run_l3(self, compiled, args):
+        """Run a DistributedCompiledProgram's plan (see :mod:`.distributed_runner`); sync mode only."""
+        # the runner uses this module's worker; imported when used
+        from .distributed_runner import run_plan
+
+        self._check_open()
+        if self._async:
+            raise PtoNotSupported("a multi-chip (L3) program runs on a DistributedWorker in sync mode (with, or "
+                                  "none); its waits read signals on the host")
+        if self._programs and not any(compiled is p for p in self._programs):
+            raise PtoArgumentError(f"{compiled.name} is not one of the programs prepared on this worker")
+        if tuple(self._device_ids[:compiled.world_size]) != compiled.device_ids:
+            raise PtoArgumentError(f"{compiled.name} runs on devices {list(compiled.device_ids)}; this worker "
+                                   f"has {list(self._device_ids)}")
+        return run_plan(self, compiled, args, self._callbacks)
+
+    def __call__(self, *args):
+        """Run the one program prepared on this worker (``rt(*args)``, PyPTO's single-program form)."""
+        if len(self._programs) != 1:
+            raise PtoArgumentError(f"rt(*args) runs the one prepared program; this worker has "
+                                   f"{len(self._programs)}: call rt.run(compiled, *args)")
+        return self._run_l3(self._programs[0], args)
+
+    def alloc_tensor(self, shape, dtype, *, init=None) -> DeviceTensor:
+        """A DeviceTensor resident on the first device (rank 0), kept across runs until :meth:`free_tensor`."""
+        return self._workers[0].alloc_tensor(shape, dtype, init=init)
+
+    def free_tensor(self, t: DeviceTensor) -> None:
+        """Free a tensor of :meth:`alloc_tensor` (in stream order)."""
+        if not isinstance(t, DeviceTensor) or all(t._worker is not w for w in self._workers):
+            raise PtoArgumentError("free_tensor() takes a DeviceTensor of this DistributedWorker")
+        t._worker.free_tensor(t)
 
     def submit(self, compiled, *args):
         """Dispatch `compiled` on every device, keeping at most :attr:`depth` dispatches in flight.

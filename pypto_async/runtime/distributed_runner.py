@@ -1,0 +1,463 @@
+"""Running a multi-chip (L3) plan on a :class:`~pypto_async.runtime.DistributedWorker` (PyPTO's module name).
+
+A :class:`~pypto_async.ir.distributed_compiled_program.DistributedCompiledProgram`
+is a list of steps: dispatches (one rank's segments and the cross-rank
+operations between them) and SubWorker callbacks.  :func:`run_plan` runs
+the dispatches between two callbacks together, rank by rank in lockstep:
+
+1. Every tensor argument gets a DeviceTensor on its rank's device (a host
+   view ``x[r]`` is uploaded; a DeviceTensor of that device is used as it
+   is), every window buffer one zeroed DeviceTensor per rank, every staging
+   and mirror tensor of a cut one per dispatch.
+2. Each rank's steps are queued in order on its device's default stream:
+   a segment is a launch (``handle.submit``); an operation is queued with
+   the driver's peer copies (``_peer.copy``), which order it, as a hazard
+   tracked access of both devices' tensors, after what was queued before it
+   and before what comes after (see :mod:`pypto_async.language.distributed`
+   for each operation).  A rank stops at a barrier until every rank is
+   there (then each rank's stream waits, on the device, for an event of
+   every other's), and at a wait until its signal cell, copied to the host
+   after everything queued before it, satisfies the comparison.  When no
+   rank can move, the plan deadlocked: :class:`PtoInvalidStateError`.
+3. When every rank finished, the outputs are copied into the host arrays
+   (``Out`` and ``InOut`` views), temporaries are freed, and a callback
+   after the group runs on this thread with the host arrays it names
+   (wrapped as :class:`ContinuousTensor`).
+
+Nothing here runs on a driver thread; a wait's host read blocks this
+(calling) thread only, in the worker's sync mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._dtypes import as_dtype
+from .._signature import IN, SCALAR
+from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from ._args import _is_torch_tensor
+from ._stacked import StackedDeviceTensor
+from ._stream import task_default
+from ._tensor import DeviceTensor
+
+__all__ = ["ContinuousTensor", "run_plan", "check_args", "_tensor_from_continuous"]
+
+
+@dataclass(frozen=True)
+class ContinuousTensor:
+    """A tensor argument of a SubWorker callback: a host array (``array``) and its shape and dtype."""
+
+    array: object  # numpy array or torch tensor (the caller's, not a copy)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self):
+        return as_dtype(self.array.dtype)
+
+
+def _tensor_from_continuous(ct):
+    """The torch tensor a callback argument stands for (the caller's array, not a copy)."""
+    import torch
+
+    a = ct.array if isinstance(ct, ContinuousTensor) else ct
+    if _is_torch_tensor(a):
+        return a
+    return torch.from_numpy(np.asarray(a))
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+
+def _shape_dtype(arg):
+    if isinstance(arg, DeviceTensor):
+        return tuple(arg.shape), as_dtype(arg.dtype)
+    return tuple(int(d) for d in arg.shape), as_dtype(arg.dtype)
+
+
+def check_args(dcp, args) -> None:
+    """Raise PtoArgumentError unless `args` fit `dcp`'s compiled signature."""
+    if len(args) != len(dcp.params):
+        raise PtoArgumentError(f"{dcp.name} takes {len(dcp.params)} arguments ({', '.join(dcp.param_names)}), "
+                               f"got {len(args)}")
+    for p, a in zip(dcp.params, args):
+        if p.direction == SCALAR:
+            if not isinstance(a, (int, float, np.generic)) or isinstance(a, bool):
+                raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is a scalar, got {type(a).__name__}")
+            continue
+        if not (isinstance(a, (np.ndarray, DeviceTensor)) or _is_torch_tensor(a)):
+            raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} must be a numpy array, a torch CPU tensor "
+                                   f"or a DeviceTensor, got {type(a).__name__}")
+        shape, dtype = _shape_dtype(a)
+        if shape != p.shape or dtype != p.dtype:
+            raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is {dtype.name}{list(shape)}; the program "
+                                   f"was compiled for {p.dtype.name}{list(p.shape)} (compile it again for these)")
+        if isinstance(a, DeviceTensor):
+            if a._freed:
+                raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} was freed")
+        elif p.direction != IN and not (a.flags.writeable if isinstance(a, np.ndarray) else True):
+            raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is an output; pass a writable array")
+
+
+def _view(host, index):
+    v = host
+    for i in index:
+        v = v[i]
+    return v
+
+
+class _Run:
+    """One run of a plan's group of dispatches: the tensors it made and what it queued."""
+
+    def __init__(self, dw, dcp, args):
+        self.dw = dw
+        self.dcp = dcp
+        self.args = dict(zip(dcp.param_names, args))
+        self.temps: list[DeviceTensor] = []
+        self.launches: list = []
+        self.uploads: dict = {}  # (rank, param, index) -> DeviceTensor
+        self.downloads: list = []  # (DeviceTensor, host view)
+        self.windows: dict = {}  # (buffer index, rank) -> DeviceTensor
+
+    def worker(self, rank: int):
+        return self.dw.workers[rank]
+
+    def temp(self, rank: int, shape, dtype, init=None) -> DeviceTensor:
+        t = self.worker(rank).alloc_tensor(tuple(shape), as_dtype(dtype).np_storage, init=init)
+        self.temps.append(t)
+        return t
+
+    def window(self, buf, rank: int) -> DeviceTensor:
+        key = (buf.index, rank)
+        t = self.windows.get(key)
+        if t is None:  # kept for the whole run (across callbacks), freed at its end
+            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype.np_storage,
+                                                                   init=np.zeros(buf.shape, buf.dtype.np_storage))
+        return t
+
+    def tensor(self, rank: int, ht, direction: str) -> DeviceTensor:
+        # the language imports the runtime; this one is imported when used
+        from ..language.distributed_host import HostTensor
+
+        assert isinstance(ht, HostTensor)
+        host = self.args[ht.param]
+        if isinstance(host, DeviceTensor):
+            if ht.index:
+                raise PtoNotSupported(f"{self.dcp.name}: a view {ht!r} of a DeviceTensor argument; pass the "
+                                      f"DeviceTensor whole")
+            if host._worker is not self.worker(rank):
+                raise PtoArgumentError(f"{self.dcp.name}: argument {ht.param!r} lives on device "
+                                       f"{host._worker.device_id}; this dispatch runs on rank {rank} (device "
+                                       f"{self.dcp.device_ids[rank]})")
+            return host
+        key = (rank, ht.param, ht.index)
+        t = self.uploads.get(key)
+        view = _view(host, ht.index)
+        if t is None:
+            part = view.contiguous() if _is_torch_tensor(view) else np.ascontiguousarray(view)
+            t = self.uploads[key] = self.temp(rank, ht.shape, ht.dtype, init=part)
+        if direction != IN and all(d is not t for d, _ in self.downloads):
+            self.downloads.append((t, view))
+        return t
+
+
+class _Rank:
+    """One dispatch being queued: its bound tensors and where it is in its steps."""
+
+    def __init__(self, run: _Run, d):
+        self.run = run
+        self.d = d
+        self.pc = 0
+        self.barriers = 0  # barriers passed
+        w = run.worker(d.rank)
+        self.worker = w
+        self.bound: dict = {}
+        params = {p.name: p for p in d.params}
+        # the language imports the runtime; this one is imported when used
+        from ..language.distributed_host import HostTensor, WindowView
+
+        for name, arg in d.args.items():
+            p = params[name]
+            if isinstance(arg, WindowView):
+                self.bound[name] = run.window(arg.buffer, d.rank)
+            elif isinstance(arg, HostTensor):
+                self.bound[name] = run.tensor(d.rank, arg, p.direction)
+            else:
+                self.bound[name] = arg
+        for p in d.params:
+            if p.name not in self.bound:  # a staging or mirror tensor of a cut
+                self.bound[p.name] = run.temp(d.rank, p.shape, p.dtype)
+
+    @property
+    def done(self) -> bool:
+        return self.pc >= len(self.d.compiled)
+
+    def current(self):
+        return self.d.compiled[self.pc]
+
+
+def _is_op(step) -> bool:
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_trace import CommOp
+
+    return isinstance(step, CommOp)
+
+
+# -- the operations ------------------------------------------------------------------------
+
+_BOX_KERNELS: dict = {}
+
+
+def _box_kernel(shape, box, offsets, dtype, add: bool):
+    """The compiled kernel that writes (``add``: adds) a ``box`` tensor into a ``shape`` one at ``offsets``."""
+    key = (tuple(shape), tuple(box), tuple(offsets), dtype.name, add)
+    hit = _BOX_KERNELS.get(key)
+    if hit is not None:
+        return hit
+    # the language sits above the runtime; imported when used
+    from .. import language as pl
+
+    offs = list(offsets)
+    zeros = [0] * len(box)
+
+    def box_update(inbox, win):
+        with pl.incore():
+            t = pl.load(inbox, zeros, list(box))
+            if add:
+                t = pl.add(pl.load(win, offs, list(box)), t)
+            pl.store(t, offs, win)
+        return win
+
+    box_update.__annotations__ = {"inbox": pl.Tensor, "win": pl.InOut[pl.Tensor]}
+    fn = pl.jit(box_update)
+    compiled = fn.compile(np.zeros(box, dtype.np_storage), np.zeros(shape, dtype.np_storage))
+    _BOX_KERNELS[key] = compiled
+    return compiled
+
+
+def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str) -> None:
+    """Move `src` (this rank's) into rank `peer`'s `win` at `offsets`: a peer copy, then a box kernel there."""
+    inbox = run.temp(peer, src.shape, src.dtype)
+    st.worker.copy(inbox, src)  # a peer copy on this rank's stream, after what this rank queued
+    k = _box_kernel(win.shape, src.shape, offsets, as_dtype(win.dtype), mode == "add")
+    run.launches.append(run.worker(peer).register(k).submit(inbox, win))
+
+
+def _cell(run: _Run, rank: int, t: DeviceTensor, offsets):
+    host = np.empty(t.shape, as_dtype(t.dtype).np_storage)
+    run.worker(rank).copy(host, t)  # after every write queued so far (completed: sync mode)
+    return host[tuple(offsets)].item()
+
+
+def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
+    """Queue `op` of rank `st`; return "ok", or "blocked" (a wait not yet satisfied, a barrier not full)."""
+    d = st.d
+    b = st.bound
+    if op.kind == "remote_load":
+        peer_win = _peer_tensor(run, st, op.tensor, op.peer)
+        st.worker.copy(b[op.mirror], peer_win)
+    elif op.kind == "remote_store":
+        _into_peer(run, st, b[op.staging], op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, "set")
+    elif op.kind == "put":
+        dst = _peer_tensor(run, st, op.tensor, op.peer)
+        if op.mode == "add":
+            _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add")
+        else:
+            st.worker.copy(dst, b[op.src])
+    elif op.kind == "get":
+        st.worker.copy(b[op.tensor], _peer_tensor(run, st, op.src, op.peer))
+    elif op.kind == "notify":
+        sig = b[op.tensor]
+        value = run.temp(d.rank, op.shape, as_dtype(sig.dtype), init=np.full(op.shape, op.value, as_dtype(sig.dtype).np_storage))
+        _into_peer(run, st, value, op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, op.mode)
+    elif op.kind == "wait":
+        v = _cell(run, d.rank, b[op.tensor], op.offsets)
+        ok = v == op.value if op.mode == "eq" else v >= op.value
+        if not ok:
+            return "blocked"
+    elif op.kind in _COLLECTIVES:
+        return "barrier"
+    else:  # pragma: no cover - the tracer makes only the kinds above
+        raise PtoNotSupported(f"unknown cross-rank operation {op.kind!r}")
+    return "ok"
+
+
+def _peer_tensor(run: _Run, st: _Rank, name: str, peer: int) -> DeviceTensor:
+    """Rank `peer`'s copy of the window that parameter `name` of `st`'s dispatch is bound to."""
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import WindowView
+
+    arg = st.d.args[name]
+    if not isinstance(arg, WindowView):  # the tracer checks this; a plan built by hand might not
+        raise PtoArgumentError(f"{st.d.name}: parameter {name!r} is not a window")
+    return run.window(arg.buffer, peer)
+
+
+#: The operations every rank meets at (in the same order on every rank).
+_COLLECTIVES = ("barrier", "allreduce")
+
+
+def _release_barrier(run: _Run, group: list) -> None:
+    """Every rank's stream waits (on the device) for everything queued so far on every other's.
+
+    At an ``allreduce``, the ranks' windows are then reduced in place by the
+    driver's ring (``DistributedWorker.all_reduce``), ordered by its peer
+    copies and events after each rank's earlier work on its window.
+    """
+    op = group[0].current()
+    if op.kind == "allreduce":
+        group = sorted(group, key=lambda st: st.d.rank)
+        shards = [st.bound[op.tensor] for st in group]
+        stacked = StackedDeviceTensor(shards, (len(shards), *shards[0].shape), tuple(st.d.rank for st in group))
+        run.dw.all_reduce(stacked, op.mode)  # sync mode: returns once the ring completed
+    events = [(st, task_default(st.worker).record()) for st in group]
+    for st in group:
+        stream = task_default(st.worker)
+        for other, ev in events:
+            if other is not st:
+                stream.wait(ev)
+        st.barriers += 1
+        st.pc += 1
+
+
+def _run_group(run: _Run, dispatches: list) -> None:
+    per_rank: dict[int, list] = {}
+    for d in dispatches:
+        per_rank.setdefault(d.rank, []).append(d)
+    order = sorted(per_rank)
+    fronts = {r: _Rank(run, per_rank[r].pop(0)) for r in order}
+    world = run.dcp.world_size
+    while fronts:
+        moved = False
+        for r in list(order):
+            st = fronts.get(r)
+            while st is not None and not st.done:
+                step = st.current()
+                if not _is_op(step):
+                    args = [st.bound[p.name] for p in st.d.params]
+                    run.launches.append(st.worker.register(step).submit(*args))
+                    st.pc += 1
+                    moved = True
+                    continue
+                res = _step_op(run, st, step, order)
+                if res == "ok":
+                    st.pc += 1
+                    moved = True
+                    continue
+                break  # blocked or at a barrier
+            if st is not None and st.done:
+                nxt = per_rank[r]
+                fronts[r] = _Rank(run, nxt.pop(0)) if nxt else None
+                if fronts[r] is None:
+                    del fronts[r]
+                    order.remove(r)
+                moved = True
+        at_barrier = [st for st in fronts.values() if not st.done and _is_op(st.current())
+                      and st.current().kind in _COLLECTIVES]
+        if at_barrier and len(at_barrier) == len(fronts) == world \
+                and len({st.barriers for st in at_barrier}) == 1 \
+                and len({(st.current().kind, st.current().mode) for st in at_barrier}) == 1:
+            _release_barrier(run, at_barrier)
+            continue
+        if not moved and fronts:
+            stuck = ", ".join(f"rank {st.d.rank} at {st.current().kind} ({_where(st.current())})"
+                              for st in fronts.values())
+            raise PtoInvalidStateError(f"{run.dcp.name}: the ranks deadlocked: {stuck}; no rank can move "
+                                       f"(a wait no notify satisfies, or a barrier not every rank reaches)")
+
+
+def _where(op) -> str:
+    loc = getattr(op, "loc", None)
+    return f"{loc.file}:{loc.line}" if loc is not None and hasattr(loc, "file") else str(loc)
+
+
+def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
+    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries."""
+    first = None
+    for launch in run.launches:
+        try:
+            launch.sync()
+        except PtoError as exc:
+            first = first or exc
+    if first is None and download:
+        for t, view in run.downloads:
+            t._worker.copy(view, t)
+    done = run.temps + (list(run.windows.values()) if final else [])
+    for t in done:
+        with contextlib.suppress(PtoError):
+            if not t._freed and not t._worker.is_closed:
+                t.free()
+    run.temps.clear()
+    run.launches.clear()
+    run.downloads.clear()
+    run.uploads.clear()
+    if final:
+        run.windows.clear()
+    if first is not None:
+        raise first
+
+
+def _check_resident(dw, dcp, args) -> None:
+    """A DeviceTensor argument must live on the device of every rank it is dispatched to (checked up front)."""
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import HostTensor
+
+    bound = dict(zip(dcp.param_names, args))
+    for d in dcp.dispatches:
+        for arg in d.args.values():
+            t = bound.get(arg.param) if isinstance(arg, HostTensor) else None
+            if isinstance(t, DeviceTensor):
+                if arg.index:
+                    raise PtoNotSupported(f"{dcp.name}: a view {arg!r} of a DeviceTensor argument; pass the "
+                                          f"DeviceTensor whole")
+                if t._worker is not dw.workers[d.rank]:
+                    raise PtoArgumentError(f"{dcp.name}: argument {arg.param!r} lives on device "
+                                           f"{t._worker.device_id} of another worker, or another device; "
+                                           f"{d.name} runs on rank {d.rank} (device {dcp.device_ids[d.rank]}) "
+                                           f"of this one")
+
+
+def run_plan(dw, dcp, args, callbacks=None):
+    """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import Callback, HostTensor
+
+    check_args(dcp, args)
+    if len(dw.workers) < dcp.world_size:
+        raise PtoArgumentError(f"{dcp.name} has {dcp.world_size} ranks; the worker has {len(dw.workers)} devices")
+    callbacks = callbacks or {}
+    for s in dcp.steps:
+        if isinstance(s, Callback) and s.fn is None and s.name not in callbacks:
+            raise PtoArgumentError(f"{dcp.name}: callback {s.name!r} is not bound; pass prepare(callbacks="
+                                   f"{{{s.name!r}: fn}})")
+    _check_resident(dw, dcp, args)
+    run = _Run(dw, dcp, args)
+    group: list = []
+    try:
+        for s in dcp.steps:
+            if isinstance(s, Callback):
+                if group:
+                    _run_group(run, group)
+                    _finish(run)
+                    group = []
+                host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
+                fn = s.fn if s.fn is not None else callbacks[s.name]
+                fn(host) if s.fn is None else fn(*(_tensor_from_continuous(h) for h in host))
+            else:
+                group.append(s)
+        if group:
+            _run_group(run, group)
+        _finish(run, final=True)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
+        raise
+    ret = dcp.returned
+    if isinstance(ret, HostTensor):
+        return _view(run.args[ret.param], ret.index)
+    return None
