@@ -22,7 +22,7 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
+from ..ir._nodes import IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
@@ -138,9 +138,19 @@ def _bound(k, what: str, loc):
     raise compile_error(f"{what}: window bounds must be ints or loop indices, got {k!r}", loc)
 
 
+def _reads_as_atoms(e, atoms: dict):
+    """``e`` with each ``pl.read`` element (an orchestration's deferred read) as a variable of its own."""
+    if isinstance(e, IRead):
+        return atoms.setdefault(e, IVar(f"__read{len(atoms)}"))
+    if isinstance(e, IBin):
+        return IBin(e.op, _reads_as_atoms(e.a, atoms), _reads_as_atoms(e.b, atoms))
+    return e
+
+
 def _extent(start, stop, what: str, loc) -> int:
-    """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``)."""
-    a, b = _linear(start), _linear(stop)
+    """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``, ``x[p:p+1]``)."""
+    atoms: dict = {}
+    a, b = _linear(_reads_as_atoms(start, atoms)), _linear(_reads_as_atoms(stop, atoms))
     diff = None
     if a is not None and b is not None:
         d = {k: b.get(k, 0) - a.get(k, 0) for k in {*a, *b}}
@@ -159,6 +169,23 @@ def _add(a, b):
     if isinstance(a, IConst) and a.value == 0:
         return b
     return IBin("+", a, b)
+
+
+def slice_box(shape, key, what: str, loc) -> tuple[list, list[int]]:
+    """The offsets and extents ``key`` (unit-step slices) selects of ``shape``: a tile's window, ``x[0:8, 64:128]``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > len(shape):
+        raise compile_error(f"{what}: {len(key)} indices for a {len(shape)}-d tile", loc)
+    offsets, extents = [], []
+    for d, extent in enumerate(shape):
+        k = key[d] if d < len(key) else slice(None)
+        if not isinstance(k, slice) or k.step not in (None, 1):
+            raise compile_error(f"{what}: a tile's window takes unit-step slices (lo:hi), got {k!r}", loc)
+        start = _bound(0 if k.start is None else k.start, what, loc)
+        stop = _bound(extent if k.stop is None else k.stop, what, loc)
+        offsets.append(k.start if k.start is not None else 0)
+        extents.append(_extent(start, stop, what, loc))
+    return offsets, extents
 
 
 def window(t: TensorArg, key) -> TensorWindow:
