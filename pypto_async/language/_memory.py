@@ -109,6 +109,12 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     shape = tuple(shapes)
     if not all(is_int(d) for d in shape):
         raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
+    if valid_shape is None and valid_shapes is None and getattr(ten, "valid", None) is not None:
+        # A window with a valid box (pl.tensor.slice(..., valid_shape=)): a whole load of it is partial there.
+        if shape != tuple(ten.shape) or not all(isinstance(o, IConst) and o.value == 0 for o in offs):
+            raise compile_error(f"pl.load: {ten!r} has a valid box; load the whole window (offsets 0, shape "
+                                f"{list(ten.shape)}) or pass valid_shape=", loc)
+        valid_shape = list(ten.valid)
     offs = shift(ten, offs, shape, "pl.load")
     valid = valid_extents(valid_shape if valid_shape is not None else valid_shapes, "pl.load")
     expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)

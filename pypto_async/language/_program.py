@@ -307,7 +307,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
         origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
-        proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
+        proxy = TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction)
+        valid = _view_valid(ann, arg, name, loc)
+        if valid is not None:  # pl.tensor.slice(..., valid_shape=) or a pl.TensorView: the kernel's loads see it
+            proxy.valid = valid
+        proxies.append(proxy)
         accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
@@ -328,6 +332,26 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
     return _task_result(name, result, proxies, args, fn_loc)
+
+
+def _view_valid(ann, arg, name: str, loc):
+    """The valid box a kernel sees of ``arg``: its parameter's ``pl.TensorView(valid_shape=)``, else the argument's."""
+    own = getattr(arg, "valid", None)
+    view = getattr(ann, "view", None)
+    if view is None or view.valid_shape is None:
+        return own
+    from ._placement import DynamicDim
+
+    out = []
+    for d, e in enumerate(view.valid_shape):
+        if isinstance(e, DynamicDim):  # the argument's own extent
+            out.append(own[d] if own is not None else arg.shape[d])
+        elif isinstance(e, (int, Index, ScalarArg)) and not isinstance(e, bool):
+            out.append(e)
+        else:
+            raise compile_error(f"{name}: pl.TensorView valid_shape entry {e!r} is not an int, a pl.dynamic "
+                                f"dimension or an index", loc)
+    return tuple(out)
 
 
 def _task_result(name, result, proxies, args, fn_loc):
