@@ -63,9 +63,28 @@ class _Function:
             raise compile_error(f"@pl.function {self.name} must take self first", self.loc)
         return names[1:]
 
-    def __call__(self, *args, **kwargs):
-        raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it as self.{self.fn.__name__}(...) "
-                              f"inside the orchestration, and compile the program with ir.compile")
+    def __call__(self, *args, name_hint: str | None = None, deps=None):
+        """Call the kernel from an orchestration being traced: one task (PyPTO's module-level InCore functions).
+
+        A ``@pl.function`` defined outside the program class (without
+        ``self``) is called by its name, and is part of every program whose
+        orchestration calls it.
+        """
+        from ._tracer import _state
+
+        t = getattr(_state, "tracer", None)
+        if t is None or self.type is not FunctionType.InCore:
+            raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it (as self.{self.fn.__name__}"
+                                  f"(...) for a method) inside the orchestration, and compile the program with "
+                                  f"ir.compile")
+        names = list(inspect.signature(self.fn).parameters)
+        self_arg = None
+        if names and names[0] == "self":
+            names, self_arg = names[1:], _Self({})
+        raw = self.annotations()
+        anns = {n: _annotation(raw.get(n), f"{self.name}: parameter {n!r}", self.loc) for n in names}
+        return call_task(t, self.name, self.fn, self_arg, names, anns, args, loc=user_loc(), fn_loc=self.loc,
+                         name_hint=name_hint, deps=deps)
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
@@ -293,7 +312,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     for pname, arg in zip(param_names, args):
         ann = anns[pname]
         if isinstance(ann, ScalarAnnotation):
-            if not isinstance(arg, (ScalarArg, int, float)):
+            # An index (a loop index, an orchestration pl.read, an expression of them) is an integer scalar.
+            if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the index "
+                                    f"{arg!r}", loc)
+            if not isinstance(arg, (ScalarArg, int, float, Index)):
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
