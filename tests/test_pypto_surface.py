@@ -399,7 +399,7 @@ def test_compile_accepts_the_inert_options_and_refuses_what_it_cannot_do(tmp_pat
     with pytest.raises(PtoArgumentError, match="skip_ptoas must be a bool"):
         ir.compile(program, platform="sim", skip_ptoas="yes")
     with pytest.raises(PtoArgumentError, match="backend_type"):
-        ir.compile(program, platform="sim", backend_type="Ascend910B")
+        ir.compile(program, platform="sim", backend_type="CCE")  # PyPTO's Ascend910B / Ascend950 name the sim
     with pytest.raises(PtoNotSupported, match="distributed"):
         ir.compile(program, platform="sim", distributed_config=object())
     with pytest.raises(PtoArgumentError, match="unknown options"):

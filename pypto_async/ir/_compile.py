@@ -561,8 +561,9 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         ``report/pipeline_profile.json`` and ``.txt`` in the handle's
         directory.
     backend_type : str or pypto_async.backend.BackendType, optional
-        Must name the platform's backend if given: ``"sim"``, or PyPTO's
-        ``BackendType.PTO``, which names it here.
+        Must name the platform's backend if given: ``"sim"``, or one of
+        PyPTO's ``BackendType.Ascend910B``, ``Ascend950`` or ``PTO``, which
+        name it here.
     distributed_config : None
         Distributed (L3) programs are not supported: anything but None
         raises :class:`PtoNotSupported`.
@@ -666,8 +667,10 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
     for name in _INERT_VALUES:
         kwargs.pop(name, None)
     backend = kwargs.pop("backend_type", None)
-    # PyPTO's default backend, BackendType.PTO, names the one backend here (pypto_async.backend).
-    if backend is not None and str(getattr(backend, "name", backend)) not in (PLATFORMS[platform], "PTO"):
+    # PyPTO's backends (Ascend910B, Ascend950; PTO in older releases) name the one backend here.
+    from ..backend import SIM_BACKENDS
+
+    if backend is not None and str(getattr(backend, "name", backend)) not in (PLATFORMS[platform], *SIM_BACKENDS):
         raise PtoArgumentError(f"ir.compile: backend_type {backend!r} is not platform {platform!r}'s "
                                f"backend ({PLATFORMS[platform]!r}); leave it None")
     if kwargs.pop("distributed_config", None) is not None:

@@ -23,7 +23,7 @@ restricted to what this compiler can prove:
 from __future__ import annotations
 
 from ._diag import compile_error
-from ._nodes import IBin, IConst, IScalar, IVar, Loc, TileType, Var
+from ._nodes import IBin, IConst, IRead, IScalar, IVar, Loc, TileType, Var
 
 __all__ = ["extents", "normalize", "is_full", "agree", "require_full", "static_extent", "check_extents"]
 
@@ -61,7 +61,7 @@ def check_extents(shape: tuple[int, ...], valid, what: str, loc: Loc | None) -> 
     if len(valid) != len(shape):
         raise _error(f"{what}: valid_shape has {len(valid)} extents for a {len(shape)}-D tile", loc)
     for d, (e, size) in enumerate(zip(valid, shape)):
-        if not isinstance(e, (IConst, IVar, IBin, IScalar)):
+        if not isinstance(e, (IConst, IVar, IBin, IScalar, IRead)):  # IRead: an orchestration pl.read
             raise _error(f"{what}: valid extent {e!r} is not an int, a loop index or an integer scalar", loc)
         v = static_extent(e)
         if v is not None and not 0 <= v <= size:

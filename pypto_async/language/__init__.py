@@ -52,7 +52,9 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
+from ._view import TensorLayout, TensorView
 from ._parse import loads, parse
+from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
 
@@ -99,8 +101,11 @@ __all__ = [
     "TASK_ID",
     "spmd",
     "tile",
+    "tensor",
     "system",
     "MemRef",
+    "TensorView",
+    "TensorLayout",
     "dynamic",
     "cluster",
     "parse",

@@ -22,17 +22,86 @@ carried tile is copied first).
 from __future__ import annotations
 
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, Move, TileType, Update
+from ..ir._nodes import Assign, IConst, Load, Move, TileType, Update
 from ..ir._rewrite import reads, substitute
 from ..ir._spaces import CUBE_ONLY
-from ._tracer import Tile, current, user_loc
+from ._tracer import TensorArg, Tile, current, user_loc
 
-__all__ = ["tile_locals", "carry_rebound", "open_carries", "yield_"]
+__all__ = ["tile_locals", "scratch_locals", "carry_rebound", "open_carries", "yield_"]
 
 
 def tile_locals(frame) -> dict[str, Tile]:
     """The local names of ``frame`` bound to tiles."""
     return {name: v for name, v in frame.f_locals.items() if isinstance(v, Tile)}
+
+
+def scratch_locals(tracer, frame) -> dict[str, TensorArg]:
+    """The local names of ``frame`` bound to a whole intermediate tensor (``pl.create_tensor``) that no other name holds.
+
+    Inside a region such a tensor is a buffer of the region (PyPTO's passes
+    make it a tile); a loop that rebinds its name to a tile carries it.
+    """
+    scratch = {p.name for p in tracer.scratch}
+    tensors = [(n, v) for n, v in frame.f_locals.items()
+               if isinstance(v, TensorArg) and not hasattr(v, "origin") and v.name in scratch]
+    held = [v.name for _, v in tensors]
+    return {n: v for n, v in tensors if held.count(v.name) == 1}
+
+
+def _stores_to(body, name: str) -> bool:
+    from ..ir._nodes import Store
+
+    for s in body:
+        if isinstance(s, Store) and s.param == name:
+            return True
+        if _stores_to(getattr(s, "body", ()) or getattr(s, "members", ()) or (), name):
+            return True
+    return False
+
+
+def _loads_as_tile(body, name: str, shape, var) -> tuple:
+    """``body`` with each whole-tensor load of ``name`` made a read of tile ``var``."""
+    import dataclasses
+
+    out = []
+    for s in body:
+        if (isinstance(s, Assign) and isinstance(s.expr, Load) and s.expr.param == name
+                and s.expr.shape == shape and s.expr.valid is None
+                and all(isinstance(o, IConst) and o.value == 0 for o in s.expr.offsets)):
+            s = Assign(s.var, Move(var, s.expr.memory), s.loc)
+        else:
+            for field in ("body", "members"):
+                inner = getattr(s, field, None)
+                if isinstance(inner, tuple) and inner:
+                    s = dataclasses.replace(s, **{field: _loads_as_tile(inner, name, shape, var)})
+        out.append(s)
+    return tuple(out)
+
+
+def _scratch_carries(tracer, scratch: dict, frame, body: tuple, loop_loc):
+    """Names bound to an intermediate tensor before the loop and to a tile of its shape after the body.
+
+    ``acc = pl.create_tensor(...)`` then, in the loop, ``acc = pl.matmul(...)``
+    or ``acc = pl.matmul_acc(acc, ...)``: each iteration reads the previous
+    one's ``acc``.  The tensor's value becomes a tile before the loop (a load
+    of it), the body's whole-tensor loads of it read that tile instead, and
+    the tile is carried like any other.  Returns (statements before the
+    loop, the body, the extra ``before`` tiles).
+    """
+    after = frame.f_locals
+    pre, extra = [], {}
+    for name, tensor in scratch.items():
+        new = after.get(name)
+        if not isinstance(new, Tile) or new.shape != tuple(tensor.shape) or new.dtype != tensor.dtype:
+            continue
+        if _stores_to(body, tensor.name):
+            continue
+        start = tracer.new_var(TileType(tuple(tensor.shape), tensor.dtype, "Vec"))
+        pre.append(Assign(start, Load(tensor.name, (IConst(0),) * len(tensor.shape), tuple(tensor.shape)),
+                          loop_loc))
+        body = _loads_as_tile(body, tensor.name, tuple(tensor.shape), start)
+        extra[name] = Tile(start)
+    return pre, body, extra
 
 
 def _same(a: TileType, b: TileType) -> bool:
@@ -62,11 +131,24 @@ def _updates(tracer, pairs, carry_ids: set[int], loc) -> list:
     return stmts
 
 
-def carry_rebound(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc) -> tuple[list, tuple]:
+def carry_rebound(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc,
+                  scratch: dict | None = None) -> tuple[list, tuple]:
     """Turn names rebound in a traced loop body into carried tiles.
 
-    Returns the statements to run before the loop and the new body.
+    ``scratch`` (:func:`scratch_locals` at the loop's start) are names bound
+    to intermediate tensors; one the body rebinds to a tile of the tensor's
+    shape is carried too (see :func:`_scratch_carries`).  Returns the
+    statements to run before the loop and the new body.
     """
+    pre = []
+    if scratch:
+        pre, body, extra = _scratch_carries(tracer, scratch, frame, body, loop_loc)
+        before = {**before, **extra}
+    inits, body = _carry_tiles(tracer, before, frame, body, loop_loc)
+    return pre + inits, body
+
+
+def _carry_tiles(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc) -> tuple[list, tuple]:
     after = tile_locals(frame)
     # The old value of a name is needed in the loop when the body reads it, or when it becomes
     # another name's value (``a, b = b, a``): the next iteration reads it through that name.

@@ -17,7 +17,8 @@ from ..ir._diag import compile_error
 from ..ir._bounds import RUNTIME
 from ..ir._nodes import DynFor, For, Scope, Spmd
 from ._hints import no_dep_names, region_hints, scope_hints
-from ._carry import carry_rebound, open_carries, tile_locals
+from ._escape import region_closed, region_opened
+from ._carry import carry_rebound, open_carries, scratch_locals, tile_locals
 from ._tracer import Index, ScalarArg, Tile, current, to_index, user_loc
 from ._types import Level
 
@@ -88,6 +89,7 @@ class at:
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
         self._tracer.next_task += 1
         self._tracer.open_block("at")
+        region_opened(self._tracer, self._task.id)
         return self._task
 
     def _check_arrays(self) -> None:
@@ -104,6 +106,7 @@ class at:
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
                                       hints=self._hints + scope_hints(self._tracer),
                                       dep_arrays=self._dep_arrays))
+            region_closed(self._tracer, self._task.id)
         return False
 
 
@@ -204,7 +207,8 @@ class range:  # noqa: A001
                 what, bad = next((w, b) for w, b in zip(("start", "stop"), self._raw) if not is_int(b))
                 raise compile_error(f"{self._kind} {what} must be a Python int, got {bad!r} (a runtime bound, a "
                                     f"loop index or a pl.read scalar, is taken inside a pl.at region or an InCore "
-                                    f"function)", self._loc)
+                                    f"function: the orchestration's loops make the program's task graph, which is "
+                                    f"fixed when it is compiled here)", self._loc)
             if self._init is not None:
                 raise compile_error(f"{self._kind}(..., init_values=) takes int bounds here", self._loc)
             t.ranges[self._var.name] = RUNTIME
@@ -214,6 +218,7 @@ class range:  # noqa: A001
             t.ranges[self._var.name] = (self.start, last)
         t.open_block("range")
         self._before = tile_locals(frame)
+        self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
         index = Index(self._var)
         if carries is None:
             return index
@@ -230,7 +235,7 @@ class range:  # noqa: A001
                 raise compile_error("pl.yield_ must be the last statement of the loop body", self._loc)
         body = t.close_block()
         del t.ranges[self._var.name]
-        inits, body = carry_rebound(t, self._before, frame, body, self._loc)
+        inits, body = carry_rebound(t, self._before, frame, body, self._loc, self._scratch)
         for s in inits:
             t.append(s)
         if self._dynamic:

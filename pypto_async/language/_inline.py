@@ -9,17 +9,21 @@ program is what it would be had the body been written at the call site.  What
 it returns (a tensor, a tile, a tuple, or nothing) is the call's value.
 
 A helper's annotations are checked against the call: a ``pl.Out`` or
-``pl.InOut`` parameter takes a tensor.  ``auto_scope=False``
+``pl.InOut`` parameter takes a tensor.  The body writes the caller's tensor in
+place (PyPTO: the parameter is an alias of the caller's variable), so a
+``@pl.jit`` kernel's own parameter declared plain ``pl.Tensor`` that it passes
+there becomes ``InOut``: the kernel writes it.  ``auto_scope=False``
 (``@pl.jit.inline(auto_scope=False)``) lets the body place AUTO runtime
 scopes (``pl.scope()``), as on ``@pl.jit``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 
-from .._signature import INOUT, OUT
+from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc
@@ -59,6 +63,8 @@ class InlineFunction:
             if isinstance(ann, TensorAnnotation) and ann.direction in (OUT, INOUT) and not isinstance(value, TensorArg):
                 raise compile_error(f"{self.__name__}: parameter {name!r} is pl.{_DIRECTION[ann.direction]}: "
                                     f"pass a tensor, got {type(value).__name__}", loc)
+            if isinstance(ann, TensorAnnotation) and ann.direction in (OUT, INOUT):
+                _written(current("pl.jit.inline"), value.name)
 
     def __call__(self, *args, **kwargs):
         t = current(f"{self.__name__}(...) (a @pl.jit.inline helper; call it from a @pl.jit kernel)")
@@ -71,10 +77,20 @@ class InlineFunction:
         self._check(bound, loc)
         before = getattr(t, "auto_scope", True)
         t.auto_scope = self.auto_scope
+        from ._branch import traced_fn  # its if statements on loop indices and runtime scalars, as a kernel's
+
         try:
-            return self.fn(*bound.args, **bound.kwargs)
+            return traced_fn(self.fn)(*bound.args, **bound.kwargs)
         finally:
             t.auto_scope = before
+
+
+def _written(t, name: str) -> None:
+    """Make kernel parameter ``name``, declared ``In``, an ``InOut`` one: an inline helper writes it."""
+    p = t.params.get(name)
+    if p is None or p.direction != IN or not getattr(t, "promotable", False):
+        return
+    t.params[name] = dataclasses.replace(p, direction=INOUT)
 
 
 def decorate(fn, auto_scope, cls, spelling: str, again):

@@ -187,9 +187,11 @@ class JitFunction:
     def _trace(self, params: list[Param]) -> Program:
         tracer = Tracer(self.__name__, params)
         tracer.auto_scope = self.auto_scope
+        tracer.promotable = True  # an In parameter an inline helper writes becomes InOut (see _inline)
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         with tracing(tracer):
             result = traced_fn(self.fn)(*proxies)
+        params = [tracer.params[p.name] for p in params]
         if len(tracer.blocks) != 1:
             raise compile_error(
                 f"{self.__name__}: a pl.range or pl.spmd loop did not finish (break is not supported)", self._loc

@@ -12,9 +12,9 @@ from .._scalars import is_int
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError
 from ..ir._infer import check_load, check_store, compile_error, infer_expr
-from ..ir._nodes import Assign, Const, FillPad, Full, Load, Move, Store, Transpose
+from ..ir._nodes import Assign, Const, FillPad, Full, IConst, Load, Move, Store, Transpose
 from ._program import shift
-from ._tracer import ScalarArg, TensorArg, Tile, current, to_index, user_loc
+from ._tracer import ScalarArg, TensorArg, Tile, _state, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
 
 __all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "assemble"]
@@ -36,7 +36,21 @@ def _tensor(x, op: str) -> TensorArg:
 
 
 def as_tile(x):
-    """A tensor (or a window of one) used where a tile goes is loaded whole: tensor-level ops are sugar."""
+    """A tensor (or a window of one) used where a tile goes is loaded whole: tensor-level ops are sugar.
+
+    A tile of another, closed region is loaded from the tensor it is stored
+    to (see :mod:`._escape`).
+    """
+    t = getattr(_state, "tracer", None)
+    if isinstance(x, Tile) and t is not None and getattr(t, "region_defs", None):
+        from ._escape import escaped
+        from ._tracer import Index
+
+        tensor = escaped(t, x)
+        if tensor is not None:
+            valid = x.var.type.valid
+            valid = None if valid is None else [e.value if isinstance(e, IConst) else Index(e) for e in valid]
+            return load(tensor, [0] * len(x.shape), list(x.shape), valid_shape=valid)
     if isinstance(x, TensorArg):
         return load(x, [0] * len(x.shape), list(x.shape))
     return x
@@ -95,6 +109,12 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     shape = tuple(shapes)
     if not all(is_int(d) for d in shape):
         raise compile_error(f"pl.load: shapes must be ints, got {list(shape)}", loc)
+    if valid_shape is None and valid_shapes is None and getattr(ten, "valid", None) is not None:
+        # A window with a valid box (pl.tensor.slice(..., valid_shape=)): a whole load of it is partial there.
+        if shape != tuple(ten.shape) or not all(isinstance(o, IConst) and o.value == 0 for o in offs):
+            raise compile_error(f"pl.load: {ten!r} has a valid box; load the whole window (offsets 0, shape "
+                                f"{list(ten.shape)}) or pass valid_shape=", loc)
+        valid_shape = list(ten.valid)
     offs = shift(ten, offs, shape, "pl.load")
     valid = valid_extents(valid_shape if valid_shape is not None else valid_shapes, "pl.load")
     expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)

@@ -28,7 +28,7 @@ from ..ir._nodes import (
 from ._memory import _tile as tile_operand
 from ._memory import as_tile
 from ._memory import record
-from ._tracer import Index, ScalarArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
 
 __all__ = [
     "add",
@@ -328,19 +328,39 @@ def col_min(x) -> Tile:
     return _reduce("col_min", x)
 
 
-def matmul(a, b, acc=None, out_dtype=None) -> Tile:
+def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool = False,
+           c_matrix_nz: bool = False) -> Tile:
     """Return ``a @ b`` (in Acc); with ``acc``, add the product into ``acc`` in place and return it.
 
-    FP32/FP16/BF16 operands give an FP32 result, FP64 gives FP64; an
-    ``out_dtype`` must name that dtype (cast the result for another).
+    FP32/FP16/BF16 operands accumulate in FP32, FP64 in FP64.  On tile
+    operands an ``out_dtype`` must name that dtype (cast the result for
+    another).  On tensor operands (PyPTO's tensor-level matmul, each tensor
+    loaded whole) ``out_dtype`` may be another dtype, which the accumulated
+    result is converted to, and ``a_trans`` / ``b_trans`` multiply by the
+    operand's transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
+    ``c_matrix_nz`` names the result's fractal layout on the device, which
+    holds the same values (the sim has no layouts).  As in PyPTO, those flags
+    on a tile operand raise (a tile's transpose is ``pl.transpose``).
     Operands in Left/Right are read as they are; in Vec, Mat or Acc they are
     moved there implicitly.  The accumulating form updates ``acc`` in place,
     so ``acc`` carries its value across iterations of a ``pl.range`` loop.
     """
     current("pl.matmul")
+    tensors = isinstance(a, TensorArg) and isinstance(b, TensorArg)
+    for flag, value in (("a_trans", a_trans), ("b_trans", b_trans), ("c_matrix_nz", c_matrix_nz)):
+        if not isinstance(value, bool):
+            raise compile_error(f"pl.matmul: {flag} must be a bool, got {value!r}", user_loc())
+        if value and not tensors:
+            raise compile_error(f"pl.matmul: {flag}=True takes tensor operands (a tile's transpose is "
+                                f"pl.transpose / pl.tile.transpose_view)", user_loc())
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
+    if a_trans or b_trans:
+        from ._layout import transpose
+
+        ta = transpose(ta) if a_trans else ta
+        tb = transpose(tb) if b_trans else tb
     if acc is not None:
-        out = matmul_acc(acc, a, b)
+        out = matmul_acc(acc, ta, tb)
     else:
         out = _record("matmul", Matmul(ta.var, tb.var))
     if out_dtype is not None:
@@ -348,7 +368,9 @@ def matmul(a, b, acc=None, out_dtype=None) -> Tile:
             want = as_dtype(out_dtype)
         except PtoArgumentError as exc:
             raise compile_error(f"pl.matmul: {exc}", user_loc()) from None
-        if want != out.dtype:
+        if want != out.dtype and tensors and acc is None:
+            out = cast(out, want)
+        elif want != out.dtype:
             raise compile_error(
                 f"pl.matmul: out_dtype={want.name}, but the accumulator of these operands is {out.dtype.name} "
                 "(pl.cast the result)",

@@ -22,7 +22,7 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
+from ..ir._nodes import IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
@@ -63,9 +63,28 @@ class _Function:
             raise compile_error(f"@pl.function {self.name} must take self first", self.loc)
         return names[1:]
 
-    def __call__(self, *args, **kwargs):
-        raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it as self.{self.fn.__name__}(...) "
-                              f"inside the orchestration, and compile the program with ir.compile")
+    def __call__(self, *args, name_hint: str | None = None, deps=None):
+        """Call the kernel from an orchestration being traced: one task (PyPTO's module-level InCore functions).
+
+        A ``@pl.function`` defined outside the program class (without
+        ``self``) is called by its name, and is part of every program whose
+        orchestration calls it.
+        """
+        from ._tracer import _state
+
+        t = getattr(_state, "tracer", None)
+        if t is None or self.type is not FunctionType.InCore:
+            raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it (as self.{self.fn.__name__}"
+                                  f"(...) for a method) inside the orchestration, and compile the program with "
+                                  f"ir.compile")
+        names = list(inspect.signature(self.fn).parameters)
+        self_arg = None
+        if names and names[0] == "self":
+            names, self_arg = names[1:], _Self({})
+        raw = self.annotations()
+        anns = {n: _annotation(raw.get(n), f"{self.name}: parameter {n!r}", self.loc) for n in names}
+        return call_task(t, self.name, self.fn, self_arg, names, anns, args, loc=user_loc(), fn_loc=self.loc,
+                         name_hint=name_hint, deps=deps)
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
@@ -144,9 +163,19 @@ def _bound(k, what: str, loc):
     raise compile_error(f"{what}: window bounds must be ints or loop indices, got {k!r}", loc)
 
 
+def _reads_as_atoms(e, atoms: dict):
+    """``e`` with each ``pl.read`` element (an orchestration's deferred read) as a variable of its own."""
+    if isinstance(e, IRead):
+        return atoms.setdefault(e, IVar(f"__read{len(atoms)}"))
+    if isinstance(e, IBin):
+        return IBin(e.op, _reads_as_atoms(e.a, atoms), _reads_as_atoms(e.b, atoms))
+    return e
+
+
 def _extent(start, stop, what: str, loc) -> int:
-    """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``)."""
-    a, b = _linear(start), _linear(stop)
+    """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``, ``x[p:p+1]``)."""
+    atoms: dict = {}
+    a, b = _linear(_reads_as_atoms(start, atoms)), _linear(_reads_as_atoms(stop, atoms))
     diff = None
     if a is not None and b is not None:
         d = {k: b.get(k, 0) - a.get(k, 0) for k in {*a, *b}}
@@ -165,6 +194,23 @@ def _add(a, b):
     if isinstance(a, IConst) and a.value == 0:
         return b
     return IBin("+", a, b)
+
+
+def slice_box(shape, key, what: str, loc) -> tuple[list, list[int]]:
+    """The offsets and extents ``key`` (unit-step slices) selects of ``shape``: a tile's window, ``x[0:8, 64:128]``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > len(shape):
+        raise compile_error(f"{what}: {len(key)} indices for a {len(shape)}-d tile", loc)
+    offsets, extents = [], []
+    for d, extent in enumerate(shape):
+        k = key[d] if d < len(key) else slice(None)
+        if not isinstance(k, slice) or k.step not in (None, 1):
+            raise compile_error(f"{what}: a tile's window takes unit-step slices (lo:hi), got {k!r}", loc)
+        start = _bound(0 if k.start is None else k.start, what, loc)
+        stop = _bound(extent if k.stop is None else k.stop, what, loc)
+        offsets.append(k.start if k.start is not None else 0)
+        extents.append(_extent(start, stop, what, loc))
+    return offsets, extents
 
 
 def window(t: TensorArg, key) -> TensorWindow:
@@ -272,7 +318,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     for pname, arg in zip(param_names, args):
         ann = anns[pname]
         if isinstance(ann, ScalarAnnotation):
-            if not isinstance(arg, (ScalarArg, int, float)):
+            # An index (a loop index, an orchestration pl.read, an expression of them) is an integer scalar.
+            if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the index "
+                                    f"{arg!r}", loc)
+            if not isinstance(arg, (ScalarArg, int, float, Index)):
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
@@ -286,7 +336,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
         origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
-        proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
+        proxy = TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction)
+        valid = _view_valid(ann, arg, name, loc)
+        if valid is not None:  # pl.tensor.slice(..., valid_shape=) or a pl.TensorView: the kernel's loads see it
+            proxy.valid = valid
+        proxies.append(proxy)
         accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
@@ -307,6 +361,26 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
     return _task_result(name, result, proxies, args, fn_loc)
+
+
+def _view_valid(ann, arg, name: str, loc):
+    """The valid box a kernel sees of ``arg``: its parameter's ``pl.TensorView(valid_shape=)``, else the argument's."""
+    own = getattr(arg, "valid", None)
+    view = getattr(ann, "view", None)
+    if view is None or view.valid_shape is None:
+        return own
+    from ._placement import DynamicDim
+
+    out = []
+    for d, e in enumerate(view.valid_shape):
+        if isinstance(e, DynamicDim):  # the argument's own extent
+            out.append(own[d] if own is not None else arg.shape[d])
+        elif isinstance(e, (int, Index, ScalarArg)) and not isinstance(e, bool):
+            out.append(e)
+        else:
+            raise compile_error(f"{name}: pl.TensorView valid_shape entry {e!r} is not an int, a pl.dynamic "
+                                f"dimension or an index", loc)
+    return tuple(out)
 
 
 def _task_result(name, result, proxies, args, fn_loc):

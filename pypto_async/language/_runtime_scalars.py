@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
-from ..ir._nodes import IBin, IConst, IRead, DynFor, SetIndex
+from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, Move, SetIndex, TileType, Update
+from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
 __all__ = ["read", "write", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
@@ -40,11 +41,12 @@ def read(tensor, indices) -> Index:
 
     ``tensor`` is an integer input of the kernel (INT8, INT32, INT64, UINT8
     or BOOL), ``indices`` one int or loop index per dimension, inside the
-    tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).
+    tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
+    every region (in the orchestration) the element is read by the tasks
+    that use the value (see :func:`_deferred`).
     """
     t = current("pl.read")
     loc = user_loc()
-    _in_region(t, "pl.read", loc)
     if not isinstance(tensor, TensorArg):
         raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
     p = t.params[tensor.name]
@@ -72,7 +74,26 @@ def read(tensor, indices) -> Index:
             raise compile_error(f"pl.read: index [{lo}..{hi}] of dimension {d} is outside "
                                 f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
         offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
-    return _bind(t, IRead(p.name, tuple(offs), p.shape), loc)
+    value = IRead(p.name, tuple(offs), p.shape)
+    if "at" not in t.frames:
+        return _deferred(t, value, loc)
+    return _bind(t, value, loc)
+
+
+def _deferred(t, value: IRead, loc) -> Index:
+    """A ``pl.read`` in the orchestration (outside every region): read where the value is used.
+
+    PyPTO's orchestration reads the element when it runs, on the device's
+    control processor.  Here a program's task graph is fixed when it is
+    compiled, so the value cannot shape it: it is read by each task that uses
+    it (an offset of a window, an offset or extent inside a region), which
+    gives the same value because the tensor is an input of the program that
+    no task writes.  A task whose window moves with it counts the whole
+    tensor as accessed when the task graph is computed (more edges, never
+    fewer).  Used where the graph needs it (a ``pl.range`` bound in the
+    orchestration, a tensor's shape), it is a compile error.
+    """
+    return Index(value)
 
 
 def write(tensor, indices, value) -> None:
@@ -193,10 +214,17 @@ class runtime_if:
         t, loc = self.t, self.loc
         else_body = t.close_block()
         else_vals = {n: now[n] for n in names if n in now}
-        out = []
+        out, pre, then_end, else_end = [], [], [], []
         for n in names:
             a, b = self.then_vals.get(n, _Undefined(n)), else_vals.get(n, _Undefined(n))
-            out.append(self._merge_one(n, a, b))
+            if isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
+                out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
+            else:
+                out.append(self._merge_one(n, a, b))
+        self.then_body = tuple(self.then_body) + tuple(then_end)
+        else_body = tuple(else_body) + tuple(else_end)
+        for s in pre:
+            t.append(s)
         c = self.cond
         if self.then_body:
             t.append(DynFor(t.new_index("c"), IConst(0), c, 1, self.then_body, loc, "if"))
@@ -204,6 +232,31 @@ class runtime_if:
             t.append(DynFor(t.new_index("c"), IConst(0), IBin("-", IConst(1), c), 1, else_body, loc, "else"))
         # The merged names are computed after both branches, from values that stay bound.
         return tuple(v if not isinstance(v, _Pending) else _bind(t, v.expr, loc) for v in out)
+
+    def _merge_tiles(self, name, a, b, pre, then_end, else_end):
+        """A tile name both branches bind: one tile made before the ``if`` that each branch ends by setting.
+
+        PyPTO's ``if`` yields the branch's tile; here the branches are traced
+        both, so the name is given a tile of its own (of the shape, dtype and
+        valid region both branches agree on), and each branch copies its value
+        into it (an ``Update``, as a loop-carried tile takes its next value).
+        """
+        ta, tb = a.var.type, b.var.type
+        if (ta.shape, ta.dtype, ta.valid) != (tb.shape, tb.dtype, tb.valid):
+            raise compile_error(f"tile {name!r} is {ta} in the then-branch and {tb} in the else-branch of an if "
+                                f"on a runtime scalar or loop index; both branches must give it the same shape, "
+                                f"dtype and valid region", self.loc)
+        memory = next((m for m in (ta.memory, tb.memory) if m in CUBE_ONLY), ta.memory)
+        merged = self.t.new_var(TileType(ta.shape, ta.dtype, memory, ta.valid))
+        start = self.before.get(name)
+        if isinstance(start, Tile) and start.var.type.shape == ta.shape and start.var.type.dtype == ta.dtype:
+            init = Move(start.var, memory)  # keeps the buffer's placement, as a carried tile's start does
+        else:
+            init = Full(ta.shape, Const(0, ta.dtype), ta.dtype, memory, ta.valid)
+        pre.append(Assign(merged, init, self.loc))
+        then_end.append(Update(merged, a.var, self.loc))
+        else_end.append(Update(merged, b.var, self.loc))
+        return Tile(merged)
 
     def _merge_one(self, name, a, b):
         if a is b:

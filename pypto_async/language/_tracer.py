@@ -229,6 +229,14 @@ class Tile:
 
         return _ops.abs(self)
 
+    def __getitem__(self, key):
+        """``tile[r0:r1, c0:c1]``: the window of the tile (``pl.slice``); bounds are ints or loop indices."""
+        from ._program import slice_box
+        from ._layout import slice as tile_slice
+
+        offsets, shape = slice_box(self.shape, key, "tile[...]", user_loc())
+        return tile_slice(self, shape, offsets)
+
     def __bool__(self):
         raise compile_error("a tile has no truth value at trace time (use pl.maximum/pl.minimum)", user_loc())
 

@@ -36,6 +36,7 @@ class TensorAnnotation:
     direction: str = IN
     shape: tuple[int, ...] | None = None
     dtype: DataType | None = None
+    view: object = None  # a pl.TensorView (third item of pl.Tensor[...]), see _view
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,14 @@ class Tensor:
         raise TypeError("pl.Tensor is an annotation, not a constructor; pass numpy arrays or torch tensors")
 
     def __class_getitem__(cls, item) -> TensorAnnotation:
+        from ._view import TensorView
+
+        view = None
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], TensorView):
+            item, view = item[:2], item[2]
         if not isinstance(item, tuple) or len(item) != 2:
-            raise PtoCompileError("pl.Tensor[...] takes [shape, dtype], e.g. pl.Tensor[[128, 128], pl.FP32]")
+            raise PtoCompileError("pl.Tensor[...] takes [shape, dtype] (and a pl.TensorView), e.g. "
+                                  "pl.Tensor[[128, 128], pl.FP32]")
         shape, dtype = item
         from ._placement import DynamicDim
 
@@ -61,7 +68,9 @@ class Tensor:
                 isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
             raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints (or pl.dynamic dims), "
                                   f"got {shape!r}")
-        return TensorAnnotation(IN, tuple(shape), as_dtype(dtype))
+        if view is not None:
+            view.check(shape)
+        return TensorAnnotation(IN, tuple(shape), as_dtype(dtype), view)
 
 
 class _Direction:
@@ -73,7 +82,7 @@ class _Direction:
         if item is Tensor:
             return TensorAnnotation(self._direction)
         if isinstance(item, TensorAnnotation):
-            return TensorAnnotation(self._direction, item.shape, item.dtype)
+            return TensorAnnotation(self._direction, item.shape, item.dtype, item.view)
         raise PtoCompileError(f"pl.{self._name}[...] wraps a pl.Tensor annotation, got {item!r}")
 
     def __repr__(self) -> str:

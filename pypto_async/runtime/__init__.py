@@ -17,6 +17,7 @@ from ._event import *  # noqa: F401,F403
 from ._event import __all__ as _event_all
 from ._graph import Graph
 from ._harness import RunResult, run
+from ._tensor_spec import TensorSpec
 from ._kernel import *  # noqa: F401,F403
 from ._kernel import __all__ as _kernel_all
 from ._launch import *  # noqa: F401,F403
@@ -30,6 +31,7 @@ from ._worker import __all__ as _worker_all
 
 __all__ = [
     "RunConfig",
+    "TensorSpec",
     "dispatch",
     "device_count",
     "DistributedWorker",

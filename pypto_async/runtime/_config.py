@@ -139,7 +139,8 @@ class RunConfig:
     Fields compilation reads (PyPTO's compile side)
     -----------------------------------------------
     strategy, dump_passes, dump_ptoas_passes, compile_profiling, diagnostic_phase,
-    disabled_diagnostics, analyze_auto_scopes_for_deps, memory_planner, distributed_config
+    disabled_diagnostics, analyze_auto_scopes_for_deps, memory_planner, distributed_config,
+    backend_type
         Forwarded to ``ir.compile`` by :meth:`compile_kwargs` (with
         ``compile_profiling`` as ``profiling``), and by
         ``kernel(*args, config=cfg)`` and ``kernel.compile(*args,
@@ -183,6 +184,7 @@ class RunConfig:
     analyze_auto_scopes_for_deps: bool = False
     memory_planner: Any = None
     distributed_config: Any = None
+    backend_type: Any = None
     auto_deps: bool = True
     sanitize: str | None = None
     sanitize_stacks: bool = False
@@ -298,6 +300,7 @@ _COMPILE_SIDE = (
     ("analyze_auto_scopes_for_deps", "analyze_auto_scopes_for_deps"),
     ("memory_planner", "memory_planner"),
     ("distributed_config", "distributed_config"),
+    ("backend_type", "backend_type"),
 )
 
 _RING_LIMITS = {  # field: (least, most, power of two)

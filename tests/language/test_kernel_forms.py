@@ -331,26 +331,47 @@ def test_hints_and_loop_forms_round_trip_through_the_python_view():
     assert str(namespace["kern"].lower(a, b, a.copy())) == str(p)
 
 
-def test_a_tile_read_in_another_region_is_a_compile_error():
+def test_a_tile_read_in_another_region_goes_through_a_tensor(launcher):
     """03_mixed_kernel's staged form with a tile across the two scopes: each region is a task, so the
-    vector task would read a tile it never computed (it read garbage before this check)."""
-    where = []
+    tile the vector task reads is stored by the cube task to an intermediate (as PyPTO's outlining
+    makes it an output of the first InCore function); it read garbage before that."""
 
     @pl.jit
     def staged(a: pl.Tensor, b: pl.Tensor, bias: pl.Tensor, out: pl.Out[pl.Tensor]):
         with pl.at(level=pl.Level.CORE_GROUP, name_hint="cube_only"):
             acc = pl.matmul(a, b, out_dtype=pl.FP32)
         with pl.at(level=pl.Level.CORE_GROUP, name_hint="vector_only"):
-            where.append(next_line())
             pl.store(pl.add(acc, bias), [0, 0], out)
         return out
 
-    a = np.zeros((128, 256), np.float16)
-    b = np.zeros((256, 128), np.float16)
-    c = np.zeros((128, 128), np.float32)
+    torch.manual_seed(2)
+    a = torch.randn(128, 256, dtype=torch.float16)
+    b = torch.randn(256, 128, dtype=torch.float16)
+    bias = torch.randn(128, 128, dtype=torch.float32)
+    out = torch.full((128, 128), float("nan"))
+    program = staged.lower(a, b, bias, out)
+    assert len(program.scratch) == 1  # the one tile that crosses, stored once
+    launcher.run(staged.compile(a, b, bias, out), a, b, bias, out)
+    torch.testing.assert_close(out, a.float() @ b.float() + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_of_a_region_in_a_loop_that_has_ended_is_a_compile_error():
+    where = []
+
+    @pl.jit
+    def late(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(2):
+            with pl.at(level=pl.Level.CORE_GROUP, name_hint="in_loop"):
+                t = pl.add(a, 1.0)
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="after"):
+            where.append(next_line())
+            pl.store(pl.mul(t, 2.0), [0, 0], out)
+        return out
+
+    a = np.zeros((16, 16), np.float32)
     with pytest.raises(PtoCompileError) as ei:
-        staged.lower(a, b, c, c.copy())
-    assert_at(ei, where[0], "is defined in region 'cube_only' and read outside it", "through a tensor")
+        late.lower(a, a.copy())
+    assert_at(ei, where[0], "computed in a region inside a loop that has ended")
 
 
 def test_the_staged_form_through_a_tensor_matches_torch(launcher):

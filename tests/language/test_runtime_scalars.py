@@ -188,15 +188,38 @@ def _error(k, *args):
     return ei
 
 
-def test_read_outside_a_region():
+def test_a_read_outside_a_region_is_taken_by_the_tasks_that_use_it(launcher, rng):
+    """Qwen3's RoPE stage: the orchestration reads a position and windows a table at it for a region."""
+
+    @pl.jit
+    def k(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for b in pl.range(2):
+            pos = pl.read(cfg, [b]) - 1
+            row = x[pos:pos + 1, :]
+            with pl.at(level=pl.Level.CORE_GROUP):
+                pl.store(pl.add(pl.load(row, [0, 0], [1, C]), 1.0), [b, 0], out)
+        return out
+
+    x = torch.from_numpy(rng.standard_normal((Q, C)).astype(np.float32))
+    out = torch.from_numpy(poison((2, C)))
+    compiled = k.compile(x, torch.tensor([5, 9], dtype=torch.int64), out)
+    for cfg in ([5, 9], [16, 1]):
+        launcher.run(compiled, x, torch.tensor(cfg, dtype=torch.int64), out)
+        assert torch.equal(out, x[[cfg[0] - 1, cfg[1] - 1]] + 1)
+
+
+def test_a_read_outside_a_region_cannot_shape_the_task_graph():
     where = []
 
     @pl.jit
     def k(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
+        n = pl.read(cfg, [0])
         where.append(next_line())
-        pl.read(cfg, [0])
+        for _ in pl.range(n):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                pl.store(pl.load(x, [0, 0], [Q, C]), [0, 0], out)
 
-    assert_at(_error(k), where[0], "pl.read runs inside a pl.at region")
+    assert_at(_error(k), where[0], "must be a Python int")
 
 
 def test_read_of_a_float_tensor_and_of_an_output():
@@ -232,7 +255,26 @@ def test_read_outside_the_tensor():
     assert_at(_error(k), where[0], "index [3..3] of dimension 0 is outside [0, 3) of 'cfg'")
 
 
-def test_a_tile_rebound_in_a_runtime_branch():
+@pytest.mark.parametrize("flag", [0, 1])
+def test_a_tile_rebound_in_a_runtime_branch_takes_the_branch_value(launcher, rng, flag):
+    """PyPTO's if yields the branch's tile (scf.if); 04_paged_attention's online update rebinds tiles so."""
+
+    @pl.jit
+    def k(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [0, 0], [Q, C])
+            if pl.read(cfg, [0]) > 0:
+                t = pl.neg(t)
+            pl.store(pl.add(t, 1.0), [0, 0], out)
+        return out
+
+    x = torch.from_numpy(rng.standard_normal((Q, C)).astype(np.float32))
+    out = torch.from_numpy(poison((Q, C)))
+    k(x, torch.tensor([flag], dtype=torch.int64), out)
+    assert torch.equal(out, (-x if flag else x) + 1)
+
+
+def test_a_tile_of_two_shapes_in_a_runtime_branch():
     where = []
 
     @pl.jit
@@ -241,10 +283,10 @@ def test_a_tile_rebound_in_a_runtime_branch():
             t = pl.load(x, [0, 0], [Q, C])
             where.append(next_line())
             if pl.read(cfg, [0]) > 0:
-                t = pl.neg(t)
+                t = pl.load(x, [0, 0], [Q, C // 2])
             pl.store(t, [0, 0], out)
 
-    assert_at(_error(k), where[0], "tile 't' is bound to different tiles in the branches")
+    assert_at(_error(k), where[0], "both branches must give it the same shape")
 
 
 def test_return_inside_a_runtime_branch():

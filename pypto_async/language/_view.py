@@ -1,0 +1,64 @@
+"""``pl.TensorView`` and ``pl.TensorLayout``: how a kernel parameter views the tensor it is given.
+
+``pl.Tensor[[16, 128], pl.FP32, pl.TensorView(valid_shape=[16, n], layout=pl.TensorLayout.ND)]``
+declares that only the leading ``[16, n]`` box of the parameter is data: a
+whole load of it is partial there (as ``pl.load(..., valid_shape=)``), so a
+``pl.fillpad`` after it pads the rest.  A ``valid_shape`` entry is an int, a
+``pl.dynamic`` dimension (it takes the argument's own valid extent: the
+``valid_shape=`` of the ``pl.tensor.slice`` passed there, or its full
+extent) or an index the caller has.
+
+Layouts: a tensor here is stored row-major (``ND``), the only layout a
+parameter may declare; ``DN`` and ``NZ`` (column-major and fractal
+storage) would change which element an offset names, and raise
+:class:`~pypto_async.errors.PtoNotSupported`.  ``stride=`` (PyPTO's
+explicit strides) is refused likewise unless it is the row-major one.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ..errors import PtoCompileError, PtoNotSupported
+
+__all__ = ["TensorView", "TensorLayout"]
+
+
+class TensorLayout(enum.Enum):
+    """How a tensor's elements are laid out in memory: ``ND`` (row-major), ``DN`` (column-major), ``NZ`` (fractal)."""
+
+    ND = "ND"
+    DN = "DN"
+    NZ = "NZ"
+
+
+class TensorView:
+    """A parameter's view of its tensor: ``valid_shape``, ``layout`` (``ND`` only here), ``stride``, ``pad``."""
+
+    def __init__(self, stride=None, layout: TensorLayout = TensorLayout.ND, valid_shape=None, pad=None):
+        if not isinstance(layout, TensorLayout):
+            raise PtoCompileError(f"pl.TensorView: layout must be a pl.TensorLayout, got {layout!r}")
+        if layout is not TensorLayout.ND:
+            raise PtoNotSupported(f"pl.TensorView(layout=pl.TensorLayout.{layout.name}): tensors are row-major "
+                                  f"(ND) here; a {layout.name} view would read other elements")
+        self.layout = layout
+        self.stride = None if stride is None else list(stride)
+        self.valid_shape = None if valid_shape is None else list(valid_shape)
+        self.pad = pad
+
+    def check(self, shape) -> None:
+        """Check the view against the annotated ``shape`` (one valid extent per dimension; row-major strides)."""
+        if self.valid_shape is not None and len(self.valid_shape) != len(shape):
+            raise PtoCompileError(f"pl.TensorView: valid_shape {self.valid_shape} needs one extent per dimension "
+                                  f"of {list(shape)}")
+        if self.stride is not None:
+            dims = list(shape)
+            want = [1] * len(dims)
+            for d in range(len(dims) - 2, -1, -1):
+                want[d] = want[d + 1] * dims[d + 1] if isinstance(dims[d + 1], int) else None
+            if len(self.stride) != len(dims) or any(w is not None and s != w for s, w in zip(self.stride, want)):
+                raise PtoNotSupported(f"pl.TensorView(stride={self.stride}): only the row-major strides of "
+                                      f"{dims} are supported here")
+
+    def __repr__(self) -> str:
+        return f"pl.TensorView(valid_shape={self.valid_shape}, layout=pl.TensorLayout.{self.layout.name})"

@@ -1,0 +1,188 @@
+"""``pl.tensor``: the tensor-level spellings of PyPTO's ops (``pl.tensor.read``, ``pl.tensor.dim``, ...).
+
+PyPTO dispatches ``pl.add(a, b)`` on its operands' level; ``pl.tensor.add``
+names the tensor-level op outright (its programs spell ``pl.tensor.read``
+and ``pl.tensor.dim`` in orchestration code).  Here:
+
+* ``read(t, [i, ...])`` is ``pl.read``: the element, read when the task
+  that uses it runs (a runtime scalar; see :mod:`._runtime_scalars`).
+* ``dim(t, axis)`` is the extent of ``t``'s dimension ``axis`` (negative
+  axes count from the end).  PyPTO returns a scalar the orchestration reads
+  at run time; here a kernel is traced, and compiled, for its arguments'
+  shapes, so the extent is known when it is traced and ``dim`` gives the int
+  (it may shape tensors and bound loops).
+* ``slice(t, shape, offset)`` is the window ``t[offset : offset + shape]``
+  of a tensor, which a kernel call or a region then reads or writes (PyPTO's
+  tensor view; no data moves).  ``valid_shape=`` marks a leading box of it
+  as its data: loads from it are partial there, as ``pl.load(...,
+  valid_shape=)``.
+* ``create`` / ``create_tensor`` is ``pl.create_tensor``; ``assemble`` is
+  ``pl.assemble`` (a tile into a tensor).
+* The element-wise, reduction, broadcast and layout ops are the top-level
+  ones: on a tensor (or a window of one) they load it whole and compute on
+  the tile (tensor-level ops are sugar here, as :mod:`pypto_async.language`
+  says), so ``pl.tensor.add(a, b)`` is ``pl.add(a, b)``.
+"""
+
+from __future__ import annotations
+
+from ..ir._diag import compile_error
+from ._layout import (
+    concat,
+    reshape,
+    transpose,
+)
+from ._memory import assemble, fillpad
+from . import _ops
+from ._ops import (
+    abs,  # noqa: A004
+    add,
+    cast,
+    col_max,
+    col_min,
+    col_sum,
+    div,
+    divs,
+    exp,
+    log,
+    matmul,
+    matmul_acc,
+    maximum,
+    minimum,
+    mul,
+    muls,
+    neg,
+    recip,
+    row_max,
+    row_min,
+    row_sum,
+    rsqrt,
+    sqrt,
+    sub,
+    subs,
+)
+from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
+from ._program import create_tensor, window
+from ._runtime_scalars import read
+from ._tracer import Index, TensorArg, user_loc
+
+create = create_tensor
+
+__all__ = [
+    "create",
+    "create_tensor",
+    "read",
+    "dim",
+    "slice",
+    "fillpad",
+    "full",
+    "assemble",
+    "concat",
+    "reshape",
+    "transpose",
+    "view",
+    "matmul",
+    "matmul_acc",
+    "add",
+    "adds",
+    "sub",
+    "subs",
+    "mul",
+    "muls",
+    "div",
+    "divs",
+    "maximum",
+    "minimum",
+    "cmp",
+    "and_",
+    "ands",
+    "or_",
+    "ors",
+    "xor",
+    "xors",
+    "not_",
+    "shl",
+    "shls",
+    "shr",
+    "shrs",
+    "row_max",
+    "row_sum",
+    "row_min",
+    "col_sum",
+    "col_max",
+    "col_min",
+    "row_expand",
+    "row_expand_mul",
+    "row_expand_div",
+    "row_expand_add",
+    "row_expand_sub",
+    "col_expand",
+    "col_expand_mul",
+    "col_expand_div",
+    "col_expand_sub",
+    "col_expand_add",
+    "expands",
+    "exp",
+    "log",
+    "neg",
+    "abs",
+    "recip",
+    "sqrt",
+    "rsqrt",
+    "cast",
+]
+
+
+def full(shape, dtype, value):
+    """A tile of ``shape`` filled with ``value`` (PyPTO's ``tensor.full(shape, dtype, value)``)."""
+    return _ops.full(shape, value=value, dtype=dtype)
+
+
+def adds(lhs, rhs):
+    """``lhs + rhs`` for a scalar ``rhs`` (PyPTO's scalar-operand form of ``add``)."""
+    return add(lhs, rhs)
+
+
+def _tensor(t, op: str) -> TensorArg:
+    if not isinstance(t, TensorArg):
+        raise compile_error(f"pl.tensor.{op}: expected a tensor (a parameter, a pl.create_tensor tensor or a window "
+                            f"of one), got {t!r}", user_loc())
+    return t
+
+
+def dim(tensor, axis: int) -> int:
+    """The extent of ``tensor``'s dimension ``axis`` (negative counts from the end), an int here (see the module doc)."""
+    t = _tensor(tensor, "dim")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise compile_error(f"pl.tensor.dim: axis must be an int, got {axis!r}", user_loc())
+    rank = len(t.shape)
+    if not -rank <= axis < rank:
+        raise compile_error(f"pl.tensor.dim: axis {axis} is out of range for the {rank}-d tensor {t.name!r}",
+                            user_loc())
+    return int(t.shape[axis])
+
+
+def slice(tensor, shape, offset, valid_shape=None):  # noqa: A001 - PyPTO's name
+    """The ``shape`` window of ``tensor`` at ``offset`` (ints, loop indices or runtime scalars); see the module doc."""
+    t = _tensor(tensor, "slice")
+    loc = user_loc()
+    shape, offset = list(shape), list(offset)
+    if len(shape) != len(t.shape) or len(offset) != len(t.shape):
+        raise compile_error(f"pl.tensor.slice: shape {shape} and offset {offset} need one entry per dimension of "
+                            f"the {len(t.shape)}-d tensor {t.name!r}", loc)
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise compile_error(f"pl.tensor.slice: a window's extents are ints here (a tensor's shape is fixed when "
+                                f"the kernel is traced), got {d!r} in {shape}; mark a partial window with "
+                                f"valid_shape=", loc)
+    key = tuple(builtins_slice(o, o + d) for o, d in zip(offset, shape))
+    out = window(t, key)
+    if valid_shape is not None:
+        valid = list(valid_shape)
+        if len(valid) != len(shape):
+            raise compile_error(f"pl.tensor.slice: valid_shape {valid} needs one entry per dimension", loc)
+        out.valid = tuple(valid)
+    return out
+
+
+builtins_slice = __builtins__["slice"] if isinstance(__builtins__, dict) else __builtins__.slice
