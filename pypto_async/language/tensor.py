@@ -64,7 +64,7 @@ from ._ops import (
 from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
 from ._program import create_tensor, window
 from ._runtime_scalars import read
-from ._tracer import Index, TensorArg, user_loc
+from ._tracer import TensorArg, user_loc
 
 create = create_tensor
 

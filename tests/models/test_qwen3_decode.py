@@ -10,7 +10,6 @@ minute or two on two CPUs (docs/models.md has the figures).
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
