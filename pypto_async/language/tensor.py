@@ -28,8 +28,18 @@ from __future__ import annotations
 
 from ..ir._diag import compile_error
 from ._layout import (
+    col_expand,
+    col_expand_add,
+    col_expand_div,
+    col_expand_mul,
+    col_expand_sub,
     concat,
     reshape,
+    row_expand,
+    row_expand_add,
+    row_expand_div,
+    row_expand_mul,
+    row_expand_sub,
     transpose,
 )
 from ._memory import assemble, fillpad
