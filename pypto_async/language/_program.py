@@ -28,6 +28,7 @@ from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._hints import scope_hints
+from ._placement import bind_shape, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -101,10 +102,6 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
         if ann.shape is None or ann.dtype is None:
             raise compile_error(f"{where}: a program's tensors need a shape and dtype: pl.Tensor[[r, c], pl.FP32]",
                                 loc)
-        if any(not isinstance(d, int) for d in ann.shape):  # a pl.dynamic dimension
-            raise PtoNotSupported(f"{loc}: {where}: pl.dynamic dimension in {list(ann.shape)}: a @pl.program's "
-                                  f"shapes come from its annotations, so each must be an int here (a @pl.jit "
-                                  f"kernel takes any extent for it)")
         return ann
     if isinstance(ann, ScalarAnnotation):
         if ann.dtype is None:
@@ -263,6 +260,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         raise compile_error(f"{name} takes {len(param_names)} arguments ({', '.join(param_names)}), "
                             f"got {len(args)}", loc)
     proxies, accesses = [], []
+    dims: dict = {}  # the pl.dynamic dimensions this call binds (each to its first argument's extent)
     for pname, arg in zip(param_names, args):
         ann = anns[pname]
         if isinstance(ann, ScalarAnnotation):
@@ -272,10 +270,12 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             continue
         if not isinstance(arg, TensorArg):
             raise compile_error(f"{name}: parameter {pname!r} is a tensor, got {arg!r}", loc)
-        if (ann.shape is not None and arg.shape != ann.shape) or (ann.dtype is not None and arg.dtype != ann.dtype):
+        why = None if ann.shape is None else bind_shape(ann.shape, tuple(arg.shape), dims)
+        if why is not None or (ann.dtype is not None and arg.dtype != ann.dtype):
             declared = f"{(ann.dtype or arg.dtype).name}{list(ann.shape or arg.shape)}"
             raise compile_error(f"{name}: parameter {pname!r} is {declared}, "
-                                f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})", loc)
+                                f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})"
+                                + (f": {why}" if why else ""), loc)
         if ann.direction != IN and t.params[arg.name].direction == IN:
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
@@ -371,21 +371,72 @@ class ProgramDef:
     def __repr__(self) -> str:
         return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
 
+    def bind(self, *args) -> "ProgramDef":
+        """The program with its orchestration's ``pl.dynamic`` dimensions bound to these arguments' extents.
+
+        ``args`` are the orchestration's arguments in parameter order (host
+        arrays, torch tensors, anything with a ``shape``; scalars are
+        skipped), or a prefix of them (the inputs of a return-style call):
+        each dynamic dimension takes the extent of the first argument it
+        annotates.  ``ir.compile(Prog.bind(*tensors))`` compiles for those
+        extents; ``runtime.run(Prog, *tensors)`` binds them itself.
+        """
+        out = object.__new__(ProgramDef)
+        out.__dict__.update(self.__dict__)
+        out._bound = tuple(args)
+        return out
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether the orchestration's signature has a ``pl.dynamic`` dimension (bound by :meth:`bind`)."""
+        anns = self.orchestration.annotations()
+        return any(isinstance(a, TensorAnnotation) and is_dynamic(a.shape) for a in anns.values())
+
+    def _shape(self, name: str, ann: TensorAnnotation, arg, dims: dict, orch) -> tuple[int, ...]:
+        """A parameter's shape: its annotation's, ``pl.dynamic`` dims taken from the bound arguments."""
+        if arg is not None and hasattr(arg, "shape"):
+            why = bind_shape(ann.shape, tuple(int(d) for d in arg.shape), dims)
+            if why is not None:
+                raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
+                                    f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+        if not is_dynamic(ann.shape):
+            return ann.shape
+        shape = []
+        for d in ann.shape:
+            if isinstance(d, int):
+                shape.append(d)
+            elif id(d) in dims:
+                shape.append(dims[id(d)][1])
+            else:
+                raise PtoNotSupported(
+                    f"{orch.loc}: {orch.name}: parameter {name!r} is {list(ann.shape)}, and the sim compiles one "
+                    f"artifact per extent: bind {d.name} to the tensors it runs on, runtime.run({self.name}, "
+                    f"*tensors) or ir.compile({self.name}.bind(*tensors))")
+        return tuple(shape)
+
     def trace(self) -> Program:
         """Trace the orchestration (each kernel call a task) into a Program, before any pass."""
         orch = self.orchestration
         opaque = orch.type is FunctionType.Opaque
         anns = orch.annotations()
         params = []
-        for name in orch.param_names():
-            ann = _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc)
+        bound = getattr(self, "_bound", ())
+        dims: dict = {}
+        names = orch.param_names()
+        anns_of = {name: _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc) for name in names}
+        # Bound arguments first, so a dimension an unbound (later) parameter shares with them is known.
+        for i, name in enumerate(names):
+            if i < len(bound) and isinstance(anns_of[name], TensorAnnotation):
+                self._shape(name, anns_of[name], bound[i], dims, orch)
+        for name in names:
+            ann = anns_of[name]
             if isinstance(ann, ScalarAnnotation):
                 params.append(Param(name, SCALAR, (), ann.dtype))
             else:
                 # An Opaque function's tensors may be written whatever they are annotated: traced
                 # writable, each is then an input unless its body stores to it (_opaque_directions).
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
-                params.append(Param(name, direction, ann.shape, ann.dtype))
+                params.append(Param(name, direction, self._shape(name, ann, None, dims, orch), ann.dtype))
         tracer = Tracer(self.name, params)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         me = _Self({})
