@@ -23,6 +23,7 @@ from ._printer import format_program
 from ._program import Program
 from . import pass_manager
 from ._function import Function, FunctionType
+from ._serialize import deserialize, deserialize_from_file, serialize, serialize_to_file
 
 __all__ = [
     "compile",
@@ -39,6 +40,10 @@ __all__ = [
     "Program",
     "Function",
     "FunctionType",
+    "serialize",
+    "deserialize",
+    "serialize_to_file",
+    "deserialize_from_file",
     "pass_manager",
     "PIPELINE",
     "run_passes",

@@ -18,7 +18,7 @@ from ..ir._bounds import RUNTIME
 from ..ir._nodes import DynFor, For, Scope, Spmd
 from ._hints import no_dep_names, region_hints, scope_hints
 from ._carry import carry_rebound, open_carries, tile_locals
-from ._tracer import Index, ScalarArg, Tile, current, to_index, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 from ._types import Level
 
 __all__ = ["at", "incore", "auto_incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
@@ -215,7 +215,7 @@ class range:  # noqa: A001
             return index
         self.carries, self.depth, self.yielded = carries, len(t.blocks), None
         t.carry_loops.append(self)
-        return index, tuple(Tile(c) for c in carries)
+        return index, tuple(c if isinstance(c, TensorArg) else Tile(c) for c in carries)
 
     def _end(self, t, frame) -> None:
         if self._init is not None:
