@@ -38,7 +38,7 @@ from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot,
 from ._inline import InlineFunction
 from ._loops import pipeline, unroll
 from .array import TASK_ID
-from ._program import FunctionType, ProgramDef, create_tensor, function, program
+from ._program import FunctionType, ProgramDef, create_tensor, func_attr, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
 from ._memory import *  # noqa: F401,F403
@@ -48,6 +48,7 @@ from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read
+from ._submit import no_dep, submit
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
@@ -77,6 +78,7 @@ __all__ = [
     "TaskId",
     "program",
     "function",
+    "func_attr",
     "FunctionType",
     "ProgramDef",
     "create_tensor",
@@ -122,6 +124,8 @@ __all__ = [
     "min",
     "max",
     "read",
+    "submit",
+    "no_dep",
     *_ops_all,
     *_memory_all,
     *_layout_all,

@@ -47,7 +47,7 @@ def task_deps(tracer, deps, loc) -> tuple[int, ...]:
         if not isinstance(d, TaskId) or d._tracer is not tracer:
             raise compile_error(f"deps= takes task ids bound by 'with pl.at(...) as tid' in this kernel, got {d!r}",
                                 loc)
-        out.append(d.id)
+        out.extend(getattr(d, "ids", (d.id,)))  # a pl.system.task_dummy join stands for several
     return tuple(out)
 
 
@@ -244,6 +244,7 @@ class parallel(range):
     """
 
     _kind = "pl.parallel"
+    _form = "parallel"
 
 
 class spmd:

@@ -32,7 +32,7 @@ from ._placement import bind_shape, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
-__all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
+__all__ = ["FunctionType", "function", "func_attr", "program", "create_tensor", "ProgramDef"]
 
 
 class _Function:
@@ -70,25 +70,100 @@ class _Function:
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
-             auto_scope: bool = True):
+             auto_scope: bool = True, attrs: dict | None = None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
-    (``with pl.scope():``), as on ``@pl.jit``.
+    (``with pl.scope():``), as on ``@pl.jit``.  ``attrs=`` on an InCore function takes
+    the scheduling hints PyPTO's outlined functions carry, recorded on each task the
+    function makes and changing no result: ``{"split": pl.SplitMode.UP_DOWN}`` (as
+    ``pl.at(optimizations=[pl.split(...)])``) and ``{"cross_core_slot": n}`` (as
+    ``pl.cross_core_slot(slot_num=n)``); another key is an error.
     """
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
     if not isinstance(auto_scope, bool):
         raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
+    hints = _attr_hints(attrs, type)
+    if attrs:
+        import warnings
+
+        warnings.warn("@pl.function(attrs={...}) is deprecated: declare the attributes with pl.func_attr({...}) as "
+                      "the first statement of the body", DeprecationWarning, stacklevel=2)
 
     def wrap(f):
         if not callable(f):
             raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
         out = _Function(f, type, name_hint)
         out.auto_scope = auto_scope
+        out.hints = hints
         return out
 
     return wrap if fn is None else wrap(fn)
+
+
+def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)", params=None) -> tuple:
+    """Function attributes (``pl.func_attr({...})``, ``@pl.function(attrs={...})``) as the task hints they are.
+
+    ``"split"`` (a ``pl.SplitMode``) and ``"slot_num"`` (also spelled
+    ``"cross_core_slot"``, a positive int) are ``pl.at(optimizations=[...])``'s
+    hints; ``"stationary"`` names a tensor parameter (``params``, the
+    function's, when known) the cube keeps resident.  They change no result.
+    Another key is an error.
+    """
+    if attrs is None:
+        return ()
+    from ._hints import SplitMode
+
+    if not isinstance(attrs, dict):
+        raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
+    if attrs and type_ is not FunctionType.InCore:
+        raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
+    hints = []
+    for key, value in attrs.items():
+        if key == "split":
+            if not isinstance(value, SplitMode):
+                raise PtoCompileError(f"{what}: 'split' takes a pl.SplitMode, got {value!r}")
+            hints.append(("split", value.value))
+        elif key in ("slot_num", "cross_core_slot"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PtoCompileError(f"{what}: {key!r} takes a positive int, got {value!r}")
+            hints.append(("cross_core_slot", value))
+        elif key == "stationary":
+            if not isinstance(value, TensorArg) or (params is not None and not any(value is q for q in params)):
+                raise PtoCompileError(f"{what}: 'stationary' takes a tensor parameter of the function, got "
+                                      f"{value!r}")
+            hints.append(("stationary", value.name))
+        else:
+            raise PtoCompileError(f"{what}: unknown attribute {key!r} (known: 'split', 'slot_num', 'stationary')")
+    return tuple(hints)
+
+
+def func_attr(attrs: dict) -> None:
+    """Declare an InCore function's attributes, as the first statement of its body (``pl.func_attr({...})``).
+
+    ``{"split": pl.SplitMode.UP_DOWN, "slot_num": 2, "stationary": w}``: see
+    :func:`_attr_hints`; recorded on each task the function makes.  It must
+    come before any statement that records IR, in a ``@pl.function(type=
+    pl.FunctionType.InCore)`` or ``@pl.jit.incore`` body; a key declared
+    twice is an error.
+    """
+    t = current("pl.func_attr")
+    loc = user_loc()
+    pending = getattr(t, "func_attrs", None)
+    if pending is None:
+        raise compile_error("pl.func_attr belongs at the top of an InCore function's body (a @pl.function of type "
+                            "InCore or a @pl.jit.incore helper)", loc)
+    if t.blocks[-1]:
+        raise compile_error("pl.func_attr() must appear before every other statement of the function", loc)
+    try:
+        hints = _attr_hints(attrs, FunctionType.InCore, "pl.func_attr({...})", pending["params"])
+    except PtoCompileError as exc:
+        raise compile_error(str(exc), loc) from None
+    for name, _ in hints:
+        if any(name == n for n, _ in pending["hints"]):
+            raise compile_error(f"pl.func_attr: attribute {name!r} is declared twice", loc)
+    pending["hints"].extend(hints)
 
 
 def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
@@ -246,7 +321,7 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
-              name_hint: str | None = None, deps=None):
+              name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -254,17 +329,22 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     (a ``@pl.jit.incore`` helper's bare ``pl.Tensor``) takes the argument's.
     The task records the accesses the parameters' directions declare: each
     tensor argument's window, read for ``In``, written for ``Out``, both for
-    ``InOut``.
+    ``InOut``; an argument wrapped in ``pl.no_dep`` is not tracked.
+    ``deps=`` takes task ids and task-id arrays; ``hints`` are recorded on
+    the task; ``with_task=True`` returns ``(result, task id)``.
     """
     if len(args) != len(param_names):
         raise compile_error(f"{name} takes {len(param_names)} arguments ({', '.join(param_names)}), "
                             f"got {len(args)}", loc)
-    proxies, accesses = [], []
+    proxies, accesses, untracked = [], [], []
     dims: dict = {}  # the pl.dynamic dimensions this call binds (each to its first argument's extent)
     for pname, arg in zip(param_names, args):
         ann = anns[pname]
         if isinstance(ann, ScalarAnnotation):
-            if not isinstance(arg, (ScalarArg, int, float)):
+            if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the loop "
+                                    f"index {arg!r} (an integer)", loc)
+            if not isinstance(arg, (ScalarArg, Index, int, float)):  # a loop index: the body reads it as is
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
@@ -282,6 +362,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
         proxies.append(TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction))
         accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
+        if getattr(arg, "no_dep", False) and arg.name not in untracked:
+            untracked.append(arg.name)
+    from .array import split_deps
+
+    deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
         raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
@@ -292,15 +377,34 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     from ._branch import traced_fn
 
     fn = traced_fn(fn)
+    t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
         ok = True
     finally:
         body = t.close_block()
+        declared = tuple(t.func_attrs["hints"])
+        t.func_attrs = None
     if ok:
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
-                       manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
-    return _task_result(name, result, proxies, args, fn_loc)
+                       manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
+                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
+    out = _task_result(name, result, proxies, [_tracked(a) for a in args], fn_loc)
+    if with_task:
+        from ._control import TaskId
+
+        return out, TaskId(t, task, name_hint or name)
+    return out
+
+
+def _tracked(arg):
+    """A call's argument as the caller sees it after the call: a ``pl.no_dep`` mark does not outlive the call."""
+    if getattr(arg, "no_dep", False):
+        import copy
+
+        arg = copy.copy(arg)
+        arg.no_dep = False
+    return arg
 
 
 def _task_result(name, result, proxies, args, fn_loc):
@@ -323,12 +427,17 @@ class _Kernel:
         self.fn = fn
 
     def __call__(self, *args, name_hint: str | None = None, deps=None):
+        return self.call(args, name_hint=name_hint, deps=deps, loc=user_loc())
+
+    def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False):
+        """Trace one call of the kernel as a task (``pl.submit`` passes ``hints`` and ``with_task=True``)."""
         t = current(f"self.{self.fn.name}")
         names = self.fn.param_names()
         raw = self.fn.annotations()
         anns = {n: _annotation(raw.get(n), f"{self.fn.name}: parameter {n!r}", self.fn.loc) for n in names}
-        return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=user_loc(),
-                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps)
+        hints = (*getattr(self.fn, "hints", ()), *hints)
+        return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
+                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task)
 
 
 class _Self:

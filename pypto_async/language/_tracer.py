@@ -154,6 +154,15 @@ class TensorArg:
 
         return _ops.neg(self)
 
+    def _compare(self, other):
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported(f"{user_loc()}: comparing the tensor {self.name!r} with {other!r}: PyPTO reads "
+                              f"'tensor[i] > 0' as a dispatch predicate (pl.submit(predicate=...)), which is not "
+                              f"available on the sim; read the value with pl.read and branch on it in the kernel")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+
     def __getitem__(self, key):
         """A window of the tensor (``t[0:64, :]``) to pass to a program's kernel."""
         from ._program import window
