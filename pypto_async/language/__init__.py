@@ -36,7 +36,8 @@ from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, r
 from ._jit import JitFunction, jit
 from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot, scope, split
 from ._inline import InlineFunction
-from ._loops import pipeline, unroll
+from ._inline import inline
+from ._loops import cond, pipeline, unroll, while_
 from .array import TASK_ID
 from ._program import FunctionType, ProgramDef, create_tensor, func_attr, function, program
 from ._layout import *  # noqa: F401,F403
@@ -49,11 +50,12 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read
 from ._submit import no_dep, submit
+from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
-from ._parse import loads, parse
+from ._parse import loads, loads_program, parse, parse_program
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
@@ -87,6 +89,8 @@ __all__ = [
     "yield_",
     "unroll",
     "pipeline",
+    "while_",
+    "cond",
     "SplitMode",
     "Split",
     "CrossCoreSlot",
@@ -105,6 +109,9 @@ __all__ = [
     "cluster",
     "parse",
     "loads",
+    "parse_program",
+    "loads_program",
+    "inline",
     "Tile",
     "Index",
     "TensorArg",
@@ -126,6 +133,10 @@ __all__ = [
     "read",
     "submit",
     "no_dep",
+    "static_print",
+    "static_assert",
+    "const",
+    "RUNTIME",
     *_ops_all,
     *_memory_all,
     *_layout_all,

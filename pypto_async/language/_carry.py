@@ -26,10 +26,12 @@ from __future__ import annotations
 from ..ir._diag import compile_error
 from .._signature import IN
 from ..ir._infer import check_store
-from ..ir._nodes import Assign, IConst, Move, Store, TileType, Update
+from .._scalars import is_int
+from ..ir._bounds import RUNTIME
+from ..ir._nodes import Assign, IConst, IVar, Move, SetIndex, Store, TileType, Update, Var
 from ..ir._rewrite import reads, substitute
 from ..ir._spaces import CUBE_ONLY
-from ._tracer import TensorArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
 __all__ = ["tile_locals", "carry_rebound", "open_carries", "yield_"]
 
@@ -159,20 +161,30 @@ def yield_(*values):
         raise compile_error("pl.yield_ is called once per loop body", loc)
     if len(values) != len(loop.carries):
         raise compile_error(f"pl.yield_ got {len(values)} values for {len(loop.carries)} init_values", loc)
-    pairs, write_backs = [], []
+    pairs, write_backs, scalars = [], [], []
     for i, (c, v) in enumerate(zip(loop.carries, values)):
         if isinstance(c, TensorArg):
             write_backs.extend(_tensor_yield(t, i, c, v, loc))
+            continue
+        if isinstance(c, IVar):  # a pl.while_ scalar: the next value, assigned after all are computed
+            if isinstance(v, bool) or not (is_int(v) or isinstance(v, (Index, ScalarArg))):
+                raise compile_error(f"pl.yield_ value {i} must be an int or an index (init_values[{i}] is one), "
+                                    f"got {v!r}", loc)
+            tmp = t.new_index("y")
+            t.ranges[tmp.name] = RUNTIME
+            write_backs.append(SetIndex(tmp, to_index(v, f"pl.yield_ value {i}"), loc))
+            scalars.append(SetIndex(c, tmp, loc))
             continue
         if not isinstance(v, Tile):
             raise compile_error(f"pl.yield_ value {i} must be a tile, got {v!r}", loc)
         if not _same(c.type, v.var.type):
             raise compile_error(f"pl.yield_ value {i} is {v.var.type}, but init_values[{i}] is {c.type}", loc)
         pairs.append((c, v.var))
-    for s in write_backs + _updates(t, pairs, {c.id for c in loop.carries if not isinstance(c, TensorArg)}, loc):
+    tile_ids = {c.id for c in loop.carries if isinstance(c, Var)}
+    for s in write_backs + scalars + _updates(t, pairs, tile_ids, loc):
         t.append(s)
     loop.yielded = len(t.blocks[-1])
-    out = tuple(c if isinstance(c, TensorArg) else Tile(c) for c in loop.carries)
+    out = tuple(c if isinstance(c, TensorArg) else Index(c) if isinstance(c, IVar) else Tile(c) for c in loop.carries)
     return out[0] if len(out) == 1 else out
 
 

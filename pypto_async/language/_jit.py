@@ -32,6 +32,12 @@ def _is_device_tensor(x) -> bool:
     return hasattr(x, "worker") and hasattr(x, "data_ptr") and not hasattr(x, "__array_interface__")
 
 
+def _is_runtime(x) -> bool:
+    from ._directives import RUNTIME
+
+    return x is RUNTIME
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (bool, int, float, np.generic))
 
@@ -127,7 +133,7 @@ class JitFunction:
                     f"dispatch it through a worker (ChipWorker.run or ChipWorker.register)",
                     self._loc,
                 )
-            if isinstance(ann, ScalarAnnotation) or (ann is None and _is_number(arg)):
+            if isinstance(ann, ScalarAnnotation) or (ann is None and (_is_number(arg) or _is_runtime(arg))):
                 out.append(self._scalar_param(name, arg, ann))
             elif ann is None or isinstance(ann, TensorAnnotation):
                 out.append(self._tensor_param(name, arg, ann or TensorAnnotation(), dims))
@@ -136,6 +142,13 @@ class JitFunction:
         return out
 
     def _scalar_param(self, name, arg, ann) -> Param:
+        from ._directives import RUNTIME
+
+        if arg is RUNTIME:  # compile(n=pl.RUNTIME): the value comes at dispatch, as every scalar's does here
+            if ann is None or ann.dtype is None:
+                raise compile_error(f"parameter {name!r} is pl.RUNTIME: annotate its dtype (pl.Scalar[pl.INT32]) "
+                                    f"so the artifact knows what it will be passed", self._loc)
+            return Param(name, SCALAR, (), ann.dtype)
         if not _is_number(arg):
             raise compile_error(f"parameter {name!r} is a scalar, got {type(arg).__name__}", self._loc)
         if ann is not None and ann.dtype is not None:

@@ -70,7 +70,7 @@ class _Function:
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
-             auto_scope: bool = True, attrs: dict | None = None):
+             auto_scope: bool = True, attrs: dict | None = None, strict_ssa: bool = False):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
@@ -79,6 +79,9 @@ def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: st
     function makes and changing no result: ``{"split": pl.SplitMode.UP_DOWN}`` (as
     ``pl.at(optimizations=[pl.split(...)])``) and ``{"cross_core_slot": n}`` (as
     ``pl.cross_core_slot(slot_num=n)``); another key is an error.
+    ``strict_ssa=True`` rejects, when the function is decorated, a name bound
+    twice in its body (a parameter counts as bound) and the ``dst[...] = src``
+    subscript write, which rebinds ``dst`` (see :func:`check_strict_ssa`).
     """
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
@@ -91,15 +94,75 @@ def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: st
         warnings.warn("@pl.function(attrs={...}) is deprecated: declare the attributes with pl.func_attr({...}) as "
                       "the first statement of the body", DeprecationWarning, stacklevel=2)
 
+    if not isinstance(strict_ssa, bool):
+        raise PtoCompileError(f"@pl.function(strict_ssa=...) must be a bool (True/False), got {strict_ssa!r}")
+
     def wrap(f):
         if not callable(f):
             raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
+        if strict_ssa:
+            check_strict_ssa(f)
         out = _Function(f, type, name_hint)
         out.auto_scope = auto_scope
         out.hints = hints
         return out
 
     return wrap if fn is None else wrap(fn)
+
+
+def check_strict_ssa(fn) -> None:
+    """Raise a compile error at the first rebinding in ``fn``'s body (``@pl.function(strict_ssa=True)``).
+
+    A name may be bound once: by a parameter, an assignment (each name of a
+    tuple target), a ``for`` target or a ``with ... as``.  An augmented
+    assignment and a subscript write (``dst[...] = src``) rebind.
+    """
+    import ast
+    import textwrap
+
+    code = fn.__code__
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        raise PtoCompileError(f"@pl.function(strict_ssa=True) reads {fn.__name__}'s source, which is not "
+                              f"available") from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    node = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    bound = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+
+    def fail(n, what: str):
+        raise compile_error(f"SSAViolationError: {what} under @pl.function(strict_ssa=True); use distinct "
+                            f"names (or drop strict_ssa)", Loc(code.co_filename, first + n.lineno - 1))
+
+    def bind(target, stmt):
+        if isinstance(target, ast.Name):
+            if target.id in bound:
+                fail(stmt, f"{target.id!r} is bound again")
+            bound.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                bind(t, stmt)
+        elif isinstance(target, ast.Starred):
+            bind(target.value, stmt)
+        elif isinstance(target, ast.Subscript):
+            fail(stmt, "the subscript write dst[...] = src rebinds dst (call pl.assemble explicitly)")
+
+    for n in ast.walk(node):
+        if n is node:
+            continue
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                bind(t, n)
+        elif isinstance(n, (ast.AnnAssign, ast.NamedExpr)) and getattr(n, "value", None) is not None:
+            bind(n.target, n)
+        elif isinstance(n, ast.AugAssign):
+            fail(n, f"{ast.unparse(n.target)!r} is updated in place")
+        elif isinstance(n, (ast.For, ast.AsyncFor)):
+            bind(n.target, n)
+        elif isinstance(n, (ast.With, ast.AsyncWith)):
+            for item in n.items:
+                if item.optional_vars is not None:
+                    bind(item.optional_vars, n)
 
 
 def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)", params=None) -> tuple:

@@ -134,6 +134,40 @@ def _rbinop(name):
     return method
 
 
+def _cmpop(cmp_type: int):
+    def method(self, other):
+        from ._ops_extended import cmp
+
+        return cmp(self, other, cmp_type)
+
+    return method
+
+
+def _tile_slice(tile: "Tile", key):
+    from ..ir._nodes import linear_index
+    from ._layout import slice as slice_op
+
+    loc = user_loc()
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > len(tile.shape) or not all(isinstance(k, slice) for k in key):
+        raise compile_error(f"{tile!r}[...]: a tile subscript is a slice per dimension (t[0:16, :]); read one "
+                            f"element of a tensor with pl.read", loc)
+    shape, offset = [], []
+    for d, extent in enumerate(tile.shape):
+        k = key[d] if d < len(key) else slice(None)
+        if k.step not in (None, 1):
+            raise compile_error(f"{tile!r}[...]: a slice's step must be 1, got {k.step!r}", loc)
+        start = to_index(0 if k.start is None else k.start, "slice start")
+        stop = to_index(extent if k.stop is None else k.stop, "slice stop")
+        a, b = linear_index(start), linear_index(stop)
+        diff = None if a is None or b is None else {n: b.get(n, 0) - a.get(n, 0) for n in {*a, *b}}
+        if diff is None or any(v for n, v in diff.items() if n is not None):
+            raise compile_error(f"{tile!r}[...]: dimension {d}'s extent (stop - start) must be a constant", loc)
+        shape.append(diff.get(None, 0))
+        offset.append(Index(start) if not isinstance(start, IConst) else start.value)
+    return slice_op(tile, shape, offset)
+
+
 class TensorArg:
     """A tensor parameter inside a traced kernel (``shape``, ``dtype``, ``name``)."""
 
@@ -240,6 +274,16 @@ class Tile:
 
     def __bool__(self):
         raise compile_error("a tile has no truth value at trace time (use pl.maximum/pl.minimum)", user_loc())
+
+    # Comparisons are PyPTO's eq / ne / lt / le / gt / ge (``pl.cmp``): a predicate mask for ``pl.sel``.
+    __eq__, __ne__ = _cmpop(0), _cmpop(1)
+    __lt__, __le__ = _cmpop(2), _cmpop(3)
+    __gt__, __ge__ = _cmpop(4), _cmpop(5)
+    __hash__ = object.__hash__
+
+    def __getitem__(self, key):
+        """``t[0:16, :]``: PyPTO's slice sugar, ``pl.slice(t, [16, cols], [0, 0])`` (unit steps, constant extents)."""
+        return _tile_slice(self, key)
 
     def __repr__(self) -> str:
         return f"<tile %{self.var.id}: {self.var.type}>"
