@@ -49,7 +49,7 @@ from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read
-from ._submit import no_dep, submit
+from ._submit import get_block_idx, no_dep, spmd_submit, submit
 from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
@@ -132,6 +132,8 @@ __all__ = [
     "max",
     "read",
     "submit",
+    "spmd_submit",
+    "get_block_idx",
     "no_dep",
     "static_print",
     "static_assert",

@@ -274,11 +274,13 @@ class spmd:
             )
         t.block_num = self.n
         t.in_spmd = True
+        t.spmd_index = None
         self._tracer = t
         self._var = t.new_index("b")
         t.ranges[self._var.name] = (0, self.n - 1)
         t.open_block("spmd")
-        return Index(self._var)
+        t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
+        return t.spmd_index
 
     def _end(self, ok: bool) -> None:
         t = self._tracer

@@ -22,7 +22,7 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, Loc, Param, Scope, Store
+from ..ir._nodes import For, IBin, IConst, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
@@ -384,7 +384,8 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
-              name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False):
+              name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False,
+              core_num: int | None = None):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -394,7 +395,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     tensor argument's window, read for ``In``, written for ``Out``, both for
     ``InOut``; an argument wrapped in ``pl.no_dep`` is not tracked.
     ``deps=`` takes task ids and task-id arrays; ``hints`` are recorded on
-    the task; ``with_task=True`` returns ``(result, task id)``.
+    the task; ``with_task=True`` returns ``(result, task id)``.  With
+    ``core_num=n`` (``pl.spmd_submit``) the task runs the body for each of
+    ``n`` blocks, ``pl.tile.get_block_idx()`` giving the block's index; the
+    sim runs the blocks one after another inside the task.
     """
     if len(args) != len(param_names):
         raise compile_error(f"{name} takes {len(param_names)} arguments ({', '.join(param_names)}), "
@@ -441,10 +445,21 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
 
     fn = traced_fn(fn)
     t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
+    blocks = None
+    if core_num is not None:  # pl.spmd_submit: the body once per block, in a loop over the block index
+        blocks = t.new_index("b")
+        t.ranges[blocks.name] = (0, core_num - 1)
+        t.open_block("range")
+        t.block_index = Index(blocks)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
         ok = True
     finally:
+        if blocks is not None:
+            inner = t.close_block()
+            del t.ranges[blocks.name]
+            t.block_index = None
+            t.append(For(blocks, 0, core_num, 1, inner, loc))  # the blocks, in order (hint core_num)
         body = t.close_block()
         declared = tuple(t.func_attrs["hints"])
         t.func_attrs = None
@@ -492,7 +507,8 @@ class _Kernel:
     def __call__(self, *args, name_hint: str | None = None, deps=None):
         return self.call(args, name_hint=name_hint, deps=deps, loc=user_loc())
 
-    def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False):
+    def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False,
+             core_num: int | None = None):
         """Trace one call of the kernel as a task (``pl.submit`` passes ``hints`` and ``with_task=True``)."""
         t = current(f"self.{self.fn.name}")
         names = self.fn.param_names()
@@ -500,7 +516,8 @@ class _Kernel:
         anns = {n: _annotation(raw.get(n), f"{self.fn.name}: parameter {n!r}", self.fn.loc) for n in names}
         hints = (*getattr(self.fn, "hints", ()), *hints)
         return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
-                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task)
+                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task,
+                         core_num=core_num)
 
 
 class _Self:

@@ -296,3 +296,82 @@ def test_decorator_attrs_are_deprecated_and_checked():
         pl.function(type=pl.FunctionType.InCore, attrs={"split": pl.SplitMode.LEFT_RIGHT})
     with pytest.raises(PtoCompileError, match="takes a dict"):
         pl.function(type=pl.FunctionType.InCore, attrs=[("split", 1)])
+
+
+# ---- pl.spmd_submit, pl.tile.get_block_idx ---------------------------------------------------------
+
+
+@pl.program
+class Blocks:
+    """tasks/02-submit's pl.spmd_submit: one task run by core_num blocks, each on its own band."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def band(self, x: pl.Tensor[[64, 32], pl.FP32], o: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        b = pl.tile.get_block_idx()
+        t = pl.load(x, [b * 16, 0], [16, 32])
+        o = pl.store(pl.mul(t, 2.0), [b * 16, 0], o)
+        return o
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def after(self, o: pl.Tensor[[64, 32], pl.FP32], y: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        y = pl.store(pl.neg(pl.load(o, [0, 0], [64, 32])), [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, x: pl.Tensor[[64, 32], pl.FP32], o: pl.Out[pl.Tensor[[64, 32], pl.FP32]],
+             y: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        o, tid = pl.spmd_submit(self.band, x, o, core_num=4, sync_start=True)
+        y, _ = pl.submit(self.after, o, y, deps=[tid])
+        return o, y
+
+
+def test_spmd_submit_is_one_task_of_core_num_blocks(launcher):
+    compiled = ir.compile(Blocks)
+    assert len(compiled.task_graph.tasks) == 2 and _declared(compiled) == {(0, 1)}
+    x, o, y = torch.randn(64, 32), _nan(64, 32), _nan(64, 32)
+    launcher.run(compiled, x, o, y)
+    expected = x * 2.0  # each block its own band: every row written once
+    torch.testing.assert_close(o, expected, rtol=0, atol=0)
+    torch.testing.assert_close(y, -expected, rtol=0, atol=0)
+    first = next(_scopes(Blocks.trace().body))
+    assert ("core_num", 4) in first.hints and ("sync_start", True) in first.hints
+
+
+@pl.jit
+def spmd_rows(x: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+    for b in pl.spmd(4):
+        i = pl.tile.get_block_idx()
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.exp(pl.load(x, [i * 16, 0], [16, 32])), [i * 16, 0], out)
+    return out
+
+
+def test_get_block_idx_is_the_spmd_blocks_index(launcher):
+    x, out = torch.randn(64, 32), _nan(64, 32)
+    spmd_rows(x, out)
+    torch.testing.assert_close(out, torch.exp(x), rtol=1e-6, atol=1e-6)
+
+
+def test_spmd_submit_needs_core_num_and_get_block_idx_a_block():
+    @pl.program
+    class NoCores:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, x: pl.Tensor[[64, 32], pl.FP32], o: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+            o = pl.store(pl.load(x, [0, 0], [64, 32]), [0, 0], o)
+            return o
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def main(self, x: pl.Tensor[[64, 32], pl.FP32], o: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+            o, _ = pl.spmd_submit(self.k, x, o)
+            return o
+
+    with pytest.raises(PtoCompileError, match="pl.spmd_submit requires core_num="):
+        ir.compile(NoCores)
+
+    @pl.jit
+    def k(x: pl.Tensor[[64, 32], pl.FP32]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.tile.get_block_idx()
+
+    with pytest.raises(PtoCompileError, match="get_block_idx\\(\\) is the block index"):
+        k.compile()
