@@ -254,6 +254,11 @@ class spmd:
     once; ``b`` is the block index (an :class:`Index`, ``0 <= b < n``) to use
     in offsets.  The launch then has ``n`` blocks.  One block count per
     kernel; statements outside the spmd body run in every block.
+
+    In a ``@pl.program``'s orchestration, ``with pl.spmd(n):`` is PyPTO's
+    dispatch form: each kernel call inside is one task run by ``n`` blocks
+    (as ``pl.spmd_submit(..., core_num=n)``), the kernel reading its block
+    with ``pl.tile.get_block_idx()``.
     """
 
     def __init__(self, n):
@@ -265,6 +270,14 @@ class spmd:
 
     def _begin(self) -> Index:
         t = current("pl.spmd")
+        self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
+        if self._dispatch:
+            # A @pl.program's dispatch form: each kernel call inside runs on n blocks (pl.spmd_submit).
+            if getattr(t, "spmd_dispatch", None) is not None:
+                raise compile_error("pl.spmd cannot be nested", self._loc)
+            t.spmd_dispatch = self.n
+            self._tracer = t
+            return None
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         if t.block_num is not None and t.block_num != self.n:
@@ -284,6 +297,9 @@ class spmd:
 
     def _end(self, ok: bool) -> None:
         t = self._tracer
+        if self._dispatch:
+            t.spmd_dispatch = None
+            return
         body = t.close_block()
         del t.ranges[self._var.name]
         t.in_spmd = False

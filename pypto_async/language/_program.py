@@ -446,6 +446,8 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     fn = traced_fn(fn)
     t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
     blocks = None
+    if core_num is None:
+        core_num = getattr(t, "spmd_dispatch", None)  # a call inside `with pl.spmd(n):` of a program
     if core_num is not None:  # pl.spmd_submit: the body once per block, in a loop over the block index
         blocks = t.new_index("b")
         t.ranges[blocks.name] = (0, core_num - 1)
@@ -549,13 +551,21 @@ class ProgramDef:
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
         # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
+        # A class of InCore functions alone is a program too (a library of kernels), with nothing to compile.
+        self._entries = (len(orch), len(opaque))
         if len(orch) == 1 and not opaque or not orch and len(opaque) == 1:
             self.orchestration = (orch or opaque)[0]
+        elif not orch and not opaque:
+            self.orchestration = None
         else:
-            raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
-                                  f"@pl.function(type=pl.FunctionType.Orchestration), or one "
-                                  f"pl.FunctionType.Opaque function and no orchestration; found {len(orch)} "
-                                  f"Orchestration and {len(opaque)} Opaque")
+            self._no_entry()
+
+    def _no_entry(self):
+        orch, opaque = self._entries
+        raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
+                              f"@pl.function(type=pl.FunctionType.Orchestration), or one "
+                              f"pl.FunctionType.Opaque function and no orchestration; found {orch} "
+                              f"Orchestration and {opaque} Opaque")
 
     def __repr__(self) -> str:
         return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
@@ -578,6 +588,8 @@ class ProgramDef:
     @property
     def is_dynamic(self) -> bool:
         """Whether the orchestration's signature has a ``pl.dynamic`` dimension (bound by :meth:`bind`)."""
+        if self.orchestration is None:
+            return False
         anns = self.orchestration.annotations()
         return any(isinstance(a, TensorAnnotation) and is_dynamic(a.shape) for a in anns.values())
 
@@ -606,6 +618,8 @@ class ProgramDef:
     def trace(self) -> Program:
         """Trace the orchestration (each kernel call a task) into a Program, before any pass."""
         orch = self.orchestration
+        if orch is None:
+            self._no_entry()
         opaque = orch.type is FunctionType.Opaque
         anns = orch.annotations()
         params = []
@@ -628,6 +642,7 @@ class ProgramDef:
                 params.append(Param(name, direction, self._shape(name, ann, None, dims, orch), ann.dtype))
         tracer = Tracer(self.name, params)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
+        tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
@@ -652,7 +667,8 @@ class ProgramDef:
     @property
     def functions(self) -> dict[str, "_Function"]:
         """The program's ``@pl.function`` methods by name: its kernels and its orchestration."""
-        return {**{f.name: f for f in self.kernels.values()}, self.orchestration.name: self.orchestration}
+        entry = {} if self.orchestration is None else {self.orchestration.name: self.orchestration}
+        return {**{f.name: f for f in self.kernels.values()}, **entry}
 
     def as_python(self, form: str = "jit") -> str:
         """The traced program as source.

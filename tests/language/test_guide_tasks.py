@@ -375,3 +375,44 @@ def test_spmd_submit_needs_core_num_and_get_block_idx_a_block():
 
     with pytest.raises(PtoCompileError, match="get_block_idx\\(\\) is the block index"):
         k.compile()
+
+
+@pl.program
+class SpmdDispatch:
+    """language/04-scopes's dispatch form: `with pl.spmd(4):` around a kernel call of a program."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def kernel(self, a: pl.Tensor[[64, 32], pl.FP32], b: pl.Tensor[[64, 32], pl.FP32],
+               out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        i = pl.tile.get_block_idx()
+        t = pl.add(pl.load(a, [i * 16, 0], [16, 32]), pl.load(b, [i * 16, 0], [16, 32]))
+        out = pl.store(t, [i * 16, 0], out)
+        return out
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[64, 32], pl.FP32], b: pl.Tensor[[64, 32], pl.FP32],
+             out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        with pl.spmd(4):
+            out = self.kernel(a, b, out)
+        return out
+
+
+def test_spmd_dispatch_form_runs_a_kernel_on_n_blocks(launcher):
+    a, b, out = torch.randn(64, 32), torch.randn(64, 32), _nan(64, 32)
+    compiled = ir.compile(SpmdDispatch)
+    assert len(compiled.task_graph.tasks) == 1
+    launcher.run(compiled, a, b, out)
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+def test_a_program_of_kernels_alone_is_a_program_with_nothing_to_compile():
+    @pl.program
+    class Kernels:
+        @pl.function(type=pl.FunctionType.InCore)
+        def kernel(self, x: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+            out = pl.store(pl.load(x, [0, 0], [64, 64]), [0, 0], out)
+            return out
+
+    assert list(Kernels.functions) == ["kernel"] and pl.FP32.get_byte() == 4 and pl.FP16.get_byte() == 2
+    with pytest.raises(PtoCompileError, match="compiles one entry"):
+        ir.compile(Kernels)
