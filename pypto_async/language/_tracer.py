@@ -138,6 +138,8 @@ def _cmpop(cmp_type: int):
     def method(self, other):
         from ._ops_extended import cmp
 
+        if not isinstance(other, (Tile, TensorArg, ScalarArg, bool, int, float)) and not hasattr(other, "item"):
+            return NotImplemented  # ``tile == None`` and the like stay Python's comparisons
         return cmp(self, other, cmp_type)
 
     return method

@@ -128,3 +128,16 @@ def k(x: pl.Tensor[[16, 64], pl.FP32], o: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
     with pytest.raises(PtoCompileError, match=f"SSAViolationError: {message}") as excinfo:
         exec(compile(path.read_text(), str(path), "exec"), {"__name__": "strict"})
     assert excinfo.value.file == str(path) and excinfo.value.line >= 6
+
+
+def test_comparing_a_tile_with_a_non_operand_stays_pythons():
+    @pl.jit
+    def k(x: pl.Tensor[[16, 64], pl.FP32], out: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            a = pl.load(x, [0, 0], [16, 64])
+            assert (a == None) is False and a != "x"  # noqa: E711 - the Python comparison is the point
+            out[:] = a
+        return out
+
+    body = str(k.lower(torch.zeros(16, 64), torch.zeros(16, 64)))
+    assert "cmp" not in body
