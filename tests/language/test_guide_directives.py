@@ -226,3 +226,27 @@ def test_parse_program_reads_back_the_printed_program(launcher, tmp_path):
     assert pl.loads_program(path).name == "uses_inline"
     with pytest.raises(ValueError, match="no @pl.program"):
         pl.parse_program("x = 1")
+
+
+@pl.jit.inline
+def first_or_rest(x: pl.Tensor, out: pl.Out[pl.Tensor]):
+    for i in pl.range(4):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [i * 16, 0], [16, 32])
+            if i == 0:  # a loop index: both branches are traced, each runs or not on the core
+                pl.store(pl.mul(t, 10.0), [i * 16, 0], out)
+            else:
+                pl.store(t, [i * 16, 0], out)
+    return out
+
+
+@pl.jit
+def calls_first_or_rest(x: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+    return first_or_rest(x, out)
+
+
+def test_an_inline_helpers_if_on_a_loop_index_is_a_runtime_if(launcher):
+    x, out = torch.randn(64, 32), _nan(64, 32)
+    calls_first_or_rest(x, out)
+    torch.testing.assert_close(out[:16], x[:16] * 10.0, rtol=0, atol=0)
+    torch.testing.assert_close(out[16:], x[16:], rtol=0, atol=0)
