@@ -50,6 +50,10 @@ class DataType:
         """The numpy dtype whose bytes hold one element."""
         return np.dtype("uint16") if self.np_name == "bfloat16" else np.dtype(self.np_name)
 
+    def get_byte(self) -> int:
+        """The bytes one element takes (PyPTO's ``dtype.get_byte()``: ``pl.FP32.get_byte() == 4``)."""
+        return self.itemsize
+
     def __repr__(self) -> str:
         return f"pl.{self.name}"
 

@@ -24,6 +24,7 @@ from ._program import Program
 from .distributed_compiled_program import compile  # noqa: F811 - ir.compile also takes multi-chip @pl.programs
 from . import pass_manager
 from ._function import Function, FunctionType
+from ._serialize import deserialize, deserialize_from_file, serialize, serialize_to_file
 
 __all__ = [
     "compile",
@@ -40,6 +41,10 @@ __all__ = [
     "Program",
     "Function",
     "FunctionType",
+    "serialize",
+    "deserialize",
+    "serialize_to_file",
+    "deserialize_from_file",
     "pass_manager",
     "PIPELINE",
     "run_passes",

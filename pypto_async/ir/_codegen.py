@@ -281,6 +281,10 @@ class _Gen:
                 self.declared.add(v)
                 self.decls.append(f"int64_t {v} = 0;")
             self.emit(f"{v} = {_index(s.value)};")
+        elif isinstance(s, DynFor) and s.kind == "while":  # pl.while_: the condition before each iteration
+            self.emit(f"while (({_index(s.stop)}) != 0) {{")
+            self.block(s.body)
+            self.emit("}")
         elif isinstance(s, DynFor):
             v, n = _index(s.var), self.fresh("n")
             self.emit(f"{{ /* {s.kind} */")

@@ -162,6 +162,28 @@ def outline(program: "Program") -> tuple[Function, ...]:
     return (*kernels, orch)
 
 
+def _attrs(region: Scope | None, p: str) -> str:
+    """The ``pl.func_attr({...})`` dict an outlined InCore function declares for its region's hints."""
+    items = []
+    for name, value in region.hints if region is not None else ():
+        if name == "split":
+            items.append(f'"split": {p}.SplitMode.{value}')
+        elif name == "cross_core_slot":
+            items.append(f'"slot_num": {value}')
+        elif name == "stationary":
+            items.append(f'"stationary": {value}')
+    return f"{{{', '.join(items)}}}" if items else ""
+
+
+def _submit_args(region: Scope | None) -> list[str]:
+    """The ``pl.submit`` keywords for a region's hints that a plain kernel call cannot carry."""
+    out = []
+    for name, value in region.hints if region is not None else ():
+        if name == "allow_early_resolve":
+            out.append("allow_early_resolve=True")
+    return out
+
+
 def format_outlined(program: "Program", prefix: str = "pl", concise: bool = False) -> str:
     """Return the outlined program as the source of a ``@pl.program`` class.
 
@@ -197,6 +219,9 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
     for f in kernels:
         lines.append(f"    @{p}.function(type={p}.FunctionType.InCore)")
         lines.append(signature(f))
+        attrs = _attrs(f.region, p)
+        if attrs:
+            lines.append(f"        {p}.func_attr({attrs})")
         printer.lines = []
         printer.block(f.body, 2)
         lines.extend(printer.lines)
@@ -211,10 +236,11 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
     loose = iter(f for f in kernels if f.region is None)
 
     def call(f: Function, depth: int) -> None:
-        args = [q.name for q in f.params]
+        region, note = f.region, ""
+        untracked = set(region.no_dep) if region is not None else set()
+        args = [f"{p}.no_dep({q.name})" if q.name in untracked else q.name for q in f.params]
         outs = ", ".join(q.name for q in f.return_types)
         bind = f"{outs} = " if outs else ""
-        region, note = f.region, ""
         if region is not None and region.name is not None:
             args.append(f"name_hint={region.name!r}")
         if region is not None and region.manual:
@@ -222,6 +248,11 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
             depth += 1
         if region is not None and region.deps:
             note = f"  # task {region.task}: deps=[{', '.join(f'task {d}' for d in region.deps)}]"
+        submitted = _submit_args(region)
+        if submitted:  # a hint only pl.submit spells: the call is a submit, binding its task id too
+            bind = f"{outs}, _ = " if outs else ""
+            lines.append("    " * depth + f"{bind}{p}.submit(self.{f.name}, {', '.join(args + submitted)}){note}")
+            return
         lines.append("    " * depth + f"{bind}self.{f.name}({', '.join(args)}){note}")
 
     def walk(body, depth: int) -> None:
@@ -234,7 +265,9 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
                 if isinstance(s, Scope):
                     call(by_region[id(s)], depth)
                 else:
-                    lines.append("    " * depth + f"for {s.var.name} in {p}.range({s.start}, {s.stop}, {s.step}):")
+                    stage = f", stage={s.stage}" if s.kind == "pipeline" else ""
+                    lines.append("    " * depth + f"for {s.var.name} in {p}.{s.kind}({s.start}, {s.stop}, {s.step}"
+                                                    f"{stage}):")
                     walk(s.body, depth + 1)
             else:
                 pending = True

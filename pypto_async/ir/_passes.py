@@ -351,7 +351,9 @@ def fuse_elementwise(program: Program) -> Program:
             elif isinstance(s, (For, Spmd, Scope, DynFor)):
                 flush_if(lambda g: True)
                 out.append(replace(s, body=tuple(fuse_block(s.body))))
-            elif isinstance(s, Fused):
+            elif isinstance(s, (Fused, SetIndex)):
+                # A runtime scalar's new value must not reach an open chain's offsets, which read the old
+                # one (a pl.while_ carry is assigned after the body's loads and stores).
                 flush_if(lambda g: True)
                 out.append(s)
             else:

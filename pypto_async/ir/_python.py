@@ -277,6 +277,9 @@ class _Printer:
             self.block(s.body, depth + 1)
         elif isinstance(s, SetIndex):
             self.emit(depth, f"{s.var.name} = {_index(s.value)}")
+        elif isinstance(s, DynFor) and s.kind == "while":
+            self.emit(depth, f"while {_index(s.stop)}:  # pl.while_, its values carried as runtime scalars")
+            self.block(s.body, depth + 1)
         elif isinstance(s, DynFor):
             # A runtime if's branch is a loop of 0 or 1 iterations, and prints as one.
             note = "" if s.kind == "range" else f"  # {s.kind} branch"

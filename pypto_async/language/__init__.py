@@ -36,9 +36,10 @@ from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, r
 from ._jit import JitFunction, jit
 from ._hints import CrossCoreSlot, ScopeMode, Split, SplitMode, cross_core_slot, scope, split
 from ._inline import InlineFunction
-from ._loops import pipeline, unroll
+from ._inline import inline
+from ._loops import cond, pipeline, unroll, while_
 from .array import TASK_ID
-from ._program import FunctionType, ProgramDef, create_tensor, function, program
+from ._program import FunctionType, ProgramDef, create_tensor, func_attr, function, program
 from ._layout import *  # noqa: F401,F403
 from ._layout import __all__ as _layout_all
 from ._memory import *  # noqa: F401,F403
@@ -48,12 +49,14 @@ from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read, write
+from ._submit import get_block_idx, no_dep, spmd_submit, submit
+from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
 from ._view import TensorLayout, TensorView
-from ._parse import loads, parse
+from ._parse import loads, loads_program, parse, parse_program
 from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
@@ -81,6 +84,7 @@ __all__ = [
     "TaskId",
     "program",
     "function",
+    "func_attr",
     "FunctionType",
     "ProgramDef",
     "create_tensor",
@@ -89,6 +93,8 @@ __all__ = [
     "yield_",
     "unroll",
     "pipeline",
+    "while_",
+    "cond",
     "SplitMode",
     "Split",
     "CrossCoreSlot",
@@ -110,6 +116,9 @@ __all__ = [
     "cluster",
     "parse",
     "loads",
+    "parse_program",
+    "loads_program",
+    "inline",
     "Tile",
     "Index",
     "TensorArg",
@@ -130,6 +139,14 @@ __all__ = [
     "max",
     "read",
     "write",
+    "submit",
+    "spmd_submit",
+    "get_block_idx",
+    "no_dep",
+    "static_print",
+    "static_assert",
+    "const",
+    "RUNTIME",
     *_ops_all,
     *_memory_all,
     *_layout_all,

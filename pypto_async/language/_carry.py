@@ -10,9 +10,11 @@ of the body, it is bound to another tile than at the start *and* the old one is
 needed in the loop (the body reads it, or another name is rebound to it); a
 name only rebound to fresh values needs no carry.
 
-``init_values=`` names the carried tiles explicitly (PyPTO's printed form):
+``init_values=`` names the carried values explicitly (PyPTO's printed form):
 the loop target receives them, and ``pl.yield_`` ends the body with their next
-values and returns the tiles that hold them after the loop.
+values and returns the values that hold them after the loop.  A carried tensor
+is carried by reference (the iterations share its buffer): yield the tensor
+``pl.store`` returned, or a tile that is then stored over the whole tensor.
 
 All updates of one iteration read the values of that iteration, as a
 parallel assignment does: ``a, b = b, a`` swaps (a value that is itself a
@@ -22,10 +24,14 @@ carried tile is copied first).
 from __future__ import annotations
 
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, IConst, Load, Move, TileType, Update
+from .._signature import IN
+from ..ir._infer import check_store
+from .._scalars import is_int
+from ..ir._bounds import RUNTIME
+from ..ir._nodes import Assign, IConst, IVar, Load, Move, SetIndex, Store, TileType, Update, Var
 from ..ir._rewrite import reads, substitute
 from ..ir._spaces import CUBE_ONLY
-from ._tracer import TensorArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
 __all__ = ["tile_locals", "scratch_locals", "carry_rebound", "open_carries", "yield_"]
 
@@ -199,11 +205,21 @@ def _carry_tiles(tracer, before: dict[str, Tile], frame, body: tuple, loop_loc) 
 
 
 def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
-    """The carried tiles of ``init_values=``: (statements before the loop, carry vars)."""
+    """The carried values of ``init_values=``: (statements before the loop, carries).
+
+    A tile is carried in a fresh var (a :class:`Var`); a tensor is carried by
+    reference (its :class:`TensorArg`), see :func:`yield_`.
+    """
     inits, carries = [], []
     for i, t in enumerate(init_values):
+        if isinstance(t, TensorArg):
+            if getattr(t, "origin", None) is not None:
+                raise compile_error(f"pl.range init_values[{i}] is a window of {t.name!r}: carry a whole tensor "
+                                    f"or a tile", loop_loc)
+            carries.append(t)
+            continue
         if not isinstance(t, Tile):
-            raise compile_error(f"pl.range init_values[{i}] must be a tile, got {t!r}", loop_loc)
+            raise compile_error(f"pl.range init_values[{i}] must be a tile or a tensor, got {t!r}", loop_loc)
         c = tracer.new_var(t.var.type)
         inits.append(Assign(c, Move(t.var, t.var.type.memory), loop_loc))
         carries.append(c)
@@ -227,15 +243,57 @@ def yield_(*values):
         raise compile_error("pl.yield_ is called once per loop body", loc)
     if len(values) != len(loop.carries):
         raise compile_error(f"pl.yield_ got {len(values)} values for {len(loop.carries)} init_values", loc)
-    pairs = []
+    pairs, write_backs, scalars = [], [], []
     for i, (c, v) in enumerate(zip(loop.carries, values)):
+        if isinstance(c, TensorArg):
+            write_backs.extend(_tensor_yield(t, i, c, v, loc))
+            continue
+        if isinstance(c, IVar):  # a pl.while_ scalar: the next value, assigned after all are computed
+            if isinstance(v, bool) or not (is_int(v) or isinstance(v, (Index, ScalarArg))):
+                raise compile_error(f"pl.yield_ value {i} must be an int or an index (init_values[{i}] is one), "
+                                    f"got {v!r}", loc)
+            tmp = t.new_index("y")
+            t.ranges[tmp.name] = RUNTIME
+            write_backs.append(SetIndex(tmp, to_index(v, f"pl.yield_ value {i}"), loc))
+            scalars.append(SetIndex(c, tmp, loc))
+            continue
         if not isinstance(v, Tile):
             raise compile_error(f"pl.yield_ value {i} must be a tile, got {v!r}", loc)
         if not _same(c.type, v.var.type):
             raise compile_error(f"pl.yield_ value {i} is {v.var.type}, but init_values[{i}] is {c.type}", loc)
         pairs.append((c, v.var))
-    for s in _updates(t, pairs, {c.id for c in loop.carries}, loc):
+    tile_ids = {c.id for c in loop.carries if isinstance(c, Var)}
+    for s in write_backs + scalars + _updates(t, pairs, tile_ids, loc):
         t.append(s)
     loop.yielded = len(t.blocks[-1])
-    out = tuple(Tile(c) for c in loop.carries)
+    out = tuple(c if isinstance(c, TensorArg) else Index(c) if isinstance(c, IVar) else Tile(c) for c in loop.carries)
     return out[0] if len(out) == 1 else out
+
+
+def _tensor_yield(t, i: int, c: TensorArg, v, loc) -> list:
+    """The statements that make ``v`` the next value of the tensor carried as ``c``.
+
+    A tensor is carried by reference: the loop's iterations read and write
+    the one buffer.  Yielding the tensor itself (what ``pl.store`` returned)
+    needs nothing; yielding a tile (a tensor-level op's result) stores it
+    over the whole tensor, so the next iteration reads it there, which makes
+    the tensor writable: ``pl.Out``, ``pl.InOut`` or a ``pl.create_tensor``
+    tensor.
+    """
+    if isinstance(v, TensorArg):
+        if v.name != c.name or getattr(v, "origin", None) is not None:
+            raise compile_error(f"pl.yield_ value {i} is {v!r}, but init_values[{i}] carries the tensor {c.name!r}: "
+                                f"yield that tensor (what pl.store returned) or a tile of its shape", loc)
+        return []
+    if not isinstance(v, Tile):
+        raise compile_error(f"pl.yield_ value {i} must be a tile or the tensor {c.name!r}, got {v!r}", loc)
+    if tuple(v.shape) != tuple(c.shape) or v.dtype != c.dtype:
+        raise compile_error(f"pl.yield_ value {i} is a {v.dtype.name}{list(v.shape)} tile, but init_values[{i}] "
+                            f"is the {c.dtype.name}{list(c.shape)} tensor {c.name!r}", loc)
+    if t.params[c.name].direction == IN:
+        raise compile_error(f"pl.yield_ value {i} is a tile for the tensor {c.name!r}, an input: the tile is "
+                            f"stored over the carried tensor, so carry a pl.Out/pl.InOut or a pl.create_tensor "
+                            f"tensor", loc)
+    offsets = (IConst(0),) * len(c.shape)
+    check_store(v.var, c.name, offsets, t.params, t.ranges, loc, None)
+    return [Store(v.var, c.name, offsets, loc, None)]

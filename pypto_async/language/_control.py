@@ -19,7 +19,7 @@ from ..ir._nodes import DynFor, For, Scope, Spmd
 from ._hints import no_dep_names, region_hints, scope_hints
 from ._escape import region_closed, region_opened
 from ._carry import carry_rebound, open_carries, scratch_locals, tile_locals
-from ._tracer import Index, ScalarArg, Tile, current, to_index, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 from ._types import Level
 
 __all__ = ["at", "incore", "auto_incore", "manual_scope", "TaskId", "range", "parallel", "spmd"]
@@ -48,7 +48,7 @@ def task_deps(tracer, deps, loc) -> tuple[int, ...]:
         if not isinstance(d, TaskId) or d._tracer is not tracer:
             raise compile_error(f"deps= takes task ids bound by 'with pl.at(...) as tid' in this kernel, got {d!r}",
                                 loc)
-        out.append(d.id)
+        out.extend(getattr(d, "ids", (d.id,)))  # a pl.system.task_dummy join stands for several
     return tuple(out)
 
 
@@ -224,7 +224,7 @@ class range:  # noqa: A001
             return index
         self.carries, self.depth, self.yielded = carries, len(t.blocks), None
         t.carry_loops.append(self)
-        return index, tuple(Tile(c) for c in carries)
+        return index, tuple(c if isinstance(c, TensorArg) else Tile(c) for c in carries)
 
     def _end(self, t, frame) -> None:
         if self._init is not None:
@@ -253,6 +253,7 @@ class parallel(range):
     """
 
     _kind = "pl.parallel"
+    _form = "parallel"
 
 
 class spmd:
@@ -262,6 +263,11 @@ class spmd:
     once; ``b`` is the block index (an :class:`Index`, ``0 <= b < n``) to use
     in offsets.  The launch then has ``n`` blocks.  One block count per
     kernel; statements outside the spmd body run in every block.
+
+    In a ``@pl.program``'s orchestration, ``with pl.spmd(n):`` is PyPTO's
+    dispatch form: each kernel call inside is one task run by ``n`` blocks
+    (as ``pl.spmd_submit(..., core_num=n)``), the kernel reading its block
+    with ``pl.tile.get_block_idx()``.
     """
 
     def __init__(self, n):
@@ -273,6 +279,14 @@ class spmd:
 
     def _begin(self) -> Index:
         t = current("pl.spmd")
+        self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
+        if self._dispatch:
+            # A @pl.program's dispatch form: each kernel call inside runs on n blocks (pl.spmd_submit).
+            if getattr(t, "spmd_dispatch", None) is not None:
+                raise compile_error("pl.spmd cannot be nested", self._loc)
+            t.spmd_dispatch = self.n
+            self._tracer = t
+            return None
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         if t.block_num is not None and t.block_num != self.n:
@@ -282,14 +296,19 @@ class spmd:
             )
         t.block_num = self.n
         t.in_spmd = True
+        t.spmd_index = None
         self._tracer = t
         self._var = t.new_index("b")
         t.ranges[self._var.name] = (0, self.n - 1)
         t.open_block("spmd")
-        return Index(self._var)
+        t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
+        return t.spmd_index
 
     def _end(self, ok: bool) -> None:
         t = self._tracer
+        if self._dispatch:
+            t.spmd_dispatch = None
+            return
         body = t.close_block()
         del t.ranges[self._var.name]
         t.in_spmd = False

@@ -77,9 +77,9 @@ class InlineFunction:
         self._check(bound, loc)
         before = getattr(t, "auto_scope", True)
         t.auto_scope = self.auto_scope
-        from ._branch import traced_fn  # its if statements on loop indices and runtime scalars, as a kernel's
+        from ._branch import traced_fn
 
-        try:
+        try:  # its `if` statements rewritten, as a @pl.jit body's are (a runtime condition traces both branches)
             return traced_fn(self.fn)(*bound.args, **bound.kwargs)
         finally:
             t.auto_scope = before

@@ -9,7 +9,7 @@ import numpy as np
 from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import OUT, SCALAR
 from ..backend.pto_backend import PartialCodegenError
-from ..errors import PtoArgumentError
+from ..errors import PtoArgumentError, PtoNotSupported
 from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._diag import compile_error
@@ -20,6 +20,7 @@ from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline
 from .distributed_host import host
+from ._placement import bind_shape, is_dynamic
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -32,16 +33,22 @@ def _is_device_tensor(x) -> bool:
     return hasattr(x, "worker") and hasattr(x, "data_ptr") and not hasattr(x, "__array_interface__")
 
 
+def _is_runtime(x) -> bool:
+    from ._directives import RUNTIME
+
+    return x is RUNTIME
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (bool, int, float, np.generic))
 
 
-def _shape_matches(declared: tuple, shape: tuple) -> bool:
-    """Whether ``shape`` fits a declared shape; a ``pl.dynamic`` dimension takes any extent."""
-    from ._placement import DynamicDim
+class _Sample:
+    """A tensor argument that is only a shape and a dtype (``kernel.compile()`` from the signature)."""
 
-    return len(declared) == len(shape) and all(
-        isinstance(d, DynamicDim) or d == n for d, n in zip(declared, shape))
+    def __init__(self, shape: tuple, dtype: DataType):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype
 
 
 class JitFunction:
@@ -110,6 +117,7 @@ class JitFunction:
             raise PtoArgumentError(f"{self.__name__} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
         anns = self._anns()
         out = []
+        dims: dict = {}  # each pl.dynamic dimension's extent, as the first argument it annotates binds it
         for name, arg in zip(names, args):
             ann = anns.get(name)
             if ann is Tensor:
@@ -126,15 +134,22 @@ class JitFunction:
                     f"dispatch it through a worker (ChipWorker.run or ChipWorker.register)",
                     self._loc,
                 )
-            if isinstance(ann, ScalarAnnotation) or (ann is None and _is_number(arg)):
+            if isinstance(ann, ScalarAnnotation) or (ann is None and (_is_number(arg) or _is_runtime(arg))):
                 out.append(self._scalar_param(name, arg, ann))
             elif ann is None or isinstance(ann, TensorAnnotation):
-                out.append(self._tensor_param(name, arg, ann or TensorAnnotation()))
+                out.append(self._tensor_param(name, arg, ann or TensorAnnotation(), dims))
             else:
                 raise compile_error(f"parameter {name!r}: unsupported annotation {ann!r}", self._loc)
         return out
 
     def _scalar_param(self, name, arg, ann) -> Param:
+        from ._directives import RUNTIME
+
+        if arg is RUNTIME:  # compile(n=pl.RUNTIME): the value comes at dispatch, as every scalar's does here
+            if ann is None or ann.dtype is None:
+                raise compile_error(f"parameter {name!r} is pl.RUNTIME: annotate its dtype (pl.Scalar[pl.INT32]) "
+                                    f"so the artifact knows what it will be passed", self._loc)
+            return Param(name, SCALAR, (), ann.dtype)
         if not _is_number(arg):
             raise compile_error(f"parameter {name!r} is a scalar, got {type(arg).__name__}", self._loc)
         if ann is not None and ann.dtype is not None:
@@ -155,7 +170,7 @@ class JitFunction:
         except PtoArgumentError as exc:
             raise compile_error(f"parameter {name!r}: {exc}", self._loc) from None
 
-    def _tensor_param(self, name, arg, ann: TensorAnnotation) -> Param:
+    def _tensor_param(self, name, arg, ann: TensorAnnotation, dims: dict) -> Param:
         if not (hasattr(arg, "shape") and hasattr(arg, "dtype")) or _is_number(arg):
             raise compile_error(
                 f"parameter {name!r} is a tensor: pass a numpy array or a torch tensor, got {type(arg).__name__}",
@@ -173,8 +188,10 @@ class JitFunction:
             dtype = self._dtype_of(name, arg.dtype)
         if not shape:
             raise compile_error(f"parameter {name!r}: a 0-d tensor has no tiles; pass a scalar instead", self._loc)
-        if ann.shape is not None and not _shape_matches(ann.shape, shape):
-            raise compile_error(f"parameter {name!r} is declared {list(ann.shape)} but got shape {list(shape)}", self._loc)
+        why = None if ann.shape is None else bind_shape(ann.shape, shape, dims)
+        if why is not None:
+            raise compile_error(f"parameter {name!r} is declared {list(ann.shape)} but got shape {list(shape)}: "
+                                f"{why}", self._loc)
         if ann.dtype is not None and ann.dtype != dtype:
             raise compile_error(f"parameter {name!r} is declared {ann.dtype.name} but got {dtype.name}", self._loc)
         return Param(name, ann.direction, shape, dtype)
@@ -233,6 +250,8 @@ class JitFunction:
         (``RunConfig.compile_kwargs``, which key the cache too); keywords
         given here win over the config's.
         """
+        if not args and any(n not in kwargs for n in self._sig.parameters):
+            args, kwargs = self._from_signature(kwargs)
         args, kwargs = self._split(args, kwargs)
         if config is not None:
             from ..runtime._config import as_run_config
@@ -252,6 +271,50 @@ class JitFunction:
         if output_dir is None:
             self._compiled[key] = compiled
         return compiled
+
+    def _from_signature(self, kwargs: dict) -> tuple[tuple, dict]:
+        """``kernel.compile()``: sample arguments made from the annotations, when they give every shape.
+
+        A tensor parameter needs ``pl.Tensor[[...], dtype]`` with int
+        dimensions (a ``pl.dynamic`` one has no extent to compile for here:
+        the sim specialises each extent), a scalar parameter a value, given
+        as a keyword (``kernel.compile(n=128)``) or as the parameter's
+        default.  Returns the arguments and the keywords left over.
+        """
+        anns = self._anns()
+        kwargs = dict(kwargs)
+        args = []
+        for name, p in self._sig.parameters.items():
+            ann = anns.get(name)
+            if name in kwargs:  # given by name: that is the argument
+                args.append(kwargs.pop(name))
+                continue
+            if ann is Tensor or ann is None and p.default is p.empty:
+                raise compile_error(
+                    f"{self.__name__}.compile() with no arguments reads the shapes from the signature, but "
+                    f"parameter {name!r} has no shape: annotate it pl.Tensor[[...], dtype] or pass sample "
+                    f"tensors, {self.__name__}.compile(*tensors)", self._loc)
+            if isinstance(ann, TensorAnnotation):
+                if ann.shape is None or ann.dtype is None:
+                    raise compile_error(
+                        f"{self.__name__}.compile() with no arguments reads the shapes from the signature, but "
+                        f"parameter {name!r} has no shape or dtype: annotate it pl.Tensor[[...], dtype] or pass "
+                        f"sample tensors, {self.__name__}.compile(*tensors)", self._loc)
+                if is_dynamic(ann.shape):
+                    raise PtoNotSupported(
+                        f"{self._loc}: {self.__name__}.compile() with no arguments: parameter {name!r} is "
+                        f"{list(ann.shape)}, and a pl.dynamic dimension has no extent here (the sim compiles one "
+                        f"artifact per extent, not one for all); pass sample tensors, "
+                        f"{self.__name__}.compile(*tensors), or call the kernel")
+                args.append(_Sample(ann.shape, ann.dtype))
+                continue
+            if p.default is not p.empty:
+                args.append(p.default)
+            else:
+                raise compile_error(
+                    f"{self.__name__}.compile() with no arguments: scalar parameter {name!r} has no value in "
+                    f"the signature; pass it as a keyword, {self.__name__}.compile({name}=...)", self._loc)
+        return tuple(args), kwargs
 
     def __call__(self, *args, stream=None, config=None, **kwargs):
         """Compile the specialisation for ``args`` (cached) and dispatch it.

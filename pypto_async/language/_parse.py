@@ -1,4 +1,5 @@
-"""``pl.parse(code)`` and ``pl.loads(path)``: a ``@pl.function`` from source text, as an IR function.
+"""``pl.parse(code)`` and ``pl.loads(path)``: a ``@pl.function`` from source text, as an IR function;
+``pl.parse_program`` / ``pl.loads_program``: a ``@pl.program`` class from source text.
 
 The source defines one function decorated ``@pl.function`` (no ``self``),
 every parameter annotated with its shape and dtype (``pl.Tensor[[128],
@@ -30,7 +31,7 @@ from ._program import _annotation, _Function
 from ._tracer import Tile
 from ._types import TensorAnnotation
 
-__all__ = ["parse", "loads"]
+__all__ = ["parse", "loads", "parse_program", "loads_program"]
 
 _IMPORT = re.compile(r"^(\s*(?:from|import)\s+)pypto(?=[\s.])", re.MULTILINE)
 _BARE = re.compile(r"^(\s*)import\s+pypto(?=[ \t]*(?:#.*)?$)", re.MULTILINE)
@@ -48,11 +49,7 @@ def parse(code: str, filename: str = "<pl.parse>") -> Function:
     PtoCompileError
         If the function does not trace (an annotation without a shape, an unsupported op, ...).
     """
-    import pypto_async.language as pl
-
-    source = _IMPORT.sub(r"\1pypto_async", _BARE.sub(r"\1import pypto_async as pypto", code))
-    namespace: dict = {"pl": pl, "__name__": "__pl_parse__"}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - parsing the caller's DSL source
+    namespace = _run(code, filename)
     found = [v for k, v in namespace.items() if isinstance(v, _Function) and not k.startswith("__")]
     if not found:
         raise ValueError(f"{filename}: no @pl.function is defined")
@@ -60,6 +57,47 @@ def parse(code: str, filename: str = "<pl.parse>") -> Function:
         raise ValueError(f"{filename}: {len(found)} @pl.function definitions ({', '.join(f.name for f in found)}); "
                          f"pl.parse takes one")
     return _lower(found[0])
+
+
+def parse_program(code: str, filename: str = "<pl.parse_program>"):
+    """Return the one ``@pl.program`` class that ``code`` defines (imports and ``pl`` as :func:`parse`).
+
+    The result is what the decorator made (``ir.compile`` takes it; its
+    ``functions`` and ``as_python`` are its views).
+
+    Raises
+    ------
+    SyntaxError
+        If ``code`` is not Python.
+    ValueError
+        If ``code`` defines no ``@pl.program``, or more than one.
+    """
+    from ._program import ProgramDef
+
+    namespace = _run(code, filename)
+    found = [v for k, v in namespace.items() if isinstance(v, ProgramDef) and not k.startswith("__")]
+    if not found:
+        raise ValueError(f"{filename}: no @pl.program is defined")
+    if len(found) > 1:
+        raise ValueError(f"{filename}: {len(found)} @pl.program definitions ({', '.join(p.name for p in found)}); "
+                         f"pl.parse_program takes one")
+    return found[0]
+
+
+def loads_program(path):
+    """Return the one ``@pl.program`` the file at ``path`` defines (see :func:`parse_program`)."""
+    path = Path(path)
+    return parse_program(path.read_text(), filename=str(path))
+
+
+def _run(code: str, filename: str) -> dict:
+    """Execute DSL source (PyPTO's imports read as this package's, ``pl`` injected); return its namespace."""
+    import pypto_async.language as pl
+
+    source = _IMPORT.sub(r"\1pypto_async", _BARE.sub(r"\1import pypto_async as pypto", code))
+    namespace: dict = {"pl": pl, "__name__": "__pl_parse__"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - parsing the caller's DSL source
+    return namespace
 
 
 def loads(path) -> Function:

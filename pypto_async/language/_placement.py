@@ -8,10 +8,15 @@
   other effect.  In a local annotation (``tile: pl.Tile[..., pl.MemRef(...)[i
   % 2]] = ...``) Python never evaluates it, as in PyPTO's re-parsed source.
 * ``pl.dynamic("M")`` is a named runtime dimension for ``pl.Tensor[[M, 128],
-  pl.FP32]``: a ``@pl.jit`` kernel accepts any extent there (it is
-  specialised per call, so each extent compiles once; PyPTO compiles one
-  extent-independent artifact).  A ``@pl.program`` has no call to take the
-  extent from: ``pl.dynamic`` there raises ``PtoNotSupported``.
+  pl.FP32]``: a kernel accepts any extent there, bound where the kernel is
+  called: a ``@pl.jit`` entry per call (it is specialised per call, so each
+  extent compiles once; PyPTO compiles one extent-independent artifact), a
+  ``@pl.jit.incore`` helper or a program's InCore function per task call
+  (from the caller's tensor), a ``@pl.program``'s orchestration when it is
+  run with tensors (``runtime.run(Prog, *tensors)``, or
+  ``ir.compile(Prog.bind(*tensors))``).  One ``pl.dynamic`` object is one
+  extent: every dimension it annotates in one signature must be bound to the
+  same extent.
 * ``pl.cluster()`` co-schedules a Cube and a Vector kernel on one physical
   cluster (a ``Group`` function).  The sim has no clusters and runs no
   mixed kernels: entering it raises ``PtoNotSupported``.
@@ -22,7 +27,7 @@ from __future__ import annotations
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 
-__all__ = ["MemRef", "DynamicDim", "dynamic", "cluster"]
+__all__ = ["MemRef", "DynamicDim", "dynamic", "cluster", "bind_shape", "is_dynamic"]
 
 
 class MemRef:
@@ -59,6 +64,30 @@ class DynamicDim:
 
     def __repr__(self) -> str:
         return self.name
+
+
+def is_dynamic(shape) -> bool:
+    """Whether a declared shape has a ``pl.dynamic`` dimension."""
+    return shape is not None and any(isinstance(d, DynamicDim) for d in shape)
+
+
+def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
+    """Match ``shape`` against a declared shape, binding its ``pl.dynamic`` dims in ``env``.
+
+    ``env`` maps each :class:`DynamicDim` (by identity) to the extent it was
+    bound to earlier in the same signature.  Returns ``None`` when ``shape``
+    fits, else why not (a sentence to put in the caller's error).
+    """
+    if len(declared) != len(shape):
+        return f"{len(shape)}-d, not {len(declared)}-d"
+    for axis, (d, n) in enumerate(zip(declared, shape)):
+        if isinstance(d, DynamicDim):
+            bound = env.setdefault(id(d), (d, n))[1]
+            if bound != n:
+                return f"dimension {axis} ({d.name}) is {n}, but {d.name} is bound to {bound} by another argument"
+        elif d != n:
+            return f"dimension {axis} is {n}, not {d}"
+    return None
 
 
 def dynamic(name: str) -> DynamicDim:

@@ -22,16 +22,17 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
+from ..ir._nodes import For, IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._hints import scope_hints
+from ._placement import bind_shape, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
-__all__ = ["FunctionType", "function", "program", "create_tensor", "ProgramDef"]
+__all__ = ["FunctionType", "function", "func_attr", "program", "create_tensor", "ProgramDef"]
 
 
 class _Function:
@@ -88,13 +89,21 @@ class _Function:
 
 
 def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
-             auto_scope: bool = True, level: Level | None = None, role=None):
+             auto_scope: bool = True, attrs: dict | None = None, strict_ssa: bool = False,
+             level: Level | None = None, role=None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
-    (``with pl.scope():``), as on ``@pl.jit``.  ``level=pl.Level.HOST, role=pl.Role.Orchestrator``
-    (or ``SubWorker``) makes a multi-chip program's host function (see
-    :mod:`pypto_async.language.distributed_host`).
+    (``with pl.scope():``), as on ``@pl.jit``.  ``attrs=`` on an InCore function takes
+    the scheduling hints PyPTO's outlined functions carry, recorded on each task the
+    function makes and changing no result: ``{"split": pl.SplitMode.UP_DOWN}`` (as
+    ``pl.at(optimizations=[pl.split(...)])``) and ``{"cross_core_slot": n}`` (as
+    ``pl.cross_core_slot(slot_num=n)``); another key is an error.
+    ``strict_ssa=True`` rejects, when the function is decorated, a name bound
+    twice in its body (a parameter counts as bound) and the ``dst[...] = src``
+    subscript write, which rebinds ``dst`` (see :func:`check_strict_ssa`).
+    ``level=pl.Level.HOST, role=pl.Role.Orchestrator`` (or ``SubWorker``) makes a
+    multi-chip program's host function (see :mod:`pypto_async.language.distributed_host`).
     """
     if level is not None or role is not None:
         from .distributed_host import host_function
@@ -104,15 +113,146 @@ def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: st
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
     if not isinstance(auto_scope, bool):
         raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
+    hints = _attr_hints(attrs, type)
+    if attrs:
+        import warnings
+
+        warnings.warn("@pl.function(attrs={...}) is deprecated: declare the attributes with pl.func_attr({...}) as "
+                      "the first statement of the body", DeprecationWarning, stacklevel=2)
+
+    if not isinstance(strict_ssa, bool):
+        raise PtoCompileError(f"@pl.function(strict_ssa=...) must be a bool (True/False), got {strict_ssa!r}")
 
     def wrap(f):
         if not callable(f):
             raise PtoCompileError(f"@pl.function decorates a function, got {f!r}")
+        if strict_ssa:
+            check_strict_ssa(f)
         out = _Function(f, type, name_hint)
         out.auto_scope = auto_scope
+        out.hints = hints
         return out
 
     return wrap if fn is None else wrap(fn)
+
+
+def check_strict_ssa(fn) -> None:
+    """Raise a compile error at the first rebinding in ``fn``'s body (``@pl.function(strict_ssa=True)``).
+
+    A name may be bound once: by a parameter, an assignment (each name of a
+    tuple target), a ``for`` target or a ``with ... as``.  An augmented
+    assignment and a subscript write (``dst[...] = src``) rebind.
+    """
+    import ast
+    import textwrap
+
+    code = fn.__code__
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        raise PtoCompileError(f"@pl.function(strict_ssa=True) reads {fn.__name__}'s source, which is not "
+                              f"available") from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    node = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    bound = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+
+    def fail(n, what: str):
+        raise compile_error(f"SSAViolationError: {what} under @pl.function(strict_ssa=True); use distinct "
+                            f"names (or drop strict_ssa)", Loc(code.co_filename, first + n.lineno - 1))
+
+    def bind(target, stmt):
+        if isinstance(target, ast.Name):
+            if target.id in bound:
+                fail(stmt, f"{target.id!r} is bound again")
+            bound.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                bind(t, stmt)
+        elif isinstance(target, ast.Starred):
+            bind(target.value, stmt)
+        elif isinstance(target, ast.Subscript):
+            fail(stmt, "the subscript write dst[...] = src rebinds dst (call pl.assemble explicitly)")
+
+    for n in ast.walk(node):
+        if n is node:
+            continue
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                bind(t, n)
+        elif isinstance(n, (ast.AnnAssign, ast.NamedExpr)) and getattr(n, "value", None) is not None:
+            bind(n.target, n)
+        elif isinstance(n, ast.AugAssign):
+            fail(n, f"{ast.unparse(n.target)!r} is updated in place")
+        elif isinstance(n, (ast.For, ast.AsyncFor)):
+            bind(n.target, n)
+        elif isinstance(n, (ast.With, ast.AsyncWith)):
+            for item in n.items:
+                if item.optional_vars is not None:
+                    bind(item.optional_vars, n)
+
+
+def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)", params=None) -> tuple:
+    """Function attributes (``pl.func_attr({...})``, ``@pl.function(attrs={...})``) as the task hints they are.
+
+    ``"split"`` (a ``pl.SplitMode``) and ``"slot_num"`` (also spelled
+    ``"cross_core_slot"``, a positive int) are ``pl.at(optimizations=[...])``'s
+    hints; ``"stationary"`` names a tensor parameter (``params``, the
+    function's, when known) the cube keeps resident.  They change no result.
+    Another key is an error.
+    """
+    if attrs is None:
+        return ()
+    from ._hints import SplitMode
+
+    if not isinstance(attrs, dict):
+        raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
+    if attrs and type_ is not FunctionType.InCore:
+        raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
+    hints = []
+    for key, value in attrs.items():
+        if key == "split":
+            if not isinstance(value, SplitMode):
+                raise PtoCompileError(f"{what}: 'split' takes a pl.SplitMode, got {value!r}")
+            hints.append(("split", value.value))
+        elif key in ("slot_num", "cross_core_slot"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PtoCompileError(f"{what}: {key!r} takes a positive int, got {value!r}")
+            hints.append(("cross_core_slot", value))
+        elif key == "stationary":
+            if not isinstance(value, TensorArg) or (params is not None and not any(value is q for q in params)):
+                raise PtoCompileError(f"{what}: 'stationary' takes a tensor parameter of the function, got "
+                                      f"{value!r}")
+            hints.append(("stationary", value.name))
+        else:
+            raise PtoCompileError(f"{what}: unknown attribute {key!r} (known: 'split', 'slot_num', 'stationary')")
+    return tuple(hints)
+
+
+def func_attr(attrs: dict) -> None:
+    """Declare an InCore function's attributes, as the first statement of its body (``pl.func_attr({...})``).
+
+    ``{"split": pl.SplitMode.UP_DOWN, "slot_num": 2, "stationary": w}``: see
+    :func:`_attr_hints`; recorded on each task the function makes.  It must
+    come before any statement that records IR, in a ``@pl.function(type=
+    pl.FunctionType.InCore)`` or ``@pl.jit.incore`` body; a key declared
+    twice is an error.
+    """
+    t = current("pl.func_attr")
+    loc = user_loc()
+    pending = getattr(t, "func_attrs", None)
+    if pending is None:
+        raise compile_error("pl.func_attr belongs at the top of an InCore function's body (a @pl.function of type "
+                            "InCore or a @pl.jit.incore helper)", loc)
+    if t.blocks[-1]:
+        raise compile_error("pl.func_attr() must appear before every other statement of the function", loc)
+    try:
+        hints = _attr_hints(attrs, FunctionType.InCore, "pl.func_attr({...})", pending["params"])
+    except PtoCompileError as exc:
+        raise compile_error(str(exc), loc) from None
+    for name, _ in hints:
+        if any(name == n for n, _ in pending["hints"]):
+            raise compile_error(f"pl.func_attr: attribute {name!r} is declared twice", loc)
+    pending["hints"].extend(hints)
 
 
 def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
@@ -126,10 +266,6 @@ def _annotation(ann, where: str, loc) -> TensorAnnotation | ScalarAnnotation:
         if ann.shape is None or ann.dtype is None:
             raise compile_error(f"{where}: a program's tensors need a shape and dtype: pl.Tensor[[r, c], pl.FP32]",
                                 loc)
-        if any(not isinstance(d, int) for d in ann.shape):  # a pl.dynamic dimension
-            raise PtoNotSupported(f"{loc}: {where}: pl.dynamic dimension in {list(ann.shape)}: a @pl.program's "
-                                  f"shapes come from its annotations, so each must be an int here (a @pl.jit "
-                                  f"kernel takes any extent for it)")
         return ann
     if isinstance(ann, ScalarAnnotation):
         if ann.dtype is None:
@@ -301,7 +437,8 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
-              name_hint: str | None = None, deps=None):
+              name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False,
+              core_num: int | None = None):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -309,29 +446,36 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     (a ``@pl.jit.incore`` helper's bare ``pl.Tensor``) takes the argument's.
     The task records the accesses the parameters' directions declare: each
     tensor argument's window, read for ``In``, written for ``Out``, both for
-    ``InOut``.
+    ``InOut``; an argument wrapped in ``pl.no_dep`` is not tracked.
+    ``deps=`` takes task ids and task-id arrays; ``hints`` are recorded on
+    the task; ``with_task=True`` returns ``(result, task id)``.  With
+    ``core_num=n`` (``pl.spmd_submit``) the task runs the body for each of
+    ``n`` blocks, ``pl.tile.get_block_idx()`` giving the block's index; the
+    sim runs the blocks one after another inside the task.
     """
     if len(args) != len(param_names):
         raise compile_error(f"{name} takes {len(param_names)} arguments ({', '.join(param_names)}), "
                             f"got {len(args)}", loc)
-    proxies, accesses = [], []
+    proxies, accesses, untracked = [], [], []
+    dims: dict = {}  # the pl.dynamic dimensions this call binds (each to its first argument's extent)
     for pname, arg in zip(param_names, args):
         ann = anns[pname]
         if isinstance(ann, ScalarAnnotation):
-            # An index (a loop index, an orchestration pl.read, an expression of them) is an integer scalar.
             if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
-                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the index "
-                                    f"{arg!r}", loc)
-            if not isinstance(arg, (ScalarArg, int, float, Index)):
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the loop "
+                                    f"index {arg!r} (an integer)", loc)
+            if not isinstance(arg, (ScalarArg, Index, int, float)):  # a loop index: the body reads it as is
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
         if not isinstance(arg, TensorArg):
             raise compile_error(f"{name}: parameter {pname!r} is a tensor, got {arg!r}", loc)
-        if (ann.shape is not None and arg.shape != ann.shape) or (ann.dtype is not None and arg.dtype != ann.dtype):
+        why = None if ann.shape is None else bind_shape(ann.shape, tuple(arg.shape), dims)
+        if why is not None or (ann.dtype is not None and arg.dtype != ann.dtype):
             declared = f"{(ann.dtype or arg.dtype).name}{list(ann.shape or arg.shape)}"
             raise compile_error(f"{name}: parameter {pname!r} is {declared}, "
-                                f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})", loc)
+                                f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})"
+                                + (f": {why}" if why else ""), loc)
         if ann.direction != IN and t.params[arg.name].direction == IN:
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
@@ -342,6 +486,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             proxy.valid = valid
         proxies.append(proxy)
         accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
+        if getattr(arg, "no_dep", False) and arg.name not in untracked:
+            untracked.append(arg.name)
+    from .array import split_deps
+
+    deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
         raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
@@ -352,15 +501,47 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     from ._branch import traced_fn
 
     fn = traced_fn(fn)
+    t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
+    blocks = None
+    if core_num is None:
+        core_num = getattr(t, "spmd_dispatch", None)  # a call inside `with pl.spmd(n):` of a program
+    if core_num is not None:  # pl.spmd_submit: the body once per block, in a loop over the block index
+        blocks = t.new_index("b")
+        t.ranges[blocks.name] = (0, core_num - 1)
+        t.open_block("range")
+        t.block_index = Index(blocks)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
         ok = True
     finally:
+        if blocks is not None:
+            inner = t.close_block()
+            del t.ranges[blocks.name]
+            t.block_index = None
+            t.append(For(blocks, 0, core_num, 1, inner, loc))  # the blocks, in order (hint core_num)
         body = t.close_block()
+        declared = tuple(t.func_attrs["hints"])
+        t.func_attrs = None
     if ok:
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
-                       manual=t.manual > 0, task=task, accesses=tuple(accesses), hints=scope_hints(t)))
-    return _task_result(name, result, proxies, args, fn_loc)
+                       manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
+                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
+    out = _task_result(name, result, proxies, [_tracked(a) for a in args], fn_loc)
+    if with_task:
+        from ._control import TaskId
+
+        return out, TaskId(t, task, name_hint or name)
+    return out
+
+
+def _tracked(arg):
+    """A call's argument as the caller sees it after the call: a ``pl.no_dep`` mark does not outlive the call."""
+    if getattr(arg, "no_dep", False):
+        import copy
+
+        arg = copy.copy(arg)
+        arg.no_dep = False
+    return arg
 
 
 def _view_valid(ann, arg, name: str, loc):
@@ -403,12 +584,19 @@ class _Kernel:
         self.fn = fn
 
     def __call__(self, *args, name_hint: str | None = None, deps=None):
+        return self.call(args, name_hint=name_hint, deps=deps, loc=user_loc())
+
+    def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False,
+             core_num: int | None = None):
+        """Trace one call of the kernel as a task (``pl.submit`` passes ``hints`` and ``with_task=True``)."""
         t = current(f"self.{self.fn.name}")
         names = self.fn.param_names()
         raw = self.fn.annotations()
         anns = {n: _annotation(raw.get(n), f"{self.fn.name}: parameter {n!r}", self.fn.loc) for n in names}
-        return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=user_loc(),
-                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps)
+        hints = (*getattr(self.fn, "hints", ()), *hints)
+        return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
+                         fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task,
+                         core_num=core_num)
 
 
 class _Self:
@@ -445,13 +633,21 @@ class ProgramDef:
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
         # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
+        # A class of InCore functions alone is a program too (a library of kernels), with nothing to compile.
+        self._entries = (len(orch), len(opaque))
         if len(orch) == 1 and not opaque or not orch and len(opaque) == 1 or self.host_functions and orch:
             self.orchestration = (orch or opaque)[0]  # with HOST functions: one chip program; each is an entry
+        elif not orch and not opaque:
+            self.orchestration = None
         else:
-            raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
-                                  f"@pl.function(type=pl.FunctionType.Orchestration), or one "
-                                  f"pl.FunctionType.Opaque function and no orchestration; found {len(orch)} "
-                                  f"Orchestration and {len(opaque)} Opaque")
+            self._no_entry()
+
+    def _no_entry(self):
+        orch, opaque = self._entries
+        raise PtoCompileError(f"@pl.program {self.name} compiles one entry: one "
+                              f"@pl.function(type=pl.FunctionType.Orchestration), or one "
+                              f"pl.FunctionType.Opaque function and no orchestration; found {orch} "
+                              f"Orchestration and {opaque} Opaque")
 
     def __repr__(self) -> str:
         return f"<pl.program {self.__qualname__}: kernels {sorted(self.kernels)}>"
@@ -474,23 +670,79 @@ class ProgramDef:
         return next((f for f in self._all.values() if f.name == name and f.type is FunctionType.Orchestration),
                     None)
 
+    def bind(self, *args) -> "ProgramDef":
+        """The program with its orchestration's ``pl.dynamic`` dimensions bound to these arguments' extents.
+
+        ``args`` are the orchestration's arguments in parameter order (host
+        arrays, torch tensors, anything with a ``shape``; scalars are
+        skipped), or a prefix of them (the inputs of a return-style call):
+        each dynamic dimension takes the extent of the first argument it
+        annotates.  ``ir.compile(Prog.bind(*tensors))`` compiles for those
+        extents; ``runtime.run(Prog, *tensors)`` binds them itself.
+        """
+        out = object.__new__(ProgramDef)
+        out.__dict__.update(self.__dict__)
+        out._bound = tuple(args)
+        return out
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether the orchestration's signature has a ``pl.dynamic`` dimension (bound by :meth:`bind`)."""
+        if self.orchestration is None:
+            return False
+        anns = self.orchestration.annotations()
+        return any(isinstance(a, TensorAnnotation) and is_dynamic(a.shape) for a in anns.values())
+
+    def _shape(self, name: str, ann: TensorAnnotation, arg, dims: dict, orch) -> tuple[int, ...]:
+        """A parameter's shape: its annotation's, ``pl.dynamic`` dims taken from the bound arguments."""
+        if arg is not None and hasattr(arg, "shape"):
+            why = bind_shape(ann.shape, tuple(int(d) for d in arg.shape), dims)
+            if why is not None:
+                raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
+                                    f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+        if not is_dynamic(ann.shape):
+            return ann.shape
+        shape = []
+        for d in ann.shape:
+            if isinstance(d, int):
+                shape.append(d)
+            elif id(d) in dims:
+                shape.append(dims[id(d)][1])
+            else:
+                raise PtoNotSupported(
+                    f"{orch.loc}: {orch.name}: parameter {name!r} is {list(ann.shape)}, and the sim compiles one "
+                    f"artifact per extent: bind {d.name} to the tensors it runs on, runtime.run({self.name}, "
+                    f"*tensors) or ir.compile({self.name}.bind(*tensors))")
+        return tuple(shape)
+
     def trace(self) -> Program:
         """Trace the orchestration (each kernel call a task) into a Program, before any pass."""
         orch = self.orchestration
+        if orch is None:
+            self._no_entry()
         opaque = orch.type is FunctionType.Opaque
         anns = orch.annotations()
         params = []
-        for name in orch.param_names():
-            ann = _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc)
+        bound = getattr(self, "_bound", ())
+        dims: dict = {}
+        names = orch.param_names()
+        anns_of = {name: _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc) for name in names}
+        # Bound arguments first, so a dimension an unbound (later) parameter shares with them is known.
+        for i, name in enumerate(names):
+            if i < len(bound) and isinstance(anns_of[name], TensorAnnotation):
+                self._shape(name, anns_of[name], bound[i], dims, orch)
+        for name in names:
+            ann = anns_of[name]
             if isinstance(ann, ScalarAnnotation):
                 params.append(Param(name, SCALAR, (), ann.dtype))
             else:
                 # An Opaque function's tensors may be written whatever they are annotated: traced
                 # writable, each is then an input unless its body stores to it (_opaque_directions).
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
-                params.append(Param(name, direction, ann.shape, ann.dtype))
+                params.append(Param(name, direction, self._shape(name, ann, None, dims, orch), ann.dtype))
         tracer = Tracer(self.name, params)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
+        tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
@@ -515,7 +767,8 @@ class ProgramDef:
     @property
     def functions(self) -> dict[str, "_Function"]:
         """The program's ``@pl.function`` methods by name: its kernels and its orchestration."""
-        return {**{f.name: f for f in self.kernels.values()}, self.orchestration.name: self.orchestration}
+        entry = {} if self.orchestration is None else {self.orchestration.name: self.orchestration}
+        return {**{f.name: f for f in self.kernels.values()}, **entry}
 
     def as_python(self, form: str = "jit") -> str:
         """The traced program as source.

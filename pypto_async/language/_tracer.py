@@ -134,6 +134,17 @@ def _rbinop(name):
     return method
 
 
+def _cmpop(cmp_type: int):
+    def method(self, other):
+        from ._ops_extended import cmp
+
+        if not isinstance(other, (Tile, TensorArg, ScalarArg, bool, int, float)) and not hasattr(other, "item"):
+            return NotImplemented  # ``tile == None`` and the like stay Python's comparisons
+        return cmp(self, other, cmp_type)
+
+    return method
+
+
 class TensorArg:
     """A tensor parameter inside a traced kernel (``shape``, ``dtype``, ``name``)."""
 
@@ -153,6 +164,15 @@ class TensorArg:
         from . import _ops
 
         return _ops.neg(self)
+
+    def _compare(self, other):
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported(f"{user_loc()}: comparing the tensor {self.name!r} with {other!r}: PyPTO reads "
+                              f"'tensor[i] > 0' as a dispatch predicate (pl.submit(predicate=...)), which is not "
+                              f"available on the sim; read the value with pl.read and branch on it in the kernel")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
 
     def __getitem__(self, key):
         """A window of the tensor (``t[0:64, :]``) to pass to a program's kernel."""
@@ -239,6 +259,12 @@ class Tile:
 
     def __bool__(self):
         raise compile_error("a tile has no truth value at trace time (use pl.maximum/pl.minimum)", user_loc())
+
+    # Comparisons are PyPTO's eq / ne / lt / le / gt / ge (``pl.cmp``): a predicate mask for ``pl.sel``.
+    __eq__, __ne__ = _cmpop(0), _cmpop(1)
+    __lt__, __le__ = _cmpop(2), _cmpop(3)
+    __gt__, __ge__ = _cmpop(4), _cmpop(5)
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"<tile %{self.var.id}: {self.var.type}>"

@@ -3,9 +3,9 @@
 None of these can be served by the sim: it runs each region of a kernel as
 one task on one core, so there are no peer cores to synchronise with in a
 kernel (``syncall``), no per-core caches to fence or invalidate, no device
-geometry a kernel is sized from at trace time, and no ``pl.submit`` task ids
-for ``task_dummy`` to join (order regions with ``deps=`` instead).  Each
-raises ``PtoNotSupported`` naming itself.
+geometry a kernel is sized from at trace time.  Each raises
+``PtoNotSupported`` naming itself.  ``task_dummy`` is served: it joins task
+ids into one (see :mod:`._submit`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ def _refuse(name: str, why: str):
     raise PtoNotSupported(f"pl.system.{name}: {why}")
 
 
-def task_dummy(*args, **kwargs):
-    """A dependency join with no work (PyPTO); not available here."""
-    _refuse("task_dummy", "pypto_async has no pl.submit task ids to join; give the region deps= of the "
-                          "regions it waits for (pl.at(..., deps=[...]))")
+def task_dummy(*, deps=None):
+    """A dependency join with no work: one task id standing for all of ``deps`` (see :mod:`._submit`)."""
+    from ._submit import task_dummy as join
+
+    return join(deps=deps)
 
 
 def syncall(*args, **kwargs):

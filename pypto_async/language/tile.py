@@ -38,6 +38,7 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 
 create = create_tile
+from ._submit import get_block_idx  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
 
 
 def transpose_view(tile):
@@ -52,6 +53,7 @@ def transpose_view(tile):
     return transpose(tile)
 
 __all__ = [
+    "get_block_idx",
     "assemble",
     "concat",
     "reshape",

@@ -97,6 +97,8 @@ def _compile(program, tensors, cfg, output_dir):
         return program  # already compiled
     if hasattr(program, "lower") and hasattr(program, "trace") and not getattr(program, "__pl_program__", False):
         return program.compile(*tensors, platform=cfg.platform, **options)  # a @pl.jit function
+    if getattr(program, "__pl_program__", False) and hasattr(program, "bind"):
+        program = program.bind(*tensors)  # a @pl.program's pl.dynamic dimensions take the tensors' extents
     return ir.compile(program, platform=cfg.platform, **options)
 
 

@@ -1,0 +1,146 @@
+"""``pl.submit``, ``pl.no_dep`` and ``pl.system.task_dummy``: naming a program's tasks, and untracking one argument.
+
+* ``result, tid = pl.submit(self.kernel, *args, deps=[...])`` calls a
+  kernel of the enclosing ``@pl.program`` as one task, as ``self.kernel(...)``
+  does, and returns what the kernel returns followed by the task's id, one
+  flat tuple (``a, b, tid`` for a kernel returning two tensors) for a later
+  ``deps=``.  ``deps=`` takes task ids and ``pl.array`` task-id arrays;
+  ``allow_early_resolve=`` is a scheduling hint and ``dumps=`` marks tensors
+  for PyPTO's selective dump: both are checked and recorded on the task
+  (``Scope.hints``) and change no result.  ``predicate=`` (skip the task on a
+  runtime value) is not available: it raises ``PtoNotSupported``, never
+  ignored, because it changes results.
+* ``pl.spmd_submit(self.kernel, *args, core_num=n)`` is ``pl.submit`` of a
+  kernel that ``n`` blocks run, each reading its index with
+  ``pl.tile.get_block_idx()``: one task (one task id), whose blocks the sim
+  runs one after another; ``sync_start=`` is recorded.
+* ``pl.no_dep(t)`` wraps a kernel-call argument: the call's access to ``t``
+  is not tracked (no edge into or out of the task from ``t``; ``deps=``
+  still orders it).  Anywhere else it is ``t`` (outside a traced body, any
+  value, unchanged).
+* ``pl.system.task_dummy(deps=[...])`` joins task ids into one: waiting
+  for it is waiting for each of them.  It runs nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .._scalars import is_int
+from ..errors import PtoCompileError, PtoNotSupported
+from ..ir._diag import compile_error
+from ._control import TaskId, task_deps
+from ._tracer import TensorArg, current, user_loc
+
+__all__ = ["submit", "spmd_submit", "get_block_idx", "no_dep", "task_dummy", "TaskJoin"]
+
+
+def _in_kernel(op: str):
+    try:
+        return current(op)
+    except PtoCompileError:
+        raise PtoCompileError(f"{op} is a DSL parser construct and cannot be called directly (call it inside "
+                              f"the orchestration of a @pl.program)") from None
+
+
+def _tracing() -> bool:
+    try:
+        current("pl.no_dep")
+    except PtoCompileError:
+        return False
+    return True
+
+
+def submit(kernel, *args, deps=None, dumps=None, allow_early_resolve: bool = False, predicate=None,
+           name_hint: str | None = None):
+    """Call ``self.kernel`` as one task and return ``(*its results, task id)`` (see the module)."""
+    return _submit("pl.submit", kernel, args, deps, dumps, allow_early_resolve, predicate, name_hint, None, [])
+
+
+def spmd_submit(kernel, *args, core_num=None, sync_start: bool = False, deps=None, dumps=None,
+                allow_early_resolve: bool = False, predicate=None, name_hint: str | None = None):
+    """``pl.submit`` of a kernel run by ``core_num`` blocks, one task (see the module)."""
+    loc = user_loc()
+    _in_kernel("pl.spmd_submit")
+    if core_num is None:
+        raise compile_error("pl.spmd_submit requires core_num= (a keyword: the positional slots are the "
+                            "kernel's arguments)", loc)
+    if not is_int(core_num) or isinstance(core_num, bool) or core_num < 1:
+        raise compile_error(f"pl.spmd_submit(core_num=...) takes a positive int, got {core_num!r}", loc)
+    if not isinstance(sync_start, bool):
+        raise compile_error(f"pl.spmd_submit(sync_start=...) takes a bool, got {sync_start!r}", loc)
+    hints = [("core_num", int(core_num))] + ([("sync_start", True)] if sync_start else [])
+    return _submit("pl.spmd_submit", kernel, args, deps, dumps, allow_early_resolve, predicate, name_hint,
+                   int(core_num), hints)
+
+
+def _submit(op, kernel, args, deps, dumps, allow_early_resolve, predicate, name_hint, core_num, hints):
+    from ._program import _Kernel
+
+    _in_kernel(op)  # only inside the orchestration of a @pl.program
+    loc = user_loc()
+    if not isinstance(kernel, _Kernel):
+        raise compile_error(f"{op}(...) first argument must be a self.<kernel> method reference (a kernel of "
+                            f"the enclosing @pl.program), got {kernel!r}; in a @pl.jit function use 'with "
+                            f"pl.at(..., deps=[...]) as tid:'", loc)
+    if predicate is not None:
+        raise PtoNotSupported(f"{loc}: {op}(predicate=...): skipping a task on a runtime value is not "
+                              f"available on the sim; branch on the value in the kernel (pl.read and if)")
+    if not isinstance(allow_early_resolve, bool):
+        raise compile_error(f"{op}() allow_early_resolve must be a boolean (True/False), got "
+                            f"{allow_early_resolve!r}", loc)
+    if allow_early_resolve:
+        hints.append(("allow_early_resolve", True))
+    if dumps is not None:
+        if not isinstance(dumps, (list, tuple)) or not all(isinstance(d, TensorArg) for d in dumps):
+            raise compile_error(f"{op}(dumps=...) takes a list of tensors, got {dumps!r}", loc)
+        hints.append(("dumps", tuple(d.name for d in dumps)))
+    result, tid = kernel.call(args, deps=deps, hints=tuple(hints), with_task=True, loc=loc, name_hint=name_hint,
+                              core_num=core_num)
+    items = result if isinstance(result, tuple) else (() if result is None else (result,))
+    return (*items, tid)
+
+
+def get_block_idx():
+    """The index of the block running the body: of a ``pl.spmd_submit`` task, or of ``pl.spmd`` (an index)."""
+    t = current("pl.tile.get_block_idx")
+    index = getattr(t, "block_index", None)
+    if index is None and getattr(t, "spmd_index", None) is not None and t.in_spmd:
+        index = t.spmd_index
+    if index is None:
+        raise compile_error("pl.tile.get_block_idx() is the block index of a pl.spmd_submit kernel or a pl.spmd "
+                            "body; there is none here", user_loc())
+    return index
+
+
+def no_dep(tensor):
+    """Mark a kernel-call argument untracked (``self.k(pl.no_dep(t), ...)``); elsewhere it is ``tensor``."""
+    loc = user_loc()
+    if not isinstance(tensor, TensorArg) and not _tracing():
+        return tensor  # outside a traced body it is the tensor, unchanged
+    if not isinstance(tensor, TensorArg):
+        raise compile_error(f"pl.no_dep takes a tensor (a kernel-call argument), got {tensor!r}", loc)
+    out = copy.copy(tensor)
+    out.no_dep = True
+    return out
+
+
+class TaskJoin(TaskId):
+    """A task id that stands for several (``pl.system.task_dummy``): ``deps=[join]`` waits for each."""
+
+    def __init__(self, tracer, ids: tuple[int, ...]):
+        super().__init__(tracer, ids[0] if ids else -1, None)
+        self.ids = ids
+
+    def __repr__(self) -> str:
+        return f"<task join of {list(self.ids)}>"
+
+
+def task_dummy(*, deps=None):
+    """A dependency join with no work: one task id for all of ``deps`` (PyPTO's ``pl.system.task_dummy``)."""
+    t = _in_kernel("pl.system.task_dummy")
+    loc = user_loc()
+    if not isinstance(deps, (list, tuple)) or not deps:
+        raise compile_error(f"pl.system.task_dummy(deps=[...]) takes a non-empty list of task ids, got {deps!r}",
+                            loc)
+    return TaskJoin(t, task_deps(t, deps, loc))
