@@ -33,6 +33,7 @@ from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
+from ._placement import bind_shape
 from ._tracer import user_loc
 from ._types import ScalarAnnotation, TensorAnnotation
 from .distributed_trace import CommOp, RankTrace, Segmented, rank_tracing, split
@@ -347,9 +348,7 @@ def host_dispatch(jitfn, args, kwargs):
 # -- @pl.jit.host -------------------------------------------------------------------------
 
 
-def _host_param(name: str, ann, arg, where: str, loc) -> tuple[Param, object]:
-    from ._jit import _shape_matches
-
+def _host_param(name: str, ann, arg, where: str, loc, dims: dict) -> tuple[Param, object]:
     if isinstance(ann, ScalarAnnotation) or (ann is None and isinstance(arg, (int, float)) and not isinstance(arg, bool)):
         dtype = ann.dtype if isinstance(ann, ScalarAnnotation) and ann.dtype is not None else (
             as_dtype("int64") if isinstance(arg, int) else as_dtype("float32"))
@@ -370,9 +369,10 @@ def _host_param(name: str, ann, arg, where: str, loc) -> tuple[Param, object]:
         raise compile_error(f"{where}: parameter {name!r} is a tensor: pass a numpy array or a torch tensor, "
                             f"got {type(arg).__name__}", loc)
     dtype = as_dtype(dtype)
-    if ann.shape is not None and not _shape_matches(ann.shape, shape):
+    why = None if ann.shape is None else bind_shape(ann.shape, shape, dims)
+    if why is not None:
         raise compile_error(f"{where}: parameter {name!r} is declared {list(ann.shape)} but got shape "
-                            f"{list(shape)}", loc)
+                            f"{list(shape)}: {why}", loc)
     if ann.dtype is not None and ann.dtype != dtype:
         raise compile_error(f"{where}: parameter {name!r} is declared {ann.dtype.name} but got {dtype.name}", loc)
     return Param(name, ann.direction, shape, dtype), None
@@ -387,7 +387,8 @@ def host_params(fn, names, args, where: str, loc, anns=None) -> list[Param]:
             anns = inspect.get_annotations(fn, eval_str=True)
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {where}: {exc}", loc) from exc
-    return [_host_param(n, anns.get(n), a, where, loc)[0] for n, a in zip(names, args)]
+    dims: dict = {}  # a pl.dynamic dimension takes one extent per call
+    return [_host_param(n, anns.get(n), a, where, loc, dims)[0] for n, a in zip(names, args)]
 
 
 def trace_host(name: str, fn, self_arg, params: list[Param], device_ids, compile_fn, scalars: dict):
