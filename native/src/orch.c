@@ -416,10 +416,10 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
         rec.token = o->cmd->token;
         rec.seq = o->cmd->seq;
         rec.submit_ns = t->submit_ns;
-        rec.start_ns = start;
-        rec.end_ns = end;
+        rec.start_ns = rec.host_start_ns = rec.dispatch_ns = start;
+        rec.end_ns = rec.host_end_ns = end;
         rec.stream_id = o->s->id;
-        rec.engine = eng->id;
+        rec.engine = rec.host_engine = eng->id;
         rec.kind = PTO_CMD_TASK;
         rec.block = t->id;
         rec.status = status;
