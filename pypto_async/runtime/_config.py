@@ -17,6 +17,7 @@ from typing import Any
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError, PtoNotSupported
+from ._profile import DeviceProfile, resolve_profile
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
 
@@ -224,8 +225,6 @@ class RunConfig:
         if self.timing not in ("model", "host"):
             fail("timing", "must be 'model' or 'host'")
         if self.device_profile is not None:
-            from ._profile import DeviceProfile, resolve_profile
-
             if not isinstance(self.device_profile, DeviceProfile):
                 object.__setattr__(self, "device_profile", resolve_profile(self.device_profile, self.platform))
         if self.sanitize not in (None, "off", "raise", "warn"):
@@ -287,8 +286,6 @@ class RunConfig:
     @property
     def profile(self):
         """The :class:`~pypto_async.runtime.DeviceProfile` a worker opened with this config models."""
-        from ._profile import resolve_profile
-
         return resolve_profile(self.device_profile, self.platform)
 
     def replace(self, **changes: Any) -> RunConfig:

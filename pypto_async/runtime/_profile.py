@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .._driver import ffi
 from .._scalars import is_int, is_number
 from ..errors import PtoArgumentError
 
@@ -203,8 +204,6 @@ class DeviceProfile:
 
     def _to_c(self):
         """The ``pto_device_profile`` the driver models with (a new cdata)."""
-        from .._driver import ffi
-
         p = ffi.new("pto_device_profile *")
         p.aic_cores = self.aic_cores
         p.aiv_cores = self.aiv_cores

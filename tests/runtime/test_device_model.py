@@ -245,3 +245,27 @@ def test_a_program_traces_its_tasks_on_modeled_lanes_and_host_lanes():
     assert all(r.host_engine in (0, 1) and r.host_end_ns >= r.host_start_ns > 0 for r in tasks)
     back = type(trace).from_chrome(doc)
     assert {r for r in back.records if r.kind_name == "task"} == set(tasks)
+
+
+def test_the_swimlane_records_give_dispatch_start_end_finish_per_task_beside_deps(tmp_path):
+    x = rand((4 * T, 32), 9)
+    out = np.full((T, 32), np.nan, np.float32)
+    c = ir.compile(Mixed)
+    cfg = RunConfig(enable_chip_swimlane=4, enable_dep_gen=True, save_kernels_dir=str(tmp_path))
+    with ChipWorker(RunConfig()) as w:
+        w.run(c, x, out, config=cfg)
+    np.testing.assert_allclose(out, -(x[0:T] + x[T:2 * T]) - (x[2 * T:3 * T] + x[3 * T:]), rtol=1e-6, atol=1e-6)
+    dfx = tmp_path / "dfx_outputs"
+    doc = json.loads((dfx / "chip_swimlane_records.json").read_text())
+    deps = json.loads((dfx / "deps.json").read_text())
+    assert doc["timing"] == "model" and doc["profile"] == "sim" and doc["cores"] == {"aic": 2, "aiv": 4}
+    tasks = {t["task_id"]: t for t in doc["tasks"]}
+    assert sorted(tasks) == [t["id"] for t in deps["tasks"]] == list(range(7))
+    assert {t["func_name"] for t in doc["tasks"]} == {"neg", "add"}
+    pickup = SIM.pickup_us
+    for t in doc["tasks"]:
+        assert t["core_type"] == "AIV" and 0 <= t["core_id"] < 4
+        assert t["start_time_us"] - t["dispatch_time_us"] == pytest.approx(pickup)
+        assert t["dispatch_time_us"] <= t["start_time_us"] < t["end_time_us"] == t["finish_time_us"]
+    for e in deps["edges"]:  # each task started after the tasks it depends on ended
+        assert tasks[e["dst"]]["dispatch_time_us"] >= tasks[e["src"]]["end_time_us"]
