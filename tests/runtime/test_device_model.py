@@ -269,3 +269,17 @@ def test_the_swimlane_records_give_dispatch_start_end_finish_per_task_beside_dep
         assert t["dispatch_time_us"] <= t["start_time_us"] < t["end_time_us"] == t["finish_time_us"]
     for e in deps["edges"]:  # each task started after the tasks it depends on ended
         assert tasks[e["dst"]]["dispatch_time_us"] >= tasks[e["src"]]["end_time_us"]
+
+
+def test_benchmark_reports_modeled_device_time():
+    from pypto_async.runtime import benchmark
+
+    p = A2A3.replace(min_kernel_us=50.0)  # each task of the chain takes 50 µs on the modeled chip
+    acc = np.zeros((T, 32), np.float32)
+    st = benchmark(ir.compile(ChainK), [acc], rounds=3, warmup=1,
+                   config=RunConfig(platform="a2a3sim", device_profile=p))
+    # Each round: its H2D and D2H of acc (the link's latency and 1 KiB), the orchestrator's first
+    # submission, then K tasks of a pickup and 50 µs each; more only where the device waited for the host.
+    copy = p.host_link_latency_us + acc.nbytes / (p.host_link_gbps * 1e3)
+    least = 2 * copy + p.orch_us_per_task + K_CHAIN * (p.pickup_us + 50.0)
+    assert min(st.device_wall_us) >= least - 0.01
