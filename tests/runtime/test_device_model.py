@@ -283,3 +283,34 @@ def test_benchmark_reports_modeled_device_time():
     copy = p.host_link_latency_us + acc.nbytes / (p.host_link_gbps * 1e3)
     least = 2 * copy + p.orch_us_per_task + K_CHAIN * (p.pickup_us + 50.0)
     assert min(st.device_wall_us) >= least - 0.01
+
+
+@pytest.mark.anyio
+async def test_the_trace_summary_measures_overlap_in_modeled_time(kernels, anyio_backend):
+    n = 1 << 20  # 4 MiB: the copy takes the link's latency and 168 µs at 25 GB/s
+    add = kernels.get("add", 1024)
+    x = rand(n, 10)
+    small = rand(1024, 11)
+    async with ChipWorker(RunConfig(cores=1, copy_engines=1)) as w:
+        k = w.register(add)
+        big = w.alloc_tensor(n, np.float32)
+        a = w.alloc_tensor(1024, np.float32, init=small)
+        out = w.alloc_tensor(1024, np.float32)
+        s_copy, s_k = w.stream(), w.stream()
+        await w.default_stream
+        async with w.trace() as tr:
+            with hold(s_copy) as latch:
+                start = s_copy.record()  # when the hold ends: the copy starts then too
+                copy = w.copy(big, x, stream=s_copy)
+                s_k.wait(start)
+                launch = k(a, a, out, stream=s_k)  # a pickup after the copy's start, ends long before it
+                latch.release()
+            await copy
+            await launch
+        np.testing.assert_array_equal(out.numpy(), small + small)
+        np.testing.assert_array_equal(big.numpy(), x)
+    s = tr.trace.summary()
+    p = SIM
+    assert s.copy_ns == round(p.host_link_latency_us * 1000) + round(4 * n / p.host_link_gbps)
+    assert s.compute_ns == round(p.min_kernel_us * 1000)  # a kernel that counts no work: the floor
+    assert s.overlapped_ns == s.compute_ns and s.overlap == 1.0
