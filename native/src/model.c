@@ -198,13 +198,22 @@ uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
     return m && work ? pti_model_cost(m, work, &kind) : 0;
 }
 
-/* The earliest free engine in [lo, hi) (m->lock held); ties: the lowest. */
-static uint32_t earliest(struct pto_model *m, uint32_t lo, uint32_t hi)
+/*
+ * The engine in [lo, hi) that can start work ready at `ready` first (m->lock
+ * held): every engine free by then ties, and ties go to the lowest, so which
+ * idle engine takes the work never depends on what ran before.
+ */
+static uint32_t earliest(struct pto_model *m, uint32_t lo, uint32_t hi, uint64_t ready)
 {
     uint32_t best = lo;
-    for (uint32_t e = lo + 1; e < hi; e++)
-        if (m->free_ns[e] < m->free_ns[best])
+    uint64_t at = max64(m->free_ns[lo], ready);
+    for (uint32_t e = lo + 1; e < hi; e++) {
+        uint64_t t = max64(m->free_ns[e], ready);
+        if (t < at) {
             best = e;
+            at = t;
+        }
+    }
     return best;
 }
 
@@ -231,7 +240,7 @@ void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work,
     uint32_t lo, hi;
     kind_range(m, kind, &lo, &hi);
     pthread_mutex_lock(&m->lock);
-    uint32_t c = earliest(m, lo, hi);
+    uint32_t c = earliest(m, lo, hi, ready);
     uint64_t dispatch = max64(ready, m->free_ns[c]);
     uint64_t start = dispatch + m->pickup_ns, end = start + dur;
     m->free_ns[c] = end;
@@ -312,7 +321,7 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
                 uint64_t n;
                 uint64_t dur = copy_ns(m, cmd, &n);
                 pthread_mutex_lock(&m->lock);
-                uint32_t e = earliest(m, m->ncores, m->ncores + m->ncopy);
+                uint32_t e = earliest(m, m->ncores, m->ncores + m->ncopy, ready);
                 start = max64(ready, m->free_ns[e]);
                 end = start + dur;
                 m->free_ns[e] = end;
@@ -477,8 +486,9 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
     struct heap ready[2] = {{hv, 0}, {hv + n, 0}};
     struct heap done = {hv + 2 * n, 0};
     struct heap cores[2] = {{hv + 3 * n, 0}, {hv + 3 * n + m->ncores, 0}};
+    /* Cores idle when the program starts tie (the lowest takes work first): the past does not show. */
     for (uint32_t c = 0; c < m->ncores; c++)
-        hpush(&cores[c < m->naic ? 0 : 1], m->free_ns[c], c);
+        hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
     for (uint32_t i = 0; i < n; i++) {
         at[i] = start + (uint64_t)(i + 1) * m->orch_ns; /* submitted */
         if (!npred[i])

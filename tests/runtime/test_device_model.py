@@ -307,8 +307,8 @@ async def test_the_trace_summary_measures_overlap_in_modeled_time(kernels, anyio
                 latch.release()
             await copy
             await launch
-        np.testing.assert_array_equal(out.numpy(), small + small)
-        np.testing.assert_array_equal(big.numpy(), x)
+        np.testing.assert_array_equal(await out.to_host(), small + small)
+        np.testing.assert_array_equal(await big.to_host(), x)
     s = tr.trace.summary()
     p = SIM
     assert s.copy_ns == round(p.host_link_latency_us * 1000) + round(4 * n / p.host_link_gbps)
