@@ -137,9 +137,10 @@ static void test_streams_in_order(void)
     pto_kernel *noop;
     t_check(pto_kernel_builtin(dev, "noop", &noop));
     pto_stream *s[STREAMS];
-    pto_devptr buf;
+    pto_devptr buf[STREAMS];
     enum { BYTES = 1 << 16, LAUNCHES = 50, BLOCKS = 3 };
-    t_check(pto_mem_alloc(dev, BYTES, NULL, &buf));
+    for (int i = 0; i < STREAMS; i++)
+        t_check(pto_mem_alloc(dev, BYTES, NULL, &buf[i])); /* one per stream: the copies never race */
     char *host = t_malloc(BYTES);
     memset(host, 7, BYTES);
     uint64_t tok = 1000;
@@ -151,7 +152,7 @@ static void test_streams_in_order(void)
         for (int i = 0; i < STREAMS; i++) {
             t_check(pto_stream_launch(s[i], noop, BLOCKS, NULL, 0, ++tok));
             if (k % 10 == 0)
-                t_check(pto_stream_copy_h2d(s[i], buf, host, BYTES, ++tok));
+                t_check(pto_stream_copy_h2d(s[i], buf[i], host, BYTES, ++tok));
         }
     t_check(pto_device_synchronize(dev, 20000000));
     uint64_t last_end[STREAMS + 8] = {0}, last_seq[STREAMS + 8] = {0};
@@ -183,7 +184,8 @@ static void test_streams_in_order(void)
     for (int i = 0; i < STREAMS; i++)
         pto_stream_destroy(s[i]);
     free(host);
-    t_check(pto_mem_free(dev, buf));
+    for (int i = 0; i < STREAMS; i++)
+        t_check(pto_mem_free(dev, buf[i]));
     pto_device_close(dev);
 }
 
