@@ -20,7 +20,7 @@ The names are PyPTO's where the content is the same kind:
     A Chrome/Perfetto trace of the call's commands (PyPTO's converter
     writes the same kind of file from its records).  Every level from 1 up
     records the same here: submit, start and end of each command.
-``chip_swimlane_records.json`` (``enable_chip_swimlane`` >= 1)
+``l2_swimlane_records.json`` (``enable_chip_swimlane`` >= 1)
     PyPTO's per-task records: dispatch, start, end and finish of each task
     (a kernel's blocks) in device time, modeled by default
     (:mod:`pypto_async.runtime._swimlane_records`); ``deps.json`` beside it

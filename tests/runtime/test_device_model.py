@@ -256,15 +256,16 @@ def test_the_swimlane_records_give_dispatch_start_end_finish_per_task_beside_dep
         w.run(c, x, out, config=cfg)
     np.testing.assert_allclose(out, -(x[0:T] + x[T:2 * T]) - (x[2 * T:3 * T] + x[3 * T:]), rtol=1e-6, atol=1e-6)
     dfx = tmp_path / "dfx_outputs"
-    doc = json.loads((dfx / "chip_swimlane_records.json").read_text())
+    doc = json.loads((dfx / "l2_swimlane_records.json").read_text())
     deps = json.loads((dfx / "deps.json").read_text())
-    assert doc["timing"] == "model" and doc["profile"] == "sim" and doc["cores"] == {"aic": 2, "aiv": 4}
+    assert doc["timing"] == "model" and doc["profile"] == "sim"
+    assert doc["metadata"]["core_types"] == ["aic", "aic", "aiv", "aiv", "aiv", "aiv"]
     tasks = {t["task_id"]: t for t in doc["tasks"]}
     assert sorted(tasks) == [t["id"] for t in deps["tasks"]] == list(range(7))
     assert {t["func_name"] for t in doc["tasks"]} == {"neg", "add"}
     pickup = SIM.pickup_us
     for t in doc["tasks"]:
-        assert t["core_type"] == "AIV" and 0 <= t["core_id"] < 4
+        assert t["core_type"] == "aiv" and 2 <= t["core_id"] < 6
         assert t["start_time_us"] - t["dispatch_time_us"] == pytest.approx(pickup)
         assert t["dispatch_time_us"] <= t["start_time_us"] < t["end_time_us"] == t["finish_time_us"]
     for e in deps["edges"]:  # each task started after the tasks it depends on ended
