@@ -814,7 +814,7 @@ struct pto_mtask {
     uint8_t kind;                 /* 0: AIC (cube work), 1: AIV */
     bool ran;
     /* outputs */
-    uint64_t dispatch_ns, start_ns, end_ns;
+    uint64_t submit_ns, dispatch_ns, start_ns, end_ns; /* submit_ns: when the orchestrator submitted it */
     int32_t engine;
 };
 

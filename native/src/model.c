@@ -447,7 +447,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
     if (!npred || !soff || !at || !sids || !hv) {
         /* Out of host memory: no schedule, the tasks take no modeled time. */
         for (uint32_t i = 0; i < n; i++) {
-            t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
+            t[i].submit_ns = t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
             t[i].engine = PTO_ENGINE_NONE;
         }
         goto out;
@@ -468,7 +468,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
     uint32_t *fill = calloc(n + 1, sizeof(uint32_t));
     if (!fill) {
         for (uint32_t i = 0; i < n; i++) {
-            t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
+            t[i].submit_ns = t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
             t[i].engine = PTO_ENGINE_NONE;
         }
         goto out;
@@ -490,7 +490,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
     for (uint32_t c = 0; c < m->ncores; c++)
         hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
     for (uint32_t i = 0; i < n; i++) {
-        at[i] = start + (uint64_t)(i + 1) * m->orch_ns; /* submitted */
+        at[i] = t[i].submit_ns = start + (uint64_t)(i + 1) * m->orch_ns; /* submitted */
         if (!npred[i])
             make_ready(t, i, at[i], ready, &done);
     }

@@ -293,7 +293,7 @@ static void trace_tasks(struct pto_orch *o)
         memset(&rec, 0, sizeof(rec));
         rec.token = o->cmd->token;
         rec.seq = o->cmd->seq;
-        rec.submit_ns = x->host_submit_ns;
+        rec.submit_ns = x->submit_ns; /* device time: the modeled orchestrator's submission */
         rec.start_ns = x->start_ns;
         rec.end_ns = x->end_ns;
         rec.dispatch_ns = x->dispatch_ns;

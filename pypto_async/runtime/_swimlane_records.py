@@ -23,11 +23,11 @@ is the joined form PyPTO's converter hands its analyses::
      "tasks": [{"task_id", "func_name", "core_type": "aic" | "aiv",
                 "core_id", "dispatch_time_us", "start_time_us",
                 "end_time_us", "finish_time_us", "duration_us",
-                "status"}, ...]}
+                "submit_time_us" (modeled tasks), "status"}, ...]}
 
 ``core_id`` indexes ``metadata.core_types`` (the modeled cores, AIC first;
 with host timing the host's core threads, all ``"aiv"``).  Times are µs
-from the first task's dispatch.  ``task_id`` is the task's
+from the first task's submission (modeled) or dispatch.  ``task_id`` is the task's
 instance (its ``id`` in ``deps.json``); a plain kernel's blocks appear as
 tasks of one ``func_name`` with ``task_id`` 0 and ``block`` set, as an SPMD
 task's blocks do in PyPTO's viewer.
@@ -51,7 +51,8 @@ def swimlane_records(trace, program: str = "program", profile: str = "") -> dict
     aic = int(dev.get("aic_cores", 0)) if modeled else 0
     cores = int(dev.get("cores", 0))
     work = [r for r in trace.records if r.kind_name in ("task", "block") and r.start_ns]
-    origin = min((r.dispatch_ns or r.start_ns for r in work), default=0)
+    origin = min((min(r.dispatch_ns or r.start_ns, r.submit_ns if modeled and r.submit_ns else r.start_ns)
+                  for r in work), default=0)
 
     def us(ns: int) -> float:
         return round((ns - origin) / 1000.0, 3)
@@ -72,6 +73,8 @@ def swimlane_records(trace, program: str = "program", profile: str = "") -> dict
         }
         if r.kind_name == "block":
             entry["block"] = r.block
+        elif modeled and r.submit_ns:
+            entry["submit_time_us"] = us(r.submit_ns)  # the modeled orchestrator's submission
         tasks.append(entry)
     return {
         "version": 1,

@@ -268,6 +268,9 @@ def test_the_swimlane_records_give_dispatch_start_end_finish_per_task_beside_dep
         assert t["core_type"] == "aiv" and 2 <= t["core_id"] < 6
         assert t["start_time_us"] - t["dispatch_time_us"] == pytest.approx(pickup)
         assert t["dispatch_time_us"] <= t["start_time_us"] < t["end_time_us"] == t["finish_time_us"]
+    orch = SIM.orch_us_per_task
+    for i, t in tasks.items():  # the orchestrator submits one task per orch_us_per_task
+        assert t["submit_time_us"] == pytest.approx(i * orch) and t["submit_time_us"] <= t["dispatch_time_us"]
     for e in deps["edges"]:  # each task started after the tasks it depends on ended
         assert tasks[e["dst"]]["dispatch_time_us"] >= tasks[e["src"]]["end_time_us"]
 
