@@ -303,14 +303,17 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
     } else {
         switch (cmd->kind) {
         case PTO_CMD_LAUNCH:
-            pthread_mutex_lock(&m->lock);
+            /*
+             * No lock: the thread finishing a launch ran its last block, and
+             * the acq_rel add of done_blocks orders every block's placement
+             * (under m->lock) before this; no block of it runs any more.
+             */
             if (ran && s->run.cmd == cmd && s->run.model_blocks) {
                 start = s->run.model_first;
                 end = s->run.model_last;
                 engine = s->run.model_engine;
             }
             s->run.model_blocks = 0;
-            pthread_mutex_unlock(&m->lock);
             break;
         case PTO_CMD_H2D:
         case PTO_CMD_D2H:
@@ -369,44 +372,44 @@ struct heap {
     uint32_t n;
 };
 
-static bool hless(const struct hent *a, const struct hent *b)
+static inline bool hless(struct hent a, struct hent b)
 {
-    return a->key < b->key || (a->key == b->key && a->id < b->id);
+    return a.key < b.key || (a.key == b.key && a.id < b.id);
 }
 
+/* Push: sift a hole up from the end (no swaps). */
 static void hpush(struct heap *h, uint64_t key, uint32_t id)
 {
+    struct hent x = {key, id};
     uint32_t i = h->n++;
-    h->v[i] = (struct hent){key, id};
     while (i) {
         uint32_t p = (i - 1) / 2;
-        if (!hless(&h->v[i], &h->v[p]))
+        if (!hless(x, h->v[p]))
             break;
-        struct hent t = h->v[i];
         h->v[i] = h->v[p];
-        h->v[p] = t;
         i = p;
     }
+    h->v[i] = x;
 }
 
+/* Pop the least: sift a hole down from the root, then drop the last entry into it. */
 static struct hent hpop(struct heap *h)
 {
-    struct hent top = h->v[0];
-    h->v[0] = h->v[--h->n];
-    uint32_t i = 0;
+    struct hent top = h->v[0], x = h->v[--h->n];
+    uint32_t i = 0, n = h->n;
     for (;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && hless(&h->v[l], &h->v[m]))
-            m = l;
-        if (r < h->n && hless(&h->v[r], &h->v[m]))
-            m = r;
-        if (m == i)
+        uint32_t c = 2 * i + 1;
+        if (c >= n)
             break;
-        struct hent t = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = t;
-        i = m;
+        if (c + 1 < n && hless(h->v[c + 1], h->v[c]))
+            c++;
+        if (!hless(h->v[c], x))
+            break;
+        h->v[i] = h->v[c];
+        i = c;
     }
+    if (n)
+        h->v[i] = x;
     return top;
 }
 
