@@ -318,3 +318,17 @@ async def test_the_trace_summary_measures_overlap_in_modeled_time(kernels, anyio
     assert s.copy_ns == round(p.host_link_latency_us * 1000) + round(4 * n / p.host_link_gbps)
     assert s.compute_ns == round(p.min_kernel_us * 1000)  # a kernel that counts no work: the floor
     assert s.overlapped_ns == s.compute_ns and s.overlap == 1.0
+
+
+def test_analyze_reads_the_modeled_records(tmp_path):
+    analyze = pytest.importorskip("pypto_async._analyze", reason="pypto-async analyze lands with the work branch")
+    x = rand((4 * T, 32), 12)
+    cfg = RunConfig(enable_chip_swimlane=4, enable_dep_gen=True, save_kernels_dir=str(tmp_path))
+    with ChipWorker(RunConfig()) as w:
+        w.run(ir.compile(Mixed), x, np.zeros((T, 32), np.float32), config=cfg)
+    dfx = tmp_path / "dfx_outputs"
+    a = analyze.analyze_files(dfx / "l2_swimlane_records.json", dfx / "deps.json")
+    assert (a.tasks, a.edges) == (7, 6)
+    assert a.pickup["all"].min == a.pickup["all"].max == pytest.approx(SIM.pickup_us)
+    # Four idle AIVs for four ready halves: the list schedule leaves no ready work waiting.
+    assert a.overhead["aiv"].idle_ready_us == pytest.approx(0.0, abs=1e-6)
