@@ -329,6 +329,6 @@ def test_analyze_reads_the_modeled_records(tmp_path):
     dfx = tmp_path / "dfx_outputs"
     a = analyze.analyze_files(dfx / "l2_swimlane_records.json", dfx / "deps.json")
     assert (a.tasks, a.edges) == (7, 6)
-    assert a.pickup["all"].min == a.pickup["all"].max == pytest.approx(SIM.pickup_us)
+    assert a.pickup["all"].min == pytest.approx(SIM.pickup_us) and a.pickup["all"].max == pytest.approx(SIM.pickup_us)
     # Four idle AIVs for four ready halves: the list schedule leaves no ready work waiting.
     assert a.overhead["aiv"].idle_ready_us == pytest.approx(0.0, abs=1e-6)
