@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ._profile import DeviceProfile, resolve_profile
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError, PtoNotSupported
-from ._profile import DeviceProfile, resolve_profile
 
 __all__ = ["RunConfig", "normalize_platform", "as_run_config"]
 

@@ -18,7 +18,7 @@ import pytest
 import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.errors import PtoArgumentError
-from pypto_async.runtime import ChipWorker, DeviceProfile, RunConfig
+from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.runtime._profile import A2A3, A5, SIM
 from pypto_async.testing import hold
 
