@@ -128,8 +128,8 @@ def load_trace(path: str | os.PathLike) -> dict:
 
 
 def _lanes(lay: Layout) -> list[Track]:
-    # Streams first, then cores, then copy engines, each in the trace's sort order.
-    group = {"stream": 0, "core": 1, "copy": 2}
+    # Streams first, then cores, then copy engines, then host threads, each in the trace's sort order.
+    group = {"stream": 0, "core": 1, "copy": 2, "host": 3}  # host: the host threads, in wall time
     return sorted(lay.tracks, key=lambda t: (group[t.kind], t.sort_index, t.tid))
 
 

@@ -101,6 +101,11 @@ typedef struct pto_device_info {
     uint64_t device_memory;
     uint64_t arena_base;        /* device address of the first arena byte */
     char platform[16];
+    /* The device model (pto_device_set_profile): 1 while device times are modeled, else 0 (host). */
+    uint32_t timing_model;
+    uint32_t model_cores;       /* modeled cores: AIC 0 .. model_aic-1, then AIV (0: host timing) */
+    uint32_t model_aic;
+    uint32_t model_copy_engines; /* modeled copy engines, numbered after the modeled cores */
 } pto_device_info;
 
 /* Fill cfg with the defaults (all zero means "default" too). */
@@ -139,6 +144,52 @@ int pto_device_synchronize(pto_device *dev, int64_t timeout_us);
  * with -PTO_ECANCELED, latches are released.  Returns how many were dropped.
  */
 int pto_device_cancel(pto_device *dev);
+
+/* ---- the device model (model.c) --------------------------------------------
+ *
+ * With a profile set, every device timestamp the driver reports (completion
+ * records' start/end, event times, trace records' start/end/engine, engine
+ * statistics) is modeled device time, not the host's wall clock: each
+ * modeled core, copy engine and the orchestrator has a clock, a command
+ * starts at the latest of its stream predecessor's modeled end, its waits'
+ * ends, its engine's free time and its submission (host wall time, the
+ * same nanosecond origin), and lasts what its work (pto_work, copies' bytes)
+ * costs on the profile's pipes.  Results are unchanged: execution stays
+ * real on the host threads.  docs/device_model.md has the model and its limits.
+ */
+typedef struct pto_device_profile {
+    uint32_t aic_cores;             /* cube cores (AIC) */
+    uint32_t aiv_cores;             /* vector cores (AIV) */
+    uint32_t copy_engines;          /* DMA engines serving the host link and GM copies */
+    uint32_t reserved;
+    double clock_ghz;               /* core clock: cycles per ns */
+    double pickup_us;               /* a task's or block's [dispatch, start] on its core */
+    double orch_us_per_task;        /* the orchestrator's cost to submit one program task */
+    double min_kernel_us;           /* the least a kernel or task takes (one with no counted work) */
+    double gm_gbps;                 /* GM (HBM) bandwidth: device-to-device copies, memsets */
+    double host_link_gbps;          /* host <-> device link: h2d, d2h (and peer copies) */
+    double host_link_latency_us;    /* per host-link copy */
+    double transfer_granule_bytes;  /* a load or store row costs at least this many bytes */
+    double mte2_bytes_per_cycle;    /* loads GM -> on-chip, per core */
+    double mte1_bytes_per_cycle;    /* moves between on-chip buffers */
+    double mte3_bytes_per_cycle;    /* stores on-chip -> GM */
+    double fixpipe_bytes_per_cycle; /* cube results out of L0C (counted with the stores) */
+    double vec_bytes_per_cycle[3];  /* per PTO_VEC_* class */
+    double cube_macs_per_cycle[3];  /* per PTO_CUBE_* input dtype */
+} pto_device_profile;
+
+/*
+ * Model device time from now on with *profile (copied), or report the host's
+ * wall clock (NULL: the default).  Only before the device's first command.
+ * Returns 0, -PTO_EINVAL (a figure out of range, or commands were submitted
+ * already; the message names it), -PTO_ENOMEM.
+ */
+int pto_device_set_profile(pto_device *dev, const pto_device_profile *profile);
+/*
+ * The modeled duration in ns of one block or task that did *work on a core of
+ * the profile (0 if none is set): what the driver charges for it.
+ */
+uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work);
 
 /* ---- device memory -------------------------------------------------------- */
 
@@ -445,7 +496,12 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
  *   "reduce"    (dst, src, n, op, dtype)        dst = op(dst, src) elementwise; op 0 sum, 1 max,
  *                                               2 min (NaN propagates); dtype 0 f32, 1 f64,
  *                                               2 i32, 3 i64
- * Blocks split [0, n) into contiguous chunks.  Returns 0, -PTO_EINVAL (unknown name).
+ * Blocks split [0, n) into contiguous chunks.  Each reports its work to the
+ * device model (blk->work): one load row per input chunk and one store row
+ * per output chunk, and its vector result bytes (simple class: an add, a
+ * fill; axpy's mul and add twice that); noop, spin and fail report none (the
+ * model's min_kernel_us: spin's busy time is the host's).  Returns 0,
+ * -PTO_EINVAL (unknown name).
  */
 int pto_kernel_builtin(pto_device *dev, const char *name, pto_kernel **out);
 /* Name of the kernel (its symbol). */
@@ -635,6 +691,16 @@ typedef struct pto_trace_record {
     int32_t status;
     uint32_t reserved;
     char name[48];              /* kernel name, or "h2d", "d2h", ... */
+    /*
+     * start_ns / end_ns / engine above are device time: modeled with a
+     * profile set (engine: a modeled core, AIC first, or copy engine, or
+     * -1), else the host's.  These are always the host's wall clock and the
+     * host thread that ran it (the same values without a profile).
+     */
+    uint64_t host_start_ns, host_end_ns;
+    uint64_t dispatch_ns;       /* device time the command or task was handed to its engine (start - pickup) */
+    int32_t host_engine;
+    uint32_t reserved2;
 } pto_trace_record;
 
 /* Turn tracing on or off at run time. */

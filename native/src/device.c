@@ -287,6 +287,7 @@ void pto_device_close(pto_device *dev)
     pti_programs_release_all(dev);
     pti_kernels_release_all(dev);
     pti_trace_fini(dev);
+    pti_model_fini(dev);
     pti_cq_fini(dev);
     pti_mem_fini(dev);
     destroy_sync(dev);
@@ -310,6 +311,7 @@ int pto_device_get_info(pto_device *dev, pto_device_info *out)
     out->device_memory = dev->arena_size;
     out->arena_base = (uint64_t)(uintptr_t)dev->arena;
     pti_strlcpy(out->platform, dev->platform, sizeof(out->platform));
+    pti_model_info(dev, out);
     return 0;
 }
 

@@ -451,9 +451,11 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     uint64_t end = pto_now_ns();
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
+    struct pto_when w = {start, end, start, eng->id, start, end, eng->id};
+    if (!skip && pti_model_of(dev))
+        pti_model_block(dev, run, &work, &w); /* its modeled core and times */
     if (!skip && pti_trace_on(dev))
-        pti_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, start, end,
-                      eng->id);
+        pti_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, &w);
     /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
     if (atomic_fetch_add_explicit(&run->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)
         return;
@@ -606,6 +608,8 @@ int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out)
 {
     if (!dev || !out)
         return pti_error(PTO_EINVAL, "pto_engine_get_stats: NULL argument");
+    if (pti_model_of(dev))
+        return pti_model_engine_stats(dev, engine, out); /* device time: the modeled engines */
     int32_t n = (int32_t)(dev->cfg.cores + dev->cfg.copy_engines);
     if (engine < 0 || engine >= n)
         return pti_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d)", engine, n);

@@ -62,6 +62,13 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
                     uint64_t cause, const char *msg, bool own, uint64_t start_ns, uint64_t end_ns,
                     int32_t engine)
 {
+    /* Device time: the host's, or the device model's (model.c) when a profile is set. */
+    struct pto_when w = {start_ns, end_ns, start_ns, engine, start_ns, end_ns, engine};
+    if (pti_model_of(dev)) {
+        pti_model_finish(dev, s, cmd, status, &w);
+        start_ns = w.start_ns;
+        end_ns = w.end_ns;
+    }
     uint64_t fail_id = 0;
     if (status != 0 && own) {
         /* The command's own failure: the first failure of the stream from now on. */
@@ -109,11 +116,12 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pti_strlcpy(c.message, status ? msg : "", sizeof(c.message));
     }
     if (pti_trace_on(dev))
-        pti_trace_cmd(dev, s, cmd, PTI_TRACE_WHOLE, status, start_ns, end_ns, engine);
+        pti_trace_cmd(dev, s, cmd, PTI_TRACE_WHOLE, status, &w);
     if (status == -PTO_ECANCELED)
         atomic_fetch_add_explicit(&dev->st_canceled, 1, memory_order_relaxed);
     release_resources(dev, s, cmd);
     cmd->state = PTI_CMD_QUEUED;
+    cmd->modeled = false;
     s->active = false;
     /*
      * Release pairs with the acquire loads of head in pti_slot_begin (the slot

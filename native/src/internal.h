@@ -307,6 +307,7 @@ struct pto_cmd {
     bool canceled;                /* withdrawn before it started (pto_stream_cancel_queued / _tokens) */
     bool quiet;                   /* a graph replay's command: a record only for its own first failure */
     bool edge;                    /* an inferred edge's record or wait: injected failures pass it by */
+    bool modeled;                 /* the times given pti_cmd_finish are modeled already (a program's schedule) */
     uint64_t token;
     uint64_t seq;
     uint64_t epoch;               /* stream epoch at acceptance, or earlier (pto_stream_backdate) */
@@ -350,6 +351,10 @@ struct pto_run {
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */
     char fail_msg[PTI_MSG_LEN];
+    /* The device model's placement of a launch's blocks (model.c), under the model's lock. */
+    uint64_t model_first, model_last;
+    uint32_t model_blocks;
+    int32_t model_engine;
 };
 
 struct pto_stream_fail {
@@ -439,6 +444,7 @@ struct pto_stream {
     pto_stream *bell_next;        /* dev->doorbell link while bell is set */
     atomic_int bell;              /* 1 while s is on dev->doorbell (seq_cst; sched.c) */
     struct pto_run run;           /* the head command while it is on an engine */
+    uint64_t model_end;           /* modeled end of its last completed command (model.c) */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
     struct pto_link doomed;       /* on dev->doomed while destroyed with work left (self-linked otherwise) */
@@ -706,8 +712,9 @@ void pti_trace_fini(pto_device *dev);
  * PTO_CMD_BLOCK).  The one place a record is filled.
  */
 enum { PTI_TRACE_WHOLE = -1 };
+struct pto_when; /* device and host times (the device model's section) */
 void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
-                   int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine);
+                   int32_t status, const struct pto_when *w);
 
 /* ---- engines (engines.c) ------------------------------------------------------------ */
 
@@ -787,6 +794,58 @@ void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
 /* Close: join the orchestration threads (no program runs). */
 void pti_programs_stop(pto_device *dev);
+
+/* ---- the device model (model.c) ------------------------------------------------------ */
+
+/* A command's or block's times: device (modeled, or the host's) and the host's. */
+struct pto_when {
+    uint64_t start_ns, end_ns, dispatch_ns;
+    int32_t engine;
+    uint64_t host_start_ns, host_end_ns;
+    int32_t host_engine;
+};
+
+/* One program task as the model sees it (orch.c fills it, pti_model_program places it). */
+struct pto_mtask {
+    uint64_t dur_ns;              /* modeled duration (pto_model_work_ns); 0 if it never ran */
+    uint64_t host_start_ns, host_end_ns, host_submit_ns;
+    int32_t host_engine, status;
+    uint32_t site;
+    uint8_t kind;                 /* 0: AIC (cube work), 1: AIV */
+    bool ran;
+    /* outputs */
+    uint64_t submit_ns, dispatch_ns, start_ns, end_ns; /* submit_ns: when the orchestrator submitted it */
+    int32_t engine;
+};
+
+struct pto_model;
+/* Whether dev models its device time (a profile is set). */
+static inline struct pto_model *pti_model_of(pto_device *dev);
+/* Free dev's model (close). */
+void pti_model_fini(pto_device *dev);
+/* A launch's block that did *work ran from host start to end (no lock held): place it, fill *w. */
+void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w);
+/* The modeled duration and core kind (0 AIC, 1 AIV) of one block's work. */
+uint64_t pti_model_cost(struct pto_model *m, const pto_work *work, uint8_t *kind);
+/*
+ * pti_cmd_finish's hook (sched_lock held): turn w's host times of cmd into
+ * modeled ones and advance the clocks; s->model_end becomes its end.
+ */
+void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
+                      struct pto_when *w);
+/*
+ * A program run of n tasks completed (no driver lock held; its stream's
+ * head is the program): list-schedule them over the modeled cores (preds:
+ * the compiled table pred_off/pred_ids, NULL: a chain), fill each task's
+ * outputs, and the run's modeled *start / *end.
+ */
+void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
+                       uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start,
+                       uint64_t *end);
+
+/* pto_engine_get_stats / pto_device_get_info for a modeled device (a profile is set). */
+int pti_model_engine_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);
+void pti_model_info(pto_device *dev, pto_device_info *out);
 
 /* ---- the scheduler (sched.c) ---------------------------------------------------------- */
 
@@ -954,12 +1013,18 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
+    struct pto_model *_Atomic model; /* the device model (model.c); NULL: host timing */
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes;
 };
 
 static inline bool pti_trace_on(pto_device *dev)
 {
     return atomic_load_explicit(&dev->trace_enabled, memory_order_relaxed) != 0;
+}
+
+static inline struct pto_model *pti_model_of(pto_device *dev)
+{
+    return atomic_load_explicit(&dev->model, memory_order_acquire);
 }
 
 static inline bool pti_dev_lost(pto_device *dev)

@@ -121,6 +121,9 @@ struct pto_orch {
     uint32_t window_hwm, dep_hwm;
     uint64_t heap_hwm, waits_window, waits_deps, waits_heap;
     void **args;                  /* launch arguments, then the intermediates' addresses */
+    struct pto_mtask *mt;         /* the device model: per instance (model.c); NULL: host timing */
+    uint32_t mt_cap;
+    bool mt_oom;                  /* could not grow mt: the run is not modeled */
 };
 
 struct pto_orch_pool {
@@ -279,11 +282,49 @@ static void dispatch(pto_device *dev, struct pto_run *ready)
     pti_core_enqueue_runs(dev, ready); /* one batch: one lock, each idle core woken once */
 }
 
+/* Push the trace records of a modeled run's tasks (model times from pti_model_program). */
+static void trace_tasks(struct pto_orch *o)
+{
+    for (uint32_t i = 0; i < o->submitted; i++) {
+        const struct pto_mtask *x = &o->mt[i];
+        if (!x->ran)
+            continue;
+        pto_trace_record rec;
+        memset(&rec, 0, sizeof(rec));
+        rec.token = o->cmd->token;
+        rec.seq = o->cmd->seq;
+        rec.submit_ns = x->submit_ns; /* device time: the modeled orchestrator's submission */
+        rec.start_ns = x->start_ns;
+        rec.end_ns = x->end_ns;
+        rec.dispatch_ns = x->dispatch_ns;
+        rec.engine = x->engine;
+        rec.host_start_ns = x->host_start_ns;
+        rec.host_end_ns = x->host_end_ns;
+        rec.host_engine = x->host_engine;
+        rec.stream_id = o->s->id;
+        rec.kind = PTO_CMD_TASK;
+        rec.block = i;
+        rec.status = x->status;
+        pti_strlcpy(rec.name, o->d->sites[x->site].name, sizeof(rec.name));
+        pti_trace_push(o->dev, &rec);
+    }
+}
+
 /* The run is over (run->lock not held, nobody else touches o): complete the command. */
 static void run_finish(struct pto_orch *o)
 {
     pto_device *dev = o->dev;
     uint64_t end = pto_now_ns();
+    uint64_t start = o->start_ns;
+    bool modeled = pti_model_of(dev) && !o->mt_oom && (o->mt || !o->submitted);
+    if (modeled) {
+        /* Device time: the list schedule of the run's tasks (model.c); the stream's head is o->cmd. */
+        const pto_program_desc *d = o->d;
+        pti_model_program(dev, o->s, o->cmd, o->mt, o->submitted, d->ninstances ? d->pred_off : NULL,
+                          d->pred_ids, &start, &end);
+        if (pti_trace_on(dev))
+            trace_tasks(o);
+    }
     pti_program_count_run(o->p, &(pto_program_stats){
                                     .runs = 1,
                                     .tasks = o->submitted,
@@ -301,8 +342,9 @@ static void run_finish(struct pto_orch *o)
     int32_t status = o->status;
     if (!status && pti_dev_lost(dev))
         status = -PTO_EDEVLOST;
+    o->cmd->modeled = modeled;
     pti_cmd_finish(dev, o->s, o->cmd, status, status == -PTO_EDEVLOST ? dev->lost_cause : 0,
-                   status ? o->msg : NULL, status != 0, o->start_ns, end, PTO_ENGINE_NONE);
+                   status ? o->msg : NULL, status != 0, start, end, PTO_ENGINE_NONE);
     pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
     pthread_mutex_destroy(&o->lock);
@@ -312,6 +354,7 @@ static void run_finish(struct pto_orch *o)
     free(o->live);
     free(o->failed);
     free(o->args);
+    free(o->mt);
     free(o);
 }
 
@@ -364,16 +407,19 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
         status = -PTO_EDEVLOST;
     else if (atomic_load_explicit(&r->fail_claim, memory_order_acquire))
         status = -r->fail_code;
-    if (pti_trace_on(dev)) {
+    struct pto_model *m = pti_model_of(dev);
+    uint8_t kind = 1;
+    uint64_t dur = m && !lost ? pti_model_cost(m, &work, &kind) : 0;
+    if (!m && pti_trace_on(dev)) { /* a modeled run traces its tasks when it completes */
         pto_trace_record rec;
         memset(&rec, 0, sizeof(rec));
         rec.token = o->cmd->token;
         rec.seq = o->cmd->seq;
         rec.submit_ns = t->submit_ns;
-        rec.start_ns = start;
-        rec.end_ns = end;
+        rec.start_ns = rec.host_start_ns = rec.dispatch_ns = start;
+        rec.end_ns = rec.host_end_ns = end;
         rec.stream_id = o->s->id;
-        rec.engine = eng->id;
+        rec.engine = rec.host_engine = eng->id;
         rec.kind = PTO_CMD_TASK;
         rec.block = t->id;
         rec.status = status;
@@ -382,6 +428,16 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     }
     struct pto_run *ready = NULL;
     pthread_mutex_lock(&o->lock);
+    if (m && !o->mt_oom && t->id < o->mt_cap) {
+        struct pto_mtask *x = &o->mt[t->id];
+        x->dur_ns = dur;
+        x->kind = kind;
+        x->ran = !lost;
+        x->host_start_ns = start;
+        x->host_end_ns = end;
+        x->host_engine = eng->id;
+        x->status = status;
+    }
     if (status == -PTO_EDEVLOST)
         run_fail(o, status, "task %s: device lost: %s", site->name, dev->lost_msg);
     else if (status)
@@ -516,6 +572,24 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
     t->pending = 1; /* held until every predecessor is counted */
     t->state = T_WAITING;
     t->submit_ns = pto_now_ns();
+    if (pti_model_of(o->dev) && !o->mt_oom) {
+        /* The device model's record of the instance (model.c), indexed by its id. */
+        if (i >= o->mt_cap) {
+            uint32_t cap = o->mt_cap ? 2 * o->mt_cap : 64;
+            struct pto_mtask *mt = realloc(o->mt, (size_t)cap * sizeof(*mt));
+            if (mt) {
+                o->mt = mt;
+                o->mt_cap = cap;
+            } else {
+                o->mt_oom = true; /* the run goes on, unmodeled */
+            }
+        }
+        if (i < o->mt_cap) {
+            memset(&o->mt[i], 0, sizeof(o->mt[i]));
+            o->mt[i].site = site;
+            o->mt[i].host_submit_ns = t->submit_ns;
+        }
+    }
     uint32_t nidx = d->sites[site].nidx;
     if (nidx)
         memcpy(t->idx, idx, nidx * sizeof(*idx));

@@ -91,6 +91,21 @@ static void chunk(const pto_block *blk, uint64_t n, uint64_t *begin, uint64_t *e
     *end = b + per < n ? b + per : n;
 }
 
+/*
+ * The work a built-in block did, for the device model (pto_work): `loads`
+ * and `stores` contiguous rows of `bytes` each (a block's chunk of each
+ * tensor is one row), and `vec` vector result bytes of the simple class.
+ * The pipes run in turn (no overlap): a plain loop.
+ */
+static void count(const pto_block *blk, uint64_t bytes, uint32_t loads, uint32_t stores, uint64_t vec)
+{
+    blk->work->load_bytes += bytes * loads;
+    blk->work->load_rows += bytes ? loads : 0;
+    blk->work->store_bytes += bytes * stores;
+    blk->work->store_rows += bytes ? stores : 0;
+    blk->work->vec_bytes[PTO_VEC_SIMPLE] += vec;
+}
+
 static void k_noop(const pto_block *blk, void *const *args)
 {
     (void)blk;
@@ -105,6 +120,7 @@ static void k_fill_f32(const pto_block *blk, void *const *args)
     chunk(blk, arg_u64(args, 2), &b, &e);
     for (uint64_t i = b; i < e; i++)
         out[i] = v;
+    count(blk, (e - b) * 4, 0, 1, (e - b) * 4); /* a dup into the tile, one store */
 }
 
 static void k_add_f32(const pto_block *blk, void *const *args)
@@ -115,6 +131,7 @@ static void k_add_f32(const pto_block *blk, void *const *args)
     chunk(blk, arg_u64(args, 3), &b, &e);
     for (uint64_t i = b; i < e; i++)
         out[i] = a[i] + x[i];
+    count(blk, (e - b) * 4, 2, 1, (e - b) * 4);
 }
 
 static void k_axpy_f32(const pto_block *blk, void *const *args)
@@ -126,6 +143,7 @@ static void k_axpy_f32(const pto_block *blk, void *const *args)
     chunk(blk, arg_u64(args, 3), &b, &e);
     for (uint64_t i = b; i < e; i++)
         y[i] = alpha * x[i] + y[i];
+    count(blk, (e - b) * 4, 2, 1, 2 * (e - b) * 4); /* a mul and an add */
 }
 
 static void k_spin(const pto_block *blk, void *const *args)
@@ -169,6 +187,8 @@ static void k_reduce(const pto_block *blk, void *const *args)
     case 2: REDUCE(int32_t, INT_NAN); break;
     default: REDUCE(int64_t, INT_NAN); break;
     }
+    uint64_t size = dtype == 0 || dtype == 2 ? 4 : 8;
+    count(blk, (e - b) * size, 2, 1, (e - b) * size); /* one elementwise op: the simple class */
 }
 #undef REDUCE
 #undef FLOAT_NAN

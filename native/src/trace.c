@@ -39,17 +39,21 @@ void pti_trace_push(pto_device *dev, const pto_trace_record *r)
 }
 
 void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
-                   int32_t status, uint64_t start_ns, uint64_t end_ns, int32_t engine)
+                   int32_t status, const struct pto_when *w)
 {
     pto_trace_record r;
     memset(&r, 0, sizeof(r));
     r.token = cmd->token;
     r.seq = cmd->seq;
     r.submit_ns = cmd->submit_ns;
-    r.start_ns = start_ns;
-    r.end_ns = end_ns;
+    r.start_ns = w->start_ns;
+    r.end_ns = w->end_ns;
+    r.dispatch_ns = w->dispatch_ns;
+    r.host_start_ns = w->host_start_ns;
+    r.host_end_ns = w->host_end_ns;
+    r.host_engine = w->host_engine;
     r.stream_id = s->id;
-    r.engine = engine;
+    r.engine = w->engine;
     r.kind = block == PTI_TRACE_WHOLE ? cmd->kind : PTO_CMD_BLOCK;
     r.block = block == PTI_TRACE_WHOLE ? 0 : (uint32_t)block;
     r.status = status;

@@ -8,6 +8,7 @@ under ``with``, async under ``async with``).
 from ._benchmark import *  # noqa: F401,F403
 from ._benchmark import __all__ as _benchmark_all
 from ._config import RunConfig
+from ._profile import DeviceProfile
 from ._context import current_worker
 from ._entry import dispatch
 from ._capture import CapturedEvent, CapturedNode, Capture, GraphInput
@@ -32,6 +33,7 @@ from ._worker import __all__ as _worker_all
 __all__ = [
     "RunConfig",
     "TensorSpec",
+    "DeviceProfile",
     "dispatch",
     "device_count",
     "DistributedWorker",

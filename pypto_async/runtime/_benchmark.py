@@ -7,7 +7,10 @@ its own and reads the simulated device's own clock: a round's device wall is
 the span from its first command's start to its last command's end, as the
 driver stamped them (copies of host arrays included), so ``device_wall_us``
 holds real, non-zero device times on the simulator, where PyPTO's reads 0.
-Its host wall runs from the launch call to its return with the launch
+Those stamps are device time: the device model's by default
+(``RunConfig(timing="model")``: what the profile's chip would take, with the
+gaps where it waited for the host's submissions; docs/device_model.md), the
+host threads' wall clock with ``timing="host"``.  Its host wall runs from the launch call to its return with the launch
 complete.
 
 Each round also gets a two-span tree (:class:`TraceInvocation`): the host

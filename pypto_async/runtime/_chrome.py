@@ -74,12 +74,15 @@ __all__ = [
     "write_json",
     "STREAM_TID_BASE",
     "ENGINE_TID_BASE",
+    "HOST_TID_BASE",
 ]
 
 #: ``tid`` of the track of stream ``n`` is ``STREAM_TID_BASE + n``.
 STREAM_TID_BASE = 1
 #: ``tid`` of the track of engine ``e`` is ``ENGINE_TID_BASE + e``.
 ENGINE_TID_BASE = 100_000
+#: With modeled device time, ``tid`` of the host thread ``e``'s track (wall time) is ``HOST_TID_BASE + e``.
+HOST_TID_BASE = 200_000
 #: Kinds drawn on their engine's lane only (a launch's blocks, a program's tasks) ...
 _ENGINE_ONLY = frozenset({"block", "task"})
 #: ... and on their stream's lane only (a launch and a program as a whole).
@@ -99,6 +102,8 @@ def track_kind(tid: int, cores: int) -> str:
     cores : int
         The device's core count: engines below it are cores, the rest copy engines.
     """
+    if tid >= HOST_TID_BASE:
+        return "host"
     if tid >= ENGINE_TID_BASE:
         return "core" if tid - ENGINE_TID_BASE < cores else "copy"
     if tid >= STREAM_TID_BASE:
@@ -198,12 +203,31 @@ def layout(trace: Trace) -> Layout:
             tracks[tid] = Track(tid, _stream_label(sid, trace.stream_names.get(sid)), sid, "stream")
         return tid
 
+    aic = trace.device.get("aic_cores")
+
     def engine_track(engine: int) -> int:
         tid = ENGINE_TID_BASE + engine
         if tid not in tracks:
             kind = track_kind(tid, cores)
-            label = f"core {engine}" if kind == "core" else f"copy engine {engine - cores}"
+            if kind == "copy":
+                label = f"copy engine {engine - cores}"
+            elif isinstance(aic, int):  # modeled cores: AIC first, then AIV
+                label = f"AIC {engine}" if engine < aic else f"AIV {engine - aic}"
+            else:
+                label = f"core {engine}"
             tracks[tid] = Track(tid, label, ENGINE_TID_BASE + engine, kind)
+        return tid
+
+    # Modeled device time: the host threads that ran the work get lanes of their own, in wall time.
+    modeled = trace.device.get("timing") == "model"
+    host_cores = trace.device.get("host_cores")
+
+    def host_track(engine: int) -> int:
+        tid = HOST_TID_BASE + engine
+        if tid not in tracks:
+            copy = isinstance(host_cores, int) and engine >= host_cores
+            label = (f"host copy thread {engine - host_cores}" if copy else f"host core thread {engine}")
+            tracks[tid] = Track(tid, label + " (wall time)", tid, "host")
         return tid
 
     # Idle engines still get a lane when the device's shape is known.
@@ -233,6 +257,9 @@ def layout(trace: Trace) -> Layout:
                 waits.append(sl)
         if r.engine >= 0 and k not in _STREAM_ONLY:
             slices.append(Slice(engine_track(r.engine), ts, dur, r))
+        if modeled and r.host_engine >= 0 and r.host_start_ns and k not in _STREAM_ONLY:
+            slices.append(Slice(host_track(r.host_engine), us(r.host_start_ns),
+                                round(max(0, r.host_end_ns - r.host_start_ns) / 1000.0, 3), r))
     flows = _flows(by_event, waits, stream_slices, trace.inferred_waits)
     return Layout(origin, tuple(tracks[t] for t in sorted(tracks)), tuple(slices), tuple(flows))
 
@@ -321,7 +348,7 @@ def _status_code(text: str) -> int:
     return _status_codes.get(text, _status_codes["PTO_E?"])
 
 
-def _slice_event(sl: Slice, inferred=frozenset()) -> dict:
+def _slice_event(sl: Slice, inferred=frozenset(), origin: int = 0) -> dict:
     r = sl.record
     k = r.kind_name
     args: dict[str, object] = {
@@ -344,7 +371,15 @@ def _slice_event(sl: Slice, inferred=frozenset()) -> dict:
         args["engine"] = r.engine
     if r.graph:
         args["graph"] = r.graph
-    return {"name": r.name or k, "cat": k, "ph": "X", "ts": sl.ts, "dur": sl.dur,
+    if r.host_start_ns:
+        # What the host did (with modeled device time, not the slice's times): read_chrome reads it back.
+        args["host_start_us"] = round((r.host_start_ns - origin) / 1000.0, 3)
+        args["host_end_us"] = round((r.host_end_ns - origin) / 1000.0, 3)
+        args["host_engine"] = r.host_engine
+    if r.dispatch_ns:
+        args["dispatch_us"] = round((r.dispatch_ns - origin) / 1000.0, 3)
+    # A host thread's lane repeats the slice in wall time, under a category of its own.
+    return {"name": r.name or k, "cat": "host" if sl.tid >= HOST_TID_BASE else k, "ph": "X", "ts": sl.ts, "dur": sl.dur,
             "pid": _PID, "tid": sl.tid, "args": args}
 
 
@@ -364,7 +399,8 @@ def to_chrome(trace: Trace) -> dict:
     """
     lay = layout(trace)
     inferred = trace.inferred_waits
-    events: list[tuple[float, int, dict]] = [(sl.ts, 0, _slice_event(sl, inferred)) for sl in lay.slices]
+    events: list[tuple[float, int, dict]] = [(sl.ts, 0, _slice_event(sl, inferred, lay.origin_ns))
+                                             for sl in lay.slices]
     for n, fl in enumerate(lay.flows, 1):
         if fl.inferred:
             common = {"name": f"inferred wait, event {fl.event_id}", "cat": "inferred", "id": n, "pid": _PID}
@@ -408,7 +444,13 @@ def _record_from(ev: Mapping, tid: int, origin: int) -> TraceRecord | None:
         start, end, submit = at, at + round(float(ev["dur"]) * 1000), 0
     else:  # it never started: an instant at its end (its submission time is not in the JSON)
         start, end, submit = 0, at, 0
+    def ns(key: str, default: int) -> int:
+        value = args.get(key)
+        return origin + round(float(value) * 1000) if value is not None else default
+
     return TraceRecord(
+        host_start_ns=ns("host_start_us", 0), host_end_ns=ns("host_end_us", 0),
+        host_engine=int(args.get("host_engine", -1)), dispatch_ns=ns("dispatch_us", 0),
         token=int(args.get("token", 0)), seq=int(args.get("seq", 0)), bytes=int(args.get("bytes", 0)),
         submit_ns=submit, start_ns=start, end_ns=end,
         event_id=int(args.get("event", 0)),
@@ -460,8 +502,8 @@ def read_chrome(doc: Mapping | list) -> dict:
         if not isinstance(ev, Mapping):
             continue
         tid = ev.get("tid")
-        if not isinstance(tid, int) or tid < STREAM_TID_BASE:
-            continue
+        if not isinstance(tid, int) or tid < STREAM_TID_BASE or tid >= HOST_TID_BASE:
+            continue  # host lanes repeat slices of the device's
         if ev.get("ph") == "M" and ev.get("name") == "thread_name" and tid < ENGINE_TID_BASE:
             sid = tid - STREAM_TID_BASE
             name = _stream_name(sid, str((ev.get("args") or {}).get("name", "")))

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ._profile import DeviceProfile, resolve_profile
 from .._scalars import check_int, is_int, is_number
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError
@@ -56,8 +57,23 @@ class RunConfig:
         per-level list as for ``ring_task_window``.
     aicpu_thread_num : int or None
         Scheduler threads (``None``: the driver's default, 1).
+    timing : str
+        Where device times come from.  ``"model"`` (the default): the device
+        model's clock, from ``device_profile`` (docs/device_model.md), so
+        ``Event.elapsed_ms``, ``benchmark()``'s device time, ``w.stats()``
+        busy times and traces show what the chip would take, whatever the
+        host's CPUs did.  ``"host"``: the host's wall clock, as the host
+        threads ran the work.  Results are the same either way.
+    device_profile : DeviceProfile, str, dict or None
+        The chip the model times work on (``None``: the platform's:
+        ``"a2a3sim"`` Ascend 910B, ``"a5sim"`` Ascend 950, ``"sim"`` a small
+        generic chip); a profile, a built-in's name, a dict of its fields, or
+        the path of a JSON file of them (see
+        :class:`~pypto_async.runtime.DeviceProfile`).  Its cores and copy
+        engines are the modeled device's.
     cores, copy_engines : int or None
-        Compute-core and copy-engine threads (``None``: the driver's defaults,
+        Host threads that run the cores' and copy engines' work; they never
+        change the modeled device (``device_profile`` does).  Compute-core and copy-engine threads (``None``: the driver's defaults,
         ``min(4, C)`` and ``min(2, C)``, where C is the number of CPUs the
         opening thread may run on, ``len(os.sched_getaffinity(0))``: a
         process pinned to one CPU gets one of each).  More threads than CPUs
@@ -188,6 +204,8 @@ class RunConfig:
     auto_deps: bool = True
     sanitize: str | None = None
     sanitize_stacks: bool = False
+    timing: str = "model"
+    device_profile: Any = None
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -206,6 +224,11 @@ class RunConfig:
         def check(name: str, **bounds) -> None:
             check_int(getattr(self, name), f"RunConfig.{name}", **bounds)
 
+        if self.timing not in ("model", "host"):
+            fail("timing", "must be 'model' or 'host'")
+        if self.device_profile is not None:
+            if not isinstance(self.device_profile, DeviceProfile):
+                object.__setattr__(self, "device_profile", resolve_profile(self.device_profile, self.platform))
         if self.sanitize not in (None, "off", "raise", "warn"):
             fail("sanitize", "must be None, 'off', 'raise' or 'warn'")
         check("device_id", low=0)
@@ -261,6 +284,11 @@ class RunConfig:
         if self.save_kernels_dir is not None:
             out["output_dir"] = str(self.save_kernels_dir)
         return out
+
+    @property
+    def profile(self):
+        """The :class:`~pypto_async.runtime.DeviceProfile` a worker opened with this config models."""
+        return resolve_profile(self.device_profile, self.platform)
 
     def replace(self, **changes: Any) -> RunConfig:
         """Return a copy with some fields changed (validated again)."""

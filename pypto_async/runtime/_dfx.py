@@ -20,6 +20,11 @@ The names are PyPTO's where the content is the same kind:
     A Chrome/Perfetto trace of the call's commands (PyPTO's converter
     writes the same kind of file from its records).  Every level from 1 up
     records the same here: submit, start and end of each command.
+``l2_swimlane_records.json`` (``enable_chip_swimlane`` >= 1)
+    PyPTO's per-task records: dispatch, start, end and finish of each task
+    (a kernel's blocks) in device time, modeled by default
+    (:mod:`pypto_async.runtime._swimlane_records`); ``deps.json`` beside it
+    joins on ``task_id``.
 ``args_dump/`` (``enable_dump_args``)
     ``args_dump.json``, a manifest: one entry per tensor argument dumped,
     with the run, call, parameter, direction, stage (``"before"`` for what
@@ -60,6 +65,7 @@ from .._signature import SCALAR
 from ..errors import PtoArgumentError, PtoNotSupported
 from ._args import host_array
 from ._deps_json import DFX_DIR, write_deps
+from ._swimlane_records import write_swimlane_records
 from ._dispatch import launch_kernel
 from ._tensor import DeviceTensor
 
@@ -193,8 +199,13 @@ def dfx_call(h, full: tuple, result, stream, cfg):
         raise PtoArgumentError(f"save_kernels_dir: cannot write the DFX outputs into {dumps} ({exc})") from exc
     if cfg.enable_chip_swimlane:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
-        with worker.trace(out / f"merged_swimlane_{stamp}_{run}_{call:04d}.json"):
+        with worker.trace(out / f"merged_swimlane_{stamp}_{run}_{call:04d}.json") as window:
             launch_kernel(worker, h, full, stream, False)
+        try:  # PyPTO's per-task records beside the trace (and deps.json)
+            write_swimlane_records(window.trace, out, h._name, worker.device_profile.name)
+        except OSError as exc:
+            raise PtoArgumentError(f"save_kernels_dir: the launch ran, but its DFX outputs could not be "
+                                   f"written into {out} ({exc})") from exc
     else:
         launch_kernel(worker, h, full, stream, False)
     try:

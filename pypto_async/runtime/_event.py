@@ -80,7 +80,10 @@ class Event(_Waitable):
 
         The event of a launch that had finished when you read
         :attr:`Launch.event` completed when the launch did: its time is the
-        launch's end on the device.
+        launch's end on the device.  Device time is the device model's
+        (``RunConfig(timing="model")``, the default: what the profile's chip
+        would take, docs/device_model.md), or the host's wall clock with
+        ``timing="host"``.
 
         Raises
         ------

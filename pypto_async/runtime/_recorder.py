@@ -46,7 +46,7 @@ def device_shape(dev) -> dict:
     """Return ``{"platform", "cores", "copy_engines", ...}`` from ``pto_device_get_info``."""
     info = ffi.new("pto_device_info *")
     check(lib.pto_device_get_info(dev, info), "pto_device_get_info")
-    return {
+    shape = {
         "platform": ffi.string(info.platform).decode("ascii", "replace"),
         "cores": int(info.cores),
         "copy_engines": int(info.copy_engines),
@@ -55,7 +55,14 @@ def device_shape(dev) -> dict:
         "ring_heap": int(info.ring_heap),
         "ring_dep_pool": int(info.ring_dep_pool),
         "device_memory": int(info.device_memory),
+        "timing": "host",
     }
+    if info.timing_model:
+        # Device lanes are the modeled engines; the host threads' stay in host_cores / host_copy_engines.
+        shape.update(timing="model", cores=int(info.model_cores), copy_engines=int(info.model_copy_engines),
+                     aic_cores=int(info.model_aic), host_cores=int(info.cores),
+                     host_copy_engines=int(info.copy_engines))
+    return shape
 
 
 def _tag_graphs(records: list, tags: list) -> tuple[list, list]:

@@ -46,11 +46,15 @@ class EngineStats:
     Attributes
     ----------
     engine : int
-        Its id: cores first (``0 .. cores-1``), then copy engines.
+        Its id: cores first (``0 .. cores-1``), then copy engines.  With
+        ``RunConfig(timing="model")`` (the default) these are the modeled
+        device's engines (the profile's AIC cores, then its AIV cores, then
+        its copy engines), else the host threads.
     kind : str
         ``"core"`` or ``"copy"``.
     busy_ns : int
-        Time it spent running blocks (a core) or copies (a copy engine).
+        Time it spent running blocks (a core) or copies (a copy engine), in
+        device time (modeled, or the host's with ``timing="host"``).
     commands : int
         Blocks (cores) or copies (copy engines) it ran.
     bytes : int
@@ -245,6 +249,14 @@ def engine_stats(dev, engines: int, cores: int) -> tuple[EngineStats, ...]:
     return tuple(out)
 
 
+def _engines(worker) -> tuple[EngineStats, ...]:
+    # Device time: with timing="model" the driver reports its modeled engines (AIC, AIV, copy).
+    info = worker._info
+    if info.timing_model:
+        return engine_stats(worker._dev, info.model_cores + info.model_copy_engines, info.model_cores)
+    return engine_stats(worker._dev, info.engines, info.cores)
+
+
 def stream_stats(streams, backlog: BacklogClock | None = None) -> tuple[StreamStats, ...]:
     """Read ``pto_stream_get_stats`` for each open runtime stream, by id.
 
@@ -313,7 +325,7 @@ def worker_stats(worker) -> WorkerStats:
         memory_peak=mem.peak,
         memory_capacity=mem.capacity,
         memory_allocations=mem.allocations,
-        engines=engine_stats(worker._dev, worker._info.engines, worker._info.cores),
+        engines=_engines(worker),
         stream_stats=stream_stats(worker._streams.values(), q.backlog),
         backpressure_wait_ns=q.backlog.total_ns(),
         memory_waits=worker._memory.memory_waits,

@@ -63,9 +63,17 @@ class TraceRecord:
     """One command (or one block of a launch) as the driver traced it.
 
     The fields are those of ``pto_trace_record`` in ``pto_driver.h``; times
-    are ``pto_now_ns()`` nanoseconds.  ``engine`` is a core for
-    ``0 <= engine < cores``, a copy engine above that, and ``-1`` for work the
-    scheduler did itself (event records and waits, latches, delays).
+    are nanoseconds on ``pto_now_ns()``'s origin.  ``start_ns``, ``end_ns``
+    and ``engine`` are device time: the device model's with
+    ``RunConfig(timing="model")`` (the default; ``engine`` is then a modeled
+    core, AIC cores first, or a modeled copy engine), else the host's.
+    ``engine`` is a core for ``0 <= engine < cores``, a copy engine above
+    that, and ``-1`` for work the scheduler did itself (event records and
+    waits, latches, delays).  ``host_start_ns``, ``host_end_ns`` and
+    ``host_engine`` are always the host's wall clock and the host thread
+    that ran it (0 and -1 when unknown, as for a trace read back from JSON
+    without them); ``dispatch_ns`` is when the device handed the block or
+    task to its core (``start_ns`` less the pickup latency).
     """
 
     token: int
@@ -82,6 +90,10 @@ class TraceRecord:
     status: int
     name: str
     graph: str = ""  # the graph whose replay queued it ("" for eager work)
+    host_start_ns: int = 0
+    host_end_ns: int = 0
+    host_engine: int = -1
+    dispatch_ns: int = 0
 
     @classmethod
     def from_cdata(cls, rec, string=None) -> "TraceRecord":
@@ -93,7 +105,8 @@ class TraceRecord:
             int(rec.submit_ns), int(rec.start_ns), int(rec.end_ns),
             int(rec.event_id), int(rec.stream_id), int(rec.engine),
             int(rec.kind), int(rec.block), int(rec.status),
-            string(rec.name).decode("utf-8", "replace"),
+            string(rec.name).decode("utf-8", "replace"), "",
+            int(rec.host_start_ns), int(rec.host_end_ns), int(rec.host_engine), int(rec.dispatch_ns),
         )
 
     @property

@@ -163,6 +163,13 @@ class ChipWorker:
         check(lib.pto_device_open(self._platform.encode(), device_config(**cfg._device_fields()), out),
               f"opening a {cfg.platform!r} device")
         self._dev = out[0]
+        self._profile = cfg.profile
+        if cfg.timing == "model":
+            rc = lib.pto_device_set_profile(self._dev, self._profile._to_c())
+            if rc < 0:
+                lib.pto_device_close(self._dev)
+                self._dev = None
+                check(rc, "pto_device_set_profile")
         info = ffi.new("pto_device_info *")
         check(lib.pto_device_get_info(self._dev, info), "pto_device_get_info")
         self._info = info
@@ -230,6 +237,20 @@ class ChipWorker:
     def config(self):
         """The :class:`RunConfig` the worker was opened with."""
         return self._config
+
+    @property
+    def device_profile(self):
+        """The :class:`~pypto_async.runtime.DeviceProfile` of the modeled device (``RunConfig.device_profile``).
+
+        With ``RunConfig(timing="host")`` it is what the model would use;
+        device times are then the host's.
+        """
+        return self._profile
+
+    @property
+    def timing(self) -> str:
+        """``"model"`` (device times from :attr:`device_profile`) or ``"host"`` (the host's clock)."""
+        return self._config.timing
 
     @property
     def platform(self) -> str:

@@ -18,7 +18,8 @@ from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.runtime._stats import BacklogClock
 from pypto_async.testing import hold
 
-SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
+# The engines these tests count are the host threads cores= and copy_engines= start: host timing.
+SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20, "timing": "host"}
 N = 4096
 
 

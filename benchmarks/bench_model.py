@@ -1,0 +1,156 @@
+"""Benchmark the device model's cost: host time with ``timing="model"`` beside ``timing="host"``.
+
+The modeled clock runs in the driver where commands finish (native/src/model.c):
+a few additions and a lock per command, block and task, and a list schedule per
+program run.  Two figures, each against the same work with host timing,
+measured in rounds that take turns (a noisy stretch of a shared machine hits
+both alike), medians:
+
+Times are the process's CPU time (host and driver threads together), which a
+neighbour's load moves far less than wall time.
+
+1. ``per_launch``: host CPU time per launch of a one-block built-in kernel
+   (``add_f32`` on 1 Ki elements), 2000 of them queued on one stream and
+   synchronized, through the raw driver (the least the runtime adds).
+   Target: model at most 1.05x host.
+2. ``per_task``: host CPU time per task of a program of 64 independent
+   tasks run through a worker, 20 runs per round.  Target: at most 1.05x.
+
+    python benchmarks/bench_model.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pypto_async.language as pl  # noqa: E402
+from pypto_async import ir  # noqa: E402
+from pypto_async._driver import check, device_config, ffi, lib  # noqa: E402
+from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+from pypto_async.runtime._profile import SIM  # noqa: E402
+
+F = pl.FP32
+TILE, NT = 8, 64
+# CPU time of the whole process (the host thread and the driver's), not wall time: the modeled
+# clock's cost is CPU work, and on a shared machine another process's load moves the wall clock
+# by more than that work (idle driver threads spin at most 1 µs here: spin_us=1).
+clock = time.process_time_ns
+
+
+@pl.program
+class Independent:
+    @pl.function(type=pl.FunctionType.InCore)
+    def inc(self, x: pl.Tensor[[TILE, 32], F], y: pl.Out[pl.Tensor[[TILE, 32], F]]):
+        pl.store(pl.load(x, [0, 0], [TILE, 32]) + 1.0, [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[NT * TILE, 32], F], y: pl.Out[pl.Tensor[[NT * TILE, 32], F]]):
+        for i in pl.range(NT):
+            self.inc(x[i * TILE:(i + 1) * TILE], y[i * TILE:(i + 1) * TILE])
+        return y
+
+
+def _launch_round(modeled: bool, launches: int) -> float:
+    """Host ns per launch: `launches` one-block adds on one stream, then a synchronize."""
+    out = ffi.new("pto_device **")
+    check(lib.pto_device_open(b"sim", device_config(cores=1, copy_engines=1, spin_us=1), out), "open")
+    dev = out[0]
+    try:
+        if modeled:
+            check(lib.pto_device_set_profile(dev, SIM._to_c()), "pto_device_set_profile")
+        s = ffi.new("pto_stream **")
+        check(lib.pto_stream_create(dev, 0, s), "stream")
+        check(lib.pto_stream_set_overflow(s[0], 1), "overflow")
+        k = ffi.new("pto_kernel **")
+        check(lib.pto_kernel_builtin(dev, b"add_f32", k), "builtin")
+        n = 1024
+        buf = ffi.new("pto_devptr *")
+        check(lib.pto_mem_alloc(dev, 4 * n, ffi.NULL, buf), "alloc")
+        args = ffi.new("uint64_t[]", [buf[0], buf[0], buf[0], n])
+        t0 = clock()
+        for _ in range(launches):
+            lib.pto_stream_launch(s[0], k[0], 1, args, 4, 0)
+        check(lib.pto_stream_synchronize(s[0], 60_000_000), "sync")
+        elapsed = clock() - t0
+        lib.pto_stream_destroy(s[0])
+        check(lib.pto_mem_free(dev, buf[0]), "free")
+        return elapsed / launches
+    finally:
+        lib.pto_device_close(dev)
+
+
+def per_launch(rounds: int, launches: int) -> dict:
+    model, host = [], []
+    for _ in range(rounds):
+        host.append(_launch_round(False, launches))
+        model.append(_launch_round(True, launches))
+    m, h = statistics.median(model), statistics.median(host)
+    return {"model_ns": m, "host_ns": h, "value": m / h, "launches": launches, "rounds": rounds}
+
+
+def per_task(rounds: int, runs: int) -> dict:
+    c = ir.compile(Independent)
+    x = np.random.default_rng(0).standard_normal((NT * TILE, 32)).astype(np.float32)
+    workers = {t: ChipWorker(RunConfig(timing=t, cores=1, copy_engines=1, spin_us=0)) for t in ("host", "model")}
+    try:
+        tensors = {}
+        for t, w in workers.items():
+            h = w.register(c)
+            tensors[t] = (h, w.alloc_tensor(x.shape, x.dtype, init=x), w.alloc_tensor(x.shape, x.dtype))
+            h(*tensors[t][1:])  # warm
+        times: dict[str, list[float]] = {"host": [], "model": []}
+        for _ in range(rounds):
+            for t in ("host", "model"):
+                h, a, b = tensors[t]
+                t0 = clock()
+                for _ in range(runs):
+                    h.submit(a, b)
+                workers[t].sync()
+                times[t].append((clock() - t0) / (runs * NT))
+        np.testing.assert_array_equal(tensors["model"][2].numpy(), x + 1)
+    finally:
+        for w in workers.values():
+            w.close()
+    m, h = statistics.median(times["model"]), statistics.median(times["host"])
+    return {"model_ns": m, "host_ns": h, "value": m / h, "tasks": NT, "runs": runs, "rounds": rounds}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few rounds (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    rounds = 3 if args.quick else 15
+    results: dict = {"config": {"profile": SIM.name}}
+    results["per_launch"] = pl_ = per_launch(rounds, 500 if args.quick else 2000)
+    results["per_task"] = pt = per_task(rounds, 5 if args.quick else 20)
+    results["rows"] = [
+        {"name": "host time per launch, timing=model", "figure": pl_["model_ns"] / 1e3, "unit": "us",
+         "reference": pl_["host_ns"] / 1e3, "reference_name": "timing=host", "ratio": pl_["value"],
+         "target": "<= 1.05", "ok": pl_["value"] <= 1.05},
+        {"name": "host time per program task, timing=model", "figure": pt["model_ns"] / 1e3, "unit": "us",
+         "reference": pt["host_ns"] / 1e3, "reference_name": "timing=host", "ratio": pt["value"],
+         "target": "<= 1.05", "ok": pt["value"] <= 1.05},
+    ]
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for row in results["rows"]:
+            print(f"{row['name']:44s} {row['figure']:10.2f} {row['unit']}  vs {row['reference_name']} "
+                  f"{row['reference']:.2f}: ratio {row['ratio']:.3f}  (target {row.get('target', '-')})")
+    return results
+
+
+if __name__ == "__main__":
+    main()

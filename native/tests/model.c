@@ -1,0 +1,204 @@
+/*
+ * Description: the device model (model.c) under concurrency.  A program of
+ * 64 tasks and a join (lib/programs.c's tiles, through a 4-slot window) run
+ * on devices with 1 and 4 host core threads: its modeled task timeline,
+ * relative to the program's modeled start, is the same in every run and on
+ * both devices.  Then launches of several blocks and copies on four streams
+ * at once: every stream's records are in order in modeled time (each starts
+ * at or after its predecessor's end), and the modeled engines' busy time is
+ * exactly the floor per zero-work block.  Under tsan, this is the model's
+ * locking under real contention.
+ */
+#include <stdbool.h>
+
+#include "helpers.h"
+
+#define N 64
+#define STREAMS 4
+#define ROUNDS 3
+
+static char lib[4096];
+
+static pto_device_profile profile(void)
+{
+    pto_device_profile p;
+    memset(&p, 0, sizeof(p));
+    p.aic_cores = 1;
+    p.aiv_cores = 4;
+    p.copy_engines = 2;
+    p.clock_ghz = 1.0;
+    p.pickup_us = 1.0;
+    p.orch_us_per_task = 0.25;
+    p.min_kernel_us = 0.5;
+    p.gm_gbps = 100;
+    p.host_link_gbps = 10;
+    p.host_link_latency_us = 2;
+    p.transfer_granule_bytes = 512;
+    p.mte2_bytes_per_cycle = p.mte1_bytes_per_cycle = p.mte3_bytes_per_cycle = p.fixpipe_bytes_per_cycle = 64;
+    for (int i = 0; i < 3; i++) {
+        p.vec_bytes_per_cycle[i] = 128;
+        p.cube_macs_per_cycle[i] = 1024;
+    }
+    return p;
+}
+
+static pto_device *open_dev(uint32_t cores)
+{
+    pto_device_config cfg;
+    pto_device_config_init(&cfg);
+    cfg.cores = cores;
+    cfg.copy_engines = 2;
+    cfg.ring_task_window = 4;
+    cfg.ring_dep_pool = 2;
+    cfg.trace = 1;
+    pto_device *dev;
+    t_check(pto_device_open("sim", &cfg, &dev));
+    pto_device_profile p = profile();
+    t_check(pto_device_set_profile(dev, &p));
+    return dev;
+}
+
+struct slot {
+    uint64_t dispatch, start, end;
+    int32_t engine;
+};
+
+/* Run tiles once; fill tl[0..N] (task instance order) relative to the program's modeled start. */
+static void run_tiles(pto_device *dev, pto_program *p, uint64_t *args, uint64_t tok, struct slot *tl)
+{
+    pto_stream *s;
+    t_check(pto_stream_create(dev, 0, &s));
+    t_check(pto_stream_run_program(s, p, args, 2, tok));
+    pto_completion c;
+    t_assert(pto_wait_token(dev, tok, 20000000, &c) == 0, "program %llu never completed", (unsigned long long)tok);
+    t_assert(c.status == 0, "tiles failed: %s", c.message);
+    t_assert(pto_cq_drain(dev, &(pto_completion){0}, 1) == 1, "no record to drain");
+    pto_stream_destroy(s);
+    pto_trace_record rec[2 * N];
+    int n = pto_trace_read(dev, rec, 2 * N), seen = 0;
+    for (int i = 0; i < n; i++) {
+        if (rec[i].kind != PTO_CMD_TASK || rec[i].token != tok)
+            continue;
+        t_assert(rec[i].block <= N, "task instance %u", rec[i].block);
+        uint64_t t0 = c.start_ns;
+        tl[rec[i].block] = (struct slot){rec[i].dispatch_ns - t0, rec[i].start_ns - t0, rec[i].end_ns - t0,
+                                         rec[i].engine};
+        t_assert(rec[i].start_ns - rec[i].dispatch_ns == 1000, "pickup %llu ns",
+                 (unsigned long long)(rec[i].start_ns - rec[i].dispatch_ns));
+        t_assert(rec[i].host_end_ns >= rec[i].host_start_ns && rec[i].host_start_ns, "host times");
+        seen++;
+    }
+    t_assert(seen == N + 1, "%d task records", seen);
+    t_assert(tl[N].end == c.end_ns - c.start_ns, "the program ends with its join");
+    /* The next run starts on an idle modeled device: the host submits it after this one's modeled end. */
+    while (pto_now_ns() <= c.end_ns) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_program_timeline(void)
+{
+    struct slot want[N + 1], got[N + 1];
+    bool have = false;
+    uint32_t cores[] = {1, 4};
+    for (int d = 0; d < 2; d++) {
+        pto_device *dev = open_dev(cores[d]);
+        pto_program *p;
+        t_check(pto_program_load(dev, lib, "prog_tiles", &p));
+        pto_devptr bx, bo;
+        t_check(pto_mem_alloc(dev, N * sizeof(float), NULL, &bx));
+        t_check(pto_mem_alloc(dev, sizeof(float), NULL, &bo));
+        float *x = pto_mem_host_ptr(dev, bx);
+        for (int i = 0; i < N; i++)
+            x[i] = (float)i;
+        uint64_t args[2] = {bx, bo};
+        for (int r = 0; r < ROUNDS; r++) {
+            run_tiles(dev, p, args, 10 + r, got);
+            if (!have) {
+                memcpy(want, got, sizeof(want));
+                have = true;
+            }
+            for (int i = 0; i <= N; i++)
+                t_assert(got[i].dispatch == want[i].dispatch && got[i].start == want[i].start &&
+                             got[i].end == want[i].end && got[i].engine == want[i].engine,
+                         "cores %u round %d: task %d differs", cores[d], r, i);
+        }
+        float *out = pto_mem_host_ptr(dev, bo);
+        t_assert(out[0] == 2.0f * (N * (N - 1) / 2), "sum %f", out[0]);
+        pto_program_unload(p);
+        pto_device_close(dev);
+    }
+}
+
+static void test_streams_in_order(void)
+{
+    pto_device *dev = open_dev(4);
+    pto_kernel *noop;
+    t_check(pto_kernel_builtin(dev, "noop", &noop));
+    pto_stream *s[STREAMS];
+    pto_devptr buf[STREAMS];
+    enum { BYTES = 1 << 16, LAUNCHES = 50, BLOCKS = 3 };
+    for (int i = 0; i < STREAMS; i++)
+        t_check(pto_mem_alloc(dev, BYTES, NULL, &buf[i])); /* one per stream: the copies never race */
+    char *host = t_malloc(BYTES);
+    memset(host, 7, BYTES);
+    uint64_t tok = 1000;
+    for (int i = 0; i < STREAMS; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_stream_set_overflow(s[i], 1));
+    }
+    for (int k = 0; k < LAUNCHES; k++)
+        for (int i = 0; i < STREAMS; i++) {
+            t_check(pto_stream_launch(s[i], noop, BLOCKS, NULL, 0, ++tok));
+            if (k % 10 == 0)
+                t_check(pto_stream_copy_h2d(s[i], buf[i], host, BYTES, ++tok));
+        }
+    t_check(pto_device_synchronize(dev, 20000000));
+    uint64_t last_end[STREAMS + 8] = {0}, last_seq[STREAMS + 8] = {0};
+    pto_completion c[64];
+    int got = 0, n;
+    while ((n = pto_cq_drain(dev, c, 64)) > 0) {
+        for (int i = 0; i < n; i++) {
+            uint32_t id = c[i].stream_id;
+            t_assert(id < STREAMS + 8, "stream %u", id);
+            t_assert(c[i].status == 0, "status %d", c[i].status);
+            t_assert(c[i].seq > last_seq[id], "out of order");
+            t_assert(c[i].start_ns >= last_end[id], "stream %u: a command starts before its predecessor ends", id);
+            t_assert(c[i].end_ns >= c[i].start_ns && c[i].start_ns >= c[i].submit_ns, "times");
+            last_end[id] = c[i].end_ns;
+            last_seq[id] = c[i].seq;
+            got++;
+        }
+    }
+    t_assert(got == STREAMS * (LAUNCHES + LAUNCHES / 10), "%d records", got);
+    uint64_t busy = 0, cmds = 0;
+    for (int e = 0; e < 5; e++) {
+        pto_engine_stats st;
+        t_check(pto_engine_get_stats(dev, e, &st));
+        busy += st.busy_ns;
+        cmds += st.commands;
+    }
+    t_assert(cmds == STREAMS * LAUNCHES * BLOCKS && busy == cmds * 500, "cores: %llu blocks, %llu ns",
+             (unsigned long long)cmds, (unsigned long long)busy);
+    for (int i = 0; i < STREAMS; i++)
+        pto_stream_destroy(s[i]);
+    free(host);
+    for (int i = 0; i < STREAMS; i++)
+        t_check(pto_mem_free(dev, buf[i]));
+    pto_device_close(dev);
+}
+
+int main(void)
+{
+    const char *dir = getenv("PTO_TEST_LIBDIR");
+    if (!dir) {
+        fprintf(stderr, "PTO_TEST_LIBDIR is not set (run through run.sh)\n");
+        return T_EXIT_SKIP;
+    }
+    snprintf(lib, sizeof(lib), "%s/libprograms.so", dir);
+    test_program_timeline();
+    test_streams_in_order();
+    printf("model: ok\n");
+    return T_EXIT_PASS;
+}
