@@ -503,6 +503,7 @@ typedef struct pto_program_stats {
     uint64_t window_waits;      /* times the orchestration waited for a task slot */
     uint64_t dep_waits;         /* ... for a dependency entry */
     uint64_t heap_waits;        /* ... for ring-heap bytes */
+    uint64_t inline_runs;       /* runs orchestrated at once by the thread that started them (small, never waiting) */
 } pto_program_stats;
 
 /* Load the program whose descriptor function is symbol in the library at path: 0, -PTO_ELOAD, -PTO_ENOMEM. */

@@ -737,6 +737,8 @@ void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
 void pti_block_fail(const pto_block *blk, int code, const char *msg);
 /* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
 uint32_t pti_host_cpus(void);
+/* Make the calling device thread's timed sleeps precise (timer slack 1 us; engines.c). */
+void pti_thread_precise_timers(void);
 /*
  * Whether an idle device thread may spin now (any lock or none): a CPU is
  * left for the host thread after every awake device thread, the caller
@@ -910,7 +912,7 @@ struct pto_device {
     int core_spinners;            /* at most one idle core spins */
     _Atomic uint32_t core_len;
     uint32_t cpus;                /* CPUs the opening thread may run on (sched_getaffinity) */
-    uint32_t n_dev_threads;       /* cores + copy engines + schedulers */
+    uint32_t n_dev_threads;       /* cores + copy engines + schedulers + orchestration threads */
     _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
     uint32_t machine_cpus;        /* online CPUs of the machine */
     atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */

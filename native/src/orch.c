@@ -63,6 +63,8 @@
 #include "pto_program.h"
 
 #define NONE UINT32_MAX
+/* The most task instances a program may have to be orchestrated inline (run_inline). */
+#define PTI_ORCH_INLINE_MAX 64u
 
 enum { T_FREE = 0, T_WAITING, T_RUNNING, T_DONE };
 
@@ -105,6 +107,9 @@ struct pto_orch {
     uint32_t submitted, retired, completed;
     uint32_t scope_depth, scope_start;
     bool orch_done, finished;
+    bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
+    uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
+    struct pto_run *batch;        /* inline: ready tasks not yet dispatched, newest first */
 
     struct pto_dep *pool;
     uint32_t pool_size, free_dep, dep_used;
@@ -279,8 +284,12 @@ static void dispatch(pto_device *dev, struct pto_run *ready)
     pti_core_enqueue_runs(dev, ready); /* one batch: one lock, each idle core woken once */
 }
 
-/* The run is over (run->lock not held, nobody else touches o): complete the command. */
-static void run_finish(struct pto_orch *o)
+/*
+ * The run is over (run->lock not held, nobody else touches o): complete the
+ * command.  locked: the caller holds sched_lock and runs the passes after
+ * (an inline run finishing inside the pass that started it).
+ */
+static void run_finish(struct pto_orch *o, bool locked)
 {
     pto_device *dev = o->dev;
     uint64_t end = pto_now_ns();
@@ -293,18 +302,22 @@ static void run_finish(struct pto_orch *o)
                                     .window_waits = o->waits_window,
                                     .dep_waits = o->waits_deps,
                                     .heap_waits = o->waits_heap,
+                                    .inline_runs = o->inline_run,
                                 });
     if (o->heap_base)
         pto_mem_free(dev, o->heap_base);
     atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed); /* one launch per run */
-    pthread_mutex_lock(&dev->sched_lock);
+    if (!locked)
+        pthread_mutex_lock(&dev->sched_lock);
     int32_t status = o->status;
     if (!status && pti_dev_lost(dev))
         status = -PTO_EDEVLOST;
     pti_cmd_finish(dev, o->s, o->cmd, status, status == -PTO_EDEVLOST ? dev->lost_cause : 0,
                    status ? o->msg : NULL, status != 0, o->start_ns, end, PTO_ENGINE_NONE);
-    pti_sched_run(dev);
-    pthread_mutex_unlock(&dev->sched_lock);
+    if (!locked) {
+        pti_sched_run(dev);
+        pthread_mutex_unlock(&dev->sched_lock);
+    }
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->cv);
     free(o->slots);
@@ -391,7 +404,7 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     pthread_mutex_unlock(&o->lock);
     dispatch(dev, ready);
     if (fin)
-        run_finish(o);
+        run_finish(o, false);
 }
 
 /* ---- the orchestration's calls ------------------------------------------------------------ */
@@ -414,7 +427,10 @@ static void wait_retire(struct pto_orch *o, uint64_t *counter)
 {
     (*counter)++;
     o->waiting = true;
+    /* Asleep for the spin rule (pti_cpu_spare): an orchestration thread awake takes a CPU. */
+    atomic_fetch_add_explicit(&o->dev->asleep, 1, memory_order_relaxed);
     pthread_cond_wait(&o->cv, &o->lock);
+    atomic_fetch_sub_explicit(&o->dev->asleep, 1, memory_order_relaxed);
     o->waiting = false;
 }
 
@@ -428,6 +444,13 @@ static int place_scratch(struct pto_orch *o, uint32_t i)
         uint64_t len = round64(d->scratch[j].bytes);
         uint32_t at;
         uint64_t off;
+        if (o->inline_run) {
+            /* The heap holds every intermediate at once (run_inline): place each after the last. */
+            o->args[d->nparams + j] = (void *)(uintptr_t)(o->heap_base + o->bump);
+            o->bump += len;
+            o->heap_used = o->heap_hwm = o->bump;
+            continue;
+        }
         while ((off = heap_fit(o, len, &at)) == UINT64_MAX) {
             if (!heap_will_free(o, i)) {
                 run_fail(o, -PTO_ENOMEM,
@@ -551,6 +574,15 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
     struct pto_run *ready = NULL;
     pthread_mutex_lock(&o->lock);
     int rc = orch_submit_locked(o, site, idx, &ready);
+    if (o->inline_run && ready) {
+        /* Inline: the ready tasks go to the cores in one batch when the orchestration returns. */
+        while (ready) {
+            struct pto_run *next = ready->qnext;
+            ready->qnext = o->batch;
+            o->batch = ready;
+            ready = next;
+        }
+    }
     pthread_mutex_unlock(&o->lock);
     dispatch(o->dev, ready);
     return rc;
@@ -610,6 +642,17 @@ static void orchestrate(struct pto_orch *o)
     }
     if (!rc)
         rc = o->d->orchestrate(o, &orch_ops, (void *const *)o->args);
+    if (o->inline_run) {
+        /* Oldest first, one core_lock, each idle core woken once (no task has run: nobody else touches batch). */
+        struct pto_run *fifo = NULL;
+        while (o->batch) {
+            struct pto_run *r = o->batch;
+            o->batch = r->qnext;
+            r->qnext = fifo;
+            fifo = r;
+        }
+        dispatch(o->dev, fifo);
+    }
     pthread_mutex_lock(&o->lock);
     if (rc && !o->status)
         run_fail(o, rc, "program %s: its orchestration returned %s", o->p->name, pto_status_name(rc));
@@ -619,13 +662,14 @@ static void orchestrate(struct pto_orch *o)
     bool fin = claim_finish(o);
     pthread_mutex_unlock(&o->lock);
     if (fin)
-        run_finish(o);
+        run_finish(o, o->inline_run); /* inline: inside the pass that started it, sched_lock held */
 }
 
 static void *orch_main(void *arg)
 {
     pto_device *dev = arg;
     struct pto_orch_pool *pool = dev->orch_pool;
+    pti_thread_precise_timers();
     pthread_mutex_lock(&pool->lock);
     for (;;) {
         while (!pool->head && !pool->stop)
@@ -637,7 +681,10 @@ static void *orch_main(void *arg)
         if (!pool->head)
             pool->tail = NULL;
         pthread_mutex_unlock(&pool->lock);
+        /* Counted asleep (pti_cpu_spare) but while it orchestrates: device.c starts it so. */
+        atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
         orchestrate(o);
+        atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
         pthread_mutex_lock(&pool->lock);
     }
     pthread_mutex_unlock(&pool->lock);
@@ -732,6 +779,28 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     return o;
 }
 
+/*
+ * Whether o's orchestration can never wait, so the thread that starts it
+ * (a scheduler pass, sched_lock held) may run it at once instead of handing
+ * it to an orchestration thread: a compiled table of at most
+ * PTI_ORCH_INLINE_MAX instances (bounded work; the table refuses any submit
+ * past it), all of them fitting the task window (no window wait), every
+ * predecessor entry fitting the dependency pool (no pool wait), and every
+ * intermediate fitting the heap at once (placed one after another, never
+ * reused: no heap wait).  A small program then costs no thread hand-off:
+ * on a busy host the wake-up of an orchestration thread, then of a core,
+ * took longer than its tasks.
+ */
+static bool run_inline(const pto_device *dev, const struct pto_orch *o)
+{
+    const pto_program_desc *d = o->d;
+    if (!d->ninstances || d->ninstances > PTI_ORCH_INLINE_MAX || d->ninstances > o->window)
+        return false;
+    if (d->pred_off[d->ninstances] > o->pool_size)
+        return false;
+    return !dev->program_heap || scratch_total(d) <= dev->program_heap;
+}
+
 void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     uint64_t now = cmd->start_ns;
@@ -741,6 +810,11 @@ void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
         free(o);
         pti_cmd_finish(dev, s, cmd, -PTO_ENOMEM, 0, "out of host memory to run the program", true, now,
                        now, PTO_ENGINE_NONE);
+        return;
+    }
+    if (run_inline(dev, o)) {
+        o->inline_run = true;
+        orchestrate(o); /* may finish the command here: run_finish(o, true) */
         return;
     }
     pthread_mutex_lock(&pool->lock);

@@ -193,6 +193,7 @@ void pti_program_count_run(pto_program *p, const pto_program_stats *run)
     p->st.window_waits += run->window_waits;
     p->st.dep_waits += run->dep_waits;
     p->st.heap_waits += run->heap_waits;
+    p->st.inline_runs += run->inline_runs;
     pthread_mutex_unlock(&p->stats_lock);
 }
 

@@ -196,6 +196,7 @@ void *pti_sched_main(void *arg)
 {
     pto_device *dev = arg;
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
+    pti_thread_precise_timers(); /* delay and latch deadlines */
     pthread_mutex_lock(&dev->sched_lock);
     while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
         uint64_t k = atomic_load(&dev->kick), w = atomic_load(&dev->wakes);
