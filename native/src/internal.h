@@ -868,6 +868,7 @@ struct pto_device {
     uint64_t arena_size;
     struct pto_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
     struct pto_mnode *alloc_root; /* live and pending-free blocks by off */
+    _Atomic uint64_t mem_gen;     /* changes whenever a block leaves or shrinks (pti_mem_find_stray's cache) */
     struct pto_mnode *node_pool;  /* spare nodes (linked by l) */
     size_t n_free, n_alloc;
     uint32_t mem_seed;            /* treap priorities */
