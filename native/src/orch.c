@@ -23,8 +23,11 @@
  * pred_ids); the driver only counts: at submit, each predecessor not yet
  * complete takes a dependency entry on its successor list and bumps the new
  * task's pending count; completing a task walks its list.  Without a table
- * (a program too large to expand at compile time) each instance waits for
- * the one before it, which is always sound.
+ * (a program too large to expand at compile time) the driver resolves each
+ * instance's edges as it is submitted, from the accesses its site lists, by
+ * the same rule, against the instances still in the task window
+ * (resolve_edges): no program falls back to running its tasks in order.
+ * (Only an ABI 1 program without a table still does.)
  *
  * The rings, PyPTO's:
  *   - ring_task_window: task slots.  Instance i lives in slot i % W; slots
@@ -63,6 +66,9 @@
 #include "pto_program.h"
 
 #define NONE UINT32_MAX
+/* Accesses a task slot keeps for edges resolved at submit (more: the task orders after everything). */
+#define PTI_TASK_ACC 8u
+#define ACC_ALL UINT32_MAX
 /* The most task instances a program may have to be orchestrated inline (run_inline). */
 #define PTI_ORCH_INLINE_MAX 64u
 
@@ -72,6 +78,7 @@ struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
     struct pto_orch *orch;
     uint32_t id, site;
+    uint32_t nacc;                /* no table: its accesses in orch->acc (ACC_ALL: orders after everything) */
     uint32_t pending;             /* predecessors not complete (+1 while it is being submitted) */
     uint32_t succ;                /* first successor entry in the dep pool, NONE: none */
     uint8_t state;
@@ -119,6 +126,7 @@ struct pto_orch {
     struct pto_extent *live;      /* placed intermediates, sorted by off */
     uint32_t nlive;
     uint8_t *failed;              /* per instance (with a table): completed with a failure */
+    pto_task_access *acc;         /* no table, ABI 2: PTI_TASK_ACC per slot, the edges resolved at submit */
 
     int32_t status;               /* the first failure */
     char msg[PTI_MSG_LEN];
@@ -324,6 +332,7 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->pool);
     free(o->live);
     free(o->failed);
+    free(o->acc);
     free(o->args);
     free(o);
 }
@@ -529,6 +538,75 @@ static int add_pred(struct pto_orch *o, struct pto_task *t, uint32_t p)
     return 0;
 }
 
+/* Whether two windows overlap (ndim 0, or dimensions that differ: the whole tensor). */
+static bool windows_overlap(const pto_task_access *a, const pto_task_access *b)
+{
+    if (!a->ndim || a->ndim != b->ndim)
+        return true;
+    for (uint32_t k = 0; k < a->ndim; k++)
+        if (a->hi[k] <= b->lo[k] || b->hi[k] <= a->lo[k])
+            return false;
+    return true;
+}
+
+/* Whether a later task with accesses a[0..na) must wait for an earlier one with b[0..nb) (the one edge rule). */
+static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_task_access *b, uint32_t nb)
+{
+    if (na == ACC_ALL || nb == ACC_ALL)
+        return true;
+    for (uint32_t i = 0; i < na; i++)
+        for (uint32_t j = 0; j < nb; j++)
+            if (a[i].arg == b[j].arg && (a[i].write || b[j].write) && windows_overlap(&a[i], &b[j]))
+                return true;
+    return false;
+}
+
+/*
+ * No table: resolve instance t's edges now (run->lock held), as the
+ * compiler's table would have: its site lists its accesses for these loop
+ * indices, and t waits for every earlier instance still in the task window,
+ * not yet complete, that it conflicts with.  Instances that left the window
+ * have completed, so the window is the whole dependency horizon (PyPTO's
+ * runtime resolves its edges the same way, within ring_dep_pool).  An
+ * instance of a site without accesses, with too many, or with declared
+ * dependencies or a manual scope (PTO_SITE_BARRIER) waits for every earlier
+ * one still running: more order than the table would give, never less.
+ */
+static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *idx)
+{
+    const pto_program_desc *d = o->d;
+    uint32_t i = t->id;
+    pto_task_access *mine = &o->acc[(size_t)(i % o->window) * PTI_TASK_ACC];
+    pto_access_fn fn = d->site_accesses[t->site];
+    uint32_t n = ACC_ALL;
+    if (fn && !(d->site_flags && (d->site_flags[t->site] & PTO_SITE_BARRIER))) {
+        int64_t zero[PTO_PROGRAM_MAX_IDX] = {0};
+        n = fn(d->sites[t->site].nidx ? idx : zero, mine, PTI_TASK_ACC);
+        if (n > PTI_TASK_ACC)
+            n = ACC_ALL;
+    }
+    t->nacc = n;
+    /*
+     * A failure already complete (its instance may have left the window):
+     * skip t, as a chain did.  A failure still to come poisons t through
+     * its edge (task_complete).
+     */
+    if (o->status)
+        t->poisoned = true;
+    for (uint32_t j = o->retired; j < i; j++) {
+        struct pto_task *u = &o->slots[j % o->window];
+        if (j < o->retired || u->state == T_DONE)
+            continue; /* complete (add_pred may have waited: the window moved) */
+        const pto_task_access *theirs = &o->acc[(size_t)(j % o->window) * PTI_TASK_ACC];
+        if (accesses_conflict(mine, n, theirs, u->nacc)) {
+            int rc = add_pred(o, t, j);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
 static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *idx,
                               struct pto_run **ready)
 {
@@ -578,8 +656,10 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
         for (uint32_t k = d->pred_off[i]; k < d->pred_off[i + 1]; k++)
             if ((rc = add_pred(o, t, d->pred_ids[k])))
                 break;
+    } else if (o->acc) {
+        rc = resolve_edges(o, t, idx);
     } else if (i > 0) {
-        rc = add_pred(o, t, i - 1);
+        rc = add_pred(o, t, i - 1); /* an ABI 1 program without a table: a chain */
     }
     if (--t->pending == 0) {
         if (t->poisoned || rc) {
@@ -787,12 +867,15 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->live = calloc(d->nscratch ? d->nscratch : 1, sizeof(*o->live));
     o->args = calloc((size_t)d->nparams + d->nscratch + 1, sizeof(*o->args));
     o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
-    if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed)) {
+    bool resolve = !d->ninstances && d->abi >= 2 && d->site_accesses;
+    o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
+    if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);
         free(o->live);
         free(o->args);
         free(o->failed);
+        free(o->acc);
         free(o);
         return NULL;
     }

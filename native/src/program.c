@@ -93,8 +93,8 @@ void pti_programs_release_all(pto_device *dev)
 
 static int check_desc(const pto_program_desc *d, const char *path)
 {
-    if (!d || d->abi != PTO_PROGRAM_ABI)
-        return pti_error(PTO_ELOAD, "pto_program_load: %s: program ABI %u, expected %u", path, d ? d->abi : 0,
+    if (!d || d->abi < 1 || d->abi > PTO_PROGRAM_ABI)
+        return pti_error(PTO_ELOAD, "pto_program_load: %s: program ABI %u, expected 1 to %u", path, d ? d->abi : 0,
                          PTO_PROGRAM_ABI);
     if (!d->orchestrate || (d->nsites && !d->sites) || (d->nscratch && !d->scratch))
         return pti_error(PTO_ELOAD, "pto_program_load: %s: incomplete program descriptor", path);
