@@ -670,6 +670,7 @@ typedef struct pto_device_stats {
     uint64_t engine_wakes;      /* sleeping engines (cores, copy engines) signalled for queued work */
     uint64_t streams;           /* streams open (or destroyed with work left) */
     uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
+    uint64_t engine_helps;      /* runs a device thread ran in a sleeping engine's stead (no wake-up, engines.c) */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

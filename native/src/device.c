@@ -404,6 +404,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .idle_spins = LD(st_idle_spins),
         .idle_no_spin = LD(st_idle_no_spin),
         .engine_wakes = LD(st_engine_wakes),
+        .engine_helps = LD(st_engine_helps),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

@@ -716,6 +716,8 @@ struct pto_engine {
     int32_t id;
     uint32_t is_copy;
     _Atomic uint64_t busy_ns, commands, bytes;
+    bool sleeping;                /* in its condition wait (its queue's lock) */
+    bool claimed;                 /* a helper runs in its stead: it stays asleep (its queue's lock; engines.c) */
 };
 
 int pti_engines_start(pto_device *dev);
@@ -724,6 +726,16 @@ void pti_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
 void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+/*
+ * Run queued core (copy) work on the calling device thread in a sleeping
+ * core's (copy engine's) stead, instead of waking it (no lock held; engines.c).
+ */
+void pti_core_help(pto_device *dev);
+void pti_copy_help(pto_device *dev);
+/* Mark the calling thread as dev's scheduler thread (it may help; pti_sched_main). */
+void pti_sched_thread_init(pto_device *dev);
+/* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
+bool pti_task_tiny(const struct pto_run *r);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
 /* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
@@ -761,6 +773,7 @@ struct pto_program {
     const struct pto_program_desc *desc;
     char name[64];
     _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
+    _Atomic uint32_t *site_ns;    /* per site: its last task's run time, ns (pti_task_tiny) */
     struct pto_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
@@ -957,7 +970,7 @@ struct pto_device {
     _Alignas(64) _Atomic uint64_t st_completed, st_cq_records, st_cq_signals, st_cq_drains,
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
-    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes;
+    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
 };
 
 static inline bool pti_trace_on(pto_device *dev)

@@ -380,6 +380,19 @@ static void hold_core(uint32_t us, uint64_t start)
     tl_hold_late = woke > until ? woke - until : 0;
 }
 
+/* A task a helper may run in a sleeping core's stead on a host with CPUs to spare (engines.c). */
+#define PTI_TINY_NS 5000u
+
+bool pti_task_tiny(const struct pto_run *r)
+{
+    const struct pto_task *t = r->task;
+    if (!t)
+        return false;
+    const pto_program *p = t->orch->p;
+    uint32_t ns = atomic_load_explicit(&p->site_ns[t->site], memory_order_relaxed);
+    return ns && ns < PTI_TINY_NS && !atomic_load_explicit(&p->delay_us[t->site], memory_order_relaxed);
+}
+
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
 {
     struct pto_task *t = r->task;
@@ -405,6 +418,11 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     }
     uint64_t end = pto_now_ns();
     tl_task_end = end;
+    if (!lost) {
+        uint64_t ran = end - start;
+        atomic_store_explicit(&o->p->site_ns[t->site], ran > UINT32_MAX ? UINT32_MAX : (uint32_t)ran,
+                              memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
     int32_t status = 0;

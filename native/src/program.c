@@ -26,6 +26,7 @@ static void program_free(pto_program *p)
         p->dev->ops->kernel_unload(p->handle);
     pthread_mutex_destroy(&p->stats_lock);
     free(p->delay_us);
+    free(p->site_ns);
     free(atomic_load_explicit(&p->kinds, memory_order_relaxed));
     free(p);
 }
@@ -136,7 +137,13 @@ int pto_program_load(pto_device *dev, const char *path, const char *symbol, pto_
     pto_program *p = calloc(1, sizeof(*p));
     if (p)
         p->delay_us = calloc(d->nsites ? d->nsites : 1, sizeof(*p->delay_us));
-    if (!p || !p->delay_us) {
+    if (p)
+        p->site_ns = calloc(d->nsites ? d->nsites : 1, sizeof(*p->site_ns));
+    if (!p || !p->delay_us || !p->site_ns) {
+        if (p) {
+            free(p->delay_us);
+            free(p->site_ns);
+        }
         free(p);
         dev->ops->kernel_unload(handle);
         return pti_error(PTO_ENOMEM, "pto_program_load: out of host memory");
