@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from helpers import new_token
 
 from pypto_async._driver import check, ffi, lib
@@ -170,6 +172,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # a fresh interpreter pinned to one CPU
 def test_on_one_cpu_a_finishing_engine_runs_the_next_command_in_a_sleeping_engines_stead(tmp_path):
     """Pinned to one CPU: copy in, kernel, copy out run on one device thread, no wake-up per hand-off."""
     import subprocess
