@@ -559,6 +559,7 @@ typedef struct pto_program_stats {
     uint64_t window_waits;      /* times the orchestration waited for a task slot */
     uint64_t dep_waits;         /* ... for a dependency entry */
     uint64_t heap_waits;        /* ... for ring-heap bytes */
+    uint64_t inline_runs;       /* runs orchestrated at once by the thread that started them (small, never waiting) */
 } pto_program_stats;
 
 /* Load the program whose descriptor function is symbol in the library at path: 0, -PTO_ELOAD, -PTO_ENOMEM. */
@@ -735,6 +736,7 @@ typedef struct pto_device_stats {
     uint64_t engine_wakes;      /* sleeping engines (cores, copy engines) signalled for queued work */
     uint64_t streams;           /* streams open (or destroyed with work left) */
     uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
+    uint64_t engine_helps;      /* runs a device thread ran in a sleeping engine's stead (no wake-up, engines.c) */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

@@ -115,8 +115,13 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
         return pti_error(PTO_ENOMEM, "pto_device_open: out of host memory");
     dev->cfg = rc_cfg;
     dev->cpus = pti_host_cpus();
-    dev->n_dev_threads = rc_cfg.cores + rc_cfg.copy_engines + rc_cfg.aicpu_thread_num;
-    atomic_init(&dev->asleep, 0);
+    /*
+     * Cores, copy engines, schedulers and the orchestration threads (as many
+     * as schedulers, started with the first program loaded: until then, and
+     * whenever they wait, they count as asleep, orch.c).
+     */
+    dev->n_dev_threads = rc_cfg.cores + rc_cfg.copy_engines + 2 * rc_cfg.aicpu_thread_num;
+    atomic_init(&dev->asleep, rc_cfg.aicpu_thread_num);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     dev->machine_cpus = online > 0 ? (uint32_t)online : 1;
     atomic_init(&dev->runnable, -1);
@@ -401,6 +406,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .idle_spins = LD(st_idle_spins),
         .idle_no_spin = LD(st_idle_no_spin),
         .engine_wakes = LD(st_engine_wakes),
+        .engine_helps = LD(st_engine_helps),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

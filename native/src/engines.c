@@ -32,26 +32,56 @@
 #include <string.h>
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 /* 1 while the current block called blk->fail (trace status of the block). */
 static __thread int tl_block_failed;
-/* The engine running on this thread (NULL on host and scheduler threads). */
+/* The engine this thread runs as (NULL on host and scheduler threads): its own, or one it helps for. */
 static __thread const struct pto_engine *tl_engine;
+/* The engine thread this is (NULL on host and scheduler threads). */
+static __thread const struct pto_engine *tl_self;
 /* True while this engine spins in watch_kicks: it counts among its queue's spinners. */
 static __thread bool tl_watching;
+/* True while this thread runs work in a sleeping engine's stead (engine_help): no help within help. */
+static __thread bool tl_helping;
+/* The device whose scheduler thread this is (pti_sched_main): it may help too. */
+static __thread const pto_device *tl_sched_dev;
+
+void pti_sched_thread_init(pto_device *dev)
+{
+    tl_sched_dev = dev;
+}
 
 /*
- * 1 if the calling thread is an engine of dev's `copy` kind finishing a
- * command: it goes back to that queue as soon as it returns, so it takes the
- * first run pushed from its own finish path without anybody being woken.  (A
- * watching engine is counted among the spinners already.)
+ * 1 if the calling thread takes the first run pushed to dev's `copy` kind
+ * from its own finish path without anybody being woken: an engine of that
+ * kind (or helping as one) goes back to that queue as soon as it returns;
+ * on a one-CPU host an engine of the other kind runs it in a sleeping
+ * engine's stead right after (engine_help), since waking that engine would
+ * only take turns with this thread on the same CPU.  (A watching engine is
+ * counted among the spinners already.)
  */
 static int self_returning(pto_device *dev, bool copy)
 {
-    return tl_engine && !tl_watching && tl_engine->dev == dev && tl_engine->is_copy == copy;
+    if (tl_watching)
+        return 0;
+    if (tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy)
+        return 1;
+    return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || dev->cpus <= 1);
+}
+
+/*
+ * Let this device thread's timed sleeps end on time: Linux lets a thread's
+ * timers run late by its timer slack, 50 us by default, so a 100 us task
+ * delay (pypto_async.testing.delay_task) or a delay command's deadline ran
+ * 150 us.  Best effort.
+ */
+void pti_thread_precise_timers(void)
+{
+    (void)prctl(PR_SET_TIMERSLACK, 1000ul); /* 1 us */
 }
 
 uint32_t pti_host_cpus(void)
@@ -291,12 +321,12 @@ static void watch_kicks(pto_device *dev, _Atomic uint32_t *len, uint64_t spin_ns
  * Enqueuers signal a sleeper only when the queue holds more runs than there
  * are engines about to take them.
  */
-static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv,
+static void engine_idle(pto_device *dev, struct pto_engine *eng, pthread_mutex_t *mu, pthread_cond_t *cv,
                         struct pto_run *const *head, _Atomic uint32_t *len, int *sleepers,
                         int *waking, int *spinners, uint32_t total)
 {
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
-    if (spin_ns && *spinners == 0 && total - (uint32_t)*sleepers == 1 && pti_may_spin(dev)) {
+    if (spin_ns && !eng->claimed && *spinners == 0 && total - (uint32_t)*sleepers == 1 && pti_may_spin(dev)) {
         (*spinners)++;
         pthread_mutex_unlock(mu);
         watch_kicks(dev, len, spin_ns);
@@ -306,12 +336,121 @@ static void engine_idle(pto_device *dev, pthread_mutex_t *mu, pthread_cond_t *cv
             return;
     }
     (*sleepers)++;
+    eng->sleeping = true;
     atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
     pthread_cond_wait(cv, mu);
     atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
+    eng->sleeping = false;
     (*sleepers)--;
     if (*waking > 0)
         (*waking)--; /* back (a spurious wake-up only makes the next push signal early) */
+}
+
+static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run);
+static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *run, uint32_t b);
+
+/*
+ * Whether a helper may run r in a sleeping engine's stead: anything on a
+ * one-CPU host (waking the engine would only take turns with this thread on
+ * that CPU, a context switch per hand-off), else only a program's tiny task
+ * (pti_task_tiny: its site ran under 5 us last time), where a core's
+ * wake-up takes longer than the work.
+ */
+static bool may_help(pto_device *dev, const struct pto_run *r)
+{
+    return dev->cpus <= 1 || pti_task_tiny(r);
+}
+
+/*
+ * Run queued runs of one kind on the calling device thread, in the stead of
+ * a sleeping engine of that kind (no lock held).  The engine is claimed
+ * (under its queue's lock) so that it stays asleep even if signalled: at
+ * most `cores` (copy_engines) runs of the kind run at once, each under one
+ * engine's name (trace lanes, stats, blk->core_idx).  Bounded: at most 64
+ * runs or 50 us of starts, and only runs may_help allows; what is left,
+ * and the claimed engine, are handed back with a wake-up.  Only while no
+ * engine of the kind spins (a spinner takes the work at once).
+ */
+static void engine_help(pto_device *dev, bool copy)
+{
+    if (tl_helping || tl_watching || !((tl_self && tl_self->dev == dev) || tl_sched_dev == dev))
+        return; /* helpers are device threads of dev (not the host, not a spinner serving kicks) */
+    if (tl_self && tl_self->is_copy == copy)
+        return; /* its own queue: it goes back to it itself */
+    _Atomic uint32_t *len = copy ? &dev->copy_len : &dev->core_len;
+    if (!atomic_load_explicit(len, memory_order_acquire))
+        return;
+    pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
+    struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
+    struct pto_run **tail = copy ? &dev->copy_tail : &dev->core_tail;
+    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
+    pthread_mutex_lock(mu);
+    struct pto_engine *x = NULL;
+    if ((copy ? dev->copy_spinners : dev->core_spinners) == 0)
+        for (uint32_t i = first + n; i-- > first;)
+            if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
+                x = &dev->engines[i];
+                break;
+            }
+    if (!x || !*head || !may_help(dev, *head)) {
+        pthread_mutex_unlock(mu);
+        return;
+    }
+    x->claimed = true;
+    const struct pto_engine *was = tl_engine;
+    tl_engine = x;
+    tl_helping = true;
+    uint64_t until = pto_now_ns() + 50000ull;
+    uint64_t ran = 0;
+    while (*head && ran < 64 && may_help(dev, *head) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
+        struct pto_run *r = *head;
+        uint32_t b = 0;
+        if (copy) {
+            queue_pop(head, tail);
+            atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+        } else {
+            b = r->next_block++;
+            if (b == 0)
+                r->start_ns = pto_now_ns();
+            if (r->task || r->next_block == r->cmd->u.launch.blocks) {
+                queue_pop(head, tail);
+                atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+            }
+        }
+        pthread_mutex_unlock(mu);
+        if (copy)
+            run_copy(dev, x, r);
+        else if (r->task)
+            pti_task_run(dev, x, r);
+        else
+            run_block(dev, x, r, b);
+        ran++;
+        pthread_mutex_lock(mu);
+        if (pto_now_ns() >= until)
+            break;
+    }
+    x->claimed = false;
+    tl_engine = was;
+    tl_helping = false;
+    /* What is left needs an engine: x (asleep again) is one of the sleepers to signal. */
+    if (copy)
+        wake_for(dev, &dev->copy_cv, atomic_load_explicit(len, memory_order_relaxed), dev->copy_sleepers,
+                 &dev->copy_waking, dev->copy_spinners, 0);
+    else
+        wake_for(dev, &dev->core_cv, atomic_load_explicit(len, memory_order_relaxed), dev->core_sleepers,
+                 &dev->core_waking, dev->core_spinners, 0);
+    pthread_mutex_unlock(mu);
+    atomic_fetch_add_explicit(&dev->st_engine_helps, ran, memory_order_relaxed);
+}
+
+void pti_core_help(pto_device *dev)
+{
+    engine_help(dev, false);
+}
+
+void pti_copy_help(pto_device *dev)
+{
+    engine_help(dev, true);
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run)
@@ -379,17 +518,19 @@ static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *ru
     pti_cmd_finish(dev, run->stream, cmd, status, cause, msg, own, start, end, eng->id);
     pti_sched_run(dev);
     pthread_mutex_unlock(&dev->sched_lock);
+    pti_core_help(dev); /* what the pass queued for the cores, if they all sleep */
 }
 
 static void *copy_main(void *arg)
 {
     struct pto_engine *eng = arg;
     pto_device *dev = eng->dev;
-    tl_engine = eng;
+    tl_engine = tl_self = eng;
+    pti_thread_precise_timers();
     pthread_mutex_lock(&dev->copy_lock);
     for (;;) {
-        while (!dev->copy_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
-            engine_idle(dev, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
+        while ((!dev->copy_head || eng->claimed) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            engine_idle(dev, eng, &dev->copy_lock, &dev->copy_cv, &dev->copy_head, &dev->copy_len,
                         &dev->copy_sleepers, &dev->copy_waking, &dev->copy_spinners,
                         dev->cfg.copy_engines);
         struct pto_run *r = dev->copy_head;
@@ -484,11 +625,12 @@ static void *core_main(void *arg)
 {
     struct pto_engine *eng = arg;
     pto_device *dev = eng->dev;
-    tl_engine = eng;
+    tl_engine = tl_self = eng;
+    pti_thread_precise_timers();
     pthread_mutex_lock(&dev->core_lock);
     for (;;) {
-        while (!dev->core_head && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
-            engine_idle(dev, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
+        while ((!dev->core_head || eng->claimed) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+            engine_idle(dev, eng, &dev->core_lock, &dev->core_cv, &dev->core_head, &dev->core_len,
                         &dev->core_sleepers, &dev->core_waking, &dev->core_spinners, dev->cfg.cores);
         struct pto_run *r = dev->core_head;
         if (!r)
@@ -509,6 +651,8 @@ static void *core_main(void *arg)
             pti_task_run(dev, eng, r); /* a program's task: one block (orch.c) */
         else
             run_block(dev, eng, r, b);
+        if (dev->cpus <= 1)
+            pti_copy_help(dev); /* what our finish queued for a sleeping copy engine (self_returning) */
         pthread_mutex_lock(&dev->core_lock);
     }
     pthread_mutex_unlock(&dev->core_lock);

@@ -723,6 +723,8 @@ struct pto_engine {
     int32_t id;
     uint32_t is_copy;
     _Atomic uint64_t busy_ns, commands, bytes;
+    bool sleeping;                /* in its condition wait (its queue's lock) */
+    bool claimed;                 /* a helper runs in its stead: it stays asleep (its queue's lock; engines.c) */
 };
 
 int pti_engines_start(pto_device *dev);
@@ -731,6 +733,16 @@ void pti_engines_stop(pto_device *dev);
 /* Hand cmd to the copy engines / compute cores (sched_lock held). */
 void pti_copy_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
+/*
+ * Run queued core (copy) work on the calling device thread in a sleeping
+ * core's (copy engine's) stead, instead of waking it (no lock held; engines.c).
+ */
+void pti_core_help(pto_device *dev);
+void pti_copy_help(pto_device *dev);
+/* Mark the calling thread as dev's scheduler thread (it may help; pti_sched_main). */
+void pti_sched_thread_init(pto_device *dev);
+/* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
+bool pti_task_tiny(const struct pto_run *r);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
 /* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
@@ -744,6 +756,8 @@ void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs);
 void pti_block_fail(const pto_block *blk, int code, const char *msg);
 /* The CPUs the calling thread may run on (sched_getaffinity), at least 1. */
 uint32_t pti_host_cpus(void);
+/* Make the calling device thread's timed sleeps precise (timer slack 1 us; engines.c). */
+void pti_thread_precise_timers(void);
 /*
  * Whether an idle device thread may spin now (any lock or none): a CPU is
  * left for the host thread after every awake device thread, the caller
@@ -766,6 +780,7 @@ struct pto_program {
     const struct pto_program_desc *desc;
     char name[64];
     _Atomic uint32_t *delay_us;   /* per site: test hook (pto_debug_task_delay) */
+    _Atomic uint32_t *site_ns;    /* per site: its last task's run time, ns (pti_task_tiny) */
     struct pto_argkinds *_Atomic kinds; /* pto_program_set_arg_kinds; NULL: unchecked */
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
@@ -925,6 +940,7 @@ struct pto_device {
     uint64_t arena_size;
     struct pto_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
     struct pto_mnode *alloc_root; /* live and pending-free blocks by off */
+    _Atomic uint64_t mem_gen;     /* changes whenever a block leaves or shrinks (pti_mem_find_stray's cache) */
     struct pto_mnode *node_pool;  /* spare nodes (linked by l) */
     size_t n_free, n_alloc;
     uint32_t mem_seed;            /* treap priorities */
@@ -969,7 +985,7 @@ struct pto_device {
     int core_spinners;            /* at most one idle core spins */
     _Atomic uint32_t core_len;
     uint32_t cpus;                /* CPUs the opening thread may run on (sched_getaffinity) */
-    uint32_t n_dev_threads;       /* cores + copy engines + schedulers */
+    uint32_t n_dev_threads;       /* cores + copy engines + schedulers + orchestration threads */
     _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
     uint32_t machine_cpus;        /* online CPUs of the machine */
     atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
@@ -1014,7 +1030,7 @@ struct pto_device {
         st_canceled, st_launches, st_copies, st_bytes_h2d, st_bytes_d2h, st_bytes_d2d, st_bytes_peer;
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
     struct pto_model *_Atomic model; /* the device model (model.c); NULL: host timing */
-    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes;
+    _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
 };
 
 static inline bool pti_trace_on(pto_device *dev)

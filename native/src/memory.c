@@ -184,6 +184,34 @@ static void tree_free_all(struct pto_mnode *t)
     }
 }
 
+/* ---- the stray-pointer check's cache ------------------------------------------------- */
+
+/*
+ * pti_mem_find_stray remembers, per thread, the last blocks it found, with
+ * the device's mem_gen at the time.  Only a block leaving alloc_root or
+ * shrinking can turn an address that was inside a block into a stray one,
+ * so each of those bumps mem_gen (mem_lock held) and a remembered block is
+ * trusted only while mem_gen is unchanged.  Generations come from one
+ * process-wide counter, so a device opened where a closed one was never
+ * matches the old one's entries.  A replay of a graph checks every launch
+ * node's every tensor argument twice (graph.c before it queues anything,
+ * then pto_stream_launch): with the cache, without mem_lock or a descent.
+ */
+static _Atomic uint64_t mem_gens = 1;
+
+static void mem_changed(pto_device *dev)
+{
+    atomic_store_explicit(&dev->mem_gen, atomic_fetch_add_explicit(&mem_gens, 1, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+#define STRAY_CACHE 4
+static __thread struct stray_hit {
+    const pto_device *dev;
+    uint64_t gen, off, len;
+} tl_hits[STRAY_CACHE];
+static __thread uint32_t tl_hit_next;
+
 /* ---- the node pool (mem_lock held) --------------------------------------------------- */
 
 static int pool_reserve(pto_device *dev)
@@ -273,6 +301,7 @@ int pti_mem_init(pto_device *dev)
     if (rc)
         return rc;
     pti_mutex_init(&dev->mem_lock);
+    mem_changed(dev); /* a generation no other device had */
     dev->mem_seed = 0x9e3779b9u;
     uint64_t usable = dev->arena_size & ~(uint64_t)(PTI_ALIGN - 1);
     if (usable) {
@@ -301,6 +330,7 @@ void pti_mem_fini(pto_device *dev)
         free(n);
     }
     dev->free_root = dev->alloc_root = NULL;
+    mem_changed(dev);
     dev->n_free = dev->n_alloc = 0;
 }
 
@@ -368,6 +398,7 @@ int pto_mem_alloc(pto_device *dev, uint64_t size, pto_stream *s, pto_devptr *out
                 pf->off += rsize;
                 pf->len -= rsize;
                 dev->pending_bytes -= rsize;
+                mem_changed(dev); /* the pending block shrinks */
                 if (pf->len == 0) {
                     node_put(dev, tree_take(&dev->alloc_root, j->off, false));
                     dev->n_alloc--;
@@ -435,6 +466,7 @@ int pto_mem_free(pto_device *dev, pto_devptr ptr)
                          (unsigned long long)ptr);
     }
     tree_take(&dev->alloc_root, b->off, false);
+    mem_changed(dev);
     dev->n_alloc--;
     dev->in_use -= b->len;
     dev->n_live--;
@@ -563,6 +595,7 @@ void pti_mem_reclaim(pto_device *dev, struct pto_pending_free *pf)
         struct pto_mnode *b = block_find(dev, pf->off);
         if (b) {
             tree_take(&dev->alloc_root, b->off, false);
+            mem_changed(dev);
             dev->n_alloc--;
             node_put(dev, b); /* the node free_insert needs */
         }
@@ -602,14 +635,32 @@ int pti_mem_check_range(pto_device *dev, uint64_t addr, uint64_t n, char *msg, s
  */
 long pti_mem_find_stray(pto_device *dev, const uint64_t *args, const uint32_t *idx, uint32_t n)
 {
+    /* Acquire pairs with mem_changed: a generation read here was current after the change it names. */
+    uint64_t gen = atomic_load_explicit(&dev->mem_gen, memory_order_acquire);
+    uint32_t k = 0;
+    for (; k < n; k++) {
+        uint64_t off = arena_off(dev, args[idx[k]]);
+        bool hit = false;
+        for (uint32_t c = 0; c < STRAY_CACHE && !hit; c++)
+            hit = tl_hits[c].dev == dev && tl_hits[c].gen == gen && off - tl_hits[c].off < tl_hits[c].len;
+        if (!hit)
+            break; /* this one and the rest: under mem_lock */
+    }
+    if (k == n)
+        return -1;
     long bad = -1;
     pthread_mutex_lock(&dev->mem_lock);
-    for (uint32_t k = 0; k < n && bad < 0; k++) {
+    gen = atomic_load_explicit(&dev->mem_gen, memory_order_relaxed);
+    for (; k < n && bad < 0; k++) {
         uint64_t off = arena_off(dev, args[idx[k]]);
         const struct pto_mnode *a = off == UINT64_MAX ? NULL : tree_floor(dev->alloc_root, off);
         /* Inside a block: live, carved from a queued free, or queued for freeing itself. */
-        if (!a || off - a->off >= a->len)
+        if (!a || off - a->off >= a->len) {
             bad = (long)k;
+        } else {
+            tl_hits[tl_hit_next] = (struct stray_hit){dev, gen, a->off, a->len};
+            tl_hit_next = (tl_hit_next + 1) % STRAY_CACHE;
+        }
     }
     pthread_mutex_unlock(&dev->mem_lock);
     return bad;

@@ -23,8 +23,11 @@
  * pred_ids); the driver only counts: at submit, each predecessor not yet
  * complete takes a dependency entry on its successor list and bumps the new
  * task's pending count; completing a task walks its list.  Without a table
- * (a program too large to expand at compile time) each instance waits for
- * the one before it, which is always sound.
+ * (a program too large to expand at compile time) the driver resolves each
+ * instance's edges as it is submitted, from the accesses its site lists, by
+ * the same rule, against the instances still in the task window
+ * (resolve_edges): no program falls back to running its tasks in order.
+ * (Only an ABI 1 program without a table still does.)
  *
  * The rings, PyPTO's:
  *   - ring_task_window: task slots.  Instance i lives in slot i % W; slots
@@ -63,6 +66,11 @@
 #include "pto_program.h"
 
 #define NONE UINT32_MAX
+/* Accesses a task slot keeps for edges resolved at submit (more: the task orders after everything). */
+#define PTI_TASK_ACC 8u
+#define ACC_ALL UINT32_MAX
+/* The most task instances a program may have to be orchestrated inline (run_inline). */
+#define PTI_ORCH_INLINE_MAX 64u
 
 enum { T_FREE = 0, T_WAITING, T_RUNNING, T_DONE };
 
@@ -70,6 +78,7 @@ struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
     struct pto_orch *orch;
     uint32_t id, site;
+    uint32_t nacc;                /* no table: its accesses in orch->acc (ACC_ALL: orders after everything) */
     uint32_t pending;             /* predecessors not complete (+1 while it is being submitted) */
     uint32_t succ;                /* first successor entry in the dep pool, NONE: none */
     uint8_t state;
@@ -105,6 +114,9 @@ struct pto_orch {
     uint32_t submitted, retired, completed;
     uint32_t scope_depth, scope_start;
     bool orch_done, finished;
+    bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
+    uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
+    struct pto_run *batch;        /* inline: ready tasks not yet dispatched, newest first */
 
     struct pto_dep *pool;
     uint32_t pool_size, free_dep, dep_used;
@@ -114,6 +126,7 @@ struct pto_orch {
     struct pto_extent *live;      /* placed intermediates, sorted by off */
     uint32_t nlive;
     uint8_t *failed;              /* per instance (with a table): completed with a failure */
+    pto_task_access *acc;         /* no table, ABI 2: PTI_TASK_ACC per slot, the edges resolved at submit */
 
     int32_t status;               /* the first failure */
     char msg[PTI_MSG_LEN];
@@ -310,8 +323,12 @@ static void trace_tasks(struct pto_orch *o)
     }
 }
 
-/* The run is over (run->lock not held, nobody else touches o): complete the command. */
-static void run_finish(struct pto_orch *o)
+/*
+ * The run is over (run->lock not held, nobody else touches o): complete the
+ * command.  locked: the caller holds sched_lock and runs the passes after
+ * (an inline run finishing inside the pass that started it).
+ */
+static void run_finish(struct pto_orch *o, bool locked)
 {
     pto_device *dev = o->dev;
     uint64_t end = pto_now_ns();
@@ -334,25 +351,30 @@ static void run_finish(struct pto_orch *o)
                                     .window_waits = o->waits_window,
                                     .dep_waits = o->waits_deps,
                                     .heap_waits = o->waits_heap,
+                                    .inline_runs = o->inline_run,
                                 });
     if (o->heap_base)
         pto_mem_free(dev, o->heap_base);
     atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed); /* one launch per run */
-    pthread_mutex_lock(&dev->sched_lock);
+    if (!locked)
+        pthread_mutex_lock(&dev->sched_lock);
     int32_t status = o->status;
     if (!status && pti_dev_lost(dev))
         status = -PTO_EDEVLOST;
     o->cmd->modeled = modeled;
     pti_cmd_finish(dev, o->s, o->cmd, status, status == -PTO_EDEVLOST ? dev->lost_cause : 0,
                    status ? o->msg : NULL, status != 0, start, end, PTO_ENGINE_NONE);
-    pti_sched_run(dev);
-    pthread_mutex_unlock(&dev->sched_lock);
+    if (!locked) {
+        pti_sched_run(dev);
+        pthread_mutex_unlock(&dev->sched_lock);
+    }
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->cv);
     free(o->slots);
     free(o->pool);
     free(o->live);
     free(o->failed);
+    free(o->acc);
     free(o->args);
     free(o->mt);
     free(o);
@@ -369,11 +391,49 @@ static bool claim_finish(struct pto_orch *o)
 
 /* ---- tasks on cores -------------------------------------------------------------------------- */
 
-static void sleep_us(uint32_t us)
+/*
+ * Per core thread: how late its last hold's sleep ended (ns not yet paid
+ * back), and when its last task ended.
+ */
+static __thread uint64_t tl_hold_late, tl_task_end;
+
+/*
+ * Hold the core us microseconds (a task's testing delay), from start.  A
+ * host sleep ends late (a loaded host gives the woken thread its CPU tens of
+ * microseconds on), and without a correction every task of a busy core
+ * would add that lateness: 20,000 tasks held 100 us ran 178 us each on one
+ * core of a loaded 2-CPU host.  So a core that went straight on to its next
+ * task (within 50 us) holds it shorter by the lateness carried so far, as a
+ * periodic timer does: back-to-back holds take their nominal time on the
+ * average, as a device's would.  After an idle gap nothing is carried.
+ */
+static void hold_core(uint32_t us, uint64_t start)
 {
-    struct timespec ts = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L};
-    while (nanosleep(&ts, &ts) != 0)
+    uint64_t want = (uint64_t)us * 1000ull;
+    uint64_t credit = tl_task_end && start - tl_task_end < 50000ull ? tl_hold_late : 0;
+    if (credit >= want) {
+        tl_hold_late = credit - want;
+        return;
+    }
+    uint64_t until = start + want - credit;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull), .tv_nsec = (long)(until % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
         ;
+    uint64_t woke = pto_now_ns();
+    tl_hold_late = woke > until ? woke - until : 0;
+}
+
+/* A task a helper may run in a sleeping core's stead on a host with CPUs to spare (engines.c). */
+#define PTI_TINY_NS 5000u
+
+bool pti_task_tiny(const struct pto_run *r)
+{
+    const struct pto_task *t = r->task;
+    if (!t)
+        return false;
+    const pto_program *p = t->orch->p;
+    uint32_t ns = atomic_load_explicit(&p->site_ns[t->site], memory_order_relaxed);
+    return ns && ns < PTI_TINY_NS && !atomic_load_explicit(&p->delay_us[t->site], memory_order_relaxed);
 }
 
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
@@ -396,10 +456,16 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
         };
         uint32_t delay = atomic_load_explicit(&o->p->delay_us[t->site], memory_order_relaxed);
         if (delay)
-            sleep_us(delay); /* the core is busy with this task, before its body runs */
+            hold_core(delay, start); /* the core is busy with this task, before its body runs */
         site->fn(&blk, (void *const *)o->args, t->idx);
     }
     uint64_t end = pto_now_ns();
+    tl_task_end = end;
+    if (!lost) {
+        uint64_t ran = end - start;
+        atomic_store_explicit(&o->p->site_ns[t->site], ran > UINT32_MAX ? UINT32_MAX : (uint32_t)ran,
+                              memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
     int32_t status = 0;
@@ -447,7 +513,7 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     pthread_mutex_unlock(&o->lock);
     dispatch(dev, ready);
     if (fin)
-        run_finish(o);
+        run_finish(o, false);
 }
 
 /* ---- the orchestration's calls ------------------------------------------------------------ */
@@ -470,7 +536,10 @@ static void wait_retire(struct pto_orch *o, uint64_t *counter)
 {
     (*counter)++;
     o->waiting = true;
+    /* Asleep for the spin rule (pti_cpu_spare): an orchestration thread awake takes a CPU. */
+    atomic_fetch_add_explicit(&o->dev->asleep, 1, memory_order_relaxed);
     pthread_cond_wait(&o->cv, &o->lock);
+    atomic_fetch_sub_explicit(&o->dev->asleep, 1, memory_order_relaxed);
     o->waiting = false;
 }
 
@@ -484,6 +553,13 @@ static int place_scratch(struct pto_orch *o, uint32_t i)
         uint64_t len = round64(d->scratch[j].bytes);
         uint32_t at;
         uint64_t off;
+        if (o->inline_run) {
+            /* The heap holds every intermediate at once (run_inline): place each after the last. */
+            o->args[d->nparams + j] = (void *)(uintptr_t)(o->heap_base + o->bump);
+            o->bump += len;
+            o->heap_used = o->heap_hwm = o->bump;
+            continue;
+        }
         while ((off = heap_fit(o, len, &at)) == UINT64_MAX) {
             if (!heap_will_free(o, i)) {
                 run_fail(o, -PTO_ENOMEM,
@@ -533,6 +609,75 @@ static int add_pred(struct pto_orch *o, struct pto_task *t, uint32_t p)
     t->pending++;
     if (++o->dep_used > o->dep_hwm)
         o->dep_hwm = o->dep_used;
+    return 0;
+}
+
+/* Whether two windows overlap (ndim 0, or dimensions that differ: the whole tensor). */
+static bool windows_overlap(const pto_task_access *a, const pto_task_access *b)
+{
+    if (!a->ndim || a->ndim != b->ndim)
+        return true;
+    for (uint32_t k = 0; k < a->ndim; k++)
+        if (a->hi[k] <= b->lo[k] || b->hi[k] <= a->lo[k])
+            return false;
+    return true;
+}
+
+/* Whether a later task with accesses a[0..na) must wait for an earlier one with b[0..nb) (the one edge rule). */
+static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_task_access *b, uint32_t nb)
+{
+    if (na == ACC_ALL || nb == ACC_ALL)
+        return true;
+    for (uint32_t i = 0; i < na; i++)
+        for (uint32_t j = 0; j < nb; j++)
+            if (a[i].arg == b[j].arg && (a[i].write || b[j].write) && windows_overlap(&a[i], &b[j]))
+                return true;
+    return false;
+}
+
+/*
+ * No table: resolve instance t's edges now (run->lock held), as the
+ * compiler's table would have: its site lists its accesses for these loop
+ * indices, and t waits for every earlier instance still in the task window,
+ * not yet complete, that it conflicts with.  Instances that left the window
+ * have completed, so the window is the whole dependency horizon (PyPTO's
+ * runtime resolves its edges the same way, within ring_dep_pool).  An
+ * instance of a site without accesses, with too many, or with declared
+ * dependencies or a manual scope (PTO_SITE_BARRIER) waits for every earlier
+ * one still running: more order than the table would give, never less.
+ */
+static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *idx)
+{
+    const pto_program_desc *d = o->d;
+    uint32_t i = t->id;
+    pto_task_access *mine = &o->acc[(size_t)(i % o->window) * PTI_TASK_ACC];
+    pto_access_fn fn = d->site_accesses[t->site];
+    uint32_t n = ACC_ALL;
+    if (fn && !(d->site_flags && (d->site_flags[t->site] & PTO_SITE_BARRIER))) {
+        int64_t zero[PTO_PROGRAM_MAX_IDX] = {0};
+        n = fn(d->sites[t->site].nidx ? idx : zero, mine, PTI_TASK_ACC);
+        if (n > PTI_TASK_ACC)
+            n = ACC_ALL;
+    }
+    t->nacc = n;
+    /*
+     * A failure already complete (its instance may have left the window):
+     * skip t, as a chain did.  A failure still to come poisons t through
+     * its edge (task_complete).
+     */
+    if (o->status)
+        t->poisoned = true;
+    for (uint32_t j = o->retired; j < i; j++) {
+        struct pto_task *u = &o->slots[j % o->window];
+        if (j < o->retired || u->state == T_DONE)
+            continue; /* complete (add_pred may have waited: the window moved) */
+        const pto_task_access *theirs = &o->acc[(size_t)(j % o->window) * PTI_TASK_ACC];
+        if (accesses_conflict(mine, n, theirs, u->nacc)) {
+            int rc = add_pred(o, t, j);
+            if (rc)
+                return rc;
+        }
+    }
     return 0;
 }
 
@@ -603,8 +748,10 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
         for (uint32_t k = d->pred_off[i]; k < d->pred_off[i + 1]; k++)
             if ((rc = add_pred(o, t, d->pred_ids[k])))
                 break;
+    } else if (o->acc) {
+        rc = resolve_edges(o, t, idx);
     } else if (i > 0) {
-        rc = add_pred(o, t, i - 1);
+        rc = add_pred(o, t, i - 1); /* an ABI 1 program without a table: a chain */
     }
     if (--t->pending == 0) {
         if (t->poisoned || rc) {
@@ -625,6 +772,15 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
     struct pto_run *ready = NULL;
     pthread_mutex_lock(&o->lock);
     int rc = orch_submit_locked(o, site, idx, &ready);
+    if (o->inline_run && ready) {
+        /* Inline: the ready tasks go to the cores in one batch when the orchestration returns. */
+        while (ready) {
+            struct pto_run *next = ready->qnext;
+            ready->qnext = o->batch;
+            o->batch = ready;
+            ready = next;
+        }
+    }
     pthread_mutex_unlock(&o->lock);
     dispatch(o->dev, ready);
     return rc;
@@ -684,6 +840,17 @@ static void orchestrate(struct pto_orch *o)
     }
     if (!rc)
         rc = o->d->orchestrate(o, &orch_ops, (void *const *)o->args);
+    if (o->inline_run) {
+        /* Oldest first, one core_lock, each idle core woken once (no task has run: nobody else touches batch). */
+        struct pto_run *fifo = NULL;
+        while (o->batch) {
+            struct pto_run *r = o->batch;
+            o->batch = r->qnext;
+            r->qnext = fifo;
+            fifo = r;
+        }
+        dispatch(o->dev, fifo);
+    }
     pthread_mutex_lock(&o->lock);
     if (rc && !o->status)
         run_fail(o, rc, "program %s: its orchestration returned %s", o->p->name, pto_status_name(rc));
@@ -693,13 +860,14 @@ static void orchestrate(struct pto_orch *o)
     bool fin = claim_finish(o);
     pthread_mutex_unlock(&o->lock);
     if (fin)
-        run_finish(o);
+        run_finish(o, o->inline_run); /* inline: inside the pass that started it, sched_lock held */
 }
 
 static void *orch_main(void *arg)
 {
     pto_device *dev = arg;
     struct pto_orch_pool *pool = dev->orch_pool;
+    pti_thread_precise_timers();
     pthread_mutex_lock(&pool->lock);
     for (;;) {
         while (!pool->head && !pool->stop)
@@ -711,7 +879,10 @@ static void *orch_main(void *arg)
         if (!pool->head)
             pool->tail = NULL;
         pthread_mutex_unlock(&pool->lock);
+        /* Counted asleep (pti_cpu_spare) but while it orchestrates: device.c starts it so. */
+        atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
         orchestrate(o);
+        atomic_fetch_add_explicit(&dev->asleep, 1, memory_order_relaxed);
         pthread_mutex_lock(&pool->lock);
     }
     pthread_mutex_unlock(&pool->lock);
@@ -788,12 +959,15 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->live = calloc(d->nscratch ? d->nscratch : 1, sizeof(*o->live));
     o->args = calloc((size_t)d->nparams + d->nscratch + 1, sizeof(*o->args));
     o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
-    if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed)) {
+    bool resolve = !d->ninstances && d->abi >= 2 && d->site_accesses;
+    o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
+    if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);
         free(o->live);
         free(o->args);
         free(o->failed);
+        free(o->acc);
         free(o);
         return NULL;
     }
@@ -806,6 +980,28 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     return o;
 }
 
+/*
+ * Whether o's orchestration can never wait, so the thread that starts it
+ * (a scheduler pass, sched_lock held) may run it at once instead of handing
+ * it to an orchestration thread: a compiled table of at most
+ * PTI_ORCH_INLINE_MAX instances (bounded work; the table refuses any submit
+ * past it), all of them fitting the task window (no window wait), every
+ * predecessor entry fitting the dependency pool (no pool wait), and every
+ * intermediate fitting the heap at once (placed one after another, never
+ * reused: no heap wait).  A small program then costs no thread hand-off:
+ * on a busy host the wake-up of an orchestration thread, then of a core,
+ * took longer than its tasks.
+ */
+static bool run_inline(const pto_device *dev, const struct pto_orch *o)
+{
+    const pto_program_desc *d = o->d;
+    if (!d->ninstances || d->ninstances > PTI_ORCH_INLINE_MAX || d->ninstances > o->window)
+        return false;
+    if (d->pred_off[d->ninstances] > o->pool_size)
+        return false;
+    return !dev->program_heap || scratch_total(d) <= dev->program_heap;
+}
+
 void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     uint64_t now = cmd->start_ns;
@@ -815,6 +1011,11 @@ void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
         free(o);
         pti_cmd_finish(dev, s, cmd, -PTO_ENOMEM, 0, "out of host memory to run the program", true, now,
                        now, PTO_ENGINE_NONE);
+        return;
+    }
+    if (run_inline(dev, o)) {
+        o->inline_run = true;
+        orchestrate(o); /* may finish the command here: run_finish(o, true) */
         return;
     }
     pthread_mutex_lock(&pool->lock);

@@ -26,6 +26,7 @@ static void program_free(pto_program *p)
         p->dev->ops->kernel_unload(p->handle);
     pthread_mutex_destroy(&p->stats_lock);
     free(p->delay_us);
+    free(p->site_ns);
     free(atomic_load_explicit(&p->kinds, memory_order_relaxed));
     free(p);
 }
@@ -93,8 +94,8 @@ void pti_programs_release_all(pto_device *dev)
 
 static int check_desc(const pto_program_desc *d, const char *path)
 {
-    if (!d || d->abi != PTO_PROGRAM_ABI)
-        return pti_error(PTO_ELOAD, "pto_program_load: %s: program ABI %u, expected %u", path, d ? d->abi : 0,
+    if (!d || d->abi < 1 || d->abi > PTO_PROGRAM_ABI)
+        return pti_error(PTO_ELOAD, "pto_program_load: %s: program ABI %u, expected 1 to %u", path, d ? d->abi : 0,
                          PTO_PROGRAM_ABI);
     if (!d->orchestrate || (d->nsites && !d->sites) || (d->nscratch && !d->scratch))
         return pti_error(PTO_ELOAD, "pto_program_load: %s: incomplete program descriptor", path);
@@ -136,7 +137,13 @@ int pto_program_load(pto_device *dev, const char *path, const char *symbol, pto_
     pto_program *p = calloc(1, sizeof(*p));
     if (p)
         p->delay_us = calloc(d->nsites ? d->nsites : 1, sizeof(*p->delay_us));
-    if (!p || !p->delay_us) {
+    if (p)
+        p->site_ns = calloc(d->nsites ? d->nsites : 1, sizeof(*p->site_ns));
+    if (!p || !p->delay_us || !p->site_ns) {
+        if (p) {
+            free(p->delay_us);
+            free(p->site_ns);
+        }
         free(p);
         dev->ops->kernel_unload(handle);
         return pti_error(PTO_ENOMEM, "pto_program_load: out of host memory");
@@ -193,6 +200,7 @@ void pti_program_count_run(pto_program *p, const pto_program_stats *run)
     p->st.window_waits += run->window_waits;
     p->st.dep_waits += run->dep_waits;
     p->st.heap_waits += run->heap_waits;
+    p->st.inline_runs += run->inline_runs;
     pthread_mutex_unlock(&p->stats_lock);
 }
 

@@ -196,12 +196,19 @@ void *pti_sched_main(void *arg)
 {
     pto_device *dev = arg;
     uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000ull;
+    pti_thread_precise_timers(); /* delay and latch deadlines */
+    pti_sched_thread_init(dev);
     pthread_mutex_lock(&dev->sched_lock);
     while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
         uint64_t k = atomic_load(&dev->kick), w = atomic_load(&dev->wakes);
         uint64_t next_deadline = 0;
-        if (sched_pass(dev, &next_deadline))
+        if (sched_pass(dev, &next_deadline)) {
+            /* Work the pass queued for sleeping cores: tiny tasks are ours to run (engines.c, engine_help). */
+            pthread_mutex_unlock(&dev->sched_lock);
+            pti_core_help(dev);
+            pthread_mutex_lock(&dev->sched_lock);
             continue;
+        }
         if (spin_ns && pti_may_spin(dev)) {
             pthread_mutex_unlock(&dev->sched_lock);
             uint64_t end = pto_now_ns() + spin_ns;

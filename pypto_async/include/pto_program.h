@@ -32,8 +32,9 @@
 
 #include "pto_kernel.h"
 
-#define PTO_PROGRAM_ABI 1
+#define PTO_PROGRAM_ABI 2       /* 2: the descriptor ends with the sites' accesses (1 still loads) */
 #define PTO_PROGRAM_MAX_IDX 8   /* loop indices a task site may capture */
+#define PTO_ACCESS_MAX_DIMS 4   /* window dimensions an access carries (more: the whole tensor) */
 
 typedef struct pto_orch pto_orch;   /* a running program: the driver's, opaque */
 
@@ -45,6 +46,35 @@ typedef struct pto_task_site {
     uint32_t nidx;          /* loop indices it takes (<= PTO_PROGRAM_MAX_IDX) */
     uint32_t reserved;
 } pto_task_site;
+
+/*
+ * One access of a task instance, for a program without a table: the
+ * driver resolves its edges at submission (orch.c) with the same rule the
+ * compiler's table follows (pypto_async/ir/_deps.py): a later access waits
+ * for an earlier one of the same argument when either writes and their
+ * windows overlap.  arg: the args slot (a parameter, or nparams + an
+ * intermediate); lo/hi: per dimension, in elements, hi exclusive; ndim 0:
+ * the whole tensor.  An access the program does not track (no_dep_args,
+ * manual_dep) is not listed.
+ */
+typedef struct pto_task_access {
+    uint32_t arg;
+    uint8_t read, write;
+    uint8_t ndim;
+    uint8_t reserved;
+    int64_t lo[PTO_ACCESS_MAX_DIMS], hi[PTO_ACCESS_MAX_DIMS];
+} pto_task_access;
+
+/*
+ * A site's accesses for the loop indices idx: writes up to cap of them to
+ * out and returns how many it has (more than cap: the driver orders the
+ * instance after every earlier one still running).
+ */
+typedef uint32_t (*pto_access_fn)(const int64_t *idx, pto_task_access *out, uint32_t cap);
+
+/* Site flags: PTO_SITE_BARRIER: its instances wait for every earlier one still running
+ * (declared dependencies or a manual scope, without a table). */
+#define PTO_SITE_BARRIER 1u
 
 /* An intermediate: allocated in the ring heap before instance `first` is
  * submitted, reclaimed once every instance up to `last` has retired. */
@@ -75,8 +105,10 @@ typedef struct pto_program_desc {
     const pto_scratch_desc *scratch;
     /*
      * Task instances in submission order.  ninstances == 0: no table (the
-     * program submits too many to expand at compile time); each instance
-     * then waits for the one before it.  Otherwise instance i is of site
+     * program submits too many to expand at compile time); the driver then
+     * resolves each instance's edges as it is submitted, from its site's
+     * accesses (site_accesses, ABI 2; an ABI 1 program: each instance waits
+     * for the one before it).  Otherwise instance i is of site
      * site_of[i] and waits for pred_ids[pred_off[i] .. pred_off[i + 1]),
      * all earlier instances.
      */
@@ -87,6 +119,9 @@ typedef struct pto_program_desc {
     const uint32_t *pred_ids;
     /* The orchestration: returns 0, or the status a failing ops call returned. */
     int (*orchestrate)(pto_orch *o, const pto_orch_ops *ops, void *const *args);
+    /* ABI 2: per site, its accesses (NULL entry: order it after everything) and PTO_SITE_* flags. */
+    const pto_access_fn *site_accesses;
+    const uint32_t *site_flags;
 } pto_program_desc;
 
 #endif /* PTO_PROGRAM_H */

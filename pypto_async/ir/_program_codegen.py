@@ -25,8 +25,11 @@ kernel function:
 
 A program that submits more than :data:`~pypto_async.ir._deps.MAX_TASKS`
 instances (over a million) gets no tables, with a ``RuntimeWarning`` at
-compile time: the driver then runs each instance after the one before it,
-and its intermediates live for the whole run.
+compile time: the driver then resolves each instance's edges as it is
+submitted, from its site's accesses (one ``pto_access_fn`` per site, the
+windows of :mod:`~pypto_async.ir._deps` evaluated in C from the loop
+indices), against the instances still in the task window; its
+intermediates live for the whole run.
 
 Tasks inside ``pl.manual_scope()`` are submitted between ``scope_begin``
 and ``scope_end``: consecutive manual statements form one scope.
@@ -43,7 +46,7 @@ from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen, generate_c
 from ._deps import MAX_TASKS, Task, TaskGraph, task_graph
-from ._nodes import For, Scope
+from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IVar, Load, Scope, Spmd, Store
 from ._program import Program
 
 __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
@@ -180,6 +183,105 @@ def _sites(body, loop_vars=()) -> list[tuple[Scope, tuple]]:
     return out
 
 
+# ---- the sites' accesses, for the driver to resolve edges without a table ------------------------
+
+_ACC_DIMS = 4  # PTO_ACCESS_MAX_DIMS
+
+_ACC_HELPERS = r'''
+static inline int64_t pto_acc_fdiv(int64_t a, int64_t b, int *whole)
+{
+    if (!b) { *whole = 1; return 0; }
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t pto_acc_fmod(int64_t a, int64_t b, int *whole)
+{
+    if (!b) { *whole = 1; return 0; }
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t pto_acc_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pto_acc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+'''
+
+
+def _c_offset(e, pos: dict) -> str | None:
+    """C for an index expression over the site's loop indices (``idx``), as ``_deps._eval`` reads it; None: unknown."""
+    if isinstance(e, IConst):
+        return f"INT64_C({int(e.value)})"
+    if isinstance(e, IVar):
+        return f"idx[{pos[e.name]}]" if e.name in pos else None
+    if isinstance(e, IBin):
+        a, b = _c_offset(e.a, pos), _c_offset(e.b, pos)
+        if a is None or b is None:
+            return None
+        if e.op in ("+", "-", "*"):
+            return f"({a} {e.op} {b})"
+        if e.op in ("min", "max"):
+            return f"pto_acc_{e.op}({a}, {b})"
+        if e.op == "//":
+            return f"pto_acc_fdiv({a}, {b}, &whole)"
+        if e.op == "%":
+            return f"pto_acc_fmod({a}, {b}, &whole)"
+    return None  # a run-time scalar (IScalar) or a form the table does not know either: the whole tensor
+
+
+def _body_accesses(body) -> list[tuple]:
+    """``(tensor, read, write, offsets, shape)`` of a region's body, as ``_deps._region_accesses`` finds them."""
+    out = []
+    for st in body:
+        if isinstance(st, Assign) and isinstance(st.expr, Load):
+            out.append((st.expr.param, True, False, st.expr.offsets, st.expr.shape))
+        elif isinstance(st, Store):
+            out.append((st.param, False, True, st.offsets, st.value.type.shape))
+        elif isinstance(st, Fused):
+            out.extend(_body_accesses(st.members))
+        elif isinstance(st, (For, Spmd, Scope, DynFor)):
+            out.extend(_body_accesses(st.body))  # the inner index is not a loop index of the site: whole tensor
+    return out
+
+
+def _access_fn(program: Program, fn: str, scope: Scope, loop_vars) -> tuple[str, int]:
+    """The C of a site's ``pto_access_fn`` and its ``PTO_SITE_*`` flags.
+
+    The same accesses :func:`~pypto_async.ir._deps.program_tasks` gives an
+    instance of this site, with windows evaluated in C from the loop indices,
+    so the driver resolves a program's edges by the one rule when the program
+    is too large for a table.
+    """
+    barrier = bool(scope.manual or scope.deps or scope.dep_arrays)
+    if scope.accesses:
+        acc = [(t, "r" in mode, "w" in mode, offs, shape) for t, mode, offs, shape in scope.accesses]
+    else:
+        acc = _body_accesses(scope.body)
+    untracked = set(scope.no_dep) | set(program.manual_dep)
+    slots = {q.name: i for i, q in enumerate(program.params)}
+    slots.update({q.name: len(program.params) + j for j, q in enumerate(program.scratch)})
+    pos = {v.name: k for k, v in enumerate(loop_vars)}
+    acc = [a for a in acc if a[0] not in untracked and (a[1] or a[2])]
+    lines = [f"static uint32_t {fn}(const int64_t *restrict idx, pto_task_access *restrict out, uint32_t cap)",
+             "{", "    int whole = 0;", "    (void)idx;", "    (void)whole;", f"    if (cap < {len(acc)}u)",
+             f"        return {len(acc)}u;"]
+    for k, (tensor, read, write, offs, shape) in enumerate(acc):
+        if tensor not in slots:
+            barrier = True
+            continue
+        lines.append(f"    out[{k}].arg = {slots[tensor]}u;")
+        lines.append(f"    out[{k}].read = {int(read)};")
+        lines.append(f"    out[{k}].write = {int(write)};")
+        los = [_c_offset(o, pos) for o in offs]
+        if not offs or len(offs) > _ACC_DIMS or any(lo is None for lo in los):
+            lines.append(f"    out[{k}].ndim = 0;")
+            continue
+        lines.append("    whole = 0;")
+        for d, (lo, n) in enumerate(zip(los, shape)):
+            lines.append(f"    out[{k}].lo[{d}] = {lo};")
+            lines.append(f"    out[{k}].hi[{d}] = out[{k}].lo[{d}] + INT64_C({int(n)});")
+        lines.append(f"    out[{k}].ndim = whole ? 0 : {len(offs)};")
+    lines += [f"    return {len(acc)}u;", "}"]
+    return "\n".join(lines), (1 if barrier else 0)
+
+
 def _instance_sites(body, site_ids: dict) -> list[int]:
     """The site of each task instance, in the order program_tasks walks them."""
     out: list[int] = []
@@ -279,10 +381,10 @@ _DERIVE = object()
 
 
 def warn_serial(program: Program, stacklevel: int = 4) -> None:
-    """Warn that `program` has too many task instances to expand: each task waits for the one before."""
+    """Warn that `program` has too many task instances to expand: the device resolves its edges."""
     warnings.warn(f"program {program.name} submits more than {MAX_TASKS} task instances: compiled "
-                  "without a task graph, each task runs after the one before it", RuntimeWarning,
-                  stacklevel=stacklevel)
+                  "without a task graph; the device resolves each task's dependencies as it is submitted",
+                  RuntimeWarning, stacklevel=stacklevel)
 
 
 def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = _DERIVE) -> str:
@@ -317,6 +419,12 @@ def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = 
         parts.append(_GEMM_INCLUDE)
     parts.append("")
     parts.extend(fns)
+    parts.append(_ACC_HELPERS)
+    flags = []
+    for k, (s, loop_vars) in enumerate(sites):
+        src, f = _access_fn(program, f"{symbol}_a{k}", s, loop_vars)
+        parts.append(src)
+        flags.append(f)
     orch = _Orch(site_ids, sites)
     orch.body(program.body)
     parts += ["", f"static int {symbol}_orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)", "{",
@@ -347,12 +455,16 @@ def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = 
         parts.append(_c_array("uint32_t", f"{symbol}_pred_ids", ids))
     tables = (f"{symbol}_site_of, {symbol}_pred_off, {symbol}_pred_ids" if n else "0, 0, 0")
     scratch = f"{symbol}_scratch" if lifetimes else "0"
+    accs = ", ".join(f"{symbol}_a{k}" for k in builtins.range(len(sites))) or "0"
+    parts.append(f"static const pto_access_fn {symbol}_accesses[{max(len(sites), 1)}] = {{{accs}}};")
+    parts.append(_c_array("uint32_t", f"{symbol}_site_flags", flags))
     parts += [
         f"static const pto_program_desc {symbol}_desc = {{",
         f"    PTO_PROGRAM_ABI, {len(program.params)}u, {len(sites)}u, {len(lifetimes)}u,",
         f"    {symbol}_sites, {scratch},",
         f"    {n}u, 0u, {tables},",
         f"    {symbol}_orch,",
+        f"    {symbol}_accesses, {symbol}_site_flags,",
         "};",
         "",
         f"const pto_program_desc *{program_symbol(symbol)}(void)",

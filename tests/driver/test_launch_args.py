@@ -72,6 +72,23 @@ def test_an_address_freed_immediately_is_refused(dev, stream):
     refused(stream, builtin(dev, "fill_f32"), [p, 0, N])
 
 
+@pytest.mark.parametrize("how", ["pto_mem_free", "stream-ordered free"])
+def test_an_address_accepted_before_is_refused_once_its_block_is_freed(dev, stream, how):
+    """The check remembers the blocks it found (memory.c): a free forgets them, whoever checks next."""
+    fill = builtin(dev, "fill_f32")
+    p = alloc(dev, N * 4, stream)
+    for _ in range(3):  # accepted: this thread's check has the block now
+        launch(stream, fill, 1, [p + 16, f32_bits(1.0), N - 4])
+    sync(stream)
+    if how == "pto_mem_free":
+        check(lib.pto_mem_free(dev, p))
+    else:
+        check(lib.pto_stream_free(stream, p, 0))
+        sync(stream)  # the free command ran: the block is reclaimed
+    msg = refused(stream, fill, [p + 16, f32_bits(1.0), N - 4])
+    assert f"0x{p + 16:x}" in msg
+
+
 def test_too_few_arguments_for_the_declared_kinds_are_refused(dev, stream, buf):
     msg = refused(stream, builtin(dev, "add_f32"), [buf, buf])
     assert "takes 4 arguments, got 2" in msg

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from helpers import new_token
 
 from pypto_async._driver import check, ffi, lib
@@ -127,3 +129,58 @@ def test_default_threads_follow_the_affinity():
     lib.pto_device_config_init(cfg)
     cpus = len(os.sched_getaffinity(0))
     assert (cfg.cores, cfg.copy_engines) == (min(4, cpus), min(2, cpus))
+
+
+_PINNED_HELP = r"""
+import os, sys
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+import numpy as np
+from pypto_async._driver import check, ffi, lib
+sys.path.insert(0, "tests")
+from helpers import close_device, open_device
+from helpers.latch import held
+from helpers.raw_driver import alloc, builtin, d2h, device_stats, f32_bits, h2d, launch, sync
+dev = open_device("sim", cores=1, copy_engines=1)
+out = ffi.new("pto_stream **")
+check(lib.pto_stream_create(dev, 0, out))
+s = out[0]
+n = 1024
+src, dst = alloc(dev, n * 4, s), alloc(dev, n * 4, s)
+add = builtin(dev, "add_f32")
+rng = np.random.default_rng(5)
+before = device_stats(dev)
+for i in range(20):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    with held(dev, s) as gate:  # queued behind a latch: the copy engine's finish starts the kernel
+        h2d(s, src, x)
+        launch(s, add, 1, [src, src, dst, n])  # dst = src + src
+        d2h(s, y, dst)
+        gate.release()
+        sync(s)
+    np.testing.assert_array_equal(y, x + x)
+st = device_stats(dev)
+# The copy engine ran each kernel in the sleeping core's stead (and the core each copy after it):
+# on one CPU nobody is woken for a hand-off.
+assert st.engine_helps - before.engine_helps >= 20, (st.engine_helps, before.engine_helps)
+assert st.engine_wakes - before.engine_wakes <= 20, (st.engine_wakes, before.engine_wakes)  # the copy engine's, not the core's
+lib.pto_mem_free(dev, src)
+lib.pto_mem_free(dev, dst)
+lib.pto_stream_destroy(s)
+close_device(dev)
+print("ok")
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter pinned to one CPU
+def test_on_one_cpu_a_finishing_engine_runs_the_next_command_in_a_sleeping_engines_stead(tmp_path):
+    """Pinned to one CPU: copy in, kernel, copy out run on one device thread, no wake-up per hand-off."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-c", _PINNED_HELP], cwd=root, env=env, capture_output=True, text=True,
+                       check=False, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -434,7 +434,7 @@ def test_a_program_past_4096_tasks_gets_its_task_graph_not_a_serial_chain():
     assert st["instances"] == n and st["tasks"] == n
 
 
-def test_a_program_too_large_to_expand_warns_and_runs_its_tasks_in_order(monkeypatch):
+def test_a_program_too_large_to_expand_warns_and_runs_without_a_table(monkeypatch):
     from pypto_async.ir import _deps, _program_codegen
 
     monkeypatch.setattr(_deps, "MAX_TASKS", 64)
@@ -452,7 +452,7 @@ def test_a_program_too_large_to_expand_warns_and_runs_its_tasks_in_order(monkeyp
     x = rand((n, 8), 38)
     with pytest.warns(RuntimeWarning, match="without a task graph"):
         c = rows.compile(x, poison((n, 8)))
-    assert c.kind == "program" and c.task_graph is None  # no table: each task waits for the one before
+    assert c.kind == "program" and c.task_graph is None  # no table: the device resolves edges (test_program_edges)
     with ChipWorker() as w:
         h = w.register(c)
         y = poison((n, 8))
