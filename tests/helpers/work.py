@@ -27,11 +27,12 @@ def _cdef_text() -> str:
     kernel = (_INCLUDE / "pto_kernel.h").read_text()
     kernel = kernel.split("/* PTO_CDEF_BEGIN */", 1)[1].split("/* PTO_CDEF_END */", 1)[0]
     program = (_INCLUDE / "pto_program.h").read_text()
-    program = "typedef struct pto_orch" + program.split("typedef struct pto_orch", 1)[1]
+    defines = "".join(m.group(0) + "\n" for m in re.finditer(r"^#define\s+PTO_\w+\s+\d+", program, flags=re.M))
+    program = defines + "typedef struct pto_orch" + program.split("typedef struct pto_orch", 1)[1]
     program = program.rsplit("#endif", 1)[0]
     text = kernel + program
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return text
+    return re.sub(r"^(#define\s+\w+\s+\d+)[uUlL]+\s*$", r"\1", text, flags=re.M)  # cffi takes plain numbers
 
 
 ffi = cffi.FFI()

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import decode_program as dp
+from . import decode_program as dp
 import pypto_async.language as pl
 from pypto_async.runtime import ChipWorker, RunConfig
 
