@@ -34,6 +34,11 @@ def pytest_collection_finish(session):
     which takes milliseconds instead of a quarter of a second with torch
     imported.  Objects made by tests are collected as before.
     """
+    # Hypothesis loads its plugins (trio's registers a random) on its first run; let it run once
+    # first, or that random's frozen referrers would be invisible to its liveness check.
+    from hypothesis import find, strategies
+
+    find(strategies.none(), lambda _: True)
     gc.collect()
     gc.freeze()
 
