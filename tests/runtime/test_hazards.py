@@ -778,12 +778,16 @@ def test_the_pto_races_marker_turns_the_sanitizer_off(kernels):
 def _bounded_records(w, t, most: int) -> None:
     """`t`'s records and every live stream's clock stay bounded, however many streams came and went."""
     assert len(t._streams) <= most, t._streams
-    assert len(t._readers or ()) <= most, t._readers
+    assert len(t._readers or ()) <= most, t._readers  # the sanitizer's records
+    hz = w._hazards
     live = w._streams
-    kept = {*live.values(), *t._streams, *(t._readers or ()), t._home, t._writer and t._writer[0]} - {None}
+    kept = {*live.values(), *t._streams, *(t._readers or ()), t._writer and t._writer[0],
+            *hz.closed_streams.values()} - {None}
     most_clock = 32  # a few live streams here at any time: two entries each and a slack of 16 gone ones
+    assert len(hz.closed_streams) <= 2 * 32 + 1, len(hz.closed_streams)
     for s in kept:  # the live streams, and the closed ones the tensor's records still name
-        assert len(s._clock) <= most_clock, (s, s._clock)
+        readers, clock = hz.sizes(t, s)  # the driver's records
+        assert readers <= most and clock <= most_clock, (s, readers, clock)
         # (The sanitizer keeps the ordering-only marks of closed streams still in flight.)
         assert len(s._oclock) <= (most_clock if not w._hazards.sanitizing else most_clock + most), (s, s._oclock)
 
