@@ -12,14 +12,15 @@
  * largest position of a failure-carrying point it waits for, directly or
  * through the points those waited for.  A clock is an array sorted by
  * stream id, shared copy-on-write by the marks taken of it (a record costs
- * a reference, not a copy), and kept to the live streams and a slack.
+ * a reference, not a copy), and kept to the live streams and a slack; one
+ * larger than HZ_MERGE_MAX passes on only its stream's own entry.
  *
  * Deciding one call's edges (decide) costs the accesses' records: each
  * earlier access is looked up in the stream's clock (implied: skipped),
  * edges to one stream are combined into one, and an edge another one of the
  * call implies (a stream that waited for that access itself) is dropped, by
  * one pass over the clocks of the edges' streams (prune).  A write after M
- * reads on M streams costs O(M) plus the sizes of those M clocks.
+ * reads on M streams costs O(M): each clock scanned is at most HZ_MERGE_MAX.
  *
  * Reads of closed streams fold into one read of the fold point, a stream
  * that waits (ordering only) for every closed stream's work: a write after
@@ -38,6 +39,13 @@
 #define HZ_FOLD_FROM 4    /* reads an allocation keeps before it folds the closed streams' ones */
 #define HZ_CLOCK_SLACK 16 /* entries of gone streams a clock may hold beyond two per live stream */
 #define HZ_OVF_MAX 64     /* sources pto_hazards_overflowed reports */
+/*
+ * A clock of more entries than this is not merged whole, nor scanned to drop
+ * edges: a stream that waits for it takes its direct entry only (knowing less
+ * only lets an edge be queued again).  So a write after M reads on M streams
+ * costs O(M), however many streams each reader's clock has heard of.
+ */
+#define HZ_MERGE_MAX 32
 
 struct hz_ent {
     uint64_t sid, pos;
@@ -211,11 +219,11 @@ static void clock_unref(struct hz_clock *c)
         free(c);
 }
 
-/* c's position of stream sid (0: none). */
-static uint64_t clock_get(const struct hz_clock *c, uint64_t sid)
+/* The entry of stream sid in c, or NULL. */
+static struct hz_ent *clock_find(const struct hz_clock *c, uint64_t sid)
 {
     if (!c)
-        return 0;
+        return NULL;
     uint32_t lo = 0, hi = c->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -224,7 +232,14 @@ static uint64_t clock_get(const struct hz_clock *c, uint64_t sid)
         else
             hi = mid;
     }
-    return lo < c->n && c->e[lo].sid == sid ? c->e[lo].pos : 0;
+    return lo < c->n && c->e[lo].sid == sid ? (struct hz_ent *)&c->e[lo] : NULL;
+}
+
+/* c's position of stream sid (0: none). */
+static uint64_t clock_get(const struct hz_clock *c, uint64_t sid)
+{
+    const struct hz_ent *e = clock_find(c, sid);
+    return e ? e->pos : 0;
 }
 
 static struct hz_clock *clock_new(uint32_t cap)
@@ -255,25 +270,22 @@ static bool live(pto_hazards *hz, uint64_t sid)
 static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *snap, uint64_t src, uint64_t r)
 {
     struct hz_clock *c = s->clock;
-    uint32_t sn = snap ? snap->n : 0;
+    uint32_t sn = snap && snap->n <= HZ_MERGE_MAX ? snap->n : 0;
     /* In place when the clock is s's alone and has every entry the merge raises. */
     if (c && c->refs == 1) {
-        bool fits = clock_get(c, src) || src == s->sid;
+        bool fits = src == s->sid || clock_find(c, src);
         for (uint32_t i = 0; fits && i < sn; i++)
-            if (snap->e[i].sid != s->sid && snap->e[i].pos > clock_get(c, snap->e[i].sid) &&
-                !clock_get(c, snap->e[i].sid))
+            if (snap->e[i].sid != s->sid && !clock_find(c, snap->e[i].sid))
                 fits = false;
-        if (fits) {
-            for (uint32_t i = 0, j = 0; i < sn; i++) {
-                uint64_t sid = snap->e[i].sid;
-                while (j < c->n && c->e[j].sid < sid)
-                    j++;
-                if (j < c->n && c->e[j].sid == sid && snap->e[i].pos > c->e[j].pos)
-                    c->e[j].pos = snap->e[i].pos;
+        if (fits) { /* O(sn log n): a large clock is not walked */
+            for (uint32_t i = 0; i < sn; i++) {
+                struct hz_ent *e = snap->e[i].sid != s->sid ? clock_find(c, snap->e[i].sid) : NULL;
+                if (e && snap->e[i].pos > e->pos)
+                    e->pos = snap->e[i].pos;
             }
-            for (uint32_t j = 0; j < c->n && src != s->sid; j++)
-                if (c->e[j].sid == src && r > c->e[j].pos)
-                    c->e[j].pos = r;
+            struct hz_ent *e = src != s->sid ? clock_find(c, src) : NULL;
+            if (e && r > e->pos)
+                e->pos = r;
             return 0;
         }
     }
@@ -511,6 +523,8 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     } *pairs = NULL;
     for (uint32_t b = 0; b < pl->n; b++) {
         const struct hz_clock *c = pl->w[b].s->clock;
+        if (c && c->n > HZ_MERGE_MAX)
+            continue; /* (see HZ_MERGE_MAX) */
         for (uint32_t i = 0; c && i < c->n; i++) {
             struct hz_stream *as = stream_of(hz, (uint32_t)c->e[i].sid);
             if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)

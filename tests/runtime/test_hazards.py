@@ -744,7 +744,7 @@ def test_bench_hazards_script_runs(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert len(results["rows"]) == 8 and all(row["figure"] is not None for row in results["rows"])
+    assert len(results["rows"]) == 12 and all(row["figure"] is not None for row in results["rows"])
     assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())
 
 
