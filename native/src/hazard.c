@@ -317,7 +317,7 @@ static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *sn
         if (pos && sid != s->sid)
             out->e[out->n++] = (struct hz_ent){sid, pos};
     }
-    if (out->n > 2 * hz->live + HZ_CLOCK_SLACK) {
+    if (out->n > cn && out->n > 2 * hz->live + HZ_CLOCK_SLACK) { /* grown past the bound */
         uint32_t k = 0;
         for (uint32_t m = 0; m < out->n; m++)
             if (live(hz, out->e[m].sid))
