@@ -31,9 +31,10 @@ command, straight to the driver unless the stream's FIFO holds work), calls
 temporary ``uint64_t`` array, which the driver copies into the ring heap or
 its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
 a tuple of ints drops out of the cyclic GC's tracking at its first
-collection, a list never does.  A launch whose tensors cross streams asks
-the compiled common case of ordering for its edge (``fast_order``) and
-queues the edge with itself.  And every 64th launch it runs the completion
+collection, a list never does.  With automatic ordering, a launch on
+DeviceTensors the stream used before goes to the driver as
+``pto_hazards_launch``: the driver decides the edges its tensors need and
+queues them with the launch, in one call (:mod:`._hazards`).  And every 64th launch it runs the completion
 service itself when its pump may (``can_serve_inline``): a coroutine that
 submits without ever suspending never lets the pump run, and draining now
 and then lets finished launches die young (cheap for the cyclic GC) and
@@ -103,7 +104,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             if joins is not None:  # first uses join
                 order(worker, stream, joins, h._label, 0)
         elif (hosts is None and joins is None and hz.fast and h._access is not None and not stream._fifo
-              and not (regions_open[0] and worker in manual_workers())
+              and not hz.dead and not (regions_open[0] and worker in manual_workers())
               and (hz.recorder is None or hz.recorder.graph_tags is None)):
             # The driver orders the launch and queues the edges it needs with it, in one call.
             tok = q.next_token

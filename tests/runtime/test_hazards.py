@@ -31,11 +31,11 @@ def rand(n: int = N) -> np.ndarray:
     return np.random.default_rng().standard_normal(n).astype(np.float32)
 
 
-@pytest.fixture(params=["raise", "off"], ids=["general-path", "compiled-path"])
+@pytest.fixture(params=["raise", "off"], ids=["general-path", "driver-path"])
 def worker(request, config):
     """Both ways automatic ordering runs: beside the sanitizer (the suite's), and on its own.
 
-    Users run the second by default, where ``Hazards.order`` runs its compiled common case.
+    Users run the second by default, where the driver orders a launch with the launch itself.
     """
     with ChipWorker(dataclasses.replace(config, sanitize=request.param)) as w:
         yield w
@@ -744,7 +744,7 @@ def test_bench_hazards_script_runs(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert len(results["rows"]) == 12 and all(row["figure"] is not None for row in results["rows"])
+    assert len(results["rows"]) == 13 and all(row["figure"] is not None for row in results["rows"])
     assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())
 
 
