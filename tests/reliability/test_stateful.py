@@ -117,9 +117,10 @@ class RuntimeVsModel(RuleBasedStateMachine):
         self.handles = {name: self.worker.register(_kernel_lib.get(name, N)) for name in KERNEL_NAMES}
         # The runtime joins first uses on the event recorded right after allocation, if it has one;
         # it orders DeviceTensors across streams itself (auto_deps, the default), as the model does.
+        # The driver records every access exactly, with or without the sanitizer (no homes).
         hz = self.worker._hazards
         self.model = Model(STREAMS, join_on_ready="_ready" in DeviceTensor.__slots__,
-                           auto_deps=hz is not None and hz.auto, homes=hz is not None and hz.mode == "off")
+                           auto_deps=hz is not None and hz.auto, homes=False)
         self.tensors: list[Pair] = []
         self.hosts: list[Pair] = []
         self.launches: list[Pair] = []
