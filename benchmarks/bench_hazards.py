@@ -9,7 +9,7 @@ timed:
 ``single stream``
     ``h.submit(t)`` of the empty kernel on one DeviceTensor, pipelined on one
     stream, then one sync: what ``auto_deps=True`` (the default) adds over
-    ``auto_deps=False``.  Target: at most 0.1 µs per launch.
+    ``auto_deps=False``.  Target: at most 0.05 µs per launch.
 ``crossing streams``
     The same launches alternating between two streams on the same tensor,
     so that every launch must wait for the one before (write after write):
@@ -23,13 +23,20 @@ timed:
     after the other, and compete less with the submitting thread.  So the
     host's own work is reported too, measured with both streams held on the
     device (a latch each) while the launches are queued: nothing runs,
-    nothing competes.  So is the floor under the figure: the same
+    nothing competes (target: at most 0.3 µs per launch).  So is the floor under the figure: the same
     launches made straight through the driver (no runtime, no completion
     records), as plain launches and as ``pto_stream_launch_after``, the
     driver call that queues an inferred edge with its launch.
 ``sanitizer``
     The cost per launch of ``sanitize="raise"`` (no target: a debugging
     mode), on one stream, and crossing streams with the waits written by hand.
+``a write after M readers``
+    M streams each read a DeviceTensor (``scale(t, 1.0, out_i)``), then one
+    launch writes it on another stream: it must wait for all M reads (WAR).
+    The figure is the submitting thread's CPU time for queueing that one
+    write (µs), for M = 1, 100 and 1,000, and beside it the driver's
+    decision alone (``pto_hazards_order``) at M = 1,000: the rest is the M
+    edges' commands.  Target: at most 100 µs at M = 1,000.
 
 torch is imported when installed, as the runtime's users do (its objects
 weigh on the cyclic GC, the references' as much as the figures').
@@ -137,6 +144,50 @@ def _driver_only(w, noop, t, n: int, s1, s2, events, edges: bool) -> float:
     return dc / n / 1e3, dc / n / 1e3
 
 
+def _write_after_readers(m: int, rounds: int) -> tuple[float, float | None]:
+    """One write queued after reads of the same tensor on `m` streams: its host cost, and the decision's.
+
+    Medians (µs) of the submitting thread's CPU time: the whole ``submit``
+    (deciding, and queueing the `m` edges: a record and a wait each), and
+    the driver's decision alone (``pto_hazards_order`` on the same state,
+    None where the driver has no such call).
+    """
+    lib = KernelLib(tempfile.mkdtemp(prefix="bench_hazards_war_"))
+    cfg = dict(DEVICE, ring_task_window=256, ring_heap=1 << 16, ring_dep_pool=256)
+    with ChipWorker(RunConfig(**cfg)) as w:
+        noop = w.register(lib.get("noop", 16))
+        scale = w.register(lib.get("scale", 16))
+        t = w.alloc_tensor(16, np.float32, init=np.random.default_rng().standard_normal(16).astype(np.float32))
+        writer = w.stream()
+        readers = [w.stream() for _ in range(m)]
+        outs = [w.alloc_tensor(16, np.float32, stream=r) for r in readers]
+        decide = getattr(driver, "pto_hazards_order", None)
+        if decide is not None:
+            acc = ffi.new("pto_hz_access[1]")
+            acc[0].addr = t._ptr
+            acc[0].flags = driver.PTO_HZ_WRITE
+            edges = ffi.new("pto_hz_edge[]", m + 1)
+        times, decisions = [], []
+        for i in range(rounds + 1):
+            for r, o in zip(readers, outs):
+                scale.submit(t, 1.0, o, stream=r)
+            gc.collect()
+            if decide is not None:
+                c0 = time.thread_time_ns()
+                decide(w._hazards.table, writer.id, acc, 1, edges, m + 1)  # changes nothing but a count
+                decisions.append((time.thread_time_ns() - c0) / 1e3)
+            c0 = time.thread_time_ns()
+            noop.submit(t, stream=writer)
+            dt = time.thread_time_ns() - c0
+            w.sync()
+            if i:  # the first round has first uses (joins), not the figure
+                times.append(dt / 1e3)
+        for o in outs:
+            o.free()
+        t.free()
+    return statistics.median(times), (statistics.median(decisions[1:]) if decisions else None)
+
+
 def measure(n: int, rounds: int) -> dict:
     lib = KernelLib(tempfile.mkdtemp(prefix="bench_hazards_"))
     kernel = lib.get("noop", 16)
@@ -191,6 +242,7 @@ def measure(n: int, rounds: int) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     # Paired differences (the rounds take turns), so drift between rounds cancels out.
     single_added = statistics.median(a - m for a, m in zip(times["single/auto"], times["single/manual"]))
+    single_cpu_added = statistics.median(a - m for a, m in zip(cpu["single/auto"], cpu["single/manual"]))
     crossing_added = statistics.median(a - m for a, m in zip(times["crossing/auto"],
                                                               times["crossing/manual_unordered"]))
     # The submitting thread's own CPU time: the runtime's work without the simulated device's
@@ -199,7 +251,8 @@ def measure(n: int, rounds: int) -> dict:
     crossing_cpu_added = statistics.median(a - m for a, m in zip(cpu["crossing/auto"],
                                                                   cpu["crossing/manual_unordered"]))
     held_added = statistics.median(a - m for a, m in zip(cpu["held/auto"], cpu["held/manual_unordered"]))
-    return {"median_us": med, "single_added_us": single_added, "crossing_added_us": crossing_added,
+    return {"median_us": med, "single_added_us": single_added, "single_cpu_added_us": single_cpu_added,
+            "single_cpu_us": statistics.median(cpu["single/auto"]), "crossing_added_us": crossing_added,
             "held_added_us": held_added,
             "crossing_cpu_added_us": crossing_cpu_added, "driver_edge_added_us": driver_added,
             "crossing_added_rounds_us": [a - m for a, m in zip(times["crossing/auto"],
@@ -208,6 +261,7 @@ def measure(n: int, rounds: int) -> dict:
             "sanitize_single_added_us": med["single/sanitize"] - med["single/manual"],
             "sanitize_crossing_added_us": med["crossing/sanitize_waits"] - med["crossing/manual_waits"],
             "inferred_waits": stats.inferred_waits, "skipped_waits": stats.skipped_waits,
+            "write_after_readers_us": {m: _write_after_readers(m, max(3, rounds // 3)) for m in (1, 100, 1000)},
             "launches_per_round": n, "rounds": rounds,
             "torch": sys.modules["torch"].__version__ if "torch" in sys.modules else None}
 
@@ -222,14 +276,17 @@ def rows(r: dict) -> list[dict]:
 
     return [
         row("auto_deps, one stream: added per launch", r["single_added_us"], med["single/manual"],
-            "auto_deps=False, per launch", "≤ 0.1 µs", r["single_added_us"] <= 0.1),
+            "auto_deps=False, per launch", "≤ 0.05 µs", r["single_added_us"] <= 0.05),
+        row("auto_deps, one stream: submitting thread's CPU added per launch", r["single_cpu_added_us"],
+            statistics.median([r["single_cpu_us"]]), "auto_deps=True, pipelined, thread CPU per launch"),
         row("auto_deps, crossing streams: added per launch", r["crossing_added_us"],
             med["crossing/manual_unordered"], "auto_deps=False, no waits, per launch", "≤ 0.6 µs",
             r["crossing_added_us"] <= 0.6),
         row("auto_deps, crossing streams: submitting thread's CPU added per launch", r["crossing_cpu_added_us"],
             r["crossing_cpu_reference_us"], "auto_deps=False, no waits, thread CPU per launch"),
         row("auto_deps, crossing streams, both held on the device: the host's own work added per launch",
-            r["held_added_us"], med["held/manual_unordered"], "auto_deps=False, no waits, held the same way"),
+            r["held_added_us"], med["held/manual_unordered"], "auto_deps=False, no waits, held the same way",
+            "≤ 0.3 µs", r["held_added_us"] <= 0.3),
         row("the driver alone, crossing streams: the edge added per launch (thread CPU)",
             r["driver_edge_added_us"], med["driver/launches"], "the same launches through the driver, no edges"),
         row("waits by hand, crossing streams: added per launch",
@@ -239,6 +296,13 @@ def rows(r: dict) -> list[dict]:
             "auto_deps=False, per launch"),
         row("sanitizer, crossing streams with waits by hand: added per launch", r["sanitize_crossing_added_us"],
             med["crossing/manual_waits"], "the same without the sanitizer, per launch"),
+        *(row(f"auto_deps, a write after {m} readers on {m} streams: the write's host cost (thread CPU)",
+              r["write_after_readers_us"][m][0], r["write_after_readers_us"][1][0], "the same after one reader",
+              "≤ 100 µs" if m == 1000 else "", r["write_after_readers_us"][m][0] <= 100 if m == 1000 else None)
+          for m in (1, 100, 1000)),
+        *(row(f"the driver's decision alone, a write after {m} readers (pto_hazards_order, thread CPU)",
+              r["write_after_readers_us"][m][1], r["write_after_readers_us"][1][1], "the same after one reader")
+          for m in (1000,) if r["write_after_readers_us"][m][1] is not None),
     ]
 
 

@@ -76,9 +76,10 @@ def measure(requests: int, sanitize: str) -> dict:
         tracemalloc.stop()
         grown = sum(st.size_diff for st in after.compare_to(before, "filename"))
         live = list(w._streams.values())
+        sizes = [w._hazards.sizes(weight, s) for s in live]  # the driver's records: (reads kept, clock)
         result = {"requests": requests, "sanitize": sanitize, "bytes_per_request": grown / requests,
-                  "weight_streams": len(weight._streams), "weight_readers": len(weight._readers or ()),
-                  "largest_clock": max(len(s._clock) for s in live),
+                  "weight_streams": len(weight._streams), "weight_readers": sizes[0][0],
+                  "largest_clock": max(c for _, c in sizes),
                   "largest_oclock": max(len(s._oclock) for s in live)}
         weight.free()
     return result

@@ -956,6 +956,104 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
                      const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
                      uint64_t token);
 
+/* ---- hazards: automatic ordering of device memory across streams (hazard.c) ----
+ *
+ * A pto_hazards table orders accesses to allocations (by device address)
+ * across streams of one device: a read waits for the allocation's last
+ * write (RAW); a write waits for the last write (WAW) and for the reads
+ * since it (WAR); a read never waits for a read; one stream's commands are
+ * ordered already.  Positions are the callers' command tokens, handed out in
+ * submission order.  Per allocation the table keeps the last write and one
+ * read per stream since it; per stream, for every other stream, the largest
+ * position of a failure-carrying point it waits for (directly or through
+ * the points those waited for): an edge that is implied already is skipped.
+ * An edge is a record of the source stream's tail and a quiet wait for it
+ * (pto_stream_wait_stream's commands): a failure before it reaches the
+ * later stream as a dependency failure, as with an explicit wait.  The
+ * table is not locked: one thread at a time (the caller's lock).
+ */
+typedef struct pto_hazards pto_hazards;
+typedef struct pto_hz_mark pto_hz_mark;
+#define PTO_HZ_READ     1   /* the access reads the allocation */
+#define PTO_HZ_WRITE    2   /* ... writes it */
+#define PTO_HZ_MANUAL   4   /* noted, but ordered by the caller (nothing waits for it here) */
+typedef struct pto_hz_access {
+    pto_devptr addr;        /* the allocation's base address */
+    uint32_t flags;         /* PTO_HZ_* */
+    uint32_t pad;
+} pto_hz_access;
+typedef struct pto_hz_edge {
+    uint32_t src;           /* the stream to wait for (its id) */
+    uint32_t index;         /* with exact: the access whose allocation's last write it follows */
+    uint64_t pos;           /* the latest of its accesses the edge covers */
+    uint64_t exact;         /* 0: wait for src's tail; else the position of a point right after
+                             * that write (the caller's event) that covers the edge */
+} pto_hz_edge;
+#define PTO_HZ_DECLINED 8   /* pto_hazards_launch: not taken (nothing queued or changed) */
+
+/* Returns 0 and *out, -PTO_ENOMEM. */
+int pto_hazards_create(pto_device *dev, pto_hazards **out);
+/* Destroy the table (before its device); edges already queued stay. */
+void pto_hazards_destroy(pto_hazards *hz);
+/* Register stream s (0, -PTO_EINVAL, -PTO_ENOMEM). */
+int pto_hazards_stream(pto_hazards *hz, pto_stream *s);
+/* Stream sid was closed; the fold point (pto_hazards_set_fold) waits for its work from position folded. */
+void pto_hazards_stream_closed(pto_hazards *hz, uint32_t sid, uint64_t folded);
+/* Stream sid's driver stream is destroyed: no edge is queued from it any more. */
+void pto_hazards_stream_gone(pto_hazards *hz, uint32_t sid);
+/* Whether stream sid is still named by the table (a record or a registration): 1 or 0. */
+int pto_hazards_known(pto_hazards *hz, uint32_t sid);
+/* The fold point: a stream that waits for every closed stream's work; reads of closed streams fold into it. */
+void pto_hazards_set_fold(pto_hazards *hz, uint32_t sid);
+/* Whether stream sid holds work on the host, ahead of what reached the driver (pto_hazards_launch declines). */
+void pto_hazards_set_held(pto_hazards *hz, uint32_t sid, int held);
+/*
+ * Decide the edges of one call on stream sid with accesses acc[0..n): the
+ * streams to wait for, in the order to queue them, at most max into
+ * edges[].  Changes nothing but the skipped count.  Returns how many edges
+ * are needed (may be > max: call again with room), or -PTO_EINVAL.
+ */
+int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n,
+                      pto_hz_edge *edges, uint32_t max);
+/* Note the accesses of that call at position pos (its edges and joins queued). */
+int pto_hazards_note(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos);
+/* A write the caller queued itself at pos; exact: a point right after it (0: none). */
+int pto_hazards_written(pto_hazards *hz, uint32_t sid, pto_devptr addr, uint64_t pos, uint64_t exact);
+/* Forget the allocation at addr (freed: a new one there starts with no accesses). */
+void pto_hazards_forget(pto_hazards *hz, pto_devptr addr);
+/*
+ * Queue an edge: stream sid waits for everything queued on stream src so far
+ * (pto_stream_wait_stream, with the table's event of src), its wait with
+ * token.  Returns what pto_stream_wait_stream returns.
+ */
+int pto_hazards_queue_edge(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token);
+/* A failure-carrying point recorded on stream sid at pos: what waiting for it orders after (NULL: out of memory). */
+pto_hz_mark *pto_hazards_mark(pto_hazards *hz, uint32_t sid, uint64_t pos);
+void pto_hz_mark_release(pto_hz_mark *m);
+/* Stream sid waits for mark m (an edge the caller queued, or an explicit wait). */
+void pto_hazards_waited(pto_hazards *hz, uint32_t sid, const pto_hz_mark *m);
+/* Whether stream sid waits for stream src's accesses up to pos (1), or not (0). */
+int pto_hazards_ordered(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t pos);
+/* Counts: [0] edges queued by the table, [1] edges skipped as implied. */
+void pto_hazards_counts(pto_hazards *hz, uint64_t *out);
+/* Records: [0] reads kept for the allocation at addr, [1] entries of stream sid's clock. */
+void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t *out);
+/* Streams whose edge record pto_hazards_launch last put in their overflow: ids into out, returns how many. */
+uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max);
+/*
+ * pto_stream_launch(s, k, blocks, args, nargs, token) ordered by hz: access[i]
+ * (PTO_HZ_READ | PTO_HZ_WRITE, 0 for scalars) says how the launch uses the
+ * allocation at args[i].  The edges it needs are queued first, in the same
+ * call (their waits with token edge_token), and the accesses noted at token.
+ * Returns 0, or a positive mask as pto_stream_launch_after's (PTO_QUEUED,
+ * PTO_EDGE_WAIT_QUEUED, PTO_EDGE_SRC_QUEUED: see pto_hazards_overflowed), or
+ * PTO_HZ_DECLINED with nothing queued or changed, where the caller orders it
+ * (an edge from a closed or held stream, or to an exact point), or a
+ * negative error.
+ */
+int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                       uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token);
+
 /* PTO_CDEF_END */
 
 #if defined(__GNUC__)

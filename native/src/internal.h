@@ -1099,4 +1099,17 @@ void pti_events_abandon_all(pto_device *dev);
 /* Mark dev lost (sched_lock held); the first call wins the message. */
 void pti_device_lose_locked(pto_device *dev, uint64_t cause, const char *msg);
 
+/* ---- submission helpers for automatic ordering (submit.c, used by hazard.c) ------ */
+
+/* check_launch / commit_launch, check_edge / commit_edge of submit.c (same returns). */
+int pti_launch_check(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                     const char *fn);
+int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                      uint64_t token, const char *fn);
+int pti_edge_check(pto_stream *s, pto_stream *src, pto_event *e, const char *fn);
+int pti_edge_commit(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn);
+/* One submission time for every command of a call: returns the outer stamp, which pti_stamp_end restores. */
+uint64_t pti_stamp_begin(void);
+void pti_stamp_end(uint64_t outer);
+
 #endif /* PTO_INTERNAL_H */

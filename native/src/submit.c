@@ -614,6 +614,39 @@ int pto_stream_launch_after(pto_stream *s, pto_stream *src, pto_event *e, uint64
     return (edge & PTO_EDGE_SRC_QUEUED) | (edge & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
 }
 
+/* For hazard.c, which queues inferred edges with a launch (pto_hazards_launch). */
+int pti_launch_check(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                     const char *fn)
+{
+    return check_launch(s, k, blocks, args, nargs, fn);
+}
+
+int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                      uint64_t token, const char *fn)
+{
+    return commit_launch(s, k, blocks, args, nargs, token, fn);
+}
+
+int pti_edge_check(pto_stream *s, pto_stream *src, pto_event *e, const char *fn)
+{
+    return check_edge(s, src, e, fn);
+}
+
+int pti_edge_commit(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn)
+{
+    return commit_edge(s, src, e, token, fn);
+}
+
+uint64_t pti_stamp_begin(void)
+{
+    return stamp_begin();
+}
+
+void pti_stamp_end(uint64_t outer)
+{
+    pti_submit_ns = outer;
+}
+
 int pto_stream_free(pto_stream *s, pto_devptr ptr, uint64_t token)
 {
     int rc = check_stream(s, "pto_stream_free");

@@ -269,14 +269,14 @@ class Binder:
         ``hosts`` is None or a list of ``(index, HostArray, param)``;
         ``joins`` is None or the ``(DeviceTensor, Access)`` that need the slow
         path of ordering (:func:`~._hazards.order`): first uses on `stream`,
-        and with hazard tracking, every tensor whose home is not `stream`.
+        and tensors whose ordering is manual.  The driver orders the rest with
+        the launch (``pto_hazards_launch``).
         """
         if len(args) != self.nparams:
             raise self.arity_error(len(args))
         values = []
         append = values.append
         hosts = joins = None
-        track = worker._hazards is not None
         for arg, (shape, dtype, scalar, label, p, access) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
                 # The common case first: a tensor of this worker, alive, of the right shape and dtype.
@@ -286,8 +286,8 @@ class Binder:
                 if arg._init is not None:
                     check_init(arg, label)
                 append(arg._ptr)
-                # The common case: last written on this stream and used only here since.
-                if (arg._home is not stream) if track else (stream not in arg._streams):
+                # The common case: used on this stream before, ordered by the driver.
+                if stream not in arg._streams or arg._manual:
                     if joins is None:
                         joins = [(arg, access)]
                     else:
@@ -303,6 +303,10 @@ class Binder:
                 hosts.append((len(values), h, p))
                 append(0)
         return values, hosts, joins
+
+    def accesses(self, args) -> list:
+        """The ``(DeviceTensor, Access)`` of a call's tensor arguments, for ordering (:meth:`~._hazards.Hazards.order`)."""
+        return [(arg, row[5]) for arg, row in zip(args, self._rows) if type(arg) is DeviceTensor]
 
     @staticmethod
     def _tensor_error(worker, arg, label: str, p) -> None:

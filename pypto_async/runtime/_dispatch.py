@@ -31,9 +31,10 @@ command, straight to the driver unless the stream's FIFO holds work), calls
 temporary ``uint64_t`` array, which the driver copies into the ring heap or
 its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
 a tuple of ints drops out of the cyclic GC's tracking at its first
-collection, a list never does.  A launch whose tensors cross streams asks
-the compiled common case of ordering for its edge (``fast_order``) and
-queues the edge with itself.  And every 64th launch it runs the completion
+collection, a list never does.  With automatic ordering, a launch on
+DeviceTensors the stream used before goes to the driver as
+``pto_hazards_launch``: the driver decides the edges its tensors need and
+queues them with the launch, in one call (:mod:`._hazards`).  And every 64th launch it runs the completion
 service itself when its pump may (``can_serve_inline``): a coroutine that
 submits without ever suspending never lets the pump run, and draining now
 and then lets finished launches die young (cheap for the cyclic GC) and
@@ -49,7 +50,8 @@ from .._driver import check
 from ._complete import observe, service
 from ._context import capture_of, stream_stack
 from ._group import group_commands, group_flags, inputs
-from ._hazards import fast_order, fused_overflow, order
+from .._driver import lib
+from ._hazards import fused_overflow, manual_workers, order, regions_open
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -60,6 +62,8 @@ from ._wait import block_until
 
 __all__ = ["launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
+_hz_launch = lib.pto_hazards_launch  # bound once, as the launch calls are (see the module doc)
+_DECLINED = lib.PTO_HZ_DECLINED
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
 # The hot path runs the completion service itself once per this many launches (a threshold on
 # tokens, however many each launch takes: an inferred edge takes one too).
@@ -94,28 +98,53 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             mem.free_deferred_locked()
         if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
             worker._hazards.sanitizer.check_hosts(stream, hosts, h._label)
-        edge = None
-        if joins is not None:  # the bind step's slow path: first uses, and edges across streams
-            hz = worker._hazards
-            if hz is None:
+        hz = worker._hazards
+        queued = False
+        if hz is None:
+            if joins is not None:  # first uses join
                 order(worker, stream, joins, h._label, 0)
-            elif hosts is None:  # Hazards.order: the source stream of an edge left to the launch
-                edge = fast_order(hz, stream, joins, h._label, 0, h._after is not None)
+        elif (hosts is None and joins is None and hz.fast and h._access is not None and not stream._fifo
+              and not hz.dead and not (regions_open[0] and worker in manual_workers())
+              and (hz.recorder is None or hz.recorder.graph_tags is None)):
+            # The driver orders the launch and queues the edges it needs with it, in one call.
+            tok = q.next_token
+            q.next_token = tok + 2  # tok: the edges' waits (quiet), tok + 1: the launch
+            rc = _hz_launch(hz.table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, tok, tok + 1)
+            if rc != _DECLINED:
+                tok += 1
+                q.pending[tok] = launch
+                stream._last = tok
+                if rc > QUEUED:
+                    rc = fused_overflow(q, stream, hz, rc)
+                if not rc:
+                    launch._entered = True
+                elif rc == QUEUED:  # the driver keeps it until the ring has room
+                    overflowed(q, stream, 1)
+                    track(stream, launch, tok, tok)
+                else:
+                    del q.pending[tok]
+                    check(rc, h._label)
+                if tok >= q.serve_at:
+                    q.serve_at = tok + 2 * _SERVICE_EVERY  # (two tokens a launch here)
+                    if q.pump.can_serve_inline():
+                        service(q)
+                        if submit_only and q.pump.turn_due(_SERVICE_EVERY):
+                            mark_turn(launch)
+                queued = True
             else:
-                hz.order(stream, joins, h._label, inputs(hosts))
-        if hosts is None:
+                q.next_token = tok  # declined, nothing queued: ordered here instead
+                hz.order(stream, h._binder.accesses(args), h._label, 0)
+        else:  # the general path: the driver decides, the edges are queued here
+            hz.order(stream, h._binder.accesses(args), h._label, inputs(hosts) if hosts is not None else 0)
+        if queued:
+            pass
+        elif hosts is None:
             tok = q.next_token
             q.next_token = tok + 1
             q.pending[tok] = launch
             stream._last = tok
             if not stream._fifo:
-                if edge is None:
-                    rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-                else:  # behind its one inferred edge (_hazards.Hazards.order)
-                    rc = h._after(stream._ptr, edge._ptr, edge._hz_event, tok - 1, h._kptr, h._blocks, values,
-                                  h._nargs, tok)
-                    if rc > QUEUED:
-                        rc = fused_overflow(q, stream, edge, rc)
+                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
                 if not rc:
                     launch._entered = True
                 elif rc == QUEUED:  # the driver keeps it until the ring has room
@@ -128,9 +157,9 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                 hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
                      launch, F_DATA | F_LAST, None)
             if tok >= q.serve_at:
-                # Every 64 launches, whether or not each brought its inferred edge (a token too);
-                # a pump that may not serve here (sync mode, another thread) is asked again then.
-                q.serve_at = tok + (_SERVICE_EVERY if edge is None else 2 * _SERVICE_EVERY)
+                # Every 64 launches; a pump that may not serve here (sync mode, another thread) is
+                # asked again then.
+                q.serve_at = tok + _SERVICE_EVERY
                 if q.pump.can_serve_inline():
                     service(q)
                     if submit_only and q.pump.turn_due(_SERVICE_EVERY):
@@ -142,6 +171,10 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                 worker._hazards.sanitizer.note_hosts(stream, hosts, h._label, stream._last)
             if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
                 mark_turn(launch)
+    return _finish(worker, launch, submit_only, q)
+
+
+def _finish(worker, launch: Launch, submit_only: bool, q) -> Launch:
     if worker._async:
         return launch
     if submit_only:

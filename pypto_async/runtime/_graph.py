@@ -52,7 +52,7 @@ from ._args import check_init, host_array
 from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT
 from ._complete import observe, service
 from ._context import refuse
-from ._hazards import order, read_home
+from ._hazards import order
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -390,22 +390,20 @@ class Graph:
         `origin` before it order all of it, and the replay's token on
         `origin` stands for all its accesses: each tensor is one access there,
         with the union of its directions over the graph.  As in the bind step
-        (:meth:`~._args.Binder.bind`), a tensor whose home is `origin` needs
-        nothing, nor one only read whose read home is `origin`; without hazard tracking, only first uses join.  Edges
-        between the graph's own commands were made at capture.
+        (:meth:`~._args.Binder.bind`), the driver decides the edges
+        (:func:`~._hazards.order`); without hazard tracking, only first uses
+        join.  Edges between the graph's own commands were made at capture.
         """
         track = self._worker._hazards is not None
         for acc in self._touch:
             t = acc[0]
-            if ((t._home is not origin and (acc[3] or t._readhome is not origin)) if track
-                    else (origin not in t._streams)):
+            if track or origin not in t._streams:
                 if touched is None:
                     touched = []
                 touched.append(acc)
         if touched is not None:
             # Offset 0: noted at the replay's own token, in flight (q.pending) until all of it ended.
             order(self._worker, origin, touched, self._label, 0)
-            read_home(self._worker, origin, touched)
 
     def _hold(self, q, origin, args: tuple, launch) -> None:
         """Queue the replay in `origin`'s host FIFO: a stream of it holds work waiting on the host.
@@ -448,8 +446,7 @@ class Graph:
                 ptrs.append(v._ptr)
                 if track:
                     bound.append((inp, v))
-                if ((v._home is not origin and (inp.writes or v._readhome is not origin)) if track
-                        else (origin not in v._streams)):
+                if track or origin not in v._streams:
                     if touched is None:
                         touched = []
                     touched.append((v, inp.name, inp.reads, inp.writes))

@@ -5,53 +5,31 @@ so every access to a DeviceTensor is known when it is queued.  The rule
 that orders two accesses is the one the tasks of a program obey
 (:func:`pypto_async._hazard_rule.hazard`): a read waits for the last write
 (RAW); a write waits for the last write (WAW) and for the reads since it
-(WAR); a read never waits for a read.  Same-stream order is free (a stream
-runs its commands in order); only accesses on different streams need an
-edge, and an edge is a device-side wait: an event recorded on the earlier
-access's stream, waited for on the later one (one driver call,
-``pto_stream_wait_stream``, when neither stream holds work on the host; a
-launch's lone edge goes in with the launch, ``pto_stream_launch_after``).
-No host round trip, and no Python on a driver thread.  An edge's commands
-are the runtime's, not the user's: an injected failure (``fail_next``)
-passes them by and hits the user's next command.
+(WAR); a read never waits for a read.  Same-stream order is free; only
+accesses on different streams need an edge, and an edge is a device-side
+wait: a record of the earlier access's stream, waited for on the later one.
 
-Positions.  Every command carries a token, handed out in host submission
-order, so on one stream tokens grow in the order the stream runs its
-commands (a command held in a stream's FIFO keeps its place and its token).
-An access is known by ``(stream, token)``.  An event recorded on stream S
-with token r completes after every command of S with a smaller token: it
-covers those accesses.
+The driver owns the rule and its state (``native/src/hazard.c``, the
+``pto_hazards_*`` calls of ``pto_driver.h``): per allocation the last write
+and the reads since, per stream the points it waits for.  A launch on
+DeviceTensors alone passes each argument's access with its device address
+(``pto_hazards_launch``), and the driver queues the edges it needs with the
+launch, in the same call.  Everything else (copies, launches with host
+arrays, peer copies, collectives, graph replays, first uses, and edges the
+driver cannot queue alone: from a stream that holds work on the host or is
+closed, or to an exact point) asks the driver for the edges
+(``pto_hazards_order``), queues them here through events, and notes the
+accesses (``pto_hazards_note``).  No Python runs on a driver thread, and no
+C code reads Python objects.  An edge's commands are the runtime's, not
+the user's: an injected failure (``fail_next``) passes them by and hits the
+user's next command.
 
-Clocks.  Each stream keeps a vector clock (``Stream._clock``): for every
-other stream S (by id), the largest token of an S-recorded event it waits for,
-directly or through events it waits for (a wait merges the recording
-stream's clock as it was at the record).  An edge from ``(S, p)`` to a
-stream whose clock for S is above p is implied already, and is not added
-again; nor is one to S when another stream the call waits for has waited for
-``(S, p)`` itself, nor a first use's join that an edge to the tensor's
-allocation stream covers.  Explicit ``stream.wait(...)`` merges in the same way, so an edge you
-wrote is not doubled.  Only events that carry failures count: an ordering-only
-point (a free's join) orders, but a failure would not propagate through it,
-and an inferred edge must propagate one exactly as an explicit wait does.
-Whether the earlier access has completed does not count either: which
-records the host has drained depends on timing, and the edges inserted must
-not (an edge to completed work costs one record and one wait that finish at
-once).
-
-Per tensor, the bookkeeping is the last write, ``(stream, token, what,
-exact)``, and the reads since, one per stream.  An edge waits for the
-stream's tail, recorded when the edge is made (over-waiting for later work
-there, never under-waiting), unless an exact point is known: ``exact`` is an
-event recorded right after the access (the point right after an
-``alloc_tensor(init=...)`` copy, which the first-use join uses too).  The common case is cheaper still: a
-tensor written on stream S and used only on S since has ``_home`` S, and an
-access on S needs nothing at all (:meth:`Binder.bind` checks one attribute).
-When another stream comes, the home's accesses are summed up as a write at
-S's last data command (``Stream._last``): conservative, and exact in a
-pipeline (so while a tensor has a home, its write record may be None).
-Crossing streams, the common case is compiled (``native/python/fastorder.c``,
-:meth:`Hazards.order`): the same rule on the same slots, without the
-interpreter's cost per step.
+Positions are tokens, handed out in host submission order.  Only points
+that carry failures count for skipping an edge (an ordering-only point, a
+free's join, orders but would not carry a failure, and an inferred edge
+must carry one exactly as an explicit wait does).  Whether the earlier
+access has completed does not count either: the edges inserted must not
+depend on when the host drained its records.
 
 Opt-outs, narrow to wide: ``alloc_tensor(..., manual_deps=True)``; ``with
 w.manual_deps():`` (task-local, a :mod:`contextvars` variable);
@@ -60,10 +38,13 @@ w.manual_deps():`` (task-local, a :mod:`contextvars` variable);
 what auto ordering would have inserted: an edge neither implied by the
 waits queued (any event counts here, ordering-only ones too:
 ``Stream._oclock``) nor made moot by the earlier access having completed
-(its token left the token map: the host saw it finish) is a race, raised as
-:class:`~pypto_async.errors.PtoRaceError` before the call queues anything.  It also watches host arrays: one handed to an
-in-flight launch as an input and then to another stream's launch or copy as
-an output before the first launch completed.
+(its token left the token map) is a race, raised as
+:class:`~pypto_async.errors.PtoRaceError` before the call queues anything.
+For that the sanitizer keeps its own records of the accesses with their
+call sites (``DeviceTensor._writer``/``_readers``, only while it is on).
+It also watches host arrays: one handed to an in-flight launch as an input
+and then to another stream's launch or copy as an output before the first
+launch completed.
 
 Threads: ordering follows host submission order, which two threads
 submitting at once do not have; a tensor shared between threads needs
@@ -78,32 +59,33 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import pathlib
 import threading
 
 from .._driver import check, ffi, lib
-from .._fastorder import order as fast_order
-from .._hazard_rule import hazard
+from .._signature import SCALAR
 from ..errors import PtoArgumentError
 from ._queue import QUEUED
 from ._sanitizer import Sanitizer, describe
 from ._submit import overflowed
 
-__all__ = ["Access", "Hazards", "order", "fast_order", "fused_overflow", "read_home", "mark", "merge_clock",
-           "prune_clocks", "closed", "fold_readers", "manual_region", "regions_open", "sanitize_mode",
+__all__ = ["Access", "Hazards", "order", "fused_overflow", "mark", "merge_clock", "prune_clocks", "closed",
+           "gone", "fold_readers", "manual_region", "manual_workers", "regions_open", "sanitize_mode", "launch_access",
            "ENV_SANITIZE"]
 
 #: The environment variable that turns the sanitizer on for workers whose config leaves it unset.
 ENV_SANITIZE = "PYPTO_ASYNC_SANITIZE"
 _MODES = ("off", "raise", "warn")
-_PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 _KEEP_INFERRED = 1 << 16  # tokens of inferred waits remembered for traces
 _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
-_FOLD_FROM = 4  # readers a tensor notes before it folds the closed streams' ones
-_CLOCK_SLACK = 16  # entries of gone streams a clock may hold beyond one per live stream
-_wait_stream = lib.pto_stream_wait_stream
+_FOLD_FROM = 4  # readers a tensor notes before it folds the closed streams' ones (the sanitizer's records)
+_CLOCK_SLACK = 16  # entries of gone streams a clock may hold beyond two per live stream
+_KEEP_CLOSED = 32  # closed streams kept for the driver's records before asking which it still names
 _SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
 _WAIT_QUEUED = lib.PTO_EDGE_WAIT_QUEUED
+_READ = lib.PTO_HZ_READ
+_WRITE = lib.PTO_HZ_WRITE
+_MANUAL = lib.PTO_HZ_MANUAL
+_mark_release = lib.pto_hz_mark_release
 
 # The workers whose ordering is manual in this task (``with w.manual_deps():``).
 _manual: contextvars.ContextVar[tuple] = contextvars.ContextVar("pypto_async_manual_deps", default=())
@@ -140,94 +122,129 @@ def manual_region(worker):
         _manual.reset(token)
 
 
-def mark(stream, token: int, ordering: bool) -> tuple:
-    """What an event recorded on `stream` with `token` stands for, for the clocks of streams that wait for it."""
-    return (stream._id, token, None if ordering else dict(stream._clock), dict(stream._oclock))
+def manual_workers() -> tuple:
+    """The workers whose ordering is manual in this task (``with w.manual_deps():``)."""
+    return _manual.get()
+
+
+def launch_access(params) -> object:
+    """The access of each kernel parameter, as ``pto_hazards_launch`` reads it (0 for scalars)."""
+    bits = [0 if p.direction == SCALAR else (_READ if p.copies_in else 0) | (_WRITE if p.copies_out else 0)
+            for p in params]
+    return ffi.new("uint8_t[]", bits or [0])
+
+
+def mark(stream, token: int, ordering: bool):
+    """What an event recorded on `stream` with `token` stands for, for the streams that wait for it.
+
+    ``(stream id, token, driver mark, ordering clock)``: the driver's mark
+    (``pto_hazards_mark``) of the failure-carrying points the stream waits
+    for (None for an ordering-only point, which carries no failure), and,
+    with the sanitizer on, a copy of the stream's ``_oclock``.  None when
+    the worker tracks nothing.
+    """
+    hz = stream._worker._hazards
+    if hz is None:
+        return None
+    m = None
+    if not ordering and hz.table is not None:
+        m = ffi.gc(lib.pto_hazards_mark(hz.table, stream._id, token), _mark_release)
+    return (stream._id, token, m, dict(stream._oclock) if hz.sanitizing else None)
 
 
 def merge_clock(stream, event) -> None:
-    """`stream` waits for `event`: what the event's recording stream had waited for, and the event itself.
+    """`stream` waits for `event` (lock held): the driver merges its mark; the sanitizer its ordering clock.
 
-    ``Stream._clock`` counts events that carry failures (what inferred edges
-    may rely on); ``Stream._oclock`` counts every event, ordering-only ones
-    too (what the sanitizer asks: is it ordered at all).
+    The driver's clock counts events that carry failures (what inferred
+    edges may rely on); ``Stream._oclock`` counts every event, ordering-only
+    ones too (what the sanitizer asks: is it ordered at all).
     """
-    src, r, snapshot, osnapshot = event._clock
-    me = stream._id
-    _merge(stream._oclock, osnapshot, me, src, r)
-    if snapshot is not None:
-        _merge(stream._clock, snapshot, me, src, r)
-    if len(stream._clock) > _CLOCK_SLACK or len(stream._oclock) > _CLOCK_SLACK:
-        _prune_clock(stream)  # an event of a closed stream names streams gone since
+    src, r, m, osnapshot = event._clock
+    hz = stream._worker._hazards
+    if m is not None and hz.table is not None:
+        lib.pto_hazards_waited(hz.table, stream._id, m)
+    if osnapshot is not None:
+        _merge(stream._oclock, osnapshot, stream._id, src, r)
+        if len(stream._oclock) > _CLOCK_SLACK:
+            _prune_clock(stream)  # an event of a closed stream names streams gone since
 
 
 def prune_clocks(worker) -> None:
-    """Drop gone streams' entries from clocks grown past one per live stream and a slack (lock held).
+    """Drop gone streams' entries from the sanitizer's clocks grown past two per live stream and a slack.
 
-    A stream's clock gains an entry for every stream it waits for, directly
-    or through others; without this, a long-lived stream's clock (and the
-    snapshot each of its events copies) would grow with every short-lived
-    stream ever seen.  Called when a stream is made or closed, and for one
-    stream when it merged a large snapshot (:func:`merge_clock`).  Dropping an
-    entry of ``_clock`` is always sound: it only lets an edge be skipped (an
-    edge to a gone stream is then queued again, and costs one wait).  The
-    sanitizer reads ``_oclock`` to prove an access ordered: an entry there
-    goes only once nothing it could prove is left in flight (:func:`closed`).
+    An entry goes only once nothing it could prove ordered is left in
+    flight (:func:`closed`).  Called when a stream is made or closed.
     """
+    hz = worker._hazards
+    if hz is None or not hz.sanitizing:
+        return
     for stream in worker._streams.values():
         _prune_clock(stream)
 
 
 def _prune_clock(stream) -> None:
-    """:func:`prune_clocks` for one stream (it just merged a snapshot that may name gone streams)."""
     worker = stream._worker
     live = worker._streams
-    bound = 2 * len(live) + _CLOCK_SLACK
-    clock = stream._clock
-    if len(clock) > bound:
-        for sid in [sid for sid in clock if sid not in live]:
-            del clock[sid]
     clock = stream._oclock
-    if len(clock) > bound:
-        hz = worker._hazards
-        gone = hz.gone if hz is not None else {}
-        for sid in [sid for sid in clock if sid not in live and ((g := gone.get(sid)) is None or g._done)]:
+    if len(clock) > 2 * len(live) + _CLOCK_SLACK:
+        gone_ = worker._hazards.gone
+        for sid in [sid for sid in clock if sid not in live and ((g := gone_.get(sid)) is None or g._done)]:
             del clock[sid]
 
 
 def closed(stream) -> None:
-    """`stream` was closed (lock held): remember it while its work may be in flight, if the sanitizer is on.
+    """`stream` was closed (lock held): the driver folds its reads; kept while the driver's records name it.
 
     The sanitizer proves an access ordered with ``_oclock``: an entry of a
-    closed stream may go once the host saw its final point complete (its
-    accesses have all left the token map, so none can race any more), and
-    one of a stream collected unclosed at once (no record names it).
+    closed stream may go once the host saw its final point complete.
     """
     worker = stream._worker
     hz = worker._hazards
-    if hz is not None and hz.mode != "off" and stream._final is not None:
-        gone = hz.gone
-        gone[stream._id] = stream._final
-        if len(gone) > _CLOCK_SLACK:
-            for sid in [sid for sid, final in gone.items() if final._done]:
-                del gone[sid]
+    if hz is None:
+        return
+    if hz.table is not None:
+        lib.pto_hazards_stream_closed(hz.table, stream._id, stream._folded)
+        kept = hz.closed_streams
+        kept[stream._id] = stream  # an edge from it waits for its final point (Hazards._wait)
+        if len(kept) > _KEEP_CLOSED:
+            known = lib.pto_hazards_known
+            for sid in [sid for sid in kept if not known(hz.table, sid)]:
+                del kept[sid]
+    if hz.sanitizing and stream._final is not None:
+        g = hz.gone
+        g[stream._id] = stream._final
+        if len(g) > _CLOCK_SLACK:
+            for sid in [sid for sid, final in g.items() if final._done]:
+                del g[sid]
     prune_clocks(worker)
 
 
-def fold_readers(hz, t, readers: dict) -> None:
-    """Fold the reads of closed streams among `t`'s readers into one read of the fold point (lock held).
+def gone(stream, later: bool = False) -> None:
+    """`stream`'s driver stream is destroyed (lock held): no edge is queued from it any more.
 
-    A write after them waits for the fold point's tail, which is ordered
-    after all those streams' work (``_stream.fold_point``), where it waited
-    for each of them: sound, over-waiting.  Ordering only: a failure of a
-    closed reader is not carried to a later writer through it.  With the
-    sanitizer on, a read still in flight stays (the sanitizer names it).
+    `later`: from its finalizer, which holds no lock; the table hears of it
+    at the next call that does (nothing the driver decides reaches a stream
+    nobody references: a tensor it used holds it).
     """
-    pending = hz.queue.pending if hz is not None and hz.mode != "off" else None
+    hz = stream._worker._hazards
+    if hz is None or hz.table is None:
+        return
+    if later:
+        hz.dead.append(stream._id)
+    else:
+        lib.pto_hazards_stream_gone(hz.table, stream._id)
+
+
+def fold_readers(hz, t, readers: dict) -> None:
+    """The sanitizer's records: fold the reads of closed streams into one read of the fold point.
+
+    A read still in flight stays (the sanitizer names it).
+    """
+    pending = hz.queue.pending
     fold = t._worker._fold
     pos = 0
     for r_stream in [s for s in readers if s._closed and s._folded and s is not fold]:
-        if pending is not None and readers[r_stream][1] in pending:
+        if readers[r_stream][1] in pending:
             continue
         pos = max(pos, r_stream._folded)
         del readers[r_stream]
@@ -246,7 +263,7 @@ def _merge(clock: dict, snapshot: dict, me: int, src: int, r: int) -> None:
 
 
 def order(worker, stream, accesses: list, label: str, offset: int) -> None:
-    """Order a launch's or copy's DeviceTensor accesses on `stream` (lock held; the bind step's slow path).
+    """Order a launch's or copy's DeviceTensor accesses on `stream` (lock held).
 
     `accesses` are ``(tensor, Access)`` (a kernel's) or ``(tensor, name,
     reads, writes)`` (a copy's); `offset` is how many commands of the call
@@ -267,8 +284,7 @@ class Access:
     """A kernel parameter as ordering reads it: its name and directions (one per parameter).
 
     :class:`~._args.Binder` makes one per parameter at registration and
-    hands ``(tensor, access)`` to :meth:`Hazards.order`; its slots are what
-    the compiled common case reads (``writes``, the same as ``copies_out``).
+    hands ``(tensor, access)`` to :meth:`Hazards.order`.
     """
 
     __slots__ = ("name", "copies_in", "copies_out", "writes")
@@ -286,34 +302,21 @@ class Access:
         return f"Access({self.name!r}, reads={self.copies_in}, writes={self.writes})"
 
 
-def fused_overflow(q, stream, src, rc: int) -> int:
-    """Account the commands of a ``pto_stream_launch_after`` that went to overflow; the launch's part of `rc`."""
+def fused_overflow(q, stream, hz, rc: int) -> int:
+    """Account the commands of a ``pto_hazards_launch`` that went to overflow; the launch's part of `rc`."""
     if rc & _SRC_QUEUED:
-        overflowed(q, src, 1)
+        out = hz.ovf_out
+        for i in range(lib.pto_hazards_overflowed(hz.table, out, len(out))):
+            src = hz.stream_of(out[i])
+            if src is not None:
+                overflowed(q, src, 1)
     if rc & _WAIT_QUEUED:
         overflowed(q, stream, 1)
     return rc & QUEUED
 
 
-def read_home(worker, stream, accesses: list) -> None:
-    """After :func:`order`: `stream` reads these tensors again with nothing to order (lock held).
-
-    A graph replay calls it for the tensors it only reads: while no write
-    comes, its next replays on `stream` skip them (``DeviceTensor._readhome``),
-    and a writer elsewhere waits for `stream`'s last data command instead of
-    a noted read.  Only for automatic ordering with the sanitizer off, which
-    is what left every such read ordered after the tensor's last write.
-    """
-    hz = worker._hazards
-    if hz is None or not hz.fast or (regions_open[0] and worker in _manual.get()):
-        return
-    for t, _, _, writes in accesses:
-        if not writes and not t._manual:
-            t._readhome = stream
-
-
 class Hazards:
-    """A worker's hazard tracking: inferred waits, skipped waits, and the sanitizer.
+    """A worker's hazard tracking: the driver's table, the waits it inferred and skipped, and the sanitizer.
 
     Attributes
     ----------
@@ -322,26 +325,66 @@ class Hazards:
     mode : str
         The sanitizer's mode: ``"off"``, ``"raise"`` or ``"warn"``.
     inferred, skipped : int
-        Waits inserted; waits not inserted because earlier waits (or the
-        access's completion) imply them.
+        Waits inserted; waits not inserted because earlier waits imply them.
     races : int
         Races the sanitizer reported.
+    table
+        The driver's ``pto_hazards`` (None once the worker closed).
     """
 
-    __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "inferred", "skipped", "inferred_tokens",
-                 "recorder", "gone")
+    __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "sanitizing", "table", "inferred_here",
+                 "skipped_here", "inferred_tokens", "recorder", "gone", "closed_streams", "dead", "_acc", "_edges",
+                 "_counts", "ovf_out")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
-        self.queue = worker._queue
+        self.queue = q = worker._queue
         self.auto = auto
-        self.sanitizer = Sanitizer(self.queue, mode, stacks)
-        self.fast = auto and mode == "off"  # order()'s compiled common case may run
-        self.inferred = 0
-        self.skipped = 0
+        self.sanitizer = Sanitizer(q, mode, stacks)
+        self.sanitizing = mode != "off"
+        self.fast = auto and mode == "off"  # launches may go to pto_hazards_launch
+        out = ffi.new("pto_hazards **")
+        check(lib.pto_hazards_create(q.dev, out), "pto_hazards_create")
+        self.table = out[0]
+        self.inferred_here = 0  # edges queued here through events (the driver counts its own)
+        self.skipped_here = 0  # edges a capture skipped
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
         self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
         self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
+        self.closed_streams: dict[int, object] = {}  # closed stream id -> Stream, while the driver names it
+        self.dead: list[int] = []  # ids of streams collected unclosed, for the table (_settle_dead)
+        self._acc = ffi.new("pto_hz_access[]", 16)
+        self._edges = ffi.new("pto_hz_edge[]", 16)
+        self._counts = ffi.new("uint64_t[2]")
+        self.ovf_out = ffi.new("uint32_t[]", 64)
+
+    def close(self) -> None:
+        """Destroy the driver's table (lock held, before the device closes)."""
+        table, self.table = self.table, None
+        if table is not None:
+            lib.pto_hazards_destroy(table)
+
+    def register(self, stream) -> None:
+        """Register a new stream with the driver's table (lock held)."""
+        if self.table is not None:
+            if self.dead:
+                self.settle_dead()
+            check(lib.pto_hazards_stream(self.table, stream._ptr), "pto_hazards_stream")
+
+    def settle_dead(self) -> None:
+        """Tell the table of the streams collected unclosed since the last call (lock held)."""
+        dead = self.dead
+        while dead:
+            lib.pto_hazards_stream_gone(self.table, dead.pop())
+
+    def set_fold(self, stream) -> None:
+        if self.table is not None:
+            lib.pto_hazards_set_fold(self.table, stream._id)
+
+    def stream_of(self, sid: int):
+        """The Stream of id `sid` the driver's records name: live, or closed and kept."""
+        s = self.worker._streams.get(sid)
+        return s if s is not None else self.closed_streams.get(sid)
 
     @property
     def mode(self) -> str:
@@ -353,128 +396,135 @@ class Hazards:
         """Races the sanitizer reported."""
         return self.sanitizer.races
 
+    def _driver_counts(self) -> tuple[int, int]:
+        if self.table is None:
+            return 0, 0
+        c = self._counts
+        lib.pto_hazards_counts(self.table, c)
+        return int(c[0]), int(c[1])
+
     @property
-    def sanitizing(self) -> bool:
-        return self.sanitizer.mode != "off"
+    def inferred(self) -> int:
+        """Waits inserted: the driver's, and those queued here (through events, or at capture)."""
+        return self._driver_counts()[0] + self.inferred_here
 
-    # -- the slow path of the bind step (lock held) ---------------------------------------------
+    @inferred.setter
+    def inferred(self, value: int) -> None:
+        self.inferred_here += value - self.inferred
 
-    def order(self, stream, accesses: list, label: str, offset: int, fuse: bool = False):
-        """Decide the edges of one call's accesses, insert them, then note the accesses (lock held).
+    @property
+    def skipped(self) -> int:
+        """Waits not inserted because earlier waits imply them (the driver's, and at capture)."""
+        return self._driver_counts()[1] + self.skipped_here
 
-        The common case, automatic ordering with the sanitizer off and every
-        tensor known on `stream` already, is compiled (``fast_order``,
-        ``native/python/fastorder.c``): it runs for every launch whose
-        tensors cross streams, and queues its edges with :meth:`_queue_edge`.
-        What it declines, before changing anything, it hands to
-        :meth:`_order_declined`.
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        self.skipped_here += value - self.skipped
 
-        With `fuse` (a launch with no host arrays, about to be queued with
-        ``pto_stream_launch_after``), the last edge is left to that call:
-        returns its source stream (the edge's token is the one just before
-        the launch's).  Otherwise None.  (The launch path calls
-        ``fast_order`` itself: ``_dispatch.launch_kernel``.)
+    # -- the general path (lock held) ---------------------------------------------------------
+
+    def order(self, stream, accesses: list, label: str, offset: int) -> None:
+        """Decide the edges of one call's accesses (the driver), insert them, then note the accesses.
+
+        With the sanitizer on, a manual access that nothing orders after a
+        conflicting earlier one is a race, reported before anything is
+        queued.
         """
-        return fast_order(self, stream, accesses, label, offset, fuse)
-
-    def _order_declined(self, stream, accesses: list, label: str, offset: int) -> None:
-        """:meth:`order` for a call the compiled common case declined: the general path."""
-        self._order_general(stream, accesses, label, offset, bool(regions_open[0] and self.worker in _manual.get()))
-
-    def _order_general(self, stream, accesses: list, label: str, offset: int, region: bool) -> None:
-        """:meth:`order`, all of it: check (the sanitizer) or insert, then note.
-
-        It takes whatever the compiled common case declines: the sanitizer,
-        manual ordering, first uses, exact points, streams holding work on the
-        host.  Nothing is queued before every check passed.
-        """
-        q = self.queue
-        pending = q.pending
-        clock = stream._clock
-        sanitizing = self.mode != "off"
-        waits: dict = {}  # stream -> the latest of its accesses to wait for (at its current tail)
-        notes = []
+        table = self.table
+        if self.dead and table is not None:
+            self.settle_dead()
+        region = bool(regions_open[0] and self.worker in _manual.get())
+        sanitizing = self.sanitizing
+        n = len(accesses)
+        acc = self._acc if n <= len(self._acc) else ffi.new("pto_hz_access[]", n)
+        m = 0
+        notes = [] if sanitizing else None
         site = None
-        for acc in accesses:
-            t = acc[0]
-            if len(acc) == 2:
-                p = acc[1]
+        for a in accesses:
+            t = a[0]
+            if len(a) == 2:
+                p = a[1]
                 name, reads, writes = p.name, p.copies_in, p.copies_out
             else:
-                _, name, reads, writes = acc
+                _, name, reads, writes = a
             if t._manual and not sanitizing:
-                notes.append((t, None, False))
-                continue
+                continue  # nothing to track
             manual = region or t._manual or not self.auto
-            home = t._home
-            if home is not None and home is not stream:
-                # Leaving the home stream: its accesses, summed up as a write at its last data command.
-                w = t._writer
-                exact = w[3] if w is not None and w[1] == home._last else None
-                t._writer = (home, home._last, w[2] if w is not None else None, exact)
-                t._readers = None
-                t._home = None
-            earlier = []
-            w = t._writer
-            if w is not None and w[0] is not stream and hazard(reads, writes, False, True):
-                earlier.append((w, "write"))
-            readers = t._readers
-            if writes and readers:
-                rhome = t._readhome
-                for r_stream, r in readers.items():
-                    if r_stream is not stream:
-                        if r_stream is rhome:  # reads there went unnoted: its last data command
-                            r = (r_stream, r_stream._last, r[2], None)
-                        earlier.append((r, "read"))
-            for prev, how in earlier:
-                src, pos, what, exact = prev
-                if not manual:
-                    if clock.get(src._id, 0) > pos:
-                        self.skipped += 1  # implied by a wait queued on `stream` already
-                    elif src in waits:
-                        self.skipped += 1  # one wait per stream and call
-                        waits[src] = _combine(waits[src], pos, exact)
-                    else:
-                        waits[src] = (pos, exact)
-                elif sanitizing and pos in pending and stream._oclock.get(src._id, 0) <= pos \
-                        and not _joined_after(t, stream, src, pos):
-                    if site is None:
-                        site = self.sanitizer.site()
-                    self.sanitizer.race(t, prev, how, describe(label, name, reads, writes, stream, site))
-            if sanitizing and site is None:
-                site = self.sanitizer.site()
-            notes.append((t, describe(label, name, reads, writes, stream, site) if sanitizing else None,
-                          writes))
-        # Every check passed: now queue the edges, then the first uses' joins (rule 4 of DeviceTensor).
-        if len(waits) > 1:
-            self._prune(waits)
-        for src, (_, exact) in waits.items():
-            self._wait(stream, src, exact)
-        for acc in accesses:
-            t = acc[0]
+            e = acc[m]
+            e.addr = t._ptr
+            e.flags = (_READ if reads else 0) | (_WRITE if writes else 0) | (_MANUAL if manual else 0)
+            m += 1
+            if sanitizing:
+                if site is None:
+                    site = self.sanitizer.site()
+                what = describe(label, name, reads, writes, stream, site)
+                if manual:
+                    self._check(t, stream, reads, writes, what)
+                notes.append((t, what, writes))
+        # Every check passed: the driver decides the edges; queue them, then the first uses' joins.
+        if table is not None and m:
+            edges = self._edges
+            k = lib.pto_hazards_order(table, stream._id, acc, m, edges, len(edges))
+            if k > len(edges):
+                edges = self._edges = ffi.new("pto_hz_edge[]", 2 * k)
+                k = lib.pto_hazards_order(table, stream._id, acc, m, edges, len(edges))
+            check(k, "pto_hazards_order")
+            if not stream._fifo:
+                lib.pto_hazards_set_held(table, stream._id, 0)
+            for i in range(k):
+                edge = edges[i]
+                src = self.stream_of(edge.src)
+                if src is None:
+                    continue  # (its work is over: nothing of it is left to wait for)
+                exact = None
+                if edge.exact:
+                    ready = accesses[edge.index][0]._ready
+                    if ready is not None and ready._clock is not None and ready._clock[1] == edge.exact:
+                        exact = ready
+                self._wait(stream, src, exact)
+        for a in accesses:
+            t = a[0]
             if stream not in t._streams:
-                _first_use(t, stream)
-        pos = q.next_token + offset  # the token of the command that touches the tensors
-        home_ok = not sanitizing
+                _first_use(self, t, stream)
+        pos = self.queue.next_token + offset  # the token of the command that touches the tensors
+        if table is not None and m:
+            check(lib.pto_hazards_note(table, stream._id, acc, m, pos), "pto_hazards_note")
+        if notes:
+            self._note(stream, notes, pos)
+
+    def _check(self, t, stream, reads: bool, writes: bool, what: str) -> None:
+        """The sanitizer: raise for an earlier conflicting access nothing orders this one after."""
+        pending = self.queue.pending
+        oclock = stream._oclock
+        w = t._writer
+        if w is not None and w[0] is not stream and (reads or writes):
+            self._race_if(t, stream, w, "write", what, pending, oclock)
+        readers = t._readers
+        if writes and readers:
+            for r_stream, r in list(readers.items()):
+                if r_stream is not stream:
+                    self._race_if(t, stream, r, "read", what, pending, oclock)
+
+    def _race_if(self, t, stream, prev, how: str, what: str, pending, oclock) -> None:
+        src, pos = prev[0], prev[1]
+        if pos in pending and oclock.get(src._id, 0) <= pos and not _joined_after(t, stream, src, pos):
+            self.sanitizer.race(t, prev, how, what)
+
+    def _note(self, stream, notes: list, pos: int) -> None:
+        """The sanitizer's records of the accesses, with their call sites."""
         for t, what, writes in notes:
-            if what is None and t._manual and not sanitizing:
-                t._home = stream  # nothing to track: nothing to do on this stream again
-                continue
-            acc = (stream, pos, what, None)
+            rec = (stream, pos, what, None)
             if writes:
-                t._writer = acc
+                t._writer = rec
                 t._readers = None
-                t._readhome = None
-                if home_ok:
-                    t._home = stream
             else:
                 readers = t._readers
                 if readers is None:
-                    t._readers = {stream: acc}
+                    t._readers = {stream: rec}
                 else:
                     if len(readers) >= _FOLD_FROM and stream not in readers:
                         fold_readers(self, t, readers)
-                    readers[stream] = acc
+                    readers[stream] = rec
 
     def raw_access(self, stream, lo: int, nbytes: int, reads: bool, label: str) -> None:
         """Order a copy to or from a raw device address (``copy_from``/``copy_to``; lock held).
@@ -488,7 +538,7 @@ class Hazards:
         if t is not None and t._ptr < hi and lo < t._ptr + t._nbytes:
             self.order(stream, [(t, "dev_ptr", reads, not reads)], label, 0)
         freed = self.worker._memory.freed_blocks
-        if not freed or self.mode == "off":
+        if not freed or not self.sanitizing:
             return
         pending = self.queue.pending
         for start, (end, src, pos, what) in freed.items():
@@ -506,106 +556,85 @@ class Hazards:
         if len(blocks) > _KEEP_FREED:
             del blocks[next(iter(blocks))]
 
-    def _prune(self, waits: dict) -> None:
-        """Drop the waits that another one implies: a stream that waited for that access itself."""
-        for a in list(waits):
-            pos = waits[a][0]
-            for b in list(waits):
-                if b is not a and b._clock.get(a._id, 0) > pos:
-                    del waits[a]
-                    self.skipped += 1
-                    break
+    def forget(self, ptr: int) -> None:
+        """The block at `ptr` is freed: a tensor allocated there later starts with no accesses (lock held)."""
+        if self.table is not None:
+            lib.pto_hazards_forget(self.table, ptr)
 
     def written(self, t, stream, token: int, label: str, exact) -> None:
         """Note a write the runtime queued itself (``alloc_tensor(init=...)``; lock held).
 
-        `exact` is an Event recorded right after it (or None).
+        `exact` is an Event recorded right after it (or None): an edge that
+        needs no more than this write waits for it.
         """
-        what = describe(label, "init", False, True, stream, self.sanitizer.site()) if self.mode != "off" else None
-        t._writer = (stream, token, what, exact)
-        t._readers = None
-        t._readhome = None
-        if self.mode == "off":
-            t._home = stream
+        point = exact._clock[1] if exact is not None and exact._clock is not None else 0
+        if self.table is not None:
+            check(lib.pto_hazards_written(self.table, stream._id, t._ptr, token, point), "pto_hazards_written")
+        if self.sanitizing:
+            what = describe(label, "init", False, True, stream, self.sanitizer.site())
+            t._writer = (stream, token, what, exact)
+            t._readers = None
 
     def _wait(self, stream, src, exact) -> None:
         """Insert the edge: `stream` waits on the device for `exact`, else for everything queued on `src` so far.
 
         The common edge, with neither stream holding work on the host, is one
-        driver call, ``pto_stream_wait_stream``: it records `src`'s own hazard
-        event (one per stream, re-recorded each time: a wait takes the
-        recording current when it is queued) and queues the wait on `stream`,
-        both as an inferred edge's commands: injected failures pass them by,
-        and the wait has a completion record only if it fails itself (a
+        driver call, ``pto_hazards_queue_edge`` (``pto_stream_wait_stream``
+        with the table's event of `src`): injected failures pass its commands
+        by, and the wait has a completion record only if it fails itself (a
         failure the event carries), so its token is not in the token map.
-        That token is the edge's mark in the clocks: every command of `src`
-        before the record has a smaller one.
+        Otherwise an event is recorded on `src` (in its FIFO, behind the work
+        it holds) and waited for, or `src`'s final point if it is closed.
         """
+        q = self.queue
+        table = self.table
         if exact is None and not src._fifo and not stream._fifo and not src._closed:
-            self._queue_edge(stream, src, self._edge(stream, src))
+            lib.pto_hazards_set_held(table, src._id, 0)
+            tok = q.next_token
+            q.next_token = tok + 1
+            if self.sanitizing:  # only the sanitizer reads the clocks of ordering-only events
+                _merge(stream._oclock, src._oclock, stream._id, src._id, tok)
+            rc = lib.pto_hazards_queue_edge(table, stream._id, src._id, tok)
+            if rc:
+                if rc < 0:
+                    check(rc, "queueing an inferred wait")
+                if rc & _SRC_QUEUED:
+                    overflowed(q, src, 1)
+                if rc & QUEUED:
+                    overflowed(q, stream, 1)
+            self._traced(tok)
             return
         event = exact
         if event is None:
             event = src._final if src._closed else src._record_locked(edge=True)
             if event is None:
                 return
-        tok = self.queue.next_token
-        stream._wait_locked(event, edge=True)
-        self._count(tok)
-
-    def _queue_edge(self, stream, src, tok: int) -> None:
-        """Queue the edge from `src`'s tail that :meth:`_edge` (or ``fast_order``) made: one driver call."""
-        rc = _wait_stream(stream._ptr, src._ptr, src._hz_event, tok)
-        if rc:
-            if rc < 0:
-                check(rc, "queueing an inferred wait")
-            if rc & _SRC_QUEUED:
-                overflowed(self.queue, src, 1)
-            if rc & QUEUED:
-                overflowed(self.queue, stream, 1)
-
-    def _edge(self, stream, src) -> int:
-        """The edge of one driver call from `src`'s tail to `stream`, clocks merged and counted.
-
-        Returns its token; the caller queues it next (:meth:`_queue_edge`),
-        with ``src._hz_event``, the event it makes here if need be.
-        (The driver refuses an edge only on a device that is lost or closing,
-        after which nothing runs to order.)
-        """
-        q = self.queue
         tok = q.next_token
-        q.next_token = tok + 1
-        event = src._hz_event
-        if event is None:
-            out = ffi.new("pto_event **")
-            check(lib.pto_event_create(q.dev, out), "pto_event_create")
-            event = src._hz_event = out[0]
-        if self.mode != "off":  # only the sanitizer reads the clocks of ordering-only events
-            _merge(stream._oclock, src._oclock, stream._id, src._id, tok)
-        _merge(stream._clock, src._clock, stream._id, src._id, tok)
-        self.inferred += 1
+        stream._wait_locked(event, edge=True)
+        self.inferred_here += 1
+        self._traced(tok)
+
+    def _traced(self, tok: int) -> None:
+        """Keep an inferred wait's token for the trace's arrows when tracing."""
         if self.recorder is not None and self.recorder.graph_tags is not None:
-            self._keep(tok)
-        return tok
+            kept = self.inferred_tokens
+            kept[tok] = None
+            if len(kept) > _KEEP_INFERRED:
+                del kept[next(iter(kept))]
 
-    def _count(self, tok: int) -> None:
-        """One inferred wait, with token `tok`: counted, and kept for the trace's arrows when tracing."""
-        self.inferred += 1
-        if self.recorder is not None and self.recorder.graph_tags is not None:
-            self._keep(tok)
-
-    def _keep(self, tok: int) -> None:
-        kept = self.inferred_tokens
-        kept[tok] = None
-        if len(kept) > _KEEP_INFERRED:
-            del kept[next(iter(kept))]
+    def sizes(self, t, stream) -> tuple[int, int]:
+        """The driver's records: reads kept for `t`, entries of `stream`'s clock (for tests)."""
+        out = ffi.new("uint64_t[2]")
+        lib.pto_hazards_sizes(self.table, t._ptr, stream._id, out)
+        return int(out[0]), int(out[1])
 
 
-def _first_use(t, stream) -> None:
+def _first_use(hz, t, stream) -> None:
     """`t`'s first use on `stream`: join its allocation (rule 4 of DeviceTensor), unless an edge covers that."""
-    # (A point of another worker, a peer copy's, is not in this worker's clocks.)
+    # (A point of another worker, a peer copy's, is not in this worker's records.)
     ready = t._ready._clock if t._ready is not None and t._ready._worker is stream._worker else None
-    if ready is not None and stream._clock.get(ready[0], 0) > ready[1]:
+    if ready is not None and hz.table is not None and lib.pto_hazards_ordered(hz.table, stream._id, ready[0],
+                                                                              ready[1]):
         t._add_stream(stream)  # an edge just queued waits for more than the join would
     else:
         t._join(stream)
@@ -616,14 +645,4 @@ def _joined_after(t, stream, src, pos: int) -> bool:
     if stream in t._streams or t._ready is None or t._ready._worker is not stream._worker:
         return False
     ready = t._ready._clock
-    return ready[0] == src._id and ready[1] > pos
-
-
-def _combine(need: tuple, pos: int, exact) -> tuple:
-    """One wait for two accesses on one stream: the latest position, and an exact event after both if any."""
-    latest = max(need[0], pos)
-    best = None
-    for event in (need[1], exact):
-        if event is not None and event._clock[1] > latest and (best is None or event._clock[1] < best._clock[1]):
-            best = event
-    return latest, best
+    return ready is not None and ready[0] == src._id and ready[1] > pos

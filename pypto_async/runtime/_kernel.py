@@ -16,6 +16,7 @@ from . import _call
 from ._args import Binder
 from ._config import normalize_platform
 from ._deps_json import write_deps
+from ._hazards import launch_access
 from ._dispatch import launch_kernel
 from ._launch import Launch
 
@@ -89,7 +90,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_launch",
-                 "_after", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
+                 "_access", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
                  "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -103,10 +104,11 @@ class KernelHandle:
         h._kptr = kptr
         # The driver call that queues one launch: (stream, kernel, blocks, args, nargs, token).
         h._launch = launch
-        # The same launch behind an inferred edge, in one driver call (None: two calls).
-        h._after = lib.pto_stream_launch_after if launch is lib.pto_stream_launch else None
         h._name = name
         h._binder = Binder(compiled.params, name)
+        # How the launch uses each argument, for the driver's ordering of a kernel launch
+        # (pto_hazards_launch, which queues the edges it needs with it); None for a program.
+        h._access = launch_access(h._binder.params) if launch is lib.pto_stream_launch else None
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)
         h._label = f"launch of {name!r}"
         h._nargs = len(h._binder.params)

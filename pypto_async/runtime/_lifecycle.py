@@ -189,6 +189,8 @@ def finalize(worker) -> None:
         worker._pump.close()
         for g in list(worker._graphs):
             g._release_native()
+        if worker._hazards is not None:
+            worker._hazards.close()  # its driver events: before the device goes
         dev, worker._dev = worker._dev, None
         worker._queue.dev = None
         lib.pto_device_close(dev)
@@ -244,6 +246,8 @@ def _teardown(worker) -> None:
         with q.lock:
             for g in list(worker._graphs):
                 g._release_native()  # graphs hold driver events: before the device goes
+            if worker._hazards is not None:
+                worker._hazards.close()  # so does the driver's hazard table
             dev, worker._dev = worker._dev, None
             q.dev = None
             lib.pto_device_close(dev)

@@ -303,6 +303,9 @@ class DeviceMemory:
                 stream._wait_locked(event)
         q = self.queue
         submit(q, stream, lib.pto_stream_free, (stream._ptr, ptr, token(q, None)), None, 0)
+        hz = self._worker._hazards
+        if hz is not None:
+            hz.forget(ptr)  # a tensor allocated there later starts with no accesses
 
     def defer_free(self, ptr: int, stream, used) -> None:
         """Free a collected DeviceTensor later, on the owning thread (any thread, no lock)."""

@@ -52,7 +52,7 @@ from .._driver import ffi, lib
 from ..errors import PtoError, PtoOutOfMemory
 from ._group import group_commands, group_flags, needed
 from ._queue import Entry
-from ._submit import token
+from ._submit import held, token
 
 __all__ = ["MemoryWait", "wait_for_memory", "retry"]
 
@@ -159,6 +159,8 @@ def wait_for_memory(mem, handle, stream, values: list, launch):
     gate = MemoryWait(q, handle, stream, values, launch, tokens)
     run = gate.run
     epoch = lib.pto_stream_epoch(stream._ptr)  # the driver judges the group as queued now
+    if not stream._fifo:
+        held(stream)
     stream._fifo.extend(Entry(run, (k, t), launch, f, gate, epoch)
                         for k, (t, f) in enumerate(zip(tokens, flags)))
     if stream not in q.backlog:

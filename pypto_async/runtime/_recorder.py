@@ -130,9 +130,6 @@ class TraceRecorder:
         Returns the tokens of the waits the runtime inferred (a container).
     """
 
-    # (Slots: automatic ordering's compiled common case reads graph_tags on every crossing launch.)
-    __slots__ = ("_dev", "_always_on", "_stream_names", "_inferred", "_windows", "_lock", "_device", "graph_tags")
-
     def __init__(self, dev, *, always_on: bool = False, stream_names=None, inferred=None):
         self._dev = dev
         self._always_on = always_on

@@ -26,7 +26,7 @@ from ..errors import PtoArgumentError, PtoClosedError, PtoNotSupported
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event, enter
-from ._hazards import closed, mark, merge_clock, prune_clocks
+from ._hazards import closed, gone, mark, merge_clock, prune_clocks
 from ._launch import Launch, _Marker, _SyncPoint
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
@@ -62,8 +62,7 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_clock", "_oclock", "_hz_event",
-                 "__weakref__")
+                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_oclock", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -76,6 +75,8 @@ class Stream:
         check(lib.pto_stream_set_overflow(out[0], 1), "pto_stream_set_overflow")  # see _queue.py, step 3
         stream = cls._make(worker, out[0], priority, is_default)
         worker._streams[stream._id] = stream
+        if worker._hazards is not None:
+            worker._hazards.register(stream)  # the driver's ordering knows it from now on
         prune_clocks(worker)
         return stream
 
@@ -94,10 +95,8 @@ class Stream:
         stream._final_ordering = None  # ... and the same point as an ordering only
         stream._folded = 0  # once closed: the token of the fold point's wait for it (fold_point)
         stream._is_default = is_default
-        stream._last = 0  # the token of its last data command (a launch or copy): see _hazards.py
-        stream._clock = {}  # other stream -> the largest token of its events this one waits for
-        stream._oclock = {}  # ... counting ordering-only events too
-        stream._hz_event = None  # the driver event of inferred edges from this stream (_hazards.py)
+        stream._last = 0  # the token of its last data command (a launch or copy)
+        stream._oclock = {}  # the sanitizer: other stream -> the largest token of its events this one waits for
         return stream
 
     # -- properties ---------------------------------------------------------------
@@ -313,10 +312,8 @@ class Stream:
         try:
             if not self._closed and self._worker._alive():
                 self._closed = True
+                gone(self, later=True)  # (no lock here: the driver's table hears of it under the lock)
                 lib.pto_stream_destroy(self._ptr)
-            if self._hz_event is not None and self._worker._alive():
-                lib.pto_event_destroy(self._hz_event)
-                self._hz_event = None
         except Exception:
             pass
 
@@ -392,10 +389,8 @@ class Stream:
     def _destroy(self) -> None:
         """Release the driver's stream, once nothing of this stream is left on the host."""
         self._worker._streams.pop(self._id, None)
+        gone(self)
         lib.pto_stream_destroy(self._ptr)
-        if self._hz_event is not None:  # waits already queued keep the recording they took
-            lib.pto_event_destroy(self._hz_event)
-            self._hz_event = None
 
 
 def fold_point(worker) -> Stream:
@@ -415,6 +410,8 @@ def fold_point(worker) -> Stream:
     fold = worker._fold
     if fold is None:
         fold = worker._fold = Stream._create(worker, 0, False)
+        if worker._hazards is not None:
+            worker._hazards.set_fold(fold)
     return fold
 
 

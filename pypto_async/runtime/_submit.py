@@ -127,11 +127,25 @@ def track(stream, owner, first_token: int, last_token: int) -> None:
 def hold(q: CommandQueue, stream, fn, args: tuple, owner, flags: int, gate) -> Entry:
     """Queue a command in `stream`'s host FIFO, stamped with its failure epoch."""
     entry = Entry(fn, args, owner, flags, gate, lib.pto_stream_epoch(stream._ptr))
-    stream._fifo.append(entry)
+    fifo = stream._fifo
+    if not fifo:
+        held(stream)
+    fifo.append(entry)
     if stream not in q.backlog:
         q.backlog[stream] = None
     q.fifo_waits += 1
     return entry
+
+
+def held(stream) -> None:
+    """`stream`'s FIFO takes work: the driver's ordering queues no edge from or to it alone (lock held).
+
+    The driver hears the FIFO is empty again when the runtime next orders
+    an edge there itself (:meth:`~._hazards.Hazards.order`).
+    """
+    hz = stream._worker._hazards
+    if hz is not None and hz.table is not None:
+        lib.pto_hazards_set_held(hz.table, stream._id, 1)
 
 
 def enqueue_hook(q: CommandQueue, stream, fn, args: tuple, *, record: bool) -> None:

@@ -90,7 +90,7 @@ class DeviceTensor:
     """
 
     __slots__ = ("_worker", "_ptr", "_shape", "_dtype", "_nbytes", "_stream", "_streams", "_freed",
-                 "_init", "_init_epoch", "_ready", "_home", "_readhome", "_manual", "_writer", "_readers",
+                 "_init", "_init_epoch", "_ready", "_manual", "_writer", "_readers",
                  "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -111,12 +111,9 @@ class DeviceTensor:
         t._init = None  # the Launch of its initial copy, until known to have succeeded
         t._init_epoch = 0  # its stream's failure epoch when that copy was queued
         t._ready = None  # an Event on its allocation stream: allocation (and initial copy) done
-        # Hazard tracking (_hazards.py): the stream where an access needs nothing, the stream
-        # where a read needs nothing, the last write (stream, token, what, exact; None while the
-        # tensor has a home it was written on: that home's last data command) and the reads
+        # Hazard tracking (_hazards.py): the driver keeps the accesses; the sanitizer keeps its
+        # own, with their call sites: the last write (stream, token, what, exact) and the reads
         # since, one per stream.
-        t._home = None
-        t._readhome = None
         t._manual = False
         t._writer = None
         t._readers = None

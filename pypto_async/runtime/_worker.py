@@ -25,7 +25,6 @@ import threading
 import weakref
 
 from .._driver import check, device_config, error_for_status, ffi, lib
-from .._fastorder import setup as _fast_setup
 from .._signature import normalize_platform
 from ..errors import PtoArgumentError, PtoClosedError, PtoInvalidStateError, PtoNotSupported
 from . import _context, _copy, _lifecycle
@@ -36,11 +35,10 @@ from ._config import as_run_config
 from ._graph import Graph
 from ._kernel import KernelHandle, register
 from ._launch import Launch
-from ._hazards import Access, Hazards, manual_region, regions_open, sanitize_mode
+from ._hazards import Hazards, manual_region, sanitize_mode
 from ._memory import DeviceMemory
 from ._pump import SyncPump
 from ._queue import CommandQueue
-from ._recorder import TraceRecorder
 from ._state import CLOSED, FORKED, OPEN
 from ._stats import WorkerStats, worker_stats
 from ._stream import Stream, accept, sync_point
@@ -49,10 +47,6 @@ from ._tracing import TraceWindow, WorkerTracing
 from ._wait import add_sync_point
 
 __all__ = ["ChipWorker", "WorkerStats"]
-
-# Automatic ordering's compiled common case (native/python/fastorder.c) reads the slots of these
-# classes at their member descriptors' offsets; the owner of every one of them wires it, once.
-_fast_setup(DeviceTensor, Stream, Hazards, CommandQueue, Access, TraceRecorder, regions_open)
 
 #: The runtime name PyPTO binds workers and programs to by default; the sim's program runtime
 #: (a task ring with tensor-map dependencies, run by the scheduler threads) is that model.
@@ -203,6 +197,8 @@ class ChipWorker:
                 self._hazards.recorder = self._tracing.recorder  # its inferred waits' trace marks
         except BaseException:
             self._state = CLOSED
+            if self._hazards is not None:
+                self._hazards.close()
             dev, self._dev = self._dev, None
             self._queue.dev = None
             lib.pto_device_close(dev)

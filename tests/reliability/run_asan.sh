@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Run Python tests against ASan/UBSan builds of the native driver and of the compiled
-# ordering (pypto_async._fastorder) (opt-in CI step).
+# Run Python tests against an ASan/UBSan build of the native driver (opt-in CI step).
 #
 #   tests/reliability/run_asan.sh [pytest args...]   (default: tests/reliability tests/driver)
 #
 # Copies the working tree (tracked and untracked, not ignored files) to a temporary
-# directory, builds pypto_async._pto_driver and pypto_async._fastorder there with
+# directory, builds pypto_async._pto_driver there with
 # PTO_DRIVER_CFLAGS='-fsanitize=address,undefined -fno-omit-frame-pointer', and runs pytest
 # in the copy with libasan/libubsan preloaded (Python itself is not instrumented).  The
 # source tree and its in-place build are never touched.  Leak detection is off: CPython
@@ -32,8 +31,8 @@ export PYPTO_ASYNC_SANITIZED=1  # test_soak.py: ASan's quarantine makes RSS grow
 export PYTHONPATH="$WORK${PYTHONPATH:+:$PYTHONPATH}"
 # The copy, not the editable install, must be what runs.
 LD_PRELOAD="$PRELOAD" python - <<'PY'
-import os, pypto_async._pto_driver as d, pypto_async._fastorder as f
-for m in (d, f):
+import os, pypto_async._pto_driver as d
+for m in (d,):
     assert m.__file__.startswith(os.environ["PYTHONPATH"].split(":")[0]), m.__file__
     print("sanitized:", m.__file__)
 PY

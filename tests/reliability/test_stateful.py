@@ -100,7 +100,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
     #: Rings large enough that nothing waits in a stream FIFO.
     RING = {"ring_task_window": 1024, "ring_dep_pool": 1024}
     #: The sanitizer's mode for the worker (None: the suite's, raising).  Off, automatic ordering
-    #: runs its compiled common case (``Hazards.order``), the one users run by default.
+    #: orders launches in the driver with the launch (``pto_hazards_launch``), as users run it by default.
     SANITIZE = None
     #: Whether the program injects copy faults and launches the failing kernel.
     FAULTS = True
@@ -118,9 +118,10 @@ class RuntimeVsModel(RuleBasedStateMachine):
         self.handles = {name: self.worker.register(_kernel_lib.get(name, N)) for name in KERNEL_NAMES}
         # The runtime joins first uses on the event recorded right after allocation, if it has one;
         # it orders DeviceTensors across streams itself (auto_deps, the default), as the model does.
+        # The driver records every access exactly, with or without the sanitizer (no homes).
         hz = self.worker._hazards
         self.model = Model(STREAMS, join_on_ready="_ready" in DeviceTensor.__slots__,
-                           auto_deps=hz is not None and hz.auto, homes=hz is not None and hz.mode == "off")
+                           auto_deps=hz is not None and hz.auto, homes=False)
         self.tensors: list[Pair] = []
         self.hosts: list[Pair] = []
         self.launches: list[Pair] = []
@@ -456,13 +457,13 @@ class RuntimeVsModelBackPressure(RuntimeVsModel):
 
 
 class RuntimeVsModelCompiledPath(RuntimeVsModel):
-    """The same programs with the sanitizer off: automatic ordering's compiled common case, and what it declines."""
+    """The same programs with the sanitizer off: launches ordered by the driver alone, and what it declines."""
 
     SANITIZE = "off"
 
 
 class RuntimeVsModelCompiledPathBackPressure(RuntimeVsModelBackPressure):
-    """The compiled path with 8-slot rings: edges and launches wait in the driver's overflow and in FIFOs."""
+    """The driver's path with 8-slot rings: edges and launches wait in the driver's overflow and in FIFOs."""
 
     SANITIZE = "off"
 

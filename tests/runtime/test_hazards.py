@@ -31,11 +31,11 @@ def rand(n: int = N) -> np.ndarray:
     return np.random.default_rng().standard_normal(n).astype(np.float32)
 
 
-@pytest.fixture(params=["raise", "off"], ids=["general-path", "compiled-path"])
+@pytest.fixture(params=["raise", "off"], ids=["general-path", "driver-path"])
 def worker(request, config):
     """Both ways automatic ordering runs: beside the sanitizer (the suite's), and on its own.
 
-    Users run the second by default, where ``Hazards.order`` runs its compiled common case.
+    Users run the second by default, where the driver orders a launch with the launch itself.
     """
     with ChipWorker(dataclasses.replace(config, sanitize=request.param)) as w:
         yield w
@@ -747,7 +747,7 @@ def test_bench_hazards_script_runs(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert len(results["rows"]) == 8 and all(row["figure"] is not None for row in results["rows"])
+    assert len(results["rows"]) == 13 and all(row["figure"] is not None for row in results["rows"])
     assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())
 
 
@@ -781,12 +781,16 @@ def test_the_pto_races_marker_turns_the_sanitizer_off(kernels):
 def _bounded_records(w, t, most: int) -> None:
     """`t`'s records and every live stream's clock stay bounded, however many streams came and went."""
     assert len(t._streams) <= most, t._streams
-    assert len(t._readers or ()) <= most, t._readers
+    assert len(t._readers or ()) <= most, t._readers  # the sanitizer's records
+    hz = w._hazards
     live = w._streams
-    kept = {*live.values(), *t._streams, *(t._readers or ()), t._home, t._writer and t._writer[0]} - {None}
+    kept = {*live.values(), *t._streams, *(t._readers or ()), t._writer and t._writer[0],
+            *hz.closed_streams.values()} - {None}
     most_clock = 32  # a few live streams here at any time: two entries each and a slack of 16 gone ones
+    assert len(hz.closed_streams) <= 2 * 32 + 1, len(hz.closed_streams)
     for s in kept:  # the live streams, and the closed ones the tensor's records still name
-        assert len(s._clock) <= most_clock, (s, s._clock)
+        readers, clock = hz.sizes(t, s)  # the driver's records
+        assert readers <= most and clock <= most_clock, (s, readers, clock)
         # (The sanitizer keeps the ordering-only marks of closed streams still in flight.)
         assert len(s._oclock) <= (most_clock if not w._hazards.sanitizing else most_clock + most), (s, s._oclock)
 

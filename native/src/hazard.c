@@ -1,0 +1,935 @@
+/*
+ * hazard.c - automatic ordering of accesses to device memory across streams.
+ *
+ * The rule (pto_driver.h, "hazards"): a read waits for the allocation's
+ * last write, a write for the last write and the reads since; accesses on
+ * one stream are ordered already.  Positions are the caller's tokens.
+ *
+ * State.  Per allocation (struct hz_tensor, by base address): the last
+ * write (stream, position, and the position of an exact point right after
+ * it, if the caller has one) and the reads since, one per stream.  Per
+ * stream (struct hz_stream, by id): its clock, for every other stream the
+ * largest position of a failure-carrying point it waits for, directly or
+ * through the points those waited for.  A clock is an array sorted by
+ * stream id, shared copy-on-write by the marks taken of it (a record costs
+ * a reference, not a copy), and kept to the live streams and a slack; one
+ * larger than HZ_MERGE_MAX passes on only its stream's own entry.
+ *
+ * Deciding one call's edges (decide) costs the accesses' records: each
+ * earlier access is looked up in the stream's clock (implied: skipped),
+ * edges to one stream are combined into one, and an edge another one of the
+ * call implies (a stream that waited for that access itself) is dropped, by
+ * one pass over the clocks of the edges' streams (prune).  A write after M
+ * reads on M streams costs O(M): each clock scanned is at most HZ_MERGE_MAX.
+ *
+ * Reads of closed streams fold into one read of the fold point, a stream
+ * that waits (ordering only) for every closed stream's work: a write after
+ * them waits there once (over-waiting, never under-waiting), and a
+ * long-lived allocation read by many short-lived streams keeps a bounded
+ * number of records.
+ *
+ * Not locked: one caller at a time (the runtime calls it with its lock
+ * held).  Nothing here runs on a driver thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define HZ_FOLD_FROM 4    /* reads an allocation keeps before it folds the closed streams' ones */
+#define HZ_CLOCK_SLACK 16 /* entries of gone streams a clock may hold beyond two per live stream */
+#define HZ_OVF_MAX 64     /* sources pto_hazards_overflowed reports */
+/*
+ * A clock of more entries than this is not merged whole, nor scanned to drop
+ * edges: a stream that waits for it takes its direct entry only (knowing less
+ * only lets an edge be queued again).  So a write after M reads on M streams
+ * costs O(M), however many streams each reader's clock has heard of.
+ */
+#define HZ_MERGE_MAX 32
+
+struct hz_ent {
+    uint64_t sid, pos;
+};
+
+struct hz_clock {
+    uint32_t refs, n, cap;
+    struct hz_ent e[];
+};
+
+struct hz_stream {
+    uint32_t sid;
+    bool closed, held, gone;
+    pto_stream *ptr;        /* NULL once gone */
+    pto_event *ev;          /* names this stream's edges in traces (made at the first) */
+    struct hz_clock *clock; /* NULL: waits for nothing */
+    uint64_t folded;        /* closed: the position of the fold point's wait for it */
+    uint64_t named;         /* records naming it, and its registration */
+    uint64_t plan_gen;      /* decide: in the plan of call plan_gen, at plan_idx */
+    uint32_t plan_idx;
+};
+
+struct hz_read {
+    struct hz_stream *s;
+    uint64_t pos;
+};
+
+struct hz_tensor {
+    pto_devptr addr;
+    struct hz_stream *w; /* the last write's stream, or NULL */
+    uint64_t wpos, wexact;
+    uint32_t nr, cap;
+    struct hz_read *r;
+};
+
+/* Open addressing, linear probing, backward-shift deletion; key 0 is free. */
+struct hz_map {
+    size_t cap, n;
+    uint64_t *k;
+    void **v;
+};
+
+struct pto_hz_mark {
+    uint32_t sid;
+    uint64_t pos;
+    struct hz_clock *clock;
+};
+
+struct hz_need {
+    struct hz_stream *s;
+    uint64_t pos, exact;
+    uint32_t index;
+    bool dropped;
+};
+
+struct hz_plan {
+    struct hz_need *w;
+    uint32_t n, cap;
+    uint64_t skipped;
+    struct hz_need small[8];
+};
+
+struct pto_hazards {
+    pto_device *dev;
+    struct hz_map streams, tensors;
+    uint32_t fold;
+    bool has_fold;
+    uint64_t gen;
+    uint64_t inferred, skipped;
+    size_t live;
+    uint32_t novf;
+    uint32_t ovf[HZ_OVF_MAX];
+};
+
+/* ---- the maps ---------------------------------------------------------------- */
+
+static size_t hz_hash(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+/* Keys are stored plus one (stream id 0 and every address stay apart from the free mark). */
+static void *map_get(const struct hz_map *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    uint64_t k = key + 1;
+    for (size_t i = hz_hash(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->k[i] == k)
+            return m->v[i];
+        if (!m->k[i])
+            return NULL;
+    }
+}
+
+static int map_grow(struct hz_map *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 16;
+    uint64_t *k = calloc(cap, sizeof(*k));
+    void **v = calloc(cap, sizeof(*v));
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return -1;
+    }
+    for (size_t j = 0; j < m->cap; j++) {
+        if (!m->k[j])
+            continue;
+        size_t i = hz_hash(m->k[j]) & (cap - 1);
+        while (k[i])
+            i = (i + 1) & (cap - 1);
+        k[i] = m->k[j];
+        v[i] = m->v[j];
+    }
+    free(m->k);
+    free(m->v);
+    m->k = k;
+    m->v = v;
+    m->cap = cap;
+    return 0;
+}
+
+/* Insert a key not in the map: 0, or -1 out of memory. */
+static int map_put(struct hz_map *m, uint64_t key, void *val)
+{
+    if ((m->n + 1) * 4 > m->cap * 3 && map_grow(m))
+        return -1;
+    uint64_t k = key + 1;
+    size_t i = hz_hash(k) & (m->cap - 1);
+    while (m->k[i])
+        i = (i + 1) & (m->cap - 1);
+    m->k[i] = k;
+    m->v[i] = val;
+    m->n++;
+    return 0;
+}
+
+static void map_del(struct hz_map *m, uint64_t key)
+{
+    if (!m->cap)
+        return;
+    uint64_t k = key + 1;
+    size_t mask = m->cap - 1, i = hz_hash(k) & mask;
+    while (m->k[i] != k) {
+        if (!m->k[i])
+            return;
+        i = (i + 1) & mask;
+    }
+    m->n--;
+    for (size_t j = (i + 1) & mask; m->k[j]; j = (j + 1) & mask) {
+        size_t home = hz_hash(m->k[j]) & mask;
+        /* Move j's entry into the hole at i if its probe run passes i. */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            m->k[i] = m->k[j];
+            m->v[i] = m->v[j];
+            i = j;
+        }
+    }
+    m->k[i] = 0;
+    m->v[i] = NULL;
+}
+
+/* ---- clocks -------------------------------------------------------------------- */
+
+static void clock_unref(struct hz_clock *c)
+{
+    if (c && --c->refs == 0)
+        free(c);
+}
+
+/* The entry of stream sid in c, or NULL. */
+static struct hz_ent *clock_find(const struct hz_clock *c, uint64_t sid)
+{
+    if (!c)
+        return NULL;
+    uint32_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (c->e[mid].sid < sid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n && c->e[lo].sid == sid ? (struct hz_ent *)&c->e[lo] : NULL;
+}
+
+/* c's position of stream sid (0: none). */
+static uint64_t clock_get(const struct hz_clock *c, uint64_t sid)
+{
+    const struct hz_ent *e = clock_find(c, sid);
+    return e ? e->pos : 0;
+}
+
+static struct hz_clock *clock_new(uint32_t cap)
+{
+    struct hz_clock *c = malloc(sizeof(*c) + (size_t)cap * sizeof(c->e[0]));
+    if (c) {
+        c->refs = 1;
+        c->n = 0;
+        c->cap = cap;
+    }
+    return c;
+}
+
+/* Whether stream sid is live (registered, not gone). */
+static bool live(pto_hazards *hz, uint64_t sid)
+{
+    struct hz_stream *st = map_get(&hz->streams, sid);
+    return st && !st->gone;
+}
+
+/*
+ * s waits for a point of stream src at position r, whose recording stream
+ * had waited for snap: s's clock takes the larger of each entry (never its
+ * own), then src's r.  Entries of gone streams go once the clock grows past
+ * two per live stream and a slack (dropping one only lets an edge be
+ * queued again).  0, or -1 out of memory (the clock is left as it was).
+ */
+static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *snap, uint64_t src, uint64_t r)
+{
+    struct hz_clock *c = s->clock;
+    uint32_t sn = snap && snap->n <= HZ_MERGE_MAX ? snap->n : 0;
+    /* In place when the clock is s's alone and has every entry the merge raises. */
+    if (c && c->refs == 1) {
+        bool fits = src == s->sid || clock_find(c, src);
+        for (uint32_t i = 0; fits && i < sn; i++)
+            if (snap->e[i].sid != s->sid && !clock_find(c, snap->e[i].sid))
+                fits = false;
+        if (fits) { /* O(sn log n): a large clock is not walked */
+            for (uint32_t i = 0; i < sn; i++) {
+                struct hz_ent *e = snap->e[i].sid != s->sid ? clock_find(c, snap->e[i].sid) : NULL;
+                if (e && snap->e[i].pos > e->pos)
+                    e->pos = snap->e[i].pos;
+            }
+            struct hz_ent *e = src != s->sid ? clock_find(c, src) : NULL;
+            if (e && r > e->pos)
+                e->pos = r;
+            return 0;
+        }
+    }
+    uint32_t cn = c ? c->n : 0;
+    struct hz_clock *out = clock_new(cn + sn + 1);
+    if (!out)
+        return -1;
+    uint32_t i = 0, j = 0;
+    bool src_done = src == s->sid;
+    while (i < cn || j < sn || !src_done) {
+        uint64_t a = i < cn ? c->e[i].sid : UINT64_MAX, b = j < sn ? snap->e[j].sid : UINT64_MAX;
+        uint64_t sid = a < b ? a : b, pos = 0;
+        if (!src_done && src < sid) {
+            sid = src;
+        } else {
+            if (a == sid)
+                pos = c->e[i++].pos;
+            if (b == sid) {
+                if (sid != s->sid && snap->e[j].pos > pos)
+                    pos = snap->e[j].pos;
+                j++;
+            }
+        }
+        if (sid == src) {
+            if (r > pos)
+                pos = r;
+            src_done = true;
+        }
+        if (pos && sid != s->sid)
+            out->e[out->n++] = (struct hz_ent){sid, pos};
+    }
+    if (out->n > cn && out->n > 2 * hz->live + HZ_CLOCK_SLACK) { /* grown past the bound */
+        uint32_t k = 0;
+        for (uint32_t m = 0; m < out->n; m++)
+            if (live(hz, out->e[m].sid))
+                out->e[k++] = out->e[m];
+        out->n = k;
+    }
+    clock_unref(c);
+    s->clock = out;
+    return 0;
+}
+
+/* ---- streams and records --------------------------------------------------------- */
+
+static void stream_unname(pto_hazards *hz, struct hz_stream *st)
+{
+    if (--st->named)
+        return;
+    map_del(&hz->streams, st->sid);
+    if (st->ev)
+        pto_event_destroy(st->ev);
+    clock_unref(st->clock);
+    free(st);
+}
+
+static struct hz_stream *stream_of(pto_hazards *hz, uint32_t sid)
+{
+    return map_get(&hz->streams, sid);
+}
+
+static void tensor_free(pto_hazards *hz, struct hz_tensor *t)
+{
+    if (t->w)
+        stream_unname(hz, t->w);
+    for (uint32_t i = 0; i < t->nr; i++)
+        stream_unname(hz, t->r[i].s);
+    free(t->r);
+    free(t);
+}
+
+static struct hz_tensor *tensor_get(pto_hazards *hz, pto_devptr addr, bool make)
+{
+    struct hz_tensor *t = map_get(&hz->tensors, addr);
+    if (t || !make)
+        return t;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->addr = addr;
+    if (map_put(&hz->tensors, addr, t)) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static void set_writer(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos, uint64_t exact)
+{
+    s->named++;
+    for (uint32_t i = 0; i < t->nr; i++)
+        stream_unname(hz, t->r[i].s);
+    t->nr = 0;
+    if (t->w)
+        stream_unname(hz, t->w);
+    t->w = s;
+    t->wpos = pos;
+    t->wexact = exact;
+}
+
+/* Fold the reads of closed streams into one read of the fold point. */
+static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
+{
+    struct hz_stream *fold = hz->has_fold ? stream_of(hz, hz->fold) : NULL;
+    if (!fold)
+        return;
+    uint64_t pos = 0;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < t->nr; i++) {
+        struct hz_stream *s = t->r[i].s;
+        if (s->closed && s->folded && s != fold) {
+            if (s->folded > pos)
+                pos = s->folded;
+            stream_unname(hz, s);
+        } else {
+            t->r[k++] = t->r[i];
+        }
+    }
+    t->nr = k;
+    if (!pos)
+        return;
+    for (uint32_t i = 0; i < t->nr; i++) {
+        if (t->r[i].s == fold) {
+            if (t->r[i].pos < pos)
+                t->r[i].pos = pos;
+            return;
+        }
+    }
+    fold->named++;
+    t->r[t->nr++] = (struct hz_read){fold, pos}; /* room: at least one read was folded */
+}
+
+static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos)
+{
+    for (uint32_t i = 0; i < t->nr; i++) {
+        if (t->r[i].s == s) {
+            t->r[i].pos = pos;
+            return 0;
+        }
+    }
+    if (t->nr >= HZ_FOLD_FROM)
+        fold_reads(hz, t);
+    if (t->nr == t->cap) {
+        uint32_t cap = t->cap ? 2 * t->cap : 4;
+        struct hz_read *r = realloc(t->r, cap * sizeof(*r));
+        if (!r)
+            return -1;
+        t->r = r;
+        t->cap = cap;
+    }
+    s->named++;
+    t->r[t->nr++] = (struct hz_read){s, pos};
+    return 0;
+}
+
+/* ---- deciding --------------------------------------------------------------------- */
+
+static void plan_init(struct hz_plan *pl)
+{
+    pl->w = pl->small;
+    pl->n = 0;
+    pl->cap = sizeof(pl->small) / sizeof(pl->small[0]);
+    pl->skipped = 0;
+}
+
+static void plan_fini(struct hz_plan *pl)
+{
+    if (pl->w != pl->small)
+        free(pl->w);
+}
+
+/* One wait for two accesses on one stream: the latest position, and an exact point after both if any. */
+static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t index)
+{
+    uint64_t latest = need->pos > pos ? need->pos : pos;
+    uint64_t best = 0;
+    uint32_t best_index = 0;
+    if (need->exact && need->exact > latest) {
+        best = need->exact;
+        best_index = need->index;
+    }
+    if (exact && exact > latest && (!best || exact < best)) {
+        best = exact;
+        best_index = index;
+    }
+    need->pos = latest;
+    need->exact = best;
+    need->index = best_index;
+}
+
+/* The earlier access (src, pos) of access index: implied (skipped), combined, or a new edge. 0, -1 no memory. */
+static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, struct hz_stream *src, uint64_t pos,
+                   uint64_t exact, uint32_t index)
+{
+    if (clock_get(me->clock, src->sid) > pos) {
+        pl->skipped++; /* implied by a wait queued on the stream already */
+        return 0;
+    }
+    if (src->plan_gen == hz->gen) {
+        pl->skipped++; /* one wait per stream and call */
+        combine(&pl->w[src->plan_idx], pos, exact, index);
+        return 0;
+    }
+    if (pl->n == pl->cap) {
+        uint32_t cap = 2 * pl->cap;
+        struct hz_need *w = malloc(cap * sizeof(*w));
+        if (!w)
+            return -1;
+        memcpy(w, pl->w, pl->n * sizeof(*w));
+        if (pl->w != pl->small)
+            free(pl->w);
+        pl->w = w;
+        pl->cap = cap;
+    }
+    src->plan_gen = hz->gen;
+    src->plan_idx = pl->n;
+    pl->w[pl->n++] = (struct hz_need){src, pos, exact, index, false};
+    return 0;
+}
+
+/*
+ * Drop the edges another edge of the call implies: a stream that waited for
+ * that access itself.  In the plan's order, each against the edges still
+ * kept (so of two streams that waited for each other, one stays).  One pass
+ * over the clocks of the plan's streams finds the candidates.
+ */
+static int prune(pto_hazards *hz, struct hz_plan *pl)
+{
+    if (pl->n < 2)
+        return 0;
+    /* implies[a]: the edges b whose stream waited for a's access past its position. */
+    size_t npairs = 0, cap = 0;
+    struct {
+        uint32_t a, b;
+    } *pairs = NULL;
+    for (uint32_t b = 0; b < pl->n; b++) {
+        const struct hz_clock *c = pl->w[b].s->clock;
+        if (c && c->n > HZ_MERGE_MAX)
+            continue; /* (see HZ_MERGE_MAX) */
+        for (uint32_t i = 0; c && i < c->n; i++) {
+            struct hz_stream *as = stream_of(hz, (uint32_t)c->e[i].sid);
+            if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)
+                continue;
+            if (npairs == cap) {
+                cap = cap ? 2 * cap : 16;
+                void *p = realloc(pairs, cap * sizeof(*pairs));
+                if (!p) {
+                    free(pairs);
+                    return -1;
+                }
+                pairs = p;
+            }
+            pairs[npairs].a = as->plan_idx;
+            pairs[npairs].b = b;
+            npairs++;
+        }
+    }
+    if (!npairs)
+        return 0;
+    /* Sort by a (counting sort: a < n), then decide a in order. */
+    uint32_t *start = calloc(pl->n + 1, sizeof(*start));
+    uint32_t *by = malloc(npairs * sizeof(*by));
+    if (!start || !by) {
+        free(start);
+        free(by);
+        free(pairs);
+        return -1;
+    }
+    for (size_t p = 0; p < npairs; p++)
+        start[pairs[p].a + 1]++;
+    for (uint32_t a = 0; a < pl->n; a++)
+        start[a + 1] += start[a];
+    uint32_t *fill = calloc(pl->n, sizeof(*fill));
+    if (!fill) {
+        free(start);
+        free(by);
+        free(pairs);
+        return -1;
+    }
+    for (size_t p = 0; p < npairs; p++)
+        by[start[pairs[p].a] + fill[pairs[p].a]++] = pairs[p].b;
+    for (uint32_t a = 0; a < pl->n; a++) {
+        for (uint32_t p = start[a]; p < start[a + 1]; p++) {
+            if (!pl->w[by[p]].dropped) {
+                pl->w[a].dropped = true;
+                pl->skipped++;
+                break;
+            }
+        }
+    }
+    uint32_t k = 0;
+    for (uint32_t a = 0; a < pl->n; a++)
+        if (!pl->w[a].dropped)
+            pl->w[k++] = pl->w[a];
+    pl->n = k;
+    free(fill);
+    free(start);
+    free(by);
+    free(pairs);
+    return 0;
+}
+
+/* The edges of one call on `me`: 0 (plan filled), or -1 out of memory. */
+static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, struct hz_plan *pl)
+{
+    hz->gen++;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t f = acc[i].flags;
+        if (f & PTO_HZ_MANUAL || !(f & (PTO_HZ_READ | PTO_HZ_WRITE)))
+            continue;
+        struct hz_tensor *t = map_get(&hz->tensors, acc[i].addr);
+        if (!t)
+            continue;
+        /* RAW and WAW: any access after a write on another stream. */
+        if (t->w && t->w != me && earlier(hz, pl, me, t->w, t->wpos, t->wexact, i))
+            return -1;
+        if (f & PTO_HZ_WRITE) /* WAR */
+            for (uint32_t r = 0; r < t->nr; r++)
+                if (t->r[r].s != me && earlier(hz, pl, me, t->r[r].s, t->r[r].pos, 0, i))
+                    return -1;
+    }
+    return prune(hz, pl);
+}
+
+static int note(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, uint64_t pos)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t f = acc[i].flags;
+        if (!(f & (PTO_HZ_READ | PTO_HZ_WRITE)))
+            continue;
+        struct hz_tensor *t = tensor_get(hz, acc[i].addr, true);
+        if (!t)
+            return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
+        if (f & PTO_HZ_WRITE)
+            set_writer(hz, t, me, pos, 0);
+        else if (add_read(hz, t, me, pos))
+            return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
+    }
+    return 0;
+}
+
+/* An edge from src's tail queued at position tok: me's clock takes src's, and src's tok. */
+static int edge_merge(pto_hazards *hz, struct hz_stream *me, struct hz_stream *src, uint64_t tok)
+{
+    hz->inferred++;
+    return merge(hz, me, src->clock, src->sid, tok);
+}
+
+static int edge_event(pto_hazards *hz, struct hz_stream *src)
+{
+    if (src->ev)
+        return 0;
+    return pto_event_create(hz->dev, &src->ev);
+}
+
+/* ---- the ABI ------------------------------------------------------------------------ */
+
+int pto_hazards_create(pto_device *dev, pto_hazards **out)
+{
+    if (!dev || !out)
+        return pti_error(PTO_EINVAL, "pto_hazards_create: NULL argument");
+    pto_hazards *hz = calloc(1, sizeof(*hz));
+    if (!hz)
+        return pti_error(PTO_ENOMEM, "pto_hazards_create: out of host memory");
+    hz->dev = dev;
+    *out = hz;
+    return 0;
+}
+
+void pto_hazards_destroy(pto_hazards *hz)
+{
+    if (!hz)
+        return;
+    for (size_t i = 0; i < hz->tensors.cap; i++) {
+        struct hz_tensor *t = hz->tensors.v[i];
+        if (!t)
+            continue;
+        free(t->r);
+        free(t);
+    }
+    for (size_t i = 0; i < hz->streams.cap; i++) {
+        struct hz_stream *st = hz->streams.v[i];
+        if (!st)
+            continue;
+        if (st->ev)
+            pto_event_destroy(st->ev);
+        clock_unref(st->clock);
+        free(st);
+    }
+    free(hz->tensors.k);
+    free(hz->tensors.v);
+    free(hz->streams.k);
+    free(hz->streams.v);
+    free(hz);
+}
+
+int pto_hazards_stream(pto_hazards *hz, pto_stream *s)
+{
+    if (!hz || !s || s->dev != hz->dev)
+        return pti_error(PTO_EINVAL, "pto_hazards_stream: a stream of the table's device expected");
+    struct hz_stream *st = stream_of(hz, s->id);
+    if (st) { /* an id seen before: only while its old entry is named by records; start afresh */
+        if (!st->gone)
+            return pti_error(PTO_EINVAL, "pto_hazards_stream: stream %u registered twice", s->id);
+        return pti_error(PTO_EINVAL, "pto_hazards_stream: stream id %u is still named", s->id);
+    }
+    st = calloc(1, sizeof(*st));
+    if (!st || map_put(&hz->streams, s->id, st)) {
+        free(st);
+        return pti_error(PTO_ENOMEM, "pto_hazards_stream: out of host memory");
+    }
+    st->sid = s->id;
+    st->ptr = s;
+    st->named = 1;
+    hz->live++;
+    return 0;
+}
+
+void pto_hazards_stream_closed(pto_hazards *hz, uint32_t sid, uint64_t folded)
+{
+    struct hz_stream *st = stream_of(hz, sid);
+    if (st) {
+        st->closed = true;
+        st->folded = folded;
+    }
+}
+
+void pto_hazards_stream_gone(pto_hazards *hz, uint32_t sid)
+{
+    struct hz_stream *st = stream_of(hz, sid);
+    if (!st || st->gone)
+        return;
+    st->gone = true;
+    st->closed = true;
+    st->ptr = NULL;
+    hz->live--;
+    stream_unname(hz, st); /* its registration */
+}
+
+int pto_hazards_known(pto_hazards *hz, uint32_t sid)
+{
+    return stream_of(hz, sid) != NULL;
+}
+
+void pto_hazards_set_fold(pto_hazards *hz, uint32_t sid)
+{
+    hz->fold = sid;
+    hz->has_fold = true;
+}
+
+void pto_hazards_set_held(pto_hazards *hz, uint32_t sid, int held)
+{
+    struct hz_stream *st = stream_of(hz, sid);
+    if (st)
+        st->held = held != 0;
+}
+
+int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, pto_hz_edge *edges,
+                      uint32_t max)
+{
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL;
+    if (!me || (n && !acc) || (max && !edges))
+        return pti_error(PTO_EINVAL, "pto_hazards_order: unknown stream %u or NULL arrays", sid);
+    struct hz_plan pl;
+    plan_init(&pl);
+    if (decide(hz, me, acc, n, &pl)) {
+        plan_fini(&pl);
+        return pti_error(PTO_ENOMEM, "pto_hazards_order: out of host memory");
+    }
+    for (uint32_t i = 0; i < pl.n && i < max; i++)
+        edges[i] = (pto_hz_edge){pl.w[i].s->sid, pl.w[i].index, pl.w[i].pos, pl.w[i].exact};
+    int need = (int)pl.n;
+    if (pl.n <= max)
+        hz->skipped += pl.skipped; /* counted once: when the caller got them all */
+    plan_fini(&pl);
+    return need;
+}
+
+int pto_hazards_note(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos)
+{
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL;
+    if (!me || (n && !acc))
+        return pti_error(PTO_EINVAL, "pto_hazards_note: unknown stream %u or NULL accesses", sid);
+    return note(hz, me, acc, n, pos);
+}
+
+int pto_hazards_written(pto_hazards *hz, uint32_t sid, pto_devptr addr, uint64_t pos, uint64_t exact)
+{
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL;
+    if (!me)
+        return pti_error(PTO_EINVAL, "pto_hazards_written: unknown stream %u", sid);
+    struct hz_tensor *t = tensor_get(hz, addr, true);
+    if (!t)
+        return pti_error(PTO_ENOMEM, "pto_hazards_written: out of host memory");
+    set_writer(hz, t, me, pos, exact);
+    return 0;
+}
+
+void pto_hazards_forget(pto_hazards *hz, pto_devptr addr)
+{
+    struct hz_tensor *t = hz ? map_get(&hz->tensors, addr) : NULL;
+    if (!t)
+        return;
+    map_del(&hz->tensors, addr);
+    tensor_free(hz, t);
+}
+
+int pto_hazards_queue_edge(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token)
+{
+    const char *fn = "pto_hazards_queue_edge";
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL, *from = hz ? stream_of(hz, src) : NULL;
+    if (!me || !from || !me->ptr || !from->ptr)
+        return pti_error(PTO_EINVAL, "%s: streams %u and %u must be live", fn, sid, src);
+    int rc = edge_event(hz, from);
+    if (rc)
+        return rc;
+    rc = pto_stream_wait_stream(me->ptr, from->ptr, from->ev, token);
+    if (rc >= 0 && edge_merge(hz, me, from, token))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    return rc;
+}
+
+pto_hz_mark *pto_hazards_mark(pto_hazards *hz, uint32_t sid, uint64_t pos)
+{
+    struct hz_stream *st = hz ? stream_of(hz, sid) : NULL;
+    pto_hz_mark *m = malloc(sizeof(*m));
+    if (!m)
+        return NULL;
+    m->sid = sid;
+    m->pos = pos;
+    m->clock = st ? st->clock : NULL;
+    if (m->clock)
+        m->clock->refs++;
+    return m;
+}
+
+void pto_hz_mark_release(pto_hz_mark *m)
+{
+    if (!m)
+        return;
+    clock_unref(m->clock);
+    free(m);
+}
+
+void pto_hazards_waited(pto_hazards *hz, uint32_t sid, const pto_hz_mark *m)
+{
+    struct hz_stream *me = hz && m ? stream_of(hz, sid) : NULL;
+    if (me)
+        (void)merge(hz, me, m->clock, m->sid, m->pos); /* out of memory: an edge may be queued again */
+}
+
+int pto_hazards_ordered(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t pos)
+{
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL;
+    return me && clock_get(me->clock, src) > pos;
+}
+
+void pto_hazards_counts(pto_hazards *hz, uint64_t *out)
+{
+    out[0] = hz->inferred;
+    out[1] = hz->skipped;
+}
+
+void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t *out)
+{
+    struct hz_tensor *t = map_get(&hz->tensors, addr);
+    struct hz_stream *st = stream_of(hz, sid);
+    out[0] = t ? t->nr : 0;
+    out[1] = st && st->clock ? st->clock->n : 0;
+}
+
+uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max)
+{
+    uint32_t n = hz->novf < max ? hz->novf : max;
+    memcpy(out, hz->ovf, n * sizeof(*out));
+    return n;
+}
+
+int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                       uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token)
+{
+    const char *fn = "pto_hazards_launch";
+    struct hz_stream *me = hz && s ? stream_of(hz, s->id) : NULL;
+    if (!me || me->ptr != s || (nargs && !access))
+        return pti_error(PTO_EINVAL, "%s: a stream registered with the table expected", fn);
+    int rc = pti_launch_check(s, k, blocks, args, nargs, fn);
+    if (rc)
+        return rc;
+    pto_hz_access small[16], *acc = small;
+    if (nargs > 16 && !(acc = malloc(nargs * sizeof(*acc))))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < nargs; i++)
+        if (access[i])
+            acc[n++] = (pto_hz_access){args[i], access[i] & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
+    struct hz_plan pl;
+    plan_init(&pl);
+    if (decide(hz, me, acc, n, &pl)) {
+        rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        goto out;
+    }
+    /* Edges the caller must queue itself (through its own events): decline, nothing changed. */
+    for (uint32_t i = 0; i < pl.n; i++) {
+        struct hz_stream *src = pl.w[i].s;
+        if (pl.w[i].exact || src->closed || src->held || !src->ptr || me->held) {
+            rc = PTO_HZ_DECLINED;
+            goto out;
+        }
+        if ((rc = edge_event(hz, src)) || (rc = pti_edge_check(s, src->ptr, src->ev, fn)))
+            goto out;
+    }
+    uint64_t outer = pti_stamp_begin();
+    int edges = 0;
+    hz->novf = 0;
+    for (uint32_t i = 0; i < pl.n; i++) {
+        struct hz_stream *src = pl.w[i].s;
+        int e = pti_edge_commit(s, src->ptr, src->ev, edge_token, fn);
+        if (e < 0) { /* a device lost or closing: nothing after runs to order */
+            pti_stamp_end(outer);
+            rc = e;
+            goto out;
+        }
+        if (e & PTO_EDGE_SRC_QUEUED && hz->novf < HZ_OVF_MAX)
+            hz->ovf[hz->novf++] = src->sid;
+        edges |= e;
+        if (edge_merge(hz, me, src, edge_token)) {
+            pti_stamp_end(outer);
+            rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+            goto out;
+        }
+    }
+    rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
+    pti_stamp_end(outer);
+    if (rc < 0)
+        goto out;
+    hz->skipped += pl.skipped;
+    int noted = note(hz, me, acc, n, token);
+    if (noted < 0)
+        rc = noted;
+    else
+        rc = (edges & PTO_EDGE_SRC_QUEUED) | (edges & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
+out:
+    plan_fini(&pl);
+    if (acc != small)
+        free(acc);
+    return rc;
+}

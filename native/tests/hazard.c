@@ -1,0 +1,260 @@
+/*
+ * Description: the driver's ordering of accesses across streams (hazard.c).
+ *
+ *   1. The rule, decided and noted: RAW, WAW and WAR need an edge from the
+ *      other stream, read after read none; an edge already implied by a wait
+ *      (directly, or through the stream waited for) is skipped; edges to one
+ *      stream combine; an edge another edge of the call implies is dropped;
+ *      a manual access is noted but waits for nothing; an exact point is
+ *      offered; ordering-only waits (no mark) imply nothing.
+ *   2. Reads of closed streams fold into one read of the fold point.
+ *   3. pto_hazards_launch on a device: the edge it queues holds the later
+ *      launch behind a latched writer; it declines (nothing queued) for an
+ *      edge from a held or closed stream.
+ *   4. A write after 1,000 reads on 1,000 streams: one edge per reader,
+ *      none dropped, and the next write on the same stream needs none.
+ */
+#include "helpers.h"
+
+#define X 0x10000ull /* allocations: the rule needs only their addresses */
+#define Y 0x20000ull
+
+static pto_hz_edge edges[2048];
+
+static int order(pto_hazards *hz, pto_stream *s, pto_devptr addr, uint32_t flags)
+{
+    pto_hz_access a = {addr, flags, 0};
+    return t_check(pto_hazards_order(hz, pto_stream_id(s), &a, 1, edges, 2048));
+}
+
+static void note(pto_hazards *hz, pto_stream *s, pto_devptr addr, uint32_t flags, uint64_t pos)
+{
+    pto_hz_access a = {addr, flags, 0};
+    t_check(pto_hazards_note(hz, pto_stream_id(s), &a, 1, pos));
+}
+
+/* Queue the edges order() returned (from the sources' tails) at token *tok. */
+static void queue(pto_hazards *hz, pto_stream *s, int n, uint64_t *tok)
+{
+    for (int i = 0; i < n; i++)
+        t_check(pto_hazards_queue_edge(hz, pto_stream_id(s), edges[i].src, (*tok)++));
+}
+
+static void rule(pto_device *dev)
+{
+    pto_hazards *hz;
+    pto_stream *s[6];
+    uint64_t tok = 1, counts[2];
+    t_check(pto_hazards_create(dev, &hz));
+    for (int i = 0; i < 6; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_hazards_stream(hz, s[i]));
+    }
+    t_assert(pto_hazards_stream(hz, s[0]) < 0, "a stream registered twice is refused");
+    uint32_t id1 = pto_stream_id(s[1]), id2 = pto_stream_id(s[2]);
+
+    /* RAW: s2 reads what s1 wrote. */
+    t_assert(order(hz, s[1], X, PTO_HZ_WRITE) == 0, "a first write waits for nothing");
+    note(hz, s[1], X, PTO_HZ_WRITE, tok++);
+    int n = order(hz, s[2], X, PTO_HZ_READ);
+    t_assert(n == 1 && edges[0].src == id1 && edges[0].pos == 1 && !edges[0].exact, "RAW: one edge from s1");
+    queue(hz, s[2], n, &tok);
+    note(hz, s[2], X, PTO_HZ_READ, tok++);
+    t_assert(order(hz, s[2], X, PTO_HZ_READ) == 0, "the edge queued implies the next read's");
+    /* Read after read: none. */
+    t_assert(order(hz, s[3], X, PTO_HZ_READ) == 1, "s3's read waits for s1's write");
+    queue(hz, s[3], 1, &tok);
+    note(hz, s[3], X, PTO_HZ_READ, tok++);
+    /* WAR + WAW on s4: s1's write, the reads of s2 and s3; s2 and s3 waited for s1: it is dropped. */
+    n = order(hz, s[4], X, PTO_HZ_WRITE);
+    t_assert(n == 2 && edges[0].src == id2 && edges[1].src == pto_stream_id(s[3]),
+             "WAR: edges from the readers s2 and s3, the writer's implied by them (got %d)", n);
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 2 && counts[1] == 2, "2 inferred, 2 skipped so far (got %llu, %llu)",
+             (unsigned long long)counts[0], (unsigned long long)counts[1]);
+    queue(hz, s[4], n, &tok);
+    note(hz, s[4], X, PTO_HZ_WRITE, tok++);
+    /* A writer on s1 again: only s4 (whose clock covers everything before). */
+    n = order(hz, s[1], X, PTO_HZ_WRITE);
+    t_assert(n == 1 && edges[0].src == pto_stream_id(s[4]), "WAW after the WAR: one edge from s4");
+
+    /* Transitive: s5 waits for a mark of s4 (which waited for s2 and s3); a write of s5 after
+     * s2's read needs no edge. */
+    uint64_t mpos = tok++;
+    pto_hz_mark *m = pto_hazards_mark(hz, pto_stream_id(s[4]), mpos);
+    t_assert(m, "a mark");
+    pto_hazards_waited(hz, pto_stream_id(s[5]), m);
+    pto_hz_mark_release(m);
+    t_assert(pto_hazards_ordered(hz, pto_stream_id(s[5]), id2, 3), "s5 is ordered after s2's read");
+    t_assert(pto_hazards_ordered(hz, pto_stream_id(s[5]), pto_stream_id(s[4]), mpos - 1), "and s4's work");
+    t_assert(!pto_hazards_ordered(hz, pto_stream_id(s[5]), pto_stream_id(s[4]), mpos), "not s4's later work");
+
+    /* Manual: noted, waits for nothing; the next automatic access orders after it. */
+    pto_hz_access a = {Y, PTO_HZ_WRITE | PTO_HZ_MANUAL, 0};
+    t_assert(t_check(pto_hazards_order(hz, id1, &a, 1, edges, 4)) == 0, "a manual write waits for nothing");
+    t_check(pto_hazards_note(hz, id1, &a, 1, tok++));
+    a.flags = PTO_HZ_WRITE | PTO_HZ_MANUAL;
+    t_assert(t_check(pto_hazards_order(hz, id2, &a, 1, edges, 4)) == 0, "nor a manual write after it");
+    t_assert(order(hz, s[3], Y, PTO_HZ_READ) == 1 && edges[0].src == id1, "an automatic read after it waits");
+
+    /* Exact: a write with a point right after it offers that point; forget starts afresh. */
+    pto_hazards_forget(hz, Y);
+    t_assert(order(hz, s[3], Y, PTO_HZ_READ) == 0, "a forgotten allocation has no accesses");
+    t_check(pto_hazards_written(hz, id1, Y, 100, 101));
+    t_assert(order(hz, s[2], Y, PTO_HZ_READ) == 1 && edges[0].exact == 101 && edges[0].pos == 100,
+             "the exact point is offered");
+    note(hz, s[1], Y, PTO_HZ_READ, 102); /* a later read on s1: the point still covers a read's RAW */
+    t_assert(order(hz, s[2], Y, PTO_HZ_READ) == 1 && edges[0].exact == 101, "a read still may use it");
+    t_assert(order(hz, s[2], Y, PTO_HZ_WRITE) == 1 && !edges[0].exact && edges[0].pos == 102,
+             "a write after the read there waits for the tail");
+
+    /* An edge too small for the buffer: the count, then the edges. */
+    pto_hz_access b = {X, PTO_HZ_WRITE, 0};
+    t_assert(pto_hazards_order(hz, id2, &b, 1, edges, 0) == 1, "the count of edges needed");
+
+    pto_hazards_destroy(hz);
+    for (int i = 0; i < 6; i++) {
+        t_check(pto_stream_synchronize(s[i], 10000000));
+        pto_stream_destroy(s[i]);
+    }
+}
+
+static void fold(pto_device *dev)
+{
+    pto_hazards *hz;
+    pto_stream *fp, *w, *r[8];
+    uint64_t sizes[2];
+    t_check(pto_hazards_create(dev, &hz));
+    t_check(pto_stream_create(dev, 0, &fp));
+    t_check(pto_stream_create(dev, 0, &w));
+    t_check(pto_hazards_stream(hz, fp));
+    t_check(pto_hazards_stream(hz, w));
+    pto_hazards_set_fold(hz, pto_stream_id(fp));
+    uint64_t tok = 1;
+    note(hz, w, X, PTO_HZ_WRITE, tok++);
+    for (int i = 0; i < 8; i++) {
+        t_check(pto_stream_create(dev, 0, &r[i]));
+        t_check(pto_hazards_stream(hz, r[i]));
+        note(hz, r[i], X, PTO_HZ_READ, tok++);
+        uint32_t id = pto_stream_id(r[i]);
+        pto_hazards_stream_closed(hz, id, tok++); /* the fold point's wait for it */
+        t_check(pto_stream_synchronize(r[i], 10000000));
+        pto_hazards_stream_gone(hz, id);
+        pto_stream_destroy(r[i]);
+    }
+    pto_hazards_sizes(hz, X, pto_stream_id(w), sizes);
+    t_assert(sizes[0] <= 5, "closed readers fold: %llu reads kept", (unsigned long long)sizes[0]);
+    int n = order(hz, w, X, PTO_HZ_WRITE);
+    t_assert(n >= 1 && n <= 5, "a write waits for the fold point and the unfolded reads (%d)", n);
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        found |= edges[i].src == pto_stream_id(fp);
+    t_assert(found, "one edge is the fold point's");
+    pto_hazards_destroy(hz);
+    pto_stream_destroy(fp);
+    pto_stream_destroy(w);
+}
+
+static void launch(pto_device *dev)
+{
+    pto_hazards *hz;
+    pto_stream *s1, *s2;
+    pto_kernel *noop;
+    pto_latch *latch;
+    pto_devptr buf;
+    t_check(pto_hazards_create(dev, &hz));
+    t_check(pto_stream_create(dev, 0, &s1));
+    t_check(pto_stream_create(dev, 0, &s2));
+    t_check(pto_stream_set_overflow(s1, 1));
+    t_check(pto_stream_set_overflow(s2, 1));
+    t_check(pto_hazards_stream(hz, s1));
+    t_check(pto_hazards_stream(hz, s2));
+    t_check(pto_kernel_builtin(dev, "noop", &noop));
+    t_check(pto_mem_alloc(dev, 4096, s1, &buf));
+    t_check(pto_latch_create(dev, 0, &latch));
+    uint64_t args[1] = {buf};
+    uint8_t wr[1] = {PTO_HZ_WRITE}, rd[1] = {PTO_HZ_READ};
+
+    t_check(pto_stream_latch_wait(s1, latch, 1));
+    t_assert(t_check(pto_hazards_launch(hz, s1, noop, 1, args, 1, wr, 2, 3)) == 0, "the write: no edge");
+    int rc = t_check(pto_hazards_launch(hz, s2, noop, 1, args, 1, rd, 4, 5));
+    t_assert(rc == 0, "the read and its edge went into the rings (rc %d)", rc);
+    uint64_t counts[2];
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 1, "one inferred edge");
+    /* Held behind the latched writer: nothing of s2 completes (a wrong order would, at once). */
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    t_assert(pto_stream_completed(s2) == 0, "the read ran before the write it waits for");
+    /* A held source: declined, nothing queued. */
+    pto_hazards_set_held(hz, pto_stream_id(s1), 1);
+    uint64_t accepted = pto_stream_accepted(s1);
+    t_assert(pto_hazards_launch(hz, s1, noop, 1, args, 1, wr, 6, 7) == PTO_HZ_DECLINED,
+             "declined: the write's edge would go to s1, which is held");
+    t_assert(pto_stream_accepted(s1) == accepted, "nothing queued when declined");
+    pto_hazards_set_held(hz, pto_stream_id(s1), 0);
+    pto_latch_release(latch);
+    t_check(pto_stream_synchronize(s1, 10000000));
+    t_check(pto_stream_synchronize(s2, 10000000));
+    t_assert(pto_hazards_launch(hz, s1, noop, 1, args, 1, wr, 8, 9) == 0, "the write after the read (WAR)");
+    t_check(pto_stream_synchronize(s1, 10000000));
+    /* A closed source: declined too (the caller waits for its final point). */
+    pto_hazards_stream_closed(hz, pto_stream_id(s1), 10);
+    accepted = pto_stream_accepted(s2);
+    t_assert(pto_hazards_launch(hz, s2, noop, 1, args, 1, rd, 10, 11) == PTO_HZ_DECLINED, "declined: closed");
+    t_assert(pto_stream_accepted(s2) == accepted, "nothing queued when declined");
+    pto_completion recs[64];
+    while (pto_cq_drain(dev, recs, 64) > 0)
+        ;
+    pto_hazards_destroy(hz);
+    t_check(pto_stream_free(s1, buf, 12));
+    t_check(pto_stream_synchronize(s1, 10000000));
+    pto_latch_destroy(latch);
+    pto_kernel_unload(noop);
+    pto_stream_destroy(s1);
+    pto_stream_destroy(s2);
+}
+
+static void many_readers(pto_device *dev)
+{
+    enum { M = 1000 };
+    pto_hazards *hz;
+    pto_stream *w, **r = t_calloc(M, sizeof(*r));
+    t_check(pto_hazards_create(dev, &hz));
+    t_check(pto_stream_create(dev, 0, &w));
+    t_check(pto_hazards_stream(hz, w));
+    uint64_t tok = 1;
+    note(hz, w, X, PTO_HZ_WRITE, tok++);
+    for (int i = 0; i < M; i++) {
+        t_check(pto_stream_create(dev, 0, &r[i]));
+        t_check(pto_hazards_stream(hz, r[i]));
+        t_assert(order(hz, r[i], X, PTO_HZ_READ) == 1, "each reader waits for the write");
+        queue(hz, r[i], 1, &tok);
+        note(hz, r[i], X, PTO_HZ_READ, tok++);
+    }
+    int n = order(hz, w, X, PTO_HZ_WRITE);
+    t_assert(n == M, "a write after %d reads on %d streams: one edge each (got %d)", M, M, n);
+    queue(hz, w, n, &tok);
+    note(hz, w, X, PTO_HZ_WRITE, tok++);
+    t_assert(order(hz, w, X, PTO_HZ_WRITE) == 0, "the next write on the same stream: none");
+    pto_hazards_destroy(hz);
+    t_check(pto_stream_synchronize(w, 30000000));
+    pto_stream_destroy(w);
+    for (int i = 0; i < M; i++) {
+        t_check(pto_stream_synchronize(r[i], 30000000));
+        pto_stream_destroy(r[i]);
+    }
+    free(r);
+}
+
+int main(void)
+{
+    pto_device *dev = t_open_device(1u << 20, 4096);
+    rule(dev);
+    fold(dev);
+    launch(dev);
+    many_readers(dev);
+    pto_device_close(dev);
+    printf("hazards: rule, fold, launch, 1000 readers\n");
+    return T_EXIT_PASS;
+}
