@@ -330,7 +330,8 @@ def test_demo_runs_the_pipeline_and_writes_its_trace(tmp_path, capsys):
     launch_tids = {e["tid"] for e in xs if e["cat"] == "launch"}
     copy_tids = {e["tid"] for e in xs if e["cat"] in ("h2d", "d2h") and e["tid"] < 100_000}
     assert len(launch_tids) == 1 and len(copy_tids) == 2 and not launch_tids & copy_tids  # three streams
-    assert {"core 0", "copy engine 0"} <= lanes
+    assert {"AIV 0", "copy engine 0"} <= lanes  # the modeled device's lanes (timing="model")
+    assert any(name.startswith("host core") for name in lanes)  # and the host threads', in wall time
     assert any(e["ph"] == "s" for e in doc["traceEvents"])  # cross-stream waits drawn as arrows
     assert_png(png)
 

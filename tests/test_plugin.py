@@ -328,12 +328,14 @@ def test_a_latch_that_expires_fails_the_test_naming_it(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(root))
     pytester.makepyfile(test_expiry=textwrap.dedent("""
         import pytest
+        from pypto_async.errors import PtoDependencyError
         from pypto_async.testing import hold
 
         def _expire(w):
             s = w.stream()
             with hold(s, timeout=0.05):
-                w.sync(timeout=10)  # the latch expires: nothing releases it in time
+                with pytest.raises(PtoDependencyError, match="latch wait timed out"):
+                    w.sync(timeout=10)  # the latch expires (nothing releases it in time); the sync says so
 
         def test_expired_latch(pto_worker):
             _expire(pto_worker)
@@ -350,4 +352,4 @@ def test_a_latch_that_expires_fails_the_test_naming_it(pytester, monkeypatch):
     result = pytester.runpytest_subprocess(*_plugin_args(), "-q", "-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*test_expired_latch*", "*a latch expired instead of being released*",
-                                 "*hold(<Stream*timeout=0.05) at *test_expiry.py:6: expired after 0.05 s*"])
+                                 "*hold(<Stream*timeout=0.05) at *test_expiry.py:7: expired after 0.05 s*"])
