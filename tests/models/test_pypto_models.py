@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from .conftest import long_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPTO = Path(os.environ.get("PYPTO_CHECKOUT", "/tmp/pypto"))
@@ -82,6 +83,7 @@ def qwen3(tmp_path_factory):
             del sys.modules[name]
 
 
+@long_profile
 @pytest.mark.timeout(1800)
 def test_pypto_qwen3_decode_at_its_shapes_writes_the_kv_cache_as_torch_does(qwen3):
     """PyPTO's Qwen3-32B decode layer, launched at its own shapes on random weights.

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from . import decode_program as dp
 import pypto_async.language as pl
 from pypto_async.runtime import ChipWorker, RunConfig
+from .conftest import long_profile
 
 pytestmark = pytest.mark.slow  # each compiles a program of its own: seconds on two CPUs
 
@@ -147,6 +148,7 @@ def test_decode_layer_matches_torch():
     _close(args["v_cache"], want_v)
 
 
+@long_profile
 @pytest.mark.timeout(1800)
 def test_decode_layer_at_qwen3_32b_shapes_matches_torch():
     """Qwen3-32B's decode layer (hidden 8192, 64 heads over 8 KV heads, intermediate 25600, batch 16,
