@@ -105,6 +105,7 @@ DEEP = 100_000
     '{"traceEvents": [' + "[" * DEEP + "]" * DEEP + "]}",
     '{"traceEvents": [{"ph": "X", "args": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}]}",
 ], ids=["top level", "in traceEvents", "in an event's args"])
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 def test_trace_of_deeply_nested_json_is_a_one_line_error(tmp_path, text):
     """The command as a user runs it: one line on stderr, status 1, no traceback."""
     src = tmp_path / "deep.json"

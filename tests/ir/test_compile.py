@@ -312,6 +312,7 @@ def test_from_dir_of_damaged_metadata_names_the_directory_and_field(tmp_path, ca
     assert str(out_dir) in str(info.value) and needle in str(info.value)
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 @pytest.mark.parametrize("case", [*DAMAGED_META, "library gone"])
 def test_a_damaged_cache_entry_is_a_miss_and_is_rebuilt(fresh_cache, compiler_calls, launcher, rng, case):
     first = ir.compile(add_kernel.lower(A, A, A))

@@ -9,6 +9,7 @@ earlier accesses per task when the tasks touch disjoint tiles.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,7 @@ def programs(draw):
     return out
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 @settings(max_examples=40, deadline=None)
 @given(programs())
 def test_indexed_edges_equal_the_quadratic_reference(tasks):

@@ -79,6 +79,7 @@ def _retrace(kernel, args):
     return program, source, namespace[kernel.__name__]
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_as_python_traces_back_to_the_program(launcher, rng, name):
     kernel = KERNELS[name]

@@ -255,6 +255,7 @@ def test_close_from_another_thread_wakes_the_tasks_awaiting_launches(rel_kernels
 @pytest.mark.parametrize("outcome", ["finished", "dropped"])
 @pytest.mark.parametrize("runner", [_asyncio_run, _asyncio_run_debug, _uvloop_run_debug, _trio_run],
                          ids=["asyncio", "asyncio-debug", "uvloop-debug", "trio"])
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 def test_close_from_another_thread_while_the_loop_is_busy_wakes_the_awaiting_tasks(rel_kernels, runner, outcome):
     """A close() the busy loop cannot take over runs on the closing thread: its completions still wake tasks.
 

@@ -286,6 +286,7 @@ def test_all_reduce_equals_numpy(n, dtype):
             dw.free_stacked_tensor(out)
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_all_reduce_max_and_min_propagate_nan_whatever_the_ring_order(dtype):
     # As np.maximum / np.minimum and pl.maximum / pl.minimum: a NaN in any shard makes that

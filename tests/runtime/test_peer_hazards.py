@@ -116,6 +116,7 @@ async def test_a_first_use_of_the_destination_unordered_is_a_race_for_the_saniti
         tb.free()
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 async def test_a_first_write_of_the_source_on_a_new_stream_waits_for_a_copy_on_its_worker(kernels):
     # Write after read: the copy runs on a stream of the source's worker and reads ta there.
     x = rand(N)
@@ -225,6 +226,7 @@ async def test_a_first_use_of_all_gathers_result_on_a_new_stream_is_ordered_or_a
         dw.free_stacked_tensor(t)
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 async def test_a_write_of_all_gathers_source_on_a_new_stream_waits_for_the_gather(kernels):
     x = stacked_inputs()
     async with DistributedWorker([0, 1, 2], RunConfig(**SMALL)) as dw:
@@ -247,6 +249,7 @@ async def test_a_write_of_all_gathers_source_on_a_new_stream_waits_for_the_gathe
         dw.free_stacked_tensor(t)
 
 
+@pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 async def test_a_write_of_a_shard_waits_for_the_neighbour_still_reading_it(kernels):
     # broadcast from root 0 over 3 ranks: rank 1 reads t[0], rank 2 reads t[1].  Rank 0's own
     # part waits for nobody; its end must still wait for rank 1's read of t[0] before a later
