@@ -125,7 +125,14 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
      * slow_start: a program), which the submitting thread should not pay for.
      * (s->ring[head & mask] is the command this thread just queued: seq head + 1.)
      */
+    /*
+     * Under submit_lock: every slot is written under it, and once the command
+     * ran an overflow refill may reuse its slot (then the kind read here is a
+     * later command's, which only makes this choice less exact).
+     */
+    pthread_mutex_lock(&s->submit_lock);
     const struct pto_cmd_def *def = pti_cmd_def(s->ring[head & s->mask].kind);
+    pthread_mutex_unlock(&s->submit_lock);
     if (!(def && def->slow_start) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
