@@ -297,6 +297,91 @@ def test_early_resolve_leaves_results_and_the_modeled_timeline_unchanged():
     assert shape(flagged) == shape(plain)
 
 
+# -- 03 dependencies: serialization you did not ask for -----------------------------------------------
+
+DN, DK, DR = 4, 2, 32  # 4 tasks, each writing 2 bands of 32 rows, interleaved: band h of task i at h * DN + i
+
+
+@pl.jit
+def serialized(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+    for i in pl.range(DN):
+        with pl.at(level=pl.Level.CORE_GROUP):  # writes `out` every iteration
+            t = pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS])
+            pl.store(pl.mul(t, 2.0), [i * TILE_ROWS, 0], out)
+    return out
+
+
+@pl.jit
+def interleaved(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+    for i in pl.parallel(DN):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            for h in pl.range(DK):
+                t = pl.load(a, [(h * DN + i) * DR, 0], [DR, COLS])
+                pl.store(pl.mul(t, 2.0), [(h * DN + i) * DR, 0], out)
+    return out
+
+
+@pl.jit
+def interleaved_narrow_claim(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+    for i in pl.parallel(DN):
+        with pl.at(level=pl.Level.CORE_GROUP, no_dep_args=[out]):
+            for h in pl.range(DK):
+                t = pl.load(a, [(h * DN + i) * DR, 0], [DR, COLS])
+                pl.store(pl.mul(t, 2.0), [(h * DN + i) * DR, 0], out)
+    return out
+
+
+@pl.jit
+def interleaved_region_claim(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.manual_scope():
+        for i in pl.parallel(DN):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                for h in pl.range(DK):
+                    t = pl.load(a, [(h * DN + i) * DR, 0], [DR, COLS])
+                    pl.store(pl.mul(t, 2.0), [(h * DN + i) * DR, 0], out)
+    return out
+
+
+def _side_by_side(r) -> bool:
+    """Whether every task of `r` ran on its own core, all of them overlapping in time."""
+    return len({x.engine for x in r.work}) == len(r.work) and max(x.start_ns for x in r.work) < min(
+        x.end_ns for x in r.work)
+
+
+def test_a_claim_the_compiler_cannot_prove_lifts_a_false_chain():
+    a = rand((DN * DK * DR, COLS), 14)
+    before = Run(interleaved, a, poison(a.shape))
+    # Each task writes bands the compiler cannot place (they move with the loop inside it): the
+    # tasks chain on `out`, each dispatched as the one before it ends.
+    for prev, cur in zip(before.work, before.work[1:]):
+        assert cur.dispatch_ns == prev.end_ns
+    after = Run(interleaved_narrow_claim, a, poison(a.shape))  # the narrowest claim: one tensor, one task
+    assert _side_by_side(after)
+    assert after.wall_ns < before.wall_ns
+    for r in (before, after):
+        np.testing.assert_array_equal(r.outs[1], 2 * a)
+
+
+@pytest.mark.slow
+def test_a_manual_scope_lifts_the_same_chain():
+    a = rand((DN * DK * DR, COLS), 16)
+    before = Run(interleaved, a, poison(a.shape))
+    after = Run(interleaved_region_claim, a, poison(a.shape))  # every task in the region
+    assert _side_by_side(after) and not _side_by_side(before)
+    assert after.wall_ns < before.wall_ns
+    for r in (before, after):
+        np.testing.assert_array_equal(r.outs[1], 2 * a)
+
+
+def test_the_guides_serialized_loop_already_runs_side_by_side_here():
+    # PyPTO's runtime chains these four tasks on `out` (it cannot prove their rows disjoint); here
+    # the compiler evaluates each task's window, so they fork without a claim (docs/device_model.md).
+    a = rand((DN * TILE_ROWS, COLS), 15)
+    r = Run(serialized, a, poison(a.shape))
+    np.testing.assert_array_equal(r.outs[1], 2 * a)
+    assert r.dispatches == DN and _side_by_side(r)
+
+
 # -- 04 InCore: double buffering with pl.pipeline -----------------------------------------------------
 
 NT, TR, TC = 8, 64, 128
