@@ -70,7 +70,7 @@ from ._work import FIELDS, matmul_work, member_work, overlaps, reduce_work, tran
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "8"
+CODEGEN_VERSION = "9"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.

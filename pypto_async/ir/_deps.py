@@ -282,25 +282,69 @@ def _eval(e, env: dict) -> int | None:
     return None
 
 
-def _box(offsets, shape, env) -> tuple[tuple[int, int], ...] | None:
+def _span(e, env: dict, spans: dict) -> tuple[int, int] | None:
+    """The least and greatest value of index expression `e` while the loops of `spans` run (None: unknown)."""
+    if isinstance(e, IVar) and e.name in spans:
+        return spans[e.name]
+    if not isinstance(e, IBin):
+        v = _eval(e, env)
+        return None if v is None else (v, v)
+    a, b = _span(e.a, env, spans), _span(e.b, env, spans)
+    if a is None or b is None:
+        return None
+    if e.op == "+":
+        return a[0] + b[0], a[1] + b[1]
+    if e.op == "-":
+        return a[0] - b[1], a[1] - b[0]
+    if e.op == "*":
+        c = [x * y for x in a for y in b]
+        return builtins.min(c), builtins.max(c)
+    if e.op in ("min", "max"):
+        f = builtins.min if e.op == "min" else builtins.max
+        return f(a[0], b[0]), f(a[1], b[1])
+    if e.op in ("//", "%") and b[0] == b[1] and b[0] > 0:
+        if e.op == "//":
+            return a[0] // b[0], a[1] // b[0]
+        return (a[0] % b[0], a[1] % b[0]) if a[0] // b[0] == a[1] // b[0] else (0, b[0] - 1)
+    return None
+
+
+def _box(offsets, shape, env, spans=None) -> tuple[tuple[int, int], ...] | None:
+    """The window at `offsets`; under loops inside the task (`spans`), the hull of its windows."""
+    if spans:
+        los = [_span(o, env, spans) for o in offsets]
+        if any(lo is None for lo in los):
+            return None  # a window that moves in a way not bounded here: the whole tensor, conservatively
+        return tuple((lo, hi + d) for (lo, hi), d in zip(los, shape))
     los = [_eval(o, env) for o in offsets]
     if any(lo is None for lo in los):
-        return None  # a window that moves inside the task: the whole tensor, conservatively
+        return None  # a window known only at run time: the whole tensor, conservatively
     return tuple((lo, lo + d) for lo, d in zip(los, shape))
 
 
-def _region_accesses(body, env) -> list[Access]:
-    """The loads and stores of a region's body (loops inside a task count as the whole tensor)."""
+def _region_accesses(body, env, spans=None) -> list[Access]:
+    """The loads and stores of a region's body.
+
+    A window that moves with a loop inside the task (a ``pl.range`` or
+    ``pl.spmd`` of known bounds) counts as the hull of its windows over the
+    loop's range; under a loop of runtime bounds, as the whole tensor.
+    """
     out = []
     for s in body:
         if isinstance(s, Assign) and isinstance(s.expr, Load):
-            out.append(Access(s.expr.param, True, False, _box(s.expr.offsets, s.expr.shape, env)))
+            out.append(Access(s.expr.param, True, False, _box(s.expr.offsets, s.expr.shape, env, spans)))
         elif isinstance(s, Store):
-            out.append(Access(s.param, False, True, _box(s.offsets, s.value.type.shape, env)))
+            out.append(Access(s.param, False, True, _box(s.offsets, s.value.type.shape, env, spans)))
         elif isinstance(s, Fused):
-            out.extend(_region_accesses(s.members, env))
+            out.extend(_region_accesses(s.members, env, spans))
+        elif isinstance(s, For) and s.trip_count:
+            last = s.start + (s.trip_count - 1) * s.step
+            inner = {**(spans or {}), s.var.name: (builtins.min(s.start, last), builtins.max(s.start, last))}
+            out.extend(_region_accesses(s.body, env, inner))
+        elif isinstance(s, Spmd) and s.count > 0:
+            out.extend(_region_accesses(s.body, env, {**(spans or {}), s.var.name: (0, s.count - 1)}))
         elif isinstance(s, (For, Spmd, Scope, DynFor)):
-            out.extend(_region_accesses(s.body, env))  # the inner index is not in env: whole tensor
+            out.extend(_region_accesses(s.body, env, spans))  # a DynFor's index is in neither: whole tensor
     return out
 
 

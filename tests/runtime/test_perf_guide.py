@@ -20,6 +20,7 @@ import pytest
 
 import pypto_async.language as pl
 from pypto_async import ir
+from pypto_async.ir._deps import program_tasks
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.runtime._profile import A2A3
 from pypto_async.testing import hold
@@ -148,9 +149,7 @@ def many_small_tasks_full_chip(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor])
 @pl.jit
 def loop_inside_full_chip(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
     for j in pl.parallel(AIVS):
-        # The offsets are runtime values: say that the tasks write disjoint rows of `c`
-        # (03-dependencies, "the narrowest claim"), or they chain on it.
-        with pl.at(level=pl.Level.CORE_GROUP, no_dep_args=[c]):
+        with pl.at(level=pl.Level.CORE_GROUP):  # each task's rows: the hull of its loop's windows
             for i in pl.range(PER):
                 ta = pl.load(a, [(j * PER + i) * SMALL, 0], [SMALL, COLS])
                 tb = pl.load(b, [(j * PER + i) * SMALL, 0], [SMALL, COLS])
@@ -380,6 +379,30 @@ def test_the_guides_serialized_loop_already_runs_side_by_side_here():
     r = Run(serialized, a, poison(a.shape))
     np.testing.assert_array_equal(r.outs[1], 2 * a)
     assert r.dispatches == DN and _side_by_side(r)
+
+
+@pl.jit
+def sliced_per_task(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+    for i in pl.parallel(DN):
+        part = out[i * DK * DR:(i + 1) * DK * DR, :]  # a distinct region per iteration
+        with pl.at(level=pl.Level.CORE_GROUP):
+            for h in pl.range(DK):
+                t = pl.load(a, [(i * DK + h) * DR, 0], [DR, COLS])
+                pl.store(pl.mul(t, 2.0), [h * DR, 0], part)
+    return out
+
+
+def test_a_slice_per_task_is_disjoint_by_construction_with_a_loop_inside():
+    # 03's fourth option, "the only one that needs no assertion": each task writes its own slice,
+    # with a loop inside it. The compiler bounds a window that moves with a loop inside the task by
+    # the loop's range, so the tasks need no claim to run side by side.
+    a = rand((DN * DK * DR, COLS), 17)
+    r = Run(sliced_per_task, a, poison(a.shape))
+    np.testing.assert_array_equal(r.outs[1], 2 * a)
+    assert r.dispatches == DN and _side_by_side(r)
+    tasks = program_tasks(sliced_per_task.lower(a, a))
+    rows = [(i * DK * DR, (i + 1) * DK * DR) for i in range(DN)]
+    assert [[x.box[0] for x in t.accesses if x.tensor == "out"] for t in tasks] == [[r] for r in rows]
 
 
 # -- 04 InCore: double buffering with pl.pipeline -----------------------------------------------------
