@@ -15,10 +15,6 @@ neighbour's load moves far less than wall time.
    Target: model at most 1.05x host.
 2. ``per_task``: host CPU time per task of a program of 64 independent
    tasks run through a worker, 20 runs per round.  Target: at most 1.05x.
-3. ``fork48``: the *modeled* wall of a fork of 48 equal independent tasks
-   (~107 µs of counted work each) on a2a3's 48 AIVs, against one task plus
-   its pickup.  Target: within 10% (at most 1.10x).  A modeled figure: the
-   same in every run, whatever the host's load.
 
     python benchmarks/bench_model.py [--quick] [--json]
 """
@@ -41,8 +37,7 @@ import pypto_async.language as pl  # noqa: E402
 from pypto_async import ir  # noqa: E402
 from pypto_async._driver import check, device_config, ffi, lib  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
-from pypto_async.runtime._profile import A2A3, SIM  # noqa: E402
-from pypto_async.testing import hold  # noqa: E402
+from pypto_async.runtime._profile import SIM  # noqa: E402
 
 F = pl.FP32
 TILE, NT = 8, 64
@@ -63,26 +58,6 @@ class Independent:
     def orch(self, x: pl.Tensor[[NT * TILE, 32], F], y: pl.Out[pl.Tensor[[NT * TILE, 32], F]]):
         for i in pl.range(NT):
             self.inc(x[i * TILE:(i + 1) * TILE], y[i * TILE:(i + 1) * TILE])
-        return y
-
-
-FT, FC, FN, FK = 64, 128, 48, 300
-
-
-@pl.program
-class Fork48:
-    @pl.function(type=pl.FunctionType.InCore)
-    def decay(self, x: pl.Tensor[[FT, FC], F], y: pl.Out[pl.Tensor[[FT, FC], F]]):
-        t = pl.load(x, [0, 0], [FT, FC])
-        for k in pl.range(FK):
-            t = pl.exp(pl.mul(t, -1.0))
-        pl.store(t, [0, 0], y)
-        return y
-
-    @pl.function(type=pl.FunctionType.Orchestration)
-    def orch(self, x: pl.Tensor[[FN * FT, FC], F], y: pl.Out[pl.Tensor[[FN * FT, FC], F]]):
-        for i in pl.range(FN):
-            self.decay(x[i * FT:(i + 1) * FT, :], y[i * FT:(i + 1) * FT])
         return y
 
 
@@ -151,15 +126,45 @@ def per_task(rounds: int, runs: int) -> dict:
     return {"model_ns": m, "host_ns": h, "value": m / h, "tasks": NT, "runs": runs, "rounds": rounds}
 
 
+# -- the issue's performance item: a fork of 48 equal tasks on a2a3, in modeled time ----------------
+
+FT, FC, FN, FK = 64, 128, 48, 300
+
+
+@pl.program
+class Fork48:
+    @pl.function(type=pl.FunctionType.InCore)
+    def decay(self, x: pl.Tensor[[FT, FC], F], y: pl.Out[pl.Tensor[[FT, FC], F]]):
+        t = pl.load(x, [0, 0], [FT, FC])
+        for k in pl.range(FK):
+            t = pl.exp(pl.mul(t, -1.0))
+        pl.store(t, [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[FN * FT, FC], F], y: pl.Out[pl.Tensor[[FN * FT, FC], F]]):
+        for i in pl.range(FN):
+            self.decay(x[i * FT:(i + 1) * FT, :], y[i * FT:(i + 1) * FT])
+        return y
+
+
 def fork48() -> dict:
-    """The modeled wall of 48 equal independent tasks on a2a3, and one task plus its pickup."""
+    """The modeled wall of 48 equal independent tasks on a2a3's 48 AIVs, and one task plus its pickup.
+
+    Each task does ~107 µs of counted work (a load, 300 rounds of exp(-t), a store).  Target: the
+    wall within 10% of one task plus its pickup.  A modeled figure: the same in every run, whatever
+    the host's load (submission is held until the program is queued).
+    """
+    from pypto_async.runtime._profile import A2A3
+    from pypto_async.testing import hold
+
     x = np.random.default_rng(1).standard_normal((FN * FT, FC)).astype(np.float32)
     with ChipWorker(RunConfig(platform="a2a3sim")) as w:
         h = w.register(ir.compile(Fork48, platform="a2a3sim"))
         a, b = w.alloc_tensor(x.shape, x.dtype, init=x), w.alloc_tensor(x.shape, x.dtype)
         w.sync()
         with w.trace() as tr:
-            with hold(w.default_stream) as latch:  # the program's modeled start is the device's, not the host's
+            with hold(w.default_stream) as latch:
                 h.submit(a, b)
                 latch.release()
             w.sync()
@@ -171,6 +176,12 @@ def fork48() -> dict:
             "cores": len({t.engine for t in tasks})}
 
 
+def _fork48_row(fk: dict) -> dict:
+    return {"name": "modeled wall, fork of 48 tasks on a2a3", "figure": fk["wall_ns"] / 1e3, "unit": "us",
+            "reference": fk["one_ns"] / 1e3, "reference_name": "one task + pickup", "ratio": fk["value"],
+            "target": "<= 1.10", "ok": fk["value"] <= 1.10}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds (a smoke run)")
@@ -180,7 +191,6 @@ def main(argv=None) -> dict:
     results: dict = {"config": {"profile": SIM.name}}
     results["per_launch"] = pl_ = per_launch(rounds, 500 if args.quick else 2000)
     results["per_task"] = pt = per_task(rounds, 5 if args.quick else 20)
-    results["fork48"] = fk = fork48()
     results["rows"] = [
         {"name": "host time per launch, timing=model", "figure": pl_["model_ns"] / 1e3, "unit": "us",
          "reference": pl_["host_ns"] / 1e3, "reference_name": "timing=host", "ratio": pl_["value"],
@@ -188,10 +198,9 @@ def main(argv=None) -> dict:
         {"name": "host time per program task, timing=model", "figure": pt["model_ns"] / 1e3, "unit": "us",
          "reference": pt["host_ns"] / 1e3, "reference_name": "timing=host", "ratio": pt["value"],
          "target": "<= 1.05", "ok": pt["value"] <= 1.05},
-        {"name": "modeled wall, fork of 48 tasks on a2a3", "figure": fk["wall_ns"] / 1e3, "unit": "us",
-         "reference": fk["one_ns"] / 1e3, "reference_name": "one task + pickup", "ratio": fk["value"],
-         "target": "<= 1.10", "ok": fk["value"] <= 1.10},
     ]
+    results["fork48"] = fk = fork48()
+    results["rows"].append(_fork48_row(fk))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

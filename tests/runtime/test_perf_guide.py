@@ -61,7 +61,8 @@ class Run:
         (held,) = [r for r in recs if r.kind_name == "latch"]
         self.t0 = held.end_ns  # the device took the submission here
         #: The work on cores: a program's tasks, or a launch's blocks.
-        self.work = sorted((r for r in recs if r.kind_name in ("task", "block")), key=lambda r: (r.dispatch_ns, r.block))
+        self.work = sorted((r for r in recs if r.kind_name in ("task", "block")),
+                           key=lambda r: (r.dispatch_ns, r.block))
         assert self.work and all(r.start_ns >= self.t0 for r in self.work)
 
     @property
