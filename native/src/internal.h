@@ -828,6 +828,7 @@ struct pto_mtask {
     uint32_t site;
     uint8_t kind;                 /* 0: AIC (cube work), 1: AIV */
     bool ran;
+    bool early;                   /* PTO_SITE_EARLY_RESOLVE: its consumers are staged when it starts */
     /* outputs */
     uint64_t submit_ns, dispatch_ns, start_ns, end_ns; /* submit_ns: when the orchestrator submitted it */
     int32_t engine;

@@ -513,6 +513,8 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         if (done.n && (bk < 0 || done.v[0].key <= best)) {
             struct hent e = hpop(&done);
             finished++;
+            if (t[e.id].early && t[e.id].ran)
+                continue; /* it released its successors when it started */
             for (uint32_t k = soff[e.id]; k < soff[e.id + 1]; k++) {
                 uint32_t u = sids[k];
                 at[u] = max64(at[u], e.key);
@@ -527,11 +529,19 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         struct hent core = hpop(&cores[bk]);
         struct pto_mtask *x = &t[task.id];
         x->dispatch_ns = best;
-        x->start_ns = best + m->pickup_ns;
+        x->start_ns = max64(best + m->pickup_ns, x->start_ns); /* staged early: released as its producers end */
         x->end_ns = x->start_ns + x->dur_ns;
         x->engine = (int32_t)core.id;
         m->busy_ns[core.id] += x->dur_ns;
         m->commands[core.id]++;
+        if (x->early) /* allow_early_resolve: its consumers may be staged on a core now, start as it ends */
+            for (uint32_t k = soff[task.id]; k < soff[task.id + 1]; k++) {
+                uint32_t u = sids[k];
+                t[u].start_ns = max64(t[u].start_ns, x->end_ns); /* the doorbell: no start before */
+                at[u] = max64(at[u], x->start_ns);
+                if (--npred[u] == 0)
+                    make_ready(t, u, at[u], ready, &done);
+            }
         hpush(&cores[bk], x->end_ns, core.id);
         hpush(&done, x->end_ns, task.id);
     }

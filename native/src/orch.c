@@ -733,6 +733,7 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
             memset(&o->mt[i], 0, sizeof(o->mt[i]));
             o->mt[i].site = site;
             o->mt[i].host_submit_ns = t->submit_ns;
+            o->mt[i].early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE);
         }
     }
     uint32_t nidx = d->sites[site].nidx;

@@ -75,6 +75,9 @@ typedef uint32_t (*pto_access_fn)(const int64_t *idx, pto_task_access *out, uint
 /* Site flags: PTO_SITE_BARRIER: its instances wait for every earlier one still running
  * (declared dependencies or a manual scope, without a table). */
 #define PTO_SITE_BARRIER 1u
+/* PTO_SITE_EARLY_RESOLVE: allow_early_resolve=True: its consumers may be staged on a core while it
+ * runs (the device model's schedule; no effect on results or on host execution). */
+#define PTO_SITE_EARLY_RESOLVE 2u
 
 /* An intermediate: allocated in the ring heap before instance `first` is
  * submitted, reclaimed once every instance up to `last` has retired. */

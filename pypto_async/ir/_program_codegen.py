@@ -279,7 +279,8 @@ def _access_fn(program: Program, fn: str, scope: Scope, loop_vars) -> tuple[str,
             lines.append(f"    out[{k}].hi[{d}] = out[{k}].lo[{d}] + INT64_C({int(n)});")
         lines.append(f"    out[{k}].ndim = whole ? 0 : {len(offs)};")
     lines += [f"    return {len(acc)}u;", "}"]
-    return "\n".join(lines), (1 if barrier else 0)
+    early = ("allow_early_resolve", True) in scope.hints
+    return "\n".join(lines), (1 if barrier else 0) | (2 if early else 0)  # PTO_SITE_BARRIER, _EARLY_RESOLVE
 
 
 def _instance_sites(body, site_ids: dict) -> list[int]:

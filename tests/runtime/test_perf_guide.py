@@ -278,23 +278,97 @@ def late_resolve(a: pl.Tensor, b: pl.Tensor, scratch: pl.Out[pl.Tensor], out: pl
     return scratch, out
 
 
-def test_early_resolve_leaves_results_and_the_modeled_timeline_unchanged():
-    # The model does not pre-stage consumers (docs/device_model.md, "What the model does not
-    # model"): the hint is accepted and, as PyPTO says of it, changes no result; here it changes
-    # no modeled time either, each consumer still pays its pickup after its producer ends.
+def test_early_resolve_stages_the_consumer_so_it_starts_as_its_producer_ends():
     a, b = rand((TILE_ROWS, COLS), 9), rand((TILE_ROWS, COLS), 10)
     flagged = Run(early_resolve, a, b, poison((TILE_ROWS, COLS)), poison((TILE_ROWS, COLS)))
     plain = Run(late_resolve, a, b, poison((TILE_ROWS, COLS)), poison((TILE_ROWS, COLS)))
-    for r in (flagged, plain):
+    for r in (flagged, plain):  # "a pure scheduling hint: no effect on results"
         np.testing.assert_allclose(r.outs[2], a + b, rtol=1e-6)
         np.testing.assert_allclose(r.outs[3], np.exp(a + b), rtol=1e-5)
-        producer, consumer = r.work
-        assert consumer.dispatch_ns == producer.end_ns and consumer.start_ns - consumer.dispatch_ns == PICKUP_NS
+    producer, consumer = plain.work
+    assert consumer.dispatch_ns == producer.end_ns and consumer.start_ns == producer.end_ns + PICKUP_NS
+    producer, consumer = flagged.work
+    # Staged on a second core while its producer ran, released the instant it ended: no pickup.
+    assert consumer.dispatch_ns == producer.start_ns and consumer.start_ns == producer.end_ns
+    assert consumer.engine != producer.engine
+    assert flagged.wall_ns == plain.wall_ns - PICKUP_NS
+    # "Total task count and graph shape do not change."
+    assert flagged.dispatches == plain.dispatches == 2
 
-    def shape(r):
-        return [(x.dispatch_ns - r.t0, x.start_ns - r.t0, x.end_ns - r.t0, x.engine) for x in r.work]
 
-    assert shape(flagged) == shape(plain)
+K_CHAIN = 6
+
+
+@pl.jit
+def chain_flagged(acc: pl.InOut[pl.Tensor]):
+    for i in pl.range(K_CHAIN):
+        with pl.at(level=pl.Level.CORE_GROUP, allow_early_resolve=True):
+            pl.store(pl.add(pl.load(acc, [0, 0], [TILE_ROWS, COLS]), 1.0), [0, 0], acc)
+    return acc
+
+
+@pl.jit
+def chain_plain(acc: pl.InOut[pl.Tensor]):
+    for i in pl.range(K_CHAIN):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.add(pl.load(acc, [0, 0], [TILE_ROWS, COLS]), 1.0), [0, 0], acc)
+    return acc
+
+
+def test_early_resolve_along_a_chain_of_short_tasks_takes_its_pickups_off_the_critical_path():
+    acc = rand((TILE_ROWS, COLS), 18)
+    flagged, plain = Run(chain_flagged, acc), Run(chain_plain, acc)
+    for r in (flagged, plain):
+        np.testing.assert_allclose(r.outs[0], acc + K_CHAIN, rtol=1e-6)
+        assert r.dispatches == K_CHAIN
+    dur = plain.work[0].end_ns - plain.work[0].start_ns
+    orch = round(P.orch_us_per_task * 1000)
+    assert plain.wall_ns == orch + K_CHAIN * (PICKUP_NS + dur)
+    assert flagged.wall_ns == orch + PICKUP_NS + K_CHAIN * dur  # one pickup, the first
+    for prev, cur in zip(flagged.work, flagged.work[1:]):
+        assert cur.start_ns == prev.end_ns
+
+
+@pl.jit
+def one_of_two_producers_flagged(a: pl.Tensor, b: pl.Tensor, s1: pl.Out[pl.Tensor], s2: pl.Out[pl.Tensor],
+                                 out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP, allow_early_resolve=True):
+        pl.store(pl.mul(pl.load(a, [0, 0], [TILE_ROWS, COLS]), 2.0), [0, 0], s1)
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.mul(pl.load(b, [0, 0], [TILE_ROWS, COLS]), 2.0), [0, 0], s2)
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.add(pl.load(s1, [0, 0], [TILE_ROWS, COLS]), pl.load(s2, [0, 0], [TILE_ROWS, COLS])), [0, 0],
+                 out)
+    return s1, s2, out
+
+
+@pl.jit
+def both_producers_flagged(a: pl.Tensor, b: pl.Tensor, s1: pl.Out[pl.Tensor], s2: pl.Out[pl.Tensor],
+                           out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP, allow_early_resolve=True):
+        pl.store(pl.mul(pl.load(a, [0, 0], [TILE_ROWS, COLS]), 2.0), [0, 0], s1)
+    with pl.at(level=pl.Level.CORE_GROUP, allow_early_resolve=True):
+        pl.store(pl.mul(pl.load(b, [0, 0], [TILE_ROWS, COLS]), 2.0), [0, 0], s2)
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.add(pl.load(s1, [0, 0], [TILE_ROWS, COLS]), pl.load(s2, [0, 0], [TILE_ROWS, COLS])), [0, 0],
+                 out)
+    return s1, s2, out
+
+
+def test_early_resolve_stages_a_consumer_only_once_all_its_producers_are_flagged():
+    # "Flagging one producer of a three-producer consumer buys nothing."
+    a, b = rand((TILE_ROWS, COLS), 19), rand((TILE_ROWS, COLS), 20)
+    shape = (TILE_ROWS, COLS)
+    one = Run(one_of_two_producers_flagged, a, b, poison(shape), poison(shape), poison(shape))
+    both = Run(both_producers_flagged, a, b, poison(shape), poison(shape), poison(shape))
+    for r in (one, both):
+        np.testing.assert_allclose(r.outs[4], 2 * a + 2 * b, rtol=1e-6)
+    p1, p2, consumer = one.work
+    assert consumer.dispatch_ns == max(p1.end_ns, p2.end_ns) and consumer.start_ns - consumer.dispatch_ns == PICKUP_NS
+    p1, p2, consumer = both.work
+    assert consumer.dispatch_ns == max(p1.start_ns, p2.start_ns)
+    assert consumer.start_ns == max(p1.end_ns, p2.end_ns)
+    assert both.wall_ns == one.wall_ns - PICKUP_NS
 
 
 # -- 03 dependencies: serialization you did not ask for -----------------------------------------------
