@@ -159,11 +159,7 @@ def test_remote_load_reads_the_peers_window_through_a_peer_copy(n):
 
 
 def _peer_bytes(worker) -> int:
-    from pypto_async._driver import ffi, lib
-
-    st = ffi.new("pto_device_stats *")
-    assert lib.pto_device_get_stats(worker._dev, st) == 0
-    return st.bytes_peer
+    return worker.stats().bytes_peer
 
 
 @pl.jit.incore
