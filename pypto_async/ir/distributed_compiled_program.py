@@ -132,8 +132,12 @@ class DistributedCompiledProgram:
                     else:
                         items.append({"segment": st.name, "artifact": str(st.output_dir)})
                 out["steps"].append({"dispatch": s.name, "rank": s.rank, "steps": items})
-            else:
+            elif hasattr(s, "args"):
                 out["steps"].append({"callback": s.name, "args": len(s.args)})
+            else:  # a collective of the host orchestrator
+                out["steps"].append({"collective": s.kind, "window": None if s.target is None else s.target.buffer.index,
+                                     "source": None if s.source is None else s.source.buffer.index,
+                                     "mode": s.mode, "root": s.root})
         return out
 
     def _write_plan(self) -> None:

@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
+
 from .._dtypes import as_dtype
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
+from ..ir._nodes import Param
 from ._memory import load, store
-from ._tracer import Index, ScalarArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
 from ._types import AtomicType, TensorAnnotation
-from .distributed_trace import IN, INOUT, OUT, CommOp, cut, require_rank, window_param
+from .distributed_trace import IN, INOUT, OUT, CommOp, active_rank, cut, require_rank, window_param
 from .distributed_host import WindowBuffer, WindowView, alloc_window_buffer, window, world_size
 
 __all__ = [
@@ -106,7 +109,7 @@ class DistributedTensor:
 
 
 class ReduceOp(enum.IntEnum):
-    """The reduction of ``pld.tensor.allreduce``: ``Sum``, ``Max``, ``Min`` (``Prod`` is PyPTO's too, not here)."""
+    """The reduction of ``pld.tensor.allreduce`` and ``reduce_scatter``: ``Sum``, ``Max``, ``Min``, ``Prod``."""
 
     Sum = 0
     Max = 1
@@ -268,38 +271,222 @@ def get(dst, peer, src, **_chunking):
     return dst
 
 
-def allreduce(target, signal=None, *, op=ReduceOp.Sum, mode: str = "mesh", core_num: int = 1):
+_MISSING = object()
+_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64")
+
+
+def _reduce_op(op, what: str, loc) -> str:
+    if not isinstance(op, ReduceOp):
+        raise compile_error(f"{what}: op must be a pld.ReduceOp, got {op!r}", loc)
+    return ReduceOp(op).name.lower()
+
+
+def _reducible(dtype, what: str, loc) -> None:
+    if dtype.name not in _REDUCE_DTYPES:
+        raise PtoNotSupported(f"{loc}: {what} of {dtype.name} is not supported here ({', '.join(_REDUCE_DTYPES)})")
+
+
+def _signal(t, signal, what: str, loc) -> None:
+    """Check a collective's `signal` (a window, accepted and left unchanged here)."""
+    if signal is _MISSING or signal is None:
+        raise compile_error(f"{what} takes a signal window (pld.DistributedTensor[[nranks], pl.INT32]) as its "
+                            f"signal argument", loc)
+    window_param(t, signal, what, loc)
+
+
+def _tensor_param(t, x, what: str, loc) -> Param:
+    """A whole tensor parameter of the traced function (a window or a plain pl.Tensor), or a located error."""
+    if not isinstance(x, TensorArg) or x.name not in t.params:
+        raise compile_error(f"{what}: expected a tensor parameter of the function (a pld.DistributedTensor or a "
+                            f"pl.Tensor), got {x!r}", loc)
+    if getattr(x, "origin", None) is not None and any(getattr(o, "value", 0) != 0 for o in x.origin):
+        raise compile_error(f"{what}: pass the whole tensor, not a window of it", loc)
+    return t.params[x.name]
+
+
+def _rows(p: Param, world: int, what: str, loc) -> int:
+    """The bytes of one row of window `p`, which must have one row per rank."""
+    if p.shape[0] != world:
+        raise compile_error(f"{what}: {p.name!r} is {p.dtype.name}{list(p.shape)}; its first dimension must be "
+                            f"the rank count, {world}", loc)
+    return int(np.prod(p.shape[1:], dtype=np.int64)) * p.dtype.itemsize
+
+
+def _host_level(what: str):
+    """The host trace when `what` is called in a host orchestrator (not inside a per-device function)."""
+    from .distributed_host import host_active
+
+    return host_active() if active_rank() is None else None
+
+
+def allreduce(target, signal=_MISSING, *, op=ReduceOp.Sum, mode: str = "mesh", core_num: int = 1):
     """Reduce every rank's copy of window `target` with `op`, in place on every rank; return `target`.
 
     All ranks meet here (as at a barrier); the reduction is the driver's
     ring all-reduce over the ranks' windows (``DistributedWorker.all_reduce``:
     peer copies and a reduce kernel per step), whatever ``mode`` names
     (``"mesh"`` or ``"ring"``: the same numbers).  `signal` is accepted and
-    left unchanged.
+    left unchanged; in a host orchestrator (``@pl.jit.host``) it may be left
+    out, as in PyPTO, and `target` is a ``pld.window`` view: the reduction
+    runs between the dispatches before it and those after it.
     """
-    t = current("pld.tensor.allreduce")
     loc = user_loc()
-    p = window_param(t, target, "pld.tensor.allreduce", loc)
-    if signal is not None:
-        window_param(t, signal, "pld.tensor.allreduce", loc)
+    what = "pld.tensor.allreduce"
     if mode not in ("mesh", "ring"):
-        raise compile_error(f"pld.tensor.allreduce: mode is 'mesh' or 'ring', got {mode!r}", loc)
-    if op not in (ReduceOp.Sum, ReduceOp.Max, ReduceOp.Min):
-        if op == ReduceOp.Prod:
-            raise PtoNotSupported(f"{loc}: pld.tensor.allreduce(op=pld.ReduceOp.Prod) is not supported here "
-                                  f"(Sum, Max, Min)")
-        raise compile_error(f"pld.tensor.allreduce: op must be a pld.ReduceOp, got {op!r}", loc)
-    if p.dtype.name not in ("FP32", "FP64", "INT32", "INT64"):
-        raise PtoNotSupported(f"{loc}: pld.tensor.allreduce of {p.dtype.name} is not supported here "
-                              f"(FP32, FP64, INT32, INT64)")
-    cut(CommOp("allreduce", p.name, shape=p.shape, mode=ReduceOp(op).name.lower(), loc=loc))
+        raise compile_error(f"{what}: mode is 'mesh' or 'ring', got {mode!r}", loc)
+    if not is_int(core_num) or core_num < 1:
+        raise compile_error(f"{what}: core_num must be a positive int, got {core_num!r}", loc)
+    if mode == "ring" and signal is _MISSING:
+        raise compile_error(f'{what}: mode="ring" needs an explicit signal window, as in PyPTO', loc)
+    if signal is None:
+        raise compile_error(f"{what}: signal cannot be None; leave it out in a host orchestrator", loc)
+    name = _reduce_op(op, what, loc)
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc)
+        _reducible(view.dtype, what, loc)
+        return target
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    if signal is not _MISSING:
+        window_param(t, signal, what, loc)
+    _reducible(p.dtype, what, loc)
+    cut(CommOp("allreduce", p.name, shape=p.shape, mode=name, loc=loc))
+    return target
+
+
+def broadcast(target, signal=_MISSING, *, root):
+    """Give every rank's copy of window `target` the contents of rank `root`'s, in place; return `target`.
+
+    All ranks meet here; each rank other than `root` pulls the root's window
+    with one peer copy.  In a host orchestrator `target` is a ``pld.window``
+    view.
+    """
+    loc = user_loc()
+    what = "pld.tensor.broadcast"
+    h = _host_level(what)
+    world = h.world if h is not None else require_rank(what).world
+    if isinstance(root, bool) or not is_int(root) or not 0 <= int(root) < world:
+        raise compile_error(f"{what}: root must be a rank of this program (0..{world - 1}), got {root!r}", loc)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, "broadcast", target, None, signal, root=int(root), loc=loc)
+        return target
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    _signal(t, signal, what, loc)
+    cut(CommOp("broadcast", p.name, int(root), shape=p.shape, loc=loc))
+    return target
+
+
+def allgather(local_data, target, signal=_MISSING):
+    """Row ``j`` of every rank's window `target` becomes rank ``j``'s `local_data`; return `target`.
+
+    `target` has one row per rank (``[nranks, *row]``), `local_data` the
+    size of one row and `target`'s dtype, and is a different tensor (a
+    window, or in a per-device function a plain ``pl.Tensor`` too).  All
+    ranks meet here; each rank pulls every peer's `local_data` with one peer
+    copy.
+    """
+    return _exchange("allgather", "pld.tensor.allgather", local_data, target, signal)
+
+
+def all_to_all(input, target, signal=_MISSING):  # noqa: A002 - PyPTO's name
+    """Row ``j`` of rank ``r``'s window `target` becomes row ``r`` of rank ``j``'s `input`; return `target`.
+
+    `input` and `target` are different tensors of one shape and dtype, one
+    row per rank (``[nranks, *row]``): ``input[dest]`` is this rank's chunk
+    for rank ``dest``, ``target[src]`` the chunk rank ``src`` sent here.
+    """
+    return _exchange("all_to_all", "pld.tensor.all_to_all", input, target, signal)
+
+
+def _exchange(kind: str, what: str, source, target, signal):
+    loc = user_loc()
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, kind, target, source, signal, loc=loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    pt = window_param(t, target, what, loc)
+    ps = _tensor_param(t, source, what, loc)
+    _signal(t, signal, what, loc)
+    check_exchange(kind, what, ps.name, ps.shape, ps.dtype, pt.name, pt.shape, pt.dtype, r.world, loc)
+    cut(CommOp(kind, pt.name, src=ps.name, shape=pt.shape, loc=loc))
+    return target
+
+
+def check_exchange(kind, what, sname, sshape, sdtype, tname, tshape, tdtype, world: int, loc) -> None:
+    """Check the source and target of an allgather or all_to_all (located errors)."""
+    if sname == tname:
+        raise compile_error(f"{what}: the source and the target must be different tensors, both are {tname!r}",
+                            loc)
+    if sdtype != tdtype:
+        raise compile_error(f"{what}: the source is {sdtype.name}, the target {tdtype.name}", loc)
+    if not tshape or tshape[0] != world:
+        raise compile_error(f"{what}: the target {tname!r} is {list(tshape)}; its first dimension must be the rank "
+                            f"count, {world}", loc)
+    row = int(np.prod(tshape[1:], dtype=np.int64))
+    src = int(np.prod(sshape, dtype=np.int64))
+    if kind == "allgather" and src != row:
+        raise compile_error(f"{what}: the source {sname!r} has {src} elements, one row of the target {tname!r} "
+                            f"{row}", loc)
+    if kind == "all_to_all" and tuple(sshape) != tuple(tshape):
+        raise compile_error(f"{what}: the input {sname!r} is {list(sshape)}, the target {tname!r} {list(tshape)}; "
+                            f"they must match", loc)
+
+
+def reduce_scatter(target, signal=_MISSING, *, op=ReduceOp.Sum):
+    """Row ``r`` of rank ``r``'s window `target` becomes `op` over every rank's row ``r``; return `target`.
+
+    `target` has one row per rank (``[nranks, *row]``), each rank staging
+    all of them; the other rows are left as they are.  All ranks meet here;
+    each rank pulls its row from every peer (one peer copy each) and reduces
+    it in with a reduce kernel.
+    """
+    loc = user_loc()
+    what = "pld.tensor.reduce_scatter"
+    name = _reduce_op(op, what, loc)
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        view = record_collective(h, "reduce_scatter", target, None, signal, mode=name, loc=loc)
+        _reducible(view.dtype, what, loc)
+        if not view.shape or view.shape[0] != h.world:
+            raise compile_error(f"{what}: the target is {list(view.shape)}; its first dimension must be the rank "
+                                f"count, {h.world}", loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    _signal(t, signal, what, loc)
+    _reducible(p.dtype, what, loc)
+    _rows(p, r.world, what, loc)
+    cut(CommOp("reduce_scatter", p.name, shape=p.shape, mode=name, loc=loc))
     return target
 
 
 def barrier(signal):
-    """Hold every rank here until all of them arrived; return `signal` (left unchanged)."""
-    t = current("pld.tensor.barrier")
+    """Hold every rank here until all of them arrived; return `signal` (left unchanged).
+
+    In a host orchestrator, every rank's work after the barrier waits (on
+    the device) for every rank's work before it.
+    """
     loc = user_loc()
+    h = _host_level("pld.tensor.barrier")
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, "barrier", None, None, signal, loc=loc)
+        return signal
+    t = current("pld.tensor.barrier")
     p = window_param(t, signal, "pld.tensor.barrier", loc)
     cut(CommOp("barrier", p.name, loc=loc))
     return signal
@@ -349,7 +536,9 @@ class _Namespace:
 #: ``pld.tile``: tile-level cross-rank operations.
 tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
-tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce)
+tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
+                    allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
+                    alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.
 system = _Namespace("system", notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,
                     rank=rank, nranks=nranks)

@@ -206,6 +206,28 @@ class Dispatch:
     windows: frozenset = frozenset()
 
 
+@dataclass(frozen=True)
+class HostCollective:
+    """A collective a host orchestrator calls on window views: it runs on every rank between two dispatches.
+
+    ``kind`` is ``"allreduce"``, ``"broadcast"``, ``"allgather"``,
+    ``"reduce_scatter"``, ``"all_to_all"`` or ``"barrier"``; ``target`` and
+    ``source`` the window views (None where the collective has none);
+    ``mode`` the reduction; ``root`` a broadcast's root.
+    """
+
+    kind: str
+    target: WindowView | None
+    source: WindowView | None = None
+    mode: str = ""
+    root: int = 0
+    loc: Loc | None = None
+
+    @property
+    def name(self) -> str:
+        return f"pld.tensor.{self.kind}"
+
+
 @dataclass
 class Callback:
     """A SubWorker call: `name` runs on the host with `args` once the work before it completed."""
@@ -320,6 +342,33 @@ def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, l
     d = Dispatch(rank, name, seg, tuple(params), dict(zip(names, args)), compiled, windows)
     h.steps.append(d)
     return d
+
+
+def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: str = "", root: int = 0,
+                      loc=None) -> WindowView | None:
+    """Record a host-level collective on window views (checked); return its target view."""
+    from .distributed import _MISSING, check_exchange
+
+    what = f"pld.tensor.{kind}"
+    for role, v in (("target", target), ("signal", signal), ("source", source)):
+        if role == "target" and kind == "barrier":
+            continue
+        if v is None and role == "source" and kind not in ("allgather", "all_to_all"):
+            continue
+        if v is _MISSING and role == "signal" and kind == "allreduce":
+            continue  # PyPTO synthesizes one
+        if v is _MISSING and role == "signal":
+            raise compile_error(f"{what} takes a signal window (pld.window of a [world_size] INT32 buffer)", loc)
+        if not isinstance(v, WindowView):
+            raise compile_error(f"{what}: in a host orchestrator the {role} is a pld.window(...) view, got {v!r}",
+                                loc)
+    if kind in ("allgather", "all_to_all"):
+        if source.buffer == target.buffer:
+            raise compile_error(f"{what}: the source and the target must be different window buffers", loc)
+        check_exchange(kind, what, "source", source.shape, source.dtype, "target", target.shape, target.dtype,
+                       h.world, loc)
+    h.steps.append(HostCollective(kind, target if kind != "barrier" else None, source, mode, root, loc))
+    return target
 
 
 def _returned(d: Dispatch, ret: str | None):

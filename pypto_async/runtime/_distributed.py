@@ -560,7 +560,7 @@ class DistributedWorker:
         ----------
         t : StackedDeviceTensor
             Shards of float32, float64, int32 or int64.
-        op : {"sum", "max", "min"}
+        op : {"sum", "max", "min", "prod"}
             ``"max"`` and ``"min"`` propagate NaN, as ``pl.maximum`` /
             ``pl.minimum`` and ``np.maximum`` / ``np.minimum`` do: an element
             that is NaN in any shard is NaN in the result, whatever the order
@@ -578,7 +578,7 @@ class DistributedWorker:
         self._check_open()
         self._check_stacked(t, "all_reduce(t=...)")
         if op not in REDUCE_OPS:
-            raise PtoArgumentError(f"all_reduce(op=...) is one of 'sum', 'max', 'min', not {op!r}")
+            raise PtoArgumentError(f"all_reduce(op=...) is one of 'sum', 'max', 'min', 'prod', not {op!r}")
         if t.dtype.np_name not in REDUCE_DTYPES:
             raise PtoNotSupported(f"all_reduce(): dtype {t.dtype.np_name} is not supported "
                                   f"({', '.join(REDUCE_DTYPES)})")

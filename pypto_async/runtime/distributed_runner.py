@@ -38,6 +38,7 @@ import numpy as np
 from .._dtypes import as_dtype
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from . import _collectives
 from ._args import _is_torch_tensor
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
@@ -299,30 +300,74 @@ def _peer_tensor(run: _Run, st: _Rank, name: str, peer: int) -> DeviceTensor:
 
 
 #: The operations every rank meets at (in the same order on every rank).
-_COLLECTIVES = ("barrier", "allreduce")
+_COLLECTIVES = ("barrier", "allreduce", "broadcast", "allgather", "reduce_scatter", "all_to_all")
+
+
+def _queue_collective(run: _Run, kind: str, mode: str, root: int, dsts: list, srcs: list | None) -> None:
+    """Queue collective `kind` over the ranks' tensors (``dsts[r]`` and ``srcs[r]`` on rank ``r``).
+
+    Nothing waits here: the collective's markers join the run's launches,
+    and each rank's later work is queued behind it on the same stream (the
+    collectives of :mod:`._collectives` order each rank's own buffers as
+    hazard-tracked accesses and the peers' through device-side waits).
+    """
+    ids = tuple(range(len(dsts)))  # rank r runs on worker r
+    kernels = run.dw._reduce
+    if kind == "allreduce":
+        stacked = StackedDeviceTensor(dsts, (len(dsts), *dsts[0].shape), ids)
+        markers = _collectives.all_reduce(stacked, stacked, mode, kernels, False)
+    elif kind == "broadcast":
+        markers = _collectives.broadcast_from(dsts, root)
+    elif kind == "allgather":
+        markers = _collectives.gather_rows(srcs, dsts)
+    elif kind == "all_to_all":
+        markers = _collectives.all_to_all_rows(srcs, dsts)
+    elif kind == "reduce_scatter":
+        markers = _collectives.reduce_scatter_rows(dsts, mode, kernels, ids)
+    else:
+        markers = []
+    run.launches.extend(markers)
+
+
+def _cross_wait(workers) -> None:
+    """Every worker's default stream waits (on the device) for everything queued so far on every other's."""
+    events = [(w, task_default(w).record()) for w in workers]
+    for w in workers:
+        stream = task_default(w)
+        for other, ev in events:
+            if other is not w:
+                stream.wait(ev)
 
 
 def _release_barrier(run: _Run, group: list) -> None:
-    """Every rank's stream waits (on the device) for everything queued so far on every other's.
+    """Run the collective every rank of `group` is at, then release them as a barrier does.
 
-    At an ``allreduce``, the ranks' windows are then reduced in place by the
-    driver's ring (``DistributedWorker.all_reduce``), ordered by its peer
-    copies and events after each rank's earlier work on its window.
+    A barrier: every rank's stream waits (on the device) for everything
+    queued so far on every other's.  A collective (``allreduce``,
+    ``broadcast``, ``allgather``, ``reduce_scatter``, ``all_to_all``) is
+    queued first over the ranks' windows (:func:`_queue_collective`).
     """
     op = group[0].current()
-    if op.kind == "allreduce":
+    if op.kind != "barrier":
         group = sorted(group, key=lambda st: st.d.rank)
-        shards = [st.bound[op.tensor] for st in group]
-        stacked = StackedDeviceTensor(shards, (len(shards), *shards[0].shape), tuple(st.d.rank for st in group))
-        run.dw.all_reduce(stacked, op.mode)  # sync mode: returns once the ring completed
-    events = [(st, task_default(st.worker).record()) for st in group]
+        dsts = [st.bound[op.tensor] for st in group]
+        srcs = [st.bound[op.src] for st in group] if op.src else None
+        _queue_collective(run, op.kind, op.mode, op.peer or 0, dsts, srcs)
+    _cross_wait([st.worker for st in group])
     for st in group:
-        stream = task_default(st.worker)
-        for other, ev in events:
-            if other is not st:
-                stream.wait(ev)
         st.barriers += 1
         st.pc += 1
+
+
+def _host_collective(run: _Run, c) -> None:
+    """Run a host orchestrator's collective (a HostCollective) over every rank's window."""
+    world = run.dcp.world_size
+    if c.kind == "barrier":
+        _cross_wait([run.worker(r) for r in range(world)])
+        return
+    dsts = [run.window(c.target.buffer, r) for r in range(world)]
+    srcs = [run.window(c.source.buffer, r) for r in range(world)] if c.source is not None else None
+    _queue_collective(run, c.kind, c.mode, c.root, dsts, srcs)
 
 
 def _run_group(run: _Run, dispatches: list) -> None:
@@ -361,7 +406,7 @@ def _run_group(run: _Run, dispatches: list) -> None:
                       and st.current().kind in _COLLECTIVES]
         if at_barrier and len(at_barrier) == len(fronts) == world \
                 and len({st.barriers for st in at_barrier}) == 1 \
-                and len({(st.current().kind, st.current().mode) for st in at_barrier}) == 1:
+                and len({(st.current().kind, st.current().mode, st.current().peer) for st in at_barrier}) == 1:
             _release_barrier(run, at_barrier)
             continue
         if not moved and fronts:
@@ -425,7 +470,7 @@ def _check_resident(dw, dcp, args) -> None:
 def run_plan(dw, dcp, args, callbacks=None):
     """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
     # the language imports the runtime; this one is imported when used
-    from ..language.distributed_host import Callback, HostTensor
+    from ..language.distributed_host import Callback, HostCollective, HostTensor
 
     check_args(dcp, args)
     if len(dw.workers) < dcp.world_size:
@@ -448,6 +493,11 @@ def run_plan(dw, dcp, args, callbacks=None):
                 host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
                 fn = s.fn if s.fn is not None else callbacks[s.name]
                 fn(host) if s.fn is None else fn(*(_tensor_from_continuous(h) for h in host))
+            elif isinstance(s, HostCollective):
+                if group:  # the dispatches before it are queued first, those after it behind it
+                    _run_group(run, group)
+                    group = []
+                _host_collective(run, s)
             else:
                 group.append(s)
         if group:

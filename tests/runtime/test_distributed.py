@@ -273,7 +273,7 @@ async def _aread(dw, t) -> np.ndarray:
 def test_all_reduce_equals_numpy(n, dtype):
     with DistributedWorker(range(n), CFG) as dw:
         host = rand((n, 37, 11), dtype, seed=n)  # 407 elements: chunks of unequal size
-        for op, ref in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+        for op, ref in (("sum", np.sum), ("max", np.max), ("min", np.min), ("prod", np.prod)):
             t = dw.alloc_stacked_tensor(host)
             out = dw.alloc_stacked_tensor(poison(host.shape, dtype))
             assert dw.all_reduce(t, op, out=out) is out
@@ -368,8 +368,8 @@ def test_collective_argument_errors(pair):
     t = pair.alloc_stacked_tensor(rand((2, 8)))
     half = pair.alloc_stacked_tensor(rand((2, 8)).astype(np.float16))
     other = pair.alloc_stacked_tensor(rand((2, 9)))
-    with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min'"):
-        pair.all_reduce(t, "prod")
+    with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min', 'prod'"):
+        pair.all_reduce(t, "mean")
     with pytest.raises(PtoNotSupported, match="float16"):
         pair.all_reduce(half)
     with pytest.raises(PtoArgumentError, match="full_shape"):

@@ -360,16 +360,6 @@ def test_allreduce_sums_and_maxes_every_ranks_window_in_place():
     np.testing.assert_allclose(y, np.broadcast_to(want, (n, 4, C)), rtol=1e-5, atol=1e-6)
 
 
-def test_allreduce_prod_is_not_supported():
-    @pl.jit.incore
-    def k(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
-          w: pld.DistributedTensor[[1, C], pl.FP32], n: pl.Scalar[pl.INT32]):
-        w = pld.tensor.allreduce(w, op=pld.ReduceOp.Prod)
-        return pl.store(pl.load(w, [0, 0], [1, C]), [0, 0], y)
-
-    _compile_err(k, PtoNotSupported, "Prod")
-
-
 # -- pl.read of a window, pl.write ------------------------------------------------------------------
 
 
