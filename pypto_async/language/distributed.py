@@ -233,41 +233,83 @@ def remote_store(tile, target, peer, offsets):
 # -- pld.tensor --------------------------------------------------------------------------
 
 
-def _pair(dst, src, op: str, loc):
-    t = current(op)
-    pd = window_param(t, dst, op, loc)
-    ps = window_param(t, src, op, loc)
-    if pd.shape != ps.shape or pd.dtype != ps.dtype:
-        raise compile_error(f"{op}: dst is {pd.dtype.name}{list(pd.shape)}, src {ps.dtype.name}{list(ps.shape)}; "
-                            f"they must match", loc)
-    return pd, ps
+def _chunking(chunk_rows, chunk_cols, pipeline, what: str, loc) -> tuple[int, int]:
+    """PyPTO's chunk options of put / get, checked: ``(rows, cols)`` of one chunk, 0 for the full extent."""
+    for name, v in (("chunk_rows", chunk_rows), ("chunk_cols", chunk_cols)):
+        if isinstance(v, bool) or not is_int(v) or v < 0:
+            raise compile_error(f"{what}: {name} must be an int >= 0 (0: the full extent), got {v!r}", loc)
+    if pipeline not in (True, False):
+        raise compile_error(f"{what}: pipeline must be True or False, got {pipeline!r}", loc)
+    if pipeline and not (chunk_rows > 0 and chunk_cols > 0):
+        raise compile_error(f"{what}: pipeline=True needs both chunk_rows > 0 and chunk_cols > 0 (got chunk_rows="
+                            f"{chunk_rows}, chunk_cols={chunk_cols})", loc)
+    return int(chunk_rows), int(chunk_cols)
 
 
-def put(dst, peer, src, atomic=AtomicType.None_, **_chunking):
-    """Write this rank's window `src` into rank `peer`'s window `dst` (``atomic=Add``: add into it).
+def _transfer(what: str, pd: Param, ps: Param, dst_offsets, src_offsets, shape, loc):
+    """The boxes of a put / get: ``(dst offsets, src offsets, shape)``, the whole tensors without a region."""
+    if pd.dtype != ps.dtype:
+        raise compile_error(f"{what}: dst is {pd.dtype.name}, src {ps.dtype.name}; they must match", loc)
+    region = (dst_offsets, src_offsets, shape)
+    if all(x is None for x in region):
+        if pd.shape != ps.shape:
+            raise compile_error(f"{what}: dst is {pd.dtype.name}{list(pd.shape)}, src {ps.dtype.name}"
+                                f"{list(ps.shape)}; they must match (or give dst_offsets, src_offsets and shape)",
+                                loc)
+        return (0,) * len(pd.shape), (0,) * len(ps.shape), pd.shape
+    if any(x is None for x in region):
+        raise compile_error(f"{what}: dst_offsets, src_offsets and shape are given together", loc)
+    doffs, box = _box(dst_offsets, shape, pd.shape, f"{what} (dst)", loc)
+    soffs, _ = _box(src_offsets, box, ps.shape, f"{what} (src)", loc)
+    return doffs, soffs, box
 
-    PyPTO's chunking options (``chunk_rows=``, ``pipeline=``) shape the
-    transfer on a device; here the whole window moves in one peer copy.
+
+def put(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, atomic=AtomicType.None_,
+        chunk_rows: int = 0, chunk_cols: int = 0, pipeline: bool = False):
+    """Write this rank's `src` into rank `peer`'s window `dst` (``atomic=Add``: add into it); return `dst`.
+
+    `src` is a window or a plain tensor parameter.  With `dst_offsets`,
+    `src_offsets` and `shape` (all three) only that box moves.  PyPTO's
+    chunking: the transfer, viewed as ``[rows, cols]`` (``cols`` its last
+    dimension), moves in chunks of ``[chunk_rows, chunk_cols]`` (0: the full
+    extent; larger values are clamped), one peer copy per contiguous run of
+    a chunk (a chunk of whole rows is one copy); ``pipeline=True`` (PyPTO's
+    double buffering) is accepted and moves the same chunks.
     """
     loc = user_loc()
-    r = require_rank("pld.tensor.put")
-    pd, ps = _pair(dst, src, "pld.tensor.put", loc)
-    peer = _peer(peer, r, "pld.tensor.put", loc)
+    what = "pld.tensor.put"
+    r = require_rank(what)
+    t = current(what)
+    pd = window_param(t, dst, what, loc)
+    ps = _tensor_param(t, src, what, loc)
+    peer = _peer(peer, r, what, loc)
     if atomic not in (AtomicType.None_, AtomicType.Add):
-        raise compile_error(f"pld.tensor.put: atomic must be pld.AtomicType.None_ or Add, got {atomic!r}", loc)
+        raise compile_error(f"{what}: atomic must be pld.AtomicType.None_ or Add, got {atomic!r}", loc)
+    chunks = _chunking(chunk_rows, chunk_cols, pipeline, what, loc)
+    doffs, soffs, box = _transfer(what, pd, ps, dst_offsets, src_offsets, shape, loc)
     mode = "add" if atomic is AtomicType.Add else "set"
-    cut(CommOp("put", pd.name, peer, src=ps.name, offsets=(0,) * len(pd.shape), shape=pd.shape, mode=mode,
-               loc=loc))
+    cut(CommOp("put", pd.name, peer, src=ps.name, offsets=doffs, shape=box, mode=mode, loc=loc,
+               src_offsets=soffs, chunks=chunks))
     return dst
 
 
-def get(dst, peer, src, **_chunking):
-    """Copy rank `peer`'s window `src` into this rank's window `dst`."""
+def get(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, chunk_rows: int = 0,
+        chunk_cols: int = 0, pipeline: bool = False):
+    """Copy rank `peer`'s window `src` into this rank's `dst` (a window or a plain tensor); return `dst`.
+
+    The region and chunk options are :func:`put`'s.
+    """
     loc = user_loc()
-    r = require_rank("pld.tensor.get")
-    pd, ps = _pair(dst, src, "pld.tensor.get", loc)
-    peer = _peer(peer, r, "pld.tensor.get", loc)
-    cut(CommOp("get", pd.name, peer, src=ps.name, shape=pd.shape, loc=loc))
+    what = "pld.tensor.get"
+    r = require_rank(what)
+    t = current(what)
+    pd = _tensor_param(t, dst, what, loc)
+    ps = window_param(t, src, what, loc)
+    peer = _peer(peer, r, what, loc)
+    chunks = _chunking(chunk_rows, chunk_cols, pipeline, what, loc)
+    doffs, soffs, box = _transfer(what, pd, ps, dst_offsets, src_offsets, shape, loc)
+    cut(CommOp("get", pd.name, peer, src=ps.name, offsets=doffs, shape=box, loc=loc, src_offsets=soffs,
+               chunks=chunks))
     return dst
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from .._dtypes import as_dtype
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
-from . import _collectives
+from . import _collectives, _peer
 from ._args import _is_torch_tensor
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
@@ -241,11 +241,74 @@ def _box_kernel(shape, box, offsets, dtype, add: bool):
     return compiled
 
 
-def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str) -> None:
-    """Move `src` (this rank's) into rank `peer`'s `win` at `offsets`: a peer copy, then a box kernel there."""
-    inbox = run.temp(peer, src.shape, src.dtype)
-    st.worker.copy(inbox, src)  # a peer copy on this rank's stream, after what this rank queued
-    k = _box_kernel(win.shape, src.shape, offsets, as_dtype(win.dtype), mode == "add")
+def transfer_runs(dst_shape, dst_offsets, src_shape, src_offsets, box, itemsize: int, chunks=(0, 0)) -> list:
+    """The byte runs of copying box `box` of a `src_shape` tensor into one of a `dst_shape` tensor, per chunk.
+
+    The transfer is viewed as ``[rows, cols]`` (``cols`` the box's last
+    dimension, ``rows`` the product of the others) and cut into chunks of
+    ``chunks = (chunk_rows, chunk_cols)`` (0: the full extent; clamped to
+    it), row-major over the chunks.  Each chunk is a list of ``(dst_offset,
+    src_offset, nbytes)`` runs, contiguous rows of it merged where both
+    tensors hold them back to back (a chunk of whole rows is one run).
+    """
+    box = tuple(int(d) for d in box)
+    cols = box[-1] if box else 1
+    lead = box[:-1]
+    rows = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    cr = min(chunks[0] or rows, rows)
+    cc = min(chunks[1] or cols, cols)
+
+    def strides(shape):
+        out, acc = [], 1
+        for d in reversed(shape):
+            out.append(acc)
+            acc *= int(d)
+        return out[::-1]
+
+    ds, ss = strides(dst_shape), strides(src_shape)
+    idx = list(np.ndindex(*lead)) if lead else [()]
+
+    def start(offsets, st, i, c):
+        return sum((o + k) * s for o, k, s in zip(offsets[:-1], idx[i], st[:-1])) + offsets[-1] + c
+
+    out = []
+    for r0 in range(0, rows, cr):
+        for c0 in range(0, cols, cc):
+            n = min(cc, cols - c0) * itemsize
+            runs: list = []
+            for i in range(r0, min(r0 + cr, rows)):
+                d = start(dst_offsets, ds, i, c0) * itemsize
+                s = start(src_offsets, ss, i, c0) * itemsize
+                if runs and runs[-1][0] + runs[-1][2] == d and runs[-1][1] + runs[-1][2] == s:
+                    runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + n)
+                else:
+                    runs.append((d, s, n))
+            out.append(runs)
+    return out
+
+
+def _copy_box(src: DeviceTensor, dst: DeviceTensor, op, stream=None) -> None:
+    """Copy op's box of `src` (at ``op.src_offsets``) into `dst` (at ``op.offsets``), chunk by chunk."""
+    item = as_dtype(dst.dtype).itemsize
+    chunks = transfer_runs(dst.shape, op.offsets, src.shape, op.src_offsets, op.shape, item, op.chunks)
+    _peer.copy_parts(dst, src, [run for chunk in chunks for run in chunk], stream)
+
+
+def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str,
+               op=None) -> None:
+    """Move `src` (this rank's) into rank `peer`'s `win` at `offsets`: a peer copy, then a box kernel there.
+
+    With `op` (a put), only its box of `src` moves, chunk by chunk.
+    """
+    box = tuple(op.shape) if op is not None else tuple(src.shape)
+    inbox = run.temp(peer, box, src.dtype)
+    if op is None:
+        st.worker.copy(inbox, src)  # a peer copy on this rank's stream, after what this rank queued
+    else:
+        item = as_dtype(src.dtype).itemsize
+        chunks = transfer_runs(box, (0,) * len(box), src.shape, op.src_offsets, box, item, op.chunks)
+        _peer.copy_parts(inbox, src, [r for c in chunks for r in c])
+    k = _box_kernel(win.shape, box, offsets, as_dtype(win.dtype), mode == "add")
     run.launches.append(run.worker(peer).register(k).submit(inbox, win))
 
 
@@ -267,11 +330,11 @@ def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
     elif op.kind == "put":
         dst = _peer_tensor(run, st, op.tensor, op.peer)
         if op.mode == "add":
-            _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add")
+            _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add", op)
         else:
-            st.worker.copy(dst, b[op.src])
+            _copy_box(b[op.src], dst, op, task_default(st.worker))  # on this rank's stream
     elif op.kind == "get":
-        st.worker.copy(b[op.tensor], _peer_tensor(run, st, op.src, op.peer))
+        _copy_box(_peer_tensor(run, st, op.src, op.peer), b[op.tensor], op, task_default(st.worker))
     elif op.kind == "notify":
         sig = b[op.tensor]
         value = run.temp(d.rank, op.shape, as_dtype(sig.dtype), init=np.full(op.shape, op.value, as_dtype(sig.dtype).np_storage))
