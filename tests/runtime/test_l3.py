@@ -776,6 +776,43 @@ def test_pypto_program_runs_unchanged_but_for_imports_and_platform(path, argv, t
     assert "skipped" not in done.stdout  # multi_program_kv_cache prints "skipped" when it fails
 
 
+# -- a plain @pl.jit kernel compiled with a distributed config -------------------------------------
+
+
+def test_a_plain_jit_kernel_compiled_with_a_distributed_config_is_one_chips_program_as_in_pypto():
+    # PyPTO's ir.compile makes a DistributedCompiledProgram only of a program with a HOST function;
+    # a plain @pl.jit kernel given config=RunConfig(distributed_config=...) compiles for one chip,
+    # and the config keys the kernel's cache.  Here it used to raise PtoNotSupported.
+    from pypto_async.ir import CompiledProgram
+
+    @pl.jit
+    def add(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.add(a, b)
+        return out
+
+    a = rng.standard_normal((32, C)).astype(np.float32)
+    b = rng.standard_normal((32, C)).astype(np.float32)
+    out = _poisoned(a.shape)
+    compiled = add.compile(a, b, out, config=_cfg(2))
+    assert isinstance(compiled, CompiledProgram) and not isinstance(compiled, DistributedCompiledProgram)
+    assert add.compile(a, b, out, config=_cfg(2)) is compiled
+    assert add.compile(a, b, out, config=_cfg(3)) is not compiled  # another config, another cache entry
+    compiled(a, b, out)
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    out[:] = np.nan
+    add(a, b, out, config=_cfg(2))  # called: compiled for, and run on, one chip
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    with DistributedWorker([0, 1]) as dw:  # and a DistributedWorker runs it on every rank
+        xs = rng.standard_normal((2, 32, C)).astype(np.float32)
+        sa, sb = dw.alloc_stacked_tensor(xs), dw.alloc_stacked_tensor(-2 * xs)
+        so = dw.alloc_stacked_tensor(_poisoned(xs.shape))
+        dw.run(compiled, sa, sb, so)
+        got = _poisoned(xs.shape)
+        dw.copy_stacked_from(so, got)
+    np.testing.assert_allclose(got, -xs, rtol=1e-6)
+
+
 # -- the page ------------------------------------------------------------------------------------
 
 
