@@ -104,6 +104,10 @@ class DistributedCompiledProgram:
         self.returned = returned
         self.output_dir = Path(output_dir)
         self._write_plan()
+        # the runtime sits above ir; imported when used
+        from ..runtime.distributed_runner import prepare_kernels
+
+        prepare_kernels(self)
 
     def __repr__(self) -> str:
         return (f"<DistributedCompiledProgram {self.name} on devices {list(self.device_ids)}: "
@@ -156,13 +160,31 @@ class DistributedCompiledProgram:
         # the runtime sits above ir; imported when used
         from ..runtime._distributed import DistributedWorker
 
+        self._check_call(args, config)
+        with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
+            return dw.run(self, *args)
+
+    async def run_async(self, *args, config=None):
+        """:meth:`__call__` awaited: run once on devices opened in async mode, without blocking the event loop.
+
+        Under asyncio, or trio (through anyio); outputs land in the host
+        arrays, as with a call.  Arguments are checked before anything is
+        queued.
+        """
+        # the runtime sits above ir; imported when used
+        from ..runtime._distributed import DistributedWorker
+
+        self._check_call(args, config)
+        async with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
+            return await dw.run(self, *args)
+
+    def _check_call(self, args, config) -> None:
+        """A one-shot run's checks: its config, its arguments, no callback left to bind."""
         self._check_config(config)
         self.check_args(args)
         if self.callback_names:
             raise PtoArgumentError(f"{self.name}: callback(s) {', '.join(self.callback_names)} are bound at "
                                    f"prepare(callbacks={{...}}); run the program through what prepare() returns")
-        with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
-            return dw.run(self, *args)
 
     def _run_config(self, config):
         # the runtime sits above ir; imported when used

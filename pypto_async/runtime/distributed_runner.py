@@ -44,7 +44,7 @@ from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["ContinuousTensor", "run_plan", "check_args", "_tensor_from_continuous"]
+__all__ = ["ContinuousTensor", "run_plan", "arun_plan", "check_args", "transfer_runs", "_tensor_from_continuous"]
 
 
 @dataclass(frozen=True)
@@ -287,11 +287,32 @@ def transfer_runs(dst_shape, dst_offsets, src_shape, src_offsets, box, itemsize:
     return out
 
 
-def _copy_box(src: DeviceTensor, dst: DeviceTensor, op, stream=None) -> None:
+def _copy_box(run: _Run, src: DeviceTensor, dst: DeviceTensor, op, stream=None) -> None:
     """Copy op's box of `src` (at ``op.src_offsets``) into `dst` (at ``op.offsets``), chunk by chunk."""
     item = as_dtype(dst.dtype).itemsize
     chunks = transfer_runs(dst.shape, op.offsets, src.shape, op.src_offsets, op.shape, item, op.chunks)
-    _peer.copy_parts(dst, src, [run for chunk in chunks for run in chunk], stream)
+    run.launches.append(_peer.copy_parts(dst, src, [r for chunk in chunks for r in chunk], stream))
+
+
+def prepare_kernels(dcp) -> None:
+    """Compile the box kernels `dcp`'s operations will launch (cached), so that running it compiles nothing.
+
+    A remote store, an atomic put and a notify end in a small kernel on the
+    peer (:func:`_box_kernel`); compiling it when the plan is compiled keeps
+    compilation off the run (and off an event loop that awaits it).
+    """
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_trace import CommOp
+
+    for d in dcp.dispatches:
+        params = {p.name: p for p in d.params}
+        for op in d.compiled:
+            if not isinstance(op, CommOp) or op.kind not in ("remote_store", "put", "notify"):
+                continue
+            if op.kind == "put" and op.mode != "add":
+                continue
+            win = params[op.tensor]
+            _box_kernel(win.shape, op.shape, op.offsets, win.dtype, op.mode == "add")
 
 
 def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str,
@@ -303,28 +324,32 @@ def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTe
     box = tuple(op.shape) if op is not None else tuple(src.shape)
     inbox = run.temp(peer, box, src.dtype)
     if op is None:
-        st.worker.copy(inbox, src)  # a peer copy on this rank's stream, after what this rank queued
+        run.launches.append(st.worker.copy(inbox, src))  # a peer copy on this rank's stream, after its work
     else:
         item = as_dtype(src.dtype).itemsize
         chunks = transfer_runs(box, (0,) * len(box), src.shape, op.src_offsets, box, item, op.chunks)
-        _peer.copy_parts(inbox, src, [r for c in chunks for r in c])
+        run.launches.append(_peer.copy_parts(inbox, src, [r for c in chunks for r in c]))
     k = _box_kernel(win.shape, box, offsets, as_dtype(win.dtype), mode == "add")
     run.launches.append(run.worker(peer).register(k).submit(inbox, win))
 
 
 def _cell(run: _Run, rank: int, t: DeviceTensor, offsets):
+    """Read one cell of `t` after every write queued so far (a generator: it yields the copy to wait for)."""
     host = np.empty(t.shape, as_dtype(t.dtype).np_storage)
-    run.worker(rank).copy(host, t)  # after every write queued so far (completed: sync mode)
+    yield run.worker(rank).copy(host, t)
     return host[tuple(offsets)].item()
 
 
-def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
-    """Queue `op` of rank `st`; return "ok", or "blocked" (a wait not yet satisfied, a barrier not full)."""
+def _step_op(run: _Run, st: _Rank, op, ranks: list):
+    """Queue `op` of rank `st`; return "ok", or "blocked" (a wait not yet satisfied, a barrier not full).
+
+    A generator (see :func:`run_plan`): a wait yields the read of its cell.
+    """
     d = st.d
     b = st.bound
     if op.kind == "remote_load":
         peer_win = _peer_tensor(run, st, op.tensor, op.peer)
-        st.worker.copy(b[op.mirror], peer_win)
+        run.launches.append(st.worker.copy(b[op.mirror], peer_win))
     elif op.kind == "remote_store":
         _into_peer(run, st, b[op.staging], op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, "set")
     elif op.kind == "put":
@@ -332,15 +357,15 @@ def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
         if op.mode == "add":
             _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add", op)
         else:
-            _copy_box(b[op.src], dst, op, task_default(st.worker))  # on this rank's stream
+            _copy_box(run, b[op.src], dst, op, task_default(st.worker))  # on this rank's stream
     elif op.kind == "get":
-        _copy_box(_peer_tensor(run, st, op.src, op.peer), b[op.tensor], op, task_default(st.worker))
+        _copy_box(run, _peer_tensor(run, st, op.src, op.peer), b[op.tensor], op, task_default(st.worker))
     elif op.kind == "notify":
         sig = b[op.tensor]
         value = run.temp(d.rank, op.shape, as_dtype(sig.dtype), init=np.full(op.shape, op.value, as_dtype(sig.dtype).np_storage))
         _into_peer(run, st, value, op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, op.mode)
     elif op.kind == "wait":
-        v = _cell(run, d.rank, b[op.tensor], op.offsets)
+        v = yield from _cell(run, d.rank, b[op.tensor], op.offsets)
         ok = v == op.value if op.mode == "eq" else v >= op.value
         if not ok:
             return "blocked"
@@ -433,7 +458,8 @@ def _host_collective(run: _Run, c) -> None:
     _queue_collective(run, c.kind, c.mode, c.root, dsts, srcs)
 
 
-def _run_group(run: _Run, dispatches: list) -> None:
+def _run_group(run: _Run, dispatches: list):
+    """Queue `dispatches` rank by rank in lockstep (a generator: it yields what a wait reads)."""
     per_rank: dict[int, list] = {}
     for d in dispatches:
         per_rank.setdefault(d.rank, []).append(d)
@@ -452,7 +478,7 @@ def _run_group(run: _Run, dispatches: list) -> None:
                     st.pc += 1
                     moved = True
                     continue
-                res = _step_op(run, st, step, order)
+                res = yield from _step_op(run, st, step, order)
                 if res == "ok":
                     st.pc += 1
                     moved = True
@@ -484,19 +510,27 @@ def _where(op) -> str:
     return f"{loc.file}:{loc.line}" if loc is not None and hasattr(loc, "file") else str(loc)
 
 
-def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
-    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries."""
+def _finish(run: _Run, *, download: bool = True, final: bool = False):
+    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries.
+
+    A generator (see :func:`run_plan`): it yields each launch to wait for.
+    """
     first = None
     for launch in run.launches:
         try:
-            launch.sync()
+            yield launch
         except PtoError as exc:
             first = first or exc
     if first is None and download:
         for t, view in run.downloads:
-            t._worker.copy(view, t)
+            try:
+                yield t._worker.copy(view, t)
+            except PtoError as exc:
+                first = first or exc
     done = run.temps + (list(run.windows.values()) if final else [])
     for t in done:
+        if t._init is not None:  # an upload of the run's own: its failure is the run's (raised below)
+            t._init._mark_retrieved()
         with contextlib.suppress(PtoError):
             if not t._freed and not t._worker.is_closed:
                 t.free()
@@ -530,8 +564,18 @@ def _check_resident(dw, dcp, args) -> None:
                                            f"of this one")
 
 
-def run_plan(dw, dcp, args, callbacks=None):
-    """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
+class _HostCall:
+    """What the plan asks its driver to run on the host: a SubWorker callback."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+
+def _plan(dw, dcp, args, callbacks):
+    """Run the plan of `dcp` on `dw` (a generator; see :func:`run_plan`); return what the host function returned."""
     # the language imports the runtime; this one is imported when used
     from ..language.distributed_host import Callback, HostCollective, HostTensor
 
@@ -550,27 +594,77 @@ def run_plan(dw, dcp, args, callbacks=None):
         for s in dcp.steps:
             if isinstance(s, Callback):
                 if group:
-                    _run_group(run, group)
-                    _finish(run)
+                    yield from _run_group(run, group)
+                    yield from _finish(run)
                     group = []
                 host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
-                fn = s.fn if s.fn is not None else callbacks[s.name]
-                fn(host) if s.fn is None else fn(*(_tensor_from_continuous(h) for h in host))
+                if s.fn is None:
+                    yield _HostCall(callbacks[s.name], (host,))
+                else:
+                    yield _HostCall(s.fn, tuple(_tensor_from_continuous(h) for h in host))
             elif isinstance(s, HostCollective):
                 if group:  # the dispatches before it are queued first, those after it behind it
-                    _run_group(run, group)
+                    yield from _run_group(run, group)
                     group = []
                 _host_collective(run, s)
             else:
                 group.append(s)
         if group:
-            _run_group(run, group)
-        _finish(run, final=True)
+            yield from _run_group(run, group)
+        yield from _finish(run, final=True)
     except BaseException:
         with contextlib.suppress(BaseException):
-            _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
+            yield from _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
         raise
     ret = dcp.returned
     if isinstance(ret, HostTensor):
         return _view(run.args[ret.param], ret.index)
     return None
+
+
+def run_plan(dw, dcp, args, callbacks=None):
+    """Run the plan of `dcp` on `dw` (a sync-mode worker) with `args` (checked); return what the host returned.
+
+    The plan itself (:func:`_plan`) is a generator that queues the work and
+    yields where it must wait: a Launch (a wait's cell read, what a group
+    queued, an output's copy to the host) or a SubWorker callback to run.
+    This driver waits on this thread; :func:`arun_plan` awaits.
+    """
+    gen = _plan(dw, dcp, args, callbacks)
+    value, exc = None, None
+    while True:
+        try:
+            item = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        try:
+            value = item.fn(*item.args) if isinstance(item, _HostCall) else item.sync()
+        except BaseException as e:  # into the plan, which frees what it made and raises it
+            exc = e
+
+
+async def arun_plan(dw, dcp, args, callbacks=None):
+    """:func:`run_plan` for an async-mode worker: the same plan, awaited (asyncio, or trio through anyio).
+
+    Nothing blocks the event loop: each wait is an ``await`` of its Launch,
+    and a SubWorker callback runs in a worker thread
+    (``anyio.to_thread.run_sync``), since it is the user's host code.
+    """
+    import anyio
+
+    gen = _plan(dw, dcp, args, callbacks)
+    value, exc = None, None
+    while True:
+        try:
+            item = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        try:
+            if isinstance(item, _HostCall):
+                value = await anyio.to_thread.run_sync(lambda item=item: item.fn(*item.args))
+            else:
+                value = await item.wait()
+        except BaseException as e:
+            exc = e

@@ -828,20 +828,93 @@ def test_the_devices_page_example_runs():
     np.testing.assert_array_equal(y, np.roll(x, -1, axis=0))
 
 
-def test_an_l3_program_in_async_mode_is_refused_before_anything_is_queued():
-    import asyncio
+# -- async mode: the plan awaited -------------------------------------------------------------------
 
-    x = rng.standard_normal((2, 1, C)).astype(np.float32)
-    y = _poisoned((2, 1, C))
-    compiled = scale_all.compile(x, y, config=_cfg(2))
+
+async def _held_run(dw, compiled, *args):
+    """Run `compiled` on `dw` while rank 0's stream is held: the plan must wait without holding the loop.
+
+    The run is a task of the loop; this task goes on (the plan cannot finish:
+    rank 0's device is held), then releases the hold and awaits the run.  A
+    plan that blocked the loop would hold it until the latch expired, and
+    fail.
+    """
+    import anyio
+
+    from pypto_async.testing import hold
+
+    result = {}
+
+    async def run():
+        result["value"] = await dw.run(compiled, *args)
+
+    with hold(dw.workers[0].default_stream) as latch:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            for _ in range(20):
+                await anyio.sleep(0)  # the run's task gets its turns, and waits on the device
+            assert "value" not in result  # the device is held: the plan has not finished, yet we run
+            latch.release()
+    return result["value"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_l3_program_runs_awaited_without_blocking_the_loop(backend):
+    import anyio
+
+    n = 4
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, 1, C))
+    compiled = prefix.compile(x, y, config=_cfg(n))  # put, notify and waits that read cells on the host
 
     async def main():
-        async with DistributedWorker([0, 1]) as dw:
-            with pytest.raises(PtoNotSupported, match="sync mode"):
-                dw.run(compiled, x, y)
+        async with DistributedWorker(list(range(n))) as dw:
+            with pytest.raises(PtoArgumentError, match="takes 2 arguments"):
+                dw.run(compiled, x)  # checked before the coroutine exists
+            assert np.isnan(y).all()
+            await _held_run(dw, compiled, x, y)
+            np.testing.assert_allclose(y, np.cumsum(x, axis=0), rtol=1e-5, atol=1e-6)
+        y[:] = np.nan
+        await compiled.run_async(x, y)  # one shot, on devices opened for it
+        np.testing.assert_allclose(y, np.cumsum(x, axis=0), rtol=1e-5, atol=1e-6)
+
+    anyio.run(main, backend=backend)
+
+
+def test_an_awaited_plan_runs_its_callbacks_off_the_loop_and_raises_a_failure():
+    import asyncio
+    import threading
+
+    from pypto_async.testing import fail_next
+
+    compiled = ir.compile(_Bound, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1],
+                                                                                       num_sub_workers=1))
+    a = rng.standard_normal((N, N)).astype(np.float32)
+    f = _poisoned((N, N))
+    seen = []
+
+    def check(args):
+        seen.append((threading.get_ident(), np.array(args[0].array)))
+
+    async def main():
+        loop_thread = threading.get_ident()
+        rt = compiled.prepare(callbacks={"check": check})
+        async with rt:
+            await _held_run(rt, compiled, a, f)
+            assert seen[0][0] != loop_thread  # the user's host code ran in a worker thread
+            np.testing.assert_allclose(seen[0][1], 3 * a, rtol=1e-6)
+            np.testing.assert_allclose(f, 3 * a, rtol=1e-6)
+            f[:] = np.nan
+            fail_next(rt.workers[1].default_stream)  # rank 1's first command of the next run fails
+            with pytest.raises(PtoError):
+                await rt.run(compiled, a, f)
+            assert np.isnan(f).all()  # nothing of a failed run reaches the host arrays
+            await rt.run(compiled, a * 2, f)  # and the worker goes on
+            np.testing.assert_allclose(f, 6 * a, rtol=1e-6)
+        with pytest.raises(PtoArgumentError, match="prepare"):
+            await compiled.run_async(a, f)
 
     asyncio.run(main())
-    assert np.isnan(y).all()
 
 
 def test_pl_cast_of_an_integer_scalar_parameter_to_a_float_operand():
