@@ -44,7 +44,8 @@ from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["ContinuousTensor", "run_plan", "arun_plan", "check_args", "transfer_runs", "_tensor_from_continuous"]
+__all__ = ["ContinuousTensor", "run_plan", "arun_plan", "check_args", "transfer_runs", "box_kernel", "prepare_kernels",
+           "_tensor_from_continuous"]
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def _is_op(step) -> bool:
 _BOX_KERNELS: dict = {}
 
 
-def _box_kernel(shape, box, offsets, dtype, add: bool):
+def box_kernel(shape, box, offsets, dtype, add: bool):
     """The compiled kernel that writes (``add``: adds) a ``box`` tensor into a ``shape`` one at ``offsets``."""
     key = (tuple(shape), tuple(box), tuple(offsets), dtype.name, add)
     hit = _BOX_KERNELS.get(key)
@@ -298,7 +299,7 @@ def prepare_kernels(dcp) -> None:
     """Compile the box kernels `dcp`'s operations will launch (cached), so that running it compiles nothing.
 
     A remote store, an atomic put and a notify end in a small kernel on the
-    peer (:func:`_box_kernel`); compiling it when the plan is compiled keeps
+    peer (:func:`box_kernel`); compiling it when the plan is compiled keeps
     compilation off the run (and off an event loop that awaits it).
     """
     # the language imports the runtime; this one is imported when used
@@ -312,7 +313,7 @@ def prepare_kernels(dcp) -> None:
             if op.kind == "put" and op.mode != "add":
                 continue
             win = params[op.tensor]
-            _box_kernel(win.shape, op.shape, op.offsets, win.dtype, op.mode == "add")
+            box_kernel(win.shape, op.shape, op.offsets, win.dtype, op.mode == "add")
 
 
 def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str,
@@ -329,7 +330,7 @@ def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTe
         item = as_dtype(src.dtype).itemsize
         chunks = transfer_runs(box, (0,) * len(box), src.shape, op.src_offsets, box, item, op.chunks)
         run.launches.append(_peer.copy_parts(inbox, src, [r for c in chunks for r in c]))
-    k = _box_kernel(win.shape, box, offsets, as_dtype(win.dtype), mode == "add")
+    k = box_kernel(win.shape, box, offsets, as_dtype(win.dtype), mode == "add")
     run.launches.append(run.worker(peer).register(k).submit(inbox, win))
 
 
