@@ -676,10 +676,10 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
     dc = kwargs.pop("distributed_config", None)
     if dc is not None:
         # As PyPTO's ir.compile: a program without a HOST function compiles for one chip whatever the
-        # config says (@pl.jit keys its cache on it); checked, so a malformed one still raises.
-        from .distributed_compiled_program import as_distributed_config
-
-        as_distributed_config(dc)
+        # config says (@pl.jit keys its cache on it).  (Named, not imported: that module imports this one.)
+        if type(dc).__name__ != "DistributedConfig" and not isinstance(dc, dict):
+            raise PtoArgumentError(f"ir.compile: distributed_config must be a DistributedConfig, got "
+                                   f"{type(dc).__name__}")
     dump = kwargs.pop("dump_passes", False)
     profiling = kwargs.pop("profiling", False)
     for name, value in (("dump_passes", dump), ("profiling", profiling)):
