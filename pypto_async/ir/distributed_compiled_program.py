@@ -306,13 +306,17 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
                                   f"dtype] annotation (a @pl.program is compiled from its annotations)")
     import numpy as np
 
+    # the language imports ir; this one is imported when used
+    from ..language._placement import DynamicDim
+
     samples = []
     for n in names:
         a = anns[n]
         if getattr(a, "shape", None) is None:
             samples.append(0)
-        else:
-            samples.append(np.zeros(a.shape, a.dtype.np_storage))
+        else:  # a pl.dynamic dimension of the orchestrator's (PyPTO's NR = pl.dynamic("world_size")): the rank count
+            shape = tuple(dc.world_size if isinstance(d, DynamicDim) else d for d in a.shape)
+            samples.append(np.zeros(shape, a.dtype.np_storage))
     params = host_params(orch.fn, names, samples, orch.name, orch.loc, anns=anns)
     opts = {k: v for k, v in kwargs.items()}
     me = _HostSelf(program_def, subs)
@@ -368,7 +372,7 @@ class _HostSelf:
             h = host_active()
             loc = user_loc()
             rank = _rank_of(h, device, loc)
-            sub = pdef.with_entry(name)
+            sub = pdef.with_entry(name).bind(*args)  # pl.dynamic dims take this dispatch's extents
             fn_names = sub.orchestration.param_names()
             if len(args) != len(fn_names):
                 raise PtoCompileError(f"{name} takes {len(fn_names)} arguments, got {len(args)}")

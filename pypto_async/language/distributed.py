@@ -103,9 +103,13 @@ class DistributedTensor:
             raise PtoCompileError("pld.DistributedTensor[...] takes [shape, dtype], e.g. "
                                   "pld.DistributedTensor[[1, 256], pl.FP32]")
         shape, dtype = item
-        if not all(is_int(d) and d > 0 for d in shape):
-            raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints, got {list(shape)!r}")
-        return TensorAnnotation(INOUT, tuple(int(d) for d in shape), as_dtype(dtype))
+        from ._placement import DynamicDim
+
+        if not all(isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
+            raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints (or pl.dynamic dims, bound "
+                                  f"by the window passed), got {list(shape)!r}")
+        return TensorAnnotation(INOUT, tuple(d if isinstance(d, DynamicDim) else int(d) for d in shape),
+                                as_dtype(dtype))
 
 
 class ReduceOp(enum.IntEnum):

@@ -314,3 +314,92 @@ def test_a_rank_count_the_window_does_not_have_is_refused_in_a_per_device_functi
 
     with pytest.raises(PtoCompileError, match="first dimension must be the rank count, 2"):
         host.compile(_poisoned((n, 3, C)), config=_cfg(n))
+
+
+# -- PyPTO's own forms: byte-count window buffers, pl.dynamic rank dimensions ---------------------
+
+
+def test_a_window_buffer_allocated_by_byte_count_takes_its_first_views_shape():
+    n = 2
+
+    @pl.jit.incore
+    def back(win: pld.DistributedTensor[[n, C], pl.FP32], y: pl.Out[pl.Tensor[[n, C], pl.FP32]]):
+        return pl.store(pl.load(win, [0, 0], [n, C]), [0, 0], y)
+
+    @pl.jit
+    def back_chip(win: pld.DistributedTensor[[n, C], pl.FP32], y: pl.Out[pl.Tensor[[n, C], pl.FP32]]):
+        return back(win, y)
+
+    @pl.jit.incore
+    def stage(row: pl.Tensor[[1, C], pl.FP32], s: pld.DistributedTensor[[1, C], pl.FP32]):
+        return pl.store(pl.load(row, [0, 0], [1, C]), [0, 0], s)
+
+    @pl.jit
+    def stage_chip(row: pl.Tensor[[1, C], pl.FP32], s: pld.DistributedTensor[[1, C], pl.FP32]):
+        return stage(row, s)
+
+    @pl.jit.host
+    def host(x: pl.Tensor[[n, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[n, n, C], pl.FP32]]):
+        sb = pld.alloc_window_buffer(C * 4)  # PyPTO's canonical form: bytes
+        wb = pld.alloc_window_buffer(pld.world_size() * C * 4)
+        gb = pld.alloc_window_buffer(pld.world_size() * 4)
+        for r in pl.range(pld.world_size()):
+            stage_chip(x[r], pld.window(sb, [1, C], dtype=pl.FP32), device=r)
+        win = pld.tensor.allgather(pld.window(sb, [1, C], dtype=pl.FP32),
+                                   pld.window(wb, [pld.world_size(), C], dtype=pl.FP32),
+                                   pld.window(gb, [pld.world_size()], dtype=pl.INT32))
+        for r in pl.range(pld.world_size()):
+            back_chip(win, y[r], device=r)
+
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, n, C))
+    host(x, y, config=_cfg(n))
+    np.testing.assert_array_equal(y, np.broadcast_to(x[:, 0, :], (n, n, C)))
+
+    def compile_host(body):
+        @pl.jit.host
+        def h(x: pl.Tensor[[n, 1, C], pl.FP32]):
+            body(pld.alloc_window_buffer(C * 4))
+
+        return h.compile(x, config=_cfg(n))
+
+    with pytest.raises(PtoCompileError, match=r"does not fit the buffer's 64 bytes"):
+        compile_host(lambda b: pld.window(b, [2, C], dtype=pl.FP32))
+    with pytest.raises(PtoCompileError, match=r"must be its first view, FP32\[1, 16\]"):
+        compile_host(lambda b: (pld.window(b, [1, C], dtype=pl.FP32), pld.window(b, [C], dtype=pl.INT32)))
+    with pytest.raises(PtoCompileError, match="dtype= goes with a shape"):
+        compile_host(lambda b: pld.alloc_window_buffer(64, dtype=pl.FP32))
+
+
+PYPTO_HOST_ST = "/tmp/pypto/tests/st/distributed/test_l3_host_tensor_allreduce.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 4])
+def test_pyptos_host_allreduce_program_runs_unchanged_but_for_imports(n):
+    """PyPTO's HOST-builtin allreduce system test program (pl.dynamic ranks, byte-count windows), its own check."""
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    if not os.path.exists(PYPTO_HOST_ST):
+        pytest.skip("needs a PyPTO checkout at /tmp/pypto")
+    torch = pytest.importorskip("torch")
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("_pypto_examples", root / "benchmarks" / "pypto_examples.py")
+    ex = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("_pypto_examples", ex)
+    spec.loader.exec_module(ex)
+    mod = types.ModuleType("pypto_host_allreduce")
+    exec(compile(ex.adapt(Path(PYPTO_HOST_ST).read_text()), PYPTO_HOST_ST, "exec"), mod.__dict__)  # noqa: S102
+    from pypto_async import ir
+
+    compiled = ir.compile(mod.HostTensorAllReduce, platform="sim",
+                          distributed_config=DistributedConfig(device_ids=list(range(n)), num_sub_workers=0))
+    inputs = mod._make_rank_inputs(n)
+    outputs = torch.full((n, 1, mod.SIZE), float("nan"))
+    compiled(inputs, outputs)
+    assert torch.allclose(outputs, mod._expected_allreduce(inputs))
