@@ -143,3 +143,43 @@ async def test_a_deadlock_on_actors_is_an_error_and_writes_no_output(ray_session
     assert np.isnan(y).all()
     with pytest.raises(PtoArgumentError, match="one ChipActor handle per rank"):
         await run_program(compiled, [actors[0]], y)
+
+
+M = 16
+
+
+@pl.program
+class _WithCallback:
+    @pl.function(type=pl.FunctionType.InCore)
+    def scale(self, a: pl.Tensor[[M, M], pl.FP32], f: pl.Out[pl.Tensor[[M, M], pl.FP32]]) -> pl.Tensor[[M, M], pl.FP32]:
+        return pl.store(pl.mul(pl.load(a, [0, 0], [M, M]), 3.0), [0, 0], f)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def chip(self, a: pl.Tensor[[M, M], pl.FP32], f: pl.Out[pl.Tensor[[M, M], pl.FP32]]) -> pl.Tensor[[M, M], pl.FP32]:
+        return self.scale(a, f)
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.SubWorker)
+    def check(f: pl.Tensor[[M, M], pl.FP32]):
+        """Bound at run_program(callbacks=)."""
+        ...
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+    def host(self, a: pl.Tensor[[M, M], pl.FP32], f: pl.Out[pl.Tensor[[M, M], pl.FP32]]):
+        out = self.chip(a, f, device=1)
+        self.check(out)
+
+
+@pytest.mark.asyncio
+async def test_a_callback_on_actors_sees_the_chip_result_in_the_callers_arrays(ray_session, actors):
+    from pypto_async import ir
+
+    compiled = ir.compile(_WithCallback, platform="sim",
+                          distributed_config=DistributedConfig(device_ids=[0, 1], num_sub_workers=1))
+    a = rng.standard_normal((M, M)).astype(np.float32)
+    f = np.full((M, M), np.nan, np.float32)
+    seen = []
+    with pytest.raises(PtoArgumentError, match="must be bound"):
+        await run_program(compiled, list(actors), a, f)
+    await run_program(compiled, list(actors), a, f, callbacks={"check": lambda args: seen.append(np.array(args[0].array))})
+    np.testing.assert_allclose(seen[0], 3 * a, rtol=1e-6)  # rank 1's output, on this host before the callback
+    np.testing.assert_allclose(f, 3 * a, rtol=1e-6)

@@ -39,7 +39,7 @@ def test_transfer_runs_cut_the_box_into_chunks_of_contiguous_runs():
     assert transfer_runs((R, C), (0, 0), (R, C), (0, 0), (R, C), 4, (99, 99)) == [[(0, 0, R * C * 4)]]
 
 
-def _program(n: int, dst_offsets, src_offsets, shape, chunks=(0, 0), via="put"):
+def _program(n: int, dst_offsets, src_offsets, shape, chunks=(0, 0), via="put", atomic=pld.AtomicType.None_):
     """Rank r stages x[r] in window src and sends the box to rank r+1's dst (put) or pulls rank r-1's (get)."""
     cr, cc = chunks
 
@@ -52,7 +52,8 @@ def _program(n: int, dst_offsets, src_offsets, shape, chunks=(0, 0), via="put"):
         dst = pl.store(pl.mul(pl.load(x, [0, 0], [R, C]), -1.0), [0, 0], dst)  # what the box leaves alone
         sig = pld.tensor.barrier(sig)
         if via == "put":
-            pld.tensor.put(dst, (me + 1) % n, src, dst_offsets, src_offsets, shape, chunk_rows=cr, chunk_cols=cc)
+            pld.tensor.put(dst, (me + 1) % n, src, dst_offsets, src_offsets, shape, atomic=atomic, chunk_rows=cr,
+                           chunk_cols=cc)
             sig = pld.tensor.barrier(sig)
             y = pl.store(pl.load(dst, [0, 0], [R, C]), [0, 0], y)
         else:
@@ -113,6 +114,17 @@ def test_a_region_moves_only_its_box_and_chunks_are_one_peer_copy_per_run(via):
     assert moved2 == moved
     # 4 rows of 8: four runs unchunked; chunks of [2, 4]: 4 chunks of two 4-element runs, 8 copies
     assert [c - w for c, w in zip(chunked, whole)] == [8 - 4] * n
+
+
+def test_an_atomic_put_of_a_box_adds_it_into_the_peers_window_and_leaves_the_rest():
+    n = 2
+    box = ((2, 0), (0, 8), (3, 8))
+    x, y, _, moved = _run(n, *box, chunks=(1, 0), atomic=pld.AtomicType.Add)
+    want = -x.copy()
+    for r in range(n):
+        want[r, 2:5, 0:8] += x[(r - 1) % n, 0:3, 8:16]
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+    assert moved == [3 * 8 * 4] * n  # only the box crossed, into a temporary of the peer
 
 
 def test_whole_windows_move_in_one_copy_or_one_per_row_chunk():
