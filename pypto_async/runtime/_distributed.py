@@ -340,6 +340,12 @@ class DistributedWorker:
         for that device's shard; a host array (input parameters only) for
         the same array on every device; a scalar is passed as it is.
 
+        A multi-chip program (a ``DistributedCompiledProgram``) runs its plan
+        instead (:mod:`.distributed_runner`), with the host function's
+        arguments: in sync mode this returns what the host function returned
+        once the plan ran; in async mode a coroutine to await (asyncio, or
+        trio through anyio), which never blocks the event loop.
+
         Returns
         -------
         DistributedLaunch
