@@ -13,9 +13,14 @@ rank's device.  The names here are PyPTO's:
 * In a per-device function or kernel: :func:`get_comm_ctx`, :func:`rank`,
   :func:`nranks`; the cross-rank operations ``pld.tile.remote_load`` /
   ``remote_store`` (a box of a peer's window, to or from a tile),
-  ``pld.tensor.put`` / ``get`` (a whole window to or from a peer),
-  ``pld.tensor.barrier`` (every rank waits for every other) and
-  ``pld.system.notify`` / ``wait`` (signals in a window).
+  ``pld.tensor.put`` / ``get`` (a window, or a box of it, to or from a
+  peer, in PyPTO's chunks), ``pld.tensor.barrier`` (every rank waits for
+  every other), ``pld.system.notify`` / ``wait`` (signals in a window) and
+  the collectives ``pld.tensor.allreduce``, ``broadcast``, ``allgather``,
+  ``reduce_scatter`` and ``all_to_all``.
+* The collectives in the host orchestrator too, on ``pld.window`` views
+  (``pld.tensor.allreduce(view, op=...)`` needs no signal, as in PyPTO): they
+  run over every rank's window between the dispatches before and after them.
 
 How they run here: each dispatch is traced for its rank (rank and rank count
 are Python ints then, and ``pl.range`` loops with int bounds are unrolled),
@@ -24,9 +29,11 @@ and cut at its cross-rank operations into single-chip launches
 (:mod:`pypto_async.runtime.distributed_runner`) moves the data with the
 driver's peer copies, which the driver orders as hazard-tracked accesses
 of both devices' tensors: a remote load is a copy of the peer's window into
-a local mirror the next launch loads from; a remote store, a put, a notify
+a local mirror the next launch loads from; a remote store, an atomic put, a notify
 are a peer copy into a staging tensor of the peer and a small kernel there
-that writes (or adds) it into the window; a get is one peer copy.  A
+that writes (or adds) it into the window; a put or get is a peer copy per
+contiguous run of each chunk of its box; a collective is the driver's ring
+(allreduce) or one step of box copies between the ranks (the others).  A
 barrier is a rendezvous of every rank followed by device-side waits of each
 rank's stream on every other's; a wait holds its rank back until the cell,
 read after everything queued before it, satisfies the comparison (no rank
