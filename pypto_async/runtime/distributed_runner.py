@@ -2,8 +2,9 @@
 
 A :class:`~pypto_async.ir.distributed_compiled_program.DistributedCompiledProgram`
 is a list of steps: dispatches (one rank's segments and the cross-rank
-operations between them) and SubWorker callbacks.  :func:`run_plan` runs
-the dispatches between two callbacks together, rank by rank in lockstep:
+operations between them), SubWorker callbacks and the host orchestrator's
+collectives.  :func:`run_plan` runs the dispatches between two callbacks
+(or host collectives) together, rank by rank in lockstep:
 
 1. Every tensor argument gets a DeviceTensor on its rank's device (a host
    view ``x[r]`` is uploaded; a DeviceTensor of that device is used as it
@@ -16,16 +17,22 @@ the dispatches between two callbacks together, rank by rank in lockstep:
    and before what comes after (see :mod:`pypto_async.language.distributed`
    for each operation).  A rank stops at a barrier until every rank is
    there (then each rank's stream waits, on the device, for an event of
-   every other's), and at a wait until its signal cell, copied to the host
-   after everything queued before it, satisfies the comparison.  When no
-   rank can move, the plan deadlocked: :class:`PtoInvalidStateError`.
+   every other's; at a collective the collective is queued first, over the
+   ranks' windows, :mod:`._collectives`), and at a wait until its signal
+   cell, copied to the host after everything queued before it, satisfies
+   the comparison.  When no rank can move, the plan deadlocked:
+   :class:`PtoInvalidStateError`.  A host collective runs between the
+   groups of dispatches before and after it, queued on every rank's stream.
 3. When every rank finished, the outputs are copied into the host arrays
    (``Out`` and ``InOut`` views), temporaries are freed, and a callback
    after the group runs on this thread with the host arrays it names
    (wrapped as :class:`ContinuousTensor`).
 
-Nothing here runs on a driver thread; a wait's host read blocks this
-(calling) thread only, in the worker's sync mode.
+The plan is a generator (:func:`_plan`) that yields wherever it waits;
+:func:`run_plan` drives it on the calling thread (a sync-mode worker),
+:func:`arun_plan` awaits it (an async-mode worker: asyncio, or trio through
+anyio), so the same plan never blocks an event loop.  Nothing here runs on a
+driver thread.
 """
 
 from __future__ import annotations
