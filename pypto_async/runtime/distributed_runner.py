@@ -522,22 +522,35 @@ def _finish(run: _Run, *, download: bool = True, final: bool = False):
     """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries.
 
     A generator (see :func:`run_plan`): it yields each launch to wait for.
+    The temporaries are freed (in stream order) however the waits end, a
+    cancelled await included.
     """
     first = None
-    for launch in run.launches:
-        try:
-            yield launch
-        except PtoError as exc:
-            first = first or exc
-    if first is None and download:
-        for t, view in run.downloads:
+    try:
+        for launch in run.launches:
             try:
-                yield t._worker.copy(view, t)
+                yield launch
             except PtoError as exc:
                 first = first or exc
+        if first is None and download:
+            for t, view in run.downloads:
+                try:
+                    yield t._worker.copy(view, t)
+                except PtoError as exc:
+                    first = first or exc
+    finally:
+        _release(run, final)
+    if first is not None:
+        raise first
+
+
+def _release(run: _Run, final: bool) -> None:
+    """Free the group's temporaries (and at the end the windows) in stream order; forget what it queued."""
+    for launch in run.launches:  # their failures are the run's, raised by it (or moot: it was cancelled)
+        launch._mark_retrieved()
     done = run.temps + (list(run.windows.values()) if final else [])
     for t in done:
-        if t._init is not None:  # an upload of the run's own: its failure is the run's (raised below)
+        if t._init is not None:  # an upload of the run's own: its failure is the run's
             t._init._mark_retrieved()
         with contextlib.suppress(PtoError):
             if not t._freed and not t._worker.is_closed:
@@ -548,8 +561,6 @@ def _finish(run: _Run, *, download: bool = True, final: bool = False):
     run.uploads.clear()
     if final:
         run.windows.clear()
-    if first is not None:
-        raise first
 
 
 def _check_resident(dw, dcp, args) -> None:

@@ -881,6 +881,35 @@ def test_an_l3_program_runs_awaited_without_blocking_the_loop(backend):
     anyio.run(main, backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_cancelled_awaited_plan_frees_what_it_made_and_the_worker_runs_on(backend):
+    import anyio
+
+    from pypto_async.testing import hold
+
+    n = 2
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, 1, C))
+    compiled = shift_load.compile(x, y, config=_cfg(n))
+
+    async def main():
+        async with DistributedWorker(list(range(n))) as dw:
+            before = [w.stats().memory_allocations for w in dw.workers]
+            with hold(dw.workers[0].default_stream) as latch:
+                with anyio.move_on_after(0) as scope:  # cancelled at its first wait: the device is held
+                    await dw.run(compiled, x, y)
+                assert scope.cancelled_caught
+                latch.release()
+            for w in dw.workers:
+                await w.wait()
+            assert [w.stats().memory_allocations for w in dw.workers] == before  # its tensors freed
+            assert np.isnan(y).all()  # and nothing reached the host arrays
+            await dw.run(compiled, x, y)
+        np.testing.assert_allclose(y, 2 * np.roll(x, -1, axis=0) + x, rtol=1e-6)
+
+    anyio.run(main, backend=backend)
+
+
 def test_an_awaited_plan_runs_its_callbacks_off_the_loop_and_raises_a_failure():
     import asyncio
     import threading
