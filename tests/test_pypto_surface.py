@@ -400,8 +400,13 @@ def test_compile_accepts_the_inert_options_and_refuses_what_it_cannot_do(tmp_pat
         ir.compile(program, platform="sim", skip_ptoas="yes")
     with pytest.raises(PtoArgumentError, match="backend_type"):
         ir.compile(program, platform="sim", backend_type="CCE")  # PyPTO's Ascend910B / Ascend950 name the sim
-    with pytest.raises(PtoNotSupported, match="distributed"):
+    with pytest.raises(PtoArgumentError, match="must be a DistributedConfig"):
         ir.compile(program, platform="sim", distributed_config=object())
+    from pypto_async.ir.distributed_compiled_program import DistributedConfig
+
+    # as PyPTO's: a program without a HOST function compiles for one chip whatever the distributed config
+    one = ir.compile(program, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1]))
+    assert one.symbol == plain.symbol
     with pytest.raises(PtoArgumentError, match="unknown options"):
         ir.compile(program, platform="sim", no_such_option=1)
 

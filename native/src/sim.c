@@ -154,21 +154,26 @@ static void k_spin(const pto_block *blk, void *const *args)
         pti_cpu_relax();
 }
 
-/* dst[i] = op(dst[i], src[i]) for one element type (pto_driver.h: "reduce").  Max and min
+/* dst[i] = op(dst[i], src[i]) for one element type (pto_driver.h: "reduce": sum, max, min,
+ * prod).  Max and min
  * propagate NaN, as pl.maximum / pl.minimum and numpy's maximum / minimum do: a NaN on either
  * side gives NaN, so the result of a reduction does not depend on the order of its operands.
- * ISNAN is the element type's NaN test (0 for the integer types). */
-#define REDUCE(T, ISNAN)                                                                           \
+ * ISNAN is the element type's NaN test (0 for the integer types); MUL its product (the integer
+ * types' wraps, as numpy's does, instead of overflowing). */
+#define REDUCE(T, ISNAN, MUL)                                                                      \
     do {                                                                                           \
         T *d = (T *)dst;                                                                           \
         const T *s = (const T *)src;                                                               \
         for (uint64_t i = b; i < e; i++)                                                           \
             d[i] = op == 0   ? d[i] + s[i]                                                         \
                    : op == 1 ? (s[i] > d[i] || ISNAN(s[i]) ? s[i] : d[i])                          \
-                             : (s[i] < d[i] || ISNAN(s[i]) ? s[i] : d[i]);                         \
+                   : op == 2 ? (s[i] < d[i] || ISNAN(s[i]) ? s[i] : d[i])                          \
+                             : (T)MUL(d[i], s[i]);                                                 \
     } while (0)
 #define FLOAT_NAN(v) ((v) != (v))
 #define INT_NAN(v) 0
+#define FLOAT_MUL(a, b) ((a) * (b))
+#define INT_MUL(a, b) ((uint64_t)(a) * (uint64_t)(b))
 
 static void k_reduce(const pto_block *blk, void *const *args)
 {
@@ -177,15 +182,15 @@ static void k_reduce(const pto_block *blk, void *const *args)
     uint64_t op = arg_u64(args, 3), dtype = arg_u64(args, 4);
     uint64_t b, e;
     chunk(blk, arg_u64(args, 2), &b, &e);
-    if (op > 2 || dtype > 3) {
+    if (op > 3 || dtype > 3) {
         blk->fail(blk, PTO_EINVAL, "builtin kernel 'reduce': op or dtype out of range");
         return;
     }
     switch (dtype) {
-    case 0: REDUCE(float, FLOAT_NAN); break;
-    case 1: REDUCE(double, FLOAT_NAN); break;
-    case 2: REDUCE(int32_t, INT_NAN); break;
-    default: REDUCE(int64_t, INT_NAN); break;
+    case 0: REDUCE(float, FLOAT_NAN, FLOAT_MUL); break;
+    case 1: REDUCE(double, FLOAT_NAN, FLOAT_MUL); break;
+    case 2: REDUCE(int32_t, INT_NAN, INT_MUL); break;
+    default: REDUCE(int64_t, INT_NAN, INT_MUL); break;
     }
     uint64_t size = dtype == 0 || dtype == 2 ? 4 : 8;
     count(blk, (e - b) * size, 2, 1, (e - b) * size); /* one elementwise op: the simple class */
@@ -193,6 +198,8 @@ static void k_reduce(const pto_block *blk, void *const *args)
 #undef REDUCE
 #undef FLOAT_NAN
 #undef INT_NAN
+#undef FLOAT_MUL
+#undef INT_MUL
 
 static void k_fail(const pto_block *blk, void *const *args)
 {

@@ -673,10 +673,13 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
     if backend is not None and str(getattr(backend, "name", backend)) not in (PLATFORMS[platform], *SIM_BACKENDS):
         raise PtoArgumentError(f"ir.compile: backend_type {backend!r} is not platform {platform!r}'s "
                                f"backend ({PLATFORMS[platform]!r}); leave it None")
-    if kwargs.pop("distributed_config", None) is not None:
-        raise PtoNotSupported("ir.compile: a distributed (L3, multi-rank) program is a @pl.jit.host function "
-                              "(host_fn.compile(*args, config=RunConfig(distributed_config=...))) or a @pl.program "
-                              "with a HOST orchestrator; a single-chip Program takes no distributed_config")
+    dc = kwargs.pop("distributed_config", None)
+    if dc is not None:
+        # As PyPTO's ir.compile: a program without a HOST function compiles for one chip whatever the
+        # config says (@pl.jit keys its cache on it).  (Named, not imported: that module imports this one.)
+        if type(dc).__name__ != "DistributedConfig" and not isinstance(dc, dict):
+            raise PtoArgumentError(f"ir.compile: distributed_config must be a DistributedConfig, got "
+                                   f"{type(dc).__name__}")
     dump = kwargs.pop("dump_passes", False)
     profiling = kwargs.pop("profiling", False)
     for name, value in (("dump_passes", dump), ("profiling", profiling)):

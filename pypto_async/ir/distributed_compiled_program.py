@@ -104,6 +104,10 @@ class DistributedCompiledProgram:
         self.returned = returned
         self.output_dir = Path(output_dir)
         self._write_plan()
+        # the runtime sits above ir; imported when used
+        from ..runtime.distributed_runner import prepare_kernels
+
+        prepare_kernels(self)
 
     def __repr__(self) -> str:
         return (f"<DistributedCompiledProgram {self.name} on devices {list(self.device_ids)}: "
@@ -132,8 +136,12 @@ class DistributedCompiledProgram:
                     else:
                         items.append({"segment": st.name, "artifact": str(st.output_dir)})
                 out["steps"].append({"dispatch": s.name, "rank": s.rank, "steps": items})
-            else:
+            elif hasattr(s, "args"):
                 out["steps"].append({"callback": s.name, "args": len(s.args)})
+            else:  # a collective of the host orchestrator
+                out["steps"].append({"collective": s.kind, "window": None if s.target is None else s.target.buffer.index,
+                                     "source": None if s.source is None else s.source.buffer.index,
+                                     "mode": s.mode, "root": s.root})
         return out
 
     def _write_plan(self) -> None:
@@ -152,13 +160,31 @@ class DistributedCompiledProgram:
         # the runtime sits above ir; imported when used
         from ..runtime._distributed import DistributedWorker
 
+        self._check_call(args, config)
+        with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
+            return dw.run(self, *args)
+
+    async def run_async(self, *args, config=None):
+        """:meth:`__call__` awaited: run once on devices opened in async mode, without blocking the event loop.
+
+        Under asyncio, or trio (through anyio); outputs land in the host
+        arrays, as with a call.  Arguments are checked before anything is
+        queued.
+        """
+        # the runtime sits above ir; imported when used
+        from ..runtime._distributed import DistributedWorker
+
+        self._check_call(args, config)
+        async with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
+            return await dw.run(self, *args)
+
+    def _check_call(self, args, config) -> None:
+        """A one-shot run's checks: its config, its arguments, no callback left to bind."""
         self._check_config(config)
         self.check_args(args)
         if self.callback_names:
             raise PtoArgumentError(f"{self.name}: callback(s) {', '.join(self.callback_names)} are bound at "
                                    f"prepare(callbacks={{...}}); run the program through what prepare() returns")
-        with DistributedWorker(self.device_ids, self._run_config(config)) as dw:
-            return dw.run(self, *args)
 
     def _run_config(self, config):
         # the runtime sits above ir; imported when used
@@ -280,13 +306,17 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
                                   f"dtype] annotation (a @pl.program is compiled from its annotations)")
     import numpy as np
 
+    # the language imports ir; this one is imported when used
+    from ..language._placement import DynamicDim
+
     samples = []
     for n in names:
         a = anns[n]
         if getattr(a, "shape", None) is None:
             samples.append(0)
-        else:
-            samples.append(np.zeros(a.shape, a.dtype.np_storage))
+        else:  # a pl.dynamic dimension of the orchestrator's (PyPTO's NR = pl.dynamic("world_size")): the rank count
+            shape = tuple(dc.world_size if isinstance(d, DynamicDim) else d for d in a.shape)
+            samples.append(np.zeros(shape, a.dtype.np_storage))
     params = host_params(orch.fn, names, samples, orch.name, orch.loc, anns=anns)
     opts = {k: v for k, v in kwargs.items()}
     me = _HostSelf(program_def, subs)
@@ -342,7 +372,7 @@ class _HostSelf:
             h = host_active()
             loc = user_loc()
             rank = _rank_of(h, device, loc)
-            sub = pdef.with_entry(name)
+            sub = pdef.with_entry(name).bind(*args)  # pl.dynamic dims take this dispatch's extents
             fn_names = sub.orchestration.param_names()
             if len(args) != len(fn_names):
                 raise PtoCompileError(f"{name} takes {len(fn_names)} arguments, got {len(args)}")

@@ -13,9 +13,14 @@ rank's device.  The names here are PyPTO's:
 * In a per-device function or kernel: :func:`get_comm_ctx`, :func:`rank`,
   :func:`nranks`; the cross-rank operations ``pld.tile.remote_load`` /
   ``remote_store`` (a box of a peer's window, to or from a tile),
-  ``pld.tensor.put`` / ``get`` (a whole window to or from a peer),
-  ``pld.tensor.barrier`` (every rank waits for every other) and
-  ``pld.system.notify`` / ``wait`` (signals in a window).
+  ``pld.tensor.put`` / ``get`` (a window, or a box of it, to or from a
+  peer, in PyPTO's chunks), ``pld.tensor.barrier`` (every rank waits for
+  every other), ``pld.system.notify`` / ``wait`` (signals in a window) and
+  the collectives ``pld.tensor.allreduce``, ``broadcast``, ``allgather``,
+  ``reduce_scatter`` and ``all_to_all``.
+* The collectives in the host orchestrator too, on ``pld.window`` views
+  (``pld.tensor.allreduce(view, op=...)`` needs no signal, as in PyPTO): they
+  run over every rank's window between the dispatches before and after them.
 
 How they run here: each dispatch is traced for its rank (rank and rank count
 are Python ints then, and ``pl.range`` loops with int bounds are unrolled),
@@ -24,9 +29,11 @@ and cut at its cross-rank operations into single-chip launches
 (:mod:`pypto_async.runtime.distributed_runner`) moves the data with the
 driver's peer copies, which the driver orders as hazard-tracked accesses
 of both devices' tensors: a remote load is a copy of the peer's window into
-a local mirror the next launch loads from; a remote store, a put, a notify
+a local mirror the next launch loads from; a remote store, an atomic put, a notify
 are a peer copy into a staging tensor of the peer and a small kernel there
-that writes (or adds) it into the window; a get is one peer copy.  A
+that writes (or adds) it into the window; a put or get is a peer copy per
+contiguous run of each chunk of its box; a collective is the driver's ring
+(allreduce) or one step of box copies between the ranks (the others).  A
 barrier is a rendezvous of every rank followed by device-side waits of each
 rank's stream on every other's; a wait holds its rank back until the cell,
 read after everything queued before it, satisfies the comparison (no rank
@@ -37,14 +44,17 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
+
 from .._dtypes import as_dtype
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
+from ..ir._nodes import Param
 from ._memory import load, store
-from ._tracer import Index, ScalarArg, Tile, current, user_loc
+from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
 from ._types import AtomicType, TensorAnnotation
-from .distributed_trace import IN, INOUT, OUT, CommOp, cut, require_rank, window_param
+from .distributed_trace import IN, INOUT, OUT, CommOp, active_rank, cut, require_rank, window_param
 from .distributed_host import WindowBuffer, WindowView, alloc_window_buffer, window, world_size
 
 __all__ = [
@@ -100,13 +110,17 @@ class DistributedTensor:
             raise PtoCompileError("pld.DistributedTensor[...] takes [shape, dtype], e.g. "
                                   "pld.DistributedTensor[[1, 256], pl.FP32]")
         shape, dtype = item
-        if not all(is_int(d) and d > 0 for d in shape):
-            raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints, got {list(shape)!r}")
-        return TensorAnnotation(INOUT, tuple(int(d) for d in shape), as_dtype(dtype))
+        from ._placement import DynamicDim
+
+        if not all(isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
+            raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints (or pl.dynamic dims, bound "
+                                  f"by the window passed), got {list(shape)!r}")
+        return TensorAnnotation(INOUT, tuple(d if isinstance(d, DynamicDim) else int(d) for d in shape),
+                                as_dtype(dtype))
 
 
 class ReduceOp(enum.IntEnum):
-    """The reduction of ``pld.tensor.allreduce``: ``Sum``, ``Max``, ``Min`` (``Prod`` is PyPTO's too, not here)."""
+    """The reduction of ``pld.tensor.allreduce`` and ``reduce_scatter``: ``Sum``, ``Max``, ``Min``, ``Prod``."""
 
     Sum = 0
     Max = 1
@@ -230,76 +244,302 @@ def remote_store(tile, target, peer, offsets):
 # -- pld.tensor --------------------------------------------------------------------------
 
 
-def _pair(dst, src, op: str, loc):
-    t = current(op)
-    pd = window_param(t, dst, op, loc)
-    ps = window_param(t, src, op, loc)
-    if pd.shape != ps.shape or pd.dtype != ps.dtype:
-        raise compile_error(f"{op}: dst is {pd.dtype.name}{list(pd.shape)}, src {ps.dtype.name}{list(ps.shape)}; "
-                            f"they must match", loc)
-    return pd, ps
+def _chunking(chunk_rows, chunk_cols, pipeline, what: str, loc) -> tuple[int, int]:
+    """PyPTO's chunk options of put / get, checked: ``(rows, cols)`` of one chunk, 0 for the full extent."""
+    for name, v in (("chunk_rows", chunk_rows), ("chunk_cols", chunk_cols)):
+        if isinstance(v, bool) or not is_int(v) or v < 0:
+            raise compile_error(f"{what}: {name} must be an int >= 0 (0: the full extent), got {v!r}", loc)
+    if pipeline not in (True, False):
+        raise compile_error(f"{what}: pipeline must be True or False, got {pipeline!r}", loc)
+    if pipeline and not (chunk_rows > 0 and chunk_cols > 0):
+        raise compile_error(f"{what}: pipeline=True needs both chunk_rows > 0 and chunk_cols > 0 (got chunk_rows="
+                            f"{chunk_rows}, chunk_cols={chunk_cols})", loc)
+    return int(chunk_rows), int(chunk_cols)
 
 
-def put(dst, peer, src, atomic=AtomicType.None_, **_chunking):
-    """Write this rank's window `src` into rank `peer`'s window `dst` (``atomic=Add``: add into it).
+def _transfer(what: str, pd: Param, ps: Param, dst_offsets, src_offsets, shape, loc):
+    """The boxes of a put / get: ``(dst offsets, src offsets, shape)``, the whole tensors without a region."""
+    if pd.dtype != ps.dtype:
+        raise compile_error(f"{what}: dst is {pd.dtype.name}, src {ps.dtype.name}; they must match", loc)
+    region = (dst_offsets, src_offsets, shape)
+    if all(x is None for x in region):
+        if pd.shape != ps.shape:
+            raise compile_error(f"{what}: dst is {pd.dtype.name}{list(pd.shape)}, src {ps.dtype.name}"
+                                f"{list(ps.shape)}; they must match (or give dst_offsets, src_offsets and shape)",
+                                loc)
+        return (0,) * len(pd.shape), (0,) * len(ps.shape), pd.shape
+    if any(x is None for x in region):
+        raise compile_error(f"{what}: dst_offsets, src_offsets and shape are given together", loc)
+    doffs, box = _box(dst_offsets, shape, pd.shape, f"{what} (dst)", loc)
+    soffs, _ = _box(src_offsets, box, ps.shape, f"{what} (src)", loc)
+    return doffs, soffs, box
 
-    PyPTO's chunking options (``chunk_rows=``, ``pipeline=``) shape the
-    transfer on a device; here the whole window moves in one peer copy.
+
+def put(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, atomic=AtomicType.None_,
+        chunk_rows: int = 0, chunk_cols: int = 0, pipeline: bool = False):
+    """Write this rank's `src` into rank `peer`'s window `dst` (``atomic=Add``: add into it); return `dst`.
+
+    `src` is a window or a plain tensor parameter.  With `dst_offsets`,
+    `src_offsets` and `shape` (all three) only that box moves.  PyPTO's
+    chunking: the transfer, viewed as ``[rows, cols]`` (``cols`` its last
+    dimension), moves in chunks of ``[chunk_rows, chunk_cols]`` (0: the full
+    extent; larger values are clamped), one peer copy per contiguous run of
+    a chunk (a chunk of whole rows is one copy); ``pipeline=True`` (PyPTO's
+    double buffering) is accepted and moves the same chunks.
     """
     loc = user_loc()
-    r = require_rank("pld.tensor.put")
-    pd, ps = _pair(dst, src, "pld.tensor.put", loc)
-    peer = _peer(peer, r, "pld.tensor.put", loc)
+    what = "pld.tensor.put"
+    r = require_rank(what)
+    t = current(what)
+    pd = window_param(t, dst, what, loc)
+    ps = _tensor_param(t, src, what, loc)
+    peer = _peer(peer, r, what, loc)
     if atomic not in (AtomicType.None_, AtomicType.Add):
-        raise compile_error(f"pld.tensor.put: atomic must be pld.AtomicType.None_ or Add, got {atomic!r}", loc)
+        raise compile_error(f"{what}: atomic must be pld.AtomicType.None_ or Add, got {atomic!r}", loc)
+    chunks = _chunking(chunk_rows, chunk_cols, pipeline, what, loc)
+    doffs, soffs, box = _transfer(what, pd, ps, dst_offsets, src_offsets, shape, loc)
     mode = "add" if atomic is AtomicType.Add else "set"
-    cut(CommOp("put", pd.name, peer, src=ps.name, offsets=(0,) * len(pd.shape), shape=pd.shape, mode=mode,
-               loc=loc))
+    cut(CommOp("put", pd.name, peer, src=ps.name, offsets=doffs, shape=box, mode=mode, loc=loc,
+               src_offsets=soffs, chunks=chunks))
     return dst
 
 
-def get(dst, peer, src, **_chunking):
-    """Copy rank `peer`'s window `src` into this rank's window `dst`."""
+def get(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, chunk_rows: int = 0,
+        chunk_cols: int = 0, pipeline: bool = False):
+    """Copy rank `peer`'s window `src` into this rank's `dst` (a window or a plain tensor); return `dst`.
+
+    The region and chunk options are :func:`put`'s.
+    """
     loc = user_loc()
-    r = require_rank("pld.tensor.get")
-    pd, ps = _pair(dst, src, "pld.tensor.get", loc)
-    peer = _peer(peer, r, "pld.tensor.get", loc)
-    cut(CommOp("get", pd.name, peer, src=ps.name, shape=pd.shape, loc=loc))
+    what = "pld.tensor.get"
+    r = require_rank(what)
+    t = current(what)
+    pd = _tensor_param(t, dst, what, loc)
+    ps = window_param(t, src, what, loc)
+    peer = _peer(peer, r, what, loc)
+    chunks = _chunking(chunk_rows, chunk_cols, pipeline, what, loc)
+    doffs, soffs, box = _transfer(what, pd, ps, dst_offsets, src_offsets, shape, loc)
+    cut(CommOp("get", pd.name, peer, src=ps.name, offsets=doffs, shape=box, loc=loc, src_offsets=soffs,
+               chunks=chunks))
     return dst
 
 
-def allreduce(target, signal=None, *, op=ReduceOp.Sum, mode: str = "mesh", core_num: int = 1):
+_MISSING = object()
+_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64")
+
+
+def _reduce_op(op, what: str, loc) -> str:
+    if not isinstance(op, ReduceOp):
+        raise compile_error(f"{what}: op must be a pld.ReduceOp, got {op!r}", loc)
+    return ReduceOp(op).name.lower()
+
+
+def _reducible(dtype, what: str, loc) -> None:
+    if dtype.name not in _REDUCE_DTYPES:
+        raise PtoNotSupported(f"{loc}: {what} of {dtype.name} is not supported here ({', '.join(_REDUCE_DTYPES)})")
+
+
+def _signal(t, signal, what: str, loc) -> None:
+    """Check a collective's `signal` (a window, accepted and left unchanged here)."""
+    if signal is _MISSING or signal is None:
+        raise compile_error(f"{what} takes a signal window (pld.DistributedTensor[[nranks], pl.INT32]) as its "
+                            f"signal argument", loc)
+    window_param(t, signal, what, loc)
+
+
+def _tensor_param(t, x, what: str, loc) -> Param:
+    """A whole tensor parameter of the traced function (a window or a plain pl.Tensor), or a located error."""
+    if not isinstance(x, TensorArg) or x.name not in t.params:
+        raise compile_error(f"{what}: expected a tensor parameter of the function (a pld.DistributedTensor or a "
+                            f"pl.Tensor), got {x!r}", loc)
+    if getattr(x, "origin", None) is not None and any(getattr(o, "value", 0) != 0 for o in x.origin):
+        raise compile_error(f"{what}: pass the whole tensor, not a window of it", loc)
+    return t.params[x.name]
+
+
+def _rows(p: Param, world: int, what: str, loc) -> int:
+    """The bytes of one row of window `p`, which must have one row per rank."""
+    if p.shape[0] != world:
+        raise compile_error(f"{what}: {p.name!r} is {p.dtype.name}{list(p.shape)}; its first dimension must be "
+                            f"the rank count, {world}", loc)
+    return int(np.prod(p.shape[1:], dtype=np.int64)) * p.dtype.itemsize
+
+
+def _host_level(what: str):
+    """The host trace when `what` is called in a host orchestrator (not inside a per-device function)."""
+    from .distributed_host import host_active
+
+    return host_active() if active_rank() is None else None
+
+
+def allreduce(target, signal=_MISSING, *, op=ReduceOp.Sum, mode: str = "mesh", core_num: int = 1):
     """Reduce every rank's copy of window `target` with `op`, in place on every rank; return `target`.
 
     All ranks meet here (as at a barrier); the reduction is the driver's
     ring all-reduce over the ranks' windows (``DistributedWorker.all_reduce``:
     peer copies and a reduce kernel per step), whatever ``mode`` names
     (``"mesh"`` or ``"ring"``: the same numbers).  `signal` is accepted and
-    left unchanged.
+    left unchanged; in a host orchestrator (``@pl.jit.host``) it may be left
+    out, as in PyPTO, and `target` is a ``pld.window`` view: the reduction
+    runs between the dispatches before it and those after it.
     """
-    t = current("pld.tensor.allreduce")
     loc = user_loc()
-    p = window_param(t, target, "pld.tensor.allreduce", loc)
-    if signal is not None:
-        window_param(t, signal, "pld.tensor.allreduce", loc)
+    what = "pld.tensor.allreduce"
     if mode not in ("mesh", "ring"):
-        raise compile_error(f"pld.tensor.allreduce: mode is 'mesh' or 'ring', got {mode!r}", loc)
-    if op not in (ReduceOp.Sum, ReduceOp.Max, ReduceOp.Min):
-        if op == ReduceOp.Prod:
-            raise PtoNotSupported(f"{loc}: pld.tensor.allreduce(op=pld.ReduceOp.Prod) is not supported here "
-                                  f"(Sum, Max, Min)")
-        raise compile_error(f"pld.tensor.allreduce: op must be a pld.ReduceOp, got {op!r}", loc)
-    if p.dtype.name not in ("FP32", "FP64", "INT32", "INT64"):
-        raise PtoNotSupported(f"{loc}: pld.tensor.allreduce of {p.dtype.name} is not supported here "
-                              f"(FP32, FP64, INT32, INT64)")
-    cut(CommOp("allreduce", p.name, shape=p.shape, mode=ReduceOp(op).name.lower(), loc=loc))
+        raise compile_error(f"{what}: mode is 'mesh' or 'ring', got {mode!r}", loc)
+    if not is_int(core_num) or core_num < 1:
+        raise compile_error(f"{what}: core_num must be a positive int, got {core_num!r}", loc)
+    if mode == "ring" and signal is _MISSING:
+        raise compile_error(f'{what}: mode="ring" needs an explicit signal window, as in PyPTO', loc)
+    if signal is None:
+        raise compile_error(f"{what}: signal cannot be None; leave it out in a host orchestrator", loc)
+    name = _reduce_op(op, what, loc)
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc)
+        _reducible(view.dtype, what, loc)
+        return target
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    if signal is not _MISSING:
+        window_param(t, signal, what, loc)
+    _reducible(p.dtype, what, loc)
+    cut(CommOp("allreduce", p.name, shape=p.shape, mode=name, loc=loc))
+    return target
+
+
+def broadcast(target, signal=_MISSING, *, root):
+    """Give every rank's copy of window `target` the contents of rank `root`'s, in place; return `target`.
+
+    All ranks meet here; each rank other than `root` pulls the root's window
+    with one peer copy.  In a host orchestrator `target` is a ``pld.window``
+    view.
+    """
+    loc = user_loc()
+    what = "pld.tensor.broadcast"
+    h = _host_level(what)
+    world = h.world if h is not None else require_rank(what).world
+    if isinstance(root, bool) or not is_int(root) or not 0 <= int(root) < world:
+        raise compile_error(f"{what}: root must be a rank of this program (0..{world - 1}), got {root!r}", loc)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, "broadcast", target, None, signal, root=int(root), loc=loc)
+        return target
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    _signal(t, signal, what, loc)
+    cut(CommOp("broadcast", p.name, int(root), shape=p.shape, loc=loc))
+    return target
+
+
+def allgather(local_data, target, signal=_MISSING):
+    """Row ``j`` of every rank's window `target` becomes rank ``j``'s `local_data`; return `target`.
+
+    `target` has one row per rank (``[nranks, *row]``), `local_data` the
+    size of one row and `target`'s dtype, and is a different tensor (a
+    window, or in a per-device function a plain ``pl.Tensor`` too).  All
+    ranks meet here; each rank pulls every peer's `local_data` with one peer
+    copy.
+    """
+    return _exchange("allgather", "pld.tensor.allgather", local_data, target, signal)
+
+
+def all_to_all(input, target, signal=_MISSING):  # noqa: A002 - PyPTO's name
+    """Row ``j`` of rank ``r``'s window `target` becomes row ``r`` of rank ``j``'s `input`; return `target`.
+
+    `input` and `target` are different tensors of one shape and dtype, one
+    row per rank (``[nranks, *row]``): ``input[dest]`` is this rank's chunk
+    for rank ``dest``, ``target[src]`` the chunk rank ``src`` sent here.
+    """
+    return _exchange("all_to_all", "pld.tensor.all_to_all", input, target, signal)
+
+
+def _exchange(kind: str, what: str, source, target, signal):
+    loc = user_loc()
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, kind, target, source, signal, loc=loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    pt = window_param(t, target, what, loc)
+    ps = _tensor_param(t, source, what, loc)
+    _signal(t, signal, what, loc)
+    check_exchange(kind, what, ps.name, ps.shape, ps.dtype, pt.name, pt.shape, pt.dtype, r.world, loc)
+    cut(CommOp(kind, pt.name, src=ps.name, shape=pt.shape, loc=loc))
+    return target
+
+
+def check_exchange(kind, what, sname, sshape, sdtype, tname, tshape, tdtype, world: int, loc) -> None:
+    """Check the source and target of an allgather or all_to_all (located errors)."""
+    if sname == tname:
+        raise compile_error(f"{what}: the source and the target must be different tensors, both are {tname!r}",
+                            loc)
+    if sdtype != tdtype:
+        raise compile_error(f"{what}: the source is {sdtype.name}, the target {tdtype.name}", loc)
+    if not tshape or tshape[0] != world:
+        raise compile_error(f"{what}: the target {tname!r} is {list(tshape)}; its first dimension must be the rank "
+                            f"count, {world}", loc)
+    row = int(np.prod(tshape[1:], dtype=np.int64))
+    src = int(np.prod(sshape, dtype=np.int64))
+    if kind == "allgather" and src != row:
+        raise compile_error(f"{what}: the source {sname!r} has {src} elements, one row of the target {tname!r} "
+                            f"{row}", loc)
+    if kind == "all_to_all" and tuple(sshape) != tuple(tshape):
+        raise compile_error(f"{what}: the input {sname!r} is {list(sshape)}, the target {tname!r} {list(tshape)}; "
+                            f"they must match", loc)
+
+
+def reduce_scatter(target, signal=_MISSING, *, op=ReduceOp.Sum):
+    """Row ``r`` of rank ``r``'s window `target` becomes `op` over every rank's row ``r``; return `target`.
+
+    `target` has one row per rank (``[nranks, *row]``), each rank staging
+    all of them; the other rows are left as they are.  All ranks meet here;
+    each rank pulls its row from every peer (one peer copy each) and reduces
+    it in with a reduce kernel.
+    """
+    loc = user_loc()
+    what = "pld.tensor.reduce_scatter"
+    name = _reduce_op(op, what, loc)
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_collective
+
+        view = record_collective(h, "reduce_scatter", target, None, signal, mode=name, loc=loc)
+        _reducible(view.dtype, what, loc)
+        if not view.shape or view.shape[0] != h.world:
+            raise compile_error(f"{what}: the target is {list(view.shape)}; its first dimension must be the rank "
+                                f"count, {h.world}", loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    p = window_param(t, target, what, loc)
+    _signal(t, signal, what, loc)
+    _reducible(p.dtype, what, loc)
+    _rows(p, r.world, what, loc)
+    cut(CommOp("reduce_scatter", p.name, shape=p.shape, mode=name, loc=loc))
     return target
 
 
 def barrier(signal):
-    """Hold every rank here until all of them arrived; return `signal` (left unchanged)."""
-    t = current("pld.tensor.barrier")
+    """Hold every rank here until all of them arrived; return `signal` (left unchanged).
+
+    In a host orchestrator, every rank's work after the barrier waits (on
+    the device) for every rank's work before it.
+    """
     loc = user_loc()
+    h = _host_level("pld.tensor.barrier")
+    if h is not None:
+        from .distributed_host import record_collective
+
+        record_collective(h, "barrier", None, None, signal, loc=loc)
+        return signal
+    t = current("pld.tensor.barrier")
     p = window_param(t, signal, "pld.tensor.barrier", loc)
     cut(CommOp("barrier", p.name, loc=loc))
     return signal
@@ -349,7 +589,9 @@ class _Namespace:
 #: ``pld.tile``: tile-level cross-rank operations.
 tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
-tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce)
+tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
+                    allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
+                    alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.
 system = _Namespace("system", notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,
                     rank=rank, nranks=nranks)

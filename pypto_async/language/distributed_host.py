@@ -177,6 +177,7 @@ class WindowBuffer:
     shape: tuple[int, ...]
     dtype: DataType
     name: str = ""
+    raw: bool = False  # allocated by byte count and not viewed yet (shape: the byte count)
 
     @property
     def nbytes(self) -> int:
@@ -204,6 +205,28 @@ class Dispatch:
     args: dict  # parameter name -> HostTensor, WindowView or a number
     compiled: tuple = ()  # per step of segmented.steps: a CompiledProgram, or the CommOp itself
     windows: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class HostCollective:
+    """A collective a host orchestrator calls on window views: it runs on every rank between two dispatches.
+
+    ``kind`` is ``"allreduce"``, ``"broadcast"``, ``"allgather"``,
+    ``"reduce_scatter"``, ``"all_to_all"`` or ``"barrier"``; ``target`` and
+    ``source`` the window views (None where the collective has none);
+    ``mode`` the reduction; ``root`` a broadcast's root.
+    """
+
+    kind: str
+    target: WindowView | None
+    source: WindowView | None = None
+    mode: str = ""
+    root: int = 0
+    loc: Loc | None = None
+
+    @property
+    def name(self) -> str:
+        return f"pld.tensor.{self.kind}"
 
 
 @dataclass
@@ -266,29 +289,49 @@ def alloc_window_buffer(shape, dtype=None, *, name: str = "") -> WindowBuffer:
     """
     h = _host("pld.alloc_window_buffer")
     loc = user_loc()
+    raw = False
     if is_int(shape):
-        shape, dtype = [int(shape)], dtype or "uint8"
+        if dtype is not None:
+            raise compile_error("pld.alloc_window_buffer(nbytes): dtype= goes with a shape, not a byte count", loc)
+        shape, dtype, raw = [int(shape)], "uint8", True
     if not isinstance(shape, (list, tuple)) or not shape or not all(is_int(d) and d > 0 for d in shape):
         raise compile_error(f"pld.alloc_window_buffer: shape must be positive ints, got {shape!r}", loc)
     if dtype is None:
         raise compile_error("pld.alloc_window_buffer(shape, dtype=...): the dtype is required", loc)
-    buf = WindowBuffer(len(h.windows), tuple(int(d) for d in shape), as_dtype(dtype), name)
+    buf = WindowBuffer(len(h.windows), tuple(int(d) for d in shape), as_dtype(dtype), name, raw)
     h.windows.append(buf)
     return buf
 
 
 def window(buffer, shape, dtype=None) -> WindowView:
-    """This rank's view of `buffer` as a ``pld.DistributedTensor`` of `shape` and `dtype`."""
-    _host("pld.window")
+    """This rank's view of `buffer` as a ``pld.DistributedTensor`` of `shape` and `dtype`.
+
+    A buffer allocated with a shape and dtype is viewed as itself.  One
+    allocated by byte count (``pld.alloc_window_buffer(nbytes)``, PyPTO's
+    canonical form) takes the shape and dtype of its first view, which must
+    fit in its bytes; every later view of it must be that one.
+    """
+    h = _host("pld.window")
     loc = user_loc()
     if not isinstance(buffer, WindowBuffer):
         raise compile_error(f"pld.window: expected a pld.alloc_window_buffer result, got {buffer!r}", loc)
     shape = tuple(shape)
+    if not shape or not all(is_int(d) and d > 0 for d in shape):
+        raise compile_error(f"pld.window: shape must be positive ints, got {list(shape)!r}", loc)
+    shape = tuple(int(d) for d in shape)
     dt = buffer.dtype if dtype is None else as_dtype(dtype)
-    if shape != buffer.shape or dt != buffer.dtype:
-        raise compile_error(f"pld.window: the view {dt.name}{list(shape)} must be the buffer's "
-                            f"{buffer.dtype.name}{list(buffer.shape)} here", loc)
-    return WindowView(buffer, shape, dt)
+    typed = h.windows[buffer.index] if buffer.index < len(h.windows) else buffer
+    if typed.raw:
+        nbytes = int(np.prod(shape)) * dt.itemsize
+        if nbytes > typed.shape[0]:
+            raise compile_error(f"pld.window: the view {dt.name}{list(shape)} ({nbytes} bytes) does not fit the "
+                                f"buffer's {typed.shape[0]} bytes", loc)
+        typed = h.windows[buffer.index] = WindowBuffer(buffer.index, shape, dt, buffer.name)
+    if shape != typed.shape or dt != typed.dtype:
+        what = "its first view" if buffer.raw else "the buffer"
+        raise compile_error(f"pld.window: the view {dt.name}{list(shape)} must be {what}, "
+                            f"{typed.dtype.name}{list(typed.shape)}, here", loc)
+    return WindowView(typed, shape, dt)
 
 
 # -- dispatches ----------------------------------------------------------------------------
@@ -320,6 +363,33 @@ def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, l
     d = Dispatch(rank, name, seg, tuple(params), dict(zip(names, args)), compiled, windows)
     h.steps.append(d)
     return d
+
+
+def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: str = "", root: int = 0,
+                      loc=None) -> WindowView | None:
+    """Record a host-level collective on window views (checked); return its target view."""
+    from .distributed import _MISSING, check_exchange
+
+    what = f"pld.tensor.{kind}"
+    for role, v in (("target", target), ("signal", signal), ("source", source)):
+        if role == "target" and kind == "barrier":
+            continue
+        if v is None and role == "source" and kind not in ("allgather", "all_to_all"):
+            continue
+        if v is _MISSING and role == "signal" and kind == "allreduce":
+            continue  # PyPTO synthesizes one
+        if v is _MISSING and role == "signal":
+            raise compile_error(f"{what} takes a signal window (pld.window of a [world_size] INT32 buffer)", loc)
+        if not isinstance(v, WindowView):
+            raise compile_error(f"{what}: in a host orchestrator the {role} is a pld.window(...) view, got {v!r}",
+                                loc)
+    if kind in ("allgather", "all_to_all"):
+        if source.buffer == target.buffer:
+            raise compile_error(f"{what}: the source and the target must be different window buffers", loc)
+        check_exchange(kind, what, "source", source.shape, source.dtype, "target", target.shape, target.dtype,
+                       h.world, loc)
+    h.steps.append(HostCollective(kind, target if kind != "barrier" else None, source, mode, root, loc))
+    return target
 
 
 def _returned(d: Dispatch, ret: str | None):

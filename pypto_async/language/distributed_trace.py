@@ -50,9 +50,12 @@ class CommOp:
     destination of put and get); ``src`` the other window of put / get;
     ``staging`` / ``mirror`` the extra parameter a remote_store reads / a
     remote_load fills; ``peer`` the other rank; ``offsets`` / ``shape`` the
-    box of a remote op or the cell of a signal op; ``value`` the notified
-    value or the expected one; ``mode`` ``"set"``, ``"add"``, ``"eq"`` or
-    ``"ge"``.
+    box of a remote op or the cell of a signal op (for put and get: the
+    box of ``tensor``, the destination); ``src_offsets`` the box of ``src``
+    (put and get); ``chunks`` the ``(rows, cols)`` of one chunk of a put or
+    get's transfer, viewed as ``[rows, cols]`` (``cols`` its last dimension);
+    ``value`` the notified value or the expected one; ``mode`` ``"set"``,
+    ``"add"``, ``"eq"`` or ``"ge"`` (a collective's: its reduction).
     """
 
     kind: str
@@ -66,6 +69,8 @@ class CommOp:
     value: int | float = 0
     mode: str = "set"
     loc: Loc | None = field(default=None, compare=False)
+    src_offsets: tuple[int, ...] = ()
+    chunks: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Collectives over the shards of a stacked tensor: ``all_reduce``, ``all_gather``, ``broadcast``.
+"""Collectives: rings over the shards of a stacked tensor, and a mesh of box copies between ranks.
 
 :class:`~._distributed.DistributedWorker` checks a collective's arguments and
 calls the function here of the same name, which queues the ring's work on
@@ -22,6 +22,18 @@ right one too means a rank never overwrites a chunk its right neighbour is
 still reading.  ``all_reduce`` is the bandwidth-optimal one (reduce-scatter
 then all-gather of ``1/n`` chunks: each rank moves ``2 (n - 1) / n`` of the
 shard); ``all_gather`` and ``broadcast`` pass whole shards along the ring.
+
+The collectives of a multi-chip program (``pld.tensor.allgather``,
+``broadcast``, ``reduce_scatter``, ``all_to_all``:
+:mod:`pypto_async.runtime.distributed_runner`) move boxes (rows) of each
+rank's windows rather than whole shards; they are a :class:`_Mesh`, one
+step: every rank pulls what it needs straight from every peer that holds it
+(peer copies on its own stream, each after the peer's start point, so after
+everything queued on the peer before the collective), reduces it in where
+the collective reduces, and ends, as a ring does, with one point that waits
+for every rank that read its buffers.  To the ordering of each worker the
+collective is again one access per rank: a read of its source window and a
+write of its target window.
 """
 
 from __future__ import annotations
@@ -34,10 +46,11 @@ from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["REDUCE_OPS", "REDUCE_DTYPES", "all_reduce", "all_gather", "broadcast"]
+__all__ = ["REDUCE_OPS", "REDUCE_DTYPES", "all_reduce", "all_gather", "broadcast", "gather_rows",
+           "all_to_all_rows", "broadcast_from", "reduce_scatter_rows"]
 
 #: all_reduce's ops, as the built-in "reduce" kernel's codes.
-REDUCE_OPS = {"sum": 0, "max": 1, "min": 2}
+REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "prod": 3}
 #: The dtypes all_reduce takes, as the built-in "reduce" kernel's codes.
 REDUCE_DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3}
 
@@ -265,3 +278,165 @@ class _Ring:
                 self.events[r] = self._record(r)
             markers.append(s._marker())
         return markers
+
+
+# -- the mesh: box copies between ranks' windows -----------------------------------------------
+
+
+def gather_rows(srcs: list, dsts: list) -> list:
+    """Row ``j`` of every rank's ``dsts[r]`` becomes rank ``j``'s whole ``srcs[j]``; return the markers.
+
+    ``dsts[r]`` holds ``len(srcs)`` rows of ``srcs[j]``'s size (checked by
+    the caller); the source and target of a rank are distinct tensors.
+    """
+    n = len(dsts)
+    per = srcs[0]._nbytes
+    mesh = _Mesh(srcs, dsts, "allgather")
+    mesh.start()
+    for r in range(n):
+        mesh.pull(r, [(j, 0, j * per, per) for j in range(n)])
+    return mesh.finish()
+
+
+def all_to_all_rows(srcs: list, dsts: list) -> list:
+    """Row ``j`` of rank ``r``'s ``dsts[r]`` becomes row ``r`` of rank ``j``'s ``srcs[j]``; return the markers."""
+    n = len(dsts)
+    per = dsts[0]._nbytes // n
+    mesh = _Mesh(srcs, dsts, "all_to_all")
+    mesh.start()
+    for r in range(n):
+        mesh.pull(r, [(j, r * per, j * per, per) for j in range(n)])
+    return mesh.finish()
+
+
+def broadcast_from(dsts: list, root: int) -> list:
+    """Every rank's ``dsts[r]`` becomes ``dsts[root]``, in place; return the markers."""
+    n = len(dsts)
+    mesh = _Mesh(dsts, dsts, "broadcast")
+    mesh.start()
+    nbytes = dsts[root]._nbytes
+    for r in range(n):
+        if r != root:
+            mesh.pull(r, [(root, 0, 0, nbytes)])
+    return mesh.finish()
+
+
+def reduce_scatter_rows(dsts: list, op: str, kernels: dict, ids) -> list:
+    """Row ``r`` of rank ``r``'s ``dsts[r]`` becomes `op` over every rank's row ``r``, in place; return the markers.
+
+    The other rows are left as they are.  `op` is a key of
+    :data:`REDUCE_OPS` and the dtype one of :data:`REDUCE_DTYPES` (checked by
+    the caller); `kernels` caches the built-in "reduce" kernel by worker
+    index, ``ids[r]`` being rank ``r``'s.
+    """
+    n = len(dsts)
+    per = dsts[0]._nbytes // n
+    code = REDUCE_DTYPES[dsts[0]._dtype.np_name]
+    mesh = _Mesh(dsts, dsts, "reduce_scatter")
+    mesh.start()
+    for r in range(n):
+        others = [j for j in range(n) if j != r]
+        if others:
+            mesh.pull(r, [(j, r * per, r * per, per) for j in others],
+                      reduce=(REDUCE_OPS[op], code, _reduce_kernel(kernels, ids[r], mesh.workers[r])))
+    return mesh.finish()
+
+
+class _Mesh:
+    """One step of box copies between ranks: ``dsts[r]`` is written from the ranks' ``srcs``.
+
+    As :class:`_Ring`: rank ``r`` is ``dsts[r]`` (and ``srcs[r]``), on its
+    worker's task-local default stream; every method that queues work on
+    rank ``r`` takes that worker's lock, and only that one.
+    """
+
+    def __init__(self, srcs: list, dsts: list, label: str):
+        self.label = label
+        self.src = list(srcs)
+        self.dst = list(dsts)
+        self.workers = [t._worker for t in self.dst]
+        self.streams = [task_default(w) for w in self.workers]
+        self.n = len(self.dst)
+        self.ready = [None] * self.n  # each rank's start point
+        self.done = [None] * self.n  # each rank's point after its pulls
+        self.readers: list[set] = [set() for _ in range(self.n)]  # ranks that read rank r's source
+
+    def accesses(self, r: int) -> list:
+        src, dst = self.src[r], self.dst[r]
+        if src is dst:
+            return [(dst, "target", True, True)]
+        return [(src, "source", True, False), (dst, "target", False, True)]
+
+    def start(self) -> None:
+        """Order each rank's stream after the earlier accesses to its buffers (all before any copy); record."""
+        for r in range(self.n):
+            w = self.workers[r]
+            with w._lock:
+                order(w, self.streams[r], self.accesses(r), self.label, 0)
+        for r in range(self.n):
+            with self.workers[r]._lock:
+                self.ready[r] = self.done[r] = _record(self.streams[r])
+
+    def pull(self, r: int, moves, reduce=None) -> None:
+        """Queue rank `r`'s copies: each ``(peer, src_offset, dst_offset, nbytes)`` of ``srcs[peer]`` into ``dsts[r]``.
+
+        A copy from rank `r` itself is a local one; one from a peer waits
+        (on the device) for that peer's start point.  With ``reduce=(op,
+        dtype, kernel)`` each box goes into a temporary first and is reduced
+        into place with the built-in kernel.
+        """
+        w, s = self.workers[r], self.streams[r]
+        dst = self.dst[r]
+        item = dst._dtype.itemsize
+        tmp = None
+        if reduce is not None:
+            tmp = w.alloc_tensor(max(1, max(m[3] for m in moves) // item), dst._dtype.np_storage, stream=s)
+        with w._lock:
+            for peer in sorted({m[0] for m in moves} - {r}):
+                s._wait_locked(self.ready[peer])
+        for peer, src_off, dst_off, nbytes in moves:
+            if nbytes <= 0:
+                continue
+            src = self.src[peer]
+            into = tmp._ptr if tmp is not None else dst._ptr + dst_off
+            with w._lock:
+                if peer == r:
+                    _step(w, s, lib.pto_stream_copy_d2d, (s._ptr, into, src._ptr + src_off, nbytes),
+                          f"{self.label}: local copy ({nbytes} bytes)", (src, dst))
+                else:
+                    self.readers[peer].add(r)
+                    _step(w, s, lib.pto_stream_copy_peer,
+                          (s._ptr, w._dev, into, self.workers[peer]._dev, src._ptr + src_off, nbytes),
+                          f"{self.label}: peer copy ({nbytes} bytes)", (src, dst))
+            if tmp is not None:
+                op, dtype, kernel = reduce
+                elems = nbytes // item
+                argv = ffi.new("uint64_t[5]", [dst._ptr + dst_off, tmp._ptr, elems, op, dtype])
+                blocks = max(1, min(w._info.cores, elems // 4096 or 1))
+                with w._lock:
+                    _step(w, s, lib.pto_stream_launch, (s._ptr, kernel, blocks, argv, 5),
+                          f"{self.label} (reduce)", (argv, tmp))
+        if tmp is not None:
+            tmp.free(stream=s)
+        with w._lock:
+            self.done[r] = _record(s)
+
+    def finish(self) -> list:
+        """End each rank's part with one point after every rank that read its source; return the markers."""
+        last = list(self.done)
+        markers = []
+        for r in range(self.n):
+            s, w = self.streams[r], self.workers[r]
+            with w._lock:
+                for reader in sorted(self.readers[r] - {r}):
+                    s._wait_locked(last[reader])
+                order(w, s, self.accesses(r), self.label, 0)  # noted at the record that comes next
+                _record(s)
+            markers.append(s._marker())
+        return markers
+
+
+def _record(stream):
+    event = stream._record_locked()
+    enter(event)
+    return event

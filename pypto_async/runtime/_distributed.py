@@ -340,6 +340,12 @@ class DistributedWorker:
         for that device's shard; a host array (input parameters only) for
         the same array on every device; a scalar is passed as it is.
 
+        A multi-chip program (a ``DistributedCompiledProgram``) runs its plan
+        instead (:mod:`.distributed_runner`), with the host function's
+        arguments: in sync mode this returns what the host function returned
+        once the plan ran; in async mode a coroutine to await (asyncio, or
+        trio through anyio), which never blocks the event loop.
+
         Returns
         -------
         DistributedLaunch
@@ -361,19 +367,25 @@ class DistributedWorker:
     # -- multi-chip programs (PyPTO's L3 runtime) --------------------------------------
 
     def _run_l3(self, compiled, args):
-        """Run a DistributedCompiledProgram's plan (see :mod:`.distributed_runner`); sync mode only."""
+        """Run a DistributedCompiledProgram's plan (see :mod:`.distributed_runner`).
+
+        In sync mode it returns once the plan ran (what the host function
+        returned); in async mode it returns a coroutine to await, which runs
+        the same plan without blocking the event loop.  Its arguments are
+        checked before either queues anything.
+        """
         # the runner uses this module's worker; imported when used
-        from .distributed_runner import run_plan
+        from .distributed_runner import arun_plan, check_args, run_plan
 
         self._check_open()
-        if self._async:
-            raise PtoNotSupported("a multi-chip (L3) program runs on a DistributedWorker in sync mode (with, or "
-                                  "none); its waits read signals on the host")
         if self._programs and not any(compiled is p for p in self._programs):
             raise PtoArgumentError(f"{compiled.name} is not one of the programs prepared on this worker")
         if tuple(self._device_ids[:compiled.world_size]) != compiled.device_ids:
             raise PtoArgumentError(f"{compiled.name} runs on devices {list(compiled.device_ids)}; this worker "
                                    f"has {list(self._device_ids)}")
+        if self._async:
+            check_args(compiled, args)  # before the coroutine exists: a bad call raises where it is made
+            return arun_plan(self, compiled, args, self._callbacks)
         return run_plan(self, compiled, args, self._callbacks)
 
     def __call__(self, *args):
@@ -560,7 +572,7 @@ class DistributedWorker:
         ----------
         t : StackedDeviceTensor
             Shards of float32, float64, int32 or int64.
-        op : {"sum", "max", "min"}
+        op : {"sum", "max", "min", "prod"}
             ``"max"`` and ``"min"`` propagate NaN, as ``pl.maximum`` /
             ``pl.minimum`` and ``np.maximum`` / ``np.minimum`` do: an element
             that is NaN in any shard is NaN in the result, whatever the order
@@ -578,7 +590,7 @@ class DistributedWorker:
         self._check_open()
         self._check_stacked(t, "all_reduce(t=...)")
         if op not in REDUCE_OPS:
-            raise PtoArgumentError(f"all_reduce(op=...) is one of 'sum', 'max', 'min', not {op!r}")
+            raise PtoArgumentError(f"all_reduce(op=...) is one of 'sum', 'max', 'min', 'prod', not {op!r}")
         if t.dtype.np_name not in REDUCE_DTYPES:
             raise PtoNotSupported(f"all_reduce(): dtype {t.dtype.np_name} is not supported "
                                   f"({', '.join(REDUCE_DTYPES)})")

@@ -57,7 +57,7 @@ from ._launch import Launch
 from ._stream import Stream, task_default
 from ._tensor import DeviceTensor, freed_error
 
-__all__ = ["device_count", "is_peer_copy", "copy", "order_after"]
+__all__ = ["device_count", "is_peer_copy", "copy", "copy_parts", "order_after"]
 
 
 def device_count(platform: str = "sim") -> int:
@@ -96,31 +96,74 @@ def is_peer_copy(worker, dst, src) -> bool:
 def copy(worker, dst: DeviceTensor, src: DeviceTensor, stream) -> Launch:
     """Copy `src` of one worker into `dst` of another; see :meth:`ChipWorker.copy`."""
     _check_copy(worker, dst, src)
-    stream = _copy_stream(dst, src, stream)
+    return _queue(dst, src, _copy_stream(dst, src, stream), None)
+
+
+def copy_parts(dst: DeviceTensor, src: DeviceTensor, parts, stream=None) -> Launch:
+    """Copy byte ranges of `src` into `dst`: one peer copy per part (a local copy on one worker).
+
+    Each part is ``(dst_offset, src_offset, nbytes)``, inside both tensors
+    (checked).  The copies are ordered as one access of each tensor, as
+    :func:`copy` orders its one (a write of `dst`, a read of `src`), in
+    `parts` order on one stream (the source's default unless given).
+    Returns the Launch of the last copy.
+
+    Raises
+    ------
+    PtoArgumentError
+        For no parts, a part outside a tensor, or dtypes that differ.
+    """
+    parts = [(int(d), int(s), int(n)) for d, s, n in parts]
+    if not parts:
+        raise PtoArgumentError("copy_parts(): no parts to copy")
+    for d, s, n in parts:
+        if n <= 0 or d < 0 or s < 0 or d + n > dst._nbytes or s + n > src._nbytes:
+            raise PtoArgumentError(f"copy_parts(): the part ({d}, {s}, {n}) lies outside dst ({dst._nbytes} "
+                                   f"bytes) or src ({src._nbytes} bytes)")
+    _check_copy(dst._worker, dst, src, sizes=False)
+    return _queue(dst, src, _copy_stream(dst, src, stream), parts)
+
+
+def _queue(dst: DeviceTensor, src: DeviceTensor, stream, parts) -> Launch:
+    """Queue the copy (`parts`: byte ranges, None: all of it) on `stream`, ordered (see the module doc)."""
     owner = stream._worker
-    nbytes = dst._nbytes
-    name = (f"copy peer ({nbytes} bytes, device {src._worker.device_id} -> "
+    nbytes = dst._nbytes if parts is None else sum(p[2] for p in parts)
+    pieces = "" if parts is None or len(parts) == 1 else f" in {len(parts)} parts"
+    name = (f"copy peer ({nbytes} bytes{pieces}, device {src._worker.device_id} -> "
             f"device {dst._worker.device_id})")
     # The tensor of the stream's worker is accessed as by a local copy (ordered, noted and
     # sanitized: _hazards.py); the other worker's, through its streams' tails (see the module doc).
-    local, foreign = (dst, src) if dst._worker is owner else (src, dst)
-    accesses = [(dst, "dst", False, True)] if local is dst else [(src, "src", True, False)]
-    points = _tails(foreign, stream, ordering=foreign is dst)
+    if dst._worker is src._worker:  # copy_parts within one worker: both are local
+        accesses, points, fn = [(dst, "dst", False, True), (src, "src", True, False)], [], None
+    else:
+        local, foreign = (dst, src) if dst._worker is owner else (src, dst)
+        accesses = [(dst, "dst", False, True)] if local is dst else [(src, "src", True, False)]
+        points = _tails(foreign, stream, ordering=foreign is dst)
+        fn = lib.pto_stream_copy_peer
     sp = stream._ptr
-    args = (sp, dst._worker._dev, dst._ptr, src._worker._dev, src._ptr, nbytes)
+    runs = [(0, 0, nbytes)] if parts is None else parts
     with owner._lock:
-        order(owner, stream, accesses, name, len(points))  # the waits below come before the copy
+        # the waits below come before the copies; the accesses end with the last copy
+        order(owner, stream, accesses, name, len(points) + len(runs) - 1)
         for event in points:
             stream._wait_locked(event)
-        launch = queue_one(owner, stream, lib.pto_stream_copy_peer, args, name, (dst, src), dst)
-        dst._initialising(launch)  # a full overwrite: the tensor is as good as this copy
+        for d, s, n in runs:
+            if fn is None:
+                launch = queue_one(owner, stream, lib.pto_stream_copy_d2d, (sp, dst._ptr + d, src._ptr + s, n),
+                                   name, (dst, src), dst)
+            else:
+                args = (sp, dst._worker._dev, dst._ptr + d, src._worker._dev, src._ptr + s, n)
+                launch = queue_one(owner, stream, fn, args, name, (dst, src), dst)
+        if parts is None:
+            dst._initialising(launch)  # a full overwrite: the tensor is as good as this copy
         done = stream._record_locked()
         enter(done)
-    order_after(stream, done, (foreign,))
+    if fn is not None:
+        order_after(stream, done, (foreign,))
     return finish_sync(owner, launch)
 
 
-def _check_copy(worker, dst: DeviceTensor, src: DeviceTensor) -> None:
+def _check_copy(worker, dst: DeviceTensor, src: DeviceTensor, sizes: bool = True) -> None:
     for side, t in (("dst", dst), ("src", src)):
         if t._freed:
             raise freed_error(t, f"copy({side}=...)")
@@ -134,7 +177,7 @@ def _check_copy(worker, dst: DeviceTensor, src: DeviceTensor) -> None:
                               "through the host (src.numpy(), then w.copy(dst, host))")
     if dst._dtype != src._dtype:
         raise PtoArgumentError(f"copy(): dtypes differ (dst {dst._dtype.np_name}, src {src._dtype.np_name})")
-    if dst._nbytes != src._nbytes:
+    if sizes and dst._nbytes != src._nbytes:
         raise PtoArgumentError(f"copy(): sizes differ (dst {dst._nbytes} bytes, src {src._nbytes} bytes)")
     if src._init is not None:
         check_init(src, "copy(src=...)")

@@ -121,6 +121,12 @@ class WorkerStats:
         Kernel launches and copies the device ran (driver counters).
     bytes_h2d, bytes_d2h, bytes_d2d : int
         Bytes copied per direction.
+    bytes_peer : int
+        Bytes moved by peer copies (``w.copy`` between two workers'
+        DeviceTensors, the collectives of a DistributedWorker, the cross-rank
+        operations of a multi-chip program) that ran on this device's copy
+        engines: a peer copy counts on the device whose stream queued it,
+        whichever way it moves the bytes.
     commands_submitted, commands_completed : int
         Commands accepted by the device and finished.
     completions : int
@@ -181,6 +187,7 @@ class WorkerStats:
     inferred_waits: int = 0
     skipped_waits: int = 0
     races: int = 0
+    bytes_peer: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -291,7 +298,7 @@ def scope_stats(stats) -> dict:
         "streams": [asdict(s) for s in getattr(stats, "stream_stats", ())],
         "engines": [asdict(e) for e in getattr(stats, "engines", ())],
     }
-    for name in ("launches", "copies", "bytes_h2d", "bytes_d2h", "bytes_d2d", "completions", "wakeups",
+    for name in ("launches", "copies", "bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_peer", "completions", "wakeups",
                  "backpressure_waits", "backpressure_wait_ns", "memory_in_use", "memory_reserved",
                  "memory_peak", "memory_capacity"):
         if hasattr(stats, name):
@@ -313,6 +320,7 @@ def worker_stats(worker) -> WorkerStats:
         bytes_h2d=dev_stats.bytes_h2d,
         bytes_d2h=dev_stats.bytes_d2h,
         bytes_d2d=dev_stats.bytes_d2d,
+        bytes_peer=dev_stats.bytes_peer,
         commands_submitted=dev_stats.commands_submitted,
         commands_completed=dev_stats.commands_completed,
         completions=q.completions,

@@ -2,8 +2,9 @@
 
 A :class:`~pypto_async.ir.distributed_compiled_program.DistributedCompiledProgram`
 is a list of steps: dispatches (one rank's segments and the cross-rank
-operations between them) and SubWorker callbacks.  :func:`run_plan` runs
-the dispatches between two callbacks together, rank by rank in lockstep:
+operations between them), SubWorker callbacks and the host orchestrator's
+collectives.  :func:`run_plan` runs the dispatches between two callbacks
+(or host collectives) together, rank by rank in lockstep:
 
 1. Every tensor argument gets a DeviceTensor on its rank's device (a host
    view ``x[r]`` is uploaded; a DeviceTensor of that device is used as it
@@ -16,16 +17,22 @@ the dispatches between two callbacks together, rank by rank in lockstep:
    and before what comes after (see :mod:`pypto_async.language.distributed`
    for each operation).  A rank stops at a barrier until every rank is
    there (then each rank's stream waits, on the device, for an event of
-   every other's), and at a wait until its signal cell, copied to the host
-   after everything queued before it, satisfies the comparison.  When no
-   rank can move, the plan deadlocked: :class:`PtoInvalidStateError`.
+   every other's; at a collective the collective is queued first, over the
+   ranks' windows, :mod:`._collectives`), and at a wait until its signal
+   cell, copied to the host after everything queued before it, satisfies
+   the comparison.  When no rank can move, the plan deadlocked:
+   :class:`PtoInvalidStateError`.  A host collective runs between the
+   groups of dispatches before and after it, queued on every rank's stream.
 3. When every rank finished, the outputs are copied into the host arrays
    (``Out`` and ``InOut`` views), temporaries are freed, and a callback
    after the group runs on this thread with the host arrays it names
    (wrapped as :class:`ContinuousTensor`).
 
-Nothing here runs on a driver thread; a wait's host read blocks this
-(calling) thread only, in the worker's sync mode.
+The plan is a generator (:func:`_plan`) that yields wherever it waits;
+:func:`run_plan` drives it on the calling thread (a sync-mode worker),
+:func:`arun_plan` awaits it (an async-mode worker: asyncio, or trio through
+anyio), so the same plan never blocks an event loop.  Nothing here runs on a
+driver thread.
 """
 
 from __future__ import annotations
@@ -38,12 +45,14 @@ import numpy as np
 from .._dtypes import as_dtype
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
+from . import _collectives, _peer
 from ._args import _is_torch_tensor
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
 
-__all__ = ["ContinuousTensor", "run_plan", "check_args", "_tensor_from_continuous"]
+__all__ = ["ContinuousTensor", "run_plan", "arun_plan", "check_args", "transfer_runs", "box_kernel", "prepare_kernels",
+           "_tensor_from_continuous"]
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ def _is_op(step) -> bool:
 _BOX_KERNELS: dict = {}
 
 
-def _box_kernel(shape, box, offsets, dtype, add: bool):
+def box_kernel(shape, box, offsets, dtype, add: bool):
     """The compiled kernel that writes (``add``: adds) a ``box`` tensor into a ``shape`` one at ``offsets``."""
     key = (tuple(shape), tuple(box), tuple(offsets), dtype.name, add)
     hit = _BOX_KERNELS.get(key)
@@ -240,43 +249,131 @@ def _box_kernel(shape, box, offsets, dtype, add: bool):
     return compiled
 
 
-def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str) -> None:
-    """Move `src` (this rank's) into rank `peer`'s `win` at `offsets`: a peer copy, then a box kernel there."""
-    inbox = run.temp(peer, src.shape, src.dtype)
-    st.worker.copy(inbox, src)  # a peer copy on this rank's stream, after what this rank queued
-    k = _box_kernel(win.shape, src.shape, offsets, as_dtype(win.dtype), mode == "add")
+def transfer_runs(dst_shape, dst_offsets, src_shape, src_offsets, box, itemsize: int, chunks=(0, 0)) -> list:
+    """The byte runs of copying box `box` of a `src_shape` tensor into one of a `dst_shape` tensor, per chunk.
+
+    The transfer is viewed as ``[rows, cols]`` (``cols`` the box's last
+    dimension, ``rows`` the product of the others) and cut into chunks of
+    ``chunks = (chunk_rows, chunk_cols)`` (0: the full extent; clamped to
+    it), row-major over the chunks.  Each chunk is a list of ``(dst_offset,
+    src_offset, nbytes)`` runs, contiguous rows of it merged where both
+    tensors hold them back to back (a chunk of whole rows is one run).
+    """
+    box = tuple(int(d) for d in box)
+    cols = box[-1] if box else 1
+    lead = box[:-1]
+    rows = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    cr = min(chunks[0] or rows, rows)
+    cc = min(chunks[1] or cols, cols)
+
+    def strides(shape):
+        out, acc = [], 1
+        for d in reversed(shape):
+            out.append(acc)
+            acc *= int(d)
+        return out[::-1]
+
+    ds, ss = strides(dst_shape), strides(src_shape)
+    idx = list(np.ndindex(*lead)) if lead else [()]
+
+    def start(offsets, st, i, c):
+        return sum((o + k) * s for o, k, s in zip(offsets[:-1], idx[i], st[:-1])) + offsets[-1] + c
+
+    out = []
+    for r0 in range(0, rows, cr):
+        for c0 in range(0, cols, cc):
+            n = min(cc, cols - c0) * itemsize
+            runs: list = []
+            for i in range(r0, min(r0 + cr, rows)):
+                d = start(dst_offsets, ds, i, c0) * itemsize
+                s = start(src_offsets, ss, i, c0) * itemsize
+                if runs and runs[-1][0] + runs[-1][2] == d and runs[-1][1] + runs[-1][2] == s:
+                    runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + n)
+                else:
+                    runs.append((d, s, n))
+            out.append(runs)
+    return out
+
+
+def _copy_box(run: _Run, src: DeviceTensor, dst: DeviceTensor, op, stream=None) -> None:
+    """Copy op's box of `src` (at ``op.src_offsets``) into `dst` (at ``op.offsets``), chunk by chunk."""
+    item = as_dtype(dst.dtype).itemsize
+    chunks = transfer_runs(dst.shape, op.offsets, src.shape, op.src_offsets, op.shape, item, op.chunks)
+    run.launches.append(_peer.copy_parts(dst, src, [r for chunk in chunks for r in chunk], stream))
+
+
+def prepare_kernels(dcp) -> None:
+    """Compile the box kernels `dcp`'s operations will launch (cached), so that running it compiles nothing.
+
+    A remote store, an atomic put and a notify end in a small kernel on the
+    peer (:func:`box_kernel`); compiling it when the plan is compiled keeps
+    compilation off the run (and off an event loop that awaits it).
+    """
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_trace import CommOp
+
+    for d in dcp.dispatches:
+        params = {p.name: p for p in d.params}
+        for op in d.compiled:
+            if not isinstance(op, CommOp) or op.kind not in ("remote_store", "put", "notify"):
+                continue
+            if op.kind == "put" and op.mode != "add":
+                continue
+            win = params[op.tensor]
+            box_kernel(win.shape, op.shape, op.offsets, win.dtype, op.mode == "add")
+
+
+def _into_peer(run: _Run, st: _Rank, src: DeviceTensor, peer: int, win: DeviceTensor, offsets, mode: str,
+               op=None) -> None:
+    """Move `src` (this rank's) into rank `peer`'s `win` at `offsets`: a peer copy, then a box kernel there.
+
+    With `op` (a put), only its box of `src` moves, chunk by chunk.
+    """
+    box = tuple(op.shape) if op is not None else tuple(src.shape)
+    inbox = run.temp(peer, box, src.dtype)
+    if op is None:
+        run.launches.append(st.worker.copy(inbox, src))  # a peer copy on this rank's stream, after its work
+    else:
+        item = as_dtype(src.dtype).itemsize
+        chunks = transfer_runs(box, (0,) * len(box), src.shape, op.src_offsets, box, item, op.chunks)
+        run.launches.append(_peer.copy_parts(inbox, src, [r for c in chunks for r in c]))
+    k = box_kernel(win.shape, box, offsets, as_dtype(win.dtype), mode == "add")
     run.launches.append(run.worker(peer).register(k).submit(inbox, win))
 
 
 def _cell(run: _Run, rank: int, t: DeviceTensor, offsets):
+    """Read one cell of `t` after every write queued so far (a generator: it yields the copy to wait for)."""
     host = np.empty(t.shape, as_dtype(t.dtype).np_storage)
-    run.worker(rank).copy(host, t)  # after every write queued so far (completed: sync mode)
+    yield run.worker(rank).copy(host, t)
     return host[tuple(offsets)].item()
 
 
-def _step_op(run: _Run, st: _Rank, op, ranks: list) -> str:
-    """Queue `op` of rank `st`; return "ok", or "blocked" (a wait not yet satisfied, a barrier not full)."""
+def _step_op(run: _Run, st: _Rank, op, ranks: list):
+    """Queue `op` of rank `st`; return "ok", or "blocked" (a wait not yet satisfied, a barrier not full).
+
+    A generator (see :func:`run_plan`): a wait yields the read of its cell.
+    """
     d = st.d
     b = st.bound
     if op.kind == "remote_load":
         peer_win = _peer_tensor(run, st, op.tensor, op.peer)
-        st.worker.copy(b[op.mirror], peer_win)
+        run.launches.append(st.worker.copy(b[op.mirror], peer_win))
     elif op.kind == "remote_store":
         _into_peer(run, st, b[op.staging], op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, "set")
     elif op.kind == "put":
         dst = _peer_tensor(run, st, op.tensor, op.peer)
         if op.mode == "add":
-            _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add")
+            _into_peer(run, st, b[op.src], op.peer, dst, op.offsets, "add", op)
         else:
-            st.worker.copy(dst, b[op.src])
+            _copy_box(run, b[op.src], dst, op, task_default(st.worker))  # on this rank's stream
     elif op.kind == "get":
-        st.worker.copy(b[op.tensor], _peer_tensor(run, st, op.src, op.peer))
+        _copy_box(run, _peer_tensor(run, st, op.src, op.peer), b[op.tensor], op, task_default(st.worker))
     elif op.kind == "notify":
         sig = b[op.tensor]
         value = run.temp(d.rank, op.shape, as_dtype(sig.dtype), init=np.full(op.shape, op.value, as_dtype(sig.dtype).np_storage))
         _into_peer(run, st, value, op.peer, _peer_tensor(run, st, op.tensor, op.peer), op.offsets, op.mode)
     elif op.kind == "wait":
-        v = _cell(run, d.rank, b[op.tensor], op.offsets)
+        v = yield from _cell(run, d.rank, b[op.tensor], op.offsets)
         ok = v == op.value if op.mode == "eq" else v >= op.value
         if not ok:
             return "blocked"
@@ -299,33 +396,78 @@ def _peer_tensor(run: _Run, st: _Rank, name: str, peer: int) -> DeviceTensor:
 
 
 #: The operations every rank meets at (in the same order on every rank).
-_COLLECTIVES = ("barrier", "allreduce")
+_COLLECTIVES = ("barrier", "allreduce", "broadcast", "allgather", "reduce_scatter", "all_to_all")
+
+
+def _queue_collective(run: _Run, kind: str, mode: str, root: int, dsts: list, srcs: list | None) -> None:
+    """Queue collective `kind` over the ranks' tensors (``dsts[r]`` and ``srcs[r]`` on rank ``r``).
+
+    Nothing waits here: the collective's markers join the run's launches,
+    and each rank's later work is queued behind it on the same stream (the
+    collectives of :mod:`._collectives` order each rank's own buffers as
+    hazard-tracked accesses and the peers' through device-side waits).
+    """
+    ids = tuple(range(len(dsts)))  # rank r runs on worker r
+    kernels = run.dw._reduce
+    if kind == "allreduce":
+        stacked = StackedDeviceTensor(dsts, (len(dsts), *dsts[0].shape), ids)
+        markers = _collectives.all_reduce(stacked, stacked, mode, kernels, False)
+    elif kind == "broadcast":
+        markers = _collectives.broadcast_from(dsts, root)
+    elif kind == "allgather":
+        markers = _collectives.gather_rows(srcs, dsts)
+    elif kind == "all_to_all":
+        markers = _collectives.all_to_all_rows(srcs, dsts)
+    elif kind == "reduce_scatter":
+        markers = _collectives.reduce_scatter_rows(dsts, mode, kernels, ids)
+    else:
+        markers = []
+    run.launches.extend(markers)
+
+
+def _cross_wait(workers) -> None:
+    """Every worker's default stream waits (on the device) for everything queued so far on every other's."""
+    events = [(w, task_default(w).record()) for w in workers]
+    for w in workers:
+        stream = task_default(w)
+        for other, ev in events:
+            if other is not w:
+                stream.wait(ev)
 
 
 def _release_barrier(run: _Run, group: list) -> None:
-    """Every rank's stream waits (on the device) for everything queued so far on every other's.
+    """Run the collective every rank of `group` is at, then release them as a barrier does.
 
-    At an ``allreduce``, the ranks' windows are then reduced in place by the
-    driver's ring (``DistributedWorker.all_reduce``), ordered by its peer
-    copies and events after each rank's earlier work on its window.
+    A barrier: every rank's stream waits (on the device) for everything
+    queued so far on every other's.  A collective (``allreduce``,
+    ``broadcast``, ``allgather``, ``reduce_scatter``, ``all_to_all``) is
+    queued first over the ranks' windows (:func:`_queue_collective`).
     """
     op = group[0].current()
-    if op.kind == "allreduce":
+    if op.kind != "barrier":
         group = sorted(group, key=lambda st: st.d.rank)
-        shards = [st.bound[op.tensor] for st in group]
-        stacked = StackedDeviceTensor(shards, (len(shards), *shards[0].shape), tuple(st.d.rank for st in group))
-        run.dw.all_reduce(stacked, op.mode)  # sync mode: returns once the ring completed
-    events = [(st, task_default(st.worker).record()) for st in group]
+        dsts = [st.bound[op.tensor] for st in group]
+        srcs = [st.bound[op.src] for st in group] if op.src else None
+        _queue_collective(run, op.kind, op.mode, op.peer or 0, dsts, srcs)
+    _cross_wait([st.worker for st in group])
     for st in group:
-        stream = task_default(st.worker)
-        for other, ev in events:
-            if other is not st:
-                stream.wait(ev)
         st.barriers += 1
         st.pc += 1
 
 
-def _run_group(run: _Run, dispatches: list) -> None:
+def _host_collective(run: _Run, c) -> None:
+    """Run a host orchestrator's collective (a HostCollective) over every rank's window."""
+    world = run.dcp.world_size
+    if c.kind == "barrier":
+        _cross_wait([run.worker(r) for r in range(world)])
+        return
+    dsts = [run.window(c.target.buffer, r) for r in range(world)]
+    srcs = [run.window(c.source.buffer, r) for r in range(world)] if c.source is not None else None
+    _queue_collective(run, c.kind, c.mode, c.root, dsts, srcs)
+
+
+def _run_group(run: _Run, dispatches: list):
+    """Queue `dispatches` rank by rank in lockstep (a generator: it yields what a wait reads)."""
     per_rank: dict[int, list] = {}
     for d in dispatches:
         per_rank.setdefault(d.rank, []).append(d)
@@ -344,7 +486,7 @@ def _run_group(run: _Run, dispatches: list) -> None:
                     st.pc += 1
                     moved = True
                     continue
-                res = _step_op(run, st, step, order)
+                res = yield from _step_op(run, st, step, order)
                 if res == "ok":
                     st.pc += 1
                     moved = True
@@ -361,7 +503,7 @@ def _run_group(run: _Run, dispatches: list) -> None:
                       and st.current().kind in _COLLECTIVES]
         if at_barrier and len(at_barrier) == len(fronts) == world \
                 and len({st.barriers for st in at_barrier}) == 1 \
-                and len({(st.current().kind, st.current().mode) for st in at_barrier}) == 1:
+                and len({(st.current().kind, st.current().mode, st.current().peer) for st in at_barrier}) == 1:
             _release_barrier(run, at_barrier)
             continue
         if not moved and fronts:
@@ -376,19 +518,40 @@ def _where(op) -> str:
     return f"{loc.file}:{loc.line}" if loc is not None and hasattr(loc, "file") else str(loc)
 
 
-def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
-    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries."""
+def _finish(run: _Run, *, download: bool = True, final: bool = False):
+    """Wait for what the group queued; copy its outputs to the host (unless it failed); free its temporaries.
+
+    A generator (see :func:`run_plan`): it yields each launch to wait for.
+    The temporaries are freed (in stream order) however the waits end, a
+    cancelled await included.
+    """
     first = None
-    for launch in run.launches:
-        try:
-            launch.sync()
-        except PtoError as exc:
-            first = first or exc
-    if first is None and download:
-        for t, view in run.downloads:
-            t._worker.copy(view, t)
+    try:
+        for launch in run.launches:
+            try:
+                yield launch
+            except PtoError as exc:
+                first = first or exc
+        if first is None and download:
+            for t, view in run.downloads:
+                try:
+                    yield t._worker.copy(view, t)
+                except PtoError as exc:
+                    first = first or exc
+    finally:
+        _release(run, final)
+    if first is not None:
+        raise first
+
+
+def _release(run: _Run, final: bool) -> None:
+    """Free the group's temporaries (and at the end the windows) in stream order; forget what it queued."""
+    for launch in run.launches:  # their failures are the run's, raised by it (or moot: it was cancelled)
+        launch._mark_retrieved()
     done = run.temps + (list(run.windows.values()) if final else [])
     for t in done:
+        if t._init is not None:  # an upload of the run's own: its failure is the run's
+            t._init._mark_retrieved()
         with contextlib.suppress(PtoError):
             if not t._freed and not t._worker.is_closed:
                 t.free()
@@ -398,8 +561,6 @@ def _finish(run: _Run, *, download: bool = True, final: bool = False) -> None:
     run.uploads.clear()
     if final:
         run.windows.clear()
-    if first is not None:
-        raise first
 
 
 def _check_resident(dw, dcp, args) -> None:
@@ -422,10 +583,20 @@ def _check_resident(dw, dcp, args) -> None:
                                            f"of this one")
 
 
-def run_plan(dw, dcp, args, callbacks=None):
-    """Run the plan of `dcp` on `dw` with `args` (checked); return what the host function returned."""
+class _HostCall:
+    """What the plan asks its driver to run on the host: a SubWorker callback."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+
+def _plan(dw, dcp, args, callbacks):
+    """Run the plan of `dcp` on `dw` (a generator; see :func:`run_plan`); return what the host function returned."""
     # the language imports the runtime; this one is imported when used
-    from ..language.distributed_host import Callback, HostTensor
+    from ..language.distributed_host import Callback, HostCollective, HostTensor
 
     check_args(dcp, args)
     if len(dw.workers) < dcp.world_size:
@@ -442,22 +613,77 @@ def run_plan(dw, dcp, args, callbacks=None):
         for s in dcp.steps:
             if isinstance(s, Callback):
                 if group:
-                    _run_group(run, group)
-                    _finish(run)
+                    yield from _run_group(run, group)
+                    yield from _finish(run)
                     group = []
                 host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
-                fn = s.fn if s.fn is not None else callbacks[s.name]
-                fn(host) if s.fn is None else fn(*(_tensor_from_continuous(h) for h in host))
+                if s.fn is None:
+                    yield _HostCall(callbacks[s.name], (host,))
+                else:
+                    yield _HostCall(s.fn, tuple(_tensor_from_continuous(h) for h in host))
+            elif isinstance(s, HostCollective):
+                if group:  # the dispatches before it are queued first, those after it behind it
+                    yield from _run_group(run, group)
+                    group = []
+                _host_collective(run, s)
             else:
                 group.append(s)
         if group:
-            _run_group(run, group)
-        _finish(run, final=True)
+            yield from _run_group(run, group)
+        yield from _finish(run, final=True)
     except BaseException:
         with contextlib.suppress(BaseException):
-            _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
+            yield from _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
         raise
     ret = dcp.returned
     if isinstance(ret, HostTensor):
         return _view(run.args[ret.param], ret.index)
     return None
+
+
+def run_plan(dw, dcp, args, callbacks=None):
+    """Run the plan of `dcp` on `dw` (a sync-mode worker) with `args` (checked); return what the host returned.
+
+    The plan itself (:func:`_plan`) is a generator that queues the work and
+    yields where it must wait: a Launch (a wait's cell read, what a group
+    queued, an output's copy to the host) or a SubWorker callback to run.
+    This driver waits on this thread; :func:`arun_plan` awaits.
+    """
+    gen = _plan(dw, dcp, args, callbacks)
+    value, exc = None, None
+    while True:
+        try:
+            item = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        try:
+            value = item.fn(*item.args) if isinstance(item, _HostCall) else item.sync()
+        except BaseException as e:  # into the plan, which frees what it made and raises it
+            exc = e
+
+
+async def arun_plan(dw, dcp, args, callbacks=None):
+    """:func:`run_plan` for an async-mode worker: the same plan, awaited (asyncio, or trio through anyio).
+
+    Nothing blocks the event loop: each wait is an ``await`` of its Launch,
+    and a SubWorker callback runs in a worker thread
+    (``anyio.to_thread.run_sync``), since it is the user's host code.
+    """
+    import anyio
+
+    gen = _plan(dw, dcp, args, callbacks)
+    value, exc = None, None
+    while True:
+        try:
+            item = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = exc = None
+        try:
+            if isinstance(item, _HostCall):
+                value = await anyio.to_thread.run_sync(lambda item=item: item.fn(*item.args))
+            else:
+                value = await item.wait()
+        except BaseException as e:
+            exc = e

@@ -273,7 +273,7 @@ async def _aread(dw, t) -> np.ndarray:
 def test_all_reduce_equals_numpy(n, dtype):
     with DistributedWorker(range(n), CFG) as dw:
         host = rand((n, 37, 11), dtype, seed=n)  # 407 elements: chunks of unequal size
-        for op, ref in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+        for op, ref in (("sum", np.sum), ("max", np.max), ("min", np.min), ("prod", np.prod)):
             t = dw.alloc_stacked_tensor(host)
             out = dw.alloc_stacked_tensor(poison(host.shape, dtype))
             assert dw.all_reduce(t, op, out=out) is out
@@ -368,8 +368,8 @@ def test_collective_argument_errors(pair):
     t = pair.alloc_stacked_tensor(rand((2, 8)))
     half = pair.alloc_stacked_tensor(rand((2, 8)).astype(np.float16))
     other = pair.alloc_stacked_tensor(rand((2, 9)))
-    with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min'"):
-        pair.all_reduce(t, "prod")
+    with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min', 'prod'"):
+        pair.all_reduce(t, "mean")
     with pytest.raises(PtoNotSupported, match="float16"):
         pair.all_reduce(half)
     with pytest.raises(PtoArgumentError, match="full_shape"):
@@ -460,3 +460,31 @@ def test_bench_devices_script_runs(tmp_path):
     result = json.loads(out.read_text())
     assert result["copies"]["peer_gbps"] > 0 and result["all_reduce"]["bus_gbps"] > 0
     assert [r["unit"] for r in result["rows"]] == ["GB/s", "GB/s", "ms"]
+
+
+# -- WorkerStats.bytes_peer ----------------------------------------------------------------------
+
+
+def test_bytes_peer_counts_what_peer_copies_moved_on_the_device_that_ran_them():
+    with DistributedWorker([0, 1], CFG) as dw:
+        w0, w1 = dw.workers
+        assert (w0.stats().bytes_peer, w1.stats().bytes_peer) == (0, 0)
+        a = w0.alloc_tensor(N, np.float32, init=rand(N, seed=1))
+        b = w1.alloc_tensor(N, np.float32, init=poison(N))
+        w0.copy(b, a)  # on w0's stream (the source's default)
+        w1.copy(b, a, stream=w1.default_stream)  # on w1's
+        w1.copy(a, b)  # on w1's (the source's default)
+        st0, st1 = w0.stats(), w1.stats()
+        assert (st0.bytes_peer, st1.bytes_peer) == (N * 4, 2 * N * 4)
+        assert st0.bytes_d2d == st1.bytes_d2d == 0  # a peer copy is not a local one
+        host = rand((2, 3, 100), seed=2)  # all_reduce: each rank moves 2 (n - 1) / n of its shard
+        t = dw.alloc_stacked_tensor(host)
+        dw.all_reduce(t)
+        moved = [w.stats().bytes_peer for w in dw.workers]
+        assert moved == [st0.bytes_peer + 300 * 4, st1.bytes_peer + 300 * 4]
+        g = dw.all_gather(t)  # each rank takes the other's shard (300 elements)
+        assert [w.stats().bytes_peer - m for w, m in zip(dw.workers, moved)] == [300 * 4, 300 * 4]
+        for x in (a, b):
+            x.free()
+        dw.free_stacked_tensor(g)
+        dw.free_stacked_tensor(t)

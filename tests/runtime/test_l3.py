@@ -159,11 +159,7 @@ def test_remote_load_reads_the_peers_window_through_a_peer_copy(n):
 
 
 def _peer_bytes(worker) -> int:
-    from pypto_async._driver import ffi, lib
-
-    st = ffi.new("pto_device_stats *")
-    assert lib.pto_device_get_stats(worker._dev, st) == 0
-    return st.bytes_peer
+    return worker.stats().bytes_peer
 
 
 @pl.jit.incore
@@ -362,16 +358,6 @@ def test_allreduce_sums_and_maxes_every_ranks_window_in_place():
     reduce_all(x, y, config=_cfg(n))
     want = x.sum(axis=0) + (-x).max(axis=0)
     np.testing.assert_allclose(y, np.broadcast_to(want, (n, 4, C)), rtol=1e-5, atol=1e-6)
-
-
-def test_allreduce_prod_is_not_supported():
-    @pl.jit.incore
-    def k(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
-          w: pld.DistributedTensor[[1, C], pl.FP32], n: pl.Scalar[pl.INT32]):
-        w = pld.tensor.allreduce(w, op=pld.ReduceOp.Prod)
-        return pl.store(pl.load(w, [0, 0], [1, C]), [0, 0], y)
-
-    _compile_err(k, PtoNotSupported, "Prod")
 
 
 # -- pl.read of a window, pl.write ------------------------------------------------------------------
@@ -790,6 +776,43 @@ def test_pypto_program_runs_unchanged_but_for_imports_and_platform(path, argv, t
     assert "skipped" not in done.stdout  # multi_program_kv_cache prints "skipped" when it fails
 
 
+# -- a plain @pl.jit kernel compiled with a distributed config -------------------------------------
+
+
+def test_a_plain_jit_kernel_compiled_with_a_distributed_config_is_one_chips_program_as_in_pypto():
+    # PyPTO's ir.compile makes a DistributedCompiledProgram only of a program with a HOST function;
+    # a plain @pl.jit kernel given config=RunConfig(distributed_config=...) compiles for one chip,
+    # and the config keys the kernel's cache.  Here it used to raise PtoNotSupported.
+    from pypto_async.ir import CompiledProgram
+
+    @pl.jit
+    def add(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.add(a, b)
+        return out
+
+    a = rng.standard_normal((32, C)).astype(np.float32)
+    b = rng.standard_normal((32, C)).astype(np.float32)
+    out = _poisoned(a.shape)
+    compiled = add.compile(a, b, out, config=_cfg(2))
+    assert isinstance(compiled, CompiledProgram) and not isinstance(compiled, DistributedCompiledProgram)
+    assert add.compile(a, b, out, config=_cfg(2)) is compiled
+    assert add.compile(a, b, out, config=_cfg(3)) is not compiled  # another config, another cache entry
+    compiled(a, b, out)
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    out[:] = np.nan
+    add(a, b, out, config=_cfg(2))  # called: compiled for, and run on, one chip
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    with DistributedWorker([0, 1]) as dw:  # and a DistributedWorker runs it on every rank
+        xs = rng.standard_normal((2, 32, C)).astype(np.float32)
+        sa, sb = dw.alloc_stacked_tensor(xs), dw.alloc_stacked_tensor(-2 * xs)
+        so = dw.alloc_stacked_tensor(_poisoned(xs.shape))
+        dw.run(compiled, sa, sb, so)
+        got = _poisoned(xs.shape)
+        dw.copy_stacked_from(so, got)
+    np.testing.assert_allclose(got, -xs, rtol=1e-6)
+
+
 # -- the page ------------------------------------------------------------------------------------
 
 
@@ -805,20 +828,122 @@ def test_the_devices_page_example_runs():
     np.testing.assert_array_equal(y, np.roll(x, -1, axis=0))
 
 
-def test_an_l3_program_in_async_mode_is_refused_before_anything_is_queued():
-    import asyncio
+# -- async mode: the plan awaited -------------------------------------------------------------------
 
-    x = rng.standard_normal((2, 1, C)).astype(np.float32)
-    y = _poisoned((2, 1, C))
-    compiled = scale_all.compile(x, y, config=_cfg(2))
+
+async def _held_run(dw, compiled, *args):
+    """Run `compiled` on `dw` while rank 0's stream is held: the plan must wait without holding the loop.
+
+    The run is a task of the loop; this task goes on (the plan cannot finish:
+    rank 0's device is held), then releases the hold and awaits the run.  A
+    plan that blocked the loop would hold it until the latch expired, and
+    fail.
+    """
+    import anyio
+
+    from pypto_async.testing import hold
+
+    result = {}
+
+    async def run():
+        result["value"] = await dw.run(compiled, *args)
+
+    with hold(dw.workers[0].default_stream) as latch:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            for _ in range(20):
+                await anyio.sleep(0)  # the run's task gets its turns, and waits on the device
+            assert "value" not in result  # the device is held: the plan has not finished, yet we run
+            latch.release()
+    return result["value"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_l3_program_runs_awaited_without_blocking_the_loop(backend):
+    import anyio
+
+    n = 4
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, 1, C))
+    compiled = prefix.compile(x, y, config=_cfg(n))  # put, notify and waits that read cells on the host
 
     async def main():
-        async with DistributedWorker([0, 1]) as dw:
-            with pytest.raises(PtoNotSupported, match="sync mode"):
-                dw.run(compiled, x, y)
+        async with DistributedWorker(list(range(n))) as dw:
+            with pytest.raises(PtoArgumentError, match="takes 2 arguments"):
+                dw.run(compiled, x)  # checked before the coroutine exists
+            assert np.isnan(y).all()
+            await _held_run(dw, compiled, x, y)
+            np.testing.assert_allclose(y, np.cumsum(x, axis=0), rtol=1e-5, atol=1e-6)
+        y[:] = np.nan
+        await compiled.run_async(x, y)  # one shot, on devices opened for it
+        np.testing.assert_allclose(y, np.cumsum(x, axis=0), rtol=1e-5, atol=1e-6)
+
+    anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_cancelled_awaited_plan_frees_what_it_made_and_the_worker_runs_on(backend):
+    import anyio
+
+    from pypto_async.testing import hold
+
+    n = 2
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, 1, C))
+    compiled = shift_load.compile(x, y, config=_cfg(n))
+
+    async def main():
+        async with DistributedWorker(list(range(n))) as dw:
+            before = [w.stats().memory_allocations for w in dw.workers]
+            with hold(dw.workers[0].default_stream) as latch:
+                with anyio.move_on_after(0) as scope:  # cancelled at its first wait: the device is held
+                    await dw.run(compiled, x, y)
+                assert scope.cancelled_caught
+                latch.release()
+            for w in dw.workers:
+                await w.wait()
+            assert [w.stats().memory_allocations for w in dw.workers] == before  # its tensors freed
+            assert np.isnan(y).all()  # and nothing reached the host arrays
+            await dw.run(compiled, x, y)
+        np.testing.assert_allclose(y, 2 * np.roll(x, -1, axis=0) + x, rtol=1e-6)
+
+    anyio.run(main, backend=backend)
+
+
+def test_an_awaited_plan_runs_its_callbacks_off_the_loop_and_raises_a_failure():
+    import asyncio
+    import threading
+
+    from pypto_async.testing import fail_next
+
+    compiled = ir.compile(_Bound, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1],
+                                                                                       num_sub_workers=1))
+    a = rng.standard_normal((N, N)).astype(np.float32)
+    f = _poisoned((N, N))
+    seen = []
+
+    def check(args):
+        seen.append((threading.get_ident(), np.array(args[0].array)))
+
+    async def main():
+        loop_thread = threading.get_ident()
+        rt = compiled.prepare(callbacks={"check": check})
+        async with rt:
+            await _held_run(rt, compiled, a, f)
+            assert seen[0][0] != loop_thread  # the user's host code ran in a worker thread
+            np.testing.assert_allclose(seen[0][1], 3 * a, rtol=1e-6)
+            np.testing.assert_allclose(f, 3 * a, rtol=1e-6)
+            f[:] = np.nan
+            fail_next(rt.workers[1].default_stream)  # rank 1's first command of the next run fails
+            with pytest.raises(PtoError):
+                await rt.run(compiled, a, f)
+            assert np.isnan(f).all()  # nothing of a failed run reaches the host arrays
+            await rt.run(compiled, a * 2, f)  # and the worker goes on
+            np.testing.assert_allclose(f, 6 * a, rtol=1e-6)
+        with pytest.raises(PtoArgumentError, match="prepare"):
+            await compiled.run_async(a, f)
 
     asyncio.run(main())
-    assert np.isnan(y).all()
 
 
 def test_pl_cast_of_an_integer_scalar_parameter_to_a_float_operand():
