@@ -44,7 +44,8 @@
  *            runs) they came in; each row costs at least one transfer granule
  *   store_*  on-chip buffers -> GM (MTE3), the same
  *   move_bytes  between on-chip buffers (MTE1)
- *   vec_bytes   vector operand bytes processed, by op class (PTO_VEC_*)
+ *   vec_bytes   vector bytes processed, by op class (PTO_VEC_*): each op's
+ *               elements times the widest element it reads or writes
  *   cube_macs   matrix multiply-accumulates, by input dtype (PTO_CUBE_*)
  *   overlap     nonzero: the kernel's loads and stores overlap its compute
  *               (pl.pipeline, double buffers); zero: the pipes run in turn
