@@ -17,7 +17,7 @@
  * Durations.  A block or task: its pto_work on the profile's pipes
  * (pti_model_cost): loads on MTE2 and stores on MTE3, each row rounded up
  * to the transfer granule; on-chip moves on MTE1; vector bytes per op class;
- * cube MACs per dtype; the pipes' cycles summed, or their maximum when the
+ * cube MACs per dtype; accumulator bytes out of L0C on FIXPIPE; the pipes' cycles summed, or their maximum when the
  * kernel overlaps them (pto_work.overlap); cycles over clock_ghz; at least
  * min_kernel_us.  A copy: the host link's latency plus bytes over its
  * bandwidth (h2d, d2h, peer), or bytes over GM bandwidth (twice for d2d:
@@ -52,7 +52,7 @@ struct pto_model {
     uint32_t naic, naiv, ncores, ncopy; /* engines: [0, naic) AIC, [naic, ncores) AIV, then copy */
     uint64_t pickup_ns, orch_ns, floor_ns, link_lat_ns;
     /* Cycles per unit of each pipe (the profile's rates inverted once: no division per block). */
-    double cyc_load, cyc_store, cyc_move, cyc_vec[PTO_VEC_CLASSES], cyc_cube[PTO_CUBE_DTYPES];
+    double cyc_load, cyc_store, cyc_move, cyc_fixpipe, cyc_vec[PTO_VEC_CLASSES], cyc_cube[PTO_CUBE_DTYPES];
     double ns_per_cycle;
     uint64_t orch_free;
     uint64_t *free_ns, *busy_ns, *commands, *bytes; /* per modeled engine */
@@ -152,6 +152,7 @@ int pto_device_set_profile(pto_device *dev, const pto_device_profile *p)
         m->cyc_load = 1.0 / p->mte2_bytes_per_cycle;
         m->cyc_store = 1.0 / p->mte3_bytes_per_cycle;
         m->cyc_move = 1.0 / p->mte1_bytes_per_cycle;
+        m->cyc_fixpipe = 1.0 / p->fixpipe_bytes_per_cycle;
         for (int i = 0; i < PTO_VEC_CLASSES; i++)
             m->cyc_vec[i] = 1.0 / p->vec_bytes_per_cycle[i];
         for (int i = 0; i < PTO_CUBE_DTYPES; i++)
@@ -192,8 +193,8 @@ static double granular(uint64_t bytes, uint64_t rows, double granule)
 
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
-    /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE. */
-    double pipes[5];
+    /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE, FIXPIPE. */
+    double pipes[6];
     pipes[0] = granular(w->load_bytes, w->load_rows, m->prof.transfer_granule_bytes) * m->cyc_load;
     pipes[1] = granular(w->store_bytes, w->store_rows, m->prof.transfer_granule_bytes) * m->cyc_store;
     pipes[2] = (double)w->move_bytes * m->cyc_move;
@@ -206,8 +207,9 @@ uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
         pipes[4] += (double)w->cube_macs[i] * m->cyc_cube[i];
         macs |= w->cube_macs[i];
     }
+    pipes[5] = (double)w->fixpipe_bytes * m->cyc_fixpipe;
     double cycles = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         cycles = w->overlap ? (pipes[i] > cycles ? pipes[i] : cycles) : cycles + pipes[i];
     uint64_t ns = (uint64_t)(cycles * m->ns_per_cycle + 0.5);
     *kind = macs ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
