@@ -39,6 +39,7 @@ runs all the same and its last line says how to get the picture.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import pathlib
 import sys
@@ -126,7 +127,7 @@ def _blocks_for(rows: int, cores: int) -> int:
     return 1
 
 
-async def _pipeline(w, kernel, weight, batches, outs, depth: int, progress, check) -> tuple[float, dict]:
+async def _pipeline(w, kernel, weight, batches, outs, depth: int, progress, check, traces: list) -> tuple[float, dict]:
     """Run every batch through H2D → kernel → D2H on three streams, submitted ahead.
 
     The host queues every batch before it waits for any: ``depth`` sets of
@@ -147,30 +148,33 @@ async def _pipeline(w, kernel, weight, batches, outs, depth: int, progress, chec
     d2hs: list = []
     backs: list = []
     gate = _Gate(w, [s_in])  # s_k and s_out wait on s_in's copies: held with it
-    t0 = time.perf_counter()
-    for i in range(n):
-        slot = i % depth
-        if i >= depth:
-            s_in.wait(backs[i - depth])  # the set's last batch is back: its buffers are free (on the device)
-        h2d = w.copy(xs[slot], batches[i % len(batches)], stream=s_in)
-        s_k.wait(h2d)
-        launch = kernel(xs[slot], weight, ys[slot], stream=s_k)
-        s_out.wait(launch)
-        d2hs.append(w.copy(outs[i], ys[slot], stream=s_out))
-        backs.append(s_out.record())  # this batch's D2H, not the ones queued after it
-    gate.open()
-    for i, d2h in enumerate(d2hs):
-        await d2h
-        check(i, outs[i])
-        progress.update()
-    elapsed = time.perf_counter() - t0
+    async with w.trace() as window:  # from here on: the buffers' set-up stays out of the trace
+        t0 = time.perf_counter()
+        for i in range(n):
+            slot = i % depth
+            if i >= depth:
+                s_in.wait(backs[i - depth])  # the set's last batch is back: its buffers are free (on the device)
+            h2d = w.copy(xs[slot], batches[i % len(batches)], stream=s_in)
+            s_k.wait(h2d)
+            launch = kernel(xs[slot], weight, ys[slot], stream=s_k)
+            s_out.wait(launch)
+            d2hs.append(w.copy(outs[i], ys[slot], stream=s_out))
+            backs.append(s_out.record())  # this batch's D2H, not the ones queued after it
+        gate.open()
+        for i, d2h in enumerate(d2hs):
+            await d2h
+            check(i, outs[i])
+            progress.update()
+        elapsed = time.perf_counter() - t0
+    traces.append(window.trace)
     gate.close()
     for t in xs + ys:
         w.free_tensor(t)
     return elapsed, {s_in.id: "H2D", s_k.id: "compute", s_out.id: "D2H"}
 
 
-async def _pipeline_graph(w, kernel, weight, batches, outs, depth: int, progress, check) -> tuple[float, dict]:
+async def _pipeline_graph(w, kernel, weight, batches, outs, depth: int, progress, check,
+                          traces: list) -> tuple[float, dict]:
     """The same loop through graphs: each batch is one replay with its host arrays bound.
 
     A batch captured on its H2D stream ends with that stream waiting for its
@@ -200,14 +204,16 @@ async def _pipeline_graph(w, kernel, weight, batches, outs, depth: int, progress
         slots.append((cap.graph, xd, yd))
         names.update({s_in.id: f"H2D {k}", s_k.id: f"compute {k}", s_out.id: f"D2H {k}"})
     gate = _Gate(w, heads)
-    t0 = time.perf_counter()
-    replays = [slots[i % depth][0].replay(x=batches[i % len(batches)], y=outs[i]) for i in range(n)]
-    gate.open()
-    for i, replay in enumerate(replays):
-        await replay
-        check(i, outs[i])
-        progress.update()
-    elapsed = time.perf_counter() - t0
+    async with w.trace() as window:  # from here on: the set-up stays out of the trace
+        t0 = time.perf_counter()
+        replays = [slots[i % depth][0].replay(x=batches[i % len(batches)], y=outs[i]) for i in range(n)]
+        gate.open()
+        for i, replay in enumerate(replays):
+            await replay
+            check(i, outs[i])
+            progress.update()
+        elapsed = time.perf_counter() - t0
+    traces.append(window.trace)
     gate.close()
     for g, xd, yd in slots:
         g.close()
@@ -216,7 +222,7 @@ async def _pipeline_graph(w, kernel, weight, batches, outs, depth: int, progress
     return elapsed, names
 
 
-async def _serial(w, kernel, weight, batches, outs, check) -> float:
+async def _serial(w, kernel, weight, batches, outs, check, traces: list | None = None) -> float:
     """Run the same batches one after another on one stream, submitted ahead; return seconds.
 
     One set of device buffers, reused in stream order; each batch lands in
@@ -229,17 +235,20 @@ async def _serial(w, kernel, weight, batches, outs, check) -> float:
     x = w.alloc_tensor((rows, cols), np.float32, stream=s)
     y = w.alloc_tensor((rows, cols), np.float32, stream=s)
     gate = _Gate(w, [s])
-    t0 = time.perf_counter()
-    d2hs = []
-    for i in range(len(outs)):
-        w.copy(x, batches[i % len(batches)], stream=s)
-        kernel(x, weight, y, stream=s)
-        d2hs.append(w.copy(outs[i], y, stream=s))
-    gate.open()
-    for i, d2h in enumerate(d2hs):
-        await d2h
-        check(i, outs[i])
-    elapsed = time.perf_counter() - t0
+    async with (w.trace() if traces is not None else contextlib.nullcontext()) as window:
+        t0 = time.perf_counter()
+        d2hs = []
+        for i in range(len(outs)):
+            w.copy(x, batches[i % len(batches)], stream=s)
+            kernel(x, weight, y, stream=s)
+            d2hs.append(w.copy(outs[i], y, stream=s))
+        gate.open()
+        for i, d2h in enumerate(d2hs):
+            await d2h
+            check(i, outs[i])
+        elapsed = time.perf_counter() - t0
+    if traces is not None:
+        traces.append(window.trace)
     gate.close()
     w.free_tensor(x)
     w.free_tensor(y)
@@ -288,8 +297,8 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
         # Warm up (first-touch of buffers, kernel load), then the serial reference.
         await _serial(w, kernel, weight, batches, outs[:min(2, n_batches)], check)
-        async with w.trace() as serial_window:
-            serial_s = await _serial(w, kernel, weight, batches, outs, check)
+        traces: list = []
+        serial_s = await _serial(w, kernel, weight, batches, outs, check, traces)
 
         from tqdm import tqdm
 
@@ -299,17 +308,17 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
                   disable=None if show_progress else True, leave=False) as progress:
             for out in outs:
                 out.fill(np.nan)  # poisoned: the pipelined run must write every batch again
-            async with w.trace() as window:
-                loop = _pipeline_graph if graph else _pipeline
-                pipelined_s, names = await loop(w, kernel, weight, batches, outs, depth, progress, check)
+            loop = _pipeline_graph if graph else _pipeline
+            pipelined_s, names = await loop(w, kernel, weight, batches, outs, depth, progress, check, traces)
         for i in range(max(0, n_batches - min(depth, n_batches)), n_batches):
             check_full(i, outs[i])
         stats = w.stats()
         w.free_tensor(weight)
 
-    trace = dataclasses.replace(window.trace, stream_names={**window.trace.stream_names, **names})
+    serial_trace, pipelined_trace = traces
+    trace = dataclasses.replace(pipelined_trace, stream_names={**pipelined_trace.stream_names, **names})
     trace.save(trace_path)
-    model = _modeled(serial_window.trace, trace, w.device_profile) if w.timing == "model" else None
+    model = _modeled(serial_trace, trace, w.device_profile) if w.timing == "model" else None
     return DemoResult(
         model=model,
         rows=rows, cols=cols, batches=n_batches, depth=depth, batch_bytes=nbytes,
