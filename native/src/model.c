@@ -226,18 +226,18 @@ uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
 /*
  * The engine in [lo, hi) that can start work ready at `ready` first (m->lock
  * held): every engine free by then ties, and ties go to the lowest, so which
- * idle engine takes the work never depends on what ran before.
+ * idle engine takes the work never depends on what ran before.  The scan
+ * stops at the first engine free by `ready` (on a mostly idle chip, one of
+ * the first few); only when every engine is busy past it does it see them all.
  */
 static uint32_t earliest(struct pto_model *m, uint32_t lo, uint32_t hi, uint64_t ready)
 {
     uint32_t best = lo;
-    uint64_t at = max64(m->free_ns[lo], ready);
-    for (uint32_t e = lo + 1; e < hi; e++) {
-        uint64_t t = max64(m->free_ns[e], ready);
-        if (t < at) {
+    for (uint32_t e = lo; e < hi; e++) {
+        if (m->free_ns[e] <= ready)
+            return e;
+        if (m->free_ns[e] < m->free_ns[best])
             best = e;
-            at = t;
-        }
     }
     return best;
 }
