@@ -19,7 +19,10 @@ and device buffers are reused in device order (the H2D stream waits for the
 D2H that last used a set), so the modeled device never waits for a host
 that submits slower than it runs: the modeled speed-up comes out at the
 pipeline's bound (serial time over its busiest engine's), run after run,
-beside the host's wall-clock speed-up, which is the host's threads'.
+beside the host's wall-clock speed-up, which is the host's threads'.  (With
+``--graph`` the graphs' H2D streams are independent and share the two copy
+engines in the order the host ran their copies, so it comes out somewhat
+below the bound, and varies from run to run.)
 
 With ``--graph`` the pipelined loop goes through graphs: each batch's three
 commands are captured once (``w.capture()``, one graph per batch in flight,
