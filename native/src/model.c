@@ -54,12 +54,27 @@ struct pto_model {
     /* Cycles per unit of each pipe (the profile's rates inverted once: no division per block). */
     double cyc_load, cyc_store, cyc_move, cyc_fixpipe, cyc_vec[PTO_VEC_CLASSES], cyc_cube[PTO_CUBE_DTYPES];
     double ns_per_cycle;
+    uint64_t gen; /* this model's generation, never 0 (pti_model_cost's per-thread cache) */
     uint64_t orch_free;
     uint64_t *free_ns, *busy_ns, *commands, *bytes; /* per modeled engine */
     /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
     void *scratch;
     size_t scratch_cap;
 };
+
+/*
+ * The last work each thread costed, and what it came to: a core thread runs
+ * task after task of one site, or block after block of one kernel, with the
+ * same counts, and a compare is cheaper than the sum.  Keyed by the model's
+ * generation (a new profile, even at a freed model's address, misses).
+ */
+static _Atomic uint64_t model_gens;
+static __thread struct {
+    uint64_t gen;
+    pto_work work;
+    uint64_t ns;
+    uint8_t kind;
+} tl_cost;
 
 static uint64_t us_to_ns(double us) { return (uint64_t)(us * 1000.0 + 0.5); }
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -158,6 +173,7 @@ int pto_device_set_profile(pto_device *dev, const pto_device_profile *p)
         for (int i = 0; i < PTO_CUBE_DTYPES; i++)
             m->cyc_cube[i] = 1.0 / p->cube_macs_per_cycle[i];
         m->ns_per_cycle = 1.0 / p->clock_ghz;
+        m->gen = atomic_fetch_add(&model_gens, 1) + 1;
     }
     pthread_mutex_lock(&dev->sched_lock);
     struct pto_model *old = atomic_exchange(&dev->model, m);
@@ -193,6 +209,10 @@ static double granular(uint64_t bytes, uint64_t rows, double granule)
 
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
+    if (tl_cost.gen == m->gen && memcmp(&tl_cost.work, w, sizeof(*w)) == 0) {
+        *kind = tl_cost.kind;
+        return tl_cost.ns;
+    }
     /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE, FIXPIPE. */
     double pipes[6];
     pipes[0] = granular(w->load_bytes, w->load_rows, m->prof.transfer_granule_bytes) * m->cyc_load;
@@ -211,9 +231,13 @@ uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
     double cycles = 0;
     for (int i = 0; i < 6; i++)
         cycles = w->overlap ? (pipes[i] > cycles ? pipes[i] : cycles) : cycles + pipes[i];
-    uint64_t ns = (uint64_t)(cycles * m->ns_per_cycle + 0.5);
+    uint64_t ns = max64((uint64_t)(cycles * m->ns_per_cycle + 0.5), m->floor_ns);
     *kind = macs ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
-    return max64(ns, m->floor_ns);
+    tl_cost.gen = m->gen;
+    tl_cost.work = *w;
+    tl_cost.ns = ns;
+    tl_cost.kind = *kind;
+    return ns;
 }
 
 uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
@@ -547,6 +571,39 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
     uint32_t *fill = soff + (n + 2);
     uint32_t *sids = fill + (n + 1);
     uint32_t *fifo = sids + (nedges + 1);
+    if (!nedges) {
+        /*
+         * No edges: the kinds never wait on each other, and each kind's tasks
+         * are ready in instance order as they are submitted, so the schedule
+         * below takes them in that order: place them so, with no queues.
+         */
+        struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
+        for (uint32_t c = 0; c < m->ncores; c++)
+            hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+        for (uint32_t i = 0; i < n; i++) {
+            struct pto_mtask *x = &t[i];
+            uint64_t sub = x->submit_ns = start + (uint64_t)(i + 1) * m->orch_ns;
+            if (!x->ran) {
+                x->dispatch_ns = x->start_ns = x->end_ns = sub;
+                x->engine = PTO_ENGINE_NONE;
+                continue;
+            }
+            struct heap *h = &cores[x->kind];
+            uint32_t core = h->v[0].id;
+            x->dispatch_ns = max64(sub, h->v[0].key);
+            x->start_ns = x->dispatch_ns + m->pickup_ns;
+            x->end_ns = x->start_ns + x->dur_ns;
+            x->engine = (int32_t)core;
+            m->busy_ns[core] += x->dur_ns;
+            m->commands[core]++;
+            hreplace(h, x->end_ns, core);
+            end = max64(end, x->end_ns);
+        }
+        for (int k = 0; k < 2; k++)
+            for (uint32_t j = 0; j < cores[k].n; j++)
+                m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+        goto out;
+    }
     memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
     memset(soff, 0, (size_t)(n + 2) * sizeof(uint32_t));
     /* Successor lists (CSR) from the predecessor table, or a chain. */
@@ -636,11 +693,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         m->busy_ns[core] += x->dur_ns;
         m->commands[core]++;
         hreplace(&cores[bk], x->end_ns, core);
-        /* Without edges a completion releases nothing: count it, no need to order it. */
-        if (nedges)
-            hpush(&done, x->end_ns, id);
-        else
-            finished++;
+        hpush(&done, x->end_ns, id);
     }
     for (int k = 0; k < 2; k++)
         for (uint32_t j = 0; j < cores[k].n; j++)
