@@ -42,7 +42,7 @@
 
 /* PTO_CDEF_BEGIN */
 
-#define PTO_ABI_VERSION 2
+#define PTO_ABI_VERSION 3 /* 3: pto_work.fixpipe_bytes */
 
 /* Status codes PTO_OK, PTO_EAGAIN ... PTO_ENOTSUP (functions return their
  * negation): pto_kernel.h, included above, which kernels see too. */
@@ -173,7 +173,7 @@ typedef struct pto_device_profile {
     double mte2_bytes_per_cycle;    /* loads GM -> on-chip, per core */
     double mte1_bytes_per_cycle;    /* moves between on-chip buffers */
     double mte3_bytes_per_cycle;    /* stores on-chip -> GM */
-    double fixpipe_bytes_per_cycle; /* cube results out of L0C (counted with the stores) */
+    double fixpipe_bytes_per_cycle; /* cube results out of L0C (pto_work.fixpipe_bytes) */
     double vec_bytes_per_cycle[3];  /* per PTO_VEC_* class */
     double cube_macs_per_cycle[3];  /* per PTO_CUBE_* input dtype */
 } pto_device_profile;

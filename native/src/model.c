@@ -17,7 +17,7 @@
  * Durations.  A block or task: its pto_work on the profile's pipes
  * (pti_model_cost): loads on MTE2 and stores on MTE3, each row rounded up
  * to the transfer granule; on-chip moves on MTE1; vector bytes per op class;
- * cube MACs per dtype; the pipes' cycles summed, or their maximum when the
+ * cube MACs per dtype; accumulator bytes out of L0C on FIXPIPE; the pipes' cycles summed, or their maximum when the
  * kernel overlaps them (pto_work.overlap); cycles over clock_ghz; at least
  * min_kernel_us.  A copy: the host link's latency plus bytes over its
  * bandwidth (h2d, d2h, peer), or bytes over GM bandwidth (twice for d2d:
@@ -51,9 +51,30 @@ struct pto_model {
     pto_device_profile prof;
     uint32_t naic, naiv, ncores, ncopy; /* engines: [0, naic) AIC, [naic, ncores) AIV, then copy */
     uint64_t pickup_ns, orch_ns, floor_ns, link_lat_ns;
+    /* Cycles per unit of each pipe (the profile's rates inverted once: no division per block). */
+    double cyc_load, cyc_store, cyc_move, cyc_fixpipe, cyc_vec[PTO_VEC_CLASSES], cyc_cube[PTO_CUBE_DTYPES];
+    double ns_per_cycle;
+    uint64_t gen; /* this model's generation, never 0 (pti_model_cost's per-thread cache) */
     uint64_t orch_free;
     uint64_t *free_ns, *busy_ns, *commands, *bytes; /* per modeled engine */
+    /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
+    void *scratch;
+    size_t scratch_cap;
 };
+
+/*
+ * The last work each thread costed, and what it came to: a core thread runs
+ * task after task of one site, or block after block of one kernel, with the
+ * same counts, and a compare is cheaper than the sum.  Keyed by the model's
+ * generation (a new profile, even at a freed model's address, misses).
+ */
+static _Atomic uint64_t model_gens;
+static __thread struct {
+    uint64_t gen;
+    pto_work work;
+    uint64_t ns;
+    uint8_t kind;
+} tl_cost;
 
 static uint64_t us_to_ns(double us) { return (uint64_t)(us * 1000.0 + 0.5); }
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -100,6 +121,7 @@ static void model_free(struct pto_model *m)
     free(m->busy_ns);
     free(m->commands);
     free(m->bytes);
+    free(m->scratch);
     free(m);
 }
 
@@ -142,6 +164,16 @@ int pto_device_set_profile(pto_device *dev, const pto_device_profile *p)
         m->orch_ns = us_to_ns(p->orch_us_per_task);
         m->floor_ns = us_to_ns(p->min_kernel_us);
         m->link_lat_ns = us_to_ns(p->host_link_latency_us);
+        m->cyc_load = 1.0 / p->mte2_bytes_per_cycle;
+        m->cyc_store = 1.0 / p->mte3_bytes_per_cycle;
+        m->cyc_move = 1.0 / p->mte1_bytes_per_cycle;
+        m->cyc_fixpipe = 1.0 / p->fixpipe_bytes_per_cycle;
+        for (int i = 0; i < PTO_VEC_CLASSES; i++)
+            m->cyc_vec[i] = 1.0 / p->vec_bytes_per_cycle[i];
+        for (int i = 0; i < PTO_CUBE_DTYPES; i++)
+            m->cyc_cube[i] = 1.0 / p->cube_macs_per_cycle[i];
+        m->ns_per_cycle = 1.0 / p->clock_ghz;
+        m->gen = atomic_fetch_add(&model_gens, 1) + 1;
     }
     pthread_mutex_lock(&dev->sched_lock);
     struct pto_model *old = atomic_exchange(&dev->model, m);
@@ -157,38 +189,55 @@ void pti_model_fini(pto_device *dev)
 
 /* ---- durations ------------------------------------------------------------------------------- */
 
-/* Bytes a pipe moves for `bytes` in `rows` contiguous rows, each rounded up to the granule. */
+/*
+ * Bytes a pipe moves for `bytes` in `rows` contiguous rows, each rounded up
+ * to the granule: rows * ceil(bytes / rows / granule) * granule, exactly
+ * (one division; the quotient's rounding corrected in exact products).
+ */
 static double granular(uint64_t bytes, uint64_t rows, double granule)
 {
     if (!bytes)
         return 0;
-    double r = rows ? (double)rows : 1.0;
-    return ceil((double)bytes / r / granule) * granule * r;
+    double rg = (rows ? (double)rows : 1.0) * granule, b = (double)bytes;
+    double k = ceil(b / rg);
+    if (k * rg < b)
+        k += 1;
+    else if (k >= 1 && (k - 1) * rg >= b)
+        k -= 1;
+    return k * rg;
 }
 
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
-    const pto_device_profile *p = &m->prof;
-    double g = p->transfer_granule_bytes;
-    double pipes[5];
-    pipes[0] = granular(w->load_bytes, w->load_rows, g) / p->mte2_bytes_per_cycle;
-    pipes[1] = granular(w->store_bytes, w->store_rows, g) / p->mte3_bytes_per_cycle;
-    pipes[2] = (double)w->move_bytes / p->mte1_bytes_per_cycle;
+    if (tl_cost.gen == m->gen && memcmp(&tl_cost.work, w, sizeof(*w)) == 0) {
+        *kind = tl_cost.kind;
+        return tl_cost.ns;
+    }
+    /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE, FIXPIPE. */
+    double pipes[6];
+    pipes[0] = granular(w->load_bytes, w->load_rows, m->prof.transfer_granule_bytes) * m->cyc_load;
+    pipes[1] = granular(w->store_bytes, w->store_rows, m->prof.transfer_granule_bytes) * m->cyc_store;
+    pipes[2] = (double)w->move_bytes * m->cyc_move;
     pipes[3] = 0;
     for (int i = 0; i < PTO_VEC_CLASSES; i++)
-        pipes[3] += (double)w->vec_bytes[i] / p->vec_bytes_per_cycle[i];
+        pipes[3] += (double)w->vec_bytes[i] * m->cyc_vec[i];
     pipes[4] = 0;
-    bool cube = false;
+    uint64_t macs = 0;
     for (int i = 0; i < PTO_CUBE_DTYPES; i++) {
-        pipes[4] += (double)w->cube_macs[i] / p->cube_macs_per_cycle[i];
-        cube = cube || w->cube_macs[i];
+        pipes[4] += (double)w->cube_macs[i] * m->cyc_cube[i];
+        macs |= w->cube_macs[i];
     }
+    pipes[5] = (double)w->fixpipe_bytes * m->cyc_fixpipe;
     double cycles = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         cycles = w->overlap ? (pipes[i] > cycles ? pipes[i] : cycles) : cycles + pipes[i];
-    uint64_t ns = (uint64_t)(cycles / p->clock_ghz + 0.5);
-    *kind = cube ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
-    return max64(ns, m->floor_ns);
+    uint64_t ns = max64((uint64_t)(cycles * m->ns_per_cycle + 0.5), m->floor_ns);
+    *kind = macs ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
+    tl_cost.gen = m->gen;
+    tl_cost.work = *w;
+    tl_cost.ns = ns;
+    tl_cost.kind = *kind;
+    return ns;
 }
 
 uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
@@ -201,18 +250,18 @@ uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
 /*
  * The engine in [lo, hi) that can start work ready at `ready` first (m->lock
  * held): every engine free by then ties, and ties go to the lowest, so which
- * idle engine takes the work never depends on what ran before.
+ * idle engine takes the work never depends on what ran before.  The scan
+ * stops at the first engine free by `ready` (on a mostly idle chip, one of
+ * the first few); only when every engine is busy past it does it see them all.
  */
 static uint32_t earliest(struct pto_model *m, uint32_t lo, uint32_t hi, uint64_t ready)
 {
     uint32_t best = lo;
-    uint64_t at = max64(m->free_ns[lo], ready);
-    for (uint32_t e = lo + 1; e < hi; e++) {
-        uint64_t t = max64(m->free_ns[e], ready);
-        if (t < at) {
+    for (uint32_t e = lo; e < hi; e++) {
+        if (m->free_ns[e] <= ready)
+            return e;
+        if (m->free_ns[e] < m->free_ns[best])
             best = e;
-            at = t;
-        }
     }
     return best;
 }
@@ -413,16 +462,77 @@ static struct hent hpop(struct heap *h)
     return top;
 }
 
+/*
+ * The ready tasks of one kind: those ready at their submission (no
+ * predecessors) in a FIFO, already in (time, instance) order since the
+ * orchestrator submits in instance order, and those a predecessor released
+ * in a heap.  The least of the two heads is the least ready task: one heap
+ * would give the same order, at a cost per task of log n instead of 1.
+ */
+struct rq {
+    const uint32_t *fifo;
+    uint32_t head, tail;
+    struct heap h;
+};
+
+static inline bool rq_empty(const struct rq *q) { return q->head == q->tail && !q->h.n; }
+
+/* The least ready task's key (rq not empty): via *from_fifo, where it is. */
+static inline struct hent rq_top(const struct rq *q, const uint64_t *at, bool *from_fifo)
+{
+    struct hent f = {0, 0};
+    bool have_f = q->head != q->tail;
+    if (have_f)
+        f = (struct hent){at[q->fifo[q->head]], q->fifo[q->head]};
+    *from_fifo = have_f && (!q->h.n || hless(f, q->h.v[0]));
+    return *from_fifo ? f : q->h.v[0];
+}
+
+/* Replace the least entry (h->n > 0) with (key, id): one sift down. */
+static void hreplace(struct heap *h, uint64_t key, uint32_t id)
+{
+    struct hent x = {key, id};
+    uint32_t i = 0, n = h->n;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && hless(h->v[c + 1], h->v[c]))
+            c++;
+        if (!hless(h->v[c], x))
+            break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    h->v[i] = x;
+}
+
 /* A task is ready at `at` (all predecessors ended, submitted): queue it, or end it at once (it never ran). */
-static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct heap *ready, struct heap *done)
+static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *ready, struct heap *done)
 {
     if (!t[i].ran) {
         t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = at;
         t[i].engine = PTO_ENGINE_NONE;
         hpush(done, at, i);
     } else {
-        hpush(&ready[t[i].kind], at, i);
+        hpush(&ready[t[i].kind].h, at, i);
     }
+}
+
+/* The model's scratch of at least `bytes` (m->lock held), or NULL: out of host memory. */
+static void *scratch(struct pto_model *m, size_t bytes)
+{
+    if (bytes > m->scratch_cap) {
+        size_t cap = m->scratch_cap ? m->scratch_cap : 4096;
+        while (cap < bytes)
+            cap *= 2;
+        void *p = realloc(m->scratch, cap);
+        if (!p)
+            return NULL;
+        m->scratch = p;
+        m->scratch_cap = cap;
+    }
+    return m->scratch;
 }
 
 void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
@@ -431,23 +541,22 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
 {
     struct pto_model *m = pti_model_of(dev);
     uint64_t ready0 = ready_of(s, cmd);
-    uint32_t *npred = calloc(n + 1, sizeof(uint32_t));
-    uint32_t *soff = calloc((size_t)n + 2, sizeof(uint32_t));
-    uint64_t *at = calloc(n + 1, sizeof(uint64_t));
     size_t nedges = 0;
     if (pred_off)
-        for (uint32_t i = 0; i < n; i++)
-            nedges += pred_off[i + 1] - pred_off[i];
+        nedges = pred_off[n] - pred_off[0];
     else if (n)
         nedges = n - 1;
-    uint32_t *sids = calloc(nedges + 1, sizeof(uint32_t));
-    struct hent *hv = calloc((size_t)4 * n + 2 * m->ncores + 4, sizeof(struct hent));
+    /* Scratch: at (u64), heap entries, then the u32 arrays (npred, soff, fill, sids, fifo). */
+    size_t nh = (size_t)2 * n + m->ncores + 2; /* ready heaps (at most n in all), done (n), cores */
+    size_t n32 = (size_t)(n + 1) + (n + 2) + (n + 1) + (nedges + 1) + (size_t)n;
+    size_t bytes = (size_t)(n + 1) * sizeof(uint64_t) + nh * sizeof(struct hent) + n32 * sizeof(uint32_t);
     pthread_mutex_lock(&m->lock);
     uint64_t start = max64(ready0, m->orch_free);
     uint64_t orch_end = start + (uint64_t)n * m->orch_ns;
     m->orch_free = orch_end;
     uint64_t end = orch_end;
-    if (!npred || !soff || !at || !sids || !hv) {
+    char *mem = scratch(m, bytes);
+    if (!mem) {
         /* Out of host memory: no schedule, the tasks take no modeled time. */
         for (uint32_t i = 0; i < n; i++) {
             t[i].submit_ns = t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
@@ -455,59 +564,110 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         }
         goto out;
     }
+    uint64_t *at = (uint64_t *)mem;
+    struct hent *hv = (struct hent *)(mem + (size_t)(n + 1) * sizeof(uint64_t));
+    uint32_t *npred = (uint32_t *)(hv + nh);
+    uint32_t *soff = npred + (n + 1);
+    uint32_t *fill = soff + (n + 2);
+    uint32_t *sids = fill + (n + 1);
+    uint32_t *fifo = sids + (nedges + 1);
+    if (!nedges) {
+        /*
+         * No edges: the kinds never wait on each other, and each kind's tasks
+         * are ready in instance order as they are submitted, so the schedule
+         * below takes them in that order: place them so, with no queues.
+         */
+        struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
+        for (uint32_t c = 0; c < m->ncores; c++)
+            hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+        for (uint32_t i = 0; i < n; i++) {
+            struct pto_mtask *x = &t[i];
+            uint64_t sub = x->submit_ns = start + (uint64_t)(i + 1) * m->orch_ns;
+            if (!x->ran) {
+                x->dispatch_ns = x->start_ns = x->end_ns = sub;
+                x->engine = PTO_ENGINE_NONE;
+                continue;
+            }
+            struct heap *h = &cores[x->kind];
+            uint32_t core = h->v[0].id;
+            x->dispatch_ns = max64(sub, h->v[0].key);
+            x->start_ns = x->dispatch_ns + m->pickup_ns;
+            x->end_ns = x->start_ns + x->dur_ns;
+            x->engine = (int32_t)core;
+            m->busy_ns[core] += x->dur_ns;
+            m->commands[core]++;
+            hreplace(h, x->end_ns, core);
+            end = max64(end, x->end_ns);
+        }
+        for (int k = 0; k < 2; k++)
+            for (uint32_t j = 0; j < cores[k].n; j++)
+                m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+        goto out;
+    }
+    memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
+    memset(soff, 0, (size_t)(n + 2) * sizeof(uint32_t));
     /* Successor lists (CSR) from the predecessor table, or a chain. */
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
-        for (uint32_t k = k0; k < k1; k++) {
-            uint32_t p = pred_off ? pred_ids[k] : i - 1;
-            if (p < i) {
-                soff[p + 1]++;
-                npred[i]++;
+    if (nedges) {
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
+            for (uint32_t k = k0; k < k1; k++) {
+                uint32_t p = pred_off ? pred_ids[k] : i - 1;
+                if (p < i) {
+                    soff[p + 1]++;
+                    npred[i]++;
+                }
+            }
+        }
+        for (uint32_t i = 0; i < n; i++)
+            soff[i + 1] += soff[i];
+        memcpy(fill, soff, (size_t)(n + 1) * sizeof(uint32_t));
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
+            for (uint32_t k = k0; k < k1; k++) {
+                uint32_t p = pred_off ? pred_ids[k] : i - 1;
+                if (p < i)
+                    sids[fill[p]++] = i;
             }
         }
     }
+    /* Ready tasks per kind (FIFO + heap), completions, free cores per kind. */
+    uint32_t nk[2] = {0, 0}, nall[2] = {0, 0}; /* per kind: ready at submission, all that ran */
     for (uint32_t i = 0; i < n; i++)
-        soff[i + 1] += soff[i];
-    uint32_t *fill = calloc(n + 1, sizeof(uint32_t));
-    if (!fill) {
-        for (uint32_t i = 0; i < n; i++) {
-            t[i].submit_ns = t[i].dispatch_ns = t[i].start_ns = t[i].end_ns = start;
-            t[i].engine = PTO_ENGINE_NONE;
+        if (t[i].ran) {
+            nall[t[i].kind]++;
+            nk[t[i].kind] += !npred[i];
         }
-        goto out;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
-        for (uint32_t k = k0; k < k1; k++) {
-            uint32_t p = pred_off ? pred_ids[k] : i - 1;
-            if (p < i)
-                sids[soff[p] + fill[p]++] = i;
-        }
-    }
-    free(fill);
-    /* Heaps: ready tasks per kind, free cores per kind, completions. */
-    struct heap ready[2] = {{hv, 0}, {hv + n, 0}};
-    struct heap done = {hv + 2 * n, 0};
-    struct heap cores[2] = {{hv + 3 * n, 0}, {hv + 3 * n + m->ncores, 0}};
+    /* Room: a kind's heap holds its tasks that a predecessor releases; done holds every task. */
+    struct rq ready[2] = {{fifo, 0, nk[0], {hv, 0}}, {fifo + nk[0], 0, nk[1], {hv + (nall[0] - nk[0]), 0}}};
+    uint32_t *fill_fifo[2] = {fifo, fifo + nk[0]};
+    struct heap done = {ready[1].h.v + (nall[1] - nk[1]), 0};
+    struct heap cores[2] = {{done.v + n, 0}, {done.v + n + m->naic, 0}};
     /* Cores idle when the program starts tie (the lowest takes work first): the past does not show. */
     for (uint32_t c = 0; c < m->ncores; c++)
         hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
     for (uint32_t i = 0; i < n; i++) {
         at[i] = t[i].submit_ns = start + (uint64_t)(i + 1) * m->orch_ns; /* submitted */
-        if (!npred[i])
+        if (npred[i])
+            continue;
+        if (t[i].ran)
+            *fill_fifo[t[i].kind]++ = i; /* in (time, instance) order */
+        else
             make_ready(t, i, at[i], ready, &done);
     }
     uint32_t finished = 0;
     while (finished < n) {
         int bk = -1;
         uint64_t best = 0;
+        bool bfifo = false;
         for (int k = 0; k < 2; k++) {
-            if (!ready[k].n || !cores[k].n)
+            if (rq_empty(&ready[k]) || !cores[k].n)
                 continue;
-            uint64_t c = max64(ready[k].v[0].key, cores[k].v[0].key);
+            bool f;
+            uint64_t c = max64(rq_top(&ready[k], at, &f).key, cores[k].v[0].key);
             if (bk < 0 || c < best) {
                 bk = k;
                 best = c;
+                bfifo = f;
             }
         }
         if (done.n && (bk < 0 || done.v[0].key <= best)) {
@@ -525,25 +685,25 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         }
         if (bk < 0)
             break; /* cannot happen: every kind has cores (pti_model_cost) */
-        struct hent task = hpop(&ready[bk]);
-        struct hent core = hpop(&cores[bk]);
-        struct pto_mtask *x = &t[task.id];
+        uint32_t id = bfifo ? ready[bk].fifo[ready[bk].head++] : hpop(&ready[bk].h).id;
+        uint32_t core = cores[bk].v[0].id;
+        struct pto_mtask *x = &t[id];
         x->dispatch_ns = best;
         x->start_ns = max64(best + m->pickup_ns, x->start_ns); /* staged early: released as its producers end */
         x->end_ns = x->start_ns + x->dur_ns;
-        x->engine = (int32_t)core.id;
-        m->busy_ns[core.id] += x->dur_ns;
-        m->commands[core.id]++;
+        x->engine = (int32_t)core;
+        m->busy_ns[core] += x->dur_ns;
+        m->commands[core]++;
         if (x->early) /* allow_early_resolve: its consumers may be staged on a core now, start as it ends */
-            for (uint32_t k = soff[task.id]; k < soff[task.id + 1]; k++) {
+            for (uint32_t k = soff[id]; k < soff[id + 1]; k++) {
                 uint32_t u = sids[k];
                 t[u].start_ns = max64(t[u].start_ns, x->end_ns); /* the doorbell: no start before */
                 at[u] = max64(at[u], x->start_ns);
                 if (--npred[u] == 0)
                     make_ready(t, u, at[u], ready, &done);
             }
-        hpush(&cores[bk], x->end_ns, core.id);
-        hpush(&done, x->end_ns, task.id);
+        hreplace(&cores[bk], x->end_ns, core);
+        hpush(&done, x->end_ns, id);
     }
     for (int k = 0; k < 2; k++)
         for (uint32_t j = 0; j < cores[k].n; j++)
@@ -552,11 +712,6 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         end = max64(end, t[i].end_ns);
 out:
     pthread_mutex_unlock(&m->lock);
-    free(npred);
-    free(soff);
-    free(at);
-    free(sids);
-    free(hv);
     *start_out = start;
     *end_out = end;
 }

@@ -44,8 +44,13 @@
  *            runs) they came in; each row costs at least one transfer granule
  *   store_*  on-chip buffers -> GM (MTE3), the same
  *   move_bytes  between on-chip buffers (MTE1)
- *   vec_bytes   vector operand bytes processed, by op class (PTO_VEC_*)
+ *   vec_bytes   vector bytes processed, by op class (PTO_VEC_*): each op's
+ *               elements times the widest element it reads or writes
  *   cube_macs   matrix multiply-accumulates, by input dtype (PTO_CUBE_*)
+ *   fixpipe_bytes  matmul results leaving the accumulator (L0C) through
+ *               FIXPIPE: to GM (a store of the accumulator: not MTE3), to
+ *               UB (a vector op or move reading it), or to L1 (a matmul
+ *               reading it)
  *   overlap     nonzero: the kernel's loads and stores overlap its compute
  *               (pl.pipeline, double buffers); zero: the pipes run in turn
  */
@@ -66,6 +71,7 @@ typedef struct pto_work {
     uint64_t cube_macs[PTO_CUBE_DTYPES];
     uint32_t overlap;
     uint32_t reserved;
+    uint64_t fixpipe_bytes;     /* ABI 3 */
 } pto_work;
 
 typedef struct pto_block {

@@ -56,6 +56,7 @@ from ._nodes import (
     Load,
     Matmul,
     MatmulAcc,
+    Move,
     Reduce,
     ScalarRef,
     Scope,
@@ -66,7 +67,7 @@ from ._nodes import (
 )
 from ._program import Program
 from ._passes import view_loads
-from ._work import FIELDS, matmul_work, member_work, overlaps, reduce_work, transfer
+from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
@@ -113,6 +114,7 @@ class _Gen:
         self.declared: set[str] = set()  # runtime scalars (SetIndex) declared at the top
         self.runtime = runtime_names(program.body)  # their names and those of runtime-bound loops
         self.work: list[str] = []  # the pto_work counters this kernel adds to (FIELDS keys), in first use
+        self.acc: set[int] = set()  # tiles a matmul writes (its accumulator, L0C): read out through FIXPIPE
 
     def add_work(self, items) -> None:
         """Add (counter, C amount) pairs to the kernel's work counters, where the code runs now."""
@@ -347,7 +349,9 @@ class _Gen:
         self.uses_gemm = True
         fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
         self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
+        self.add_work(fixpipe_work([x for x in (a, b) if x.id in self.acc]))  # an accumulator into L1
         self.add_work(matmul_work(a, b))
+        self.acc.add(out.id)
 
     def reduce(self, out: Var, e: Reduce) -> None:
         src, _, ld = self.operand_src(e.x)
@@ -392,6 +396,7 @@ class _Gen:
             self.emit("}")
         self.depth -= 1
         self.emit("}")
+        self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
         self.add_work(reduce_work(e.x))
 
     # -- fused chains ---------------------------------------------------------------
@@ -505,13 +510,23 @@ class _Gen:
         for _ in range(rank):
             self.depth -= 1
             self.emit("}")
+        out_of_acc = acc_reads(f.members, self.acc, defs)  # accumulators this chain reads, once each
         for m in f.members:
-            if isinstance(m, Store):
+            if isinstance(m, Store) and isinstance(m.value, Var) and m.value.id in out_of_acc:
+                # L0C -> GM is FIXPIPE's, not MTE3's: the stored box's bytes, and the tile is out.
+                nbytes, _ = transfer(self.params[m.param].shape, m.value.type.shape, m.value.type.valid,
+                                     self.params[m.param].dtype.itemsize)
+                self.add_work([("fixpipe_bytes", nbytes)])
+                out_of_acc.pop(m.value.id)
+            elif isinstance(m, Store):
                 self.transfer_work("store", m.param, m.value.type.shape, m.value.type.valid)
             elif isinstance(m.expr, Load):
                 self.transfer_work("load", m.expr.param, m.expr.shape, m.expr.valid)
+            elif isinstance(m.expr, Move) and isinstance(m.expr.x, Var) and m.expr.x.id in out_of_acc:
+                self.add_work(fixpipe_work([out_of_acc.pop(m.expr.x.id)]))  # L0C -> UB/L1 is FIXPIPE's
             else:
                 self.add_work(member_work(m))
+        self.add_work(fixpipe_work(list(out_of_acc.values())))  # read by vector ops: L0C -> UB
         self.depth -= 1
         self.emit("}")
 

@@ -18,9 +18,11 @@ here, with PyPTO's codes, rule names and wording:
     tiles that live across the loop: only the stages that fit are in flight,
     the others share storage and serialize.
 
-The chip figures (granularity, buffer capacities and alignments) are those
-of PyPTO's backends for Ascend 910B (``a2a3``; also the generic ``sim``) and
-Ascend 950 (``a5``).  :func:`write_perf_hints` writes the file (replacing
+The chip figures (granularity, L2 line, buffer capacities) are the platform's
+device profile's (:mod:`pypto_async.runtime._profile`: one source for the
+model and the hints), whose figures are PyPTO's backends' for Ascend 910B
+(``a2a3``; also the generic ``sim``) and Ascend 950 (``a5``); only the
+allocation alignments are the compiler's own, here.  :func:`write_perf_hints` writes the file (replacing
 an earlier compile's; removing it when there is nothing to say, so a fixed
 hint is gone from it).
 """
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from ._nodes import Assign, DynFor, For, Fused, IConst, Load, Scope, Spmd, Store
 
-__all__ = ["Chip", "CHIPS", "chip_of", "perf_hints", "write_perf_hints", "PERF_HINTS_FILE"]
+__all__ = ["Chip", "chip_of", "chip_from_profile", "perf_hints", "write_perf_hints", "PERF_HINTS_FILE"]
 
 PERF_HINTS_FILE = "perf_hints.log"
 _log = logging.getLogger("pypto_async.ir")
@@ -42,7 +44,7 @@ _log = logging.getLogger("pypto_async.ir")
 
 @dataclass(frozen=True)
 class Chip:
-    """The figures of a chip the hints use (PyPTO's backend handler and SoC tables)."""
+    """The figures of a chip the hints use: a view of its device profile, plus allocation alignments."""
 
     arch: str
     recommended_innermost_bytes: int
@@ -51,17 +53,28 @@ class Chip:
     buffers: dict
 
 
-_A2A3 = Chip("a2a3", 512, 512, {"Vec": (184 * 1024, 128), "Mat": (512 * 1024, 128), "Left": (64 * 1024, 64),
-                                "Right": (64 * 1024, 64), "Acc": (128 * 1024, 128), "Bias": (1024, 64)})
-_A5 = Chip("a5", 128, 512, {"Vec": (240 * 1024, 128), "Mat": (512 * 1024, 128), "Left": (64 * 1024, 64),
-                            "Right": (64 * 1024, 64), "Acc": (256 * 1024, 128), "Bias": (4 * 1024, 64)})
-#: By compile platform.
-CHIPS = {"sim": _A2A3, "a2a3sim": _A2A3, "a5sim": _A5}
+#: Allocation alignment per memory space (PyPTO's backends; a compiler figure, not the chip's timing).
+_ALIGN = {"Vec": 128, "Mat": 128, "Left": 64, "Right": 64, "Acc": 128, "Bias": 64}
+#: Which profile field sizes each memory space.
+_SPACE = {"Vec": "ub_bytes", "Mat": "l1_bytes", "Left": "l0a_bytes", "Right": "l0b_bytes", "Acc": "l0c_bytes",
+          "Bias": "bias_bytes"}
+#: The backend names PH001 quotes, by profile.
+_ARCH = {"a2a3": "a2a3", "sim": "a2a3", "a5": "a5"}
+
+
+def chip_from_profile(profile) -> Chip:
+    """The hints' view of a :class:`~pypto_async.runtime.DeviceProfile`: one source for both."""
+    return Chip(_ARCH.get(profile.name, profile.name), int(profile.transfer_granule_bytes),
+                int(profile.l2_line_bytes),
+                {space: (int(getattr(profile, field)), _ALIGN[space]) for space, field in _SPACE.items()})
 
 
 def chip_of(platform: str) -> Chip:
-    """The chip figures of a compile platform (a2a3's for an unknown one)."""
-    return CHIPS.get(platform, _A2A3)
+    """The chip figures of a compile platform: its device profile's (a2a3's for an unknown one)."""
+    from ..runtime._profile import A2A3, _BY_PLATFORM, PROFILES
+
+    name = _BY_PLATFORM.get(str(platform).strip().lower())
+    return chip_from_profile(PROFILES[name] if name else A2A3)
 
 
 def _numel(shape) -> int:

@@ -26,6 +26,13 @@ The rules, per pipe (``pto_work`` in ``pto_kernel.h``):
   simulator's, not the kernel's, and costs nothing.
 * **cube**: a matmul, ``M * N * K`` multiply-accumulates by the dtype of its
   inputs (FP16 and BF16 together; FP64, which the device lacks, as FP32).
+* **fixpipe**: a tile a matmul wrote is its accumulator, in L0C; each time a
+  statement other than an accumulating matmul reads it, it leaves L0C
+  through FIXPIPE, its bytes counted once per statement: a store of it
+  (L0C to GM, the stored box's bytes, in place of the store's MTE3 bytes
+  and rows), a ``pl.move`` of it (in place of MTE1), a fused chain's vector
+  ops or a reduction reading it (L0C to UB), a matmul taking it as an
+  operand (L0C to L1).
 
 ``overlap`` is set for a kernel that contains a ``pl.pipeline`` loop of
 ``stage >= 2`` (its loads and stores then run under its compute).
@@ -49,6 +56,7 @@ from ._nodes import (
     IConst,
     Move,
     Scope,
+    Store,
     Select,
     Spmd,
     Transpose,
@@ -57,7 +65,8 @@ from ._nodes import (
 )
 
 __all__ = ["VEC_SIMPLE", "VEC_SPECIAL", "VEC_REDUCE", "CUBE_F16", "CUBE_F32", "CUBE_I8", "FIELDS",
-           "transfer", "member_work", "reduce_work", "matmul_work", "cube_index", "overlaps", "vec_class"]
+           "transfer", "member_work", "reduce_work", "matmul_work", "cube_index", "overlaps", "vec_class",
+           "fixpipe_work", "acc_reads"]
 
 # The pto_work indices (pto_kernel.h: PTO_VEC_*, PTO_CUBE_*).
 VEC_SIMPLE, VEC_SPECIAL, VEC_REDUCE = 0, 1, 2
@@ -70,6 +79,7 @@ FIELDS = {
     "move_bytes": "move_bytes",
     **{f"vec_bytes{c}": f"vec_bytes[{c}]" for c in range(3)},
     **{f"cube_macs{c}": f"cube_macs[{c}]" for c in range(3)},
+    "fixpipe_bytes": "fixpipe_bytes",
 }
 
 _SPECIAL_UNARY = frozenset(("exp", "log", "sqrt", "rsqrt", "recip"))
@@ -193,6 +203,28 @@ def matmul_work(a: Var, b: Var) -> list[tuple[str, str]]:
     m, k = a.type.shape
     n = b.type.shape[1]
     return [(f"cube_macs{cube_index(a.type.dtype)}", str(m * n * k))]
+
+
+def fixpipe_work(tiles: list) -> list[tuple[str, str]]:
+    """What reading accumulator tiles out of L0C adds: their bytes on FIXPIPE."""
+    n = sum(_numel(t.type.shape) * t.type.dtype.itemsize for t in tiles)
+    return [("fixpipe_bytes", str(n))] if n else []
+
+
+def acc_reads(members, acc: set, defined: set) -> dict:
+    """The accumulator tiles (ids in `acc`, defined outside the chain) a fused chain reads, by id."""
+    found: dict = {}
+    for m in members:
+        if isinstance(m, Store):
+            reads = [m.value]
+        elif isinstance(m.expr, Move):
+            reads = [m.expr.x]
+        else:
+            reads = [getattr(m.expr, name) for name in _OPERANDS.get(type(m.expr), ())]
+        for v in reads:
+            if isinstance(v, Var) and v.id in acc and v.id not in defined:
+                found.setdefault(v.id, v)
+    return found
 
 
 def overlaps(body) -> bool:

@@ -68,13 +68,19 @@ class DeviceProfile:
     host_link_gbps : float
         Host link GB/s: host-to-device, device-to-host and peer copies.
     transfer_granule_bytes : int
-        A load or store row costs at least this many bytes of its pipe
-        (the L2 cache line).
+        A load or store row costs at least this many bytes of its pipe: the
+        recommended innermost transfer granularity (PyPTO's backend: 512 B on
+        a2a3, 128 B on a5).  Compile-time hint PH001 reads it too.
 
     On-chip buffers (bytes)
     -----------------------
-    l1_bytes, l0a_bytes, l0b_bytes, l0c_bytes, ub_bytes : int
-        Per core.  Not timed: compile-time hints read them.
+    l1_bytes, l0a_bytes, l0b_bytes, l0c_bytes, ub_bytes, bias_bytes : int
+        Per core, what the compiler allocates from (PyPTO's backend tables:
+        memory spaces Mat, Left, Right, Acc, Vec, Bias).  Not timed: the
+        compile-time hints (``report/perf_hints.log``) read them, so a
+        profile and its hints never disagree.
+    l2_line_bytes : int
+        The L2 cache line (512 B), quoted by hint PH001.
 
     Pipes (per core, per cycle)
     ---------------------------
@@ -82,8 +88,9 @@ class DeviceProfile:
         Loads GM to on-chip, moves between on-chip buffers, stores to GM,
         cube results out of L0C.
     vec_simple_bytes_per_cycle, vec_special_bytes_per_cycle, vec_reduce_bytes_per_cycle : float
-        Vector result bytes per cycle by op class (``PTO_VEC_SIMPLE``,
-        ``_SPECIAL``, ``_REDUCE`` in pto_kernel.h).
+        Vector bytes per cycle by op class (``PTO_VEC_SIMPLE``,
+        ``_SPECIAL``, ``_REDUCE`` in pto_kernel.h); an op's vector bytes are
+        its elements times the widest element it reads or writes.
     cube_f16_macs_per_cycle, cube_f32_macs_per_cycle, cube_i8_macs_per_cycle : float
         Multiply-accumulates per cycle by input dtype.
     clock_ghz : float
@@ -123,6 +130,8 @@ class DeviceProfile:
     cube_f16_macs_per_cycle: float
     cube_f32_macs_per_cycle: float
     cube_i8_macs_per_cycle: float
+    bias_bytes: int = 1 * _KIB
+    l2_line_bytes: int = 512
 
     def __post_init__(self) -> None:
         def fail(field: str, why: str) -> None:
@@ -168,7 +177,7 @@ class DeviceProfile:
 
     @classmethod
     def from_dict(cls, doc: dict) -> DeviceProfile:
-        """Build a profile from a dict of its fields (every one of them).
+        """Build a profile from a dict of its fields (every one without a default).
 
         Raises
         ------
@@ -179,7 +188,8 @@ class DeviceProfile:
             raise PtoArgumentError(f"a device profile must be a dict of its fields, not {type(doc).__name__}")
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(doc) - set(known))
-        missing = [k for k in known if k not in doc]
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in doc and f.default is dataclasses.MISSING]
         if unknown or missing:
             parts = ([f"unknown field(s) {', '.join(unknown)}"] if unknown else []) + (
                 [f"missing field(s) {', '.join(missing)}"] if missing else [])
@@ -229,15 +239,17 @@ A2A3 = DeviceProfile(
     gm_gbps=1600.0, transfer_granule_bytes=512,
     host_link_gbps=25.0, host_link_latency_us=10.0,
     l1_bytes=512 * _KIB, l0a_bytes=64 * _KIB, l0b_bytes=64 * _KIB, l0c_bytes=128 * _KIB,
-    ub_bytes=192 * _KIB,
+    ub_bytes=184 * _KIB, bias_bytes=1 * _KIB, l2_line_bytes=512,
     mte2_bytes_per_cycle=64.0, mte1_bytes_per_cycle=256.0, mte3_bytes_per_cycle=64.0,
     fixpipe_bytes_per_cycle=128.0,
     vec_simple_bytes_per_cycle=256.0, vec_special_bytes_per_cycle=64.0, vec_reduce_bytes_per_cycle=128.0,
     cube_f16_macs_per_cycle=4096.0, cube_f32_macs_per_cycle=1024.0, cube_i8_macs_per_cycle=8192.0,
 )
 
-#: Ascend 950 (PyPTO's a5): 36 AIV per PyPTO's collectives guide; the rest as a2a3 (estimates).
-A5 = A2A3.replace(name="a5", aic_cores=18, aiv_cores=36, ub_bytes=256 * _KIB)
+#: Ascend 950 (PyPTO's a5): 36 AIV per PyPTO's collectives guide; buffers and the 128 B transfer
+#: granularity from PyPTO's a5 backend; the pipes as a2a3 (estimates).
+A5 = A2A3.replace(name="a5", aic_cores=18, aiv_cores=36, transfer_granule_bytes=128,
+                  l0c_bytes=256 * _KIB, ub_bytes=240 * _KIB, bias_bytes=4 * _KIB)
 
 #: A small generic chip ("sim"): a few cores of each kind, the a2a3 pipes.
 SIM = A2A3.replace(name="sim", aic_cores=2, aiv_cores=4)

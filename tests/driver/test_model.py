@@ -238,3 +238,16 @@ def test_event_elapsed_time_is_modeled(dev, stream, cq):
     free(dev, a)
     lib.pto_event_destroy(e0)
     lib.pto_event_destroy(e1)
+
+
+def test_one_work_costs_each_devices_own_profile_called_in_turn(open_dev):
+    """The same counts on two devices of different profiles, from one thread, alternately."""
+    fast = modeled(open_dev())
+    slow = modeled(open_dev(), P.replace(name="slow", clock_ghz=0.5))
+    w = ffi.new("pto_work *")
+    w.load_bytes, w.load_rows = 65536, 128
+    for _ in range(3):
+        assert lib.pto_model_work_ns(fast, w) == 1024
+        assert lib.pto_model_work_ns(slow, w) == 2048
+    w.load_rows = 512  # changed counts: costed anew
+    assert (lib.pto_model_work_ns(fast, w), lib.pto_model_work_ns(slow, w)) == (4096, 8192)

@@ -38,7 +38,7 @@ EXPECTED = {
 
 
 def test_abi_version():
-    assert drv.PTO_ABI_VERSION == 2
+    assert drv.PTO_ABI_VERSION == 3
 
 
 def test_nop_and_clock():

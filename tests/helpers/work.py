@@ -38,7 +38,7 @@ def _cdef_text() -> str:
 ffi = cffi.FFI()
 ffi.cdef(_cdef_text())
 
-WORK_FIELDS = ("load_bytes", "load_rows", "store_bytes", "store_rows", "move_bytes")
+WORK_FIELDS = ("load_bytes", "load_rows", "store_bytes", "store_rows", "move_bytes", "fixpipe_bytes")
 
 
 def _as_dict(w) -> dict:

@@ -26,7 +26,7 @@ F16, F32, I8 = 0, 1, 2
 
 def _zero(**over) -> dict:
     w = {"load_bytes": 0, "load_rows": 0, "store_bytes": 0, "store_rows": 0, "move_bytes": 0,
-         "vec_bytes": [0, 0, 0], "cube_macs": [0, 0, 0], "overlap": 0}
+         "fixpipe_bytes": 0, "vec_bytes": [0, 0, 0], "cube_macs": [0, 0, 0], "overlap": 0}
     w.update(over)
     return w
 
@@ -114,7 +114,7 @@ def test_matmul_counts_m_n_k_macs_per_block_and_blocks_add_up(rng):
     one = run_kernel(compiled, a, b, c, blocks=[1])
     want = _zero(load_bytes=steps * (MM_TM * MM_TK + MM_TK * MM_N) * 4,
                  load_rows=steps * (MM_TM + 1),  # a's window is MM_TK of MM_K columns; b's spans b's rows whole
-                 store_bytes=MM_TM * MM_N * 4, store_rows=1,
+                 fixpipe_bytes=MM_TM * MM_N * 4,  # the accumulator's store: L0C -> GM on FIXPIPE, not MTE3
                  vec_bytes=[MM_TM * MM_N * 4, 0, 0],  # pl.zeros: a fill
                  cube_macs=[0, steps * MM_TM * MM_N * MM_TK, 0])
     assert one == want

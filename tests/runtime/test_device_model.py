@@ -11,6 +11,7 @@ time decides.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -184,6 +185,51 @@ def test_a_programs_modeled_timeline_is_the_same_across_runs_and_host_threads():
     starts = {g[0]: g[3] for g in want}
     assert len({g[5] for g in want[:4]}) == 4
     assert min(starts[4], starts[5]) > max(g[4] for g in want[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
+def test_a_programs_modeled_timeline_is_the_same_with_the_host_threads_pinned():
+    """Timestamp for timestamp, in fresh processes pinned to one CPU (every host thread on it)."""
+    x = rand((4 * T, 32), 5)
+    trace, _ = run_held(RunConfig(cores=2), Mixed, x, np.full((T, 32), np.nan, np.float32))
+    want = [list(g) for g in timeline(trace)[1]]
+    cpus = sorted(os.sched_getaffinity(0))
+    for cpu in dict.fromkeys([cpus[0], cpus[-1]]):
+        for cores in (1, 4):
+            assert _pinned_timeline(cpu, cores, x) == want, f"cpu={cpu} cores={cores}"
+
+
+_PINNED = """
+import json, os, sys
+import numpy as np
+os.sched_setaffinity(0, {{{cpu}}})  # before the worker opens: its threads inherit the mask
+sys.path.insert(0, {here!r})
+import test_device_model as t
+from pypto_async.runtime import RunConfig
+x = np.load({x!r})
+trace, (xs, out) = t.run_held(RunConfig(cores={cores}), t.Mixed, x, np.full((t.T, 32), np.nan, np.float32))
+assert os.sched_getaffinity(0) == {{{cpu}}}
+print(json.dumps(t.timeline(trace)[1]))
+"""
+
+
+def _pinned_timeline(cpu: int, cores: int, x) -> list:
+    """The Mixed program's held timeline from a subprocess pinned to `cpu` (os.sched_setaffinity)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "x.npy")
+        np.save(path, x)
+        code = _PINNED.format(cpu=cpu, here=here, x=path, cores=cores)
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def test_a_chain_of_k_tasks_pays_k_pickups():
