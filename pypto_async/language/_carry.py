@@ -237,6 +237,8 @@ def yield_(*values):
     t = current("pl.yield_")
     loc = user_loc()
     loop = t.carry_loops[-1] if getattr(t, "carry_loops", None) else None
+    if (loop is None or loop.depth != len(t.blocks)) and t.frames and t.frames[-1] in ("if", "else"):
+        return values[0] if len(values) == 1 else values  # PyPTO's 'x = pl.yield_(v)' in a branch: the if's value
     if loop is None or loop.depth != len(t.blocks):
         raise compile_error("pl.yield_ belongs directly in the body of a pl.range(..., init_values=...) loop", loc)
     if loop.yielded is not None:

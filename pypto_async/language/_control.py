@@ -203,12 +203,6 @@ class range:  # noqa: A001
                 t.append(s)
         self._var = t.new_index("i")
         if self._dynamic:
-            if "at" not in t.frames:
-                what, bad = next((w, b) for w, b in zip(("start", "stop"), self._raw) if not is_int(b))
-                raise compile_error(f"{self._kind} {what} must be a Python int, got {bad!r} (a runtime bound, a "
-                                    f"loop index or a pl.read scalar, is taken inside a pl.at region or an InCore "
-                                    f"function: the orchestration's loops make the program's task graph, which is "
-                                    f"fixed when it is compiled here)", self._loc)
             if self._init is not None:
                 raise compile_error(f"{self._kind}(..., init_values=) takes int bounds here", self._loc)
             t.ranges[self._var.name] = RUNTIME

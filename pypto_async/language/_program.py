@@ -746,8 +746,10 @@ class ProgramDef:
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from ._branch import traced_fn
+
         with tracing(tracer):
-            result = orch.fn(me, *proxies)
+            result = traced_fn(orch.fn)(me, *proxies)  # an if on a runtime scalar: both branches, as in a kernel
         if len(tracer.blocks) != 1:
             raise compile_error(f"{self.name}: a pl.range loop did not finish (break is not supported)", orch.loc)
         if tracer.block_num is not None:

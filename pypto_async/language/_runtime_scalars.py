@@ -67,9 +67,14 @@ def read(tensor, indices) -> Index:
         raise compile_error(f"pl.read: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
                             f"{tensor.name!r}", loc)
     offs = []
+    orchestration = "at" not in t.frames
     for d, (i, base) in enumerate(zip(indices, origin)):
         e = to_index(i, "pl.read index")
-        lo, hi = index_range(e, t.ranges, loc)
+        bounds = index_range(e, t.ranges, loc, runtime_ok=orchestration)  # None: checked when it is read
+        if bounds is None:
+            offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
+            continue
+        lo, hi = bounds
         if lo < 0 or hi >= tensor.shape[d]:
             raise compile_error(f"pl.read: index [{lo}..{hi}] of dimension {d} is outside "
                                 f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
@@ -81,19 +86,19 @@ def read(tensor, indices) -> Index:
 
 
 def _deferred(t, value: IRead, loc) -> Index:
-    """A ``pl.read`` in the orchestration (outside every region): read where the value is used.
+    """A ``pl.read`` in the orchestration (outside every region): read when the orchestration runs.
 
-    PyPTO's orchestration reads the element when it runs, on the device's
-    control processor.  Here a program's task graph is fixed when it is
-    compiled, so the value cannot shape it: it is read by each task that uses
-    it (an offset of a window, an offset or extent inside a region), which
-    gives the same value because the tensor is an input of the program that
-    no task writes.  A task whose window moves with it counts the whole
-    tensor as accessed when the task graph is computed (more edges, never
-    fewer).  Used where the graph needs it (a ``pl.range`` bound in the
-    orchestration, a tensor's shape), it is a compile error.
+    As PyPTO's orchestration does on the device's control processor: the
+    element is read into a variable of the orchestration (after the
+    program's inputs are ready, when the orchestration reaches it), and a
+    task that uses the value captures it when it is submitted, as it
+    captures a loop index.  It may bound a ``pl.range`` or decide an ``if``
+    around kernel calls: such a program's task graph is then known only
+    when it runs, and the device resolves each task's edges as it is
+    submitted.  An index known only at run time is checked there (the
+    launch fails naming the read).  Tensor shapes must still be ints.
     """
-    return Index(value)
+    return _bind(t, value, loc)
 
 
 def write(tensor, indices, value) -> None:
@@ -188,7 +193,6 @@ class runtime_if:
             return
         self.t = current("if")
         self.loc = user_loc()
-        _in_region(self.t, "an if on a runtime scalar or a loop index", self.loc)
         self.before = dict(before)
         e = cond.expr
         if not (isinstance(e, IBin) and e.op in ("==", "!=", "<", "<=", ">", ">=")):
