@@ -67,10 +67,9 @@ def read(tensor, indices) -> Index:
         raise compile_error(f"pl.read: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
                             f"{tensor.name!r}", loc)
     offs = []
-    orchestration = "at" not in t.frames
     for d, (i, base) in enumerate(zip(indices, origin)):
         e = to_index(i, "pl.read index")
-        bounds = index_range(e, t.ranges, loc, runtime_ok=orchestration)  # None: checked when it is read
+        bounds = index_range(e, t.ranges, loc, runtime_ok=True)  # None: checked when it is read
         if bounds is None:
             offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
             continue
