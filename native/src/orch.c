@@ -808,7 +808,8 @@ static int orch_scope_end(pto_orch *o)
 static int orch_fail(pto_orch *o, const char *msg)
 {
     pthread_mutex_lock(&o->lock);
-    run_fail(o, -PTO_EINVAL, "program %s: %s", o->p->name, msg ? msg : "its orchestration failed a check");
+    /* The launch's message names the program; the check's own message fills the rest. */
+    run_fail(o, -PTO_EINVAL, "%s", msg ? msg : "the orchestration failed a check");
     pthread_mutex_unlock(&o->lock);
     return -PTO_EINVAL;
 }

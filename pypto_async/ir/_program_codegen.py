@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import builtins
 import warnings
+from pathlib import Path
 
 from .._signature import SCALAR
 from ..errors import PtoCompileError
@@ -53,7 +54,7 @@ __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_
            "PROGRAM_CODEGEN_VERSION", "runtime_shaped"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
-PROGRAM_CODEGEN_VERSION = "6"
+PROGRAM_CODEGEN_VERSION = "7"
 
 
 def program_symbol(symbol: str) -> str:
@@ -436,8 +437,8 @@ class _Orch:
             self.check_reads(off, loc)
             if isinstance(off, IConst):
                 continue  # checked when it was traced
-            where = f"{loc}: " if loc is not None else ""
-            msg = _c_string(f"{where}pl.read({e.param}, ...): index of dimension {d} is outside [0, {n})")
+            where = f" at {Path(loc.file).name}:{loc.line}" if loc is not None else ""
+            msg = _c_string(f"pl.read({e.param}, ...): index of dimension {d} is outside [0, {n}){where}")
             self.emit(f"if ({_index(off)} < 0 || {_index(off)} >= INT64_C({n})) return ops->fail(o, {msg});")
 
 
