@@ -31,6 +31,13 @@ windows of :mod:`~pypto_async.ir._deps` evaluated in C from the loop
 indices), against the instances still in the task window; its
 intermediates live for the whole run.
 
+A program whose orchestration loops (or branches) over a value it reads when
+it runs (a ``pl.range`` or ``if`` over a ``pl.read`` scalar, a ``DynFor``
+outside every task) has no instances to expand either, and gets no tables,
+without a warning.  Its orchestration reads those values from its input
+tensors (``SetIndex`` outside every task, into C variables), and each site
+captures the ones it uses after its loop indices, in ``idx``.
+
 Tasks inside ``pl.manual_scope()`` are submitted between ``scope_begin``
 and ``scope_end``: consecutive manual statements form one scope.
 """

@@ -144,7 +144,11 @@ class range:  # noqa: A001
 
     ``for i in pl.range(0, n, 64):`` traces its body once; ``i`` is an
     :class:`Index` you can use (with ``+ - * // %`` and ints) in load and
-    store offsets.  Bounds are Python ints; the step must be positive.
+    store offsets.  Bounds are Python ints, or runtime scalars (``pl.read``
+    values, scalar parameters, expressions of them and loop indices): in a
+    region the kernel loops over them, in an orchestration the device's
+    orchestration does (its tasks' edges are then resolved as they are
+    submitted).  The step is a positive int.
 
     A tile name rebound in the body is carried from one iteration to the
     next, as in Python (``acc = pl.add(acc, t)`` accumulates).  With
