@@ -212,10 +212,7 @@ def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
     """
     inits, carries = [], []
     for i, t in enumerate(init_values):
-        if isinstance(t, TensorArg):
-            if getattr(t, "origin", None) is not None:
-                raise compile_error(f"pl.range init_values[{i}] is a window of {t.name!r}: carry a whole tensor "
-                                    f"or a tile", loop_loc)
+        if isinstance(t, TensorArg):  # a window (a kernel's tensor parameter) is carried by reference too
             carries.append(t)
             continue
         if not isinstance(t, Tile):
@@ -269,7 +266,7 @@ def yield_(*values):
         t.append(s)
     loop.yielded = len(t.blocks[-1])
     out = tuple(c if isinstance(c, TensorArg) else Index(c) if isinstance(c, IVar) else Tile(c) for c in loop.carries)
-    return out[0] if len(out) == 1 else out
+    return out[0] if len(out) == 1 else out  # one value: also '(x,) = pl.yield_(v)' (see _tracer's __iter__)
 
 
 def _tensor_yield(t, i: int, c: TensorArg, v, loc) -> list:
@@ -283,7 +280,7 @@ def _tensor_yield(t, i: int, c: TensorArg, v, loc) -> list:
     tensor.
     """
     if isinstance(v, TensorArg):
-        if v.name != c.name or getattr(v, "origin", None) is not None:
+        if v is not c and (v.name != c.name or getattr(v, "origin", None) is not None):
             raise compile_error(f"pl.yield_ value {i} is {v!r}, but init_values[{i}] carries the tensor {c.name!r}: "
                                 f"yield that tensor (what pl.store returned) or a tile of its shape", loc)
         return []

@@ -122,6 +122,7 @@ class Lengths:
         return out
 
 
+@pytest.mark.slow  # a second on two CPUs (its program compiles)
 def test_iterations_that_write_the_same_window_stay_ordered_when_edges_are_resolved_on_the_device():
     c = ir.compile(Lengths)
     assert c.task_graph is None
@@ -196,6 +197,7 @@ class Flags:
         return y
 
 
+@pytest.mark.slow  # a second on two CPUs (its program compiles)
 def test_a_runtime_if_in_the_orchestration_submits_the_branch_it_takes():
     c = ir.compile(Flags)
     assert c.task_graph is None
@@ -233,3 +235,46 @@ def test_an_if_over_loop_indices_only_keeps_the_compile_time_table():
     c(x, y)
     for i in range(0, N, 2):
         np.testing.assert_allclose(y[i * R:(i + 1) * R], np.exp(x[i * R:(i + 1) * R]), rtol=1e-6)
+
+
+def test_a_scalar_carried_across_an_orchestration_loop_is_refused_where_it_is_rebound():
+    """05's max_bn: a value computed from its own previous iteration's has no meaning traced once; refused clearly."""
+    from helpers.located import assert_at, next_line
+    from pypto_async.errors import PtoCompileError
+
+    where = []
+
+    @pl.program
+    class MaxLen:
+        @pl.function(type=pl.FunctionType.InCore)
+        def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+            return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, lens: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
+                 y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
+            longest = 0
+            where.append(next_line())
+            for b in pl.range(4):
+                longest = pl.max(longest, pl.read(lens, [b]))
+            for i in pl.range(longest):
+                self.exp_tile(pl.slice(x, [R, C], [i * R, 0]), pl.slice(y, [R, C], [i * R, 0]))
+            return y
+
+    with pytest.raises(PtoCompileError) as ei:
+        ir.compile(MaxLen)
+    assert_at(ei, where[0], "'longest' is rebound in a pl.range loop of the orchestration",
+              "a scalar carried from one iteration to the next is not supported")
+
+
+def test_a_worker_opened_for_one_call_holds_the_calls_arrays():
+    """PyPTO's 06 passes 1 GiB of KV cache to run(): the call's own worker is sized to it (left unset: 1 GiB)."""
+    from pypto_async.runtime._entry import _sized
+
+    class Big:
+        nbytes = 3 << 29  # 1.5 GiB
+
+    cfg = RunConfig()
+    assert _sized(cfg, [np.zeros(4, np.float32), 3]) is cfg
+    assert _sized(cfg, [Big(), 3]).device_memory == 3 << 30  # 1.25 x the arrays, 256 MiB beside, whole GiB
+    assert _sized(RunConfig(device_memory=1 << 30), [Big()]).device_memory == 1 << 30  # asked for: kept
