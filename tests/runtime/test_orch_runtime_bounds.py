@@ -278,3 +278,33 @@ def test_a_worker_opened_for_one_call_holds_the_calls_arrays():
     assert _sized(cfg, [np.zeros(4, np.float32), 3]) is cfg
     assert _sized(cfg, [Big(), 3]).device_memory == 3 << 30  # 1.25 x the arrays, 256 MiB beside, whole GiB
     assert _sized(RunConfig(device_memory=1 << 30), [Big()]).device_memory == 1 << 30  # asked for: kept
+
+
+def test_a_read_in_a_task_at_an_index_known_only_when_it_runs_is_checked_there():
+    """07's kernels read a block index at a runtime loop's index: past the tensor, the task fails naming the read."""
+
+    @pl.program
+    class Gather:
+        @pl.function(type=pl.FunctionType.InCore)
+        def gather(self, table: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
+                   y: pl.Out[pl.Tensor[[4 * R, C], pl.FP32]], n: pl.Scalar[pl.INDEX]):
+            for i in pl.range(n):
+                src = pl.read(table, [i])
+                y = pl.store(pl.load(x, [src * R, 0], [R, C]), [i * R, 0], y)
+            return y
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, table: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
+                 y: pl.Out[pl.Tensor[[4 * R, C], pl.FP32]], n: pl.Scalar[pl.INDEX]):
+            self.gather(table, x, y, n)
+            return y
+
+    c = ir.compile(Gather)
+    x, table = _rand((N * R, C), 13), np.array([6, 1, 3, 0], np.int32)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        y = _poison((4 * R, C))
+        h(table, x, y, 3)
+        np.testing.assert_array_equal(y[:3 * R], x.reshape(N, R, C)[table[:3]].reshape(3 * R, C))
+        with pytest.raises(PtoError, match="pl.read: runtime offset of dimension 0"):
+            h(table, x, _poison((4 * R, C)), 5)
