@@ -308,3 +308,31 @@ def test_a_read_in_a_task_at_an_index_known_only_when_it_runs_is_checked_there()
         np.testing.assert_array_equal(y[:3 * R], x.reshape(N, R, C)[table[:3]].reshape(3 * R, C))
         with pytest.raises(PtoError, match="pl.read: runtime offset of dimension 0"):
             h(table, x, _poison((4 * R, C)), 5)
+
+
+def test_an_intermediate_whose_shape_is_read_when_the_program_runs_is_refused_clearly():
+    """04 reads head_dim from its config tensor and sizes intermediates with it: refused where it is created."""
+    from helpers.located import assert_at, next_line
+    from pypto_async.errors import PtoCompileError
+
+    where = []
+
+    @pl.program
+    class Sized:
+        @pl.function(type=pl.FunctionType.InCore)
+        def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+            return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, cfg: pl.Tensor[[1], pl.INT64], x: pl.Tensor[[R, C], pl.FP32],
+                 y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+            cols = pl.read(cfg, [0])
+            where.append(next_line())
+            tmp = pl.create_tensor([R, cols], dtype=pl.FP32)
+            self.exp_tile(x, tmp)
+            return y
+
+    with pytest.raises(PtoCompileError) as ei:
+        ir.compile(Sized)
+    assert_at(ei, where[0], "a value known only when the program runs",
+              "an intermediate's shape is fixed when the program is compiled")
