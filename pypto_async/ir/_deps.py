@@ -317,7 +317,8 @@ def instances(program: Program):
     """Yield ``(scope, env)`` for each task instance in submission order.
 
     ``env`` maps each loop index and orchestration scalar (``SetIndex``) to
-    its value in that instance, or None where it is known only at run time
+    its value in that instance (one dict, updated as the walk goes on: use it
+    before the next instance is yielded), or None where it is known only at run time
     (a ``pl.read``); a loop or ``if`` of the orchestration whose bounds are
     known (over loop indices) is expanded like a ``pl.range``.
 
@@ -328,23 +329,26 @@ def instances(program: Program):
     """
 
     def walk(body, env):
+        # One env for the whole walk: a scalar assigned in one iteration is seen by the next (a carried one).
         for s in body:
             if isinstance(s, Scope):
                 yield s, env
             elif isinstance(s, For):
                 for i in builtins.range(s.start, s.stop, s.step):
-                    yield from walk(s.body, {**env, s.var.name: i})
+                    env[s.var.name] = i
+                    yield from walk(s.body, env)
             elif isinstance(s, Spmd):
                 yield from walk(s.body, env)
             elif isinstance(s, SetIndex):
-                env = {**env, s.var.name: _eval(s.value, env)}
+                env[s.var.name] = _eval(s.value, env)
             elif isinstance(s, DynFor):
                 lo, hi = _eval(s.start, env), _eval(s.stop, env)
                 if lo is None or hi is None or s.kind == "while":
                     raise RuntimeGraph(f"program {program.name}: a {'pl.range' if s.kind == 'range' else s.kind} "
                                        f"of its orchestration depends on a value read when it runs")
                 for i in builtins.range(lo, hi, s.step):
-                    yield from walk(s.body, {**env, s.var.name: i})
+                    env[s.var.name] = i
+                    yield from walk(s.body, env)
 
     yield from walk(program.body, {})
 

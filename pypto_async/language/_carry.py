@@ -212,7 +212,12 @@ def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
     """
     inits, carries = [], []
     for i, t in enumerate(init_values):
-        if isinstance(t, TensorArg):  # a window (a kernel's tensor parameter) is carried by reference too
+        if isinstance(t, TensorArg):
+            params = (getattr(tracer, "func_attrs", None) or {}).get("params", ())
+            kernel_param = any(t is p for p in params)  # a program kernel's parameter: its whole tensor to the kernel
+            if getattr(t, "origin", None) is not None and not kernel_param:
+                raise compile_error(f"pl.range init_values[{i}] is a window of {t.name!r}: carry a whole tensor "
+                                    f"or a tile", loop_loc)
             carries.append(t)
             continue
         if not isinstance(t, Tile):

@@ -25,7 +25,7 @@ from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, Move, 
 from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
-__all__ = ["read", "write", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
+__all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "INTEGER_DTYPES"]
 
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
 
@@ -285,3 +285,58 @@ class runtime_if:
 class _Pending:
     def __init__(self, expr):
         self.expr = expr
+
+
+class loop_carry:
+    """Scalars a ``pl.range`` loop of a ``@pl.program``'s orchestration carries (as the rewritten function drives it).
+
+    ``m = 0; for b in pl.range(n): m = pl.max(m, pl.read(lens, [b]))``: the
+    body, traced once, reads ``m`` from the iteration before.  The rewrite
+    (:mod:`._branch`) hands such names here: each int or index among them
+    gets one variable of the orchestration, set before the loop, read by the
+    body, and set from its new value at the end of each iteration (all of
+    them at once, as a parallel assignment); after the loop the name reads
+    the variable.  Anywhere else (a kernel, a region, a value that is not an
+    int or an index) the names pass through unchanged.
+    """
+
+    def __init__(self, names: tuple, now: dict):
+        from ._tracer import _state
+
+        self.names = names
+        self.values = [now.get(n, _Undefined(n)) for n in names]
+        t = getattr(_state, "tracer", None)
+        self.t = t if t is not None and getattr(t, "is_program", False) and "at" not in t.frames else None
+        self.vars: dict[str, Index] = {}
+
+    def enter(self) -> tuple:
+        if self.t is None:
+            return tuple(self.values)
+        loc = user_loc()
+        out = []
+        for n, v in zip(self.names, self.values):
+            if isinstance(v, Index) or isinstance(v, int) and not isinstance(v, bool):
+                self.vars[n] = _bind(self.t, to_index(v, n), loc)
+                out.append(self.vars[n])
+            else:
+                out.append(v)
+        return tuple(out)
+
+    def next(self, now: dict) -> tuple:
+        """End an iteration: the carried variables take the names' new values; the names read them again."""
+        if self.t is not None and self.vars:
+            loc = user_loc()
+            pending = [(self.vars[n].expr, now.get(n)) for n in self.names if n in self.vars]
+            temps = []
+            for var, new in pending:
+                if not (isinstance(new, Index) or isinstance(new, int) and not isinstance(new, bool)):
+                    raise compile_error(f"a scalar carried by this pl.range loop of the orchestration is rebound "
+                                        f"to {new!r}; it must stay an int or an index", loc)
+                temps.append((var, _bind(self.t, to_index(new, var.name), loc).expr))
+            for var, tmp in temps:
+                self.t.append(SetIndex(var, tmp, loc))
+        return tuple(self.vars.get(n, now.get(n, v)) for n, v in zip(self.names, self.values))
+
+    def exit(self, now: dict) -> tuple:
+        """After the loop: a carried name reads its variable; any other keeps what the loop left in it."""
+        return tuple(self.vars.get(n, now.get(n, v)) for n, v in zip(self.names, self.values))

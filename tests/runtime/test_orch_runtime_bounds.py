@@ -237,34 +237,42 @@ def test_an_if_over_loop_indices_only_keeps_the_compile_time_table():
         np.testing.assert_allclose(y[i * R:(i + 1) * R], np.exp(x[i * R:(i + 1) * R]), rtol=1e-6)
 
 
-def test_a_scalar_carried_across_an_orchestration_loop_is_refused_where_it_is_rebound():
-    """05's max_bn: a value computed from its own previous iteration's has no meaning traced once; refused clearly."""
-    from helpers.located import assert_at, next_line
-    from pypto_async.errors import PtoCompileError
+@pl.program
+class Longest:
+    """05's max_bn: the longest of the requests' lengths, carried across a loop of the orchestration, bounds the next."""
 
-    where = []
+    @pl.function(type=pl.FunctionType.InCore)
+    def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
 
-    @pl.program
-    class MaxLen:
-        @pl.function(type=pl.FunctionType.InCore)
-        def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
-            return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, lens: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
+             y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
+        longest = 0
+        total = 0
+        for b in pl.range(4):
+            longest = pl.max(longest, pl.read(lens, [b]))
+            total += pl.read(lens, [b])  # a second carried scalar, updated in the same iteration
+        for i in pl.range(longest):
+            self.exp_tile(pl.slice(x, [R, C], [i * R, 0]), pl.slice(y, [R, C], [i * R, 0]))
+        for i in pl.range(longest, pl.min(total, N)):
+            self.exp_tile(pl.slice(x, [R, C], [i * R, 0]), pl.slice(y, [R, C], [i * R, 0]))
+        return y
 
-        @pl.function(type=pl.FunctionType.Orchestration)
-        def orch(self, lens: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
-                 y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
-            longest = 0
-            where.append(next_line())
-            for b in pl.range(4):
-                longest = pl.max(longest, pl.read(lens, [b]))
-            for i in pl.range(longest):
-                self.exp_tile(pl.slice(x, [R, C], [i * R, 0]), pl.slice(y, [R, C], [i * R, 0]))
-            return y
 
-    with pytest.raises(PtoCompileError) as ei:
-        ir.compile(MaxLen)
-    assert_at(ei, where[0], "'longest' is rebound in a pl.range loop of the orchestration",
-              "a scalar carried from one iteration to the next is not supported")
+def test_a_scalar_carried_across_an_orchestration_loop_takes_each_iterations_value():
+    c = ir.compile(Longest)
+    assert c.task_graph is None
+    x = _rand((N * R, C), 14)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        for lens in ([1, 3, 2, 0], [0, 0, 0, 0], [2, 1, 0, 1]):
+            y = _poison((N * R, C))
+            before = h.program_stats()["tasks"]
+            h(np.array(lens, np.int32), x, y)
+            n = max(max(lens), min(sum(lens), N))
+            np.testing.assert_allclose(y[:n * R], np.exp(x[:n * R]), rtol=1e-6)
+            assert h.program_stats()["tasks"] - before == n
 
 
 def test_a_worker_opened_for_one_call_holds_the_calls_arrays():
