@@ -329,13 +329,6 @@ class spmd:
             return
         body = t.close_block()
         del t.ranges[self._var.name]
-        for name, old in self._scalars.items():
-            new = frame.f_locals.get(name)
-            if isinstance(new, Index) and new is not old and _contains(new.expr, to_index(old, name)):
-                raise compile_error(f"{name!r} is rebound in a {self._kind} loop of the orchestration (to {new!r}): "
-                                    f"a scalar carried from one iteration to the next is not supported in an "
-                                    f"orchestration here (compute it in a task, or pass it in a tensor and "
-                                    f"pl.read it)", self._loc)
         t.in_spmd = False
         if ok:
             t.append(Spmd(self._var, self.n, body, self._loc))
