@@ -259,9 +259,15 @@ class Result:
         return self.outcome != "FAIL"
 
 
+#: Devices the simulator offers the programs: PyPTO's examples run on device ids up to 15 (an a2a3 host's 16 NPUs).
+SIM_DEVICES = "16"
+
+
 def _env(repo: Path, extra: Path) -> dict:
     paths = [str(repo), str(extra), os.environ.get("PYTHONPATH")]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)), MPLBACKEND="Agg")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)), MPLBACKEND="Agg")
+    env.setdefault("PYPTO_ASYNC_SIM_DEVICES", SIM_DEVICES)
+    return env
 
 
 def first_error(stderr: str, stdout: str, returncode: int, limit: int = 300) -> str:

@@ -805,10 +805,21 @@ static int orch_scope_end(pto_orch *o)
     return 0;
 }
 
+/* Fail the program with the orchestration's own message; returns -PTO_EINVAL (the status it records). */
+static int orch_fail(pto_orch *o, const char *msg)
+{
+    pthread_mutex_lock(&o->lock);
+    /* The launch's message names the program; the check's own message fills the rest. */
+    run_fail(o, -PTO_EINVAL, "%s", msg ? msg : "the orchestration failed a check");
+    pthread_mutex_unlock(&o->lock);
+    return -PTO_EINVAL;
+}
+
 static const pto_orch_ops orch_ops = {
     .submit = orch_submit,
     .scope_begin = orch_scope_begin,
     .scope_end = orch_scope_end,
+    .fail = orch_fail,
 };
 
 /* ---- the orchestration threads ---------------------------------------------------------------- */

@@ -93,11 +93,15 @@ typedef struct pto_scratch_desc {
  *   submit       the next task instance, of site `site`, with its indices
  *   scope_begin  open a scope: its tasks stay in the task window (they do
  *   scope_end    not retire) until the scope ends (pl.manual_scope)
+ *   fail         fail the program with message `msg` (a check of the
+ *                orchestration's own, such as a pl.read index known only
+ *                when it runs); returns -PTO_EINVAL
  */
 typedef struct pto_orch_ops {
     int (*submit)(pto_orch *o, uint32_t site, const int64_t *idx);
     int (*scope_begin)(pto_orch *o);
     int (*scope_end)(pto_orch *o);
+    int (*fail)(pto_orch *o, const char *msg);
 } pto_orch_ops;
 
 typedef struct pto_program_desc {

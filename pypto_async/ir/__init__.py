@@ -23,11 +23,13 @@ from ._printer import format_program
 from ._program import Program
 from .distributed_compiled_program import compile  # noqa: F811 - ir.compile also takes multi-chip @pl.programs
 from . import pass_manager
+from .pass_manager import OptimizationStrategy  # PyPTO spells it ir.OptimizationStrategy too
 from ._function import Function, FunctionType
 from ._serialize import deserialize, deserialize_from_file, serialize, serialize_to_file
 
 __all__ = [
     "compile",
+    "OptimizationStrategy",
     "CompiledProgram",
     "ChipCallable",
     "cache_dir",

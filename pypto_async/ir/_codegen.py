@@ -279,6 +279,8 @@ class _Gen:
             self.emit("}")
         elif isinstance(s, SetIndex):
             v = _index(s.var)
+            for r in _reads(s.value):  # a pl.read at an index known only now: checked before it is read
+                self.check_offsets(s, r.param, r.offsets, (1,) * len(r.offsets), None, "pl.read")
             if v not in self.declared:  # declared at the top: both branches of an if assign it
                 self.declared.add(v)
                 self.decls.append(f"int64_t {v} = 0;")
@@ -572,6 +574,15 @@ def runtime_names(body) -> set[str]:
         elif isinstance(s, (For, Spmd, Scope)):
             out |= runtime_names(s.body)
     return out
+
+
+def _reads(e) -> list:
+    """The ``pl.read`` elements an index expression reads (outermost first)."""
+    if isinstance(e, IRead):
+        return [e, *(r for o in e.offsets for r in _reads(o))]
+    if isinstance(e, IBin):
+        return _reads(e.a) + _reads(e.b)
+    return []
 
 
 def _mentions(e, names: set[str]) -> bool:

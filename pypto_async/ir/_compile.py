@@ -249,6 +249,10 @@ class CompiledProgram:
 
         return build_call_config(self, config, aicpu_thread_num=aicpu_thread_num, dfx_dir=dfx_dir)
 
+    def __fspath__(self) -> str:
+        """The artifact directory, for code that takes what ``ir.compile`` returns as a path (PyPTO's older form)."""
+        return str(self.output_dir)
+
     def __repr__(self) -> str:
         return (
             f"<CompiledProgram {self.name} platform={self.platform!r} blocks={self.block_num} "

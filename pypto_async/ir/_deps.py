@@ -40,10 +40,11 @@ from dataclasses import dataclass, replace
 
 from .._hazard_rule import covers, hazard, overlaps
 from ..errors import PtoCompileError
-from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, Spmd, Store
+from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, SetIndex, Spmd, Store
 from ._program import Program
 
-__all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "MAX_TASKS"]
+__all__ = ["Access", "Task", "Edge", "TaskGraph", "edges", "program_tasks", "task_graph", "instances",
+           "RuntimeGraph", "MAX_TASKS"]
 
 #: The most task instances a program's graph is expanded to at compile time.  Computing the
 #: edges is linear in the tasks (:func:`edges`), so the bound is the size of the tables the
@@ -277,8 +278,11 @@ def _eval(e, env: dict) -> int | None:
             return None
         ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "min": lambda: builtins.min(a, b),
                "max": lambda: builtins.max(a, b), "//": lambda: a // b if b else None,
-               "%": lambda: a % b if b else None}
-        return ops[e.op]()
+               "%": lambda: a % b if b else None, "==": lambda: int(a == b), "!=": lambda: int(a != b),
+               "<": lambda: int(a < b), "<=": lambda: int(a <= b), ">": lambda: int(a > b),
+               ">=": lambda: int(a >= b)}
+        op = ops.get(e.op)
+        return None if op is None else op()
     return None
 
 
@@ -348,27 +352,63 @@ def _region_accesses(body, env, spans=None) -> list[Access]:
     return out
 
 
+class RuntimeGraph(PtoCompileError):
+    """The program's task instances depend on values it reads when it runs (a ``pl.range`` or ``if``
+    of its orchestration over a ``pl.read`` scalar): there is no graph to derive at compile time."""
+
+
+def instances(program: Program):
+    """Yield ``(scope, env)`` for each task instance in submission order.
+
+    ``env`` maps each loop index and orchestration scalar (``SetIndex``) to
+    its value in that instance (one dict, updated as the walk goes on: use it
+    before the next instance is yielded), or None where it is known only at run time
+    (a ``pl.read``); a loop or ``if`` of the orchestration whose bounds are
+    known (over loop indices) is expanded like a ``pl.range``.
+
+    Raises
+    ------
+    RuntimeGraph
+        At a loop or ``if`` whose bounds are known only at run time.
+    """
+
+    def walk(body, env):
+        # One env for the whole walk: a scalar assigned in one iteration is seen by the next (a carried one).
+        for s in body:
+            if isinstance(s, Scope):
+                yield s, env
+            elif isinstance(s, For):
+                for i in builtins.range(s.start, s.stop, s.step):
+                    env[s.var.name] = i
+                    yield from walk(s.body, env)
+            elif isinstance(s, Spmd):
+                yield from walk(s.body, env)
+            elif isinstance(s, SetIndex):
+                env[s.var.name] = _eval(s.value, env)
+            elif isinstance(s, DynFor):
+                lo, hi = _eval(s.start, env), _eval(s.stop, env)
+                if lo is None or hi is None or s.kind == "while":
+                    raise RuntimeGraph(f"program {program.name}: a {'pl.range' if s.kind == 'range' else s.kind} "
+                                       f"of its orchestration depends on a value read when it runs")
+                for i in builtins.range(lo, hi, s.step):
+                    env[s.var.name] = i
+                    yield from walk(s.body, env)
+
+    yield from walk(program.body, {})
+
+
 def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
     """The program's task instances in submission order.
 
     Raises
     ------
     PtoCompileError
-        If the program submits more than ``limit`` task instances.
+        If the program submits more than ``limit`` task instances
+        (:class:`RuntimeGraph` if they are known only when it runs).
     """
     tasks: list[Task] = []
     latest: dict[int, int] = {}  # static task id -> its latest instance
     arrays: dict[str, dict] = {}  # task-id array -> slot -> the instance stored there
-
-    def walk(body, env) -> None:
-        for s in body:
-            if isinstance(s, Scope):
-                add(s, env)
-            elif isinstance(s, For):
-                for i in builtins.range(s.start, s.stop, s.step):
-                    walk(s.body, {**env, s.var.name: i})
-            elif isinstance(s, Spmd):
-                walk(s.body, env)
 
     def add(s: Scope, env) -> None:
         if len(tasks) >= limit:
@@ -399,7 +439,8 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
             arrays.setdefault(array, {})[slot] = t.id
         tasks.append(t)
 
-    walk(program.body, {})
+    for scope, env in instances(program):
+        add(scope, env)
     return tasks
 
 

@@ -31,6 +31,13 @@ windows of :mod:`~pypto_async.ir._deps` evaluated in C from the loop
 indices), against the instances still in the task window; its
 intermediates live for the whole run.
 
+A program whose orchestration loops (or branches) over a value it reads when
+it runs (a ``pl.range`` or ``if`` over a ``pl.read`` scalar, a ``DynFor``
+outside every task) has no instances to expand either, and gets no tables,
+without a warning.  Its orchestration reads those values from its input
+tensors (``SetIndex`` outside every task, into C variables), and each site
+captures the ones it uses after its loop indices, in ``idx``.
+
 Tasks inside ``pl.manual_scope()`` are submitted between ``scope_begin``
 and ``scope_end``: consecutive manual statements form one scope.
 """
@@ -39,21 +46,22 @@ from __future__ import annotations
 
 import builtins
 import warnings
+from pathlib import Path
 
 from .._signature import SCALAR
 from ..errors import PtoCompileError
 from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen, generate_c
-from ._deps import MAX_TASKS, Task, TaskGraph, task_graph
-from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IVar, Load, Scope, Spmd, Store
+from ._deps import MAX_TASKS, RuntimeGraph, Task, TaskGraph, instances, task_graph
+from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IRead, IScalar, IVar, Load, Scope, SetIndex, Spmd, Store
 from ._program import Program
 
 __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
-           "PROGRAM_CODEGEN_VERSION"]
+           "PROGRAM_CODEGEN_VERSION", "runtime_shaped"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
-PROGRAM_CODEGEN_VERSION = "5"
+PROGRAM_CODEGEN_VERSION = "7"
 
 
 def program_symbol(symbol: str) -> str:
@@ -65,18 +73,37 @@ MAX_INDICES = 8
 _NONE = 0xFFFFFFFF
 
 
+#: The forms of runtime-bound loop an orchestration may hold around tasks (a ``pl.range``, an ``if`` branch).
+_ORCH_DYN = ("range", "if", "else")
+
+
+def _loop(s) -> bool:
+    """Whether `s` is a loop of the orchestration (a ``pl.range``, runtime-bound or not, or an ``if`` branch)."""
+    return isinstance(s, For) or isinstance(s, DynFor) and s.kind in _ORCH_DYN
+
+
 def _tasks_only(body) -> bool:
     for s in body:
-        if isinstance(s, Scope):
+        if isinstance(s, (Scope, SetIndex)):
             continue
-        if isinstance(s, For) and _tasks_only(s.body):
+        if _loop(s) and _tasks_only(s.body):
             continue
         return False
     return True
 
 
 def _count_sites(body) -> int:
-    return sum(1 if isinstance(s, Scope) else _count_sites(s.body) for s in body)
+    return sum(1 if isinstance(s, Scope) else 0 if isinstance(s, SetIndex) else _count_sites(s.body) for s in body)
+
+
+def runtime_shaped(program: Program) -> bool:
+    """Whether `program`'s task instances depend on values it reads when it runs (no graph at compile time)."""
+    try:
+        for _ in instances(program):
+            pass
+    except RuntimeGraph:
+        return True
+    return False
 
 
 def is_task_program(program: Program, force: bool = False) -> bool:
@@ -88,7 +115,7 @@ def is_task_program(program: Program, force: bool = False) -> bool:
     """
     if program.block_num != 1 or not program.body or not _tasks_only(program.body):
         return False
-    loops = any(isinstance(s, For) for s in program.body)
+    loops = any(_loop(s) for s in program.body)
     return force or bool(program.scratch) or loops or _count_sites(program.body) > 1
 
 
@@ -96,7 +123,10 @@ def _instances(s) -> int:
     """Task instances a statement submits (a loop: its trips times its body's)."""
     if isinstance(s, Scope):
         return 1
-    return s.trip_count * sum(_instances(x) for x in s.body)
+    if isinstance(s, SetIndex):
+        return 0
+    trips = s.trip_count if isinstance(s, For) else 1  # runtime-bound: at least one trip's (the device checks)
+    return trips * sum(_instances(x) for x in s.body)
 
 
 def largest_scope(body) -> int:
@@ -112,8 +142,10 @@ def largest_scope(body) -> int:
             run += _instances(s)
             best = max(best, run)
             continue
+        if isinstance(s, SetIndex):
+            continue  # a scalar of the orchestration: it neither opens nor closes a scope
         run = 0
-        if isinstance(s, For):
+        if _loop(s):
             best = max(best, largest_scope(s.body))
     return best
 
@@ -121,7 +153,10 @@ def largest_scope(body) -> int:
 def _manual(s) -> bool:
     if isinstance(s, Scope):
         return s.manual
-    return bool(s.body) and all(_manual(x) for x in s.body)
+    if isinstance(s, SetIndex):
+        return False
+    return bool(s.body) and all(_manual(x) or isinstance(x, SetIndex) for x in s.body) and any(
+        _manual(x) for x in s.body)
 
 
 class _SiteGen(_Gen):
@@ -172,14 +207,48 @@ class _SiteGen(_Gen):
         return "\n".join(head + body + tail + entry)
 
 
-def _sites(body, loop_vars=()) -> list[tuple[Scope, tuple]]:
-    """Every task site in walk order, with the loop variables around it (outermost first)."""
+def _scalars(body, out=None) -> list[IVar]:
+    """The orchestration's scalars (``SetIndex`` outside every task), in first-assignment order."""
+    out = [] if out is None else out
+    for s in body:
+        if isinstance(s, SetIndex):
+            if s.var not in out:
+                out.append(s.var)
+        elif _loop(s):
+            _scalars(s.body, out)
+    return out
+
+
+def _names(obj, acc: set) -> set:
+    """Every index variable name anywhere in `obj` (an IR node, or tuples of them)."""
+    if isinstance(obj, IVar):
+        acc.add(obj.name)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _names(x, acc)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for f in obj.__dataclass_fields__:
+            if f != "loc":
+                _names(getattr(obj, f), acc)
+    return acc
+
+
+def _sites(body, loop_vars=(), scalars=None) -> list[tuple[Scope, tuple]]:
+    """Every task site in walk order, with the index values it captures (``idx``).
+
+    Those are the loop indices around it (outermost first; a runtime-bound
+    loop's and an ``if`` branch's too), then the orchestration's scalars
+    (``pl.read`` values, names an ``if`` merged) the task uses.
+    """
+    if scalars is None:
+        scalars = _scalars(body)
     out = []
     for s in body:
         if isinstance(s, Scope):
-            out.append((s, loop_vars))
-        else:
-            out.extend(_sites(s.body, (*loop_vars, s.var)))
+            used = _names((s.body, s.accesses, s.assigns), set())
+            out.append((s, (*loop_vars, *(v for v in scalars if v.name in used))))
+        elif _loop(s):
+            out.extend(_sites(s.body, (*loop_vars, s.var), scalars))
     return out
 
 
@@ -283,32 +352,27 @@ def _access_fn(program: Program, fn: str, scope: Scope, loop_vars) -> tuple[str,
     return "\n".join(lines), (1 if barrier else 0) | (2 if early else 0)  # PTO_SITE_BARRIER, _EARLY_RESOLVE
 
 
-def _instance_sites(body, site_ids: dict) -> list[int]:
+def _instance_sites(program: Program, site_ids: dict) -> list[int]:
     """The site of each task instance, in the order program_tasks walks them."""
     out: list[int] = []
-
-    def walk(b):
-        for s in b:
-            if isinstance(s, Scope):
-                out.append(site_ids[id(s)])
-            else:
-                for _ in builtins.range(s.start, s.stop, s.step):
-                    walk(s.body)
-                    if len(out) > MAX_TASKS:
-                        return
-
-    walk(body)
+    for s, _ in instances(program):
+        out.append(site_ids[id(s)])
+        if len(out) > MAX_TASKS:
+            break
     return out
 
 
 class _Orch:
-    """The orchestration's C: loops as loops, task sites as submit calls."""
+    """The orchestration's C: loops as loops, task sites as submit calls, ``pl.read`` as reads of its inputs."""
 
-    def __init__(self, site_ids: dict, sites):
+    def __init__(self, program: Program, site_ids: dict, sites):
+        self.program = program
+        self.params = {q.name: (i, q) for i, q in enumerate(program.params)}
         self.site_ids = site_ids
         self.sites = sites
         self.lines: list[str] = []
         self.depth = 1
+        self.read: dict[str, str] = {}  # tensors the orchestration reads -> the C declaration of their pointer
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.depth + line)
@@ -318,8 +382,10 @@ class _Orch:
         while i < len(stmts):
             if _manual(stmts[i]):
                 j = i
-                while j < len(stmts) and _manual(stmts[j]):
+                while j < len(stmts) and (_manual(stmts[j]) or isinstance(stmts[j], SetIndex)):
                     j += 1
+                while not _manual(stmts[j - 1]):
+                    j -= 1  # a scalar after the scope's last task is the orchestration's
                 self.emit("if ((rc = ops->scope_begin(o)) != 0) return rc;")
                 for s in stmts[i:j]:
                     self.stmt(s)
@@ -337,12 +403,51 @@ class _Orch:
                 self.emit(f"idx[{n}] = {_index(v)};")
             self.emit(f"if ((rc = ops->submit(o, {k}, idx)) != 0) return rc; /* {s.name or 'task'} */")
             return
+        if isinstance(s, SetIndex):
+            self.check_reads(s.value, s.loc)
+            self.emit(f"{_index(s.var)} = {_index(s.value)};")
+            return
         v = _index(s.var)
-        self.emit(f"for (int64_t {v} = {s.start}; {v} < {s.stop}; {v} += {s.step}) {{")
+        if isinstance(s, DynFor):  # bounds read when the orchestration reaches the loop
+            self.check_reads(s.start, s.loc)
+            self.check_reads(s.stop, s.loc)
+            n = f"n_{s.var.name}"
+            self.emit(f"{{ /* {s.kind} */")
+            self.depth += 1
+            self.emit(f"const int64_t {n} = {_index(s.stop)};")
+            self.emit(f"for (int64_t {v} = {_index(s.start)}; {v} < {n}; {v} += {s.step}) {{")
+        else:
+            self.emit(f"for (int64_t {v} = {s.start}; {v} < {s.stop}; {v} += {s.step}) {{")
         self.depth += 1
         self.body(s.body)
         self.depth -= 1
         self.emit("}")
+        if isinstance(s, DynFor):
+            self.depth -= 1
+            self.emit("}")
+
+    def check_reads(self, e, loc) -> None:
+        """Declare the pointers of the tensors `e` reads, and check each read's index known only now."""
+        if isinstance(e, IBin):
+            self.check_reads(e.a, loc)
+            self.check_reads(e.b, loc)
+            return
+        if isinstance(e, IScalar):  # a scalar parameter, passed by value in its argument slot
+            i, q = self.params[e.param]
+            self.read.setdefault(e.param, f"{q.dtype.c_type} s_{e.param}; memcpy(&s_{e.param}, (const void *)&args[{i}], "
+                                          f"sizeof s_{e.param});")
+            return
+        if not isinstance(e, IRead):
+            return
+        i, q = self.params[e.param]
+        self.read.setdefault(e.param, f"const {q.dtype.c_type} *p_{e.param} = (const {q.dtype.c_type} *)args[{i}];")
+        for d, (off, n) in enumerate(zip(e.offsets, e.shape)):
+            self.check_reads(off, loc)
+            if isinstance(off, IConst):
+                continue  # checked when it was traced
+            where = f" at {Path(loc.file).name}:{loc.line}" if loc is not None else ""
+            msg = _c_string(f"pl.read({e.param}, ...): index of dimension {d} is outside [0, {n}){where}")
+            self.emit(f"if ({_index(off)} < 0 || {_index(off)} >= INT64_C({n})) return ops->fail(o, {msg});")
 
 
 def _c_array(ctype: str, name: str, values) -> str:
@@ -401,11 +506,13 @@ def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = 
     site_ids = {id(s): k for k, (s, _) in enumerate(sites)}
     for s, loop_vars in sites:
         if len(loop_vars) > MAX_INDICES:
+            loops = sum(1 for v in loop_vars if v.name not in {q.name for q in _scalars(program.body)})
             raise PtoCompileError(f"program {program.name}: task {s.name or 'region'} sits in "
-                                  f"{len(loop_vars)} nested pl.range loops; at most {MAX_INDICES}")
+                                  f"{loops} nested pl.range loops and uses {len(loop_vars) - loops} scalars of "
+                                  f"the orchestration; at most {MAX_INDICES} together")
     if graph is _DERIVE:
         graph = program_graph(program)
-        if graph is None:
+        if graph is None and not runtime_shaped(program):
             warn_serial(program)
     tasks = list(graph.tasks) if graph is not None else None  # None: no tables (see warn_serial)
     parts = [generate_c(program, symbol),
@@ -426,11 +533,13 @@ def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = 
         src, f = _access_fn(program, f"{symbol}_a{k}", s, loop_vars)
         parts.append(src)
         flags.append(f)
-    orch = _Orch(site_ids, sites)
+    orch = _Orch(program, site_ids, sites)
     orch.body(program.body)
+    scalars = [f"    int64_t {_index(v)} = 0;" for v in _scalars(program.body)]
+    reads = [f"    {decl}" for decl in orch.read.values()]
     parts += ["", f"static int {symbol}_orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)", "{",
               "    int rc = 0;", f"    int64_t idx[{MAX_INDICES}] = {{0}};", "    (void)args;", "    (void)rc;",
-              *orch.lines, "    return 0;", "}", ""]
+              *reads, *scalars, *orch.lines, "    return 0;", "}", ""]
     site_rows = ",\n    ".join(
         f"{{{_c_string(s.name or f'task{k}')}, {symbol}_s{k}, {len(lv)}, 0}}" for k, (s, lv) in enumerate(sites))
     parts.append(f"static const pto_task_site {symbol}_sites[{len(sites)}] = {{\n    {site_rows}\n}};")
@@ -440,7 +549,7 @@ def generate_program_c(program: Program, symbol: str, graph: TaskGraph | None = 
         parts.append(f"static const pto_scratch_desc {symbol}_scratch[{len(lifetimes)}] = {{\n    {rows}\n}};")
     n = 0
     if tasks is not None:
-        of = _instance_sites(program.body, site_ids)
+        of = _instance_sites(program, site_ids)
         if len(of) != len(tasks):
             raise PtoCompileError(f"program {program.name}: {len(of)} task sites walked, {len(tasks)} tasks")
         preds: list[list[int]] = [[] for _ in tasks]

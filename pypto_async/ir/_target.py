@@ -19,6 +19,7 @@ from ._program_codegen import (
     largest_scope,
     program_graph,
     program_symbol,
+    runtime_shaped,
     warn_serial,
 )
 
@@ -72,6 +73,6 @@ def plan(lowered: Program, *, force: bool = False) -> Target:
     graph = program_graph(lowered)
     if not is_task_program(lowered, force=force):
         return Target(lowered, graph)
-    if graph is None:
+    if graph is None and not runtime_shaped(lowered):  # too many to expand (a runtime-shaped one has none)
         warn_serial(lowered, stacklevel=5)
     return _TaskProgram(lowered, graph)

@@ -25,7 +25,7 @@ import inspect
 import textwrap
 import types
 
-from ._runtime_scalars import runtime_if
+from ._runtime_scalars import loop_carry, runtime_if
 
 __all__ = ["traced_fn"]
 
@@ -99,9 +99,87 @@ def _escapes(stmts) -> str | None:
     return v.found
 
 
+_LOOP = "__pl_loop__"
+
+
+def _carried(node: ast.For) -> list[str]:
+    """Names a loop's body reads before it assigns them, and assigns: each iteration reads the one before's."""
+    read_first: list[str] = []
+    stored: set[str] = set()
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, n):
+            if n.id.startswith("__pl_"):
+                return
+            if isinstance(n.ctx, ast.Load):
+                if n.id not in stored and n.id not in read_first:
+                    read_first.append(n.id)
+            else:
+                stored.add(n.id)
+
+        def visit_Assign(self, n):
+            self.visit(n.value)
+            for t in n.targets:
+                self.visit(t)
+
+        def visit_AnnAssign(self, n):
+            if n.value is not None:
+                self.visit(n.value)
+            self.visit(n.target)
+
+        def visit_AugAssign(self, n):
+            if isinstance(n.target, ast.Name) and n.target.id not in stored and n.target.id not in read_first:
+                read_first.append(n.target.id)
+            self.visit(n.value)
+            self.visit(n.target)
+
+        def visit_FunctionDef(self, n):
+            pass
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+    targets = {x.id for x in ast.walk(node.target) if isinstance(x, ast.Name)}
+    for st in node.body:
+        V().visit(st)
+    return [n for n in read_first if n in stored and n not in targets]
+
+
 class _Rewrite(ast.NodeTransformer):
     def __init__(self):
         self.n = 0
+
+    def visit_For(self, node: ast.For):
+        """A ``pl.range`` loop whose body carries a scalar: the helper gives it one variable for all iterations."""
+        self.generic_visit(node)
+        it = node.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("range", "parallel")):
+            return node
+        names = _carried(node)
+        if not names or node.orelse:
+            return node
+        self.n += 1
+        k = f"__pl_k{self.n}"
+        loc = {"lineno": node.lineno, "col_offset": node.col_offset}
+
+        def name(id_, ctx=ast.Load):
+            return ast.Name(id=id_, ctx=ctx(), **loc)
+
+        def call(fn, *args):
+            return ast.Call(func=fn, args=list(args), keywords=[], **loc)
+
+        def method(m, *args):
+            return call(ast.Attribute(value=name(k), attr=m, ctx=ast.Load(), **loc), *args)
+
+        tup = ast.Tuple(elts=[ast.Constant(value=n, **loc) for n in names], ctx=ast.Load(), **loc)
+
+        def rebind(value):
+            return ast.Assign(targets=[ast.Tuple(elts=[name(n, ast.Store) for n in names], ctx=ast.Store(), **loc)],
+                              value=value, **loc)
+
+        locals_ = call(name("locals"))
+        setup = ast.Assign(targets=[name(k, ast.Store)], value=call(name(_LOOP), tup, locals_), **loc)
+        node.body = [*node.body, rebind(method("next", call(name("locals"))))]
+        return [setup, rebind(method("enter")), node, rebind(method("exit", call(name("locals"))))]
 
     def visit_If(self, node: ast.If):
         self.generic_visit(node)
@@ -158,7 +236,7 @@ def _rewrite(fn):
         return fn
     fdef = defs[0]
     nodes = list(ast.walk(fdef))
-    if not any(isinstance(n, ast.If) for n in nodes):
+    if not any(isinstance(n, (ast.If, ast.For)) for n in nodes):
         return fn
     if any(isinstance(n, (ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
         return fn  # rebuilt, a nonlocal would bind a copy of the cell; generators are not kernels
@@ -168,7 +246,7 @@ def _rewrite(fn):
     free = fn.__code__.co_freevars
     maker = ast.FunctionDef(
         name="__pl_make__",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in (_HELPER, *free)], kwonlyargs=[],
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in (_HELPER, _LOOP, *free)], kwonlyargs=[],
                            kw_defaults=[], defaults=[]),
         body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
         decorator_list=[], lineno=fdef.lineno, col_offset=0, end_lineno=fdef.end_lineno, end_col_offset=0)
@@ -180,7 +258,7 @@ def _rewrite(fn):
         return fn
     namespace: dict = {}
     exec(code, fn.__globals__, namespace)  # noqa: S102 - the kernel's own source, rewritten
-    new = namespace["__pl_make__"](runtime_if, *cells)
+    new = namespace["__pl_make__"](runtime_if, loop_carry, *cells)
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__annotations__ = fn.__annotations__

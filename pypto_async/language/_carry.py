@@ -213,7 +213,9 @@ def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
     inits, carries = [], []
     for i, t in enumerate(init_values):
         if isinstance(t, TensorArg):
-            if getattr(t, "origin", None) is not None:
+            params = (getattr(tracer, "func_attrs", None) or {}).get("params", ())
+            kernel_param = any(t is p for p in params)  # a program kernel's parameter: its whole tensor to the kernel
+            if getattr(t, "origin", None) is not None and not kernel_param:
                 raise compile_error(f"pl.range init_values[{i}] is a window of {t.name!r}: carry a whole tensor "
                                     f"or a tile", loop_loc)
             carries.append(t)
@@ -237,6 +239,8 @@ def yield_(*values):
     t = current("pl.yield_")
     loc = user_loc()
     loop = t.carry_loops[-1] if getattr(t, "carry_loops", None) else None
+    if (loop is None or loop.depth != len(t.blocks)) and t.frames and t.frames[-1] in ("if", "else"):
+        return values[0] if len(values) == 1 else values  # PyPTO's 'x = pl.yield_(v)' in a branch: the if's value
     if loop is None or loop.depth != len(t.blocks):
         raise compile_error("pl.yield_ belongs directly in the body of a pl.range(..., init_values=...) loop", loc)
     if loop.yielded is not None:
@@ -267,7 +271,7 @@ def yield_(*values):
         t.append(s)
     loop.yielded = len(t.blocks[-1])
     out = tuple(c if isinstance(c, TensorArg) else Index(c) if isinstance(c, IVar) else Tile(c) for c in loop.carries)
-    return out[0] if len(out) == 1 else out
+    return out[0] if len(out) == 1 else out  # one value: also '(x,) = pl.yield_(v)' (see _tracer's __iter__)
 
 
 def _tensor_yield(t, i: int, c: TensorArg, v, loc) -> list:
@@ -281,7 +285,7 @@ def _tensor_yield(t, i: int, c: TensorArg, v, loc) -> list:
     tensor.
     """
     if isinstance(v, TensorArg):
-        if v.name != c.name or getattr(v, "origin", None) is not None:
+        if v is not c and (v.name != c.name or getattr(v, "origin", None) is not None):
             raise compile_error(f"pl.yield_ value {i} is {v!r}, but init_values[{i}] carries the tensor {c.name!r}: "
                                 f"yield that tensor (what pl.store returned) or a tile of its shape", loc)
         return []

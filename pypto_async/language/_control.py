@@ -139,12 +139,23 @@ def _int(x, what: str) -> int:
     return x
 
 
+def _contains(e, part) -> bool:
+    """Whether index expression `part` occurs in `e` (a value computed from it)."""
+    if e == part:
+        return True
+    return any(_contains(getattr(e, f), part) for f in ("a", "b") if hasattr(e, f))
+
+
 class range:  # noqa: A001
     """Loop over ``range(start, stop, step)`` in the generated code, not at trace time.
 
     ``for i in pl.range(0, n, 64):`` traces its body once; ``i`` is an
     :class:`Index` you can use (with ``+ - * // %`` and ints) in load and
-    store offsets.  Bounds are Python ints; the step must be positive.
+    store offsets.  Bounds are Python ints, or runtime scalars (``pl.read``
+    values, scalar parameters, expressions of them and loop indices): in a
+    region the kernel loops over them, in an orchestration the device's
+    orchestration does (its tasks' edges are then resolved as they are
+    submitted).  The step is a positive int.
 
     A tile name rebound in the body is carried from one iteration to the
     next, as in Python (``acc = pl.add(acc, t)`` accumulates).  With
@@ -203,14 +214,6 @@ class range:  # noqa: A001
                 t.append(s)
         self._var = t.new_index("i")
         if self._dynamic:
-            if "at" not in t.frames:
-                what, bad = next((w, b) for w, b in zip(("start", "stop"), self._raw) if not is_int(b))
-                raise compile_error(f"{self._kind} {what} must be a Python int, got {bad!r} (a runtime bound, a "
-                                    f"loop index or a pl.read scalar, is taken inside a pl.at region or an InCore "
-                                    f"function: the orchestration's loops make the program's task graph, which is "
-                                    f"fixed when it is compiled here)", self._loc)
-            if self._init is not None:
-                raise compile_error(f"{self._kind}(..., init_values=) takes int bounds here", self._loc)
             t.ranges[self._var.name] = RUNTIME
         else:
             n = len(builtins.range(self.start, self.stop, self.step))
@@ -218,6 +221,9 @@ class range:  # noqa: A001
             t.ranges[self._var.name] = (self.start, last)
         t.open_block("range")
         self._before = tile_locals(frame)
+        # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
+        self._scalars = {} if "at" in t.frames else {
+            n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
         self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
         index = Index(self._var)
         if carries is None:
@@ -235,7 +241,19 @@ class range:  # noqa: A001
                 raise compile_error("pl.yield_ must be the last statement of the loop body", self._loc)
         body = t.close_block()
         del t.ranges[self._var.name]
-        inits, body = carry_rebound(t, self._before, frame, body, self._loc, self._scratch)
+        for name, old in self._scalars.items():
+            new = frame.f_locals.get(name)
+            if isinstance(new, Index) and new is not old and _contains(new.expr, to_index(old, name)):
+                raise compile_error(f"{name!r} is rebound in a {self._kind} loop of the orchestration (to {new!r}): "
+                                    f"a scalar carried from one iteration to the next is not supported in an "
+                                    f"orchestration here (compute it in a task, or pass it in a tensor and "
+                                    f"pl.read it)", self._loc)
+        before = self._before
+        if self._init is not None:  # a name bound to what pl.yield_ returned holds an explicit carry already
+            explicit = {getattr(c, "id", None) for c in self.carries}
+            now = tile_locals(frame)
+            before = {n: v for n, v in before.items() if not (n in now and now[n].var.id in explicit)}
+        inits, body = carry_rebound(t, before, frame, body, self._loc, self._scratch)
         for s in inits:
             t.append(s)
         if self._dynamic:

@@ -13,7 +13,7 @@ from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
 from ._memory import _tile, pad_name, record, valid_extents
-from ._tracer import Tile, current, to_index, user_loc
+from ._tracer import TensorArg, Tile, current, to_index, user_loc
 
 __all__ = [
     "reshape",
@@ -64,6 +64,10 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """
     t = current("pl.slice")
     loc = user_loc()
+    if isinstance(tile, TensorArg):  # PyPTO's pl.slice of a tensor: a window of it (pl.tensor.slice)
+        from .tensor import slice as tensor_slice
+
+        return tensor_slice(tile, shape, offset, valid_shape)
     tl = _tile(tile, "pl.slice")
     offs = tuple(to_index(o) for o in offset)
     expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))

@@ -412,6 +412,11 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
         raise compile_error(f"pl.create_tensor: memory_type must be pl.MemorySpace.DDR, got {memory_type!r} "
                             f"(a tensor lives in DDR; make an on-chip buffer with pl.create_tile)", loc)
     shape = tuple(shape)
+    runtime = next((d for d in shape if isinstance(d, Index)), None)
+    if runtime is not None:  # an extent read when the program runs (pl.read): the heap is planned before
+        raise compile_error(f"pl.create_tensor: shape {list(shape)} has the extent {runtime!r}, a value known only "
+                            f"when the program runs; an intermediate's shape is fixed when the program is compiled "
+                            f"here (use an int, e.g. the tensor's pl.tensor.dim)", loc)
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise compile_error(f"pl.create_tensor: shape must be a list of positive ints, got {list(shape)}", loc)
     try:
@@ -746,8 +751,10 @@ class ProgramDef:
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from ._branch import traced_fn
+
         with tracing(tracer):
-            result = orch.fn(me, *proxies)
+            result = traced_fn(orch.fn)(me, *proxies)  # an if on a runtime scalar: both branches, as in a kernel
         if len(tracer.blocks) != 1:
             raise compile_error(f"{self.name}: a pl.range loop did not finish (break is not supported)", orch.loc)
         if tracer.block_num is not None:

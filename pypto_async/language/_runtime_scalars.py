@@ -25,7 +25,7 @@ from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, Move, 
 from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
-__all__ = ["read", "write", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
+__all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "INTEGER_DTYPES"]
 
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
 
@@ -69,7 +69,11 @@ def read(tensor, indices) -> Index:
     offs = []
     for d, (i, base) in enumerate(zip(indices, origin)):
         e = to_index(i, "pl.read index")
-        lo, hi = index_range(e, t.ranges, loc)
+        bounds = index_range(e, t.ranges, loc, runtime_ok=True)  # None: checked when it is read
+        if bounds is None:
+            offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
+            continue
+        lo, hi = bounds
         if lo < 0 or hi >= tensor.shape[d]:
             raise compile_error(f"pl.read: index [{lo}..{hi}] of dimension {d} is outside "
                                 f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
@@ -81,19 +85,19 @@ def read(tensor, indices) -> Index:
 
 
 def _deferred(t, value: IRead, loc) -> Index:
-    """A ``pl.read`` in the orchestration (outside every region): read where the value is used.
+    """A ``pl.read`` in the orchestration (outside every region): read when the orchestration runs.
 
-    PyPTO's orchestration reads the element when it runs, on the device's
-    control processor.  Here a program's task graph is fixed when it is
-    compiled, so the value cannot shape it: it is read by each task that uses
-    it (an offset of a window, an offset or extent inside a region), which
-    gives the same value because the tensor is an input of the program that
-    no task writes.  A task whose window moves with it counts the whole
-    tensor as accessed when the task graph is computed (more edges, never
-    fewer).  Used where the graph needs it (a ``pl.range`` bound in the
-    orchestration, a tensor's shape), it is a compile error.
+    As PyPTO's orchestration does on the device's control processor: the
+    element is read into a variable of the orchestration (after the
+    program's inputs are ready, when the orchestration reaches it), and a
+    task that uses the value captures it when it is submitted, as it
+    captures a loop index.  It may bound a ``pl.range`` or decide an ``if``
+    around kernel calls: such a program's task graph is then known only
+    when it runs, and the device resolves each task's edges as it is
+    submitted.  An index known only at run time is checked there (the
+    launch fails naming the read).  Tensor shapes must still be ints.
     """
-    return Index(value)
+    return _bind(t, value, loc)
 
 
 def write(tensor, indices, value) -> None:
@@ -188,7 +192,6 @@ class runtime_if:
             return
         self.t = current("if")
         self.loc = user_loc()
-        _in_region(self.t, "an if on a runtime scalar or a loop index", self.loc)
         self.before = dict(before)
         e = cond.expr
         if not (isinstance(e, IBin) and e.op in ("==", "!=", "<", "<=", ">", ">=")):
@@ -282,3 +285,58 @@ class runtime_if:
 class _Pending:
     def __init__(self, expr):
         self.expr = expr
+
+
+class loop_carry:
+    """Scalars a ``pl.range`` loop of a ``@pl.program``'s orchestration carries (as the rewritten function drives it).
+
+    ``m = 0; for b in pl.range(n): m = pl.max(m, pl.read(lens, [b]))``: the
+    body, traced once, reads ``m`` from the iteration before.  The rewrite
+    (:mod:`._branch`) hands such names here: each int or index among them
+    gets one variable of the orchestration, set before the loop, read by the
+    body, and set from its new value at the end of each iteration (all of
+    them at once, as a parallel assignment); after the loop the name reads
+    the variable.  Anywhere else (a kernel, a region, a value that is not an
+    int or an index) the names pass through unchanged.
+    """
+
+    def __init__(self, names: tuple, now: dict):
+        from ._tracer import _state
+
+        self.names = names
+        self.values = [now.get(n, _Undefined(n)) for n in names]
+        t = getattr(_state, "tracer", None)
+        self.t = t if t is not None and getattr(t, "is_program", False) and "at" not in t.frames else None
+        self.vars: dict[str, Index] = {}
+
+    def enter(self) -> tuple:
+        if self.t is None:
+            return tuple(self.values)
+        loc = user_loc()
+        out = []
+        for n, v in zip(self.names, self.values):
+            if isinstance(v, Index) or isinstance(v, int) and not isinstance(v, bool):
+                self.vars[n] = _bind(self.t, to_index(v, n), loc)
+                out.append(self.vars[n])
+            else:
+                out.append(v)
+        return tuple(out)
+
+    def next(self, now: dict) -> tuple:
+        """End an iteration: the carried variables take the names' new values; the names read them again."""
+        if self.t is not None and self.vars:
+            loc = user_loc()
+            pending = [(self.vars[n].expr, now.get(n)) for n in self.names if n in self.vars]
+            temps = []
+            for var, new in pending:
+                if not (isinstance(new, Index) or isinstance(new, int) and not isinstance(new, bool)):
+                    raise compile_error(f"a scalar carried by this pl.range loop of the orchestration is rebound "
+                                        f"to {new!r}; it must stay an int or an index", loc)
+                temps.append((var, _bind(self.t, to_index(new, var.name), loc).expr))
+            for var, tmp in temps:
+                self.t.append(SetIndex(var, tmp, loc))
+        return tuple(self.vars.get(n, now.get(n, v)) for n, v in zip(self.names, self.values))
+
+    def exit(self, now: dict) -> tuple:
+        """After the loop: a carried name reads its variable; any other keeps what the loop left in it."""
+        return tuple(self.vars.get(n, now.get(n, v)) for n, v in zip(self.names, self.values))

@@ -174,6 +174,10 @@ class TensorArg:
 
     __lt__ = __le__ = __gt__ = __ge__ = _compare
 
+    def __iter__(self):
+        """One value: ``(t,) = pl.yield_(t_next)``, PyPTO's form for one carried value, unpacks to the tensor."""
+        return iter((self,))
+
     def __getitem__(self, key):
         """A window of the tensor (``t[0:64, :]``) to pass to a program's kernel."""
         from ._program import window
@@ -238,6 +242,10 @@ class Tile:
     __mul__, __rmul__ = _binop("mul"), _rbinop("mul")
     __truediv__, __rtruediv__ = _binop("div"), _rbinop("div")
     __matmul__ = _binop("matmul")
+
+    def __iter__(self):
+        """One value: ``(t,) = pl.yield_(t_next)``, PyPTO's form for one carried value, unpacks to the tile."""
+        return iter((self,))
 
     def __neg__(self):
         from . import _ops

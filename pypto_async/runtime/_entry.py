@@ -101,5 +101,23 @@ def _dispatch_with_config(compiled, args, config):
     worker = ChipWorker.current(platform=cfg.platform, device_id=cfg.device_id)
     if worker is not None:
         return worker.register(compiled)(*args, config=cfg)
-    with ChipWorker(config=cfg) as worker:
+    with ChipWorker(config=_sized(cfg, args)) as worker:
         return worker.register(compiled)(*args, config=cfg)
+
+
+_GIB = 1 << 30
+
+
+def _sized(cfg, args):
+    """`cfg` for a worker opened for one call: device memory (left unset: 1 GiB) that holds the call's arrays.
+
+    The worker exists for this call alone, so what the call passes (copied to
+    the device for the launch) sizes it, with room beside them for the
+    program's intermediates, rounded up to whole GiB.
+    """
+    if cfg.device_memory is not None:
+        return cfg
+    need = sum(int(getattr(a, "nbytes", 0) or 0) for a in args if not isinstance(a, (int, float, bool)))
+    if need * 5 // 4 + (256 << 20) <= _GIB:
+        return cfg
+    return cfg.replace(device_memory=-(-(need * 5 // 4 + (256 << 20)) // _GIB) * _GIB)

@@ -236,6 +236,10 @@ def run(program, *tensors, config=None, golden=None, outputs=None, test_name: st
     Returns
     -------
     RunResult
+        Or, given no tensors (and no `golden` or `outputs`), the compiled
+        program itself, as PyPTO's ``run(program, config=...)`` returns it:
+        call it with the tensors (``compiled(*tensors, config=...)``); a
+        compile error is raised then.
 
     Raises
     ------
@@ -254,6 +258,9 @@ def run(program, *tensors, config=None, golden=None, outputs=None, test_name: st
         return RunResult(test_name=test_name, execution_time=time.perf_counter() - t_start, profile=profile,
                          **fields)
 
+    if not tensors and golden is None and outputs is None:
+        # PyPTO's compile-only form, run(program, config=...): the compiled program, to call with tensors.
+        return _compile(program, tensors, cfg, _work_dir(cfg, name))
     try:
         compiled = _compile(program, tensors, cfg, _work_dir(cfg, name))
     except PtoArgumentError:

@@ -208,18 +208,24 @@ def test_a_read_outside_a_region_is_taken_by_the_tasks_that_use_it(launcher, rng
         assert torch.equal(out, x[[cfg[0] - 1, cfg[1] - 1]] + 1)
 
 
-def test_a_read_outside_a_region_cannot_shape_the_task_graph():
-    where = []
+def test_a_read_outside_a_region_bounds_a_loop_of_regions_when_it_runs(launcher, rng):
+    """The orchestration reads the trip count when it runs (PyPTO's device orchestration): one artifact, any count."""
 
     @pl.jit
     def k(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
         n = pl.read(cfg, [0])
-        where.append(next_line())
-        for _ in pl.range(n):
+        for i in pl.range(n):
             with pl.at(level=pl.Level.CORE_GROUP):
-                pl.store(pl.load(x, [0, 0], [Q, C]), [0, 0], out)
+                pl.store(pl.exp(pl.load(x, [i, 0], [1, C])), [i, 0], out)
+        return out
 
-    assert_at(_error(k), where[0], "must be a Python int")
+    x = torch.from_numpy(rng.standard_normal((Q, C)).astype(np.float32))
+    compiled = k.compile(x, torch.tensor([1], dtype=torch.int64), torch.zeros(Q, C))
+    assert compiled.kind == "program" and compiled.task_graph is None  # resolved on the device as it submits
+    for n in (3, Q, 0):
+        out = torch.from_numpy(poison((Q, C)))
+        launcher.run(compiled, x, torch.tensor([n], dtype=torch.int64), out)
+        torch.testing.assert_close(out[:n], torch.exp(x[:n]))
 
 
 def test_read_of_a_float_tensor_and_of_an_output():
@@ -315,17 +321,20 @@ def test_a_runtime_scalar_as_a_tile_slice_offset():
     assert_at(_error(k), where[0], "is a runtime scalar", "cannot be used here")
 
 
-def test_a_runtime_range_outside_a_region():
-    where = []
-
+def test_a_runtime_range_outside_a_region_over_a_scalar_parameter(launcher, rng):
     @pl.jit
     def k(x: pl.Tensor, n: pl.Scalar[pl.INDEX], out: pl.Out[pl.Tensor]):
-        where.append(next_line())
-        for i in pl.range(n):
-            pass
+        for i in pl.range(1, n):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                pl.store(pl.add(pl.load(x, [i, 0], [1, C]), 1.0), [i, 0], out)
+        return out
 
-    assert_at(_error(k, X, 3, X.copy()), where[0], "pl.range stop must be a Python int",
-              "is taken inside a pl.at region")
+    x = torch.from_numpy(rng.standard_normal((Q, C)).astype(np.float32))
+    compiled = k.compile(x, 3, torch.zeros(Q, C))
+    for n in (5, 1):
+        out = torch.from_numpy(poison((Q, C)))
+        launcher.run(compiled, x, n, out)
+        torch.testing.assert_close(out[1:n], x[1:n] + 1)
 
 
 @pl.program

@@ -182,3 +182,108 @@ def test_paged_attention_matches_a_gather_and_sdpa_over_the_same_block_table():
         compiled(query, key_cache, value_cache, block_table, context_lens, out)
         want = _paged_reference(query, key_cache, value_cache, block_table, context_lens)
         torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+
+
+# ---- paged attention with its loops bounded at run time (04's orchestration form) ------------
+
+@pl.function(type=pl.FunctionType.InCore)
+def online_update_flagged(mij: pl.Tensor[[16, 1], pl.FP32], lij: pl.Tensor[[16, 1], pl.FP32],
+                          oi_new: pl.Tensor[[16, D], pl.FP32], mi: pl.InOut[pl.Tensor[[16, 1], pl.FP32]],
+                          li: pl.InOut[pl.Tensor[[16, 1], pl.FP32]], oi: pl.InOut[pl.Tensor[[16, D], pl.FP32]],
+                          dst: pl.Out[pl.Tensor[[16, D], pl.FP32]], is_first: pl.Scalar[pl.BOOL],
+                          is_last: pl.Scalar[pl.BOOL]):
+    m_j, l_j = pl.load(mij, [0, 0], [16, 1]), pl.load(lij, [0, 0], [16, 1])
+    o_j = pl.load(oi_new, [0, 0], [16, D])
+    if is_first:
+        m, l, o = m_j, l_j, o_j  # noqa: E741
+    else:
+        m_old, l_old, o_old = pl.load(mi, [0, 0], [16, 1]), pl.load(li, [0, 0], [16, 1]), pl.load(oi, [0, 0], [16, D])
+        m = pl.maximum(m_old, m_j)
+        alpha, beta = pl.exp(pl.sub(m_old, m)), pl.exp(pl.sub(m_j, m))
+        l = pl.add(pl.mul(alpha, l_old), pl.mul(beta, l_j))  # noqa: E741
+        o = pl.add(pl.row_expand_mul(o_old, alpha), pl.row_expand_mul(o_j, beta))
+    mi = pl.store(m, [0, 0], mi)
+    li = pl.store(l, [0, 0], li)
+    oi = pl.store(o, [0, 0], oi)
+    if is_last:
+        dst = pl.store(pl.row_expand_div(o, l), [0, 0], dst)
+    return mi, li, oi, dst
+
+
+@pl.program
+class PagedAttentionRuntime:
+    """04's orchestration: the batch from config[0], each request's block count from its context length."""
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def paged_attention(self, query: pl.Tensor[[BATCH * HEADS, D], pl.BF16],
+                        key_cache: pl.Tensor[[POOL * BS, D], pl.BF16],
+                        value_cache: pl.Tensor[[POOL * BS, D], pl.BF16],
+                        block_table: pl.Tensor[[BATCH * MAXB], pl.INT32],
+                        context_lens: pl.Tensor[[BATCH], pl.INT32],
+                        out: pl.Out[pl.Tensor[[BATCH * HEADS, D], pl.FP32]],
+                        config: pl.Tensor[[2], pl.INT64]):
+        batch = pl.tensor.read(config, [0])
+        block_num = pl.tensor.read(config, [1])
+        for b in pl.range(batch):
+            cur = pl.tensor.read(context_lens, [b])
+            bn_this = (cur + BS - 1) // BS
+            for qh in pl.range(HEADS // 16):
+                row = b * HEADS + qh * 16
+                mi = pl.create_tensor([16, 1], dtype=pl.FP32)
+                li = pl.create_tensor([16, 1], dtype=pl.FP32)
+                oi = pl.create_tensor([16, D], dtype=pl.FP32)
+                for bn in pl.range(bn_this):
+                    blk = pl.tensor.read(block_table, [b * block_num + bn])
+                    kj = pl.slice(key_cache, [BS, D], [blk * BS, 0])
+                    vj = pl.slice(value_cache, [BS, D], [blk * BS, 0])
+                    qi = pl.slice(query, [16, D], [row, 0])
+                    sij = qk_matmul(qi, kj, pl.create_tensor([16, BS], dtype=pl.FP32))
+                    valid = pl.min(BS, cur - bn * BS)
+                    pij, mij, lij = softmax_prepare(sij, 1.0 / math.sqrt(D), valid,
+                                                    pl.create_tensor([16, BS], dtype=pl.BF16),
+                                                    pl.create_tensor([16, 1], dtype=pl.FP32),
+                                                    pl.create_tensor([16, 1], dtype=pl.FP32))
+                    oi_new = pv_matmul(pij, vj, pl.create_tensor([16, D], dtype=pl.FP32))
+                    if bn == 0:
+                        is_first = pl.yield_(1)
+                    else:
+                        is_first = pl.yield_(0)
+                    if bn == bn_this - 1:
+                        is_last = pl.yield_(1)
+                    else:
+                        is_last = pl.yield_(0)
+                    dst = pl.slice(out, [16, D], [row, 0])
+                    mi, li, oi, dst = online_update_flagged(mij, lij, oi_new, mi, li, oi, dst, is_first, is_last)
+        return out
+
+
+def _paged_reference_ragged(query, key_cache, value_cache, block_table, context_lens, batch):
+    out = torch.full((BATCH, HEADS, D), float("nan"))
+    kc, vc = key_cache.float().view(POOL, BS, D), value_cache.float().view(POOL, BS, D)
+    table = block_table.view(BATCH, MAXB).long()
+    for b in range(batch):
+        n = int(context_lens[b])
+        nb = -(-n // BS)
+        k = kc[table[b, :nb]].reshape(nb * BS, D)[:n]  # the request's blocks, in table order
+        v = vc[table[b, :nb]].reshape(nb * BS, D)[:n]
+        out[b] = F.scaled_dot_product_attention(query.float().view(BATCH, HEADS, D)[b], k, v)
+    return out.view(BATCH * HEADS, D)
+
+
+def test_paged_attention_with_runtime_bounds_matches_a_gather_and_sdpa():
+    """One artifact, any batch and any context lengths up to the table's row: the loops are bounded on the device."""
+    g = torch.Generator().manual_seed(9)
+    query = torch.randn(BATCH * HEADS, D, generator=g).bfloat16()
+    key_cache = torch.randn(POOL * BS, D, generator=g).bfloat16()
+    value_cache = torch.randn(POOL * BS, D, generator=g).bfloat16()
+    compiled = ir.compile(PagedAttentionRuntime)
+    assert compiled.kind == "program" and compiled.task_graph is None  # its task count is the lengths'
+    for batch, lens in ((2, [MAXB * BS, 5]), (2, [BS + 1, (MAXB - 1) * BS - 7]), (1, [2 * BS, 0])):
+        context_lens = torch.tensor(lens, dtype=torch.int32)
+        block_table = torch.randperm(POOL, generator=g)[:BATCH * MAXB].to(torch.int32)
+        out = torch.full((BATCH * HEADS, D), float("nan"))
+        compiled(query, key_cache, value_cache, block_table, context_lens, out,
+                 torch.tensor([batch, MAXB], dtype=torch.int64))
+        want = _paged_reference_ragged(query, key_cache, value_cache, block_table, context_lens, batch)
+        rows = batch * HEADS
+        torch.testing.assert_close(out[:rows], want[:rows], rtol=2e-2, atol=2e-2)

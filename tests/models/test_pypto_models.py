@@ -44,6 +44,13 @@ RUNS = {
     "examples/models/01_ffn.py": "matched",
     "examples/models/02_vector_dag.py": "matched",
     "examples/models/03_flash_attention.py": "ran",
+    # Their orchestrations loop over context_lens read when they run (device-resolved edges); 06 at its
+    # own sizes (64 requests of 8192 tokens: 64 x (1 + 64 x 4) = 16448 tasks, 1 GiB of KV cache) takes about
+    # 2 minutes here.
+    "examples/models/06_paged_attention_dynamic.py": "matched",
+    "examples/models/07_paged_attention_multi_config.py": "matched",
+    # It compiles its program and prints it (test_pypto_batch_paged_attention_matches_a_gather_and_sdpa runs it).
+    "examples/models/05_paged_attention_batch.py": "ran",
     "examples/models/08_llama_mini.py": "ran",
     # It lowers its layer and lists the functions; the runner says "matched" for it because it
     # imports torch (its check heuristic), though the file compares nothing.
@@ -51,7 +58,7 @@ RUNS = {
 }
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)  # 06 alone runs about two minutes at its own sizes
 def test_pypto_model_programs_run_unchanged_but_for_import_and_platform():
     r = _runner()
     progs = [p for p in r.file_programs(PYPTO / "examples", PYPTO) if p.name in RUNS]
@@ -135,3 +142,56 @@ def test_pypto_qwen3_decode_at_its_shapes_writes_the_kv_cache_as_torch_does(qwen
     others = torch.ones(C.CACHE_ROWS, dtype=torch.bool)
     others[rows] = False
     assert torch.equal(a["k_cache"][others], k_before[others]) and torch.equal(a["v_cache"][others], v_before[others])
+
+
+@pytest.fixture(scope="module")
+def batch_paged_attention(tmp_path_factory):
+    """PyPTO's 05_paged_attention_batch, adapted (import and platform), imported as a module."""
+    adapt = _runner().adapt
+    root = tmp_path_factory.mktemp("pypto_05")
+    src = MODELS / "05_paged_attention_batch.py"
+    (root / "batch05.py").write_text(adapt(src.read_text(encoding="utf-8")), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("pypto_batch05", root / "batch05.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pypto_batch_paged_attention_matches_a_gather_and_sdpa(batch_paged_attention):
+    """05 only compiles its program (its main prints it); here it runs, against a gather + SDPA of each request.
+
+    Its orchestration reads batch, heads and block size from its config tensor and loops up to the longest
+    request's block count (a scalar carried across a loop of the orchestration), all when it runs.
+    """
+    import struct
+
+    import torch.nn.functional as F
+
+    batch, heads, dim, bs, maxb = 2, 16, 16, 16, 4
+    prog = batch_paged_attention.BuildBatchPagedAttentionProgram(
+        batch=batch, num_heads=heads, head_dim=dim, block_size=bs, max_num_blocks_per_req=maxb)
+    from pypto_async import ir
+
+    compiled = ir.compile(prog)
+    g = torch.Generator().manual_seed(5)
+    pool = batch * maxb
+    query = torch.randn(batch * heads, dim, generator=g).bfloat16()
+    key_cache = torch.randn(pool * bs, dim, generator=g).bfloat16()
+    value_cache = torch.randn(pool * bs, dim, generator=g).bfloat16()
+    for ctx in (3 * bs - 5, maxb * bs):  # a partial last block, then every slot
+        context_lens = torch.full((batch,), ctx, dtype=torch.int32)
+        block_table = torch.randperm(pool, generator=g).to(torch.int32)
+        config = torch.tensor([batch, heads, 1, dim, bs, maxb, struct.unpack("I", struct.pack("f", 1.0))[0]],
+                              dtype=torch.int64)
+        out = torch.full((batch * heads, dim), float("nan"))
+        sizes = [torch.tensor([t.numel() * t.element_size()], dtype=torch.int64) for t in (query, key_cache, value_cache)]
+        compiled(query, key_cache, value_cache, block_table, context_lens, out, config, *sizes)
+        kc, vc = key_cache.float().view(pool, bs, dim), value_cache.float().view(pool, bs, dim)
+        table = block_table.view(batch, maxb).long()
+        nb = -(-ctx // bs)
+        want = torch.empty(batch, heads, dim)
+        for b in range(batch):
+            k = kc[table[b, :nb]].reshape(nb * bs, dim)[:ctx]
+            v = vc[table[b, :nb]].reshape(nb * bs, dim)[:ctx]
+            want[b] = F.scaled_dot_product_attention(query.float().view(batch, heads, dim)[b], k, v, scale=1.0)
+        torch.testing.assert_close(out, want.view(batch * heads, dim), rtol=2e-2, atol=2e-2)
