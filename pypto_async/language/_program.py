@@ -490,6 +490,12 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             untracked.append(arg.name)
     from .array import split_deps
 
+    spmd_call = getattr(t, "spmd_call", None)
+    if spmd_call is not None and core_num is None:  # the first call inside `with pl.spmd(n, ...) [as tid]:`
+        t.spmd_call = None
+        deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
+        hints = (*hints, *spmd_call["hints"])
+        name_hint = name_hint or spmd_call["name_hint"]
     deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):

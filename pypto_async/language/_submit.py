@@ -107,6 +107,8 @@ def get_block_idx():
     index = getattr(t, "block_index", None)
     if index is None and getattr(t, "spmd_index", None) is not None and t.in_spmd:
         index = t.spmd_index
+    if index is not None:
+        t.block_index_read = True  # a `with pl.spmd(n):` body must read it
     if index is None:
         raise compile_error("pl.tile.get_block_idx() is the block index of a pl.spmd_submit kernel or a pl.spmd "
                             "body; there is none here", user_loc())
