@@ -74,7 +74,7 @@ class _Function:
         from ._tracer import _state
 
         t = getattr(_state, "tracer", None)
-        if t is None or self.type is not FunctionType.InCore:
+        if t is None or self.type not in (FunctionType.InCore, FunctionType.Opaque):
             raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it (as self.{self.fn.__name__}"
                                   f"(...) for a method) inside the orchestration, and compile the program with "
                                   f"ir.compile")
@@ -88,10 +88,17 @@ class _Function:
                          name_hint=name_hint, deps=deps)
 
 
-def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
+def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: str | None = None,  # noqa: A002
              auto_scope: bool = True, attrs: dict | None = None, strict_ssa: bool = False,
              level: Level | None = None, role=None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
+
+    The default type is PyPTO's ``Opaque``: a function that takes its plane
+    from where it is used.  In a program with an orchestration, an Opaque
+    function the orchestration calls is a kernel (each call one task, its
+    body outlined as one InCore function, as PyPTO's passes do with plain
+    tile code); in a program without one, the one Opaque function is the
+    entry, holding its own ``pl.at`` regions.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
     (``with pl.scope():``), as on ``@pl.jit``.  ``attrs=`` on an InCore function takes
@@ -206,7 +213,7 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
 
     if not isinstance(attrs, dict):
         raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
-    if attrs and type_ is not FunctionType.InCore:
+    if attrs and type_ not in (FunctionType.InCore, FunctionType.Opaque):
         raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
     hints = []
     for key, value in attrs.items():
@@ -635,12 +642,19 @@ class ProgramDef:
         self.host_functions = {v.name: v for v in vars(cls).values() if isinstance(v, HostLevelFunction)}
         fns = {k: v for k, v in vars(cls).items() if isinstance(v, _Function)}
         self._all = fns
-        self.kernels = {k: f for k, f in fns.items() if f.type is FunctionType.InCore}
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
+        # An Opaque function takes its plane from its use: beside an orchestration (or with other
+        # kernels and no orchestration) it is a kernel the orchestration calls.
+        kernel_types = (FunctionType.InCore, FunctionType.Opaque) if orch or len(opaque) != 1 else \
+            (FunctionType.InCore,)
+        self.kernels = {k: f for k, f in fns.items() if f.type in kernel_types}
+        counts = (len(orch), len(opaque))
+        if orch or len(opaque) > 1:
+            opaque = []
         # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
         # A class of InCore functions alone is a program too (a library of kernels), with nothing to compile.
-        self._entries = (len(orch), len(opaque))
+        self._entries = counts
         if len(orch) == 1 and not opaque or not orch and len(opaque) == 1 or self.host_functions and orch:
             self.orchestration = (orch or opaque)[0]  # with HOST functions: one chip program; each is an entry
         elif not orch and not opaque:

@@ -1,0 +1,72 @@
+"""PyPTO's ``@pl.function`` default type, ``Opaque`` (language/01-functions): a function that takes its
+plane from where it is used.
+
+Programs in PyPTO's style, checked against torch on random data with outputs poisoned first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pypto_async.language as pl
+from pypto_async import ir
+from pypto_async.errors import PtoCompileError
+
+
+def _nan(*shape):
+    return torch.full(shape, float("nan"))
+
+
+def test_a_bare_pl_function_is_opaque():
+    @pl.function
+    def f(self, x: pl.Tensor[[16, 16], pl.FP32]):
+        return x
+
+    assert f.func_type is pl.FunctionType.Opaque
+
+
+@pl.program
+class Called:
+    """A bare @pl.function beside an orchestration is a kernel: each call one task."""
+
+    @pl.function
+    def scale(self, x: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        out = pl.store(pl.mul(pl.load(x, [0, 0], [64, 64]), 2.0), [0, 0], out)
+        return out
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, x: pl.Tensor[[64, 64], pl.FP32], mid: pl.Out[pl.Tensor[[64, 64], pl.FP32]],
+             out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        mid = self.scale(x, mid)
+        out = self.scale(mid, out)
+        return mid, out
+
+
+def test_an_opaque_function_an_orchestration_calls_is_a_kernel(launcher):
+    assert Called.functions["scale"].func_type is pl.FunctionType.Opaque
+    compiled = ir.compile(Called)
+    assert len(compiled.task_graph.tasks) == 2
+    x, mid, out = torch.randn(64, 64), _nan(64, 64), _nan(64, 64)
+    launcher.run(compiled, x, mid, out)
+    torch.testing.assert_close(out, x * 4.0, rtol=1e-6, atol=1e-6)
+
+
+@pl.program
+class Alone:
+    """A bare @pl.function alone is the program's entry; its plain tile body is outlined as one InCore function."""
+
+    @pl.function
+    def k(self, x: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        out = pl.store(pl.exp(pl.load(x, [0, 0], [64, 64])), [0, 0], out)
+        return out
+
+
+def test_an_opaque_function_alone_is_the_entry(launcher):
+    assert Alone.orchestration.name == "k"
+    funcs = Alone.trace().functions
+    assert [f.func_type for f in funcs.values()] == [ir.FunctionType.InCore, ir.FunctionType.Orchestration]
+    compiled = ir.compile(Alone)
+    x, out = torch.randn(64, 64), _nan(64, 64)
+    launcher.run(compiled, x, out)
+    torch.testing.assert_close(out, torch.exp(x), rtol=1e-6, atol=1e-6)
