@@ -362,3 +362,22 @@ def jit(fn=None, *, auto_scope: bool = True):
 jit.incore = incore
 jit.inline = inline
 jit.host = host
+
+
+def extern(fn=None, **options):
+    """PyPTO's ``@pl.jit.extern(source=..., core_type=...)``: a hand-written C++ kernel; not on the sim.
+
+    Raises
+    ------
+    PtoNotSupported
+        Always, when the decorator is applied: the simulator runs kernels it
+        generates from the language, and cannot run a device C++ source.
+    """
+    from ..errors import PtoNotSupported
+
+    raise PtoNotSupported("@pl.jit.extern: a hand-written C++ kernel (PyPTO's external source) cannot run on the "
+                          "sim, which compiles kernels only from the tile language; write the kernel with "
+                          "@pl.jit.incore")
+
+
+jit.extern = extern

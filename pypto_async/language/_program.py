@@ -90,7 +90,7 @@ class _Function:
 
 def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: str | None = None,  # noqa: A002
              auto_scope: bool = True, attrs: dict | None = None, strict_ssa: bool = False,
-             level: Level | None = None, role=None):
+             level: Level | None = None, role=None, external_source=None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
 
     The default type is PyPTO's ``Opaque``: a function that takes its plane
@@ -111,7 +111,15 @@ def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: st
     subscript write, which rebinds ``dst`` (see :func:`check_strict_ssa`).
     ``level=pl.Level.HOST, role=pl.Role.Orchestrator`` (or ``SubWorker``) makes a
     multi-chip program's host function (see :mod:`pypto_async.language.distributed_host`).
+    ``external_source=`` (PyPTO's hand-written C++ kernel) raises
+    :class:`~pypto_async.errors.PtoNotSupported`: the sim runs only kernels it generates.
     """
+    if external_source is not None:
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported(f"@pl.function(external_source={str(external_source)!r}): a hand-written C++ kernel "
+                              f"cannot run on the sim, which compiles kernels only from the tile language; write "
+                              f"the function's body with pl.load / tile ops / pl.store instead")
     if level is not None or role is not None:
         from .distributed_host import host_function
 

@@ -70,3 +70,18 @@ def test_an_opaque_function_alone_is_the_entry(launcher):
     x, out = torch.randn(64, 64), _nan(64, 64)
     launcher.run(compiled, x, out)
     torch.testing.assert_close(out, torch.exp(x), rtol=1e-6, atol=1e-6)
+
+
+def test_external_source_is_refused_clearly(tmp_path):
+    from pypto_async.errors import PtoNotSupported
+
+    src = tmp_path / "k_aiv.cpp"
+    src.write_text("// a hand-written kernel\n")
+    with pytest.raises(PtoNotSupported, match="external_source.*cannot run on the sim"):
+        @pl.function(type=pl.FunctionType.InCore, external_source=str(src))
+        def k(self, x: pl.Tensor[[16, 16], pl.FP32]):
+            ...
+    with pytest.raises(PtoNotSupported, match="pl.jit.extern.*cannot run on the sim"):
+        @pl.jit.extern(source=str(src), core_type="aiv")
+        def stub(x: pl.Tensor[[16, 16], pl.FP32]):
+            ...
