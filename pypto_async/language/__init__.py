@@ -49,6 +49,7 @@ from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read, write
+from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import get_block_idx, no_dep, spmd_submit, submit
 from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
@@ -142,6 +143,10 @@ __all__ = [
     "submit",
     "spmd_submit",
     "get_block_idx",
+    "get_subblock_idx",
+    "split_aiv",
+    "aiv_shard",
+    "aic_gather",
     "no_dep",
     "static_print",
     "static_assert",

@@ -89,6 +89,8 @@ class at:
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
         self._tracer.next_task += 1
         self._tracer.open_block("at")
+        self._tracer.region_extra = []  # hints the body adds (a pl.split_aiv region's mode)
+        self._tracer.region_hints_now = self._hints
         region_opened(self._tracer, self._task.id)
         return self._task
 
@@ -101,10 +103,12 @@ class at:
 
     def __exit__(self, exc_type, *_):
         body = self._tracer.close_block()
+        extra = tuple(getattr(self._tracer, "region_extra", None) or ())
+        self._tracer.region_extra = self._tracer.region_hints_now = None
         if exc_type is None:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
-                                      hints=self._hints + scope_hints(self._tracer),
+                                      hints=self._hints + extra + scope_hints(self._tracer),
                                       dep_arrays=self._dep_arrays))
             region_closed(self._tracer, self._task.id)
         return False
