@@ -50,7 +50,7 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
-from ._submit import get_block_idx, no_dep, spmd_submit, submit
+from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
 from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
@@ -148,6 +148,7 @@ __all__ = [
     "aiv_shard",
     "aic_gather",
     "no_dep",
+    "dump_tag",
     "static_print",
     "static_assert",
     "const",

@@ -65,7 +65,7 @@ class at:
     """
 
     def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None,
-                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False):
+                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False, dumps=None):
         if not isinstance(level, Level):
             raise compile_error(f"pl.at(level=...) takes a pl.Level, got {level!r}", user_loc())
         if name_hint is not None and not (isinstance(name_hint, str) and name_hint):
@@ -75,6 +75,9 @@ class at:
         self.deps = deps
         self._hints = region_hints(optimizations, allow_early_resolve, user_loc())
         self._no_dep = no_dep_names(no_dep_args, user_loc())
+        from ._submit import dumps_names
+
+        self._dumps = dumps_names("pl.at", dumps, user_loc())
 
     def __enter__(self) -> TaskId:
         self._tracer = current("pl.at")
@@ -105,6 +108,9 @@ class at:
         body = self._tracer.close_block()
         extra = tuple(getattr(self._tracer, "region_extra", None) or ())
         self._tracer.region_extra = self._tracer.region_hints_now = None
+        from ._submit import task_dumps
+
+        extra += task_dumps(self._tracer, _touched(body), self._dumps)
         if exc_type is None:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
@@ -112,6 +118,22 @@ class at:
                                       dep_arrays=self._dep_arrays))
             region_closed(self._tracer, self._task.id)
         return False
+
+
+def _touched(body) -> set[str]:
+    """The tensors a region's statements load or store, at any depth."""
+    out: set[str] = set()
+    for s in body:
+        name = getattr(s, "param", None)
+        if isinstance(name, str):
+            out.add(name)
+        expr = getattr(s, "expr", None)
+        if isinstance(getattr(expr, "param", None), str):
+            out.add(expr.param)
+        inner = getattr(s, "body", None)
+        if isinstance(inner, tuple):
+            out |= _touched(inner)
+    return out
 
 
 def incore(*, name_hint: str | None = None, deps=None) -> at:

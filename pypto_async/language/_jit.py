@@ -224,8 +224,11 @@ class JitFunction:
         outs = tuple(Param(p.name, OUT, p.shape, p.dtype) for p in tracer.scratch if p.name in returned)
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         ret = ", ".join(returned) or None
+        from ._submit import program_dump_tags
+
         return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
-                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())))
+                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
 
     def lower(self, *args, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments."""

@@ -544,6 +544,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         declared = tuple(t.func_attrs["hints"])
         t.func_attrs = None
     if ok:
+        from ._submit import task_dumps
+
+        explicit = tuple(n for k, v in hints if k == "dumps" for n in v)
+        hints = tuple(h for h in hints if h[0] != "dumps") + task_dumps(t, {a[0] for a in accesses}, explicit)
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
                        hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
@@ -789,8 +793,11 @@ class ProgramDef:
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
+        from ._submit import program_dump_tags
+
         return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
-                       manual_dep=tuple(getattr(tracer, "manual_dep", ())))
+                       manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
 
     @property
     def functions(self) -> dict[str, "_Function"]:
