@@ -408,8 +408,8 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     return tuple(out)
 
 
-def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None,
-                  manual_dep: bool = False) -> TensorArg:
+def create_tensor(shape, dtype, layout=None, *, memory_type=MemorySpace.DDR, name: str | None = None,
+                  manual_dep: bool = False, init_value=None) -> TensorArg:
     """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
 
     Returned by the orchestration (or a ``@pl.jit`` entry), it is an output
@@ -418,7 +418,11 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
     ``pl.MemorySpace.DDR`` (on-chip buffers are tiles, ``pl.create_tile``).
     With ``manual_dep=True`` no task's access to the tensor is tracked, for
     its whole lifetime: no edge is inferred from it (order its writer and
-    readers with ``deps=``).
+    readers with ``deps=``).  As in PyPTO the tensor's contents are undefined
+    until written, unless ``init_value=`` (a number) fills it first: here a
+    task of its own (``<name>_init``) stores the value over the whole
+    tensor, which every later task touching it is ordered after.  PyPTO's
+    ``layout=`` may only be ``pl.TensorLayout.ND`` (row-major, the default).
     """
     t = current("pl.create_tensor")
     loc = user_loc()
@@ -438,6 +442,11 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
         raise compile_error(f"pl.create_tensor: the name {name!r} is taken", loc)
     if not isinstance(manual_dep, bool):
         raise compile_error(f"pl.create_tensor: manual_dep must be a bool, got {manual_dep!r}", loc)
+    if layout is not None and getattr(layout, "name", layout) != "ND":
+        raise compile_error(f"pl.create_tensor: layout must be pl.TensorLayout.ND (a tensor here is row-major), "
+                            f"got {layout!r}", loc)
+    if init_value is not None:
+        _check_init_value(init_value, d, manual_dep, t, loc)
     p = Param(name, INOUT, shape, d)
     t.params[name] = p
     t.scratch.append(p)
@@ -445,7 +454,38 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
         if not hasattr(t, "manual_dep"):
             t.manual_dep = []
         t.manual_dep.append(name)
-    return TensorArg(p)
+    out = TensorArg(p)
+    if init_value is not None:
+        _fill(t, out, init_value, name)
+    return out
+
+
+def _check_init_value(value, dtype, manual_dep: bool, t, loc) -> None:
+    from ..errors import PtoNotSupported
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise compile_error(f"pl.create_tensor: init_value must be a number, got {value!r}", loc)
+    if value != 0 and dtype.name in ("FP16", "BF16"):
+        raise compile_error(f"pl.create_tensor: a non-zero init_value of a {dtype.name} tensor is not supported "
+                            f"(PyPTO rejects it at codegen); use init_value=0 or fill it with pl.full", loc)
+    if not dtype.is_float and isinstance(value, float) and not value.is_integer():
+        raise compile_error(f"pl.create_tensor: init_value={value!r} is not a {dtype.name} value", loc)
+    if manual_dep or t.manual > 0 or "at" in t.frames:
+        raise PtoNotSupported(f"{loc}: pl.create_tensor(init_value=...) "
+                              + ("inside a region" if "at" in t.frames else
+                                 "with manual_dep=True or in a manual scope")
+                              + ": the sim fills the tensor with a task of its own, which later tasks are ordered "
+                                "after by the edges the tensor gives; create it where its edges are tracked")
+
+
+def _fill(t, tensor: TensorArg, value, name: str) -> None:
+    """The task that fills a new intermediate with ``init_value`` (before any task that touches it)."""
+    from ._control import at
+    from ._memory import store
+    from ._ops import full
+
+    with at(Level.CORE_GROUP, name_hint=f"{name}_init"):
+        store(full(list(tensor.shape), value, tensor.dtype), [0] * len(tensor.shape), tensor)
 
 
 _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
