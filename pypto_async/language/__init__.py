@@ -65,6 +65,27 @@ from .distributed_host import Role
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
 
+#: PyPTO's layout names: ``pl.ND`` (row-major, the default), ``pl.DN``, ``pl.NZ``.
+ND, DN, NZ = TensorLayout.ND, TensorLayout.DN, TensorLayout.NZ
+dim = tensor.dim  # PyPTO's pl.dim: only at tensor level
+
+
+class _Annotation:
+    """``pl.Tuple[T1, T2]`` / ``pl.Array[n, dtype]``: PyPTO's type annotations, which a kernel's tracing reads no further."""
+
+    def __init__(self, name: str, args=()):
+        self._name, self.args = name, args
+
+    def __getitem__(self, args):
+        return _Annotation(self._name, args if isinstance(args, tuple) else (args,))
+
+    def __repr__(self) -> str:
+        return f"pl.{self._name}" + (f"[{', '.join(map(repr, self.args))}]" if self.args else "")
+
+
+Tuple = _Annotation("Tuple")
+Array = _Annotation("Array")
+
 __all__ = [
     "jit",
     "JitFunction",
@@ -136,6 +157,12 @@ __all__ = [
     "UINT8",
     "BOOL",
     "INDEX",
+    "ND",
+    "DN",
+    "NZ",
+    "dim",
+    "Tuple",
+    "Array",
     "min",
     "max",
     "read",
