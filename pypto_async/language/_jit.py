@@ -18,7 +18,7 @@ from ..ir._program import Program
 from ..ir._passes import run_passes
 from ._branch import traced_fn
 from ._incore import incore
-from ._inline import decorate, inline
+from ._inline import decorate, inline, opaque
 from .distributed_host import host
 from ._placement import bind_shape, is_dynamic
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
@@ -364,6 +364,7 @@ def jit(fn=None, *, auto_scope: bool = True):
 
 jit.incore = incore
 jit.inline = inline
+jit.opaque = opaque
 jit.host = host
 
 

@@ -85,3 +85,32 @@ def test_external_source_is_refused_clearly(tmp_path):
         @pl.jit.extern(source=str(src), core_type="aiv")
         def stub(x: pl.Tensor[[16, 16], pl.FP32]):
             ...
+
+
+@pl.jit.opaque
+def _two_stages(x: pl.Tensor, mid: pl.Out[pl.Tensor], out: pl.Out[pl.Tensor]):
+    for k in pl.range(2):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            mid = pl.store(pl.exp(pl.load(x, [k * 32, 0], [32, 32])), [k * 32, 0], mid)
+    with pl.at(level=pl.Level.CORE_GROUP):
+        out = pl.store(pl.add(pl.load(mid, [0, 0], [64, 32]), 1.0), [0, 0], out)
+    return mid, out
+
+
+def test_jit_opaque_holds_loops_and_regions():
+    """language/01-functions: @pl.jit.opaque may hold orchestration loops and pl.at scopes; its regions are tasks."""
+
+    @pl.jit
+    def entry(x: pl.Tensor[[64, 32], pl.FP32], mid: pl.Out[pl.Tensor[[64, 32], pl.FP32]],
+              out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        mid, out = _two_stages(x, mid, out)
+        return mid, out
+
+    x, mid, out = torch.randn(64, 32), _nan(64, 32), _nan(64, 32)
+    entry(x, mid, out)
+    torch.testing.assert_close(out, torch.exp(x) + 1.0, rtol=1e-5, atol=1e-6)
+    graph = entry.compile(x, mid, out).task_graph
+    assert len(graph.tasks) == 3 and {(e.src, e.dst) for e in graph.edges} >= {(0, 2), (1, 2)}
+    assert repr(_two_stages).startswith("<pl.jit.opaque")
+    with pytest.raises(PtoCompileError, match="does not take auto_scope"):
+        pl.jit.opaque(auto_scope=False)
