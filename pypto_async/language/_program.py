@@ -74,7 +74,9 @@ class _Function:
         from ._tracer import _state
 
         t = getattr(_state, "tracer", None)
-        if t is None or self.type not in (FunctionType.InCore, FunctionType.Opaque):
+        if t is not None and self.type is FunctionType.Inline:
+            return _splice(self, None, args)
+        if t is None or self.type not in _KERNEL_TYPES:
             raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it (as self.{self.fn.__name__}"
                                   f"(...) for a method) inside the orchestration, and compile the program with "
                                   f"ir.compile")
@@ -115,8 +117,6 @@ def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: st
     :class:`~pypto_async.errors.PtoNotSupported`: the sim runs only kernels it generates.
     """
     if external_source is not None:
-        from ..errors import PtoNotSupported
-
         raise PtoNotSupported(f"@pl.function(external_source={str(external_source)!r}): a hand-written C++ kernel "
                               f"cannot run on the sim, which compiles kernels only from the tile language; write "
                               f"the function's body with pl.load / tile ops / pl.store instead")
@@ -126,6 +126,9 @@ def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: st
         return host_function(fn, level, role, name_hint)
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
+    if type is FunctionType.Group:
+        raise PtoNotSupported("@pl.function(type=pl.FunctionType.Group): a co-scheduled cube+vector cluster is not "
+                              "on the sim, which runs every task on one kind of core; write the function as InCore")
     if not isinstance(auto_scope, bool):
         raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
     hints = _attr_hints(attrs, type)
@@ -221,7 +224,7 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
 
     if not isinstance(attrs, dict):
         raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
-    if attrs and type_ not in (FunctionType.InCore, FunctionType.Opaque):
+    if attrs and type_ not in _KERNEL_TYPES:
         raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
     hints = []
     for key, value in attrs.items():
@@ -664,6 +667,31 @@ class _Kernel:
                          core_num=core_num)
 
 
+#: The function types an orchestration calls as kernels (each call one task).
+_KERNEL_TYPES = (FunctionType.InCore, FunctionType.Opaque, FunctionType.AIC, FunctionType.AIV)
+
+
+def _splice(f, self_arg, args):
+    """Trace an Inline function's body where it is called (PyPTO's ``InlineFunctions`` pass)."""
+    from ._branch import traced_fn
+
+    names = list(inspect.signature(f.fn).parameters)
+    if names and names[0] == "self" and self_arg is None:
+        self_arg = _Self({})
+    fn = traced_fn(f.fn)
+    return fn(self_arg, *args) if self_arg is not None else fn(*args)
+
+
+class _Inlined:
+    """``self.helper`` of an Inline function: calling it splices the body into the caller."""
+
+    def __init__(self, prog, fn):
+        self.prog, self.fn = prog, fn
+
+    def __call__(self, *args):
+        return _splice(self.fn, self.prog, args)
+
+
 class _Self:
     """The ``self`` an orchestration sees: its kernels, as task-making callables."""
 
@@ -698,8 +726,8 @@ class ProgramDef:
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
         # An Opaque function takes its plane from its use: beside an orchestration (or with other
         # kernels and no orchestration) it is a kernel the orchestration calls.
-        kernel_types = (FunctionType.InCore, FunctionType.Opaque) if orch or len(opaque) != 1 else \
-            (FunctionType.InCore,)
+        kernel_types = _KERNEL_TYPES if orch or len(opaque) != 1 else \
+            tuple(k for k in _KERNEL_TYPES if k is not FunctionType.Opaque)
         self.kernels = {k: f for k, f in fns.items() if f.type in kernel_types}
         counts = (len(orch), len(opaque))
         if orch or len(opaque) > 1:
@@ -817,6 +845,7 @@ class ProgramDef:
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
+        me._kernels.update({k: _Inlined(me, f) for k, f in self._all.items() if f.type is FunctionType.Inline})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         with tracing(tracer):
             result = orch.fn(me, *proxies)

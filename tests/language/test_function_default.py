@@ -114,3 +114,46 @@ def test_jit_opaque_holds_loops_and_regions():
     assert repr(_two_stages).startswith("<pl.jit.opaque")
     with pytest.raises(PtoCompileError, match="does not take auto_scope"):
         pl.jit.opaque(auto_scope=False)
+
+
+@pl.program
+class Typed:
+    """language/01-functions's function types: an Inline helper is spliced; AIC/AIV kernels are kernels."""
+
+    @pl.function(type=pl.FunctionType.Inline)
+    def twice(self, t):
+        return pl.mul(t, 2.0)
+
+    @pl.function(type=pl.FunctionType.AIV)
+    def vec(self, x: pl.Tensor[[32, 32], pl.FP32], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        out = pl.store(self.twice(pl.load(x, [0, 0], [32, 32])), [0, 0], out)
+        return out
+
+    @pl.function(type=pl.FunctionType.AIC)
+    def cube(self, a: pl.Tensor[[32, 32], pl.FP32], b: pl.Tensor[[32, 32], pl.FP32],
+             out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        out = pl.store(pl.matmul(pl.load(a, [0, 0], [32, 32], target_memory=pl.Mem.Mat),
+                                 pl.load(b, [0, 0], [32, 32], target_memory=pl.Mem.Mat)), [0, 0], out)
+        return out
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, x: pl.Tensor[[32, 32], pl.FP32], mid: pl.Out[pl.Tensor[[32, 32], pl.FP32]],
+             out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        mid = self.vec(x, mid)
+        out = self.cube(mid, x, out)
+        return mid, out
+
+
+def test_inline_aic_and_aiv_function_types(launcher):
+    assert sorted(Typed.kernels) == ["cube", "vec"]
+    compiled = ir.compile(Typed)
+    assert len(compiled.task_graph.tasks) == 2
+    x, mid, out = torch.randn(32, 32), _nan(32, 32), _nan(32, 32)
+    launcher.run(compiled, x, mid, out)
+    torch.testing.assert_close(out, (x * 2.0) @ x, rtol=1e-4, atol=1e-4)
+    from pypto_async.errors import PtoNotSupported
+
+    with pytest.raises(PtoNotSupported, match="FunctionType.Group"):
+        @pl.function(type=pl.FunctionType.Group)
+        def group(self, x: pl.Tensor[[32, 32], pl.FP32]):
+            ...
