@@ -91,3 +91,18 @@ def test_benchmark_span_trees_render():
     text = stats.format_tree(0)
     assert text.startswith("launch[0]") and "us" in text
     assert len(text.splitlines()) == 1 + len(spans)
+
+
+def test_dump_passes_takes_pypto_s_levels(tmp_path):
+    """precision/01-cases: ir.compile(dump_passes=PassDumpLevel.EXPLICIT) writes the IR after each pass."""
+    from pypto_async import ir
+    from pypto_async.ir import PassDumpLevel
+
+    a, b = np.random.default_rng(2).standard_normal((2, 32, 16)).astype(np.float32)
+    program = _recip_tensors.lower(a, b, np.zeros((32, 32), np.float32), np.zeros((32, 16), np.float32))
+    compiled = ir.compile(program, platform="sim", output_dir=tmp_path / "explicit",
+                          dump_passes=PassDumpLevel.EXPLICIT)
+    dumps = sorted((compiled.output_dir / "passes_dump").iterdir())
+    assert dumps and dumps[0].name.startswith("00_input") and "program" in dumps[0].read_text()
+    compiled = ir.compile(program, platform="sim", output_dir=tmp_path / "none", dump_passes=PassDumpLevel.NONE)
+    assert not (compiled.output_dir / "passes_dump").exists()

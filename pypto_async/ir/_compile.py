@@ -681,6 +681,10 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
                               "(host_fn.compile(*args, config=RunConfig(distributed_config=...))) or a @pl.program "
                               "with a HOST orchestrator; a single-chip Program takes no distributed_config")
     dump = kwargs.pop("dump_passes", False)
+    from .pass_manager import PassDumpLevel
+
+    if isinstance(dump, PassDumpLevel):  # PyPTO's verbosity levels: any but NONE writes the dump
+        dump = dump is not PassDumpLevel.NONE
     profiling = kwargs.pop("profiling", False)
     for name, value in (("dump_passes", dump), ("profiling", profiling)):
         if not isinstance(value, (bool, int)) and value is not None:
