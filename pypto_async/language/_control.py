@@ -341,16 +341,24 @@ class spmd:
             return self._begin_dispatch(t)
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
-        if t.block_num is not None and t.block_num != self.n:
+        if t.block_num is not None and t.block_num != self.n and "at" in t.frames:
             raise compile_error(
                 f"pl.spmd({self.n}) disagrees with an earlier pl.spmd({t.block_num}) (one block count per kernel)",
                 self._loc,
             )
+        if t.block_num is not None and t.block_num != self.n:  # each a task, or refused at the end (_jit)
+            t.spmd_counts_differ = (self._loc, self.n, t.block_num)
         t.block_num = self.n
         t.in_spmd = True
         t.spmd_index = None
         self._tracer = t
         self._var = t.new_index("b")
+        if "at" not in t.frames:  # a task of its own if the kernel has others (see spmd_as_tasks)
+            meta = getattr(t, "spmd_meta", None)
+            if meta is None:
+                meta = t.spmd_meta = {}
+            meta[self._var.name] = (t.next_task, t.manual > 0, self._hints + scope_hints(t), self.name_hint)
+            t.next_task += 1
         t.ranges[self._var.name] = (0, self.n - 1)
         t.open_block("spmd")
         t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
@@ -434,6 +442,44 @@ class spmd:
                                     f"the same work", self._loc)
             t.append(For(self._var, 0, self.n, 1, inner, self._loc))  # the blocks, in order (hint core_num)
         return self._region.__exit__(exc_type, *exc)
+
+
+def spmd_as_tasks(t, body: tuple) -> tuple[tuple, bool]:
+    """A ``@pl.jit`` body whose ``for i in pl.spmd(n)`` loops sit beside other tasks: each loop made a task.
+
+    PyPTO outlines the loop's body into one InCore task of ``n`` blocks; a
+    kernel that is that loop alone runs here as one launch of ``n`` blocks
+    (the same), but beside regions the launch's blocks would run those
+    regions too.  So there each loop becomes a region of its own (the task id
+    reserved where it was traced) whose body runs once per block, and the
+    launch has one block.  Returns the body and whether it changed.
+    """
+    meta = getattr(t, "spmd_meta", None)
+    if not meta or not _has_task(body):
+        return body, False
+
+    def convert(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Spmd) and s.var.name in meta:
+                task, manual, hints, name = meta[s.var.name]
+                out.append(Scope(Level.CORE_GROUP.value, (For(s.var, 0, s.count, 1, s.body, s.loc),), s.loc,
+                                 name=name, manual=manual, task=task, hints=hints))
+            elif isinstance(s, For):
+                out.append(For(s.var, s.start, s.stop, s.step, tuple(convert(s.body)), s.loc, kind=s.kind,
+                               stage=s.stage))
+            else:
+                out.append(s)
+        return out
+
+    return tuple(convert(body)), True
+
+
+def _has_task(body) -> bool:
+    for s in body:
+        if isinstance(s, Scope) or isinstance(s, For) and _has_task(s.body):
+            return True
+    return False
 
 
 def _binds_target(loc) -> bool:

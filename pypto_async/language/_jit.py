@@ -224,8 +224,17 @@ class JitFunction:
         outs = tuple(Param(p.name, OUT, p.shape, p.dtype) for p in tracer.scratch if p.name in returned)
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         ret = ", ".join(returned) or None
+        from ._control import spmd_as_tasks
         from ._submit import program_dump_tags
 
+        body, as_tasks = spmd_as_tasks(tracer, tuple(tracer.blocks[0]))
+        if as_tasks:
+            tracer.blocks[0], tracer.block_num = list(body), None
+        elif getattr(tracer, "spmd_counts_differ", None) is not None:
+            loc, n, before = tracer.spmd_counts_differ
+            raise compile_error(f"pl.spmd({n}) disagrees with an earlier pl.spmd({before}) (one block count per "
+                                f"kernel, unless each loop sits beside the kernel's regions, as a task of its own)",
+                                loc)
         return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
                        scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
                        dump_tags=program_dump_tags(tracer, tracer.blocks[0]))

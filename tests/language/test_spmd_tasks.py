@@ -161,3 +161,25 @@ def test_program_spmd_as_names_the_dispatched_task(launcher):
     a, s, out = torch.randn(64, 32), _nan(64, 32), _nan(64, 32)
     launcher.run(compiled, a, s, out)
     torch.testing.assert_close(out, a * 3.0 + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_spmd_loop_beside_regions_is_a_task_of_its_own():
+    """`for i in pl.spmd(n)` is one task of n blocks: a region beside it runs once, not once per block."""
+
+    @pl.jit
+    def k(a: pl.Tensor[[64, 32], pl.FP32], mid: pl.Out[pl.Tensor[[64, 32], pl.FP32]],
+          acc: pl.InOut[pl.Tensor[[64, 32], pl.FP32]]):
+        for i in pl.spmd(2):
+            mid = pl.store(pl.exp(pl.load(a, [i * 32, 0], [32, 32])), [i * 32, 0], mid)
+        for j in pl.spmd(4):                                  # another block count: another task
+            acc = pl.store(pl.load(a, [j * 16, 0], [16, 32]), [j * 16, 0], acc, atomic=pl.AtomicType.Add)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            acc = pl.store(pl.load(mid, [0, 0], [64, 32]), [0, 0], acc, atomic=pl.AtomicType.Add)
+        return mid, acc
+
+    a, mid, acc = torch.randn(64, 32), _nan(64, 32), torch.randn(64, 32)
+    want = acc + a + torch.exp(a)
+    k(a, mid, acc)
+    torch.testing.assert_close(acc, want, rtol=1e-5, atol=1e-5)
+    compiled = k.compile(a, mid, acc)
+    assert compiled.block_num == 1 and len(compiled.task_graph.tasks) == 3
