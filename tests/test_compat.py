@@ -182,3 +182,36 @@ def test_readme_runtime_names_are_listed_as_present():
     present |= {name.split("(")[0].rsplit(".", 1)[-1] for name, status, _ in ROWS if status != "missing"}
     for name in claimed:
         assert name.rsplit(".", 1)[-1] in present, f"README claims {name}; docs/pypto_compat.md has no present row"
+
+
+def _used_by_a_test(name: str, text: str) -> bool:
+    """Whether the test sources ``text`` use the row's name as a PyPTO program spells it."""
+    match = NAME.match(name)
+    path, kw = match["path"], match["kw"]
+    parts = path.split(".")
+    if parts[0] == "pl" and not (len(parts) > 2 and parts[1][:1].isupper()):  # pl.X (pl.tile.X, pl.tensor.X)
+        spelled = "|".join(rf"{re.escape(p)}\b" for p in (path, f"pl.tile.{parts[-1]}", f"pl.tensor.{parts[-1]}"))
+        if kw is None:
+            return re.search(spelled, text) is not None
+        return re.search(rf"(?:{spelled})\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\b{kw}=", text) is not None
+    last = parts[-1]  # a member: its name; a call's keyword anywhere
+    if last == "__call__":
+        return kw is not None and re.search(rf"\b{kw}=", text) is not None
+    return re.search(rf"\b{re.escape(last)}\b", text) is not None and (
+        kw is None or re.search(rf"\b{kw}=", text) is not None)
+
+
+def test_every_same_row_is_used_by_a_test():
+    # A row marked same is a claim about PyPTO's documented usage: some test other than this
+    # file must run that usage (the behaviour is asserted there, against torch or numpy).
+    text = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("*.py") if p.name != "test_compat.py")
+    unused = [f"docs/pypto_compat.md:{number}: {name}" for name, status, number in ROWS
+              if status == "same" and not _used_by_a_test(name, text)]
+    assert not unused, "rows marked same that no test uses:\n" + "\n".join(unused)
+
+
+def test_the_usage_check_can_fail():
+    assert not _used_by_a_test("pl.no_such_op", "pl.add(x, y)")
+    assert not _used_by_a_test("pl.recip(high_precision=)", "pl.recip(x)\nf(high_precision=True)")
+    assert _used_by_a_test("pl.recip(high_precision=)", "pl.recip(pl.load(x, [0, 0]), high_precision=True)")
+    assert _used_by_a_test("pl.get_block_idx", "i = pl.tile.get_block_idx()")

@@ -24,6 +24,7 @@ from ._program import Program
 from .distributed_compiled_program import compile  # noqa: F811 - ir.compile also takes multi-chip @pl.programs
 from . import pass_manager
 from .pass_manager import OptimizationStrategy  # PyPTO spells it ir.OptimizationStrategy too
+from .pass_manager import PassDumpLevel
 from ._function import Function, FunctionType
 from ._serialize import deserialize, deserialize_from_file, serialize, serialize_to_file
 
@@ -48,6 +49,7 @@ __all__ = [
     "serialize_to_file",
     "deserialize_from_file",
     "pass_manager",
+    "PassDumpLevel",
     "PIPELINE",
     "run_passes",
     "infer_and_check",

@@ -158,6 +158,8 @@ class CompiledProgram:
         self.program_symbol: str | None = meta.get("program_symbol")
         #: The most tasks one ``pl.manual_scope()`` of the program holds (they stay in the task window).
         self.largest_scope: int = meta.get("largest_scope", 0)
+        #: The parameters ``enable_dump_args=1`` dumps (marked with ``pl.dump_tag`` / ``dumps=``).
+        self.dump_tags: tuple[str, ...] = tuple(str(n) for n in meta.get("dump_tags", ()))
         graph = meta.get("task_graph")
         #: The program's tasks (id and name, in submission order) and edges (a :class:`TaskGraph`);
         #: ``None`` when the program submits more than :data:`~pypto_async.ir._deps.MAX_TASKS` tasks.
@@ -326,7 +328,7 @@ def _received_key(local_key: str, source: str, ir_text: str, meta: dict) -> str:
 _REQUIRED = {"name": str, "symbol": str, "platform": str, "block_num": int, "has_return": bool,
              "params": list, "compiler": str, "flags": list, "ir_hash": str}
 _OPTIONAL = {"kind": str, "program_symbol": (str, NoneType), "largest_scope": int,
-             "task_graph": (dict, NoneType)}
+             "task_graph": (dict, NoneType), "dump_tags": list}
 _DIRECTIONS = (IN, OUT, INOUT, SCALAR)
 
 
@@ -532,6 +534,7 @@ def _meta(target: Target, platform: str, cc: str, flags, ir_hash: str, symbol: s
         "ir_hash": ir_hash,
         "codegen_version": CODEGEN_VERSION,
         "task_graph": _graph_to_meta(target.graph),
+        "dump_tags": [n for n in program.dump_tags if any(p.name == n for p in program.params)],
     }
 
 
@@ -685,6 +688,10 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
             raise PtoArgumentError(f"ir.compile: distributed_config must be a DistributedConfig, got "
                                    f"{type(dc).__name__}")
     dump = kwargs.pop("dump_passes", False)
+    from .pass_manager import PassDumpLevel
+
+    if isinstance(dump, PassDumpLevel):  # PyPTO's verbosity levels: any but NONE writes the dump
+        dump = dump is not PassDumpLevel.NONE
     profiling = kwargs.pop("profiling", False)
     for name, value in (("dump_passes", dump), ("profiling", profiling)):
         if not isinstance(value, (bool, int)) and value is not None:

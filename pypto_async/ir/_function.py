@@ -46,6 +46,13 @@ class FunctionType(enum.Enum):
     #: A function whose body holds its own regions (``with pl.auto_incore():``), compiled as the
     #: program's entry when the program has no orchestration; its tensors' directions follow its body.
     Opaque = "Opaque"
+    #: PyPTO's cube-only and vector-only kernels: InCore kernels here (the sim has one kind of core).
+    AIC = "AIC"
+    AIV = "AIV"
+    #: Spliced into each caller (``@pl.function(type=pl.FunctionType.Inline)``): no function of its own.
+    Inline = "Inline"
+    #: A co-scheduled AIC+AIV cluster (``pl.cluster``): not on the sim.
+    Group = "Group"
 
 
 @dataclass(frozen=True)

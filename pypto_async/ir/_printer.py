@@ -170,6 +170,8 @@ def format_program(p: Program) -> str:
         head += f" scratch {q.name}: {q.dtype.name}[{', '.join(map(str, q.shape))}]"
         if q.name in p.manual_dep:
             head += " manual_dep"
+    if p.dump_tags:
+        head += f" dump_tags({', '.join(p.dump_tags)})"
     head += " {"
     lines = [head]
     for s in p.body:

@@ -36,6 +36,9 @@ class Program:
     scratch: tuple[Param, ...] = ()
     #: Tensors created with ``pl.create_tensor(..., manual_dep=True)``: no task's access to them is tracked.
     manual_dep: tuple[str, ...] = ()
+    #: Parameters marked for PyPTO's selective dump (``pl.dump_tag(t)``, ``dumps=[t]``) that a task of the
+    #: program consumes: ``RunConfig(enable_dump_args=1)`` dumps these (level 2 dumps every tensor).
+    dump_tags: tuple[str, ...] = ()
 
     def param(self, name: str) -> Param:
         for p in (*self.params, *self.scratch):

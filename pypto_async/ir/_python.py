@@ -100,6 +100,10 @@ def hint_args(hints) -> str:
             opts.append(f"pl.cross_core_slot(slot_num={value})")
         elif name == "scope":
             continue  # printed as the `with pl.scope():` blocks around the region
+        elif name in ("split_aiv", "core_num", "sync_start"):
+            continue  # a pl.split_aiv / pl.spmd body: printed as the loop over its lanes / blocks
+        elif name == "dumps":
+            text += f", dumps=[{', '.join(value)}]"
         else:
             text += f", {name}={value!r}"
     return (f", optimizations=[{', '.join(opts)}]" if opts else "") + text

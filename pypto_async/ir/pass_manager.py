@@ -14,13 +14,22 @@ from ..errors import PtoArgumentError
 from ._passes import PIPELINE, run_passes
 from ._program import Program
 
-__all__ = ["OptimizationStrategy", "PassManager"]
+__all__ = ["OptimizationStrategy", "PassManager", "PassDumpLevel"]
 
 
 class OptimizationStrategy(enum.Enum):
     """A pass pipeline: ``Default`` is the only one (PyPTO's too)."""
 
     Default = "Default"
+
+
+class PassDumpLevel(enum.Enum):
+    """``ir.compile(dump_passes=...)``'s verbosity (PyPTO's): ``NONE`` writes no dump; ``CONCISE`` and
+    ``EXPLICIT`` write the program after each pass (one text here: the IR has no layouts to spell out)."""
+
+    NONE = 0
+    CONCISE = 1
+    EXPLICIT = 2
 
 
 class PassManager:

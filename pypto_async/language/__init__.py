@@ -49,7 +49,8 @@ from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._runtime_scalars import read, write
-from ._submit import get_block_idx, no_dep, spmd_submit, submit
+from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
+from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
 from ._directives import RUNTIME, const, static_assert, static_print
 from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
@@ -63,6 +64,27 @@ from .distributed_host import Role
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
+
+#: PyPTO's layout names: ``pl.ND`` (row-major, the default), ``pl.DN``, ``pl.NZ``.
+ND, DN, NZ = TensorLayout.ND, TensorLayout.DN, TensorLayout.NZ
+dim = tensor.dim  # PyPTO's pl.dim: only at tensor level
+
+
+class _Annotation:
+    """``pl.Tuple[T1, T2]`` / ``pl.Array[n, dtype]``: PyPTO's type annotations, which a kernel's tracing reads no further."""
+
+    def __init__(self, name: str, args=()):
+        self._name, self.args = name, args
+
+    def __getitem__(self, args):
+        return _Annotation(self._name, args if isinstance(args, tuple) else (args,))
+
+    def __repr__(self) -> str:
+        return f"pl.{self._name}" + (f"[{', '.join(map(repr, self.args))}]" if self.args else "")
+
+
+Tuple = _Annotation("Tuple")
+Array = _Annotation("Array")
 
 __all__ = [
     "jit",
@@ -135,6 +157,12 @@ __all__ = [
     "UINT8",
     "BOOL",
     "INDEX",
+    "ND",
+    "DN",
+    "NZ",
+    "dim",
+    "Tuple",
+    "Array",
     "min",
     "max",
     "read",
@@ -142,7 +170,12 @@ __all__ = [
     "submit",
     "spmd_submit",
     "get_block_idx",
+    "get_subblock_idx",
+    "split_aiv",
+    "aiv_shard",
+    "aic_gather",
     "no_dep",
+    "dump_tag",
     "static_print",
     "static_assert",
     "const",

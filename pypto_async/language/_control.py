@@ -65,7 +65,7 @@ class at:
     """
 
     def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None,
-                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False):
+                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False, dumps=None):
         if not isinstance(level, Level):
             raise compile_error(f"pl.at(level=...) takes a pl.Level, got {level!r}", user_loc())
         if name_hint is not None and not (isinstance(name_hint, str) and name_hint):
@@ -75,6 +75,9 @@ class at:
         self.deps = deps
         self._hints = region_hints(optimizations, allow_early_resolve, user_loc())
         self._no_dep = no_dep_names(no_dep_args, user_loc())
+        from ._submit import dumps_names
+
+        self._dumps = dumps_names("pl.at", dumps, user_loc())
 
     def __enter__(self) -> TaskId:
         self._tracer = current("pl.at")
@@ -89,6 +92,8 @@ class at:
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
         self._tracer.next_task += 1
         self._tracer.open_block("at")
+        self._tracer.region_extra = []  # hints the body adds (a pl.split_aiv region's mode)
+        self._tracer.region_hints_now = self._hints
         region_opened(self._tracer, self._task.id)
         return self._task
 
@@ -101,13 +106,34 @@ class at:
 
     def __exit__(self, exc_type, *_):
         body = self._tracer.close_block()
+        extra = tuple(getattr(self._tracer, "region_extra", None) or ())
+        self._tracer.region_extra = self._tracer.region_hints_now = None
+        from ._submit import task_dumps
+
+        extra += task_dumps(self._tracer, _touched(body), self._dumps)
         if exc_type is None:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
-                                      hints=self._hints + scope_hints(self._tracer),
+                                      hints=self._hints + extra + scope_hints(self._tracer),
                                       dep_arrays=self._dep_arrays))
             region_closed(self._tracer, self._task.id)
         return False
+
+
+def _touched(body) -> set[str]:
+    """The tensors a region's statements load or store, at any depth."""
+    out: set[str] = set()
+    for s in body:
+        name = getattr(s, "param", None)
+        if isinstance(name, str):
+            out.add(name)
+        expr = getattr(s, "expr", None)
+        if isinstance(getattr(expr, "param", None), str):
+            out.add(expr.param)
+        inner = getattr(s, "body", None)
+        if isinstance(inner, tuple):
+            out |= _touched(inner)
+    return out
 
 
 def incore(*, name_hint: str | None = None, deps=None) -> at:
@@ -275,48 +301,82 @@ class parallel(range):
 
 
 class spmd:
-    """Run the body as ``n`` blocks spread over the device's cores.
+    """Run a body as ``n`` blocks spread over the device's cores (PyPTO's three forms).
 
-    ``for b in pl.spmd(4):`` (or ``with pl.spmd(4) as b:``) traces the body
-    once; ``b`` is the block index (an :class:`Index`, ``0 <= b < n``) to use
-    in offsets.  The launch then has ``n`` blocks.  One block count per
-    kernel; statements outside the spmd body run in every block.
+    * ``for b in pl.spmd(4):`` traces the body once; ``b`` is the block index
+      (an :class:`Index`, ``0 <= b < n``, also ``pl.tile.get_block_idx()``) to
+      use in offsets, and the launch has ``n`` blocks (one block count per
+      kernel; statements outside the spmd body run in every block).
+    * ``with pl.spmd(4):`` / ``with pl.spmd(4, deps=[t0]) as tid:`` in a
+      ``@pl.jit`` body is one task (a region, as ``pl.at``) that ``n`` blocks
+      run, the body reading its block with ``pl.tile.get_block_idx()``; the
+      ``as`` target is the task's id, for a later ``deps=`` or a
+      ``pl.array.create(n, pl.TASK_ID)`` slot.  A body that never reads the
+      block index is refused (every block would do the same work).  The sim
+      runs the blocks one after another inside the task; ``sync_start=``,
+      ``allow_early_resolve=`` and ``optimizations=`` are checked and
+      recorded on the task (``Scope.hints``) and change no result.
+    * In a ``@pl.program``'s orchestration, ``with pl.spmd(n) [as tid]:`` is
+      the dispatch form: each kernel call inside is one task run by ``n``
+      blocks (as ``pl.spmd_submit(..., core_num=n)``), the kernel reading its
+      block with ``pl.tile.get_block_idx()``; ``tid`` is the first call's task.
 
-    In a ``@pl.program``'s orchestration, ``with pl.spmd(n):`` is PyPTO's
-    dispatch form: each kernel call inside is one task run by ``n`` blocks
-    (as ``pl.spmd_submit(..., core_num=n)``), the kernel reading its block
-    with ``pl.tile.get_block_idx()``.
+    ``deps=`` is taken only by the ``with ... as tid`` form (PyPTO rejects it
+    on the others); ``predicate=`` (skipping the task on a runtime value)
+    raises :class:`~pypto_async.errors.PtoNotSupported`, never ignored.
     """
 
-    def __init__(self, n):
+    def __init__(self, n, *, sync_start: bool = False, name_hint: str | None = None, optimizations=None,
+                 deps=None, allow_early_resolve: bool = False, predicate=None):
+        from ..errors import PtoNotSupported
+
         self.n = _int(n, "pl.spmd block count")
         self._loc = user_loc()
         if self.n <= 0:
             raise compile_error(f"pl.spmd needs a positive block count, got {self.n}", self._loc)
+        if predicate is not None:
+            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...): skipping a task on a runtime value is not "
+                                  f"available on the sim; branch on the value in the kernel (pl.read and if)")
+        if not isinstance(sync_start, bool):
+            raise compile_error(f"pl.spmd(sync_start=...) takes a bool, got {sync_start!r}", self._loc)
+        if name_hint is not None and not isinstance(name_hint, str):
+            raise compile_error(f"pl.spmd(name_hint=...) takes a str, got {name_hint!r}", self._loc)
+        self.name_hint = name_hint or None
+        self.deps = deps
+        self._hints = (("core_num", self.n),) + ((("sync_start", True),) if sync_start else ()) \
+            + region_hints(optimizations, allow_early_resolve, self._loc)
         self._state = 0
+
+    # ---- for i in pl.spmd(n): the launch's blocks -----------------------------------------------------
 
     def _begin(self) -> Index:
         t = current("pl.spmd")
+        if self.deps is not None:
+            raise compile_error("pl.spmd() does not accept 'deps=' here: bind the region with "
+                                "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
         self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
         if self._dispatch:
-            # A @pl.program's dispatch form: each kernel call inside runs on n blocks (pl.spmd_submit).
-            if getattr(t, "spmd_dispatch", None) is not None:
-                raise compile_error("pl.spmd cannot be nested", self._loc)
-            t.spmd_dispatch = self.n
-            self._tracer = t
-            return None
+            return self._begin_dispatch(t)
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
-        if t.block_num is not None and t.block_num != self.n:
+        if t.block_num is not None and t.block_num != self.n and "at" in t.frames:
             raise compile_error(
                 f"pl.spmd({self.n}) disagrees with an earlier pl.spmd({t.block_num}) (one block count per kernel)",
                 self._loc,
             )
+        if t.block_num is not None and t.block_num != self.n:  # each a task, or refused at the end (_jit)
+            t.spmd_counts_differ = (self._loc, self.n, t.block_num)
         t.block_num = self.n
         t.in_spmd = True
         t.spmd_index = None
         self._tracer = t
         self._var = t.new_index("b")
+        if "at" not in t.frames:  # a task of its own if the kernel has others (see spmd_as_tasks)
+            meta = getattr(t, "spmd_meta", None)
+            if meta is None:
+                meta = t.spmd_meta = {}
+            meta[self._var.name] = (t.next_task, t.manual > 0, self._hints + scope_hints(t), self.name_hint)
+            t.next_task += 1
         t.ranges[self._var.name] = (0, self.n - 1)
         t.open_block("spmd")
         t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
@@ -345,9 +405,122 @@ class spmd:
             self._end(True)
         raise StopIteration
 
-    def __enter__(self) -> Index:
-        return self._begin()
+    # ---- with pl.spmd(n) [as tid]: one task of n blocks --------------------------------------------
 
-    def __exit__(self, exc_type, *_):
-        self._end(exc_type is None)
-        return False
+    def _begin_dispatch(self, t) -> TaskId:
+        """A program's dispatch form: each kernel call inside is a task of n blocks."""
+        if getattr(t, "spmd_dispatch", None) is not None:
+            raise compile_error("pl.spmd cannot be nested", self._loc)
+        t.spmd_dispatch = self.n
+        t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint}
+        self._tracer = t
+        self._first = t.next_task
+        return TaskId(t, self._first, self.name_hint)
+
+    def __enter__(self) -> TaskId:
+        t = current("pl.spmd")
+        self._with = True
+        self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
+        if self.deps is not None and not _binds_target(self._loc):
+            raise compile_error("pl.spmd() does not accept 'deps=' here: bind the region with "
+                                "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
+        if self._dispatch:
+            return self._begin_dispatch(t)
+        if t.in_spmd or getattr(t, "block_index", None) is not None:
+            raise compile_error("pl.spmd cannot be nested", self._loc)
+        self._region = at(Level.CORE_GROUP, name_hint=self.name_hint, deps=self.deps)
+        self._region._hints = self._hints
+        tid = self._region.__enter__()
+        self._tracer = t
+        self._var = t.new_index("b")
+        t.ranges[self._var.name] = (0, self.n - 1)
+        t.open_block("range")
+        t.block_index = Index(self._var)
+        t.block_index_read = False
+        return tid
+
+    def __exit__(self, exc_type, *exc):
+        t = self._tracer
+        if self._dispatch:
+            t.spmd_dispatch = None
+            t.spmd_call = None
+            if exc_type is None and t.next_task == self._first:
+                raise compile_error(f"the body of 'with pl.spmd({self.n})' in the orchestration dispatches no "
+                                    f"kernel (call self.<kernel>(...) inside it)", self._loc)
+            return False
+        inner = t.close_block()
+        del t.ranges[self._var.name]
+        t.block_index = None
+        read = t.block_index_read
+        if exc_type is None:
+            if not read:
+                self._region.__exit__(None, None, None)
+                raise compile_error(f"the body of 'with pl.spmd({self.n})' neither reads the block index "
+                                    f"(pl.tile.get_block_idx()) nor dispatches a kernel: every block would do "
+                                    f"the same work", self._loc)
+            t.append(For(self._var, 0, self.n, 1, inner, self._loc))  # the blocks, in order (hint core_num)
+        return self._region.__exit__(exc_type, *exc)
+
+
+def spmd_as_tasks(t, body: tuple) -> tuple[tuple, bool]:
+    """A ``@pl.jit`` body whose ``for i in pl.spmd(n)`` loops sit beside other tasks: each loop made a task.
+
+    PyPTO outlines the loop's body into one InCore task of ``n`` blocks; a
+    kernel that is that loop alone runs here as one launch of ``n`` blocks
+    (the same), but beside regions the launch's blocks would run those
+    regions too.  So there each loop becomes a region of its own (the task id
+    reserved where it was traced) whose body runs once per block, and the
+    launch has one block.  Returns the body and whether it changed.
+    """
+    meta = getattr(t, "spmd_meta", None)
+    if not meta or not _has_task(body):
+        return body, False
+
+    def convert(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Spmd) and s.var.name in meta:
+                task, manual, hints, name = meta[s.var.name]
+                out.append(Scope(Level.CORE_GROUP.value, (For(s.var, 0, s.count, 1, s.body, s.loc),), s.loc,
+                                 name=name, manual=manual, task=task, hints=hints))
+            elif isinstance(s, For):
+                out.append(For(s.var, s.start, s.stop, s.step, tuple(convert(s.body)), s.loc, kind=s.kind,
+                               stage=s.stage))
+            else:
+                out.append(s)
+        return out
+
+    return tuple(convert(body)), True
+
+
+def _has_task(body) -> bool:
+    for s in body:
+        if isinstance(s, Scope) or isinstance(s, For) and _has_task(s.body):
+            return True
+    return False
+
+
+def _binds_target(loc) -> bool:
+    """Whether the ``with`` statement at `loc` binds an ``as`` target (True when the source is not readable)."""
+    import ast
+    import linecache
+
+    if loc is None:
+        return True
+    lines = linecache.getlines(loc.file)
+    if not lines or loc.line > len(lines):
+        return True
+    first = loc.line - 1
+    for end in builtins.range(first + 1, min(first + 40, len(lines)) + 1):
+        text = "".join(lines[first:end]).strip()
+        if not text.endswith(":"):
+            continue
+        try:
+            tree = ast.parse(text + "\n    pass\n")
+        except SyntaxError:
+            continue
+        stmt = tree.body[0] if tree.body else None
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            return any(item.optional_vars is not None for item in stmt.items)
+        return True
+    return True

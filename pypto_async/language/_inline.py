@@ -30,7 +30,7 @@ from ..ir._nodes import Loc
 from ._tracer import TensorArg, current, user_loc
 from ._types import TensorAnnotation
 
-__all__ = ["InlineFunction", "inline"]
+__all__ = ["InlineFunction", "inline", "OpaqueFunction", "opaque"]
 
 
 _DIRECTION = {OUT: "Out", INOUT: "InOut"}
@@ -113,3 +113,31 @@ def decorate(fn, auto_scope, cls, spelling: str, again):
 def inline(fn=None, *, auto_scope: bool = True):
     """Make a Python function a helper spliced into each kernel that calls it (``@pl.jit.inline``)."""
     return decorate(fn, auto_scope, InlineFunction, "@pl.jit.inline", inline)
+
+
+class OpaqueFunction(InlineFunction):
+    """A ``@pl.jit.opaque`` sub-function: its orchestration loops and ``pl.at`` regions, traced at the call.
+
+    PyPTO keeps it a separate ``Opaque`` IR function that the passes
+    outline; its regions are tasks of the program either way, ordered with
+    the caller's by the tensors they touch, so here its body is traced where
+    it is called (as a ``@pl.jit.inline`` helper's): the results and the
+    task graph are PyPTO's, and no function of its own appears in
+    ``Program.functions``.
+    """
+
+    def __repr__(self) -> str:
+        return f"<pl.jit.opaque {self.__qualname__}>"
+
+
+def opaque(fn=None, *, auto_scope=None):
+    """Make a Python function a sub-function of ``@pl.jit`` entries that holds loops and regions (``@pl.jit.opaque``).
+
+    ``auto_scope=`` is rejected, as in PyPTO (put it on the entry or an ``@pl.jit.inline`` helper).
+    """
+    if auto_scope is not None:
+        raise PtoCompileError("@pl.jit.opaque does not take auto_scope=; put it on the @pl.jit entry or an "
+                              "@pl.jit.inline helper")
+    if fn is None:
+        return opaque
+    return decorate(fn, True, OpaqueFunction, "@pl.jit.opaque", opaque)

@@ -18,7 +18,7 @@ from ..ir._program import Program
 from ..ir._passes import run_passes
 from ._branch import traced_fn
 from ._incore import incore
-from ._inline import decorate, inline
+from ._inline import decorate, inline, opaque
 from .distributed_host import host
 from ._placement import bind_shape, is_dynamic
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
@@ -224,8 +224,20 @@ class JitFunction:
         outs = tuple(Param(p.name, OUT, p.shape, p.dtype) for p in tracer.scratch if p.name in returned)
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         ret = ", ".join(returned) or None
+        from ._control import spmd_as_tasks
+        from ._submit import program_dump_tags
+
+        body, as_tasks = spmd_as_tasks(tracer, tuple(tracer.blocks[0]))
+        if as_tasks:
+            tracer.blocks[0], tracer.block_num = list(body), None
+        elif getattr(tracer, "spmd_counts_differ", None) is not None:
+            loc, n, before = tracer.spmd_counts_differ
+            raise compile_error(f"pl.spmd({n}) disagrees with an earlier pl.spmd({before}) (one block count per "
+                                f"kernel, unless each loop sits beside the kernel's regions, as a task of its own)",
+                                loc)
         return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
-                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())))
+                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
 
     def lower(self, *args, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments."""
@@ -361,4 +373,24 @@ def jit(fn=None, *, auto_scope: bool = True):
 
 jit.incore = incore
 jit.inline = inline
+jit.opaque = opaque
 jit.host = host
+
+
+def extern(fn=None, **options):
+    """PyPTO's ``@pl.jit.extern(source=..., core_type=...)``: a hand-written C++ kernel; not on the sim.
+
+    Raises
+    ------
+    PtoNotSupported
+        Always, when the decorator is applied: the simulator runs kernels it
+        generates from the language, and cannot run a device C++ source.
+    """
+    from ..errors import PtoNotSupported
+
+    raise PtoNotSupported("@pl.jit.extern: a hand-written C++ kernel (PyPTO's external source) cannot run on the "
+                          "sim, which compiles kernels only from the tile language; write the kernel with "
+                          "@pl.jit.incore")
+
+
+jit.extern = extern

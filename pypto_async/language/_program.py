@@ -74,7 +74,9 @@ class _Function:
         from ._tracer import _state
 
         t = getattr(_state, "tracer", None)
-        if t is None or self.type is not FunctionType.InCore:
+        if t is not None and self.type is FunctionType.Inline:
+            return _splice(self, None, args)
+        if t is None or self.type not in _KERNEL_TYPES:
             raise PtoCompileError(f"{self.name} is a function of a @pl.program: call it (as self.{self.fn.__name__}"
                                   f"(...) for a method) inside the orchestration, and compile the program with "
                                   f"ir.compile")
@@ -88,10 +90,17 @@ class _Function:
                          name_hint=name_hint, deps=deps)
 
 
-def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: str | None = None,  # noqa: A002
+def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: str | None = None,  # noqa: A002
              auto_scope: bool = True, attrs: dict | None = None, strict_ssa: bool = False,
-             level: Level | None = None, role=None):
+             level: Level | None = None, role=None, external_source=None):
     """Mark a method of a ``@pl.program`` class as a kernel (``InCore``) or as its ``Orchestration``.
+
+    The default type is PyPTO's ``Opaque``: a function that takes its plane
+    from where it is used.  In a program with an orchestration, an Opaque
+    function the orchestration calls is a kernel (each call one task, its
+    body outlined as one InCore function, as PyPTO's passes do with plain
+    tile code); in a program without one, the one Opaque function is the
+    entry, holding its own ``pl.at`` regions.
 
     ``auto_scope=False`` on the orchestration lets its body place AUTO runtime scopes
     (``with pl.scope():``), as on ``@pl.jit``.  ``attrs=`` on an InCore function takes
@@ -104,13 +113,22 @@ def function(fn=None, *, type: FunctionType = FunctionType.InCore, name_hint: st
     subscript write, which rebinds ``dst`` (see :func:`check_strict_ssa`).
     ``level=pl.Level.HOST, role=pl.Role.Orchestrator`` (or ``SubWorker``) makes a
     multi-chip program's host function (see :mod:`pypto_async.language.distributed_host`).
+    ``external_source=`` (PyPTO's hand-written C++ kernel) raises
+    :class:`~pypto_async.errors.PtoNotSupported`: the sim runs only kernels it generates.
     """
+    if external_source is not None:
+        raise PtoNotSupported(f"@pl.function(external_source={str(external_source)!r}): a hand-written C++ kernel "
+                              f"cannot run on the sim, which compiles kernels only from the tile language; write "
+                              f"the function's body with pl.load / tile ops / pl.store instead")
     if level is not None or role is not None:
         from .distributed_host import host_function
 
         return host_function(fn, level, role, name_hint)
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
+    if type is FunctionType.Group:
+        raise PtoNotSupported("@pl.function(type=pl.FunctionType.Group): a co-scheduled cube+vector cluster is not "
+                              "on the sim, which runs every task on one kind of core; write the function as InCore")
     if not isinstance(auto_scope, bool):
         raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
     hints = _attr_hints(attrs, type)
@@ -206,7 +224,7 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
 
     if not isinstance(attrs, dict):
         raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
-    if attrs and type_ is not FunctionType.InCore:
+    if attrs and type_ not in _KERNEL_TYPES:
         raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
     hints = []
     for key, value in attrs.items():
@@ -393,8 +411,8 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     return tuple(out)
 
 
-def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None = None,
-                  manual_dep: bool = False) -> TensorArg:
+def create_tensor(shape, dtype, layout=None, *, memory_type=MemorySpace.DDR, name: str | None = None,
+                  manual_dep: bool = False, init_value=None) -> TensorArg:
     """An intermediate tensor of a program (``pl.create_tensor([r, c], dtype=pl.FP32)``).
 
     Returned by the orchestration (or a ``@pl.jit`` entry), it is an output
@@ -403,7 +421,11 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
     ``pl.MemorySpace.DDR`` (on-chip buffers are tiles, ``pl.create_tile``).
     With ``manual_dep=True`` no task's access to the tensor is tracked, for
     its whole lifetime: no edge is inferred from it (order its writer and
-    readers with ``deps=``).
+    readers with ``deps=``).  As in PyPTO the tensor's contents are undefined
+    until written, unless ``init_value=`` (a number) fills it first: here a
+    task of its own (``<name>_init``) stores the value over the whole
+    tensor, which every later task touching it is ordered after.  PyPTO's
+    ``layout=`` may only be ``pl.TensorLayout.ND`` (row-major, the default).
     """
     t = current("pl.create_tensor")
     loc = user_loc()
@@ -428,6 +450,11 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
         raise compile_error(f"pl.create_tensor: the name {name!r} is taken", loc)
     if not isinstance(manual_dep, bool):
         raise compile_error(f"pl.create_tensor: manual_dep must be a bool, got {manual_dep!r}", loc)
+    if layout is not None and getattr(layout, "name", layout) != "ND":
+        raise compile_error(f"pl.create_tensor: layout must be pl.TensorLayout.ND (a tensor here is row-major), "
+                            f"got {layout!r}", loc)
+    if init_value is not None:
+        _check_init_value(init_value, d, manual_dep, t, loc)
     p = Param(name, INOUT, shape, d)
     t.params[name] = p
     t.scratch.append(p)
@@ -435,7 +462,38 @@ def create_tensor(shape, dtype, *, memory_type=MemorySpace.DDR, name: str | None
         if not hasattr(t, "manual_dep"):
             t.manual_dep = []
         t.manual_dep.append(name)
-    return TensorArg(p)
+    out = TensorArg(p)
+    if init_value is not None:
+        _fill(t, out, init_value, name)
+    return out
+
+
+def _check_init_value(value, dtype, manual_dep: bool, t, loc) -> None:
+    from ..errors import PtoNotSupported
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise compile_error(f"pl.create_tensor: init_value must be a number, got {value!r}", loc)
+    if value != 0 and dtype.name in ("FP16", "BF16"):
+        raise compile_error(f"pl.create_tensor: a non-zero init_value of a {dtype.name} tensor is not supported "
+                            f"(PyPTO rejects it at codegen); use init_value=0 or fill it with pl.full", loc)
+    if not dtype.is_float and isinstance(value, float) and not value.is_integer():
+        raise compile_error(f"pl.create_tensor: init_value={value!r} is not a {dtype.name} value", loc)
+    if manual_dep or t.manual > 0 or "at" in t.frames:
+        raise PtoNotSupported(f"{loc}: pl.create_tensor(init_value=...) "
+                              + ("inside a region" if "at" in t.frames else
+                                 "with manual_dep=True or in a manual scope")
+                              + ": the sim fills the tensor with a task of its own, which later tasks are ordered "
+                                "after by the edges the tensor gives; create it where its edges are tracked")
+
+
+def _fill(t, tensor: TensorArg, value, name: str) -> None:
+    """The task that fills a new intermediate with ``init_value`` (before any task that touches it)."""
+    from ._control import at
+    from ._memory import store
+    from ._ops import full
+
+    with at(Level.CORE_GROUP, name_hint=f"{name}_init"):
+        store(full(list(tensor.shape), value, tensor.dtype), [0] * len(tensor.shape), tensor)
 
 
 _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
@@ -495,6 +553,12 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             untracked.append(arg.name)
     from .array import split_deps
 
+    spmd_call = getattr(t, "spmd_call", None)
+    if spmd_call is not None and core_num is None:  # the first call inside `with pl.spmd(n, ...) [as tid]:`
+        t.spmd_call = None
+        deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
+        hints = (*hints, *spmd_call["hints"])
+        name_hint = name_hint or spmd_call["name_hint"]
     deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
@@ -528,6 +592,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         declared = tuple(t.func_attrs["hints"])
         t.func_attrs = None
     if ok:
+        from ._submit import task_dumps
+
+        explicit = tuple(n for k, v in hints if k == "dumps" for n in v)
+        hints = tuple(h for h in hints if h[0] != "dumps") + task_dumps(t, {a[0] for a in accesses}, explicit)
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
                        hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
@@ -604,6 +672,31 @@ class _Kernel:
                          core_num=core_num)
 
 
+#: The function types an orchestration calls as kernels (each call one task).
+_KERNEL_TYPES = (FunctionType.InCore, FunctionType.Opaque, FunctionType.AIC, FunctionType.AIV)
+
+
+def _splice(f, self_arg, args):
+    """Trace an Inline function's body where it is called (PyPTO's ``InlineFunctions`` pass)."""
+    from ._branch import traced_fn
+
+    names = list(inspect.signature(f.fn).parameters)
+    if names and names[0] == "self" and self_arg is None:
+        self_arg = _Self({})
+    fn = traced_fn(f.fn)
+    return fn(self_arg, *args) if self_arg is not None else fn(*args)
+
+
+class _Inlined:
+    """``self.helper`` of an Inline function: calling it splices the body into the caller."""
+
+    def __init__(self, prog, fn):
+        self.prog, self.fn = prog, fn
+
+    def __call__(self, *args):
+        return _splice(self.fn, self.prog, args)
+
+
 class _Self:
     """The ``self`` an orchestration sees: its kernels, as task-making callables."""
 
@@ -634,12 +727,19 @@ class ProgramDef:
         self.host_functions = {v.name: v for v in vars(cls).values() if isinstance(v, HostLevelFunction)}
         fns = {k: v for k, v in vars(cls).items() if isinstance(v, _Function)}
         self._all = fns
-        self.kernels = {k: f for k, f in fns.items() if f.type is FunctionType.InCore}
         orch = [f for f in fns.values() if f.type is FunctionType.Orchestration]
         opaque = [f for f in fns.values() if f.type is FunctionType.Opaque]
+        # An Opaque function takes its plane from its use: beside an orchestration (or with other
+        # kernels and no orchestration) it is a kernel the orchestration calls.
+        kernel_types = _KERNEL_TYPES if orch or len(opaque) != 1 else \
+            tuple(k for k in _KERNEL_TYPES if k is not FunctionType.Opaque)
+        self.kernels = {k: f for k, f in fns.items() if f.type in kernel_types}
+        counts = (len(orch), len(opaque))
+        if orch or len(opaque) > 1:
+            opaque = []
         # The entry: the orchestration, or (PyPTO's other form) one Opaque function holding its own regions.
         # A class of InCore functions alone is a program too (a library of kernels), with nothing to compile.
-        self._entries = (len(orch), len(opaque))
+        self._entries = counts
         if len(orch) == 1 and not opaque or not orch and len(opaque) == 1 or self.host_functions and orch:
             self.orchestration = (orch or opaque)[0]  # with HOST functions: one chip program; each is an entry
         elif not orch and not opaque:
@@ -750,6 +850,7 @@ class ProgramDef:
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
+        me._kernels.update({k: _Inlined(me, f) for k, f in self._all.items() if f.type is FunctionType.Inline})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         from ._branch import traced_fn
 
@@ -768,8 +869,11 @@ class ProgramDef:
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
         all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
+        from ._submit import program_dump_tags
+
         return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
-                       manual_dep=tuple(getattr(tracer, "manual_dep", ())))
+                       manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
 
     @property
     def functions(self) -> dict[str, "_Function"]:

@@ -32,7 +32,8 @@ from ..ir._diag import compile_error
 from ._control import TaskId, task_deps
 from ._tracer import TensorArg, current, user_loc
 
-__all__ = ["submit", "spmd_submit", "get_block_idx", "no_dep", "task_dummy", "TaskJoin"]
+__all__ = ["submit", "spmd_submit", "get_block_idx", "no_dep", "task_dummy", "TaskJoin", "dump_tag", "task_dumps",
+           "program_dump_tags", "dumps_names"]
 
 
 def _in_kernel(op: str):
@@ -91,10 +92,9 @@ def _submit(op, kernel, args, deps, dumps, allow_early_resolve, predicate, name_
                             f"{allow_early_resolve!r}", loc)
     if allow_early_resolve:
         hints.append(("allow_early_resolve", True))
-    if dumps is not None:
-        if not isinstance(dumps, (list, tuple)) or not all(isinstance(d, TensorArg) for d in dumps):
-            raise compile_error(f"{op}(dumps=...) takes a list of tensors, got {dumps!r}", loc)
-        hints.append(("dumps", tuple(d.name for d in dumps)))
+    explicit = dumps_names(op, dumps, loc)
+    if explicit:
+        hints.append(("dumps", explicit))
     result, tid = kernel.call(args, deps=deps, hints=tuple(hints), with_task=True, loc=loc, name_hint=name_hint,
                               core_num=core_num)
     items = result if isinstance(result, tuple) else (() if result is None else (result,))
@@ -107,6 +107,8 @@ def get_block_idx():
     index = getattr(t, "block_index", None)
     if index is None and getattr(t, "spmd_index", None) is not None and t.in_spmd:
         index = t.spmd_index
+    if index is not None:
+        t.block_index_read = True  # a `with pl.spmd(n):` body must read it
     if index is None:
         raise compile_error("pl.tile.get_block_idx() is the block index of a pl.spmd_submit kernel or a pl.spmd "
                             "body; there is none here", user_loc())
@@ -144,3 +146,76 @@ def task_dummy(*, deps=None):
         raise compile_error(f"pl.system.task_dummy(deps=[...]) takes a non-empty list of task ids, got {deps!r}",
                             loc)
     return TaskJoin(t, task_deps(t, deps, loc))
+
+
+def dump_tag(tensor) -> None:
+    """Mark ``tensor`` for PyPTO's selective dump: each later task that consumes it dumps it.
+
+    A statement of the orchestration (a ``@pl.program``'s, or a ``@pl.jit``
+    body outside its regions) or of an inline helper.  Under
+    ``RunConfig(enable_dump_args=1)`` the program's marked parameters that a
+    task consumes are written to ``dfx_outputs/args_dump/`` (before and after
+    the launch); the mark is recorded on each consuming task
+    (``Scope.hints``: ``("dumps", names)``) and changes no result.  Inside a
+    region or a kernel's body it is a compile error, as in PyPTO (the dump is
+    attached where the orchestration dispatches a task).
+    """
+    t = current("pl.dump_tag")
+    loc = user_loc()
+    if "at" in t.frames or getattr(t, "func_attrs", None) is not None:
+        raise compile_error("pl.dump_tag belongs to the orchestration (or an inline helper): place it before the "
+                            "region or kernel call that consumes the tensor, not inside a region or a kernel's "
+                            "body", loc)
+    if not isinstance(tensor, TensorArg) or hasattr(tensor, "origin"):
+        raise compile_error(f"pl.dump_tag takes a whole tensor (a parameter or a pl.create_tensor tensor), got "
+                            f"{tensor!r}", loc)
+    tags = getattr(t, "dump_tags", None)
+    if tags is None:
+        tags = t.dump_tags = []
+    if tensor.name not in tags:
+        tags.append(tensor.name)
+
+
+def dumps_names(op: str, dumps, loc) -> tuple[str, ...]:
+    """Check a ``dumps=[...]`` list (whole tensors) and return their names."""
+    if dumps is None:
+        return ()
+    if not isinstance(dumps, (list, tuple)) or not all(isinstance(d, TensorArg) for d in dumps):
+        raise compile_error(f"{op}(dumps=...) takes a list of tensors, got {dumps!r}", loc)
+    out: list[str] = []
+    for d in dumps:
+        if d.name not in out:
+            out.append(d.name)
+    return tuple(out)
+
+
+def task_dumps(t, touched, explicit: tuple[str, ...] = ()) -> tuple:
+    """The ``("dumps", names)`` hint of a task touching ``touched``: its ``dumps=`` and the tagged tensors."""
+    tags = getattr(t, "dump_tags", None) or ()
+    names = list(explicit) + [n for n in tags if n in touched and n not in explicit]
+    return (("dumps", tuple(names)),) if names else ()
+
+
+def program_dump_tags(t, body) -> tuple[str, ...]:
+    """The tensors a traced program dumps at level 1: every task's ``dumps``; a program with no task, its tags."""
+    from ..ir._nodes import Scope
+
+    found: list[str] = []
+    seen_task = False
+
+    def walk(stmts):
+        nonlocal seen_task
+        for s in stmts:
+            if isinstance(s, Scope):
+                seen_task = True
+                for name, value in s.hints:
+                    if name == "dumps":
+                        found.extend(n for n in value if n not in found)
+            inner = getattr(s, "body", None)
+            if isinstance(inner, tuple):
+                walk(inner)
+
+    walk(body)
+    if not seen_task:  # one kernel: it consumes every tensor the tags name
+        found.extend(n for n in (getattr(t, "dump_tags", None) or ()) if n not in found)
+    return tuple(found)

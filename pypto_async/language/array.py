@@ -17,9 +17,16 @@ recorded on the producing region (``Scope.assigns``) and the use on the
 consumer (``Scope.dep_arrays``); :func:`pypto_async.ir._deps.program_tasks`
 replays the stores, instance by instance, to find the edges.
 
-Only ``pl.TASK_ID`` arrays are here: PyPTO's on-core arrays of numbers
-(``pl.array.create(16, pl.INT32)``, ``get_element``, ``update_element``)
-are not.
+PyPTO's arrays of numbers, ``pl.array.create(16, pl.INT32)`` (an integer or
+BOOL element type), are :class:`NumArray`: ``arr[i] = v`` (also
+``pl.array.update_element(arr, i, v)``) and ``x = arr[i]`` (also
+``pl.array.get_element(arr, i)``).  Inside a region (an on-core array, a
+C-stack local on the device) each slot is a runtime scalar of the kernel,
+so the index and the value may be loop indices and ``pl.read`` values; in
+the orchestration the array holds what the trace knows (ints and index
+expressions), written and read at compile-time indices.  A value is
+converted to the element type as the device stores it (wrapping; BOOL is
+``v != 0``); a slot not yet written reads 0.
 """
 
 from __future__ import annotations
@@ -27,14 +34,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .._scalars import is_int
-from ..ir._bounds import index_range
+from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
 from ..ir._printer import format_index
-from ..ir._nodes import Scope
+from ..ir._nodes import IBin, IConst, IVar, Scope, SetIndex
 from ._control import TaskId
-from ._tracer import current, to_index, user_loc
+from ._tracer import Index, ScalarArg, current, to_index, user_loc
 
-__all__ = ["create", "TaskIdArray", "TASK_ID"]
+__all__ = ["create", "get_element", "update_element", "TaskIdArray", "NumArray", "TASK_ID"]
 
 
 class _TaskIdType:
@@ -85,14 +92,191 @@ class TaskIdArray:
                             f"array is not readable here", user_loc())
 
 
-def create(size, dtype) -> TaskIdArray:
-    """An array of ``size`` task ids (``pl.array.create(n, pl.TASK_ID)``), for ``deps=[array]``."""
+_ELEMENT_TYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+
+
+class NumArray:
+    """``pl.array.create(n, pl.INT32)``: ``n`` integer slots, ``arr[i] = v`` and ``arr[i]`` (see the module)."""
+
+    def __init__(self, tracer, name: str, size: int, dtype, loc):
+        self._tracer = tracer
+        self.name = name
+        self.size = size
+        self.dtype = dtype
+        self._region = _region_of(tracer)
+        if self._region is None:
+            self._values: list = [0] * size  # the orchestration's: what the trace knows
+        else:
+            self._slots = [tracer.new_index(f"{name}_") for _ in range(size)]
+            for v in self._slots:
+                tracer.ranges[v.name] = RUNTIME
+                tracer.append(SetIndex(v, IConst(0), loc))
+
+    def __repr__(self) -> str:
+        return f"<pl.array {self.name}[{self.size}] of pl.{self.dtype.name}>"
+
+    def _check(self, what: str):
+        t = current(f"pl.array {what}")
+        loc = user_loc()
+        if t is not self._tracer:
+            raise compile_error(f"{self.name} belongs to another kernel", loc)
+        if _region_of(t) != self._region and not (self._region is None and what == "element read"):
+            # An orchestration array's values are known to the trace: a region may read them (as captured scalars).
+            raise compile_error(f"{self.name} was created {self._where()}; an array does not cross a function "
+                                f"boundary (use it where it was created)", loc)
+        return t, loc
+
+    def _where(self) -> str:
+        return "in the orchestration" if self._region is None else "inside a region"
+
+    def _index(self, t, index, loc):
+        """The index expression and the slots it may name (checked against the array's size)."""
+        if isinstance(index, bool):
+            raise compile_error(f"{self.name}[...] takes an integer index, got {index!r}", loc)
+        expr = to_index(index, f"{self.name}[...] index")
+        bounds = index_range(expr, t.ranges, loc, runtime_ok=True)
+        if bounds is None:  # a runtime scalar: any slot (an index outside the array names none)
+            return expr, range(self.size)
+        lo, hi = bounds
+        if lo < 0 or hi >= self.size:
+            raise compile_error(f"{self.name}[{format_index(expr)}] takes slots {lo}..{hi}, outside the array's "
+                                f"{self.size} slots", loc)
+        return expr, range(lo, hi + 1)
+
+    def __setitem__(self, index, value) -> None:
+        t, loc = self._check("element assignment")
+        if not isinstance(value, (int, Index, ScalarArg)) or isinstance(value, float):
+            raise compile_error(f"{self.name}[...] = takes an int, an index or a scalar (the element type is "
+                                f"pl.{self.dtype.name}), got {value!r}", loc)
+        expr, slots = self._index(t, index, loc)
+        if self._region is None:
+            self._store_orch(t, expr, slots, value, loc)
+            return
+        v = _wrap(to_index(value, f"{self.name}[...] value"), self.dtype)
+        if len(slots) == 1:
+            t.append(SetIndex(self._slots[slots[0]], v, loc))
+            return
+        tmp = t.new_index("s")  # the value first: it may read the slots it is about to change
+        t.ranges[tmp.name] = RUNTIME
+        t.append(SetIndex(tmp, v, loc))
+        for k in slots:  # slot k takes the value where the index is k (exact in wrapping arithmetic)
+            slot = self._slots[k]
+            t.append(SetIndex(slot, IBin("+", slot, IBin("*", IBin("==", expr, IConst(k)), IBin("-", tmp, slot))),
+                              loc))
+
+    def _store_orch(self, t, expr, slots, value, loc) -> None:
+        from ..errors import PtoNotSupported
+
+        if len(slots) != 1 or _loop_vars(expr):
+            raise PtoNotSupported(f"{loc}: {self.name}[{format_index(expr)}] = ...: an orchestration array is "
+                                      f"written at indices known when it is compiled here (the orchestration's "
+                                      f"scalar state is fixed then); write it inside a region, where it is an "
+                                      f"on-core array")
+        if isinstance(value, int):
+            self._values[slots[0]] = _wrap_int(int(value), self.dtype)
+            return
+        e = to_index(value, f"{self.name}[...] value")
+        self._values[slots[0]] = (e if self.dtype.name == "INT64" else _wrap(e, self.dtype), frozenset(_loop_vars(e)))
+
+    def __getitem__(self, index):
+        t, loc = self._check("element read")
+        expr, slots = self._index(t, index, loc)
+        if self._region is None:
+            from ..errors import PtoNotSupported
+
+            if len(slots) != 1:
+                raise PtoNotSupported(f"{loc}: {self.name}[{format_index(expr)}]: an orchestration array is read "
+                                      f"at indices known when it is compiled here")
+            v = self._values[slots[0]]
+            if isinstance(v, int):
+                return v
+            e, names = v
+            gone = sorted(n for n in names if n not in t.ranges)
+            if gone:
+                raise PtoNotSupported(f"{loc}: {self.name}[{slots[0]}] holds a value of the loop index "
+                                      f"{', '.join(gone)}, read after its loop: the orchestration's loops make the "
+                                      f"task graph, which is fixed when it is compiled here")
+            return Index(e)
+        if len(slots) == 1:
+            value = self._slots[slots[0]]
+        else:
+            value = IConst(0)
+            for k in slots:
+                value = IBin("+", value, IBin("*", IBin("==", expr, IConst(k)), self._slots[k]))
+        from ._runtime_scalars import _bind
+
+        return _bind(t, value, loc)  # a snapshot: a later write to the slot does not change it
+
+
+def _region_of(t):
+    """The region being traced (its task id, or the kernel call's), or None in the orchestration."""
+    return t.next_task - 1 if "at" in t.frames else None
+
+
+def _loop_vars(e) -> set[str]:
+    if isinstance(e, IVar):
+        return {e.name}
+    if isinstance(e, IBin):
+        return _loop_vars(e.a) | _loop_vars(e.b)
+    return set()
+
+
+def _wrap_int(v: int, dtype) -> int:
+    name = dtype.name
+    if name == "BOOL":
+        return int(v != 0)
+    if name == "UINT8":
+        return v % 256
+    bits = {"INT8": 8, "INT32": 32, "INT64": 64}[name]
+    half = 1 << (bits - 1)
+    return (v + half) % (1 << bits) - half
+
+
+def _wrap(e, dtype):
+    """The index expression ``e`` as a ``dtype`` element holds it (two's-complement wrap; BOOL: ``e != 0``)."""
+    name = dtype.name
+    if isinstance(e, IConst):
+        return IConst(_wrap_int(e.value, dtype))
+    if name == "INT64":
+        return e
+    if name == "BOOL":
+        return IBin("!=", e, IConst(0))
+    if name == "UINT8":
+        return IBin("%", e, IConst(256))
+    half = 1 << ({"INT8": 8, "INT32": 32}[name] - 1)
+    return IBin("-", IBin("%", IBin("+", e, IConst(half)), IConst(2 * half)), IConst(half))
+
+
+def get_element(array, index):
+    """``pl.array.get_element(arr, i)``: ``arr[i]``."""
+    if not isinstance(array, NumArray):
+        raise compile_error(f"pl.array.get_element takes an array of numbers, got {array!r}", user_loc())
+    return array[index]
+
+
+def update_element(array, index, value):
+    """``pl.array.update_element(arr, i, v)``: ``arr[i] = v``; returns the array (PyPTO's functional form rebinds it)."""
+    if not isinstance(array, NumArray):
+        raise compile_error(f"pl.array.update_element takes an array of numbers, got {array!r}", user_loc())
+    array[index] = value
+    return array
+
+
+def create(size, dtype):
+    """An array of ``size`` task ids (``pl.TASK_ID``, for ``deps=[array]``) or integers (:class:`NumArray`)."""
+    from .._dtypes import DataType
+
     t = current("pl.array.create")
     loc = user_loc()
-    if dtype is not TASK_ID:
-        raise compile_error(f"pl.array.create: only pl.TASK_ID arrays are supported here, got {dtype!r}", loc)
     if not is_int(size) or isinstance(size, bool) or size <= 0:
         raise compile_error(f"pl.array.create: the size must be a positive int, got {size!r}", loc)
+    if dtype is not TASK_ID:
+        if not isinstance(dtype, DataType) or dtype.name not in _ELEMENT_TYPES:
+            raise compile_error(f"pl.array.create: the element type must be pl.TASK_ID or an integer or BOOL "
+                                f"dtype ({', '.join('pl.' + n for n in _ELEMENT_TYPES)}), got {dtype!r}", loc)
+        count = getattr(t, "num_arrays", 0)
+        t.num_arrays = count + 1
+        return NumArray(t, f"arr{count}", int(size), dtype, loc)
     count = getattr(t, "task_arrays", 0)
     t.task_arrays = count + 1
     return TaskIdArray(t, f"tids{count}", int(size))

@@ -74,11 +74,13 @@ from ._ops import (
 from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
 from ._program import create_tensor, window
 from ._runtime_scalars import read
+from ._submit import dump_tag
 from ._tracer import TensorArg, user_loc
 
 create = create_tensor
 
 __all__ = [
+    "dump_tag",
     "create",
     "create_tensor",
     "read",

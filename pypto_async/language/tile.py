@@ -11,6 +11,12 @@ from ._memory import create_tile, fillpad, load, move, store
 from ._ops import (
     abs,  # noqa: A004
     add,
+    adds,
+    divs,
+    maxs,
+    mins,
+    muls,
+    subs,
     cast,
     col_max,
     col_min,
@@ -39,6 +45,7 @@ from ._ops_extended import __all__ as _ops_extended_all
 
 create = create_tile
 from ._submit import get_block_idx  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
+from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx  # noqa: E402 - a pl.split_aiv region's lanes
 
 
 def transpose_view(tile):
@@ -54,6 +61,9 @@ def transpose_view(tile):
 
 __all__ = [
     "get_block_idx",
+    "get_subblock_idx",
+    "aiv_shard",
+    "aic_gather",
     "assemble",
     "concat",
     "reshape",
@@ -67,6 +77,12 @@ __all__ = [
     "store",
     "abs",
     "add",
+    "adds",
+    "subs",
+    "muls",
+    "divs",
+    "maxs",
+    "mins",
     "cast",
     "col_max",
     "col_min",

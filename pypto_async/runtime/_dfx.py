@@ -31,8 +31,11 @@ The names are PyPTO's where the content is the same kind:
     the launch reads, ``"after"`` for what it wrote), shape, dtype and the
     file of its raw bytes (C order) beside it,
     ``<run>_<call>_<param>_<stage>.bin``.  Level 2 dumps every tensor
-    argument; level 1 only those marked with ``pl.dump_tag``, which this
-    language does not have, so it writes the manifest with no entries.
+    argument; level 1 only the program's parameters marked with
+    ``pl.dump_tag(t)`` (or ``dumps=[t]`` on ``pl.submit`` / ``pl.at``) that a
+    task consumes (``CompiledProgram.dump_tags``), before and after the
+    launch (PyPTO dumps at each consuming task; the sim's tasks run inside
+    one launch, whose arguments are what it can read back).
 
 Several runs (processes) may write into one directory, one after another or
 at once: every file name carries the run's id (:func:`run_id`, also in the
@@ -190,11 +193,13 @@ def dfx_call(h, full: tuple, result, stream, cfg):
     _prepare(out, cfg)
     run, call = run_id(), next(_calls)
     level = cfg.enable_dump_args
+    tags = set(getattr(compiled, "dump_tags", ()))
     dumps = out / "args_dump"
     entries: list[dict] = []
     try:
-        if level >= 2:
-            entries += _dump(dumps, run, call, "before", params, full, lambda p: p.copies_in)
+        if level:  # level 1: only the tensors marked with pl.dump_tag / dumps=
+            entries += _dump(dumps, run, call, "before", params, full,
+                             lambda p: p.copies_in and (level >= 2 or p.name in tags))
     except OSError as exc:
         raise PtoArgumentError(f"save_kernels_dir: cannot write the DFX outputs into {dumps} ({exc})") from exc
     if cfg.enable_chip_swimlane:
@@ -209,8 +214,9 @@ def dfx_call(h, full: tuple, result, stream, cfg):
     else:
         launch_kernel(worker, h, full, stream, False)
     try:
-        if level >= 2:
-            entries += _dump(dumps, run, call, "after", params, full, lambda p: p.copies_out)
+        if level:
+            entries += _dump(dumps, run, call, "after", params, full,
+                             lambda p: p.copies_out and (level >= 2 or p.name in tags))
         if level:
             _write_manifest(dumps, h._name, level, entries)
         graph = getattr(compiled, "task_graph", None)

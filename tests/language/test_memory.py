@@ -134,3 +134,47 @@ def test_copy_between_tensors(launcher, rng):
     b = poison((24, 40))
     launcher.run(k.compile(a, b), a, b)
     np.testing.assert_array_equal(b, a)
+
+
+def test_create_tensor_init_value_fills_the_intermediate_before_its_readers():
+    """PyPTO's pl.create_tensor(init_value=): the buffer is filled before any task touches it (else undefined)."""
+    import pytest
+
+    from pypto_async.errors import PtoCompileError
+
+    @pl.jit
+    def accumulate(x: pl.Tensor[[32, 32], pl.FP32], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        acc = pl.create_tensor([32, 32], dtype=pl.FP32, init_value=0)
+        for k in pl.range(3):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                acc = pl.store(pl.load(x, [0, 0], [32, 32]), [0, 0], acc, atomic=pl.AtomicType.Add)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out = pl.store(pl.load(acc, [0, 0], [32, 32]), [0, 0], out)
+        return out
+
+    x, out = torch.randn(32, 32), torch.full((32, 32), float("nan"))
+    accumulate(x, out)
+    torch.testing.assert_close(out, 3 * x, rtol=1e-5, atol=1e-5)
+    graph = accumulate.compile(x, out).task_graph
+    assert graph.tasks[0].name == "tensor0_init"
+
+    @pl.jit
+    def ones(out: pl.Out[pl.Tensor[[8, 8], pl.INT32]]):
+        t = pl.create_tensor([8, 8], dtype=pl.INT32, init_value=7)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out = pl.store(pl.load(t, [0, 0], [8, 8]), [0, 0], out)
+        return out
+
+    got = torch.full((8, 8), -1, dtype=torch.int32)
+    ones(got)
+    assert (got == 7).all()
+
+    @pl.jit
+    def half(out: pl.Out[pl.Tensor[[8, 8], pl.FP16]]):
+        t = pl.create_tensor([8, 8], dtype=pl.FP16, init_value=1.5)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out = pl.store(pl.load(t, [0, 0], [8, 8]), [0, 0], out)
+        return out
+
+    with pytest.raises(PtoCompileError, match="non-zero init_value of a FP16"):
+        half.compile()

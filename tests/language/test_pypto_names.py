@@ -100,3 +100,25 @@ def test_the_default_strategy_runs_the_pipeline():
         PassManager.get_strategy("Default")
     with pytest.raises(PtoArgumentError, match="run_passes takes"):
         pm.run_passes(rows_exp)
+
+
+def test_tile_scalar_ops_dim_and_type_annotations_as_the_guide_spells_them():
+    """ops/00-dispatch's tile spellings (pl.tile.adds ...), pl.dim, and language/00-types's pl.Tuple / pl.Array."""
+    import torch
+
+    @pl.jit
+    def k(x: pl.Tensor[[32, 16], pl.FP32], out: pl.Out[pl.Tensor[[32, 16], pl.FP32]]
+          ) -> pl.Tuple[pl.Tensor[[32, 16], pl.FP32]]:
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.tile.load(x, [0, 0], [pl.dim(x, 0), pl.dim(x, -1)])
+            t = pl.tile.maxs(pl.tile.muls(pl.tile.adds(t, 1.0), 2.0), 0.5)
+            t = pl.tile.divs(pl.tile.subs(pl.tile.mins(t, 3.0), 0.25), 4.0)
+            out = pl.tile.store(t, [0, 0], out)
+        return out
+
+    x, out = torch.randn(32, 16), torch.full((32, 16), float("nan"))
+    k(x, out)
+    want = (torch.clamp(torch.clamp((x + 1.0) * 2.0, min=0.5), max=3.0) - 0.25) / 4.0
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    assert repr(pl.Array[16, pl.INT32]) == "pl.Array[16, pl.INT32]"
+    assert pl.ND is pl.TensorLayout.ND and pl.DN is pl.TensorLayout.DN and pl.NZ is pl.TensorLayout.NZ

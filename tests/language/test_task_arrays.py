@@ -135,7 +135,7 @@ def test_a_store_outside_the_array_is_a_compile_error():
 
 
 @pytest.mark.parametrize("case, message", [
-    ("dtype", "only pl.TASK_ID arrays are supported here"),
+    ("dtype", "the element type must be pl.TASK_ID or an integer or BOOL dtype"),
     ("size", "the size must be a positive int"),
     ("const_range", "tids0[5] takes slots 5..5, outside the array's 4 slots"),
     ("not_a_tid", "takes a task id bound by"),
@@ -151,7 +151,7 @@ def test_bad_arrays_are_errors_at_the_line(case, message):
             pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], out)
         if case == "dtype":
             where.append(next_line())
-            pl.array.create(4, pl.INT32)
+            pl.array.create(4, pl.FP32)
         elif case == "size":
             where.append(next_line())
             pl.array.create(0, pl.TASK_ID)
