@@ -7,7 +7,6 @@ first); ``tests/test_compat.py::test_every_same_row_is_used_by_a_test`` keeps ev
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import pypto_async.language as pl

@@ -37,7 +37,7 @@ from ..ir._diag import compile_error
 from ..ir._nodes import Matmul, MatmulAcc
 from ._control import at, range as _range
 from ._hints import SplitMode
-from ._tracer import Index, TensorArg, Tile, current, user_loc
+from ._tracer import TensorArg, Tile, current, user_loc
 from ._types import Level
 
 __all__ = ["split_aiv", "aiv_shard", "aic_gather", "get_subblock_idx", "add_task_hint"]

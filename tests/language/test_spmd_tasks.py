@@ -31,7 +31,7 @@ def two_stages(a: pl.Tensor[[128, 64], pl.FP32], b: pl.Tensor[[128, 64], pl.FP32
             i = pl.tile.get_block_idx()
             off = i * 32
             mid = pl.store(pl.add(pl.load(a, [off, 0], [32, 64]), pl.load(b, [off, 0], [32, 64])), [off, 0], mid)
-        with pl.spmd(4, name_hint="stage2", deps=[first]) as second:
+        with pl.spmd(4, name_hint="stage2", deps=[first]) as _second:
             i = pl.tile.get_block_idx()
             out = pl.store(pl.relu(pl.load(mid, [i * 32, 0], [32, 64])), [i * 32, 0], out)
     return mid, out
@@ -74,7 +74,7 @@ def test_spmd_hints_are_recorded_and_change_no_result():
     @pl.jit
     def k(a: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
         with pl.spmd(2, sync_start=True, allow_early_resolve=True,
-                     optimizations=[pl.split(pl.SplitMode.UP_DOWN)]) as tid:
+                     optimizations=[pl.split(pl.SplitMode.UP_DOWN)]) as tid:  # noqa: F841 - the as-form makes it one task
             i = pl.tile.get_block_idx()
             out = pl.store(pl.exp(pl.load(a, [i * 32, 0], [32, 32])), [i * 32, 0], out)
         return out
@@ -122,7 +122,7 @@ def test_spmd_deps_without_as_and_predicate_are_refused():
     with pytest.raises(PtoNotSupported, match="predicate"):
         @pl.jit
         def pred(a: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
-            with pl.spmd(2, predicate=True) as tid:
+            with pl.spmd(2, predicate=True) as tid:  # noqa: F841 - refused before the body runs
                 i = pl.tile.get_block_idx()
                 out = pl.store(pl.load(a, [i * 32, 0], [32, 32]), [i * 32, 0], out)
             return out
