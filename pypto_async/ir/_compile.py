@@ -60,6 +60,7 @@ from ._codegen import CODEGEN_VERSION
 from ._deps import Edge, Task, TaskGraph
 from ._program import Program
 from ._passes import PIPELINE, run_passes
+from .pass_manager import PassDumpLevel
 from ._perf_hints import perf_hints, write_perf_hints
 from ._printer import format_program
 from ._target import Target, plan
@@ -688,7 +689,6 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
             raise PtoArgumentError(f"ir.compile: distributed_config must be a DistributedConfig, got "
                                    f"{type(dc).__name__}")
     dump = kwargs.pop("dump_passes", False)
-    from .pass_manager import PassDumpLevel
 
     if isinstance(dump, PassDumpLevel):  # PyPTO's verbosity levels: any but NONE writes the dump
         dump = dump is not PassDumpLevel.NONE

@@ -71,6 +71,7 @@ def chip_from_profile(profile) -> Chip:
 
 def chip_of(platform: str) -> Chip:
     """The chip figures of a compile platform: its device profile's (a2a3's for an unknown one)."""
+    # Upward, at call time: the chip profiles live with the runtime's RunConfig (one source of chip figures).
     from ..runtime._profile import A2A3, _BY_PLATFORM, PROFILES
 
     name = _BY_PLATFORM.get(str(platform).strip().lower())
