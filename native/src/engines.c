@@ -49,6 +49,8 @@ static __thread bool tl_watching;
 static __thread bool tl_helping;
 /* The device whose scheduler thread this is (pti_sched_main): it may help too. */
 static __thread const pto_device *tl_sched_dev;
+/* The device this host thread runs short work for (pti_host_begin .. pti_host_run): it takes what it pushes. */
+static __thread const pto_device *tl_host_dev;
 
 void pti_sched_thread_init(pto_device *dev)
 {
@@ -68,6 +70,8 @@ static int self_returning(pto_device *dev, bool copy)
 {
     if (tl_watching)
         return 0;
+    if (tl_host_dev == dev)
+        return 1; /* a host thread about to run what it queued (pti_host_run) */
     if (tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy)
         return 1;
     return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || dev->cpus <= 1);
@@ -443,6 +447,167 @@ static void engine_help(pto_device *dev, bool copy)
     atomic_fetch_add_explicit(&dev->st_engine_helps, ran, memory_order_relaxed);
 }
 
+/*
+ * Host first.  A small command submitted to an idle stream takes two
+ * hand-offs when a device thread runs it: the submitter wakes an engine, and
+ * the engine's completion wakes the host through the eventfd.  With no CPU
+ * spare for the host (pti_cpu_spare) each of them waits for the other
+ * thread's time slice, and a woken engine takes the CPU the host needs.  So
+ * there the host thread runs short work itself: after the pass its
+ * submission ran (pti_stream_kick, submit.c), and while it blocks for a
+ * completion (pto_cq_wait, pto_wait_token, completion.c).  It runs in a
+ * sleeping engine's stead, claimed like engine_help's, so the engine limits,
+ * the engine names (traces, stats, the modeled clock) and every ordering
+ * rule are those of a queued run: the run went through the same scheduler
+ * pass, hazards and stream order included, and finishes through the same
+ * pti_cmd_finish.  Its record is in the completion queue when the call
+ * returns.  Only short work: a held or delayed command never reaches an
+ * engine queue (latches and delays hold the stream in the scheduler), a
+ * task with a testing delay is not tiny, and the builtin spin is never
+ * judged short.
+ */
+
+/* Whether a woken device thread would get a CPU of its own beside the calling host thread. */
+static bool host_cpu_spare(pto_device *dev)
+{
+    uint32_t awake = dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed);
+    if (awake + 2 > dev->cpus) /* the awake device threads, the host and the one woken */
+        return false;
+    int running = machine_runnable(dev); /* the host included */
+    return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
+}
+
+bool pti_host_first(pto_device *dev)
+{
+    if (tl_self || tl_sched_dev == dev)
+        return false; /* device threads have their own hand-offs (engine_help) */
+    switch (dev->cfg.host_first) {
+    case PTO_HOST_FIRST_OFF:
+        return false;
+    case PTO_HOST_FIRST_ALWAYS:
+        return true;
+    default:
+        return dev->cpus <= 1 || !host_cpu_spare(dev);
+    }
+}
+
+/* Whether a host thread may run r itself: short work only (its queue's lock held). */
+static bool host_may_run(pto_device *dev, const struct pto_run *r)
+{
+    if (r->task)
+        return pti_task_tiny(r);
+    const struct pto_cmd *c = r->cmd;
+    uint64_t limit_ns = (uint64_t)dev->cfg.inline_us * 1000ull;
+    uint64_t limit_bytes = (uint64_t)dev->cfg.inline_us * 4096ull; /* 4 KiB a microsecond */
+    switch (c->kind) {
+    case PTO_CMD_H2D:
+    case PTO_CMD_D2H:
+    case PTO_CMD_D2D:
+        return c->u.copy.n <= limit_bytes;
+    case PTO_CMD_MEMSET:
+        return c->u.set.n <= limit_bytes;
+    case PTO_CMD_LAUNCH: {
+        const pto_kernel *k = c->u.launch.k;
+        uint64_t ns = atomic_load_explicit(&k->block_ns, memory_order_relaxed);
+        return !k->arg_timed && r->next_block == 0 && ns && ns * c->u.launch.blocks <= limit_ns;
+    }
+    default:
+        return false; /* a peer copy waits on another device */
+    }
+}
+
+void pti_host_begin(pto_device *dev)
+{
+    tl_host_dev = dev;
+}
+
+/* Run the head of one queue in a sleeping engine's stead if it is short (no lock held); true if it ran. */
+static bool host_run_one(pto_device *dev, bool copy)
+{
+    _Atomic uint32_t *len = copy ? &dev->copy_len : &dev->core_len;
+    if (!atomic_load_explicit(len, memory_order_acquire))
+        return false;
+    pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
+    struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
+    struct pto_run **tail = copy ? &dev->copy_tail : &dev->core_tail;
+    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
+    pthread_mutex_lock(mu);
+    struct pto_engine *x = NULL;
+    if (*head && (copy ? dev->copy_spinners : dev->core_spinners) == 0 && host_may_run(dev, *head) &&
+        !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+        for (uint32_t i = first + n; i-- > first;)
+            if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
+                x = &dev->engines[i];
+                break;
+            }
+    if (!x) {
+        pthread_mutex_unlock(mu);
+        return false;
+    }
+    struct pto_run *r = *head;
+    uint32_t b = 0;
+    if (copy) {
+        queue_pop(head, tail);
+        atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+    } else {
+        b = r->next_block++;
+        if (b == 0)
+            r->start_ns = pto_now_ns();
+        if (r->task || r->next_block == r->cmd->u.launch.blocks) {
+            queue_pop(head, tail);
+            atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+        }
+    }
+    x->claimed = true;
+    pthread_mutex_unlock(mu);
+    tl_engine = x;
+    tl_helping = true; /* a device thread's help paths (run_copy's pti_core_help) leave the host alone */
+    if (copy)
+        run_copy(dev, x, r);
+    else if (r->task)
+        pti_task_run(dev, x, r);
+    else
+        run_block(dev, x, r, b);
+    tl_helping = false;
+    tl_engine = NULL;
+    pthread_mutex_lock(mu);
+    x->claimed = false;
+    pthread_mutex_unlock(mu);
+    atomic_fetch_add_explicit(&dev->st_inline_runs, 1, memory_order_relaxed);
+    return true;
+}
+
+uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
+{
+    uint32_t ran = 0;
+    /* seq_cst, and closing read after: a close that saw no runner finds no run started after (device.c). */
+    atomic_fetch_add(&dev->host_runners, 1);
+    if (tl_host_dev == dev && !tl_helping && !atomic_load(&dev->closing)) {
+        uint64_t until = pto_now_ns() + budget_ns;
+        for (;;) {
+            bool any = host_run_one(dev, true);
+            any = host_run_one(dev, false) || any;
+            if (!any)
+                break;
+            ran += any;
+            if (ran >= 64 || pto_now_ns() >= until)
+                break;
+        }
+    }
+    tl_host_dev = NULL;
+    /* What is left needs an engine: the pushes since pti_host_begin counted this thread as one. */
+    pthread_mutex_lock(&dev->copy_lock);
+    wake_for(dev, &dev->copy_cv, atomic_load_explicit(&dev->copy_len, memory_order_relaxed), dev->copy_sleepers,
+             &dev->copy_waking, dev->copy_spinners, 0);
+    pthread_mutex_unlock(&dev->copy_lock);
+    pthread_mutex_lock(&dev->core_lock);
+    wake_for(dev, &dev->core_cv, atomic_load_explicit(&dev->core_len, memory_order_relaxed), dev->core_sleepers,
+             &dev->core_waking, dev->core_spinners, 0);
+    pthread_mutex_unlock(&dev->core_lock);
+    atomic_fetch_sub(&dev->host_runners, 1);
+    return ran;
+}
+
 void pti_core_help(pto_device *dev)
 {
     engine_help(dev, false);
@@ -590,6 +755,10 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         k->fn(&blk, (void *const *)cmd->u.launch.args);
     }
     uint64_t end = pto_now_ns();
+    if (!skip) {
+        uint64_t ran = end - start; /* what the host-first choice judges the kernel's next launch by */
+        atomic_store_explicit(&k->block_ns, ran > UINT32_MAX ? UINT32_MAX : (uint32_t)ran, memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
     struct pto_when w = {start, end, start, eng->id, start, end, eng->id};

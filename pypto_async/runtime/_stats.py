@@ -155,6 +155,10 @@ class WorkerStats:
         earlier access's completion) already imply them.
     races : int
         Races the sanitizer reported (``sanitize="warn"`` or ``"raise"``).
+    inline_runs : int
+        Commands (and program tasks) a host thread ran itself instead of
+        waking a device thread (``RunConfig.host_first``): short work on a
+        host with no CPU to spare.
     """
 
     launches: int
@@ -181,6 +185,7 @@ class WorkerStats:
     inferred_waits: int = 0
     skipped_waits: int = 0
     races: int = 0
+    inline_runs: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -332,4 +337,5 @@ def worker_stats(worker) -> WorkerStats:
         inferred_waits=hz.inferred if hz is not None else 0,
         skipped_waits=hz.skipped if hz is not None else 0,
         races=hz.races if hz is not None else 0,
+        inline_runs=dev_stats.inline_runs,
     )
