@@ -608,6 +608,27 @@ uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
     return ran;
 }
 
+bool pti_host_serve(pto_device *dev)
+{
+    if (!pti_host_first(dev))
+        return false;
+    atomic_fetch_add(&dev->host_runners, 1); /* seq_cst, then closing: as in pti_host_run */
+    bool ran = false;
+    if (!atomic_load(&dev->closing)) {
+        pti_host_begin(dev);
+        /* A kick nobody served yet (a program's start is left to the scheduler): the pass is ours. */
+        if (pti_sched_kick_pending(dev) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
+            uint64_t done = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
+            pti_sched_run(dev);
+            ran = atomic_load_explicit(&dev->st_completed, memory_order_relaxed) != done;
+            pthread_mutex_unlock(&dev->sched_lock);
+        }
+        ran = pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull) > 0 || ran;
+    }
+    atomic_fetch_sub(&dev->host_runners, 1);
+    return ran;
+}
+
 void pti_core_help(pto_device *dev)
 {
     engine_help(dev, false);

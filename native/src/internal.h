@@ -782,6 +782,12 @@ bool pti_cpu_spare(pto_device *dev);
 bool pti_host_first(pto_device *dev);
 void pti_host_begin(pto_device *dev);
 uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns);
+/*
+ * For a host thread about to block for a completion (completion.c): if the
+ * host comes first, serve a pending kick's pass and run short queued work
+ * (pti_host_run).  True if a command completed meanwhile.  No lock held.
+ */
+bool pti_host_serve(pto_device *dev);
 
 /* ---- programs (program.c: objects; orch.c: runs) ------------------------------------- */
 
