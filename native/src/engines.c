@@ -57,6 +57,19 @@ void pti_sched_thread_init(pto_device *dev)
     tl_sched_dev = dev;
 }
 
+static bool cpu_for_wakee(pto_device *dev);
+
+/*
+ * Whether a finishing device thread runs the next command of the other
+ * engine kind itself (engine_help) rather than wake an engine for it: on a
+ * one-CPU host, and, with the host first, while no CPU is left for a woken
+ * engine (cpu_for_wakee).
+ */
+static bool hands_to_self(pto_device *dev)
+{
+    return dev->cpus <= 1 || (dev->cfg.host_first != PTO_HOST_FIRST_OFF && !cpu_for_wakee(dev));
+}
+
 /*
  * 1 if the calling thread takes the first run pushed to dev's `copy` kind
  * from its own finish path without anybody being woken: an engine of that
@@ -74,7 +87,7 @@ static int self_returning(pto_device *dev, bool copy)
         return 1; /* a host thread about to run what it queued (pti_host_run) */
     if (tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy)
         return 1;
-    return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || dev->cpus <= 1);
+    return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || hands_to_self(dev));
 }
 
 /*
@@ -356,13 +369,20 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
 /*
  * Whether a helper may run r in a sleeping engine's stead: anything on a
  * one-CPU host (waking the engine would only take turns with this thread on
- * that CPU, a context switch per hand-off), else only a program's tiny task
+ * that CPU, a context switch per hand-off), and anything but a delayed task
+ * while no CPU is left for a woken engine beside the awake threads and the
+ * host (cpu_for_wakee: a loaded machine, or busy host threads; the woken
+ * engine would wait for a time slice, and the finishing thread hands the
+ * next command to itself instead); else only a program's tiny task
  * (pti_task_tiny: its site ran under 5 us last time), where a core's
- * wake-up takes longer than the work.
+ * wake-up takes longer than the work.  A task held by a testing delay
+ * sleeps on its core, so its holds overlap only on engines of their own.
  */
 static bool may_help(pto_device *dev, const struct pto_run *r)
 {
-    return dev->cpus <= 1 || pti_task_tiny(r);
+    if (dev->cpus <= 1 || pti_task_tiny(r))
+        return true;
+    return !pti_task_delayed(r) && hands_to_self(dev);
 }
 
 /*
@@ -397,6 +417,13 @@ static void engine_help(pto_device *dev, bool copy)
                 break;
             }
     if (!x || !*head || !may_help(dev, *head)) {
+        /* Declined: a push that counted on this thread (self_returning) needs an engine woken. */
+        if (copy)
+            wake_for(dev, &dev->copy_cv, atomic_load_explicit(len, memory_order_relaxed), dev->copy_sleepers,
+                     &dev->copy_waking, dev->copy_spinners, 0);
+        else
+            wake_for(dev, &dev->core_cv, atomic_load_explicit(len, memory_order_relaxed), dev->core_sleepers,
+                     &dev->core_waking, dev->core_spinners, 0);
         pthread_mutex_unlock(mu);
         return;
     }
@@ -467,8 +494,12 @@ static void engine_help(pto_device *dev, bool copy)
  * judged short.
  */
 
-/* Whether a woken device thread would get a CPU of its own beside the calling host thread. */
-static bool host_cpu_spare(pto_device *dev)
+/*
+ * Whether a woken device thread would get a CPU of its own: beside the awake
+ * device threads and the host thread (the caller is one of them), among the
+ * device's CPUs and the machine's runnable threads.
+ */
+static bool cpu_for_wakee(pto_device *dev)
 {
     uint32_t awake = dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed);
     if (awake + 2 > dev->cpus) /* the awake device threads, the host and the one woken */
@@ -487,7 +518,7 @@ bool pti_host_first(pto_device *dev)
     case PTO_HOST_FIRST_ALWAYS:
         return true;
     default:
-        return dev->cpus <= 1 || !host_cpu_spare(dev);
+        return dev->cpus <= 1 || !cpu_for_wakee(dev);
     }
 }
 
@@ -841,8 +872,7 @@ static void *core_main(void *arg)
             pti_task_run(dev, eng, r); /* a program's task: one block (orch.c) */
         else
             run_block(dev, eng, r, b);
-        if (dev->cpus <= 1)
-            pti_copy_help(dev); /* what our finish queued for a sleeping copy engine (self_returning) */
+        pti_copy_help(dev); /* what our finish queued for a sleeping copy engine (self_returning) */
         pthread_mutex_lock(&dev->core_lock);
     }
     pthread_mutex_unlock(&dev->core_lock);
