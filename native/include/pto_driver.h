@@ -98,7 +98,9 @@ typedef struct pto_device_config {
      * blocks took under inline_us together last time, a program's tiny task.
      * PTO_HOST_FIRST_AUTO (0, the default): only while no CPU is spare for
      * the host (see spin_us), when a device thread's wake-up would take
-     * turns with the host; _OFF: never; _ALWAYS: whenever the work is short.
+     * turns with the host; _OFF: never; _ALWAYS: whenever the work is short,
+     * as if no CPU were ever spare (device threads then also run the next
+     * command of the other engine kind themselves rather than wake one).
      */
     uint32_t host_first;
     uint32_t inline_us;         /* what "short" means above; 0: 50 */

@@ -63,11 +63,18 @@ static bool cpu_for_wakee(pto_device *dev);
  * Whether a finishing device thread runs the next command of the other
  * engine kind itself (engine_help) rather than wake an engine for it: on a
  * one-CPU host, and, with the host first, while no CPU is left for a woken
- * engine (cpu_for_wakee).
+ * engine (cpu_for_wakee; PTO_HOST_FIRST_ALWAYS: as if none ever were).
  */
 static bool hands_to_self(pto_device *dev)
 {
-    return dev->cpus <= 1 || (dev->cfg.host_first != PTO_HOST_FIRST_OFF && !cpu_for_wakee(dev));
+    switch (dev->cfg.host_first) {
+    case PTO_HOST_FIRST_OFF:
+        return dev->cpus <= 1;
+    case PTO_HOST_FIRST_ALWAYS:
+        return true;
+    default:
+        return dev->cpus <= 1 || !cpu_for_wakee(dev);
+    }
 }
 
 /*
