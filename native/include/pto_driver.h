@@ -94,8 +94,8 @@ typedef struct pto_device_config {
      * stream, and a host thread blocked in pto_cq_wait / pto_wait_token, runs
      * short queued work itself (in a sleeping engine's stead, under its name)
      * instead of waking a device thread: a copy or memset of at most
-     * inline_us x 4 KiB, a launch of a loaded (not builtin) kernel whose
-     * blocks took under inline_us together last time, a program's tiny task.
+     * inline_us x 4 KiB, a launch whose blocks took under inline_us together
+     * last time (never the builtin spin), a program's tiny task.
      * PTO_HOST_FIRST_AUTO (0, the default): only while no CPU is spare for
      * the host (see spin_us), when a device thread's wake-up would take
      * turns with the host; _OFF: never; _ALWAYS: whenever the work is short,
