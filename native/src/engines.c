@@ -485,8 +485,9 @@ static void engine_help(pto_device *dev, bool copy)
  * Host first.  A small command submitted to an idle stream takes two
  * hand-offs when a device thread runs it: the submitter wakes an engine, and
  * the engine's completion wakes the host through the eventfd.  With no CPU
- * spare for the host (pti_cpu_spare) each of them waits for the other
- * thread's time slice, and a woken engine takes the CPU the host needs.  So
+ * left for a woken engine beside the host (cpu_for_wakee) each of them waits
+ * for the other thread's time slice, and the woken engine takes the CPU the
+ * host needs.  So
  * there the host thread runs short work itself: after the pass its
  * submission ran (pti_stream_kick, submit.c), and while it blocks for a
  * completion (pto_cq_wait, pto_wait_token, completion.c).  It runs in a
