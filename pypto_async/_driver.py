@@ -286,7 +286,7 @@ def device_config(**fields: int):
         Any field of ``pto_device_config``: ``cores``, ``copy_engines``,
         ``aicpu_thread_num``, ``ring_task_window``, ``ring_heap``,
         ``ring_dep_pool``, ``trace`` (bool accepted), ``trace_capacity``,
-        ``device_memory``, ``spin_us``.
+        ``device_memory``, ``spin_us``, ``host_first``, ``inline_us``.
 
     Raises
     ------

@@ -89,7 +89,26 @@ typedef struct pto_device_config {
      */
     uint32_t spin_us;
     uint32_t device_id;         /* which device of the platform, 0 .. pto_device_count() - 1 */
+    /*
+     * The host comes first: a host thread whose submission lands on an idle
+     * stream, and a host thread blocked in pto_cq_wait / pto_wait_token, runs
+     * short queued work itself (in a sleeping engine's stead, under its name)
+     * instead of waking a device thread: a copy or memset of at most
+     * inline_us x 4 KiB, a launch whose blocks took under inline_us together
+     * last time (never the builtin spin), a program's tiny task.
+     * PTO_HOST_FIRST_AUTO (0, the default): only while no CPU is spare for
+     * the host (see spin_us), when a device thread's wake-up would take
+     * turns with the host; _OFF: never; _ALWAYS: whenever the work is short,
+     * as if no CPU were ever spare (device threads then also run the next
+     * command of the other engine kind themselves rather than wake one).
+     */
+    uint32_t host_first;
+    uint32_t inline_us;         /* what "short" means above; 0: 50 */
 } pto_device_config;
+
+#define PTO_HOST_FIRST_AUTO 0
+#define PTO_HOST_FIRST_OFF 1
+#define PTO_HOST_FIRST_ALWAYS 2
 
 typedef struct pto_device_info {
     uint32_t cores, copy_engines, aicpu_thread_num;
@@ -737,6 +756,7 @@ typedef struct pto_device_stats {
     uint64_t streams;           /* streams open (or destroyed with work left) */
     uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
     uint64_t engine_helps;      /* runs a device thread ran in a sleeping engine's stead (no wake-up, engines.c) */
+    uint64_t inline_runs;       /* runs a host thread ran itself (pto_device_config.host_first) */
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

@@ -213,6 +213,28 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 }
 
 /*
+ * Before a blocking wait sleeps (cq_lock held, and held again on return):
+ * with the host first (engines.c), the waiting thread runs the short work
+ * queued meanwhile, and the pass of a kick nobody served, itself, rather
+ * than sleep while a device thread it would take turns with is woken for
+ * it.  *serve: whether to try (cleared after a try that ran nothing, set
+ * again by a wake-up).  True if cq_lock was let go: the caller looks for
+ * records again before it sleeps (a push meanwhile broadcast to nobody).
+ */
+static bool host_serve(pto_device *dev, bool *serve)
+{
+    if (!*serve)
+        return false;
+    if (!atomic_load_explicit(&dev->copy_len, memory_order_relaxed) &&
+        !atomic_load_explicit(&dev->core_len, memory_order_relaxed) && !pti_sched_kick_pending(dev))
+        return false; /* nothing waits for a thread: what we wait for runs on a device thread */
+    pthread_mutex_unlock(&dev->cq_lock);
+    *serve = pti_host_serve(dev);
+    pthread_mutex_lock(&dev->cq_lock);
+    return true;
+}
+
+/*
  * pto_cq_wait - block until a record is ready.
  *
  * Returns 0, -PTO_ETIMEDOUT, or -PTO_EDEVLOST / -PTO_ECLOSED when the device
@@ -224,6 +246,7 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
         return pti_error(PTO_EINVAL, "pto_cq_wait: NULL device");
     uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
+    bool serve = true;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     while (dev->cq_head == dev->cq_tail) {
@@ -235,11 +258,14 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
             rc = pti_error(PTO_ECLOSED, "pto_cq_wait: device is closing");
             break;
         }
+        if (host_serve(dev, &serve))
+            continue; /* look for records again: work may have run, on this thread or another */
         if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
             rc = pti_error(PTO_ETIMEDOUT, "pto_cq_wait: no completion within %lld us",
                            (long long)timeout_us);
             break;
         }
+        serve = true;
     }
     dev->cq_waiters--;
     pthread_mutex_unlock(&dev->cq_lock);
@@ -261,6 +287,7 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         return pti_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
     uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
+    bool serve = true;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     uint64_t scanned = dev->cq_head; /* index of the next record to look at */
@@ -287,11 +314,14 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
             rc = pti_error(PTO_ECLOSED, "pto_wait_token: device is closing");
             break;
         }
+        if (host_serve(dev, &serve))
+            continue; /* look for records again: work may have run, on this thread or another */
         if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
             rc = pti_error(PTO_ETIMEDOUT, "pto_wait_token: token %llu not completed within %lld us",
                            (unsigned long long)token, (long long)timeout_us);
             break;
         }
+        serve = true;
     }
     dev->cq_waiters--;
     pthread_mutex_unlock(&dev->cq_lock);

@@ -31,6 +31,8 @@ void pto_device_config_init(pto_device_config *cfg)
     cfg->trace_capacity = 65536;
     cfg->device_memory = 1ull << 30;
     cfg->spin_us = 200;
+    cfg->host_first = PTO_HOST_FIRST_AUTO;
+    cfg->inline_us = 50;
 }
 
 static int resolve_config(const pto_device_config *in, pto_device_config *out)
@@ -53,6 +55,7 @@ static int resolve_config(const pto_device_config *in, pto_device_config *out)
     DEFAULT(trace_capacity);
     DEFAULT(device_memory);
     DEFAULT(spin_us);
+    DEFAULT(inline_us);
 #undef DEFAULT
     uint32_t w = out->ring_task_window;
     if (w & (w - 1))
@@ -69,6 +72,11 @@ static int resolve_config(const pto_device_config *in, pto_device_config *out)
                          (unsigned long long)out->device_memory, PTI_ALIGN);
     if (out->spin_us > 1000000)
         return pti_error(PTO_EINVAL, "pto_device_open: spin_us %u exceeds one second", out->spin_us);
+    if (out->host_first > PTO_HOST_FIRST_ALWAYS)
+        return pti_error(PTO_EINVAL, "pto_device_open: host_first %u is not PTO_HOST_FIRST_AUTO, _OFF or "
+                         "_ALWAYS", out->host_first);
+    if (out->inline_us > 1000000)
+        return pti_error(PTO_EINVAL, "pto_device_open: inline_us %u exceeds one second", out->inline_us);
     return 0;
 }
 
@@ -249,6 +257,9 @@ void pto_device_close(pto_device *dev)
     }
     dev->host_waiters--;
     pthread_mutex_unlock(&dev->sched_lock);
+    /* A host thread that ran a command inline may still hand its engine back (engines.c, pti_host_run). */
+    while (atomic_load(&dev->host_runners) > 0)
+        sched_yield();
 
     dev->ops->engines_stop(dev);
     pti_programs_stop(dev);
@@ -407,6 +418,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .idle_no_spin = LD(st_idle_no_spin),
         .engine_wakes = LD(st_engine_wakes),
         .engine_helps = LD(st_engine_helps),
+        .inline_runs = LD(st_inline_runs),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

@@ -49,10 +49,32 @@ static __thread bool tl_watching;
 static __thread bool tl_helping;
 /* The device whose scheduler thread this is (pti_sched_main): it may help too. */
 static __thread const pto_device *tl_sched_dev;
+/* The device this host thread runs short work for (pti_host_begin .. pti_host_run): it takes what it pushes. */
+static __thread const pto_device *tl_host_dev;
 
 void pti_sched_thread_init(pto_device *dev)
 {
     tl_sched_dev = dev;
+}
+
+static bool cpu_for_wakee(pto_device *dev);
+
+/*
+ * Whether a finishing device thread runs the next command of the other
+ * engine kind itself (engine_help) rather than wake an engine for it: on a
+ * one-CPU host, and, with the host first, while no CPU is left for a woken
+ * engine (cpu_for_wakee; PTO_HOST_FIRST_ALWAYS: as if none ever were).
+ */
+static bool hands_to_self(pto_device *dev)
+{
+    switch (dev->cfg.host_first) {
+    case PTO_HOST_FIRST_OFF:
+        return dev->cpus <= 1;
+    case PTO_HOST_FIRST_ALWAYS:
+        return true;
+    default:
+        return dev->cpus <= 1 || !cpu_for_wakee(dev);
+    }
 }
 
 /*
@@ -68,9 +90,11 @@ static int self_returning(pto_device *dev, bool copy)
 {
     if (tl_watching)
         return 0;
+    if (tl_host_dev == dev)
+        return 1; /* a host thread about to run what it queued (pti_host_run) */
     if (tl_engine && tl_engine->dev == dev && tl_engine->is_copy == copy)
         return 1;
-    return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || dev->cpus <= 1);
+    return tl_self && tl_self->dev == dev && (tl_self->is_copy == copy || hands_to_self(dev));
 }
 
 /*
@@ -352,13 +376,20 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
 /*
  * Whether a helper may run r in a sleeping engine's stead: anything on a
  * one-CPU host (waking the engine would only take turns with this thread on
- * that CPU, a context switch per hand-off), else only a program's tiny task
+ * that CPU, a context switch per hand-off), and anything but a delayed task
+ * while no CPU is left for a woken engine beside the awake threads and the
+ * host (cpu_for_wakee: a loaded machine, or busy host threads; the woken
+ * engine would wait for a time slice, and the finishing thread hands the
+ * next command to itself instead); else only a program's tiny task
  * (pti_task_tiny: its site ran under 5 us last time), where a core's
- * wake-up takes longer than the work.
+ * wake-up takes longer than the work.  A task held by a testing delay
+ * sleeps on its core, so its holds overlap only on engines of their own.
  */
 static bool may_help(pto_device *dev, const struct pto_run *r)
 {
-    return dev->cpus <= 1 || pti_task_tiny(r);
+    if (dev->cpus <= 1 || pti_task_tiny(r))
+        return true;
+    return !pti_task_delayed(r) && hands_to_self(dev);
 }
 
 /*
@@ -393,6 +424,13 @@ static void engine_help(pto_device *dev, bool copy)
                 break;
             }
     if (!x || !*head || !may_help(dev, *head)) {
+        /* Declined: a push that counted on this thread (self_returning) needs an engine woken. */
+        if (copy)
+            wake_for(dev, &dev->copy_cv, atomic_load_explicit(len, memory_order_relaxed), dev->copy_sleepers,
+                     &dev->copy_waking, dev->copy_spinners, 0);
+        else
+            wake_for(dev, &dev->core_cv, atomic_load_explicit(len, memory_order_relaxed), dev->core_sleepers,
+                     &dev->core_waking, dev->core_spinners, 0);
         pthread_mutex_unlock(mu);
         return;
     }
@@ -441,6 +479,193 @@ static void engine_help(pto_device *dev, bool copy)
                  &dev->core_waking, dev->core_spinners, 0);
     pthread_mutex_unlock(mu);
     atomic_fetch_add_explicit(&dev->st_engine_helps, ran, memory_order_relaxed);
+}
+
+/*
+ * Host first.  A small command submitted to an idle stream takes two
+ * hand-offs when a device thread runs it: the submitter wakes an engine, and
+ * the engine's completion wakes the host through the eventfd.  With no CPU
+ * left for a woken engine beside the host (cpu_for_wakee) each of them waits
+ * for the other thread's time slice, and the woken engine takes the CPU the
+ * host needs.  So
+ * there the host thread runs short work itself: after the pass its
+ * submission ran (pti_stream_kick, submit.c), and while it blocks for a
+ * completion (pto_cq_wait, pto_wait_token, completion.c).  It runs in a
+ * sleeping engine's stead, claimed like engine_help's, so the engine limits,
+ * the engine names (traces, stats, the modeled clock) and every ordering
+ * rule are those of a queued run: the run went through the same scheduler
+ * pass, hazards and stream order included, and finishes through the same
+ * pti_cmd_finish.  Its record is in the completion queue when the call
+ * returns.  Only short work: a held or delayed command never reaches an
+ * engine queue (latches and delays hold the stream in the scheduler), a
+ * task with a testing delay is not tiny, and the builtin spin is never
+ * judged short.
+ */
+
+/*
+ * Whether a woken device thread would get a CPU of its own: beside the awake
+ * device threads and the host thread (the caller is one of them), among the
+ * device's CPUs and the machine's runnable threads.
+ */
+static bool cpu_for_wakee(pto_device *dev)
+{
+    uint32_t awake = dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed);
+    if (awake + 2 > dev->cpus) /* the awake device threads, the host and the one woken */
+        return false;
+    int running = machine_runnable(dev); /* the host included */
+    return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
+}
+
+bool pti_host_first(pto_device *dev)
+{
+    if (tl_self || tl_sched_dev == dev)
+        return false; /* device threads have their own hand-offs (engine_help) */
+    switch (dev->cfg.host_first) {
+    case PTO_HOST_FIRST_OFF:
+        return false;
+    case PTO_HOST_FIRST_ALWAYS:
+        return true;
+    default:
+        return dev->cpus <= 1 || !cpu_for_wakee(dev);
+    }
+}
+
+/* Whether a host thread may run r itself: short work only (its queue's lock held). */
+static bool host_may_run(pto_device *dev, const struct pto_run *r)
+{
+    if (r->task)
+        return pti_task_tiny(r);
+    const struct pto_cmd *c = r->cmd;
+    uint64_t limit_ns = (uint64_t)dev->cfg.inline_us * 1000ull;
+    uint64_t limit_bytes = (uint64_t)dev->cfg.inline_us * 4096ull; /* 4 KiB a microsecond */
+    switch (c->kind) {
+    case PTO_CMD_H2D:
+    case PTO_CMD_D2H:
+    case PTO_CMD_D2D:
+        return c->u.copy.n <= limit_bytes;
+    case PTO_CMD_MEMSET:
+        return c->u.set.n <= limit_bytes;
+    case PTO_CMD_LAUNCH: {
+        const pto_kernel *k = c->u.launch.k;
+        uint64_t ns = atomic_load_explicit(&k->block_ns, memory_order_relaxed);
+        return !k->arg_timed && r->next_block == 0 && ns && ns * c->u.launch.blocks <= limit_ns;
+    }
+    default:
+        return false; /* a peer copy waits on another device */
+    }
+}
+
+void pti_host_begin(pto_device *dev)
+{
+    tl_host_dev = dev;
+}
+
+/* Run the head of one queue in a sleeping engine's stead if it is short (no lock held); true if it ran. */
+static bool host_run_one(pto_device *dev, bool copy)
+{
+    _Atomic uint32_t *len = copy ? &dev->copy_len : &dev->core_len;
+    if (!atomic_load_explicit(len, memory_order_acquire))
+        return false;
+    pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
+    struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
+    struct pto_run **tail = copy ? &dev->copy_tail : &dev->core_tail;
+    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
+    pthread_mutex_lock(mu);
+    struct pto_engine *x = NULL;
+    if (*head && (copy ? dev->copy_spinners : dev->core_spinners) == 0 && host_may_run(dev, *head) &&
+        !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+        for (uint32_t i = first + n; i-- > first;)
+            if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
+                x = &dev->engines[i];
+                break;
+            }
+    if (!x) {
+        pthread_mutex_unlock(mu);
+        return false;
+    }
+    struct pto_run *r = *head;
+    uint32_t b = 0;
+    if (copy) {
+        queue_pop(head, tail);
+        atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+    } else {
+        b = r->next_block++;
+        if (b == 0)
+            r->start_ns = pto_now_ns();
+        if (r->task || r->next_block == r->cmd->u.launch.blocks) {
+            queue_pop(head, tail);
+            atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
+        }
+    }
+    x->claimed = true;
+    pthread_mutex_unlock(mu);
+    tl_engine = x;
+    tl_helping = true; /* a device thread's help paths (run_copy's pti_core_help) leave the host alone */
+    if (copy)
+        run_copy(dev, x, r);
+    else if (r->task)
+        pti_task_run(dev, x, r);
+    else
+        run_block(dev, x, r, b);
+    tl_helping = false;
+    tl_engine = NULL;
+    pthread_mutex_lock(mu);
+    x->claimed = false;
+    pthread_mutex_unlock(mu);
+    atomic_fetch_add_explicit(&dev->st_inline_runs, 1, memory_order_relaxed);
+    return true;
+}
+
+uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
+{
+    uint32_t ran = 0;
+    /* seq_cst, and closing read after: a close that saw no runner finds no run started after (device.c). */
+    atomic_fetch_add(&dev->host_runners, 1);
+    if (tl_host_dev == dev && !tl_helping && !atomic_load(&dev->closing)) {
+        uint64_t until = pto_now_ns() + budget_ns;
+        for (;;) {
+            bool any = host_run_one(dev, true);
+            any = host_run_one(dev, false) || any;
+            if (!any)
+                break;
+            ran += any;
+            if (ran >= 64 || pto_now_ns() >= until)
+                break;
+        }
+    }
+    tl_host_dev = NULL;
+    /* What is left needs an engine: the pushes since pti_host_begin counted this thread as one. */
+    pthread_mutex_lock(&dev->copy_lock);
+    wake_for(dev, &dev->copy_cv, atomic_load_explicit(&dev->copy_len, memory_order_relaxed), dev->copy_sleepers,
+             &dev->copy_waking, dev->copy_spinners, 0);
+    pthread_mutex_unlock(&dev->copy_lock);
+    pthread_mutex_lock(&dev->core_lock);
+    wake_for(dev, &dev->core_cv, atomic_load_explicit(&dev->core_len, memory_order_relaxed), dev->core_sleepers,
+             &dev->core_waking, dev->core_spinners, 0);
+    pthread_mutex_unlock(&dev->core_lock);
+    atomic_fetch_sub(&dev->host_runners, 1);
+    return ran;
+}
+
+bool pti_host_serve(pto_device *dev)
+{
+    if (!pti_host_first(dev))
+        return false;
+    atomic_fetch_add(&dev->host_runners, 1); /* seq_cst, then closing: as in pti_host_run */
+    bool ran = false;
+    if (!atomic_load(&dev->closing)) {
+        pti_host_begin(dev);
+        /* A kick nobody served yet (a program's start is left to the scheduler): the pass is ours. */
+        if (pti_sched_kick_pending(dev) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
+            uint64_t done = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
+            pti_sched_run(dev);
+            ran = atomic_load_explicit(&dev->st_completed, memory_order_relaxed) != done;
+            pthread_mutex_unlock(&dev->sched_lock);
+        }
+        ran = pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull) > 0 || ran;
+    }
+    atomic_fetch_sub(&dev->host_runners, 1);
+    return ran;
 }
 
 void pti_core_help(pto_device *dev)
@@ -590,6 +815,10 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         k->fn(&blk, (void *const *)cmd->u.launch.args);
     }
     uint64_t end = pto_now_ns();
+    if (!skip) {
+        uint64_t ran = end - start; /* what the host-first choice judges the kernel's next launch by */
+        atomic_store_explicit(&k->block_ns, ran > UINT32_MAX ? UINT32_MAX : (uint32_t)ran, memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
     struct pto_when w = {start, end, start, eng->id, start, end, eng->id};
@@ -651,8 +880,7 @@ static void *core_main(void *arg)
             pti_task_run(dev, eng, r); /* a program's task: one block (orch.c) */
         else
             run_block(dev, eng, r, b);
-        if (dev->cpus <= 1)
-            pti_copy_help(dev); /* what our finish queued for a sleeping copy engine (self_returning) */
+        pti_copy_help(dev); /* what our finish queued for a sleeping copy engine (self_returning) */
         pthread_mutex_lock(&dev->core_lock);
     }
     pthread_mutex_unlock(&dev->core_lock);

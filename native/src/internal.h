@@ -231,6 +231,8 @@ struct pto_kernel {
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
     struct pto_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
+    _Atomic uint32_t block_ns;    /* host time of its last block run, capped (host-first choice, engines.c) */
+    bool arg_timed;               /* its time is its argument's (the builtin spin): never judged by block_ns */
     char name[PTI_NAME_LEN];
 };
 
@@ -743,6 +745,8 @@ void pti_copy_help(pto_device *dev);
 void pti_sched_thread_init(pto_device *dev);
 /* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
 bool pti_task_tiny(const struct pto_run *r);
+/* Whether r is a program's task held by a testing delay (pto_debug_task_delay; orch.c). */
+bool pti_task_delayed(const struct pto_run *r);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */
 void pti_core_enqueue_run(pto_device *dev, struct pto_run *r);
 /* Hand a qnext-linked list of such runs to the cores at once: one lock, one round of wake-ups. */
@@ -768,6 +772,24 @@ void pti_thread_precise_timers(void);
 bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
+/*
+ * Host first (engines.c).  pti_host_first: whether a host thread is to run
+ * short queued work itself now (pto_device_config.host_first).  Between
+ * pti_host_begin and pti_host_run the calling host thread counts as coming
+ * back to both engine queues (a push it causes wakes nobody);
+ * pti_host_run runs short queued runs in sleeping engines' stead, at most
+ * budget_ns of starts, and wakes engines for what it leaves.  Returns the
+ * runs it ran.  No lock held.
+ */
+bool pti_host_first(pto_device *dev);
+void pti_host_begin(pto_device *dev);
+uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns);
+/*
+ * For a host thread about to block for a completion (completion.c): if the
+ * host comes first, serve a pending kick's pass and run short queued work
+ * (pti_host_run).  True if a command completed meanwhile.  No lock held.
+ */
+bool pti_host_serve(pto_device *dev);
 
 /* ---- programs (program.c: objects; orch.c: runs) ------------------------------------- */
 
@@ -1032,6 +1054,8 @@ struct pto_device {
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
     struct pto_model *_Atomic model; /* the device model (model.c); NULL: host timing */
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
+    _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
+    _Atomic uint32_t host_runners;   /* host threads inside pti_host_run: close waits for them */
 };
 
 static inline bool pti_trace_on(pto_device *dev)

@@ -92,6 +92,7 @@ static pto_kernel *kernel_new(pto_device *dev, const char *name, pto_kernel_fn f
     k->dev = dev;
     k->fn = fn;
     k->handle = handle;
+    k->arg_timed = !handle && strcmp(name, "spin") == 0; /* no host thread runs it inline (engines.c) */
     atomic_init(&k->refs, 1);
     atomic_init(&k->unloaded, 0);
     atomic_init(&k->kinds, NULL);

@@ -436,6 +436,13 @@ bool pti_task_tiny(const struct pto_run *r)
     return ns && ns < PTI_TINY_NS && !atomic_load_explicit(&p->delay_us[t->site], memory_order_relaxed);
 }
 
+/* Whether r is a task held by a testing delay (its core sleeps: a helper would run the holds one by one). */
+bool pti_task_delayed(const struct pto_run *r)
+{
+    const struct pto_task *t = r->task;
+    return t && atomic_load_explicit(&t->orch->p->delay_us[t->site], memory_order_relaxed) != 0;
+}
+
 void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
 {
     struct pto_task *t = r->task;

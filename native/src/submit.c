@@ -134,8 +134,18 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
     const struct pto_cmd_def *def = pti_cmd_def(s->ring[head & s->mask].kind);
     pthread_mutex_unlock(&s->submit_lock);
     if (!(def && def->slow_start) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
+        /*
+         * Host first (engines.c): with no CPU spare for the host, this thread
+         * runs the short work the pass queues itself, rather than waking an
+         * engine it would take turns with; the record is queued on return.
+         */
+        bool host = pti_host_first(dev);
+        if (host)
+            pti_host_begin(dev);
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
+        if (host)
+            pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull);
         return;
     }
     pti_sched_kick(dev, false);

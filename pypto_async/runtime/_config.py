@@ -94,6 +94,25 @@ class RunConfig:
         included, or on a loaded machine).  Opened on one CPU, the device's
         threads run ``SCHED_BATCH``: a woken one does not preempt the host.  Lower it to trade latency for idle CPU (``0`` is the least,
         1 µs); raise it, on a host with CPUs to spare, for the opposite.
+    host_first : str
+        Whether the host thread runs short device work itself.  A small
+        command handed to a device thread costs two thread hand-offs (the
+        submitter wakes an engine, the engine's completion wakes the host);
+        with no CPU spare for the host each waits for the other thread's
+        time slice.  So the thread that submits to an idle stream, or blocks
+        in a wait (``sync()``, sync mode), runs short queued work itself, in
+        a sleeping engine's stead: stream order, auto_deps waits, failures,
+        tracing and the modeled times are those of a queued command, and its
+        completion is delivered at once.  ``"auto"`` (the default): only
+        while no CPU is spare for the host (the rule of ``spin_us``: on one
+        CPU, beside busy BLAS threads, on a loaded machine); ``"off"``:
+        never (the host only submits); ``"always"``: whenever the work is
+        short.  ``w.stats().inline_runs`` counts those runs.
+    inline_us : int or None
+        What short means for ``host_first`` (``None``: 50): a copy or memset
+        of at most ``inline_us`` x 4 KiB, a launch whose blocks took under
+        ``inline_us`` together last time it ran, a program's task of under
+        5 µs.  The host thread runs at most about this long per call.
     enable_chip_swimlane : int (0 to 4) or bool
         PyPTO's swimlane collection level; ``True`` is 4 and ``False`` 0.
         The simulator records every command's submit, start and end at any
@@ -190,6 +209,8 @@ class RunConfig:
     copy_engines: int | None = None
     device_memory: int | None = None
     spin_us: int | None = None
+    host_first: str = "auto"
+    inline_us: int | None = None
     # PyPTO's compile-side fields (see compile_kwargs and ir.compile).
     strategy: Any = None
     dump_passes: bool | int = False
@@ -237,6 +258,9 @@ class RunConfig:
             check(name, low=1, high=256, optional=True)
         check("device_memory", low=4096, optional=True)  # bytes
         check("spin_us", low=0, high=1_000_000, optional=True)
+        if self.host_first not in _HOST_FIRST:
+            fail("host_first", "must be 'auto', 'off' or 'always'")
+        check("inline_us", low=1, high=1_000_000, optional=True)
         for name in ("rtol", "atol"):
             value = getattr(self, name)
             if not is_number(value) or value < 0:
@@ -309,10 +333,16 @@ class RunConfig:
         if self.spin_us is not None:
             # The driver reads 0 as "its default"; 1 us is the least spinning it takes.
             fields["spin_us"] = max(self.spin_us, 1)
+        fields["host_first"] = _HOST_FIRST[self.host_first]
+        if self.inline_us is not None:
+            fields["inline_us"] = self.inline_us
         return fields
 
 
 # -- PyPTO's fields: levels, per-level rings, the compile side ---------------------------
+
+#: RunConfig.host_first and the driver's values (PTO_HOST_FIRST_AUTO, _OFF, _ALWAYS).
+_HOST_FIRST = {"auto": 0, "off": 1, "always": 2}
 
 #: How many scope-depth rings PyPTO's per-level ``ring_*`` lists size.
 RING_LEVELS = 4

@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 from asyncio import _get_running_loop  # None outside a loop: no exception to catch per await
 
+from .._driver import lib
 from ..errors import PtoInvalidStateError
 from ._complete import on_readable
 from ._pump import _LoopPump, _prune
 
 __all__ = ["AsyncioPump"]
+
+_cq_ready = lib.pto_cq_ready
 
 
 class AsyncioPump(_LoopPump):
@@ -23,6 +26,7 @@ class AsyncioPump(_LoopPump):
 
     def __init__(self, worker, loop: asyncio.AbstractEventLoop):
         super().__init__(worker)
+        self._dev = worker._dev
         self._loop = loop
         loop.add_reader(self._fd, on_readable, worker._queue)
 
@@ -61,6 +65,12 @@ class AsyncioPump(_LoopPump):
         loop = self._loop
         if _get_running_loop() is not loop or self._closed:
             raise self._wrong_loop()
+        if _cq_ready(self._dev):
+            # Records wait already (a host thread ran short work itself, RunConfig.host_first):
+            # resolve them now rather than after a turn of the loop through the fd.
+            on_readable(self._worker._queue)
+            if launch._done:
+                return launch._until(False)
         self.streak = 0
         fut = loop.create_future()
         waiters = launch._owaiters

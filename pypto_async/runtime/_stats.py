@@ -161,6 +161,10 @@ class WorkerStats:
         earlier access's completion) already imply them.
     races : int
         Races the sanitizer reported (``sanitize="warn"`` or ``"raise"``).
+    inline_runs : int
+        Commands (and program tasks) a host thread ran itself instead of
+        waking a device thread (``RunConfig.host_first``): short work on a
+        host with no CPU to spare.
     """
 
     launches: int
@@ -188,6 +192,7 @@ class WorkerStats:
     skipped_waits: int = 0
     races: int = 0
     bytes_peer: int = 0
+    inline_runs: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -340,4 +345,5 @@ def worker_stats(worker) -> WorkerStats:
         inferred_waits=hz.inferred if hz is not None else 0,
         skipped_waits=hz.skipped if hz is not None else 0,
         races=hz.races if hz is not None else 0,
+        inline_runs=dev_stats.inline_runs,
     )

@@ -184,3 +184,42 @@ def test_on_one_cpu_a_finishing_engine_runs_the_next_command_in_a_sleeping_engin
     r = subprocess.run([sys.executable, "-c", _PINNED_HELP], cwd=root, env=env, capture_output=True, text=True,
                        check=False, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("host_first", [lib.PTO_HOST_FIRST_ALWAYS, lib.PTO_HOST_FIRST_OFF])
+def test_with_no_cpu_spare_a_finishing_engine_runs_the_next_command_itself(open_dev, new_stream, host_first):
+    """host_first ALWAYS (as if no CPU were spare): copy in, kernel, copy out run on the copy engine, one wake-up.
+
+    With OFF the copy engine may wake a core for the kernel (how often depends on the host's
+    CPUs and load); the results are the same either way.
+    """
+    import numpy as np
+
+    from helpers.latch import held
+    from helpers.raw_driver import alloc, builtin, d2h, h2d, launch
+
+    dev = open_dev(cores=2, copy_engines=1, spin_us=1, host_first=host_first)
+    s = new_stream(device=dev)
+    n = 1024
+    src, dst = alloc(dev, n * 4, s), alloc(dev, n * 4, s)
+    add = builtin(dev, "add_f32")
+    rng = np.random.default_rng(26)
+    rounds = 20
+    before = device_stats(dev)
+    for _ in range(rounds):
+        x = rng.standard_normal(n).astype(np.float32)
+        y = np.full(n, np.nan, np.float32)
+        with held(dev, s) as gate:  # queued behind a latch: the copy engine's finish starts the kernel
+            h2d(s, src, x)
+            launch(s, add, 1, [src, src, dst, n])  # dst = src + src
+            d2h(s, y, dst)
+            gate.release()
+            sync(s)
+        np.testing.assert_array_equal(y, x + x)
+    st = device_stats(dev)
+    wakes, helps = st.engine_wakes - before.engine_wakes, st.engine_helps - before.engine_helps
+    if host_first == lib.PTO_HOST_FIRST_ALWAYS:
+        assert helps >= rounds, (helps, wakes)
+        assert wakes <= rounds, (helps, wakes)  # the copy engine's, for the copy in: never a core's
+    lib.pto_mem_free(dev, src)
+    lib.pto_mem_free(dev, dst)
