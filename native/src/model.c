@@ -336,9 +336,8 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
             }
             break;
         case PTO_CMD_WAIT:
-            /* Acquire pairs with the release store of done where the record completed. */
-            if (cmd->u.ev.node && atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire))
-                start = end = max64(ready, cmd->u.ev.node->time_ns);
+            /* The latest end of what it waited for (its event's recording, or its fences: event.c). */
+            start = end = max64(ready, pti_wait_end_ns(cmd));
             break;
         case PTO_CMD_LATCH:
             end = max64(ready, w->host_end_ns); /* held until the host released it */

@@ -485,7 +485,7 @@ static int commit_wait(pto_stream *s, struct pto_cmd *cmd, struct pto_event_node
     cmd->u.ev.event_id = event_id;
     cmd->u.ev.peer = peer;
     cmd->edge = edge;
-    if (node)
+    if (node || cmd->u.ev.set)
         /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
     return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
@@ -542,38 +542,55 @@ static int check_edge(pto_stream *s, pto_stream *src, pto_event *e, const char *
     return check_stream(src, fn);
 }
 
+int pti_wait_many_commit(pto_stream *s, struct pto_event_node **nodes, uint32_t n, uint64_t token, const char *fn)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (nodes[i])
+            nodes[k++] = nodes[i];
+    if (!k)
+        return 0; /* every point is reached and healthy: nothing to wait for */
+    struct pto_fence_set *fs = NULL;
+    if (k > 1) {
+        fs = malloc(sizeof(*fs) + (size_t)k * sizeof(fs->v[0]));
+        if (!fs) {
+            for (uint32_t i = 0; i < k; i++)
+                pti_event_node_unref(nodes[i]);
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        }
+        fs->n = k;
+        fs->next = 0;
+        fs->end_ns = 0;
+        fs->failed = NULL;
+        memcpy(fs->v, nodes, (size_t)k * sizeof(fs->v[0]));
+    }
+    struct pto_cmd *cmd;
+    int rc = pti_slot_begin(s, fn, 0, true, &cmd, NULL);
+    if (rc) {
+        for (uint32_t i = 0; i < k; i++)
+            pti_event_node_unref(nodes[i]);
+        free(fs);
+        return rc;
+    }
+    cmd->quiet = true;
+    cmd->u.ev.set = fs;
+    /* One node: a wait as on an event; several: the set names the first's event in traces. */
+    return commit_wait(s, cmd, fs ? NULL : nodes[0], nodes[0]->event_id, false, true, token);
+}
+
 /*
- * The edge check_edge accepted: a record on src and a quiet wait on s.  Returns
- * a mask of PTO_EDGE_SRC_QUEUED and PTO_QUEUED (the wait's), or an error.
+ * The edge check_edge accepted: a fence of src (its last command accepted,
+ * no command queued there) and a quiet wait for it on s, or nothing if src's
+ * work is done and healthy.  Returns PTO_QUEUED (the wait's), 0, or an
+ * error.  e names the edge in traces.
  */
 static int commit_edge(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn)
 {
-    /*
-     * The record and the wait share one node, handed from one to the other
-     * here: e only names it in traces (its own recording is left alone), so
-     * neither command takes the device's object lock.
-     */
-    struct pto_event_node *node = pti_event_node_new(e->id);
-    if (!node)
-        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
-    struct pto_cmd *cmd;
-    int rc = pti_slot_begin(src, fn, 0, false, &cmd, NULL);
-    if (rc) {
-        pti_event_node_unref(node);
+    struct pto_event_node *node;
+    int rc = pti_fences_take(s->dev, &src, &e->id, 1, &node);
+    if (rc)
         return rc;
-    }
-    pti_event_node_ref(node); /* the wait's, taken before the record can complete and drop its own */
-    cmd->u.ev.node = node;
-    cmd->u.ev.event_id = e->id;
-    cmd->edge = true;
-    int recorded = pti_slot_commit(src, cmd, PTO_CMD_RECORD, 0); /* 0 or PTO_QUEUED */
-    if ((rc = pti_slot_begin(s, fn, 0, true, &cmd, NULL))) {
-        pti_event_node_unref(node);
-        return rc; /* the record alone is harmless: a point nobody waits for */
-    }
-    cmd->quiet = true;
-    int waited = commit_wait(s, cmd, node, e->id, false, true, token); /* the reference taken above */
-    return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
+    return pti_wait_many_commit(s, &node, 1, token, fn);
 }
 
 /*

@@ -333,7 +333,11 @@ def test_launch_after_carries_a_failure_to_the_launch(dev, cq, stream, stream2, 
 
 
 def test_launch_after_reports_what_went_to_overflow(open_dev, new_stream):
-    """Behind a latch a 4-slot ring fills: the mask says which of the three commands waited."""
+    """Behind a latch a 4-slot ring fills: the mask says which commands waited; src gets none.
+
+    An edge is a fence of src (a point of its work, no command there) and a
+    wait on dst, so src's ring never fills with the edges' records.
+    """
     dev = open_dev(ring_task_window=4)
     src, dst = new_stream(device=dev), new_stream(device=dev)
     for s in (src, dst):
@@ -342,17 +346,20 @@ def test_launch_after_reports_what_went_to_overflow(open_dev, new_stream):
     noop, seen = builtin(dev, "noop"), set()
     with held(dev, src) as h:
         h.hold(dst)
+        before = lib.pto_stream_accepted(src)
         for _ in range(6):
             rc = lib.pto_stream_launch_after(dst, src, event, 0, noop, 1, ffi.NULL, 0, 0)
             assert rc >= 0
             seen.add(rc)
+        assert lib.pto_stream_accepted(src) == before  # nothing queued on src
     sync(src)
     sync(dst)
     lib.pto_event_destroy(event)
     for s in (src, dst):
         lib.pto_stream_destroy(s)
     assert 0 in seen  # room at first
-    assert lib.PTO_EDGE_SRC_QUEUED | lib.PTO_EDGE_WAIT_QUEUED | lib.PTO_QUEUED in seen  # all three, later
+    assert lib.PTO_EDGE_WAIT_QUEUED | lib.PTO_QUEUED in seen  # the wait and the launch, later
+    assert not any(rc & lib.PTO_EDGE_SRC_QUEUED for rc in seen)
 
 
 def test_an_edge_record_and_wait_pass_injected_failures_by(dev, cq, stream, stream2, event):
