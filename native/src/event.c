@@ -263,13 +263,36 @@ bool pti_wait_holds(struct pto_cmd *cmd)
 
 const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd)
 {
+    if (cmd->kind == PTO_CMD_LAUNCH)
+        return cmd->u.launch.after;
     if (cmd->u.ev.peer)
         return NULL;
     return cmd->u.ev.set ? cmd->u.ev.set->failed : cmd->u.ev.node;
 }
 
+bool pti_launch_held(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd)
+{
+    const struct pto_event_node *n = cmd->u.launch.after;
+    /* Acquire pairs with the release store of done in fence_fill. */
+    return n && !atomic_load_explicit(&((struct pto_event_node *)n)->done, memory_order_acquire) &&
+           !pti_dev_lost(dev) && cmd->seq > s->cancel_seq;
+}
+
+int32_t pti_launch_fence_status(const struct pto_cmd *cmd, uint64_t *cause, char *msg, size_t len)
+{
+    const struct pto_event_node *n = cmd->u.launch.after;
+    if (!n || !n->status)
+        return 0;
+    *cause = n->cause;
+    pti_msgf(msg, len, "waits on event %llu recorded after failed token %llu: %s",
+             (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
+    return -PTO_EDEP;
+}
+
 uint64_t pti_wait_end_ns(struct pto_cmd *cmd)
 {
+    if (cmd->kind == PTO_CMD_LAUNCH) /* its inline fence, done before it started */
+        return cmd->u.launch.after ? cmd->u.launch.after->time_ns : 0;
     struct pto_fence_set *fs = cmd->u.ev.set;
     if (fs)
         return set_done(fs) ? fs->end_ns : 0;
@@ -285,8 +308,10 @@ void pti_wait_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
         return;
     if (fs) {
         for (uint32_t i = 0; i < fs->n; i++)
-            pti_event_node_unref(fs->v[i]);
+            pti_fence_unref(dev, fs->v[i]);
         free(fs);
+    } else if (cmd->u.ev.node->fence) {
+        pti_fence_unref(dev, cmd->u.ev.node);
     } else {
         pti_event_node_unref(cmd->u.ev.node);
     }
@@ -329,6 +354,56 @@ static void fence_fill(pto_device *dev, pto_stream *s, struct pto_event_node *n,
     atomic_store_explicit(&n->done, 1, memory_order_release);
 }
 
+#define FENCE_POOL_MAX 1024 /* fence nodes a device keeps for reuse */
+
+void pti_fence_unref(pto_device *dev, struct pto_event_node *n)
+{
+    if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (dev->fence_pooled >= FENCE_POOL_MAX) {
+        free(n);
+        return;
+    }
+    n->fence_next = dev->fence_pool;
+    dev->fence_pool = n;
+    dev->fence_pooled++;
+}
+
+void pti_fences_fini(pto_device *dev)
+{
+    struct pto_event_node *n;
+    while ((n = dev->fence_pool)) {
+        dev->fence_pool = n->fence_next;
+        free(n);
+    }
+    dev->fence_pooled = 0;
+}
+
+/* A fence's node, from dev's pool if it has one (sched_lock held); NULL: out of memory. */
+static struct pto_event_node *fence_node(pto_device *dev, uint64_t event_id)
+{
+    struct pto_event_node *n = dev->fence_pool;
+    if (n) {
+        dev->fence_pool = n->fence_next;
+        dev->fence_pooled--;
+    } else if (!(n = malloc(sizeof(*n)))) {
+        return NULL;
+    }
+    /* What a node's readers read (its message only with a status set: fence_fill writes it). */
+    atomic_init(&n->refs, 1);
+    atomic_init(&n->done, 0);
+    n->status = 0;
+    n->cause = 0;
+    n->fail_stream = 0;
+    n->fail_id = 0;
+    n->event_id = event_id;
+    n->peer_waits = 0;
+    n->fence = true;
+    n->fence_next = NULL;
+    n->msg[0] = '\0';
+    return n;
+}
+
 int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *event_ids, uint32_t n,
                     struct pto_event_node **out)
 {
@@ -345,11 +420,12 @@ int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *ev
         bool done = atomic_load_explicit(&src->head, memory_order_relaxed) >= seq; /* we hold sched_lock */
         if (done && !model && !pti_dev_lost(dev) && !pti_failed_for(src, epoch))
             continue; /* nothing left to wait for, nothing to carry */
-        struct pto_event_node *node = pti_event_node_new(event_ids[i]);
+        struct pto_event_node *node = fence_node(dev, event_ids[i]);
         if (!node) {
-            pthread_mutex_unlock(&dev->sched_lock);
             for (uint32_t j = 0; j < i; j++) /* (a listed one is released when it fires) */
-                pti_event_node_unref(out[j]);
+                if (out[j])
+                    pti_fence_unref(dev, out[j]);
+            pthread_mutex_unlock(&dev->sched_lock);
             return pti_error(PTO_ENOMEM, "out of host memory for a fence");
         }
         node->fence_seq = seq;
@@ -381,7 +457,7 @@ void pti_fences_fire(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, 
             s->fence_last = NULL;
         n->fence_next = NULL;
         fence_fill(dev, s, n, canceled, end_ns);
-        pti_event_node_unref(n);
+        pti_fence_unref(dev, n);
     }
 }
 
@@ -392,7 +468,7 @@ void pti_fences_drop(pto_device *dev, pto_stream *s)
         s->fence_first = n->fence_next;
         n->fence_next = NULL;
         fence_fill(dev, s, n, true, n->time_ns);
-        pti_event_node_unref(n);
+        pti_fence_unref(dev, n);
     }
     s->fence_last = NULL;
 }

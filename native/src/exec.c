@@ -83,7 +83,8 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pti_strlcpy(s->fail.msg, msg, sizeof(s->fail.msg));
         fail_id = s->fail.id;
         /* A wait's failure came from its event's stream: observing it observes that one too. */
-        const struct pto_event_node *from = cmd->kind == PTO_CMD_WAIT ? pti_wait_source(cmd) : NULL;
+        const struct pto_event_node *from =
+            cmd->kind == PTO_CMD_WAIT || cmd->kind == PTO_CMD_LAUNCH ? pti_wait_source(cmd) : NULL;
         s->fail.from_stream = from ? from->fail_stream : 0;
         s->fail.from_id = from ? from->fail_id : 0;
         /*
@@ -217,6 +218,14 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
         edep_msg(msg, n, s);
         return -PTO_EDEP;
     }
+    /* A launch's inline fence (event.c): the failure it carries is the launch's own. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after) {
+        int32_t st = pti_launch_fence_status(cmd, cause, msg, n);
+        if (st) {
+            *own = true;
+            return st;
+        }
+    }
     if (cmd->inject > 0 && cmd->state == PTI_CMD_QUEUED) {
         *own = true;
         pti_msgf(msg, n, "injected failure (pto_debug_fail_next): %s", pto_status_name(cmd->inject));
@@ -256,6 +265,9 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     if (head == tail)
         return false;
     struct pto_cmd *cmd = &s->ring[head & s->mask];
+    /* Behind its inline fence, before anything else decides (event.c): a later pass looks again. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after && pti_launch_held(dev, s, cmd))
+        return false;
     char msg[PTI_MSG_LEN];
     uint64_t cause;
     bool own;

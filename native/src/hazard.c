@@ -954,10 +954,11 @@ uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max)
 }
 
 /*
- * The edges go as fences (event.c): no command on the streams waited for,
- * one wait command on s for all of them (a wait-many), and the launch; the
- * clock takes them in one merge.  So a launch behind M edges queues two
- * commands and costs O(M log M) here, not 2M + 1 commands and M clock copies.
+ * The edges go as fences (event.c): no command on the streams waited for;
+ * one edge rides on the launch itself, several take one wait command on s
+ * for all of them (a wait-many); the clock takes them in one merge.  So a
+ * launch behind M edges queues one command (M = 1) or two, and costs
+ * O(M log M) here, not 2M + 1 commands and M clock copies.
  */
 int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                        uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token)
@@ -1012,13 +1013,17 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     }
     uint64_t outer = pti_stamp_begin();
     int waited = 0;
+    struct pto_event_node *after = NULL;
     hz->novf = 0;
     if (pl.n) {
         if ((rc = pti_fences_take(s->dev, ps, ids, pl.n, nodes))) {
             pti_stamp_end(outer);
             goto out;
         }
-        waited = pti_wait_many_commit(s, nodes, pl.n, edge_token, fn);
+        if (pl.n == 1) /* one edge rides on the launch: no command of its own */
+            after = nodes[0];
+        else
+            waited = pti_wait_many_commit(s, nodes, pl.n, edge_token, fn);
         if (waited < 0) { /* a device lost or closing: nothing after runs to order */
             pti_stamp_end(outer);
             rc = waited;
@@ -1030,7 +1035,7 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
             goto out;
         }
     }
-    rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
+    rc = pti_launch_commit_after(s, k, blocks, args, nargs, after, token, fn);
     pti_stamp_end(outer);
     if (rc < 0)
         goto out;

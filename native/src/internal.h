@@ -162,6 +162,7 @@ struct pto_event_node {
     uint64_t event_id;
     int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
     /* A fence (pti_fences_take): the point of its stream it stands for, and the list it is on. */
+    bool fence;                   /* a fence's node: its last reference is dropped under sched_lock */
     uint64_t fence_seq, fence_epoch;
     struct pto_event_node *fence_next; /* the stream's fences, under sched_lock */
     char msg[PTI_MSG_LEN];
@@ -206,6 +207,10 @@ int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *ev
 void pti_fences_fire(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, int32_t status, uint64_t end_ns);
 /* s is freed with fences left (a device closing): complete them canceled (sched_lock held). */
 void pti_fences_drop(pto_device *dev, pto_stream *s);
+/* Drop a reference to a fence's node (sched_lock held): the last one gives it back to dev's pool. */
+void pti_fence_unref(pto_device *dev, struct pto_event_node *n);
+/* Free dev's pool of fence nodes (closing, single-threaded). */
+void pti_fences_fini(pto_device *dev);
 /*
  * A wait on nodes[0..n) (NULL entries skipped; none: nothing queued, 0) on
  * s: one command, quiet, an inferred edge's (injected failures pass it by).
@@ -215,8 +220,21 @@ void pti_fences_drop(pto_device *dev, pto_stream *s);
 int pti_wait_many_commit(pto_stream *s, struct pto_event_node **nodes, uint32_t n, uint64_t token, const char *fn);
 /* A wait command still to wait for: some node not done yet (sched_lock held). */
 bool pti_wait_holds(struct pto_cmd *cmd);
-/* The node a failed wait took its failure from (NULL: none, or another device's). */
+/*
+ * The node a failed wait, or a launch behind an inline fence, took its
+ * failure from (NULL: none, or another device's).
+ */
 const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd);
+/*
+ * A launch that carries its one edge inline (cmd->u.launch.after, a fence:
+ * no wait command) is held, queued, until the fence is done, whatever else
+ * holds (sched_lock held): what follows it on its stream stays ordered
+ * behind the other stream's work, as behind a wait.  A device lost or a
+ * cancel lets it go.  Then a failure the fence carries is the launch's own
+ * (pti_launch_fence_status: -PTO_EDEP, the cause, the message; 0: none).
+ */
+bool pti_launch_held(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd);
+int32_t pti_launch_fence_status(const struct pto_cmd *cmd, uint64_t *cause, char *msg, size_t n);
 /* The latest end of the done nodes of a wait (0: none): the device model's start for it. */
 uint64_t pti_wait_end_ns(struct pto_cmd *cmd);
 void pti_event_node_unref(struct pto_event_node *n);
@@ -366,7 +384,12 @@ struct pto_cmd {
             bool peer_dst;                                /* PTO_CMD_PEER: dst lies on the other device */
         } copy;
         struct { uint64_t dst, n; uint8_t value; } set;
-        struct { pto_kernel *k; uint64_t *args; uint32_t blocks, nargs; } launch;
+        struct {
+            pto_kernel *k;
+            uint64_t *args;
+            uint32_t blocks, nargs;
+            struct pto_event_node *after; /* a fence it waits for before it starts (event.c), or NULL */
+        } launch;
         struct {
             struct pto_event_node *node;
             uint64_t event_id;
@@ -997,6 +1020,8 @@ struct pto_device {
     atomic_int closing;
     atomic_int shutdown;          /* threads exit */
     uint64_t lost_cause;          /* under sched_lock; written once */
+    struct pto_event_node *fence_pool; /* fence nodes to reuse (event.c), under sched_lock */
+    uint32_t fence_pooled;
     char lost_msg[PTI_MSG_LEN];
 
     /* memory (memory.c), under mem_lock */
@@ -1171,6 +1196,9 @@ int pti_launch_check(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64
                      const char *fn);
 int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
                       uint64_t token, const char *fn);
+/* The same behind the fence after (NULL: none), carried inline; the reference moves to the launch. */
+int pti_launch_commit_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                            struct pto_event_node *after, uint64_t token, const char *fn);
 int pti_edge_check(pto_stream *s, pto_stream *src, pto_event *e, const char *fn);
 int pti_edge_commit(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn);
 /* One submission time for every command of a call: returns the outer stamp, which pti_stamp_end restores. */

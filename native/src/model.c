@@ -227,7 +227,11 @@ static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t
 
 static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
 {
-    return max64(s->model_end, cmd->submit_ns);
+    uint64_t ready = max64(s->model_end, cmd->submit_ns);
+    /* A launch behind an inline fence (event.c) starts after the point it waited for. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after)
+        ready = max64(ready, pti_wait_end_ns((struct pto_cmd *)cmd));
+    return ready;
 }
 
 void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w)

@@ -5,6 +5,7 @@
  *   1. A write after M latched reads on M streams (pto_hazards_launch):
  *      two commands on the writer (one wait for all M, the launch), none on
  *      the readers; the write stays held until the last reader is released.
+ *      One edge rides on the launch (no wait command): one command.
  *   2. A failed predecessor fails the waiter: a reader whose launch fails
  *      makes the writer's wait fail (-PTO_EDEP, its cause) and the launch
  *      after it; a fence of a stream that failed and went idle carries the
@@ -84,6 +85,25 @@ static void wait_many(pto_device *dev)
     pto_latch_release(latch[0]);
     pto_completion c = find(dev, launch_tok);
     t_assert(c.status == 0, "the write after its readers: %s", pto_status_name(c.status));
+
+    /* One edge rides on the launch: one command, held until the reader's latch goes. */
+    pto_latch_destroy(latch[0]);
+    t_check(pto_latch_create(dev, 0, &latch[0]));
+    t_check(pto_stream_latch_wait(r[0], latch[0], 0));
+    t_check(pto_hazards_launch(hz, r[0], noop, 1, args, 1, rd, tok, tok + 1));
+    tok += 2;
+    wb = pto_stream_accepted(w);
+    uint64_t done = pto_stream_completed(w);
+    launch_tok = tok + 1;
+    t_check(pto_hazards_launch(hz, w, noop, 1, args, 1, wr, tok, launch_tok));
+    tok += 2;
+    t_assert(pto_stream_accepted(w) == wb + 1, "one edge: the launch alone (%llu commands)",
+             (unsigned long long)(pto_stream_accepted(w) - wb));
+    t_pause_us(20000);
+    t_assert(pto_stream_completed(w) == done, "the write ran before the read it waits for");
+    pto_latch_release(latch[0]);
+    c = find(dev, launch_tok);
+    t_assert(c.status == 0, "the write after its reader: %s", pto_status_name(c.status));
 
     /* A reader fails: the writer's wait-many fails with its cause, and the launch behind it. */
     uint64_t bad = 0;
