@@ -39,6 +39,7 @@
 #define HZ_FOLD_FROM 4    /* reads an allocation keeps before it folds the closed streams' ones */
 #define HZ_CLOCK_SLACK 16 /* entries of gone streams a clock may hold beyond two per live stream */
 #define HZ_OVF_MAX 64     /* sources pto_hazards_overflowed reports */
+#define HZ_BLOOM 4096     /* bits of prune's filter of the plan's streams */
 /*
  * A clock of more entries than this is not merged whole, nor scanned to drop
  * edges: a stream that waits for it takes its direct entry only (knowing less
@@ -521,12 +522,19 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     struct {
         uint32_t a, b;
     } *pairs = NULL;
+    /* The plan's streams as bits of their ids: most clock entries name none of them, found without a lookup. */
+    uint64_t bloom[HZ_BLOOM / 64] = {0};
+    for (uint32_t a = 0; a < pl->n; a++)
+        bloom[(pl->w[a].s->sid % HZ_BLOOM) / 64] |= 1ull << (pl->w[a].s->sid % 64);
     for (uint32_t b = 0; b < pl->n; b++) {
         const struct hz_clock *c = pl->w[b].s->clock;
         if (c && c->n > HZ_MERGE_MAX)
             continue; /* (see HZ_MERGE_MAX) */
         for (uint32_t i = 0; c && i < c->n; i++) {
-            struct hz_stream *as = stream_of(hz, (uint32_t)c->e[i].sid);
+            uint64_t sid = c->e[i].sid;
+            if (!(bloom[(sid % HZ_BLOOM) / 64] & 1ull << (sid % 64)))
+                continue;
+            struct hz_stream *as = stream_of(hz, (uint32_t)sid);
             if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)
                 continue;
             if (npairs == cap) {
