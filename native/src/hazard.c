@@ -38,7 +38,6 @@
 
 #define HZ_FOLD_FROM 4    /* reads an allocation keeps before it folds the closed streams' ones */
 #define HZ_CLOCK_SLACK 16 /* entries of gone streams a clock may hold beyond two per live stream */
-#define HZ_OVF_MAX 64     /* sources pto_hazards_overflowed reports */
 #define HZ_BLOOM 4096     /* bits of prune's filter of the plan's streams */
 /*
  * A clock of more entries than this is not merged whole, nor scanned to drop
@@ -117,8 +116,6 @@ struct pto_hazards {
     uint64_t gen;
     uint64_t inferred, skipped;
     size_t live;
-    uint32_t novf;
-    uint32_t ovf[HZ_OVF_MAX];
 };
 
 /* ---- the maps ---------------------------------------------------------------- */
@@ -954,13 +951,6 @@ void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t 
     out[1] = st && st->clock ? st->clock->n : 0;
 }
 
-uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max)
-{
-    uint32_t n = hz->novf < max ? hz->novf : max;
-    memcpy(out, hz->ovf, n * sizeof(*out));
-    return n;
-}
-
 /*
  * The edges go as fences (event.c): no command on the streams waited for;
  * one edge rides on the launch itself, several take one wait command on s
@@ -1022,7 +1012,6 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     uint64_t outer = pti_stamp_begin();
     int waited = 0;
     struct pto_event_node *after = NULL;
-    hz->novf = 0;
     if (pl.n) {
         if ((rc = pti_fences_take(s->dev, ps, ids, pl.n, nodes))) {
             pti_stamp_end(outer);
