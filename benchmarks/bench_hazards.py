@@ -33,10 +33,13 @@ timed:
 ``a write after M readers``
     M streams each read a DeviceTensor (``scale(t, 1.0, out_i)``), then one
     launch writes it on another stream: it must wait for all M reads (WAR).
-    The figure is the submitting thread's CPU time for queueing that one
+    The write's stream is held on the device meanwhile, so the figure is
+    the host's work alone (not a scheduler pass for an idle stream).  The
+    figure is the submitting thread's CPU time for queueing that one
     write (µs), for M = 1, 100 and 1,000, and beside it the driver's
-    decision alone (``pto_hazards_order``) at M = 1,000: the rest is the M
-    edges' commands.  Target: at most 100 µs at M = 1,000.
+    decision alone (``pto_hazards_order``) at M = 1,000: the rest is
+    queueing the M edges (fences and one wait).  Target: at most 100 µs at
+    M = 1,000.
 
 torch is imported when installed, as the runtime's users do (its objects
 weigh on the cyclic GC, the references' as much as the figures').
@@ -47,6 +50,7 @@ weigh on the cyclic GC, the references' as much as the figures').
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.util
 import json
@@ -148,13 +152,19 @@ def _write_after_readers(m: int, rounds: int) -> tuple[float, float | None]:
     """One write queued after reads of the same tensor on `m` streams: its host cost, and the decision's.
 
     Medians (µs) of the submitting thread's CPU time: the whole ``submit``
-    (deciding, and queueing the `m` edges: a record and a wait each), and
-    the driver's decision alone (``pto_hazards_order`` on the same state,
-    None where the driver has no such call).
+    (deciding, and queueing the `m` edges), and the driver's decision alone
+    (``pto_hazards_order`` on the same state, None where the driver has no
+    such call).  The cyclic GC runs before the reads and is off until the
+    write is queued, which follows the reads directly, as in a program.
+    The writer's stream is held on the device (a latch) while
+    the write is queued, so the figure is the host's work, not the
+    scheduler pass the submitting thread runs for a command on an idle
+    stream (with an engine thread's wake-up: tens of µs of system time on
+    a VM, the same for any M).
     """
+
     lib = KernelLib(tempfile.mkdtemp(prefix="bench_hazards_war_"))
-    cfg = dict(DEVICE, ring_task_window=256, ring_heap=1 << 16, ring_dep_pool=256)
-    with ChipWorker(RunConfig(**cfg)) as w:
+    with ChipWorker(RunConfig(**DEVICE)) as w:  # rings that take every edge: the write never waits for room
         noop = w.register(lib.get("noop", 16))
         scale = w.register(lib.get("scale", 16))
         t = w.alloc_tensor(16, np.float32, init=np.random.default_rng().standard_normal(16).astype(np.float32))
@@ -169,16 +179,20 @@ def _write_after_readers(m: int, rounds: int) -> tuple[float, float | None]:
             edges = ffi.new("pto_hz_edge[]", m + 1)
         times, decisions = [], []
         for i in range(rounds + 1):
+            gc.collect()  # before the reads, not between them and the write, which follows them as in a program
+            gc.disable()
             for r, o in zip(readers, outs):
                 scale.submit(t, 1.0, o, stream=r)
-            gc.collect()
-            if decide is not None:
+            # (Not the first round: its first uses are ordered the general way, with a wait per edge.)
+            with hold(writer, timeout=60) if i else contextlib.nullcontext():
+                if decide is not None:
+                    c0 = time.thread_time_ns()
+                    decide(w._hazards.table, writer.id, acc, 1, edges, m + 1)  # changes nothing but a count
+                    decisions.append((time.thread_time_ns() - c0) / 1e3)
                 c0 = time.thread_time_ns()
-                decide(w._hazards.table, writer.id, acc, 1, edges, m + 1)  # changes nothing but a count
-                decisions.append((time.thread_time_ns() - c0) / 1e3)
-            c0 = time.thread_time_ns()
-            noop.submit(t, stream=writer)
-            dt = time.thread_time_ns() - c0
+                noop.submit(t, stream=writer)
+                dt = time.thread_time_ns() - c0
+            gc.enable()
             w.sync()
             if i:  # the first round has first uses (joins), not the figure
                 times.append(dt / 1e3)

@@ -449,26 +449,31 @@ int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
 /*
  * An edge between two streams of one device, in one call: s waits for
  * everything queued on src so far, as after pto_stream_record_edge(src, e, 0)
- * and pto_stream_wait_edge(s, e, token), except that e only names the edge
- * in traces (its own recording is left alone), and the wait is quiet: its token gets a completion record only when the wait itself fails,
- * with PTO_CQ_FIRST_FAILURE (a failure carried by e; delivering it, or a
- * dependent's record, observes it and the failure on src it came from, and
- * lets s run again).  A failure on src before the record reaches s's later commands as
- * -PTO_EDEP naming it, as with an explicit wait.  Returns 0, or a positive
- * mask: PTO_QUEUED (the wait went to s's overflow), PTO_EDGE_SRC_QUEUED (the
- * record went to src's); or a negative error (if the wait is refused the
- * record may stand: a point nobody waits for).
+ * and pto_stream_wait_edge(s, e, token), except that nothing is queued on
+ * src: the point is a fence, src's last accepted command, which src's
+ * completion of it fills as a record there would be (its failure, its
+ * time); e only names the edge in traces (its own recording is left
+ * alone).  If src's work is done and healthy, nothing is queued at all.
+ * The wait is quiet: its token gets a completion record only when the wait
+ * itself fails, with PTO_CQ_FIRST_FAILURE (a failure the fence carries;
+ * delivering it, or a dependent's record, observes it and the failure on
+ * src it came from, and lets s run again).  A failure on src before the
+ * point reaches s's later commands as -PTO_EDEP naming it, as with an
+ * explicit wait.  Returns 0, or PTO_QUEUED (the wait went to s's
+ * overflow), or a negative error.  (PTO_EDGE_SRC_QUEUED, the record once
+ * queued on src going to its overflow, is no longer returned.)
  */
 #define PTO_EDGE_SRC_QUEUED 2
 int pto_stream_wait_stream(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token);
 /*
- * pto_stream_wait_stream(s, src, e, edge_token) and then pto_stream_launch(s,
- * k, blocks, args, nargs, token), in one call: the launch an inferred edge
- * orders.  Nothing is queued unless both are valid.  Returns 0, or a positive
- * mask: PTO_QUEUED (the launch went to s's overflow), PTO_EDGE_WAIT_QUEUED (the
- * wait did, and so the launch), PTO_EDGE_SRC_QUEUED (the record went to
- * src's); or a negative error (if the launch is refused the edge may stand: s
- * waits for src's work, then for nothing).
+ * pto_stream_launch(s, k, blocks, args, nargs, token) after everything
+ * queued on src so far, in one call and one command: the launch carries the
+ * edge inline (a fence of src, as pto_stream_wait_stream's), and the
+ * scheduler holds it until the fence is done; a failure the fence carries
+ * is the launch's own (-PTO_EDEP naming src's failure, with
+ * PTO_CQ_FIRST_FAILURE).  edge_token is not used (no wait command).
+ * Nothing is queued unless the launch is valid.  Returns 0, PTO_QUEUED (the
+ * launch went to s's overflow), or a negative error.
  */
 #define PTO_EDGE_WAIT_QUEUED 4
 int pto_stream_launch_after(pto_stream *s, pto_stream *src, pto_event *e, uint64_t edge_token,
@@ -987,9 +992,10 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
  * read per stream since it; per stream, for every other stream, the largest
  * position of a failure-carrying point it waits for (directly or through
  * the points those waited for): an edge that is implied already is skipped.
- * An edge is a record of the source stream's tail and a quiet wait for it
- * (pto_stream_wait_stream's commands): a failure before it reaches the
- * later stream as a dependency failure, as with an explicit wait.  The
+ * An edge is a fence of the source stream's tail (pto_stream_wait_stream's:
+ * no command queued there) and a quiet wait for it, or the launch itself
+ * (pto_hazards_launch): a failure before it reaches the later stream as a
+ * dependency failure, as with an explicit wait.  The
  * table is not locked: one thread at a time (the caller's lock).
  */
 typedef struct pto_hazards pto_hazards;
@@ -1058,15 +1064,15 @@ int pto_hazards_ordered(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t po
 void pto_hazards_counts(pto_hazards *hz, uint64_t *out);
 /* Records: [0] reads kept for the allocation at addr, [1] entries of stream sid's clock. */
 void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t *out);
-/* Streams whose edge record pto_hazards_launch last put in their overflow: ids into out, returns how many. */
-uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max);
 /*
  * pto_stream_launch(s, k, blocks, args, nargs, token) ordered by hz: access[i]
  * (PTO_HZ_READ | PTO_HZ_WRITE, 0 for scalars) says how the launch uses the
- * allocation at args[i].  The edges it needs are queued first, in the same
- * call (their waits with token edge_token), and the accesses noted at token.
- * Returns 0, or a positive mask as pto_stream_launch_after's (PTO_QUEUED,
- * PTO_EDGE_WAIT_QUEUED, PTO_EDGE_SRC_QUEUED: see pto_hazards_overflowed), or
+ * allocation at args[i].  The edges it needs go with it, in the same call, as
+ * fences (no command on the streams waited for): one edge rides on the launch
+ * (as pto_stream_launch_after's), several take one wait command for all of
+ * them (a wait-many, token edge_token) before it; the accesses are noted at
+ * token.  Returns 0, or a positive mask (PTO_QUEUED: the launch went to s's
+ * overflow; PTO_EDGE_WAIT_QUEUED: the wait-many did, and so the launch), or
  * PTO_HZ_DECLINED with nothing queued or changed, where the caller orders it
  * (an edge from a closed or held stream, or to an exact point), or a
  * negative error.

@@ -289,6 +289,7 @@ void pto_device_close(pto_device *dev)
     /* Everything below is single-threaded now. */
     while (dev->n_streams > 0)
         pti_stream_free_now(dev, dev->streams[dev->n_streams - 1]);
+    pti_fences_fini(dev);
     free(dev->streams);
     free(dev->order);
     while (dev->events.next != &dev->events) {

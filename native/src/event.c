@@ -191,16 +191,9 @@ void pti_record_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
     pti_event_node_unref(cmd->u.ev.node);
 }
 
-/* A wait ends once its event's node is done (none: at once), failing if the recording failed. */
-bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
-                   struct pto_cmd_outcome *out)
+/* A wait's outcome from the done node n it waited for (see pti_wait_poll). */
+static void wait_outcome(struct pto_cmd *cmd, const struct pto_event_node *n, struct pto_cmd_outcome *out)
 {
-    struct pto_event_node *n = cmd->u.ev.node;
-    if (!n)
-        return true; /* a wait on an event never recorded: nothing to wait for */
-    /* Acquire pairs with the release store of done in pti_record_finish. */
-    if (!atomic_load_explicit(&n->done, memory_order_acquire))
-        return false;
     if (cmd->u.ev.peer) {
         /* Another device's event (peer.c): the wait's own token is the cause here. */
         out->status = pti_peer_wait_status(n, out->msg, sizeof(out->msg));
@@ -214,15 +207,268 @@ bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t
         out->cause = n->cause;
         out->own = true;
     }
+}
+
+/* Whether every node of the set is done, the set's cursor moved past those seen (sched_lock held). */
+static bool set_done(struct pto_fence_set *fs)
+{
+    while (fs->next < fs->n) {
+        const struct pto_event_node *n = fs->v[fs->next];
+        /* Acquire pairs with the release store of done where the node was filled. */
+        if (!atomic_load_explicit(&((struct pto_event_node *)n)->done, memory_order_acquire))
+            return false;
+        if (n->time_ns > fs->end_ns)
+            fs->end_ns = n->time_ns;
+        if (n->status && !fs->failed)
+            fs->failed = (struct pto_event_node *)n;
+        fs->next++;
+    }
     return true;
+}
+
+/*
+ * A wait ends once its event's node is done (none: at once), failing if the
+ * recording failed; a wait on a set once every node is, failing with the
+ * first failed one (in the set's order) if any.  Each poll of a set starts
+ * where the last one stopped: waiting for M streams costs O(M) in all.
+ */
+bool pti_wait_poll(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, uint64_t now,
+                   struct pto_cmd_outcome *out)
+{
+    struct pto_fence_set *fs = cmd->u.ev.set;
+    if (fs) {
+        if (!set_done(fs))
+            return false;
+        if (fs->failed)
+            wait_outcome(cmd, fs->failed, out);
+        return true;
+    }
+    struct pto_event_node *n = cmd->u.ev.node;
+    if (!n)
+        return true; /* a wait on an event never recorded: nothing to wait for */
+    /* Acquire pairs with the release store of done in pti_record_finish. */
+    if (!atomic_load_explicit(&n->done, memory_order_acquire))
+        return false;
+    wait_outcome(cmd, n, out);
+    return true;
+}
+
+bool pti_wait_holds(struct pto_cmd *cmd)
+{
+    if (cmd->u.ev.set)
+        return !set_done(cmd->u.ev.set);
+    /* Acquire pairs with the release store of done where the node was filled. */
+    return cmd->u.ev.node && !atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire);
+}
+
+const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd)
+{
+    if (cmd->kind == PTO_CMD_LAUNCH)
+        return cmd->u.launch.after;
+    if (cmd->u.ev.peer)
+        return NULL;
+    return cmd->u.ev.set ? cmd->u.ev.set->failed : cmd->u.ev.node;
+}
+
+bool pti_launch_held(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd)
+{
+    const struct pto_event_node *n = cmd->u.launch.after;
+    /* Acquire pairs with the release store of done in fence_fill. */
+    return n && !atomic_load_explicit(&((struct pto_event_node *)n)->done, memory_order_acquire) &&
+           !pti_dev_lost(dev) && cmd->seq > s->cancel_seq;
+}
+
+int32_t pti_launch_fence_status(const struct pto_cmd *cmd, uint64_t *cause, char *msg, size_t len)
+{
+    const struct pto_event_node *n = cmd->u.launch.after;
+    if (!n || !n->status)
+        return 0;
+    *cause = n->cause;
+    pti_msgf(msg, len, "waits on event %llu recorded after failed token %llu: %s",
+             (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
+    return -PTO_EDEP;
+}
+
+uint64_t pti_wait_end_ns(struct pto_cmd *cmd)
+{
+    if (cmd->kind == PTO_CMD_LAUNCH) /* its inline fence, done before it started */
+        return cmd->u.launch.after ? cmd->u.launch.after->time_ns : 0;
+    struct pto_fence_set *fs = cmd->u.ev.set;
+    if (fs)
+        return set_done(fs) ? fs->end_ns : 0;
+    struct pto_event_node *n = cmd->u.ev.node;
+    /* Acquire pairs with the release store of done where the record completed. */
+    return n && atomic_load_explicit(&n->done, memory_order_acquire) ? n->time_ns : 0;
 }
 
 void pti_wait_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
-    if (!cmd->u.ev.node)
+    struct pto_fence_set *fs = cmd->u.ev.set;
+    if (!cmd->u.ev.node && !fs)
         return;
-    pti_event_node_unref(cmd->u.ev.node);
+    if (fs) {
+        for (uint32_t i = 0; i < fs->n; i++)
+            pti_fence_unref(dev, fs->v[i]);
+        free(fs);
+    } else if (cmd->u.ev.node->fence) {
+        pti_fence_unref(dev, cmd->u.ev.node);
+    } else {
+        pti_event_node_unref(cmd->u.ev.node);
+    }
     /* Release pairs with the acquire load of dep_used in pti_slot_begin. */
     atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_release);
     atomic_fetch_sub_explicit(&s->waits_pending, 1, memory_order_release);
+}
+
+/* ---- fences (internal.h): a point of a stream waited for with no command on it ---------------- */
+
+/*
+ * Fill fence n of s as a record right after s's command at n->fence_seq
+ * would be (sched_lock held): the device's loss, a cancel that dropped that
+ * command, or the failure s carries for a command accepted at n's epoch
+ * (exec.c's rule, pti_failed_for); time end_ns.  Then publish it (done).
+ */
+static void fence_fill(pto_device *dev, pto_stream *s, struct pto_event_node *n, bool canceled, uint64_t end_ns)
+{
+    uint64_t submit_ns = n->time_ns; /* (it holds its submission time: a record's time is never before that) */
+    if (end_ns > n->time_ns)
+        n->time_ns = end_ns;
+    if (pti_dev_lost(dev)) {
+        n->status = -PTO_EDEVLOST;
+        n->cause = dev->lost_cause;
+        pti_msgf(n->msg, sizeof(n->msg), "device lost: %s", dev->lost_msg);
+    } else if (canceled) {
+        n->status = -PTO_ECANCELED;
+        pti_msgf(n->msg, sizeof(n->msg), "canceled before it started");
+    } else if (pti_failed_for(s, n->fence_epoch)) {
+        n->status = -PTO_EDEP;
+        n->cause = s->fail.cause;
+        n->fail_stream = s->id;
+        n->fail_id = (uint32_t)s->fail.id;
+        pti_msgf(n->msg, sizeof(n->msg), "depends on failed token %llu (%s): %s",
+                 (unsigned long long)s->fail.cause, pto_status_name(s->fail.status), s->fail.msg);
+    }
+    if (pti_trace_on(dev))
+        pti_trace_fence(dev, s, n, submit_ns, n->time_ns);
+    /* Release pairs with the acquire loads of done in pti_wait_poll and set_done. */
+    atomic_store_explicit(&n->done, 1, memory_order_release);
+}
+
+#define FENCE_POOL_MAX 1024 /* fence nodes a device keeps for reuse */
+
+void pti_fence_unref(pto_device *dev, struct pto_event_node *n)
+{
+    if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (dev->fence_pooled >= FENCE_POOL_MAX) {
+        free(n);
+        return;
+    }
+    n->fence_next = dev->fence_pool;
+    dev->fence_pool = n;
+    dev->fence_pooled++;
+}
+
+void pti_fences_fini(pto_device *dev)
+{
+    struct pto_event_node *n;
+    while ((n = dev->fence_pool)) {
+        dev->fence_pool = n->fence_next;
+        free(n);
+    }
+    dev->fence_pooled = 0;
+}
+
+/* A fence's node, from dev's pool if it has one (sched_lock held); NULL: out of memory. */
+static struct pto_event_node *fence_node(pto_device *dev, uint64_t event_id)
+{
+    struct pto_event_node *n = dev->fence_pool;
+    if (n) {
+        dev->fence_pool = n->fence_next;
+        dev->fence_pooled--;
+    } else if (!(n = malloc(sizeof(*n)))) {
+        return NULL;
+    }
+    /* What a node's readers read (its message only with a status set: fence_fill writes it). */
+    atomic_init(&n->refs, 1);
+    atomic_init(&n->done, 0);
+    n->status = 0;
+    n->cause = 0;
+    n->fail_stream = 0;
+    n->fail_id = 0;
+    n->event_id = event_id;
+    n->peer_waits = 0;
+    n->fence = true;
+    n->fence_next = NULL;
+    n->msg[0] = '\0';
+    return n;
+}
+
+int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *event_ids, uint32_t n,
+                    struct pto_event_node **out)
+{
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = NULL;
+    bool model = pti_model_of(dev) != NULL;
+    uint64_t now = pti_submit_ns ? pti_submit_ns : pto_now_ns();
+    pthread_mutex_lock(&dev->sched_lock);
+    for (uint32_t i = 0; i < n; i++) {
+        pto_stream *src = srcs[i];
+        /* The last command src accepted (its ring or its overflow): every seq up to it completes. */
+        uint64_t seq = atomic_load_explicit(&src->accepted, memory_order_acquire);
+        uint64_t epoch = atomic_load_explicit(&src->epoch, memory_order_acquire);
+        bool done = atomic_load_explicit(&src->head, memory_order_relaxed) >= seq; /* we hold sched_lock */
+        if (done && !model && !pti_dev_lost(dev) && !pti_failed_for(src, epoch))
+            continue; /* nothing left to wait for, nothing to carry */
+        struct pto_event_node *node = fence_node(dev, event_ids[i]);
+        if (!node) {
+            for (uint32_t j = 0; j < i; j++) /* (a listed one is released when it fires) */
+                if (out[j])
+                    pti_fence_unref(dev, out[j]);
+            pthread_mutex_unlock(&dev->sched_lock);
+            return pti_error(PTO_ENOMEM, "out of host memory for a fence");
+        }
+        node->fence_seq = seq;
+        node->fence_epoch = epoch;
+        node->time_ns = now;
+        out[i] = node;
+        if (done) {
+            fence_fill(dev, src, node, false, model ? src->model_end : now);
+            continue;
+        }
+        pti_event_node_ref(node); /* the list's, dropped when it fires */
+        if (src->fence_last)
+            src->fence_last->fence_next = node;
+        else
+            src->fence_first = node;
+        src->fence_last = node;
+    }
+    pthread_mutex_unlock(&dev->sched_lock);
+    return 0;
+}
+
+void pti_fences_fire(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, int32_t status, uint64_t end_ns)
+{
+    bool canceled = status == -PTO_ECANCELED && cmd->seq <= s->cancel_seq;
+    struct pto_event_node *n;
+    while ((n = s->fence_first) && n->fence_seq <= cmd->seq) {
+        s->fence_first = n->fence_next;
+        if (!s->fence_first)
+            s->fence_last = NULL;
+        n->fence_next = NULL;
+        fence_fill(dev, s, n, canceled, end_ns);
+        pti_fence_unref(dev, n);
+    }
+}
+
+void pti_fences_drop(pto_device *dev, pto_stream *s)
+{
+    struct pto_event_node *n;
+    while ((n = s->fence_first)) {
+        s->fence_first = n->fence_next;
+        n->fence_next = NULL;
+        fence_fill(dev, s, n, true, n->time_ns);
+        pti_fence_unref(dev, n);
+    }
+    s->fence_last = NULL;
 }

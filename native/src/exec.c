@@ -45,7 +45,7 @@
 
 static bool failed_for(const pto_stream *s, const struct pto_cmd *cmd)
 {
-    return s->fail.set && (!s->fail.observed || cmd->epoch < s->fail.observed_epoch);
+    return pti_failed_for(s, cmd->epoch);
 }
 
 static void release_resources(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
@@ -83,9 +83,10 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pti_strlcpy(s->fail.msg, msg, sizeof(s->fail.msg));
         fail_id = s->fail.id;
         /* A wait's failure came from its event's stream: observing it observes that one too. */
-        bool carried = cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node && !cmd->u.ev.peer;
-        s->fail.from_stream = carried ? cmd->u.ev.node->fail_stream : 0;
-        s->fail.from_id = carried ? cmd->u.ev.node->fail_id : 0;
+        const struct pto_event_node *from =
+            cmd->kind == PTO_CMD_WAIT || cmd->kind == PTO_CMD_LAUNCH ? pti_wait_source(cmd) : NULL;
+        s->fail.from_stream = from ? from->fail_stream : 0;
+        s->fail.from_id = from ? from->fail_id : 0;
         /*
          * Even with no token (no record the host could deliver) it stays
          * unobserved: the first dependent's record names it, and delivering
@@ -129,6 +130,8 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      * pti_slot_commit's hand-off: our caller's next pass loads tail.
      */
     atomic_store(&s->head, cmd->seq);
+    if (s->fence_first)
+        pti_fences_fire(dev, s, cmd, status, end_ns); /* streams waiting for this point may go on */
     pti_sched_ready(dev, s); /* its next command may start: the next pass visits it */
     atomic_fetch_add_explicit(&dev->st_completed, 1, memory_order_relaxed);
     /*
@@ -195,7 +198,7 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
     }
     if (cmd->canceled) {
         /* A withdrawn wait still waits (check_blocked ends it): what follows stays ordered behind it. */
-        if (cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node)
+        if (cmd->kind == PTO_CMD_WAIT && (cmd->u.ev.node || cmd->u.ev.set))
             return 0;
         pti_msgf(msg, n, "withdrawn before it started");
         return -PTO_ECANCELED;
@@ -209,13 +212,19 @@ static int32_t pre_status(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, u
          * this stream (a stream-ordered free above all) was ordered behind the
          * other stream's work, and must stay so even on a failed stream.
          */
-        if (cmd->kind == PTO_CMD_WAIT && cmd->u.ev.node &&
-            /* Acquire pairs with the release store of done in pti_cmd_finish. */
-            !atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire))
+        if (cmd->kind == PTO_CMD_WAIT && pti_wait_holds(cmd))
             return 0;
         *cause = s->fail.cause;
         edep_msg(msg, n, s);
         return -PTO_EDEP;
+    }
+    /* A launch's inline fence (event.c): the failure it carries is the launch's own. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after) {
+        int32_t st = pti_launch_fence_status(cmd, cause, msg, n);
+        if (st) {
+            *own = true;
+            return st;
+        }
     }
     if (cmd->inject > 0 && cmd->state == PTI_CMD_QUEUED) {
         *own = true;
@@ -256,6 +265,9 @@ bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *nex
     if (head == tail)
         return false;
     struct pto_cmd *cmd = &s->ring[head & s->mask];
+    /* Behind its inline fence, before anything else decides (event.c): a later pass looks again. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after && pti_launch_held(dev, s, cmd))
+        return false;
     char msg[PTI_MSG_LEN];
     uint64_t cause;
     bool own;

@@ -38,7 +38,7 @@
 
 #define HZ_FOLD_FROM 4    /* reads an allocation keeps before it folds the closed streams' ones */
 #define HZ_CLOCK_SLACK 16 /* entries of gone streams a clock may hold beyond two per live stream */
-#define HZ_OVF_MAX 64     /* sources pto_hazards_overflowed reports */
+#define HZ_BLOOM 4096     /* bits of prune's filter of the plan's streams */
 /*
  * A clock of more entries than this is not merged whole, nor scanned to drop
  * edges: a stream that waits for it takes its direct entry only (knowing less
@@ -116,8 +116,6 @@ struct pto_hazards {
     uint64_t gen;
     uint64_t inferred, skipped;
     size_t live;
-    uint32_t novf;
-    uint32_t ovf[HZ_OVF_MAX];
 };
 
 /* ---- the maps ---------------------------------------------------------------- */
@@ -521,12 +519,19 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     struct {
         uint32_t a, b;
     } *pairs = NULL;
+    /* The plan's streams as bits of their ids: most clock entries name none of them, found without a lookup. */
+    uint64_t bloom[HZ_BLOOM / 64] = {0};
+    for (uint32_t a = 0; a < pl->n; a++)
+        bloom[(pl->w[a].s->sid % HZ_BLOOM) / 64] |= 1ull << (pl->w[a].s->sid % 64);
     for (uint32_t b = 0; b < pl->n; b++) {
         const struct hz_clock *c = pl->w[b].s->clock;
         if (c && c->n > HZ_MERGE_MAX)
             continue; /* (see HZ_MERGE_MAX) */
         for (uint32_t i = 0; c && i < c->n; i++) {
-            struct hz_stream *as = stream_of(hz, (uint32_t)c->e[i].sid);
+            uint64_t sid = c->e[i].sid;
+            if (!(bloom[(sid % HZ_BLOOM) / 64] & 1ull << (sid % 64)))
+                continue;
+            struct hz_stream *as = stream_of(hz, (uint32_t)sid);
             if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)
                 continue;
             if (npairs == cap) {
@@ -639,6 +644,95 @@ static int edge_event(pto_hazards *hz, struct hz_stream *src)
     if (src->ev)
         return 0;
     return pto_event_create(hz->dev, &src->ev);
+}
+
+/* Sort e[0..n) by stream id (a bottom-up merge sort through tmp; already sorted: one pass). */
+static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
+{
+    uint32_t i = 1;
+    while (i < n && e[i - 1].sid <= e[i].sid)
+        i++;
+    if (i >= n)
+        return;
+    struct hz_ent *a = e, *b = tmp;
+    for (uint32_t w = 1; w < n; w *= 2) {
+        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            uint32_t x = lo, y = mid, k = lo;
+            while (x < mid && y < hi)
+                b[k++] = a[y].sid < a[x].sid ? a[y++] : a[x++];
+            while (x < mid)
+                b[k++] = a[x++];
+            while (y < hi)
+                b[k++] = a[y++];
+        }
+        struct hz_ent *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != e)
+        memcpy(e, a, (size_t)n * sizeof(*e));
+}
+
+/*
+ * Edges from the tails of srcs[0..n) queued at position tok, all at once:
+ * me's clock takes each one's clock (unless larger than HZ_MERGE_MAX) and
+ * its tok, in one pass over me's clock, as n merges (merge) would, gone
+ * streams' entries dropped once at the end if it grew past the bound.
+ * O(K log K + clock), K the entries taken: n merges would copy me's clock
+ * per new stream.  0, or -1 out of memory (the clock is left as it was).
+ */
+static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *const *srcs, uint32_t n, uint64_t tok)
+{
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct hz_clock *c = srcs[i]->clock;
+        k += 1 + (c && c->n <= HZ_MERGE_MAX ? c->n : 0);
+    }
+    struct hz_ent *e = malloc(2 * k * sizeof(*e));
+    if (!e)
+        return -1;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct hz_clock *c = srcs[i]->clock;
+        if (srcs[i] != me)
+            e[m++] = (struct hz_ent){srcs[i]->sid, tok};
+        for (uint32_t j = 0; c && c->n <= HZ_MERGE_MAX && j < c->n; j++)
+            if (c->e[j].sid != me->sid)
+                e[m++] = c->e[j];
+    }
+    ents_sort(e, e + k, m);
+    struct hz_clock *c = me->clock;
+    uint32_t cn = c ? c->n : 0;
+    struct hz_clock *out = clock_new(cn + m);
+    if (!out) {
+        free(e);
+        return -1;
+    }
+    uint32_t i = 0, j = 0;
+    while (i < cn || j < m) {
+        uint64_t a = i < cn ? c->e[i].sid : UINT64_MAX, b = j < m ? e[j].sid : UINT64_MAX;
+        uint64_t sid = a < b ? a : b, pos = 0;
+        if (a == sid)
+            pos = c->e[i++].pos;
+        for (; j < m && e[j].sid == sid; j++)
+            if (e[j].pos > pos)
+                pos = e[j].pos;
+        if (pos)
+            out->e[out->n++] = (struct hz_ent){sid, pos};
+    }
+    free(e);
+    if (out->n > cn && out->n > 2 * hz->live + HZ_CLOCK_SLACK) { /* grown past the bound */
+        uint32_t q = 0;
+        for (uint32_t r = 0; r < out->n; r++)
+            if (live(hz, out->e[r].sid))
+                out->e[q++] = out->e[r];
+        out->n = q;
+    }
+    clock_unref(c);
+    me->clock = out;
+    hz->inferred += n;
+    return 0;
 }
 
 /* ---- the ABI ------------------------------------------------------------------------ */
@@ -857,13 +951,13 @@ void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t 
     out[1] = st && st->clock ? st->clock->n : 0;
 }
 
-uint32_t pto_hazards_overflowed(pto_hazards *hz, uint32_t *out, uint32_t max)
-{
-    uint32_t n = hz->novf < max ? hz->novf : max;
-    memcpy(out, hz->ovf, n * sizeof(*out));
-    return n;
-}
-
+/*
+ * The edges go as fences (event.c): no command on the streams waited for;
+ * one edge rides on the launch itself, several take one wait command on s
+ * for all of them (a wait-many); the clock takes them in one merge.  So a
+ * launch behind M edges queues one command (M = 1) or two, and costs
+ * O(M log M) here, not 2M + 1 commands and M clock copies.
+ */
 int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                        uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token)
 {
@@ -881,11 +975,26 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     for (uint32_t i = 0; i < nargs; i++)
         if (access[i])
             acc[n++] = (pto_hz_access){args[i], access[i] & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
+    /* Per edge: its stream (table and driver), its event's id (traces), its fence. */
+    struct hz_stream *hsmall[8], **hs = hsmall;
+    pto_stream *psmall[8], **ps = psmall;
+    uint64_t idsmall[8], *ids = idsmall;
+    struct pto_event_node *nsmall[8], **nodes = nsmall;
     struct hz_plan pl;
     plan_init(&pl);
     if (decide(hz, me, acc, n, &pl)) {
         rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
         goto out;
+    }
+    if (pl.n > 8) {
+        hs = malloc(pl.n * sizeof(*hs));
+        ps = malloc(pl.n * sizeof(*ps));
+        ids = malloc(pl.n * sizeof(*ids));
+        nodes = malloc(pl.n * sizeof(*nodes));
+        if (!hs || !ps || !ids || !nodes) {
+            rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+            goto out;
+        }
     }
     /* Edges the caller must queue itself (through its own events): decline, nothing changed. */
     for (uint32_t i = 0; i < pl.n; i++) {
@@ -896,28 +1005,34 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
         }
         if ((rc = edge_event(hz, src)) || (rc = pti_edge_check(s, src->ptr, src->ev, fn)))
             goto out;
+        hs[i] = src;
+        ps[i] = src->ptr;
+        ids[i] = src->ev->id;
     }
     uint64_t outer = pti_stamp_begin();
-    int edges = 0;
-    hz->novf = 0;
-    for (uint32_t i = 0; i < pl.n; i++) {
-        struct hz_stream *src = pl.w[i].s;
-        int e = pti_edge_commit(s, src->ptr, src->ev, edge_token, fn);
-        if (e < 0) { /* a device lost or closing: nothing after runs to order */
+    int waited = 0;
+    struct pto_event_node *after = NULL;
+    if (pl.n) {
+        if ((rc = pti_fences_take(s->dev, ps, ids, pl.n, nodes))) {
             pti_stamp_end(outer);
-            rc = e;
             goto out;
         }
-        if (e & PTO_EDGE_SRC_QUEUED && hz->novf < HZ_OVF_MAX)
-            hz->ovf[hz->novf++] = src->sid;
-        edges |= e;
-        if (edge_merge(hz, me, src, edge_token)) {
+        if (pl.n == 1) /* one edge rides on the launch: no command of its own */
+            after = nodes[0];
+        else
+            waited = pti_wait_many_commit(s, nodes, pl.n, edge_token, fn);
+        if (waited < 0) { /* a device lost or closing: nothing after runs to order */
+            pti_stamp_end(outer);
+            rc = waited;
+            goto out;
+        }
+        if (pl.n == 1 ? edge_merge(hz, me, hs[0], edge_token) : merge_many(hz, me, hs, pl.n, edge_token)) {
             pti_stamp_end(outer);
             rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
             goto out;
         }
     }
-    rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
+    rc = pti_launch_commit_after(s, k, blocks, args, nargs, after, token, fn);
     pti_stamp_end(outer);
     if (rc < 0)
         goto out;
@@ -926,8 +1041,14 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     if (noted < 0)
         rc = noted;
     else
-        rc = (edges & PTO_EDGE_SRC_QUEUED) | (edges & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
+        rc = (waited & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
 out:
+    if (hs != hsmall) {
+        free(hs);
+        free(ps);
+        free(ids);
+        free(nodes);
+    }
     plan_fini(&pl);
     if (acc != small)
         free(acc);

@@ -161,6 +161,10 @@ struct pto_event_node {
     uint64_t time_ns;             /* when the record command executed */
     uint64_t event_id;
     int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
+    /* A fence (pti_fences_take): the point of its stream it stands for, and the list it is on. */
+    bool fence;                   /* a fence's node: its last reference is dropped under sched_lock */
+    uint64_t fence_seq, fence_epoch;
+    struct pto_event_node *fence_next; /* the stream's fences, under sched_lock */
     char msg[PTI_MSG_LEN];
 };
 
@@ -174,6 +178,65 @@ struct pto_event {
 
 struct pto_event_node *pti_event_node_new(uint64_t event_id);
 void pti_event_node_ref(struct pto_event_node *n);
+/*
+ * Fences: a point of a stream that another stream waits for with no command
+ * on the first one (event.c).  A fence of src is a node that src's
+ * completion of its command at fence_seq (the last command src had
+ * accepted) fills as a record queued right there would be filled: its
+ * status the failure src carries then for a command accepted at
+ * fence_epoch, its time the command's end.  pti_cmd_finish fires them
+ * (pti_fences_fire): the fences of a stream are a list in seq order, so a
+ * completion costs one comparison when none is due.  A wait command holds
+ * one node (cmd->u.ev.node) or a set of them (cmd->u.ev.set: a wait-many).
+ *
+ * pti_fences_take: a fence of each srcs[i] (sched_lock not held, no other
+ * driver lock held), named event_ids[i] in traces; out[i] is NULL where
+ * srcs[i] completed its work healthy already and no device model needs its
+ * time.  Returns 0 or -PTO_ENOMEM (nothing taken).
+ */
+struct pto_cmd;
+struct pto_fence_set {
+    uint32_t n, next;             /* nodes, and the first one not seen done (the waiting stream's scheduler) */
+    uint64_t end_ns;              /* the latest time of the nodes seen done */
+    struct pto_event_node *failed; /* the first of them that failed, or NULL */
+    struct pto_event_node *v[];
+};
+int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *event_ids, uint32_t n,
+                    struct pto_event_node **out);
+/* s completed cmd (sched_lock held, head stored): fill and release its fences up to cmd->seq. */
+void pti_fences_fire(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, int32_t status, uint64_t end_ns);
+/* s is freed with fences left (a device closing): complete them canceled (sched_lock held). */
+void pti_fences_drop(pto_device *dev, pto_stream *s);
+/* Drop a reference to a fence's node (sched_lock held): the last one gives it back to dev's pool. */
+void pti_fence_unref(pto_device *dev, struct pto_event_node *n);
+/* Free dev's pool of fence nodes (closing, single-threaded). */
+void pti_fences_fini(pto_device *dev);
+/*
+ * A wait on nodes[0..n) (NULL entries skipped; none: nothing queued, 0) on
+ * s: one command, quiet, an inferred edge's (injected failures pass it by).
+ * The references move to the command (or are dropped on failure).  Returns
+ * 0, PTO_QUEUED, or an error.
+ */
+int pti_wait_many_commit(pto_stream *s, struct pto_event_node **nodes, uint32_t n, uint64_t token, const char *fn);
+/* A wait command still to wait for: some node not done yet (sched_lock held). */
+bool pti_wait_holds(struct pto_cmd *cmd);
+/*
+ * The node a failed wait, or a launch behind an inline fence, took its
+ * failure from (NULL: none, or another device's).
+ */
+const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd);
+/*
+ * A launch that carries its one edge inline (cmd->u.launch.after, a fence:
+ * no wait command) is held, queued, until the fence is done, whatever else
+ * holds (sched_lock held): what follows it on its stream stays ordered
+ * behind the other stream's work, as behind a wait.  A device lost or a
+ * cancel lets it go.  Then a failure the fence carries is the launch's own
+ * (pti_launch_fence_status: -PTO_EDEP, the cause, the message; 0: none).
+ */
+bool pti_launch_held(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd);
+int32_t pti_launch_fence_status(const struct pto_cmd *cmd, uint64_t *cause, char *msg, size_t n);
+/* The latest end of the done nodes of a wait (0: none): the device model's start for it. */
+uint64_t pti_wait_end_ns(struct pto_cmd *cmd);
 void pti_event_node_unref(struct pto_event_node *n);
 /* Current node of e with a new reference (NULL: never recorded). */
 struct pto_event_node *pti_event_current(pto_event *e);
@@ -323,12 +386,18 @@ struct pto_cmd {
             bool peer_dst;                                /* PTO_CMD_PEER: dst lies on the other device */
         } copy;
         struct { uint64_t dst, n; uint8_t value; } set;
-        struct { pto_kernel *k; uint64_t *args; uint32_t blocks, nargs; } launch;
+        struct {
+            pto_kernel *k;
+            uint64_t *args;
+            uint32_t blocks, nargs;
+            struct pto_event_node *after; /* a fence it waits for before it starts (event.c), or NULL */
+        } launch;
         struct {
             struct pto_event_node *node;
             uint64_t event_id;
             bool ordering;                /* record: never carries s's failure (pto_stream_record_ordering) */
             bool peer;                    /* wait: the event is another device's (peer.c) */
+            struct pto_fence_set *set;    /* wait: several nodes (then node is NULL; event.c) */
         } ev;                                             /* record, wait */
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
@@ -453,6 +522,7 @@ struct pto_stream {
     uint64_t cancel_seq;          /* commands with seq <= this are dropped */
     uint64_t fail_ids;
     struct pto_stream_fail fail;
+    struct pto_event_node *fence_first, *fence_last; /* fences of s not fired yet, seq order (event.c) */
 
     /* memory side, under mem_lock */
     struct pto_link pending;      /* struct pto_pending_free */
@@ -586,6 +656,17 @@ static inline bool pti_stream_idle(pto_stream *s)
 
 /* ---- execution (exec.c) ------------------------------------------------------------- */
 
+/*
+ * Whether a command of s accepted at epoch fails for s's earlier failure
+ * (sched_lock held): the failure is unobserved, or was observed after the
+ * command was accepted.  The rule of exec.c ("Failure propagation"); fences
+ * (event.c) apply it too.
+ */
+static inline bool pti_failed_for(const pto_stream *s, uint64_t epoch)
+{
+    return s->fail.set && (!s->fail.observed || epoch < s->fail.observed_epoch);
+}
+
 /* Scheduler: start the head command of s (sched_lock held). Returns true if progress. */
 bool pti_stream_step(pto_device *dev, pto_stream *s, uint64_t now, uint64_t *next_deadline);
 /*
@@ -717,6 +798,13 @@ enum { PTI_TRACE_WHOLE = -1 };
 struct pto_when; /* device and host times (the device model's section) */
 void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, int64_t block,
                    int32_t status, const struct pto_when *w);
+/*
+ * The point fence n of s stands for, reached at end_ns (event.c): a record
+ * of kind PTO_CMD_RECORD with n's event, as a record command there would
+ * leave, so that traces draw the arrow to the wait.
+ */
+void pti_trace_fence(pto_device *dev, const pto_stream *s, const struct pto_event_node *n, uint64_t submit_ns,
+                     uint64_t end_ns);
 
 /* ---- engines (engines.c) ------------------------------------------------------------ */
 
@@ -955,6 +1043,8 @@ struct pto_device {
     atomic_int closing;
     atomic_int shutdown;          /* threads exit */
     uint64_t lost_cause;          /* under sched_lock; written once */
+    struct pto_event_node *fence_pool; /* fence nodes to reuse (event.c), under sched_lock */
+    uint32_t fence_pooled;
     char lost_msg[PTI_MSG_LEN];
 
     /* memory (memory.c), under mem_lock */
@@ -1131,6 +1221,9 @@ int pti_launch_check(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64
                      const char *fn);
 int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
                       uint64_t token, const char *fn);
+/* The same behind the fence after (NULL: none), carried inline; the reference moves to the launch. */
+int pti_launch_commit_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                            struct pto_event_node *after, uint64_t token, const char *fn);
 int pti_edge_check(pto_stream *s, pto_stream *src, pto_event *e, const char *fn);
 int pti_edge_commit(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn);
 /* One submission time for every command of a call: returns the outer stamp, which pti_stamp_end restores. */

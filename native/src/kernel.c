@@ -225,6 +225,10 @@ void pti_kernels_release_all(pto_device *dev)
 void pti_launch_release(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     pti_kernel_unref(cmd->u.launch.k);
+    if (cmd->u.launch.after) { /* its inline fence (event.c) */
+        pti_fence_unref(dev, cmd->u.launch.after);
+        atomic_fetch_sub_explicit(&s->waits_pending, 1, memory_order_release);
+    }
 }
 
 const char *pti_launch_name(const struct pto_cmd *cmd)

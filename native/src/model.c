@@ -276,7 +276,11 @@ static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t
 
 static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
 {
-    return max64(s->model_end, cmd->submit_ns);
+    uint64_t ready = max64(s->model_end, cmd->submit_ns);
+    /* A launch behind an inline fence (event.c) starts after the point it waited for. */
+    if (cmd->kind == PTO_CMD_LAUNCH && cmd->u.launch.after)
+        ready = max64(ready, pti_wait_end_ns((struct pto_cmd *)cmd));
+    return ready;
 }
 
 void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w)
@@ -385,9 +389,8 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
             }
             break;
         case PTO_CMD_WAIT:
-            /* Acquire pairs with the release store of done where the record completed. */
-            if (cmd->u.ev.node && atomic_load_explicit(&cmd->u.ev.node->done, memory_order_acquire))
-                start = end = max64(ready, cmd->u.ev.node->time_ns);
+            /* The latest end of what it waited for (its event's recording, or its fences: event.c). */
+            start = end = max64(ready, pti_wait_end_ns(cmd));
             break;
         case PTO_CMD_LATCH:
             end = max64(ready, w->host_end_ns); /* held until the host released it */

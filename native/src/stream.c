@@ -115,6 +115,8 @@ void pti_stream_free_now(pto_device *dev, pto_stream *s)
         memmove(&dev->order[j], &dev->order[j + 1], (n - j - 1) * sizeof(*dev->order));
     dev->n_streams = n - 1;
     pti_link_del(&s->doomed);
+    if (s->fence_first)
+        pti_fences_drop(dev, s); /* (a device closing: what waits for them is dropped too) */
     pti_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
     pti_ring_free(s);

@@ -338,6 +338,19 @@ static int check_args(const pto_stream *s, const uint64_t *args, uint32_t nargs,
  * check_args accepted) into the slot's ring heap, at *heap; the caller fills
  * cmd->u and commits.  Returns 0 or pti_slot_begin's error.
  */
+/* Drop the references to nodes[0..n) a wait was to take (no lock held). */
+static void drop_nodes(pto_device *dev, struct pto_event_node **nodes, uint32_t n)
+{
+    pthread_mutex_lock(&dev->sched_lock);
+    for (uint32_t i = 0; i < n; i++) {
+        if (nodes[i]->fence)
+            pti_fence_unref(dev, nodes[i]);
+        else
+            pti_event_node_unref(nodes[i]);
+    }
+    pthread_mutex_unlock(&dev->sched_lock);
+}
+
 static int begin_with_args(pto_stream *s, const uint64_t *args, uint32_t nargs, const char *fn,
                            struct pto_cmd **cmd, uint64_t **heap)
 {
@@ -371,20 +384,35 @@ static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uin
 }
 
 /* Queue a launch that check_launch accepted. */
-static int commit_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
-                         uint32_t nargs, uint64_t token, const char *fn)
+/* after: a fence the launch waits for first (its reference moves to the command), or NULL. */
+static int commit_launch_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                               uint32_t nargs, struct pto_event_node *after, uint64_t token, const char *fn)
 {
     struct pto_cmd *cmd;
     uint64_t *heap;
     int rc = begin_with_args(s, args, nargs, fn, &cmd, &heap);
-    if (rc)
+    if (rc) {
+        if (after)
+            drop_nodes(s->dev, &after, 1);
         return rc;
+    }
     pti_kernel_ref(k);
     cmd->u.launch.k = k;
     cmd->u.launch.args = heap;
     cmd->u.launch.blocks = blocks;
     cmd->u.launch.nargs = nargs;
+    cmd->u.launch.after = after;
+    if (after) {
+        /* Counted as a wait (pto_stream_free: local reuse), released with the launch (kernel.c). */
+        atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
+    }
     return pti_slot_commit(s, cmd, PTO_CMD_LAUNCH, token);
+}
+
+static int commit_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                         uint32_t nargs, uint64_t token, const char *fn)
+{
+    return commit_launch_after(s, k, blocks, args, nargs, NULL, token, fn);
 }
 
 int pto_stream_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
@@ -495,7 +523,7 @@ static int commit_wait(pto_stream *s, struct pto_cmd *cmd, struct pto_event_node
     cmd->u.ev.event_id = event_id;
     cmd->u.ev.peer = peer;
     cmd->edge = edge;
-    if (node)
+    if (node || cmd->u.ev.set)
         /* Its dependency entry was taken with the slot (or is, on entering the ring). */
         atomic_fetch_add_explicit(&s->waits_pending, 1, memory_order_relaxed);
     return pti_slot_commit(s, cmd, PTO_CMD_WAIT, token);
@@ -552,38 +580,53 @@ static int check_edge(pto_stream *s, pto_stream *src, pto_event *e, const char *
     return check_stream(src, fn);
 }
 
+int pti_wait_many_commit(pto_stream *s, struct pto_event_node **nodes, uint32_t n, uint64_t token, const char *fn)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (nodes[i])
+            nodes[k++] = nodes[i];
+    if (!k)
+        return 0; /* every point is reached and healthy: nothing to wait for */
+    struct pto_fence_set *fs = NULL;
+    if (k > 1) {
+        fs = malloc(sizeof(*fs) + (size_t)k * sizeof(fs->v[0]));
+        if (!fs) {
+            drop_nodes(s->dev, nodes, k);
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        }
+        fs->n = k;
+        fs->next = 0;
+        fs->end_ns = 0;
+        fs->failed = NULL;
+        memcpy(fs->v, nodes, (size_t)k * sizeof(fs->v[0]));
+    }
+    struct pto_cmd *cmd;
+    int rc = pti_slot_begin(s, fn, 0, true, &cmd, NULL);
+    if (rc) {
+        drop_nodes(s->dev, nodes, k);
+        free(fs);
+        return rc;
+    }
+    cmd->quiet = true;
+    cmd->u.ev.set = fs;
+    /* One node: a wait as on an event; several: the set names the first's event in traces. */
+    return commit_wait(s, cmd, fs ? NULL : nodes[0], nodes[0]->event_id, false, true, token);
+}
+
 /*
- * The edge check_edge accepted: a record on src and a quiet wait on s.  Returns
- * a mask of PTO_EDGE_SRC_QUEUED and PTO_QUEUED (the wait's), or an error.
+ * The edge check_edge accepted: a fence of src (its last command accepted,
+ * no command queued there) and a quiet wait for it on s, or nothing if src's
+ * work is done and healthy.  Returns PTO_QUEUED (the wait's), 0, or an
+ * error.  e names the edge in traces.
  */
 static int commit_edge(pto_stream *s, pto_stream *src, pto_event *e, uint64_t token, const char *fn)
 {
-    /*
-     * The record and the wait share one node, handed from one to the other
-     * here: e only names it in traces (its own recording is left alone), so
-     * neither command takes the device's object lock.
-     */
-    struct pto_event_node *node = pti_event_node_new(e->id);
-    if (!node)
-        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
-    struct pto_cmd *cmd;
-    int rc = pti_slot_begin(src, fn, 0, false, &cmd, NULL);
-    if (rc) {
-        pti_event_node_unref(node);
+    struct pto_event_node *node;
+    int rc = pti_fences_take(s->dev, &src, &e->id, 1, &node);
+    if (rc)
         return rc;
-    }
-    pti_event_node_ref(node); /* the wait's, taken before the record can complete and drop its own */
-    cmd->u.ev.node = node;
-    cmd->u.ev.event_id = e->id;
-    cmd->edge = true;
-    int recorded = pti_slot_commit(src, cmd, PTO_CMD_RECORD, 0); /* 0 or PTO_QUEUED */
-    if ((rc = pti_slot_begin(s, fn, 0, true, &cmd, NULL))) {
-        pti_event_node_unref(node);
-        return rc; /* the record alone is harmless: a point nobody waits for */
-    }
-    cmd->quiet = true;
-    int waited = commit_wait(s, cmd, node, e->id, false, true, token); /* the reference taken above */
-    return (recorded == PTO_QUEUED ? PTO_EDGE_SRC_QUEUED : 0) | (waited == PTO_QUEUED ? PTO_QUEUED : 0);
+    return pti_wait_many_commit(s, &node, 1, token, fn);
 }
 
 /*
@@ -618,17 +661,14 @@ int pto_stream_launch_after(pto_stream *s, pto_stream *src, pto_event *e, uint64
     int rc = check_edge(s, src, e, fn);
     if (rc || (rc = check_launch(s, k, blocks, args, nargs, fn)))
         return rc;
+    /* The edge rides on the launch: a fence of src, no command of its own (edge_token unused). */
     uint64_t outer = stamp_begin();
-    int edge = commit_edge(s, src, e, edge_token, fn);
-    if (edge < 0) {
-        pti_submit_ns = outer;
-        return edge;
-    }
-    rc = commit_launch(s, k, blocks, args, nargs, token, fn);
+    struct pto_event_node *node;
+    rc = pti_fences_take(s->dev, &src, &e->id, 1, &node);
+    if (!rc)
+        rc = commit_launch_after(s, k, blocks, args, nargs, node, token, fn);
     pti_submit_ns = outer;
-    if (rc < 0)
-        return rc; /* the edge alone is harmless: s waits for src's work, then for nothing */
-    return (edge & PTO_EDGE_SRC_QUEUED) | (edge & PTO_QUEUED ? PTO_EDGE_WAIT_QUEUED : 0) | rc;
+    return rc;
 }
 
 /* For hazard.c, which queues inferred edges with a launch (pto_hazards_launch). */
@@ -642,6 +682,12 @@ int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
                       uint64_t token, const char *fn)
 {
     return commit_launch(s, k, blocks, args, nargs, token, fn);
+}
+
+int pti_launch_commit_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                            struct pto_event_node *after, uint64_t token, const char *fn)
+{
+    return commit_launch_after(s, k, blocks, args, nargs, after, token, fn);
 }
 
 int pti_edge_check(pto_stream *s, pto_stream *src, pto_event *e, const char *fn)

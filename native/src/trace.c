@@ -79,6 +79,31 @@ void pti_trace_cmd(pto_device *dev, const pto_stream *s, const struct pto_cmd *c
     const char *name = !def ? "?" : def->trace_name ? def->trace_name(cmd) : def->name;
     pti_strlcpy(r.name, name, sizeof(r.name));
     pti_trace_push(dev, &r);
+    /* A wait-many: one record per point it waited for, so that each has its arrow. */
+    const struct pto_fence_set *fs = cmd->kind == PTO_CMD_WAIT ? cmd->u.ev.set : NULL;
+    for (uint32_t i = 1; fs && i < fs->n; i++) {
+        r.event_id = fs->v[i]->event_id;
+        pti_trace_push(dev, &r);
+    }
+}
+
+void pti_trace_fence(pto_device *dev, const pto_stream *s, const struct pto_event_node *n, uint64_t submit_ns,
+                     uint64_t end_ns)
+{
+    pto_trace_record r;
+    memset(&r, 0, sizeof(r));
+    r.seq = n->fence_seq;
+    r.submit_ns = submit_ns;
+    r.start_ns = r.end_ns = end_ns;
+    r.host_start_ns = r.host_end_ns = pto_now_ns();
+    r.dispatch_ns = end_ns;
+    r.host_engine = r.engine = PTO_ENGINE_NONE;
+    r.stream_id = s->id;
+    r.kind = PTO_CMD_RECORD;
+    r.status = n->status;
+    r.event_id = n->event_id;
+    pti_strlcpy(r.name, "record", sizeof(r.name));
+    pti_trace_push(dev, &r);
 }
 
 void pti_trace_fini(pto_device *dev)

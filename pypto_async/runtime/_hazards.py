@@ -7,7 +7,9 @@ that orders two accesses is the one the tasks of a program obey
 (RAW); a write waits for the last write (WAW) and for the reads since it
 (WAR); a read never waits for a read.  Same-stream order is free; only
 accesses on different streams need an edge, and an edge is a device-side
-wait: a record of the earlier access's stream, waited for on the later one.
+wait: a fence of the earlier access's stream (a point of its work, no
+command queued there), waited for on the later one, by the launch itself or
+a wait command.
 
 The driver owns the rule and its state (``native/src/hazard.c``, the
 ``pto_hazards_*`` calls of ``pto_driver.h``): per allocation the last write
@@ -80,7 +82,6 @@ _KEEP_FREED = 4096  # freed blocks the sanitizer remembers
 _FOLD_FROM = 4  # readers a tensor notes before it folds the closed streams' ones (the sanitizer's records)
 _CLOCK_SLACK = 16  # entries of gone streams a clock may hold beyond two per live stream
 _KEEP_CLOSED = 32  # closed streams kept for the driver's records before asking which it still names
-_SRC_QUEUED = lib.PTO_EDGE_SRC_QUEUED
 _WAIT_QUEUED = lib.PTO_EDGE_WAIT_QUEUED
 _READ = lib.PTO_HZ_READ
 _WRITE = lib.PTO_HZ_WRITE
@@ -303,13 +304,11 @@ class Access:
 
 
 def fused_overflow(q, stream, hz, rc: int) -> int:
-    """Account the commands of a ``pto_hazards_launch`` that went to overflow; the launch's part of `rc`."""
-    if rc & _SRC_QUEUED:
-        out = hz.ovf_out
-        for i in range(lib.pto_hazards_overflowed(hz.table, out, len(out))):
-            src = hz.stream_of(out[i])
-            if src is not None:
-                overflowed(q, src, 1)
+    """Account the commands of a ``pto_hazards_launch`` that went to overflow; the launch's part of `rc`.
+
+    Its edges queue nothing on the streams they wait for (fences): only its
+    wait-many can have gone to `stream`'s overflow before the launch.
+    """
     if rc & _WAIT_QUEUED:
         overflowed(q, stream, 1)
     return rc & QUEUED
@@ -334,7 +333,7 @@ class Hazards:
 
     __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "sanitizing", "table", "inferred_here",
                  "skipped_here", "inferred_tokens", "recorder", "gone", "closed_streams", "dead", "_acc", "_edges",
-                 "_counts", "ovf_out")
+                 "_counts")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -356,7 +355,6 @@ class Hazards:
         self._acc = ffi.new("pto_hz_access[]", 16)
         self._edges = ffi.new("pto_hz_edge[]", 16)
         self._counts = ffi.new("uint64_t[2]")
-        self.ovf_out = ffi.new("uint32_t[]", 64)
 
     def close(self) -> None:
         """Destroy the driver's table (lock held, before the device closes)."""
@@ -580,9 +578,10 @@ class Hazards:
 
         The common edge, with neither stream holding work on the host, is one
         driver call, ``pto_hazards_queue_edge`` (``pto_stream_wait_stream``
-        with the table's event of `src`): injected failures pass its commands
-        by, and the wait has a completion record only if it fails itself (a
-        failure the event carries), so its token is not in the token map.
+        with the table's event of `src`: a fence of `src`, nothing queued
+        there, and a wait here): injected failures pass the wait by, and it
+        has a completion record only if it fails itself (a failure the fence
+        carries), so its token is not in the token map.
         Otherwise an event is recorded on `src` (in its FIFO, behind the work
         it holds) and waited for, or `src`'s final point if it is closed.
         """
@@ -598,8 +597,6 @@ class Hazards:
             if rc:
                 if rc < 0:
                     check(rc, "queueing an inferred wait")
-                if rc & _SRC_QUEUED:
-                    overflowed(q, src, 1)
                 if rc & QUEUED:
                     overflowed(q, stream, 1)
             self._traced(tok)

@@ -26,7 +26,9 @@ The rule (the driver's ``native/src/hazard.c``; the pair truth table is
   a point was recorded) merges that stream's clock as it was then into the
   waiter's, unless it has more than ``MERGE_MAX`` entries (then only the
   point itself), never the waiter's own entry.  A clock that grew past two
-  entries per live stream and ``CLOCK_SLACK`` drops the gone streams'.
+  entries per live stream and ``CLOCK_SLACK`` drops the gone streams'.  The
+  edges of one launch merge at once (:meth:`HazardModel.edges`): that
+  drop happens once, after all of them.
 * Reads fold: a read by a stream not among the reads, when there are
   ``FOLD_FROM`` already, first folds the reads of closed streams into one
   read of the fold point at the largest of their fold positions.
@@ -167,6 +169,31 @@ class HazardModel:
         """An edge from `src`'s tail, its wait at `tok`."""
         self.inferred += 1
         self._merge(sid, dict(self.streams[src].clock), src, tok)
+
+    def edges(self, sid: int, srcs: list[int], tok: int) -> None:
+        """The edges of one launch (``pto_hazards_launch``), from the tails of `srcs`, all at `tok`.
+
+        One merge of every source's clock (each unless larger than
+        ``MERGE_MAX``) and its `tok`: the gone streams' entries are dropped
+        once, at the end, if the clock grew past the bound.
+        """
+        if len(srcs) == 1:
+            self.edge(sid, srcs[0], tok)
+            return
+        self.inferred += len(srcs)
+        clock = self.streams[sid].clock
+        before = len(clock)
+        snapshots = [dict(self.streams[src].clock) for src in srcs]
+        for src, snapshot in zip(srcs, snapshots):
+            if len(snapshot) <= MERGE_MAX:
+                for s, v in snapshot.items():
+                    if s != sid and v > clock.get(s, 0):
+                        clock[s] = v
+            if src != sid and tok > clock.get(src, 0):
+                clock[src] = tok
+        if len(clock) > before and len(clock) > 2 * self._live() + CLOCK_SLACK:
+            for s in [s for s in clock if s not in self.streams or self.streams[s].gone]:
+                del clock[s]
 
     def _merge(self, sid: int, snapshot: dict, src: int, r: int) -> None:
         clock = self.streams[sid].clock

@@ -146,8 +146,8 @@ class DriverVsModel(RuleBasedStateMachine):
         if declines:
             self.model.skipped = skipped  # nothing counted
             return
-        for src, _, _, _ in want:
-            self.model.edge(s.id, src, edge_tok)
+        if want:
+            self.model.edges(s.id, [src for src, _, _, _ in want], edge_tok)
         self.model.note(s.id, model, tok)
 
     @rule(i=st.integers(0, STREAMS - 1), j=st.integers(0, STREAMS))

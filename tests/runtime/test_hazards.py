@@ -179,6 +179,48 @@ def test_write_after_read_across_streams(open_worker, kernels, auto):
         tensor.free()
 
 
+@pytest.mark.parametrize("m", [1, 8])
+def test_a_write_after_many_readers_queues_one_wait(open_worker, kernels, m):
+    """A write after reads on M held streams: one command for its M edges (none for M = 1), none on the readers.
+
+    Each edge is a fence of the reader's stream (no record queued there),
+    and the launch waits for all of them with one wait command, or carries
+    a single one itself.  The readers still see the data before the write.
+    """
+    import contextlib
+
+    w = open_worker(sanitize="off")  # the driver orders the launch alone (the default)
+    copy = w.register(kernels.get("copy", N))
+    scale = w.register(kernels.get("scale", N))
+    readers = [w.stream() for _ in range(m)]
+    writer = w.stream()
+    x, y = rand(), rand()
+    t = w.alloc_tensor(N, np.float32, stream=writer)
+    tx = w.alloc_tensor(N, np.float32, init=x, stream=writer)
+    ty = w.alloc_tensor(N, np.float32, init=y, stream=writer)
+    copy.submit(tx, t, stream=writer)  # t = x; every tensor of the write used on its stream before
+    outs = [w.alloc_tensor(N, np.float32, init=np.full(N, np.nan, np.float32), stream=r) for r in readers]  # poisoned
+    w.sync()
+    with contextlib.ExitStack() as stack:
+        latches = [stack.enter_context(hold(r)) for r in readers]
+        reads = [copy.submit(t, o, stream=r) for r, o in zip(readers, outs)]
+        before = w.stats()
+        write = scale.submit(ty, 3.0, t, stream=writer)  # overwrites what the held readers are to read
+        after = w.stats()
+        assert after.inferred_waits - before.inferred_waits == m
+        assert after.commands_submitted - before.commands_submitted == (1 if m == 1 else 2)
+        assert not write.done()
+        for latch in latches:
+            latch.release()
+        w.sync(timeout=10)
+    assert write.exception() is None and all(r.exception() is None for r in reads)
+    for o in outs:
+        np.testing.assert_array_equal(o.numpy(), x)  # each reader saw the data before the write
+    np.testing.assert_allclose(t.numpy(), 3 * y, rtol=1e-6)
+    for tensor in (t, tx, ty, *outs):
+        tensor.free()
+
+
 def test_a_wait_implied_by_an_earlier_one_is_skipped(worker, kernels):
     pair = worker.register(kernels.get("pair", N))
     add = worker.register(kernels.get("add", N))
