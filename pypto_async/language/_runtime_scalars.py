@@ -27,6 +27,8 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_
 
 __all__ = ["read", "write", "runtime_if", "as_runtime_index", "INTEGER_DTYPES"]
 
+_RESULT = "__pl_result"  # the name an early return binds (see _branch)
+
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
 
 
@@ -217,7 +219,9 @@ class runtime_if:
         out, pre, then_end, else_end = [], [], [], []
         for n in names:
             a, b = self.then_vals.get(n, _Undefined(n)), else_vals.get(n, _Undefined(n))
-            if isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
+            if n == _RESULT and a is not b and not (isinstance(a, Tile) and isinstance(b, Tile)):
+                out.append(self._merge_results(a, b))
+            elif isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
                 out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
             else:
                 out.append(self._merge_one(n, a, b))
@@ -232,6 +236,17 @@ class runtime_if:
             t.append(DynFor(t.new_index("c"), IConst(0), IBin("-", IConst(1), c), 1, else_body, loc, "else"))
         # The merged names are computed after both branches, from values that stay bound.
         return tuple(v if not isinstance(v, _Pending) else _bind(t, v.expr, loc) for v in out)
+
+    def _merge_results(self, a, b):
+        """What an early-returning ``if`` returns: one tensor both branches return, an index, or an error."""
+        index_like = (int, Index, ScalarArg)
+        if isinstance(a, index_like) and isinstance(b, index_like) and not isinstance(a, bool) and not isinstance(b, bool):
+            return self._merge_one(_RESULT, a, b)
+        if isinstance(a, TensorArg) and isinstance(b, TensorArg) and a.name == b.name and _same_view(a, b):
+            return a
+        raise compile_error(f"the function returns {a!r} when the if on a runtime scalar is taken and {b!r} when it "
+                            f"is not; both branches must return the same tensor (store into it in each), the "
+                            f"same-shaped tile, or an index", self.loc)
 
     def _merge_tiles(self, name, a, b, pre, then_end, else_end):
         """A tile name both branches bind: one tile made before the ``if`` that each branch ends by setting.
@@ -277,6 +292,12 @@ class runtime_if:
             return a
         ea, eb = to_index(a, name), to_index(b, name)
         return _Pending(IBin("+", eb, IBin("*", self.cond, IBin("-", ea, eb))))
+
+
+def _same_view(a, b) -> bool:
+    """Whether two proxies of one tensor parameter are the same window of it."""
+    return (getattr(a, "origin", None), getattr(a, "shape", None)) == (getattr(b, "origin", None),
+                                                                         getattr(b, "shape", None))
 
 
 class _Pending:
