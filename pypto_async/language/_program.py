@@ -384,6 +384,10 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     origin = getattr(t, "origin", None)
     if origin is None:
         return offsets
+    if len(offsets) != len(origin):
+        return offsets  # a rank mismatch, which the op's own check reports
+    if shape is not None and len(shape) != len(origin):
+        shape = None
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
         if isinstance(o, IConst) and shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
