@@ -13,7 +13,7 @@ from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
 from ._memory import _tile, pad_name, record, valid_extents
-from ._tracer import Tile, current, to_index, user_loc
+from ._tracer import TensorArg, Tile, current, to_index, user_loc
 
 __all__ = [
     "reshape",
@@ -60,10 +60,20 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """Return the ``shape`` window of a tile at ``offset`` (ints or loop indices).
 
     ``valid_shape`` marks only a leading box of the result as data; with a
-    ``pad_value`` (PyPTO's shorthand) the rest is filled right away.
+    ``pad_value`` (PyPTO's shorthand) the rest is filled right away.  A
+    tensor sliced in the orchestration (outside every region) is PyPTO's
+    tensor view, ``pl.tensor.slice``: a window that kernel calls and regions
+    read or write, no data moved.
     """
     t = current("pl.slice")
     loc = user_loc()
+    if isinstance(tile, TensorArg) and "at" not in t.frames:
+        if pad_value is not None:
+            raise compile_error("pl.slice: pad_value= fills a tile; a tensor sliced in the orchestration is a "
+                                "view of it (mark its data with valid_shape=, pad the tiles loaded from it)", loc)
+        from .tensor import slice as tensor_slice
+
+        return tensor_slice(tile, shape, offset, valid_shape)
     tl = _tile(tile, "pl.slice")
     offs = tuple(to_index(o) for o in offset)
     expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))
