@@ -172,3 +172,33 @@ def test_an_if_on_a_scalar_in_the_orchestration_is_an_error_not_false():
             return out
 
     assert_at(_compile_error(OrchIf), where[0], "integer scalar parameter", "inside a pl.at region")
+
+
+@pl.inline
+def _pick(t, flag):
+    if flag == 0:
+        return pl.add(t, 1.0)
+    return pl.mul(t, 2.0)
+
+
+@pl.program
+class InlinePick:
+    """An inline helper's early returns of two tiles: the call's value is the taken branch's tile."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.INT32],
+          out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        return pl.store(_pick(pl.load(x, [0, 0], [R, C]), flag), [0, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.INT32],
+             out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        return self.k(x, flag, out)
+
+
+@pytest.mark.parametrize("flag", [0, 1])
+def test_an_inline_helper_returns_the_taken_branch_s_tile(launcher, rng, flag):
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    out = poison((R, C))
+    launcher.run(ir.compile(InlinePick), x, flag, out)
+    np.testing.assert_allclose(out, x + 1 if flag == 0 else x * 2, rtol=1e-6)
