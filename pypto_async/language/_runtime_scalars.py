@@ -181,6 +181,8 @@ class runtime_if:
     """One ``if`` statement of a kernel, as the rewritten kernel drives it (see :mod:`._branch`)."""
 
     def __init__(self, cond, before: dict):
+        if isinstance(cond, ScalarArg) and not cond.dtype.is_float:  # ``if flag:``: a runtime condition
+            cond = cond != 0
         self.static = not isinstance(cond, Index)
         if self.static:
             self.value = bool(cond)  # a tile or a scalar parameter raises its own error here

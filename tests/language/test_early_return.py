@@ -202,3 +202,29 @@ def test_an_inline_helper_returns_the_taken_branch_s_tile(launcher, rng, flag):
     out = poison((R, C))
     launcher.run(ir.compile(InlinePick), x, flag, out)
     np.testing.assert_allclose(out, x + 1 if flag == 0 else x * 2, rtol=1e-6)
+
+
+@pl.program
+class Truthy:
+    """``if flag:`` on an integer scalar parameter is a runtime condition, as ``if flag != 0:``."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.BOOL],
+          out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        t = pl.load(x, [0, 0], [R, C])
+        if flag:
+            return pl.store(pl.neg(t), [0, 0], out)
+        return pl.store(t, [0, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.BOOL],
+             out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        return self.k(x, flag, out)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_the_truth_of_a_bool_scalar_parameter_is_a_runtime_condition(launcher, rng, flag):
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    out = poison((R, C))
+    launcher.run(ir.compile(Truthy), x, flag, out)
+    np.testing.assert_array_equal(out, -x if flag else x)
