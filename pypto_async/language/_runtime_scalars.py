@@ -9,12 +9,14 @@ store offset (the window is then checked when the kernel runs), or a bound of
 
 A kernel's ``if`` statements are rewritten when it is traced (see
 :mod:`._branch`): an ``if`` whose condition is a plain Python value runs as
-Python's; one whose condition is a runtime scalar (or a comparison of loop
-indices) traces both branches, each as a loop of 0 or 1 iterations, and a
+Python's; one whose condition is a runtime scalar, an integer scalar
+parameter (``if my_rank == 0:``, ``if flag:``) or a comparison of loop
+indices traces both branches, each as a loop of 0 or 1 iterations, and a
 name either branch binds to an int or index takes ``else + c * (then - else)``
 after it (``c`` the condition, 1 or 0).  A branch may load, compute and
-store; a tile name rebound in a branch is refused (the branches would give it
-different tiles).
+store; a tile name both branches bind takes the taken branch's tile.  A
+``return`` inside such an ``if`` is an early return (see :mod:`._branch`):
+both branches must return the same tensor, same-shaped tiles, or indices.
 """
 
 from __future__ import annotations
