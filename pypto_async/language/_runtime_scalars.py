@@ -224,7 +224,7 @@ class runtime_if:
         for n in names:
             a, b = self.then_vals.get(n, _Undefined(n)), else_vals.get(n, _Undefined(n))
             if n == _RESULT and a is not b and not (isinstance(a, Tile) and isinstance(b, Tile)):
-                out.append(self._merge_results(a, b))
+                out.append(self._merge_results(a, b, (pre, then_end, else_end)))
             elif isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
                 out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
             else:
@@ -239,10 +239,24 @@ class runtime_if:
         if else_body:
             t.append(DynFor(t.new_index("c"), IConst(0), IBin("-", IConst(1), c), 1, else_body, loc, "else"))
         # The merged names are computed after both branches, from values that stay bound.
-        return tuple(v if not isinstance(v, _Pending) else _bind(t, v.expr, loc) for v in out)
+        def bound(v):
+            if isinstance(v, tuple):  # an early return of several values
+                return tuple(bound(x) for x in v)
+            return _bind(t, v.expr, loc) if isinstance(v, _Pending) else v
 
-    def _merge_results(self, a, b):
-        """What an early-returning ``if`` returns: one tensor both branches return, an index, or an error."""
+        return tuple(bound(v) for v in out)
+
+    def _merge_results(self, a, b, ends):
+        """What an early-returning ``if`` returns: one tensor both branches return, an index, or an error.
+
+        A tuple (``return acc, out``) merges element by element; its tiles as a tile name's do.
+        """
+        if a is b:
+            return a
+        if isinstance(a, Tile) and isinstance(b, Tile):
+            return a if a.var.id == b.var.id else self._merge_tiles("the returned tile", a, b, *ends)
+        if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+            return tuple(self._merge_results(x, y, ends) for x, y in zip(a, b))
         index_like = (int, Index, ScalarArg)
         if isinstance(a, index_like) and isinstance(b, index_like) and not isinstance(a, bool) and not isinstance(b, bool):
             return self._merge_one(_RESULT, a, b)

@@ -228,3 +228,38 @@ def test_the_truth_of_a_bool_scalar_parameter_is_a_runtime_condition(launcher, r
     out = poison((R, C))
     launcher.run(ir.compile(Truthy), x, flag, out)
     np.testing.assert_array_equal(out, -x if flag else x)
+
+
+@pl.program
+class Pair:
+    """An inline helper's early returns of two values: the same tensor, and a tile each branch computes."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.INT32],
+          out: pl.Out[pl.Tensor[[R, C], pl.FP32]], other: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        stored, tile = _pair(x, flag, out)
+        pl.store(tile, [0, 0], other)
+        return stored, other
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[R, C], pl.FP32], flag: pl.Scalar[pl.INT32],
+             out: pl.Out[pl.Tensor[[R, C], pl.FP32]], other: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        self.k(x, flag, out, other)
+        return out, other
+
+
+@pl.inline
+def _pair(x, flag, out):
+    t = pl.load(x, [0, 0], [R, C])
+    if flag == 0:
+        return pl.store(t, [0, 0], out), pl.add(t, 1.0)
+    return pl.store(pl.neg(t), [0, 0], out), pl.mul(t, 2.0)
+
+
+@pytest.mark.parametrize("flag", [0, 1])
+def test_early_returns_of_a_tensor_and_a_tile_merge_element_by_element(launcher, rng, flag):
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    out, other = poison((R, C)), poison((R, C))
+    launcher.run(ir.compile(Pair), x, flag, out, other)
+    np.testing.assert_array_equal(out, x if flag == 0 else -x)
+    np.testing.assert_allclose(other, x + 1 if flag == 0 else x * 2, rtol=1e-6)
