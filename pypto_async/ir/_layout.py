@@ -73,6 +73,12 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
                 f"{_numel(expr.shape)}",
                 loc,
             )
+        lift = len(expr.shape) - len(t.shape)
+        if lift > 0 and tuple(expr.shape) == (1,) * lift + tuple(t.shape):
+            # Leading unit dimensions only (a lower-rank tile stored into a higher-rank tensor): the same rows,
+            # so a valid box stays the tile's.
+            valid = None if t.valid is None else normalize(expr.shape, (IConst(1),) * lift + tuple(t.valid))
+            return TileType(tuple(expr.shape), t.dtype, t.memory, valid)
         require_full(expr.x, "pl.reshape", loc)
         return TileType(tuple(expr.shape), t.dtype, t.memory)
     if isinstance(expr, Transpose):

@@ -307,7 +307,7 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
     import numpy as np
 
     # the language imports ir; this one is imported when used
-    from ..language._placement import DynamicDim
+    from ..language._placement import dim_value
 
     samples = []
     for n in names:
@@ -315,7 +315,7 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
         if getattr(a, "shape", None) is None:
             samples.append(0)
         else:  # a pl.dynamic dimension of the orchestrator's (PyPTO's NR = pl.dynamic("world_size")): the rank count
-            shape = tuple(dc.world_size if isinstance(d, DynamicDim) else d for d in a.shape)
+            shape = tuple(dim_value(d, lambda _: dc.world_size) for d in a.shape)
             samples.append(np.zeros(shape, a.dtype.np_storage))
     params = host_params(orch.fn, names, samples, orch.name, orch.loc, anns=anns)
     opts = {k: v for k, v in kwargs.items()}

@@ -12,7 +12,16 @@ trace time cannot pick a branch.  Before a kernel is traced, each of its
         (n1, ...) = _b.otherwise(("n1", ...), locals()); <else>
         (n1, ...) = _b.merge(("n1", ...), locals())
 
-where ``n1, ...`` are the names either branch binds.  A kernel whose source
+where ``n1, ...`` are the names either branch binds.
+
+A ``return`` inside an ``if`` is PyPTO's early return: the branch's value is
+the function's, and what follows the ``if`` runs only when the branch does
+not return.  Before the rewrite above, the statements after such an ``if``
+are moved into the branches that fall through to them, and each ``return``
+so left at the end of a branch becomes ``__pl_result = value`` (the function
+then ends ``return __pl_result``), so that an ``if`` on a runtime scalar
+traces both branches and merges the result as any other name.  A ``return``
+inside a loop in a runtime ``if`` stays refused.  A kernel whose source
 is not available (built by ``exec``), that has no ``if``, or that declares
 a ``nonlocal``, is traced as it is; so are the plain Python functions a
 kernel calls (their ``if`` statements stay Python's).  Line numbers are kept, so errors point at the user's lines.
@@ -21,6 +30,7 @@ kernel calls (their ``if`` statements stay Python's).  Line numbers are kept, so
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -30,6 +40,7 @@ from ._runtime_scalars import loop_carry, runtime_if
 __all__ = ["traced_fn"]
 
 _HELPER = "__pl_if__"
+_RESULT = "__pl_result"  # what an early-returning function returns, bound in its branches (merged as a name)
 _cache: dict = {}
 
 
@@ -39,7 +50,8 @@ def _bound_names(stmts) -> list[str]:
 
     class V(ast.NodeVisitor):
         def visit_Name(self, node):
-            if isinstance(node.ctx, ast.Store) and node.id not in out and not node.id.startswith("__pl_"):
+            helper = node.id.startswith("__pl_") and node.id != _RESULT
+            if isinstance(node.ctx, ast.Store) and node.id not in out and not helper:
                 out.append(node.id)
 
         def visit_FunctionDef(self, node):
@@ -144,6 +156,61 @@ def _carried(node: ast.For) -> list[str]:
     return [n for n in read_first if n in stored and n not in targets]
 
 
+def _returns(node) -> bool:
+    """Whether ``node`` holds a ``return`` of the function itself (not of a nested function)."""
+    if isinstance(node, ast.Return):
+        return True
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        return False
+    return any(_returns(c) for c in ast.iter_child_nodes(node))
+
+
+def _continue_into(stmts: list, cont: list) -> list:
+    """``stmts`` then ``cont``, with ``cont`` moved into the branches of an ``if`` that returns in one of them.
+
+    The result runs as the two lists in sequence do, and each ``return``
+    not inside a loop or ``with`` ends its path: nothing follows it but
+    the end of the function (a continuation both branches fall through to
+    is copied into both).
+    """
+    for k, s in enumerate(stmts):
+        if isinstance(s, ast.Return):
+            return stmts[:k + 1]  # what follows is never run
+        if isinstance(s, ast.If) and _returns(s):
+            rest = stmts[k + 1:] + cont
+            s.body = _continue_into(s.body, copy.deepcopy(rest))
+            s.orelse = _continue_into(s.orelse, copy.deepcopy(rest))
+            return stmts[:k + 1]
+    return stmts + cont
+
+
+def _bind_result(stmts: list, loc: dict) -> list:
+    """Turn the ``return`` ending each path of ``stmts`` into ``__pl_result = value`` (None where none returns)."""
+    last = stmts[-1] if stmts else None
+    if isinstance(last, ast.Return):
+        value = last.value if last.value is not None else ast.Constant(value=None, **loc)
+        bind = ast.Assign(targets=[ast.Name(id=_RESULT, ctx=ast.Store(), **loc)], value=value,
+                          lineno=last.lineno, col_offset=last.col_offset)
+        return stmts[:-1] + [bind]
+    if isinstance(last, ast.If) and _returns(last):
+        last.body = _bind_result(last.body, loc)
+        last.orelse = _bind_result(last.orelse, loc)
+        return stmts
+    return stmts + [ast.Assign(targets=[ast.Name(id=_RESULT, ctx=ast.Store(), **loc)],
+                               value=ast.Constant(value=None, **loc), **loc)]
+
+
+def _early_returns(fdef: ast.FunctionDef) -> None:
+    """Give ``fdef`` one ``return`` at its end when an ``if`` of its body returns (see the module)."""
+    body = fdef.body
+    if not any(isinstance(s, ast.If) and _returns(s) for s in body):
+        return
+    body = _continue_into(body, [])
+    last = body[-1]
+    loc = {"lineno": last.lineno, "col_offset": last.col_offset}
+    fdef.body = _bind_result(body, loc) + [ast.Return(value=ast.Name(id=_RESULT, ctx=ast.Load(), **loc), **loc)]
+
+
 class _Rewrite(ast.NodeTransformer):
     def __init__(self):
         self.n = 0
@@ -242,6 +309,7 @@ def _rewrite(fn):
         return fn  # rebuilt, a nonlocal would bind a copy of the cell; generators are not kernels
     fdef.decorator_list = []
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    _early_returns(fdef)
     _Rewrite().visit(fdef)
     free = fn.__code__.co_freevars
     maker = ast.FunctionDef(

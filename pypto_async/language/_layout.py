@@ -60,11 +60,17 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """Return the ``shape`` window of a tile at ``offset`` (ints or loop indices).
 
     ``valid_shape`` marks only a leading box of the result as data; with a
-    ``pad_value`` (PyPTO's shorthand) the rest is filled right away.
+    ``pad_value`` (PyPTO's shorthand) the rest is filled right away.  A
+    tensor sliced in the orchestration (outside every region) is PyPTO's
+    tensor view, ``pl.tensor.slice``: a window that kernel calls and regions
+    read or write, no data moved.
     """
     t = current("pl.slice")
     loc = user_loc()
-    if isinstance(tile, TensorArg):  # PyPTO's pl.slice of a tensor: a window of it (pl.tensor.slice)
+    if isinstance(tile, TensorArg) and "at" not in t.frames:
+        if pad_value is not None:
+            raise compile_error("pl.slice: pad_value= fills a tile; a tensor sliced in the orchestration is a "
+                                "view of it (mark its data with valid_shape=, pad the tiles loaded from it)", loc)
         from .tensor import slice as tensor_slice
 
         return tensor_slice(tile, shape, offset, valid_shape)

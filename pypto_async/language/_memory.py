@@ -149,7 +149,14 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
     ten = _tensor(output_tensor, "pl.store")
     if shapes is not None and tuple(shapes) != tl.shape:
         raise compile_error(f"pl.store: shapes {list(shapes)} differ from the tile's {list(tl.shape)}", loc)
-    offs = shift(ten, tuple(to_index(o) for o in offsets), tl.shape, "pl.store")
+    offsets = tuple(to_index(o) for o in offsets)
+    if len(tl.shape) < len(offsets) == len(ten.shape):
+        # PyPTO's lower-rank store: the tile fills the tensor's trailing dimensions, its leading ones are 1
+        # (a [1, S] row stored at [0, j, 0] of a [1, N, S] tensor writes out[0, j, :]).
+        from ._layout import reshape
+
+        tl = reshape(tl, (1,) * (len(offsets) - len(tl.shape)) + tuple(tl.shape))
+    offs = shift(ten, offsets, tl.shape, "pl.store")
     mode = _atomic(atomic, "pl.store")
     check_store(tl.var, ten.name, offs, t.params, t.ranges, loc, mode)
     t.append(Store(tl.var, ten.name, offs, loc, mode))

@@ -16,7 +16,11 @@
   run with tensors (``runtime.run(Prog, *tensors)``, or
   ``ir.compile(Prog.bind(*tensors))``).  One ``pl.dynamic`` object is one
   extent: every dimension it annotates in one signature must be bound to the
-  same extent.
+  same extent.  A dimension may be an expression of dynamic dims and ints
+  (``+ - * //``: ``pl.Tensor[[M * 2, N], ...]``, ``[NR * 64]``): it is the
+  value of that expression where its dims are bound, and binds a dim it
+  alone holds from the extent it is matched with when that solves it (a
+  ``[1, NR * 64]`` tensor of extent 256 binds ``NR`` to 4).
 * ``pl.cluster()`` co-schedules a Cube and a Vector kernel on one physical
   cluster (a ``Group`` function).  The sim has no clusters and runs no
   mixed kernels: entering it raises ``PtoNotSupported``.
@@ -27,7 +31,8 @@ from __future__ import annotations
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 
-__all__ = ["MemRef", "DynamicDim", "dynamic", "cluster", "bind_shape", "is_dynamic"]
+__all__ = ["MemRef", "DynamicDim", "DimExpr", "dynamic", "cluster", "bind_shape", "is_dynamic", "dim_value",
+           "is_dynamic_dim"]
 
 
 class MemRef:
@@ -54,7 +59,31 @@ class MemRef:
         return f"pl.MemRef({self.name!r}, slots={self.slots}){slot}"
 
 
-class DynamicDim:
+def _operand(x):
+    if isinstance(x, _DimArith) or (is_int(x) and not isinstance(x, bool)):
+        return x
+    return None
+
+
+def _dimop(op, swap=False):
+    def method(self, other):
+        if _operand(other) is None:
+            return NotImplemented
+        return DimExpr(op, other, self) if swap else DimExpr(op, self, other)
+
+    return method
+
+
+class _DimArith:
+    """``+ - * //`` of a dynamic dim (or an expression of them) with ints and dims: a :class:`DimExpr`."""
+
+    __add__, __radd__ = _dimop("+"), _dimop("+", True)
+    __sub__, __rsub__ = _dimop("-"), _dimop("-", True)
+    __mul__, __rmul__ = _dimop("*"), _dimop("*", True)
+    __floordiv__, __rfloordiv__ = _dimop("//"), _dimop("//", True)
+
+
+class DynamicDim(_DimArith):
     """A named runtime dimension (``pl.dynamic("M")``): matches any extent of a ``@pl.jit`` argument."""
 
     def __init__(self, name: str):
@@ -66,9 +95,71 @@ class DynamicDim:
         return self.name
 
 
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+        "//": lambda a, b: a // b if b else None}
+
+
+class DimExpr(_DimArith):
+    """A dimension computed from dynamic dims and ints (``M * 2``): its value where its dims are bound."""
+
+    def __init__(self, op: str, a, b):
+        self.op, self.a, self.b = op, a, b
+        self.name = repr(self)
+
+    def dims(self) -> list:
+        """The dynamic dims the expression holds, each once, in order."""
+        out = []
+        for x in (self.a, self.b):
+            for d in (x.dims() if isinstance(x, DimExpr) else [x] if isinstance(x, DynamicDim) else []):
+                if all(d is not e for e in out):
+                    out.append(d)
+        return out
+
+    def value(self, lookup):
+        """The expression's int value, each dim's given by ``lookup(dim)`` (None where one is unknown)."""
+        a, b = dim_value(self.a, lookup), dim_value(self.b, lookup)
+        return None if a is None or b is None else _OPS[self.op](a, b)
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} {self.op} {self.b!r})"
+
+
+def dim_value(d, lookup):
+    """A declared dimension's extent: an int as it is, a dynamic dim or expression by ``lookup(dim)``."""
+    if isinstance(d, DynamicDim):
+        return lookup(d)
+    if isinstance(d, DimExpr):
+        return d.value(lookup)
+    return d
+
+
+def is_dynamic_dim(d) -> bool:
+    """Whether a declared dimension is a ``pl.dynamic`` dim or an expression of them."""
+    return isinstance(d, (DynamicDim, DimExpr))
+
+
 def is_dynamic(shape) -> bool:
-    """Whether a declared shape has a ``pl.dynamic`` dimension."""
-    return shape is not None and any(isinstance(d, DynamicDim) for d in shape)
+    """Whether a declared shape has a ``pl.dynamic`` dimension (or an expression of them)."""
+    return shape is not None and any(is_dynamic_dim(d) for d in shape)
+
+
+def _solve(e: DimExpr, n: int, env: dict):
+    """The value of the one dim of ``e`` that ``env`` does not bind that makes ``e`` equal ``n`` (None if none)."""
+    free = [d for d in e.dims() if id(d) not in env]
+    if len(free) != 1:
+        return None
+    x = free[0]
+
+    def at(v):
+        return e.value(lambda d: v if d is x else env[id(d)][1])
+
+    f0, f1 = at(0), at(1)
+    if f0 is None or f1 is None or f1 == f0:
+        return None
+    guess, rem = divmod(n - f0, f1 - f0)  # exact for + - * (affine in one dim); checked below for //
+    if rem or guess < 1 or at(guess) != n:
+        return None
+    return x, guess
 
 
 def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
@@ -81,7 +172,20 @@ def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
     if len(declared) != len(shape):
         return f"{len(shape)}-d, not {len(declared)}-d"
     for axis, (d, n) in enumerate(zip(declared, shape)):
-        if isinstance(d, DynamicDim):
+        if isinstance(d, DimExpr):
+            v = d.value(lambda x: env[id(x)][1] if id(x) in env else None)
+            if v is None:
+                solved = _solve(d, n, env)
+                free = [x.name for x in d.dims() if id(x) not in env]
+                if solved is None and len(free) > 1:
+                    return (f"dimension {axis} is {d!r}, of {', '.join(free)}, none bound by an earlier dimension "
+                            f"or argument (bind all but one of them first)")
+                if solved is None:
+                    return f"dimension {axis} is {n}, which {d!r} is for no positive {free[0]}"
+                env[id(solved[0])] = solved
+            elif v != n:
+                return f"dimension {axis} is {n}, but {d!r} is {v} where its dims are bound"
+        elif isinstance(d, DynamicDim):
             bound = env.setdefault(id(d), (d, n))[1]
             if bound != n:
                 return f"dimension {axis} ({d.name}) is {n}, but {d.name} is bound to {bound} by another argument"

@@ -28,7 +28,7 @@ from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._hints import scope_hints
-from ._placement import bind_shape, is_dynamic
+from ._placement import bind_shape, dim_value, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -402,6 +402,10 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     origin = getattr(t, "origin", None)
     if origin is None:
         return offsets
+    if len(offsets) != len(origin):
+        return offsets  # a rank mismatch, which the op's own check reports
+    if shape is not None and len(shape) != len(origin):
+        shape = None
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
         if isinstance(o, IConst) and shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
@@ -809,10 +813,9 @@ class ProgramDef:
             return ann.shape
         shape = []
         for d in ann.shape:
-            if isinstance(d, int):
-                shape.append(d)
-            elif id(d) in dims:
-                shape.append(dims[id(d)][1])
+            n = dim_value(d, lambda x: dims[id(x)][1] if id(x) in dims else None)
+            if n is not None:
+                shape.append(n)
             else:
                 raise PtoNotSupported(
                     f"{orch.loc}: {orch.name}: parameter {name!r} is {list(ann.shape)}, and the sim compiles one "

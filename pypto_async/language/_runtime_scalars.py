@@ -9,12 +9,14 @@ store offset (the window is then checked when the kernel runs), or a bound of
 
 A kernel's ``if`` statements are rewritten when it is traced (see
 :mod:`._branch`): an ``if`` whose condition is a plain Python value runs as
-Python's; one whose condition is a runtime scalar (or a comparison of loop
-indices) traces both branches, each as a loop of 0 or 1 iterations, and a
+Python's; one whose condition is a runtime scalar, an integer scalar
+parameter (``if my_rank == 0:``, ``if flag:``) or a comparison of loop
+indices traces both branches, each as a loop of 0 or 1 iterations, and a
 name either branch binds to an int or index takes ``else + c * (then - else)``
 after it (``c`` the condition, 1 or 0).  A branch may load, compute and
-store; a tile name rebound in a branch is refused (the branches would give it
-different tiles).
+store; a tile name both branches bind takes the taken branch's tile.  A
+``return`` inside such an ``if`` is an early return (see :mod:`._branch`):
+both branches must return the same tensor, same-shaped tiles, or indices.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
 __all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "INTEGER_DTYPES"]
+
+_RESULT = "__pl_result"  # the name an early return binds (see _branch)
 
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
 
@@ -183,6 +187,8 @@ class runtime_if:
     """One ``if`` statement of a kernel, as the rewritten kernel drives it (see :mod:`._branch`)."""
 
     def __init__(self, cond, before: dict):
+        if isinstance(cond, ScalarArg) and not cond.dtype.is_float:  # ``if flag:``: a runtime condition
+            cond = cond != 0
         self.static = not isinstance(cond, Index)
         if self.static:
             self.value = bool(cond)  # a tile or a scalar parameter raises its own error here
@@ -220,7 +226,9 @@ class runtime_if:
         out, pre, then_end, else_end = [], [], [], []
         for n in names:
             a, b = self.then_vals.get(n, _Undefined(n)), else_vals.get(n, _Undefined(n))
-            if isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
+            if n == _RESULT and a is not b and not (isinstance(a, Tile) and isinstance(b, Tile)):
+                out.append(self._merge_results(a, b, (pre, then_end, else_end)))
+            elif isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
                 out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
             else:
                 out.append(self._merge_one(n, a, b))
@@ -234,7 +242,32 @@ class runtime_if:
         if else_body:
             t.append(DynFor(t.new_index("c"), IConst(0), IBin("-", IConst(1), c), 1, else_body, loc, "else"))
         # The merged names are computed after both branches, from values that stay bound.
-        return tuple(v if not isinstance(v, _Pending) else _bind(t, v.expr, loc) for v in out)
+        def bound(v):
+            if isinstance(v, tuple):  # an early return of several values
+                return tuple(bound(x) for x in v)
+            return _bind(t, v.expr, loc) if isinstance(v, _Pending) else v
+
+        return tuple(bound(v) for v in out)
+
+    def _merge_results(self, a, b, ends):
+        """What an early-returning ``if`` returns: one tensor both branches return, an index, or an error.
+
+        A tuple (``return acc, out``) merges element by element; its tiles as a tile name's do.
+        """
+        if a is b:
+            return a
+        if isinstance(a, Tile) and isinstance(b, Tile):
+            return a if a.var.id == b.var.id else self._merge_tiles("the returned tile", a, b, *ends)
+        if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+            return tuple(self._merge_results(x, y, ends) for x, y in zip(a, b))
+        index_like = (int, Index, ScalarArg)
+        if isinstance(a, index_like) and isinstance(b, index_like) and not isinstance(a, bool) and not isinstance(b, bool):
+            return self._merge_one(_RESULT, a, b)
+        if isinstance(a, TensorArg) and isinstance(b, TensorArg) and a.name == b.name and _same_view(a, b):
+            return a
+        raise compile_error(f"the function returns {a!r} when the if on a runtime scalar is taken and {b!r} when it "
+                            f"is not; both branches must return the same tensor (store into it in each), the "
+                            f"same-shaped tile, or an index", self.loc)
 
     def _merge_tiles(self, name, a, b, pre, then_end, else_end):
         """A tile name both branches bind: one tile made before the ``if`` that each branch ends by setting.
@@ -280,6 +313,12 @@ class runtime_if:
             return a
         ea, eb = to_index(a, name), to_index(b, name)
         return _Pending(IBin("+", eb, IBin("*", self.cond, IBin("-", ea, eb))))
+
+
+def _same_view(a, b) -> bool:
+    """Whether two proxies of one tensor parameter are the same window of it."""
+    return (getattr(a, "origin", None), getattr(a, "shape", None)) == (getattr(b, "origin", None),
+                                                                         getattr(b, "shape", None))
 
 
 class _Pending:

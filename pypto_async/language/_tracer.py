@@ -200,6 +200,29 @@ class TensorArg:
         return f"<tensor {self.name}: {self.param.direction} {self.dtype.name}{list(self.shape)}>"
 
 
+def _sop(op, swap=False):
+    """A ``ScalarArg`` operator: the scalar as an index expression, combined with an int, index or scalar."""
+
+    def method(self, other):
+        if not (is_int(other) or isinstance(other, (bool, float, Index, ScalarArg))):
+            return NotImplemented  # a tile's own operator, or Python's identity for ==
+        if self.dtype.is_float or isinstance(other, float) or (isinstance(other, ScalarArg) and other.dtype.is_float):
+            if op in _ARITH:
+                return NotImplemented
+            raise compile_error(f"{self!r} {op} {other!r}: a float scalar parameter has no value at trace time, "
+                                f"so it cannot be the condition of an if (compare integer scalars, or use "
+                                f"pl.cmp / pl.sel on tiles)", user_loc())
+        a = IScalar(self.name)  # a BOOL scalar too: its value is 1 or 0 here
+        b = IScalar(other.name) if isinstance(other, ScalarArg) else to_index(int(other) if isinstance(other, bool)
+                                                                               else other, "operand")
+        return Index(IBin(op, b, a) if swap else IBin(op, a, b))
+
+    return method
+
+
+_ARITH = ("+", "-", "*", "//", "%")
+
+
 class ScalarArg:
     """A scalar parameter inside a traced kernel; use it as an op operand."""
 
@@ -213,6 +236,18 @@ class ScalarArg:
 
     def __repr__(self) -> str:
         return f"<scalar {self.name}: {self.dtype.name}>"
+
+    # An integer scalar combines with ints and indices as an index does (``my_rank == 0`` is the condition of a
+    # runtime ``if``, ``n - 1`` a bound); a float one has no index value, so comparing it is an error, not False.
+    __add__, __radd__ = _sop("+"), _sop("+", True)
+    __sub__, __rsub__ = _sop("-"), _sop("-", True)
+    __mul__, __rmul__ = _sop("*"), _sop("*", True)
+    __floordiv__, __rfloordiv__ = _sop("//"), _sop("//", True)
+    __mod__, __rmod__ = _sop("%"), _sop("%", True)
+    __eq__, __ne__ = _sop("=="), _sop("!=")
+    __lt__, __le__ = _sop("<"), _sop("<=")
+    __gt__, __ge__ = _sop(">"), _sop(">=")
+    __hash__ = object.__hash__
 
 
 class Tile:
@@ -298,7 +333,7 @@ def to_index(x, what: str = "offset") -> IndexExpr:
 
 def _iop(op, swap=False):
     def method(self, other):
-        if not (is_int(other) or isinstance(other, Index)):
+        if not (is_int(other) or isinstance(other, Index) or (isinstance(other, ScalarArg) and not other.dtype.is_float)):
             return NotImplemented
         a, b = self.expr, to_index(other)
         if swap:
@@ -327,8 +362,9 @@ class Index:
 
     def _symbolic(self, *_):
         raise compile_error(
-            "a loop index is symbolic at trace time (so is a pl.read scalar); use it in load/store offsets, "
-            "valid extents, pl.range bounds or the condition of an if statement, "
+            "a loop index is symbolic at trace time (so are a pl.read scalar and an integer scalar parameter); "
+            "use it in load/store offsets, valid extents, pl.range bounds or the condition of an if statement "
+            "inside a pl.at region or an InCore function, "
             "or use a Python range() to unroll",
             user_loc(),
         )

@@ -62,10 +62,10 @@ class Tensor:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype] (and a pl.TensorView), e.g. "
                                   "pl.Tensor[[128, 128], pl.FP32]")
         shape, dtype = item
-        from ._placement import DynamicDim
+        from ._placement import is_dynamic_dim
 
         if not isinstance(shape, (list, tuple)) or not all(
-                isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
+                is_dynamic_dim(d) or (is_int(d) and d > 0) for d in shape):
             raise PtoCompileError(f"pl.Tensor shape must be a list of positive ints (or pl.dynamic dims), "
                                   f"got {shape!r}")
         if view is not None:

@@ -110,12 +110,12 @@ class DistributedTensor:
             raise PtoCompileError("pld.DistributedTensor[...] takes [shape, dtype], e.g. "
                                   "pld.DistributedTensor[[1, 256], pl.FP32]")
         shape, dtype = item
-        from ._placement import DynamicDim
+        from ._placement import is_dynamic_dim
 
-        if not all(isinstance(d, DynamicDim) or (is_int(d) and d > 0) for d in shape):
+        if not all(is_dynamic_dim(d) or (is_int(d) and d > 0) for d in shape):
             raise PtoCompileError(f"pld.DistributedTensor shape must be positive ints (or pl.dynamic dims, bound "
                                   f"by the window passed), got {list(shape)!r}")
-        return TensorAnnotation(INOUT, tuple(d if isinstance(d, DynamicDim) else int(d) for d in shape),
+        return TensorAnnotation(INOUT, tuple(d if is_dynamic_dim(d) else int(d) for d in shape),
                                 as_dtype(dtype))
 
 

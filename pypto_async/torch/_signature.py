@@ -167,7 +167,7 @@ def signature_of(kernel, label: str) -> OpSignature:
     returns every ``Out``/``InOut`` tensor, in order.
     """
     from .._signature import SCALAR
-    from ..language._placement import DynamicDim
+    from ..language._placement import is_dynamic_dim
     from ..language._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
     sig = kernel._sig
@@ -189,7 +189,7 @@ def signature_of(kernel, label: str) -> OpSignature:
                 raise PtoArgumentError(
                     f"{label}: parameter {name!r} needs its shape and dtype in its annotation to be a torch "
                     f"operator, e.g. pl.Tensor[[16, 16], pl.FP32] (or pl.dynamic dimensions)")
-            shape = tuple(None if isinstance(d, DynamicDim) else int(d) for d in ann.shape)
+            shape = tuple(None if is_dynamic_dim(d) else int(d) for d in ann.shape)
             params.append(OpParam(name, ann.direction, shape, ann.dtype))
         elif isinstance(ann, ScalarAnnotation):
             if ann.dtype is None:
