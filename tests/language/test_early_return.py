@@ -153,25 +153,30 @@ def test_an_if_on_a_float_scalar_is_an_error_not_false():
     assert_at(_compile_error(Floaty), where[0], "float scalar parameter has no value at trace time")
 
 
-def test_an_if_on_a_scalar_in_the_orchestration_is_an_error_not_false():
-    where = []
+@pl.program
+class OrchIf:
+    """An early return on a scalar parameter in the orchestration: the task is submitted only when taken."""
 
-    @pl.program
-    class OrchIf:
-        @pl.function(type=pl.FunctionType.InCore)
-        def k(self, x: pl.Tensor[[R, C], pl.FP32],
-              out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
-            return pl.store(pl.load(x, [0, 0], [R, C]), [0, 0], out)
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, x: pl.Tensor[[R, C], pl.FP32],
+          out: pl.InOut[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], out)
 
-        @pl.function(type=pl.FunctionType.Orchestration)
-        def orch(self, x: pl.Tensor[[R, C], pl.FP32], my_rank: pl.Scalar[pl.INT32],
-                 out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
-            where.append(next_line())
-            if my_rank == 0:
-                return self.k(x, out)
-            return out
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[R, C], pl.FP32], my_rank: pl.Scalar[pl.INT32],
+             out: pl.InOut[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+        if my_rank == 0:
+            return self.k(x, out)
+        return out
 
-    assert_at(_compile_error(OrchIf), where[0], "integer scalar parameter", "inside a pl.at region")
+
+@pytest.mark.parametrize("rank", [0, 1, 3])
+def test_an_if_on_a_scalar_in_the_orchestration_submits_the_task_only_when_taken(launcher, rng, rank):
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    before = rng.standard_normal((R, C)).astype(np.float32)
+    out = before.copy()
+    launcher.run(ir.compile(OrchIf), x, rank, out)
+    np.testing.assert_allclose(out, np.exp(x) if rank == 0 else before, rtol=1e-6)
 
 
 @pl.inline
