@@ -38,7 +38,7 @@ from pathlib import Path
 from .._dtypes import BF16, FP16, FP64
 from .._signature import SCALAR
 from ..errors import PtoCompileError
-from ._cexpr import Element, element, linear_at, literal, strides, valid_cond
+from ._cexpr import Element, bits_float, element, linear_at, literal, strides, valid_cond
 from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._infer import compute_dtype
@@ -58,6 +58,7 @@ from ._nodes import (
     MatmulAcc,
     Move,
     Reduce,
+    ScalarBits,
     ScalarRef,
     Scope,
     Spmd,
@@ -489,6 +490,8 @@ class _Gen:
                 if compute_dtype(q.dtype) == compute_dtype(x.dtype):
                     return f"s_{x.param}"
                 return f"(({_ctype(x.dtype)})s_{x.param})"
+            if isinstance(x, ScalarBits):
+                return f"(({_ctype(x.dtype)}){bits_float(x.expr)})"
             raise PtoCompileError(f"bad operand {x!r}")
 
         def at(x: Var, dims) -> str:

@@ -42,6 +42,7 @@ __all__ = [
     "Var",
     "Const",
     "ScalarRef",
+    "ScalarBits",
     "Operand",
     "Load",
     "Unary",
@@ -155,6 +156,9 @@ class IRead:
     param: str
     offsets: tuple["IndexExpr", ...]
     shape: tuple[int, ...]
+    #: The element is a float (FP32) read as its bit pattern (an orchestration's ``pl.read`` of a float
+    #: tensor): the value is ``uint32`` of its bits, which a :class:`ScalarBits` operand turns back.
+    bits: bool = False
 
 
 #: Comparisons of index expressions (``IBin`` ops); each gives 1 or 0.
@@ -236,7 +240,21 @@ class ScalarRef:
     dtype: DataType
 
 
-Operand = Union[Var, Const, ScalarRef]
+@dataclass(frozen=True)
+class ScalarBits:
+    """A float operand carried as its bit pattern in an index expression (converted to ``dtype``).
+
+    An orchestration's ``pl.read`` of an FP32 tensor is an integer of the
+    orchestration (its bits, :attr:`IRead.bits`); a task captures it as it
+    captures any scalar, and the kernel reads ``expr``'s low 32 bits as the
+    FP32 value.
+    """
+
+    expr: "IndexExpr"
+    dtype: DataType
+
+
+Operand = Union[Var, Const, ScalarRef, ScalarBits]
 
 
 # ---- expressions (right-hand sides of Assign) ---------------------------------

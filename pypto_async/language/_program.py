@@ -527,7 +527,11 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
                 raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the loop "
                                     f"index {arg!r} (an integer)", loc)
-            if not isinstance(arg, (ScalarArg, Index, int, float)):  # a loop index: the body reads it as is
+            from ._runtime_scalars import FloatScalar
+
+            if isinstance(arg, FloatScalar) and not (ann.dtype is None or ann.dtype.is_float):
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got {arg!r}", loc)
+            if not isinstance(arg, (ScalarArg, Index, FloatScalar, int, float)):  # a loop index: read as is
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
@@ -559,6 +563,12 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
         hints = (*hints, *spmd_call["hints"])
         name_hint = name_hint or spmd_call["name_hint"]
+    cluster = getattr(t, "cluster", None)  # inside `with pl.cluster():` (PyPTO's Group: no per-task metadata)
+    if cluster is not None:
+        if deps:
+            raise compile_error(f"{name}(..., deps=) inside pl.cluster() cannot carry per-task dispatch metadata: "
+                                f"the cluster is dispatched as one Group task", loc)
+        hints = (*hints, ("cluster", cluster))
     deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
