@@ -33,6 +33,7 @@ from ._nodes import (
     IConst,
     COMPARE_OPS,
     IScalar,
+    ICheck,
     IRead,
     IVar,
     Load,
@@ -82,6 +83,8 @@ def index(e) -> str:
         return f"ix_{e.name}"
     if isinstance(e, IScalar):
         return f"((int64_t)s_{e.param})"
+    if isinstance(e, ICheck):  # its check is emitted where the value is computed (a statement)
+        return index(e.expr)
     if isinstance(e, IRead):
         lin = " + ".join(f"{index(o)} * INT64_C({s})" for o, s in zip(e.offsets, strides(e.shape)))
         if e.bits:  # an FP32 element as its bit pattern (a ScalarBits operand reads it back)

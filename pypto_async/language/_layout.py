@@ -64,7 +64,9 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """
     t = current("pl.slice")
     loc = user_loc()
-    if isinstance(tile, TensorArg):  # PyPTO's pl.slice of a tensor: a window of it (pl.tensor.slice)
+    from ._unify import is_pending
+
+    if isinstance(tile, TensorArg) or is_pending(tile):  # PyPTO's pl.slice of a tensor: a window (pl.tensor.slice)
         from .tensor import slice as tensor_slice
 
         return tensor_slice(tile, shape, offset, valid_shape)
