@@ -52,6 +52,7 @@ from ..ir._nodes import (
     Fused,
     IBin,
     IConst,
+    ICheck,
     IRead,
     IScalar,
     IVar,
@@ -61,6 +62,7 @@ from ..ir._nodes import (
     Move,
     Reduce,
     Reshape,
+    ScalarBits,
     ScalarRef,
     Scope,
     Select,
@@ -158,6 +160,23 @@ def _narrow(x, dtype, mode):
 def _ifloordiv(a, b):
     """Python's // on index values; 0 for b == 0, as the kernel's."""
     return a // b if b else 0
+
+
+def _icheck(v, want, message):
+    """An extent read at run time, unified with a kernel parameter's static one: the launch fails otherwise."""
+    if v != want:
+        raise ValueError(message)
+    return v
+
+
+def _fbits(x):
+    """An FP32 element as its bit pattern (an orchestration's float read)."""
+    return int(torch.tensor([float(x)], dtype=torch.float32).view(torch.int32).item()) & 0xFFFFFFFF
+
+
+def _bitsf(v):
+    """The FP32 value of a bit pattern (a ScalarBits operand)."""
+    return float(torch.tensor([v & 0xFFFFFFFF], dtype=torch.int64).to(torch.int32).view(torch.float32).item())
 
 
 def _imod(a, b):
@@ -259,7 +278,10 @@ class _Gen:
         if isinstance(e, IScalar):
             return f"int({e.param})"
         if isinstance(e, IRead):  # the element, read when the statement runs
-            return f"int({e.param}[{', '.join(self.index(o) for o in e.offsets)}])"
+            at = f"{e.param}[{', '.join(self.index(o) for o in e.offsets)}]"
+            return f"_fbits({at})" if e.bits else f"int({at})"
+        if isinstance(e, ICheck):
+            return f"_icheck({self.index(e.expr)}, {e.value}, {e.message!r})"
         if isinstance(e, IBin):
             a, b = self.index(e.a), self.index(e.b)
             if e.op in ("min", "max"):
@@ -288,6 +310,8 @@ class _Gen:
             return f"_scalar({x.value!r}, {_compute(x.dtype)})"
         if isinstance(x, ScalarRef):
             return f"_scalar({x.param}, {_tdt(x.dtype)}).to({_compute(x.dtype)})"
+        if isinstance(x, ScalarBits):
+            return f"_scalar(_bitsf({self.index(x.expr)}), torch.float32).to({_compute(x.dtype)})"
         raise PtoNotSupported(f"torch_codegen: operand {x!r}")
 
     def expr(self, e, v: Var) -> str:

@@ -33,6 +33,7 @@ from ._nodes import (
     IConst,
     COMPARE_OPS,
     IScalar,
+    ICheck,
     IRead,
     IVar,
     Load,
@@ -82,8 +83,12 @@ def index(e) -> str:
         return f"ix_{e.name}"
     if isinstance(e, IScalar):
         return f"((int64_t)s_{e.param})"
+    if isinstance(e, ICheck):  # its check is emitted where the value is computed (a statement)
+        return index(e.expr)
     if isinstance(e, IRead):
         lin = " + ".join(f"{index(o)} * INT64_C({s})" for o, s in zip(e.offsets, strides(e.shape)))
+        if e.bits:  # an FP32 element as its bit pattern (a ScalarBits operand reads it back)
+            return f"((int64_t)((union {{ float f; uint32_t u; }}){{ .f = p_{e.param}[{lin}] }}).u)"
         return f"((int64_t)p_{e.param}[{lin}])"
     if isinstance(e, IBin) and e.op in COMPARE_OPS:
         return f"((int64_t)({index(e.a)} {e.op} {index(e.b)}))"
@@ -97,6 +102,11 @@ def index(e) -> str:
             return f"pto_{e.op}64({a}, {b})"
         return f"({a} {e.op} {b})"
     raise PtoCompileError(f"bad index expression {e!r}")
+
+
+def bits_float(e) -> str:
+    """C of the FP32 value whose bit pattern index expression ``e`` holds (a :class:`ScalarBits` operand)."""
+    return f"(((union {{ uint32_t u; float f; }}){{ .u = (uint32_t){index(e)} }}).f)"
 
 
 def strides(shape) -> list[int]:

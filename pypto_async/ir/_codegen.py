@@ -38,13 +38,14 @@ from pathlib import Path
 from .._dtypes import BF16, FP16, FP64
 from .._signature import SCALAR
 from ..errors import PtoCompileError
-from ._cexpr import Element, element, linear_at, literal, strides, valid_cond
+from ._cexpr import Element, bits_float, element, linear_at, literal, strides, valid_cond
 from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._infer import compute_dtype
 from ._nodes import (
     IBin,
     IConst,
+    ICheck,
     IRead,
     IVar,
     SetIndex,
@@ -58,6 +59,7 @@ from ._nodes import (
     MatmulAcc,
     Move,
     Reduce,
+    ScalarBits,
     ScalarRef,
     Scope,
     Spmd,
@@ -281,6 +283,12 @@ class _Gen:
             v = _index(s.var)
             for r in _reads(s.value):  # a pl.read at an index known only now: checked before it is read
                 self.check_offsets(s, r.param, r.offsets, (1,) * len(r.offsets), None, "pl.read")
+            if isinstance(s.value, ICheck):  # an extent read at run time, unified with a kernel's static one
+                self.uses_blk = self.uses_fail = True
+                self.emit(f"if ({_index(s.value.expr)} != INT64_C({s.value.value})) {{")
+                self.emit(f"    blk->fail(blk, PTO_EINVAL, {_c_string(s.value.message)});")
+                self.emit("    goto done;")
+                self.emit("}")
             if v not in self.declared:  # declared at the top: both branches of an if assign it
                 self.declared.add(v)
                 self.decls.append(f"int64_t {v} = 0;")
@@ -489,6 +497,8 @@ class _Gen:
                 if compute_dtype(q.dtype) == compute_dtype(x.dtype):
                     return f"s_{x.param}"
                 return f"(({_ctype(x.dtype)})s_{x.param})"
+            if isinstance(x, ScalarBits):
+                return f"(({_ctype(x.dtype)}){bits_float(x.expr)})"
             raise PtoCompileError(f"bad operand {x!r}")
 
         def at(x: Var, dims) -> str:
@@ -578,6 +588,8 @@ def runtime_names(body) -> set[str]:
 
 def _reads(e) -> list:
     """The ``pl.read`` elements an index expression reads (outermost first)."""
+    if isinstance(e, ICheck):
+        return _reads(e.expr)
     if isinstance(e, IRead):
         return [e, *(r for o in e.offsets for r in _reads(o))]
     if isinstance(e, IBin):
@@ -586,6 +598,8 @@ def _reads(e) -> list:
 
 
 def _mentions(e, names: set[str]) -> bool:
+    if isinstance(e, ICheck):
+        return _mentions(e.expr, names)
     if isinstance(e, IRead):
         return True
     if isinstance(e, IVar):

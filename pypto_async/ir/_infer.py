@@ -34,6 +34,7 @@ from ._nodes import (
     Move,
     Param,
     Reduce,
+    ScalarBits,
     ScalarRef,
     TileType,
     Unary,
@@ -90,7 +91,7 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], loc: Loc | None, wh
 def _operand_type(x, loc: Loc | None):
     if isinstance(x, Var):
         return x.type
-    if isinstance(x, (Const, ScalarRef)):
+    if isinstance(x, (Const, ScalarRef, ScalarBits)):
         return None
     raise compile_error(f"not a tile or scalar operand: {x!r}", loc)
 

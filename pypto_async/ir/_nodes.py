@@ -42,6 +42,8 @@ __all__ = [
     "Var",
     "Const",
     "ScalarRef",
+    "ScalarBits",
+    "ICheck",
     "Operand",
     "Load",
     "Unary",
@@ -155,12 +157,30 @@ class IRead:
     param: str
     offsets: tuple["IndexExpr", ...]
     shape: tuple[int, ...]
+    #: The element is a float (FP32) read as its bit pattern (an orchestration's ``pl.read`` of a float
+    #: tensor): the value is ``uint32`` of its bits, which a :class:`ScalarBits` operand turns back.
+    bits: bool = False
+
+
+@dataclass(frozen=True)
+class ICheck:
+    """``expr``, checked equal to ``value`` where it is computed: otherwise the launch fails with ``message``.
+
+    An extent an orchestration reads when it runs (``pl.create_tensor([16, n])``,
+    ``pl.slice(x, [16, n], ...)``) takes the static extent of the kernel
+    parameter it is passed to; the orchestration checks, before it submits
+    that task, that the value read is that extent.
+    """
+
+    expr: "IndexExpr"
+    value: int
+    message: str
 
 
 #: Comparisons of index expressions (``IBin`` ops); each gives 1 or 0.
 COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
 
-IndexExpr = Union[IConst, IVar, IBin, IScalar, IRead]
+IndexExpr = Union[IConst, IVar, IBin, IScalar, IRead, ICheck]
 
 
 def linear_index(e) -> dict | None:
@@ -236,7 +256,21 @@ class ScalarRef:
     dtype: DataType
 
 
-Operand = Union[Var, Const, ScalarRef]
+@dataclass(frozen=True)
+class ScalarBits:
+    """A float operand carried as its bit pattern in an index expression (converted to ``dtype``).
+
+    An orchestration's ``pl.read`` of an FP32 tensor is an integer of the
+    orchestration (its bits, :attr:`IRead.bits`); a task captures it as it
+    captures any scalar, and the kernel reads ``expr``'s low 32 bits as the
+    FP32 value.
+    """
+
+    expr: "IndexExpr"
+    dtype: DataType
+
+
+Operand = Union[Var, Const, ScalarRef, ScalarBits]
 
 
 # ---- expressions (right-hand sides of Assign) ---------------------------------
@@ -586,7 +620,10 @@ def format_index(e) -> str:
     if isinstance(e, IScalar):
         return f"${e.param}"
     if isinstance(e, IRead):
-        return f"pl.read({e.param}, [{', '.join(format_index(o) for o in e.offsets)}])"
+        name = "pl.read_bits" if e.bits else "pl.read"
+        return f"{name}({e.param}, [{', '.join(format_index(o) for o in e.offsets)}])"
+    if isinstance(e, ICheck):
+        return f"check({format_index(e.expr)} == {e.value}, {e.message!r})"
     if isinstance(e, IBin) and e.op in ("min", "max"):
         return f"{e.op}({format_index(e.a)}, {format_index(e.b)})"
     if isinstance(e, IBin):

@@ -25,6 +25,7 @@ from ._nodes import (
     Move,
     Reduce,
     Reshape,
+    ScalarBits,
     ScalarRef,
     Scope,
     Slice,
@@ -51,6 +52,8 @@ def _operand(x) -> str:
         return f"{x.value!r}:{x.dtype.name}"
     if isinstance(x, ScalarRef):
         return f"${x.param}"
+    if isinstance(x, ScalarBits):
+        return f"bits({format_index(x.expr)}):{x.dtype.name}"
     return repr(x)
 
 

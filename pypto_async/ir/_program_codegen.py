@@ -54,7 +54,7 @@ from ._cexpr import ctype as _ctype
 from ._cexpr import index as _index
 from ._codegen import _GEMM_INCLUDE, _INCLUDES, CODEGEN_VERSION, _c_string, _Gen, generate_c
 from ._deps import MAX_TASKS, RuntimeGraph, Task, TaskGraph, instances, task_graph
-from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IRead, IScalar, IVar, Load, Scope, SetIndex, Spmd, Store
+from ._nodes import Assign, DynFor, For, Fused, IBin, ICheck, IConst, IRead, IScalar, IVar, Load, Scope, SetIndex, Spmd, Store
 from ._program import Program
 
 __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_c", "program_symbol", "largest_scope", "MAX_INDICES",
@@ -431,6 +431,10 @@ class _Orch:
         if isinstance(e, IBin):
             self.check_reads(e.a, loc)
             self.check_reads(e.b, loc)
+            return
+        if isinstance(e, ICheck):  # an extent read now, unified with a kernel parameter's: checked before the task
+            self.check_reads(e.expr, loc)
+            self.emit(f"if ({_index(e.expr)} != INT64_C({e.value})) return ops->fail(o, {_c_string(e.message)});")
             return
         if isinstance(e, IScalar):  # a scalar parameter, passed by value in its argument slot
             i, q = self.params[e.param]

@@ -326,12 +326,14 @@ class spmd:
     raises :class:`~pypto_async.errors.PtoNotSupported`, never ignored.
     """
 
-    def __init__(self, n, *, sync_start: bool = False, name_hint: str | None = None, optimizations=None,
-                 deps=None, allow_early_resolve: bool = False, predicate=None):
+    def __init__(self, n=None, *, core_num=None, sync_start: bool = False, name_hint: str | None = None,
+                 optimizations=None, deps=None, allow_early_resolve: bool = False, predicate=None):
         from ..errors import PtoNotSupported
 
-        self.n = _int(n, "pl.spmd block count")
         self._loc = user_loc()
+        if (n is None) == (core_num is None):  # PyPTO's parameter is core_num, positional or by keyword
+            raise compile_error("pl.spmd takes one block count: pl.spmd(n) or pl.spmd(core_num=n)", self._loc)
+        self.n = _int(n if core_num is None else core_num, "pl.spmd block count")
         if self.n <= 0:
             raise compile_error(f"pl.spmd needs a positive block count, got {self.n}", self._loc)
         if predicate is not None:
@@ -411,6 +413,14 @@ class spmd:
         """A program's dispatch form: each kernel call inside is a task of n blocks."""
         if getattr(t, "spmd_dispatch", None) is not None:
             raise compile_error("pl.spmd cannot be nested", self._loc)
+        if getattr(t, "cluster", None) is not None:  # PyPTO unwraps it into the Group: it is no Submit of its own
+            if ("allow_early_resolve", True) in self._hints:
+                raise compile_error("`pl.spmd(..., allow_early_resolve=True)` cannot be nested inside "
+                                    "`pl.cluster()`: a cluster-nested pl.spmd never produces a Submit, so the "
+                                    "early-dispatch hint would be lost", self._loc)
+            if getattr(self, "_with", False) and _binds_target(self._loc):
+                raise compile_error("`with pl.spmd(...) as tid:` cannot capture a TaskId when nested inside "
+                                    "`pl.cluster()`: a cluster-nested pl.spmd never produces a Submit", self._loc)
         t.spmd_dispatch = self.n
         t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint}
         self._tracer = t

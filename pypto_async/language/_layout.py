@@ -67,7 +67,9 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """
     t = current("pl.slice")
     loc = user_loc()
-    if isinstance(tile, TensorArg) and "at" not in t.frames:
+    from ._unify import is_pending
+
+    if (isinstance(tile, TensorArg) and "at" not in t.frames) or is_pending(tile):  # a window (pl.tensor.slice)
         if pad_value is not None:
             raise compile_error("pl.slice: pad_value= fills a tile; a tensor sliced in the orchestration is a "
                                 "view of it (mark its data with valid_shape=, pad the tiles loaded from it)", loc)

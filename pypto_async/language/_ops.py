@@ -22,6 +22,7 @@ from ..ir._nodes import (
     Matmul,
     MatmulAcc,
     Reduce,
+    ScalarBits,
     ScalarRef,
     Unary,
 )
@@ -78,6 +79,10 @@ def _scalar(x, dtype, op: str):
     """Convert a Python number or a scalar parameter to an operand of ``dtype``."""
     if isinstance(x, ScalarArg):
         return ScalarRef(x.name, dtype)
+    from ._runtime_scalars import FloatScalar
+
+    if isinstance(x, FloatScalar):  # a float the orchestration read: its task captured the bits
+        return ScalarBits(x.index.expr, dtype)
     if isinstance(x, numbers.Real) and hasattr(x, "item"):
         x = x.item()  # a numpy scalar
     if not isinstance(x, (bool, int, float)):

@@ -23,7 +23,9 @@
   ``[1, NR * 64]`` tensor of extent 256 binds ``NR`` to 4).
 * ``pl.cluster()`` co-schedules a Cube and a Vector kernel on one physical
   cluster (a ``Group`` function).  The sim has no clusters and runs no
-  mixed kernels: entering it raises ``PtoNotSupported``.
+  mixed kernels: in a ``@pl.program``'s orchestration each kernel call
+  inside is the task it would be outside (see :class:`cluster`); anywhere
+  else entering it raises ``PtoNotSupported``.
 """
 
 from __future__ import annotations
@@ -199,7 +201,40 @@ def dynamic(name: str) -> DynamicDim:
     return DynamicDim(name)
 
 
-def cluster(*args, **kwargs):
-    """``with pl.cluster():``: not available on the sim (no Cube/Vector clusters); raises PtoNotSupported."""
-    raise PtoNotSupported("pl.cluster(): the sim has no Cube/Vector clusters and runs no mixed kernels; "
-                          "write the Cube and Vector work as separate pl.at regions")
+class cluster:
+    """``with pl.cluster([name_hint=]):`` in a ``@pl.program``'s orchestration: kernels co-scheduled on one cluster.
+
+    PyPTO outlines the body (``with pl.spmd(n):`` dispatches of a Cube and a
+    Vector kernel) into one ``Group`` function run on a physical cluster.
+    The sim has no clusters: each kernel call inside is the task it is
+    outside (an ``spmd`` dispatch, a task of ``n`` blocks), ordered by its
+    data as every task is, and carries the hint ``("cluster", name)``, so
+    the results are the same.  As in PyPTO the calls inside take no
+    per-task metadata: ``deps=``, ``pl.spmd(..., as tid)`` and
+    ``pl.spmd(allow_early_resolve=True)`` are refused, and clusters do not
+    nest.  Anywhere else (a ``@pl.jit`` body, a region) it raises
+    ``PtoNotSupported``: the sim runs no mixed kernels.
+    """
+
+    def __init__(self, *, name_hint: str = ""):
+        if not isinstance(name_hint, str):
+            raise PtoCompileError(f"pl.cluster(name_hint=...) takes a str, got {name_hint!r}")
+        self.name_hint = name_hint
+
+    def __enter__(self) -> None:
+        from ._tracer import _state, compile_error, user_loc
+
+        t = getattr(_state, "tracer", None)
+        loc = user_loc()
+        if t is None or not getattr(t, "is_program", False) or "at" in t.frames:
+            raise PtoNotSupported("pl.cluster(): the sim has no Cube/Vector clusters and runs no mixed kernels; "
+                                  "it groups the kernel calls of a @pl.program's orchestration only (write the "
+                                  "Cube and Vector work as separate pl.at regions elsewhere)")
+        if getattr(t, "cluster", None) is not None:
+            raise compile_error("pl.cluster() cannot be nested", loc)
+        self._tracer = t
+        t.cluster = self.name_hint or f"cluster{getattr(t, 'next_task', 0)}"
+
+    def __exit__(self, *exc) -> bool:
+        self._tracer.cluster = None
+        return False

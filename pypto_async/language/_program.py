@@ -328,6 +328,8 @@ def _reads_as_atoms(e, atoms: dict):
 
 def _extent(start, stop, what: str, loc) -> int:
     """``stop - start`` when it is the same int in every iteration (``x[i*64:(i+1)*64]``, ``x[p:p+1]``)."""
+    if isinstance(stop, IBin) and stop.op == "+" and stop.a == start and isinstance(stop.b, IConst):
+        return stop.b.value  # start + n, whatever start is (pl.slice(x, [n, ...], [b * heads + q, ...]))
     atoms: dict = {}
     a, b = _linear(_reads_as_atoms(start, atoms)), _linear(_reads_as_atoms(stop, atoms))
     diff = None
@@ -439,6 +441,11 @@ def create_tensor(shape, dtype, layout=None, *, memory_type=MemorySpace.DDR, nam
                             f"(a tensor lives in DDR; make an on-chip buffer with pl.create_tile)", loc)
     shape = tuple(shape)
     runtime = next((d for d in shape if isinstance(d, Index)), None)
+    if runtime is not None and getattr(t, "is_program", False) and "at" not in t.frames and init_value is None:
+        from ._unify import PendingTensor  # sized by the kernel parameter it is first passed to
+
+        return PendingTensor(shape, dtype, dict(layout=layout, memory_type=memory_type, name=name,
+                                                manual_dep=manual_dep), loc)
     if runtime is not None:  # an extent read when the program runs (pl.read): the heap is planned before
         raise compile_error(f"pl.create_tensor: shape {list(shape)} has the extent {runtime!r}, a value known only "
                             f"when the program runs; an intermediate's shape is fixed when the program is compiled "
@@ -525,13 +532,22 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
                             f"got {len(args)}", loc)
     proxies, accesses, untracked = [], [], []
     dims: dict = {}  # the pl.dynamic dimensions this call binds (each to its first argument's extent)
-    for pname, arg in zip(param_names, args):
+    from ._unify import is_pending, resolve
+
+    args = list(args)
+    for k, (pname, arg) in enumerate(zip(param_names, args)):
         ann = anns[pname]
+        if is_pending(arg) and not isinstance(ann, ScalarAnnotation):  # extents read at run time: the kernel's
+            arg = args[k] = resolve(t, arg, ann.shape, name, pname, loc)
         if isinstance(ann, ScalarAnnotation):
             if isinstance(arg, Index) and ann.dtype is not None and ann.dtype.is_float:
                 raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got the loop "
                                     f"index {arg!r} (an integer)", loc)
-            if not isinstance(arg, (ScalarArg, Index, int, float)):  # a loop index: the body reads it as is
+            from ._runtime_scalars import FloatScalar
+
+            if isinstance(arg, FloatScalar) and not (ann.dtype is None or ann.dtype.is_float):
+                raise compile_error(f"{name}: parameter {pname!r} is a {ann.dtype.name} scalar, got {arg!r}", loc)
+            if not isinstance(arg, (ScalarArg, Index, FloatScalar, int, float)):  # a loop index: read as is
                 raise compile_error(f"{name}: parameter {pname!r} is a scalar, got {arg!r}", loc)
             proxies.append(arg)
             continue
@@ -563,6 +579,12 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
         hints = (*hints, *spmd_call["hints"])
         name_hint = name_hint or spmd_call["name_hint"]
+    cluster = getattr(t, "cluster", None)  # inside `with pl.cluster():` (PyPTO's Group: no per-task metadata)
+    if cluster is not None:
+        if deps:
+            raise compile_error(f"{name}(..., deps=) inside pl.cluster() cannot carry per-task dispatch metadata: "
+                                f"the cluster is dispatched as one Group task", loc)
+        hints = (*hints, ("cluster", cluster))
     deps, dep_arrays = split_deps(deps)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, Move, SetIndex, TileType, Update
+from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, IVar, Move, SetIndex, TileType, Update
 from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
-__all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "INTEGER_DTYPES"]
+__all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "FloatScalar", "INTEGER_DTYPES",
+           "FLOAT_DTYPES"]
 
 _RESULT = "__pl_result"  # the name an early return binds (see _branch)
 
 INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+#: Float tensors an orchestration's ``pl.read`` reads (as :class:`FloatScalar`, its bits captured by the tasks).
+FLOAT_DTYPES = ("FP32",)
 
 
 def _in_region(t, what: str, loc) -> None:
@@ -47,14 +50,17 @@ def read(tensor, indices) -> Index:
     or BOOL), ``indices`` one int or loop index per dimension, inside the
     tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
-    that use the value (see :func:`_deferred`).
+    that use the value (see :func:`_deferred`); there an FP32 tensor may be
+    read too, giving a :class:`FloatScalar` for a kernel's float scalar
+    parameter.
     """
     t = current("pl.read")
     loc = user_loc()
     if not isinstance(tensor, TensorArg):
         raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
     p = t.params[tensor.name]
-    if p.dtype.name not in INTEGER_DTYPES:
+    as_float = p.dtype.name in FLOAT_DTYPES and "at" not in t.frames  # the orchestration's: captured as its bits
+    if p.dtype.name not in INTEGER_DTYPES and not as_float:
         raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
                             f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
     from .distributed_trace import active_rank
@@ -82,10 +88,40 @@ def read(tensor, indices) -> Index:
             raise compile_error(f"pl.read: index [{lo}..{hi}] of dimension {d} is outside "
                                 f"[0, {tensor.shape[d]}) of {tensor.name!r}", loc)
         offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
-    value = IRead(p.name, tuple(offs), p.shape)
+    value = IRead(p.name, tuple(offs), p.shape, bits=as_float)
+    if as_float:
+        return FloatScalar(_deferred(t, value, loc), p.dtype, tensor.name)
     if "at" not in t.frames:
         return _deferred(t, value, loc)
     return _bind(t, value, loc)
+
+
+class FloatScalar:
+    """An FP32 element the orchestration read (``pl.read`` of a float tensor outside every task).
+
+    PyPTO's orchestration reads it into a float variable and passes it to a
+    kernel's ``pl.Scalar[pl.FP32]`` parameter.  Here the orchestration's
+    values are integers, so the element is read as its bit pattern (a
+    runtime scalar, :attr:`IRead.bits`); a task that uses it captures those
+    bits as it captures any scalar, and inside the kernel this proxy is the
+    FP32 value again (a :class:`~pypto_async.ir._nodes.ScalarBits` operand
+    of ``pl.mul``, ``pl.add``, ``pl.full`` ...).  It is a value to hand to a
+    kernel: arithmetic on it, or using it as an index or a bound, is
+    refused.
+    """
+
+    def __init__(self, index: Index, dtype, name: str):
+        self.index, self.dtype, self.name = index, dtype, name
+
+    def __repr__(self) -> str:
+        return f"<{self.dtype.name} scalar read from {self.name!r} by the orchestration>"
+
+    def __index__(self):
+        raise compile_error(f"{self!r} is a float: it is not an index or a loop bound", user_loc())
+
+    def __bool__(self):
+        raise compile_error(f"{self!r} is a float read when the program runs: an if on it is not supported "
+                            f"(compare it inside a kernel)", user_loc())
 
 
 def _deferred(t, value: IRead, loc) -> Index:
@@ -297,6 +333,10 @@ class runtime_if:
     def _merge_one(self, name, a, b):
         if a is b:
             return a
+        # A loop index left bound by a loop inside a branch (Python keeps its last value) is out of
+        # scope after the branch: its C variable lives in the loop. The name is then unbound here.
+        a, b = (_Undefined(name) if isinstance(v, Index) and not _in_scope(v.expr, self.t.ranges) else v
+                for v in (a, b))
         if isinstance(a, _Undefined) or isinstance(b, _Undefined):
             return a if isinstance(a, _Undefined) else b
         index_like = (int, Index, ScalarArg)
@@ -319,6 +359,14 @@ def _same_view(a, b) -> bool:
     """Whether two proxies of one tensor parameter are the same window of it."""
     return (getattr(a, "origin", None), getattr(a, "shape", None)) == (getattr(b, "origin", None),
                                                                          getattr(b, "shape", None))
+
+
+def _in_scope(e, ranges) -> bool:
+    """Whether every index variable of `e` is still bound (a loop's index is only inside its loop)."""
+    if isinstance(e, IVar):
+        return e.name in ranges
+    return all(_in_scope(getattr(e, f), ranges) for f in getattr(e, "__dataclass_fields__", ())
+               if isinstance(getattr(e, f), (IVar, IBin)))
 
 
 class _Pending:

@@ -32,7 +32,7 @@ from ..ir._diag import compile_error
 from ._control import TaskId, task_deps
 from ._tracer import TensorArg, current, user_loc
 
-__all__ = ["submit", "spmd_submit", "get_block_idx", "no_dep", "task_dummy", "TaskJoin", "dump_tag", "task_dumps",
+__all__ = ["submit", "spmd_submit", "get_block_idx", "get_block_num", "no_dep", "task_dummy", "TaskJoin", "dump_tag", "task_dumps",
            "program_dump_tags", "dumps_names"]
 
 
@@ -113,6 +113,23 @@ def get_block_idx():
         raise compile_error("pl.tile.get_block_idx() is the block index of a pl.spmd_submit kernel or a pl.spmd "
                             "body; there is none here", user_loc())
     return index
+
+
+def get_block_num() -> int:
+    """The number of blocks running the body (PyPTO's ``pl.tile.get_block_num()``): its ``core_num``, an int.
+
+    Where :func:`get_block_idx` is defined: a ``pl.spmd_submit`` kernel or a
+    ``pl.spmd`` body (``0 <= get_block_idx() < get_block_num()``).
+    """
+    t = current("pl.tile.get_block_num")
+    index = getattr(t, "block_index", None)
+    if index is None and getattr(t, "spmd_index", None) is not None and t.in_spmd:
+        index = t.spmd_index
+    bounds = t.ranges.get(index.expr.name) if index is not None else None
+    if bounds is None:
+        raise compile_error("pl.tile.get_block_num() is the block count of a pl.spmd_submit kernel or a pl.spmd "
+                            "body; there is none here", user_loc())
+    return bounds[1] + 1
 
 
 def no_dep(tensor):

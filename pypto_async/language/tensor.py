@@ -75,7 +75,7 @@ from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, 
 from ._program import create_tensor, window
 from ._runtime_scalars import read
 from ._submit import dump_tag
-from ._tracer import TensorArg, user_loc
+from ._tracer import Index, TensorArg, current, user_loc
 
 create = create_tensor
 
@@ -156,6 +156,11 @@ def adds(lhs, rhs):
 
 
 def _tensor(t, op: str) -> TensorArg:
+    from ._unify import is_pending
+
+    if is_pending(t):  # extents read at run time: the tensor it became at its first kernel call
+        t.shape  # noqa: B018 - raises until a kernel call fixed them
+        t = t.resolved
     if not isinstance(t, TensorArg):
         raise compile_error(f"pl.tensor.{op}: expected a tensor (a parameter, a pl.create_tensor tensor or a window "
                             f"of one), got {t!r}", user_loc())
@@ -182,6 +187,12 @@ def slice(tensor, shape, offset, valid_shape=None):  # noqa: A001 - PyPTO's name
     if len(shape) != len(t.shape) or len(offset) != len(t.shape):
         raise compile_error(f"pl.tensor.slice: shape {shape} and offset {offset} need one entry per dimension of "
                             f"the {len(t.shape)}-d tensor {t.name!r}", loc)
+    tracer = current("pl.tensor.slice")
+    if (any(isinstance(d, Index) for d in shape) and getattr(tracer, "is_program", False)
+            and "at" not in tracer.frames):  # extents read at run time: sized by the kernel it is passed to
+        from ._unify import PendingWindow
+
+        return PendingWindow(t, shape, offset, valid_shape, loc)
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int):
             raise compile_error(f"pl.tensor.slice: a window's extents are ints here (a tensor's shape is fixed when "

@@ -44,7 +44,7 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 
 create = create_tile
-from ._submit import get_block_idx  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
+from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx  # noqa: E402 - a pl.split_aiv region's lanes
 
 
@@ -61,6 +61,7 @@ def transpose_view(tile):
 
 __all__ = [
     "get_block_idx",
+    "get_block_num",
     "get_subblock_idx",
     "aiv_shard",
     "aic_gather",

@@ -116,6 +116,36 @@ def test_a_program_class_and_its_intermediates(launcher, rng):
     np.testing.assert_allclose(z, 2 * x + 1, rtol=1e-6)
 
 
+@pl.program
+class ReadSized:
+    """A float read by the orchestration (ScalarBits) and an extent read at run time, unified (ICheck)."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def scaled(self, x: pl.Tensor[[8, 32], pl.FP32], y: pl.Out[pl.Tensor[[8, 32], pl.FP32]],
+               a: pl.Scalar[pl.FP32]):
+        return pl.store(pl.mul(pl.load(x, [0, 0], [8, 32]), a), [0, 0], y)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, cfg: pl.Tensor[[1], pl.INT32], scale: pl.Tensor[[1], pl.FP32], x: pl.Tensor[[8, 32], pl.FP32],
+             z: pl.Out[pl.Tensor[[8, 32], pl.FP32]]):
+        cols = pl.read(cfg, [0])
+        return self.scaled(pl.slice(x, [8, cols], [0, 0]), z, pl.read(scale, [0]))
+
+
+def test_a_float_read_and_an_extent_unified_at_run_time(rng):
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    scale = np.array([-1.75], np.float32)
+    ref = [np.array([32], np.int32), scale, x.copy(), poison((8, 32))]
+    code = _reference(ReadSized.trace(), ref)
+    assert "_fbits(scale[0])" in code and "_icheck(" in code
+    z = poison((8, 32))
+    ir.compile(ReadSized)(np.array([32], np.int32), scale, x, z)
+    np.testing.assert_allclose(ref[3], z, rtol=1e-6)
+    np.testing.assert_allclose(z, x * scale[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="'x' of scaled: extent 1 read at run time is not 32"):
+        _reference(ReadSized.trace(), [np.array([16], np.int32), scale, x.copy(), poison((8, 32))])
+
+
 def test_check_shapes_rejects_a_wrong_argument(rng):
     a = rng.standard_normal((64, 64)).astype(np.float32)
     program = regions.lower(a, a, 0.5, poison((64, 64)), poison((64, 1)))
@@ -313,6 +343,7 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
         _cmp_sel_kernel(0).lower(f, f, poison((R, 32), np.uint8), f, f),
         runtime_scalars.lower(np.zeros((4 * R, C), np.float32), np.array([1, 1], np.int32), f),
         *(KERNELS[k].lower(*_args(rng)[k]) for k in sorted(KERNELS)),
+        ReadSized.trace(),
     ]
     seen: set = set()
     for p in programs:

@@ -50,6 +50,9 @@ RUNS = {
     # It compiles its program and prints it (test_pypto_batch_paged_attention_matches_a_gather_and_sdpa runs it).
     "examples/models/05_paged_attention_batch.py": "ran",
     "examples/models/08_llama_mini.py": "ran",
+    # Its orchestration reads scale (FP32) and hands it to each softmax task (captured as its bits), and
+    # dispatches with pl.spmd(core_num=4, sync_start=True), some inside pl.cluster(); 12 s at its own sizes.
+    "examples/models/09_paged_attention_spmd.py": "matched",
     # It lowers its layer and lists the functions; the runner says "matched" for it because it
     # imports torch (its check heuristic), though the file compares nothing.
     "examples/models/qwen3_jit/qwen3_decode.py": "matched",
@@ -60,6 +63,10 @@ RUNS = {
 #: 64 x (1 + 64 x 4) = 16448 tasks, 1 GiB of KV cache) takes about 2 minutes and 3.4 GB here.
 RUNS_LONG = {
     "examples/models/06_paged_attention_dynamic.py": "matched",
+    # It sizes intermediates and windows from its config tensor ([q_tile, head_dim_cfg]): each takes the
+    # kernel parameter's static shape, checked when it runs.  64 requests of 8192 tokens (16448 tasks):
+    # about 30 s and 3.4 GB here.
+    "examples/models/04_paged_attention.py": "matched",
 }
 
 
@@ -210,3 +217,60 @@ def test_pypto_batch_paged_attention_matches_a_gather_and_sdpa(batch_paged_atten
             v = vc[table[b, :nb]].reshape(nb * bs, dim)[:ctx]
             want[b] = F.scaled_dot_product_attention(query.float().view(batch, heads, dim)[b], k, v, scale=1.0)
         torch.testing.assert_close(out, want.view(batch * heads, dim), rtol=2e-2, atol=2e-2)
+
+
+@pytest.fixture(scope="module")
+def paged_attention(tmp_path_factory):
+    """PyPTO's 04_paged_attention, adapted (import and platform), imported as a module."""
+    adapt = _runner().adapt
+    root = tmp_path_factory.mktemp("pypto_04")
+    src = MODELS / "04_paged_attention.py"
+    (root / "paged04.py").write_text(adapt(src.read_text(encoding="utf-8")), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("pypto_paged04", root / "paged04.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pypto_paged_attention_sized_from_its_config_matches_a_gather_and_sdpa(paged_attention):
+    """04 at small sizes (its full run is RUNS_LONG's): its config's head_dim and block_size meet its kernels' 128s.
+
+    Its orchestration sizes intermediates and windows from the config tensor; each takes the static
+    shape of the kernel parameter it is passed to, checked when it runs.  A partial last block gives
+    a valid length that is not the kernel's 128: the launch fails naming it, and the worker keeps working.
+    """
+    import torch.nn.functional as F
+
+    from pypto_async import ir
+    from pypto_async.errors import PtoError
+    from pypto_async.runtime import ChipWorker
+
+    batch, heads, dim, bs, maxb = 2, 16, 128, 128, 3
+    compiled = ir.compile(paged_attention.build_paged_attention_program(
+        batch=batch, num_heads=heads, head_dim=dim, block_size=bs, max_num_blocks_per_req=maxb))
+    g = torch.Generator().manual_seed(4)
+    pool = batch * maxb
+    query = torch.randn(batch * heads, dim, generator=g).bfloat16()
+    key_cache = torch.randn(pool * bs, dim, generator=g).bfloat16()
+    value_cache = torch.randn(pool * bs, dim, generator=g).bfloat16()
+    block_table = torch.randperm(pool, generator=g).to(torch.int32)
+    config = torch.tensor([batch, heads, 1, dim, bs, maxb, 0x3F800000], dtype=torch.int64)
+    kc, vc = key_cache.float().view(pool, bs, dim), value_cache.float().view(pool, bs, dim)
+    table = block_table.view(batch, maxb).long()
+    with ChipWorker() as w:
+        h = w.register(compiled)
+        lens = torch.tensor([2 * bs, maxb * bs], dtype=torch.int32)  # whole blocks, a different count per request
+        out = torch.full((batch * heads, dim), float("nan"))
+        h(query, key_cache, value_cache, block_table, lens, out, config)
+        want = torch.empty(batch, heads, dim)
+        for b in range(batch):
+            nb = int(lens[b]) // bs
+            k, v = kc[table[b, :nb]].reshape(nb * bs, dim), vc[table[b, :nb]].reshape(nb * bs, dim)
+            want[b] = F.scaled_dot_product_attention(query.float().view(batch, heads, dim)[b], k, v, scale=1.0)
+        torch.testing.assert_close(out, want.view(batch * heads, dim), rtol=2e-2, atol=2e-2)
+        with pytest.raises(PtoError, match=r"'sij' of kernel_softmax_prepare: extent 1 read at run time is not 128"):
+            h(query, key_cache, value_cache, block_table, torch.tensor([bs + 5, bs], dtype=torch.int32),
+              torch.full((batch * heads, dim), float("nan")), config)
+        again = torch.full((batch * heads, dim), float("nan"))
+        h(query, key_cache, value_cache, block_table, lens, again, config)
+        torch.testing.assert_close(again, out)

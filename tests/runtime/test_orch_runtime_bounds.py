@@ -22,6 +22,8 @@ from pypto_async.errors import PtoError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import delay_task
 
+from helpers.located import next_line
+
 R, C, N = 4, 32, 8  # rows per tile, columns, tiles
 
 
@@ -318,15 +320,70 @@ def test_a_read_in_a_task_at_an_index_known_only_when_it_runs_is_checked_there()
             h(table, x, _poison((4 * R, C)), 5)
 
 
-def test_an_intermediate_whose_shape_is_read_when_the_program_runs_is_refused_clearly():
-    """04 reads head_dim from its config tensor and sizes intermediates with it: refused where it is created."""
+@pl.program
+class Sized:
+    """04's form: an intermediate and a window sized by cols, read from cfg; exp_tile's [R, C] fixes cols = C."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def neg_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        return pl.store(pl.neg(pl.load(x, [0, 0], [R, C])), [0, 0], y)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, cfg: pl.Tensor[[2], pl.INT64], x: pl.Tensor[[N * R, C], pl.FP32],
+             y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
+        count = pl.read(cfg, [0])
+        cols = pl.read(cfg, [1])
+        for i in pl.range(count):
+            tmp = pl.create_tensor([R, cols], dtype=pl.FP32)
+            xi = pl.slice(x, [R, cols], [i * R, 0])
+            SIZED_LINE.append(next_line())
+            tmp = self.exp_tile(xi, tmp)
+            self.neg_tile(tmp, pl.slice(y, [R, cols], [i * R, 0]))
+        return y
+
+
+SIZED_LINE: list[int] = []
+
+
+def test_an_extent_read_at_run_time_takes_the_shape_of_the_kernel_parameter_it_is_passed_to():
+    """The intermediate and the windows take exp_tile's and neg_tile's static [R, C]: one artifact, checked sizes."""
+    c = ir.compile(Sized)
+    assert c.task_graph is None and [tuple(q.shape) for q in c.program.scratch] == [(R, C)]
+    x = _rand((N * R, C), 15)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        for count in (3, N):
+            y = _poison((N * R, C))
+            h(np.array([count, C], np.int64), x, y)
+            np.testing.assert_allclose(y[:count * R], -np.exp(x[:count * R]), rtol=1e-6)
+
+
+def test_an_extent_read_at_run_time_that_disagrees_with_the_kernel_fails_the_launch_clearly():
+    c = ir.compile(Sized)
+    x = _rand((N * R, C), 16)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        with pytest.raises(PtoError, match=rf"'x' of exp_tile: extent 1 read at run time is not {C} "
+                                           rf"at test_orch_runtime_bounds.py:{SIZED_LINE[0]}"):
+            h(np.array([2, C // 2], np.int64), x, _poison((N * R, C)))
+        y = _poison((N * R, C))
+        h(np.array([2, C], np.int64), x, y)  # the worker keeps working
+        np.testing.assert_allclose(y[:2 * R], -np.exp(x[:2 * R]), rtol=1e-6)
+
+
+def test_an_extent_read_at_run_time_must_meet_a_static_kernel_parameter_first():
+    """A pending tensor is for kernel calls: its shape is asked for before one fixed it, at the user's line."""
     from helpers.located import assert_at, next_line
     from pypto_async.errors import PtoCompileError
 
     where = []
 
     @pl.program
-    class Sized:
+    class Early:
         @pl.function(type=pl.FunctionType.InCore)
         def exp_tile(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
             return pl.store(pl.exp(pl.load(x, [0, 0], [R, C])), [0, 0], y)
@@ -335,12 +392,152 @@ def test_an_intermediate_whose_shape_is_read_when_the_program_runs_is_refused_cl
         def orch(self, cfg: pl.Tensor[[1], pl.INT64], x: pl.Tensor[[R, C], pl.FP32],
                  y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
             cols = pl.read(cfg, [0])
-            where.append(next_line())
             tmp = pl.create_tensor([R, cols], dtype=pl.FP32)
-            self.exp_tile(x, tmp)
+            where.append(next_line())
+            self.exp_tile(x, pl.slice(tmp, [R, C], [0, 0]))
             return y
 
     with pytest.raises(PtoCompileError) as ei:
-        ir.compile(Sized)
-    assert_at(ei, where[0], "a value known only when the program runs",
-              "an intermediate's shape is fixed when the program is compiled")
+        ir.compile(Early)
+    assert_at(ei, where[0], "its shape is read when the program runs; pass it to a kernel first")
+
+
+@pl.program
+class Scaled:
+    """PyPTO's 09 scale: an FP32 element read by the orchestration, handed to each task's float scalar."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def axpb(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]],
+             a: pl.Scalar[pl.FP32], b: pl.Scalar[pl.FP32]):
+        return pl.store(pl.add(pl.mul(pl.load(x, [0, 0], [R, C]), a), b), [0, 0], y)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, cfg: pl.Tensor[[1], pl.INT32], scale: pl.Tensor[[2], pl.FP32], x: pl.Tensor[[N * R, C], pl.FP32],
+             y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
+        a: pl.Scalar[pl.FP32] = pl.read(scale, [0])
+        for i in pl.range(pl.read(cfg, [0])):
+            b = pl.read(scale, [1])  # read again in each iteration
+            self.axpb(pl.slice(x, [R, C], [i * R, 0]), pl.slice(y, [R, C], [i * R, 0]), a, b)
+        return y
+
+
+def test_a_float_the_orchestration_reads_is_captured_by_each_task_that_uses_it():
+    c = ir.compile(Scaled)
+    assert c.task_graph is None
+    x = _rand((N * R, C), 17)
+    rng = np.random.default_rng(18)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        for count in (N, 3):
+            scale = rng.standard_normal(2).astype(np.float32)
+            y = _poison((N * R, C))
+            h(np.array([count], np.int32), scale, x, y)
+            np.testing.assert_allclose(y[:count * R], x[:count * R] * scale[0] + scale[1], rtol=1e-6)
+
+
+def test_a_float_the_orchestration_reads_is_a_value_for_a_kernel_only():
+    from pypto_async.errors import PtoCompileError
+
+    @pl.program
+    class Misused:
+        @pl.function(type=pl.FunctionType.InCore)
+        def scaled(self, x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]],
+                   n: pl.Scalar[pl.INDEX]):
+            return pl.store(pl.mul(pl.load(x, [0, 0], [R, C]), 2.0), [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, scale: pl.Tensor[[1], pl.FP32], x: pl.Tensor[[R, C], pl.FP32],
+                 y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+            self.scaled(x, y, pl.read(scale, [0]))
+            return y
+
+    with pytest.raises(PtoCompileError, match="parameter 'n' is a INT64 scalar, got <FP32 scalar read from 'scale'"):
+        ir.compile(Misused)
+
+
+@pl.program
+class Clustered:
+    """09's dispatch forms: pl.spmd(core_num=, sync_start=) alone and inside pl.cluster(), blocks striding a batch."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def exp_rows(self, x: pl.Tensor[[N * R, C], pl.FP32], y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]],
+                 n: pl.Scalar[pl.INDEX]):
+        for b in pl.range(pl.tile.get_block_idx(), n, pl.tile.get_block_num()):
+            y = pl.store(pl.exp(pl.load(x, [b * R, 0], [R, C])), [b * R, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def update(self, y: pl.InOut[pl.Tensor[[N * R, C], pl.FP32]], n: pl.Scalar[pl.INDEX],
+               first: pl.Scalar[pl.INDEX]):
+        # 09's SpmdOnlineUpdate: each branch of an if on a runtime scalar has a loop binding b.
+        if first != 0:
+            for b in pl.range(pl.tile.get_block_idx(), n, pl.tile.get_block_num()):
+                y = pl.store(pl.mul(pl.load(y, [b * R, 0], [R, C]), 2.0), [b * R, 0], y)
+        else:
+            for b in pl.range(pl.tile.get_block_idx(), n, pl.tile.get_block_num()):
+                y = pl.store(pl.neg(pl.load(y, [b * R, 0], [R, C])), [b * R, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, cfg: pl.Tensor[[2], pl.INT32], x: pl.Tensor[[N * R, C], pl.FP32],
+             y: pl.Out[pl.Tensor[[N * R, C], pl.FP32]]):
+        n = pl.read(cfg, [0])
+        with pl.spmd(core_num=3, sync_start=True):
+            y = self.exp_rows(x, y, n)
+        with pl.cluster():
+            with pl.spmd(core_num=3):
+                y = self.update(y, n, pl.read(cfg, [1]))
+        return y
+
+
+def test_spmd_dispatches_by_core_num_inside_and_outside_a_cluster_run_every_block():
+    c = ir.compile(Clustered)
+    x = _rand((N * R, C), 19)
+    with ChipWorker(RunConfig(cores=2)) as w:
+        h = w.register(c)
+        for n, first in ((N, 1), (5, 0)):
+            y = _poison((N * R, C))
+            before = h.program_stats()["tasks"]
+            h(np.array([n, first], np.int32), x, y)
+            want = np.exp(x[:n * R]) * (2.0 if first else -1.0)
+            np.testing.assert_allclose(y[:n * R], want, rtol=1e-6)
+            assert h.program_stats()["tasks"] - before == 2  # one task of 3 blocks per dispatch
+
+
+def test_a_cluster_takes_no_per_task_metadata_and_groups_only_an_orchestration():
+    from pypto_async.errors import PtoCompileError, PtoNotSupported
+
+    def build(form):
+        @pl.program
+        class P:
+            @pl.function(type=pl.FunctionType.InCore)
+            def k(self, y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+                pl.tile.get_block_idx()
+                return pl.store(pl.full([R, C], 1.0, pl.FP32), [0, 0], y)
+
+            @pl.function(type=pl.FunctionType.Orchestration)
+            def orch(self, y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+                with pl.cluster():
+                    if form == "tid":
+                        with pl.spmd(2) as tid:  # noqa: F841
+                            y = self.k(y)
+                    else:
+                        with pl.spmd(2, allow_early_resolve=True):
+                            y = self.k(y)
+                return y
+
+        return P
+
+    with pytest.raises(PtoCompileError, match=r"cannot capture a TaskId when nested inside `pl.cluster\(\)`"):
+        ir.compile(build("tid"))
+    with pytest.raises(PtoCompileError, match=r"allow_early_resolve=True\)` cannot be nested inside `pl.cluster"):
+        ir.compile(build("early"))
+
+    @pl.jit
+    def in_a_kernel(y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        with pl.cluster():
+            with pl.at(level=pl.Level.CORE_GROUP):
+                pl.store(pl.full([R, C], 1.0, pl.FP32), [0, 0], y)
+
+    with pytest.raises(PtoNotSupported, match="groups the kernel calls of a @pl.program's orchestration only"):
+        in_a_kernel(_poison((R, C)))
