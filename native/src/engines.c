@@ -260,16 +260,35 @@ void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
     pti_core_enqueue_runs(dev, r);
 }
 
+/*
+ * Whether the calling thread runs the tiny tasks it pushes to the core
+ * queue itself, so that they need no core woken: a thread that takes what
+ * it pushes (self_returning: an engine's own loop, a helper, a host thread
+ * in pti_host_run), or dev's scheduler thread, which helps the cores after
+ * its pass (pti_core_help).  A sleeping core's wake-up takes longer than
+ * such a task (tens of microseconds on a busy host, against under
+ * PTI_TINY_NS): waking one for a burst of them only made the burst wait for
+ * the wake-up, then run on the woken core.  If the thread declines (a queue
+ * head it may not run, no sleeping core to run as) or stops (its bound of
+ * runs and time), it wakes cores for what is left (engine_help,
+ * pti_host_run).
+ */
+static bool takes_tiny(pto_device *dev)
+{
+    return !tl_watching && (tl_sched_dev == dev || self_returning(dev, false));
+}
+
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
 {
     if (!runs)
         return;
     uint32_t n = 0;
-    bool multi = false;
+    bool multi = false, tiny = true;
     pthread_mutex_lock(&dev->core_lock);
     while (runs) {
         struct pto_run *next = runs->qnext;
         multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
+        tiny = tiny && pti_task_tiny(runs);
         queue_insert(&dev->core_head, &dev->core_tail, runs);
         n++;
         runs = next;
@@ -281,10 +300,10 @@ void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
         atomic_fetch_add_explicit(&dev->st_engine_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
                                   memory_order_relaxed);
         dev->core_waking = dev->core_sleepers;
-    } else {
+    } else if (!(tiny && takes_tiny(dev))) {
         wake_for(dev, &dev->core_cv, len, dev->core_sleepers, &dev->core_waking, dev->core_spinners,
                  self_returning(dev, false));
-    }
+    } /* else tiny tasks this thread runs itself: no wake-up */
     pthread_mutex_unlock(&dev->core_lock);
 }
 
