@@ -419,7 +419,8 @@ static bool may_help(pto_device *dev, const struct pto_run *r)
  * engine's name (trace lanes, stats, blk->core_idx).  Bounded: at most 64
  * runs or 50 us of starts, and only runs may_help allows; what is left,
  * and the claimed engine, are handed back with a wake-up.  Only while no
- * engine of the kind spins (a spinner takes the work at once).
+ * engine of the kind spins (a spinner takes the work at once), or beside a
+ * spinner for a burst of tiny tasks.
  */
 static void engine_help(pto_device *dev, bool copy)
 {
@@ -436,7 +437,15 @@ static void engine_help(pto_device *dev, bool copy)
     uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
-    if ((copy ? dev->copy_spinners : dev->core_spinners) == 0)
+    /*
+     * A spinner takes the work at once.  Beside one, only a burst of tiny
+     * tasks (more queued than spinners) is worth a helper, which is awake
+     * already: the two take turns at the queue instead of the spinner
+     * running the burst alone.
+     */
+    int spinners = copy ? dev->copy_spinners : dev->core_spinners;
+    if (spinners == 0 || (!copy && *head && atomic_load_explicit(len, memory_order_relaxed) > (uint32_t)spinners &&
+                          pti_task_tiny(*head)))
         for (uint32_t i = first + n; i-- > first;)
             if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
                 x = &dev->engines[i];
