@@ -23,7 +23,9 @@
  * work reaches an idle engine at once: a push (or a batch of them), and an
  * engine taking a run that leaves others queued, signal sleepers until
  * every queued run has a thread coming for it (wake_for), each sleeper
- * once.  Appends are O(1) (a tail pointer per queue).
+ * once; tiny program tasks pushed by a thread that runs them itself wake
+ * nobody (takes_tiny: a wake-up takes longer than they do).  Appends are
+ * O(1) (a tail pointer per queue).
  */
 #include <errno.h>
 #include <fcntl.h>
