@@ -225,6 +225,7 @@ static void test_early_dispatch(void)
         pto_device_config_init(&cfg);
         cfg.cores = 2;
         cfg.host_first = PTO_HOST_FIRST_OFF;
+        cfg.spin_us = 1; /* no core still spinning from its start (a spinner would run the pass itself) */
         pto_device *dev;
         t_check(pto_device_open("sim", &cfg, &dev));
         pto_program *p = load(dev, "prog_early");
@@ -234,6 +235,7 @@ static void test_early_dispatch(void)
         float *out = alloc(dev, &bo, 2);
         out[0] = out[1] = -1;
         uint64_t args[1] = {bo};
+        t_pause_us(2000);
         pto_completion c = run(dev, p, args, 1, 20 + round);
         t_assert(c.status == 0, "early: %s", c.message);
         t_assert(out[0] == 1.0f && out[1] == 2.0f, "early: out %f %f", out[0], out[1]);
