@@ -23,7 +23,9 @@
  * work reaches an idle engine at once: a push (or a batch of them), and an
  * engine taking a run that leaves others queued, signal sleepers until
  * every queued run has a thread coming for it (wake_for), each sleeper
- * once.  Appends are O(1) (a tail pointer per queue).
+ * once; tiny program tasks pushed by a thread that runs them itself wake
+ * nobody (takes_tiny: a wake-up takes longer than they do).  Appends are
+ * O(1) (a tail pointer per queue).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -260,16 +262,35 @@ void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
     pti_core_enqueue_runs(dev, r);
 }
 
+/*
+ * Whether the calling thread runs the tiny tasks it pushes to the core
+ * queue itself, so that they need no core woken: a thread that takes what
+ * it pushes (self_returning: an engine's own loop, a helper, a host thread
+ * in pti_host_run), or dev's scheduler thread, which helps the cores after
+ * its pass (pti_core_help).  A sleeping core's wake-up takes longer than
+ * such a task (tens of microseconds on a busy host, against under
+ * PTI_TINY_NS): waking one for a burst of them only made the burst wait for
+ * the wake-up, then run on the woken core.  If the thread declines (a queue
+ * head it may not run, no sleeping core to run as) or stops (its bound of
+ * runs and time), it wakes cores for what is left (engine_help,
+ * pti_host_run).
+ */
+static bool takes_tiny(pto_device *dev)
+{
+    return !tl_watching && (tl_sched_dev == dev || self_returning(dev, false));
+}
+
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
 {
     if (!runs)
         return;
     uint32_t n = 0;
-    bool multi = false;
+    bool multi = false, tiny = true;
     pthread_mutex_lock(&dev->core_lock);
     while (runs) {
         struct pto_run *next = runs->qnext;
         multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
+        tiny = tiny && pti_task_tiny(runs);
         queue_insert(&dev->core_head, &dev->core_tail, runs);
         n++;
         runs = next;
@@ -281,10 +302,10 @@ void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
         atomic_fetch_add_explicit(&dev->st_engine_wakes, (uint64_t)(dev->core_sleepers - dev->core_waking),
                                   memory_order_relaxed);
         dev->core_waking = dev->core_sleepers;
-    } else {
+    } else if (!(tiny && takes_tiny(dev))) {
         wake_for(dev, &dev->core_cv, len, dev->core_sleepers, &dev->core_waking, dev->core_spinners,
                  self_returning(dev, false));
-    }
+    } /* else tiny tasks this thread runs itself: no wake-up */
     pthread_mutex_unlock(&dev->core_lock);
 }
 
@@ -400,7 +421,8 @@ static bool may_help(pto_device *dev, const struct pto_run *r)
  * engine's name (trace lanes, stats, blk->core_idx).  Bounded: at most 64
  * runs or 50 us of starts, and only runs may_help allows; what is left,
  * and the claimed engine, are handed back with a wake-up.  Only while no
- * engine of the kind spins (a spinner takes the work at once).
+ * engine of the kind spins (a spinner takes the work at once), or beside a
+ * spinner for a burst of tiny tasks.
  */
 static void engine_help(pto_device *dev, bool copy)
 {
@@ -417,7 +439,15 @@ static void engine_help(pto_device *dev, bool copy)
     uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
-    if ((copy ? dev->copy_spinners : dev->core_spinners) == 0)
+    /*
+     * A spinner takes the work at once.  Beside one, only a burst of tiny
+     * tasks (more queued than spinners) is worth a helper, which is awake
+     * already: the two take turns at the queue instead of the spinner
+     * running the burst alone.
+     */
+    int spinners = copy ? dev->copy_spinners : dev->core_spinners;
+    if (spinners == 0 || (!copy && *head && atomic_load_explicit(len, memory_order_relaxed) > (uint32_t)spinners &&
+                          pti_task_tiny(*head)))
         for (uint32_t i = first + n; i-- > first;)
             if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
                 x = &dev->engines[i];

@@ -116,7 +116,6 @@ struct pto_orch {
     bool orch_done, finished;
     bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
     uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
-    struct pto_run *batch;        /* inline: ready tasks not yet dispatched, newest first */
 
     struct pto_dep *pool;
     uint32_t pool_size, free_dep, dep_used;
@@ -780,16 +779,13 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
     struct pto_run *ready = NULL;
     pthread_mutex_lock(&o->lock);
     int rc = orch_submit_locked(o, site, idx, &ready);
-    if (o->inline_run && ready) {
-        /* Inline: the ready tasks go to the cores in one batch when the orchestration returns. */
-        while (ready) {
-            struct pto_run *next = ready->qnext;
-            ready->qnext = o->batch;
-            o->batch = ready;
-            ready = next;
-        }
-    }
     pthread_mutex_unlock(&o->lock);
+    /*
+     * To the cores at once, inline runs included: a core (spinning, or
+     * woken now) starts the first task while the orchestration goes on, and
+     * tiny tasks cost no wake-up (the thread that runs the pass takes them
+     * after it, engines.c).
+     */
     dispatch(o->dev, ready);
     return rc;
 }
@@ -859,17 +855,6 @@ static void orchestrate(struct pto_orch *o)
     }
     if (!rc)
         rc = o->d->orchestrate(o, &orch_ops, (void *const *)o->args);
-    if (o->inline_run) {
-        /* Oldest first, one core_lock, each idle core woken once (no task has run: nobody else touches batch). */
-        struct pto_run *fifo = NULL;
-        while (o->batch) {
-            struct pto_run *r = o->batch;
-            o->batch = r->qnext;
-            r->qnext = fifo;
-            fifo = r;
-        }
-        dispatch(o->dev, fifo);
-    }
     pthread_mutex_lock(&o->lock);
     if (rc && !o->status)
         run_fail(o, rc, "program %s: its orchestration returned %s", o->p->name, pto_status_name(rc));
@@ -959,6 +944,29 @@ void pti_programs_stop(pto_device *dev)
     dev->orch_pool = NULL;
 }
 
+/*
+ * Whether a run of d can never wait, so the thread that starts it
+ * (a scheduler pass, sched_lock held) may run it at once instead of handing
+ * it to an orchestration thread: a compiled table of at most
+ * PTI_ORCH_INLINE_MAX instances (bounded work; the table refuses any submit
+ * past it), all of them fitting the task window (no window wait), every
+ * predecessor entry fitting the dependency pool (no pool wait), and every
+ * intermediate fitting the heap at once (placed one after another, never
+ * reused: no heap wait).  A small program then costs no thread hand-off:
+ * on a busy host the wake-up of an orchestration thread, then of a core,
+ * took longer than its tasks.  Its task window is its instances (instance
+ * i in slot i), not ring_task_window slots: no per-run allocation of a
+ * whole window (tens of KiB to clear) for a handful of tasks.
+ */
+static bool run_inline(const pto_device *dev, const pto_program_desc *d)
+{
+    if (!d->ninstances || d->ninstances > PTI_ORCH_INLINE_MAX || d->ninstances > dev->cfg.ring_task_window)
+        return false;
+    if (d->pred_off[d->ninstances] > dev->cfg.ring_dep_pool)
+        return false;
+    return !dev->program_heap || scratch_total(d) <= dev->program_heap;
+}
+
 static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     pto_program *p = cmd->u.prog.p;
@@ -971,8 +979,11 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->cmd = cmd;
     o->p = p;
     o->d = d;
-    o->window = dev->cfg.ring_task_window;
-    o->pool_size = dev->cfg.ring_dep_pool;
+    o->inline_run = run_inline(dev, d);
+    o->window = o->inline_run ? d->ninstances : dev->cfg.ring_task_window;
+    /* Inline: every edge of the table fits the pool at once (run_inline), so it needs no more entries. */
+    uint32_t edges = o->inline_run ? d->pred_off[d->ninstances] : 0;
+    o->pool_size = o->inline_run ? (edges ? edges : 1) : dev->cfg.ring_dep_pool;
     o->slots = calloc(o->window, sizeof(*o->slots));
     o->pool = calloc(o->pool_size, sizeof(*o->pool));
     o->live = calloc(d->nscratch ? d->nscratch : 1, sizeof(*o->live));
@@ -999,28 +1010,6 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     return o;
 }
 
-/*
- * Whether o's orchestration can never wait, so the thread that starts it
- * (a scheduler pass, sched_lock held) may run it at once instead of handing
- * it to an orchestration thread: a compiled table of at most
- * PTI_ORCH_INLINE_MAX instances (bounded work; the table refuses any submit
- * past it), all of them fitting the task window (no window wait), every
- * predecessor entry fitting the dependency pool (no pool wait), and every
- * intermediate fitting the heap at once (placed one after another, never
- * reused: no heap wait).  A small program then costs no thread hand-off:
- * on a busy host the wake-up of an orchestration thread, then of a core,
- * took longer than its tasks.
- */
-static bool run_inline(const pto_device *dev, const struct pto_orch *o)
-{
-    const pto_program_desc *d = o->d;
-    if (!d->ninstances || d->ninstances > PTI_ORCH_INLINE_MAX || d->ninstances > o->window)
-        return false;
-    if (d->pred_off[d->ninstances] > o->pool_size)
-        return false;
-    return !dev->program_heap || scratch_total(d) <= dev->program_heap;
-}
-
 void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
 {
     uint64_t now = cmd->start_ns;
@@ -1032,8 +1021,7 @@ void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)
                        now, PTO_ENGINE_NONE);
         return;
     }
-    if (run_inline(dev, o)) {
-        o->inline_run = true;
+    if (o->inline_run) {
         orchestrate(o); /* may finish the command here: run_finish(o, true) */
         return;
     }

@@ -8,8 +8,13 @@
  * a table (a chain); a scope larger than the window (the deadlock error); a
  * failing task (its dependent does not run, an independent one does); and
  * a device closed while programs are queued (in the ring and its overflow)
- * and running.
+ * and running; a small program (orchestrated inside the pass that starts
+ * it) whose first task runs while its orchestration still goes on; and
+ * eight tiny tasks run without a core woken (on one CPU, where nothing
+ * spins).
  */
+#include <dlfcn.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "helpers.h"
@@ -192,6 +197,109 @@ static void test_close_while_running(void)
     }
 }
 
+/* An int the test library defines (its programs' observations). */
+static atomic_int *lib_int(const char *name)
+{
+    void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD); /* the driver's load of it */
+    t_assert(h != NULL, "%s not loaded: %s", lib, dlerror());
+    atomic_int *v = dlsym(h, name);
+    t_assert(v != NULL, "no %s in %s", name, lib);
+    dlclose(h);
+    return v;
+}
+
+/*
+ * A small program runs inline, inside the scheduler pass that starts it;
+ * its ready tasks still go to the cores as they are made ready, not when
+ * the orchestration returns: early's orchestration sees its first task run
+ * before it submits the second.  Host first off: the pass and the task are
+ * the device's threads' (a host thread running the pass would itself be
+ * the one to run the task).  Bounded waits in the orchestration: seen in
+ * one of a few runs (a core may be the pass's own thread), never before.
+ */
+static void test_early_dispatch(void)
+{
+    int seen = 0;
+    for (int round = 0; round < 5 && !seen; round++) {
+        pto_device_config cfg;
+        pto_device_config_init(&cfg);
+        cfg.cores = 2;
+        cfg.host_first = PTO_HOST_FIRST_OFF;
+        cfg.spin_us = 1; /* no core still spinning from its start (a spinner would run the pass itself) */
+        pto_device *dev;
+        t_check(pto_device_open("sim", &cfg, &dev));
+        pto_program *p = load(dev, "prog_early");
+        atomic_store(lib_int("prog_early_ran"), 0);
+        atomic_store(lib_int("prog_early_seen"), 0);
+        pto_devptr bo;
+        float *out = alloc(dev, &bo, 2);
+        out[0] = out[1] = -1;
+        uint64_t args[1] = {bo};
+        t_pause_us(2000);
+        pto_completion c = run(dev, p, args, 1, 20 + round);
+        t_assert(c.status == 0, "early: %s", c.message);
+        t_assert(out[0] == 1.0f && out[1] == 2.0f, "early: out %f %f", out[0], out[1]);
+        pto_program_stats st;
+        t_check(pto_program_get_stats(p, &st));
+        t_assert(st.inline_runs == 1, "early was not orchestrated inline (%llu)",
+                 (unsigned long long)st.inline_runs);
+        seen = atomic_load(lib_int("prog_early_seen"));
+        pto_program_unload(p);
+        pto_device_close(dev);
+    }
+    t_assert(seen, "a small program's first task never ran before its orchestration returned");
+}
+
+/*
+ * Eight tiny independent tasks wake no core: the thread that starts the
+ * program (the scheduler, host first off) runs them after its pass, in a
+ * sleeping core's stead, since a core's wake-up takes longer than they do.
+ * On one CPU (pinned before the device opens: its threads inherit it)
+ * nothing spins.  A task is tiny once its site ran under 5 us, so a few
+ * runs warm it; a preempted run may still wake a core, so most runs of ten,
+ * not all, must wake none (before: every run woke one).
+ */
+static void test_tiny_tasks_wake_no_core(void)
+{
+    cpu_set_t was, one;
+    t_check(sched_getaffinity(0, sizeof(was), &was));
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &was))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    t_check(sched_setaffinity(0, sizeof(one), &one));
+    pto_device_config cfg;
+    pto_device_config_init(&cfg);
+    cfg.cores = 2;
+    cfg.host_first = PTO_HOST_FIRST_OFF;
+    pto_device *dev;
+    t_check(pto_device_open("sim", &cfg, &dev));
+    pto_program *p = load(dev, "prog_eight");
+    pto_devptr bo;
+    float *out = alloc(dev, &bo, 8);
+    uint64_t args[1] = {bo};
+    for (int i = 0; i < 3; i++)
+        t_assert(run(dev, p, args, 1, 30 + i).status == 0, "eight failed");
+    int quiet = 0;
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < 8; i++)
+            out[i] = -1;
+        pto_device_stats a, b;
+        t_check(pto_device_get_stats(dev, &a));
+        pto_completion c = run(dev, p, args, 1, 40 + round);
+        t_check(pto_device_get_stats(dev, &b));
+        t_assert(c.status == 0, "eight: %s", c.message);
+        for (int i = 0; i < 8; i++)
+            t_assert(out[i] == (float)i + 1.0f, "eight: out[%d] = %f", i, out[i]);
+        quiet += b.engine_wakes == a.engine_wakes;
+    }
+    pto_program_unload(p);
+    pto_device_close(dev);
+    t_check(sched_setaffinity(0, sizeof(was), &was));
+    t_assert(quiet >= 5, "only %d of 10 runs of eight tiny tasks woke no core", quiet);
+}
+
 int main(void)
 {
     const char *dir = getenv("PTO_TEST_LIBDIR");
@@ -205,6 +313,8 @@ int main(void)
     test_scope_deadlock();
     test_failing();
     test_close_while_running();
+    test_early_dispatch();
+    test_tiny_tasks_wake_no_core();
     printf("programs: ok\n");
     return T_EXIT_PASS;
 }

@@ -7,6 +7,7 @@
  * sites take part in a rendezvous (both must run at once, or the first
  * times out and fails) or fail on purpose.
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -226,3 +227,74 @@ static const pto_program_desc failing = {
     PTO_PROGRAM_ABI, 1, 3, 0, failing_sites, 0, 3, 0, failing_of, failing_off, failing_ids, failing_orch};
 
 const pto_program_desc *prog_failing(void) { return &failing; }
+
+/* ---- early: its first task runs while the orchestration still goes on ---------------------- */
+
+/* Set by early's first task; early_seen: the orchestration saw it before submitting the second. */
+atomic_int prog_early_ran, prog_early_seen;
+
+static void e_first(const pto_block *blk, void *const *args, const int64_t *idx)
+{
+    (void)blk, (void)idx;
+    uint64_t end = now_ns() + 10000; /* 10 us: never a tiny task (run after the pass) */
+    while (now_ns() < end)
+        ;
+    ((float *)args[0])[0] = 1.0f;
+    atomic_store(&prog_early_ran, 1);
+}
+
+static void e_second(const pto_block *blk, void *const *args, const int64_t *idx)
+{
+    (void)blk, (void)idx;
+    ((float *)args[0])[1] = 2.0f;
+}
+
+static int early_orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
+{
+    (void)args;
+    int rc = ops->submit(o, 0, NULL);
+    if (rc)
+        return rc;
+    /* Wait a bounded while: a first task held back until the orchestration returns never runs here. */
+    uint64_t end = now_ns() + 200000000ull;
+    while (!atomic_load(&prog_early_ran) && now_ns() < end)
+        sched_yield();
+    atomic_store(&prog_early_seen, atomic_load(&prog_early_ran));
+    return ops->submit(o, 1, NULL);
+}
+
+static const pto_task_site early_sites[] = {{"first", e_first, 0, 0}, {"second", e_second, 0, 0}};
+static const uint32_t early_of[] = {0, 1};
+static const uint32_t early_off[] = {0, 0, 0};
+static const uint32_t early_ids[] = {0};
+static const pto_program_desc early = {
+    PTO_PROGRAM_ABI, 1, 2, 0, early_sites, 0, 2, 0, early_of, early_off, early_ids, early_orch};
+
+const pto_program_desc *prog_early(void) { return &early; }
+
+/* ---- eight: 8 independent tiny tasks (out[i] = i + 1) -------------------------------------- */
+
+static void g_one(const pto_block *blk, void *const *args, const int64_t *idx)
+{
+    (void)blk;
+    ((float *)args[0])[idx[0]] = (float)idx[0] + 1.0f;
+}
+
+static int eight_orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
+{
+    (void)args;
+    int rc;
+    for (int64_t i = 0; i < 8; i++)
+        if ((rc = ops->submit(o, 0, &i)) != 0)
+            return rc;
+    return 0;
+}
+
+static const pto_task_site eight_sites[] = {{"one", g_one, 1, 0}};
+static const uint32_t eight_of[8] = {0};
+static const uint32_t eight_off[9] = {0};
+static const uint32_t eight_ids[1] = {0};
+static const pto_program_desc eight = {
+    PTO_PROGRAM_ABI, 1, 1, 0, eight_sites, 0, 8, 0, eight_of, eight_off, eight_ids, eight_orch};
+
+const pto_program_desc *prog_eight(void) { return &eight; }
