@@ -11,8 +11,10 @@
  * sched_lock held), it hands the run to the device's orchestration threads
  * (aicpu_thread_num of them, started with the first program loaded): an
  * orchestration blocks when the task window is full, and a scheduler thread
- * must never block, so the orchestration does not run inside a scheduler
- * pass.  The orchestration is compiled C: its loops are real loops, and
+ * must never block, so such an orchestration does not run inside a scheduler
+ * pass.  A small program whose tasks can never make it wait (run_inline) is
+ * the exception: it is orchestrated inside the pass that starts it.  The
+ * orchestration is compiled C: its loops are real loops, and
  * each ops->submit makes the next task instance.  A task whose
  * predecessors have all completed goes to the core queue (engines.c) at
  * once; one that waits is dispatched by the core that completes its last
