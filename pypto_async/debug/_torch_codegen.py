@@ -78,7 +78,8 @@ from ..ir._program import Program
 __all__ = ["torch_codegen"]
 
 _TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "INT8": "int8",
-          "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "BOOL": "bool"}
+          "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "UINT16": "uint16",
+          "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool"}
 
 _PRELUDE = '''\
 import math

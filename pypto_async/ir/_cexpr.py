@@ -172,6 +172,8 @@ def element(e, dtype: DataType, el: Element) -> str:
         if e.op == "div":
             if dtype.is_float:
                 return f"({a} / {b})"
+            if dtype.is_unsigned:  # floor is truncation; UINT64 does not fit int64
+                return f"({ct})({b} ? {a} / {b} : 0)"
             return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
         if e.op in _EXTENDED_BINARY:
             return _extended_binary(e.op, a, b, dtype)
@@ -197,6 +199,8 @@ def _extended_binary(op: str, a: str, b: str, dtype: DataType) -> str:
     if op == "rem":
         if dtype.is_float:
             return f"pto_remf({a}, {b})" if ct == "float" else f"pto_rem({a}, {b})"
+        if dtype.is_unsigned:
+            return f"({ct})({b} ? {a} % {b} : 0)"
         return f"({ct})pto_mod((int64_t)({a}), (int64_t)({b}))"
     if op == "prelu":
         return f"({a} > 0 ? {a} : ({ct})({a} * {b}))"

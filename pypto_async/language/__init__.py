@@ -29,7 +29,8 @@ Semantics worth knowing:
   (``init_values=`` / ``pl.yield_`` is the explicit form).
 """
 
-from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
+from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
+                       UINT64, DataType)
 from . import array, system, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
@@ -152,9 +153,13 @@ __all__ = [
     "FP16",
     "BF16",
     "INT8",
+    "INT16",
     "INT32",
     "INT64",
     "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
     "BOOL",
     "INDEX",
     "ND",

@@ -19,6 +19,7 @@ different tiles).
 
 from __future__ import annotations
 
+from .._dtypes import INTEGER_DTYPES as _INTEGER_DTYPES
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
 from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, Move, SetIndex, TileType, Update
@@ -27,7 +28,7 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_
 
 __all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "INTEGER_DTYPES"]
 
-INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+INTEGER_DTYPES = tuple(d.name for d in _INTEGER_DTYPES)
 
 
 def _in_region(t, what: str, loc) -> None:
@@ -39,8 +40,8 @@ def _in_region(t, what: str, loc) -> None:
 def read(tensor, indices) -> Index:
     """Read the element ``tensor[indices]`` when the region runs; return it as a runtime scalar.
 
-    ``tensor`` is an integer input of the kernel (INT8, INT32, INT64, UINT8
-    or BOOL), ``indices`` one int or loop index per dimension, inside the
+    ``tensor`` is an integer input of the kernel (INT8 ... UINT64, or
+    BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
     tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
     that use the value (see :func:`_deferred`).
