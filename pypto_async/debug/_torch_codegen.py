@@ -77,7 +77,8 @@ from ..ir._program import Program
 
 __all__ = ["torch_codegen"]
 
-_TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "INT8": "int8",
+_TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "FP8E4M3FN": "float8_e4m3fn",
+          "FP8E5M2": "float8_e5m2", "INT8": "int8",
           "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "UINT16": "uint16",
           "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool"}
 

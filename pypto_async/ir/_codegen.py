@@ -206,6 +206,9 @@ class _Gen:
         sig, unpack, call = ["const pto_block *blk"], [], ["blk"]
         for i, q in enumerate(self.program.params):
             if q.direction == SCALAR:
+                if q.dtype.is_float and q.dtype.itemsize == 1:
+                    raise PtoCompileError(f"scalar parameter {q.name!r}: a {q.dtype.name} scalar is not supported "
+                                          f"here; pass an FP32 scalar (tiles cast to {q.dtype.name} with pl.cast)")
                 st = q.dtype.c_type
                 unpack.append(f"    {st} sraw_{q.name};")
                 unpack.append(f"    memcpy(&sraw_{q.name}, (const void *)&args[{i}], sizeof sraw_{q.name});")
@@ -542,6 +545,8 @@ class _Gen:
                 val = f"(_Float16){val}"
             elif q.dtype == BF16:
                 val = f"pto_f2bf({val})"
+            elif q.dtype.is_float and q.dtype.itemsize == 1:  # FP8: to nearest even, as torch rounds
+                val = f"pto_f2{'e4m3' if q.dtype.name == 'FP8E4M3FN' else 'e5m2'}({val})"
             line = f"{ref} = {val};"
         self.emit(f"if ({cond}) {line}" if cond else line)
 

@@ -136,3 +136,114 @@ def test_integer_dtype_scalar_range_checked():
     for bad in (65536, -1):
         with pytest.raises(PtoArgumentError, match="does not fit a UINT16"):
             k(a, bad, out)
+
+
+# ---- FP8 ------------------------------------------------------------------------------------------
+
+FP8 = {"FP8E4M3FN": (pl.FP8E4M3FN, torch.float8_e4m3fn), "FP8E5M2": (pl.FP8E5M2, torch.float8_e5m2)}
+
+
+def _fp8_grid(tdt):
+    """Every finite value of the format, ascending (as float32)."""
+    v = torch.arange(256, dtype=torch.uint8).view(tdt).float().numpy()
+    return np.unique(v[np.isfinite(v)])
+
+
+def _fp8_inputs(rng, tdt, shape):
+    """Random floats over the format's range, with its midpoints, overflow, inf and NaN among them."""
+    grid = _fp8_grid(tdt)
+    mids = ((grid[1:].astype(np.float64) + grid[:-1]) / 2).astype(np.float32)
+    n = int(np.prod(shape))
+    x = (rng.standard_normal(n) * rng.choice([1e-3, 0.1, 1.0, 30.0, grid[-1] / 4], n)).astype(np.float32)
+    picks = rng.choice(mids, n // 4)
+    x[: n // 4] = picks
+    x[n // 4: n // 4 + 4] = [grid[-1] * 1.2, -grid[-1] * 3, np.inf, np.nan]
+    return x.reshape(shape)
+
+
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_load_compute_store_and_cast(name):
+    """FP8 tiles load as float, compute in FP32 and round to nearest even when stored or cast, as torch does."""
+    dt, tdt = FP8[name]
+
+    @pl.jit
+    def fp8(q: pl.Tensor[[R, C], dt], x: pl.Tensor[[R, C], pl.FP32],
+            y8: pl.Out[pl.Tensor[[R, C], dt]], y32: pl.Out[pl.Tensor[[R, C], pl.FP32]],
+            c8: pl.Out[pl.Tensor[[R, C], dt]], away: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        for i in pl.range(0, R, TR):
+            t = pl.load(q, [i, 0], [TR, C])
+            pl.store(pl.adds(pl.muls(t, 3.0), 1.0), [i, 0], y8)
+            pl.store(pl.cast(t, pl.FP32), [i, 0], y32)
+            v = pl.load(x, [i, 0], [TR, C])
+            pl.store(pl.cast(v, dt, mode="rint"), [i, 0], c8)
+            pl.store(pl.cast(pl.cast(v, dt, mode="round"), pl.FP32), [i, 0], away)
+
+    rng = np.random.default_rng(11)
+    x = torch.from_numpy(_fp8_inputs(rng, tdt, (R, C)))
+    q = torch.from_numpy(_fp8_inputs(rng, tdt, (R, C))).to(tdt)
+    y8 = torch.from_numpy(poison((R, C), np.uint8)).view(tdt)
+    c8 = torch.from_numpy(poison((R, C), np.uint8)).view(tdt)
+    y32, away = torch.full((R, C), float("nan")), torch.full((R, C), float("nan"))
+    fp8(q, x, y8, y32, c8, away)
+    bits = lambda t: t.view(torch.uint8).numpy()  # noqa: E731
+    np.testing.assert_array_equal(y32.numpy(), q.float().numpy())
+    want = (q.float() * 3.0 + 1.0).to(tdt)
+    nan = np.isnan(want.float().numpy())
+    np.testing.assert_array_equal(bits(y8)[~nan], bits(want)[~nan])
+    assert np.isnan(y8.float().numpy()[nan]).all()
+    want = x.to(tdt)
+    nan = np.isnan(want.float().numpy())
+    np.testing.assert_array_equal(bits(c8)[~nan], bits(want)[~nan])
+    assert np.isnan(c8.float().numpy()[nan]).all()
+    # "round": a midpoint goes away from zero, everything else as "rint".
+    grid = _fp8_grid(tdt)
+    xs, got = x.numpy().ravel(), away.numpy().ravel()
+    finite = np.isfinite(xs) & (np.abs(xs) <= grid[-1])
+    k = np.searchsorted(grid, np.abs(xs[finite]))
+    lo, hi = grid[np.maximum(k - 1, 0)], grid[np.minimum(k, len(grid) - 1)]
+    mid = (lo.astype(np.float64) + hi) / 2 == np.abs(xs[finite])
+    rne = x.to(tdt).float().numpy().ravel()[finite]
+    want = np.where(mid, np.copysign(hi, xs[finite]), rne)
+    assert mid.sum() > 50
+    np.testing.assert_array_equal(got[finite], want)
+
+
+def test_fp8_numpy_bits_and_device_tensor(worker):
+    """A uint8 numpy array is FP8 storage where FP8 is wanted; DeviceTensor.numpy gives the bits back."""
+    @pl.jit
+    def double(q: pl.Tensor[[R, C], pl.FP8E4M3FN], out: pl.Out[pl.Tensor[[R, C], pl.FP8E4M3FN]]):
+        pl.store(pl.muls(pl.load(q, [0, 0], [R, C]), 2.0), [0, 0], out)
+
+    x = torch.from_numpy(np.random.default_rng(5).uniform(-100, 100, (R, C)).astype(np.float32))
+    bits = x.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    out = poison((R, C), np.uint8)
+    double(bits, out)
+    want = (torch.from_numpy(bits).view(torch.float8_e4m3fn).float() * 2.0).to(torch.float8_e4m3fn)
+    np.testing.assert_array_equal(out, want.view(torch.uint8).numpy())
+    t = worker.alloc_tensor((R, C), pl.FP8E4M3FN, init=bits)
+    back = t.numpy()
+    assert back.dtype == np.uint8
+    np.testing.assert_array_equal(back, bits)
+    dev_out = worker.alloc_tensor((R, C), pl.FP8E4M3FN, init=poison((R, C), np.uint8))
+    worker.run(double.compile(bits, out), t, dev_out)
+    np.testing.assert_array_equal(dev_out.numpy(), out)
+    t.free()
+    dev_out.free()
+
+
+def test_fp8_scalar_and_directed_cast_are_refused():
+    from pypto_async.errors import PtoCompileError
+
+    @pl.jit
+    def scalar(a: pl.Tensor[[R, C], pl.FP32], s: pl.Scalar[pl.FP8E5M2], out: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+        pl.store(pl.adds(pl.load(a, [0, 0], [R, C]), s), [0, 0], out)
+
+    @pl.jit
+    def floor(a: pl.Tensor[[R, C], pl.FP32], out: pl.Out[pl.Tensor[[R, C], pl.FP8E5M2]]):
+        pl.store(pl.cast(pl.load(a, [0, 0], [R, C]), pl.FP8E5M2, mode="floor"), [0, 0], out)
+
+    a = np.ones((R, C), np.float32)
+    with pytest.raises(PtoCompileError, match="FP8E5M2 scalar is not supported"):
+        scalar(a, 1.0, np.zeros((R, C), np.float32))
+    with pytest.raises(PtoCompileError, match="mode 'floor' is not supported"):
+        floor(a, np.zeros((R, C), np.uint8))
