@@ -15,20 +15,25 @@ and the device model need nothing new:
   valid region (ints, loop indices or runtime scalars); later stores write
   that box only and ``pl.fillpad`` fills the rest.  A region larger than the
   tile's current one stays cut to it: the elements outside it hold no data.
+* ``batch_matmul(lhs, rhs)``: ``[...batch, M, K] @ [...batch, K, N]`` with the
+  batch dimensions broadcast as numpy's ``matmul`` does; one ``pl.matmul``
+  per batch element (each accumulates as ``pl.matmul`` does), the results
+  assembled into ``[...batch, M, N]``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from ..ir._diag import compile_error
-from ._layout import col_expand_sub, row_expand_sub, slice as _slice, tile_assemble
+from ._layout import col_expand_sub, reshape, row_expand_sub, slice as _slice, tile_assemble
 from ._memory import _tile, fillpad, pad_name
-from ._ops import exp, full
+from ._ops import exp, full, matmul
 from ._tracer import TensorArg, Tile, current, user_loc
 from ._types import PadValue
 
-__all__ = ["row_expand_expdif", "col_expand_expdif", "fillpad_expand", "set_validshape"]
+__all__ = ["row_expand_expdif", "col_expand_expdif", "fillpad_expand", "set_validshape", "batch_matmul"]
 
 
 def row_expand_expdif(tile, row_vec) -> Tile:
@@ -97,3 +102,49 @@ def set_validshape(tile, valid_rows, valid_cols) -> Tile:
             raise compile_error(f"pl.set_validshape: {what}={v} is outside [0, {d}] for a {list(tl.shape)} tile",
                                 user_loc())
     return _slice(tl, list(tl.shape), [0, 0], valid_shape=[valid_rows, valid_cols])
+
+
+def batch_matmul(lhs, rhs) -> Tile:
+    """Return the batched product of two tiles of rank 2 or more (PyPTO's ``pl.batch_matmul``).
+
+    ``lhs`` is ``[...batch, M, K]``, ``rhs`` ``[...batch, K, N]``; the batch
+    dimensions broadcast as numpy's (a missing or size-1 one repeats), and
+    the result is ``[...batch, M, N]`` in the dtype ``pl.matmul`` gives.
+    Tile operands only, as in PyPTO.
+    """
+    current("pl.batch_matmul")
+    loc = user_loc()
+    if isinstance(lhs, TensorArg) or isinstance(rhs, TensorArg):
+        raise compile_error("pl.batch_matmul takes tile operands only; load the tensors first", loc)
+    a, b = _tile(lhs, "pl.batch_matmul", "lhs"), _tile(rhs, "pl.batch_matmul", "rhs")
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise compile_error(f"pl.batch_matmul needs tiles of rank 2 or more, got {list(a.shape)} and "
+                            f"{list(b.shape)}", loc)
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    if k != k2:
+        raise compile_error(f"pl.batch_matmul: inner dimensions differ: {list(a.shape)} @ {list(b.shape)}", loc)
+    nb = max(len(a.shape), len(b.shape)) - 2
+    ba = (1,) * (nb - len(a.shape) + 2) + tuple(a.shape[:-2])
+    bb = (1,) * (nb - len(b.shape) + 2) + tuple(b.shape[:-2])
+    batch = []
+    for x, y in zip(ba, bb):
+        if x != y and 1 not in (x, y):
+            raise compile_error(f"pl.batch_matmul: batch dimensions {list(a.shape[:-2])} and {list(b.shape[:-2])} "
+                                "do not broadcast (equal, or 1)", loc)
+        batch.append(max(x, y))
+    if not batch:
+        return matmul(a, b)
+
+    def matrix(t, bdims, at, rows, cols):
+        lead = len(t.shape) - 2
+        idx = [i if d > 1 else 0 for i, d in zip(at, bdims)][nb - lead:] if lead else []
+        window = _slice(t, [1] * lead + [rows, cols], idx + [0, 0])
+        return reshape(window, [rows, cols])
+
+    out = None
+    for at in itertools.product(*(range(d) for d in batch)):
+        c = matmul(matrix(a, ba, at, m, k), matrix(b, bb, at, k, n))
+        if out is None:
+            out = full(tuple(batch) + (m, n), 0, c.dtype)
+        out = tile_assemble(out, reshape(c, [1] * nb + [m, n]), list(at) + [0, 0])
+    return out

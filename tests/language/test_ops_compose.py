@@ -111,3 +111,34 @@ def test_checks():
         small(x, _nan(8, 16))
     with pytest.raises(PtoCompileError, match=r"pl.set_validshape: valid_rows=9 is outside \[0, 8\]"):
         too_big(x, _nan(8, 16))
+
+
+@pytest.mark.parametrize("shapes", [([2, 16, 32], [2, 32, 8]), ([2, 1, 8, 16], [3, 16, 8]), ([16, 32], [32, 8])])
+def test_batch_matmul_broadcasts_the_batch_dimensions(shapes):
+    sa, sb = shapes
+    out_shape = list(torch.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))) + [sa[-2], sb[-1]]
+
+    @pl.jit
+    def bmm(a: pl.Tensor[sa, pl.FP32], b: pl.Tensor[sb, pl.FP32], out: pl.Out[pl.Tensor[out_shape, pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0] * len(sa), sa)
+            tb = pl.load(b, [0] * len(sb), sb)
+            out[:] = pl.batch_matmul(ta, tb)
+        return out
+
+    a, b = torch.randn(*sa), torch.randn(*sb)
+    out = _nan(*out_shape)
+    bmm(a, b, out)
+    torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_matmul_refuses_tensors_and_mismatched_batches():
+    @pl.jit
+    def bad(a: pl.Tensor[[2, 8, 8], pl.FP32], b: pl.Tensor[[3, 8, 8], pl.FP32],
+            out: pl.Out[pl.Tensor[[2, 8, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.batch_matmul(pl.load(a, [0, 0, 0], [2, 8, 8]), pl.load(b, [0, 0, 0], [3, 8, 8]))
+        return out
+
+    with pytest.raises(PtoCompileError, match="do not broadcast"):
+        bad(torch.randn(2, 8, 8), torch.randn(3, 8, 8), _nan(2, 8, 8))
