@@ -59,7 +59,7 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
-from ._view import TensorLayout, TensorView
+from ._view import TensorLayout, TensorView, TileView
 from ._parse import loads, loads_program, parse, parse_program
 from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
@@ -136,6 +136,7 @@ __all__ = [
     "system",
     "MemRef",
     "TensorView",
+    "TileView",
     "TensorLayout",
     "dynamic",
     "cluster",

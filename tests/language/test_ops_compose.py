@@ -142,3 +142,14 @@ def test_batch_matmul_refuses_tensors_and_mismatched_batches():
 
     with pytest.raises(PtoCompileError, match="do not broadcast"):
         bad(torch.randn(2, 8, 8), torch.randn(3, 8, 8), _nan(2, 8, 8))
+
+
+def test_tile_view_in_a_tile_annotation_is_checked_for_form():
+    assert pl.Tile[[16, 64], pl.FP32, pl.TileView(valid_shape=[16, 32])] == ((16, 64), pl.FP32)
+    assert pl.Tile[[16, 64], pl.FP32, pl.TileView(stride=[64, 1], fractal=512)] == ((16, 64), pl.FP32)
+    with pytest.raises(PtoCompileError, match="one entry per dimension"):
+        pl.Tile[[16, 64], pl.FP32, pl.TileView(valid_shape=[16])]
+    with pytest.raises(PtoCompileError, match="outside"):
+        pl.Tile[[16, 64], pl.FP32, pl.TileView(valid_shape=[17, 64])]
+    with pytest.raises(PtoCompileError, match="fractal"):
+        pl.TileView(fractal=0)
