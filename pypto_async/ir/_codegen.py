@@ -87,6 +87,11 @@ def _numel(shape) -> int:
     return n
 
 
+def _fp8_round(dtype, value: str) -> str:
+    """C of float ``value`` rounded to FP8 ``dtype``, to nearest even (pto_kernel_rt.h)."""
+    return f"pto_{'e4m3' if dtype.name == 'FP8E4M3FN' else 'e5m2'}_round({value}, 0)"
+
+
 def _c_string(text: str) -> str:
     """A C string literal of ``text`` (printable ASCII kept, anything else as '?')."""
     safe = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "?" for ch in text)
@@ -399,6 +404,9 @@ class _Gen:
                 )
             self.depth -= 1
             self.emit("}")
+        if dt.is_float and dt.itemsize == 1:  # an FP8 tile holds FP8 values: the result rounds once
+            n = r if e.op.startswith("row") else c
+            self.emit(f"for (int64_t i = 0; i < {n}; i++) {dst}[i] = {_fp8_round(dt, f'{dst}[i]')};")
         self.depth -= 1
         self.emit("}")
         self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
@@ -509,7 +517,10 @@ class _Gen:
                 return f"{self.tensor_ptr(m.expr.param)}[{tensor_index(m.expr.param, m)}]"
 
             el = Element(idx, operand, at, tensor_ref)
-            self.emit(f"const {ct} v{v.id} = {element(m.expr, v.type.dtype, el)};")
+            value = element(m.expr, v.type.dtype, el)
+            if v.type.dtype.is_float and v.type.dtype.itemsize == 1:  # an FP8 tile holds FP8 values
+                value = _fp8_round(v.type.dtype, value)
+            self.emit(f"const {ct} v{v.id} = {value};")
             if v.id in keep:
                 self.emit(f"{self.buffer(v)}[{tile_lin}] = v{v.id};")
         for _ in range(rank):

@@ -163,7 +163,7 @@ def _fp8_inputs(rng, tdt, shape):
 
 @pytest.mark.parametrize("name", sorted(FP8))
 def test_fp8_load_compute_store_and_cast(name):
-    """FP8 tiles load as float, compute in FP32 and round to nearest even when stored or cast, as torch does."""
+    """FP8 tiles hold FP8 values: each op computes in FP32 and its result rounds to nearest even, as torch's .to()."""
     dt, tdt = FP8[name]
 
     @pl.jit
@@ -187,7 +187,7 @@ def test_fp8_load_compute_store_and_cast(name):
     fp8(q, x, y8, y32, c8, away)
     bits = lambda t: t.view(torch.uint8).numpy()  # noqa: E731
     np.testing.assert_array_equal(y32.numpy(), q.float().numpy())
-    want = (q.float() * 3.0 + 1.0).to(tdt)
+    want = ((q.float() * 3.0).to(tdt).float() + 1.0).to(tdt)  # each FP8 tile op's result is an FP8 value
     nan = np.isnan(want.float().numpy())
     np.testing.assert_array_equal(bits(y8)[~nan], bits(want)[~nan])
     assert np.isnan(y8.float().numpy()[nan]).all()
@@ -247,3 +247,85 @@ def test_fp8_scalar_and_directed_cast_are_refused():
         scalar(a, 1.0, np.zeros((R, C), np.float32))
     with pytest.raises(PtoCompileError, match="mode 'floor' is not supported"):
         floor(a, np.zeros((R, C), np.uint8))
+
+
+# ---- the torch reference (debug.torch_codegen) of kernels over these types -----------------------
+
+def _torch_reference(kernel, args):
+    from pypto_async.debug import torch_codegen
+
+    program = kernel.lower(*args)
+    ns: dict = {}
+    exec(compile(torch_codegen(program), f"<torch_codegen {program.name}>", "exec"), ns)  # noqa: S102
+    targs = [torch.from_numpy(a.copy()) if isinstance(a, np.ndarray) else a for a in args]
+    ns[program.name](*targs)
+    return targs
+
+
+@pytest.mark.parametrize("name", ["INT16", "UINT16", "UINT32"])
+def test_torch_codegen_integer_dtypes(name):
+    dt, np_dt = NEW_INTS[name]
+    rng = np.random.default_rng(2)
+    a, b = ints(rng, (R, C), np_dt), ints(rng, (R, C), np_dt)
+    s = int(ints(rng, (), np_dt))
+    args = [a, b, s] + [poison((R, C), np_dt) for _ in range(8)] + [poison((R, C), np.float32)]
+    ref = _torch_reference(_arith(dt), args)
+    _arith(dt)(*args)
+    for got, want in zip(args[3:], ref[3:]):
+        np.testing.assert_array_equal(got, want.numpy())
+
+
+def test_torch_codegen_refuses_uint64():
+    from pypto_async.errors import PtoNotSupported
+
+    a = np.zeros((R, C), np.uint64)
+    args = [a, a, 0] + [poison((R, C), np.uint64) for _ in range(8)] + [poison((R, C), np.float32)]
+    with pytest.raises(PtoNotSupported, match="UINT64"):
+        _torch_reference(_arith(pl.UINT64), args)
+
+
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_torch_codegen_fp8(name):
+    dt, tdt = FP8[name]
+
+    @pl.jit
+    def fp8(q: pl.Tensor[[R, C], dt], x: pl.Tensor[[R, C], pl.FP32], y8: pl.Out[pl.Tensor[[R, C], dt]],
+            c8: pl.Out[pl.Tensor[[R, C], dt]], away: pl.Out[pl.Tensor[[R, C], dt]]):
+        t = pl.load(q, [0, 0], [R, C])
+        pl.store(pl.adds(pl.muls(t, 3.0), 1.0), [0, 0], y8)
+        v = pl.load(x, [0, 0], [R, C])
+        pl.store(pl.cast(v, dt, mode="rint"), [0, 0], c8)
+        pl.store(pl.cast(v, dt, mode="round"), [0, 0], away)
+
+    rng = np.random.default_rng(4)
+    q = torch.from_numpy(_fp8_inputs(rng, tdt, (R, C))).to(tdt).view(torch.uint8).numpy()
+    x = _fp8_inputs(rng, tdt, (R, C))
+    args = [q, x] + [poison((R, C), np.uint8) for _ in range(3)]
+    from pypto_async.debug import torch_codegen
+
+    program = fp8.lower(*args)
+    ns: dict = {}
+    exec(compile(torch_codegen(program), "<torch_codegen fp8>", "exec"), ns)  # noqa: S102
+    touts = [torch.from_numpy(poison((R, C), np.uint8)).view(tdt) for _ in range(3)]
+    ns[program.name](torch.from_numpy(q).view(tdt), torch.from_numpy(x), *touts)
+    fp8(*args)
+    for got, want in zip(args[2:], touts):
+        w = want.view(torch.uint8).numpy()
+        nan = np.isnan(want.float().numpy())
+        np.testing.assert_array_equal(got[~nan], w[~nan])
+        assert np.isnan(torch.from_numpy(got).view(tdt).float().numpy()[nan]).all()
+
+
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_row_sum_rounds_once(name):
+    dt, tdt = FP8[name]
+
+    @pl.jit
+    def rsum(q: pl.Tensor[[R, C], dt], out: pl.Out[pl.Tensor[[R, 1], dt]]):
+        pl.store(pl.row_sum(pl.load(q, [0, 0], [R, C])), [0, 0], out)
+
+    vals = torch.from_numpy(np.random.default_rng(9).uniform(-8, 8, (R, C)).astype(np.float32)).to(tdt)
+    out = torch.from_numpy(poison((R, 1), np.uint8)).view(tdt)
+    rsum(vals, out)
+    want = torch.from_numpy(vals.float().numpy().astype(np.float64).sum(axis=1, keepdims=True)).float().to(tdt)
+    np.testing.assert_array_equal(out.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
