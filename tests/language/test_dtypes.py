@@ -329,3 +329,27 @@ def test_fp8_row_sum_rounds_once(name):
     rsum(vals, out)
     want = torch.from_numpy(vals.float().numpy().astype(np.float64).sum(axis=1, keepdims=True)).float().to(tdt)
     np.testing.assert_array_equal(out.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
+
+
+def test_arrays_of_the_new_integer_types_wrap():
+    """pl.array.create takes INT16, UINT16 and UINT32: a stored value wraps as the element type holds it."""
+
+    @pl.jit
+    def wraps(v: pl.Tensor[[3], pl.INT64], marks: pl.InOut[pl.Tensor[[3, 512], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            a = pl.array.create(1, pl.INT16)
+            a[0] = pl.read(v, [0])
+            b = pl.array.create(1, pl.UINT16)
+            b[0] = pl.read(v, [1])
+            c = pl.array.create(1, pl.UINT32)
+            c[0] = pl.read(v, [2])
+            one = pl.full([1, 1], 1.0, pl.FP32)
+            for row, value in enumerate((a[0], b[0], c[0])):
+                marks = pl.store(one, [row, value + 128], marks)
+        return marks
+
+    v = torch.tensor([65536 - 100, 65536 + 300, (1 << 32) + 200], dtype=torch.int64)
+    marks = torch.zeros(3, 512)
+    wraps(v, marks)
+    assert marks.sum().item() == 3
+    assert [int(c) - 128 for c in marks.argmax(dim=1)] == [-100, 300, 200]
