@@ -153,3 +153,17 @@ def test_tile_view_in_a_tile_annotation_is_checked_for_form():
         pl.Tile[[16, 64], pl.FP32, pl.TileView(valid_shape=[17, 64])]
     with pytest.raises(PtoCompileError, match="fractal"):
         pl.TileView(fractal=0)
+
+
+def test_matmul_of_rank_3_tensors_is_a_batch_matmul():
+    @pl.jit
+    def bmm(a: pl.Tensor[[2, 16, 32], pl.FP32], b: pl.Tensor[[1, 32, 8], pl.FP32],
+            out: pl.Out[pl.Tensor[[2, 16, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.matmul(a, b)
+        return out
+
+    a, b = torch.randn(2, 16, 32), torch.randn(1, 32, 8)
+    out = _nan(2, 16, 8)
+    bmm(a, b, out)
+    torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-5, atol=1e-5)
