@@ -17,13 +17,21 @@ __all__ = [
     "FP64",
     "FP16",
     "BF16",
+    "FP8E4M3FN",
+    "FP8E5M2",
     "INT8",
+    "INT16",
     "INT32",
     "INT64",
     "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
     "BOOL",
+    "INTEGER_DTYPES",
     "ALL_DTYPES",
     "as_dtype",
+    "holds",
     "check_native",
     "bf16_to_float32",
 ]
@@ -35,7 +43,9 @@ class DataType:
 
     ``name`` is the pl name (``"FP32"``), ``np_name`` the numpy name
     (``"float32"``; ``"bfloat16"`` has no numpy type: a numpy array holds
-    it as ``uint16`` storage, the raw bits), ``c_type`` the C storage type,
+    it as ``uint16`` storage, the raw bits; the FP8 types, torch's
+    ``"float8_e4m3fn"`` and ``"float8_e5m2"``, as ``uint8`` bits),
+    ``c_type`` the C storage type,
     ``itemsize`` its bytes.
     """
 
@@ -46,9 +56,24 @@ class DataType:
     is_float: bool
 
     @property
+    def is_unsigned(self) -> bool:
+        """Whether this is an unsigned integer type (UINT8 ... UINT64; BOOL is not)."""
+        return self.c_type.startswith("uint") and not self.is_float
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """The ``(lowest, highest)`` value of an integer type (BOOL: ``(0, 1)``)."""
+        if self.is_float:
+            raise TypeError(f"{self!r} is not an integer type")
+        if self.name == "BOOL":
+            return (0, 1)
+        bits = 8 * self.itemsize
+        return (0, (1 << bits) - 1) if self.is_unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+    @property
     def np_storage(self) -> np.dtype:
         """The numpy dtype whose bytes hold one element."""
-        return np.dtype("uint16") if self.np_name == "bfloat16" else np.dtype(self.np_name)
+        return np.dtype(_RAW.get(self.np_name, self.np_name))
 
     def get_byte(self) -> int:
         """The bytes one element takes (PyPTO's ``dtype.get_byte()``: ``pl.FP32.get_byte() == 4``)."""
@@ -62,13 +87,25 @@ FP32 = DataType("FP32", "float32", "float", 4, True)
 FP64 = DataType("FP64", "float64", "double", 8, True)
 FP16 = DataType("FP16", "float16", "_Float16", 2, True)
 BF16 = DataType("BF16", "bfloat16", "uint16_t", 2, True)
+#: OCP FP8 (MXFP8 data): 4 exponent bits, 3 mantissa, no infinity, 448 the largest.
+FP8E4M3FN = DataType("FP8E4M3FN", "float8_e4m3fn", "uint8_t", 1, True)
+#: OCP FP8: 5 exponent bits, 2 mantissa, IEEE infinities and NaNs, 57344 the largest.
+FP8E5M2 = DataType("FP8E5M2", "float8_e5m2", "uint8_t", 1, True)
 INT8 = DataType("INT8", "int8", "int8_t", 1, False)
+INT16 = DataType("INT16", "int16", "int16_t", 2, False)
 INT32 = DataType("INT32", "int32", "int32_t", 4, False)
 INT64 = DataType("INT64", "int64", "int64_t", 8, False)
 UINT8 = DataType("UINT8", "uint8", "uint8_t", 1, False)
+UINT16 = DataType("UINT16", "uint16", "uint16_t", 2, False)
+UINT32 = DataType("UINT32", "uint32", "uint32_t", 4, False)
+UINT64 = DataType("UINT64", "uint64", "uint64_t", 8, False)
 BOOL = DataType("BOOL", "bool", "_Bool", 1, False)
 
-ALL_DTYPES = (FP32, FP64, FP16, BF16, INT8, INT32, INT64, UINT8, BOOL)
+ALL_DTYPES = (FP32, FP64, FP16, BF16, FP8E4M3FN, FP8E5M2, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL)
+#: The integer element types (BOOL included), in the order of their names.
+INTEGER_DTYPES = (INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL)
+#: The numpy storage of the float types numpy lacks: their raw bits.
+_RAW = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 _BY_NP_NAME = {d.np_name: d for d in ALL_DTYPES}
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 
@@ -112,6 +149,17 @@ def as_dtype(obj) -> DataType:
                 return found
     supported = ", ".join(d.np_name for d in ALL_DTYPES)
     raise PtoArgumentError(f"unsupported dtype {obj!r}; supported: {supported}")
+
+
+def holds(host: DataType, want: DataType) -> bool:
+    """Whether a host array of element type `host` holds elements of `want`.
+
+    The same type does, and so does the raw-bit storage of a float type numpy
+    lacks: ``uint16`` for ``BF16``, ``uint8`` for the FP8 types (the form
+    :meth:`DeviceTensor.numpy` returns them in).  A ``uint16`` array is a
+    ``UINT16`` tensor everywhere else.
+    """
+    return host is want or host == want or (want.np_name in _RAW and host.np_name == _RAW[want.np_name])
 
 
 def check_native(dt: np.dtype) -> None:

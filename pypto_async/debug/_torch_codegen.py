@@ -79,8 +79,10 @@ from ..ir._program import Program
 
 __all__ = ["torch_codegen"]
 
-_TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "INT8": "int8",
-          "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "BOOL": "bool"}
+_TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "FP8E4M3FN": "float8_e4m3fn",
+          "FP8E5M2": "float8_e5m2", "INT8": "int8",
+          "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "UINT16": "uint16",
+          "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool"}
 
 _PRELUDE = '''\
 import math
@@ -155,6 +157,16 @@ def _narrow(x, dtype, mode):
     else:
         pick = tz
     return torch.where((rv == x) | torch.isnan(x), r, pick)
+
+
+def _fp8_away(x, dtype):
+    """x rounded to FP8 ``dtype``, ties away from zero (elsewhere as .to(dtype), which ties to even)."""
+    mbits, bias = (3, 7) if dtype == torch.float8_e4m3fn else (2, 15)
+    a = x.to(torch.float64).abs()
+    e = torch.floor(torch.log2(torch.where(a > 0, a, torch.ones_like(a)))).clamp(min=1 - bias)
+    q = torch.pow(2.0, e - mbits)
+    r = torch.copysign(torch.floor(a / q + 0.5) * q, x.to(torch.float64))
+    return torch.where(torch.isfinite(x), r, x.to(torch.float64)).to(torch.float32)
 
 
 def _ifloordiv(a, b):
@@ -248,7 +260,16 @@ def _tdt(dtype: DataType) -> str:
 
 
 def _compute(dtype: DataType) -> str:
-    return "torch.float32" if dtype in (FP16, BF16) else _tdt(dtype)
+    """The torch dtype a tile of ``dtype`` computes in: float32 for the narrow floats (FP8 too), int64 for the
+    unsigned types torch has no arithmetic for (UINT16, UINT32; stores wrap them back)."""
+    if dtype in (FP16, BF16) or (dtype.is_float and dtype.itemsize == 1):
+        return "torch.float32"
+    if dtype.name in ("UINT16", "UINT32"):
+        return "torch.int64"
+    if dtype.name == "UINT64":
+        raise PtoNotSupported("torch_codegen: UINT64 tiles (torch has no uint64 arithmetic, and int64 cannot "
+                              "hold their values)")
+    return _tdt(dtype)
 
 
 class _Gen:
@@ -303,7 +324,7 @@ class _Gen:
     def operand(self, x, dtype: DataType) -> str:
         """The operand in ``dtype``'s compute type."""
         if isinstance(x, Var):
-            if x.type.dtype == dtype and dtype not in (FP16, BF16):
+            if x.type.dtype == dtype and _compute(dtype) == _tdt(dtype):
                 return self.name(x)
             return f"{self.name(x)}.to({_compute(dtype)})"
         if isinstance(x, Const):
@@ -404,7 +425,11 @@ class _Gen:
             if fn is None:
                 raise PtoNotSupported(f"torch_codegen: cast to {dst.name} with mode {mode!r}")
             return fn.format(x=x)
-        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8}
+        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8, "FP8E4M3FN": 4, "FP8E5M2": 3}
+        if dst.is_float and dst.itemsize == 1:  # FP8: .to() rounds to nearest even as the kernel does
+            if mode not in ("none", "rint", "round"):
+                raise PtoNotSupported(f"torch_codegen: a cast to {dst.name} with mode {mode!r}")
+            return f"_fp8_away({x}, {_tdt(dst)})" if mode == "round" else x
         if (src.is_float and dst.is_float and mode not in ("none", "rint")
                 and precision[dst.name] < precision[src.name]):
             if mode not in ("round", "floor", "ceil", "trunc", "odd"):

@@ -9,6 +9,8 @@
  *   pto_bf2f, pto_f2bf     BF16 <-> float (BF16 tiles compute in float and
  *                          round to nearest even when stored)
  *   pto_bf16_round         a float rounded through BF16 (pl.cast to BF16)
+ *   pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round, and the same for e5m2
+ *                          FP8E4M3FN / FP8E5M2 <-> float (see pto_f2fp8_)
  *   pto_floordiv, pto_mod  Python's // and % on int64 (floor toward -inf;
  *                          the remainder takes the divisor's sign)
  *   pto_min64, pto_max64   min / max of index expressions
@@ -52,6 +54,60 @@ static inline uint16_t pto_f2bf(float f)
 }
 
 static inline float pto_bf16_round(float f) { return pto_bf2f(pto_f2bf(f)); }
+
+/* The value of FP8 bits b: mbits mantissa bits, exponent bias `bias`; fn: no
+ * infinities, the all-ones pattern is NaN (E4M3FN), else IEEE-like (E5M2). */
+static inline float pto_fp82f_(uint8_t b, int mbits, int bias, int fn)
+{
+    int emax = (1 << (7 - mbits)) - 1, mmax = (1 << mbits) - 1;
+    int e = (b >> mbits) & emax, m = b & mmax;
+    float s = (b & 0x80u) ? -1.0f : 1.0f;
+    if (fn ? (e == emax && m == mmax) : (e == emax && m))
+        return __builtin_nanf("");
+    if (!fn && e == emax)
+        return s * __builtin_inff();
+    if (e == 0)
+        return s * ldexpf((float)m, 1 - bias - mbits);
+    return s * ldexpf((float)(m + (1 << mbits)), e - bias - mbits);
+}
+
+/* f rounded to FP8 bits (the format as pto_fp82f_ has it), to nearest even
+ * (away: ties away from zero), as torch's .to(torch.float8_*) rounds: a
+ * magnitude that rounds past the largest finite value `maxv` (infinity too)
+ * saturates to it (fn: E4M3FN has no infinity) or is infinity (E5M2); a NaN
+ * is NaN.  The sign is kept (-0 too). */
+static inline uint8_t pto_f2fp8_(float f, int mbits, int bias, float maxv, int fn, int away)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u), over = (uint8_t)(sign | (fn ? 0x7Eu : (0x7Fu << mbits & 0x7Fu)));
+    float a = fabsf(f);
+    if (a != a)
+        return (uint8_t)(sign | 0x7Fu);
+    if (a > maxv * 2.0f)
+        return over;
+    int e;
+    frexpf(a, &e);
+    int ex = (a == 0.0f || e - 1 < 1 - bias) ? 1 - bias : e - 1;
+    float q = ldexpf(1.0f, ex - mbits), n = a / q; /* a power of two: exact */
+    float r = (away ? roundf(n) : rintf(n)) * q;
+    if (r > maxv)
+        return over;
+    if (r == 0.0f)
+        return sign;
+    frexpf(r, &e);
+    if (e - 1 < 1 - bias) /* subnormal */
+        return (uint8_t)(sign | (uint8_t)(r / ldexpf(1.0f, 1 - bias - mbits)));
+    uint32_t m = (uint32_t)(r / ldexpf(1.0f, e - 1 - mbits)) - (1u << mbits);
+    return (uint8_t)(sign | (uint8_t)((uint32_t)(e - 1 + bias) << mbits) | (uint8_t)m);
+}
+
+static inline float pto_e4m3_2f(uint8_t b) { return pto_fp82f_(b, 3, 7, 1); }
+static inline uint8_t pto_f2e4m3(float f) { return pto_f2fp8_(f, 3, 7, 448.0f, 1, 0); }
+static inline float pto_e4m3_round(float f, int away) { return pto_e4m3_2f(pto_f2fp8_(f, 3, 7, 448.0f, 1, away)); }
+static inline float pto_e5m2_2f(uint8_t b) { return pto_fp82f_(b, 2, 15, 0); }
+static inline uint8_t pto_f2e5m2(float f) { return pto_f2fp8_(f, 2, 15, 57344.0f, 0, 0); }
+static inline float pto_e5m2_round(float f, int away) { return pto_e5m2_2f(pto_f2fp8_(f, 2, 15, 57344.0f, 0, away)); }
 
 /* a // b as Python computes it; 0 for b == 0. */
 static inline int64_t pto_floordiv(int64_t a, int64_t b)

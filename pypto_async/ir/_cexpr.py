@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .._dtypes import BF16, BOOL, FP16, FP32, FP64, DataType
+from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E5M2, FP16, FP32, FP64, DataType
 from ..errors import PtoCompileError
 from ._infer import compute_dtype
 from ._nodes import (
@@ -182,6 +182,8 @@ def element(e, dtype: DataType, el: Element) -> str:
         if e.op == "div":
             if dtype.is_float:
                 return f"({a} / {b})"
+            if dtype.is_unsigned:  # floor is truncation; UINT64 does not fit int64
+                return f"({ct})({b} ? {a} / {b} : 0)"
             return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
         if e.op in _EXTENDED_BINARY:
             return _extended_binary(e.op, a, b, dtype)
@@ -207,6 +209,8 @@ def _extended_binary(op: str, a: str, b: str, dtype: DataType) -> str:
     if op == "rem":
         if dtype.is_float:
             return f"pto_remf({a}, {b})" if ct == "float" else f"pto_rem({a}, {b})"
+        if dtype.is_unsigned:
+            return f"({ct})({b} ? {a} % {b} : 0)"
         return f"({ct})pto_mod((int64_t)({a}), (int64_t)({b}))"
     if op == "prelu":
         return f"({a} > 0 ? {a} : ({ct})({a} * {b}))"
@@ -272,6 +276,8 @@ def _load(e: Load, dtype: DataType, el: Element) -> str:
     ref = el.tensor_ref()
     if dtype == BF16:
         ref = f"pto_bf2f({ref})"
+    elif dtype in _FP8:
+        ref = f"pto_{_FP8[dtype]}_2f({ref})"
     elif dtype == FP16:
         ref = f"(float){ref}"
     cond = valid_cond(el.idx, e.shape, e.valid)
@@ -282,7 +288,9 @@ def _load(e: Load, dtype: DataType, el: Element) -> str:
     return f"(({cond}) ? {ref} : {pad})"
 
 
-_PRECISION = {FP64: 53, FP32: 24, FP16: 11, BF16: 8}
+_PRECISION = {FP64: 53, FP32: 24, FP16: 11, BF16: 8, FP8E4M3FN: 4, FP8E5M2: 3}
+#: The FP8 types, by their pto_kernel_rt.h name (pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round).
+_FP8 = {FP8E4M3FN: "e4m3", FP8E5M2: "e5m2"}
 
 
 def _cast(e: Cast, x: str, ct: str) -> str:
@@ -293,6 +301,11 @@ def _cast(e: Cast, x: str, ct: str) -> str:
         fn = _INT_ROUNDING[mode] + ("f" if compute_dtype(src) == FP32 else "")
         return f"({ct}){fn}({x})"
     narrowing = src.is_float and dst.is_float and _PRECISION[dst] < _PRECISION[src]
+    if dst in _FP8:  # to nearest, ties to even (none, rint) or away from zero (round); see pto_f2fp8_
+        if mode not in ("none", "rint", "round"):
+            raise PtoCompileError(f"pl.cast to {dst.name}: mode {mode!r} is not supported here "
+                                  f"(to nearest: 'rint' ties to even, 'round' ties away from zero)")
+        return f"pto_{_FP8[dst]}_round((float)({x}), {int(mode == 'round')})"
     if narrowing and mode not in ("none", "rint"):
         target = {FP16: "f16", BF16: "bf16", FP32: "f32"}[dst]
         return f"pto_cvt_{target}((double)({x}), {CAST_MODE_CODES[mode]})"

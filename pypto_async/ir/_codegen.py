@@ -89,6 +89,11 @@ def _numel(shape) -> int:
     return n
 
 
+def _fp8_round(dtype, value: str) -> str:
+    """C of float ``value`` rounded to FP8 ``dtype``, to nearest even (pto_kernel_rt.h)."""
+    return f"pto_{'e4m3' if dtype.name == 'FP8E4M3FN' else 'e5m2'}_round({value}, 0)"
+
+
 def _c_string(text: str) -> str:
     """A C string literal of ``text`` (printable ASCII kept, anything else as '?')."""
     safe = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "?" for ch in text)
@@ -208,6 +213,9 @@ class _Gen:
         sig, unpack, call = ["const pto_block *blk"], [], ["blk"]
         for i, q in enumerate(self.program.params):
             if q.direction == SCALAR:
+                if q.dtype.is_float and q.dtype.itemsize == 1:
+                    raise PtoCompileError(f"scalar parameter {q.name!r}: a {q.dtype.name} scalar is not supported "
+                                          f"here; pass an FP32 scalar (tiles cast to {q.dtype.name} with pl.cast)")
                 st = q.dtype.c_type
                 unpack.append(f"    {st} sraw_{q.name};")
                 unpack.append(f"    memcpy(&sraw_{q.name}, (const void *)&args[{i}], sizeof sraw_{q.name});")
@@ -404,6 +412,9 @@ class _Gen:
                 )
             self.depth -= 1
             self.emit("}")
+        if dt.is_float and dt.itemsize == 1:  # an FP8 tile holds FP8 values: the result rounds once
+            n = r if e.op.startswith("row") else c
+            self.emit(f"for (int64_t i = 0; i < {n}; i++) {dst}[i] = {_fp8_round(dt, f'{dst}[i]')};")
         self.depth -= 1
         self.emit("}")
         self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
@@ -516,7 +527,10 @@ class _Gen:
                 return f"{self.tensor_ptr(m.expr.param)}[{tensor_index(m.expr.param, m)}]"
 
             el = Element(idx, operand, at, tensor_ref)
-            self.emit(f"const {ct} v{v.id} = {element(m.expr, v.type.dtype, el)};")
+            value = element(m.expr, v.type.dtype, el)
+            if v.type.dtype.is_float and v.type.dtype.itemsize == 1:  # an FP8 tile holds FP8 values
+                value = _fp8_round(v.type.dtype, value)
+            self.emit(f"const {ct} v{v.id} = {value};")
             if v.id in keep:
                 self.emit(f"{self.buffer(v)}[{tile_lin}] = v{v.id};")
         for _ in range(rank):
@@ -552,6 +566,8 @@ class _Gen:
                 val = f"(_Float16){val}"
             elif q.dtype == BF16:
                 val = f"pto_f2bf({val})"
+            elif q.dtype.is_float and q.dtype.itemsize == 1:  # FP8: to nearest even, as torch rounds
+                val = f"pto_f2{'e4m3' if q.dtype.name == 'FP8E4M3FN' else 'e5m2'}({val})"
             line = f"{ref} = {val};"
         self.emit(f"if ({cond}) {line}" if cond else line)
 

@@ -77,7 +77,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-DEFAULT_CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-math-errno")
+#: ``-fwrapv``: integer tiles wrap as numpy's do (an INT32 sum past its range; UINT16 products, which C
+#: computes in ``int``), where C would leave signed overflow undefined.
+DEFAULT_CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-math-errno",
+                  "-fwrapv")
 #: The runtime a program is bound to, PyPTO's default (``ChipWorker(runtime=...)`` must match).
 RUNTIME_NAME = "tensormap_and_ringbuffer"
 _META = "compiled_meta.json"

@@ -67,8 +67,8 @@ ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT8)
 
 
 def compute_dtype(dtype: DataType) -> DataType:
-    """Return the dtype arithmetic on ``dtype`` is carried out in (FP16/BF16 → FP32)."""
-    return FP32 if dtype in (FP16, BF16) else dtype
+    """Return the dtype arithmetic on ``dtype`` is carried out in (FP16/BF16/FP8 → FP32)."""
+    return FP32 if dtype in (FP16, BF16) or (dtype.is_float and dtype.itemsize == 1) else dtype
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], loc: Loc | None, what: str) -> tuple[int, ...]:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .._dtypes import BF16, FP16
 from ..errors import PtoCompileError
 from ._bounds import RUNTIME
-from ._infer import check_acc_phase, check_load, check_matmul_acc, check_store, compile_error, infer_expr
+from ._infer import check_acc_phase, check_load, check_matmul_acc, check_store, compile_error, compute_dtype, infer_expr
 from ._layout import check_tile_window
 from ._nodes import (
     ELEMENTWISE,
@@ -275,7 +274,7 @@ def view_loads(program: Program) -> set[int]:
         for vid, good in ok.items()
         if good
         and loads[vid].expr.param not in stored
-        and loads[vid].var.type.dtype not in (FP16, BF16)
+        and compute_dtype(loads[vid].var.type.dtype) == loads[vid].var.type.dtype  # FP16, BF16, FP8 convert
         and vid in used
     }
 

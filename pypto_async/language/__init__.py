@@ -29,7 +29,8 @@ Semantics worth knowing:
   (``init_values=`` / ``pl.yield_`` is the explicit form).
 """
 
-from .._dtypes import ALL_DTYPES, BF16, BOOL, FP16, FP32, FP64, INT8, INT32, INT64, UINT8, DataType
+from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
+                       UINT64, DataType)
 from . import array, system, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
@@ -48,6 +49,8 @@ from ._ops import *  # noqa: F401,F403
 from ._ops import __all__ as _ops_all
 from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
+from ._ops_compose import *  # noqa: F401,F403
+from ._ops_compose import __all__ as _ops_compose_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -56,7 +59,7 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
-from ._view import TensorLayout, TensorView
+from ._view import TensorLayout, TensorView, TileView
 from ._parse import loads, loads_program, parse, parse_program
 from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
@@ -133,6 +136,7 @@ __all__ = [
     "system",
     "MemRef",
     "TensorView",
+    "TileView",
     "TensorLayout",
     "dynamic",
     "cluster",
@@ -151,10 +155,16 @@ __all__ = [
     "FP64",
     "FP16",
     "BF16",
+    "FP8E4M3FN",
+    "FP8E5M2",
     "INT8",
+    "INT16",
     "INT32",
     "INT64",
     "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
     "BOOL",
     "INDEX",
     "ND",
@@ -184,4 +194,5 @@ __all__ = [
     *_memory_all,
     *_layout_all,
     *_ops_extended_all,
+    *_ops_compose_all,
 ]

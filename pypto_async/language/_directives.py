@@ -56,7 +56,7 @@ def const(value, dtype):
         raise compile_error(f"pl.const: {exc}", user_loc()) from None
     if isinstance(value, bool) and d.name != "BOOL" or not isinstance(value, (bool, int, float, np.generic)):
         raise compile_error(f"pl.const takes a number, got {value!r}", user_loc())
-    if d.np_name == "bfloat16":
+    if d.np_storage.name != d.np_name:  # BF16, FP8: numpy has no such type
         return float(value)
     if not d.is_float and float(value) != int(value):
         raise compile_error(f"pl.const({value!r}, pl.{d.name}): not an integer", user_loc())

@@ -6,7 +6,7 @@ import inspect
 
 import numpy as np
 
-from .._dtypes import BF16, BOOL, FP32, INT64, DataType, as_dtype, check_native
+from .._dtypes import BOOL, FP32, INT64, DataType, as_dtype, check_native
 from .._signature import OUT, SCALAR
 from ..backend.pto_backend import PartialCodegenError
 from ..errors import PtoArgumentError, PtoNotSupported
@@ -182,8 +182,9 @@ class JitFunction:
                 check_native(arg.dtype)
             except PtoArgumentError as exc:
                 raise PtoArgumentError(f"{self.__name__}: argument {name!r}: {exc}") from None
-        if str(arg.dtype) in ("uint16", "torch.uint16") and ann.dtype == BF16:
-            dtype = BF16  # bfloat16 stored as uint16
+        if ann.dtype is not None and ann.dtype.np_storage.name != ann.dtype.np_name and \
+                str(arg.dtype).removeprefix("torch.") == ann.dtype.np_storage.name:
+            dtype = ann.dtype  # bfloat16 stored as uint16, FP8 as uint8: the raw bits
         else:
             dtype = self._dtype_of(name, arg.dtype)
         if not shape:

@@ -343,6 +343,8 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     loaded whole) ``out_dtype`` may be another dtype, which the accumulated
     result is converted to, and ``a_trans`` / ``b_trans`` multiply by the
     operand's transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
+    tensors of rank 3 or more multiply as ``pl.batch_matmul`` (batch
+    dimensions broadcast);
     ``c_matrix_nz`` names the result's fractal layout on the device, which
     holds the same values (the sim has no layouts).  As in PyPTO, those flags
     on a tile operand raise (a tile's transpose is ``pl.transpose``).
@@ -366,6 +368,10 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
         tb = transpose(tb) if b_trans else tb
     if acc is not None:
         out = matmul_acc(acc, ta, tb)
+    elif tensors and (len(ta.shape) > 2 or len(tb.shape) > 2):  # PyPTO: rank > 2 tensors are a batch_matmul
+        from ._ops_compose import batch_matmul
+
+        out = batch_matmul(ta, tb)
     else:
         out = _record("matmul", Matmul(ta.var, tb.var))
     if out_dtype is not None:

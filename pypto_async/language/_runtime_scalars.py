@@ -21,6 +21,7 @@ both branches must return the same tensor, same-shaped tiles, or indices.
 
 from __future__ import annotations
 
+from .._dtypes import INTEGER_DTYPES as _INTEGER_DTYPES
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
 from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, IVar, Move, SetIndex, TileType, Update
@@ -32,7 +33,7 @@ __all__ = ["read", "write", "runtime_if", "loop_carry", "as_runtime_index", "Flo
 
 _RESULT = "__pl_result"  # the name an early return binds (see _branch)
 
-INTEGER_DTYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+INTEGER_DTYPES = tuple(d.name for d in _INTEGER_DTYPES)
 #: Float tensors an orchestration's ``pl.read`` reads (as :class:`FloatScalar`, its bits captured by the tasks).
 FLOAT_DTYPES = ("FP32",)
 
@@ -46,8 +47,8 @@ def _in_region(t, what: str, loc) -> None:
 def read(tensor, indices) -> Index:
     """Read the element ``tensor[indices]`` when the region runs; return it as a runtime scalar.
 
-    ``tensor`` is an integer input of the kernel (INT8, INT32, INT64, UINT8
-    or BOOL), ``indices`` one int or loop index per dimension, inside the
+    ``tensor`` is an integer input of the kernel (INT8 ... UINT64, or
+    BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
     tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
     that use the value (see :func:`_deferred`); there an FP32 tensor may be

@@ -257,11 +257,17 @@ class Tile:
         self.var = var
 
     def __class_getitem__(cls, item):
-        """``pl.Tile[[r, c], pl.FP32]``: an annotation (of a tile variable), checked for form only."""
+        """``pl.Tile[[r, c], pl.FP32]`` (and a ``pl.TileView``): an annotation of a tile variable, checked for form only."""
         from .._dtypes import as_dtype
+        from ._view import TileView
 
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], TileView):
+            if isinstance(item[0], (list, tuple)):
+                item[2].check(item[0])
+            item = item[:2]
         if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], (list, tuple)):
-            raise PtoCompileError("pl.Tile[...] takes [shape, dtype], e.g. pl.Tile[[64, 64], pl.FP32]")
+            raise PtoCompileError("pl.Tile[...] takes [shape, dtype] (and a pl.TileView), e.g. "
+                                  "pl.Tile[[64, 64], pl.FP32]")
         return (tuple(item[0]), as_dtype(item[1]))
 
     @property

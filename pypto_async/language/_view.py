@@ -21,7 +21,7 @@ import enum
 
 from ..errors import PtoCompileError, PtoNotSupported
 
-__all__ = ["TensorView", "TensorLayout"]
+__all__ = ["TensorView", "TensorLayout", "TileView"]
 
 
 class TensorLayout(enum.Enum):
@@ -62,3 +62,41 @@ class TensorView:
 
     def __repr__(self) -> str:
         return f"pl.TensorView(valid_shape={self.valid_shape}, layout=pl.TensorLayout.{self.layout.name})"
+
+
+class TileView:
+    """``pl.TileView(valid_shape=, stride=, start_offset=, blayout=, slayout=, fractal=, pad=, compact=)``.
+
+    PyPTO's view of a tile, the third item of a ``pl.Tile[[shape], dtype,
+    pl.TileView(...)]`` annotation (the form its IR printer writes).  A tile
+    annotation is checked for form here (the tile's value says its type), so
+    the view is checked for form too: ``valid_shape`` and ``stride`` need one
+    entry per dimension of the annotated shape, ``valid_shape`` entries an
+    int within the shape, a ``pl.dynamic`` dimension or an index; ``fractal``
+    a positive int.  The layouts, ``pad`` and ``compact`` are the device's
+    placement of the tile, which the sim's results do not depend on.
+    """
+
+    def __init__(self, valid_shape=None, stride=None, start_offset=None, blayout=None, slayout=None,
+                 fractal: int = 512, pad=None, compact=None):
+        for name, v in (("valid_shape", valid_shape), ("stride", stride)):
+            if v is not None and not isinstance(v, (list, tuple)):
+                raise PtoCompileError(f"pl.TileView: {name} must be a list, got {v!r}")
+        if not isinstance(fractal, int) or isinstance(fractal, bool) or fractal <= 0:
+            raise PtoCompileError(f"pl.TileView: fractal must be a positive int, got {fractal!r}")
+        self.valid_shape = None if valid_shape is None else list(valid_shape)
+        self.stride = None if stride is None else list(stride)
+        self.start_offset = start_offset
+        self.blayout, self.slayout, self.fractal, self.pad, self.compact = blayout, slayout, fractal, pad, compact
+
+    def check(self, shape) -> None:
+        """Check the view against the annotated tile ``shape``."""
+        for name, v in (("valid_shape", self.valid_shape), ("stride", self.stride)):
+            if v is not None and len(v) != len(shape):
+                raise PtoCompileError(f"pl.TileView: {name} {v} needs one entry per dimension of {list(shape)}")
+        for v, d in zip(self.valid_shape or (), shape):
+            if isinstance(v, int) and not isinstance(v, bool) and isinstance(d, int) and not 0 <= v <= d:
+                raise PtoCompileError(f"pl.TileView: valid extent {v} is outside [0, {d}] of {list(shape)}")
+
+    def __repr__(self) -> str:
+        return f"pl.TileView(valid_shape={self.valid_shape}, stride={self.stride})"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .._dtypes import INTEGER_DTYPES
 from .._scalars import is_int
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
@@ -92,7 +93,8 @@ class TaskIdArray:
                             f"array is not readable here", user_loc())
 
 
-_ELEMENT_TYPES = ("INT8", "INT32", "INT64", "UINT8", "BOOL")
+#: Integer element types an array holds: every one but UINT64, whose values int64 index arithmetic cannot hold.
+_ELEMENT_TYPES = tuple(d.name for d in INTEGER_DTYPES if d.name != "UINT64")
 
 
 class NumArray:
@@ -222,12 +224,11 @@ def _loop_vars(e) -> set[str]:
 
 
 def _wrap_int(v: int, dtype) -> int:
-    name = dtype.name
-    if name == "BOOL":
+    if dtype.name == "BOOL":
         return int(v != 0)
-    if name == "UINT8":
-        return v % 256
-    bits = {"INT8": 8, "INT32": 32, "INT64": 64}[name]
+    bits = 8 * dtype.itemsize
+    if dtype.is_unsigned:
+        return v % (1 << bits)
     half = 1 << (bits - 1)
     return (v + half) % (1 << bits) - half
 
@@ -241,9 +242,9 @@ def _wrap(e, dtype):
         return e
     if name == "BOOL":
         return IBin("!=", e, IConst(0))
-    if name == "UINT8":
-        return IBin("%", e, IConst(256))
-    half = 1 << ({"INT8": 8, "INT32": 32}[name] - 1)
+    if dtype.is_unsigned:
+        return IBin("%", e, IConst(1 << (8 * dtype.itemsize)))
+    half = 1 << (8 * dtype.itemsize - 1)
     return IBin("-", IBin("%", IBin("+", e, IConst(half)), IConst(2 * half)), IConst(half))
 
 

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .._driver import ffi
-from .._dtypes import BF16, DataType, as_dtype, check_native
+from .._dtypes import DataType, as_dtype, check_native, holds
 from .._signature import SCALAR
 from ..errors import (
     PtoArgumentError,
@@ -56,9 +56,9 @@ def _is_torch_tensor(obj) -> bool:
 def host_array(obj, what: str, *, writeable: bool) -> HostArray:
     """Return a :class:`HostArray` for a numpy array or torch CPU tensor.
 
-    A ``uint16`` array (numpy or torch) is taken as ``bfloat16`` storage, the
-    form :meth:`DeviceTensor.numpy` returns: there is no 16-bit unsigned
-    dtype to confuse it with.
+    A ``uint16`` array (numpy or torch) is a ``UINT16`` array; where a
+    ``BF16`` one is wanted it is taken as ``bfloat16`` storage, the form
+    :meth:`DeviceTensor.numpy` returns (``_dtypes.holds``).
 
     Parameters
     ----------
@@ -134,15 +134,13 @@ def _host_dtype(dt, what: str) -> DataType:
     try:
         if isinstance(dt, np.dtype):
             check_native(dt)
-        return BF16 if str(dt) in ("uint16", "torch.uint16") else as_dtype(dt)
+        return as_dtype(dt)
     except PtoArgumentError as exc:
         raise PtoArgumentError(f"{what}: {exc}") from None
 
 
 def _host_dtype_name(obj, dtype: DataType) -> str:
-    """How to name a host array's dtype in a message: a bfloat16 held as uint16 says so."""
-    if dtype is BF16 and "uint16" in str(getattr(obj, "dtype", "")):
-        return "uint16 (bfloat16 storage)"
+    """How to name a host array's dtype in a message."""
     return dtype.np_name
 
 
@@ -175,8 +173,8 @@ def check_init(t: DeviceTensor, what: str) -> None:
 
 # -- scalars ----------------------------------------------------------------------------
 
-_STRUCT = {"FP32": "<f", "FP64": "<d", "FP16": "<e", "INT8": "<b", "INT32": "<i",
-           "INT64": "<q", "UINT8": "<B", "BOOL": "<?"}
+_STRUCT = {"FP32": "<f", "FP64": "<d", "FP16": "<e", "INT8": "<b", "INT16": "<h", "INT32": "<i",
+           "INT64": "<q", "UINT8": "<B", "UINT16": "<H", "UINT32": "<I", "UINT64": "<Q", "BOOL": "<?"}
 
 
 def _bf16_bits(value: float) -> int:
@@ -296,7 +294,7 @@ class Binder:
                 append(scalar_bits(arg, dtype, label))
             else:
                 h = host_array(arg, label, writeable=p.copies_out)
-                if h.shape != shape or (h.dtype is not dtype and h.dtype != dtype):
+                if h.shape != shape or not holds(h.dtype, dtype):
                     _mismatch(label, p, h.shape, _host_dtype_name(arg, h.dtype))
                 if hosts is None:
                     hosts = []

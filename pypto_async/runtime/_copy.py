@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._driver import ffi, lib
+from .._dtypes import holds
 from ..errors import PtoArgumentError, PtoForeignTensorError
 from ._args import _is_torch_tensor, check_init, host_array
 from ._checks import check_same
@@ -93,11 +94,11 @@ def copy(worker, dst, src, stream) -> Launch:
     elif dst_dev:
         host = host_array(src, "copy(src=...)", writeable=False)
         kind, nbytes = "h2d", dst._nbytes
-        check_same(dst._dtype, dst._nbytes, host.dtype, host.nbytes)
+        check_same(dst._dtype, dst._nbytes, dst._dtype if holds(host.dtype, dst._dtype) else host.dtype, host.nbytes)
     elif src_dev:
         host = host_array(dst, "copy(dst=...)", writeable=True)
         kind, nbytes = "d2h", src._nbytes
-        check_same(host.dtype, host.nbytes, src._dtype, src._nbytes)
+        check_same(src._dtype if holds(host.dtype, src._dtype) else host.dtype, host.nbytes, src._dtype, src._nbytes)
     else:
         raise PtoArgumentError("copy(): dst or src must be a DeviceTensor (host-to-host is numpy's job)")
     sp = stream._ptr

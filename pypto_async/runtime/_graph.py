@@ -41,6 +41,7 @@ inferred are marked as such (``graph_tags`` of :mod:`._recorder`).
 from __future__ import annotations
 
 from .._driver import PTO_CMD_D2D, check, ffi, lib
+from .._dtypes import holds
 from ..errors import (
     PtoArgumentError,
     PtoCaptureError,
@@ -453,7 +454,7 @@ class Graph:
                 continue
             what = f"{self._label}: binding {inp.name!r}"
             h = host_array(v, what, writeable=inp.writes)
-            if h.shape != inp.shape or (h.dtype is not inp.dtype and h.dtype != inp.dtype):
+            if h.shape != inp.shape or not holds(h.dtype, inp.dtype):
                 if tuple(h.shape) != inp.shape:
                     raise PtoArgumentError(f"{what}: expected shape {inp.shape}, got {tuple(h.shape)}")
                 raise PtoArgumentError(f"{what}: expected dtype {inp.dtype.np_name}, got {h.dtype.np_name}")

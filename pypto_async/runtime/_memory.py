@@ -29,7 +29,7 @@ from collections import deque
 import numpy as np
 
 from .._driver import PTO_ENOMEM, check, ffi, lib
-from .._dtypes import as_dtype
+from .._dtypes import as_dtype, holds
 from ..errors import PtoArgumentError, PtoError, PtoForeignTensorError, PtoInvalidStateError, PtoTensorFreedError
 from ._args import host_array
 from ._checks import as_shape
@@ -139,7 +139,7 @@ class DeviceMemory:
             if tuple(host.shape) != shape:
                 raise PtoArgumentError(f"alloc_tensor(init=...): shape {tuple(host.shape)} does not "
                                        f"match the tensor's shape {shape}")
-            if host.dtype != dt:
+            if not holds(host.dtype, dt):
                 raise PtoArgumentError(f"alloc_tensor(init=...): dtype {host.dtype.np_name} does not "
                                        f"match the tensor's dtype {dt.np_name}")
             if worker._async:

@@ -25,9 +25,6 @@ __all__ = ["OpParam", "OpSignature", "check_identifier", "signature_of", "torch_
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
-#: Integer scalar ranges, by pl dtype name (BOOL is a schema ``bool``).
-_INT_RANGE = {"INT8": (-(1 << 7), (1 << 7) - 1), "INT32": (-(1 << 31), (1 << 31) - 1),
-              "INT64": (-(1 << 63), (1 << 63) - 1), "UINT8": (0, 255)}
 
 
 def check_identifier(name, what: str) -> None:
@@ -154,7 +151,7 @@ def _check_scalar(value, p: OpParam, what: str) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise PtoArgumentError(f"{what}: expected an int, got {type(value).__name__}")
-    lo, hi = _INT_RANGE[p.dtype.name]
+    lo, hi = p.dtype.int_range
     if not lo <= value <= hi:
         raise PtoArgumentError(f"{what}: {value} is outside the range of {p.dtype.name} [{lo}, {hi}]")
 

@@ -86,11 +86,14 @@ def test_single_byte_dtypes_have_no_byte_order():
         assert host_array(np.zeros(4, dtype), "a", writeable=True).nbytes == 4
 
 
-def test_uint16_is_bfloat16_storage():
+def test_uint16_is_uint16_and_holds_bfloat16_storage():
     torch = pytest.importorskip("torch")
+    from pypto_async._dtypes import UINT16, holds
+
     bits = np.arange(8, dtype=np.uint16)
-    assert host_array(bits, "a", writeable=True).dtype is BF16
-    assert host_array(torch.from_numpy(bits), "a", writeable=True).dtype is BF16
+    assert host_array(bits, "a", writeable=True).dtype is UINT16
+    assert host_array(torch.from_numpy(bits), "a", writeable=True).dtype is UINT16
+    assert holds(UINT16, BF16)  # where a BF16 tensor is wanted, the uint16 bits are its storage
     assert host_array(torch.zeros(8, dtype=torch.bfloat16), "a", writeable=True).dtype is BF16
 
 
