@@ -35,6 +35,8 @@ def test_the_modeled_times_do_not_follow_the_host(tmp_path):
 
 def test_the_graph_loop_gains_from_the_pipeline_too(tmp_path):
     """--graph: replays of independent graphs; their H2D streams share the copy engines in the order
-    the host ran them, so the modeled speed-up varies from run to run (0.9-1.0 of the bound at depth 4)."""
+    the host ran them, so the modeled speed-up varies from run to run (0.78-1.0 of the bound at depth 4,
+    docs/device_model.md "Placement"): what holds in every order is that the pipeline gains."""
     m = _run(tmp_path, True, 4).model
-    assert m["serial_ns"] / m["pipelined_ns"] >= 0.75 * m["bound"], m
+    assert m["bound"] > 1.5
+    assert 1.2 <= m["serial_ns"] / m["pipelined_ns"] <= m["bound"] * 1.0001, m
