@@ -577,19 +577,24 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
         } else if (c->op == G_PROGRAM && pti_program_unloaded(c->prog)) {
             rc = pti_error(PTO_EINVAL, "%s: command %u: program %s was unloaded", fn, i,
                            pto_program_name(c->prog));
-        } else if (c->op == G_LAUNCH || c->op == G_PROGRAM) {
-            /* As pto_stream_launch will check them, but now: a refusal part way would leave half a replay. */
-            char what[PTI_NAME_LEN + 32];
+        } else if (c->op == G_PROGRAM) {
+            /* As pto_stream_run_program will check them, but now: a refusal part way would leave half a replay. */
+            rc = pti_program_args_check(c->prog, patched_args(r, c, scratch), c->nargs, fn);
+        } else if (c->op == G_LAUNCH) {
+            /*
+             * pto_stream_launch's whole check, here and only here (queue_cmd commits the launch
+             * unchecked): a refusal part way would leave half a replay, and a node checked twice
+             * cost the replay as much again.
+             */
             const uint64_t *args = patched_args(r, c, scratch);
-            if (c->op == G_PROGRAM) {
-                rc = pti_program_args_check(c->prog, args, c->nargs, fn);
-            } else {
-                const struct pto_argkinds *ak = atomic_load_explicit(&c->k->kinds, memory_order_acquire);
-                rc = pti_args_check(g->dev, ak, args, c->nargs, fn, c->k->name);
-                if (rc) { /* the refusal's message names the command: made only then, not per replayed node */
-                    snprintf(what, sizeof(what), "command %u (%s)", i, c->k->name);
-                    rc = pti_args_check(g->dev, ak, args, c->nargs, fn, what);
-                }
+            rc = pti_launch_check(r->streams[c->slot], c->k, c->blocks, args, c->nargs, fn);
+            if (rc) { /* an argument's refusal names the command: made only then, not per replayed node */
+                char what[PTI_NAME_LEN + 32];
+                snprintf(what, sizeof(what), "command %u (%s)", i, c->k->name);
+                int named = pti_args_check(g->dev, atomic_load_explicit(&c->k->kinds, memory_order_acquire), args,
+                                           c->nargs, fn, what);
+                if (named)
+                    rc = named;
             }
         }
         if (rc)
@@ -613,7 +618,7 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
         const uint64_t *args = patched_args(r, c, scratch);
         if (c->op == G_PROGRAM)
             return pto_stream_run_program(s, c->prog, args, c->nargs, tag);
-        return pto_stream_launch(s, c->k, c->blocks, args, c->nargs, tag);
+        return pti_launch_commit(s, c->k, c->blocks, args, c->nargs, tag, "pto_graph_replay"); /* checked */
     }
     case G_COPY: {
         uint32_t kind;
