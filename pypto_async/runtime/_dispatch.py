@@ -57,7 +57,7 @@ from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
 from ._stream import accept, task_default
-from ._submit import hold, overflowed, submit, submit_group, token, track
+from ._submit import hold, note_used, overflowed, submit, submit_group, token, track
 from ._wait import block_until
 
 __all__ = ["launch_kernel", "launch_group", "queue_one", "finish_sync"]
@@ -136,6 +136,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
             else:
                 rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
         if tok:
+            if not stream._used:
+                note_used(q, stream)
             if rc is None:
                 pass  # held in the FIFO
             elif not rc:
