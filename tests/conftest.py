@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,27 @@ def pytest_collection_finish(session):
     find(strategies.none(), lambda _: True)
     gc.collect()
     gc.freeze()
+
+#: Folders here whose every test is in the slow tier (``pytestmark = pytest.mark.slow``): a run that
+#: deselects the slow tier does not import them (the Ray cluster's modules import Ray: a second or more).
+SLOW_ONLY = ("ray_cluster",)
+
+
+def deselects_slow(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` deselects a test marked only ``slow`` (and ``ray``)."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "ray"))
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (collection_path.parent == Path(__file__).parent and collection_path.name in SLOW_ONLY
+            and deselects_slow(config.getoption("markexpr"))):
+        return True
+    return None
+
 
 SMALL = {"cores": 2, "copy_engines": 2, "device_memory": 64 << 20}
 

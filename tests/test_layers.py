@@ -12,6 +12,7 @@ line or the line before.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import sys
 
@@ -31,14 +32,26 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return skip
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: pathlib.Path, stamp: tuple[int, int]) -> tuple[str, ast.Module, frozenset[int]]:
+    """A module's text, tree and TYPE_CHECKING-only node ids, parsed once for both checks (`stamp`: mtime, size)."""
+    src = path.read_text()
+    tree = ast.parse(src)
+    return src, tree, frozenset(_type_checking_only(tree))
+
+
+def parsed(path: pathlib.Path) -> tuple[str, ast.Module, frozenset[int]]:
+    st = path.stat()
+    return _parsed(path, (st.st_mtime_ns, st.st_size))
+
+
 def imports(pkgdir: pathlib.Path) -> dict[str, dict[str, list[tuple[int, bool]]]]:
     """Module -> sibling module -> [(line, at the top level)] for every ``from .x import`` / ``from . import x``."""
     mods = {p.stem: p for p in pkgdir.glob("*.py")}
     edges: dict[str, dict[str, list[tuple[int, bool]]]] = {m: {} for m in mods}
     for m, p in mods.items():
-        tree = ast.parse(p.read_text())
+        _, tree, skip = parsed(p)
         top = {id(n) for n in tree.body}
-        skip = _type_checking_only(tree)
         for node in ast.walk(tree):
             if id(node) in skip or not isinstance(node, ast.ImportFrom) or node.level != 1:
                 continue
@@ -103,11 +116,9 @@ def unexplained(pkgdir: pathlib.Path) -> list[str]:
     """Function-level relative imports (any level) with no comment on their line or the line before."""
     out = []
     for p in sorted(pkgdir.glob("*.py")):
-        src = p.read_text()
+        src, tree, skip = parsed(p)
         lines = src.splitlines()
-        tree = ast.parse(src)
         top = {id(n) for n in tree.body}
-        skip = _type_checking_only(tree)
         for node in ast.walk(tree):
             if id(node) in top or id(node) in skip or not isinstance(node, ast.ImportFrom) or not node.level:
                 continue

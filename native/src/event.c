@@ -200,8 +200,19 @@ static void wait_outcome(struct pto_cmd *cmd, const struct pto_event_node *n, st
         out->cause = out->status ? cmd->token : 0;
         out->own = out->status != 0;
     } else if (n->status != 0) {
-        pti_msgf(out->msg, sizeof(out->msg), "waits on event %llu recorded after failed token %llu: %s",
-                 (unsigned long long)n->event_id, (unsigned long long)n->cause, n->msg);
+        /*
+         * The chain said once: a record behind a failure says already what it
+         * depends on (exec.c's edep_msg), so the wait adds only the event it
+         * came through, in front, where a short message keeps it.  Its
+         * dependents repeat this message as it is (edep_msg).
+         */
+        if (n->status == -PTO_EDEP)
+            pti_msgf(out->msg, sizeof(out->msg), PTI_VIA_EVENT "%llu, %s", (unsigned long long)n->event_id,
+                     n->msg);
+        else
+            pti_msgf(out->msg, sizeof(out->msg), PTI_VIA_EVENT "%llu, depends on failed token %llu (%s): %s",
+                     (unsigned long long)n->event_id, (unsigned long long)n->cause,
+                     pto_status_name(n->status), n->msg);
         /* The wait's own failure: s fails from here on, with the event's cause. */
         out->status = -PTO_EDEP;
         out->cause = n->cause;

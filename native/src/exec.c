@@ -41,6 +41,8 @@
  * failed stream still reclaim their block; records still complete their
  * event, carrying the failure.
  */
+#include <string.h>
+
 #include "internal.h"
 
 static bool failed_for(const pto_stream *s, const struct pto_cmd *cmd)
@@ -164,10 +166,18 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
      */
 }
 
+/*
+ * What a command behind s's failure fails with: "depends on failed token N
+ * (STATUS): its message".  A failure carried in by a wait names its chain
+ * itself ("via event E, depends on failed token N ...", event.c): as it is.
+ */
 static void edep_msg(char *buf, size_t n, const pto_stream *s)
 {
-    pti_msgf(buf, n, "depends on failed token %llu (%s): %s", (unsigned long long)s->fail.cause,
-             pto_status_name(s->fail.status), s->fail.msg);
+    if (s->fail.status == -PTO_EDEP && !strncmp(s->fail.msg, PTI_VIA_EVENT, sizeof(PTI_VIA_EVENT) - 1))
+        pti_msgf(buf, n, "%s", s->fail.msg);
+    else
+        pti_msgf(buf, n, "depends on failed token %llu (%s): %s", (unsigned long long)s->fail.cause,
+                 pto_status_name(s->fail.status), s->fail.msg);
 }
 
 /* Finish cmd with no work done: status decided before it ran. */

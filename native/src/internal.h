@@ -53,6 +53,7 @@
 #define PTI_ALIGN 256u            /* device allocation alignment */
 #define PTI_ARG_HEAP (64u * 1024u) /* a stream's argument heap when ring_heap is not set */
 #define PTI_MSG_LEN 104           /* == sizeof(pto_completion.message), asserted in completion.c */
+#define PTI_VIA_EVENT "via event " /* how a wait's carried failure starts (event.c), kept by edep_msg (exec.c) */
 #define PTI_NAME_LEN 48           /* == sizeof(pto_trace_record.name) */
 
 /* ---- error text (error.c) ------------------------------------------------- */

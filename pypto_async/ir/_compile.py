@@ -14,7 +14,11 @@ that generated kernels include (``pto_kernel.h``, ``pto_kernel_rt.h``,
 entry is built in a private temporary directory inside the cache and published
 with one ``os.rename``: two processes that build the same kernel at once both
 succeed, and the loser uses the winner's entry.  A hit costs reading and
-hashing the headers and a JSON read.
+hashing the headers and a JSON read.  With GCC, the headers every generated
+kernel starts with are precompiled once per compiler, flags and header bytes
+(``pch/`` in the cache), built and published the same way; a kernel built
+with them is the same library, and one that fails with them is built again
+without.
 
 An entry that cannot be read (its metadata missing, empty, not JSON or not
 what this version writes, or its library gone) is a miss: it is rebuilt and
@@ -56,7 +60,7 @@ from types import NoneType
 from .._dtypes import as_dtype
 from .._signature import IN, INOUT, OUT, PLATFORMS, SCALAR, ParamSpec
 from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
-from ._codegen import CODEGEN_VERSION
+from ._codegen import _INCLUDES, CODEGEN_VERSION
 from ._deps import Edge, Task, TaskGraph
 from ._program import Program
 from ._passes import PIPELINE, run_passes
@@ -89,6 +93,7 @@ _LIB = "kernel.so"
 _IR_TEXT = "program.txt"
 _INCLUDE = Path(__file__).resolve().parent.parent / "include"
 _compiler_versions: dict[tuple[str, ...], str] = {}
+_gnu_compilers: dict[tuple[str, ...], bool] = {}
 
 
 def cache_dir() -> Path:
@@ -101,7 +106,8 @@ def cache_dir() -> Path:
 
 
 def clear_cache() -> int:
-    """Remove every cached kernel; return how many entries were removed."""
+    """Remove every cached kernel (and the precompiled headers); return how many kernels were removed."""
+    shutil.rmtree(cache_dir() / "pch", ignore_errors=True)
     root = cache_dir() / "kernels"
     if not root.is_dir():
         return 0
@@ -492,11 +498,29 @@ def _compiler_version(cc: tuple[str, ...]) -> str:
             raise PtoCompileError(f"C compiler {shlex.join(cc)!r} not found ({exc}); set CC") from exc
         v = (res.stdout.splitlines() or ["unknown"])[0].strip()
         _compiler_versions[cc] = v
+        # GCC (not clang, which answers to gcc's name on some systems): the one whose .gch files are used.
+        _gnu_compilers[cc] = "Free Software Foundation" in res.stdout and "clang" not in res.stdout.lower()
     return v
 
 
 def _run_compiler(cc: tuple[str, ...], flags: tuple[str, ...], src: Path, lib: Path) -> None:
-    cmd = [*cc, *flags, f"-I{_INCLUDE}", "-o", str(lib), str(src), "-lm"]
+    """Build `src` into the shared object `lib`, with the precompiled headers where they apply.
+
+    The result is the same either way (the precompiled headers are the
+    kernel's first two includes, parsed once); a failure with them is retried
+    without, so an unusable ``.gch`` costs time, never a build.
+    """
+    tail = [f"-I{_INCLUDE}", "-o", str(lib), str(src), "-lm"]
+    pch = _pch_dir(cc, flags) if _starts_with_the_headers(src) else None
+    if pch is not None:
+        try:
+            res = subprocess.run([*cc, *flags, f"-I{pch}", "-include", _PCH_HEADER, *tail],
+                                 capture_output=True, text=True, timeout=600)
+            if res.returncode == 0:
+                return
+        except OSError:
+            pass
+    cmd = [*cc, *flags, *tail]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except OSError as exc:
@@ -505,6 +529,98 @@ def _run_compiler(cc: tuple[str, ...], flags: tuple[str, ...], src: Path, lib: P
         raise PtoCompileError(
             f"C compilation failed ({shlex.join(cmd)}), exit {res.returncode}:\n{res.stderr.strip()}"
         )
+    if pch is not None:
+        _pch_bad.add(pch)  # the kernel builds without it and not with it: this process no longer uses it
+
+
+# -- precompiled headers ---------------------------------------------------------------
+# Parsing pto_kernel.h and pto_kernel_rt.h (and the C library headers they include) is about a
+# sixth of building a small kernel (10 of 60 ms of CPU).  GCC parses them once into a .gch per
+# compiler, flags and header bytes (in the cache's ``pch/``), and a kernel whose source starts
+# with exactly those two includes is built with ``-include`` of that header first: its own
+# includes then find the include guards set, so it is the same translation unit and the same
+# library, byte for byte (tests/ir/test_pch.py).
+
+#: The header that is precompiled: the includes every generated kernel starts with.
+_PCH_HEADER = "pto_kernel_pch.h"
+_PCH_TEXT = "/* precompiled by pypto_async.ir: the headers every generated kernel starts with */\n" \
+            + "\n".join(_INCLUDES) + "\n"
+#: Flags after which ``-include`` of the precompiled header is not the kernel's first text.
+_PCH_UNSAFE = ("-include", "-imacros", "-x", "-M", "-save-temps", "-E", "-S", "-c", "-fsyntax-only", "-flto")
+_pch_bad: set[Path] = set()
+_pch_known: dict[str, Path] = {}
+
+
+def _starts_with_the_headers(src: Path) -> bool:
+    """Whether `src` is a one-line comment, then exactly the includes that are precompiled."""
+    try:
+        with open(src) as f:
+            head = [f.readline() for _ in range(1 + len(_INCLUDES))]
+    except OSError:
+        return False
+    first = head[0].rstrip("\n")
+    return (first.startswith("/*") and first.endswith("*/") and first.count("*/") == 1
+            and [line.rstrip("\n") for line in head[1:]] == list(_INCLUDES))
+
+
+def _pch_key(cc: tuple[str, ...], flags: tuple[str, ...]) -> str | None:
+    """The precompiled header's name: compiler, its version, flags, headers (their bytes and folder), CPU."""
+    if not _gnu_compilers.get(cc) or any(f.startswith(_PCH_UNSAFE) for f in flags):
+        return None
+    host = _host_id() if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags) else ""
+    src = json.dumps(["pch 1", list(cc), _compiler_version(cc), list(flags), host, str(_INCLUDE),
+                      _headers_digest(_INCLUDE), _PCH_TEXT])
+    return hashlib.sha256(src.encode()).hexdigest()[:32]
+
+
+def _pch_dir(cc: tuple[str, ...], flags: tuple[str, ...]) -> Path | None:
+    """Return the folder holding the precompiled header for `cc` and `flags`, building it once; None if none.
+
+    Built in a private folder and published with one ``os.rename``, as a
+    kernel is: processes building it at once all succeed and use whichever
+    was published.  Any failure (not GCC, flags that move the includes, a
+    compiler error, an unwritable cache) gives None, and kernels are built
+    as before.
+    """
+    _compiler_version(cc)  # learns whether cc is GCC
+    key = _pch_key(cc, flags)
+    if key is None:
+        return None
+    gch = f"{_PCH_HEADER}.gch"
+    known = _pch_known.get(key)  # one this process made or used, in any cache directory: the same bytes
+    if known is not None and known not in _pch_bad and (known / gch).is_file():
+        return known
+    root = cache_dir() / "pch"
+    final = root / key
+    if final in _pch_bad:
+        return None
+    if (final / gch).is_file():
+        _pch_known[key] = final
+        return final
+    tmp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
+        (tmp / _PCH_HEADER).write_text(_PCH_TEXT)
+        res = subprocess.run([*cc, *flags, f"-I{_INCLUDE}", "-x", "c-header", "-o", str(tmp / gch),
+                              str(tmp / _PCH_HEADER)],
+                             capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            _pch_bad.add(final)
+            return None
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            pass  # published by another process first (or damaged: then used below only if whole)
+        if not (final / gch).is_file():
+            return None
+        _pch_known[key] = final
+        return final
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _flags_from(kwargs) -> tuple[str, ...]:

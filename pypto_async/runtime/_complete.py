@@ -89,8 +89,11 @@ def on_failure(q: CommandQueue, rec, status: int, owner) -> None:
     message = ffi.string(rec.message).decode("utf-8", "replace")
     text = f"{what}: {message}" if message else what
     if cause is not None:
-        text = f"{text} (first failure: {cause})"
+        # The chain once: a driver message that carries the first failure's own names only its command.
+        said = getattr(cause, "_pto_said", None)
+        text = f"{text} (first failure: {said[0] if said and said[1] and said[1] in message else cause})"
     exc = error_for_status(status, text, cause=cause, cause_token=cause_token)
+    exc._pto_said = (what, message)  # whose failure, and the driver's message of it
     if rec.fail_id:
         exc._pto_fail = (status, rec.stream_id, rec.fail_id)  # what delivering it observes
     if status != _EDEP and status != _ECANCELED:

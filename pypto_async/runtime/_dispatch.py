@@ -57,7 +57,7 @@ from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
 from ._stream import accept, task_default
-from ._submit import hold, overflowed, submit, submit_group, token, track
+from ._submit import hold, note_used, overflowed, submit, submit_group, token, track
 from ._wait import block_until
 
 __all__ = ["launch_kernel", "launch_group", "queue_one", "finish_sync"]
@@ -99,7 +99,9 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
             worker._hazards.sanitizer.check_hosts(stream, hosts, h._label)
         hz = worker._hazards
-        queued = False
+        tok = 0  # the launch's token once it is queued here (to the driver, or to the stream's FIFO)
+        rc = 0
+        span = 1  # tokens the launch took
         if hz is None:
             if joins is not None:  # first uses join
                 order(worker, stream, joins, h._label, 0)
@@ -107,59 +109,49 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
               and not hz.dead and not (regions_open[0] and worker in manual_workers())
               and (hz.recorder is None or hz.recorder.graph_tags is None)):
             # The driver orders the launch and queues the edges it needs with it, in one call.
-            tok = q.next_token
-            q.next_token = tok + 2  # tok: the edges' waits (quiet), tok + 1: the launch
-            rc = _hz_launch(hz.table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, tok, tok + 1)
+            first = q.next_token
+            q.next_token = first + 2  # first: the edges' waits (quiet), first + 1: the launch
+            rc = _hz_launch(hz.table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, first,
+                            first + 1)
             if rc != _DECLINED:
-                tok += 1
+                tok, span = first + 1, 2
                 q.pending[tok] = launch
                 stream._last = tok
                 if rc > QUEUED:
                     rc = fused_overflow(q, stream, hz, rc)
-                if not rc:
-                    launch._entered = True
-                elif rc == QUEUED:  # the driver keeps it until the ring has room
-                    overflowed(q, stream, 1)
-                    track(stream, launch, tok, tok)
-                else:
-                    del q.pending[tok]
-                    check(rc, h._label)
-                if tok >= q.serve_at:
-                    q.serve_at = tok + 2 * _SERVICE_EVERY  # (two tokens a launch here)
-                    if q.pump.can_serve_inline():
-                        service(q)
-                        if submit_only and q.pump.turn_due(_SERVICE_EVERY):
-                            mark_turn(launch)
-                queued = True
             else:
-                q.next_token = tok  # declined, nothing queued: ordered here instead
+                q.next_token = first  # declined, nothing queued: ordered here instead
                 hz.order(stream, h._binder.accesses(args), h._label, 0)
         else:  # the general path: the driver decides, the edges are queued here
             hz.order(stream, h._binder.accesses(args), h._label, inputs(hosts) if hosts is not None else 0)
-        if queued:
-            pass
-        elif hosts is None:
+        if not tok and hosts is None:  # ordered (or nothing to order): the launch itself, one command
             tok = q.next_token
             q.next_token = tok + 1
             q.pending[tok] = launch
             stream._last = tok
-            if not stream._fifo:
-                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-                if not rc:
-                    launch._entered = True
-                elif rc == QUEUED:  # the driver keeps it until the ring has room
-                    overflowed(q, stream, 1)
-                    track(stream, launch, tok, tok)
-                else:
-                    del q.pending[tok]
-                    check(rc, h._label)
-            else:  # behind a host condition: wait in the stream's FIFO
+            if stream._fifo:  # behind a host condition: wait in the stream's FIFO
                 hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
                      launch, F_DATA | F_LAST, None)
+                rc = None
+            else:
+                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+        if tok:
+            if not stream._used:
+                note_used(q, stream)
+            if rc is None:
+                pass  # held in the FIFO
+            elif not rc:
+                launch._entered = True
+            elif rc == QUEUED:  # the driver keeps it until the ring has room
+                overflowed(q, stream, 1)
+                track(stream, launch, tok, tok)
+            else:
+                del q.pending[tok]
+                check(rc, h._label)
             if tok >= q.serve_at:
                 # Every 64 launches; a pump that may not serve here (sync mode, another thread) is
                 # asked again then.
-                q.serve_at = tok + _SERVICE_EVERY
+                q.serve_at = tok + span * _SERVICE_EVERY
                 if q.pump.can_serve_inline():
                     service(q)
                     if submit_only and q.pump.turn_due(_SERVICE_EVERY):

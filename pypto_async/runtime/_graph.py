@@ -59,7 +59,7 @@ from ._memory import _dealloc_stream
 from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
 from ._stream import accept
-from ._submit import hold, overflowed
+from ._submit import hold, note_used, overflowed
 from ._tensor import DeviceTensor, freed_error
 from ._wait import block_until
 
@@ -349,6 +349,9 @@ class Graph:
             q.pending[tok] = launch
             launch._base = tok
             args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+            for s in (origin, *self._streams[1:]):  # the replay's work, on each of its streams
+                if not s._used:
+                    note_used(q, s)
             if held:
                 self._hold(q, origin, args, launch)
             else:

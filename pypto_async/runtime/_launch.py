@@ -389,6 +389,26 @@ class _Marker(Launch):
     _outcome = raise_carried
 
 
+class _SyncMarker(_Marker):
+    """A worker sync point's marker on one stream (``_stream.sync_point``).
+
+    Until the latest of them on a stream has completed healthy, later worker
+    syncs look at that stream again (``CommandQueue.syncing``): a failure it
+    carries that one sync did not deliver (it raises only the first) is the
+    next one's, with or without new work there.
+    """
+
+    __slots__ = ("_token",)
+
+    def _finish(self) -> None:
+        super()._finish()
+        if self._exc is None:
+            syncing = self._worker._queue.syncing
+            sid = self._stream._id
+            if syncing.get(sid) == self._token:  # the latest: the stream was healthy there
+                del syncing[sid]
+
+
 class _SyncPoint(_Marker):
     """A worker sync point: what :meth:`ChipWorker.sync` and :meth:`ChipWorker.wait` wait for.
 

@@ -27,7 +27,7 @@ from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event, enter
 from ._hazards import closed, gone, mark, merge_clock, prune_clocks
-from ._launch import Launch, _Marker, _SyncPoint
+from ._launch import Launch, _Marker, _SyncMarker, _SyncPoint
 from ._queue import F_LAST, F_RECORD
 from ._submit import submit, token
 
@@ -62,7 +62,7 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_oclock", "__weakref__")
+                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_oclock", "_used", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -97,6 +97,7 @@ class Stream:
         stream._is_default = is_default
         stream._last = 0  # the token of its last data command (a launch or copy)
         stream._oclock = {}  # the sanitizer: other stream -> the largest token of its events this one waits for
+        stream._used = False  # work queued since a worker sync last looked (in q.used; _submit.note_used)
         return stream
 
     # -- properties ---------------------------------------------------------------
@@ -416,10 +417,14 @@ def fold_point(worker) -> Stream:
 
 
 def sync_point(worker) -> _SyncPoint:
-    """A worker sync point, behind a marker on every open stream of `worker` (lock held).
+    """A worker sync point, behind a marker on each open stream of `worker` that may carry a failure (lock held).
 
     The markers carry the failures ``w.sync()`` reports (:class:`_SyncPoint`):
-    each open stream's, as its own sync would raise it.  Closed streams get
+    each open stream's, as its own sync would raise it.  Only streams given
+    work since the last worker sync (``q.used``) or whose marker of an earlier
+    one has not completed healthy (``q.syncing``) get one: any other open
+    stream carries no failure, so a sync costs the streams used since, not
+    every open stream.  Closed streams get
     none (nothing can be queued there to fail any more; waits on their last
     event carry their failure), nor does the fold point (it orders only),
     nor any stream of a lost device (the point reports the loss).  The
@@ -431,14 +436,30 @@ def sync_point(worker) -> _SyncPoint:
     if lib.pto_device_status(worker._dev):
         return point
     fold = worker._fold
-    for s in sorted(worker._streams.values(), key=_stream_id):
-        if not s._closed and s is not fold:
-            point._markers.append(s._marker_locked())
+    q = worker._queue
+    # Only the streams that can carry a failure this sync has not seen: those given work since the
+    # last one, and those whose marker of an earlier one has not completed healthy (failed, so
+    # maybe still carried; or not done).  An open stream of neither carries none.
+    look = q.used
+    q.used = {}
+    look.update(q.syncing)
+    streams = worker._streams
+    syncing = q.syncing
+    for sid in sorted(look):
+        s = streams.get(sid)
+        if s is None or s._closed or s is fold:
+            syncing.pop(sid, None)
+        else:
+            marker = _SyncMarker._make(worker, s, f"stream {sid} sync point")
+            t = marker._token = token(q, marker)
+            if submit(q, s, lib.pto_stream_notify, (s._ptr, t), marker, F_LAST):
+                marker._entered = True
+            syncing[sid] = t
+            point._markers.append(marker)
+        if s is not None:
+            s._used = False
+    q.used.clear()  # what the markers just queued noted: no work of the user's
     return point
-
-
-def _stream_id(stream: Stream) -> int:
-    return stream._id
 
 
 def _wait_foreign(q, stream: Stream, event: Event, t: int) -> None:

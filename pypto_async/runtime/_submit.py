@@ -18,7 +18,7 @@ from .._driver import PTO_EPOCH_NOW, check, lib
 from ..errors import PtoError
 from ._queue import F_DATA, F_LAST, F_RECORD, QUEUED, CommandQueue, Entry, release_waiters
 
-__all__ = ["token", "submit", "submit_group", "overflowed", "track", "hold", "enqueue_hook", "queue_call",
+__all__ = ["token", "note_used", "submit", "submit_group", "overflowed", "track", "hold", "enqueue_hook", "queue_call",
            "mark_entered", "flush"]
 
 
@@ -30,8 +30,21 @@ def token(q: CommandQueue, owner) -> int:
     return t
 
 
+def note_used(q: CommandQueue, stream) -> None:
+    """`stream` takes work: the next worker sync looks at it (lock held; see ``_stream.sync_point``).
+
+    Every path that queues a command on a stream calls it once the stream's
+    ``_used`` is false: the functions here, and the two that inline them
+    (``_dispatch.launch_kernel``, ``Graph.replay`` for each of its streams).
+    """
+    stream._used = True
+    q.used[stream._id] = None
+
+
 def submit(q: CommandQueue, stream, fn, args: tuple, owner, flags: int, gate=None) -> bool:
     """Queue one command; True if it entered the ring now.  args[-1] is its token."""
+    if not stream._used:
+        note_used(q, stream)
     if stream._fifo or (gate is not None and not gate._entered):
         hold(q, stream, fn, args, owner, flags, gate)
         return False
@@ -51,6 +64,8 @@ def submit(q: CommandQueue, stream, fn, args: tuple, owner, flags: int, gate=Non
 
 def submit_group(q: CommandQueue, stream, cmds: list, owner) -> bool:
     """Queue a group of (fn, args, flags); True if all of it entered the ring."""
+    if not stream._used:
+        note_used(q, stream)
     if stream._fifo:
         epoch = lib.pto_stream_epoch(stream._ptr)
         fifo = stream._fifo
@@ -126,6 +141,8 @@ def track(stream, owner, first_token: int, last_token: int) -> None:
 
 def hold(q: CommandQueue, stream, fn, args: tuple, owner, flags: int, gate) -> Entry:
     """Queue a command in `stream`'s host FIFO, stamped with its failure epoch."""
+    if not stream._used:
+        note_used(q, stream)
     entry = Entry(fn, args, owner, flags, gate, lib.pto_stream_epoch(stream._ptr))
     fifo = stream._fifo
     if not fifo:
@@ -170,6 +187,8 @@ def queue_call(q: CommandQueue, stream, fn, args: tuple, record: bool) -> Entry 
     """
     t = token(q, None) if record else 0
     args = (*args, t)
+    if not stream._used:
+        note_used(q, stream)
     if stream._fifo:
         return hold(q, stream, fn, args, None, 0, None)
     rc = fn(*args)

@@ -540,7 +540,7 @@ class ChipWorker:
         self._check_open()
         with self._lock:
             self._memory.free_deferred_locked()  # frees of collected tensors count as work queued so far
-            point = sync_point(self)  # behind a marker on every open stream (_stream.py)
+            point = sync_point(self)  # behind a marker on each open stream that may carry a failure (_stream.py)
             point._entered = True
             add_sync_point(self._queue, point)
         return point

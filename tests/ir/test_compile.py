@@ -167,6 +167,7 @@ def test_two_processes_compile_the_same_kernel_with_a_cold_cache(tmp_path):
             #!/bin/sh
             # Wait (up to 30 s) until two builds are in the compiler, then compile.
             if [ "$1" = "--version" ]; then exec {real_cc} "$@"; fi
+            case "$*" in *" c-header "*) exec {real_cc} "$@";; esac  # the precompiled headers: no barrier
             touch "{barrier}/$$"
             i=0
             while [ "$(ls "{barrier}" | wc -l)" -lt 2 ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
