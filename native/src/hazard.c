@@ -28,6 +28,13 @@
  * long-lived allocation read by many short-lived streams keeps a bounded
  * number of records.
  *
+ * A table of points (pto_hazards_create_points, a graph capture's) queues
+ * nothing: pto_hazards_decide returns the edges for the caller to record,
+ * each waiting for the point right after the earlier access itself, not for
+ * its stream's tail.  So each record keeps a reference to its stream's clock
+ * as it was at the access (clocks are copy-on-write: a reference, not a
+ * copy), and the edge's stream's clock in prune is that one.
+ *
  * Not locked: one caller at a time (the runtime calls it with its lock
  * held).  Nothing here runs on a driver thread.
  */
@@ -71,12 +78,14 @@ struct hz_stream {
 struct hz_read {
     struct hz_stream *s;
     uint64_t pos;
+    struct hz_clock *clock; /* a table of points: the reader's clock at the read (a reference) */
 };
 
 struct hz_tensor {
     pto_devptr addr;
     struct hz_stream *w; /* the last write's stream, or NULL */
     uint64_t wpos, wexact;
+    struct hz_clock *wclock; /* a table of points: the writer's clock at the write (a reference) */
     uint32_t nr, cap;
     struct hz_read *r;
 };
@@ -96,6 +105,7 @@ struct pto_hz_mark {
 
 struct hz_need {
     struct hz_stream *s;
+    const struct hz_clock *clock; /* what waiting for the edge's point orders after (prune) */
     uint64_t pos, exact;
     uint32_t index;
     bool dropped;
@@ -113,6 +123,7 @@ struct pto_hazards {
     struct hz_map streams, tensors;
     uint32_t fold;
     bool has_fold;
+    bool points; /* edges wait for the accesses' own points (pto_hazards_create_points) */
     uint64_t gen;
     uint64_t inferred, skipped;
     size_t live;
@@ -215,6 +226,15 @@ static void clock_unref(struct hz_clock *c)
 {
     if (c && --c->refs == 0)
         free(c);
+}
+
+/* A reference to stream clock c for a record of a table of points (NULL otherwise). */
+static struct hz_clock *clock_ref(const pto_hazards *hz, struct hz_clock *c)
+{
+    if (!hz->points || !c)
+        return NULL;
+    c->refs++;
+    return c;
 }
 
 /* The entry of stream sid in c, or NULL. */
@@ -349,8 +369,11 @@ static void tensor_free(pto_hazards *hz, struct hz_tensor *t)
 {
     if (t->w)
         stream_unname(hz, t->w);
-    for (uint32_t i = 0; i < t->nr; i++)
+    clock_unref(t->wclock);
+    for (uint32_t i = 0; i < t->nr; i++) {
         stream_unname(hz, t->r[i].s);
+        clock_unref(t->r[i].clock);
+    }
     free(t->r);
     free(t);
 }
@@ -374,14 +397,18 @@ static struct hz_tensor *tensor_get(pto_hazards *hz, pto_devptr addr, bool make)
 static void set_writer(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos, uint64_t exact)
 {
     s->named++;
-    for (uint32_t i = 0; i < t->nr; i++)
+    for (uint32_t i = 0; i < t->nr; i++) {
         stream_unname(hz, t->r[i].s);
+        clock_unref(t->r[i].clock);
+    }
     t->nr = 0;
     if (t->w)
         stream_unname(hz, t->w);
+    clock_unref(t->wclock);
     t->w = s;
     t->wpos = pos;
     t->wexact = exact;
+    t->wclock = clock_ref(hz, s->clock);
 }
 
 /* Fold the reads of closed streams into one read of the fold point. */
@@ -398,6 +425,7 @@ static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
             if (s->folded > pos)
                 pos = s->folded;
             stream_unname(hz, s);
+            clock_unref(t->r[i].clock);
         } else {
             t->r[k++] = t->r[i];
         }
@@ -413,7 +441,7 @@ static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
         }
     }
     fold->named++;
-    t->r[t->nr++] = (struct hz_read){fold, pos}; /* room: at least one read was folded */
+    t->r[t->nr++] = (struct hz_read){fold, pos, clock_ref(hz, fold->clock)}; /* room: one read was folded */
 }
 
 static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos)
@@ -421,6 +449,8 @@ static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, u
     for (uint32_t i = 0; i < t->nr; i++) {
         if (t->r[i].s == s) {
             t->r[i].pos = pos;
+            clock_unref(t->r[i].clock);
+            t->r[i].clock = clock_ref(hz, s->clock);
             return 0;
         }
     }
@@ -435,7 +465,7 @@ static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, u
         t->cap = cap;
     }
     s->named++;
-    t->r[t->nr++] = (struct hz_read){s, pos};
+    t->r[t->nr++] = (struct hz_read){s, pos, clock_ref(hz, s->clock)};
     return 0;
 }
 
@@ -456,9 +486,12 @@ static void plan_fini(struct hz_plan *pl)
 }
 
 /* One wait for two accesses on one stream: the latest position, and an exact point after both if any. */
-static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t index)
+static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t index,
+                    const struct hz_clock *clock)
 {
     uint64_t latest = need->pos > pos ? need->pos : pos;
+    if (pos > need->pos)
+        need->clock = clock; /* a stream's clock only grows: the latest access's holds the others' */
     uint64_t best = 0;
     uint32_t best_index = 0;
     if (need->exact && need->exact > latest) {
@@ -474,17 +507,23 @@ static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t
     need->index = best_index;
 }
 
-/* The earlier access (src, pos) of access index: implied (skipped), combined, or a new edge. 0, -1 no memory. */
+/*
+ * The earlier access (src, pos) of access index: implied (skipped), combined,
+ * or a new edge.  clock: src's clock at that access (a table of points), else
+ * NULL (src's tail: its clock now).  0, or -1 out of memory.
+ */
 static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, struct hz_stream *src, uint64_t pos,
-                   uint64_t exact, uint32_t index)
+                   uint64_t exact, uint32_t index, const struct hz_clock *clock)
 {
+    if (!hz->points)
+        clock = src->clock;
     if (clock_get(me->clock, src->sid) > pos) {
         pl->skipped++; /* implied by a wait queued on the stream already */
         return 0;
     }
     if (src->plan_gen == hz->gen) {
         pl->skipped++; /* one wait per stream and call */
-        combine(&pl->w[src->plan_idx], pos, exact, index);
+        combine(&pl->w[src->plan_idx], pos, exact, index, clock);
         return 0;
     }
     if (pl->n == pl->cap) {
@@ -500,7 +539,7 @@ static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, st
     }
     src->plan_gen = hz->gen;
     src->plan_idx = pl->n;
-    pl->w[pl->n++] = (struct hz_need){src, pos, exact, index, false};
+    pl->w[pl->n++] = (struct hz_need){src, clock, pos, exact, index, false};
     return 0;
 }
 
@@ -524,7 +563,7 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     for (uint32_t a = 0; a < pl->n; a++)
         bloom[(pl->w[a].s->sid % HZ_BLOOM) / 64] |= 1ull << (pl->w[a].s->sid % 64);
     for (uint32_t b = 0; b < pl->n; b++) {
-        const struct hz_clock *c = pl->w[b].s->clock;
+        const struct hz_clock *c = pl->w[b].clock;
         if (c && c->n > HZ_MERGE_MAX)
             continue; /* (see HZ_MERGE_MAX) */
         for (uint32_t i = 0; c && i < c->n; i++) {
@@ -605,11 +644,11 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
         if (!t)
             continue;
         /* RAW and WAW: any access after a write on another stream. */
-        if (t->w && t->w != me && earlier(hz, pl, me, t->w, t->wpos, t->wexact, i))
+        if (t->w && t->w != me && earlier(hz, pl, me, t->w, t->wpos, t->wexact, i, t->wclock))
             return -1;
         if (f & PTO_HZ_WRITE) /* WAR */
             for (uint32_t r = 0; r < t->nr; r++)
-                if (t->r[r].s != me && earlier(hz, pl, me, t->r[r].s, t->r[r].pos, 0, i))
+                if (t->r[r].s != me && earlier(hz, pl, me, t->r[r].s, t->r[r].pos, 0, i, t->r[r].clock))
                     return -1;
     }
     return prune(hz, pl);
@@ -749,6 +788,14 @@ int pto_hazards_create(pto_device *dev, pto_hazards **out)
     return 0;
 }
 
+int pto_hazards_create_points(pto_device *dev, pto_hazards **out)
+{
+    int rc = pto_hazards_create(dev, out);
+    if (rc == 0)
+        (*out)->points = true;
+    return rc;
+}
+
 void pto_hazards_destroy(pto_hazards *hz)
 {
     if (!hz)
@@ -757,6 +804,9 @@ void pto_hazards_destroy(pto_hazards *hz)
         struct hz_tensor *t = hz->tensors.v[i];
         if (!t)
             continue;
+        clock_unref(t->wclock);
+        for (uint32_t r = 0; r < t->nr; r++)
+            clock_unref(t->r[r].clock);
         free(t->r);
         free(t);
     }
@@ -856,6 +906,46 @@ int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, u
         hz->skipped += pl.skipped; /* counted once: when the caller got them all */
     plan_fini(&pl);
     return need;
+}
+
+/*
+ * Decide only: the edges are the caller's to record (a graph capture's
+ * waits), each for the point right after the latest earlier access it
+ * covers, so me's clock takes that access's clock, as it was then, and
+ * pos + 1 of its stream: what waiting for that point orders after.
+ */
+int pto_hazards_decide(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos,
+                       pto_hz_edge *edges, uint32_t max)
+{
+    const char *fn = "pto_hazards_decide";
+    struct hz_stream *me = hz && hz->points ? stream_of(hz, sid) : NULL;
+    if (!me || (n && !acc) || (max && !edges))
+        return pti_error(PTO_EINVAL, "%s: a table of points (pto_hazards_create_points), its stream %u and arrays "
+                         "expected", fn, sid);
+    struct hz_plan pl;
+    plan_init(&pl);
+    if (decide(hz, me, acc, n, &pl)) {
+        plan_fini(&pl);
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    }
+    int need = (int)pl.n;
+    if (pl.n > max) { /* nothing changed: call again with room */
+        plan_fini(&pl);
+        return need;
+    }
+    for (uint32_t i = 0; i < pl.n; i++) {
+        struct hz_need *w = &pl.w[i];
+        edges[i] = (pto_hz_edge){w->s->sid, w->index, w->pos, w->exact};
+        if (merge(hz, me, w->clock, w->s->sid, w->pos + 1)) {
+            plan_fini(&pl);
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        }
+    }
+    hz->inferred += pl.n;
+    hz->skipped += pl.skipped;
+    plan_fini(&pl);
+    int rc = note(hz, me, acc, n, pos);
+    return rc < 0 ? rc : need;
 }
 
 int pto_hazards_note(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos)
