@@ -5,8 +5,8 @@ drives the driver's table and this model with the same random access
 sequences and compares every decision (the edges, in order, with their
 positions and exact points) and the counts.
 
-The rule (the driver's ``native/src/hazard.c``; the pair truth table is
-:func:`pypto_async._hazard_rule.hazard`):
+The rule (the driver's ``native/src/hazard.c``; its pairs are those of the
+compile-time task rule, :func:`pypto_async._hazard_rule.hazard`):
 
 * Per allocation: the last write ``(stream, pos, exact)`` and the reads
   since, one per stream, in the order they came.  A read waits for the last
