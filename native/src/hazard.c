@@ -79,6 +79,7 @@ struct hz_read {
     struct hz_stream *s;
     uint64_t pos;
     struct hz_clock *clock; /* a table of points: the reader's clock at the read (a reference) */
+    uint32_t sid;           /* s->sid, here: a decision reads the reads in order, not their streams */
 };
 
 struct hz_tensor {
@@ -87,7 +88,7 @@ struct hz_tensor {
     uint64_t wpos, wexact;
     struct hz_clock *wclock; /* a table of points: the writer's clock at the write (a reference) */
     uint32_t nr, cap;
-    struct hz_read *r;
+    struct hz_read *r; /* sorted by stream id (a write after them is a merge-join with the clock) */
 };
 
 /* Open addressing, linear probing, backward-shift deletion; key 0 is free. */
@@ -411,6 +412,20 @@ static void set_writer(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s
     t->wclock = clock_ref(hz, s->clock);
 }
 
+/* Where stream sid's read is in t's reads, or would go (they are sorted by stream id). */
+static uint32_t read_find(const struct hz_tensor *t, uint32_t sid)
+{
+    uint32_t lo = 0, hi = t->nr;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (t->r[mid].sid < sid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Fold the reads of closed streams into one read of the fold point. */
 static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
 {
@@ -433,29 +448,31 @@ static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
     t->nr = k;
     if (!pos)
         return;
-    for (uint32_t i = 0; i < t->nr; i++) {
-        if (t->r[i].s == fold) {
-            if (t->r[i].pos < pos)
-                t->r[i].pos = pos;
-            return;
-        }
+    uint32_t at = read_find(t, fold->sid);
+    if (at < t->nr && t->r[at].s == fold) {
+        if (t->r[at].pos < pos)
+            t->r[at].pos = pos;
+        return;
     }
     fold->named++;
-    t->r[t->nr++] = (struct hz_read){fold, pos, clock_ref(hz, fold->clock)}; /* room: one read was folded */
+    memmove(&t->r[at + 1], &t->r[at], (t->nr - at) * sizeof(t->r[0])); /* room: one read was folded */
+    t->r[at] = (struct hz_read){fold, pos, clock_ref(hz, fold->clock), fold->sid};
+    t->nr++;
 }
 
 static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos)
 {
-    for (uint32_t i = 0; i < t->nr; i++) {
-        if (t->r[i].s == s) {
-            t->r[i].pos = pos;
-            clock_unref(t->r[i].clock);
-            t->r[i].clock = clock_ref(hz, s->clock);
-            return 0;
-        }
+    uint32_t at = read_find(t, s->sid);
+    if (at < t->nr && t->r[at].s == s) {
+        t->r[at].pos = pos;
+        clock_unref(t->r[at].clock);
+        t->r[at].clock = clock_ref(hz, s->clock);
+        return 0;
     }
-    if (t->nr >= HZ_FOLD_FROM)
+    if (t->nr >= HZ_FOLD_FROM) {
         fold_reads(hz, t);
+        at = read_find(t, s->sid);
+    }
     if (t->nr == t->cap) {
         uint32_t cap = t->cap ? 2 * t->cap : 4;
         struct hz_read *r = realloc(t->r, cap * sizeof(*r));
@@ -465,7 +482,9 @@ static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, u
         t->cap = cap;
     }
     s->named++;
-    t->r[t->nr++] = (struct hz_read){s, pos, clock_ref(hz, s->clock)};
+    memmove(&t->r[at + 1], &t->r[at], (t->nr - at) * sizeof(t->r[0]));
+    t->r[at] = (struct hz_read){s, pos, clock_ref(hz, s->clock), s->sid};
+    t->nr++;
     return 0;
 }
 
@@ -510,14 +529,15 @@ static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t
 /*
  * The earlier access (src, pos) of access index: implied (skipped), combined,
  * or a new edge.  clock: src's clock at that access (a table of points), else
- * NULL (src's tail: its clock now).  0, or -1 out of memory.
+ * NULL (src's tail: its clock now); seen: me's clock's entry of src.  0, or
+ * -1 out of memory.
  */
-static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, struct hz_stream *src, uint64_t pos,
-                   uint64_t exact, uint32_t index, const struct hz_clock *clock)
+static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *src, uint64_t pos, uint64_t exact,
+                   uint32_t index, const struct hz_clock *clock, uint64_t seen)
 {
     if (!hz->points)
         clock = src->clock;
-    if (clock_get(me->clock, src->sid) > pos) {
+    if (seen > pos) {
         pl->skipped++; /* implied by a wait queued on the stream already */
         return 0;
     }
@@ -644,12 +664,35 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
         if (!t)
             continue;
         /* RAW and WAW: any access after a write on another stream. */
-        if (t->w && t->w != me && earlier(hz, pl, me, t->w, t->wpos, t->wexact, i, t->wclock))
+        if (t->w && t->w != me &&
+            earlier(hz, pl, t->w, t->wpos, t->wexact, i, t->wclock, clock_get(me->clock, t->w->sid)))
             return -1;
-        if (f & PTO_HZ_WRITE) /* WAR */
-            for (uint32_t r = 0; r < t->nr; r++)
-                if (t->r[r].s != me && earlier(hz, pl, me, t->r[r].s, t->r[r].pos, 0, i, t->r[r].clock))
-                    return -1;
+        if (!(f & PTO_HZ_WRITE))
+            continue;
+        /*
+         * WAR: the reads, sorted by stream id, against me's clock, sorted too:
+         * a merge-join, O(reads + clock), where the clock is not much larger
+         * than the reads (a binary search per read mispredicts a branch per
+         * step); else a search per read.
+         */
+        const struct hz_clock *c = me->clock;
+        uint32_t cn = c ? c->n : 0, j = 0;
+        bool join = t->nr >= 8 && cn <= 8u * t->nr;
+        for (uint32_t r = 0; r < t->nr; r++) {
+            const struct hz_read *rd = &t->r[r];
+            if (rd->s == me)
+                continue;
+            uint64_t seen;
+            if (join) {
+                while (j < cn && c->e[j].sid < rd->sid)
+                    j++;
+                seen = j < cn && c->e[j].sid == rd->sid ? c->e[j].pos : 0;
+            } else {
+                seen = clock_get(c, rd->sid);
+            }
+            if (earlier(hz, pl, rd->s, rd->pos, 0, i, rd->clock, seen))
+                return -1;
+        }
     }
     return prune(hz, pl);
 }

@@ -9,7 +9,7 @@ The rule (the driver's ``native/src/hazard.c``; its pairs are those of the
 compile-time task rule, :func:`pypto_async._hazard_rule.hazard`):
 
 * Per allocation: the last write ``(stream, pos, exact)`` and the reads
-  since, one per stream, in the order they came.  A read waits for the last
+  since, one per stream, taken in the order of their streams' ids.  A read waits for the last
   write (RAW), a write for the last write (WAW) and the reads (WAR), when
   they are on another stream.  A manual access waits for nothing but is
   noted.
@@ -115,7 +115,7 @@ class HazardModel:
             if t.writer is not None and t.writer[0] != sid:
                 earlier.append((*t.writer, t.wclock))
             if flags & WRITE:
-                earlier.extend((r, pos, 0, t.rclocks.get(r)) for r, pos in t.readers.items() if r != sid)
+                earlier.extend((r, pos, 0, t.rclocks.get(r)) for r, pos in sorted(t.readers.items()) if r != sid)
             for src, pos, exact, at in earlier:
                 if not self.points:  # what waiting for it orders after: the clock at the access, or src's now
                     at = self.streams[src].clock
