@@ -38,6 +38,7 @@
  * Not locked: one caller at a time (the runtime calls it with its lock
  * held).  Nothing here runs on a driver thread.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,17 +64,24 @@ struct hz_clock {
     struct hz_ent e[];
 };
 
+#define HZ_HEAD 2 /* clock entries a stream keeps beside it (prune reads them there) */
+
 struct hz_stream {
+    /* One cache line (the struct is aligned to it): what deciding reads of an earlier access's stream. */
     uint32_t sid;
+    uint32_t plan_idx;
+    uint64_t plan_gen;                 /* decide: in the plan of call plan_gen, at plan_idx */
+    struct hz_clock *clock;            /* NULL: waits for nothing */
+    uint32_t cn;                       /* clock's entries */
+    uint32_t pad;
+    struct hz_ent head[HZ_HEAD];       /* cn <= HZ_HEAD: a copy of them (clock_sync) */
     bool closed, held, gone;
     pto_stream *ptr;        /* NULL once gone */
     pto_event *ev;          /* names this stream's edges in traces (made at the first) */
-    struct hz_clock *clock; /* NULL: waits for nothing */
     uint64_t folded;        /* closed: the position of the fold point's wait for it */
     uint64_t named;         /* records naming it, and its registration */
-    uint64_t plan_gen;      /* decide: in the plan of call plan_gen, at plan_idx */
-    uint32_t plan_idx;
 };
+_Static_assert(offsetof(struct hz_stream, closed) <= 64, "what deciding reads of a stream fits in one cache line");
 
 struct hz_read {
     struct hz_stream *s;
@@ -229,6 +237,15 @@ static void clock_unref(struct hz_clock *c)
         free(c);
 }
 
+/* Keep s's copy of a small clock's entries (s->head) in step with s->clock. */
+static void clock_sync(struct hz_stream *s)
+{
+    const struct hz_clock *c = s->clock;
+    s->cn = c ? c->n : 0;
+    if (s->cn <= HZ_HEAD && s->cn)
+        memcpy(s->head, c->e, s->cn * sizeof(c->e[0]));
+}
+
 /* A reference to stream clock c for a record of a table of points (NULL otherwise). */
 static struct hz_clock *clock_ref(const pto_hazards *hz, struct hz_clock *c)
 {
@@ -305,6 +322,7 @@ static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *sn
             struct hz_ent *e = src != s->sid ? clock_find(c, src) : NULL;
             if (e && r > e->pos)
                 e->pos = r;
+            clock_sync(s);
             return 0;
         }
     }
@@ -345,6 +363,7 @@ static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *sn
     }
     clock_unref(c);
     s->clock = out;
+    clock_sync(s);
     return 0;
 }
 
@@ -583,15 +602,25 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     for (uint32_t a = 0; a < pl->n; a++)
         bloom[(pl->w[a].s->sid % HZ_BLOOM) / 64] |= 1ull << (pl->w[a].s->sid % 64);
     for (uint32_t b = 0; b < pl->n; b++) {
-        const struct hz_clock *c = pl->w[b].clock;
-        if (c && c->n > HZ_MERGE_MAX)
-            continue; /* (see HZ_MERGE_MAX) */
-        for (uint32_t i = 0; c && i < c->n; i++) {
-            uint64_t sid = c->e[i].sid;
+        const struct hz_stream *bs = pl->w[b].s;
+        const struct hz_ent *e;
+        uint32_t cn;
+        if (!hz->points && bs->cn <= HZ_HEAD) { /* its tail's clock, small: beside the stream */
+            e = bs->head;
+            cn = bs->cn;
+        } else {
+            const struct hz_clock *c = pl->w[b].clock;
+            if (c && c->n > HZ_MERGE_MAX)
+                continue; /* (see HZ_MERGE_MAX) */
+            e = c ? c->e : NULL;
+            cn = c ? c->n : 0;
+        }
+        for (uint32_t i = 0; i < cn; i++) {
+            uint64_t sid = e[i].sid;
             if (!(bloom[(sid % HZ_BLOOM) / 64] & 1ull << (sid % 64)))
                 continue;
             struct hz_stream *as = stream_of(hz, (uint32_t)sid);
-            if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)
+            if (!as || as->plan_gen != hz->gen || as->plan_idx == b || e[i].pos <= pl->w[as->plan_idx].pos)
                 continue;
             if (npairs == cap) {
                 cap = cap ? 2 * cap : 16;
@@ -813,6 +842,7 @@ static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *c
     }
     clock_unref(c);
     me->clock = out;
+    clock_sync(me);
     hz->inferred += n;
     return 0;
 }
@@ -879,7 +909,10 @@ int pto_hazards_stream(pto_hazards *hz, pto_stream *s)
             return pti_error(PTO_EINVAL, "pto_hazards_stream: stream %u registered twice", s->id);
         return pti_error(PTO_EINVAL, "pto_hazards_stream: stream id %u is still named", s->id);
     }
-    st = calloc(1, sizeof(*st));
+    size_t size = (sizeof(*st) + 63) / 64 * 64;
+    st = aligned_alloc(64, size); /* its first line is what deciding reads */
+    if (st)
+        memset(st, 0, size);
     if (!st || map_put(&hz->streams, s->id, st)) {
         free(st);
         return pti_error(PTO_ENOMEM, "pto_hazards_stream: out of host memory");
