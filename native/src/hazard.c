@@ -16,7 +16,9 @@
  * larger than HZ_MERGE_MAX passes on only its stream's own entry.
  *
  * Deciding one call's edges (decide) costs the accesses' records: each
- * earlier access is looked up in the stream's clock (implied: skipped),
+ * earlier access is looked up in the stream's clock (implied: skipped; an
+ * allocation's reads are sorted by stream id, as clocks are, so a write
+ * after many reads is one merge-join of the two),
  * edges to one stream are combined into one, and an edge another one of the
  * call implies (a stream that waited for that access itself) is dropped, by
  * one pass over the clocks of the edges' streams (prune).  A write after M
