@@ -1,4 +1,4 @@
-"""The edge rule of data hazards, in one place.
+"""The hazard of two accesses to a program's tensors, and the windows they touch: the compile-time task rule.
 
 Two accesses to overlapping data conflict unless both only read:
 
@@ -7,10 +7,15 @@ Two accesses to overlapping data conflict unless both only read:
 * a write after a read waits for the read (write-after-read, ``"WAR"``);
 * a read after a read never waits.
 
-The tasks inside one program (:mod:`pypto_async.ir._deps`, on the windows
-they touch) and the launches and copies a worker queues on its streams
-(:mod:`pypto_async.runtime._hazards`, on whole DeviceTensors) both order by
-:func:`hazard`; windows overlap as :func:`overlaps` says.
+The tasks inside one program are ordered by :func:`hazard` on the windows
+they touch (:mod:`pypto_async.ir._deps`, at compile time: an edge between
+two tasks, named by its hazard, when their windows overlap as
+:func:`overlaps` says, and a write that :func:`covers` an earlier one ends
+its history).  That is a different rule from the runtime's, though the
+pairs agree: launches and copies on streams (eager ones, a graph capture's
+and a replay's) are ordered by the driver (``native/src/hazard.c``), per
+whole allocation and per stream, with clocks that skip implied edges; its
+reference model is ``tests/reliability/hazard_model.py``.
 """
 
 from __future__ import annotations

@@ -1041,6 +1041,28 @@ void pto_hazards_set_held(pto_hazards *hz, uint32_t sid, int held);
  */
 int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n,
                       pto_hz_edge *edges, uint32_t max);
+/*
+ * A table of points: the same rule, for a recording (a graph capture) whose
+ * edges the caller records itself, each a wait for the point right after
+ * the earlier access (not for that stream's tail).  Streams are registered
+ * as for any table (pto_hazards_stream); positions are the recording's
+ * (distinct, in recording order); nothing is ever queued.  Returns 0 and
+ * *out, -PTO_EINVAL, -PTO_ENOMEM.
+ */
+int pto_hazards_create_points(pto_device *dev, pto_hazards **out);
+/*
+ * Decide only (a table of points): the edges of one call on stream sid
+ * with accesses acc[0..n) at position pos, at most max into edges[] (src,
+ * and pos: the latest access of src the edge covers; the caller waits for
+ * the point right after it).  With room for them all, sid waits for them
+ * (its clock takes each point's, as at that access, and src's pos + 1),
+ * they are counted, and the accesses are noted at pos; with too little,
+ * nothing changes.  Returns how many edges are needed (> max: call again
+ * with room), or a negative error.  A mark (pto_hazards_mark) at the
+ * recording's next position stands for a point recorded now.
+ */
+int pto_hazards_decide(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos,
+                       pto_hz_edge *edges, uint32_t max);
 /* Note the accesses of that call at position pos (its edges and joins queued). */
 int pto_hazards_note(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos);
 /* A write the caller queued itself at pos; exact: a point right after it (0: none). */

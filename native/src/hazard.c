@@ -16,7 +16,9 @@
  * larger than HZ_MERGE_MAX passes on only its stream's own entry.
  *
  * Deciding one call's edges (decide) costs the accesses' records: each
- * earlier access is looked up in the stream's clock (implied: skipped),
+ * earlier access is looked up in the stream's clock (implied: skipped; an
+ * allocation's reads are sorted by stream id, as clocks are, so a write
+ * after many reads is one merge-join of the two),
  * edges to one stream are combined into one, and an edge another one of the
  * call implies (a stream that waited for that access itself) is dropped, by
  * one pass over the clocks of the edges' streams (prune).  A write after M
@@ -28,9 +30,17 @@
  * long-lived allocation read by many short-lived streams keeps a bounded
  * number of records.
  *
+ * A table of points (pto_hazards_create_points, a graph capture's) queues
+ * nothing: pto_hazards_decide returns the edges for the caller to record,
+ * each waiting for the point right after the earlier access itself, not for
+ * its stream's tail.  So each record keeps a reference to its stream's clock
+ * as it was at the access (clocks are copy-on-write: a reference, not a
+ * copy), and the edge's stream's clock in prune is that one.
+ *
  * Not locked: one caller at a time (the runtime calls it with its lock
  * held).  Nothing here runs on a driver thread.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,29 +66,39 @@ struct hz_clock {
     struct hz_ent e[];
 };
 
+#define HZ_HEAD 2 /* clock entries a stream keeps beside it (prune reads them there) */
+
 struct hz_stream {
+    /* One cache line (the struct is aligned to it): what deciding reads of an earlier access's stream. */
     uint32_t sid;
+    uint32_t plan_idx;
+    uint64_t plan_gen;                 /* decide: in the plan of call plan_gen, at plan_idx */
+    struct hz_clock *clock;            /* NULL: waits for nothing */
+    uint32_t cn;                       /* clock's entries */
+    uint32_t pad;
+    struct hz_ent head[HZ_HEAD];       /* cn <= HZ_HEAD: a copy of them (clock_sync) */
     bool closed, held, gone;
     pto_stream *ptr;        /* NULL once gone */
     pto_event *ev;          /* names this stream's edges in traces (made at the first) */
-    struct hz_clock *clock; /* NULL: waits for nothing */
     uint64_t folded;        /* closed: the position of the fold point's wait for it */
     uint64_t named;         /* records naming it, and its registration */
-    uint64_t plan_gen;      /* decide: in the plan of call plan_gen, at plan_idx */
-    uint32_t plan_idx;
 };
+_Static_assert(offsetof(struct hz_stream, closed) <= 64, "what deciding reads of a stream fits in one cache line");
 
 struct hz_read {
     struct hz_stream *s;
     uint64_t pos;
+    struct hz_clock *clock; /* a table of points: the reader's clock at the read (a reference) */
+    uint32_t sid;           /* s->sid, here: a decision reads the reads in order, not their streams */
 };
 
 struct hz_tensor {
     pto_devptr addr;
     struct hz_stream *w; /* the last write's stream, or NULL */
     uint64_t wpos, wexact;
+    struct hz_clock *wclock; /* a table of points: the writer's clock at the write (a reference) */
     uint32_t nr, cap;
-    struct hz_read *r;
+    struct hz_read *r; /* sorted by stream id (a write after them is a merge-join with the clock) */
 };
 
 /* Open addressing, linear probing, backward-shift deletion; key 0 is free. */
@@ -96,6 +116,7 @@ struct pto_hz_mark {
 
 struct hz_need {
     struct hz_stream *s;
+    const struct hz_clock *clock; /* what waiting for the edge's point orders after (prune) */
     uint64_t pos, exact;
     uint32_t index;
     bool dropped;
@@ -113,6 +134,7 @@ struct pto_hazards {
     struct hz_map streams, tensors;
     uint32_t fold;
     bool has_fold;
+    bool points; /* edges wait for the accesses' own points (pto_hazards_create_points) */
     uint64_t gen;
     uint64_t inferred, skipped;
     size_t live;
@@ -217,6 +239,24 @@ static void clock_unref(struct hz_clock *c)
         free(c);
 }
 
+/* Keep s's copy of a small clock's entries (s->head) in step with s->clock. */
+static void clock_sync(struct hz_stream *s)
+{
+    const struct hz_clock *c = s->clock;
+    s->cn = c ? c->n : 0;
+    if (s->cn <= HZ_HEAD && s->cn)
+        memcpy(s->head, c->e, s->cn * sizeof(c->e[0]));
+}
+
+/* A reference to stream clock c for a record of a table of points (NULL otherwise). */
+static struct hz_clock *clock_ref(const pto_hazards *hz, struct hz_clock *c)
+{
+    if (!hz->points || !c)
+        return NULL;
+    c->refs++;
+    return c;
+}
+
 /* The entry of stream sid in c, or NULL. */
 static struct hz_ent *clock_find(const struct hz_clock *c, uint64_t sid)
 {
@@ -284,6 +324,7 @@ static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *sn
             struct hz_ent *e = src != s->sid ? clock_find(c, src) : NULL;
             if (e && r > e->pos)
                 e->pos = r;
+            clock_sync(s);
             return 0;
         }
     }
@@ -324,6 +365,7 @@ static int merge(pto_hazards *hz, struct hz_stream *s, const struct hz_clock *sn
     }
     clock_unref(c);
     s->clock = out;
+    clock_sync(s);
     return 0;
 }
 
@@ -349,8 +391,11 @@ static void tensor_free(pto_hazards *hz, struct hz_tensor *t)
 {
     if (t->w)
         stream_unname(hz, t->w);
-    for (uint32_t i = 0; i < t->nr; i++)
+    clock_unref(t->wclock);
+    for (uint32_t i = 0; i < t->nr; i++) {
         stream_unname(hz, t->r[i].s);
+        clock_unref(t->r[i].clock);
+    }
     free(t->r);
     free(t);
 }
@@ -374,14 +419,32 @@ static struct hz_tensor *tensor_get(pto_hazards *hz, pto_devptr addr, bool make)
 static void set_writer(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos, uint64_t exact)
 {
     s->named++;
-    for (uint32_t i = 0; i < t->nr; i++)
+    for (uint32_t i = 0; i < t->nr; i++) {
         stream_unname(hz, t->r[i].s);
+        clock_unref(t->r[i].clock);
+    }
     t->nr = 0;
     if (t->w)
         stream_unname(hz, t->w);
+    clock_unref(t->wclock);
     t->w = s;
     t->wpos = pos;
     t->wexact = exact;
+    t->wclock = clock_ref(hz, s->clock);
+}
+
+/* Where stream sid's read is in t's reads, or would go (they are sorted by stream id). */
+static uint32_t read_find(const struct hz_tensor *t, uint32_t sid)
+{
+    uint32_t lo = 0, hi = t->nr;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (t->r[mid].sid < sid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 /* Fold the reads of closed streams into one read of the fold point. */
@@ -398,6 +461,7 @@ static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
             if (s->folded > pos)
                 pos = s->folded;
             stream_unname(hz, s);
+            clock_unref(t->r[i].clock);
         } else {
             t->r[k++] = t->r[i];
         }
@@ -405,27 +469,31 @@ static void fold_reads(pto_hazards *hz, struct hz_tensor *t)
     t->nr = k;
     if (!pos)
         return;
-    for (uint32_t i = 0; i < t->nr; i++) {
-        if (t->r[i].s == fold) {
-            if (t->r[i].pos < pos)
-                t->r[i].pos = pos;
-            return;
-        }
+    uint32_t at = read_find(t, fold->sid);
+    if (at < t->nr && t->r[at].s == fold) {
+        if (t->r[at].pos < pos)
+            t->r[at].pos = pos;
+        return;
     }
     fold->named++;
-    t->r[t->nr++] = (struct hz_read){fold, pos}; /* room: at least one read was folded */
+    memmove(&t->r[at + 1], &t->r[at], (t->nr - at) * sizeof(t->r[0])); /* room: one read was folded */
+    t->r[at] = (struct hz_read){fold, pos, clock_ref(hz, fold->clock), fold->sid};
+    t->nr++;
 }
 
 static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos)
 {
-    for (uint32_t i = 0; i < t->nr; i++) {
-        if (t->r[i].s == s) {
-            t->r[i].pos = pos;
-            return 0;
-        }
+    uint32_t at = read_find(t, s->sid);
+    if (at < t->nr && t->r[at].s == s) {
+        t->r[at].pos = pos;
+        clock_unref(t->r[at].clock);
+        t->r[at].clock = clock_ref(hz, s->clock);
+        return 0;
     }
-    if (t->nr >= HZ_FOLD_FROM)
+    if (t->nr >= HZ_FOLD_FROM) {
         fold_reads(hz, t);
+        at = read_find(t, s->sid);
+    }
     if (t->nr == t->cap) {
         uint32_t cap = t->cap ? 2 * t->cap : 4;
         struct hz_read *r = realloc(t->r, cap * sizeof(*r));
@@ -435,7 +503,9 @@ static int add_read(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, u
         t->cap = cap;
     }
     s->named++;
-    t->r[t->nr++] = (struct hz_read){s, pos};
+    memmove(&t->r[at + 1], &t->r[at], (t->nr - at) * sizeof(t->r[0]));
+    t->r[at] = (struct hz_read){s, pos, clock_ref(hz, s->clock), s->sid};
+    t->nr++;
     return 0;
 }
 
@@ -456,9 +526,12 @@ static void plan_fini(struct hz_plan *pl)
 }
 
 /* One wait for two accesses on one stream: the latest position, and an exact point after both if any. */
-static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t index)
+static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t index,
+                    const struct hz_clock *clock)
 {
     uint64_t latest = need->pos > pos ? need->pos : pos;
+    if (pos > need->pos)
+        need->clock = clock; /* a stream's clock only grows: the latest access's holds the others' */
     uint64_t best = 0;
     uint32_t best_index = 0;
     if (need->exact && need->exact > latest) {
@@ -474,17 +547,24 @@ static void combine(struct hz_need *need, uint64_t pos, uint64_t exact, uint32_t
     need->index = best_index;
 }
 
-/* The earlier access (src, pos) of access index: implied (skipped), combined, or a new edge. 0, -1 no memory. */
-static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, struct hz_stream *src, uint64_t pos,
-                   uint64_t exact, uint32_t index)
+/*
+ * The earlier access (src, pos) of access index: implied (skipped), combined,
+ * or a new edge.  clock: src's clock at that access (a table of points), else
+ * NULL (src's tail: its clock now); seen: me's clock's entry of src.  0, or
+ * -1 out of memory.
+ */
+static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *src, uint64_t pos, uint64_t exact,
+                   uint32_t index, const struct hz_clock *clock, uint64_t seen)
 {
-    if (clock_get(me->clock, src->sid) > pos) {
+    if (!hz->points)
+        clock = src->clock;
+    if (seen > pos) {
         pl->skipped++; /* implied by a wait queued on the stream already */
         return 0;
     }
     if (src->plan_gen == hz->gen) {
         pl->skipped++; /* one wait per stream and call */
-        combine(&pl->w[src->plan_idx], pos, exact, index);
+        combine(&pl->w[src->plan_idx], pos, exact, index, clock);
         return 0;
     }
     if (pl->n == pl->cap) {
@@ -500,7 +580,7 @@ static int earlier(pto_hazards *hz, struct hz_plan *pl, struct hz_stream *me, st
     }
     src->plan_gen = hz->gen;
     src->plan_idx = pl->n;
-    pl->w[pl->n++] = (struct hz_need){src, pos, exact, index, false};
+    pl->w[pl->n++] = (struct hz_need){src, clock, pos, exact, index, false};
     return 0;
 }
 
@@ -524,15 +604,25 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     for (uint32_t a = 0; a < pl->n; a++)
         bloom[(pl->w[a].s->sid % HZ_BLOOM) / 64] |= 1ull << (pl->w[a].s->sid % 64);
     for (uint32_t b = 0; b < pl->n; b++) {
-        const struct hz_clock *c = pl->w[b].s->clock;
-        if (c && c->n > HZ_MERGE_MAX)
-            continue; /* (see HZ_MERGE_MAX) */
-        for (uint32_t i = 0; c && i < c->n; i++) {
-            uint64_t sid = c->e[i].sid;
+        const struct hz_stream *bs = pl->w[b].s;
+        const struct hz_ent *e;
+        uint32_t cn;
+        if (!hz->points && bs->cn <= HZ_HEAD) { /* its tail's clock, small: beside the stream */
+            e = bs->head;
+            cn = bs->cn;
+        } else {
+            const struct hz_clock *c = pl->w[b].clock;
+            if (c && c->n > HZ_MERGE_MAX)
+                continue; /* (see HZ_MERGE_MAX) */
+            e = c ? c->e : NULL;
+            cn = c ? c->n : 0;
+        }
+        for (uint32_t i = 0; i < cn; i++) {
+            uint64_t sid = e[i].sid;
             if (!(bloom[(sid % HZ_BLOOM) / 64] & 1ull << (sid % 64)))
                 continue;
             struct hz_stream *as = stream_of(hz, (uint32_t)sid);
-            if (!as || as->plan_gen != hz->gen || as->plan_idx == b || c->e[i].pos <= pl->w[as->plan_idx].pos)
+            if (!as || as->plan_gen != hz->gen || as->plan_idx == b || e[i].pos <= pl->w[as->plan_idx].pos)
                 continue;
             if (npairs == cap) {
                 cap = cap ? 2 * cap : 16;
@@ -605,12 +695,35 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
         if (!t)
             continue;
         /* RAW and WAW: any access after a write on another stream. */
-        if (t->w && t->w != me && earlier(hz, pl, me, t->w, t->wpos, t->wexact, i))
+        if (t->w && t->w != me &&
+            earlier(hz, pl, t->w, t->wpos, t->wexact, i, t->wclock, clock_get(me->clock, t->w->sid)))
             return -1;
-        if (f & PTO_HZ_WRITE) /* WAR */
-            for (uint32_t r = 0; r < t->nr; r++)
-                if (t->r[r].s != me && earlier(hz, pl, me, t->r[r].s, t->r[r].pos, 0, i))
-                    return -1;
+        if (!(f & PTO_HZ_WRITE))
+            continue;
+        /*
+         * WAR: the reads, sorted by stream id, against me's clock, sorted too:
+         * a merge-join, O(reads + clock), where the clock is not much larger
+         * than the reads (a binary search per read mispredicts a branch per
+         * step); else a search per read.
+         */
+        const struct hz_clock *c = me->clock;
+        uint32_t cn = c ? c->n : 0, j = 0;
+        bool join = t->nr >= 8 && cn <= 8u * t->nr;
+        for (uint32_t r = 0; r < t->nr; r++) {
+            const struct hz_read *rd = &t->r[r];
+            if (rd->s == me)
+                continue;
+            uint64_t seen;
+            if (join) {
+                while (j < cn && c->e[j].sid < rd->sid)
+                    j++;
+                seen = j < cn && c->e[j].sid == rd->sid ? c->e[j].pos : 0;
+            } else {
+                seen = clock_get(c, rd->sid);
+            }
+            if (earlier(hz, pl, rd->s, rd->pos, 0, i, rd->clock, seen))
+                return -1;
+        }
     }
     return prune(hz, pl);
 }
@@ -731,6 +844,7 @@ static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *c
     }
     clock_unref(c);
     me->clock = out;
+    clock_sync(me);
     hz->inferred += n;
     return 0;
 }
@@ -749,6 +863,14 @@ int pto_hazards_create(pto_device *dev, pto_hazards **out)
     return 0;
 }
 
+int pto_hazards_create_points(pto_device *dev, pto_hazards **out)
+{
+    int rc = pto_hazards_create(dev, out);
+    if (rc == 0)
+        (*out)->points = true;
+    return rc;
+}
+
 void pto_hazards_destroy(pto_hazards *hz)
 {
     if (!hz)
@@ -757,6 +879,9 @@ void pto_hazards_destroy(pto_hazards *hz)
         struct hz_tensor *t = hz->tensors.v[i];
         if (!t)
             continue;
+        clock_unref(t->wclock);
+        for (uint32_t r = 0; r < t->nr; r++)
+            clock_unref(t->r[r].clock);
         free(t->r);
         free(t);
     }
@@ -786,7 +911,10 @@ int pto_hazards_stream(pto_hazards *hz, pto_stream *s)
             return pti_error(PTO_EINVAL, "pto_hazards_stream: stream %u registered twice", s->id);
         return pti_error(PTO_EINVAL, "pto_hazards_stream: stream id %u is still named", s->id);
     }
-    st = calloc(1, sizeof(*st));
+    size_t size = (sizeof(*st) + 63) / 64 * 64;
+    st = aligned_alloc(64, size); /* its first line is what deciding reads */
+    if (st)
+        memset(st, 0, size);
     if (!st || map_put(&hz->streams, s->id, st)) {
         free(st);
         return pti_error(PTO_ENOMEM, "pto_hazards_stream: out of host memory");
@@ -856,6 +984,46 @@ int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, u
         hz->skipped += pl.skipped; /* counted once: when the caller got them all */
     plan_fini(&pl);
     return need;
+}
+
+/*
+ * Decide only: the edges are the caller's to record (a graph capture's
+ * waits), each for the point right after the latest earlier access it
+ * covers, so me's clock takes that access's clock, as it was then, and
+ * pos + 1 of its stream: what waiting for that point orders after.
+ */
+int pto_hazards_decide(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos,
+                       pto_hz_edge *edges, uint32_t max)
+{
+    const char *fn = "pto_hazards_decide";
+    struct hz_stream *me = hz && hz->points ? stream_of(hz, sid) : NULL;
+    if (!me || (n && !acc) || (max && !edges))
+        return pti_error(PTO_EINVAL, "%s: a table of points (pto_hazards_create_points), its stream %u and arrays "
+                         "expected", fn, sid);
+    struct hz_plan pl;
+    plan_init(&pl);
+    if (decide(hz, me, acc, n, &pl)) {
+        plan_fini(&pl);
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    }
+    int need = (int)pl.n;
+    if (pl.n > max) { /* nothing changed: call again with room */
+        plan_fini(&pl);
+        return need;
+    }
+    for (uint32_t i = 0; i < pl.n; i++) {
+        struct hz_need *w = &pl.w[i];
+        edges[i] = (pto_hz_edge){w->s->sid, w->index, w->pos, w->exact};
+        if (merge(hz, me, w->clock, w->s->sid, w->pos + 1)) {
+            plan_fini(&pl);
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        }
+    }
+    hz->inferred += pl.n;
+    hz->skipped += pl.skipped;
+    plan_fini(&pl);
+    int rc = note(hz, me, acc, n, pos);
+    return rc < 0 ? rc : need;
 }
 
 int pto_hazards_note(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, uint64_t pos)

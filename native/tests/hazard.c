@@ -13,6 +13,12 @@
  *      edge from a held or closed stream.
  *   4. A write after 1,000 reads on 1,000 streams: one edge per reader,
  *      none dropped, and the next write on the same stream needs none.
+ *   5. A table of points (a graph capture's, pto_hazards_decide): edges
+ *      decided, taken and noted in one call, nothing queued; an edge waits
+ *      for the access's own point, so it orders after what that access's
+ *      stream waited for before it, not after; a mark stands for a point
+ *      recorded now; too little room changes nothing; an ordinary table
+ *      refuses the call.
  */
 #include "helpers.h"
 
@@ -247,6 +253,76 @@ static void many_readers(pto_device *dev)
     free(r);
 }
 
+/* pto_hazards_decide of one access at pos, on table hz (a table of points). */
+static int decide(pto_hazards *hz, pto_stream *s, pto_devptr addr, uint32_t flags, uint64_t pos)
+{
+    pto_hz_access a = {addr, flags, 0};
+    return t_check(pto_hazards_decide(hz, pto_stream_id(s), &a, 1, pos, edges, 2048));
+}
+
+static void points(pto_device *dev)
+{
+    pto_hazards *hz, *plain;
+    pto_stream *s[4];
+    uint64_t counts[2];
+    t_check(pto_hazards_create_points(dev, &hz));
+    for (int i = 0; i < 4; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_hazards_stream(hz, s[i]));
+    }
+    uint32_t id0 = pto_stream_id(s[0]), id1 = pto_stream_id(s[1]), id2 = pto_stream_id(s[2]);
+    uint64_t accepted = pto_stream_accepted(s[0]);
+
+    /* s2 reads Y at 1; s1 writes X at 2, then waits for s2 (a mark of a point recorded after 2). */
+    t_assert(decide(hz, s[2], Y, PTO_HZ_READ, 1) == 0, "a first read waits for nothing");
+    t_assert(decide(hz, s[1], X, PTO_HZ_WRITE, 2) == 0, "a first write waits for nothing");
+    pto_hz_mark *m = pto_hazards_mark(hz, id2, 3);
+    t_assert(m, "a mark");
+    pto_hazards_waited(hz, id1, m);
+    pto_hz_mark_release(m);
+    t_assert(decide(hz, s[1], X, PTO_HZ_READ, 3) == 0, "s1's own read of X: stream order");
+    /* RAW: s0 reads X; the edge is for the write at 2 (its point: what s1 waited for before it). */
+    t_assert(decide(hz, s[0], X, PTO_HZ_READ, 4) == 1 && edges[0].src == id1 && edges[0].pos == 2 &&
+                 !edges[0].exact, "RAW: one edge, for s1's write at 2");
+    t_assert(pto_hazards_ordered(hz, id0, id1, 2) && !pto_hazards_ordered(hz, id0, id1, 3),
+             "s0 is ordered after s1's write, not after s1's later read");
+    t_assert(!pto_hazards_ordered(hz, id0, id2, 1), "nor after s2's read: s1 waited for it after the write");
+    /* So s0's write of Y still needs its edge for s2's read (a tail edge would have implied it). */
+    t_assert(decide(hz, s[0], Y, PTO_HZ_WRITE, 5) == 1 && edges[0].src == id2 && edges[0].pos == 1,
+             "WAR: s2's read still needs its edge");
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 2 && counts[1] == 0, "2 edges taken, none skipped (got %llu, %llu)",
+             (unsigned long long)counts[0], (unsigned long long)counts[1]);
+    /* Taken: the same read again on s0 needs none; s3 reading X after a mark of s0 needs none either. */
+    t_assert(decide(hz, s[0], X, PTO_HZ_READ, 6) == 0, "the edge taken implies the next read's");
+    m = pto_hazards_mark(hz, id0, 7);
+    pto_hazards_waited(hz, pto_stream_id(s[3]), m);
+    pto_hz_mark_release(m);
+    t_assert(decide(hz, s[3], X, PTO_HZ_READ, 7) == 0, "implied through s0's point (transitive)");
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[1] == 2, "two skipped (got %llu)", (unsigned long long)counts[1]);
+    /* Too little room: the count, nothing changed (a second call with room gets the same edges). */
+    pto_hz_access w = {X, PTO_HZ_WRITE, 0};
+    t_assert(pto_hazards_decide(hz, id2, &w, 1, 8, edges, 1) == 2, "two edges needed (s1, s3)");
+    t_assert(pto_hazards_decide(hz, id2, &w, 1, 8, edges, 0) == 2, "still two: nothing was taken");
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 2 && counts[1] == 2, "none counted");
+    /* A write after s1's write and read (one edge, at 3), s0's read at 6 and s3's at 7: s3's read
+     * came after a point of s0 later than 6, so s0's edge is implied by s3's and dropped. */
+    int n = t_check(pto_hazards_decide(hz, id2, &w, 1, 8, edges, 2048));
+    t_assert(n == 2 && edges[0].src == id1 && edges[0].pos == 3 && edges[1].src == pto_stream_id(s[3]),
+             "WAR after three reads: s0's edge dropped, s3's implies it (got %d)", n);
+    t_assert(pto_stream_accepted(s[0]) == accepted, "nothing was queued");
+    /* An ordinary table refuses the decide-only call. */
+    t_check(pto_hazards_create(dev, &plain));
+    t_check(pto_hazards_stream(plain, s[0]));
+    t_assert(pto_hazards_decide(plain, id0, &w, 1, 1, edges, 4) == -PTO_EINVAL, "refused: not a table of points");
+    pto_hazards_destroy(plain);
+    pto_hazards_destroy(hz);
+    for (int i = 0; i < 4; i++)
+        pto_stream_destroy(s[i]);
+}
+
 int main(void)
 {
     pto_device *dev = t_open_device(1u << 20, 4096);
@@ -254,7 +330,8 @@ int main(void)
     fold(dev);
     launch(dev);
     many_readers(dev);
+    points(dev);
     pto_device_close(dev);
-    printf("hazards: rule, fold, launch, 1000 readers\n");
+    printf("hazards: rule, fold, launch, 1000 readers, points\n");
     return T_EXIT_PASS;
 }

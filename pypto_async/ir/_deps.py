@@ -1,7 +1,7 @@
 """The task graph: which task of a program waits for which.
 
-The edge rule itself is :func:`pypto_async._hazard_rule.hazard`, which the runtime's
-streams share (:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
+The edge rule itself is :func:`pypto_async._hazard_rule.hazard`; the runtime's streams
+are ordered by the driver's rule, whose pairs agree (:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
 function over tasks in submission order, each with the accesses it makes
 (a tensor, read and/or write, and the window touched):
 

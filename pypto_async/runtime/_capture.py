@@ -134,7 +134,7 @@ class CapturedNode:
     until the graph is replayed.
     """
 
-    __slots__ = ("_cap", "_cmd", "_index", "_stream", "_name", "_clock", "_event")
+    __slots__ = ("_cap", "_cmd", "_index", "_stream", "_name", "_clock", "_event", "_mark")
 
     def __init__(self, cap, cmd: _Cmd, index: int, stream, name: str, clock: dict):
         self._cap = cap
@@ -144,6 +144,7 @@ class CapturedNode:
         self._name = name
         self._clock = clock
         self._event = None
+        self._mark = None  # the driver's mark of the point right after it (capture hazards)
 
     @property
     def index(self) -> int:
@@ -209,13 +210,14 @@ class CapturedEvent:
     :class:`~pypto_async.errors.PtoCaptureError`.
     """
 
-    __slots__ = ("_cap", "_index", "_stream", "_clock")
+    __slots__ = ("_cap", "_index", "_stream", "_clock", "_mark")
 
-    def __init__(self, cap, index: int, stream, clock: dict):
+    def __init__(self, cap, index: int, stream, clock: dict, mark=None):
         self._cap = cap
         self._index = index
         self._stream = stream
         self._clock = clock
+        self._mark = mark  # the driver's mark of its point (capture hazards), or None
 
     @property
     def stream(self):
@@ -299,6 +301,8 @@ class Capture:
         self._keep: list = []  # outside events waited on
         hz = worker._hazards
         self._hz = CaptureHazards(self, hz) if hz is not None else None  # edges across its streams
+        if self._hz is not None:
+            self._hz.stream(self._origin)
 
     # -- the block ------------------------------------------------------------------------------
 
@@ -330,13 +334,18 @@ class Capture:
         except BaseException:
             self._discard()
             raise
-        self._hz = None  # its bookkeeping served the recording
+        self._end_hazards()  # its bookkeeping served the recording
+
+    def _end_hazards(self) -> None:
+        hz, self._hz = self._hz, None
+        if hz is not None:
+            hz.close()
 
     def _discard(self) -> None:
         """Free what the capture allocated; forget what it recorded."""
         owned, self._owned = self._owned, []
         self._cmds, self._nodes, self._static, self._uses = [], [], {}, {}
-        self._hz = None
+        self._end_hazards()
         for t in owned:
             if not t._freed and self._worker._alive():
                 self._worker.free_tensor(t)
@@ -510,7 +519,7 @@ class Capture:
         if self._hz is not None:
             accesses = [(arg, p.name, p.copies_in, p.copies_out)
                         for arg, p in zip(args, h._binder.params) if type(arg) is DeviceTensor]
-            plan = self._hz.plan(slot, accesses, h._label)  # may refuse a race: nothing recorded yet
+            plan = self._hz.check(slot, accesses, h._label)  # may refuse a race: nothing recorded yet
         patches = []
         for i, (arg, p) in enumerate(zip(args, h._binder.params)):
             if type(arg) is DeviceTensor:
@@ -540,7 +549,7 @@ class Capture:
         label = f"copy d2d ({nbytes} bytes)"
         plan = None
         if self._hz is not None:
-            plan = self._hz.plan(slot, [(dst, "dst", False, True), (src, "src", True, False)], label)
+            plan = self._hz.check(slot, [(dst, "dst", False, True), (src, "src", True, False)], label)
         patches = []
         d = self._arg(dst, "w", "copy(dst=...)", "dst", patches, "dst")
         s = self._arg(src, "r", "copy(src=...)", "src", patches, "src")
@@ -551,15 +560,15 @@ class Capture:
         return self._access(plan, slot, COPY, (d, s, nbytes), tuple(patches), label)
 
     def _access(self, plan, slot: int, kind: str, data: tuple, patches: tuple, name: str) -> CapturedNode:
-        """Record a launch or copy on `slot` behind the edges its plan needs, and note its accesses."""
+        """Record a launch or copy on `slot` behind the edges the driver decides for it, and note its accesses."""
         if plan is None:
             return self._add(kind, slot, data, patches, name)
-        waits, notes = plan
-        for earlier in waits:
+        hz = self._hz
+        for earlier in hz.decide(slot, plan):
             self._wait_node(slot, earlier, True)
-            self._hz.count()
         node = self._add(kind, slot, data, patches, name)
-        self._hz.note(notes, node)
+        hz.note(plan, node)
+        node._mark = hz.mark(slot)
         return node
 
     def record(self, stream) -> CapturedEvent:
@@ -567,7 +576,7 @@ class Capture:
         slot = self._slot(stream, "record()")
         e = self._new_event()
         clock = self._add(RECORD, slot, (e,))
-        return CapturedEvent(self, e, stream, clock)
+        return CapturedEvent(self, e, stream, clock, self._hz.mark(slot) if self._hz is not None else None)
 
     def _new_event(self) -> int:
         e = self._events
@@ -578,7 +587,7 @@ class Capture:
         """A graph event recorded right after `node` on its stream."""
         e = self._new_event()
         node._cmd.after.append(e)
-        return CapturedEvent(self, e, node._stream, node._clock)
+        return CapturedEvent(self, e, node._stream, node._clock, node._mark)
 
     def wait(self, stream, what) -> None:
         """``stream.wait(what)`` inside the capture."""
@@ -625,6 +634,8 @@ class Capture:
         for k, n in event._clock.items():
             if clock.get(k, 0) < n:
                 clock[k] = n
+        if not inferred and self._hz is not None:  # (an inferred one: the driver took it when it decided it)
+            self._hz.waited(slot, event)
 
     def _pull(self, stream) -> int:
         """The slot of `stream`, pulling it into the capture if new (a fork)."""
@@ -636,6 +647,8 @@ class Capture:
             self._streams.append(stream)
             self._clocks.append({})
             self._counts.append(0)
+            if self._hz is not None:
+                self._hz.stream(stream)
         return slot
 
     def _check_joined(self) -> None:

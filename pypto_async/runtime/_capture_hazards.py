@@ -1,22 +1,24 @@
-"""Data hazards inside a capture: edges between captured commands, derived once, at capture time.
+"""Data hazards inside a capture: edges between captured commands, decided by the driver, once, at capture time.
 
 Eager launches and copies are ordered across streams as they are queued
-(:mod:`._hazards`).  A capture records instead of queuing, so the same rule
-(:func:`pypto_async._hazard_rule.hazard`) is applied to what it records:
-per DeviceTensor (inputs, tensors used directly, tensors allocated inside),
-the last captured write and the captured reads since, one per capture stream
-slot.  A captured launch or copy on slot B that conflicts with an access on
-another slot A gets an edge A -> B: a graph event recorded right after A's
-node, and a wait for it on B before the new node, the very commands an
-explicit ``stream_b.wait(node)`` captures.  They are part of the graph, so a
-replay pays nothing extra for them.
+(:mod:`._hazards`).  A capture records instead of queuing, and asks the
+driver's rule all the same: each capture has its own ``pto_hazards`` table
+of points (``pto_hazards_create_points``), whose streams are the capture's
+streams and whose positions are the capture's own (one per recorded access,
+in recording order).  For each captured launch or copy the driver decides
+the edges (``pto_hazards_decide``: the same rule as eager work's, queuing
+nothing), takes them into the stream's clock and notes the accesses; an
+edge from stream A is a wait, on the later stream, for the point right
+after the latest conflicting access on A: a graph event recorded after that
+node, and a wait for it before the new node, the very commands an explicit
+``stream_b.wait(node)`` captures.  They are part of the graph, so a replay
+pays nothing for them.
 
-Positions are the capture's own: the n-th command recorded on a slot is at
-position n there, and each slot's clock (``Capture._clocks``) says how many
-commands of every slot it is ordered behind, through the waits captured so
-far, yours and inferred ones.  An edge to a node the clock covers is implied
-and not added (counted as skipped); nor is one to a node that another edge
-of the same call covers.  Same-slot order is free, read-read never ordered.
+The driver's table knows the captured waits too: each node and each
+``stream.record()`` takes a mark of its point (``pto_hazards_mark``), and a
+captured wait for it hands the mark over (``pto_hazards_waited``).  An edge
+that a captured wait implies is skipped, as is one that another edge of the
+same call implies.  Same-stream order is free, read-read never ordered.
 
 Opt-outs are those of eager work, as they stand when the call is captured:
 ``alloc_tensor(..., manual_deps=True)``, ``with w.manual_deps():`` (the
@@ -24,7 +26,9 @@ capturing task's), ``RunConfig(auto_deps=False)``.  Where the ordering is
 yours and the sanitizer is on, a conflicting access the captured waits do
 not order raises :class:`~pypto_async.errors.PtoRaceError` (or warns) from
 the capturing call, before anything of it is recorded, naming both sides
-(kernel or copy, parameter, direction, stream, file:line).
+(kernel or copy, parameter, direction, stream, file:line).  The sanitizer
+stays in Python, as for eager work: its own records of the accesses with
+their call sites, checked against the capture's vector clocks.
 
 What a graph touches across its boundary (eager work, other replays) is
 ordered at each replay, on its origin stream (:meth:`~._graph.Graph._order`).
@@ -32,11 +36,16 @@ ordered at each replay, on its origin stream (:meth:`~._graph.Graph._order`).
 
 from __future__ import annotations
 
-from .._hazard_rule import hazard
+from .._driver import check, ffi, lib
 from ._hazards import _manual
 from ._sanitizer import describe
 
 __all__ = ["CaptureHazards"]
+
+_READ = lib.PTO_HZ_READ
+_WRITE = lib.PTO_HZ_WRITE
+_MANUAL = lib.PTO_HZ_MANUAL
+_mark_release = lib.pto_hz_mark_release
 
 
 class CaptureHazards:
@@ -46,105 +55,148 @@ class CaptureHazards:
     ----------
     inferred, skipped : int
         Edges added to the recording; edges not added because captured
-        waits imply them.
+        waits imply them (the capture table's counts).
     """
 
-    __slots__ = ("cap", "hz", "inferred", "skipped", "_state")
+    __slots__ = ("cap", "hz", "table", "inferred", "skipped", "_pos", "_nodes", "_state", "_edges", "_counts")
 
     def __init__(self, cap, hz):
         self.cap = cap
         self.hz = hz  # the worker's Hazards
         self.inferred = 0
         self.skipped = 0
-        # id(tensor) -> [last write, {slot: last read since}]; an access: (slot, position, node, what)
+        out = ffi.new("pto_hazards **")
+        check(lib.pto_hazards_create_points(cap._worker._dev, out), "pto_hazards_create_points")
+        self.table = ffi.gc(out[0], lib.pto_hazards_destroy)  # (a capture never entered is collected)
+        self._pos = 0  # the capture's positions: one per access (a launch's or copy's), in recording order
+        self._nodes: dict[int, object] = {}  # position -> the CapturedNode whose accesses are noted there
+        # The sanitizer's records (only while it is on): id(tensor) -> [last write, {slot: last read since}];
+        # an access: (slot, count on the slot, node, what).
         self._state: dict[int, list] = {}
+        self._edges = ffi.new("pto_hz_edge[]", 8)
+        self._counts = ffi.new("uint64_t[2]")
 
-    def plan(self, slot: int, accesses: list, label: str):
-        """The edges a call on `slot` needs, or raise if the sanitizer finds a race; nothing is recorded.
+    def close(self) -> None:
+        """Destroy the driver's table (the recording is over; marks outlive it)."""
+        table, self.table = self.table, None
+        if table is not None:
+            ffi.release(table)
 
-        `accesses` are ``(tensor, name, reads, writes)``.  Returns ``(nodes
-        to wait for, notes)``: :meth:`Capture._access` records the waits,
-        then the call's node, then hands the notes to :meth:`note`.
+    def stream(self, stream) -> None:
+        """A stream joined the capture: register it with the table."""
+        check(lib.pto_hazards_stream(self.table, stream._ptr), "pto_hazards_stream")
+
+    def mark(self, slot: int):
+        """The driver's mark of a point recorded on `slot` now (a node just recorded, or a record)."""
+        return ffi.gc(lib.pto_hazards_mark(self.table, self.cap._streams[slot]._id, self._pos + 1), _mark_release)
+
+    def waited(self, slot: int, event) -> None:
+        """A captured wait on `slot` for `event` (a :class:`~._capture.CapturedEvent`)."""
+        if event._mark is not None:
+            lib.pto_hazards_waited(self.table, self.cap._streams[slot]._id, event._mark)
+
+    def check(self, slot: int, accesses: list, label: str):
+        """Raise (or warn) if the sanitizer finds a race; the plan of the call, for :meth:`decide`.
+
+        `accesses` are ``(tensor, name, reads, writes)``.  Nothing is
+        recorded or decided yet: the call may still be refused.
         """
         hz = self.hz
         sanitizing = hz.mode != "off"
         region = self.cap._worker in _manual.get() if _manual.get() else False
-        clock = self.cap._clocks[slot]
-        state = self._state
-        need: dict[int, tuple] = {}  # slot -> (position, node): the latest access there to wait for
-        notes = []
+        plan = []  # (key, flags, tensor, writes, what)
         site = None
         for t, name, reads, writes in accesses:
             if t._manual and not sanitizing:
                 continue
             manual = region or t._manual or not hz.auto
-            entry = state.get(id(t))
-            earlier = []
-            if entry is not None:
-                w = entry[0]
-                if w is not None and w[0] != slot and hazard(reads, writes, False, True):
-                    earlier.append((w, "write"))
-                if entry[1] and hazard(reads, writes, True, False):
-                    earlier.extend((r, "read") for s, r in entry[1].items() if s != slot)
-            for prev, how in earlier:
-                src, pos, node, what = prev
-                if clock.get(src, 0) >= pos:
-                    if not manual:
-                        self._skip()  # a captured wait orders it already
-                elif not manual:
-                    have = need.get(src)
-                    if have is not None:
-                        self._skip()  # one wait per slot and call
-                    if have is None or have[0] < pos:
-                        need[src] = (pos, node)
-                elif sanitizing:
-                    if site is None:
-                        site = hz.sanitizer.site()
-                    self._race(t, name, prev, how, describe(label, name, reads, writes, self._stream(slot), site))
-            if sanitizing and site is None:
-                site = hz.sanitizer.site()
-            what = describe(label, name, reads, writes, self._stream(slot), site) if sanitizing else None
-            notes.append((t, writes, what))
-        waits = []
-        for src, (pos, node) in need.items():
-            if any(other is not node and other._clock.get(src, 0) >= pos for _, other in need.values()):
-                self._skip()  # the wait for another slot's node orders it
-            else:
-                waits.append(node)
-        return waits, notes
+            what = None
+            if sanitizing:
+                if site is None:
+                    site = hz.sanitizer.site()
+                what = describe(label, name, reads, writes, self._stream(slot), site)
+                if manual:
+                    self._check(slot, t, name, reads, writes, what)
+            flags = (_READ if reads else 0) | (_WRITE if writes else 0) | (_MANUAL if manual else 0)
+            plan.append((id(t), flags, t, writes, what))  # keyed by the tensor: inputs have no address
+        return plan
 
-    def note(self, notes: list, node) -> None:
-        """Remember the accesses of the call just recorded as `node`."""
+    def decide(self, slot: int, plan: list) -> list:
+        """The driver's edges for the call `plan` stands for: the nodes to wait for, in order.
+
+        The accesses are noted at the call's position; :meth:`note` then
+        names the node recorded there.
+        """
+        self._pos += 1
+        pos = self._pos
+        n = len(plan)
+        if not n:
+            return []
+        acc = ffi.new("pto_hz_access[]", n)
+        for e, (key, flags, *_) in zip(acc, plan):
+            e.addr = key
+            e.flags = flags
+        sid = self.cap._streams[slot]._id
+        edges = self._edges
+        k = lib.pto_hazards_decide(self.table, sid, acc, n, pos, edges, len(edges))
+        if k > len(edges):
+            edges = self._edges = ffi.new("pto_hz_edge[]", 2 * k)
+            k = lib.pto_hazards_decide(self.table, sid, acc, n, pos, edges, len(edges))
+        check(k, "pto_hazards_decide")
+        self._count()
+        return [self._nodes[edges[i].pos] for i in range(k)]
+
+    def note(self, plan: list, node) -> None:
+        """The call just recorded as `node`: its position names it; the sanitizer's records of its accesses."""
+        self._nodes[self._pos] = node
+        if self.hz.mode == "off":
+            return
         slot = node._cmd.slot
         state = self._state
-        for t, writes, what in notes:
-            acc = (slot, node._clock[slot], node, what)
+        acc = (slot, node._clock[slot], node)
+        for _, _, t, writes, what in plan:
             entry = state.get(id(t))
             if entry is None:
                 entry = state[id(t)] = [None, None]
             if writes:
-                entry[0] = acc
+                entry[0] = (*acc, what)
                 entry[1] = None
             elif entry[1] is None:
-                entry[1] = {slot: acc}
+                entry[1] = {slot: (*acc, what)}
             else:
-                entry[1][slot] = acc
+                entry[1][slot] = (*acc, what)
 
-    def count(self) -> None:
-        """One edge added (also the worker's ``stats().inferred_waits``)."""
-        self.inferred += 1
-        with self.cap._worker._lock:  # the worker's counters: other threads count there too
-            self.hz.inferred += 1
+    def _count(self) -> None:
+        """Take the table's counts; add what changed to the worker's (``stats().inferred_waits``)."""
+        c = self._counts
+        lib.pto_hazards_counts(self.table, c)
+        inferred, skipped = int(c[0]), int(c[1])
+        if inferred != self.inferred or skipped != self.skipped:
+            with self.cap._worker._lock:  # the worker's counters: other threads count there too
+                self.hz.inferred_here += inferred - self.inferred
+                self.hz.skipped_here += skipped - self.skipped
+            self.inferred, self.skipped = inferred, skipped
 
-    def _skip(self) -> None:
-        self.skipped += 1
-        with self.cap._worker._lock:
-            self.hz.skipped += 1
+    def _check(self, slot: int, t, name: str, reads: bool, writes: bool, what: str) -> None:
+        """The sanitizer: a conflicting access on another slot the captured waits do not order is a race."""
+        entry = self._state.get(id(t))
+        if entry is None:
+            return
+        clock = self.cap._clocks[slot]
+        earlier = []
+        w, readers = entry
+        if w is not None and w[0] != slot and (reads or writes):
+            earlier.append((w, "write"))
+        if readers and writes:
+            earlier.extend((r, "read") for s, r in readers.items() if s != slot)
+        for prev, how in earlier:
+            if clock.get(prev[0], 0) < prev[1]:
+                self._race(t, prev, how, what)
 
     def _stream(self, slot: int):
         return self.cap._streams[slot]
 
-    def _race(self, t, name: str, prev, how: str, second: str) -> None:
+    def _race(self, t, prev, how: str, second: str) -> None:
         first = prev[3] or f"an access on stream {self._stream(prev[0]).id} (its call site unknown: captured " \
                            "while the sanitizer was off)"
         message = (f"data race in capture {self.cap.name!r} on {self._tensor_name(t)}: {second} is not "
@@ -157,4 +209,3 @@ class CaptureHazards:
         if k is not None:
             return f"input {self.cap._inputs[k].name!r}"
         return f"DeviceTensor shape={t._shape} dtype={t._dtype.np_name} at 0x{t._ptr:x}"
-

@@ -2,7 +2,7 @@
 
 Kernels declare ``In``/``Out``/``InOut``, and copies know their direction,
 so every access to a DeviceTensor is known when it is queued.  The rule
-that orders two accesses is the one the tasks of a program obey
+that orders two accesses pairs them as the tasks of a program are paired
 (:func:`pypto_async._hazard_rule.hazard`): a read waits for the last write
 (RAW); a write waits for the last write (WAW) and for the reads since it
 (WAR); a read never waits for a read.  Same-stream order is free; only
@@ -51,8 +51,8 @@ launch completed.
 Threads: ordering follows host submission order, which two threads
 submitting at once do not have; a tensor shared between threads needs
 their own order on the host.  Graphs: inside a capture, edges between its
-streams are derived once, at capture time, by the same rule
-(:mod:`._capture_hazards`); a replay is one access on its stream to each
+streams are decided once, at capture time, by the driver's rule in a
+table of the capture's own (:mod:`._capture_hazards`); a replay is one access on its stream to each
 tensor it touches, ordered here (:meth:`~._graph.Graph.replay`).
 """
 

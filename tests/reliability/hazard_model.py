@@ -5,11 +5,11 @@ drives the driver's table and this model with the same random access
 sequences and compares every decision (the edges, in order, with their
 positions and exact points) and the counts.
 
-The rule (the driver's ``native/src/hazard.c``; the pair truth table is
-:func:`pypto_async._hazard_rule.hazard`):
+The rule (the driver's ``native/src/hazard.c``; its pairs are those of the
+compile-time task rule, :func:`pypto_async._hazard_rule.hazard`):
 
 * Per allocation: the last write ``(stream, pos, exact)`` and the reads
-  since, one per stream, in the order they came.  A read waits for the last
+  since, one per stream, taken in the order of their streams' ids.  A read waits for the last
   write (RAW), a write for the last write (WAW) and the reads (WAR), when
   they are on another stream.  A manual access waits for nothing but is
   noted.
@@ -32,6 +32,13 @@ The rule (the driver's ``native/src/hazard.c``; the pair truth table is
 * Reads fold: a read by a stream not among the reads, when there are
   ``FOLD_FROM`` already, first folds the reads of closed streams into one
   read of the fold point at the largest of their fold positions.
+* A table of points (``HazardModel(points=True)``, the driver's
+  ``pto_hazards_create_points``: a graph capture's) queues nothing, and an
+  edge waits for the point right after the earlier access, not for that
+  stream's tail: each record keeps its stream's clock as it was at the
+  access, the dropping above reads that clock, and :meth:`HazardModel.decide`
+  (``pto_hazards_decide``) merges it, with the access's position plus one,
+  into the waiter's clock, then notes the call's accesses.
 """
 
 from __future__ import annotations
@@ -58,12 +65,16 @@ class _Stream:
 class _Tensor:
     writer: tuple[int, int, int] | None = None  # (stream, pos, exact)
     readers: dict[int, int] = field(default_factory=dict)
+    # A table of points: the writer's clock at the write, and each reader's at its read.
+    wclock: dict = field(default_factory=dict)
+    rclocks: dict[int, dict] = field(default_factory=dict)
 
 
 class HazardModel:
     """The driver's table, in Python: streams by id, allocations by address."""
 
-    def __init__(self) -> None:
+    def __init__(self, points: bool = False) -> None:
+        self.points = points
         self.streams: dict[int, _Stream] = {}
         self.tensors: dict[int, _Tensor] = {}
         self.fold: int | None = None
@@ -92,6 +103,7 @@ class HazardModel:
         """The edges of one call: ``[(src, pos, exact, index)]`` in the order to queue them."""
         clock = self.streams[sid].clock
         waits: dict[int, list] = {}  # src -> [pos, exact, index]
+        points: dict[int, dict] = {}  # src -> the clock of the point the edge waits for
         skipped = 0
         for i, (addr, flags) in enumerate(accesses):
             if flags & MANUAL or not flags & (READ | WRITE):
@@ -101,26 +113,43 @@ class HazardModel:
                 continue
             earlier = []
             if t.writer is not None and t.writer[0] != sid:
-                earlier.append(t.writer)
+                earlier.append((*t.writer, t.wclock))
             if flags & WRITE:
-                earlier.extend((r, pos, 0) for r, pos in t.readers.items() if r != sid)
-            for src, pos, exact in earlier:
+                earlier.extend((r, pos, 0, t.rclocks.get(r)) for r, pos in sorted(t.readers.items()) if r != sid)
+            for src, pos, exact, at in earlier:
+                if not self.points:  # what waiting for it orders after: the clock at the access, or src's now
+                    at = self.streams[src].clock
                 if clock.get(src, 0) > pos:
                     skipped += 1  # implied by a wait queued already
                 elif src in waits:
                     skipped += 1  # one wait per stream and call
+                    if pos > waits[src][0]:
+                        points[src] = at
                     waits[src] = _combine(waits[src], pos, exact, i)
                 else:
                     waits[src] = [pos, exact, i]
+                    points[src] = at
         for a in list(waits):
             for b in list(waits):
-                bclock = self.streams[b].clock
+                bclock = points[b]
                 if b != a and len(bclock) <= MERGE_MAX and bclock.get(a, 0) > waits[a][0]:
                     del waits[a]
                     skipped += 1
                     break
         self.skipped += skipped
+        self._points = points
         return [(src, pos, exact, index) for src, (pos, exact, index) in waits.items()]
+
+    def decide(self, sid: int, accesses: list[tuple[int, int]], pos: int) -> list[tuple[int, int, int, int]]:
+        """A table of points: the edges of one call at `pos`, taken (each point's clock) and noted."""
+        assert self.points
+        edges = self.order(sid, accesses)
+        points = self._points
+        for src, epos, _, _ in edges:
+            self._merge(sid, dict(points[src]), src, epos + 1)
+        self.inferred += len(edges)
+        self.note(sid, accesses, pos)
+        return edges
 
     def note(self, sid: int, accesses: list[tuple[int, int]], pos: int) -> None:
         for addr, flags in accesses:
@@ -130,12 +159,15 @@ class HazardModel:
             if flags & WRITE:
                 t.writer = (sid, pos, 0)
                 t.readers = {}
-            elif sid in t.readers:
-                t.readers[sid] = pos
-            else:
-                if len(t.readers) >= FOLD_FROM:
-                    self._fold(t)
-                t.readers[sid] = pos
+                t.rclocks = {}
+                if self.points:
+                    t.wclock = dict(self.streams[sid].clock)
+                continue
+            if sid not in t.readers and len(t.readers) >= FOLD_FROM:
+                self._fold(t)  # (not with points: a recording closes no streams)
+            t.readers[sid] = pos
+            if self.points:
+                t.rclocks[sid] = dict(self.streams[sid].clock)
 
     def _fold(self, t: _Tensor) -> None:
         if self.fold is None:

@@ -34,8 +34,8 @@ It knows nothing of threads, rings or engines; it follows the rules of
 5. With automatic ordering (``Model(auto_deps=True)``, the runtime's
    default), a launch or copy that touches a DeviceTensor last written on
    another stream (or, when it writes, read there since) first records an
-   event on that stream and waits on it, after the first-use joins; the same
-   rule as ``pypto_async._hazard_rule.hazard``; the edges come before the
+   event on that stream and waits on it, after the first-use joins; the
+   driver's rule (``hazard_model.py``, ``native/src/hazard.c``); the edges come before the
    first-use joins.  An edge is left out when the stream's hazard clock
    (merged only through events that carry failures) shows one queued
    already, or another stream the call waits for has waited for that access
