@@ -69,7 +69,10 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     loc = user_loc()
     from ._unify import is_pending
 
-    if (isinstance(tile, TensorArg) and "at" not in t.frames) or is_pending(tile):  # a window (pl.tensor.slice)
+    # A window (pl.tensor.slice): a tensor sliced in the orchestration, or a plain slice of one inside a
+    # region, which PyPTO types as a tensor too (its reads load it; pl.matmul takes its b_trans=).
+    if (isinstance(tile, TensorArg) and ("at" not in t.frames or (valid_shape is None and pad_value is None))
+            or is_pending(tile)):
         if pad_value is not None:
             raise compile_error("pl.slice: pad_value= fills a tile; a tensor sliced in the orchestration is a "
                                 "view of it (mark its data with valid_shape=, pad the tiles loaded from it)", loc)
