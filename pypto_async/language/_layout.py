@@ -63,7 +63,10 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     ``pad_value`` (PyPTO's shorthand) the rest is filled right away.  A
     tensor sliced in the orchestration (outside every region) is PyPTO's
     tensor view, ``pl.tensor.slice``: a window that kernel calls and regions
-    read or write, no data moved.
+    read or write, no data moved.  Inside a region a plain slice of a tensor
+    (no ``valid_shape`` or ``pad_value``) is that window too, as PyPTO types
+    it (a tensor): each op that reads it loads it, and ``pl.matmul`` takes
+    ``a_trans`` / ``b_trans`` on it.
     """
     t = current("pl.slice")
     loc = user_loc()

@@ -263,7 +263,9 @@ def assemble(dst, src, offset, atomic=None):
     """Write tile ``src`` into ``dst`` at ``offset`` (PyPTO's name).
 
     ``dst`` a tensor parameter: the tile (or a whole tensor, loaded) is stored
-    there (``atomic=pl.AtomicType.Add`` adds it in), and the tensor is returned.  ``dst`` a
+    there (``atomic=pl.AtomicType.Add`` adds it in), and the tensor is returned;
+    a source of another dtype is converted to the tensor's (PyPTO's
+    ``tensor.assemble`` types its result as the target).  ``dst`` a
     tile: the same as ``pl.tile.assemble`` (a new tile).
     """
     current("pl.assemble")

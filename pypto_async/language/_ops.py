@@ -354,10 +354,11 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
 
     FP32/FP16/BF16 operands accumulate in FP32, FP64 in FP64.  On tile
     operands an ``out_dtype`` must name that dtype (cast the result for
-    another).  On tensor operands (PyPTO's tensor-level matmul, each tensor
-    loaded whole) ``out_dtype`` may be another dtype, which the accumulated
-    result is converted to, and ``a_trans`` / ``b_trans`` multiply by the
-    operand's transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
+    another).  With a tensor operand (PyPTO's tensor-level matmul, each tensor
+    loaded whole; the other operand may be a value computed in the region)
+    ``out_dtype`` may be another dtype, which the accumulated result is
+    converted to, and ``a_trans`` / ``b_trans`` on a tensor operand multiply
+    by its transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
     tensors of rank 3 or more multiply as ``pl.batch_matmul`` (batch
     dimensions broadcast);
     ``c_matrix_nz`` names the result's fractal layout on the device, which

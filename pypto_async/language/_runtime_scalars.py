@@ -14,7 +14,9 @@ parameter (``if my_rank == 0:``, ``if flag:``) or a comparison of loop
 indices traces both branches, each as a loop of 0 or 1 iterations, and a
 name either branch binds to an int or index takes ``else + c * (then - else)``
 after it (``c`` the condition, 1 or 0).  A branch may load, compute and
-store; a tile name both branches bind takes the taken branch's tile.  A
+store; a tile name both branches bind takes the taken branch's tile (a
+branch that binds it to a whole tensor instead, PyPTO's ``pl.yield_`` of a
+carried tensor, gives the tensor's value there, loaded at the branch's end).  A
 ``return`` inside such an ``if`` is an early return (see :mod:`._branch`):
 both branches must return the same tensor, same-shaped tiles, or indices.
 """

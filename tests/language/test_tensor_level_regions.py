@@ -119,10 +119,10 @@ def test_an_if_on_the_loop_index_yields_a_value_in_one_branch_and_the_carried_te
             for i, (acc, res) in pl.range(steps, init_values=(acc0, res0)):
                 xi = pl.slice(x, [R, C], [i * R, 0])
                 if i == 0:
-                    acc_new = pl.assemble(acc, xi, offset=[0, 0])
+                    acc_new = pl.assemble(acc, xi, [0, 0])
                     acc_y, res_y = pl.yield_(acc_new, res)
                 else:
-                    acc_new = pl.assemble(acc, pl.add(acc, xi), offset=[0, 0])
+                    acc_new = pl.assemble(acc, pl.add(acc, xi), [0, 0])
                     if i == steps - 1:
                         r = pl.yield_(pl.mul(acc_new, 0.5))
                     else:

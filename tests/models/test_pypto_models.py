@@ -38,8 +38,9 @@ def _runner():
 
 
 #: The model programs that run here, and what they show: their own check passes ("matched"), or
-#: they exit cleanly with nothing to compare ("ran": 03 prints SKIPPED as it does on PyPTO without
-#: a device, 08 prints its program; qwen3_decode lowers its layer and lists the functions).
+#: they exit cleanly with nothing to compare ("ran": 03's main prints SKIPPED as it does on PyPTO,
+#: without calling its kernel, which test_pypto_flash_attention_kernel_runs_and_matches_a_reference_of_its_casts
+#: launches; 08 prints its program; qwen3_decode lowers its layer and lists the functions).
 RUNS = {
     "examples/models/01_ffn.py": "matched",
     "examples/models/02_vector_dag.py": "matched",
