@@ -63,13 +63,19 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     ``pad_value`` (PyPTO's shorthand) the rest is filled right away.  A
     tensor sliced in the orchestration (outside every region) is PyPTO's
     tensor view, ``pl.tensor.slice``: a window that kernel calls and regions
-    read or write, no data moved.
+    read or write, no data moved.  Inside a region a plain slice of a tensor
+    (no ``valid_shape`` or ``pad_value``) is that window too, as PyPTO types
+    it (a tensor): each op that reads it loads it, and ``pl.matmul`` takes
+    ``a_trans`` / ``b_trans`` on it.
     """
     t = current("pl.slice")
     loc = user_loc()
     from ._unify import is_pending
 
-    if (isinstance(tile, TensorArg) and "at" not in t.frames) or is_pending(tile):  # a window (pl.tensor.slice)
+    # A window (pl.tensor.slice): a tensor sliced in the orchestration, or a plain slice of one inside a
+    # region, which PyPTO types as a tensor too (its reads load it; pl.matmul takes its b_trans=).
+    if (isinstance(tile, TensorArg) and ("at" not in t.frames or (valid_shape is None and pad_value is None))
+            or is_pending(tile)):
         if pad_value is not None:
             raise compile_error("pl.slice: pad_value= fills a tile; a tensor sliced in the orchestration is a "
                                 "view of it (mark its data with valid_shape=, pad the tiles loaded from it)", loc)

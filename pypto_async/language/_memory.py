@@ -259,11 +259,13 @@ def fillpad(tile, pad_value=PadValue.zero) -> Tile:
     return record(FillPad(tl.var, pad), "pl.fillpad")
 
 
-def assemble(dst, src, offsets, atomic=None):
-    """Write tile ``src`` into ``dst`` at ``offsets``.
+def assemble(dst, src, offset, atomic=None):
+    """Write tile ``src`` into ``dst`` at ``offset`` (PyPTO's name).
 
     ``dst`` a tensor parameter: the tile (or a whole tensor, loaded) is stored
-    there (``atomic=pl.AtomicType.Add`` adds it in), and the tensor is returned.  ``dst`` a
+    there (``atomic=pl.AtomicType.Add`` adds it in), and the tensor is returned;
+    a source of another dtype is converted to the tensor's (PyPTO's
+    ``tensor.assemble`` types its result as the target).  ``dst`` a
     tile: the same as ``pl.tile.assemble`` (a new tile).
     """
     current("pl.assemble")
@@ -272,5 +274,12 @@ def assemble(dst, src, offsets, atomic=None):
             raise compile_error("pl.assemble: atomic applies to a tensor destination only", user_loc())
         from ._layout import tile_assemble
 
-        return tile_assemble(dst, src, offsets)
-    return store(src, offsets, dst, atomic=atomic)
+        return tile_assemble(dst, src, offset)
+    src = as_tile(src)
+    if isinstance(src, Tile) and isinstance(dst, TensorArg) and src.dtype != dst.dtype:
+        # PyPTO's tensor.assemble types its result as the target (it checks no source dtype): the
+        # source's values are written in the target's dtype (pl.store, a tile-level op, still refuses).
+        from ._ops import cast
+
+        src = cast(src, dst.dtype)
+    return store(src, offset, dst, atomic=atomic)

@@ -96,10 +96,25 @@ def _scalar(x, dtype, op: str):
     return Const(int(x), dtype)
 
 
+def _promoted(t, a: Tile, b: Tile) -> tuple[Tile, Tile]:
+    """Inside a ``pl.at`` region (PyPTO's tensor-level code), float operands of different widths promote.
+
+    PyPTO's type deduction gives ``FP16 op FP32`` the wider dtype (its
+    ``PromoteDataTypes``); the narrower operand is converted (exactly) first.
+    A kernel body's tile ops keep refusing a mismatch (cast with ``pl.cast``).
+    """
+    da, db = a.dtype, b.dtype
+    if (da == db or not (da.is_float and db.is_float) or da.itemsize == db.itemsize
+            or getattr(t, "region_hints_now", None) is None):  # set while a pl.at region is traced
+        return a, b
+    return (cast(a, db), b) if da.itemsize < db.itemsize else (a, cast(b, da))
+
+
 def _binary(op: str, a, b) -> Tile:
-    current(f"pl.{op}")
+    t = current(f"pl.{op}")
     a, b = as_tile(a), as_tile(b)
     if isinstance(a, Tile) and isinstance(b, Tile):
+        a, b = _promoted(t, a, b)
         return _record(op, Binary(op, a.var, b.var))
     if isinstance(a, Tile):
         return _record(op, Binary(op, a.var, _scalar(b, a.dtype, op)))
@@ -339,10 +354,11 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
 
     FP32/FP16/BF16 operands accumulate in FP32, FP64 in FP64.  On tile
     operands an ``out_dtype`` must name that dtype (cast the result for
-    another).  On tensor operands (PyPTO's tensor-level matmul, each tensor
-    loaded whole) ``out_dtype`` may be another dtype, which the accumulated
-    result is converted to, and ``a_trans`` / ``b_trans`` multiply by the
-    operand's transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
+    another).  With a tensor operand (PyPTO's tensor-level matmul, each tensor
+    loaded whole; the other operand may be a value computed in the region)
+    ``out_dtype`` may be another dtype, which the accumulated result is
+    converted to, and ``a_trans`` / ``b_trans`` on a tensor operand multiply
+    by its transpose (``pl.matmul(q, k, b_trans=True)`` is ``q @ k.T``);
     tensors of rank 3 or more multiply as ``pl.batch_matmul`` (batch
     dimensions broadcast);
     ``c_matrix_nz`` names the result's fractal layout on the device, which
@@ -353,11 +369,11 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     so ``acc`` carries its value across iterations of a ``pl.range`` loop.
     """
     current("pl.matmul")
-    tensors = isinstance(a, TensorArg) and isinstance(b, TensorArg)
-    for flag, value in (("a_trans", a_trans), ("b_trans", b_trans), ("c_matrix_nz", c_matrix_nz)):
+    tensors = isinstance(a, TensorArg) or isinstance(b, TensorArg)  # a tensor-level matmul (a tile operand loaded)
+    for flag, value, operand in (("a_trans", a_trans, a), ("b_trans", b_trans, b), ("c_matrix_nz", c_matrix_nz, a)):
         if not isinstance(value, bool):
             raise compile_error(f"pl.matmul: {flag} must be a bool, got {value!r}", user_loc())
-        if value and not tensors:
+        if value and not (isinstance(operand, TensorArg) if flag != "c_matrix_nz" else tensors):
             raise compile_error(f"pl.matmul: {flag}=True takes tensor operands (a tile's transpose is "
                                 f"pl.transpose / pl.tile.transpose_view)", user_loc())
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")

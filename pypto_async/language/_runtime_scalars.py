@@ -14,7 +14,9 @@ parameter (``if my_rank == 0:``, ``if flag:``) or a comparison of loop
 indices traces both branches, each as a loop of 0 or 1 iterations, and a
 name either branch binds to an int or index takes ``else + c * (then - else)``
 after it (``c`` the condition, 1 or 0).  A branch may load, compute and
-store; a tile name both branches bind takes the taken branch's tile.  A
+store; a tile name both branches bind takes the taken branch's tile (a
+branch that binds it to a whole tensor instead, PyPTO's ``pl.yield_`` of a
+carried tensor, gives the tensor's value there, loaded at the branch's end).  A
 ``return`` inside such an ``if`` is an early return (see :mod:`._branch`):
 both branches must return the same tensor, same-shaped tiles, or indices.
 """
@@ -24,7 +26,9 @@ from __future__ import annotations
 from .._dtypes import INTEGER_DTYPES as _INTEGER_DTYPES
 from ..ir._bounds import RUNTIME, index_range
 from ..ir._diag import compile_error
-from ..ir._nodes import Assign, Const, DynFor, Full, IBin, IConst, IRead, IVar, Move, SetIndex, TileType, Update
+from ..ir._infer import check_load, infer_expr
+from ..ir._nodes import (Assign, Const, DynFor, Full, IBin, IConst, IRead, IVar, Load, Move, SetIndex, TileType,
+                         Update)
 from ..ir._spaces import CUBE_ONLY
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, to_index, user_loc
 
@@ -267,6 +271,9 @@ class runtime_if:
                 out.append(self._merge_results(a, b, (pre, then_end, else_end)))
             elif isinstance(a, Tile) and isinstance(b, Tile) and a.var.id != b.var.id:
                 out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
+            elif _tile_and_tensor(a, b):  # PyPTO's tensor-level if: one branch yields a tensor, one a value
+                a, b = self._as_tile(a, then_end), self._as_tile(b, else_end)
+                out.append(self._merge_tiles(n, a, b, pre, then_end, else_end))
             else:
                 out.append(self._merge_one(n, a, b))
         self.then_body = tuple(self.then_body) + tuple(then_end)
@@ -331,6 +338,17 @@ class runtime_if:
         else_end.append(Update(merged, b.var, self.loc))
         return Tile(merged)
 
+    def _as_tile(self, v, end: list):
+        """``v``, a tile, or a whole tensor loaded at the end of its branch (its value there, as a tile)."""
+        if isinstance(v, Tile):
+            return v
+        origin = (IConst(0),) * len(v.shape)
+        expr = Load(v.name, origin, tuple(v.shape), "Vec", None)
+        check_load(expr, self.t.params, self.t.ranges, self.loc)
+        var = self.t.new_var(infer_expr(expr, self.t.params, self.loc))
+        end.append(Assign(var, expr, self.loc))
+        return Tile(var)
+
     def _merge_one(self, name, a, b):
         if a is b:
             return a
@@ -354,6 +372,14 @@ class runtime_if:
             return a
         ea, eb = to_index(a, name), to_index(b, name)
         return _Pending(IBin("+", eb, IBin("*", self.cond, IBin("-", ea, eb))))
+
+
+def _tile_and_tensor(a, b) -> bool:
+    """Whether one of ``a``, ``b`` is a tile and the other a whole tensor of its shape and dtype."""
+    if isinstance(a, TensorArg):
+        a, b = b, a
+    return (isinstance(a, Tile) and isinstance(b, TensorArg) and getattr(b, "origin", None) is None
+            and tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype)
 
 
 def _same_view(a, b) -> bool:
