@@ -40,7 +40,8 @@ def _runner():
 #: The model programs that run here, and what they show: their own check passes ("matched"), or
 #: they exit cleanly with nothing to compare ("ran": 03's main prints SKIPPED as it does on PyPTO,
 #: without calling its kernel, which test_pypto_flash_attention_kernel_runs_and_matches_a_reference_of_its_casts
-#: launches; 08 prints its program; qwen3_decode lowers its layer and lists the functions).
+#: launches; 08 prints its program, which test_pypto_llama_mini_program_matches_torch launches;
+#: qwen3_decode lowers its layer and lists the functions).
 RUNS = {
     "examples/models/01_ffn.py": "matched",
     "examples/models/02_vector_dag.py": "matched",
@@ -353,3 +354,89 @@ def test_pypto_flash_attention_kernel_runs_and_matches_a_reference_of_its_casts(
     # Against FP32 attention the FP16 roundings of S (its logits to 5e-4 relative) and P @ V add up
     # to a few 1e-4 at these magnitudes.
     torch.testing.assert_close(out, sdpa, rtol=5e-3, atol=3e-3)
+
+
+def _llama_mini_reference(hidden, mask, cos, sin, wq, wk, wv, w_dense, w_gate, w_up, w_down, w_lm):
+    """What 08's ``llama_mini_orch`` computes, in FP32 as its kernels do, from torch's own pieces.
+
+    RMSNorm without a weight (x / sqrt(mean(x^2) + 1e-6)), projections as ``x @ w`` ([D, D] weights,
+    no transpose), rotate-half RoPE on Q and K with [S, D/2] tables, Q K^T scaled by head_dim^-0.5 plus
+    the additive mask and a row softmax, then @ V (SDPA with that scale and mask); the dense projection
+    and the first residual; RMSNorm, SwiGLU (silu(gate) * up) and the down projection, the second
+    residual; the final RMSNorm and the LM head.
+    """
+    import torch.nn.functional as F
+
+    d = hidden.shape[-1]
+
+    def rms(x):
+        return F.rms_norm(x, (d,), eps=1e-6)
+
+    def rope(x):
+        left, right = x[:, :d // 2], x[:, d // 2:]
+        return torch.cat([left * cos - right * sin, right * cos + left * sin], dim=-1)
+
+    n = rms(hidden)
+    q, k, v = rope(n @ wq), rope(n @ wk), n @ wv
+    attn = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=d ** -0.5)[0]
+    h = hidden + attn @ w_dense
+    n2 = rms(h)
+    h = h + (F.silu(n2 @ w_gate) * (n2 @ w_up)) @ w_down
+    return rms(h) @ w_lm
+
+
+@pytest.mark.parametrize("seq_len, vocab_size", [(16, 64), (64, 256)])
+def test_pypto_llama_mini_program_matches_torch(tmp_path, seq_len, vocab_size):
+    """08's program (its main only prints it), built by its ``build_llama_mini_program`` and launched here.
+
+    One decoder layer and one head at head_dim 64 (its Q K^T kernel is unrolled over exactly four
+    16-column K tiles, so 64 is the only head_dim it supports); its default shapes (seq_len 16,
+    vocab 64) and a longer sequence with a wider vocabulary (64, 256).  Random hidden states and
+    weights (scaled by D^-0.5 so activations stay O(1)), a causal mask, RoPE tables of
+    base 10000; the logits poisoned with NaN first.  Its deps.json is checked too.
+    """
+    import json
+
+    from pypto_async import ir
+    from pypto_async.runtime import RunConfig
+
+    adapt = _runner().adapt
+    (tmp_path / "llama08.py").write_text(adapt((MODELS / "08_llama_mini.py").read_text(encoding="utf-8")),
+                                         encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("pypto_llama08", tmp_path / "llama08.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    dim = 64
+    compiled = ir.compile(mod.build_llama_mini_program(seq_len=seq_len, head_dim=dim, vocab_size=vocab_size))
+
+    g = torch.Generator().manual_seed(8)
+    hidden = torch.randn(seq_len, dim, generator=g)
+    mask = torch.triu(torch.full((seq_len, seq_len), -1e9), diagonal=1)
+    pos = torch.arange(seq_len, dtype=torch.float32)[:, None]
+    angles = pos / 10000.0 ** (torch.arange(dim // 2, dtype=torch.float32) * 2 / dim)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    weights = [torch.randn(dim, dim, generator=g) * dim ** -0.5 for _ in range(7)]
+    w_lm = torch.randn(dim, vocab_size, generator=g) * dim ** -0.5
+    logits = torch.full((seq_len, vocab_size), float("nan"))
+    compiled(hidden, mask, cos, sin, *weights, w_lm, logits,
+             config=RunConfig(enable_dep_gen=True, save_kernels_dir=str(tmp_path / "out")))
+
+    # Inspectable as PyPTO's are: one task per kernel call of the orchestration (no loops), and an
+    # edge per tensor a call reads that an earlier one wrote (hidden, the mask, the tables and the
+    # weights are inputs): 3 + 2 + 2 + 1 + 1 + 1 + 2 + 1 + 1 + 1 + 2 + 2 + 1 + 2 + 1 + 1 = 24.
+    deps = json.loads((tmp_path / "out" / "dfx_outputs" / "deps.json").read_text(encoding="utf-8"))
+    mm, rope, rms, add = "kernel_matmul", "kernel_rope", "kernel_rms_norm", "kernel_add"
+    assert [t["name"] for t in deps["tasks"]] == [
+        rms, mm, mm, mm, rope, rope, "kernel_matmul_trans_b", "kernel_scale_scores", "kernel_add_scores",
+        "kernel_softmax", "kernel_matmul_attn", mm, add, rms, mm, mm, "kernel_swiglu", mm, add, rms,
+        "kernel_lm_head"]
+    assert len(deps["edges"]) == 24 and {e["hazard"] for e in deps["edges"]} == {"RAW"}
+
+    want = _llama_mini_reference(hidden, mask, cos, sin, *weights, w_lm)
+    # Every kernel computes in FP32 as the reference does; what differs is the order of the FP32 sums
+    # (matmuls over 64 or seq_len terms, row sums) and exp/sqrt/divide's last bits, carried through
+    # three RMSNorms and two residuals: measured under 2e-6 over logits |x| up to about 4 (both
+    # shapes), so 1e-4 leaves headroom yet fails at once on a wrong mask, scale or rotation (a
+    # reference without the mask is off by 1.7).
+    assert 0.5 < want.abs().max() < 20
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
