@@ -394,6 +394,60 @@ static void engine_idle(pto_device *dev, struct pto_engine *eng, pthread_mutex_t
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run);
 static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *run, uint32_t b);
 
+/* The last sleeping engine of a kind that nobody claimed (its queue's lock held); NULL if none. */
+static struct pto_engine *sleeping_engine(pto_device *dev, bool copy)
+{
+    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
+    for (uint32_t i = first + n; i-- > first;)
+        if (dev->engines[i].sleeping && !dev->engines[i].claimed)
+            return &dev->engines[i];
+    return NULL;
+}
+
+/*
+ * Take the head of a kind's queue to run in a sleeping engine's stead (its
+ * lock held, the queue not empty): a copy whole, a launch's next block
+ * (*block; the launch leaves the queue with its last one), a task whole.
+ */
+static struct pto_run *take_head(pto_device *dev, bool copy, uint32_t *block)
+{
+    struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
+    struct pto_run *r = *head;
+    *block = 0;
+    if (!copy) {
+        *block = r->next_block++;
+        if (*block == 0)
+            r->start_ns = pto_now_ns();
+        if (!r->task && r->next_block < r->cmd->u.launch.blocks)
+            return r;
+    }
+    queue_pop(head, copy ? &dev->copy_tail : &dev->core_tail);
+    atomic_fetch_sub_explicit(copy ? &dev->copy_len : &dev->core_len, 1, memory_order_relaxed);
+    return r;
+}
+
+/* Run what take_head took, as engine x (no lock held). */
+static void run_taken(pto_device *dev, struct pto_engine *x, bool copy, struct pto_run *r, uint32_t block)
+{
+    if (copy)
+        run_copy(dev, x, r);
+    else if (r->task)
+        pti_task_run(dev, x, r);
+    else
+        run_block(dev, x, r, block);
+}
+
+/* Wake the engines what is left on a kind's queue needs (its lock held; the caller takes none of it). */
+static void wake_queue(pto_device *dev, bool copy)
+{
+    if (copy)
+        wake_for(dev, &dev->copy_cv, atomic_load_explicit(&dev->copy_len, memory_order_relaxed), dev->copy_sleepers,
+                 &dev->copy_waking, dev->copy_spinners, 0);
+    else
+        wake_for(dev, &dev->core_cv, atomic_load_explicit(&dev->core_len, memory_order_relaxed), dev->core_sleepers,
+                 &dev->core_waking, dev->core_spinners, 0);
+}
+
 /*
  * Whether a helper may run r in a sleeping engine's stead: anything on a
  * one-CPU host (waking the engine would only take turns with this thread on
@@ -435,8 +489,6 @@ static void engine_help(pto_device *dev, bool copy)
         return;
     pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
     struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
-    struct pto_run **tail = copy ? &dev->copy_tail : &dev->core_tail;
-    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
     /*
@@ -448,19 +500,9 @@ static void engine_help(pto_device *dev, bool copy)
     int spinners = copy ? dev->copy_spinners : dev->core_spinners;
     if (spinners == 0 || (!copy && *head && atomic_load_explicit(len, memory_order_relaxed) > (uint32_t)spinners &&
                           pti_task_tiny(*head)))
-        for (uint32_t i = first + n; i-- > first;)
-            if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
-                x = &dev->engines[i];
-                break;
-            }
+        x = sleeping_engine(dev, copy);
     if (!x || !*head || !may_help(dev, *head)) {
-        /* Declined: a push that counted on this thread (self_returning) needs an engine woken. */
-        if (copy)
-            wake_for(dev, &dev->copy_cv, atomic_load_explicit(len, memory_order_relaxed), dev->copy_sleepers,
-                     &dev->copy_waking, dev->copy_spinners, 0);
-        else
-            wake_for(dev, &dev->core_cv, atomic_load_explicit(len, memory_order_relaxed), dev->core_sleepers,
-                     &dev->core_waking, dev->core_spinners, 0);
+        wake_queue(dev, copy); /* declined: a push that counted on this thread (self_returning) needs an engine */
         pthread_mutex_unlock(mu);
         return;
     }
@@ -471,27 +513,10 @@ static void engine_help(pto_device *dev, bool copy)
     uint64_t until = pto_now_ns() + 50000ull;
     uint64_t ran = 0;
     while (*head && ran < 64 && may_help(dev, *head) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
-        struct pto_run *r = *head;
-        uint32_t b = 0;
-        if (copy) {
-            queue_pop(head, tail);
-            atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
-        } else {
-            b = r->next_block++;
-            if (b == 0)
-                r->start_ns = pto_now_ns();
-            if (r->task || r->next_block == r->cmd->u.launch.blocks) {
-                queue_pop(head, tail);
-                atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
-            }
-        }
+        uint32_t b;
+        struct pto_run *r = take_head(dev, copy, &b);
         pthread_mutex_unlock(mu);
-        if (copy)
-            run_copy(dev, x, r);
-        else if (r->task)
-            pti_task_run(dev, x, r);
-        else
-            run_block(dev, x, r, b);
+        run_taken(dev, x, copy, r, b);
         ran++;
         pthread_mutex_lock(mu);
         if (pto_now_ns() >= until)
@@ -500,13 +525,7 @@ static void engine_help(pto_device *dev, bool copy)
     x->claimed = false;
     tl_engine = was;
     tl_helping = false;
-    /* What is left needs an engine: x (asleep again) is one of the sleepers to signal. */
-    if (copy)
-        wake_for(dev, &dev->copy_cv, atomic_load_explicit(len, memory_order_relaxed), dev->copy_sleepers,
-                 &dev->copy_waking, dev->copy_spinners, 0);
-    else
-        wake_for(dev, &dev->core_cv, atomic_load_explicit(len, memory_order_relaxed), dev->core_sleepers,
-                 &dev->core_waking, dev->core_spinners, 0);
+    wake_queue(dev, copy); /* what is left needs an engine: x (asleep again) is one of the sleepers */
     pthread_mutex_unlock(mu);
     atomic_fetch_add_explicit(&dev->st_engine_helps, ran, memory_order_relaxed);
 }
@@ -598,45 +617,22 @@ static bool host_run_one(pto_device *dev, bool copy)
         return false;
     pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
     struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
-    struct pto_run **tail = copy ? &dev->copy_tail : &dev->core_tail;
-    uint32_t first = copy ? dev->cfg.cores : 0, n = copy ? dev->cfg.copy_engines : dev->cfg.cores;
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
     if (*head && (copy ? dev->copy_spinners : dev->core_spinners) == 0 && host_may_run(dev, *head) &&
         !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
-        for (uint32_t i = first + n; i-- > first;)
-            if (dev->engines[i].sleeping && !dev->engines[i].claimed) {
-                x = &dev->engines[i];
-                break;
-            }
+        x = sleeping_engine(dev, copy);
     if (!x) {
         pthread_mutex_unlock(mu);
         return false;
     }
-    struct pto_run *r = *head;
-    uint32_t b = 0;
-    if (copy) {
-        queue_pop(head, tail);
-        atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
-    } else {
-        b = r->next_block++;
-        if (b == 0)
-            r->start_ns = pto_now_ns();
-        if (r->task || r->next_block == r->cmd->u.launch.blocks) {
-            queue_pop(head, tail);
-            atomic_fetch_sub_explicit(len, 1, memory_order_relaxed);
-        }
-    }
+    uint32_t b;
+    struct pto_run *r = take_head(dev, copy, &b);
     x->claimed = true;
     pthread_mutex_unlock(mu);
     tl_engine = x;
     tl_helping = true; /* a device thread's help paths (run_copy's pti_core_help) leave the host alone */
-    if (copy)
-        run_copy(dev, x, r);
-    else if (r->task)
-        pti_task_run(dev, x, r);
-    else
-        run_block(dev, x, r, b);
+    run_taken(dev, x, copy, r, b);
     tl_helping = false;
     tl_engine = NULL;
     pthread_mutex_lock(mu);
@@ -666,12 +662,10 @@ uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
     tl_host_dev = NULL;
     /* What is left needs an engine: the pushes since pti_host_begin counted this thread as one. */
     pthread_mutex_lock(&dev->copy_lock);
-    wake_for(dev, &dev->copy_cv, atomic_load_explicit(&dev->copy_len, memory_order_relaxed), dev->copy_sleepers,
-             &dev->copy_waking, dev->copy_spinners, 0);
+    wake_queue(dev, true);
     pthread_mutex_unlock(&dev->copy_lock);
     pthread_mutex_lock(&dev->core_lock);
-    wake_for(dev, &dev->core_cv, atomic_load_explicit(&dev->core_len, memory_order_relaxed), dev->core_sleepers,
-             &dev->core_waking, dev->core_spinners, 0);
+    wake_queue(dev, false);
     pthread_mutex_unlock(&dev->core_lock);
     atomic_fetch_sub(&dev->host_runners, 1);
     return ran;
