@@ -444,10 +444,9 @@ static void hpush(struct heap *h, uint64_t key, uint32_t id)
     h->v[i] = x;
 }
 
-/* Pop the least: sift a hole down from the root, then drop the last entry into it. */
-static struct hent hpop(struct heap *h)
+/* Put x at the root's place (h->n > 0): sift the hole down to where x belongs. */
+static void sift_down(struct heap *h, struct hent x)
 {
-    struct hent top = h->v[0], x = h->v[--h->n];
     uint32_t i = 0, n = h->n;
     for (;;) {
         uint32_t c = 2 * i + 1;
@@ -460,8 +459,15 @@ static struct hent hpop(struct heap *h)
         h->v[i] = h->v[c];
         i = c;
     }
-    if (n)
-        h->v[i] = x;
+    h->v[i] = x;
+}
+
+/* Pop the least: the last entry takes the root's place. */
+static struct hent hpop(struct heap *h)
+{
+    struct hent top = h->v[0], x = h->v[--h->n];
+    if (h->n)
+        sift_down(h, x);
     return top;
 }
 
@@ -494,20 +500,7 @@ static inline struct hent rq_top(const struct rq *q, const uint64_t *at, bool *f
 /* Replace the least entry (h->n > 0) with (key, id): one sift down. */
 static void hreplace(struct heap *h, uint64_t key, uint32_t id)
 {
-    struct hent x = {key, id};
-    uint32_t i = 0, n = h->n;
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && hless(h->v[c + 1], h->v[c]))
-            c++;
-        if (!hless(h->v[c], x))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    h->v[i] = x;
+    sift_down(h, (struct hent){key, id});
 }
 
 /* A task is ready at `at` (all predecessors ended, submitted): queue it, or end it at once (it never ran). */
