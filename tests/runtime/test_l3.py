@@ -832,13 +832,15 @@ def test_the_devices_page_example_runs():
 
 
 async def _held_run(dw, compiled, *args):
-    """Run `compiled` on `dw` while rank 0's stream is held: the plan must wait without holding the loop.
+    """Run `compiled` on `dw` while every rank's stream is held: the plan must wait without holding the loop.
 
     The run is a task of the loop; this task goes on (the plan cannot finish:
-    rank 0's device is held), then releases the hold and awaits the run.  A
-    plan that blocked the loop would hold it until the latch expired, and
-    fail.
+    the devices its dispatches run on are held), then releases the holds and
+    awaits the run.  A plan that blocked the loop would hold it until the
+    latches expired, and fail.
     """
+    import contextlib
+
     import anyio
 
     from pypto_async.testing import hold
@@ -848,13 +850,15 @@ async def _held_run(dw, compiled, *args):
     async def run():
         result["value"] = await dw.run(compiled, *args)
 
-    with hold(dw.workers[0].default_stream) as latch:
+    with contextlib.ExitStack() as holds:
+        latches = [holds.enter_context(hold(w.default_stream)) for w in dw.workers]
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             for _ in range(20):
                 await anyio.sleep(0)  # the run's task gets its turns, and waits on the device
-            assert "value" not in result  # the device is held: the plan has not finished, yet we run
-            latch.release()
+            assert "value" not in result  # the devices are held: the plan has not finished, yet we run
+            for latch in latches:
+                latch.release()
     return result["value"]
 
 
