@@ -460,11 +460,47 @@ static void wake_queue(pto_device *dev, bool copy)
  * wake-up takes longer than the work.  A task held by a testing delay
  * sleeps on its core, so its holds overlap only on engines of their own.
  */
+static bool long_command(const pto_device *dev, const struct pto_run *r);
+
 static bool may_help(pto_device *dev, const struct pto_run *r)
 {
     if (dev->cpus <= 1 || pti_task_tiny(r))
         return true;
-    return !pti_task_delayed(r) && hands_to_self(dev);
+    return !pti_task_delayed(r) && !long_command(dev, r) && hands_to_self(dev);
+}
+
+/*
+ * Whether r is a command (not a program's task) longer than a wake-up is
+ * worth, by host_first's measure of short (inline_us, as host_may_run
+ * judges it): a copy or memset over inline_us x 4 KiB, a block that took
+ * over inline_us last time, the builtin spin.  With more than one CPU a
+ * helper leaves such work to a woken engine even while no CPU looks spare:
+ * the wake-up costs less than the work, and the woken engine runs beside
+ * the finishing thread, which goes back to its own queue (a launch's other
+ * blocks, the next copy), instead of the device's work running one command
+ * at a time on whichever thread finished last.
+ */
+static bool long_command(const pto_device *dev, const struct pto_run *r)
+{
+    if (r->task)
+        return false;
+    const struct pto_cmd *c = r->cmd;
+    uint64_t limit_ns = (uint64_t)dev->cfg.inline_us * 1000ull;
+    uint64_t limit_bytes = (uint64_t)dev->cfg.inline_us * 4096ull;
+    switch (c->kind) {
+    case PTO_CMD_H2D:
+    case PTO_CMD_D2H:
+    case PTO_CMD_D2D:
+        return c->u.copy.n > limit_bytes;
+    case PTO_CMD_MEMSET:
+        return c->u.set.n > limit_bytes;
+    case PTO_CMD_LAUNCH: {
+        const pto_kernel *k = c->u.launch.k;
+        return k->arg_timed || atomic_load_explicit(&k->block_ns, memory_order_relaxed) > limit_ns;
+    }
+    default:
+        return false;
+    }
 }
 
 /*
