@@ -223,3 +223,40 @@ def test_with_no_cpu_spare_a_finishing_engine_runs_the_next_command_itself(open_
         assert wakes <= rounds, (helps, wakes)  # the copy engine's, for the copy in: never a core's
     lib.pto_mem_free(dev, src)
     lib.pto_mem_free(dev, dst)
+
+
+def test_a_finishing_engine_leaves_long_commands_to_a_woken_engine(open_dev, new_stream):
+    """host_first ALWAYS (as if no CPU were spare), 2+ CPUs: 1 MiB copies and a 200 us kernel are not helped.
+
+    Each is longer than a wake-up (inline_us): the copy engine's finish wakes a core for the kernel
+    and the core's wakes the copy engine for the copy out, rather than the finishing thread running
+    the device's work one command at a time (the pipelined demo's copies and kernels did not overlap).
+    """
+    import numpy as np
+
+    from helpers.latch import held
+    from helpers.raw_driver import alloc, builtin, d2h, h2d, launch
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("on one CPU a finishing engine runs everything itself (the one-CPU rule)")
+    dev = open_dev(cores=2, copy_engines=1, spin_us=1, host_first=lib.PTO_HOST_FIRST_ALWAYS)
+    s = new_stream(device=dev)
+    n = 1 << 18  # 1 MiB of float32: over inline_us (50) x 4 KiB
+    buf = alloc(dev, n * 4, s)
+    spin = builtin(dev, "spin")
+    rng = np.random.default_rng(27)
+    rounds = 10
+    before = device_stats(dev)
+    for _ in range(rounds):
+        x = rng.standard_normal(n).astype(np.float32)
+        y = np.full(n, np.nan, np.float32)
+        with held(dev, s) as gate:
+            h2d(s, buf, x)
+            launch(s, spin, 1, [200])  # 200 us: longer than inline_us
+            d2h(s, y, buf)
+            gate.release()
+            sync(s)
+        np.testing.assert_array_equal(y, x)
+    st = device_stats(dev)
+    assert st.engine_helps - before.engine_helps == 0, (st.engine_helps, before.engine_helps)
+    lib.pto_mem_free(dev, buf)
