@@ -1,7 +1,9 @@
 """The task graph: which task of a program waits for which.
 
-The edge rule itself is :func:`pypto_async._hazard_rule.hazard`; the runtime's streams
-are ordered by the driver's rule, whose pairs agree (:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
+The edge rule is the driver's (``native/src/taskdeps.c``, ``pto_task_deps_*``): the
+same code resolves the edges of a program without a table as its tasks are submitted,
+and the runtime's streams are ordered by pairs that agree
+(:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
 function over tasks in submission order, each with the accesses it makes
 (a tensor, read and/or write, and the window touched):
 
@@ -139,6 +141,11 @@ def edges(tasks: Sequence[Task]) -> list[Edge]:
     first conflict found: the task's accesses in order, each against the
     earlier live accesses in history order; a declared pair stays declared.
     """
+    return _edges_counted(tasks)[0]
+
+
+def _edges_counted(tasks: Sequence[Task]) -> tuple[list[Edge], tuple[int, int, int]]:
+    """:func:`edges`, and the rule's counts: tasks added, earlier accesses looked at, the most by one lookup."""
     ids: dict[str, int] = {}
     names: list[str] = []
     out: list[Edge] = []
@@ -178,7 +185,9 @@ def edges(tasks: Sequence[Task]) -> list[Edge]:
             task_words, dep_words, acc_words, bounds = [], [], [], []
     if task_words:
         _take(d, _add(d, task_words, dep_words, acc_words, bounds), names, out)
-    return out
+    counts = ffi.new("uint64_t[3]")
+    lib.pto_task_deps_counts(d, counts)
+    return out, (counts[0], counts[1], counts[2])
 
 
 # ---- from a Program -------------------------------------------------------------------
