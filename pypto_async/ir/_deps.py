@@ -37,7 +37,7 @@ iteration ``i`` read) is an edge like any other.
 from __future__ import annotations
 
 import builtins
-from array import array
+from array import array as _array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -107,10 +107,10 @@ _BATCH = 8192
 
 def _add(d, task_words, dep_words, acc_words, bounds) -> int:
     ntasks = len(task_words) // 3
-    n = lib.pto_task_deps_add(d, ntasks, ffi.from_buffer("uint32_t[]", array("I", task_words)),
-                              ffi.from_buffer("uint32_t[]", array("I", dep_words or (0,))),
-                              ffi.from_buffer("uint32_t[]", array("I", acc_words or (0,))),
-                              ffi.from_buffer("int64_t[]", array("q", bounds or (0,))))
+    n = lib.pto_task_deps_add(d, ntasks, ffi.from_buffer("uint32_t[]", _array("I", task_words)),
+                              ffi.from_buffer("uint32_t[]", _array("I", dep_words or (0,))),
+                              ffi.from_buffer("uint32_t[]", _array("I", acc_words or (0,))),
+                              ffi.from_buffer("int64_t[]", _array("q", bounds or (0,))))
     if n < 0:
         raise ValueError(f"the task-edge rule refused the tasks: {last_error()}")
     return n
