@@ -68,7 +68,7 @@ void pti_clear_error(void);
 /* ---- the task-edge rule (taskdeps.c) ------------------------------------- */
 
 /* A window: [lo[k], hi[k]) for k < ndim, or the whole tensor. */
-struct pti_box {
+struct pto_box {
     const int64_t *lo, *hi;
     uint32_t ndim;
     bool whole;
@@ -77,9 +77,9 @@ struct pti_box {
  * PTO_TASK_RAW, _WAW, _WAR, or 0 (none). */
 uint32_t pti_task_hazard(uint32_t later, uint32_t earlier);
 /* Whether two windows share an element (see pto_task_deps in pto_driver.h). */
-bool pti_box_overlaps(struct pti_box a, struct pti_box b);
+bool pti_box_overlaps(struct pto_box a, struct pto_box b);
 /* Whether window a holds every element of window b. */
-bool pti_box_covers(struct pti_box a, struct pti_box b);
+bool pti_box_covers(struct pto_box a, struct pto_box b);
 
 /* ---- small helpers (util.c) ------------------------------------------------- */
 

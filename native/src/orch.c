@@ -621,9 +621,9 @@ static int add_pred(struct pto_orch *o, struct pto_task *t, uint32_t p)
     return 0;
 }
 
-static struct pti_box access_box(const pto_task_access *a)
+static struct pto_box access_box(const pto_task_access *a)
 {
-    return (struct pti_box){a->lo, a->hi, a->ndim, a->ndim == 0}; /* ndim 0: the whole tensor */
+    return (struct pto_box){a->lo, a->hi, a->ndim, a->ndim == 0}; /* ndim 0: the whole tensor */
 }
 
 /*

@@ -48,7 +48,7 @@ uint32_t pti_task_hazard(uint32_t later, uint32_t earlier)
     return 0;
 }
 
-bool pti_box_overlaps(struct pti_box a, struct pti_box b)
+bool pti_box_overlaps(struct pto_box a, struct pto_box b)
 {
     if (a.whole || b.whole || a.ndim != b.ndim)
         return true;
@@ -58,7 +58,7 @@ bool pti_box_overlaps(struct pti_box a, struct pti_box b)
     return true;
 }
 
-bool pti_box_covers(struct pti_box a, struct pti_box b)
+bool pti_box_covers(struct pto_box a, struct pto_box b)
 {
     if (a.whole)
         return true;
@@ -168,10 +168,10 @@ static bool vec_push(struct td_vec *x, uint32_t v)
     return true;
 }
 
-static struct pti_box entry_box(const pto_task_deps *d, const struct td_entry *e)
+static struct pto_box entry_box(const pto_task_deps *d, const struct td_entry *e)
 {
     const int64_t *b = d->bounds + e->box;
-    return (struct pti_box){b, b + e->ndim, e->ndim, (e->flags & PTO_TASK_WHOLE) != 0};
+    return (struct pto_box){b, b + e->ndim, e->ndim, (e->flags & PTO_TASK_WHOLE) != 0};
 }
 
 static int64_t floor_div(int64_t a, int64_t b)
@@ -181,7 +181,7 @@ static int64_t floor_div(int64_t a, int64_t b)
 }
 
 /* The cells box spans in region r (d->first/last), or false: a large box. */
-static bool cells_of(pto_task_deps *d, const struct td_region *r, struct pti_box box)
+static bool cells_of(pto_task_deps *d, const struct td_region *r, struct pto_box box)
 {
     if (box.whole || !r->has_cell || box.ndim != r->ndim)
         return false;
@@ -286,7 +286,7 @@ static bool next_cell(pto_task_deps *d, uint32_t ndim)
 static bool region_add(pto_task_deps *d, struct td_region *r, uint32_t id)
 {
     struct td_entry *e = &d->e[id];
-    struct pti_box box = entry_box(d, e);
+    struct pto_box box = entry_box(d, e);
     if (!r->has_cell && !box.whole) {
         r->cell = malloc((box.ndim ? box.ndim : 1) * sizeof(int64_t));
         if (!r->cell)
@@ -355,7 +355,7 @@ static void sort_u32(uint32_t *v, uint32_t n)
 }
 
 /* Every live entry of r whose window may overlap box (a superset), in history order, into d->cand. */
-static bool region_near(pto_task_deps *d, struct td_region *r, struct pti_box box)
+static bool region_near(pto_task_deps *d, struct td_region *r, struct pto_box box)
 {
     d->cand.n = 0;
     if (r->live == 0)
@@ -429,7 +429,7 @@ static bool add_task(pto_task_deps *d, const uint32_t *task, const uint32_t *dep
         uint64_t box = box0;
         for (uint32_t i = 0; i < nacc; i++) {
             uint32_t tensor = acc[3 * i], flags = acc[3 * i + 1], ndim = acc[3 * i + 2];
-            struct pti_box mine = {d->bounds + box, d->bounds + box + ndim, ndim, (flags & PTO_TASK_WHOLE) != 0};
+            struct pto_box mine = {d->bounds + box, d->bounds + box + ndim, ndim, (flags & PTO_TASK_WHOLE) != 0};
             box += mine.whole ? 0 : 2ull * ndim;
             if (!(flags & (PTO_TASK_READ | PTO_TASK_WRITE)) || tensor >= d->capt || !d->t[tensor].used)
                 continue;
@@ -464,7 +464,7 @@ static bool add_task(pto_task_deps *d, const uint32_t *task, const uint32_t *dep
             t->all.id = tensor * 2;
             t->writes.id = tensor * 2 + 1;
         }
-        struct pti_box mine = {d->bounds + at, d->bounds + at + ndim, ndim, (flags & PTO_TASK_WHOLE) != 0};
+        struct pto_box mine = {d->bounds + at, d->bounds + at + ndim, ndim, (flags & PTO_TASK_WHOLE) != 0};
         if ((flags & PTO_TASK_WRITE) && !manual) {
             /* This task now waits for every earlier access its write covers; a later task that conflicts
              * with one of those conflicts with this write too, so waiting for this task implies it. */
