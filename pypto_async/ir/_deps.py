@@ -106,17 +106,22 @@ _BATCH = 8192
 
 
 def _add(d, task_words, dep_words, acc_words, bounds) -> int:
-    ntasks = len(task_words) // 3
-    n = lib.pto_task_deps_add(d, ntasks, ffi.from_buffer("uint32_t[]", _array("I", task_words)),
+    """Hand the driver one batch of packed tasks; returns the edges it found and holds."""
+    try:
+        words = _array("q", bounds or (0,))
+    except OverflowError:
+        raise ValueError("a task's window has a bound that does not fit in 64 bits") from None
+    n = lib.pto_task_deps_add(d, len(task_words) // 3, ffi.from_buffer("uint32_t[]", _array("I", task_words)),
                               ffi.from_buffer("uint32_t[]", _array("I", dep_words or (0,))),
                               ffi.from_buffer("uint32_t[]", _array("I", acc_words or (0,))),
-                              ffi.from_buffer("int64_t[]", _array("q", bounds or (0,))))
+                              ffi.from_buffer("int64_t[]", words))
     if n < 0:
         raise ValueError(f"the task-edge rule refused the tasks: {last_error()}")
     return n
 
 
 def _take(d, n: int, names: list[str], out: list[Edge]) -> None:
+    """Move the ``n`` edges the driver holds into ``out`` as :class:`Edge`."""
     if n <= 0:
         return
     buf = ffi.new("pto_task_edge[]", n)

@@ -120,6 +120,8 @@ def test_each_hazard_kind_and_tensor_come_back_from_the_driver():
 def test_what_the_driver_refuses_is_a_clear_error():
     with pytest.raises(ValueError, match="not valid"):
         edges([Task(0, "deep", (Access("x", True, False, tuple((0, 1) for _ in range(65))),))])
+    with pytest.raises(ValueError, match="64 bits"):
+        edges([Task(0, "far", (Access("x", True, False, ((0, 1 << 70),)),))])
 
 
 def test_tiled_tasks_equal_the_reference_and_look_at_few_earlier_accesses():
