@@ -80,6 +80,8 @@ uint32_t pti_task_hazard(uint32_t later, uint32_t earlier);
 bool pti_box_overlaps(struct pto_box a, struct pto_box b);
 /* Whether window a holds every element of window b. */
 bool pti_box_covers(struct pto_box a, struct pto_box b);
+/* The hazard that orders a later access (flags, window) after an earlier one of the same tensor, 0: none. */
+uint32_t pti_task_conflict(uint32_t later, struct pto_box lw, uint32_t earlier, struct pto_box ew);
 
 /* ---- small helpers (util.c) ------------------------------------------------- */
 

@@ -626,6 +626,11 @@ static struct pto_box access_box(const pto_task_access *a)
     return (struct pto_box){a->lo, a->hi, a->ndim, a->ndim == 0}; /* ndim 0: the whole tensor */
 }
 
+static uint32_t access_flags(const pto_task_access *a)
+{
+    return (a->read ? PTO_TASK_READ : 0) | (a->write ? PTO_TASK_WRITE : 0);
+}
+
 /*
  * Whether a later task with accesses a[0..na) must wait for an earlier one
  * with b[0..nb): the task-edge rule's pairs (taskdeps.c), which the
@@ -637,10 +642,8 @@ static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_t
         return true;
     for (uint32_t i = 0; i < na; i++)
         for (uint32_t j = 0; j < nb; j++)
-            if (a[i].arg == b[j].arg &&
-                pti_task_hazard((a[i].read ? PTO_TASK_READ : 0) | (a[i].write ? PTO_TASK_WRITE : 0),
-                                (b[j].read ? PTO_TASK_READ : 0) | (b[j].write ? PTO_TASK_WRITE : 0)) &&
-                pti_box_overlaps(access_box(&a[i]), access_box(&b[j])))
+            if (a[i].arg == b[j].arg && pti_task_conflict(access_flags(&a[i]), access_box(&a[i]),
+                                                          access_flags(&b[j]), access_box(&b[j])))
                 return true;
     return false;
 }

@@ -1,7 +1,8 @@
 /*
  * taskdeps.c - the task-edge rule: which task instance of a program waits
- * for which (pto_task_deps_*, pti_task_hazard, pti_box_overlaps,
- * pti_box_covers; the rule itself is stated in pto_driver.h).
+ * for which (pto_task_deps_*, and pti_task_conflict with its parts
+ * pti_task_hazard, pti_box_overlaps, pti_box_covers; the rule itself is
+ * stated in pto_driver.h).
  *
  * Phase: compile time and execution.  The compiler builds a program's
  * table with pto_task_deps_* (pypto_async/ir/_deps.py packs the accesses
@@ -68,6 +69,12 @@ bool pti_box_covers(struct pto_box a, struct pto_box b)
         if (!(a.lo[k] <= b.lo[k] && b.hi[k] <= a.hi[k]))
             return false;
     return true;
+}
+
+uint32_t pti_task_conflict(uint32_t later, struct pto_box lw, uint32_t earlier, struct pto_box ew)
+{
+    uint32_t hz = pti_task_hazard(later, earlier);
+    return hz && pti_box_overlaps(lw, ew) ? hz : 0;
 }
 
 /* ---- the table ----------------------------------------------------------------- */
@@ -438,9 +445,8 @@ static bool add_task(pto_task_deps *d, const uint32_t *task, const uint32_t *dep
                 return false;
             for (uint32_t j = 0; j < d->cand.n; j++) {
                 const struct td_entry *e = &d->e[d->cand.v[j]];
-                uint32_t hz = pti_task_hazard(flags, e->flags);
-                if (hz && e->task != id && pti_box_overlaps(mine, entry_box(d, e)) &&
-                    !add_edge(d, e->task, id, hz, tensor))
+                uint32_t hz = pti_task_conflict(flags, mine, e->flags, entry_box(d, e));
+                if (hz && e->task != id && !add_edge(d, e->task, id, hz, tensor))
                     return false;
             }
         }
