@@ -612,6 +612,69 @@ typedef struct pto_load_counts {
 } pto_load_counts;
 int pto_device_get_load_counts(pto_device *dev, pto_load_counts *out);
 
+/* ---- task edges: which task instance of a program waits for which ------ */
+
+/*
+ * The one rule ordering a program's task instances.  The compiler calls it
+ * for a program's table (pypto_async/ir/_deps.py); the driver resolves a
+ * program without a table by the same pair rule at submission (orch.c).
+ *
+ * Two accesses to one tensor conflict when their windows overlap and one of
+ * them writes: a read after a write waits for it (PTO_TASK_RAW), a write
+ * after a write (PTO_TASK_WAW), a write after a read (PTO_TASK_WAR); read
+ * after read never waits.  A window is a box, [lo, hi) per dimension, or
+ * the whole tensor; two boxes overlap when lo < the other's hi in every
+ * dimension, both ways (so an empty box may overlap), and a box covers
+ * another that lies within it; boxes of different ranks overlap and neither
+ * covers the other.  A write that covers
+ * an earlier access ends that access's history (a later conflict with it is
+ * implied through the writer), so a reader waits for the last writer of its
+ * window, not for the writers before.  A manual task (inside a manual
+ * scope) waits only for its declared dependencies, and its writes end no
+ * history.  Every edge goes from an earlier task to a later one.
+ *
+ * Tasks are added in submission order, in batches; a table keeps each
+ * tensor's live accesses indexed by region, so the cost is linear in the
+ * tasks and the edges found.
+ */
+typedef struct pto_task_deps pto_task_deps;
+#define PTO_TASK_READ     1   /* an access's flags: it reads the tensor */
+#define PTO_TASK_WRITE    2   /* ... writes it */
+#define PTO_TASK_WHOLE    4   /* ... the whole tensor (its ndim must be 0) */
+#define PTO_TASK_MANUAL   1   /* a task's flags: inside a manual scope */
+#define PTO_TASK_DECLARED 0   /* an edge's hazard: a declared dependency */
+#define PTO_TASK_RAW      1
+#define PTO_TASK_WAW      2
+#define PTO_TASK_WAR      3
+#define PTO_TASK_MAX_DIMS 64  /* window dimensions an access may carry */
+typedef struct pto_task_edge {
+    uint32_t src, dst;      /* dst waits for src (src < dst) */
+    uint32_t hazard;        /* PTO_TASK_DECLARED, _RAW, _WAW or _WAR (the first conflict found) */
+    uint32_t tensor;        /* the tensor of that conflict; UINT32_MAX for a declared edge */
+} pto_task_edge;
+
+/* Returns 0 and *out, -PTO_ENOMEM. */
+int pto_task_deps_create(pto_task_deps **out);
+void pto_task_deps_destroy(pto_task_deps *d);
+/*
+ * Add the next ntasks task instances (ids continue from the tasks added
+ * before).  tasks: 3 words per task: its accesses, its declared
+ * dependencies, its flags (PTO_TASK_MANUAL).  deps: the declared
+ * dependencies (earlier task ids), task by task.  acc: 3 words per access,
+ * task by task: tensor (an id below 2^24), flags (PTO_TASK_READ | _WRITE |
+ * _WHOLE), ndim.  bounds: per access with a window, lo[0..ndim) then
+ * hi[0..ndim).  Returns the edges found and not yet taken, or -PTO_EINVAL
+ * (nothing added: a dependency not on an earlier task, a bad access),
+ * -PTO_ENOMEM.  Each task's edges are found in order of src.
+ */
+int pto_task_deps_add(pto_task_deps *d, uint32_t ntasks, const uint32_t *tasks, const uint32_t *deps,
+                      const uint32_t *acc, const int64_t *bounds);
+/* Move up to cap found edges, in order of (dst, src), to out; returns how many. */
+int pto_task_deps_take(pto_task_deps *d, pto_task_edge *out, uint32_t cap);
+/* Counts: [0] tasks added, [1] earlier accesses looked at (all region lookups), [2] the most one lookup looked at. */
+void pto_task_deps_counts(pto_task_deps *d, uint64_t *out);
+
+
 /* ---- completion queue -------------------------------------------------- */
 
 typedef struct pto_completion {

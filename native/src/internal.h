@@ -65,6 +65,24 @@ void pti_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(p
 /* Clear this thread's last-error text. */
 void pti_clear_error(void);
 
+/* ---- the task-edge rule (taskdeps.c) ------------------------------------- */
+
+/* A window: [lo[k], hi[k]) for k < ndim, or the whole tensor. */
+struct pto_box {
+    const int64_t *lo, *hi;
+    uint32_t ndim;
+    bool whole;
+};
+/* The hazard that orders a later access after an earlier one (flags PTO_TASK_READ | _WRITE):
+ * PTO_TASK_RAW, _WAW, _WAR, or 0 (none). */
+uint32_t pti_task_hazard(uint32_t later, uint32_t earlier);
+/* Whether two windows share an element (see pto_task_deps in pto_driver.h). */
+bool pti_box_overlaps(struct pto_box a, struct pto_box b);
+/* Whether window a holds every element of window b. */
+bool pti_box_covers(struct pto_box a, struct pto_box b);
+/* The hazard that orders a later access (flags, window) after an earlier one of the same tensor, 0: none. */
+uint32_t pti_task_conflict(uint32_t later, struct pto_box lw, uint32_t earlier, struct pto_box ew);
+
 /* ---- small helpers (util.c) ------------------------------------------------- */
 
 /* Absolute CLOCK_MONOTONIC deadline timeout_us from now; 0 means none (< 0). */

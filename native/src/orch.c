@@ -20,8 +20,9 @@
  * once; one that waits is dispatched by the core that completes its last
  * predecessor.  So the orchestration, the cores and the dispatch overlap.
  *
- * One edge rule.  Which instance waits for which is decided at compile time
- * by pypto_async/ir/_deps.py and arrives here as a table (pred_off,
+ * One edge rule, the driver's (taskdeps.c).  Which instance waits for which
+ * is decided at compile time by pto_task_deps_* (called by
+ * pypto_async/ir/_deps.py) and arrives here as a table (pred_off,
  * pred_ids); the driver only counts: at submit, each predecessor not yet
  * complete takes a dependency entry on its successor list and bumps the new
  * task's pending count; completing a task walks its list.  Without a table
@@ -620,25 +621,29 @@ static int add_pred(struct pto_orch *o, struct pto_task *t, uint32_t p)
     return 0;
 }
 
-/* Whether two windows overlap (ndim 0, or dimensions that differ: the whole tensor). */
-static bool windows_overlap(const pto_task_access *a, const pto_task_access *b)
+static struct pto_box access_box(const pto_task_access *a)
 {
-    if (!a->ndim || a->ndim != b->ndim)
-        return true;
-    for (uint32_t k = 0; k < a->ndim; k++)
-        if (a->hi[k] <= b->lo[k] || b->hi[k] <= a->lo[k])
-            return false;
-    return true;
+    return (struct pto_box){a->lo, a->hi, a->ndim, a->ndim == 0}; /* ndim 0: the whole tensor */
 }
 
-/* Whether a later task with accesses a[0..na) must wait for an earlier one with b[0..nb) (the one edge rule). */
+static uint32_t access_flags(const pto_task_access *a)
+{
+    return (a->read ? PTO_TASK_READ : 0) | (a->write ? PTO_TASK_WRITE : 0);
+}
+
+/*
+ * Whether a later task with accesses a[0..na) must wait for an earlier one
+ * with b[0..nb): the task-edge rule's pairs (taskdeps.c), which the
+ * compiler's table follows too.
+ */
 static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_task_access *b, uint32_t nb)
 {
     if (na == ACC_ALL || nb == ACC_ALL)
         return true;
     for (uint32_t i = 0; i < na; i++)
         for (uint32_t j = 0; j < nb; j++)
-            if (a[i].arg == b[j].arg && (a[i].write || b[j].write) && windows_overlap(&a[i], &b[j]))
+            if (a[i].arg == b[j].arg && pti_task_conflict(access_flags(&a[i]), access_box(&a[i]),
+                                                          access_flags(&b[j]), access_box(&b[j])))
                 return true;
     return false;
 }

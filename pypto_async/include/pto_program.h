@@ -49,8 +49,8 @@ typedef struct pto_task_site {
 
 /*
  * One access of a task instance, for a program without a table: the
- * driver resolves its edges at submission (orch.c) with the same rule the
- * compiler's table follows (pypto_async/ir/_deps.py): a later access waits
+ * driver resolves its edges at submission (orch.c) with the rule the
+ * compiler's table is computed by (taskdeps.c, pto_task_deps_*): a later access waits
  * for an earlier one of the same argument when either writes and their
  * windows overlap.  arg: the args slot (a parameter, or nparams + an
  * intermediate); lo/hi: per dimension, in elements, hi exclusive; ndim 0:

@@ -1,7 +1,9 @@
 """The task graph: which task of a program waits for which.
 
-The edge rule itself is :func:`pypto_async._hazard_rule.hazard`; the runtime's streams
-are ordered by the driver's rule, whose pairs agree (:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
+The edge rule is the driver's (``native/src/taskdeps.c``, ``pto_task_deps_*``): the
+same code resolves the edges of a program without a table as its tasks are submitted,
+and the runtime's streams are ordered by pairs that agree
+(:mod:`pypto_async.runtime._hazards`).  :func:`edges` is a pure
 function over tasks in submission order, each with the accesses it makes
 (a tensor, read and/or write, and the window touched):
 
@@ -35,10 +37,11 @@ iteration ``i`` read) is an edge like any other.
 from __future__ import annotations
 
 import builtins
+from array import array as _array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .._hazard_rule import covers, hazard, overlaps
+from .._driver import check, ffi, last_error, lib
 from ..errors import PtoCompileError
 from ._nodes import Assign, DynFor, For, Fused, IBin, IConst, IScalar, IVar, Load, Scope, SetIndex, Spmd, Store
 from ._program import Program
@@ -97,169 +100,99 @@ class TaskGraph:
         return sorted({e.src for e in self.edges if e.dst == task})
 
 
-def _hazard(later: Access, earlier: Access) -> str | None:
-    return hazard(later.read, later.write, earlier.read, earlier.write)
+_HAZARDS = (None, "RAW", "WAW", "WAR")  # pto_task_edge.hazard: PTO_TASK_DECLARED, _RAW, _WAW, _WAR
+#: Task instances packed into one call of the driver's rule.
+_BATCH = 8192
 
 
-class _Entry:
-    """One access in a tensor's history: ``seq`` is its place in history order."""
+def _add(d, task_words, dep_words, acc_words, bounds) -> int:
+    """Hand the driver one batch of packed tasks; returns the edges it found and holds."""
+    try:
+        words = _array("q", bounds or (0,))
+    except OverflowError:
+        raise ValueError("a task's window has a bound that does not fit in 64 bits") from None
+    n = lib.pto_task_deps_add(d, len(task_words) // 3, ffi.from_buffer("uint32_t[]", _array("I", task_words)),
+                              ffi.from_buffer("uint32_t[]", _array("I", dep_words or (0,))),
+                              ffi.from_buffer("uint32_t[]", _array("I", acc_words or (0,))),
+                              ffi.from_buffer("int64_t[]", words))
+    if n < 0:
+        raise ValueError(f"the task-edge rule refused the tasks: {last_error()}")
+    return n
 
-    __slots__ = ("seq", "task", "access", "alive")
 
-    def __init__(self, seq: int, task: int, access: Access):
-        self.seq = seq
-        self.task = task
-        self.access = access
-        self.alive = True
-
-
-#: A box spanning more grid cells than this is kept in the index's list of large boxes.
-_MAX_CELLS = 64
-
-
-class _RegionIndex:
-    """The live accesses of one tensor, found by region.
-
-    Boxes are hashed into a grid whose cell is the size of the first box
-    seen (tiles of one tensor are usually the same size), so the accesses a
-    box may overlap or cover are those in the cells it spans, plus the large
-    boxes (the whole tensor, a box spanning many cells, an empty one, or of
-    another rank) that every query looks at.  Entries leave lazily: a removed one is dropped
-    from a cell's list when a query next passes it.
-    """
-
-    __slots__ = ("cell", "cells", "large", "live")
-
-    def __init__(self):
-        self.cell: tuple[int, ...] | None = None
-        self.cells: dict[tuple[int, ...], list[_Entry]] = {}
-        self.large: list[_Entry] = []
-        self.live = 0
-
-    def _keys(self, box) -> list[tuple[int, ...]] | None:
-        """The grid cells `box` spans, or None if it is a large box."""
-        if box is None or self.cell is None or len(box) != len(self.cell):
-            return None
-        ranges, count = [], 1
-        for (lo, hi), size in zip(box, self.cell):
-            if hi <= lo:
-                return None  # empty: it may still overlap or be covered at a cell's edge (see overlaps)
-            first, last = lo // size, (hi - 1) // size
-            count *= last - first + 1
-            if count > _MAX_CELLS:
-                return None
-            ranges.append(builtins.range(first, last + 1))
-        keys = [()]
-        for r in ranges:
-            keys = [k + (c,) for k in keys for c in r]
-        return keys
-
-    def add(self, e: _Entry) -> None:
-        box = e.access.box
-        if self.cell is None and box is not None:
-            self.cell = tuple(builtins.max(1, hi - lo) for lo, hi in box)
-        keys = self._keys(box)
-        if keys is None:
-            self.large.append(e)
+def _take(d, n: int, names: list[str], out: list[Edge]) -> None:
+    """Move the ``n`` edges the driver holds into ``out`` as :class:`Edge`."""
+    if n <= 0:
+        return
+    buf = ffi.new("pto_task_edge[]", n)
+    got = lib.pto_task_deps_take(d, buf, n)
+    words = memoryview(ffi.buffer(buf, got * ffi.sizeof("pto_task_edge"))).cast("I").tolist()
+    for i in builtins.range(0, 4 * got, 4):
+        src, dst, hz = words[i], words[i + 1], words[i + 2]
+        if hz:
+            out.append(Edge(src, dst, "inferred", _HAZARDS[hz], names[words[i + 3]]))
         else:
-            for k in keys:
-                self.cells.setdefault(k, []).append(e)
-        self.live += 1
-
-    def remove(self, e: _Entry) -> None:
-        e.alive = False
-        self.live -= 1
-
-    def near(self, box) -> list[_Entry]:
-        """Every live entry whose box may overlap `box` (a superset), in no particular order."""
-        if self.live == 0:
-            return []
-        keys = self._keys(box)
-        lists = [self.large]
-        if keys is None:
-            lists.extend(self.cells.values())
-        else:
-            lists.extend(self.cells[k] for k in keys if k in self.cells)
-        out, seen = [], set()
-        for lst in lists:
-            if any(not e.alive for e in lst):
-                lst[:] = [e for e in lst if e.alive]
-            for e in lst:
-                if e.seq not in seen:
-                    seen.add(e.seq)
-                    out.append(e)
-        if keys is None and len(self.cells) > 4 * self.live + 64:
-            self.cells = {k: v for k, v in self.cells.items() if v}
-        return out
-
-
-class _History:
-    """A tensor's live accesses: all of them, and those that write (what a read can conflict with)."""
-
-    __slots__ = ("all", "writes")
-
-    def __init__(self):
-        self.all = _RegionIndex()
-        self.writes = _RegionIndex()
-
-    def add(self, e: _Entry) -> None:
-        self.all.add(e)
-        if e.access.write:
-            self.writes.add(e)
-
-    def remove(self, e: _Entry) -> None:
-        self.all.remove(e)
-        if e.access.write:
-            self.writes.remove(e)
+            out.append(Edge(src, dst, "declared"))
 
 
 def edges(tasks: Sequence[Task]) -> list[Edge]:
     """The edges among ``tasks`` (in submission order), sorted by (dst, src).
 
-    Each tensor's live accesses are indexed by region (:class:`_RegionIndex`),
-    so a task looks only at the earlier accesses its windows may overlap: the
-    cost is linear in the tasks and the edges found, not quadratic in the
-    accesses of a tensor.  The result is the rule's, access by access: for
-    each access of a task, every live earlier access it conflicts with, in
-    history order (so a pair's hazard is the first found, as before).
+    The rule is the driver's (``pto_task_deps_*``, ``native/src/taskdeps.c``):
+    this packs the tasks' tracked accesses for it in batches and unpacks the
+    edges it finds.  Each tensor's live accesses are indexed by region there,
+    so the cost is linear in the tasks and the edges found, not quadratic in
+    the accesses of a tensor.  A pair's hazard and tensor are those of the
+    first conflict found: the task's accesses in order, each against the
+    earlier live accesses in history order; a declared pair stays declared.
     """
-    found: dict[tuple[int, int], Edge] = {}
-    history: dict[str, _History] = {}
-    seq = 0
+    return _edges_counted(tasks)[0]
+
+
+def _edges_counted(tasks: Sequence[Task]) -> tuple[list[Edge], tuple[int, int, int]]:
+    """:func:`edges`, and the rule's counts: tasks added, earlier accesses looked at, the most by one lookup."""
+    ids: dict[str, int] = {}
+    names: list[str] = []
+    out: list[Edge] = []
+    pd = ffi.new("pto_task_deps **")
+    check(lib.pto_task_deps_create(pd))
+    d = ffi.gc(pd[0], lib.pto_task_deps_destroy)
+    task_words: list[int] = []
+    dep_words: list[int] = []
+    acc_words: list[int] = []
+    bounds: list[int] = []
     for pos, t in enumerate(tasks):
         if t.id != pos:
             raise ValueError(f"task ids must be their positions: task {t.name!r} at {pos} has id {t.id}")
-        for d in t.deps:
-            if not 0 <= d < t.id:
-                raise ValueError(f"task {t.name!r} ({t.id}) declares a dependency on {d}, not an earlier task")
-            found.setdefault((d, t.id), Edge(d, t.id, "declared"))
-        if not t.manual:
-            for a in t.accesses:
-                h = history.get(a.tensor)
-                if h is None or not (a.read or a.write) or not a.tracked:
-                    continue
-                near = (h.all if a.write else h.writes).near(a.box)
-                near.sort(key=lambda e: e.seq)
-                for e in near:
-                    b = e.access
-                    hazard = _hazard(a, b)
-                    if hazard is not None and e.task != t.id and overlaps(a.box, b.box):
-                        found.setdefault((e.task, t.id), Edge(e.task, t.id, "inferred", hazard, a.tensor))
+        for dep in t.deps:
+            if not 0 <= dep < t.id:
+                raise ValueError(f"task {t.name!r} ({t.id}) declares a dependency on {dep}, not an earlier task")
+        nacc = 0
         for a in t.accesses:
-            if not a.tracked:
-                continue
-            h = history.get(a.tensor)
-            if h is None:
-                h = history[a.tensor] = _History()
-            if a.write and not t.manual:
-                # t now waits for every earlier access its write covers; a later task that conflicts
-                # with one of those conflicts with t's write too, so waiting for t implies it.
-                for e in h.all.near(a.box):
-                    if e.task != t.id and covers(a.box, e.access.box):
-                        h.remove(e)
-            h.add(_Entry(seq, t.id, a))
-            seq += 1
-    return sorted(found.values(), key=lambda e: (e.dst, e.src))
+            if not a.tracked or not (a.read or a.write):
+                continue  # neither waits nor is waited for
+            tid = ids.get(a.tensor)
+            if tid is None:
+                tid = ids[a.tensor] = len(names)
+                names.append(a.tensor)
+            box = a.box
+            if box is None:
+                acc_words += (tid, a.read | a.write << 1 | 4, 0)  # PTO_TASK_READ | _WRITE | _WHOLE
+            else:
+                acc_words += (tid, a.read | a.write << 1, len(box))
+                bounds += [lo for lo, _ in box]
+                bounds += [hi for _, hi in box]
+            nacc += 1
+        task_words += (nacc, len(t.deps), 1 if t.manual else 0)  # PTO_TASK_MANUAL
+        dep_words += t.deps
+        if len(task_words) >= 3 * _BATCH:
+            _take(d, _add(d, task_words, dep_words, acc_words, bounds), names, out)
+            task_words, dep_words, acc_words, bounds = [], [], [], []
+    if task_words:
+        _take(d, _add(d, task_words, dep_words, acc_words, bounds), names, out)
+    counts = ffi.new("uint64_t[3]")
+    lib.pto_task_deps_counts(d, counts)
+    return out, (counts[0], counts[1], counts[2])
 
 
 # ---- from a Program -------------------------------------------------------------------

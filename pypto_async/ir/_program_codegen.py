@@ -13,8 +13,9 @@ kernel function:
   tiles submits 64 task instances from one call site;
 * the tables the driver counts dependencies with: for each task instance
   in submission order its site and its predecessors, computed here by
-  :mod:`pypto_async.ir._deps` (the one edge rule; the driver keeps no copy
-  of it), and each intermediate's size and first and last user;
+  :mod:`pypto_async.ir._deps` with the driver's edge rule (the one rule:
+  the driver resolves a program without tables by it), and each
+  intermediate's size and first and last user;
 * ``const pto_program_desc *SYMBOL_program(void)``, the entry the driver
   loads (``pto_program_load``);
 * and, beside it, ``SYMBOL`` itself: the whole program as one kernel that

@@ -3,7 +3,7 @@
 Kernels declare ``In``/``Out``/``InOut``, and copies know their direction,
 so every access to a DeviceTensor is known when it is queued.  The rule
 that orders two accesses pairs them as the tasks of a program are paired
-(:func:`pypto_async._hazard_rule.hazard`): a read waits for the last write
+(the driver's task-edge rule, ``native/src/taskdeps.c``): a read waits for the last write
 (RAW); a write waits for the last write (WAW) and for the reads since it
 (WAR); a read never waits for a read.  Same-stream order is free; only
 accesses on different streams need an edge, and an edge is a device-side

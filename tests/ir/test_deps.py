@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import pypto_async.language as pl
-from pypto_async.ir._deps import Access, Edge, Task, edges, overlaps, task_graph
+from reliability.task_rule_model import overlaps
+
+from pypto_async.ir._deps import Access, Edge, Task, edges, task_graph
 
 
 def R(t, box=None):

@@ -6,7 +6,7 @@ sequences and compares every decision (the edges, in order, with their
 positions and exact points) and the counts.
 
 The rule (the driver's ``native/src/hazard.c``; its pairs are those of the
-compile-time task rule, :func:`pypto_async._hazard_rule.hazard`):
+compile-time task rule, :func:`task_rule_model.hazard`):
 
 * Per allocation: the last write ``(stream, pos, exact)`` and the reads
   since, one per stream, taken in the order of their streams' ids.  A read waits for the last

@@ -17,7 +17,6 @@ import time
 import numpy as np
 import pytest
 
-from pypto_async._hazard_rule import hazard
 from pypto_async.errors import PtoDependencyError, PtoError, PtoRaceError
 from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.testing import fail_next, hold
@@ -46,15 +45,22 @@ def worker(request, config):
 
 
 def test_the_rule_is_the_programs_rule():
+    """The pairs the streams are ordered by are the driver's task-edge rule's (its reference model's)."""
+    from reliability.task_rule_model import hazard
+
     from pypto_async.ir import _deps
 
     assert hazard(True, False, False, True) == "RAW"
     assert hazard(False, True, False, True) == "WAW"
     assert hazard(False, True, True, False) == "WAR"
     assert hazard(True, False, True, False) is None
-    a_read = _deps.Access("t", True, False)
-    a_write = _deps.Access("t", False, True)
-    assert _deps._hazard(a_read, a_write) == "RAW" and _deps._hazard(a_read, a_read) is None
+    modes = [(True, False), (False, True), (True, True)]
+    for earlier in modes:
+        for later in modes:
+            got = _deps.edges([_deps.Task(0, "a", (_deps.Access("t", *earlier),)),
+                               _deps.Task(1, "b", (_deps.Access("t", *later),))])
+            want = hazard(*later, *earlier)
+            assert [e.hazard for e in got] == ([want] if want else []), (earlier, later)
 
 
 # -- automatic ordering ---------------------------------------------------------------------------------
