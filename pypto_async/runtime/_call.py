@@ -84,9 +84,9 @@ class ReturnStyle:
 
     The allocators are bound once per parameter, with the shape as
     separate ints: torch parses ``torch.empty(128, 128, dtype=...)`` in
-    about a third of the time of ``torch.empty((128, 128), dtype=...)``,
-    which on a small output was a good part of what the return-style call
-    cost over the in-place one.
+    about a third of the time of ``torch.empty((128, 128), dtype=...)``, a
+    good part of what a small output's return-style call costs over the
+    in-place one.
     """
 
     __slots__ = ("params", "outs", "nin", "tail", "_np", "_torch")
