@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,9 @@ from ._config import RunConfig, as_run_config, normalize_platform, ring_size
 from ._dfx import dfx_call
 from ._dispatch import launch_kernel
 from ._launch import Launch
+from ._state import OPEN
 
-__all__ = ["CallConfig", "out_indices", "result_indices", "complete_args", "check_call_config",
+__all__ = ["CallConfig", "ReturnStyle", "out_indices", "result_indices", "complete_args", "check_call_config",
            "build_orch_args", "build_call_config"]
 
 #: Per-call fields that size the device: they must match the worker's config.
@@ -55,22 +57,84 @@ def result_indices(params) -> tuple[int, ...]:
     return tuple(i for i, p in enumerate(params) if p.direction in (OUT, INOUT))
 
 
-def _output_like_param(p, torch_out: bool):
-    """A new output for parameter `p` of a return-style call: a numpy array, or a torch tensor.
+def _any_torch_tensor(args) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    tensor = torch.Tensor
+    for a in args:
+        if isinstance(a, tensor):
+            return True
+    return False
 
-    A torch output is ``torch.empty``: the call's copy back writes every byte
-    of it (the whole device temporary, :mod:`._group`), so nothing reads it
-    before; ``torch.zeros`` of a large tensor filled it on torch's intra-op
-    thread pool, and waking that pool cost a call milliseconds on a small,
-    busy host.  (Filled through ``.numpy()`` it would not be torch's own
-    memory any more: exporting the storage makes it non-resizable, and the
-    runtime checks such a tensor's pages for being writeable at every call.)
-    A numpy output is ``np.zeros`` (``calloc``: fresh pages, no fill).
+
+class ReturnStyle:
+    """How return-style calls of one program make their outputs: built once, used per call.
+
+    A new output is a numpy array or (when an argument is a torch tensor) a
+    torch tensor of its ``Out`` parameter's shape and dtype.  A torch output
+    is ``torch.empty``: the call's copy back writes every byte of it (the
+    whole device temporary, :mod:`._group`), so nothing reads it before;
+    ``torch.zeros`` of a large tensor filled it on torch's intra-op thread
+    pool, and waking that pool cost a call milliseconds on a small, busy
+    host.  (Filled through ``.numpy()`` it would not be torch's own memory
+    any more: exporting the storage makes it non-resizable, and the runtime
+    checks such a tensor's pages for being writeable at every call.)  A
+    numpy output is ``np.zeros`` (``calloc``: fresh pages, no fill).
+
+    The allocators are bound once per parameter, with the shape as
+    separate ints: torch parses ``torch.empty(128, 128, dtype=...)`` in
+    about a third of the time of ``torch.empty((128, 128), dtype=...)``, a
+    good part of what a small output's return-style call costs over the
+    in-place one.
     """
-    if not torch_out:
-        return np.zeros(p.shape, p.dtype.np_storage)
-    torch = sys.modules["torch"]
-    return torch.empty(p.shape, dtype=getattr(torch, p.dtype.np_name))
+
+    __slots__ = ("params", "outs", "nin", "tail", "_np", "_torch")
+
+    def __init__(self, params):
+        self.params = params
+        self.outs = out_indices(params)
+        self.nin = len(params) - len(self.outs)
+        # The usual signature: the outputs after every input, so a call's arguments are args + outputs.
+        self.tail = self.outs == tuple(range(self.nin, len(params)))
+        self._np = tuple(partial(np.zeros, params[i].shape, params[i].dtype.np_storage) for i in self.outs)
+        self._torch = None  # made at the first call with torch tensors (torch may be imported later)
+
+    def _torch_makers(self) -> tuple:
+        torch = sys.modules["torch"]
+        makers = []
+        for i in self.outs:
+            p = self.params[i]
+            dtype = getattr(torch, p.dtype.np_name)
+            makers.append(partial(torch.empty, *p.shape, dtype=dtype) if p.shape
+                          else partial(torch.empty, (), dtype=dtype))
+        self._torch = makers = tuple(makers)
+        return makers
+
+    def complete(self, args: tuple) -> tuple[tuple, tuple]:
+        """``(every argument, the new outputs)`` for the inputs `args` (``len(args) == nin``)."""
+        if _any_torch_tensor(args):
+            makers = self._torch or self._torch_makers()
+        else:
+            makers = self._np
+        new = tuple([make() for make in makers])
+        if self.tail:
+            return args + new, new
+        full = list(args)
+        for i, out in zip(self.outs, new):
+            full.insert(i, out)
+        return tuple(full), new
+
+    def value(self, new: tuple):
+        """What the call returns: its one output, or all of them in parameter order."""
+        return new[0] if len(new) == 1 else new
+
+
+def return_style(params, has_return: bool) -> ReturnStyle | None:
+    """The :class:`ReturnStyle` of a program, or None if it takes no return-style calls."""
+    if not has_return or not out_indices(params):
+        return None
+    return ReturnStyle(tuple(params))
 
 
 def complete_args(params, has_return: bool, args: tuple, name: str) -> tuple[tuple, bool]:
@@ -87,12 +151,7 @@ def complete_args(params, has_return: bool, args: tuple, name: str) -> tuple[tup
     if len(args) == n:
         return tuple(args), False
     if has_return and outs and len(args) == n - len(outs):
-        torch = sys.modules.get("torch")
-        torch_out = torch is not None and any(isinstance(a, torch.Tensor) for a in args)
-        given = iter(args)
-        full = tuple(_output_like_param(p, torch_out) if i in outs else next(given)
-                     for i, p in enumerate(params))
-        return full, True
+        return ReturnStyle(tuple(params)).complete(tuple(args))[0], True
     names = ", ".join(p.name for p in params)
     forms = f"{n} (in place)" + (f" or {n - len(outs)} (return style)" if has_return and outs else "")
     raise PtoArgumentError(f"{name} takes {forms} argument(s) ({names}), got {len(args)}")
@@ -197,7 +256,7 @@ def build_call_config(compiled, config=None, *, aicpu_thread_num: int | None = N
 
 
 def call(h, args: tuple, stream, config):
-    """``handle(*args, config=...)`` and return-style calls: the handle's slower path.
+    """``handle(*args, config=...)`` and malformed calls: the handle's slower path.
 
     Completes the arguments, checks the per-call config, hands a call with
     DFX switches on to :mod:`._dfx`, and launches; returns what the handle
@@ -214,4 +273,18 @@ def call(h, args: tuple, stream, config):
     if type(launch) is not Launch:  # a node of a graph capture
         return launch
     launch._out = returned(params, h._has_return, full, return_style)
+    return launch if worker._async else launch._out
+
+
+def call_returning(h, rs: ReturnStyle, args: tuple, stream):
+    """A return-style call without a config: `h`'s :class:`ReturnStyle` makes the outputs (see :func:`call`)."""
+    worker = h._worker
+    if worker._state != OPEN:
+        worker._check_open()  # before anything is allocated
+    full, new = rs.complete(args)
+    launch = launch_kernel(worker, h, full, stream, False)
+    if type(launch) is not Launch:  # a node of a graph capture
+        return launch
+    if h._out_idx != rs.outs:  # an InOut parameter too: the launch holds the in-place result
+        launch._out = rs.value(new)
     return launch if worker._async else launch._out

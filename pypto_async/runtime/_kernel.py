@@ -90,7 +90,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_launch",
-                 "_access", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_unfit", "_cid", "_closed",
+                 "_access", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_rs", "_unfit", "_cid", "_closed",
                  "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -116,6 +116,8 @@ class KernelHandle:
         h._has_return = bool(getattr(compiled, "has_return", bool(h._out_idx)))
         # The usual call shape, one output: its index, so a launch need not call _result().
         h._out1 = h._out_idx[0] if h._has_return and len(h._out_idx) == 1 else -1
+        # How a return-style call (the inputs only) makes its outputs; None if the program takes none.
+        h._rs = _call.return_style(h._binder.params, h._has_return)
         h._unfit = fit_error(h._nargs, h._blocks, worker._info.ring_heap) or scope_error(
             getattr(compiled, "largest_scope", 0), worker._info.ring_task_window)
         h._cid = cid
@@ -155,6 +157,9 @@ class KernelHandle:
             In sync mode, the launch's own failure.
         """
         if config is not None or len(args) != self._nargs:
+            rs = self._rs
+            if config is None and rs is not None and len(args) == rs.nin:
+                return _call.call_returning(self, rs, args, stream)
             return _call.call(self, args, stream, config)
         launch = launch_kernel(self._worker, self, args, stream, False)
         # A Launch in sync mode has completed: its outputs.  Inside a graph capture, the node.
