@@ -420,6 +420,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .engine_wakes = LD(st_engine_wakes),
         .engine_helps = LD(st_engine_helps),
         .inline_runs = LD(st_inline_runs),
+        .host_first_checks = LD(st_host_first_checks),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD
