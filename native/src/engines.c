@@ -28,7 +28,6 @@
  * O(1) (a tail pointer per queue).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,11 +145,10 @@ static int machine_runnable(pto_device *dev)
         return atomic_load_explicit(&dev->runnable, memory_order_relaxed);
     atomic_store_explicit(&dev->runnable_ns, now, memory_order_relaxed);
     int n = -1;
-    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    if (dev->loadavg_fd >= 0) {
         char buf[128];
-        ssize_t len = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
+        /* From offset 0 on the device's open file: procfs writes the line afresh. */
+        ssize_t len = pread(dev->loadavg_fd, buf, sizeof(buf) - 1, 0);
         if (len > 0) {
             buf[len] = '\0';
             double l1, l5, l15;

@@ -1111,6 +1111,7 @@ struct pto_device {
     _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
     uint32_t machine_cpus;        /* online CPUs of the machine */
     atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
+    int loadavg_fd;               /* /proc/loadavg, open while the device is (-1: none), read with pread */
     _Atomic uint64_t runnable_ns; /* when it was sampled */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
