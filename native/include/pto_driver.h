@@ -825,6 +825,13 @@ typedef struct pto_device_stats {
     uint64_t rings_allocated;   /* of those, streams with a ring: one has its ring from its first submission */
     uint64_t engine_helps;      /* runs a device thread ran in a sleeping engine's stead (no wake-up, engines.c) */
     uint64_t inline_runs;       /* runs a host thread ran itself (pto_device_config.host_first) */
+    /*
+     * Host-first choices (PTO_HOST_FIRST_AUTO) a host thread made by asking
+     * whether a CPU is spare (the device's threads, /proc/loadavg): only when
+     * short work is queued for an engine, never for a submission that queues
+     * none (a notify, a record).
+     */
+    uint64_t host_first_checks;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

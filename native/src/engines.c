@@ -28,7 +28,6 @@
  * O(1) (a tail pointer per queue).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,11 +145,10 @@ static int machine_runnable(pto_device *dev)
         return atomic_load_explicit(&dev->runnable, memory_order_relaxed);
     atomic_store_explicit(&dev->runnable_ns, now, memory_order_relaxed);
     int n = -1;
-    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    if (dev->loadavg_fd >= 0) {
         char buf[128];
-        ssize_t len = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
+        /* From offset 0 on the device's open file: procfs writes the line afresh. */
+        ssize_t len = pread(dev->loadavg_fd, buf, sizeof(buf) - 1, 0);
         if (len > 0) {
             buf[len] = '\0';
             double l1, l5, l15;
@@ -603,16 +601,19 @@ static bool cpu_for_wakee(pto_device *dev)
 
 bool pti_host_first(pto_device *dev)
 {
+    if (!pti_host_may_first(dev))
+        return false;
+    if (dev->cfg.host_first == PTO_HOST_FIRST_ALWAYS)
+        return true;
+    atomic_fetch_add_explicit(&dev->st_host_first_checks, 1, memory_order_relaxed);
+    return dev->cpus <= 1 || !cpu_for_wakee(dev);
+}
+
+bool pti_host_may_first(pto_device *dev)
+{
     if (tl_self || tl_sched_dev == dev)
         return false; /* device threads have their own hand-offs (engine_help) */
-    switch (dev->cfg.host_first) {
-    case PTO_HOST_FIRST_OFF:
-        return false;
-    case PTO_HOST_FIRST_ALWAYS:
-        return true;
-    default:
-        return dev->cpus <= 1 || !cpu_for_wakee(dev);
-    }
+    return dev->cfg.host_first != PTO_HOST_FIRST_OFF;
 }
 
 /* Whether a host thread may run r itself: short work only (its queue's lock held). */
@@ -705,6 +706,30 @@ uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
     pthread_mutex_unlock(&dev->core_lock);
     atomic_fetch_sub(&dev->host_runners, 1);
     return ran;
+}
+
+uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
+{
+    /*
+     * The choice waits for work to choose about: a pass that queued nothing
+     * for the engines (a notify, a record, an event wait) reads no machine
+     * load, whose read (/proc/loadavg, 5-12 us after an idle spell) would
+     * sit between the submission and its completion record.
+     */
+    if (tl_host_dev == dev && (atomic_load(&dev->copy_len) || atomic_load(&dev->core_len)) &&
+        pti_host_first(dev))
+        return pti_host_run(dev, budget_ns);
+    tl_host_dev = NULL;
+    /* Nothing queued, or declined: the pushes since pti_host_begin counted this thread as one. */
+    atomic_fetch_add(&dev->host_runners, 1); /* as in pti_host_run: close waits for the wake-ups */
+    pthread_mutex_lock(&dev->copy_lock);
+    wake_queue(dev, true);
+    pthread_mutex_unlock(&dev->copy_lock);
+    pthread_mutex_lock(&dev->core_lock);
+    wake_queue(dev, false);
+    pthread_mutex_unlock(&dev->core_lock);
+    atomic_fetch_sub(&dev->host_runners, 1);
+    return 0;
 }
 
 bool pti_host_serve(pto_device *dev)

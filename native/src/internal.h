@@ -892,6 +892,14 @@ bool pti_host_first(pto_device *dev);
 void pti_host_begin(pto_device *dev);
 uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns);
 /*
+ * pti_host_may_first: whether the calling thread is a host thread and
+ * host_first is not off, so that it may come first (no choice made, no
+ * load read).  pti_host_end: after pti_host_begin, make the choice only if
+ * engine work is queued; then pti_host_run, else wake engines for it.
+ */
+bool pti_host_may_first(pto_device *dev);
+uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns);
+/*
  * For a host thread about to block for a completion (completion.c): if the
  * host comes first, serve a pending kick's pass and run short queued work
  * (pti_host_run).  True if a command completed meanwhile.  No lock held.
@@ -1121,6 +1129,7 @@ struct pto_device {
     _Atomic uint32_t asleep;      /* device threads inside a condition wait (pti_cpu_spare, engines.c) */
     uint32_t machine_cpus;        /* online CPUs of the machine */
     atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
+    int loadavg_fd;               /* /proc/loadavg, open while the device is (-1: none), read with pread */
     _Atomic uint64_t runnable_ns; /* when it was sampled */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
@@ -1164,6 +1173,7 @@ struct pto_device {
     struct pto_model *_Atomic model; /* the device model (model.c); NULL: host timing */
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
     _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
+    _Atomic uint64_t st_host_first_checks; /* host-first choices made by asking for a spare CPU */
     _Atomic uint32_t host_runners;   /* host threads inside pti_host_run: close waits for them */
 };
 

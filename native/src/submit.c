@@ -138,14 +138,16 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
          * Host first (engines.c): with no CPU spare for the host, this thread
          * runs the short work the pass queues itself, rather than waking an
          * engine it would take turns with; the record is queued on return.
+         * Whether a CPU is spare is asked after the pass, and only if it
+         * queued engine work (pti_host_end): its pushes wake nobody until then.
          */
-        bool host = pti_host_first(dev);
+        bool host = pti_host_may_first(dev);
         if (host)
             pti_host_begin(dev);
         pti_sched_run(dev);
         pthread_mutex_unlock(&dev->sched_lock);
         if (host)
-            pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull);
+            pti_host_end(dev, (uint64_t)dev->cfg.inline_us * 1000ull);
         return;
     }
     pti_sched_kick(dev, false);
