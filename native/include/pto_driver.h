@@ -1075,6 +1075,8 @@ void pto_hazards_forget(pto_hazards *hz, pto_devptr addr);
  * token.  Returns what pto_stream_wait_stream returns.
  */
 int pto_hazards_queue_edge(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token);
+/* The same for a wait the caller's user asked for (Stream.wait): not counted as inferred. */
+int pto_hazards_queue_wait(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token);
 /* A failure-carrying point recorded on stream sid at pos: what waiting for it orders after (NULL: out of memory). */
 pto_hz_mark *pto_hazards_mark(pto_hazards *hz, uint32_t sid, uint64_t pos);
 void pto_hz_mark_release(pto_hz_mark *m);
