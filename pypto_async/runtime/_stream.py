@@ -217,7 +217,8 @@ class Stream:
                 f"Stream.wait() takes an Event, a Launch or a Stream, not {type(what).__name__}"
             )
         with worker._lock:
-            self._wait_locked(what)
+            if not self._wait_quiet_locked(what):
+                self._wait_locked(what)
 
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed.
@@ -409,6 +410,32 @@ class Stream:
                 overflowed(q, self, 1)
         if hz is not None and hz.sanitizing:  # ordered after every event src's clock names, and src's tail
             _merge(self._oclock, src._oclock, self._id, src._id, tok)
+        return True
+
+    def _wait_quiet_locked(self, event: Event) -> bool:
+        """``self.wait(event)`` as a quiet wait (``pto_stream_wait_event_quiet``); False if it cannot be one.
+
+        The same wait as :meth:`_wait_locked`'s, with a completion record
+        only if it fails.  It can be one for an event of this worker that is
+        in the driver already, on a stream that holds no work on the host
+        (else the wait waits in this stream's FIFO, where its token must be
+        in the token map).
+        """
+        if not event._entered or event._worker is not self._worker or self._fifo or self._closed:
+            return False
+        q = self._queue
+        if not self._used:
+            note_used(q, self)
+        tok = q.next_token
+        q.next_token = tok + 1  # not in the token map: a quiet wait has no record to deliver
+        rc = lib.pto_stream_wait_event_quiet(self._ptr, event._ptr, tok)
+        if rc:
+            if rc < 0:
+                check(rc, "Stream.wait")
+            if rc & QUEUED:
+                overflowed(q, self, 1)
+        if event._clock is not None:
+            merge_clock(self, event)
         return True
 
     def _marker(self) -> Launch:
