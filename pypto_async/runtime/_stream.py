@@ -178,6 +178,17 @@ class Stream:
             dependent, and closing that worker first fails it with
             :class:`~pypto_async.errors.PtoClosedError`.
 
+        Notes
+        -----
+        On one device a wait is one command on this stream and no
+        completion record unless it fails: a wait for a stream, or for a
+        launch whose :attr:`~Launch.event` was not read, waits for a fence
+        of that stream's last command (nothing is queued there), and a wait
+        for an event is quiet.  Where that stream or this one holds work on
+        the host, or that stream is closed, an event is recorded there
+        behind that work and waited for.  ``testing.fail_next`` passes a
+        fence wait by (as an inferred wait), and hits a wait for an event.
+
         Raises
         ------
         PtoArgumentError

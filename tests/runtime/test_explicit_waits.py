@@ -314,3 +314,27 @@ async def test_a_wait_on_work_held_on_the_host_waits_for_it(what, kernels):
         np.testing.assert_allclose(await b.to_host(stream=s2), 6 * x, rtol=1e-6)
         a.free()
         b.free()
+
+
+@pytest.mark.parametrize("what", WHATS)
+def test_an_injected_failure_on_the_waiter_passes_a_fence_and_hits_an_event_wait(what, kernels):
+    # fail_next(s2) before s2.wait(...): a fence wait (a launch, a stream) is passed by, as an
+    # inferred wait is, so the reader fails itself; a wait for an event is a command it hits.
+    with ChipWorker(_config("no-table")) as w:
+        t = _Setup(w, kernels, "no-table")
+        t.scale.submit(t.a, 1.0, t.b, stream=t.s2)  # a's first use on s2 (a join) is behind us
+        w.sync()
+        with hold(t.s1) as latch:
+            writer = t.scale.submit(t.src, 2.0, t.a, stream=t.s1)
+            target = _target(what, writer, t.s1)
+            fail_next(t.s2)
+            t.s2.wait(target)
+            reader = t.scale.submit(t.a, 3.0, t.b, stream=t.s2)
+            latch.release()
+            with pytest.raises(PtoDependencyError):
+                w.sync(timeout=10)
+        exc = reader.exception()
+        assert "injected" in str(exc)
+        assert isinstance(exc, PtoDependencyError) == (what == "event")
+        assert writer.exception() is None
+        t.free()
