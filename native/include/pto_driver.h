@@ -447,6 +447,14 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token);
 int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token);
 int pto_stream_wait_edge(pto_stream *s, pto_event *e, uint64_t token);
 /*
+ * pto_stream_wait_event for an event of s's own device, quiet: the token gets
+ * a completion record only when the wait fails itself (PTO_CQ_FIRST_FAILURE:
+ * a failure the event carries, or an injected one), as the wait of
+ * pto_stream_wait_stream.  A failure it carries reaches s's later commands
+ * as -PTO_EDEP, as after pto_stream_wait_event.
+ */
+int pto_stream_wait_event_quiet(pto_stream *s, pto_event *e, uint64_t token);
+/*
  * An edge between two streams of one device, in one call: s waits for
  * everything queued on src so far, as after pto_stream_record_edge(src, e, 0)
  * and pto_stream_wait_edge(s, e, token), except that nothing is queued on
@@ -1145,6 +1153,8 @@ void pto_hazards_forget(pto_hazards *hz, pto_devptr addr);
  * token.  Returns what pto_stream_wait_stream returns.
  */
 int pto_hazards_queue_edge(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token);
+/* The same for a wait the caller's user asked for (Stream.wait): not counted as inferred. */
+int pto_hazards_queue_wait(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token);
 /* A failure-carrying point recorded on stream sid at pos: what waiting for it orders after (NULL: out of memory). */
 pto_hz_mark *pto_hazards_mark(pto_hazards *hz, uint32_t sid, uint64_t pos);
 void pto_hz_mark_release(pto_hz_mark *m);

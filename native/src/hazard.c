@@ -1070,6 +1070,26 @@ int pto_hazards_queue_edge(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t
     return rc;
 }
 
+/*
+ * An explicit wait (the caller's user asked for it) as a fence: queued as
+ * pto_hazards_queue_edge's, and sid's clock takes src's, but it is not
+ * counted as inferred.
+ */
+int pto_hazards_queue_wait(pto_hazards *hz, uint32_t sid, uint32_t src, uint64_t token)
+{
+    const char *fn = "pto_hazards_queue_wait";
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL, *from = hz ? stream_of(hz, src) : NULL;
+    if (!me || !from || !me->ptr || !from->ptr)
+        return pti_error(PTO_EINVAL, "%s: streams %u and %u must be live", fn, sid, src);
+    int rc = edge_event(hz, from);
+    if (rc)
+        return rc;
+    rc = pto_stream_wait_stream(me->ptr, from->ptr, from->ev, token);
+    if (rc >= 0 && merge(hz, me, from->clock, from->sid, token))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    return rc;
+}
+
 pto_hz_mark *pto_hazards_mark(pto_hazards *hz, uint32_t sid, uint64_t pos)
 {
     struct hz_stream *st = hz ? stream_of(hz, sid) : NULL;

@@ -562,6 +562,30 @@ int pto_stream_wait_event(pto_stream *s, pto_event *e, uint64_t token)
     return submit_wait(s, e, false, token, "pto_stream_wait_event");
 }
 
+/*
+ * pto_stream_wait_event on an event of s's device, quiet: its token gets a
+ * completion record only when the wait itself fails (a failure the event
+ * carries, or an injected one), as a quiet fence wait's.
+ */
+int pto_stream_wait_event_quiet(pto_stream *s, pto_event *e, uint64_t token)
+{
+    const char *fn = "pto_stream_wait_event_quiet";
+    int rc = check_stream(s, fn);
+    if (rc)
+        return rc;
+    if (!e || e->dev != s->dev)
+        return pti_error(PTO_EINVAL, "%s: an event of the stream's device expected", fn);
+    struct pto_event_node *node = pti_event_current(e);
+    struct pto_cmd *cmd;
+    if ((rc = pti_slot_begin(s, fn, 0, node != NULL, &cmd, NULL))) {
+        if (node)
+            pti_event_node_unref(node);
+        return rc;
+    }
+    cmd->quiet = true;
+    return commit_wait(s, cmd, node, e->id, false, false, token);
+}
+
 int pto_stream_record_edge(pto_stream *s, pto_event *e, uint64_t token)
 {
     return submit_record(s, e, false, true, token, "pto_stream_record_edge");

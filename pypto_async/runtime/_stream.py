@@ -26,10 +26,10 @@ from ..errors import PtoArgumentError, PtoClosedError, PtoNotSupported
 from ._checks import check_timeout
 from ._context import capture_of, stream_stack
 from ._event import Event, enter
-from ._hazards import closed, gone, mark, merge_clock, prune_clocks
+from ._hazards import _merge, closed, gone, mark, merge_clock, prune_clocks
 from ._launch import Launch, _Marker, _SyncMarker, _SyncPoint
-from ._queue import F_LAST, F_RECORD
-from ._submit import submit, token
+from ._queue import F_LAST, F_RECORD, QUEUED
+from ._submit import note_used, overflowed, submit, token
 
 __all__ = ["Stream", "fold_point", "sync_point"]
 
@@ -62,7 +62,8 @@ class Stream:
     """
 
     __slots__ = ("_worker", "_queue", "_ptr", "_id", "_priority", "_fifo", "_unentered", "_closed",
-                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_oclock", "_used", "__weakref__")
+                 "_final", "_final_ordering", "_folded", "_is_default", "_last", "_oclock", "_used", "_wait_ev",
+                 "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Stream cannot be constructed directly; use ChipWorker.stream()")
@@ -98,6 +99,7 @@ class Stream:
         stream._last = 0  # the token of its last data command (a launch or copy)
         stream._oclock = {}  # the sanitizer: other stream -> the largest token of its events this one waits for
         stream._used = False  # work queued since a worker sync last looked (in q.used; _submit.note_used)
+        stream._wait_ev = None  # with no hazard table: the driver event naming fences of it in traces
         return stream
 
     # -- properties ---------------------------------------------------------------
@@ -176,6 +178,17 @@ class Stream:
             dependent, and closing that worker first fails it with
             :class:`~pypto_async.errors.PtoClosedError`.
 
+        Notes
+        -----
+        On one device a wait is one command on this stream and no
+        completion record unless it fails: a wait for a stream, or for a
+        launch whose :attr:`~Launch.event` was not read, waits for a fence
+        of that stream's last command (nothing is queued there), and a wait
+        for an event is quiet.  Where that stream or this one holds work on
+        the host, or that stream is closed, an event is recorded there
+        behind that work and waited for.  ``testing.fail_next`` passes a
+        fence wait by (as an inferred wait), and hits a wait for an event.
+
         Raises
         ------
         PtoArgumentError
@@ -196,10 +209,17 @@ class Stream:
         if isinstance(what, Launch):
             if what._done:
                 return
+            if what._event is None and what._stream is not self:
+                with worker._lock:  # a fence of its stream's tail is what recording its event now waits for
+                    if what._done or self._wait_fence_locked(what._stream):
+                        return
             what = what.event
         elif isinstance(what, Stream):
             if what is self:
                 return
+            with worker._lock:
+                if self._wait_fence_locked(what):
+                    return
             what = what.record() if not what._closed else what._final
             if what is None:
                 return
@@ -208,7 +228,8 @@ class Stream:
                 f"Stream.wait() takes an Event, a Launch or a Stream, not {type(what).__name__}"
             )
         with worker._lock:
-            self._wait_locked(what)
+            if not self._wait_quiet_locked(what):
+                self._wait_locked(what)
 
     def __await__(self):
         """Suspend until everything queued on this stream so far has completed.
@@ -315,6 +336,7 @@ class Stream:
                 self._closed = True
                 gone(self, later=True)  # (no lock here: the driver's table hears of it under the lock)
                 lib.pto_stream_destroy(self._ptr)
+                self._drop_wait_ev()
         except Exception:
             pass
 
@@ -358,6 +380,75 @@ class Stream:
         if event._clock is not None:
             merge_clock(self, event)
 
+    def _wait_fence_locked(self, src: Stream) -> bool:
+        """Make this stream wait for everything queued on `src` so far, as a fence; False if it cannot be one.
+
+        What waiting for an event recorded on `src` now would do, in one
+        command and no record on `src` (``pto_stream_wait_stream``): the
+        point is `src`'s last command in the driver, and the wait is quiet
+        (a completion record only if it fails: a failure of `src`'s work
+        before the point, which fails this stream's later work as a
+        dependent, exactly as the event's wait would).  It can be one when
+        `src` is another open stream of this worker and neither stream holds
+        work on the host (else the point, or the wait's place, is still in a
+        FIFO here).  The hazard table and the sanitizer's clock take the
+        edge as they take an event's; it is not counted as inferred, and
+        injected failures pass it by, as they pass an inferred wait.
+        """
+        if src is self or src._closed or src._fifo or self._fifo or self._closed:
+            return False
+        q = self._queue
+        hz = self._worker._hazards
+        if hz is not None and hz.table is None:
+            return False
+        if not self._used:
+            note_used(q, self)  # the wait may fail: a worker sync looks at this stream
+        tok = q.next_token
+        q.next_token = tok + 1  # not in the token map: a quiet wait has no record to deliver
+        if hz is not None:
+            rc = lib.pto_hazards_queue_wait(hz.table, self._id, src._id, tok)
+        else:
+            ev = src._wait_ev
+            if ev is None:
+                out = ffi.new("pto_event **")
+                check(lib.pto_event_create(self._worker._dev, out), "pto_event_create")
+                ev = src._wait_ev = out[0]
+            rc = lib.pto_stream_wait_stream(self._ptr, src._ptr, ev, tok)
+        if rc:
+            if rc < 0:
+                check(rc, "Stream.wait")
+            if rc & QUEUED:
+                overflowed(q, self, 1)
+        if hz is not None and hz.sanitizing:  # ordered after every event src's clock names, and src's tail
+            _merge(self._oclock, src._oclock, self._id, src._id, tok)
+        return True
+
+    def _wait_quiet_locked(self, event: Event) -> bool:
+        """``self.wait(event)`` as a quiet wait (``pto_stream_wait_event_quiet``); False if it cannot be one.
+
+        The same wait as :meth:`_wait_locked`'s, with a completion record
+        only if it fails.  It can be one for an event of this worker that is
+        in the driver already, on a stream that holds no work on the host
+        (else the wait waits in this stream's FIFO, where its token must be
+        in the token map).
+        """
+        if not event._entered or event._worker is not self._worker or self._fifo or self._closed:
+            return False
+        q = self._queue
+        if not self._used:
+            note_used(q, self)
+        tok = q.next_token
+        q.next_token = tok + 1  # not in the token map: a quiet wait has no record to deliver
+        rc = lib.pto_stream_wait_event_quiet(self._ptr, event._ptr, tok)
+        if rc:
+            if rc < 0:
+                check(rc, "Stream.wait")
+            if rc & QUEUED:
+                overflowed(q, self, 1)
+        if event._clock is not None:
+            merge_clock(self, event)
+        return True
+
     def _marker(self) -> Launch:
         """Queue a notify: a Launch that completes after everything queued before it (takes the lock)."""
         worker = self._worker
@@ -392,6 +483,13 @@ class Stream:
         self._worker._streams.pop(self._id, None)
         gone(self)
         lib.pto_stream_destroy(self._ptr)
+        self._drop_wait_ev()
+
+    def _drop_wait_ev(self) -> None:
+        """Destroy the event that named fences of this stream (fences queued hold only its id)."""
+        ev, self._wait_ev = self._wait_ev, None
+        if ev is not None:
+            lib.pto_event_destroy(ev)
 
 
 def fold_point(worker) -> Stream:

@@ -276,6 +276,72 @@ def test_wait_stream_refuses_one_stream_or_two_devices(dev, open_dev, stream, ne
     lib.pto_stream_destroy(out[0])
 
 
+# -- pto_stream_wait_event_quiet: an explicit wait with a record only on failure --------------------
+
+
+def test_wait_event_quiet_orders_work_across_streams(dev, cq, stream, stream2, event, rng):
+    def wait():
+        check(lib.pto_stream_record(stream, event, 0))
+        assert lib.pto_stream_wait_event_quiet(stream2, event, new_token()) == 0
+
+    _copy_across(dev, cq, stream, stream2, rng, wait)
+
+
+def test_wait_event_quiet_is_quiet_on_success(dev, cq, stream, stream2, event):
+    rec_t, wait_t, after_t = new_token(), new_token(), new_token()
+    with held(dev, stream):
+        check(lib.pto_stream_record(stream, event, rec_t))
+        check(lib.pto_stream_wait_event_quiet(stream2, event, wait_t))
+        notify(stream2, after_t)
+    got = cq.wait(rec_t, after_t)
+    assert got[rec_t].status == 0 and got[after_t].status == 0
+    sync(stream2)
+    cq.drain_all()
+    assert wait_t not in cq  # no record for a wait that did not fail
+
+
+def test_wait_event_quiet_carries_a_failure_and_reports_it_once(dev, cq, stream, stream2, event):
+    fail_t, wait_t, after_t = new_token(), new_token(), new_token()
+    with held(dev, stream):
+        check(lib.pto_debug_fail_next(stream, 0, 1))
+        notify(stream, fail_t)
+        check(lib.pto_stream_record(stream, event, 0))
+        check(lib.pto_stream_wait_event_quiet(stream2, event, wait_t))
+        notify(stream2, after_t)
+    got = cq.wait(fail_t, wait_t, after_t)
+    assert got[fail_t].status == -lib.PTO_EFAULT
+    assert got[wait_t].status == -lib.PTO_EDEP and got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[after_t].status == -lib.PTO_EDEP and got[after_t].cause_token == fail_t
+    assert cq.observe(after_t) == 1  # stream2's failure, and stream's it came from
+    healthy, healthy1 = new_token(), new_token()
+    notify(stream2, healthy)
+    notify(stream, healthy1)
+    assert cq.wait(healthy)[healthy].status == 0
+    assert cq.wait(healthy1)[healthy1].status == 0
+
+
+def test_an_injected_failure_hits_a_quiet_event_wait(dev, cq, stream, stream2, event):
+    """Unlike an inferred edge, the wait is the caller's command: fail_next hits it (a record)."""
+    wait_t, after_t = new_token(), new_token()
+    check(lib.pto_stream_record(stream, event, 0))
+    check(lib.pto_debug_fail_next(stream2, 0, 1))
+    check(lib.pto_stream_wait_event_quiet(stream2, event, wait_t))
+    notify(stream2, after_t)
+    got = cq.wait(wait_t, after_t)
+    assert got[wait_t].status == -lib.PTO_EFAULT and got[wait_t].flags & lib.PTO_CQ_FIRST_FAILURE
+    assert got[after_t].status == -lib.PTO_EDEP
+
+
+def test_wait_event_quiet_refuses_another_devices_event(dev, open_dev, stream):
+    from pypto_async.errors import PtoArgumentError
+
+    other = open_dev()
+    ev = new_event(other)
+    with pytest.raises(PtoArgumentError):
+        check(lib.pto_stream_wait_event_quiet(stream, ev, 0))
+    lib.pto_event_destroy(ev)
+
+
 # -- pto_stream_launch_after: an inferred edge and the launch it orders, in one call -----------------
 
 
