@@ -8,8 +8,9 @@ checks the bindings (nothing is queued on error), reserves one token per
 command plus the replay's own, and makes one ``pto_graph_replay`` call.
 
 Tokens.  A replay with token ``T`` maps only ``T`` to its :class:`Launch`
-(a :class:`_Replay`).  The driver gives command ``i`` the tag ``T + 1 + i``
-and the replay's own commands (staging copies, ordering) ``T + 1 + n``; a
+(a :class:`_Replay`).  The driver gives command ``i`` the tag ``T + 1 + i``,
+the replay's own commands (staging copies, ordering) ``T + 1 + n``, and the
+waits ordering it after other streams' work ``T + 2 + n``; a
 command reports only when it is its stream's first failure, under its tag,
 which nobody owns: :func:`~._complete.on_failure` remembers its error, and
 the replay's own record, a dependency failure naming that tag as its cause,
@@ -28,7 +29,14 @@ capture (:mod:`._capture_hazards`) and are part of it.  A replay is ordered
 against eager work and other replays (:mod:`._hazards`) as one access per
 DeviceTensor it touches, those it uses directly and those bound to its
 inputs, with the union of that tensor's directions over the graph, on its
-origin stream at its own token (:meth:`Graph._order`).  That is exact
+origin stream at its own token.  Where every such tensor has joined the
+origin already and ordering is automatic (no sanitizer, no manual region,
+no trace of graph tags), the driver does it inside the replay call
+(``pto_graph_replay_ordered``: the tensors used directly were declared at
+build, ``pto_graph_add_access``); it declines, with nothing queued, an edge
+only this side can queue (from a held or closed stream, to an exact
+point), and the replay is ordered here instead (:meth:`Graph._order`), as
+is any other replay.  That is exact
 enough: the replay starts on its origin, every fork joins the origin before
 the replay's last command (the notify of its token), and the token stays in
 flight until all of it ended.  What the capture could not see, an input
