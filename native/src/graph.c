@@ -737,7 +737,8 @@ static int order_decide(const struct replay *r, struct order *o, uint64_t *skipp
     o->edges = o->edge_stack;
     if (most > PTI_GRAPH_STACK_ACCS && !(o->acc = malloc((size_t)most * sizeof(*o->acc))))
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
-    memcpy(o->acc, g->accs, (size_t)g->n_accs * sizeof(*o->acc));
+    if (g->n_accs)
+        memcpy(o->acc, g->accs, (size_t)g->n_accs * sizeof(*o->acc));
     o->n = g->n_accs;
     for (uint32_t i = 0; i < g->n_inputs; i++) /* a host-bound input: the graph's staging buffer, not ordered */
         if (!host_bound(r, i) && (g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE)))
