@@ -741,7 +741,7 @@ static int order_decide(const struct replay *r, struct order *o, uint64_t *skipp
         memcpy(o->acc, g->accs, (size_t)g->n_accs * sizeof(*o->acc));
     o->n = g->n_accs;
     for (uint32_t i = 0; i < g->n_inputs; i++) /* a host-bound input: the graph's staging buffer, not ordered */
-        if (!host_bound(r, i) && (g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE)))
+        if (!host_bound(r, i) && r->dev_ptrs[i] && (g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE)))
             o->acc[o->n++] = (pto_hz_access){r->dev_ptrs[i], g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
     pto_hazards_set_held(o->hz, o->sid, 0); /* the caller holds nothing on the origin */
     uint64_t before[2], after[2];
