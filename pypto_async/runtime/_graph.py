@@ -352,14 +352,13 @@ class Graph:
             mem = worker._memory
             if mem.deferred:
                 mem.free_deferred_locked()
+            held = origin._fifo
             for s in self._streams:
                 if s._closed:
                     raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
+                held = held or s._fifo
             if origin._closed:
                 raise PtoClosedError(f"{self._label}: stream {origin.id} is closed")
-            held = origin._fifo
-            for s in self._streams:
-                held = held or s._fifo
             hz = worker._hazards
             rc = _DECLINED
             if (not held and joined and hz is not None and hz.fast and hz.table is not None
@@ -529,7 +528,7 @@ class Graph:
                 ptrs.append(self._staging_for(k)._ptr)
             else:
                 ptrs.append(0)
-        if bound:
+        if bound and (self._direct or len(bound) > 1):  # (one tensor bound, none used directly: no alias)
             self._refuse_aliases(bound)
         return ptrs, _NULL if hosts is None else hosts, keep, touched, joined
 
