@@ -954,7 +954,8 @@ int pto_debug_lose_device(pto_device *dev, const char *msg);
  * observes the origin's failure and, through the joins it came by, the
  * failed fork's.
  * Trace records of a replay's commands carry their tags.  A host that maps
- * tokens to owners reserves T .. T + 1 + pto_graph_get_info().commands.
+ * tokens to owners reserves T .. T + 1 + pto_graph_get_info().commands
+ * (T .. T + 2 + commands for pto_graph_replay_ordered, hazards below).
  *
  * A graph belongs to its device; destroy it before closing the device.
  * Building and replaying one graph is for one thread at a time.
@@ -1112,6 +1113,12 @@ void pto_hazards_set_fold(pto_hazards *hz, uint32_t sid);
 /* Whether stream sid holds work on the host, ahead of what reached the driver (pto_hazards_launch declines). */
 void pto_hazards_set_held(pto_hazards *hz, uint32_t sid, int held);
 /*
+ * Whether an edge from stream src to stream sid can be queued now as a fence
+ * of src's tail (pto_hazards_queue_edge): both registered and live, src not
+ * closed, neither held on the host.  1 or 0.
+ */
+int pto_hazards_fenceable(pto_hazards *hz, uint32_t sid, uint32_t src);
+/*
  * Decide the edges of one call on stream sid with accesses acc[0..n): the
  * streams to wait for, in the order to queue them, at most max into
  * edges[].  Changes nothing but the skipped count.  Returns how many edges
@@ -1181,6 +1188,31 @@ void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t 
  */
 int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                        uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token);
+
+/*
+ * Graph replays ordered by a table (graph.c).  Against other streams' work a
+ * replay is one call on its origin (streams[0]) at position token: its
+ * accesses are the allocations its commands use at fixed addresses (declare
+ * each with pto_graph_add_access: PTO_HZ_READ and/or PTO_HZ_WRITE, the union
+ * over the graph, before instantiating) and its device-bound inputs (each by
+ * its uses over the graph; a host-bound input's staging buffer is the
+ * graph's own).  The edges they need (pto_hazards_order) go on the origin
+ * before the replay's commands, each a fence of its source's tail and a wait
+ * (pto_hazards_queue_edge) tagged token + 2 + commands, and the accesses are
+ * noted at token once the commands are in.  That orders the whole replay:
+ * every fork joins the origin before the replay's record.
+ *
+ * The caller holds nothing on the host for streams[0] (its held flag is
+ * cleared).  Returns as pto_graph_replay, or PTO_HZ_DECLINED with nothing
+ * queued or noted where an edge cannot be a fence now (to an exact point;
+ * from a closed, held or gone stream): the caller orders the replay itself,
+ * and *skipped (may be NULL) holds the edges the decision counted skipped
+ * (pto_hazards_counts), which the caller's own decision counts again.
+ */
+int pto_graph_add_access(pto_graph *g, pto_devptr addr, uint32_t flags);
+int pto_graph_replay_ordered(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uint32_t nstreams,
+                             const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
+                             uint64_t token, uint64_t *skipped);
 
 /* PTO_CDEF_END */
 

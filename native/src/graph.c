@@ -86,6 +86,8 @@ struct pto_graph {
     uint32_t n_patches, cap_patches;
     struct pto_ginput *inputs;
     uint32_t n_inputs, cap_inputs;
+    pto_hz_access *accs;          /* the allocations used at fixed addresses (pto_graph_add_access) */
+    uint32_t n_accs, cap_accs;
     uint32_t n_streams, n_events, n_launches, max_nargs;
     bool instantiated;
     pto_event **events;
@@ -154,6 +156,7 @@ void pto_graph_destroy(pto_graph *g)
     free(g->args);
     free(g->patches);
     free(g->inputs);
+    free(g->accs);
     free(g);
 }
 
@@ -352,6 +355,21 @@ int pto_graph_add_input(pto_graph *g, uint64_t nbytes)
     memset(in, 0, sizeof(*in));
     in->nbytes = nbytes;
     return (int)g->n_inputs++;
+}
+
+int pto_graph_add_access(pto_graph *g, pto_devptr addr, uint32_t flags)
+{
+    const char *fn = "pto_graph_add_access";
+    if (!g)
+        return pti_error(PTO_EINVAL, "%s: NULL graph", fn);
+    if (g->instantiated)
+        return pti_error(PTO_EINVAL, "%s: the graph is instantiated already", fn);
+    if (!addr || !flags || (flags & ~(uint32_t)(PTO_HZ_READ | PTO_HZ_WRITE)))
+        return pti_error(PTO_EINVAL, "%s: an address and PTO_HZ_READ and/or PTO_HZ_WRITE expected", fn);
+    if (!grow32((void **)&g->accs, &g->cap_accs, g->n_accs + 1, sizeof(*g->accs)))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    g->accs[g->n_accs++] = (pto_hz_access){addr, flags, 0};
+    return 0;
 }
 
 int pto_graph_patch(pto_graph *g, uint32_t cmd, uint32_t field, uint32_t input, uint32_t use)
@@ -672,32 +690,114 @@ static int queue_staging(const struct replay *r, bool in, uint64_t tag)
 }
 
 #define PTI_GRAPH_STACK_ARGS 32
+#define PTI_GRAPH_STACK_ACCS 16
+#define PTI_GRAPH_STACK_EDGES 16
 
-int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams,
-                     const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
-                     uint64_t token)
+/*
+ * Ordering a replay (pto_graph_replay_ordered)
+ * --------------------------------------------
+ * Against other streams' work a replay is one call on its origin: the
+ * replay starts there, every fork joins the origin before the notify, and
+ * the notify's token stays in flight until all of it ended, so waits queued
+ * on the origin before its commands order all of them, and its token stands
+ * for all its accesses.  Its accesses are the allocations it uses at fixed
+ * addresses (pto_graph_add_access) and its device-bound inputs, each with
+ * the union of its uses; the table decides the edges (pto_hazards_order),
+ * each goes as a fence of its source's tail and a wait on the origin
+ * (pto_hazards_queue_edge), and the accesses are noted at the replay's
+ * token once its commands are in.  An edge the table cannot queue alone (to
+ * an exact point, from a closed, held or gone stream) is the caller's: the
+ * replay declines before anything is queued or noted.
+ */
+struct order {
+    pto_hazards *hz;
+    uint32_t sid;
+    pto_hz_access *acc;
+    uint32_t n, k;                /* accesses; edges */
+    pto_hz_edge *edges;
+    pto_hz_access acc_stack[PTI_GRAPH_STACK_ACCS];
+    pto_hz_edge edge_stack[PTI_GRAPH_STACK_EDGES];
+};
+
+static void order_fini(struct order *o)
+{
+    if (o->acc != o->acc_stack)
+        free(o->acc);
+    if (o->edges != o->edge_stack)
+        free(o->edges);
+}
+
+/* Decide the replay's edges: 0 (o->k of them, each a fence), PTO_HZ_DECLINED, or an error. */
+static int order_decide(const struct replay *r, struct order *o, uint64_t *skipped)
+{
+    const char *fn = "pto_graph_replay_ordered";
+    pto_graph *g = r->g;
+    uint32_t most = g->n_accs + g->n_inputs;
+    o->acc = o->acc_stack;
+    o->edges = o->edge_stack;
+    if (most > PTI_GRAPH_STACK_ACCS && !(o->acc = malloc((size_t)most * sizeof(*o->acc))))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    if (g->n_accs)
+        memcpy(o->acc, g->accs, (size_t)g->n_accs * sizeof(*o->acc));
+    o->n = g->n_accs;
+    for (uint32_t i = 0; i < g->n_inputs; i++) /* a host-bound input: the graph's staging buffer, not ordered */
+        if (!host_bound(r, i) && r->dev_ptrs[i] && (g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE)))
+            o->acc[o->n++] = (pto_hz_access){r->dev_ptrs[i], g->inputs[i].use & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
+    pto_hazards_set_held(o->hz, o->sid, 0); /* the caller holds nothing on the origin */
+    uint64_t before[2], after[2];
+    pto_hazards_counts(o->hz, before);
+    int k = pto_hazards_order(o->hz, o->sid, o->acc, o->n, o->edges, PTI_GRAPH_STACK_EDGES);
+    if (k > PTI_GRAPH_STACK_EDGES) {
+        if (!(o->edges = malloc((size_t)k * sizeof(*o->edges))))
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        k = pto_hazards_order(o->hz, o->sid, o->acc, o->n, o->edges, (uint32_t)k);
+    }
+    if (k < 0)
+        return k;
+    o->k = (uint32_t)k;
+    for (uint32_t i = 0; i < o->k; i++) {
+        if (o->edges[i].exact || !pto_hazards_fenceable(o->hz, o->sid, o->edges[i].src)) {
+            pto_hazards_counts(o->hz, after);
+            if (skipped)
+                *skipped = after[1] - before[1]; /* the caller's own decision counts them again */
+            return PTO_HZ_DECLINED;
+        }
+    }
+    return 0;
+}
+
+static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uint32_t nstreams,
+                  const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs, uint64_t token,
+                  uint64_t *skipped, const char *fn)
 {
     if (!g)
-        return pti_error(PTO_EINVAL, "pto_graph_replay: NULL graph");
+        return pti_error(PTO_EINVAL, "%s: NULL graph", fn);
     if (token == 0)
-        return pti_error(PTO_EINVAL, "pto_graph_replay: the replay needs a token");
+        return pti_error(PTO_EINVAL, "%s: the replay needs a token", fn);
     struct replay r = {g, streams, dev_ptrs, host_ptrs};
     uint64_t stack_args[PTI_GRAPH_STACK_ARGS];
     uint64_t *scratch = stack_args;
     if (g->max_nargs > PTI_GRAPH_STACK_ARGS && !(scratch = malloc((size_t)g->max_nargs * 8u)))
-        return pti_error(PTO_ENOMEM, "pto_graph_replay: out of host memory");
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    struct order o;
+    o.hz = hz;
+    o.acc = o.acc_stack;
+    o.edges = o.edge_stack;
+    o.k = 0;
     int rc = check_replay(&r, nstreams, ninputs, scratch);
+    if (!rc && hz) {
+        o.sid = streams[0]->id;
+        rc = order_decide(&r, &o, skipped);
+    }
+    uint64_t saved_stack[8];
+    uint64_t *saved = saved_stack;
+    if (!rc && nstreams > 8 && !(saved = malloc((size_t)nstreams * sizeof(uint64_t))))
+        rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     if (rc) {
+        order_fini(&o);
         if (scratch != stack_args)
             free(scratch);
         return rc;
-    }
-    uint64_t saved_stack[8];
-    uint64_t *saved = nstreams <= 8 ? saved_stack : malloc((size_t)nstreams * sizeof(uint64_t));
-    if (!saved) {
-        if (scratch != stack_args)
-            free(scratch);
-        return pti_error(PTO_ENOMEM, "pto_graph_replay: out of host memory");
     }
     /* Judged as one submission: each stream back-dated to its epoch now (see the essay). */
     for (uint32_t i = 0; i < nstreams; i++) {
@@ -707,7 +807,10 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
         if (epoch < s->backdate)
             s->backdate = epoch;
     }
-    /* Tags: command i is token + 1 + i; the replay's own commands (order, staging) the one after. */
+    /*
+     * Tags: command i is token + 1 + i; the replay's own commands (order, staging) the one after; the waits
+     * ordering it after other streams' work (pto_graph_replay_ordered) the one after that.
+     */
     pto_stream *origin = streams[0];
     uint64_t tag = token + 1, own_tag = token + 1 + g->n_cmds;
     int last = 0;
@@ -716,6 +819,8 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
     pti_defer_kicks = true; /* one kick per stream, below, once every command is in */
     if (g->replayed && g->last_origin != origin->id)
         rc = pto_stream_wait_event(origin, g->done, own_tag); /* the previous replay's end */
+    for (uint32_t i = 0; rc >= 0 && i < o.k; i++)
+        rc = pto_hazards_queue_edge(hz, o.sid, o.edges[i].src, own_tag + 1);
     if (rc >= 0)
         rc = queue_staging(&r, true, own_tag);
     for (uint32_t i = 0; rc >= 0 && i < g->n_cmds; i++)
@@ -734,11 +839,34 @@ int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams
         g->last_origin = origin->id;
         rc = last = pto_stream_notify(origin, token);
     }
+    if (rc >= 0 && hz) {
+        int noted = pto_hazards_note(hz, o.sid, o.acc, o.n, token);
+        if (noted < 0)
+            rc = noted;
+    }
     for (uint32_t i = 0; i < nstreams; i++)
         streams[i]->backdate = saved[i];
     if (saved != saved_stack)
         free(saved);
+    order_fini(&o);
     if (scratch != stack_args)
         free(scratch);
     return rc < 0 ? rc : last;
+}
+
+int pto_graph_replay(pto_graph *g, pto_stream *const *streams, uint32_t nstreams,
+                     const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
+                     uint64_t token)
+{
+    return replay(g, NULL, streams, nstreams, dev_ptrs, host_ptrs, ninputs, token, NULL, "pto_graph_replay");
+}
+
+int pto_graph_replay_ordered(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uint32_t nstreams,
+                             const uint64_t *dev_ptrs, const uint64_t *host_ptrs, uint32_t ninputs,
+                             uint64_t token, uint64_t *skipped)
+{
+    if (!hz)
+        return pti_error(PTO_EINVAL, "pto_graph_replay_ordered: NULL table");
+    return replay(g, hz, streams, nstreams, dev_ptrs, host_ptrs, ninputs, token, skipped,
+                  "pto_graph_replay_ordered");
 }

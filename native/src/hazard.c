@@ -965,6 +965,12 @@ void pto_hazards_set_held(pto_hazards *hz, uint32_t sid, int held)
         st->held = held != 0;
 }
 
+int pto_hazards_fenceable(pto_hazards *hz, uint32_t sid, uint32_t src)
+{
+    struct hz_stream *me = hz ? stream_of(hz, sid) : NULL, *from = hz ? stream_of(hz, src) : NULL;
+    return me && from && me->ptr && from->ptr && !from->closed && !from->held && !me->held;
+}
+
 int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, uint32_t n, pto_hz_edge *edges,
                       uint32_t max)
 {

@@ -13,6 +13,9 @@
  *     replay in a loop while one destroys and recreates its fork stream
  *     with replays still queued on it;
  *   - refusals: a bad replay queues nothing;
+ *   - ordered replays (pto_graph_replay_ordered): a replay after an eager
+ *     write on another stream held by a latch waits for it on the device,
+ *     its accesses are noted, and an edge from a closed stream declines;
  *   - programs (lib/programs.c, through $PTO_TEST_LIBDIR): a diamond program
  *     and a kernel launch, one node each, replayed four times in flight with
  *     fresh bindings (one record per replay: a program command is quiet
@@ -337,6 +340,92 @@ static void replays_racing_stream_closes(void)
     pto_device_close(dev);
 }
 
+/* ---- replays ordered by a hazard table ------------------------------------------ */
+
+/*
+ * c = 2a + b (build_add_graph) replayed on s0/s1 after an eager write of a on s2 held by a
+ * latch: pto_graph_replay_ordered queues the edge (a poisoned until the write runs), then notes
+ * the replay's accesses; with the writer's stream closed it declines, queuing nothing.
+ */
+static void ordered_replays(void)
+{
+    pto_device *dev = t_open_device(16u << 20, 4);
+    pto_kernel *add;
+    t_check(pto_kernel_builtin(dev, "add_f32", &add));
+    pto_stream *s[3];
+    pto_hazards *hz;
+    t_check(pto_hazards_create(dev, &hz));
+    for (int i = 0; i < 3; i++) {
+        t_check(pto_stream_create(dev, 0, &s[i]));
+        t_check(pto_stream_set_overflow(s[i], 1));
+        t_check(pto_hazards_stream(hz, s[i]));
+    }
+    pto_graph *g = build_add_graph(dev, add);
+    pto_graph_info info;
+    t_check(pto_graph_get_info(g, &info));
+    pto_devptr buf[3];
+    static float ah[N], bh[N];
+    uint64_t seed = 11;
+    for (int i = 0; i < 3; i++)
+        t_check(pto_mem_alloc(dev, N * 4, NULL, &buf[i]));
+    for (int i = 0; i < N; i++) {
+        ah[i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+        bh[i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+        ((float *)pto_mem_host_ptr(dev, buf[0]))[i] = -12345.0f; /* poisoned until the write */
+    }
+    memcpy(pto_mem_host_ptr(dev, buf[1]), bh, N * 4);
+
+    pto_latch *l;
+    t_check(pto_latch_create(dev, 0, &l));
+    t_check(pto_stream_latch_wait(s[2], l, 0));
+    t_check(pto_stream_copy_h2d(s[2], buf[0], ah, N * 4, 1)); /* the writer, held */
+    pto_hz_access w = {buf[0], PTO_HZ_WRITE, 0};
+    t_check(pto_hazards_note(hz, pto_stream_id(s[2]), &w, 1, 1));
+    uint64_t counts[2], skipped = 99;
+    uint64_t token = 100;
+    t_check(pto_graph_replay_ordered(g, hz, s, 2, buf, NULL, 3, token, &skipped));
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 1, "one edge queued (got %llu)", (unsigned long long)counts[0]);
+    t_assert(skipped == 99, "skipped is written only on a decline");
+    t_assert(pto_cq_ready(dev) == 0, "records before the latch was released");
+    pto_latch_release(l);
+    static pto_completion log[16];
+    int n_log = 0;
+    int at = wait_record(dev, log, &n_log, 16, token);
+    t_assert(log[at].status == 0, "the replay: %s %s", pto_status_name(log[at].status), log[at].message);
+    const float *c = pto_mem_host_ptr(dev, buf[2]);
+    for (int i = 0; i < N; i++) {
+        float want = (ah[i] + bh[i]) + ah[i]; /* as the graph adds */
+        t_assert(c[i] == want, "c[%d] = %g, want %g: the replay ran before the write", i, c[i], want);
+    }
+    /* A write after the replay's read on another stream waits for it: the accesses were noted. */
+    w.flags = PTO_HZ_WRITE;
+    t_assert(t_check(pto_hazards_order(hz, pto_stream_id(s[2]), &w, 1, NULL, 0)) == 1,
+             "a write of a on s2 waits for the replay's read");
+
+    /* The writer's stream closed: the edge is the caller's; nothing queued. */
+    t_check(pto_hazards_note(hz, pto_stream_id(s[2]), &w, 1, token + 10));
+    pto_hazards_stream_closed(hz, pto_stream_id(s[2]), 0);
+    uint64_t before = pto_stream_accepted(s[0]);
+    int rc = pto_graph_replay_ordered(g, hz, s, 2, buf, NULL, 3, token + 20, &skipped);
+    t_assert(rc == PTO_HZ_DECLINED, "declined (got %d)", rc);
+    t_assert(pto_stream_accepted(s[0]) == before && skipped == 0, "nothing queued, nothing skipped");
+    t_assert(pto_graph_replay_ordered(g, NULL, s, 2, buf, NULL, 3, token + 20, NULL) == -PTO_EINVAL,
+             "a NULL table is refused");
+
+    t_check(pto_stream_synchronize(s[2], 10000000));
+    pto_hazards_destroy(hz);
+    pto_latch_destroy(l);
+    pto_graph_destroy(g);
+    for (int i = 0; i < 3; i++) {
+        t_check(pto_stream_synchronize(s[i], 10000000));
+        pto_stream_destroy(s[i]);
+        pto_mem_free(dev, buf[i]);
+    }
+    pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
 /* ---- programs ------------------------------------------------------------------ */
 
 #define PN 64 /* lib/programs.c's tensors: 64 floats */
@@ -508,6 +597,7 @@ int main(void)
 {
     several_in_flight_and_a_failure();
     replays_racing_stream_closes();
+    ordered_replays();
     programs_in_a_graph();
     return T_EXIT_PASS;
 }

@@ -8,8 +8,9 @@ checks the bindings (nothing is queued on error), reserves one token per
 command plus the replay's own, and makes one ``pto_graph_replay`` call.
 
 Tokens.  A replay with token ``T`` maps only ``T`` to its :class:`Launch`
-(a :class:`_Replay`).  The driver gives command ``i`` the tag ``T + 1 + i``
-and the replay's own commands (staging copies, ordering) ``T + 1 + n``; a
+(a :class:`_Replay`).  The driver gives command ``i`` the tag ``T + 1 + i``,
+the replay's own commands (staging copies, ordering) ``T + 1 + n``, and the
+waits ordering it after other streams' work ``T + 2 + n``; a
 command reports only when it is its stream's first failure, under its tag,
 which nobody owns: :func:`~._complete.on_failure` remembers its error, and
 the replay's own record, a dependency failure naming that tag as its cause,
@@ -28,7 +29,14 @@ capture (:mod:`._capture_hazards`) and are part of it.  A replay is ordered
 against eager work and other replays (:mod:`._hazards`) as one access per
 DeviceTensor it touches, those it uses directly and those bound to its
 inputs, with the union of that tensor's directions over the graph, on its
-origin stream at its own token (:meth:`Graph._order`).  That is exact
+origin stream at its own token.  Where every such tensor has joined the
+origin already and ordering is automatic (no sanitizer, no manual region,
+no trace of graph tags), the driver does it inside the replay call
+(``pto_graph_replay_ordered``: the tensors used directly were declared at
+build, ``pto_graph_add_access``); it declines, with nothing queued, an edge
+only this side can queue (from a held or closed stream, to an exact
+point), and the replay is ordered here instead (:meth:`Graph._order`), as
+is any other replay.  That is exact
 enough: the replay starts on its origin, every fork joins the origin before
 the replay's last command (the notify of its token), and the token stays in
 flight until all of it ended.  What the capture could not see, an input
@@ -53,7 +61,7 @@ from ._args import check_init, host_array
 from ._capture import COPY, LAUNCH, RECORD, WAIT, WAIT_EXT
 from ._complete import observe, service
 from ._context import refuse
-from ._hazards import order
+from ._hazards import manual_workers, order, regions_open
 from ._launch import Launch, mark_turn
 from ._memory import _dealloc_stream
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -66,6 +74,8 @@ from ._wait import block_until
 __all__ = ["Graph"]
 
 _replay_fn = lib.pto_graph_replay  # bound once: every replay calls it
+_replay_ordered = lib.pto_graph_replay_ordered  # the same, ordered by the driver's hazard table
+_DECLINED = lib.PTO_HZ_DECLINED
 _NULL = ffi.NULL
 _USE = {"r": 1, "w": 2, "rw": 3}  # PTO_GRAPH_READ / PTO_GRAPH_WRITE
 _SERVICE_EVERY = 256  # tokens between the completion services replays run inline (at least)
@@ -150,6 +160,10 @@ class Graph:
         g._ptr = out[0]
         try:
             g._add_all(cap)
+            for t, _, reads, writes in g._touch:  # what a replay the driver orders is ordered by
+                if not t._manual:
+                    check(lib.pto_graph_add_access(g._ptr, t._ptr, (lib.PTO_HZ_READ if reads else 0)
+                                                   | (lib.PTO_HZ_WRITE if writes else 0)), "pto_graph_add_access")
             check(lib.pto_graph_instantiate(g._ptr), f"instantiating graph {cap.name!r}")
         except BaseException:
             lib.pto_graph_destroy(g._ptr)
@@ -158,7 +172,11 @@ class Graph:
         g._staged = tuple(bool(lib.pto_graph_input_staged(g._ptr, k)) for k in range(len(g._inputs)))
         g._ncmds = len(g._what)
         g._edges = tuple(1 + i for i in g._edges)  # as offsets from a replay's token: command i is T + 1 + i
-        g._span = g._ncmds + 2  # tokens per replay: its own, one per command, one for its own commands
+        # Tokens per replay: its own, one per command, one for its own commands, one for the waits
+        # ordering it after other streams' work (pto_graph_replay_ordered).
+        g._span = g._ncmds + 3
+        g._joined = set()  # origins every DeviceTensor the graph uses directly has joined (first uses)
+        g._skipped = ffi.new("uint64_t *")
         g._cstreams = {}  # origin -> pto_stream *[] for the driver
         g._cstreams[g._origin] = g._stream_array(g._origin)
         g._closed = False
@@ -326,7 +344,7 @@ class Graph:
             cstreams = self._cstreams.get(origin)
             if cstreams is None:
                 cstreams = self._cstreams[origin] = self._stream_array(origin)
-        ptrs, hosts, keep, touched = self._bind(bindings, origin)
+        ptrs, hosts, keep, touched, joined = self._bind(bindings, origin)
         launch = _Replay._make(worker, origin, self._label, 1, keep, None, submit_only)
         launch._graph = self
         q = worker._queue
@@ -334,36 +352,60 @@ class Graph:
             mem = worker._memory
             if mem.deferred:
                 mem.free_deferred_locked()
+            held = origin._fifo
             for s in self._streams:
                 if s._closed:
                     raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
+                held = held or s._fifo
             if origin._closed:
                 raise PtoClosedError(f"{self._label}: stream {origin.id} is closed")
-            self._order(origin, touched)
-            held = origin._fifo
-            for s in self._streams:
-                held = held or s._fifo
-            tok = q.next_token
-            q.next_token = tok + self._span
-            origin._last = tok  # its data command for hazards: the notify, last on origin (graph.c)
-            q.pending[tok] = launch
+            hz = worker._hazards
+            rc = _DECLINED
+            if (not held and joined and hz is not None and hz.fast and hz.table is not None
+                    and (origin in self._joined or self._joins(origin))
+                    and not (regions_open[0] and worker in manual_workers())
+                    and (hz.recorder is None or hz.recorder.graph_tags is None)):
+                # The driver orders the replay after other streams' work and queues it, in one call.
+                if hz.dead:
+                    hz.settle_dead()
+                tok = q.next_token
+                q.next_token = tok + self._span
+                q.pending[tok] = launch
+                rc = _replay_ordered(self._ptr, hz.table, cstreams, len(self._streams), ptrs, hosts, len(ptrs),
+                                     tok, self._skipped)
+                if rc == _DECLINED:  # nothing queued or noted: ordered here instead
+                    del q.pending[tok]
+                    q.next_token = tok
+                    hz.skipped_here -= self._skipped[0]  # the decision here counts them again
+            if rc == _DECLINED:
+                self._order(origin, touched)
+                held = origin._fifo  # (an edge may have queued a wait there behind work held on the host)
+                for s in self._streams:
+                    held = held or s._fifo
+                tok = q.next_token
+                q.next_token = tok + self._span
+                q.pending[tok] = launch
+                args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+                if held:
+                    self._hold(q, origin, args, launch)
+                    rc = None
+                else:
+                    rc = _replay_fn(*args)
             launch._base = tok
-            args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+            origin._last = tok  # its data command for hazards: the notify, last on origin (graph.c)
             for s in (origin, *self._streams[1:]):  # the replay's work, on each of its streams
                 if not s._used:
                     note_used(q, s)
-            if held:
-                self._hold(q, origin, args, launch)
+            if rc is None:
+                pass
+            elif not rc:
+                launch._entered = True
+            elif rc == QUEUED:  # the driver keeps the rest until its rings have room
+                overflowed(q, origin, 1)
+                origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
             else:
-                rc = _replay_fn(*args)
-                if not rc:
-                    launch._entered = True
-                elif rc == QUEUED:  # the driver keeps the rest until its rings have room
-                    overflowed(q, origin, 1)
-                    origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
-                else:
-                    del q.pending[tok]
-                    check(rc, self._label)
+                del q.pending[tok]
+                check(rc, self._label)
             tags = self._recorder.graph_tags
             if tags is not None:
                 tags.append((tok, tok + self._span - 1, self._name, self._edges))
@@ -385,6 +427,18 @@ class Graph:
             observe(worker, launch._exc)
             raise launch._exc
         return launch
+
+    def _joins(self, origin) -> bool:
+        """Whether every DeviceTensor the graph uses directly has joined `origin` (noted once true).
+
+        A stream stays among a tensor's streams while it is open, and a
+        replay's origin is open.
+        """
+        for t, _, _, _ in self._touch:
+            if origin not in t._streams:
+                return False
+        self._joined.add(origin)
+        return True
 
     def _order(self, origin, touched) -> None:
         """Order the replay after other streams' use of the tensors it touches, and note its own (lock held).
@@ -420,11 +474,12 @@ class Graph:
         hold(q, origin, _replay_fn, args, launch, F_DATA | F_LAST, gate if gate.pending else None)
 
     def _bind(self, bindings: dict, origin):
-        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses).
+        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses, joined).
 
         The accesses are those of the DeviceTensors bound that need ordering
         on `origin` (:meth:`_order`), ``(tensor, input name, reads, writes)``,
-        or None.
+        or None; `joined`: whether every DeviceTensor bound has joined
+        `origin` already and is tracked (the driver can order the replay alone).
         """
         inputs = self._inputs
         if len(bindings) != len(inputs):
@@ -434,6 +489,7 @@ class Graph:
         hosts = None
         keep = None
         touched = None
+        joined = True
         track = worker._hazards is not None
         bound = [] if track else None  # (input, DeviceTensor): checked for aliases the capture missed
         for k, inp in enumerate(inputs):
@@ -454,6 +510,8 @@ class Graph:
                     if touched is None:
                         touched = []
                     touched.append((v, inp.name, inp.reads, inp.writes))
+                    if v._manual or origin not in v._streams:
+                        joined = False
                 continue
             what = f"{self._label}: binding {inp.name!r}"
             h = host_array(v, what, writeable=inp.writes)
@@ -470,9 +528,9 @@ class Graph:
                 ptrs.append(self._staging_for(k)._ptr)
             else:
                 ptrs.append(0)
-        if bound:
+        if bound and (self._direct or len(bound) > 1):  # (one tensor bound, none used directly: no alias)
             self._refuse_aliases(bound)
-        return ptrs, _NULL if hosts is None else hosts, keep, touched
+        return ptrs, _NULL if hosts is None else hosts, keep, touched, joined
 
     def _refuse_aliases(self, bound: list) -> None:
         """Refuse a DeviceTensor bound where the capture could not see it as one tensor (tracking on).

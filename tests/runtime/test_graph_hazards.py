@@ -346,6 +346,204 @@ def test_a_replay_held_in_its_fifo_keeps_submission_order(kernels, auto):
     np.testing.assert_allclose(got, 6 * x if auto else 3 * POISON, rtol=1e-6)
 
 
+# -- replays the driver orders (pto_graph_replay_ordered) ------------------------------------------
+#
+# Once every tensor a replay touches has joined its stream (an earlier replay there), the
+# driver orders the replay in the replay call itself.  Each test warms the graph up first,
+# then makes the race deterministic with a latch, and checks that the driver's path took it.
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Count the replays the driver ordered (``driver``), declined (``declined``), or Python ordered."""
+    import pypto_async.runtime._graph as graph_mod
+
+    seen = {"driver": 0, "declined": 0, "python": 0}
+    ordered, order = graph_mod._replay_ordered, graph_mod.Graph._order
+
+    def counted_ordered(*args):
+        rc = ordered(*args)
+        seen["declined" if rc == graph_mod._DECLINED else "driver"] += 1
+        return rc
+
+    def counted_order(self, *args):
+        seen["python"] += 1
+        return order(self, *args)
+
+    monkeypatch.setattr(graph_mod, "_replay_ordered", counted_ordered)
+    monkeypatch.setattr(graph_mod.Graph, "_order", counted_order)
+    return seen
+
+
+def _warm(w, g, paths, **bindings) -> None:
+    """A first replay (its tensors join the stream, the Python path), then counts from zero."""
+    g.replay(**bindings)
+    w.sync(timeout=10)
+    for k in paths:
+        paths[k] = 0
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["static", "bound"])
+def test_the_driver_orders_a_warm_replay_after_an_eager_write(open_worker, kernels, paths, bound):
+    # Read after write: an eager write on s1 (held), then a replay on s2 that reads it.
+    w = open_worker(sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = rand()
+    src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    out = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s2)
+    g = _reader_graph(w, scale, a, s2, bound)
+    extra = {"a": a} if bound else {}
+    _warm(w, g, paths, out=out, **extra)
+    w.copy(out, poisoned(), stream=s2)
+    with hold(s1) as latch:
+        scale.submit(src, 2.0, a, stream=s1)  # the writer, held
+        before = inferred(w)
+        replay = g.submit(out=out, **extra)
+        assert not replay.done() and not s2.query()  # it waits on the device for the held write
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None
+    assert paths == {"driver": 1, "declined": 0, "python": 0}
+    assert inferred(w) == before + 1
+    np.testing.assert_allclose(out.numpy(), 6 * x, rtol=1e-6)
+    g.close()
+    for t in (src, a, out):
+        t.free()
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["static", "bound"])
+def test_the_driver_orders_an_eager_write_after_a_warm_replay_that_reads(open_worker, kernels, paths, bound):
+    # Write after read: a replay on s2 reads `a` (held), then an eager launch on s1 overwrites it.
+    w = open_worker(sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x, y = rand(), rand()
+    a = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    yd = w.alloc_tensor(N, np.float32, init=y, stream=s1)
+    out = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s2)
+    g = _reader_graph(w, scale, a, s2, bound)
+    extra = {"a": a} if bound else {}
+    _warm(w, g, paths, out=out, **extra)
+    w.copy(out, poisoned(), stream=s2)
+    scale.submit(yd, 1.0, yd, stream=s1)  # s1 touches yd again: the write below has only the replay to wait for
+    w.sync(timeout=10)
+    with hold(s2) as latch:
+        replay = g.submit(out=out, **extra)  # the reader, held
+        writer = scale.submit(yd, 5.0, a, stream=s1)
+        assert not writer.done() and not s1.query()  # it waits on the device for the held read
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None and writer.exception() is None
+    assert paths == {"driver": 1, "declined": 0, "python": 0}
+    np.testing.assert_allclose(out.numpy(), 3 * x, rtol=1e-6)  # read before the overwrite
+    np.testing.assert_allclose(a.numpy(), 5 * y, rtol=1e-6)
+    g.close()
+    for t in (a, yd, out):
+        t.free()
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["static", "bound"])
+def test_an_eager_read_waits_for_a_warm_replay_that_writes(open_worker, kernels, paths, bound):
+    # Read after write the other way: a replay on s2 writes `a` (held), then an eager read on s1.
+    w = open_worker(sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x = rand()
+    xd = w.alloc_tensor(N, np.float32, init=x, stream=s2)
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    b = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    g = _writer_graph(w, scale, a, s2, bound)
+    extra = {"a": a} if bound else {}
+    _warm(w, g, paths, x=xd, **extra)
+    w.copy(a, poisoned(), stream=s1)
+    w.sync(timeout=10)
+    with hold(s2) as latch:
+        replay = g.submit(x=xd, **extra)  # the writer, held
+        reader = scale.submit(a, 3.0, b, stream=s1)
+        assert not reader.done() and not s1.query()
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None and reader.exception() is None
+    assert paths == {"driver": 1, "declined": 0, "python": 0}
+    np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+    g.close()
+    for t in (xd, a, b):
+        t.free()
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["static", "bound"])
+def test_a_warm_replay_that_writes_waits_for_an_eager_read(open_worker, kernels, paths, bound):
+    # Write after read the other way: an eager read of `a` on s1 (held), then a replay on s2 that writes it.
+    w = open_worker(sanitize="off")
+    scale = w.register(kernels.get("scale", N))
+    copy = w.register(kernels.get("copy", N))
+    s1, s2 = w.stream(), w.stream()
+    x, y = rand(), rand()
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    yd = w.alloc_tensor(N, np.float32, init=y, stream=s2)
+    r = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    g = _writer_graph(w, scale, a, s2, bound)
+    extra = {"a": a} if bound else {}
+    _warm(w, g, paths, x=yd, **extra)
+    w.copy(a, x, stream=s1)
+    w.sync(timeout=10)
+    before = inferred(w)
+    with hold(s1) as latch:
+        reader = copy.submit(a, r, stream=s1)  # the reader, held
+        replay = g.submit(x=yd, **extra)
+        assert not replay.done() and not s2.query()
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None and reader.exception() is None
+    assert paths == {"driver": 1, "declined": 0, "python": 0}
+    assert inferred(w) >= before + 1
+    np.testing.assert_allclose(r.numpy(), x, rtol=1e-6)  # read before the replay overwrote it
+    np.testing.assert_allclose(a.numpy(), 2 * y, rtol=1e-6)
+    g.close()
+    for t in (a, yd, r):
+        t.free()
+
+
+def test_the_driver_declines_an_edge_from_a_closed_stream(open_worker, kernels, paths):
+    # out = a + b.  `a`'s writer's stream is closed before the replay: that edge waits for its
+    # final point, which only the runtime queues, so the driver declines and the replay is ordered
+    # the general way; `b`'s edge, implied by an explicit wait, is counted skipped once.
+    w = open_worker(sanitize="off")
+    add = w.register(kernels.get("add", N))
+    scale = w.register(kernels.get("scale", N))
+    s1, s2 = w.stream(), w.stream()
+    x, y = rand(), rand()
+    src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+    a = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s1)
+    b = w.alloc_tensor(N, np.float32, init=y, stream=s1)
+    out = w.alloc_tensor(N, np.float32, init=poisoned(), stream=s2)
+    with w.capture(name="sum", stream=s2) as cap:
+        add(a, b, cap.input("out", N, np.float32), stream=s2)
+    g = cap.graph
+    _warm(w, g, paths, out=out)
+    w.copy(out, poisoned(), stream=s2)
+    scale.submit(b, 2.0, b, stream=s1)
+    s2.wait(s1)  # orders the replay after that write: its edge is implied
+    s3 = w.stream()
+    with hold(s3) as latch:
+        scale.submit(src, 2.0, a, stream=s3)  # a's writer, held
+        s3.close()
+        skipped = w.stats().skipped_waits
+        replay = g.submit(out=out)
+        assert not replay.done() and not s2.query()
+        assert w.stats().skipped_waits == skipped + 1  # the declined decision's skip is not counted twice
+        latch.release()
+        w.sync(timeout=10)
+    assert replay.exception() is None
+    assert paths == {"driver": 0, "declined": 1, "python": 1}
+    np.testing.assert_allclose(out.numpy(), 2 * x + 2 * y, rtol=1e-6)
+    g.close()
+    for t in (src, a, b, out):
+        t.free()
+
+
 def test_a_failed_eager_writer_fails_the_replay_as_a_dependency(worker, kernels):
     scale = worker.register(kernels.get("scale", N))
     s1, s2 = worker.stream(), worker.stream()
