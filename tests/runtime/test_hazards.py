@@ -784,7 +784,12 @@ def test_bench_hazards_script_runs(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    # Its own environment: not the suite's sanitizer setting (pto_sanitize), which would put every
+    # worker the script opens without a sanitize= of its own on the sanitizer's path.
+    from pypto_async.runtime._hazards import ENV_SANITIZE
+
+    env = {k: v for k, v in os.environ.items() if k != ENV_SANITIZE}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_hazards.py"), "--quick", "--json", "-"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
