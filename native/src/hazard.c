@@ -805,6 +805,8 @@ static uint32_t ents_run(const struct hz_ent *e, uint32_t lo, uint32_t n)
  */
 static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
 {
+    if (n < 2)
+        return;
     uint32_t i = ents_run(e, 0, n);
     if (i >= n)
         return;
