@@ -906,3 +906,42 @@ def test_a_resident_tensor_keeps_bounded_records_of_many_short_lived_streams(wor
         t.free()
     for s in (writer, reader):
         s.close()
+
+
+def test_a_manual_region_in_another_thread_leaves_this_threads_launches_ordered(kernels):
+    # A region open on the worker (any thread or task) closes the fused launch path for all of
+    # them; launches outside the region are then ordered on the general path, and the fused
+    # path opens again when the region closes.
+    with ChipWorker(RunConfig(**SMALL, sanitize="off")) as w:
+        hz = w._hazards
+        noop = w.register(kernels.get("noop", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        s1, s2 = w.stream(), w.stream()
+        noop.submit(t, stream=s1)
+        noop.submit(t, stream=s2)  # first uses: joins and edges
+        assert hz.launch is hz.table
+        entered, leave = threading.Event(), threading.Event()
+
+        def region():
+            with w.manual_deps():
+                entered.set()
+                leave.wait(10)
+
+        th = threading.Thread(target=region)
+        th.start()
+        try:
+            assert entered.wait(10)
+            assert hz.launch is None
+            before = w.stats().inferred_waits
+            noop.submit(t, stream=s1)  # write after write on s2: still ordered here
+            noop.submit(t, stream=s2)
+            assert w.stats().inferred_waits - before == 2
+        finally:
+            leave.set()
+            th.join(10)
+        assert hz.launch is hz.table
+        before = w.stats().inferred_waits
+        noop.submit(t, stream=s1)
+        assert w.stats().inferred_waits - before == 1
+        w.sync()
+        t.free()
