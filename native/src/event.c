@@ -397,6 +397,8 @@ static struct pto_event_node *fence_node(pto_device *dev, uint64_t event_id)
     if (n) {
         dev->fence_pool = n->fence_next;
         dev->fence_pooled--;
+        if (dev->fence_pool) /* the next call's node: taking M fences is not M dependent misses */
+            __builtin_prefetch(dev->fence_pool);
     } else if (!(n = malloc(sizeof(*n)))) {
         return NULL;
     }
@@ -425,6 +427,13 @@ int pti_fences_take(pto_device *dev, pto_stream *const *srcs, const uint64_t *ev
     pthread_mutex_lock(&dev->sched_lock);
     for (uint32_t i = 0; i < n; i++) {
         pto_stream *src = srcs[i];
+        if (i + 4 < n) { /* what a later stream's fence reads of it, fetched while this one is taken */
+            const pto_stream *ahead = srcs[i + 4];
+            __builtin_prefetch(&ahead->accepted);
+            __builtin_prefetch(&ahead->epoch);
+            __builtin_prefetch(&ahead->head);
+            __builtin_prefetch(&ahead->fence_last);
+        }
         /* The last command src accepted (its ring or its overflow): every seq up to it completes. */
         uint64_t seq = atomic_load_explicit(&src->accepted, memory_order_acquire);
         uint64_t epoch = atomic_load_explicit(&src->epoch, memory_order_acquire);

@@ -56,6 +56,12 @@
  * costs O(M), however many streams each reader's clock has heard of.
  */
 #define HZ_MERGE_MAX 32
+/*
+ * Reads a write's decision looks ahead: it fetches that read's stream
+ * record while it decides this one (the records of M streams are M cache
+ * misses otherwise, most of a wide write's cost).
+ */
+#define HZ_AHEAD 8
 
 struct hz_ent {
     uint64_t sid, pos;
@@ -731,6 +737,11 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
         bool join = t->nr >= 8 && cn <= 8u * t->nr;
         for (uint32_t r = 0; r < t->nr; r++) {
             const struct hz_read *rd = &t->r[r];
+            if (r + HZ_AHEAD < t->nr) { /* a later read's stream, both lines: deciding and queueing read them */
+                const char *ahead = (const char *)t->r[r + HZ_AHEAD].s;
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + 64);
+            }
             if (rd->s == me)
                 continue;
             uint64_t seen;
@@ -852,10 +863,8 @@ static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
 static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *const *srcs, uint32_t n, uint64_t tok)
 {
     size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const struct hz_clock *c = srcs[i]->clock;
-        k += 1 + (c && c->n <= HZ_MERGE_MAX ? c->n : 0);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        k += 1 + (srcs[i]->cn <= HZ_MERGE_MAX ? srcs[i]->cn : 0); /* (cn: its clock's entries, clock_sync) */
     struct hz_ent *e = malloc(2 * k * sizeof(*e));
     if (!e)
         return -1;
@@ -865,10 +874,12 @@ static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *c
         if (srcs[i] != me)
             e[m++] = (struct hz_ent){srcs[i]->sid, tok};
     for (uint32_t i = 0; i < n; i++) {
-        const struct hz_clock *c = srcs[i]->clock;
-        for (uint32_t j = 0; c && c->n <= HZ_MERGE_MAX && j < c->n; j++)
-            if (c->e[j].sid != me->sid)
-                e[m++] = c->e[j];
+        /* A small clock's entries beside its stream (the line deciding read), else the clock itself. */
+        uint32_t cn = srcs[i]->cn;
+        const struct hz_ent *ce = cn <= HZ_HEAD ? srcs[i]->head : srcs[i]->clock->e;
+        for (uint32_t j = 0; cn <= HZ_MERGE_MAX && j < cn; j++)
+            if (ce[j].sid != me->sid)
+                e[m++] = ce[j];
     }
     ents_sort(e, e + k, m);
     struct hz_clock *c = me->clock;
