@@ -56,6 +56,12 @@
  * costs O(M), however many streams each reader's clock has heard of.
  */
 #define HZ_MERGE_MAX 32
+/*
+ * Reads a write's decision looks ahead: it fetches that read's stream
+ * record while it decides this one (the records of M streams are M cache
+ * misses otherwise, most of a wide write's cost).
+ */
+#define HZ_AHEAD 8
 
 struct hz_ent {
     uint64_t sid, pos;
@@ -69,7 +75,11 @@ struct hz_clock {
 #define HZ_HEAD 2 /* clock entries a stream keeps beside it (prune reads them there) */
 
 struct hz_stream {
-    /* One cache line (the struct is aligned to it): what deciding reads of an earlier access's stream. */
+    /*
+     * One cache line (the struct is aligned to two): what deciding reads of an
+     * earlier access's stream; the next line, what queueing an edge from it
+     * reads (a write after M reads touches each reader's stream once).
+     */
     uint32_t sid;
     uint32_t plan_idx;
     uint64_t plan_gen;                 /* decide: in the plan of call plan_gen, at plan_idx */
@@ -80,10 +90,12 @@ struct hz_stream {
     bool closed, held, gone;
     pto_stream *ptr;        /* NULL once gone */
     pto_event *ev;          /* names this stream's edges in traces (made at the first) */
+    uint64_t ev_id;         /* ev's id (ev is not read when an edge is queued) */
     uint64_t folded;        /* closed: the position of the fold point's wait for it */
     uint64_t named;         /* records naming it, and its registration */
 };
 _Static_assert(offsetof(struct hz_stream, closed) <= 64, "what deciding reads of a stream fits in one cache line");
+_Static_assert(offsetof(struct hz_stream, ev_id) + 8 <= 128, "what queueing an edge reads of it fits in the next");
 
 struct hz_read {
     struct hz_stream *s;
@@ -418,6 +430,11 @@ static struct hz_tensor *tensor_get(pto_hazards *hz, pto_devptr addr, bool make)
 
 static void set_writer(pto_hazards *hz, struct hz_tensor *t, struct hz_stream *s, uint64_t pos, uint64_t exact)
 {
+    if (t->w == s && !t->nr && !t->wclock && !hz->points) { /* a stream writing what it wrote last */
+        t->wpos = pos;
+        t->wexact = exact;
+        return;
+    }
     s->named++;
     for (uint32_t i = 0; i < t->nr; i++) {
         stream_unname(hz, t->r[i].s);
@@ -683,17 +700,26 @@ static int prune(pto_hazards *hz, struct hz_plan *pl)
     return 0;
 }
 
-/* The edges of one call on `me`: 0 (plan filled), or -1 out of memory. */
-static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, struct hz_plan *pl)
+/*
+ * The edges of one call on `me`: 0 (plan filled), or -1 out of memory.
+ * tens (or NULL): each access's record, NULL where it has none or is not
+ * looked at, for note_found, so the call looks each address up once.
+ */
+static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, struct hz_plan *pl,
+                  struct hz_tensor **tens)
 {
     hz->gen++;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t f = acc[i].flags;
+        if (tens)
+            tens[i] = NULL;
         if (f & PTO_HZ_MANUAL || !(f & (PTO_HZ_READ | PTO_HZ_WRITE)))
             continue;
         struct hz_tensor *t = map_get(&hz->tensors, acc[i].addr);
         if (!t)
             continue;
+        if (tens)
+            tens[i] = t;
         /* RAW and WAW: any access after a write on another stream. */
         if (t->w && t->w != me &&
             earlier(hz, pl, t->w, t->wpos, t->wexact, i, t->wclock, clock_get(me->clock, t->w->sid)))
@@ -711,6 +737,11 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
         bool join = t->nr >= 8 && cn <= 8u * t->nr;
         for (uint32_t r = 0; r < t->nr; r++) {
             const struct hz_read *rd = &t->r[r];
+            if (r + HZ_AHEAD < t->nr) { /* a later read's stream, both lines: deciding and queueing read them */
+                const char *ahead = (const char *)t->r[r + HZ_AHEAD].s;
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + 64);
+            }
             if (rd->s == me)
                 continue;
             uint64_t seen;
@@ -728,13 +759,15 @@ static int decide(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *ac
     return prune(hz, pl);
 }
 
-static int note(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, uint64_t pos)
+/* Note the accesses; tens (or NULL): their records as decide found them (NULL: look up, or make). */
+static int note_found(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, uint64_t pos,
+                      struct hz_tensor *const *tens)
 {
     for (uint32_t i = 0; i < n; i++) {
         uint32_t f = acc[i].flags;
         if (!(f & (PTO_HZ_READ | PTO_HZ_WRITE)))
             continue;
-        struct hz_tensor *t = tensor_get(hz, acc[i].addr, true);
+        struct hz_tensor *t = tens && tens[i] ? tens[i] : tensor_get(hz, acc[i].addr, true);
         if (!t)
             return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
         if (f & PTO_HZ_WRITE)
@@ -743,6 +776,11 @@ static int note(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc,
             return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
     }
     return 0;
+}
+
+static int note(pto_hazards *hz, struct hz_stream *me, const pto_hz_access *acc, uint32_t n, uint64_t pos)
+{
+    return note_found(hz, me, acc, n, pos, NULL);
 }
 
 /* An edge from src's tail queued at position tok: me's clock takes src's, and src's tok. */
@@ -756,17 +794,44 @@ static int edge_event(pto_hazards *hz, struct hz_stream *src)
 {
     if (src->ev)
         return 0;
-    return pto_event_create(hz->dev, &src->ev);
+    int rc = pto_event_create(hz->dev, &src->ev);
+    if (!rc)
+        src->ev_id = src->ev->id;
+    return rc;
 }
 
-/* Sort e[0..n) by stream id (a bottom-up merge sort through tmp; already sorted: one pass). */
-static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
+/* The end of the sorted run of e[0..n) that starts at lo. */
+static uint32_t ents_run(const struct hz_ent *e, uint32_t lo, uint32_t n)
 {
-    uint32_t i = 1;
+    uint32_t i = lo + 1;
     while (i < n && e[i - 1].sid <= e[i].sid)
         i++;
+    return i;
+}
+
+/*
+ * Sort e[0..n) by stream id (a bottom-up merge sort through tmp; already
+ * sorted: one pass; two sorted runs, such as a write's readers sorted by
+ * stream id followed by what their clocks hold, in one merge).
+ */
+static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
+{
+    if (n < 2)
+        return;
+    uint32_t i = ents_run(e, 0, n);
     if (i >= n)
         return;
+    if (ents_run(e, i, n) >= n) {
+        uint32_t x = 0, y = i, k = 0;
+        while (x < i && y < n)
+            tmp[k++] = e[y].sid < e[x].sid ? e[y++] : e[x++];
+        while (x < i)
+            tmp[k++] = e[x++];
+        while (y < n)
+            tmp[k++] = e[y++];
+        memcpy(e, tmp, (size_t)n * sizeof(*e));
+        return;
+    }
     struct hz_ent *a = e, *b = tmp;
     for (uint32_t w = 1; w < n; w *= 2) {
         for (uint32_t lo = 0; lo < n; lo += 2 * w) {
@@ -798,21 +863,23 @@ static void ents_sort(struct hz_ent *e, struct hz_ent *tmp, uint32_t n)
 static int merge_many(pto_hazards *hz, struct hz_stream *me, struct hz_stream *const *srcs, uint32_t n, uint64_t tok)
 {
     size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const struct hz_clock *c = srcs[i]->clock;
-        k += 1 + (c && c->n <= HZ_MERGE_MAX ? c->n : 0);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        k += 1 + (srcs[i]->cn <= HZ_MERGE_MAX ? srcs[i]->cn : 0); /* (cn: its clock's entries, clock_sync) */
     struct hz_ent *e = malloc(2 * k * sizeof(*e));
     if (!e)
         return -1;
+    /* The streams' own entries first (in plan order: a write's readers come sorted), then their clocks'. */
     uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const struct hz_clock *c = srcs[i]->clock;
+    for (uint32_t i = 0; i < n; i++)
         if (srcs[i] != me)
             e[m++] = (struct hz_ent){srcs[i]->sid, tok};
-        for (uint32_t j = 0; c && c->n <= HZ_MERGE_MAX && j < c->n; j++)
-            if (c->e[j].sid != me->sid)
-                e[m++] = c->e[j];
+    for (uint32_t i = 0; i < n; i++) {
+        /* A small clock's entries beside its stream (the line deciding read), else the clock itself. */
+        uint32_t cn = srcs[i]->cn;
+        const struct hz_ent *ce = cn <= HZ_HEAD ? srcs[i]->head : srcs[i]->clock->e;
+        for (uint32_t j = 0; cn <= HZ_MERGE_MAX && j < cn; j++)
+            if (ce[j].sid != me->sid)
+                e[m++] = ce[j];
     }
     ents_sort(e, e + k, m);
     struct hz_clock *c = me->clock;
@@ -911,8 +978,8 @@ int pto_hazards_stream(pto_hazards *hz, pto_stream *s)
             return pti_error(PTO_EINVAL, "pto_hazards_stream: stream %u registered twice", s->id);
         return pti_error(PTO_EINVAL, "pto_hazards_stream: stream id %u is still named", s->id);
     }
-    size_t size = (sizeof(*st) + 63) / 64 * 64;
-    st = aligned_alloc(64, size); /* its first line is what deciding reads */
+    size_t size = (sizeof(*st) + 127) / 128 * 128;
+    st = aligned_alloc(128, size); /* its first line is what deciding reads, the second what an edge reads */
     if (st)
         memset(st, 0, size);
     if (!st || map_put(&hz->streams, s->id, st)) {
@@ -979,7 +1046,7 @@ int pto_hazards_order(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, u
         return pti_error(PTO_EINVAL, "pto_hazards_order: unknown stream %u or NULL arrays", sid);
     struct hz_plan pl;
     plan_init(&pl);
-    if (decide(hz, me, acc, n, &pl)) {
+    if (decide(hz, me, acc, n, &pl, NULL)) {
         plan_fini(&pl);
         return pti_error(PTO_ENOMEM, "pto_hazards_order: out of host memory");
     }
@@ -1008,7 +1075,7 @@ int pto_hazards_decide(pto_hazards *hz, uint32_t sid, const pto_hz_access *acc, 
                          "expected", fn, sid);
     struct hz_plan pl;
     plan_init(&pl);
-    if (decide(hz, me, acc, n, &pl)) {
+    if (decide(hz, me, acc, n, &pl, NULL)) {
         plan_fini(&pl);
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     }
@@ -1163,8 +1230,16 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     if (rc)
         return rc;
     pto_hz_access small[16], *acc = small;
-    if (nargs > 16 && !(acc = malloc(nargs * sizeof(*acc))))
-        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    struct hz_tensor *tsmall[16], **tens = tsmall; /* the records decide found, for note_found */
+    if (nargs > 16) {
+        acc = malloc(nargs * sizeof(*acc));
+        tens = malloc(nargs * sizeof(*tens));
+        if (!acc || !tens) {
+            free(acc);
+            free(tens);
+            return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+        }
+    }
     uint32_t n = 0;
     for (uint32_t i = 0; i < nargs; i++)
         if (access[i])
@@ -1176,7 +1251,7 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     struct pto_event_node *nsmall[8], **nodes = nsmall;
     struct hz_plan pl;
     plan_init(&pl);
-    if (decide(hz, me, acc, n, &pl)) {
+    if (decide(hz, me, acc, n, &pl, tens)) {
         rc = pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
         goto out;
     }
@@ -1197,11 +1272,16 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
             rc = PTO_HZ_DECLINED;
             goto out;
         }
-        if ((rc = edge_event(hz, src)) || (rc = pti_edge_check(s, src->ptr, src->ev, fn)))
+        /*
+         * No pti_edge_check: the table's streams are of its device
+         * (pto_hazards_stream), src is not s (decide plans no edge from
+         * the caller's own stream), and src->ev was made on that device.
+         */
+        if ((rc = edge_event(hz, src)))
             goto out;
         hs[i] = src;
         ps[i] = src->ptr;
-        ids[i] = src->ev->id;
+        ids[i] = src->ev_id;
     }
     uint64_t outer = pti_stamp_begin();
     int waited = 0;
@@ -1231,7 +1311,7 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
     if (rc < 0)
         goto out;
     hz->skipped += pl.skipped;
-    int noted = note(hz, me, acc, n, token);
+    int noted = note_found(hz, me, acc, n, token, tens);
     if (noted < 0)
         rc = noted;
     else
@@ -1244,7 +1324,9 @@ out:
         free(nodes);
     }
     plan_fini(&pl);
-    if (acc != small)
+    if (acc != small) {
         free(acc);
+        free(tens);
+    }
     return rc;
 }

@@ -221,6 +221,79 @@ static void launch(pto_device *dev)
     pto_stream_destroy(s2);
 }
 
+/*
+ * A write after reads on several streams through pto_hazards_launch: the
+ * writer's clock takes the readers and what their clocks hold, in one merge
+ * (two sorted runs when each reader's clock holds one stream; a sort when
+ * they hold more).  And a stream rewriting what it wrote last needs no edge.
+ */
+static void launch_many(pto_device *dev)
+{
+    enum { R = 5 };
+    pto_hazards *hz;
+    pto_stream *a, *b, *w, *r[R];
+    pto_kernel *noop;
+    pto_devptr buf, other;
+    t_check(pto_hazards_create(dev, &hz));
+    pto_stream **all[] = {&a, &b, &w, &r[0], &r[1], &r[2], &r[3], &r[4]};
+    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        t_check(pto_stream_create(dev, 0, all[i]));
+        t_check(pto_stream_set_overflow(*all[i], 1));
+        t_check(pto_hazards_stream(hz, *all[i]));
+    }
+    t_check(pto_kernel_builtin(dev, "noop", &noop));
+    t_check(pto_mem_alloc(dev, 4096, a, &buf));
+    t_check(pto_mem_alloc(dev, 4096, b, &other));
+    uint8_t wr[1] = {PTO_HZ_WRITE}, rd[1] = {PTO_HZ_READ}, rd2[2] = {PTO_HZ_READ, PTO_HZ_READ};
+    uint64_t args[1] = {buf}, both[2] = {buf, other}, tok = 2, counts[2];
+    t_check(pto_hazards_launch(hz, a, noop, 1, args, 1, wr, tok, tok + 1));
+    tok += 2;
+    t_check(pto_hazards_launch(hz, a, noop, 1, args, 1, wr, tok, tok + 1));
+    tok += 2;
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 0, "a stream rewriting what it wrote last: no edge");
+    uint64_t before = counts[0];
+    for (unsigned i = 0; i < R; i++) { /* each reader's clock: a's write (one stream) */
+        t_check(pto_hazards_launch(hz, r[i], noop, 1, args, 1, rd, tok, tok + 1));
+        tok += 2;
+    }
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == before + R, "one edge per reader (%llu)", (unsigned long long)(counts[0] - before));
+    t_check(pto_hazards_launch(hz, w, noop, 1, args, 1, wr, tok, tok + 1));
+    uint64_t wpos = tok;
+    tok += 2;
+    for (unsigned i = 0; i < R; i++)
+        t_assert(pto_hazards_ordered(hz, pto_stream_id(w), pto_stream_id(r[i]), wpos - 1),
+                 "the write waits for reader %u", i);
+    t_assert(pto_hazards_ordered(hz, pto_stream_id(w), pto_stream_id(a), 3), "and, through them, a's write");
+    /* Readers whose clocks hold two streams (a and b): the merge sorts. */
+    t_check(pto_hazards_launch(hz, b, noop, 1, &other, 1, wr, tok, tok + 1));
+    tok += 2;
+    for (unsigned i = 0; i < R; i++) {
+        t_check(pto_hazards_launch(hz, r[i], noop, 1, both, 2, rd2, tok, tok + 1));
+        tok += 2;
+    }
+    t_check(pto_hazards_launch(hz, a, noop, 1, args, 1, wr, tok, tok + 1));
+    wpos = tok;
+    for (unsigned i = 0; i < R; i++)
+        t_assert(pto_hazards_ordered(hz, pto_stream_id(a), pto_stream_id(r[i]), wpos - 1),
+                 "a's write waits for reader %u", i);
+    t_assert(pto_hazards_ordered(hz, pto_stream_id(a), pto_stream_id(b), 0), "and, through them, b's write");
+    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        t_check(pto_stream_synchronize(*all[i], 10000000));
+    pto_completion recs[64];
+    while (pto_cq_drain(dev, recs, 64) > 0)
+        ;
+    pto_hazards_destroy(hz);
+    t_check(pto_stream_free(a, buf, 0));
+    t_check(pto_stream_free(b, other, 0));
+    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        t_check(pto_stream_synchronize(*all[i], 10000000));
+    pto_kernel_unload(noop);
+    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pto_stream_destroy(*all[i]);
+}
+
 static void many_readers(pto_device *dev)
 {
     enum { M = 1000 };
@@ -329,9 +402,10 @@ int main(void)
     rule(dev);
     fold(dev);
     launch(dev);
+    launch_many(dev);
     many_readers(dev);
     points(dev);
     pto_device_close(dev);
-    printf("hazards: rule, fold, launch, 1000 readers, points\n");
+    printf("hazards: rule, fold, launch, launch after many reads, 1000 readers, points\n");
     return T_EXIT_PASS;
 }

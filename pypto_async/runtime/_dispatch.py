@@ -51,7 +51,7 @@ from ._complete import observe, service
 from ._context import capture_of, stream_stack
 from ._group import group_commands, group_flags, inputs
 from .._driver import lib
-from ._hazards import fused_overflow, manual_workers, order, regions_open
+from ._hazards import fused_overflow, order
 from ._launch import Launch, mark_turn
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
@@ -105,14 +105,13 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         if hz is None:
             if joins is not None:  # first uses join
                 order(worker, stream, joins, h._label, 0)
-        elif (hosts is None and joins is None and hz.fast and h._access is not None and not stream._fifo
-              and not hz.dead and not (regions_open[0] and worker in manual_workers())
-              and (hz.recorder is None or hz.recorder.graph_tags is None)):
+        elif (joins is None and hosts is None and (table := hz.launch) is not None and not stream._fifo
+              and h._access is not None and hz.recorder.graph_tags is None):
             # The driver orders the launch and queues the edges it needs with it, in one call.
+            # (hz.launch: the table while nothing closes this path, see Hazards.launch.)
             first = q.next_token
             q.next_token = first + 2  # first: the edges' waits (quiet), first + 1: the launch
-            rc = _hz_launch(hz.table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, first,
-                            first + 1)
+            rc = _hz_launch(table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, first, first + 1)
             if rc != _DECLINED:
                 tok, span = first + 1, 2
                 q.pending[tok] = launch

@@ -113,13 +113,20 @@ _regions_lock = threading.Lock()
 def manual_region(worker):
     """``with w.manual_deps():``: accesses queued on `worker` in this task are not ordered for you."""
     token = _manual.set((*_manual.get(), worker))
+    hz = worker._hazards
     with _regions_lock:
         regions_open[0] += 1
+        if hz is not None:
+            hz.regions += 1
+            hz.launch = None  # the fused launch path is closed while any task has a region open here
     try:
         yield
     finally:
         with _regions_lock:
             regions_open[0] -= 1
+            if hz is not None:
+                hz.regions -= 1
+                hz.refresh()
         _manual.reset(token)
 
 
@@ -232,6 +239,7 @@ def gone(stream, later: bool = False) -> None:
         return
     if later:
         hz.dead.append(stream._id)
+        hz.launch = None  # after the append: Hazards.refresh reads dead after it stores (see there)
     else:
         lib.pto_hazards_stream_gone(hz.table, stream._id)
 
@@ -331,9 +339,9 @@ class Hazards:
         The driver's ``pto_hazards`` (None once the worker closed).
     """
 
-    __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "sanitizing", "table", "inferred_here",
-                 "skipped_here", "inferred_tokens", "recorder", "gone", "closed_streams", "dead", "_acc", "_edges",
-                 "_counts")
+    __slots__ = ("worker", "queue", "auto", "sanitizer", "fast", "sanitizing", "table", "launch", "regions",
+                 "inferred_here", "skipped_here", "inferred_tokens", "recorder", "gone", "closed_streams", "dead",
+                 "_acc", "_edges", "_counts")
 
     def __init__(self, worker, auto: bool, mode: str, stacks: bool):
         self.worker = worker
@@ -345,10 +353,15 @@ class Hazards:
         out = ffi.new("pto_hazards **")
         check(lib.pto_hazards_create(q.dev, out), "pto_hazards_create")
         self.table = out[0]
+        # The table while a launch on DeviceTensors may go to pto_hazards_launch (the launch path
+        # tests this one attribute), else None: no automatic ordering, the sanitizer on, streams
+        # collected unclosed that the table has not heard of, or a manual region open on the worker.
+        self.launch = self.table if self.fast else None
+        self.regions = 0  # manual regions open on this worker, any task or thread (_regions_lock)
         self.inferred_here = 0  # edges queued here through events (the driver counts its own)
         self.skipped_here = 0  # edges a capture skipped
         self.inferred_tokens: dict[int, None] = {}  # the waits' tokens, for the trace's arrows
-        self.recorder = None  # the worker's trace recorder, made after this object (the worker sets it)
+        self.recorder = _NO_RECORDER  # the worker's trace recorder, made after this object (the worker sets it)
         self.gone: dict[int, object] = {}  # sanitizer: closed stream id -> its final Event, until done
         self.closed_streams: dict[int, object] = {}  # closed stream id -> Stream, while the driver names it
         self.dead: list[int] = []  # ids of streams collected unclosed, for the table (_settle_dead)
@@ -359,6 +372,7 @@ class Hazards:
     def close(self) -> None:
         """Destroy the driver's table (lock held, before the device closes)."""
         table, self.table = self.table, None
+        self.launch = None
         if table is not None:
             lib.pto_hazards_destroy(table)
 
@@ -374,6 +388,18 @@ class Hazards:
         dead = self.dead
         while dead:
             lib.pto_hazards_stream_gone(self.table, dead.pop())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Open the fused launch path (:attr:`launch`) again if nothing keeps it closed.
+
+        The store comes before the test of ``dead``: a finalizer that appends
+        to it (no lock) closes the path after its append, so either order of
+        the two leaves the path closed.
+        """
+        self.launch = self.table if self.fast and not self.regions else None
+        if self.dead:
+            self.launch = None
 
     def set_fold(self, stream) -> None:
         if self.table is not None:
@@ -613,7 +639,7 @@ class Hazards:
 
     def _traced(self, tok: int) -> None:
         """Keep an inferred wait's token for the trace's arrows when tracing."""
-        if self.recorder is not None and self.recorder.graph_tags is not None:
+        if self.recorder.graph_tags is not None:
             kept = self.inferred_tokens
             kept[tok] = None
             if len(kept) > _KEEP_INFERRED:
@@ -624,6 +650,16 @@ class Hazards:
         out = ffi.new("uint64_t[2]")
         lib.pto_hazards_sizes(self.table, t._ptr, stream._id, out)
         return int(out[0]), int(out[1])
+
+
+class _NoRecorder:
+    """The recorder of a worker whose tracing is not set up yet: no graph replay is tagged."""
+
+    __slots__ = ()
+    graph_tags = None
+
+
+_NO_RECORDER = _NoRecorder()
 
 
 def _first_use(hz, t, stream) -> None:

@@ -790,7 +790,12 @@ def test_bench_hazards_script_runs(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    # Its own environment: not the suite's sanitizer setting (pto_sanitize), which would put every
+    # worker the script opens without a sanitize= of its own on the sanitizer's path.
+    from pypto_async.runtime._hazards import ENV_SANITIZE
+
+    env = {k: v for k, v in os.environ.items() if k != ENV_SANITIZE}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_hazards.py"), "--quick", "--json", "-"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -907,3 +912,42 @@ def test_a_resident_tensor_keeps_bounded_records_of_many_short_lived_streams(wor
         t.free()
     for s in (writer, reader):
         s.close()
+
+
+def test_a_manual_region_in_another_thread_leaves_this_threads_launches_ordered(kernels):
+    # A region open on the worker (any thread or task) closes the fused launch path for all of
+    # them; launches outside the region are then ordered on the general path, and the fused
+    # path opens again when the region closes.
+    with ChipWorker(RunConfig(**SMALL, sanitize="off")) as w:
+        hz = w._hazards
+        noop = w.register(kernels.get("noop", N))
+        t = w.alloc_tensor(N, np.float32, init=np.zeros(N, np.float32))
+        s1, s2 = w.stream(), w.stream()
+        noop.submit(t, stream=s1)
+        noop.submit(t, stream=s2)  # first uses: joins and edges
+        assert hz.launch is hz.table
+        entered, leave = threading.Event(), threading.Event()
+
+        def region():
+            with w.manual_deps():
+                entered.set()
+                leave.wait(10)
+
+        th = threading.Thread(target=region)
+        th.start()
+        try:
+            assert entered.wait(10)
+            assert hz.launch is None
+            before = w.stats().inferred_waits
+            noop.submit(t, stream=s1)  # write after write on s2: still ordered here
+            noop.submit(t, stream=s2)
+            assert w.stats().inferred_waits - before == 2
+        finally:
+            leave.set()
+            th.join(10)
+        assert hz.launch is hz.table
+        before = w.stats().inferred_waits
+        noop.submit(t, stream=s1)
+        assert w.stats().inferred_waits - before == 1
+        w.sync()
+        t.free()
