@@ -922,6 +922,9 @@ struct pto_program {
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
     pto_program_stats st;
+    /* pto_program_record_edges; the last run's resolved graph (orch.c's arrays), under stats_lock */
+    atomic_bool record_edges;
+    uint32_t g_tasks, *g_sites, *g_off, *g_pred, *g_info;
 };
 
 void pti_program_ref(pto_program *p);
@@ -934,6 +937,11 @@ bool pti_program_unloaded(pto_program *p);
 int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn);
 /* Add one finished run's figures to p's statistics (sums, and the high-water marks' maxima). */
 void pti_program_count_run(pto_program *p, const pto_program_stats *run);
+/* Whether p's runs keep the edges they resolve (pto_program_record_edges). */
+bool pti_program_records_edges(pto_program *p);
+/* A run's resolved graph becomes p's last (pto_program_last_edges): p takes the arrays (malloc'd). */
+void pti_program_keep_edges(pto_program *p, uint32_t ntasks, uint32_t *sites, uint32_t *off, uint32_t *pred,
+                            uint32_t *info);
 /* Close: drop every program still loaded. */
 void pti_programs_release_all(pto_device *dev);
 
