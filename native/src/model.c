@@ -25,10 +25,17 @@
  * notifies) take no time; a delay its microseconds; a latch ends when the
  * host released it.
  *
- * Placement.  A launch's blocks go to the earliest free modeled core of
- * their kind (cube work: AIC, else AIV) as the host finishes them
- * (pti_model_block), so concurrent launches share the cores in the order
- * the host ran them.  A program's tasks are placed when the run completes
+ * Placement.  Every engine keeps its latest busy intervals (struct lane),
+ * so work takes the earliest time it fits at or after it is ready, in a gap
+ * if one is long enough.  A launch's blocks go to the modeled core of their
+ * kind (cube work: AIC, else AIV) where they fit first, as the host
+ * finishes them (pti_model_block), so blocks of concurrent launches that
+ * compete for cores take them in the order the host ran them.  Copies are
+ * placed in modeled order: one the host finished is parked
+ * (pti_model_park) until no other stream can still bring work ready before
+ * it, then placed (pti_model_unpark), earliest (ready, stream id) first,
+ * whatever order the host's copy threads ran them in.  A program's tasks
+ * are placed when the run completes
  * (pti_model_program): a list schedule over its task graph, so its modeled
  * timeline depends only on its work, its edges and the profile, never on
  * which host threads ran what.  The orchestrator submits task i at
@@ -36,9 +43,13 @@
  * its predecessors ended; a free core of its kind takes the earliest ready
  * task (ties: the lower instance), and it starts pickup_us later.
  *
+ * The task graph is the compiled table's, or for a program without one the
+ * edges the driver resolved at submit (orch.c, resolve_edges).
+ *
  * Locks: m->lock is a leaf (under sched_lock, or alone); the clocks, the
  * runs' model_* fields and the modeled engine statistics are under it;
- * s->model_end is under sched_lock.
+ * s->model_end, the streams' park_* fields, m->nparked and m->unparking are
+ * under sched_lock.
  */
 #include <math.h>
 #include <stdlib.h>
