@@ -79,6 +79,19 @@
 
 enum { T_FREE = 0, T_WAITING, T_RUNNING, T_DONE };
 
+/*
+ * An access's key for the recording scan (resolve_edges): its args slot,
+ * whether it writes, its rank and its window's first dimension (ndim 0:
+ * the whole axis).  Compact, so the scan over a whole window reads a few
+ * bytes a slot; keys that cannot conflict (keys_may_conflict false) give no
+ * edge by the rule, and only the others go to accesses_conflict.
+ */
+struct acc_key {
+    uint32_t arg;
+    uint8_t write, ndim;
+    int64_t lo, hi;
+};
+
 struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
     struct pto_orch *orch;
@@ -152,6 +165,8 @@ struct pto_orch {
     uint32_t *rpred, *rinfo;      /* per edge (re_cap) */
     uint32_t rt_cap, re_cap, rn;
     uint32_t last_all;            /* the last instance that orders after everything; NONE: none yet */
+    struct acc_key *keys;         /* recording: per slot, PTI_TASK_ACC keys of its accesses (key_fill) */
+    uint32_t *knacc;              /* recording: per slot, its accesses' count (ACC_ALL: everything) */
 };
 
 struct pto_orch_pool {
@@ -402,6 +417,8 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->rsite);
     free(o->rpred);
     free(o->rinfo);
+    free(o->keys);
+    free(o->knacc);
     free(o);
 }
 
@@ -679,6 +696,30 @@ static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_t
     return false;
 }
 
+static void key_fill(struct acc_key *k, const pto_task_access *a, uint32_t n)
+{
+    for (uint32_t i = 0; n != ACC_ALL && i < n; i++) {
+        k[i].arg = a[i].arg;
+        k[i].write = a[i].write;
+        k[i].ndim = a[i].ndim;
+        k[i].lo = a[i].ndim ? a[i].lo[0] : INT64_MIN;
+        k[i].hi = a[i].ndim ? a[i].hi[0] : INT64_MAX;
+    }
+}
+
+/* False only where accesses_conflict is false too: no shared argument written, or disjoint first dimensions. */
+static bool keys_may_conflict(const struct acc_key *a, uint32_t na, const struct acc_key *b, uint32_t nb)
+{
+    if (na == ACC_ALL || nb == ACC_ALL)
+        return true;
+    for (uint32_t i = 0; i < na; i++)
+        for (uint32_t j = 0; j < nb; j++)
+            if (a[i].arg == b[j].arg && (a[i].write || b[j].write) &&
+                (!a[i].ndim || a[i].ndim != b[j].ndim || (a[i].lo < b[j].hi && b[j].lo < a[i].hi)))
+                return true;
+    return false;
+}
+
 /* Grow a per-run array to hold at least `need` entries of `size` bytes (run->lock held); false: no memory. */
 static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t size)
 {
@@ -773,7 +814,12 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
     if (o->status)
         t->poisoned = true;
     uint32_t lo = o->retired, rlo = NONE;
+    const struct acc_key *kmine = NULL;
     if (o->record) {
+        struct acc_key *k = &o->keys[(size_t)(i % o->window) * PTI_TASK_ACC];
+        key_fill(k, mine, n);
+        o->knacc[i % o->window] = n;
+        kmine = k;
         record_task(o, i, t->site);
         rlo = i >= o->window ? i - o->window + 1 : 0;
         if (o->last_all != NONE && o->last_all > rlo)
@@ -784,12 +830,16 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
             lo = rlo;
     }
     for (uint32_t j = lo; j < i; j++) {
-        struct pto_task *u = &o->slots[j % o->window];
+        size_t slot = j % o->window;
+        /* Recording: the keys first (a few bytes a slot), the slot itself only where they may conflict. */
+        if (kmine && !keys_may_conflict(kmine, n, &o->keys[slot * PTI_TASK_ACC], o->knacc[slot]))
+            continue;
+        struct pto_task *u = &o->slots[slot];
         bool done = j < o->retired || u->state == T_DONE; /* (add_pred may have waited: the window moved) */
         bool rec = o->record && j >= rlo;
         if (done && !rec)
             continue;
-        const pto_task_access *theirs = &o->acc[(size_t)(j % o->window) * PTI_TASK_ACC];
+        const pto_task_access *theirs = &o->acc[slot * PTI_TASK_ACC];
         uint32_t info;
         if (!accesses_conflict(mine, n, theirs, u->nacc, &info))
             continue;
@@ -1112,6 +1162,12 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
     o->record = resolve && (pti_model_of(dev) || pti_program_records_edges(p));
     o->last_all = NONE;
+    if (o->record) {
+        o->keys = calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->keys));
+        o->knacc = calloc(o->window, sizeof(*o->knacc));
+        if (!o->keys || !o->knacc)
+            o->record = false, o->mt_oom = true; /* the run goes on, unmodeled */
+    }
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);
