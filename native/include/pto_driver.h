@@ -615,8 +615,8 @@ int pto_program_record_edges(pto_program *p, int on);
 /*
  * The graph p's last recorded run resolved: *ntasks instances (sites[i]: the
  * site of instance i) and *nedges edges, 4 words each, in order of (dst,
- * src): src, dst (dst waited for src), hazard (0: an order without a tensor,
- * 1: RAW, 2: WAW, 3: WAR) and the args slot of that hazard's tensor
+ * src): src, dst (dst waited for src), hazard (PTO_TASK_RAW, _WAW, _WAR, or
+ * PTO_TASK_DECLARED: an order without a tensor) and the args slot of that hazard's tensor
  * (UINT32_MAX: none).  Copies them only when both fit tasks_cap and
  * edges_cap (else only the counts: call again with room).  No run recorded:
  * 0 and 0.  Returns 0, -PTO_EINVAL.

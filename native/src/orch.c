@@ -707,7 +707,7 @@ static void key_fill(struct acc_key *k, const pto_task_access *a, uint32_t n)
     }
 }
 
-/* False only where accesses_conflict is false too: no shared argument written, or disjoint first dimensions. */
+/* False only where accesses_conflict is false too (pti_box_overlaps): no shared argument written, or disjoint first dimensions. */
 static bool keys_may_conflict(const struct acc_key *a, uint32_t na, const struct acc_key *b, uint32_t nb)
 {
     if (na == ACC_ALL || nb == ACC_ALL)

@@ -378,7 +378,7 @@ def register(worker, compiled) -> KernelHandle:
     return handle
 
 
-_HAZARDS = {1: "RAW", 2: "WAW", 3: "WAR"}
+_HAZARDS = {lib.PTO_TASK_RAW: "RAW", lib.PTO_TASK_WAW: "WAW", lib.PTO_TASK_WAR: "WAR"}
 
 
 def resolved_graph(kptr, params: list[str]):
@@ -407,7 +407,7 @@ def resolved_graph(kptr, params: list[str]):
     out = []
     for k in range(m):
         src, dst, hz, slot = raw[4 * k:4 * k + 4]
-        if hz == 0:
+        if hz == lib.PTO_TASK_DECLARED:
             out.append(Edge(src, dst, "declared"))
             continue
         tensor = params[slot] if slot < len(params) else f"intermediate {slot - len(params)}"
