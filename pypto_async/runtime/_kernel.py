@@ -383,7 +383,7 @@ _HAZARDS = {lib.PTO_TASK_RAW: "RAW", lib.PTO_TASK_WAW: "WAW", lib.PTO_TASK_WAR: 
 
 def resolved_graph(kptr, params: list[str]):
     """The last recorded run's resolved graph of program `kptr` (see :meth:`KernelHandle.resolved_graph`)."""
-    from ..ir._deps import Edge, Task, TaskGraph
+    from ..ir._deps import Edge, Task, TaskGraph  # here: the compiler's graph types, loaded only when a graph is asked for
 
     nt, ne = ffi.new("uint32_t *"), ffi.new("uint32_t *")
     sites, edges, cap_t, cap_e = ffi.NULL, ffi.NULL, 0, 0
