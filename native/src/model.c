@@ -742,6 +742,25 @@ static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *
     }
 }
 
+/*
+ * The cores' free times after a program's schedule (m->lock held).  A core
+ * the program used counts as busy up to its last task's end: later work
+ * never lands in the program's gaps (one interval a core, not one a task).
+ */
+static void keep_cores(struct pto_model *m, const struct heap cores[2], uint64_t start)
+{
+    for (int k = 0; k < 2; k++)
+        for (uint32_t j = 0; j < cores[k].n; j++) {
+            uint32_t c = cores[k].v[j].id;
+            uint64_t key = cores[k].v[j].key;
+            if (key > max64(m->free_ns[c], start)) {
+                m->lanes[c].floor = key; /* every interval of c ends by then */
+                m->lanes[c].n = 0;
+            }
+            m->free_ns[c] = key;
+        }
+}
+
 /* The model's scratch of at least `bytes` (m->lock held), or NULL: out of host memory. */
 static void *scratch(struct pto_model *m, size_t bytes)
 {
@@ -819,13 +838,10 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
             x->engine = (int32_t)core;
             m->busy_ns[core] += x->dur_ns;
             m->commands[core]++;
-            lane_take(&m->lanes[core], x->dispatch_ns, x->end_ns);
             hreplace(h, x->end_ns, core);
             end = max64(end, x->end_ns);
         }
-        for (int k = 0; k < 2; k++)
-            for (uint32_t j = 0; j < cores[k].n; j++)
-                m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+        keep_cores(m, cores, start);
         goto out;
     }
     memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
@@ -918,7 +934,6 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         x->engine = (int32_t)core;
         m->busy_ns[core] += x->dur_ns;
         m->commands[core]++;
-        lane_take(&m->lanes[core], x->dispatch_ns, x->end_ns);
         if (x->early) /* allow_early_resolve: its consumers may be staged on a core now, start as it ends */
             for (uint32_t k = soff[id]; k < soff[id + 1]; k++) {
                 uint32_t u = sids[k];
@@ -930,9 +945,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         hreplace(&cores[bk], x->end_ns, core);
         hpush(&done, x->end_ns, id);
     }
-    for (int k = 0; k < 2; k++)
-        for (uint32_t j = 0; j < cores[k].n; j++)
-            m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+    keep_cores(m, cores, start);
     for (uint32_t i = 0; i < n; i++)
         end = max64(end, t[i].end_ns);
 out:
