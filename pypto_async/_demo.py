@@ -20,9 +20,10 @@ D2H that last used a set), so the modeled device never waits for a host
 that submits slower than it runs: the modeled speed-up comes out at the
 pipeline's bound (serial time over its busiest engine's), run after run,
 beside the host's wall-clock speed-up, which is the host's threads'.  (With
-``--graph`` the graphs' H2D streams are independent and share the two copy
-engines in the order the host ran their copies, so it comes out somewhat
-below the bound, and varies from run to run.)
+``--graph`` the graphs' streams are independent and compete for the two copy
+engines; the model places their copies in modeled order, ready time then
+stream, whatever order the host ran them in, so it too comes out at the
+bound, the same in every run.)
 
 With ``--graph`` the pipelined loop goes through graphs: each batch's three
 commands are captured once (``w.capture()``, one graph per batch in flight,

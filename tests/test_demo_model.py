@@ -33,10 +33,13 @@ def test_the_modeled_times_do_not_follow_the_host(tmp_path):
     assert a["h2d_ns"] == b["h2d_ns"] and a["d2h_ns"] == b["d2h_ns"]
 
 
-def test_the_graph_loop_gains_from_the_pipeline_too(tmp_path):
-    """--graph: replays of independent graphs; their H2D streams share the copy engines in the order
-    the host ran them, so the modeled speed-up varies from run to run (0.78-1.0 of the bound at depth 4,
-    docs/device_model.md "Placement"): what holds in every order is that the pipeline gains."""
-    m = _run(tmp_path, True, 4).model
-    assert m["bound"] > 1.5
-    assert 1.2 <= m["serial_ns"] / m["pipelined_ns"] <= m["bound"] * 1.0001, m
+def test_the_graph_loop_is_within_ten_percent_of_its_bound_in_every_run(tmp_path):
+    """--graph: replays of independent graphs, whose streams compete for the copy engines; the model
+    places the copies in modeled order (ready time, then stream), not in the order the host ran them,
+    so every run comes out the same, at the pipeline's bound."""
+    runs = [_run(tmp_path / str(i), True, 4).model for i in range(3)]
+    for m in runs:
+        speedup = m["serial_ns"] / m["pipelined_ns"]
+        assert m["bound"] > 1.5
+        assert 0.9 * m["bound"] <= speedup <= m["bound"] * 1.0001, m
+    assert len({m["pipelined_ns"] for m in runs}) == 1, runs

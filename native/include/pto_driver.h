@@ -607,6 +607,25 @@ void pto_program_unload(pto_program *p);
 int pto_program_set_arg_kinds(pto_program *p, const uint8_t *kinds, uint32_t nargs);
 int pto_program_get_stats(pto_program *p, pto_program_stats *out);
 /*
+ * Keep (on != 0) or stop keeping the edges p's runs resolve at submission
+ * (a program without a compiled table): the last completed run's graph is
+ * then pto_program_last_edges's.  Returns 0, -PTO_EINVAL.
+ */
+int pto_program_record_edges(pto_program *p, int on);
+/*
+ * The graph p's last recorded run resolved: *ntasks instances (sites[i]: the
+ * site of instance i) and *nedges edges, 4 words each, in order of (dst,
+ * src): src, dst (dst waited for src), hazard (PTO_TASK_RAW, _WAW, _WAR, or
+ * PTO_TASK_DECLARED: an order without a tensor) and the args slot of that hazard's tensor
+ * (UINT32_MAX: none).  Copies them only when both fit tasks_cap and
+ * edges_cap (else only the counts: call again with room).  No run recorded:
+ * 0 and 0.  Returns 0, -PTO_EINVAL.
+ */
+int pto_program_last_edges(pto_program *p, uint32_t *sites, uint32_t tasks_cap, uint32_t *edges,
+                           uint32_t edges_cap, uint32_t *ntasks, uint32_t *nedges);
+/* The name of p's task site (its kernel call site), or NULL past its sites. */
+const char *pto_program_site_name(const pto_program *p, uint32_t site);
+/*
  * Run p once with args[0..nargs) (its parameters: device addresses or
  * scalar bits), like pto_stream_launch: same returns, same ordering.
  */

@@ -66,7 +66,10 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
 {
     /* Device time: the host's, or the device model's (model.c) when a profile is set. */
     struct pto_when w = {start_ns, end_ns, start_ns, engine, start_ns, end_ns, engine};
-    if (pti_model_of(dev)) {
+    struct pto_model *model = pti_model_of(dev);
+    if (model && pti_model_park(dev, s, cmd, status, start_ns, end_ns, engine))
+        return; /* placed in modeled order, later (pti_model_unpark) */
+    if (model) {
         pti_model_finish(dev, s, cmd, status, &w);
         start_ns = w.start_ns;
         end_ns = w.end_ns;
@@ -158,6 +161,8 @@ void pti_cmd_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         pthread_cond_broadcast(&dev->host_cv);
     if (s->destroyed && pti_stream_idle(s))
         dev->reap = true;
+    if (model)
+        pti_model_unpark(dev); /* parked copies this one held back */
     /*
      * s's next command may be startable now.  Whoever called us runs
      * scheduler passes next: the scheduler's own pass reports progress and

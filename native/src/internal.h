@@ -535,6 +535,10 @@ struct pto_stream {
     atomic_int bell;              /* 1 while s is on dev->doorbell (seq_cst; sched.c) */
     struct pto_run run;           /* the head command while it is on an engine */
     uint64_t model_end;           /* modeled end of its last completed command (model.c) */
+    /* Its head copy ran but waits to be placed (model.c, pti_model_park): 1 parked, 2 being placed. */
+    uint8_t parked;
+    int32_t park_engine;
+    uint64_t park_ready, park_start, park_end;
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
     struct pto_link doomed;       /* on dev->doomed while destroyed with work left (self-linked otherwise) */
@@ -922,6 +926,9 @@ struct pto_program {
     /* statistics, under stats_lock */
     pthread_mutex_t stats_lock;
     pto_program_stats st;
+    /* pto_program_record_edges; the last run's resolved graph (orch.c's arrays), under stats_lock */
+    atomic_bool record_edges;
+    uint32_t g_tasks, *g_sites, *g_off, *g_pred, *g_info;
 };
 
 void pti_program_ref(pto_program *p);
@@ -934,6 +941,11 @@ bool pti_program_unloaded(pto_program *p);
 int pti_program_args_check(pto_program *p, const uint64_t *args, uint32_t nargs, const char *fn);
 /* Add one finished run's figures to p's statistics (sums, and the high-water marks' maxima). */
 void pti_program_count_run(pto_program *p, const pto_program_stats *run);
+/* Whether p's runs keep the edges they resolve (pto_program_record_edges). */
+bool pti_program_records_edges(pto_program *p);
+/* A run's resolved graph becomes p's last (pto_program_last_edges): p takes the arrays (malloc'd). */
+void pti_program_keep_edges(pto_program *p, uint32_t ntasks, uint32_t *sites, uint32_t *off, uint32_t *pred,
+                            uint32_t *info);
 /* Close: drop every program still loaded. */
 void pti_programs_release_all(pto_device *dev);
 
@@ -976,6 +988,16 @@ struct pto_model;
 static inline struct pto_model *pti_model_of(pto_device *dev);
 /* Free dev's model (close). */
 void pti_model_fini(pto_device *dev);
+/*
+ * A copy that ran on the host is placed on the modeled copy engines only once
+ * no other stream can still bring work that is ready before it (sched_lock
+ * held): true when cmd is parked for that (pti_cmd_finish returns at once;
+ * pti_model_unpark finishes it later with these arguments).
+ */
+bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t start,
+                    uint64_t end, int32_t engine);
+/* Finish the parked copies whose turn has come, in modeled order (sched_lock held; end of pti_cmd_finish). */
+void pti_model_unpark(pto_device *dev);
 /* A launch's block that did *work ran from host start to end (no lock held): place it, fill *w. */
 void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w);
 /* The modeled duration and core kind (0 AIC, 1 AIV) of one block's work. */

@@ -25,10 +25,17 @@
  * notifies) take no time; a delay its microseconds; a latch ends when the
  * host released it.
  *
- * Placement.  A launch's blocks go to the earliest free modeled core of
- * their kind (cube work: AIC, else AIV) as the host finishes them
- * (pti_model_block), so concurrent launches share the cores in the order
- * the host ran them.  A program's tasks are placed when the run completes
+ * Placement.  Every engine keeps its latest busy intervals (struct lane),
+ * so work takes the earliest time it fits at or after it is ready, in a gap
+ * if one is long enough.  A launch's blocks go to the modeled core of their
+ * kind (cube work: AIC, else AIV) where they fit first, as the host
+ * finishes them (pti_model_block), so blocks of concurrent launches that
+ * compete for cores take them in the order the host ran them.  Copies are
+ * placed in modeled order: one the host finished is parked
+ * (pti_model_park) until no other stream can still bring work ready before
+ * it, then placed (pti_model_unpark), earliest (ready, stream id) first,
+ * whatever order the host's copy threads ran them in.  A program's tasks
+ * are placed when the run completes
  * (pti_model_program): a list schedule over its task graph, so its modeled
  * timeline depends only on its work, its edges and the profile, never on
  * which host threads ran what.  The orchestrator submits task i at
@@ -36,15 +43,37 @@
  * its predecessors ended; a free core of its kind takes the earliest ready
  * task (ties: the lower instance), and it starts pickup_us later.
  *
+ * The task graph is the compiled table's, or for a program without one the
+ * edges the driver resolved at submit (orch.c, resolve_edges).
+ *
  * Locks: m->lock is a leaf (under sched_lock, or alone); the clocks, the
  * runs' model_* fields and the modeled engine statistics are under it;
- * s->model_end is under sched_lock.
+ * s->model_end, the streams' park_* fields, m->nparked and m->unparking are
+ * under sched_lock.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+/*
+ * A modeled engine's timeline: its busy intervals, sorted and disjoint, the
+ * latest PTI_LANE_SPANS of them; before `floor` (the end of the last one
+ * let go) the engine counts as busy, so work never lands where forgotten
+ * work ran.
+ */
+#define PTI_LANE_SPANS 64u
+
+struct span {
+    uint64_t start, end;
+};
+
+struct lane {
+    uint64_t floor;
+    uint32_t n;
+    struct span v[PTI_LANE_SPANS];
+};
 
 struct pto_model {
     pthread_mutex_t lock;
@@ -57,6 +86,10 @@ struct pto_model {
     uint64_t gen; /* this model's generation, never 0 (pti_model_cost's per-thread cache) */
     uint64_t orch_free;
     uint64_t *free_ns, *busy_ns, *commands, *bytes; /* per modeled engine */
+    struct lane *lanes;                             /* per modeled engine: its busy intervals (lane_fit) */
+    /* Parked copies (pti_model_park), under the device's sched_lock, not m->lock. */
+    uint32_t nparked;
+    bool unparking;
     /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
     void *scratch;
     size_t scratch_cap;
@@ -121,6 +154,7 @@ static void model_free(struct pto_model *m)
     free(m->busy_ns);
     free(m->commands);
     free(m->bytes);
+    free(m->lanes);
     free(m->scratch);
     free(m);
 }
@@ -143,13 +177,15 @@ int pto_device_set_profile(pto_device *dev, const pto_device_profile *p)
             m->busy_ns = calloc(n, sizeof(uint64_t));
             m->commands = calloc(n, sizeof(uint64_t));
             m->bytes = calloc(n, sizeof(uint64_t));
+            m->lanes = calloc(n, sizeof(struct lane));
         }
-        if (!m || !m->free_ns || !m->busy_ns || !m->commands || !m->bytes) {
+        if (!m || !m->free_ns || !m->busy_ns || !m->commands || !m->bytes || !m->lanes) {
             if (m) {
                 free(m->free_ns);
                 free(m->busy_ns);
                 free(m->commands);
                 free(m->bytes);
+                free(m->lanes);
                 free(m);
             }
             return pti_error(PTO_ENOMEM, "pto_device_set_profile: out of host memory");
@@ -247,25 +283,6 @@ uint64_t pto_model_work_ns(pto_device *dev, const pto_work *work)
     return m && work ? pti_model_cost(m, work, &kind) : 0;
 }
 
-/*
- * The engine in [lo, hi) that can start work ready at `ready` first (m->lock
- * held): every engine free by then ties, and ties go to the lowest, so which
- * idle engine takes the work never depends on what ran before.  The scan
- * stops at the first engine free by `ready` (on a mostly idle chip, one of
- * the first few); only when every engine is busy past it does it see them all.
- */
-static uint32_t earliest(struct pto_model *m, uint32_t lo, uint32_t hi, uint64_t ready)
-{
-    uint32_t best = lo;
-    for (uint32_t e = lo; e < hi; e++) {
-        if (m->free_ns[e] <= ready)
-            return e;
-        if (m->free_ns[e] < m->free_ns[best])
-            best = e;
-    }
-    return best;
-}
-
 static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t *hi)
 {
     *lo = kind == 0 ? 0 : m->naic;
@@ -273,6 +290,59 @@ static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t
 }
 
 /* ---- launches and copies ------------------------------------------------------------------ */
+
+/* ---- engines' timelines ------------------------------------------------------------------ */
+
+/* The earliest start at or after `ready` where `lane` is free for `dur` (m->lock held). */
+static uint64_t lane_fit(const struct lane *l, uint64_t ready, uint64_t dur)
+{
+    uint64_t at = max64(ready, l->floor);
+    if (!l->n || l->v[l->n - 1].end <= at)
+        return at; /* free from then on: the usual case */
+    for (uint32_t k = 0; k < l->n; k++) {
+        if (l->v[k].end <= at)
+            continue;
+        if (l->v[k].start >= at + dur)
+            break;
+        at = l->v[k].end;
+    }
+    return at;
+}
+
+/* Mark [start, end) busy on `lane` (free there: lane_fit), merging touching intervals. */
+static void lane_take(struct lane *l, uint64_t start, uint64_t end)
+{
+    uint32_t k = l->n;
+    while (k > 0 && l->v[k - 1].end > start)
+        k--; /* from the end: work mostly lands after the rest */
+    /* v[0..k) end at or before start; v[k..) start at or after end. */
+    bool left = k > 0 && l->v[k - 1].end == start, right = k < l->n && l->v[k].start == end;
+    if (left && right) {
+        l->v[k - 1].end = l->v[k].end;
+        memmove(&l->v[k], &l->v[k + 1], (l->n - k - 1) * sizeof(struct span));
+        l->n--;
+        return;
+    }
+    if (left) {
+        l->v[k - 1].end = end;
+        return;
+    }
+    if (right) {
+        l->v[k].start = start;
+        return;
+    }
+    if (l->n == PTI_LANE_SPANS) {
+        /* Let the oldest go: the engine counts as busy up to its end. */
+        l->floor = l->v[0].end;
+        memmove(&l->v[0], &l->v[1], (l->n - 1) * sizeof(struct span));
+        l->n--;
+        if (k)
+            k--;
+    }
+    memmove(&l->v[k + 1], &l->v[k], (l->n - k) * sizeof(struct span));
+    l->v[k] = (struct span){start, end};
+    l->n++;
+}
 
 static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
 {
@@ -293,10 +363,23 @@ void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work,
     uint32_t lo, hi;
     kind_range(m, kind, &lo, &hi);
     pthread_mutex_lock(&m->lock);
-    uint32_t c = earliest(m, lo, hi, ready);
-    uint64_t dispatch = max64(ready, m->free_ns[c]);
+    /*
+     * The core of its kind where it can be dispatched first, in a gap other
+     * work left if one fits (ties: the lowest): a block the host ran late
+     * still takes the time that was free when it was ready.
+     */
+    uint32_t c = lo;
+    uint64_t dispatch = lane_fit(&m->lanes[lo], ready, m->pickup_ns + dur);
+    for (uint32_t e = lo + 1; e < hi && dispatch > ready; e++) {
+        uint64_t t = lane_fit(&m->lanes[e], ready, m->pickup_ns + dur);
+        if (t < dispatch) {
+            dispatch = t;
+            c = e;
+        }
+    }
     uint64_t start = dispatch + m->pickup_ns, end = start + dur;
-    m->free_ns[c] = end;
+    lane_take(&m->lanes[c], dispatch, end);
+    m->free_ns[c] = max64(m->free_ns[c], end);
     m->busy_ns[c] += dur;
     m->commands[c]++;
     if (!run->model_blocks || start < run->model_first)
@@ -339,6 +422,37 @@ static uint64_t copy_ns(struct pto_model *m, const struct pto_cmd *cmd, uint64_t
     return lat + (uint64_t)(moved / gbps + 0.5);
 }
 
+/*
+ * Place a copy ready at `ready` taking `dur` on a copy engine (m->lock held):
+ * the engine where it can start first, in a gap its earlier copies left if
+ * one fits (so a copy the host ran late still takes the time that was free
+ * when it was ready, and no engine idles while a copy waits for it), ties
+ * to the stream's own engine and then the ones after it.  A stream's own
+ * engine is its id modulo the copy engines, a device-to-host copy's the
+ * one half the engines on: so streams that do not compete for the engines
+ * (no more copies at once than engines) each keep to theirs, and their
+ * placement does not depend on which the host ran first.  Returns the
+ * engine's index among the copy engines; *start: when it starts.
+ */
+static uint32_t place_copy(struct pto_model *m, const pto_stream *s, const struct pto_cmd *cmd, uint64_t ready,
+                           uint64_t dur, uint64_t *start)
+{
+    uint32_t n = m->ncopy, own = (s->id + (cmd->kind == PTO_CMD_D2H ? n / 2 : 0)) % n, best = own;
+    struct lane *l = m->lanes + m->ncores;
+    uint64_t at = lane_fit(&l[own], ready, dur);
+    for (uint32_t k = 1; k < n && at > ready; k++) {
+        uint32_t e = (own + k) % n;
+        uint64_t t = lane_fit(&l[e], ready, dur);
+        if (t < at) {
+            at = t;
+            best = e;
+        }
+    }
+    lane_take(&l[best], at, at + dur);
+    *start = at;
+    return best;
+}
+
 void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                       struct pto_when *w)
 {
@@ -377,10 +491,9 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
                 uint64_t n;
                 uint64_t dur = copy_ns(m, cmd, &n);
                 pthread_mutex_lock(&m->lock);
-                uint32_t e = earliest(m, m->ncores, m->ncores + m->ncopy, ready);
-                start = max64(ready, m->free_ns[e]);
+                uint32_t e = m->ncores + place_copy(m, s, cmd, ready, dur, &start);
                 end = start + dur;
-                m->free_ns[e] = end;
+                m->free_ns[e] = max64(m->free_ns[e], end);
                 m->busy_ns[e] += dur;
                 m->commands[e]++;
                 m->bytes[e] += n;
@@ -410,6 +523,120 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
                          : start;
     w->engine = engine;
     s->model_end = end;
+}
+
+/* ---- copies in modeled order ------------------------------------------------------------------ */
+
+static bool is_copy(uint32_t kind)
+{
+    return kind == PTO_CMD_H2D || kind == PTO_CMD_D2H || kind == PTO_CMD_D2D || kind == PTO_CMD_MEMSET ||
+           kind == PTO_CMD_PEER;
+}
+
+/*
+ * The earliest modeled time at which stream t can still bring work (sched_lock
+ * held): false when it cannot bring any before something else does, which
+ * then bounds it instead: an empty ring (new work is the host's), a latch
+ * (the host releases it), a wait or an inline fence whose event is not
+ * recorded yet (its recorder bounds it).  Otherwise its head command cannot
+ * be ready before its stream's last end, its submission and what it waited
+ * for (a parked copy: its own ready time), and what comes after it on t
+ * not before that.
+ */
+static bool bound_of(pto_device *dev, pto_stream *t, uint64_t *lb)
+{
+    if (t->parked) {
+        *lb = t->park_ready;
+        return true;
+    }
+    uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+    if (head == atomic_load_explicit(&t->tail, memory_order_acquire))
+        return false;
+    struct pto_cmd *cmd = &t->ring[head & t->mask];
+    uint64_t at = max64(t->model_end, cmd->submit_ns);
+    switch (cmd->kind) {
+    case PTO_CMD_LATCH:
+        return false;
+    case PTO_CMD_WAIT:
+        if (pti_wait_holds(cmd))
+            return false;
+        at = max64(at, pti_wait_end_ns(cmd));
+        break;
+    case PTO_CMD_LAUNCH:
+        if (cmd->u.launch.after) {
+            if (pti_launch_held(dev, t, cmd))
+                return false;
+            at = max64(at, pti_wait_end_ns(cmd));
+        }
+        break;
+    default:
+        break;
+    }
+    *lb = at;
+    return true;
+}
+
+/* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
+static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
+{
+    for (size_t i = 0; i < dev->n_streams; i++) {
+        pto_stream *t = dev->streams[i];
+        uint64_t lb;
+        if (t == s || !bound_of(dev, t, &lb))
+            continue;
+        if (lb < ready || (lb == ready && t->id < s->id))
+            return false; /* t may still bring a copy ready before this one: it goes first */
+    }
+    return true;
+}
+
+bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t start,
+                    uint64_t end, int32_t engine)
+{
+    struct pto_model *m = pti_model_of(dev);
+    if (s->parked) { /* pti_model_unpark finishing it: its turn */
+        s->parked = 0;
+        return false;
+    }
+    if (!is_copy(cmd->kind) || status != 0 || cmd->state != PTI_CMD_RUNNING || cmd->modeled)
+        return false;
+    uint64_t ready = ready_of(s, cmd);
+    if (copy_turn(dev, s, ready))
+        return false;
+    s->parked = 1;
+    s->park_ready = ready;
+    s->park_start = start;
+    s->park_end = end;
+    s->park_engine = engine;
+    m->nparked++;
+    return true;
+}
+
+void pti_model_unpark(pto_device *dev)
+{
+    struct pto_model *m = pti_model_of(dev);
+    if (!m->nparked || m->unparking)
+        return;
+    m->unparking = true;
+    while (m->nparked) {
+        /* The parked copy first in modeled order (ready time, then stream id), if its turn has come. */
+        pto_stream *first = NULL;
+        for (size_t i = 0; i < dev->n_streams; i++) {
+            pto_stream *t = dev->streams[i];
+            if (t->parked == 1 && (!first || t->park_ready < first->park_ready ||
+                                   (t->park_ready == first->park_ready && t->id < first->id)))
+                first = t;
+        }
+        if (!first || !copy_turn(dev, first, first->park_ready))
+            break;
+        uint64_t head = atomic_load_explicit(&first->head, memory_order_relaxed);
+        struct pto_cmd *cmd = &first->ring[head & first->mask];
+        first->parked = 2;
+        m->nparked--;
+        pti_cmd_finish(dev, first, cmd, 0, 0, NULL, false, first->park_start, first->park_end,
+                       first->park_engine);
+    }
+    m->unparking = false;
 }
 
 /* ---- programs: a list schedule over the task graph ------------------------------------------- */
@@ -515,6 +742,25 @@ static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *
     }
 }
 
+/*
+ * The cores' free times after a program's schedule (m->lock held).  A core
+ * the program used counts as busy up to its last task's end: later work
+ * never lands in the program's gaps (one interval a core, not one a task).
+ */
+static void keep_cores(struct pto_model *m, const struct heap cores[2], uint64_t start)
+{
+    for (int k = 0; k < 2; k++)
+        for (uint32_t j = 0; j < cores[k].n; j++) {
+            uint32_t c = cores[k].v[j].id;
+            uint64_t key = cores[k].v[j].key;
+            if (key > max64(m->free_ns[c], start)) {
+                m->lanes[c].floor = key; /* every interval of c ends by then */
+                m->lanes[c].n = 0;
+            }
+            m->free_ns[c] = key;
+        }
+}
+
 /* The model's scratch of at least `bytes` (m->lock held), or NULL: out of host memory. */
 static void *scratch(struct pto_model *m, size_t bytes)
 {
@@ -595,9 +841,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
             hreplace(h, x->end_ns, core);
             end = max64(end, x->end_ns);
         }
-        for (int k = 0; k < 2; k++)
-            for (uint32_t j = 0; j < cores[k].n; j++)
-                m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+        keep_cores(m, cores, start);
         goto out;
     }
     memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
@@ -701,9 +945,7 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         hreplace(&cores[bk], x->end_ns, core);
         hpush(&done, x->end_ns, id);
     }
-    for (int k = 0; k < 2; k++)
-        for (uint32_t j = 0; j < cores[k].n; j++)
-            m->free_ns[cores[k].v[j].id] = cores[k].v[j].key;
+    keep_cores(m, cores, start);
     for (uint32_t i = 0; i < n; i++)
         end = max64(end, t[i].end_ns);
 out:

@@ -72,10 +72,25 @@
 /* Accesses a task slot keeps for edges resolved at submit (more: the task orders after everything). */
 #define PTI_TASK_ACC 8u
 #define ACC_ALL UINT32_MAX
+/* A recorded edge without a hazard (rinfo's low 2 bits: PTO_TASK_DECLARED, _RAW, _WAW, _WAR). */
+#define PTI_EDGE_ORDER PTO_TASK_DECLARED /* a site that orders after everything, or the window */
 /* The most task instances a program may have to be orchestrated inline (run_inline). */
 #define PTI_ORCH_INLINE_MAX 64u
 
 enum { T_FREE = 0, T_WAITING, T_RUNNING, T_DONE };
+
+/*
+ * An access's key for the recording scan (resolve_edges): its args slot,
+ * whether it writes, its rank and its window's first dimension (ndim 0:
+ * the whole axis).  Compact, so the scan over a whole window reads a few
+ * bytes a slot; keys that cannot conflict (keys_may_conflict false) give no
+ * edge by the rule, and only the others go to accesses_conflict.
+ */
+struct acc_key {
+    uint32_t arg;
+    uint8_t write, ndim;
+    int64_t lo, hi;
+};
 
 struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
@@ -139,6 +154,19 @@ struct pto_orch {
     struct pto_mtask *mt;         /* the device model: per instance (model.c); NULL: host timing */
     uint32_t mt_cap;
     bool mt_oom;                  /* could not grow mt: the run is not modeled */
+    /*
+     * No table: the edges resolved at submission, per instance, whatever had
+     * completed by then (record_edges): the model's graph and deps.json's.
+     * Instance i's predecessors are rpred[roff[i] .. roff[i + 1]), ascending;
+     * rinfo per edge: its hazard (PTO_TASK_*) | (the args slot + 1) << 2.
+     */
+    bool record;
+    uint32_t *roff, *rsite;       /* per instance (rt_cap), roff one more */
+    uint32_t *rpred, *rinfo;      /* per edge (re_cap) */
+    uint32_t rt_cap, re_cap, rn;
+    uint32_t last_all;            /* the last instance that orders after everything; NONE: none yet */
+    struct acc_key *keys;         /* recording: per slot, PTI_TASK_ACC keys of its accesses (key_fill) */
+    uint32_t *knacc;              /* recording: per slot, its accesses' count (ACC_ALL: everything) */
 };
 
 struct pto_orch_pool {
@@ -339,8 +367,9 @@ static void run_finish(struct pto_orch *o, bool locked)
     if (modeled) {
         /* Device time: the list schedule of the run's tasks (model.c); the stream's head is o->cmd. */
         const pto_program_desc *d = o->d;
-        pti_model_program(dev, o->s, o->cmd, o->mt, o->submitted, d->ninstances ? d->pred_off : NULL,
-                          d->pred_ids, &start, &end);
+        const uint32_t *off = d->ninstances ? d->pred_off : o->record ? o->roff : NULL;
+        const uint32_t *ids = d->ninstances ? d->pred_ids : o->rpred;
+        pti_model_program(dev, o->s, o->cmd, o->mt, o->submitted, o->submitted ? off : NULL, ids, &start, &end);
         if (pti_trace_on(dev))
             trace_tasks(o);
     }
@@ -355,6 +384,11 @@ static void run_finish(struct pto_orch *o, bool locked)
                                     .heap_waits = o->waits_heap,
                                     .inline_runs = o->inline_run,
                                 });
+    if (o->record && o->submitted && pti_program_records_edges(o->p)) {
+        /* The resolved graph becomes the program's last (pto_program_last_edges): the arrays move. */
+        pti_program_keep_edges(o->p, o->submitted, o->rsite, o->roff, o->rpred, o->rinfo);
+        o->rsite = o->roff = o->rpred = o->rinfo = NULL;
+    }
     if (o->heap_base)
         pto_mem_free(dev, o->heap_base);
     atomic_fetch_add_explicit(&dev->st_launches, 1, memory_order_relaxed); /* one launch per run */
@@ -379,6 +413,12 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->acc);
     free(o->args);
     free(o->mt);
+    free(o->roff);
+    free(o->rsite);
+    free(o->rpred);
+    free(o->rinfo);
+    free(o->keys);
+    free(o->knacc);
     free(o);
 }
 
@@ -634,18 +674,102 @@ static uint32_t access_flags(const pto_task_access *a)
 /*
  * Whether a later task with accesses a[0..na) must wait for an earlier one
  * with b[0..nb): the task-edge rule's pairs (taskdeps.c), which the
- * compiler's table follows too.
+ * compiler's table follows too.  *info: the first conflict found, as rinfo
+ * holds it (its hazard, PTO_TASK_*, and its args slot + 1; 0: no slot).
  */
-static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_task_access *b, uint32_t nb)
+static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_task_access *b, uint32_t nb,
+                              uint32_t *info)
+{
+    *info = PTI_EDGE_ORDER;
+    if (na == ACC_ALL || nb == ACC_ALL)
+        return true;
+    for (uint32_t i = 0; i < na; i++)
+        for (uint32_t j = 0; j < nb; j++)
+            if (a[i].arg == b[j].arg) {
+                uint32_t hz = pti_task_conflict(access_flags(&a[i]), access_box(&a[i]), access_flags(&b[j]),
+                                                access_box(&b[j]));
+                if (!hz)
+                    continue;
+                *info = hz | (a[i].arg + 1) << 2;
+                return true;
+            }
+    return false;
+}
+
+static void key_fill(struct acc_key *k, const pto_task_access *a, uint32_t n)
+{
+    for (uint32_t i = 0; n != ACC_ALL && i < n; i++) {
+        k[i].arg = a[i].arg;
+        k[i].write = a[i].write;
+        k[i].ndim = a[i].ndim;
+        k[i].lo = a[i].ndim ? a[i].lo[0] : INT64_MIN;
+        k[i].hi = a[i].ndim ? a[i].hi[0] : INT64_MAX;
+    }
+}
+
+/* False only where accesses_conflict is false too (pti_box_overlaps): no shared argument written, or disjoint first dimensions. */
+static bool keys_may_conflict(const struct acc_key *a, uint32_t na, const struct acc_key *b, uint32_t nb)
 {
     if (na == ACC_ALL || nb == ACC_ALL)
         return true;
     for (uint32_t i = 0; i < na; i++)
         for (uint32_t j = 0; j < nb; j++)
-            if (a[i].arg == b[j].arg && pti_task_conflict(access_flags(&a[i]), access_box(&a[i]),
-                                                          access_flags(&b[j]), access_box(&b[j])))
+            if (a[i].arg == b[j].arg && (a[i].write || b[j].write) &&
+                (!a[i].ndim || a[i].ndim != b[j].ndim || (a[i].lo < b[j].hi && b[j].lo < a[i].hi)))
                 return true;
     return false;
+}
+
+/* Grow a per-run array to hold at least `need` entries of `size` bytes (run->lock held); false: no memory. */
+static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t size)
+{
+    if (need <= *cap)
+        return true;
+    uint32_t c = *cap ? *cap : 64;
+    while (c < need)
+        c = c > UINT32_MAX / 2 ? need : 2 * c;
+    void *p = realloc(*arr, (size_t)c * size);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = c;
+    return true;
+}
+
+/* Stop recording (out of host memory): the run goes on, unmodeled and without its graph. */
+static void record_off(struct pto_orch *o)
+{
+    o->record = false;
+    o->mt_oom = true;
+}
+
+/* Instance i's edges start here (run->lock held). */
+static void record_task(struct pto_orch *o, uint32_t i, uint32_t site)
+{
+    uint32_t cap = o->rt_cap;
+    if (!grow((void **)&o->roff, &cap, i + 2, sizeof(uint32_t)) ||
+        !grow((void **)&o->rsite, &o->rt_cap, i + 2, sizeof(uint32_t))) {
+        record_off(o);
+        return;
+    }
+    o->roff[i] = o->rn;
+    o->roff[i + 1] = o->rn;
+    o->rsite[i] = site;
+}
+
+static void record_edge(struct pto_orch *o, uint32_t i, uint32_t p, uint32_t info)
+{
+    uint32_t cap = o->re_cap;
+    if (!o->record)
+        return;
+    if (!grow((void **)&o->rpred, &cap, o->rn + 1, sizeof(uint32_t)) ||
+        !grow((void **)&o->rinfo, &o->re_cap, o->rn + 1, sizeof(uint32_t))) {
+        record_off(o);
+        return;
+    }
+    o->rpred[o->rn] = p;
+    o->rinfo[o->rn] = info;
+    o->roff[i + 1] = ++o->rn;
 }
 
 /*
@@ -658,6 +782,15 @@ static bool accesses_conflict(const pto_task_access *a, uint32_t na, const pto_t
  * instance of a site without accesses, with too many, or with declared
  * dependencies or a manual scope (PTO_SITE_BARRIER) waits for every earlier
  * one still running: more order than the table would give, never less.
+ *
+ * Recording (o->record: a modeled device, or pto_program_record_edges), the
+ * same rule also runs against the instances of the window that already
+ * completed (their accesses stay in their slots until the window wraps), so
+ * the recorded graph does not depend on how far the host threads had got:
+ * t's recorded predecessors are every conflicting instance among the last
+ * window - 1, back to the last one that orders after everything (which
+ * waits for all before it), and the one a window back, which the driver
+ * waits to retire before it submits t.
  */
 static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *idx)
 {
@@ -680,17 +813,46 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
      */
     if (o->status)
         t->poisoned = true;
-    for (uint32_t j = o->retired; j < i; j++) {
-        struct pto_task *u = &o->slots[j % o->window];
-        if (j < o->retired || u->state == T_DONE)
-            continue; /* complete (add_pred may have waited: the window moved) */
-        const pto_task_access *theirs = &o->acc[(size_t)(j % o->window) * PTI_TASK_ACC];
-        if (accesses_conflict(mine, n, theirs, u->nacc)) {
+    uint32_t lo = o->retired, rlo = NONE;
+    const struct acc_key *kmine = NULL;
+    if (o->record) {
+        struct acc_key *k = &o->keys[(size_t)(i % o->window) * PTI_TASK_ACC];
+        key_fill(k, mine, n);
+        o->knacc[i % o->window] = n;
+        kmine = k;
+        record_task(o, i, t->site);
+        rlo = i >= o->window ? i - o->window + 1 : 0;
+        if (o->last_all != NONE && o->last_all > rlo)
+            rlo = o->last_all;
+        else if (i >= o->window)
+            record_edge(o, i, i - o->window, PTI_EDGE_ORDER); /* the window's edge */
+        if (rlo < lo)
+            lo = rlo;
+    }
+    for (uint32_t j = lo; j < i; j++) {
+        size_t slot = j % o->window;
+        /* Recording: the keys first (a few bytes a slot), the slot itself only where they may conflict. */
+        if (kmine && !keys_may_conflict(kmine, n, &o->keys[slot * PTI_TASK_ACC], o->knacc[slot]))
+            continue;
+        struct pto_task *u = &o->slots[slot];
+        bool done = j < o->retired || u->state == T_DONE; /* (add_pred may have waited: the window moved) */
+        bool rec = o->record && j >= rlo;
+        if (done && !rec)
+            continue;
+        const pto_task_access *theirs = &o->acc[slot * PTI_TASK_ACC];
+        uint32_t info;
+        if (!accesses_conflict(mine, n, theirs, u->nacc, &info))
+            continue;
+        if (rec)
+            record_edge(o, i, j, info);
+        if (!done) {
             int rc = add_pred(o, t, j);
             if (rc)
                 return rc;
         }
     }
+    if (n == ACC_ALL)
+        o->last_all = i;
     return 0;
 }
 
@@ -998,6 +1160,14 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
     bool resolve = !d->ninstances && d->abi >= 2 && d->site_accesses;
     o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
+    o->record = resolve && (pti_model_of(dev) || pti_program_records_edges(p));
+    o->last_all = NONE;
+    if (o->record) {
+        o->keys = calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->keys));
+        o->knacc = calloc(o->window, sizeof(*o->knacc));
+        if (!o->keys || !o->knacc)
+            o->record = false, o->mt_oom = true; /* the run goes on, unmodeled */
+    }
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);

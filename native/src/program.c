@@ -25,6 +25,10 @@ static void program_free(pto_program *p)
     if (p->handle)
         p->dev->ops->kernel_unload(p->handle);
     pthread_mutex_destroy(&p->stats_lock);
+    free(p->g_sites);
+    free(p->g_off);
+    free(p->g_pred);
+    free(p->g_info);
     free(p->delay_us);
     free(p->site_ns);
     free(atomic_load_explicit(&p->kinds, memory_order_relaxed));
@@ -213,6 +217,63 @@ int pto_program_get_stats(pto_program *p, pto_program_stats *out)
     pthread_mutex_unlock(&p->stats_lock);
     out->sites = p->desc->nsites;
     out->instances = p->desc->ninstances;
+    return 0;
+}
+
+bool pti_program_records_edges(pto_program *p)
+{
+    return atomic_load_explicit(&p->record_edges, memory_order_relaxed);
+}
+
+void pti_program_keep_edges(pto_program *p, uint32_t ntasks, uint32_t *sites, uint32_t *off, uint32_t *pred,
+                            uint32_t *info)
+{
+    pthread_mutex_lock(&p->stats_lock);
+    uint32_t *old[4] = {p->g_sites, p->g_off, p->g_pred, p->g_info};
+    p->g_tasks = ntasks;
+    p->g_sites = sites;
+    p->g_off = off;
+    p->g_pred = pred;
+    p->g_info = info;
+    pthread_mutex_unlock(&p->stats_lock);
+    for (int k = 0; k < 4; k++)
+        free(old[k]);
+}
+
+int pto_program_record_edges(pto_program *p, int on)
+{
+    if (!p)
+        return pti_error(PTO_EINVAL, "pto_program_record_edges: NULL program");
+    atomic_store_explicit(&p->record_edges, on != 0, memory_order_relaxed);
+    return 0;
+}
+
+const char *pto_program_site_name(const pto_program *p, uint32_t site)
+{
+    return p && site < p->desc->nsites ? p->desc->sites[site].name : NULL;
+}
+
+int pto_program_last_edges(pto_program *p, uint32_t *sites, uint32_t tasks_cap, uint32_t *edges,
+                           uint32_t edges_cap, uint32_t *ntasks, uint32_t *nedges)
+{
+    if (!p || !ntasks || !nedges || (tasks_cap && !sites) || (edges_cap && !edges))
+        return pti_error(PTO_EINVAL, "pto_program_last_edges: NULL argument");
+    pthread_mutex_lock(&p->stats_lock);
+    uint32_t n = p->g_tasks, m = n ? p->g_off[n] : 0;
+    *ntasks = n;
+    *nedges = m;
+    if (n <= tasks_cap && m <= edges_cap) {
+        memcpy(sites, p->g_sites, (size_t)n * sizeof(uint32_t));
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t k = p->g_off[i]; k < p->g_off[i + 1]; k++) {
+                uint32_t *e = &edges[(size_t)4 * k], info = p->g_info[k];
+                e[0] = p->g_pred[k];
+                e[1] = i;
+                e[2] = info & 3u;
+                e[3] = (info >> 2) ? (info >> 2) - 1 : UINT32_MAX;
+            }
+    }
+    pthread_mutex_unlock(&p->stats_lock);
     return 0;
 }
 

@@ -3,7 +3,9 @@
  * 64 tasks and a join (lib/programs.c's tiles, through a 4-slot window) run
  * on devices with 1 and 4 host core threads: its modeled task timeline,
  * relative to the program's modeled start, is the same in every run and on
- * both devices.  Then launches of several blocks and copies on four streams
+ * both devices; the same for the program without a table (prog_resolved),
+ * whose edges the driver resolves at submit, and the edges it recorded.
+ * Then launches of several blocks and copies on four streams
  * at once: every stream's records are in order in modeled time (each starts
  * at or after its predecessor's end), and the modeled engines' busy time is
  * exactly the floor per zero-work block.  Under tsan, this is the model's
@@ -97,15 +99,44 @@ static void run_tiles(pto_device *dev, pto_program *p, uint64_t *args, uint64_t 
     }
 }
 
-static void test_program_timeline(void)
+/* The edges prog_resolved's last run resolved, through its 4-slot window: each tile waits for the one 4 back. */
+static void check_resolved_edges(pto_program *p)
+{
+    uint32_t ntasks, nedges, sites[N + 1], edges[4 * N];
+    t_check(pto_program_last_edges(p, NULL, 0, NULL, 0, &ntasks, &nedges));
+    t_assert(ntasks == N + 1, "%u tasks", ntasks);
+    uint32_t want = (N - 4) + 4; /* the window's edges; the sum: the window's and the 3 tiles after it */
+    t_assert(nedges == want, "%u edges", nedges);
+    t_check(pto_program_last_edges(p, sites, N + 1, edges, N, &ntasks, &nedges));
+    for (uint32_t i = 0; i <= N; i++)
+        t_assert(sites[i] == (i < N ? 0u : 1u), "task %u: site %u", i, sites[i]);
+    t_assert(!strcmp(pto_program_site_name(p, 1), "sum") && !pto_program_site_name(p, 2), "site names");
+    uint32_t k = 0;
+    for (uint32_t i = 4; i < N; i++, k++) {
+        const uint32_t *e = &edges[4 * k];
+        t_assert(e[0] == i - 4 && e[1] == i && e[2] == 0 && e[3] == UINT32_MAX, "edge %u: %u -> %u (%u, %u)", k,
+                 e[0], e[1], e[2], e[3]);
+    }
+    for (uint32_t j = N - 4; j < N; j++, k++) {
+        const uint32_t *e = &edges[4 * k];
+        bool window = j == N - 4;
+        t_assert(e[0] == j && e[1] == N && e[2] == (window ? 0u : 1u) && e[3] == (window ? UINT32_MAX : 2u),
+                 "sum's edge %u: %u (%u, %u)", k, e[0], e[2], e[3]);
+    }
+}
+
+static void test_program_timeline(const char *name)
 {
     struct slot want[N + 1], got[N + 1];
     bool have = false;
+    bool resolved = !strcmp(name, "prog_resolved");
     uint32_t cores[] = {1, 4};
     for (int d = 0; d < 2; d++) {
         pto_device *dev = open_dev(cores[d]);
         pto_program *p;
-        t_check(pto_program_load(dev, lib, "prog_tiles", &p));
+        t_check(pto_program_load(dev, lib, name, &p));
+        if (resolved)
+            t_check(pto_program_record_edges(p, 1));
         pto_devptr bx, bo;
         t_check(pto_mem_alloc(dev, N * sizeof(float), NULL, &bx));
         t_check(pto_mem_alloc(dev, sizeof(float), NULL, &bo));
@@ -122,7 +153,9 @@ static void test_program_timeline(void)
             for (int i = 0; i <= N; i++)
                 t_assert(got[i].dispatch == want[i].dispatch && got[i].start == want[i].start &&
                              got[i].end == want[i].end && got[i].engine == want[i].engine,
-                         "cores %u round %d: task %d differs", cores[d], r, i);
+                         "%s, cores %u round %d: task %d differs", name, cores[d], r, i);
+            if (resolved)
+                check_resolved_edges(p);
         }
         float *out = pto_mem_host_ptr(dev, bo);
         t_assert(out[0] == 2.0f * (N * (N - 1) / 2), "sum %f", out[0]);
@@ -197,7 +230,8 @@ int main(void)
         return T_EXIT_SKIP;
     }
     snprintf(lib, sizeof(lib), "%s/libprograms.so", dir);
-    test_program_timeline();
+    test_program_timeline("prog_tiles");
+    test_program_timeline("prog_resolved");
     test_streams_in_order();
     printf("model: ok\n");
     return T_EXIT_PASS;

@@ -202,6 +202,10 @@ def dfx_call(h, full: tuple, result, stream, cfg):
                              lambda p: p.copies_in and (level >= 2 or p.name in tags))
     except OSError as exc:
         raise PtoArgumentError(f"save_kernels_dir: cannot write the DFX outputs into {dumps} ({exc})") from exc
+    graph = getattr(compiled, "task_graph", None)
+    resolved = cfg.enable_dep_gen and graph is None and getattr(compiled, "kind", "kernel") == "program"
+    if resolved:  # no table: the driver's resolved edges are the graph
+        h.record_edges()
     if cfg.enable_chip_swimlane:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         with worker.trace(out / f"merged_swimlane_{stamp}_{run}_{call:04d}.json") as window:
@@ -219,7 +223,8 @@ def dfx_call(h, full: tuple, result, stream, cfg):
                              lambda p: p.copies_out and (level >= 2 or p.name in tags))
         if level:
             _write_manifest(dumps, h._name, level, entries)
-        graph = getattr(compiled, "task_graph", None)
+        if resolved:
+            graph = h.resolved_graph()
         if cfg.enable_dep_gen and graph is not None:
             write_deps(graph, out.parent, h._name)
         if cfg.enable_scope_stats:

@@ -257,6 +257,37 @@ class KernelHandle:
         check(lib.pto_program_get_stats(self._kptr, st), "pto_program_get_stats")
         return {name: int(getattr(st, name)) for name, _ in ffi.typeof("pto_program_stats").fields}
 
+    def resolved_graph(self):
+        """The task graph the driver resolved in this program's last recorded run, or None.
+
+        A program without a compile-time table (its orchestration loops over
+        values it reads when it runs, or it submits more tasks than the table
+        holds) has its edges resolved by the driver as each task is
+        submitted; a run records them once recording is on (a worker or a
+        call with ``enable_dep_gen``, or :meth:`record_edges`).  Returns a
+        :class:`~pypto_async.ir._deps.TaskGraph`: its tasks by instance with
+        their site's name, its edges ``"inferred"`` with the hazard and the
+        parameter (or ``"intermediate N"``) of the first conflict found, or
+        ``"declared"`` with no hazard where the task orders after every one
+        before it (a site without accesses, declared dependencies, a manual
+        scope) or waits for the task a ``ring_task_window`` back.  None when
+        no run was recorded.
+
+        Raises
+        ------
+        PtoArgumentError
+            If this handle launches a kernel, not a program.
+        """
+        if self._launch is lib.pto_stream_launch:
+            raise PtoArgumentError(f"{self._name!r} is a kernel, not a program: it has no task graph")
+        return resolved_graph(self._kptr, [p.name for p in self._binder.params])
+
+    def record_edges(self, on: bool = True) -> None:
+        """Record (or stop recording) the edges the driver resolves in this program's runs (:meth:`resolved_graph`)."""
+        if self._launch is lib.pto_stream_launch:
+            raise PtoArgumentError(f"{self._name!r} is a kernel, not a program: it has no task graph")
+        check(lib.pto_program_record_edges(self._kptr, 1 if on else 0), "pto_program_record_edges")
+
     def _result(self, args):
         if not self._has_return:
             return None
@@ -342,4 +373,43 @@ def register(worker, compiled) -> KernelHandle:
     graph = getattr(compiled, "task_graph", None)
     if worker._config.enable_dep_gen and graph is not None:
         write_deps(graph, compiled.output_dir, name)
+    elif worker._config.enable_dep_gen and program:
+        handle.record_edges()  # no table: the runs' resolved edges are the graph (resolved_graph)
     return handle
+
+
+_HAZARDS = {lib.PTO_TASK_RAW: "RAW", lib.PTO_TASK_WAW: "WAW", lib.PTO_TASK_WAR: "WAR"}
+
+
+def resolved_graph(kptr, params: list[str]):
+    """The last recorded run's resolved graph of program `kptr` (see :meth:`KernelHandle.resolved_graph`)."""
+    from ..ir._deps import Edge, Task, TaskGraph  # here: the compiler's graph types, loaded only when a graph is asked for
+
+    nt, ne = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    sites, edges, cap_t, cap_e = ffi.NULL, ffi.NULL, 0, 0
+    while True:
+        check(lib.pto_program_last_edges(kptr, sites, cap_t, edges, cap_e, nt, ne), "pto_program_last_edges")
+        if not nt[0]:
+            return None
+        if nt[0] <= cap_t and ne[0] <= cap_e:
+            break
+        cap_t, cap_e = nt[0], ne[0]  # a later run may be larger still: ask again
+        sites, edges = ffi.new("uint32_t[]", cap_t), ffi.new("uint32_t[]", 4 * cap_e + 4)
+    n, m = nt[0], ne[0]
+    names: dict[int, str] = {}
+    tasks = []
+    for i in range(n):
+        s = sites[i]
+        if s not in names:
+            names[s] = ffi.string(lib.pto_program_site_name(kptr, s)).decode()
+        tasks.append(Task(i, names[s], ()))
+    raw = ffi.unpack(edges, 4 * m) if m else []
+    out = []
+    for k in range(m):
+        src, dst, hz, slot = raw[4 * k:4 * k + 4]
+        if hz == lib.PTO_TASK_DECLARED:
+            out.append(Edge(src, dst, "declared"))
+            continue
+        tensor = params[slot] if slot < len(params) else f"intermediate {slot - len(params)}"
+        out.append(Edge(src, dst, "inferred", _HAZARDS[hz], tensor))
+    return TaskGraph(tuple(tasks), tuple(out))

@@ -155,6 +155,34 @@ static pto_program_desc chain = {PTO_PROGRAM_ABI, 2, 2, 1, tiles_sites, tiles_sc
 
 const pto_program_desc *prog_chain(void) { return &chain; }
 
+/* The same program without a table, with its accesses: the driver resolves its edges at submit. */
+static uint32_t scale_acc(const int64_t *idx, pto_task_access *out, uint32_t cap)
+{
+    if (cap < 2)
+        return cap + 1;
+    memset(out, 0, 2 * sizeof(*out));
+    out[0] = (pto_task_access){.arg = 0, .read = 1, .ndim = 1, .lo = {idx[0]}, .hi = {idx[0] + 1}};
+    out[1] = (pto_task_access){.arg = 2, .write = 1, .ndim = 1, .lo = {idx[0]}, .hi = {idx[0] + 1}};
+    return 2;
+}
+
+static uint32_t sum_acc(const int64_t *idx, pto_task_access *out, uint32_t cap)
+{
+    (void)idx;
+    if (cap < 2)
+        return cap + 1;
+    memset(out, 0, 2 * sizeof(*out));
+    out[0] = (pto_task_access){.arg = 2, .read = 1}; /* ndim 0: the whole intermediate */
+    out[1] = (pto_task_access){.arg = 1, .write = 1};
+    return 2;
+}
+
+static const pto_access_fn resolved_acc[] = {scale_acc, sum_acc};
+static pto_program_desc resolved = {PTO_PROGRAM_ABI, 2, 2, 1, tiles_sites, tiles_scratch, 0, 0, 0, 0, 0,
+                                    tiles_orch, resolved_acc, NULL};
+
+const pto_program_desc *prog_resolved(void) { return &resolved; }
+
 /* ---- scoped: N independent tasks inside one scope ------------------------------------------ */
 
 static void s_one(const pto_block *blk, void *const *args, const int64_t *idx)
