@@ -15,6 +15,7 @@ import torch
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 from pypto_async._dtypes import as_dtype, holds
 from pypto_async.errors import PtoArgumentError
 
@@ -64,7 +65,7 @@ def _arith(dt):
     return arith
 
 
-@pytest.mark.parametrize("name", sorted(NEW_INTS))
+@tiered("name", sorted(NEW_INTS), fast=["INT16", "UINT64"])
 def test_integer_dtype_arithmetic(rng, name):
     dt, np_dt = NEW_INTS[name]
     assert dt.get_byte() == np.dtype(np_dt).itemsize and as_dtype(np_dt) is dt
@@ -87,7 +88,7 @@ def test_integer_dtype_arithmetic(rng, name):
     np.testing.assert_array_equal(f, a.astype(np.float32))
 
 
-@pytest.mark.parametrize("name", sorted(NEW_INTS))
+@tiered("name", sorted(NEW_INTS), fast=["UINT16", "UINT32"])
 def test_integer_dtype_torch_and_row_sum(name):
     """torch tensors of the type go in and come back; a row sum wraps in the type."""
     dt, np_dt = NEW_INTS[name]
