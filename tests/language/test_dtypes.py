@@ -162,7 +162,7 @@ def _fp8_inputs(rng, tdt, shape):
     return x.reshape(shape)
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E4M3FN"])
 def test_fp8_load_compute_store_and_cast(name):
     """FP8 tiles hold FP8 values: each op computes in FP32 and its result rounds to nearest even, as torch's .to()."""
     dt, tdt = FP8[name]
@@ -285,7 +285,7 @@ def test_torch_codegen_refuses_uint64():
         _torch_reference(_arith(pl.UINT64), args)
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E5M2"])
 def test_torch_codegen_fp8(name):
     dt, tdt = FP8[name]
 
@@ -317,7 +317,7 @@ def test_torch_codegen_fp8(name):
         assert np.isnan(torch.from_numpy(got).view(tdt).float().numpy()[nan]).all()
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E4M3FN"])
 def test_fp8_row_sum_rounds_once(name):
     dt, tdt = FP8[name]
 
