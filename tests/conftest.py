@@ -43,6 +43,27 @@ def pytest_collection_finish(session):
     gc.collect()
     gc.freeze()
 
+#: How many generated kernels the C compiler built this session (cache misses), for the summary line.
+_kernel_builds = [0]
+
+
+def pytest_sessionstart(session):
+    """Count the session's kernel builds: each is a C compiler run, most of a cold fast tier's time."""
+    from pypto_async.ir import _compile
+
+    build = _compile._run_compiler
+
+    def counted(*args, **kwargs):
+        _kernel_builds[0] += 1
+        return build(*args, **kwargs)
+
+    _compile._run_compiler = counted
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"kernel builds (C compiler runs for generated kernels): {_kernel_builds[0]}")
+
+
 #: Folders here whose every test is in the slow tier (``pytestmark = pytest.mark.slow``): a run that
 #: deselects the slow tier does not import them (the Ray cluster's modules import Ray: a second or more).
 SLOW_ONLY = ("ray_cluster",)

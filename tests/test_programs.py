@@ -10,6 +10,7 @@ from pypto_async import ir
 from pypto_async.errors import PtoCompileError, PtoError
 from pypto_async.ir._deps import Edge
 from pypto_async.runtime import ChipWorker
+from helpers.tiers import tiered
 
 R, C = 128, 128
 F = pl.FP32
@@ -87,7 +88,7 @@ def tiled_program(tile: int):
     return Tiled
 
 
-@pytest.mark.parametrize("tile", [32, 64])
+@tiered("tile", [32, 64], fast=[64])
 def test_elementwise_program_over_tiles_has_no_edges_between_disjoint_tiles(tile):
     c = ir.compile(tiled_program(tile))
     assert len(c.task_graph.tasks) == (R // tile) * (C // tile) and c.task_graph.edges == ()

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -172,6 +174,7 @@ def test_a_folder_of_example_files_keeps_working(tmp_path):
     assert [p.name for p in r.programs(root / "examples" / "basic" / "quiet.py")] == ["quiet.py"]
 
 
+@pytest.mark.slow  # ten child processes: a second or more
 def test_each_program_runs_and_says_what_it_showed(tmp_path):
     r = _runner()
     results = {res.name: res for res in r.run_all(r.programs(_checkout(tmp_path)), ROOT, timeout=120, jobs=2)}

@@ -23,6 +23,7 @@ from pypto_async.errors import (
     PtoPlatformMismatch,
 )
 from pypto_async.runtime import ChipWorker, KernelHandle, Launch, RegistrationHandle, RunConfig
+from helpers.tiers import tiered
 
 torch = pytest.importorskip("torch")
 
@@ -541,7 +542,7 @@ def _twice(rows: int, cols: int):
 
 # 256x256: past torch's grain size, where torch.zeros woke its thread pool; 16x32: small enough
 # for the allocator to hand a just-freed block straight back.
-@pytest.mark.parametrize("shape", [(256, 256), (R, C)], ids=["256x256", "16x32"])
+@tiered("shape", [(256, 256), (R, C)], fast=[(256, 256)], ids=["256x256", "16x32"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_return_style_torch_outputs_are_tensors_of_their_own(dtype, shape):
     # The outputs are made without torch.zeros (its intra-op pool cost milliseconds on a small host,

@@ -15,6 +15,7 @@ from pypto_async.debug import torch_codegen
 from pypto_async.errors import PtoArgumentError, PtoNotSupported
 
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 from .test_python import KERNELS, _args
 
 torch = pytest.importorskip("torch")
@@ -167,7 +168,7 @@ def test_an_ir_function_generates_its_program_and_bad_input_is_refused(rng):
         torch_codegen(odd)
 
 
-@pytest.mark.parametrize("mode", ["round", "rint", "floor", "ceil", "trunc", "none"])
+@tiered("mode", ["round", "rint", "floor", "ceil", "trunc", "none"], fast=["rint", "trunc"])
 def test_narrowing_casts_round_as_the_kernel_does(launcher, rng, mode):
     @pl.jit
     def narrow(a: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -267,7 +268,7 @@ def test_float_rem_prelu_transpose_matmul_bias_and_gemv(launcher, rng):
     _check(float_ops.lower(*args), launcher, float_ops.compile(*args), args)
 
 
-@pytest.mark.parametrize("cmp_type", range(6))
+@tiered("cmp_type", range(6), fast=[0, 3])
 def test_compare_masks_and_select(launcher, rng, cmp_type):
     a = rng.standard_normal((R, C)).astype(np.float32)
     b = rng.standard_normal((R, C)).astype(np.float32)

@@ -19,6 +19,7 @@ import pypto_async.language as pl
 
 from helpers.ir_fixtures import poison
 from helpers.work import run_kernel, run_site, site_names
+from helpers.tiers import tiered
 
 SIMPLE, SPECIAL, REDUCE = 0, 1, 2
 F16, F32, I8 = 0, 1, 2
@@ -125,7 +126,7 @@ def test_matmul_counts_m_n_k_macs_per_block_and_blocks_add_up(rng):
     assert every == {k: ([x * blocks for x in v] if isinstance(v, list) else v * blocks) for k, v in want.items()}
 
 
-@pytest.mark.parametrize("dtype, slot", [(pl.BF16, F16), (pl.FP16, F16)])
+@tiered("dtype, slot", [(pl.BF16, F16), (pl.FP16, F16)], fast=[(pl.BF16, F16)])
 def test_half_precision_matmul_counts_in_the_f16_slot(dtype, slot):
     @pl.jit
     def mm(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):

@@ -14,6 +14,7 @@ import torch
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 
 R, C = 32, 64
 
@@ -92,7 +93,7 @@ EXPAND = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(EXPAND))
+@tiered("name", sorted(EXPAND), fast=["col_expand_div", "row_expand_sub"])
 def test_expand_ops(launcher, rng, name):
     along, ref = EXPAND[name]
     vshape = (R, 1) if along == "row" else (1, C)
@@ -129,7 +130,7 @@ def test_expand_broadcasts_a_vector(launcher, rng, along):
     np.testing.assert_array_equal(y, np.broadcast_to(v, (R, C)))
 
 
-@pytest.mark.parametrize("op", ["row_max", "row_sum", "row_min", "col_sum"])
+@tiered("op", ["row_max", "row_sum", "row_min", "col_sum"], fast=["row_max", "col_sum"])
 def test_reductions_take_a_scratch_tile(launcher, rng, op):
     @pl.jit
     def k(x: pl.Tensor, y1: pl.Out[pl.Tensor], y2: pl.Out[pl.Tensor]):

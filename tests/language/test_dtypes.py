@@ -15,6 +15,7 @@ import torch
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 from pypto_async._dtypes import as_dtype, holds
 from pypto_async.errors import PtoArgumentError
 
@@ -64,7 +65,7 @@ def _arith(dt):
     return arith
 
 
-@pytest.mark.parametrize("name", sorted(NEW_INTS))
+@tiered("name", sorted(NEW_INTS), fast=["INT16", "UINT64"])
 def test_integer_dtype_arithmetic(rng, name):
     dt, np_dt = NEW_INTS[name]
     assert dt.get_byte() == np.dtype(np_dt).itemsize and as_dtype(np_dt) is dt
@@ -87,7 +88,7 @@ def test_integer_dtype_arithmetic(rng, name):
     np.testing.assert_array_equal(f, a.astype(np.float32))
 
 
-@pytest.mark.parametrize("name", sorted(NEW_INTS))
+@tiered("name", sorted(NEW_INTS), fast=["UINT16", "UINT32"])
 def test_integer_dtype_torch_and_row_sum(name):
     """torch tensors of the type go in and come back; a row sum wraps in the type."""
     dt, np_dt = NEW_INTS[name]
@@ -161,7 +162,7 @@ def _fp8_inputs(rng, tdt, shape):
     return x.reshape(shape)
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E4M3FN"])
 def test_fp8_load_compute_store_and_cast(name):
     """FP8 tiles hold FP8 values: each op computes in FP32 and its result rounds to nearest even, as torch's .to()."""
     dt, tdt = FP8[name]
@@ -284,7 +285,7 @@ def test_torch_codegen_refuses_uint64():
         _torch_reference(_arith(pl.UINT64), args)
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E5M2"])
 def test_torch_codegen_fp8(name):
     dt, tdt = FP8[name]
 
@@ -316,7 +317,7 @@ def test_torch_codegen_fp8(name):
         assert np.isnan(torch.from_numpy(got).view(tdt).float().numpy()[nan]).all()
 
 
-@pytest.mark.parametrize("name", sorted(FP8))
+@tiered("name", sorted(FP8), fast=["FP8E4M3FN"])
 def test_fp8_row_sum_rounds_once(name):
     dt, tdt = FP8[name]
 

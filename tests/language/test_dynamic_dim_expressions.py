@@ -14,6 +14,7 @@ import torch
 import pypto_async.language as pl
 from pypto_async.errors import PtoCompileError
 from pypto_async.runtime import run
+from helpers.tiers import tiered
 
 M = pl.dynamic("M")
 NR = pl.dynamic("NR")
@@ -39,7 +40,7 @@ class Composite:
         return self.add_kernel(a, b, out)
 
 
-@pytest.mark.parametrize("m", [8, 24])
+@tiered("m", [8, 24], fast=[24])
 def test_a_composite_dimension_of_a_program_binds_with_its_dim(m):
     a, b, out = torch.randn(2 * m, 64), torch.randn(m, 64), _nan(2 * m, 64)
     result = run(Composite, a, b, out)
@@ -55,7 +56,7 @@ def flat_rows(x: pl.Tensor[[1, NR * 64], pl.FP32], out: pl.Out[pl.Tensor[[NR + 1
     return out
 
 
-@pytest.mark.parametrize("nr", [2, 5])
+@tiered("nr", [2, 5], fast=[5])
 def test_a_dim_only_an_expression_holds_is_solved_from_the_extent(launcher, nr):
     x, out = torch.randn(1, nr * 64), _nan(nr + 1, 64)
     flat_rows(x, out)

@@ -11,6 +11,7 @@ from pypto_async import _dtypes
 from pypto_async._signature import IN, INOUT, OUT, SCALAR
 from pypto_async.errors import PtoArgumentError, PtoCompileError
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 
 
 @pl.jit
@@ -100,7 +101,8 @@ def _random(dtype, rng, shape):
     return rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype.np_storage)
 
 
-@pytest.mark.parametrize("dtype", _dtypes.ALL_DTYPES, ids=lambda d: d.name)
+@tiered("dtype", _dtypes.ALL_DTYPES, fast=[pl.FP32, pl.BF16, pl.FP8E5M2, pl.INT8, pl.UINT64, pl.BOOL],
+        ids=lambda d: d.name)
 def test_every_dtype_round_trips(launcher, rng, dtype):
     k = _roundtrip_kernel()
     if dtype == pl.BF16:

@@ -18,6 +18,7 @@ import torch
 from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 from pypto_async.errors import PtoCompileError
 
 
@@ -139,7 +140,7 @@ def _mixed(mode, *extra):
     return kern
 
 
-@pytest.mark.parametrize("mode", list(pl.SplitMode))
+@tiered("mode", list(pl.SplitMode), fast=[pl.SplitMode.UP_DOWN])
 def test_split_mixed_kernel_matches_torch(launcher, mode):
     torch.manual_seed(0)
     a = torch.randn(128, 256, dtype=torch.float16)
@@ -247,7 +248,7 @@ def test_unroll_of_regions_makes_one_task_per_iteration(launcher, rng):
     assert len(compiled.task_graph.tasks) == 4 and compiled.task_graph.edges == ()
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
+@tiered("stage", [1, 2, 3], fast=[3])
 def test_pipeline_double_buffers_an_incore_loop_with_a_tail(launcher, rng, stage):
     """Seven tiles (not a multiple of the stage): every one is loaded, computed and stored once."""
 

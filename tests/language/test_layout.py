@@ -8,11 +8,11 @@ patterns (a loop-carried target tile, pl.slice rows, nested loops).
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 
 
 def test_recip_builds_a_sigmoid(launcher, rng):
@@ -144,7 +144,7 @@ def test_store_spellings(launcher, rng):
         np.testing.assert_array_equal(y, x)
 
 
-@pytest.mark.parametrize("dtype", ["FP32", "INT32", "FP16", "BF16", "INT8"])
+@tiered("dtype", ["FP32", "INT32", "FP16", "BF16", "INT8"], fast=["FP32", "BF16", "INT8"])
 def test_atomic_add_from_concurrent_blocks(launcher, rng, dtype):
     """Eight blocks on two cores add their tiles into one window of an InOut tensor."""
     d = getattr(pl, dtype)
@@ -203,7 +203,7 @@ def _to_int_ref(x: np.ndarray, mode: str) -> np.ndarray:
     return {"floor": np.floor, "ceil": np.ceil}[mode](x)
 
 
-@pytest.mark.parametrize("mode", ["none", "rint", "round", "floor", "ceil", "trunc"])
+@tiered("mode", ["none", "rint", "round", "floor", "ceil", "trunc"], fast=["rint", "floor"])
 def test_cast_float_to_int_modes(launcher, rng, mode):
     @pl.jit
     def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
@@ -272,7 +272,7 @@ def test_cast_default_mode_is_pyptos_round(launcher, rng):
     np.testing.assert_array_equal(yh.view(np.uint16), _fp16_ref(x.astype(np.float64), "round").view(np.uint16))
 
 
-@pytest.mark.parametrize("mode", ["rint", "round", "floor", "ceil", "trunc", "odd"])
+@tiered("mode", ["rint", "round", "floor", "ceil", "trunc", "odd"], fast=["round", "odd"])
 def test_cast_to_fp16_modes(launcher, rng, mode):
     @pl.jit
     def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
@@ -288,7 +288,7 @@ def test_cast_to_fp16_modes(launcher, rng, mode):
     np.testing.assert_array_equal(y.view(np.uint16), _fp16_ref(x, mode).view(np.uint16))
 
 
-@pytest.mark.parametrize("mode", ["floor", "ceil", "trunc"])
+@tiered("mode", ["floor", "ceil", "trunc"], fast=["ceil"])
 def test_cast_to_bf16_directed_modes(launcher, rng, mode):
     @pl.jit
     def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):

@@ -13,6 +13,7 @@ import torch
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered, tiered_product
 
 R, C, TR = 64, 48, 16
 
@@ -43,7 +44,7 @@ UNARY = {
 }
 
 
-@pytest.mark.parametrize("op", sorted(UNARY))
+@tiered("op", sorted(UNARY), fast=["exp", "rsqrt"])
 def test_unary(launcher, rng, op):
     fn, ref, positive = UNARY[op]
     x = rng.standard_normal((R, C)).astype(np.float32)
@@ -83,8 +84,7 @@ def _full(shape_window):
     return (R if shape_window[0] > 1 else 1, shape_window[1])
 
 
-@pytest.mark.parametrize("layout", sorted(SHAPES))
-@pytest.mark.parametrize("op", sorted(BINARY))
+@tiered_product("op,layout", sorted(BINARY), sorted(SHAPES))
 def test_binary_tiles_and_broadcast(launcher, rng, op, layout):
     fn, ref = BINARY[op]
     sa, sb = SHAPES[layout]
@@ -98,7 +98,7 @@ def test_binary_tiles_and_broadcast(launcher, rng, op, layout):
     assert rel_err(y, want) < 1e-5
 
 
-@pytest.mark.parametrize("op", sorted(BINARY))
+@tiered("op", sorted(BINARY), fast=["sub", "div"])
 def test_binary_scalar_operands(launcher, rng, op):
     """A Python number on either side, and a pl.Scalar parameter."""
     fn, ref = BINARY[op]
@@ -148,7 +148,7 @@ REDUCE = {
 }
 
 
-@pytest.mark.parametrize("op", sorted(REDUCE))
+@tiered("op", sorted(REDUCE), fast=["row_sum", "col_max"])
 def test_reductions(launcher, rng, op):
     fn, ref = REDUCE[op]
     out_shape = (R, 1) if op.startswith("row") else (1, C)
@@ -254,7 +254,8 @@ CASTS = [
 ]
 
 
-@pytest.mark.parametrize("src,dst,ref", CASTS, ids=[f"{s}-{d}" for s, d, _ in CASTS])
+@tiered("src,dst,ref", CASTS, fast=lambda s, d, _: (s, d) in {("FP32", "INT32"), ("FP32", "FP16"), ("UINT8", "INT64")},
+        ids=[f"{s}-{d}" for s, d, _ in CASTS])
 def test_cast(launcher, rng, src, dst, ref):
     dsrc, ddst = getattr(pl, src), getattr(pl, dst)
 
@@ -294,7 +295,7 @@ INT_REFS = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["INT8", "INT32", "INT64", "UINT8"])
+@tiered("dtype", ["INT8", "INT32", "INT64", "UINT8"], fast=["INT8", "INT64"])
 def test_integer_binary_ops_wrap_and_floor(launcher, rng, dtype):
     d = getattr(pl, dtype)
 

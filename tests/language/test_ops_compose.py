@@ -12,6 +12,7 @@ import torch
 
 import pypto_async.language as pl
 from pypto_async.errors import PtoCompileError
+from helpers.tiers import tiered
 
 R, C = 16, 64
 
@@ -38,7 +39,7 @@ def test_row_and_col_expand_expdif_are_exp_of_the_broadcast_difference():
     torch.testing.assert_close(cols, torch.exp(x - x.amax(dim=0, keepdim=True)), rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("pad", [pl.PadValue.zero, pl.PadValue.max, -math.inf])
+@tiered("pad", [pl.PadValue.zero, pl.PadValue.max, -math.inf], fast=[-math.inf])
 def test_fillpad_expand_copies_the_valid_region_into_a_larger_padded_tile(pad):
     @pl.jit
     def expand(x: pl.Tensor[[8, 16], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):

@@ -19,6 +19,7 @@ import torch
 from helpers.located import assert_at, next_line
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered, tiered_product
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError
 
@@ -56,8 +57,7 @@ def _scalar_kernel(fn, s):
 BITWISE = {"and_": (pl.and_, np.bitwise_and), "or_": (pl.or_, np.bitwise_or), "xor": (pl.xor, np.bitwise_xor)}
 
 
-@pytest.mark.parametrize("dt", sorted(INT_DTYPES))
-@pytest.mark.parametrize("op", sorted(BITWISE))
+@tiered_product("op,dt", sorted(BITWISE), sorted(INT_DTYPES))
 def test_bitwise_tiles(launcher, rng, op, dt):
     fn, ref = BITWISE[op]
     dtype = INT_DTYPES[dt]
@@ -70,8 +70,7 @@ def test_bitwise_tiles(launcher, rng, op, dt):
 BITWISE_SCALAR = {"ands": (pl.ands, np.bitwise_and), "ors": (pl.ors, np.bitwise_or), "xors": (pl.xors, np.bitwise_xor)}
 
 
-@pytest.mark.parametrize("dt", sorted(INT_DTYPES))
-@pytest.mark.parametrize("op", sorted(BITWISE_SCALAR))
+@tiered_product("op,dt", sorted(BITWISE_SCALAR), sorted(INT_DTYPES))
 def test_bitwise_scalar(launcher, rng, op, dt):
     fn, ref = BITWISE_SCALAR[op]
     dtype = INT_DTYPES[dt]
@@ -82,7 +81,7 @@ def test_bitwise_scalar(launcher, rng, op, dt):
     np.testing.assert_array_equal(y, ref(a, dtype(s)))
 
 
-@pytest.mark.parametrize("dt", sorted(INT_DTYPES))
+@tiered("dt", sorted(INT_DTYPES), fast=["int8", "uint8"])
 def test_not(launcher, rng, dt):
     dtype = INT_DTYPES[dt]
     a = ints(rng, (R, C), dtype)
@@ -106,7 +105,7 @@ def _shift_ref(a, n, left: bool):
     return wrapped.astype(a.dtype.str.replace("i", "u")).view(a.dtype).reshape(a.shape)
 
 
-@pytest.mark.parametrize("dt", sorted(INT_DTYPES))
+@tiered("dt", sorted(INT_DTYPES), fast=["int8", "uint8"])
 @pytest.mark.parametrize("left", [True, False], ids=["shl", "shr"])
 def test_shift_tiles(launcher, rng, dt, left):
     dtype = INT_DTYPES[dt]
@@ -118,8 +117,7 @@ def test_shift_tiles(launcher, rng, dt, left):
     np.testing.assert_array_equal(y, _shift_ref(a, n, left))
 
 
-@pytest.mark.parametrize("dt", sorted(INT_DTYPES))
-@pytest.mark.parametrize("op", ["shls", "shrs", "shl", "shr"])
+@tiered_product("op,dt", ["shls", "shrs", "shl", "shr"], sorted(INT_DTYPES))
 def test_shift_scalar(launcher, rng, dt, op):
     dtype = INT_DTYPES[dt]
     a = ints(rng, (R, C), dtype)
@@ -251,7 +249,7 @@ def _packed(bits: np.ndarray) -> np.ndarray:
     return np.pad(packed, ((0, 0), (0, cols - packed.shape[-1])))
 
 
-@pytest.mark.parametrize("cmp_type", range(6), ids=["eq", "ne", "lt", "le", "gt", "ge"])
+@tiered("cmp_type", range(6), fast=[1, 3], ids=["eq", "ne", "lt", "le", "gt", "ge"])
 def test_cmp_sel_every_mode(launcher, rng, cmp_type):
     # Small integers in float, so eq/le/ge see ties; a NaN compares unequal to everything.
     a = rng.integers(-3, 4, size=(R, C)).astype(np.float32)
@@ -277,7 +275,7 @@ def test_cmp_sel_every_mode(launcher, rng, cmp_type):
     np.testing.assert_array_equal(ys, np.where(CMP_REF[cmp_type](a, 0.0), a, np.float32(-9.0)))
 
 
-@pytest.mark.parametrize("dt", ["int32", "int8", "uint8"])
+@tiered("dt", ["int32", "int8", "uint8"], fast=["int8"])
 def test_cmp_integer_tiles(launcher, rng, dt):
     dtype = INT_DTYPES[dt]
     a, b = ints(rng, (R, C), dtype), ints(rng, (R, C), dtype)

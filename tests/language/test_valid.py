@@ -15,11 +15,12 @@ import torch
 import pypto_async.language as pl
 from pypto_async.errors import PtoError
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 
 PAD = {"zero": 0.0, "max": np.inf, "min": -np.inf}
 
 
-@pytest.mark.parametrize("pad", sorted(PAD))
+@tiered("pad", sorted(PAD), fast=["min"])
 def test_fillpad_writes_the_pad_value_outside_the_valid_box(launcher, rng, pad):
     @pl.jit
     def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):

@@ -166,6 +166,7 @@ _CTRL_C = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.slow  # a child process: a second or more
 def test_ctrl_c_during_a_blocking_sync_is_prompt(rel_kernels, tmp_path):
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     kdir = str(rel_kernels.directory)

@@ -24,6 +24,7 @@ from pypto_async.ir.distributed_compiled_program import DistributedCompiledProgr
 from pypto_async.runtime import DistributedWorker, RunConfig
 from pypto_async.language.distributed_trace import CommOp
 from pypto_async.runtime.distributed_runner import _tensor_from_continuous
+from helpers.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
 NR = pl.dynamic("NR")
@@ -142,7 +143,7 @@ def shift_load(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C]
                          r, device=r)
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@tiered("n", [2, 3], fast=[3])
 def test_remote_load_reads_the_peers_window_through_a_peer_copy(n):
     x = rng.standard_normal((n, 1, C)).astype(np.float32)
     y = _poisoned((n, 1, C))
