@@ -94,6 +94,13 @@ struct pto_graph {
     pto_event *done;              /* recorded (ordering only) at every replay's end */
     uint32_t last_origin;         /* stream id of the previous replay's origin */
     bool replayed;
+    struct pto_gkref *krefs;      /* each kernel the launches use, with their count (instantiate) */
+    uint32_t n_krefs;
+};
+
+struct pto_gkref {
+    pto_kernel *k;
+    uint32_t n;
 };
 
 _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec"))) = false;
@@ -157,6 +164,7 @@ void pto_graph_destroy(pto_graph *g)
     free(g->patches);
     free(g->inputs);
     free(g->accs);
+    free(g->krefs);
     free(g);
 }
 
@@ -453,6 +461,19 @@ int pto_graph_instantiate(pto_graph *g)
         }
     }
     free(recorded);
+    /* A replay takes its launches' kernel references once per kernel (replay, below). */
+    if (g->n_launches && !(g->krefs = calloc(g->n_launches, sizeof(*g->krefs))))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    for (uint32_t i = 0; i < g->n_cmds; i++) {
+        if (g->cmds[i].op != G_LAUNCH)
+            continue;
+        uint32_t j = 0;
+        while (j < g->n_krefs && g->krefs[j].k != g->cmds[i].k)
+            j++;
+        if (j == g->n_krefs)
+            g->krefs[g->n_krefs++] = (struct pto_gkref){g->cmds[i].k, 0};
+        g->krefs[j].n++;
+    }
     g->events = calloc(g->n_events ? g->n_events : 1, sizeof(pto_event *));
     if (!g->events)
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
@@ -636,7 +657,8 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
         const uint64_t *args = patched_args(r, c, scratch);
         if (c->op == G_PROGRAM)
             return pto_stream_run_program(s, c->prog, args, c->nargs, tag);
-        return pti_launch_commit(s, c->k, c->blocks, args, c->nargs, tag, "pto_graph_replay"); /* checked */
+        /* Checked (check_replay); its kernel reference taken with the replay's (replay, below). */
+        return pti_launch_commit_held(s, c->k, c->blocks, args, c->nargs, tag, "pto_graph_replay");
     }
     case G_COPY: {
         uint32_t kind;
@@ -823,8 +845,32 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         rc = pto_hazards_queue_edge(hz, o.sid, o.edges[i].src, own_tag + 1);
     if (rc >= 0)
         rc = queue_staging(&r, true, own_tag);
-    for (uint32_t i = 0; rc >= 0 && i < g->n_cmds; i++)
-        rc = queue_cmd(&r, i, tag + i, scratch);
+    bool refs = rc >= 0;
+    if (refs)
+        for (uint32_t i = 0; i < g->n_krefs; i++)
+            pti_kernel_ref_n(g->krefs[i].k, g->krefs[i].n);
+    pto_stream *batch = NULL; /* the stream whose run of commands goes as one batch (pti_batch_begin) */
+    uint32_t queued = 0;      /* commands queued */
+    for (; rc >= 0 && queued < g->n_cmds; queued++) {
+        const struct pto_gcmd *c = &g->cmds[queued];
+        bool batched = c->op == G_LAUNCH || c->op == G_COPY || c->op == G_MEMSET;
+        pto_stream *s = batched ? streams[c->slot] : NULL;
+        if (batch && batch != s) {
+            pti_batch_end(batch);
+            batch = NULL;
+        }
+        if (s && !batch)
+            pti_batch_begin(batch = s);
+        rc = queue_cmd(&r, queued, tag + queued, scratch);
+        if (rc < 0)
+            break;
+    }
+    if (batch)
+        pti_batch_end(batch);
+    if (refs && rc < 0) /* the launches not queued (the refused one among them): their references go back */
+        for (uint32_t i = queued; i < g->n_cmds; i++)
+            if (g->cmds[i].op == G_LAUNCH)
+                pti_kernel_unref(g->cmds[i].k);
     if (rc >= 0)
         rc = queue_staging(&r, false, own_tag);
     if (rc >= 0)
