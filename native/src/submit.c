@@ -294,8 +294,23 @@ void pti_stream_kick_deferred(pto_stream *s)
      * completing head sees the tail (the Dekker pair of pti_slot_commit).
      */
     uint64_t head = atomic_load(&s->head);
-    if (head < tail)
+    if (head >= tail)
+        return;
+    if (s->dev->cfg.host_first != PTO_HOST_FIRST_OFF) {
         pti_stream_kick(s, head + 1);
+        return;
+    }
+    /*
+     * host_first off: the device threads start the work.  Rather than run a
+     * scheduler pass here, which hands the command to an engine under its
+     * queue's lock and finishes it under sched_lock while that engine, woken,
+     * contends for both (a futex call each), ring the stream's doorbell and
+     * kick: a spinning engine runs the pass, else the scheduler thread is
+     * woken, once, outside sched_lock (pti_sched_kick).  Either way the pass
+     * finds s by its bell, as for a kick that finds sched_lock held.
+     */
+    pti_sched_ring(s);
+    pti_sched_kick(s->dev, false);
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
