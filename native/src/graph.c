@@ -876,15 +876,15 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
     if (rc >= 0)
         rc = pto_stream_record_ordering(origin, g->done, own_tag);
     pti_quiet = false;
-    pti_submit_ns = 0;
-    pti_defer_kicks = false;
-    for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */
-        pti_stream_kick_deferred(streams[i]);
-    if (rc >= 0) {
+    if (rc >= 0) { /* its kick deferred too: one per stream, whatever the stream did meanwhile */
         g->replayed = true;
         g->last_origin = origin->id;
         rc = last = pto_stream_notify(origin, token);
     }
+    pti_submit_ns = 0;
+    pti_defer_kicks = false;
+    for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */
+        pti_stream_kick_deferred(streams[i]);
     if (rc >= 0 && hz) {
         int noted = pto_hazards_note(hz, o.sid, o.acc, o.n, token);
         if (noted < 0)
