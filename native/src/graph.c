@@ -7,7 +7,11 @@
  * graph's own events.  Nothing here runs on a driver thread: a replay is a
  * producer like any other, queuing each command through the pto_stream_*
  * call of its kind (submit.c), so ring room, the overflow, back-dating and
- * failure propagation are exactly those of eager commands.
+ * failure propagation are exactly those of eager commands.  A stream's run
+ * of launches, copies and memsets goes as one batch (pti_batch_begin,
+ * submit.c: submit_lock once, one fence), each kernel's references for the
+ * replay are taken in one add, and every stream used gets one kick at the
+ * end (pti_stream_kick_deferred), the notify's included.
  *
  * One record per replay
  * ---------------------
