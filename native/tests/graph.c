@@ -430,11 +430,23 @@ static void ordered_replays(void)
 /*
  * A replay's run of commands on one stream goes as one batch: submit_lock is
  * taken once for it, not per command (s->slot_locks), and the kernel
- * references its launches hold are taken in one go and all given back.
+ * references its launches hold are taken in one go and all given back;
+ * with host_first on and off (the one kick per stream then wakes the device
+ * threads instead of running a pass on the submitting thread).
  */
-static void batched_replay(void)
+static void batched_replay(bool host_first_off)
 {
-    pto_device *dev = t_open_device(16u << 20, 4);
+    pto_device_config cfg;
+    pto_device *dev = NULL;
+    pto_device_config_init(&cfg);
+    cfg.cores = 2;
+    cfg.copy_engines = 2;
+    cfg.aicpu_thread_num = 2;
+    cfg.device_memory = 16u << 20;
+    cfg.ring_task_window = 4; /* a ring of a few slots: the batch goes through the overflow too */
+    if (host_first_off)
+        cfg.host_first = PTO_HOST_FIRST_OFF; /* the replay's kick wakes the device threads */
+    t_check(pto_device_open("sim", &cfg, &dev));
     pto_kernel *fill, *add;
     t_check(pto_kernel_builtin(dev, "fill_f32", &fill));
     t_check(pto_kernel_builtin(dev, "add_f32", &add));
@@ -666,7 +678,8 @@ int main(void)
     several_in_flight_and_a_failure();
     replays_racing_stream_closes();
     ordered_replays();
-    batched_replay();
+    batched_replay(false);
+    batched_replay(true);
     programs_in_a_graph();
     return T_EXIT_PASS;
 }
