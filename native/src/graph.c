@@ -7,7 +7,11 @@
  * graph's own events.  Nothing here runs on a driver thread: a replay is a
  * producer like any other, queuing each command through the pto_stream_*
  * call of its kind (submit.c), so ring room, the overflow, back-dating and
- * failure propagation are exactly those of eager commands.
+ * failure propagation are exactly those of eager commands.  A stream's run
+ * of launches, copies and memsets goes as one batch (pti_batch_begin,
+ * submit.c: submit_lock once, one fence), each kernel's references for the
+ * replay are taken in one add, and every stream used gets one kick at the
+ * end (pti_stream_kick_deferred), the notify's included.
  *
  * One record per replay
  * ---------------------
@@ -94,6 +98,24 @@ struct pto_graph {
     pto_event *done;              /* recorded (ordering only) at every replay's end */
     uint32_t last_origin;         /* stream id of the previous replay's origin */
     bool replayed;
+    struct pto_gkref *krefs;      /* each kernel the launches use, with their count (instantiate) */
+    uint32_t n_krefs;
+    /*
+     * The launches' arguments as the last replay's full check found them
+     * (check_replay): the same bindings on the same streams are as good while
+     * no block left the arena (mem_gen) and no kernel declared its kinds since.
+     */
+    bool memo;
+    uint64_t memo_gen;
+    uint32_t memo_nokinds;        /* kernels of krefs with no kinds declared */
+    uint64_t *memo_ptrs;          /* n_inputs */
+    pto_stream **memo_streams;    /* n_streams */
+    uint32_t *memo_heap;          /* each stream's heap_size */
+};
+
+struct pto_gkref {
+    pto_kernel *k;
+    uint32_t n;
 };
 
 _Thread_local bool pti_quiet __attribute__((tls_model("initial-exec"))) = false;
@@ -157,6 +179,10 @@ void pto_graph_destroy(pto_graph *g)
     free(g->patches);
     free(g->inputs);
     free(g->accs);
+    free(g->krefs);
+    free(g->memo_ptrs);
+    free(g->memo_streams);
+    free(g->memo_heap);
     free(g);
 }
 
@@ -453,6 +479,22 @@ int pto_graph_instantiate(pto_graph *g)
         }
     }
     free(recorded);
+    /* A replay takes its launches' kernel references once per kernel (replay, below). */
+    if ((g->n_launches && !(g->krefs = calloc(g->n_launches, sizeof(*g->krefs)))) ||
+        !(g->memo_ptrs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(*g->memo_ptrs))) ||
+        !(g->memo_streams = calloc(g->n_streams, sizeof(*g->memo_streams))) ||
+        !(g->memo_heap = calloc(g->n_streams, sizeof(*g->memo_heap))))
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    for (uint32_t i = 0; i < g->n_cmds; i++) {
+        if (g->cmds[i].op != G_LAUNCH)
+            continue;
+        uint32_t j = 0;
+        while (j < g->n_krefs && g->krefs[j].k != g->cmds[i].k)
+            j++;
+        if (j == g->n_krefs)
+            g->krefs[g->n_krefs++] = (struct pto_gkref){g->cmds[i].k, 0};
+        g->krefs[j].n++;
+    }
     g->events = calloc(g->n_events ? g->n_events : 1, sizeof(pto_event *));
     if (!g->events)
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
@@ -545,6 +587,42 @@ static const uint64_t *patched_args(const struct replay *r, const struct pto_gcm
     return scratch;
 }
 
+static uint32_t kernels_without_kinds(const pto_graph *g)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->n_krefs; i++)
+        n += atomic_load_explicit(&g->krefs[i].k->kinds, memory_order_acquire) == NULL;
+    return n;
+}
+
+/* Whether the launches' last full check holds for replay r (g->memo; inputs and streams checked already). */
+static bool memo_holds(const struct replay *r, uint64_t gen)
+{
+    pto_graph *g = r->g;
+    if (!g->memo || gen != g->memo_gen)
+        return false;
+    if (g->n_inputs && memcmp(r->dev_ptrs, g->memo_ptrs, (size_t)g->n_inputs * sizeof(uint64_t)))
+        return false;
+    for (uint32_t i = 0; i < g->n_streams; i++)
+        if (r->streams[i] != g->memo_streams[i] || r->streams[i]->heap_size != g->memo_heap[i])
+            return false;
+    return kernels_without_kinds(g) == g->memo_nokinds;
+}
+
+static void memo_set(const struct replay *r, uint64_t gen)
+{
+    pto_graph *g = r->g;
+    if (g->n_inputs)
+        memcpy(g->memo_ptrs, r->dev_ptrs, (size_t)g->n_inputs * sizeof(uint64_t));
+    for (uint32_t i = 0; i < g->n_streams; i++) {
+        g->memo_streams[i] = r->streams[i];
+        g->memo_heap[i] = r->streams[i]->heap_size;
+    }
+    g->memo_nokinds = kernels_without_kinds(g);
+    g->memo_gen = gen;
+    g->memo = true;
+}
+
 /* Everything a replay is checked for before it queues anything (scratch: g->max_nargs slots). */
 static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninputs, uint64_t *scratch)
 {
@@ -573,6 +651,9 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
             return pti_error(PTO_EINVAL, "%s: input %u's device range 0x%llx+%llu lies outside the device arena",
                              fn, i, (unsigned long long)r->dev_ptrs[i], (unsigned long long)in->nbytes);
     }
+    /* Acquire pairs with mem_changed (memory.c): read before the checks it stands for. */
+    uint64_t gen = atomic_load_explicit(&g->dev->mem_gen, memory_order_acquire);
+    bool memo = memo_holds(r, gen);
     for (uint32_t i = 0; i < g->n_cmds; i++) {
         const struct pto_gcmd *c = &g->cmds[i];
         uint32_t kind;
@@ -598,7 +679,7 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
         } else if (c->op == G_PROGRAM) {
             /* As pto_stream_run_program will check them, but now: a refusal part way would leave half a replay. */
             rc = pti_program_args_check(c->prog, patched_args(r, c, scratch), c->nargs, fn);
-        } else if (c->op == G_LAUNCH) {
+        } else if (c->op == G_LAUNCH && !memo) {
             /*
              * pto_stream_launch's whole check, here and only here (queue_cmd commits the launch
              * unchecked): a refusal part way would leave half a replay, and a node checked twice
@@ -621,6 +702,8 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
     int st = pto_device_status(g->dev);
     if (st)
         return pti_error(-st, "%s: %s", fn, st == -PTO_EDEVLOST ? "device lost" : "device is closing");
+    if (!memo)
+        memo_set(r, gen);
     return 0;
 }
 
@@ -636,7 +719,8 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
         const uint64_t *args = patched_args(r, c, scratch);
         if (c->op == G_PROGRAM)
             return pto_stream_run_program(s, c->prog, args, c->nargs, tag);
-        return pti_launch_commit(s, c->k, c->blocks, args, c->nargs, tag, "pto_graph_replay"); /* checked */
+        /* Checked (check_replay); its kernel reference taken with the replay's (replay, below). */
+        return pti_launch_commit_held(s, c->k, c->blocks, args, c->nargs, tag, "pto_graph_replay");
     }
     case G_COPY: {
         uint32_t kind;
@@ -823,22 +907,46 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         rc = pto_hazards_queue_edge(hz, o.sid, o.edges[i].src, own_tag + 1);
     if (rc >= 0)
         rc = queue_staging(&r, true, own_tag);
-    for (uint32_t i = 0; rc >= 0 && i < g->n_cmds; i++)
-        rc = queue_cmd(&r, i, tag + i, scratch);
+    bool refs = rc >= 0;
+    if (refs)
+        for (uint32_t i = 0; i < g->n_krefs; i++)
+            pti_kernel_ref_n(g->krefs[i].k, g->krefs[i].n);
+    pto_stream *batch = NULL; /* the stream whose run of commands goes as one batch (pti_batch_begin) */
+    uint32_t queued = 0;      /* commands queued */
+    for (; rc >= 0 && queued < g->n_cmds; queued++) {
+        const struct pto_gcmd *c = &g->cmds[queued];
+        bool batched = c->op == G_LAUNCH || c->op == G_COPY || c->op == G_MEMSET;
+        pto_stream *s = batched ? streams[c->slot] : NULL;
+        if (batch && batch != s) {
+            pti_batch_end(batch);
+            batch = NULL;
+        }
+        if (s && !batch)
+            pti_batch_begin(batch = s);
+        rc = queue_cmd(&r, queued, tag + queued, scratch);
+        if (rc < 0)
+            break;
+    }
+    if (batch)
+        pti_batch_end(batch);
+    if (refs && rc < 0) /* the launches not queued (the refused one among them): their references go back */
+        for (uint32_t i = queued; i < g->n_cmds; i++)
+            if (g->cmds[i].op == G_LAUNCH)
+                pti_kernel_unref(g->cmds[i].k);
     if (rc >= 0)
         rc = queue_staging(&r, false, own_tag);
     if (rc >= 0)
         rc = pto_stream_record_ordering(origin, g->done, own_tag);
     pti_quiet = false;
-    pti_submit_ns = 0;
-    pti_defer_kicks = false;
-    for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */
-        pti_stream_kick_deferred(streams[i]);
-    if (rc >= 0) {
+    if (rc >= 0) { /* its kick deferred too: one per stream, whatever the stream did meanwhile */
         g->replayed = true;
         g->last_origin = origin->id;
         rc = last = pto_stream_notify(origin, token);
     }
+    pti_submit_ns = 0;
+    pti_defer_kicks = false;
+    for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */
+        pti_stream_kick_deferred(streams[i]);
     if (rc >= 0 && hz) {
         int noted = pto_hazards_note(hz, o.sid, o.acc, o.n, token);
         if (noted < 0)

@@ -319,6 +319,7 @@ struct pto_kernel {
 };
 
 void pti_kernel_ref(pto_kernel *k);
+void pti_kernel_ref_n(pto_kernel *k, uint32_t n); /* n references at once */
 void pti_kernel_unref(pto_kernel *k);
 /* Close: drop every kernel still loaded. */
 void pti_kernels_release_all(pto_device *dev);
@@ -526,6 +527,7 @@ struct pto_stream {
     uint64_t backdate;            /* commands are accepted at min(epoch, backdate) (pto_stream_backdate) */
     bool slot_dep;                /* the ring slot pti_slot_begin handed out took a dep entry */
     uint64_t kick_first;          /* first command committed without its kick (pti_defer_kicks); 0: none */
+    uint64_t slot_locks;          /* submit_lock takes by pti_slot_begin and pti_batch_begin (a batch: one) */
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
 
     /* scheduler side, under sched_lock */
@@ -617,6 +619,15 @@ extern _Thread_local uint64_t pti_submit_ns __attribute__((tls_model("initial-ex
  */
 extern _Thread_local bool pti_defer_kicks __attribute__((tls_model("initial-exec")));
 void pti_stream_kick_deferred(pto_stream *s);
+/*
+ * A run of commands on s queued as one batch (submit.c): s->submit_lock held
+ * from pti_batch_begin to pti_batch_end, one fence and no kick in between.
+ * Only commands whose submission takes no other lock go in a batch
+ * (launches, copies, memsets); pti_stream_kick_deferred starts them.
+ */
+extern _Thread_local pto_stream *pti_batch_stream __attribute__((tls_model("initial-exec")));
+void pti_batch_begin(pto_stream *s);
+void pti_batch_end(pto_stream *s);
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 
@@ -1272,6 +1283,9 @@ int pti_launch_check(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64
                      const char *fn);
 int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
                       uint64_t token, const char *fn);
+/* pti_launch_commit of a launch whose kernel reference the caller took (pti_kernel_ref_n); on a refusal it stays the caller's. */
+int pti_launch_commit_held(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                           uint64_t token, const char *fn);
 /* The same behind the fence after (NULL: none), carried inline; the reference moves to the launch. */
 int pti_launch_commit_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
                             struct pto_event_node *after, uint64_t token, const char *fn);

@@ -108,6 +108,11 @@ void pti_kernel_ref(pto_kernel *k)
     atomic_fetch_add_explicit(&k->refs, 1, memory_order_relaxed);
 }
 
+void pti_kernel_ref_n(pto_kernel *k, uint32_t n)
+{
+    atomic_fetch_add_explicit(&k->refs, n, memory_order_relaxed);
+}
+
 void pti_kernel_unref(pto_kernel *k)
 {
     if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) != 1)

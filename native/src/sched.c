@@ -40,11 +40,20 @@
 static void signal_scheduler(pto_device *dev, bool locked)
 {
     if (atomic_load(&dev->sched_sleepers) > 0) {
-        if (!locked)
-            pthread_mutex_lock(&dev->sched_lock);
+        if (locked) {
+            pthread_cond_signal(&dev->sched_cv);
+            return;
+        }
+        /*
+         * Taking sched_lock once orders this after a sleeper's re-check of kick
+         * and wakes under it: that sleeper is in its wait by the time the lock is
+         * ours.  The signal goes after the unlock, so the woken scheduler does not
+         * block on sched_lock straight away (and this thread does not pay a
+         * second futex call to hand it over).
+         */
+        pthread_mutex_lock(&dev->sched_lock);
+        pthread_mutex_unlock(&dev->sched_lock);
         pthread_cond_signal(&dev->sched_cv);
-        if (!locked)
-            pthread_mutex_unlock(&dev->sched_lock);
     }
 }
 

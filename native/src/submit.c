@@ -16,6 +16,51 @@
 #include "internal.h"
 #include "pto_program.h"
 
+/*
+ * A batch (pti_batch_begin .. pti_batch_end, a graph replay's run of
+ * commands on one stream): the thread holds s->submit_lock across the
+ * batch's slots instead of taking it per slot, publishes each tail with a
+ * release store (one seq_cst fence for the batch, at its end) and counts
+ * its submissions once.  Its commits queue no kick (pti_stream_kick_deferred
+ * gives the one), so nothing under the lock takes another lock.
+ */
+_Thread_local pto_stream *pti_batch_stream __attribute__((tls_model("initial-exec"))) = NULL;
+static _Thread_local uint32_t batch_submitted __attribute__((tls_model("initial-exec")));
+
+static inline bool in_batch(const pto_stream *s)
+{
+    return pti_batch_stream == s;
+}
+
+static inline void slot_unlock(pto_stream *s)
+{
+    if (!in_batch(s))
+        pthread_mutex_unlock(&s->submit_lock);
+}
+
+void pti_batch_begin(pto_stream *s)
+{
+    pthread_mutex_lock(&s->submit_lock);
+    s->slot_locks++;
+    pti_batch_stream = s;
+    batch_submitted = 0;
+}
+
+void pti_batch_end(pto_stream *s)
+{
+    /*
+     * seq_cst fence: the batch's release stores of tail, then this, then the
+     * deferred kick's seq_cst load of head: the Dekker pair of
+     * pti_slot_commit, for the whole batch.
+     */
+    atomic_thread_fence(memory_order_seq_cst);
+    pti_batch_stream = NULL;
+    pthread_mutex_unlock(&s->submit_lock);
+    if (batch_submitted)
+        atomic_fetch_add_explicit(&s->dev->st_submitted, batch_submitted, memory_order_relaxed);
+    batch_submitted = 0;
+}
+
 int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd_out, void **heap_out)
 {
@@ -28,14 +73,17 @@ int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
         return pti_error(PTO_EINVAL, "%s: %u argument bytes exceed the %u-byte ring heap", fn,
                          heap_len, s->heap_size);
 
-    pthread_mutex_lock(&s->submit_lock);
+    if (!in_batch(s)) {
+        pthread_mutex_lock(&s->submit_lock);
+        s->slot_locks++;
+    }
     /* Re-check under the lock: close fences submitters by taking it. */
     if (atomic_load_explicit(&dev->closing, memory_order_acquire)) {
-        pthread_mutex_unlock(&s->submit_lock);
+        slot_unlock(s);
         return pti_error(PTO_ECLOSED, "%s: device is closing", fn);
     }
     if (!s->ring && pti_ring_alloc(s)) {
-        pthread_mutex_unlock(&s->submit_lock);
+        slot_unlock(s);
         return pti_error(PTO_ENOMEM, "%s: out of host memory for stream %u's ring", fn, s->id);
     }
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
@@ -63,7 +111,7 @@ int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
     if (!s->ovf.on) {
         uint64_t in_use = s->heap_alloc - atomic_load_explicit(&s->heap_freed, memory_order_relaxed);
-        pthread_mutex_unlock(&s->submit_lock);
+        slot_unlock(s);
         if (short_of == PTI_RING_HEAP)
             return pti_error(PTO_EAGAIN, "%s: stream %u ring heap full (%llu of %u bytes in use)", fn,
                              s->id, (unsigned long long)in_use, s->heap_size);
@@ -76,7 +124,7 @@ int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
     struct pto_ovf_ent *ent;
     int rc = pti_ovf_reserve(s, heap_len, dep, &ent);
     if (rc) {
-        pthread_mutex_unlock(&s->submit_lock);
+        slot_unlock(s);
         return rc;
     }
     s->ovf.slot = true;
@@ -99,7 +147,7 @@ void pti_slot_abort(pto_stream *s)
         atomic_fetch_sub_explicit(&s->dep_used, 1, memory_order_relaxed);
     }
     s->slot_dep = false;
-    pthread_mutex_unlock(&s->submit_lock);
+    slot_unlock(s);
 }
 
 void pti_stream_kick(pto_stream *s, uint64_t first)
@@ -186,6 +234,13 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
         uint64_t first = 0;
         uint32_t moved = pti_ovf_refill(s, &first);
         bool entered = atomic_load_explicit(&s->tail, memory_order_relaxed) == seq;
+        if (in_batch(s)) {
+            /* The batch's deferred kick starts what moved (kick_deferred kicks head + 1). */
+            if (moved && !s->kick_first)
+                s->kick_first = first;
+            batch_submitted++;
+            return entered ? 0 : PTO_QUEUED;
+        }
         pthread_mutex_unlock(&s->submit_lock);
         atomic_fetch_add_explicit(&dev->st_submitted, 1, memory_order_relaxed);
         if (moved)
@@ -202,6 +257,14 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
      * and starts this command, or the load in pti_stream_kick sees that
      * head.  (Also a release: the slot is filled.)
      */
+    if (in_batch(s)) {
+        /* Release: the slot is filled; the batch's end fences for the Dekker pair (pti_batch_end). */
+        atomic_store_explicit(&s->tail, seq, memory_order_release);
+        if (!s->kick_first)
+            s->kick_first = seq;
+        batch_submitted++;
+        return 0;
+    }
     atomic_store(&s->tail, seq);
     bool defer = pti_defer_kicks;
     if (defer && !s->kick_first)
@@ -231,8 +294,23 @@ void pti_stream_kick_deferred(pto_stream *s)
      * completing head sees the tail (the Dekker pair of pti_slot_commit).
      */
     uint64_t head = atomic_load(&s->head);
-    if (head < tail)
+    if (head >= tail)
+        return;
+    if (s->dev->cfg.host_first != PTO_HOST_FIRST_OFF) {
         pti_stream_kick(s, head + 1);
+        return;
+    }
+    /*
+     * host_first off: the device threads start the work.  Rather than run a
+     * scheduler pass here, which hands the command to an engine under its
+     * queue's lock and finishes it under sched_lock while that engine, woken,
+     * contends for both (a futex call each), ring the stream's doorbell and
+     * kick: a spinning engine runs the pass, else the scheduler thread is
+     * woken, once, outside sched_lock (pti_sched_kick).  Either way the pass
+     * finds s by its bell, as for a kick that finds sched_lock held.
+     */
+    pti_sched_ring(s);
+    pti_sched_kick(s->dev, false);
 }
 
 static int check_stream(const pto_stream *s, const char *fn)
@@ -387,8 +465,20 @@ static int check_launch(pto_stream *s, pto_kernel *k, uint32_t blocks, const uin
 
 /* Queue a launch that check_launch accepted. */
 /* after: a fence the launch waits for first (its reference moves to the command), or NULL. */
+static int commit_launch_ref(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                             uint32_t nargs, struct pto_event_node *after, bool take_ref, uint64_t token,
+                             const char *fn);
+
 static int commit_launch_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                                uint32_t nargs, struct pto_event_node *after, uint64_t token, const char *fn)
+{
+    return commit_launch_ref(s, k, blocks, args, nargs, after, true, token, fn);
+}
+
+/* take_ref false: the caller took the command's kernel reference already (pti_kernel_ref_n). */
+static int commit_launch_ref(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                             uint32_t nargs, struct pto_event_node *after, bool take_ref, uint64_t token,
+                             const char *fn)
 {
     struct pto_cmd *cmd;
     uint64_t *heap;
@@ -398,7 +488,8 @@ static int commit_launch_after(pto_stream *s, pto_kernel *k, uint32_t blocks, co
             drop_nodes(s->dev, &after, 1);
         return rc;
     }
-    pti_kernel_ref(k);
+    if (take_ref)
+        pti_kernel_ref(k);
     cmd->u.launch.k = k;
     cmd->u.launch.args = heap;
     cmd->u.launch.blocks = blocks;
@@ -708,6 +799,12 @@ int pti_launch_commit(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint6
                       uint64_t token, const char *fn)
 {
     return commit_launch(s, k, blocks, args, nargs, token, fn);
+}
+
+int pti_launch_commit_held(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,
+                           uint64_t token, const char *fn)
+{
+    return commit_launch_ref(s, k, blocks, args, nargs, NULL, false, token, fn);
 }
 
 int pti_launch_commit_after(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args, uint32_t nargs,

@@ -26,6 +26,7 @@
 #include <pthread.h>
 
 #include "helpers.h"
+#include "internal.h" /* batched_replay: the stream's slot_locks, the kernel's refs */
 
 #define N 256
 #define REPLAYS 8
@@ -426,6 +427,85 @@ static void ordered_replays(void)
     pto_device_close(dev);
 }
 
+/*
+ * A replay's run of commands on one stream goes as one batch: submit_lock is
+ * taken once for it, not per command (s->slot_locks), and the kernel
+ * references its launches hold are taken in one go and all given back;
+ * with host_first on and off (the one kick per stream then wakes the device
+ * threads instead of running a pass on the submitting thread).
+ */
+static void batched_replay(bool host_first_off)
+{
+    pto_device_config cfg;
+    pto_device *dev = NULL;
+    pto_device_config_init(&cfg);
+    cfg.cores = 2;
+    cfg.copy_engines = 2;
+    cfg.aicpu_thread_num = 2;
+    cfg.device_memory = 16u << 20;
+    cfg.ring_task_window = 4; /* a ring of a few slots: the batch goes through the overflow too */
+    if (host_first_off)
+        cfg.host_first = PTO_HOST_FIRST_OFF; /* the replay's kick wakes the device threads */
+    t_check(pto_device_open("sim", &cfg, &dev));
+    pto_kernel *fill, *add;
+    t_check(pto_kernel_builtin(dev, "fill_f32", &fill));
+    t_check(pto_kernel_builtin(dev, "add_f32", &add));
+    pto_stream *s;
+    t_check(pto_stream_create(dev, 0, &s));
+    t_check(pto_stream_set_overflow(s, 1));
+    pto_devptr a, one, c;
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &a));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &one));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &c));
+    float *ah = pto_mem_host_ptr(dev, a), *ch = pto_mem_host_ptr(dev, c), *oh = pto_mem_host_ptr(dev, one);
+    for (int i = 0; i < N; i++)
+        oh[i] = 1.0f;
+    enum { ADDS = 63 };
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int in = t_check(pto_graph_add_input(g, N * 4));
+    uint64_t fargs[3] = {0, f_bits(0.5f), N};
+    int k = t_check(pto_graph_add_launch(g, 0, fill, 1, fargs, 3));
+    t_check(pto_graph_patch(g, k, 0, in, PTO_GRAPH_WRITE));
+    for (int i = 0; i < ADDS; i++) {
+        uint64_t args[4] = {0, one, 0, N};
+        k = t_check(pto_graph_add_launch(g, 0, add, 1, args, 4));
+        t_check(pto_graph_patch(g, k, 0, in, PTO_GRAPH_READ));
+        t_check(pto_graph_patch(g, k, 2, in, PTO_GRAPH_WRITE));
+    }
+    k = t_check(pto_graph_add_copy(g, 0, PTO_CMD_D2D, c, 0, N * 4));
+    t_check(pto_graph_patch(g, k, PTO_GRAPH_SRC, in, PTO_GRAPH_READ));
+    t_check(pto_graph_instantiate(g));
+    int refs = atomic_load(&add->refs);
+    static pto_completion log[16];
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < N; i++)
+            ah[i] = ch[i] = -12345.0f; /* poisoned until the replay writes them */
+        uint64_t locks = s->slot_locks, token = 1000 + 1000 * (uint64_t)r;
+        t_check(pto_graph_replay(g, &s, 1, &a, NULL, 1, token));
+        /* One batch (fill, the adds, the copy), the done record, the notify. */
+        t_assert(s->slot_locks - locks <= 3, "replay %d took submit_lock %llu times for %d commands", r,
+                 (unsigned long long)(s->slot_locks - locks), ADDS + 2);
+        int n_log = 0;
+        int at = wait_record(dev, log, &n_log, 16, token);
+        t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
+        for (int i = 0; i < N; i++)
+            t_assert(ah[i] == 0.5f + ADDS && ch[i] == ah[i], "replay %d: a[%d] = %g, c[%d] = %g, want %g", r, i,
+                     ah[i], i, ch[i], 0.5f + ADDS);
+    }
+    t_check(pto_stream_synchronize(s, 10000000));
+    t_assert(atomic_load(&add->refs) == refs, "add_f32's references: %d after the replays, %d before",
+             atomic_load(&add->refs), refs);
+    pto_graph_destroy(g);
+    pto_stream_destroy(s);
+    pto_mem_free(dev, a);
+    pto_mem_free(dev, one);
+    pto_mem_free(dev, c);
+    pto_kernel_unload(fill);
+    pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
 /* ---- programs ------------------------------------------------------------------ */
 
 #define PN 64 /* lib/programs.c's tensors: 64 floats */
@@ -598,6 +678,8 @@ int main(void)
     several_in_flight_and_a_failure();
     replays_racing_stream_closes();
     ordered_replays();
+    batched_replay(false);
+    batched_replay(true);
     programs_in_a_graph();
     return T_EXIT_PASS;
 }

@@ -146,6 +146,46 @@ def test_a_graph_replay_with_a_stray_patched_address_queues_nothing(dev, stream,
     lib.pto_graph_destroy(g[0])
 
 
+def test_a_replay_after_its_bound_or_fixed_block_is_freed_is_refused(dev, stream):
+    """A replay with the bindings of an accepted one is checked again once a block it used left the arena."""
+    g = ffi.new("pto_graph **")
+    check(lib.pto_graph_create(dev, g))
+    fill, add = builtin(dev, "fill_f32"), builtin(dev, "add_f32")
+    fixed = alloc(dev, N * 4, stream)
+    inp = check(lib.pto_graph_add_input(g[0], N * 4))
+    check(lib.pto_graph_add_launch(g[0], 0, fill, 1, ffi.new("uint64_t[]", [fixed, f32_bits(1.5), N]), 3))
+    c1 = check(lib.pto_graph_add_launch(g[0], 0, add, 1, ffi.new("uint64_t[]", [fixed, fixed, 0, N]), 4))
+    check(lib.pto_graph_patch(g[0], c1, 2, inp, lib.PTO_GRAPH_WRITE))
+    check(lib.pto_graph_instantiate(g[0]))
+    check(lib.pto_stream_set_overflow(stream, 1))
+    streams = ffi.new("pto_stream *[]", [stream])
+    outs = [alloc(dev, N * 4, stream) for _ in range(2)]
+    for out in (outs[0], outs[0], outs[1], outs[0]):  # the same bindings again, others, and back
+        got = np.full(N, np.nan, np.float32)
+        check(lib.pto_stream_memset(stream, out, 0xFF, N * 4, 0))  # poisoned: NaN
+        check(lib.pto_graph_replay(g[0], streams, 1, ffi.new("uint64_t[]", [out]), ffi.NULL, 1, 1 << 40))
+        d2h(stream, got, out)
+        sync(stream)
+        np.testing.assert_array_equal(got, np.full(N, 3.0, np.float32))
+    check(lib.pto_stream_free(stream, outs[0], 0))
+    sync(stream)
+    before = lib.pto_stream_accepted(stream)
+    rc = lib.pto_graph_replay(g[0], streams, 1, ffi.new("uint64_t[]", [outs[0]]), ffi.NULL, 1, 1 << 40)
+    assert rc == -lib.PTO_EINVAL and "command 1 (add_f32): argument 2 is a tensor" in last_error()
+    assert lib.pto_stream_accepted(stream) == before
+    check(lib.pto_graph_replay(g[0], streams, 1, ffi.new("uint64_t[]", [outs[1]]), ffi.NULL, 1, 1 << 40))
+    sync(stream)
+    check(lib.pto_stream_free(stream, fixed, 0))
+    sync(stream)
+    before = lib.pto_stream_accepted(stream)
+    rc = lib.pto_graph_replay(g[0], streams, 1, ffi.new("uint64_t[]", [outs[1]]), ffi.NULL, 1, 1 << 40)
+    assert rc == -lib.PTO_EINVAL and "command 0 (fill_f32): argument 0 is a tensor" in last_error()
+    assert lib.pto_stream_accepted(stream) == before
+    check(lib.pto_stream_free(stream, outs[1], 0))
+    sync(stream)
+    lib.pto_graph_destroy(g[0])
+
+
 def test_the_python_check_maps_the_refusal_to_an_argument_error(dev, stream):
     with pytest.raises(PtoArgumentError, match="not inside a live device allocation"):
         launch(stream, builtin(dev, "fill_f32"), 1, [0, 0, N])
