@@ -274,11 +274,15 @@ bool pti_wait_holds(struct pto_cmd *cmd)
 
 const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd)
 {
+    const struct pto_event_node *n;
     if (cmd->kind == PTO_CMD_LAUNCH)
-        return cmd->u.launch.after;
-    if (cmd->u.ev.peer)
+        n = cmd->u.launch.after;
+    else if (cmd->u.ev.peer)
         return NULL;
-    return cmd->u.ev.set ? cmd->u.ev.set->failed : cmd->u.ev.node;
+    else
+        n = cmd->u.ev.set ? cmd->u.ev.set->failed : cmd->u.ev.node;
+    /* (A node's failure fields are written only with its status: a healthy one's are stale.) */
+    return n && n->status ? n : NULL;
 }
 
 bool pti_launch_held(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd)
@@ -347,9 +351,14 @@ static void fence_fill(pto_device *dev, pto_stream *s, struct pto_event_node *n,
     if (pti_dev_lost(dev)) {
         n->status = -PTO_EDEVLOST;
         n->cause = dev->lost_cause;
+        n->fail_stream = 0;
+        n->fail_id = 0;
         pti_msgf(n->msg, sizeof(n->msg), "device lost: %s", dev->lost_msg);
     } else if (canceled) {
         n->status = -PTO_ECANCELED;
+        n->cause = 0;
+        n->fail_stream = 0;
+        n->fail_id = 0;
         pti_msgf(n->msg, sizeof(n->msg), "canceled before it started");
     } else if (pti_failed_for(s, n->fence_epoch)) {
         n->status = -PTO_EDEP;
@@ -366,12 +375,16 @@ static void fence_fill(pto_device *dev, pto_stream *s, struct pto_event_node *n,
 }
 
 /*
- * Fence nodes a device keeps for reuse (184 bytes each: at most about 0.75 MB, kept only after
- * that many fences were out at once).  Enough for a few thousand launches queued back to back
+ * Fence nodes a device keeps for reuse (192 bytes each, of which a healthy fence touches the
+ * first 64: at most about 0.75 MB, kept only after that many fences were out at once).  Enough for a few thousand launches queued back to back
  * behind an edge each, such as two streams taking turns on a tensor: a node from malloc instead
  * costs about as much as the rest of the edge.
  */
 #define FENCE_POOL_MAX 4096
+#define FENCE_NODE_ALIGN 64
+#define FENCE_NODE_SIZE ((sizeof(struct pto_event_node) + FENCE_NODE_ALIGN - 1) / FENCE_NODE_ALIGN * FENCE_NODE_ALIGN)
+_Static_assert(offsetof(struct pto_event_node, fence_next) + sizeof(void *) <= FENCE_NODE_ALIGN,
+               "a fence's hot fields fit its first cache line");
 
 void pti_fence_unref(pto_device *dev, struct pto_event_node *n)
 {
@@ -405,21 +418,21 @@ static struct pto_event_node *fence_node(pto_device *dev, uint64_t event_id)
         dev->fence_pooled--;
         if (dev->fence_pool) /* the next call's node: taking M fences is not M dependent misses */
             __builtin_prefetch(dev->fence_pool);
-    } else if (!(n = malloc(sizeof(*n)))) {
+    } else if (!(n = aligned_alloc(FENCE_NODE_ALIGN, FENCE_NODE_SIZE))) {
         return NULL;
     }
-    /* What a node's readers read (its message only with a status set: fence_fill writes it). */
+    /*
+     * What a healthy fence's readers read: its first cache line.  The failure fields
+     * (cause, fail_stream, fail_id, msg) are read only with a status set, and fence_fill
+     * writes them all wherever it sets one.
+     */
     atomic_init(&n->refs, 1);
     atomic_init(&n->done, 0);
     n->status = 0;
-    n->cause = 0;
-    n->fail_stream = 0;
-    n->fail_id = 0;
     n->event_id = event_id;
     n->peer_waits = 0;
     n->fence = true;
     n->fence_next = NULL;
-    n->msg[0] = '\0';
     return n;
 }
 

@@ -171,19 +171,24 @@ static inline void pti_link_del(struct pto_link *n)
  * completion under sched_lock, and published by the release store of done.
  */
 struct pto_event_node {
+    /*
+     * Its first 64 bytes: what queueing, firing and waiting on a fence read and
+     * write (a fence's node is 64-byte aligned: one cache line, see fence_node).
+     */
     atomic_int refs;
     atomic_int done;              /* release-stored by the record's completion */
     int32_t status;               /* 0, or the failure the recorded work carried */
+    int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
+    bool fence;                   /* a fence's node: its last reference is dropped under sched_lock */
+    uint64_t time_ns;             /* when the record command executed */
+    uint64_t event_id;
+    /* A fence (pti_fences_take): the point of its stream it stands for, and the list it is on. */
+    uint64_t fence_seq, fence_epoch;
+    struct pto_event_node *fence_next; /* the stream's fences, under sched_lock */
+    /* The failure, read only where status is set (whoever sets status writes these too). */
     uint64_t cause;               /* first failure's token for a failed record */
     uint32_t fail_stream;         /* a failed record: its stream, and the failure */
     uint32_t fail_id;             /*   it carried (0: none, or another device's) */
-    uint64_t time_ns;             /* when the record command executed */
-    uint64_t event_id;
-    int peer_waits;               /* waits of other devices on it (peer.c); under the recording device's sched_lock */
-    /* A fence (pti_fences_take): the point of its stream it stands for, and the list it is on. */
-    bool fence;                   /* a fence's node: its last reference is dropped under sched_lock */
-    uint64_t fence_seq, fence_epoch;
-    struct pto_event_node *fence_next; /* the stream's fences, under sched_lock */
     char msg[PTI_MSG_LEN];
 };
 
@@ -241,7 +246,7 @@ int pti_wait_many_commit(pto_stream *s, struct pto_event_node **nodes, uint32_t 
 bool pti_wait_holds(struct pto_cmd *cmd);
 /*
  * The node a failed wait, or a launch behind an inline fence, took its
- * failure from (NULL: none, or another device's).
+ * failure from (NULL: none, a node that did not fail, or another device's).
  */
 const struct pto_event_node *pti_wait_source(const struct pto_cmd *cmd);
 /*
