@@ -387,6 +387,15 @@ static void engine_idle(pto_device *dev, struct pto_engine *eng, pthread_mutex_t
     (*sleepers)--;
     if (*waking > 0)
         (*waking)--; /* back (a spurious wake-up only makes the next push signal early) */
+    if (eng->claimed) {
+        /*
+         * A helper runs in our stead, so we go back to sleep; but the
+         * signal that woke us was counted for queued work (wake_for counts
+         * every sleeper): pass it on to another sleeper, or that work would
+         * wait behind the helper's run while an engine sleeps.
+         */
+        wake_for(dev, cv, atomic_load_explicit(len, memory_order_relaxed), *sleepers, waking, *spinners, 0);
+    }
 }
 
 static void run_copy(pto_device *dev, struct pto_engine *eng, struct pto_run *run);
@@ -449,7 +458,8 @@ static void wake_queue(pto_device *dev, bool copy)
 /*
  * Whether a helper may run r in a sleeping engine's stead: anything on a
  * one-CPU host (waking the engine would only take turns with this thread on
- * that CPU, a context switch per hand-off), and anything but a delayed task
+ * that CPU, a context switch per hand-off), and work known to be short
+ * (task_known_short, long_command: timed within inline_us, or a small copy)
  * while no CPU is left for a woken engine beside the awake threads and the
  * host (cpu_for_wakee: a loaded machine, or busy host threads; the woken
  * engine would wait for a time slice, and the finishing thread hands the
@@ -460,11 +470,25 @@ static void wake_queue(pto_device *dev, bool copy)
  */
 static bool long_command(const pto_device *dev, const struct pto_run *r);
 
+/*
+ * Whether a program's task is known to be short: its site ran within
+ * inline_us last time.  A task never timed is of unknown length (it may
+ * spin, wait for a task beside it, or run for seconds): a helper that ran
+ * it would leave the rest of the queue behind it while an engine sleeps, so
+ * it goes to an engine.
+ */
+static bool task_known_short(const pto_device *dev, const struct pto_run *r)
+{
+    return pti_task_short(r, (uint64_t)dev->cfg.inline_us * 1000ull);
+}
+
 static bool may_help(pto_device *dev, const struct pto_run *r)
 {
     if (dev->cpus <= 1 || pti_task_tiny(r))
         return true;
-    return !pti_task_delayed(r) && !long_command(dev, r) && hands_to_self(dev);
+    if (r->task && !task_known_short(dev, r))
+        return false;
+    return !long_command(dev, r) && hands_to_self(dev);
 }
 
 /*
@@ -493,8 +517,10 @@ static bool long_command(const pto_device *dev, const struct pto_run *r)
     case PTO_CMD_MEMSET:
         return c->u.set.n > limit_bytes;
     case PTO_CMD_LAUNCH: {
+        /* A kernel never timed is of unknown length: not known short (task_known_short). */
         const pto_kernel *k = c->u.launch.k;
-        return k->arg_timed || atomic_load_explicit(&k->block_ns, memory_order_relaxed) > limit_ns;
+        uint64_t ns = atomic_load_explicit(&k->block_ns, memory_order_relaxed);
+        return k->arg_timed || !ns || ns > limit_ns;
     }
     default:
         return false;

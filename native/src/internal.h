@@ -872,6 +872,7 @@ void pti_copy_help(pto_device *dev);
 void pti_sched_thread_init(pto_device *dev);
 /* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
 bool pti_task_tiny(const struct pto_run *r);
+bool pti_task_short(const struct pto_run *r, uint64_t limit_ns);
 /* Whether r is a program's task held by a testing delay (pto_debug_task_delay; orch.c). */
 bool pti_task_delayed(const struct pto_run *r);
 /* Hand a prepared one-block run (a program's task) to the compute cores (no lock needed). */

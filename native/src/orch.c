@@ -478,6 +478,17 @@ bool pti_task_tiny(const struct pto_run *r)
     return ns && ns < PTI_TINY_NS && !atomic_load_explicit(&p->delay_us[t->site], memory_order_relaxed);
 }
 
+/* Whether r is a task whose site ran within limit_ns last time, with no testing delay (never timed: unknown). */
+bool pti_task_short(const struct pto_run *r, uint64_t limit_ns)
+{
+    const struct pto_task *t = r->task;
+    if (!t)
+        return false;
+    const pto_program *p = t->orch->p;
+    uint32_t ns = atomic_load_explicit(&p->site_ns[t->site], memory_order_relaxed);
+    return ns && ns <= limit_ns && !atomic_load_explicit(&p->delay_us[t->site], memory_order_relaxed);
+}
+
 /* Whether r is a task held by a testing delay (its core sleeps: a helper would run the holds one by one). */
 bool pti_task_delayed(const struct pto_run *r)
 {

@@ -11,7 +11,9 @@
  * and running; a small program (orchestrated inside the pass that starts
  * it) whose first task runs while its orchestration still goes on; and
  * eight tiny tasks run without a core woken (on one CPU, where nothing
- * spins).
+ * spins); and a diamond never timed, started by a copy engine's finish
+ * with host first always: no helper keeps its tasks, whose middle ones
+ * meet on the two cores.
  */
 #include <dlfcn.h>
 #include <sched.h>
@@ -251,6 +253,70 @@ static void test_early_dispatch(void)
 }
 
 /*
+ * Ready work never waits behind a kept run while a core sleeps.  Host first
+ * always (every device thread hands the next command to itself) and no
+ * spinning core: a helper may run a sleeping core's work, but only work
+ * known to be short.  A memset too long for the host to run inline goes to
+ * a copy engine, whose finish starts the program and dispatches its first
+ * task without waking a core (it counts itself as the taker), then offers
+ * to help.  The diamond's tasks were never timed (a fresh load each round):
+ * of unknown length, so no helper runs them (engine_helps stays put) and
+ * cores do.  Its middle tasks meet: each waits for the other (5 s, then
+ * fails), so the second must start on a core of its own while the first
+ * runs.  Before: the copy engine ran top and then a middle task as a
+ * claimed core, and the core signalled for the other middle task could be
+ * the claimed one (it slept on): the task sat queued until the first timed
+ * out.
+ */
+static void test_kept_work_leaves_the_rest_to_a_core(void)
+{
+    for (int round = 0; round < 4; round++) {
+        pto_device_config cfg;
+        pto_device_config_init(&cfg);
+        cfg.cores = 2;
+        cfg.host_first = PTO_HOST_FIRST_ALWAYS;
+        cfg.spin_us = 1;
+        pto_device *dev;
+        t_check(pto_device_open("sim", &cfg, &dev));
+        pto_program *p = load(dev, "prog_diamond");
+        atomic_store(lib_int("prog_meet"), 0);
+        pto_devptr b[5], big;
+        float *x = alloc(dev, &b[0], N), *out = alloc(dev, &b[4], N);
+        for (int i = 1; i < 4; i++)
+            alloc(dev, &b[i], N);
+        uint64_t big_n = (uint64_t)cfg.inline_us * 4096ull * 8; /* 8x what the host runs inline */
+        if (!big_n)
+            big_n = 1u << 20; /* inline_us 0: the default's */
+        unsigned char *hbig = alloc(dev, &big, big_n / sizeof(float));
+        for (int i = 0; i < N; i++) {
+            x[i] = (float)(i * 3 - 7);
+            out[i] = -1;
+        }
+        hbig[big_n - 1] = 1;
+        uint64_t args[5] = {b[0], b[1], b[2], b[3], b[4]};
+        pto_stream *s;
+        t_check(pto_stream_create(dev, 0, &s));
+        uint64_t tok = 200 + 2 * (uint64_t)round;
+        pto_device_stats a, st;
+        t_check(pto_device_get_stats(dev, &a));
+        t_check(pto_stream_memset(s, big, 0, big_n, tok - 1));
+        t_check(pto_stream_run_program(s, p, args, 5, tok));
+        pto_completion c;
+        t_assert(pto_wait_token(dev, tok, 20000000, &c) == 0, "round %d: the diamond never completed", round);
+        t_check(pto_device_get_stats(dev, &st));
+        t_assert(c.status == 0, "round %d: diamond failed: %s", round, c.message);
+        for (int i = 0; i < N; i++)
+            t_assert(out[i] == (x[i] + 1.0f) * 5.0f, "round %d: out[%d] = %f", round, i, out[i]);
+        t_assert(hbig[big_n - 1] == 0, "round %d: the memset did not run", round);
+        t_assert(st.engine_helps == a.engine_helps, "round %d: a helper ran %llu untimed runs in a core's stead",
+                 round, (unsigned long long)(st.engine_helps - a.engine_helps));
+        pto_stream_destroy(s);
+        pto_program_unload(p);
+        pto_device_close(dev);
+    }
+}
+
+/*
  * Eight tiny independent tasks wake no core: the thread that starts the
  * program (the scheduler, host first off) runs them after its pass, in a
  * sleeping core's stead, since a core's wake-up takes longer than they do.
@@ -315,6 +381,7 @@ int main(void)
     test_close_while_running();
     test_early_dispatch();
     test_tiny_tasks_wake_no_core();
+    test_kept_work_leaves_the_rest_to_a_core();
     printf("programs: ok\n");
     return T_EXIT_PASS;
 }
