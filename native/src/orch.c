@@ -92,6 +92,28 @@ struct acc_key {
     int64_t lo, hi;
 };
 
+/*
+ * One list of the window's access index: the instances (ascending, those
+ * that left the range a scan can reach dropped from the front as scans pass)
+ * with an access of `kind` to args slot `arg` (and, for IX_CELL*, one that
+ * spans grid cell `cell` of its first dimension).  IX_ARG also holds the
+ * argument's grid: the rank and first-dimension extent of its first
+ * bounded access; an access of another rank, an empty or whole one, or one
+ * over more than IX_MAX_CELLS cells is one of the argument's large ones
+ * (IX_LARGE*), which every lookup of the argument looks at.
+ */
+enum { IX_CELL, IX_CELL_W, IX_LARGE, IX_LARGE_W, IX_ARG, IX_ARG_W, IX_EVERY, IX_FREE = 0xff };
+#define IX_MAX_CELLS 64
+struct ix_list {
+    int64_t cell;
+    uint32_t arg;
+    uint8_t kind;                 /* IX_FREE: an empty table slot */
+    uint8_t grid_ndim;            /* IX_ARG */
+    int64_t grid_cell;            /* IX_ARG: the cell's extent (0: no grid yet) */
+    uint32_t *v;
+    uint32_t head, n, cap;
+};
+
 struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
     struct pto_orch *orch;
@@ -167,6 +189,16 @@ struct pto_orch {
     uint32_t last_all;            /* the last instance that orders after everything; NONE: none yet */
     struct acc_key *keys;         /* recording: per slot, PTI_TASK_ACC keys of its accesses (key_fill) */
     uint32_t *knacc;              /* recording: per slot, its accesses' count (ACC_ALL: everything) */
+    /*
+     * No table: the window's accesses indexed by args slot and region
+     * (ix_*), so a task's scan looks at the instances it may conflict with,
+     * not at the whole window.  ix_off: out of host memory, the scan goes
+     * over the window instead.
+     */
+    struct ix_list *ix;           /* open addressing, ix_cap (a power of two) */
+    uint32_t ix_cap, ix_n;
+    uint32_t *cand, cand_cap;     /* a task's candidates */
+    bool ix_off;
 };
 
 struct pto_orch_pool {
@@ -419,6 +451,11 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->rinfo);
     free(o->keys);
     free(o->knacc);
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        if (o->ix[k].kind != IX_FREE)
+            free(o->ix[k].v);
+    free(o->ix);
+    free(o->cand);
     free(o);
 }
 
@@ -772,6 +809,221 @@ static void record_edge(struct pto_orch *o, uint32_t i, uint32_t p, uint32_t inf
     o->roff[i + 1] = ++o->rn;
 }
 
+/* ---- the window's access index (no table) ------------------------------------------- */
+
+static uint64_t ix_hash(uint32_t arg, uint8_t kind, int64_t cell)
+{
+    uint64_t h = (uint64_t)arg * 0x9E3779B97F4A7C15ull ^ (uint64_t)cell * 0xC2B2AE3D27D4EB4Full ^
+                 (uint64_t)kind * 0x165667B19E3779F9ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+}
+
+static void ix_place(struct ix_list *tab, uint32_t cap, const struct ix_list *l)
+{
+    uint32_t k = (uint32_t)ix_hash(l->arg, l->kind, l->cell) & (cap - 1);
+    while (tab[k].kind != IX_FREE)
+        k = (k + 1) & (cap - 1);
+    tab[k] = *l;
+}
+
+/* Drop the lists no scan can reach any more (every instance below lo) and rehash; false: no memory. */
+static bool ix_grow(struct pto_orch *o, uint32_t lo)
+{
+    uint32_t live = 0;
+    for (uint32_t k = 0; k < o->ix_cap; k++) {
+        struct ix_list *l = &o->ix[k];
+        if (l->kind == IX_FREE)
+            continue;
+        if (l->n == 0 || l->v[l->n - 1] < lo) {
+            free(l->v);
+            l->kind = IX_FREE;
+        } else {
+            live++;
+        }
+    }
+    uint32_t cap = 64;
+    while (cap < 4 * (live + 1))
+        cap *= 2;
+    struct ix_list *tab = malloc((size_t)cap * sizeof(*tab));
+    if (!tab)
+        return false;
+    for (uint32_t k = 0; k < cap; k++)
+        tab[k] = (struct ix_list){.kind = IX_FREE};
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        if (o->ix[k].kind != IX_FREE)
+            ix_place(tab, cap, &o->ix[k]);
+    free(o->ix);
+    o->ix = tab;
+    o->ix_cap = cap;
+    o->ix_n = live;
+    return true;
+}
+
+/* The list (arg, kind, cell); create: add it where absent (NULL: no memory), else NULL where absent. */
+static struct ix_list *ix_find(struct pto_orch *o, uint32_t arg, uint8_t kind, int64_t cell, bool create,
+                               uint32_t lo)
+{
+    if (create && 2 * (o->ix_n + 1) > o->ix_cap && !ix_grow(o, lo))
+        return NULL;
+    if (!o->ix_cap)
+        return NULL;
+    uint32_t k = (uint32_t)ix_hash(arg, kind, cell) & (o->ix_cap - 1);
+    for (;; k = (k + 1) & (o->ix_cap - 1)) {
+        struct ix_list *l = &o->ix[k];
+        if (l->kind == IX_FREE)
+            break;
+        if (l->kind == kind && l->arg == arg && l->cell == cell)
+            return l;
+    }
+    if (!create)
+        return NULL;
+    struct ix_list *l = &o->ix[k];
+    memset(l, 0, sizeof(*l));
+    l->arg = arg;
+    l->kind = kind;
+    l->cell = cell;
+    o->ix_n++;
+    return l;
+}
+
+static bool ix_push(struct ix_list *l, uint32_t id)
+{
+    if (!l)
+        return false;
+    if (l->n && l->v[l->n - 1] == id)
+        return true;
+    if (!grow((void **)&l->v, &l->cap, l->n + 1, sizeof(uint32_t)))
+        return false;
+    l->v[l->n++] = id;
+    return true;
+}
+
+static int64_t ix_floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* Access a's cells [*c0, *c1] in its argument's grid (ndim, cell); false: one of the large ones. */
+static bool ix_cells(const pto_task_access *a, uint8_t ndim, int64_t cell, int64_t *c0, int64_t *c1)
+{
+    if (!a->ndim || !cell || a->ndim != ndim || a->lo[0] >= a->hi[0])
+        return false;
+    *c0 = ix_floor_div(a->lo[0], cell);
+    *c1 = ix_floor_div(a->hi[0] - 1, cell);
+    return (uint64_t)*c1 - (uint64_t)*c0 < IX_MAX_CELLS;
+}
+
+/* Add instance i's accesses (n of them, ACC_ALL: everything) to the index; false: no memory. */
+static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, uint32_t n, uint32_t lo)
+{
+    if (n == ACC_ALL)
+        return ix_push(ix_find(o, 0, IX_EVERY, 0, true, lo), i);
+    for (uint32_t k = 0; k < n; k++) {
+        const pto_task_access *x = &a[k];
+        if (!x->read && !x->write)
+            continue;
+        struct ix_list *g = ix_find(o, x->arg, IX_ARG, 0, true, lo);
+        if (!g)
+            return false;
+        if (!g->grid_cell && x->ndim && x->lo[0] < x->hi[0]) {
+            g->grid_ndim = x->ndim;
+            g->grid_cell = x->hi[0] - x->lo[0];
+        }
+        uint8_t gnd = g->grid_ndim;
+        int64_t gcell = g->grid_cell, c0, c1;
+        if (!ix_push(g, i) || (x->write && !ix_push(ix_find(o, x->arg, IX_ARG_W, 0, true, lo), i)))
+            return false;
+        if (!ix_cells(x, gnd, gcell, &c0, &c1)) {
+            if (!ix_push(ix_find(o, x->arg, IX_LARGE, 0, true, lo), i) ||
+                (x->write && !ix_push(ix_find(o, x->arg, IX_LARGE_W, 0, true, lo), i)))
+                return false;
+            continue;
+        }
+        for (int64_t c = c0; c <= c1; c++)
+            if (!ix_push(ix_find(o, x->arg, IX_CELL, c, true, lo), i) ||
+                (x->write && !ix_push(ix_find(o, x->arg, IX_CELL_W, c, true, lo), i)))
+                return false;
+    }
+    return true;
+}
+
+/* Take l's instances from lo on as candidates (dropping those below lo); false: no memory. */
+static bool ix_walk(struct pto_orch *o, struct ix_list *l, uint32_t lo, uint32_t *nc)
+{
+    if (!l)
+        return true;
+    while (l->head < l->n && l->v[l->head] < lo)
+        l->head++;
+    if (l->head >= 32 && 2 * l->head >= l->n) {
+        memmove(l->v, l->v + l->head, (size_t)(l->n - l->head) * sizeof(uint32_t));
+        l->n -= l->head;
+        l->head = 0;
+    }
+    uint32_t m = l->n - l->head;
+    if (!m)
+        return true;
+    if (!grow((void **)&o->cand, &o->cand_cap, *nc + m, sizeof(uint32_t)))
+        return false;
+    memcpy(o->cand + *nc, l->v + l->head, (size_t)m * sizeof(uint32_t));
+    *nc += m;
+    return true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The earlier instances from lo on that instance t's accesses a[0..n) may
+ * conflict with (a superset of those accesses_conflict names), ascending,
+ * in o->cand[0..*nc); false: no memory (scan the window instead).
+ */
+static bool ix_lookup(struct pto_orch *o, const pto_task_access *a, uint32_t n, uint32_t lo, uint32_t *nc)
+{
+    *nc = 0;
+    if (!ix_walk(o, ix_find(o, 0, IX_EVERY, 0, false, lo), lo, nc))
+        return false;
+    for (uint32_t k = 0; k < n; k++) {
+        const pto_task_access *x = &a[k];
+        if (!x->read && !x->write)
+            continue;
+        struct ix_list *g = ix_find(o, x->arg, IX_ARG, 0, false, lo);
+        if (!g)
+            continue;
+        int64_t c0, c1;
+        bool w = x->write;
+        if (!ix_cells(x, g->grid_ndim, g->grid_cell, &c0, &c1)) {
+            if (!ix_walk(o, w ? g : ix_find(o, x->arg, IX_ARG_W, 0, false, lo), lo, nc))
+                return false;
+            continue;
+        }
+        if (!ix_walk(o, ix_find(o, x->arg, w ? IX_LARGE : IX_LARGE_W, 0, false, lo), lo, nc))
+            return false;
+        for (int64_t c = c0; c <= c1; c++)
+            if (!ix_walk(o, ix_find(o, x->arg, w ? IX_CELL : IX_CELL_W, c, false, lo), lo, nc))
+                return false;
+    }
+    if (*nc > 1) {
+        uint32_t *v = o->cand, m = 1;
+        bool sorted = true;
+        for (uint32_t q = 1; q < *nc && sorted; q++)
+            sorted = v[q - 1] < v[q];
+        if (!sorted) {
+            qsort(v, *nc, sizeof(*v), cmp_u32);
+            for (uint32_t q = 1; q < *nc; q++)
+                if (v[q] != v[m - 1])
+                    v[m++] = v[q];
+            *nc = m;
+        }
+    }
+    return true;
+}
+
 /*
  * No table: resolve instance t's edges now (run->lock held), as the
  * compiler's table would have: its site lists its accesses for these loop
@@ -829,7 +1081,13 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
         if (rlo < lo)
             lo = rlo;
     }
-    for (uint32_t j = lo; j < i; j++) {
+    /* The index's candidates (ascending), or, without it, every instance of the range. */
+    uint32_t nc = 0;
+    bool use_ix = !o->ix_off && n != ACC_ALL && ix_lookup(o, mine, n, lo, &nc);
+    for (uint32_t q = 0;; q++) {
+        uint32_t j = use_ix ? (q < nc ? o->cand[q] : i) : lo + q;
+        if (j >= i)
+            break;
         size_t slot = j % o->window;
         /* Recording: the keys first (a few bytes a slot), the slot itself only where they may conflict. */
         if (kmine && !keys_may_conflict(kmine, n, &o->keys[slot * PTI_TASK_ACC], o->knacc[slot]))
@@ -853,6 +1111,8 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
     }
     if (n == ACC_ALL)
         o->last_all = i;
+    if (!o->ix_off && !ix_insert(o, i, mine, n, lo))
+        o->ix_off = true; /* out of host memory: later tasks scan the window */
     return 0;
 }
 
