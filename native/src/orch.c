@@ -92,6 +92,36 @@ struct acc_key {
     int64_t lo, hi;
 };
 
+/*
+ * The window's access index (no table): per args slot, the instances with
+ * an access to it (ascending; those below the range a scan can reach are
+ * dropped from the front as scans pass), its writes apart, and a grid over
+ * its first dimension: the cell is the extent of the slot's first bounded
+ * access.  An access of another rank, an empty or whole one, or one over
+ * more than IX_MAX_CELLS cells is one of the slot's large ones, which every
+ * lookup of the slot looks at; the others are listed in each cell they span
+ * (a hash of (slot, cell)).  A lookup by a large access looks at every
+ * instance of the slot.
+ */
+#define IX_MAX_CELLS 64
+struct ix_vec {
+    uint32_t *v;
+    uint32_t head, n, cap;
+};
+
+struct ix_arg {
+    struct ix_vec all, w, large, large_w;
+    int64_t grid_cell;            /* 0: no grid yet */
+    uint8_t grid_ndim;
+};
+
+struct ix_cell {
+    int64_t cell;
+    uint32_t arg;
+    bool used;
+    struct ix_vec all, w;
+};
+
 struct pto_task {
     struct pto_run run;           /* its run on the core queue (run.task == this) */
     struct pto_orch *orch;
@@ -167,6 +197,19 @@ struct pto_orch {
     uint32_t last_all;            /* the last instance that orders after everything; NONE: none yet */
     struct acc_key *keys;         /* recording: per slot, PTI_TASK_ACC keys of its accesses (key_fill) */
     uint32_t *knacc;              /* recording: per slot, its accesses' count (ACC_ALL: everything) */
+    /*
+     * No table: the window's accesses indexed by args slot and region
+     * (ix_*), so a task's scan looks at the instances it may conflict with,
+     * not at the whole window.  ix_off: out of host memory, the scan goes
+     * over the window instead.
+     */
+    struct ix_cell *ix;           /* open addressing, ix_cap (a power of two) */
+    uint32_t ix_cap, ix_n;
+    struct ix_arg *ix_args;       /* per args slot (ix_nargs) */
+    uint32_t ix_nargs;
+    struct ix_vec ix_every;       /* the instances that order after everything */
+    uint32_t *cand, cand_cap;     /* a task's candidates */
+    bool ix_off;
 };
 
 struct pto_orch_pool {
@@ -419,6 +462,21 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->rinfo);
     free(o->keys);
     free(o->knacc);
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        if (o->ix[k].used) {
+            free(o->ix[k].all.v);
+            free(o->ix[k].w.v);
+        }
+    free(o->ix);
+    for (uint32_t k = 0; o->ix_args && k < o->ix_nargs; k++) {
+        free(o->ix_args[k].all.v);
+        free(o->ix_args[k].w.v);
+        free(o->ix_args[k].large.v);
+        free(o->ix_args[k].large_w.v);
+    }
+    free(o->ix_args);
+    free(o->ix_every.v);
+    free(o->cand);
     free(o);
 }
 
@@ -783,6 +841,233 @@ static void record_edge(struct pto_orch *o, uint32_t i, uint32_t p, uint32_t inf
     o->roff[i + 1] = ++o->rn;
 }
 
+/* ---- the window's access index (no table) ------------------------------------------- */
+
+/* Append id to l (once); full, it first drops the instances below lo, which no scan reaches any more. */
+static bool ix_push(struct ix_vec *l, uint32_t id, uint32_t lo)
+{
+    if (l->n && l->v[l->n - 1] == id)
+        return true;
+    if (l->n == l->cap && l->n) {
+        while (l->head < l->n && l->v[l->head] < lo)
+            l->head++;
+        if (l->head) {
+            memmove(l->v, l->v + l->head, (size_t)(l->n - l->head) * sizeof(uint32_t));
+            l->n -= l->head;
+            l->head = 0;
+        }
+    }
+    if (l->n == l->cap) { /* from 4: most cells hold a few instances */
+        uint32_t c = l->cap ? 2 * l->cap : 4;
+        uint32_t *v = c > l->cap ? realloc(l->v, (size_t)c * sizeof(uint32_t)) : NULL;
+        if (!v)
+            return false;
+        l->v = v;
+        l->cap = c;
+    }
+    l->v[l->n++] = id;
+    return true;
+}
+
+static uint32_t ix_hash(uint32_t arg, int64_t cell)
+{
+    uint64_t h = (uint64_t)arg * 0x9E3779B97F4A7C15ull ^ (uint64_t)cell * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static bool ix_stale(const struct ix_vec *l, uint32_t lo)
+{
+    return l->n == 0 || l->v[l->n - 1] < lo;
+}
+
+/* Drop the cells no scan can reach any more (every instance below lo) and rehash; false: no memory. */
+static bool ix_grow(struct pto_orch *o, uint32_t lo)
+{
+    uint32_t live = 0;
+    for (uint32_t k = 0; k < o->ix_cap; k++) {
+        struct ix_cell *c = &o->ix[k];
+        if (!c->used)
+            continue;
+        if (ix_stale(&c->all, lo)) {
+            free(c->all.v);
+            free(c->w.v);
+            c->used = false;
+        } else {
+            live++;
+        }
+    }
+    uint32_t cap = 64;
+    while (cap < 4 * (live + 1))
+        cap *= 2;
+    struct ix_cell *tab = calloc(cap, sizeof(*tab));
+    if (!tab)
+        return false;
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        if (o->ix[k].used) {
+            uint32_t h = ix_hash(o->ix[k].arg, o->ix[k].cell) & (cap - 1);
+            while (tab[h].used)
+                h = (h + 1) & (cap - 1);
+            tab[h] = o->ix[k];
+        }
+    free(o->ix);
+    o->ix = tab;
+    o->ix_cap = cap;
+    o->ix_n = live;
+    return true;
+}
+
+/* Cell `cell` of args slot arg; create: add it where absent (NULL: no memory), else NULL where absent. */
+static struct ix_cell *ix_find(struct pto_orch *o, uint32_t arg, int64_t cell, bool create, uint32_t lo)
+{
+    if (create && 2 * (o->ix_n + 1) > o->ix_cap && !ix_grow(o, lo))
+        return NULL;
+    if (!o->ix_cap)
+        return NULL;
+    uint32_t k = ix_hash(arg, cell) & (o->ix_cap - 1);
+    for (; o->ix[k].used; k = (k + 1) & (o->ix_cap - 1))
+        if (o->ix[k].cell == cell && o->ix[k].arg == arg)
+            return &o->ix[k];
+    if (!create)
+        return NULL;
+    struct ix_cell *c = &o->ix[k];
+    memset(c, 0, sizeof(*c));
+    c->used = true;
+    c->arg = arg;
+    c->cell = cell;
+    o->ix_n++;
+    return c;
+}
+
+static int64_t ix_floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* Access x's cells [*c0, *c1] in its argument's grid; false: one of the argument's large ones. */
+static bool ix_cells(const pto_task_access *x, const struct ix_arg *g, int64_t *c0, int64_t *c1)
+{
+    if (!x->ndim || !g->grid_cell || x->ndim != g->grid_ndim || x->lo[0] >= x->hi[0])
+        return false;
+    *c0 = ix_floor_div(x->lo[0], g->grid_cell);
+    *c1 = ix_floor_div(x->hi[0] - 1, g->grid_cell);
+    return (uint64_t)*c1 - (uint64_t)*c0 < IX_MAX_CELLS;
+}
+
+/* Add instance i's accesses (n of them, ACC_ALL: everything) to the index; false: no memory. */
+static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, uint32_t n, uint32_t lo)
+{
+    if (n == ACC_ALL)
+        return ix_push(&o->ix_every, i, lo);
+    for (uint32_t k = 0; k < n; k++) {
+        const pto_task_access *x = &a[k];
+        if (!x->read && !x->write)
+            continue;
+        struct ix_arg *g = &o->ix_args[x->arg];
+        if (!g->grid_cell && x->ndim && x->lo[0] < x->hi[0]) {
+            g->grid_ndim = x->ndim;
+            g->grid_cell = x->hi[0] - x->lo[0];
+        }
+        int64_t c0, c1;
+        if (!ix_push(&g->all, i, lo) || (x->write && !ix_push(&g->w, i, lo)))
+            return false;
+        if (!ix_cells(x, g, &c0, &c1)) {
+            if (!ix_push(&g->large, i, lo) || (x->write && !ix_push(&g->large_w, i, lo)))
+                return false;
+            continue;
+        }
+        for (int64_t c = c0; c <= c1; c++) {
+            struct ix_cell *e = ix_find(o, x->arg, c, true, lo);
+            if (!e || !ix_push(&e->all, i, lo) || (x->write && !ix_push(&e->w, i, lo)))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Take l's instances from lo on as candidates (dropping those below lo); false: no memory. */
+static bool ix_walk(struct pto_orch *o, struct ix_vec *l, uint32_t lo, uint32_t *nc)
+{
+    while (l->head < l->n && l->v[l->head] < lo)
+        l->head++;
+    if (l->head >= 32 && 2 * l->head >= l->n) {
+        memmove(l->v, l->v + l->head, (size_t)(l->n - l->head) * sizeof(uint32_t));
+        l->n -= l->head;
+        l->head = 0;
+    }
+    uint32_t m = l->n - l->head;
+    if (!m)
+        return true;
+    if (!grow((void **)&o->cand, &o->cand_cap, *nc + m, sizeof(uint32_t)))
+        return false;
+    memcpy(o->cand + *nc, l->v + l->head, (size_t)m * sizeof(uint32_t));
+    *nc += m;
+    return true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The earlier instances from lo on that accesses a[0..n) may conflict with
+ * (a superset of those accesses_conflict names), ascending, in
+ * o->cand[0..*nc); false: no memory (scan the window instead).
+ */
+static bool ix_lookup(struct pto_orch *o, const pto_task_access *a, uint32_t n, uint32_t lo, uint32_t *nc)
+{
+    *nc = 0;
+    if (!ix_walk(o, &o->ix_every, lo, nc))
+        return false;
+    for (uint32_t k = 0; k < n; k++) {
+        const pto_task_access *x = &a[k];
+        if (!x->read && !x->write)
+            continue;
+        struct ix_arg *g = &o->ix_args[x->arg];
+        int64_t c0, c1;
+        bool w = x->write;
+        if (!ix_cells(x, g, &c0, &c1)) {
+            if (!ix_walk(o, w ? &g->all : &g->w, lo, nc))
+                return false;
+            continue;
+        }
+        if (!ix_walk(o, w ? &g->large : &g->large_w, lo, nc))
+            return false;
+        for (int64_t c = c0; c <= c1; c++) {
+            struct ix_cell *e = ix_find(o, x->arg, c, false, lo);
+            if (e && !ix_walk(o, w ? &e->all : &e->w, lo, nc))
+                return false;
+        }
+    }
+    if (*nc > 1) {
+        uint32_t *v = o->cand, m = 1;
+        bool sorted = true;
+        for (uint32_t q = 1; q < *nc && sorted; q++)
+            sorted = v[q - 1] < v[q];
+        if (!sorted) {
+            qsort(v, *nc, sizeof(*v), cmp_u32);
+            for (uint32_t q = 1; q < *nc; q++)
+                if (v[q] != v[m - 1])
+                    v[m++] = v[q];
+            *nc = m;
+        }
+    }
+    return true;
+}
+
+/* Whether the index can take accesses a[0..n): each names an args slot of the run. */
+static bool ix_fits(const struct pto_orch *o, const pto_task_access *a, uint32_t n)
+{
+    for (uint32_t k = 0; n != ACC_ALL && k < n; k++)
+        if (a[k].arg >= o->ix_nargs)
+            return false;
+    return true;
+}
+
 /*
  * No table: resolve instance t's edges now (run->lock held), as the
  * compiler's table would have: its site lists its accesses for these loop
@@ -840,7 +1125,15 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
         if (rlo < lo)
             lo = rlo;
     }
-    for (uint32_t j = lo; j < i; j++) {
+    /* The index's candidates (ascending), or, without it, every instance of the range. */
+    uint32_t nc = 0;
+    if (!o->ix_off && !ix_fits(o, mine, n))
+        o->ix_off = true; /* an access past the run's args slots: scan the window from here on */
+    bool use_ix = !o->ix_off && n != ACC_ALL && ix_lookup(o, mine, n, lo, &nc);
+    for (uint32_t q = 0;; q++) {
+        uint32_t j = use_ix ? (q < nc ? o->cand[q] : i) : lo + q;
+        if (j >= i)
+            break;
         size_t slot = j % o->window;
         /* Recording: the keys first (a few bytes a slot), the slot itself only where they may conflict. */
         if (kmine && !keys_may_conflict(kmine, n, &o->keys[slot * PTI_TASK_ACC], o->knacc[slot]))
@@ -864,6 +1157,8 @@ static int resolve_edges(struct pto_orch *o, struct pto_task *t, const int64_t *
     }
     if (n == ACC_ALL)
         o->last_all = i;
+    if (!o->ix_off && !ix_insert(o, i, mine, n, lo))
+        o->ix_off = true; /* out of host memory: later tasks scan the window */
     return 0;
 }
 
@@ -1173,6 +1468,11 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
     o->record = resolve && (pti_model_of(dev) || pti_program_records_edges(p));
     o->last_all = NONE;
+    if (resolve) {
+        o->ix_nargs = d->nparams + d->nscratch;
+        o->ix_args = calloc(o->ix_nargs ? o->ix_nargs : 1, sizeof(*o->ix_args));
+        o->ix_off = !o->ix_args; /* no memory: each task scans the window */
+    }
     if (o->record) {
         o->keys = calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->keys));
         o->knacc = calloc(o->window, sizeof(*o->knacc));

@@ -4,7 +4,9 @@
  * on devices with 1 and 4 host core threads: its modeled task timeline,
  * relative to the program's modeled start, is the same in every run and on
  * both devices; the same for the program without a table (prog_resolved),
- * whose edges the driver resolves at submit, and the edges it recorded.
+ * whose edges the driver resolves at submit, and the edges it recorded;
+ * and those a program without a table of accesses of every shape
+ * (lib/mixed.h) resolves are the rule's, pair by pair, over the window.
  * Then launches of several blocks and copies on four streams
  * at once: every stream's records are in order in modeled time (each starts
  * at or after its predecessor's end), and the modeled engines' busy time is
@@ -14,6 +16,7 @@
 #include <stdbool.h>
 
 #include "helpers.h"
+#include "lib/mixed.h"
 
 #define N 64
 #define STREAMS 4
@@ -222,6 +225,94 @@ static void test_streams_in_order(void)
     pto_device_close(dev);
 }
 
+/* The task-edge rule for one pair of accesses (pto_driver.h): its hazard, 0: none. */
+static uint32_t pair_hazard(const pto_task_access *l, const pto_task_access *e)
+{
+    uint32_t hz = l->read && e->write ? PTO_TASK_RAW : l->write && e->write ? PTO_TASK_WAW
+                : l->write && e->read ? PTO_TASK_WAR : 0;
+    if (!hz || l->arg != e->arg)
+        return 0;
+    if (l->ndim == 0 || e->ndim == 0 || l->ndim != e->ndim)
+        return hz;
+    for (uint32_t k = 0; k < l->ndim; k++)
+        if (!(l->lo[k] < e->hi[k] && e->lo[k] < l->hi[k]))
+            return 0;
+    return hz;
+}
+
+/*
+ * prog_mixed without a table, recorded through a 16-slot window on 1 and 4
+ * cores: the edges the driver resolved are the rule's, pair by pair, against
+ * every instance of the window (back to the last that orders after
+ * everything), with the window's edge, whatever the driver's index skipped.
+ */
+static void test_resolved_edges_follow_the_rule(void)
+{
+    enum { W = 16 };
+    static pto_task_access acc[MIXED_N][8];
+    static uint32_t nacc[MIXED_N], want[MIXED_N * W * 4], got[MIXED_N * W * 4], sites[MIXED_N];
+    uint32_t nwant = 0, last_all = UINT32_MAX;
+    for (uint32_t i = 0; i < MIXED_N; i++) {
+        int64_t idx[1] = {i};
+        nacc[i] = mixed_acc(idx, acc[i], 8);
+        uint32_t rlo = i >= W ? i - W + 1 : 0;
+        if (last_all != UINT32_MAX && last_all > rlo) {
+            rlo = last_all;
+        } else if (i >= W) {
+            uint32_t *e = &want[4 * nwant++];
+            e[0] = i - W, e[1] = i, e[2] = PTO_TASK_DECLARED, e[3] = UINT32_MAX;
+        }
+        for (uint32_t j = rlo; j < i; j++) {
+            uint32_t hz = 0, arg = UINT32_MAX;
+            if (nacc[i] > 8 || nacc[j] > 8) {
+                hz = PTO_TASK_DECLARED, arg = UINT32_MAX;
+            } else {
+                for (uint32_t a = 0; a < nacc[i] && !hz; a++)
+                    for (uint32_t b = 0; b < nacc[j] && !hz; b++)
+                        if ((hz = pair_hazard(&acc[i][a], &acc[j][b])))
+                            arg = acc[i][a].arg;
+                if (!hz)
+                    continue;
+            }
+            uint32_t *e = &want[4 * nwant++];
+            e[0] = j, e[1] = i, e[2] = hz, e[3] = arg;
+        }
+        if (nacc[i] > 8)
+            last_all = i;
+    }
+    uint32_t cores[] = {1, 4};
+    for (int d = 0; d < 2; d++) {
+        pto_device_config cfg;
+        pto_device_config_init(&cfg);
+        cfg.cores = cores[d];
+        cfg.ring_task_window = W;
+        pto_device *dev;
+        t_check(pto_device_open("sim", &cfg, &dev));
+        pto_program *p;
+        t_check(pto_program_load(dev, lib, "prog_mixed", &p));
+        t_check(pto_program_record_edges(p, 1));
+        pto_devptr b[2];
+        for (int k = 0; k < 2; k++)
+            t_check(pto_mem_alloc(dev, 64, NULL, &b[k]));
+        uint64_t args[2] = {b[0], b[1]};
+        pto_stream *s;
+        t_check(pto_stream_create(dev, 0, &s));
+        t_check(pto_stream_run_program(s, p, args, 2, 7));
+        t_check(pto_stream_synchronize(s, 20000000));
+        uint32_t ntasks, nedges;
+        t_check(pto_program_last_edges(p, sites, MIXED_N, got, MIXED_N * W, &ntasks, &nedges));
+        t_assert(ntasks == MIXED_N, "%u tasks", ntasks);
+        t_assert(nedges == nwant, "cores %u: %u edges, the rule gives %u", cores[d], nedges, nwant);
+        for (uint32_t k = 0; k < nedges; k++)
+            t_assert(!memcmp(&got[4 * k], &want[4 * k], 4 * sizeof(uint32_t)),
+                     "edge %u: %u -> %u (%u, %u), the rule: %u -> %u (%u, %u)", k, got[4 * k], got[4 * k + 1],
+                     got[4 * k + 2], got[4 * k + 3], want[4 * k], want[4 * k + 1], want[4 * k + 2], want[4 * k + 3]);
+        pto_stream_destroy(s);
+        pto_program_unload(p);
+        pto_device_close(dev);
+    }
+}
+
 int main(void)
 {
     const char *dir = getenv("PTO_TEST_LIBDIR");
@@ -232,6 +323,7 @@ int main(void)
     snprintf(lib, sizeof(lib), "%s/libprograms.so", dir);
     test_program_timeline("prog_tiles");
     test_program_timeline("prog_resolved");
+    test_resolved_edges_follow_the_rule();
     test_streams_in_order();
     printf("model: ok\n");
     return T_EXIT_PASS;

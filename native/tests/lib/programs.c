@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mixed.h"
 #include "pto_program.h"
 
 #define N 64
@@ -326,3 +327,37 @@ static const pto_program_desc eight = {
     PTO_PROGRAM_ABI, 1, 1, 0, eight_sites, 0, 8, 0, eight_of, eight_off, eight_ids, eight_orch};
 
 const pto_program_desc *prog_eight(void) { return &eight; }
+
+/* ---- mixed: MIXED_N instances without a table, accesses of every shape (mixed.h) -------------- */
+
+
+static void m_noop(const pto_block *blk, void *const *args, const int64_t *idx)
+{
+    (void)blk, (void)args, (void)idx;
+}
+
+static int mixed_orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
+{
+    (void)args;
+    int rc;
+    int64_t idx[1];
+    for (int64_t i = 0; i < MIXED_N; i++) {
+        idx[0] = i;
+        if ((rc = ops->submit(o, 0, idx)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static uint32_t mixed_acc_fn(const int64_t *idx, pto_task_access *out, uint32_t cap)
+{
+    return mixed_acc(idx, out, cap);
+}
+
+static const pto_task_site mixed_sites[] = {{"mixed", m_noop, 1, 0}};
+static const pto_access_fn mixed_accs[] = {mixed_acc_fn};
+static const pto_scratch_desc mixed_scratch[] = {{64, 0, MIXED_N - 1}};
+static pto_program_desc mixed = {PTO_PROGRAM_ABI, 2, 1, 1, mixed_sites, mixed_scratch, 0, 0, 0, 0, 0,
+                                 mixed_orch, mixed_accs, NULL};
+
+const pto_program_desc *prog_mixed(void) { return &mixed; }
