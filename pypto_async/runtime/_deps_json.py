@@ -1,8 +1,10 @@
 """DFX output of programs: ``deps.json``, a program's tasks and the edges among them.
 
-A worker opened with ``RunConfig(enable_dep_gen=True)`` writes it for each
-program it registers, under the program's output directory, in the DFX
-layout ``<output dir>/dfx_outputs/deps.json``.  :func:`write_deps` is the one
+A worker opened with ``RunConfig(enable_dep_gen=True)`` writes it under the
+program's output directory, in the DFX layout
+``<output dir>/dfx_outputs/deps.json``: when it registers a program with a
+compile-time table, and after each completed run of one without
+(:class:`DepsWriter`, the graph the driver resolved in that run).  :func:`write_deps` is the one
 writer; call it directly to write a graph anywhere.
 """
 
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
-__all__ = ["DFX_DIR", "DEPS_FILE", "deps_document", "write_deps"]
+__all__ = ["DFX_DIR", "DEPS_FILE", "DepsWriter", "deps_document", "write_deps"]
 
 DFX_DIR = "dfx_outputs"
 DEPS_FILE = "deps.json"
@@ -39,7 +42,65 @@ def write_deps(graph, output_dir, name: str = "program") -> Path:
     out = Path(output_dir) / DFX_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / DEPS_FILE
-    tmp = out / f".{DEPS_FILE}.{os.getpid()}.tmp"
+    tmp = out / f".{DEPS_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(json.dumps(deps_document(graph, name), indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+class DepsWriter:
+    """A worker's writer of ``deps.json`` for programs without a compile-time table.
+
+    Such a program's graph is known only once a run has been resolved
+    (:meth:`~pypto_async.runtime.KernelHandle.resolved_graph`).  A worker
+    opened with ``enable_dep_gen`` hands each completed run of one to
+    :meth:`note` where the completion is delivered; the graph is read and
+    written by a Python thread of its own, so neither the completion path
+    nor an event loop waits for the file.  A handle noted again before its
+    file was written is written once, with its latest run's graph.
+    :meth:`flush` waits until every noted run is on disk (a sync-mode call
+    does before it returns; the worker does when it closes).
+    """
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._pending: dict[int, object] = {}  # id(handle) -> handle, noted and not written yet
+        self._busy = False  # the thread is writing (or about to)
+        self._errors: list[str] = []
+        self.launches: dict = {}  # a run not finished yet -> its handle (the runtime's _DepsLaunch)
+
+    def note(self, handle) -> None:
+        """Write `handle`'s resolved graph soon (any thread; takes only this writer's lock)."""
+        with self._cv:
+            self._pending[id(handle)] = handle
+            if not self._busy:
+                self._busy = True
+                threading.Thread(target=self._run, name="pypto-deps-writer", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if not self._pending:
+                    self._busy = False
+                    self._cv.notify_all()
+                    return
+                _, handle = self._pending.popitem()
+            try:
+                graph = handle.resolved_graph()
+                if graph is not None:
+                    write_deps(graph, handle.compiled.output_dir, handle.name)
+            except Exception as exc:  # noqa: BLE001 - a diagnostic file must not break the worker
+                with self._cv:
+                    self._errors.append(f"{handle.name}: {exc}")
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every noted run's file is written; warn about any that could not be.  False on timeout."""
+        with self._cv:
+            done = self._cv.wait_for(lambda: not self._busy, timeout)
+            errors, self._errors = self._errors, []
+        if errors:
+            import warnings
+
+            warnings.warn("pypto_async: could not write deps.json: " + "; ".join(errors), RuntimeWarning,
+                          stacklevel=3)
+        return done

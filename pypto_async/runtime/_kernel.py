@@ -15,7 +15,7 @@ from ..errors import PtoArgumentError, PtoClosedError, PtoPlatformMismatch
 from . import _call
 from ._args import Binder
 from ._config import normalize_platform
-from ._deps_json import write_deps
+from ._deps_json import DepsWriter, write_deps
 from ._hazards import launch_access
 from ._dispatch import launch_kernel
 from ._launch import Launch
@@ -303,6 +303,75 @@ class KernelHandle:
         return f"<KernelHandle {self._name!r} cid={self._cid}{state} on {self._worker!r}>"
 
 
+class _DepsLaunch(Launch):
+    """A launch of a table-less program on a worker with ``enable_dep_gen``: its run's graph goes to deps.json.
+
+    The same object as a :class:`Launch` (its class is switched while the
+    launch has not finished); completing healthy hands its handle to the
+    worker's :class:`~._deps_json.DepsWriter`, on whatever thread delivers
+    the completion, without waiting for the file.
+    """
+
+    __slots__ = ()
+
+    def _finish(self) -> None:
+        super()._finish()
+        writer = self._worker._deps_writer
+        handle = writer.launches.pop(self, None)
+        if handle is not None and self._exc is None:
+            writer.note(handle)
+
+
+class _DepsHandle(KernelHandle):
+    """The handle of a program without a compile-time table on a worker opened with ``enable_dep_gen``.
+
+    Each completed run writes ``<output dir>/dfx_outputs/deps.json`` with the
+    graph the driver resolved in it: in sync mode before the call returns, in
+    async mode once the completion is delivered (every one on disk when the
+    worker has closed).
+    """
+
+    __slots__ = ()
+
+    def __call__(self, *args, stream=None, config=None):
+        out = KernelHandle.__call__(self, *args, stream=stream, config=config)
+        self._after(out)
+        return out
+
+    def submit(self, *args, stream=None):
+        launch = KernelHandle.submit(self, *args, stream=stream)
+        self._after(launch)
+        return launch
+
+    def _after(self, launch) -> None:
+        worker = self._worker
+        writer = worker._deps_writer
+        if not isinstance(launch, Launch):  # sync mode's outputs: the run has completed
+            if not worker._async and worker._captures == 0:
+                writer.note(self)
+                writer.flush()
+            return
+        q = worker._queue
+        with q.lock:  # completions are delivered under it: the launch finishes before or after the switch
+            if type(launch) is not Launch:
+                return
+            if not launch._done:
+                writer.launches[launch] = self
+                launch.__class__ = _DepsLaunch
+                return
+        if launch._exc is None:
+            writer.note(self)
+            if not worker._async:
+                writer.flush()
+
+
+def _deps_writer(worker) -> DepsWriter:
+    writer = getattr(worker, "_deps_writer", None)
+    if writer is None:
+        writer = worker._deps_writer = DepsWriter()
+    return writer
+
+
 #: PyPTO's name for the handle class.
 RegistrationHandle = KernelHandle
 
@@ -361,8 +430,13 @@ def register(worker, compiled) -> KernelHandle:
             kptr = out[0]
             worker._kernels[(path, symbol)] = kptr
         cid = worker._cids.setdefault((path, symbol), len(worker._cids) + 1)
-        handle = KernelHandle._make(worker, compiled, kptr, name, cid,
-                                    _run_program if program else lib.pto_stream_launch)
+        # A program without a table on a worker with dep gen: each run's resolved graph is its deps.json.
+        deps_each_run = (worker._config.enable_dep_gen and program
+                         and getattr(compiled, "task_graph", None) is None)
+        if deps_each_run:
+            _deps_writer(worker)
+        handle = (_DepsHandle if deps_each_run else KernelHandle)._make(
+            worker, compiled, kptr, name, cid, _run_program if program else lib.pto_stream_launch)
         # Which arguments are device addresses: the driver checks each launch's against device memory.
         kinds = [lib.PTO_ARG_SCALAR if p.direction == SCALAR else lib.PTO_ARG_TENSOR for p in handle.params]
         declare = lib.pto_program_set_arg_kinds if program else lib.pto_kernel_set_arg_kinds
@@ -374,7 +448,7 @@ def register(worker, compiled) -> KernelHandle:
     if worker._config.enable_dep_gen and graph is not None:
         write_deps(graph, compiled.output_dir, name)
     elif worker._config.enable_dep_gen and program:
-        handle.record_edges()  # no table: the runs' resolved edges are the graph (resolved_graph)
+        handle.record_edges()  # no table: each run's resolved edges are the graph (_DepsHandle)
     return handle
 
 

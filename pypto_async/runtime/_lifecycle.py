@@ -242,6 +242,9 @@ def _teardown(worker) -> None:
             worker._tracing.close()  # done already unless the close was cut short
         except Exception:  # noqa: BLE001 - a diagnostic must not keep the device open
             pass
+        writer = getattr(worker, "_deps_writer", None)
+        if writer is not None:  # deps.json of table-less programs' runs: read from the programs, before they go
+            writer.flush()
         q = worker._queue
         with q.lock:
             for g in list(worker._graphs):
