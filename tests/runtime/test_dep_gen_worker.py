@@ -125,6 +125,9 @@ def test_a_table_less_programs_run_writes_its_resolved_graph_sync(tmp_path):
         _check(_doc(c), h.resolved_graph(), 3)
         # The return-style call and submit() write it too.
         x = _rand(3)
+        _, y = h(np.array([5], np.int32), x)
+        np.testing.assert_allclose(y[:5 * T], x[:5 * T] * 2 + 1, rtol=1e-6)
+        _check(_doc(c), h.resolved_graph(), 5)
         sub = h.submit(np.array([4], np.int32), x, _poison(), _poison())
         sub.sync()
         g = h.resolved_graph()
