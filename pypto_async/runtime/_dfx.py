@@ -11,7 +11,8 @@ The names are PyPTO's where the content is the same kind:
 ``deps.json`` (``enable_dep_gen``)
     The program's tasks and the edges among them
     (:func:`pypto_async.runtime._deps_json.write_deps`, which a worker opened with
-    ``enable_dep_gen`` also calls when it registers a program).
+    ``enable_dep_gen`` also calls when it registers a program with a table,
+    and after each completed run of one without).
 ``scope_stats/scope_stats.jsonl`` (``enable_scope_stats``)
     One JSON line per stream of the worker at the end of the call: its
     ring high-water marks (task window, heap, dep pool) and back-pressure
