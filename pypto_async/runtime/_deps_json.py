@@ -68,9 +68,12 @@ class DepsWriter:
         self._busy = False  # the thread is writing (or about to)
         self._errors: list[str] = []
         self.launches: dict = {}  # a run not finished yet -> its handle (the runtime's _DepsLaunch)
+        self._pid = os.getpid()  # a forked child has no writer thread: it waits for nothing
 
     def note(self, handle) -> None:
         """Write `handle`'s resolved graph soon (any thread; takes only this writer's lock)."""
+        if os.getpid() != self._pid:
+            return
         with self._cv:
             self._pending[id(handle)] = handle
             if not self._busy:
@@ -95,6 +98,8 @@ class DepsWriter:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every noted run's file is written; warn about any that could not be.  False on timeout."""
+        if os.getpid() != self._pid:
+            return True
         with self._cv:
             done = self._cv.wait_for(lambda: not self._busy, timeout)
             errors, self._errors = self._errors, []
