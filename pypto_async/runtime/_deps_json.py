@@ -68,6 +68,7 @@ class DepsWriter:
         self._busy = False  # the thread is writing (or about to)
         self._errors: list[str] = []
         self.launches: dict = {}  # a run not finished yet -> its handle (the runtime's _DepsLaunch)
+        self._written: dict[int, tuple] = {}  # id(handle) -> (graph, output dir) last written
         self._pid = os.getpid()  # a forked child has no writer thread: it waits for nothing
 
     def note(self, handle) -> None:
@@ -80,6 +81,27 @@ class DepsWriter:
                 self._busy = True
                 threading.Thread(target=self._run, name="pypto-deps-writer", daemon=True).start()
 
+    def write_now(self, handle) -> None:
+        """Write `handle`'s resolved graph on this thread (a sync-mode caller's), after what was noted before."""
+        self.flush()
+        self._write(handle)
+        self.flush()  # report this write's error, if any
+
+    def _write(self, handle) -> None:
+        try:
+            graph = handle.resolved_graph()
+            if graph is None:
+                return
+            out = Path(handle.compiled.output_dir)
+            last = self._written.get(id(handle))
+            if last is not None and last[0] == graph and last[1] == out and (out / DFX_DIR / DEPS_FILE).exists():
+                return  # the same graph as the file's (runs of one shape): not written again
+            write_deps(graph, out, handle.name)
+            self._written[id(handle)] = (graph, out)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic file must not break the worker
+            with self._cv:
+                self._errors.append(f"{handle.name}: {exc}")
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -88,13 +110,7 @@ class DepsWriter:
                     self._cv.notify_all()
                     return
                 _, handle = self._pending.popitem()
-            try:
-                graph = handle.resolved_graph()
-                if graph is not None:
-                    write_deps(graph, handle.compiled.output_dir, handle.name)
-            except Exception as exc:  # noqa: BLE001 - a diagnostic file must not break the worker
-                with self._cv:
-                    self._errors.append(f"{handle.name}: {exc}")
+            self._write(handle)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every noted run's file is written; warn about any that could not be.  False on timeout."""

@@ -348,8 +348,7 @@ class _DepsHandle(KernelHandle):
         writer = worker._deps_writer
         if not isinstance(launch, Launch):  # sync mode's outputs: the run has completed
             if not worker._async and worker._captures == 0:
-                writer.note(self)
-                writer.flush()
+                writer.write_now(self)  # no event loop here: written before the call returns
             return
         q = worker._queue
         with q.lock:  # completions are delivered under it: the launch finishes before or after the switch
@@ -360,9 +359,10 @@ class _DepsHandle(KernelHandle):
                 launch.__class__ = _DepsLaunch
                 return
         if launch._exc is None:
-            writer.note(self)
-            if not worker._async:
-                writer.flush()
+            if worker._async:
+                writer.note(self)
+            else:
+                writer.write_now(self)
 
 
 def _deps_writer(worker) -> DepsWriter:

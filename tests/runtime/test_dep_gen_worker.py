@@ -118,6 +118,9 @@ def test_a_table_less_programs_run_writes_its_resolved_graph_sync(tmp_path):
         h(np.array([N], np.int32), x, t, y)
         np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)  # every slice ran (no NaN left)
         _check(_doc(c), h.resolved_graph(), N)  # on disk once the call returned
+        path.unlink()  # a run of the same graph writes a missing file again
+        h(np.array([N], np.int32), x, t, y)
+        _check(_doc(c), h.resolved_graph(), N)
         # A second run of another length: the file is that run's graph.
         x, t, y = _rand(2), _poison(), _poison()
         h(np.array([3], np.int32), x, t, y)
