@@ -54,12 +54,14 @@ class DepsWriter:
     Such a program's graph is known only once a run has been resolved
     (:meth:`~pypto_async.runtime.KernelHandle.resolved_graph`).  A worker
     opened with ``enable_dep_gen`` hands each completed run of one to
-    :meth:`note` where the completion is delivered; the graph is read and
-    written by a Python thread of its own, so neither the completion path
-    nor an event loop waits for the file.  A handle noted again before its
-    file was written is written once, with its latest run's graph.
-    :meth:`flush` waits until every noted run is on disk (a sync-mode call
-    does before it returns; the worker does when it closes).
+    :meth:`note` where the completion is delivered (async mode); the graph
+    is read and written by a Python thread of its own, so neither the
+    completion path nor an event loop waits for the file.  A handle noted
+    again before its file was written is written once, with its latest
+    run's graph.  A sync-mode call writes on its own thread
+    (:meth:`write_now`).  A graph equal to the one last written there is
+    not written again.  :meth:`flush` waits until every noted run is on
+    disk (the worker does when it closes).
     """
 
     def __init__(self):
