@@ -62,7 +62,7 @@ def _run(kernel, config, args) -> None:
 
     compiled = kernel.compile(*args) if config is None else kernel.compile(*args, config=config)
     result = dispatch(compiled, args)
-    if type(result) is Launch:  # an async-mode worker: a torch operator returns once it has run
+    if isinstance(result, Launch):  # an async-mode worker: a torch operator returns once it has run
         result.sync()
 
 
