@@ -1035,6 +1035,9 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
                        uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start,
                        uint64_t *end);
 
+/* Tests only: nonzero makes pti_model_program take its list schedule for every program with edges. */
+extern int pti_model_fast_off;
+
 /* pto_engine_get_stats / pto_device_get_info for a modeled device (a profile is set). */
 int pti_model_engine_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);
 void pti_model_info(pto_device *dev, pto_device_info *out);

@@ -777,6 +777,72 @@ static void *scratch(struct pto_model *m, size_t bytes)
     return m->scratch;
 }
 
+/*
+ * A program whose tasks become ready in instance order within each kind: a
+ * task is ready at the latest of its submission and its predecessors' ends,
+ * and those are all placed before it (they precede it).  When that ready
+ * time never goes back from one task of a kind to the next, the list
+ * schedule below takes each kind's tasks in instance order, each on the core
+ * free first, as the no-edge placement does: place them so, with no queues
+ * (a table-less run: every task has the edge to the instance a window back,
+ * which has mostly ended by then).  An early-resolving task releases its
+ * consumers when it starts, which this does not follow: such a program, or
+ * one whose ready times go back, takes the list schedule (false, nothing of
+ * m changed).
+ */
+static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const uint32_t *pred_off,
+                     const uint32_t *pred_ids, uint64_t start, struct hent *hv, uint64_t *end)
+{
+    if (pti_model_fast_off)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (t[i].early)
+            return false;
+    struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
+    for (uint32_t c = 0; c < m->ncores; c++)
+        hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+    uint64_t last[2] = {0, 0}, e = *end;
+    for (uint32_t i = 0; i < n; i++) {
+        struct pto_mtask *x = &t[i];
+        uint64_t at = x->submit_ns = start + (uint64_t)(i + 1) * m->orch_ns;
+        uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
+        for (uint32_t k = k0; k < k1; k++) {
+            uint32_t p = pred_off ? pred_ids[k] : i - 1;
+            if (p < i)
+                at = max64(at, t[p].end_ns);
+        }
+        if (!x->ran) {
+            x->dispatch_ns = x->start_ns = x->end_ns = at;
+            x->engine = PTO_ENGINE_NONE;
+            continue;
+        }
+        if (at < last[x->kind]) {
+            /* Out of order: undo (the list schedule reads no output but a staged start). */
+            for (uint32_t j = 0; j < i; j++)
+                t[j].start_ns = 0;
+            return false;
+        }
+        last[x->kind] = at;
+        struct heap *h = &cores[x->kind];
+        x->dispatch_ns = max64(at, h->v[0].key);
+        x->start_ns = x->dispatch_ns + m->pickup_ns;
+        x->end_ns = x->start_ns + x->dur_ns;
+        x->engine = (int32_t)h->v[0].id;
+        hreplace(h, x->end_ns, h->v[0].id);
+        e = max64(e, x->end_ns);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (t[i].ran) {
+            m->busy_ns[t[i].engine] += t[i].dur_ns;
+            m->commands[t[i].engine]++;
+        }
+    keep_cores(m, cores, start);
+    *end = e;
+    return true;
+}
+
+int pti_model_fast_off;
+
 void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
                        uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start_out,
                        uint64_t *end_out)
@@ -844,6 +910,8 @@ void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd
         keep_cores(m, cores, start);
         goto out;
     }
+    if (in_order(m, t, n, pred_off, pred_ids, start, hv, &end))
+        goto out;
     memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
     memset(soff, 0, (size_t)(n + 2) * sizeof(uint32_t));
     /* Successor lists (CSR) from the predecessor table, or a chain. */

@@ -6,7 +6,9 @@
  * both devices; the same for the program without a table (prog_resolved),
  * whose edges the driver resolves at submit, and the edges it recorded;
  * and those a program without a table of accesses of every shape
- * (lib/mixed.h) resolves are the rule's, pair by pair, over the window.
+ * (lib/mixed.h) resolves are the rule's, pair by pair, over the window;
+ * and the same timelines again with the model's in-order placement off
+ * (pti_model_fast_off: every program through the list schedule's queues).
  * Then launches of several blocks and copies on four streams
  * at once: every stream's records are in order in modeled time (each starts
  * at or after its predecessor's end), and the modeled engines' busy time is
@@ -16,6 +18,7 @@
 #include <stdbool.h>
 
 #include "helpers.h"
+#include "internal.h"
 #include "lib/mixed.h"
 
 #define N 64
@@ -133,8 +136,9 @@ static void test_program_timeline(const char *name)
     struct slot want[N + 1], got[N + 1];
     bool have = false;
     bool resolved = !strcmp(name, "prog_resolved");
-    uint32_t cores[] = {1, 4};
-    for (int d = 0; d < 2; d++) {
+    uint32_t cores[] = {1, 4, 4};
+    for (int d = 0; d < 3; d++) {
+        pti_model_fast_off = d == 2; /* the list schedule places them as the in-order path did */
         pto_device *dev = open_dev(cores[d]);
         pto_program *p;
         t_check(pto_program_load(dev, lib, name, &p));
@@ -165,6 +169,7 @@ static void test_program_timeline(const char *name)
         pto_program_unload(p);
         pto_device_close(dev);
     }
+    pti_model_fast_off = 0;
 }
 
 static void test_streams_in_order(void)
