@@ -136,3 +136,43 @@ def test_a_kept_task_that_runs_long_gets_an_engine_woken_for_the_task_queued_beh
         free(dev, big)
         free(dev, gate_ptr)
         lib.pto_stream_destroy(s)
+
+
+def test_a_task_the_host_runs_inline_that_runs_long_leaves_the_task_behind_it_to_a_core(
+        open_dev, new_stream, pair_library):
+    """host_first always: the host thread waiting for the program runs its tiny tasks; "b" still meets "a".
+
+    The waiting host runs the program's start (a kick nobody served yet) and the tiny tasks it
+    queued, in a sleeping core's stead.  Whichever thread keeps "a", held this time, "b" must start
+    beside it: on a core woken by the backstop, or on the waiting host.
+    """
+    dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=lib.PTO_HOST_FIRST_ALWAYS)
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
+    prog = out[0]
+    gate_ptr = alloc(dev, 16)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    for i in range(4):
+        gate[i] = 0
+    args = ffi.new("uint64_t[1]", [gate_ptr])
+    s = new_stream(device=dev)
+    rec = ffi.new("pto_completion *")
+    try:
+        for token in (1, 2, 3):  # time both sites
+            check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+            check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+            assert rec.status == 0, ffi.string(rec.message)
+        gate[0] = 1
+        before = device_stats(dev)
+        check(lib.pto_stream_run_program(s, prog, args, 1, 4), "pto_stream_run_program")
+        check(lib.pto_wait_token(dev, 4, 10_000_000, rec), "pto_wait_token")
+        st = device_stats(dev)
+        assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
+        assert rec.status == 0, ffi.string(rec.message)
+        assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
+        assert st.inline_runs > before.inline_runs  # the host ran one of them
+    finally:
+        sync(s)
+        lib.pto_program_unload(prog)
+        free(dev, gate_ptr)
+        lib.pto_stream_destroy(s)
