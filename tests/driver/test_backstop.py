@@ -21,6 +21,9 @@ from helpers.raw_driver import alloc, device_stats, free, h2d, sync
 from pypto_async._driver import check, ffi, lib
 
 INCLUDE = Path(__file__).resolve().parents[2] / "pypto_async" / "include"
+# A warm-up run preempted on a loaded host times a site over the tiny bound: then nothing keeps the
+# held run's tasks (they go to woken cores) and the round proves nothing; it is run again.
+ATTEMPTS = 10
 
 # Two independent tasks "a" and "b" over one int32[4] gate: [hold, arrived, met, timed_out].  With
 # gate[0] == 0 they return at once (so both sites are timed tiny); with gate[0] != 0 each arrives,
@@ -110,22 +113,29 @@ def test_a_kept_task_that_runs_long_gets_an_engine_woken_for_the_task_queued_beh
     args = ffi.new("uint64_t[1]", [gate_ptr])
     s = new_stream(device=dev)
     try:
-        for _ in range(3):  # time both sites (tiny: they return at once)
-            h2d(s, big, src)
-            check(lib.pto_stream_run_program(s, prog, args, 1, 0), "pto_stream_run_program")
-            sync(s)
-        assert (gate[1], gate[2], gate[3]) == (0, 0, 0)
-        gate[0] = 1
-        with held(dev, s) as latch:
-            h2d(s, big, src)
-            check(lib.pto_stream_run_program(s, prog, args, 1, 0), "pto_stream_run_program")
-            before = device_stats(dev)
-            latch.release()  # the copy goes to a woken copy engine; its finish starts the program
-            sync(s)
-        st = device_stats(dev)
-        assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
-        assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
-        assert st.engine_helps > before.engine_helps  # one of them was kept by the finishing copy engine
+        kept = False
+        for _ in range(ATTEMPTS):
+            for i in range(4):
+                gate[i] = 0
+            for _ in range(3):  # time both sites (tiny: they return at once)
+                h2d(s, big, src)
+                check(lib.pto_stream_run_program(s, prog, args, 1, 0), "pto_stream_run_program")
+                sync(s)
+            assert (gate[1], gate[2], gate[3]) == (0, 0, 0)
+            gate[0] = 1
+            with held(dev, s) as latch:
+                h2d(s, big, src)
+                check(lib.pto_stream_run_program(s, prog, args, 1, 0), "pto_stream_run_program")
+                before = device_stats(dev)
+                latch.release()  # the copy goes to a woken copy engine; its finish starts the program
+                sync(s)
+            st = device_stats(dev)
+            assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
+            assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
+            kept = st.engine_helps > before.engine_helps  # the finishing copy engine kept one of them
+            if kept:
+                break
+        assert kept, f"in {ATTEMPTS} attempts no task was kept"
         back = np.full(n, np.nan, np.float32)
         check(lib.pto_stream_copy_d2h(s, ffi.from_buffer(back), big, back.nbytes, 0), "copy_d2h")
         sync(s)
@@ -158,19 +168,29 @@ def test_a_task_the_host_runs_inline_that_runs_long_leaves_the_task_behind_it_to
     s = new_stream(device=dev)
     rec = ffi.new("pto_completion *")
     try:
-        for token in (1, 2, 3):  # time both sites
+        kept = False
+        token = 0
+        for _ in range(ATTEMPTS):
+            for i in range(4):
+                gate[i] = 0
+            for _ in range(3):  # time both sites
+                token += 1
+                check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+                check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+                assert rec.status == 0, ffi.string(rec.message)
+            gate[0] = 1
+            before = device_stats(dev)
+            token += 1
             check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
             check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+            st = device_stats(dev)
+            assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
             assert rec.status == 0, ffi.string(rec.message)
-        gate[0] = 1
-        before = device_stats(dev)
-        check(lib.pto_stream_run_program(s, prog, args, 1, 4), "pto_stream_run_program")
-        check(lib.pto_wait_token(dev, 4, 10_000_000, rec), "pto_wait_token")
-        st = device_stats(dev)
-        assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
-        assert rec.status == 0, ffi.string(rec.message)
-        assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
-        assert st.inline_runs > before.inline_runs  # the host ran one of them
+            assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
+            kept = st.inline_runs > before.inline_runs  # the host ran one of them
+            if kept:
+                break
+        assert kept, f"in {ATTEMPTS} attempts the host ran no task"
     finally:
         sync(s)
         lib.pto_program_unload(prog)
