@@ -471,6 +471,69 @@ static void wake_queue(pto_device *dev, bool copy)
 static bool long_command(const pto_device *dev, const struct pto_run *r);
 
 /*
+ * The backstop.  A helper or host thread keeps work judged short from its
+ * last run; this time it may run long, and the rest of its queue would wait
+ * for it while an engine sleeps.  So each kept run marks its claimed engine
+ * (kept_ns, one store before and after), and the scheduler thread's timed
+ * wait checks the marks: a run kept past its budget with work queued behind
+ * it gets a sleeping engine woken for that work (pti_backstop).  A keeper
+ * that leaves work queued behind it wakes the scheduler thread only if that
+ * thread sleeps past the budget (sched_sleep_until); never a spin.
+ */
+static uint64_t kept_budget_ns(const pto_device *dev)
+{
+    uint64_t ns = (uint64_t)dev->cfg.inline_us * 1000ull;
+    return ns < 20000ull ? 20000ull : ns;
+}
+
+/* Mark x's kept run started (no lock held); behind: runs left on its queue when it was taken. */
+static void kept_begin(pto_device *dev, struct pto_engine *x, uint32_t behind)
+{
+    uint64_t now = pto_now_ns();
+    if (!behind) {
+        atomic_store_explicit(&x->kept_ns, now, memory_order_relaxed);
+        return;
+    }
+    /* seq_cst, and sched_sleep_until read after: pairs with pti_sched_main's store of it, then its scan. */
+    atomic_store(&x->kept_ns, now);
+    if (tl_sched_dev != dev && atomic_load(&dev->sched_sleep_until) > now + kept_budget_ns(dev))
+        pti_sched_wake(dev, false); /* it sleeps past the budget: it rearms for this run */
+}
+
+static void kept_end(struct pto_engine *x)
+{
+    atomic_store_explicit(&x->kept_ns, 0, memory_order_relaxed);
+}
+
+uint64_t pti_backstop(pto_device *dev, uint64_t now)
+{
+    if (!dev->engines)
+        return 0;
+    uint64_t budget = kept_budget_ns(dev), next = 0;
+    uint32_t n = dev->cfg.cores + dev->cfg.copy_engines;
+    for (uint32_t i = 0; i < n; i++) {
+        struct pto_engine *x = &dev->engines[i];
+        uint64_t k = atomic_load(&x->kept_ns);
+        bool copy = x->is_copy;
+        if (!k || k == x->backstopped ||
+            !atomic_load_explicit(copy ? &dev->copy_len : &dev->core_len, memory_order_relaxed))
+            continue;
+        if (now < k + budget) {
+            if (!next || k + budget < next)
+                next = k + budget;
+            continue;
+        }
+        x->backstopped = k; /* once per kept run: the woken engine takes the rest */
+        pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
+        pthread_mutex_lock(mu);
+        if (atomic_load_explicit(&x->kept_ns, memory_order_relaxed) == k)
+            wake_queue(dev, copy);
+        pthread_mutex_unlock(mu);
+    }
+    return next;
+}
+
+/*
  * Whether a program's task is known to be short: its site ran within
  * inline_us last time.  A task never timed is of unknown length (it may
  * spin, wait for a task beside it, or run for seconds): a helper that ran
@@ -575,8 +638,11 @@ static void engine_help(pto_device *dev, bool copy)
     while (*head && ran < 64 && may_help(dev, *head) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
         uint32_t b;
         struct pto_run *r = take_head(dev, copy, &b);
+        uint32_t behind = atomic_load_explicit(len, memory_order_relaxed) + (*head == r);
         pthread_mutex_unlock(mu);
+        kept_begin(dev, x, behind);
         run_taken(dev, x, copy, r, b);
+        kept_end(x);
         ran++;
         pthread_mutex_lock(mu);
         if (pto_now_ns() >= until)
@@ -691,11 +757,14 @@ static bool host_run_one(pto_device *dev, bool copy)
     }
     uint32_t b;
     struct pto_run *r = take_head(dev, copy, &b);
+    uint32_t behind = atomic_load_explicit(len, memory_order_relaxed) + (*head == r);
     x->claimed = true;
     pthread_mutex_unlock(mu);
     tl_engine = x;
     tl_helping = true; /* a device thread's help paths (run_copy's pti_core_help) leave the host alone */
+    kept_begin(dev, x, behind);
     run_taken(dev, x, copy, r, b);
+    kept_end(x);
     tl_helping = false;
     tl_engine = NULL;
     pthread_mutex_lock(mu);

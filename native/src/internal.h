@@ -854,6 +854,8 @@ struct pto_engine {
     _Atomic uint64_t busy_ns, commands, bytes;
     bool sleeping;                /* in its condition wait (its queue's lock) */
     bool claimed;                 /* a helper runs in its stead: it stays asleep (its queue's lock; engines.c) */
+    _Atomic uint64_t kept_ns;     /* when the helper's current run in its stead started; 0: none (the backstop) */
+    uint64_t backstopped;         /* the kept_ns the scheduler thread last woke an engine for (its own) */
 };
 
 int pti_engines_start(pto_device *dev);
@@ -868,6 +870,12 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
  */
 void pti_core_help(pto_device *dev);
 void pti_copy_help(pto_device *dev);
+/*
+ * The backstop of kept runs (scheduler thread, sched_lock held): wake an
+ * engine for a queue whose helper or host thread has run one command longer
+ * than its budget; returns the next deadline to check at (0: none).
+ */
+uint64_t pti_backstop(pto_device *dev, uint64_t now);
 /* Mark the calling thread as dev's scheduler thread (it may help; pti_sched_main). */
 void pti_sched_thread_init(pto_device *dev);
 /* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
@@ -1138,6 +1146,7 @@ struct pto_device {
     _Atomic uint64_t wakes;       /* bumped to wake the scheduler thread itself (deadlines) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see sched.c) */
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
+    _Atomic uint64_t sched_sleep_until; /* the scheduler thread's wait: 0 awake, its deadline, UINT64_MAX none */
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;

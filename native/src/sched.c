@@ -218,6 +218,9 @@ void *pti_sched_main(void *arg)
             pthread_mutex_lock(&dev->sched_lock);
             continue;
         }
+        uint64_t kept = pti_backstop(dev, pto_now_ns()); /* a kept run past its budget (engines.c) */
+        if (kept && (!next_deadline || kept < next_deadline))
+            next_deadline = kept;
         if (spin_ns && pti_may_spin(dev)) {
             pthread_mutex_unlock(&dev->sched_lock);
             uint64_t end = pto_now_ns() + spin_ns;
@@ -236,6 +239,14 @@ void *pti_sched_main(void *arg)
                 continue;
         }
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
+        /*
+         * seq_cst, then the kept runs read again: a keeper that read no sleep
+         * here (engines.c, kept_begin) stored its mark before, and we see it.
+         */
+        atomic_store(&dev->sched_sleep_until, next_deadline ? next_deadline : UINT64_MAX);
+        kept = pti_backstop(dev, pto_now_ns());
+        if (kept && (!next_deadline || kept < next_deadline))
+            next_deadline = kept;
         if (atomic_load(&dev->kick) == k && atomic_load(&dev->wakes) == w &&
             !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
         {
@@ -243,6 +254,7 @@ void *pti_sched_main(void *arg)
             pti_cond_wait_until(&dev->sched_cv, &dev->sched_lock, next_deadline);
             atomic_fetch_sub_explicit(&dev->asleep, 1, memory_order_relaxed);
         }
+        atomic_store(&dev->sched_sleep_until, 0);
         atomic_fetch_sub(&dev->sched_sleepers, 1);
     }
     pthread_mutex_unlock(&dev->sched_lock);
