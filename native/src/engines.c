@@ -774,6 +774,17 @@ static bool host_run_one(pto_device *dev, bool copy)
     return true;
 }
 
+/* Wake engines for what both queues hold (each under its lock): what a host thread that ran no more leaves behind. */
+static void wake_queues(pto_device *dev)
+{
+    pthread_mutex_lock(&dev->copy_lock);
+    wake_queue(dev, true);
+    pthread_mutex_unlock(&dev->copy_lock);
+    pthread_mutex_lock(&dev->core_lock);
+    wake_queue(dev, false);
+    pthread_mutex_unlock(&dev->core_lock);
+}
+
 uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
 {
     uint32_t ran = 0;
@@ -793,12 +804,7 @@ uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns)
     }
     tl_host_dev = NULL;
     /* What is left needs an engine: the pushes since pti_host_begin counted this thread as one. */
-    pthread_mutex_lock(&dev->copy_lock);
-    wake_queue(dev, true);
-    pthread_mutex_unlock(&dev->copy_lock);
-    pthread_mutex_lock(&dev->core_lock);
-    wake_queue(dev, false);
-    pthread_mutex_unlock(&dev->core_lock);
+    wake_queues(dev);
     atomic_fetch_sub(&dev->host_runners, 1);
     return ran;
 }
@@ -817,12 +823,7 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
     tl_host_dev = NULL;
     /* Nothing queued, or declined: the pushes since pti_host_begin counted this thread as one. */
     atomic_fetch_add(&dev->host_runners, 1); /* as in pti_host_run: close waits for the wake-ups */
-    pthread_mutex_lock(&dev->copy_lock);
-    wake_queue(dev, true);
-    pthread_mutex_unlock(&dev->copy_lock);
-    pthread_mutex_lock(&dev->core_lock);
-    wake_queue(dev, false);
-    pthread_mutex_unlock(&dev->core_lock);
+    wake_queues(dev);
     atomic_fetch_sub(&dev->host_runners, 1);
     return 0;
 }
