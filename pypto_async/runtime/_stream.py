@@ -323,6 +323,9 @@ class Stream:
             self._folded = self._queue.next_token
             fold._wait_locked(self._final_ordering)
             self._closed = True
+            # A worker sync gives closed streams no marker: it need not look at this one (a
+            # service that opens a stream per request and never syncs would grow q.used forever).
+            self._queue.used.pop(self._id, None)
             if self not in self._queue.backlog:  # else the flush that empties it destroys it
                 self._destroy()
             closed(self)
@@ -335,6 +338,7 @@ class Stream:
             if not self._closed and self._worker._alive():
                 self._closed = True
                 gone(self, later=True)  # (no lock here: the driver's table hears of it under the lock)
+                self._queue.used.pop(self._id, None)  # (atomic; a sync skips it anyway, as a closed one)
                 lib.pto_stream_destroy(self._ptr)
                 self._drop_wait_ev()
         except Exception:

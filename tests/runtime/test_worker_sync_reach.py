@@ -10,6 +10,8 @@ carries, in stream order, is raised (delivered); the others stay for later.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,30 @@ def test_a_sync_that_timed_out_leaves_its_streams_to_the_next(worker, kernels, m
     assert marked[-1] == [s.id]
     t.free(stream=s)
     worker.sync(timeout=10)
+
+
+def test_streams_closed_or_dropped_before_any_sync_leave_nothing_for_it(worker, kernels, marked):
+    # A service that opens a stream per request and never syncs the worker must not grow the set a
+    # sync would look at: a closed stream gets no marker, so closing (or dropping) it takes it out.
+    inc = worker.register(kernels.get("inc", N))
+    worker.sync(timeout=10)
+    marked.clear()
+    q = worker._queue
+    kept = worker.stream()
+    x = _rand(3)
+    t = worker.alloc_tensor(N, np.float32, init=x, stream=kept)
+    for i in range(50):
+        s = worker.stream()
+        inc(_rand(10 + i), stream=s)
+        if i % 2:
+            s.close()
+        del s  # the others are dropped unclosed: their finalizer takes them out
+    inc(t, stream=kept)
+    gc.collect()  # a dropped stream goes when the last thing holding it does
+    # What is left: the stream still open, and the worker's fold point (closed streams' last points
+    # join it; a sync gives it no marker either).
+    assert set(q.used) <= {kept.id, worker._default_stream.id, worker._fold.id}
+    worker.sync(timeout=10)
+    assert kept.id in marked[-1] and len(marked[-1]) <= 2
+    np.testing.assert_array_equal(t.numpy(stream=kept), x + np.float32(1))
+    t.free(stream=kept)
