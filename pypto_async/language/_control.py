@@ -105,6 +105,10 @@ class at:
                 raise compile_error(f"deps= takes task-id arrays created in this kernel, got {d!r}", self._loc)
 
     def __exit__(self, exc_type, *_):
+        if exc_type is None:
+            from ._ops_crosscore import function_closed
+
+            function_closed(self._tracer, self._loc)  # every cross-core push popped, every pop released
         body = self._tracer.close_block()
         extra = tuple(getattr(self._tracer, "region_extra", None) or ())
         self._tracer.region_extra = self._tracer.region_hints_now = None

@@ -126,9 +126,6 @@ def function(fn=None, *, type: FunctionType = FunctionType.Opaque, name_hint: st
         return host_function(fn, level, role, name_hint)
     if not isinstance(type, FunctionType):
         raise PtoCompileError(f"@pl.function(type=...) takes a pl.FunctionType, got {type!r}")
-    if type is FunctionType.Group:
-        raise PtoNotSupported("@pl.function(type=pl.FunctionType.Group): a co-scheduled cube+vector cluster is not "
-                              "on the sim, which runs every task on one kind of core; write the function as InCore")
     if not isinstance(auto_scope, bool):
         raise PtoCompileError(f"@pl.function(auto_scope=...) must be a bool (True/False), got {auto_scope!r}")
     hints = _attr_hints(attrs, type)
@@ -224,7 +221,7 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
 
     if not isinstance(attrs, dict):
         raise PtoCompileError(f"{what} takes a dict, got {attrs!r}")
-    if attrs and type_ not in _KERNEL_TYPES:
+    if attrs and type_ not in (*_KERNEL_TYPES, FunctionType.Group):
         raise PtoCompileError(f"{what} belongs on an InCore function, not {type_.value}")
     hints = []
     for key, value in attrs.items():
@@ -236,13 +233,18 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PtoCompileError(f"{what}: {key!r} takes a positive int, got {value!r}")
             hints.append(("cross_core_slot", value))
+        elif key == "dual_aiv_dispatch":  # both AIV lanes run the AIV function (a placement; no result changes)
+            if not isinstance(value, bool):
+                raise PtoCompileError(f"{what}: 'dual_aiv_dispatch' takes a bool, got {value!r}")
+            hints.append(("dual_aiv_dispatch", value))
         elif key == "stationary":
             if not isinstance(value, TensorArg) or (params is not None and not any(value is q for q in params)):
                 raise PtoCompileError(f"{what}: 'stationary' takes a tensor parameter of the function, got "
                                       f"{value!r}")
             hints.append(("stationary", value.name))
         else:
-            raise PtoCompileError(f"{what}: unknown attribute {key!r} (known: 'split', 'slot_num', 'stationary')")
+            raise PtoCompileError(f"{what}: unknown attribute {key!r} (known: 'split', 'slot_num', 'stationary', "
+                                  f"'dual_aiv_dispatch')")
     return tuple(hints)
 
 
@@ -512,7 +514,7 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
               name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False,
-              core_num: int | None = None):
+              core_num: int | None = None, fn_type=None):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -597,6 +599,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
 
     fn = traced_fn(fn)
     t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
+    if fn_type in (FunctionType.AIC, FunctionType.AIV):  # the side of a cross-core pipe the body runs on
+        t.func_attrs["fn_type"] = fn_type.value
+    t.func_attrs["accesses"] = []  # tensors the body reaches besides its parameters (a Group's pipes)
     blocks = None
     if core_num is None:
         core_num = getattr(t, "spmd_dispatch", None)  # a call inside `with pl.spmd(n):` of a program
@@ -607,6 +612,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         t.block_index = Index(blocks)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
+        from ._ops_crosscore import function_closed
+
+        function_closed(t, fn_loc)
         ok = True
     finally:
         if blocks is not None:
@@ -616,6 +624,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             t.append(For(blocks, 0, core_num, 1, inner, loc))  # the blocks, in order (hint core_num)
         body = t.close_block()
         declared = tuple(t.func_attrs["hints"])
+        accesses += t.func_attrs["accesses"]
         t.func_attrs = None
     if ok:
         from ._submit import task_dumps
@@ -695,7 +704,7 @@ class _Kernel:
         hints = (*getattr(self.fn, "hints", ()), *hints)
         return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
                          fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task,
-                         core_num=core_num)
+                         core_num=core_num, fn_type=self.fn.type)
 
 
 #: The function types an orchestration calls as kernels (each call one task).
@@ -876,6 +885,9 @@ class ProgramDef:
         me = _Self({})
         me._kernels.update({k: _Kernel(me, f) for k, f in self.kernels.items()})
         me._kernels.update({k: _Inlined(me, f) for k, f in self._all.items() if f.type is FunctionType.Inline})
+        from ._ops_crosscore import Group
+
+        me._kernels.update({k: Group(me, f) for k, f in self._all.items() if f.type is FunctionType.Group})
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         from ._branch import traced_fn
 
@@ -961,3 +973,10 @@ def program(cls):
     if not isinstance(cls, type):
         raise PtoCompileError(f"@pl.program decorates a class, got {cls!r}")
     return ProgramDef(cls)
+
+
+def add_task_access(t, name: str, mode: str, shape) -> None:
+    """Record that the kernel call being traced reads (``"r"``) or writes (``"w"``) all of tensor ``name``."""
+    from ..ir._nodes import IConst
+
+    t.func_attrs["accesses"].append((name, mode, (IConst(0),) * len(shape), tuple(shape)))

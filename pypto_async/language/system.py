@@ -14,6 +14,24 @@ from ..errors import PtoNotSupported
 
 __all__ = ["task_dummy", "syncall", "fence", "cacheinvalid", "available_aiv_count", "available_cluster_count"]
 
+# The cross-core pipes (tpush / tpop / tfree and their setup): see :mod:`._ops_crosscore`.
+from ._ops_crosscore import (  # noqa: E402
+    AUTO,
+    aic_initialize_pipe,
+    aiv_initialize_pipe,
+    import_peer_buffer,
+    reserve_buffer,
+    tfree_to_aic,
+    tfree_to_aiv,
+    tpop_from_aic,
+    tpop_from_aiv,
+    tpush_to_aic,
+    tpush_to_aiv,
+)
+
+__all__ += ["AUTO", "tpush_to_aiv", "tpush_to_aic", "tpop_from_aic", "tpop_from_aiv", "tfree_to_aic", "tfree_to_aiv",
+            "aic_initialize_pipe", "aiv_initialize_pipe", "reserve_buffer", "import_peer_buffer"]
+
 
 def _refuse(name: str, why: str):
     raise PtoNotSupported(f"pl.system.{name}: {why}")
