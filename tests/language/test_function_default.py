@@ -151,9 +151,4 @@ def test_inline_aic_and_aiv_function_types(launcher):
     x, mid, out = torch.randn(32, 32), _nan(32, 32), _nan(32, 32)
     launcher.run(compiled, x, mid, out)
     torch.testing.assert_close(out, (x * 2.0) @ x, rtol=1e-4, atol=1e-4)
-    from pypto_async.errors import PtoNotSupported
-
-    with pytest.raises(PtoNotSupported, match="FunctionType.Group"):
-        @pl.function(type=pl.FunctionType.Group)
-        def group(self, x: pl.Tensor[[32, 32], pl.FP32]):
-            ...
+    # A Group function (AIC + AIV members over cross-core pipes) is tested in test_ops_crosscore.py.
