@@ -268,7 +268,8 @@ uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
     for (int i = 0; i < 6; i++)
         cycles = w->overlap ? (pipes[i] > cycles ? pipes[i] : cycles) : cycles + pipes[i];
     uint64_t ns = max64((uint64_t)(cycles * m->ns_per_cycle + 0.5), m->floor_ns);
-    *kind = macs ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
+    bool cube = w->core_kind == PTO_CORE_AIC || (w->core_kind != PTO_CORE_AIV && macs);
+    *kind = cube ? (m->naic ? 0 : 1) : (m->naiv ? 1 : 0);
     tl_cost.gen = m->gen;
     tl_cost.work = *w;
     tl_cost.ns = ns;

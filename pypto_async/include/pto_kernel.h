@@ -63,6 +63,12 @@
 #define PTO_CUBE_I8      2
 #define PTO_CUBE_DTYPES  3
 
+/* pto_work.core_kind: a block of cube work runs on an AIC, other work on an AIV,
+ * unless the block asks for a kind (a pl.FunctionType.AIC / AIV function's task). */
+#define PTO_CORE_BY_WORK 0
+#define PTO_CORE_AIC     1
+#define PTO_CORE_AIV     2
+
 typedef struct pto_work {
     uint64_t load_bytes, load_rows;
     uint64_t store_bytes, store_rows;
@@ -70,7 +76,7 @@ typedef struct pto_work {
     uint64_t vec_bytes[PTO_VEC_CLASSES];
     uint64_t cube_macs[PTO_CUBE_DTYPES];
     uint32_t overlap;
-    uint32_t reserved;
+    uint32_t core_kind;         /* PTO_CORE_*: the kind of core the block asks for (0: by its work) */
     uint64_t fixpipe_bytes;     /* ABI 3 */
 } pto_work;
 

@@ -203,6 +203,10 @@ class _SiteGen(_Gen):
             head.append("    " + d)
         tail = self.frame(head)
         self.work_frame(head, tail, self.scope.body)
+        core = dict(self.scope.hints).get("core")  # a pl.FunctionType.AIC / AIV function's task
+        if core is not None:
+            i = tail.index("done:;") + 1 if "done:;" in tail else len(tail) - 1
+            tail.insert(i, f"    blk->work->core_kind = PTO_CORE_{core}; /* placed on an {core} */")
         entry = ["", f"static void {self.symbol}(const pto_block *blk, void *const *args, const int64_t *idx)", "{",
                  *unpack, f"    {body_fn}({', '.join(call)});", "}"]
         return "\n".join(head + body + tail + entry)

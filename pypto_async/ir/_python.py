@@ -100,6 +100,8 @@ def hint_args(hints) -> str:
             opts.append(f"pl.cross_core_slot(slot_num={value})")
         elif name == "scope":
             continue  # printed as the `with pl.scope():` blocks around the region
+        elif name == "core":
+            continue  # a pl.FunctionType.AIC / AIV function's placement: no pl.at spelling
         elif name in ("split_aiv", "core_num", "sync_start"):
             continue  # a pl.split_aiv / pl.spmd body: printed as the loop over its lanes / blocks
         elif name == "dumps":

@@ -209,6 +209,9 @@ class JitFunction:
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         with tracing(tracer):
             result = traced_fn(self.fn)(*proxies)
+            from ._ops_crosscore import function_closed
+
+            function_closed(tracer, self._loc)  # the body's own cross-core pushes popped, pops released
         params = [tracer.params[p.name] for p in params]
         if len(tracer.blocks) != 1:
             raise compile_error(

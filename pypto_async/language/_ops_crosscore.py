@@ -114,9 +114,9 @@ class _State:
 
 
 def _task_owner(t):
-    """The task being traced (its id), or None outside every InCore function."""
+    """The task being traced (its id); ``"top"`` for a ``@pl.jit`` body's own code; None in an orchestration."""
     if "at" not in t.frames and getattr(t, "func_attrs", None) is None:
-        return None
+        return None if getattr(t, "is_program", False) else "top"
     return t.next_task - 1
 
 
@@ -132,8 +132,8 @@ def _state(op: str, side: str):
     loc = user_loc()
     owner = _task_owner(t)
     if owner is None:
-        raise compile_error(f"{op}: a cross-core transfer belongs in an InCore function (a pl.at region or a "
-                            f"kernel the orchestration calls); this is the orchestration", loc)
+        raise compile_error(f"{op}: a cross-core transfer belongs in an InCore function (a kernel the "
+                            f"orchestration calls, or a pl.at region); this is the orchestration", loc)
     kind = _kernel_side(t)
     if kind is not None and kind != side:
         raise compile_error(f"{op} runs on the {side} side of a pipe, but this is an {kind} function "
@@ -141,9 +141,12 @@ def _state(op: str, side: str):
     group = getattr(t, "crosscore_group", None)
     if group is not None and kind is not None:
         return t, group, loc
-    st = getattr(t, "crosscore", None)
-    if st is None or st.owner != owner:
-        st = t.crosscore = _State(owner)
+    states = getattr(t, "crosscore", None)
+    if states is None:
+        states = t.crosscore = {}
+    st = states.get(owner)
+    if st is None:
+        st = states[owner] = _State(owner)
     return t, st, loc
 
 
@@ -459,10 +462,8 @@ def _check_closed(st: _State, loc, pops: bool = True, pushes: bool = True) -> No
 
 def function_closed(t, loc) -> None:
     """The InCore function (or region) being traced ends: every push popped, every pop released."""
-    st = getattr(t, "crosscore", None)
-    owner = _task_owner(t)
-    if st is not None and st.owner == owner:
-        t.crosscore = None
+    st = (getattr(t, "crosscore", None) or {}).pop(_task_owner(t), None)
+    if st is not None:
         _check_closed(st, loc)
     group = getattr(t, "crosscore_group", None)
     if group is not None and _kernel_side(t) is not None:

@@ -233,10 +233,9 @@ def _attr_hints(attrs, type_: FunctionType, what: str = "@pl.function(attrs=...)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PtoCompileError(f"{what}: {key!r} takes a positive int, got {value!r}")
             hints.append(("cross_core_slot", value))
-        elif key == "dual_aiv_dispatch":  # both AIV lanes run the AIV function (a placement; no result changes)
+        elif key == "dual_aiv_dispatch":  # both AIV lanes run the AIV function: the sim runs it once, whole
             if not isinstance(value, bool):
                 raise PtoCompileError(f"{what}: 'dual_aiv_dispatch' takes a bool, got {value!r}")
-            hints.append(("dual_aiv_dispatch", value))
         elif key == "stationary":
             if not isinstance(value, TensorArg) or (params is not None and not any(value is q for q in params)):
                 raise PtoCompileError(f"{what}: 'stationary' takes a tensor parameter of the function, got "
@@ -601,6 +600,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
     t.func_attrs = {"params": proxies, "hints": []}  # what pl.func_attr in the body declares
     if fn_type in (FunctionType.AIC, FunctionType.AIV):  # the side of a cross-core pipe the body runs on
         t.func_attrs["fn_type"] = fn_type.value
+        hints = (*hints, ("core", fn_type.value))  # and the kind of core the device model places it on
     t.func_attrs["accesses"] = []  # tensors the body reaches besides its parameters (a Group's pipes)
     blocks = None
     if core_num is None:

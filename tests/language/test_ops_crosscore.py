@@ -152,6 +152,46 @@ def test_a_group_runs_its_members_as_tasks_on_cores_of_their_kind():
     assert recs["cube"].start_ns >= recs["vector"].end_ns  # ordered by the tile it pops
 
 
+@pl.program
+class CubeFeedsVector:
+    @pl.function(type=pl.FunctionType.AIC)
+    def cube(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aic_initialize_pipe(dir_mask=1, slot_size=SLOT, c2v_consumer_buf=pl.import_peer_buffer(
+            name="c2v", peer_func="vector"))
+        pl.tpush_to_aiv(pl.load(a, [0, 0], [N, N], target_memory=pl.Mem.Mat), split=0)  # no cube work
+
+    @pl.function(type=pl.FunctionType.AIV)
+    def vector(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aiv_initialize_pipe(dir_mask=1, slot_size=SLOT,
+                               c2v_consumer_buf=pl.reserve_buffer(name="c2v", size=4 * SLOT, base=0x2000))
+        t = pl.tpop_from_aic(split=0)
+        pl.store(pl.exp(t), [0, 0], out)
+        pl.tfree_to_aic(t)
+
+    @pl.function(type=pl.FunctionType.Group)
+    def group(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        self.vector(a, out)
+        self.cube(a, out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        self.group(a, out)
+        return out
+
+
+def test_an_aic_function_runs_on_an_aic_even_without_cube_work():
+    a, out = _rand(N, N, seed=9), _poison(N, N)
+    c = ir.compile(CubeFeedsVector)
+    with ChipWorker(RunConfig()) as w:
+        with w.trace() as tr:
+            w.run(c, a, out)
+            w.sync()
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-5, atol=1e-6)
+    recs = {r.name: r for r in tr.trace.records if r.kind_name == "task"}
+    assert recs["cube"].engine < w.device_profile.aic_cores <= recs["vector"].engine
+    assert ("core", "AIC") in next(t for t in c.program.body if getattr(t, "name", None) == "cube").hints
+
+
 # ---- misuse: compile errors, raised while the kernel is traced ---------------------------------------------------
 
 
@@ -243,26 +283,54 @@ def test_a_pipe_used_before_it_is_initialized_is_a_compile_error():
 
 
 def test_the_ops_outside_an_incore_function_are_compile_errors():
-    for op, args in [(pl.tpush_to_aiv, ()), (pl.tpop_from_aic, None), (pl.aic_initialize_pipe, None),
-                     (pl.reserve_buffer, None)]:
-        @pl.jit
-        def k(a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
-            if op is pl.tpush_to_aiv:
-                op(a, split=0)
-            elif op is pl.tpop_from_aic:
-                op()
-            elif op is pl.aic_initialize_pipe:
-                op(dir_mask=1, slot_size=SLOT)
-            else:
-                op(name="x", size=SLOT)
-            with pl.at(level=pl.Level.CORE_GROUP):
+    calls = [lambda a: pl.tpush_to_aiv(a, split=0), lambda a: pl.tpop_from_aic(),
+             lambda a: pl.aic_initialize_pipe(dir_mask=1, slot_size=SLOT), lambda a: pl.reserve_buffer(name="x", size=1),
+             lambda a: pl.system.import_peer_buffer(name="x", peer_func="f")]
+    for call in calls:
+        @pl.program
+        class P:
+            @pl.function(type=pl.FunctionType.InCore)
+            def k(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
                 pl.store(pl.load(a, [0, 0], [N, N]), [0, 0], out)
-            return out
+
+            @pl.function(type=pl.FunctionType.Orchestration)
+            def main(self, a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+                call(a)  # in the orchestration, beside the kernel call
+                self.k(a, out)
+                return out
 
         with pytest.raises(PtoCompileError, match="belongs in an InCore function"):
-            k.trace(np.zeros((N, N), np.float32), np.zeros((N, N), np.float32))
+            ir.compile(P)
     with pytest.raises(PtoError, match="can only be called inside a @pl.jit kernel"):
         pl.tpop_from_aiv()
+
+
+@pl.jit
+def whole_body(a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+    # A @pl.jit body without regions is one InCore function: its pipes pair there, checked at its end.
+    pl.aiv_initialize_pipe(dir_mask=2, slot_size=SLOT)
+    pl.aic_initialize_pipe(dir_mask=2, slot_size=SLOT)
+    pl.tpush_to_aic(pl.load(a, [0, 0], [N, N]), split=0)
+    r = pl.tpop_from_aiv()
+    pl.store(pl.sub(r, 3.0), [0, 0], out)
+    pl.tfree_to_aiv(r)
+    return out
+
+
+def test_a_jit_body_without_regions_is_one_incore_function():
+    a, out = _rand(N, N, seed=10), _poison(N, N)
+    whole_body(a, out)
+    np.testing.assert_allclose(out, a - 3.0, rtol=1e-6, atol=1e-6)
+
+    @pl.jit
+    def unpaired(a: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aiv_initialize_pipe(dir_mask=2, slot_size=SLOT)
+        pl.tpush_to_aic(pl.load(a, [0, 0], [N, N]), split=0)
+        pl.store(pl.load(a, [0, 0], [N, N]), [0, 0], out)
+        return out
+
+    with pytest.raises(PtoCompileError, match="has no matching pl.tpop_from_aiv"):
+        unpaired.trace(np.zeros((N, N), np.float32), np.zeros((N, N), np.float32))
 
 
 def _program(vector_body, cube_body):
