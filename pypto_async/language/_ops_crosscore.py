@@ -97,16 +97,17 @@ class _State:
         self.pipes: dict[tuple[str, int], _Pipe] = {}
         self.popped: dict[int, dict] = {}  # var id of a popped tile -> its pop, until its tfree
         self.buffers: dict[str, PipeBuffer] = {}
+        self.edges: list[tuple[int, int]] = []  # (consumer task, producer task) of a Group's hand-overs
 
     def pipe(self, direction: str, pid: int) -> _Pipe:
         return self.pipes.setdefault((direction, pid), _Pipe())
 
     def snapshot(self):
         return ({k: (dict(p.init), list(p.queue)) for k, p in self.pipes.items()}, dict(self.popped),
-                dict(self.buffers))
+                dict(self.buffers), list(self.edges))
 
     def restore(self, snap) -> None:
-        pipes, self.popped, self.buffers = snap
+        pipes, self.popped, self.buffers, self.edges = snap
         self.pipes = {}
         for k, (init, queue) in pipes.items():
             p = self.pipes[k] = _Pipe()
@@ -285,7 +286,8 @@ def _push(direction: str, tile, split, lane_stride, pid) -> None:
     if _nbytes(tile) > mine["slot_size"]:
         raise compile_error(f"{op}: tile %{tile.var.id} ({tile.var.type}) is {_nbytes(tile)} bytes, larger than "
                             f"the pipe's slot_size={mine['slot_size']} (the {direction} pipe id={pid})", loc)
-    entry = {"tile": tile, "split": split, "loc": loc, "block": t.blocks[-1], "tensor": None}
+    entry = {"tile": tile, "split": split, "loc": loc, "block": t.blocks[-1], "tensor": None,
+             "task": t.next_task - 1}
     if st.owner == "group":
         entry["tensor"] = _through_gm(t, tile, op, loc)
     pipe.queue.append(entry)
@@ -373,6 +375,7 @@ def _pop(direction: str, shape, dtype, split, lane_stride, pid) -> Tile:
         ten = entry["tensor"]
         out = load(ten, [0] * len(pushed.shape), list(pushed.shape), target_memory=_LANDING[side])
         add_task_access(t, ten.name, "r", pushed.shape)
+        st.edges.append((t.next_task - 1, entry["task"]))  # an edge even where none is inferred (manual scope)
     st.popped[out.var.id] = {"direction": direction, "id": pid, "split": split, "loc": loc,
                              "block": t.blocks[-1]}
     return out
@@ -518,12 +521,10 @@ class Group:
 
         t = current(f"self.{self.fn.name}")
         loc = user_loc()
-        if getattr(t, "crosscore_group", None) is not None or "at" in t.frames:
+        if getattr(t, "crosscore_group", None) is not None or "at" in t.frames or \
+                getattr(t, "func_attrs", None) is not None:
             raise compile_error(f"self.{self.fn.name}(...): a Group function is called from the orchestration",
                                 loc)
-        if deps is not None:
-            raise PtoNotSupported(f"{loc}: self.{self.fn.name}(..., deps=): a Group's members are tasks of their "
-                                  f"own here; put deps= on a task the Group waits for instead")
         calls: list[_Deferred] = []
         result = traced_fn(self.fn.fn)(_Members(self.me, calls), *args)
         state = _State("group")
@@ -536,10 +537,14 @@ class Group:
                     snap = state.snapshot()
                     marks = (t.next_task, len(t.scratch), dict(t.params), len(t.blocks[-1]))
                     try:
-                        d.result = d.kernel.call(d.args, loc=d.loc, **d.kwargs)
+                        kwargs = dict(d.kwargs)
+                        if deps is not None:  # what the Group waits for, each member waits for
+                            kwargs["deps"] = [*deps, *(kwargs.get("deps") or ())]
+                        d.result = d.kernel.call(d.args, loc=d.loc, **kwargs)
                     except _Empty:
                         state.restore(snap)
                         t.next_task, n_scratch, t.params, n_stmts = marks
+                        (getattr(t, "crosscore", None) or {}).pop(t.next_task, None)
                         del t.scratch[n_scratch:]
                         del t.blocks[-1][n_stmts:]
                         continue
@@ -551,6 +556,23 @@ class Group:
                                         f"makes before them (a member both waiting on and feeding its peer runs "
                                         f"as one task only in a single mixed InCore function here)", loc)
             _check_closed(state, loc, pops=False)
+            _add_edges(t.blocks[-1], state.edges)
         finally:
             t.crosscore_group = None
         return _resolve(result)
+
+
+def _add_edges(block: list, edges) -> None:
+    """Make each consumer task of a Group wait for the producers it pops from (``Scope.deps``)."""
+    from dataclasses import replace
+
+    from ..ir._nodes import Scope
+
+    wanted: dict[int, list[int]] = {}
+    for consumer, producer in edges:
+        wanted.setdefault(consumer, []).append(producer)
+    for i, s in enumerate(block):
+        if isinstance(s, Scope) and s.task in wanted:
+            extra = tuple(p for p in dict.fromkeys(wanted[s.task]) if p not in s.deps)
+            if extra:
+                block[i] = replace(s, deps=(*s.deps, *extra))

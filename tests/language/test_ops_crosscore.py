@@ -192,6 +192,48 @@ def test_an_aic_function_runs_on_an_aic_even_without_cube_work():
     assert ("core", "AIC") in next(t for t in c.program.body if getattr(t, "name", None) == "cube").hints
 
 
+@pl.program
+class GroupAfterATask:
+    @pl.function(type=pl.FunctionType.InCore)
+    def pre(self, a: pl.Tensor[[N, N], pl.FP32], x: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.store(pl.mul(pl.load(a, [0, 0], [N, N]), 2.0), [0, 0], x)
+
+    @pl.function(type=pl.FunctionType.AIC)
+    def cube(self, x: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aic_initialize_pipe(dir_mask=1, slot_size=SLOT)
+        pl.tpush_to_aiv(pl.load(x, [0, 0], [N, N], target_memory=pl.Mem.Mat), split=0)
+
+    @pl.function(type=pl.FunctionType.AIV)
+    def vector(self, x: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aiv_initialize_pipe(dir_mask=1, slot_size=SLOT)
+        t = pl.tpop_from_aic(split=0)
+        pl.store(pl.add(t, 1.0), [0, 0], out)
+        pl.tfree_to_aic(t)
+
+    @pl.function(type=pl.FunctionType.Group)
+    def group(self, x: pl.Tensor[[N, N], pl.FP32], out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        self.vector(x, out)
+        self.cube(x, out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[N, N], pl.FP32], x: pl.Out[pl.Tensor[[N, N], pl.FP32]],
+             out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        tid = pl.submit(self.pre, a, x)[-1]
+        with pl.manual_scope():  # no edge is inferred here: the hand-over still orders the members
+            self.group(x, out, deps=[tid])
+        return out
+
+
+def test_a_group_in_a_manual_scope_waits_for_its_deps_and_its_producer():
+    c = ir.compile(GroupAfterATask)
+    tasks = {s.name: s for s in c.program.body if getattr(s, "name", None)}
+    assert tasks["cube"].deps == (tasks["pre"].task,)
+    assert tasks["vector"].deps == (tasks["pre"].task, tasks["cube"].task)
+    a, x, out = _rand(N, N, seed=11), _poison(N, N), _poison(N, N)
+    c(a, x, out)
+    np.testing.assert_allclose(out, 2.0 * a + 1.0, rtol=1e-6, atol=1e-6)
+
+
 # ---- misuse: compile errors, raised while the kernel is traced ---------------------------------------------------
 
 
