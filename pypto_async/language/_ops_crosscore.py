@@ -22,7 +22,11 @@ How the sim runs it:
   ``AIV`` function runs each member as a task of its own, each placed on a
   core of its kind by its work: a push stores the tile to a tensor the
   consumer task loads it from, and the consumer is ordered after the
-  producer by that tensor, whatever order the Group's body calls them in.
+  producer by that tensor (and an explicit edge), whatever order the Group's
+  body calls them in.  Members that feed each other (a push each way) have
+  no such order: they are traced as one task, each member in a thread of
+  its own and one at a time, switching at a pop whose push has not been
+  traced yet, so the task's statements pair every pop with an earlier push.
 
 Misuse is a compile error, raised when the kernel is traced: one of these
 ops outside an InCore function; a push or pop on a pipe its side did not
@@ -34,6 +38,8 @@ between a push, its pop and its ``tfree``.
 """
 
 from __future__ import annotations
+
+import threading
 
 from ..errors import PtoNotSupported
 from ..ir._diag import compile_error
@@ -98,6 +104,7 @@ class _State:
         self.popped: dict[int, dict] = {}  # var id of a popped tile -> its pop, until its tfree
         self.buffers: dict[str, PipeBuffer] = {}
         self.edges: list[tuple[int, int]] = []  # (consumer task, producer task) of a Group's hand-overs
+        self.merged = None  # a Group's members traced as one task: the _Merged switching between them
 
     def pipe(self, direction: str, pid: int) -> _Pipe:
         return self.pipes.setdefault((direction, pid), _Pipe())
@@ -121,8 +128,14 @@ def _task_owner(t):
     return t.next_task - 1
 
 
+_lane = threading.local()  # a merged Group member's side, in the thread tracing it (see _merged)
+
+
 def _kernel_side(t) -> str | None:
     """``"AIC"`` / ``"AIV"`` inside a function of that type, else None (a mixed InCore function)."""
+    side = getattr(_lane, "side", None)
+    if side is not None:
+        return side
     attrs = getattr(t, "func_attrs", None) or {}
     return attrs.get("fn_type")
 
@@ -288,7 +301,7 @@ def _push(direction: str, tile, split, lane_stride, pid) -> None:
                             f"the pipe's slot_size={mine['slot_size']} (the {direction} pipe id={pid})", loc)
     entry = {"tile": tile, "split": split, "loc": loc, "block": t.blocks[-1], "tensor": None,
              "task": t.next_task - 1}
-    if st.owner == "group":
+    if st.owner == "group" and not st.merged:
         entry["tensor"] = _through_gm(t, tile, op, loc)
     pipe.queue.append(entry)
 
@@ -334,6 +347,12 @@ def _pop(direction: str, shape, dtype, split, lane_stride, pid) -> Tile:
         raise compile_error(f"{op}: the {direction} pipe id={pid} is used before it is initialized on the {side} "
                             f"side (call {_INIT[side]}(dir_mask={1 if direction == C2V else 2}, slot_size=...) "
                             f"first)", loc)
+    if not pipe.queue and st.merged is not None:
+        if t.frames[-1] != "at":
+            raise PtoNotSupported(f"{loc}: {op} inside a loop or a branch, waiting for a push of the peer member: "
+                                  f"the sim traces a Group whose members feed each other as one task, switching "
+                                  f"between them only at the top of their bodies")
+        st.merged.wait_for_peer(lambda: bool(pipe.queue), f"{op} at {loc}")
     if not pipe.queue:
         if st.owner == "group":
             raise _Empty()
@@ -535,7 +554,8 @@ class Group:
                 progressed = False
                 for d in list(pending):
                     snap = state.snapshot()
-                    marks = (t.next_task, len(t.scratch), dict(t.params), len(t.blocks[-1]))
+                    marks = (t.next_task, len(t.scratch), dict(t.params), len(t.blocks[-1]), t.next_var,
+                             t.next_index)
                     try:
                         kwargs = dict(d.kwargs)
                         if deps is not None:  # what the Group waits for, each member waits for
@@ -543,18 +563,16 @@ class Group:
                         d.result = d.kernel.call(d.args, loc=d.loc, **kwargs)
                     except _Empty:
                         state.restore(snap)
-                        t.next_task, n_scratch, t.params, n_stmts = marks
+                        t.next_task, n_scratch, t.params, n_stmts, t.next_var, t.next_index = marks
                         (getattr(t, "crosscore", None) or {}).pop(t.next_task, None)
                         del t.scratch[n_scratch:]
                         del t.blocks[-1][n_stmts:]
                         continue
                     pending.remove(d)
                     progressed = True
-                if not progressed:
-                    names = ", ".join(d.kernel.fn.name for d in pending)
-                    raise compile_error(f"self.{self.fn.name}: the pops of {names} wait for pushes no other member "
-                                        f"makes before them (a member both waiting on and feeding its peer runs "
-                                        f"as one task only in a single mixed InCore function here)", loc)
+                if not progressed:  # the members feed each other: one task, switching between them
+                    _merged(t, self.fn.name, pending, state, deps, loc)
+                    pending = []
             _check_closed(state, loc, pops=False)
             _add_edges(t.blocks[-1], state.edges)
         finally:
@@ -576,3 +594,142 @@ def _add_edges(block: list, edges) -> None:
             extra = tuple(p for p in dict.fromkeys(wanted[s.task]) if p not in s.deps)
             if extra:
                 block[i] = replace(s, deps=(*s.deps, *extra))
+
+
+class _Merged:
+    """Members of a Group traced as one task, each in a thread of its own, one running at a time.
+
+    A member runs until it pops from an empty pipe (at the top of its body),
+    then the next member that can run does; the task's statements are the
+    members' in the order they were traced, an order in which every pop
+    follows its push.  Members that all wait are a compile error.
+    """
+
+    def __init__(self, t, members, loc):
+        self.t, self.loc = t, loc
+        self.cond = threading.Condition()
+        self.running = None  # index of the member allowed to run
+        self.waiting: dict[int, tuple] = {}  # member index -> (ready predicate, what it waits at)
+        self.done: set[int] = set()
+        self.error = None
+        self.members = members
+
+    def wait_for_peer(self, ready, what: str) -> None:
+        me = _lane.index
+        with self.cond:
+            self.waiting[me] = (ready, what)
+            self._pass_on()
+            self.cond.wait_for(lambda: self.running == me or self.error is not None)
+            if self.error is not None:
+                raise _Abandoned()
+            del self.waiting[me]
+
+    def _pass_on(self) -> None:
+        """Choose the next member to run (cond held): a waiting one whose pipe now has a tile, else a fresh one."""
+        for i in range(len(self.members)):
+            if i in self.done:
+                continue
+            if i in self.waiting:
+                if self.waiting[i][0]():
+                    self.running = i
+                    self.cond.notify_all()
+                    return
+            elif i not in self.started:
+                self.running = i
+                self.started.add(i)
+                self.cond.notify_all()
+                return
+        if len(self.done) < len(self.members):
+            whats = "; ".join(w for _, w in self.waiting.values())
+            self.error = compile_error(f"the members of this Group wait for each other: {whats} (no member pushes "
+                                       f"what the others pop next)", self.loc)
+        self.running = None
+        self.cond.notify_all()
+
+    def run(self, bodies) -> None:
+        from ._tracer import _state
+
+        self.started = {0}
+        self.running = 0
+        threads = []
+
+        def member(i, side, body):
+            _state.tracer = self.t
+            _lane.side, _lane.index = side, i
+            try:
+                with self.cond:
+                    self.cond.wait_for(lambda: self.running == i or self.error is not None)
+                    if self.error is not None:
+                        return
+                body()
+            except _Abandoned:
+                return
+            except BaseException as exc:  # noqa: BLE001 - handed to the tracing thread
+                with self.cond:
+                    if self.error is None:
+                        self.error = exc
+                    self.running = None
+                    self.cond.notify_all()
+                return
+            finally:
+                _state.tracer = None
+                _lane.side = _lane.index = None
+            with self.cond:
+                self.done.add(i)
+                self._pass_on()
+
+        for i, (side, body) in enumerate(bodies):
+            th = threading.Thread(target=member, args=(i, side, body), name=f"pypto-group-member-{i}")
+            threads.append(th)
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if self.error is not None:
+            raise self.error
+
+
+class _Abandoned(Exception):
+    """A merged member gives up: another member failed or all wait."""
+
+
+def _merged(t, group_name: str, pending, state: _State, deps, loc) -> None:
+    """Trace the Group's remaining members as one task: their kernel calls become one call of a joined body."""
+    from ._program import _annotation, call_task
+
+    names, anns, args, spans, sides = [], {}, [], [], []
+    for k, d in enumerate(pending):
+        fn = d.kernel.fn
+        if d.kwargs:
+            raise PtoNotSupported(f"{d.loc}: self.{fn.name}(..., {', '.join(d.kwargs)}=) in a Group whose members "
+                                  f"feed each other: the sim traces them as one task, which takes no per-member "
+                                  f"keywords")
+        own = fn.param_names()
+        raw = fn.annotations()
+        start = len(names)
+        for n in own:
+            key = f"m{k}_{n}"
+            names.append(key)
+            anns[key] = _annotation(raw.get(n), f"{fn.name}: parameter {n!r}", fn.loc)
+        args.extend(d.args)
+        spans.append((start, len(names)))
+        sides.append(fn.type.value if fn.type.value in ("AIC", "AIV") else None)
+    merged = _Merged(t, pending, loc)
+    state.merged = merged
+
+    def joined(self_arg, *proxies):
+        from ._branch import traced_fn
+
+        bodies = []
+        for d, (a, b), side in zip(pending, spans, sides):
+            fn = traced_fn(d.kernel.fn.fn)
+            part = proxies[a:b]
+            bodies.append((side, (lambda fn=fn, part=part: fn(self_arg, *part))))
+        merged.run(bodies)
+        _check_closed(state, loc, pushes=False)
+
+    name = "_".join(d.kernel.fn.name for d in pending)
+    try:
+        call_task(t, name, joined, pending[0].kernel.prog, names, anns, args, loc=loc, fn_loc=loc, deps=deps)
+    finally:
+        state.merged = None

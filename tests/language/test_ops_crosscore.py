@@ -234,6 +234,46 @@ def test_a_group_in_a_manual_scope_waits_for_its_deps_and_its_producer():
     np.testing.assert_allclose(out, 2.0 * a + 1.0, rtol=1e-6, atol=1e-6)
 
 
+@pl.program
+class BothWays:
+    @pl.function(type=pl.FunctionType.AIV)
+    def vector(self, a: pl.Tensor[[N, N], pl.FP32], b: pl.Tensor[[N, N], pl.FP32],
+               out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aiv_initialize_pipe(dir_mask=3, slot_size=SLOT)
+        pl.tpush_to_aic(pl.add(pl.load(a, [0, 0], [N, N]), 1.0), split=0)
+        r = pl.tpop_from_aic(split=0)  # waits for the cube's answer
+        pl.store(pl.mul(r, 2.0), [0, 0], out)
+        pl.tfree_to_aic(r)
+
+    @pl.function(type=pl.FunctionType.AIC)
+    def cube(self, a: pl.Tensor[[N, N], pl.FP32], b: pl.Tensor[[N, N], pl.FP32],
+             out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        pl.aic_initialize_pipe(dir_mask=3, slot_size=SLOT)
+        x = pl.tpop_from_aiv(split=0)
+        acc = pl.matmul(x, pl.load(b, [0, 0], [N, N], target_memory=pl.Mem.Mat))
+        pl.tfree_to_aiv(x)
+        pl.tpush_to_aiv(acc, split=0)
+
+    @pl.function(type=pl.FunctionType.Group)
+    def group(self, a: pl.Tensor[[N, N], pl.FP32], b: pl.Tensor[[N, N], pl.FP32],
+              out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        self.cube(a, b, out)
+        self.vector(a, b, out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[N, N], pl.FP32], b: pl.Tensor[[N, N], pl.FP32],
+             out: pl.Out[pl.Tensor[[N, N], pl.FP32]]):
+        return self.group(a, b, out)
+
+
+def test_members_that_feed_each_other_run_as_one_task_in_an_order_that_pairs_every_pop():
+    c = ir.compile(BothWays)
+    assert [t.name for t in c.task_graph.tasks] == ["cube_vector"]
+    a, b, out = _rand(N, N, seed=12), _rand(N, N, seed=13), _poison(N, N)
+    c(a, b, out)
+    np.testing.assert_allclose(out, 2.0 * ((a + 1.0) @ b), rtol=1e-4, atol=1e-4)
+
+
 # ---- misuse: compile errors, raised while the kernel is traced ---------------------------------------------------
 
 
@@ -411,7 +451,7 @@ def test_group_misuse_is_a_compile_error():
         _pop_free()
         pl.tpush_to_aiv(pl.load(a, [0, 0], [N, N], target_memory=pl.Mem.Mat), split=0)
 
-    with pytest.raises(PtoCompileError, match="wait for pushes no other member makes"):
+    with pytest.raises(PtoCompileError, match="the members of this Group wait for each other: pl.tpop_from_aic"):
         ir.compile(_program(pop_then_push_vector, pop_then_push_cube))
     with pytest.raises(PtoCompileError, match="pl.tpush_to_aic at .* has no matching pl.tpop_from_aiv"):
         ir.compile(_program(lambda a, o: _push(a), lambda a, o: None))
