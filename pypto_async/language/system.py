@@ -5,7 +5,9 @@ one task on one core, so there are no peer cores to synchronise with in a
 kernel (``syncall``), no per-core caches to fence or invalidate, no device
 geometry a kernel is sized from at trace time.  Each raises
 ``PtoNotSupported`` naming itself.  ``task_dummy`` is served: it joins task
-ids into one (see :mod:`._submit`).
+ids into one (see :mod:`._submit`), and so are the cross-core pipes
+(``tpush_*`` / ``tpop_*`` / ``tfree_*``, ``*_initialize_pipe``,
+``reserve_buffer``, ``import_peer_buffer``, ``AUTO``; see :mod:`._ops_crosscore`).
 """
 
 from __future__ import annotations
