@@ -451,6 +451,9 @@ struct pto_run {
     uint64_t model_first, model_last;
     uint32_t model_blocks;
     int32_t model_engine;
+    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block). */
+    struct pto_mblock *model_blk;
+    uint32_t model_cap;
 };
 
 struct pto_stream_fail {
@@ -1023,8 +1026,17 @@ bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
                     uint64_t end, int32_t engine);
 /* Finish the parked copies whose turn has come, in modeled order (sched_lock held; end of pti_cmd_finish). */
 void pti_model_unpark(pto_device *dev);
-/* A launch's block that did *work ran from host start to end (no lock held): place it, fill *w. */
-void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w);
+/*
+ * Block b of a launch did *work from host w->start_ns to w->end_ns on host
+ * engine w->engine (no lock held): kept, to be placed with the launch's
+ * other blocks when the launch's turn comes (pti_model_finish, which traces
+ * them then): false.  Out of host memory: placed now, *w modeled, true (the
+ * caller traces it).
+ */
+bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t status, const pto_work *work,
+                     struct pto_when *w);
+/* Free what the model keeps for s (s is being freed). */
+void pti_model_stream_free(pto_stream *s);
 /* The modeled duration and core kind (0 AIC, 1 AIV) of one block's work. */
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *work, uint8_t *kind);
 /*

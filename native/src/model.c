@@ -27,14 +27,13 @@
  *
  * Placement.  Every engine keeps its latest busy intervals (struct lane),
  * so work takes the earliest time it fits at or after it is ready, in a gap
- * if one is long enough.  A launch's blocks go to the modeled core of their
- * kind (cube work: AIC, else AIV) where they fit first, as the host
- * finishes them (pti_model_block), so blocks of concurrent launches that
- * compete for cores take them in the order the host ran them.  Copies are
- * placed in modeled order: one the host finished is parked
- * (pti_model_park) until no other stream can still bring work ready before
- * it, then placed (pti_model_unpark), earliest (ready, stream id) first,
- * whatever order the host's copy threads ran them in.  A program's tasks
+ * if one is long enough.  Launches and copies are placed in modeled order:
+ * one the host finished is parked (pti_model_park) until no other stream
+ * can still bring work ready before it, then placed (pti_model_unpark),
+ * earliest (ready, stream id) first, whatever order the host's threads ran
+ * them in.  A launch's blocks are kept as they run (pti_model_block) and
+ * placed in its turn, in block order, each on the modeled core of its kind
+ * (cube work: AIC, else AIV) where it fits first.  A program's tasks
  * are placed when the run completes
  * (pti_model_program): a list schedule over its task graph, so its modeled
  * timeline depends only on its work, its edges and the profile, never on
@@ -353,21 +352,28 @@ static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
     return ready;
 }
 
-void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w)
-{
-    struct pto_model *m = pti_model_of(dev);
+/*
+ * A block that ran, kept until its launch's turn (pti_model_block): its
+ * work's duration and kind, its host times, then its modeled placement.
+ */
+struct pto_mblock {
+    uint64_t seq; /* its launch's cmd->seq (0: none): entries of earlier launches are stale */
+    uint64_t dur, host_start, host_end;
+    uint64_t dispatch, start, end;
+    int32_t host_engine, status, engine;
     uint8_t kind;
-    uint64_t dur = pti_model_cost(m, work, &kind);
-    /* The stream's previous command finished before this launch started: model_end is stable. */
-    uint64_t ready = ready_of(run->stream, run->cmd);
+};
+
+/*
+ * Place a block ready at `ready` taking `dur` on a core of `kind` (m->lock
+ * held): the core of its kind where it can be dispatched first, in a gap
+ * other work left if one fits (ties: the lowest); the launch's span in run.
+ */
+static void place_block(struct pto_model *m, struct pto_run *run, uint64_t ready, uint64_t dur, uint8_t kind,
+                        struct pto_when *w)
+{
     uint32_t lo, hi;
     kind_range(m, kind, &lo, &hi);
-    pthread_mutex_lock(&m->lock);
-    /*
-     * The core of its kind where it can be dispatched first, in a gap other
-     * work left if one fits (ties: the lowest): a block the host ran late
-     * still takes the time that was free when it was ready.
-     */
     uint32_t c = lo;
     uint64_t dispatch = lane_fit(&m->lanes[lo], ready, m->pickup_ns + dur);
     for (uint32_t e = lo + 1; e < hi && dispatch > ready; e++) {
@@ -389,11 +395,96 @@ void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work,
         run->model_engine = (int32_t)c;
     }
     run->model_blocks++;
-    pthread_mutex_unlock(&m->lock);
     w->dispatch_ns = dispatch;
     w->start_ns = start;
     w->end_ns = end;
     w->engine = (int32_t)c;
+}
+
+bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t status, const pto_work *work,
+                     struct pto_when *w)
+{
+    struct pto_model *m = pti_model_of(dev);
+    uint8_t kind;
+    uint64_t dur = pti_model_cost(m, work, &kind);
+    uint32_t blocks = run->cmd->u.launch.blocks;
+    /* One block: the only thread that touches run's blocks now (the finisher is this thread). */
+    bool locked = blocks > 1;
+    if (locked)
+        pthread_mutex_lock(&m->lock);
+    if (run->model_cap < blocks) {
+        struct pto_mblock *v = realloc(run->model_blk, (size_t)blocks * sizeof(*v));
+        if (!v) {
+            /* Out of host memory: placed as the host finished it. */
+            if (!locked)
+                pthread_mutex_lock(&m->lock);
+            place_block(m, run, ready_of(run->stream, run->cmd), dur, kind, w);
+            pthread_mutex_unlock(&m->lock);
+            return true;
+        }
+        for (uint32_t k = run->model_cap; k < blocks; k++)
+            v[k].seq = 0;
+        run->model_blk = v;
+        run->model_cap = blocks;
+    }
+    run->model_blk[b] = (struct pto_mblock){
+        .seq = run->cmd->seq,
+        .dur = dur,
+        .host_start = w->host_start_ns,
+        .host_end = w->host_end_ns,
+        .host_engine = w->host_engine,
+        .status = status,
+        .kind = kind,
+    };
+    if (locked)
+        pthread_mutex_unlock(&m->lock);
+    return false;
+}
+
+/*
+ * Place the blocks of s's launch cmd that ran, in block order, at its
+ * modeled turn (sched_lock held: pti_model_finish), and trace them.  The
+ * thread finishing the launch ran its last block: the acq_rel add of
+ * done_blocks orders every block's entry before this.
+ */
+static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, const struct pto_cmd *cmd,
+                         uint64_t ready)
+{
+    struct pto_run *run = &s->run;
+    uint32_t n = cmd->u.launch.blocks < run->model_cap ? cmd->u.launch.blocks : run->model_cap;
+    if (!n)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (uint32_t b = 0; b < n; b++) {
+        struct pto_mblock *e = &run->model_blk[b];
+        if (e->seq != cmd->seq)
+            continue; /* it did not run (skipped), or was placed already */
+        struct pto_when w;
+        place_block(m, run, ready, e->dur, e->kind, &w);
+        e->dispatch = w.dispatch_ns;
+        e->start = w.start_ns;
+        e->end = w.end_ns;
+        e->engine = w.engine;
+    }
+    pthread_mutex_unlock(&m->lock);
+    bool trace = pti_trace_on(dev);
+    for (uint32_t b = 0; b < n; b++) {
+        struct pto_mblock *e = &run->model_blk[b];
+        if (e->seq != cmd->seq)
+            continue;
+        e->seq = 0;
+        if (trace) {
+            struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
+            pti_trace_cmd(dev, s, cmd, b, e->status, &w);
+        }
+    }
+}
+
+void pti_model_stream_free(pto_stream *s)
+{
+    free(s->run.model_blk);
+    s->run.model_blk = NULL;
+    s->run.model_cap = 0;
 }
 
 static uint64_t copy_ns(struct pto_model *m, const struct pto_cmd *cmd, uint64_t *bytes)
@@ -470,11 +561,9 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
     } else {
         switch (cmd->kind) {
         case PTO_CMD_LAUNCH:
-            /*
-             * No lock: the thread finishing a launch ran its last block, and
-             * the acq_rel add of done_blocks orders every block's placement
-             * (under m->lock) before this; no block of it runs any more.
-             */
+            /* Its turn in modeled order (pti_model_park): its blocks take their cores now. */
+            if (ran && s->run.cmd == cmd)
+                place_launch(dev, m, s, cmd, ready);
             if (ran && s->run.cmd == cmd && s->run.model_blocks) {
                 start = s->run.model_first;
                 end = s->run.model_last;
@@ -598,7 +687,8 @@ bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         s->parked = 0;
         return false;
     }
-    if (!is_copy(cmd->kind) || status != 0 || cmd->state != PTI_CMD_RUNNING || cmd->modeled)
+    if (!(is_copy(cmd->kind) || cmd->kind == PTO_CMD_LAUNCH) || status != 0 || cmd->state != PTI_CMD_RUNNING ||
+        cmd->modeled)
         return false;
     uint64_t ready = ready_of(s, cmd);
     if (copy_turn(dev, s, ready))
