@@ -174,3 +174,135 @@ def test_the_launches_timeline_is_the_same_with_the_host_threads_pinned(lib):
             if want is None:
                 want = got
             assert got == want
+
+
+# -- programs competing for the cores --------------------------------------------------------------
+
+import pypto_async.language as pl  # noqa: E402
+from pypto_async import ir  # noqa: E402
+
+F, T = pl.FP32, 8
+#: What each stream runs: a program of that many independent tasks, or ("launch", blocks).
+MIX = [3, 3, ("launch", 3)]
+
+
+def _fork(n: int):
+    @pl.program
+    class ForkN:
+        @pl.function(type=pl.FunctionType.InCore)
+        def relu(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+            pl.store(pl.relu(pl.load(x, [0, 0], [T, 32])), [0, 0], y)
+            return y
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[n * T, 32], F], y: pl.Out[pl.Tensor[[n * T, 32], F]]):
+            for i in pl.range(n):
+                self.relu(x[i * T:(i + 1) * T, :], y[i * T:(i + 1) * T])
+            return y
+
+    return ir.compile(ForkN)
+
+
+#: Every task and block takes the floor (their counted work is far below it).
+SLOW = SIM.replace(min_kernel_us=5.0)
+
+
+async def _mixed(cfg: RunConfig, lib: KernelLib, mix):
+    """Each stream's program (or launch), all held until every one is queued; return the timeline.
+
+    Per task or block: (stream index, index, dispatch, start, end, core), times
+    relative to the hold's end (the first program's start), and the streams' ids.
+    """
+    compiled = {n: _fork(n) for n in mix if isinstance(n, int)}
+    async with ChipWorker(cfg) as w:
+        streams = [w.stream() for _ in mix]
+        rng = np.random.default_rng(7)
+        jobs = []
+        for m in mix:
+            rows = m * T if isinstance(m, int) else N
+            x = rng.standard_normal((rows, 32) if isinstance(m, int) else N).astype(np.float32)
+            xin = w.alloc_tensor(x.shape, np.float32, init=x)
+            out = w.alloc_tensor(x.shape, np.float32, init=np.full(x.shape, np.nan, np.float32))
+            k = w.register(compiled[m] if isinstance(m, int) else lib.get("add", N, blocks=m[1]))
+            jobs.append((k, x, xin, out, isinstance(m, int)))
+        await w.default_stream
+        async with w.trace() as tr:
+            with hold(streams[0]) as latch:
+                gate = streams[0].record()
+                for s in streams[1:]:
+                    s.wait(gate)
+                done = [k(xin, out, stream=s) if prog else k(xin, xin, out, stream=s)
+                        for (k, _, xin, out, prog), s in zip(jobs, streams)]
+                latch.release()
+            for d in done:
+                await d
+        for k, x, xin, out, prog in jobs:
+            np.testing.assert_array_equal(await out.to_host(), np.maximum(x, 0) if prog else x + x)
+        ids = [s.id for s in streams]
+    index = {sid: k for k, sid in enumerate(ids)}
+    recs = [r for r in tr.trace.records if r.kind_name in ("task", "block") and r.stream_id in index]
+    progs = [r for r in tr.trace.records if r.kind_name == "program" and r.stream_id in index]
+    t0 = min(r.start_ns for r in progs)
+    return sorted((index[r.stream_id], r.block, r.dispatch_ns - t0, r.start_ns - t0, r.end_ns - t0, r.engine)
+                  for r in recs), ids
+
+
+def mixed(cfg, lib, mix=MIX):
+    return asyncio.run(_mixed(cfg, lib, mix))
+
+
+def expected_mixed(mix, ids, p=SLOW):
+    """By hand: all ready at the hold's end, taken in stream-id order (equal ready times).
+
+    A program: the one orchestrator submits its task i at start + (i + 1) *
+    orch_us_per_task (start: when it finished the program before); each task
+    goes to the AIV free first (ties: the lowest), pickup_us after the later
+    of its submission and that core's free time.  A launch: each block on the
+    AIV where it is dispatched first.
+    """
+    us = lambda v: round(v * 1000)  # noqa: E731
+    pickup, dur, orch = us(p.pickup_us), us(p.min_kernel_us), us(p.orch_us_per_task)
+    aiv = range(p.aic_cores, p.aic_cores + p.aiv_cores)
+    free = {c: 0 for c in aiv}
+    orch_free = 0
+    out = []
+    for k in sorted(range(len(mix)), key=lambda k: ids[k]):
+        m = mix[k]
+        if isinstance(m, int):
+            start = orch_free
+            orch_free = start + m * orch
+            key = {c: max(free[c], start) for c in aiv}
+            for i in range(m):
+                c = min(aiv, key=lambda c: (key[c], c))
+                at = max(start + (i + 1) * orch, key[c])
+                key[c] = at + pickup + dur
+                out.append((k, i, at, at + pickup, at + pickup + dur, c))
+            free = key
+        else:
+            for b in range(m[1]):
+                c = min(aiv, key=lambda c: (free[c], c))
+                at = free[c]
+                free[c] = at + pickup + dur
+                out.append((k, b, at, at + pickup, at + pickup + dur, c))
+    return sorted(out)
+
+
+def test_programs_and_a_launch_take_the_cores_in_modeled_order(lib):
+    want = None
+    for cores in (1, 2, 4):
+        got, ids = mixed(RunConfig(cores=cores, device_profile=SLOW), lib)
+        assert got == expected_mixed(MIX, ids), f"cores={cores}"
+        if want is None:
+            want = got
+        assert got == want
+
+
+@pytest.mark.slow
+def test_the_programs_timeline_is_the_same_in_20_runs(lib):
+    want = None
+    for i in range(20):
+        got, ids = mixed(RunConfig(cores=(1, 2, 4)[i % 3], device_profile=SLOW), lib, [2, 4, ("launch", 2), 3])
+        if want is None:
+            want = got
+            assert got == expected_mixed([2, 4, ("launch", 2), 3], ids)
+        assert got == want, f"run {i}"
