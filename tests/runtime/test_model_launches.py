@@ -1,4 +1,4 @@
-"""The device model's cores: blocks of concurrent launches placed in modeled order.
+"""The device model's cores: blocks of concurrent launches, and programs' tasks, placed in modeled order.
 
 Launches of streams that do not order each other compete for the profile's
 cores.  The host's core threads run their blocks in whatever order they
@@ -7,8 +7,11 @@ still bring work ready before it (native/src/model.c, pti_model_park, as for
 copies), then places them in block order, each on the core of its kind where
 it is dispatched first (ties: the lowest).  Launches take the cores in
 modeled order: ready time, then stream id.  The timeline is then the same
-whatever host threads ran the blocks, and in what order.  Every output is
-checked against numpy (the outputs start poisoned).
+whatever host threads ran the blocks, and in what order.  A program's run is
+kept the same way when it completes on the host, and its tasks list-scheduled
+in its turn, so programs (and launches) of streams that do not order each
+other take the cores, and the one orchestrator, in that order too.  Every
+output is checked against numpy (the outputs start poisoned).
 """
 
 from __future__ import annotations
