@@ -39,6 +39,8 @@ import json
 import os
 from pathlib import Path
 
+from ._deps_json import DFX_DIR
+
 __all__ = ["RECORDS_FILE", "swimlane_records", "write_last_runs", "write_swimlane_records"]
 
 RECORDS_FILE = "l2_swimlane_records.json"
@@ -113,8 +115,6 @@ def write_last_runs(worker, trace) -> list[Path]:
     command record, named by its symbol, and the task (block) records of
     that command.
     """
-    from ._deps_json import DFX_DIR
-
     by_symbol = {}
     for compiled, handle in list(worker._handles.values()):
         program = getattr(compiled, "kind", "kernel") == "program"

@@ -16,6 +16,7 @@ from .._driver import lib
 from ._chrome import write_json
 from ._recorder import TraceWindowRecords, TraceRecorder
 from ._stats import scope_stats
+from ._swimlane_records import write_last_runs
 from ._trace import Trace
 from ._wait import drive
 
@@ -194,8 +195,6 @@ def _write_or_warn(path: pathlib.Path, doc: dict) -> None:
 
 def _records_or_warn(worker, trace) -> None:
     # Each program's last run as PyPTO's l2_swimlane_records.json, beside its deps.json.
-    from ._swimlane_records import write_last_runs
-
     try:
         write_last_runs(worker, trace)
     except OSError as exc:
