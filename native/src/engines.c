@@ -1003,9 +1003,10 @@ static void run_block(pto_device *dev, struct pto_engine *eng, struct pto_run *r
     atomic_fetch_add_explicit(&eng->busy_ns, end - start, memory_order_relaxed);
     atomic_fetch_add_explicit(&eng->commands, 1, memory_order_relaxed);
     struct pto_when w = {start, end, start, eng->id, start, end, eng->id};
+    bool traced = false; /* the model places and traces it in the launch's turn (model.c) */
     if (!skip && pti_model_of(dev))
-        pti_model_block(dev, run, &work, &w); /* its modeled core and times */
-    if (!skip && pti_trace_on(dev))
+        traced = !pti_model_block(dev, run, b, tl_block_failed ? -PTO_EKERNEL : 0, &work, &w);
+    if (!skip && !traced && pti_trace_on(dev))
         pti_trace_cmd(dev, run->stream, cmd, b, tl_block_failed ? -PTO_EKERNEL : 0, &w);
     /* acq_rel: our block's writes (fail_msg included) happen before the finisher reads them. */
     if (atomic_fetch_add_explicit(&run->done_blocks, 1, memory_order_acq_rel) + 1 != blocks)

@@ -451,6 +451,9 @@ struct pto_run {
     uint64_t model_first, model_last;
     uint32_t model_blocks;
     int32_t model_engine;
+    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block). */
+    struct pto_mblock *model_blk;
+    uint32_t model_cap;
 };
 
 struct pto_stream_fail {
@@ -546,6 +549,7 @@ struct pto_stream {
     uint8_t parked;
     int32_t park_engine;
     uint64_t park_ready, park_start, park_end;
+    struct pto_mprog *model_prog; /* its program run's tasks until the run's turn (model.c) */
     bool active;                  /* head command is on an engine */
     bool destroyed;               /* freed once the ring is empty */
     struct pto_link doomed;       /* on dev->doomed while destroyed with work left (self-linked otherwise) */
@@ -994,7 +998,7 @@ struct pto_when {
     int32_t host_engine;
 };
 
-/* One program task as the model sees it (orch.c fills it, pti_model_program places it). */
+/* One program task as the model sees it (orch.c fills it, the model places it in its turn). */
 struct pto_mtask {
     uint64_t dur_ns;              /* modeled duration (pto_model_work_ns); 0 if it never ran */
     uint64_t host_start_ns, host_end_ns, host_submit_ns;
@@ -1023,8 +1027,17 @@ bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
                     uint64_t end, int32_t engine);
 /* Finish the parked copies whose turn has come, in modeled order (sched_lock held; end of pti_cmd_finish). */
 void pti_model_unpark(pto_device *dev);
-/* A launch's block that did *work ran from host start to end (no lock held): place it, fill *w. */
-void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w);
+/*
+ * Block b of a launch did *work from host w->start_ns to w->end_ns on host
+ * engine w->engine (no lock held): kept, to be placed with the launch's
+ * other blocks when the launch's turn comes (pti_model_finish, which traces
+ * them then): false.  Out of host memory: placed now, *w modeled, true (the
+ * caller traces it).
+ */
+bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t status, const pto_work *work,
+                     struct pto_when *w);
+/* Free what the model keeps for s (s is being freed). */
+void pti_model_stream_free(pto_stream *s);
 /* The modeled duration and core kind (0 AIC, 1 AIV) of one block's work. */
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *work, uint8_t *kind);
 /*
@@ -1034,16 +1047,17 @@ uint64_t pti_model_cost(struct pto_model *m, const pto_work *work, uint8_t *kind
 void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                       struct pto_when *w);
 /*
- * A program run of n tasks completed (no driver lock held; its stream's
- * head is the program): list-schedule them over the modeled cores (preds:
- * the compiled table pred_off/pred_ids, NULL: a chain), fill each task's
- * outputs, and the run's modeled *start / *end.
+ * A program run of n tasks completed on the host (no driver lock held; its
+ * stream's head is the program, about to finish with cmd->modeled set): the
+ * model takes t (malloc'd; it frees it) and the graph (preds: the compiled
+ * table pred_off/pred_ids, which live with d, or the resolved graph, which
+ * it copies; NULL: a chain) and places the tasks in the program's modeled
+ * turn (pti_model_park, pti_model_finish), tracing them then.
  */
-void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
-                       uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start,
-                       uint64_t *end);
+void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_program_desc *d, struct pto_mtask *t,
+                            uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, bool table);
 
-/* Tests only: nonzero makes pti_model_program take its list schedule for every program with edges. */
+/* Tests only: nonzero makes the model take its list schedule for every program with edges. */
 extern int pti_model_fast_off;
 
 /* pto_engine_get_stats / pto_device_get_info for a modeled device (a profile is set). */

@@ -27,17 +27,15 @@
  *
  * Placement.  Every engine keeps its latest busy intervals (struct lane),
  * so work takes the earliest time it fits at or after it is ready, in a gap
- * if one is long enough.  A launch's blocks go to the modeled core of their
- * kind (cube work: AIC, else AIV) where they fit first, as the host
- * finishes them (pti_model_block), so blocks of concurrent launches that
- * compete for cores take them in the order the host ran them.  Copies are
- * placed in modeled order: one the host finished is parked
- * (pti_model_park) until no other stream can still bring work ready before
- * it, then placed (pti_model_unpark), earliest (ready, stream id) first,
- * whatever order the host's copy threads ran them in.  A program's tasks
- * are placed when the run completes
- * (pti_model_program): a list schedule over its task graph, so its modeled
- * timeline depends only on its work, its edges and the profile, never on
+ * if one is long enough.  Launches and copies are placed in modeled order:
+ * one the host finished is parked (pti_model_park) until no other stream
+ * can still bring work ready before it, then placed (pti_model_unpark),
+ * earliest (ready, stream id) first, whatever order the host's threads ran
+ * them in.  A launch's blocks are kept as they run (pti_model_block) and
+ * placed in its turn, in block order, each on the modeled core of its kind
+ * (cube work: AIC, else AIV) where it fits first.  A program's tasks are
+ * kept when its run completes (pti_model_program_keep) and placed in its
+ * turn: a list schedule over its task graph, so its modeled timeline depends only on its work, its edges and the profile, never on
  * which host threads ran what.  The orchestrator submits task i at
  * start + (i + 1) * orch_us_per_task; a task is ready once submitted and
  * its predecessors ended; a free core of its kind takes the earliest ready
@@ -56,6 +54,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "pto_program.h"
 
 /*
  * A modeled engine's timeline: its busy intervals, sorted and disjoint, the
@@ -93,6 +92,18 @@ struct pto_model {
     /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
     void *scratch;
     size_t scratch_cap;
+};
+
+/* A program run's tasks and graph, from its completion on the host until its modeled turn. */
+struct pto_mprog {
+    bool set;                       /* a run waits to be placed */
+    bool oom;                       /* its graph could not be copied: its tasks take no modeled time */
+    const struct pto_program_desc *d; /* its sites' names (alive until the command's release) */
+    struct pto_mtask *t;            /* the run's tasks (the model's: freed once placed) */
+    uint32_t n;
+    const uint32_t *off, *ids;      /* its graph: the table's, or `own` */
+    uint32_t *own;                  /* a resolved graph's copy: off (n + 1), then ids */
+    size_t own_cap;
 };
 
 /*
@@ -354,21 +365,28 @@ static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
     return ready;
 }
 
-void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work, struct pto_when *w)
-{
-    struct pto_model *m = pti_model_of(dev);
+/*
+ * A block that ran, kept until its launch's turn (pti_model_block): its
+ * work's duration and kind, its host times, then its modeled placement.
+ */
+struct pto_mblock {
+    uint64_t seq; /* its launch's cmd->seq (0: none): entries of earlier launches are stale */
+    uint64_t dur, host_start, host_end;
+    uint64_t dispatch, start, end;
+    int32_t host_engine, status, engine;
     uint8_t kind;
-    uint64_t dur = pti_model_cost(m, work, &kind);
-    /* The stream's previous command finished before this launch started: model_end is stable. */
-    uint64_t ready = ready_of(run->stream, run->cmd);
+};
+
+/*
+ * Place a block ready at `ready` taking `dur` on a core of `kind` (m->lock
+ * held): the core of its kind where it can be dispatched first, in a gap
+ * other work left if one fits (ties: the lowest); the launch's span in run.
+ */
+static void place_block(struct pto_model *m, struct pto_run *run, uint64_t ready, uint64_t dur, uint8_t kind,
+                        struct pto_when *w)
+{
     uint32_t lo, hi;
     kind_range(m, kind, &lo, &hi);
-    pthread_mutex_lock(&m->lock);
-    /*
-     * The core of its kind where it can be dispatched first, in a gap other
-     * work left if one fits (ties: the lowest): a block the host ran late
-     * still takes the time that was free when it was ready.
-     */
     uint32_t c = lo;
     uint64_t dispatch = lane_fit(&m->lanes[lo], ready, m->pickup_ns + dur);
     for (uint32_t e = lo + 1; e < hi && dispatch > ready; e++) {
@@ -390,11 +408,102 @@ void pti_model_block(pto_device *dev, struct pto_run *run, const pto_work *work,
         run->model_engine = (int32_t)c;
     }
     run->model_blocks++;
-    pthread_mutex_unlock(&m->lock);
     w->dispatch_ns = dispatch;
     w->start_ns = start;
     w->end_ns = end;
     w->engine = (int32_t)c;
+}
+
+bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t status, const pto_work *work,
+                     struct pto_when *w)
+{
+    struct pto_model *m = pti_model_of(dev);
+    uint8_t kind;
+    uint64_t dur = pti_model_cost(m, work, &kind);
+    uint32_t blocks = run->cmd->u.launch.blocks;
+    /* One block: the only thread that touches run's blocks now (the finisher is this thread). */
+    bool locked = blocks > 1;
+    if (locked)
+        pthread_mutex_lock(&m->lock);
+    if (run->model_cap < blocks) {
+        struct pto_mblock *v = realloc(run->model_blk, (size_t)blocks * sizeof(*v));
+        if (!v) {
+            /* Out of host memory: placed as the host finished it. */
+            if (!locked)
+                pthread_mutex_lock(&m->lock);
+            place_block(m, run, ready_of(run->stream, run->cmd), dur, kind, w);
+            pthread_mutex_unlock(&m->lock);
+            return true;
+        }
+        for (uint32_t k = run->model_cap; k < blocks; k++)
+            v[k].seq = 0;
+        run->model_blk = v;
+        run->model_cap = blocks;
+    }
+    run->model_blk[b] = (struct pto_mblock){
+        .seq = run->cmd->seq,
+        .dur = dur,
+        .host_start = w->host_start_ns,
+        .host_end = w->host_end_ns,
+        .host_engine = w->host_engine,
+        .status = status,
+        .kind = kind,
+    };
+    if (locked)
+        pthread_mutex_unlock(&m->lock);
+    return false;
+}
+
+/*
+ * Place the blocks of s's launch cmd that ran, in block order, at its
+ * modeled turn (sched_lock held: pti_model_finish), and trace them.  The
+ * thread finishing the launch ran its last block: the acq_rel add of
+ * done_blocks orders every block's entry before this.
+ */
+static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, const struct pto_cmd *cmd,
+                         uint64_t ready)
+{
+    struct pto_run *run = &s->run;
+    uint32_t n = cmd->u.launch.blocks < run->model_cap ? cmd->u.launch.blocks : run->model_cap;
+    if (!n)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (uint32_t b = 0; b < n; b++) {
+        struct pto_mblock *e = &run->model_blk[b];
+        if (e->seq != cmd->seq)
+            continue; /* it did not run (skipped), or was placed already */
+        struct pto_when w;
+        place_block(m, run, ready, e->dur, e->kind, &w);
+        e->dispatch = w.dispatch_ns;
+        e->start = w.start_ns;
+        e->end = w.end_ns;
+        e->engine = w.engine;
+    }
+    pthread_mutex_unlock(&m->lock);
+    bool trace = pti_trace_on(dev);
+    for (uint32_t b = 0; b < n; b++) {
+        struct pto_mblock *e = &run->model_blk[b];
+        if (e->seq != cmd->seq)
+            continue;
+        e->seq = 0;
+        if (trace) {
+            struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
+            pti_trace_cmd(dev, s, cmd, b, e->status, &w);
+        }
+    }
+}
+
+void pti_model_stream_free(pto_stream *s)
+{
+    if (s->model_prog) {
+        free(s->model_prog->t);
+        free(s->model_prog->own);
+        free(s->model_prog);
+        s->model_prog = NULL;
+    }
+    free(s->run.model_blk);
+    s->run.model_blk = NULL;
+    s->run.model_cap = 0;
 }
 
 static uint64_t copy_ns(struct pto_model *m, const struct pto_cmd *cmd, uint64_t *bytes)
@@ -454,6 +563,95 @@ static uint32_t place_copy(struct pto_model *m, const pto_stream *s, const struc
     return best;
 }
 
+/* ---- programs, kept until their turn --------------------------------------------------------- */
+
+static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
+                          uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start_out,
+                          uint64_t *end_out);
+
+void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_program_desc *d, struct pto_mtask *t,
+                            uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, bool table)
+{
+    struct pto_mprog *g = s->model_prog;
+    if (!g)
+        g = s->model_prog = calloc(1, sizeof(*g));
+    if (!g) {
+        free(t); /* out of host memory: the run's tasks take no modeled time (pti_model_finish) */
+        return;
+    }
+    free(g->t);
+    *g = (struct pto_mprog){.set = true, .d = d, .t = t, .n = n, .off = pred_off, .ids = pred_ids,
+                            .own = g->own, .own_cap = g->own_cap};
+    if (!pred_off || table)
+        return;
+    /* A resolved graph: the driver moves or frees its arrays once the run is over. */
+    size_t need = (size_t)n + 1 + pred_off[n];
+    if (need > g->own_cap) {
+        uint32_t *v = realloc(g->own, need * sizeof(uint32_t));
+        if (!v) {
+            g->oom = true;
+            return;
+        }
+        g->own = v;
+        g->own_cap = need;
+    }
+    memcpy(g->own, pred_off, ((size_t)n + 1) * sizeof(uint32_t));
+    memcpy(g->own + n + 1, pred_ids, (size_t)pred_off[n] * sizeof(uint32_t));
+    g->off = g->own;
+    g->ids = g->own + n + 1;
+}
+
+/* Push the trace records of a placed run's tasks (sched_lock held). */
+static void trace_tasks(pto_device *dev, const pto_stream *s, const struct pto_cmd *cmd, const struct pto_mprog *g)
+{
+    for (uint32_t i = 0; i < g->n; i++) {
+        const struct pto_mtask *x = &g->t[i];
+        if (!x->ran)
+            continue;
+        pto_trace_record rec;
+        memset(&rec, 0, sizeof(rec));
+        rec.token = cmd->token;
+        rec.seq = cmd->seq;
+        rec.submit_ns = x->submit_ns; /* device time: the modeled orchestrator's submission */
+        rec.start_ns = x->start_ns;
+        rec.end_ns = x->end_ns;
+        rec.dispatch_ns = x->dispatch_ns;
+        rec.engine = x->engine;
+        rec.host_start_ns = x->host_start_ns;
+        rec.host_end_ns = x->host_end_ns;
+        rec.host_engine = x->host_engine;
+        rec.stream_id = s->id;
+        rec.kind = PTO_CMD_TASK;
+        rec.block = i;
+        rec.status = x->status;
+        pti_strlcpy(rec.name, g->d->sites[x->site].name, sizeof(rec.name));
+        pti_trace_push(dev, &rec);
+    }
+}
+
+/* Place s's kept program run in its turn (sched_lock held): its modeled *start, *end. */
+static void place_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, uint64_t ready,
+                          uint64_t *start, uint64_t *end)
+{
+    struct pto_mprog *g = s->model_prog;
+    *start = *end = ready;
+    if (!g || !g->set)
+        return;
+    g->set = false;
+    if (g->oom) {
+        for (uint32_t i = 0; i < g->n; i++) {
+            g->t[i].submit_ns = g->t[i].dispatch_ns = g->t[i].start_ns = g->t[i].end_ns = ready;
+            g->t[i].engine = PTO_ENGINE_NONE;
+        }
+    } else {
+        model_program(dev, s, cmd, g->t, g->n, g->off, g->ids, start, end);
+    }
+    if (pti_trace_on(dev))
+        trace_tasks(dev, s, cmd, g);
+    free(g->t);
+    g->t = NULL;
+}
+
 void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,
                       struct pto_when *w)
 {
@@ -463,19 +661,16 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
     int32_t engine = PTO_ENGINE_NONE;
     bool ran = cmd->state == PTI_CMD_RUNNING;
     if (cmd->modeled) {
-        /* A program: its schedule gave the times (pti_model_program); the host's are its run's. */
-        start = w->start_ns;
-        end = w->end_ns;
+        /* A program, in its turn: its tasks' schedule gives the times; the host's are its run's. */
         w->host_start_ns = cmd->start_ns;
-        w->host_end_ns = pto_now_ns();
+        w->host_end_ns = w->end_ns;
+        place_program(dev, s, cmd, ready, &start, &end);
     } else {
         switch (cmd->kind) {
         case PTO_CMD_LAUNCH:
-            /*
-             * No lock: the thread finishing a launch ran its last block, and
-             * the acq_rel add of done_blocks orders every block's placement
-             * (under m->lock) before this; no block of it runs any more.
-             */
+            /* Its turn in modeled order (pti_model_park): its blocks take their cores now. */
+            if (ran && s->run.cmd == cmd)
+                place_launch(dev, m, s, cmd, ready);
             if (ran && s->run.cmd == cmd && s->run.model_blocks) {
                 start = s->run.model_first;
                 end = s->run.model_last;
@@ -599,7 +794,9 @@ bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t
         s->parked = 0;
         return false;
     }
-    if (!is_copy(cmd->kind) || status != 0 || cmd->state != PTI_CMD_RUNNING || cmd->modeled)
+    bool kind = is_copy(cmd->kind) || (cmd->kind == PTO_CMD_LAUNCH && !cmd->modeled) ||
+                (cmd->kind == PTO_CMD_PROGRAM && cmd->modeled);
+    if (!kind || status != 0 || cmd->state != PTI_CMD_RUNNING)
         return false;
     uint64_t ready = ready_of(s, cmd);
     if (copy_turn(dev, s, ready))
@@ -844,9 +1041,14 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
 
 int pti_model_fast_off;
 
-void pti_model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
-                       uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start_out,
-                       uint64_t *end_out)
+/*
+ * List-schedule a program run's n tasks over the modeled cores (preds: the
+ * compiled table pred_off/pred_ids, NULL: a chain; sched_lock held, in its
+ * turn): each task's outputs, and the run's modeled *start / *end.
+ */
+static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *cmd, struct pto_mtask *t,
+                          uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, uint64_t *start_out,
+                          uint64_t *end_out)
 {
     struct pto_model *m = pti_model_of(dev);
     uint64_t ready0 = ready_of(s, cmd);

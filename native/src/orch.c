@@ -368,34 +368,6 @@ static void dispatch(pto_device *dev, struct pto_run *ready)
     pti_core_enqueue_runs(dev, ready); /* one batch: one lock, each idle core woken once */
 }
 
-/* Push the trace records of a modeled run's tasks (model times from pti_model_program). */
-static void trace_tasks(struct pto_orch *o)
-{
-    for (uint32_t i = 0; i < o->submitted; i++) {
-        const struct pto_mtask *x = &o->mt[i];
-        if (!x->ran)
-            continue;
-        pto_trace_record rec;
-        memset(&rec, 0, sizeof(rec));
-        rec.token = o->cmd->token;
-        rec.seq = o->cmd->seq;
-        rec.submit_ns = x->submit_ns; /* device time: the modeled orchestrator's submission */
-        rec.start_ns = x->start_ns;
-        rec.end_ns = x->end_ns;
-        rec.dispatch_ns = x->dispatch_ns;
-        rec.engine = x->engine;
-        rec.host_start_ns = x->host_start_ns;
-        rec.host_end_ns = x->host_end_ns;
-        rec.host_engine = x->host_engine;
-        rec.stream_id = o->s->id;
-        rec.kind = PTO_CMD_TASK;
-        rec.block = i;
-        rec.status = x->status;
-        pti_strlcpy(rec.name, o->d->sites[x->site].name, sizeof(rec.name));
-        pti_trace_push(o->dev, &rec);
-    }
-}
-
 /*
  * The run is over (run->lock not held, nobody else touches o): complete the
  * command.  locked: the caller holds sched_lock and runs the passes after
@@ -408,13 +380,13 @@ static void run_finish(struct pto_orch *o, bool locked)
     uint64_t start = o->start_ns;
     bool modeled = pti_model_of(dev) && !o->mt_oom && (o->mt || !o->submitted);
     if (modeled) {
-        /* Device time: the list schedule of the run's tasks (model.c); the stream's head is o->cmd. */
+        /* Device time: the list schedule of the run's tasks, in the program's modeled turn (model.c). */
         const pto_program_desc *d = o->d;
         const uint32_t *off = d->ninstances ? d->pred_off : o->record ? o->roff : NULL;
         const uint32_t *ids = d->ninstances ? d->pred_ids : o->rpred;
-        pti_model_program(dev, o->s, o->cmd, o->mt, o->submitted, o->submitted ? off : NULL, ids, &start, &end);
-        if (pti_trace_on(dev))
-            trace_tasks(o);
+        pti_model_program_keep(dev, o->s, d, o->mt, o->submitted, o->submitted ? off : NULL, ids,
+                               d->ninstances != 0);
+        o->mt = NULL; /* the model's now */
     }
     pti_program_count_run(o->p, &(pto_program_stats){
                                     .runs = 1,

@@ -120,6 +120,7 @@ void pti_stream_free_now(pto_device *dev, pto_stream *s)
     pti_ovf_fini(s);
     pthread_mutex_destroy(&s->submit_lock);
     pti_ring_free(s);
+    pti_model_stream_free(s);
     free(s);
 }
 

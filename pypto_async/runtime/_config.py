@@ -119,7 +119,10 @@ class RunConfig:
         level from 1 up (the levels above 1 add nothing here).  On the
         worker's config it traces the worker's whole life, written as
         ``pto_swimlane_<pid>_<n>.json`` (in ``save_kernels_dir``, else the
-        current directory) when it closes; on a per-call config
+        current directory) when it closes, with each registered program's
+        last run as PyPTO's ``l2_swimlane_records.json`` in its
+        ``output_dir``'s ``dfx_outputs/`` (beside the ``deps.json`` that
+        ``enable_dep_gen`` writes there); on a per-call config
         (``compiled(*args, config=cfg)``) it traces that call into the
         program's ``dfx_outputs/`` (see :mod:`pypto_async.runtime._dfx`).
     enable_scope_stats : bool

@@ -39,18 +39,24 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["RECORDS_FILE", "swimlane_records", "write_swimlane_records"]
+from ._deps_json import DFX_DIR
+
+__all__ = ["RECORDS_FILE", "swimlane_records", "write_last_runs", "write_swimlane_records"]
 
 RECORDS_FILE = "l2_swimlane_records.json"
 
 
-def swimlane_records(trace, program: str = "program", profile: str = "") -> dict:
-    """The ``l2_swimlane_records.json`` document of a trace's tasks (or a kernel's blocks)."""
+def swimlane_records(trace, program: str = "program", profile: str = "", records=None) -> dict:
+    """The ``l2_swimlane_records.json`` document of a trace's tasks (or a kernel's blocks).
+
+    `records`: those of the trace's records to take (default: all of them).
+    """
     dev = trace.device
     modeled = dev.get("timing") == "model"
     aic = int(dev.get("aic_cores", 0)) if modeled else 0
     cores = int(dev.get("cores", 0))
-    work = [r for r in trace.records if r.kind_name in ("task", "block") and r.start_ns]
+    work = [r for r in (trace.records if records is None else records)
+            if r.kind_name in ("task", "block") and r.start_ns]
     origin = min((min(r.dispatch_ns or r.start_ns, r.submit_ns if modeled and r.submit_ns else r.start_ns)
                   for r in work), default=0)
 
@@ -88,12 +94,49 @@ def swimlane_records(trace, program: str = "program", profile: str = "") -> dict
     }
 
 
-def write_swimlane_records(trace, out_dir, program: str = "program", profile: str = "") -> Path:
+def write_swimlane_records(trace, out_dir, program: str = "program", profile: str = "", records=None) -> Path:
     """Write :func:`swimlane_records` as ``<out_dir>/l2_swimlane_records.json`` (atomically)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RECORDS_FILE
     tmp = out / f".{RECORDS_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(swimlane_records(trace, program, profile), indent=1) + "\n")
+    tmp.write_text(json.dumps(swimlane_records(trace, program, profile, records), indent=1) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def write_last_runs(worker, trace) -> list[Path]:
+    """Write each registered program's (or kernel's) last run in `trace` as its records; return the files.
+
+    For a worker opened with ``enable_chip_swimlane``, when it closes: the
+    records go to ``<output_dir>/dfx_outputs/``, beside the ``deps.json`` a
+    worker with ``enable_dep_gen`` writes there (a call's own config writes
+    them per call instead: ``_dfx``).  A run is the program's (or launch's)
+    command record, named by its symbol, and the task (block) records of
+    that command.
+    """
+    by_symbol = {}
+    for compiled, handle in list(worker._handles.values()):
+        program = getattr(compiled, "kind", "kernel") == "program"
+        by_symbol[str(compiled.program_symbol if program else compiled.symbol)] = (compiled, handle)
+    last: dict[str, tuple] = {}  # symbol -> (end, stream, seq) of its last run
+    for r in trace.records:
+        if r.kind_name in ("program", "launch") and r.name in by_symbol:
+            key = (r.end_ns, r.stream_id, r.seq)
+            if r.name not in last or key > last[r.name]:
+                last[r.name] = key
+    if not last:
+        return []
+    runs: dict[tuple, list] = {(sid, seq): [] for (_, sid, seq) in last.values()}
+    for r in trace.records:
+        if r.kind_name in ("task", "block"):
+            got = runs.get((r.stream_id, r.seq))
+            if got is not None:
+                got.append(r)
+    written = []
+    for symbol, (_, sid, seq) in last.items():
+        compiled, handle = by_symbol[symbol]
+        if runs[(sid, seq)] and getattr(compiled, "output_dir", None):  # (a handle-like without one: nowhere)
+            written.append(write_swimlane_records(trace, Path(compiled.output_dir) / DFX_DIR, handle._name,
+                                                  worker.device_profile.name, runs[(sid, seq)]))
+    return written

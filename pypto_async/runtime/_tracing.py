@@ -16,6 +16,7 @@ from .._driver import lib
 from ._chrome import write_json
 from ._recorder import TraceWindowRecords, TraceRecorder
 from ._stats import scope_stats
+from ._swimlane_records import write_last_runs
 from ._trace import Trace
 from ._wait import drive
 
@@ -177,6 +178,7 @@ class WorkerTracing:
                 trace = self.recorder.finish(self._life)
                 self._life = None
                 _write_or_warn(self.life_path, trace.to_chrome())
+                _records_or_warn(self._worker, trace)
         finally:
             self.recorder.close()
 
@@ -189,6 +191,16 @@ def _write_or_warn(path: pathlib.Path, doc: dict) -> None:
         import warnings
 
         warnings.warn(f"pypto_async: could not write {path}: {exc}", RuntimeWarning, stacklevel=4)
+
+
+def _records_or_warn(worker, trace) -> None:
+    # Each program's last run as PyPTO's l2_swimlane_records.json, beside its deps.json.
+    try:
+        write_last_runs(worker, trace)
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"pypto_async: could not write the swimlane records: {exc}", RuntimeWarning, stacklevel=4)
 
 
 def _stats_path_for(trace_path: pathlib.Path) -> pathlib.Path:

@@ -321,6 +321,50 @@ def test_the_swimlane_records_give_dispatch_start_end_finish_per_task_beside_dep
         assert tasks[e["dst"]]["dispatch_time_us"] >= tasks[e["src"]]["end_time_us"]
 
 
+def test_a_worker_opened_with_the_swimlane_writes_each_programs_records_beside_deps(tmp_path, kernels):
+    # Not a per-call config: the worker's own.  Its last run's records go beside the deps.json it writes.
+    x = rand((4 * T, 32), 13)
+    c = ir.compile(Mixed, output_dir=tmp_path / "mixed")
+    add = kernels.get("add", 256, blocks=3)
+    a = rand(256, 14)
+    cfg = RunConfig(enable_chip_swimlane=2, enable_dep_gen=True, save_kernels_dir=str(tmp_path / "saved"))
+    with ChipWorker(cfg) as w:
+        h, k = w.register(c), w.register(add)
+        for seed in (15, 16):  # the second run is the one written
+            out = np.full((T, 32), np.nan, np.float32)
+            if seed == 16:
+                with w.trace() as tr:
+                    w.run(c, x, out)
+            else:
+                w.run(c, x, out)
+            np.testing.assert_allclose(out, -(x[0:T] + x[T:2 * T]) - (x[2 * T:3 * T] + x[3 * T:]), rtol=1e-6,
+                                       atol=1e-6)
+        y = np.full(256, np.nan, np.float32)
+        w.run(add, a, a, y)  # a kernel without an output_dir of its own: written nowhere, no failure
+        np.testing.assert_array_equal(y, a + a)
+        assert h is not None and k is not None
+    dfx = tmp_path / "mixed" / "dfx_outputs"
+    doc = json.loads((dfx / "l2_swimlane_records.json").read_text())
+    deps = json.loads((dfx / "deps.json").read_text())
+    assert (doc["program"], doc["timing"], doc["profile"], doc["time_unit"]) == ("Mixed", "model", "sim", "us")
+    assert doc["metadata"]["core_types"] == ["aic"] * SIM.aic_cores + ["aiv"] * SIM.aiv_cores
+    assert sorted(t["task_id"] for t in doc["tasks"]) == [t["id"] for t in deps["tasks"]] == list(range(7))
+    fields = {"task_id", "func_name", "core_type", "core_id", "dispatch_time_us", "start_time_us", "end_time_us",
+              "finish_time_us", "duration_us", "submit_time_us", "status"}
+    assert all(set(t) == fields for t in doc["tasks"])
+    # Times in modeled µs from the run's first submission: the window's trace of that run, task by task.
+    tasks = [r for r in tr.trace.records if r.kind_name == "task"]
+    origin = min(min(r.submit_ns, r.dispatch_ns) for r in tasks)
+    want = {r.block: (r.name, r.engine, round((r.dispatch_ns - origin) / 1e3, 3), round((r.start_ns - origin) / 1e3, 3),
+                      round((r.end_ns - origin) / 1e3, 3), round((r.submit_ns - origin) / 1e3, 3)) for r in tasks}
+    got = {t["task_id"]: (t["func_name"], t["core_id"], t["dispatch_time_us"], t["start_time_us"], t["end_time_us"],
+                          t["submit_time_us"]) for t in doc["tasks"]}
+    assert got == want
+    for t in doc["tasks"]:
+        assert t["start_time_us"] - t["dispatch_time_us"] == pytest.approx(SIM.pickup_us)
+        assert t["end_time_us"] == t["finish_time_us"] and t["duration_us"] == pytest.approx(SIM.min_kernel_us)
+
+
 def test_benchmark_reports_modeled_device_time():
     from pypto_async.runtime import benchmark
 
