@@ -378,7 +378,7 @@ class _Gen:
         dt = e.x.type.dtype
         ct = _ctype(dt)
         kind = e.op.split("_")[1]
-        if kind == "sum":
+        if kind in ("sum", "prod"):
             acc_t = "double" if dt.is_float else "int64_t"
         else:
             acc_t = ct
@@ -392,6 +392,9 @@ class _Gen:
             if kind == "sum":
                 self.emit(f"{acc_t} acc = 0;")
                 self.emit(f"for (int64_t c = 0; c < {c}; c++) acc += row[c];")
+            elif kind == "prod":  # integers wrap as the tile's dtype does (the low bits of the int64 product)
+                self.emit(f"{acc_t} acc = 1;")
+                self.emit(f"for (int64_t c = 0; c < {c}; c++) acc = {_prod_step('acc', 'row[c]', dt)};")
             else:
                 self.emit(f"{acc_t} acc = row[0];")
                 self.emit(f"for (int64_t c = 1; c < {c}; c++) acc = (row[c] {cmp} acc || row[c] != row[c]) ? row[c] : acc;")
@@ -405,6 +408,8 @@ class _Gen:
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
             if kind == "sum":
                 self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] += row[c];")
+            elif kind == "prod":
+                self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = ({ct})({_prod_step(f'{dst}[c]', 'row[c]', dt)});")
             else:
                 self.emit(
                     f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = (row[c] {cmp} {dst}[c] || row[c] != row[c]) "
@@ -630,3 +635,10 @@ def generate_c(program: Program, symbol: str) -> str:
     if program.stage != "lowered":
         raise PtoCompileError("generate_c needs a lowered program (run ir.run_passes first)")
     return _Gen(program, symbol).run()
+
+
+def _prod_step(acc: str, x: str, dt) -> str:
+    """``acc * x`` for a product reduction; integers multiply as uint64 (wrapping, no signed overflow)."""
+    if dt.is_float:
+        return f"{acc} * {x}"
+    return f"(int64_t)((uint64_t)({acc}) * (uint64_t)(int64_t)({x}))"

@@ -209,3 +209,8 @@ def slice(tensor, shape, offset, valid_shape=None):  # noqa: A001 - PyPTO's name
 
 
 builtins_slice = __builtins__["slice"] if isinstance(__builtins__, dict) else __builtins__.slice
+
+from ._ops_math import TENSOR_OPS as _math_tensor_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (tensor names)
+
+globals().update(_math_tensor_ops)
+__all__ += [name for name in _math_tensor_ops if name not in __all__]

@@ -111,3 +111,8 @@ __all__ = [
     *_ops_extended_all,
     *_ops_compose_all,
 ]
+
+from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)
+
+globals().update(_math_tile_ops)
+__all__ += [name for name in _math_tile_ops if name not in __all__]
