@@ -258,6 +258,16 @@ def _ifmod(a, b):
     return torch.where(special, torch.zeros_like(r), r)
 
 
+def _ones_outside(x, valid):
+    """x with every element outside the valid box 1 (a product reduction reads the valid region only)."""
+    if valid is None:
+        return x
+    out = torch.ones_like(x)
+    box = tuple(slice(0, v) for v in valid)
+    out[box] = x[box]
+    return out
+
+
 def _part(both, a, b, va, vb):
     """part_*: the op where both sources are valid, else whichever one is (a outside b's valid box)."""
     def inside(valid):
@@ -407,9 +417,10 @@ class _Gen:
             if kind == "sum":
                 acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
                 return f"{x}.to({acc}).sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
-            if kind == "prod":
+            if kind == "prod":  # over the valid region, as the kernel's
                 acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
-                return f"{x}.to({acc}).prod(dim={axis}, keepdim=True).to({ct}).reshape({self.ints(t.shape)})"
+                x = f"_ones_outside({x}.to({acc}), {self.valid(e.x.type)})"
+                return f"{x}.prod(dim={axis}, keepdim=True).to({ct}).reshape({self.ints(t.shape)})"
             fn = "amax" if kind == "max" else "amin"
             return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result

@@ -378,23 +378,22 @@ class _Gen:
         dt = e.x.type.dtype
         ct = _ctype(dt)
         kind = e.op.split("_")[1]
-        if kind in ("sum", "prod"):
+        if kind == "sum":
             acc_t = "double" if dt.is_float else "int64_t"
         else:
             acc_t = ct
         cmp = {"max": ">", "min": "<"}.get(kind)
         self.emit("{")
         self.depth += 1
-        if e.op.startswith("row"):
+        if kind == "prod":
+            self.reduce_prod(e, src, ld, dst)
+        elif e.op.startswith("row"):
             self.emit(f"for (int64_t r = 0; r < {r}; r++) {{")
             self.depth += 1
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
             if kind == "sum":
                 self.emit(f"{acc_t} acc = 0;")
                 self.emit(f"for (int64_t c = 0; c < {c}; c++) acc += row[c];")
-            elif kind == "prod":  # integers wrap as the tile's dtype does (the low bits of the int64 product)
-                self.emit(f"{acc_t} acc = 1;")
-                self.emit(f"for (int64_t c = 0; c < {c}; c++) acc = {_prod_step('acc', 'row[c]', dt)};")
             else:
                 self.emit(f"{acc_t} acc = row[0];")
                 self.emit(f"for (int64_t c = 1; c < {c}; c++) acc = (row[c] {cmp} acc || row[c] != row[c]) ? row[c] : acc;")
@@ -408,8 +407,6 @@ class _Gen:
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
             if kind == "sum":
                 self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] += row[c];")
-            elif kind == "prod":
-                self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = ({ct})({_prod_step(f'{dst}[c]', 'row[c]', dt)});")
             else:
                 self.emit(
                     f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = (row[c] {cmp} {dst}[c] || row[c] != row[c]) "
@@ -424,6 +421,28 @@ class _Gen:
         self.emit("}")
         self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
         self.add_work(reduce_work(e.x))
+
+    def reduce_prod(self, e: Reduce, src: str, ld: int, dst: str) -> None:
+        """row_prod / col_prod over the valid region (as PyPTO's): floats multiply in double, integers wrap."""
+        r, c = e.x.type.shape
+        dt = e.x.type.dtype
+        ct = _ctype(dt)
+        acc_t = "double" if dt.is_float else "int64_t"
+        valid = e.x.type.valid
+        vr, vc = (r, c) if valid is None else (_index(valid[0]), _index(valid[1]))
+        if e.op.startswith("row"):
+            self.emit(f"for (int64_t r = 0; r < {r}; r++) {{")
+            self.emit(f"    const {ct} *restrict row = {src} + r * {ld};")
+            self.emit(f"    {acc_t} acc = 1;")
+            self.emit(f"    for (int64_t c = 0; c < {vc}; c++) acc = {_prod_step('acc', 'row[c]', dt)};")
+            self.emit(f"    {dst}[r] = ({ct})acc;")
+            self.emit("}")
+        else:
+            self.emit(f"for (int64_t c = 0; c < {c}; c++) {{")
+            self.emit(f"    {acc_t} acc = 1;")
+            self.emit(f"    for (int64_t r = 0; r < {vr}; r++) acc = {_prod_step('acc', f'{src}[r * {ld} + c]', dt)};")
+            self.emit(f"    {dst}[c] = ({ct})acc;")
+            self.emit("}")
 
     # -- fused chains ---------------------------------------------------------------
     def check_box(self, m, param: str, offsets, shape, valid, what: str) -> None:

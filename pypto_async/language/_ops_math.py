@@ -186,8 +186,8 @@ def row_prod(input, tmp_tile=None) -> Tile:  # noqa: A002 - PyPTO's name
 
     Floats multiply in double and round once; integers wrap as the dtype
     does.  ``tmp_tile`` is PyPTO's scratch tile for a tile operand (the
-    input's dtype and rank; the sim needs none); a tensor takes none.  A
-    reduction reads the whole tile, padding included.
+    input's dtype and rank; the sim needs none); a tensor takes none.  The
+    product is over the valid region (a partial tile's padding is not read).
     """
     current("pl.row_prod")
     if isinstance(input, TensorArg) and tmp_tile is not None:
@@ -338,8 +338,29 @@ def reinterpret_view(data, dtype, *, shape=None) -> Tile:
     return record(Bitcast(x.var, d, tuple(shape)), "pl.reinterpret_view")
 
 
+def _tile_row_expand_add(tile, row_vec, tmp=None) -> Tile:
+    """``pl.tile.row_expand_add(tile, row_vec, tmp=None)``: ``pl.row_expand_add`` (``tmp``, PyPTO's scratch, optional)."""
+    from ._layout import row_expand_add
+
+    current("pl.tile.row_expand_add")
+    if tmp is not None:
+        tile_operand(tmp, "pl.tile.row_expand_add", "tmp")
+    return row_expand_add(tile, row_vec)
+
+
+def _layout_tile_ops() -> dict:
+    """The broadcast ops of ``_layout`` under their ``pl.tile`` names (PyPTO spells them there too)."""
+    from . import _layout
+
+    names = ("row_expand", "row_expand_sub", "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add",
+             "col_expand_sub", "col_expand_mul", "col_expand_div")
+    return {n: getattr(_layout, n) for n in names}
+
+
 #: ``pl.tile``'s spellings (PyPTO's tile-level parameter names).
 TILE_OPS = {
+    **_layout_tile_ops(),
+    "row_expand_add": _tile_row_expand_add,
     "sin": sin,
     "cos": cos,
     "fmod": _tile_fmod,

@@ -114,5 +114,6 @@ __all__ = [
 
 from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)
 
-globals().update(_math_tile_ops)
+for _name, _fn in _math_tile_ops.items():
+    globals().setdefault(_name, _fn)
 __all__ += [name for name in _math_tile_ops if name not in __all__]

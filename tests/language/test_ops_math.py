@@ -217,6 +217,40 @@ def test_fp16_products_and_expand_max_match_torch(launcher, rng):
     np.testing.assert_array_equal(mx, np.maximum(a, v))
 
 
+def test_products_reduce_the_valid_region_only(launcher, rng):
+    a = rng.uniform(0.5, 1.5, size=(R, C)).astype(np.float32)
+    rp, cp = poison((R, 1)), poison((1, C))
+
+    @pl.jit
+    def k(a: pl.Tensor, rp: pl.Out[pl.Tensor], cp: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.row_prod(pl.load(a, [0, 0], [R, C], valid_shapes=[R, 20])), [0, 0], rp)
+            pl.store(pl.col_prod(pl.load(a, [0, 0], [R, C], valid_shapes=[9, C])), [0, 0], cp)
+
+    launcher.run(k.compile(a, rp, cp), a, rp, cp)
+    np.testing.assert_allclose(rp, np.prod(a[:, :20].astype(np.float64), axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(cp, np.prod(a[:9].astype(np.float64), axis=0, keepdims=True), rtol=1e-6)
+
+
+def test_tile_level_broadcast_arithmetic_is_spelled_under_pl_tile(launcher, rng):
+    a, v, w = _f32(rng, (R, C)), _f32(rng, (R, 1)), _divisors(rng, (1, C))
+    y1, y2, y3 = poison((R, C)), poison((R, C)), poison((R, C))
+
+    @pl.jit
+    def k(a: pl.Tensor, v: pl.Tensor, w: pl.Tensor, y1: pl.Out[pl.Tensor], y2: pl.Out[pl.Tensor],
+          y3: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta, tv, tw = pl.load(a, [0, 0], [R, C]), pl.load(v, [0, 0], [R, 1]), pl.load(w, [0, 0], [1, C])
+            pl.store(pl.tile.row_expand_add(ta, tv, tmp=pl.tile.create([R, C], dtype=pl.FP32)), [0, 0], y1)
+            pl.store(pl.tile.col_expand_div(ta, tw), [0, 0], y2)
+            pl.store(pl.tile.col_expand_sub(ta, tw), [0, 0], y3)
+
+    launcher.run(k.compile(a, v, w, y1, y2, y3), a, v, w, y1, y2, y3)
+    np.testing.assert_allclose(y1, a + v, rtol=1e-6)
+    np.testing.assert_allclose(y2, a / w, rtol=1e-6)
+    np.testing.assert_allclose(y3, a - w, rtol=1e-6)
+
+
 # ---- partial ops -----------------------------------------------------------------------------------------
 
 PART = {"part_add": np.add, "part_mul": np.multiply, "part_max": np.maximum, "part_min": np.minimum}
