@@ -30,7 +30,7 @@ from __future__ import annotations
 from .._dtypes import as_dtype
 from ..errors import PtoArgumentError
 from ..ir._diag import compile_error
-from ..ir._nodes import Binary, Bitcast, Broadcast
+from ..ir._nodes import Binary, Bitcast, Broadcast, IConst, Slice
 from ._layout import _expand
 from ._memory import _tile as tile_operand
 from ._memory import as_tile, record
@@ -339,13 +339,36 @@ def reinterpret_view(data, dtype, *, shape=None) -> Tile:
 
 
 def _tile_row_expand_add(tile, row_vec, tmp=None) -> Tile:
-    """``pl.tile.row_expand_add(tile, row_vec, tmp=None)``: ``pl.row_expand_add`` (``tmp``, PyPTO's scratch, optional)."""
+    """``pl.tile.row_expand_add(tile, row_vec, tmp=None)``: ``pl.row_expand_add`` (``tmp``, PyPTO's scratch, optional).
+
+    ``row_vec`` is a ``[rows, 1]`` vector, or PyPTO's packed carrier: one
+    32-byte block per row (``[rows, 32 // itemsize]``), whose lanes repeat
+    along the row (``tile[i, j] + row_vec[i, j % lanes]``).
+    """
     from ._layout import row_expand_add
 
     current("pl.tile.row_expand_add")
     if tmp is not None:
         tile_operand(tmp, "pl.tile.row_expand_add", "tmp")
-    return row_expand_add(tile, row_vec)
+    tl, v = tile_operand(tile, "pl.tile.row_expand_add", "tile"), tile_operand(row_vec, "pl.tile.row_expand_add",
+                                                                              "row_vec")
+    lanes = 32 // v.dtype.itemsize
+    if (len(tl.shape) == 2 and len(v.shape) == 2 and v.shape == (tl.shape[0], lanes) and lanes > 1
+            and v.dtype == tl.dtype):
+        return _binary("add", tl, _repeat_lanes(v, tl))
+    return row_expand_add(tl, v)
+
+
+def _repeat_lanes(v: Tile, like: Tile) -> Tile:
+    """``v``'s columns repeated along each row to ``like``'s width, valid where ``like`` is."""
+    from ._layout import concat
+    from ._memory import fillpad
+
+    x = fillpad(v) if v.var.type.valid is not None else v  # the rows past its valid ones: zeros, unread
+    while x.shape[1] < like.shape[1]:
+        x = concat(x, x)
+    return record(Slice(x.var, tuple(like.shape), (IConst(0), IConst(0)), like.var.type.valid),
+                  "pl.tile.row_expand_add")
 
 
 def _layout_tile_ops() -> dict:

@@ -251,6 +251,22 @@ def test_tile_level_broadcast_arithmetic_is_spelled_under_pl_tile(launcher, rng)
     np.testing.assert_allclose(y3, a - w, rtol=1e-6)
 
 
+def test_tile_row_expand_add_repeats_a_packed_32_byte_row_carrier(launcher, rng):
+    a = _f32(rng, (R, C))
+    v = _f32(rng, (R, 8))  # one 32-byte block of FP32 lanes per row
+    y = poison((R, C))
+
+    @pl.jit
+    def k(a: pl.Tensor, v: pl.Tensor, y: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0, 0], [R, C], valid_shapes=[12, 20])
+            pl.store(pl.tile.row_expand_add(ta, pl.load(v, [0, 0], [R, 8], valid_shapes=[12, 8])), [0, 0], y)
+
+    launcher.run(k.compile(a, v, y), a, v, y)
+    np.testing.assert_allclose(y[:12, :20], a[:12, :20] + np.tile(v, (1, C // 8))[:12, :20], rtol=1e-6)
+    assert np.isnan(y[12:]).all() and np.isnan(y[:, 20:]).all()  # outside the valid box: not stored
+
+
 # ---- partial ops -----------------------------------------------------------------------------------------
 
 PART = {"part_add": np.add, "part_mul": np.multiply, "part_max": np.maximum, "part_min": np.minimum}
