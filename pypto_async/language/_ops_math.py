@@ -35,6 +35,7 @@ from ._layout import _expand
 from ._memory import _tile as tile_operand
 from ._memory import as_tile, record
 from ._ops import _binary, _reduce, _unary, _with_scalar, cast
+from ._ops_extended import _no_tile
 from ._submit import get_block_num
 from ._tracer import TensorArg, Tile, current, user_loc
 
@@ -75,12 +76,6 @@ def cos(input) -> Tile:  # noqa: A002 - PyPTO's name
 
 
 # ---- fmod --------------------------------------------------------------------------------------------
-
-
-def _no_tile(x, op: str, base: str) -> None:
-    if isinstance(as_tile(x), Tile):
-        raise compile_error(f"pl.{op} takes a tile and a scalar (a number or a pl.Scalar parameter), got "
-                            f"{x!r} as the scalar; use pl.{base} for two tiles", user_loc())
 
 
 def fmod(lhs, rhs) -> Tile:
