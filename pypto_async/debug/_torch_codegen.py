@@ -61,6 +61,7 @@ from ..ir._nodes import (
     MatmulAcc,
     Move,
     Reduce,
+    Bitcast,
     Reshape,
     ScalarBits,
     ScalarRef,
@@ -249,6 +250,37 @@ def _sel(mask, a, b, shape):
     return torch.broadcast_to(torch.where(bit, a, b), tuple(shape))
 
 
+def _ifmod(a, b):
+    """Integer fmod: C's a % b (the dividend's sign), 0 where b is 0 or -1."""
+    a, b = torch.broadcast_tensors(a, b)
+    special = (b == 0) | (b == -1)
+    r = torch.fmod(a, torch.where(special, torch.ones_like(b), b))
+    return torch.where(special, torch.zeros_like(r), r)
+
+
+def _ones_outside(x, valid):
+    """x with every element outside the valid box 1 (a product reduction reads the valid region only)."""
+    if valid is None:
+        return x
+    out = torch.ones_like(x)
+    box = tuple(slice(0, v) for v in valid)
+    out[box] = x[box]
+    return out
+
+
+def _part(both, a, b, va, vb):
+    """part_*: the op where both sources are valid, else whichever one is (a outside b's valid box)."""
+    def inside(valid):
+        m = torch.ones(tuple(a.shape), dtype=torch.bool)
+        if valid is not None:
+            m[...] = False
+            m[tuple(slice(0, v) for v in valid)] = True
+        return m
+
+    ina, inb = inside(va), inside(vb)
+    return torch.where(inb, torch.where(ina, both, b), a)
+
+
 def _check(name, t, shape, dtype):
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
         raise ValueError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
@@ -351,7 +383,7 @@ class _Gen:
                    "sqrt": f"torch.sqrt({{x}}.double()).to({ct})",
                    "rsqrt": f"(1 / torch.sqrt({{x}}.double()).to({ct}))", "recip": "(1 / {x})",
                    "relu": "torch.where({x} > 0, {x}, torch.zeros_like({x}))",
-                   "not_": "torch.bitwise_not({x})"}
+                   "not_": "torch.bitwise_not({x})", "sin": "torch.sin({x})", "cos": "torch.cos({x})"}
             if e.op not in ops:
                 raise PtoNotSupported(f"torch_codegen: unary op {e.op!r}")
             return ops[e.op].format(x=x)
@@ -361,6 +393,12 @@ class _Gen:
                 return f"_floordiv({a}, {b})"
             if e.op == "rem":
                 return f"{'_fmod' if t.dtype.is_float else '_mod'}({a}, {b})"
+            if e.op == "fmod":
+                return f"torch.fmod({a}, {b})" if t.dtype.is_float else f"_ifmod({a}, {b})"
+            if e.op.startswith("part_"):
+                both = {"part_add": "({a} + {b})", "part_mul": "({a} * {b})", "part_max": "torch.maximum({a}, {b})",
+                        "part_min": "torch.minimum({a}, {b})"}[e.op].format(a=a, b=b)
+                return f"_part({both}, {a}, {b}, {self.valid(e.a.type)}, {self.valid(e.b.type)})"
             if e.op in ("shl", "shr"):
                 signed = not t.dtype.c_type.startswith("uint")
                 return f"_shift({a}, {b}, {e.op == 'shl'}, {t.dtype.itemsize * 8}, {signed})"
@@ -379,6 +417,10 @@ class _Gen:
             if kind == "sum":
                 acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
                 return f"{x}.to({acc}).sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
+            if kind == "prod":  # over the valid region, as the kernel's
+                acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
+                x = f"_ones_outside({x}.to({acc}), {self.valid(e.x.type)})"
+                return f"{x}.prod(dim={axis}, keepdim=True).to({ct}).reshape({self.ints(t.shape)})"
             fn = "amax" if kind == "max" else "amin"
             return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
@@ -401,6 +443,9 @@ class _Gen:
             return f"{self.name(e.x)}.expand({self.ints(e.shape)}).clone()"
         if isinstance(e, Reshape):
             return f"{self.name(e.x)}.reshape({self.ints(e.shape)}).clone()"
+        if isinstance(e, Bitcast):  # the storage bytes, viewed as the other dtype
+            return (f"{self.name(e.x)}.to({_tdt(e.x.type.dtype)}).contiguous().reshape(-1).view({_tdt(e.dtype)})"
+                    f".reshape({self.ints(e.shape)}).to({ct})")
         if isinstance(e, Transpose):
             return f"{self.name(e.x)}.transpose(0, 1).contiguous()"
         if isinstance(e, Slice):

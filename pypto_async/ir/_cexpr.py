@@ -23,6 +23,7 @@ from ._infer import compute_dtype
 from ._nodes import (
     Assemble,
     Binary,
+    Bitcast,
     Broadcast,
     Cast,
     Compare,
@@ -36,6 +37,7 @@ from ._nodes import (
     ICheck,
     IRead,
     IVar,
+    PART_OPS,
     Load,
     Move,
     Reshape,
@@ -187,10 +189,14 @@ def element(e, dtype: DataType, el: Element) -> str:
             return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
         if e.op in _EXTENDED_BINARY:
             return _extended_binary(e.op, a, b, dtype)
+        if e.op == "fmod" or e.op in PART_OPS:
+            return _math_binary(e, a, b, dtype, el)
         cmp = ">" if e.op == "maximum" else "<"
         if dtype.is_float:
             return f"(({a} {cmp} {b} || {a} != {a}) ? {a} : {b})"
         return f"({a} {cmp} {b} ? {a} : {b})"
+    if isinstance(e, Bitcast):
+        return _bitcast(e, el)
     if isinstance(e, Compare):
         return _compare(e, el)
     if isinstance(e, Select):
@@ -224,6 +230,83 @@ def _extended_binary(op: str, a: str, b: str, dtype: DataType) -> str:
     if dtype.c_type.startswith("uint"):
         return f"({out_of_range} ? ({ct})0 : ({ct})({a} >> ({b})))"
     return f"({out_of_range} ? ({ct})({a} < 0 ? -1 : 0) : ({ct})({a} >> ({b})))"
+
+
+def _math_binary(e: Binary, a: str, b: str, dtype: DataType, el: Element) -> str:
+    """fmod (C's: the dividend's sign) and the part_* ops (the op where both sources are valid, else the valid one)."""
+    ct = ctype(dtype)
+    if e.op == "fmod":
+        if dtype.is_float:
+            return f"fmodf({a}, {b})" if ct == "float" else f"fmod({a}, {b})"
+        if dtype.is_unsigned:
+            return f"({ct})({b} ? {a} % {b} : 0)"
+        return f"({ct})(({b}) == 0 || ({b}) == -1 ? 0 : {a} % {b})"
+    kind = e.op[len("part_"):]
+    if kind in ("add", "mul"):
+        both = f"({ct})({a} {'+' if kind == 'add' else '*'} {b})"
+    else:
+        cmp = ">" if kind == "max" else "<"
+        both = (f"(({a} {cmp} {b} || {a} != {a}) ? {a} : {b})" if dtype.is_float
+                else f"({a} {cmp} {b} ? {a} : {b})")
+    va = valid_cond(el.idx, e.a.type.shape, e.a.type.valid)
+    vb = valid_cond(el.idx, e.b.type.shape, e.b.type.valid)
+    out = f"(({va}) ? {both} : {b})" if va else both
+    return f"(({vb}) ? {out} : {a})" if vb else out
+
+
+def _to_bits(v: str, dtype: DataType) -> str:
+    """The storage bits of a tile element (``v`` in its compute type), as an unsigned integer of its width."""
+    n = dtype.itemsize * 8
+    if dtype == FP32:
+        return f"((union {{ float f; uint32_t u; }}){{ .f = {v} }}).u"
+    if dtype == FP64:
+        return f"((union {{ double f; uint64_t u; }}){{ .f = {v} }}).u"
+    if dtype == FP16:
+        return f"((union {{ _Float16 h; uint16_t u; }}){{ .h = (_Float16)({v}) }}).u"
+    if dtype == BF16:
+        return f"pto_f2bf({v})"
+    if dtype in _FP8:
+        return f"pto_f2{_FP8[dtype]}({v})"
+    return f"(uint{n}_t)({v})"
+
+
+def _from_bits(b: str, dtype: DataType) -> str:
+    """The element of ``dtype`` (in its compute type) whose storage bits are ``b``."""
+    n = dtype.itemsize * 8
+    u = f"(uint{n}_t)({b})"
+    if dtype == FP32:
+        return f"((union {{ uint32_t u; float f; }}){{ .u = {u} }}).f"
+    if dtype == FP64:
+        return f"((union {{ uint64_t u; double f; }}){{ .u = {u} }}).f"
+    if dtype == FP16:
+        return f"(float)((union {{ uint16_t u; _Float16 h; }}){{ .u = {u} }}).h"
+    if dtype == BF16:
+        return f"pto_bf2f({u})"
+    if dtype in _FP8:
+        return f"pto_{_FP8[dtype]}_2f({u})"
+    return f"({ctype(dtype)}){u}"
+
+
+def _bitcast(e: Bitcast, el: Element) -> str:
+    """``pl.reinterpret_view``: the result element's bytes, taken from one source element or assembled from several."""
+    src, dst = e.x.type.dtype, e.dtype
+    si, so = src.itemsize, dst.itemsize
+    lin = f"({linear_at(e.shape, el.idx)})"
+    rank = len(e.x.type.shape)
+
+    def source(k: str) -> str:
+        return _to_bits(el.at(e.x, ["0"] * (rank - 1) + [k]), src)
+
+    if so <= si:
+        k = si // so
+        if k == 1:
+            return _from_bits(source(lin), dst)
+        mask = (1 << (8 * so)) - 1
+        bits = f"(({source(f'{lin} / {k}')} >> (8 * {so} * ({lin} % {k}))) & {mask}ULL)"
+        return _from_bits(bits, dst)
+    k = so // si
+    parts = [f"((uint64_t){source(f'{lin} * {k} + {j}')} << {8 * si * j})" for j in range(k)]
+    return _from_bits("(" + " | ".join(parts) + ")", dst)
 
 
 def _dims(x, idx: list[str], last: str) -> list[str]:

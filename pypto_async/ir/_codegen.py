@@ -385,7 +385,9 @@ class _Gen:
         cmp = {"max": ">", "min": "<"}.get(kind)
         self.emit("{")
         self.depth += 1
-        if e.op.startswith("row"):
+        if kind == "prod":
+            self.reduce_prod(e, src, ld, dst)
+        elif e.op.startswith("row"):
             self.emit(f"for (int64_t r = 0; r < {r}; r++) {{")
             self.depth += 1
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
@@ -419,6 +421,28 @@ class _Gen:
         self.emit("}")
         self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
         self.add_work(reduce_work(e.x))
+
+    def reduce_prod(self, e: Reduce, src: str, ld: int, dst: str) -> None:
+        """row_prod / col_prod over the valid region (as PyPTO's): floats multiply in double, integers wrap."""
+        r, c = e.x.type.shape
+        dt = e.x.type.dtype
+        ct = _ctype(dt)
+        acc_t = "double" if dt.is_float else "int64_t"
+        valid = e.x.type.valid
+        vr, vc = (r, c) if valid is None else (_index(valid[0]), _index(valid[1]))
+        if e.op.startswith("row"):
+            self.emit(f"for (int64_t r = 0; r < {r}; r++) {{")
+            self.emit(f"    const {ct} *restrict row = {src} + r * {ld};")
+            self.emit(f"    {acc_t} acc = 1;")
+            self.emit(f"    for (int64_t c = 0; c < {vc}; c++) acc = {_prod_step('acc', 'row[c]', dt)};")
+            self.emit(f"    {dst}[r] = ({ct})acc;")
+            self.emit("}")
+        else:
+            self.emit(f"for (int64_t c = 0; c < {c}; c++) {{")
+            self.emit(f"    {acc_t} acc = 1;")
+            self.emit(f"    for (int64_t r = 0; r < {vr}; r++) acc = {_prod_step('acc', f'{src}[r * {ld} + c]', dt)};")
+            self.emit(f"    {dst}[c] = ({ct})acc;")
+            self.emit("}")
 
     # -- fused chains ---------------------------------------------------------------
     def check_box(self, m, param: str, offsets, shape, valid, what: str) -> None:
@@ -630,3 +654,10 @@ def generate_c(program: Program, symbol: str) -> str:
     if program.stage != "lowered":
         raise PtoCompileError("generate_c needs a lowered program (run ir.run_passes first)")
     return _Gen(program, symbol).run()
+
+
+def _prod_step(acc: str, x: str, dt) -> str:
+    """``acc * x`` for a product reduction; integers multiply as uint64 (wrapping, no signed overflow)."""
+    if dt.is_float:
+        return f"{acc} * {x}"
+    return f"(int64_t)((uint64_t)({acc}) * (uint64_t)(int64_t)({x}))"

@@ -18,6 +18,7 @@ from ._nodes import (
     ACC_PHASES,
     CMP_TYPES,
     INT_BINARY_OPS,
+    PART_OPS,
     Compare,
     Select,
     REDUCE_OPS,
@@ -114,6 +115,9 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
             raise compile_error(f"unsupported dtype {t.dtype.name} for {expr.op}", loc)
         if expr.op == "not_" and t.dtype.is_float:
             raise compile_error(f"pl.not_ needs an integer tile, got {t.dtype.name}", loc)
+        if expr.op in ("sin", "cos") and t.dtype != FP32:
+            raise compile_error(f"pl.{expr.op} takes FP32 tiles only, got {t.dtype.name} "
+                                "(pl.cast it to pl.FP32 first)", loc)
         return TileType(t.shape, t.dtype, "Vec", t.valid)
     if isinstance(expr, Binary):
         return _binary_type(expr, loc)
@@ -176,6 +180,8 @@ def _binary_type(expr: Binary, loc: Loc | None) -> TileType:
     for x in (expr.a, expr.b):
         if isinstance(x, Var):
             check_vector_operand(x, f"pl.{expr.op}", loc)
+    if expr.op in PART_OPS:
+        return _part_type(expr, ta, tb, loc)
     if ta is not None and tb is not None:
         if ta.dtype != tb.dtype:
             raise compile_error(
@@ -196,6 +202,18 @@ def _binary_type(expr: Binary, loc: Loc | None) -> TileType:
     if expr.op == "prelu" and not dtype.is_float:
         raise compile_error(f"pl.prelu needs float tiles, got {dtype.name}", loc)
     return TileType(shape, dtype, "Vec", valid)
+
+
+def _part_type(expr: Binary, ta, tb, loc: Loc | None) -> TileType:
+    """``part_*``: two tiles of one shape and dtype; the result is valid where the first one is."""
+    if ta is None or tb is None:
+        raise compile_error(f"pl.{expr.op} takes two tiles (no scalar form)", loc)
+    if ta.shape != tb.shape or ta.dtype != tb.dtype:
+        raise compile_error(f"pl.{expr.op}: both sources must have one shape and dtype, got {TileType(ta.shape, ta.dtype)} "
+                            f"and {TileType(tb.shape, tb.dtype)}", loc)
+    if ta.dtype == BOOL:
+        raise compile_error(f"unsupported dtype BOOL for {expr.op}", loc)
+    return TileType(ta.shape, ta.dtype, "Vec", ta.valid)
 
 
 def mask_columns(n: int) -> int:

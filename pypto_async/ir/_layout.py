@@ -8,12 +8,14 @@ view ops do; broadcast and concat compute in Vec.
 
 from __future__ import annotations
 
+from .._dtypes import BOOL
 from .._scalars import is_int
 from ._bounds import check_window
 from ._diag import compile_error
 from ._nodes import (
     PAD_VALUES,
     Assemble,
+    Bitcast,
     Broadcast,
     Concat,
     FillPad,
@@ -81,6 +83,8 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
             return TileType(tuple(expr.shape), t.dtype, t.memory, valid)
         require_full(expr.x, "pl.reshape", loc)
         return TileType(tuple(expr.shape), t.dtype, t.memory)
+    if isinstance(expr, Bitcast):
+        return _bitcast_type(expr, loc)
     if isinstance(expr, Transpose):
         t = expr.x.type
         check_vector_operand(expr.x, "pl.transpose", loc)
@@ -175,3 +179,20 @@ def check_tile_window(expr, ranges, loc: Loc | None) -> None:
     elif isinstance(expr, Assemble):
         check_window("tile", f"%{expr.target.id}", expr.target.type.shape, expr.offsets, expr.source.type.shape,
                      None, ranges, loc, "pl.tile.assemble")
+
+
+def _bitcast_type(expr: Bitcast, loc: Loc | None) -> TileType:
+    """``pl.reinterpret_view``: a fully valid source, the same number of bytes, no BOOL on either side."""
+    t = expr.x.type
+    check_vector_operand(expr.x, "pl.reinterpret_view", loc)
+    _check_shape(expr.shape, "pl.reinterpret_view", loc)
+    if BOOL in (t.dtype, expr.dtype):
+        raise _error("pl.reinterpret_view: BOOL tiles have no byte layout here (use an integer dtype)", loc)
+    if expr.dtype == t.dtype:
+        raise _error(f"pl.reinterpret_view: dtype must differ from the source's ({t.dtype.name})", loc)
+    have, want = _numel(t.shape) * t.dtype.itemsize, _numel(expr.shape) * expr.dtype.itemsize
+    if have != want:
+        raise _error(f"pl.reinterpret_view: {t} holds {have} bytes, {list(expr.shape)} x {expr.dtype.name} "
+                     f"{want}", loc)
+    require_full(expr.x, "pl.reinterpret_view", loc)
+    return TileType(tuple(expr.shape), expr.dtype, t.memory)

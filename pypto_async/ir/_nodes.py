@@ -86,18 +86,27 @@ __all__ = [
     "CMP_TYPES",
     "INT_BINARY_OPS",
     "ACC_PHASES",
+    "PART_OPS",
+    "Bitcast",
 ]
 
 UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu", "not_")
+#: ``sin`` / ``cos`` (radians; FP32 tiles only, as PyPTO).
+UNARY_OPS += ("sin", "cos")
 #: ``rem`` is Python's ``%`` (the divisor's sign); ``prelu`` is ``a > 0 ? a : a * b`` (float only);
 #: the bitwise and shift ops (:data:`INT_BINARY_OPS`) take integer tiles only.
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "rem", "prelu", "and_", "or_", "xor", "shl", "shr")
 INT_BINARY_OPS = ("and_", "or_", "xor", "shl", "shr")
+#: ``fmod`` is C's ``fmod`` (the dividend's sign, as ``torch.fmod``); the ``part_*`` ops combine two
+#: same-shape tiles over the first one's valid region, copying whichever source alone is valid at an element.
+PART_OPS = ("part_add", "part_mul", "part_max", "part_min")
+BINARY_OPS += ("fmod", *PART_OPS)
 #: ``pl.cmp`` comparison codes, PyPTO's numbering (``cmp_type=0`` is ``eq``).
 CMP_TYPES = ("eq", "ne", "lt", "le", "gt", "ge")
 #: The gemv ops' ``acc_phase`` values (PyPTO's).
 ACC_PHASES = ("unspecified", "partial", "final")
 REDUCE_OPS = ("row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min")
+REDUCE_OPS += ("row_prod", "col_prod")
 #: PyPTO's on-chip memory spaces; tensors live in "DDR".
 MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
 #: What ``fillpad`` writes outside the valid region: 0, +max (+inf), -max (-inf).
@@ -435,11 +444,21 @@ class Select:
     b: Operand
 
 
+@dataclass(frozen=True)
+class Bitcast:
+    """``pl.reinterpret_view``: the bytes of ``x`` (row-major, little-endian) read as ``shape`` elements of ``dtype``."""
+
+    x: Var
+    dtype: DataType
+    shape: tuple[int, ...]
+
+
 Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,
-             Assemble, FillPad, Compare, Select]
+             Assemble, FillPad, Compare, Select, Bitcast]
 #: Expressions computed element by element over their result's shape (fusable).
 ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad,
                Compare, Select)
+ELEMENTWISE += (Bitcast,)
 
 
 # ---- statements ----------------------------------------------------------------

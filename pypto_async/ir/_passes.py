@@ -39,6 +39,7 @@ from ._nodes import (
     Move,
     Reduce,
     Reshape,
+    Bitcast,
     Scope,
     Select,
     SetIndex,
@@ -66,7 +67,7 @@ __all__ = [
 
 def expr_inputs(expr) -> list[Var]:
     """Return the tile variables an expression reads."""
-    if isinstance(expr, (Unary, Cast, Reduce, Move, Broadcast, Reshape, Transpose, Slice, FillPad)):
+    if isinstance(expr, (Unary, Cast, Reduce, Move, Broadcast, Reshape, Transpose, Slice, FillPad, Bitcast)):
         return [expr.x]
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
@@ -228,6 +229,7 @@ def eliminate_dead_tiles(program: Program) -> Program:
 
 #: Compare reads 8 source elements per mask byte, Select a mask byte per 8 elements.
 _REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select)
+_REINDEXING += (Bitcast,)  # reads its source's bytes at other positions
 
 
 def _walk_all(body):

@@ -25,6 +25,7 @@ from ._nodes import (
     Move,
     Reduce,
     Reshape,
+    Bitcast,
     ScalarBits,
     ScalarRef,
     Scope,
@@ -86,6 +87,8 @@ def _expr(e) -> str:
         return f"broadcast {_operand(e.x)}"
     if isinstance(e, Reshape):
         return f"reshape {_operand(e.x)}"
+    if isinstance(e, Bitcast):
+        return f"reinterpret_view {_operand(e.x)} as {e.dtype.name}"
     if isinstance(e, Transpose):
         return f"transpose {_operand(e.x)}"
     if isinstance(e, Slice):

@@ -47,6 +47,7 @@ from ._nodes import (
     Move,
     Reduce,
     Reshape,
+    Bitcast,
     ScalarRef,
     Scope,
     Slice,
@@ -202,9 +203,13 @@ class _Printer:
         if isinstance(e, Broadcast):
             op = "row_expand" if e.x.type.shape[0] == e.shape[0] else "col_expand"
             target = f"pl.zeros({_ints(e.shape)}, pl.{t.dtype.name})"  # only its shape is read
+            if len(e.shape) != 2 or sum(a != b for a, b in zip(e.x.type.shape, e.shape)) != 1:
+                return f"pl.expand_clone({self.name(e.x)}, {target})"  # any rank, any dimensions of 1
             return f"pl.{op}({target}, {self.name(e.x)})"
         if isinstance(e, Reshape):
             return f"pl.reshape({self.name(e.x)}, {_ints(e.shape)})"
+        if isinstance(e, Bitcast):
+            return f"pl.reinterpret_view({self.name(e.x)}, pl.{e.dtype.name}, shape={_ints(e.shape)})"
         if isinstance(e, Transpose):
             return f"pl.transpose({self.name(e.x)}, axis1=0, axis2=1)"
         if isinstance(e, Slice):

@@ -43,6 +43,7 @@ from __future__ import annotations
 from .._dtypes import BF16, FP16, INT8, UINT8
 from ._cexpr import index as _index
 from ._nodes import (
+    Bitcast,
     Assemble,
     Binary,
     Broadcast,
@@ -84,6 +85,8 @@ FIELDS = {
 
 _SPECIAL_UNARY = frozenset(("exp", "log", "sqrt", "rsqrt", "recip"))
 _SPECIAL_BINARY = frozenset(("div", "rem"))
+_SPECIAL_UNARY |= {"sin", "cos"}
+_SPECIAL_BINARY |= {"fmod"}
 
 
 def _numel(shape) -> int:
@@ -158,7 +161,7 @@ def vec_class(expr) -> int | None:
     return None  # Load (counted as a load), Move (MTE1), Reshape and Slice (views)
 
 
-_OPERANDS = {Unary: ("x",), Cast: ("x",), FillPad: ("x",), Transpose: ("x",), Broadcast: ("x",),
+_OPERANDS = {Unary: ("x",), Cast: ("x",), FillPad: ("x",), Transpose: ("x",), Broadcast: ("x",), Bitcast: ("x",),
              Binary: ("a", "b"), Concat: ("a", "b"), Compare: ("a", "b"), Select: ("a", "b"),
              Assemble: ("target", "source")}
 

@@ -53,6 +53,8 @@ from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
 from ._ops_crosscore import *  # noqa: F401,F403
 from ._ops_crosscore import __all__ as _ops_crosscore_all
+from ._ops_math import *  # noqa: F401,F403
+from ._ops_math import __all__ as _ops_math_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -198,4 +200,5 @@ __all__ = [
     *_ops_extended_all,
     *_ops_compose_all,
     *_ops_crosscore_all,
+    *_ops_math_all,
 ]

@@ -209,3 +209,9 @@ def slice(tensor, shape, offset, valid_shape=None):  # noqa: A001 - PyPTO's name
 
 
 builtins_slice = __builtins__["slice"] if isinstance(__builtins__, dict) else __builtins__.slice
+
+from ._ops_math import TENSOR_OPS as _math_tensor_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (tensor names)
+
+for _name, _fn in _math_tensor_ops.items():
+    globals().setdefault(_name, _fn)
+__all__ += [name for name in _math_tensor_ops if name not in __all__]

@@ -111,3 +111,9 @@ __all__ = [
     *_ops_extended_all,
     *_ops_compose_all,
 ]
+
+from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)
+
+for _name, _fn in _math_tile_ops.items():
+    globals().setdefault(_name, _fn)
+__all__ += [name for name in _math_tile_ops if name not in __all__]

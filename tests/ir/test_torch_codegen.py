@@ -325,6 +325,18 @@ def _kinds(node, out: set) -> set:
     return out
 
 
+@pl.jit
+def _reinterpret(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.reinterpret_view(pl.load(x, [0, 0], [8, 16]), pl.INT16), [0, 0], y)
+
+
+def test_reinterpret_view_has_a_torch_form(launcher, rng):
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    _check(_reinterpret.lower(x, poison((8, 32), np.int16)), launcher,
+           _reinterpret.compile(x, poison((8, 32), np.int16)), [x, poison((8, 32), np.int16)], rtol=0, atol=0)
+
+
 def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
     """A node kind added to the IR without a test here (and a torch form) fails this."""
     import typing
@@ -345,6 +357,7 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
         runtime_scalars.lower(np.zeros((4 * R, C), np.float32), np.array([1, 1], np.int32), f),
         *(KERNELS[k].lower(*_args(rng)[k]) for k in sorted(KERNELS)),
         ReadSized.trace(),
+        _reinterpret.lower(f[:8, :16].copy(), poison((8, 32), np.int16)),
     ]
     seen: set = set()
     for p in programs:
