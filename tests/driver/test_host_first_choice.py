@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers.raw_driver import device_stats, notify, sync
 
 from pypto_async._driver import lib
@@ -101,6 +103,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # a fresh interpreter, pinned after its device opened
 def test_the_cpus_a_choice_counts_are_the_threads_affinity_now_not_at_open():
     """Pinned to one CPU after the device opened on 2+: the finishing copy engine runs a long kernel itself.
 
@@ -114,8 +117,6 @@ def test_the_cpus_a_choice_counts_are_the_threads_affinity_now_not_at_open():
     import subprocess
     import sys
     from pathlib import Path
-
-    import pytest
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to open on")
