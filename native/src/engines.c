@@ -59,6 +59,7 @@ void pti_sched_thread_init(pto_device *dev)
 }
 
 static bool cpu_for_wakee(pto_device *dev);
+static uint32_t cpus_now(void);
 
 /*
  * Whether a finishing device thread runs the next command of the other
@@ -70,11 +71,11 @@ static bool hands_to_self(pto_device *dev)
 {
     switch (dev->cfg.host_first) {
     case PTO_HOST_FIRST_OFF:
-        return dev->cpus <= 1;
+        return cpus_now() <= 1;
     case PTO_HOST_FIRST_ALWAYS:
         return true;
     default:
-        return dev->cpus <= 1 || !cpu_for_wakee(dev);
+        return cpus_now() <= 1 || !cpu_for_wakee(dev);
     }
 }
 
@@ -116,6 +117,28 @@ uint32_t pti_host_cpus(void)
         return (uint32_t)CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (uint32_t)n : 1;
+}
+
+/* When this thread last read its CPUs (cpus_now), and what it read. */
+static __thread uint64_t tl_cpus_ns;
+static __thread uint32_t tl_cpus;
+
+/*
+ * The CPUs the calling thread may run on now (its sched_getaffinity), read
+ * at most once a millisecond per thread.  Not the count at open
+ * (dev->cpus): a service that pins its threads after the device opened (or
+ * unpins them) changes what is spare, and a device thread and the host
+ * thread may be pinned apart.  Every spin, help and host-first choice asks
+ * this.
+ */
+static uint32_t cpus_now(void)
+{
+    uint64_t now = pto_now_ns();
+    if (!tl_cpus || now - tl_cpus_ns >= 1000000ull) {
+        tl_cpus = pti_host_cpus();
+        tl_cpus_ns = now;
+    }
+    return tl_cpus;
 }
 
 /*
@@ -164,7 +187,7 @@ static int machine_runnable(pto_device *dev)
 bool pti_cpu_spare(pto_device *dev)
 {
     /* The device's own threads: the awake ones (the caller included) and the host fit its CPUs. */
-    if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > dev->cpus)
+    if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > cpus_now())
         return false;
     /* The machine's: the runnable threads (the caller included) and a waking host fit its CPUs. */
     int running = machine_runnable(dev);
@@ -547,7 +570,7 @@ static bool task_known_short(const pto_device *dev, const struct pto_run *r)
 
 static bool may_help(pto_device *dev, const struct pto_run *r)
 {
-    if (dev->cpus <= 1 || pti_task_tiny(r))
+    if (cpus_now() <= 1 || pti_task_tiny(r))
         return true;
     if (r->task && !task_known_short(dev, r))
         return false;
@@ -685,7 +708,7 @@ static void engine_help(pto_device *dev, bool copy)
 static bool cpu_for_wakee(pto_device *dev)
 {
     uint32_t awake = dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed);
-    if (awake + 2 > dev->cpus) /* the awake device threads, the host and the one woken */
+    if (awake + 2 > cpus_now()) /* the awake device threads, the host and the one woken */
         return false;
     int running = machine_runnable(dev); /* the host included */
     return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
@@ -698,7 +721,7 @@ bool pti_host_first(pto_device *dev)
     if (dev->cfg.host_first == PTO_HOST_FIRST_ALWAYS)
         return true;
     atomic_fetch_add_explicit(&dev->st_host_first_checks, 1, memory_order_relaxed);
-    return dev->cpus <= 1 || !cpu_for_wakee(dev);
+    return cpus_now() <= 1 || !cpu_for_wakee(dev);
 }
 
 bool pti_host_may_first(pto_device *dev)

@@ -1142,6 +1142,7 @@ struct pto_device {
     pthread_mutex_t mem_lock;
     uint8_t *arena;
     uint64_t arena_size;
+    uint64_t arena_touched; /* arena bytes [0, this) populated by allocations (mem_lock; memory.c, populate) */
     struct pto_mnode *free_root;  /* free extents by off, coalesced, max-augmented */
     struct pto_mnode *alloc_root; /* live and pending-free blocks by off */
     _Atomic uint64_t mem_gen;     /* changes whenever a block leaves or shrinks (pti_mem_find_stray's cache) */

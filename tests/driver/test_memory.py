@@ -210,3 +210,34 @@ def test_lookup_finds_the_live_allocation_holding_an_address(dev, stream):
     for p in (ptrs[0], ptrs[1], ptrs[3]):
         free(dev, p)
     assert lib.pto_mem_lookup(dev, ptrs[0], base, size) < 0
+
+
+def _resident_pages(addr: int, n: int) -> tuple[int, int]:
+    """(resident, total) pages of [addr, addr + n), by mincore(2)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    lo = addr & ~(page - 1)
+    pages = (addr + n - lo + page - 1) // page
+    vec = (ctypes.c_ubyte * pages)()
+    rc = libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(pages * page), vec)
+    assert rc == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec), pages
+
+
+def test_an_allocation_is_mapped_in_when_allocated(dev):
+    """Device memory is there when allocated: the sim's arena pages of a block are mapped by
+    pto_mem_alloc (MADV_POPULATE_WRITE), not by the first write, a page fault per page on
+    whichever engine writes first (the demo's pipelined loop: a thousand in its timed loop)."""
+    a = alloc(dev, 4 * MiB)
+    b = alloc(dev, 3 * MiB + 100)
+    for p, n in ((a, 4 * MiB), (b, 3 * MiB + 100)):
+        resident, pages = _resident_pages(p, n)
+        assert resident == pages, (resident, pages)
+    free(dev, b)
+    c = alloc(dev, MiB)  # below the populated mark: its pages are still there
+    assert _resident_pages(c, MiB)[0] == _resident_pages(c, MiB)[1]
+    free(dev, a)
+    free(dev, c)
