@@ -41,6 +41,7 @@ from ._nodes import (
     Reshape,
     Scope,
     Select,
+    Order,
     SetIndex,
     Slice,
     Transpose,
@@ -80,6 +81,8 @@ def expr_inputs(expr) -> list[Var]:
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
     if isinstance(expr, Select):
         return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Order):
+        return list(expr.xs)
     return []
 
 

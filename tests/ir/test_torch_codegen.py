@@ -325,6 +325,28 @@ def _kinds(node, out: set) -> set:
     return out
 
 
+@pl.jit
+def index_ops(a: pl.Tensor, ix: pl.Tensor, pairs: pl.Out[pl.Tensor], arg: pl.Out[pl.Tensor], gen: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):  # Order (argmax, sorts) and Generate (arange, tri, random)
+        s = pl.sort32(pl.load(a, [0, 0], [2, 64]), pl.load(ix, [0, 0], [2, 64]))
+        m = pl.mrgsort(s, block_len=64)
+        pl.store(pl.mrgsort(m, m), [0, 0], pairs)
+        pl.store(pl.row_argmax(pl.load(a, [0, 0], [2, 64])), [0, 0], arg)
+        pl.store(pl.add(pl.add(pl.arange(3, [2, 64]), pl.tri(1, [2, 64])), pl.random(1, 2, 3, 4, 5, 6, [2, 64],
+                                                                                     dtype=pl.INT32)), [0, 0], gen)
+
+
+def test_index_ops_reference_computes_what_the_kernel_does(launcher, rng):
+    a = rng.permutation(128).reshape(2, 64).astype(np.float32)
+    args = (a, np.tile(np.arange(64, dtype=np.uint32), (2, 1)), poison((2, 256)), poison((2, 1), np.int32),
+            poison((2, 64), np.int32))
+    sim, ref = _copy(args), _copy(args)
+    launcher.run(index_ops.compile(*args), *sim)
+    _reference(index_ops.lower(*args), ref)
+    for i in (2, 3, 4):
+        np.testing.assert_array_equal(np.asarray(ref[i]).view(np.uint32), sim[i].view(np.uint32))
+
+
 def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
     """A node kind added to the IR without a test here (and a torch form) fails this."""
     import typing
@@ -345,6 +367,8 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
         runtime_scalars.lower(np.zeros((4 * R, C), np.float32), np.array([1, 1], np.int32), f),
         *(KERNELS[k].lower(*_args(rng)[k]) for k in sorted(KERNELS)),
         ReadSized.trace(),
+        index_ops.lower(a[:2], np.zeros((2, 64), np.uint32), poison((2, 256)), poison((2, 1), np.int32),
+                        poison((2, 64), np.int32)),
     ]
     seen: set = set()
     for p in programs:
