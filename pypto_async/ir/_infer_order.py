@@ -6,7 +6,7 @@ Called from :func:`pypto_async.ir._infer.infer_expr`; every failure is a
 
 from __future__ import annotations
 
-from .._dtypes import FP16, FP32, INT16, INT32, UINT32
+from .._dtypes import FP16, FP32, INT16, INT32, UINT16, UINT32
 from ._diag import compile_error
 from ._nodes import GENERATE_KINDS, ORDER_OPS, Generate, IConst, Loc, Order, TileType
 from ._spaces import check_vector_operand
@@ -14,7 +14,7 @@ from ._valid import check_extents, extents, normalize, require_full
 
 __all__ = ["infer_generate", "infer_order", "CI_DTYPES", "RANDOM_DTYPES", "SORT_DTYPES", "ARG_DTYPES"]
 
-CI_DTYPES = (INT16, INT32)
+CI_DTYPES = (INT16, INT32, UINT16, UINT32)
 RANDOM_DTYPES = (INT32, UINT32)
 SORT_DTYPES = (FP16, FP32)
 ARG_DTYPES = (FP16, FP32)
@@ -31,7 +31,7 @@ def infer_generate(e: Generate, loc: Loc | None) -> TileType:
     if len(e.args) != want:
         raise compile_error(f"{op} takes {want} integer argument(s), got {len(e.args)}", loc)
     if e.kind == "ci" and e.dtype not in CI_DTYPES:
-        raise compile_error(f"{op}: dtype must be INT16 or INT32, got {e.dtype.name}", loc)
+        raise compile_error(f"{op}: dtype must be INT16, INT32, UINT16 or UINT32, got {e.dtype.name}", loc)
     if e.kind == "random":
         if e.dtype not in RANDOM_DTYPES:
             raise compile_error(f"{op}: dtype must be INT32 or UINT32, got {e.dtype.name}", loc)

@@ -212,7 +212,7 @@ def tri(diagonal, shape, valid_shape=None, dtype=INT32, upper=False) -> Tile:
 def arange(start, shape, dtype=INT32, descending=False) -> Tile:
     """Consecutive integers along the last dimension: ``start + j`` (``descending``: ``start - j``).
 
-    PyPTO's ``tensor.ci`` / ``tile.ci``; ``dtype`` INT16 or INT32.  Every
+    PyPTO's ``tensor.ci`` / ``tile.ci``; ``dtype`` INT16, INT32, UINT16 or UINT32.  Every
     row holds the same sequence (PyPTO fills the first; give ``[1, N]``).
     """
     op = "pl.arange"

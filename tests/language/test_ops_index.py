@@ -187,6 +187,26 @@ def test_tensor_level_mrgsort_merges_and_takes_a_runtime_block_len(launcher, rng
         launcher.run(k.compile(a, ix, 96, bad), a, ix, 96, bad)
 
 
+def test_mrgsort_in_a_loop_takes_a_block_len_of_the_loop_index(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, ix: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            s = pl.sort32(pl.load(a, [0, 0], [1, 2048]), pl.load(ix, [0, 0], [1, 2048]))
+            for i, (acc,) in pl.range(3, init_values=(s,)):
+                merged = pl.mrgsort(acc, block_len=1 << (6 + i * 2))  # 64, 256, 1024 (PyPTO's schedule)
+                acc = pl.yield_(merged)
+            pl.store(acc, [0, 0], out)
+
+    a = _distinct(rng, (1, 2048))
+    ix = np.arange(2048, dtype=np.uint32)[None, :]
+    out = poison((1, 4096))
+    launcher.run(k.compile(a, ix, out), a, ix, out)
+    vals, idx = _pairs(out)
+    order = np.argsort(-a[0], kind="stable")
+    np.testing.assert_array_equal(vals[0], a[0, order])
+    np.testing.assert_array_equal(idx[0], order)
+
+
 # ---- tri, arange -----------------------------------------------------------------------------------
 
 TRI_CASES = [(False, 0), (True, 0), (False, 2), (True, -1), (False, -R), (True, 40)]
@@ -361,7 +381,8 @@ ERRORS = {
     "tri_upper": (lambda t: pl.tri(0, [16, 64], upper=1), ("pl.tri", "upper must be a bool"), (XF, XF)),
     "tri_diag": (lambda t: pl.tri(0.5, [16, 64]), ("pl.tri", "diagonal must be an integer"), (XF, XF)),
     "tri_valid": (lambda t: pl.tri(0, [16, 64], valid_shape=[17, 64]), ("pl.tri",), (XF, XF)),
-    "arange_dtype": (lambda t: pl.arange(0, [1, 64], dtype=pl.FP32), ("pl.arange", "INT16 or INT32"), (XF, XF)),
+    "arange_dtype": (lambda t: pl.arange(0, [1, 64], dtype=pl.FP32), ("pl.arange", "INT16, INT32, UINT16 or UINT32"),
+                     (XF, XF)),
     "random_rounds": (lambda t: pl.random(1, 2, 3, 4, 5, 6, [16, 64], rounds=8), ("pl.random", "rounds must be 7 or 10"),
                       (XF, XF)),
     "random_dtype": (lambda t: pl.random(1, 2, 3, 4, 5, 6, [16, 64], dtype=pl.FP32),
@@ -441,3 +462,16 @@ def test_the_printed_program_traces_back_to_the_same_program(rng):
     exec(program.as_python(form="jit"), ns)  # noqa: S102
     again = ns["every_index_op"].lower(*args)
     assert again.as_python(form="jit") == program.as_python(form="jit")
+
+
+def test_loop_indices_shift_as_python_ints_do(launcher):
+    @pl.jit
+    def k(out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            for i in pl.range(4):
+                pl.store(pl.arange((1 << i) + (i << 4) + (i >> 1), [1, 8]), [i, 0], out)
+
+    out = poison((4, 8), np.int32)
+    launcher.run(k.compile(out), out)
+    want = [[(1 << i) + j + (i << 4) + (i >> 1) for j in range(8)] for i in range(4)]
+    np.testing.assert_array_equal(out, want)
