@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .._dtypes import FP16
 from ._cexpr import ctype, index
-from ._nodes import Order, Var
+from ._nodes import IConst, Order, Var
 from ._valid import extents
 from ._work import VEC_REDUCE, fixpipe_work
 
@@ -158,11 +158,16 @@ def _mrgsort(gen, s, out: Var, e: Order) -> None:
     cols = src.type.shape[-1]
     rows = _numel(src.type.shape) // cols
     gen.emit(f"const int64_t bl = {index(e.block_len)};")
-    if not (hasattr(e.block_len, "value")):  # a runtime block_len: checked before it is used
+    if not isinstance(e.block_len, IConst):  # a runtime block_len: checked before it is used
+        from ._codegen import _c_string
+
         gen.uses_blk = gen.uses_fail = True
         where = f"{Path(s.loc.file).name}:{s.loc.line}: " if s.loc is not None else ""
+        if gen.task is not None:
+            where += f"task {gen.task}: "
+        msg = _c_string(f"{where}pl.mrgsort: block_len must be a positive multiple of 64")
         gen.emit("if (bl <= 0 || bl % 64 != 0) {")
-        gen.emit(f'    blk->fail(blk, PTO_EINVAL, "{where}pl.mrgsort: block_len must be a positive multiple of 64");')
+        gen.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
         gen.emit("    goto done;")
         gen.emit("}")
     gen.emit(f"for (int64_t r = 0; r < {rows}; r++) {{")

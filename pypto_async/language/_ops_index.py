@@ -88,6 +88,8 @@ def _shape(shape, op: str) -> tuple:
 
 def _arg(op: str, x, tmp_tile) -> Tile:
     current(f"pl.{op}")
+    if isinstance(x, TensorArg) and tmp_tile is not None:
+        raise compile_error(f"pl.{op}: tmp_tile is the tile-level scratch; a tensor input takes none", user_loc())
     t = _tile(x, f"pl.{op}", "input")
     if tmp_tile is not None:  # PyPTO's scratch tile: the sim needs none, but one given must fit
         tmp = _tile(tmp_tile, f"pl.{op}", "tmp_tile")

@@ -345,9 +345,17 @@ XF = np.ones((16, 64), np.float32)
 XI = np.ones((16, 64), np.int32)
 
 
+_TENSOR = []
+
+
+def _tensor_arg():
+    return _TENSOR[-1]
+
+
 def _error_case(body, *arrays):
     @pl.jit
     def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        _TENSOR.append(a)
         with pl.at(level=pl.Level.CORE_GROUP):
             body(pl.load(a, [0, 0], [16, 64]), out)
 
@@ -369,6 +377,8 @@ ERRORS = {
     "argmax_int": (lambda t: pl.row_argmax(t), ("pl.row_argmax", "FP16 or FP32", "INT32"), (XI, XI)),
     "argmax_tmp": (lambda t: pl.col_argmax(t, pl.tile.create([16, 64], dtype=pl.INT32)),
                    ("pl.col_argmax", "tmp_tile"), (XF, XF)),
+    "argmax_tensor_tmp": (lambda t: pl.row_argmax(_tensor_arg(), t), ("pl.row_argmax", "tensor input takes none"),
+                          (XF, XF)),
     "sort32_cols": (lambda t: pl.sort32(pl.slice(t, [16, 48], [0, 0]), pl.tile.create([16, 48], dtype=pl.UINT32)),
                     ("pl.sort32", "multiple of 32"), (XF, XF)),
     "sort32_idx": (lambda t: pl.sort32(t, t), ("pl.sort32", "idx must be a UINT32"), (XF, XF)),
