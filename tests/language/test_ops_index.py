@@ -485,3 +485,10 @@ def test_loop_indices_shift_as_python_ints_do(launcher):
     launcher.run(k.compile(out), out)
     want = [[(1 << i) + j + (i << 4) + (i >> 1) for j in range(8)] for i in range(4)]
     np.testing.assert_array_equal(out, want)
+
+
+def test_the_program_serializes_and_reads_back_equal(rng):
+    from pypto_async.ir._serialize import deserialize, serialize
+
+    program = every_index_op.lower(*_every_args(rng))
+    assert deserialize(serialize(program)) == program
