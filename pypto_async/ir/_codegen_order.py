@@ -52,6 +52,11 @@ static inline uint32_t pto_philox4x32(uint32_t k0, uint32_t k1, uint32_t c0, uin
 """
 
 
+def _c_string(text: str) -> str:
+    """A C string literal of ``text`` (printable ASCII kept, anything else as '?'), as the code generator's."""
+    return '"' + "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "?" for ch in text) + '"'
+
+
 def _numel(shape) -> int:
     n = 1
     for d in shape:
@@ -159,8 +164,6 @@ def _mrgsort(gen, s, out: Var, e: Order) -> None:
     rows = _numel(src.type.shape) // cols
     gen.emit(f"const int64_t bl = {index(e.block_len)};")
     if not isinstance(e.block_len, IConst):  # a runtime block_len: checked before it is used
-        from ._codegen import _c_string
-
         gen.uses_blk = gen.uses_fail = True
         where = f"{Path(s.loc.file).name}:{s.loc.line}: " if s.loc is not None else ""
         if gen.task is not None:
