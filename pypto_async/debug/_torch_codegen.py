@@ -47,6 +47,8 @@ from ..ir._nodes import (
     Const,
     DynFor,
     FillPad,
+    Generate,
+    Order,
     For,
     Full,
     Fused,
@@ -284,6 +286,86 @@ def _part(both, a, b, va, vb):
 def _check(name, t, shape, dtype):
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
         raise ValueError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
+
+
+def _philox(args, rounds, n):
+    """pl.random: word p % 4 of Philox4x32 of counter + p // 4 (128-bit) under the key, for p < n."""
+    import numpy as np
+
+    m = (1 << 32) - 1
+    k0, k1, *c = [int(a) & m for a in args]
+    base = sum(w << (32 * i) for i, w in enumerate(c))
+    q = [(base + b) % (1 << 128) for b in range((n + 3) // 4)]
+    x = [np.array([(v >> (32 * i)) & m for v in q], dtype=np.uint64) for i in range(4)]
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    for _ in range(rounds):
+        p0, p1 = np.uint64(0xD2511F53) * x[0], np.uint64(0xCD9E8D57) * x[2]
+        x = [(p1 >> np.uint64(32)) ^ x[1] ^ k0, p1 & np.uint64(m), (p0 >> np.uint64(32)) ^ x[3] ^ k1, p0 & np.uint64(m)]
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & np.uint64(m), (k1 + np.uint64(0xBB67AE85)) & np.uint64(m)
+    return torch.from_numpy(np.stack(x, axis=1).reshape(-1)[:n].astype(np.int64))
+
+
+def _generate(kind, args, option, shape, dtype):
+    """pl.arange (ci), pl.tri and pl.random tiles (every element; the valid region is the tile's metadata)."""
+    n = math.prod(shape)
+    if kind == "ci":
+        j = torch.arange(shape[-1], dtype=torch.int64)
+        return torch.broadcast_to(args[0] - j if option else args[0] + j, tuple(shape)).to(dtype)
+    if kind == "tri":
+        i, j = torch.arange(shape[0])[:, None], torch.arange(shape[1])[None, :]
+        return (j >= i + args[0] if option else j <= i + args[0]).to(dtype)
+    v = _philox(args, option, n).reshape(tuple(shape))
+    return (v - (v >= 2**31).to(torch.int64) * 2**32 if dtype == torch.int32 else v).to(dtype)
+
+
+def _argreduce(x, valid, op):
+    """The INT32 index of each row's (column's) extremum over the valid box, the first on a tie."""
+    r, c = x.shape
+    vr, vc = valid if valid is not None else (r, c)
+    box = x[:vr, :vc].to(torch.float32)
+    fn = torch.argmax if op.endswith("max") else torch.argmin
+    if op.startswith("row"):
+        out = torch.zeros((r, 1), dtype=torch.int32)
+        if vr and vc:
+            out[:vr, 0] = fn(box, dim=1).to(torch.int32)
+    else:
+        out = torch.zeros((1, c), dtype=torch.int32)
+        if vr and vc:
+            out[0, :vc] = fn(box, dim=0).to(torch.int32)
+    return out
+
+
+def _sort32(src, idx, half):
+    """(value, index-bits) pairs of each 32-element group sorted descending, stably."""
+    lead, n = tuple(src.shape[:-1]), src.shape[-1]
+    v = src.to(torch.float32).reshape(*lead, n // 32, 32)
+    order = torch.sort(v, dim=-1, descending=True, stable=True).indices
+    ix = idx.to(torch.int64).reshape(*lead, n // 32, 32)
+    if half:
+        bits = (ix & 0xFFFF).to(torch.int32).to(torch.int16).view(torch.float16).to(torch.float32)
+    else:
+        bits = (ix & 0xFFFFFFFF).to(torch.int64)
+        bits = (bits - (bits >= 2**31).to(torch.int64) * 2**32).to(torch.int32).view(torch.float32)
+    pairs = torch.stack([torch.gather(v, -1, order), torch.gather(bits, -1, order)], dim=-1)
+    return pairs.reshape(*lead, 2 * n)
+
+
+def _mrgsort(xs, block_len):
+    """Merge sorted pair runs: groups of four block_len-column runs of one tile, or two to four tiles."""
+    if block_len is not None:
+        if block_len <= 0 or block_len % 64:
+            raise ValueError("pl.mrgsort: block_len must be a positive multiple of 64")
+        x = xs[0]
+        groups = [(g, min(g + 4 * block_len, x.shape[-1])) for g in range(0, x.shape[-1], 4 * block_len)]
+    else:
+        x = torch.cat(xs, dim=-1)
+        groups = [(0, x.shape[-1])]
+    out = x.clone()
+    for a, b in groups:
+        pairs = x[..., a:b].reshape(*x.shape[:-1], (b - a) // 2, 2)
+        order = torch.sort(pairs[..., 0].to(torch.float32), dim=-1, descending=True, stable=True).indices
+        out[..., a:b] = torch.gather(pairs, -2, order[..., None].expand(*order.shape, 2)).reshape(*x.shape[:-1], b - a)
+    return out
 '''
 
 
@@ -457,6 +539,17 @@ class _Gen:
             return f"{self.name(e.target)}.clone()"  # the window is written by the statement (see stmt)
         if isinstance(e, FillPad):
             return f"_pad({self.name(e.x)}, {self.valid(e.x.type)}, {e.pad!r})"
+        if isinstance(e, Generate):
+            args = ", ".join(self.index(a) for a in e.args)
+            return f"_generate({e.kind!r}, ({args},), {e.option}, {self.ints(e.shape)}, {ct})"
+        if isinstance(e, Order):
+            xs = ", ".join(self.name(x) for x in e.xs)
+            if e.op.startswith(("row_arg", "col_arg")):
+                return f"_argreduce({xs}, {self.valid(e.xs[0].type)}, {e.op!r})"
+            if e.op == "sort32":
+                return f"_sort32({xs}, {e.xs[0].type.dtype == FP16})"
+            block = "None" if e.block_len is None else self.index(e.block_len)
+            return f"_mrgsort([{xs}], {block})"
         raise PtoNotSupported(f"torch_codegen: {type(e).__name__} has no torch form here")
 
     def cast(self, e: Cast) -> str:

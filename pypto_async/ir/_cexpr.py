@@ -30,6 +30,7 @@ from ._nodes import (
     Concat,
     FillPad,
     Full,
+    Generate,
     IBin,
     IConst,
     COMPARE_OPS,
@@ -201,7 +202,21 @@ def element(e, dtype: DataType, el: Element) -> str:
         return _compare(e, el)
     if isinstance(e, Select):
         return _select(e, el)
+    if isinstance(e, Generate):
+        return _generate(e, ct, el)
     return _layout(e, dtype, el)
+
+
+def _generate(e: Generate, ct: str, el: Element) -> str:
+    """pl.arange (ci), pl.tri and pl.random: a function of the element's position."""
+    idx = el.idx
+    args = [index(a) for a in e.args]
+    if e.kind == "ci":
+        return f"({ct})({args[0]} {'-' if e.option else '+'} {idx[-1]})"
+    if e.kind == "tri":
+        return f"({ct})({idx[-1]} {'>=' if e.option else '<='} {idx[-2]} + {args[0]})"
+    words = ", ".join(f"(uint32_t)({a})" for a in args)
+    return f"({ct})pto_philox4x32({words}, {e.option}, (uint64_t)({linear_at(e.shape, idx)}))"
 
 
 _EXTENDED_BINARY = ("rem", "prelu", "and_", "or_", "xor", "shl", "shr")

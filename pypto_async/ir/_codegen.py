@@ -68,6 +68,8 @@ from ._nodes import (
     Var,
 )
 from ._program import Program
+from ._nodes import Order
+from ._codegen_order import PHILOX_C, emit_order
 from ._passes import view_loads
 from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
 
@@ -245,6 +247,8 @@ class _Gen:
                  *_INCLUDES]
         if self.uses_gemm:
             parts.append(_GEMM_INCLUDE)
+        if any("pto_philox4x32(" in line for line in body):  # pl.random
+            parts.extend(["", PHILOX_C.rstrip()])
         parts.append("")
         parts.append("\n".join(head + body + tail))
         return "\n".join(parts) + "\n"
@@ -343,6 +347,8 @@ class _Gen:
             self.transfer_work("load", q.name, s.expr.shape, s.expr.valid)
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
+        elif isinstance(s, Assign) and isinstance(s.expr, Order):  # argmax / argmin, sort32, mrgsort
+            emit_order(self, s)
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
             self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias)
         elif isinstance(s, MatmulAcc):

@@ -44,6 +44,8 @@ from ._nodes import (
 from ._bounds import check_window, index_range
 from ._diag import compile_error
 from ._layout import infer_layout
+from ._nodes import Generate, Order
+from ._infer_order import infer_generate, infer_order
 from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
 from ._valid import agree, check_extents, extents, normalize, require_full
 
@@ -163,6 +165,8 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         check_move(expr.x, expr.memory, loc)
         t = expr.x.type
         return TileType(t.shape, t.dtype, expr.memory, t.valid)
+    if isinstance(expr, (Generate, Order)):  # pl.arange / pl.tri / pl.random; argmax and the sorts
+        return infer_generate(expr, loc) if isinstance(expr, Generate) else infer_order(expr, loc)
     return infer_layout(expr, loc)
 
 

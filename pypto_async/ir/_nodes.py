@@ -653,3 +653,62 @@ def format_index(e) -> str:
             b = f"({b})"
         return f"{a} {e.op} {b}"
     return repr(e)
+
+
+# ---- index, sort and generator ops (pl.row_argmax, pl.sort32, pl.mrgsort, pl.tri, pl.arange, pl.random) -------
+
+#: :class:`Generate` kinds.
+GENERATE_KINDS = ("ci", "tri", "random")
+#: :class:`Order` ops.
+ORDER_OPS = ("row_argmax", "row_argmin", "col_argmax", "col_argmin", "sort32", "mrgsort", "mrgsort_merge")
+
+
+@dataclass(frozen=True)
+class Generate:
+    """A tile computed from its element positions alone (it reads no tile).
+
+    ``args`` are index expressions (ints, scalar parameters, runtime scalars):
+
+    * ``"ci"`` (``pl.arange``): ``args == (start,)``; element ``[..., j]`` is
+      ``start + j``, or ``start - j`` with ``option == 1`` (descending).
+    * ``"tri"``: ``args == (diagonal,)``; element ``[i, j]`` is 1 where
+      ``j <= i + diagonal`` (``option == 0``, lower) or ``j >= i + diagonal``
+      (``option == 1``, upper), else 0.
+    * ``"random"``: ``args == (key0, key1, counter0, ..., counter3)``,
+      ``option`` the Philox round count (7 or 10); the element at row-major
+      position ``p`` is word ``p % 4`` of Philox4x32 of the 128-bit counter
+      plus ``p // 4`` under the 64-bit key.
+    """
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: DataType
+    args: tuple
+    option: int = 0
+    valid: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Order:
+    """An argmax/argmin reduction or a sort of a tile (not element-wise: one statement of its own).
+
+    * ``row_argmax`` ... ``col_argmin``: ``xs == (x,)``, the INT32 index of each
+      row's (column's) extremum over the valid region, the first on a tie.
+    * ``sort32``: ``xs == (src, idx)``; every group of 32 elements of a row
+      sorted descending (stably), written as ``(value, index)`` pairs: the
+      result's last dimension is twice the source's, values at even
+      columns, the ``idx`` element's bits at odd ones.
+    * ``mrgsort``: ``xs == (src,)`` of such pairs; each group of four
+      consecutive sorted runs of ``block_len`` columns merged into one.
+    * ``mrgsort_merge``: ``xs`` two to four tiles of sorted pairs, merged row
+      by row into one (their last dimensions add).
+    """
+
+    op: str
+    xs: tuple[Var, ...]
+    block_len: "IndexExpr | None" = None
+
+
+Expr = Union[Expr, Generate, Order]
+ELEMENTWISE = ELEMENTWISE + (Generate,)
+__all__ += ["Generate", "Order", "GENERATE_KINDS", "ORDER_OPS"]

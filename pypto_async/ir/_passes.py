@@ -42,6 +42,7 @@ from ._nodes import (
     Bitcast,
     Scope,
     Select,
+    Order,
     SetIndex,
     Slice,
     Transpose,
@@ -81,6 +82,8 @@ def expr_inputs(expr) -> list[Var]:
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
     if isinstance(expr, Select):
         return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Order):
+        return list(expr.xs)
     return []
 
 

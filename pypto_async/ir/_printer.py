@@ -36,6 +36,8 @@ from ._nodes import (
     Unary,
     Compare,
     Select,
+    Generate,
+    Order,
     Update,
     Var,
 )
@@ -103,6 +105,13 @@ def _expr(e) -> str:
         return f"cmp.{e.cmp} {_operand(e.a)}, {_operand(e.b)}"
     if isinstance(e, Select):
         return f"sel {_operand(e.mask)} ? {_operand(e.a)} : {_operand(e.b)}"
+    if isinstance(e, Order):
+        block = "" if e.block_len is None else f" block_len {format_index(e.block_len)}"
+        return f"{e.op} {', '.join(_operand(x) for x in e.xs)}{block}"
+    if isinstance(e, Generate):
+        option = {"ci": " descending" if e.option else "", "tri": " upper" if e.option else " lower",
+                  "random": f" rounds {e.option}"}[e.kind]
+        return f"{e.kind} {', '.join(format_index(a) for a in e.args)}{option}"
     return repr(e)
 
 

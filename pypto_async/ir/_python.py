@@ -58,6 +58,8 @@ from ._nodes import (
     CMP_TYPES,
     Compare,
     Select,
+    Generate,
+    Order,
     Update,
     Var,
 )
@@ -227,6 +229,18 @@ class _Printer:
             return f"pl.cmp({self.name(e.a)}, {self.operand(e.b)}, cmp_type={CMP_TYPES.index(e.cmp)})"
         if isinstance(e, Select):
             return f"pl.sel({self.name(e.mask)}, {self.name(e.a)}, {self.operand(e.b)})"
+        if isinstance(e, Order):
+            xs = ", ".join(self.name(x) for x in e.xs)
+            if e.op == "mrgsort":
+                return f"pl.mrgsort({xs}, block_len={_index(e.block_len)})"
+            return f"pl.{'mrgsort' if e.op == 'mrgsort_merge' else e.op}({xs})"
+        if isinstance(e, Generate):
+            args = ", ".join(_index(a) for a in e.args)
+            if e.kind == "ci":
+                return f"pl.arange({args}, {_ints(e.shape)}, dtype=pl.{t.dtype.name}, descending={bool(e.option)})"
+            if e.kind == "tri":
+                return f"pl.tri({args}, {_ints(e.shape)}{valid}, dtype=pl.{t.dtype.name}, upper={bool(e.option)})"
+            return f"pl.tile.random({args}, {_ints(e.shape)}{valid}, dtype=pl.{t.dtype.name}, rounds={e.option})"
         raise ValueError(f"cannot print {type(e).__name__}")
 
     def emit(self, depth: int, line: str) -> None:

@@ -54,6 +54,7 @@ from ._nodes import (
     FillPad,
     For,
     Full,
+    Generate,
     IConst,
     Move,
     Scope,
@@ -158,6 +159,8 @@ def vec_class(expr) -> int | None:
         return VEC_REDUCE
     if isinstance(expr, (Cast, Full, Compare, Select, FillPad, Transpose, Concat, Assemble)):
         return VEC_SIMPLE
+    if isinstance(expr, Generate):  # pl.arange, pl.tri; pl.random runs a cipher per element
+        return VEC_SPECIAL if expr.kind == "random" else VEC_SIMPLE
     return None  # Load (counted as a load), Move (MTE1), Reshape and Slice (views)
 
 

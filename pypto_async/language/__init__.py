@@ -55,6 +55,8 @@ from ._ops_crosscore import *  # noqa: F401,F403
 from ._ops_crosscore import __all__ as _ops_crosscore_all
 from ._ops_math import *  # noqa: F401,F403
 from ._ops_math import __all__ as _ops_math_all
+from ._ops_index import *  # noqa: F401,F403
+from ._ops_index import __all__ as _ops_index_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -201,4 +203,5 @@ __all__ = [
     *_ops_compose_all,
     *_ops_crosscore_all,
     *_ops_math_all,
+    *_ops_index_all,
 ]

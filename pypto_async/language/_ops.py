@@ -267,8 +267,8 @@ def cast(x, target_type, mode="round") -> Tile:
     except PtoArgumentError as exc:
         raise compile_error(f"pl.cast: {exc}", loc) from None
     if isinstance(x, Index) or is_int(x):  # a runtime scalar or an int to an index type: the value itself
-        if d.name not in ("INT64", "INT32"):
-            raise compile_error(f"pl.cast of an index or a pl.read scalar gives pl.INDEX (INT64) or INT32, "
+        if d.name not in ("INT64", "INT32", "UINT32"):  # UINT32: PyPTO's pl.arange start of an index
+            raise compile_error(f"pl.cast of an index or a pl.read scalar gives pl.INDEX (INT64), INT32 or UINT32, "
                                 f"not {d.name}", loc)
         return x
     if isinstance(x, ScalarArg):  # a scalar parameter as an operand of another dtype (int to float: exact)

@@ -366,6 +366,21 @@ class Index:
     __gt__, __ge__ = _iop(">"), _iop(">=")
     __hash__ = object.__hash__
 
+    def __lshift__(self, n):  # i << n, i >> n for an int n >= 0: i * 2**n, i // 2**n (floor, as Python's >>)
+        return self * (1 << n) if is_int(n) and n >= 0 else NotImplemented
+
+    def __rshift__(self, n):
+        return self // (1 << n) if is_int(n) and n >= 0 else NotImplemented
+
+    def __rlshift__(self, c):
+        """``c << i`` (PyPTO's ``1 << (6 + 2 * i)`` block lengths): ``c * 2**i`` for ``0 <= i < 63``, else 0."""
+        if not is_int(c):
+            return NotImplemented
+        power = IConst(0)
+        for k in range(63):
+            power = IBin("+", power, IBin("*", IBin("==", self.expr, IConst(k)), IConst(1 << k)))
+        return Index(IBin("*", IConst(int(c)), power))
+
     def _symbolic(self, *_):
         raise compile_error(
             "a loop index is symbolic at trace time (so are a pl.read scalar and an integer scalar parameter); "

@@ -76,6 +76,8 @@ from ._program import create_tensor, window
 from ._runtime_scalars import read
 from ._submit import dump_tag
 from ._tracer import Index, TensorArg, current, user_loc
+from ._ops_index import arange, ci, col_argmax, col_argmin, create_l1, random, row_argmax, row_argmin, sort32
+from ._ops_index import tensor_mrgsort as mrgsort
 
 create = create_tensor
 
@@ -142,6 +144,16 @@ __all__ = [
     "sqrt",
     "rsqrt",
     "cast",
+    "row_argmax",
+    "row_argmin",
+    "col_argmax",
+    "col_argmin",
+    "sort32",
+    "mrgsort",
+    "ci",
+    "arange",
+    "random",
+    "create_l1",
 ]
 
 

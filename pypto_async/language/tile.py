@@ -44,6 +44,9 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
+from ._ops_index import arange, ci, col_argmax, col_argmin, row_argmax, row_argmin, sort32, tri  # noqa: E402
+from ._ops_index import tile_mrgsort as mrgsort  # noqa: E402
+from ._ops_index import tile_random as random  # noqa: E402
 
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
@@ -110,6 +113,16 @@ __all__ = [
     "sub",
     *_ops_extended_all,
     *_ops_compose_all,
+    "row_argmax",
+    "row_argmin",
+    "col_argmax",
+    "col_argmin",
+    "sort32",
+    "mrgsort",
+    "tri",
+    "ci",
+    "arange",
+    "random",
 ]
 
 from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)

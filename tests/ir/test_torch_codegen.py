@@ -335,6 +335,25 @@ def test_reinterpret_view_has_a_torch_form(launcher, rng):
     x = rng.standard_normal((8, 16)).astype(np.float32)
     _check(_reinterpret.lower(x, poison((8, 32), np.int16)), launcher,
            _reinterpret.compile(x, poison((8, 32), np.int16)), [x, poison((8, 32), np.int16)], rtol=0, atol=0)
+def index_ops(a: pl.Tensor, ix: pl.Tensor, pairs: pl.Out[pl.Tensor], arg: pl.Out[pl.Tensor], gen: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):  # Order (argmax, sorts) and Generate (arange, tri, random)
+        s = pl.sort32(pl.load(a, [0, 0], [2, 64]), pl.load(ix, [0, 0], [2, 64]))
+        m = pl.mrgsort(s, block_len=64)
+        pl.store(pl.mrgsort(m, m), [0, 0], pairs)
+        pl.store(pl.row_argmax(pl.load(a, [0, 0], [2, 64])), [0, 0], arg)
+        pl.store(pl.add(pl.add(pl.arange(3, [2, 64]), pl.tri(1, [2, 64])), pl.random(1, 2, 3, 4, 5, 6, [2, 64],
+                                                                                     dtype=pl.INT32)), [0, 0], gen)
+
+
+def test_index_ops_reference_computes_what_the_kernel_does(launcher, rng):
+    a = rng.permutation(128).reshape(2, 64).astype(np.float32)
+    args = (a, np.tile(np.arange(64, dtype=np.uint32), (2, 1)), poison((2, 256)), poison((2, 1), np.int32),
+            poison((2, 64), np.int32))
+    sim, ref = _copy(args), _copy(args)
+    launcher.run(index_ops.compile(*args), *sim)
+    _reference(index_ops.lower(*args), ref)
+    for i in (2, 3, 4):
+        np.testing.assert_array_equal(np.asarray(ref[i]).view(np.uint32), sim[i].view(np.uint32))
 
 
 def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
@@ -358,6 +377,8 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
         *(KERNELS[k].lower(*_args(rng)[k]) for k in sorted(KERNELS)),
         ReadSized.trace(),
         _reinterpret.lower(f[:8, :16].copy(), poison((8, 32), np.int16)),
+        index_ops.lower(a[:2], np.zeros((2, 64), np.uint32), poison((2, 256)), poison((2, 1), np.int32),
+                        poison((2, 64), np.int32)),
     ]
     seen: set = set()
     for p in programs:
