@@ -335,6 +335,9 @@ def test_reinterpret_view_has_a_torch_form(launcher, rng):
     x = rng.standard_normal((8, 16)).astype(np.float32)
     _check(_reinterpret.lower(x, poison((8, 32), np.int16)), launcher,
            _reinterpret.compile(x, poison((8, 32), np.int16)), [x, poison((8, 32), np.int16)], rtol=0, atol=0)
+
+
+@pl.jit
 def index_ops(a: pl.Tensor, ix: pl.Tensor, pairs: pl.Out[pl.Tensor], arg: pl.Out[pl.Tensor], gen: pl.Out[pl.Tensor]):
     with pl.at(level=pl.Level.CORE_GROUP):  # Order (argmax, sorts) and Generate (arange, tri, random)
         s = pl.sort32(pl.load(a, [0, 0], [2, 64]), pl.load(ix, [0, 0], [2, 64]))
