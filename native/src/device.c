@@ -429,6 +429,8 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .engine_helps = LD(st_engine_helps),
         .inline_runs = LD(st_inline_runs),
         .host_first_checks = LD(st_host_first_checks),
+        .task_batches = LD(st_task_batches),
+        .tasks_queued = LD(st_tasks_queued),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

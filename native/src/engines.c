@@ -52,6 +52,8 @@ static __thread bool tl_helping;
 static __thread const pto_device *tl_sched_dev;
 /* The device this host thread runs short work for (pti_host_begin .. pti_host_run): it takes what it pushes. */
 static __thread const pto_device *tl_host_dev;
+/* A blocked waiter with a CPU spare (pti_host_serve): it runs a program's tiny tasks only. */
+static __thread bool tl_host_tasks_only;
 
 void pti_sched_thread_init(pto_device *dev)
 {
@@ -275,23 +277,31 @@ void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
  */
 static bool takes_tiny(pto_device *dev)
 {
-    return !tl_watching && (tl_sched_dev == dev || self_returning(dev, false));
+    /* A core watching for kicks (watch_kicks) pushes from the pass it serves, then takes the head itself. */
+    if (tl_watching)
+        return tl_self && tl_self->dev == dev && !tl_self->is_copy;
+    return tl_sched_dev == dev || self_returning(dev, false);
 }
 
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
 {
     if (!runs)
         return;
-    uint32_t n = 0;
+    uint32_t n = 0, tasks = 0;
     bool multi = false, tiny = true;
     pthread_mutex_lock(&dev->core_lock);
     while (runs) {
         struct pto_run *next = runs->qnext;
         multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
         tiny = tiny && pti_task_tiny(runs);
+        tasks += runs->task != NULL;
         queue_insert(&dev->core_head, &dev->core_tail, runs);
         n++;
         runs = next;
+    }
+    if (tasks) {
+        atomic_fetch_add_explicit(&dev->st_task_batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dev->st_tasks_queued, tasks, memory_order_relaxed);
     }
     uint32_t len = atomic_fetch_add_explicit(&dev->core_len, n, memory_order_release) + n;
     if (multi && dev->core_sleepers > dev->core_waking) {
@@ -749,7 +759,7 @@ static bool host_run_one(pto_device *dev, bool copy)
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
     if (*head && (copy ? dev->copy_spinners : dev->core_spinners) == 0 && host_may_run(dev, *head) &&
-        !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+        (!tl_host_tasks_only || (*head)->task) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
         x = sleeping_engine(dev, copy);
     if (!x) {
         pthread_mutex_unlock(mu);
@@ -830,12 +840,24 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
 
 bool pti_host_serve(pto_device *dev)
 {
-    if (!pti_host_first(dev))
+    if (!pti_host_may_first(dev))
         return false;
+    /*
+     * With a CPU spare (host first declined) the waiter still serves a
+     * program's start and its tiny tasks: it blocks for their completion
+     * anyway, on a CPU of its own, and a device thread woken for a burst of
+     * them arrives (tens of microseconds on an idle VM's CPU) after the
+     * burst could have run.  It runs beside whatever device thread is awake
+     * (a spinner, the scheduler thread helping: engine_help), each in a
+     * sleeping core's stead, so the burst spreads over both; other work
+     * (copies, launches) is left to the engines.
+     */
+    bool all = pti_host_first(dev);
     atomic_fetch_add(&dev->host_runners, 1); /* seq_cst, then closing: as in pti_host_run */
     bool ran = false;
     if (!atomic_load(&dev->closing)) {
         pti_host_begin(dev);
+        tl_host_tasks_only = !all;
         /* A kick nobody served yet (a program's start is left to the scheduler): the pass is ours. */
         if (pti_sched_kick_pending(dev) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
             uint64_t done = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
@@ -844,6 +866,7 @@ bool pti_host_serve(pto_device *dev)
             pthread_mutex_unlock(&dev->sched_lock);
         }
         ran = pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull) > 0 || ran;
+        tl_host_tasks_only = false;
     }
     atomic_fetch_sub(&dev->host_runners, 1);
     return ran;

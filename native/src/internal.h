@@ -1225,6 +1225,7 @@ struct pto_device {
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
     _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
     _Atomic uint64_t st_host_first_checks; /* host-first choices made by asking for a spare CPU */
+    _Atomic uint64_t st_task_batches, st_tasks_queued; /* pushes of ready program tasks (engines.c) */
     _Atomic uint32_t host_runners;   /* host threads inside pti_host_run: close waits for them */
 };
 

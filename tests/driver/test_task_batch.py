@@ -1,0 +1,122 @@
+"""native/src/orch.c, engines.c: a small table program's ready tasks reach the cores as one batch.
+
+A program of 8 independent tasks, orchestrated inline (in the pass that starts it), queues its tasks
+as one push when its orchestration returns: one core_lock and one wake-up decision for the burst,
+not a push (and maybe a futex wake) between submissions while the thread that runs the first task
+is still orchestrating.  The orchestration below looks for itself: after its 8 submissions it
+watches for 2 ms whether any task started; none may (nothing is queued yet), whoever runs the pass
+and however many cores spin.  The driver's counters show one batch of 8 tasks per run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.raw_driver import alloc, device_stats, free, h2d, sync
+
+from pypto_async._driver import check, ffi, lib
+
+INCLUDE = Path(__file__).resolve().parents[2] / "pypto_async" / "include"
+
+# args: [gate int32[4], x float[8 * 16], y float[8 * 16]]; gate: [started, started seen by the
+# orchestration after its submissions, unused, unused].  Task i: y[i*16 .. +16) = 2 x + 1.
+SOURCE = r"""
+#include <stdint.h>
+#include <time.h>
+#include "pto_program.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void inc(const pto_block *blk, void *const *args, const int64_t *idx)
+{
+    (void)blk;
+    int32_t *g = args[0];
+    const float *x = args[1];
+    float *y = args[2];
+    __atomic_fetch_add(&g[0], 1, __ATOMIC_ACQ_REL);
+    for (int k = 0; k < 16; k++)
+        y[idx[0] * 16 + k] = 2.0f * x[idx[0] * 16 + k] + 1.0f;
+}
+
+static int orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
+{
+    int32_t *g = args[0];
+    for (int64_t i = 0; i < 8; i++) {
+        int rc = ops->submit(o, 0, &i);
+        if (rc)
+            return rc;
+    }
+    uint64_t end = now_ns() + 2000000ull;
+    int32_t seen = 0;
+    while (now_ns() < end && !(seen = __atomic_load_n(&g[0], __ATOMIC_ACQUIRE))) {
+        struct timespec d = {0, 50000};
+        nanosleep(&d, NULL);
+    }
+    __atomic_store_n(&g[1], seen, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static const pto_task_site sites[] = {{"inc", inc, 1, 0}};
+static const uint32_t site_of[] = {0, 0, 0, 0, 0, 0, 0, 0};
+static const uint32_t pred_off[] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+static const uint32_t pred_ids[] = {0};
+static const pto_program_desc eight = {PTO_PROGRAM_ABI, 3, 1, 0, sites, 0, 8, 0, site_of, pred_off, pred_ids, orch};
+
+const pto_program_desc *prog_eight(void) { return &eight; }
+"""
+
+
+@pytest.fixture(scope="module")
+def eight_library(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("batch")
+    src, so = d / "eight.c", d / "libeight.so"
+    src.write_text(SOURCE)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-std=gnu11", f"-I{INCLUDE}", "-o", str(so), str(src)],
+                   check=True)
+    return so
+
+
+@pytest.mark.parametrize("host_first", ["PTO_HOST_FIRST_AUTO", "PTO_HOST_FIRST_OFF", "PTO_HOST_FIRST_ALWAYS"])
+def test_eight_ready_tasks_are_queued_as_one_batch_before_any_runs(open_dev, new_stream, eight_library,
+                                                                   host_first):
+    dev = open_dev(cores=2, host_first=getattr(lib, host_first))
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(eight_library).encode(), b"prog_eight", out), "pto_program_load")
+    prog = out[0]
+    s = new_stream(device=dev)
+    gate_ptr, x_ptr, y_ptr = alloc(dev, 16), alloc(dev, 8 * 16 * 4), alloc(dev, 8 * 16 * 4)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    y = np.frombuffer(ffi.buffer(lib.pto_mem_host_ptr(dev, y_ptr), 8 * 16 * 4), np.float32)
+    rng = np.random.default_rng(26)
+    args = ffi.new("uint64_t[3]", [gate_ptr, x_ptr, y_ptr])
+    try:
+        for _ in range(4):
+            x = rng.standard_normal(8 * 16).astype(np.float32)
+            h2d(s, x_ptr, x)
+            sync(s)
+            y[:] = np.nan
+            for i in range(4):
+                gate[i] = 0
+            before = device_stats(dev)
+            check(lib.pto_stream_run_program(s, prog, args, 3, 0), "pto_stream_run_program")
+            sync(s)
+            st = device_stats(dev)
+            assert gate[1] == 0, f"{gate[1]} task(s) started while the orchestration was still running"
+            assert gate[0] == 8
+            assert st.task_batches - before.task_batches == 1
+            assert st.tasks_queued - before.tasks_queued == 8
+            np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6)
+    finally:
+        sync(s)
+        lib.pto_program_unload(prog)
+        for p in (gate_ptr, x_ptr, y_ptr):
+            free(dev, p)
+        lib.pto_stream_destroy(s)
