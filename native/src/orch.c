@@ -163,7 +163,6 @@ struct pto_orch {
     uint32_t scope_depth, scope_start;
     bool orch_done, finished;
     bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
-    struct pto_run *batch, *batch_tail; /* inline: tasks ready at submission, pushed when it returns */
     uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
 
     struct pto_dep *pool;
@@ -1254,37 +1253,13 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
 {
     struct pto_run *ready = NULL;
     pthread_mutex_lock(&o->lock);
-    if (o->inline_run) {
-        /*
-         * An inline run (a table of at most PTI_ORCH_INLINE_MAX instances,
-         * orchestrated in the pass that starts it, in a few microseconds):
-         * its ready tasks wait in o->batch, in submission order, and go to
-         * the cores as one push when the orchestration returns
-         * (orchestrate): one core_lock, one wake-up decision for the whole
-         * burst, instead of a push (and maybe a futex wake) between
-         * submissions while the thread that will run the first task is
-         * still orchestrating.  Nothing of the run completes before the
-         * push, so the run cannot finish meanwhile.
-         */
-        int rc = orch_submit_locked(o, site, idx, &ready);
-        if (ready) { /* its own task (a submit makes no other ready: nothing waits for it yet) */
-            if (!o->batch)
-                o->batch = ready;
-            else
-                o->batch_tail->qnext = ready;
-            while (ready->qnext)
-                ready = ready->qnext;
-            o->batch_tail = ready;
-        }
-        pthread_mutex_unlock(&o->lock);
-        return rc;
-    }
     int rc = orch_submit_locked(o, site, idx, &ready);
     pthread_mutex_unlock(&o->lock);
     /*
-     * To the cores at once: a core (spinning, or woken now) starts the first
-     * task while the orchestration goes on (an orchestration thread's run
-     * may be long, and may wait for the window).
+     * To the cores at once, inline runs included: a core (spinning, or
+     * woken now) starts the first task while the orchestration goes on, and
+     * tiny tasks cost no wake-up (the thread that runs the pass takes them
+     * after it, engines.c).
      */
     dispatch(o->dev, ready);
     return rc;
@@ -1362,11 +1337,7 @@ static void orchestrate(struct pto_orch *o)
     retire(o);
     o->orch_done = true;
     bool fin = claim_finish(o);
-    struct pto_run *batch = o->batch; /* inline: every task ready at its submission, in order */
-    o->batch = NULL;
     pthread_mutex_unlock(&o->lock);
-    /* One push for the burst (orch_submit); from here the cores may finish the run (then o is theirs). */
-    dispatch(o->dev, batch);
     if (fin)
         run_finish(o, o->inline_run); /* inline: inside the pass that started it, sched_lock held */
 }

