@@ -238,6 +238,12 @@ void *pti_sched_main(void *arg)
             if (next_deadline && pto_now_ns() >= next_deadline)
                 continue;
         }
+        /* Keeps are recent: a short sleep, so the next burst's keeper need not wake us (kept_begin). */
+        uint64_t last_kept = atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed);
+        uint64_t now = pto_now_ns();
+        if (last_kept && now - last_kept < PTI_KEPT_RECENT_NS &&
+            (!next_deadline || next_deadline > now + PTI_KEPT_POLL_NS))
+            next_deadline = now + PTI_KEPT_POLL_NS;
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
         /*
          * seq_cst, then the kept runs read again: a keeper that read no sleep

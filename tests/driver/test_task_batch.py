@@ -1,10 +1,14 @@
-"""native/src/engines.c: the driver counts its pushes of ready program tasks (task_batches, tasks_queued).
+"""native/src/orch.c, submit.c, engines.c: a small program of tiny tasks starts on its submitter.
 
 A program of 8 independent tasks, orchestrated inline (in the pass that starts it), pushes each
 task to the core queue as it is submitted (native/tests/program.c test_early_dispatch: a task may
-run before the orchestration returns): 8 tasks queued, in at most 8 pushes, under every host_first
-mode, and each task's output right.  The orchestration also records how many tasks had started
-once it had submitted all 8 (gate[1]; not asserted: that depends on which thread runs the pass).
+run before the orchestration returns): 8 tasks queued, in at most 8 pushes (the driver's
+task_batches / tasks_queued), under every host_first mode, and each task's output right.
+
+Once its sites are timed tiny the program is quick (pti_program_quick): the thread that submits it
+to an idle stream runs the pass that starts it, as it does for a launch, instead of leaving the
+start to the scheduler thread (the program row's slow_start); its first task is queued within the
+submission, not after a hand-off.  The orchestration records the thread it ran on (gate[2]).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from pypto_async._driver import check, ffi, lib
 INCLUDE = Path(__file__).resolve().parents[2] / "pypto_async" / "include"
 
 # args: [gate int32[4], x float[8 * 16], y float[8 * 16]]; gate: [started, started seen by the
-# orchestration after its submissions, unused, unused].  Task i: y[i*16 .. +16) = 2 x + 1.
+# orchestration after its submissions, the orchestration's thread id, unused].  Task i: y[i*16 .. +16) = 2 x + 1.
 SOURCE = r"""
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include "pto_program.h"
 
 static uint64_t now_ns(void)
@@ -48,6 +55,7 @@ static void inc(const pto_block *blk, void *const *args, const int64_t *idx)
 static int orch(pto_orch *o, const pto_orch_ops *ops, void *const *args)
 {
     int32_t *g = args[0];
+    __atomic_store_n(&g[2], (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
     for (int64_t i = 0; i < 8; i++) {
         int rc = ops->submit(o, 0, &i);
         if (rc)
@@ -117,3 +125,52 @@ def test_eight_ready_tasks_are_counted_as_queued(open_dev, new_stream, eight_lib
         for p in (gate_ptr, x_ptr, y_ptr):
             free(dev, p)
         lib.pto_stream_destroy(s)
+
+
+def _run(dev, s, prog, args, gate):
+    for i in range(4):
+        gate[i] = 0
+    check(lib.pto_stream_run_program(s, prog, args, 3, 0), "pto_stream_run_program")
+    sync(s)  # pto_stream_synchronize runs no pass itself
+    assert gate[0] == 8
+    return gate[2]
+
+
+def test_a_quick_program_starts_in_its_submitters_pass(open_dev, new_stream, eight_library):
+    """Timed tiny, the program starts on the submitting thread; with a testing delay, never there.
+
+    The wait (pto_stream_synchronize) runs no pass, so the orchestration runs on the submitter only
+    through pti_stream_kick's own pass.  That pass needs sched_lock free (else the submitter kicks
+    the scheduler thread): of 20 runs on an idle device, most start on the submitter.  A site with
+    a testing delay is not tiny: then the start is the scheduler's, on every run; and with host
+    first off (the device's threads run the tasks) it is the scheduler's too.
+    """
+    import threading
+
+    me = threading.get_native_id()
+    for host_first in (lib.PTO_HOST_FIRST_AUTO, lib.PTO_HOST_FIRST_OFF):
+        dev = open_dev(cores=2, host_first=host_first)
+        out = ffi.new("pto_program **")
+        check(lib.pto_program_load(dev, str(eight_library).encode(), b"prog_eight", out), "pto_program_load")
+        prog = out[0]
+        s = new_stream(device=dev)
+        gate_ptr, x_ptr, y_ptr = alloc(dev, 16), alloc(dev, 8 * 16 * 4), alloc(dev, 8 * 16 * 4)
+        gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+        args = ffi.new("uint64_t[3]", [gate_ptr, x_ptr, y_ptr])
+        try:
+            for _ in range(3):  # time the site (tiny: 16 floats)
+                _run(dev, s, prog, args, gate)
+            mine = sum(_run(dev, s, prog, args, gate) == me for _ in range(20))
+            if host_first == lib.PTO_HOST_FIRST_OFF:
+                assert mine == 0, f"{mine} of 20 runs started on the submitting thread, host first off"
+                continue
+            assert mine >= 10, f"only {mine} of 20 quick runs started on the submitting thread"
+            assert lib.pto_debug_task_delay(prog, b"inc", 1) == 1  # a testing delay: not tiny, not quick
+            _run(dev, s, prog, args, gate)
+            assert not any(_run(dev, s, prog, args, gate) == me for _ in range(10))
+        finally:
+            sync(s)
+            lib.pto_program_unload(prog)
+            for p in (gate_ptr, x_ptr, y_ptr):
+                free(dev, p)
+            lib.pto_stream_destroy(s)
