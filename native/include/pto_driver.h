@@ -866,6 +866,8 @@ typedef struct pto_device_stats {
      * completion makes ready.
      */
     uint64_t task_batches, tasks_queued;
+    /* Signals to a sleeping scheduler thread (kicks nobody watched, deadlines, backstop arming). */
+    uint64_t sched_signals;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

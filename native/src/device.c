@@ -432,6 +432,7 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .host_first_checks = LD(st_host_first_checks),
         .task_batches = LD(st_task_batches),
         .tasks_queued = LD(st_tasks_queued),
+        .sched_signals = LD(st_sched_signals),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

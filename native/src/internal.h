@@ -1246,6 +1246,7 @@ struct pto_device {
     _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
     _Atomic uint64_t st_host_first_checks; /* host-first choices made by asking for a spare CPU */
     _Atomic uint64_t st_task_batches, st_tasks_queued; /* pushes of ready program tasks (engines.c) */
+    _Atomic uint64_t st_sched_signals; /* signals to a sleeping scheduler thread (sched.c) */
     _Atomic uint32_t host_runners;   /* host threads inside pti_host_run: close waits for them */
 };
 
