@@ -859,6 +859,15 @@ typedef struct pto_device_stats {
      * none (a notify, a record).
      */
     uint64_t host_first_checks;
+    /*
+     * Pushes of ready program tasks to the core queue, and the tasks they
+     * carried: a table program's tasks that are ready at its start go as one
+     * push (one lock, one wake-up decision), as do the successors one
+     * completion makes ready.
+     */
+    uint64_t task_batches, tasks_queued;
+    /* Signals to a sleeping scheduler thread (kicks nobody watched, deadlines, backstop arming). */
+    uint64_t sched_signals;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

@@ -135,6 +135,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     dev->machine_cpus = online > 0 ? (uint32_t)online : 1;
     atomic_init(&dev->runnable, -1);
     atomic_init(&dev->runnable_ns, 0);
+    atomic_init(&dev->last_kept_ns, 0);
     /* Kept open: a pread costs a third of an open, read and close (engines.c, machine_runnable). */
     dev->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     /* A program's intermediates: ring_heap bytes when set, else only device memory bounds them. */
@@ -429,6 +430,9 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .engine_helps = LD(st_engine_helps),
         .inline_runs = LD(st_inline_runs),
         .host_first_checks = LD(st_host_first_checks),
+        .task_batches = LD(st_task_batches),
+        .tasks_queued = LD(st_tasks_queued),
+        .sched_signals = LD(st_sched_signals),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

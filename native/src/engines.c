@@ -52,6 +52,8 @@ static __thread bool tl_helping;
 static __thread const pto_device *tl_sched_dev;
 /* The device this host thread runs short work for (pti_host_begin .. pti_host_run): it takes what it pushes. */
 static __thread const pto_device *tl_host_dev;
+/* A blocked waiter with a CPU spare (pti_host_serve): it runs a program's tiny tasks only. */
+static __thread bool tl_host_tasks_only;
 
 void pti_sched_thread_init(pto_device *dev)
 {
@@ -157,14 +159,26 @@ bool pti_may_spin(pto_device *dev)
 
 /*
  * Runnable threads on the whole machine (the fourth field of /proc/loadavg,
- * the caller included), read at most once a millisecond per device; -1 if
- * unknown.  It sees what the device's own count cannot: the host's other
- * threads (a BLAS pool spinning after a call) and other processes.
+ * the caller included); -1 if unknown.  It sees what the device's own count
+ * cannot: the host's other threads (a BLAS pool spinning after a call) and
+ * other processes.  The read is dear: 9-21 us on a loaded 2-CPU VM (p10 -
+ * p90), 5-12 us on a quiet one after an idle spell.  So the value is
+ * cached, and only idle paths refresh it often: a device thread about to
+ * spin or spinning (pti_cpu_spare) rereads it when it is max_age_ns old
+ * (PTI_RUNNABLE_IDLE_NS), while the choices on a command's path (a host
+ * thread's host-first choice, a helper's: cpu_for_wakee) take the cached
+ * value unless it is older than PTI_RUNNABLE_HOT_NS.  Read on that path
+ * once a millisecond, it put 13 us between a small program's start and its
+ * first task in one round of ten (8 tasks of 1 us, back to back).
  */
-static int machine_runnable(pto_device *dev)
+#define PTI_RUNNABLE_IDLE_NS 1000000ull   /* 1 ms */
+#define PTI_RUNNABLE_HOT_NS 100000000ull  /* 100 ms */
+
+static int machine_runnable(pto_device *dev, uint64_t max_age_ns)
 {
     uint64_t now = pto_now_ns();
-    if (now - atomic_load_explicit(&dev->runnable_ns, memory_order_relaxed) < 1000000ull)
+    uint64_t at = atomic_load_explicit(&dev->runnable_ns, memory_order_relaxed);
+    if (at && now - at < max_age_ns)
         return atomic_load_explicit(&dev->runnable, memory_order_relaxed);
     atomic_store_explicit(&dev->runnable_ns, now, memory_order_relaxed);
     int n = -1;
@@ -190,7 +204,7 @@ bool pti_cpu_spare(pto_device *dev)
     if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > cpus_now())
         return false;
     /* The machine's: the runnable threads (the caller included) and a waking host fit its CPUs. */
-    int running = machine_runnable(dev);
+    int running = machine_runnable(dev, PTI_RUNNABLE_IDLE_NS);
     return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
 }
 
@@ -298,23 +312,31 @@ void pti_core_enqueue_run(pto_device *dev, struct pto_run *r)
  */
 static bool takes_tiny(pto_device *dev)
 {
-    return !tl_watching && (tl_sched_dev == dev || self_returning(dev, false));
+    /* A core watching for kicks (watch_kicks) pushes from the pass it serves, then takes the head itself. */
+    if (tl_watching)
+        return tl_self && tl_self->dev == dev && !tl_self->is_copy;
+    return tl_sched_dev == dev || self_returning(dev, false);
 }
 
 void pti_core_enqueue_runs(pto_device *dev, struct pto_run *runs)
 {
     if (!runs)
         return;
-    uint32_t n = 0;
+    uint32_t n = 0, tasks = 0;
     bool multi = false, tiny = true;
     pthread_mutex_lock(&dev->core_lock);
     while (runs) {
         struct pto_run *next = runs->qnext;
         multi = multi || (!runs->task && runs->cmd->u.launch.blocks > 1);
         tiny = tiny && pti_task_tiny(runs);
+        tasks += runs->task != NULL;
         queue_insert(&dev->core_head, &dev->core_tail, runs);
         n++;
         runs = next;
+    }
+    if (tasks) {
+        atomic_fetch_add_explicit(&dev->st_task_batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dev->st_tasks_queued, tasks, memory_order_relaxed);
     }
     uint32_t len = atomic_fetch_add_explicit(&dev->core_len, n, memory_order_release) + n;
     if (multi && dev->core_sleepers > dev->core_waking) {
@@ -513,14 +535,23 @@ static uint64_t kept_budget_ns(const pto_device *dev)
 static void kept_begin(pto_device *dev, struct pto_engine *x, uint32_t behind)
 {
     uint64_t now = pto_now_ns();
+    if (atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed) + 100000ull < now)
+        atomic_store_explicit(&dev->last_kept_ns, now, memory_order_relaxed); /* at most one store per 100 us */
     if (!behind) {
         atomic_store_explicit(&x->kept_ns, now, memory_order_relaxed);
         return;
     }
     /* seq_cst, and sched_sleep_until read after: pairs with pti_sched_main's store of it, then its scan. */
     atomic_store(&x->kept_ns, now);
-    if (tl_sched_dev != dev && atomic_load(&dev->sched_sleep_until) > now + kept_budget_ns(dev))
-        pti_sched_wake(dev, false); /* it sleeps past the budget: it rearms for this run */
+    /*
+     * It sleeps past the budget and its poll (keeps were not recent when it
+     * went to sleep): it rearms for this run.  While keeps are recent it
+     * sleeps at most PTI_KEPT_POLL_NS (pti_sched_main): the backstop then
+     * comes within budget + poll, and a burst's keeper wakes nobody.
+     */
+    if (tl_sched_dev != dev &&
+        atomic_load(&dev->sched_sleep_until) > now + kept_budget_ns(dev) + PTI_KEPT_POLL_NS)
+        pti_sched_wake(dev, false);
 }
 
 static void kept_end(struct pto_engine *x)
@@ -710,7 +741,7 @@ static bool cpu_for_wakee(pto_device *dev)
     uint32_t awake = dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed);
     if (awake + 2 > cpus_now()) /* the awake device threads, the host and the one woken */
         return false;
-    int running = machine_runnable(dev); /* the host included */
+    int running = machine_runnable(dev, PTI_RUNNABLE_HOT_NS); /* the host included; cached (idle paths refresh it) */
     return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
 }
 
@@ -771,8 +802,12 @@ static bool host_run_one(pto_device *dev, bool copy)
     struct pto_run **head = copy ? &dev->copy_head : &dev->core_head;
     pthread_mutex_lock(mu);
     struct pto_engine *x = NULL;
-    if (*head && (copy ? dev->copy_spinners : dev->core_spinners) == 0 && host_may_run(dev, *head) &&
-        !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
+    /* Beside a spinner, only a burst of tiny tasks (more queued than spinners): the two share it. */
+    int spinners = copy ? dev->copy_spinners : dev->core_spinners;
+    bool burst = !copy && *head && atomic_load_explicit(len, memory_order_relaxed) > (uint32_t)spinners &&
+                 pti_task_tiny(*head);
+    if (*head && (spinners == 0 || burst) && host_may_run(dev, *head) &&
+        (!tl_host_tasks_only || (*head)->task) && !atomic_load_explicit(&dev->shutdown, memory_order_acquire))
         x = sleeping_engine(dev, copy);
     if (!x) {
         pthread_mutex_unlock(mu);
@@ -840,9 +875,24 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
      * load, whose read (/proc/loadavg, 5-12 us after an idle spell) would
      * sit between the submission and its completion record.
      */
-    if (tl_host_dev == dev && (atomic_load(&dev->copy_len) || atomic_load(&dev->core_len)) &&
-        pti_host_first(dev))
-        return pti_host_run(dev, budget_ns);
+    if (tl_host_dev == dev && (atomic_load(&dev->copy_len) || atomic_load(&dev->core_len))) {
+        if (pti_host_first(dev))
+            return pti_host_run(dev, budget_ns);
+        if (atomic_load(&dev->core_len)) {
+            /*
+             * A CPU is spare, but a program's tiny tasks (a quick program's,
+             * started by this thread's pass: pti_program_quick) are still
+             * this thread's to run, beside any awake device thread: a core
+             * woken for them arrives (tens of microseconds on an idle VM's
+             * CPU) after they could have run.  Other work is left to the
+             * engines (pti_host_run wakes them for it).
+             */
+            tl_host_tasks_only = true;
+            uint32_t ran = pti_host_run(dev, budget_ns);
+            tl_host_tasks_only = false;
+            return ran;
+        }
+    }
     tl_host_dev = NULL;
     /* Nothing queued, or declined: the pushes since pti_host_begin counted this thread as one. */
     atomic_fetch_add(&dev->host_runners, 1); /* as in pti_host_run: close waits for the wake-ups */
@@ -853,12 +903,24 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
 
 bool pti_host_serve(pto_device *dev)
 {
-    if (!pti_host_first(dev))
+    if (!pti_host_may_first(dev))
         return false;
+    /*
+     * With a CPU spare (host first declined) the waiter still serves a
+     * program's start and its tiny tasks: it blocks for their completion
+     * anyway, on a CPU of its own, and a device thread woken for a burst of
+     * them arrives (tens of microseconds on an idle VM's CPU) after the
+     * burst could have run.  It runs beside whatever device thread is awake
+     * (a spinner, the scheduler thread helping: engine_help), each in a
+     * sleeping core's stead, so the burst spreads over both; other work
+     * (copies, launches) is left to the engines.
+     */
+    bool all = pti_host_first(dev);
     atomic_fetch_add(&dev->host_runners, 1); /* seq_cst, then closing: as in pti_host_run */
     bool ran = false;
     if (!atomic_load(&dev->closing)) {
         pti_host_begin(dev);
+        tl_host_tasks_only = !all;
         /* A kick nobody served yet (a program's start is left to the scheduler): the pass is ours. */
         if (pti_sched_kick_pending(dev) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
             uint64_t done = atomic_load_explicit(&dev->st_completed, memory_order_relaxed);
@@ -867,6 +929,7 @@ bool pti_host_serve(pto_device *dev)
             pthread_mutex_unlock(&dev->sched_lock);
         }
         ran = pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull) > 0 || ran;
+        tl_host_tasks_only = false;
     }
     atomic_fetch_sub(&dev->host_runners, 1);
     return ran;

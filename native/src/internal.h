@@ -427,7 +427,7 @@ struct pto_cmd {
         struct { struct pto_pending_free *pf; uint64_t ptr; } free;
         struct { uint64_t us; } delay;
         struct { pto_latch *l; } latch;
-        struct { pto_program *p; uint64_t *args; uint32_t nargs; } prog;
+        struct { pto_program *p; uint64_t *args; uint32_t nargs; bool quick; } prog; /* quick: pti_program_quick */
     } u;
 };
 
@@ -912,6 +912,8 @@ void pti_thread_precise_timers(void);
 bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
+#define PTI_KEPT_POLL_NS 1000000ull    /* the scheduler thread's longest sleep while keeps are recent */
+#define PTI_KEPT_RECENT_NS 10000000ull /* how long a keep counts as recent */
 /*
  * Host first (engines.c).  pti_host_first: whether a host thread is to run
  * short queued work itself now (pto_device_config.host_first).  Between
@@ -938,6 +940,15 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns);
  * (pti_host_run).  True if a command completed meanwhile.  No lock held.
  */
 bool pti_host_serve(pto_device *dev);
+/*
+ * Whether a run of p is quick (orch.c): orchestrated inline (a small
+ * compiled table, run_inline) and every task site timed tiny last time
+ * (pti_task_tiny's bound, no testing delay).  The submitter of a quick run
+ * starts it in its own pass (pti_stream_kick) instead of leaving its start
+ * to the scheduler thread (the program row's slow_start).  Read at
+ * submission, while the caller holds p.
+ */
+bool pti_program_quick(const pto_device *dev, pto_program *p);
 
 /* ---- programs (program.c: objects; orch.c: runs) ------------------------------------- */
 
@@ -1162,6 +1173,15 @@ struct pto_device {
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see sched.c) */
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     _Atomic uint64_t sched_sleep_until; /* the scheduler thread's wait: 0 awake, its deadline, UINT64_MAX none */
+    /*
+     * When a helper or host thread last kept a run (engines.c, kept_begin).
+     * While keeps are recent (PTI_KEPT_RECENT_NS) the scheduler thread
+     * sleeps at most PTI_KEPT_POLL_NS, so a keeper need not wake it to arm
+     * the backstop for each burst (a futex wake, and on a loaded host the
+     * woken thread preempting the keeper, between a program's start and its
+     * first task).
+     */
+    _Atomic uint64_t last_kept_ns;
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;
@@ -1240,6 +1260,8 @@ struct pto_device {
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
     _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
     _Atomic uint64_t st_host_first_checks; /* host-first choices made by asking for a spare CPU */
+    _Atomic uint64_t st_task_batches, st_tasks_queued; /* pushes of ready program tasks (engines.c) */
+    _Atomic uint64_t st_sched_signals; /* signals to a sleeping scheduler thread (sched.c) */
     _Atomic uint32_t host_runners;   /* host threads inside pti_host_run: close waits for them */
 };
 

@@ -552,7 +552,18 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     uint64_t end = pto_now_ns();
     tl_task_end = end;
     if (!lost) {
+        /*
+         * The site's time as the tiny / short judgements read it: it falls
+         * to a faster run at once, but rises at most twofold a run, so one
+         * run preempted on a loaded host (tens of microseconds) does not
+         * make a 1 us site look long for its program's next run (every
+         * task of the site then went to woken cores); a site that really
+         * got slower is judged so after a few runs.
+         */
         uint64_t ran = end - start;
+        uint64_t was = atomic_load_explicit(&o->p->site_ns[t->site], memory_order_relaxed);
+        if (was && ran > 2 * was)
+            ran = 2 * was;
         atomic_store_explicit(&o->p->site_ns[t->site], ran > UINT32_MAX ? UINT32_MAX : (uint32_t)ran,
                               memory_order_relaxed);
     }
@@ -1412,6 +1423,19 @@ static bool run_inline(const pto_device *dev, const pto_program_desc *d)
     if (d->pred_off[d->ninstances] > dev->cfg.ring_dep_pool)
         return false;
     return !dev->program_heap || scratch_total(d) <= dev->program_heap;
+}
+
+bool pti_program_quick(const pto_device *dev, pto_program *p)
+{
+    const pto_program_desc *d = p->desc;
+    if (!d->nsites || !run_inline(dev, d))
+        return false;
+    for (uint32_t i = 0; i < d->nsites; i++) {
+        uint32_t ns = atomic_load_explicit(&p->site_ns[i], memory_order_relaxed);
+        if (!ns || ns >= PTI_TINY_NS || atomic_load_explicit(&p->delay_us[i], memory_order_relaxed))
+            return false;
+    }
+    return true;
 }
 
 static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *cmd)

@@ -40,6 +40,7 @@
 static void signal_scheduler(pto_device *dev, bool locked)
 {
     if (atomic_load(&dev->sched_sleepers) > 0) {
+        atomic_fetch_add_explicit(&dev->st_sched_signals, 1, memory_order_relaxed);
         if (locked) {
             pthread_cond_signal(&dev->sched_cv);
             return;
@@ -208,10 +209,12 @@ void *pti_sched_main(void *arg)
     pti_thread_precise_timers(); /* delay and latch deadlines */
     pti_sched_thread_init(dev);
     pthread_mutex_lock(&dev->sched_lock);
+    bool polled = false; /* the last sleep was a keep poll's (below): no spin after it */
     while (!atomic_load_explicit(&dev->shutdown, memory_order_acquire)) {
         uint64_t k = atomic_load(&dev->kick), w = atomic_load(&dev->wakes);
         uint64_t next_deadline = 0;
         if (sched_pass(dev, &next_deadline)) {
+            polled = false;
             /* Work the pass queued for sleeping cores: tiny tasks are ours to run (engines.c, engine_help). */
             pthread_mutex_unlock(&dev->sched_lock);
             pti_core_help(dev);
@@ -221,7 +224,7 @@ void *pti_sched_main(void *arg)
         uint64_t kept = pti_backstop(dev, pto_now_ns()); /* a kept run past its budget (engines.c) */
         if (kept && (!next_deadline || kept < next_deadline))
             next_deadline = kept;
-        if (spin_ns && pti_may_spin(dev)) {
+        if (spin_ns && !polled && pti_may_spin(dev)) {
             pthread_mutex_unlock(&dev->sched_lock);
             uint64_t end = pto_now_ns() + spin_ns;
             if (next_deadline && next_deadline < end)
@@ -237,6 +240,15 @@ void *pti_sched_main(void *arg)
                 continue;
             if (next_deadline && pto_now_ns() >= next_deadline)
                 continue;
+        }
+        /* Keeps are recent: a short sleep, so the next burst's keeper need not wake us (kept_begin). */
+        uint64_t last_kept = atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed);
+        uint64_t now = pto_now_ns();
+        polled = false;
+        if (last_kept && now - last_kept < PTI_KEPT_RECENT_NS &&
+            (!next_deadline || next_deadline > now + PTI_KEPT_POLL_NS)) {
+            next_deadline = now + PTI_KEPT_POLL_NS;
+            polled = true; /* woken by it, look and sleep again: a poll is no reason to spin */
         }
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
         /*

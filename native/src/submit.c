@@ -179,9 +179,18 @@ void pti_stream_kick(pto_stream *s, uint64_t first)
      * later command's, which only makes this choice less exact).
      */
     pthread_mutex_lock(&s->submit_lock);
-    const struct pto_cmd_def *def = pti_cmd_def(s->ring[head & s->mask].kind);
+    const struct pto_cmd *c = &s->ring[head & s->mask];
+    const struct pto_cmd_def *def = pti_cmd_def(c->kind);
+    /*
+     * A quick program (pti_program_quick: a small table of tiny tasks)
+     * starts here, in a few microseconds, when the host may come first: its
+     * tasks are then this thread's to run (pti_host_end).  Host first off,
+     * its start stays the scheduler thread's, which runs them.
+     */
+    bool slow = def && def->slow_start &&
+                !(c->kind == PTO_CMD_PROGRAM && c->u.prog.quick && pti_host_may_first(dev));
     pthread_mutex_unlock(&s->submit_lock);
-    if (!(def && def->slow_start) && pthread_mutex_trylock(&dev->sched_lock) == 0) {
+    if (!slow && pthread_mutex_trylock(&dev->sched_lock) == 0) {
         /*
          * Host first (engines.c): with no CPU spare for the host, this thread
          * runs the short work the pass queues itself, rather than waking an
@@ -548,6 +557,7 @@ static int commit_program(pto_stream *s, pto_program *p, const uint64_t *args, u
     cmd->u.prog.p = p;
     cmd->u.prog.args = heap;
     cmd->u.prog.nargs = nargs;
+    cmd->u.prog.quick = pti_program_quick(s->dev, p);
     return pti_slot_commit(s, cmd, PTO_CMD_PROGRAM, token);
 }
 
