@@ -80,7 +80,7 @@ from ..ir._program import Program
 __all__ = ["torch_codegen"]
 
 _TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "FP8E4M3FN": "float8_e4m3fn",
-          "FP8E5M2": "float8_e5m2", "INT8": "int8",
+          "FP8E5M2": "float8_e5m2", "FP8E8M0": "float8_e8m0fnu", "INT8": "int8",
           "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "UINT16": "uint16",
           "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool"}
 
@@ -425,7 +425,7 @@ class _Gen:
             if fn is None:
                 raise PtoNotSupported(f"torch_codegen: cast to {dst.name} with mode {mode!r}")
             return fn.format(x=x)
-        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8, "FP8E4M3FN": 4, "FP8E5M2": 3}
+        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8, "FP8E4M3FN": 4, "FP8E5M2": 3, "FP8E8M0": 1}
         if dst.is_float and dst.itemsize == 1:  # FP8: .to() rounds to nearest even as the kernel does
             if mode not in ("none", "rint", "round"):
                 raise PtoNotSupported(f"torch_codegen: a cast to {dst.name} with mode {mode!r}")

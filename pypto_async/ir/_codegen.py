@@ -89,9 +89,13 @@ def _numel(shape) -> int:
     return n
 
 
+#: The FP8 types' pto_kernel_rt.h names (pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round), by pl name.
+_FP8_C = {"FP8E4M3FN": "e4m3", "FP8E5M2": "e5m2", "FP8E8M0": "e8m0"}
+
+
 def _fp8_round(dtype, value: str) -> str:
     """C of float ``value`` rounded to FP8 ``dtype``, to nearest even (pto_kernel_rt.h)."""
-    return f"pto_{'e4m3' if dtype.name == 'FP8E4M3FN' else 'e5m2'}_round({value}, 0)"
+    return f"pto_{_FP8_C[dtype.name]}_round({value}, 0)"
 
 
 def _c_string(text: str) -> str:
@@ -567,7 +571,7 @@ class _Gen:
             elif q.dtype == BF16:
                 val = f"pto_f2bf({val})"
             elif q.dtype.is_float and q.dtype.itemsize == 1:  # FP8: to nearest even, as torch rounds
-                val = f"pto_f2{'e4m3' if q.dtype.name == 'FP8E4M3FN' else 'e5m2'}({val})"
+                val = f"pto_f2{_FP8_C[q.dtype.name]}({val})"
             line = f"{ref} = {val};"
         self.emit(f"if ({cond}) {line}" if cond else line)
 

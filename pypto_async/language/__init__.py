@@ -29,7 +29,7 @@ Semantics worth knowing:
   (``init_values=`` / ``pl.yield_`` is the explicit form).
 """
 
-from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
+from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP8E8M0, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
                        UINT64, DataType)
 from . import array, system, tile
 from ._carry import yield_
@@ -159,6 +159,7 @@ __all__ = [
     "BF16",
     "FP8E4M3FN",
     "FP8E5M2",
+    "FP8E8M0",
     "INT8",
     "INT16",
     "INT32",
