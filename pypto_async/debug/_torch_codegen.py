@@ -289,6 +289,11 @@ class _Gen:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
+    def mx_product(self, a: Var, sa: Var, b: Var, sb: Var) -> str:
+        """pl.matmul_mx's product: each operand times its scales, one per 32 elements of K, in float32."""
+        return (f"(({self.name(a)}.to(torch.float32) * {self.name(sa)}.to(torch.float32).repeat_interleave(32, 1)) @ "
+                f"({self.name(b)}.to(torch.float32) * {self.name(sb)}.to(torch.float32).repeat_interleave(32, 0)))")
+
     def index(self, e) -> str:
         if isinstance(e, int):
             return str(e)
@@ -384,6 +389,8 @@ class _Gen:
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
             acc = "torch.float64" if t.dtype.name == "FP64" else "torch.float32"
             product = f"{self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc})"
+            if e.a_scale is not None:  # matmul_mx: every 32-block of K times its scale
+                product = self.mx_product(e.a, e.a_scale, e.b, e.b_scale)
             if e.bias is not None:  # every row starts as the bias; the product accumulates onto it
                 return f"({self.name(e.bias)}.to({acc}) + {product})"
             return f"({product})"
@@ -453,8 +460,9 @@ class _Gen:
         elif isinstance(s, MatmulAcc):
             acc = self.name(s.acc)
             dt = _tdt(s.acc.type.dtype)
-            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {self.name(s.a)}.to(torch.float32) @ "
-                             f"{self.name(s.b)}.to(torch.float32)).to({dt})")
+            product = (f"{self.name(s.a)}.to(torch.float32) @ {self.name(s.b)}.to(torch.float32)" if s.a_scale is None
+                       else self.mx_product(s.a, s.a_scale, s.b, s.b_scale))
+            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {product}).to({dt})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
         elif isinstance(s, Store):

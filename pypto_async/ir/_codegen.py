@@ -348,9 +348,10 @@ class _Gen:
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
-            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias)
+            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias,
+                        scales=(s.expr.a_scale, s.expr.b_scale))
         elif isinstance(s, MatmulAcc):
-            self.matmul(s.acc, s.a, s.b, accumulate=True)
+            self.matmul(s.acc, s.a, s.b, accumulate=True, scales=(s.a_scale, s.b_scale))
         elif isinstance(s, Update):
             if s.value.id != s.target.id:
                 nbytes = _numel(s.target.type.shape) * compute_dtype(s.target.type.dtype).itemsize
@@ -358,7 +359,8 @@ class _Gen:
         else:
             raise PtoCompileError(f"codegen: statement not lowered: {type(s).__name__} (run the pass pipeline)")
 
-    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool, bias: Var | None = None) -> None:
+    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool, bias: Var | None = None,
+               scales: tuple = (None, None)) -> None:
         m, k = a.type.shape
         n = b.type.shape[1]
         pa, _, lda = self.operand_src(a)
@@ -369,8 +371,13 @@ class _Gen:
             self.emit(f"for (int64_t r = 0; r < {m}; r++) memcpy({c} + r * {n}, {pbias}, {n} * sizeof *{c});")
             accumulate = True
         self.uses_gemm = True
-        fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
-        self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
+        if scales[0] is not None:  # pl.matmul_mx: each K block of 32 scaled by its FP8E8M0 scale
+            (psa, _, ldsa), (psb, _, ldsb) = self.operand_src(scales[0]), self.operand_src(scales[1])
+            self.emit(f"pto_gemm_mx_f32({m}, {n}, {k}, {pa}, {lda}, {psa}, {ldsa}, {pb}, {ldb}, {psb}, {ldsb}, "
+                      f"{c}, {n}, {int(accumulate)});")
+        else:
+            fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
+            self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
         self.add_work(fixpipe_work([x for x in (a, b) if x.id in self.acc]))  # an accumulator into L1
         self.add_work(matmul_work(a, b))
         self.acc.add(out.id)

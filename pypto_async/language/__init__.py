@@ -53,6 +53,8 @@ from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
 from ._ops_crosscore import *  # noqa: F401,F403
 from ._ops_crosscore import __all__ as _ops_crosscore_all
+from ._ops_mx import *  # noqa: F401,F403
+from ._ops_mx import __all__ as _ops_mx_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -199,4 +201,5 @@ __all__ = [
     *_ops_extended_all,
     *_ops_compose_all,
     *_ops_crosscore_all,
+    *_ops_mx_all,
 ]

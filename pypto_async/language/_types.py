@@ -117,7 +117,8 @@ class MemorySpace(enum.Enum):
 
     ``DDR`` holds tensors; ``Vec`` (the unified buffer, where vector ops
     compute), ``Mat`` (L1), ``Left`` / ``Right`` (the matmul operand buffers),
-    ``Acc`` (the matmul accumulator) and ``Bias`` are on-chip.  See
+    ``Acc`` (the matmul accumulator), ``Bias`` and ``LeftScale`` /
+    ``RightScale`` (the MX block scales ``pl.matmul_mx`` reads) are on-chip.  See
     :mod:`pypto_async.ir._spaces` for which op may read or produce which.
     """
 
@@ -128,6 +129,8 @@ class MemorySpace(enum.Enum):
     Right = "Right"
     Acc = "Acc"
     Bias = "Bias"
+    LeftScale = "LeftScale"
+    RightScale = "RightScale"
 
 
 Mem = MemorySpace

@@ -44,6 +44,8 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
+from ._ops_mx import *  # noqa: F401,F403
+from ._ops_mx import __all__ as _ops_mx_all
 
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
@@ -110,4 +112,5 @@ __all__ = [
     "sub",
     *_ops_extended_all,
     *_ops_compose_all,
+    *_ops_mx_all,
 ]
