@@ -55,6 +55,7 @@ from ._ops_crosscore import *  # noqa: F401,F403
 from ._ops_crosscore import __all__ as _ops_crosscore_all
 from ._ops_mx import *  # noqa: F401,F403
 from ._ops_mx import __all__ as _ops_mx_all
+from ._ops_sync import PipeType
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -202,4 +203,5 @@ __all__ = [
     *_ops_compose_all,
     *_ops_crosscore_all,
     *_ops_mx_all,
+    "PipeType",
 ]
