@@ -236,3 +236,19 @@ def test_a_transpose_flag_on_a_1d_operand_or_a_tile_is_refused():
 
     with pytest.raises(PtoCompileError, match="a_trans=True takes tensor operands"):
         k2.lower(np.zeros((32, 32), np.float32), poison((32, 32)))
+
+
+def test_the_torch_reference_rounds_to_fp8e8m0_as_the_kernel():
+    from pypto_async.debug import torch_codegen
+
+    codes = torch.arange(256, dtype=torch.uint8).reshape(4, 64)
+    s = codes.view(torch.float8_e8m0fnu)
+    x = s.float() * (0.5 + 1.5 * torch.rand(4, 64, generator=torch.Generator().manual_seed(6)))
+    args = [s, x, torch.full((4, 64), -1.0)] + [torch.zeros(4, 64, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+                                                for _ in range(2)]
+    program = e8m0_kernel.lower(*args)
+    ns: dict = {}
+    exec(compile(torch_codegen(program), "<torch_codegen e8m0>", "exec"), ns)  # noqa: S102
+    ns[program.name](*args)
+    assert torch.equal(args[4].view(torch.uint8), x.to(torch.float8_e8m0fnu).view(torch.uint8))
+    assert torch.equal(args[3].view(torch.uint8), codes)
