@@ -56,6 +56,10 @@ from ._ops_crosscore import __all__ as _ops_crosscore_all
 from ._ops_mx import *  # noqa: F401,F403
 from ._ops_mx import __all__ as _ops_mx_all
 from ._ops_sync import PipeType
+from ._ops_mx import MxLayout
+
+#: PyPTO's MX scale layouts (the third item of a scale tensor's pl.Tensor[...]).
+MX_A_ZZ, MX_B_NN = MxLayout.MX_A_ZZ, MxLayout.MX_B_NN
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -204,4 +208,6 @@ __all__ = [
     *_ops_crosscore_all,
     *_ops_mx_all,
     "PipeType",
+    "MX_A_ZZ",
+    "MX_B_NN",
 ]

@@ -55,8 +55,10 @@ class Tensor:
     def __class_getitem__(cls, item) -> TensorAnnotation:
         from ._view import TensorView
 
+        from ._ops_mx import MxLayout
+
         view = None
-        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], TensorView):
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], (TensorView, MxLayout)):
             item, view = item[:2], item[2]
         if not isinstance(item, tuple) or len(item) != 2:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype] (and a pl.TensorView), e.g. "

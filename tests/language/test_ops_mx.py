@@ -252,3 +252,52 @@ def test_the_torch_reference_rounds_to_fp8e8m0_as_the_kernel():
     ns[program.name](*args)
     assert torch.equal(args[4].view(torch.uint8), x.to(torch.float8_e8m0fnu).view(torch.uint8))
     assert torch.equal(args[3].view(torch.uint8), codes)
+
+
+# ---- PyPTO's MX scale layouts: the host holds the packed bytes, a whole load gives the logical tile -----------
+
+
+def _pack_zz(codes: torch.Tensor) -> torch.Tensor:
+    """[M, G] -> MX_A_ZZ bytes: 16 x 2 blocks, row-major over blocks and within each."""
+    m, g = codes.shape
+    return codes.reshape(m // 16, 16, g // 2, 2).permute(0, 2, 1, 3).reshape(m, g).contiguous()
+
+
+def _pack_nn(codes: torch.Tensor) -> torch.Tensor:
+    """[G, N] -> MX_B_NN bytes: by column block, then scale block; each 2 x 16 block column by column."""
+    g, n = codes.shape
+    return codes.reshape(g // 2, 2, n // 16, 16).permute(2, 0, 3, 1).reshape(g, n).contiguous()
+
+
+@pl.jit
+def mx_layouts(a: pl.Tensor[[M, K], pl.FP8E4M3FN], sa: pl.Tensor[[M, G], pl.FP8E8M0, pl.MX_A_ZZ],
+               b: pl.Tensor[[K, N], pl.FP8E4M3FN], sb: pl.Tensor[[G, N], pl.FP8E8M0, pl.MX_B_NN],
+               out: pl.Out[pl.Tensor[[M, N], pl.FP32]], sa_logical: pl.Out[pl.Tensor[[M, G], pl.FP8E8M0]]):
+    ls = pl.load(sa, [0, 0], [M, G], target_memory=pl.Mem.Mat)
+    pl.store(ls, [0, 0], sa_logical)
+    lhs = pl.move(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
+    rhs = pl.move(pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Right)
+    rs = pl.move(pl.load(sb, [0, 0], [G, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.RightScale)
+    pl.store(pl.matmul_mx(lhs, pl.move(ls, target_memory=pl.Mem.LeftScale), rhs, rs), [0, 0], out)
+
+
+def test_mx_layout_scales_are_unpacked_by_a_whole_load():
+    a, sa, b, sb, _ = _inputs(7)
+    out, logical = torch.full((M, N), float("nan")), torch.zeros(M, G, dtype=torch.uint8)
+    mx_layouts(a, _pack_zz(sa).view(torch.float8_e8m0fnu), b, _pack_nn(sb).view(torch.float8_e8m0fnu), out,
+               logical.view(torch.float8_e8m0fnu))
+    assert torch.equal(logical, sa)
+    torch.testing.assert_close(out, _mx_ref(a, sa, b, sb), rtol=1e-4, atol=1e-3)
+
+
+def test_a_window_of_an_mx_layout_tensor_is_refused():
+    from pypto_async.errors import PtoNotSupported
+
+    @pl.jit
+    def k(sa: pl.Tensor[[M, G], pl.FP8E8M0, pl.MX_A_ZZ], o: pl.Out[pl.Tensor[[16, G], pl.FP8E8M0]]):
+        pl.store(pl.load(sa, [0, 0], [16, G]), [0, 0], o)
+
+    with pytest.raises(PtoNotSupported, match="pl.load of a pl.MX_A_ZZ tensor loads it whole"):
+        k.lower(np.zeros((M, G), np.uint8), np.zeros((16, G), np.uint8))
+    with pytest.raises(PtoCompileError, match=r"pl.MX_B_NN: a 2-D tensor of whole 2 x 16 blocks, got shape \[4, 8\]"):
+        pl.Tensor[[4, 8], pl.FP8E8M0, pl.MX_B_NN]
