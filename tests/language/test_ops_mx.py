@@ -270,24 +270,20 @@ def _pack_nn(codes: torch.Tensor) -> torch.Tensor:
 
 
 @pl.jit
-def mx_layouts(a: pl.Tensor[[M, K], pl.FP8E4M3FN], sa: pl.Tensor[[M, G], pl.FP8E8M0, pl.MX_A_ZZ],
-               b: pl.Tensor[[K, N], pl.FP8E4M3FN], sb: pl.Tensor[[G, N], pl.FP8E8M0, pl.MX_B_NN],
-               out: pl.Out[pl.Tensor[[M, N], pl.FP32]], sa_logical: pl.Out[pl.Tensor[[M, G], pl.FP8E8M0]]):
-    ls = pl.load(sa, [0, 0], [M, G], target_memory=pl.Mem.Mat)
-    pl.store(ls, [0, 0], sa_logical)
-    lhs = pl.move(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
-    rhs = pl.move(pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Right)
-    rs = pl.move(pl.load(sb, [0, 0], [G, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.RightScale)
-    pl.store(pl.matmul_mx(lhs, pl.move(ls, target_memory=pl.Mem.LeftScale), rhs, rs), [0, 0], out)
+def mx_layouts(sa: pl.Tensor[[32, 4], pl.FP8E8M0, pl.MX_A_ZZ], sb: pl.Tensor[[4, 32], pl.FP8E8M0, pl.MX_B_NN],
+               sa_logical: pl.Out[pl.Tensor[[32, 4], pl.FP8E8M0]], sb_logical: pl.Out[pl.Tensor[[4, 32], pl.FP8E8M0]]):
+    pl.store(pl.load(sa, [0, 0], [32, 4], target_memory=pl.Mem.Mat), [0, 0], sa_logical)
+    pl.store(pl.load(sb, [0, 0], [4, 32]), [0, 0], sb_logical)
 
 
 def test_mx_layout_scales_are_unpacked_by_a_whole_load():
-    a, sa, b, sb, _ = _inputs(7)
-    out, logical = torch.full((M, N), float("nan")), torch.zeros(M, G, dtype=torch.uint8)
-    mx_layouts(a, _pack_zz(sa).view(torch.float8_e8m0fnu), b, _pack_nn(sb).view(torch.float8_e8m0fnu), out,
-               logical.view(torch.float8_e8m0fnu))
-    assert torch.equal(logical, sa)
-    torch.testing.assert_close(out, _mx_ref(a, sa, b, sb), rtol=1e-4, atol=1e-3)
+    g = torch.Generator().manual_seed(7)
+    sa, sb = _codes((32, 4), g), _codes((4, 32), g)  # 2 x 2 blocks each: the packed order is not the logical one
+    assert not torch.equal(_pack_zz(sa), sa) and not torch.equal(_pack_nn(sb), sb)
+    got_a, got_b = torch.zeros(32, 4, dtype=torch.uint8), torch.zeros(4, 32, dtype=torch.uint8)
+    mx_layouts(_pack_zz(sa).view(torch.float8_e8m0fnu), _pack_nn(sb).view(torch.float8_e8m0fnu),
+               got_a.view(torch.float8_e8m0fnu), got_b.view(torch.float8_e8m0fnu))
+    assert torch.equal(got_a, sa) and torch.equal(got_b, sb)
 
 
 def test_a_window_of_an_mx_layout_tensor_is_refused():
