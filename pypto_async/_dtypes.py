@@ -19,6 +19,7 @@ __all__ = [
     "BF16",
     "FP8E4M3FN",
     "FP8E5M2",
+    "FP8E8M0",
     "INT8",
     "INT16",
     "INT32",
@@ -91,6 +92,8 @@ BF16 = DataType("BF16", "bfloat16", "uint16_t", 2, True)
 FP8E4M3FN = DataType("FP8E4M3FN", "float8_e4m3fn", "uint8_t", 1, True)
 #: OCP FP8: 5 exponent bits, 2 mantissa, IEEE infinities and NaNs, 57344 the largest.
 FP8E5M2 = DataType("FP8E5M2", "float8_e5m2", "uint8_t", 1, True)
+#: OCP E8M0 (the MX block scale): an exponent alone, 2**(bits - 127); 255 is NaN, no sign, no zero.
+FP8E8M0 = DataType("FP8E8M0", "float8_e8m0fnu", "uint8_t", 1, True)
 INT8 = DataType("INT8", "int8", "int8_t", 1, False)
 INT16 = DataType("INT16", "int16", "int16_t", 2, False)
 INT32 = DataType("INT32", "int32", "int32_t", 4, False)
@@ -101,11 +104,11 @@ UINT32 = DataType("UINT32", "uint32", "uint32_t", 4, False)
 UINT64 = DataType("UINT64", "uint64", "uint64_t", 8, False)
 BOOL = DataType("BOOL", "bool", "_Bool", 1, False)
 
-ALL_DTYPES = (FP32, FP64, FP16, BF16, FP8E4M3FN, FP8E5M2, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL)
+ALL_DTYPES = (FP32, FP64, FP16, BF16, FP8E4M3FN, FP8E5M2, FP8E8M0, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL)
 #: The integer element types (BOOL included), in the order of their names.
 INTEGER_DTYPES = (INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL)
 #: The numpy storage of the float types numpy lacks: their raw bits.
-_RAW = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+_RAW = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e8m0fnu": "uint8"}
 _BY_NP_NAME = {d.np_name: d for d in ALL_DTYPES}
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 

@@ -83,7 +83,7 @@ from ..ir._program import Program
 __all__ = ["torch_codegen"]
 
 _TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bfloat16", "FP8E4M3FN": "float8_e4m3fn",
-          "FP8E5M2": "float8_e5m2", "INT8": "int8",
+          "FP8E5M2": "float8_e5m2", "FP8E8M0": "float8_e8m0fnu", "INT8": "int8",
           "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8", "UINT16": "uint16",
           "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool"}
 
@@ -403,6 +403,11 @@ class _Gen:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
+    def mx_product(self, a: Var, sa: Var, b: Var, sb: Var) -> str:
+        """pl.matmul_mx's product: each operand times its scales, one per 32 elements of K, in float32."""
+        return (f"(({self.name(a)}.to(torch.float32) * {self.name(sa)}.to(torch.float32).repeat_interleave(32, 1)) @ "
+                f"({self.name(b)}.to(torch.float32) * {self.name(sb)}.to(torch.float32).repeat_interleave(32, 0)))")
+
     def index(self, e) -> str:
         if isinstance(e, int):
             return str(e)
@@ -508,6 +513,8 @@ class _Gen:
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
             acc = "torch.float64" if t.dtype.name == "FP64" else "torch.float32"
             product = f"{self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc})"
+            if e.a_scale is not None:  # matmul_mx: every 32-block of K times its scale
+                product = self.mx_product(e.a, e.a_scale, e.b, e.b_scale)
             if e.bias is not None:  # every row starts as the bias; the product accumulates onto it
                 return f"({self.name(e.bias)}.to({acc}) + {product})"
             return f"({product})"
@@ -563,10 +570,12 @@ class _Gen:
             if fn is None:
                 raise PtoNotSupported(f"torch_codegen: cast to {dst.name} with mode {mode!r}")
             return fn.format(x=x)
-        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8, "FP8E4M3FN": 4, "FP8E5M2": 3}
+        precision = {"FP64": 53, "FP32": 24, "FP16": 11, "BF16": 8, "FP8E4M3FN": 4, "FP8E5M2": 3, "FP8E8M0": 1}
         if dst.is_float and dst.itemsize == 1:  # FP8: .to() rounds to nearest even as the kernel does
             if mode not in ("none", "rint", "round"):
                 raise PtoNotSupported(f"torch_codegen: a cast to {dst.name} with mode {mode!r}")
+            if dst.name == "FP8E8M0":  # the kernel rounds as torch's .to(float8_e8m0fnu) in every mode
+                return x
             return f"_fp8_away({x}, {_tdt(dst)})" if mode == "round" else x
         if (src.is_float and dst.is_float and mode not in ("none", "rint")
                 and precision[dst.name] < precision[src.name]):
@@ -591,8 +600,9 @@ class _Gen:
         elif isinstance(s, MatmulAcc):
             acc = self.name(s.acc)
             dt = _tdt(s.acc.type.dtype)
-            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {self.name(s.a)}.to(torch.float32) @ "
-                             f"{self.name(s.b)}.to(torch.float32)).to({dt})")
+            product = (f"{self.name(s.a)}.to(torch.float32) @ {self.name(s.b)}.to(torch.float32)" if s.a_scale is None
+                       else self.mx_product(s.a, s.a_scale, s.b, s.b_scale))
+            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {product}).to({dt})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
         elif isinstance(s, Store):

@@ -6,6 +6,9 @@
  *                  columns of C in vector registers) over panels of B packed
  *                  PTO_KC rows at a time, plus a plain loop for the edges
  *   pto_gemm_f64   the same in double, in i-k-j order (the j loop vectorises)
+ *   pto_gemm_mx_f32  pl.matmul_mx: A and B (FP8 values held as float) each
+ *                  times its block scale (SA[M x K/32], SB[K/32 x N], the
+ *                  scales' values), exact, then pto_gemm_f32
  *
  * All matrices are row-major with leading dimensions lda/ldb/ldc (elements,
  * not bytes).  accumulate != 0 adds to C; 0 overwrites it.  The code
@@ -19,6 +22,7 @@
 #define PTO_GEMM_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __AVX512F__
@@ -112,6 +116,28 @@ static void pto_gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64
                 C[i * ldc + j] += a * b[j];
         }
     }
+}
+
+/* C (+)= (A * SA per 32-block of K) @ (B * SB per 32-block of K), in float.  A
+ * scale is a power of two and an FP8 value has 4 significant bits, so every
+ * scaled element and every product is exact; only the sums round. */
+__attribute__((unused))
+static void pto_gemm_mx_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *SA,
+                            int64_t ldsa, const float *B, int64_t ldb, const float *SB, int64_t ldsb, float *C,
+                            int64_t ldc, int accumulate)
+{
+    float *a = (float *)malloc((size_t)(M * K) * sizeof *a), *b = (float *)malloc((size_t)(K * N) * sizeof *b);
+    if (a == NULL || b == NULL)
+        abort();
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            a[i * K + k] = A[i * lda + k] * SA[i * ldsa + k / 32];
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++)
+            b[k * N + j] = B[k * ldb + j] * SB[(k / 32) * ldsb + j];
+    pto_gemm_f32(M, N, K, a, K, b, N, C, ldc, accumulate);
+    free(a);
+    free(b);
 }
 
 #endif /* PTO_GEMM_H */

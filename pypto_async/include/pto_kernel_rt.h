@@ -9,7 +9,7 @@
  *   pto_bf2f, pto_f2bf     BF16 <-> float (BF16 tiles compute in float and
  *                          round to nearest even when stored)
  *   pto_bf16_round         a float rounded through BF16 (pl.cast to BF16)
- *   pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round, and the same for e5m2
+ *   pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round, and the same for e5m2 and e8m0
  *                          FP8E4M3FN / FP8E5M2 <-> float (see pto_f2fp8_)
  *   pto_floordiv, pto_mod  Python's // and % on int64 (floor toward -inf;
  *                          the remainder takes the divisor's sign)
@@ -108,6 +108,24 @@ static inline float pto_e4m3_round(float f, int away) { return pto_e4m3_2f(pto_f
 static inline float pto_e5m2_2f(uint8_t b) { return pto_fp82f_(b, 2, 15, 0); }
 static inline uint8_t pto_f2e5m2(float f) { return pto_f2fp8_(f, 2, 15, 57344.0f, 0, 0); }
 static inline float pto_e5m2_round(float f, int away) { return pto_e5m2_2f(pto_f2fp8_(f, 2, 15, 57344.0f, 0, away)); }
+
+/* OCP E8M0, the MX block scale: 2**(b - 127), b == 255 NaN.  From a float as
+ * torch's float8_e8m0fnu rounds: the magnitude's exponent, one up when the
+ * mantissa is 1.5 or more (a subnormal: over 2**-127); NaN and infinities are 255. */
+static inline float pto_e8m0_2f(uint8_t b) { return b == 255 ? NAN : ldexpf(1.0f, (int)b - 127); }
+static inline uint8_t pto_f2e8m0(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t e = (u >> 23) & 0xffu;
+    if (e == 0xffu)
+        return 255;
+    /* the guard bit rounds up unless it is an exact tie with an even (subnormal: zero) result */
+    if ((u & 0x400000u) && ((u & 0x3fffffu) || e != 0))
+        e += 1;
+    return (uint8_t)(e > 0xffu ? 0xffu : e);
+}
+static inline float pto_e8m0_round(float f, int away) { (void)away; return pto_e8m0_2f(pto_f2e8m0(f)); }
 
 /* a // b as Python computes it; 0 for b == 0. */
 static inline int64_t pto_floordiv(int64_t a, int64_t b)

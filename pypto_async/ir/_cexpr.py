@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E5M2, FP16, FP32, FP64, DataType
+from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E5M2, FP8E8M0, FP16, FP32, FP64, DataType
 from ..errors import PtoCompileError
 from ._infer import compute_dtype
 from ._nodes import (
@@ -386,9 +386,9 @@ def _load(e: Load, dtype: DataType, el: Element) -> str:
     return f"(({cond}) ? {ref} : {pad})"
 
 
-_PRECISION = {FP64: 53, FP32: 24, FP16: 11, BF16: 8, FP8E4M3FN: 4, FP8E5M2: 3}
+_PRECISION = {FP64: 53, FP32: 24, FP16: 11, BF16: 8, FP8E4M3FN: 4, FP8E5M2: 3, FP8E8M0: 1}
 #: The FP8 types, by their pto_kernel_rt.h name (pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round).
-_FP8 = {FP8E4M3FN: "e4m3", FP8E5M2: "e5m2"}
+_FP8 = {FP8E4M3FN: "e4m3", FP8E5M2: "e5m2", FP8E8M0: "e8m0"}
 
 
 def _cast(e: Cast, x: str, ct: str) -> str:

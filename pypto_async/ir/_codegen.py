@@ -91,9 +91,13 @@ def _numel(shape) -> int:
     return n
 
 
+#: The FP8 types' pto_kernel_rt.h names (pto_e4m3_2f, pto_f2e4m3, pto_e4m3_round), by pl name.
+_FP8_C = {"FP8E4M3FN": "e4m3", "FP8E5M2": "e5m2", "FP8E8M0": "e8m0"}
+
+
 def _fp8_round(dtype, value: str) -> str:
     """C of float ``value`` rounded to FP8 ``dtype``, to nearest even (pto_kernel_rt.h)."""
-    return f"pto_{'e4m3' if dtype.name == 'FP8E4M3FN' else 'e5m2'}_round({value}, 0)"
+    return f"pto_{_FP8_C[dtype.name]}_round({value}, 0)"
 
 
 def _c_string(text: str) -> str:
@@ -350,9 +354,10 @@ class _Gen:
         elif isinstance(s, Assign) and isinstance(s.expr, Order):  # argmax / argmin, sort32, mrgsort
             emit_order(self, s)
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
-            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias)
+            self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias,
+                        scales=(s.expr.a_scale, s.expr.b_scale))
         elif isinstance(s, MatmulAcc):
-            self.matmul(s.acc, s.a, s.b, accumulate=True)
+            self.matmul(s.acc, s.a, s.b, accumulate=True, scales=(s.a_scale, s.b_scale))
         elif isinstance(s, Update):
             if s.value.id != s.target.id:
                 nbytes = _numel(s.target.type.shape) * compute_dtype(s.target.type.dtype).itemsize
@@ -360,7 +365,8 @@ class _Gen:
         else:
             raise PtoCompileError(f"codegen: statement not lowered: {type(s).__name__} (run the pass pipeline)")
 
-    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool, bias: Var | None = None) -> None:
+    def matmul(self, out: Var, a: Var, b: Var, accumulate: bool, bias: Var | None = None,
+               scales: tuple = (None, None)) -> None:
         m, k = a.type.shape
         n = b.type.shape[1]
         pa, _, lda = self.operand_src(a)
@@ -371,8 +377,13 @@ class _Gen:
             self.emit(f"for (int64_t r = 0; r < {m}; r++) memcpy({c} + r * {n}, {pbias}, {n} * sizeof *{c});")
             accumulate = True
         self.uses_gemm = True
-        fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
-        self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
+        if scales[0] is not None:  # pl.matmul_mx: each K block of 32 scaled by its FP8E8M0 scale
+            (psa, _, ldsa), (psb, _, ldsb) = self.operand_src(scales[0]), self.operand_src(scales[1])
+            self.emit(f"pto_gemm_mx_f32({m}, {n}, {k}, {pa}, {lda}, {psa}, {ldsa}, {pb}, {ldb}, {psb}, {ldsb}, "
+                      f"{c}, {n}, {int(accumulate)});")
+        else:
+            fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
+            self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")
         self.add_work(fixpipe_work([x for x in (a, b) if x.id in self.acc]))  # an accumulator into L1
         self.add_work(matmul_work(a, b))
         self.acc.add(out.id)
@@ -597,7 +608,7 @@ class _Gen:
             elif q.dtype == BF16:
                 val = f"pto_f2bf({val})"
             elif q.dtype.is_float and q.dtype.itemsize == 1:  # FP8: to nearest even, as torch rounds
-                val = f"pto_f2{'e4m3' if q.dtype.name == 'FP8E4M3FN' else 'e5m2'}({val})"
+                val = f"pto_f2{_FP8_C[q.dtype.name]}({val})"
             line = f"{ref} = {val};"
         self.emit(f"if ({cond}) {line}" if cond else line)
 

@@ -10,7 +10,7 @@ source location.
 from __future__ import annotations
 
 from .._scalars import is_int
-from .._dtypes import BF16, BOOL, FP16, FP32, FP64, INT8, INT32, UINT8, DataType
+from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E8M0, FP16, FP32, FP64, INT8, INT32, UINT8, DataType
 from .._signature import IN, SCALAR
 from ._nodes import (
     BINARY_OPS,
@@ -46,7 +46,7 @@ from ._diag import compile_error
 from ._layout import infer_layout
 from ._nodes import Generate, Order
 from ._infer_order import infer_generate, infer_order
-from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
+from ._spaces import CREATE_TARGETS, CUBE_ONLY, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
 from ._valid import agree, check_extents, extents, normalize, require_full
 
 __all__ = [
@@ -152,7 +152,11 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
             return TileType((r, 1), t.dtype, "Vec", normalize((r, 1), (vr, IConst(1))))
         return TileType((1, c), t.dtype, "Vec", normalize((1, c), (IConst(1), vc)))
     if isinstance(expr, Matmul):
-        t = _matmul_type(expr.a, expr.b, loc)
+        if expr.a_scale is not None or expr.b_scale is not None:
+            op = "pl.matmul_mx" if expr.bias is None else "pl.matmul_mx_bias"
+            t = matmul_mx_type(expr.a, expr.a_scale, expr.b, expr.b_scale, loc, op)
+        else:
+            t = _matmul_type(expr.a, expr.b, loc)
         check_acc_phase(expr.acc_phase, expr.a, loc)
         if expr.bias is not None:
             _check_bias(expr.bias, t, loc)
@@ -302,6 +306,52 @@ def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> Tile
     return TileType(shape, FP64 if ta.dtype == FP64 else FP32, "Acc", valid)
 
 
+#: matmul_mx: the K elements one FP8E8M0 scale covers (the OCP MX block), and the cube's alignment of M, N, K.
+MX_BLOCK = 32
+_MX_ALIGN = {"M": 16, "N": 32, "K": 64}
+
+
+def matmul_mx_type(a: Var, a_scale: Var | None, b: Var, b_scale: Var | None, loc: Loc | None,
+                   op: str = "pl.matmul_mx") -> TileType:
+    """The product of an MX block-scaled matmul: FP8E4M3FN data, FP8E8M0 scales, FP32 in Acc."""
+    if a_scale is None or b_scale is None:
+        raise compile_error(f"{op} needs both lhs_scale and rhs_scale", loc)
+    for side, v in (("lhs", a), ("rhs", b)):
+        dt = v.type.dtype
+        if dt != FP8E4M3FN:
+            hint = (" (native FP4 x FP4 is not supported: pl.cast the FP4 lhs to pl.FP8E4M3FN first)"
+                    if dt.name == "FP4" else " (pl.cast it to pl.FP8E4M3FN first)")
+            raise compile_error(f"{op}: {side} must be FP8E4M3FN, got {dt.name}{hint}", loc)
+        if len(v.type.shape) != 2:
+            raise compile_error(f"{op}: {side} must be a 2-D tile, got shape {list(v.type.shape)}", loc)
+    check_matmul_operand(a, "Left", op, loc)
+    check_matmul_operand(b, "Right", op, loc)
+    (m, k), (kb, n) = a.type.shape, b.type.shape
+    if k != kb:
+        raise compile_error(f"{op}: shape mismatch {list(a.type.shape)} @ {list(b.type.shape)} "
+                            f"(inner dimensions {k} and {kb} differ)", loc)
+    for dim, value in (("M", m), ("N", n), ("K", k)):
+        if value % _MX_ALIGN[dim]:
+            raise compile_error(f"{op}: {dim}={value} must be a multiple of {_MX_ALIGN[dim]} (the cube's MX tile)", loc)
+    groups = k // MX_BLOCK
+    for side, s, want, slot in (("lhs_scale", a_scale, (m, groups), "LeftScale"),
+                                ("rhs_scale", b_scale, (groups, n), "RightScale")):
+        st = s.type
+        if st.dtype != FP8E8M0:
+            raise compile_error(f"{op}: {side} must be FP8E8M0, got {st.dtype.name}", loc)
+        if tuple(st.shape) != want:
+            raise compile_error(f"{op}: {side} must be {list(want)} (one scale per {MX_BLOCK} elements of K), "
+                                f"got {list(st.shape)}", loc)
+        if st.memory in CUBE_ONLY and st.memory != slot:
+            raise compile_error(f"{op}: {side} %{s.id} is in {st.memory}, but the cube reads it from {slot} "
+                                f"(pl.move it to pl.Mem.{slot})", loc)
+        require_full(s, op, loc)
+    require_full(a, op, loc, dims=(1,))
+    require_full(b, op, loc, dims=(0,))
+    shape = (m, n)
+    return TileType(shape, FP32, "Acc", normalize(shape, (extents(a.type)[0], extents(b.type)[1])))
+
+
 def check_acc_phase(acc_phase, a: Var, loc: Loc | None) -> None:
     """A gemv's ``acc_phase`` (None for a matmul) is one of PyPTO's values, and its lhs a ``[1, K]`` row."""
     if acc_phase is None:
@@ -325,16 +375,20 @@ def _check_bias(bias: Var, t: TileType, loc: Loc | None) -> None:
     require_full(bias, "pl.matmul_bias", loc)
 
 
-def check_matmul_acc(acc: Var, a: Var, b: Var, loc: Loc | None) -> None:
+def check_matmul_acc(acc: Var, a: Var, b: Var, loc: Loc | None, a_scale: Var | None = None,
+                     b_scale: Var | None = None) -> None:
     """Check ``acc += a @ b``: acc must have the product's shape and dtype.
 
     The accumulator may live in Acc (a matmul result), Vec or Mat (moved to
-    Acc implicitly); all three operands must be fully valid.
+    Acc implicitly); all three operands must be fully valid.  With scales it
+    is ``pl.matmul_mx_acc``.
     """
-    t = _matmul_type(a, b, loc, "pl.matmul_acc")
-    check_vector_operand(acc, "pl.matmul_acc (accumulator)", loc)
+    mx = a_scale is not None or b_scale is not None
+    op = "pl.matmul_mx_acc" if mx else "pl.matmul_acc"
+    t = matmul_mx_type(a, a_scale, b, b_scale, loc, op) if mx else _matmul_type(a, b, loc, "pl.matmul_acc")
+    check_vector_operand(acc, f"{op} (accumulator)", loc)
     for v in (acc, a, b):
-        require_full(v, "pl.matmul_acc", loc)
+        require_full(v, op, loc)
     if (acc.type.shape, acc.type.dtype) != (t.shape, t.dtype):
         want = TileType(t.shape, t.dtype)
         raise compile_error(f"matmul accumulator is {TileType(acc.type.shape, acc.type.dtype)}, but the product is "

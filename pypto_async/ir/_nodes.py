@@ -108,7 +108,7 @@ ACC_PHASES = ("unspecified", "partial", "final")
 REDUCE_OPS = ("row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min")
 REDUCE_OPS += ("row_prod", "col_prod")
 #: PyPTO's on-chip memory spaces; tensors live in "DDR".
-MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
+MEMORY_SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias", "LeftScale", "RightScale")
 #: What ``fillpad`` writes outside the valid region: 0, +max (+inf), -max (-inf).
 PAD_VALUES = ("zero", "max", "min")
 #: ``cast`` rounding modes (PyPTO's names); ``"none"`` converts as C does.
@@ -342,12 +342,18 @@ class Matmul:
     ``acc_phase`` is set by the gemv forms (``a`` a ``[1, K]`` row): PyPTO's
     accumulation-phase hint, one of :data:`ACC_PHASES`.  It changes no result
     on the sim; it is recorded and printed.
+
+    ``a_scale`` / ``b_scale`` (both or neither) make it ``pl.matmul_mx``: FP8
+    data, one FP8E8M0 scale per 32-element block along K (``a_scale``
+    ``[M, K/32]``, ``b_scale`` ``[K/32, N]``), each block's products scaled.
     """
 
     a: Var
     b: Var
     bias: Var | None = None
     acc_phase: str | None = None
+    a_scale: Var | None = None
+    b_scale: Var | None = None
 
 
 @dataclass(frozen=True)
@@ -473,13 +479,15 @@ class Assign:
 
 @dataclass(frozen=True)
 class MatmulAcc:
-    """``acc += a @ b``, in place (``acc_phase`` as for :class:`Matmul`: set by ``pl.gemv_acc``)."""
+    """``acc += a @ b``, in place (``acc_phase``, ``a_scale``, ``b_scale`` as for :class:`Matmul`)."""
 
     acc: Var
     a: Var
     b: Var
     loc: Loc | None = field(default=None, compare=False)
     acc_phase: str | None = None
+    a_scale: Var | None = None
+    b_scale: Var | None = None
 
 
 @dataclass(frozen=True)

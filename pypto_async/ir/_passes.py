@@ -73,7 +73,7 @@ def expr_inputs(expr) -> list[Var]:
     if isinstance(expr, Binary):
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
     if isinstance(expr, Matmul):
-        return [expr.a, expr.b] + ([expr.bias] if expr.bias is not None else [])
+        return [expr.a, expr.b] + [x for x in (expr.bias, expr.a_scale, expr.b_scale) if x is not None]
     if isinstance(expr, Concat):
         return [expr.a, expr.b]
     if isinstance(expr, Assemble):
@@ -91,7 +91,7 @@ def _stmt_inputs(s) -> list[Var]:
     if isinstance(s, Assign):
         return expr_inputs(s.expr)
     if isinstance(s, MatmulAcc):
-        return [s.acc, s.a, s.b]
+        return [s.acc, s.a, s.b] + [x for x in (s.a_scale, s.b_scale) if x is not None]
     if isinstance(s, Update):
         return [s.target, s.value]
     if isinstance(s, Store):
@@ -153,9 +153,9 @@ def infer_and_check(program: Program) -> Program:
                 if regions:
                     region_of[s.var.id] = regions[-1]
             elif isinstance(s, MatmulAcc):
-                for v in (s.acc, s.a, s.b):
+                for v in _stmt_inputs(s):
                     use(v, s.loc)
-                check_matmul_acc(s.acc, s.a, s.b, s.loc)
+                check_matmul_acc(s.acc, s.a, s.b, s.loc, s.a_scale, s.b_scale)
                 check_acc_phase(s.acc_phase, s.a, s.loc)
             elif isinstance(s, Update):
                 use(s.target, s.loc)

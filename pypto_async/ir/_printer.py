@@ -78,6 +78,10 @@ def _expr(e) -> str:
         return f"full {_operand(e.value)}"
     if isinstance(e, Reduce):
         return f"{e.op} {_operand(e.x)}"
+    if isinstance(e, Matmul) and e.a_scale is not None:
+        bias = "" if e.bias is None else f" + bias {_operand(e.bias)}"
+        return (f"matmul_mx {_operand(e.a)} scale {_operand(e.a_scale)}, {_operand(e.b)} scale "
+                f"{_operand(e.b_scale)}{bias}")
     if isinstance(e, Matmul):
         bias = "" if e.bias is None else f" + bias {_operand(e.bias)}"
         name = "matmul" if e.acc_phase is None else "gemv"
@@ -120,6 +124,9 @@ def format_stmt(s, indent: int = 0) -> list[str]:
     pad = "  " * indent
     if isinstance(s, Assign):
         return [f"{pad}%{s.var.id}: {s.var.type} = {_expr(s.expr)}"]
+    if isinstance(s, MatmulAcc) and s.a_scale is not None:
+        return [f"{pad}%{s.acc.id} += matmul_mx {_operand(s.a)} scale {_operand(s.a_scale)}, {_operand(s.b)} scale "
+                f"{_operand(s.b_scale)}"]
     if isinstance(s, MatmulAcc):
         if s.acc_phase is not None:
             return [f"{pad}%{s.acc.id} += gemv {_operand(s.a)}, {_operand(s.b)} acc_phase {s.acc_phase}"]

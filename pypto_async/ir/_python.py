@@ -192,6 +192,11 @@ class _Printer:
             return f"pl.full({_ints(e.shape)}, {self.operand(e.value)}, pl.{e.dtype.name})"
         if isinstance(e, Reduce):
             return f"pl.{e.op}({self.name(e.x)})"
+        if isinstance(e, Matmul) and e.a_scale is not None:
+            args = f"{self.name(e.a)}, {self.name(e.a_scale)}, {self.name(e.b)}, {self.name(e.b_scale)}"
+            if e.bias is not None:
+                return f"pl.matmul_mx_bias({args}, {self.name(e.bias)})"
+            return f"pl.matmul_mx({args})"
         if isinstance(e, Matmul):
             bias = "" if e.bias is None else f", {self.name(e.bias)}"
             if e.acc_phase is not None:
@@ -284,6 +289,9 @@ class _Printer:
             rhs = self.expr(s.expr, s.var)
             ann = f": pl.Tile[{_ints(s.var.type.shape)}, pl.{s.var.type.dtype.name}]" if self.annotate else ""
             self.emit(depth, f"{self.name(s.var)}{ann} = {rhs}")
+        elif isinstance(s, MatmulAcc) and s.a_scale is not None:
+            self.emit(depth, f"{self.name(s.acc)} = pl.matmul_mx_acc({self.name(s.acc)}, {self.name(s.a)}, "
+                             f"{self.name(s.a_scale)}, {self.name(s.b)}, {self.name(s.b_scale)})")
         elif isinstance(s, MatmulAcc):
             if s.acc_phase is not None:
                 self.emit(depth, f'pl.gemv_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)}, '

@@ -8,7 +8,8 @@ hardware.  These are its rules, checked at the op that breaks one:
 * a load from a tensor lands in ``Vec`` (the default) or ``Mat``;
 * ``Left``, ``Right`` and ``Bias`` are reached only by ``pl.move``, and only
   the cube reads them: ``Left`` as a matmul's left operand, ``Right`` as its
-  right one.  Nothing moves or stores a tile out of them;
+  right one.  Nothing moves or stores a tile out of them.  ``LeftScale`` and
+  ``RightScale`` are the same for ``pl.matmul_mx``'s block scales;
 * ``Acc`` is written only by ``pl.matmul`` / ``pl.matmul_acc`` (and may be
   allocated with ``pl.create_tile``): no load or move targets it;
 * every other op computes in ``Vec``.  A ``Mat`` or ``Acc`` operand is moved
@@ -36,9 +37,9 @@ __all__ = [
     "check_move",
 ]
 
-CUBE_ONLY = ("Left", "Right", "Bias")
+CUBE_ONLY = ("Left", "Right", "Bias", "LeftScale", "RightScale")
 LOAD_TARGETS = ("Vec", "Mat")
-MOVE_TARGETS = ("Vec", "Mat", "Left", "Right", "Bias")
+MOVE_TARGETS = ("Vec", "Mat", "Left", "Right", "Bias", "LeftScale", "RightScale")
 CREATE_TARGETS = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
 
 
@@ -57,6 +58,8 @@ def check_space(memory: str, allowed: tuple[str, ...], what: str, loc: Loc | Non
             "Left": "Left is reached only through pl.move",
             "Right": "Right is reached only through pl.move",
             "Bias": "Bias is reached only through pl.move",
+            "LeftScale": "LeftScale is reached only through pl.move",
+            "RightScale": "RightScale is reached only through pl.move",
         }.get(memory, f"{memory} is not a target here")
         raise _error(f"{what} cannot target {memory}: {reason} (allowed: {', '.join(allowed)})", loc)
 

@@ -199,7 +199,7 @@ def cube_index(dtype) -> int:
     """The ``cube_macs`` slot of a matmul whose inputs are of `dtype`."""
     if dtype in (FP16, BF16):
         return CUBE_F16
-    if dtype in (INT8, UINT8):
+    if dtype in (INT8, UINT8) or (dtype.is_float and dtype.itemsize == 1):  # FP8 (matmul_mx): the 1-byte rate
         return CUBE_I8
     return CUBE_F32
 

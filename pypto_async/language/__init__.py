@@ -29,7 +29,7 @@ Semantics worth knowing:
   (``init_values=`` / ``pl.yield_`` is the explicit form).
 """
 
-from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
+from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP8E8M0, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
                        UINT64, DataType)
 from . import array, system, tile
 from ._carry import yield_
@@ -57,6 +57,13 @@ from ._ops_math import *  # noqa: F401,F403
 from ._ops_math import __all__ as _ops_math_all
 from ._ops_index import *  # noqa: F401,F403
 from ._ops_index import __all__ as _ops_index_all
+from ._ops_mx import *  # noqa: F401,F403
+from ._ops_mx import __all__ as _ops_mx_all
+from ._ops_sync import PipeType
+from ._ops_mx import MxLayout
+
+#: PyPTO's MX scale layouts (the third item of a scale tensor's pl.Tensor[...]).
+MX_A_ZZ, MX_B_NN = MxLayout.MX_A_ZZ, MxLayout.MX_B_NN
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -163,6 +170,7 @@ __all__ = [
     "BF16",
     "FP8E4M3FN",
     "FP8E5M2",
+    "FP8E8M0",
     "INT8",
     "INT16",
     "INT32",
@@ -204,4 +212,8 @@ __all__ = [
     *_ops_crosscore_all,
     *_ops_math_all,
     *_ops_index_all,
+    *_ops_mx_all,
+    "PipeType",
+    "MX_A_ZZ",
+    "MX_B_NN",
 ]

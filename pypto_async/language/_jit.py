@@ -207,6 +207,9 @@ class JitFunction:
         tracer.auto_scope = self.auto_scope
         tracer.promotable = True  # an In parameter an inline helper writes becomes InOut (see _inline)
         proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from ._ops_mx import mark_layouts
+
+        mark_layouts(proxies, self._anns())  # pl.MX_A_ZZ / pl.MX_B_NN tensors: loads unpack them
         with tracing(tracer):
             result = traced_fn(self.fn)(*proxies)
             from ._ops_crosscore import function_closed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .._scalars import is_int
 from .._dtypes import as_dtype
-from ..errors import PtoArgumentError
+from ..errors import PtoArgumentError, PtoNotSupported
 from ..ir._infer import check_load, check_store, compile_error, infer_expr
 from ..ir._nodes import Assign, Const, FillPad, Full, IConst, Load, Move, Store, Transpose
 from ._program import shift
@@ -100,6 +100,7 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     """
     t = current("pl.load")
     loc = user_loc()
+    layout = getattr(tensor, "mx_layout", None)
     ten = _tensor(tensor, "pl.load")
     if transpose:
         raise compile_error("pl.load(transpose=True) is not supported here; load, then use pl.transpose", loc)
@@ -122,6 +123,13 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     check_load(expr, t.params, t.ranges, loc)
     v = t.new_var(type_)
     t.append(Assign(v, expr, loc))
+    if layout is not None:  # an MX scale tensor (pl.MX_A_ZZ / pl.MX_B_NN): a whole load gives the logical tile
+        if shape != tuple(ten.shape) or not all(isinstance(o, IConst) and o.value == 0 for o in offs) or valid:
+            raise PtoNotSupported(f"{loc}: pl.load of a pl.{layout.name} tensor loads it whole (offsets 0, shape "
+                                  f"{list(ten.shape)}): a window of the packed layout is not a box here")
+        from ._ops_mx import mx_unpack
+
+        return mx_unpack(Tile(v), layout, loc)
     return Tile(v)
 
 

@@ -378,10 +378,14 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
                                 f"pl.transpose / pl.tile.transpose_view)", user_loc())
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
     if a_trans or b_trans:
-        from ._layout import transpose
+        from ._ops_compose import transpose_trailing
 
-        ta = transpose(ta) if a_trans else ta
-        tb = transpose(tb) if b_trans else tb
+        for flag, value, t in (("a_trans", a_trans, ta), ("b_trans", b_trans, tb)):
+            if value and len(t.shape) < 2:
+                raise compile_error(f"pl.matmul: {flag}=True swaps its operand's two trailing axes, but it is "
+                                    f"{len(t.shape)}-D {list(t.shape)}", user_loc())
+        ta = transpose_trailing(ta) if a_trans else ta
+        tb = transpose_trailing(tb) if b_trans else tb
     if acc is not None:
         out = matmul_acc(acc, ta, tb)
     elif tensors and (len(ta.shape) > 2 or len(tb.shape) > 2):  # PyPTO: rank > 2 tensors are a batch_matmul

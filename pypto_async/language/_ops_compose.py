@@ -148,3 +148,20 @@ def batch_matmul(lhs, rhs) -> Tile:
             out = full(tuple(batch) + (m, n), 0, c.dtype)
         out = tile_assemble(out, reshape(c, [1] * nb + [m, n]), list(at) + [0, 0])
     return out
+
+
+def transpose_trailing(tile) -> Tile:
+    """Return ``tile`` (rank 2 or more) with its two trailing axes swapped (a matmul's ``a_trans`` / ``b_trans``)."""
+    from ._layout import transpose
+
+    if len(tile.shape) == 2:
+        return transpose(tile)
+    *batch, r, c = tile.shape
+    nb = len(batch)
+    out = None
+    for at in itertools.product(*(range(d) for d in batch)):
+        m = transpose(reshape(_slice(tile, [1] * nb + [r, c], list(at) + [0, 0]), [r, c]))
+        if out is None:
+            out = full(tuple(batch) + (c, r), 0, m.dtype)
+        out = tile_assemble(out, reshape(m, [1] * nb + [c, r]), list(at) + [0, 0])
+    return out

@@ -565,6 +565,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
         origin = getattr(arg, "origin", (IConst(0),) * len(arg.shape))
         proxy = TensorWindow(TensorArg(t.params[arg.name]), origin, arg.shape, ann.direction)
+        from ._ops_mx import MxLayout
+
+        if isinstance(ann.view, MxLayout):  # pl.MX_A_ZZ / pl.MX_B_NN: the kernel's loads unpack it
+            proxy.mx_layout = ann.view
         valid = _view_valid(ann, arg, name, loc)
         if valid is not None:  # pl.tensor.slice(..., valid_shape=) or a pl.TensorView: the kernel's loads see it
             proxy.valid = valid

@@ -55,8 +55,10 @@ class Tensor:
     def __class_getitem__(cls, item) -> TensorAnnotation:
         from ._view import TensorView
 
+        from ._ops_mx import MxLayout
+
         view = None
-        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], TensorView):
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], (TensorView, MxLayout)):
             item, view = item[:2], item[2]
         if not isinstance(item, tuple) or len(item) != 2:
             raise PtoCompileError("pl.Tensor[...] takes [shape, dtype] (and a pl.TensorView), e.g. "
@@ -117,7 +119,8 @@ class MemorySpace(enum.Enum):
 
     ``DDR`` holds tensors; ``Vec`` (the unified buffer, where vector ops
     compute), ``Mat`` (L1), ``Left`` / ``Right`` (the matmul operand buffers),
-    ``Acc`` (the matmul accumulator) and ``Bias`` are on-chip.  See
+    ``Acc`` (the matmul accumulator), ``Bias`` and ``LeftScale`` /
+    ``RightScale`` (the MX block scales ``pl.matmul_mx`` reads) are on-chip.  See
     :mod:`pypto_async.ir._spaces` for which op may read or produce which.
     """
 
@@ -128,6 +131,8 @@ class MemorySpace(enum.Enum):
     Right = "Right"
     Acc = "Acc"
     Bias = "Bias"
+    LeftScale = "LeftScale"
+    RightScale = "RightScale"
 
 
 Mem = MemorySpace

@@ -7,7 +7,8 @@ geometry a kernel is sized from at trace time.  Each raises
 ``PtoNotSupported`` naming itself.  ``task_dummy`` is served: it joins task
 ids into one (see :mod:`._submit`), and so are the cross-core pipes
 (``tpush_*`` / ``tpop_*`` / ``tfree_*``, ``*_initialize_pipe``,
-``reserve_buffer``, ``import_peer_buffer``, ``AUTO``; see :mod:`._ops_crosscore`).
+``reserve_buffer``, ``import_peer_buffer``, ``AUTO``; see :mod:`._ops_crosscore`), and the
+explicit events ``set_ffts`` / ``sync_set`` / ``sync_wait`` (see :mod:`._ops_sync`).
 """
 
 from __future__ import annotations
@@ -70,3 +71,9 @@ def available_aiv_count(*args, **kwargs):
 def available_cluster_count(*args, **kwargs):
     """The device's cluster count, for sizing a launch (PyPTO); not available here."""
     _refuse("available_cluster_count", "the sim has no clusters; pass the block count (pl.spmd(n)) explicitly")
+
+
+# Explicit Cube/Vector cross-core events: see :mod:`._ops_sync`.
+from ._ops_sync import set_ffts, sync_set, sync_wait  # noqa: E402
+
+__all__ += ["set_ffts", "sync_set", "sync_wait"]

@@ -47,6 +47,8 @@ from ._ops_compose import __all__ as _ops_compose_all
 from ._ops_index import arange, ci, col_argmax, col_argmin, row_argmax, row_argmin, sort32, tri  # noqa: E402
 from ._ops_index import tile_mrgsort as mrgsort  # noqa: E402
 from ._ops_index import tile_random as random  # noqa: E402
+from ._ops_mx import *  # noqa: F401,F403
+from ._ops_mx import __all__ as _ops_mx_all
 
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
@@ -123,6 +125,7 @@ __all__ = [
     "ci",
     "arange",
     "random",
+    *_ops_mx_all,
 ]
 
 from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)

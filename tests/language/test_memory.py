@@ -37,7 +37,7 @@ def matmul_acc_64(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
 
 def test_mem_is_memory_space():
     assert pl.Mem is pl.MemorySpace
-    assert [m.name for m in pl.MemorySpace] == ["DDR", "Vec", "Mat", "Left", "Right", "Acc", "Bias"]
+    assert [m.name for m in pl.MemorySpace] == ["DDR", "Vec", "Mat", "Left", "Right", "Acc", "Bias", "LeftScale", "RightScale"]
 
 
 def test_matmul_through_mat_left_right_acc(launcher):

@@ -65,6 +65,7 @@ def test_memref_declarations_are_checked():
 
 def test_cluster_and_system_are_refused_by_name():
     from pypto_async.language._ops_crosscore import __all__ as crosscore_names
+    from pypto_async.language._ops_sync import __all__ as sync_names
 
     with pytest.raises(PtoNotSupported, match=r"pl.cluster\(\): the sim has no Cube/Vector clusters"):
         with pl.cluster():
@@ -73,6 +74,8 @@ def test_cluster_and_system_are_refused_by_name():
         if name == "task_dummy":  # served: a join of task ids (tests/language/test_guide_tasks.py)
             continue
         if name in crosscore_names:  # served: cross-core pipes (tests/language/test_ops_crosscore.py)
+            continue
+        if name in sync_names:  # served: explicit cross-core events (tests/language/test_ops_sync.py)
             continue
         with pytest.raises(PtoNotSupported, match=rf"pl.system.{name}: "):
             getattr(pl.system, name)(deps=[])
