@@ -265,7 +265,14 @@ class Launch(_Waitable):
         self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
-            self._finish()
+            if (type(self) is Launch and self._exc is None and self._owaiters is None and self._waiters is None
+                    and self._entry_waiters is None):
+                # _finish in line for the commonest completion (a launch nobody awaits, as a
+                # pipelined producer leaves them): nothing to resolve, nothing to release.
+                self._done = self._entered = True
+                self._keep = None
+            else:
+                self._finish()
 
     def _fail(self, exc) -> None:
         if self._exc is None:
