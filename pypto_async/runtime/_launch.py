@@ -265,7 +265,7 @@ class Launch(_Waitable):
         self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
-            if (type(self) is Launch and self._exc is None and self._owaiters is None and self._waiters is None
+            if (self._owaiters is None and type(self) is Launch and self._exc is None and self._waiters is None
                     and self._entry_waiters is None):
                 # _finish in line for the commonest completion (a launch nobody awaits, as a
                 # pipelined producer leaves them): nothing to resolve, nothing to release.
