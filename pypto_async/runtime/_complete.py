@@ -44,16 +44,18 @@ def drain(q: CommandQueue) -> int:
     the fd readable, and the loop comes back to them after other work.
     """
     buf = q.cq
-    view = q.cq_view
-    pop = q.pending.pop
     dev = q.dev
     drain_cq = lib.pto_cq_drain
+    n = drain_cq(dev, buf, BATCH)
+    if n <= 0:
+        return 0  # nothing ready (or a lost device): nothing set up, nothing counted
+    view = q.cq_view
+    pop = q.pending.pop
     total = 0
-    for _ in range(_MAX_BATCHES):
-        n = drain_cq(dev, buf, BATCH)
-        if n <= 0:
-            break
+    batches = 0
+    while True:
         total += n
+        batches += 1
         if n >= _COLUMNS_FROM and not view["status"][:n].any():
             # A large batch of successes (pipelined work): read the fields the
             # owners need as whole columns, one numpy call each, instead of four
@@ -73,11 +75,13 @@ def drain(q: CommandQueue) -> int:
                     on_failure(q, rec, status, owner)
                 elif owner is not None:
                     owner._ok(rec.start_ns, rec.end_ns)
-        if n < BATCH:
+        if n < BATCH or batches == _MAX_BATCHES:
             break
-    if total:
-        q.completions += total
-        q.wakeups += 1
+        n = drain_cq(dev, buf, BATCH)
+        if n <= 0:
+            break
+    q.completions += total
+    q.wakeups += 1
     return total
 
 

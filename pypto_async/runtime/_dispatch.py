@@ -162,6 +162,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                 worker._hazards.sanitizer.note_hosts(stream, hosts, h._label, stream._last)
             if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
                 mark_turn(launch)
+    if worker._async:  # (_finish's first test, here: no call on the async hot path)
+        return launch
     return _finish(worker, launch, submit_only, q)
 
 

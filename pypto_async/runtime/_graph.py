@@ -137,6 +137,7 @@ class Graph:
         g._label = f"graph {cap.name!r} replay"
         g._origin = cap._origin
         g._streams = tuple(cap._streams)
+        g._rest = g._streams[1:]  # the streams a replay forks to, whatever its origin
         g._inputs = tuple(cap._inputs)
         g._static = tuple(cap._static.values())
         # The DeviceTensors used directly, each with the union of its directions: what a replay is
@@ -234,7 +235,7 @@ class Graph:
 
     def _stream_array(self, origin):
         """The ``pto_stream *[]`` of a replay whose origin is `origin`."""
-        return ffi.new("pto_stream *[]", [origin._ptr] + [s._ptr for s in self._streams[1:]])
+        return ffi.new("pto_stream *[]", [origin._ptr] + [s._ptr for s in self._rest])
 
     # -- description -------------------------------------------------------------------------------
 
@@ -344,7 +345,7 @@ class Graph:
             cstreams = self._cstreams.get(origin)
             if cstreams is None:
                 cstreams = self._cstreams[origin] = self._stream_array(origin)
-        ptrs, hosts, keep, touched, joined = self._bind(bindings, origin)
+        ptrs, hosts, keep, touched, bound, joined = self._bind(bindings, origin)
         launch = _Replay._make(worker, origin, self._label, 1, keep, None, submit_only)
         launch._graph = self
         q = worker._queue
@@ -378,6 +379,8 @@ class Graph:
                     q.next_token = tok
                     hz.skipped_here -= self._skipped[0]  # the decision here counts them again
             if rc == _DECLINED:
+                if touched is None and bound:  # tracked: every DeviceTensor bound is ordered (see _bind)
+                    touched = [(v, inp.name, inp.reads, inp.writes) for inp, v in bound]
                 self._order(origin, touched)
                 held = origin._fifo  # (an edge may have queued a wait there behind work held on the host)
                 for s in self._streams:
@@ -393,7 +396,9 @@ class Graph:
                     rc = _replay_fn(*args)
             launch._base = tok
             origin._last = tok  # its data command for hazards: the notify, last on origin (graph.c)
-            for s in (origin, *self._streams[1:]):  # the replay's work, on each of its streams
+            if not origin._used:  # the replay's work, on each of its streams
+                note_used(q, origin)
+            for s in self._rest:
                 if not s._used:
                     note_used(q, s)
             if rc is None:
@@ -474,12 +479,16 @@ class Graph:
         hold(q, origin, _replay_fn, args, launch, F_DATA | F_LAST, gate if gate.pending else None)
 
     def _bind(self, bindings: dict, origin):
-        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses, joined).
+        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses, bound, joined).
 
         The accesses are those of the DeviceTensors bound that need ordering
         on `origin` (:meth:`_order`), ``(tensor, input name, reads, writes)``,
-        or None; `joined`: whether every DeviceTensor bound has joined
-        `origin` already and is tracked (the driver can order the replay alone).
+        or None.  With hazard tracking every DeviceTensor bound needs it, and
+        they are left to the caller to make from `bound`, ``(input,
+        DeviceTensor)`` each (None without tracking), only when the replay is
+        ordered here: a replay the driver orders needs none.  `joined`:
+        whether every DeviceTensor bound has joined `origin` already and is
+        tracked (the driver can order the replay alone).
         """
         inputs = self._inputs
         if len(bindings) != len(inputs):
@@ -506,12 +515,13 @@ class Graph:
                 ptrs.append(v._ptr)
                 if track:
                     bound.append((inp, v))
-                if track or origin not in v._streams:
+                    if v._manual or origin not in v._streams:
+                        joined = False
+                elif origin not in v._streams:
                     if touched is None:
                         touched = []
                     touched.append((v, inp.name, inp.reads, inp.writes))
-                    if v._manual or origin not in v._streams:
-                        joined = False
+                    joined = False
                 continue
             what = f"{self._label}: binding {inp.name!r}"
             h = host_array(v, what, writeable=inp.writes)
@@ -530,7 +540,7 @@ class Graph:
                 ptrs.append(0)
         if bound and (self._direct or len(bound) > 1):  # (one tensor bound, none used directly: no alias)
             self._refuse_aliases(bound)
-        return ptrs, _NULL if hosts is None else hosts, keep, touched, joined
+        return ptrs, _NULL if hosts is None else hosts, keep, touched, bound, joined
 
     def _refuse_aliases(self, bound: list) -> None:
         """Refuse a DeviceTensor bound where the capture could not see it as one tensor (tracking on).

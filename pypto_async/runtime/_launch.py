@@ -31,6 +31,8 @@ from ._waitable import _Until, _Waitable
 
 __all__ = ["Launch", "mark_turn"]
 
+_new = object.__new__  # Launch._make: no class of the hierarchy defines __new__
+
 
 class Launch(_Waitable):
     """The future of a kernel launch or copy queued on a stream.
@@ -79,25 +81,21 @@ class Launch(_Waitable):
 
     @classmethod
     def _make(cls, worker, stream, name: str, remaining: int, keep, out, await_entry: bool = False) -> Launch:
-        launch = cls.__new__(cls)
+        # Every slot set; the defaults by chained stores (one per launch, so fewer instructions count).
+        launch = _new(cls)
         launch._worker = worker
         launch._stream = stream
         launch._name = name
         launch._remaining = remaining
-        launch._exc = None
-        launch._done = False
-        launch._entered = False
-        launch._waiters = None
-        launch._entry_waiters = None
         launch._keep = keep
         launch._out = out
-        launch._retrieved = False
-        launch._t0 = 0
-        launch._t1 = 0
-        launch._event = None
         launch._await_entry = await_entry
-        launch._span = None  # (first token, last token, last seq) while in the driver's backlog
-        launch._owaiters = None  # asyncio futures of `await launch`: one, or a list
+        # _span: (first token, last token, last seq) while in the driver's backlog;
+        # _owaiters: asyncio futures of `await launch`, one or a list.
+        launch._exc = launch._waiters = launch._entry_waiters = launch._event = launch._span = \
+            launch._owaiters = None
+        launch._done = launch._entered = launch._retrieved = False
+        launch._t0 = launch._t1 = 0
         return launch
 
     # -- awaiting ---------------------------------------------------------------
@@ -267,7 +265,14 @@ class Launch(_Waitable):
         self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
-            self._finish()
+            if (self._owaiters is None and type(self) is Launch and self._exc is None and self._waiters is None
+                    and self._entry_waiters is None):
+                # _finish in line for the commonest completion (a launch nobody awaits, as a
+                # pipelined producer leaves them): nothing to resolve, nothing to release.
+                self._done = self._entered = True
+                self._keep = None
+            else:
+                self._finish()
 
     def _fail(self, exc) -> None:
         if self._exc is None:
@@ -285,7 +290,11 @@ class Launch(_Waitable):
         waiters = self._owaiters
         if waiters is not None:
             self._owaiters = None
-            self._deliver(waiters if type(waiters) is list else (waiters,), exc)
+            if (exc is None and type(waiters) is not list and not waiters.done()
+                    and waiters.get_loop() is _running_loop()):
+                waiters.set_result(self._out)  # the common case, one task awaiting on its loop: _deliver in line
+            else:
+                self._deliver(waiters if type(waiters) is list else (waiters,), exc)
         if exc is not None and self._retrieved is False and not isinstance(exc, PtoCanceledError):
             # Only a failed launch carries a finalizer: the success path stays cheap.
             self._retrieved = _Unretrieved(self._name, exc)
