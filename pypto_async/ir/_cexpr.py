@@ -43,6 +43,7 @@ from ._nodes import (
     Slice,
     Transpose,
     Unary,
+    Gather,
 )
 
 __all__ = ["ctype", "literal", "index", "strides", "linear_at", "valid_cond", "Element", "element"]
@@ -195,6 +196,10 @@ def element(e, dtype: DataType, el: Element) -> str:
         return _compare(e, el)
     if isinstance(e, Select):
         return _select(e, el)
+    if isinstance(e, Gather):
+        from ._gather import gather_element
+
+        return gather_element(e, dtype, el)
     return _layout(e, dtype, el)
 
 

@@ -69,6 +69,9 @@ from ._nodes import (
 )
 from ._program import Program
 from ._passes import view_loads
+from ._gather import emit_scatter
+from ._nodes import Scatter
+from ._work import scatter_work
 from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
@@ -343,6 +346,9 @@ class _Gen:
             self.transfer_work("load", q.name, s.expr.shape, s.expr.valid)
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
+        elif isinstance(s, Assign) and isinstance(s.expr, Scatter):
+            emit_scatter(self, s.var, s.expr, s.loc)
+            self.add_work(scatter_work(s.expr))
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
             self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias)
         elif isinstance(s, MatmulAcc):

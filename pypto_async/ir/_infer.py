@@ -39,6 +39,8 @@ from ._nodes import (
     TileType,
     Unary,
     Var,
+    Gather,
+    Scatter,
 )
 from ._bounds import check_window, index_range
 from ._diag import compile_error
@@ -159,6 +161,10 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         check_move(expr.x, expr.memory, loc)
         t = expr.x.type
         return TileType(t.shape, t.dtype, expr.memory, t.valid)
+    if isinstance(expr, (Gather, Scatter)):
+        from ._gather import infer_gather, infer_scatter
+
+        return infer_gather(expr, loc) if isinstance(expr, Gather) else infer_scatter(expr, loc)
     return infer_layout(expr, loc)
 
 

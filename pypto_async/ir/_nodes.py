@@ -86,6 +86,11 @@ __all__ = [
     "CMP_TYPES",
     "INT_BINARY_OPS",
     "ACC_PHASES",
+    "Gather",
+    "Scatter",
+    "GATHER_MODES",
+    "SCATTER_MODES",
+    "GATHER_OOB",
 ]
 
 UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu", "not_")
@@ -435,11 +440,52 @@ class Select:
     b: Operand
 
 
+#: How a :class:`Gather` finds its source element: ``"axis"`` (``torch.gather`` along ``dim``), ``"flat"``
+#: (the source's row-major position), ``"rows"`` (a whole source row per index), ``"block"``
+#: (``pl.gatherb``: a 32-byte block per byte offset).
+GATHER_MODES = ("axis", "flat", "rows", "block")
+#: A :class:`Scatter`'s destination: along the last axis of each row, at a flat position, or a whole row.
+SCATTER_MODES = ("axis", "flat", "rows")
+#: What a gather does with an index past its extent (PyPTO's ``gather_oob=``; indices read as unsigned):
+#: ``"undefined"`` and ``"clamp"`` take the last element, ``"wrap"`` the index modulo the extent,
+#: ``"zero"`` gives 0.  No policy reads outside the source.
+GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Elements of ``src`` at the positions an integer ``index`` tile holds (``pl.gather`` and kin).
+
+    Computed element by element over the result (it fuses), reading ``src``
+    where ``index`` says; see :data:`GATHER_MODES` and :data:`GATHER_OOB`.
+    """
+
+    src: Var
+    index: Var
+    mode: str = "axis"
+    dim: int = -1
+    oob: str = "undefined"
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """``target`` with the elements of ``src`` written where ``index`` says (``pl.scatter`` and kin).
+
+    In index order, a later write to one position wins; an index outside
+    ``target`` fails the launch (nothing is written outside it).
+    """
+
+    target: Var
+    src: Var
+    index: Var
+    mode: str = "axis"
+
+
 Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,
-             Assemble, FillPad, Compare, Select]
+             Assemble, FillPad, Compare, Select, Gather, Scatter]
 #: Expressions computed element by element over their result's shape (fusable).
 ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad,
-               Compare, Select)
+               Compare, Select, Gather)
 
 
 # ---- statements ----------------------------------------------------------------

@@ -49,6 +49,8 @@ from ._nodes import (
     Unary,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 from ._program import Program
 
@@ -80,6 +82,10 @@ def expr_inputs(expr) -> list[Var]:
         return [x for x in (expr.a, expr.b) if isinstance(x, Var)]
     if isinstance(expr, Select):
         return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
+    if isinstance(expr, Gather):
+        return [expr.src, expr.index]
+    if isinstance(expr, Scatter):
+        return [expr.target, expr.src, expr.index]
     return []
 
 
@@ -227,7 +233,7 @@ def eliminate_dead_tiles(program: Program) -> Program:
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
 #: Compare reads 8 source elements per mask byte, Select a mask byte per 8 elements.
-_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select)
+_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select, Gather)
 
 
 def _walk_all(body):

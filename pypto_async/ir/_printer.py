@@ -34,6 +34,8 @@ from ._nodes import (
     Store,
     Unary,
     Compare,
+    Gather,
+    Scatter,
     Select,
     Update,
     Var,
@@ -100,6 +102,12 @@ def _expr(e) -> str:
         return f"cmp.{e.cmp} {_operand(e.a)}, {_operand(e.b)}"
     if isinstance(e, Select):
         return f"sel {_operand(e.mask)} ? {_operand(e.a)} : {_operand(e.b)}"
+    if isinstance(e, Gather):
+        dim = f" dim {e.dim}" if e.mode == "axis" else ""
+        oob = "" if e.oob == "undefined" else f" oob {e.oob}"
+        return f"gather.{e.mode} {_operand(e.src)} at {_operand(e.index)}{dim}{oob}"
+    if isinstance(e, Scatter):
+        return f"scatter.{e.mode} {_operand(e.src)} into {_operand(e.target)} at {_operand(e.index)}"
     return repr(e)
 
 

@@ -51,6 +51,8 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
+from ._ops_gather import *  # noqa: F401,F403
+from ._ops_gather import __all__ as _ops_gather_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -195,4 +197,5 @@ __all__ = [
     *_layout_all,
     *_ops_extended_all,
     *_ops_compose_all,
+    *_ops_gather_all,
 ]

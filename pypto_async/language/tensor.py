@@ -73,6 +73,7 @@ from ._ops import (
 )
 from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
 from ._program import create_tensor, window
+from ._ops_gather import create_l1, gather, gather_row, paged_gather, scatter, scatter_update
 from ._runtime_scalars import read
 from ._submit import dump_tag
 from ._tracer import Index, TensorArg, current, user_loc
@@ -142,6 +143,12 @@ __all__ = [
     "sqrt",
     "rsqrt",
     "cast",
+    "gather",
+    "gather_row",
+    "paged_gather",
+    "scatter",
+    "scatter_update",
+    "create_l1",
 ]
 
 

@@ -44,6 +44,9 @@ from ._ops_extended import *  # noqa: F401,F403
 from ._ops_extended import __all__ as _ops_extended_all
 from ._ops_compose import *  # noqa: F401,F403
 from ._ops_compose import __all__ as _ops_compose_all
+from ._ops_gather import MaskPattern, gather_mask, gather_row, gatherb, mgather, mscatter, scatter_mask, scatter_update
+from ._ops_gather import tile_gather as gather
+from ._ops_gather import tile_scatter as scatter
 
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
@@ -110,4 +113,14 @@ __all__ = [
     "sub",
     *_ops_extended_all,
     *_ops_compose_all,
+    "MaskPattern",
+    "gather",
+    "gather_mask",
+    "gather_row",
+    "gatherb",
+    "mgather",
+    "mscatter",
+    "scatter",
+    "scatter_mask",
+    "scatter_update",
 ]
