@@ -98,7 +98,13 @@ def _output_dtype(output_dtype, src: Tile, op: str) -> None:
                    f"supported here; only the source's dtype {src.dtype.name}")
 
 
+def _int_index(index: Tile, op: str) -> None:
+    if index.dtype.is_float or index.dtype.name == "BOOL":
+        raise _err(f"{op}: the index tile must be an integer tile (INT32, INT16, UINT32), got {index.dtype.name}")
+
+
 def _gather(src: Tile, index: Tile, mode: str, op: str, dim: int = -1, oob: str = "undefined") -> Tile:
+    _int_index(index, op)
     return record(Gather(src.var, index.var, mode, dim, oob), op)
 
 
@@ -395,6 +401,7 @@ def scatter(input, dim=None, index=None, src=None, *, mask_pattern=None, dst=Non
             raise _err(f"{op}: for a rank-{len(base.shape)} input, src's leading extents must be the input's")
         out = record(Scatter(_collapse(base, 1).var, _collapse(s, 1).var, _collapse(idx, 1).var, "axis"), op)
         return reshape(out, list(base.shape))
+    _int_index(idx, op)
     return record(Scatter(base.var, s.var, idx.var, "axis"), op)
 
 
@@ -406,6 +413,7 @@ def tile_scatter(dst, src, indexes) -> Tile:
     op = "pl.tile.scatter"
     current(op)
     d, s, i = _tile(dst, op, "dst"), _tile(src, op, "src"), _tile(indexes, op, "indexes")
+    _int_index(i, op)
     return record(Scatter(d.var, s.var, i.var, "flat"), op)
 
 
@@ -460,6 +468,7 @@ def scatter_update(input, *args, **kwargs) -> Tile:
     dim, index, src = _update_args(args, kwargs, op)
     base = _tile(input, op, "input")
     s, i = _tile(src, op, "src"), _tile(index, op, "index")
+    _int_index(i, op)
     rank = len(base.shape)
     if rank not in (2, 4) or len(s.shape) != rank:
         raise _err(f"{op}: input and src must both be 2-D or both 4-D, got {list(base.shape)} and {list(s.shape)}")
