@@ -59,6 +59,8 @@ from ._nodes import (
     Select,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 
 if TYPE_CHECKING:  # annotations only: _program imports this module
@@ -220,6 +222,14 @@ class _Printer:
             return f"pl.cmp({self.name(e.a)}, {self.operand(e.b)}, cmp_type={CMP_TYPES.index(e.cmp)})"
         if isinstance(e, Select):
             return f"pl.sel({self.name(e.mask)}, {self.name(e.a)}, {self.operand(e.b)})"
+        if isinstance(e, Gather):
+            mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
+            dim = f", dim={e.dim}" if e.mode == "axis" else ""
+            oob = "" if e.oob == "undefined" else f', gather_oob="{e.oob}"'
+            return f"pl.tile.gather({self.name(e.src)}, {self.name(e.index)}{mode}{dim}{oob})"
+        if isinstance(e, Scatter):
+            mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
+            return f"pl.tile.scatter({self.name(e.target)}, {self.name(e.src)}, {self.name(e.index)}{mode})"
         raise ValueError(f"cannot print {type(e).__name__}")
 
     def emit(self, depth: int, line: str) -> None:

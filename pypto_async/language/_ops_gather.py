@@ -168,18 +168,26 @@ def gather(input, dim=None, index=None, *, mask_pattern=None, output_dtype=None,
     return _gather(src, idx, "axis", op, _dim(dim, len(src.shape), op))
 
 
-def tile_gather(src, indices, tmp=None) -> Tile:
+def tile_gather(src, indices, tmp=None, *, mode="flat", dim=-1, gather_oob="undefined") -> Tile:
     """Gather ``src`` at flat (row-major) positions: ``out[i, j] = src.flat[indices[i, j]]`` (``pl.tile.gather``).
 
     ``tmp`` (PyPTO's scratch tile) is optional here; one given must be a tile.
-    An index past the source reads its last element.
+    An index past the source reads its last element.  ``mode=`` (``"axis"``
+    with ``dim=``, ``"rows"``, ``"block"``) and ``gather_oob=`` are this
+    package's: the other gathers of the family on a tile, as
+    ``Program.as_python()`` prints them.
     """
     op = "pl.tile.gather"
     current(op)
     s, i = _tile(src, op, "src"), _tile(indices, op, "indices")
     if tmp is not None:
         _tile(tmp, op, "tmp")
-    return _gather(s, i, "flat", op)
+    oob = _OOB.get(gather_oob)
+    if oob is None or isinstance(gather_oob, bool):
+        raise _err(f"{op}: gather_oob must be 'undefined', 'clamp', 'wrap', 'zero' or 0-3, got {gather_oob!r}")
+    if mode == "axis":
+        dim = _dim(dim, len(s.shape), op)
+    return _gather(s, i, mode, op, dim, oob)
 
 
 def gather_mask(src, mask_pattern, *, output_dtype=None) -> Tile:
@@ -405,16 +413,18 @@ def scatter(input, dim=None, index=None, src=None, *, mask_pattern=None, dst=Non
     return record(Scatter(base.var, s.var, idx.var, "axis"), op)
 
 
-def tile_scatter(dst, src, indexes) -> Tile:
+def tile_scatter(dst, src, indexes, *, mode="flat") -> Tile:
     """``dst`` with ``dst.flat[indexes[i, j]] = src[i, j]`` (``pl.tile.scatter``; ``indexes`` has ``src``'s shape).
 
     A later write to one position wins; an index past ``dst`` fails the launch.
+    ``mode=`` (``"axis"``: along each row; ``"rows"``: whole rows) is this
+    package's, as ``Program.as_python()`` prints the other scatters.
     """
     op = "pl.tile.scatter"
     current(op)
     d, s, i = _tile(dst, op, "dst"), _tile(src, op, "src"), _tile(indexes, op, "indexes")
     _int_index(i, op)
-    return record(Scatter(d.var, s.var, i.var, "flat"), op)
+    return record(Scatter(d.var, s.var, i.var, mode), op)
 
 
 def scatter_mask(dst, src, mask_pattern) -> Tile:
