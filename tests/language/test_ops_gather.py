@@ -19,6 +19,7 @@ import torch
 import pypto_async.language as pl
 from helpers.located import assert_at, next_line
 from helpers.ir_fixtures import poison
+from helpers.tiers import tiered
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError, PtoError
 
@@ -30,7 +31,7 @@ def _t(a):
 # ---- gather ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+@tiered("dtype", [np.float32, np.float16, np.int32], ids=["fp32", "fp16", "int32"])
 def test_gather_index_forms_and_tile_gather(launcher, rng, dtype):
     """pl.gather (rank 2, dim -1; rank 3, dim 1) and pl.tile.gather (flat) in one kernel."""
 
@@ -77,7 +78,7 @@ def test_gather_mask_patterns(launcher, rng):
     np.testing.assert_array_equal(d, x)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@tiered("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
 def test_mgather_row_and_elem_policies(launcher, rng, dtype):
     """Row and element mgather under each gather_oob policy; indices past the tensor (and -1) included."""
 
@@ -143,7 +144,7 @@ def test_gatherb_and_paged_gather_and_gather_row(launcher, rng):
 # ---- scatter ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+@tiered("dtype", [np.float32, np.int32, np.float16], ids=["fp32", "int32", "fp16"])
 def test_scatter_forms(launcher, rng, dtype):
     """pl.scatter (index form, rank 2 and 3; mask form), pl.tile.scatter (flat) and scatter_update (2-D, 4-D)."""
 
