@@ -101,10 +101,19 @@ def infer_scatter(e: Scatter, loc: Loc | None) -> TileType:
     op = "scatter"
     if e.mode not in SCATTER_MODES:
         raise compile_error(f"{op}: unknown mode {e.mode!r} (one of {', '.join(SCATTER_MODES)})", loc)
-    t, s, i = e.target.type, e.src.type, e.index.type
-    _check_index(e.index, op, loc)
+    t, s = e.target.type, e.src.type
     for v in (e.target, e.src):
         check_vector_operand(v, op, loc)
+    if s.dtype != t.dtype:
+        raise compile_error(f"{op}: src is {s.dtype.name} but the target is {t.dtype.name}", loc)
+    if e.mode == "box":
+        if e.index is not None or len(e.offsets) != len(t.shape) or len(s.shape) != len(t.shape) != 2:
+            raise compile_error(f"{op}: a box write takes 2-D target and src tiles and one offset per dimension", loc)
+        return TileType(t.shape, t.dtype, t.memory, t.valid)
+    if e.index is None:
+        raise compile_error(f"{op}: mode {e.mode!r} needs an index tile", loc)
+    i = e.index.type
+    _check_index(e.index, op, loc)
     require_full(e.src, op, loc)
     require_full(e.index, op, loc)
     if s.dtype != t.dtype:
@@ -195,10 +204,14 @@ def emit_scatter(gen, out, e: Scatter, loc) -> None:
     from ._cexpr import ctype
     from ._codegen import _c_string
 
-    t, s, i = e.target.type, e.src.type, e.index.type
+    t, s = e.target.type, e.src.type
     dst = gen.buffer(out)
     tgt, _, _ = gen.operand_src(e.target)
     src, _, _ = gen.operand_src(e.src)
+    if e.mode == "box":
+        _emit_box(gen, dst, tgt, src, e, loc)
+        return
+    i = e.index.type
     ind, _, _ = gen.operand_src(e.index)
     ct = ctype(t.dtype)
     n_out = _numel(t.shape)
@@ -236,5 +249,33 @@ def emit_scatter(gen, out, e: Scatter, loc) -> None:
     else:
         gen.emit(f"    {target} = ({ct}){value};")
     gen.emit("}")
+    gen.depth -= 1
+    gen.emit("}")
+
+
+def _emit_box(gen, dst: str, tgt: str, src: str, e: Scatter, loc) -> None:
+    """``dst = tgt`` with ``src``'s valid box written at ``e.offsets`` (extents and offsets may be runtime)."""
+    from ._cexpr import index as c_index
+    from ._codegen import _c_string
+    from ._valid import extents
+
+    t, s = e.target.type, e.src.type
+    gen.uses_blk = gen.uses_fail = True
+    where = f"{Path(loc.file).name}:{loc.line}: " if loc is not None else ""
+    if gen.task is not None:
+        where += f"task {gen.task}: "
+    (r, c), (sr, sc) = t.shape, s.shape
+    vr, vc = (c_index(x) for x in extents(s))
+    r0, c0 = (c_index(x) for x in e.offsets)
+    msg = _c_string(f"{where}pl.gather_row: the valid box (offset and extent) is outside the destination "
+                    f"[{r}, {c}] or the window [{sr}, {sc}]")
+    gen.emit("{ /* box write */")
+    gen.depth += 1
+    gen.emit(f"memcpy({dst}, {tgt}, {r * c} * sizeof(*{dst}));")
+    gen.emit(f"const int64_t br = {r0}, bc = {c0}, nr = {vr}, nc = {vc};")
+    gen.emit(f"if (nr < 0 || nc < 0 || nr > {sr} || nc > {sc} || br < 0 || bc < 0 || br + nr > {r} || "
+             f"bc + nc > {c}) {{ blk->fail(blk, PTO_EINVAL, {msg}); goto done; }}")
+    gen.emit(f"for (int64_t i = 0; i < nr; i++) memcpy({dst} + (br + i) * {c} + bc, {src} + i * {sc}, "
+             f"(size_t)nc * sizeof(*{dst}));")
     gen.depth -= 1
     gen.emit("}")

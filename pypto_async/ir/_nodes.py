@@ -445,7 +445,7 @@ class Select:
 #: (``pl.gatherb``: a 32-byte block per byte offset).
 GATHER_MODES = ("axis", "flat", "rows", "block")
 #: A :class:`Scatter`'s destination: along the last axis of each row, at a flat position, or a whole row.
-SCATTER_MODES = ("axis", "flat", "rows")
+SCATTER_MODES = ("axis", "flat", "rows", "box")
 #: What a gather does with an index past its extent (PyPTO's ``gather_oob=``; indices read as unsigned):
 #: ``"undefined"`` and ``"clamp"`` take the last element, ``"wrap"`` the index modulo the extent,
 #: ``"zero"`` gives 0.  No policy reads outside the source.
@@ -472,13 +472,17 @@ class Scatter:
     """``target`` with the elements of ``src`` written where ``index`` says (``pl.scatter`` and kin).
 
     In index order, a later write to one position wins; an index outside
-    ``target`` fails the launch (nothing is written outside it).
+    ``target`` fails the launch (nothing is written outside it).  Mode
+    ``"box"`` (``pl.gather_row`` with a runtime ``valid_shape``) has no
+    index: it writes ``src``'s valid box into ``target`` at ``offsets``, and
+    a box outside ``target`` fails the launch.
     """
 
     target: Var
     src: Var
-    index: Var
+    index: Var | None
     mode: str = "axis"
+    offsets: tuple[IndexExpr, ...] = ()
 
 
 Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,

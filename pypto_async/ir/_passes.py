@@ -85,7 +85,7 @@ def expr_inputs(expr) -> list[Var]:
     if isinstance(expr, Gather):
         return [expr.src, expr.index]
     if isinstance(expr, Scatter):
-        return [expr.target, expr.src, expr.index]
+        return [x for x in (expr.target, expr.src, expr.index) if x is not None]
     return []
 
 

@@ -107,7 +107,8 @@ def _expr(e) -> str:
         oob = "" if e.oob == "undefined" else f" oob {e.oob}"
         return f"gather.{e.mode} {_operand(e.src)} at {_operand(e.index)}{dim}{oob}"
     if isinstance(e, Scatter):
-        return f"scatter.{e.mode} {_operand(e.src)} into {_operand(e.target)} at {_operand(e.index)}"
+        at = _operand(e.index) if e.index is not None else _offsets(e.offsets)
+        return f"scatter.{e.mode} {_operand(e.src)} into {_operand(e.target)} at {at}"
     return repr(e)
 
 

@@ -229,6 +229,9 @@ class _Printer:
             return f"pl.tile.gather({self.name(e.src)}, {self.name(e.index)}{mode}{dim}{oob})"
         if isinstance(e, Scatter):
             mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
+            if e.index is None:
+                offs = _list(_index(o) for o in e.offsets)
+                return f"pl.tile.scatter({self.name(e.target)}, {self.name(e.src)}, None{mode}, offsets={offs})"
             return f"pl.tile.scatter({self.name(e.target)}, {self.name(e.src)}, {self.name(e.index)}{mode})"
         raise ValueError(f"cannot print {type(e).__name__}")
 

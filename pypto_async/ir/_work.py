@@ -245,5 +245,5 @@ def overlaps(body) -> bool:
 def scatter_work(e) -> list[tuple[str, str]]:
     """What a scatter adds: the target's copy and the source's writes, as simple vector work."""
     t, s = e.target.type, e.src.type
-    width = max(t.dtype.itemsize, e.index.type.dtype.itemsize)
+    width = max(t.dtype.itemsize, e.index.type.dtype.itemsize if e.index is not None else 0)
     return [(f"vec_bytes{VEC_SIMPLE}", str((_numel(t.shape) + _numel(s.shape)) * width))]

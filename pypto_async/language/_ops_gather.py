@@ -280,12 +280,20 @@ def gather_row(dst, src, dst_offset, src_offset, shapes, transpose=False, *, val
         raise _err(f"{op}: valid_shape is not supported together with transpose=True")
     if valid_shape is not None:
         valid = list(valid_shape)
-        if len(valid) != len(shapes) or any(isinstance(v, bool) or not isinstance(v, int) for v in valid):
-            raise _err(f"{op}: valid_shape must be ints here, one per dimension (a window of a runtime extent is "
-                       f"not supported), got {valid}")
-        if any(not 0 < v <= s for v, s in zip(valid, shapes)):
-            raise _err(f"{op}: valid_shape {valid} must lie in shapes {shapes}")
-        shapes = valid
+        if len(valid) != len(shapes):
+            raise _err(f"{op}: valid_shape {valid} needs one extent per dimension of shapes {shapes}")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in valid):
+            if any(not 0 < v <= s for v, s in zip(valid, shapes)):
+                raise _err(f"{op}: valid_shape {valid} must lie in shapes {shapes}")
+            shapes = valid
+        else:  # runtime extents: the window's valid box is written where it lands, checked when it runs
+            from ._tracer import to_index
+
+            if len(shapes) != 2:
+                raise _err(f"{op}: a runtime valid_shape takes 2-D windows here")
+            win = load(src, list(src_offset), shapes, valid_shape=valid)
+            offs = tuple(to_index(o) for o in dst_offset)
+            return record(Scatter(d.var, win.var, None, "box", offs), op)
     win = load(src, list(src_offset), shapes)
     if transpose:
         from ._layout import transpose as tile_transpose
@@ -413,16 +421,22 @@ def scatter(input, dim=None, index=None, src=None, *, mask_pattern=None, dst=Non
     return record(Scatter(base.var, s.var, idx.var, "axis"), op)
 
 
-def tile_scatter(dst, src, indexes, *, mode="flat") -> Tile:
+def tile_scatter(dst, src, indexes, *, mode="flat", offsets=None) -> Tile:
     """``dst`` with ``dst.flat[indexes[i, j]] = src[i, j]`` (``pl.tile.scatter``; ``indexes`` has ``src``'s shape).
 
     A later write to one position wins; an index past ``dst`` fails the launch.
     ``mode=`` (``"axis"``: along each row; ``"rows"``: whole rows) is this
-    package's, as ``Program.as_python()`` prints the other scatters.
+    package's, as ``Program.as_python()`` prints the other scatters (``"box"``
+    with ``offsets=`` and no index: ``pl.gather_row``'s runtime box).
     """
+    from ._tracer import to_index
+
     op = "pl.tile.scatter"
     current(op)
-    d, s, i = _tile(dst, op, "dst"), _tile(src, op, "src"), _tile(indexes, op, "indexes")
+    d, s = _tile(dst, op, "dst"), _tile(src, op, "src")
+    if mode == "box":
+        return record(Scatter(d.var, s.var, None, "box", tuple(to_index(o) for o in offsets or ())), op)
+    i = _tile(indexes, op, "indexes")
     _int_index(i, op)
     return record(Scatter(d.var, s.var, i.var, mode), op)
 

@@ -365,3 +365,26 @@ def test_gathers_and_scatters_print_back_and_serialize():
     exec(compile(again, "<as_python>", "exec"), namespace)
     assert namespace["kern"].lower(*args).as_python(form="jit") == again  # and the text no longer changes
     assert ir.deserialize(ir.serialize(p)) == p
+
+
+def test_gather_row_with_a_runtime_valid_shape(launcher):
+    """Two runs split at a runtime row: only the valid box moves; a box past the destination fails the launch."""
+
+    @pl.jit
+    def k(src: pl.Tensor, n: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            r1 = pl.cast(pl.read(n, [0]), pl.INDEX)
+            kv = pl.create_l1([16, 8], pl.FP16)
+            kv = pl.gather_row(kv, src, [0, 0], [0, 0], [16, 8], valid_shape=[r1, 8])
+            kv = pl.gather_row(kv, src, [r1, 0], [16, 0], [16, 8], valid_shape=[16 - r1, 8])
+            pl.assemble(out, pl.move(kv, target_memory=pl.Mem.Vec), [0, 0])
+
+    src = np.random.default_rng(5).standard_normal((32, 8)).astype(np.float16)
+    out = poison((16, 8), np.float16)
+    c = k.compile(src, np.array([0], np.int32), out)
+    for r in (0, 5, 16):
+        out = poison((16, 8), np.float16)
+        launcher.run(c, src, np.array([r], np.int32), out)
+        np.testing.assert_array_equal(out, np.concatenate([src[:r], src[16:32 - r]]))
+    with pytest.raises(PtoError, match="outside"):
+        launcher.run(c, src, np.array([17], np.int32), out)
