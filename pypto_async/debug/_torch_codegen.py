@@ -74,6 +74,8 @@ from ..ir._nodes import (
     Unary,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 from ..ir._program import Program
 
@@ -249,6 +251,67 @@ def _sel(mask, a, b, shape):
     return torch.broadcast_to(torch.where(bit, a, b), tuple(shape))
 
 
+def _unsigned(index, bits):
+    """Indices as unsigned integers of their width (PyPTO's: -1 is past every extent)."""
+    v = index.to(torch.int64)
+    return v if bits >= 64 else v & ((1 << bits) - 1)
+
+
+def _gather(src, index, mode, dim, oob, bits, shape):
+    """A gather (the kernel's Gather): wrap, or clamp to the last element; 'zero' gives 0 past the extent."""
+    v = _unsigned(index, bits)
+    if mode == "block":
+        epb = max(1, 32 // src.element_size())
+        table = src.reshape(-1, epb)
+        v = v // 32
+    elif mode == "flat":
+        table = src.reshape(-1)
+    elif mode == "rows":
+        table, v = src, v.reshape(-1)
+    else:
+        table = src[tuple(slice(None) if d == dim else slice(0, e) for d, e in enumerate(index.shape))]
+    n = table.shape[dim] if mode == "axis" else table.shape[0]
+    pos = v % n if oob == "wrap" else torch.clamp(v, max=n - 1)
+    out = torch.gather(table, dim, pos) if mode == "axis" else table[pos]
+    if oob == "zero":
+        ok = v < n
+        while ok.dim() < out.dim():
+            ok = ok.unsqueeze(-1)
+        out = torch.where(ok, out, torch.zeros((), dtype=out.dtype))
+    return out.reshape(tuple(shape))
+
+
+def _scatter(target, src, index, mode, bits, offsets, valid):
+    """A scatter (the kernel's Scatter), in source order; an index outside the target raises, as the launch fails."""
+    out = target.clone()
+    if mode == "box":
+        r0, c0 = offsets
+        vr, vc = valid if valid is not None else src.shape
+        if vr < 0 or vc < 0 or r0 < 0 or c0 < 0 or r0 + vr > out.shape[0] or c0 + vc > out.shape[1]:
+            raise ValueError("pl.gather_row: the valid box is outside the destination")
+        out[r0:r0 + vr, c0:c0 + vc] = src[:vr, :vc]
+        return out
+    v = _unsigned(index, bits)
+    if mode == "axis":
+        for r in range(src.shape[0]):
+            for c in range(src.shape[1]):
+                if v[r, c] >= out.shape[1]:
+                    raise ValueError("pl.scatter: an index is outside the destination")
+                out[r, v[r, c]] = src[r, c]
+    elif mode == "flat":
+        flat = out.view(-1)
+        for k, (i, x) in enumerate(zip(v.reshape(-1).tolist(), src.reshape(-1))):
+            if i >= flat.numel():
+                raise ValueError("pl.tile.scatter: an index is outside the destination")
+            flat[i] = x
+    else:
+        for k, i in enumerate(v.reshape(-1).tolist()):
+            if i >= out.shape[0]:
+                raise ValueError("pl.scatter_update: an index is outside the destination")
+            out[i] = src[k]
+    return out
+
+
 def _check(name, t, shape, dtype):
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
         raise ValueError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
@@ -412,6 +475,16 @@ class _Gen:
             return f"{self.name(e.target)}.clone()"  # the window is written by the statement (see stmt)
         if isinstance(e, FillPad):
             return f"_pad({self.name(e.x)}, {self.valid(e.x.type)}, {e.pad!r})"
+        if isinstance(e, Gather):
+            bits = e.index.type.dtype.itemsize * 8
+            return (f"_gather({self.name(e.src)}, {self.name(e.index)}, {e.mode!r}, {e.dim}, {e.oob!r}, {bits}, "
+                    f"{self.ints(t.shape)})")
+        if isinstance(e, Scatter):
+            bits = e.index.type.dtype.itemsize * 8 if e.index is not None else 64
+            index = self.name(e.index) if e.index is not None else "None"
+            offsets = self.ints(e.offsets) if e.offsets else "()"
+            return (f"_scatter({self.name(e.target)}, {self.name(e.src)}, {index}, {e.mode!r}, {bits}, {offsets}, "
+                    f"{self.valid(e.src.type)})")
         raise PtoNotSupported(f"torch_codegen: {type(e).__name__} has no torch form here")
 
     def cast(self, e: Cast) -> str:
