@@ -69,7 +69,7 @@ from ._nodes import (
 )
 from ._program import Program
 from ._passes import view_loads
-from ._gather import emit_scatter
+from ._gather_c import emit_scatter
 from ._nodes import Scatter
 from ._work import scatter_work
 from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer

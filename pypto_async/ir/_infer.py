@@ -43,6 +43,7 @@ from ._nodes import (
     Scatter,
 )
 from ._bounds import check_window, index_range
+from ._gather import infer_gather, infer_scatter
 from ._diag import compile_error
 from ._layout import infer_layout
 from ._spaces import CREATE_TARGETS, LOAD_TARGETS, check_matmul_operand, check_move, check_space, check_vector_operand
@@ -162,8 +163,6 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         t = expr.x.type
         return TileType(t.shape, t.dtype, expr.memory, t.valid)
     if isinstance(expr, (Gather, Scatter)):
-        from ._gather import infer_gather, infer_scatter
-
         return infer_gather(expr, loc) if isinstance(expr, Gather) else infer_scatter(expr, loc)
     return infer_layout(expr, loc)
 
