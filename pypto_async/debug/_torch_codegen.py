@@ -312,6 +312,15 @@ def _scatter(target, src, index, mode, bits, offsets, valid):
     return out
 
 
+def _mscatter(t, value, index, bits):
+    """pl.mscatter: t.flat[index.flat[k]] = value.flat[k] in order; an index past the tensor raises."""
+    flat = t.view(-1)
+    for i, x in zip(_unsigned(index, bits).reshape(-1).tolist(), value.reshape(-1)):
+        if i >= flat.numel():
+            raise ValueError("pl.mscatter: an index is outside the tensor")
+        flat[i] = x.to(flat.dtype)
+
+
 def _check(name, t, shape, dtype):
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
         raise ValueError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
@@ -530,6 +539,9 @@ class _Gen:
                              f"{self.name(s.b)}.to(torch.float32)).to({dt})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
+        elif isinstance(s, Store) and s.index is not None:  # pl.mscatter
+            bits = s.index.type.dtype.itemsize * 8
+            self.emit(depth, f"_mscatter({s.param}, {self.name(s.value)}, {self.name(s.index)}, {bits})")
         elif isinstance(s, Store):
             atomic = s.atomic == "add"
             self.emit(depth, f"_store({s.param}, {self.name(s.value)}, {self.ints(s.offsets)}, "

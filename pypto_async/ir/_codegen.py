@@ -69,7 +69,7 @@ from ._nodes import (
 )
 from ._program import Program
 from ._passes import view_loads
-from ._gather_c import emit_scatter
+from ._gather_c import emit_scatter, emit_scatter_store
 from ._nodes import Scatter
 from ._work import scatter_work
 from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
@@ -346,6 +346,11 @@ class _Gen:
             self.transfer_work("load", q.name, s.expr.shape, s.expr.valid)
         elif isinstance(s, Assign) and isinstance(s.expr, Reduce):
             self.reduce(s.var, s.expr)
+        elif isinstance(s, Store) and s.index is not None:  # pl.mscatter
+            emit_scatter_store(self, s)
+            q = self.params[s.param]
+            n = _numel(s.value.type.shape)
+            self.add_work([("store_bytes", str(n * q.dtype.itemsize)), ("store_rows", str(n))])
         elif isinstance(s, Assign) and isinstance(s.expr, Scatter):
             emit_scatter(self, s.var, s.expr, s.loc)
             self.add_work(scatter_work(s.expr))

@@ -17,12 +17,13 @@ position wins).  An index outside the target fails the launch with
 from __future__ import annotations
 
 from .._dtypes import BOOL, DataType
+from .._signature import IN, SCALAR
 from ._diag import compile_error
 from ._nodes import GATHER_MODES, GATHER_OOB, SCATTER_MODES, Gather, IBin, IConst, Loc, Scatter, TileType
 from ._spaces import check_vector_operand
 from ._valid import normalize, require_full
 
-__all__ = ["infer_gather", "infer_scatter", "block_elems"]
+__all__ = ["infer_gather", "infer_scatter", "block_elems", "check_scatter_store"]
 
 
 def _numel(shape) -> int:
@@ -126,3 +127,25 @@ def infer_scatter(e: Scatter, loc: Loc | None) -> TileType:
             raise compile_error(f"{op}: a row update takes a [rows, d] target, [n, d] src and an index of n "
                                 f"elements, got {list(t.shape)}, {list(s.shape)}, {list(i.shape)}", loc)
     return TileType(t.shape, t.dtype, "Vec", t.valid)
+
+
+def check_scatter_store(s, params, loc: Loc | None) -> None:
+    """Check ``pl.mscatter``'s store (a :class:`~._nodes.Store` with an index): writable tensor, dtypes, shapes."""
+    op = "pl.mscatter"
+    p = params.get(s.param)
+    if p is None or p.direction == SCALAR:
+        raise compile_error(f"{op}: {s.param!r} is not a tensor parameter", loc)
+    if p.direction == IN:
+        raise compile_error(f"{op}: store to In parameter {p.name!r}: annotate it pl.Out[pl.Tensor] or "
+                            f"pl.InOut[pl.Tensor]", loc)
+    v, i = s.value.type, s.index.type
+    if v.dtype != p.dtype:
+        raise compile_error(f"{op}: src is {v.dtype.name} but tensor {p.name!r} is {p.dtype.name}", loc)
+    _check_index(s.index, op, loc)
+    check_vector_operand(s.value, op, loc)
+    require_full(s.value, op, loc)
+    require_full(s.index, op, loc)
+    if v.shape != i.shape:
+        raise compile_error(f"{op}: idx {list(i.shape)} must have src's shape {list(v.shape)}", loc)
+    if s.atomic is not None:
+        raise compile_error(f"{op}: an atomic scatter is not supported", loc)

@@ -15,7 +15,7 @@ from ._cexpr import index as c_index
 from ._nodes import Scatter
 from ._valid import extents
 
-__all__ = ["emit_scatter"]
+__all__ = ["emit_scatter", "emit_scatter_store"]
 
 
 def _numel(shape) -> int:
@@ -102,5 +102,30 @@ def _emit_box(gen, dst: str, tgt: str, src: str, e: Scatter, loc) -> None:
              f"bc + nc > {c}) {{ blk->fail(blk, PTO_EINVAL, {msg}); goto done; }}")
     gen.emit(f"for (int64_t i = 0; i < nr; i++) memcpy({dst} + (br + i) * {c} + bc, {src} + i * {sc}, "
              f"(size_t)nc * sizeof(*{dst}));")
+    gen.depth -= 1
+    gen.emit("}")
+
+
+def emit_scatter_store(gen, s) -> None:
+    """Emit ``pl.mscatter``: ``tensor.flat[index.flat[k]] = value.flat[k]`` in order, failing past the tensor."""
+    q = gen.params[s.param]
+    n_out = _numel(q.shape)
+    n = _numel(s.value.type.shape)
+    val, _, _ = gen.operand_src(s.value)
+    ind, _, _ = gen.operand_src(s.index)
+    gen.uses_blk = gen.uses_fail = True
+    where = f"{Path(s.loc.file).name}:{s.loc.line}: " if s.loc is not None else ""
+    if gen.task is not None:
+        where += f"task {gen.task}: "
+    msg = _c_string(f"{where}pl.mscatter: an index is outside tensor {s.param!r} ({n_out} elements)")
+    gen.emit("{ /* mscatter */")
+    gen.depth += 1
+    gen.emit(f"for (int64_t c = 0; c < {n}; c++) {{")
+    gen.emit(f"    const uint64_t v = {unsigned_index(f'{ind}[c]', s.index.type.dtype)};")
+    gen.emit(f"    if (v >= {n_out}u) {{ blk->fail(blk, PTO_EINVAL, {msg}); goto done; }}")
+    gen.depth += 1
+    gen.fused_store(s, f"{val}[c]", f"{gen.tensor_ptr(s.param)}[(int64_t)v]", "")
+    gen.depth -= 1
+    gen.emit("}")
     gen.depth -= 1
     gen.emit("}")

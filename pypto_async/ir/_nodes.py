@@ -526,7 +526,11 @@ class Update:
 class Store:
     """Write the valid region of ``value`` into ``param`` at ``offsets``.
 
-    ``atomic="add"`` adds into the tensor instead of overwriting it.
+    ``atomic="add"`` adds into the tensor instead of overwriting it.  With
+    ``index`` (``pl.mscatter``), element ``k`` of ``value`` (row-major) goes
+    to the tensor's row-major position ``index.flat[k]`` instead (``offsets``
+    are zeros): a write of the whole tensor, as far as dependencies go; an
+    index past the tensor fails the launch.
     """
 
     value: Var
@@ -534,6 +538,7 @@ class Store:
     offsets: tuple[IndexExpr, ...]
     loc: Loc | None = field(default=None, compare=False)
     atomic: str | None = None
+    index: Var | None = None
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,8 @@ def format_stmt(s, indent: int = 0) -> list[str]:
         return [f"{pad}%{s.acc.id} += matmul {_operand(s.a)}, {_operand(s.b)}"]
     if isinstance(s, Update):
         return [f"{pad}%{s.target.id} <- {_operand(s.value)}"]
+    if isinstance(s, Store) and s.index is not None:
+        return [f"{pad}mscatter {_operand(s.value)} -> {s.param}[at {_operand(s.index)}]"]
     if isinstance(s, Store):
         atomic = f" atomic {s.atomic}" if s.atomic else ""
         return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}{atomic}"]

@@ -284,6 +284,8 @@ class _Printer:
                 self.emit(depth, f"pl.matmul_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}")
+        elif isinstance(s, Store) and s.index is not None:
+            self.emit(depth, f"pl.mscatter({self.name(s.value)}, {self.name(s.index)}, {s.param})")
         elif isinstance(s, Store):
             atomic = ", atomic=pl.AtomicType.Add" if s.atomic == "add" else ""
             offs = _list(_index(o) for o in s.offsets)

@@ -17,9 +17,9 @@ Indices are read as unsigned integers of their width.  Out-of-range indices:
   outside the destination.
 
 ``mgather`` and ``mscatter`` reach a DDR tensor: ``mgather`` reads the
-whole tensor (a load the task's dependencies see) and ``mscatter`` reads and
-writes it whole (the rest of the tensor is written back unchanged), so tasks
-touching that tensor are ordered around them.
+whole tensor (a load the task's dependencies see) and ``mscatter`` writes
+only its elements, which the task graph counts as a write of the whole
+tensor, so tasks touching that tensor are ordered around them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ._layout import reshape
 from ._layout import slice as tile_slice
 from ._layout import tile_assemble
 from ._memory import _tile as tile_operand
-from ._memory import load, move, record, space_name, store
+from ._memory import load, move, record, space_name
 from ._tracer import TensorArg, Tile, current, user_loc
 from ._types import MemorySpace
 
@@ -512,11 +512,10 @@ def scatter_update(input, *args, **kwargs) -> Tile:
 def mscatter(src, idx, output_tensor):
     """Write ``output_tensor.flat[idx[i, j]] = src[i, j]`` into a DDR tensor and return it (``pl.mscatter``).
 
-    ``idx`` is an INT32 tile of ``src``'s shape; the rest of the tensor keeps
-    its values.  A later write to one element wins; an index past the tensor
-    fails the launch.  The tensor is read and written whole (see the module
-    doc), so two blocks of one ``pl.spmd`` kernel must not mscatter into the
-    same tensor.
+    ``idx`` is an INT32 tile of ``src``'s shape; only those elements are
+    written (blocks of one ``pl.spmd`` kernel may scatter into one tensor).
+    A later write to one element wins; an index past the tensor fails the
+    launch.
     """
     op = "pl.mscatter"
     current(op)
@@ -529,10 +528,19 @@ def mscatter(src, idx, output_tensor):
         raise _err(f"{op}: src is {s.dtype.name} but output_tensor is {output_tensor.dtype.name}")
     if s.shape != i.shape:
         raise _err(f"{op}: idx {list(i.shape)} must have src's shape {list(s.shape)}")
-    shape = list(output_tensor.shape)
-    whole = load(output_tensor, [0] * len(shape), shape)
-    out = record(Scatter(whole.var, s.var, i.var, "flat"), op)
-    return store(out, [0] * len(shape), output_tensor)
+    from ..ir._gather import check_scatter_store
+    from ..ir._nodes import IConst, Store
+
+    t = current(op)
+    loc = user_loc()
+    offs = getattr(output_tensor, "origin", None)
+    if offs is not None and any(not (isinstance(o, IConst) and o.value == 0) for o in offs) or \
+            tuple(output_tensor.shape) != tuple(t.params[output_tensor.name].shape):
+        raise _err(f"{op}: output_tensor must be a whole tensor parameter, not a window of one")
+    st = Store(s.var, output_tensor.name, tuple(IConst(0) for _ in output_tensor.shape), loc, None, i.var)
+    check_scatter_store(st, t.params, loc)
+    t.append(st)
+    return output_tensor
 
 
 def create_l1(shape, dtype, transpose=False) -> Tile:

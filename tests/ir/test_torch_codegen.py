@@ -358,13 +358,15 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
 
 @pl.jit
 def gathers(x: pl.Tensor, i: pl.Tensor, r: pl.Tensor, o: pl.Tensor, n: pl.Tensor, y: pl.Out[pl.Tensor],
-            w: pl.Out[pl.Tensor], b: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor], u: pl.Out[pl.Tensor]):
+            w: pl.Out[pl.Tensor], b: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor], u: pl.Out[pl.Tensor],
+            m: pl.InOut[pl.Tensor]):
     xt, it = pl.load(x, [0, 0], [8, 16]), pl.load(i, [0, 0], [8, 8])
     pl.store(pl.add(pl.gather(xt, dim=1, index=it), pl.tile.gather(xt, it)), [0, 0], y)
     pl.store(pl.mgather(x, pl.load(r, [0, 0], [1, 4]), gather_oob="zero"), [0, 0], w)
     pl.store(pl.gatherb(xt, pl.load(o, [0, 0], [8, 2])), [0, 0], b)
     v = pl.load(x, [0, 0], [8, 8])
     pl.store(pl.tile.scatter(pl.scatter(xt, dim=-1, index=it, src=v), v, it), [0, 0], z)
+    pl.mscatter(pl.load(x, [0, 0], [8, 2]), pl.cast(pl.load(o, [0, 0], [8, 2]), pl.INT32), m)
     with pl.at(level=pl.Level.CORE_GROUP):
         k = pl.cast(pl.read(n, [0]), pl.INDEX)
         acc = pl.scatter_update(pl.load(x, [0, 0], [8, 16]), -2, pl.load(r, [0, 0], [1, 4]),
@@ -379,7 +381,7 @@ def _gather_args(rng):
     r = np.array([[5, 1, 7, 2]], np.int32)
     o = (rng.permutation(16)[:16].reshape(8, 2) * 32).astype(np.uint32)
     return x, i, r, o, np.array([3], np.int32), poison((8, 8)), poison((4, 16)), poison((8, 16)), poison((8, 16)), \
-        poison((8, 16))
+        poison((8, 16)), rng.standard_normal(600).astype(np.float32)
 
 
 def test_gathers_and_scatters_reference(launcher, rng):
