@@ -484,6 +484,8 @@ class _Gen:
             return f"{self.name(e.target)}.clone()"  # the window is written by the statement (see stmt)
         if isinstance(e, FillPad):
             return f"_pad({self.name(e.x)}, {self.valid(e.x.type)}, {e.pad!r})"
+        if isinstance(e, Gather) and e.dtype is not None:
+            raise PtoNotSupported("torch_codegen: pl.gatherb with another output_dtype has no torch form here")
         if isinstance(e, Gather):
             bits = e.index.type.dtype.itemsize * 8
             return (f"_gather({self.name(e.src)}, {self.name(e.index)}, {e.mode!r}, {e.dim}, {e.oob!r}, {bits}, "

@@ -383,6 +383,8 @@ def _gather(e: Gather, dtype: DataType, el: Element) -> str:
     idx = el.idx
     src = e.src.type.shape
     ity = e.index.type.dtype
+    if e.mode == "block" and e.dtype is not None and e.dtype != e.src.type.dtype:
+        return _gather_bytes(e, dtype, el)
     if e.mode == "block":
         epb = block_elems(e.src.type.dtype)
         raw = el.at(e.index, [idx[0], f"{idx[1]} / {epb}"])
@@ -413,3 +415,24 @@ def _index_of_row(e: Gather, row: str) -> list[str]:
     if len(shape) == 1:
         return [row]
     return [row, "0"] if shape[1] == 1 else ["0", row]
+
+
+def _gather_bytes(e: Gather, dtype: DataType, el: Element) -> str:
+    """gatherb with another output dtype: element ``j`` of a row is read from the block's bytes as ``dtype``."""
+    idx = el.idx
+    size = dtype.itemsize
+    epb = block_elems(dtype)
+    raw = el.at(e.index, [idx[0], f"{idx[1]} / {epb}"])
+    n = math.prod(e.src.type.shape) // block_elems(e.src.type.dtype)
+    pos, ok = _policy(f"({unsigned_index(raw, e.index.type.dtype)} / 32u)", n, e.oob)
+    base = el.at(e.src, ["0"] * len(e.src.type.shape))
+    at = f"(const char *)&{base} + {pos} * 32 + ({idx[1]} % {epb}) * {size}"
+    storage = {2: "uint16_t"}.get(size, dtype.c_type) if dtype.is_float and size == 2 else dtype.c_type
+    word = f"({{ {storage} w_; __builtin_memcpy(&w_, {at}, {size}); w_; }})"
+    if dtype == FP16:
+        word = f"(float)({{ _Float16 h_; __builtin_memcpy(&h_, {at}, 2); h_; }})"
+    elif dtype == BF16:
+        word = f"pto_bf2f({word})"
+    if ok is None:
+        return word
+    return f"({ok} ? {word} : {literal(0, dtype)})"

@@ -85,12 +85,24 @@ def infer_gather(e: Gather, loc: Loc | None) -> TileType:
     if (src.shape[1] * src.dtype.itemsize) % 32:
         raise compile_error(f"{op}: gatherb's source rows must be whole 32-byte blocks, got {src.shape[1]} "
                             f"{src.dtype.name} elements", loc)
-    epb = block_elems(src.dtype)
+    out = e.dtype or src.dtype
+    if e.dtype is not None and e.dtype != src.dtype:
+        if _held_as_float(src.dtype) or out == BOOL or (out.is_float and out.itemsize == 1):
+            raise compile_error(f"{op}: gatherb reads {src.dtype.name} bytes as {out.name}: not supported here "
+                                f"(a {src.dtype.name} source is held as float by the sim, or the output is "
+                                f"{out.name}); reinterpret integer or FP32 sources as integer, FP32, FP16 or BF16",
+                                loc)
+    epb = block_elems(out)
     shape = (idx.shape[0], idx.shape[1] * epb)
     valid = None
     if idx.valid is not None:
         valid = normalize(shape, (idx.valid[0], IBin("*", idx.valid[1], IConst(epb))))
-    return TileType(shape, src.dtype, "Vec", valid)
+    return TileType(shape, out, "Vec", valid)
+
+
+def _held_as_float(dtype: DataType) -> bool:
+    """Tiles of FP16, BF16 and FP8 hold float values in the sim's buffers, not their bytes."""
+    return dtype.is_float and dtype.itemsize < 4
 
 
 def infer_scatter(e: Scatter, loc: Loc | None) -> TileType:

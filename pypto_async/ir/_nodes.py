@@ -465,6 +465,8 @@ class Gather:
     mode: str = "axis"
     dim: int = -1
     oob: str = "undefined"
+    #: ``"block"`` only: the dtype the gathered bytes are read as (``pl.gatherb(output_dtype=)``); None: src's.
+    dtype: DataType | None = None
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,9 @@ class _Printer:
             return f"pl.cmp({self.name(e.a)}, {self.operand(e.b)}, cmp_type={CMP_TYPES.index(e.cmp)})"
         if isinstance(e, Select):
             return f"pl.sel({self.name(e.mask)}, {self.name(e.a)}, {self.operand(e.b)})"
+        if isinstance(e, Gather) and e.mode == "block" and e.oob == "undefined":
+            out = "" if e.dtype is None else f", output_dtype=pl.{e.dtype.name}"
+            return f"pl.gatherb({self.name(e.src)}, {self.name(e.index)}{out})"
         if isinstance(e, Gather):
             mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
             dim = f", dim={e.dim}" if e.mode == "axis" else ""

@@ -205,16 +205,20 @@ def gatherb(src, offset, *, output_dtype=None) -> Tile:
     Offset ``[i, k]`` selects the block at that byte offset of the source
     (row-major); it fills output columns ``k * e`` to ``k * e + e - 1`` of
     row ``i``, ``e = 32 / sizeof(dtype)``.  An offset past the source reads
-    its last block.  ``output_dtype`` other than the source's is not
-    supported here.
+    its last block.  ``output_dtype`` reads the gathered bytes as another
+    dtype (then ``e = 32 / sizeof(output_dtype)``); an FP16/BF16 source is
+    not supported there.
     """
     op = "pl.gatherb"
     current(op)
     s, o = _tile(src, op, "src"), _tile(offset, op, "offset")
     if o.dtype != UINT32:
         raise _err(f"{op}: offset must be a UINT32 tile of byte offsets, got {o.dtype.name}")
-    _output_dtype(output_dtype, s, op)
-    return _gather(s, o, "block", op)
+    out = None
+    if output_dtype is not None:
+        out = as_dtype(output_dtype)
+        out = None if out == s.dtype else out
+    return record(Gather(s.var, o.var, "block", -1, "undefined", out), op)
 
 
 def mgather(mem, idx, coalesce="row", *, gather_oob="undefined", target_memory=MemorySpace.Vec, scratch=None,

@@ -346,6 +346,7 @@ def test_gathers_and_scatters_print_back_and_serialize():
         pl.store(pl.gather(xt, dim=1, index=it), [0, 0], y)
         pl.store(pl.mgather(mem, pl.load(r, [0, 0], [1, 4]), gather_oob="wrap"), [0, 0], w)
         pl.store(pl.gatherb(xt, pl.load(o, [0, 0], [4, 2])), [0, 0], b)
+        pl.store(pl.cast(pl.gatherb(xt, pl.load(o, [0, 0], [4, 2]), output_dtype=pl.INT32), pl.FP32), [0, 0], b)
         v = pl.load(x, [0, 0], [4, 8])
         pl.store(pl.scatter(xt, dim=-1, index=it, src=v), [0, 0], z)
         pl.store(pl.scatter_update(xt, -2, pl.load(r, [0, 0], [1, 4]), pl.load(x, [0, 0], [4, 16])), [0, 0], z)
@@ -355,7 +356,7 @@ def test_gathers_and_scatters_print_back_and_serialize():
             np.zeros((4, 16), np.float32), np.zeros((4, 16), np.float32), np.zeros((4, 16), np.float32))
     p = kern.lower(*args)
     src = p.as_python(form="jit")
-    for text in ('mode="axis", dim=1', 'mode="rows", gather_oob="wrap"', 'mode="block"', 'mode="axis")',
+    for text in ('mode="axis", dim=1', 'mode="rows", gather_oob="wrap"', "output_dtype=pl.INT32)", 'mode="axis")',
                  'mode="rows")'):
         assert text in src, src
     namespace: dict = {}
@@ -436,3 +437,23 @@ def test_mscatter_writes_only_its_elements_across_spmd_blocks_and_orders_its_rea
     want[idx.reshape(-1)] = src.reshape(-1)
     launcher.run(blocks.compile(src, idx, mid), src, idx, mid)
     np.testing.assert_array_equal(mid, want)
+
+
+def test_gatherb_reads_the_blocks_bytes_as_another_dtype(launcher, rng):
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, off: pl.Tensor, ya: pl.Out[pl.Tensor], yb: pl.Out[pl.Tensor],
+          yc: pl.Out[pl.Tensor]):
+        o = pl.load(off, [0, 0], [2, 2])
+        pl.store(pl.gatherb(pl.load(a, [0, 0], [1, 64]), o, output_dtype=pl.INT32), [0, 0], ya)
+        pl.store(pl.gatherb(pl.load(b, [0, 0], [1, 32]), o, output_dtype=pl.FP16), [0, 0], yb)
+        pl.store(pl.gatherb(pl.load(b, [0, 0], [1, 32]), o, output_dtype=pl.INT8), [0, 0], yc)
+
+    a = rng.integers(-30000, 30000, (1, 64)).astype(np.int16)
+    b = rng.standard_normal((1, 32)).astype(np.float32)
+    off = (rng.permutation(4).reshape(2, 2) * 32).astype(np.uint32)
+    ya, yb, yc = poison((2, 16), np.int32), poison((2, 32), np.float16), poison((2, 64), np.int8)
+    launcher.run(k.compile(a, b, off, ya, yb, yc), a, b, off, ya, yb, yc)
+    for src, y, dt in ((a, ya, np.int32), (b, yb, np.float16), (b, yc, np.int8)):
+        blocks = src.view(np.uint8).reshape(-1, 32)
+        want = blocks[off // 32].reshape(2, -1).view(dt)
+        np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8))
