@@ -77,6 +77,8 @@ from ..ir._nodes import (
     Unary,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 from ..ir._program import Program
 
@@ -281,6 +283,74 @@ def _part(both, a, b, va, vb):
 
     ina, inb = inside(va), inside(vb)
     return torch.where(inb, torch.where(ina, both, b), a)
+def _unsigned(index, bits):
+    """Indices as unsigned integers of their width (PyPTO's: -1 is past every extent)."""
+    v = index.to(torch.int64)
+    return v if bits >= 64 else v & ((1 << bits) - 1)
+
+
+def _gather(src, index, mode, dim, oob, bits, shape):
+    """A gather (the kernel's Gather): wrap, or clamp to the last element; 'zero' gives 0 past the extent."""
+    v = _unsigned(index, bits)
+    if mode == "block":
+        epb = max(1, 32 // src.element_size())
+        table = src.reshape(-1, epb)
+        v = v // 32
+    elif mode == "flat":
+        table = src.reshape(-1)
+    elif mode == "rows":
+        table, v = src, v.reshape(-1)
+    else:
+        table = src[tuple(slice(None) if d == dim else slice(0, e) for d, e in enumerate(index.shape))]
+    n = table.shape[dim] if mode == "axis" else table.shape[0]
+    pos = v % n if oob == "wrap" else torch.clamp(v, max=n - 1)
+    out = torch.gather(table, dim, pos) if mode == "axis" else table[pos]
+    if oob == "zero":
+        ok = v < n
+        while ok.dim() < out.dim():
+            ok = ok.unsqueeze(-1)
+        out = torch.where(ok, out, torch.zeros((), dtype=out.dtype))
+    return out.reshape(tuple(shape))
+
+
+def _scatter(target, src, index, mode, bits, offsets, valid):
+    """A scatter (the kernel's Scatter), in source order; an index outside the target raises, as the launch fails."""
+    out = target.clone()
+    if mode == "box":
+        r0, c0 = offsets
+        vr, vc = valid if valid is not None else src.shape
+        if vr < 0 or vc < 0 or r0 < 0 or c0 < 0 or r0 + vr > out.shape[0] or c0 + vc > out.shape[1]:
+            raise ValueError("pl.gather_row: the valid box is outside the destination")
+        out[r0:r0 + vr, c0:c0 + vc] = src[:vr, :vc]
+        return out
+    v = _unsigned(index, bits)
+    if mode == "axis":
+        for r in range(src.shape[0]):
+            for c in range(src.shape[1]):
+                if v[r, c] >= out.shape[1]:
+                    raise ValueError("pl.scatter: an index is outside the destination")
+                out[r, v[r, c]] = src[r, c]
+    elif mode == "flat":
+        flat = out.view(-1)
+        for k, (i, x) in enumerate(zip(v.reshape(-1).tolist(), src.reshape(-1))):
+            if i >= flat.numel():
+                raise ValueError("pl.tile.scatter: an index is outside the destination")
+            flat[i] = x
+    else:
+        for k, i in enumerate(v.reshape(-1).tolist()):
+            if i >= out.shape[0]:
+                raise ValueError("pl.scatter_update: an index is outside the destination")
+            out[i] = src[k]
+    return out
+
+
+def _mscatter(t, value, index, bits):
+    """pl.mscatter: t.flat[index.flat[k]] = value.flat[k] in order; an index past the tensor raises."""
+    flat = t.view(-1)
+    for i, x in zip(_unsigned(index, bits).reshape(-1).tolist(), value.reshape(-1)):
+        if i >= flat.numel():
+            raise ValueError("pl.mscatter: an index is outside the tensor")
+        flat[i] = x.to(flat.dtype)
 
 
 def _check(name, t, shape, dtype):
@@ -557,6 +627,18 @@ class _Gen:
                 return f"_sort32({xs}, {e.xs[0].type.dtype == FP16})"
             block = "None" if e.block_len is None else self.index(e.block_len)
             return f"_mrgsort([{xs}], {block})"
+        if isinstance(e, Gather) and e.dtype is not None:
+            raise PtoNotSupported("torch_codegen: pl.gatherb with another output_dtype has no torch form here")
+        if isinstance(e, Gather):
+            bits = e.index.type.dtype.itemsize * 8
+            return (f"_gather({self.name(e.src)}, {self.name(e.index)}, {e.mode!r}, {e.dim}, {e.oob!r}, {bits}, "
+                    f"{self.ints(t.shape)})")
+        if isinstance(e, Scatter):
+            bits = e.index.type.dtype.itemsize * 8 if e.index is not None else 64
+            index = self.name(e.index) if e.index is not None else "None"
+            offsets = self.ints(e.offsets) if e.offsets else "()"
+            return (f"_scatter({self.name(e.target)}, {self.name(e.src)}, {index}, {e.mode!r}, {bits}, {offsets}, "
+                    f"{self.valid(e.src.type)})")
         raise PtoNotSupported(f"torch_codegen: {type(e).__name__} has no torch form here")
 
     def cast(self, e: Cast) -> str:
@@ -605,6 +687,9 @@ class _Gen:
             self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {product}).to({dt})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
+        elif isinstance(s, Store) and s.index is not None:  # pl.mscatter
+            bits = s.index.type.dtype.itemsize * 8
+            self.emit(depth, f"_mscatter({s.param}, {self.name(s.value)}, {self.name(s.index)}, {bits})")
         elif isinstance(s, Store):
             atomic = s.atomic == "add"
             self.emit(depth, f"_store({s.param}, {self.name(s.value)}, {self.ints(s.offsets)}, "

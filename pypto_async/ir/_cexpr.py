@@ -19,6 +19,7 @@ import math
 
 from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E5M2, FP8E8M0, FP16, FP32, FP64, DataType
 from ..errors import PtoCompileError
+from ._gather import block_elems
 from ._infer import compute_dtype
 from ._nodes import (
     Assemble,
@@ -46,9 +47,10 @@ from ._nodes import (
     Slice,
     Transpose,
     Unary,
+    Gather,
 )
 
-__all__ = ["ctype", "literal", "index", "strides", "linear_at", "valid_cond", "Element", "element"]
+__all__ = ["ctype", "literal", "index", "strides", "linear_at", "valid_cond", "Element", "element", "unsigned_index"]
 
 #: ``pl.cast`` modes as ``pto_cvt_*`` take them (see pto_kernel_rt.h).
 CAST_MODE_CODES = {"none": 0, "rint": 0, "round": 1, "floor": 2, "ceil": 3, "trunc": 4, "odd": 5}
@@ -204,6 +206,8 @@ def element(e, dtype: DataType, el: Element) -> str:
         return _select(e, el)
     if isinstance(e, Generate):
         return _generate(e, ct, el)
+    if isinstance(e, Gather):
+        return _gather(e, dtype, el)
     return _layout(e, dtype, el)
 
 
@@ -440,3 +444,93 @@ def _layout(e, dtype: DataType, el: Element) -> str:
         written = el.at(e.source, [f"{i} - {index(o)}" for i, o in zip(idx, e.offsets)])
         return f"(({inside}) ? {written} : {el.operand(e.target)})"
     raise PtoCompileError(f"codegen: not an element-wise expression: {e!r}")
+
+
+# ---- gathers (pypto_async.ir._gather has their type rules) ---------------------------------
+
+
+def unsigned_index(value: str, dtype: DataType) -> str:
+    """C of an index element as an unsigned 64-bit integer of its width (``-1`` is past every extent)."""
+    bits = dtype.itemsize * 8
+    return f"((uint64_t)(uint{bits}_t)({value}))"
+
+
+def _policy(v: str, n: int, oob: str) -> tuple[str, str | None]:
+    """(C of the in-range position, C of the in-range test or None) for unsigned index ``v`` of extent ``n``."""
+    if oob == "wrap":
+        return f"(int64_t)({v} % {n}u)", None
+    clamped = f"(int64_t)({v} < {n}u ? {v} : {n - 1}u)"
+    if oob == "zero":
+        return clamped, f"({v} < {n}u)"
+    return clamped, None
+
+
+def _unravel(shape, k: str) -> list[str]:
+    out, stride = [], 1
+    dims = []
+    for d in reversed(shape):
+        dims.append((stride, d))
+        stride *= d
+    for stride, d in reversed(dims):
+        out.append(f"(({k}) / {stride}) % {d}" if stride != 1 else f"({k}) % {d}")
+    return out
+
+
+def _gather(e: Gather, dtype: DataType, el: Element) -> str:
+    """One element of a gather: its index read as unsigned, then the source where the mode says (see ``_gather``)."""
+    idx = el.idx
+    src = e.src.type.shape
+    ity = e.index.type.dtype
+    if e.mode == "block" and e.dtype is not None and e.dtype != e.src.type.dtype:
+        return _gather_bytes(e, dtype, el)
+    if e.mode == "block":
+        epb = block_elems(e.src.type.dtype)
+        raw = el.at(e.index, [idx[0], f"{idx[1]} / {epb}"])
+        n = math.prod(src) // epb  # blocks in the source
+        v = f"({unsigned_index(raw, ity)} / 32u)"  # a byte offset: its block
+        pos, ok = _policy(v, n, e.oob)
+        k = f"{pos} * {epb} + {idx[1]} % {epb}"
+        value = el.at(e.src, _unravel(src, k))
+    else:
+        v = unsigned_index(el.operand(e.index) if e.mode != "rows" else el.at(e.index, _index_of_row(e, idx[0])), ity)
+        if e.mode == "axis":
+            pos, ok = _policy(v, src[e.dim], e.oob)
+            dims = [pos if d == e.dim else idx[d] for d in range(len(src))]
+            value = el.at(e.src, dims)
+        elif e.mode == "flat":
+            pos, ok = _policy(v, math.prod(src), e.oob)
+            value = el.at(e.src, _unravel(src, pos))
+        else:
+            pos, ok = _policy(v, src[0], e.oob)
+            value = el.at(e.src, [pos, *idx[1:]])
+    if ok is None:
+        return value
+    return f"({ok} ? {value} : {literal(0, dtype)})"
+
+
+def _index_of_row(e: Gather, row: str) -> list[str]:
+    shape = e.index.type.shape
+    if len(shape) == 1:
+        return [row]
+    return [row, "0"] if shape[1] == 1 else ["0", row]
+
+
+def _gather_bytes(e: Gather, dtype: DataType, el: Element) -> str:
+    """gatherb with another output dtype: element ``j`` of a row is read from the block's bytes as ``dtype``."""
+    idx = el.idx
+    size = dtype.itemsize
+    epb = block_elems(dtype)
+    raw = el.at(e.index, [idx[0], f"{idx[1]} / {epb}"])
+    n = math.prod(e.src.type.shape) // block_elems(e.src.type.dtype)
+    pos, ok = _policy(f"({unsigned_index(raw, e.index.type.dtype)} / 32u)", n, e.oob)
+    base = el.at(e.src, ["0"] * len(e.src.type.shape))
+    at = f"(const char *)&{base} + {pos} * 32 + ({idx[1]} % {epb}) * {size}"
+    storage = {2: "uint16_t"}.get(size, dtype.c_type) if dtype.is_float and size == 2 else dtype.c_type
+    word = f"({{ {storage} w_; __builtin_memcpy(&w_, {at}, {size}); w_; }})"
+    if dtype == FP16:
+        word = f"(float)({{ _Float16 h_; __builtin_memcpy(&h_, {at}, 2); h_; }})"
+    elif dtype == BF16:
+        word = f"pto_bf2f({word})"
+    if ok is None:
+        return word
+    return f"({ok} ? {word} : {literal(0, dtype)})"

@@ -71,6 +71,9 @@ from ._program import Program
 from ._nodes import Order
 from ._codegen_order import PHILOX_C, emit_order
 from ._passes import view_loads
+from ._gather_c import emit_scatter, emit_scatter_store
+from ._nodes import Scatter
+from ._work import scatter_work
 from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
@@ -353,6 +356,14 @@ class _Gen:
             self.reduce(s.var, s.expr)
         elif isinstance(s, Assign) and isinstance(s.expr, Order):  # argmax / argmin, sort32, mrgsort
             emit_order(self, s)
+        elif isinstance(s, Store) and s.index is not None:  # pl.mscatter
+            emit_scatter_store(self, s)
+            q = self.params[s.param]
+            n = _numel(s.value.type.shape)
+            self.add_work([("store_bytes", str(n * q.dtype.itemsize)), ("store_rows", str(n))])
+        elif isinstance(s, Assign) and isinstance(s.expr, Scatter):
+            emit_scatter(self, s.var, s.expr, s.loc)
+            self.add_work(scatter_work(s.expr))
         elif isinstance(s, Assign) and isinstance(s.expr, Matmul):
             self.matmul(s.var, s.expr.a, s.expr.b, accumulate=False, bias=s.expr.bias,
                         scales=(s.expr.a_scale, s.expr.b_scale))

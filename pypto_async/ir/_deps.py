@@ -270,6 +270,8 @@ def _region_accesses(body, env, spans=None) -> list[Access]:
     for s in body:
         if isinstance(s, Assign) and isinstance(s.expr, Load):
             out.append(Access(s.expr.param, True, False, _box(s.expr.offsets, s.expr.shape, env, spans)))
+        elif isinstance(s, Store) and s.index is not None:  # pl.mscatter: anywhere in the tensor
+            out.append(Access(s.param, False, True, None))
         elif isinstance(s, Store):
             out.append(Access(s.param, False, True, _box(s.offsets, s.value.type.shape, env, spans)))
         elif isinstance(s, Fused):

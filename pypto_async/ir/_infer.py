@@ -40,8 +40,11 @@ from ._nodes import (
     TileType,
     Unary,
     Var,
+    Gather,
+    Scatter,
 )
 from ._bounds import check_window, index_range
+from ._gather import infer_gather, infer_scatter
 from ._diag import compile_error
 from ._layout import infer_layout
 from ._nodes import Generate, Order
@@ -171,6 +174,8 @@ def infer_expr(expr, params: dict[str, Param], loc: Loc | None) -> TileType:
         return TileType(t.shape, t.dtype, expr.memory, t.valid)
     if isinstance(expr, (Generate, Order)):  # pl.arange / pl.tri / pl.random; argmax and the sorts
         return infer_generate(expr, loc) if isinstance(expr, Generate) else infer_order(expr, loc)
+    if isinstance(expr, (Gather, Scatter)):
+        return infer_gather(expr, loc) if isinstance(expr, Gather) else infer_scatter(expr, loc)
     return infer_layout(expr, loc)
 
 

@@ -88,6 +88,11 @@ __all__ = [
     "ACC_PHASES",
     "PART_OPS",
     "Bitcast",
+    "Gather",
+    "Scatter",
+    "GATHER_MODES",
+    "SCATTER_MODES",
+    "GATHER_OOB",
 ]
 
 UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "relu", "not_")
@@ -459,11 +464,58 @@ class Bitcast:
     shape: tuple[int, ...]
 
 
+#: How a :class:`Gather` finds its source element: ``"axis"`` (``torch.gather`` along ``dim``), ``"flat"``
+#: (the source's row-major position), ``"rows"`` (a whole source row per index), ``"block"``
+#: (``pl.gatherb``: a 32-byte block per byte offset).
+GATHER_MODES = ("axis", "flat", "rows", "block")
+#: A :class:`Scatter`'s destination: along the last axis of each row, at a flat position, or a whole row.
+SCATTER_MODES = ("axis", "flat", "rows", "box")
+#: What a gather does with an index past its extent (PyPTO's ``gather_oob=``; indices read as unsigned):
+#: ``"undefined"`` and ``"clamp"`` take the last element, ``"wrap"`` the index modulo the extent,
+#: ``"zero"`` gives 0.  No policy reads outside the source.
+GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Elements of ``src`` at the positions an integer ``index`` tile holds (``pl.gather`` and kin).
+
+    Computed element by element over the result (it fuses), reading ``src``
+    where ``index`` says; see :data:`GATHER_MODES` and :data:`GATHER_OOB`.
+    """
+
+    src: Var
+    index: Var
+    mode: str = "axis"
+    dim: int = -1
+    oob: str = "undefined"
+    #: ``"block"`` only: the dtype the gathered bytes are read as (``pl.gatherb(output_dtype=)``); None: src's.
+    dtype: DataType | None = None
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """``target`` with the elements of ``src`` written where ``index`` says (``pl.scatter`` and kin).
+
+    In index order, a later write to one position wins; an index outside
+    ``target`` fails the launch (nothing is written outside it).  Mode
+    ``"box"`` (``pl.gather_row`` with a runtime ``valid_shape``) has no
+    index: it writes ``src``'s valid box into ``target`` at ``offsets``, and
+    a box outside ``target`` fails the launch.
+    """
+
+    target: Var
+    src: Var
+    index: Var | None
+    mode: str = "axis"
+    offsets: tuple[IndexExpr, ...] = ()
+
+
 Expr = Union[Load, Unary, Binary, Cast, Full, Reduce, Matmul, Move, Broadcast, Reshape, Transpose, Slice, Concat,
-             Assemble, FillPad, Compare, Select, Bitcast]
+             Assemble, FillPad, Compare, Select, Bitcast, Gather, Scatter]
 #: Expressions computed element by element over their result's shape (fusable).
 ELEMENTWISE = (Load, Unary, Binary, Cast, Full, Move, Broadcast, Reshape, Transpose, Slice, Concat, Assemble, FillPad,
-               Compare, Select)
+               Compare, Select, Gather)
 ELEMENTWISE += (Bitcast,)
 
 
@@ -503,7 +555,11 @@ class Update:
 class Store:
     """Write the valid region of ``value`` into ``param`` at ``offsets``.
 
-    ``atomic="add"`` adds into the tensor instead of overwriting it.
+    ``atomic="add"`` adds into the tensor instead of overwriting it.  With
+    ``index`` (``pl.mscatter``), element ``k`` of ``value`` (row-major) goes
+    to the tensor's row-major position ``index.flat[k]`` instead (``offsets``
+    are zeros): a write of the whole tensor, as far as dependencies go; an
+    index past the tensor fails the launch.
     """
 
     value: Var
@@ -511,6 +567,7 @@ class Store:
     offsets: tuple[IndexExpr, ...]
     loc: Loc | None = field(default=None, compare=False)
     atomic: str | None = None
+    index: Var | None = None
 
 
 @dataclass(frozen=True)

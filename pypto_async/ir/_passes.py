@@ -19,6 +19,7 @@ from dataclasses import replace
 from ..errors import PtoCompileError
 from ._bounds import RUNTIME
 from ._infer import check_acc_phase, check_load, check_matmul_acc, check_store, compile_error, compute_dtype, infer_expr
+from ._gather import check_scatter_store
 from ._layout import check_tile_window
 from ._nodes import (
     ELEMENTWISE,
@@ -51,6 +52,8 @@ from ._nodes import (
     Unary,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 from ._program import Program
 
@@ -84,6 +87,10 @@ def expr_inputs(expr) -> list[Var]:
         return [x for x in (expr.mask, expr.a, expr.b) if isinstance(x, Var)]
     if isinstance(expr, Order):
         return list(expr.xs)
+    if isinstance(expr, Gather):
+        return [expr.src, expr.index]
+    if isinstance(expr, Scatter):
+        return [x for x in (expr.target, expr.src, expr.index) if x is not None]
     return []
 
 
@@ -95,7 +102,7 @@ def _stmt_inputs(s) -> list[Var]:
     if isinstance(s, Update):
         return [s.target, s.value]
     if isinstance(s, Store):
-        return [s.value]
+        return [s.value] if s.index is None else [s.value, s.index]
     return []
 
 
@@ -163,6 +170,10 @@ def infer_and_check(program: Program) -> Program:
                 t, v = s.target.type, s.value.type
                 if (t.shape, t.dtype, t.valid) != (v.shape, v.dtype, v.valid):
                     raise compile_error(f"loop-carried tile %{s.target.id} is {t}, but its next value is {v}", s.loc)
+            elif isinstance(s, Store) and s.index is not None:  # pl.mscatter
+                use(s.value, s.loc)
+                use(s.index, s.loc)
+                check_scatter_store(s, params, s.loc)
             elif isinstance(s, Store):
                 use(s.value, s.loc)
                 check_store(s.value, s.param, s.offsets, params, ranges, s.loc, s.atomic)
@@ -231,7 +242,7 @@ def eliminate_dead_tiles(program: Program) -> Program:
 # ---- pass 3: element-wise fusion -------------------------------------------------
 
 #: Compare reads 8 source elements per mask byte, Select a mask byte per 8 elements.
-_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select)
+_REINDEXING = (Reshape, Transpose, Slice, Concat, Assemble, Compare, Select, Gather)
 _REINDEXING += (Bitcast,)  # reads its source's bytes at other positions
 
 
@@ -338,6 +349,10 @@ def fuse_elementwise(program: Program) -> Program:
                     flush_if(lambda g: param in g.stores)
                 g = open_.get(shape) or open_.setdefault(shape, _Group(shape))
                 g.add(s)
+            elif isinstance(s, Store) and s.index is not None:  # pl.mscatter: a statement of its own
+                ins = {v.id for v in _stmt_inputs(s)}
+                flush_if(lambda g: g.defs & ins or s.param in g.loads or s.param in g.stores)
+                out.append(s)
             elif isinstance(s, Store):
                 shape = s.value.type.shape
                 param = s.param

@@ -35,6 +35,8 @@ from ._nodes import (
     Store,
     Unary,
     Compare,
+    Gather,
+    Scatter,
     Select,
     Generate,
     Order,
@@ -116,6 +118,13 @@ def _expr(e) -> str:
         option = {"ci": " descending" if e.option else "", "tri": " upper" if e.option else " lower",
                   "random": f" rounds {e.option}"}[e.kind]
         return f"{e.kind} {', '.join(format_index(a) for a in e.args)}{option}"
+    if isinstance(e, Gather):
+        dim = f" dim {e.dim}" if e.mode == "axis" else ""
+        oob = "" if e.oob == "undefined" else f" oob {e.oob}"
+        return f"gather.{e.mode} {_operand(e.src)} at {_operand(e.index)}{dim}{oob}"
+    if isinstance(e, Scatter):
+        at = _operand(e.index) if e.index is not None else _offsets(e.offsets)
+        return f"scatter.{e.mode} {_operand(e.src)} into {_operand(e.target)} at {at}"
     return repr(e)
 
 
@@ -133,6 +142,8 @@ def format_stmt(s, indent: int = 0) -> list[str]:
         return [f"{pad}%{s.acc.id} += matmul {_operand(s.a)}, {_operand(s.b)}"]
     if isinstance(s, Update):
         return [f"{pad}%{s.target.id} <- {_operand(s.value)}"]
+    if isinstance(s, Store) and s.index is not None:
+        return [f"{pad}mscatter {_operand(s.value)} -> {s.param}[at {_operand(s.index)}]"]
     if isinstance(s, Store):
         atomic = f" atomic {s.atomic}" if s.atomic else ""
         return [f"{pad}store {_operand(s.value)} -> {s.param}{_offsets(s.offsets)}{atomic}"]

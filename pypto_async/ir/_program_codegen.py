@@ -306,6 +306,8 @@ def _body_accesses(body) -> list[tuple]:
     for st in body:
         if isinstance(st, Assign) and isinstance(st.expr, Load):
             out.append((st.expr.param, True, False, st.expr.offsets, st.expr.shape))
+        elif isinstance(st, Store) and st.index is not None:  # pl.mscatter: the whole tensor (no window)
+            out.append((st.param, False, True, (), ()))
         elif isinstance(st, Store):
             out.append((st.param, False, True, st.offsets, st.value.type.shape))
         elif isinstance(st, Fused):

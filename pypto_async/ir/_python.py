@@ -62,6 +62,8 @@ from ._nodes import (
     Order,
     Update,
     Var,
+    Gather,
+    Scatter,
 )
 
 if TYPE_CHECKING:  # annotations only: _program imports this module
@@ -246,6 +248,20 @@ class _Printer:
             if e.kind == "tri":
                 return f"pl.tri({args}, {_ints(e.shape)}{valid}, dtype=pl.{t.dtype.name}, upper={bool(e.option)})"
             return f"pl.tile.random({args}, {_ints(e.shape)}{valid}, dtype=pl.{t.dtype.name}, rounds={e.option})"
+        if isinstance(e, Gather) and e.mode == "block" and e.oob == "undefined":
+            out = "" if e.dtype is None else f", output_dtype=pl.{e.dtype.name}"
+            return f"pl.gatherb({self.name(e.src)}, {self.name(e.index)}{out})"
+        if isinstance(e, Gather):
+            mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
+            dim = f", dim={e.dim}" if e.mode == "axis" else ""
+            oob = "" if e.oob == "undefined" else f', gather_oob="{e.oob}"'
+            return f"pl.tile.gather({self.name(e.src)}, {self.name(e.index)}{mode}{dim}{oob})"
+        if isinstance(e, Scatter):
+            mode = "" if e.mode == "flat" else f', mode="{e.mode}"'
+            if e.index is None:
+                offs = _list(_index(o) for o in e.offsets)
+                return f"pl.tile.scatter({self.name(e.target)}, {self.name(e.src)}, None{mode}, offsets={offs})"
+            return f"pl.tile.scatter({self.name(e.target)}, {self.name(e.src)}, {self.name(e.index)}{mode})"
         raise ValueError(f"cannot print {type(e).__name__}")
 
     def emit(self, depth: int, line: str) -> None:
@@ -300,6 +316,8 @@ class _Printer:
                 self.emit(depth, f"pl.matmul_acc({self.name(s.acc)}, {self.name(s.a)}, {self.name(s.b)})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}")
+        elif isinstance(s, Store) and s.index is not None:
+            self.emit(depth, f"pl.mscatter({self.name(s.value)}, {self.name(s.index)}, {s.param})")
         elif isinstance(s, Store):
             atomic = ", atomic=pl.AtomicType.Add" if s.atomic == "add" else ""
             offs = _list(_index(o) for o in s.offsets)

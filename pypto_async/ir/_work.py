@@ -64,11 +64,12 @@ from ._nodes import (
     Transpose,
     Unary,
     Var,
+    Gather,
 )
 
 __all__ = ["VEC_SIMPLE", "VEC_SPECIAL", "VEC_REDUCE", "CUBE_F16", "CUBE_F32", "CUBE_I8", "FIELDS",
            "transfer", "member_work", "reduce_work", "matmul_work", "cube_index", "overlaps", "vec_class",
-           "fixpipe_work", "acc_reads"]
+           "fixpipe_work", "acc_reads", "scatter_work"]
 
 # The pto_work indices (pto_kernel.h: PTO_VEC_*, PTO_CUBE_*).
 VEC_SIMPLE, VEC_SPECIAL, VEC_REDUCE = 0, 1, 2
@@ -157,7 +158,7 @@ def vec_class(expr) -> int | None:
         return VEC_SPECIAL if expr.op in _SPECIAL_BINARY else VEC_SIMPLE
     if isinstance(expr, Broadcast):
         return VEC_REDUCE
-    if isinstance(expr, (Cast, Full, Compare, Select, FillPad, Transpose, Concat, Assemble)):
+    if isinstance(expr, (Cast, Full, Compare, Select, FillPad, Transpose, Concat, Assemble, Gather)):
         return VEC_SIMPLE
     if isinstance(expr, Generate):  # pl.arange, pl.tri; pl.random runs a cipher per element
         return VEC_SPECIAL if expr.kind == "random" else VEC_SIMPLE
@@ -166,7 +167,7 @@ def vec_class(expr) -> int | None:
 
 _OPERANDS = {Unary: ("x",), Cast: ("x",), FillPad: ("x",), Transpose: ("x",), Broadcast: ("x",), Bitcast: ("x",),
              Binary: ("a", "b"), Concat: ("a", "b"), Compare: ("a", "b"), Select: ("a", "b"),
-             Assemble: ("target", "source")}
+             Assemble: ("target", "source"), Gather: ("src", "index")}
 
 
 def _width(expr, out: Var) -> int:
@@ -245,3 +246,10 @@ def overlaps(body) -> bool:
             return True
     return False
 
+
+
+def scatter_work(e) -> list[tuple[str, str]]:
+    """What a scatter adds: the target's copy and the source's writes, as simple vector work."""
+    t, s = e.target.type, e.src.type
+    width = max(t.dtype.itemsize, e.index.type.dtype.itemsize if e.index is not None else 0)
+    return [(f"vec_bytes{VEC_SIMPLE}", str((_numel(t.shape) + _numel(s.shape)) * width))]

@@ -64,6 +64,8 @@ from ._ops_mx import MxLayout
 
 #: PyPTO's MX scale layouts (the third item of a scale tensor's pl.Tensor[...]).
 MX_A_ZZ, MX_B_NN = MxLayout.MX_A_ZZ, MxLayout.MX_B_NN
+from ._ops_gather import *  # noqa: F401,F403
+from ._ops_gather import __all__ as _ops_gather_all
 from ._runtime_scalars import read, write
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx, split_aiv
 from ._submit import dump_tag, get_block_idx, no_dep, spmd_submit, submit
@@ -216,4 +218,5 @@ __all__ = [
     "PipeType",
     "MX_A_ZZ",
     "MX_B_NN",
+    *_ops_gather_all,
 ]

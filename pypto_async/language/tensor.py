@@ -73,6 +73,7 @@ from ._ops import (
 )
 from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
 from ._program import create_tensor, window
+from ._ops_gather import gather, gather_row, paged_gather, scatter, scatter_update
 from ._runtime_scalars import read
 from ._submit import dump_tag
 from ._tracer import Index, TensorArg, current, user_loc
@@ -153,6 +154,11 @@ __all__ = [
     "ci",
     "arange",
     "random",
+    "gather",
+    "gather_row",
+    "paged_gather",
+    "scatter",
+    "scatter_update",
     "create_l1",
 ]
 

@@ -49,6 +49,9 @@ from ._ops_index import tile_mrgsort as mrgsort  # noqa: E402
 from ._ops_index import tile_random as random  # noqa: E402
 from ._ops_mx import *  # noqa: F401,F403
 from ._ops_mx import __all__ as _ops_mx_all
+from ._ops_gather import MaskPattern, gather_mask, gather_row, gatherb, mgather, mscatter, scatter_mask, scatter_update
+from ._ops_gather import tile_gather as gather
+from ._ops_gather import tile_scatter as scatter
 
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
@@ -126,6 +129,16 @@ __all__ = [
     "arange",
     "random",
     *_ops_mx_all,
+    "MaskPattern",
+    "gather",
+    "gather_mask",
+    "gather_row",
+    "gatherb",
+    "mgather",
+    "mscatter",
+    "scatter",
+    "scatter_mask",
+    "scatter_update",
 ]
 
 from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, part_*, row_prod, ... (PyPTO's tile names)
