@@ -62,7 +62,7 @@ __all__ = ["is_task_program", "program_graph", "warn_serial", "generate_program_
            "PROGRAM_CODEGEN_VERSION", "runtime_shaped"]
 
 #: Bumped when the generated program C changes (part of the artifact's IR hash).
-PROGRAM_CODEGEN_VERSION = "7"
+PROGRAM_CODEGEN_VERSION = "8"
 
 
 def program_symbol(symbol: str) -> str:
