@@ -133,14 +133,23 @@ sys.path[:0] = [{root!r}]
 import numpy as np
 import pytest
 from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.testing import hold
 
 warnings.simplefilter("ignore")  # the "dropped N command(s)" of a cut-short close
 CFG = RunConfig(platform="sim", cores=1, copy_engines=1, device_memory=256 << 20)
 SIZE = 8 << 20  # float32 elements: 32 MiB per copy
 
 
-def queue_copies(w):
-    for t in [w.alloc_tensor((SIZE,), "float32") for _ in range(4)]:
+HELD = []
+
+
+def queue_copies(w, hold_last=False):
+    for i, t in enumerate([w.alloc_tensor((SIZE,), "float32") for _ in range(4)]):
+        if hold_last and i == 3:
+            # The last copy waits behind a latch nobody releases (kept from the collector), so the
+            # close's drain must suspend however fast the first three copies go.
+            HELD.append(hold(w.default_stream, timeout=30))
+            HELD[-1].__enter__()
         w.copy(t, np.ones(SIZE, np.float32))  # not awaited: only the launch holds the array
 
 
@@ -156,7 +165,7 @@ async def asyncio_wait_for():
 
 async def asyncio_cancel():
     w = await ChipWorker(CFG).open()
-    queue_copies(w)
+    queue_copies(w, hold_last=True)
     task = asyncio.ensure_future(w.aclose())
     await asyncio.sleep(0)  # it suspends in its drain
     task.cancel()
