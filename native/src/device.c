@@ -92,6 +92,7 @@ static void destroy_sync(pto_device *dev)
     pthread_mutex_destroy(&dev->core_lock);
     pthread_cond_destroy(&dev->core_cv);
     pthread_mutex_destroy(&dev->obj_lock);
+    pthread_mutex_destroy(&dev->rung_lock);
 }
 
 /*
@@ -164,6 +165,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     pthread_cond_init(&dev->core_cv, NULL);
     pti_mutex_init(&dev->trace_lock);
     pti_mutex_init(&dev->obj_lock);
+    pti_mutex_init(&dev->rung_lock);
     pti_link_init(&dev->events);
     pti_link_init(&dev->latches);
     pti_link_init(&dev->kernels);
@@ -299,6 +301,7 @@ void pto_device_close(pto_device *dev)
     pti_fences_fini(dev);
     free(dev->streams);
     free(dev->order);
+    free(dev->rung);
     while (dev->events.next != &dev->events) {
         pto_event *e = PTI_CONTAINER(dev->events.next, pto_event, link);
         pto_event_destroy(e);

@@ -541,6 +541,7 @@ struct pto_stream {
     /* scheduler side, under sched_lock */
     struct pto_link ready;        /* dev->ready while on_ready (sched.c) */
     bool on_ready;                /* on dev->ready: it may have work to start */
+    size_t rung_at;               /* its index in dev->rung once it has a ring */
     pto_stream *bell_next;        /* dev->doorbell link while bell is set */
     atomic_int bell;              /* 1 while s is on dev->doorbell (seq_cst; sched.c) */
     struct pto_run run;           /* the head command while it is on an engine */
@@ -1185,6 +1186,15 @@ struct pto_device {
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;
+    /*
+     * The streams that have a ring (were ever given work), in no order: the
+     * device model's turn looks at these only, so open streams that never got
+     * work cost it nothing.  rung_lock is a leaf lock (taken under sched_lock
+     * or a stream's submit_lock, never the other way round).
+     */
+    pthread_mutex_t rung_lock;
+    pto_stream **rung;
+    size_t n_rung, cap_rung;
     pto_stream **order;           /* by priority (desc), then id */
     struct pto_link ready;        /* streams that may have work, priority order (sched.c) */
     _Atomic(pto_stream *) doorbell; /* streams submitters found idle, not yet on ready (sched.c) */

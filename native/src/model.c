@@ -775,15 +775,21 @@ static bool bound_of(pto_device *dev, pto_stream *t, uint64_t *lb)
 /* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
 static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
 {
-    for (size_t i = 0; i < dev->n_streams; i++) {
-        pto_stream *t = dev->streams[i];
+    /* Only streams with a ring can bring work before the host submits more (dev->rung). */
+    bool turn = true;
+    pthread_mutex_lock(&dev->rung_lock);
+    for (size_t i = 0; i < dev->n_rung; i++) {
+        pto_stream *t = dev->rung[i];
         uint64_t lb;
         if (t == s || !bound_of(dev, t, &lb))
             continue;
-        if (lb < ready || (lb == ready && t->id < s->id))
-            return false; /* t may still bring a copy ready before this one: it goes first */
+        if (lb < ready || (lb == ready && t->id < s->id)) {
+            turn = false; /* t may still bring a copy ready before this one: it goes first */
+            break;
+        }
     }
-    return true;
+    pthread_mutex_unlock(&dev->rung_lock);
+    return turn;
 }
 
 bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t start,
@@ -819,12 +825,14 @@ void pti_model_unpark(pto_device *dev)
     while (m->nparked) {
         /* The parked copy first in modeled order (ready time, then stream id), if its turn has come. */
         pto_stream *first = NULL;
-        for (size_t i = 0; i < dev->n_streams; i++) {
-            pto_stream *t = dev->streams[i];
+        pthread_mutex_lock(&dev->rung_lock); /* a parked stream has a ring */
+        for (size_t i = 0; i < dev->n_rung; i++) {
+            pto_stream *t = dev->rung[i];
             if (t->parked == 1 && (!first || t->park_ready < first->park_ready ||
                                    (t->park_ready == first->park_ready && t->id < first->id)))
                 first = t;
         }
+        pthread_mutex_unlock(&dev->rung_lock);
         if (!first || !copy_turn(dev, first, first->park_ready))
             break;
         uint64_t head = atomic_load_explicit(&first->head, memory_order_relaxed);

@@ -61,17 +61,41 @@ int pti_ring_alloc(pto_stream *s)
         free(heap);
         return -1;
     }
+    pto_device *dev = s->dev;
+    pthread_mutex_lock(&dev->rung_lock);
+    if (dev->n_rung == dev->cap_rung) {
+        size_t ncap = dev->cap_rung ? dev->cap_rung * 2 : 16;
+        pto_stream **nr = realloc(dev->rung, ncap * sizeof(*nr));
+        if (!nr) {
+            pthread_mutex_unlock(&dev->rung_lock);
+            free(ring);
+            free(heap);
+            return -1;
+        }
+        dev->rung = nr;
+        dev->cap_rung = ncap;
+    }
+    s->rung_at = dev->n_rung;
+    dev->rung[dev->n_rung++] = s;
     s->heap = heap;
     s->ring = ring;
-    atomic_fetch_add_explicit(&s->dev->rings_allocated, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&dev->rung_lock);
+    atomic_fetch_add_explicit(&dev->rings_allocated, 1, memory_order_relaxed);
     return 0;
 }
 
 /* Free s's ring and heap, if it has them (s is being freed). */
 void pti_ring_free(pto_stream *s)
 {
-    if (s->ring)
-        atomic_fetch_sub_explicit(&s->dev->rings_allocated, 1, memory_order_relaxed);
+    if (s->ring) {
+        pto_device *dev = s->dev;
+        pthread_mutex_lock(&dev->rung_lock);
+        pto_stream *last = dev->rung[--dev->n_rung];
+        dev->rung[s->rung_at] = last;
+        last->rung_at = s->rung_at;
+        pthread_mutex_unlock(&dev->rung_lock);
+        atomic_fetch_sub_explicit(&dev->rings_allocated, 1, memory_order_relaxed);
+    }
     free(s->ring);
     free(s->heap);
     s->ring = NULL;
