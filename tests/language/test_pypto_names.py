@@ -122,3 +122,13 @@ def test_tile_scalar_ops_dim_and_type_annotations_as_the_guide_spells_them():
     torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
     assert repr(pl.Array[16, pl.INT32]) == "pl.Array[16, pl.INT32]"
     assert pl.ND is pl.TensorLayout.ND and pl.DN is pl.TensorLayout.DN and pl.NZ is pl.TensorLayout.NZ
+
+
+def test_the_runtime_names_pypto_imports_from_its_runner_and_tensor_spec_modules():
+    from pypto_async import runtime
+    from pypto_async.runtime.runner import RunConfig, RunResult, run
+    from pypto_async.runtime.tensor_spec import TensorSpec
+
+    assert (RunConfig, RunResult, run, TensorSpec) == (runtime.RunConfig, runtime.RunResult, runtime.run,
+                                                      runtime.TensorSpec)
+    assert RunConfig(rtol=1e-3).rtol == 1e-3
