@@ -132,3 +132,20 @@ def test_the_runtime_names_pypto_imports_from_its_runner_and_tensor_spec_modules
     assert (RunConfig, RunResult, run, TensorSpec) == (runtime.RunConfig, runtime.RunResult, runtime.run,
                                                       runtime.TensorSpec)
     assert RunConfig(rtol=1e-3).rtol == 1e-3
+
+
+@pl.jit
+def static_exp(a: pl.Tensor[[16, 64], pl.FP32], out: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.exp(pl.load(a, [0, 0], [16, 64])), [0, 0], out)
+    return out
+
+
+def test_lower_takes_a_run_config_and_no_samples_for_a_static_signature():
+    from pypto_async.runtime import RunConfig
+
+    lowered = static_exp.lower(config=RunConfig(platform="sim"))  # PyPTO's kernel.lower(config=cfg)
+    assert [p.shape for p in lowered.params] == [(16, 64), (16, 64)]
+    assert str(lowered) == str(static_exp.lower(_rand(16, 64), np.zeros((16, 64), np.float32)))
+    with pytest.raises(PtoArgumentError):
+        static_exp.lower(config=42)
