@@ -75,6 +75,11 @@ class JitFunction:
     def __repr__(self) -> str:
         return f"<pl.jit {self.__qualname__}>"
 
+    @property
+    def _cache(self) -> dict:
+        """The in-memory cache of compiled specialisations, by PyPTO's name (its tests ``_cache.clear()`` it)."""
+        return self._compiled
+
     # -- signature ---------------------------------------------------------------
     def _anns(self) -> dict:
         if self._annotations is None:

@@ -149,3 +149,14 @@ def test_lower_takes_a_run_config_and_no_samples_for_a_static_signature():
     assert str(lowered) == str(static_exp.lower(_rand(16, 64), np.zeros((16, 64), np.float32)))
     with pytest.raises(PtoArgumentError):
         static_exp.lower(config=42)
+
+
+def test_a_jit_kernel_cache_is_cleared_by_pypto_name():
+    a, out = _rand(16, 64), np.full((16, 64), np.nan, np.float32)
+    static_exp(a, out)
+    assert len(static_exp._cache) == 1 and static_exp._cache is static_exp._compiled
+    static_exp._cache.clear()  # PyPTO's st files clear it between cases
+    out[:] = np.nan
+    static_exp(a, out)  # compiled again (a kernel-cache hit), and runs
+    assert len(static_exp._cache) == 1
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-5)
