@@ -109,6 +109,22 @@ class ScalarSpec:
             raise ValueError(f"Unsupported ctype {self.ctype!r} for scalar {self.name!r}. Supported: {list(_CTYPES)}")
 
 
+class CaseConfig:
+    """A case's RunConfig, settable field by field as PyPTO's (``self.config.rtol = 1e-3``).
+
+    pypto_async's RunConfig is frozen; setting a field here replaces the config with a changed copy.
+    """
+
+    def __init__(self, config: RunConfig):
+        object.__setattr__(self, "run_config", config)
+
+    def __getattr__(self, name: str):
+        return getattr(self.run_config, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, "run_config", self.run_config.replace(**{name: value}))
+
+
 class PTOTestCase(ABC):
     """A system test: tensors, a program, and a torch reference that fills the expected outputs in place."""
 
@@ -117,7 +133,7 @@ class PTOTestCase(ABC):
     def __init__(self, config: RunConfig | None = None, *, platform: str | None = None,
                  backend_type: BackendType | None = None, strategy: OptimizationStrategy | None = None,
                  memory_planner: Any = None, enable_pypto_l0c_double_buffer: bool | None = None):
-        self.config = config or RunConfig()
+        self.config = CaseConfig(config or RunConfig())
         self._platform = platform
         self._backend = backend_type
         self._strategy = strategy
