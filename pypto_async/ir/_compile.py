@@ -176,8 +176,12 @@ class CompiledProgram:
         self.task_graph = None if graph is None else _graph_from_meta(graph)
 
     @classmethod
-    def from_dir(cls, path) -> "CompiledProgram":
+    def from_dir(cls, path, *, platform: str | None = None, backend_type=None) -> "CompiledProgram":
         """Rebuild a handle from an artifact directory alone (``program`` is None).
+
+        ``platform`` and ``backend_type`` (PyPTO's overrides of the persisted ones) are taken when
+        they name the simulator, the one platform an artifact here is built for; another raises
+        :class:`PtoNotSupported` (a platform) or :class:`PtoArgumentError` (a backend).
 
         Loading the handle (``register``, a launch) dlopens the
         directory's ``kernel.so``, running its code in this process: never
@@ -191,6 +195,11 @@ class CompiledProgram:
             lacks a field or has one of the wrong type (the message names
             the directory and the field).
         """
+        if platform is not None and platform not in PLATFORMS:
+            raise PtoNotSupported(f"CompiledProgram.from_dir: unknown platform {platform!r}; supported: "
+                                  f"{', '.join(PLATFORMS)}")
+        if backend_type is not None:
+            _pypto_options({"backend_type": backend_type}, platform or "sim")
         path = Path(path)
         meta = _read_meta(path)
         if not (path / _LIB).is_file():

@@ -160,3 +160,9 @@ def test_a_jit_kernel_cache_is_cleared_by_pypto_name():
     static_exp(a, out)  # compiled again (a kernel-cache hit), and runs
     assert len(static_exp._cache) == 1
     np.testing.assert_allclose(out, np.exp(a), rtol=1e-5)
+
+
+def test_compiled_program_is_importable_from_pypto_module_name():
+    from pypto_async.ir.compiled_program import CompiledProgram
+
+    assert CompiledProgram is ir.CompiledProgram
