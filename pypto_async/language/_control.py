@@ -165,6 +165,24 @@ def _int(x, what: str) -> int:
     return x
 
 
+def _names_tensor(x, name: str, depth: int = 0) -> bool:
+    """Whether an IR statement or expression `x` refers to tensor `name` (any string field but a location)."""
+    import dataclasses
+
+    if isinstance(x, str):
+        return x == name
+    if isinstance(x, (tuple, list)):
+        return any(_names_tensor(v, name, depth + 1) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type) and depth < 64:
+        return any(_names_tensor(getattr(x, f.name), name, depth + 1) for f in dataclasses.fields(x)
+                   if f.name != "loc")
+    return False
+
+
+def _whole_tensors(frame) -> dict:
+    return {n: v for n, v in frame.f_locals.items() if isinstance(v, TensorArg) and not hasattr(v, "origin")}
+
+
 def _contains(e, part) -> bool:
     """Whether index expression `part` occurs in `e` (a value computed from it)."""
     if e == part:
@@ -251,6 +269,7 @@ class range:  # noqa: A001
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
         self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
+        self._tensors = {} if "at" in t.frames else _whole_tensors(frame)
         index = Index(self._var)
         if carries is None:
             return index
@@ -274,6 +293,15 @@ class range:  # noqa: A001
                                     f"a scalar carried from one iteration to the next is not supported in an "
                                     f"orchestration here (compute it in a task, or pass it in a tensor and "
                                     f"pl.read it)", self._loc)
+        for name, old in self._tensors.items():
+            new = frame.f_locals.get(name)
+            if (isinstance(new, TensorArg) and not hasattr(new, "origin") and new.name != old.name and self._init is None
+                    and any(_names_tensor(st, old.name) for st in body)):
+                raise compile_error(
+                    f"tensor {name!r} is rebound in a {self._kind} loop of the orchestration (from {old.name!r} to "
+                    f"{new.name!r}) and the body reads it: the body is traced once, so every iteration would read "
+                    f"the tensor from before the loop. Write each iteration's result into the tensor itself "
+                    f"(a kernel taking it as an InOut)", self._loc)
         before = self._before
         if self._init is not None:  # a name bound to what pl.yield_ returned holds an explicit carry already
             explicit = {getattr(c, "id", None) for c in self.carries}

@@ -204,3 +204,55 @@ def test_bare_dtype_and_index_scalar_parameters(launcher, rng, n):
     want = np.zeros((8, 8), np.float32)
     want[:n] = a[:n] * np.float32(0.25)
     np.testing.assert_array_equal(out, want)
+
+
+@pl.program
+class _CarryRebind:
+    """PyPTO's orchestration carry-rebind (its issue #1286): each iteration reads the tensor the last one wrote."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def add_one(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.add(pl.load(src, [0, 0], [16, 64]), 1.0), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def copy(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.load(src, [0, 0], [16, 64]), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[16, 64], pl.FP32], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        cur = pl.create_tensor([16, 64], dtype=pl.FP32)
+        cur = self.copy(a, cur)
+        for _ in pl.range(4):
+            nxt = pl.create_tensor([16, 64], dtype=pl.FP32)
+            nxt = self.add_one(cur, nxt)
+            cur = nxt
+        return self.copy(cur, c)
+
+
+@pl.program
+class _FreshEachIteration:
+    @pl.function(type=pl.FunctionType.InCore)
+    def add_one(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.add(pl.load(src, [0, 0], [16, 64]), 1.0), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[16, 64], pl.FP32], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        t = pl.create_tensor([16, 64], dtype=pl.FP32)
+        for _ in pl.range(2):
+            t = pl.create_tensor([16, 64], dtype=pl.FP32)  # rebound, but the old tensor is never read
+            t = self.add_one(a, t)
+            c = self.add_one(t, c)
+        return c
+
+
+def test_an_orchestration_tensor_rebound_across_iterations_is_refused_not_miscomputed(launcher, rng):
+    from pypto_async.errors import PtoCompileError
+
+    with pytest.raises(PtoCompileError, match=r"tensor 'cur' is rebound in a pl.range loop of the orchestration"):
+        _CarryRebind.trace()
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    out = poison((16, 64))
+    from pypto_async import ir
+
+    launcher.run(ir.compile(_FreshEachIteration), a, out)  # a name only rebound to fresh tensors is fine
+    np.testing.assert_allclose(out, a + 2.0, rtol=1e-6)
