@@ -801,7 +801,13 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
         if value is not None and not isinstance(value, bool):
             raise PtoArgumentError(f"ir.compile: {name} must be a bool, not {value!r}")
     for name in _INERT_VALUES:
-        kwargs.pop(name, None)
+        value = kwargs.pop(name, None)
+        if name == "memory_planner" and value is not None:
+            from ..pypto_core.passes import MemoryPlanner
+
+            if not isinstance(value, MemoryPlanner) and value not in [m.value for m in MemoryPlanner]:
+                raise PtoArgumentError(f"ir.compile: memory_planner must be a pypto_core.passes.MemoryPlanner "
+                                       f"(PYPTO, DSA_RP, PTOAS) or None, not {value!r}")
     backend = kwargs.pop("backend_type", None)
     # PyPTO's backends (Ascend910B, Ascend950; PTO in older releases) name the one backend here.
     from ..backend import SIM_BACKENDS

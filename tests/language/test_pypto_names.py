@@ -166,3 +166,12 @@ def test_compiled_program_is_importable_from_pypto_module_name():
     from pypto_async.ir.compiled_program import CompiledProgram
 
     assert CompiledProgram is ir.CompiledProgram
+
+
+def test_memory_planner_values_are_taken_by_compile_and_checked():
+    from pypto_async.pypto_core.passes import MemoryPlanner
+
+    for planner in MemoryPlanner:  # no on-chip memory to plan here: the same program for each
+        assert ir.compile(static_exp.lower(), memory_planner=planner).symbol == ir.compile(static_exp.lower()).symbol
+    with pytest.raises(PtoArgumentError, match="memory_planner must be"):
+        ir.compile(static_exp.lower(), memory_planner="greedy")
