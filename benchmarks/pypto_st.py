@@ -113,7 +113,7 @@ class FileResult:
         return self.passed + self.failed + self.errors + self.skipped
 
 
-_CUT = re.compile(r"\n(?:Traceback \(most|assert |\s*\+\s+where )")
+_CUT = re.compile(r"\n\s*(?:Traceback \(most|assert |\+\s+where )")
 
 
 def first_error(message: str, scratch: str = "", limit: int = 300) -> str:
@@ -209,7 +209,7 @@ def run_all(root: Path, files: list[str], repo: Path, timeout: float, jobs: int 
 #: Catalog ops other work is adding now: their failures are counted, under the op's name.
 IN_PROGRESS = re.compile(
     r"\b(sin|cos|fmod|maximums|minimums|part_\w+|row_prod|col_prod|(?:row|col)_expand_(?:max|min)|get_block_num"
-    r"|expand_clone|reinterpret_view|argmax|argmin|sort32|mrgsort|tri|arange|ci|random|create_l1|gather\w*"
+    r"|expand_clone|reinterpret_view|\w*arg(?:max|min)|sort32|mrgsort|tri|arange|ci|random|create_l1|gather\w*"
     r"|scatter\w*|mgather|mscatter|gatherb|paged_gather|tpush\w*|tpop\w*|tfree\w*|initialize_pipe|reserve_buffer"
     r"|import_peer_buffer|AUTO|matmul_mx\w*|FP8\w*|FP4\w*)\b")
 

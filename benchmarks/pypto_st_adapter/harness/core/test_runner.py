@@ -3,7 +3,8 @@
 1. compile ``case.get_program()`` with ``ir.compile`` for the simulator (the case's strategy, backend,
    memory planner and L0C choice passed as the options they are);
 2. make every tensor from its spec, in spec order, then the scalars in theirs: the program's arguments,
-   positionally, as PyPTO's runtime passes them;
+   positionally, as PyPTO's runtime passes them (a UINT16/UINT32 tensor, kept in int16/int32 as PyPTO's
+   harness keeps it, is passed as the unsigned view of the same bits);
 3. compute the expected outputs with ``case.compute_expected`` on copies (a pure output starts as zeros,
    PyPTO's golden does the same), while the program's pure outputs (``is_output`` with no ``init_value``)
    are poisoned (NaN, or the type's largest value) so an output the program leaves unwritten shows;
@@ -91,7 +92,12 @@ class TestRunner:
             stage = "run"
             args = {s.name: (_poisoned(data[s.name]) if s.is_output and s.init_value is None else data[s.name])
                     for s in specs}
-            compiled(*args.values(), *(s.value for s in scalars), config=RunConfig(platform="sim"))
+            # PyPTO keeps UINT16/UINT32 data in int16/int32 torch tensors (the same bits): the program gets
+            # the unsigned view of that storage, the comparison reads the signed one, as the reference does.
+            unsigned = {"uint16": torch.uint16, "uint32": torch.uint32}
+            call = [args[s.name].view(unsigned[s.dtype.value]) if s.dtype.value in unsigned else args[s.name]
+                    for s in specs]
+            compiled(*call, *(s.value for s in scalars), config=RunConfig(platform="sim"))
         except Exception as exc:  # noqa: BLE001 - a failure is reported, as PyPTO's runner does
             first = f"{type(exc).__module__}.{type(exc).__name__}".replace("builtins.", "")
             return RunResult(passed=False, test_name=name, execution_time=time.perf_counter() - start,
