@@ -284,6 +284,7 @@ class range:  # noqa: A001
                 raise compile_error(f"a {self._kind}(..., init_values=...) body must end with pl.yield_", self._loc)
             if self.yielded != len(t.blocks[-1]):
                 raise compile_error("pl.yield_ must be the last statement of the loop body", self._loc)
+        self._carry_tensors(t, frame)
         body = t.close_block()
         del t.ranges[self._var.name]
         for name, old in self._scalars.items():
@@ -293,15 +294,6 @@ class range:  # noqa: A001
                                     f"a scalar carried from one iteration to the next is not supported in an "
                                     f"orchestration here (compute it in a task, or pass it in a tensor and "
                                     f"pl.read it)", self._loc)
-        for name, old in self._tensors.items():
-            new = frame.f_locals.get(name)
-            if (isinstance(new, TensorArg) and not hasattr(new, "origin") and new.name != old.name and self._init is None
-                    and any(_names_tensor(st, old.name) for st in body)):
-                raise compile_error(
-                    f"tensor {name!r} is rebound in a {self._kind} loop of the orchestration (from {old.name!r} to "
-                    f"{new.name!r}) and the body reads it: the body is traced once, so every iteration would read "
-                    f"the tensor from before the loop. Write each iteration's result into the tensor itself "
-                    f"(a kernel taking it as an InOut)", self._loc)
         before = self._before
         if self._init is not None:  # a name bound to what pl.yield_ returned holds an explicit carry already
             explicit = {getattr(c, "id", None) for c in self.carries}
@@ -315,6 +307,44 @@ class range:  # noqa: A001
         else:
             t.append(For(self._var, self.start, self.stop, self.step, body, self._loc, kind=self._form,
                          stage=self._stage))
+
+
+    def _carry_tensors(self, t, frame) -> None:
+        """Orchestration names rebound to another tensor that the next iteration reads: carried by a copy.
+
+        ``cur = nxt`` at the end of a body that reads ``cur`` (PyPTO's carry-rebind): the body, traced once,
+        reads the tensor ``cur`` held before the loop, so each iteration ends by copying ``nxt`` into it
+        (a task of its own, ``<name>_carry``); after the loop the name holds ``nxt``, which the last
+        iteration wrote.  The tensor from before the loop must be an intermediate or an output (an input
+        is not written), of ``nxt``'s shape and dtype, and the loop must run (a static trip count >= 1).
+        """
+        if not self._tensors or self._init is not None:
+            return
+        block = t.blocks[-1]
+        scratch = {p.name for p in t.scratch}
+        for name, old in self._tensors.items():
+            new = frame.f_locals.get(name)
+            if (not isinstance(new, TensorArg) or hasattr(new, "origin") or new.name == old.name
+                    or not any(_names_tensor(st, old.name) for st in block)):
+                continue
+            why = None
+            if self._dynamic or not len(builtins.range(self.start, self.stop, self.step)):
+                why = "the loop's trip count is not a static count of at least one"
+            elif old.name not in scratch and old.param.direction == "in":
+                why = f"{old.name!r} is an input, which the program does not write"
+            elif tuple(old.shape) != tuple(new.shape) or old.dtype != new.dtype:
+                why = f"{old.name!r} and {new.name!r} differ in shape or dtype"
+            if why is not None:
+                raise compile_error(
+                    f"tensor {name!r} is rebound in a {self._kind} loop of the orchestration (from {old.name!r} to "
+                    f"{new.name!r}) and the body reads it, so each iteration must end by copying {new.name!r} into "
+                    f"{old.name!r}, but {why}. Write each iteration's result into one tensor (a kernel taking it "
+                    f"as an InOut)", self._loc)
+            from ._memory import load, store
+
+            zeros = [0] * len(old.shape)
+            with at(level=Level.CORE_GROUP, name_hint=f"{name}_carry"):
+                store(load(new, zeros, list(new.shape)), zeros, old)
 
 
 class parallel(range):
