@@ -138,7 +138,7 @@ def collect(name: str, entries: list[dict], scratch: str = "") -> FileResult:
         if when == "collect":
             by_test[test or name] = ("error", msg)
         elif outcome == "skipped":
-            by_test.setdefault(test, ("skipped", msg))
+            by_test.setdefault(test, ("skipped", msg.removeprefix("Skipped: ")))
         elif outcome == "failed" and when == "call":
             by_test[test] = ("failed", msg)
         elif outcome == "failed":  # setup or teardown
@@ -154,7 +154,7 @@ def collect(name: str, entries: list[dict], scratch: str = "") -> FileResult:
                 getattr(res, {"failed": "failed", "error": "errors", "skipped": "skipped"}[outcome]) + 1)
         if outcome == "skipped" and msg.startswith(ONBOARD_ONLY):
             continue
-        short = test.split("::", 1)[1] if "::" in test else test
+        short = test.split("::", 1)[1] if "::" in test else "(the file)"
         res.failures.append(Failure(short, outcome, first_error(msg, scratch) or "(no message)"))
     return res
 
