@@ -113,7 +113,7 @@ class FileResult:
         return self.passed + self.failed + self.errors + self.skipped
 
 
-_CUT = re.compile(r"\n\s*(?:Traceback \(most|assert |\+\s+where )")
+_CUT = re.compile(r"\s+Traceback \(most|\n\s*(?:assert |\+\s+where )")
 
 
 def first_error(message: str, scratch: str = "", limit: int = 300) -> str:
