@@ -803,7 +803,7 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
     for name in _INERT_VALUES:
         value = kwargs.pop(name, None)
         if name == "memory_planner" and value is not None:
-            from ..pypto_core.passes import MemoryPlanner
+            from ..pypto_core.passes import MemoryPlanner  # only when a planner is given: PyPTO's option values
 
             if not isinstance(value, MemoryPlanner) and value not in [m.value for m in MemoryPlanner]:
                 raise PtoArgumentError(f"ir.compile: memory_planner must be a pypto_core.passes.MemoryPlanner "

@@ -340,7 +340,7 @@ class range:  # noqa: A001
                     f"{new.name!r}) and the body reads it, so each iteration must end by copying {new.name!r} into "
                     f"{old.name!r}, but {why}. Write each iteration's result into one tensor (a kernel taking it "
                     f"as an InOut)", self._loc)
-            from ._memory import load, store
+            from ._memory import load, store  # the copy task's ops, needed only when a tensor is carried
 
             zeros = [0] * len(old.shape)
             with at(level=Level.CORE_GROUP, name_hint=f"{name}_carry"):

@@ -253,7 +253,7 @@ class JitFunction:
         there is one pass pipeline, whatever the platform).
         """
         if config is not None:
-            from ..runtime._config import as_run_config
+            from ..runtime._config import as_run_config  # the runtime's config check, only when one is given
 
             as_run_config(config)
         if not args and any(n not in kwargs for n in self._sig.parameters):
