@@ -111,3 +111,34 @@ __all__ = [
     *_ops_extended_all,
     *_ops_compose_all,
 ]
+
+
+# PyPTO's tile-level broadcast ops, the same as the top-level ones (pl.row_expand_add, ...).
+from ._layout import (  # noqa: E402 - after the names above, as PyPTO's tile_ops lists them
+    col_expand,
+    col_expand_add,
+    col_expand_div,
+    col_expand_mul,
+    col_expand_sub,
+    row_expand,
+    row_expand_div,
+    row_expand_mul,
+    row_expand_sub,
+)
+from ._layout import row_expand_add as _row_expand_add  # noqa: E402 - wrapped below for tmp=
+from ._tracer import Tile, user_loc  # noqa: E402
+from ..ir._diag import compile_error  # noqa: E402
+
+
+def row_expand_add(tile, row_vec, tmp=None):
+    """Return ``tile + row_vec`` (``[rows, 1]`` broadcast along each row); ``tmp`` is PyPTO's scratch tile.
+
+    The sim needs no scratch: ``tmp`` must be a tile when given, and is otherwise unused.
+    """
+    if tmp is not None and not isinstance(tmp, Tile):
+        raise compile_error(f"pl.tile.row_expand_add: tmp must be a scratch tile, got {tmp!r}", user_loc())
+    return _row_expand_add(tile, row_vec)
+
+
+__all__ += ["col_expand", "col_expand_add", "col_expand_div", "col_expand_mul", "col_expand_sub", "row_expand",
+            "row_expand_add", "row_expand_div", "row_expand_mul", "row_expand_sub"]

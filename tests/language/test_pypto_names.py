@@ -175,3 +175,26 @@ def test_memory_planner_values_are_taken_by_compile_and_checked():
         assert ir.compile(static_exp.lower(), memory_planner=planner).symbol == ir.compile(static_exp.lower()).symbol
     with pytest.raises(PtoArgumentError, match="memory_planner must be"):
         ir.compile(static_exp.lower(), memory_planner="greedy")
+
+
+@pl.jit
+def tile_broadcasts(a: pl.Tensor[[16, 64], pl.FP32], r: pl.Tensor[[16, 1], pl.FP32], c: pl.Tensor[[1, 64], pl.FP32],
+                    o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]], o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t = pl.load(a, [0, 0], [16, 64])
+        rv = pl.load(r, [0, 0], [16, 1])
+        cv = pl.load(c, [0, 0], [1, 64])
+        tmp = pl.tile.create([16, 64], dtype=pl.FP32)
+        s = pl.tile.row_expand_add(t, rv, tmp)  # PyPTO's scratch tile: taken, unused
+        pl.store(pl.tile.row_expand_mul(s, rv), [0, 0], o1)
+        pl.store(pl.tile.col_expand_sub(pl.tile.row_expand_add(t, rv), cv), [0, 0], o2)
+    return o1, o2
+
+
+def test_the_tile_level_broadcasts_are_the_top_level_ones():
+    a, r, c = _rand(16, 64), _rand(16, 1), _rand(1, 64)
+    o1, o2 = np.full((16, 64), np.nan, np.float32), np.full((16, 64), np.nan, np.float32)
+    tile_broadcasts(a, r, c, o1, o2)
+    np.testing.assert_allclose(o1, (a + r) * r, rtol=1e-5)
+    np.testing.assert_allclose(o2, a + r - c, rtol=1e-5)
+    assert pl.tile.col_expand is pl.col_expand and pl.tile.row_expand_sub is pl.row_expand_sub
