@@ -198,3 +198,28 @@ def test_the_tile_level_broadcasts_are_the_top_level_ones():
     np.testing.assert_allclose(o1, (a + r) * r, rtol=1e-5)
     np.testing.assert_allclose(o2, a + r - c, rtol=1e-5)
     assert pl.tile.col_expand is pl.col_expand and pl.tile.row_expand_sub is pl.row_expand_sub
+
+
+@pl.jit
+def precise(a: pl.Tensor[[16, 64], pl.FP32], b: pl.Tensor[[16, 64], pl.FP32],
+            o: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t, u = pl.load(a, [0, 0], [16, 64]), pl.load(b, [0, 0], [16, 64])
+        pl.store(pl.log(pl.tile.div(t, u, high_precision=True), high_precision=True), [0, 0], o)
+    return o
+
+
+def test_high_precision_division_and_log_are_taken():
+    a, b = np.abs(_rand(16, 64)) + 0.5, np.abs(_rand(16, 64)) + 0.5
+    o = np.full((16, 64), np.nan, np.float32)
+    precise(a, b, o)  # PyPTO's ptoas precision mode: one mode here, the same numbers
+    np.testing.assert_allclose(o, np.log(a / b), rtol=1e-5, atol=1e-6)
+
+    @pl.jit
+    def bad(a: pl.Tensor[[16, 64], pl.FP32], o: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.log(pl.load(a, [0, 0], [16, 64]), high_precision="yes"), [0, 0], o)
+        return o
+
+    with pytest.raises(PtoCompileError, match="pl.log: high_precision must be a bool"):
+        bad.trace(a, o)
