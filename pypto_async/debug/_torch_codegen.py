@@ -745,7 +745,9 @@ def torch_codegen(program, check_shapes: bool = False) -> str:
     program
         An :class:`~pypto_async.ir.Program` (``kernel.lower(...)`` or
         ``kernel.trace(...)``), one of its :class:`~pypto_async.ir.Function`
-        (its program is generated), or a ``@pl.program`` class.
+        (its program is generated), or a ``@pl.program`` class (its
+        Orchestration function's name is bound to the generated function
+        too, as PyPTO's code names it).
     check_shapes
         Check each tensor argument's shape and dtype when the function runs.
 
@@ -758,11 +760,17 @@ def torch_codegen(program, check_shapes: bool = False) -> str:
     """
     from ..ir._function import Function
 
+    alias = None
     if isinstance(program, Function):
         program = program.program
     elif not isinstance(program, Program) and hasattr(program, "trace") and hasattr(program, "kernels"):
+        orch = getattr(program, "orchestration", None)
+        alias = getattr(getattr(orch, "fn", None), "__name__", None)  # PyPTO's entry: the Orchestration function
         program = program.trace()
     if not isinstance(program, Program):
         raise PtoArgumentError(f"torch_codegen takes an ir.Program, an ir.Function or a @pl.program class, "
                                f"got {type(program).__name__}")
-    return _Gen(program).run(check_shapes)
+    code = _Gen(program).run(check_shapes)
+    if alias and alias.isidentifier() and alias != program.name:
+        code += f"\n\n{alias} = {program.name}  # the program's Orchestration function, by its name\n"
+    return code

@@ -22,7 +22,7 @@ from ._passes import PIPELINE, eliminate_dead_tiles, fuse_elementwise, infer_and
 from ._printer import format_program
 from ._program import Program
 from .distributed_compiled_program import compile  # noqa: F811 - ir.compile also takes multi-chip @pl.programs
-from . import pass_manager
+from . import compiled_program, pass_manager  # noqa: F401 - PyPTO's module names
 from .pass_manager import OptimizationStrategy  # PyPTO spells it ir.OptimizationStrategy too
 from .pass_manager import PassDumpLevel
 from ._function import Function, FunctionType

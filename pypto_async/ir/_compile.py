@@ -176,8 +176,12 @@ class CompiledProgram:
         self.task_graph = None if graph is None else _graph_from_meta(graph)
 
     @classmethod
-    def from_dir(cls, path) -> "CompiledProgram":
+    def from_dir(cls, path, *, platform: str | None = None, backend_type=None) -> "CompiledProgram":
         """Rebuild a handle from an artifact directory alone (``program`` is None).
+
+        ``platform`` and ``backend_type`` (PyPTO's overrides of the persisted ones) are taken when
+        they name the simulator, the one platform an artifact here is built for; another raises
+        :class:`PtoNotSupported` (a platform) or :class:`PtoArgumentError` (a backend).
 
         Loading the handle (``register``, a launch) dlopens the
         directory's ``kernel.so``, running its code in this process: never
@@ -191,6 +195,11 @@ class CompiledProgram:
             lacks a field or has one of the wrong type (the message names
             the directory and the field).
         """
+        if platform is not None and platform not in PLATFORMS:
+            raise PtoNotSupported(f"CompiledProgram.from_dir: unknown platform {platform!r}; supported: "
+                                  f"{', '.join(PLATFORMS)}")
+        if backend_type is not None:
+            _pypto_options({"backend_type": backend_type}, platform or "sim")
         path = Path(path)
         meta = _read_meta(path)
         if not (path / _LIB).is_file():
@@ -792,7 +801,13 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
         if value is not None and not isinstance(value, bool):
             raise PtoArgumentError(f"ir.compile: {name} must be a bool, not {value!r}")
     for name in _INERT_VALUES:
-        kwargs.pop(name, None)
+        value = kwargs.pop(name, None)
+        if name == "memory_planner" and value is not None:
+            from ..pypto_core.passes import MemoryPlanner  # only when a planner is given: PyPTO's option values
+
+            if not isinstance(value, MemoryPlanner) and value not in [m.value for m in MemoryPlanner]:
+                raise PtoArgumentError(f"ir.compile: memory_planner must be a pypto_core.passes.MemoryPlanner "
+                                       f"(PYPTO, DSA_RP, PTOAS) or None, not {value!r}")
     backend = kwargs.pop("backend_type", None)
     # PyPTO's backends (Ascend910B, Ascend950; PTO in older releases) name the one backend here.
     from ..backend import SIM_BACKENDS

@@ -45,10 +45,18 @@ class DistributedConfig:
         callbacks run in this process, on the calling thread, so only
         ``>= 0`` is checked (and a program with callbacks needs ``>= 1``, as
         in PyPTO).
+    runtime : str
+        PyPTO's runtime flavour (``"tensormap_and_ringbuffer"``, its default); there is one runtime
+        here, so any name is taken and chooses nothing.
+    aicpu_thread_num : int
+        PyPTO's scheduler threads per chip: ``0`` (the default) or at least 2, checked as PyPTO
+        checks it; the simulator's scheduler threads are ``RunConfig.aicpu_thread_num``'s.
     """
 
     device_ids: tuple = (0,)
     num_sub_workers: int = 0
+    runtime: str = "tensormap_and_ringbuffer"
+    aicpu_thread_num: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -62,6 +70,12 @@ class DistributedConfig:
         n = self.num_sub_workers
         if not is_int(n) or n < 0:
             raise PtoArgumentError(f"DistributedConfig(num_sub_workers=...) must be an int >= 0, got {n!r}")
+        if not isinstance(self.runtime, str) or not self.runtime:
+            raise PtoArgumentError(f"DistributedConfig(runtime=...) names a runtime (a str), got {self.runtime!r}")
+        t = self.aicpu_thread_num
+        if not is_int(t) or t < 0 or t == 1:
+            raise PtoArgumentError(f"DistributedConfig(aicpu_thread_num=...) must be 0 (the default) or at least 2, "
+                                   f"got {t!r}")
 
     @property
     def world_size(self) -> int:

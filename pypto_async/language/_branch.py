@@ -184,6 +184,47 @@ def _continue_into(stmts: list, cont: list) -> list:
     return stmts + cont
 
 
+def _continues(stmts) -> bool:
+    """Whether ``stmts`` hold a ``continue`` of the loop they are in (not of a nested loop or function)."""
+
+    class V(ast.NodeVisitor):
+        found = False
+
+        def visit_Continue(self, node):
+            self.found = True
+
+        def visit_For(self, node):
+            self.visit(node.iter)  # a continue in the nested loop's body is that loop's
+
+        def visit_While(self, node):
+            pass
+
+        def visit_FunctionDef(self, node):
+            pass
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+    v = V()
+    for st in stmts:
+        v.visit(st)
+    return v.found
+
+
+def _lower_continue(stmts: list, loc: dict) -> list:
+    """A loop body with the same paths and no ``continue``: what follows an ``if`` that continues moves into
+    its branches (``if c: continue`` then ``rest`` becomes ``if c: pass else: rest``), so a condition known
+    only at run time needs no jump (both branches of such an ``if`` are traced)."""
+    for k, st in enumerate(stmts):
+        if isinstance(st, ast.Continue):
+            return stmts[:k] or [ast.Pass(**loc)]
+        if isinstance(st, ast.If) and _continues([st]):
+            rest = stmts[k + 1:]
+            st.body = _lower_continue(st.body + copy.deepcopy(rest), loc) or [ast.Pass(**loc)]
+            st.orelse = _lower_continue(st.orelse + copy.deepcopy(rest), loc)
+            return stmts[:k + 1]
+    return stmts
+
+
 def _bind_result(stmts: list, loc: dict) -> list:
     """Turn the ``return`` ending each path of ``stmts`` into ``__pl_result = value`` (None where none returns)."""
     last = stmts[-1] if stmts else None
@@ -216,10 +257,16 @@ class _Rewrite(ast.NodeTransformer):
         self.n = 0
 
     def visit_For(self, node: ast.For):
-        """A ``pl.range`` loop whose body carries a scalar: the helper gives it one variable for all iterations."""
-        self.generic_visit(node)
+        """A ``pl.range`` loop whose body carries a scalar: the helper gives it one variable for all iterations.
+
+        Its ``continue`` statements under an ``if`` are lowered first (see :func:`_lower_continue`).
+        """
         it = node.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("range", "parallel")):
+        is_pl = isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("range", "parallel")
+        if is_pl and not node.orelse and _continues(node.body):
+            node.body = _lower_continue(node.body, {"lineno": node.lineno, "col_offset": node.col_offset})
+        self.generic_visit(node)
+        if not is_pl:
             return node
         names = _carried(node)
         if not names or node.orelse:

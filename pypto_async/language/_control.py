@@ -169,6 +169,24 @@ def _int(x, what: str) -> int:
     return x
 
 
+def _names_tensor(x, name: str, depth: int = 0) -> bool:
+    """Whether an IR statement or expression `x` refers to tensor `name` (any string field but a location)."""
+    import dataclasses
+
+    if isinstance(x, str):
+        return x == name
+    if isinstance(x, (tuple, list)):
+        return any(_names_tensor(v, name, depth + 1) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type) and depth < 64:
+        return any(_names_tensor(getattr(x, f.name), name, depth + 1) for f in dataclasses.fields(x)
+                   if f.name != "loc")
+    return False
+
+
+def _whole_tensors(frame) -> dict:
+    return {n: v for n, v in frame.f_locals.items() if isinstance(v, TensorArg) and not hasattr(v, "origin")}
+
+
 def _contains(e, part) -> bool:
     """Whether index expression `part` occurs in `e` (a value computed from it)."""
     if e == part:
@@ -255,6 +273,7 @@ class range:  # noqa: A001
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
         self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
+        self._tensors = {} if "at" in t.frames else _whole_tensors(frame)
         index = Index(self._var)
         if carries is None:
             return index
@@ -269,6 +288,7 @@ class range:  # noqa: A001
                 raise compile_error(f"a {self._kind}(..., init_values=...) body must end with pl.yield_", self._loc)
             if self.yielded != len(t.blocks[-1]):
                 raise compile_error("pl.yield_ must be the last statement of the loop body", self._loc)
+        self._carry_tensors(t, frame)
         body = t.close_block()
         del t.ranges[self._var.name]
         for name, old in self._scalars.items():
@@ -291,6 +311,44 @@ class range:  # noqa: A001
         else:
             t.append(For(self._var, self.start, self.stop, self.step, body, self._loc, kind=self._form,
                          stage=self._stage))
+
+
+    def _carry_tensors(self, t, frame) -> None:
+        """Orchestration names rebound to another tensor that the next iteration reads: carried by a copy.
+
+        ``cur = nxt`` at the end of a body that reads ``cur`` (PyPTO's carry-rebind): the body, traced once,
+        reads the tensor ``cur`` held before the loop, so each iteration ends by copying ``nxt`` into it
+        (a task of its own, ``<name>_carry``); after the loop the name holds ``nxt``, which the last
+        iteration wrote.  The tensor from before the loop must be an intermediate or an output (an input
+        is not written), of ``nxt``'s shape and dtype, and the loop must run (a static trip count >= 1).
+        """
+        if not self._tensors or self._init is not None:
+            return
+        block = t.blocks[-1]
+        scratch = {p.name for p in t.scratch}
+        for name, old in self._tensors.items():
+            new = frame.f_locals.get(name)
+            if (not isinstance(new, TensorArg) or hasattr(new, "origin") or new.name == old.name
+                    or not any(_names_tensor(st, old.name) for st in block)):
+                continue
+            why = None
+            if self._dynamic or not len(builtins.range(self.start, self.stop, self.step)):
+                why = "the loop's trip count is not a static count of at least one"
+            elif old.name not in scratch and old.param.direction == "in":
+                why = f"{old.name!r} is an input, which the program does not write"
+            elif tuple(old.shape) != tuple(new.shape) or old.dtype != new.dtype:
+                why = f"{old.name!r} and {new.name!r} differ in shape or dtype"
+            if why is not None:
+                raise compile_error(
+                    f"tensor {name!r} is rebound in a {self._kind} loop of the orchestration (from {old.name!r} to "
+                    f"{new.name!r}) and the body reads it, so each iteration must end by copying {new.name!r} into "
+                    f"{old.name!r}, but {why}. Write each iteration's result into one tensor (a kernel taking it "
+                    f"as an InOut)", self._loc)
+            from ._memory import load, store  # the copy task's ops, needed only when a tensor is carried
+
+            zeros = [0] * len(old.shape)
+            with at(level=Level.CORE_GROUP, name_hint=f"{name}_carry"):
+                store(load(new, zeros, list(new.shape)), zeros, old)
 
 
 class parallel(range):

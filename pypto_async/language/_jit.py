@@ -75,6 +75,11 @@ class JitFunction:
     def __repr__(self) -> str:
         return f"<pl.jit {self.__qualname__}>"
 
+    @property
+    def _cache(self) -> dict:
+        """The in-memory cache of compiled specialisations, by PyPTO's name (its tests ``_cache.clear()`` it)."""
+        return self._compiled
+
     # -- signature ---------------------------------------------------------------
     def _anns(self) -> dict:
         if self._annotations is None:
@@ -246,8 +251,19 @@ class JitFunction:
                        scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
                        dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
 
-    def lower(self, *args, **kwargs) -> Program:
-        """Return the lowered program (after the pass pipeline) for these arguments."""
+    def lower(self, *args, config=None, **kwargs) -> Program:
+        """Return the lowered program (after the pass pipeline) for these arguments.
+
+        As PyPTO's: with no sample arguments the annotations' shapes specialise it (as
+        ``compile()``), and ``config=RunConfig(...)`` is taken (checked; it selects nothing here:
+        there is one pass pipeline, whatever the platform).
+        """
+        if config is not None:
+            from ..runtime._config import as_run_config  # the runtime's config check, only when one is given
+
+            as_run_config(config)
+        if not args and any(n not in kwargs for n in self._sig.parameters):
+            args, kwargs = self._from_signature(kwargs)
         return run_passes(self.trace(*args, **kwargs))
 
     def compile_for_test(self, *args, **kwargs) -> Program:

@@ -116,8 +116,12 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
             raise compile_error(f"pl.load: {ten!r} has a valid box; load the whole window (offsets 0, shape "
                                 f"{list(ten.shape)}) or pass valid_shape=", loc)
         valid_shape = list(ten.valid)
-    offs = shift(ten, offs, shape, "pl.load")
-    valid = valid_extents(valid_shape if valid_shape is not None else valid_shapes, "pl.load")
+    valid_arg = valid_shape if valid_shape is not None else valid_shapes
+    bound = shape  # what must lie inside a window: the valid box when one is given (the rest is padding)
+    if isinstance(valid_arg, (list, tuple)) and len(valid_arg) == len(shape):
+        bound = tuple(valid_arg) if all(is_int(v) for v in valid_arg) else None
+    offs = shift(ten, offs, bound, "pl.load")
+    valid = valid_extents(valid_arg, "pl.load")
     expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)
     type_ = infer_expr(expr, t.params, loc)
     check_load(expr, t.params, t.ranges, loc)

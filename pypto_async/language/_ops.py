@@ -138,9 +138,19 @@ def mul(a, b) -> Tile:
     return _binary("mul", a, b)
 
 
-def div(a, b) -> Tile:
-    """Return ``a / b`` (floor division, 0 for a zero divisor, on integer tiles)."""
+def div(a, b, high_precision: bool = False) -> Tile:
+    """Return ``a / b`` (floor division, 0 for a zero divisor, on integer tiles).
+
+    ``high_precision`` (PyPTO's choice of ptoas's high-precision division) is checked and changes
+    nothing: the sim has one division, the correctly rounded one.
+    """
+    _precision("pl.div", high_precision)
     return _binary("div", a, b)
+
+
+def _precision(op: str, high_precision) -> None:
+    if not isinstance(high_precision, bool):
+        raise compile_error(f"{op}: high_precision must be a bool, got {high_precision!r}", user_loc())
 
 
 def maximum(a, b) -> Tile:
@@ -220,8 +230,9 @@ def exp(x) -> Tile:
     return _unary("exp", x)
 
 
-def log(x) -> Tile:
-    """Return the natural logarithm (float tiles)."""
+def log(x, high_precision: bool = False) -> Tile:
+    """Return the natural logarithm (float tiles); ``high_precision`` as for :func:`div` (no effect)."""
+    _precision("pl.log", high_precision)
     return _unary("log", x)
 
 

@@ -357,6 +357,12 @@ class runtime_if:
         a, b = (_Undefined(name) if isinstance(v, Index) and not _in_scope(v.expr, self.t.ranges) else v
                 for v in (a, b))
         if isinstance(a, _Undefined) or isinstance(b, _Undefined):
+            other = b if isinstance(a, _Undefined) else a
+            origin = getattr(other, "origin", None) or ()
+            if isinstance(other, TensorArg) and all(_in_scope(o, self.t.ranges) for o in origin):
+                # A tensor (``out = pl.store(t, ..., c)``), or a window of one placed by values still in scope:
+                # the same buffer whichever branch ran.
+                return other
             return a if isinstance(a, _Undefined) else b
         index_like = (int, Index, ScalarArg)
         if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, index_like) and isinstance(b, index_like)):

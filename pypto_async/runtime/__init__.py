@@ -29,6 +29,7 @@ from ._tensor import *  # noqa: F401,F403
 from ._tensor import __all__ as _tensor_all
 from ._worker import *  # noqa: F401,F403
 from ._worker import __all__ as _worker_all
+from . import runner, tensor_spec  # noqa: E402,F401 - PyPTO's module names (pypto.runtime.runner, .tensor_spec)
 
 __all__ = [
     "RunConfig",

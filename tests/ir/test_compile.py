@@ -16,7 +16,7 @@ import pytest
 
 import pypto_async.language as pl
 from pypto_async import ir
-from pypto_async.errors import PtoCompileError, PtoLoadError, PtoNotSupported
+from pypto_async.errors import PtoArgumentError, PtoCompileError, PtoLoadError, PtoNotSupported
 from pypto_async.ir import _compile
 
 from helpers.ir_fixtures import poison
@@ -112,6 +112,19 @@ def test_output_dir_and_from_dir(tmp_path, launcher, rng):
     out = poison((ROWS, COLS))
     launcher.run(again, a, b, out)
     np.testing.assert_array_equal(out, a + b)
+
+
+def test_from_dir_takes_pypto_platform_and_backend_overrides_naming_the_sim(tmp_path):
+    from pypto_async.backend import BackendType
+
+    out_dir = tmp_path / "artifacts"
+    c = ir.compile(add_kernel.lower(A, A, A), output_dir=out_dir)
+    again = ir.CompiledProgram.from_dir(out_dir, platform="a2a3sim", backend_type=BackendType.Ascend910B)
+    assert again.symbol == c.symbol
+    with pytest.raises(PtoNotSupported, match="unknown platform 'a2a3'"):
+        ir.CompiledProgram.from_dir(out_dir, platform="a2a3")
+    with pytest.raises(PtoArgumentError, match="backend_type"):
+        ir.CompiledProgram.from_dir(out_dir, backend_type=BackendType.CCE)
 
 
 def test_from_dir_rejects_a_non_artifact(tmp_path):

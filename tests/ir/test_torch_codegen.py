@@ -117,6 +117,18 @@ def test_a_program_class_and_its_intermediates(launcher, rng):
     np.testing.assert_allclose(z, 2 * x + 1, rtol=1e-6)
 
 
+def test_a_program_class_generates_its_orchestration_by_name(rng):
+    code = torch_codegen(Chain, check_shapes=True)  # PyPTO's code calls ns["<orchestration name>"]
+    ns: dict = {}
+    exec(compile(code, "<torch_codegen Chain>", "exec"), ns)  # noqa: S102 - the generated reference
+    assert ns["main"] is ns["Chain"]
+    x = torch.from_numpy(rng.standard_normal((32, 32)).astype(np.float32))
+    z = torch.full((32, 32), float("nan"))
+    ns["main"](x, z)
+    torch.testing.assert_close(z, 2 * x + 1)
+    assert "main =" not in torch_codegen(Chain.trace())  # a traced Program has no orchestration name
+
+
 @pl.program
 class ReadSized:
     """A float read by the orchestration (ScalarBits) and an extent read at run time, unified (ICheck)."""

@@ -56,3 +56,23 @@ def test_a_program_function_has_its_func_type():
 
     assert [(f.name, f.func_type) for f in P.functions.values()] == [
         ("k", pl.FunctionType.InCore), ("main", pl.FunctionType.Orchestration)]
+
+
+def test_the_process_backend_type_is_set_once_and_reset_for_testing():
+    from pypto_async import backend
+    from pypto_async.errors import PtoArgumentError
+
+    backend.reset_for_testing()
+    assert not backend.is_backend_configured()
+    with pytest.raises(PtoArgumentError, match="no backend type was set"):
+        backend.get_backend_type()
+    backend.set_backend_type(BackendType.Ascend910B)
+    backend.set_backend_type(BackendType.Ascend910B)  # the same again: fine
+    assert backend.get_backend_type() is BackendType.Ascend910B and backend.is_backend_configured()
+    with pytest.raises(PtoArgumentError, match="already Ascend910B"):
+        backend.set_backend_type(BackendType.Ascend950)
+    with pytest.raises(PtoArgumentError, match="set_backend_type takes"):
+        backend.set_backend_type(BackendType.CCE)
+    backend.reset_for_testing()
+    backend.set_backend_type(BackendType.Ascend950)
+    backend.reset_for_testing()

@@ -204,3 +204,108 @@ def test_bare_dtype_and_index_scalar_parameters(launcher, rng, n):
     want = np.zeros((8, 8), np.float32)
     want[:n] = a[:n] * np.float32(0.25)
     np.testing.assert_array_equal(out, want)
+
+
+@pl.program
+class _CarryRebind:
+    """PyPTO's orchestration carry-rebind (its issue #1286): each iteration reads the tensor the last one wrote."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def add_one(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.add(pl.load(src, [0, 0], [16, 64]), 1.0), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def copy(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.load(src, [0, 0], [16, 64]), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[16, 64], pl.FP32], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        cur = pl.create_tensor([16, 64], dtype=pl.FP32)
+        cur = self.copy(a, cur)
+        for _ in pl.range(4):
+            nxt = pl.create_tensor([16, 64], dtype=pl.FP32)
+            nxt = self.add_one(cur, nxt)
+            cur = nxt
+        return self.copy(cur, c)
+
+
+@pl.program
+class _FreshEachIteration:
+    @pl.function(type=pl.FunctionType.InCore)
+    def add_one(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.add(pl.load(src, [0, 0], [16, 64]), 1.0), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[16, 64], pl.FP32], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        t = pl.create_tensor([16, 64], dtype=pl.FP32)
+        for _ in pl.range(2):
+            t = pl.create_tensor([16, 64], dtype=pl.FP32)  # rebound, but the old tensor is never read
+            t = self.add_one(a, t)
+            c = self.add_one(t, c)
+        return c
+
+
+@pl.program
+class _CarryFromInput:
+    @pl.function(type=pl.FunctionType.InCore)
+    def add_one(self, src: pl.Tensor[[16, 64], pl.FP32], dst: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        return pl.store(pl.add(pl.load(src, [0, 0], [16, 64]), 1.0), [0, 0], dst)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[16, 64], pl.FP32], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        cur = a
+        for _ in pl.range(3):
+            nxt = pl.create_tensor([16, 64], dtype=pl.FP32)
+            nxt = self.add_one(cur, nxt)
+            cur = nxt  # would copy into the input 'a'
+        return self.add_one(cur, c)
+
+
+def test_an_orchestration_tensor_rebound_across_iterations_is_carried(launcher, rng):
+    from pypto_async import ir
+    from pypto_async.errors import PtoCompileError
+
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    out = poison((16, 64))
+    launcher.run(ir.compile(_CarryRebind), a, out)  # each iteration reads the tensor the one before wrote
+    np.testing.assert_allclose(out, a + 4.0, rtol=1e-6)
+    assert "cur_carry" in str(_CarryRebind.trace())
+    out = poison((16, 64))
+    launcher.run(ir.compile(_FreshEachIteration), a, out)  # a name only rebound to fresh tensors: no copy
+    np.testing.assert_allclose(out, a + 2.0, rtol=1e-6)
+    assert "_carry" not in str(_FreshEachIteration.trace())
+    with pytest.raises(PtoCompileError, match=r"tensor 'cur' is rebound .* 'a' is an input"):
+        _CarryFromInput.trace()
+
+
+@pl.program
+class _ContinueOnIndex:
+    """PyPTO's for_loop_continue: ``if i % 2 != 0: continue`` on a pl.range index (known only at run time)."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def k(self, a: pl.Tensor[[256, 64], pl.FP32], c: pl.InOut[pl.Tensor[[256, 64], pl.FP32]]):
+        for i in pl.range(4):
+            if i % 2 != 0:
+                continue
+            if i == 2:
+                t = pl.load(a, [i * 64, 0], [64, 64])
+                out = pl.store(pl.mul(t, 3.0), [i * 64, 0], c)
+                continue
+            t = pl.load(a, [i * 64, 0], [64, 64])
+            out = pl.store(pl.add(t, 1.0), [i * 64, 0], c)  # bound in one branch only: the tensor c all the same
+        return out
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[256, 64], pl.FP32], c: pl.InOut[pl.Tensor[[256, 64], pl.FP32]]):
+        return self.k(a, c)
+
+
+def test_continue_under_a_runtime_if_skips_the_rest_of_the_iteration(launcher, rng):
+    from pypto_async import ir
+
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    c = np.full((256, 64), 7.0, np.float32)
+    launcher.run(ir.compile(_ContinueOnIndex), a, c)
+    want = np.full((256, 64), 7.0, np.float32)
+    want[0:64], want[128:192] = a[0:64] + 1.0, a[128:192] * 3.0
+    np.testing.assert_allclose(c, want, rtol=1e-6)

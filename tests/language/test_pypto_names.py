@@ -129,3 +129,104 @@ def test_tile_scalar_ops_dim_and_type_annotations_as_the_guide_spells_them():
     torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
     assert repr(pl.Array[16, pl.INT32]) == "pl.Array[16, pl.INT32]"
     assert pl.ND is pl.TensorLayout.ND and pl.DN is pl.TensorLayout.DN and pl.NZ is pl.TensorLayout.NZ
+
+
+def test_the_runtime_names_pypto_imports_from_its_runner_and_tensor_spec_modules():
+    from pypto_async import runtime
+    from pypto_async.runtime.runner import RunConfig, RunResult, run
+    from pypto_async.runtime.tensor_spec import TensorSpec
+
+    assert (RunConfig, RunResult, run, TensorSpec) == (runtime.RunConfig, runtime.RunResult, runtime.run,
+                                                      runtime.TensorSpec)
+    assert RunConfig(rtol=1e-3).rtol == 1e-3
+
+
+@pl.jit
+def static_exp(a: pl.Tensor[[16, 64], pl.FP32], out: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.exp(pl.load(a, [0, 0], [16, 64])), [0, 0], out)
+    return out
+
+
+def test_lower_takes_a_run_config_and_no_samples_for_a_static_signature():
+    from pypto_async.runtime import RunConfig
+
+    lowered = static_exp.lower(config=RunConfig(platform="sim"))  # PyPTO's kernel.lower(config=cfg)
+    assert [p.shape for p in lowered.params] == [(16, 64), (16, 64)]
+    assert str(lowered) == str(static_exp.lower(_rand(16, 64), np.zeros((16, 64), np.float32)))
+    with pytest.raises(PtoArgumentError):
+        static_exp.lower(config=42)
+
+
+def test_a_jit_kernel_cache_is_cleared_by_pypto_name():
+    a, out = _rand(16, 64), np.full((16, 64), np.nan, np.float32)
+    static_exp(a, out)
+    assert len(static_exp._cache) == 1 and static_exp._cache is static_exp._compiled
+    static_exp._cache.clear()  # PyPTO's st files clear it between cases
+    out[:] = np.nan
+    static_exp(a, out)  # compiled again (a kernel-cache hit), and runs
+    assert len(static_exp._cache) == 1
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-5)
+
+
+def test_compiled_program_is_importable_from_pypto_module_name():
+    from pypto_async.ir.compiled_program import CompiledProgram
+
+    assert CompiledProgram is ir.CompiledProgram
+
+
+def test_memory_planner_values_are_taken_by_compile_and_checked():
+    from pypto_async.pypto_core.passes import MemoryPlanner
+
+    for planner in MemoryPlanner:  # no on-chip memory to plan here: the same program for each
+        assert ir.compile(static_exp.lower(), memory_planner=planner).symbol == ir.compile(static_exp.lower()).symbol
+    with pytest.raises(PtoArgumentError, match="memory_planner must be"):
+        ir.compile(static_exp.lower(), memory_planner="greedy")
+
+
+@pl.jit
+def tile_broadcasts(a: pl.Tensor[[16, 64], pl.FP32], r: pl.Tensor[[16, 1], pl.FP32], c: pl.Tensor[[1, 64], pl.FP32],
+                    o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]], o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t = pl.load(a, [0, 0], [16, 64])
+        rv = pl.load(r, [0, 0], [16, 1])
+        cv = pl.load(c, [0, 0], [1, 64])
+        tmp = pl.tile.create([16, 64], dtype=pl.FP32)
+        s = pl.tile.row_expand_add(t, rv, tmp)  # PyPTO's scratch tile: taken, unused
+        pl.store(pl.tile.row_expand_mul(s, rv), [0, 0], o1)
+        pl.store(pl.tile.col_expand_sub(pl.tile.row_expand_add(t, rv), cv), [0, 0], o2)
+    return o1, o2
+
+
+def test_the_tile_level_broadcasts_are_the_top_level_ones():
+    a, r, c = _rand(16, 64), _rand(16, 1), _rand(1, 64)
+    o1, o2 = np.full((16, 64), np.nan, np.float32), np.full((16, 64), np.nan, np.float32)
+    tile_broadcasts(a, r, c, o1, o2)
+    np.testing.assert_allclose(o1, (a + r) * r, rtol=1e-5)
+    np.testing.assert_allclose(o2, a + r - c, rtol=1e-5)
+    assert pl.tile.col_expand is pl.col_expand and pl.tile.row_expand_sub is pl.row_expand_sub
+
+
+@pl.jit
+def precise(a: pl.Tensor[[16, 64], pl.FP32], b: pl.Tensor[[16, 64], pl.FP32],
+            o: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t, u = pl.load(a, [0, 0], [16, 64]), pl.load(b, [0, 0], [16, 64])
+        pl.store(pl.log(pl.tile.div(t, u, high_precision=True), high_precision=True), [0, 0], o)
+    return o
+
+
+def test_high_precision_division_and_log_are_taken():
+    a, b = np.abs(_rand(16, 64)) + 0.5, np.abs(_rand(16, 64)) + 0.5
+    o = np.full((16, 64), np.nan, np.float32)
+    precise(a, b, o)  # PyPTO's ptoas precision mode: one mode here, the same numbers
+    np.testing.assert_allclose(o, np.log(a / b), rtol=1e-5, atol=1e-6)
+
+    @pl.jit
+    def bad(a: pl.Tensor[[16, 64], pl.FP32], o: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.log(pl.load(a, [0, 0], [16, 64]), high_precision="yes"), [0, 0], o)
+        return o
+
+    with pytest.raises(PtoCompileError, match="pl.log: high_precision must be a bool"):
+        bad.trace(a, o)

@@ -197,3 +197,40 @@ def test_a_slice_inherits_its_sources_region(launcher, rng):
         assert np.isnan(y[:, cols:]).all()
         np.testing.assert_array_equal(z[:3, :cols], x[2:5, 4:4 + cols])
         assert np.isnan(z[3:]).all() and np.isnan(z[:, cols:]).all()
+
+
+@pl.program
+class _PaddedFromSmallerTensor:
+    """PyPTO's fillpad st program: a [64, 64] tile loaded from a [48, 64] kernel parameter, valid [48, 64]."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def kernel(self, x: pl.Tensor[[48, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        t = pl.load(x, offsets=[0, 0], shapes=[64, 64], valid_shape=[48, 64])
+        return pl.store(pl.fillpad(t, pad_value=pl.PadValue.zero), offsets=[0, 0], output_tensor=y)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, x: pl.Tensor[[48, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        return self.kernel(x, y)
+
+
+def test_a_tile_larger_than_its_kernel_parameter_loads_its_valid_box(launcher, rng):
+    from pypto_async import ir
+
+    x = rng.standard_normal((48, 64)).astype(np.float32)
+    y = poison((64, 64))
+    launcher.run(ir.compile(_PaddedFromSmallerTensor), x, y)
+    np.testing.assert_array_equal(y, np.concatenate([x, np.zeros((16, 64), np.float32)]))
+
+    @pl.program
+    class TooFar:
+        @pl.function(type=pl.FunctionType.InCore)
+        def kernel(self, x: pl.Tensor[[48, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+            t = pl.load(x, offsets=[0, 0], shapes=[64, 64], valid_shape=[56, 64])  # past the parameter
+            return pl.store(pl.fillpad(t, pad_value=pl.PadValue.zero), offsets=[0, 0], output_tensor=y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def main(self, x: pl.Tensor[[48, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+            return self.kernel(x, y)
+
+    with pytest.raises(PtoError, match="outside"):
+        TooFar.trace()

@@ -97,6 +97,13 @@ def test_bad_config_and_device_are_refused():
         DistributedConfig(device_ids=[0, 0])
     with pytest.raises(PtoArgumentError, match="num_sub_workers"):
         DistributedConfig(device_ids=[0], num_sub_workers=-1)
+    with pytest.raises(PtoArgumentError, match="aicpu_thread_num"):
+        DistributedConfig(device_ids=[0], aicpu_thread_num=1)
+    with pytest.raises(PtoArgumentError, match="runtime"):
+        DistributedConfig(device_ids=[0], runtime=3)
+    # PyPTO's fields, in its order: the runtime flavour and the scheduler threads are taken
+    cfg = DistributedConfig([0, 1], 0, "tensormap_and_ringbuffer", 4)
+    assert (cfg.world_size, cfg.runtime, cfg.aicpu_thread_num) == (2, "tensormap_and_ringbuffer", 4)
     with pytest.raises(PtoArgumentError, match="DistributedConfig"):
         RunConfig(distributed_config=[0, 1])
 
