@@ -25,6 +25,7 @@ from ..ir._nodes import (
     ScalarBits,
     ScalarRef,
     Unary,
+    Update,
 )
 from ._memory import _tile as tile_operand
 from ._memory import as_tile
@@ -360,7 +361,7 @@ def col_min(x) -> Tile:
 
 
 def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool = False,
-           c_matrix_nz: bool = False) -> Tile:
+           c_matrix_nz: bool = False, *, init_cond=None) -> Tile:
     """Return ``a @ b`` (in Acc); with ``acc``, add the product into ``acc`` in place and return it.
 
     FP32/FP16/BF16 operands accumulate in FP32, FP64 in FP64.  On tile
@@ -398,7 +399,7 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
         ta = transpose_trailing(ta) if a_trans else ta
         tb = transpose_trailing(tb) if b_trans else tb
     if acc is not None:
-        out = matmul_acc(acc, ta, tb)
+        out = matmul_acc(acc, ta, tb, init_cond=init_cond)
     elif tensors and (len(ta.shape) > 2 or len(tb.shape) > 2):  # PyPTO: rank > 2 tensors are a batch_matmul
         from ._ops_compose import batch_matmul
 
@@ -421,13 +422,47 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     return out
 
 
-def matmul_acc(acc, a, b) -> Tile:
-    """Add ``a @ b`` into ``acc`` in place and return ``acc``."""
+def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_cond=None) -> Tile:
+    """Add ``a @ b`` into ``acc`` in place and return ``acc``.
+
+    ``a_trans`` / ``b_trans`` take tensor operands, as for :func:`matmul`.
+
+    ``init_cond`` (PyPTO's split-K predicate): where it holds, ``acc`` is
+    overwritten with ``a @ b`` instead (its old value, poison included, is
+    not read). A Python bool picks one form at trace time; a runtime index
+    condition (``k0 == 0``) traces both, as an ``if`` on it does.
+    """
+    if a_trans or b_trans:
+        return matmul(a, b, acc=acc, a_trans=a_trans, b_trans=b_trans, init_cond=init_cond)
     t = current("pl.matmul_acc")
     loc = user_loc()
     tacc = _tile(acc, "matmul_acc", "acc")
     ta, tb = _tile(a, "matmul_acc", "a"), _tile(b, "matmul_acc", "b")
     check_matmul_acc(tacc.var, ta.var, tb.var, loc)
+    if init_cond is None:
+        t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        return tacc
+    if len(tacc.shape) != 2:
+        raise compile_error(f"pl.matmul_acc: init_cond takes 2-D operands (acc is {len(tacc.shape)}-D "
+                            f"{list(tacc.shape)}); loop over the batch axis instead", loc)
+    if not isinstance(init_cond, (bool, Index, ScalarArg)):
+        raise compile_error(f"pl.matmul_acc: init_cond must be a bool or a scalar condition such as (k0 == 0), "
+                            f"got {init_cond!r}", loc)
+    from ._runtime_scalars import runtime_if
+
+    branch = runtime_if(init_cond, {})
+
+    def overwrite():
+        prod = record(Matmul(ta.var, tb.var), "pl.matmul_acc")
+        t.append(Update(tacc.var, prod.var, loc))
+
+    if branch.static:
+        overwrite() if branch.value else t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        return tacc
+    branch.then()
+    overwrite()
+    branch.otherwise((), {})
     t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+    branch.merge((), {})
     return tacc
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
+from pypto_async.errors import PtoCompileError
 from helpers.ir_fixtures import poison
 from helpers.tiers import tiered, tiered_product
 
@@ -207,6 +208,50 @@ def test_matmul(launcher, rng, accumulate):
     launcher.run(k.compile(a, b, c0, c), a, b, c0, c)
     want = a.astype(np.float64) @ b.astype(np.float64) + (c0 if accumulate else 0)
     assert rel_err(c, want) < 1e-5
+
+
+@pytest.mark.parametrize("form", ["runtime", "first", "never"])
+def test_matmul_acc_init_cond(launcher, rng, form):
+    """PyPTO's split-K ``init_cond``: where it holds the accumulator is overwritten, its old value
+    (here a NaN-poisoned tensor's) never read; ``k0 == 0`` is a runtime index condition, a bool picks at trace."""
+    M, K, N, KT = 16, 96, 24, 32
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c0: pl.Tensor, c: pl.Out[pl.Tensor]):
+        acc = pl.load(c0, [0, 0], [M, N]) + 0.0
+        for k0 in pl.range(0, K, KT):
+            ta = pl.load(a, [0, k0], [M, KT])
+            tb = pl.load(b, [k0, 0], [KT, N])
+            cond = (k0 == 0) if form == "runtime" else form == "first"
+            acc = pl.matmul_acc(acc, ta, tb, init_cond=cond)
+        pl.store(acc, [0, 0], c)
+
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    if form != "never":
+        c0[3, 5] = np.nan  # the overwritten start must not leak
+    c = poison((M, N))
+    launcher.run(k.compile(a, b, c0, c), a, b, c0, c)
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    if form == "runtime":
+        want = ad @ bd
+    elif form == "first":  # every step overwrites: the last K block's product
+        want = ad[:, K - KT:] @ bd[K - KT:]
+    else:
+        want = c0 + ad @ bd
+    assert rel_err(c, want) < 1e-5
+
+
+def test_matmul_acc_init_cond_bad():
+    @pl.jit
+    def k(a: pl.Tensor, c: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        pl.store(pl.matmul_acc(t @ t, t, t, init_cond="yes"), [0, 0], c)
+
+    x = np.zeros((16, 16), np.float32)
+    with pytest.raises(PtoCompileError, match="init_cond must be a bool"):
+        k.compile(x, x)
 
 
 def test_matmul_fp64_and_bf16(launcher, rng):
