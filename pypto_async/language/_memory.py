@@ -17,7 +17,7 @@ from ._program import shift
 from ._tracer import ScalarArg, TensorArg, Tile, _state, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
 
-__all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "assemble"]
+__all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "fillpad_inplace", "assemble"]
 
 
 def space_name(x, op: str, what: str = "target_memory") -> str:
@@ -263,12 +263,26 @@ def fillpad(tile, pad_value=PadValue.zero) -> Tile:
     ``PadValue.zero``, ``max`` (+inf, or the dtype's largest value) or
     ``min`` (-inf, or the smallest).  The result is fully valid.
     """
-    current("pl.fillpad")
-    tl = _tile(tile, "pl.fillpad")
-    pad = pad_name(pad_value, "pl.fillpad")
+    return _fillpad(tile, pad_value, "pl.fillpad")
+
+
+def fillpad_inplace(tile, pad_value=PadValue.zero) -> Tile:
+    """PyPTO's ``pl.tile.fillpad_inplace``: :func:`fillpad` whose result reuses the input's buffer on a board.
+
+    The value is fillpad's; the buffer reuse is the device allocator's
+    business, so here the result is a tile of its own (the input keeps its
+    valid region and values).
+    """
+    return _fillpad(tile, pad_value, "pl.tile.fillpad_inplace")
+
+
+def _fillpad(tile, pad_value, op: str) -> Tile:
+    current(op)
+    tl = _tile(tile, op)
+    pad = pad_name(pad_value, op)
     if pad is None:
-        raise compile_error("pl.fillpad: PadValue.null fills nothing; choose zero, max or min", user_loc())
-    return record(FillPad(tl.var, pad), "pl.fillpad")
+        raise compile_error(f"{op}: PadValue.null fills nothing; choose zero, max or min", user_loc())
+    return record(FillPad(tl.var, pad), op)
 
 
 def assemble(dst, src, offset, atomic=None):

@@ -7,7 +7,7 @@ as at top level, under their ``pl.tile.*`` names.
 
 from ._layout import concat, reshape, slice  # noqa: A004
 from ._layout import tile_assemble as assemble
-from ._memory import create_tile, fillpad, load, move, store
+from ._memory import create_tile, fillpad, fillpad_inplace, load, move, store
 from ._ops import (
     abs,  # noqa: A004
     add,
@@ -83,6 +83,7 @@ __all__ = [
     "create_tile",
     "transpose_view",
     "fillpad",
+    "fillpad_inplace",
     "load",
     "move",
     "store",

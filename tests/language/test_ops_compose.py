@@ -57,6 +57,35 @@ def test_fillpad_expand_copies_the_valid_region_into_a_larger_padded_tile(pad):
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
+@tiered("pad", [pl.PadValue.zero, pl.PadValue.max, pl.PadValue.min], fast=[pl.PadValue.min])
+def test_fillpad_inplace_is_fillpad(pad):
+    """PyPTO's pl.tile.fillpad_inplace: the padding outside the valid region filled (the buffer reuse is a board's)."""
+    @pl.jit
+    def fill(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [0, 0], [16, 32], valid_shapes=[11, 32])
+            out[:] = pl.tile.fillpad_inplace(t, pad_value=pad)
+        return out
+
+    x = torch.randn(16, 32)
+    out = _nan(16, 32)
+    fill(x, out)
+    want = torch.full((16, 32), {pl.PadValue.zero: 0.0, pl.PadValue.max: math.inf}.get(pad, -math.inf))
+    want[:11] = x[:11]
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_fillpad_inplace_refuses_null():
+    @pl.jit
+    def fill(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.fillpad_inplace(pl.load(x, [0, 0], [16, 32]), pad_value=pl.PadValue.null)
+        return out
+
+    with pytest.raises(PtoCompileError, match="fillpad_inplace: PadValue.null"):
+        fill(torch.zeros(16, 32), torch.zeros(16, 32))
+
+
 def test_fillpad_expand_integer_max_is_the_dtype_largest():
     @pl.jit
     def expand(x: pl.Tensor[[4, 8], pl.INT16], out: pl.Out[pl.Tensor[[8, 8], pl.INT16]]):
