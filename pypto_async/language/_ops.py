@@ -242,8 +242,22 @@ def sqrt(x) -> Tile:
     return _unary("sqrt", x)
 
 
-def rsqrt(x) -> Tile:
-    """Return ``1 / sqrt(x)`` (float tiles)."""
+def rsqrt(x, tmp=None, high_precision: bool = False) -> Tile:
+    """Return ``1 / sqrt(x)`` (float tiles).
+
+    PyPTO's high-precision forms (``pl.tile.rsqrt(x, tmp=scratch)``, ``pl.rsqrt(x, high_precision=True)``)
+    are checked and compute the same value here: ``tmp`` must be a tile of ``x``'s shape and dtype.
+    """
+    _precision("pl.rsqrt", high_precision)
+    if tmp is not None:
+        if high_precision:
+            raise compile_error("pl.rsqrt: pass the scratch tile tmp= or high_precision=True, not both", user_loc())
+        if not isinstance(tmp, Tile):
+            raise compile_error(f"pl.tile.rsqrt: tmp must be a scratch tile, got {tmp!r}", user_loc())
+        tx = _tile(x, "rsqrt", "x")
+        if (tuple(tmp.shape), tmp.dtype) != (tuple(tx.shape), tx.dtype):
+            raise compile_error(f"pl.tile.rsqrt: tmp is {tmp.dtype.name} {list(tmp.shape)}, but the input is "
+                                f"{tx.dtype.name} {list(tx.shape)} (the scratch tile must match it)", user_loc())
     return _unary("rsqrt", x)
 
 

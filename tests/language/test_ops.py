@@ -210,6 +210,37 @@ def test_matmul(launcher, rng, accumulate):
     assert rel_err(c, want) < 1e-5
 
 
+@pytest.mark.parametrize("form", ["tmp", "high_precision"])
+def test_rsqrt_high_precision_forms(launcher, rng, form):
+    """PyPTO's pl.tile.rsqrt(x, tmp=scratch) and pl.rsqrt(x, high_precision=True): the same 1/sqrt(x)."""
+
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            t = pl.load(x, [i, 0], [TR, C])
+            if form == "tmp":
+                r = pl.tile.rsqrt(t, tmp=pl.tile.create([TR, C], pl.FP32))
+            else:
+                r = pl.rsqrt(t, high_precision=True)
+            pl.store(r, [i, 0], y)
+
+    x = rng.uniform(0.1, 4.0, (R, C)).astype(np.float32)
+    y = poison((R, C))
+    launcher.run(k.compile(x, y), x, y)
+    assert rel_err(y, 1 / np.sqrt(x.astype(np.float64))) < 1e-6
+
+
+def test_rsqrt_tmp_must_match():
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [TR, C])
+        pl.store(pl.tile.rsqrt(t, tmp=pl.tile.create([TR, 16], pl.FP32)), [0, 0], y)
+
+    x = np.ones((TR, C), np.float32)
+    with pytest.raises(PtoCompileError, match="scratch tile must match"):
+        k.compile(x, x)
+
+
 @pytest.mark.parametrize("form", ["runtime", "first", "never"])
 def test_matmul_acc_init_cond(launcher, rng, form):
     """PyPTO's split-K ``init_cond``: where it holds the accumulator is overwritten, its old value
