@@ -201,11 +201,11 @@ def _imod(a, b):
     return 0 if b in (0, -1) else a % b
 
 
-def _floordiv(a, b):
-    """Integer tiles: a // b rounded toward -inf, in int64; 0 where b == 0, -a where b == -1 (wrapping)."""
+def _truncdiv(a, b):
+    """Integer tiles: a / b rounded toward zero, in int64; 0 where b == 0, -a where b == -1 (wrapping)."""
     a, b = torch.broadcast_tensors(a.to(torch.int64), b.to(torch.int64))
     special = (b == 0) | (b == -1)
-    q = torch.div(a, torch.where(special, torch.ones_like(b), b), rounding_mode="floor")
+    q = torch.div(a, torch.where(special, torch.ones_like(b), b), rounding_mode="trunc")
     return torch.where(b == 0, torch.zeros_like(q), torch.where(b == -1, -a, q))
 
 
@@ -547,7 +547,7 @@ class _Gen:
         if isinstance(e, Binary):
             a, b = self.operand(e.a, t.dtype), self.operand(e.b, t.dtype)
             if e.op == "div" and not t.dtype.is_float:
-                return f"_floordiv({a}, {b})"
+                return f"_truncdiv({a}, {b})"
             if e.op == "rem":
                 return f"{'_fmod' if t.dtype.is_float else '_mod'}({a}, {b})"
             if e.op == "fmod":

@@ -140,7 +140,7 @@ def mul(a, b) -> Tile:
 
 
 def div(a, b, high_precision: bool = False) -> Tile:
-    """Return ``a / b`` (floor division, 0 for a zero divisor, on integer tiles).
+    """Return ``a / b`` (on integer tiles rounded toward zero, as PyPTO's; 0 for a zero divisor).
 
     ``high_precision`` (PyPTO's choice of ptoas's high-precision division) is checked and changes
     nothing: the sim has one division, the correctly rounded one.
@@ -189,7 +189,7 @@ def muls(tile, scalar) -> Tile:
 
 
 def divs(tile, scalar) -> Tile:
-    """Return ``tile / scalar`` (floor division for integer tiles, as ``pl.div``)."""
+    """Return ``tile / scalar`` (rounded toward zero for integer tiles, as ``pl.div``)."""
     return _with_scalar("divs", "div", tile, scalar)
 
 
