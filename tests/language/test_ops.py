@@ -285,6 +285,39 @@ def test_matmul_acc_init_cond_bad():
         k.compile(x, x)
 
 
+def test_matmul_int8_accumulates_in_int32(launcher, rng):
+    """INT8 x INT8 matmul (PyPTO's integer cube path): an INT32 product, exact, and matmul_acc adds into it."""
+    M, K, N = 24, 80, 40
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [M, K])
+        tb = pl.load(b, [0, 0], [K, N])
+        pl.store(pl.matmul(ta, tb), [0, 0], c)
+        acc = pl.matmul(ta, tb)
+        acc = pl.matmul_acc(acc, ta, tb)
+        pl.store(acc, [0, 0], d)
+
+    a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    c, d = poison((M, N), np.int32), poison((M, N), np.int32)
+    launcher.run(k.compile(a, b, c, d), a, b, c, d)
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(c, want)
+    np.testing.assert_array_equal(d, 2 * want)
+
+
+def test_matmul_int16_is_refused():
+    @pl.jit
+    def k(a: pl.Tensor, c: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        pl.store(pl.matmul(t, t), [0, 0], c)
+
+    x = np.zeros((16, 16), np.int16)
+    with pytest.raises(PtoCompileError, match="unsupported dtype INT16 for matmul"):
+        k.compile(x, np.zeros((16, 16), np.int32))
+
+
 def test_matmul_fp64_and_bf16(launcher, rng):
     M, K, N = 16, 32, 24
 
