@@ -8,6 +8,7 @@ as at top level, under their ``pl.tile.*`` names.
 from ._layout import concat, reshape, slice  # noqa: A004
 from ._layout import tile_assemble as assemble
 from ._memory import create_tile, fillpad, fillpad_inplace, load, move, store
+from ._memory import tile_read as read
 from ._ops import (
     abs,  # noqa: A004
     add,
@@ -84,6 +85,7 @@ __all__ = [
     "transpose_view",
     "fillpad",
     "fillpad_inplace",
+    "read",
     "load",
     "move",
     "store",
