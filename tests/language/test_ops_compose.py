@@ -163,6 +163,34 @@ def test_batch_matmul_broadcasts_the_batch_dimensions(shapes):
     torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-5, atol=1e-5)
 
 
+def test_transpose_view_of_a_batch_tile_transposes_each_matrix():
+    """PyPTO's pl.tile.transpose_view on a [B, N, K] tile: a batch_matmul's b_trans operand."""
+    @pl.jit
+    def bmm_bt(a: pl.Tensor[[2, 16, 32], pl.FP32], b: pl.Tensor[[2, 8, 32], pl.FP32],
+               out: pl.Out[pl.Tensor[[2, 16, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0, 0, 0], [2, 16, 32], target_memory=pl.MemorySpace.Mat)
+            tb = pl.load(b, [0, 0, 0], [2, 8, 32], target_memory=pl.MemorySpace.Mat)
+            out[:] = pl.batch_matmul(ta, pl.tile.transpose_view(tb))
+        return out
+
+    a, b = torch.randn(2, 16, 32), torch.randn(2, 8, 32)
+    out = _nan(2, 16, 8)
+    bmm_bt(a, b, out)
+    torch.testing.assert_close(out, a @ b.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_view_refuses_a_1d_tile():
+    @pl.jit
+    def bad(x: pl.Tensor[[16], pl.FP32], out: pl.Out[pl.Tensor[[16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.transpose_view(pl.load(x, [0], [16]))
+        return out
+
+    with pytest.raises(PtoCompileError, match="two trailing dimensions"):
+        bad(torch.zeros(16), torch.zeros(16))
+
+
 def test_batch_matmul_refuses_tensors_and_mismatched_batches():
     @pl.jit
     def bad(a: pl.Tensor[[2, 8, 8], pl.FP32], b: pl.Tensor[[3, 8, 8], pl.FP32],
