@@ -396,10 +396,10 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     """
     current("pl.matmul")
     tensors = isinstance(a, TensorArg) or isinstance(b, TensorArg)  # a tensor-level matmul (a tile operand loaded)
-    for flag, value, operand in (("a_trans", a_trans, a), ("b_trans", b_trans, b), ("c_matrix_nz", c_matrix_nz, a)):
+    for flag, value in (("a_trans", a_trans), ("b_trans", b_trans), ("c_matrix_nz", c_matrix_nz)):
         if not isinstance(value, bool):
             raise compile_error(f"pl.matmul: {flag} must be a bool, got {value!r}", user_loc())
-        if value and not (isinstance(operand, TensorArg) if flag != "c_matrix_nz" else tensors):
+        if value and not tensors:  # PyPTO's tensor-level flags: a value computed in the region may be the operand
             raise compile_error(f"pl.matmul: {flag}=True takes tensor operands (a tile's transpose is "
                                 f"pl.transpose / pl.tile.transpose_view)", user_loc())
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")

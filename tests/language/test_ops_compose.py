@@ -191,6 +191,21 @@ def test_transpose_view_refuses_a_1d_tile():
         bad(torch.zeros(16), torch.zeros(16))
 
 
+def test_tensor_matmul_b_trans_of_a_value_computed_in_the_region():
+    """PyPTO's tensor-level pl.matmul(a, add(b0, b1), b_trans=True): the transposed operand need not be a parameter."""
+    @pl.jit
+    def mm(a: pl.Tensor[[2, 16, 32], pl.FP32], b0: pl.Tensor[[2, 8, 32], pl.FP32], b1: pl.Tensor[[2, 8, 32], pl.FP32],
+           out: pl.Out[pl.Tensor[[2, 16, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.matmul(a, pl.add(b0, b1), b_trans=True, out_dtype=pl.FP32)
+        return out
+
+    a, b0, b1 = torch.randn(2, 16, 32), torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    out = _nan(2, 16, 8)
+    mm(a, b0, b1, out)
+    torch.testing.assert_close(out, a @ (b0 + b1).transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
 def test_batch_matmul_refuses_tensors_and_mismatched_batches():
     @pl.jit
     def bad(a: pl.Tensor[[2, 8, 8], pl.FP32], b: pl.Tensor[[3, 8, 8], pl.FP32],
