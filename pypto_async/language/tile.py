@@ -7,7 +7,7 @@ as at top level, under their ``pl.tile.*`` names.
 
 from ..ir._infer import compile_error
 from ._tracer import Tile, user_loc
-from ._layout import concat, reshape, slice  # noqa: A004
+from ._layout import concat, extract, reshape, slice  # noqa: A004
 from ._layout import tile_assemble as assemble
 from ._memory import create_tile, fillpad, fillpad_inplace, load, move, store
 from ._memory import tile_read as read
@@ -91,6 +91,7 @@ __all__ = [
     "transpose_view",
     "fillpad",
     "fillpad_inplace",
+    "extract",
     "read",
     "load",
     "move",

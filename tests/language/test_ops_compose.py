@@ -206,6 +206,30 @@ def test_tensor_matmul_b_trans_of_a_value_computed_in_the_region():
     torch.testing.assert_close(out, a @ (b0 + b1).transpose(1, 2), rtol=1e-5, atol=1e-5)
 
 
+def test_tile_extract_is_the_window_placed_in_the_target_memory():
+    """PyPTO's pl.tile.extract(src, row, col, shape, target_memory=...): TEXTRACT's window."""
+    @pl.jit
+    def ex(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[8, 16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [0, 0], [16, 32])
+            out[:] = pl.tile.extract(t, 4, 8, [8, 16], target_memory=pl.MemorySpace.Vec)
+        return out
+
+    x = torch.randn(16, 32)
+    out = _nan(8, 16)
+    ex(x, out)
+    torch.testing.assert_close(out, x[4:12, 8:24], rtol=0, atol=0)
+
+    @pl.jit
+    def bad(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[8, 16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.extract(pl.load(x, [0, 0], [16, 32]), 0, 0, [8], target_memory=pl.MemorySpace.Vec)
+        return out
+
+    with pytest.raises(PtoCompileError, match="shape must be"):
+        bad(x, out)
+
+
 def test_batch_matmul_refuses_tensors_and_mismatched_batches():
     @pl.jit
     def bad(a: pl.Tensor[[2, 8, 8], pl.FP32], b: pl.Tensor[[3, 8, 8], pl.FP32],
