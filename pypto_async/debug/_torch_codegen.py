@@ -201,11 +201,11 @@ def _imod(a, b):
     return 0 if b in (0, -1) else a % b
 
 
-def _floordiv(a, b):
-    """Integer tiles: a // b rounded toward -inf, in int64; 0 where b == 0, -a where b == -1 (wrapping)."""
+def _truncdiv(a, b):
+    """Integer tiles: a / b rounded toward zero, in int64; 0 where b == 0, -a where b == -1 (wrapping)."""
     a, b = torch.broadcast_tensors(a.to(torch.int64), b.to(torch.int64))
     special = (b == 0) | (b == -1)
-    q = torch.div(a, torch.where(special, torch.ones_like(b), b), rounding_mode="floor")
+    q = torch.div(a, torch.where(special, torch.ones_like(b), b), rounding_mode="trunc")
     return torch.where(b == 0, torch.zeros_like(q), torch.where(b == -1, -a, q))
 
 
@@ -547,7 +547,7 @@ class _Gen:
         if isinstance(e, Binary):
             a, b = self.operand(e.a, t.dtype), self.operand(e.b, t.dtype)
             if e.op == "div" and not t.dtype.is_float:
-                return f"_floordiv({a}, {b})"
+                return f"_truncdiv({a}, {b})"
             if e.op == "rem":
                 return f"{'_fmod' if t.dtype.is_float else '_mod'}({a}, {b})"
             if e.op == "fmod":
@@ -581,8 +581,10 @@ class _Gen:
             fn = "amax" if kind == "max" else "amin"
             return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
-            acc = "torch.float64" if t.dtype.name == "FP64" else "torch.float32"
+            acc = {"FP64": "torch.float64", "INT32": "torch.float64"}.get(t.dtype.name, "torch.float32")
             product = f"{self.name(e.a)}.to({acc}) @ {self.name(e.b)}.to({acc})"
+            if t.dtype.name == "INT32":  # INT8 operands: exact in float64 up to K = 2**39, then INT32
+                product = f"({product}).to(torch.int64).to(torch.int32)"
             if e.a_scale is not None:  # matmul_mx: every 32-block of K times its scale
                 product = self.mx_product(e.a, e.a_scale, e.b, e.b_scale)
             if e.bias is not None:  # every row starts as the bias; the product accumulates onto it
@@ -684,7 +686,11 @@ class _Gen:
             dt = _tdt(s.acc.type.dtype)
             product = (f"{self.name(s.a)}.to(torch.float32) @ {self.name(s.b)}.to(torch.float32)" if s.a_scale is None
                        else self.mx_product(s.a, s.a_scale, s.b, s.b_scale))
-            self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {product}).to({dt})")
+            if s.acc.type.dtype.name == "INT32":  # INT8 operands: exact in float64, wrapping in INT32
+                product = f"({self.name(s.a)}.to(torch.float64) @ {self.name(s.b)}.to(torch.float64)).to(torch.int64)"
+                self.emit(depth, f"{acc} = ({acc}.to(torch.int64) + {product}).to(torch.int32)")
+            else:
+                self.emit(depth, f"{acc} = ({acc}.to(torch.float32) + {product}).to({dt})")
         elif isinstance(s, Update):
             self.emit(depth, f"{self.name(s.target)} = {self.name(s.value)}.clone()")
         elif isinstance(s, Store) and s.index is not None:  # pl.mscatter

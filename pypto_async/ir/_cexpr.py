@@ -187,9 +187,12 @@ def element(e, dtype: DataType, el: Element) -> str:
         if e.op == "div":
             if dtype.is_float:
                 return f"({a} / {b})"
-            if dtype.is_unsigned:  # floor is truncation; UINT64 does not fit int64
+            if dtype.is_unsigned:  # UINT64 does not fit int64
                 return f"({ct})({b} ? {a} / {b} : 0)"
-            return f"({ct})pto_floordiv((int64_t)({a}), (int64_t)({b}))"
+            # PyPTO's integer division (its board's, and its tests' torch.div(rounding_mode="trunc")) rounds
+            # toward zero; 0 for a zero divisor, and a / -1 wraps (-INT64_MIN) instead of trapping.
+            x, y = f"(int64_t)({a})", f"(int64_t)({b})"
+            return f"({ct})({y} == -1 ? (int64_t)(0u - (uint64_t){x}) : {y} ? {x} / {y} : 0)"
         if e.op in _EXTENDED_BINARY:
             return _extended_binary(e.op, a, b, dtype)
         if e.op == "fmod" or e.op in PART_OPS:

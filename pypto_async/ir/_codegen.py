@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._dtypes import BF16, FP16, FP64
+from .._dtypes import BF16, FP16, FP64, INT8
 from .._signature import SCALAR
 from ..errors import PtoCompileError
 from ._cexpr import Element, bits_float, element, linear_at, literal, strides, valid_cond
@@ -78,7 +78,7 @@ from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, ov
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "10"
+CODEGEN_VERSION = "11"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -392,6 +392,12 @@ class _Gen:
             (psa, _, ldsa), (psb, _, ldsb) = self.operand_src(scales[0]), self.operand_src(scales[1])
             self.emit(f"pto_gemm_mx_f32({m}, {n}, {k}, {pa}, {lda}, {psa}, {ldsa}, {pb}, {ldb}, {psb}, {ldsb}, "
                       f"{c}, {n}, {int(accumulate)});")
+        elif a.type.dtype == INT8:  # INT8 x INT8 into INT32 (wrapping, as the cube's int32 accumulator)
+            acc = f"(uint32_t)c_[i * {n} + j]" if accumulate else "0u"
+            self.emit(f"{{ int32_t *restrict c_ = {c}; for (int64_t i = 0; i < {m}; i++) "
+                      f"for (int64_t j = 0; j < {n}; j++) {{ uint32_t s_ = {acc}; for (int64_t p = 0; p < {k}; p++) "
+                      f"s_ += (uint32_t)((int32_t){pa}[i * {lda} + p] * (int32_t){pb}[p * {ldb} + j]); "
+                      f"c_[i * {n} + j] = (int32_t)s_; }} }}")
         else:
             fn = "pto_gemm_f64" if out.type.dtype == FP64 else "pto_gemm_f32"
             self.emit(f"{fn}({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, {c}, {n}, {int(accumulate)});")

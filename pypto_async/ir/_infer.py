@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
-MATMUL_DTYPES = (FP32, FP64, FP16, BF16)
+MATMUL_DTYPES = (FP32, FP64, FP16, BF16, INT8)  # INT8 accumulates in INT32 (the cube's int path)
 ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT8)
 
 
@@ -303,12 +303,13 @@ def _matmul_type(a: Var, b: Var, loc: Loc | None, op: str = "pl.matmul") -> Tile
     if ta.dtype != tb.dtype:
         raise compile_error(f"dtype mismatch in matmul: {ta.dtype.name} and {tb.dtype.name}", loc)
     if ta.dtype not in MATMUL_DTYPES:
-        raise compile_error(f"unsupported dtype {ta.dtype.name} for matmul (use FP32, FP64, FP16 or BF16)", loc)
+        raise compile_error(f"unsupported dtype {ta.dtype.name} for matmul (use FP32, FP64, FP16, BF16 or INT8)", loc)
     require_full(a, op, loc, dims=(1,))
     require_full(b, op, loc, dims=(0,))
     shape = (ta.shape[0], tb.shape[1])
     valid = normalize(shape, (extents(ta)[0], extents(tb)[1]))
-    return TileType(shape, FP64 if ta.dtype == FP64 else FP32, "Acc", valid)
+    acc = {FP64: FP64, INT8: INT32}.get(ta.dtype, FP32)
+    return TileType(shape, acc, "Acc", valid)
 
 
 #: matmul_mx: the K elements one FP8E8M0 scale covers (the OCP MX block), and the cube's alignment of M, N, K.

@@ -14,7 +14,7 @@ Semantics worth knowing:
   stand on either side of a binary op.
 * FP16 and BF16 tiles compute in FP32 and round once, when cast or stored;
   matmul of FP32/FP16/BF16 tiles gives FP32, of FP64 gives FP64.  Integer
-  ``div`` is floor division (0 for a zero divisor); integer arithmetic wraps.
+  ``div`` on integers rounds toward zero, as PyPTO's (0 for a zero divisor); integer arithmetic wraps.
 * ``pl.matmul(a, b, acc=t)`` / ``pl.matmul_acc(t, a, b)`` update ``t`` in
   place, so an accumulator carries across ``pl.range`` iterations.
 * Distinct tensor arguments must not overlap in memory (the generated code

@@ -191,3 +191,16 @@ def col_expand_mul(tile, col_vec) -> Tile:
 def col_expand_div(tile, col_vec) -> Tile:
     """Return ``tile / col_vec`` (a ``[1, cols]`` vector)."""
     return _expand("col_expand_div", "div", "col", tile, col_vec)
+
+
+def extract(src, index_row, index_col, shape, *, target_memory) -> Tile:
+    """PyPTO's ``pl.tile.extract`` (TEXTRACT): the ``shape`` window of a 2-D tile at ``(index_row, index_col)``,
+    placed in ``target_memory`` (as :func:`slice` then ``pl.move``)."""
+    from ._memory import move
+
+    current("pl.tile.extract")
+    if isinstance(src, Tile) and len(src.shape) != 2:
+        raise compile_error(f"pl.tile.extract takes a 2-D tile, got {list(src.shape)}", user_loc())
+    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+        raise compile_error(f"pl.tile.extract: shape must be [rows, cols], got {shape!r}", user_loc())
+    return move(slice(src, list(shape), [index_row, index_col]), target_memory)

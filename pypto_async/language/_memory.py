@@ -17,7 +17,7 @@ from ._program import shift
 from ._tracer import ScalarArg, TensorArg, Tile, _state, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
 
-__all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "assemble"]
+__all__ = ["load", "store", "l0c_store", "move", "create_tile", "copy", "fillpad", "fillpad_inplace", "assemble"]
 
 
 def space_name(x, op: str, what: str = "target_memory") -> str:
@@ -263,12 +263,26 @@ def fillpad(tile, pad_value=PadValue.zero) -> Tile:
     ``PadValue.zero``, ``max`` (+inf, or the dtype's largest value) or
     ``min`` (-inf, or the smallest).  The result is fully valid.
     """
-    current("pl.fillpad")
-    tl = _tile(tile, "pl.fillpad")
-    pad = pad_name(pad_value, "pl.fillpad")
+    return _fillpad(tile, pad_value, "pl.fillpad")
+
+
+def fillpad_inplace(tile, pad_value=PadValue.zero) -> Tile:
+    """PyPTO's ``pl.tile.fillpad_inplace``: :func:`fillpad` whose result reuses the input's buffer on a board.
+
+    The value is fillpad's; the buffer reuse is the device allocator's
+    business, so here the result is a tile of its own (the input keeps its
+    valid region and values).
+    """
+    return _fillpad(tile, pad_value, "pl.tile.fillpad_inplace")
+
+
+def _fillpad(tile, pad_value, op: str) -> Tile:
+    current(op)
+    tl = _tile(tile, op)
+    pad = pad_name(pad_value, op)
     if pad is None:
-        raise compile_error("pl.fillpad: PadValue.null fills nothing; choose zero, max or min", user_loc())
-    return record(FillPad(tl.var, pad), "pl.fillpad")
+        raise compile_error(f"{op}: PadValue.null fills nothing; choose zero, max or min", user_loc())
+    return record(FillPad(tl.var, pad), op)
 
 
 def assemble(dst, src, offset, atomic=None):
@@ -295,3 +309,65 @@ def assemble(dst, src, offset, atomic=None):
 
         src = cast(src, dst.dtype)
     return store(src, offset, dst, atomic=atomic)
+
+
+def _statements(blocks):
+    for block in blocks:
+        for s in block:
+            yield s
+            for name in ("body", "then_body", "else_body"):
+                inner = getattr(s, name, None)
+                if isinstance(inner, tuple):
+                    yield from _statements([inner])
+
+
+def tile_read(tile, indices):
+    """PyPTO's ``pl.tile.read(tile, indices)``: one element of an integer tile, as a runtime scalar.
+
+    Here the tile must be a load of an integer input tensor that nothing
+    writes in place afterwards: the element is then the tensor's, read when
+    the region runs (as :func:`pl.read <pypto_async.language.read>` reads
+    it), at the load's offset plus ``indices``.  The result is an INT64
+    index (PyPTO's ``pl.cast(row, pl.INDEX)`` of it is the value itself).
+    """
+    from ..ir._bounds import index_range
+    from ..ir._nodes import IBin, IRead, MatmulAcc, Update
+    from ._runtime_scalars import INTEGER_DTYPES, _bind
+    from ._tracer import to_index
+
+    t = current("pl.tile.read")
+    loc = user_loc()
+    if not isinstance(tile, Tile):
+        raise compile_error(f"pl.tile.read: expected a tile, got {tile!r} (a tensor's element is pl.read)", loc)
+    if "at" not in t.frames:
+        raise compile_error("pl.tile.read runs inside a pl.at region (or an InCore function)", loc)
+    if not isinstance(indices, (list, tuple)):
+        indices = [indices]
+    shape = tile.var.type.shape
+    if len(indices) != len(shape):
+        raise compile_error(f"pl.tile.read: {len(indices)} indices for the {len(shape)}-d tile {list(shape)}", loc)
+    load = None
+    for s in _statements(t.blocks):
+        if isinstance(s, Assign) and s.var.id == tile.var.id:
+            load = s.expr if isinstance(s.expr, Load) else None
+        elif isinstance(s, (Update, MatmulAcc)) and getattr(s, "target", getattr(s, "acc", None)).id == tile.var.id:
+            raise compile_error("pl.tile.read: the tile is written in place before this read; here a tile's "
+                                "element is read only from a tile loaded from an input tensor and left as loaded", loc)
+    p = t.params.get(load.param) if load is not None else None
+    if p is None or p.direction != "in":
+        raise compile_error("pl.tile.read: here a tile's element is read only from a tile loaded (pl.load) from an "
+                            "input tensor of the kernel, left as loaded; read the tensor with pl.read", loc)
+    if p.dtype.name not in INTEGER_DTYPES:
+        raise compile_error(f"pl.tile.read: the tile is {p.dtype.name}; only integer tiles "
+                            f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
+    offs = []
+    for d, (i, base) in enumerate(zip(indices, load.offsets)):
+        e = to_index(i, "pl.tile.read index")
+        bounds = index_range(e, t.ranges, loc, runtime_ok=True)
+        valid = load.valid[d] if load.valid is not None else shape[d]
+        hi_ok = shape[d] if not isinstance(valid, int) else min(shape[d], valid)
+        if bounds is not None and (bounds[0] < 0 or bounds[1] >= hi_ok):
+            raise compile_error(f"pl.tile.read: index [{bounds[0]}..{bounds[1]}] of dimension {d} is outside "
+                                f"[0, {hi_ok}) of the tile's valid region", loc)
+        offs.append(IBin("+", base, e))
+    return _bind(t, IRead(p.name, tuple(offs), p.shape), loc)

@@ -25,6 +25,7 @@ from ..ir._nodes import (
     ScalarBits,
     ScalarRef,
     Unary,
+    Update,
 )
 from ._memory import _tile as tile_operand
 from ._memory import as_tile
@@ -139,7 +140,7 @@ def mul(a, b) -> Tile:
 
 
 def div(a, b, high_precision: bool = False) -> Tile:
-    """Return ``a / b`` (floor division, 0 for a zero divisor, on integer tiles).
+    """Return ``a / b`` (on integer tiles rounded toward zero, as PyPTO's; 0 for a zero divisor).
 
     ``high_precision`` (PyPTO's choice of ptoas's high-precision division) is checked and changes
     nothing: the sim has one division, the correctly rounded one.
@@ -188,7 +189,7 @@ def muls(tile, scalar) -> Tile:
 
 
 def divs(tile, scalar) -> Tile:
-    """Return ``tile / scalar`` (floor division for integer tiles, as ``pl.div``)."""
+    """Return ``tile / scalar`` (rounded toward zero for integer tiles, as ``pl.div``)."""
     return _with_scalar("divs", "div", tile, scalar)
 
 
@@ -241,8 +242,22 @@ def sqrt(x) -> Tile:
     return _unary("sqrt", x)
 
 
-def rsqrt(x) -> Tile:
-    """Return ``1 / sqrt(x)`` (float tiles)."""
+def rsqrt(x, tmp=None, high_precision: bool = False) -> Tile:
+    """Return ``1 / sqrt(x)`` (float tiles).
+
+    PyPTO's high-precision forms (``pl.tile.rsqrt(x, tmp=scratch)``, ``pl.rsqrt(x, high_precision=True)``)
+    are checked and compute the same value here: ``tmp`` must be a tile of ``x``'s shape and dtype.
+    """
+    _precision("pl.rsqrt", high_precision)
+    if tmp is not None:
+        if high_precision:
+            raise compile_error("pl.rsqrt: pass the scratch tile tmp= or high_precision=True, not both", user_loc())
+        if not isinstance(tmp, Tile):
+            raise compile_error(f"pl.tile.rsqrt: tmp must be a scratch tile, got {tmp!r}", user_loc())
+        tx = _tile(x, "rsqrt", "x")
+        if (tuple(tmp.shape), tmp.dtype) != (tuple(tx.shape), tx.dtype):
+            raise compile_error(f"pl.tile.rsqrt: tmp is {tmp.dtype.name} {list(tmp.shape)}, but the input is "
+                                f"{tx.dtype.name} {list(tx.shape)} (the scratch tile must match it)", user_loc())
     return _unary("rsqrt", x)
 
 
@@ -360,7 +375,7 @@ def col_min(x) -> Tile:
 
 
 def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool = False,
-           c_matrix_nz: bool = False) -> Tile:
+           c_matrix_nz: bool = False, *, init_cond=None) -> Tile:
     """Return ``a @ b`` (in Acc); with ``acc``, add the product into ``acc`` in place and return it.
 
     FP32/FP16/BF16 operands accumulate in FP32, FP64 in FP64.  On tile
@@ -381,10 +396,10 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     """
     current("pl.matmul")
     tensors = isinstance(a, TensorArg) or isinstance(b, TensorArg)  # a tensor-level matmul (a tile operand loaded)
-    for flag, value, operand in (("a_trans", a_trans, a), ("b_trans", b_trans, b), ("c_matrix_nz", c_matrix_nz, a)):
+    for flag, value in (("a_trans", a_trans), ("b_trans", b_trans), ("c_matrix_nz", c_matrix_nz)):
         if not isinstance(value, bool):
             raise compile_error(f"pl.matmul: {flag} must be a bool, got {value!r}", user_loc())
-        if value and not (isinstance(operand, TensorArg) if flag != "c_matrix_nz" else tensors):
+        if value and not tensors:  # PyPTO's tensor-level flags: a value computed in the region may be the operand
             raise compile_error(f"pl.matmul: {flag}=True takes tensor operands (a tile's transpose is "
                                 f"pl.transpose / pl.tile.transpose_view)", user_loc())
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
@@ -398,7 +413,7 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
         ta = transpose_trailing(ta) if a_trans else ta
         tb = transpose_trailing(tb) if b_trans else tb
     if acc is not None:
-        out = matmul_acc(acc, ta, tb)
+        out = matmul_acc(acc, ta, tb, init_cond=init_cond)
     elif tensors and (len(ta.shape) > 2 or len(tb.shape) > 2):  # PyPTO: rank > 2 tensors are a batch_matmul
         from ._ops_compose import batch_matmul
 
@@ -421,13 +436,47 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     return out
 
 
-def matmul_acc(acc, a, b) -> Tile:
-    """Add ``a @ b`` into ``acc`` in place and return ``acc``."""
+def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_cond=None) -> Tile:
+    """Add ``a @ b`` into ``acc`` in place and return ``acc``.
+
+    ``a_trans`` / ``b_trans`` take tensor operands, as for :func:`matmul`.
+
+    ``init_cond`` (PyPTO's split-K predicate): where it holds, ``acc`` is
+    overwritten with ``a @ b`` instead (its old value, poison included, is
+    not read). A Python bool picks one form at trace time; a runtime index
+    condition (``k0 == 0``) traces both, as an ``if`` on it does.
+    """
+    if a_trans or b_trans:
+        return matmul(a, b, acc=acc, a_trans=a_trans, b_trans=b_trans, init_cond=init_cond)
     t = current("pl.matmul_acc")
     loc = user_loc()
     tacc = _tile(acc, "matmul_acc", "acc")
     ta, tb = _tile(a, "matmul_acc", "a"), _tile(b, "matmul_acc", "b")
     check_matmul_acc(tacc.var, ta.var, tb.var, loc)
+    if init_cond is None:
+        t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        return tacc
+    if len(tacc.shape) != 2:
+        raise compile_error(f"pl.matmul_acc: init_cond takes 2-D operands (acc is {len(tacc.shape)}-D "
+                            f"{list(tacc.shape)}); loop over the batch axis instead", loc)
+    if not isinstance(init_cond, (bool, Index, ScalarArg)):
+        raise compile_error(f"pl.matmul_acc: init_cond must be a bool or a scalar condition such as (k0 == 0), "
+                            f"got {init_cond!r}", loc)
+    from ._runtime_scalars import runtime_if
+
+    branch = runtime_if(init_cond, {})
+
+    def overwrite():
+        prod = record(Matmul(ta.var, tb.var), "pl.matmul_acc")
+        t.append(Update(tacc.var, prod.var, loc))
+
+    if branch.static:
+        overwrite() if branch.value else t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        return tacc
+    branch.then()
+    overwrite()
+    branch.otherwise((), {})
     t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+    branch.merge((), {})
     return tacc
 

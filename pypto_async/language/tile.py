@@ -5,9 +5,12 @@ top-level ``pl.assemble`` writes into a tensor); the rest are the same ops
 as at top level, under their ``pl.tile.*`` names.
 """
 
-from ._layout import concat, reshape, slice  # noqa: A004
+from ..ir._infer import compile_error
+from ._tracer import Tile, user_loc
+from ._layout import concat, extract, reshape, slice  # noqa: A004
 from ._layout import tile_assemble as assemble
-from ._memory import create_tile, fillpad, load, move, store
+from ._memory import create_tile, fillpad, fillpad_inplace, load, move, store
+from ._memory import tile_read as read
 from ._ops import (
     abs,  # noqa: A004
     add,
@@ -59,15 +62,19 @@ from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx  # noqa: E402 - 
 
 
 def transpose_view(tile):
-    """Return ``tile`` with its two dimensions swapped (PyPTO's NZ <-> ZN view of a placed buffer).
+    """Return ``tile`` with its two trailing dimensions swapped (PyPTO's NZ <-> ZN view of a placed buffer).
 
     PyPTO reinterprets the buffer's fractal layout without moving data; the
     sim has no layouts, so the view is the transposed tile (the values a
-    matmul reads from it are the same).
+    matmul reads from it are the same).  A tile of rank 3 or more (a
+    ``pl.batch_matmul`` operand) has each of its matrices transposed.
     """
-    from ._layout import transpose
+    from ._ops_compose import transpose_trailing
 
-    return transpose(tile)
+    if isinstance(tile, Tile) and len(tile.shape) < 2:
+        raise compile_error(f"pl.tile.transpose_view swaps a tile's two trailing dimensions, but it is "
+                            f"{len(tile.shape)}-D {list(tile.shape)}", user_loc())
+    return transpose_trailing(tile)
 
 __all__ = [
     "get_block_idx",
@@ -83,6 +90,9 @@ __all__ = [
     "create_tile",
     "transpose_view",
     "fillpad",
+    "fillpad_inplace",
+    "extract",
+    "read",
     "load",
     "move",
     "store",

@@ -437,3 +437,35 @@ def test_gathers_and_scatters_reference(launcher, rng):
     args = _gather_args(rng)
     args[1][0, 0] = 3  # the scatters fail past the row: in range for the run
     _check(gathers.lower(*args), launcher, gathers.compile(*args), args)
+
+
+def test_int8_matmul_and_truncating_div_match_the_kernel():
+    """INT8 matmul (an INT32 product, matmul_acc adding into it) and integer pl.div (toward zero, as PyPTO's)."""
+    import torch
+
+    M, K, N = 24, 80, 40
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, x: pl.Tensor, y: pl.Tensor, c: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor],
+          q: pl.Out[pl.Tensor]):
+        ta, tb = pl.load(a, [0, 0], [M, K]), pl.load(b, [0, 0], [K, N])
+        pl.store(pl.matmul(ta, tb), [0, 0], c)
+        acc = pl.matmul(ta, tb)
+        acc = pl.matmul_acc(acc, ta, tb)
+        pl.store(acc, [0, 0], d)
+        pl.store(pl.div(pl.load(x, [0, 0], [M, N]), pl.load(y, [0, 0], [M, N])), [0, 0], q)
+
+    rng = np.random.default_rng(7)
+    a = torch.from_numpy(rng.integers(-128, 128, (M, K), dtype=np.int8))
+    b = torch.from_numpy(rng.integers(-128, 128, (K, N), dtype=np.int8))
+    x = torch.from_numpy(rng.integers(-1000, 1000, (M, N), dtype=np.int32))
+    y = torch.from_numpy(rng.integers(-9, 10, (M, N), dtype=np.int32))
+    c, d, q = (torch.from_numpy(poison((M, N), np.int32)) for _ in range(3))
+    prog = k.compile(a, b, x, y, c, d, q).program
+    ns: dict = {}
+    exec(torch_codegen(prog, check_shapes=True), ns)  # noqa: S102
+    ns[prog.name](a, b, x, y, c, d, q)
+    want = a.long() @ b.long()
+    assert torch.equal(c.long(), want) and torch.equal(d.long(), 2 * want)
+    yd = torch.where(y == 0, torch.ones_like(y), y)
+    assert torch.equal(q, torch.where(y == 0, 0, torch.div(x, yd, rounding_mode="trunc")).to(torch.int32))

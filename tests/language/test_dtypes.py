@@ -30,10 +30,15 @@ def ints(rng, shape, dtype):
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
 
 
-def _floordiv(a, b):
-    """numpy's // with PyPTO's zero divisor (0), without numpy's divide-by-zero warning."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(b == 0, 0, a // np.where(b == 0, 1, b)).astype(a.dtype)
+def _truncdiv(a, b):
+    """PyPTO's integer division (toward zero) with its zero divisor (0), in int64/uint64 exactly."""
+    wide = np.uint64 if a.dtype.kind == "u" else np.int64
+    a64, b64 = a.astype(wide), np.where(b == 0, 1, b).astype(wide)
+    with np.errstate(over="ignore"):
+        q = np.abs(a64) // np.abs(b64) if wide is np.uint64 else a64 // b64
+        if wide is np.int64:  # floor -> trunc where the signs differ and there is a remainder
+            q = q + ((a64 % b64 != 0) & ((a64 < 0) != (b64 < 0)))
+    return np.where(b == 0, 0, q).astype(a.dtype)
 
 
 def _mod(a, b):
@@ -81,7 +86,7 @@ def test_integer_dtype_arithmetic(rng, name):
         np.testing.assert_array_equal(sub, a - b)
         np.testing.assert_array_equal(mul, a * b)
         np.testing.assert_array_equal(adds, a + np_dt(s))
-    np.testing.assert_array_equal(div, _floordiv(a, b))
+    np.testing.assert_array_equal(div, _truncdiv(a, b))
     np.testing.assert_array_equal(rem, _mod(a, b))
     np.testing.assert_array_equal(mx, np.maximum(a, b))
     np.testing.assert_array_equal(bits, (a >> np_dt(3)) ^ b)

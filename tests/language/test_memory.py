@@ -9,9 +9,11 @@ could not execute is refused at the user's line.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import pypto_async.language as pl
+from pypto_async.errors import PtoCompileError
 from helpers.ir_fixtures import poison
 
 
@@ -178,3 +180,42 @@ def test_create_tensor_init_value_fills_the_intermediate_before_its_readers():
 
     with pytest.raises(PtoCompileError, match="non-zero init_value of a FP16"):
         half.compile()
+
+
+def _tile_read_kernel(form):
+    @pl.jit
+    def k(index: pl.Tensor[[2, 8], pl.INT32], src: pl.Tensor[[1, 32], pl.FP32],
+          dst: pl.InOut[pl.Tensor[[32, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            it = pl.load(index, [1, 0], [1, 8])
+            if form == "computed":
+                it = pl.add(it, it)
+            if form == "float":
+                it = pl.load(src, [0, 0], [1, 32])
+            row = pl.tile.read(it, [0, 3] if form != "outside" else [0, 8])
+            pl.store(pl.load(src, [0, 0], [1, 32]), [pl.cast(row, pl.INDEX), 0], dst)
+        return dst
+
+    return k
+
+
+def test_tile_read_of_a_loaded_index_tile_places_a_store():
+    """PyPTO's pl.tile.read: an element of a tile loaded from an integer input, a runtime store offset."""
+    index = torch.zeros(2, 8, dtype=torch.int32)
+    index[1, 3] = 21
+    src = torch.randn(1, 32)
+    dst = torch.from_numpy(poison((32, 32)))
+    before = dst.clone()
+    _tile_read_kernel("plain")(index, src, dst)
+    assert torch.equal(dst[21], src[0])
+    rest = torch.ones(32, dtype=torch.bool)
+    rest[21] = False
+    assert torch.equal(dst[rest].isnan(), before[rest].isnan())
+
+
+@pytest.mark.parametrize("form,match", [("computed", "loaded"), ("float", "only integer tiles"),
+                                        ("outside", "outside")])
+def test_tile_read_refuses_what_it_cannot_read(form, match):
+    index = torch.zeros(2, 8, dtype=torch.int32)
+    with pytest.raises(PtoCompileError, match=match):
+        _tile_read_kernel(form)(index, torch.zeros(1, 32), torch.zeros(32, 32))

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
+from pypto_async.errors import PtoCompileError
 from helpers.ir_fixtures import poison
 from helpers.tiers import tiered, tiered_product
 
@@ -209,6 +210,114 @@ def test_matmul(launcher, rng, accumulate):
     assert rel_err(c, want) < 1e-5
 
 
+@pytest.mark.parametrize("form", ["tmp", "high_precision"])
+def test_rsqrt_high_precision_forms(launcher, rng, form):
+    """PyPTO's pl.tile.rsqrt(x, tmp=scratch) and pl.rsqrt(x, high_precision=True): the same 1/sqrt(x)."""
+
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        for i in pl.range(0, R, TR):
+            t = pl.load(x, [i, 0], [TR, C])
+            if form == "tmp":
+                r = pl.tile.rsqrt(t, tmp=pl.tile.create([TR, C], pl.FP32))
+            else:
+                r = pl.rsqrt(t, high_precision=True)
+            pl.store(r, [i, 0], y)
+
+    x = rng.uniform(0.1, 4.0, (R, C)).astype(np.float32)
+    y = poison((R, C))
+    launcher.run(k.compile(x, y), x, y)
+    assert rel_err(y, 1 / np.sqrt(x.astype(np.float64))) < 1e-6
+
+
+def test_rsqrt_tmp_must_match():
+    @pl.jit
+    def k(x: pl.Tensor, y: pl.Out[pl.Tensor]):
+        t = pl.load(x, [0, 0], [TR, C])
+        pl.store(pl.tile.rsqrt(t, tmp=pl.tile.create([TR, 16], pl.FP32)), [0, 0], y)
+
+    x = np.ones((TR, C), np.float32)
+    with pytest.raises(PtoCompileError, match="scratch tile must match"):
+        k.compile(x, x)
+
+
+@pytest.mark.parametrize("form", ["runtime", "first", "never"])
+def test_matmul_acc_init_cond(launcher, rng, form):
+    """PyPTO's split-K ``init_cond``: where it holds the accumulator is overwritten, its old value
+    (here a NaN-poisoned tensor's) never read; ``k0 == 0`` is a runtime index condition, a bool picks at trace."""
+    M, K, N, KT = 16, 96, 24, 32
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c0: pl.Tensor, c: pl.Out[pl.Tensor]):
+        acc = pl.load(c0, [0, 0], [M, N]) + 0.0
+        for k0 in pl.range(0, K, KT):
+            ta = pl.load(a, [0, k0], [M, KT])
+            tb = pl.load(b, [k0, 0], [KT, N])
+            cond = (k0 == 0) if form == "runtime" else form == "first"
+            acc = pl.matmul_acc(acc, ta, tb, init_cond=cond)
+        pl.store(acc, [0, 0], c)
+
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    if form != "never":
+        c0[3, 5] = np.nan  # the overwritten start must not leak
+    c = poison((M, N))
+    launcher.run(k.compile(a, b, c0, c), a, b, c0, c)
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    if form == "runtime":
+        want = ad @ bd
+    elif form == "first":  # every step overwrites: the last K block's product
+        want = ad[:, K - KT:] @ bd[K - KT:]
+    else:
+        want = c0 + ad @ bd
+    assert rel_err(c, want) < 1e-5
+
+
+def test_matmul_acc_init_cond_bad():
+    @pl.jit
+    def k(a: pl.Tensor, c: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        pl.store(pl.matmul_acc(t @ t, t, t, init_cond="yes"), [0, 0], c)
+
+    x = np.zeros((16, 16), np.float32)
+    with pytest.raises(PtoCompileError, match="init_cond must be a bool"):
+        k.compile(x, x)
+
+
+def test_matmul_int8_accumulates_in_int32(launcher, rng):
+    """INT8 x INT8 matmul (PyPTO's integer cube path): an INT32 product, exact, and matmul_acc adds into it."""
+    M, K, N = 24, 80, 40
+
+    @pl.jit
+    def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor]):
+        ta = pl.load(a, [0, 0], [M, K])
+        tb = pl.load(b, [0, 0], [K, N])
+        pl.store(pl.matmul(ta, tb), [0, 0], c)
+        acc = pl.matmul(ta, tb)
+        acc = pl.matmul_acc(acc, ta, tb)
+        pl.store(acc, [0, 0], d)
+
+    a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    c, d = poison((M, N), np.int32), poison((M, N), np.int32)
+    launcher.run(k.compile(a, b, c, d), a, b, c, d)
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(c, want)
+    np.testing.assert_array_equal(d, 2 * want)
+
+
+def test_matmul_int16_is_refused():
+    @pl.jit
+    def k(a: pl.Tensor, c: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
+        pl.store(pl.matmul(t, t), [0, 0], c)
+
+    x = np.zeros((16, 16), np.int16)
+    with pytest.raises(PtoCompileError, match="unsupported dtype INT16 for matmul"):
+        k.compile(x, np.zeros((16, 16), np.int32))
+
+
 def test_matmul_fp64_and_bf16(launcher, rng):
     M, K, N = 16, 32, 24
 
@@ -285,18 +394,29 @@ def test_cast_to_bf16_rint_rounds_like_torch(launcher, rng):
     assert torch.equal(y.view(torch.uint16), x.to(torch.bfloat16).view(torch.uint16))
 
 
+def _truncdiv(a, b):
+    """Integer a / b rounded toward zero, exactly (numpy's // floors; b has no zeros here)."""
+    wide = np.uint64 if a.dtype.kind == "u" else np.int64
+    a64, b64 = a.astype(wide), b.astype(wide)
+    with np.errstate(over="ignore"):
+        q = a64 // b64
+        if wide is np.int64:
+            q = q + ((a64 % b64 != 0) & ((a64 < 0) != (b64 < 0)))
+    return q.astype(a.dtype)
+
+
 INT_REFS = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
-    "div": np.floor_divide,
+    "div": lambda a, b: _truncdiv(a, b),  # toward zero, as PyPTO's
     "maximum": np.maximum,
     "minimum": np.minimum,
 }
 
 
 @tiered("dtype", ["INT8", "INT32", "INT64", "UINT8"], fast=["INT8", "INT64"])
-def test_integer_binary_ops_wrap_and_floor(launcher, rng, dtype):
+def test_integer_binary_ops_wrap_and_truncate(launcher, rng, dtype):
     d = getattr(pl, dtype)
 
     @pl.jit

@@ -57,6 +57,35 @@ def test_fillpad_expand_copies_the_valid_region_into_a_larger_padded_tile(pad):
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
+@tiered("pad", [pl.PadValue.zero, pl.PadValue.max, pl.PadValue.min], fast=[pl.PadValue.min])
+def test_fillpad_inplace_is_fillpad(pad):
+    """PyPTO's pl.tile.fillpad_inplace: the padding outside the valid region filled (the buffer reuse is a board's)."""
+    @pl.jit
+    def fill(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [0, 0], [16, 32], valid_shapes=[11, 32])
+            out[:] = pl.tile.fillpad_inplace(t, pad_value=pad)
+        return out
+
+    x = torch.randn(16, 32)
+    out = _nan(16, 32)
+    fill(x, out)
+    want = torch.full((16, 32), {pl.PadValue.zero: 0.0, pl.PadValue.max: math.inf}.get(pad, -math.inf))
+    want[:11] = x[:11]
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_fillpad_inplace_refuses_null():
+    @pl.jit
+    def fill(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.fillpad_inplace(pl.load(x, [0, 0], [16, 32]), pad_value=pl.PadValue.null)
+        return out
+
+    with pytest.raises(PtoCompileError, match="fillpad_inplace: PadValue.null"):
+        fill(torch.zeros(16, 32), torch.zeros(16, 32))
+
+
 def test_fillpad_expand_integer_max_is_the_dtype_largest():
     @pl.jit
     def expand(x: pl.Tensor[[4, 8], pl.INT16], out: pl.Out[pl.Tensor[[8, 8], pl.INT16]]):
@@ -132,6 +161,73 @@ def test_batch_matmul_broadcasts_the_batch_dimensions(shapes):
     out = _nan(*out_shape)
     bmm(a, b, out)
     torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_view_of_a_batch_tile_transposes_each_matrix():
+    """PyPTO's pl.tile.transpose_view on a [B, N, K] tile: a batch_matmul's b_trans operand."""
+    @pl.jit
+    def bmm_bt(a: pl.Tensor[[2, 16, 32], pl.FP32], b: pl.Tensor[[2, 8, 32], pl.FP32],
+               out: pl.Out[pl.Tensor[[2, 16, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0, 0, 0], [2, 16, 32], target_memory=pl.MemorySpace.Mat)
+            tb = pl.load(b, [0, 0, 0], [2, 8, 32], target_memory=pl.MemorySpace.Mat)
+            out[:] = pl.batch_matmul(ta, pl.tile.transpose_view(tb))
+        return out
+
+    a, b = torch.randn(2, 16, 32), torch.randn(2, 8, 32)
+    out = _nan(2, 16, 8)
+    bmm_bt(a, b, out)
+    torch.testing.assert_close(out, a @ b.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_view_refuses_a_1d_tile():
+    @pl.jit
+    def bad(x: pl.Tensor[[16], pl.FP32], out: pl.Out[pl.Tensor[[16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.transpose_view(pl.load(x, [0], [16]))
+        return out
+
+    with pytest.raises(PtoCompileError, match="two trailing dimensions"):
+        bad(torch.zeros(16), torch.zeros(16))
+
+
+def test_tensor_matmul_b_trans_of_a_value_computed_in_the_region():
+    """PyPTO's tensor-level pl.matmul(a, add(b0, b1), b_trans=True): the transposed operand need not be a parameter."""
+    @pl.jit
+    def mm(a: pl.Tensor[[2, 16, 32], pl.FP32], b0: pl.Tensor[[2, 8, 32], pl.FP32], b1: pl.Tensor[[2, 8, 32], pl.FP32],
+           out: pl.Out[pl.Tensor[[2, 16, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.matmul(a, pl.add(b0, b1), b_trans=True, out_dtype=pl.FP32)
+        return out
+
+    a, b0, b1 = torch.randn(2, 16, 32), torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    out = _nan(2, 16, 8)
+    mm(a, b0, b1, out)
+    torch.testing.assert_close(out, a @ (b0 + b1).transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_tile_extract_is_the_window_placed_in_the_target_memory():
+    """PyPTO's pl.tile.extract(src, row, col, shape, target_memory=...): TEXTRACT's window."""
+    @pl.jit
+    def ex(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[8, 16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            t = pl.load(x, [0, 0], [16, 32])
+            out[:] = pl.tile.extract(t, 4, 8, [8, 16], target_memory=pl.MemorySpace.Vec)
+        return out
+
+    x = torch.randn(16, 32)
+    out = _nan(8, 16)
+    ex(x, out)
+    torch.testing.assert_close(out, x[4:12, 8:24], rtol=0, atol=0)
+
+    @pl.jit
+    def bad(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[8, 16], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.tile.extract(pl.load(x, [0, 0], [16, 32]), 0, 0, [8], target_memory=pl.MemorySpace.Vec)
+        return out
+
+    with pytest.raises(PtoCompileError, match="shape must be"):
+        bad(x, out)
 
 
 def test_batch_matmul_refuses_tensors_and_mismatched_batches():
