@@ -325,7 +325,7 @@ def get(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, chunk
 
 
 _MISSING = object()
-_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64")
+_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64", "FP16")
 
 
 def _reduce_op(op, what: str, loc) -> str:
