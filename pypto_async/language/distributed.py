@@ -398,7 +398,7 @@ def allreduce(target, signal=_MISSING, *, op=ReduceOp.Sum, mode: str = "mesh", c
     if h is not None:
         from .distributed_host import record_collective
 
-        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc)
+        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc, ring=mode == "ring")
         _reducible(view.dtype, what, loc)
         return target
     t = current(what)
