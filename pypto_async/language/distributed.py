@@ -170,6 +170,8 @@ def nranks(ctx) -> int:
 
 
 def _peer(peer, r, op: str, loc) -> int:
+    if isinstance(peer, ScalarArg) and peer.name in r.scalars:
+        peer = r.scalars[peer.name]  # a scalar parameter the host's dispatch gave an int: fixed for this rank
     if isinstance(peer, (Index, ScalarArg)) or not is_int(peer):
         raise compile_error(f"{op}: peer must be an int rank (derived from pld.rank / pld.nranks, and Python "
                             f"ints), got {peer!r}", loc)
@@ -196,7 +198,11 @@ def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tu
     return offs, shape
 
 
-def _value(value, op: str, loc):
+def _value(value, op: str, loc, r=None):
+    if r is not None and isinstance(value, ScalarArg) and value.name in r.scalars:
+        value = r.scalars[value.name]  # a scalar parameter the host's dispatch gave an int
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, (Index, ScalarArg, Tile)) or not isinstance(value, (int, float)) or isinstance(value, bool):
         raise compile_error(f"{op}: value must be a Python number here, got {value!r}", loc)
     return value
@@ -548,19 +554,22 @@ def barrier(signal):
 # -- pld.system --------------------------------------------------------------------------
 
 
-def notify(signal, peer, offsets, value=1, op=NotifyOp.AtomicAdd):
-    """Add `value` to (``op=Set``: store it in) the cell `offsets` of rank `peer`'s window `signal`."""
+def notify(target, peer, offsets, value=1, op=NotifyOp.AtomicAdd):
+    """Add `value` to (``op=Set``: store it in) the cell `offsets` of rank `peer`'s signal window `target`.
+
+    The window is named ``target`` here and ``signal`` in :func:`wait`, as in PyPTO.
+    """
     t = current("pld.system.notify")
     loc = user_loc()
     r = require_rank("pld.system.notify")
-    p = window_param(t, signal, "pld.system.notify", loc)
+    p = window_param(t, target, "pld.system.notify", loc)
     if p.dtype.is_float:
         raise compile_error(f"pld.system.notify: a signal window holds integers, {p.name!r} is {p.dtype.name}", loc)
     peer = _peer(peer, r, "pld.system.notify", loc)
     offs, _ = _box(offsets, (1,) * len(p.shape), p.shape, "pld.system.notify", loc)
     if op not in (NotifyOp.AtomicAdd, NotifyOp.Set):
         raise compile_error(f"pld.system.notify: op must be a pld.NotifyOp, got {op!r}", loc)
-    cut(CommOp("notify", p.name, peer, offsets=offs, shape=(1,) * len(p.shape), value=_value(value, "pld.system.notify", loc),
+    cut(CommOp("notify", p.name, peer, offsets=offs, shape=(1,) * len(p.shape), value=_value(value, "pld.system.notify", loc, r),
                mode="add" if op == NotifyOp.AtomicAdd else "set", loc=loc))
 
 
@@ -568,13 +577,13 @@ def wait(signal, offsets, expected=1, cmp=WaitCmp.Ge):
     """Hold this rank until the cell `offsets` of its window `signal` compares true with `expected`."""
     t = current("pld.system.wait")
     loc = user_loc()
-    require_rank("pld.system.wait")
+    r = require_rank("pld.system.wait")
     p = window_param(t, signal, "pld.system.wait", loc)
     offs, _ = _box(offsets, (1,) * len(p.shape), p.shape, "pld.system.wait", loc)
     if cmp not in (WaitCmp.Eq, WaitCmp.Ge):
         raise compile_error(f"pld.system.wait: cmp must be a pld.WaitCmp, got {cmp!r}", loc)
     cut(CommOp("wait", p.name, offsets=offs, shape=(1,) * len(p.shape),
-               value=_value(expected, "pld.system.wait", loc), mode="eq" if cmp == WaitCmp.Eq else "ge", loc=loc))
+               value=_value(expected, "pld.system.wait", loc, r), mode="eq" if cmp == WaitCmp.Eq else "ge", loc=loc))
 
 
 class _Namespace:

@@ -370,7 +370,8 @@ def _windows_of(names, args) -> frozenset:
 def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, loc) -> Dispatch:
     """Trace `trace_fn` (a callable of a RankTrace, giving a Program) for `rank`, cut and compile it."""
     windows = _windows_of(names, args)
-    r = RankTrace(rank, h.world, windows)
+    scalars = {n: int(a) for n, a in zip(names, args) if is_int(a) and not isinstance(a, bool)}
+    r = RankTrace(rank, h.world, windows, scalars)
     with rank_tracing(r):
         program = trace_fn()
     seg = split(program, r.extra)
