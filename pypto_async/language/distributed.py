@@ -250,6 +250,28 @@ def remote_store(tile, target, peer, offsets):
 # -- pld.tensor --------------------------------------------------------------------------
 
 
+def tensor_remote_store(src, target, peer, offsets, *, atomic=AtomicType.None_):
+    """``pld.tensor.remote_store``: :func:`remote_store` of a tensor-level value (a tile, or a tensor loaded whole).
+
+    A window is refused (a window-to-window transfer is :func:`put`'s, as in
+    PyPTO); ``atomic=pld.AtomicType.Add`` is not supported here.
+    """
+    loc = user_loc()
+    what = "pld.tensor.remote_store"
+    require_rank(what)
+    if atomic is AtomicType.Add:
+        raise PtoNotSupported(f"{loc}: {what}(atomic=pld.AtomicType.Add) is not supported here; pld.tensor.put "
+                              f"takes atomic=Add")
+    if atomic is not AtomicType.None_:
+        raise compile_error(f"{what}: atomic must be a pld.AtomicType, got {atomic!r}", loc)
+    if isinstance(src, TensorArg):
+        if src.name in require_rank(what).windows:
+            raise compile_error(f"{what}: the source {src.name!r} is a window; pld.tensor.put moves a window", loc)
+        src = load(src, [0] * len(src.shape), list(src.shape))
+    return remote_store(src, target, peer, offsets)
+
+
+
 def _chunking(chunk_rows, chunk_cols, pipeline, what: str, loc) -> tuple[int, int]:
     """PyPTO's chunk options of put / get, checked: ``(rows, cols)`` of one chunk, 0 for the full extent."""
     for name, v in (("chunk_rows", chunk_rows), ("chunk_cols", chunk_cols)):
@@ -598,7 +620,7 @@ class _Namespace:
 #: ``pld.tile``: tile-level cross-rank operations.
 tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
-tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
+tensor = _Namespace("tensor", put=put, get=get, remote_store=tensor_remote_store, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
                     allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
                     alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.

@@ -1026,3 +1026,52 @@ def test_a_scalar_argument_the_host_gives_an_int_is_that_ranks_peer_and_notify_v
     np.testing.assert_array_equal(y, np.roll(x, 1, axis=0))
     with pytest.raises(PtoCompileError, match="peer 3 is not a rank"):  # rank 2's r + 1: refused at compile time
         _shift_host(lambda r, n: r + 1).compile(x, _poisoned((n, 1, C)), config=_cfg(n))
+
+
+def _tensor_push_host(kind: str):
+    @pl.jit.incore
+    def push(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+             inbox: pld.DistributedTensor[[1, C], pl.FP32], sig: pld.DistributedTensor[[1, 1], pl.INT32],
+             peer: pl.Scalar[pl.INT32]):
+        if kind == "computed":
+            t = pl.load(x, [0, 0], [1, C])
+            pld.tensor.remote_store(pl.add(t, t), inbox, peer, [0, 0])
+        elif kind == "tensor":
+            pld.tensor.remote_store(x, inbox, peer, [0, 0])  # a tensor parameter: loaded whole
+        elif kind == "window":
+            pld.tensor.remote_store(inbox, inbox, peer, [0, 0])
+        else:
+            pld.tensor.remote_store(x, inbox, peer, [0, 0], atomic=pld.AtomicType.Add)
+        pld.system.notify(sig, peer, [0, 0], 1, op=pld.NotifyOp.AtomicAdd)
+        pld.system.wait(sig, [0, 0], 1, cmp=pld.WaitCmp.Ge)
+        y = pl.store(pl.load(inbox, [0, 0], [1, C]), [0, 0], y)
+        return y
+
+    @pl.jit
+    def push_chip(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+                  inbox: pld.DistributedTensor[[1, C], pl.FP32], sig: pld.DistributedTensor[[1, 1], pl.INT32],
+                  peer: pl.Scalar[pl.INT32]):
+        return push(x, y, inbox, sig, peer)
+
+    @pl.jit.host
+    def host(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C], pl.FP32]]):
+        inbox = pld.alloc_window_buffer([1, C], dtype=pl.FP32)
+        sig = pld.alloc_window_buffer([1, 1], dtype=pl.INT32)
+        n = pld.world_size()
+        for r in pl.range(n):
+            push_chip(x[r], y[r], pld.window(inbox, [1, C]), pld.window(sig, [1, 1]), (r + 1) % n, device=r)
+
+    return host
+
+
+def test_pld_tensor_remote_store_pushes_a_computed_value_or_a_whole_tensor_to_the_peer():
+    n = 3
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    for kind, want in (("computed", 2 * np.roll(x, 1, axis=0)), ("tensor", np.roll(x, 1, axis=0))):
+        y = _poisoned((n, 1, C))
+        _tensor_push_host(kind)(x, y, config=_cfg(n))
+        np.testing.assert_array_equal(y, want)
+    with pytest.raises(PtoCompileError, match="is a window"):
+        _tensor_push_host("window").compile(x, _poisoned((n, 1, C)), config=_cfg(n))
+    with pytest.raises(PtoNotSupported, match="atomic"):
+        _tensor_push_host("atomic").compile(x, _poisoned((n, 1, C)), config=_cfg(n))
