@@ -527,7 +527,7 @@ int pto_kernel_load(pto_device *dev, const char *path, const char *symbol, pto_k
  *   "fail"      (code)                          fails the launch with code (0: PTO_EKERNEL)
  *   "reduce"    (dst, src, n, op, dtype)        dst = op(dst, src) elementwise; op 0 sum, 1 max,
  *                                               2 min (NaN propagates), 3 prod; dtype 0 f32, 1 f64,
- *                                               2 i32, 3 i64
+ *                                               2 i32, 3 i64, 4 f16 (each op rounded to half)
  * Blocks split [0, n) into contiguous chunks.  Each reports its work to the
  * device model (blk->work): one load row per input chunk and one store row
  * per output chunk, and its vector result bytes (simple class: an add, a

@@ -11,6 +11,8 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -175,6 +177,50 @@ static void k_spin(const pto_block *blk, void *const *args)
 #define FLOAT_MUL(a, b) ((a) * (b))
 #define INT_MUL(a, b) ((uint64_t)(a) * (uint64_t)(b))
 
+/* IEEE binary16 <-> double.  A half widens exactly; an op of two halves (sum, product, max, min)
+ * is exact in double, so narrowing its result once, round to nearest even, is the op done in
+ * half precision (as an FP16 reduction step on the device). */
+static double half_to_double(uint16_t h)
+{
+    int ex = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v = ex == 0    ? ldexp((double)mant, -24)
+               : ex == 31 ? (mant ? NAN : INFINITY)
+                          : ldexp((double)(mant | 0x400), ex - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static uint16_t double_to_half(double v)
+{
+    uint16_t sign = signbit(v) ? 0x8000 : 0;
+    double a = fabs(v);
+    if (a != a)
+        return 0x7e00;
+    if (a >= 65520.0) /* 65504 is the largest half; the midpoint to 2^16 rounds up (to even) */
+        return sign | 0x7c00;
+    if (a < 0x1p-14) /* subnormal (or a round up to the smallest normal: 0x400 is its encoding) */
+        return sign | (uint16_t)nearbyint(a * 0x1p24);
+    int e;
+    (void)frexp(a, &e); /* a = m * 2^e, m in [0.5, 1): the half's unbiased exponent is e - 1 */
+    double q = nearbyint(ldexp(a, 11 - e)); /* 1024 .. 2048 */
+    if (q >= 2048.0) {
+        q = 1024.0;
+        e++;
+    }
+    return sign | (uint16_t)(((e - 1 + 15) << 10) | ((int)q - 1024));
+}
+
+static void reduce_f16(uint16_t *d, const uint16_t *s, uint64_t b, uint64_t e, uint64_t op)
+{
+    for (uint64_t i = b; i < e; i++) {
+        double x = half_to_double(d[i]), y = half_to_double(s[i]);
+        double r = op == 0   ? x + y
+                   : op == 1 ? (y > x || y != y ? y : x)
+                   : op == 2 ? (y < x || y != y ? y : x)
+                             : x * y;
+        d[i] = double_to_half(r);
+    }
+}
+
 static void k_reduce(const pto_block *blk, void *const *args)
 {
     void *dst = args[0];
@@ -182,7 +228,7 @@ static void k_reduce(const pto_block *blk, void *const *args)
     uint64_t op = arg_u64(args, 3), dtype = arg_u64(args, 4);
     uint64_t b, e;
     chunk(blk, arg_u64(args, 2), &b, &e);
-    if (op > 3 || dtype > 3) {
+    if (op > 3 || dtype > 4) {
         blk->fail(blk, PTO_EINVAL, "builtin kernel 'reduce': op or dtype out of range");
         return;
     }
@@ -190,9 +236,10 @@ static void k_reduce(const pto_block *blk, void *const *args)
     case 0: REDUCE(float, FLOAT_NAN, FLOAT_MUL); break;
     case 1: REDUCE(double, FLOAT_NAN, FLOAT_MUL); break;
     case 2: REDUCE(int32_t, INT_NAN, INT_MUL); break;
-    default: REDUCE(int64_t, INT_NAN, INT_MUL); break;
+    case 3: REDUCE(int64_t, INT_NAN, INT_MUL); break;
+    default: reduce_f16((uint16_t *)dst, (const uint16_t *)src, b, e, op); break;
     }
-    uint64_t size = dtype == 0 || dtype == 2 ? 4 : 8;
+    uint64_t size = dtype == 4 ? 2 : dtype == 0 || dtype == 2 ? 4 : 8;
     count(blk, (e - b) * size, 2, 1, (e - b) * size); /* one elementwise op: the simple class */
 }
 #undef REDUCE

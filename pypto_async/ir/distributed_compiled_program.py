@@ -161,6 +161,34 @@ class DistributedCompiledProgram:
     def _write_plan(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "plan.json").write_text(json.dumps(self.plan(), indent=2))
+        self._write_collective_builds()
+
+    def _write_collective_builds(self) -> None:
+        """One ``next_levels/<variant>/kernel_config.py`` per distinct host collective (PyPTO's layout).
+
+        The file says what runs for that variant here: the collective, its
+        reduction / root, its dtype and the ranks; the work itself is the
+        driver's (see :mod:`pypto_async.runtime._collectives`), so no kernel
+        source is written beside it.
+        """
+        seen = {}
+        for s in self.steps:
+            variant = getattr(s, "variant", None)
+            if variant is not None and variant not in seen:
+                seen[variant] = s
+        for variant, s in seen.items():
+            d = self.output_dir / "next_levels" / variant
+            d.mkdir(parents=True, exist_ok=True)
+            view = s.target if s.target is not None else s.source
+            config = {"variant": variant, "collective": f"pld.tensor.{s.kind}", "mode": "ring" if s.ring else "mesh",
+                      "reduce_op": s.mode or None, "root": s.root if s.kind == "broadcast" else None,
+                      "dtype": None if view is None else view.dtype.name,
+                      "shape": None if view is None else list(view.shape),
+                      "world_size": self.world_size, "device_ids": list(self.device_ids),
+                      "runs_as": "pypto_async driver collective between the dispatches around it"}
+            lines = [f'"""{variant}: the chip-level build of one host collective of {self.name} (pypto_async)."""', ""]
+            lines += [f"{k.upper()} = {v!r}" for k, v in config.items()]
+            (d / "kernel_config.py").write_text("\n".join(lines) + "\n")
 
     def check_args(self, args) -> None:
         """Check `args` against the compiled signature (before anything is queued)."""

@@ -170,6 +170,8 @@ def nranks(ctx) -> int:
 
 
 def _peer(peer, r, op: str, loc) -> int:
+    if isinstance(peer, ScalarArg) and peer.name in r.scalars:
+        peer = r.scalars[peer.name]  # a scalar parameter the host's dispatch gave an int: fixed for this rank
     if isinstance(peer, (Index, ScalarArg)) or not is_int(peer):
         raise compile_error(f"{op}: peer must be an int rank (derived from pld.rank / pld.nranks, and Python "
                             f"ints), got {peer!r}", loc)
@@ -196,7 +198,11 @@ def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tu
     return offs, shape
 
 
-def _value(value, op: str, loc):
+def _value(value, op: str, loc, r=None):
+    if r is not None and isinstance(value, ScalarArg) and value.name in r.scalars:
+        value = r.scalars[value.name]  # a scalar parameter the host's dispatch gave an int
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, (Index, ScalarArg, Tile)) or not isinstance(value, (int, float)) or isinstance(value, bool):
         raise compile_error(f"{op}: value must be a Python number here, got {value!r}", loc)
     return value
@@ -242,6 +248,28 @@ def remote_store(tile, target, peer, offsets):
 
 
 # -- pld.tensor --------------------------------------------------------------------------
+
+
+def tensor_remote_store(src, target, peer, offsets, *, atomic=AtomicType.None_):
+    """``pld.tensor.remote_store``: :func:`remote_store` of a tensor-level value (a tile, or a tensor loaded whole).
+
+    A window is refused (a window-to-window transfer is :func:`put`'s, as in
+    PyPTO); ``atomic=pld.AtomicType.Add`` is not supported here.
+    """
+    loc = user_loc()
+    what = "pld.tensor.remote_store"
+    require_rank(what)
+    if atomic is AtomicType.Add:
+        raise PtoNotSupported(f"{loc}: {what}(atomic=pld.AtomicType.Add) is not supported here; pld.tensor.put "
+                              f"takes atomic=Add")
+    if atomic is not AtomicType.None_:
+        raise compile_error(f"{what}: atomic must be a pld.AtomicType, got {atomic!r}", loc)
+    if isinstance(src, TensorArg):
+        if src.name in require_rank(what).windows:
+            raise compile_error(f"{what}: the source {src.name!r} is a window; pld.tensor.put moves a window", loc)
+        src = load(src, [0] * len(src.shape), list(src.shape))
+    return remote_store(src, target, peer, offsets)
+
 
 
 def _chunking(chunk_rows, chunk_cols, pipeline, what: str, loc) -> tuple[int, int]:
@@ -325,7 +353,7 @@ def get(dst, peer, src, dst_offsets=None, src_offsets=None, shape=None, *, chunk
 
 
 _MISSING = object()
-_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64")
+_REDUCE_DTYPES = ("FP32", "FP64", "INT32", "INT64", "FP16")
 
 
 def _reduce_op(op, what: str, loc) -> str:
@@ -398,7 +426,7 @@ def allreduce(target, signal=_MISSING, *, op=ReduceOp.Sum, mode: str = "mesh", c
     if h is not None:
         from .distributed_host import record_collective
 
-        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc)
+        view = record_collective(h, "allreduce", target, None, signal, mode=name, loc=loc, ring=mode == "ring")
         _reducible(view.dtype, what, loc)
         return target
     t = current(what)
@@ -548,19 +576,22 @@ def barrier(signal):
 # -- pld.system --------------------------------------------------------------------------
 
 
-def notify(signal, peer, offsets, value=1, op=NotifyOp.AtomicAdd):
-    """Add `value` to (``op=Set``: store it in) the cell `offsets` of rank `peer`'s window `signal`."""
+def notify(target, peer, offsets, value=1, op=NotifyOp.AtomicAdd):
+    """Add `value` to (``op=Set``: store it in) the cell `offsets` of rank `peer`'s signal window `target`.
+
+    The window is named ``target`` here and ``signal`` in :func:`wait`, as in PyPTO.
+    """
     t = current("pld.system.notify")
     loc = user_loc()
     r = require_rank("pld.system.notify")
-    p = window_param(t, signal, "pld.system.notify", loc)
+    p = window_param(t, target, "pld.system.notify", loc)
     if p.dtype.is_float:
         raise compile_error(f"pld.system.notify: a signal window holds integers, {p.name!r} is {p.dtype.name}", loc)
     peer = _peer(peer, r, "pld.system.notify", loc)
     offs, _ = _box(offsets, (1,) * len(p.shape), p.shape, "pld.system.notify", loc)
     if op not in (NotifyOp.AtomicAdd, NotifyOp.Set):
         raise compile_error(f"pld.system.notify: op must be a pld.NotifyOp, got {op!r}", loc)
-    cut(CommOp("notify", p.name, peer, offsets=offs, shape=(1,) * len(p.shape), value=_value(value, "pld.system.notify", loc),
+    cut(CommOp("notify", p.name, peer, offsets=offs, shape=(1,) * len(p.shape), value=_value(value, "pld.system.notify", loc, r),
                mode="add" if op == NotifyOp.AtomicAdd else "set", loc=loc))
 
 
@@ -568,13 +599,13 @@ def wait(signal, offsets, expected=1, cmp=WaitCmp.Ge):
     """Hold this rank until the cell `offsets` of its window `signal` compares true with `expected`."""
     t = current("pld.system.wait")
     loc = user_loc()
-    require_rank("pld.system.wait")
+    r = require_rank("pld.system.wait")
     p = window_param(t, signal, "pld.system.wait", loc)
     offs, _ = _box(offsets, (1,) * len(p.shape), p.shape, "pld.system.wait", loc)
     if cmp not in (WaitCmp.Eq, WaitCmp.Ge):
         raise compile_error(f"pld.system.wait: cmp must be a pld.WaitCmp, got {cmp!r}", loc)
     cut(CommOp("wait", p.name, offsets=offs, shape=(1,) * len(p.shape),
-               value=_value(expected, "pld.system.wait", loc), mode="eq" if cmp == WaitCmp.Eq else "ge", loc=loc))
+               value=_value(expected, "pld.system.wait", loc, r), mode="eq" if cmp == WaitCmp.Eq else "ge", loc=loc))
 
 
 class _Namespace:
@@ -589,7 +620,7 @@ class _Namespace:
 #: ``pld.tile``: tile-level cross-rank operations.
 tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
-tensor = _Namespace("tensor", put=put, get=get, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
+tensor = _Namespace("tensor", put=put, get=get, remote_store=tensor_remote_store, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
                     allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
                     alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.

@@ -223,10 +223,27 @@ class HostCollective:
     mode: str = ""
     root: int = 0
     loc: Loc | None = None
+    ring: bool = False  # an allreduce written with mode="ring" (same numbers; its own variant name)
 
     @property
     def name(self) -> str:
         return f"pld.tensor.{self.kind}"
+
+    @property
+    def variant(self) -> str:
+        """PyPTO's name for this collective's chip-level build: ``builtin.tensor.<op>[__<reduction>|__root<r>]__<dtype>``.
+
+        The build of that name is ``next_levels/<variant>/`` under a compiled
+        program's ``output_dir`` (a barrier's dtype is its FP32 signal's).
+        """
+        view = self.target if self.target is not None else self.source
+        dtype = "fp32" if view is None else view.dtype.name.lower()
+        op = "allreduce_ring" if self.ring else self.kind
+        if self.kind in ("allreduce", "reduce_scatter"):
+            return f"builtin.tensor.{op}__{self.mode}__{dtype}"
+        if self.kind == "broadcast":
+            return f"builtin.tensor.{op}__root{self.root}__{dtype}"
+        return f"builtin.tensor.{op}__{dtype}"
 
 
 @dataclass
@@ -353,7 +370,8 @@ def _windows_of(names, args) -> frozenset:
 def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, loc) -> Dispatch:
     """Trace `trace_fn` (a callable of a RankTrace, giving a Program) for `rank`, cut and compile it."""
     windows = _windows_of(names, args)
-    r = RankTrace(rank, h.world, windows)
+    scalars = {n: int(a) for n, a in zip(names, args) if is_int(a) and not isinstance(a, bool)}
+    r = RankTrace(rank, h.world, windows, scalars)
     with rank_tracing(r):
         program = trace_fn()
     seg = split(program, r.extra)
@@ -366,7 +384,7 @@ def record_dispatch(h: HostTrace, name: str, rank: int, names, args, trace_fn, l
 
 
 def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: str = "", root: int = 0,
-                      loc=None) -> WindowView | None:
+                      loc=None, ring: bool = False) -> WindowView | None:
     """Record a host-level collective on window views (checked); return its target view."""
     from .distributed import _MISSING, check_exchange
 
@@ -388,7 +406,7 @@ def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: 
             raise compile_error(f"{what}: the source and the target must be different window buffers", loc)
         check_exchange(kind, what, "source", source.shape, source.dtype, "target", target.shape, target.dtype,
                        h.world, loc)
-    h.steps.append(HostCollective(kind, target if kind != "barrier" else None, source, mode, root, loc))
+    h.steps.append(HostCollective(kind, target if kind != "barrier" else None, source, mode, root, loc, ring))
     return target
 
 

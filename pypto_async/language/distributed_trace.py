@@ -84,10 +84,12 @@ class Cut:
 class RankTrace:
     """The rank a per-device function is traced for, and what its cross-rank operations added."""
 
-    def __init__(self, rank: int, world: int, windows: set[str]):
+    def __init__(self, rank: int, world: int, windows: set[str], scalars: dict | None = None):
         self.rank = rank
         self.world = world
         self.windows = set(windows)  # the parameters bound to window buffers (pld.DistributedTensor)
+        #: the dispatch's int scalar arguments by parameter name: a rank each dispatch fixes (PyPTO's peer)
+        self.scalars = dict(scalars or {})
         self.extra: list[Param] = []  # staging / mirror tensors, in creation order
         self.ops: list[CommOp] = []
 

@@ -52,7 +52,7 @@ __all__ = ["REDUCE_OPS", "REDUCE_DTYPES", "all_reduce", "all_gather", "broadcast
 #: all_reduce's ops, as the built-in "reduce" kernel's codes.
 REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "prod": 3}
 #: The dtypes all_reduce takes, as the built-in "reduce" kernel's codes.
-REDUCE_DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3}
+REDUCE_DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "float16": 4}
 
 
 def all_reduce(t: StackedDeviceTensor, dst: StackedDeviceTensor, op: str, kernels: dict, copy_in: bool) -> list:

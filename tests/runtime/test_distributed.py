@@ -286,6 +286,48 @@ def test_all_reduce_equals_numpy(n, dtype):
             dw.free_stacked_tensor(out)
 
 
+def _halves(seed: int) -> np.ndarray:
+    """[2, 64] float16: random normals and subnormals, and the edges of the format (65504, inf, -0, NaN, ties)."""
+    rng = np.random.default_rng(seed)
+    h = (rng.standard_normal((2, 64)) * 8).astype(np.float16)
+    h[:, :8] = (rng.standard_normal((2, 8)) * 2.0**-20).astype(np.float16)  # subnormals (and their sums)
+    h[:, 8] = [65504, 65504]  # sum overflows to inf
+    h[:, 9] = [np.inf, -1]
+    h[:, 10] = [-0.0, -0.0]
+    h[:, 11] = [np.nan, 3]
+    h[:, 12] = [2048, 1]  # 2049 is a tie between 2048 and 2050: to even, 2048
+    h[:, 13] = [2048, 3]  # 2051: a tie rounding up, to 2052
+    h[:, 14] = [6.1e-5, 6.1e-5]  # the largest subnormal region meets the smallest normal
+    return h
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
+def test_all_reduce_of_float16_is_each_step_rounded_to_half_as_numpy(op, pair):
+    # Two ranks: one step per element, so the result is numpy's float16 op of the two shards, bit for bit.
+    host = _halves(seed=len(op))
+    t = pair.alloc_stacked_tensor(host)
+    out = pair.alloc_stacked_tensor(poison(host.shape, np.float16))
+    pair.all_reduce(t, op, out=out)
+    ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+    with np.errstate(all="ignore"):
+        want = np.broadcast_to(ufunc(host[0], host[1]), host.shape)
+    got = read(pair, out)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want)  # NaN where numpy's is
+    real = ~np.isnan(want)
+    np.testing.assert_array_equal(got.view(np.uint16)[real], want.view(np.uint16)[real])  # -0, inf, ties: bits
+
+
+@pytest.mark.slow  # four ranks
+def test_all_reduce_of_float16_over_four_ranks_is_close_to_the_exact_sum():
+    with DistributedWorker(range(4), CFG) as dw:
+        host = rand((4, 300), np.float16, seed=9)
+        t = dw.alloc_stacked_tensor(host)
+        dw.all_reduce(t, "sum")
+        want = np.broadcast_to(host.astype(np.float64).sum(0), host.shape)
+        np.testing.assert_allclose(read(dw, t).astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
 @pytest.mark.slow  # over half a second each on two CPUs (the fast tier's budget)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_all_reduce_max_and_min_propagate_nan_whatever_the_ring_order(dtype):
@@ -366,11 +408,11 @@ def test_collectives_on_a_permuted_subset_of_workers():
 
 def test_collective_argument_errors(pair):
     t = pair.alloc_stacked_tensor(rand((2, 8)))
-    half = pair.alloc_stacked_tensor(rand((2, 8)).astype(np.float16))
+    half = pair.alloc_stacked_tensor(rand((2, 8), np.int16))
     other = pair.alloc_stacked_tensor(rand((2, 9)))
     with pytest.raises(PtoArgumentError, match="'sum', 'max', 'min', 'prod'"):
         pair.all_reduce(t, "mean")
-    with pytest.raises(PtoNotSupported, match="float16"):
+    with pytest.raises(PtoNotSupported, match="int16"):
         pair.all_reduce(half)
     with pytest.raises(PtoArgumentError, match="full_shape"):
         pair.all_reduce(t, out=other)

@@ -978,3 +978,100 @@ def test_pl_cast_of_an_integer_scalar_parameter_to_a_float_operand():
 
     with pytest.raises(PtoCompileError, match="converts exactly"):
         narrowing.compile(np.zeros((2, C), np.int32), np.zeros((2, C), np.int32), 1.5)
+
+
+# -- a peer (and a notify value) the host passes as a scalar argument, as PyPTO's programs do ---------
+
+
+@pl.jit.incore
+def _shift(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+           src: pld.DistributedTensor[[1, C], pl.FP32], inbox: pld.DistributedTensor[[1, C], pl.FP32],
+           sig: pld.DistributedTensor[[1, 1], pl.INT32], peer: pl.Scalar[pl.INT32], tag: pl.Scalar[pl.INT32],
+           expect: pl.Scalar[pl.INT32]):
+    src = pl.store(pl.load(x, [0, 0], [1, C]), [0, 0], src)
+    pld.tensor.put(inbox, peer=peer, src=src, atomic=pld.AtomicType.None_)
+    pld.system.notify(target=sig, peer=peer, offsets=[0, 0], value=tag, op=pld.NotifyOp.Set)
+    pld.system.wait(signal=sig, offsets=[0, 0], expected=expect, cmp=pld.WaitCmp.Eq)
+    y = pl.store(pl.load(inbox, [0, 0], [1, C]), [0, 0], y)
+    return y
+
+
+@pl.jit
+def _shift_chip(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+                src: pld.DistributedTensor[[1, C], pl.FP32], inbox: pld.DistributedTensor[[1, C], pl.FP32],
+                sig: pld.DistributedTensor[[1, 1], pl.INT32], peer: pl.Scalar[pl.INT32], tag: pl.Scalar[pl.INT32],
+                expect: pl.Scalar[pl.INT32]):
+    return _shift(x, y, src, inbox, sig, peer, tag, expect)
+
+
+def _shift_host(peer_of):
+    @pl.jit.host
+    def shift(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C], pl.FP32]]):
+        bufs = [pld.alloc_window_buffer([1, C], dtype=pl.FP32) for _ in range(2)]
+        sig = pld.alloc_window_buffer([1, 1], dtype=pl.INT32)
+        n = pld.world_size()
+        for r in pl.range(n):
+            _shift_chip(x[r], y[r], *(pld.window(b, [1, C]) for b in bufs), pld.window(sig, [1, 1]),
+                        peer_of(r, n), 10 + r, 10 + (r - 1) % n, device=r)
+
+    return shift
+
+
+def test_a_scalar_argument_the_host_gives_an_int_is_that_ranks_peer_and_notify_value():
+    n = 3
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    y = _poisoned((n, 1, C))
+    # each dispatch passes its own peer (r + 1 mod n) and tags as scalars: rank r receives rank r - 1's row
+    _shift_host(lambda r, n: (r + 1) % n)(x, y, config=_cfg(n))
+    np.testing.assert_array_equal(y, np.roll(x, 1, axis=0))
+    with pytest.raises(PtoCompileError, match="peer 3 is not a rank"):  # rank 2's r + 1: refused at compile time
+        _shift_host(lambda r, n: r + 1).compile(x, _poisoned((n, 1, C)), config=_cfg(n))
+
+
+def _tensor_push_host(kind: str):
+    @pl.jit.incore
+    def push(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+             inbox: pld.DistributedTensor[[1, C], pl.FP32], sig: pld.DistributedTensor[[1, 1], pl.INT32],
+             peer: pl.Scalar[pl.INT32]):
+        if kind == "computed":
+            t = pl.load(x, [0, 0], [1, C])
+            pld.tensor.remote_store(pl.add(t, t), inbox, peer, [0, 0])
+        elif kind == "tensor":
+            pld.tensor.remote_store(x, inbox, peer, [0, 0])  # a tensor parameter: loaded whole
+        elif kind == "window":
+            pld.tensor.remote_store(inbox, inbox, peer, [0, 0])
+        else:
+            pld.tensor.remote_store(x, inbox, peer, [0, 0], atomic=pld.AtomicType.Add)
+        pld.system.notify(sig, peer, [0, 0], 1, op=pld.NotifyOp.AtomicAdd)
+        pld.system.wait(sig, [0, 0], 1, cmp=pld.WaitCmp.Ge)
+        y = pl.store(pl.load(inbox, [0, 0], [1, C]), [0, 0], y)
+        return y
+
+    @pl.jit
+    def push_chip(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+                  inbox: pld.DistributedTensor[[1, C], pl.FP32], sig: pld.DistributedTensor[[1, 1], pl.INT32],
+                  peer: pl.Scalar[pl.INT32]):
+        return push(x, y, inbox, sig, peer)
+
+    @pl.jit.host
+    def host(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C], pl.FP32]]):
+        inbox = pld.alloc_window_buffer([1, C], dtype=pl.FP32)
+        sig = pld.alloc_window_buffer([1, 1], dtype=pl.INT32)
+        n = pld.world_size()
+        for r in pl.range(n):
+            push_chip(x[r], y[r], pld.window(inbox, [1, C]), pld.window(sig, [1, 1]), (r + 1) % n, device=r)
+
+    return host
+
+
+def test_pld_tensor_remote_store_pushes_a_computed_value_or_a_whole_tensor_to_the_peer():
+    n = 3
+    x = rng.standard_normal((n, 1, C)).astype(np.float32)
+    for kind, want in (("computed", 2 * np.roll(x, 1, axis=0)), ("tensor", np.roll(x, 1, axis=0))):
+        y = _poisoned((n, 1, C))
+        _tensor_push_host(kind)(x, y, config=_cfg(n))
+        np.testing.assert_array_equal(y, want)
+    with pytest.raises(PtoCompileError, match="is a window"):
+        _tensor_push_host("window").compile(x, _poisoned((n, 1, C)), config=_cfg(n))
+    with pytest.raises(PtoNotSupported, match="atomic"):
+        _tensor_push_host("atomic").compile(x, _poisoned((n, 1, C)), config=_cfg(n))

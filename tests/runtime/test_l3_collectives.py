@@ -282,13 +282,70 @@ def test_a_dtype_the_reduce_kernel_lacks_is_not_supported():
 
     @pl.jit.host
     def host(x: pl.Tensor[[n, n, C], pl.FP32], y: pl.Out[pl.Tensor[[n, n, C], pl.FP32]]):
-        w = pld.alloc_window_buffer([n, C], dtype=pl.FP16)
+        w = pld.alloc_window_buffer([n, C], dtype=pl.BF16)
         pld.tensor.reduce_scatter(pld.window(w, [n, C]), pld.window(pld.alloc_window_buffer([n], dtype=pl.INT32),
                                                                      [n]))
 
     x = _data(n)
-    with pytest.raises(PtoNotSupported, match="FP16"):
+    with pytest.raises(PtoNotSupported, match="BF16"):
         host.compile(x, _poisoned(x.shape), config=_cfg(n))
+
+
+def _fp16_allreduce_host(n: int, ring: bool):
+    @pl.jit.incore
+    def stage(x: pl.Tensor[[1, C], pl.FP16], win: pld.DistributedTensor[[1, C], pl.FP16]):
+        win = pl.store(pl.load(x, [0, 0], [1, C]), [0, 0], win)
+        return win
+
+    @pl.jit
+    def stage_chip(x: pl.Tensor[[1, C], pl.FP16], win: pld.DistributedTensor[[1, C], pl.FP16]):
+        return stage(x, win)
+
+    @pl.jit.incore
+    def back(win: pld.DistributedTensor[[1, C], pl.FP16], y: pl.Out[pl.Tensor[[1, C], pl.FP16]]):
+        y = pl.store(pl.load(win, [0, 0], [1, C]), [0, 0], y)
+        return y
+
+    @pl.jit
+    def back_chip(win: pld.DistributedTensor[[1, C], pl.FP16], y: pl.Out[pl.Tensor[[1, C], pl.FP16]]):
+        return back(win, y)
+
+    @pl.jit.host
+    def host(x: pl.Tensor[[n, 1, C], pl.FP16], y: pl.Out[pl.Tensor[[n, 1, C], pl.FP16]]):
+        wb = pld.alloc_window_buffer([1, C], dtype=pl.FP16)
+        sig = pld.window(pld.alloc_window_buffer([n], dtype=pl.INT32), [n], dtype=pl.INT32)
+        for r in pl.range(pld.world_size()):
+            stage_chip(x[r], pld.window(wb, [1, C]), device=r)
+        win = pld.window(wb, [1, C], dtype=pl.FP16)
+        win = pld.tensor.allreduce(win, sig, op=pld.ReduceOp.Max, mode="ring" if ring else "mesh")
+        win = pld.tensor.allreduce(win, sig, op=pld.ReduceOp.Sum)
+        win = pld.tensor.broadcast(win, sig, root=n - 1)
+        for r in pl.range(pld.world_size()):
+            back_chip(win, y[r], device=r)
+
+    return host
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_an_fp16_host_allreduce_rounds_each_step_to_half_and_names_its_builds(ring):
+    n = 2
+    x = (rng.standard_normal((n, 1, C)) * 4).astype(np.float16)
+    y = np.full(x.shape, np.nan, np.float16)
+    compiled = _fp16_allreduce_host(n, ring).compile(x, y, config=_cfg(n))
+    with DistributedWorker(list(range(n))) as dw:
+        dw.run(compiled, x, y)
+    mx = np.maximum(x[0], x[1])  # every rank now holds the max; their sum, rounded to half once
+    np.testing.assert_array_equal(y, np.broadcast_to(mx + mx, x.shape))
+    # PyPTO's layout: one next_levels/<variant>/kernel_config.py per distinct host collective
+    first = "builtin.tensor.allreduce_ring__max__fp16" if ring else "builtin.tensor.allreduce__max__fp16"
+    variants = {first, "builtin.tensor.allreduce__sum__fp16", "builtin.tensor.broadcast__root1__fp16"}
+    builds = compiled.output_dir / "next_levels"
+    assert {p.name for p in builds.iterdir()} == variants
+    config = {}
+    exec((builds / first / "kernel_config.py").read_text(), config)  # noqa: S102 (our own output)
+    assert (config["VARIANT"], config["REDUCE_OP"], config["DTYPE"], config["WORLD_SIZE"]) == \
+        (first, "max", "FP16", n)
+    assert config["MODE"] == ("ring" if ring else "mesh")
 
 
 def test_a_rank_count_the_window_does_not_have_is_refused_in_a_per_device_function():
