@@ -418,9 +418,14 @@ class spmd:
         if self.deps is not None:
             raise compile_error("pl.spmd() does not accept 'deps=' here: bind the region with "
                                 "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
-        self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
-        if self._dispatch:
-            return self._begin_dispatch(t)
+        if getattr(t, "is_program", False) and "at" not in t.frames:
+            # A program's loop form: the body is outlined into one InCore task of n blocks, the loop
+            # variable its block index (PyPTO's form 2; the with-form's inline body, index bound).
+            self._dispatch = False
+            self._loop_region = True
+            return self._begin_region(t)
+        self._dispatch = False
+        self._loop_region = False
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         if t.block_num is not None and t.block_num != self.n and "at" in t.frames:
@@ -448,8 +453,8 @@ class spmd:
 
     def _end(self, ok: bool) -> None:
         t = self._tracer
-        if self._dispatch:
-            t.spmd_dispatch = None
+        if self._loop_region:
+            self._end_region(None if ok else RuntimeError)
             return
         body = t.close_block()
         del t.ranges[self._var.name]
@@ -498,6 +503,10 @@ class spmd:
                                 "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
         if self._dispatch:
             return self._begin_dispatch(t)
+        return self._begin_region(t)
+
+    def _begin_region(self, t):
+        """The inline body: one CORE_GROUP region whose body runs once per block; the region's TaskId."""
         if t.in_spmd or getattr(t, "block_index", None) is not None:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         self._region = at(Level.CORE_GROUP, name_hint=self.name_hint, deps=self.deps)
@@ -509,6 +518,9 @@ class spmd:
         t.open_block("range")
         t.block_index = Index(self._var)
         t.block_index_read = False
+        if getattr(self, "_loop_region", False):
+            t.block_index_read = True  # the loop variable is the index
+            return t.block_index
         return tid
 
     def __exit__(self, exc_type, *exc):
@@ -520,6 +532,10 @@ class spmd:
                 raise compile_error(f"the body of 'with pl.spmd({self.n})' in the orchestration dispatches no "
                                     f"kernel (call self.<kernel>(...) inside it)", self._loc)
             return False
+        return self._end_region(exc_type, *exc)
+
+    def _end_region(self, exc_type, *exc):
+        t = self._tracer
         inner = t.close_block()
         del t.ranges[self._var.name]
         t.block_index = None
