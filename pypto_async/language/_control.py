@@ -268,6 +268,11 @@ class range:  # noqa: A001
             last = self.start + (n - 1) * self.step if n else self.start
             t.ranges[self._var.name] = (self.start, last)
         t.open_block("range")
+        self._fresh: list[tuple[str, int]] = []  # task-id arrays the body makes (pl.array.create): empty at each iteration
+        if not hasattr(t, "task_fresh"):
+            t.task_fresh = []
+        t.task_fresh.append(self._fresh)
+        self.task_yields: dict[str, str] = {}  # carried task-id array -> the array pl.yield_ gave it
         self._before = tile_locals(frame)
         # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
         self._scalars = {} if "at" in t.frames else {
@@ -279,9 +284,13 @@ class range:  # noqa: A001
             return index
         self.carries, self.depth, self.yielded = carries, len(t.blocks), None
         t.carry_loops.append(self)
-        return index, tuple(c if isinstance(c, TensorArg) else Tile(c) for c in carries)
+        from .array import TaskIdArray
+
+        return index, tuple(c if isinstance(c, (TensorArg, TaskIdArray)) else Tile(c) for c in carries)
 
     def _end(self, t, frame) -> None:
+        if t.task_fresh and t.task_fresh[-1] is self._fresh:
+            t.task_fresh.pop()
         if self._init is not None:
             t.carry_loops.pop()
             if self.yielded is None:
@@ -306,11 +315,18 @@ class range:  # noqa: A001
         inits, body = carry_rebound(t, before, frame, body, self._loc, self._scratch)
         for s in inits:
             t.append(s)
+        from .array import TaskIdArray
+
+        task_carries = tuple((c.name, c.carried_from, self.task_yields[c.name])
+                             for c in (self.carries if self._init is not None else ()) if isinstance(c, TaskIdArray))
         if self._dynamic:
+            if task_carries or self._fresh:
+                raise compile_error(f"a {self._kind} over a value read at run time cannot carry or make a task-id "
+                                    f"array here", self._loc)
             t.append(DynFor(self._var, self.start, self.stop, self.step, body, self._loc))
         else:
             t.append(For(self._var, self.start, self.stop, self.step, body, self._loc, kind=self._form,
-                         stage=self._stage))
+                         stage=self._stage, task_fresh=tuple(self._fresh), task_carries=task_carries))
 
 
     def _carry_tensors(self, t, frame) -> None:

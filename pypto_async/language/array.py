@@ -280,6 +280,9 @@ def create(size, dtype):
         return NumArray(t, f"arr{count}", int(size), dtype, loc)
     count = getattr(t, "task_arrays", 0)
     t.task_arrays = count + 1
+    fresh = getattr(t, "task_fresh", None)
+    if fresh:  # made in a loop body: a new, empty array at each iteration
+        fresh[-1].append((f"tids{count}", int(size)))
     return TaskIdArray(t, f"tids{count}", int(size))
 
 

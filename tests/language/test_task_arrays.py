@@ -175,3 +175,89 @@ def test_bad_arrays_are_errors_at_the_line(case, message):
     with pytest.raises(PtoCompileError) as ei:
         kern.lower(x, x)
     assert_at(ei, where[0], message)
+
+
+PHASES = 3
+
+
+@pl.program
+class PhaseFence:
+    """PyPTO's phase fence: each phase's tasks wait on the previous phase's, the array carried by init_values."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.add(t, 1.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32],
+             out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for phase, (prev,) in pl.range(PHASES, init_values=(tids,)):
+                nxt = pl.array.create(N, pl.TASK_ID)
+                for b in pl.parallel(N):
+                    out, tid = pl.submit(self.stripe, a, (phase * N + b) * TILE_ROWS, out, deps=[prev])
+                    nxt[b] = tid
+                tids = pl.yield_(nxt)
+            out, _ = pl.submit(self.stripe, a, 0, out, deps=[tids])
+        return out
+
+
+def test_a_carried_array_holds_the_previous_iterations_tasks(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(PhaseFence)
+    want = {(p * N + i, (p + 1) * N + j) for p in range(PHASES - 1) for i in range(N) for j in range(N)}
+    want |= {((PHASES - 1) * N + i, PHASES * N) for i in range(N)}  # after the loop: the last phase's tasks
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    a = torch.randn(PHASES * ROWS, COLS)
+    out = torch.full((PHASES * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a + 1.0, rtol=1e-6, atol=0)
+
+
+def test_a_carried_array_must_be_yielded_an_array():
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        tids = pl.array.create(N, pl.TASK_ID)
+        for i, (prev,) in pl.range(N, init_values=(tids,)):
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]):
+                out = pl.store(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS]), [i * TILE_ROWS, 0], out)
+            tids = pl.yield_(out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    with pytest.raises(PtoCompileError, match="must be a task-id array of 4 slots"):
+        k.compile(a, a.copy())
+
+
+def test_a_carried_array_prints_as_init_values_and_round_trips():
+    @pl.jit
+    def fence(a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for p, (prev,) in pl.range(PHASES, init_values=(tids,)):
+                nxt = pl.array.create(N, pl.TASK_ID)
+                for b in pl.parallel(N):
+                    with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]) as tid:
+                        r = (p * N + b) * TILE_ROWS
+                        out = pl.store(pl.add(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 1.0), [r, 0], out)
+                    nxt[b] = tid
+                tids = pl.yield_(nxt)
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        return out
+
+    a = np.zeros((PHASES * ROWS, COLS), np.float32)
+    p = fence.lower(a, a.copy())
+    assert "fresh(tids2[4]) carry(tids1 = tids0; <- tids2)" in str(p)
+    src = p.as_python(form="jit")
+    assert "in pl.range(0, 3, 1, init_values=(tids0,))" in src and "tids1 = pl.yield_(tids2)" in src
+    scope: dict = {}
+    exec(compile(src, "<as_python>", "exec"), scope)
+    again = scope["fence"]
+    assert str(again.lower(a, a.copy())) == str(p)
+    graph = fence.compile(a, a.copy()).task_graph
+    assert again.compile(a, a.copy()).task_graph == graph and len(graph.edges) == 2 * N * N + N
