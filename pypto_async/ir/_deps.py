@@ -372,6 +372,14 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
         deps = [latest[d] for d in s.deps if d in latest]
         for array, _ in s.dep_arrays:
             deps.extend(arrays.get(array, {}).values())
+        for array, _, index in s.dep_slots:
+            held = arrays.get(array, {})
+            slot = _eval(index, env)
+            if slot is None:  # known only at run time: any slot it may be (more edges, never fewer)
+                deps.extend(held.values())
+            elif slot in held:
+                deps.append(held[slot])
+            deps.extend(v for k, v in held.items() if isinstance(k, tuple))  # stores at runtime slots
         deps = tuple(sorted(set(deps)))
         name = s.name if s.name is not None else f"task{s.task if s.task is not None else len(tasks)}"
         t = Task(len(tasks), name, tuple(acc), deps, s.manual)

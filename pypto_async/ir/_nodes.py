@@ -635,6 +635,9 @@ class Scope:
     #: Stores of this task's id into task-id arrays (``arr[i] = tid``), ``(name, size, index)``, the index
     #: evaluated per instance.
     assigns: tuple[tuple[str, int, "IndexExpr"], ...] = ()
+    #: Single slots of task-id arrays in ``deps=`` (``prev = arr[i]``), ``(name, size, index)``: the task
+    #: waits for the task that slot holds when it is submitted.
+    dep_slots: tuple[tuple[str, int, "IndexExpr"], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,8 @@ def _task_attrs(s: Scope) -> str:
         text += " manual"
     if s.dep_arrays:
         text += f" deps_all({', '.join(name for name, _ in s.dep_arrays)})"
+    if s.dep_slots:
+        text += f" deps_at({', '.join(f'{name}[{format_index(index)}]' for name, _, index in s.dep_slots)})"
     for name, size, index in s.assigns:
         text += f" -> {name}[{format_index(index)}] of {size}"
     if s.no_dep:

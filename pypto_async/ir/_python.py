@@ -121,7 +121,7 @@ def _task_arrays(body) -> list[tuple[str, int]]:
     found: dict[str, int] = {}
     for s in body:
         if isinstance(s, Scope):
-            for name, size, *_ in (*s.assigns, *s.dep_arrays):
+            for name, size, *_ in (*s.assigns, *s.dep_arrays, *s.dep_slots):
                 found.setdefault(name, size)
         for inner in getattr(s, "body", ()):
             for name, size in _task_arrays((inner,)):
@@ -373,8 +373,9 @@ class _Printer:
             args = f"level=pl.Level.{s.level}"
             if s.name is not None:
                 args += f", name_hint={s.name!r}"
-            if s.deps or s.dep_arrays:
+            if s.deps or s.dep_arrays or s.dep_slots:
                 ids = [f"_task{d}" for d in s.deps] + [name for name, _ in s.dep_arrays]
+                ids += [f"{name}[{_index(index)}]" for name, _, index in s.dep_slots]
                 args += f", deps=[{', '.join(ids)}]"
             if s.no_dep:
                 args += f", no_dep_args=[{', '.join(s.no_dep)}]"

@@ -84,7 +84,7 @@ class at:
         self._loc = user_loc()
         from .array import split_deps
 
-        deps, self._dep_arrays = split_deps(self.deps)
+        deps, self._dep_arrays, self._dep_slots = split_deps(self.deps, self._loc)
         self._check_arrays()
         self._deps = task_deps(self._tracer, deps, self._loc)
         if any(frame == "at" for frame in self._tracer.frames):
@@ -98,9 +98,11 @@ class at:
         return self._task
 
     def _check_arrays(self) -> None:
-        from .array import TaskIdArray
+        from .array import TaskIdArray, TaskSlot
 
         for d in self.deps if isinstance(self.deps, (list, tuple)) else ():
+            if isinstance(d, TaskSlot):
+                d = d.array
             if isinstance(d, TaskIdArray) and d._tracer is not self._tracer:
                 raise compile_error(f"deps= takes task-id arrays created in this kernel, got {d!r}", self._loc)
 
@@ -119,7 +121,7 @@ class at:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
                                       hints=self._hints + extra + scope_hints(self._tracer),
-                                      dep_arrays=self._dep_arrays))
+                                      dep_arrays=self._dep_arrays, dep_slots=self._dep_slots))
             region_closed(self._tracer, self._task.id)
         return False
 

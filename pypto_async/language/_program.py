@@ -590,7 +590,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             raise compile_error(f"{name}(..., deps=) inside pl.cluster() cannot carry per-task dispatch metadata: "
                                 f"the cluster is dispatched as one Group task", loc)
         hints = (*hints, ("cluster", cluster))
-    deps, dep_arrays = split_deps(deps)
+    deps, dep_arrays, dep_slots = split_deps(deps, loc)
     deps_ids = task_deps(t, deps, loc)
     if any(frame == "at" for frame in t.frames):
         raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
@@ -637,7 +637,8 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         hints = tuple(h for h in hints if h[0] != "dumps") + task_dumps(t, {a[0] for a in accesses}, explicit)
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
-                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
+                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays,
+                       dep_slots=dep_slots))
     out = _task_result(name, result, proxies, [_tracked(a) for a in args], fn_loc)
     if with_task:
         from ._control import TaskId

@@ -162,6 +162,18 @@ def task_dummy(*, deps=None):
     if not isinstance(deps, (list, tuple)) or not deps:
         raise compile_error(f"pl.system.task_dummy(deps=[...]) takes a non-empty list of task ids, got {deps!r}",
                             loc)
+    from .array import TaskIdArray, TaskSlot
+
+    if any(isinstance(d, (TaskIdArray, TaskSlot)) for d in deps):
+        # Waiting on an array waits on what it holds now: a task of no work of its own (PyPTO's dummy task),
+        # whose deps= are the array's slots at this point of the orchestration.
+        from ._control import at
+        from ._types import Level
+
+        region = at(Level.CORE_GROUP, name_hint="task_dummy", deps=list(deps))
+        tid = region.__enter__()
+        region.__exit__(None, None, None)
+        return tid
     return TaskJoin(t, task_deps(t, deps, loc))
 
 

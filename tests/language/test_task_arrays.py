@@ -139,7 +139,6 @@ def test_a_store_outside_the_array_is_a_compile_error():
     ("size", "the size must be a positive int"),
     ("const_range", "tids0[5] takes slots 5..5, outside the array's 4 slots"),
     ("not_a_tid", "takes a task id bound by"),
-    ("read", "pass the whole array to deps="),
     ("elsewhere", "store a task id in the loop body that binds it"),
 ])
 def test_bad_arrays_are_errors_at_the_line(case, message):
@@ -261,3 +260,76 @@ def test_a_carried_array_prints_as_init_values_and_round_trips():
     assert str(again.lower(a, a.copy())) == str(p)
     graph = fence.compile(a, a.copy()).task_graph
     assert again.compile(a, a.copy()).task_graph == graph and len(graph.edges) == 2 * N * N + N
+
+
+@pl.program
+class SlotsAndJoins:
+    """`pl.system.task_dummy(deps=[arr])` waits on the array's tasks as they are then; `arr[i]` one slot's task."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[3 * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[3 * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.mul(t, 2.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[3 * ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[3 * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for b in pl.parallel(N):
+                out, tid = pl.submit(self.stripe, a, b * TILE_ROWS, out)
+                tids = pl.array.update_element(tids, b, tid)
+            join = pl.system.task_dummy(deps=[tids])
+            for b in pl.parallel(N):
+                out, tid = pl.submit(self.stripe, a, (N + b) * TILE_ROWS, out, deps=[join])
+                tids[b] = tid
+            for b in pl.parallel(N):
+                prev = pl.array.get_element(tids, (b + 1) % N)
+                out, _ = pl.submit(self.stripe, a, (2 * N + b) * TILE_ROWS, out, deps=[prev])
+        return out
+
+
+def test_a_dummy_task_joins_an_array_and_a_slot_names_one_task(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(SlotsAndJoins)
+    dummy = N  # tasks: N stripes, the dummy, N stripes after it, N stripes each after one of those
+    want = {(i, dummy) for i in range(N)} | {(dummy, N + 1 + j) for j in range(N)}
+    want |= {(N + 1 + (b + 1) % N, 2 * N + 1 + b) for b in range(N)}
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    assert "deps_at(tids0[" in str(compiled.program)
+    a = torch.randn(3 * ROWS, COLS)
+    out = torch.full((3 * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a * 2.0, rtol=1e-6, atol=0)
+
+
+def test_a_slot_read_before_a_later_store_is_refused():
+    from pypto_async.errors import PtoNotSupported
+
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        tids = pl.array.create(N, pl.TASK_ID)
+        with pl.at(level=pl.Level.CORE_GROUP) as t0:
+            out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        tids[0] = t0
+        stale = tids[0]
+        with pl.at(level=pl.Level.CORE_GROUP) as t1:
+            out = pl.store(pl.load(a, [TILE_ROWS, 0], [TILE_ROWS, COLS]), [TILE_ROWS, 0], out)
+        tids[0] = t1
+        with pl.at(level=pl.Level.CORE_GROUP, deps=[stale]):
+            out = pl.store(pl.load(a, [2 * TILE_ROWS, 0], [TILE_ROWS, COLS]), [2 * TILE_ROWS, 0], out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    with pytest.raises(PtoNotSupported, match="read before a later store"):
+        k.compile(a, a.copy())
+    with pytest.raises(PtoCompileError, match="outside the array"):
+        @pl.jit
+        def bad(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+            tids = pl.array.create(N, pl.TASK_ID)
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids[N]]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+            return out
+
+        bad.compile(a, a.copy())
