@@ -37,14 +37,25 @@ class TaskId:
         return f"<task {self.id}{'' if self.name is None else ' ' + repr(self.name)}>"
 
 
-def task_deps(tracer, deps, loc) -> tuple[int, ...]:
-    """Check ``deps=`` (task ids of this kernel's earlier regions) and return their ids."""
+def task_deps(tracer, deps, loc, task: int | None = None) -> tuple[int, ...]:
+    """Check ``deps=`` (task ids of this kernel's earlier regions) and return their ids.
+
+    ``None`` is PyPTO's empty slot (no producer yet, as a carried task id's seed) and adds no edge; the
+    ``task`` about to be made with such a ``deps=`` is noted (``tracer.none_dep_tasks``): a loop whose body
+    rebinds a name from ``None`` to a task id makes that name's task a dep of it (see :func:`carry_task_ids`).
+    """
     if deps is None:
         return ()
     if not isinstance(deps, (list, tuple)):
         raise compile_error(f"deps= takes a list of task ids (with pl.at(...) as tid), got {deps!r}", loc)
     out = []
     for d in deps:
+        if d is None:
+            if task is not None:
+                if not hasattr(tracer, "none_dep_tasks"):
+                    tracer.none_dep_tasks = set()
+                tracer.none_dep_tasks.add(task)
+            continue
         if not isinstance(d, TaskId) or d._tracer is not tracer:
             raise compile_error(f"deps= takes task ids bound by 'with pl.at(...) as tid' in this kernel, got {d!r}",
                                 loc)
@@ -86,7 +97,7 @@ class at:
 
         deps, self._dep_arrays, self._dep_slots = split_deps(self.deps, self._loc)
         self._check_arrays()
-        self._deps = task_deps(self._tracer, deps, self._loc)
+        self._deps = task_deps(self._tracer, deps, self._loc, self._tracer.next_task)
         if any(frame == "at" for frame in self._tracer.frames):
             raise compile_error("pl.at regions cannot be nested (each region is one task)", self._loc)
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
@@ -276,6 +287,8 @@ class range:  # noqa: A001
         t.task_fresh.append(self._fresh)
         self.task_yields: dict[str, str] = {}  # carried task-id array -> the array pl.yield_ gave it
         self._before = tile_locals(frame)
+        self._task_names = {} if "at" in t.frames else {
+            n: v for n, v in frame.f_locals.items() if v is None or isinstance(v, TaskId) and v._tracer is t}
         # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
@@ -314,6 +327,7 @@ class range:  # noqa: A001
             explicit = {getattr(c, "id", None) for c in self.carries}
             now = tile_locals(frame)
             before = {n: v for n, v in before.items() if not (n in now and now[n].var.id in explicit)}
+        body, id_carries = carry_task_ids(t, self._task_names, frame, body)
         inits, body = carry_rebound(t, before, frame, body, self._loc, self._scratch)
         for s in inits:
             t.append(s)
@@ -321,6 +335,7 @@ class range:  # noqa: A001
 
         task_carries = tuple((c.name, c.carried_from, self.task_yields[c.name])
                              for c in (self.carries if self._init is not None else ()) if isinstance(c, TaskIdArray))
+        task_carries += id_carries
         if self._dynamic:
             if task_carries or self._fresh:
                 raise compile_error(f"a {self._kind} over a value read at run time cannot carry or make a task-id "
@@ -566,6 +581,60 @@ class spmd:
                                     f"the same work", self._loc)
             t.append(For(self._var, 0, self.n, 1, inner, self._loc))  # the blocks, in order (hint core_num)
         return self._region.__exit__(exc_type, *exc)
+
+
+def carry_task_ids(t, before: dict, frame, body: tuple) -> tuple[tuple, tuple]:
+    """Task ids a loop body rebinds a name to (``prev = None`` then ``out, prev = pl.submit(..., deps=[prev])``).
+
+    The body, traced once, saw the name's value from before the loop: ``None`` (PyPTO's empty slot) or a
+    task id.  Each iteration after the first should see the task the previous one bound.  From ``None``:
+    the name is carried as a one-slot task-id array (empty before the loop, the task the body binds
+    stored in it each iteration) that the body's tasks with a ``None`` in ``deps=`` wait on.  From a task
+    id: the body's tasks waiting on it also wait for the rebound task's latest instance (the previous
+    iteration's; none in the first).  Returns the body and the loop's extra ``For.task_carries``.
+    """
+    from dataclasses import replace
+
+    from ..ir._nodes import IConst
+    from .array import TASK_ID, create
+
+    pending = getattr(t, "none_dep_tasks", set())
+    latest: dict[int, set[int]] = {}  # the seed's task id -> the tasks the body rebinds it to
+    slots: dict[int, str] = {}  # a task the body rebinds a None-seeded name to -> its one-slot array
+    carries, waits = [], []
+    for name, old in before.items():
+        new = frame.f_locals.get(name, old)
+        if not isinstance(new, TaskId) or new is old or new._tracer is not t:
+            continue
+        if old is not None:
+            latest.setdefault(old.id, set()).update(getattr(new, "ids", (new.id,)))
+        elif not hasattr(new, "ids") and pending:
+            init, carry = create(1, TASK_ID), create(1, TASK_ID)
+            slot = slots.setdefault(new.id, create(1, TASK_ID).name)
+            carries.append((carry.name, init.name, slot))
+            waits.append((carry.name, 1))
+    if not latest and not carries:
+        return body, ()
+
+    def fix(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Scope) and s.task is not None:
+                add = set()
+                for d in s.deps:
+                    add |= latest.get(d, set())
+                if add - set(s.deps):
+                    s = replace(s, deps=tuple(sorted(set(s.deps) | add)))
+                if s.task in pending and waits:
+                    s = replace(s, dep_arrays=(*s.dep_arrays, *waits))
+                if s.task in slots:
+                    s = replace(s, assigns=(*s.assigns, (slots[s.task], 1, IConst(0))))
+            elif isinstance(s, (For, DynFor)):
+                s = replace(s, body=tuple(fix(s.body)))
+            out.append(s)
+        return out
+
+    return tuple(fix(body)), tuple(carries)
 
 
 def spmd_as_tasks(t, body: tuple) -> tuple[tuple, bool]:

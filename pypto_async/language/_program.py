@@ -591,7 +591,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
                                 f"the cluster is dispatched as one Group task", loc)
         hints = (*hints, ("cluster", cluster))
     deps, dep_arrays, dep_slots = split_deps(deps, loc)
-    deps_ids = task_deps(t, deps, loc)
+    deps_ids = task_deps(t, deps, loc, t.next_task)
     if any(frame == "at" for frame in t.frames):
         raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
     task = t.next_task

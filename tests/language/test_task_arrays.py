@@ -333,3 +333,55 @@ def test_a_slot_read_before_a_later_store_is_refused():
             return out
 
         bad.compile(a, a.copy())
+
+
+STEPS = 3
+
+
+@pl.program
+class BranchChains:
+    """PyPTO's branch chain: a task id rebound in a pl.range body, seeded with None, orders each step after the last."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[STEPS * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[STEPS * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.add(t, 3.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[STEPS * ROWS, COLS], pl.FP32],
+             out: pl.Out[pl.Tensor[[STEPS * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            for b in pl.parallel(N):
+                prev = None
+                for step in pl.range(STEPS):
+                    out, prev = pl.submit(self.stripe, a, (step * N + b) * TILE_ROWS, out, deps=[prev])
+        return out
+
+
+def test_a_task_id_rebound_in_a_loop_is_the_next_iterations_dep(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(BranchChains)
+    want = {(b * STEPS + s, b * STEPS + s + 1) for b in range(N) for s in range(STEPS - 1)}  # per-branch chains
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    a = torch.randn(STEPS * ROWS, COLS)
+    out = torch.full((STEPS * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a + 3.0, rtol=1e-6, atol=0)
+
+
+def test_a_task_id_rebound_by_pl_at_as_is_carried_too():
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            with pl.at(level=pl.Level.CORE_GROUP) as prev:
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+            for i in pl.range(1, N):
+                with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]) as prev:
+                    out = pl.store(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS]), [i * TILE_ROWS, 0], out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    edges = {(e.src, e.dst) for e in k.compile(a, a.copy()).task_graph.edges if e.kind == "declared"}
+    assert {(i, i + 1) for i in range(N - 1)} <= edges and all(src < dst for src, dst in edges)
