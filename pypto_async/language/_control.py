@@ -417,13 +417,13 @@ class spmd:
       block with ``pl.tile.get_block_idx()``; ``tid`` is the first call's task.
 
     ``deps=`` is taken only by the ``with ... as tid`` form (PyPTO rejects it
-    on the others); ``predicate=`` (skipping the task on a runtime value)
+    on the others); ``predicate=(gate[i, j] > v)`` is taken by the
+    program's dispatch form (as ``pl.submit``'s); on the other forms it
     raises :class:`~pypto_async.errors.PtoNotSupported`, never ignored.
     """
 
     def __init__(self, n=None, *, core_num=None, sync_start: bool = False, name_hint: str | None = None,
                  optimizations=None, deps=None, allow_early_resolve: bool = False, predicate=None):
-        from ..errors import PtoNotSupported
 
         self._loc = user_loc()
         if (n is None) == (core_num is None):  # PyPTO's parameter is core_num, positional or by keyword
@@ -431,9 +431,10 @@ class spmd:
         self.n = _int(n if core_num is None else core_num, "pl.spmd block count")
         if self.n <= 0:
             raise compile_error(f"pl.spmd needs a positive block count, got {self.n}", self._loc)
-        if predicate is not None:
-            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...): skipping a task on a runtime value is not "
-                                  f"available on the sim; branch on the value in the kernel (pl.read and if)")
+        from ._submit import check_predicate
+
+        check_predicate("pl.spmd", predicate, self._loc)
+        self.predicate = predicate
         if not isinstance(sync_start, bool):
             raise compile_error(f"pl.spmd(sync_start=...) takes a bool, got {sync_start!r}", self._loc)
         if name_hint is not None and not isinstance(name_hint, str):
@@ -459,6 +460,7 @@ class spmd:
             return self._begin_region(t)
         self._dispatch = False
         self._loop_region = False
+        self._refuse_predicate()
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         if t.block_num is not None and t.block_num != self.n and "at" in t.frames:
@@ -483,6 +485,14 @@ class spmd:
         t.open_block("spmd")
         t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
         return t.spmd_index
+
+    def _refuse_predicate(self) -> None:
+        from ..errors import PtoNotSupported
+
+        if self.predicate is not None:
+            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...) is taken by a program's dispatch form "
+                                  f"('with pl.spmd(n, predicate=...) as tid:' around a kernel call); here branch "
+                                  f"on the value in the body (pl.read and if)")
 
     def _end(self, ok: bool) -> None:
         t = self._tracer
@@ -522,7 +532,8 @@ class spmd:
                 raise compile_error("`with pl.spmd(...) as tid:` cannot capture a TaskId when nested inside "
                                     "`pl.cluster()`: a cluster-nested pl.spmd never produces a Submit", self._loc)
         t.spmd_dispatch = self.n
-        t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint}
+        t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint,
+                       "predicate": self.predicate}
         self._tracer = t
         self._first = t.next_task
         return TaskId(t, self._first, self.name_hint)
@@ -540,6 +551,7 @@ class spmd:
 
     def _begin_region(self, t):
         """The inline body: one CORE_GROUP region whose body runs once per block; the region's TaskId."""
+        self._refuse_predicate()
         if t.in_spmd or getattr(t, "block_index", None) is not None:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         self._region = at(Level.CORE_GROUP, name_hint=self.name_hint, deps=self.deps)

@@ -513,7 +513,7 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
               name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False,
-              core_num: int | None = None, fn_type=None):
+              core_num: int | None = None, fn_type=None, predicate=None):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -584,6 +584,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
         hints = (*hints, *spmd_call["hints"])
         name_hint = name_hint or spmd_call["name_hint"]
+        predicate = predicate if predicate is not None else spmd_call.get("predicate")
     cluster = getattr(t, "cluster", None)  # inside `with pl.cluster():` (PyPTO's Group: no per-task metadata)
     if cluster is not None:
         if deps:
@@ -627,6 +628,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             t.block_index = None
             t.append(For(blocks, 0, core_num, 1, inner, loc))  # the blocks, in order (hint core_num)
         body = t.close_block()
+        if ok and predicate is not None:  # pl.submit(..., predicate=...): the body only where it holds
+            body, extra = predicate.wrap(t, body, loc)
+            accesses += list(extra)
         declared = tuple(t.func_attrs["hints"])
         accesses += t.func_attrs["accesses"]
         t.func_attrs = None
@@ -700,7 +704,7 @@ class _Kernel:
         return self.call(args, name_hint=name_hint, deps=deps, loc=user_loc())
 
     def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False,
-             core_num: int | None = None):
+             core_num: int | None = None, predicate=None):
         """Trace one call of the kernel as a task (``pl.submit`` passes ``hints`` and ``with_task=True``)."""
         t = current(f"self.{self.fn.name}")
         names = self.fn.param_names()
@@ -709,7 +713,7 @@ class _Kernel:
         hints = (*getattr(self.fn, "hints", ()), *hints)
         return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
                          fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task,
-                         core_num=core_num, fn_type=self.fn.type)
+                         core_num=core_num, fn_type=self.fn.type, predicate=predicate)
 
 
 #: The function types an orchestration calls as kernels (each call one task).

@@ -165,14 +165,16 @@ class TensorArg:
 
         return _ops.neg(self)
 
-    def _compare(self, other):
-        from ..errors import PtoNotSupported
+    def _predicate(op):
+        def compare(self, other):
+            from ._submit import DispatchPredicate
 
-        raise PtoNotSupported(f"{user_loc()}: comparing the tensor {self.name!r} with {other!r}: PyPTO reads "
-                              f"'tensor[i] > 0' as a dispatch predicate (pl.submit(predicate=...)), which is not "
-                              f"available on the sim; read the value with pl.read and branch on it in the kernel")
+            return DispatchPredicate(self, op, other, user_loc())
 
-    __lt__ = __le__ = __gt__ = __ge__ = _compare
+        return compare
+
+    # PyPTO's dispatch predicate, ``tensor[i, j] > 0`` (``pl.submit(..., predicate=...)``).
+    __lt__, __le__, __gt__, __ge__ = _predicate("<"), _predicate("<="), _predicate(">"), _predicate(">=")
 
     def __iter__(self):
         """One value: ``(t,) = pl.yield_(t_next)``, PyPTO's form for one carried value, unpacks to the tensor."""
