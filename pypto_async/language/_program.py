@@ -28,7 +28,7 @@ from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._hints import scope_hints
-from ._placement import bind_shape, dim_value, is_dynamic
+from ._placement import DimExpr, DynamicDim, bind_shape, dim_value, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -754,6 +754,17 @@ class _Self:
             raise AttributeError(f"the program has no InCore function {name!r}") from None
 
 
+def _dynamic_dims(shape) -> list:
+    """The :class:`DynamicDim` objects a declared shape names (directly or in a dim expression)."""
+    out = []
+    for d in shape:
+        if isinstance(d, DimExpr):
+            out.extend(d.dims())
+        elif isinstance(d, DynamicDim):
+            out.append(d)
+    return out
+
+
 class ProgramDef:
     """A ``@pl.program`` class: its kernels and its orchestration; ``ir.compile(cls)`` compiles it."""
 
@@ -845,10 +856,23 @@ class ProgramDef:
     def _shape(self, name: str, ann: TensorAnnotation, arg, dims: dict, orch) -> tuple[int, ...]:
         """A parameter's shape: its annotation's, ``pl.dynamic`` dims taken from the bound arguments."""
         if arg is not None and hasattr(arg, "shape"):
-            why = bind_shape(ann.shape, tuple(int(d) for d in arg.shape), dims)
-            if why is not None:
-                raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
-                                    f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+            shape = tuple(int(d) for d in arg.shape)
+            trial = dict(dims)
+            why = bind_shape(ann.shape, shape, trial)
+            if why is None:
+                dims.update(trial)
+            else:
+                # PyPTO reads each orchestration tensor's extents from its own argument: a pl.dynamic name
+                # bound to another extent by an earlier argument (a flat [M] beside an [M, N] view of it)
+                # takes this argument's extent here (the name's value elsewhere stays the first binding).
+                mine = {id(d) for d in _dynamic_dims(ann.shape)}
+                own = {k: v for k, v in dims.items() if k not in mine}
+                if bind_shape(ann.shape, shape, own) is not None:
+                    raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
+                                        f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+                for k, v in own.items():
+                    dims.setdefault(k, v)
+                dims = own
         if not is_dynamic(ann.shape):
             return ann.shape
         shape = []
@@ -876,9 +900,10 @@ class ProgramDef:
         names = orch.param_names()
         anns_of = {name: _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc) for name in names}
         # Bound arguments first, so a dimension an unbound (later) parameter shares with them is known.
+        shapes = {}  # each bound tensor's shape: its own extents (see _shape)
         for i, name in enumerate(names):
             if i < len(bound) and isinstance(anns_of[name], TensorAnnotation):
-                self._shape(name, anns_of[name], bound[i], dims, orch)
+                shapes[name] = self._shape(name, anns_of[name], bound[i], dims, orch)
         for name in names:
             ann = anns_of[name]
             if isinstance(ann, ScalarAnnotation):
@@ -887,7 +912,8 @@ class ProgramDef:
                 # An Opaque function's tensors may be written whatever they are annotated: traced
                 # writable, each is then an input unless its body stores to it (_opaque_directions).
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
-                params.append(Param(name, direction, self._shape(name, ann, None, dims, orch), ann.dtype))
+                shape = shapes[name] if name in shapes else self._shape(name, ann, None, dims, orch)
+                params.append(Param(name, direction, shape, ann.dtype))
         tracer = Tracer(self.name, params)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks

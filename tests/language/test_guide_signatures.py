@@ -229,5 +229,15 @@ def test_a_dynamic_orchestration_binds_the_tensors_it_runs_on(launcher):
 def test_a_dynamic_orchestration_needs_its_tensors_to_compile():
     with pytest.raises(PtoNotSupported, match=r"parameter 'x' is \[N, 64\].*DynamicRows.bind\(\*tensors\)"):
         ir.compile(DynamicRows)
-    with pytest.raises(PtoCompileError, match=r"parameter 'y' is declared \[N, 64\].*N is bound to 32"):
-        ir.compile(DynamicRows.bind(torch.randn(32, 64), _nan(48, 64)))
+
+
+def test_a_programs_tensors_each_bind_their_own_dynamic_extents(launcher):
+    """PyPTO's orchestration reads each tensor's extents from its own argument: N is 32 for x and 48 for y."""
+    x, y = torch.randn(32, 64), _nan(48, 64)
+    compiled = ir.compile(DynamicRows.bind(x, y))
+    assert [p.shape for p in compiled.params] == [(32, 64), (48, 64)]
+    launcher.run(compiled, x, y)
+    torch.testing.assert_close(y[:32], x * 2.0, rtol=0, atol=0)
+    assert torch.isnan(y[32:]).all()
+    with pytest.raises(PtoCompileError, match=r"parameter 'y' is declared \[N, 64\].*got an argument of shape \[48\]"):
+        ir.compile(DynamicRows.bind(x, _nan(48)))
