@@ -165,6 +165,23 @@ class TensorArg:
 
         return _ops.neg(self)
 
+    def bind_dynamic(self, dim: int, var) -> None:
+        """PyPTO's ``x.bind_dynamic(0, M)``: mark dimension ``dim`` as the runtime dimension ``var``.
+
+        In PyPTO it is read from the source to pick which extents a ``@pl.jit`` artifact leaves open; the
+        sim traces each call at its extents (one artifact per extent), so it is checked and changes
+        nothing: ``dim`` must be a dimension of the tensor and ``var`` a ``pl.dynamic`` dimension.
+        """
+        from ._placement import DynamicDim
+
+        loc = user_loc()
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -len(self.shape) <= dim < len(self.shape):
+            raise compile_error(f"{self.name}.bind_dynamic: dim must be a dimension of the {len(self.shape)}-d "
+                                f"tensor, got {dim!r}", loc)
+        if not isinstance(var, DynamicDim):
+            raise compile_error(f"{self.name}.bind_dynamic: var must be a pl.dynamic(...) dimension, got {var!r}",
+                                loc)
+
     def _predicate(op):
         def compare(self, other):
             from ._submit import DispatchPredicate
