@@ -55,16 +55,17 @@ def read(tensor, indices) -> Index:
     BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
     tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
-    that use the value (see :func:`_deferred`); there an FP32 tensor may be
-    read too, giving a :class:`FloatScalar` for a kernel's float scalar
-    parameter.
+    that use the value (see :func:`_deferred`).  An FP32 tensor may be read
+    too, giving a :class:`FloatScalar`: in a region an operand of the tile
+    ops that take a scalar (``pl.mul(row, w)``), in the orchestration a
+    value for a kernel's float scalar parameter.
     """
     t = current("pl.read")
     loc = user_loc()
     if not isinstance(tensor, TensorArg):
         raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
     p = t.params[tensor.name]
-    as_float = p.dtype.name in FLOAT_DTYPES and "at" not in t.frames  # the orchestration's: captured as its bits
+    as_float = p.dtype.name in FLOAT_DTYPES  # read as its bits (a FloatScalar: an operand of pl.mul, pl.add ...)
     if p.dtype.name not in INTEGER_DTYPES and not as_float:
         raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
                             f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
@@ -95,7 +96,8 @@ def read(tensor, indices) -> Index:
         offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
     value = IRead(p.name, tuple(offs), p.shape, bits=as_float)
     if as_float:
-        return FloatScalar(_deferred(t, value, loc), p.dtype, tensor.name)
+        return FloatScalar(_deferred(t, value, loc) if "at" not in t.frames else _bind(t, value, loc), p.dtype,
+                           tensor.name)
     if "at" not in t.frames:
         return _deferred(t, value, loc)
     return _bind(t, value, loc)
