@@ -366,6 +366,17 @@ class runtime_if:
                 # the same buffer whichever branch ran.
                 return other
             return a if isinstance(a, _Undefined) else b
+        from ._control import TaskId
+
+        if isinstance(a, TaskId) and isinstance(b, TaskId) and a._tracer is b._tracer is self.t:
+            from ._submit import TaskJoin
+
+            # The task of whichever branch ran: a later deps= waits for both (the one that did not run
+            # adds no edge for this instance, or an earlier one's: more edges, never fewer).
+            ids = tuple(dict.fromkeys((*getattr(a, "ids", (a.id,)), *getattr(b, "ids", (b.id,)))))
+            merged = TaskJoin(self.t, ids)
+            merged.branches = True  # a pl.array store of it stores the branch's own task (see TaskIdArray)
+            return merged
         index_like = (int, Index, ScalarArg)
         if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, index_like) and isinstance(b, index_like)):
             if isinstance(a, Tile) or isinstance(b, Tile):

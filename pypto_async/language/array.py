@@ -81,6 +81,11 @@ class TaskIdArray:
             raise compile_error(f"{self.name}[{format_index(expr)}] takes slots {lo}..{hi}, outside the array's "
                                 f"{self.size} slots", loc)
         block = t.blocks[-1]
+        if getattr(tid, "branches", False):  # the task of whichever branch of a runtime if ran
+            stored = _store_in_branches(block, set(tid.ids), (self.name, self.size, expr))
+            if stored:
+                self.stores += 1
+                return
         for k in range(len(block) - 1, -1, -1):
             s = block[k]
             if isinstance(s, Scope) and s.task == tid.id:
@@ -100,6 +105,28 @@ class TaskIdArray:
             raise compile_error(f"{self.name}[{format_index(expr)}] reads slots {lo}..{hi}, outside the array's "
                                 f"{self.size} slots", loc)
         return TaskSlot(self, expr, loc)
+
+
+def _store_in_branches(block: list, ids: set, assign) -> bool:
+    """Record ``assign`` on each task of ``ids`` in ``block`` or its runtime ``if`` branches (in place)."""
+    from ..ir._nodes import DynFor
+
+    found = False
+
+    def fix(stmts):
+        nonlocal found
+        out = []
+        for s in stmts:
+            if isinstance(s, Scope) and s.task in ids:
+                s = replace(s, assigns=(*s.assigns, assign))
+                found = True
+            elif isinstance(s, DynFor) and s.kind in ("if", "else"):
+                s = replace(s, body=tuple(fix(s.body)))
+            out.append(s)
+        return out
+
+    block[:] = fix(block)
+    return found
 
 
 class TaskSlot:

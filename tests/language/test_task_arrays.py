@@ -385,3 +385,31 @@ def test_a_task_id_rebound_by_pl_at_as_is_carried_too():
     a = np.zeros((ROWS, COLS), np.float32)
     edges = {(e.src, e.dst) for e in k.compile(a, a.copy()).task_graph.edges if e.kind == "declared"}
     assert {(i, i + 1) for i in range(N - 1)} <= edges and all(src < dst for src, dst in edges)
+
+
+def test_a_task_id_bound_in_both_branches_of_an_if_stores_the_branchs_task(launcher):
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for b in pl.range(N):
+                r = b * TILE_ROWS
+                if b >= 2:
+                    with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                        out = pl.store(pl.mul(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 2.0), [r, 0], out)
+                else:
+                    with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                        out = pl.store(pl.add(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 1.0), [r, 0], out)
+                tids[b] = tid
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        return out
+
+    a = torch.randn(ROWS, COLS)
+    out = torch.full((ROWS, COLS), float("nan"))
+    compiled = k.compile(a, out)
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == {(i, N) for i in range(N)}
+    launcher.run(compiled, a, out)
+    want = torch.cat([a[:2 * TILE_ROWS] + 1.0, a[2 * TILE_ROWS:] * 2.0])
+    want[:TILE_ROWS] = a[:TILE_ROWS]
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=0)
