@@ -292,8 +292,12 @@ class RuntimeGraph(PtoCompileError):
     of its orchestration over a ``pl.read`` scalar): there is no graph to derive at compile time."""
 
 
-def instances(program: Program):
+def instances(program: Program, arrays: dict | None = None):
     """Yield ``(scope, env)`` for each task instance in submission order.
+
+    ``arrays`` (task-id array -> slot -> instance, kept by the caller): where
+    given, the walk empties the arrays a loop body makes at each iteration and
+    copies the arrays loops carry (``For.task_fresh``, ``For.task_carries``).
 
     ``env`` maps each loop index and orchestration scalar (``SetIndex``) to
     its value in that instance (one dict, updated as the walk goes on: use it
@@ -313,9 +317,18 @@ def instances(program: Program):
             if isinstance(s, Scope):
                 yield s, env
             elif isinstance(s, For):
+                if arrays is not None:
+                    for carry, init, _ in s.task_carries:
+                        arrays[carry] = dict(arrays.get(init, {}))
                 for i in builtins.range(s.start, s.stop, s.step):
                     env[s.var.name] = i
+                    if arrays is not None:
+                        for name, _ in s.task_fresh:
+                            arrays[name] = {}
                     yield from walk(s.body, env)
+                    if arrays is not None:
+                        for carry, _, yielded in s.task_carries:
+                            arrays[carry] = dict(arrays.get(yielded, {}))
             elif isinstance(s, Spmd):
                 yield from walk(s.body, env)
             elif isinstance(s, SetIndex):
@@ -359,6 +372,14 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
         deps = [latest[d] for d in s.deps if d in latest]
         for array, _ in s.dep_arrays:
             deps.extend(arrays.get(array, {}).values())
+        for array, _, index in s.dep_slots:
+            held = arrays.get(array, {})
+            slot = _eval(index, env)
+            if slot is None:  # known only at run time: any slot it may be (more edges, never fewer)
+                deps.extend(held.values())
+            elif slot in held:
+                deps.append(held[slot])
+            deps.extend(v for k, v in held.items() if isinstance(k, tuple))  # stores at runtime slots
         deps = tuple(sorted(set(deps)))
         name = s.name if s.name is not None else f"task{s.task if s.task is not None else len(tasks)}"
         t = Task(len(tasks), name, tuple(acc), deps, s.manual)
@@ -374,7 +395,7 @@ def program_tasks(program: Program, limit: int = MAX_TASKS) -> list[Task]:
             arrays.setdefault(array, {})[slot] = t.id
         tasks.append(t)
 
-    for scope, env in instances(program):
+    for scope, env in instances(program, arrays):
         add(scope, env)
     return tasks
 

@@ -583,6 +583,12 @@ class For:
     kind: str = "range"
     #: ``pl.pipeline(..., stage=n)``: the bodies a stage keeps in flight (double buffering at 2); else 1.
     stage: int = 1
+    #: Task-id arrays (``pl.array.create(n, pl.TASK_ID)``) made in the body, ``(name, n)``: empty again at
+    #: each iteration.
+    task_fresh: tuple[tuple[str, int], ...] = ()
+    #: Task-id arrays carried by ``init_values=``: ``(carry, init, yielded)``, the carry holding a copy of
+    #: ``init``'s slots before the first iteration and of ``yielded``'s at the end of each.
+    task_carries: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def trip_count(self) -> int:
@@ -629,6 +635,9 @@ class Scope:
     #: Stores of this task's id into task-id arrays (``arr[i] = tid``), ``(name, size, index)``, the index
     #: evaluated per instance.
     assigns: tuple[tuple[str, int, "IndexExpr"], ...] = ()
+    #: Single slots of task-id arrays in ``deps=`` (``prev = arr[i]``), ``(name, size, index)``: the task
+    #: waits for the task that slot holds when it is submitted.
+    dep_slots: tuple[tuple[str, int, "IndexExpr"], ...] = ()
 
 
 @dataclass(frozen=True)

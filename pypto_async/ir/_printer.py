@@ -151,7 +151,9 @@ def format_stmt(s, indent: int = 0) -> list[str]:
         return [f"{pad}{s.var.name} := {format_index(s.value)}"]
     if isinstance(s, For):
         form = f"pipeline stage={s.stage}" if s.kind == "pipeline" else s.kind
-        head = f"{pad}for {s.var.name} in {form}({s.start}, {s.stop}, {s.step}) {{"
+        head = f"{pad}for {s.var.name} in {form}({s.start}, {s.stop}, {s.step})"
+        head += "".join(f" fresh({name}[{size}])" for name, size in s.task_fresh)
+        head += "".join(f" carry({c} = {i}; <- {y})" for c, i, y in s.task_carries) + " {"
     elif isinstance(s, DynFor) and s.kind == "range":
         head = f"{pad}for {s.var.name} in range({format_index(s.start)}, {format_index(s.stop)}, {s.step}) {{"
     elif isinstance(s, DynFor):
@@ -181,6 +183,8 @@ def _task_attrs(s: Scope) -> str:
         text += " manual"
     if s.dep_arrays:
         text += f" deps_all({', '.join(name for name, _ in s.dep_arrays)})"
+    if s.dep_slots:
+        text += f" deps_at({', '.join(f'{name}[{format_index(index)}]' for name, _, index in s.dep_slots)})"
     for name, size, index in s.assigns:
         text += f" -> {name}[{format_index(index)}] of {size}"
     if s.no_dep:

@@ -325,7 +325,7 @@ def _access_fn(program: Program, fn: str, scope: Scope, loop_vars) -> tuple[str,
     so the driver resolves a program's edges by the one rule when the program
     is too large for a table.
     """
-    barrier = bool(scope.manual or scope.deps or scope.dep_arrays)
+    barrier = bool(scope.manual or scope.deps or scope.dep_arrays or scope.dep_slots)
     if scope.accesses:
         acc = [(t, "r" in mode, "w" in mode, offs, shape) for t, mode, offs, shape in scope.accesses]
     else:

@@ -121,12 +121,30 @@ def _task_arrays(body) -> list[tuple[str, int]]:
     found: dict[str, int] = {}
     for s in body:
         if isinstance(s, Scope):
-            for name, size, *_ in (*s.assigns, *s.dep_arrays):
+            for name, size, *_ in (*s.assigns, *s.dep_arrays, *s.dep_slots):
                 found.setdefault(name, size)
         for inner in getattr(s, "body", ()):
             for name, size in _task_arrays((inner,)):
                 found.setdefault(name, size)
+        if isinstance(s, For):  # a loop's own arrays are made where it prints them (see _loop_arrays)
+            for name, size in s.task_fresh:
+                found.setdefault(name, size)
+            for names in s.task_carries:
+                size = next((found[n] for n in names if n in found), None)
+                for n in names if size is not None else ():
+                    found.setdefault(n, size)
     return sorted(found.items(), key=lambda kv: int(kv[0].removeprefix("tids")))  # creation order: tids0, ...
+
+
+def _loop_arrays(body) -> set[str]:
+    """The task-id arrays the loops of ``body`` make or carry (printed in the loop, not at the top)."""
+    out: set[str] = set()
+    for s in body:
+        if isinstance(s, For):
+            out |= {name for name, _ in s.task_fresh} | {c for c, _, _ in s.task_carries}
+        for inner in getattr(s, "body", ()):
+            out |= _loop_arrays((inner,))
+    return out
 
 
 def _scope_depth(s) -> int | None:
@@ -284,10 +302,11 @@ class _Printer:
 
     def carried_loop(self, s: For, carries, depth: int) -> None:
         """Print a loop with carried tiles in PyPTO's explicit form: init_values= and pl.yield_."""
-        targets = ", ".join(self.name(c) for c, _ in carries)
-        init = ", ".join(self.name(a.expr.x) for _, a in carries)
+        targets = ", ".join([self.name(c) for c, _ in carries] + [c for c, _, _ in s.task_carries])
+        init = ", ".join([self.name(a.expr.x) for _, a in carries] + [i for _, i, _ in s.task_carries])
         # pl.unroll takes no init_values: a carried unrolled loop prints as pl.range, the form noted.
-        form, stage = ("pipeline", f"stage={s.stage}, ") if s.kind == "pipeline" else ("range", "")
+        form, stage = ("pipeline", f"stage={s.stage}, ") if s.kind == "pipeline" else (
+            ("parallel", "") if s.kind == "parallel" else ("range", ""))
         note = f"  # pl.{s.kind}" if s.kind not in ("range", form) else ""
         self.emit(depth, f"for {s.var.name}, ({targets},) in pl.{form}({s.start}, {s.stop}, {s.step}, "
                          f"{stage}init_values=({init},)):{note}")
@@ -296,9 +315,15 @@ class _Printer:
         copies = {a.var.id: a.expr.x for a in flat if isinstance(a, Assign) and _is_carry_copy(a, updates)}
         body = tuple(b for b in flat
                      if not isinstance(b, Update) and not (isinstance(b, Assign) and b.var.id in copies))
+        self.fresh_arrays(s, depth + 1)
         self.block(body, depth + 1)
-        values = ", ".join(self.name(copies.get(updates[c.id].value.id, updates[c.id].value)) for c, _ in carries)
+        values = ", ".join([self.name(copies.get(updates[c.id].value.id, updates[c.id].value)) for c, _ in carries]
+                           + [y for _, _, y in s.task_carries])
         self.emit(depth + 1, f"{targets} = pl.yield_({values})")
+
+    def fresh_arrays(self, s: For, depth: int) -> None:
+        for name, size in s.task_fresh:
+            self.emit(depth, f"{name} = pl.array.create({size}, pl.TASK_ID)")
 
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Assign):
@@ -322,9 +347,12 @@ class _Printer:
             atomic = ", atomic=pl.AtomicType.Add" if s.atomic == "add" else ""
             offs = _list(_index(o) for o in s.offsets)
             self.emit(depth, f"pl.store({self.name(s.value)}, {offs}, {s.param}{atomic})")
+        elif isinstance(s, For) and s.task_carries:
+            self.carried_loop(s, (), depth)
         elif isinstance(s, For):
             stage = f", stage={s.stage}" if s.kind == "pipeline" else ""
             self.emit(depth, f"for {s.var.name} in pl.{s.kind}({s.start}, {s.stop}, {s.step}{stage}):")
+            self.fresh_arrays(s, depth + 1)
             self.block(s.body, depth + 1)
         elif isinstance(s, SetIndex):
             self.emit(depth, f"{s.var.name} = {_index(s.value)}")
@@ -345,8 +373,9 @@ class _Printer:
             args = f"level=pl.Level.{s.level}"
             if s.name is not None:
                 args += f", name_hint={s.name!r}"
-            if s.deps or s.dep_arrays:
+            if s.deps or s.dep_arrays or s.dep_slots:
                 ids = [f"_task{d}" for d in s.deps] + [name for name, _ in s.dep_arrays]
+                ids += [f"{name}[{_index(index)}]" for name, _, index in s.dep_slots]
                 args += f", deps=[{', '.join(ids)}]"
             if s.no_dep:
                 args += f", no_dep_args=[{', '.join(s.no_dep)}]"
@@ -385,8 +414,10 @@ class _Printer:
             manual = ", manual_dep=True" if q.name in p.manual_dep else ""
             self.emit(1, f"{q.name} = pl.create_tensor({_ints(q.shape)}, dtype=pl.{q.dtype.name}, name={q.name!r}"
                          f"{manual})")
+        in_loops = _loop_arrays(p.body)
         for name, size in _task_arrays(p.body):
-            self.emit(1, f"{name} = pl.array.create({size}, pl.TASK_ID)")
+            if name not in in_loops:
+                self.emit(1, f"{name} = pl.array.create({size}, pl.TASK_ID)")
         self.block(p.body, 1)
         if p.ret is not None:
             self.emit(1, f"return {p.ret}")

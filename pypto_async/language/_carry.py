@@ -210,8 +210,17 @@ def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
     A tile is carried in a fresh var (a :class:`Var`); a tensor is carried by
     reference (its :class:`TensorArg`), see :func:`yield_`.
     """
+    from .array import TASK_ID, TaskIdArray, create
+
     inits, carries = [], []
     for i, t in enumerate(init_values):
+        if isinstance(t, TaskIdArray):  # a task-id array: a carry array of its own (see For.task_carries)
+            if t._tracer is not tracer:
+                raise compile_error(f"pl.range init_values[{i}]: {t.name} belongs to another kernel", loop_loc)
+            c = create(t.size, TASK_ID)
+            c.carried_from = t.name
+            carries.append(c)
+            continue
         if isinstance(t, TensorArg):
             params = (getattr(tracer, "func_attrs", None) or {}).get("params", ())
             kernel_param = any(t is p for p in params)  # a program kernel's parameter: its whole tensor to the kernel
@@ -221,7 +230,8 @@ def open_carries(tracer, init_values, loop_loc) -> tuple[list, list]:
             carries.append(t)
             continue
         if not isinstance(t, Tile):
-            raise compile_error(f"pl.range init_values[{i}] must be a tile or a tensor, got {t!r}", loop_loc)
+            raise compile_error(f"pl.range init_values[{i}] must be a tile, a tensor or a task-id array, "
+                                f"got {t!r}", loop_loc)
         c = tracer.new_var(t.var.type)
         inits.append(Assign(c, Move(t.var, t.var.type.memory), loop_loc))
         carries.append(c)
@@ -247,8 +257,16 @@ def yield_(*values):
         raise compile_error("pl.yield_ is called once per loop body", loc)
     if len(values) != len(loop.carries):
         raise compile_error(f"pl.yield_ got {len(values)} values for {len(loop.carries)} init_values", loc)
+    from .array import TaskIdArray
+
     pairs, write_backs, scalars = [], [], []
     for i, (c, v) in enumerate(zip(loop.carries, values)):
+        if isinstance(c, TaskIdArray):
+            if not isinstance(v, TaskIdArray) or v.size != c.size:
+                raise compile_error(f"pl.yield_ value {i} must be a task-id array of {c.size} slots "
+                                    f"(init_values[{i}] is one), got {v!r}", loc)
+            loop.task_yields[c.name] = v.name
+            continue
         if isinstance(c, TensorArg):
             write_backs.extend(_tensor_yield(t, i, c, v, loc))
             continue
@@ -270,7 +288,8 @@ def yield_(*values):
     for s in write_backs + scalars + _updates(t, pairs, tile_ids, loc):
         t.append(s)
     loop.yielded = len(t.blocks[-1])
-    out = tuple(c if isinstance(c, TensorArg) else Index(c) if isinstance(c, IVar) else Tile(c) for c in loop.carries)
+    out = tuple(c if isinstance(c, (TensorArg, TaskIdArray)) else Index(c) if isinstance(c, IVar) else Tile(c)
+                for c in loop.carries)
     return out[0] if len(out) == 1 else out  # one value: also '(x,) = pl.yield_(v)' (see _tracer's __iter__)
 
 

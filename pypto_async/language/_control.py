@@ -37,14 +37,25 @@ class TaskId:
         return f"<task {self.id}{'' if self.name is None else ' ' + repr(self.name)}>"
 
 
-def task_deps(tracer, deps, loc) -> tuple[int, ...]:
-    """Check ``deps=`` (task ids of this kernel's earlier regions) and return their ids."""
+def task_deps(tracer, deps, loc, task: int | None = None) -> tuple[int, ...]:
+    """Check ``deps=`` (task ids of this kernel's earlier regions) and return their ids.
+
+    ``None`` is PyPTO's empty slot (no producer yet, as a carried task id's seed) and adds no edge; the
+    ``task`` about to be made with such a ``deps=`` is noted (``tracer.none_dep_tasks``): a loop whose body
+    rebinds a name from ``None`` to a task id makes that name's task a dep of it (see :func:`carry_task_ids`).
+    """
     if deps is None:
         return ()
     if not isinstance(deps, (list, tuple)):
         raise compile_error(f"deps= takes a list of task ids (with pl.at(...) as tid), got {deps!r}", loc)
     out = []
     for d in deps:
+        if d is None:
+            if task is not None:
+                if not hasattr(tracer, "none_dep_tasks"):
+                    tracer.none_dep_tasks = set()
+                tracer.none_dep_tasks.add(task)
+            continue
         if not isinstance(d, TaskId) or d._tracer is not tracer:
             raise compile_error(f"deps= takes task ids bound by 'with pl.at(...) as tid' in this kernel, got {d!r}",
                                 loc)
@@ -84,9 +95,9 @@ class at:
         self._loc = user_loc()
         from .array import split_deps
 
-        deps, self._dep_arrays = split_deps(self.deps)
+        deps, self._dep_arrays, self._dep_slots = split_deps(self.deps, self._loc)
         self._check_arrays()
-        self._deps = task_deps(self._tracer, deps, self._loc)
+        self._deps = task_deps(self._tracer, deps, self._loc, self._tracer.next_task)
         if any(frame == "at" for frame in self._tracer.frames):
             raise compile_error("pl.at regions cannot be nested (each region is one task)", self._loc)
         self._task = TaskId(self._tracer, self._tracer.next_task, self.name_hint)
@@ -98,9 +109,11 @@ class at:
         return self._task
 
     def _check_arrays(self) -> None:
-        from .array import TaskIdArray
+        from .array import TaskIdArray, TaskSlot
 
         for d in self.deps if isinstance(self.deps, (list, tuple)) else ():
+            if isinstance(d, TaskSlot):
+                d = d.array
             if isinstance(d, TaskIdArray) and d._tracer is not self._tracer:
                 raise compile_error(f"deps= takes task-id arrays created in this kernel, got {d!r}", self._loc)
 
@@ -119,7 +132,7 @@ class at:
             self._tracer.append(Scope(self.level.value, body, self._loc, name=self.name_hint, deps=self._deps,
                                       manual=self._tracer.manual > 0, task=self._task.id, no_dep=self._no_dep,
                                       hints=self._hints + extra + scope_hints(self._tracer),
-                                      dep_arrays=self._dep_arrays))
+                                      dep_arrays=self._dep_arrays, dep_slots=self._dep_slots))
             region_closed(self._tracer, self._task.id)
         return False
 
@@ -268,7 +281,14 @@ class range:  # noqa: A001
             last = self.start + (n - 1) * self.step if n else self.start
             t.ranges[self._var.name] = (self.start, last)
         t.open_block("range")
+        self._fresh: list[tuple[str, int]] = []  # task-id arrays the body makes (pl.array.create): empty at each iteration
+        if not hasattr(t, "task_fresh"):
+            t.task_fresh = []
+        t.task_fresh.append(self._fresh)
+        self.task_yields: dict[str, str] = {}  # carried task-id array -> the array pl.yield_ gave it
         self._before = tile_locals(frame)
+        self._task_names = {} if "at" in t.frames else {
+            n: v for n, v in frame.f_locals.items() if v is None or isinstance(v, TaskId) and v._tracer is t}
         # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
@@ -279,9 +299,13 @@ class range:  # noqa: A001
             return index
         self.carries, self.depth, self.yielded = carries, len(t.blocks), None
         t.carry_loops.append(self)
-        return index, tuple(c if isinstance(c, TensorArg) else Tile(c) for c in carries)
+        from .array import TaskIdArray
+
+        return index, tuple(c if isinstance(c, (TensorArg, TaskIdArray)) else Tile(c) for c in carries)
 
     def _end(self, t, frame) -> None:
+        if t.task_fresh and t.task_fresh[-1] is self._fresh:
+            t.task_fresh.pop()
         if self._init is not None:
             t.carry_loops.pop()
             if self.yielded is None:
@@ -303,14 +327,23 @@ class range:  # noqa: A001
             explicit = {getattr(c, "id", None) for c in self.carries}
             now = tile_locals(frame)
             before = {n: v for n, v in before.items() if not (n in now and now[n].var.id in explicit)}
+        body, id_carries = carry_task_ids(t, self._task_names, frame, body)
         inits, body = carry_rebound(t, before, frame, body, self._loc, self._scratch)
         for s in inits:
             t.append(s)
+        from .array import TaskIdArray
+
+        task_carries = tuple((c.name, c.carried_from, self.task_yields[c.name])
+                             for c in (self.carries if self._init is not None else ()) if isinstance(c, TaskIdArray))
+        task_carries += id_carries
         if self._dynamic:
+            if task_carries or self._fresh:
+                raise compile_error(f"a {self._kind} over a value read at run time cannot carry or make a task-id "
+                                    f"array here", self._loc)
             t.append(DynFor(self._var, self.start, self.stop, self.step, body, self._loc))
         else:
             t.append(For(self._var, self.start, self.stop, self.step, body, self._loc, kind=self._form,
-                         stage=self._stage))
+                         stage=self._stage, task_fresh=tuple(self._fresh), task_carries=task_carries))
 
 
     def _carry_tensors(self, t, frame) -> None:
@@ -384,13 +417,13 @@ class spmd:
       block with ``pl.tile.get_block_idx()``; ``tid`` is the first call's task.
 
     ``deps=`` is taken only by the ``with ... as tid`` form (PyPTO rejects it
-    on the others); ``predicate=`` (skipping the task on a runtime value)
+    on the others); ``predicate=(gate[i, j] > v)`` is taken by the
+    program's dispatch form (as ``pl.submit``'s); on the other forms it
     raises :class:`~pypto_async.errors.PtoNotSupported`, never ignored.
     """
 
     def __init__(self, n=None, *, core_num=None, sync_start: bool = False, name_hint: str | None = None,
                  optimizations=None, deps=None, allow_early_resolve: bool = False, predicate=None):
-        from ..errors import PtoNotSupported
 
         self._loc = user_loc()
         if (n is None) == (core_num is None):  # PyPTO's parameter is core_num, positional or by keyword
@@ -398,9 +431,10 @@ class spmd:
         self.n = _int(n if core_num is None else core_num, "pl.spmd block count")
         if self.n <= 0:
             raise compile_error(f"pl.spmd needs a positive block count, got {self.n}", self._loc)
-        if predicate is not None:
-            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...): skipping a task on a runtime value is not "
-                                  f"available on the sim; branch on the value in the kernel (pl.read and if)")
+        from ._submit import check_predicate
+
+        check_predicate("pl.spmd", predicate, self._loc)
+        self.predicate = predicate
         if not isinstance(sync_start, bool):
             raise compile_error(f"pl.spmd(sync_start=...) takes a bool, got {sync_start!r}", self._loc)
         if name_hint is not None and not isinstance(name_hint, str):
@@ -418,9 +452,15 @@ class spmd:
         if self.deps is not None:
             raise compile_error("pl.spmd() does not accept 'deps=' here: bind the region with "
                                 "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
-        self._dispatch = getattr(t, "is_program", False) and "at" not in t.frames
-        if self._dispatch:
-            return self._begin_dispatch(t)
+        if getattr(t, "is_program", False) and "at" not in t.frames:
+            # A program's loop form: the body is outlined into one InCore task of n blocks, the loop
+            # variable its block index (PyPTO's form 2; the with-form's inline body, index bound).
+            self._dispatch = False
+            self._loop_region = True
+            return self._begin_region(t)
+        self._dispatch = False
+        self._loop_region = False
+        self._refuse_predicate()
         if t.in_spmd:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         if t.block_num is not None and t.block_num != self.n and "at" in t.frames:
@@ -446,10 +486,18 @@ class spmd:
         t.spmd_index = Index(self._var)  # pl.tile.get_block_idx()
         return t.spmd_index
 
+    def _refuse_predicate(self) -> None:
+        from ..errors import PtoNotSupported
+
+        if self.predicate is not None:
+            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...) is taken by a program's dispatch form "
+                                  f"('with pl.spmd(n, predicate=...) as tid:' around a kernel call); here branch "
+                                  f"on the value in the body (pl.read and if)")
+
     def _end(self, ok: bool) -> None:
         t = self._tracer
-        if self._dispatch:
-            t.spmd_dispatch = None
+        if self._loop_region:
+            self._end_region(None if ok else RuntimeError)
             return
         body = t.close_block()
         del t.ranges[self._var.name]
@@ -484,7 +532,8 @@ class spmd:
                 raise compile_error("`with pl.spmd(...) as tid:` cannot capture a TaskId when nested inside "
                                     "`pl.cluster()`: a cluster-nested pl.spmd never produces a Submit", self._loc)
         t.spmd_dispatch = self.n
-        t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint}
+        t.spmd_call = {"deps": self.deps, "hints": self._hints, "name_hint": self.name_hint,
+                       "predicate": self.predicate}
         self._tracer = t
         self._first = t.next_task
         return TaskId(t, self._first, self.name_hint)
@@ -498,6 +547,11 @@ class spmd:
                                 "'with pl.spmd(n, deps=[...]) as tid:' (only that form takes deps=)", self._loc)
         if self._dispatch:
             return self._begin_dispatch(t)
+        return self._begin_region(t)
+
+    def _begin_region(self, t):
+        """The inline body: one CORE_GROUP region whose body runs once per block; the region's TaskId."""
+        self._refuse_predicate()
         if t.in_spmd or getattr(t, "block_index", None) is not None:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         self._region = at(Level.CORE_GROUP, name_hint=self.name_hint, deps=self.deps)
@@ -509,6 +563,9 @@ class spmd:
         t.open_block("range")
         t.block_index = Index(self._var)
         t.block_index_read = False
+        if getattr(self, "_loop_region", False):
+            t.block_index_read = True  # the loop variable is the index
+            return t.block_index
         return tid
 
     def __exit__(self, exc_type, *exc):
@@ -520,6 +577,10 @@ class spmd:
                 raise compile_error(f"the body of 'with pl.spmd({self.n})' in the orchestration dispatches no "
                                     f"kernel (call self.<kernel>(...) inside it)", self._loc)
             return False
+        return self._end_region(exc_type, *exc)
+
+    def _end_region(self, exc_type, *exc):
+        t = self._tracer
         inner = t.close_block()
         del t.ranges[self._var.name]
         t.block_index = None
@@ -532,6 +593,60 @@ class spmd:
                                     f"the same work", self._loc)
             t.append(For(self._var, 0, self.n, 1, inner, self._loc))  # the blocks, in order (hint core_num)
         return self._region.__exit__(exc_type, *exc)
+
+
+def carry_task_ids(t, before: dict, frame, body: tuple) -> tuple[tuple, tuple]:
+    """Task ids a loop body rebinds a name to (``prev = None`` then ``out, prev = pl.submit(..., deps=[prev])``).
+
+    The body, traced once, saw the name's value from before the loop: ``None`` (PyPTO's empty slot) or a
+    task id.  Each iteration after the first should see the task the previous one bound.  From ``None``:
+    the name is carried as a one-slot task-id array (empty before the loop, the task the body binds
+    stored in it each iteration) that the body's tasks with a ``None`` in ``deps=`` wait on.  From a task
+    id: the body's tasks waiting on it also wait for the rebound task's latest instance (the previous
+    iteration's; none in the first).  Returns the body and the loop's extra ``For.task_carries``.
+    """
+    from dataclasses import replace
+
+    from ..ir._nodes import IConst
+    from .array import TASK_ID, create
+
+    pending = getattr(t, "none_dep_tasks", set())
+    latest: dict[int, set[int]] = {}  # the seed's task id -> the tasks the body rebinds it to
+    slots: dict[int, str] = {}  # a task the body rebinds a None-seeded name to -> its one-slot array
+    carries, waits = [], []
+    for name, old in before.items():
+        new = frame.f_locals.get(name, old)
+        if not isinstance(new, TaskId) or new is old or new._tracer is not t:
+            continue
+        if old is not None:
+            latest.setdefault(old.id, set()).update(getattr(new, "ids", (new.id,)))
+        elif not hasattr(new, "ids") and pending:
+            init, carry = create(1, TASK_ID), create(1, TASK_ID)
+            slot = slots.setdefault(new.id, create(1, TASK_ID).name)
+            carries.append((carry.name, init.name, slot))
+            waits.append((carry.name, 1))
+    if not latest and not carries:
+        return body, ()
+
+    def fix(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Scope) and s.task is not None:
+                add = set()
+                for d in s.deps:
+                    add |= latest.get(d, set())
+                if add - set(s.deps):
+                    s = replace(s, deps=tuple(sorted(set(s.deps) | add)))
+                if s.task in pending and waits:
+                    s = replace(s, dep_arrays=(*s.dep_arrays, *waits))
+                if s.task in slots:
+                    s = replace(s, assigns=(*s.assigns, (slots[s.task], 1, IConst(0))))
+            elif isinstance(s, (For, DynFor)):
+                s = replace(s, body=tuple(fix(s.body)))
+            out.append(s)
+        return out
+
+    return tuple(fix(body)), tuple(carries)
 
 
 def spmd_as_tasks(t, body: tuple) -> tuple[tuple, bool]:

@@ -28,7 +28,7 @@ from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
 from ._control import task_deps
 from ._hints import scope_hints
-from ._placement import bind_shape, dim_value, is_dynamic
+from ._placement import DimExpr, DynamicDim, bind_shape, dim_value, is_dynamic
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -513,7 +513,7 @@ _MODES = {IN: "r", OUT: "w", INOUT: "rw"}
 
 def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, args, *, loc, fn_loc,
               name_hint: str | None = None, deps=None, hints: tuple = (), with_task: bool = False,
-              core_num: int | None = None, fn_type=None):
+              core_num: int | None = None, fn_type=None, predicate=None):
     """Trace one call of a kernel as a task of the orchestration traced by ``t``; return its result.
 
     ``anns`` maps each parameter to its :class:`TensorAnnotation` or
@@ -584,14 +584,15 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         deps = spmd_call["deps"] if deps is None else [*deps, *(spmd_call["deps"] or ())]
         hints = (*hints, *spmd_call["hints"])
         name_hint = name_hint or spmd_call["name_hint"]
+        predicate = predicate if predicate is not None else spmd_call.get("predicate")
     cluster = getattr(t, "cluster", None)  # inside `with pl.cluster():` (PyPTO's Group: no per-task metadata)
     if cluster is not None:
         if deps:
             raise compile_error(f"{name}(..., deps=) inside pl.cluster() cannot carry per-task dispatch metadata: "
                                 f"the cluster is dispatched as one Group task", loc)
         hints = (*hints, ("cluster", cluster))
-    deps, dep_arrays = split_deps(deps)
-    deps_ids = task_deps(t, deps, loc)
+    deps, dep_arrays, dep_slots = split_deps(deps, loc)
+    deps_ids = task_deps(t, deps, loc, t.next_task)
     if any(frame == "at" for frame in t.frames):
         raise compile_error(f"{name}(...) is a task: call it from the orchestration, not inside a region", loc)
     task = t.next_task
@@ -627,6 +628,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             t.block_index = None
             t.append(For(blocks, 0, core_num, 1, inner, loc))  # the blocks, in order (hint core_num)
         body = t.close_block()
+        if ok and predicate is not None:  # pl.submit(..., predicate=...): the body only where it holds
+            body, extra = predicate.wrap(t, body, loc)
+            accesses += list(extra)
         declared = tuple(t.func_attrs["hints"])
         accesses += t.func_attrs["accesses"]
         t.func_attrs = None
@@ -637,7 +641,8 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         hints = tuple(h for h in hints if h[0] != "dumps") + task_dumps(t, {a[0] for a in accesses}, explicit)
         t.append(Scope(Level.CORE_GROUP.value, body, loc, name=name_hint or name, deps=deps_ids,
                        manual=t.manual > 0, task=task, accesses=tuple(accesses), no_dep=tuple(untracked),
-                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays))
+                       hints=declared + tuple(hints) + scope_hints(t), dep_arrays=dep_arrays,
+                       dep_slots=dep_slots))
     out = _task_result(name, result, proxies, [_tracked(a) for a in args], fn_loc)
     if with_task:
         from ._control import TaskId
@@ -699,7 +704,7 @@ class _Kernel:
         return self.call(args, name_hint=name_hint, deps=deps, loc=user_loc())
 
     def call(self, args, *, loc, name_hint: str | None = None, deps=None, hints: tuple = (), with_task=False,
-             core_num: int | None = None):
+             core_num: int | None = None, predicate=None):
         """Trace one call of the kernel as a task (``pl.submit`` passes ``hints`` and ``with_task=True``)."""
         t = current(f"self.{self.fn.name}")
         names = self.fn.param_names()
@@ -708,7 +713,7 @@ class _Kernel:
         hints = (*getattr(self.fn, "hints", ()), *hints)
         return call_task(t, self.fn.name, self.fn.fn, self.prog, names, anns, args, loc=loc,
                          fn_loc=self.fn.loc, name_hint=name_hint, deps=deps, hints=hints, with_task=with_task,
-                         core_num=core_num, fn_type=self.fn.type)
+                         core_num=core_num, fn_type=self.fn.type, predicate=predicate)
 
 
 #: The function types an orchestration calls as kernels (each call one task).
@@ -747,6 +752,17 @@ class _Self:
             return self._kernels[name]
         except KeyError:
             raise AttributeError(f"the program has no InCore function {name!r}") from None
+
+
+def _dynamic_dims(shape) -> list:
+    """The :class:`DynamicDim` objects a declared shape names (directly or in a dim expression)."""
+    out = []
+    for d in shape:
+        if isinstance(d, DimExpr):
+            out.extend(d.dims())
+        elif isinstance(d, DynamicDim):
+            out.append(d)
+    return out
 
 
 class ProgramDef:
@@ -840,10 +856,23 @@ class ProgramDef:
     def _shape(self, name: str, ann: TensorAnnotation, arg, dims: dict, orch) -> tuple[int, ...]:
         """A parameter's shape: its annotation's, ``pl.dynamic`` dims taken from the bound arguments."""
         if arg is not None and hasattr(arg, "shape"):
-            why = bind_shape(ann.shape, tuple(int(d) for d in arg.shape), dims)
-            if why is not None:
-                raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
-                                    f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+            shape = tuple(int(d) for d in arg.shape)
+            trial = dict(dims)
+            why = bind_shape(ann.shape, shape, trial)
+            if why is None:
+                dims.update(trial)
+            else:
+                # PyPTO reads each orchestration tensor's extents from its own argument: a pl.dynamic name
+                # bound to another extent by an earlier argument (a flat [M] beside an [M, N] view of it)
+                # takes this argument's extent here (the name's value elsewhere stays the first binding).
+                mine = {id(d) for d in _dynamic_dims(ann.shape)}
+                own = {k: v for k, v in dims.items() if k not in mine}
+                if bind_shape(ann.shape, shape, own) is not None:
+                    raise compile_error(f"{orch.name}: parameter {name!r} is declared {list(ann.shape)}, got an "
+                                        f"argument of shape {list(arg.shape)}: {why}", orch.loc)
+                for k, v in own.items():
+                    dims.setdefault(k, v)
+                dims = own
         if not is_dynamic(ann.shape):
             return ann.shape
         shape = []
@@ -871,9 +900,10 @@ class ProgramDef:
         names = orch.param_names()
         anns_of = {name: _annotation(anns.get(name), f"{orch.name}: parameter {name!r}", orch.loc) for name in names}
         # Bound arguments first, so a dimension an unbound (later) parameter shares with them is known.
+        shapes = {}  # each bound tensor's shape: its own extents (see _shape)
         for i, name in enumerate(names):
             if i < len(bound) and isinstance(anns_of[name], TensorAnnotation):
-                self._shape(name, anns_of[name], bound[i], dims, orch)
+                shapes[name] = self._shape(name, anns_of[name], bound[i], dims, orch)
         for name in names:
             ann = anns_of[name]
             if isinstance(ann, ScalarAnnotation):
@@ -882,7 +912,8 @@ class ProgramDef:
                 # An Opaque function's tensors may be written whatever they are annotated: traced
                 # writable, each is then an input unless its body stores to it (_opaque_directions).
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
-                params.append(Param(name, direction, self._shape(name, ann, None, dims, orch), ann.dtype))
+                shape = shapes[name] if name in shapes else self._shape(name, ann, None, dims, orch)
+                params.append(Param(name, direction, shape, ann.dtype))
         tracer = Tracer(self.name, params)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks

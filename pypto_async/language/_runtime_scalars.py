@@ -55,16 +55,17 @@ def read(tensor, indices) -> Index:
     BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
     tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
-    that use the value (see :func:`_deferred`); there an FP32 tensor may be
-    read too, giving a :class:`FloatScalar` for a kernel's float scalar
-    parameter.
+    that use the value (see :func:`_deferred`).  An FP32 tensor may be read
+    too, giving a :class:`FloatScalar`: in a region an operand of the tile
+    ops that take a scalar (``pl.mul(row, w)``), in the orchestration a
+    value for a kernel's float scalar parameter.
     """
     t = current("pl.read")
     loc = user_loc()
     if not isinstance(tensor, TensorArg):
         raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
     p = t.params[tensor.name]
-    as_float = p.dtype.name in FLOAT_DTYPES and "at" not in t.frames  # the orchestration's: captured as its bits
+    as_float = p.dtype.name in FLOAT_DTYPES  # read as its bits (a FloatScalar: an operand of pl.mul, pl.add ...)
     if p.dtype.name not in INTEGER_DTYPES and not as_float:
         raise compile_error(f"pl.read: {tensor.name!r} is {p.dtype.name}; only integer tensors "
                             f"({', '.join(INTEGER_DTYPES)}) are read as runtime scalars here", loc)
@@ -95,7 +96,8 @@ def read(tensor, indices) -> Index:
         offs.append(e if isinstance(base, IConst) and base.value == 0 else IBin("+", base, e))
     value = IRead(p.name, tuple(offs), p.shape, bits=as_float)
     if as_float:
-        return FloatScalar(_deferred(t, value, loc), p.dtype, tensor.name)
+        return FloatScalar(_deferred(t, value, loc) if "at" not in t.frames else _bind(t, value, loc), p.dtype,
+                           tensor.name)
     if "at" not in t.frames:
         return _deferred(t, value, loc)
     return _bind(t, value, loc)
@@ -364,6 +366,17 @@ class runtime_if:
                 # the same buffer whichever branch ran.
                 return other
             return a if isinstance(a, _Undefined) else b
+        from ._control import TaskId
+
+        if isinstance(a, TaskId) and isinstance(b, TaskId) and a._tracer is b._tracer is self.t:
+            from ._submit import TaskJoin
+
+            # The task of whichever branch ran: a later deps= waits for both (the one that did not run
+            # adds no edge for this instance, or an earlier one's: more edges, never fewer).
+            ids = tuple(dict.fromkeys((*getattr(a, "ids", (a.id,)), *getattr(b, "ids", (b.id,)))))
+            merged = TaskJoin(self.t, ids)
+            merged.branches = True  # a pl.array store of it stores the branch's own task (see TaskIdArray)
+            return merged
         index_like = (int, Index, ScalarArg)
         if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, index_like) and isinstance(b, index_like)):
             if isinstance(a, Tile) or isinstance(b, Tile):

@@ -7,9 +7,10 @@
   ``deps=``.  ``deps=`` takes task ids and ``pl.array`` task-id arrays;
   ``allow_early_resolve=`` is a scheduling hint and ``dumps=`` marks tensors
   for PyPTO's selective dump: both are checked and recorded on the task
-  (``Scope.hints``) and change no result.  ``predicate=`` (skip the task on a
-  runtime value) is not available: it raises ``PtoNotSupported``, never
-  ignored, because it changes results.
+  (``Scope.hints``) and change no result.  ``predicate=(gate[i, j] > v)``
+  skips the task's work where the element of an integer tensor fails the
+  comparison, read as the task starts (:class:`DispatchPredicate`); the
+  skipped task still completes, so its dependents run.
 * ``pl.spmd_submit(self.kernel, *args, core_num=n)`` is ``pl.submit`` of a
   kernel that ``n`` blocks run, each reading its index with
   ``pl.tile.get_block_idx()``: one task (one task id), whose blocks the sim
@@ -30,7 +31,7 @@ from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
 from ._control import TaskId, task_deps
-from ._tracer import TensorArg, current, user_loc
+from ._tracer import Index, TensorArg, current, user_loc
 
 __all__ = ["submit", "spmd_submit", "get_block_idx", "get_block_num", "no_dep", "task_dummy", "TaskJoin", "dump_tag", "task_dumps",
            "program_dump_tags", "dumps_names"]
@@ -84,9 +85,7 @@ def _submit(op, kernel, args, deps, dumps, allow_early_resolve, predicate, name_
         raise compile_error(f"{op}(...) first argument must be a self.<kernel> method reference (a kernel of "
                             f"the enclosing @pl.program), got {kernel!r}; in a @pl.jit function use 'with "
                             f"pl.at(..., deps=[...]) as tid:'", loc)
-    if predicate is not None:
-        raise PtoNotSupported(f"{loc}: {op}(predicate=...): skipping a task on a runtime value is not "
-                              f"available on the sim; branch on the value in the kernel (pl.read and if)")
+    check_predicate(op, predicate, loc)
     if not isinstance(allow_early_resolve, bool):
         raise compile_error(f"{op}() allow_early_resolve must be a boolean (True/False), got "
                             f"{allow_early_resolve!r}", loc)
@@ -96,9 +95,64 @@ def _submit(op, kernel, args, deps, dumps, allow_early_resolve, predicate, name_
     if explicit:
         hints.append(("dumps", explicit))
     result, tid = kernel.call(args, deps=deps, hints=tuple(hints), with_task=True, loc=loc, name_hint=name_hint,
-                              core_num=core_num)
+                              core_num=core_num, predicate=predicate)
     items = result if isinstance(result, tuple) else (() if result is None else (result,))
     return (*items, tid)
+
+
+class DispatchPredicate:
+    """PyPTO's dispatch predicate, ``gate[i, j] > v`` (``<``, ``<=``, ``>``, ``>=``): ``predicate=`` of a task.
+
+    The task runs only where it holds, read when the task is dispatched (its deps met); a task it skips
+    does nothing and still completes, so its dependents run.  Here the task reads the element as it
+    starts and runs its body only where the comparison holds (one element of an integer tensor of the
+    orchestration, against an int or an index; the task reads the tensor, so it is ordered after the
+    element's writers too).
+    """
+
+    def __init__(self, tensor, op: str, other, loc):
+        self.tensor, self.op, self.other, self.loc = tensor, op, other, loc
+
+    def __repr__(self) -> str:
+        return f"<dispatch predicate {self.tensor.name!r} {self.op} {self.other!r}>"
+
+    def __bool__(self):
+        raise compile_error(f"comparing the tensor {self.tensor.name!r} with {self.other!r} is a "
+                            f"dispatch predicate (pl.submit(..., predicate=...)), not a truth value: read the "
+                            f"element with pl.read to branch on it", self.loc)
+
+    def wrap(self, t, body: tuple, loc) -> tuple[tuple, tuple]:
+        """``body`` run only where the predicate holds, and the read access it adds to the task."""
+        from ..ir._bounds import RUNTIME
+        from ._runtime_scalars import INTEGER_DTYPES
+        from ..ir._nodes import DynFor, IBin, IConst, IRead, SetIndex
+        from ._tracer import to_index
+
+        tensor = self.tensor
+        p = t.params[tensor.name]
+        shape = tuple(tensor.shape)
+        if p.dtype.name not in INTEGER_DTYPES:
+            raise PtoNotSupported(f"{self.loc}: predicate=: {tensor.name!r} is {p.dtype.name}; a dispatch "
+                                  f"predicate reads an integer tensor here")
+        if any(n != 1 for n in shape):
+            raise compile_error(f"predicate= compares one element (gate[i, j] > v), got the {list(shape)} "
+                                f"window of {tensor.name!r}", self.loc)
+        if isinstance(self.other, bool) or not isinstance(self.other, (int, Index)):
+            raise compile_error(f"predicate= compares {tensor.name!r} with an int or an index, got "
+                                f"{self.other!r}", self.loc)
+        origin = getattr(tensor, "origin", (IConst(0),) * len(p.shape))
+        value = t.new_index("p")
+        t.ranges[value.name] = RUNTIME
+        cond = IBin(self.op, value, to_index(self.other, "predicate= value"))
+        wrapped = (SetIndex(value, IRead(p.name, tuple(origin), tuple(p.shape)), loc),
+                   DynFor(t.new_index("c"), IConst(0), cond, 1, body, loc, "if"))
+        return wrapped, ((p.name, "r", tuple(origin), shape),)
+
+
+def check_predicate(op: str, predicate, loc) -> None:
+    if predicate is not None and not isinstance(predicate, DispatchPredicate):
+        raise compile_error(f"{op}(predicate=...) takes a comparison of one element of a tensor with a value "
+                            f"(gate[0, 0] > 0), got {predicate!r}", loc)
 
 
 def get_block_idx():
@@ -162,6 +216,18 @@ def task_dummy(*, deps=None):
     if not isinstance(deps, (list, tuple)) or not deps:
         raise compile_error(f"pl.system.task_dummy(deps=[...]) takes a non-empty list of task ids, got {deps!r}",
                             loc)
+    from .array import TaskIdArray, TaskSlot
+
+    if any(isinstance(d, (TaskIdArray, TaskSlot)) for d in deps):
+        # Waiting on an array waits on what it holds now: a task of no work of its own (PyPTO's dummy task),
+        # whose deps= are the array's slots at this point of the orchestration.
+        from ._control import at
+        from ._types import Level
+
+        region = at(Level.CORE_GROUP, name_hint="task_dummy", deps=list(deps))
+        tid = region.__enter__()
+        region.__exit__(None, None, None)
+        return tid
     return TaskJoin(t, task_deps(t, deps, loc))
 
 

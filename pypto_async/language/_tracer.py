@@ -165,14 +165,33 @@ class TensorArg:
 
         return _ops.neg(self)
 
-    def _compare(self, other):
-        from ..errors import PtoNotSupported
+    def bind_dynamic(self, dim: int, var) -> None:
+        """PyPTO's ``x.bind_dynamic(0, M)``: mark dimension ``dim`` as the runtime dimension ``var``.
 
-        raise PtoNotSupported(f"{user_loc()}: comparing the tensor {self.name!r} with {other!r}: PyPTO reads "
-                              f"'tensor[i] > 0' as a dispatch predicate (pl.submit(predicate=...)), which is not "
-                              f"available on the sim; read the value with pl.read and branch on it in the kernel")
+        In PyPTO it is read from the source to pick which extents a ``@pl.jit`` artifact leaves open; the
+        sim traces each call at its extents (one artifact per extent), so it is checked and changes
+        nothing: ``dim`` must be a dimension of the tensor and ``var`` a ``pl.dynamic`` dimension.
+        """
+        from ._placement import DynamicDim
 
-    __lt__ = __le__ = __gt__ = __ge__ = _compare
+        loc = user_loc()
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -len(self.shape) <= dim < len(self.shape):
+            raise compile_error(f"{self.name}.bind_dynamic: dim must be a dimension of the {len(self.shape)}-d "
+                                f"tensor, got {dim!r}", loc)
+        if not isinstance(var, DynamicDim):
+            raise compile_error(f"{self.name}.bind_dynamic: var must be a pl.dynamic(...) dimension, got {var!r}",
+                                loc)
+
+    def _predicate(op):
+        def compare(self, other):
+            from ._submit import DispatchPredicate
+
+            return DispatchPredicate(self, op, other, user_loc())
+
+        return compare
+
+    # PyPTO's dispatch predicate, ``tensor[i, j] > 0`` (``pl.submit(..., predicate=...)``).
+    __lt__, __le__, __gt__, __ge__ = _predicate("<"), _predicate("<="), _predicate(">"), _predicate(">=")
 
     def __iter__(self):
         """One value: ``(t,) = pl.yield_(t_next)``, PyPTO's form for one carried value, unpacks to the tensor."""

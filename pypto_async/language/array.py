@@ -42,7 +42,7 @@ from ..ir._nodes import IBin, IConst, IVar, Scope, SetIndex
 from ._control import TaskId
 from ._tracer import Index, ScalarArg, current, to_index, user_loc
 
-__all__ = ["create", "get_element", "update_element", "TaskIdArray", "NumArray", "TASK_ID"]
+__all__ = ["create", "get_element", "update_element", "TaskIdArray", "TaskSlot", "NumArray", "TASK_ID"]
 
 
 class _TaskIdType:
@@ -62,6 +62,7 @@ class TaskIdArray:
         self._tracer = tracer
         self.name = name
         self.size = size
+        self.stores = 0  # the stores traced into it so far (a slot read is good until the next one)
 
     def __repr__(self) -> str:
         return f"<pl.array {self.name}[{self.size}] of pl.TASK_ID>"
@@ -80,17 +81,69 @@ class TaskIdArray:
             raise compile_error(f"{self.name}[{format_index(expr)}] takes slots {lo}..{hi}, outside the array's "
                                 f"{self.size} slots", loc)
         block = t.blocks[-1]
+        if getattr(tid, "branches", False):  # the task of whichever branch of a runtime if ran
+            stored = _store_in_branches(block, set(tid.ids), (self.name, self.size, expr))
+            if stored:
+                self.stores += 1
+                return
         for k in range(len(block) - 1, -1, -1):
             s = block[k]
             if isinstance(s, Scope) and s.task == tid.id:
                 block[k] = replace(s, assigns=(*s.assigns, (self.name, self.size, expr)))
+                self.stores += 1
                 return
         raise compile_error(f"{self.name}[...] = {tid!r}: store a task id in the loop body that binds it, after "
                             f"its 'with pl.at(...) as tid:' block", loc)
 
-    def __getitem__(self, index):
-        raise compile_error(f"pass the whole array to deps= (deps=[{self.name}]); one element of a task-id "
-                            f"array is not readable here", user_loc())
+    def __getitem__(self, index) -> "TaskSlot":
+        """``arr[i]``: the task slot ``i`` holds, for a later ``deps=[arr[i]]`` (PyPTO's element read)."""
+        t = self._tracer
+        loc = user_loc()
+        expr = to_index(index, f"{self.name}[...] index")
+        lo, hi = index_range(expr, t.ranges, loc)
+        if lo < 0 or hi >= self.size:
+            raise compile_error(f"{self.name}[{format_index(expr)}] reads slots {lo}..{hi}, outside the array's "
+                                f"{self.size} slots", loc)
+        return TaskSlot(self, expr, loc)
+
+
+def _store_in_branches(block: list, ids: set, assign) -> bool:
+    """Record ``assign`` on each task of ``ids`` in ``block`` or its runtime ``if`` branches (in place)."""
+    from ..ir._nodes import DynFor
+
+    found = False
+
+    def fix(stmts):
+        nonlocal found
+        out = []
+        for s in stmts:
+            if isinstance(s, Scope) and s.task in ids:
+                s = replace(s, assigns=(*s.assigns, assign))
+                found = True
+            elif isinstance(s, DynFor) and s.kind in ("if", "else"):
+                s = replace(s, body=tuple(fix(s.body)))
+            out.append(s)
+        return out
+
+    block[:] = fix(block)
+    return found
+
+
+class TaskSlot:
+    """One slot of a task-id array, read by ``arr[i]`` (or ``pl.array.get_element``): pass it to ``deps=``.
+
+    The consumer waits for the task the slot holds when the consumer is submitted, which is the task it
+    held when read as long as no store into the array was traced in between (checked at the ``deps=``).
+    """
+
+    def __init__(self, array: TaskIdArray, index, loc):
+        self.array = array
+        self.index = index
+        self.loc = loc
+        self.stores = array.stores
+
+    def __repr__(self) -> str:
+        return f"<pl.array slot {self.array.name}[{format_index(self.index)}]>"
 
 
 #: Integer element types an array holds: every one but UINT64, whose values int64 index arithmetic cannot hold.
@@ -250,15 +303,15 @@ def _wrap(e, dtype):
 
 def get_element(array, index):
     """``pl.array.get_element(arr, i)``: ``arr[i]``."""
-    if not isinstance(array, NumArray):
-        raise compile_error(f"pl.array.get_element takes an array of numbers, got {array!r}", user_loc())
+    if not isinstance(array, (NumArray, TaskIdArray)):
+        raise compile_error(f"pl.array.get_element takes a pl.array, got {array!r}", user_loc())
     return array[index]
 
 
 def update_element(array, index, value):
     """``pl.array.update_element(arr, i, v)``: ``arr[i] = v``; returns the array (PyPTO's functional form rebinds it)."""
-    if not isinstance(array, NumArray):
-        raise compile_error(f"pl.array.update_element takes an array of numbers, got {array!r}", user_loc())
+    if not isinstance(array, (NumArray, TaskIdArray)):
+        raise compile_error(f"pl.array.update_element takes a pl.array, got {array!r}", user_loc())
     array[index] = value
     return array
 
@@ -280,12 +333,28 @@ def create(size, dtype):
         return NumArray(t, f"arr{count}", int(size), dtype, loc)
     count = getattr(t, "task_arrays", 0)
     t.task_arrays = count + 1
+    fresh = getattr(t, "task_fresh", None)
+    if fresh:  # made in a loop body: a new, empty array at each iteration
+        fresh[-1].append((f"tids{count}", int(size)))
     return TaskIdArray(t, f"tids{count}", int(size))
 
 
-def split_deps(deps) -> tuple[object, tuple[tuple[str, int], ...]]:
-    """Take the task-id arrays out of a ``deps=`` list: ``(the rest, ((name, size), ...))``."""
+def split_deps(deps, loc=None) -> tuple[object, tuple[tuple[str, int], ...], tuple]:
+    """Take the task-id arrays and slots out of a ``deps=`` list.
+
+    Returns ``(the rest, ((name, size), ...), ((name, size, index), ...))``.
+    """
+    from ..errors import PtoNotSupported
+
     if not isinstance(deps, (list, tuple)):
-        return deps, ()
+        return deps, (), ()
     arrays = tuple((d.name, d.size) for d in deps if isinstance(d, TaskIdArray))
-    return [d for d in deps if not isinstance(d, TaskIdArray)], arrays
+    slots = []
+    for d in deps:
+        if not isinstance(d, TaskSlot):
+            continue
+        if d.stores != d.array.stores:
+            raise PtoNotSupported(f"{loc or d.loc}: deps=[{d!r}]: the slot was read before a later store into "
+                                  f"{d.array.name}; read it (arr[i]) just before the deps= that uses it")
+        slots.append((d.array.name, d.array.size, d.index))
+    return [d for d in deps if not isinstance(d, (TaskIdArray, TaskSlot))], arrays, tuple(slots)

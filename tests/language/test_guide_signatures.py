@@ -229,5 +229,43 @@ def test_a_dynamic_orchestration_binds_the_tensors_it_runs_on(launcher):
 def test_a_dynamic_orchestration_needs_its_tensors_to_compile():
     with pytest.raises(PtoNotSupported, match=r"parameter 'x' is \[N, 64\].*DynamicRows.bind\(\*tensors\)"):
         ir.compile(DynamicRows)
-    with pytest.raises(PtoCompileError, match=r"parameter 'y' is declared \[N, 64\].*N is bound to 32"):
-        ir.compile(DynamicRows.bind(torch.randn(32, 64), _nan(48, 64)))
+
+
+def test_a_programs_tensors_each_bind_their_own_dynamic_extents(launcher):
+    """PyPTO's orchestration reads each tensor's extents from its own argument: N is 32 for x and 48 for y."""
+    x, y = torch.randn(32, 64), _nan(48, 64)
+    compiled = ir.compile(DynamicRows.bind(x, y))
+    assert [p.shape for p in compiled.params] == [(32, 64), (48, 64)]
+    launcher.run(compiled, x, y)
+    torch.testing.assert_close(y[:32], x * 2.0, rtol=0, atol=0)
+    assert torch.isnan(y[32:]).all()
+    with pytest.raises(PtoCompileError, match=r"parameter 'y' is declared \[N, 64\].*got an argument of shape \[48\]"):
+        ir.compile(DynamicRows.bind(x, _nan(48)))
+
+
+B_DYN = pl.dynamic("B_DYN")
+
+
+@pl.jit
+def bound_rows(x: pl.Tensor, out: pl.Out[pl.Tensor]):
+    x.bind_dynamic(0, B_DYN)
+    out.bind_dynamic(0, B_DYN)
+    for b in pl.spmd(pl.tensor.dim(x, 0) // 2):
+        out = pl.store(pl.exp(pl.load(x, [b * 2, 0], [2, 64])), [b * 2, 0], out)
+    return out
+
+
+def test_bind_dynamic_is_checked_and_traces_at_the_calls_extents(launcher):
+    for rows in (8, 16):
+        x, out = torch.randn(rows, 64), _nan(rows, 64)
+        bound_rows(x, out)
+        torch.testing.assert_close(out, torch.exp(x), rtol=1e-5, atol=1e-6)
+
+    @pl.jit
+    def bad(x: pl.Tensor[[8, 64], pl.FP32], out: pl.Out[pl.Tensor[[8, 64], pl.FP32]]):
+        x.bind_dynamic(2, B_DYN)
+        out = pl.store(pl.load(x, [0, 0], [8, 64]), [0, 0], out)
+        return out
+
+    with pytest.raises(PtoCompileError, match=r"x.bind_dynamic: dim must be a dimension of the 2-d tensor"):
+        bad.compile(torch.randn(8, 64), _nan(8, 64))

@@ -171,9 +171,78 @@ class Predicated:
         return o
 
 
-def test_a_predicate_is_refused_not_ignored():
-    with pytest.raises(PtoNotSupported, match=r"predicate=.*not available"):
+def test_a_predicate_on_a_float_tensor_is_refused_not_ignored():
+    with pytest.raises(PtoNotSupported, match=r"predicate=.*integer tensor"):
         ir.compile(Predicated)
+
+
+@pl.program
+class GatedClobber:
+    """PyPTO's predicated dispatch: the clobber runs only where gate[0, 0] > 0, and its dependent runs either way."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def fill(self, x: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        return pl.store(pl.tile.full([32, 32], dtype=pl.FP32, value=42.0), [0, 0], x)
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def clobber(self, a: pl.Tensor[[32, 32], pl.FP32], x: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        return pl.store(pl.load(a, [0, 0], [32, 32]), [0, 0], x)
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def copy(self, x: pl.Tensor[[32, 32], pl.FP32], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        return pl.store(pl.add(pl.load(x, [0, 0], [32, 32]), 1.0), [0, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[32, 32], pl.FP32], gate: pl.Tensor[[4, 8], pl.INT32],
+             x: pl.Out[pl.Tensor[[32, 32], pl.FP32]], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        with pl.manual_scope():
+            x, t0 = pl.submit(self.fill, x)
+            x, t1 = pl.submit(self.clobber, a, x, deps=[t0], predicate=(gate[1, 2] >= 3))
+            out, _ = pl.submit(self.copy, x, out, deps=[t1])
+        return out
+
+
+@pytest.mark.parametrize("value", [2, 3, -7])
+def test_a_predicated_task_runs_only_where_its_predicate_holds(launcher, value):
+    compiled = ir.compile(GatedClobber)
+    a = torch.randn(32, 32)
+    gate = torch.randint(-100, 100, (4, 8), dtype=torch.int32)
+    gate[1, 2] = value
+    x, out = torch.full((32, 32), float("nan")), torch.full((32, 32), float("nan"))
+    launcher.run(compiled, a, gate, x, out)
+    want = a if value >= 3 else torch.full((32, 32), 42.0)
+    torch.testing.assert_close(x, want, rtol=0, atol=0)
+    torch.testing.assert_close(out, want + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_a_predicate_is_one_element_against_a_value():
+    @pl.program
+    class Window:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, o: pl.Out[pl.Tensor[[8, 8], pl.FP32]]):
+            return pl.store(pl.tile.full([8, 8], dtype=pl.FP32, value=1.0), [0, 0], o)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def main(self, g: pl.Tensor[[8, 8], pl.INT32], o: pl.Out[pl.Tensor[[8, 8], pl.FP32]]):
+            o, _ = pl.submit(self.k, o, predicate=(g[0:2, 0:1] > 0))
+            return o
+
+    with pytest.raises(PtoCompileError, match="compares one element"):
+        ir.compile(Window)
+
+    @pl.program
+    class NotAComparison:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, o: pl.Out[pl.Tensor[[8, 8], pl.FP32]]):
+            return pl.store(pl.tile.full([8, 8], dtype=pl.FP32, value=1.0), [0, 0], o)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def main(self, g: pl.Tensor[[8, 8], pl.INT32], o: pl.Out[pl.Tensor[[8, 8], pl.FP32]]):
+            o, _ = pl.submit(self.k, o, predicate=True)
+            return o
+
+    with pytest.raises(PtoCompileError, match="takes a comparison of one element"):
+        ir.compile(NotAComparison)
 
 
 # ---- the hints in the @pl.program-form print -----------------------------------------------------

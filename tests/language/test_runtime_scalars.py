@@ -237,7 +237,7 @@ def test_read_of_a_float_tensor_and_of_an_output():
             where.append(next_line())
             pl.read(x, [0, 0])
 
-    assert_at(_error(k), where[0], "'x' is FP32; only integer tensors")
+    assert_at(_error(k, X.astype(np.float16), CFG, X.copy()), where[0], "'x' is FP16; only integer tensors")
 
     @pl.jit
     def k2(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -431,3 +431,34 @@ def test_subscripts_inside_a_runtime_loop_and_a_read_of_an_intermediate(launcher
     y = poison((4 * Q, C))
     launcher.run(c, x, np.array([[0, 2]], np.int32), y)
     np.testing.assert_allclose(y[:3 * Q], x[:3 * Q] * 3, rtol=1e-6)
+
+
+def test_a_read_of_an_fp32_element_in_a_region_scales_a_tile(launcher, rng):
+    """PyPTO's per-token weights: w = pl.read(post, [t, h]) then pl.mul(row, w), inside the kernel."""
+
+    @pl.jit
+    def k(x: pl.Tensor[[4, 64], pl.FP32], w: pl.Tensor[[4, 2], pl.FP32], out: pl.Out[pl.Tensor[[4, 128], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            for t in pl.range(4):
+                row = pl.load(x, [t, 0], [1, 64])
+                for h in pl.range(2):
+                    wt = pl.read(w, [t, h])
+                    out = pl.store(pl.add(pl.mul(row, wt), wt), [t, h * 64], out)
+        return out
+
+    x = torch.from_numpy(rng.standard_normal((4, 64)).astype(np.float32))
+    w = torch.from_numpy(rng.standard_normal((4, 2)).astype(np.float32))
+    out = torch.from_numpy(poison((4, 128)))
+    k(x, w, out)
+    want = torch.cat([x * w[:, h:h + 1] + w[:, h:h + 1] for h in range(2)], dim=1)
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+
+    @pl.jit
+    def as_index(x: pl.Tensor[[4, 64], pl.FP32], w: pl.Tensor[[4, 2], pl.FP32],
+                 out: pl.Out[pl.Tensor[[4, 128], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out = pl.store(pl.load(x, [pl.read(w, [0, 0]), 0], [1, 64]), [0, 0], out)
+        return out
+
+    with pytest.raises(PtoCompileError, match="is a float: it is not an index"):
+        as_index.compile(x, w, out)

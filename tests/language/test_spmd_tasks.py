@@ -119,7 +119,7 @@ def test_spmd_deps_without_as_and_predicate_are_refused():
     with pytest.raises(PtoCompileError, match="neither reads the block index"):
         same_work.compile()
 
-    with pytest.raises(PtoNotSupported, match="predicate"):
+    with pytest.raises(PtoCompileError, match="predicate=.... takes a comparison"):
         @pl.jit
         def pred(a: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
             with pl.spmd(2, predicate=True) as tid:  # noqa: F841 - refused before the body runs
@@ -183,3 +183,35 @@ def test_spmd_loop_beside_regions_is_a_task_of_its_own():
     torch.testing.assert_close(acc, want, rtol=1e-5, atol=1e-5)
     compiled = k.compile(a, mid, acc)
     assert compiled.block_num == 1 and len(compiled.task_graph.tasks) == 3
+
+
+@pl.program
+class SpmdLoopInProgram:
+    """`for ob in pl.spmd(n)` in a program's Opaque function: the loop variable is the block index, not a TaskId."""
+
+    @pl.function(type=pl.FunctionType.Opaque)
+    def main(self, a: pl.Tensor[[64, 32], pl.FP32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        for ob in pl.spmd(4, name_hint="rows"):
+            m0 = ob * 16
+            out = pl.assemble(out, pl.add(pl.slice(a, [16, 32], [m0, 0]), 1.0), [m0, 0])
+        return out
+
+
+def test_program_spmd_loop_binds_the_block_index(launcher):
+    compiled = ir.compile(SpmdLoopInProgram)
+    assert len(compiled.task_graph.tasks) == 1
+    a, out = torch.randn(64, 32), _nan(64, 32)
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_spmd_predicate_outside_a_programs_dispatch_form_is_refused():
+    @pl.jit
+    def pred(a: pl.Tensor[[64, 32], pl.FP32], g: pl.Tensor[[4], pl.INT32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
+        with pl.spmd(2, predicate=(g[0:1] > 0)) as tid:  # noqa: F841 - refused before the body runs
+            i = pl.tile.get_block_idx()
+            out = pl.store(pl.load(a, [i * 32, 0], [32, 32]), [i * 32, 0], out)
+        return out
+
+    with pytest.raises(PtoNotSupported, match="dispatch form"):
+        pred.compile()

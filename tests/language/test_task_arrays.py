@@ -139,7 +139,6 @@ def test_a_store_outside_the_array_is_a_compile_error():
     ("size", "the size must be a positive int"),
     ("const_range", "tids0[5] takes slots 5..5, outside the array's 4 slots"),
     ("not_a_tid", "takes a task id bound by"),
-    ("read", "pass the whole array to deps="),
     ("elsewhere", "store a task id in the loop body that binds it"),
 ])
 def test_bad_arrays_are_errors_at_the_line(case, message):
@@ -175,3 +174,242 @@ def test_bad_arrays_are_errors_at_the_line(case, message):
     with pytest.raises(PtoCompileError) as ei:
         kern.lower(x, x)
     assert_at(ei, where[0], message)
+
+
+PHASES = 3
+
+
+@pl.program
+class PhaseFence:
+    """PyPTO's phase fence: each phase's tasks wait on the previous phase's, the array carried by init_values."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.add(t, 1.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32],
+             out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for phase, (prev,) in pl.range(PHASES, init_values=(tids,)):
+                nxt = pl.array.create(N, pl.TASK_ID)
+                for b in pl.parallel(N):
+                    out, tid = pl.submit(self.stripe, a, (phase * N + b) * TILE_ROWS, out, deps=[prev])
+                    nxt[b] = tid
+                tids = pl.yield_(nxt)
+            out, _ = pl.submit(self.stripe, a, 0, out, deps=[tids])
+        return out
+
+
+def test_a_carried_array_holds_the_previous_iterations_tasks(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(PhaseFence)
+    want = {(p * N + i, (p + 1) * N + j) for p in range(PHASES - 1) for i in range(N) for j in range(N)}
+    want |= {((PHASES - 1) * N + i, PHASES * N) for i in range(N)}  # after the loop: the last phase's tasks
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    a = torch.randn(PHASES * ROWS, COLS)
+    out = torch.full((PHASES * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a + 1.0, rtol=1e-6, atol=0)
+
+
+def test_a_carried_array_must_be_yielded_an_array():
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        tids = pl.array.create(N, pl.TASK_ID)
+        for i, (prev,) in pl.range(N, init_values=(tids,)):
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]):
+                out = pl.store(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS]), [i * TILE_ROWS, 0], out)
+            tids = pl.yield_(out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    with pytest.raises(PtoCompileError, match="must be a task-id array of 4 slots"):
+        k.compile(a, a.copy())
+
+
+def test_a_carried_array_prints_as_init_values_and_round_trips():
+    @pl.jit
+    def fence(a: pl.Tensor[[PHASES * ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[PHASES * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for p, (prev,) in pl.range(PHASES, init_values=(tids,)):
+                nxt = pl.array.create(N, pl.TASK_ID)
+                for b in pl.parallel(N):
+                    with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]) as tid:
+                        r = (p * N + b) * TILE_ROWS
+                        out = pl.store(pl.add(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 1.0), [r, 0], out)
+                    nxt[b] = tid
+                tids = pl.yield_(nxt)
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        return out
+
+    a = np.zeros((PHASES * ROWS, COLS), np.float32)
+    p = fence.lower(a, a.copy())
+    assert "fresh(tids2[4]) carry(tids1 = tids0; <- tids2)" in str(p)
+    src = p.as_python(form="jit")
+    assert "in pl.range(0, 3, 1, init_values=(tids0,))" in src and "tids1 = pl.yield_(tids2)" in src
+    scope: dict = {}
+    exec(compile(src, "<as_python>", "exec"), scope)
+    again = scope["fence"]
+    assert str(again.lower(a, a.copy())) == str(p)
+    graph = fence.compile(a, a.copy()).task_graph
+    assert again.compile(a, a.copy()).task_graph == graph and len(graph.edges) == 2 * N * N + N
+
+
+@pl.program
+class SlotsAndJoins:
+    """`pl.system.task_dummy(deps=[arr])` waits on the array's tasks as they are then; `arr[i]` one slot's task."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[3 * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[3 * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.mul(t, 2.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[3 * ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[3 * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for b in pl.parallel(N):
+                out, tid = pl.submit(self.stripe, a, b * TILE_ROWS, out)
+                tids = pl.array.update_element(tids, b, tid)
+            join = pl.system.task_dummy(deps=[tids])
+            for b in pl.parallel(N):
+                out, tid = pl.submit(self.stripe, a, (N + b) * TILE_ROWS, out, deps=[join])
+                tids[b] = tid
+            for b in pl.parallel(N):
+                prev = pl.array.get_element(tids, (b + 1) % N)
+                out, _ = pl.submit(self.stripe, a, (2 * N + b) * TILE_ROWS, out, deps=[prev])
+        return out
+
+
+def test_a_dummy_task_joins_an_array_and_a_slot_names_one_task(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(SlotsAndJoins)
+    dummy = N  # tasks: N stripes, the dummy, N stripes after it, N stripes each after one of those
+    want = {(i, dummy) for i in range(N)} | {(dummy, N + 1 + j) for j in range(N)}
+    want |= {(N + 1 + (b + 1) % N, 2 * N + 1 + b) for b in range(N)}
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    assert "deps_at(tids0[" in str(compiled.program)
+    a = torch.randn(3 * ROWS, COLS)
+    out = torch.full((3 * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a * 2.0, rtol=1e-6, atol=0)
+
+
+def test_a_slot_read_before_a_later_store_is_refused():
+    from pypto_async.errors import PtoNotSupported
+
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        tids = pl.array.create(N, pl.TASK_ID)
+        with pl.at(level=pl.Level.CORE_GROUP) as t0:
+            out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        tids[0] = t0
+        stale = tids[0]
+        with pl.at(level=pl.Level.CORE_GROUP) as t1:
+            out = pl.store(pl.load(a, [TILE_ROWS, 0], [TILE_ROWS, COLS]), [TILE_ROWS, 0], out)
+        tids[0] = t1
+        with pl.at(level=pl.Level.CORE_GROUP, deps=[stale]):
+            out = pl.store(pl.load(a, [2 * TILE_ROWS, 0], [TILE_ROWS, COLS]), [2 * TILE_ROWS, 0], out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    with pytest.raises(PtoNotSupported, match="read before a later store"):
+        k.compile(a, a.copy())
+    with pytest.raises(PtoCompileError, match="outside the array"):
+        @pl.jit
+        def bad(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+            tids = pl.array.create(N, pl.TASK_ID)
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids[N]]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+            return out
+
+        bad.compile(a, a.copy())
+
+
+STEPS = 3
+
+
+@pl.program
+class BranchChains:
+    """PyPTO's branch chain: a task id rebound in a pl.range body, seeded with None, orders each step after the last."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def stripe(self, a: pl.Tensor[[STEPS * ROWS, COLS], pl.FP32], row: pl.Scalar[pl.INDEX],
+               out: pl.Out[pl.Tensor[[STEPS * ROWS, COLS], pl.FP32]]):
+        t = pl.load(a, [row, 0], [TILE_ROWS, COLS])
+        return pl.store(pl.add(t, 3.0), [row, 0], out)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def main(self, a: pl.Tensor[[STEPS * ROWS, COLS], pl.FP32],
+             out: pl.Out[pl.Tensor[[STEPS * ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            for b in pl.parallel(N):
+                prev = None
+                for step in pl.range(STEPS):
+                    out, prev = pl.submit(self.stripe, a, (step * N + b) * TILE_ROWS, out, deps=[prev])
+        return out
+
+
+def test_a_task_id_rebound_in_a_loop_is_the_next_iterations_dep(launcher):
+    from pypto_async import ir
+
+    compiled = ir.compile(BranchChains)
+    want = {(b * STEPS + s, b * STEPS + s + 1) for b in range(N) for s in range(STEPS - 1)}  # per-branch chains
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == want
+    a = torch.randn(STEPS * ROWS, COLS)
+    out = torch.full((STEPS * ROWS, COLS), float("nan"))
+    launcher.run(compiled, a, out)
+    torch.testing.assert_close(out, a + 3.0, rtol=1e-6, atol=0)
+
+
+def test_a_task_id_rebound_by_pl_at_as_is_carried_too():
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            with pl.at(level=pl.Level.CORE_GROUP) as prev:
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+            for i in pl.range(1, N):
+                with pl.at(level=pl.Level.CORE_GROUP, deps=[prev]) as prev:
+                    out = pl.store(pl.load(a, [i * TILE_ROWS, 0], [TILE_ROWS, COLS]), [i * TILE_ROWS, 0], out)
+        return out
+
+    a = np.zeros((ROWS, COLS), np.float32)
+    edges = {(e.src, e.dst) for e in k.compile(a, a.copy()).task_graph.edges if e.kind == "declared"}
+    assert {(i, i + 1) for i in range(N - 1)} <= edges and all(src < dst for src, dst in edges)
+
+
+def test_a_task_id_bound_in_both_branches_of_an_if_stores_the_branchs_task(launcher):
+    @pl.jit
+    def k(a: pl.Tensor[[ROWS, COLS], pl.FP32], out: pl.Out[pl.Tensor[[ROWS, COLS], pl.FP32]]):
+        with pl.manual_scope():
+            tids = pl.array.create(N, pl.TASK_ID)
+            for b in pl.range(N):
+                r = b * TILE_ROWS
+                if b >= 2:
+                    with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                        out = pl.store(pl.mul(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 2.0), [r, 0], out)
+                else:
+                    with pl.at(level=pl.Level.CORE_GROUP) as tid:
+                        out = pl.store(pl.add(pl.load(a, [r, 0], [TILE_ROWS, COLS]), 1.0), [r, 0], out)
+                tids[b] = tid
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[tids]):
+                out = pl.store(pl.load(a, [0, 0], [TILE_ROWS, COLS]), [0, 0], out)
+        return out
+
+    a = torch.randn(ROWS, COLS)
+    out = torch.full((ROWS, COLS), float("nan"))
+    compiled = k.compile(a, out)
+    assert {(e.src, e.dst) for e in compiled.task_graph.edges if e.kind == "declared"} == {(i, N) for i in range(N)}
+    launcher.run(compiled, a, out)
+    want = torch.cat([a[:2 * TILE_ROWS] + 1.0, a[2 * TILE_ROWS:] * 2.0])
+    want[:TILE_ROWS] = a[:TILE_ROWS]
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=0)
