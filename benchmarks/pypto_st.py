@@ -206,13 +206,6 @@ def run_all(root: Path, files: list[str], repo: Path, timeout: float, jobs: int 
 # What failed on what: a failure's first error, read as the missing feature it names.
 # First match wins; an error no pattern knows is listed under its own text.
 
-#: Catalog ops other work is adding now: their failures are counted, under the op's name.
-IN_PROGRESS = re.compile(
-    r"\b(sin|cos|fmod|maximums|minimums|part_\w+|row_prod|col_prod|(?:row|col)_expand_(?:max|min)|get_block_num"
-    r"|expand_clone|reinterpret_view|\w*arg(?:max|min)|sort32|mrgsort|tri|arange|ci|random|create_l1|gather\w*"
-    r"|scatter\w*|mgather|mscatter|gatherb|paged_gather|tpush\w*|tpop\w*|tfree\w*|initialize_pipe|reserve_buffer"
-    r"|import_peer_buffer|AUTO|matmul_mx\w*|FP8\w*|FP4\w*)\b")
-
 BLOCKERS: list[tuple[str, str]] = [
     (r"timed out after", "ran past the time limit"),
     (r"pypto_async\.language\.distributed|distributed_compiled_program|DistributedWorker|DistributedConfig",
@@ -229,9 +222,6 @@ def blocker(detail: str) -> str:
         m = re.search(pattern, detail)
         if m:
             text = label.format(*m.groups()).replace("pypto_async", "pypto")
-            name = m.group(1) if m.groups() else ""
-            if name and IN_PROGRESS.fullmatch(name):
-                return f"catalog op `{name}` (being added)"
             return text
     return "other: " + detail
 

@@ -170,7 +170,7 @@ def test_failures_are_grouped_by_the_missing_feature_they_name():
     assert blocker("ImportError: cannot import name 'reset_for_testing' from 'pypto_async.backend' (x)") == (
         "`pypto.backend.reset_for_testing`")
     assert blocker("AttributeError: module 'pypto_async.language' has no attribute 'sin'") == (
-        "catalog op `sin` (being added)")
+        "`sin` (a name not here)")
     assert blocker("compile: ValueError: something new") == "other: compile: ValueError: something new"
 
 
