@@ -67,14 +67,12 @@ from ._nodes import (
     Update,
     Var,
 )
+from ._nodes import Order, Scatter
 from ._program import Program
-from ._nodes import Order
 from ._codegen_order import PHILOX_C, emit_order
 from ._passes import view_loads
 from ._gather_c import emit_scatter, emit_scatter_store
-from ._nodes import Scatter
-from ._work import scatter_work
-from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, transfer
+from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, overlaps, reduce_work, scatter_work, transfer
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
