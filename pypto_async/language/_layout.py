@@ -82,6 +82,8 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
         from .tensor import slice as tensor_slice
 
         return tensor_slice(tile, shape, offset, valid_shape)
+    if isinstance(tile, TensorArg) and valid_shape is not None:
+        return _tensor_window_tile(tile, shape, offset, valid_shape, pad_value)
     tl = _tile(tile, "pl.slice")
     offs = tuple(to_index(o) for o in offset)
     expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))
@@ -95,6 +97,34 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
 
         return fillpad(out, pad_value)
     return out
+
+
+def _tensor_window_tile(tensor, shape, offset, valid_shape, pad_value) -> Tile:
+    """``pl.slice(tensor, shape, offset, valid_shape=...)`` inside a region: the window loaded as a tile.
+
+    As PyPTO's ``tensor.slice``, only the valid box is read, so it is what must lie inside the tensor
+    (``offset + valid_shape``); the window may overhang the tensor's end, the rest being padding.  The
+    result is never valid where the source is not (a window with a valid box of its own narrows it).
+    """
+    from ._memory import fillpad, load
+
+    loc = user_loc()
+    shape = _shape(shape, "pl.slice")
+    if not isinstance(valid_shape, (list, tuple)) or len(valid_shape) != len(shape) or len(offset) != len(shape):
+        raise compile_error(f"pl.slice: a {len(shape)}-D window needs {len(shape)} offsets and valid extents, got "
+                            f"offset={list(offset)!r}, valid_shape={valid_shape!r}", loc)
+    valid = list(valid_shape)
+    source_valid = getattr(tensor, "valid", None)
+    for d, v in enumerate(valid):
+        if is_int(v) and not 0 <= v <= shape[d]:
+            raise compile_error(f"pl.slice: valid_shape {d} is {v}, outside the window extent {shape[d]}", loc)
+        src = source_valid[d] if source_valid is not None else None
+        if is_int(v) and is_int(src) and is_int(offset[d]):
+            valid[d] = min(v, max(src - offset[d], 0))
+    tile = load(tensor, list(offset), list(shape), valid_shape=valid)
+    if pad_value is not None and tile.var.type.valid is not None:
+        return fillpad(tile, pad_value)
+    return tile
 
 
 def concat(src0, src1) -> Tile:

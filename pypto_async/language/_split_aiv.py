@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import PtoNotSupported
 from ..ir._diag import compile_error
 from ..ir._nodes import Matmul, MatmulAcc
 from ._control import at, range as _range
@@ -55,24 +54,36 @@ def add_task_hint(t, hint) -> None:
     extra.append(hint)
 
 
-class _DataParallelLane:
-    """``aiv_id`` of a data-parallel split: the sim computes the region whole, so it has no value."""
+class _Lane(int):
+    """``aiv_id`` of a data-parallel split: the lane (0 or 1) being traced; any use marks the body per-lane."""
 
-    def __init__(self, mode: SplitMode, loc):
-        self._mode, self._loc = mode, loc
+    def __new__(cls, value: int, split: "split_aiv"):
+        self = super().__new__(cls, value)
+        self._split = split
+        return self
 
     def __repr__(self) -> str:
-        return f"<AIV lane of a pl.split_aiv(mode=pl.SplitMode.{self._mode.name}) region>"
+        return repr(int(self))
 
-    def _refuse(self, *_):
-        raise PtoNotSupported(f"{self._loc}: the lane index of a pl.split_aiv(2, mode=pl.SplitMode."
-                              f"{self._mode.name}) region: the sim computes a data-parallel region whole (both "
-                              f"halves at once), so there is no lane to index; use mode=pl.SplitMode.NONE to divide "
-                              f"the work by lane")
+    __str__ = __repr__
 
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __mod__ = _refuse
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __index__ = __int__ = _refuse
-    __hash__ = object.__hash__
+
+def _marking(name: str):
+    base = getattr(int, name)
+
+    def method(self, *args):
+        self._split.per_lane = True
+        return base(self, *args)
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__eq__", "__ne__", "__lt__", "__le__",
+              "__gt__", "__ge__", "__bool__", "__index__", "__int__", "__hash__", "__format__", "__and__",
+              "__or__", "__xor__", "__lshift__", "__rshift__", "__pow__", "__truediv__", "__rtruediv__"):
+    setattr(_Lane, _name, _marking(_name))
 
 
 def _cube_ops(body) -> str | None:
@@ -116,8 +127,11 @@ class split_aiv:
         if self._state == 0:
             self._state = 1
             return self._begin(sys._getframe(1))
-        if self._state == 1:
+        if self._state == 1 and self.mode is not SplitMode.NONE and self.per_lane:
             self._state = 2
+            return self._next_lane()
+        if self._state in (1, 2):
+            self._state = 3
             self._end(sys._getframe(1))
         raise StopIteration
 
@@ -138,20 +152,37 @@ class split_aiv:
                                 self._loc)
         add_task_hint(t, ("split_aiv", self.mode.value))
         t.split_aiv_mode = self.mode
+        t.split_aiv_region = self
         if self.mode is SplitMode.NONE:
             self._lanes = _Lanes(0, 2)
             self._lanes._loc = self._loc
             index = self._lanes._begin(t, frame)
             t.subblock_index = index
             return index
+        # Data-parallel: the body is traced for lane 0; if it is written per lane (it reads the lane index or
+        # crosses with pl.aiv_shard / pl.aic_gather) it is traced again for lane 1, else lane 0's trace is the
+        # whole-tile computation (the halves together).
+        self.per_lane = False
+        self.lane = 0
+        self._gathers: list = []  # lane 0's pl.aic_gather operands, in call order
+        self._gather_at = 0
         t.open_block("split_aiv")
-        lane = _DataParallelLane(self.mode, self._loc)
+        lane = _Lane(0, self)
+        t.subblock_index = lane
+        return lane
+
+    def _next_lane(self):
+        t = self._tracer
+        self.lane = 1
+        self._gather_at = 0
+        lane = _Lane(1, self)
         t.subblock_index = lane
         return lane
 
     def _end(self, frame) -> None:
         t = self._tracer
         t.split_aiv_mode = None
+        t.split_aiv_region = None
         t.subblock_index = None
         if self.mode is SplitMode.NONE:
             body = t.blocks[-1]
@@ -159,6 +190,10 @@ class split_aiv:
             if cube is None:
                 self._lanes._end(t, frame)
         else:
+            if self.per_lane and self._gather_at != len(self._gathers):
+                raise compile_error(f"pl.aic_gather: lane 0 of this pl.split_aiv region gathered "
+                                    f"{len(self._gathers)} value(s) and lane 1 {self._gather_at}; both lanes must "
+                                    f"reach the same gathers", self._loc)
             body = t.close_block()
             cube = _cube_ops(body)
             for s in body:
@@ -170,39 +205,180 @@ class split_aiv:
             self._region.__exit__(None, None, None)
 
 
-def _crossing(op: str, x, lane: str, keep: tuple[str, ...]):
-    """``x`` carried to ``lane``'s buffer (a move, unless it is a tensor or already in one of ``keep``)."""
-    from ._memory import move
-    from ._types import MemorySpace
-
+def _region(op: str):
     t = current(op)
-    if getattr(t, "split_aiv_mode", None) is None:
+    region = getattr(t, "split_aiv_region", None)
+    if getattr(t, "split_aiv_mode", None) is None or region is None:
         raise compile_error(f"{op} is the boundary of a pl.split_aiv region: use it inside "
                             f"'for aiv_id in pl.split_aiv(2, mode=...)'", user_loc())
+    return region
+
+
+def _operand(op: str, x):
     if not isinstance(x, (Tile, TensorArg)):
         raise compile_error(f"{op} takes a tile or a tensor, got {x!r}", user_loc())
-    if isinstance(x, TensorArg) or x.var.type.memory in keep:
-        return x
-    return move(x, target_memory=MemorySpace(lane))
+    return x
+
+
+def _axis(region) -> int:
+    return 0 if region.mode is SplitMode.UP_DOWN else 1
+
+
+def _halves(extent: int) -> tuple[int, int]:
+    """The two lanes' extents of a split axis: the ceil half first (an odd 17 is 9 and 8)."""
+    half = (extent + 1) // 2
+    return half, extent - half
 
 
 def aiv_shard(x):
     """Carry a cube value to the AIV lanes of a ``pl.split_aiv`` region: a tile in Mat or Acc moves to Vec.
 
-    The values are unchanged (the sim computes a data-parallel region whole,
-    so there is no half to take); a tensor, or a tile already in Vec, is
-    returned as it is.
+    In a ``mode=NONE`` region each lane receives the whole value.  In an
+    ``UP_DOWN`` / ``LEFT_RIGHT`` region each lane receives its half along the
+    rows / columns (lane 0 the first ``ceil(n / 2)``, lane 1 the rest), valid
+    where the value is: an accumulator valid to 5 of 16 rows gives lane 0 five
+    valid rows and lane 1 none.  A tensor is a window of it (the half, in a
+    data-parallel region), a tile already in Vec is not moved.
     """
-    return _crossing("pl.aiv_shard", x, "Vec", ("Vec",))
+    from ._memory import move
+    from ._types import MemorySpace
+
+    region = _region("pl.aiv_shard")
+    x = _operand("pl.aiv_shard", x)
+    if region.mode is not SplitMode.NONE:
+        region.per_lane = True
+        axis = _axis(region)
+        if len(x.shape) != 2:
+            raise compile_error(f"pl.aiv_shard in a pl.split_aiv(mode=pl.SplitMode.{region.mode.name}) region "
+                                f"halves a 2-D value, got shape {list(x.shape)}", user_loc())
+        first, second = _halves(x.shape[axis])
+        size = first if region.lane == 0 else second
+        shape = list(x.shape)
+        shape[axis] = size
+        offset = [0, 0]
+        offset[axis] = first * region.lane
+        if size == 0:
+            raise compile_error(f"pl.aiv_shard: a {list(x.shape)} value has no half for lane 1 along the split axis",
+                                user_loc())
+        from ._layout import slice as _slice
+
+        x = _slice(x, shape, offset)
+    if isinstance(x, TensorArg) or x.var.type.memory == "Vec":
+        return x
+    return move(x, target_memory=MemorySpace.Vec)
+
+
+class _LaneZeroGather:
+    """What ``pl.aic_gather`` gives lane 0 of a data-parallel region: the joined tile exists once lane 1 runs."""
+
+    def __init__(self, loc):
+        self._loc = loc
+
+    def __repr__(self) -> str:
+        return (f"<pl.aic_gather result at {self._loc}: the two lanes' halves joined, for the cube after the "
+                f"pl.split_aiv region (not a value inside it)>")
+
+
+def _joined_valid(op: str, a, b, axis: int, loc):
+    """The valid extents of ``a`` and ``b`` put end to end along ``axis`` (None: fully valid)."""
+    from ..ir._nodes import IConst
+
+    ta, tb = a.var.type, b.var.type
+    va = ta.valid or tuple(IConst(d) for d in ta.shape)
+    vb = tb.valid or tuple(IConst(d) for d in tb.shape)
+    out = []
+    for d in range(2):
+        ea, eb = va[d], vb[d]
+        if d == axis:
+            full_a = isinstance(ea, IConst) and ea.value == ta.shape[d]
+            empty_b = isinstance(eb, IConst) and eb.value == 0
+            if full_a and isinstance(eb, IConst):
+                out.append(IConst(ta.shape[d] + eb.value))
+            elif empty_b:
+                out.append(ea)
+            else:
+                raise compile_error(
+                    f"{op}: the lanes' halves do not abut: {op} re-joins the two lanes positionally, and lane 0 "
+                    f"holds a partial extent ({_text(ea)} of {ta.shape[d]}) while lane 1 holds "
+                    f"{_text(eb)}; pad lane 0's half first (pl.fillpad) or make lane 1's empty", loc)
+        else:
+            if not (isinstance(ea, IConst) and isinstance(eb, IConst) and ea.value == eb.value) and ea != eb:
+                raise compile_error(f"{op}: the lanes' halves differ across the split ({_text(ea)} and "
+                                    f"{_text(eb)} along dimension {d})", loc)
+            out.append(ea)
+    return out
+
+
+def _text(e) -> str:
+    from ..ir._nodes import IConst
+
+    return str(e.value) if isinstance(e, IConst) else "a runtime extent"
 
 
 def aic_gather(x):
     """Hand a vector value of a ``pl.split_aiv`` region back to the cube: a Vec tile moves to Mat (L1).
 
-    The values are unchanged (both lanes' halves make the whole tile the
-    sim computed); a tensor, or a tile outside Vec, is returned as it is.
+    In a ``mode=NONE`` region the value crosses whole (both lanes hand over
+    the same value, as PyPTO requires).  In an ``UP_DOWN`` / ``LEFT_RIGHT``
+    region lane 0's and lane 1's tiles are joined along the split axis
+    (lane 0 first) into the tile the cube reads after the region; inside
+    the region there is no joined value to compute on.  A tensor, or a tile
+    outside Vec, crosses as it is.
     """
-    return _crossing("pl.aic_gather", x, "Mat", ("Mat", "Left", "Right", "Acc", "Bias"))
+    from ._memory import move
+    from ._types import MemorySpace
+
+    region = _region("pl.aic_gather")
+    x = _operand("pl.aic_gather", x)
+    loc = user_loc()
+    if region.mode is SplitMode.NONE:
+        if isinstance(x, TensorArg) or x.var.type.memory in ("Mat", "Left", "Right", "Acc", "Bias"):
+            return x
+        return move(x, target_memory=MemorySpace.Mat)
+    region.per_lane = True
+    if isinstance(x, TensorArg):
+        raise compile_error("pl.aic_gather in a data-parallel pl.split_aiv region joins the lanes' tiles; got a "
+                            "tensor (a GM tensor belongs to no lane: write each lane's half to it instead)", loc)
+    if x.var.type.memory != "Vec":
+        raise compile_error(f"pl.aic_gather joins the lanes' vector tiles; got a tile in {x.var.type.memory}", loc)
+    if len(x.shape) != 2:
+        raise compile_error(f"pl.aic_gather joins 2-D tiles, got shape {list(x.shape)}", loc)
+    if region.lane == 0:
+        region._gathers.append(x)
+        return _LaneZeroGather(loc)
+    if region._gather_at >= len(region._gathers):
+        raise compile_error("pl.aic_gather: lane 1 of this pl.split_aiv region reaches a gather lane 0 did not",
+                            loc)
+    first = region._gathers[region._gather_at]
+    region._gather_at += 1
+    axis = _axis(region)
+    a, b = first.var.type, x.var.type
+    other = 1 - axis
+    if a.dtype != b.dtype or a.shape[other] != b.shape[other]:
+        raise compile_error(f"pl.aic_gather: lane 0 handed over a {list(a.shape)} {a.dtype.name} tile and lane 1 "
+                            f"a {list(b.shape)} {b.dtype.name} one; they must match across the split axis", loc)
+    valid = _joined_valid("tile.aic_gather", first, x, axis, loc)
+    from ._layout import slice as _slice, tile_assemble
+    from ._memory import create_tile, fillpad
+
+    shape = list(a.shape)
+    shape[axis] = a.shape[axis] + b.shape[axis]
+    joined = create_tile(shape, a.dtype)
+    at_b = [0, 0]
+    at_b[axis] = a.shape[axis]
+    joined = tile_assemble(joined, fillpad(first) if a.valid is not None else first, [0, 0])
+    joined = tile_assemble(joined, fillpad(x) if b.valid is not None else x, at_b)
+    if any(not (hasattr(v, "value") and v.value == d) for v, d in zip(valid, shape)):
+        joined = _slice(joined, shape, [0, 0], valid_shape=list(_index(v) for v in valid))
+    return move(joined, target_memory=MemorySpace.Mat)
+
+
+def _index(e):
+    from ..ir._nodes import IConst
+
+    from ._tracer import Index
+
+    return e.value if isinstance(e, IConst) else Index(e)
 
 
 def get_subblock_idx():

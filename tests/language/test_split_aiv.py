@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
-from pypto_async.errors import PtoCompileError, PtoNotSupported
+from pypto_async.errors import PtoCompileError
 from pypto_async.ir import Scope
 
 
@@ -95,15 +95,160 @@ def test_data_parallel_split_computes_the_region_whole():
     halves(x, out)
     torch.testing.assert_close(out, torch.sqrt(torch.abs(x)), rtol=1e-6, atol=1e-6)
 
+
+
+def test_a_whole_body_runs_once():
+    """A data-parallel body that never reads its lane is the whole-tile computation: an atomic add lands once."""
+
     @pl.jit
-    def lane_used(x: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+    def once(x: pl.Tensor[[32, 64], pl.FP32], acc: pl.InOut[pl.Tensor[[32, 64], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            for _ in pl.split_aiv(2, mode=pl.SplitMode.LEFT_RIGHT):
+                acc = pl.store(pl.load(x, [0, 0], [32, 64]), [0, 0], acc, atomic=pl.AtomicType.Add)
+        return acc
+
+    x, acc = torch.randn(32, 64), torch.randn(32, 64)
+    want = acc + x
+    once(x, acc)
+    torch.testing.assert_close(acc, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lane_indexed_body_runs_per_lane():
+    """Reading aiv_id makes the body per-lane: lane 0 and lane 1 each run it with their own index."""
+
+    @pl.jit
+    def lanes(x: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
         with pl.at(level=pl.Level.CORE_GROUP):
             for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.LEFT_RIGHT):
-                out = pl.store(pl.load(x, [0, aiv_id * 32], [64, 32]), [0, 0], out)
+                col = aiv_id * 32
+                t = pl.load(x, [0, col], [64, 32])
+                if aiv_id == 0:
+                    t = pl.exp(t)
+                else:
+                    t = pl.mul(t, 3.0)
+                out = pl.store(t, [0, col], out)
         return out
 
-    with pytest.raises(PtoNotSupported, match="data-parallel region whole"):
-        lane_used.compile()
+    x, out = torch.randn(64, 64), _nan(64, 64)
+    lanes(x, out)
+    torch.testing.assert_close(out[:, :32], torch.exp(x[:, :32]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out[:, 32:], x[:, 32:] * 3.0, rtol=1e-6, atol=1e-6)
+
+
+M, K, N = 32, 64, 48
+
+
+@pl.jit
+def shard_gather(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32], v: pl.Tensor[[N, N], pl.FP32],
+                 lanes: pl.Out[pl.Tensor[[M, N], pl.FP32]], out: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+                 cols: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        qk = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+                       pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))     # Acc [M, N]
+        for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):
+            h = pl.aiv_shard(qk)                                                 # this lane's [M/2, N]
+            s = pl.add(pl.mul(h, 2.0), aiv_id * 1.0)                             # lane 1 adds 1
+            lanes = pl.store(s, [aiv_id * (M // 2), 0], lanes)
+            full = pl.aic_gather(s)                                              # both halves, joined
+        pv = pl.matmul(full, pl.load(v, [0, 0], [N, N], target_memory=pl.Mem.Mat))
+        out = pl.store(pv, [0, 0], out)
+        for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.LEFT_RIGHT):
+            c = pl.aiv_shard(qk)                                                 # this lane's [M, N/2]
+            cols = pl.store(pl.neg(c), [0, aiv_id * (N // 2)], cols)
+    return lanes, out, cols
+
+
+def test_shard_halves_the_cube_value_and_gather_joins_the_lanes():
+    a, b, v = torch.randn(M, K), torch.randn(K, N), torch.randn(N, N)
+    lanes, out, cols = _nan(M, N), _nan(M, N), _nan(M, N)
+    shard_gather(a, b, v, lanes, out, cols)
+    qk = a @ b
+    want = qk * 2.0
+    want[M // 2:] += 1.0
+    torch.testing.assert_close(lanes, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out, want @ v, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(cols, -qk, rtol=1e-4, atol=1e-4)
+
+
+RG_ROWS, RG_VALID, RG_K, RG_N = 16, 5, 32, 64
+POOL_ROWS, D, G_ROWS, G_HALF, Q_ROWS = 256, 32, 16, 8, 8
+
+
+def test_ragged_and_odd_extents_split_as_the_guide_halves_them():
+    """An odd extent splits ceil / floor (17 rows: 9 and 8); a partial accumulator is valid only where it is."""
+    rows, valid_m, k, n = RG_ROWS, RG_VALID, RG_K, RG_N
+
+    @pl.jit
+    def ragged(a: pl.Tensor[[RG_VALID, RG_K], pl.FP32], w: pl.Tensor[[RG_N, RG_K], pl.FP32],
+               x: pl.Tensor[[17, RG_N], pl.FP32], out: pl.InOut[pl.Tensor[[RG_ROWS, RG_N], pl.FP32]],
+               odd: pl.Out[pl.Tensor[[17, RG_N], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            a_tile = pl.slice(a, [rows, k], [0, 0], valid_shape=[valid_m, k])   # overhangs a: 5 rows read
+            acc = pl.matmul(a_tile, w[0:n, 0:k], b_trans=True, out_dtype=pl.FP32)
+            for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):
+                shard = pl.aiv_shard(acc)                                         # lane 0: 5 rows, lane 1: none
+                out[aiv_id * 8: aiv_id * 8 + 8, 0:n] = pl.exp(shard)
+            xt = pl.load(x, [0, 0], [17, n], target_memory=pl.Mem.Mat)
+            for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):
+                h = pl.aiv_shard(xt)                                              # 9 rows, then 8
+                odd = pl.store(pl.add(h, 1.0), [aiv_id * 9, 0], odd)
+        return out, odd
+
+    a, w, x = torch.randn(valid_m, k), torch.randn(n, k), torch.randn(17, n)
+    out, odd = _nan(rows, n), _nan(17, n)
+    ragged(a, w, x, out, odd)
+    torch.testing.assert_close(out[:valid_m], torch.exp(a @ w.T), rtol=1e-4, atol=1e-4)
+    assert torch.isnan(out[valid_m:]).all()                                       # nothing stored past the data
+    torch.testing.assert_close(odd, x + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_per_lane_gather_row_assembles_the_cube_operand():
+    """PyPTO's sparse-KV shape: each lane gathers its half of a scattered row set; the cube reads them joined."""
+    pool_rows, d, rows, half, q_rows = POOL_ROWS, D, G_ROWS, G_HALF, Q_ROWS
+
+    @pl.jit
+    def sparse_kv(pool: pl.Tensor[[POOL_ROWS, D], pl.FP32], idx: pl.Tensor[[G_ROWS], pl.INT32],
+                  q: pl.Tensor[[Q_ROWS, D], pl.FP32], out: pl.Out[pl.Tensor[[Q_ROWS, G_ROWS], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP, optimizations=[pl.cross_core_slot(slot_num=2)]):
+            for aiv in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):
+                ub = pl.full([half, d], dtype=pl.FP32, value=0.0)
+                for j in pl.range(half):
+                    src = pl.cast(pl.read(idx, [aiv * half + j]), pl.INDEX)
+                    ub = pl.gather_row(ub, pool, [j, 0], [src, 0], [1, d])
+                kv = pl.aic_gather(ub)
+            out[0:q_rows, 0:rows] = pl.matmul(q, kv, b_trans=True, out_dtype=pl.FP32)
+        return out
+
+    pool, q = torch.randn(pool_rows, d), torch.randn(q_rows, d)
+    idx = torch.randperm(pool_rows)[:rows].to(torch.int32)
+    out = _nan(q_rows, rows)
+    sparse_kv(pool, idx, q, out)
+    torch.testing.assert_close(out, q @ pool[idx.long()].T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):\n"
+     "                g = pl.aic_gather(pl.slice(x, [16, 32], [aiv_id * 16, 0], valid_shape=[5, 32]))",
+     "re-joins the two lanes positionally"),
+    ("for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):\n"
+     "                g = pl.aic_gather(pl.load(x, [aiv_id * 16, 0], [16, 32]))\n"
+     "                out = pl.store(g, [0, 0], out)",
+     "pl.aic_gather result"),
+    ("t = pl.slice(x, [40, 32], [0, 0], valid_shape=[33, 32])", "outside"),
+])
+def test_data_parallel_misuse_is_a_compile_error(body, message):
+    ns: dict = {"pl": pl}
+    exec(compile(f"""
+@pl.jit
+def k(x: pl.Tensor[[32, 32], pl.FP32], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        if True:
+            {body}
+        out = pl.store(pl.load(x, [0, 0], [32, 32]), [0, 0], out)
+    return out
+""", "<split_aiv>", "exec"), ns)
+    with pytest.raises(PtoCompileError, match=message):
+        ns["k"].compile()
 
 
 @pytest.mark.parametrize("body, message", [
