@@ -263,9 +263,24 @@ def aiv_shard(x):
         from ._layout import slice as _slice
 
         x = _slice(x, shape, offset)
+        if size < first and isinstance(x, Tile):
+            x = _odd_box(x, axis, first)
     if isinstance(x, TensorArg) or x.var.type.memory == "Vec":
         return x
     return move(x, target_memory=MemorySpace.Vec)
+
+
+def _odd_box(x: Tile, axis: int, box: int) -> Tile:
+    """Lane 1's half of an odd extent on the lanes' common box (17 rows: 8 valid rows of a 9-row tile)."""
+    from ._layout import slice as _slice, tile_assemble
+    from ._memory import create_tile, fillpad
+
+    t = x.var.type
+    valid = [_index(e) for e in t.valid] if t.valid is not None else list(t.shape)
+    shape = list(t.shape)
+    shape[axis] = box
+    placed = tile_assemble(create_tile(shape, t.dtype), fillpad(x) if t.valid is not None else x, [0, 0])
+    return _slice(placed, shape, [0, 0], valid_shape=valid)
 
 
 class _LaneZeroGather:

@@ -190,8 +190,8 @@ def test_ragged_and_odd_extents_split_as_the_guide_halves_them():
                 out[aiv_id * 8: aiv_id * 8 + 8, 0:n] = pl.exp(shard)
             xt = pl.load(x, [0, 0], [17, n], target_memory=pl.Mem.Mat)
             for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.UP_DOWN):
-                h = pl.aiv_shard(xt)                                              # 9 rows, then 8
-                odd = pl.store(pl.add(h, 1.0), [aiv_id * 9, 0], odd)
+                h = pl.aiv_shard(xt)                                              # a 9-row box: 9 valid, then 8
+                odd[aiv_id * 9: aiv_id * 9 + 9, 0:RG_N] = pl.add(h, 1.0)
         return out, odd
 
     a, w, x = torch.randn(valid_m, k), torch.randn(n, k), torch.randn(17, n)
