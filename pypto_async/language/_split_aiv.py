@@ -9,20 +9,26 @@ AIV lanes"):
   on the other, and the author divides the work by ``aiv_id``.  Here the body
   is a loop of two iterations, lane 0 then lane 1, so a side effect both
   lanes perform happens twice, as on the device.
-* ``UP_DOWN`` / ``LEFT_RIGHT`` (data-parallel): each lane computes one half
-  of every vector tile (rows / columns) and the halves together are the
-  whole.  The sim computes the body once on the whole tiles, which gives
-  the same values; the lane index has no meaning there, so using ``aiv_id``
-  raises :class:`~pypto_async.errors.PtoNotSupported`.
+* ``UP_DOWN`` / ``LEFT_RIGHT`` (data-parallel): each lane owns one half of
+  the rows / columns.  A body written per lane -- it reads ``aiv_id`` or
+  crosses with ``pl.aiv_shard`` / ``pl.aic_gather`` -- is traced once per
+  lane (``aiv_id`` a plain int, 0 then 1, so ``if aiv_id == 0:`` picks a
+  branch), which is what each lane computes on the board.  A body that never
+  reads its lane is PyPTO's full-width form, which its compiler halves: the
+  halves together are the whole-tile computation, traced once.  The lane
+  index is an ``int`` that notes being read, which is how the two are told
+  apart after lane 0's trace.
 
 ``pl.aiv_shard(x)`` names a cube value read on the vector lanes (at the top
 of the region) and ``pl.aic_gather(x)`` a vector value handed back to the
-cube; on the device they are the transfers (halving and re-joining in a
-data-parallel region).  The sim has one memory and computes the region
-whole, so each returns its operand's values unchanged.  Both are refused
-outside a region, and a cube op (``pl.matmul`` and friends) inside one, as
-PyPTO refuses them.  The mode is recorded on the enclosing task
-(``Scope.hints``: ``("split_aiv", "NONE")``), which the printed program shows.
+cube.  In a ``mode=NONE`` region they cross whole.  In a data-parallel one
+``aiv_shard`` gives the lane its half (lane 0 the first ``ceil(n / 2)``,
+lane 1 the rest on the same box, valid where ``x`` is) and ``aic_gather``
+joins lane 0's and lane 1's tiles along the split axis into the tile the
+cube reads after the region.  Both are refused outside a region, and a cube
+op (``pl.matmul`` and friends) inside one, as PyPTO refuses them.  The mode
+is recorded on the enclosing task (``Scope.hints``: ``("split_aiv",
+"NONE")``), which the printed program shows.
 
 A ``pl.split_aiv`` loop outside every region is wrapped in a region of its
 own (a task), as PyPTO's outliner wraps it in an InCore scope.

@@ -275,3 +275,41 @@ def k(x: pl.Tensor[[32, 32], pl.FP32], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]
 """, "<split_aiv>", "exec"), ns)
     with pytest.raises(PtoCompileError, match=message):
         ns["k"].compile()
+
+
+def test_per_lane_regions_in_the_torch_debug_codegen():
+    """The torch module PyPTO's debug codegen writes for a per-lane region computes what the kernel does."""
+    from pypto_async.debug import torch_codegen
+
+    a, b, v = torch.randn(M, K), torch.randn(K, N), torch.randn(N, N)
+    lanes, out, cols = _nan(M, N), _nan(M, N), _nan(M, N)
+    ns: dict = {}
+    exec(torch_codegen(shard_gather.lower(a, b, v, lanes, out, cols), check_shapes=True), ns)  # noqa: S102
+    ns["shard_gather"](a, b, v, lanes, out, cols)
+    qk = a @ b
+    want = qk * 2.0
+    want[M // 2:] += 1.0
+    torch.testing.assert_close(out, want @ v, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(cols, -qk, rtol=1e-4, atol=1e-4)
+
+
+NP_T, NP_N = 128, 64
+
+
+def test_none_region_in_spmd_and_pipeline_runs_both_lanes():
+    """PyPTO's NONE region nested in pl.spmd and a pl.pipeline loop: each lane accumulates and stores its half."""
+
+    @pl.jit
+    def none_pipe(a: pl.Tensor[[NP_T, NP_N], pl.FP32], c: pl.Out[pl.Tensor[[NP_T, NP_N], pl.FP32]]):
+        for _blk in pl.spmd(2):
+            for aiv_id in pl.split_aiv(2, mode=pl.SplitMode.NONE):
+                base = aiv_id * 64
+                acc = pl.load(a, [base, 0], [64, NP_N])
+                for _ in pl.pipeline(1, 4, stage=2):
+                    acc = pl.add(acc, pl.load(a, [base, 0], [64, NP_N]))
+                c = pl.store(acc, [base, 0], c)
+        return c
+
+    a, c = torch.randn(NP_T, NP_N), _nan(NP_T, NP_N)
+    none_pipe(a, c)
+    torch.testing.assert_close(c, a * 4, rtol=1e-5, atol=1e-5)
