@@ -776,6 +776,7 @@ def torch_codegen(program, check_shapes: bool = False) -> str:
     if not isinstance(program, Program):
         raise PtoArgumentError(f"torch_codegen takes an ir.Program, an ir.Function or a @pl.program class, "
                                f"got {type(program).__name__}")
+    alias = alias or program.entry  # a program lowered from a @pl.program class keeps its entry's name
     code = _Gen(program).run(check_shapes)
     if alias and alias.isidentifier() and alias != program.name:
         code += f"\n\n{alias} = {program.name}  # the program's Orchestration function, by its name\n"

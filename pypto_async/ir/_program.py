@@ -6,7 +6,7 @@ import no view of themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import PtoArgumentError
 from ._function import Function, format_outlined, outline
@@ -39,6 +39,9 @@ class Program:
     #: Parameters marked for PyPTO's selective dump (``pl.dump_tag(t)``, ``dumps=[t]``) that a task of the
     #: program consumes: ``RunConfig(enable_dump_args=1)`` dumps these (level 2 dumps every tensor).
     dump_tags: tuple[str, ...] = ()
+    #: The name of the ``@pl.program`` class's Orchestration (or Opaque) function the program was traced
+    #: from (PyPTO's entry: ``main``), where it differs from the class's; kept through the passes.
+    entry: str | None = field(default=None, compare=False)
 
     def param(self, name: str) -> Param:
         for p in (*self.params, *self.scratch):

@@ -945,7 +945,8 @@ class ProgramDef:
 
         return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
                        manual_dep=tuple(getattr(tracer, "manual_dep", ())),
-                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]),
+                       entry=orch.name if orch.name != self.name else None)
 
     @property
     def functions(self) -> dict[str, "_Function"]:
