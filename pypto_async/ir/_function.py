@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from .._dtypes import INT64
 from .._signature import IN, INOUT, OUT, SCALAR
-from ._nodes import IScalar, IVar, Load, Param, ScalarRef, Scope, Stmt, Store, For
+from ._nodes import (Assign, Full, IScalar, IVar, Load, Matmul, MatmulAcc, Move, Param, ScalarRef, Scope, Stmt,
+                     Store, For, Var)
 from ._python import _Printer, _ints
 
 if TYPE_CHECKING:  # annotations only: _program imports this module
@@ -135,6 +136,34 @@ def _signature(program: "Program", body, outer: list[str]) -> tuple[Param, ...]:
     return tuple(params)
 
 
+_CUBE_SPACES = ("Mat", "Left", "Right", "Acc", "Bias", "LeftScale", "RightScale")
+
+
+def _core_type(body) -> FunctionType:
+    """What PyPTO's ExpandMixedKernel makes of a lowered InCore function: AIC, AIV, or (mixed) InCore here.
+
+    Cube: a matmul, a load into a cube buffer, a store of one, a tile computed in one.  Vector: a store of
+    a Vec tile, a load into Vec, a tile computed in Vec.  Moves and allocations are on either core.  A
+    function with only vector (or neither) is AIV, with only cube AIC; a mixed one, which PyPTO splits
+    into an AIC and an AIV function under a Group, is one kernel on the sim and stays InCore.
+    """
+    cube = vector = False
+    for n in _nodes(body):
+        if isinstance(n, (Matmul, MatmulAcc)):
+            cube = True
+        elif isinstance(n, Load):
+            cube, vector = cube or n.memory in _CUBE_SPACES, vector or n.memory not in _CUBE_SPACES
+        elif isinstance(n, Store) and isinstance(n.value, Var):
+            in_cube = n.value.type.memory in _CUBE_SPACES
+            cube, vector = cube or in_cube, vector or not in_cube
+        elif isinstance(n, Assign) and not isinstance(n.expr, (Load, Move, Full, Matmul)):
+            in_cube = n.var.type.memory in _CUBE_SPACES
+            cube, vector = cube or in_cube, vector or not in_cube
+    if cube and vector:
+        return FunctionType.InCore
+    return FunctionType.AIC if cube else FunctionType.AIV
+
+
 def _contains_region(s) -> bool:
     return isinstance(s, Scope) or (isinstance(s, For) and any(_contains_region(b) for b in s.body))
 
@@ -145,8 +174,11 @@ def outline(program: "Program") -> tuple[Function, ...]:
 
     def add(body, outer: list[str], region: Scope | None) -> None:
         name = f"{program.name}_incore_{len(kernels)}"
-        kernels.append(Function(name, FunctionType.InCore, _signature(program, body, outer), tuple(body),
-                                program, region))
+        kind = FunctionType.InCore
+        if program.stage == "lowered":
+            declared = dict(region.hints).get("core") if region is not None else None  # a pl.FunctionType.AIC / AIV
+            kind = FunctionType(declared) if declared in ("AIC", "AIV") else _core_type(body)
+        kernels.append(Function(name, kind, _signature(program, body, outer), tuple(body), program, region))
 
     def walk(body, outer: list[str]) -> None:
         loose: list = []  # statements outside any region: a kernel with no pl.at is one function
@@ -224,7 +256,7 @@ def format_outlined(program: "Program", prefix: str = "pl", concise: bool = Fals
 
     lines = [f"import pypto_async.language as {p}", "", "", f"@{p}.program", f"class {program.name}:"]
     for f in kernels:
-        lines.append(f"    @{p}.function(type={p}.FunctionType.InCore)")
+        lines.append(f"    @{p}.function(type={p}.FunctionType.{f.func_type.value})")
         lines.append(signature(f))
         attrs = _attrs(f.region, p)
         if attrs:

@@ -58,7 +58,9 @@ def test_each_region_is_an_incore_function_and_the_orchestration_keeps_the_loop(
     fns = program.functions
     assert list(fns) == ["looped_incore_0", "looped"]
     kernel, orch = fns["looped_incore_0"], fns["looped"]
-    assert kernel.name == "looped_incore_0" and kernel.func_type is ir.FunctionType.InCore
+    # Lowered, a vector-only function is AIV (PyPTO's ExpandMixedKernel types every InCore function by its core).
+    assert kernel.name == "looped_incore_0" and kernel.func_type is ir.FunctionType.AIV
+    assert looped.trace(*_args(rng, 0.5)).functions["looped_incore_0"].func_type is ir.FunctionType.InCore
     assert orch.func_type is ir.FunctionType.Orchestration and orch.params == program.params
     # Tensors by what the body does with them, then the scalars it reads, then the orchestration's index.
     assert [(q.name, q.direction) for q in kernel.params] == [
@@ -78,10 +80,36 @@ def test_as_python_prints_the_outlined_program(rng):
     concise = program.as_python(concise=True)
     assert "pl.Tile[" not in concise and "t0 = pl.load(a, [(i0 * 32), 0], [32, 128])" in concise
     assert program.functions["looped_incore_0"].as_python().startswith(
-        "@pl.function(type=pl.FunctionType.InCore)\ndef looped_incore_0(self, a:")
+        "@pl.function(type=pl.FunctionType.AIV)\ndef looped_incore_0(self, a:")
     assert "@pl.jit" in program.as_python(form="jit")
     with pytest.raises(PtoArgumentError, match="form"):
         program.as_python(form="class")
+
+
+@pl.jit
+def cores(a: pl.Tensor[[R, R], pl.FP32], mm: pl.Out[pl.Tensor[[R, R], pl.FP32]],
+          mixed: pl.Out[pl.Tensor[[R, R], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t = pl.load(a, [0, 0], [R, R], target_memory=pl.Mem.Mat)
+        mm = pl.store(pl.matmul(t, t), [0, 0], mm)
+    with pl.at(level=pl.Level.CORE_GROUP):
+        t = pl.load(a, [0, 0], [R, R], target_memory=pl.Mem.Mat)
+        mixed = pl.store(pl.exp(pl.matmul(t, t)), [0, 0], mixed)
+    return mm, mixed
+
+
+def test_a_lowered_function_is_typed_by_its_core(rng):
+    """Cube-only is AIC; a mixed function (PyPTO: an AIC and an AIV under a Group) is one kernel here, InCore."""
+    a = rng.standard_normal((R, R)).astype(np.float32) / 8
+    mm, mixed = poison((R, R)), poison((R, R))
+    fns = cores.lower(a, mm, mixed).functions
+    assert [f.func_type for f in fns.values()] == [
+        ir.FunctionType.AIC, ir.FunctionType.InCore, ir.FunctionType.Orchestration]
+    ns: dict = {}
+    exec(compile(cores.lower(a, mm, mixed).as_python(), "<cores.as_python()>", "exec"), ns)  # noqa: S102
+    ir.compile(ns["cores"])(a, mm, mixed)
+    np.testing.assert_allclose(mm, a @ a, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mixed, np.exp(a @ a), rtol=1e-4, atol=1e-5)
 
 
 def test_a_kernel_without_a_region_is_one_incore_function(rng):

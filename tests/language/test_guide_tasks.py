@@ -274,7 +274,7 @@ def test_the_program_form_shows_the_hints_and_compiles_back_to_them(launcher):
     b = b[:64].copy()
     program = hinted.lower(a, b, np.zeros_like(a))
     src = program.as_python()
-    assert ('    @pl.function(type=pl.FunctionType.InCore)\n'
+    assert ('    @pl.function(type=pl.FunctionType.AIV)\n'  # lowered: a vector-only function
             '    def hinted_incore_0(self, ') in src
     assert '        pl.func_attr({"split": pl.SplitMode.UP_DOWN, "slot_num": 3})\n' in src
     assert "for i1 in pl.pipeline(0, 4, 1, stage=2):" in src
@@ -283,7 +283,9 @@ def test_the_program_form_shows_the_hints_and_compiles_back_to_them(launcher):
     ns: dict = {}
     exec(compile(src, "<hinted.as_python()>", "exec"), ns)  # noqa: S102 - the printed program
     again = ns["hinted"]
-    assert [(s.hints, s.no_dep) for s in _scopes(again.trace().body)] == \
+    # Printed as PyPTO types it after its passes (AIV), the function reads back placed on a vector core:
+    # what the device model infers for a task without matmul work anyway.
+    assert [(tuple(h for h in s.hints if h != ("core", "AIV")), s.no_dep) for s in _scopes(again.trace().body)] == \
         [(s.hints, s.no_dep) for s in _scopes(program.body)]
     out = np.full_like(a, np.nan)
     launcher.run(ir.compile(again), a, b, out)
