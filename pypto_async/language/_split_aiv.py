@@ -403,10 +403,12 @@ def _index(e):
 
 
 def get_subblock_idx():
-    """The AIV lane index (0 or 1) of the enclosing ``pl.split_aiv(2, mode=pl.SplitMode.NONE)`` region."""
+    """The AIV lane index (0 or 1) of the enclosing ``pl.split_aiv(2, mode=...)`` region (the body's ``aiv_id``)."""
     t = current("pl.tile.get_subblock_idx")
     index = getattr(t, "subblock_index", None)
     if index is None:
         raise compile_error("pl.tile.get_subblock_idx() is the AIV lane of a pl.split_aiv region; there is none "
                             "here", user_loc())
+    if isinstance(index, _Lane):
+        index._split.per_lane = True  # reading the lane makes a data-parallel body per-lane
     return index
