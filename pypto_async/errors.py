@@ -224,8 +224,12 @@ class PtoLoadError(PtoError):
     status = "PTO_ELOAD"
 
 
-class PtoCompileError(PtoError):
-    """Tracing or compiling a kernel failed; the message names file and line."""
+class PtoCompileError(PtoError, ValueError):
+    """Tracing or compiling a kernel failed; the message names file and line.
+
+    Also a :class:`ValueError`, as PyPTO's compile diagnostics are, so a
+    program's ``pytest.raises(ValueError)`` or ``except ValueError`` holds here.
+    """
 
 
 class PtoNotSupported(PtoError):

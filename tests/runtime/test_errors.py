@@ -25,3 +25,9 @@ def test_status_names_the_driver_code_of_each_kind():
     assert errors.PtoTensorFreedError("freed").status == "PTO_ECLOSED"  # inherited from its branch
     assert errors.PtoError("x").status is None and errors.PtoCompileError("x").status is None
     assert errors.PtoError("x", status="PTO_EKERNEL").status == "PTO_EKERNEL"  # built from a driver status
+
+
+def test_argument_and_compile_errors_are_value_errors_as_in_pypto():
+    assert issubclass(errors.PtoArgumentError, ValueError)
+    assert issubclass(errors.PtoCompileError, ValueError)  # PyPTO's compile diagnostics are ValueError
+    assert not issubclass(errors.PtoKernelFault, ValueError)  # a fault on the device is not a bad value
