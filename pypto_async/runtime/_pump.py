@@ -8,6 +8,12 @@ Some facts the pumps rest on (see ``native/include/pto_driver.h``):
 * ``pto_cq_drain`` moves ready records out, oldest first, and resets the fd
   only once the queue is empty, so one wake-up can drain everything and no
   record is ever stranded behind a reset fd.
+* A drain in line on the pump's thread (``await launch`` finding its record
+  ready: :func:`._complete.serve_ready`) uses ``pto_cq_drain_keep``, which
+  never resets the fd: it stays readable, the records pushed meanwhile write
+  nothing to it, and the pump's callback, at the loop's next look, drains and
+  resets it.  A task awaiting launch after launch so costs no eventfd write
+  and read per record, for at most one wake-up of the loop that finds nothing.
 
 A pump's only job is to call ``_complete.on_readable(worker._queue)`` (which drains records
 in batches, resolves their futures, and moves stream backlogs on) on the thread

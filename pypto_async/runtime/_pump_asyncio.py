@@ -10,7 +10,7 @@ from asyncio import _get_running_loop  # None outside a loop: no exception to ca
 
 from .._driver import lib
 from ..errors import PtoInvalidStateError
-from ._complete import on_readable
+from ._complete import on_readable, serve_ready
 from ._pump import _LoopPump, _prune
 
 __all__ = ["AsyncioPump"]
@@ -67,8 +67,9 @@ class AsyncioPump(_LoopPump):
             raise self._wrong_loop()
         if _cq_ready(self._dev):
             # Records wait already (a host thread ran short work itself, RunConfig.host_first):
-            # resolve them now rather than after a turn of the loop through the fd.
-            on_readable(self._worker._queue)
+            # resolve them now rather than after a turn of the loop through the fd (whose
+            # reset is left to that turn: serve_ready).
+            serve_ready(self._worker._queue)
             if launch._done:
                 return launch._until(False)
         self.streak = 0
