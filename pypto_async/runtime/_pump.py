@@ -232,8 +232,20 @@ class _LoopPump:
         return False
 
     def pause(self):
-        """Yield to the loop if the task went too long without suspending (see the module doc)."""
-        if self.turn_due(_CHECK_EVERY):
+        """Yield to the loop if the task went too long without suspending (see the module doc).
+
+        What every ``_CHECK_EVERY``-th await answered at once runs, the streak
+        counted already (``_Waitable._until``).  A streak such awaits began
+        starts its clock at its first look; one the launch path began started
+        it in ``turn_due``.  (Through ``turn_due`` the clock of an await's
+        streak was never started: past the first slice every look yielded,
+        one turn of the loop per 16 awaits.)
+        """
+        n = self.streak
+        if n == _CHECK_EVERY:
+            self._streak_t0 = _clock()  # the streak's first look at the clock
+        elif n >= _YIELD_EVERY or _clock() - self._streak_t0 >= _SLICE_NS:
+            self.streak = 0
             yield from self._yield_once()
 
     def give_turn(self):

@@ -174,3 +174,57 @@ def test_many_tasks_each_awaiting_a_launch_get_their_outputs(kernels, run):
                 np.testing.assert_array_equal(host, x + x)
 
     run(main)
+
+
+class _Clock:
+    """A stand-in for the pump's clock (``_pump._clock``): `step` nanoseconds more at each look."""
+
+    def __init__(self, step: int):
+        self.now = 0
+        self.step = step
+        self.looks = 0
+
+    def __call__(self) -> int:
+        self.now += self.step
+        self.looks += 1
+        return self.now
+
+
+@pytest.mark.parametrize("step_ns, awaits, low, high", [
+    (0, 2048, 2, 2),  # a clock that stands still: one yield per _YIELD_EVERY awaits, exactly
+    (100_000, 1600, 5, 16),  # 0.1 ms a look, one look per 16 awaits: about one yield per 11 looks
+])
+def test_awaits_of_finished_launches_yield_once_a_slice_not_once_a_look(kernels, monkeypatch, step_ns, awaits,
+                                                                       low, high):
+    """A coroutine awaiting finished launches yields after a slice (or 1024 awaits), its clock started per streak."""
+    from pypto_async.runtime import _pump
+
+    clock = _Clock(step_ns)
+    monkeypatch.setattr(_pump, "_clock", clock)
+    rng = np.random.default_rng(265)
+
+    async def main():
+        async with ChipWorker(RunConfig(**CONFIG)) as w:
+            add = w.register(kernels.get("add", N))
+            x = rng.standard_normal(N).astype(np.float32)
+            a = w.alloc_tensor(N, np.float32, init=x)
+            out = w.alloc_tensor(N, np.float32)
+            launch = add(a, a, out)
+            await w.wait()
+            assert launch.done()
+            yields = []
+
+            def counted():
+                yields.append(clock.looks)
+                yield
+
+            w._pump._yield_once = counted
+            w._pump.streak = 0
+            for _ in range(awaits):
+                assert await launch is out
+            host = np.full(N, np.nan, np.float32)
+            await w.copy(host, out)
+            np.testing.assert_array_equal(host, x + x)
+            return len(yields)
+
+    assert low <= asyncio.run(main()) <= high
