@@ -52,6 +52,7 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
     dev = q.dev
     drain_cq = _cq_drain_keep if keep_fd else _cq_drain
     n = drain_cq(dev, buf, BATCH)
+    q.fd_kept = keep_fd
     if n <= 0:
         return 0  # nothing ready (or a lost device): nothing set up, nothing counted
     view = q.cq_view
@@ -194,6 +195,7 @@ def serve_ready(q: CommandQueue) -> None:
         if not q.alive():
             return
         buf = q.cq
+        q.fd_kept = True
         if _cq_drain_keep(q.dev, buf, 1) == 1:
             # The commonest: one record, the awaited launch's (drain's loop for one, written out).
             rec = buf[0]
