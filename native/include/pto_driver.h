@@ -756,6 +756,17 @@ uint32_t pto_cq_ready(pto_device *dev);
  */
 int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max);
 /*
+ * pto_cq_drain, except that the fd is never reset: it stays readable (if it
+ * was) after the queue is left empty, and pushes meanwhile find it signalled
+ * and write nothing.  For a host that drains in line on the thread whose
+ * event loop watches the fd, as it awaits each command: that loop's next look
+ * finds the fd readable, and its pto_cq_drain (of 0 or more records) resets
+ * it.  Saves the two system calls (the push's write, the drain's read) that
+ * each record drained so would cost.  A spurious readable fd is the only
+ * difference: no record is ever stranded behind a reset fd.
+ */
+int pto_cq_drain_keep(pto_device *dev, pto_completion *out, uint32_t max);
+/*
  * Block until a record is ready or timeout_us passes: 0, -PTO_ETIMEDOUT
  * (also -PTO_EDEVLOST / -PTO_ECLOSED when none is ready and the device is
  * lost / closing).

@@ -186,6 +186,30 @@ uint32_t pto_cq_ready(pto_device *dev)
 }
 
 /*
+ * Move up to max records into out, oldest first, and return the count.
+ * With reset, the eventfd is reset when the queue is left empty; without,
+ * it is left as it is (see pto_cq_drain_keep).  Never blocks on the device.
+ */
+static int cq_drain(pto_device *dev, pto_completion *out, uint32_t max, bool reset)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&dev->cq_lock);
+    while (n < max && dev->cq_head != dev->cq_tail) {
+        struct pto_cq_rec *r = &dev->cq[dev->cq_head & dev->cq_mask];
+        out[n++] = r->c;
+        dev->cq_head++;
+    }
+    if (reset && dev->cq_head == dev->cq_tail && dev->cq_signalled) {
+        fd_reset(dev);
+        dev->cq_signalled = false;
+    }
+    pthread_mutex_unlock(&dev->cq_lock);
+    if (n)
+        atomic_fetch_add_explicit(&dev->st_cq_drains, 1, memory_order_relaxed);
+    return (int)n;
+}
+
+/*
  * pto_cq_drain - move up to max records into out, oldest first.
  *
  * Returns the count (0: none ready).  Resets the eventfd only when the
@@ -195,21 +219,22 @@ int pto_cq_drain(pto_device *dev, pto_completion *out, uint32_t max)
 {
     if (!dev || (!out && max))
         return pti_error(PTO_EINVAL, "pto_cq_drain: NULL argument");
-    uint32_t n = 0;
-    pthread_mutex_lock(&dev->cq_lock);
-    while (n < max && dev->cq_head != dev->cq_tail) {
-        struct pto_cq_rec *r = &dev->cq[dev->cq_head & dev->cq_mask];
-        out[n++] = r->c;
-        dev->cq_head++;
-    }
-    if (dev->cq_head == dev->cq_tail && dev->cq_signalled) {
-        fd_reset(dev);
-        dev->cq_signalled = false;
-    }
-    pthread_mutex_unlock(&dev->cq_lock);
-    if (n)
-        atomic_fetch_add_explicit(&dev->st_cq_drains, 1, memory_order_relaxed);
-    return (int)n;
+    return cq_drain(dev, out, max, true);
+}
+
+/*
+ * pto_cq_drain_keep - pto_cq_drain that never resets the eventfd.
+ *
+ * A signalled fd stays signalled (cq_signalled stays set), so the pushes
+ * that follow write nothing either: a host that drains in line, record by
+ * record, saves the read and the write a record would cost.  The fd may so
+ * be readable with the queue empty; the next pto_cq_drain resets it.
+ */
+int pto_cq_drain_keep(pto_device *dev, pto_completion *out, uint32_t max)
+{
+    if (!dev || (!out && max))
+        return pti_error(PTO_EINVAL, "pto_cq_drain_keep: NULL argument");
+    return cq_drain(dev, out, max, false);
 }
 
 /*

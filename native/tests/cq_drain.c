@@ -3,7 +3,9 @@
  * behind a latch and released at once; draining them in small batches must
  * leave the fd readable while records remain and reset it once the queue is
  * empty.  A thread blocked in poll() on the fd wakes for a new record, and
- * pto_wait_token finds a record without draining it.
+ * pto_wait_token finds a record without draining it.  pto_cq_drain_keep
+ * leaves the fd signalled: the records pushed meanwhile signal nothing, and
+ * the next pto_cq_drain resets it.
  */
 #include <pthread.h>
 
@@ -73,6 +75,24 @@ int main(void)
     t_assert(pto_cq_ready(dev) == 1, "wait_token drained the record");
     t_assert(t_check(pto_cq_drain(dev, recs, 7)) == 1 && recs[0].token == 1000, "record lost");
     t_assert(pto_wait_token(dev, 1000, 1000, &one) == -PTO_ETIMEDOUT, "drained token found");
+
+    /* pto_cq_drain_keep: one signal for records drained one by one, the fd left readable. */
+    pto_device_stats st0, st1;
+    t_check(pto_device_get_stats(dev, &st0));
+    for (uint64_t t = 2000; t < 2010; t++) {
+        t_check(pto_stream_notify(s, t));
+        while (pto_cq_ready(dev) == 0)
+            t_assert(pto_cq_wait(dev, 10000000) == 0, "record %llu never arrived", (unsigned long long)t);
+        t_assert(t_check(pto_cq_drain_keep(dev, recs, 7)) == 1 && recs[0].token == t, "kept drain lost %llu",
+                 (unsigned long long)t);
+        t_assert(t_readable(fd, 0), "a kept drain reset the fd");
+    }
+    t_check(pto_device_get_stats(dev, &st1));
+    t_assert(st1.cq_signals - st0.cq_signals == 1, "%llu signals for 10 records drained kept",
+             (unsigned long long)(st1.cq_signals - st0.cq_signals));
+    t_assert(pto_cq_drain(dev, recs, 7) == 0, "records after the kept drains");
+    t_assert(!t_readable(fd, 0), "an empty pto_cq_drain left the fd readable");
+    t_assert(pto_cq_drain_keep(NULL, recs, 1) == -PTO_EINVAL, "NULL device");
 
     pto_latch_destroy(l);
     pto_device_close(dev);

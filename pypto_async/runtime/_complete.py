@@ -26,9 +26,12 @@ from ..errors import PtoCanceledError
 from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
-__all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried", "service", "on_readable",
+__all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried", "service", "on_readable", "serve_ready",
            "settle", "cancel", "drop_queued", "fail_pending"]
 
+_cq_drain = lib.pto_cq_drain
+_cq_drain_keep = lib.pto_cq_drain_keep
+_cq_ready = lib.pto_cq_ready
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
@@ -36,17 +39,20 @@ _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
 
 
-def drain(q: CommandQueue) -> int:
+def drain(q: CommandQueue, keep_fd: bool = False) -> int:
     """Drain ready completion records and resolve their owners; return how many.
 
     At most ``_MAX_BATCHES`` batches per call, so a device that keeps
     producing records cannot hold the event loop: records left over keep
     the fd readable, and the loop comes back to them after other work.
+    `keep_fd`: leave the completion fd as it is (``pto_cq_drain_keep``), for
+    a drain in line on the pump's thread (:func:`serve_ready`).
     """
     buf = q.cq
     dev = q.dev
-    drain_cq = lib.pto_cq_drain
+    drain_cq = _cq_drain_keep if keep_fd else _cq_drain
     n = drain_cq(dev, buf, BATCH)
+    q.fd_kept = keep_fd
     if n <= 0:
         return 0  # nothing ready (or a lost device): nothing set up, nothing counted
     view = q.cq_view
@@ -172,6 +178,41 @@ def on_readable(q: CommandQueue) -> None:
     with q.lock:
         if q.alive():
             service(q)
+
+
+def serve_ready(q: CommandQueue) -> None:
+    """:func:`on_readable` in line, on the pump's thread, for records that wait already (takes the lock).
+
+    What ``await launch`` runs when the launch's record is ready as it is
+    awaited (a host thread ran the work itself, ``RunConfig.host_first``), so
+    the task need not suspend.  The drain leaves the completion fd as it is
+    (``pto_cq_drain_keep``): a fd signalled stays so, and the records pushed
+    meanwhile signal nothing, where draining each record so would cost two
+    system calls (the push's write, the drain's read).  The pump's own
+    callback, on the loop's next look at the fd, resets it.
+    """
+    with q.lock:
+        if not q.alive():
+            return
+        buf = q.cq
+        q.fd_kept = True
+        if _cq_drain_keep(q.dev, buf, 1) == 1:
+            # The commonest: one record, the awaited launch's (drain's loop for one, written out).
+            rec = buf[0]
+            owner = q.pending.pop(rec.token, None)
+            status = rec.status
+            if status:
+                on_failure(q, rec, status, owner)
+            elif owner is not None:
+                owner._ok(rec.start_ns, rec.end_ns)
+            q.completions += 1
+            q.wakeups += 1
+            if _cq_ready(q.dev):
+                drain(q, True)  # more: in batches, as any drain (counted as a wake-up of its own)
+        if q.backlog:
+            flush(q)
+        q.on_service()
+        settle(q)
 
 
 def service(q: CommandQueue) -> None:

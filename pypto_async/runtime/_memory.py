@@ -333,7 +333,8 @@ class DeviceMemory:
 
     def on_service(self) -> None:
         """The queue's ``on_service``: deferred frees, then the launches waiting for memory."""
-        self.free_deferred_locked()
+        if self.deferred:  # (after every drain: no call when there is nothing to free)
+            self.free_deferred_locked()
         if self.mem_waiters:  # frees may have made room for launches waiting for memory
             q = self.queue
             while retry(self):

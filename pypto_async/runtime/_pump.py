@@ -8,6 +8,12 @@ Some facts the pumps rest on (see ``native/include/pto_driver.h``):
 * ``pto_cq_drain`` moves ready records out, oldest first, and resets the fd
   only once the queue is empty, so one wake-up can drain everything and no
   record is ever stranded behind a reset fd.
+* A drain in line on the pump's thread (``await launch`` finding its record
+  ready: :func:`._complete.serve_ready`) uses ``pto_cq_drain_keep``, which
+  never resets the fd: it stays readable, the records pushed meanwhile write
+  nothing to it, and the pump's callback, at the loop's next look, drains and
+  resets it.  A task awaiting launch after launch so costs no eventfd write
+  and read per record, for at most one wake-up of the loop that finds nothing.
 
 A pump's only job is to call ``_complete.on_readable(worker._queue)`` (which drains records
 in batches, resolves their futures, and moves stream backlogs on) on the thread
@@ -226,8 +232,20 @@ class _LoopPump:
         return False
 
     def pause(self):
-        """Yield to the loop if the task went too long without suspending (see the module doc)."""
-        if self.turn_due(_CHECK_EVERY):
+        """Yield to the loop if the task went too long without suspending (see the module doc).
+
+        What every ``_CHECK_EVERY``-th await answered at once runs, the streak
+        counted already (``_Waitable._until``).  A streak such awaits began
+        starts its clock at its first look; one the launch path began started
+        it in ``turn_due``.  (Through ``turn_due`` the clock of an await's
+        streak was never started: past the first slice every look yielded,
+        one turn of the loop per 16 awaits.)
+        """
+        n = self.streak
+        if n == _CHECK_EVERY:
+            self._streak_t0 = _clock()  # the streak's first look at the clock
+        elif n >= _YIELD_EVERY or _clock() - self._streak_t0 >= _SLICE_NS:
+            self.streak = 0
             yield from self._yield_once()
 
     def give_turn(self):

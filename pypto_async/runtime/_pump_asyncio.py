@@ -10,7 +10,7 @@ from asyncio import _get_running_loop  # None outside a loop: no exception to ca
 
 from .._driver import lib
 from ..errors import PtoInvalidStateError
-from ._complete import on_readable
+from ._complete import on_readable, serve_ready
 from ._pump import _LoopPump, _prune
 
 __all__ = ["AsyncioPump"]
@@ -65,10 +65,18 @@ class AsyncioPump(_LoopPump):
         loop = self._loop
         if _get_running_loop() is not loop or self._closed:
             raise self._wrong_loop()
+        q = self._worker._queue
         if _cq_ready(self._dev):
             # Records wait already (a host thread ran short work itself, RunConfig.host_first):
-            # resolve them now rather than after a turn of the loop through the fd.
-            on_readable(self._worker._queue)
+            # resolve them now rather than after a turn of the loop through the fd (whose
+            # reset is left to that turn: serve_ready).
+            serve_ready(q)
+            if launch._done:
+                return launch._until(False)
+        if q.fd_kept:
+            # About to suspend: reset the fd that in-line drains left signalled, so the loop
+            # wakes for this launch's record (as it did before), not at once for nothing.
+            on_readable(q)
             if launch._done:
                 return launch._until(False)
         self.streak = 0

@@ -133,7 +133,7 @@ class CommandQueue:
 
     __slots__ = ("dev", "lock", "pump", "alive", "check_open", "on_service", "pending", "next_token",
                  "serve_at", "backlog", "failures", "sync_points", "idle_waiters", "completions", "wakeups",
-                 "fifo_waits", "loop_warned", "cq", "cq_view", "used", "syncing")
+                 "fifo_waits", "loop_warned", "cq", "cq_view", "used", "syncing", "fd_kept")
 
     def __init__(self, dev, lock, pump, alive, check_open):
         self.dev = dev
@@ -155,6 +155,7 @@ class CommandQueue:
         self.loop_warned: set[str] = set()
         self.cq = ffi.new("pto_completion[]", BATCH)
         self.cq_view = cq_view(self.cq)  # the same memory, read column-wise by the drain
+        self.fd_kept = False  # a drain left the completion fd signalled (_complete.serve_ready)
         # What a worker sync looks at (_stream.sync_point), by stream id: the streams given work since
         # the last one (_submit.note_used), and those whose marker of it has not completed healthy
         # (-> that marker's token).

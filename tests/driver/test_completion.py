@@ -65,6 +65,30 @@ def test_small_drains_leave_the_fd_readable(dev, cq, stream):
     assert [r.seq for r in got] == list(range(2, 12))
 
 
+def test_a_kept_drain_leaves_the_fd_signalled_and_later_pushes_signal_nothing(dev, cq, stream):
+    """pto_cq_drain_keep: records drained one by one cost one signal; the next pto_cq_drain resets the fd."""
+    fd = lib.pto_cq_fd(dev)
+    out = ffi.new("pto_completion[]", 4)
+    st0 = device_stats(dev)
+    toks = [new_token() for _ in range(6)]
+    for t in toks:
+        notify(stream, t)
+        while lib.pto_cq_ready(dev) == 0:
+            assert lib.pto_cq_wait(dev, 10_000_000) == 0
+        assert lib.pto_cq_drain_keep(dev, out, 4) == 1 and out[0].token == t
+        assert readable(fd)  # kept: readable with the queue empty
+    st = device_stats(dev)
+    assert st.cq_records - st0.cq_records == 6
+    assert st.cq_signals - st0.cq_signals == 1
+    assert cq.drain() == []  # an ordinary drain, of nothing: resets it
+    assert not readable(fd)
+    t = new_token()
+    notify(stream, t)  # signalled again: nothing is stranded behind the reset
+    assert readable(fd, 10.0)
+    assert [r.token for r in cq.drain()] == [t]
+    assert lib.pto_cq_drain_keep(ffi.NULL, out, 1) < 0
+
+
 def test_cq_wait_times_out_when_idle(dev):
     assert lib.pto_cq_wait(dev, 1000) == -PTO_ETIMEDOUT
     assert lib.pto_cq_wait(dev, 0) == -PTO_ETIMEDOUT
