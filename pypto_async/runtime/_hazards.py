@@ -353,6 +353,7 @@ class Hazards:
         out = ffi.new("pto_hazards **")
         check(lib.pto_hazards_create(q.dev, out), "pto_hazards_create")
         self.table = out[0]
+        check(lib.pto_hazards_attach(self.table), "pto_hazards_attach")  # pto_stream_launch_ordered's table
         # The table while a launch on DeviceTensors may go to pto_hazards_launch (the launch path
         # tests this one attribute), else None: no automatic ordering, the sanitizer on, streams
         # collected unclosed that the table has not heard of, or a manual region open on the worker.
