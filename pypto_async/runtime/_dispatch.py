@@ -33,8 +33,11 @@ its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
 a tuple of ints drops out of the cyclic GC's tracking at its first
 collection, a list never does.  With automatic ordering, a launch on
 DeviceTensors the stream used before goes to the driver as
-``pto_hazards_launch``: the driver decides the edges its tensors need and
-queues them with the launch, in one call (:mod:`._hazards`).  And every 64th launch it runs the completion
+``pto_stream_launch_ordered``, in ``pto_stream_launch``'s shape (the
+device's table, the kernel's declared accesses): the driver decides the
+edges its tensors need and queues them with the launch, in one call
+(:mod:`._hazards`); it takes two tokens, the one before the launch's for a
+wait the edges may need.  And every 64th launch it runs the completion
 service itself when its pump may (``can_serve_inline``): a coroutine that
 submits without ever suspending never lets the pump run, and draining now
 and then lets finished launches die young (cheap for the cyclic GC) and

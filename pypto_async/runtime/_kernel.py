@@ -107,7 +107,7 @@ class KernelHandle:
         h._name = name
         h._binder = Binder(compiled.params, name)
         # How the launch uses each argument, for the driver's ordering of a kernel launch
-        # (pto_hazards_launch, which queues the edges it needs with it); None for a program.
+        # (pto_stream_launch_ordered, which queues the edges it needs with it); None for a program.
         h._access = launch_access(h._binder.params) if launch is lib.pto_stream_launch else None
         # Whether the driver knows those accesses (pto_kernel_set_arg_access, at registration): a
         # launch may then go as pto_stream_launch_ordered, in pto_stream_launch's shape.

@@ -1,4 +1,4 @@
-"""Launches ordered by the driver alone (``pto_hazards_launch``), and what it declines.
+"""Launches ordered by the driver alone (``pto_stream_launch_ordered``), and what it declines.
 
 With automatic ordering and the sanitizer off, a launch on DeviceTensors its
 stream used before goes to the driver with each argument's access; the
