@@ -558,6 +558,14 @@ const char *pto_kernel_name(const pto_kernel *k);
  * -PTO_EINVAL, -PTO_ENOMEM.
  */
 int pto_kernel_set_arg_kinds(pto_kernel *k, const uint8_t *kinds, uint32_t nargs);
+/*
+ * Declare how k uses its arguments, for pto_stream_launch_ordered:
+ * access[i] is PTO_HZ_READ and/or PTO_HZ_WRITE for a tensor argument, 0 for
+ * a scalar (nargs of them).  Declared once; the same again changes nothing,
+ * different ones are -PTO_EINVAL (that caller orders its launches another
+ * way).  Returns 0, -PTO_EINVAL, -PTO_ENOMEM.
+ */
+int pto_kernel_set_arg_access(pto_kernel *k, const uint8_t *access, uint32_t nargs);
 /* Unload once no queued launch references k.  Never blocks. */
 void pto_kernel_unload(pto_kernel *k);
 
@@ -1227,6 +1235,25 @@ void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t 
  */
 int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
                        uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token);
+/*
+ * The same launch in pto_stream_launch's shape, for the one caller that
+ * orders every launch: the table is the one attached to s's device
+ * (pto_hazards_attach), the accesses are those k declared
+ * (pto_kernel_set_arg_access; arguments past them are not accesses), and
+ * the wait-many, if any, takes token - 1 (the caller hands out two tokens).
+ * When every tensor argument's last conflicting access is on s, no edge is
+ * needed and the call is pto_stream_launch plus a lookup per argument.
+ * Returns as pto_hazards_launch; -PTO_EINVAL without an attached table, or
+ * for a kernel that declared no accesses.
+ */
+int pto_stream_launch_ordered(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                              uint32_t nargs, uint64_t token);
+/*
+ * Make hz the table pto_stream_launch_ordered orders by on its device, until
+ * pto_hazards_destroy.  Returns 0, or -PTO_EINVAL (a table of points, or
+ * another table attached to the device already).
+ */
+int pto_hazards_attach(pto_hazards *hz);
 
 /*
  * Graph replays ordered by a table (graph.c).  Against other streams' work a

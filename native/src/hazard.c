@@ -942,6 +942,8 @@ void pto_hazards_destroy(pto_hazards *hz)
 {
     if (!hz)
         return;
+    if (hz->dev->hz == hz)
+        hz->dev->hz = NULL;
     for (size_t i = 0; i < hz->tensors.cap; i++) {
         struct hz_tensor *t = hz->tensors.v[i];
         if (!t)
@@ -1219,21 +1221,49 @@ void pto_hazards_sizes(pto_hazards *hz, pto_devptr addr, uint32_t sid, uint64_t 
  * launch behind M edges queues one command (M = 1) or two, and costs
  * O(M log M) here, not 2M + 1 commands and M clock copies.
  */
-int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
-                       uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token)
+/*
+ * Whether no access of the call needs an edge because every earlier access
+ * that conflicts with it is me's own: each record absent, or written last by
+ * me and (for a write) read since by me alone.  Fills tens as decide does.
+ * The common case (a stream working on its own tensors) stops here: no plan,
+ * no clock is read.
+ */
+static bool all_mine(pto_hazards *hz, const struct hz_stream *me, const pto_hz_access *acc, uint32_t n,
+                     struct hz_tensor **tens)
 {
-    const char *fn = "pto_hazards_launch";
+    for (uint32_t i = 0; i < n; i++) {
+        struct hz_tensor *t = map_get(&hz->tensors, acc[i].addr);
+        tens[i] = t;
+        if (!t)
+            continue;
+        if (t->w && t->w != me)
+            return false;
+        if (acc[i].flags & PTO_HZ_WRITE)
+            for (uint32_t r = 0; r < t->nr; r++)
+                if (t->r[r].s != me)
+                    return false;
+    }
+    return true;
+}
+
+/* pto_hazards_launch, with access[0..nacc) (arguments past them are not accesses). */
+static int launch_ordered(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                          uint32_t nargs, const uint8_t *access, uint32_t nacc, uint64_t edge_token,
+                          uint64_t token, const char *fn)
+{
     struct hz_stream *me = hz && s ? stream_of(hz, s->id) : NULL;
-    if (!me || me->ptr != s || (nargs && !access))
+    if (!me || me->ptr != s || (nacc && !access))
         return pti_error(PTO_EINVAL, "%s: a stream registered with the table expected", fn);
     int rc = pti_launch_check(s, k, blocks, args, nargs, fn);
     if (rc)
         return rc;
+    if (nacc > nargs)
+        nacc = nargs;
     pto_hz_access small[16], *acc = small;
     struct hz_tensor *tsmall[16], **tens = tsmall; /* the records decide found, for note_found */
-    if (nargs > 16) {
-        acc = malloc(nargs * sizeof(*acc));
-        tens = malloc(nargs * sizeof(*tens));
+    if (nacc > 16) {
+        acc = malloc(nacc * sizeof(*acc));
+        tens = malloc(nacc * sizeof(*tens));
         if (!acc || !tens) {
             free(acc);
             free(tens);
@@ -1241,9 +1271,22 @@ int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t b
         }
     }
     uint32_t n = 0;
-    for (uint32_t i = 0; i < nargs; i++)
+    for (uint32_t i = 0; i < nacc; i++)
         if (access[i])
             acc[n++] = (pto_hz_access){args[i], access[i] & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
+    if (all_mine(hz, me, acc, n, tens)) { /* no edge: the launch, and its accesses noted */
+        rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
+        if (rc >= 0) {
+            int noted = note_found(hz, me, acc, n, token, tens);
+            if (noted < 0)
+                rc = noted;
+        }
+        if (acc != small) {
+            free(acc);
+            free(tens);
+        }
+        return rc;
+    }
     /* Per edge: its stream (table and driver), its event's id (traces), its fence. */
     struct hz_stream *hsmall[8], **hs = hsmall;
     pto_stream *psmall[8], **ps = psmall;
@@ -1329,4 +1372,37 @@ out:
         free(tens);
     }
     return rc;
+}
+
+int pto_hazards_launch(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                       uint32_t nargs, const uint8_t *access, uint64_t edge_token, uint64_t token)
+{
+    return launch_ordered(hz, s, k, blocks, args, nargs, access, nargs, edge_token, token, "pto_hazards_launch");
+}
+
+int pto_hazards_attach(pto_hazards *hz)
+{
+    if (!hz || hz->points)
+        return pti_error(PTO_EINVAL, "pto_hazards_attach: a table (not of points) expected");
+    if (hz->dev->hz && hz->dev->hz != hz)
+        return pti_error(PTO_EINVAL, "pto_hazards_attach: the device has another table attached");
+    hz->dev->hz = hz;
+    return 0;
+}
+
+static uint64_t edge_token_of(uint64_t token)
+{
+    return token ? token - 1 : 0;
+}
+
+int pto_stream_launch_ordered(pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                              uint32_t nargs, uint64_t token)
+{
+    const char *fn = "pto_stream_launch_ordered";
+    pto_hazards *hz = s ? s->dev->hz : NULL;
+    const struct pto_argaccess *aa = k ? atomic_load_explicit(&k->access, memory_order_acquire) : NULL;
+    if (!hz || !aa)
+        return pti_error(PTO_EINVAL, "%s: a stream of a device with a table attached (pto_hazards_attach) and a "
+                         "kernel that declared its accesses (pto_kernel_set_arg_access) expected", fn);
+    return launch_ordered(hz, s, k, blocks, args, nargs, aa->bits, aa->nargs, edge_token_of(token), token, fn);
 }

@@ -310,6 +310,12 @@ int pti_argkinds_set(struct pto_argkinds *_Atomic *slot, const uint8_t *kinds, u
 int pti_args_check(pto_device *dev, const struct pto_argkinds *ak, const uint64_t *args, uint32_t nargs,
                    const char *fn, const char *what);
 
+/* A kernel's declared accesses (pto_kernel_set_arg_access): PTO_HZ_READ | PTO_HZ_WRITE per argument. */
+struct pto_argaccess {
+    uint32_t nargs;
+    uint8_t bits[];
+};
+
 struct pto_kernel {
     pto_device *dev;
     struct pto_link link;         /* dev->kernels, under obj_lock */
@@ -318,6 +324,7 @@ struct pto_kernel {
     pto_kernel_fn fn;
     void *handle;                 /* the platform's (sim: dlopen handle); NULL for builtins */
     struct pto_argkinds *_Atomic kinds; /* pto_kernel_set_arg_kinds; NULL: unchecked */
+    struct pto_argaccess *_Atomic access; /* pto_kernel_set_arg_access; NULL: none declared */
     _Atomic uint32_t block_ns;    /* host time of its last block run, capped (host-first choice, engines.c) */
     bool arg_timed;               /* its time is its argument's (the builtin spin): never judged by block_ns */
     char name[PTI_NAME_LEN];
@@ -1139,6 +1146,7 @@ extern const struct pto_platform_ops pti_sim_ops;
 
 struct pto_device {
     pto_device_config cfg;        /* resolved: no zeros left */
+    pto_hazards *hz;              /* pto_hazards_attach: what pto_stream_launch_ordered orders by (the table's caller's lock) */
     char platform[16];            /* the platform's name (pto_device_info.platform) */
     const struct pto_platform_ops *ops;
 

@@ -96,6 +96,7 @@ static pto_kernel *kernel_new(pto_device *dev, const char *name, pto_kernel_fn f
     atomic_init(&k->refs, 1);
     atomic_init(&k->unloaded, 0);
     atomic_init(&k->kinds, NULL);
+    atomic_init(&k->access, NULL);
     pti_strlcpy(k->name, name, sizeof(k->name));
     pthread_mutex_lock(&dev->obj_lock);
     pti_link_add(&dev->kernels, &k->link);
@@ -124,6 +125,7 @@ void pti_kernel_unref(pto_kernel *k)
     if (k->handle)
         dev->ops->kernel_unload(k->handle);
     free(atomic_load_explicit(&k->kinds, memory_order_relaxed));
+    free(atomic_load_explicit(&k->access, memory_order_relaxed));
     free(k);
 }
 
@@ -190,6 +192,34 @@ int pto_kernel_set_arg_kinds(pto_kernel *k, const uint8_t *kinds, uint32_t nargs
     if (!k)
         return pti_error(PTO_EINVAL, "pto_kernel_set_arg_kinds: NULL kernel");
     return pti_argkinds_set(&k->kinds, kinds, nargs, "pto_kernel_set_arg_kinds", k->name);
+}
+
+/* Published once, as the kinds are (pti_argkinds_set). */
+int pto_kernel_set_arg_access(pto_kernel *k, const uint8_t *access, uint32_t nargs)
+{
+    const char *fn = "pto_kernel_set_arg_access";
+    if (!k || (nargs && !access))
+        return pti_error(PTO_EINVAL, "%s: NULL kernel, or NULL access with nargs=%u", fn, nargs);
+    struct pto_argaccess *aa = malloc(sizeof(*aa) + nargs);
+    if (!aa)
+        return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
+    aa->nargs = nargs;
+    for (uint32_t i = 0; i < nargs; i++) {
+        if (access[i] & ~(PTO_HZ_READ | PTO_HZ_WRITE)) {
+            free(aa);
+            return pti_error(PTO_EINVAL, "%s: %s: access %u of argument %u is not PTO_HZ_READ | PTO_HZ_WRITE", fn,
+                             k->name, access[i], i);
+        }
+        aa->bits[i] = access[i];
+    }
+    struct pto_argaccess *expected = NULL;
+    if (atomic_compare_exchange_strong(&k->access, &expected, aa))
+        return 0;
+    bool same = expected->nargs == nargs && !memcmp(expected->bits, aa->bits, nargs);
+    free(aa);
+    if (!same)
+        return pti_error(PTO_EINVAL, "%s: %s: its accesses were declared already, differently", fn, k->name);
+    return 0;
 }
 
 const char *pto_kernel_name(const pto_kernel *k)

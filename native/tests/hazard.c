@@ -13,6 +13,11 @@
  *      edge from a held or closed stream.
  *   4. A write after 1,000 reads on 1,000 streams: one edge per reader,
  *      none dropped, and the next write on the same stream needs none.
+ *   6. pto_stream_launch_ordered: the device's attached table and the
+ *      kernel's declared accesses; a stream on its own tensors queues the
+ *      launch alone; a crossing launch gets its edge (the launch behind a
+ *      latched writer); refused without a table attached or accesses
+ *      declared; one table per device; accesses declared once.
  *   5. A table of points (a graph capture's, pto_hazards_decide): edges
  *      decided, taken and noted in one call, nothing queued; an edge waits
  *      for the access's own point, so it orders after what that access's
@@ -396,6 +401,78 @@ static void points(pto_device *dev)
         pto_stream_destroy(s[i]);
 }
 
+static void launch_ordered(pto_device *dev)
+{
+    pto_hazards *hz, *other, *points;
+    pto_stream *s1, *s2;
+    pto_kernel *noop;
+    pto_latch *latch;
+    pto_devptr buf;
+    t_check(pto_hazards_create(dev, &hz));
+    t_check(pto_hazards_create(dev, &other));
+    t_check(pto_hazards_create_points(dev, &points));
+    t_check(pto_stream_create(dev, 0, &s1));
+    t_check(pto_stream_create(dev, 0, &s2));
+    t_check(pto_hazards_stream(hz, s1));
+    t_check(pto_hazards_stream(hz, s2));
+    t_check(pto_kernel_builtin(dev, "noop", &noop));
+    t_check(pto_mem_alloc(dev, 4096, s1, &buf));
+    t_check(pto_latch_create(dev, 0, &latch));
+    uint64_t args[1] = {buf};
+    uint8_t inout[1] = {PTO_HZ_READ | PTO_HZ_WRITE}, rd[1] = {PTO_HZ_READ}, bad[1] = {PTO_HZ_MANUAL};
+
+    t_assert(pto_stream_launch_ordered(s1, noop, 1, args, 1, 2) == -PTO_EINVAL, "refused: no table attached");
+    t_check(pto_hazards_attach(hz));
+    t_check(pto_hazards_attach(hz)); /* the same again changes nothing */
+    t_assert(pto_hazards_attach(other) == -PTO_EINVAL, "refused: another table is attached");
+    t_assert(pto_hazards_attach(points) == -PTO_EINVAL, "refused: a table of points");
+    t_assert(pto_stream_launch_ordered(s1, noop, 1, args, 1, 2) == -PTO_EINVAL, "refused: no accesses declared");
+    t_assert(pto_kernel_set_arg_access(noop, bad, 1) == -PTO_EINVAL, "refused: not a read or a write");
+    t_check(pto_kernel_set_arg_access(noop, inout, 1));
+    t_check(pto_kernel_set_arg_access(noop, inout, 1));
+    t_assert(pto_kernel_set_arg_access(noop, rd, 1) == -PTO_EINVAL, "refused: declared differently before");
+
+    /* One stream on its own tensor: the launches alone, no edge. */
+    uint64_t accepted = pto_stream_accepted(s1);
+    for (uint64_t tok = 2; tok <= 20; tok += 2)
+        t_assert(t_check(pto_stream_launch_ordered(s1, noop, 1, args, 1, tok)) == 0, "a launch on s1");
+    t_assert(pto_stream_accepted(s1) == accepted + 10, "ten commands, one per launch");
+    uint64_t counts[2];
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 0 && counts[1] == 0, "no edge inferred or skipped on one stream");
+    /* Crossing: the launch on s2 waits for s1's last write, held behind a latch. */
+    t_check(pto_stream_latch_wait(s1, latch, 22));
+    t_check(pto_stream_launch_ordered(s1, noop, 1, args, 1, 24));
+    t_assert(t_check(pto_stream_launch_ordered(s2, noop, 1, args, 1, 26)) == 0, "the crossing launch");
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 1, "one inferred edge (%llu)", (unsigned long long)counts[0]);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    t_assert(pto_stream_completed(s2) == 0, "the crossing launch ran before the write it waits for");
+    pto_latch_release(latch);
+    t_check(pto_stream_synchronize(s1, 10000000));
+    t_check(pto_stream_synchronize(s2, 10000000));
+    /* Back on s2 alone: no edge again (s2 wrote it last). */
+    t_assert(t_check(pto_stream_launch_ordered(s2, noop, 1, args, 1, 28)) == 0, "s2 again");
+    pto_hazards_counts(hz, counts);
+    t_assert(counts[0] == 1, "no new edge");
+    t_check(pto_stream_synchronize(s2, 10000000));
+    pto_completion recs[64];
+    while (pto_cq_drain(dev, recs, 64) > 0)
+        ;
+    pto_hazards_destroy(hz);
+    t_assert(pto_stream_launch_ordered(s1, noop, 1, args, 1, 30) == -PTO_EINVAL, "refused: the table is gone");
+    t_check(pto_hazards_attach(other)); /* the device takes another once the first is destroyed */
+    pto_hazards_destroy(other);
+    pto_hazards_destroy(points);
+    t_check(pto_stream_free(s1, buf, 0));
+    t_check(pto_stream_synchronize(s1, 10000000));
+    pto_latch_destroy(latch);
+    pto_kernel_unload(noop);
+    pto_stream_destroy(s1);
+    pto_stream_destroy(s2);
+}
+
 int main(void)
 {
     pto_device *dev = t_open_device(1u << 20, 4096);
@@ -405,7 +482,8 @@ int main(void)
     launch_many(dev);
     many_readers(dev);
     points(dev);
+    launch_ordered(dev);
     pto_device_close(dev);
-    printf("hazards: rule, fold, launch, launch after many reads, 1000 readers, points\n");
+    printf("hazards: rule, fold, launch, launch after many reads, 1000 readers, points, ordered launch\n");
     return T_EXIT_PASS;
 }

@@ -268,7 +268,7 @@ class Binder:
         ``joins`` is None or the ``(DeviceTensor, Access)`` that need the slow
         path of ordering (:func:`~._hazards.order`): first uses on `stream`,
         and tensors whose ordering is manual.  The driver orders the rest with
-        the launch (``pto_hazards_launch``).
+        the launch (``pto_stream_launch_ordered``).
         """
         if len(args) != self.nparams:
             raise self.arity_error(len(args))

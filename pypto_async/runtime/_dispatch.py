@@ -33,8 +33,11 @@ its overflow).  A launch that waits in the FIFO keeps its values as a tuple:
 a tuple of ints drops out of the cyclic GC's tracking at its first
 collection, a list never does.  With automatic ordering, a launch on
 DeviceTensors the stream used before goes to the driver as
-``pto_hazards_launch``: the driver decides the edges its tensors need and
-queues them with the launch, in one call (:mod:`._hazards`).  And every 64th launch it runs the completion
+``pto_stream_launch_ordered``, in ``pto_stream_launch``'s shape (the
+device's table, the kernel's declared accesses): the driver decides the
+edges its tensors need and queues them with the launch, in one call
+(:mod:`._hazards`); it takes two tokens, the one before the launch's for a
+wait the edges may need.  And every 64th launch it runs the completion
 service itself when its pump may (``can_serve_inline``): a coroutine that
 submits without ever suspending never lets the pump run, and draining now
 and then lets finished launches die young (cheap for the cyclic GC) and
@@ -62,7 +65,7 @@ from ._wait import block_until
 
 __all__ = ["launch_kernel", "launch_group", "queue_one", "finish_sync"]
 
-_hz_launch = lib.pto_hazards_launch  # bound once, as the launch calls are (see the module doc)
+_hz_launch = lib.pto_stream_launch_ordered  # bound once, as the launch calls are (see the module doc)
 _DECLINED = lib.PTO_HZ_DECLINED
 _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound method each time)
 # The hot path runs the completion service itself once per this many launches (a threshold on
@@ -105,22 +108,25 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         if hz is None:
             if joins is not None:  # first uses join
                 order(worker, stream, joins, h._label, 0)
-        elif (joins is None and hosts is None and (table := hz.launch) is not None and not stream._fifo
-              and h._access is not None and hz.recorder.graph_tags is None):
-            # The driver orders the launch and queues the edges it needs with it, in one call.
+        elif (joins is None and hosts is None and hz.launch is not None and h._ordered and not stream._fifo
+              and hz.recorder.graph_tags is None):
+            # The driver orders the launch and queues the edges it needs with it, in one call of
+            # pto_stream_launch's shape (the table is the device's, the accesses the kernel's).
             # (hz.launch: the table while nothing closes this path, see Hazards.launch.)
-            first = q.next_token
-            q.next_token = first + 2  # first: the edges' waits (quiet), first + 1: the launch
-            rc = _hz_launch(table, stream._ptr, h._kptr, h._blocks, values, h._nargs, h._access, first, first + 1)
-            if rc != _DECLINED:
-                tok, span = first + 1, 2
-                q.pending[tok] = launch
-                stream._last = tok
-                if rc > QUEUED:
+            tok = q.next_token + 1  # tok - 1: the edges' wait, if any (quiet)
+            q.next_token = tok + 1
+            span = 2
+            q.pending[tok] = launch
+            stream._last = tok
+            rc = _hz_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+            if rc > QUEUED:
+                if rc == _DECLINED:  # nothing queued: its tokens go back, and it is ordered here
+                    del q.pending[tok]
+                    q.next_token = tok - 1
+                    tok, span = 0, 1
+                    hz.order(stream, h._binder.accesses(args), h._label, 0)
+                else:
                     rc = fused_overflow(q, stream, hz, rc)
-            else:
-                q.next_token = first  # declined, nothing queued: ordered here instead
-                hz.order(stream, h._binder.accesses(args), h._label, 0)
         else:  # the general path: the driver decides, the edges are queued here
             hz.order(stream, h._binder.accesses(args), h._label, inputs(hosts) if hosts is not None else 0)
         if not tok and hosts is None:  # ordered (or nothing to order): the launch itself, one command

@@ -14,9 +14,12 @@ a wait command.
 The driver owns the rule and its state (``native/src/hazard.c``, the
 ``pto_hazards_*`` calls of ``pto_driver.h``): per allocation the last write
 and the reads since, per stream the points it waits for.  A launch on
-DeviceTensors alone passes each argument's access with its device address
-(``pto_hazards_launch``), and the driver queues the edges it needs with the
-launch, in the same call.  Everything else (copies, launches with host
+DeviceTensors alone goes as ``pto_stream_launch_ordered``, in
+``pto_stream_launch``'s shape: the table is the one attached to the device
+(``pto_hazards_attach``), each argument's access the one its kernel
+declared at registration (``pto_kernel_set_arg_access``), and the driver
+queues the edges it needs with the launch, in the same call; on a stream
+working on its own tensors that is the launch and a lookup per argument.  Everything else (copies, launches with host
 arrays, peer copies, collectives, graph replays, first uses, and edges the
 driver cannot queue alone: from a stream that holds work on the host or is
 closed, or to an exact point) asks the driver for the edges
@@ -136,7 +139,7 @@ def manual_workers() -> tuple:
 
 
 def launch_access(params) -> object:
-    """The access of each kernel parameter, as ``pto_hazards_launch`` reads it (0 for scalars)."""
+    """The access of each kernel parameter, as the driver reads it (0 for scalars; ``pto_kernel_set_arg_access``)."""
     bits = [0 if p.direction == SCALAR else (_READ if p.copies_in else 0) | (_WRITE if p.copies_out else 0)
             for p in params]
     return ffi.new("uint8_t[]", bits or [0])
@@ -312,7 +315,7 @@ class Access:
 
 
 def fused_overflow(q, stream, hz, rc: int) -> int:
-    """Account the commands of a ``pto_hazards_launch`` that went to overflow; the launch's part of `rc`.
+    """Account the commands of a ``pto_stream_launch_ordered`` that went to overflow; the launch's part of `rc`.
 
     Its edges queue nothing on the streams they wait for (fences): only its
     wait-many can have gone to `stream`'s overflow before the launch.
@@ -349,11 +352,12 @@ class Hazards:
         self.auto = auto
         self.sanitizer = Sanitizer(q, mode, stacks)
         self.sanitizing = mode != "off"
-        self.fast = auto and mode == "off"  # launches may go to pto_hazards_launch
+        self.fast = auto and mode == "off"  # launches may go to pto_stream_launch_ordered
         out = ffi.new("pto_hazards **")
         check(lib.pto_hazards_create(q.dev, out), "pto_hazards_create")
         self.table = out[0]
-        # The table while a launch on DeviceTensors may go to pto_hazards_launch (the launch path
+        check(lib.pto_hazards_attach(self.table), "pto_hazards_attach")  # pto_stream_launch_ordered's table
+        # The table while a launch on DeviceTensors may go to pto_stream_launch_ordered (the launch path
         # tests this one attribute), else None: no automatic ordering, the sanitizer on, streams
         # collected unclosed that the table has not heard of, or a manual region open on the worker.
         self.launch = self.table if self.fast else None

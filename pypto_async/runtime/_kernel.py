@@ -90,7 +90,7 @@ class KernelHandle:
     """
 
     __slots__ = ("_worker", "_compiled", "_kptr", "_binder", "_blocks", "_label", "_launch",
-                 "_access", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_rs", "_unfit", "_cid", "_closed",
+                 "_access", "_ordered", "_nargs", "_out_idx", "_has_return", "_name", "_out1", "_rs", "_unfit", "_cid", "_closed",
                  "__weakref__")
 
     def __init__(self, *args, **kwargs):
@@ -107,8 +107,11 @@ class KernelHandle:
         h._name = name
         h._binder = Binder(compiled.params, name)
         # How the launch uses each argument, for the driver's ordering of a kernel launch
-        # (pto_hazards_launch, which queues the edges it needs with it); None for a program.
+        # (pto_stream_launch_ordered, which queues the edges it needs with it); None for a program.
         h._access = launch_access(h._binder.params) if launch is lib.pto_stream_launch else None
+        # Whether the driver knows those accesses (pto_kernel_set_arg_access, at registration): a
+        # launch may then go as pto_stream_launch_ordered, in pto_stream_launch's shape.
+        h._ordered = False
         h._blocks = int(getattr(compiled, "block_num", 1) or 1)
         h._label = f"launch of {name!r}"
         h._nargs = len(h._binder.params)
@@ -442,6 +445,10 @@ def register(worker, compiled) -> KernelHandle:
         declare = lib.pto_program_set_arg_kinds if program else lib.pto_kernel_set_arg_kinds
         check(declare(kptr, ffi.new("uint8_t[]", kinds) if kinds else ffi.NULL, len(kinds)),
               f"declaring the arguments of {symbol!r}")
+        if handle._access is not None:
+            # Declared once per kernel: another handle of it that uses its arguments differently
+            # (the driver refuses the second declaration) orders its launches the general way.
+            handle._ordered = lib.pto_kernel_set_arg_access(kptr, handle._access, handle._nargs) == 0
         worker._handles[id(compiled)] = (compiled, handle)
         worker._prepared += 1
     graph = getattr(compiled, "task_graph", None)

@@ -7,7 +7,10 @@ accesses ordered and noted by the general calls (``pto_hazards_order``, the
 edges queued with ``pto_hazards_queue_edge`` or through marks, then
 ``pto_hazards_note``), launches ordered by the driver alone
 (``pto_hazards_launch``, which must decline exactly when an edge needs a
-point it cannot queue: a closed source or an exact point), explicit waits
+point it cannot queue: a closed source or an exact point; and the same in
+``pto_stream_launch``'s shape, ``pto_stream_launch_ordered``, with the
+table attached to the device and the accesses declared by the kernel, as
+the runtime launches), explicit waits
 on marks, writes with exact points, closes (reads folding into the fold
 point) and forgotten allocations.  Every decision must match: the edges in
 order with their positions and exact points, and the inferred and skipped
@@ -52,6 +55,8 @@ class DriverVsModel(RuleBasedStateMachine):
         k = ffi.new("pto_kernel **")
         check(lib.pto_kernel_builtin(self.w._dev, b"noop", k), "pto_kernel_builtin")
         self.noop = k[0]
+        check(lib.pto_hazards_attach(self.hz), "pto_hazards_attach")  # for pto_stream_launch_ordered
+        self.kernels: dict[tuple, object] = {}  # accesses -> a noop that declared them
         self.model = HazardModel()
         self.streams = [self.w.stream() for _ in range(STREAMS + 1)]  # the last: the fold point
         for s in self.streams:
@@ -71,6 +76,8 @@ class DriverVsModel(RuleBasedStateMachine):
             return
         self.w.sync(timeout=30)
         lib.pto_hazards_destroy(self.hz)
+        for k in (self.noop, *self.kernels.values()):
+            lib.pto_kernel_unload(k)
         self.w.close()
 
     def _next(self) -> int:
@@ -130,16 +137,40 @@ class DriverVsModel(RuleBasedStateMachine):
                                                         min_size=1, max_size=3))
     def launch(self, i, picks):
         """A launch the driver orders alone, or declines with nothing changed."""
+        self._launch(i, picks, False)
+
+    @rule(i=st.integers(0, STREAMS - 1), picks=st.lists(st.tuples(st.integers(0, TENSORS - 1),
+                                                                  st.sampled_from([READ, WRITE, READ | WRITE])),
+                                                        min_size=1, max_size=3))
+    def launch_ordered(self, i, picks):
+        """The same in pto_stream_launch's shape: the attached table, the kernel's declared accesses."""
+        self._launch(i, picks, True)
+
+    def _kernel(self, access: tuple):
+        k = self.kernels.get(access)
+        if k is None:
+            out = ffi.new("pto_kernel **")
+            check(lib.pto_kernel_builtin(self.w._dev, b"noop", out), "pto_kernel_builtin")
+            k = self.kernels[access] = out[0]
+            check(lib.pto_kernel_set_arg_access(k, ffi.new("uint8_t[]", access), len(access)),
+                  "pto_kernel_set_arg_access")
+        return k
+
+    def _launch(self, i, picks, shaped: bool):
         s = self._open_stream(i)
         if s is None:
             return
         args = ffi.new("uint64_t[]", [ADDR * (j + 1) for j, _ in picks])
-        access = ffi.new("uint8_t[]", [f for _, f in picks])
         _, model = self._accesses(picks)
         edge_tok, tok = self._next(), self._next()
         skipped = self.model.skipped
         want = self.model.order(s.id, model)
-        rc = lib.pto_hazards_launch(self.hz, s._ptr, self.noop, 1, args, len(picks), access, edge_tok, tok)
+        if shaped:  # the wait-many's token is tok - 1
+            rc = lib.pto_stream_launch_ordered(s._ptr, self._kernel(tuple(f for _, f in picks)), 1, args,
+                                               len(picks), tok)
+        else:
+            access = ffi.new("uint8_t[]", [f for _, f in picks])
+            rc = lib.pto_hazards_launch(self.hz, s._ptr, self.noop, 1, args, len(picks), access, edge_tok, tok)
         assert rc >= 0, ffi.string(lib.pto_last_error())
         declines = any(exact or src in self.closed for src, _, exact, _ in want)
         assert (rc == lib.PTO_HZ_DECLINED) == declines, (rc, want)

@@ -100,7 +100,7 @@ class RuntimeVsModel(RuleBasedStateMachine):
     #: Rings large enough that nothing waits in a stream FIFO.
     RING = {"ring_task_window": 1024, "ring_dep_pool": 1024}
     #: The sanitizer's mode for the worker (None: the suite's, raising).  Off, automatic ordering
-    #: orders launches in the driver with the launch (``pto_hazards_launch``), as users run it by default.
+    #: orders launches in the driver with the launch (``pto_stream_launch_ordered``), as users run it by default.
     SANITIZE = None
     #: Whether the program injects copy faults and launches the failing kernel.
     FAULTS = True

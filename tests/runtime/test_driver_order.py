@@ -1,4 +1,4 @@
-"""Launches ordered by the driver alone (``pto_hazards_launch``), and what it declines.
+"""Launches ordered by the driver alone (``pto_stream_launch_ordered``), and what it declines.
 
 With automatic ordering and the sanitizer off, a launch on DeviceTensors its
 stream used before goes to the driver with each argument's access; the
@@ -193,3 +193,40 @@ def test_the_driver_path_and_the_general_path_decide_alike(config, kernels, call
     assert counts == counts_general
     for a, b in zip(got, got_general):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_handle_that_declares_other_accesses_for_the_same_kernel_is_ordered_the_general_way(worker, kernels,
+                                                                                                  calls):
+    """The driver keeps one declaration of a kernel's accesses: a second handle that differs goes the general way."""
+    from pypto_async._signature import INOUT, ParamSpec
+
+    rng = np.random.default_rng(4)
+    copy = kernels.get("copy", N)
+    src, dst = copy.params
+    # The same library and symbol, its destination declared read too (InOut): another access.
+    variant = dataclasses.replace(copy, params=(src, ParamSpec(dst.name, INOUT, dst.shape, dst.dtype)))
+    plain, other = worker.register(copy), worker.register(variant)
+    assert plain._kptr == other._kptr
+    assert plain._ordered and not other._ordered
+    s1, s2 = worker.stream(), worker.stream()
+    x = rand(rng)
+    a = worker.alloc_tensor(N, np.float32, init=x, stream=s1)
+    b = worker.alloc_tensor(N, np.float32, init=np.full(N, POISON), stream=s1)
+    c = worker.alloc_tensor(N, np.float32, init=np.full(N, POISON), stream=s1)
+    plain.submit(a, b, stream=s1)
+    other.submit(b, c, stream=s2)  # first uses on s2
+    worker.sync(timeout=10)
+    before = calls.calls
+    with hold(s1) as latch:
+        plain.submit(c, b, stream=s1)  # b = c, held
+        other.submit(b, a, stream=s2)  # a = b: reads b after the held write (RAW), the general way
+        assert calls.calls == before + 1  # only the plain handle's launch went to the driver's call
+        assert not s2.query()
+        latch.release()
+    worker.sync(timeout=10)
+    np.testing.assert_array_equal(a.numpy(), x)
+    np.testing.assert_array_equal(b.numpy(), x)
+    for t in (a, b, c):
+        t.free()
+    for s in (s1, s2):
+        s.close()

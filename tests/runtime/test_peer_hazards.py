@@ -62,7 +62,7 @@ def workers(**extra):
 @pytest.mark.parametrize("known", [False, True], ids=["new streams", "streams that used it"])
 async def test_a_use_of_the_destination_on_another_stream_waits_for_the_copy(kernels, reader, known):
     # New streams: the regression (they joined tb's allocation, before the copy).  Streams that
-    # used tb before: the driver orders them with their launch (pto_hazards_launch), where they
+    # used tb before: the driver orders them with their launch (pto_stream_launch_ordered), where they
     # used to wait for the copy at once.
     x = rand(N)
     a, b = workers()
