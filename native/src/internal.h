@@ -1172,6 +1172,12 @@ struct pto_device {
     _Atomic uint64_t kick_served; /* kick as read by the latest pass, before it scanned */
     _Atomic uint64_t wakes;       /* bumped to wake the scheduler thread itself (deadlines) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see sched.c) */
+    /*
+     * A signal to the sleeping schedulers is on its way (seq_cst; sched.c,
+     * signal_scheduler): set by the signaller that sends it, cleared by a
+     * scheduler going to sleep before it re-reads kick and wakes.
+     */
+    atomic_int sched_signalled;
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     _Atomic uint64_t sched_sleep_until; /* the scheduler thread's wait: 0 awake, its deadline, UINT64_MAX none */
     /*
