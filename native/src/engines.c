@@ -478,15 +478,16 @@ static struct pto_run *take_head(pto_device *dev, bool copy, uint32_t *block)
     return r;
 }
 
-/* Run what take_head took, as engine x (no lock held). */
-static void run_taken(pto_device *dev, struct pto_engine *x, bool copy, struct pto_run *r, uint32_t block)
+/* Run what take_head took, as engine x (no lock held); returns when a task's work ended, else 0. */
+static uint64_t run_taken(pto_device *dev, struct pto_engine *x, bool copy, struct pto_run *r, uint32_t block)
 {
     if (copy)
         run_copy(dev, x, r);
     else if (r->task)
-        pti_task_run(dev, x, r);
+        return pti_task_run(dev, x, r);
     else
         run_block(dev, x, r, block);
+    return 0;
 }
 
 /* Wake the engines what is left on a kind's queue needs (its lock held; the caller takes none of it). */
@@ -533,12 +534,15 @@ static uint64_t kept_budget_ns(const pto_device *dev)
 
 /*
  * Mark x's kept run started (no lock held); behind: runs left on its queue
- * when it was taken.  Returns the time of the mark (the keeper's clock for
- * its budget: one read of the clock a run, which costs tens of ns on a VM).
+ * when it was taken; now: the keeper's latest clock read (its last run's
+ * end: the marks are judged against a budget of 20 us or more), 0 to read
+ * it here.  A read costs tens of ns on a VM, a tiny task under 1 us.
+ * Returns the time of the mark.
  */
-static uint64_t kept_begin(pto_device *dev, struct pto_engine *x, uint32_t behind)
+static uint64_t kept_begin(pto_device *dev, struct pto_engine *x, uint32_t behind, uint64_t now)
 {
-    uint64_t now = pto_now_ns();
+    if (!now)
+        now = pto_now_ns();
     if (atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed) + 100000ull < now)
         atomic_store_explicit(&dev->last_kept_ns, now, memory_order_relaxed); /* at most one store per 100 us */
     if (!behind) {
@@ -699,7 +703,7 @@ static void engine_help(pto_device *dev, bool copy)
         struct pto_run *r = take_head(dev, copy, &b);
         uint32_t behind = atomic_load_explicit(len, memory_order_relaxed) + (*head == r);
         pthread_mutex_unlock(mu);
-        kept_begin(dev, x, behind);
+        kept_begin(dev, x, behind, 0);
         run_taken(dev, x, copy, r, b);
         kept_end(x);
         ran++;
@@ -797,6 +801,11 @@ void pti_host_begin(pto_device *dev)
     tl_host_dev = dev;
 }
 
+bool pti_host_in_pass(const pto_device *dev)
+{
+    return tl_host_dev == dev && !tl_helping;
+}
+
 /* Whether a host thread may take the head of a kind's queue now (its lock held). */
 static bool host_may_take(pto_device *dev, bool copy)
 {
@@ -815,8 +824,10 @@ static bool host_may_take(pto_device *dev, bool copy)
  * (no lock held): at most max runs, and none started at or after until.
  * The engine is claimed once for the lot, and the queue's lock is taken
  * once a run (the next head is taken as the last run is given back), so a
- * burst of tiny tasks costs the host little more than their work.  Returns
- * the runs it ran; *now: when the last one started.
+ * burst of tiny tasks costs the host little more than their work; the
+ * clock is read by the runs themselves (a task's start and end), and their
+ * ends serve the marks and the budget.  Returns the runs it ran; *now: the
+ * caller's latest clock read on entry, when the last run ended on return.
  */
 static uint32_t host_run_some(pto_device *dev, bool copy, uint32_t max, uint64_t until, uint64_t *now)
 {
@@ -840,9 +851,10 @@ static uint32_t host_run_some(pto_device *dev, bool copy, uint32_t max, uint64_t
         struct pto_run *r = take_head(dev, copy, &b);
         uint32_t behind = atomic_load_explicit(len, memory_order_relaxed) + (*head == r);
         pthread_mutex_unlock(mu);
-        *now = kept_begin(dev, x, behind);
-        run_taken(dev, x, copy, r, b);
+        kept_begin(dev, x, behind, *now);
+        uint64_t end = run_taken(dev, x, copy, r, b);
         kept_end(x);
+        *now = end ? end : pto_now_ns();
         ran++;
         pthread_mutex_lock(mu);
     } while (ran < max && *now < until && host_may_take(dev, copy));
