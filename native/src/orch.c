@@ -1244,14 +1244,11 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
      * To the cores at once, inline runs included: a core (spinning, or
      * woken now) starts the first task while the orchestration goes on, and
      * tiny tasks cost no wake-up (the thread that runs the pass takes them
-     * after it, engines.c).
-     */
-    /*
-     * A host thread's inline run (its submission's pass: pti_host_begin)
-     * runs its tiny tasks itself once the pass is over, so they go to the
-     * queue as one push when the orchestration returns (orchestrate): one
-     * core_lock for the burst, not one a task.  Only tiny ones: others go
-     * at once, for a core woken for them.
+     * after it, engines.c).  But a host thread's inline run (its
+     * submission's pass: pti_host_begin) runs its tiny tasks itself once
+     * the pass is over, so those go to the queue as one push when the
+     * orchestration returns (orchestrate): one core_lock for the burst,
+     * not one a task.  Others go at once, for a core woken for them.
      */
     if (ready && o->inline_run && pti_host_in_pass(o->dev)) {
         struct pto_run **pp = &ready;
