@@ -153,6 +153,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->kick_watchers, 0);
     atomic_init(&dev->rings_allocated, 0);
     atomic_init(&dev->sched_sleepers, 0);
+    atomic_init(&dev->sched_signalled, 0);
     atomic_init(&dev->sched_sleep_until, 0);
     atomic_init(&dev->trace_enabled, rc_cfg.trace != 0);
     dev->trace_entries = rc_cfg.trace_capacity;

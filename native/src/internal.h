@@ -942,6 +942,8 @@ uint32_t pti_host_run(pto_device *dev, uint64_t budget_ns);
  */
 bool pti_host_may_first(pto_device *dev);
 uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns);
+/* Whether the calling thread is a host thread between pti_host_begin and its run of dev's queues (its pass). */
+bool pti_host_in_pass(const pto_device *dev);
 /*
  * For a host thread about to block for a completion (completion.c): if the
  * host comes first, serve a pending kick's pass and run short queued work
@@ -1002,8 +1004,8 @@ struct pto_orch_pool;
 int pti_orch_start(pto_device *dev);
 /* Start the program command cmd of s (its row's .start, sched_lock held): hand it to the orchestration threads. */
 void pti_program_start(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
-/* Run a program's task on engine eng (a core thread, no lock held), then complete it. */
-void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
+/* Run a program's task on engine eng (a core thread, no lock held), then complete it; returns when its work ended. */
+uint64_t pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r);
 /* Close: join the orchestration threads (no program runs). */
 void pti_programs_stop(pto_device *dev);
 
@@ -1180,6 +1182,12 @@ struct pto_device {
     _Atomic uint64_t kick_served; /* kick as read by the latest pass, before it scanned */
     _Atomic uint64_t wakes;       /* bumped to wake the scheduler thread itself (deadlines) */
     atomic_int sched_sleepers;    /* schedulers inside cond wait (seq_cst; see sched.c) */
+    /*
+     * A signal to the sleeping schedulers is on its way (seq_cst; sched.c,
+     * signal_scheduler): set by the signaller that sends it, cleared by a
+     * scheduler going to sleep before it re-reads kick and wakes.
+     */
+    atomic_int sched_signalled;
     atomic_int kick_watchers;     /* spinning engines that run a pass on a kick (seq_cst) */
     _Atomic uint64_t sched_sleep_until; /* the scheduler thread's wait: 0 awake, its deadline, UINT64_MAX none */
     /*

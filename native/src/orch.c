@@ -163,6 +163,7 @@ struct pto_orch {
     uint32_t scope_depth, scope_start;
     bool orch_done, finished;
     bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
+    struct pto_run *held, *held_tail; /* tiny ready tasks a host's inline run pushes when it returns (orch_submit) */
     uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
 
     struct pto_dep *pool;
@@ -526,7 +527,7 @@ bool pti_task_delayed(const struct pto_run *r)
     return t && atomic_load_explicit(&t->orch->p->delay_us[t->site], memory_order_relaxed) != 0;
 }
 
-void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
+uint64_t pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
 {
     struct pto_task *t = r->task;
     struct pto_orch *o = t->orch;
@@ -615,6 +616,7 @@ void pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r)
     dispatch(dev, ready);
     if (fin)
         run_finish(o, false);
+    return end;
 }
 
 /* ---- the orchestration's calls ------------------------------------------------------------ */
@@ -1242,8 +1244,29 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
      * To the cores at once, inline runs included: a core (spinning, or
      * woken now) starts the first task while the orchestration goes on, and
      * tiny tasks cost no wake-up (the thread that runs the pass takes them
-     * after it, engines.c).
+     * after it, engines.c).  But a host thread's inline run (its
+     * submission's pass: pti_host_begin) runs its tiny tasks itself once
+     * the pass is over, so those go to the queue as one push when the
+     * orchestration returns (orchestrate): one core_lock for the burst,
+     * not one a task.  Others go at once, for a core woken for them.
      */
+    if (ready && o->inline_run && pti_host_in_pass(o->dev)) {
+        struct pto_run **pp = &ready;
+        while (*pp) {
+            struct pto_run *r = *pp;
+            if (!pti_task_tiny(r)) {
+                pp = &r->qnext;
+                continue;
+            }
+            *pp = r->qnext;
+            r->qnext = NULL;
+            if (o->held_tail)
+                o->held_tail->qnext = r;
+            else
+                o->held = r;
+            o->held_tail = r;
+        }
+    }
     dispatch(o->dev, ready);
     return rc;
 }
@@ -1313,6 +1336,11 @@ static void orchestrate(struct pto_orch *o)
     }
     if (!rc)
         rc = o->d->orchestrate(o, &orch_ops, (void *const *)o->args);
+    if (o->held) {
+        /* Before orch_done: none of them can finish the run, so o is still ours. */
+        dispatch(o->dev, o->held);
+        o->held = o->held_tail = NULL;
+    }
     pthread_mutex_lock(&o->lock);
     if (rc && !o->status)
         run_fail(o, rc, "program %s: its orchestration returned %s", o->p->name, pto_status_name(rc));

@@ -28,7 +28,9 @@
  * both under sched_lock.  pti_sched_kick bumps kick and then reads
  * kick_watchers (a watcher serves it) and sched_sleepers; pti_sched_wake
  * bumps wakes and reads sched_sleepers; either signals under sched_lock only
- * if a scheduler sleeps.  In the single total order of seq_cst operations
+ * if a scheduler sleeps, and only if no signal is on its way already
+ * (sched_signalled: a woken scheduler waiting for a CPU is still a sleeper).
+ * In the single total order of seq_cst operations
  * one side sees the other, so a wake-up is never lost, and a busy or
  * spinning scheduler costs a kicker no syscall.  (Engines idle on their
  * own queues: engines.c.)
@@ -40,6 +42,18 @@
 static void signal_scheduler(pto_device *dev, bool locked)
 {
     if (atomic_load(&dev->sched_sleepers) > 0) {
+        /*
+         * One signal at a time.  A scheduler woken but not yet back on a CPU
+         * (a loaded host: it waits a time slice) still counts as a sleeper,
+         * and every kick, wake and keeper (engines.c, kept_begin: one per
+         * task of a burst) would signal it again, each taking sched_lock.
+         * Whoever finds a signal on its way leaves it: the scheduler clears
+         * sched_signalled on its way to sleep, before it re-reads kick and
+         * wakes (pti_sched_main), and our bump came before our exchange
+         * read the flag set, so that re-read sees it.
+         */
+        if (atomic_exchange(&dev->sched_signalled, 1))
+            return;
         atomic_fetch_add_explicit(&dev->st_sched_signals, 1, memory_order_relaxed);
         if (locked) {
             pthread_cond_signal(&dev->sched_cv);
@@ -251,6 +265,14 @@ void *pti_sched_main(void *arg)
             polled = true; /* woken by it, look and sleep again: a poll is no reason to spin */
         }
         atomic_fetch_add(&dev->sched_sleepers, 1); /* seq_cst: pairs with signal_scheduler */
+        /*
+         * After sleepers++ and before the re-reads of kick and wakes: a
+         * signaller that finds the flag set after this store finds a signal
+         * sent after it, which the lock we hold until the wait cannot let
+         * pass before it; one that found it set before bumped its counter
+         * before, and the re-read sees that.
+         */
+        atomic_store(&dev->sched_signalled, 0);
         /*
          * seq_cst, then the kept runs read again: a keeper that read no sleep
          * here (engines.c, kept_begin) stored its mark before, and we see it.
