@@ -401,7 +401,12 @@ def window(t: TensorArg, key) -> TensorWindow:
 
 
 def shift(t: TensorArg, offsets: tuple, shape, op: str):
-    """Offsets into ``t``'s window as offsets into its tensor (a window checks constant bounds)."""
+    """Offsets into ``t``'s window as offsets into its tensor (a window checks constant bounds).
+
+    ``shape`` is the box that must lie inside the window: the valid extents of
+    the tile where it has them (padding past them is neither read nor
+    written), an entry None where that extent is a runtime value.
+    """
     origin = getattr(t, "origin", None)
     if origin is None:
         return offsets
@@ -411,8 +416,9 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
         shape = None
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
-        if isinstance(o, IConst) and shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
-            raise compile_error(f"{op}: window {o.value}:{o.value + shape[d]} of dimension {d} is outside "
+        n = None if shape is None else shape[d]  # None: a runtime extent (the kernel checks it against the tensor)
+        if isinstance(o, IConst) and isinstance(n, int) and not 0 <= o.value <= o.value + n <= t.shape[d]:
+            raise compile_error(f"{op}: window {o.value}:{o.value + n} of dimension {d} is outside "
                                 f"the {list(t.shape)} window of {t.name!r}", user_loc())
         out.append(_add(base, o))
     return tuple(out)
