@@ -50,7 +50,7 @@ from .._dtypes import as_dtype
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
-from ..ir._nodes import Param
+from ..ir._nodes import IBin, IConst, IScalar, Param
 from ._memory import load, store
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
 from ._types import AtomicType, TensorAnnotation
@@ -169,9 +169,41 @@ def nranks(ctx) -> int:
 # -- the checks every cross-rank operation shares ------------------------------------------
 
 
+_FIXED_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+              "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}
+
+
+def _fixed(x, r):
+    """`x` as an int where this rank's dispatch fixes it, else `x` unchanged.
+
+    A scalar parameter the host's dispatch gave an int (PyPTO's ``my_rank``,
+    ``chunk_elems``) is that int for this rank's trace, and so is an index
+    expression over such scalars and ints (``left * chunk_elems``).
+    """
+
+    def ev(e):
+        if isinstance(e, IConst):
+            return e.value
+        if isinstance(e, IScalar) and e.param in r.scalars:
+            return r.scalars[e.param]
+        if isinstance(e, IBin) and e.op in _FIXED_OPS:
+            a, b = ev(e.a), ev(e.b)
+            if a is not None and b is not None and not (e.op in ("//", "%") and b == 0):
+                return _FIXED_OPS[e.op](a, b)
+        return None
+
+    if r is None:
+        return x
+    if isinstance(x, ScalarArg):
+        return r.scalars.get(x.name, x)
+    if isinstance(x, Index):
+        v = ev(x.expr)
+        return x if v is None else v
+    return x
+
+
 def _peer(peer, r, op: str, loc) -> int:
-    if isinstance(peer, ScalarArg) and peer.name in r.scalars:
-        peer = r.scalars[peer.name]  # a scalar parameter the host's dispatch gave an int: fixed for this rank
+    peer = _fixed(peer, r)  # a scalar parameter the host's dispatch gave an int: fixed for this rank
     if isinstance(peer, (Index, ScalarArg)) or not is_int(peer):
         raise compile_error(f"{op}: peer must be an int rank (derived from pld.rank / pld.nranks, and Python "
                             f"ints), got {peer!r}", loc)
@@ -184,6 +216,7 @@ def _peer(peer, r, op: str, loc) -> int:
 def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if not isinstance(offsets, (list, tuple)) or len(offsets) != len(full):
         raise compile_error(f"{op}: offsets must be {len(full)} ints, got {offsets!r}", loc)
+    offsets = [_fixed(o, active_rank()) for o in offsets]
     if not all(is_int(o) for o in offsets):
         raise compile_error(f"{op}: offsets must be ints here (a cross-rank box is fixed at trace time), "
                             f"got {list(offsets)!r}", loc)
@@ -199,8 +232,7 @@ def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tu
 
 
 def _value(value, op: str, loc, r=None):
-    if r is not None and isinstance(value, ScalarArg) and value.name in r.scalars:
-        value = r.scalars[value.name]  # a scalar parameter the host's dispatch gave an int
+    value = _fixed(value, r)  # a scalar parameter the host's dispatch gave an int
     if isinstance(value, np.integer):
         value = int(value)
     if isinstance(value, (Index, ScalarArg, Tile)) or not isinstance(value, (int, float)) or isinstance(value, bool):

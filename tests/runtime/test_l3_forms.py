@@ -1,0 +1,78 @@
+"""PyPTO's forms in multi-chip programs: scalars a dispatch fixes, padded staging tiles, world-size shapes.
+
+Each program is PyPTO's form of a per-rank step, run on 2 ranks (4 in the
+slow tier) against numpy on random data, outputs poisoned first.
+"""
+
+# no ``from __future__ import annotations``: the programs' annotations name the factories' locals (n)
+import numpy as np
+import pytest
+
+import pypto_async.language as pl
+import pypto_async.language.distributed as pld
+from pypto_async.ir.distributed_compiled_program import DistributedConfig
+from pypto_async.runtime import RunConfig
+
+C = 16
+RANKS = [2, pytest.param(4, marks=pytest.mark.slow)]
+rng = np.random.default_rng(2614)
+
+
+def _cfg(n: int) -> RunConfig:
+    return RunConfig(platform="sim", distributed_config=DistributedConfig(device_ids=list(range(n))))
+
+
+def _poisoned(shape):
+    return np.full(shape, np.nan, np.float32)
+
+
+def _scalar_program(n: int):
+    """Each rank gets ``my_rank`` and ``chunk`` from the host: a load offset, and a remote load's box."""
+
+    @pl.program
+    class ScalarOffsets:
+        @pl.function(type=pl.FunctionType.InCore)
+        def step(self, x: pl.Tensor[[n, n * C], pl.FP32], y: pl.Out[pl.Tensor[[2, C], pl.FP32]],
+                 win: pl.InOut[pld.DistributedTensor[[1, n * C], pl.FP32]],
+                 sig: pl.InOut[pld.DistributedTensor[[n], pl.INT32]],
+                 my_rank: pl.Scalar[pl.INT32], chunk: pl.Scalar[pl.INDEX]) -> pl.Tensor[[2, C], pl.FP32]:
+            win = pl.store(pl.load(x, [my_rank, 0], [1, n * C]), [0, 0], win)  # a runtime offset: row my_rank
+            pld.tensor.barrier(sig)
+            right = (my_rank + 1) % n  # fixed for this rank: its dispatch gave my_rank an int
+            got = pld.tile.remote_load(win, peer=right, offsets=[0, my_rank * chunk], shape=[1, C])
+            y = pl.store(got, [0, 0], y)
+            mine = pl.load(win, [0, right * chunk], [1, C])  # a runtime offset over two scalars
+            return pl.store(mine, [1, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def chip(self, x: pl.Tensor[[n, n * C], pl.FP32], y: pl.Out[pl.Tensor[[2, C], pl.FP32]],
+                 win: pl.InOut[pld.DistributedTensor[[1, n * C], pl.FP32]],
+                 sig: pl.InOut[pld.DistributedTensor[[n], pl.INT32]],
+                 my_rank: pl.Scalar[pl.INT32], chunk: pl.Scalar[pl.INDEX]) -> pl.Tensor[[2, C], pl.FP32]:
+            return self.step(x, y, win, sig, my_rank, chunk)
+
+        @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+        def host(self, xs: pl.Tensor[[n, n, n * C], pl.FP32],
+                 ys: pl.Out[pl.Tensor[[n, 2, C], pl.FP32]]) -> pl.Tensor[[n, 2, C], pl.FP32]:
+            wb = pld.alloc_window_buffer(n * C * pl.FP32.get_byte())
+            sb = pld.alloc_window_buffer(n * pl.INT32.get_byte())
+            for r in pl.range(pld.world_size()):
+                self.chip(xs[r], ys[r], pld.window(wb, [1, n * C], dtype=pl.FP32),
+                          pld.window(sb, [n], dtype=pl.INT32), r, C, device=r)
+            return ys
+
+    return ScalarOffsets
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_scalars_a_dispatch_gives_are_offsets_and_remote_boxes(n):
+    from pypto_async import ir
+
+    xs = rng.standard_normal((n, n, n * C)).astype(np.float32)
+    ys = _poisoned((n, 2, C))
+    ir.compile(_scalar_program(n), platform="sim", distributed_config=DistributedConfig(device_ids=list(range(n))))(
+        xs, ys)
+    for r in range(n):
+        right = (r + 1) % n
+        np.testing.assert_array_equal(ys[r, 0], xs[right, right, r * C:(r + 1) * C])
+        np.testing.assert_array_equal(ys[r, 1], xs[r, r, right * C:(right + 1) * C])
