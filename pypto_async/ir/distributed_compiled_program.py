@@ -299,13 +299,15 @@ def compile_host(host_fn, args, kwargs, *, config=None, platform=None, output_di
     opts = {k: v for k, v in cfg.compile_kwargs().items() if k not in ("distributed_config", "output_dir")}
     opts.update(kwargs)
     args = _bind(host_fn, args)
-    params = host_params(host_fn.fn, host_fn._names, args, host_fn.__name__, host_fn._loc)
+    dims: dict = {}
+    params = host_params(host_fn.fn, host_fn._names, args, host_fn.__name__, host_fn._loc, dims=dims)
     scalars = {p.name: a for p, a in zip(params, args) if p.direction == SCALAR}
     key = (tuple(params), platform, dc, repr(sorted(opts.items())), tuple(sorted(scalars.items())))
     if output_dir is None and key in host_fn._compiled:
         return host_fn._compiled[key]
     trace, result = trace_host(host_fn.__name__, host_fn.fn, None, params, dc.device_ids,
-                               _compiler(platform, opts), scalars)
+                               _compiler(platform, opts), scalars,
+                               lambda d: dims[id(d)][1] if id(d) in dims else None)
     compiled = DistributedCompiledProgram(host_fn.__name__, params, trace, dc, platform,
                                           _output_dir(output_dir, host_fn.__name__), returned=result)
     if output_dir is None:
@@ -362,7 +364,8 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
     params = host_params(orch.fn, names, samples, orch.name, orch.loc, anns=anns)
     opts = {k: v for k, v in kwargs.items()}
     me = _HostSelf(program_def, subs)
-    trace, result = trace_host(program_def.name, orch.fn, me, params, dc.device_ids, _compiler(platform, opts), {})
+    trace, result = trace_host(program_def.name, orch.fn, me, params, dc.device_ids, _compiler(platform, opts), {},
+                               lambda _: dc.world_size)  # as its annotations' dims: the rank count
     return DistributedCompiledProgram(program_def.name, params, trace, dc, platform,
                                       _output_dir(output_dir, program_def.name), callbacks=bound, returned=result)
 

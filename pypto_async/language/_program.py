@@ -921,6 +921,7 @@ class ProgramDef:
                 shape = shapes[name] if name in shapes else self._shape(name, ann, None, dims, orch)
                 params.append(Param(name, direction, shape, ann.dtype))
         tracer = Tracer(self.name, params)
+        tracer.dims = dict(dims)  # the bound pl.dynamic dims: ints in the bodies (see _placement.resolve_dim)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})

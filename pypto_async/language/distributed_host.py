@@ -258,10 +258,12 @@ class Callback:
 class HostTrace:
     """What a host function's trace collects."""
 
-    def __init__(self, name: str, device_ids: tuple[int, ...], compile_fn):
+    def __init__(self, name: str, device_ids: tuple[int, ...], compile_fn, dim_of=None):
         self.name = name
         self.device_ids = device_ids
         self.world = len(device_ids)
+        #: a pl.dynamic dim's extent in the host's body (its arguments' binding; a @pl.program's: the rank count)
+        self.dim_of = dim_of
         self.windows: list[WindowBuffer] = []
         self.steps: list = []  # Dispatch and Callback, in program order
         self.compile_fn = compile_fn  # Program -> CompiledProgram
@@ -298,6 +300,15 @@ def world_size() -> int:
     return _host("pld.world_size()").world
 
 
+def _extents(shape):
+    """A shape (or byte count) with its ``pl.dynamic`` dims as the host binds them (``NR * 64 * 4``: an int)."""
+    from ._placement import resolve_dim
+
+    if isinstance(shape, (list, tuple)):
+        return type(shape)(resolve_dim(d) for d in shape)
+    return resolve_dim(shape)
+
+
 def alloc_window_buffer(shape, dtype=None, *, name: str = "") -> WindowBuffer:
     """Allocate a window buffer of `shape` and `dtype` on every rank (zeroed for each run).
 
@@ -307,6 +318,7 @@ def alloc_window_buffer(shape, dtype=None, *, name: str = "") -> WindowBuffer:
     h = _host("pld.alloc_window_buffer")
     loc = user_loc()
     raw = False
+    shape = _extents(shape)
     if is_int(shape):
         if dtype is not None:
             raise compile_error("pld.alloc_window_buffer(nbytes): dtype= goes with a shape, not a byte count", loc)
@@ -332,7 +344,7 @@ def window(buffer, shape, dtype=None) -> WindowView:
     loc = user_loc()
     if not isinstance(buffer, WindowBuffer):
         raise compile_error(f"pld.window: expected a pld.alloc_window_buffer result, got {buffer!r}", loc)
-    shape = tuple(shape)
+    shape = tuple(_extents(list(shape)) if isinstance(shape, (list, tuple)) else shape)
     if not shape or not all(is_int(d) and d > 0 for d in shape):
         raise compile_error(f"pld.window: shape must be positive ints, got {list(shape)!r}", loc)
     shape = tuple(int(d) for d in shape)
@@ -466,8 +478,11 @@ def _host_param(name: str, ann, arg, where: str, loc, dims: dict) -> tuple[Param
     return Param(name, ann.direction, shape, dtype), None
 
 
-def host_params(fn, names, args, where: str, loc, anns=None) -> list[Param]:
-    """The host function's parameters for these arguments (shapes and dtypes taken from them)."""
+def host_params(fn, names, args, where: str, loc, anns=None, dims: dict | None = None) -> list[Param]:
+    """The host function's parameters for these arguments (shapes and dtypes taken from them).
+
+    ``dims``, when given, receives the ``pl.dynamic`` dims the arguments bind (``id(dim) -> (dim, extent)``).
+    """
     if len(args) != len(names):
         raise PtoArgumentError(f"{where} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
     if anns is None:
@@ -475,13 +490,16 @@ def host_params(fn, names, args, where: str, loc, anns=None) -> list[Param]:
             anns = inspect.get_annotations(fn, eval_str=True)
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {where}: {exc}", loc) from exc
-    dims: dict = {}  # a pl.dynamic dimension takes one extent per call
+    dims = {} if dims is None else dims  # a pl.dynamic dimension takes one extent per call
     return [_host_param(n, anns.get(n), a, where, loc, dims)[0] for n, a in zip(names, args)]
 
 
-def trace_host(name: str, fn, self_arg, params: list[Param], device_ids, compile_fn, scalars: dict):
-    """Run host function `fn` on proxies of `params`; return its HostTrace and what it returned."""
-    h = HostTrace(name, tuple(device_ids), compile_fn)
+def trace_host(name: str, fn, self_arg, params: list[Param], device_ids, compile_fn, scalars: dict, dim_of=None):
+    """Run host function `fn` on proxies of `params`; return its HostTrace and what it returned.
+
+    ``dim_of(dim)``: a ``pl.dynamic`` dim's extent in the body (None: unbound).
+    """
+    h = HostTrace(name, tuple(device_ids), compile_fn, dim_of)
     proxies = []
     for p in params:
         proxies.append(scalars.get(p.name) if p.direction == SCALAR else HostTensor(p.name, (), p.shape, p.dtype,

@@ -76,3 +76,67 @@ def test_scalars_a_dispatch_gives_are_offsets_and_remote_boxes(n):
         right = (r + 1) % n
         np.testing.assert_array_equal(ys[r, 0], xs[right, right, r * C:(r + 1) * C])
         np.testing.assert_array_equal(ys[r, 1], xs[r, r, right * C:(right + 1) * C])
+
+
+NR = pl.dynamic("world_size")
+
+
+@pl.program
+class GatherRows:
+    """PyPTO's rank-count dim: ``NR`` sizes the windows (``alloc_window_buffer(NR * C * 4)``) and bounds the loops.
+
+    Each rank stages its row, and one padded element ([8, 1] valid [1, 1], PyPTO's 32-byte staging of a single
+    value) into a [1, 1] window; after an allgather every rank reads every row back.
+    """
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def step(self, x: pl.Tensor[[1, C], pl.FP32], one: pl.Tensor[[1, 1], pl.FP32],
+             y: pl.Out[pl.Tensor[[NR, C], pl.FP32]], z: pl.Out[pl.Tensor[[1, 1], pl.FP32]],
+             row: pl.InOut[pld.DistributedTensor[[1, C], pl.FP32]],
+             cell: pl.InOut[pld.DistributedTensor[[1, 1], pl.FP32]],
+             win: pl.InOut[pld.DistributedTensor[[NR, C], pl.FP32]],
+             sig: pl.InOut[pld.DistributedTensor[[NR], pl.INT32]]) -> pl.Tensor[[NR, C], pl.FP32]:
+        row = pl.store(pl.load(x, [0, 0], [1, C]), [0, 0], row)
+        cell = pl.store(pl.load(one, [0, 0], [8, 1], valid_shape=[1, 1]), [0, 0], cell)
+        win = pld.tensor.allgather(row, win, sig)
+        for r in pl.range(NR):
+            y = pl.store(pl.load(win, [r, 0], [1, C]), [r, 0], y)
+        got = pl.load(cell, [0, 0], [8, 1], valid_shape=[1, 1])
+        z = pl.store(pl.add(got, 1.0), [0, 0], z)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def chip(self, x: pl.Tensor[[1, C], pl.FP32], one: pl.Tensor[[1, 1], pl.FP32],
+             y: pl.Out[pl.Tensor[[NR, C], pl.FP32]], z: pl.Out[pl.Tensor[[1, 1], pl.FP32]],
+             row: pl.InOut[pld.DistributedTensor[[1, C], pl.FP32]],
+             cell: pl.InOut[pld.DistributedTensor[[1, 1], pl.FP32]],
+             win: pl.InOut[pld.DistributedTensor[[NR, C], pl.FP32]],
+             sig: pl.InOut[pld.DistributedTensor[[NR], pl.INT32]]) -> pl.Tensor[[NR, C], pl.FP32]:
+        return self.step(x, one, y, z, row, cell, win, sig)
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+    def host(self, xs: pl.Tensor[[NR, 1, C], pl.FP32], ones: pl.Tensor[[NR, 1, 1], pl.FP32],
+             ys: pl.Out[pl.Tensor[[NR, NR, C], pl.FP32]],
+             zs: pl.Out[pl.Tensor[[NR, 1, 1], pl.FP32]]) -> pl.Tensor[[NR, NR, C], pl.FP32]:
+        rb = pld.alloc_window_buffer(C * pl.FP32.get_byte())
+        cb = pld.alloc_window_buffer(pl.FP32.get_byte())
+        wb = pld.alloc_window_buffer(NR * C * pl.FP32.get_byte())  # a dim expression: the rank count's bytes
+        sb = pld.alloc_window_buffer(NR * pl.INT32.get_byte())
+        for r in pl.range(NR):
+            self.chip(xs[r], ones[r], ys[r], zs[r], pld.window(rb, [1, C], dtype=pl.FP32),
+                      pld.window(cb, [1, 1], dtype=pl.FP32), pld.window(wb, [NR, C], dtype=pl.FP32),
+                      pld.window(sb, [NR], dtype=pl.INT32), device=r)
+        return ys
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_the_rank_count_dim_sizes_windows_and_bounds_loops_and_a_padded_tile_fills_one_cell(n):
+    from pypto_async import ir
+
+    xs = rng.standard_normal((n, 1, C)).astype(np.float32)
+    ones = rng.standard_normal((n, 1, 1)).astype(np.float32)
+    ys, zs = _poisoned((n, n, C)), _poisoned((n, 1, 1))
+    ir.compile(GatherRows, platform="sim", distributed_config=DistributedConfig(device_ids=list(range(n))))(
+        xs, ones, ys, zs)
+    np.testing.assert_array_equal(ys, np.broadcast_to(xs[:, 0, :], (n, n, C)))
+    np.testing.assert_array_equal(zs, ones + 1)
