@@ -930,7 +930,9 @@ class ProgramDef:
         from ._ops_crosscore import Group
 
         me._kernels.update({k: Group(me, f) for k, f in self._all.items() if f.type is FunctionType.Group})
-        proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
+
+        proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         from ._branch import traced_fn
 
         with tracing(tracer):

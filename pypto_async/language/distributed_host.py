@@ -469,6 +469,9 @@ def _host_param(name: str, ann, arg, where: str, loc, dims: dict) -> tuple[Param
         raise compile_error(f"{where}: parameter {name!r} is a tensor: pass a numpy array or a torch tensor, "
                             f"got {type(arg).__name__}", loc)
     dtype = as_dtype(dtype)
+    if ann.dtype is not None and ann.dtype != dtype and ann.dtype.np_storage.name != ann.dtype.np_name and \
+            dtype.np_name == ann.dtype.np_storage.name:
+        dtype = ann.dtype  # BF16 given as UINT16, FP8 as UINT8 (numpy has neither): the raw bits, as a kernel takes
     why = None if ann.shape is None else bind_shape(ann.shape, shape, dims)
     if why is not None:
         raise compile_error(f"{where}: parameter {name!r} is declared {list(ann.shape)} but got shape "

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import as_dtype
+from .._dtypes import as_dtype, holds
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
 from . import _collectives, _peer
@@ -103,7 +103,7 @@ def check_args(dcp, args) -> None:
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} must be a numpy array, a torch CPU tensor "
                                    f"or a DeviceTensor, got {type(a).__name__}")
         shape, dtype = _shape_dtype(a)
-        if shape != p.shape or dtype != p.dtype:
+        if shape != p.shape or not holds(dtype, p.dtype):  # BF16 may come as its uint16 bits (numpy has none)
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is {dtype.name}{list(shape)}; the program "
                                    f"was compiled for {p.dtype.name}{list(p.shape)} (compile it again for these)")
         if isinstance(a, DeviceTensor):
@@ -137,7 +137,7 @@ class _Run:
         return self.dw.workers[rank]
 
     def temp(self, rank: int, shape, dtype, init=None) -> DeviceTensor:
-        t = self.worker(rank).alloc_tensor(tuple(shape), as_dtype(dtype).np_storage, init=init)
+        t = self.worker(rank).alloc_tensor(tuple(shape), as_dtype(dtype), init=init)
         self.temps.append(t)
         return t
 
@@ -145,7 +145,7 @@ class _Run:
         key = (buf.index, rank)
         t = self.windows.get(key)
         if t is None:  # kept for the whole run (across callbacks), freed at its end
-            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype.np_storage,
+            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype,
                                                                    init=np.zeros(buf.shape, buf.dtype.np_storage))
         return t
 
@@ -242,7 +242,9 @@ def box_kernel(shape, box, offsets, dtype, add: bool):
             pl.store(t, offs, win)
         return win
 
-    box_update.__annotations__ = {"inbox": pl.Tensor, "win": pl.InOut[pl.Tensor]}
+    # typed: a BF16 (FP8) window is compiled as BF16, its raw-bit numpy samples below notwithstanding
+    box_update.__annotations__ = {"inbox": pl.Tensor[list(box), dtype],
+                                  "win": pl.InOut[pl.Tensor[list(shape), dtype]]}
     fn = pl.jit(box_update)
     compiled = fn.compile(np.zeros(box, dtype.np_storage), np.zeros(shape, dtype.np_storage))
     _BOX_KERNELS[key] = compiled

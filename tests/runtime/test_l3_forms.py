@@ -37,7 +37,12 @@ def _scalar_program(n: int):
                  sig: pl.InOut[pld.DistributedTensor[[n], pl.INT32]],
                  my_rank: pl.Scalar[pl.INT32], chunk: pl.Scalar[pl.INDEX]) -> pl.Tensor[[2, C], pl.FP32]:
             win = pl.store(pl.load(x, [my_rank, 0], [1, n * C]), [0, 0], win)  # a runtime offset: row my_rank
-            pld.tensor.barrier(sig)
+            for p in pl.range(n):  # PyPTO's hand-written barrier: decided per rank while tracing
+                if p != my_rank:
+                    pld.system.notify(target=sig, peer=p, offsets=[my_rank], value=1, op=pld.NotifyOp.AtomicAdd)
+            for p in pl.range(n):
+                if p != my_rank:
+                    pld.system.wait(signal=sig, offsets=[p], expected=1, cmp=pld.WaitCmp.Ge)
             right = (my_rank + 1) % n  # fixed for this rank: its dispatch gave my_rank an int
             got = pld.tile.remote_load(win, peer=right, offsets=[0, my_rank * chunk], shape=[1, C])
             y = pl.store(got, [0, 0], y)
@@ -140,3 +145,60 @@ def test_the_rank_count_dim_sizes_windows_and_bounds_loops_and_a_padded_tile_fil
         xs, ones, ys, zs)
     np.testing.assert_array_equal(ys, np.broadcast_to(xs[:, 0, :], (n, n, C)))
     np.testing.assert_array_equal(zs, ones + 1)
+
+
+def _bf16_program(n: int):
+    """Each rank remote-stores its BF16 row into its right neighbour's window, then a barrier; all read back."""
+
+    @pl.program
+    class Bf16Push:
+        @pl.function(type=pl.FunctionType.InCore)
+        def step(self, x: pl.Tensor[[n, C], pl.BF16], y: pl.Out[pl.Tensor[[n, C], pl.BF16]],
+                 win: pl.InOut[pld.DistributedTensor[[n, C], pl.BF16]],
+                 sig: pl.InOut[pld.DistributedTensor[[n], pl.INT32]],
+                 my_rank: pl.Scalar[pl.INT32]) -> pl.Tensor[[n, C], pl.BF16]:
+            row = pl.load(x, [my_rank, 0], [1, C])
+            pld.tile.remote_store(row, target=win, peer=(my_rank + 1) % n, offsets=[my_rank, 0])
+            pld.tensor.barrier(sig)
+            return pl.store(pl.load(win, [0, 0], [n, C]), [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def chip(self, x: pl.Tensor[[n, C], pl.BF16], y: pl.Out[pl.Tensor[[n, C], pl.BF16]],
+                 win: pl.InOut[pld.DistributedTensor[[n, C], pl.BF16]],
+                 sig: pl.InOut[pld.DistributedTensor[[n], pl.INT32]],
+                 my_rank: pl.Scalar[pl.INT32]) -> pl.Tensor[[n, C], pl.BF16]:
+            return self.step(x, y, win, sig, my_rank)
+
+        @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+        def host(self, xs: pl.Tensor[[n, n, C], pl.BF16],
+                 ys: pl.Out[pl.Tensor[[n, n, C], pl.BF16]]) -> pl.Tensor[[n, n, C], pl.BF16]:
+            wb = pld.alloc_window_buffer(n * C * pl.BF16.get_byte())
+            sb = pld.alloc_window_buffer(n * pl.INT32.get_byte())
+            for r in pl.range(pld.world_size()):
+                self.chip(xs[r], ys[r], pld.window(wb, [n, C], dtype=pl.BF16), pld.window(sb, [n], dtype=pl.INT32),
+                          r, device=r)
+            return ys
+
+    return Bf16Push
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_bf16_parameters_take_torch_bfloat16_or_their_uint16_bits(n):
+    import torch
+
+    from pypto_async import ir
+
+    compiled = ir.compile(_bf16_program(n), platform="sim",
+                          distributed_config=DistributedConfig(device_ids=list(range(n))))
+    xs = torch.randn(n, n, C).to(torch.bfloat16)
+    want = np.zeros((n, n, C), np.uint16)  # rows nobody pushed to stay as the zeroed window: 0
+    bits = xs.view(torch.int16).numpy().view(np.uint16)
+    for r in range(n):
+        left = (r - 1) % n
+        want[r, left] = bits[left, left]  # rank r's window row `left`: its left neighbour's own row
+    ys = torch.full((n, n, C), float("nan"), dtype=torch.bfloat16)
+    compiled(xs, ys)  # torch bfloat16 in and out
+    np.testing.assert_array_equal(ys.view(torch.int16).numpy().view(np.uint16), want)
+    raw = np.full((n, n, C), 0x7FC1, np.uint16)  # a NaN's bits: poisoned
+    compiled(np.ascontiguousarray(bits), raw)  # numpy has no bfloat16: the same values as their uint16 bits
+    np.testing.assert_array_equal(raw, want)
