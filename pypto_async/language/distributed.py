@@ -535,6 +535,72 @@ def _exchange(kind: str, what: str, source, target, signal):
     return target
 
 
+def all_to_all_v(input, target, signal, send_counts, recv_counts):  # noqa: A002 - PyPTO's names
+    """PyPTO's variable-size all-to-all (MPI_Alltoallv); return `target`.
+
+    `input` and `target` are ``[nranks * max_recv, ...]``: block ``dest``
+    (rows ``dest * max_recv`` on, ``max_recv = target.shape[0] // nranks``)
+    of this rank's `input` is its chunk for rank ``dest``, and block ``src``
+    of `target` the chunk rank ``src`` sent here.  Whole blocks move,
+    whatever the counts (rows past a sender's count are not meaningful).
+    `send_counts` (INT32, one per rank: ``[nranks]`` or ``[nranks, 1]``)
+    holds how many rows of each block are valid; each rank's ``recv_counts``
+    window (INT32 ``[nranks, 1]``) receives ``min(send_counts[me],
+    max_recv)`` from every sender, at the sender's row.  Here it is two
+    all-to-alls: the blocks, then the counts (each rank's clamped first).
+    """
+    loc = user_loc()
+    what = "pld.tensor.all_to_all_v"
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_all_to_all_v
+
+        record_all_to_all_v(h, input, target, signal, send_counts, recv_counts, loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    pt = window_param(t, target, what, loc)
+    ps = _tensor_param(t, input, what, loc)
+    _signal(t, signal, what, loc)
+    pr = window_param(t, recv_counts, what, loc)
+    pc = _tensor_param(t, send_counts, what, loc)
+    names = [ps.name, pt.name, pc.name, pr.name]
+    check_all_to_all_v(what, ps.name, ps.shape, ps.dtype, pt.name, pt.shape, pt.dtype, pc.name, pc.shape, pc.dtype,
+                       pr.name, pr.shape, pr.dtype, r.world, loc, distinct=len(set(names)) == len(names))
+    from ._ops import mins
+
+    # The counts sent are clamped first (at most max_recv valid rows a block), into a staging tensor of this rank.
+    clamped = r.new_param(t, "staging", pc.shape, pc.dtype, OUT)
+    zeros = [0] * len(pc.shape)
+    store(mins(load(send_counts, zeros, list(pc.shape)), pt.shape[0] // r.world), zeros, clamped)
+    cut(CommOp("all_to_all", pt.name, src=ps.name, shape=pt.shape, loc=loc))
+    cut(CommOp("all_to_all", pr.name, src=clamped.name, shape=pr.shape, loc=loc))
+    return target
+
+
+def check_all_to_all_v(what, sname, sshape, sdtype, tname, tshape, tdtype, cname, cshape, cdtype, rname, rshape,
+                       rdtype, world: int, loc, *, distinct: bool) -> int:
+    """Check the operands of an all_to_all_v (located errors); return its ``max_recv``."""
+    if not distinct:
+        raise compile_error(f"{what}: input, target, send_counts and recv_counts must be four different tensors "
+                            f"({sname!r}, {tname!r}, {cname!r}, {rname!r})", loc)
+    if sdtype != tdtype:
+        raise compile_error(f"{what}: the input is {sdtype.name}, the target {tdtype.name}", loc)
+    if tuple(sshape) != tuple(tshape):
+        raise compile_error(f"{what}: the input {sname!r} is {list(sshape)}, the target {tname!r} {list(tshape)}; "
+                            f"they must match", loc)
+    if not tshape or tshape[0] % world or tshape[0] < world:
+        raise compile_error(f"{what}: the target {tname!r} is {list(tshape)}; its first dimension must be the rank "
+                            f"count ({world}) times max_recv", loc)
+    if cdtype.name != "INT32" or tuple(cshape) not in ((world,), (world, 1)):
+        raise compile_error(f"{what}: send_counts {cname!r} is {cdtype.name}{list(cshape)}; it must be "
+                            f"INT32[{world}] or INT32[{world}, 1]", loc)
+    if rdtype.name != "INT32" or tuple(rshape) != (world, 1):
+        raise compile_error(f"{what}: recv_counts {rname!r} is {rdtype.name}{list(rshape)}; it must be "
+                            f"INT32[{world}, 1]", loc)
+    return tshape[0] // world
+
+
 def check_exchange(kind, what, sname, sshape, sdtype, tname, tshape, tdtype, world: int, loc) -> None:
     """Check the source and target of an allgather or all_to_all (located errors)."""
     if sname == tname:
@@ -654,6 +720,7 @@ tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
 tensor = _Namespace("tensor", put=put, get=get, remote_store=tensor_remote_store, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
                     allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
+                    all_to_all_v=all_to_all_v,
                     alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.
 system = _Namespace("system", notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,

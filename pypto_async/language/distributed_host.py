@@ -212,7 +212,8 @@ class HostCollective:
     """A collective a host orchestrator calls on window views: it runs on every rank between two dispatches.
 
     ``kind`` is ``"allreduce"``, ``"broadcast"``, ``"allgather"``,
-    ``"reduce_scatter"``, ``"all_to_all"`` or ``"barrier"``; ``target`` and
+    ``"reduce_scatter"``, ``"all_to_all"``, ``"all_to_all_v"`` (with
+    ``counts`` and ``recv``) or ``"barrier"``; ``target`` and
     ``source`` the window views (None where the collective has none);
     ``mode`` the reduction; ``root`` a broadcast's root.
     """
@@ -224,6 +225,8 @@ class HostCollective:
     root: int = 0
     loc: Loc | None = None
     ring: bool = False  # an allreduce written with mode="ring" (same numbers; its own variant name)
+    counts: WindowView | None = None  # an all_to_all_v's send_counts ...
+    recv: WindowView | None = None  # ... and recv_counts views
 
     @property
     def name(self) -> str:
@@ -420,6 +423,26 @@ def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: 
                        h.world, loc)
     h.steps.append(HostCollective(kind, target if kind != "barrier" else None, source, mode, root, loc, ring))
     return target
+
+
+def record_all_to_all_v(h: HostTrace, source, target, signal, counts, recv, loc) -> None:
+    """Record a host-level ``pld.tensor.all_to_all_v`` on window views (checked)."""
+    from .distributed import check_all_to_all_v
+
+    what = "pld.tensor.all_to_all_v"
+    views = {"input": source, "target": target, "signal": signal, "send_counts": counts, "recv_counts": recv}
+    for role, v in views.items():
+        if not isinstance(v, WindowView):
+            raise compile_error(f"{what}: in a host orchestrator the {role} is a pld.window(...) view, got {v!r}",
+                                loc)
+    buffers = [v.buffer.index for v in views.values()]
+    if len(set(buffers)) != len(buffers):
+        raise compile_error(f"{what}: in a host orchestrator its five operands are views of five different window "
+                            f"buffers (PyPTO's rule: two sharing one would race)", loc)
+    check_all_to_all_v(what, "input", source.shape, source.dtype, "target", target.shape, target.dtype,
+                       "send_counts", counts.shape, counts.dtype, "recv_counts", recv.shape, recv.dtype, h.world, loc,
+                       distinct=True)
+    h.steps.append(HostCollective("all_to_all_v", target, source, loc=loc, counts=counts, recv=recv))
 
 
 def _returned(d: Dispatch, ret: str | None):

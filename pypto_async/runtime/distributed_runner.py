@@ -251,6 +251,26 @@ def box_kernel(shape, box, offsets, dtype, add: bool):
     return compiled
 
 
+def clamp_kernel(shape, dtype, hi: int):
+    """The compiled kernel that clamps an integer tensor to at most `hi`, in place (an all_to_all_v's counts)."""
+    key = ("clamp", tuple(shape), dtype.name, hi)
+    hit = _BOX_KERNELS.get(key)
+    if hit is not None:
+        return hit
+    # the language sits above the runtime; imported when used
+    from .. import language as pl
+
+    def clamp_counts(counts):
+        with pl.incore():
+            pl.store(pl.mins(pl.load(counts, [0] * len(shape), list(shape)), hi), [0] * len(shape), counts)
+        return counts
+
+    clamp_counts.__annotations__ = {"counts": pl.InOut[pl.Tensor[list(shape), dtype]]}
+    compiled = pl.jit(clamp_counts).compile(np.zeros(shape, dtype.np_storage))
+    _BOX_KERNELS[key] = compiled
+    return compiled
+
+
 def transfer_runs(dst_shape, dst_offsets, src_shape, src_offsets, box, itemsize: int, chunks=(0, 0)) -> list:
     """The byte runs of copying box `box` of a `src_shape` tensor into one of a `dst_shape` tensor, per chunk.
 
@@ -465,6 +485,14 @@ def _host_collective(run: _Run, c) -> None:
         return
     dsts = [run.window(c.target.buffer, r) for r in range(world)]
     srcs = [run.window(c.source.buffer, r) for r in range(world)] if c.source is not None else None
+    if c.kind == "all_to_all_v":  # the blocks, the counts, then each rank clamps what it received
+        _queue_collective(run, "all_to_all", "", 0, dsts, srcs)
+        recv = [run.window(c.recv.buffer, r) for r in range(world)]
+        _queue_collective(run, "all_to_all", "", 0, recv, [run.window(c.counts.buffer, r) for r in range(world)])
+        k = clamp_kernel(recv[0].shape, as_dtype(recv[0].dtype), c.target.shape[0] // world)
+        for r in range(world):
+            run.launches.append(run.worker(r).register(k).submit(recv[r]))
+        return
     _queue_collective(run, c.kind, c.mode, c.root, dsts, srcs)
 
 

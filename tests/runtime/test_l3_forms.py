@@ -182,23 +182,132 @@ def _bf16_program(n: int):
     return Bf16Push
 
 
-@pytest.mark.parametrize("n", RANKS)
-def test_bf16_parameters_take_torch_bfloat16_or_their_uint16_bits(n):
-    import torch
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as the uint16 bits of their bfloat16 (round to nearest even; no NaN here)."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
+
+# torch's import is seconds on a loaded machine: its form is in the slow tier, the uint16 one in the fast
+@pytest.mark.parametrize("form", ["uint16", pytest.param("torch", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", RANKS)
+def test_bf16_parameters_take_torch_bfloat16_or_their_uint16_bits(n, form):
     from pypto_async import ir
 
     compiled = ir.compile(_bf16_program(n), platform="sim",
                           distributed_config=DistributedConfig(device_ids=list(range(n))))
-    xs = torch.randn(n, n, C).to(torch.bfloat16)
+    bits = _bf16_bits(rng.standard_normal((n, n, C)))
     want = np.zeros((n, n, C), np.uint16)  # rows nobody pushed to stay as the zeroed window: 0
-    bits = xs.view(torch.int16).numpy().view(np.uint16)
     for r in range(n):
         left = (r - 1) % n
         want[r, left] = bits[left, left]  # rank r's window row `left`: its left neighbour's own row
-    ys = torch.full((n, n, C), float("nan"), dtype=torch.bfloat16)
-    compiled(xs, ys)  # torch bfloat16 in and out
-    np.testing.assert_array_equal(ys.view(torch.int16).numpy().view(np.uint16), want)
-    raw = np.full((n, n, C), 0x7FC1, np.uint16)  # a NaN's bits: poisoned
-    compiled(np.ascontiguousarray(bits), raw)  # numpy has no bfloat16: the same values as their uint16 bits
-    np.testing.assert_array_equal(raw, want)
+    if form == "torch":
+        import torch
+
+        xs = torch.from_numpy(bits.view(np.int16).copy()).view(torch.bfloat16)
+        ys = torch.full((n, n, C), float("nan"), dtype=torch.bfloat16)
+        compiled(xs, ys)  # torch bfloat16 in and out
+        np.testing.assert_array_equal(ys.view(torch.int16).numpy().view(np.uint16), want)
+    else:
+        raw = np.full((n, n, C), 0x7FC1, np.uint16)  # a NaN's bits: poisoned
+        compiled(bits, raw)  # numpy has no bfloat16: the values as their uint16 bits
+        np.testing.assert_array_equal(raw, want)
+
+
+MR = 3  # max_recv: the rows of one block
+
+
+def _a2av_program(n: int, host_level: bool):
+    """PyPTO's all_to_all_v: blocks of MR rows, counts published (clamped to MR) into recv_counts."""
+
+    @pl.program
+    class AllToAllV:
+        @pl.function(type=pl.FunctionType.InCore)
+        def step(self, inp: pl.Tensor[[n * MR, C], pl.FP32], counts: pl.Tensor[[n, 1], pl.INT32],
+                 y: pl.Out[pl.Tensor[[n * MR, C], pl.FP32]], got: pl.Out[pl.Tensor[[n, 1], pl.INT32]],
+                 stage: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                 scount: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                 data: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                 sig: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                 recv: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]) -> pl.Tensor[[n * MR, C], pl.FP32]:
+            if host_level:  # stage into windows; the host runs the exchange between this dispatch and the next
+                stage = pl.store(pl.load(inp, [0, 0], [n * MR, C]), [0, 0], stage)
+                scount = pl.store(pl.load(counts, [0, 0], [n, 1]), [0, 0], scount)
+                return y
+            data = pld.tensor.all_to_all_v(inp, data, sig, counts, recv)
+            return self_read(data, recv, y, got)
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def back(self, data: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                 recv: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                 y: pl.Out[pl.Tensor[[n * MR, C], pl.FP32]],
+                 got: pl.Out[pl.Tensor[[n, 1], pl.INT32]]) -> pl.Tensor[[n * MR, C], pl.FP32]:
+            return self_read(data, recv, y, got)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def chip(self, inp: pl.Tensor[[n * MR, C], pl.FP32], counts: pl.Tensor[[n, 1], pl.INT32],
+                 y: pl.Out[pl.Tensor[[n * MR, C], pl.FP32]], got: pl.Out[pl.Tensor[[n, 1], pl.INT32]],
+                 stage: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                 scount: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                 data: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                 sig: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                 recv: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]) -> pl.Tensor[[n * MR, C], pl.FP32]:
+            return self.step(inp, counts, y, got, stage, scount, data, sig, recv)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def read_chip(self, data: pl.InOut[pld.DistributedTensor[[n * MR, C], pl.FP32]],
+                      recv: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+                      y: pl.Out[pl.Tensor[[n * MR, C], pl.FP32]],
+                      got: pl.Out[pl.Tensor[[n, 1], pl.INT32]]) -> pl.Tensor[[n * MR, C], pl.FP32]:
+            return self.back(data, recv, y, got)
+
+        @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+        def host(self, xs: pl.Tensor[[n, n * MR, C], pl.FP32], cs: pl.Tensor[[n, n, 1], pl.INT32],
+                 ys: pl.Out[pl.Tensor[[n, n * MR, C], pl.FP32]],
+                 gots: pl.Out[pl.Tensor[[n, n, 1], pl.INT32]]) -> pl.Tensor[[n, n * MR, C], pl.FP32]:
+            bufs = [pld.alloc_window_buffer(n * MR * C * 4), pld.alloc_window_buffer(n * 4),
+                    pld.alloc_window_buffer(n * MR * C * 4), pld.alloc_window_buffer(n * 4),
+                    pld.alloc_window_buffer(n * 4)]
+            shapes = [[n * MR, C], [n, 1], [n * MR, C], [n, 1], [n, 1]]
+            dts = [pl.FP32, pl.INT32, pl.FP32, pl.INT32, pl.INT32]
+            for r in pl.range(n):
+                views = [pld.window(b, s, dtype=d) for b, s, d in zip(bufs, shapes, dts)]
+                self.chip(xs[r], cs[r], ys[r], gots[r], *views, device=r)
+            if host_level:
+                stage, scount, data, sig, recv = [pld.window(b, s, dtype=d) for b, s, d in zip(bufs, shapes, dts)]
+                data = pld.tensor.all_to_all_v(stage, data, sig, scount, recv)
+                for r in pl.range(n):
+                    self.read_chip(data, recv, ys[r], gots[r], device=r)
+            return ys
+
+    return AllToAllV
+
+
+def self_read(data, recv, y, got):
+    """Copy the received counts out, and each sender's block up to its count (rows past it stay poisoned)."""
+    n = recv.shape[0]
+    for src in pl.range(n):
+        k = pl.read(recv, [src, 0])
+        pl.write(got, [src, 0], k)
+        for i in pl.range(pl.cast(k, pl.INDEX)):
+            y = pl.store(pl.load(data, [src * MR + i, 0], [1, C]), [src * MR + i, 0], y)
+    return y
+
+
+@pytest.mark.parametrize("host_level", [False, True], ids=["per-device", "host"])
+@pytest.mark.parametrize("n", RANKS)
+def test_all_to_all_v_moves_each_block_and_publishes_clamped_counts(n, host_level):
+    from pypto_async import ir
+
+    xs = rng.standard_normal((n, n * MR, C)).astype(np.float32)
+    cs = rng.integers(0, MR + 2, (n, n, 1)).astype(np.int32)  # some above MR: published as MR
+    cs[0, n - 1, 0] = MR + 1
+    ys, gots = _poisoned((n, n * MR, C)), np.full((n, n, 1), -7, np.int32)
+    ir.compile(_a2av_program(n, host_level), platform="sim",
+               distributed_config=DistributedConfig(device_ids=list(range(n))))(xs, cs, ys, gots)
+    for r in range(n):
+        for src in range(n):
+            k = min(int(cs[src, r, 0]), MR)
+            assert gots[r, src, 0] == k
+            np.testing.assert_array_equal(ys[r, src * MR:src * MR + k], xs[src, r * MR:r * MR + k])
+            assert np.isnan(ys[r, src * MR + k:(src + 1) * MR]).all()  # past the count: not read back
