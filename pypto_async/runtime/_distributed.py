@@ -63,15 +63,15 @@ def _program_devices(programs) -> tuple:
 def _check_callbacks(programs, callbacks: dict) -> None:
     if not isinstance(callbacks, dict):
         raise PtoArgumentError(f"callbacks must be a dict of name -> function, got {type(callbacks).__name__}")
-    known = {n for p in programs for n in p.callback_names}
+    known = {n for p in programs for n in (*p.callback_names, *getattr(p, "sub_worker_names", ()))}
     for name, fn in callbacks.items():
         if name not in known:
-            raise PtoArgumentError(f"callbacks: {name!r} is no runtime-bound SubWorker of "
+            raise PtoArgumentError(f"callbacks names [{name!r}] are not sub-workers of "
                                    f"{', '.join(p.name for p in programs) or 'the programs'} "
-                                   f"(those: {', '.join(sorted(known)) or 'none'})")
+                                   f"(its SubWorkers: {', '.join(sorted(known)) or 'none'})")
         if not callable(fn):
             raise PtoArgumentError(f"callbacks[{name!r}] must be callable, got {fn!r}")
-    missing = sorted(known - set(callbacks))
+    missing = sorted({n for p in programs for n in p.callback_names} - set(callbacks))
     if missing:
         raise PtoArgumentError(f"SubWorker callback(s) {', '.join(map(repr, missing))} have a `...` body and must "
                                f"be bound: prepare(callbacks={{{missing[0]!r}: fn, ...}})")
@@ -208,7 +208,8 @@ class DistributedWorker:
         or config.
     """
 
-    def __init__(self, device_ids, config=None, *, depth: int = 2, callbacks=None):
+    def __init__(self, device_ids, config=None, *, depth: int = 2, callbacks=None, persistent: bool = False,
+                 reset_persistent_windows: bool | None = None):
         programs = _programs(device_ids)
         if programs:
             device_ids = _program_devices(programs)
@@ -237,6 +238,10 @@ class DistributedWorker:
         #: The multi-chip programs prepared on this worker (PyPTO's ``DistributedWorker([c1, c2])``).
         self._programs = programs
         self._callbacks = dict(callbacks or {})
+        #: prepare(persistent=True): each program's window buffers, kept across its runs (id(program) -> windows)
+        self._persistent = bool(persistent)
+        self._reset_windows = self._persistent if reset_persistent_windows is None else bool(reset_persistent_windows)
+        self._retained: dict[int, dict] = {}
         try:
             _check_callbacks(programs, self._callbacks)
         except BaseException:
@@ -289,6 +294,7 @@ class DistributedWorker:
     def close(self, *, timeout: float | None = 30.0) -> None:
         """Close every device (idempotent); each finishes its queued work first, as ``ChipWorker.close``."""
         first = None
+        self._retained.clear()  # kept windows: freed with their devices
         for w in self._workers:
             try:
                 w.close(timeout=timeout)

@@ -132,6 +132,12 @@ class _Run:
         self.uploads: dict = {}  # (rank, param, index) -> DeviceTensor
         self.downloads: list = []  # (DeviceTensor, host view)
         self.windows: dict = {}  # (buffer index, rank) -> DeviceTensor
+        #: prepare(persistent=True): the windows outlive the run (the worker keeps them for the program's next)
+        self.retained = bool(getattr(dw, "_persistent", False))
+        self.reset = bool(getattr(dw, "_reset_windows", True))
+        if self.retained:
+            self.windows = dw._retained.setdefault(id(dcp), {})
+            self.fresh: set = set()  # kept windows this run has zeroed (or made)
 
     def worker(self, rank: int):
         return self.dw.workers[rank]
@@ -144,9 +150,14 @@ class _Run:
     def window(self, buf, rank: int) -> DeviceTensor:
         key = (buf.index, rank)
         t = self.windows.get(key)
-        if t is None:  # kept for the whole run (across callbacks), freed at its end
+        if t is None:  # kept for the whole run (across callbacks), freed at its end (persistent: kept longer)
             t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype,
                                                                    init=np.zeros(buf.shape, buf.dtype.np_storage))
+            if self.retained:
+                self.fresh.add(key)
+        elif self.retained and self.reset and key not in self.fresh:  # a kept window, zeroed before its reuse
+            self.fresh.add(key)
+            self.launches.append(self.worker(rank).copy(t, np.zeros(buf.shape, buf.dtype.np_storage)))
         return t
 
     def tensor(self, rank: int, ht, direction: str) -> DeviceTensor:
@@ -578,7 +589,7 @@ def _release(run: _Run, final: bool) -> None:
     """Free the group's temporaries (and at the end the windows) in stream order; forget what it queued."""
     for launch in run.launches:  # their failures are the run's, raised by it (or moot: it was cancelled)
         launch._mark_retrieved()
-    done = run.temps + (list(run.windows.values()) if final else [])
+    done = run.temps + (list(run.windows.values()) if final and not run.retained else [])
     for t in done:
         if t._init is not None:  # an upload of the run's own: its failure is the run's
             t._init._mark_retrieved()
@@ -589,7 +600,7 @@ def _release(run: _Run, final: bool) -> None:
     run.launches.clear()
     run.downloads.clear()
     run.uploads.clear()
-    if final:
+    if final and not run.retained:
         run.windows.clear()
 
 
@@ -647,7 +658,7 @@ def _plan(dw, dcp, args, callbacks):
                     yield from _finish(run)
                     group = []
                 host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
-                if s.fn is None:
+                if s.fn is None or s.name in callbacks:  # bound at prepare(callbacks=): it replaces a body
                     yield _HostCall(callbacks[s.name], (host,))
                 else:
                     yield _HostCall(s.fn, tuple(_tensor_from_continuous(h) for h in host))

@@ -311,3 +311,95 @@ def test_all_to_all_v_moves_each_block_and_publishes_clamped_counts(n, host_leve
             assert gots[r, src, 0] == k
             np.testing.assert_array_equal(ys[r, src * MR:src * MR + k], xs[src, r * MR:r * MR + k])
             assert np.isnan(ys[r, src * MR + k:(src + 1) * MR]).all()  # past the count: not read back
+
+
+_CALLS: list = []
+
+
+@pl.program
+class Verified:
+    """A chip step, then a concrete SubWorker (``verify``) that prepare(callbacks=) may replace."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def add(self, a: pl.Tensor[[4, C], pl.FP32], b: pl.Tensor[[4, C], pl.FP32],
+            f: pl.Out[pl.Tensor[[4, C], pl.FP32]]) -> pl.Tensor[[4, C], pl.FP32]:
+        return pl.store(pl.add(pl.load(a, [0, 0], [4, C]), pl.load(b, [0, 0], [4, C])), [0, 0], f)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def chip(self, a: pl.Tensor[[4, C], pl.FP32], b: pl.Tensor[[4, C], pl.FP32],
+             f: pl.Out[pl.Tensor[[4, C], pl.FP32]]) -> pl.Tensor[[4, C], pl.FP32]:
+        return self.add(a, b, f)
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.SubWorker)
+    def verify(f: pl.Tensor[[4, C], pl.FP32]):
+        _CALLS.append("generated")
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+    def host(self, a: pl.Tensor[[4, C], pl.FP32], b: pl.Tensor[[4, C], pl.FP32], f: pl.Out[pl.Tensor[[4, C], pl.FP32]]):
+        out = self.chip(a, b, f, device=0)
+        self.verify(out)
+
+
+@pytest.mark.parametrize("keyword", ["callbacks", "sub_worker_overrides"])
+def test_a_prepared_callback_replaces_a_concrete_sub_workers_body(keyword):
+    from pypto_async import ir
+    from pypto_async.errors import PtoArgumentError
+
+    compiled = ir.compile(Verified, platform="sim",
+                          distributed_config=DistributedConfig(device_ids=[0], num_sub_workers=1))
+    a, b = rng.standard_normal((4, C)).astype(np.float32), rng.standard_normal((4, C)).astype(np.float32)
+    f = _poisoned((4, C))
+    _CALLS.clear()
+    seen = []
+    with compiled.prepare(**{keyword: {"verify": lambda args: seen.append(np.array(args[0].array))}}) as rt:
+        rt(a, b, f)
+    assert _CALLS == []  # the generated body did not run: the closure did, on the chip's result
+    np.testing.assert_array_equal(seen[0], a + b)
+    np.testing.assert_array_equal(f, a + b)
+    with compiled.prepare() as rt:  # unbound: the generated body
+        rt(a, b, f)
+    assert _CALLS == ["generated"]
+    with pytest.raises(PtoArgumentError, match=r"\['nope'\] are not sub-workers"):
+        compiled.prepare(**{keyword: {"nope": print}})
+    with pytest.raises(PtoArgumentError, match="not both"):
+        compiled.prepare(callbacks={}, sub_worker_overrides={})
+    with pytest.raises(PtoArgumentError, match="startup_timeout_s"):
+        compiled.prepare(startup_timeout_s=0)
+
+
+@pl.program
+class Accumulate:
+    """Each run adds its input into a window and reads the window back: what a kept window holds shows."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def step(self, x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+             win: pl.InOut[pld.DistributedTensor[[1, C], pl.FP32]]) -> pl.Tensor[[1, C], pl.FP32]:
+        acc = pl.add(pl.load(win, [0, 0], [1, C]), pl.load(x, [0, 0], [1, C]))
+        win = pl.store(acc, [0, 0], win)
+        return pl.store(acc, [0, 0], y)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def chip(self, x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+             win: pl.InOut[pld.DistributedTensor[[1, C], pl.FP32]]) -> pl.Tensor[[1, C], pl.FP32]:
+        return self.step(x, y, win)
+
+    @pl.function(level=pl.Level.HOST, role=pl.Role.Orchestrator)
+    def host(self, xs: pl.Tensor[[2, 1, C], pl.FP32], ys: pl.Out[pl.Tensor[[2, 1, C], pl.FP32]]):
+        wb = pld.alloc_window_buffer(C * 4)
+        for r in pl.range(pld.world_size()):
+            self.chip(xs[r], ys[r], pld.window(wb, [1, C], dtype=pl.FP32), device=r)
+
+
+@pytest.mark.parametrize("persistent, reset", [(False, None), (True, None), (True, True), (True, False)])
+def test_persistent_windows_outlive_a_run_and_are_zeroed_unless_told_not_to(persistent, reset):
+    from pypto_async import ir
+
+    compiled = ir.compile(Accumulate, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1]))
+    runs = [rng.standard_normal((2, 1, C)).astype(np.float32) for _ in range(3)]
+    with compiled.prepare(persistent=persistent, reset_persistent_windows=reset) as rt:
+        total = np.zeros((2, 1, C), np.float32)
+        for xs in runs:
+            ys = _poisoned((2, 1, C))
+            rt(xs, ys)
+            total = total + xs if persistent and reset is False else xs  # kept unzeroed: the runs add up
+            np.testing.assert_allclose(ys, total, rtol=1e-6)
