@@ -221,6 +221,7 @@ class DistributedWorker:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise PtoArgumentError(f"DistributedWorker depth must be an int >= 1, not {depth!r}")
         cfg = as_run_config(config)
+        self._config = cfg.replace(device_id=0)
         workers = []
         try:
             for d in ids:
@@ -394,12 +395,28 @@ class DistributedWorker:
             return arun_plan(self, compiled, args, self._callbacks)
         return run_plan(self, compiled, args, self._callbacks)
 
-    def __call__(self, *args):
-        """Run the one program prepared on this worker (``rt(*args)``, PyPTO's single-program form)."""
+    def __call__(self, *args, config=None):
+        """Run the one program prepared on this worker (``rt(*args)``, PyPTO's single-program form).
+
+        ``config=`` (PyPTO passes each dispatch its RunConfig) must be the
+        settings the worker was prepared with: the devices keep those, so a
+        different one is refused (PtoNotSupported) rather than ignored.
+        """
         if len(self._programs) != 1:
             raise PtoArgumentError(f"rt(*args) runs the one prepared program; this worker has "
                                    f"{len(self._programs)}: call rt.run(compiled, *args)")
+        if config is not None:
+            self._check_dispatch_config(self._programs[0], config)
         return self._run_l3(self._programs[0], args)
+
+    def _check_dispatch_config(self, compiled, config) -> None:
+        compiled._check_config(config)  # the platform it was compiled for
+        want = compiled._run_config(config).replace(device_id=0)  # the ranks are the devices, whatever it says
+        have = self._config.replace(distributed_config=None, platform=want.platform)
+        if want != have:
+            raise PtoNotSupported(f"{compiled.name}: this dispatch's config= differs from the one the worker was "
+                                  f"prepared with ({want} vs {have}); the devices keep their prepared settings: "
+                                  f"pass the same RunConfig to prepare() and to each dispatch")
 
     def alloc_tensor(self, shape, dtype, *, init=None) -> DeviceTensor:
         """A DeviceTensor resident on the first device (rank 0), kept across runs until :meth:`free_tensor`."""

@@ -403,3 +403,18 @@ def test_persistent_windows_outlive_a_run_and_are_zeroed_unless_told_not_to(pers
             rt(xs, ys)
             total = total + xs if persistent and reset is False else xs  # kept unzeroed: the runs add up
             np.testing.assert_allclose(ys, total, rtol=1e-6)
+
+
+def test_a_dispatch_may_repeat_the_prepared_config_and_another_is_refused():
+    from pypto_async import ir
+    from pypto_async.errors import PtoNotSupported
+
+    compiled = ir.compile(Accumulate, platform="sim", distributed_config=DistributedConfig(device_ids=[0, 1]))
+    rc = RunConfig(platform="sim", ring_task_window=64, ring_heap=8 * 1024 * 1024)
+    xs = rng.standard_normal((2, 1, C)).astype(np.float32)
+    with compiled.prepare(rc) as rt:
+        ys = _poisoned((2, 1, C))
+        rt(xs, ys, config=rc)  # PyPTO passes the prepared RunConfig to every dispatch too
+        np.testing.assert_allclose(ys, xs, rtol=1e-6)
+        with pytest.raises(PtoNotSupported, match="prepared with"):
+            rt(xs, ys, config=RunConfig(platform="sim", ring_task_window=128))
