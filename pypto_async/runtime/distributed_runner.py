@@ -672,6 +672,7 @@ def _plan(dw, dcp, args, callbacks):
         if group:
             yield from _run_group(run, group)
         yield from _finish(run, final=True)
+        _write_dfx(dw, dcp)
     except BaseException:
         with contextlib.suppress(BaseException):
             yield from _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
@@ -680,6 +681,48 @@ def _plan(dw, dcp, args, callbacks):
     if isinstance(ret, HostTensor):
         return _view(run.args[ret.param], ret.index)
     return None
+
+
+def _write_dfx(dw, dcp) -> None:
+    """PyPTO's per-dispatch DFX outputs of a finished run: ``<output_dir>/dfx_outputs/rank{r}/d{k}/``.
+
+    ``d{k}`` is rank ``r``'s ``k``-th dispatch.  With ``enable_dep_gen``,
+    ``deps.json``: the tasks and edges of the dispatch's segments (one
+    document; a segment's task ids follow the previous segment's, and no
+    edge crosses a cut: the cross-rank operation between them orders
+    them).  With ``enable_scope_stats``, ``scope_stats/scope_stats.jsonl``:
+    the rank's streams at the end of the run, as a single chip writes it.
+    (PyPTO's per-rank swimlane records are not written here.)
+    """
+    cfg = getattr(dw, "_config", None)
+    if cfg is None or not (cfg.enable_dep_gen or cfg.enable_scope_stats):
+        return
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import Dispatch
+    from ._deps_json import DEPS_FILE, DFX_DIR, deps_document
+    from ._dfx import _calls, _write_json, _write_scope_stats, run_id
+
+    seen: dict[int, int] = {}
+    for d in dcp.steps:
+        if not isinstance(d, Dispatch):
+            continue
+        k = seen.get(d.rank, 0)
+        seen[d.rank] = k + 1
+        out = dcp.output_dir / DFX_DIR / f"rank{d.rank}" / f"d{k}"
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.enable_dep_gen:
+            doc = {"program": d.name, "tasks": [], "edges": []}
+            for c in d.compiled:
+                graph = getattr(c, "task_graph", None)
+                if graph is None:
+                    continue
+                part, base = deps_document(graph, d.name), len(doc["tasks"])
+                doc["tasks"] += [{**t, "id": t["id"] + base} for t in part["tasks"]]
+                doc["edges"] += [{**e, "src": e["src"] + base, "dst": e["dst"] + base} for e in part["edges"]]
+            _write_json(out / DEPS_FILE, doc)
+        if cfg.enable_scope_stats:
+            (out / "scope_stats").mkdir(exist_ok=True)
+            _write_scope_stats(dw.workers[d.rank], out, run_id(), next(_calls), d.name)
 
 
 def run_plan(dw, dcp, args, callbacks=None):

@@ -418,3 +418,23 @@ def test_a_dispatch_may_repeat_the_prepared_config_and_another_is_refused():
         np.testing.assert_allclose(ys, xs, rtol=1e-6)
         with pytest.raises(PtoNotSupported, match="prepared with"):
             rt(xs, ys, config=RunConfig(platform="sim", ring_task_window=128))
+
+
+def test_dfx_switches_write_each_dispatchs_outputs_under_its_rank(tmp_path):
+    import json
+
+    from pypto_async import ir
+
+    compiled = ir.compile(Accumulate, platform="sim", output_dir=str(tmp_path),
+                          distributed_config=DistributedConfig(device_ids=[0, 1]))
+    xs = rng.standard_normal((2, 1, C)).astype(np.float32)
+    ys = _poisoned((2, 1, C))
+    compiled(xs, ys, config=RunConfig(platform="sim", enable_dep_gen=True, enable_scope_stats=True))
+    np.testing.assert_allclose(ys, xs, rtol=1e-6)  # computes the same with the switches on
+    for r in range(2):
+        d = tmp_path / "dfx_outputs" / f"rank{r}" / "d0"
+        deps = json.loads((d / "deps.json").read_text())
+        assert deps["program"] == "chip" and [t["name"] for t in deps["tasks"]] == ["step"]
+        lines = [json.loads(ln) for ln in (d / "scope_stats" / "scope_stats.jsonl").read_text().splitlines()]
+        assert lines and all(ln["program"] == "chip" for ln in lines)
+    assert not (tmp_path / "dfx_outputs" / "rank0" / "d1").exists()  # one dispatch per rank
