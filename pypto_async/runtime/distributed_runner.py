@@ -47,6 +47,8 @@ from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
 from . import _collectives, _peer
 from ._args import _is_torch_tensor
+from ._deps_json import DEPS_FILE, DFX_DIR, deps_document
+from ._dfx import _calls, _write_json, _write_scope_stats, run_id
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
@@ -699,8 +701,6 @@ def _write_dfx(dw, dcp) -> None:
         return
     # the language imports the runtime; this one is imported when used
     from ..language.distributed_host import Dispatch
-    from ._deps_json import DEPS_FILE, DFX_DIR, deps_document
-    from ._dfx import _calls, _write_json, _write_scope_stats, run_id
 
     seen: dict[int, int] = {}
     for d in dcp.steps:
