@@ -70,7 +70,7 @@ def index_range(e, ranges: dict[str, tuple[int, int]], loc: Loc | None, *, runti
 
 
 def _mentions_runtime(e, ranges) -> bool:
-    if isinstance(e, IRead):
+    if isinstance(e, (IRead, IScalar)):  # a pl.read value, a scalar parameter: known when the kernel runs
         return True
     if isinstance(e, IVar):
         return e.name in ranges and ranges[e.name] is RUNTIME

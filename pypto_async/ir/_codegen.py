@@ -47,6 +47,7 @@ from ._nodes import (
     IConst,
     ICheck,
     IRead,
+    IScalar,
     IVar,
     SetIndex,
     Assign,
@@ -672,7 +673,7 @@ def _reads(e) -> list:
 def _mentions(e, names: set[str]) -> bool:
     if isinstance(e, ICheck):
         return _mentions(e.expr, names)
-    if isinstance(e, IRead):
+    if isinstance(e, (IRead, IScalar)):
         return True
     if isinstance(e, IVar):
         return e.name in names

@@ -102,7 +102,7 @@ class DistributedCompiledProgram:
     """
 
     def __init__(self, name, params, trace, config: DistributedConfig, platform: str, output_dir: Path,
-                 callbacks=(), returned=None):
+                 callbacks=(), returned=None, sub_workers=()):
         self.name = name
         #: The host function's parameters (shapes and dtypes of the compile-time arguments).
         self.params = tuple(params)
@@ -115,6 +115,8 @@ class DistributedCompiledProgram:
         self.windows = tuple(trace.windows)
         #: The SubWorker callbacks whose body is ``...``: ``prepare(callbacks=)`` must bind each.
         self.callback_names = tuple(callbacks)
+        #: Every SubWorker of the program (a ``prepare(callbacks=)`` entry may replace a concrete one's body).
+        self.sub_worker_names = tuple(dict.fromkeys((*sub_workers, *callbacks)))
         self.returned = returned
         self.output_dir = Path(output_dir)
         self._write_plan()
@@ -250,15 +252,32 @@ class DistributedCompiledProgram:
             raise PtoArgumentError(f"{self.name} was compiled for devices {list(self.device_ids)}, run with "
                                    f"{list(as_distributed_config(dc).device_ids)}")
 
-    def prepare(self, callbacks=None, *, extra_compiled=(), config=None):
+    def prepare(self, config=None, *, extra_compiled=(), persistent: bool = False,
+                reset_persistent_windows: bool | None = None, callbacks=None, sub_worker_overrides=None,
+                startup_timeout_s: float | None = None):
         """Open a DistributedWorker with this program (and `extra_compiled`) prepared on it.
 
         Parameters
         ----------
+        config : RunConfig, optional
+            The run settings (as PyPTO's, it may also be given to each call).
         callbacks : dict, optional
             ``{name: fn}`` for every SubWorker whose body is ``...``; `fn`
             receives the call's tensor arguments (see
             :func:`pypto_async.runtime.distributed_runner._tensor_from_continuous`).
+            An entry may also replace a concrete SubWorker's body.
+        sub_worker_overrides : dict, optional
+            PyPTO's older name for `callbacks` (give one of the two).
+        persistent : bool
+            Keep the program's window buffers across its runs on this worker
+            (PyPTO's retained CommDomains) instead of allocating them per run.
+        reset_persistent_windows : bool, optional
+            With `persistent`, zero the kept windows before each run (the
+            default, ``None``, does); ``False`` leaves them as the last run
+            left them (a self-clearing signal protocol keeps them zero).
+        startup_timeout_s : float, optional
+            Accepted for PyPTO's signature (a positive finite number): the
+            devices here start in this process, with nothing to wait for.
 
         Raises
         ------
@@ -269,7 +288,19 @@ class DistributedCompiledProgram:
         # the runtime sits above ir; imported when used
         from ..runtime._distributed import DistributedWorker
 
-        return DistributedWorker([self, *extra_compiled], self._run_config(config), callbacks=callbacks)
+        if callbacks is not None and sub_worker_overrides is not None:
+            raise PtoArgumentError("prepare(): give callbacks= or its older name sub_worker_overrides=, not both")
+        if sub_worker_overrides is not None:
+            callbacks = sub_worker_overrides
+        if startup_timeout_s is not None and (isinstance(startup_timeout_s, bool) or not isinstance(
+                startup_timeout_s, (int, float)) or not 0 < startup_timeout_s < float("inf")):
+            raise PtoArgumentError(f"prepare(startup_timeout_s=) must be a positive finite number, got "
+                                   f"{startup_timeout_s!r}")
+        for name, v in (("persistent", persistent), ("reset_persistent_windows", reset_persistent_windows)):
+            if not isinstance(v, bool) and not (v is None and name != "persistent"):
+                raise PtoArgumentError(f"prepare({name}=) must be a bool, got {v!r}")
+        return DistributedWorker([self, *extra_compiled], self._run_config(config), callbacks=callbacks,
+                                 persistent=persistent, reset_persistent_windows=reset_persistent_windows)
 
 
 def _output_dir(output_dir, name: str) -> Path:
@@ -299,13 +330,15 @@ def compile_host(host_fn, args, kwargs, *, config=None, platform=None, output_di
     opts = {k: v for k, v in cfg.compile_kwargs().items() if k not in ("distributed_config", "output_dir")}
     opts.update(kwargs)
     args = _bind(host_fn, args)
-    params = host_params(host_fn.fn, host_fn._names, args, host_fn.__name__, host_fn._loc)
+    dims: dict = {}
+    params = host_params(host_fn.fn, host_fn._names, args, host_fn.__name__, host_fn._loc, dims=dims)
     scalars = {p.name: a for p, a in zip(params, args) if p.direction == SCALAR}
     key = (tuple(params), platform, dc, repr(sorted(opts.items())), tuple(sorted(scalars.items())))
     if output_dir is None and key in host_fn._compiled:
         return host_fn._compiled[key]
     trace, result = trace_host(host_fn.__name__, host_fn.fn, None, params, dc.device_ids,
-                               _compiler(platform, opts), scalars)
+                               _compiler(platform, opts), scalars,
+                               lambda d: dims[id(d)][1] if id(d) in dims else None)
     compiled = DistributedCompiledProgram(host_fn.__name__, params, trace, dc, platform,
                                           _output_dir(output_dir, host_fn.__name__), returned=result)
     if output_dir is None:
@@ -362,9 +395,11 @@ def compile_program(program_def, platform: str = "sim", output_dir=None, *, dist
     params = host_params(orch.fn, names, samples, orch.name, orch.loc, anns=anns)
     opts = {k: v for k, v in kwargs.items()}
     me = _HostSelf(program_def, subs)
-    trace, result = trace_host(program_def.name, orch.fn, me, params, dc.device_ids, _compiler(platform, opts), {})
+    trace, result = trace_host(program_def.name, orch.fn, me, params, dc.device_ids, _compiler(platform, opts), {},
+                               lambda _: dc.world_size)  # as its annotations' dims: the rank count
     return DistributedCompiledProgram(program_def.name, params, trace, dc, platform,
-                                      _output_dir(output_dir, program_def.name), callbacks=bound, returned=result)
+                                      _output_dir(output_dir, program_def.name), callbacks=bound, returned=result,
+                                      sub_workers=tuple(subs))
 
 
 @functools.wraps(_compile_one)

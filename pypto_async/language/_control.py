@@ -231,6 +231,9 @@ class range:  # noqa: A001
     def __init__(self, start, stop=None, step=1, *, init_values=None):
         if stop is None:
             start, stop = 0, start
+        from ._placement import resolve_dim
+
+        start, stop = resolve_dim(start), resolve_dim(stop)  # a pl.dynamic dim the trace binds: its extent
         # A bound that is a runtime scalar (pl.read) or an index makes a loop with runtime bounds.
         self._dynamic = any(isinstance(b, (Index, ScalarArg)) for b in (start, stop))
         self._raw = (start, stop)

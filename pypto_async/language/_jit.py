@@ -21,7 +21,7 @@ from ._incore import incore
 from ._inline import decorate, inline, opaque
 from .distributed_host import host
 from ._placement import bind_shape, is_dynamic
-from ._tracer import ScalarArg, TensorArg, Tracer, tracing
+from ._tracer import TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
 __all__ = ["jit", "JitFunction"]
@@ -211,7 +211,9 @@ class JitFunction:
         tracer = Tracer(self.__name__, params)
         tracer.auto_scope = self.auto_scope
         tracer.promotable = True  # an In parameter an inline helper writes becomes InOut (see _inline)
-        proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
+
+        proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         from ._ops_mx import mark_layouts
 
         mark_layouts(proxies, self._anns())  # pl.MX_A_ZZ / pl.MX_B_NN tensors: loads unpack them

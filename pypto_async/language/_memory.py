@@ -13,6 +13,7 @@ from .._dtypes import as_dtype
 from ..errors import PtoArgumentError, PtoNotSupported
 from ..ir._infer import check_load, check_store, compile_error, infer_expr
 from ..ir._nodes import Assign, Const, FillPad, Full, IConst, Load, Move, Store, Transpose
+from ..ir._valid import static_extent
 from ._program import shift
 from ._tracer import ScalarArg, TensorArg, Tile, _state, current, to_index, user_loc
 from ._types import AtomicType, MemorySpace, PadValue
@@ -119,7 +120,7 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     valid_arg = valid_shape if valid_shape is not None else valid_shapes
     bound = shape  # what must lie inside a window: the valid box when one is given (the rest is padding)
     if isinstance(valid_arg, (list, tuple)) and len(valid_arg) == len(shape):
-        bound = tuple(valid_arg) if all(is_int(v) for v in valid_arg) else None
+        bound = tuple(int(v) if is_int(v) else None for v in valid_arg)
     offs = shift(ten, offs, bound, "pl.load")
     valid = valid_extents(valid_arg, "pl.load")
     expr = Load(ten.name, offs, shape, space_name(target_memory, "pl.load"), valid)
@@ -168,7 +169,11 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
         from ._layout import reshape
 
         tl = reshape(tl, (1,) * (len(offsets) - len(tl.shape)) + tuple(tl.shape))
-    offs = shift(ten, offsets, tl.shape, "pl.store")
+    # Only the tile's valid region is written: that box must lie inside a window (an [8, 1] tile valid [1, 1]
+    # stores into a [1, 1] window, PyPTO's aligned staging of one element).
+    valid = tl.var.type.valid
+    bound = tl.shape if valid is None else tuple(static_extent(v) for v in valid)
+    offs = shift(ten, offsets, bound, "pl.store")
     mode = _atomic(atomic, "pl.store")
     check_store(tl.var, ten.name, offs, t.params, t.ranges, loc, mode)
     t.append(Store(tl.var, ten.name, offs, loc, mode))

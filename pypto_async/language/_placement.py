@@ -135,6 +135,33 @@ def dim_value(d, lookup):
     return d
 
 
+def resolve_dim(x):
+    """`x`'s extent where the trace in progress binds it (a ``pl.dynamic`` dim or expression), else `x` unchanged.
+
+    A ``@pl.program``'s orchestration binds its dynamic dims to its
+    arguments' extents, and a host orchestrator's take the rank count: in
+    their bodies (and their kernels') such a dim is that int, a loop bound or
+    a shape (PyPTO's ``NR = pl.dynamic("world_size")``, ``pl.range(NR)``).
+    """
+    if not is_dynamic_dim(x):
+        return x
+    from ._tracer import _state
+    from .distributed_host import host_active
+
+    t = getattr(_state, "tracer", None)
+    env = getattr(t, "dims", None) or {}
+    h = host_active()
+    host = getattr(h, "dim_of", None)
+
+    def lookup(d):
+        if id(d) in env:
+            return env[id(d)][1]
+        return host(d) if host is not None else None
+
+    v = dim_value(x, lookup)
+    return x if v is None else v
+
+
 def is_dynamic_dim(d) -> bool:
     """Whether a declared dimension is a ``pl.dynamic`` dim or an expression of them."""
     return isinstance(d, (DynamicDim, DimExpr))

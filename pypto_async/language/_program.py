@@ -401,7 +401,12 @@ def window(t: TensorArg, key) -> TensorWindow:
 
 
 def shift(t: TensorArg, offsets: tuple, shape, op: str):
-    """Offsets into ``t``'s window as offsets into its tensor (a window checks constant bounds)."""
+    """Offsets into ``t``'s window as offsets into its tensor (a window checks constant bounds).
+
+    ``shape`` is the box that must lie inside the window: the valid extents of
+    the tile where it has them (padding past them is neither read nor
+    written), an entry None where that extent is a runtime value.
+    """
     origin = getattr(t, "origin", None)
     if origin is None:
         return offsets
@@ -411,8 +416,9 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
         shape = None
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
-        if isinstance(o, IConst) and shape is not None and not 0 <= o.value <= o.value + shape[d] <= t.shape[d]:
-            raise compile_error(f"{op}: window {o.value}:{o.value + shape[d]} of dimension {d} is outside "
+        n = None if shape is None else shape[d]  # None: a runtime extent (the kernel checks it against the tensor)
+        if isinstance(o, IConst) and isinstance(n, int) and not 0 <= o.value <= o.value + n <= t.shape[d]:
+            raise compile_error(f"{op}: window {o.value}:{o.value + n} of dimension {d} is outside "
                                 f"the {list(t.shape)} window of {t.name!r}", user_loc())
         out.append(_add(base, o))
     return tuple(out)
@@ -915,6 +921,7 @@ class ProgramDef:
                 shape = shapes[name] if name in shapes else self._shape(name, ann, None, dims, orch)
                 params.append(Param(name, direction, shape, ann.dtype))
         tracer = Tracer(self.name, params)
+        tracer.dims = dict(dims)  # the bound pl.dynamic dims: ints in the bodies (see _placement.resolve_dim)
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
@@ -923,7 +930,9 @@ class ProgramDef:
         from ._ops_crosscore import Group
 
         me._kernels.update({k: Group(me, f) for k, f in self._all.items() if f.type is FunctionType.Group})
-        proxies = [ScalarArg(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
+
+        proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
         from ._branch import traced_fn
 
         with tracing(tracer):

@@ -50,7 +50,7 @@ from .._dtypes import as_dtype
 from .._scalars import is_int
 from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
-from ..ir._nodes import Param
+from ..ir._nodes import IBin, IConst, IScalar, Param
 from ._memory import load, store
 from ._tracer import Index, ScalarArg, TensorArg, Tile, current, user_loc
 from ._types import AtomicType, TensorAnnotation
@@ -169,9 +169,41 @@ def nranks(ctx) -> int:
 # -- the checks every cross-rank operation shares ------------------------------------------
 
 
+_FIXED_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+              "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}
+
+
+def _fixed(x, r):
+    """`x` as an int where this rank's dispatch fixes it, else `x` unchanged.
+
+    A scalar parameter the host's dispatch gave an int (PyPTO's ``my_rank``,
+    ``chunk_elems``) is that int for this rank's trace, and so is an index
+    expression over such scalars and ints (``left * chunk_elems``).
+    """
+
+    def ev(e):
+        if isinstance(e, IConst):
+            return e.value
+        if isinstance(e, IScalar) and e.param in r.scalars:
+            return r.scalars[e.param]
+        if isinstance(e, IBin) and e.op in _FIXED_OPS:
+            a, b = ev(e.a), ev(e.b)
+            if a is not None and b is not None and not (e.op in ("//", "%") and b == 0):
+                return _FIXED_OPS[e.op](a, b)
+        return None
+
+    if r is None:
+        return x
+    if isinstance(x, ScalarArg):
+        return r.scalars.get(x.name, x)
+    if isinstance(x, Index):
+        v = ev(x.expr)
+        return x if v is None else v
+    return x
+
+
 def _peer(peer, r, op: str, loc) -> int:
-    if isinstance(peer, ScalarArg) and peer.name in r.scalars:
-        peer = r.scalars[peer.name]  # a scalar parameter the host's dispatch gave an int: fixed for this rank
+    peer = _fixed(peer, r)  # a scalar parameter the host's dispatch gave an int: fixed for this rank
     if isinstance(peer, (Index, ScalarArg)) or not is_int(peer):
         raise compile_error(f"{op}: peer must be an int rank (derived from pld.rank / pld.nranks, and Python "
                             f"ints), got {peer!r}", loc)
@@ -184,6 +216,7 @@ def _peer(peer, r, op: str, loc) -> int:
 def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if not isinstance(offsets, (list, tuple)) or len(offsets) != len(full):
         raise compile_error(f"{op}: offsets must be {len(full)} ints, got {offsets!r}", loc)
+    offsets = [_fixed(o, active_rank()) for o in offsets]
     if not all(is_int(o) for o in offsets):
         raise compile_error(f"{op}: offsets must be ints here (a cross-rank box is fixed at trace time), "
                             f"got {list(offsets)!r}", loc)
@@ -199,8 +232,7 @@ def _box(offsets, shape, full: tuple, op: str, loc) -> tuple[tuple[int, ...], tu
 
 
 def _value(value, op: str, loc, r=None):
-    if r is not None and isinstance(value, ScalarArg) and value.name in r.scalars:
-        value = r.scalars[value.name]  # a scalar parameter the host's dispatch gave an int
+    value = _fixed(value, r)  # a scalar parameter the host's dispatch gave an int
     if isinstance(value, np.integer):
         value = int(value)
     if isinstance(value, (Index, ScalarArg, Tile)) or not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -503,6 +535,72 @@ def _exchange(kind: str, what: str, source, target, signal):
     return target
 
 
+def all_to_all_v(input, target, signal, send_counts, recv_counts):  # noqa: A002 - PyPTO's names
+    """PyPTO's variable-size all-to-all (MPI_Alltoallv); return `target`.
+
+    `input` and `target` are ``[nranks * max_recv, ...]``: block ``dest``
+    (rows ``dest * max_recv`` on, ``max_recv = target.shape[0] // nranks``)
+    of this rank's `input` is its chunk for rank ``dest``, and block ``src``
+    of `target` the chunk rank ``src`` sent here.  Whole blocks move,
+    whatever the counts (rows past a sender's count are not meaningful).
+    `send_counts` (INT32, one per rank: ``[nranks]`` or ``[nranks, 1]``)
+    holds how many rows of each block are valid; each rank's ``recv_counts``
+    window (INT32 ``[nranks, 1]``) receives ``min(send_counts[me],
+    max_recv)`` from every sender, at the sender's row.  Here it is two
+    all-to-alls: the blocks, then the counts (each rank's clamped first).
+    """
+    loc = user_loc()
+    what = "pld.tensor.all_to_all_v"
+    h = _host_level(what)
+    if h is not None:
+        from .distributed_host import record_all_to_all_v
+
+        record_all_to_all_v(h, input, target, signal, send_counts, recv_counts, loc)
+        return target
+    r = require_rank(what)
+    t = current(what)
+    pt = window_param(t, target, what, loc)
+    ps = _tensor_param(t, input, what, loc)
+    _signal(t, signal, what, loc)
+    pr = window_param(t, recv_counts, what, loc)
+    pc = _tensor_param(t, send_counts, what, loc)
+    names = [ps.name, pt.name, pc.name, pr.name]
+    check_all_to_all_v(what, ps.name, ps.shape, ps.dtype, pt.name, pt.shape, pt.dtype, pc.name, pc.shape, pc.dtype,
+                       pr.name, pr.shape, pr.dtype, r.world, loc, distinct=len(set(names)) == len(names))
+    from ._ops import mins
+
+    # The counts sent are clamped first (at most max_recv valid rows a block), into a staging tensor of this rank.
+    clamped = r.new_param(t, "staging", pc.shape, pc.dtype, OUT)
+    zeros = [0] * len(pc.shape)
+    store(mins(load(send_counts, zeros, list(pc.shape)), pt.shape[0] // r.world), zeros, clamped)
+    cut(CommOp("all_to_all", pt.name, src=ps.name, shape=pt.shape, loc=loc))
+    cut(CommOp("all_to_all", pr.name, src=clamped.name, shape=pr.shape, loc=loc))
+    return target
+
+
+def check_all_to_all_v(what, sname, sshape, sdtype, tname, tshape, tdtype, cname, cshape, cdtype, rname, rshape,
+                       rdtype, world: int, loc, *, distinct: bool) -> int:
+    """Check the operands of an all_to_all_v (located errors); return its ``max_recv``."""
+    if not distinct:
+        raise compile_error(f"{what}: input, target, send_counts and recv_counts must be four different tensors "
+                            f"({sname!r}, {tname!r}, {cname!r}, {rname!r})", loc)
+    if sdtype != tdtype:
+        raise compile_error(f"{what}: the input is {sdtype.name}, the target {tdtype.name}", loc)
+    if tuple(sshape) != tuple(tshape):
+        raise compile_error(f"{what}: the input {sname!r} is {list(sshape)}, the target {tname!r} {list(tshape)}; "
+                            f"they must match", loc)
+    if not tshape or tshape[0] % world or tshape[0] < world:
+        raise compile_error(f"{what}: the target {tname!r} is {list(tshape)}; its first dimension must be the rank "
+                            f"count ({world}) times max_recv", loc)
+    if cdtype.name != "INT32" or tuple(cshape) not in ((world,), (world, 1)):
+        raise compile_error(f"{what}: send_counts {cname!r} is {cdtype.name}{list(cshape)}; it must be "
+                            f"INT32[{world}] or INT32[{world}, 1]", loc)
+    if rdtype.name != "INT32" or tuple(rshape) != (world, 1):
+        raise compile_error(f"{what}: recv_counts {rname!r} is {rdtype.name}{list(rshape)}; it must be "
+                            f"INT32[{world}, 1]", loc)
+    return tshape[0] // world
+
+
 def check_exchange(kind, what, sname, sshape, sdtype, tname, tshape, tdtype, world: int, loc) -> None:
     """Check the source and target of an allgather or all_to_all (located errors)."""
     if sname == tname:
@@ -622,6 +720,7 @@ tile = _Namespace("tile", remote_load=remote_load, remote_store=remote_store)
 #: ``pld.tensor``: tensor-level cross-rank operations.
 tensor = _Namespace("tensor", put=put, get=get, remote_store=tensor_remote_store, barrier=barrier, allreduce=allreduce, broadcast=broadcast,
                     allgather=allgather, reduce_scatter=reduce_scatter, all_to_all=all_to_all,
+                    all_to_all_v=all_to_all_v,
                     alloc_window_buffer=alloc_window_buffer, window=window)
 #: ``pld.system``: signals.
 system = _Namespace("system", notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,

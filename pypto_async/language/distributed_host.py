@@ -212,7 +212,8 @@ class HostCollective:
     """A collective a host orchestrator calls on window views: it runs on every rank between two dispatches.
 
     ``kind`` is ``"allreduce"``, ``"broadcast"``, ``"allgather"``,
-    ``"reduce_scatter"``, ``"all_to_all"`` or ``"barrier"``; ``target`` and
+    ``"reduce_scatter"``, ``"all_to_all"``, ``"all_to_all_v"`` (with
+    ``counts`` and ``recv``) or ``"barrier"``; ``target`` and
     ``source`` the window views (None where the collective has none);
     ``mode`` the reduction; ``root`` a broadcast's root.
     """
@@ -224,6 +225,8 @@ class HostCollective:
     root: int = 0
     loc: Loc | None = None
     ring: bool = False  # an allreduce written with mode="ring" (same numbers; its own variant name)
+    counts: WindowView | None = None  # an all_to_all_v's send_counts ...
+    recv: WindowView | None = None  # ... and recv_counts views
 
     @property
     def name(self) -> str:
@@ -258,10 +261,12 @@ class Callback:
 class HostTrace:
     """What a host function's trace collects."""
 
-    def __init__(self, name: str, device_ids: tuple[int, ...], compile_fn):
+    def __init__(self, name: str, device_ids: tuple[int, ...], compile_fn, dim_of=None):
         self.name = name
         self.device_ids = device_ids
         self.world = len(device_ids)
+        #: a pl.dynamic dim's extent in the host's body (its arguments' binding; a @pl.program's: the rank count)
+        self.dim_of = dim_of
         self.windows: list[WindowBuffer] = []
         self.steps: list = []  # Dispatch and Callback, in program order
         self.compile_fn = compile_fn  # Program -> CompiledProgram
@@ -298,6 +303,15 @@ def world_size() -> int:
     return _host("pld.world_size()").world
 
 
+def _extents(shape):
+    """A shape (or byte count) with its ``pl.dynamic`` dims as the host binds them (``NR * 64 * 4``: an int)."""
+    from ._placement import resolve_dim
+
+    if isinstance(shape, (list, tuple)):
+        return type(shape)(resolve_dim(d) for d in shape)
+    return resolve_dim(shape)
+
+
 def alloc_window_buffer(shape, dtype=None, *, name: str = "") -> WindowBuffer:
     """Allocate a window buffer of `shape` and `dtype` on every rank (zeroed for each run).
 
@@ -307,6 +321,7 @@ def alloc_window_buffer(shape, dtype=None, *, name: str = "") -> WindowBuffer:
     h = _host("pld.alloc_window_buffer")
     loc = user_loc()
     raw = False
+    shape = _extents(shape)
     if is_int(shape):
         if dtype is not None:
             raise compile_error("pld.alloc_window_buffer(nbytes): dtype= goes with a shape, not a byte count", loc)
@@ -332,7 +347,7 @@ def window(buffer, shape, dtype=None) -> WindowView:
     loc = user_loc()
     if not isinstance(buffer, WindowBuffer):
         raise compile_error(f"pld.window: expected a pld.alloc_window_buffer result, got {buffer!r}", loc)
-    shape = tuple(shape)
+    shape = tuple(_extents(list(shape)) if isinstance(shape, (list, tuple)) else shape)
     if not shape or not all(is_int(d) and d > 0 for d in shape):
         raise compile_error(f"pld.window: shape must be positive ints, got {list(shape)!r}", loc)
     shape = tuple(int(d) for d in shape)
@@ -410,6 +425,26 @@ def record_collective(h: HostTrace, kind: str, target, source, signal, *, mode: 
     return target
 
 
+def record_all_to_all_v(h: HostTrace, source, target, signal, counts, recv, loc) -> None:
+    """Record a host-level ``pld.tensor.all_to_all_v`` on window views (checked)."""
+    from .distributed import check_all_to_all_v
+
+    what = "pld.tensor.all_to_all_v"
+    views = {"input": source, "target": target, "signal": signal, "send_counts": counts, "recv_counts": recv}
+    for role, v in views.items():
+        if not isinstance(v, WindowView):
+            raise compile_error(f"{what}: in a host orchestrator the {role} is a pld.window(...) view, got {v!r}",
+                                loc)
+    buffers = [v.buffer.index for v in views.values()]
+    if len(set(buffers)) != len(buffers):
+        raise compile_error(f"{what}: in a host orchestrator its five operands are views of five different window "
+                            f"buffers (PyPTO's rule: two sharing one would race)", loc)
+    check_all_to_all_v(what, "input", source.shape, source.dtype, "target", target.shape, target.dtype,
+                       "send_counts", counts.shape, counts.dtype, "recv_counts", recv.shape, recv.dtype, h.world, loc,
+                       distinct=True)
+    h.steps.append(HostCollective("all_to_all_v", target, source, loc=loc, counts=counts, recv=recv))
+
+
 def _returned(d: Dispatch, ret: str | None):
     if not ret:
         return None
@@ -457,6 +492,9 @@ def _host_param(name: str, ann, arg, where: str, loc, dims: dict) -> tuple[Param
         raise compile_error(f"{where}: parameter {name!r} is a tensor: pass a numpy array or a torch tensor, "
                             f"got {type(arg).__name__}", loc)
     dtype = as_dtype(dtype)
+    if ann.dtype is not None and ann.dtype != dtype and ann.dtype.np_storage.name != ann.dtype.np_name and \
+            dtype.np_name == ann.dtype.np_storage.name:
+        dtype = ann.dtype  # BF16 given as UINT16, FP8 as UINT8 (numpy has neither): the raw bits, as a kernel takes
     why = None if ann.shape is None else bind_shape(ann.shape, shape, dims)
     if why is not None:
         raise compile_error(f"{where}: parameter {name!r} is declared {list(ann.shape)} but got shape "
@@ -466,8 +504,11 @@ def _host_param(name: str, ann, arg, where: str, loc, dims: dict) -> tuple[Param
     return Param(name, ann.direction, shape, dtype), None
 
 
-def host_params(fn, names, args, where: str, loc, anns=None) -> list[Param]:
-    """The host function's parameters for these arguments (shapes and dtypes taken from them)."""
+def host_params(fn, names, args, where: str, loc, anns=None, dims: dict | None = None) -> list[Param]:
+    """The host function's parameters for these arguments (shapes and dtypes taken from them).
+
+    ``dims``, when given, receives the ``pl.dynamic`` dims the arguments bind (``id(dim) -> (dim, extent)``).
+    """
     if len(args) != len(names):
         raise PtoArgumentError(f"{where} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
     if anns is None:
@@ -475,13 +516,16 @@ def host_params(fn, names, args, where: str, loc, anns=None) -> list[Param]:
             anns = inspect.get_annotations(fn, eval_str=True)
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {where}: {exc}", loc) from exc
-    dims: dict = {}  # a pl.dynamic dimension takes one extent per call
+    dims = {} if dims is None else dims  # a pl.dynamic dimension takes one extent per call
     return [_host_param(n, anns.get(n), a, where, loc, dims)[0] for n, a in zip(names, args)]
 
 
-def trace_host(name: str, fn, self_arg, params: list[Param], device_ids, compile_fn, scalars: dict):
-    """Run host function `fn` on proxies of `params`; return its HostTrace and what it returned."""
-    h = HostTrace(name, tuple(device_ids), compile_fn)
+def trace_host(name: str, fn, self_arg, params: list[Param], device_ids, compile_fn, scalars: dict, dim_of=None):
+    """Run host function `fn` on proxies of `params`; return its HostTrace and what it returned.
+
+    ``dim_of(dim)``: a ``pl.dynamic`` dim's extent in the body (None: unbound).
+    """
+    h = HostTrace(name, tuple(device_ids), compile_fn, dim_of)
     proxies = []
     for p in params:
         proxies.append(scalars.get(p.name) if p.direction == SCALAR else HostTensor(p.name, (), p.shape, p.dtype,

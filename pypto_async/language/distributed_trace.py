@@ -33,7 +33,8 @@ from ..ir._diag import compile_error
 from ..ir._nodes import Assign, IConst, IRead, Load, Loc, Param, Scope, Store
 from ..ir._program import Program
 from ..ir._rewrite import reads
-from ._tracer import TensorArg, current, user_loc
+from .._scalars import is_int
+from ._tracer import ScalarArg, TensorArg, current, user_loc
 
 __all__ = ["Cut", "CommOp", "RankTrace", "rank_tracing", "active_rank", "cut", "split", "Segmented"]
 
@@ -120,6 +121,71 @@ class rank_tracing:
 def active_rank() -> RankTrace | None:
     """The rank being traced, or None outside a per-device trace of a multi-chip program."""
     return getattr(_state, "rank", None)
+
+
+def _fixed_op(name: str, swap: bool = False):
+    import operator
+
+    fn = getattr(operator, name)
+    base = getattr(ScalarArg, f"__r{name}__" if swap and name not in _COMPARE else f"__{name}__", None)
+
+    def method(self, other):
+        if isinstance(other, FixedScalar):
+            other = other.value
+        if is_int(other) and not isinstance(other, bool):
+            return fn(int(other), self.value) if swap else fn(self.value, int(other))
+        return base(self, other) if base is not None else NotImplemented  # an index, a runtime scalar
+
+    return method
+
+
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+class FixedScalar(ScalarArg):
+    """An integer scalar parameter whose value this rank's host dispatch fixed (PyPTO's ``my_rank``).
+
+    It is still the kernel's scalar parameter (passed when the segment
+    launches, as any scalar), but with ints it computes ints, so
+    ``if p != my_rank:`` is decided while tracing and ``(my_rank + 1) % n``
+    can be a cross-rank op's peer, as ``pld.rank(ctx)`` is.
+    """
+
+    def __init__(self, param, value: int):
+        super().__init__(param)
+        self.value = int(value)
+
+    def __index__(self) -> int:
+        return self.value
+
+    __int__ = __index__
+
+    def __bool__(self) -> bool:
+        return self.value != 0
+
+    def __repr__(self) -> str:
+        return f"<scalar {self.name} = {self.value} (this rank's)>"
+
+    __hash__ = object.__hash__
+
+
+for _name in ("add", "sub", "mul", "floordiv", "mod"):
+    setattr(FixedScalar, f"__{_name}__", _fixed_op(_name))
+    setattr(FixedScalar, f"__r{_name}__", _fixed_op(_name, True))
+for _name in _COMPARE:
+    setattr(FixedScalar, f"__{_name}__", _fixed_op(_name))
+
+
+def scalar_proxy(p):
+    """The proxy of scalar parameter `p` in a trace: in a rank's trace, a :class:`FixedScalar` of its value.
+
+    A per-rank trace is already specialized to its rank (``pld.rank`` is an
+    int); an integer scalar the dispatch gave an int is fixed the same way.
+    """
+    r = active_rank()
+    if r is not None and p.name in r.scalars and not p.dtype.is_float and p.dtype.name != "BOOL":
+        return FixedScalar(p, r.scalars[p.name])
+    return ScalarArg(p)
 
 
 def unrolls_ranges() -> bool:

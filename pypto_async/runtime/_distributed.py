@@ -63,15 +63,15 @@ def _program_devices(programs) -> tuple:
 def _check_callbacks(programs, callbacks: dict) -> None:
     if not isinstance(callbacks, dict):
         raise PtoArgumentError(f"callbacks must be a dict of name -> function, got {type(callbacks).__name__}")
-    known = {n for p in programs for n in p.callback_names}
+    known = {n for p in programs for n in (*p.callback_names, *getattr(p, "sub_worker_names", ()))}
     for name, fn in callbacks.items():
         if name not in known:
-            raise PtoArgumentError(f"callbacks: {name!r} is no runtime-bound SubWorker of "
+            raise PtoArgumentError(f"callbacks names [{name!r}] are not sub-workers of "
                                    f"{', '.join(p.name for p in programs) or 'the programs'} "
-                                   f"(those: {', '.join(sorted(known)) or 'none'})")
+                                   f"(its SubWorkers: {', '.join(sorted(known)) or 'none'})")
         if not callable(fn):
             raise PtoArgumentError(f"callbacks[{name!r}] must be callable, got {fn!r}")
-    missing = sorted(known - set(callbacks))
+    missing = sorted({n for p in programs for n in p.callback_names} - set(callbacks))
     if missing:
         raise PtoArgumentError(f"SubWorker callback(s) {', '.join(map(repr, missing))} have a `...` body and must "
                                f"be bound: prepare(callbacks={{{missing[0]!r}: fn, ...}})")
@@ -208,7 +208,8 @@ class DistributedWorker:
         or config.
     """
 
-    def __init__(self, device_ids, config=None, *, depth: int = 2, callbacks=None):
+    def __init__(self, device_ids, config=None, *, depth: int = 2, callbacks=None, persistent: bool = False,
+                 reset_persistent_windows: bool | None = None):
         programs = _programs(device_ids)
         if programs:
             device_ids = _program_devices(programs)
@@ -220,6 +221,7 @@ class DistributedWorker:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise PtoArgumentError(f"DistributedWorker depth must be an int >= 1, not {depth!r}")
         cfg = as_run_config(config)
+        self._config = cfg.replace(device_id=0)
         workers = []
         try:
             for d in ids:
@@ -237,6 +239,10 @@ class DistributedWorker:
         #: The multi-chip programs prepared on this worker (PyPTO's ``DistributedWorker([c1, c2])``).
         self._programs = programs
         self._callbacks = dict(callbacks or {})
+        #: prepare(persistent=True): each program's window buffers, kept across its runs (id(program) -> windows)
+        self._persistent = bool(persistent)
+        self._reset_windows = self._persistent if reset_persistent_windows is None else bool(reset_persistent_windows)
+        self._retained: dict[int, dict] = {}
         try:
             _check_callbacks(programs, self._callbacks)
         except BaseException:
@@ -289,6 +295,7 @@ class DistributedWorker:
     def close(self, *, timeout: float | None = 30.0) -> None:
         """Close every device (idempotent); each finishes its queued work first, as ``ChipWorker.close``."""
         first = None
+        self._retained.clear()  # kept windows: freed with their devices
         for w in self._workers:
             try:
                 w.close(timeout=timeout)
@@ -388,12 +395,28 @@ class DistributedWorker:
             return arun_plan(self, compiled, args, self._callbacks)
         return run_plan(self, compiled, args, self._callbacks)
 
-    def __call__(self, *args):
-        """Run the one program prepared on this worker (``rt(*args)``, PyPTO's single-program form)."""
+    def __call__(self, *args, config=None):
+        """Run the one program prepared on this worker (``rt(*args)``, PyPTO's single-program form).
+
+        ``config=`` (PyPTO passes each dispatch its RunConfig) must be the
+        settings the worker was prepared with: the devices keep those, so a
+        different one is refused (PtoNotSupported) rather than ignored.
+        """
         if len(self._programs) != 1:
             raise PtoArgumentError(f"rt(*args) runs the one prepared program; this worker has "
                                    f"{len(self._programs)}: call rt.run(compiled, *args)")
+        if config is not None:
+            self._check_dispatch_config(self._programs[0], config)
         return self._run_l3(self._programs[0], args)
+
+    def _check_dispatch_config(self, compiled, config) -> None:
+        compiled._check_config(config)  # the platform it was compiled for
+        want = compiled._run_config(config).replace(device_id=0)  # the ranks are the devices, whatever it says
+        have = self._config.replace(distributed_config=None, platform=want.platform)
+        if want != have:
+            raise PtoNotSupported(f"{compiled.name}: this dispatch's config= differs from the one the worker was "
+                                  f"prepared with ({want} vs {have}); the devices keep their prepared settings: "
+                                  f"pass the same RunConfig to prepare() and to each dispatch")
 
     def alloc_tensor(self, shape, dtype, *, init=None) -> DeviceTensor:
         """A DeviceTensor resident on the first device (rank 0), kept across runs until :meth:`free_tensor`."""

@@ -42,11 +42,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import as_dtype
+from .._dtypes import as_dtype, holds
 from .._signature import IN, SCALAR
 from ..errors import PtoArgumentError, PtoError, PtoInvalidStateError, PtoNotSupported
 from . import _collectives, _peer
 from ._args import _is_torch_tensor
+from ._deps_json import DEPS_FILE, DFX_DIR, deps_document
+from ._dfx import _calls, _write_json, _write_scope_stats, run_id
 from ._stacked import StackedDeviceTensor
 from ._stream import task_default
 from ._tensor import DeviceTensor
@@ -103,7 +105,7 @@ def check_args(dcp, args) -> None:
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} must be a numpy array, a torch CPU tensor "
                                    f"or a DeviceTensor, got {type(a).__name__}")
         shape, dtype = _shape_dtype(a)
-        if shape != p.shape or dtype != p.dtype:
+        if shape != p.shape or not holds(dtype, p.dtype):  # BF16 may come as its uint16 bits (numpy has none)
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is {dtype.name}{list(shape)}; the program "
                                    f"was compiled for {p.dtype.name}{list(p.shape)} (compile it again for these)")
         if isinstance(a, DeviceTensor):
@@ -132,21 +134,32 @@ class _Run:
         self.uploads: dict = {}  # (rank, param, index) -> DeviceTensor
         self.downloads: list = []  # (DeviceTensor, host view)
         self.windows: dict = {}  # (buffer index, rank) -> DeviceTensor
+        #: prepare(persistent=True): the windows outlive the run (the worker keeps them for the program's next)
+        self.retained = bool(getattr(dw, "_persistent", False))
+        self.reset = bool(getattr(dw, "_reset_windows", True))
+        if self.retained:
+            self.windows = dw._retained.setdefault(id(dcp), {})
+            self.fresh: set = set()  # kept windows this run has zeroed (or made)
 
     def worker(self, rank: int):
         return self.dw.workers[rank]
 
     def temp(self, rank: int, shape, dtype, init=None) -> DeviceTensor:
-        t = self.worker(rank).alloc_tensor(tuple(shape), as_dtype(dtype).np_storage, init=init)
+        t = self.worker(rank).alloc_tensor(tuple(shape), as_dtype(dtype), init=init)
         self.temps.append(t)
         return t
 
     def window(self, buf, rank: int) -> DeviceTensor:
         key = (buf.index, rank)
         t = self.windows.get(key)
-        if t is None:  # kept for the whole run (across callbacks), freed at its end
-            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype.np_storage,
+        if t is None:  # kept for the whole run (across callbacks), freed at its end (persistent: kept longer)
+            t = self.windows[key] = self.worker(rank).alloc_tensor(buf.shape, buf.dtype,
                                                                    init=np.zeros(buf.shape, buf.dtype.np_storage))
+            if self.retained:
+                self.fresh.add(key)
+        elif self.retained and self.reset and key not in self.fresh:  # a kept window, zeroed before its reuse
+            self.fresh.add(key)
+            self.launches.append(self.worker(rank).copy(t, np.zeros(buf.shape, buf.dtype.np_storage)))
         return t
 
     def tensor(self, rank: int, ht, direction: str) -> DeviceTensor:
@@ -242,9 +255,31 @@ def box_kernel(shape, box, offsets, dtype, add: bool):
             pl.store(t, offs, win)
         return win
 
-    box_update.__annotations__ = {"inbox": pl.Tensor, "win": pl.InOut[pl.Tensor]}
+    # typed: a BF16 (FP8) window is compiled as BF16, its raw-bit numpy samples below notwithstanding
+    box_update.__annotations__ = {"inbox": pl.Tensor[list(box), dtype],
+                                  "win": pl.InOut[pl.Tensor[list(shape), dtype]]}
     fn = pl.jit(box_update)
     compiled = fn.compile(np.zeros(box, dtype.np_storage), np.zeros(shape, dtype.np_storage))
+    _BOX_KERNELS[key] = compiled
+    return compiled
+
+
+def clamp_kernel(shape, dtype, hi: int):
+    """The compiled kernel that clamps an integer tensor to at most `hi`, in place (an all_to_all_v's counts)."""
+    key = ("clamp", tuple(shape), dtype.name, hi)
+    hit = _BOX_KERNELS.get(key)
+    if hit is not None:
+        return hit
+    # the language sits above the runtime; imported when used
+    from .. import language as pl
+
+    def clamp_counts(counts):
+        with pl.incore():
+            pl.store(pl.mins(pl.load(counts, [0] * len(shape), list(shape)), hi), [0] * len(shape), counts)
+        return counts
+
+    clamp_counts.__annotations__ = {"counts": pl.InOut[pl.Tensor[list(shape), dtype]]}
+    compiled = pl.jit(clamp_counts).compile(np.zeros(shape, dtype.np_storage))
     _BOX_KERNELS[key] = compiled
     return compiled
 
@@ -463,6 +498,14 @@ def _host_collective(run: _Run, c) -> None:
         return
     dsts = [run.window(c.target.buffer, r) for r in range(world)]
     srcs = [run.window(c.source.buffer, r) for r in range(world)] if c.source is not None else None
+    if c.kind == "all_to_all_v":  # the blocks, the counts, then each rank clamps what it received
+        _queue_collective(run, "all_to_all", "", 0, dsts, srcs)
+        recv = [run.window(c.recv.buffer, r) for r in range(world)]
+        _queue_collective(run, "all_to_all", "", 0, recv, [run.window(c.counts.buffer, r) for r in range(world)])
+        k = clamp_kernel(recv[0].shape, as_dtype(recv[0].dtype), c.target.shape[0] // world)
+        for r in range(world):
+            run.launches.append(run.worker(r).register(k).submit(recv[r]))
+        return
     _queue_collective(run, c.kind, c.mode, c.root, dsts, srcs)
 
 
@@ -548,7 +591,7 @@ def _release(run: _Run, final: bool) -> None:
     """Free the group's temporaries (and at the end the windows) in stream order; forget what it queued."""
     for launch in run.launches:  # their failures are the run's, raised by it (or moot: it was cancelled)
         launch._mark_retrieved()
-    done = run.temps + (list(run.windows.values()) if final else [])
+    done = run.temps + (list(run.windows.values()) if final and not run.retained else [])
     for t in done:
         if t._init is not None:  # an upload of the run's own: its failure is the run's
             t._init._mark_retrieved()
@@ -559,7 +602,7 @@ def _release(run: _Run, final: bool) -> None:
     run.launches.clear()
     run.downloads.clear()
     run.uploads.clear()
-    if final:
+    if final and not run.retained:
         run.windows.clear()
 
 
@@ -617,7 +660,7 @@ def _plan(dw, dcp, args, callbacks):
                     yield from _finish(run)
                     group = []
                 host = [ContinuousTensor(_view(run.args[a.param], a.index)) for a in s.args]
-                if s.fn is None:
+                if s.fn is None or s.name in callbacks:  # bound at prepare(callbacks=): it replaces a body
                     yield _HostCall(callbacks[s.name], (host,))
                 else:
                     yield _HostCall(s.fn, tuple(_tensor_from_continuous(h) for h in host))
@@ -631,6 +674,7 @@ def _plan(dw, dcp, args, callbacks):
         if group:
             yield from _run_group(run, group)
         yield from _finish(run, final=True)
+        _write_dfx(dw, dcp)
     except BaseException:
         with contextlib.suppress(BaseException):
             yield from _finish(run, download=False, final=True)  # nothing of a failed run reaches the host arrays
@@ -639,6 +683,46 @@ def _plan(dw, dcp, args, callbacks):
     if isinstance(ret, HostTensor):
         return _view(run.args[ret.param], ret.index)
     return None
+
+
+def _write_dfx(dw, dcp) -> None:
+    """PyPTO's per-dispatch DFX outputs of a finished run: ``<output_dir>/dfx_outputs/rank{r}/d{k}/``.
+
+    ``d{k}`` is rank ``r``'s ``k``-th dispatch.  With ``enable_dep_gen``,
+    ``deps.json``: the tasks and edges of the dispatch's segments (one
+    document; a segment's task ids follow the previous segment's, and no
+    edge crosses a cut: the cross-rank operation between them orders
+    them).  With ``enable_scope_stats``, ``scope_stats/scope_stats.jsonl``:
+    the rank's streams at the end of the run, as a single chip writes it.
+    (PyPTO's per-rank swimlane records are not written here.)
+    """
+    cfg = getattr(dw, "_config", None)
+    if cfg is None or not (cfg.enable_dep_gen or cfg.enable_scope_stats):
+        return
+    # the language imports the runtime; this one is imported when used
+    from ..language.distributed_host import Dispatch
+
+    seen: dict[int, int] = {}
+    for d in dcp.steps:
+        if not isinstance(d, Dispatch):
+            continue
+        k = seen.get(d.rank, 0)
+        seen[d.rank] = k + 1
+        out = dcp.output_dir / DFX_DIR / f"rank{d.rank}" / f"d{k}"
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.enable_dep_gen:
+            doc = {"program": d.name, "tasks": [], "edges": []}
+            for c in d.compiled:
+                graph = getattr(c, "task_graph", None)
+                if graph is None:
+                    continue
+                part, base = deps_document(graph, d.name), len(doc["tasks"])
+                doc["tasks"] += [{**t, "id": t["id"] + base} for t in part["tasks"]]
+                doc["edges"] += [{**e, "src": e["src"] + base, "dst": e["dst"] + base} for e in part["edges"]]
+            _write_json(out / DEPS_FILE, doc)
+        if cfg.enable_scope_stats:
+            (out / "scope_stats").mkdir(exist_ok=True)
+            _write_scope_stats(dw.workers[d.rank], out, run_id(), next(_calls), d.name)
 
 
 def run_plan(dw, dcp, args, callbacks=None):

@@ -73,3 +73,31 @@ def test_an_expression_disagreeing_with_its_bound_dim_is_a_compile_error():
     with pytest.raises(PtoCompileError, match=r"parameter 'out' is declared \[\(NR \+ 1\), 64\].*"
                                               r"dimension 0 is 4, but \(NR \+ 1\) is 3"):
         flat_rows.compile(torch.randn(1, 128), _nan(4, 64))
+
+
+@pl.program
+class RowsOfM:
+    """A kernel loops over a pl.dynamic dim (``pl.range(M)``, ``pl.range(0, M * 2, 2)``): its bound extent."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def rows(self, x: pl.Tensor[[M, 64], pl.FP32], out: pl.Out[pl.Tensor[[M, 64], pl.FP32]],
+             half: pl.Out[pl.Tensor[[M, 32], pl.FP32]]) -> pl.Tensor[[M, 64], pl.FP32]:
+        for r in pl.range(M):
+            out = pl.store(pl.add(pl.load(x, [r, 0], [1, 64]), 1.0), [r, 0], out)
+        for h in pl.range(0, M * 2, 2):  # an expression of it too: rows 0, 2, 4, ... below M * 2
+            half = pl.store(pl.load(x, [h // 2, 0], [1, 32]), [h // 2, 0], half)
+        return out
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[M, 64], pl.FP32], out: pl.Out[pl.Tensor[[M, 64], pl.FP32]],
+             half: pl.Out[pl.Tensor[[M, 32], pl.FP32]]) -> pl.Tensor[[M, 64], pl.FP32]:
+        return self.rows(x, out, half)
+
+
+@tiered("m", [3, 8], fast=[3])
+def test_a_loop_over_a_dynamic_dim_runs_its_bound_extent(m):
+    x, out, half = torch.randn(m, 64), _nan(m, 64), _nan(m, 32)
+    result = run(RowsOfM, x, out, half)
+    assert result.passed, result.error
+    torch.testing.assert_close(out, x + 1, rtol=0, atol=0)  # every one of the m rows: the loop ran m times
+    torch.testing.assert_close(half, x[:, :32], rtol=0, atol=0)

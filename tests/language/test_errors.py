@@ -719,13 +719,14 @@ def test_a_float_scalar_is_not_an_extent():
     assert_at(ei, where[0], "valid extent 'n' is a FP32 scalar, not an integer")
 
 
-def test_a_scalar_is_not_an_offset():
+def test_a_scalar_offset_into_a_tile_is_refused():
     where = []
 
     @pl.jit
     def k(a: pl.Tensor, n: pl.INDEX, out: pl.Out[pl.Tensor]):
+        t = pl.load(a, [0, 0], [16, 16])
         where.append(next_line())
-        pl.store(pl.load(a, [n, 0], [16, 16]), [0, 0], out)
+        pl.store(pl.slice(t, [8, 16], [n, 0]), [0, 0], out)  # a tile's window is fixed when it is compiled
 
     with pytest.raises(PtoCompileError) as ei:
         k.lower(M64, 3, M64)

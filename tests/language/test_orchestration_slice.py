@@ -95,3 +95,52 @@ def test_a_pad_value_on_an_orchestration_slice_is_a_compile_error():
     with pytest.raises(PtoCompileError) as ei:
         k.lower(a, a.copy())
     assert_at(ei, where[0], "pad_value= fills a tile")
+
+
+ROWS = 8  # a tile padded to 8 rows whose valid box is the one row a [1, 1] window holds
+
+
+@pl.program
+class OneCell:
+    @pl.function(type=pl.FunctionType.InCore)
+    def cell(self, x: pl.Tensor[[1, 1], pl.FP32],
+             y: pl.Out[pl.Tensor[[1, 1], pl.FP32]]) -> pl.Tensor[[1, 1], pl.FP32]:
+        t = pl.load(x, [0, 0], [ROWS, 1], valid_shape=[1, 1])
+        return pl.store(pl.mul(t, 3.0), [0, 0], y)  # writes the valid box only: inside the [1, 1] window
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[N, 1], pl.FP32],
+             y: pl.Out[pl.Tensor[[N, 1], pl.FP32]]) -> pl.Tensor[[N, 1], pl.FP32]:
+        for i in pl.range(N):
+            self.cell(pl.slice(x, [1, 1], [i, 0]), pl.slice(y, [1, 1], [N - 1 - i, 0]))
+        return y
+
+
+def test_a_padded_tile_stores_its_valid_box_into_a_smaller_window(launcher, rng):
+    x = rng.standard_normal((N, 1)).astype(np.float32)
+    y = poison((N, 1))
+    launcher.run(ir.compile(OneCell), x, y)
+    np.testing.assert_array_equal(y, x[::-1] * 3)
+
+
+def test_a_store_whose_valid_box_overhangs_a_window_is_a_compile_error():
+    where = []
+
+    @pl.program
+    class Overhang:
+        @pl.function(type=pl.FunctionType.InCore)
+        def cell(self, x: pl.Tensor[[2, 1], pl.FP32],
+                 y: pl.Out[pl.Tensor[[1, 1], pl.FP32]]) -> pl.Tensor[[1, 1], pl.FP32]:
+            t = pl.load(x, [0, 0], [ROWS, 1], valid_shape=[2, 1])
+            where.append(next_line())
+            return pl.store(t, [0, 0], y)  # two valid rows into a one-row window
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[N, 1], pl.FP32],
+                 y: pl.Out[pl.Tensor[[N, 1], pl.FP32]]) -> pl.Tensor[[N, 1], pl.FP32]:
+            self.cell(pl.slice(x, [2, 1], [0, 0]), pl.slice(y, [1, 1], [0, 0]))
+            return y
+
+    with pytest.raises(PtoCompileError) as ei:
+        ir.compile(Overhang)
+    assert_at(ei, where[0], "window 0:2 of dimension 0 is outside the [1, 1] window")

@@ -163,6 +163,47 @@ def test_a_runtime_offset_is_checked_when_the_kernel_runs(launcher, rng):
         launcher.run(compiled, x, np.array([3 * Q + 1], np.int64), out)
 
 
+@pl.program
+class ScalarOffsets:
+    """PyPTO's per-rank stage-out: a kernel loads row ``my_rank`` and stores at column ``chunk * c``."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def pick(self, x: pl.Tensor[[4, 4 * C], pl.FP32], y: pl.Out[pl.Tensor[[2, 4 * C], pl.FP32]],
+             row: pl.Scalar[pl.INT32], chunk: pl.Scalar[pl.INDEX]) -> pl.Tensor[[2, 4 * C], pl.FP32]:
+        for c in pl.range(2):
+            t = pl.load(x, [row, c * chunk], [1, C])
+            pl.store(pl.add(t, 1.0), [c, (1 - c) * chunk], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[4, 4 * C], pl.FP32], y: pl.Out[pl.Tensor[[2, 4 * C], pl.FP32]],
+             row: pl.Scalar[pl.INT32], chunk: pl.Scalar[pl.INDEX]) -> pl.Tensor[[2, 4 * C], pl.FP32]:
+        return self.pick(x, y, row, chunk)
+
+
+@pytest.mark.parametrize("row, chunk", [(0, C), (3, 2 * C), (2, 3 * C // 2)])
+def test_a_scalar_parameter_offsets_a_load_and_a_store(launcher, rng, row, chunk):
+    from pypto_async import ir
+
+    x = rng.standard_normal((4, 4 * C)).astype(np.float32)
+    compiled = ir.compile(ScalarOffsets)
+    y = poison((2, 4 * C))
+    launcher.run(compiled, x, y, row, chunk)  # one compiled kernel: the offsets are its scalar arguments
+    np.testing.assert_array_equal(y[0, chunk:chunk + C], x[row, :C] + 1)
+    np.testing.assert_array_equal(y[1, :C], x[row, chunk:chunk + C] + 1)
+
+
+def test_a_scalar_offset_past_the_tensor_fails_the_launch(launcher, rng):
+    from pypto_async import ir
+
+    x = rng.standard_normal((4, 4 * C)).astype(np.float32)
+    y = poison((2, 4 * C))
+    with pytest.raises(PtoError, match="task pick: pl.load: runtime offset of dimension 0 puts the window outside"):
+        launcher.run(ir.compile(ScalarOffsets), x, y, 4, C)
+    with pytest.raises(PtoError, match="runtime offset of dimension 1 puts the window outside"):
+        launcher.run(ir.compile(ScalarOffsets), x, y, 0, 4 * C)
+
+
 def test_the_printed_program_computes_the_same(launcher, rng):
     buf = torch.from_numpy(rng.standard_normal((4 * Q, C)).astype(np.float32))
     cfg = torch.tensor([3, 5, C], dtype=torch.int32)

@@ -623,7 +623,7 @@ def test_host_functions_and_runtime_bound_callbacks():
     with pytest.raises(PtoArgumentError, match="must be bound") as info:
         compiled.prepare()
     assert isinstance(info.value, ValueError)  # PyPTO's exception type too
-    with pytest.raises(PtoArgumentError, match="no runtime-bound SubWorker"):
+    with pytest.raises(PtoArgumentError, match="are not sub-workers"):
         compiled.prepare(callbacks={"bound_later": print, "nope": print})
     with pytest.raises(PtoArgumentError, match="prepare"):
         compiled(a, b, f)
