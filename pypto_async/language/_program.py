@@ -617,6 +617,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         t.block_index = Index(blocks)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
+        result = _returned_tiles(t, name, result, accesses, fn_loc)
         from ._ops_crosscore import function_closed
 
         function_closed(t, fn_loc)
@@ -681,16 +682,53 @@ def _view_valid(ann, arg, name: str, loc):
     return tuple(out)
 
 
+class _ReturnedTile:
+    """A tile a kernel returned: stored, at the end of its body, into a new intermediate of the caller."""
+
+    def __init__(self, tensor: TensorArg):
+        self.tensor = tensor
+
+
+def _returned_tiles(t, name: str, result, accesses: list, fn_loc):
+    """A kernel's returned tiles, each stored into a new intermediate tensor that the call returns.
+
+    As PyPTO's ConvertTensorToTileOps does for an InCore function returning
+    a computed value: the function gets an ``Out`` parameter the tile is
+    stored into (its valid region), and the call site a new tensor
+    (``tensor.create``) of the tile's shape and dtype for it.
+    """
+    if isinstance(result, tuple):
+        return tuple(_returned_tiles(t, name, r, accesses, fn_loc) for r in result)
+    from ._tracer import Tile
+
+    if not isinstance(result, Tile):
+        return result
+    from ._memory import store
+
+    shape = tuple(result.shape)
+    k = sum(1 for q in t.scratch if q.name.startswith(f"{name}_ret"))
+    p = Param(f"{name}_ret{k}", INOUT, shape, result.dtype)
+    t.params[p.name] = p
+    t.scratch.append(p)
+    zeros = (IConst(0),) * len(shape)
+    store(result, [0] * len(shape), TensorWindow(TensorArg(p), zeros, shape, OUT))
+    accesses.append((p.name, "w", zeros, shape))
+    return _ReturnedTile(TensorArg(p))
+
+
 def _task_result(name, result, proxies, args, fn_loc):
     """Map what a kernel returned (its own parameters) back to the caller's arguments."""
     if isinstance(result, tuple):
         return tuple(_task_result(name, r, proxies, args, fn_loc) for r in result)
+    if isinstance(result, _ReturnedTile):
+        return result.tensor
     for p, a in zip(proxies, args):
         if result is p:
             return a
     if result is None:
         return None
-    raise compile_error(f"{name} must return its tensor parameters (or nothing), got {result!r}", fn_loc)
+    raise compile_error(f"{name} must return its tensor parameters, tiles (each a new tensor of the caller) or "
+                        f"nothing, got {result!r}", fn_loc)
 
 
 class _Kernel:
