@@ -164,8 +164,9 @@ class IScalar:
 class IRead:
     """An element of an integer tensor, read when the statement using it runs (``pl.read``).
 
-    ``shape`` is the tensor's, for its strides; the tensor is an input of the
-    kernel, so no store of the kernel changes what the read sees.
+    ``shape`` is the tensor's, for its strides.  Bound by a ``SetIndex``, it is
+    read where that statement is: in a region, after the region's earlier
+    stores to the tensor (a task's reads count it as read whole).
     """
 
     param: str

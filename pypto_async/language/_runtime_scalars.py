@@ -51,9 +51,11 @@ def _in_region(t, what: str, loc) -> None:
 def read(tensor, indices) -> Index:
     """Read the element ``tensor[indices]`` when the region runs; return it as a runtime scalar.
 
-    ``tensor`` is an integer input of the kernel (INT8 ... UINT64, or
+    ``tensor`` is an integer tensor of the kernel (INT8 ... UINT64, or
     BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
-    tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
+    tensor.  In a region the element is read where the statement is: a
+    ``pl.Out`` / ``pl.InOut`` tensor's after the region's earlier stores to
+    it; the orchestration reads only input tensors.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
     that use the value (see :func:`_deferred`).  An FP32 tensor may be read
     too, giving a :class:`FloatScalar`: in a region an operand of the tile
@@ -73,9 +75,12 @@ def read(tensor, indices) -> Index:
 
     rank = active_rank()  # a window of a multi-chip program: each read is checked against stores at its cut
     window = rank is not None and tensor.name in rank.windows
-    if tensor.param.direction != "in" and not window:  # a kernel's In parameter, whatever the orchestration passes it
-        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; a runtime scalar is read from an input "
-                            f"tensor (pl.Tensor) here, which no store of the kernel changes", loc)
+    if tensor.param.direction != "in" and not window and "at" not in t.frames:
+        # In a region (or a kernel) the element is read where the statement is, after the region's earlier stores
+        # (PyPTO's tensor.read of an InOut tensor); the orchestration reads before any task has run.
+        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; the orchestration reads a runtime "
+                            f"scalar from an input tensor (pl.Tensor), which no task writes (read it inside the "
+                            f"kernel that uses it)", loc)
     if not isinstance(indices, (list, tuple)):
         indices = [indices]
     origin = getattr(tensor, "origin", (IConst(0),) * len(p.shape))

@@ -120,3 +120,47 @@ def test_expand_clone_into_an_output_parameter(launcher, rng, dim):
     x, y = _f32(rng, tuple(shape)), poison((B, N, K))
     launcher.run(ir.compile(Clone), x, y)
     np.testing.assert_array_equal(y, np.broadcast_to(x, (B, N, K)))
+
+
+# ---- pl.read of a tensor the kernel writes -----------------------------------------------------------------
+
+
+def test_a_read_of_an_inout_tensor_sees_the_regions_earlier_store(launcher, rng):
+    @pl.jit
+    def k(x: pl.Tensor[[1, 8], pl.INT32], data: pl.Tensor[[R, C], pl.FP32], n: pl.InOut[pl.Tensor[[1, 8], pl.INT32]],
+          out: pl.Out[pl.Tensor[[1, C], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.add(pl.load(x, [0, 0], [1, 8]), 1), [0, 0], n)
+            r = pl.read(n, [0, 2])  # x[0, 2] + 1, as stored just before
+            pl.store(pl.mul(pl.load(data, [r, 0], [1, C]), 2.0), [0, 0], out)
+
+    x = rng.integers(0, R - 2, size=(1, 8)).astype(np.int32)
+    data = _f32(rng, (R, C))
+    n, out = np.full((1, 8), -1, np.int32), poison((1, C))
+    launcher.run(k.compile(x, data, n, out), x, data, n, out)
+    np.testing.assert_array_equal(n, x + 1)
+    np.testing.assert_array_equal(out, data[x[0, 2] + 1:x[0, 2] + 2] * 2)
+
+
+@pl.program
+class ReadsWhatAnEarlierTaskWrote:
+    @pl.function(type=pl.FunctionType.Opaque)
+    def main(self, x: pl.Tensor[[1, 8], pl.INT32], data: pl.Tensor[[R, C], pl.FP32],
+             out: pl.Out[pl.Tensor[[1, C], pl.FP32]]):
+        n = pl.create_tensor([1, 8], dtype=pl.INT32)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.mul(pl.load(x, [0, 0], [1, 8]), 2), [0, 0], n)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            r = pl.read(n, [0, 5])  # an intermediate the first region wrote: this task waits for it
+            pl.store(pl.load(data, [r, 0], [1, C]), [0, 0], out)
+        return out
+
+
+def test_a_region_reading_an_intermediate_waits_for_its_writer(launcher, rng):
+    c = ir.compile(ReadsWhatAnEarlierTaskWrote)
+    assert [(e.src, e.dst, e.hazard) for e in c.task_graph.edges] == [(0, 1, "RAW")]
+    assert [p.direction for p in c.program.params] == ["in", "in", "out"]  # x: a pl.Tensor nothing stores to
+    x = rng.integers(0, R // 2, size=(1, 8)).astype(np.int32)
+    data, out = _f32(rng, (R, C)), poison((1, C))
+    launcher.run(c, x, data, out)
+    np.testing.assert_array_equal(out, data[2 * x[0, 5]:2 * x[0, 5] + 1])
