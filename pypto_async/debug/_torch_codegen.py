@@ -66,6 +66,7 @@ from ..ir._nodes import (
     Bitcast,
     Reshape,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Select,
@@ -522,6 +523,8 @@ class _Gen:
             return f"_scalar({x.param}, {_tdt(x.dtype)}).to({_compute(x.dtype)})"
         if isinstance(x, ScalarBits):
             return f"_scalar(_bitsf({self.index(x.expr)}), torch.float32).to({_compute(x.dtype)})"
+        if isinstance(x, ScalarIndex):
+            return f"_scalar({self.index(x.expr)}, torch.int64).to({_compute(x.dtype)})"
         raise PtoNotSupported(f"torch_codegen: operand {x!r}")
 
     def expr(self, e, v: Var) -> str:

@@ -60,6 +60,7 @@ from ._nodes import (
     Move,
     Reduce,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Spmd,
@@ -76,7 +77,7 @@ from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, ov
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "11"
+CODEGEN_VERSION = "12"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -566,6 +567,8 @@ class _Gen:
                 return f"(({_ctype(x.dtype)})s_{x.param})"
             if isinstance(x, ScalarBits):
                 return f"(({_ctype(x.dtype)}){bits_float(x.expr)})"
+            if isinstance(x, ScalarIndex):
+                return f"(({_ctype(x.dtype)}){_index(x.expr)})"
             raise PtoCompileError(f"bad operand {x!r}")
 
         def at(x: Var, dims) -> str:

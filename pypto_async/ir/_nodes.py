@@ -43,6 +43,7 @@ __all__ = [
     "Const",
     "ScalarRef",
     "ScalarBits",
+    "ScalarIndex",
     "ICheck",
     "Operand",
     "Load",
@@ -285,7 +286,20 @@ class ScalarBits:
     dtype: DataType
 
 
-Operand = Union[Var, Const, ScalarRef, ScalarBits]
+@dataclass(frozen=True)
+class ScalarIndex:
+    """The value of an index expression (a runtime scalar ``pl.read`` gave, a loop index) as an operand.
+
+    Converted to ``dtype`` where it is used (``pl.write(out, [0, i], v)``
+    of a value read earlier in the region: its value then, not the
+    tensor's element now).
+    """
+
+    expr: "IndexExpr"
+    dtype: DataType
+
+
+Operand = Union[Var, Const, ScalarRef, ScalarBits, ScalarIndex]
 
 
 # ---- expressions (right-hand sides of Assign) ---------------------------------

@@ -27,6 +27,7 @@ from ._nodes import (
     Reshape,
     Bitcast,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Slice,
@@ -59,6 +60,8 @@ def _operand(x) -> str:
         return f"${x.param}"
     if isinstance(x, ScalarBits):
         return f"bits({format_index(x.expr)}):{x.dtype.name}"
+    if isinstance(x, ScalarIndex):
+        return f"index({format_index(x.expr)}):{x.dtype.name}"
     return repr(x)
 
 

@@ -64,8 +64,12 @@ def read(tensor, indices) -> Index:
     """
     t = current("pl.read")
     loc = user_loc()
+    if isinstance(tensor, Tile):  # PyPTO's pl.read dispatches a tile to pl.tile.read
+        from ._memory import tile_read
+
+        return tile_read(tensor, indices)
     if not isinstance(tensor, TensorArg):
-        raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+        raise compile_error(f"pl.read: expected a tensor parameter of the kernel or a tile, got {tensor!r}", loc)
     p = t.params[tensor.name]
     as_float = p.dtype.name in FLOAT_DTYPES  # read as its bits (a FloatScalar: an operand of pl.mul, pl.add ...)
     if p.dtype.name not in INTEGER_DTYPES and not as_float:
@@ -152,61 +156,45 @@ def _deferred(t, value: IRead, loc) -> Index:
     return _bind(t, value, loc)
 
 
-def write(tensor, indices, value) -> None:
-    """Write ``value`` into the element ``tensor[indices]`` when the region runs.
+def write(tensor, indices, value):
+    """Write ``value`` into the element ``tensor[indices]`` when the region runs; return ``tensor``.
 
-    ``tensor`` is a ``pl.Out`` / ``pl.InOut`` tensor of the kernel, ``indices``
-    one int or loop index per dimension.  ``value`` is a number, a scalar
-    parameter, or a scalar ``pl.read`` returned (written as the element it
-    read, converted to the tensor's dtype); another index expression raises
-    :class:`PtoNotSupported`.
+    ``tensor`` is a ``pl.Out`` / ``pl.InOut`` tensor of the kernel
+    (``out = pl.write(out, [i, j], v)``), or a tile, written in place (as
+    PyPTO's ``tile.write``: later uses of the tile see the element);
+    ``indices`` one int or index per dimension.  ``value`` is a number, a
+    scalar parameter, a scalar ``pl.read`` returned or another index
+    expression (a loop index): its value where ``pl.write`` is, converted
+    to the destination's dtype.
     """
     from .._dtypes import as_dtype
-    from ..errors import PtoNotSupported
-    from ._memory import load, store
-    from ._ops import cast, full
+    from ..ir._nodes import Full, ScalarIndex
+    from ._memory import record, store
+    from ._ops import full
 
     t = current("pl.write")
     loc = user_loc()
     _in_region(t, "pl.write", loc)
-    if not isinstance(tensor, TensorArg):
-        raise compile_error(f"pl.write: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+    if not isinstance(tensor, (TensorArg, Tile)):
+        raise compile_error(f"pl.write: expected a tensor parameter of the kernel or a tile, got {tensor!r}", loc)
     if not isinstance(indices, (list, tuple)):
         indices = [indices]
+    what = f"tensor {tensor.name!r}" if isinstance(tensor, TensorArg) else f"tile {list(tensor.shape)}"
     if len(indices) != len(tensor.shape):
-        raise compile_error(f"pl.write: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
-                            f"{tensor.name!r}", loc)
+        raise compile_error(f"pl.write: {len(indices)} indices for the {len(tensor.shape)}-d {what}", loc)
     one = [1] * len(tensor.shape)
     dtype = as_dtype(tensor.dtype)
-    if isinstance(value, Index):
-        src = _read_of(t, value)
-        if src is None:
-            raise PtoNotSupported(f"{loc}: pl.write of an index expression: write a number, a scalar parameter, or "
-                                  f"a value pl.read returned")
-        p = t.params[src.param]
-        tile = load(TensorArg(p), [Index(o) for o in src.offsets], [1] * len(p.shape))
-        if len(p.shape) != len(one):
-            from ._layout import reshape
-
-            tile = reshape(tile, one)
-        if tile.dtype != dtype:
-            tile = cast(tile, dtype)
+    if isinstance(value, Index):  # a runtime scalar or a loop index: its value now
+        tile = record(Full(tuple(one), ScalarIndex(value.expr, dtype), dtype), "pl.write")
     else:
         tile = full(one, value, dtype)
-    store(tile, list(indices), tensor)
+    if isinstance(tensor, TensorArg):
+        return store(tile, list(indices), tensor)
+    from ._layout import tile_assemble
 
-
-def _read_of(t, value: Index):
-    """The IRead a runtime scalar was bound to (``x = pl.read(...)``), or None."""
-    from ..ir._nodes import IVar
-
-    if not isinstance(value.expr, IVar):
-        return None
-    for block in reversed(t.blocks):
-        for s in reversed(block):
-            if isinstance(s, SetIndex) and s.var == value.expr:
-                return s.value if isinstance(s.value, IRead) else None
-    return None
+    updated = tile_assemble(tensor, tile, indices)
+    t.append(Update(tensor.var, updated.var, loc))
+    return tensor
 
 
 def _bind(t, value, loc) -> Index:

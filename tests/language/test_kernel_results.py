@@ -164,3 +164,99 @@ def test_a_region_reading_an_intermediate_waits_for_its_writer(launcher, rng):
     data, out = _f32(rng, (R, C)), poison((1, C))
     launcher.run(c, x, data, out)
     np.testing.assert_array_equal(out, data[2 * x[0, 5]:2 * x[0, 5] + 1])
+
+
+# ---- pl.write: into a tensor (returned), into a tile (in place) --------------------------------------------
+
+
+def _write_program(dtype, fill):
+    n = R * 2
+
+    @pl.program
+    class Writes:
+        @pl.function(type=pl.FunctionType.InCore)
+        def init(self, table: pl.InOut[pl.Tensor[[R, C], dtype]]) -> pl.Tensor[[R, C], dtype]:
+            return pl.store(pl.full([R, C], dtype=dtype, value=fill), [0, 0], table)
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def to_tensor(self, vals: pl.Tensor[[n], dtype],
+                      table: pl.InOut[pl.Tensor[[R, C], dtype]]) -> pl.Tensor[[R, C], dtype]:
+            for k in pl.unroll(2):
+                for r in pl.unroll(R):
+                    table = pl.write(table, [r, k], pl.read(vals, [k * R + r]))  # returns the tensor
+            return table
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def to_tile(self, vals: pl.Tensor[[n], dtype], table: pl.Tensor[[R, C], dtype],
+                    dst: pl.Out[pl.Tensor[[R, C], dtype]]) -> pl.Tensor[[R, C], dtype]:
+            tile = pl.load(table, [0, 0], [R, C])
+            for r in pl.range(R):
+                pl.write(tile, [r, C - 1], pl.read(vals, [R + r]))  # in place: the store below sees it
+            pl.write(tile, [0, 2], 5)
+            return pl.store(tile, [0, 0], dst)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, vals: pl.Tensor[[n], dtype], dst: pl.Out[pl.Tensor[[R, C], dtype]]):
+            table = pl.create_tensor([R, C], dtype=dtype)
+            table = self.init(table)
+            table = self.to_tensor(vals, table)
+            dst = self.to_tile(vals, table, dst)
+            return dst
+
+    return Writes
+
+
+@pytest.mark.parametrize("dtype", ["FP32", "INT32"])
+def test_pl_write_into_a_tensor_and_into_a_tile(launcher, rng, dtype):
+    fill = -1.0 if dtype == "FP32" else -7
+    prog = _write_program(getattr(pl, dtype), fill)
+    if dtype == "FP32":
+        vals = _f32(rng, (2 * R,))
+    else:
+        vals = rng.integers(-1000, 1000, size=2 * R).astype(np.int32)
+    dst = poison((R, C)) if dtype == "FP32" else np.full((R, C), 12345, np.int32)
+    launcher.run(ir.compile(prog), vals, dst)
+    want = np.full((R, C), fill, vals.dtype)
+    want[:, 0], want[:, 1] = vals[:R], vals[R:]
+    want[:, C - 1] = vals[R:]
+    want[0, 2] = 5
+    np.testing.assert_array_equal(dst, want)
+
+
+def test_pl_write_of_a_read_value_writes_it_as_read(launcher, rng):
+    """The value a pl.read gave, not the element after a later store to that tensor."""
+
+    @pl.jit
+    def k(x: pl.Tensor[[1, 8], pl.INT32], n: pl.InOut[pl.Tensor[[1, 8], pl.INT32]],
+          out: pl.Out[pl.Tensor[[1, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            v = pl.read(n, [0, 3])
+            pl.store(pl.load(x, [0, 0], [1, 8]), [0, 0], n)  # n overwritten after the read
+            pl.store(pl.full([1, 8], dtype=pl.FP32, value=0.0), [0, 0], out)
+            for i in pl.range(8):
+                pl.write(out, [0, i], v + i)  # converted to FP32
+
+    x = rng.integers(-50, 50, size=(1, 8)).astype(np.int32)
+    n0 = rng.integers(-50, 50, size=(1, 8)).astype(np.int32)
+    n, out = n0.copy(), poison((1, 8))
+    launcher.run(k.compile(x, n, out), x, n, out)
+    np.testing.assert_array_equal(n, x)
+    np.testing.assert_array_equal(out[0], (n0[0, 3] + np.arange(8)).astype(np.float32))
+
+
+def test_pl_write_refuses_other_destinations():
+    @pl.jit
+    def k(x: pl.Tensor[[1, 8], pl.INT32], out: pl.Out[pl.Tensor[[1, 8], pl.INT32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.write(pl.load(x, [0, 0], [1, 8]), [0], 1)
+
+    with pytest.raises(PtoCompileError, match=r"pl.write: 1 indices for the 2-d tile \[1, 8\]"):
+        k.lower(np.zeros((1, 8), np.int32), np.zeros((1, 8), np.int32))
+
+    @pl.jit
+    def k2(x: pl.Tensor[[1, 8], pl.INT32], out: pl.Out[pl.Tensor[[1, 8], pl.INT32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.write(3, [0, 0], 1)
+
+    with pytest.raises(PtoCompileError, match="pl.write: expected a tensor parameter of the kernel or a tile, got 3"):
+        k2.lower(np.zeros((1, 8), np.int32), np.zeros((1, 8), np.int32))
