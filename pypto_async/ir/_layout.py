@@ -178,7 +178,7 @@ def check_tile_window(expr, ranges, loc: Loc | None) -> None:
                      "pl.slice")
     elif isinstance(expr, Assemble):
         check_window("tile", f"%{expr.target.id}", expr.target.type.shape, expr.offsets, expr.source.type.shape,
-                     None, ranges, loc, "pl.tile.assemble")
+                     None, ranges, loc, "pl.tile.assemble", runtime_ok=True)  # a runtime offset: checked as it runs
 
 
 def _bitcast_type(expr: Bitcast, loc: Loc | None) -> TileType:

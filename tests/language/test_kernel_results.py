@@ -260,3 +260,39 @@ def test_pl_write_refuses_other_destinations():
 
     with pytest.raises(PtoCompileError, match="pl.write: expected a tensor parameter of the kernel or a tile, got 3"):
         k2.lower(np.zeros((1, 8), np.int32), np.zeros((1, 8), np.int32))
+
+
+# ---- a tile assembled at a runtime offset ------------------------------------------------------------------
+
+
+def test_tile_assemble_at_a_runtime_offset_is_checked_when_it_runs(launcher, rng):
+    from pypto_async.errors import PtoError
+
+    @pl.program
+    class Insert:
+        @pl.function(type=pl.FunctionType.InCore)
+        def k(self, x: pl.Tensor[[R, C], pl.FP32], index: pl.Tensor[[1, 8], pl.INT32],
+              src: pl.Tensor[[2, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            row = pl.cast(pl.tile.read(pl.load(index, [0, 0], [1, 8]), [0, 1]), pl.INDEX)  # known as it runs
+            t = pl.tile.assemble(pl.load(x, [0, 0], [R, C]), pl.load(src, [0, 0], [2, C]), [row, 0])
+            return pl.store(t, [0, 0], y)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, x: pl.Tensor[[R, C], pl.FP32], index: pl.Tensor[[1, 8], pl.INT32],
+                 src: pl.Tensor[[2, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+            y = self.k(x, index, src, y)
+            return y
+
+    c = ir.compile(Insert)
+    x, src = _f32(rng, (R, C)), _f32(rng, (2, C))
+    for row in (0, 5, R - 2):
+        index = rng.integers(0, R, size=(1, 8)).astype(np.int32)
+        index[0, 1] = row
+        y = poison((R, C))
+        launcher.run(c, x, index, src, y)
+        want = x.copy()
+        want[row:row + 2] = src
+        np.testing.assert_array_equal(y, want)
+    index[0, 1] = R - 1  # a 2-row window from the last row: outside the tile
+    with pytest.raises(PtoError, match=r"pl.tile.assemble: offset of dim 0 leaves the tile \(16\)"):
+        launcher.run(c, x, index, src, poison((R, C)))
