@@ -611,7 +611,7 @@ class _Gen:
             return (f"{self.name(e.x)}.to({_tdt(e.x.type.dtype)}).contiguous().reshape(-1).view({_tdt(e.dtype)})"
                     f".reshape({self.ints(e.shape)}).to({ct})")
         if isinstance(e, Transpose):
-            return f"{self.name(e.x)}.transpose(0, 1).contiguous()"
+            return f"{self.name(e.x)}.transpose({e.axes[0]}, {e.axes[1]}).contiguous()"
         if isinstance(e, Slice):
             region = ", ".join(f"{self.index(o)}:{self.index(o)} + {d}" for o, d in zip(e.offsets, e.shape))
             return f"{self.name(e.x)}[{region}].clone()"

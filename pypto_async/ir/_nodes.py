@@ -402,9 +402,10 @@ class Reshape:
 
 @dataclass(frozen=True)
 class Transpose:
-    """A 2-D tile with its two dimensions swapped (``pl.transpose``)."""
+    """A tile with its dimensions ``axes`` swapped (``pl.transpose``; a 2-D tile's two by default)."""
 
     x: Var
+    axes: tuple[int, int] = (0, 1)
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,21 @@ def reshape(tile, shape) -> Tile:
 
 
 def transpose(tile, axis1=0, axis2=1) -> Tile:
-    """Return the 2-D tile with its dimensions ``axis1`` and ``axis2`` (0 and 1) swapped."""
+    """Return the tile with its dimensions ``axis1`` and ``axis2`` swapped (negative ones count from the end).
+
+    A tile of any rank from 2 (PyPTO lowers an N-D one to 2-D transposes of each matrix).
+    """
     current("pl.transpose")
     loc = user_loc()
-    axes = {axis1, axis2}
-    if not all(is_int(a) for a in (axis1, axis2)) or axes != {0, 1}:
-        raise compile_error(f"pl.transpose swaps axes 0 and 1 of a 2-D tile, got axis1={axis1!r}, "
-                            f"axis2={axis2!r}", loc)
-    return record(Transpose(_tile(tile, "pl.transpose").var), "pl.transpose")
+    tl = _tile(tile, "pl.transpose")
+    rank = len(tl.shape)
+    if not all(is_int(a) and -rank <= a < rank for a in (axis1, axis2)) or rank < 2:
+        raise compile_error(f"pl.transpose swaps two axes of a tile of rank 2 or more, got axis1={axis1!r}, "
+                            f"axis2={axis2!r} for the {rank}-D tile {list(tl.shape)}", loc)
+    a, b = axis1 % rank, axis2 % rank
+    if a == b:
+        raise compile_error(f"pl.transpose: axis1 and axis2 are both axis {a} of {list(tl.shape)}", loc)
+    return record(Transpose(tl.var, (min(a, b), max(a, b))), "pl.transpose")
 
 
 def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noqa: A001

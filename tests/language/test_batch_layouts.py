@@ -43,6 +43,7 @@ def test_matmul_acc_of_a_2d_and_a_3d_tensor_splits_k(launcher):
     torch.testing.assert_close(c, torch.matmul(a.unsqueeze(0), b.transpose(-2, -1)), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_tile_batch_matmul_acc_adds_each_batch_product():
     @pl.jit
     def k(a: pl.Tensor[[2, 16, 32], pl.FP32], b: pl.Tensor[[2, 32, 8], pl.FP32], b2: pl.Tensor[[1, 32, 8], pl.FP32],
@@ -97,3 +98,62 @@ def test_a_pipelined_int8_batch_matmul_carries_its_accumulator():
     out = torch.full((1, T, N), -12345, dtype=torch.int32)
     k(x, w, out)
     np.testing.assert_array_equal(out.numpy(), torch.matmul(x.int(), w.int().transpose(-2, -1)).numpy())
+
+
+# ---- pl.transpose of any two axes, of a partially valid tile ------------------------------------------------
+
+
+def test_transpose_swaps_any_two_axes():
+    @pl.jit
+    def k(x: pl.Tensor[[2, 24, 8], pl.FP32], y: pl.Tensor[[2, 3, 4, 8], pl.FP32],
+          a: pl.Out[pl.Tensor[[2, 8, 24], pl.FP32]], b: pl.Out[pl.Tensor[[8, 24, 2], pl.FP32]],
+          c: pl.Out[pl.Tensor[[2, 8, 4, 3], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tx = pl.load(x, [0, 0, 0], [2, 24, 8])
+            a[:] = pl.transpose(tx, axis1=1, axis2=2)  # PyPTO's nd3d case: each matrix transposed
+            b[:] = pl.transpose(tx, -1, 0)  # negative axes count from the end
+            c[:] = pl.transpose(pl.load(y, [0, 0, 0, 0], [2, 3, 4, 8]), 3, 1)
+        return a, b, c
+
+    x, y = torch.randn(2, 24, 8), torch.randn(2, 3, 4, 8)
+    a, b, c = _nan(2, 8, 24), _nan(8, 24, 2), _nan(2, 8, 4, 3)
+    k(x, y, a, b, c)
+    assert torch.equal(a, x.transpose(1, 2)) and torch.equal(b, x.transpose(0, 2))
+    assert torch.equal(c, y.transpose(1, 3))
+
+
+def test_transpose_of_a_partially_valid_tile_transposes_its_valid_box():
+    """PyPTO's gh#1649 form: a b_trans matmul of a window with valid_shape=[24, K] (of 32 rows)."""
+    M, K, N = 16, 64, 32
+
+    @pl.jit
+    def k(x: pl.Tensor[[M, K], pl.FP32], w: pl.Tensor[[N, K], pl.FP32], t: pl.InOut[pl.Tensor[[K, N], pl.FP32]],
+          out: pl.Out[pl.Tensor[[M, 8], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            w_s = pl.slice(w, [N, K], [0, 0], valid_shape=[24, K])
+            t[:] = pl.transpose(w_s)  # only the valid [K, 24] box is stored (InOut: the rest stays NaN)
+            acc = pl.matmul(x, w_s, b_trans=True, out_dtype=pl.FP32)
+            out[0:M, 0:8] = pl.mul(pl.mul(acc, 1.0)[0:M, 0:8], 2.0)
+        return t, out
+
+    x, w = torch.randn(M, K), torch.randn(N, K)
+    t, out = _nan(K, N), _nan(M, 8)
+    k(x, w, t, out)
+    assert torch.equal(t[:, :24], w[:24].T) and torch.isnan(t[:, 24:]).all()
+    torch.testing.assert_close(out, 2.0 * (x @ w.T)[:, :8], rtol=1e-4, atol=1e-4)
+
+
+def test_transpose_refuses_bad_axes():
+    def lower(a1, a2):
+        @pl.jit
+        def k(x: pl.Tensor[[2, 8, 8], pl.FP32], out: pl.Out[pl.Tensor[[2, 8, 8], pl.FP32]]):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                out[:] = pl.transpose(pl.load(x, [0, 0, 0], [2, 8, 8]), a1, a2)
+            return out
+
+        return k.lower(torch.randn(2, 8, 8), _nan(2, 8, 8))
+
+    with pytest.raises(PtoCompileError, match=r"pl.transpose swaps two axes .* got axis1=3, axis2=0 for the 3-D"):
+        lower(3, 0)
+    with pytest.raises(PtoCompileError, match="pl.transpose: axis1 and axis2 are both axis 2"):
+        lower(2, -1)
