@@ -40,8 +40,17 @@ def _shape(shape, op: str) -> tuple[int, ...]:
 
 
 def reshape(tile, shape) -> Tile:
-    """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count)."""
+    """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count).
+
+    A tensor reshaped in a program's orchestration gives a tensor to pass to
+    kernels (see :func:`~pypto_async.language._program.orchestration_view`).
+    """
     current("pl.reshape")
+    from ._program import in_orchestration, orchestration_view
+
+    if in_orchestration(tile):
+        size = _shape(shape, "pl.reshape")
+        return orchestration_view("reshape", tile, size, lambda x: reshape(x, size))
     return record(Reshape(_tile(tile, "pl.reshape").var, _shape(shape, "pl.reshape")), "pl.reshape")
 
 
@@ -52,6 +61,16 @@ def transpose(tile, axis1=0, axis2=1) -> Tile:
     """
     current("pl.transpose")
     loc = user_loc()
+    from ._program import in_orchestration, orchestration_view
+
+    if in_orchestration(tile):  # a tensor in a program's orchestration: a tensor to pass to kernels
+        rank = len(tile.shape)
+        if not all(is_int(a) and -rank <= a < rank for a in (axis1, axis2)) or axis1 % rank == axis2 % rank:
+            raise compile_error(f"pl.transpose swaps two different axes of the {rank}-D tensor {tile.name!r}, got "
+                                f"axis1={axis1!r}, axis2={axis2!r}", loc)
+        shape = list(tile.shape)
+        shape[axis1 % rank], shape[axis2 % rank] = shape[axis2 % rank], shape[axis1 % rank]
+        return orchestration_view("transpose", tile, shape, lambda x: transpose(x, axis1, axis2))
     tl = _tile(tile, "pl.transpose")
     rank = len(tl.shape)
     if not all(is_int(a) and -rank <= a < rank for a in (axis1, axis2)) or rank < 2:

@@ -302,6 +302,8 @@ class TensorWindow(TensorArg):
         super().__init__(Param(param.name, direction or param.direction, param.shape, param.dtype))
         self.shape = shape
         self.origin = origin
+        if getattr(base, "view_of", None):  # a window of an orchestration's reshape / transpose copy
+            self.view_of = base.view_of
 
     def __repr__(self) -> str:
         from ..ir._printer import format_index
@@ -560,6 +562,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             raise compile_error(f"{name}: parameter {pname!r} is {declared}, "
                                 f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})"
                                 + (f": {why}" if why else ""), loc)
+        if ann.direction != IN and getattr(arg, "view_of", None):
+            raise PtoNotSupported(f"{loc}: {name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is a "
+                                  f"{arg.view_of}: a copy here (PyPTO's is a view of the same bytes), so a kernel "
+                                  f"only reads it")
         if ann.direction != IN and t.params[arg.name].direction == IN:
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
@@ -1053,3 +1059,32 @@ def add_task_access(t, name: str, mode: str, shape) -> None:
     from ..ir._nodes import IConst
 
     t.func_attrs["accesses"].append((name, mode, (IConst(0),) * len(shape), tuple(shape)))
+
+
+def orchestration_view(op: str, tensor, shape, build):
+    """``pl.reshape`` / ``pl.transpose`` of a tensor in a program's orchestration: a tensor to pass to kernels.
+
+    PyPTO's orchestration makes a view of the same bytes (``ChipTensor::reshape``
+    / ``transpose``).  Here it is a new intermediate holding those values,
+    written by a task of its own (``<op>_<tensor>``) that loads the tensor
+    and stores ``build(tile)``; later tasks reading it are ordered after.
+    It is read-only: writing through it (a kernel's ``Out`` / ``InOut``
+    parameter) would not reach the tensor, and is refused.
+    """
+    from ._control import at
+    from ._memory import load, store
+
+    t = current(f"pl.{op}")
+    k = sum(1 for q in t.scratch if q.name.startswith(f"{tensor.name}_{op}"))
+    out = create_tensor(list(shape), tensor.dtype, name=f"{tensor.name}_{op}{k}")
+    with at(Level.CORE_GROUP, name_hint=f"{op}_{tensor.name}"):
+        tile = load(tensor, [0] * len(tensor.shape), list(tensor.shape))
+        store(build(tile), [0] * len(out.shape), out)
+    out.view_of = f"pl.{op} of {tensor.name!r} in the orchestration"
+    return out
+
+
+def in_orchestration(x) -> bool:
+    """Whether ``x`` is a tensor used in a program's orchestration, outside every task (a view is made there)."""
+    t = current("pl.reshape")
+    return isinstance(x, TensorArg) and getattr(t, "is_program", False) and "at" not in t.frames

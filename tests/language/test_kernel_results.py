@@ -296,3 +296,49 @@ def test_tile_assemble_at_a_runtime_offset_is_checked_when_it_runs(launcher, rng
     index[0, 1] = R - 1  # a 2-row window from the last row: outside the tile
     with pytest.raises(PtoError, match=r"pl.tile.assemble: offset of dim 0 leaves the tile \(16\)"):
         launcher.run(c, x, index, src, poison((R, C)))
+
+
+# ---- pl.reshape / pl.transpose of a tensor in the orchestration --------------------------------------------
+
+
+@pl.program
+class Views:
+    @pl.function(type=pl.FunctionType.InCore)
+    def add(self, a: pl.Tensor[[C, R], pl.FP32], b: pl.Tensor[[C, R], pl.FP32],
+            c: pl.Out[pl.Tensor[[C, R], pl.FP32]]) -> pl.Tensor[[C, R], pl.FP32]:
+        return pl.store(pl.add(pl.load(a, [0, 0], [C, R]), pl.load(b, [0, 0], [C, R])), [0, 0], c)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, flat: pl.Tensor[[R * C], pl.FP32], m: pl.Tensor[[R, C], pl.FP32],
+             c: pl.Out[pl.Tensor[[C, R], pl.FP32]]):
+        a = pl.reshape(flat, [C, R])  # the same elements, row-major
+        b = pl.transpose(m, axis1=0, axis2=1)
+        c = self.add(a, b, c)
+        return c
+
+
+def test_a_tensor_reshaped_or_transposed_in_the_orchestration_feeds_a_kernel(launcher, rng):
+    c = ir.compile(Views)
+    assert [t.name for t in c.task_graph.tasks] == ["reshape_flat", "transpose_m", "add"]
+    assert sorted((e.src, e.dst) for e in c.task_graph.edges) == [(0, 2), (1, 2)]
+    flat, m, out = _f32(rng, (R * C,)), _f32(rng, (R, C)), poison((C, R))
+    launcher.run(c, flat, m, out)
+    np.testing.assert_array_equal(out, flat.reshape(C, R) + m.T)
+
+
+def test_writing_through_an_orchestration_view_is_refused():
+    from pypto_async.errors import PtoNotSupported
+
+    @pl.program
+    class WritesView:
+        @pl.function(type=pl.FunctionType.InCore)
+        def fill(self, c: pl.Out[pl.Tensor[[C, R], pl.FP32]]) -> pl.Tensor[[C, R], pl.FP32]:
+            return pl.store(pl.full([C, R], dtype=pl.FP32, value=1.0), [0, 0], c)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orch(self, m: pl.InOut[pl.Tensor[[R, C], pl.FP32]]):
+            self.fill(pl.transpose(m, 0, 1))
+            return m
+
+    with pytest.raises(PtoNotSupported, match="parameter 'c' is out, but 'm_transpose0' is a pl.transpose of 'm'"):
+        ir.compile(WritesView)
