@@ -108,6 +108,13 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
         from .tensor import slice as tensor_slice
 
         return tensor_slice(tile, shape, offset, valid_shape)
+    if isinstance(tile, TensorArg):  # in a region, with valid_shape / pad_value: a load of the window's valid box
+        from ._memory import fillpad, load
+
+        out = load(tile, offset, _shape(shape, "pl.slice"), valid_shape=valid_shape)
+        if pad_value is not None and out.var.type.valid is not None:
+            return fillpad(out, pad_value)
+        return out
     tl = _tile(tile, "pl.slice")
     offs = tuple(to_index(o) for o in offset)
     expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))

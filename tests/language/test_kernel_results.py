@@ -7,6 +7,7 @@ Each on random data against numpy, outputs poisoned (NaN) before the launch.
 
 import numpy as np
 import pytest
+import torch  # noqa: F401 - imported at collection, as the suite's other modules do (debug/run.py uses it)
 
 import pypto_async.language as pl
 from helpers.ir_fixtures import poison
@@ -342,3 +343,48 @@ def test_writing_through_an_orchestration_view_is_refused():
 
     with pytest.raises(PtoNotSupported, match="parameter 'c' is out, but 'm_transpose0' is a pl.transpose of 'm'"):
         ir.compile(WritesView)
+
+
+# ---- pl.slice of a tensor with a valid box, in a region ----------------------------------------------------
+
+
+def test_a_tensor_slice_with_a_valid_box_reads_only_that_box(launcher, rng):
+    """PyPTO's copy_dyn_batch: a 16-row window per step over 32 rows, valid where the 20-row tensor has rows."""
+    rows, cap, tile = 20, 32, 16
+
+    @pl.jit
+    def k(a: pl.Tensor[[rows, C], pl.FP32], out: pl.InOut[pl.Tensor[[cap, C], pl.FP32]]):
+        n = pl.tensor.dim(a, 0)
+        for b0 in pl.parallel(0, cap, tile):
+            cur = pl.max(pl.min(tile, n - b0), 0)
+            with pl.at(level=pl.Level.CORE_GROUP):
+                chunk = pl.slice(a, [tile, C], [b0, 0], valid_shape=[cur, C])  # rows 20..31 lie past a
+                out = pl.assemble(out, chunk, [b0, 0])
+        return out
+
+    a, out = _f32(rng, (rows, C)), poison((cap, C))
+    launcher.run(k.compile(a, out), a, out)
+    np.testing.assert_array_equal(out[:rows], a)
+    assert np.isnan(out[rows:]).all()  # no valid rows there: nothing stored
+
+
+# ---- debug/run.py beside the artifact ----------------------------------------------------------------------
+
+
+def test_every_compile_leaves_a_run_script_that_runs_the_artifact_again(rng):
+    import runpy
+
+    @pl.jit
+    def k(a: pl.Tensor[[R, C], pl.FP32], n: pl.Tensor[[4], pl.INT32], c: pl.Out[pl.Tensor[[R, C], pl.FP32]],
+          s: pl.Scalar[pl.FP32]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            c[:] = pl.mul(pl.add(pl.load(a, [0, 0], [R, C]), 1.0), s)
+        return c
+
+    compiled = k.compile(_f32(rng, (R, C)), np.zeros(4, np.int32), poison((R, C)), 2.0)
+    script = compiled.output_dir / "debug" / "run.py"
+    text = script.read_text()
+    assert "torch.randn((16, 32), dtype=torch.float32" in text and "torch.zeros((4,), dtype=torch.int32)" in text
+    assert "torch.zeros((16, 32), dtype=torch.float32)" in text and "'s': 1.0" in text
+    values = runpy.run_path(str(script), run_name="run_script")["main"](["--seed", "5"])
+    np.testing.assert_allclose(values["c"].numpy(), values["a"].numpy() + 1.0, rtol=1e-6)
