@@ -291,7 +291,7 @@ def _region_accesses(body, env, spans=None) -> list[Access]:
 
 def _region_reads(e) -> list:
     """The ``pl.read`` elements (``IRead``) an index expression reads."""
-    from ._nodes import ICheck, IRead
+    from ._nodes import ICheck, IRead  # the index nodes this module's other walks do not need
 
     if isinstance(e, ICheck):
         return _region_reads(e.expr)
