@@ -66,6 +66,7 @@ from ..ir._nodes import (
     Bitcast,
     Reshape,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Select,
@@ -522,6 +523,8 @@ class _Gen:
             return f"_scalar({x.param}, {_tdt(x.dtype)}).to({_compute(x.dtype)})"
         if isinstance(x, ScalarBits):
             return f"_scalar(_bitsf({self.index(x.expr)}), torch.float32).to({_compute(x.dtype)})"
+        if isinstance(x, ScalarIndex):
+            return f"_scalar({self.index(x.expr)}, torch.int64).to({_compute(x.dtype)})"
         raise PtoNotSupported(f"torch_codegen: operand {x!r}")
 
     def expr(self, e, v: Var) -> str:
@@ -608,7 +611,7 @@ class _Gen:
             return (f"{self.name(e.x)}.to({_tdt(e.x.type.dtype)}).contiguous().reshape(-1).view({_tdt(e.dtype)})"
                     f".reshape({self.ints(e.shape)}).to({ct})")
         if isinstance(e, Transpose):
-            return f"{self.name(e.x)}.transpose(0, 1).contiguous()"
+            return f"{self.name(e.x)}.transpose({e.axes[0]}, {e.axes[1]}).contiguous()"
         if isinstance(e, Slice):
             region = ", ".join(f"{self.index(o)}:{self.index(o)} + {d}" for o, d in zip(e.offsets, e.shape))
             return f"{self.name(e.x)}[{region}].clone()"

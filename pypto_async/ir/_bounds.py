@@ -84,12 +84,14 @@ def mentions_runtime(e, ranges) -> bool:
     return _mentions_runtime(e, ranges)
 
 
-def check_window(kind: str, name: str, dims, offsets, shape, valid, ranges, loc: Loc | None, what: str) -> None:
+def check_window(kind: str, name: str, dims, offsets, shape, valid, ranges, loc: Loc | None, what: str,
+                 runtime_ok: bool | None = None) -> None:
     """Check that ``[offsets, offsets + extent)`` lies inside ``dims`` for every index value.
 
     The extent is the valid extent where one is given and constant (a window
     may overhang its source past the valid region), else the tile's shape.  A
-    runtime valid extent is checked by the kernel when it runs.
+    runtime valid extent is checked by the kernel when it runs, as is a
+    runtime offset into a tensor (or, with ``runtime_ok``, into a tile).
     """
     if len(offsets) != len(dims) or len(shape) != len(dims):
         raise compile_error(
@@ -100,7 +102,7 @@ def check_window(kind: str, name: str, dims, offsets, shape, valid, ranges, loc:
     for d, (off, size, dim) in enumerate(zip(offsets, shape, dims)):
         if not is_int(size) or size <= 0:
             raise compile_error(f"tile shape must be positive ints, got {list(shape)}", loc)
-        r = index_range(off, ranges, loc, runtime_ok=kind == "tensor")
+        r = index_range(off, ranges, loc, runtime_ok=kind == "tensor" if runtime_ok is None else runtime_ok)
         if r is None:
             continue  # a runtime offset into a tensor: the kernel checks the window when it runs
         lo, hi = r

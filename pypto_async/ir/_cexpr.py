@@ -433,7 +433,10 @@ def _layout(e, dtype: DataType, el: Element) -> str:
     if isinstance(e, Slice):
         return el.at(e.x, [f"{index(o)} + {i}" for o, i in zip(e.offsets, idx)])
     if isinstance(e, Transpose):
-        return el.at(e.x, [idx[1], idx[0]])
+        a, b = e.axes
+        src = list(idx)
+        src[a], src[b] = idx[b], idx[a]
+        return el.at(e.x, src)
     if isinstance(e, Concat):
         na = e.a.type.shape[1]
         left = el.at(e.a, [idx[0], idx[1]])

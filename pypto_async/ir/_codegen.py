@@ -61,12 +61,14 @@ from ._nodes import (
     Move,
     Reduce,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Spmd,
     Store,
     Update,
     Var,
+    Assemble,
 )
 from ._nodes import Order, Scatter
 from ._program import Program
@@ -77,7 +79,7 @@ from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, ov
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "11"
+CODEGEN_VERSION = "12"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -520,6 +522,24 @@ class _Gen:
             self.emit("    goto done;")
             self.emit("}")
 
+    def check_tile_offsets(self, m, tile: Var, offsets, shape, what: str) -> None:
+        """Fail the launch if an offset over a runtime scalar puts a ``shape`` window outside ``tile``."""
+        dims = tile.type.shape
+        for d, off in enumerate(offsets):
+            if not _mentions(off, self.runtime):
+                continue  # checked at compile time
+            self.uses_blk = self.uses_fail = True
+            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
+            if self.task is not None:
+                where += f"task {self.task}: "
+            msg = _c_string(f"{where}{what}: offset of dim {d} leaves the tile ({dims[d]})")
+            x = self.fresh("x")
+            self.emit(f"const int64_t {x} = {_index(off)};")
+            self.emit(f"if ({x} < 0 || {x} + {shape[d]} > {dims[d]}) {{")
+            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
+            self.emit("    goto done;")
+            self.emit("}")
+
     def fused(self, f: Fused) -> None:
         shape = f.shape
         rank = len(shape)
@@ -530,6 +550,9 @@ class _Gen:
         self.depth += 1
         bases: dict[int, str] = {}
         for m in f.members:
+            if isinstance(m, Assign) and isinstance(m.expr, Assemble):
+                self.check_tile_offsets(m, m.expr.target, m.expr.offsets, m.expr.source.type.shape,
+                                        "pl.tile.assemble")
             if isinstance(m, Assign) and isinstance(m.expr, Load):
                 param, offsets = m.expr.param, m.expr.offsets
                 self.check_box(m, param, offsets, m.expr.shape, m.expr.valid, "pl.load")
@@ -567,6 +590,8 @@ class _Gen:
                 return f"(({_ctype(x.dtype)})s_{x.param})"
             if isinstance(x, ScalarBits):
                 return f"(({_ctype(x.dtype)}){bits_float(x.expr)})"
+            if isinstance(x, ScalarIndex):
+                return f"(({_ctype(x.dtype)}){_index(x.expr)})"
             raise PtoCompileError(f"bad operand {x!r}")
 
         def at(x: Var, dims) -> str:

@@ -770,6 +770,9 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
             shutil.copyfile(entry / name, tmp)
             os.replace(tmp, target / name)
     write_perf_hints(target, perf_hints(lowered, platform))
+    from ._run_script import write_run_script  # only where an artifact is handed out
+
+    write_run_script(target, lowered)  # debug/run.py: the artifact run again from its directory alone
     if dumps:
         _write_pass_dumps(target, dumps)
     if options["profiling"]:

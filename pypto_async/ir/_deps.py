@@ -276,6 +276,8 @@ def _region_accesses(body, env, spans=None) -> list[Access]:
             out.append(Access(s.param, False, True, _box(s.offsets, s.value.type.shape, env, spans)))
         elif isinstance(s, Fused):
             out.extend(_region_accesses(s.members, env, spans))
+        elif isinstance(s, SetIndex):  # a pl.read in the region (of any tensor it is given): the whole tensor
+            out.extend(Access(r.param, True, False, None) for r in _region_reads(s.value))
         elif isinstance(s, For) and s.trip_count:
             last = s.start + (s.trip_count - 1) * s.step
             inner = {**(spans or {}), s.var.name: (builtins.min(s.start, last), builtins.max(s.start, last))}
@@ -285,6 +287,19 @@ def _region_accesses(body, env, spans=None) -> list[Access]:
         elif isinstance(s, (For, Spmd, Scope, DynFor)):
             out.extend(_region_accesses(s.body, env, spans))  # a DynFor's index is in neither: whole tensor
     return out
+
+
+def _region_reads(e) -> list:
+    """The ``pl.read`` elements (``IRead``) an index expression reads."""
+    from ._nodes import ICheck, IRead  # the index nodes this module's other walks do not need
+
+    if isinstance(e, ICheck):
+        return _region_reads(e.expr)
+    if isinstance(e, IRead):
+        return [e, *(r for o in e.offsets for r in _region_reads(o))]
+    if isinstance(e, IBin):
+        return _region_reads(e.a) + _region_reads(e.b)
+    return []
 
 
 class RuntimeGraph(PtoCompileError):

@@ -36,6 +36,7 @@ from ._nodes import (
     Param,
     Reduce,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     TileType,
     Unary,
@@ -97,7 +98,7 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], loc: Loc | None, wh
 def _operand_type(x, loc: Loc | None):
     if isinstance(x, Var):
         return x.type
-    if isinstance(x, (Const, ScalarRef, ScalarBits)):
+    if isinstance(x, (Const, ScalarRef, ScalarBits, ScalarIndex)):
         return None
     raise compile_error(f"not a tile or scalar operand: {x!r}", loc)
 

@@ -88,10 +88,18 @@ def infer_layout(expr, loc: Loc | None) -> TileType:
     if isinstance(expr, Transpose):
         t = expr.x.type
         check_vector_operand(expr.x, "pl.transpose", loc)
-        if len(t.shape) != 2:
-            raise _error(f"pl.transpose swaps the two dimensions of a 2-D tile, got {list(t.shape)}", loc)
-        require_full(expr.x, "pl.transpose", loc)
-        return TileType((t.shape[1], t.shape[0]), t.dtype, t.memory)
+        a, b = expr.axes
+        if len(t.shape) < 2 or not (0 <= a < len(t.shape) and 0 <= b < len(t.shape)) or a == b:
+            raise _error(f"pl.transpose swaps two different axes of a tile of rank 2 or more, got axes {a} and "
+                         f"{b} of {list(t.shape)}", loc)
+        shape = list(t.shape)
+        shape[a], shape[b] = shape[b], shape[a]
+        valid = None
+        if t.valid is not None:  # a partially valid tile: its valid box, transposed (the rest holds no data)
+            valid = list(t.valid)
+            valid[a], valid[b] = valid[b], valid[a]
+            valid = normalize(tuple(shape), tuple(valid))
+        return TileType(tuple(shape), t.dtype, t.memory, valid)
     if isinstance(expr, Slice):
         t = expr.x.type
         check_vector_operand(expr.x, "pl.slice", loc)
@@ -178,7 +186,7 @@ def check_tile_window(expr, ranges, loc: Loc | None) -> None:
                      "pl.slice")
     elif isinstance(expr, Assemble):
         check_window("tile", f"%{expr.target.id}", expr.target.type.shape, expr.offsets, expr.source.type.shape,
-                     None, ranges, loc, "pl.tile.assemble")
+                     None, ranges, loc, "pl.tile.assemble", runtime_ok=True)  # a runtime offset: checked as it runs
 
 
 def _bitcast_type(expr: Bitcast, loc: Loc | None) -> TileType:

@@ -43,6 +43,7 @@ __all__ = [
     "Const",
     "ScalarRef",
     "ScalarBits",
+    "ScalarIndex",
     "ICheck",
     "Operand",
     "Load",
@@ -164,8 +165,9 @@ class IScalar:
 class IRead:
     """An element of an integer tensor, read when the statement using it runs (``pl.read``).
 
-    ``shape`` is the tensor's, for its strides; the tensor is an input of the
-    kernel, so no store of the kernel changes what the read sees.
+    ``shape`` is the tensor's, for its strides.  Bound by a ``SetIndex``, it is
+    read where that statement is: in a region, after the region's earlier
+    stores to the tensor (a task's reads count it as read whole).
     """
 
     param: str
@@ -284,7 +286,20 @@ class ScalarBits:
     dtype: DataType
 
 
-Operand = Union[Var, Const, ScalarRef, ScalarBits]
+@dataclass(frozen=True)
+class ScalarIndex:
+    """The value of an index expression (a runtime scalar ``pl.read`` gave, a loop index) as an operand.
+
+    Converted to ``dtype`` where it is used (``pl.write(out, [0, i], v)``
+    of a value read earlier in the region: its value then, not the
+    tensor's element now).
+    """
+
+    expr: "IndexExpr"
+    dtype: DataType
+
+
+Operand = Union[Var, Const, ScalarRef, ScalarBits, ScalarIndex]
 
 
 # ---- expressions (right-hand sides of Assign) ---------------------------------
@@ -387,9 +402,10 @@ class Reshape:
 
 @dataclass(frozen=True)
 class Transpose:
-    """A 2-D tile with its two dimensions swapped (``pl.transpose``)."""
+    """A tile with its dimensions ``axes`` swapped (``pl.transpose``; a 2-D tile's two by default)."""
 
     x: Var
+    axes: tuple[int, int] = (0, 1)
 
 
 @dataclass(frozen=True)

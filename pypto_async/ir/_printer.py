@@ -27,6 +27,7 @@ from ._nodes import (
     Reshape,
     Bitcast,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Slice,
@@ -59,6 +60,8 @@ def _operand(x) -> str:
         return f"${x.param}"
     if isinstance(x, ScalarBits):
         return f"bits({format_index(x.expr)}):{x.dtype.name}"
+    if isinstance(x, ScalarIndex):
+        return f"index({format_index(x.expr)}):{x.dtype.name}"
     return repr(x)
 
 
@@ -98,7 +101,8 @@ def _expr(e) -> str:
     if isinstance(e, Bitcast):
         return f"reinterpret_view {_operand(e.x)} as {e.dtype.name}"
     if isinstance(e, Transpose):
-        return f"transpose {_operand(e.x)}"
+        axes = "" if tuple(e.axes) == (0, 1) else f" axes {e.axes[0]},{e.axes[1]}"
+        return f"transpose {_operand(e.x)}{axes}"
     if isinstance(e, Slice):
         return f"slice {_operand(e.x)}{_offsets(e.offsets)}"
     if isinstance(e, Concat):

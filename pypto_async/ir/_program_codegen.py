@@ -312,6 +312,10 @@ def _body_accesses(body) -> list[tuple]:
             out.append((st.param, False, True, st.offsets, st.value.type.shape))
         elif isinstance(st, Fused):
             out.extend(_body_accesses(st.members))
+        elif isinstance(st, SetIndex):  # a pl.read in the region: the whole tensor
+            from ._deps import _region_reads  # the same walk the task graph's accesses take
+
+            out.extend((r.param, True, False, (), ()) for r in _region_reads(st.value))
         elif isinstance(st, (For, Spmd, Scope, DynFor)):
             out.extend(_body_accesses(st.body))  # the inner index is not a loop index of the site: whole tensor
     return out

@@ -238,7 +238,7 @@ class _Printer:
         if isinstance(e, Bitcast):
             return f"pl.reinterpret_view({self.name(e.x)}, pl.{e.dtype.name}, shape={_ints(e.shape)})"
         if isinstance(e, Transpose):
-            return f"pl.transpose({self.name(e.x)}, axis1=0, axis2=1)"
+            return f"pl.transpose({self.name(e.x)}, axis1={e.axes[0]}, axis2={e.axes[1]})"
         if isinstance(e, Slice):
             if normalize(e.shape, slice_valid(e.x.type, Slice(e.x, e.shape, e.offsets), e.shape)) == t.valid:
                 valid = ""  # inherited from the source: the language derives it again

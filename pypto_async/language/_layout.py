@@ -40,20 +40,46 @@ def _shape(shape, op: str) -> tuple[int, ...]:
 
 
 def reshape(tile, shape) -> Tile:
-    """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count)."""
+    """Return the tile's elements, in row-major order, as a tile of ``shape`` (same count).
+
+    A tensor reshaped in a program's orchestration gives a tensor to pass to
+    kernels (see :func:`~pypto_async.language._program.orchestration_view`).
+    """
     current("pl.reshape")
+    from ._program import in_orchestration, orchestration_view
+
+    if in_orchestration(tile):
+        size = _shape(shape, "pl.reshape")
+        return orchestration_view("reshape", tile, size, lambda x: reshape(x, size))
     return record(Reshape(_tile(tile, "pl.reshape").var, _shape(shape, "pl.reshape")), "pl.reshape")
 
 
 def transpose(tile, axis1=0, axis2=1) -> Tile:
-    """Return the 2-D tile with its dimensions ``axis1`` and ``axis2`` (0 and 1) swapped."""
+    """Return the tile with its dimensions ``axis1`` and ``axis2`` swapped (negative ones count from the end).
+
+    A tile of any rank from 2 (PyPTO lowers an N-D one to 2-D transposes of each matrix).
+    """
     current("pl.transpose")
     loc = user_loc()
-    axes = {axis1, axis2}
-    if not all(is_int(a) for a in (axis1, axis2)) or axes != {0, 1}:
-        raise compile_error(f"pl.transpose swaps axes 0 and 1 of a 2-D tile, got axis1={axis1!r}, "
-                            f"axis2={axis2!r}", loc)
-    return record(Transpose(_tile(tile, "pl.transpose").var), "pl.transpose")
+    from ._program import in_orchestration, orchestration_view
+
+    if in_orchestration(tile):  # a tensor in a program's orchestration: a tensor to pass to kernels
+        rank = len(tile.shape)
+        if not all(is_int(a) and -rank <= a < rank for a in (axis1, axis2)) or axis1 % rank == axis2 % rank:
+            raise compile_error(f"pl.transpose swaps two different axes of the {rank}-D tensor {tile.name!r}, got "
+                                f"axis1={axis1!r}, axis2={axis2!r}", loc)
+        shape = list(tile.shape)
+        shape[axis1 % rank], shape[axis2 % rank] = shape[axis2 % rank], shape[axis1 % rank]
+        return orchestration_view("transpose", tile, shape, lambda x: transpose(x, axis1, axis2))
+    tl = _tile(tile, "pl.transpose")
+    rank = len(tl.shape)
+    if not all(is_int(a) and -rank <= a < rank for a in (axis1, axis2)) or rank < 2:
+        raise compile_error(f"pl.transpose swaps two axes of a tile of rank 2 or more, got axis1={axis1!r}, "
+                            f"axis2={axis2!r} for the {rank}-D tile {list(tl.shape)}", loc)
+    a, b = axis1 % rank, axis2 % rank
+    if a == b:
+        raise compile_error(f"pl.transpose: axis1 and axis2 are both axis {a} of {list(tl.shape)}", loc)
+    return record(Transpose(tl.var, (min(a, b), max(a, b))), "pl.transpose")
 
 
 def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noqa: A001
@@ -82,8 +108,12 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
         from .tensor import slice as tensor_slice
 
         return tensor_slice(tile, shape, offset, valid_shape)
-    if isinstance(tile, TensorArg) and valid_shape is not None:
-        return _tensor_window_tile(tile, shape, offset, valid_shape, pad_value)
+    if isinstance(tile, TensorArg):  # in a region: a load of the window (of its valid box, with valid_shape)
+        if valid_shape is not None:
+            return _tensor_window_tile(tile, shape, offset, valid_shape, pad_value)
+        from ._memory import load
+
+        return load(tile, list(offset), list(_shape(shape, "pl.slice")))
     tl = _tile(tile, "pl.slice")
     offs = tuple(to_index(o) for o in offset)
     expr = Slice(tl.var, _shape(shape, "pl.slice"), offs, valid_extents(valid_shape, "pl.slice"))

@@ -160,6 +160,11 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
         output_tensor, shapes = shapes, output_tensor  # PyPTO's older argument order
     tl = _tile(tile, "pl.store", "the value")
     ten = _tensor(output_tensor, "pl.store")
+    if getattr(output_tensor, "view_of", None):
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported(f"{loc}: pl.store into {output_tensor.name!r}, a {output_tensor.view_of}: a copy "
+                              f"here (PyPTO's is a view of the same bytes), so it is only read")
     if shapes is not None and tuple(shapes) != tl.shape:
         raise compile_error(f"pl.store: shapes {list(shapes)} differ from the tile's {list(tl.shape)}", loc)
     offsets = tuple(to_index(o) for o in offsets)

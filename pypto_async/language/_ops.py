@@ -452,6 +452,10 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
     loc = user_loc()
     tacc = _tile(acc, "matmul_acc", "acc")
     ta, tb = _tile(a, "matmul_acc", "a"), _tile(b, "matmul_acc", "b")
+    if init_cond is None and max(len(tacc.shape), len(ta.shape), len(tb.shape)) > 2:  # PyPTO's batch_matmul_acc
+        from ._ops_compose import batch_matmul_acc
+
+        return batch_matmul_acc(tacc, ta, tb)
     check_matmul_acc(tacc.var, ta.var, tb.var, loc)
     if init_cond is None:
         t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))

@@ -19,6 +19,9 @@ and the device model need nothing new:
   batch dimensions broadcast as numpy's ``matmul`` does; one ``pl.matmul``
   per batch element (each accumulates as ``pl.matmul`` does), the results
   assembled into ``[...batch, M, N]``.
+* ``batch_matmul_acc(acc, lhs, rhs)`` (``pl.tile`` only, as in PyPTO): that
+  product added into ``acc`` in place; ``pl.matmul_acc`` of operands of rank
+  3 or more is this.
 """
 
 from __future__ import annotations
@@ -165,3 +168,30 @@ def transpose_trailing(tile) -> Tile:
             out = full(tuple(batch) + (c, r), 0, m.dtype)
         out = tile_assemble(out, reshape(m, [1] * nb + [c, r]), list(at) + [0, 0])
     return out
+
+
+def batch_matmul_acc(acc, lhs, rhs) -> Tile:
+    """Add the batched product ``lhs @ rhs`` into ``acc`` in place and return ``acc`` (``pl.tile.batch_matmul_acc``).
+
+    ``lhs`` and ``rhs`` broadcast their batch dimensions as for
+    :func:`batch_matmul`; the result's shape must be ``acc``'s (the
+    accumulator is not broadcast), its dtype ``acc``'s.  The product is
+    computed as :func:`batch_matmul` does, then added to ``acc``.
+    """
+    from ..ir._nodes import Update
+    from ._ops import add
+
+    t = current("pl.tile.batch_matmul_acc")
+    loc = user_loc()
+    if any(isinstance(x, TensorArg) for x in (acc, lhs, rhs)):
+        raise compile_error("pl.tile.batch_matmul_acc takes tile operands only; load the tensors first", loc)
+    c = _tile(acc, "pl.tile.batch_matmul_acc", "acc")
+    prod = batch_matmul(lhs, rhs)
+    if tuple(prod.shape) != tuple(c.shape):
+        raise compile_error(f"pl.tile.batch_matmul_acc: the product is {list(prod.shape)} but acc is "
+                            f"{list(c.shape)} (acc's batch dimensions are not broadcast)", loc)
+    if prod.dtype != c.dtype:
+        raise compile_error(f"pl.tile.batch_matmul_acc: the product accumulates in {prod.dtype.name} but acc is "
+                            f"{c.dtype.name}", loc)
+    t.append(Update(c.var, add(c, prod).var, loc))
+    return c

@@ -16,7 +16,7 @@ Each records IR at the caller's line and is checked there, as the ops of
 * ``row_expand_max`` / ``row_expand_min`` / ``col_expand_max`` /
   ``col_expand_min``: ``maximum`` / ``minimum`` with a broadcast vector.
 * ``expand_clone(src, target)``: ``src`` broadcast (``Broadcast``) to the shape
-  of ``target``.
+  of ``target``, stored into ``target`` when it is a tensor the kernel writes.
 * ``reinterpret_view(data, dtype, shape=)``: the same bytes read as another
   dtype (``Bitcast``).
 
@@ -272,12 +272,15 @@ def _tensor_col_expand_min(tensor, col_vec) -> Tile:
 # ---- expand_clone ----------------------------------------------------------------------------------------
 
 
-def expand_clone(src, target) -> Tile:
-    """Return ``src`` repeated to the shape of ``target`` (each dimension of ``src`` is 1 or ``target``'s).
+def expand_clone(src, target):
+    """``src`` repeated to the shape of ``target`` (each dimension of ``src`` is 1 or ``target``'s).
 
-    ``target`` (a tensor or a tile) gives the shape and is not read or
-    written; the result has ``src``'s dtype, or the wider float of the two
-    (PyPTO's promotion).  Store or ``pl.assemble`` the result where it goes.
+    As in PyPTO, a ``target`` tensor the kernel writes (``pl.Out`` /
+    ``pl.InOut``) receives the result, and is returned
+    (``out = pl.expand_clone(x, out)``).  Any other ``target`` (an input
+    tensor, or a tile) only gives the shape: the result is returned as a
+    tile, to store or ``pl.assemble`` where it goes.  The result has
+    ``src``'s dtype, or the wider float of the two (PyPTO's promotion).
     """
     current("pl.expand_clone")
     loc = user_loc()
@@ -296,7 +299,14 @@ def expand_clone(src, target) -> Tile:
                                 loc)
         if tdtype.itemsize > s.dtype.itemsize:
             s = cast(s, tdtype)
-    return record(Broadcast(s.var, shape), "pl.expand_clone")
+    out = record(Broadcast(s.var, shape), "pl.expand_clone")
+    if isinstance(target, TensorArg) and target.param.direction != "in":
+        from ._memory import store
+
+        if out.dtype != tdtype:
+            out = cast(out, tdtype)
+        return store(out, [0] * len(shape), target)
+    return out
 
 
 # ---- reinterpret_view ----------------------------------------------------------------------------------

@@ -302,6 +302,8 @@ class TensorWindow(TensorArg):
         super().__init__(Param(param.name, direction or param.direction, param.shape, param.dtype))
         self.shape = shape
         self.origin = origin
+        if getattr(base, "view_of", None):  # a window of an orchestration's reshape / transpose copy
+            self.view_of = base.view_of
 
     def __repr__(self) -> str:
         from ..ir._printer import format_index
@@ -566,6 +568,10 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
             raise compile_error(f"{name}: parameter {pname!r} is {declared}, "
                                 f"got {arg.dtype.name}{list(arg.shape)} ({arg.name!r})"
                                 + (f": {why}" if why else ""), loc)
+        if ann.direction != IN and getattr(arg, "view_of", None):
+            raise PtoNotSupported(f"{loc}: {name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is a "
+                                  f"{arg.view_of}: a copy here (PyPTO's is a view of the same bytes), so a kernel "
+                                  f"only reads it")
         if ann.direction != IN and t.params[arg.name].direction == IN:
             raise compile_error(f"{name}: parameter {pname!r} is {ann.direction}, but {arg.name!r} is an "
                                 f"input of the orchestration (declare it pl.Out or pl.InOut)", loc)
@@ -623,6 +629,7 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         t.block_index = Index(blocks)
     try:
         result = fn(self_arg, *proxies) if self_arg is not None else fn(*proxies)
+        result = _returned_tiles(t, name, result, accesses, fn_loc)
         from ._ops_crosscore import function_closed
 
         function_closed(t, fn_loc)
@@ -687,16 +694,53 @@ def _view_valid(ann, arg, name: str, loc):
     return tuple(out)
 
 
+class _ReturnedTile:
+    """A tile a kernel returned: stored, at the end of its body, into a new intermediate of the caller."""
+
+    def __init__(self, tensor: TensorArg):
+        self.tensor = tensor
+
+
+def _returned_tiles(t, name: str, result, accesses: list, fn_loc):
+    """A kernel's returned tiles, each stored into a new intermediate tensor that the call returns.
+
+    As PyPTO's ConvertTensorToTileOps does for an InCore function returning
+    a computed value: the function gets an ``Out`` parameter the tile is
+    stored into (its valid region), and the call site a new tensor
+    (``tensor.create``) of the tile's shape and dtype for it.
+    """
+    if isinstance(result, tuple):
+        return tuple(_returned_tiles(t, name, r, accesses, fn_loc) for r in result)
+    from ._tracer import Tile
+
+    if not isinstance(result, Tile):
+        return result
+    from ._memory import store
+
+    shape = tuple(result.shape)
+    k = sum(1 for q in t.scratch if q.name.startswith(f"{name}_ret"))
+    p = Param(f"{name}_ret{k}", INOUT, shape, result.dtype)
+    t.params[p.name] = p
+    t.scratch.append(p)
+    zeros = (IConst(0),) * len(shape)
+    store(result, [0] * len(shape), TensorWindow(TensorArg(p), zeros, shape, OUT))
+    accesses.append((p.name, "w", zeros, shape))
+    return _ReturnedTile(TensorArg(p))
+
+
 def _task_result(name, result, proxies, args, fn_loc):
     """Map what a kernel returned (its own parameters) back to the caller's arguments."""
     if isinstance(result, tuple):
         return tuple(_task_result(name, r, proxies, args, fn_loc) for r in result)
+    if isinstance(result, _ReturnedTile):
+        return result.tensor
     for p, a in zip(proxies, args):
         if result is p:
             return a
     if result is None:
         return None
-    raise compile_error(f"{name} must return its tensor parameters (or nothing), got {result!r}", fn_loc)
+    raise compile_error(f"{name} must return its tensor parameters, tiles (each a new tensor of the caller) or "
+                        f"nothing, got {result!r}", fn_loc)
 
 
 class _Kernel:
@@ -1025,3 +1069,32 @@ def add_task_access(t, name: str, mode: str, shape) -> None:
     from ..ir._nodes import IConst
 
     t.func_attrs["accesses"].append((name, mode, (IConst(0),) * len(shape), tuple(shape)))
+
+
+def orchestration_view(op: str, tensor, shape, build):
+    """``pl.reshape`` / ``pl.transpose`` of a tensor in a program's orchestration: a tensor to pass to kernels.
+
+    PyPTO's orchestration makes a view of the same bytes (``ChipTensor::reshape``
+    / ``transpose``).  Here it is a new intermediate holding those values,
+    written by a task of its own (``<op>_<tensor>``) that loads the tensor
+    and stores ``build(tile)``; later tasks reading it are ordered after.
+    It is read-only: writing through it (a kernel's ``Out`` / ``InOut``
+    parameter) would not reach the tensor, and is refused.
+    """
+    from ._control import at
+    from ._memory import load, store
+
+    t = current(f"pl.{op}")
+    k = sum(1 for q in t.scratch if q.name.startswith(f"{tensor.name}_{op}"))
+    out = create_tensor(list(shape), tensor.dtype, name=f"{tensor.name}_{op}{k}")
+    with at(Level.CORE_GROUP, name_hint=f"{op}_{tensor.name}"):
+        tile = load(tensor, [0] * len(tensor.shape), list(tensor.shape))
+        store(build(tile), [0] * len(out.shape), out)
+    out.view_of = f"pl.{op} of {tensor.name!r} in the orchestration"
+    return out
+
+
+def in_orchestration(x) -> bool:
+    """Whether ``x`` is a tensor used in a program's orchestration, outside every task (a view is made there)."""
+    t = current("pl.reshape")
+    return isinstance(x, TensorArg) and getattr(t, "is_program", False) and "at" not in t.frames

@@ -51,9 +51,11 @@ def _in_region(t, what: str, loc) -> None:
 def read(tensor, indices) -> Index:
     """Read the element ``tensor[indices]`` when the region runs; return it as a runtime scalar.
 
-    ``tensor`` is an integer input of the kernel (INT8 ... UINT64, or
+    ``tensor`` is an integer tensor of the kernel (INT8 ... UINT64, or
     BOOL; a UINT64 above INT64's range wraps), ``indices`` one int or loop index per dimension, inside the
-    tensor.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
+    tensor.  In a region the element is read where the statement is: a
+    ``pl.Out`` / ``pl.InOut`` tensor's after the region's earlier stores to
+    it; the orchestration reads only input tensors.  The result is an INT64 value (PyPTO's ``pl.INDEX``).  Outside
     every region (in the orchestration) the element is read by the tasks
     that use the value (see :func:`_deferred`).  An FP32 tensor may be read
     too, giving a :class:`FloatScalar`: in a region an operand of the tile
@@ -62,8 +64,12 @@ def read(tensor, indices) -> Index:
     """
     t = current("pl.read")
     loc = user_loc()
+    if isinstance(tensor, Tile):  # PyPTO's pl.read dispatches a tile to pl.tile.read
+        from ._memory import tile_read
+
+        return tile_read(tensor, indices)
     if not isinstance(tensor, TensorArg):
-        raise compile_error(f"pl.read: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+        raise compile_error(f"pl.read: expected a tensor parameter of the kernel or a tile, got {tensor!r}", loc)
     p = t.params[tensor.name]
     as_float = p.dtype.name in FLOAT_DTYPES  # read as its bits (a FloatScalar: an operand of pl.mul, pl.add ...)
     if p.dtype.name not in INTEGER_DTYPES and not as_float:
@@ -73,9 +79,12 @@ def read(tensor, indices) -> Index:
 
     rank = active_rank()  # a window of a multi-chip program: each read is checked against stores at its cut
     window = rank is not None and tensor.name in rank.windows
-    if tensor.param.direction != "in" and not window:  # a kernel's In parameter, whatever the orchestration passes it
-        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; a runtime scalar is read from an input "
-                            f"tensor (pl.Tensor) here, which no store of the kernel changes", loc)
+    if tensor.param.direction != "in" and not window and "at" not in t.frames:
+        # In a region (or a kernel) the element is read where the statement is, after the region's earlier stores
+        # (PyPTO's tensor.read of an InOut tensor); the orchestration reads before any task has run.
+        raise compile_error(f"pl.read: {tensor.name!r} is {tensor.param.direction}; the orchestration reads a runtime "
+                            f"scalar from an input tensor (pl.Tensor), which no task writes (read it inside the "
+                            f"kernel that uses it)", loc)
     if not isinstance(indices, (list, tuple)):
         indices = [indices]
     origin = getattr(tensor, "origin", (IConst(0),) * len(p.shape))
@@ -147,61 +156,45 @@ def _deferred(t, value: IRead, loc) -> Index:
     return _bind(t, value, loc)
 
 
-def write(tensor, indices, value) -> None:
-    """Write ``value`` into the element ``tensor[indices]`` when the region runs.
+def write(tensor, indices, value):
+    """Write ``value`` into the element ``tensor[indices]`` when the region runs; return ``tensor``.
 
-    ``tensor`` is a ``pl.Out`` / ``pl.InOut`` tensor of the kernel, ``indices``
-    one int or loop index per dimension.  ``value`` is a number, a scalar
-    parameter, or a scalar ``pl.read`` returned (written as the element it
-    read, converted to the tensor's dtype); another index expression raises
-    :class:`PtoNotSupported`.
+    ``tensor`` is a ``pl.Out`` / ``pl.InOut`` tensor of the kernel
+    (``out = pl.write(out, [i, j], v)``), or a tile, written in place (as
+    PyPTO's ``tile.write``: later uses of the tile see the element);
+    ``indices`` one int or index per dimension.  ``value`` is a number, a
+    scalar parameter, a scalar ``pl.read`` returned or another index
+    expression (a loop index): its value where ``pl.write`` is, converted
+    to the destination's dtype.
     """
     from .._dtypes import as_dtype
-    from ..errors import PtoNotSupported
-    from ._memory import load, store
-    from ._ops import cast, full
+    from ..ir._nodes import Full, ScalarIndex
+    from ._memory import record, store
+    from ._ops import full
 
     t = current("pl.write")
     loc = user_loc()
     _in_region(t, "pl.write", loc)
-    if not isinstance(tensor, TensorArg):
-        raise compile_error(f"pl.write: expected a tensor parameter of the kernel, got {tensor!r}", loc)
+    if not isinstance(tensor, (TensorArg, Tile)):
+        raise compile_error(f"pl.write: expected a tensor parameter of the kernel or a tile, got {tensor!r}", loc)
     if not isinstance(indices, (list, tuple)):
         indices = [indices]
+    what = f"tensor {tensor.name!r}" if isinstance(tensor, TensorArg) else f"tile {list(tensor.shape)}"
     if len(indices) != len(tensor.shape):
-        raise compile_error(f"pl.write: {len(indices)} indices for the {len(tensor.shape)}-d tensor "
-                            f"{tensor.name!r}", loc)
+        raise compile_error(f"pl.write: {len(indices)} indices for the {len(tensor.shape)}-d {what}", loc)
     one = [1] * len(tensor.shape)
     dtype = as_dtype(tensor.dtype)
-    if isinstance(value, Index):
-        src = _read_of(t, value)
-        if src is None:
-            raise PtoNotSupported(f"{loc}: pl.write of an index expression: write a number, a scalar parameter, or "
-                                  f"a value pl.read returned")
-        p = t.params[src.param]
-        tile = load(TensorArg(p), [Index(o) for o in src.offsets], [1] * len(p.shape))
-        if len(p.shape) != len(one):
-            from ._layout import reshape
-
-            tile = reshape(tile, one)
-        if tile.dtype != dtype:
-            tile = cast(tile, dtype)
+    if isinstance(value, Index):  # a runtime scalar or a loop index: its value now
+        tile = record(Full(tuple(one), ScalarIndex(value.expr, dtype), dtype), "pl.write")
     else:
         tile = full(one, value, dtype)
-    store(tile, list(indices), tensor)
+    if isinstance(tensor, TensorArg):
+        return store(tile, list(indices), tensor)
+    from ._layout import tile_assemble
 
-
-def _read_of(t, value: Index):
-    """The IRead a runtime scalar was bound to (``x = pl.read(...)``), or None."""
-    from ..ir._nodes import IVar
-
-    if not isinstance(value.expr, IVar):
-        return None
-    for block in reversed(t.blocks):
-        for s in reversed(block):
-            if isinstance(s, SetIndex) and s.var == value.expr:
-                return s.value if isinstance(s.value, IRead) else None
-    return None
+    updated = tile_assemble(tensor, tile, indices)
+    t.append(Update(tensor.var, updated.var, loc))
+    return tensor
 
 
 def _bind(t, value, loc) -> Index:

@@ -233,3 +233,7 @@ from ._ops_math import TENSOR_OPS as _math_tensor_ops  # noqa: E402 - sin, fmod,
 for _name, _fn in _math_tensor_ops.items():
     globals().setdefault(_name, _fn)
 __all__ += [name for name in _math_tensor_ops if name not in __all__]
+
+from ._runtime_scalars import write  # noqa: E402 - PyPTO's tensor.write: one element of an Out/InOut tensor
+
+__all__ += ["write"]

@@ -59,6 +59,8 @@ from ._ops_gather import tile_scatter as scatter
 create = create_tile
 from ._submit import get_block_idx, get_block_num  # noqa: E402 - the block index of a pl.spmd_submit kernel or a pl.spmd body
 from ._split_aiv import aic_gather, aiv_shard, get_subblock_idx  # noqa: E402 - a pl.split_aiv region's lanes
+from ._ops_compose import batch_matmul_acc  # noqa: E402 - pl.tile only, as in PyPTO
+from ._runtime_scalars import write  # noqa: E402 - PyPTO's tile.write: an element of a tile, in place
 
 
 def transpose_view(tile):
@@ -156,3 +158,4 @@ from ._ops_math import TILE_OPS as _math_tile_ops  # noqa: E402 - sin, fmod, par
 for _name, _fn in _math_tile_ops.items():
     globals().setdefault(_name, _fn)
 __all__ += [name for name in _math_tile_ops if name not in __all__]
+__all__ += ["batch_matmul_acc", "write"]

@@ -282,12 +282,11 @@ def test_read_of_a_float_tensor_and_of_an_output():
 
     @pl.jit
     def k2(x: pl.Tensor, cfg: pl.Tensor, out: pl.Out[pl.Tensor]):
-        with pl.at(level=pl.Level.CORE_GROUP):
-            where.append(next_line())
-            pl.read(out, [0, 0])
+        where.append(next_line())
+        pl.read(out, [0, 0])  # in the orchestration, before any task wrote it
 
-    assert_at(_error(k2, X, CFG, np.ones((Q, C), np.int32)), where[1], "'out' is out; a runtime scalar is read "
-              "from an input tensor")
+    assert_at(_error(k2, X, CFG, np.ones((Q, C), np.int32)), where[1], "'out' is out; the orchestration reads a "
+              "runtime scalar from an input tensor")
 
 
 def test_read_outside_the_tensor():

@@ -81,9 +81,9 @@ def test_transpose_and_l0c_store_mistakes_are_compile_errors():
             pl.store(pl.transpose(pl.load(x, [0], [8])), [0], out)
 
     x, out = rand(8, 8), poison(8, 8)
-    with pytest.raises(PtoCompileError, match="swaps axes 0 and 1"):
+    with pytest.raises(PtoCompileError, match="swaps two axes of a tile of rank 2 or more, got axis1=0, axis2=2"):
         bad_axes.compile(x, out)
     with pytest.raises(PtoCompileError, match="pl.l0c_store stores an Acc tile"):
         vec_into_l0c_store.compile(x, out)
-    with pytest.raises(PtoCompileError, match="two dimensions of a 2-D tile"):
+    with pytest.raises(PtoCompileError, match="of rank 2 or more, got axis1=0, axis2=1 for the 1-D tile"):
         one_d.compile(rand(8), poison(8))

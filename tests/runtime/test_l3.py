@@ -421,13 +421,15 @@ def test_pl_write_numbers_scalars_and_read_values():
     np.testing.assert_array_equal(y, [idx, [7, 41, -3, idx[2]]])
 
     @pl.jit
-    def bad(idx: pl.Tensor[[4], pl.INT32], y: pl.Out[pl.Tensor[[4], pl.INT32]]):
+    def expr(idx: pl.Tensor[[4], pl.INT32], y: pl.Out[pl.Tensor[[4], pl.INT32]]):
         with pl.incore():
-            pl.write(y, [0], pl.read(idx, [0]) + 1)
+            for i in pl.range(4):
+                pl.write(y, [i], pl.read(idx, [i]) * 2 + i)  # an index expression: its value where it is written
         return y
 
-    with pytest.raises(PtoNotSupported, match="index expression"):
-        bad.compile(idx, np.zeros(4, np.int32))
+    y = np.full(4, 12345, np.int32)
+    expr(idx, y)
+    np.testing.assert_array_equal(y, idx * 2 + np.arange(4))
 
 
 def test_pl_read_of_a_window_the_same_launch_stores_is_refused():
