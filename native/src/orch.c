@@ -118,8 +118,13 @@ struct ix_arg {
 struct ix_cell {
     int64_t cell;
     uint32_t arg;
-    bool used;
     struct ix_vec all, w;
+};
+
+/* A cell on its way to the rebuilt table (ix_grow), with its tag. */
+struct ix_moved {
+    struct ix_cell c;
+    uint32_t tag;
 };
 
 struct pto_task {
@@ -204,7 +209,16 @@ struct pto_orch {
      * over the window instead.
      */
     struct ix_cell *ix;           /* open addressing, ix_cap (a power of two) */
+    /*
+     * Per table slot: 0 free, else the newest instance in its cell + 1
+     * (UINT32_MAX while it gets its first).  Apart from the cells, so a
+     * probe that misses and the rebuild's scan (ix_grow) read 4 bytes a
+     * slot, not a cell: a recording run keeps a window's cells.
+     */
+    uint32_t *ix_tag;
     uint32_t ix_cap, ix_n;
+    struct ix_moved *ix_tmp;      /* ix_grow's scratch (ix_tmp_cap) */
+    uint32_t ix_tmp_cap;
     struct ix_arg *ix_args;       /* per args slot (ix_nargs) */
     uint32_t ix_nargs;
     struct ix_vec ix_every;       /* the instances that order after everything */
@@ -435,11 +449,13 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->keys);
     free(o->knacc);
     for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix[k].used) {
+        if (o->ix_tag[k]) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         }
     free(o->ix);
+    free(o->ix_tag);
+    free(o->ix_tmp);
     for (uint32_t k = 0; o->ix_args && k < o->ix_nargs; k++) {
         free(o->ix_args[k].all.v);
         free(o->ix_args[k].w.v);
@@ -834,7 +850,12 @@ static bool ix_push(struct ix_vec *l, uint32_t id, uint32_t lo)
     if (l->n == l->cap && l->n) {
         while (l->head < l->n && l->v[l->head] < lo)
             l->head++;
-        if (l->head) {
+        /*
+         * Compact only when half of it is dropped, else grow: a list that
+         * holds a window's instances (a recording run's scans reach back a
+         * window) would otherwise move the whole window for every push.
+         */
+        if (l->head && 2 * l->head >= l->n) {
             memmove(l->v, l->v + l->head, (size_t)(l->n - l->head) * sizeof(uint32_t));
             l->n -= l->head;
             l->head = 0;
@@ -860,44 +881,60 @@ static uint32_t ix_hash(uint32_t arg, int64_t cell)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static bool ix_stale(const struct ix_vec *l, uint32_t lo)
-{
-    return l->n == 0 || l->v[l->n - 1] < lo;
-}
-
 /* Drop the cells no scan can reach any more (every instance below lo) and rehash; false: no memory. */
 static bool ix_grow(struct pto_orch *o, uint32_t lo)
 {
     uint32_t live = 0;
-    for (uint32_t k = 0; k < o->ix_cap; k++) {
-        struct ix_cell *c = &o->ix[k];
-        if (!c->used)
-            continue;
-        if (ix_stale(&c->all, lo)) {
-            free(c->all.v);
-            free(c->w.v);
-            c->used = false;
-        } else {
-            live++;
-        }
-    }
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        live += o->ix_tag[k] && o->ix_tag[k] - 1 >= lo;
     uint32_t cap = 64;
     while (cap < 4 * (live + 1))
         cap *= 2;
-    struct ix_cell *tab = calloc(cap, sizeof(*tab));
-    if (!tab)
+    /* Everything allocated first: a failure changes nothing. */
+    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, live + 1, sizeof(*o->ix_tmp)))
         return false;
-    for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix[k].used) {
-            uint32_t h = ix_hash(o->ix[k].arg, o->ix[k].cell) & (cap - 1);
-            while (tab[h].used)
-                h = (h + 1) & (cap - 1);
-            tab[h] = o->ix[k];
+    struct ix_cell *tab = o->ix;
+    uint32_t *tags = o->ix_tag;
+    if (cap != o->ix_cap) {
+        tab = malloc((size_t)cap * sizeof(*tab));
+        tags = calloc(cap, sizeof(*tags));
+        if (!tab || !tags) {
+            free(tab);
+            free(tags);
+            return false;
         }
-    free(o->ix);
+    }
+    /* The live cells move out, the stale ones go; then the table (its tags) is cleared and they go back. */
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < o->ix_cap; k++) {
+        uint32_t tag = o->ix_tag[k];
+        if (!tag)
+            continue;
+        if (tag - 1 < lo) {
+            free(o->ix[k].all.v);
+            free(o->ix[k].w.v);
+        } else {
+            o->ix_tmp[m].c = o->ix[k];
+            o->ix_tmp[m++].tag = tag;
+        }
+    }
+    if (tab != o->ix) {
+        free(o->ix);
+        free(o->ix_tag);
+    } else {
+        memset(tags, 0, (size_t)cap * sizeof(*tags));
+    }
+    for (uint32_t q = 0; q < m; q++) {
+        uint32_t h = ix_hash(o->ix_tmp[q].c.arg, o->ix_tmp[q].c.cell) & (cap - 1);
+        while (tags[h])
+            h = (h + 1) & (cap - 1);
+        tab[h] = o->ix_tmp[q].c;
+        tags[h] = o->ix_tmp[q].tag;
+    }
     o->ix = tab;
+    o->ix_tag = tags;
     o->ix_cap = cap;
-    o->ix_n = live;
+    o->ix_n = m;
     return true;
 }
 
@@ -909,14 +946,14 @@ static struct ix_cell *ix_find(struct pto_orch *o, uint32_t arg, int64_t cell, b
     if (!o->ix_cap)
         return NULL;
     uint32_t k = ix_hash(arg, cell) & (o->ix_cap - 1);
-    for (; o->ix[k].used; k = (k + 1) & (o->ix_cap - 1))
+    for (; o->ix_tag[k]; k = (k + 1) & (o->ix_cap - 1))
         if (o->ix[k].cell == cell && o->ix[k].arg == arg)
             return &o->ix[k];
     if (!create)
         return NULL;
     struct ix_cell *c = &o->ix[k];
     memset(c, 0, sizeof(*c));
-    c->used = true;
+    o->ix_tag[k] = UINT32_MAX; /* its first instance's (ix_insert) */
     c->arg = arg;
     c->cell = cell;
     o->ix_n++;
@@ -965,6 +1002,7 @@ static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, 
             struct ix_cell *e = ix_find(o, x->arg, c, true, lo);
             if (!e || !ix_push(&e->all, i, lo) || (x->write && !ix_push(&e->w, i, lo)))
                 return false;
+            o->ix_tag[e - o->ix] = i + 1;
         }
     }
     return true;
