@@ -194,8 +194,12 @@ struct pto_orch {
      * completed by then (record_edges): the model's graph and deps.json's.
      * Instance i's predecessors are rpred[roff[i] .. roff[i + 1]), ascending;
      * rinfo per edge: its hazard (PTO_TASK_*) | (the args slot + 1) << 2.
+     * The model reads roff and rpred only: rsite and rinfo (deps.json's) are
+     * kept only where the program keeps its edges (keep, read at the start).
+     * First sized from the program's last recorded run (hint_tasks,
+     * hint_edges): a run like the last grows nothing per task or edge.
      */
-    bool record;
+    bool record, keep;
     uint32_t *roff, *rsite;       /* per instance (rt_cap), roff one more */
     uint32_t *rpred, *rinfo;      /* per edge (re_cap) */
     uint32_t rt_cap, re_cap, rn;
@@ -413,7 +417,12 @@ static void run_finish(struct pto_orch *o, bool locked)
                                     .heap_waits = o->waits_heap,
                                     .inline_runs = o->inline_run,
                                 });
-    if (o->record && o->submitted && pti_program_records_edges(o->p)) {
+    if (o->record && o->submitted) {
+        /* The next run's first sizes (run_new). */
+        atomic_store_explicit(&o->p->hint_tasks, o->submitted, memory_order_relaxed);
+        atomic_store_explicit(&o->p->hint_edges, o->rn, memory_order_relaxed);
+    }
+    if (o->record && o->keep && o->submitted) {
         /* The resolved graph becomes the program's last (pto_program_last_edges): the arrays move. */
         pti_program_keep_edges(o->p, o->submitted, o->rsite, o->roff, o->rpred, o->rinfo);
         o->rsite = o->roff = o->rpred = o->rinfo = NULL;
@@ -811,32 +820,40 @@ static void record_off(struct pto_orch *o)
     o->mt_oom = true;
 }
 
+/* Grow a recording array and, where the run keeps its edges, its companion to `need` entries; false: no memory. */
+static bool record_grow(struct pto_orch *o, uint32_t **a, uint32_t **b, uint32_t *cap, uint32_t need)
+{
+    uint32_t c = *cap;
+    if (!grow((void **)a, &c, need, sizeof(uint32_t)) || (o->keep && !grow((void **)b, cap, need, sizeof(uint32_t))))
+        return false;
+    *cap = c;
+    return true;
+}
+
 /* Instance i's edges start here (run->lock held). */
 static void record_task(struct pto_orch *o, uint32_t i, uint32_t site)
 {
-    uint32_t cap = o->rt_cap;
-    if (!grow((void **)&o->roff, &cap, i + 2, sizeof(uint32_t)) ||
-        !grow((void **)&o->rsite, &o->rt_cap, i + 2, sizeof(uint32_t))) {
+    if (i + 2 > o->rt_cap && !record_grow(o, &o->roff, &o->rsite, &o->rt_cap, i + 2)) {
         record_off(o);
         return;
     }
     o->roff[i] = o->rn;
     o->roff[i + 1] = o->rn;
-    o->rsite[i] = site;
+    if (o->keep)
+        o->rsite[i] = site;
 }
 
 static void record_edge(struct pto_orch *o, uint32_t i, uint32_t p, uint32_t info)
 {
-    uint32_t cap = o->re_cap;
     if (!o->record)
         return;
-    if (!grow((void **)&o->rpred, &cap, o->rn + 1, sizeof(uint32_t)) ||
-        !grow((void **)&o->rinfo, &o->re_cap, o->rn + 1, sizeof(uint32_t))) {
+    if (o->rn + 1 > o->re_cap && !record_grow(o, &o->rpred, &o->rinfo, &o->re_cap, o->rn + 1)) {
         record_off(o);
         return;
     }
     o->rpred[o->rn] = p;
-    o->rinfo[o->rn] = info;
+    if (o->keep)
+        o->rinfo[o->rn] = info;
     o->roff[i + 1] = ++o->rn;
 }
 
@@ -1500,7 +1517,8 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
     bool resolve = !d->ninstances && d->abi >= 2 && d->site_accesses;
     o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
-    o->record = resolve && (pti_model_of(dev) || pti_program_records_edges(p));
+    o->keep = resolve && pti_program_records_edges(p);
+    o->record = resolve && (pti_model_of(dev) || o->keep);
     o->last_all = NONE;
     if (resolve) {
         o->ix_nargs = d->nparams + d->nscratch;
@@ -1512,6 +1530,17 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
         o->knacc = calloc(o->window, sizeof(*o->knacc));
         if (!o->keys || !o->knacc)
             o->record = false, o->mt_oom = true; /* the run goes on, unmodeled */
+        /* Sized as the last recorded run (out of memory here: they grow as the run goes). */
+        uint32_t ht = atomic_load_explicit(&p->hint_tasks, memory_order_relaxed);
+        uint32_t he = atomic_load_explicit(&p->hint_edges, memory_order_relaxed);
+        if (o->record && ht && record_grow(o, &o->roff, &o->rsite, &o->rt_cap, ht + 2))
+            record_grow(o, &o->rpred, &o->rinfo, &o->re_cap, he + 1);
+    }
+    /* The model's per-instance records: the table's count, or the last recorded run's. */
+    uint32_t nmt = d->ninstances ? d->ninstances : o->record ? o->rt_cap : 0;
+    if (pti_model_of(dev) && !o->mt_oom && nmt) {
+        o->mt = malloc((size_t)nmt * sizeof(*o->mt));
+        o->mt_cap = o->mt ? nmt : 0;
     }
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
@@ -1520,6 +1549,14 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
         free(o->args);
         free(o->failed);
         free(o->acc);
+        free(o->ix_args);
+        free(o->keys);
+        free(o->knacc);
+        free(o->roff);
+        free(o->rsite);
+        free(o->rpred);
+        free(o->rinfo);
+        free(o->mt);
         free(o);
         return NULL;
     }
