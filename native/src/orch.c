@@ -1248,12 +1248,12 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
                 o->mt_oom = true; /* the run goes on, unmodeled */
             }
         }
-        if (i < o->mt_cap) {
-            memset(&o->mt[i], 0, sizeof(o->mt[i]));
-            o->mt[i].site = site;
-            o->mt[i].host_submit_ns = t->submit_ns;
-            o->mt[i].early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE);
-        }
+        if (i < o->mt_cap)
+            o->mt[i] = (struct pto_mtask){
+                .site = site,
+                .host_submit_ns = t->submit_ns,
+                .early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE),
+            };
     }
     uint32_t nidx = d->sites[site].nidx;
     if (nidx)
