@@ -979,6 +979,8 @@ struct pto_program {
     /* pto_program_record_edges; the last run's resolved graph (orch.c's arrays), under stats_lock */
     atomic_bool record_edges;
     uint32_t g_tasks, *g_sites, *g_off, *g_pred, *g_info;
+    /* orch.c: the last recorded run's task and edge counts, its next run's first sizes (no growth per task) */
+    _Atomic uint32_t hint_tasks, hint_edges;
 };
 
 void pti_program_ref(pto_program *p);

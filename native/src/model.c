@@ -1001,9 +1001,6 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
 {
     if (pti_model_fast_off)
         return false;
-    for (uint32_t i = 0; i < n; i++)
-        if (t[i].early)
-            return false;
     struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
     for (uint32_t c = 0; c < m->ncores; c++)
         hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
@@ -1017,16 +1014,21 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
             if (p < i)
                 at = max64(at, t[p].end_ns);
         }
+        if (x->early || (x->ran && at < last[x->kind])) {
+            /* Early-resolving, or out of order: undo (the list schedule reads no output but a staged start). */
+            for (uint32_t j = 0; j < i; j++) {
+                if (t[j].ran) {
+                    m->busy_ns[t[j].engine] -= t[j].dur_ns;
+                    m->commands[t[j].engine]--;
+                }
+                t[j].start_ns = 0;
+            }
+            return false;
+        }
         if (!x->ran) {
             x->dispatch_ns = x->start_ns = x->end_ns = at;
             x->engine = PTO_ENGINE_NONE;
             continue;
-        }
-        if (at < last[x->kind]) {
-            /* Out of order: undo (the list schedule reads no output but a staged start). */
-            for (uint32_t j = 0; j < i; j++)
-                t[j].start_ns = 0;
-            return false;
         }
         last[x->kind] = at;
         struct heap *h = &cores[x->kind];
@@ -1035,13 +1037,10 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
         x->end_ns = x->start_ns + x->dur_ns;
         x->engine = (int32_t)h->v[0].id;
         hreplace(h, x->end_ns, h->v[0].id);
+        m->busy_ns[x->engine] += x->dur_ns; /* taken back if it bails out */
+        m->commands[x->engine]++;
         e = max64(e, x->end_ns);
     }
-    for (uint32_t i = 0; i < n; i++)
-        if (t[i].ran) {
-            m->busy_ns[t[i].engine] += t[i].dur_ns;
-            m->commands[t[i].engine]++;
-        }
     keep_cores(m, cores, start);
     *end = e;
     return true;

@@ -118,8 +118,13 @@ struct ix_arg {
 struct ix_cell {
     int64_t cell;
     uint32_t arg;
-    bool used;
     struct ix_vec all, w;
+};
+
+/* A cell on its way to the rebuilt table (ix_grow), with its tag. */
+struct ix_moved {
+    struct ix_cell c;
+    uint32_t tag;
 };
 
 struct pto_task {
@@ -190,8 +195,12 @@ struct pto_orch {
      * completed by then (record_edges): the model's graph and deps.json's.
      * Instance i's predecessors are rpred[roff[i] .. roff[i + 1]), ascending;
      * rinfo per edge: its hazard (PTO_TASK_*) | (the args slot + 1) << 2.
+     * The model reads roff and rpred only: rsite and rinfo (deps.json's) are
+     * kept only where the program keeps its edges (keep, read at the start).
+     * First sized from the program's last recorded run (hint_tasks,
+     * hint_edges): a run like the last grows nothing per task or edge.
      */
-    bool record;
+    bool record, keep;
     uint32_t *roff, *rsite;       /* per instance (rt_cap), roff one more */
     uint32_t *rpred, *rinfo;      /* per edge (re_cap) */
     uint32_t rt_cap, re_cap, rn;
@@ -205,7 +214,16 @@ struct pto_orch {
      * over the window instead.
      */
     struct ix_cell *ix;           /* open addressing, ix_cap (a power of two) */
+    /*
+     * Per table slot: 0 free, else the newest instance in its cell + 1
+     * (UINT32_MAX while it gets its first).  Apart from the cells, so a
+     * probe that misses and the rebuild's scan (ix_grow) read 4 bytes a
+     * slot, not a cell: a recording run keeps a window's cells.
+     */
+    uint32_t *ix_tag;
     uint32_t ix_cap, ix_n;
+    struct ix_moved *ix_tmp;      /* ix_grow's scratch (ix_tmp_cap) */
+    uint32_t ix_tmp_cap;
     struct ix_arg *ix_args;       /* per args slot (ix_nargs) */
     uint32_t ix_nargs;
     struct ix_vec ix_every;       /* the instances that order after everything */
@@ -400,7 +418,12 @@ static void run_finish(struct pto_orch *o, bool locked)
                                     .heap_waits = o->waits_heap,
                                     .inline_runs = o->inline_run,
                                 });
-    if (o->record && o->submitted && pti_program_records_edges(o->p)) {
+    if (o->record && o->submitted) {
+        /* The next run's first sizes (run_new). */
+        atomic_store_explicit(&o->p->hint_tasks, o->submitted, memory_order_relaxed);
+        atomic_store_explicit(&o->p->hint_edges, o->rn, memory_order_relaxed);
+    }
+    if (o->record && o->keep && o->submitted) {
         /* The resolved graph becomes the program's last (pto_program_last_edges): the arrays move. */
         pti_program_keep_edges(o->p, o->submitted, o->rsite, o->roff, o->rpred, o->rinfo);
         o->rsite = o->roff = o->rpred = o->rinfo = NULL;
@@ -436,11 +459,13 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->keys);
     free(o->knacc);
     for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix[k].used) {
+        if (o->ix_tag[k]) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         }
     free(o->ix);
+    free(o->ix_tag);
+    free(o->ix_tmp);
     for (uint32_t k = 0; o->ix_args && k < o->ix_nargs; k++) {
         free(o->ix_args[k].all.v);
         free(o->ix_args[k].w.v);
@@ -797,32 +822,40 @@ static void record_off(struct pto_orch *o)
     o->mt_oom = true;
 }
 
+/* Grow a recording array and, where the run keeps its edges, its companion to `need` entries; false: no memory. */
+static bool record_grow(struct pto_orch *o, uint32_t **a, uint32_t **b, uint32_t *cap, uint32_t need)
+{
+    uint32_t c = *cap;
+    if (!grow((void **)a, &c, need, sizeof(uint32_t)) || (o->keep && !grow((void **)b, cap, need, sizeof(uint32_t))))
+        return false;
+    *cap = c;
+    return true;
+}
+
 /* Instance i's edges start here (run->lock held). */
 static void record_task(struct pto_orch *o, uint32_t i, uint32_t site)
 {
-    uint32_t cap = o->rt_cap;
-    if (!grow((void **)&o->roff, &cap, i + 2, sizeof(uint32_t)) ||
-        !grow((void **)&o->rsite, &o->rt_cap, i + 2, sizeof(uint32_t))) {
+    if (i + 2 > o->rt_cap && !record_grow(o, &o->roff, &o->rsite, &o->rt_cap, i + 2)) {
         record_off(o);
         return;
     }
     o->roff[i] = o->rn;
     o->roff[i + 1] = o->rn;
-    o->rsite[i] = site;
+    if (o->keep)
+        o->rsite[i] = site;
 }
 
 static void record_edge(struct pto_orch *o, uint32_t i, uint32_t p, uint32_t info)
 {
-    uint32_t cap = o->re_cap;
     if (!o->record)
         return;
-    if (!grow((void **)&o->rpred, &cap, o->rn + 1, sizeof(uint32_t)) ||
-        !grow((void **)&o->rinfo, &o->re_cap, o->rn + 1, sizeof(uint32_t))) {
+    if (o->rn + 1 > o->re_cap && !record_grow(o, &o->rpred, &o->rinfo, &o->re_cap, o->rn + 1)) {
         record_off(o);
         return;
     }
     o->rpred[o->rn] = p;
-    o->rinfo[o->rn] = info;
+    if (o->keep)
+        o->rinfo[o->rn] = info;
     o->roff[i + 1] = ++o->rn;
 }
 
@@ -836,7 +869,12 @@ static bool ix_push(struct ix_vec *l, uint32_t id, uint32_t lo)
     if (l->n == l->cap && l->n) {
         while (l->head < l->n && l->v[l->head] < lo)
             l->head++;
-        if (l->head) {
+        /*
+         * Compact only when half of it is dropped, else grow: a list that
+         * holds a window's instances (a recording run's scans reach back a
+         * window) would otherwise move the whole window for every push.
+         */
+        if (l->head && 2 * l->head >= l->n) {
             memmove(l->v, l->v + l->head, (size_t)(l->n - l->head) * sizeof(uint32_t));
             l->n -= l->head;
             l->head = 0;
@@ -862,44 +900,60 @@ static uint32_t ix_hash(uint32_t arg, int64_t cell)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static bool ix_stale(const struct ix_vec *l, uint32_t lo)
-{
-    return l->n == 0 || l->v[l->n - 1] < lo;
-}
-
 /* Drop the cells no scan can reach any more (every instance below lo) and rehash; false: no memory. */
 static bool ix_grow(struct pto_orch *o, uint32_t lo)
 {
     uint32_t live = 0;
-    for (uint32_t k = 0; k < o->ix_cap; k++) {
-        struct ix_cell *c = &o->ix[k];
-        if (!c->used)
-            continue;
-        if (ix_stale(&c->all, lo)) {
-            free(c->all.v);
-            free(c->w.v);
-            c->used = false;
-        } else {
-            live++;
-        }
-    }
+    for (uint32_t k = 0; k < o->ix_cap; k++)
+        live += o->ix_tag[k] && o->ix_tag[k] - 1 >= lo;
     uint32_t cap = 64;
     while (cap < 4 * (live + 1))
         cap *= 2;
-    struct ix_cell *tab = calloc(cap, sizeof(*tab));
-    if (!tab)
+    /* Everything allocated first: a failure changes nothing. */
+    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, live + 1, sizeof(*o->ix_tmp)))
         return false;
-    for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix[k].used) {
-            uint32_t h = ix_hash(o->ix[k].arg, o->ix[k].cell) & (cap - 1);
-            while (tab[h].used)
-                h = (h + 1) & (cap - 1);
-            tab[h] = o->ix[k];
+    struct ix_cell *tab = o->ix;
+    uint32_t *tags = o->ix_tag;
+    if (cap != o->ix_cap) {
+        tab = malloc((size_t)cap * sizeof(*tab));
+        tags = calloc(cap, sizeof(*tags));
+        if (!tab || !tags) {
+            free(tab);
+            free(tags);
+            return false;
         }
-    free(o->ix);
+    }
+    /* The live cells move out, the stale ones go; then the table (its tags) is cleared and they go back. */
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < o->ix_cap; k++) {
+        uint32_t tag = o->ix_tag[k];
+        if (!tag)
+            continue;
+        if (tag - 1 < lo) {
+            free(o->ix[k].all.v);
+            free(o->ix[k].w.v);
+        } else {
+            o->ix_tmp[m].c = o->ix[k];
+            o->ix_tmp[m++].tag = tag;
+        }
+    }
+    if (tab != o->ix) {
+        free(o->ix);
+        free(o->ix_tag);
+    } else {
+        memset(tags, 0, (size_t)cap * sizeof(*tags));
+    }
+    for (uint32_t q = 0; q < m; q++) {
+        uint32_t h = ix_hash(o->ix_tmp[q].c.arg, o->ix_tmp[q].c.cell) & (cap - 1);
+        while (tags[h])
+            h = (h + 1) & (cap - 1);
+        tab[h] = o->ix_tmp[q].c;
+        tags[h] = o->ix_tmp[q].tag;
+    }
     o->ix = tab;
+    o->ix_tag = tags;
     o->ix_cap = cap;
-    o->ix_n = live;
+    o->ix_n = m;
     return true;
 }
 
@@ -911,14 +965,14 @@ static struct ix_cell *ix_find(struct pto_orch *o, uint32_t arg, int64_t cell, b
     if (!o->ix_cap)
         return NULL;
     uint32_t k = ix_hash(arg, cell) & (o->ix_cap - 1);
-    for (; o->ix[k].used; k = (k + 1) & (o->ix_cap - 1))
+    for (; o->ix_tag[k]; k = (k + 1) & (o->ix_cap - 1))
         if (o->ix[k].cell == cell && o->ix[k].arg == arg)
             return &o->ix[k];
     if (!create)
         return NULL;
     struct ix_cell *c = &o->ix[k];
     memset(c, 0, sizeof(*c));
-    c->used = true;
+    o->ix_tag[k] = UINT32_MAX; /* its first instance's (ix_insert) */
     c->arg = arg;
     c->cell = cell;
     o->ix_n++;
@@ -967,6 +1021,7 @@ static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, 
             struct ix_cell *e = ix_find(o, x->arg, c, true, lo);
             if (!e || !ix_push(&e->all, i, lo) || (x->write && !ix_push(&e->w, i, lo)))
                 return false;
+            o->ix_tag[e - o->ix] = i + 1;
         }
     }
     return true;
@@ -1195,12 +1250,12 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
                 o->mt_oom = true; /* the run goes on, unmodeled */
             }
         }
-        if (i < o->mt_cap) {
-            memset(&o->mt[i], 0, sizeof(o->mt[i]));
-            o->mt[i].site = site;
-            o->mt[i].host_submit_ns = t->submit_ns;
-            o->mt[i].early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE);
-        }
+        if (i < o->mt_cap)
+            o->mt[i] = (struct pto_mtask){
+                .site = site,
+                .host_submit_ns = t->submit_ns,
+                .early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE),
+            };
     }
     uint32_t nidx = d->sites[site].nidx;
     if (nidx)
@@ -1490,7 +1545,8 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->failed = d->ninstances ? calloc(d->ninstances, 1) : NULL;
     bool resolve = !d->ninstances && d->abi >= 2 && d->site_accesses;
     o->acc = resolve ? calloc((size_t)o->window * PTI_TASK_ACC, sizeof(*o->acc)) : NULL;
-    o->record = resolve && (pti_model_of(dev) || pti_program_records_edges(p));
+    o->keep = resolve && pti_program_records_edges(p);
+    o->record = resolve && (pti_model_of(dev) || o->keep);
     o->last_all = NONE;
     if (resolve) {
         o->ix_nargs = d->nparams + d->nscratch;
@@ -1502,6 +1558,17 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
         o->knacc = calloc(o->window, sizeof(*o->knacc));
         if (!o->keys || !o->knacc)
             o->record = false, o->mt_oom = true; /* the run goes on, unmodeled */
+        /* Sized as the last recorded run (out of memory here: they grow as the run goes). */
+        uint32_t ht = atomic_load_explicit(&p->hint_tasks, memory_order_relaxed);
+        uint32_t he = atomic_load_explicit(&p->hint_edges, memory_order_relaxed);
+        if (o->record && ht && record_grow(o, &o->roff, &o->rsite, &o->rt_cap, ht + 2))
+            record_grow(o, &o->rpred, &o->rinfo, &o->re_cap, he + 1);
+    }
+    /* The model's per-instance records: the table's count, or the last recorded run's. */
+    uint32_t nmt = d->ninstances ? d->ninstances : o->record ? o->rt_cap : 0;
+    if (pti_model_of(dev) && !o->mt_oom && nmt) {
+        o->mt = malloc((size_t)nmt * sizeof(*o->mt));
+        o->mt_cap = o->mt ? nmt : 0;
     }
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
@@ -1510,6 +1577,14 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
         free(o->args);
         free(o->failed);
         free(o->acc);
+        free(o->ix_args);
+        free(o->keys);
+        free(o->knacc);
+        free(o->roff);
+        free(o->rsite);
+        free(o->rpred);
+        free(o->rinfo);
+        free(o->mt);
         free(o);
         return NULL;
     }

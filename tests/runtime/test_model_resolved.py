@@ -195,3 +195,63 @@ def test_a_fork_resolves_no_edges_and_a_worker_with_dep_gen_records_them(tmp_pat
         h(np.array([5], np.int32), x, y)
         g = h.resolved_graph()
     assert [t.name for t in g.tasks] == ["relu"] * 5 and g.edges == ()
+
+
+N_PIPE, W_PIPE = 70, 8
+
+
+@pl.program
+class RPipe:
+    """Two tasks an iteration, the second reading what the first wrote: edges within cells and a window back."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def produce(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+        pl.store(pl.load(x, [0, 0], [T, 32]) * 2.0, [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def consume(self, y: pl.Tensor[[T, 32], F], z: pl.Out[pl.Tensor[[T, 32], F]]):
+        pl.store(pl.load(y, [0, 0], [T, 32]) + 1.0, [0, 0], z)
+        return z
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, cfg: pl.Tensor[[1], pl.INT32], x: pl.Tensor[[N_PIPE * T, 32], F],
+             y: pl.Out[pl.Tensor[[N_PIPE * T, 32], F]], z: pl.Out[pl.Tensor[[N_PIPE * T, 32], F]]):
+        n = pl.read(cfg, [0])
+        for i in pl.range(n):
+            self.produce(pl.slice(x, [T, 32], [i * T, 0]), pl.slice(y, [T, 32], [i * T, 0]))
+            self.consume(pl.slice(y, [T, 32], [i * T, 0]), pl.slice(z, [T, 32], [i * T, 0]))
+        return z
+
+
+def test_a_resolved_graph_is_the_same_modeled_or_not_whatever_the_runs_before_it_recorded():
+    """The model's recording sizes a run from the last one and keeps sites and hazards only when asked: same graph."""
+    c = _compile(RPipe)
+    x = rand((N_PIPE * T, 32), 26)
+
+    def graphs(timing, plan):
+        got = {}
+        with ChipWorker(RunConfig(timing=timing, ring_task_window=W_PIPE, cores=2)) as w:
+            h = w.register(c)
+            for n, record in plan:
+                h.record_edges(record)
+                y, z = np.full_like(x, np.nan), np.full_like(x, np.nan)
+                h(np.array([n], np.int32), x, y, z)
+                np.testing.assert_array_equal(z[:n * T], x[:n * T] * 2.0 + 1.0)
+                if record:
+                    got[n] = h.resolved_graph()
+        return got
+
+    host = graphs("host", [(40, True), (9, True), (N_PIPE, True)])
+    # Unrecorded runs before, a shorter run after a longer one and a longer after a shorter: the same graphs.
+    model = graphs("model", [(60, False), (40, True), (9, True), (50, False), (N_PIPE, True)])
+    assert model == host
+    for n, g in host.items():
+        assert [t.name for t in g.tasks] == ["produce", "consume"] * n
+        raw = {(e.src, e.dst) for e in g.edges if e.hazard == "RAW"}
+        assert raw == {(2 * i, 2 * i + 1) for i in range(n)}
+        assert {e.tensor for e in g.edges if e.hazard == "RAW"} == {"y"}
+        # The window's order: each task waits for the one a window back to retire.
+        window = {(e.src, e.dst) for e in g.edges if e.kind == "declared"}
+        assert window == {(k - W_PIPE, k) for k in range(W_PIPE, 2 * n)}
+        assert len(g.edges) == len(raw) + len(window)
