@@ -292,7 +292,10 @@ class range:  # noqa: A001
         # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
-        self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
+        # A kernel's intermediate tensor rebound to a tile in the loop is carried as a tile: in a region, and in
+        # a @pl.jit body outside regions (the kernel itself, e.g. in a ``for b in pl.spmd(n)`` loop).
+        kernel = "at" in t.frames or not getattr(t, "is_program", False)
+        self._scratch = scratch_locals(t, frame) if kernel else {}
         self._tensors = {} if "at" in t.frames else _whole_tensors(frame)
         index = Index(self._var)
         if carries is None:

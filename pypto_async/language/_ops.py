@@ -15,6 +15,7 @@ from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import Param
 from ..ir._nodes import (
     CAST_MODES,
+    Assemble,
     Binary,
     Cast,
     Const,
@@ -455,6 +456,7 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
     check_matmul_acc(tacc.var, ta.var, tb.var, loc)
     if init_cond is None:
         t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        _write_view(t, tacc, loc)
         return tacc
     if len(tacc.shape) != 2:
         raise compile_error(f"pl.matmul_acc: init_cond takes 2-D operands (acc is {len(tacc.shape)}-D "
@@ -472,11 +474,28 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
 
     if branch.static:
         overwrite() if branch.value else t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        _write_view(t, tacc, loc)
         return tacc
     branch.then()
     overwrite()
     branch.otherwise((), {})
     t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
     branch.merge((), {})
+    _write_view(t, tacc, loc)
     return tacc
+
+
+def _write_view(t, acc: Tile, loc) -> None:
+    """After ``pl.matmul_acc`` into a window of a tile (``pl.tile.slice`` of it), that tile's window holds it.
+
+    PyPTO's slice of a tile is a view of its buffer (a subview), and the
+    accumulating matmul writes its accumulator in place, so accumulating into
+    a window accumulates into the tile the window was cut from.
+    """
+    view = getattr(acc, "view_of", None)
+    if view is None:
+        return
+    parent, offsets = view
+    whole = record(Assemble(parent, acc.var, offsets), "pl.matmul_acc")
+    t.append(Update(parent, whole.var, loc))
 
