@@ -337,7 +337,7 @@ def _reduce(op: str, x, tmp_tile=None) -> Tile:
                 f"pl.{op}: tmp_tile must have the input's dtype and rank: got {tmp.var.type}, input {tl.var.type}",
                 user_loc(),
             )
-    return _record(op, Reduce(op, tl.var))
+    return _record(op, Reduce(op, tl.var, tree=op == "col_sum" and tmp_tile is not None))
 
 
 def row_sum(x, tmp_tile=None) -> Tile:
@@ -345,7 +345,9 @@ def row_sum(x, tmp_tile=None) -> Tile:
 
     ``tmp_tile`` is PyPTO's scratch tile (``pl.create_tile``, the input's
     dtype and rank); the sim does not need it, and the one-argument form
-    works too.  A reduction reads the whole tile, padding included.
+    works too.  A reduction reads the tile's valid region only (the rows and
+    columns a ``valid_shape`` marks as data); ``pl.fillpad`` first makes the
+    padding data that it reads too.
     """
     return _reduce("row_sum", x, tmp_tile)
 
@@ -361,7 +363,11 @@ def row_min(x, tmp_tile=None) -> Tile:
 
 
 def col_sum(x, tmp_tile=None) -> Tile:
-    """Return the sum of each column of a 2-D tile, shape ``[1, cols]``."""
+    """Return the sum of each column of a 2-D tile, shape ``[1, cols]``.
+
+    As the device's, the sum is in the tile's dtype, rounded at each step: the
+    rows one after another, or, with ``tmp_tile``, pairwise (a binary tree).
+    """
     return _reduce("col_sum", x, tmp_tile)
 
 
