@@ -644,7 +644,7 @@ class _Gen:
     def fused_store(self, m: Store, val: str, ref: str, cond: str) -> None:
         q = self.params[m.param]
         if m.atomic == "add":
-            fn = {"FP32": "f32", "FP16": "f16", "BF16": "bf16", "INT32": "i32", "INT8": "i8"}[q.dtype.name]
+            fn = {"FP32": "f32", "FP16": "f16", "BF16": "bf16", "INT32": "i32", "INT16": "i16", "INT8": "i8"}[q.dtype.name]
             line = f"pto_atomic_add_{fn}(&{ref}, {val});"
         else:
             if q.dtype == FP16:
