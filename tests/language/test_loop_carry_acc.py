@@ -121,6 +121,22 @@ def tile_if(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32], c: pl.
 
 
 @pl.jit
+def tile_elif(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32], c: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    for _ in pl.spmd(1):
+        acc = pl.full([M, N], dtype=pl.FP32, value=0.0)  # a Vec tile the branches make a matmul result
+        for kb in pl.parallel(K // KT):
+            at, bt = pl.load(a, [0, kb * KT], [M, KT]), pl.load(b, [kb * KT, 0], [KT, N])
+            if kb == 0:
+                acc = pl.matmul(at, bt)
+            elif kb == 1:
+                acc = pl.matmul_acc(acc, at, bt)
+            else:
+                acc = pl.matmul(at, bt, acc=acc)
+        pl.store(acc, [0, 0], c)
+    return c
+
+
+@pl.jit
 def tile_yield(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32],
                c: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
     with pl.at(level=pl.Level.CORE_GROUP):
@@ -189,7 +205,7 @@ def window_accumulate(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP3
     return c
 
 
-_FP32_FORMS = [scratch_range, scratch_region, tile_if, tile_yield, tile_peeled, tile_init_cond]
+_FP32_FORMS = [scratch_range, scratch_region, tile_if, tile_elif, tile_yield, tile_peeled, tile_init_cond]
 
 
 @pytest.mark.parametrize("kernel", _FP32_FORMS, ids=lambda k: k.__name__)
