@@ -273,6 +273,34 @@ def _ones_outside(x, valid):
     return out
 
 
+def _fill_outside(x, valid, value):
+    """x with every element outside the valid box ``value`` (a reduction reads the valid region only)."""
+    if valid is None:
+        return x
+    out = torch.full_like(x, value)
+    box = tuple(slice(0, v) for v in valid)
+    out[box] = x[box]
+    return out
+
+
+def _col_sum(x, valid, tree, dtype):
+    """A float column sum as the kernel's: in the tile's dtype, rows in order or pairwise (``tree``)."""
+    rows = x[: x.shape[0] if valid is None else valid[0]].to(dtype)
+    if not tree:
+        acc = rows[0].clone()
+        for r in range(1, rows.shape[0]):
+            acc = (acc.float() + rows[r].float()).to(dtype)
+        return acc.reshape(1, -1)
+    buf, n = rows.clone(), rows.shape[0]
+    while n > 1:
+        half = n // 2
+        buf[:half] = (buf[0:2 * half:2].float() + buf[1:2 * half:2].float()).to(dtype)
+        if n % 2:
+            buf[0] = (buf[0].float() + buf[n - 1].float()).to(dtype)
+        n = half
+    return buf[0:1].clone()
+
+
 def _part(both, a, b, va, vb):
     """part_*: the op where both sources are valid, else whichever one is (a outside b's valid box)."""
     def inside(valid):
@@ -574,14 +602,23 @@ class _Gen:
         if isinstance(e, Reduce):
             x = self.operand(e.x, e.x.type.dtype)
             axis, kind = (1, e.op[4:]) if e.op.startswith("row_") else (0, e.op[4:])
+            valid = self.valid(e.x.type)  # a reduction reads the valid region only, as the kernel's
+            if kind == "sum" and axis == 0 and e.x.type.dtype.is_float:
+                return f"_col_sum({x}, {valid}, {e.tree}, {_tdt(e.x.type.dtype)}).to({ct})"
             if kind == "sum":
                 acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
-                return f"{x}.to({acc}).sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
+                x = f"_fill_outside({x}.to({acc}), {valid}, 0)"
+                return f"{x}.sum(dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
             if kind == "prod":  # over the valid region, as the kernel's
                 acc = "torch.float64" if e.x.type.dtype.is_float else "torch.int64"
                 x = f"_ones_outside({x}.to({acc}), {self.valid(e.x.type)})"
                 return f"{x}.prod(dim={axis}, keepdim=True).to({ct}).reshape({self.ints(t.shape)})"
             fn = "amax" if kind == "max" else "amin"
+            if e.x.type.valid is not None:  # the padding loses: the lowest value for max, the highest for min
+                fill = "-math.inf" if kind == "max" else "math.inf"
+                if not e.x.type.dtype.is_float:
+                    fill = f"torch.iinfo({x}.dtype).{'min' if kind == 'max' else 'max'}"
+                x = f"_fill_outside({x}, {valid}, {fill})"
             return f"torch.{fn}({x}, dim={axis}, keepdim=True).reshape({self.ints(t.shape)})"
         if isinstance(e, Matmul):  # acc_phase (gemv) is a hint: no effect on the result
             acc = {"FP64": "torch.float64", "INT32": "torch.float64"}.get(t.dtype.name, "torch.float32")

@@ -264,5 +264,6 @@ static inline void pto_atomic_add_bf16(uint16_t *p, float v)
 
 static inline void pto_atomic_add_i32(int32_t *p, int32_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline void pto_atomic_add_i8(int8_t *p, int8_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline void pto_atomic_add_i16(int16_t *p, int16_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
 #endif /* PTO_KERNEL_RT_H */

@@ -407,8 +407,11 @@ class _Gen:
         self.acc.add(out.id)
 
     def reduce(self, out: Var, e: Reduce) -> None:
+        """A row / column reduction over the tile's valid region (as the device's, which reads no padding)."""
         src, _, ld = self.operand_src(e.x)
         r, c = e.x.type.shape
+        valid = e.x.type.valid
+        vr, vc = (r, c) if valid is None else (_index(valid[0]), _index(valid[1]))
         dst = self.buffer(out)
         dt = e.x.type.dtype
         ct = _ctype(dt)
@@ -428,16 +431,18 @@ class _Gen:
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
             if kind == "sum":
                 self.emit(f"{acc_t} acc = 0;")
-                self.emit(f"for (int64_t c = 0; c < {c}; c++) acc += row[c];")
+                self.emit(f"for (int64_t c = 0; c < {vc}; c++) acc += row[c];")
             else:
                 self.emit(f"{acc_t} acc = row[0];")
-                self.emit(f"for (int64_t c = 1; c < {c}; c++) acc = (row[c] {cmp} acc || row[c] != row[c]) ? row[c] : acc;")
+                self.emit(f"for (int64_t c = 1; c < {vc}; c++) acc = (row[c] {cmp} acc || row[c] != row[c]) ? row[c] : acc;")
             self.emit(f"{dst}[r] = ({ct})acc;")
             self.depth -= 1
             self.emit("}")
+        elif kind == "sum" and dt.is_float:
+            self.col_sum(e, src, ld, dst, r, c, vr)
         else:
             self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = {src}[c];")
-            self.emit(f"for (int64_t r = 1; r < {r}; r++) {{")
+            self.emit(f"for (int64_t r = 1; r < {vr}; r++) {{")
             self.depth += 1
             self.emit(f"const {ct} *restrict row = {src} + r * {ld};")
             if kind == "sum":
@@ -456,6 +461,30 @@ class _Gen:
         self.emit("}")
         self.add_work(fixpipe_work([e.x] if e.x.id in self.acc else []))
         self.add_work(reduce_work(e.x))
+
+    def col_sum(self, e: Reduce, src: str, ld: int, dst: str, r: int, c: int, vr) -> None:
+        """A float column sum as the device's: in the tile's dtype, each step rounded to it.
+
+        The rows are added one after another, or with ``tmp_tile`` (``e.tree``) pairwise: row ``i``
+        becomes rows ``2i`` + ``2i + 1``, an odd last row is added into row 0, until one row is left.
+        """
+        dt = e.x.type.dtype
+        ct = _ctype(dt)
+        rnd = {FP16: "(float)(_Float16)({})", BF16: "pto_bf16_round((float)({}))"}.get(dt, "({})")
+        if not e.tree:
+            self.emit(f"for (int64_t c = 0; c < {c}; c++) {dst}[c] = {src}[c];")
+            self.emit(f"for (int64_t r = 1; r < {vr}; r++)")
+            self.emit(f"    for (int64_t c = 0; c < {c}; c++) {dst}[c] = {rnd.format(f'{dst}[c] + {src}[r * {ld} + c]')};")
+            return
+        self.emit(f"{ct} col_[{r}];")
+        self.emit(f"for (int64_t c = 0; c < {c}; c++) {{")
+        self.emit(f"    for (int64_t r = 0; r < {vr}; r++) col_[r] = {src}[r * {ld} + c];")
+        self.emit(f"    for (int64_t n = {vr}; n > 1; n /= 2) {{")
+        self.emit(f"        for (int64_t i = 0; i < n / 2; i++) col_[i] = {rnd.format('col_[2 * i] + col_[2 * i + 1]')};")
+        self.emit(f"        if (n % 2) col_[0] = {rnd.format('col_[0] + col_[n - 1]')};")
+        self.emit("    }")
+        self.emit(f"    {dst}[c] = col_[0];")
+        self.emit("}")
 
     def reduce_prod(self, e: Reduce, src: str, ld: int, dst: str) -> None:
         """row_prod / col_prod over the valid region (as PyPTO's): floats multiply in double, integers wrap."""
@@ -641,7 +670,7 @@ class _Gen:
     def fused_store(self, m: Store, val: str, ref: str, cond: str) -> None:
         q = self.params[m.param]
         if m.atomic == "add":
-            fn = {"FP32": "f32", "FP16": "f16", "BF16": "bf16", "INT32": "i32", "INT8": "i8"}[q.dtype.name]
+            fn = {"FP32": "f32", "FP16": "f16", "BF16": "bf16", "INT32": "i32", "INT16": "i16", "INT8": "i8"}[q.dtype.name]
             line = f"pto_atomic_add_{fn}(&{ref}, {val});"
         else:
             if q.dtype == FP16:

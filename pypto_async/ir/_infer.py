@@ -10,7 +10,7 @@ source location.
 from __future__ import annotations
 
 from .._scalars import is_int
-from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E8M0, FP16, FP32, FP64, INT8, INT32, UINT8, DataType
+from .._dtypes import BF16, BOOL, FP8E4M3FN, FP8E8M0, FP16, FP32, FP64, INT8, INT16, INT32, UINT8, DataType
 from .._signature import IN, SCALAR
 from ._nodes import (
     BINARY_OPS,
@@ -70,7 +70,7 @@ __all__ = [
 
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "recip")
 MATMUL_DTYPES = (FP32, FP64, FP16, BF16, INT8)  # INT8 accumulates in INT32 (the cube's int path)
-ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT8)
+ATOMIC_DTYPES = (FP32, FP16, BF16, INT32, INT16, INT8)
 
 
 def compute_dtype(dtype: DataType) -> DataType:
@@ -426,7 +426,7 @@ def check_store(value: Var, param: str, offsets, params: dict[str, Param], range
     """Check a store: writable parameter, matching dtype and rank, valid box inside.
 
     ``atomic="add"`` needs a dtype the device adds atomically (FP32, FP16,
-    BF16, INT32, INT8).
+    BF16, INT32, INT16, INT8).
     """
     p = _tensor_param(param, params, loc, "store to")
     if p.direction == IN:
@@ -445,6 +445,6 @@ def check_store(value: Var, param: str, offsets, params: dict[str, Param], range
         raise compile_error(f"pl.store: unknown atomic mode {atomic!r}", loc)
     if atomic == "add" and value.type.dtype not in ATOMIC_DTYPES:
         raise compile_error(
-            f"atomic add of {value.type.dtype.name}: the device adds FP32, FP16, BF16, INT32 and INT8 only", loc
+            f"atomic add of {value.type.dtype.name}: the device adds FP32, FP16, BF16, INT32, INT16 and INT8 only", loc
         )
     _check_window(p, offsets, value.type.shape, value.type.valid, ranges, loc, "store")

@@ -353,6 +353,8 @@ class Full:
 class Reduce:
     op: str
     x: Var
+    #: ``col_sum`` with PyPTO's ``tmp_tile``: rows summed pairwise (a binary tree) instead of one after another.
+    tree: bool = False
 
 
 @dataclass(frozen=True)

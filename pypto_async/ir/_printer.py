@@ -82,7 +82,7 @@ def _expr(e) -> str:
     if isinstance(e, Full):
         return f"full {_operand(e.value)}"
     if isinstance(e, Reduce):
-        return f"{e.op} {_operand(e.x)}"
+        return f"{e.op} {_operand(e.x)}" + (" (tree)" if e.tree else "")
     if isinstance(e, Matmul) and e.a_scale is not None:
         bias = "" if e.bias is None else f" + bias {_operand(e.bias)}"
         return (f"matmul_mx {_operand(e.a)} scale {_operand(e.a_scale)}, {_operand(e.b)} scale "

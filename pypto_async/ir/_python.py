@@ -211,6 +211,10 @@ class _Printer:
                 return f"pl.create_tile({_ints(e.shape)}, dtype=pl.{e.dtype.name}, {mem}{valid})"
             return f"pl.full({_ints(e.shape)}, {self.operand(e.value)}, pl.{e.dtype.name})"
         if isinstance(e, Reduce):
+            if e.tree:  # PyPTO's tmp_tile selects the pairwise order
+                t = e.x.type
+                tmp = f"pl.create_tile({_ints(t.shape)}, dtype=pl.{t.dtype.name}, target_memory=pl.Mem.Vec)"
+                return f"pl.{e.op}({self.name(e.x)}, {tmp})"
             return f"pl.{e.op}({self.name(e.x)})"
         if isinstance(e, Matmul) and e.a_scale is not None:
             args = f"{self.name(e.a)}, {self.name(e.a_scale)}, {self.name(e.b)}, {self.name(e.b_scale)}"

@@ -11,8 +11,8 @@ restricted to what this compiler can prove:
 * a binary op needs its tile operands to agree on the region (a broadcast
   operand must be fully valid along the broadcast dimension);
 * a reduction keeps the region of the dimension it does not reduce, and reads
-  the whole tile, padding included (so pad first: ``PadValue.min`` before a
-  max, ``zero`` before a sum);
+  the valid region only (as the device's reductions do; ``fillpad`` first to
+  reduce the padding too);
 * ``fillpad`` makes the tile fully valid; a store writes the region only;
 * a slice is valid where its source is, shifted by its offset and cut to its
   window (and within its own ``valid_shape``);

@@ -182,6 +182,13 @@ def _int(x, what: str) -> int:
     return x
 
 
+def _has_region(s) -> bool:
+    """Whether statement `s` is, or holds, a region (a ``pl.at`` / task scope)."""
+    if isinstance(s, Scope):
+        return True
+    return any(_has_region(x) for x in getattr(s, "body", ()) or ())
+
+
 def _names_tensor(x, name: str, depth: int = 0) -> bool:
     """Whether an IR statement or expression `x` refers to tensor `name` (any string field but a location)."""
     import dataclasses
@@ -295,7 +302,10 @@ class range:  # noqa: A001
         # The orchestration's scalars (ints, indices) by name: one the body rebinds would be carried (see _end).
         self._scalars = {} if "at" in t.frames else {
             n: v for n, v in frame.f_locals.items() if isinstance(v, Index) or is_int(v) and not isinstance(v, bool)}
-        self._scratch = scratch_locals(t, frame) if "at" in t.frames else {}
+        # A kernel's intermediate tensor rebound to a tile in the loop is carried as a tile: in a region, and in
+        # a @pl.jit body outside regions (the kernel itself, e.g. in a ``for b in pl.spmd(n)`` loop; see _end).
+        kernel = "at" in t.frames or not getattr(t, "is_program", False)
+        self._scratch = scratch_locals(t, frame) if kernel else {}
         self._tensors = {} if "at" in t.frames else _whole_tensors(frame)
         index = Index(self._var)
         if carries is None:
@@ -331,7 +341,10 @@ class range:  # noqa: A001
             now = tile_locals(frame)
             before = {n: v for n, v in before.items() if not (n in now and now[n].var.id in explicit)}
         body, id_carries = carry_task_ids(t, self._task_names, frame, body)
-        inits, body = carry_rebound(t, before, frame, body, self._loc, self._scratch)
+        scratch = self._scratch
+        if scratch and "at" not in t.frames and any(_has_region(s) for s in body):
+            scratch = {}  # an orchestration loop (its body opens regions): the tensor passes between tasks
+        inits, body = carry_rebound(t, before, frame, body, self._loc, scratch)
         for s in inits:
             t.append(s)
         from .array import TaskIdArray

@@ -181,8 +181,27 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
     offs = shift(ten, offsets, bound, "pl.store")
     mode = _atomic(atomic, "pl.store")
     check_store(tl.var, ten.name, offs, t.params, t.ranges, loc, mode)
+    if mode == "add":
+        _added_into(t, ten.name)
     t.append(Store(tl.var, ten.name, offs, loc, mode))
     return output_tensor
+
+
+def _added_into(t, name: str) -> None:
+    """A ``@pl.jit`` kernel's ``pl.Out`` parameter that an atomic-add store adds into: read too (an ``InOut``).
+
+    PyPTO's atomic add accumulates onto what the caller's tensor holds (its
+    baseline), so the launch copies that tensor in as well as out.
+    """
+    from .._signature import INOUT, OUT
+
+    p = t.params.get(name)
+    if (p is None or p.direction != OUT or not getattr(t, "promotable", False)
+            or any(s.name == name for s in t.scratch)):
+        return
+    import dataclasses
+
+    t.params[name] = dataclasses.replace(p, direction=INOUT)
 
 
 def l0c_store(tile, offsets, shapes, output_tensor):

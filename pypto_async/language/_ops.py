@@ -15,6 +15,7 @@ from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import Param
 from ..ir._nodes import (
     CAST_MODES,
+    Assemble,
     Binary,
     Cast,
     Const,
@@ -336,7 +337,7 @@ def _reduce(op: str, x, tmp_tile=None) -> Tile:
                 f"pl.{op}: tmp_tile must have the input's dtype and rank: got {tmp.var.type}, input {tl.var.type}",
                 user_loc(),
             )
-    return _record(op, Reduce(op, tl.var))
+    return _record(op, Reduce(op, tl.var, tree=op == "col_sum" and tmp_tile is not None))
 
 
 def row_sum(x, tmp_tile=None) -> Tile:
@@ -344,7 +345,9 @@ def row_sum(x, tmp_tile=None) -> Tile:
 
     ``tmp_tile`` is PyPTO's scratch tile (``pl.create_tile``, the input's
     dtype and rank); the sim does not need it, and the one-argument form
-    works too.  A reduction reads the whole tile, padding included.
+    works too.  A reduction reads the tile's valid region only (the rows and
+    columns a ``valid_shape`` marks as data); ``pl.fillpad`` first makes the
+    padding data that it reads too.
     """
     return _reduce("row_sum", x, tmp_tile)
 
@@ -360,7 +363,11 @@ def row_min(x, tmp_tile=None) -> Tile:
 
 
 def col_sum(x, tmp_tile=None) -> Tile:
-    """Return the sum of each column of a 2-D tile, shape ``[1, cols]``."""
+    """Return the sum of each column of a 2-D tile, shape ``[1, cols]``.
+
+    As the device's, the sum is in the tile's dtype, rounded at each step: the
+    rows one after another, or, with ``tmp_tile``, pairwise (a binary tree).
+    """
     return _reduce("col_sum", x, tmp_tile)
 
 
@@ -459,6 +466,7 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
     check_matmul_acc(tacc.var, ta.var, tb.var, loc)
     if init_cond is None:
         t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        _write_view(t, tacc, loc)
         return tacc
     if len(tacc.shape) != 2:
         raise compile_error(f"pl.matmul_acc: init_cond takes 2-D operands (acc is {len(tacc.shape)}-D "
@@ -476,11 +484,28 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
 
     if branch.static:
         overwrite() if branch.value else t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
+        _write_view(t, tacc, loc)
         return tacc
     branch.then()
     overwrite()
     branch.otherwise((), {})
     t.append(MatmulAcc(tacc.var, ta.var, tb.var, loc))
     branch.merge((), {})
+    _write_view(t, tacc, loc)
     return tacc
+
+
+def _write_view(t, acc: Tile, loc) -> None:
+    """After ``pl.matmul_acc`` into a window of a tile (``pl.tile.slice`` of it), that tile's window holds it.
+
+    PyPTO's slice of a tile is a view of its buffer (a subview), and the
+    accumulating matmul writes its accumulator in place, so accumulating into
+    a window accumulates into the tile the window was cut from.
+    """
+    view = getattr(acc, "view_of", None)
+    if view is None:
+        return
+    parent, offsets = view
+    whole = record(Assemble(parent, acc.var, offsets), "pl.matmul_acc")
+    t.append(Update(parent, whole.var, loc))
 

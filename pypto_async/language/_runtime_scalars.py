@@ -324,7 +324,10 @@ class runtime_if:
         memory = next((m for m in (ta.memory, tb.memory) if m in CUBE_ONLY), ta.memory)
         merged = self.t.new_var(TileType(ta.shape, ta.dtype, memory, ta.valid))
         start = self.before.get(name)
-        if isinstance(start, Tile) and start.var.type.shape == ta.shape and start.var.type.dtype == ta.dtype:
+        # Only Acc is out of a move's reach (a matmul writes it): a tile from before the if elsewhere (e.g. a
+        # pl.full accumulator the branches make a matmul result) places nothing, as both branches set the tile.
+        movable = isinstance(start, Tile) and (memory != "Acc" or start.var.type.memory == "Acc")
+        if movable and start.var.type.shape == ta.shape and start.var.type.dtype == ta.dtype:
             init = Move(start.var, memory)  # keeps the buffer's placement, as a carried tile's start does
         else:
             init = Full(ta.shape, Const(0, ta.dtype), ta.dtype, memory, ta.valid)

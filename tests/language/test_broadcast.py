@@ -147,4 +147,7 @@ def test_reductions_take_a_scratch_tile(launcher, rng, op):
     ref = {"max": np.max, "sum": np.sum, "min": np.min}[op.split("_")[1]]
     want = ref(x.astype(np.float64), axis=axis, keepdims=True)
     assert rel_err(y1, want) < 1e-6
-    np.testing.assert_array_equal(y1, y2)
+    if op == "col_sum":  # the scratch tile selects the pairwise order (PyPTO's): other roundings, as close
+        assert rel_err(y2, want) < 1e-6
+    else:
+        np.testing.assert_array_equal(y1, y2)

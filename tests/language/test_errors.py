@@ -607,7 +607,7 @@ def test_atomic_add_dtypes_are_the_devices(dtype):
     x = np.ones((16, 16), dtype)
     with pytest.raises(PtoCompileError) as ei:
         k.lower(x, x)
-    assert_at(ei, where[0], "atomic add of", "FP32, FP16, BF16, INT32 and INT8 only")
+    assert_at(ei, where[0], "atomic add of", "FP32, FP16, BF16, INT32, INT16 and INT8 only")
 
 
 def test_cast_modes_are_pyptos():
