@@ -66,6 +66,7 @@ from ._program import Program
 from ._passes import PIPELINE, run_passes
 from .pass_manager import PassDumpLevel
 from ._perf_hints import perf_hints, write_perf_hints
+from ._run_script import write_run_script
 from ._printer import format_program
 from ._target import Target, plan
 
@@ -714,6 +715,13 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         always derived, and there are no diagnostics to gate.  The flags
         among them must be bools.
 
+    Every compile also writes ``debug/run.py`` in the handle's directory,
+    PyPTO's self-contained re-runner: ``python <dir>/debug/run.py`` rebuilds
+    the handle from the directory, runs it on random inputs of the
+    signature's shapes and dtypes (``Out`` parameters zeros) made in its
+    editable ``_inline_inputs``, and hands the arguments after the run to
+    its editable ``_user_compare`` (:mod:`pypto_async.ir._run_script`).
+
     Every compile also writes its performance hints, PyPTO's ``PH001`` (a
     load or store whose innermost dimension is below the chip's transfer
     granularity) and ``PH-MR-001`` (a ``pl.pipeline`` whose stages do not
@@ -770,11 +778,13 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
             shutil.copyfile(entry / name, tmp)
             os.replace(tmp, target / name)
     write_perf_hints(target, perf_hints(lowered, platform))
+    handle = CompiledProgram(target, meta, program, validate_ir=validate_ir)
+    write_run_script(target, handle.name, handle.params)
     if dumps:
         _write_pass_dumps(target, dumps)
     if options["profiling"]:
         _write_profile(target, lowered.name, times)
-    return CompiledProgram(target, meta, program, validate_ir=validate_ir)
+    return handle
 
 
 def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:

@@ -52,7 +52,7 @@ def test_artifact_directory(fresh_cache, compiler_calls):
     c = ir.compile(add_kernel.lower(A, A, A), platform="sim")
     assert len(compiler_calls) == 1
     assert c.output_dir.parent == fresh_cache / "kernels"
-    assert {p.name for p in c.output_dir.iterdir()} == {"kernel.c", "kernel.so", "compiled_meta.json", "program.txt"}
+    assert {p.name for p in c.output_dir.iterdir()} == {"kernel.c", "kernel.so", "compiled_meta.json", "program.txt", "debug"}
     meta = json.loads((c.output_dir / "compiled_meta.json").read_text())
     assert meta["schema_version"] == ir.SCHEMA_VERSION
     assert meta["params"] == [
