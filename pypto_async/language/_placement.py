@@ -38,27 +38,37 @@ __all__ = ["MemRef", "DynamicDim", "DimExpr", "dynamic", "cluster", "bind_shape"
 
 
 class MemRef:
-    """A named on-chip allocation of ``slots`` equal slots (a placement: no effect on the sim's results)."""
+    """An on-chip allocation of ``slots`` equal slots (a placement: no effect on the sim's results).
 
-    def __init__(self, name: str, slots: int = 1):
-        if not isinstance(name, str) or not name:
-            raise PtoCompileError(f"pl.MemRef takes a name, got {name!r}")
-        if not is_int(slots) or slots < 1:
-            raise PtoCompileError(f"pl.MemRef({name!r}, slots=...) takes a positive int, got {slots!r}")
+    As PyPTO's, the name is optional: ``scratch = pl.MemRef(slots=2)`` takes
+    the name of the variable it is bound to there, and ``pl.MemRef("ub")``
+    names it explicitly.  A slot is picked by subscript (``scratch[i % 2]``);
+    a constant slot outside ``range(slots)`` is a compile error.
+    """
+
+    def __init__(self, name: str | None = None, slots: int = 1):
+        if name is not None and (not isinstance(name, str) or not name):
+            raise PtoCompileError(f"pl.MemRef's name must be a non-empty str (or omitted), got {name!r}")
+        if not is_int(slots) or isinstance(slots, bool) or slots < 1:
+            raise PtoCompileError(f"{self._text(name, '...')} takes a positive int, got {slots!r}")
         self.name = name
         self.slots = int(slots)
         self.slot = None
 
+    @staticmethod
+    def _text(name, slots) -> str:
+        return f"pl.MemRef(slots={slots})" if name is None else f"pl.MemRef({name!r}, slots={slots})"
+
     def __getitem__(self, k) -> "MemRef":
         if is_int(k) and not 0 <= k < self.slots:
-            raise PtoCompileError(f"pl.MemRef({self.name!r}, slots={self.slots}): slot {k} is out of range")
+            raise PtoCompileError(f"{self._text(self.name, self.slots)}: slot {k} is out of range")
         out = MemRef(self.name, self.slots)
         out.slot = k
         return out
 
     def __repr__(self) -> str:
         slot = "" if self.slot is None else f"[{self.slot}]"
-        return f"pl.MemRef({self.name!r}, slots={self.slots}){slot}"
+        return self._text(self.name, self.slots) + slot
 
 
 def _operand(x):

@@ -63,6 +63,31 @@ def test_memref_declarations_are_checked():
         pl.MemRef("ub", slots=0)
 
 
+SCRATCH = pl.MemRef(slots=2)  # PyPTO's unnamed form: the allocation takes the variable's name
+
+
+@pl.jit
+def rows_exp_unnamed(a: pl.Tensor[[M, 64], pl.FP32], out: pl.Out[pl.Tensor[[M, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        for i in pl.range(a.shape[0] // 16):
+            tile: pl.Tile[[16, 64], pl.FP32, SCRATCH[i % 2], pl.Mem.Vec] = pl.load(a, [i * 16, 0], [16, 64])
+            pl.store(pl.exp(tile), [i * 16, 0], out)
+    return out
+
+
+def test_an_unnamed_memref_is_a_placement_too():
+    a, out = _rand(48, 64), np.full((48, 64), np.nan, np.float32)
+    rows_exp_unnamed(a, out)
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-5)
+    assert repr(SCRATCH[1]) == "pl.MemRef(slots=2)[1]" and pl.MemRef().slots == 1
+    with pytest.raises(PtoCompileError, match=r"pl.MemRef\(slots=2\): slot 2 is out of range"):
+        SCRATCH[2]
+    with pytest.raises(PtoCompileError, match="name must be a non-empty str"):
+        pl.MemRef("")
+    with pytest.raises(PtoCompileError, match="takes a positive int"):
+        pl.MemRef(slots=True)
+
+
 def test_cluster_and_system_are_refused_by_name():
     from pypto_async.language._ops_crosscore import __all__ as crosscore_names
     from pypto_async.language._ops_sync import __all__ as sync_names
