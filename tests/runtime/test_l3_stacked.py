@@ -111,3 +111,27 @@ def test_a_shard_on_another_rank_or_worker_is_refused_before_anything_runs():
         assert np.isnan(f).all()  # nothing ran
         rt(a, rt.alloc_stacked_tensor(w), f)  # the worker runs on
         np.testing.assert_allclose(f, a * w + a, rtol=1e-6)
+
+
+# -- submit() of a multi-chip program (PyPTO's bounded dispatch) -------------------------------------
+
+
+@pl.jit.host
+def one_chip(a: pl.Tensor, b: pl.Tensor, f: pl.Out[pl.Tensor]):
+    return _fma_chip(a, b, f)
+
+
+def test_submit_of_a_multi_chip_program_with_a_resident_weight_returns_a_handle_per_run():
+    w = rng.standard_normal((R, C)).astype(np.float32)
+    ins = [rng.standard_normal((R, C)).astype(np.float32) for _ in range(3)]
+    outs = [np.full((R, C), np.nan, np.float32) for _ in ins]
+    compiled = one_chip.compile(ins[0], w, outs[0], config=_cfg(1))
+    with compiled.prepare() as rt:
+        weight = rt.alloc_tensor((R, C), np.float32, init=w)
+        handles = [rt.submit(compiled, a, weight, o) for a, o in zip(ins, outs)]
+        for h, a, o in zip(handles, ins, outs):
+            h.result()
+            np.testing.assert_allclose(o, a * w + a, rtol=1e-6)
+        with pytest.raises(PtoArgumentError, match="compiled for"):
+            rt.submit(compiled, ins[0][:, :8].copy(), weight, outs[0])  # raised by submit, nothing queued
+        rt.free_tensor(weight)
