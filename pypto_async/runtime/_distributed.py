@@ -160,6 +160,22 @@ class DistributedLaunch:
         return f"<DistributedLaunch on {len(self.launches)} devices {state}>"
 
 
+class _PlanRun(DistributedLaunch):
+    """A multi-chip plan :meth:`DistributedWorker.submit` ran: completed; :meth:`result` is what the host
+    function returned, or raises the run's failure (PyPTO's handle keeps its dispatch error for result())."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, result=None, error=None):
+        super().__init__((), result)
+        self._error = error
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 class DistributedHandle:
     """A program registered on every worker of a :class:`DistributedWorker`.
 
@@ -433,12 +449,17 @@ class DistributedWorker:
 
         In sync mode this blocks while `depth` dispatches are in flight, then
         returns the new :class:`DistributedLaunch` without waiting for it.
+        A multi-chip program (a ``DistributedCompiledProgram``) runs its
+        plan to its end instead: the handle comes back completed, its
+        ``result()`` what the host function returned or the run's failure.
         In async mode it returns a coroutine: ``await dw.submit(...)``
         suspends while `depth` are in flight (back-pressure, the event loop
         runs on), then dispatches and returns the DistributedLaunch.
         """
         if self._async:
             return self._asubmit(compiled, args)
+        if _is_l3(compiled):
+            return self._submit_l3(compiled, args)
         inflight = self._inflight
         while inflight and (inflight[0].done() or len(inflight) >= self._depth):
             with contextlib.suppress(PtoError):  # its own caller sees its failure
@@ -447,7 +468,32 @@ class DistributedWorker:
         inflight.append(done)
         return done
 
+    def _submit_l3(self, compiled, args) -> _PlanRun:
+        """A multi-chip plan runs to its end here (its group waits are on this thread): the handle comes back
+        completed; a bad argument raises now, before anything is queued, a failed run from its result()."""
+        # the runner uses this module's worker; imported when used
+        from .distributed_runner import check_args
+
+        check_args(compiled, args)
+        try:
+            return _PlanRun(self._run_l3(compiled, args))
+        except PtoArgumentError:
+            raise
+        except PtoError as e:
+            return _PlanRun(error=e)
+
     async def _asubmit(self, compiled, args) -> DistributedLaunch:
+        if _is_l3(compiled):  # awaited to its end, the loop running on (see _submit_l3)
+            # the runner uses this module's worker; imported when used
+            from .distributed_runner import check_args
+
+            check_args(compiled, args)
+            try:
+                return _PlanRun(await self._run_l3(compiled, args))
+            except PtoArgumentError:
+                raise
+            except PtoError as e:
+                return _PlanRun(error=e)
         inflight = self._inflight
         while inflight and (inflight[0].done() or len(inflight) >= self._depth):
             oldest = inflight[0]

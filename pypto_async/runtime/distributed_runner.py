@@ -86,7 +86,7 @@ def _tensor_from_continuous(ct):
 
 
 def _shape_dtype(arg):
-    if isinstance(arg, DeviceTensor):
+    if isinstance(arg, (DeviceTensor, StackedDeviceTensor)):
         return tuple(arg.shape), as_dtype(arg.dtype)
     return tuple(int(d) for d in arg.shape), as_dtype(arg.dtype)
 
@@ -101,9 +101,9 @@ def check_args(dcp, args) -> None:
             if not isinstance(a, (int, float, np.generic)) or isinstance(a, bool):
                 raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is a scalar, got {type(a).__name__}")
             continue
-        if not (isinstance(a, (np.ndarray, DeviceTensor)) or _is_torch_tensor(a)):
-            raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} must be a numpy array, a torch CPU tensor "
-                                   f"or a DeviceTensor, got {type(a).__name__}")
+        if not (isinstance(a, (np.ndarray, DeviceTensor, StackedDeviceTensor)) or _is_torch_tensor(a)):
+            raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} must be a numpy array, a torch CPU tensor, "
+                                   f"a DeviceTensor or a StackedDeviceTensor, got {type(a).__name__}")
         shape, dtype = _shape_dtype(a)
         if shape != p.shape or not holds(dtype, p.dtype):  # BF16 may come as its uint16 bits (numpy has none)
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is {dtype.name}{list(shape)}; the program "
@@ -111,6 +111,10 @@ def check_args(dcp, args) -> None:
         if isinstance(a, DeviceTensor):
             if a._freed:
                 raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} was freed")
+        elif isinstance(a, StackedDeviceTensor):
+            for i, shard in enumerate(a.shards):
+                if shard._freed:
+                    raise PtoArgumentError(f"{dcp.name}: argument {p.name!r}: shard {i} was freed")
         elif p.direction != IN and not (a.flags.writeable if isinstance(a, np.ndarray) else True):
             raise PtoArgumentError(f"{dcp.name}: argument {p.name!r} is an output; pass a writable array")
 
@@ -168,6 +172,8 @@ class _Run:
 
         assert isinstance(ht, HostTensor)
         host = self.args[ht.param]
+        if isinstance(host, StackedDeviceTensor):  # x[i] is shard i, resident where it runs (_check_resident)
+            return host.shards[ht.index[0]]
         if isinstance(host, DeviceTensor):
             if ht.index:
                 raise PtoNotSupported(f"{self.dcp.name}: a view {ht!r} of a DeviceTensor argument; pass the "
@@ -609,12 +615,37 @@ def _release(run: _Run, final: bool) -> None:
 def _check_resident(dw, dcp, args) -> None:
     """A DeviceTensor argument must live on the device of every rank it is dispatched to (checked up front)."""
     # the language imports the runtime; this one is imported when used
-    from ..language.distributed_host import HostTensor
+    from ..language.distributed_host import Callback, HostTensor
 
     bound = dict(zip(dcp.param_names, args))
+    for name, t in bound.items():
+        if isinstance(t, StackedDeviceTensor):
+            for i, (shard, w) in enumerate(zip(t.shards, t.worker_ids)):
+                if not 0 <= w < len(dw.workers) or shard._worker is not dw.workers[w]:
+                    raise PtoArgumentError(f"{dcp.name}: argument {name!r}: shard {i} does not live on worker "
+                                           f"{w} of this DistributedWorker (alloc_stacked_tensor makes one)")
+    for s in dcp.steps:  # the host sees host arrays only: a callback's or the return's view of a stacked one
+        for v in s.args if isinstance(s, Callback) else ():
+            if isinstance(v, HostTensor) and isinstance(bound.get(v.param), StackedDeviceTensor):
+                raise PtoNotSupported(f"{dcp.name}: callback {s.name!r} takes {v!r} of a StackedDeviceTensor "
+                                      f"argument; its shards live on the devices, a callback sees host arrays")
+    ret = dcp.returned
+    if isinstance(ret, HostTensor) and isinstance(bound.get(ret.param), StackedDeviceTensor):
+        raise PtoNotSupported(f"{dcp.name}: the host function returns {ret!r} of a StackedDeviceTensor argument; "
+                              f"return a host array")
     for d in dcp.dispatches:
         for arg in d.args.values():
             t = bound.get(arg.param) if isinstance(arg, HostTensor) else None
+            if isinstance(t, StackedDeviceTensor):
+                if len(arg.index) != 1:
+                    raise PtoNotSupported(f"{dcp.name}: {arg!r} of a StackedDeviceTensor argument; a dispatch "
+                                          f"takes one whole shard, x[i]")
+                i = arg.index[0]
+                if t.worker_ids[i] != d.rank:
+                    raise PtoArgumentError(f"{dcp.name}: shard {i} of argument {arg.param!r} lives on worker "
+                                           f"{t.worker_ids[i]}; {d.name} runs on rank {d.rank}: upload it with "
+                                           f"alloc_stacked_tensor(..., worker_ids=) placing shard {i} on {d.rank}")
+                continue
             if isinstance(t, DeviceTensor):
                 if arg.index:
                     raise PtoNotSupported(f"{dcp.name}: a view {arg!r} of a DeviceTensor argument; pass the "
