@@ -68,6 +68,7 @@ __all__ = [
     "PtoCompileError",
     "PtoNotSupported",
     "PtoRaceError",
+    "PtoKeywordError",
 ]
 
 
@@ -252,3 +253,12 @@ class PtoRaceError(PtoError):
         super().__init__(message, status=status)
         self.first = first
         self.second = second
+
+
+class PtoKeywordError(PtoCompileError, TypeError):
+    """A keyword only the other level honours, given a non-default value (``b_trans=True`` on tiles).
+
+    Also a :class:`TypeError`, as PyPTO's ops/00-dispatch documents for a
+    path-specific keyword on the wrong path; the message names the keyword
+    and the level's own spelling.
+    """

@@ -567,3 +567,96 @@ def test_syntax_element_read_of_a_tile_and_a_tensor():
     e(idx, x, out)
     ref = torch.cat([x[int(idx[j, 3]):int(idx[j, 3]) + 4] + float(idx[j, 5]) for j in range(4)])
     torch.testing.assert_close(out, ref)
+
+
+# --- ops/00-dispatch.md: pl.* dispatches, pl.tensor.* / pl.tile.* by name, path-specific keywords ----
+
+
+def test_dispatch_namespaces_and_scalar_forms():
+    @pl.jit
+    def k(a: pl.Tensor[[32, 64], pl.FP32], b: pl.Tensor[[32, 64], pl.FP32],
+          o1: pl.Out[pl.Tensor[[32, 64], pl.FP32]], o2: pl.Out[pl.Tensor[[32, 64], pl.FP32]],
+          o3: pl.Out[pl.Tensor[[32, 128], pl.FP32]]):
+        tmp = pl.create_tensor([32, 64], dtype=pl.FP32)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            o1[:] = pl.tensor.add(pl.tensor.mul(a, 2.0), b)
+            t = pl.tile.maximums(pl.tile.muls(pl.tile.adds(pl.tile.load(b, [0, 0], [32, 64]), 1.0), 3.0), 0.5)
+            o2 = pl.tile.store(t, [0, 0], o2)
+            tmp[:] = pl.exp(a)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            o3 = pl.assemble(o3, pl.load(tmp, [0, 0], [32, 64]), [0, 0])
+            o3 = pl.assemble(o3, pl.load(a, [0, 0], [32, 64]), [0, 64])
+        return o1, o2, o3
+
+    a, b = torch.randn(32, 64), torch.randn(32, 64)
+    o1, o2, o3 = _nan(32, 64), _nan(32, 64), _nan(32, 128)
+    k(a, b, o1, o2, o3)
+    torch.testing.assert_close(o1, 2 * a + b)
+    torch.testing.assert_close(o2, torch.clamp((b + 1) * 3, min=0.5))
+    torch.testing.assert_close(o3, torch.cat([a.exp(), a], 1))
+    assert pl.load is pl.tile.load and pl.store is pl.tile.store and pl.move is pl.tile.move
+
+
+def test_dispatch_tensor_keyword_on_tiles_is_a_type_error():
+    @pl.jit
+    def k(a: pl.Tensor[[32, 32], pl.FP16], b: pl.Tensor[[48, 32], pl.FP16],
+          out: pl.Out[pl.Tensor[[32, 48], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.matmul(a, b, a_trans=False, b_trans=True, out_dtype=pl.FP32)  # tensors: honoured
+        return out
+
+    a, b, out = torch.randn(32, 32, dtype=torch.float16), torch.randn(48, 32, dtype=torch.float16), _nan(32, 48)
+    k(a, b, out)
+    torch.testing.assert_close(out, a.float() @ b.float().T, rtol=1e-3, atol=1e-3)
+
+    @pl.jit
+    def tiles(a: pl.Tensor[[32, 32], pl.FP16], out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            ta = pl.load(a, [0, 0], [32, 32], target_memory=pl.Mem.Mat)
+            left, right = pl.move(ta, target_memory=pl.Mem.Left), pl.move(ta, target_memory=pl.Mem.Right)
+            out = pl.store(pl.matmul(left, right, b_trans=True), [0, 0], out)
+        return out
+
+    with pytest.raises(TypeError, match="b_trans=True takes tensor operands .*pl.tile.transpose_view") as ei:
+        tiles.compile()
+    assert isinstance(ei.value, PtoCompileError)
+
+
+# --- execution/00-compile.md, 01-run.md: the CompiledProgram contract, ChipWorker, DeviceTensor -------
+
+
+def test_execution_compiled_program_and_chip_worker(tmp_path):
+    from pypto_async.runtime import ChipWorker, RunConfig
+
+    @pl.jit
+    def add(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.add(pl.load(a, [0, 0], [64, 64]), pl.load(b, [0, 0], [64, 64])), [0, 0], out)
+        return out
+
+    cfg = RunConfig(platform="sim")
+    A, B = torch.randn(64, 64), torch.randn(64, 64)
+    compiled = add.compile(A, B, torch.zeros(64, 64), config=cfg)
+    assert compiled.platform == cfg.platform and compiled.param_names == ["a", "b", "out"]
+    assert compiled.output_indices == [2] and compiled.has_return
+    saved = ir.compile(add.lower(A, B, torch.zeros(64, 64)), platform="sim", output_dir=tmp_path, dump_passes=True)
+    assert (tmp_path / "passes_dump").is_dir()
+    rebuilt = type(saved).from_dir(tmp_path)
+    assert rebuilt.program is None
+    with ChipWorker(config=cfg) as w:
+        resident = w.alloc_tensor((64, 64), torch.float32, init=B)  # stays on the device
+        result = w.alloc_tensor((64, 64), torch.float32)
+        for _ in range(2):
+            out = _nan(64, 64)
+            w.run(rebuilt, A, resident, out)
+            torch.testing.assert_close(out, A + B)
+        w.run(saved, A, resident, result)
+        host = _nan(64, 64)
+        w.copy_from(host.data_ptr(), result.data_ptr, result.nbytes)  # a DeviceTensor is not copied back
+        torch.testing.assert_close(host, A + B)
+        handle = w.register(saved)
+        out = _nan(64, 64)
+        handle(A, B, out)
+        torch.testing.assert_close(out, A + B)
+        w.free_tensor(resident)
+        w.free_tensor(result)
