@@ -660,3 +660,202 @@ def test_execution_compiled_program_and_chip_worker(tmp_path):
         torch.testing.assert_close(out, A + B)
         w.free_tensor(resident)
         w.free_tensor(result)
+
+
+# --- tasks/*.md: inferred edges, deps= on regions and SPMD, manual scopes, TaskId arrays ---------------
+
+
+def test_tasks_jit_regions_with_deps_and_opt_outs():
+    @pl.jit
+    def staged(x: pl.Tensor[[256, 128], pl.FP32], scratch: pl.Out[pl.Tensor[[256, 128], pl.FP32]],
+               out: pl.Out[pl.Tensor[[256, 128], pl.FP32]], o3: pl.Out[pl.Tensor[[256, 128], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP) as first:
+            scratch[:] = pl.add(x, x)
+        with pl.at(level=pl.Level.CORE_GROUP, deps=[first]) as second:
+            out[:] = pl.add(scratch, scratch)
+        with pl.spmd(4, name_hint="third", deps=[second]) as third:  # noqa: F841 (deps= needs the as form)
+            i = pl.tile.get_block_idx()
+            o3 = pl.store(pl.sub(pl.load(out, [i * 64, 0], [64, 128]), pl.load(x, [i * 64, 0], [64, 128])),
+                          [i * 64, 0], o3)
+        return scratch, out, o3
+
+    x = torch.randn(256, 128)
+    scratch, out, o3 = _nan(256, 128), _nan(256, 128), _nan(256, 128)
+    staged(x, scratch, out, o3)
+    torch.testing.assert_close(out, 4 * x)
+    torch.testing.assert_close(o3, 3 * x)
+
+    @pl.jit
+    def narrow(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        for i in pl.range(4):
+            with pl.at(level=pl.Level.CORE_GROUP, no_dep_args=[out]):
+                pl.store(pl.mul(pl.load(a, [i * 32, 0], [32, 64]), 2.0), [i * 32, 0], out)
+        return out
+
+    @pl.jit
+    def manual(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        t = pl.create_tensor([128, 64], dtype=pl.FP32, manual_dep=True)
+        with pl.manual_scope():
+            with pl.at(level=pl.Level.CORE_GROUP) as p:
+                t[:] = pl.mul(a, 2.0)
+            with pl.at(level=pl.Level.CORE_GROUP, deps=[p]):
+                out[:] = pl.load(t, [0, 0], [128, 64])
+        return out
+
+    a = torch.randn(128, 64)
+    for kernel in (narrow, manual):
+        out = _nan(128, 64)
+        kernel(a, out)
+        torch.testing.assert_close(out, 2 * a)
+
+
+def test_tasks_program_fan_in_spmd_submit_and_task_dummy():
+    @pl.program
+    class P:
+        @pl.function(type=pl.FunctionType.InCore)
+        def producer(self, data: pl.Tensor[[128, 64], pl.FP32], branch: pl.Scalar[pl.INDEX],
+                     out: pl.InOut[pl.Tensor[[128, 64], pl.FP32]]):
+            out = pl.store(pl.exp(pl.load(data, [branch * 32, 0], [32, 64])), [branch * 32, 0], out)
+            return out
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def consumer(self, src: pl.Tensor[[128, 64], pl.FP32], out: pl.Out[pl.Tensor[[128, 64], pl.FP32]]):
+            out = pl.store(pl.mul(pl.load(src, [0, 0], [128, 64]), 2.0), [0, 0], out)
+            return out
+
+        @pl.function(type=pl.FunctionType.InCore)
+        def blockwise(self, src: pl.Tensor[[128, 64], pl.FP32], out: pl.Out[pl.Tensor[[128, 64], pl.FP32]]):
+            i = pl.tile.get_block_idx()
+            out = pl.store(pl.add(pl.load(src, [i * 16, 0], [16, 64]), 1.0), [i * 16, 0], out)
+            return out
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def entry(self, data: pl.Tensor[[128, 64], pl.FP32], mid: pl.InOut[pl.Tensor[[128, 64], pl.FP32]],
+                  out: pl.Out[pl.Tensor[[128, 64], pl.FP32]], o2: pl.Out[pl.Tensor[[128, 64], pl.FP32]],
+                  o3: pl.Out[pl.Tensor[[128, 64], pl.FP32]]):
+            with pl.manual_scope():
+                tids = pl.array.create(4, pl.TASK_ID)
+                for branch in pl.parallel(4):
+                    mid, tid = pl.submit(self.producer, data, branch, mid)
+                    tids[branch] = tid
+                out, t2 = pl.submit(self.consumer, mid, out, deps=[tids])
+                o2, t3 = pl.spmd_submit(self.blockwise, out, o2, core_num=8, deps=[t2])
+                gate = pl.system.task_dummy(deps=[t2, t3])
+                o3, _ = pl.submit(self.consumer, o2, o3, deps=[gate])
+            return mid, out, o2, o3
+
+    data, mid = torch.randn(128, 64), torch.zeros(128, 64)
+    out, o2, o3 = _nan(128, 64), _nan(128, 64), _nan(128, 64)
+    ir.compile(P, platform="sim")(data, mid, out, o2, o3)
+    torch.testing.assert_close(out, 2 * data.exp())
+    torch.testing.assert_close(o2, 2 * data.exp() + 1)
+    torch.testing.assert_close(o3, 2 * (2 * data.exp() + 1))
+
+
+# --- tutorials/*.md: softmax over a partial tile, K-blocked and mixed matmul ---------------------------
+
+
+def test_tutorial_softmax_over_a_runtime_valid_width():
+    @pl.jit
+    def softmax(a: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]],
+                vlen: pl.Scalar[pl.INDEX]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            tile_a = pl.fillpad(pl.load(a, [0, 0], [64, 64], valid_shape=[64, vlen]), pad_value=pl.PadValue.min)
+            max_tmp = pl.create_tile([64, 64], dtype=pl.FP32, target_memory=pl.MemorySpace.Vec)
+            row_max: pl.Tile[[64, 1], pl.FP32] = pl.row_max(tile_a, max_tmp)
+            exp_shifted = pl.exp(pl.row_expand_sub(tile_a, row_max))
+            sum_tmp = pl.create_tile([64, 64], dtype=pl.FP32, target_memory=pl.MemorySpace.Vec)
+            row_sum: pl.Tile[[64, 1], pl.FP32] = pl.row_sum(exp_shifted, sum_tmp)
+            pl.store(pl.row_expand_div(exp_shifted, row_sum), [0, 0], out)
+        return out
+
+    for vlen in (64, 40):
+        a, out = torch.randn(64, 64), _nan(64, 64)
+        softmax(a, out, vlen)
+        torch.testing.assert_close(out[:, :vlen], torch.softmax(a[:, :vlen], dim=1))
+
+
+def test_tutorial_k_blocked_and_mixed_matmul():
+    @pl.jit
+    def k_blocked(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 64], pl.FP16],
+                  bias: pl.Tensor[[64, 64], pl.FP32], c: pl.Out[pl.Tensor[[64, 64], pl.FP32]],
+                  d: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="k_blocked"):
+            acc = pl.matmul(a[:, 0:64], b[0:64, :], out_dtype=pl.FP32)
+            for k in pl.range(1, 4):
+                acc = pl.matmul_acc(acc, a[:, k * 64:k * 64 + 64], b[k * 64:k * 64 + 64, :])
+            c[:] = acc
+        with pl.at(level=pl.Level.CORE_GROUP, name_hint="mixed",
+                   optimizations=[pl.split(pl.SplitMode.UP_DOWN), pl.cross_core_slot(slot_num=4)]):
+            d[:] = pl.add(pl.matmul(a, b, out_dtype=pl.FP32), bias)
+        return c, d
+
+    a, b = torch.randn(64, 256, dtype=torch.float16), torch.randn(256, 64, dtype=torch.float16)
+    bias, c, d = torch.randn(64, 64), _nan(64, 64), _nan(64, 64)
+    k_blocked(a, b, bias, c, d)
+    ref = a.float() @ b.float()
+    torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(d, ref + bias, rtol=1e-3, atol=1e-3)
+
+
+# --- precision/*.md: casts bit for bit, rounding modes, torch_codegen, a probe output ------------------
+
+
+def test_precision_casts_and_modes():
+    @pl.jit
+    def casts(v: pl.Tensor[[16, 128], pl.INT32], x: pl.Tensor[[16, 64], pl.FP32],
+              h: pl.Out[pl.Tensor[[16, 128], pl.FP16]], fl: pl.Out[pl.Tensor[[16, 64], pl.INT32]],
+              ce: pl.Out[pl.Tensor[[16, 64], pl.INT32]], tr: pl.Out[pl.Tensor[[16, 64], pl.INT32]],
+              bf: pl.Out[pl.Tensor[[16, 64], pl.BF16]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            h[:] = pl.cast(v, pl.FP16)
+            t = pl.load(x, [0, 0], [16, 64])
+            fl = pl.store(pl.cast(t, pl.INT32, mode="floor"), [0, 0], fl)
+            ce = pl.store(pl.cast(t, pl.INT32, mode="ceil"), [0, 0], ce)
+            tr = pl.store(pl.cast(t, pl.INT32, mode="trunc"), [0, 0], tr)
+            bf = pl.store(pl.cast(t, pl.BF16), [0, 0], bf)
+        return h, fl, ce, tr, bf
+
+    v = torch.randint(-70000, 70000, (16, 128), dtype=torch.int32)
+    v[0, :8] = torch.tensor([65505, 65519, 65520, 70000, 1 << 24, (1 << 24) + 1, -65519, -65520])
+    x = torch.randn(16, 64) * 10
+    h = torch.zeros(16, 128, dtype=torch.float16)
+    ints = [torch.full((16, 64), -999, dtype=torch.int32) for _ in range(3)]
+    bf = torch.zeros(16, 64, dtype=torch.bfloat16)
+    casts(v, x, h, *ints, bf)
+    assert torch.equal(h.view(torch.int16), v.to(torch.float16).view(torch.int16))
+    for got, f in zip(ints, (torch.floor, torch.ceil, torch.trunc)):
+        torch.testing.assert_close(got, f(x).int(), rtol=0, atol=0)
+    torch.testing.assert_close(bf, x.to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_precision_torch_codegen_and_probe_output():
+    from pypto_async.debug import torch_codegen
+
+    @pl.jit
+    def fused(a: pl.Tensor[[64, 128], pl.FP32], b: pl.Tensor[[64, 128], pl.FP32],
+              out: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.mul(pl.add(a, b), 2.0)
+        return out
+
+    a, b = torch.randn(64, 128), torch.randn(64, 128)
+    src = torch_codegen(fused.lower(a, b, torch.zeros(64, 128)), check_shapes=True)
+    assert "def " in src and "torch" in src
+
+    @pl.jit.incore
+    def probed(x: pl.Tensor, out: pl.Out[pl.Tensor], probe: pl.Out[pl.Tensor]):
+        acc = pl.add(pl.load(x, [0, 0], [64, 128]), 1.0)
+        probe = pl.store(acc, [0, 0], probe)  # the intermediate, now inspectable
+        out = pl.store(pl.exp(acc), [0, 0], out)
+        return out, probe
+
+    @pl.jit
+    def entry(x: pl.Tensor, out: pl.Out[pl.Tensor], probe: pl.Out[pl.Tensor]):
+        out, probe = probed(x, out, probe)
+        return out, probe
+
+    out, probe = _nan(64, 128), _nan(64, 128)
+    entry(a, out, probe)
+    torch.testing.assert_close(probe, a + 1)
+    torch.testing.assert_close(out, (a + 1).exp())
