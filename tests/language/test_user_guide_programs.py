@@ -60,6 +60,26 @@ def test_quickstart_loop_forms_and_bare_tensor_compile():
     assert not hasattr(add, "as_python")
 
 
+
+def test_quickstart_scalar_parameter_takes_its_python_default():
+    @pl.jit
+    def k(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[32, 64], pl.FP32]],
+          alpha: pl.Scalar[pl.FP32] = 0.5):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            out[:] = pl.add(pl.mul(x, alpha), 1.0)
+        return out
+
+    x = torch.randn(32, 64)
+    for kwargs, alpha in (({}, 0.5), ({"alpha": 2.0}, 2.0)):
+        out = _nan(32, 64)
+        k(x, out, **kwargs)
+        torch.testing.assert_close(out, x * alpha + 1)
+    out = _nan(32, 64)
+    k(x, out=out)
+    torch.testing.assert_close(out, x * 0.5 + 1)
+    with pytest.raises(PtoError, match="missing argument 'out'"):
+        k(x)
+
 # --- 03-programming-model.md: the three levels, the matmul path -------------------------------------
 
 
