@@ -36,6 +36,9 @@ handle:
 * :class:`PtoLoadError` — a kernel library or its symbol could not be loaded.
 * :class:`PtoCompileError` — tracing or compiling a kernel failed; the message
   starts with the kernel's file and line.
+
+  * :class:`PtoKeywordError` (also a ``TypeError``) — a keyword only the other
+    level honours (``pl.matmul(tiles, b_trans=True)``).
 * :class:`PtoNotSupported` — the platform or feature is not available here.
 * :class:`PtoRaceError` — the sanitizer found two accesses to one tensor on
   different streams with nothing ordering them; nothing was queued.

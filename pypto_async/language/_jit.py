@@ -93,9 +93,10 @@ class JitFunction:
     def _bind(self, args, kwargs) -> tuple:
         """The arguments in parameter order: ``kernel(a, b, out=c)`` as ``(a, b, c)``."""
         params = self._sig.parameters
-        if not kwargs and len(args) >= len(params):
-            return args
         names = list(params)
+        if not kwargs and (len(args) >= len(names) or any(params[n].default is params[n].empty
+                                                          for n in names[len(args):])):
+            return args  # a count that does not bind is reported with the signature (see _params)
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
             raise PtoArgumentError(f"{self.__name__} has no parameter {', '.join(map(repr, unknown))} "
