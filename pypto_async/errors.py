@@ -36,6 +36,9 @@ handle:
 * :class:`PtoLoadError` — a kernel library or its symbol could not be loaded.
 * :class:`PtoCompileError` — tracing or compiling a kernel failed; the message
   starts with the kernel's file and line.
+
+  * :class:`PtoKeywordError` (also a ``TypeError``) — a keyword only the other
+    level honours (``pl.matmul(tiles, b_trans=True)``).
 * :class:`PtoNotSupported` — the platform or feature is not available here.
 * :class:`PtoRaceError` — the sanitizer found two accesses to one tensor on
   different streams with nothing ordering them; nothing was queued.
@@ -68,6 +71,7 @@ __all__ = [
     "PtoCompileError",
     "PtoNotSupported",
     "PtoRaceError",
+    "PtoKeywordError",
 ]
 
 
@@ -252,3 +256,12 @@ class PtoRaceError(PtoError):
         super().__init__(message, status=status)
         self.first = first
         self.second = second
+
+
+class PtoKeywordError(PtoCompileError, TypeError):
+    """A keyword only the other level honours, given a non-default value (``b_trans=True`` on tiles).
+
+    Also a :class:`TypeError`, as PyPTO's ops/00-dispatch documents for a
+    path-specific keyword on the wrong path; the message names the keyword
+    and the level's own spelling.
+    """

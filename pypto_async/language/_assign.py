@@ -9,11 +9,14 @@ store is: a writable tensor of the value's dtype, inside its bounds.
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
 from ._tracer import TensorArg, Tile, current, user_loc
 
-__all__ = ["assign_window"]
+__all__ = ["assign_window", "rebind_tile"]
 
 
 def _key_text(key) -> str:
@@ -80,3 +83,45 @@ def _overhang(t: TensorArg, key, tile: Tile, what: str, loc):
             return None
         offsets.append(k.start if k.start is not None else 0)
     return offsets
+
+
+def rebind_tile(t: Tile, key, value, frame) -> None:
+    """``dst[key] = value`` on a tile: ``dst = pl.assemble(dst, value, offsets)``, rebinding ``dst`` in ``frame``.
+
+    PyPTO's parser rewrites the statement into that assignment; here the
+    assembled tile (a new value, as ``pl.tile.assemble`` gives) replaces the
+    tile under the one local name of ``frame`` that holds it, so a later read
+    of the name, or a loop carrying it, sees the write.
+    """
+    current("tile[...] = value")
+    loc = user_loc()
+    from ._layout import tile_assemble
+    from ._memory import as_tile
+    from ._program import slice_box
+
+    what = f"tile[{_key_text(key)}] = ..."
+    offsets, shape = slice_box(t.shape, key, what, loc)
+    src = as_tile(value)
+    if not isinstance(src, Tile):
+        raise compile_error(f"{what}: the value must be a tile (or a tensor), got {value!r}", loc)
+    if tuple(src.shape) != tuple(shape):
+        raise compile_error(f"{what}: the value's shape {list(src.shape)} is not the window's {list(shape)}", loc)
+    if src.dtype != t.dtype:
+        raise compile_error(f"{what}: the value's dtype {src.dtype.name} is not the tile's {t.dtype.name} "
+                            f"(pl.cast it first)", loc)
+    names = [n for n, v in frame.f_locals.items() if v is t]
+    if len(names) != 1:
+        held = "no local name" if not names else f"the names {names}"
+        raise compile_error(f"{what}: the tile is held by {held} of the function, so the subscript write has no "
+                            f"one name to rebind; write dst = pl.assemble(dst, value, offsets)", loc)
+    new = tile_assemble(t, src, offsets)
+    _rebind_local(frame, names[0], new)
+
+
+def _rebind_local(frame, name: str, value) -> None:
+    """Bind ``name`` to ``value`` in ``frame``, a function's frame (its fast locals) or a module's."""
+    local = frame.f_locals  # before PEP 667 (3.13) each read of f_locals refreshes it from the fast locals
+    local[name] = value
+    if sys.version_info < (3, 13) and local is not frame.f_globals:
+        # The snapshot is written back to the fast locals.
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))

@@ -92,9 +92,11 @@ class JitFunction:
 
     def _bind(self, args, kwargs) -> tuple:
         """The arguments in parameter order: ``kernel(a, b, out=c)`` as ``(a, b, c)``."""
-        if not kwargs:
-            return args
-        names = list(self._sig.parameters)
+        params = self._sig.parameters
+        names = list(params)
+        if not kwargs and (len(args) >= len(names) or any(params[n].default is params[n].empty
+                                                          for n in names[len(args):])):
+            return args  # a count that does not bind is reported with the signature (see _params)
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
             raise PtoArgumentError(f"{self.__name__} has no parameter {', '.join(map(repr, unknown))} "
@@ -102,10 +104,11 @@ class JitFunction:
         doubled = sorted(n for n in names[:len(args)] if n in kwargs)
         if doubled:
             raise PtoArgumentError(f"{self.__name__}: argument {', '.join(map(repr, doubled))} given twice")
-        missing = [n for n in names[len(args):] if n not in kwargs]
+        # A parameter left out takes its Python default (``alpha: pl.Scalar[pl.FP32] = 0.5``).
+        missing = [n for n in names[len(args):] if n not in kwargs and params[n].default is params[n].empty]
         if missing:
             raise PtoArgumentError(f"{self.__name__}: missing argument {', '.join(map(repr, missing))}")
-        return (*args, *(kwargs[n] for n in names[len(args):]))
+        return (*args, *(kwargs[n] if n in kwargs else params[n].default for n in names[len(args):]))
 
     def _split(self, args, kwargs) -> tuple[tuple, dict]:
         """Kernel arguments given by name, bound into ``args``; the other keywords are returned."""

@@ -35,6 +35,11 @@ class unroll(_range):
         if init_values is not None:
             raise compile_error("pl.unroll() cannot be combined with init_values (an unrolled loop carries "
                                 "no explicit state; use pl.range)", user_loc())
+        bounds = (("stop", start),) if stop is None else (("start", start), ("stop", stop))
+        for name, v in (*bounds, ("step", step)):
+            if v is not None and (isinstance(v, bool) or not is_int(v)):
+                raise compile_error(f"pl.unroll() {name} must be a compile-time int literal (it is unrolled at "
+                                    f"compile time), got {v!r}; use pl.range for a Scalar bound", user_loc())
         super().__init__(start, stop, step)
 
 

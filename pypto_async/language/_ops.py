@@ -10,7 +10,7 @@ import numbers
 
 from .._scalars import is_int
 from .._dtypes import BOOL, FP32, as_dtype
-from ..errors import PtoArgumentError
+from ..errors import PtoArgumentError, PtoKeywordError
 from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import Param
 from ..ir._nodes import (
@@ -408,7 +408,7 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
             raise compile_error(f"pl.matmul: {flag} must be a bool, got {value!r}", user_loc())
         if value and not tensors:  # PyPTO's tensor-level flags: a value computed in the region may be the operand
             raise compile_error(f"pl.matmul: {flag}=True takes tensor operands (a tile's transpose is "
-                                f"pl.transpose / pl.tile.transpose_view)", user_loc())
+                                f"pl.transpose / pl.tile.transpose_view)", user_loc(), PtoKeywordError)
     ta, tb = _tile(a, "matmul", "a"), _tile(b, "matmul", "b")
     if a_trans or b_trans:
         from ._ops_compose import transpose_trailing

@@ -318,12 +318,30 @@ class Tile:
         return _ops.abs(self)
 
     def __getitem__(self, key):
-        """``tile[r0:r1, c0:c1]``: the window of the tile (``pl.slice``); bounds are ints or loop indices."""
+        """``tile[r0:r1, c0:c1]``: the window of the tile (``pl.slice``); bounds are ints or loop indices.
+
+        ``tile[i, j]`` (an index per dimension, no slice) is one element, ``pl.tile.read(tile, [i, j])``.
+        """
+        parts = key if isinstance(key, tuple) else (key,)
+        if len(parts) == len(self.shape) and not any(isinstance(k, slice) for k in parts):
+            from ._memory import tile_read
+
+            return tile_read(self, list(parts))
         from ._program import slice_box
         from ._layout import slice as tile_slice
 
         offsets, shape = slice_box(self.shape, key, "tile[...]", user_loc())
         return tile_slice(self, shape, offsets)
+
+    def __setitem__(self, key, value):
+        """``dst[r0:r1, c0:c1] = src``: PyPTO's sugar for ``dst = pl.assemble(dst, src, [r0, c0])``.
+
+        The name holding ``dst`` in the calling function is rebound to the
+        assembled tile (a new value: other names of the old tile keep it).
+        """
+        from ._assign import rebind_tile
+
+        rebind_tile(self, key, value, sys._getframe(1))
 
     def __bool__(self):
         raise compile_error("a tile has no truth value at trace time (use pl.maximum/pl.minimum)", user_loc())
