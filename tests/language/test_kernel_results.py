@@ -98,6 +98,7 @@ def test_a_kernel_returning_something_else_is_refused():
 # ---- pl.expand_clone writes a target the kernel writes -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dim", [None, 0, 1, 2])
 def test_expand_clone_into_an_output_parameter(launcher, rng, dim):
     B, N, K = 4, 8, 16
@@ -207,6 +208,7 @@ def _write_program(dtype, fill):
     return Writes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["FP32", "INT32"])
 def test_pl_write_into_a_tensor_and_into_a_tile(launcher, rng, dtype):
     fill = -1.0 if dtype == "FP32" else -7
@@ -318,6 +320,7 @@ class Views:
         return c
 
 
+@pytest.mark.slow
 def test_a_tensor_reshaped_or_transposed_in_the_orchestration_feeds_a_kernel(launcher, rng):
     c = ir.compile(Views)
     assert [t.name for t in c.task_graph.tasks] == ["reshape_flat", "transpose_m", "add"]

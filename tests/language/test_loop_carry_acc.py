@@ -208,6 +208,7 @@ def window_accumulate(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP3
 _FP32_FORMS = [scratch_range, scratch_region, tile_if, tile_elif, tile_yield, tile_peeled, tile_init_cond]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", _FP32_FORMS, ids=lambda k: k.__name__)
 def test_a_carried_accumulator_sums_every_k_block(kernel):
     a, b = _rand((M, K), 1), _rand((K, N), 2)
@@ -223,6 +224,7 @@ def test_an_intermediate_rebound_in_a_spmd_body_is_carried_exactly():
     np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
 
 
+@pytest.mark.slow
 def test_each_output_tile_of_a_grid_reduces_all_of_k():
     a, b = _rand((M, K), 5), _rand((K, 2 * N), 6)
     c = np.full((M, 2 * N), np.nan, np.float32)
@@ -231,6 +233,7 @@ def test_each_output_tile_of_a_grid_reduces_all_of_k():
         _check(c[:, j * N:(j + 1) * N], a, b[:, j * N:(j + 1) * N])
 
 
+@pytest.mark.slow
 def test_matmul_acc_into_a_window_accumulates_into_the_tile():
     a, b = _rand((M, K), 7), _rand((K, 2 * N), 8)
     c = np.full((M, 2 * N), np.nan, np.float32)

@@ -62,6 +62,7 @@ def test_both_lanes_run_a_side_effect():
     torch.testing.assert_close(acc, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_subblock_idx_is_the_lane_and_gather_hands_back_to_the_cube():
     @pl.jit
     def lanes(x: pl.Tensor[[64, 32], pl.FP32], w: pl.Tensor[[32, 32], pl.FP32],
@@ -158,6 +159,7 @@ def shard_gather(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32], v
     return lanes, out, cols
 
 
+@pytest.mark.slow
 def test_shard_halves_the_cube_value_and_gather_joins_the_lanes():
     a, b, v = torch.randn(M, K), torch.randn(K, N), torch.randn(N, N)
     lanes, out, cols = _nan(M, N), _nan(M, N), _nan(M, N)

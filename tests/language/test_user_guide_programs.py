@@ -23,6 +23,7 @@ def _nan(*shape, dtype=torch.float32):
 # --- 02-quickstart.md: loops, sub-functions, compile() / lower() ------------------------------------
 
 
+@pytest.mark.slow
 def test_quickstart_loop_forms_and_bare_tensor_compile():
     @pl.jit
     def accumulate(a: pl.Tensor[[64, 64], pl.FP32], out: pl.Out[pl.Tensor[[64, 64], pl.FP32]],
@@ -166,6 +167,7 @@ def test_types_array_is_a_functional_carried_value():
 # --- language/01-functions.md: @pl.program, pl.func_attr, inline / opaque helpers -------------------
 
 
+@pytest.mark.slow
 def test_functions_program_func_attr_inline_and_opaque():
     @pl.program
     class Kernels:
@@ -209,6 +211,7 @@ def test_functions_program_func_attr_inline_and_opaque():
 # --- language/02-control-flow.md: the four loop forms, init_values / yield_, while_, branches --------
 
 
+@pytest.mark.slow
 def test_control_flow_parallel_unroll_and_runtime_if_over_a_dynamic_extent():
     N = pl.dynamic("N")
 
@@ -234,6 +237,7 @@ def test_control_flow_parallel_unroll_and_runtime_if_over_a_dynamic_extent():
         torch.testing.assert_close(out, ref)
 
 
+@pytest.mark.slow
 def test_control_flow_init_values_while_and_branch_yields():
     @pl.jit.incore
     def k(x: pl.Tensor[[4, 8, 64], pl.FP32], d: pl.Tensor[[8, 64], pl.FP32],
@@ -424,6 +428,7 @@ def test_memory_bias_path_and_left_load_rejected():
 # --- language/04-scopes.md: pl.at keywords inside a loop, SPMD forms ---------------------------------
 
 
+@pytest.mark.slow
 def test_scopes_at_keywords_in_a_loop_and_spmd_forms():
     @pl.jit
     def k(x: pl.Tensor[[128, 64], pl.FP32], out: pl.Out[pl.Tensor[[128, 64], pl.FP32]],
@@ -500,6 +505,7 @@ def test_directives_run_at_trace_time(capsys):
 # --- language/06-syntax.md: subscript sugar on tiles (writes and element reads), operators ------------
 
 
+@pytest.mark.slow
 def test_syntax_tile_subscript_write_is_assemble():
     @pl.jit.incore
     def k(a: pl.Tensor[[32, 64], pl.FP32], b: pl.Tensor[[32, 64], pl.FP32],
@@ -685,6 +691,7 @@ def test_execution_compiled_program_and_chip_worker(tmp_path):
 # --- tasks/*.md: inferred edges, deps= on regions and SPMD, manual scopes, TaskId arrays ---------------
 
 
+@pytest.mark.slow
 def test_tasks_jit_regions_with_deps_and_opt_outs():
     @pl.jit
     def staged(x: pl.Tensor[[256, 128], pl.FP32], scratch: pl.Out[pl.Tensor[[256, 128], pl.FP32]],
@@ -729,6 +736,7 @@ def test_tasks_jit_regions_with_deps_and_opt_outs():
         torch.testing.assert_close(out, 2 * a)
 
 
+@pytest.mark.slow
 def test_tasks_program_fan_in_spmd_submit_and_task_dummy():
     @pl.program
     class P:
@@ -795,6 +803,7 @@ def test_tutorial_softmax_over_a_runtime_valid_width():
         torch.testing.assert_close(out[:, :vlen], torch.softmax(a[:, :vlen], dim=1))
 
 
+@pytest.mark.slow
 def test_tutorial_k_blocked_and_mixed_matmul():
     @pl.jit
     def k_blocked(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 64], pl.FP16],

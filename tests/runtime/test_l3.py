@@ -150,6 +150,7 @@ def shift_load(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C]
                          r, device=r)
 
 
+@pytest.mark.slow
 @tiered("n", [2, 3], fast=[3])
 def test_remote_load_reads_the_peers_window_through_a_peer_copy(n):
     x = rng.standard_normal((n, 1, C)).astype(np.float32)
@@ -200,6 +201,7 @@ def scatter_rows(x: pl.Tensor[[W, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[W, W, C]
                       device=r)
 
 
+@pytest.mark.slow
 def test_remote_store_writes_one_box_of_each_peer_and_leaves_the_rest():
     x = rng.standard_normal((W, 1, C)).astype(np.float32)
     y = _poisoned((W, W, C))
@@ -250,6 +252,7 @@ def prefix(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C], pl
                      device=r)
 
 
+@pytest.mark.slow
 def test_a_chain_of_put_notify_wait_computes_a_prefix_sum():
     n = 4
     x = rng.standard_normal((n, 1, C)).astype(np.float32)
@@ -291,6 +294,7 @@ def gather_add(x: pl.Tensor[[NR, 1, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, C]
         _gather_add_chip(x[r], y[r], *(pld.window(b, [1, C]) for b in bufs), pld.window(sig, [1, 1]), device=r)
 
 
+@pytest.mark.slow
 def test_atomic_put_and_notify_add_up_and_get_pulls_the_sum():
     n = 3
     x = rng.standard_normal((n, 1, C)).astype(np.float32)
@@ -359,6 +363,7 @@ def reduce_all(x: pl.Tensor[[NR, 4, C], pl.FP32], y: pl.Out[pl.Tensor[[NR, 4, C]
         _reduce_chip(x[r], y[r], pld.window(win, [4, C]), pld.window(sig, [W, 1]), r, device=r)
 
 
+@pytest.mark.slow
 def test_allreduce_sums_and_maxes_every_ranks_window_in_place():
     n = 3
     x = rng.standard_normal((n, 4, C)).astype(np.float32)
@@ -397,6 +402,7 @@ def tally(y: pl.Out[pl.Tensor[[W, W, 1], pl.INT32]]):
         _tally_chip(y[r], pld.window(sig, [W, 1]), r, device=r)
 
 
+@pytest.mark.slow
 def test_notify_set_then_pl_read_and_pl_write_surface_a_window_cell_by_cell():
     y = np.full((W, W, 1), -1, np.int32)
     tally(y, config=_cfg(W))
@@ -826,6 +832,7 @@ def test_a_plain_jit_kernel_compiled_with_a_distributed_config_is_one_chips_prog
 # -- the page ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_devices_page_example_runs():
     import re
 
@@ -1066,6 +1073,7 @@ def _tensor_push_host(kind: str):
     return host
 
 
+@pytest.mark.slow
 def test_pld_tensor_remote_store_pushes_a_computed_value_or_a_whole_tensor_to_the_peer():
     n = 3
     x = rng.standard_normal((n, 1, C)).astype(np.float32)

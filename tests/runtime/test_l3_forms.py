@@ -69,6 +69,7 @@ def _scalar_program(n: int):
     return ScalarOffsets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", RANKS)
 def test_scalars_a_dispatch_gives_are_offsets_and_remote_boxes(n):
     from pypto_async import ir
@@ -134,6 +135,7 @@ class GatherRows:
         return ys
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", RANKS)
 def test_the_rank_count_dim_sizes_windows_and_bounds_loops_and_a_padded_tile_fills_one_cell(n):
     from pypto_async import ir
@@ -294,6 +296,7 @@ def self_read(data, recv, y, got):
     return y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host_level", [False, True], ids=["per-device", "host"])
 @pytest.mark.parametrize("n", RANKS)
 def test_all_to_all_v_moves_each_block_and_publishes_clamped_counts(n, host_level):
