@@ -123,6 +123,8 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     out = record(expr, "pl.slice")
     if expr.valid is None:  # a window of the tile: pl.matmul_acc into it writes the tile there (PyPTO's subview)
         out.view_of = (tl.var, offs)
+    else:  # a partially valid window: accumulating into it is refused (it would not reach the tile)
+        out.partial_view = True
     pad = None if pad_value is None else pad_name(pad_value, "pl.slice")
     if pad is not None and out.var.type.valid is not None:
         from ._memory import fillpad

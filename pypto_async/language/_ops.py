@@ -10,7 +10,7 @@ import numbers
 
 from .._scalars import is_int
 from .._dtypes import BOOL, FP32, as_dtype
-from ..errors import PtoArgumentError, PtoKeywordError
+from ..errors import PtoArgumentError, PtoKeywordError, PtoNotSupported
 from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import Param
 from ..ir._nodes import (
@@ -459,6 +459,11 @@ def matmul_acc(acc, a, b, a_trans: bool = False, b_trans: bool = False, init_con
     loc = user_loc()
     tacc = _tile(acc, "matmul_acc", "acc")
     ta, tb = _tile(a, "matmul_acc", "a"), _tile(b, "matmul_acc", "b")
+    if getattr(tacc, "partial_view", False):
+        raise PtoNotSupported(f"{loc}: pl.matmul_acc into a pl.slice window taken with valid_shape=: the sim would "
+                              "accumulate into a copy, not into the tile the window was cut from; slice without "
+                              "valid_shape= (and pl.fillpad the result) or accumulate into a tile of its own and "
+                              "pl.assemble it")
     if init_cond is None and max(len(tacc.shape), len(ta.shape), len(tb.shape)) > 2:  # PyPTO's batch_matmul_acc
         from ._ops_compose import batch_matmul_acc
 

@@ -256,3 +256,24 @@ def test_the_carried_intermediate_is_a_tile_carried_by_the_loop():
     assert isinstance(last, Update), last
     (store,) = [s for s in spmd.body if isinstance(s, Store)]
     assert store.value.id == last.target.id  # and the tile stored after the loop is that carry
+
+
+@pl.jit
+def window_partly_valid(a: pl.Tensor[[M, K], pl.FP32], b: pl.Tensor[[K, N], pl.FP32],
+                        c: pl.Out[pl.Tensor[[2 * M, N], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        acc = pl.full([2 * M, N], dtype=pl.FP32, value=1.0)
+        win = pl.tile.slice(acc, [M, N], [M, 0], valid_shape=[M - 8, N])
+        win = pl.matmul_acc(win, pl.load(a, [0, 0], [M, K]), pl.load(b, [0, 0], [K, N]))
+        pl.store(acc, [0, 0], c)
+    return c
+
+
+def test_matmul_acc_into_a_partly_valid_window_is_refused_not_lost():
+    from pypto_async.errors import PtoNotSupported
+
+    a, b = _rand((M, K), 9), _rand((K, N), 10)
+    c = np.full((2 * M, N), np.nan, np.float32)
+    with pytest.raises(PtoNotSupported, match="valid_shape="):
+        window_partly_valid(a, b, c)
+    assert np.isnan(c).all()  # refused before anything ran
