@@ -518,17 +518,11 @@ class _Gen:
         for d, e in enumerate(valid):
             if isinstance(e, IConst):
                 continue  # checked at compile time
-            self.uses_blk = self.uses_fail = True
-            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
-            if self.task is not None:
-                where += f"task {self.task}: "
-            msg = _c_string(f"{where}{what}: valid extent of dimension {d} outside [0, {shape[d]}] or tensor {param!r}")
             x = self.fresh("x")
             self.emit(f"const int64_t {x} = {_index(e)};")
-            self.emit(f"if ({x} < 0 || {x} > {shape[d]} || {_index(offsets[d])} + {x} > {dims[d]}) {{")
-            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
-            self.emit("    goto done;")
-            self.emit("}")
+            self.fail_if(f"{x} < 0 || {x} > {shape[d]} || {_index(offsets[d])} + {x} > {dims[d]}",
+                         f"{self.where(m.loc)}{what}: valid extent of dimension {d} outside [0, {shape[d]}] or "
+                         f"tensor {param!r}")
 
     def check_offsets(self, m, param: str, offsets, shape, valid, what: str) -> None:
         """Fail the launch if an offset over a runtime scalar puts the window outside its tensor."""
@@ -536,20 +530,13 @@ class _Gen:
         for d, off in enumerate(offsets):
             if not _mentions(off, self.runtime):
                 continue  # checked at compile time
-            self.uses_blk = self.uses_fail = True
-            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
-            if self.task is not None:
-                where += f"task {self.task}: "
-            msg = _c_string(f"{where}{what}: runtime offset of dimension {d} puts the window outside "
-                            f"tensor {param!r} (extent {dims[d]})")
             x = self.fresh("x")
             # With a valid region only its box must lie inside (check_box checks a runtime extent).
             ext = shape[d] if valid is None else valid[d].value if isinstance(valid[d], IConst) else 0
             self.emit(f"const int64_t {x} = {_index(off)};")
-            self.emit(f"if ({x} < 0 || {x} + {ext} > {dims[d]}) {{")
-            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
-            self.emit("    goto done;")
-            self.emit("}")
+            self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
+                         f"{self.where(m.loc)}{what}: runtime offset of dimension {d} puts the window outside "
+                         f"tensor {param!r} (extent {dims[d]})")
 
     def check_tile_offsets(self, m, tile: Var, offsets, shape, what: str) -> None:
         """Fail the launch if an offset over a runtime scalar puts a ``shape`` window outside ``tile``."""
@@ -557,17 +544,23 @@ class _Gen:
         for d, off in enumerate(offsets):
             if not _mentions(off, self.runtime):
                 continue  # checked at compile time
-            self.uses_blk = self.uses_fail = True
-            where = f"{Path(m.loc.file).name}:{m.loc.line}: " if m.loc is not None else ""
-            if self.task is not None:
-                where += f"task {self.task}: "
-            msg = _c_string(f"{where}{what}: offset of dim {d} leaves the tile ({dims[d]})")
             x = self.fresh("x")
             self.emit(f"const int64_t {x} = {_index(off)};")
-            self.emit(f"if ({x} < 0 || {x} + {shape[d]} > {dims[d]}) {{")
-            self.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
-            self.emit("    goto done;")
-            self.emit("}")
+            self.fail_if(f"{x} < 0 || {x} + {shape[d]} > {dims[d]}",
+                         f"{self.where(m.loc)}{what}: offset of dim {d} leaves the tile ({dims[d]})")
+
+    def where(self, loc) -> str:
+        """A run-time failure message's prefix: the checked statement's file:line, and the task it runs in."""
+        where = f"{Path(loc.file).name}:{loc.line}: " if loc is not None else ""
+        return where + (f"task {self.task}: " if self.task is not None else "")
+
+    def fail_if(self, cond: str, message: str) -> None:
+        """Emit a check: where the C condition ``cond`` holds, the launch fails (``PTO_EINVAL``, ``message``)."""
+        self.uses_blk = self.uses_fail = True
+        self.emit(f"if ({cond}) {{")
+        self.emit(f"    blk->fail(blk, PTO_EINVAL, {_c_string(message)});")
+        self.emit("    goto done;")
+        self.emit("}")
 
     def fused(self, f: Fused) -> None:
         shape = f.shape

@@ -13,7 +13,6 @@ the pairs whole, so the index bits pass through untouched.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from .._dtypes import FP16
 from ._cexpr import ctype, index
@@ -50,11 +49,6 @@ static inline uint32_t pto_philox4x32(uint32_t k0, uint32_t k1, uint32_t c0, uin
     }
 }
 """
-
-
-def _c_string(text: str) -> str:
-    """A C string literal of ``text`` (printable ASCII kept, anything else as '?'), as the code generator's."""
-    return '"' + "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "?" for ch in text) + '"'
 
 
 def _numel(shape) -> int:
@@ -164,15 +158,7 @@ def _mrgsort(gen, s, out: Var, e: Order) -> None:
     rows = _numel(src.type.shape) // cols
     gen.emit(f"const int64_t bl = {index(e.block_len)};")
     if not isinstance(e.block_len, IConst):  # a runtime block_len: checked before it is used
-        gen.uses_blk = gen.uses_fail = True
-        where = f"{Path(s.loc.file).name}:{s.loc.line}: " if s.loc is not None else ""
-        if gen.task is not None:
-            where += f"task {gen.task}: "
-        msg = _c_string(f"{where}pl.mrgsort: block_len must be a positive multiple of 64")
-        gen.emit("if (bl <= 0 || bl % 64 != 0) {")
-        gen.emit(f"    blk->fail(blk, PTO_EINVAL, {msg});")
-        gen.emit("    goto done;")
-        gen.emit("}")
+        gen.fail_if("bl <= 0 || bl % 64 != 0", f"{gen.where(s.loc)}pl.mrgsort: block_len must be a positive multiple of 64")
     gen.emit(f"for (int64_t r = 0; r < {rows}; r++) {{")
     gen.depth += 1
     gen.emit(f"const float *row = {ps} + r * {cols};")

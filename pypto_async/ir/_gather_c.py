@@ -8,7 +8,6 @@ launch with ``PTO_EINVAL`` and a message naming the op.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from ._cexpr import ctype, unsigned_index
 from ._cexpr import index as c_index
@@ -45,9 +44,7 @@ def emit_scatter(gen, out, e: Scatter, loc) -> None:
     ct = ctype(t.dtype)
     n_out = _numel(t.shape)
     gen.uses_blk = gen.uses_fail = True
-    where = f"{Path(loc.file).name}:{loc.line}: " if loc is not None else ""
-    if gen.task is not None:
-        where += f"task {gen.task}: "
+    where = gen.where(loc)
     name = {"axis": "pl.scatter", "flat": "pl.tile.scatter", "rows": "pl.scatter_update"}[e.mode]
     gen.emit("{ /* scatter */")
     gen.depth += 1
@@ -86,9 +83,7 @@ def _emit_box(gen, dst: str, tgt: str, src: str, e: Scatter, loc) -> None:
     """``dst = tgt`` with ``src``'s valid box written at ``e.offsets`` (extents and offsets may be runtime)."""
     t, s = e.target.type, e.src.type
     gen.uses_blk = gen.uses_fail = True
-    where = f"{Path(loc.file).name}:{loc.line}: " if loc is not None else ""
-    if gen.task is not None:
-        where += f"task {gen.task}: "
+    where = gen.where(loc)
     (r, c), (sr, sc) = t.shape, s.shape
     vr, vc = (c_index(x) for x in extents(s))
     r0, c0 = (c_index(x) for x in e.offsets)
@@ -114,9 +109,7 @@ def emit_scatter_store(gen, s) -> None:
     val, _, _ = gen.operand_src(s.value)
     ind, _, _ = gen.operand_src(s.index)
     gen.uses_blk = gen.uses_fail = True
-    where = f"{Path(s.loc.file).name}:{s.loc.line}: " if s.loc is not None else ""
-    if gen.task is not None:
-        where += f"task {gen.task}: "
+    where = gen.where(s.loc)
     msg = _c_string(f"{where}pl.mscatter: an index is outside tensor {s.param!r} ({n_out} elements)")
     gen.emit("{ /* mscatter */")
     gen.depth += 1
