@@ -66,6 +66,7 @@ from ._program import Program
 from ._passes import PIPELINE, run_passes
 from .pass_manager import PassDumpLevel
 from ._perf_hints import perf_hints, write_perf_hints
+from ._run_script import write_run_script
 from ._printer import format_program
 from ._target import Target, plan
 
@@ -770,8 +771,6 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
             shutil.copyfile(entry / name, tmp)
             os.replace(tmp, target / name)
     write_perf_hints(target, perf_hints(lowered, platform))
-    from ._run_script import write_run_script  # only where an artifact is handed out
-
     write_run_script(target, lowered)  # debug/run.py: the artifact run again from its directory alone
     if dumps:
         _write_pass_dumps(target, dumps)
