@@ -270,6 +270,8 @@ typedef struct pto_stream_stats {
     uint64_t submitted;         /* commands accepted (monotonic: the timeline) */
     uint64_t completed;         /* commands finished, in order */
     uint64_t refused;           /* submissions the ring had no room for (-PTO_EAGAIN or PTO_QUEUED) */
+    uint64_t refills;           /* overflow refills that moved commands into the ring: batches of at
+                                   least a quarter of the ring while it is not empty (overflow.c) */
 } pto_stream_stats;
 
 /*

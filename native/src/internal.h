@@ -506,6 +506,7 @@ struct pto_overflow {
     uint32_t cap, head;           /* cap: a power of two (0: not allocated yet) */
     uint32_t refill;              /* free ring slots a refill waits for (hysteresis) */
     uint32_t hwm;                 /* high-water mark of commands waiting */
+    uint64_t refills;             /* refills that moved commands into the ring (batches, not commands) */
 };
 
 struct pto_stream {

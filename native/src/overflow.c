@@ -171,9 +171,11 @@ uint32_t pti_ovf_refill(pto_stream *s, uint64_t *first)
         tail++;
         moved++;
     }
-    if (moved)
+    if (moved) {
         /* seq_cst, a release of the slots too: as in pti_slot_commit. */
         atomic_store(&s->tail, tail);
+        o->refills++; /* one hand-off for the batch (pto_stream_stats.refills) */
+    }
     return moved;
 }
 

@@ -223,6 +223,7 @@ int pto_stream_get_stats(const pto_stream *cs, pto_stream_stats *out)
         .submitted = accepted,
         .completed = head,
         .refused = atomic_load_explicit(&s->refused, memory_order_relaxed),
+        .refills = s->ovf.refills,
     };
     pthread_mutex_unlock(&s->submit_lock);
     return 0;

@@ -261,3 +261,25 @@ def test_close_cancels_the_overflow(open_dev):
     got = cq.wait(*toks)
     assert all(r.status == -lib.PTO_ECANCELED for r in got.values())
     lib.pto_latch_destroy(latch[0])
+
+
+def test_the_backlog_enters_the_ring_in_batches_of_a_quarter_ring(open_dev):
+    """Room is granted in batches: one refill hand-off per quarter of the ring freed, not one per slot."""
+    dev = open_dev(ring_task_window=64)
+    out = ffi.new("pto_stream **")
+    check(lib.pto_stream_create(dev, 0, out))
+    s = out[0]
+    check(lib.pto_stream_set_overflow(s, 1))
+    cq = _cq(dev)
+    toks = [new_token() for _ in range(63 + 200)]
+    with held(dev, s):
+        rcs = [lib.pto_stream_notify(s, t) for t in toks]
+        assert rcs == [0] * 63 + [PTO_QUEUED] * 200  # the latch and 63 fill the ring
+        assert stream_stats(s).refills == 0
+    got = cq.wait(*toks)
+    assert [got[t].seq for t in toks] == list(range(2, 2 + len(toks)))  # in order through every batch
+    st = stream_stats(s)
+    assert st.overflow == 0 and st.completed == len(toks) + 1
+    # 200 commands in batches of at least 16 (a quarter of 64), the last perhaps smaller: at most
+    # 200 / 16 + 1 hand-offs (an empty ring takes whatever waits, so usually fewer).
+    assert 200 // 64 <= st.refills <= 200 // 16 + 1, st.refills
