@@ -82,6 +82,38 @@ async def test_the_backlog_runs_on_the_device_while_the_event_loop_is_busy(kerne
         counter.free()
 
 
+@pytest.mark.anyio
+async def test_a_service_backlog_waits_in_the_driver_and_enters_the_ring_in_batches(kernels):
+    """The pattern of bench_service: more requests (copy in, kernel, copy out, free) than the ring
+    holds, all in flight before the first is awaited.  No task waits on the host for ring room (the stream's
+    FIFO stays empty); the driver's overflow keeps the backlog, in order, and a refill admits at
+    least a quarter of the ring, so the hand-offs are far fewer than the commands that waited."""
+    async with ChipWorker(RunConfig(ring_task_window=16, cores=1, copy_engines=1)) as w:
+        add = w.register(kernels.get("add", N))
+        rng = np.random.default_rng(7)
+        weight = rng.uniform(0.5, 2.0, N).astype(np.float32)
+        xs = rng.uniform(-4.0, 4.0, (24, N)).astype(np.float32)
+        outs = np.full_like(xs, np.nan)
+        wd = w.alloc_tensor(N, np.float32, init=weight)
+        s = w.default_stream
+        await s
+        st = ffi.new("pto_stream_stats *")
+        with hold(s) as latch:
+            launches = [add(xs[i], wd, outs[i]) for i in range(len(xs))]
+            assert not s._fifo  # nothing waits on the host for room
+            assert s.backlog > 3 * 16  # four commands a request, 24 requests, 16 slots
+            check_stats = lib.pto_stream_get_stats(s._ptr, st)
+            assert check_stats == 0 and st.refills == 0
+            waited = s.backlog
+            latch.release()
+            for launch in launches:
+                await launch
+        np.testing.assert_array_equal(outs, xs + weight)
+        assert lib.pto_stream_get_stats(s._ptr, st) == 0
+        assert st.overflow == 0 and 0 < st.refills <= waited // 4 + 1, (st.refills, waited)
+        wd.free()
+
+
 # -- one failure rule: the driver's ---------------------------------------------------------------
 
 
