@@ -196,3 +196,53 @@ def test_a_task_the_host_runs_inline_that_runs_long_leaves_the_task_behind_it_to
         lib.pto_program_unload(prog)
         free(dev, gate_ptr)
         lib.pto_stream_destroy(s)
+
+
+def test_a_task_the_scheduler_thread_keeps_that_runs_long_leaves_the_task_behind_it_to_a_core(
+        open_dev, new_stream, pair_library):
+    """host_first off: the scheduler thread starts the program and keeps a tiny task; "b" still meets "a".
+
+    The waiting host serves nothing, so the program's start is the scheduler thread's pass, and
+    it runs the pass's tiny tasks itself (engine_help) in a sleeping core's stead.  The backstop
+    is that thread's own timed wait, which cannot watch a run it keeps: it wakes a core for the
+    task queued behind as it takes "a" (else "a", held this time, waits alone for "b").
+    """
+    dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=lib.PTO_HOST_FIRST_OFF)
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
+    prog = out[0]
+    gate_ptr = alloc(dev, 16)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    args = ffi.new("uint64_t[1]", [gate_ptr])
+    s = new_stream(device=dev)
+    rec = ffi.new("pto_completion *")
+    try:
+        kept = False
+        token = 0
+        for _ in range(ATTEMPTS):
+            for i in range(4):
+                gate[i] = 0
+            for _ in range(3):  # time both sites
+                token += 1
+                check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+                check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+                assert rec.status == 0, ffi.string(rec.message)
+            gate[0] = 1
+            before = device_stats(dev)
+            token += 1
+            check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+            check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+            st = device_stats(dev)
+            assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
+            assert rec.status == 0, ffi.string(rec.message)
+            assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
+            assert st.inline_runs == before.inline_runs  # host first is off: the host ran nothing
+            kept = st.engine_helps > before.engine_helps  # the scheduler thread kept one of them
+            if kept:
+                break
+        assert kept, f"in {ATTEMPTS} attempts the scheduler thread kept no task"
+    finally:
+        sync(s)
+        lib.pto_program_unload(prog)
+        free(dev, gate_ptr)
+        lib.pto_stream_destroy(s)
