@@ -702,20 +702,6 @@ static void engine_help(pto_device *dev, bool copy)
         uint32_t b;
         struct pto_run *r = take_head(dev, copy, &b);
         uint32_t behind = atomic_load_explicit(len, memory_order_relaxed) + (*head == r);
-        if (behind && tl_sched_dev == dev) {
-            /*
-             * The scheduler thread keeps this run: the backstop is its own
-             * timed wait, which cannot watch it, so what is queued behind
-             * gets an engine now, as the backstop would past the budget (a
-             * task that runs long, or waits for the one behind it, would
-             * else hold that work while every engine sleeps).  x, claimed,
-             * is not one of the sleepers to wake.
-             */
-            if (copy)
-                wake_for(dev, &dev->copy_cv, behind, dev->copy_sleepers - 1, &dev->copy_waking, dev->copy_spinners, 0);
-            else
-                wake_for(dev, &dev->core_cv, behind, dev->core_sleepers - 1, &dev->core_waking, dev->core_spinners, 0);
-        }
         pthread_mutex_unlock(mu);
         kept_begin(dev, x, behind, 0);
         run_taken(dev, x, copy, r, b);
