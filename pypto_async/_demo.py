@@ -13,8 +13,8 @@ What it runs, on the sim device, in asyncio:
 * the same batches once more, one after another on a single stream, as the
   reference the pipeline's speed-up is measured against.
 
-The two loops take turns, five rounds of each (serial, pipelined, serial,
-...), every round measured the same way; each loop's host wall time is the
+The two loops take turns, five rounds of each (serial then pipelined, then
+pipelined then serial, and so on), every round measured the same way; each loop's host wall time is the
 median of its rounds.  One round takes 10-20 ms, and on a shared host what
 else runs meanwhile moves a single round's time by more than the pipeline
 gains: taking turns puts a noisy stretch on both loops alike, and the
@@ -280,6 +280,8 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
     from .runtime import ChipWorker, RunConfig
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
     out_dir.mkdir(parents=True, exist_ok=True)
     trace_path = out_dir / "demo_trace.json"
     rng = np.random.default_rng(2024)
@@ -319,7 +321,7 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
 
         from tqdm import tqdm
 
-        # The two loops take turns, `rounds` of each (serial, pipelined, serial, ...), every round
+        # The two loops take turns, `rounds` of each (S P, P S, S P, ...), every round
         # measured the same way (traced, submitted ahead, checked as it arrives); each loop's
         # figure is the median of its rounds.  On a shared host a single round's wall time is at
         # the mercy of whatever else ran during its 10-20 ms: taking turns puts a noisy stretch
@@ -331,21 +333,26 @@ async def _demo(rows: int, cols: int, n_batches: int, depth: int, out_dir: pathl
         # (leave=False): the report that follows replaces it.
         with tqdm(total=2 * rounds * n_batches, unit="batch", desc=f"{rounds} rounds of each loop",
                   file=progress_file, disable=None if show_progress else True, leave=False) as progress:
-            for _ in range(rounds):
-                traces: list = []  # the last round's two traces are kept
-                for out in outs:
-                    out.fill(np.nan)  # poisoned: every round must write every batch again
-                serial_runs.append(await _serial(w, kernel, weight, batches, outs, check, traces, progress))
-                for out in outs:
-                    out.fill(np.nan)
-                pipelined_s, names = await loop(w, kernel, weight, batches, outs, depth, progress, check, traces)
-                pipelined_runs.append(pipelined_s)
+            for rnd in range(rounds):
+                # Serial first in even rounds, pipelined first in odd ones (S P, P S, S P, ...):
+                # neither loop always follows the other.
+                for which in (("serial", "pipelined") if rnd % 2 == 0 else ("pipelined", "serial")):
+                    for out in outs:
+                        out.fill(np.nan)  # poisoned: every round must write every batch again
+                    got: list = []
+                    if which == "serial":
+                        serial_runs.append(await _serial(w, kernel, weight, batches, outs, check, got, progress))
+                        serial_trace = got[0]
+                    else:
+                        pipelined_s, names = await loop(w, kernel, weight, batches, outs, depth, progress, check,
+                                                        got)
+                        pipelined_runs.append(pipelined_s)
+                        pipelined_trace = got[0]
         for i in range(max(0, n_batches - min(depth, n_batches)), n_batches):
             check_full(i, outs[i])
         stats = w.stats()
         w.free_tensor(weight)
 
-    serial_trace, pipelined_trace = traces
     trace = dataclasses.replace(pipelined_trace, stream_names={**pipelined_trace.stream_names, **names})
     trace.save(trace_path)
     model = _modeled(serial_trace, trace, w.device_profile) if w.timing == "model" else None
@@ -456,7 +463,7 @@ def format_report(r: DemoResult, *, header: bool = True) -> str:
         f"  {'replayed graphs:' if r.graph else 'pipelined (3 streams):':22s} {r.pipelined_s * 1e3:8.1f} ms   {r.batches / r.pipelined_s:8.0f} batches/s   "
         f"{moved / r.pipelined_s / 1e9:.2f} GB/s copied   speed-up {r.serial_s / r.pipelined_s:.2f}x",
         *([f"  (host wall times: each loop's median of {rounds} rounds, the two loops taking turns; "
-           f"trace and overlap: the last round)"] if rounds > 1 else []),
+           f"trace and overlap: each loop's last round)"] if rounds > 1 else []),
         f"  overlap (from the trace): {s.overlapped_ns / 1e6:.1f} ms of copies ran under kernels, "
         f"{s.overlap:.0%} of the shorter of compute ({s.compute_ns / 1e6:.1f} ms) and copy "
         f"({s.copy_ns / 1e6:.1f} ms); engines busy {s.concurrency:.2f}x the wall time",
