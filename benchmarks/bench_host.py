@@ -22,7 +22,9 @@ stretch of a shared machine hits both alike; medians over rounds):
     its tasks' times.  Targets: <= 0.6 at 70 us and 3 ms, <= 1.0 at 1 us.
 ``demo``
     The demo's pipelined loop against its serial loop (``pypto-async demo``
-    with small sizes), 20 runs, alone and beside a CPU-bound process.
+    with small sizes), 20 runs, alone and beside a CPU-bound process; in
+    each run the two loops take turns, five rounds of each, and each loop's
+    wall time is the median of its rounds (the demo's own measurement).
     Target: pipelined no slower in 20 of 20.
 
 Every worker here is opened with ``RunConfig(timing="host")``: these are
