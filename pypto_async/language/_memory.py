@@ -188,7 +188,10 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
 
 
 def _added_into(t, name: str) -> None:
-    """A ``@pl.jit`` kernel's ``pl.Out`` parameter that an atomic-add store adds into: read too (an ``InOut``).
+    """An entry's ``pl.Out`` parameter that an atomic-add store adds into: read too (an ``InOut``).
+
+    The entry is a ``@pl.jit`` kernel or a ``@pl.program``'s orchestration
+    (the store then in a kernel it calls, whose task reads the tensor too).
 
     PyPTO's atomic add accumulates onto what the caller's tensor holds (its
     baseline), so the launch copies that tensor in as well as out.
@@ -196,7 +199,8 @@ def _added_into(t, name: str) -> None:
     from .._signature import INOUT, OUT
 
     p = t.params.get(name)
-    if (p is None or p.direction != OUT or not getattr(t, "promotable", False)
+    entry = getattr(t, "promotable", False) or getattr(t, "is_program", False)  # a @pl.jit's or a program's
+    if (p is None or p.direction != OUT or not entry
             or any(s.name == name for s in t.scratch)):
         return
     import dataclasses

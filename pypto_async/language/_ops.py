@@ -24,6 +24,7 @@ from ..ir._nodes import (
     MatmulAcc,
     Reduce,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Unary,
     Update,
@@ -85,10 +86,12 @@ def _scalar(x, dtype, op: str):
 
     if isinstance(x, FloatScalar):  # a float the orchestration read: its task captured the bits
         return ScalarBits(x.index.expr, dtype)
+    if isinstance(x, Index):  # a loop index or an integer expression of one: PyPTO's scalar operand, converted
+        return ScalarIndex(x.expr, dtype)
     if isinstance(x, numbers.Real) and hasattr(x, "item"):
         x = x.item()  # a numpy scalar
     if not isinstance(x, (bool, int, float)):
-        raise compile_error(f"pl.{op}: operand must be a tile, a scalar parameter or a number, got {x!r}", user_loc())
+        raise compile_error(f"pl.{op}: operand must be a tile, a scalar parameter, a loop index or a number, got {x!r}", user_loc())
     if dtype == BOOL:
         return Const(bool(x), dtype)
     if dtype.is_float:
