@@ -260,7 +260,8 @@ class range:  # noqa: A001
             self._descending = (self.start, self.step)
             self.start, self.stop, self.step = 0, n, 1
         if self.step == 0:
-            raise compile_error(f"{self._kind} step must not be zero", self._loc)
+            raise compile_error(f"{self._kind} step must be positive (or a negative int over int bounds), got 0",
+                                self._loc)
         if self.step < 0:
             raise compile_error(f"{self._kind} step {self.step} is negative, which takes int bounds here (the loop's "
                                 f"bounds are read at run time); count up and compute the index", self._loc)
