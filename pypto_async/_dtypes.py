@@ -29,6 +29,13 @@ __all__ = [
     "UINT32",
     "UINT64",
     "BOOL",
+    "StorageDType",
+    "INT4",
+    "UINT4",
+    "FP4",
+    "HF4",
+    "HF8",
+    "STORAGE_DTYPES",
     "INTEGER_DTYPES",
     "ALL_DTYPES",
     "as_dtype",
@@ -110,6 +117,56 @@ INTEGER_DTYPES = (INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL
 #: The numpy storage of the float types numpy lacks: their raw bits.
 _RAW = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e8m0fnu": "uint8"}
 _BY_NP_NAME = {d.np_name: d for d in ALL_DTYPES}
+
+
+@dataclass(frozen=True)
+class StorageDType:
+    """One of PyPTO's element types that no sim kernel computes in: the 4-bit ones and HiFloat8.
+
+    PyPTO names them (``pl.INT4``, ``pl.UINT4``, ``pl.FP4``, ``pl.HF4``,
+    ``pl.HF8``) and gates their execution by backend: its in-core codegen
+    rejects INT4 / UINT4 / HF4, and FP4 (MXFP4 E2M1, two per byte) runs on
+    Ascend950 only.  Here the constants exist, with ``get_byte()`` (a 4-bit
+    type rounds up to one byte, as PyPTO's does), and every use as a tensor,
+    tile or cast dtype raises :class:`~pypto_async.errors.PtoNotSupported`
+    naming the type, before anything is compiled or queued.
+    """
+
+    name: str
+    bits: int
+    is_float: bool
+    note: str
+
+    def get_byte(self) -> int:
+        """The byte-addressable size of one element, rounded up to a byte (4-bit types: 1)."""
+        return (self.bits + 7) // 8
+
+    def __repr__(self) -> str:
+        return f"pl.{self.name}"
+
+
+INT4 = StorageDType("INT4", 4, False, "a signed 4-bit integer, packed two per byte")
+UINT4 = StorageDType("UINT4", 4, False, "an unsigned 4-bit integer, packed two per byte")
+FP4 = StorageDType("FP4", 4, True, "MXFP4 E2M1, packed two per byte")
+HF4 = StorageDType("HF4", 4, True, "a HiSilicon 4-bit float")
+HF8 = StorageDType("HF8", 8, True, "a HiSilicon 8-bit float")
+STORAGE_DTYPES = (INT4, UINT4, FP4, HF4, HF8)
+_STORAGE_BY_NAME = {d.name: d for d in STORAGE_DTYPES}
+#: torch's spellings of the same types (``torch.float4_e2m1fn_x2`` is two FP4 values per element).
+_STORAGE_BY_TORCH = {"float4_e2m1fn_x2": FP4, "int4": INT4, "uint4": UINT4, "quint4x2": UINT4}
+
+
+def storage_only(d: StorageDType) -> str:
+    """Why storage-only type `d` is refused (the message of the PtoNotSupported it raises)."""
+    return (f"dtype pl.{d.name} ({d.note}) is not supported on the sim: PyPTO runs it only where a backend "
+            f"has a kernel for it (its in-core codegen rejects INT4, UINT4 and HF4; FP4 runs on Ascend950), and "
+            f"the sim has none; compute in INT8, FP8E4M3FN, FP16 or BF16 and convert on the host")
+
+
+def _storage_only(d: StorageDType):
+    from .errors import PtoNotSupported
+
+    return PtoNotSupported(storage_only(d))
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 
 
@@ -127,6 +184,8 @@ def as_dtype(obj) -> DataType:
 
     if isinstance(obj, DataType):
         return obj
+    if isinstance(obj, StorageDType):
+        raise _storage_only(obj)
     if obj is None:  # np.dtype(None) would silently mean float64
         raise PtoArgumentError("dtype is required (got None)")
     if isinstance(obj, str):
@@ -134,6 +193,9 @@ def as_dtype(obj) -> DataType:
         found = _BY_NAME.get(key.upper()) or _BY_NP_NAME.get(key)
         if found is not None:
             return found
+        storage = _STORAGE_BY_NAME.get(key.upper()) or _STORAGE_BY_TORCH.get(key)
+        if storage is not None:
+            raise _storage_only(storage)
     else:
         mod = type(obj).__module__
         if mod.startswith("torch"):
@@ -141,6 +203,9 @@ def as_dtype(obj) -> DataType:
             found = _BY_NP_NAME.get(str(obj).removeprefix("torch."))
             if found is not None:
                 return found
+            storage = _STORAGE_BY_TORCH.get(str(obj).removeprefix("torch."))
+            if storage is not None:
+                raise _storage_only(storage)
         else:
             try:
                 dt = np.dtype(obj)

@@ -48,6 +48,7 @@ from ._nodes import (
     Reduce,
     Reshape,
     Bitcast,
+    ScalarIndex,
     ScalarRef,
     Scope,
     Slice,
@@ -190,6 +191,8 @@ class _Printer:
             return x.param
         if isinstance(x, Const):
             return _number(x.value)
+        if isinstance(x, ScalarIndex):  # a loop index (or an integer expression of one) as the scalar operand
+            return _index(x.expr)
         raise ValueError(f"not an operand: {x!r}")
 
     def expr(self, e, v: Var) -> str:

@@ -31,6 +31,7 @@ Semantics worth knowing:
 
 from .._dtypes import (ALL_DTYPES, BF16, BOOL, FP8E4M3FN, FP8E5M2, FP8E8M0, FP16, FP32, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32,
                        UINT64, DataType)
+from .._dtypes import FP4, HF4, HF8, INT4, UINT4  # PyPTO's storage-only types: named, refused when used
 from . import array, system, tile
 from ._carry import yield_
 from ._control import TaskId, at, auto_incore, incore, manual_scope, parallel, range, spmd
@@ -182,6 +183,11 @@ __all__ = [
     "UINT32",
     "UINT64",
     "BOOL",
+    "INT4",
+    "UINT4",
+    "FP4",
+    "HF4",
+    "HF8",
     "INDEX",
     "ND",
     "DN",

@@ -35,7 +35,9 @@ import inspect
 import textwrap
 import types
 
+from ..ir._nodes import COMPARE_OPS, IBin
 from ._runtime_scalars import loop_carry, runtime_if
+from ._tracer import Index
 
 __all__ = ["traced_fn"]
 
@@ -112,6 +114,76 @@ def _escapes(stmts) -> str | None:
 
 
 _LOOP = "__pl_loop__"
+_BOOL = "__pl_bool__"
+
+
+def _truth(v):
+    """``v`` as an index of value 1 or 0 when it is known only at run time (an index, an integer scalar); else None."""
+    from ._tracer import ScalarArg
+
+    if isinstance(v, ScalarArg) and not v.dtype.is_float:
+        v = v != 0
+    if not isinstance(v, Index):
+        return None
+    e = v.expr
+    return v if isinstance(e, IBin) and e.op in COMPARE_OPS else v != 0
+
+
+def bool_op(op: str, first, *rest):
+    """``and`` / ``or`` / ``not`` in an ``if`` condition (PyPTO's): Python's on Python values, else an index.
+
+    ``rest`` are the later operands as functions, called only when Python
+    would evaluate them (``x is not None and x > 0`` keeps short-circuiting).
+    An operand known only at run time (a loop index's comparison, an integer
+    scalar) makes the result an index of value 1 or 0: ``and`` the product of
+    the truth values, ``or`` their sum compared with 0, ``not`` the value
+    compared with 0.
+    """
+    if op == "not":
+        r = _truth(first)
+        return (not first) if r is None else r == 0
+    acc = first
+    for operand in rest:
+        ta = _truth(acc)
+        if ta is None:
+            if (op == "and" and not acc) or (op == "or" and acc):
+                return acc
+            acc = operand()
+            continue
+        b = operand()
+        tb = _truth(b)
+        if tb is None:  # a Python value: it decides or drops out
+            if op == "and":
+                acc = ta if b else b
+            else:
+                acc = b if b else ta
+            continue
+        acc = ta * tb if op == "and" else (ta + tb) > 0
+    return acc
+
+
+class _BoolOps(ast.NodeTransformer):
+    """An ``if`` condition's ``and`` / ``or`` / ``not`` as :func:`bool_op` calls (they are Python's on values)."""
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        loc = {"lineno": node.lineno, "col_offset": node.col_offset}
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        later = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                            body=v, **loc) for v in node.values[1:]]
+        return ast.Call(func=ast.Name(id=_BOOL, ctx=ast.Load(), **loc),
+                        args=[ast.Constant(value=op, **loc), node.values[0], *later], keywords=[], **loc)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Not):
+            return node
+        loc = {"lineno": node.lineno, "col_offset": node.col_offset}
+        return ast.Call(func=ast.Name(id=_BOOL, ctx=ast.Load(), **loc),
+                        args=[ast.Constant(value="not", **loc), node.operand], keywords=[], **loc)
+
+    def visit_Lambda(self, node):
+        return node  # a function's own body is not the condition
 
 
 def _carried(node: ast.For) -> list[str]:
@@ -297,6 +369,9 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_If(self, node: ast.If):
         self.generic_visit(node)
+        if any(isinstance(n, ast.BoolOp) or isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
+               for n in ast.walk(node.test)):
+            node.test = _BoolOps().visit(node.test)
         self.n += 1
         b = f"__pl_b{self.n}"
         loc = {"lineno": node.lineno, "col_offset": node.col_offset}
@@ -361,7 +436,7 @@ def _rewrite(fn):
     free = fn.__code__.co_freevars
     maker = ast.FunctionDef(
         name="__pl_make__",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in (_HELPER, _LOOP, *free)], kwonlyargs=[],
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in (_HELPER, _LOOP, _BOOL, *free)], kwonlyargs=[],
                            kw_defaults=[], defaults=[]),
         body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
         decorator_list=[], lineno=fdef.lineno, col_offset=0, end_lineno=fdef.end_lineno, end_col_offset=0)
@@ -373,7 +448,7 @@ def _rewrite(fn):
         return fn
     namespace: dict = {}
     exec(code, fn.__globals__, namespace)  # noqa: S102 - the kernel's own source, rewritten
-    new = namespace["__pl_make__"](runtime_if, loop_carry, *cells)
+    new = namespace["__pl_make__"](runtime_if, loop_carry, bool_op, *cells)
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__annotations__ = fn.__annotations__

@@ -223,7 +223,7 @@ class range:  # noqa: A001
     values, scalar parameters, expressions of them and loop indices): in a
     region the kernel loops over them, in an orchestration the device's
     orchestration does (its tasks' edges are then resolved as they are
-    submitted).  The step is a positive int.
+    submitted).  The step is a nonzero int (a negative one over int bounds).
 
     A tile name rebound in the body is carried from one iteration to the
     next, as in Python (``acc = pl.add(acc, t)`` accumulates).  With
@@ -252,8 +252,19 @@ class range:  # noqa: A001
             self.stop = _int(stop, f"{self._kind} stop")
         self.step = _int(step, f"{self._kind} step")
         self._loc = user_loc()
-        if self.step <= 0:
-            raise compile_error(f"{self._kind} step must be positive, got {self.step}", self._loc)
+        #: A negative step over int bounds (``pl.range(7, -1, -1)``): the loop counts k = 0, 1, ... up, and its
+        #: index is ``start + k * step`` (``_descending``).
+        self._descending = None
+        if self.step < 0 and not self._dynamic:
+            n = len(builtins.range(self.start, self.stop, self.step))
+            self._descending = (self.start, self.step)
+            self.start, self.stop, self.step = 0, n, 1
+        if self.step == 0:
+            raise compile_error(f"{self._kind} step must be positive (or a negative int over int bounds), got 0",
+                                self._loc)
+        if self.step < 0:
+            raise compile_error(f"{self._kind} step {self.step} is negative, which takes int bounds here (the loop's "
+                                f"bounds are read at run time); count up and compute the index", self._loc)
         if init_values is not None and not isinstance(init_values, (list, tuple)):
             raise compile_error(f"{self._kind} init_values must be a tuple of tiles, got {init_values!r}", self._loc)
         self._init = None if init_values is None else tuple(init_values)
@@ -263,6 +274,9 @@ class range:  # noqa: A001
         from .distributed_trace import unrolls_ranges
 
         if not self._dynamic and self._init is None and unrolls_ranges():  # a host or per-rank trace
+            if self._descending is not None:
+                first, step = self._descending
+                return iter(builtins.range(first, first + self.stop * step, step))
             return iter(builtins.range(self.start, self.stop, self.step))
         return self
 
@@ -308,6 +322,9 @@ class range:  # noqa: A001
         self._scratch = scratch_locals(t, frame) if kernel else {}
         self._tensors = {} if "at" in t.frames else _whole_tensors(frame)
         index = Index(self._var)
+        if self._descending is not None:
+            first, step = self._descending
+            index = first + index * step
         if carries is None:
             return index
         self.carries, self.depth, self.yielded = carries, len(t.blocks), None

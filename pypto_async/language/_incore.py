@@ -19,9 +19,10 @@ import functools
 import inspect
 
 from .._dtypes import DataType
-from ..errors import PtoCompileError
+from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc
+from ._annotations import defining_scope, evaluate
 from ._program import call_task
 from ._tracer import ScalarArg, current, user_loc
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
@@ -41,13 +42,16 @@ class IncoreFunction:
         code = fn.__code__
         self._loc = Loc(code.co_filename, code.co_firstlineno)
         self._names = list(inspect.signature(fn).parameters)
+        self._scope = defining_scope(fn)  # what string annotations name there
 
     def __repr__(self) -> str:
         return f"<pl.jit.incore {self.__qualname__}>"
 
     def _annotations(self, args) -> dict:
         try:
-            raw = inspect.get_annotations(self.fn, eval_str=True)
+            raw = evaluate(self.fn, self._scope)
+        except PtoNotSupported:  # a storage-only dtype: its own message
+            raise
         except Exception as exc:  # an annotation that does not evaluate
             raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
         anns = {}

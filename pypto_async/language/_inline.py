@@ -24,9 +24,10 @@ import functools
 import inspect
 
 from .._signature import IN, INOUT, OUT
-from ..errors import PtoCompileError
+from ..errors import PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc
+from ._annotations import defining_scope, evaluate
 from ._tracer import TensorArg, current, user_loc
 from ._types import TensorAnnotation
 
@@ -49,13 +50,16 @@ class InlineFunction:
         code = fn.__code__
         self._loc = Loc(code.co_filename, code.co_firstlineno)
         self._sig = inspect.signature(fn)
+        self._scope = defining_scope(fn)  # what string annotations name there
 
     def __repr__(self) -> str:
         return f"<pl.jit.inline {self.__qualname__}>"
 
     def _check(self, bound: inspect.BoundArguments, loc) -> None:
         try:
-            anns = inspect.get_annotations(self.fn, eval_str=True)
+            anns = evaluate(self.fn, getattr(self, "_scope", None))
+        except PtoNotSupported:  # a storage-only dtype: its own message
+            raise
         except Exception as exc:  # an annotation that does not evaluate
             raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
         for name, value in bound.arguments.items():

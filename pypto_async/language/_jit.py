@@ -16,6 +16,7 @@ from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
 from ..ir._program import Program
 from ..ir._passes import run_passes
+from ._annotations import defining_scope, evaluate
 from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline, opaque
@@ -70,6 +71,7 @@ class JitFunction:
         code = fn.__code__
         self._loc = Loc(code.co_filename, code.co_firstlineno)
         self._annotations = None
+        self._scope = defining_scope(fn)  # what string annotations name there
         self._compiled: dict = {}
 
     def __repr__(self) -> str:
@@ -84,7 +86,9 @@ class JitFunction:
     def _anns(self) -> dict:
         if self._annotations is None:
             try:
-                raw = inspect.get_annotations(self.fn, eval_str=True)
+                raw = evaluate(self.fn, self._scope)
+            except PtoNotSupported:  # a storage-only dtype: its own message
+                raise
             except Exception as exc:  # an annotation that does not evaluate
                 raise compile_error(f"cannot evaluate the annotations of {self.__name__}: {exc}", self._loc) from exc
             self._annotations = raw

@@ -12,8 +12,10 @@ from __future__ import annotations
 from .._scalars import is_int
 from ..ir._diag import compile_error
 from ..ir._nodes import Assemble, Binary, Broadcast, Concat, Reshape, Slice, Transpose
+from ..errors import PtoKeywordError, PtoNotSupported
 from ._memory import _tile, pad_name, record, valid_extents
 from ._tracer import TensorArg, Tile, current, to_index, user_loc
+from ._types import PadValue
 
 __all__ = [
     "reshape",
@@ -82,8 +84,13 @@ def transpose(tile, axis1=0, axis2=1) -> Tile:
     return record(Transpose(tl.var, (min(a, b), max(a, b))), "pl.transpose")
 
 
-def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noqa: A001
+def slice(tile, shape, offset, valid_shape=None, drop_dims=None, pad_value=None, clamp: bool = False) -> Tile:  # noqa: A001
     """Return the ``shape`` window of a tile at ``offset`` (ints or loop indices).
+
+    PyPTO's ``drop_dims`` removes unit axes of ``shape`` from the result
+    (``pl.slice(t, [1, 16, 64], [b, 0, 0], drop_dims=[0])`` is a 16 x 64
+    tile); ``clamp=True`` (a tensor only) lets the window run off the
+    tensor's end, its valid box cut back to the edge.
 
     ``valid_shape`` marks only a leading box of the result as data; with a
     ``pad_value`` (PyPTO's shorthand) the rest is filled right away.  A
@@ -96,6 +103,37 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
     """
     t = current("pl.slice")
     loc = user_loc()
+    if isinstance(drop_dims, PadValue) or (pad_value is None and isinstance(drop_dims, (int, float))
+                                           and not isinstance(drop_dims, bool)):
+        drop_dims, pad_value = None, drop_dims  # the older order, slice(tile, shape, offset, valid_shape, pad_value)
+    if not isinstance(clamp, bool):
+        raise compile_error(f"pl.slice: clamp must be a bool, got {clamp!r}", loc)
+    if clamp:
+        if not isinstance(tile, TensorArg):
+            raise compile_error("pl.slice: clamp=True is not supported for a Tile (an on-chip window has nothing to "
+                                "clamp it to); clamp the read at the tensor: pl.load(..., clamp=True)", loc,
+                                PtoKeywordError)
+        if "at" not in t.frames:
+            raise PtoNotSupported(f"{loc}: pl.slice(clamp=True) of a tensor in the orchestration: a window passed to "
+                                  f"kernels keeps its extents here; clamp the tiles a kernel loads "
+                                  f"(pl.load(..., clamp=True))")
+        from ._memory import clamped_extents
+
+        valid_shape = clamped_extents(tile, offset, valid_shape if valid_shape is not None else shape, "pl.slice")
+    if drop_dims is not None and list(drop_dims):
+        kept = _kept_dims(_shape(shape, "pl.slice"), drop_dims, loc)
+        out = slice(tile, shape, offset, valid_shape, None, pad_value)
+        if isinstance(out, TensorArg) and "at" in t.frames:  # a window in a region: the tile loaded from it
+            from ._memory import load
+
+            out = load(out, [0] * len(out.shape), list(out.shape))
+        if isinstance(out, TensorArg):
+            raise PtoNotSupported(f"{loc}: pl.slice(drop_dims=) of a tensor outside a region: a window keeps its "
+                                  f"rank here; drop the axis of the tiles loaded from it")
+        if out.var.type.valid is not None and any(v != out.shape[d] for d, v in enumerate(out.var.type.valid)
+                                                  if d not in kept):
+            raise compile_error(f"pl.slice: drop_dims {list(drop_dims)} names an axis that is not wholly valid", loc)
+        return reshape(out, [out.shape[d] for d in kept])
     from ._unify import is_pending
 
     # A window (pl.tensor.slice): a tensor sliced in the orchestration, or a plain slice of one inside a
@@ -131,6 +169,24 @@ def slice(tile, shape, offset, valid_shape=None, pad_value=None) -> Tile:  # noq
 
         return fillpad(out, pad_value)
     return out
+
+
+def _kept_dims(shape, drop_dims, loc) -> list[int]:
+    """The axes ``pl.slice(drop_dims=)`` keeps: each dropped one a unit axis of ``shape``, one kept at least."""
+    rank = len(shape)
+    drop = set()
+    for d in drop_dims:
+        if isinstance(d, bool) or not is_int(d) or not -rank <= d < rank:
+            raise compile_error(f"pl.slice: drop_dims entry {d!r} is not an axis of the {rank}-d window", loc)
+        d = int(d) % rank
+        if shape[d] != 1:
+            raise compile_error(f"pl.slice: drop_dims names axis {d}, of extent {shape[d]} (only a unit axis is "
+                                f"dropped)", loc)
+        drop.add(d)
+    kept = [d for d in range(rank) if d not in drop]
+    if not kept:
+        raise compile_error("pl.slice: drop_dims would drop every axis (a rank-0 tile is not supported)", loc)
+    return kept
 
 
 def _tensor_window_tile(tensor, shape, offset, valid_shape, pad_value) -> Tile:

@@ -89,7 +89,7 @@ def record(expr, op: str) -> Tile:
 
 
 def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.Vec, transpose=False, *,
-         valid_shape=None) -> Tile:
+         valid_shape=None, clamp: bool = False) -> Tile:
     """Load the window ``[offsets, offsets + shapes)`` of a tensor parameter as a tile.
 
     Offsets may be ints or loop/block indices; shapes are ints.
@@ -97,10 +97,21 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     ``valid_shape`` (also spelt ``valid_shapes``: ints, loop indices or
     integer scalar parameters) only that leading box is read, and it is what
     must lie inside the tensor; the rest of the tile is padding.  A runtime
-    extent outside the tile or the tensor fails the launch.
+    extent outside the tile or the tensor fails the launch.  With
+    ``clamp=True`` (PyPTO's) the window may run off the tensor's end: its
+    valid box is cut back to the tensor's edge (a tail tile of a loop over
+    rows that do not divide evenly).
     """
     t = current("pl.load")
     loc = user_loc()
+    if not isinstance(clamp, bool):
+        raise compile_error(f"pl.load: clamp must be a bool, got {clamp!r}", loc)
+    if clamp:
+        if valid_shapes is not None and valid_shape is not None:
+            raise compile_error("pl.load: pass valid_shape or valid_shapes, not both", loc)
+        wanted = valid_shape if valid_shape is not None else valid_shapes
+        valid_shape, valid_shapes = clamped_extents(tensor, offsets, wanted if wanted is not None else shapes,
+                                                    "pl.load"), None
     layout = getattr(tensor, "mx_layout", None)
     ten = _tensor(tensor, "pl.load")
     if transpose:
@@ -136,6 +147,30 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
 
         return mx_unpack(Tile(v), layout, loc)
     return Tile(v)
+
+
+def clamped_extents(tensor, offsets, extents, op: str) -> list:
+    """``extents`` of a window at ``offsets`` cut back to the tensor's edge (PyPTO's ``clamp=True``).
+
+    Each is ``min(extent, dim - offset)``: an int when both are, else an
+    index expression the kernel evaluates (a window wholly past the end
+    still fails the launch, as any valid extent outside the tile does).
+    """
+    from ._tracer import index_min
+
+    ten = _tensor(tensor, op)
+    dims = tuple(getattr(tensor, "shape", ten.shape))
+    offsets, extents = list(offsets), list(extents)
+    if not (len(offsets) == len(extents) == len(dims)):
+        raise compile_error(f"{op}: a {len(dims)}-d tensor needs {len(dims)} offsets and extents, got "
+                            f"{offsets!r} and {extents!r}", user_loc())
+    out = []
+    for dim, o, e in zip(dims, offsets, extents):
+        if not is_int(dim):
+            raise PtoNotSupported(f"{user_loc()}: {op}(clamp=True) on a dimension whose extent is not known when "
+                                  f"the kernel is traced ({dim!r})")
+        out.append(index_min(e, int(dim) - o) if not (is_int(o) and is_int(e)) else min(int(e), int(dim) - int(o)))
+    return out
 
 
 def _atomic(atomic, op: str) -> str | None:
@@ -188,7 +223,10 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
 
 
 def _added_into(t, name: str) -> None:
-    """A ``@pl.jit`` kernel's ``pl.Out`` parameter that an atomic-add store adds into: read too (an ``InOut``).
+    """An entry's ``pl.Out`` parameter that an atomic-add store adds into: read too (an ``InOut``).
+
+    The entry is a ``@pl.jit`` kernel or a ``@pl.program``'s orchestration
+    (the store then in a kernel it calls, whose task reads the tensor too).
 
     PyPTO's atomic add accumulates onto what the caller's tensor holds (its
     baseline), so the launch copies that tensor in as well as out.
@@ -196,7 +234,8 @@ def _added_into(t, name: str) -> None:
     from .._signature import INOUT, OUT
 
     p = t.params.get(name)
-    if (p is None or p.direction != OUT or not getattr(t, "promotable", False)
+    entry = getattr(t, "promotable", False) or getattr(t, "is_program", False)  # a @pl.jit's or a program's
+    if (p is None or p.direction != OUT or not entry
             or any(s.name == name for s in t.scratch)):
         return
     import dataclasses

@@ -24,6 +24,7 @@ from ..ir._nodes import (
     MatmulAcc,
     Reduce,
     ScalarBits,
+    ScalarIndex,
     ScalarRef,
     Unary,
     Update,
@@ -85,10 +86,12 @@ def _scalar(x, dtype, op: str):
 
     if isinstance(x, FloatScalar):  # a float the orchestration read: its task captured the bits
         return ScalarBits(x.index.expr, dtype)
+    if isinstance(x, Index):  # a loop index or an integer expression of one: PyPTO's scalar operand, converted
+        return ScalarIndex(x.expr, dtype)
     if isinstance(x, numbers.Real) and hasattr(x, "item"):
         x = x.item()  # a numpy scalar
     if not isinstance(x, (bool, int, float)):
-        raise compile_error(f"pl.{op}: operand must be a tile, a scalar parameter or a number, got {x!r}", user_loc())
+        raise compile_error(f"pl.{op}: operand must be a tile, a scalar parameter, a loop index or a number, got {x!r}", user_loc())
     if dtype == BOOL:
         return Const(bool(x), dtype)
     if dtype.is_float:
@@ -249,6 +252,8 @@ def rsqrt(x, tmp=None, high_precision: bool = False) -> Tile:
     PyPTO's high-precision forms (``pl.tile.rsqrt(x, tmp=scratch)``, ``pl.rsqrt(x, high_precision=True)``)
     are checked and compute the same value here: ``tmp`` must be a tile of ``x``'s shape and dtype.
     """
+    if isinstance(tmp, bool):  # PyPTO's pl.rsqrt(input, high_precision): the flag second
+        tmp, high_precision = None, tmp or high_precision
     _precision("pl.rsqrt", high_precision)
     if tmp is not None:
         if high_precision:
@@ -310,9 +315,20 @@ def cast(x, target_type, mode="round") -> Tile:
     return _record("cast", Cast(_tile(x, "cast").var, d, mode))
 
 
-def full(shape, value, dtype=FP32) -> Tile:
-    """Return a tile of ``shape`` filled with ``value`` (a number or scalar parameter)."""
+def full(shape, value=None, dtype=None) -> Tile:
+    """Return a tile of ``shape`` filled with ``value`` (a number or scalar parameter).
+
+    PyPTO's order, ``pl.full(shape, dtype, value)``, is taken too (a dtype
+    second); ``dtype`` defaults to FP32.
+    """
     current("pl.full")
+    from .._dtypes import DataType, StorageDType
+
+    if isinstance(value, (DataType, StorageDType)):  # PyPTO's positional order: full(shape, dtype, value)
+        value, dtype = dtype, value
+    if value is None:
+        raise compile_error("pl.full: value is required (pl.full(shape, dtype=..., value=...))", user_loc())
+    dtype = FP32 if dtype is None else dtype
     try:
         d = as_dtype(dtype)
     except PtoArgumentError as exc:
@@ -402,6 +418,14 @@ def matmul(a, b, acc=None, out_dtype=None, a_trans: bool = False, b_trans: bool 
     so ``acc`` carries its value across iterations of a ``pl.range`` loop.
     """
     current("pl.matmul")
+    from .._dtypes import DataType
+
+    if isinstance(acc, DataType):  # PyPTO's positional order: matmul(lhs, rhs, out_dtype, a_trans, b_trans, c_matrix_nz)
+        if out_dtype is not None and not isinstance(out_dtype, bool):
+            raise compile_error(f"pl.matmul: out_dtype given twice ({acc!r} and {out_dtype!r})", user_loc())
+        if out_dtype is not None:  # the positions after it hold the flags
+            a_trans, b_trans, c_matrix_nz = out_dtype, a_trans, b_trans
+        acc, out_dtype = None, acc
     tensors = isinstance(a, TensorArg) or isinstance(b, TensorArg)  # a tensor-level matmul (a tile operand loaded)
     for flag, value in (("a_trans", a_trans), ("b_trans", b_trans), ("c_matrix_nz", c_matrix_nz)):
         if not isinstance(value, bool):

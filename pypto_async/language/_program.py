@@ -26,6 +26,7 @@ from ..ir._nodes import For, IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
+from ._annotations import defining_scope, evaluate
 from ._control import task_deps
 from ._hints import scope_hints
 from ._placement import DimExpr, DynamicDim, bind_shape, dim_value, is_dynamic
@@ -44,6 +45,7 @@ class _Function:
         self.name = name_hint or fn.__name__
         code = fn.__code__
         self.loc = Loc(code.co_filename, code.co_firstlineno)
+        self._scope = defining_scope(fn)  # what string annotations name there
 
     @property
     def func_type(self) -> FunctionType:
@@ -52,9 +54,11 @@ class _Function:
 
     def annotations(self) -> dict:
         try:
-            # String annotations (``from __future__ import annotations``) may name the closure's variables.
-            nonlocals = inspect.getclosurevars(self.fn).nonlocals
-            return inspect.get_annotations(self.fn, eval_str=True, locals=nonlocals)
+            # String annotations (``from __future__ import annotations``) may name the closure's variables
+            # and the locals of the scope the function was defined in.
+            return evaluate(self.fn, self._scope)
+        except PtoNotSupported:  # a storage-only dtype: its own message
+            raise
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {self.name}: {exc}", self.loc) from exc
 
@@ -988,6 +992,8 @@ class ProgramDef:
                                 f"runs as one launch of one block; write the blocks as separate kernel calls)",
                                 orch.loc)
         returned = self._returned(result, orch)
+        # A direction the body changed: a pl.Out an atomic-add store adds into is read too (see _memory).
+        params = [tracer.params.get(p.name, p) for p in params]
         if opaque:
             params = _opaque_directions(params, anns, tracer.blocks[0])
         outs = [p for p in tracer.scratch if p.name in returned]

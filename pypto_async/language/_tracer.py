@@ -226,8 +226,12 @@ def _sop(op, swap=False):
         if not (is_int(other) or isinstance(other, (bool, float, Index, ScalarArg))):
             return NotImplemented  # a tile's own operator, or Python's identity for ==
         if self.dtype.is_float or isinstance(other, float) or (isinstance(other, ScalarArg) and other.dtype.is_float):
-            if op in _ARITH:
-                return NotImplemented
+            if op in _ARITH:  # PyPTO folds it into a scalar expression; the sim's operands are one scalar each
+                from ..errors import PtoNotSupported
+
+                raise PtoNotSupported(f"{user_loc()}: {self!r} {op} {other!r}: arithmetic on a float scalar "
+                                      f"parameter is not supported on the sim; apply each to the tile "
+                                      f"(pl.mul(pl.mul(t, alpha), 2.0)) or pass the computed value")
             raise compile_error(f"{self!r} {op} {other!r}: a float scalar parameter has no value at trace time, "
                                 f"so it cannot be the condition of an if (compare integer scalars, or use "
                                 f"pl.cmp / pl.sel on tiles)", user_loc())

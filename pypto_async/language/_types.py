@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from .._scalars import is_int
-from .._dtypes import DataType, as_dtype
+from .._dtypes import DataType, StorageDType, as_dtype
 from .._signature import IN, INOUT, OUT
 from ..errors import PtoCompileError
 
@@ -72,6 +72,8 @@ class Tensor:
                                   f"got {shape!r}")
         if view is not None:
             view.check(shape)
+        if isinstance(dtype, StorageDType):  # kept, and refused when a kernel's annotations are read
+            return TensorAnnotation(IN, tuple(shape), dtype, view)
         return TensorAnnotation(IN, tuple(shape), as_dtype(dtype), view)
 
 
@@ -102,6 +104,8 @@ class Scalar:
         raise TypeError("pl.Scalar is an annotation, not a constructor; pass a Python number")
 
     def __class_getitem__(cls, item) -> ScalarAnnotation:
+        if isinstance(item, StorageDType):  # kept, and refused when a kernel's annotations are read
+            return ScalarAnnotation(item)
         return ScalarAnnotation(as_dtype(item))
 
 

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._annotations import defining_scope, evaluate
 from .._dtypes import DataType, as_dtype
 from .._scalars import is_int
 from .._signature import IN, SCALAR
-from ..errors import PtoArgumentError, PtoCompileError
+from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
 from ._placement import bind_shape
@@ -94,6 +95,7 @@ class HostLevelFunction:
         self.name = name_hint or fn.__name__
         code = fn.__code__
         self.loc = Loc(code.co_filename, code.co_firstlineno)
+        self._scope = defining_scope(fn)  # what string annotations name there
         #: True for a SubWorker whose body is ``...``: bound at ``prepare(callbacks={name: fn})``.
         self.requires_runtime_binding = role is Role.SubWorker and requires_runtime_binding(fn)
 
@@ -105,7 +107,9 @@ class HostLevelFunction:
 
     def annotations(self) -> dict:
         try:
-            return inspect.get_annotations(self.fn, eval_str=True)
+            return evaluate(self.fn, self._scope)
+        except PtoNotSupported:  # a storage-only dtype: its own message
+            raise
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {self.name}: {exc}", self.loc) from exc
 
@@ -513,7 +517,9 @@ def host_params(fn, names, args, where: str, loc, anns=None, dims: dict | None =
         raise PtoArgumentError(f"{where} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
     if anns is None:
         try:
-            anns = inspect.get_annotations(fn, eval_str=True)
+            anns = evaluate(fn)
+        except PtoNotSupported:  # a storage-only dtype: its own message
+            raise
         except Exception as exc:
             raise compile_error(f"cannot evaluate the annotations of {where}: {exc}", loc) from exc
     dims = {} if dims is None else dims  # a pl.dynamic dimension takes one extent per call

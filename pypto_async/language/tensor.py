@@ -26,6 +26,7 @@ and ``pl.tensor.dim`` in orchestration code).  Here:
 
 from __future__ import annotations
 
+from ..errors import PtoNotSupported
 from ..ir._diag import compile_error
 from ._layout import (
     col_expand,
@@ -197,10 +198,25 @@ def dim(tensor, axis: int) -> int:
     return int(t.shape[axis])
 
 
-def slice(tensor, shape, offset, valid_shape=None):  # noqa: A001 - PyPTO's name
-    """The ``shape`` window of ``tensor`` at ``offset`` (ints, loop indices or runtime scalars); see the module doc."""
+def slice(tensor, shape, offset, valid_shape=None, drop_dims=None, pad_value=None,  # noqa: A001 - PyPTO's name
+          clamp: bool = False):
+    """The ``shape`` window of ``tensor`` at ``offset`` (ints, loop indices or runtime scalars); see the module doc.
+
+    ``drop_dims``, ``pad_value`` and ``clamp=True`` (a window running off the
+    tensor's end, its valid box cut back to the edge) act inside a region
+    or an InCore function, where the window is loaded as a tile, as
+    ``pl.slice``'s do.
+    """
     t = _tensor(tensor, "slice")
     loc = user_loc()
+    if clamp or pad_value is not None or (drop_dims is not None and list(drop_dims)):
+        if "at" not in current("pl.tensor.slice").frames:
+            raise PtoNotSupported(f"{loc}: pl.tensor.slice(drop_dims= / pad_value= / clamp=) of a tensor in the "
+                                  f"orchestration: a window passed to kernels keeps its extents here; use them "
+                                  f"on the tiles a kernel loads (pl.load(..., clamp=True))")
+        from ._layout import slice as tile_slice
+
+        return tile_slice(tensor, shape, offset, valid_shape, drop_dims, pad_value, clamp)
     shape, offset = list(shape), list(offset)
     if len(shape) != len(t.shape) or len(offset) != len(t.shape):
         raise compile_error(f"pl.tensor.slice: shape {shape} and offset {offset} need one entry per dimension of "
