@@ -155,3 +155,32 @@ def test_one_dim_is_one_extent_across_the_arguments():
         copy_batch(torch.randn(16, _COLS), torch.zeros(32, _COLS))
     with pytest.raises(PtoCompileError, match=r"declared \[B, 128\] but got shape \[16, 64\]"):
         copy_batch(torch.randn(16, 64), torch.zeros(16, 64))
+
+
+# ---- torch_codegen of a @pl.program whose orchestration sizes windows from its pl.dynamic dims ----------
+
+
+@pl.program
+class RowChunks:
+    @pl.function(type=pl.FunctionType.InCore)
+    def twice_plus(self, x: pl.Tensor[[R, 64], pl.FP32], y: pl.Out[pl.Tensor[[R, 64], pl.FP32]]):
+        t = pl.load(x, [0, 0], [16, 64])
+        y = pl.store(pl.add(pl.mul(t, 2.0), 1.0), [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def rows_main(self, x: pl.Tensor[[B, 64], pl.FP32], y: pl.Out[pl.Tensor[[B, 64], pl.FP32]]):
+        for i in pl.range(pl.tensor.dim(x, 0) // 16):
+            self.twice_plus(pl.slice(x, [16, 64], [i * 16, 0]), pl.slice(y, [16, 64], [i * 16, 0]))
+        return y
+
+
+def test_torch_codegen_of_an_unbound_dynamic_program_reads_the_extents_per_call():
+    from pypto_async.debug import torch_codegen
+
+    ns: dict = {}
+    exec(torch_codegen(RowChunks, check_shapes=True), ns)  # noqa: S102
+    for n in (32, 48, 32):
+        x, y = torch.randn(n, 64), torch.full((n, 64), float("nan"))
+        ns["rows_main"](x, y)
+        torch.testing.assert_close(y, x * 2.0 + 1.0, rtol=1e-6, atol=1e-6)
