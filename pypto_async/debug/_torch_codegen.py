@@ -812,6 +812,8 @@ def torch_codegen(program, check_shapes: bool = False) -> str:
     elif not isinstance(program, Program) and hasattr(program, "trace") and hasattr(program, "kernels"):
         orch = getattr(program, "orchestration", None)
         alias = getattr(getattr(orch, "fn", None), "__name__", None)  # PyPTO's entry: the Orchestration function
+        if getattr(program, "is_dynamic", False) and not getattr(program, "_bound", ()):
+            return _per_extent_source(program, alias, check_shapes)
         program = program.trace()
     if not isinstance(program, Program):
         raise PtoArgumentError(f"torch_codegen takes an ir.Program, an ir.Function or a @pl.program class, "
@@ -821,3 +823,58 @@ def torch_codegen(program, check_shapes: bool = False) -> str:
     if alias and alias.isidentifier() and alias != program.name:
         code += f"\n\n{alias} = {program.name}  # the program's Orchestration function, by its name\n"
     return code
+
+
+# -- a @pl.program whose pl.dynamic extents are compiled in -------------------------------------------
+
+#: The dynamic programs whose generated source specialises per call (see :func:`_per_extent_source`).
+_PER_EXTENT: dict = {}
+
+
+class _PerExtent:
+    """A ``@pl.program`` with ``pl.dynamic`` dims: its torch code for each set of argument extents, made once."""
+
+    def __init__(self, program, check_shapes: bool):
+        self.program, self.check_shapes, self.made = program, check_shapes, {}
+
+    def __call__(self, *args):
+        key = tuple(tuple(a.shape) if hasattr(a, "shape") else type(a).__name__ for a in args)
+        fn = self.made.get(key)
+        if fn is None:
+            bound = self.program.bind(*args)
+            ns: dict = {}
+            exec(compile(torch_codegen(bound, self.check_shapes), f"<torch_codegen {self.program.name}>", "exec"),
+                 ns)  # noqa: S102 - our own generated source
+            fn = self.made[key] = ns[self.program.name]
+        return fn(*args)
+
+
+def _per_extent_source(program, alias, check_shapes: bool) -> str:
+    """Source for a program whose orchestration sizes tensors or windows from its ``pl.dynamic`` dims.
+
+    Those extents are compiled into the program (its tile and intermediate
+    shapes), so the function it defines reads its arguments' shapes when
+    called and runs the torch code generated for those extents (once per
+    set of extents, in this process: the source names the program by a
+    token of this process's registry).
+    """
+    token = f"{program.name}_{id(program):x}"
+    _PER_EXTENT[token] = _PerExtent(program, check_shapes)
+    orch = program.orchestration
+    params = [n for n in orch.param_names()]
+    name = program.name
+    lines = [
+        f"# {name}: its pl.dynamic extents size tensors and windows of the program, so the torch code is",
+        "# generated for each call's argument extents (once per set of extents, in the process that made this",
+        "# source).",
+        "from pypto_async.debug._torch_codegen import _PER_EXTENT",
+        "",
+        f"_program = _PER_EXTENT[{token!r}]",
+        "",
+        "",
+        f"def {name}({', '.join(params)}):",
+        f"    return _program({', '.join(params)})",
+    ]
+    if alias and alias.isidentifier() and alias != name:
+        lines += ["", "", f"{alias} = {name}  # the program's Orchestration function, by its name"]
+    return "\n".join(lines) + "\n"

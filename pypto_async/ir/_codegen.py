@@ -115,6 +115,8 @@ class _Gen:
         self.program = program
         self.symbol = symbol
         self.params = {q.name: q for q in (*program.params, *program.scratch)}
+        #: ``(tensor, axis) -> C`` of each extent read at run time (a ``pl.dynamic`` dimension's scalar).
+        self.dyn = {(t, a): f"((int64_t)s_{sc})" for sc, t, a in getattr(program, "dynamic", ())}
         self.task: str | None = None  # the task (named region) being emitted, for failure messages
         self.lines: list[str] = []
         self.depth = 1
@@ -514,10 +516,10 @@ class _Gen:
         self.check_offsets(m, param, offsets, shape, valid, what)
         if valid is None:
             return
-        dims = self.params[param].shape
+        dims = self.extents(param)
         for d, e in enumerate(valid):
             if isinstance(e, IConst):
-                continue  # checked at compile time
+                continue  # checked at compile time (against a run-time extent by check_offsets)
             x = self.fresh("x")
             self.emit(f"const int64_t {x} = {_index(e)};")
             self.fail_if(f"{x} < 0 || {x} > {shape[d]} || {_index(offsets[d])} + {x} > {dims[d]}",
@@ -526,17 +528,27 @@ class _Gen:
 
     def check_offsets(self, m, param: str, offsets, shape, valid, what: str) -> None:
         """Fail the launch if an offset over a runtime scalar puts the window outside its tensor."""
-        dims = self.params[param].shape
+        dims = self.extents(param)
         for d, off in enumerate(offsets):
-            if not _mentions(off, self.runtime):
+            dynamic = (param, d) in self.dyn
+            if not dynamic and not _mentions(off, self.runtime):
                 continue  # checked at compile time
             x = self.fresh("x")
             # With a valid region only its box must lie inside (check_box checks a runtime extent).
             ext = shape[d] if valid is None else valid[d].value if isinstance(valid[d], IConst) else 0
             self.emit(f"const int64_t {x} = {_index(off)};")
+            if dynamic:  # the tensor's extent is read at run time (a pl.dynamic dimension)
+                self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
+                             f"{self.where(m.loc)}{what}: window of dim {d} past the run-time extent of "
+                             f"{param!r}")
+                continue
             self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
                          f"{self.where(m.loc)}{what}: runtime offset of dimension {d} puts the window outside "
                          f"tensor {param!r} (extent {dims[d]})")
+
+    def extents(self, param: str) -> list:
+        """Tensor ``param``'s extents: ints, or the C of one read at run time (a ``pl.dynamic`` dimension)."""
+        return [self.dyn.get((param, d), n) for d, n in enumerate(self.params[param].shape)]
 
     def check_tile_offsets(self, m, tile: Var, offsets, shape, what: str) -> None:
         """Fail the launch if an offset over a runtime scalar puts a ``shape`` window outside ``tile``."""

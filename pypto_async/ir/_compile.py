@@ -753,7 +753,9 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     t1 = clock()
     target = plan(lowered, force=as_program)
     text = format_program(lowered)
-    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{target.hash_tag}\n{text}".encode()).hexdigest()
+    # The run-time extents change the C, not the printed program: they key the artifact too.
+    dyn = "".join(f" dynamic {t}.{a}={sc}" for sc, t, a in getattr(lowered, "dynamic", ()))
+    ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{target.hash_tag}{dyn}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"
     entry = root / _cache_key(ir_hash, symbol, cc, flags, platform)

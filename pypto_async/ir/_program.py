@@ -14,7 +14,11 @@ from ._nodes import Param, Stmt
 from ._printer import format_program
 from ._python import format_python
 
-__all__ = ["Program"]
+__all__ = ["Program", "DYNAMIC_EXTENT"]
+
+#: The extent a tensor parameter declares along a run-time (``pl.dynamic``) dimension while it is traced:
+#: a value no real tensor has, so a trace that used it as a number is recognised (see ``language._jit``).
+DYNAMIC_EXTENT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,11 @@ class Program:
     #: The name of the ``@pl.program`` class's Orchestration (or Opaque) function the program was traced
     #: from (PyPTO's entry: ``main``), where it differs from the class's; kept through the passes.
     entry: str | None = field(default=None, compare=False)
+    #: The ``pl.dynamic`` extents the generated code reads at run time: ``(scalar, tensor, axis)`` says
+    #: that dimension ``axis`` of tensor parameter ``tensor`` is the value of the hidden INT64 scalar
+    #: parameter ``scalar`` (the caller passes the argument's extent there; see ``language._jit``).
+    #: ``tensor``'s declared extent there is a placeholder, :data:`DYNAMIC_EXTENT`.
+    dynamic: tuple[tuple[str, str, int], ...] = ()
 
     def param(self, name: str) -> Param:
         for p in (*self.params, *self.scratch):

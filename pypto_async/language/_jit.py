@@ -14,15 +14,16 @@ from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
-from ..ir._program import Program
+from ..ir._program import DYNAMIC_EXTENT, Program
 from ..ir._passes import run_passes
 from ._annotations import defining_scope, evaluate
 from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline, opaque
 from .distributed_host import host
-from ._placement import bind_shape, is_dynamic
-from ._tracer import TensorArg, Tracer, tracing
+from ._dynamic import dynamic_shape, extent_free, extent_view, with_extents
+from ._placement import DimExpr, DynamicDim, bind_shape, is_dynamic
+from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
 __all__ = ["jit", "JitFunction"]
@@ -73,6 +74,8 @@ class JitFunction:
         self._annotations = None
         self._scope = defining_scope(fn)  # what string annotations name there
         self._compiled: dict = {}
+        self._per_extent: set = set()  # static-part keys whose trace needs its extents: one artifact per extent
+        self._views: dict = {}  # each artifact's handle per set of run-time extents (see extent_view)
 
     def __repr__(self) -> str:
         return f"<pl.jit {self.__qualname__}>"
@@ -214,13 +217,22 @@ class JitFunction:
         """Trace the kernel for these arguments; return the program before any pass."""
         return self._trace(self._params(self._bind(args, kwargs)))
 
-    def _trace(self, params: list[Param]) -> Program:
-        tracer = Tracer(self.__name__, params)
+    def _trace(self, params: list[Param], runtime: tuple = ()) -> Program:
+        """Trace the body; ``runtime`` holds ``(scalar Param, tensor, axis)`` for each extent read at run time."""
+        hidden = list(dict.fromkeys(q for q, _, _ in runtime))
+        tracer = Tracer(self.__name__, [*params, *hidden])
         tracer.auto_scope = self.auto_scope
         tracer.promotable = True  # an In parameter an inline helper writes becomes InOut (see _inline)
         from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
 
         proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        # A run-time extent is the hidden scalar in the body: x.shape[0] and pl.tensor.dim(x, 0) give it.
+        tracer.dyn_axes = {}
+        for q, t, axis in runtime:
+            tracer.dyn_axes.setdefault(t, {})[axis] = ScalarArg(q)
+        for x in proxies:
+            if isinstance(x, TensorArg) and x.name in tracer.dyn_axes:
+                x.shape = dynamic_shape(x.param.shape, tracer.dyn_axes[x.name])
         from ._ops_mx import mark_layouts
 
         mark_layouts(proxies, self._anns())  # pl.MX_A_ZZ / pl.MX_B_NN tensors: loads unpack them
@@ -256,9 +268,10 @@ class JitFunction:
             raise compile_error(f"pl.spmd({n}) disagrees with an earlier pl.spmd({before}) (one block count per "
                                 f"kernel, unless each loop sits beside the kernel's regions, as a task of its own)",
                                 loc)
-        return Program(self.__name__, (*params, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1, ret,
-                       scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
-                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]))
+        return Program(self.__name__, (*params, *hidden, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1,
+                       ret, scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]),
+                       dynamic=tuple((q.name, t, axis) for q, t, axis in runtime))
 
     def lower(self, *args, config=None, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments.
@@ -306,6 +319,10 @@ class JitFunction:
             platform = cfg.platform if platform is None else platform
         platform = "sim" if platform is None else platform
         params = self._params(args)
+        if output_dir is None:
+            view = self._dynamic(params, platform, kwargs)
+            if view is not None:
+                return view
         key = (tuple(params), platform, repr(sorted(kwargs.items())))
         if output_dir is None:
             hit = self._compiled.get(key)
@@ -315,6 +332,89 @@ class JitFunction:
         if output_dir is None:
             self._compiled[key] = compiled
         return compiled
+
+    # -- one artifact for every extent of a pl.dynamic dimension ----------------------------------
+    def _runtime_dims(self) -> dict:
+        """The signature's ``pl.dynamic`` dims read at run time: ``id(dim) -> (dim, [(param, axis), ...])``.
+
+        A dim qualifies when each dimension it annotates is the leading one
+        of its tensor (so no stride depends on it) and it is the dimension
+        itself, not in an expression (``M * 2``): the generated code then
+        reads it from the argument's shape at launch.  Any other dynamic
+        dim (an inner axis, an expression) keeps its extent compiled in:
+        the artifact is specialised per extent of it.
+        """
+        if getattr(self, "_dims_cache", None) is not None:
+            return self._dims_cache
+        anns = self._anns()
+        found: dict = {}
+        static: set = set()
+        for name in self._sig.parameters:
+            ann = anns.get(name)
+            if not isinstance(ann, TensorAnnotation) or ann.shape is None:
+                continue
+            for axis, d in enumerate(ann.shape):
+                if isinstance(d, DynamicDim) and axis == 0:
+                    found.setdefault(id(d), (d, []))[1].append((name, axis))
+                elif isinstance(d, DimExpr):
+                    static.update(id(x) for x in d.dims())
+                elif isinstance(d, DynamicDim):
+                    static.add(id(d))
+        self._dims_cache = {k: v for k, v in found.items() if k not in static}
+        return self._dims_cache
+
+    def _dynamic(self, params: list[Param], platform: str, kwargs: dict):
+        """The artifact of the signature's static part for ``params`` (None: compile per extent).
+
+        Traced once, with each run-time extent a hidden INT64 scalar
+        parameter (the tensor declares :data:`DYNAMIC_EXTENT` there); the
+        in-memory cache keys on the rest of the signature, so every extent
+        hits the same artifact.  A trace that needs such an extent as a
+        number (a tile or pl.create_tensor shape, a Python range) falls back
+        to one artifact per extent, as does one reading the tensor other
+        than by windowed loads and stores (``pl.read``, ``pl.mscatter``),
+        whose run-time bounds checks are not written against a run-time
+        extent.
+        """
+        dims = self._runtime_dims()
+        if not dims:
+            return None
+        by_param = {p.name: p for p in params}
+        used = set(by_param)
+        runtime, masked = [], {}
+        for dim, sites in dims.values():
+            sites = [(t, a) for t, a in sites if t in by_param and by_param[t].direction != SCALAR]
+            if not sites:
+                continue
+            name = dim.name
+            while name in used:
+                name += "_"
+            used.add(name)
+            q = Param(name, SCALAR, (), INT64)
+            for t, a in sites:
+                runtime.append((q, t, a))
+                masked.setdefault(t, set()).add(a)
+        if not runtime:
+            return None
+        key = (tuple(Param(p.name, p.direction, tuple(None if a in masked.get(p.name, ()) else n
+                                                       for a, n in enumerate(p.shape)), p.dtype) for p in params),
+               platform, repr(sorted(kwargs.items())), "dynamic")
+        base = self._compiled.get(key)
+        if base is None:
+            if key in self._per_extent:
+                return None
+            traced = [Param(p.name, p.direction, tuple(DYNAMIC_EXTENT if a in masked.get(p.name, ()) else n
+                                                      for a, n in enumerate(p.shape)), p.dtype) for p in params]
+            try:
+                lowered = run_passes(self._trace(traced, tuple(runtime)))
+            except Exception:  # noqa: BLE001 - the per-extent trace reports (or passes) it
+                lowered = None
+            if lowered is None or not extent_free(lowered):
+                self._per_extent.add(key)
+                return None
+            base = ir_compile(lowered, platform=platform, **kwargs)
+            self._compiled[key] = base
+        return extent_view(base, params, self._views)
 
     def _from_signature(self, kwargs: dict) -> tuple[tuple, dict]:
         """``kernel.compile()``: sample arguments made from the annotations, when they give every shape.
@@ -387,10 +487,12 @@ class JitFunction:
             return host_dispatch(self, args, kwargs)
         args = self._bind(args, kwargs)
         if config is None:
-            return _dispatch(self.compile(*args), args, stream)
+            compiled = self.compile(*args)
+            return _dispatch(compiled, with_extents(compiled, args), stream)
         if stream is not None:
             raise PtoArgumentError(f"{self.__name__}: pass stream= or config=, not both (a stream has its worker)")
-        return _dispatch(self.compile(*args, config=config), args, None, config)
+        compiled = self.compile(*args, config=config)
+        return _dispatch(compiled, with_extents(compiled, args), None, config)
 
 
 def jit(fn=None, *, auto_scope: bool = True):

@@ -153,6 +153,10 @@ class TensorArg:
         self.name = param.name
         self.shape = param.shape
         self.dtype = param.dtype
+        # A dimension read at run time (a pl.dynamic extent of a @pl.jit kernel's tensor): its scalar.
+        axes = getattr(getattr(_state, "tracer", None), "dyn_axes", None)
+        if axes and param.name in axes:
+            self.shape = tuple(axes[param.name].get(a, n) for a, n in enumerate(param.shape))
 
     # Tensor-level element-wise ops: each tensor operand is loaded whole (a tile results).
     __add__, __radd__ = _binop("add"), _rbinop("add")
@@ -169,8 +173,9 @@ class TensorArg:
         """PyPTO's ``x.bind_dynamic(0, M)``: mark dimension ``dim`` as the runtime dimension ``var``.
 
         In PyPTO it is read from the source to pick which extents a ``@pl.jit`` artifact leaves open; the
-        sim traces each call at its extents (one artifact per extent), so it is checked and changes
-        nothing: ``dim`` must be a dimension of the tensor and ``var`` a ``pl.dynamic`` dimension.
+        sim reads that from the signature's ``pl.dynamic`` annotations (see ``_dynamic``), so it is
+        checked and changes nothing: ``dim`` must be a dimension of the tensor and ``var`` a
+        ``pl.dynamic`` dimension.
         """
         from ._placement import DynamicDim
 

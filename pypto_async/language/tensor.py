@@ -195,7 +195,10 @@ def dim(tensor, axis: int) -> int:
     if not -rank <= axis < rank:
         raise compile_error(f"pl.tensor.dim: axis {axis} is out of range for the {rank}-d tensor {t.name!r}",
                             user_loc())
-    return int(t.shape[axis])
+    from ._tracer import ScalarArg
+
+    n = t.shape[axis]
+    return n if isinstance(n, ScalarArg) else int(n)  # a run-time extent (pl.dynamic): its scalar
 
 
 def slice(tensor, shape, offset, valid_shape=None, drop_dims=None, pad_value=None,  # noqa: A001 - PyPTO's name
