@@ -79,7 +79,7 @@ from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, ov
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "13"
+CODEGEN_VERSION = "14"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
