@@ -10,7 +10,8 @@
     device memory (every tensor freed, every free executed) before it closes.
 ``anyio_backend``
     asyncio, asyncio with uvloop, and trio: every ``@pytest.mark.anyio`` test
-    runs under all three.
+    runs under all three (under uvloop in the slow tier, but for the files in
+    ``UVLOOP_FAST``).
 """
 
 from __future__ import annotations
@@ -146,6 +147,28 @@ def worker(config):
     with ChipWorker(config) as w:
         yield w
         assert_no_device_memory(w)
+
+
+#: The test files whose ``anyio`` tests run under uvloop in the fast tier too: launching, awaiting and
+#: cancelling, and the event loop's fairness (tests/runtime/test_completion_inline.py picks its loops
+#: itself).  Elsewhere uvloop (asyncio's API on another loop) adds a third run of the same code to
+#: asyncio's and trio's, and runs in the slow tier.
+UVLOOP_FAST = frozenset({
+    "reliability/test_event_loops.py",
+    "runtime/test_launch.py",
+})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the uvloop runs outside ``UVLOOP_FAST`` slow (before ``-m`` deselects)."""
+    root = Path(__file__).parent
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or callspec.params.get("anyio_backend", (None, {}))[1].get("use_uvloop") is not True:
+            continue
+        if item.path.relative_to(root).as_posix() not in UVLOOP_FAST:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(

@@ -33,6 +33,7 @@ def test_the_modeled_times_do_not_follow_the_host(tmp_path):
     assert a["h2d_ns"] == b["h2d_ns"] and a["d2h_ns"] == b["d2h_ns"]
 
 
+@pytest.mark.slow  # three demo runs of the graph loop: a second or more
 def test_the_graph_loop_is_within_ten_percent_of_its_bound_in_every_run(tmp_path):
     """--graph: replays of independent graphs, whose streams compete for the copy engines; the model
     places the copies in modeled order (ready time, then stream), not in the order the host ran them,

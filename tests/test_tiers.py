@@ -58,3 +58,11 @@ def test_tiered_marks_every_case_outside_the_fast_ones_slow():
     # The product's fast tier is a diagonal: every value of each axis once or more, 3 of the 6 pairs.
     fast = [case for case, slow in _cases(tiered_product("op,dt", ["and", "or", "xor"], ["i8", "u8"])) if not slow]
     assert fast == [("and", "i8"), ("or", "u8"), ("xor", "i8")]
+
+
+def test_the_files_that_keep_uvloop_in_the_fast_tier_exist_and_run_under_anyio():
+    from conftest import UVLOOP_FAST
+
+    for name in UVLOOP_FAST:
+        source = (TESTS / name).read_text()
+        assert "pytest.mark.anyio" in source, name

@@ -315,6 +315,7 @@ def chain_plain(acc: pl.InOut[pl.Tensor]):
     return acc
 
 
+@pytest.mark.slow  # a chain of many modeled tasks: a second or more; the two early-resolve tests above are fast
 def test_early_resolve_along_a_chain_of_short_tasks_takes_its_pickups_off_the_critical_path():
     acc = rand((TILE_ROWS, COLS), 18)
     flagged, plain = Run(chain_flagged, acc), Run(chain_plain, acc)
