@@ -8,6 +8,7 @@ every launch, so a launch that does not write them cannot pass.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import numpy as np
@@ -346,6 +347,144 @@ def test_build_call_config_precedence(add_compiled, tmp_path):
     assert (cc.aicpu_thread_num, cc.enable_chip_swimlane, cc.ring_heap, cc.output_prefix) == (3, 4, 4096, str(tmp_path))
     assert add_compiled.build_call_config(cfg, aicpu_thread_num=5).aicpu_thread_num == 5
     assert add_compiled.build_call_config().aicpu_thread_num is None and add_compiled.build_call_config().output_prefix is None
+
+
+def test_compiled_program_stands_for_its_directory_as_pypto_s(add_compiled, tmp_path):
+    import os
+
+    from pypto_async.ir import CompiledProgram
+
+    again = CompiledProgram.from_dir(add_compiled.output_dir)
+    assert str(add_compiled) == os.fspath(add_compiled) == str(add_compiled.output_dir)
+    assert os.path.join(add_compiled, "kernel.c") == str(add_compiled.output_dir / "kernel.c")
+    assert again == add_compiled and hash(again) == hash(add_compiled) and len({again, add_compiled}) == 1
+    assert add_compiled == str(add_compiled.output_dir) and add_compiled == add_compiled.output_dir
+    z = torch.zeros(R, C)
+    other = ir.compile(add_kernel.lower(z, z, z), platform="sim", output_dir=tmp_path)
+    assert other != add_compiled and other == tmp_path and add_compiled != 3
+    assert CompiledProgram.__test__ is False  # a test module importing it is not collecting a test class
+    assert add_compiled.orchestration_names == []
+    with pytest.raises(KeyError, match="has no orchestration 'main'"):
+        add_compiled["main"]
+
+
+def test_load_checks_the_library_on_a_handle_and_rebuilds_one_on_the_class(add_compiled, ab, tmp_path):
+    import shutil
+
+    from pypto_async.errors import PtoLoadError
+    from pypto_async.ir import CompiledProgram
+
+    a, b = ab
+    assert add_compiled.load() is None  # PyPTO's eager load: the library loads and has its entry
+    rebuilt = CompiledProgram.load(add_compiled.output_dir)  # on the class: from_dir
+    assert rebuilt.program is None and rebuilt.param_names == add_compiled.param_names
+    out = poison()
+    rebuilt(a, b, out)
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    broken = tmp_path / "broken"
+    shutil.copytree(add_compiled.output_dir, broken)
+    (broken / "kernel.so").write_bytes(b"not a shared object")
+    with pytest.raises(PtoLoadError, match="cannot load"):
+        CompiledProgram.from_dir(broken).load()
+
+
+def test_build_orch_args_takes_the_dispatching_worker(add_compiled, ab):
+    a, b = ab
+    with ChipWorker(config=RunConfig(**SMALL)) as w:
+        orch_args, coerced, return_style = add_compiled.build_orch_args(a, b, worker=w)  # PyPTO's form
+        w.run(add_compiled, *orch_args)
+    assert return_style is True
+    torch.testing.assert_close(coerced[2], a + b, rtol=0, atol=0)
+
+
+# -- CompiledProgram.validate_ir: each pass's program run as torch ---------------------------------------
+
+
+@pl.jit
+def _fma_exp(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(pl.exp(pl.add(pl.mul(ta, tb), tb)), [0, 0], out)
+    return out
+
+
+@pl.jit
+def _fma_wrong(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        ta = pl.load(a, [0, 0], [R, C])
+        tb = pl.load(b, [0, 0], [R, C])
+        pl.store(pl.exp(pl.add(pl.mul(ta, tb), ta)), [0, 0], out)  # + a, not + b
+    return out
+
+
+def test_validate_ir_runs_every_stage_the_dump_names(ab, tmp_path, capsys):
+    a, b = ab
+    z = torch.zeros(R, C)
+    compiled = ir.compile(_fma_exp.trace(z, z, z), platform="sim", output_dir=tmp_path, dump_passes=True)
+    golden = torch.exp(a * b + b)
+    out = poison()
+    compiled.validate_ir({"a": a, "b": b, "out": out}, {"out": golden}, rtol=1e-5, atol=1e-6)
+    assert torch.isnan(out).all()  # each stage ran on a copy
+    lines = capsys.readouterr().out.splitlines()
+    stages = [line.strip("= ") for line in lines if line.startswith("=")]
+    assert stages == sorted(p.stem for p in (tmp_path / "passes_dump").iterdir())  # 00_input, then each pass
+    assert len(stages) >= 3 and lines.count("validate tensor: 'out', max_abs_diff: 0.000000e+00, pass: True") \
+        == len(stages)
+    compiled(a, b, out)  # what the stages computed is what the kernel computes
+    torch.testing.assert_close(out, golden, rtol=1e-5, atol=1e-6)
+
+
+def test_validate_ir_names_the_pass_that_changed_the_result(ab, monkeypatch, capsys):
+    from pypto_async.ir import _compile, _passes
+
+    a, b = ab
+    z = torch.zeros(R, C)
+    compiled = ir.compile(_fma_exp.trace(z, z, z), platform="sim")
+    wrong = _fma_wrong.trace(z, z, z)
+
+    def break_it(program):  # a pass that returns another computation
+        return dataclasses.replace(wrong, name=program.name)
+
+    monkeypatch.setattr(_compile, "PIPELINE", [_passes.infer_and_check, break_it, _passes.infer_and_check])
+    with pytest.raises(AssertionError, match="after 02_break_it, tensor 'out' differs from expected"):
+        compiled.validate_ir({"a": a, "b": b, "out": poison()}, {"out": torch.exp(a * b + b)})
+    out = capsys.readouterr().out
+    assert "01_infer_and_check" in out and "pass: False" in out and "03_" not in out
+
+
+def test_validate_ir_refuses_bad_arguments_before_any_stage_runs(ab, capsys):
+    from pypto_async.errors import PtoInvalidStateError
+    from pypto_async.ir import CompiledProgram
+
+    a, b = ab
+    z = torch.zeros(R, C)
+    compiled = ir.compile(_fma_exp.trace(z, z, z), platform="sim")
+    full = {"a": a, "b": b, "out": poison()}
+    golden = {"out": torch.exp(a * b + b)}
+    cases = [
+        (({"a": a, "b": b}, golden), {}, r"lacks parameter\(s\) out"),
+        (({**full, "c": a}, golden), {}, "names no parameter of _fma_exp: c"),
+        ((full, {"x": a}), {}, "expected names 'x'"),
+        ((full, {"out": torch.zeros(2, 2)}), {}, r"has shape \[2, 2\]"),
+        (({**full, "a": a.double()}, golden), {}, r"tensors\['a'\] is \[16, 32\] torch.float64"),
+        (({**full, "a": a[:8]}, golden), {}, r"tensors\['a'\] is \[8, 32\]"),
+        (({**full, "a": [1.0]}, golden), {}, "must be a torch tensor or a numpy array"),
+        (([a, b], golden), {}, "must be a dict"),
+        ((full, golden), {"rtol": -1.0}, "rtol must be a finite number >= 0"),
+        ((full, golden), {"atol": True}, "atol must be a finite number >= 0"),
+    ]
+    for args, kwargs, pattern in cases:
+        with pytest.raises(PtoArgumentError, match=pattern):
+            compiled.validate_ir(*args, **kwargs)
+    assert capsys.readouterr().out == ""  # refused before a stage ran
+    numpy_in = {k: v.numpy() for k, v in full.items()}  # numpy arrays are taken too
+    compiled.validate_ir(numpy_in, {"out": golden["out"].numpy()}, rtol=1e-5, atol=1e-6)
+    with pytest.raises(PtoInvalidStateError, match="has no program"):
+        CompiledProgram.from_dir(compiled.output_dir).validate_ir(full, golden)
+    with pytest.raises(PtoArgumentError, match="validate_ir must be a bool"):
+        ir.compile(_fma_exp.trace(z, z, z), platform="sim", validate_ir="yes")
+    assert ir.compile(_fma_exp.trace(z, z, z), platform="sim", validate_ir=True) == compiled  # accepted, no effect
 
 
 # -- RunConfig: PyPTO's levels, rings and compile side ---------------------------------------------------

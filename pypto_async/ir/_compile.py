@@ -59,7 +59,8 @@ from types import NoneType
 
 from .._dtypes import as_dtype
 from .._signature import IN, INOUT, OUT, PLATFORMS, SCALAR, ParamSpec
-from ..errors import PtoArgumentError, PtoCompileError, PtoError, PtoLoadError, PtoNotSupported
+from ..errors import (PtoArgumentError, PtoCompileError, PtoError, PtoInvalidStateError, PtoLoadError,
+                      PtoNotSupported)
 from ._codegen import _INCLUDES, CODEGEN_VERSION
 from ._deps import Edge, Task, TaskGraph
 from ._program import Program
@@ -129,15 +130,31 @@ class ChipCallable:
     block_num: int
 
 
+class _ClassOrHandle:
+    """A name that means one method on the class and another on a handle (``CompiledProgram.load``)."""
+
+    def __init__(self, on_class: str, on_handle: str):
+        self.on_class, self.on_handle = on_class, on_handle
+
+    def __get__(self, obj, cls=None):
+        return getattr(cls, self.on_class) if obj is None else getattr(obj, self.on_handle)
+
+
 class CompiledProgram:
     """A handle to compiled artifacts plus what the runtime needs to launch them.
 
     Build one with :func:`pypto_async.ir.compile`, ``kernel.compile(*args)``
     or :meth:`from_dir`; call it (``compiled(*args, stream=None)``) to
     dispatch it through the runtime.
+
+    As PyPTO's, the handle also stands for its artifact directory:
+    ``str(compiled)`` and ``os.fspath(compiled)`` are ``output_dir``, and two
+    handles of one directory (or a handle and that path) compare equal.
     """
 
-    def __init__(self, output_dir: Path, meta: dict, program: Program | None, validate_ir: bool = False):
+    __test__ = False  # not a pytest test class, whatever a test module imports it as
+
+    def __init__(self, output_dir: Path, meta: dict, program: Program | None):
         self.output_dir = Path(output_dir)
         self.platform: str = meta["platform"]
         self.backend_type: str = PLATFORMS.get(self.platform, self.platform)
@@ -161,7 +178,6 @@ class CompiledProgram:
         self.chip_callable = ChipCallable(self.lib_path, self.symbol, self.block_num)
         self.runtime_name = RUNTIME_NAME
         self.runtime_config = {"block_num": self.block_num}
-        self.validate_ir = validate_ir
         #: ``"program"``: a task graph the device runs (its orchestration and tasks, one launch);
         #: ``"kernel"``: one kernel function.
         self.kind: str = meta.get("kind", "kernel")
@@ -207,7 +223,31 @@ class CompiledProgram:
             raise PtoLoadError(f"{path}: {_LIB} is missing")
         return cls(path, meta, None)
 
-    load = from_dir
+    load = _ClassOrHandle("from_dir", "_load_now")
+
+    def _load_now(self) -> None:
+        """Load the kernel library now, to find a broken artifact before the first launch.
+
+        This is ``compiled.load()`` (PyPTO's eager load; a launch or
+        ``register`` loads it anyway); ``CompiledProgram.load(path)``, on
+        the class, is :meth:`from_dir`.  It dlopens ``kernel.so`` into this
+        process, as a launch does.
+
+        Raises
+        ------
+        PtoLoadError
+            If the library is missing, cannot be loaded, or lacks the
+            program's entry symbol.
+        """
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL(str(self.lib_path))
+        except OSError as exc:
+            raise PtoLoadError(f"{self.name}: cannot load {self.lib_path} ({exc})") from exc
+        for symbol in filter(None, (self.symbol, self.program_symbol)):
+            if not hasattr(lib, symbol):
+                raise PtoLoadError(f"{self.name}: {self.lib_path} has no symbol {symbol!r}")
 
     def __reduce__(self):
         """Pickle as the artifact; see :func:`_from_artifact` for the receiving side.
@@ -217,7 +257,7 @@ class CompiledProgram:
         dlopens what it built: never unpickle a program from a source
         you do not trust.
         """
-        return (_from_artifact, (self._artifact(), self.validate_ir))
+        return (_from_artifact, (self._artifact(),))
 
     def _artifact(self) -> dict:
         try:
@@ -241,6 +281,50 @@ class CompiledProgram:
         """
         return _dispatch(self, args, stream, config)
 
+    def validate_ir(self, tensors: dict, expected: dict, *, rtol: float = 5e-2, atol: float = 5e-2) -> None:
+        """Run the program after each pass as PyTorch and compare its results with `expected`.
+
+        PyPTO's per-pass check: the program as handed to :func:`compile`,
+        then the program after each pass of the pipeline (the stages
+        ``dump_passes=True`` writes as ``passes_dump/NN_<pass>.txt``), is
+        generated with :func:`pypto_async.debug.torch_codegen` and run on a
+        copy of `tensors`; after each, every tensor `expected` names must be
+        within ``torch.allclose(rtol=, atol=)`` of its golden.  The first
+        stage that fails names the pass that changed the result.  Each stage
+        prints a header and one ``validate tensor: ...`` line per tensor, as
+        PyPTO's does.  The passes run again in memory, so ``dump_passes``
+        is not needed.
+
+        Parameters
+        ----------
+        tensors : dict
+            Every parameter's value by name: a torch tensor (or a numpy
+            array) of its shape and dtype, a number for a scalar.
+        expected : dict
+            Goldens by parameter name, for the tensors to compare.
+        rtol, atol : float
+            The tolerances, as PyPTO's defaults.
+
+        Raises
+        ------
+        PtoInvalidStateError
+            If the handle has no program (:meth:`from_dir`, unpickled).
+        PtoArgumentError
+            If a parameter is missing or not of its shape and dtype, an
+            expected tensor is not a parameter, or a tolerance is negative;
+            checked before any stage runs.
+        AssertionError
+            If a stage's result is off its golden (the message names the
+            stage and the tensor).
+        """
+        from ..debug._validate import validate_stages  # upward: debug generates torch from this IR
+
+        if self.program is None:
+            raise PtoInvalidStateError(f"{self.name}: this handle was rebuilt from {self.output_dir} and has no "
+                                       f"program to run through the passes; validate the handle ir.compile returned")
+        stages = [(f"{i:02d}_{label}", stage) for i, (label, stage) in enumerate(pass_stages(self.program))]
+        validate_stages(stages, tensors, expected, rtol=rtol, atol=atol)
+
     @property
     def orchestration_names(self) -> list[str]:
         """PyPTO's names of separately callable orchestrations: always empty here.
@@ -249,13 +333,15 @@ class CompiledProgram:
         """
         return []
 
-    def build_orch_args(self, *args):
+    def build_orch_args(self, *args, worker=None):
         """Check the call shape and complete `args`: ``(orch_args, coerced, return_style)``.
 
         See :func:`pypto_async.runtime._call.build_orch_args`: ``coerced``
         holds every argument in parameter order (the ``Out`` arrays of a
         return-style call allocated), ``orch_args`` the same as a tuple for
-        ``w.run(compiled, *orch_args)``.
+        ``w.run(compiled, *orch_args)``.  `worker` (PyPTO's: the worker that
+        will dispatch them) may be given or not: the argument slots are made
+        per launch, by whichever worker runs them.
         """
         from ..runtime._call import build_orch_args  # upward: the runtime is optional for compiling
 
@@ -275,6 +361,32 @@ class CompiledProgram:
         """The artifact directory, for code that takes what ``ir.compile`` returns as a path (PyPTO's older form)."""
         return str(self.output_dir)
 
+    def __str__(self) -> str:
+        """The artifact directory, as PyPTO's (``os.path.join(str(compiled), "kernel.c")``)."""
+        return str(self.output_dir)
+
+    def __eq__(self, other) -> bool:
+        """Whether `other` is a handle of, or a path to, the same artifact directory (PyPTO's equality)."""
+        if isinstance(other, CompiledProgram):
+            return self.output_dir == other.output_dir
+        if isinstance(other, (str, os.PathLike)):
+            return str(self.output_dir) == os.fspath(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.output_dir)
+
+    def __getitem__(self, name: str):
+        """PyPTO's ``compiled[<orchestration>]``: there are none here (:attr:`orchestration_names` is empty).
+
+        Raises
+        ------
+        KeyError
+            Always, naming the program: call the handle itself.
+        """
+        raise KeyError(f"{self.name} has no orchestration {name!r}: a program here has one entry; call the "
+                       f"handle itself (orchestration_names is empty)")
+
     def __repr__(self) -> str:
         return (
             f"<CompiledProgram {self.name} platform={self.platform!r} blocks={self.block_num} "
@@ -282,7 +394,7 @@ class CompiledProgram:
         )
 
 
-def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram:
+def _from_artifact(artifact: dict, *_older) -> CompiledProgram:
     """Rebuild a pickled program through this process's kernel cache.
 
     The entry a local :func:`compile` made for the same IR, compiler, flags
@@ -294,7 +406,8 @@ def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram
     what a later local :func:`compile` runs.
 
     This runs the compiler command the metadata names on the carried source;
-    a program from an untrusted source must not be unpickled.
+    a program from an untrusted source must not be unpickled.  (`_older`: a
+    flag earlier versions pickled too, ignored.)
 
     Raises
     ------
@@ -314,12 +427,12 @@ def _from_artifact(artifact: dict, validate_ir: bool = False) -> CompiledProgram
     root = cache_dir() / "kernels"
     local = root / _cache_key(meta["ir_hash"], meta["symbol"], cc, flags, meta["platform"])
     if _holds(local, artifact, meta):
-        return CompiledProgram(local, meta, None, validate_ir=validate_ir)
+        return CompiledProgram(local, meta, None)
     entry = root / _received_key(local.name, artifact["source"], artifact["ir_text"], meta)
     got = _entry_meta(entry, meta["ir_hash"], meta["symbol"])
     if got is None:
         got = _publish(root, entry, artifact["source"], artifact["ir_text"], meta, cc, flags)
-    return CompiledProgram(entry, got, None, validate_ir=validate_ir)
+    return CompiledProgram(entry, got, None)
 
 
 def _holds(entry: Path, artifact: dict, meta: dict) -> bool:
@@ -687,7 +800,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     cc : str, optional
         The C compiler command (default ``$CC`` or ``cc``).
     validate_ir : bool, optional
-        Stored on the handle; per-pass semantic comparison is not done here.
+        Accepted, no effect: the per-pass comparison is
+        ``compiled.validate_ir(tensors, expected)``, which needs no option.
     dump_passes : bool or int, optional
         Write the program after each pass as ``passes_dump/NN_<pass>.txt``
         in the handle's directory (``00_input.txt`` is the program as handed
@@ -741,7 +855,10 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     kwargs = dict(kwargs)
     flags = _flags_from(kwargs)
     cc_text = kwargs.pop("cc", None) or os.environ.get("CC") or "cc"
-    validate_ir = bool(kwargs.pop("validate_ir", False))
+    validate_ir = kwargs.pop("validate_ir", False)
+    if validate_ir is not None and not isinstance(validate_ir, bool):
+        raise PtoArgumentError("ir.compile: validate_ir must be a bool; call compiled.validate_ir(tensors, "
+                               "expected) for the per-pass comparison")
     options = _pypto_options(kwargs, platform)
     if kwargs:
         raise PtoArgumentError(f"ir.compile: unknown options {sorted(kwargs)}")
@@ -778,7 +895,7 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         _write_pass_dumps(target, dumps)
     if options["profiling"]:
         _write_profile(target, lowered.name, times)
-    return CompiledProgram(target, meta, program, validate_ir=validate_ir)
+    return CompiledProgram(target, meta, program)
 
 
 def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:
@@ -837,16 +954,28 @@ def _pypto_options(kwargs: dict, platform: str) -> dict:
     return {"dump_passes": bool(dump), "profiling": bool(profiling)}
 
 
-def _lower(program: Program, dump: bool) -> tuple[Program, list[tuple[str, str]]]:
-    """Run the pass pipeline; with `dump`, also the program's text after each pass."""
-    if not dump or program.stage == "lowered":
-        lowered = run_passes(program)
-        return lowered, ([("input", format_program(lowered))] if dump else [])
-    dumps = [("input", format_program(program))]
+def pass_stages(program: Program) -> list[tuple[str, Program]]:
+    """The program as compiled and after each pass: ``[("input", program), (pass name, program), ...]``.
+
+    A traced program goes through every pass of :data:`PIPELINE`; a lowered
+    one has one stage, the program as :func:`run_passes` checks it.  These
+    are what ``dump_passes`` prints and ``CompiledProgram.validate_ir`` runs.
+    """
+    if program.stage == "lowered":
+        return [("input", run_passes(program))]
+    stages = [("input", program)]
     for p in PIPELINE:
         program = p(program)
-        dumps.append((getattr(p, "__name__", "pass").lstrip("_"), format_program(program)))
-    return replace(program, stage="lowered"), dumps
+        stages.append((getattr(p, "__name__", "pass").lstrip("_"), program))
+    return stages
+
+
+def _lower(program: Program, dump: bool) -> tuple[Program, list[tuple[str, str]]]:
+    """Run the pass pipeline; with `dump`, also the program's text after each pass."""
+    if not dump:
+        return run_passes(program), []
+    stages = pass_stages(program)
+    return replace(stages[-1][1], stage="lowered"), [(label, format_program(p)) for label, p in stages]
 
 
 def _write_pass_dumps(target: Path, dumps: list[tuple[str, str]]) -> None:

@@ -20,14 +20,12 @@ backend imports), and the kernel raises PtoNotSupported when it is compiled.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 
 from .._dtypes import StorageDType, storage_only
+from .._user_frame import user_frame
 
 __all__ = ["defining_scope", "evaluate"]
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _names(fn) -> set[str]:
@@ -51,9 +49,7 @@ def defining_scope(fn) -> dict:
     names = _names(fn)
     if not names:
         return {}
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
+    frame = user_frame(sys._getframe(1))
     scope: dict = {}
     while frame is not None and frame.f_code.co_name != "<module>":  # a module's names are the globals
         local = frame.f_locals

@@ -18,6 +18,8 @@ packed predicate mask).
 
 from __future__ import annotations
 
+import math
+
 from .._dtypes import BOOL
 from ..ir._infer import check_matmul_acc, compile_error
 from ..ir._nodes import ACC_PHASES, CMP_TYPES, Binary, Compare, Const, Full, Matmul, MatmulAcc, Select, Unary
@@ -405,6 +407,81 @@ def sum(x, axis=-1, keep_dim=True) -> Tile:  # noqa: A001
     if keep_dim:
         return out
     return reshape(out, [t.shape[0] if axis in (-1, 1) else t.shape[1]])
+
+
+def tensor_view(tensor, shape=None, valid_shape=None, *, layout=None):
+    """PyPTO's ``pl.tensor.view``: the tensor's elements read as ``shape`` (row-major), or as ``layout``.
+
+    At least one of ``shape`` and ``layout`` is given.  ``shape`` keeps the
+    element count (row-major order, canonical strides: ``pl.reshape``'s
+    values); ``layout=pl.TensorLayout.DN`` reads the same memory
+    column-major in the trailing pair, so ``view(x, layout=DN)`` of an
+    ``[8, 4]`` tensor is ``[4, 8]``, element ``[i, j]`` being ``x[j, i]``
+    (with ``shape=[..., a, b]`` too: element ``[..., i, j]`` is flat element
+    ``i + j * a`` of its matrix).  ``ND`` is the row-major reading, ``NZ`` is
+    refused.  ``valid_shape`` (with ``shape``) marks a leading box of the
+    result as its data, as ``pl.set_validshape`` (2-D results only).
+
+    Inside a region the result is the tile of those values (the tensor
+    loaded whole); in a program's orchestration it is a tensor to pass to
+    kernels, written by a task of its own and read-only, as ``pl.reshape``
+    there (PyPTO's is a view of the same bytes, writable).  The old
+    window form, ``pl.view(tensor, shape, offset)``, is :func:`view`.
+    """
+    current("pl.tensor.view")
+    loc = user_loc()
+    from ._layout import reshape, transpose
+    from ._program import in_orchestration, orchestration_view
+    from ._view import TensorLayout
+
+    if not isinstance(tensor, TensorArg):
+        raise compile_error(f"pl.tensor.view: expected a tensor, got {tensor!r} (pl.reshape a tile)", loc)
+    if layout is not None and not isinstance(layout, TensorLayout):
+        raise compile_error(f"pl.tensor.view: layout must be a pl.TensorLayout (ND or DN), got {layout!r}", loc)
+    if layout is TensorLayout.NZ:
+        raise compile_error("pl.tensor.view: layout must be ND or DN, not NZ (a fractal layout is a tile's)", loc)
+    if shape is None and layout is None:
+        raise compile_error("pl.tensor.view needs shape= or layout= (or both)", loc)
+    if valid_shape is not None and shape is None:
+        raise compile_error("pl.tensor.view: valid_shape= needs shape=", loc)
+    column_major = layout is TensorLayout.DN
+    src = [int(d) for d in tensor.shape]
+    if shape is None:
+        if len(src) < 2:
+            raise compile_error(f"pl.tensor.view(layout=DN) needs a tensor of rank 2 or more, got {src}", loc)
+        target = src[:-2] + [src[-1], src[-2]]
+    else:
+        target = list(shape)
+        if not target or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in target):
+            raise compile_error(f"pl.tensor.view: shape must be positive ints (rank 1 or more), got {target}", loc)
+        if math.prod(target) != math.prod(src):
+            raise compile_error(f"pl.tensor.view: shape {target} holds {math.prod(target)} elements, the tensor "
+                                f"{src} {math.prod(src)}", loc)
+        if column_major and len(target) < 2:
+            raise compile_error(f"pl.tensor.view(layout=DN) needs a shape of rank 2 or more, got {target}", loc)
+    if valid_shape is not None:
+        valid_shape = list(valid_shape)
+        if len(target) != 2 or len(valid_shape) != 2:
+            raise compile_error(f"pl.tensor.view: valid_shape= is taken for a 2-D view, got shape {target} and "
+                                f"valid_shape {valid_shape}", loc)
+
+    def build(tile):
+        if column_major:  # each matrix read column-major: the transpose of the row-major [.., b, a]
+            out = transpose(reshape(tile, target[:-2] + [target[-1], target[-2]]), -2, -1)
+        else:
+            out = reshape(tile, target)
+        if valid_shape is not None:
+            from ._ops_compose import set_validshape
+
+            out = set_validshape(out, *valid_shape)
+        return out
+
+    if in_orchestration(tensor):
+        if valid_shape is not None:
+            raise compile_error("pl.tensor.view: valid_shape= in the orchestration is not supported here; give "
+                                "the extent where a kernel loads the view (pl.load(..., valid_shapes=))", loc)
+        return orchestration_view("view", tensor, target, build)
+    return build(tensor)
 
 
 def view(tensor, shape, offset) -> TensorArg:

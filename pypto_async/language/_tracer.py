@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from pathlib import Path
 
 from .._scalars import is_int
+from .._user_frame import user_frame
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
 from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
@@ -33,19 +33,13 @@ __all__ = [
     "index_max",
 ]
 
-_PKG_DIR = str(Path(__file__).resolve().parent.parent)
 _state = threading.local()
 
 
 def user_loc() -> Loc | None:
     """Return the location of the innermost caller outside pypto_async."""
-    f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR):
-            return Loc(fn, f.f_lineno)
-        f = f.f_back
-    return None
+    f = user_frame(sys._getframe(1))
+    return None if f is None else Loc(f.f_code.co_filename, f.f_lineno)
 
 
 class Tracer:

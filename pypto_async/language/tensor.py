@@ -16,6 +16,10 @@ and ``pl.tensor.dim`` in orchestration code).  Here:
   tensor view; no data moves).  ``valid_shape=`` marks a leading box of it
   as its data: loads from it are partial there, as ``pl.load(...,
   valid_shape=)``.
+* ``view(t, shape=None, valid_shape=None, *, layout=None)`` is PyPTO's
+  reinterpreting view: ``t``'s elements read as ``shape`` (row-major) or,
+  with ``layout=pl.TensorLayout.DN``, column-major in the trailing pair (see
+  :func:`._ops_extended.tensor_view`).  The older window form is ``pl.view``.
 * ``create`` / ``create_tensor`` is ``pl.create_tensor``; ``assemble`` is
   ``pl.assemble`` (a tile into a tensor).
 * The element-wise, reduction, broadcast and layout ops are the top-level
@@ -72,7 +76,8 @@ from ._ops import (
     sub,
     subs,
 )
-from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, view, xor, xors
+from ._ops_extended import and_, ands, cmp, expands, not_, or_, ors, shl, shls, shr, shrs, xor, xors
+from ._ops_extended import tensor_view as view
 from ._program import create_tensor, window
 from ._ops_gather import gather, gather_row, paged_gather, scatter, scatter_update
 from ._runtime_scalars import read

@@ -27,7 +27,7 @@ from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
 __all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried", "service", "on_readable", "serve_ready",
-           "settle", "cancel", "drop_queued", "fail_pending"]
+           "reset_kept_fd", "settle", "cancel", "drop_queued", "fail_pending"]
 
 _cq_drain = lib.pto_cq_drain
 _cq_drain_keep = lib.pto_cq_drain_keep
@@ -37,6 +37,35 @@ _EDEP = -PTO_EDEP
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+
+
+def _take(q: CommandQueue, most: int, keep_fd: bool) -> int:
+    """Move up to `most` ready records into ``q.cq``; return how many (negative: a lost device).
+
+    The one place ``q.fd_kept`` is written.  With `keep_fd`
+    (``pto_cq_drain_keep``) the completion fd is left as it is, perhaps
+    signalled for records already taken, and ``q.fd_kept`` says so until a
+    plain drain (``pto_cq_drain``, which resets the fd once the queue is
+    empty) clears it: :func:`reset_kept_fd` is what a pump runs before a task
+    suspends.
+    """
+    if keep_fd:
+        q.fd_kept = True
+        return _cq_drain_keep(q.dev, q.cq, most)
+    q.fd_kept = False
+    return _cq_drain(q.dev, q.cq, most)
+
+
+def reset_kept_fd(q: CommandQueue) -> None:
+    """Before a task suspends for a record: if an in-line drain left the fd signalled, service now.
+
+    The drain resets the fd (and resolves what arrived meanwhile), so the
+    loop wakes for the record the task waits for, not at once for nothing.
+    Both pumps run it on their way to suspending; it costs one attribute
+    read when no drain kept the fd.  Takes the lock when it acts.
+    """
+    if q.fd_kept:
+        on_readable(q)
 
 
 def drain(q: CommandQueue, keep_fd: bool = False) -> int:
@@ -49,10 +78,7 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
     a drain in line on the pump's thread (:func:`serve_ready`).
     """
     buf = q.cq
-    dev = q.dev
-    drain_cq = _cq_drain_keep if keep_fd else _cq_drain
-    n = drain_cq(dev, buf, BATCH)
-    q.fd_kept = keep_fd
+    n = _take(q, BATCH, keep_fd)
     if n <= 0:
         return 0  # nothing ready (or a lost device): nothing set up, nothing counted
     view = q.cq_view
@@ -83,7 +109,7 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
                     owner._ok(rec.start_ns, rec.end_ns)
         if n < BATCH or batches == _MAX_BATCHES:
             break
-        n = drain_cq(dev, buf, BATCH)
+        n = _take(q, BATCH, keep_fd)
         if n <= 0:
             break
     q.completions += total
@@ -195,8 +221,7 @@ def serve_ready(q: CommandQueue) -> None:
         if not q.alive():
             return
         buf = q.cq
-        q.fd_kept = True
-        if _cq_drain_keep(q.dev, buf, 1) == 1:
+        if _take(q, 1, True) == 1:
             # The commonest: one record, the awaited launch's (drain's loop for one, written out).
             rec = buf[0]
             owner = q.pending.pop(rec.token, None)

@@ -14,6 +14,11 @@ Some facts the pumps rest on (see ``native/include/pto_driver.h``):
   nothing to it, and the pump's callback, at the loop's next look, drains and
   resets it.  A task awaiting launch after launch so costs no eventfd write
   and read per record, for at most one wake-up of the loop that finds nothing.
+  ``q.fd_kept`` records that the fd was left so; only ``_complete._take``
+  writes it, and a task about to suspend runs ``_complete.reset_kept_fd``
+  first.  Either pump's callback (``on_readable``) drains with the reset, so
+  the fd ends reset by the loop's next look under asyncio and trio alike;
+  only the asyncio pump drains in line (trio's awaits suspend in ``wait``).
 
 A pump's only job is to call ``_complete.on_readable(worker._queue)`` (which drains records
 in batches, resolves their futures, and moves stream backlogs on) on the thread

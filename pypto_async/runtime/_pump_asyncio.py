@@ -10,7 +10,7 @@ from asyncio import _get_running_loop  # None outside a loop: no exception to ca
 
 from .._driver import lib
 from ..errors import PtoInvalidStateError
-from ._complete import on_readable, serve_ready
+from ._complete import on_readable, reset_kept_fd, serve_ready
 from ._pump import _LoopPump, _prune
 
 __all__ = ["AsyncioPump"]
@@ -73,12 +73,11 @@ class AsyncioPump(_LoopPump):
             serve_ready(q)
             if launch._done:
                 return launch._until(False)
-        if q.fd_kept:
-            # About to suspend: reset the fd that in-line drains left signalled, so the loop
-            # wakes for this launch's record (as it did before), not at once for nothing.
-            on_readable(q)
-            if launch._done:
-                return launch._until(False)
+        # About to suspend: reset the fd if in-line drains left it signalled, so the loop wakes
+        # for this launch's record, not at once for nothing.
+        reset_kept_fd(q)
+        if launch._done:
+            return launch._until(False)
         self.streak = 0
         fut = loop.create_future()
         waiters = launch._owaiters

@@ -155,7 +155,7 @@ class CommandQueue:
         self.loop_warned: set[str] = set()
         self.cq = ffi.new("pto_completion[]", BATCH)
         self.cq_view = cq_view(self.cq)  # the same memory, read column-wise by the drain
-        self.fd_kept = False  # a drain left the completion fd signalled (_complete.serve_ready)
+        self.fd_kept = False  # an in-line drain left the completion fd signalled (written by _complete._take only)
         # What a worker sync looks at (_stream.sync_point), by stream id: the streams given work since
         # the last one (_submit.note_used), and those whose marker of it has not completed healthy
         # (-> that marker's token).

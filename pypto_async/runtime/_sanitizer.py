@@ -12,17 +12,15 @@ what conflicts; this module names the sides and reports.
 
 from __future__ import annotations
 
-import pathlib
 import sys
 import traceback
 import warnings
 
 from .._driver import ffi
+from .._user_frame import user_frame
 from ..errors import PtoRaceError
 
 __all__ = ["Sanitizer", "describe", "tensor_name", "address"]
-
-_PACKAGE = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
 class Sanitizer:
@@ -51,9 +49,7 @@ class Sanitizer:
 
     def site(self) -> str:
         """The user's call site: file:line of the first frame outside pypto_async (or its stack)."""
-        f = sys._getframe(2)
-        while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
-            f = f.f_back
+        f = user_frame(sys._getframe(2))
         if f is None:
             return "<unknown>"
         if self.stacks:

@@ -20,13 +20,12 @@ completes once every token handed out before it has left the token map.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 import warnings
 
 from .._driver import lib
+from .._user_frame import user_stacklevel
 from ..errors import PtoClosedError, PtoTimeout
 from ._checks import check_timeout
 from ._complete import service
@@ -36,7 +35,6 @@ from ._queue import CommandQueue
 __all__ = ["add_sync_point", "drive", "block_until"]
 
 _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def add_sync_point(q: CommandQueue, point) -> None:
@@ -121,17 +119,7 @@ def _warn_loop_blocked(q: CommandQueue) -> None:
         text = (f"this ChipWorker is in sync mode, so its launches and waits block the {loop} "
                 "event loop running on this thread: open it with `async with ChipWorker(...)` "
                 "or `await worker.open()`, then await its launches")
-    warnings.warn(text, RuntimeWarning, stacklevel=_caller_stacklevel())
-
-
-def _caller_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside pypto_async."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
-        frame = frame.f_back
-        level += 1
-    return level
+    warnings.warn(text, RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def _block_foreign(q: CommandQueue, obj, entry: bool, predicate, timeout) -> bool:

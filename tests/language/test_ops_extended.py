@@ -538,6 +538,85 @@ def test_view_outside_its_tensor_is_an_error():
     assert_at(ei, where[0], "dimension 0 window [8..8] + 16 is outside [0, 16]")
 
 
+# ---- pl.tensor.view: PyPTO's reinterpreting view (shape=, valid_shape=, layout=) ------------------------
+
+
+def _strided(x, shape, strides):
+    """What PyPTO's view reads: `x`'s memory at element strides `strides` (torch's as_strided, as a numpy array)."""
+    return torch.from_numpy(np.ascontiguousarray(x)).flatten().as_strided(shape, strides).numpy()
+
+
+def test_tensor_view_reads_the_memory_as_its_shape_and_layout(launcher, rng):
+    x = rng.standard_normal((8, 12)).astype(np.float32)
+    flat, dn, dn_shaped, part = poison((4, 24)), poison((12, 8)), poison((6, 16)), poison((4, 24))
+    DN = pl.TensorLayout.DN
+
+    @pl.jit
+    def k(x: pl.Tensor[[8, 12], pl.FP32], flat: pl.Out[pl.Tensor[[4, 24], pl.FP32]],
+          dn: pl.Out[pl.Tensor[[12, 8], pl.FP32]], dn_shaped: pl.Out[pl.Tensor[[6, 16], pl.FP32]],
+          part: pl.Out[pl.Tensor[[4, 24], pl.FP32]]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.tensor.view(x, [4, 24]), [0, 0], flat)                     # shape: row-major
+            pl.store(pl.tensor.view(x, layout=DN), [0, 0], dn)                     # layout only: [12, 8]
+            pl.store(pl.tensor.view(x, [6, 16], layout=DN), [0, 0], dn_shaped)     # both
+            pl.store(pl.tensor.view(x, [4, 24], [2, 24], layout=pl.TensorLayout.ND), [0, 0], part)
+
+    args = (x, flat, dn, dn_shaped, part)
+    launcher.run(k.compile(*args), *args)
+    np.testing.assert_array_equal(flat, _strided(x, (4, 24), (24, 1)))
+    np.testing.assert_array_equal(dn, _strided(x, (12, 8), (1, 12)))  # PyPTO's DN strides: [1, rows]
+    np.testing.assert_array_equal(dn, x.T)
+    np.testing.assert_array_equal(dn_shaped, _strided(x, (6, 16), (1, 6)))
+    np.testing.assert_array_equal(part[:2], x.reshape(4, 24)[:2])  # valid_shape: only the leading box is data
+    assert np.isnan(part[2:]).all()
+
+
+@pl.program
+class _ViewsInTheOrchestration:
+    @pl.function(type=pl.FunctionType.InCore)
+    def add(self, a: pl.Tensor[[12, 8], pl.FP32], b: pl.Tensor[[12, 8], pl.FP32],
+            c: pl.Out[pl.Tensor[[12, 8], pl.FP32]]) -> pl.Tensor[[12, 8], pl.FP32]:
+        return pl.store(pl.add(pl.load(a, [0, 0], [12, 8]), pl.load(b, [0, 0], [12, 8])), [0, 0], c)
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, flat: pl.Tensor[[96], pl.FP32], m: pl.Tensor[[8, 12], pl.FP32],
+             c: pl.Out[pl.Tensor[[12, 8], pl.FP32]]):
+        a = pl.tensor.view(flat, [12, 8])
+        b = pl.tensor.view(m, layout=pl.TensorLayout.DN)
+        c = self.add(a, b, c)
+        return c
+
+
+def test_tensor_view_in_the_orchestration_feeds_a_kernel(launcher, rng):
+    c = ir.compile(_ViewsInTheOrchestration)
+    assert [t.name for t in c.task_graph.tasks] == ["view_flat", "view_m", "add"]
+    flat, m, out = (rng.standard_normal((96,)).astype(np.float32), rng.standard_normal((8, 12)).astype(np.float32),
+                    poison((12, 8)))
+    launcher.run(c, flat, m, out)
+    np.testing.assert_array_equal(out, flat.reshape(12, 8) + m.T)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda a: pl.tensor.view(a), "needs shape= or layout="),
+    (lambda a: pl.tensor.view(a, valid_shape=[8, 16], layout=pl.TensorLayout.ND), "valid_shape= needs shape="),
+    (lambda a: pl.tensor.view(a, layout=pl.TensorLayout.NZ), "layout must be ND or DN, not NZ"),
+    (lambda a: pl.tensor.view(a, layout="DN"), "layout must be a pl.TensorLayout"),
+    (lambda a: pl.tensor.view(a, [8, 16]), "shape [8, 16] holds 128 elements, the tensor [16, 16] 256"),
+    (lambda a: pl.tensor.view(a, [256], layout=pl.TensorLayout.DN), "needs a shape of rank 2 or more"),
+    (lambda a: pl.tensor.view(a, [0, 16]), "shape must be positive ints"),
+    (lambda a: pl.tensor.view(pl.load(a, [0, 0], [16, 16]), [256]), "expected a tensor"),
+])
+def test_tensor_view_errors_name_the_call(call, message):
+    @pl.jit
+    def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(call(a), [0, 0], out)
+
+    with pytest.raises(PtoCompileError) as ei:
+        k.lower(XF, XF)
+    assert_at(ei, call.__code__.co_firstlineno, "pl.tensor.view", message)  # the line of the call
+
+
 # ---- PyPTO's coverage-smoke style: one kernel using every op ------------------------------------------
 
 

@@ -228,3 +228,104 @@ def test_awaits_of_finished_launches_yield_once_a_slice_not_once_a_look(kernels,
             return len(yields)
 
     assert low <= asyncio.run(main()) <= high
+
+
+# -- the kept fd: one owner of q.fd_kept, the same under both pumps ---------------------------------------
+
+
+def test_only_the_take_writes_the_kept_flag_and_the_pumps_only_reset_it():
+    # The rule is written once: _complete._take sets and clears q.fd_kept, reset_kept_fd reads it;
+    # no pump (nor anything else) writes it.
+    import inspect
+    import pathlib
+
+    from pypto_async.runtime import _complete
+
+    root = pathlib.Path(_complete.__file__).parent.parent
+    writers = sorted((p.name, line.split("#")[0].strip()) for p in sorted(root.rglob("*.py"))
+                     for line in p.read_text().splitlines() if "fd_kept =" in line.split("#")[0])
+    assert writers == [("_complete.py", "q.fd_kept = False"), ("_complete.py", "q.fd_kept = True"),
+                       ("_queue.py", "self.fd_kept = False")], writers  # the last: the queue's initial value
+    assert "q.fd_kept = " in inspect.getsource(_complete._take)
+
+
+async def _turn(flavour):
+    if flavour == "trio":
+        import trio
+
+        await trio.sleep(0)
+    else:
+        await asyncio.sleep(0)
+
+
+def _run_flavour(flavour, main):
+    if flavour == "trio":
+        trio = pytest.importorskip("trio")
+        return trio.run(main)
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavour", ["asyncio", "trio"])
+def test_a_kept_fd_is_reset_by_the_loop_under_either_pump(kernels, flavour):
+    """serve_ready leaves the fd signalled (q.fd_kept); the loop's next look resets it; a held launch's record still wakes its task."""
+    from pypto_async.runtime._complete import reset_kept_fd, serve_ready
+
+    rng = np.random.default_rng(266)
+
+    async def main():
+        async with ChipWorker(RunConfig(**CONFIG)) as w:
+            q, fd = w._queue, lib.pto_cq_fd(w._dev)
+            add = w.register(kernels.get("add", N))
+            x = rng.standard_normal(N).astype(np.float32)
+            a = w.alloc_tensor(N, np.float32, init=x)
+            out = w.alloc_tensor(N, np.float32)
+            await add(a, a, out)
+            await w.wait()
+            for _ in range(100):  # the loop's looks at the fd reset it
+                if not _readable(fd):
+                    break
+                await _turn(flavour)
+            assert not _readable(fd) and not q.fd_kept
+            first = add(a, a, out)  # host_first="always": its record is pushed as it is launched
+            for _ in range(100):
+                if lib.pto_cq_ready(w._dev):
+                    break
+                await _turn(flavour)
+            serve_ready(q)  # in line, keeping the fd: resolved, the fd left signalled
+            assert first.done() and q.fd_kept and _readable(fd)
+            for _ in range(100):
+                if not q.fd_kept:
+                    break
+                await _turn(flavour)
+            assert not q.fd_kept and not _readable(fd)  # the pump's callback drained with the reset
+            reset_kept_fd(q)  # nothing kept: nothing to do
+            assert not q.fd_kept and not _readable(fd)
+            await w.copy(out, np.full(N, np.nan, np.float32))  # poisoned
+            with hold(w.default_stream) as latch:
+                held = add(a, a, out)
+                if flavour == "trio":
+                    import trio
+
+                    async with trio.open_nursery() as nursery:
+                        done = []
+
+                        async def waiter():
+                            done.append(await held)
+
+                        nursery.start_soon(waiter)
+                        for _ in range(20):
+                            await trio.sleep(0)
+                        assert not done
+                        latch.release()
+                else:
+                    task = asyncio.ensure_future(held.wait())
+                    for _ in range(20):
+                        await asyncio.sleep(0)
+                    assert not task.done()
+                    latch.release()
+                    await asyncio.wait_for(task, 60)
+            host = np.full(N, np.nan, np.float32)
+            await w.copy(host, out)
+            np.testing.assert_array_equal(host, x + x)
+
+    _run_flavour(flavour, main)
