@@ -260,6 +260,24 @@ static bool host_serve(pto_device *dev, bool *serve)
 }
 
 /*
+ * A blocking wait's sleep (cq_lock held): until deadline (0: none), and
+ * while keeps are recent at most until the waiter's next look at the kept
+ * runs (engines.c, pti_kept_watch: it watches those a scheduler thread
+ * keeps); *watched is set once it watched.  ETIMEDOUT only at deadline.
+ */
+static int cq_sleep(pto_device *dev, uint64_t deadline, bool *watched)
+{
+    uint64_t until = deadline;
+    bool watch = pti_kept_watch(dev, &until);
+    int rc = pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, until);
+    if (!watch)
+        return rc;
+    pti_kept_unwatch(dev);
+    *watched = true;
+    return rc && deadline && pto_now_ns() >= deadline ? rc : 0;
+}
+
+/*
  * pto_cq_wait - block until a record is ready.
  *
  * Returns 0, -PTO_ETIMEDOUT, or -PTO_EDEVLOST / -PTO_ECLOSED when the device
@@ -271,7 +289,7 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
         return pti_error(PTO_EINVAL, "pto_cq_wait: NULL device");
     uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
-    bool serve = true;
+    bool serve = true, watched = false;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     while (dev->cq_head == dev->cq_tail) {
@@ -285,13 +303,15 @@ int pto_cq_wait(pto_device *dev, int64_t timeout_us)
         }
         if (host_serve(dev, &serve))
             continue; /* look for records again: work may have run, on this thread or another */
-        if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+        if (cq_sleep(dev, deadline, &watched)) {
             rc = pti_error(PTO_ETIMEDOUT, "pto_cq_wait: no completion within %lld us",
                            (long long)timeout_us);
             break;
         }
         serve = true;
     }
+    if (watched)
+        pti_kept_leave(dev); /* before cq_waiters--: close frees the device once no waiter is left */
     dev->cq_waiters--;
     pthread_mutex_unlock(&dev->cq_lock);
     return rc;
@@ -312,7 +332,7 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         return pti_error(PTO_EINVAL, "pto_wait_token: token 0 never has a record");
     uint64_t deadline = pti_deadline_after_us(timeout_us);
     int rc = 0;
-    bool serve = true;
+    bool serve = true, watched = false;
     pthread_mutex_lock(&dev->cq_lock);
     dev->cq_waiters++;
     uint64_t scanned = dev->cq_head; /* index of the next record to look at */
@@ -341,13 +361,15 @@ int pto_wait_token(pto_device *dev, uint64_t token, int64_t timeout_us, pto_comp
         }
         if (host_serve(dev, &serve))
             continue; /* look for records again: work may have run, on this thread or another */
-        if (pti_cond_wait_until(&dev->cq_cv, &dev->cq_lock, deadline)) {
+        if (cq_sleep(dev, deadline, &watched)) {
             rc = pti_error(PTO_ETIMEDOUT, "pto_wait_token: token %llu not completed within %lld us",
                            (unsigned long long)token, (long long)timeout_us);
             break;
         }
         serve = true;
     }
+    if (watched)
+        pti_kept_leave(dev); /* before cq_waiters--: close frees the device once no waiter is left */
     dev->cq_waiters--;
     pthread_mutex_unlock(&dev->cq_lock);
     return rc;

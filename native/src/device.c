@@ -137,6 +137,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     atomic_init(&dev->runnable, -1);
     atomic_init(&dev->runnable_ns, 0);
     atomic_init(&dev->last_kept_ns, 0);
+    atomic_init(&dev->kept_watchers, 0);
     /* Kept open: a pread costs a third of an open, read and close (engines.c, machine_runnable). */
     dev->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     /* A program's intermediates: ring_heap bytes when set, else only device memory bounds them. */

@@ -520,16 +520,41 @@ static bool long_command(const pto_device *dev, const struct pto_run *r);
  * The backstop.  A helper or host thread keeps work judged short from its
  * last run; this time it may run long, and the rest of its queue would wait
  * for it while an engine sleeps.  So each kept run marks its claimed engine
- * (kept_ns, one store before and after), and the scheduler thread's timed
- * wait checks the marks: a run kept past its budget with work queued behind
- * it gets a sleeping engine woken for that work (pti_backstop).  A keeper
- * that leaves work queued behind it wakes the scheduler thread only if that
- * thread sleeps past the budget (sched_sleep_until); never a spin.
+ * (kept_ns, one store before and after), and a watcher checks the marks: a
+ * run kept past its budget with work queued behind it gets a sleeping
+ * engine woken for that work (pti_backstop, the one place that wakes one).
+ * Every kept run with work behind has a watcher that looks by its budget
+ * (kept_begin):
+ *
+ *   - a run a device or host thread keeps: the scheduler thread's timed
+ *     wait; the keeper wakes that thread only if it sleeps past the budget
+ *     and its poll (sched_sleep_until); never a spin;
+ *   - a run a scheduler thread keeps (engine_help after its pass), which
+ *     that thread's wait cannot watch: a host thread blocked in a
+ *     completion wait while keeps are recent (pti_kept_watch; it sleeps at
+ *     most PTI_KEPT_POLL_NS, as the scheduler thread does, and hands what it
+ *     watched to the engines when it returns: pti_kept_leave); with none
+ *     (a host waiting on the completion fd, or a quiet spell before), the
+ *     backstop fires as the run is taken: nobody would look at it.
  */
 static uint64_t kept_budget_ns(const pto_device *dev)
 {
     uint64_t ns = (uint64_t)dev->cfg.inline_us * 1000ull;
     return ns < 20000ull ? 20000ull : ns;
+}
+
+/* Wake an engine for the work behind x's kept run k (no lock held), once per kept run. */
+static void backstop_fire(pto_device *dev, struct pto_engine *x, uint64_t k)
+{
+    uint64_t was = atomic_load_explicit(&x->backstopped, memory_order_relaxed);
+    if (was == k || !atomic_compare_exchange_strong(&x->backstopped, &was, k))
+        return; /* another watcher fired for it: the woken engine takes the rest */
+    bool copy = x->is_copy;
+    pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
+    pthread_mutex_lock(mu);
+    if (atomic_load_explicit(&x->kept_ns, memory_order_relaxed) == k)
+        wake_queue(dev, copy);
+    pthread_mutex_unlock(mu);
 }
 
 /*
@@ -545,20 +570,31 @@ static uint64_t kept_begin(pto_device *dev, struct pto_engine *x, uint32_t behin
         now = pto_now_ns();
     if (atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed) + 100000ull < now)
         atomic_store_explicit(&dev->last_kept_ns, now, memory_order_relaxed); /* at most one store per 100 us */
+    bool sched = tl_sched_dev == dev;
+    atomic_store_explicit(&x->kept_by_sched, sched, memory_order_relaxed); /* published by the store of kept_ns */
     if (!behind) {
         atomic_store_explicit(&x->kept_ns, now, memory_order_relaxed);
         return now;
     }
-    /* seq_cst, and sched_sleep_until read after: pairs with pti_sched_main's store of it, then its scan. */
+    /*
+     * seq_cst, and the watchers read after: pairs with pti_sched_main's
+     * store of sched_sleep_until (pti_kept_watch's count of kept_watchers),
+     * then its scan of the marks.
+     */
     atomic_store(&x->kept_ns, now);
+    if (sched) {
+        /* A host thread blocked in a completion wait looks within its poll; else nobody would. */
+        if (!atomic_load(&dev->kept_watchers))
+            backstop_fire(dev, x, now);
+        return now;
+    }
     /*
      * It sleeps past the budget and its poll (keeps were not recent when it
      * went to sleep): it rearms for this run.  While keeps are recent it
      * sleeps at most PTI_KEPT_POLL_NS (pti_sched_main): the backstop then
      * comes within budget + poll, and a burst's keeper wakes nobody.
      */
-    if (tl_sched_dev != dev &&
-        atomic_load(&dev->sched_sleep_until) > now + kept_budget_ns(dev) + PTI_KEPT_POLL_NS)
+    if (atomic_load(&dev->sched_sleep_until) > now + kept_budget_ns(dev) + PTI_KEPT_POLL_NS)
         pti_sched_wake(dev, false);
     return now;
 }
@@ -568,7 +604,12 @@ static void kept_end(struct pto_engine *x)
     atomic_store_explicit(&x->kept_ns, 0, memory_order_relaxed);
 }
 
-uint64_t pti_backstop(pto_device *dev, uint64_t now)
+/*
+ * Scan the marks: fire for each run kept past its budget with work behind
+ * it, and with `leaving` for each such run a scheduler thread keeps (its
+ * watcher goes); returns the nearest budget's end still to come (0: none).
+ */
+static uint64_t backstop_scan(pto_device *dev, uint64_t now, bool leaving)
 {
     if (!dev->engines)
         return 0;
@@ -577,23 +618,61 @@ uint64_t pti_backstop(pto_device *dev, uint64_t now)
     for (uint32_t i = 0; i < n; i++) {
         struct pto_engine *x = &dev->engines[i];
         uint64_t k = atomic_load(&x->kept_ns);
-        bool copy = x->is_copy;
-        if (!k || k == x->backstopped ||
-            !atomic_load_explicit(copy ? &dev->copy_len : &dev->core_len, memory_order_relaxed))
+        if (!k || k == atomic_load_explicit(&x->backstopped, memory_order_relaxed) ||
+            !atomic_load_explicit(x->is_copy ? &dev->copy_len : &dev->core_len, memory_order_relaxed))
             continue;
-        if (now < k + budget) {
+        if (now < k + budget && !(leaving && atomic_load_explicit(&x->kept_by_sched, memory_order_relaxed))) {
             if (!next || k + budget < next)
                 next = k + budget;
             continue;
         }
-        x->backstopped = k; /* once per kept run: the woken engine takes the rest */
-        pthread_mutex_t *mu = copy ? &dev->copy_lock : &dev->core_lock;
-        pthread_mutex_lock(mu);
-        if (atomic_load_explicit(&x->kept_ns, memory_order_relaxed) == k)
-            wake_queue(dev, copy);
-        pthread_mutex_unlock(mu);
+        backstop_fire(dev, x, k);
     }
     return next;
+}
+
+uint64_t pti_backstop(pto_device *dev, uint64_t now)
+{
+    return backstop_scan(dev, now, false);
+}
+
+/*
+ * A host thread blocked in a completion wait (completion.c) watches the
+ * kept runs while keeps are recent.  Close waits for host_runners before it
+ * stops the engines (device.c): a watcher that saw no closing may scan them.
+ */
+bool pti_kept_watch(pto_device *dev, uint64_t *until)
+{
+    uint64_t now = pto_now_ns();
+    uint64_t last = atomic_load_explicit(&dev->last_kept_ns, memory_order_relaxed);
+    if (!last || now - last >= PTI_KEPT_RECENT_NS)
+        return false;
+    atomic_fetch_add(&dev->kept_watchers, 1); /* seq_cst, then the scan: pairs with kept_begin */
+    atomic_fetch_add(&dev->host_runners, 1);  /* seq_cst, then closing: as in pti_host_run */
+    uint64_t next = atomic_load(&dev->closing) ? 0 : pti_backstop(dev, now);
+    atomic_fetch_sub(&dev->host_runners, 1);
+    uint64_t look = next && next < now + PTI_KEPT_POLL_NS ? next : now + PTI_KEPT_POLL_NS;
+    if (!*until || look < *until)
+        *until = look;
+    return true;
+}
+
+void pti_kept_unwatch(pto_device *dev)
+{
+    atomic_fetch_sub(&dev->kept_watchers, 1); /* seq_cst: a keeper that read us counted is scanned after */
+}
+
+void pti_kept_leave(pto_device *dev)
+{
+    /*
+     * After our last unwatch: a scheduler thread's keeper that counted us
+     * stored its mark before, so this scan sees it, and fires for it now,
+     * since nobody may look at it after us.
+     */
+    atomic_fetch_add(&dev->host_runners, 1);
+    if (!atomic_load(&dev->closing))
+        backstop_scan(dev, pto_now_ns(), true);
+    atomic_fetch_sub(&dev->host_runners, 1);
 }
 
 /*

@@ -868,7 +868,8 @@ struct pto_engine {
     bool sleeping;                /* in its condition wait (its queue's lock) */
     bool claimed;                 /* a helper runs in its stead: it stays asleep (its queue's lock; engines.c) */
     _Atomic uint64_t kept_ns;     /* when the helper's current run in its stead started; 0: none (the backstop) */
-    uint64_t backstopped;         /* the kept_ns the scheduler thread last woke an engine for (its own) */
+    _Atomic bool kept_by_sched;   /* that run's keeper is a scheduler thread (set before kept_ns) */
+    _Atomic uint64_t backstopped; /* the kept_ns an engine was last woken for (claimed by CAS: once per kept run) */
 };
 
 int pti_engines_start(pto_device *dev);
@@ -884,11 +885,21 @@ void pti_core_enqueue(pto_device *dev, pto_stream *s, struct pto_cmd *cmd);
 void pti_core_help(pto_device *dev);
 void pti_copy_help(pto_device *dev);
 /*
- * The backstop of kept runs (scheduler thread, sched_lock held): wake an
- * engine for a queue whose helper or host thread has run one command longer
- * than its budget; returns the next deadline to check at (0: none).
+ * The backstop of kept runs (engines.c): wake an engine for a queue whose
+ * helper or host thread has run one command longer than its budget;
+ * returns the next deadline to check at (0: none).  Its watchers call it:
+ * the scheduler thread's timed wait (sched_lock held), and a host thread
+ * blocked in a completion wait while keeps are recent, which watches the
+ * runs a scheduler thread keeps (completion.c, cq_lock held):
+ * pti_kept_watch before it sleeps (counts it, scans, and lowers *until to
+ * its next look; false: keeps are not recent, it does not watch),
+ * pti_kept_unwatch after each such sleep, and pti_kept_leave when the wait
+ * returns (what it watched gets an engine now).
  */
 uint64_t pti_backstop(pto_device *dev, uint64_t now);
+bool pti_kept_watch(pto_device *dev, uint64_t *until);
+void pti_kept_unwatch(pto_device *dev);
+void pti_kept_leave(pto_device *dev);
 /* Mark the calling thread as dev's scheduler thread (it may help; pti_sched_main). */
 void pti_sched_thread_init(pto_device *dev);
 /* Whether r is a program task whose site ran under PTI_TINY_NS last time, without a delay (orch.c). */
@@ -921,7 +932,7 @@ void pti_thread_precise_timers(void);
 bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
-#define PTI_KEPT_POLL_NS 1000000ull    /* the scheduler thread's longest sleep while keeps are recent */
+#define PTI_KEPT_POLL_NS 1000000ull    /* a watcher's longest sleep while keeps are recent (scheduler, host waiter) */
 #define PTI_KEPT_RECENT_NS 10000000ull /* how long a keep counts as recent */
 /*
  * Host first (engines.c).  pti_host_first: whether a host thread is to run
@@ -1202,6 +1213,13 @@ struct pto_device {
      * first task).
      */
     _Atomic uint64_t last_kept_ns;
+    /*
+     * Host threads blocked in a completion wait that look at the kept runs
+     * within PTI_KEPT_POLL_NS (pti_kept_watch; seq_cst): a run a scheduler
+     * thread keeps is theirs to watch, and with none its keeper wakes an
+     * engine for the work behind it at once (engines.c, kept_begin).
+     */
+    atomic_int kept_watchers;
     int host_waiters;
     pto_stream **streams;         /* by id (creation order) */
     size_t n_streams, cap_streams;

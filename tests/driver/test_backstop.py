@@ -10,6 +10,7 @@ once the kept run is past its budget.
 
 from __future__ import annotations
 
+import select
 import subprocess
 from pathlib import Path
 
@@ -191,6 +192,106 @@ def test_a_task_the_host_runs_inline_that_runs_long_leaves_the_task_behind_it_to
             if kept:
                 break
         assert kept, f"in {ATTEMPTS} attempts the host ran no task"
+    finally:
+        sync(s)
+        lib.pto_program_unload(prog)
+        free(dev, gate_ptr)
+        lib.pto_stream_destroy(s)
+
+
+def _delayed_pair(dev, s, prog, args, gate, wait) -> tuple[bool, object]:
+    """Warm both sites up, then run the pair held (gate[0] = 1) behind a delay; `wait(token)` waits for it.
+
+    Only the scheduler thread's timed wait ends a delay (nothing kicks a stream whose head is one), so
+    that thread's pass starts the program and runs its tiny tasks itself (engine_help), keeping "a"
+    with "b" queued behind.  Returns (whether a task was kept, the device stats after), or raises.
+    """
+    token = 0
+    for _ in range(ATTEMPTS):
+        for i in range(4):
+            gate[i] = 0
+        for _ in range(3):  # time both sites (tiny: they return at once)
+            token += 1
+            check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+            wait(token)
+        gate[0] = 1
+        before = device_stats(dev)
+        token += 1
+        check(lib.pto_stream_delay(s, 1000, 0), "pto_stream_delay")
+        check(lib.pto_stream_run_program(s, prog, args, 1, token), "pto_stream_run_program")
+        rec = wait(token)
+        st = device_stats(dev)
+        assert gate[3] == 0, "a task waited alone: the one queued behind it never started"
+        assert rec.status == 0, ffi.string(rec.message)
+        assert (gate[1], gate[2]) == (2, 2), (gate[1], gate[2])
+        if st.engine_helps > before.engine_helps:  # the scheduler thread kept one of them
+            return True, st
+    return False, None
+
+
+@pytest.mark.parametrize("host_first", ["OFF", "ALWAYS"])
+def test_a_task_the_scheduler_thread_keeps_that_runs_long_leaves_the_task_behind_it_to_a_core(
+        open_dev, new_stream, pair_library, host_first):
+    """The scheduler thread keeps "a" while the host blocks in pto_wait_token; "b" still meets "a".
+
+    The backstop is the scheduler thread's own timed wait, which cannot watch a run that thread keeps:
+    the host blocked in the driver watches it (its wait wakes for the kept run's budget).
+    """
+    dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=getattr(lib, f"PTO_HOST_FIRST_{host_first}"))
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
+    prog = out[0]
+    gate_ptr = alloc(dev, 16)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    args = ffi.new("uint64_t[1]", [gate_ptr])
+    s = new_stream(device=dev)
+    rec = ffi.new("pto_completion *")
+
+    def wait(token):
+        check(lib.pto_wait_token(dev, token, 10_000_000, rec), "pto_wait_token")
+        return rec
+
+    try:
+        kept, st = _delayed_pair(dev, s, prog, args, gate, wait)
+        assert kept, f"in {ATTEMPTS} attempts the scheduler thread kept no task"
+    finally:
+        sync(s)
+        lib.pto_program_unload(prog)
+        free(dev, gate_ptr)
+        lib.pto_stream_destroy(s)
+
+
+def test_a_task_the_scheduler_thread_keeps_while_the_host_waits_on_the_fd_leaves_the_task_behind_it_to_a_core(
+        open_dev, new_stream, pair_library):
+    """As above, but the host waits on the completion fd (as the runtime's pump does): nothing in the driver waits.
+
+    With no host thread blocked in the driver to watch it, a run the scheduler thread keeps with work
+    queued behind gets an engine woken for that work at once.
+    """
+    dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=lib.PTO_HOST_FIRST_ALWAYS)
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
+    prog = out[0]
+    gate_ptr = alloc(dev, 16)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    args = ffi.new("uint64_t[1]", [gate_ptr])
+    s = new_stream(device=dev)
+    fd = lib.pto_cq_fd(dev)
+    buf = ffi.new("pto_completion[4]")
+
+    def wait(token):
+        while True:
+            r, _, _ = select.select([fd], [], [], 10.0)
+            assert r, f"token {token}: no record within 10 s"
+            n = lib.pto_cq_drain(dev, buf, 4)
+            assert n >= 0, n
+            for i in range(n):
+                if buf[i].token == token:
+                    return buf[i]
+
+    try:
+        kept, st = _delayed_pair(dev, s, prog, args, gate, wait)
+        assert kept, f"in {ATTEMPTS} attempts the scheduler thread kept no task"
     finally:
         sync(s)
         lib.pto_program_unload(prog)
