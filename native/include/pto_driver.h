@@ -889,6 +889,14 @@ typedef struct pto_device_stats {
     uint64_t task_batches, tasks_queued;
     /* Signals to a sleeping scheduler thread (kicks nobody watched, deadlines, backstop arming). */
     uint64_t sched_signals;
+    /*
+     * Idle spins refused (or cut short) because the device thread was on the
+     * CPU of the host thread that last submitted or waited: a spinner there
+     * only takes turns with the host.
+     */
+    uint64_t idle_host_cpu;
+    /* Sleeping cores signalled for a burst of tiny tasks a host thread runs with a CPU spare (engines.c). */
+    uint64_t spread_wakes;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);
