@@ -222,6 +222,13 @@ bool pti_cpu_spare_at(pto_device *dev, int cpu)
     /* The device's own threads: the awake ones (the caller included) and the host fit its CPUs. */
     if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > cpus_now())
         return false;
+    /*
+     * Read first, whatever the answer: idle paths keep the sample fresh for
+     * the host-first choice (cpu_for_wakee), which would otherwise go on
+     * taking a stale "spare" and signal a core for every burst (spread_burst)
+     * that then only lands here, on the host's CPU.
+     */
+    int running = machine_runnable(dev, PTI_RUNNABLE_IDLE_NS);
     int host = atomic_load_explicit(&dev->host_cpu, memory_order_relaxed);
     if (host >= 0 && cpu == host) {
         atomic_fetch_add_explicit(&dev->st_idle_host_cpu, 1, memory_order_relaxed);
@@ -229,7 +236,6 @@ bool pti_cpu_spare_at(pto_device *dev, int cpu)
     }
     /* The machine's: the runnable threads (the caller included) and, unless it runs elsewhere, the host fit. */
     uint32_t room = host >= 0 && cpu >= 0 ? 0 : 1;
-    int running = machine_runnable(dev, PTI_RUNNABLE_IDLE_NS);
     return running < 0 || (uint32_t)running + room <= dev->machine_cpus;
 }
 
