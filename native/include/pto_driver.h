@@ -83,9 +83,12 @@ typedef struct pto_device_config {
      * An idle engine per queue (and the scheduler) spins this long before
      * sleeping; 0: 200.  It spins only while a CPU is spare: the awake device
      * threads, itself included, plus one for the host fit the CPUs the opening
-     * thread may run on (sched_getaffinity), so on one CPU nothing spins; and
-     * the machine's runnable threads plus one fit its CPUs (/proc/loadavg),
-     * so nothing spins beside a busy host or a loaded machine.
+     * thread may run on (sched_getaffinity), so on one CPU nothing spins; the
+     * thread is not on the CPU of the host thread that last submitted or
+     * waited (sched_getcpu; counted in idle_host_cpu); and the machine's
+     * runnable threads fit its CPUs (/proc/loadavg; plus one for the host
+     * while its CPU is unknown), so nothing spins on a loaded machine, and
+     * beside a busy host only on another CPU of an otherwise idle machine.
      */
     uint32_t spin_us;
     uint32_t device_id;         /* which device of the platform, 0 .. pto_device_count() - 1 */
@@ -889,6 +892,14 @@ typedef struct pto_device_stats {
     uint64_t task_batches, tasks_queued;
     /* Signals to a sleeping scheduler thread (kicks nobody watched, deadlines, backstop arming). */
     uint64_t sched_signals;
+    /*
+     * Idle spins refused (or cut short) because the device thread was on the
+     * CPU of the host thread that last submitted or waited: a spinner there
+     * only takes turns with the host.
+     */
+    uint64_t idle_host_cpu;
+    /* Sleeping cores signalled for a burst of tiny tasks a host thread runs with a CPU spare (engines.c). */
+    uint64_t spread_wakes;
 } pto_device_stats;
 
 int pto_engine_get_stats(pto_device *dev, int32_t engine, pto_engine_stats *out);

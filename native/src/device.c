@@ -136,6 +136,7 @@ int pto_device_open(const char *platform, const pto_device_config *cfg, pto_devi
     dev->machine_cpus = online > 0 ? (uint32_t)online : 1;
     atomic_init(&dev->runnable, -1);
     atomic_init(&dev->runnable_ns, 0);
+    atomic_init(&dev->host_cpu, -1);
     atomic_init(&dev->last_kept_ns, 0);
     atomic_init(&dev->kept_watchers, 0);
     /* Kept open: a pread costs a third of an open, read and close (engines.c, machine_runnable). */
@@ -438,6 +439,8 @@ int pto_device_get_stats(pto_device *dev, pto_device_stats *out)
         .task_batches = LD(st_task_batches),
         .tasks_queued = LD(st_tasks_queued),
         .sched_signals = LD(st_sched_signals),
+        .idle_host_cpu = LD(st_idle_host_cpu),
+        .spread_wakes = LD(st_spread_wakes),
         .rings_allocated = LD(rings_allocated),
     };
 #undef LD

@@ -200,12 +200,50 @@ static int machine_runnable(pto_device *dev, uint64_t max_age_ns)
 
 bool pti_cpu_spare(pto_device *dev)
 {
+    return pti_cpu_spare_at(dev, sched_getcpu());
+}
+
+/*
+ * CPU-aware: a device thread on the host thread's CPU never counts a CPU
+ * as spare.  Linux places a woken thread on the waker's CPU when the other
+ * CPUs are busy (on a loaded 2-CPU VM every core woken for a burst of tiny
+ * tasks landed on the host's CPU, and the bursts ran 3x their serial sum):
+ * there a spinner only takes turns with the host, however few threads the
+ * machine runs.  On another CPU it runs beside the host, which the
+ * machine's runnable count then includes when it is busy: the count (the
+ * caller and a busy host included) need only fit the machine, so a busy
+ * host on a 2-CPU machine may have one spinner beside it on the other CPU,
+ * to take a share of the next burst of tiny tasks at once.  Where the
+ * host's CPU is unknown (no host thread submitted through host first yet,
+ * or sched_getcpu failed) one CPU is left for a waking host, as before.
+ */
+bool pti_cpu_spare_at(pto_device *dev, int cpu)
+{
     /* The device's own threads: the awake ones (the caller included) and the host fit its CPUs. */
     if (dev->n_dev_threads - atomic_load_explicit(&dev->asleep, memory_order_relaxed) + 1 > cpus_now())
         return false;
-    /* The machine's: the runnable threads (the caller included) and a waking host fit its CPUs. */
+    /*
+     * Read first, whatever the answer: idle paths keep the sample fresh for
+     * the host-first choice (cpu_for_wakee), which would otherwise go on
+     * taking a stale "spare" and signal a core for every burst (spread_burst)
+     * that then only lands here, on the host's CPU.
+     */
     int running = machine_runnable(dev, PTI_RUNNABLE_IDLE_NS);
-    return running < 0 || (uint32_t)running + 1 <= dev->machine_cpus;
+    int host = atomic_load_explicit(&dev->host_cpu, memory_order_relaxed);
+    if (host >= 0 && cpu == host) {
+        atomic_fetch_add_explicit(&dev->st_idle_host_cpu, 1, memory_order_relaxed);
+        return false;
+    }
+    /* The machine's: the runnable threads (the caller included) and, unless it runs elsewhere, the host fit. */
+    uint32_t room = host >= 0 && cpu >= 0 ? 0 : 1;
+    return running < 0 || (uint32_t)running + room <= dev->machine_cpus;
+}
+
+void pti_host_note_cpu(pto_device *dev)
+{
+    int cpu = sched_getcpu(); /* the vDSO's: tens of ns */
+    if (cpu >= 0 && atomic_load_explicit(&dev->host_cpu, memory_order_relaxed) != cpu)
+        atomic_store_explicit(&dev->host_cpu, cpu, memory_order_relaxed);
 }
 
 /*
@@ -878,6 +916,7 @@ static bool host_may_run(pto_device *dev, const struct pto_run *r)
 void pti_host_begin(pto_device *dev)
 {
     tl_host_dev = dev;
+    pti_host_note_cpu(dev);
 }
 
 bool pti_host_in_pass(const pto_device *dev)
@@ -945,6 +984,37 @@ static uint32_t host_run_some(pto_device *dev, bool copy, uint32_t max, uint64_t
     return ran;
 }
 
+/*
+ * Spread a burst: a host thread about to run a program's tiny tasks with a
+ * CPU spare (host first declined: pti_host_end, pti_host_serve) signals one
+ * sleeping core when no core is awake for them and the burst is worth
+ * sharing (3 or more queued).  The woken core mostly arrives after the
+ * burst (tens of microseconds; the host does not wait for it), but on the
+ * spare CPU it lingers (engine_idle: it spins where the host is not,
+ * pti_cpu_spare_at), so the next burst starts beside it and is shared at
+ * once (host_may_take: beside a spinner the host takes only the excess),
+ * with no wake-up per task or per burst.  One signal on its way at a time;
+ * none with one core (the host runs as it) or spin_us 0 (it would not
+ * linger).
+ */
+static void spread_burst(pto_device *dev)
+{
+    if (dev->cfg.cores < 2 || !dev->cfg.spin_us || atomic_load_explicit(&dev->core_len, memory_order_relaxed) < 3)
+        return;
+    pthread_mutex_lock(&dev->core_lock);
+    uint32_t idle = 0; /* sleeping cores nobody claimed: the host claims one, the woken core is another */
+    for (uint32_t i = 0; i < dev->cfg.cores; i++)
+        idle += dev->engines[i].sleeping && !dev->engines[i].claimed;
+    if (idle == dev->cfg.cores && dev->core_spinners == 0 && dev->core_waking == 0 && dev->core_head &&
+        atomic_load_explicit(&dev->core_len, memory_order_relaxed) >= 3 && pti_task_tiny(dev->core_head)) {
+        pthread_cond_signal(&dev->core_cv);
+        dev->core_waking++;
+        atomic_fetch_add_explicit(&dev->st_engine_wakes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dev->st_spread_wakes, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&dev->core_lock);
+}
+
 /* Wake engines for what both queues hold (each under its lock): what a host thread that ran no more leaves behind. */
 static void wake_queues(pto_device *dev)
 {
@@ -998,6 +1068,7 @@ uint32_t pti_host_end(pto_device *dev, uint64_t budget_ns)
              * CPU) after they could have run.  Other work is left to the
              * engines (pti_host_run wakes them for it).
              */
+            spread_burst(dev);
             tl_host_tasks_only = true;
             uint32_t ran = pti_host_run(dev, budget_ns);
             tl_host_tasks_only = false;
@@ -1039,6 +1110,8 @@ bool pti_host_serve(pto_device *dev)
             ran = atomic_load_explicit(&dev->st_completed, memory_order_relaxed) != done;
             pthread_mutex_unlock(&dev->sched_lock);
         }
+        if (!all)
+            spread_burst(dev);
         ran = pti_host_run(dev, (uint64_t)dev->cfg.inline_us * 1000ull) > 0 || ran;
         tl_host_tasks_only = false;
     }

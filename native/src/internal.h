@@ -932,6 +932,16 @@ void pti_thread_precise_timers(void);
 bool pti_may_spin(pto_device *dev);
 /* The same test, not counted: a spinner leaves when it fails (a device thread woke). */
 bool pti_cpu_spare(pto_device *dev);
+/*
+ * The test for a device thread on CPU `cpu` (pti_cpu_spare passes its
+ * sched_getcpu()): never on the CPU of the host thread that last submitted
+ * or waited (dev->host_cpu; counted in idle_host_cpu).  On another CPU the
+ * host runs beside the caller, so the machine's runnable threads (host and
+ * caller included) need only fit its CPUs.
+ */
+bool pti_cpu_spare_at(pto_device *dev, int cpu);
+/* Note the calling host thread's CPU in dev->host_cpu (pti_host_begin, pti_host_serve). */
+void pti_host_note_cpu(pto_device *dev);
 #define PTI_KEPT_POLL_NS 1000000ull    /* a watcher's longest sleep while keeps are recent (scheduler, host waiter) */
 #define PTI_KEPT_RECENT_NS 10000000ull /* how long a keep counts as recent */
 /*
@@ -1264,6 +1274,7 @@ struct pto_device {
     atomic_int runnable;          /* runnable threads on the machine, as last sampled (-1: unknown) */
     int loadavg_fd;               /* /proc/loadavg, open while the device is (-1: none), read with pread */
     _Atomic uint64_t runnable_ns; /* when it was sampled */
+    atomic_int host_cpu;          /* CPU of the host thread that last submitted or waited (-1: none yet) */
     struct pto_engine *engines;   /* cores first, then copy engines */
     pthread_t *threads;
     size_t n_threads;
@@ -1305,6 +1316,7 @@ struct pto_device {
     uint64_t st_sched_passes, st_sched_visits; /* under sched_lock */
     struct pto_model *_Atomic model; /* the device model (model.c); NULL: host timing */
     _Atomic uint64_t st_idle_spins, st_idle_no_spin, st_engine_wakes, st_engine_helps;
+    _Atomic uint64_t st_idle_host_cpu, st_spread_wakes; /* engines.c: pti_cpu_spare_at, spread_burst */
     _Atomic uint64_t st_inline_runs; /* runs a host thread ran itself (host_first, engines.c) */
     _Atomic uint64_t st_host_first_checks; /* host-first choices made by asking for a spare CPU */
     _Atomic uint64_t st_task_batches, st_tasks_queued; /* pushes of ready program tasks (engines.c) */

@@ -89,9 +89,12 @@ class RunConfig:
         spare for the host: the awake device threads, itself included, plus
         the host thread must fit the C CPUs above (so on one CPU nothing
         spins, and on two at most one thread spins while the device is
-        idle), and the machine's runnable threads plus one must fit its
-        CPUs (so nothing spins beside a busy host, numpy's BLAS threads
-        included, or on a loaded machine).  Opened on one CPU, the device's
+        idle), a thread never spins on the CPU the host thread last
+        submitted or waited on, and the machine's runnable threads must fit
+        its CPUs (plus one for the host until its CPU is known; so nothing
+        spins beside numpy's BLAS threads or on a loaded machine, and on an
+        otherwise idle 2-CPU machine one thread may spin on the CPU beside a
+        busy host, to take a share of its next burst of tiny tasks).  Opened on one CPU, the device's
         threads run ``SCHED_BATCH``: a woken one does not preempt the host.  Lower it to trade latency for idle CPU (``0`` is the least,
         1 µs); raise it, on a host with CPUs to spare, for the opposite.
     host_first : str
