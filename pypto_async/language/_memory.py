@@ -106,6 +106,15 @@ def load(tensor, offsets, shapes, valid_shapes=None, target_memory=MemorySpace.V
     loc = user_loc()
     if not isinstance(clamp, bool):
         raise compile_error(f"pl.load: clamp must be a bool, got {clamp!r}", loc)
+    if isinstance(tensor, Tile) and getattr(tensor, "view_of", None):
+        # pl.tensor.view in a region gives the tile of the view's values: a load of it is its window.
+        from ._layout import slice as tile_window
+
+        if clamp or (valid_shape is not None and valid_shapes is not None):
+            raise compile_error(f"pl.load of a {tensor.view_of}: clamp= is not taken, nor both valid_shape and "
+                                f"valid_shapes", loc)
+        return tile_window(tensor, list(shapes), list(offsets),
+                           valid_shape=valid_shape if valid_shape is not None else valid_shapes)
     if clamp:
         if valid_shapes is not None and valid_shape is not None:
             raise compile_error("pl.load: pass valid_shape or valid_shapes, not both", loc)
@@ -193,6 +202,11 @@ def store(tile, offsets, output_tensor, shapes=None, *, atomic=None):
     loc = user_loc()
     if isinstance(output_tensor, (list, tuple)) and isinstance(shapes, TensorArg):
         output_tensor, shapes = shapes, output_tensor  # PyPTO's older argument order
+    if isinstance(output_tensor, Tile) and getattr(output_tensor, "view_of", None):
+        from ..errors import PtoNotSupported
+
+        raise PtoNotSupported(f"{loc}: pl.store into a {output_tensor.view_of}: its values here (PyPTO's is a view "
+                              f"of the same bytes), so it is only read")
     tl = _tile(tile, "pl.store", "the value")
     ten = _tensor(output_tensor, "pl.store")
     if getattr(output_tensor, "view_of", None):

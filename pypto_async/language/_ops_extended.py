@@ -422,11 +422,14 @@ def tensor_view(tensor, shape=None, valid_shape=None, *, layout=None):
     refused.  ``valid_shape`` (with ``shape``) marks a leading box of the
     result as its data, as ``pl.set_validshape`` (2-D results only).
 
-    Inside a region the result is the tile of those values (the tensor
-    loaded whole); in a program's orchestration it is a tensor to pass to
-    kernels, written by a task of its own and read-only, as ``pl.reshape``
-    there (PyPTO's is a view of the same bytes, writable).  The old
-    window form, ``pl.view(tensor, shape, offset)``, is :func:`view`.
+    Outside every region (a program's orchestration, a ``@pl.jit`` body)
+    the result is a tensor, a new intermediate written by a task of its own
+    (``view_<tensor>``) that regions load and kernels take, as ``pl.reshape``
+    there.  Inside a region it is the tile of those values (the tensor
+    loaded whole); ``pl.load`` of it reads a window of that tile.  Either is
+    only read: PyPTO's is a view of the same bytes, writable, and a store
+    into one here raises ``PtoNotSupported``.  The old window form,
+    ``pl.view(tensor, shape, offset)``, is :func:`view`.
     """
     current("pl.tensor.view")
     loc = user_loc()
@@ -476,12 +479,16 @@ def tensor_view(tensor, shape=None, valid_shape=None, *, layout=None):
             out = set_validshape(out, *valid_shape)
         return out
 
-    if in_orchestration(tensor):
+    frames = current("pl.tensor.view").frames
+    if in_orchestration(tensor) or not any(f in ("at", "spmd") for f in frames):
+        # Outside every region (a program's orchestration, a @pl.jit body): a tensor to pass on.
         if valid_shape is not None:
-            raise compile_error("pl.tensor.view: valid_shape= in the orchestration is not supported here; give "
-                                "the extent where a kernel loads the view (pl.load(..., valid_shapes=))", loc)
+            raise compile_error("pl.tensor.view: valid_shape= outside a region is not supported here; give the "
+                                "extent where a region loads the view (pl.load(..., valid_shapes=))", loc)
         return orchestration_view("view", tensor, target, build)
-    return build(tensor)
+    out = build(tensor)
+    out.view_of = f"pl.tensor.view of {tensor.name!r} in a region"  # pl.load takes it (a window of the tile)
+    return out
 
 
 def view(tensor, shape, offset) -> TensorArg:

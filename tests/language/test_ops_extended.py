@@ -571,6 +571,56 @@ def test_tensor_view_reads_the_memory_as_its_shape_and_layout(launcher, rng):
     assert np.isnan(part[2:]).all()
 
 
+def test_tensor_view_is_loaded_as_pypto_loads_it_in_a_jit_body_and_in_a_region(launcher, rng):
+    x = rng.standard_normal((8, 12)).astype(np.float32)
+    dn, rows = poison((12, 8)), poison((24, 4))
+
+    @pl.jit
+    def k(x: pl.Tensor[[8, 12], pl.FP32], dn: pl.Out[pl.Tensor[[12, 8], pl.FP32]],
+          rows: pl.Out[pl.Tensor[[24, 4], pl.FP32]]):
+        t = pl.tensor.view(x, layout=pl.TensorLayout.DN)  # the jit body: a tensor, loaded by the regions below
+        for i in pl.range(0, 12, 4):
+            with pl.at(level=pl.Level.CORE_GROUP):
+                pl.store(pl.load(t, [i, 0], [4, 8]), [i, 0], dn)
+                v = pl.tensor.view(x, [24, 4])  # in a region: pl.load reads a window of it
+                pl.store(pl.load(v, [2 * i, 0], [8, 4]), [2 * i, 0], rows)
+
+    args = (x, dn, rows)
+    c = k.compile(*args)
+    assert [t.name for t in c.task_graph.tasks][0] == "view_x"  # the jit body's view: a task of its own
+    launcher.run(c, *args)
+    np.testing.assert_array_equal(dn, x.T)
+    np.testing.assert_array_equal(rows, x.reshape(24, 4))
+
+
+def test_a_store_into_a_tensor_view_is_refused():
+    from pypto_async.errors import PtoNotSupported
+
+    @pl.jit
+    def in_region(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], pl.tensor.view(out, [16, 16]))
+
+    @pl.jit
+    def outside(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        v = pl.tensor.view(out, layout=pl.TensorLayout.DN)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], v)
+
+    @pl.jit
+    def valid_outside(a: pl.Tensor, out: pl.Out[pl.Tensor]):
+        v = pl.tensor.view(a, [16, 16], [8, 16])
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.load(v, [0, 0], [16, 16]), [0, 0], out)
+
+    with pytest.raises(PtoNotSupported, match="pl.store into a pl.tensor.view of 'out' in a region"):
+        in_region.lower(XF, XF)
+    with pytest.raises(PtoNotSupported, match="is out, but|pl.store into"):
+        outside.lower(XF, XF)
+    with pytest.raises(PtoCompileError, match="valid_shape= outside a region is not supported"):
+        valid_outside.lower(XF, XF)
+
+
 @pl.program
 class _ViewsInTheOrchestration:
     @pl.function(type=pl.FunctionType.InCore)
