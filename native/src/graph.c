@@ -747,6 +747,47 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
     }
 }
 
+/*
+ * Queue the launches from command i on, while they follow each other on one
+ * stream, as one run of slots (pti_run_begin, submit.c: the ring's room read
+ * once, one tail store): each slot takes the launch's arguments as recorded,
+ * with its patched fields overwritten in place.  Returns how many went in;
+ * 0: none could (the first goes one at a time, queue_cmd), and those after
+ * the last that went in go one at a time too (the ring full: the overflow).
+ * Checked already (check_replay); their kernel references taken (replay).
+ */
+static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t tag)
+{
+    pto_graph *g = r->g;
+    uint32_t slot = g->cmds[i].slot;
+    struct pti_run run;
+    if (!pti_run_begin(r->streams[slot], &run))
+        return 0;
+    uint32_t n = 0;
+    for (; i + n < g->n_cmds; n++) {
+        const struct pto_gcmd *c = &g->cmds[i + n];
+        if (c->op != G_LAUNCH || c->slot != slot)
+            break;
+        void *heap;
+        struct pto_cmd *cmd = pti_run_add(&run, PTO_CMD_LAUNCH, tag + i + n, c->nargs * 8u, &heap);
+        if (!cmd)
+            break;
+        uint64_t *args = heap;
+        if (c->nargs)
+            memcpy(args, &g->args[c->args_at], (size_t)c->nargs * 8u);
+        for (uint32_t p = 0; p < c->patches; p++) {
+            const struct pto_gpatch *pt = &g->patches[c->patch_at + p];
+            args[pt->field] = r->dev_ptrs[pt->input];
+        }
+        cmd->u.launch.k = c->k;
+        cmd->u.launch.args = args;
+        cmd->u.launch.blocks = c->blocks;
+        cmd->u.launch.nargs = c->nargs;
+    }
+    pti_run_end(&run);
+    return n;
+}
+
 /* The staging copies of host-bound inputs: H2D before the commands (in), D2H after (out). */
 static int queue_staging(const struct replay *r, bool in, uint64_t tag)
 {
@@ -923,6 +964,13 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         }
         if (s && !batch)
             pti_batch_begin(batch = s);
+        if (c->op == G_LAUNCH) {
+            uint32_t n = queue_launch_run(&r, queued, tag);
+            if (n) {
+                queued += n - 1; /* (the loop counts the last) */
+                continue;
+            }
+        }
         rc = queue_cmd(&r, queued, tag + queued, scratch);
         if (rc < 0)
             break;
