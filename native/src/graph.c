@@ -100,6 +100,8 @@ struct pto_graph {
     bool replayed;
     struct pto_gkref *krefs;      /* each kernel the launches use, with their count (instantiate) */
     uint32_t n_krefs;
+    uint32_t *others;             /* the commands that are not launches, in order (instantiate) */
+    uint32_t n_others;
     /*
      * The launches' arguments as the last replay's full check found them
      * (check_replay): the same bindings on the same streams are as good while
@@ -180,6 +182,7 @@ void pto_graph_destroy(pto_graph *g)
     free(g->inputs);
     free(g->accs);
     free(g->krefs);
+    free(g->others);
     free(g->memo_ptrs);
     free(g->memo_streams);
     free(g->memo_heap);
@@ -483,11 +486,14 @@ int pto_graph_instantiate(pto_graph *g)
     if ((g->n_launches && !(g->krefs = calloc(g->n_launches, sizeof(*g->krefs)))) ||
         !(g->memo_ptrs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(*g->memo_ptrs))) ||
         !(g->memo_streams = calloc(g->n_streams, sizeof(*g->memo_streams))) ||
-        !(g->memo_heap = calloc(g->n_streams, sizeof(*g->memo_heap))))
+        !(g->memo_heap = calloc(g->n_streams, sizeof(*g->memo_heap))) ||
+        !(g->others = calloc(g->n_cmds + 1, sizeof(*g->others))))
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     for (uint32_t i = 0; i < g->n_cmds; i++) {
-        if (g->cmds[i].op != G_LAUNCH)
+        if (g->cmds[i].op != G_LAUNCH) {
+            g->others[g->n_others++] = i;
             continue;
+        }
         uint32_t j = 0;
         while (j < g->n_krefs && g->krefs[j].k != g->cmds[i].k)
             j++;
@@ -587,6 +593,15 @@ static const uint64_t *patched_args(const struct replay *r, const struct pto_gcm
     return scratch;
 }
 
+/* Whether a kernel the launches use was unloaded. */
+static bool kernel_unloaded(const pto_graph *g)
+{
+    for (uint32_t i = 0; i < g->n_krefs; i++)
+        if (atomic_load_explicit(&g->krefs[i].k->unloaded, memory_order_acquire))
+            return true;
+    return false;
+}
+
 static uint32_t kernels_without_kinds(const pto_graph *g)
 {
     uint32_t n = 0;
@@ -654,7 +669,14 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
     /* Acquire pairs with mem_changed (memory.c): read before the checks it stands for. */
     uint64_t gen = atomic_load_explicit(&g->dev->mem_gen, memory_order_acquire);
     bool memo = memo_holds(r, gen);
-    for (uint32_t i = 0; i < g->n_cmds; i++) {
+    /*
+     * The launches' checks remembered and none of their kernels unloaded: only the other commands are
+     * looked at (a launch would pass), in order, so the first refusal is the one the whole loop gives.
+     */
+    bool others = memo && !kernel_unloaded(g);
+    uint32_t n = others ? g->n_others : g->n_cmds;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t i = others ? g->others[j] : j;
         const struct pto_gcmd *c = &g->cmds[i];
         uint32_t kind;
         uint64_t dst, src;

@@ -663,6 +663,7 @@ void pti_batch_end(pto_stream *s);
 struct pti_run {
     pto_stream *s;
     uint64_t head, freed;         /* the room read once: the ring's head and heap bytes given back */
+    uint32_t pos;                 /* heap_alloc's offset in the heap */
     uint64_t first, seq;          /* the run's first seq, the last taken (first - 1: none yet) */
     uint64_t epoch, submit_ns;
 };

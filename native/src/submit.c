@@ -73,6 +73,7 @@ bool pti_run_begin(pto_stream *s, struct pti_run *r)
     /* Acquire: as pti_slot_begin's (the slots and heap bytes before them are no longer read). */
     r->head = atomic_load_explicit(&s->head, memory_order_acquire);
     r->freed = atomic_load_explicit(&s->heap_freed, memory_order_acquire);
+    r->pos = (uint32_t)(s->heap_alloc % s->heap_size);
     r->first = tail + 1;
     r->seq = tail;
     /* Pairs with the acq_rel bump in pti_stream_observe; the whole run is accepted now. */
@@ -92,12 +93,14 @@ struct pto_cmd *pti_run_add(struct pti_run *r, uint32_t kind, uint64_t token, ui
     uint8_t *h = s->heap;
     if (heap_len) { /* as pti_ring_room, against the room read at pti_run_begin */
         uint64_t in_use = s->heap_alloc - r->freed;
-        uint32_t pos = (uint32_t)(s->heap_alloc % s->heap_size);
+        uint32_t pos = r->pos;
         uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
         used = pad + heap_len;
         if ((uint64_t)used > s->heap_size - in_use)
             return NULL;
         h = s->heap + (pad ? 0 : pos);
+        pos = (pad ? 0 : pos) + heap_len;
+        r->pos = pos == s->heap_size ? 0 : pos; /* heap_alloc % heap_size, kept without a division */
     }
     struct pto_cmd *cmd = &s->ring[(seq - 1) & s->mask];
     memset(cmd, 0, sizeof(*cmd));

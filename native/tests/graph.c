@@ -19,7 +19,8 @@
  *   - runs: a replay's launches on one stream go in as one run of slots;
  *     in a ring with part of its room free (a latch, eager launches, a
  *     small argument heap) the rest follows through the overflow, the heap
- *     wraps inside a run, an injected failure hits the run's first launch;
+ *     wraps inside a run, an injected failure hits the run's first launch,
+ *     and a kernel unloaded after its checks were remembered is refused;
  *   - programs (lib/programs.c, through $PTO_TEST_LIBDIR): a diamond program
  *     and a kernel launch, one node each, replayed four times in flight with
  *     fresh bindings (one record per replay: a program command is quiet
@@ -634,6 +635,12 @@ static void runs_in_a_partly_free_ring(void)
     t_check(pto_stream_synchronize(s, 10000000));
     t_assert(atomic_load(&add->refs) == refs, "add_f32's references: %d after the replays, %d before",
              atomic_load(&add->refs), refs);
+    /* The launches' checks are remembered (the same binding), but an unloaded kernel is refused. */
+    pto_kernel_unload(add);
+    accepted = pto_stream_accepted(s);
+    t_assert(pto_graph_replay(g, &s, 1, &a[1], NULL, 1, next + span + 1) == -PTO_EINVAL,
+             "a replay of an unloaded kernel");
+    t_assert(pto_stream_accepted(s) == accepted, "a refused replay queued commands");
     pto_graph_destroy(g);
     pto_latch_destroy(l);
     pto_stream_destroy(s);
@@ -642,7 +649,6 @@ static void runs_in_a_partly_free_ring(void)
     pto_mem_free(dev, one);
     pto_mem_free(dev, e);
     pto_kernel_unload(fill);
-    pto_kernel_unload(add);
     pto_device_close(dev);
 }
 
