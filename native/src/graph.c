@@ -9,7 +9,11 @@
  * call of its kind (submit.c), so ring room, the overflow, back-dating and
  * failure propagation are exactly those of eager commands.  A stream's run
  * of launches, copies and memsets goes as one batch (pti_batch_begin,
- * submit.c: submit_lock once, one fence), each kernel's references for the
+ * submit.c: submit_lock once, one fence), and so does the origin's end of
+ * the replay (its staging out, done record and notify) with the run before
+ * it; consecutive launches go in as one run of slots (queue_launch_run:
+ * the ring's room read once, each slot's arguments copied as recorded and
+ * patched in place, one tail store); each kernel's references for the
  * replay are taken in one add, and every stream used gets one kick at the
  * end (pti_stream_kick_deferred), the notify's included.
  *
@@ -997,12 +1001,20 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         if (rc < 0)
             break;
     }
-    if (batch)
+    if (batch && (rc < 0 || batch != origin)) {
         pti_batch_end(batch);
+        batch = NULL;
+    }
     if (refs && rc < 0) /* the launches not queued (the refused one among them): their references go back */
         for (uint32_t i = queued; i < g->n_cmds; i++)
             if (g->cmds[i].op == G_LAUNCH)
                 pti_kernel_unref(g->cmds[i].k);
+    /*
+     * The origin's end of the replay (the staging out, the done record, the notify) as one batch too:
+     * a record takes obj_lock under submit_lock as it does alone, and none of them takes another lock.
+     */
+    if (rc >= 0 && !batch)
+        pti_batch_begin(batch = origin);
     if (rc >= 0)
         rc = queue_staging(&r, false, own_tag);
     if (rc >= 0)
@@ -1013,6 +1025,8 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         g->last_origin = origin->id;
         rc = last = pto_stream_notify(origin, token);
     }
+    if (batch)
+        pti_batch_end(batch);
     pti_submit_ns = 0;
     pti_defer_kicks = false;
     for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */

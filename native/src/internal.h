@@ -640,8 +640,9 @@ void pti_stream_kick_deferred(pto_stream *s);
 /*
  * A run of commands on s queued as one batch (submit.c): s->submit_lock held
  * from pti_batch_begin to pti_batch_end, one fence and no kick in between.
- * Only commands whose submission takes no other lock go in a batch
- * (launches, copies, memsets); pti_stream_kick_deferred starts them.
+ * Only commands whose submission takes no other lock, or only obj_lock as
+ * it does alone (a record), go in a batch: launches, copies, memsets, a
+ * replay's done record and notify; pti_stream_kick_deferred starts them.
  */
 extern _Thread_local pto_stream *pti_batch_stream __attribute__((tls_model("initial-exec")));
 void pti_batch_begin(pto_stream *s);

@@ -488,9 +488,9 @@ static void batched_replay(bool host_first_off)
             ah[i] = ch[i] = -12345.0f; /* poisoned until the replay writes them */
         uint64_t locks = s->slot_locks, token = 1000 + 1000 * (uint64_t)r;
         t_check(pto_graph_replay(g, &s, 1, &a, NULL, 1, token));
-        /* One batch (fill, the adds, the copy), the done record, the notify. */
-        t_assert(s->slot_locks - locks <= 3, "replay %d took submit_lock %llu times for %d commands", r,
-                 (unsigned long long)(s->slot_locks - locks), ADDS + 2);
+        /* One batch: the fill, the adds, the copy, the done record, the notify. */
+        t_assert(s->slot_locks - locks == 1, "replay %d took submit_lock %llu times for %d commands", r,
+                 (unsigned long long)(s->slot_locks - locks), ADDS + 4);
         int n_log = 0;
         int at = wait_record(dev, log, &n_log, 16, token);
         t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
