@@ -775,7 +775,7 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
 
 /*
  * Queue the launches from command i on, while they follow each other on one
- * stream, as one run of slots (pti_run_begin, submit.c: the ring's room read
+ * stream, as one run of slots (pti_slot_run_begin, submit.c: the ring's room read
  * once, one tail store): each slot takes the launch's arguments as recorded,
  * with its patched fields overwritten in place.  Returns how many went in;
  * 0: none could (the first goes one at a time, queue_cmd), and those after
@@ -786,8 +786,8 @@ static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t ta
 {
     pto_graph *g = r->g;
     uint32_t slot = g->cmds[i].slot;
-    struct pti_run run;
-    if (!pti_run_begin(r->streams[slot], &run))
+    struct pto_slot_run run;
+    if (!pti_slot_run_begin(r->streams[slot], &run))
         return 0;
     uint32_t n = 0;
     for (; i + n < g->n_cmds; n++) {
@@ -795,7 +795,7 @@ static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t ta
         if (c->op != G_LAUNCH || c->slot != slot)
             break;
         void *heap;
-        struct pto_cmd *cmd = pti_run_add(&run, PTO_CMD_LAUNCH, tag + i + n, c->nargs * 8u, &heap);
+        struct pto_cmd *cmd = pti_slot_run_add(&run, PTO_CMD_LAUNCH, tag + i + n, c->nargs * 8u, &heap);
         if (!cmd)
             break;
         uint64_t *args = heap;
@@ -810,7 +810,7 @@ static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t ta
         cmd->u.launch.blocks = c->blocks;
         cmd->u.launch.nargs = c->nargs;
     }
-    pti_run_end(&run);
+    pti_slot_run_end(&run);
     return n;
 }
 

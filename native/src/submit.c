@@ -61,7 +61,7 @@ void pti_batch_end(pto_stream *s)
     batch_submitted = 0;
 }
 
-bool pti_run_begin(pto_stream *s, struct pti_run *r)
+bool pti_slot_run_begin(pto_stream *s, struct pto_slot_run *r)
 {
     pto_device *dev = s->dev;
     if (!in_batch(s) || !s->ring || pti_dev_lost(dev) || atomic_load_explicit(&dev->closing, memory_order_acquire))
@@ -83,7 +83,7 @@ bool pti_run_begin(pto_stream *s, struct pti_run *r)
     return true;
 }
 
-struct pto_cmd *pti_run_add(struct pti_run *r, uint32_t kind, uint64_t token, uint32_t heap_len, void **heap)
+struct pto_cmd *pti_slot_run_add(struct pto_slot_run *r, uint32_t kind, uint64_t token, uint32_t heap_len, void **heap)
 {
     pto_stream *s = r->s;
     uint64_t seq = r->seq + 1;
@@ -91,7 +91,7 @@ struct pto_cmd *pti_run_add(struct pti_run *r, uint32_t kind, uint64_t token, ui
         return NULL;
     uint32_t used = 0;
     uint8_t *h = s->heap;
-    if (heap_len) { /* as pti_ring_room, against the room read at pti_run_begin */
+    if (heap_len) { /* as pti_ring_room, against the room read at pti_slot_run_begin */
         uint64_t in_use = s->heap_alloc - r->freed;
         uint32_t pos = r->pos;
         uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
@@ -122,12 +122,12 @@ struct pto_cmd *pti_run_add(struct pti_run *r, uint32_t kind, uint64_t token, ui
     return cmd;
 }
 
-void pti_run_end(struct pti_run *r)
+void pti_slot_run_end(struct pto_slot_run *r)
 {
     pto_stream *s = r->s;
     if (r->seq < r->first)
         return;
-    pti_ring_charge(s, 0, r->seq); /* heap_alloc advanced by pti_run_add: the high-water marks */
+    pti_ring_charge(s, 0, r->seq); /* heap_alloc advanced by pti_slot_run_add: the high-water marks */
     /* Before tail: accepted >= tail for every reader. */
     atomic_store_explicit(&s->accepted, r->seq, memory_order_release);
     /* Release: the slots are filled; the batch's end fences for the Dekker pair (pti_batch_end). */
