@@ -9,7 +9,11 @@
  * call of its kind (submit.c), so ring room, the overflow, back-dating and
  * failure propagation are exactly those of eager commands.  A stream's run
  * of launches, copies and memsets goes as one batch (pti_batch_begin,
- * submit.c: submit_lock once, one fence), each kernel's references for the
+ * submit.c: submit_lock once, one fence), and so does the origin's end of
+ * the replay (its staging out, done record and notify) with the run before
+ * it; consecutive launches go in as one run of slots (queue_launch_run:
+ * the ring's room read once, each slot's arguments copied as recorded and
+ * patched in place, one tail store); each kernel's references for the
  * replay are taken in one add, and every stream used gets one kick at the
  * end (pti_stream_kick_deferred), the notify's included.
  *
@@ -100,6 +104,8 @@ struct pto_graph {
     bool replayed;
     struct pto_gkref *krefs;      /* each kernel the launches use, with their count (instantiate) */
     uint32_t n_krefs;
+    uint32_t *others;             /* the commands that are not launches, in order (instantiate) */
+    uint32_t n_others;
     /*
      * The launches' arguments as the last replay's full check found them
      * (check_replay): the same bindings on the same streams are as good while
@@ -180,6 +186,7 @@ void pto_graph_destroy(pto_graph *g)
     free(g->inputs);
     free(g->accs);
     free(g->krefs);
+    free(g->others);
     free(g->memo_ptrs);
     free(g->memo_streams);
     free(g->memo_heap);
@@ -483,11 +490,14 @@ int pto_graph_instantiate(pto_graph *g)
     if ((g->n_launches && !(g->krefs = calloc(g->n_launches, sizeof(*g->krefs)))) ||
         !(g->memo_ptrs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(*g->memo_ptrs))) ||
         !(g->memo_streams = calloc(g->n_streams, sizeof(*g->memo_streams))) ||
-        !(g->memo_heap = calloc(g->n_streams, sizeof(*g->memo_heap))))
+        !(g->memo_heap = calloc(g->n_streams, sizeof(*g->memo_heap))) ||
+        !(g->others = calloc(g->n_cmds + 1, sizeof(*g->others))))
         return pti_error(PTO_ENOMEM, "%s: out of host memory", fn);
     for (uint32_t i = 0; i < g->n_cmds; i++) {
-        if (g->cmds[i].op != G_LAUNCH)
+        if (g->cmds[i].op != G_LAUNCH) {
+            g->others[g->n_others++] = i;
             continue;
+        }
         uint32_t j = 0;
         while (j < g->n_krefs && g->krefs[j].k != g->cmds[i].k)
             j++;
@@ -587,6 +597,15 @@ static const uint64_t *patched_args(const struct replay *r, const struct pto_gcm
     return scratch;
 }
 
+/* Whether a kernel the launches use was unloaded. */
+static bool kernel_unloaded(const pto_graph *g)
+{
+    for (uint32_t i = 0; i < g->n_krefs; i++)
+        if (atomic_load_explicit(&g->krefs[i].k->unloaded, memory_order_acquire))
+            return true;
+    return false;
+}
+
 static uint32_t kernels_without_kinds(const pto_graph *g)
 {
     uint32_t n = 0;
@@ -654,7 +673,14 @@ static int check_replay(const struct replay *r, uint32_t nstreams, uint32_t ninp
     /* Acquire pairs with mem_changed (memory.c): read before the checks it stands for. */
     uint64_t gen = atomic_load_explicit(&g->dev->mem_gen, memory_order_acquire);
     bool memo = memo_holds(r, gen);
-    for (uint32_t i = 0; i < g->n_cmds; i++) {
+    /*
+     * The launches' checks remembered and none of their kernels unloaded: only the other commands are
+     * looked at (a launch would pass), in order, so the first refusal is the one the whole loop gives.
+     */
+    bool others = memo && !kernel_unloaded(g);
+    uint32_t n = others ? g->n_others : g->n_cmds;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t i = others ? g->others[j] : j;
         const struct pto_gcmd *c = &g->cmds[i];
         uint32_t kind;
         uint64_t dst, src;
@@ -745,6 +771,47 @@ static int queue_cmd(const struct replay *r, uint32_t i, uint64_t tag, uint64_t 
     default:
         return pti_error(PTO_EINVAL, "pto_graph_replay: command %u of unknown kind", i);
     }
+}
+
+/*
+ * Queue the launches from command i on, while they follow each other on one
+ * stream, as one run of slots (pti_slot_run_begin, submit.c: the ring's room read
+ * once, one tail store): each slot takes the launch's arguments as recorded,
+ * with its patched fields overwritten in place.  Returns how many went in;
+ * 0: none could (the first goes one at a time, queue_cmd), and those after
+ * the last that went in go one at a time too (the ring full: the overflow).
+ * Checked already (check_replay); their kernel references taken (replay).
+ */
+static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t tag)
+{
+    pto_graph *g = r->g;
+    uint32_t slot = g->cmds[i].slot;
+    struct pto_slot_run run;
+    if (!pti_slot_run_begin(r->streams[slot], &run))
+        return 0;
+    uint32_t n = 0;
+    for (; i + n < g->n_cmds; n++) {
+        const struct pto_gcmd *c = &g->cmds[i + n];
+        if (c->op != G_LAUNCH || c->slot != slot)
+            break;
+        void *heap;
+        struct pto_cmd *cmd = pti_slot_run_add(&run, PTO_CMD_LAUNCH, tag + i + n, c->nargs * 8u, &heap);
+        if (!cmd)
+            break;
+        uint64_t *args = heap;
+        if (c->nargs)
+            memcpy(args, &g->args[c->args_at], (size_t)c->nargs * 8u);
+        for (uint32_t p = 0; p < c->patches; p++) {
+            const struct pto_gpatch *pt = &g->patches[c->patch_at + p];
+            args[pt->field] = r->dev_ptrs[pt->input];
+        }
+        cmd->u.launch.k = c->k;
+        cmd->u.launch.args = args;
+        cmd->u.launch.blocks = c->blocks;
+        cmd->u.launch.nargs = c->nargs;
+    }
+    pti_slot_run_end(&run);
+    return n;
 }
 
 /* The staging copies of host-bound inputs: H2D before the commands (in), D2H after (out). */
@@ -923,16 +990,31 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         }
         if (s && !batch)
             pti_batch_begin(batch = s);
+        if (c->op == G_LAUNCH) {
+            uint32_t n = queue_launch_run(&r, queued, tag);
+            if (n) {
+                queued += n - 1; /* (the loop counts the last) */
+                continue;
+            }
+        }
         rc = queue_cmd(&r, queued, tag + queued, scratch);
         if (rc < 0)
             break;
     }
-    if (batch)
+    if (batch && (rc < 0 || batch != origin)) {
         pti_batch_end(batch);
+        batch = NULL;
+    }
     if (refs && rc < 0) /* the launches not queued (the refused one among them): their references go back */
         for (uint32_t i = queued; i < g->n_cmds; i++)
             if (g->cmds[i].op == G_LAUNCH)
                 pti_kernel_unref(g->cmds[i].k);
+    /*
+     * The origin's end of the replay (the staging out, the done record, the notify) as one batch too:
+     * a record takes obj_lock under submit_lock as it does alone, and none of them takes another lock.
+     */
+    if (rc >= 0 && !batch)
+        pti_batch_begin(batch = origin);
     if (rc >= 0)
         rc = queue_staging(&r, false, own_tag);
     if (rc >= 0)
@@ -943,6 +1025,8 @@ static int replay(pto_graph *g, pto_hazards *hz, pto_stream *const *streams, uin
         g->last_origin = origin->id;
         rc = last = pto_stream_notify(origin, token);
     }
+    if (batch)
+        pti_batch_end(batch);
     pti_submit_ns = 0;
     pti_defer_kicks = false;
     for (uint32_t i = 0; i < nstreams; i++) /* also after a refusal: what went in must start */

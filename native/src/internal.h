@@ -640,12 +640,37 @@ void pti_stream_kick_deferred(pto_stream *s);
 /*
  * A run of commands on s queued as one batch (submit.c): s->submit_lock held
  * from pti_batch_begin to pti_batch_end, one fence and no kick in between.
- * Only commands whose submission takes no other lock go in a batch
- * (launches, copies, memsets); pti_stream_kick_deferred starts them.
+ * Only commands whose submission takes no other lock, or only obj_lock as
+ * it does alone (a record), go in a batch: launches, copies, memsets, a
+ * replay's done record and notify; pti_stream_kick_deferred starts them.
  */
 extern _Thread_local pto_stream *pti_batch_stream __attribute__((tls_model("initial-exec")));
 void pti_batch_begin(pto_stream *s);
 void pti_batch_end(pto_stream *s);
+/*
+ * A run of slots inside a batch (a graph replay's launches, submit.c): the
+ * ring's room is read once for the whole run, each pti_slot_run_add takes the
+ * next slot and its heap bytes from that room and gives the command its
+ * commit fields (as pti_slot_commit: seq, epoch, token, quiet, injection),
+ * and pti_slot_run_end publishes every slot taken with one accepted and one tail
+ * store.  pti_slot_run_begin returns false where the run cannot go so (commands
+ * wait in the overflow, the ring is not allocated, the device is lost or
+ * closing): the commands go one at a time (pti_slot_begin), which reports
+ * it.  pti_slot_run_add returns NULL once the room read is spent; the commands
+ * after it go one at a time, behind the run, once pti_slot_run_end published it.
+ * The caller fills what pti_slot_run_add returns (cmd->u; *heap, heap_len bytes)
+ * before pti_slot_run_end.
+ */
+struct pto_slot_run {
+    pto_stream *s;
+    uint64_t head, freed;         /* the room read once: the ring's head and heap bytes given back */
+    uint32_t pos;                 /* heap_alloc's offset in the heap */
+    uint64_t first, seq;          /* the run's first seq, the last taken (first - 1: none yet) */
+    uint64_t epoch, submit_ns;
+};
+bool pti_slot_run_begin(pto_stream *s, struct pto_slot_run *r);
+struct pto_cmd *pti_slot_run_add(struct pto_slot_run *r, uint32_t kind, uint64_t token, uint32_t heap_len, void **heap);
+void pti_slot_run_end(struct pto_slot_run *r);
 
 /* ---- the overflow (overflow.c) ----------------------------------------------------- */
 

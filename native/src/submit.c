@@ -61,6 +61,82 @@ void pti_batch_end(pto_stream *s)
     batch_submitted = 0;
 }
 
+bool pti_slot_run_begin(pto_stream *s, struct pto_slot_run *r)
+{
+    pto_device *dev = s->dev;
+    if (!in_batch(s) || !s->ring || pti_dev_lost(dev) || atomic_load_explicit(&dev->closing, memory_order_acquire))
+        return false;
+    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
+    if (atomic_load_explicit(&s->accepted, memory_order_relaxed) != tail)
+        return false; /* commands wait in the overflow: the run goes behind them, one at a time */
+    r->s = s;
+    /* Acquire: as pti_slot_begin's (the slots and heap bytes before them are no longer read). */
+    r->head = atomic_load_explicit(&s->head, memory_order_acquire);
+    r->freed = atomic_load_explicit(&s->heap_freed, memory_order_acquire);
+    r->pos = (uint32_t)(s->heap_alloc % s->heap_size);
+    r->first = tail + 1;
+    r->seq = tail;
+    /* Pairs with the acq_rel bump in pti_stream_observe; the whole run is accepted now. */
+    uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
+    r->epoch = epoch < s->backdate ? epoch : s->backdate;
+    r->submit_ns = pti_submit_ns ? pti_submit_ns : pto_now_ns();
+    return true;
+}
+
+struct pto_cmd *pti_slot_run_add(struct pto_slot_run *r, uint32_t kind, uint64_t token, uint32_t heap_len, void **heap)
+{
+    pto_stream *s = r->s;
+    uint64_t seq = r->seq + 1;
+    if (seq - r->head > s->entries)
+        return NULL;
+    uint32_t used = 0;
+    uint8_t *h = s->heap;
+    if (heap_len) { /* as pti_ring_room, against the room read at pti_slot_run_begin */
+        uint64_t in_use = s->heap_alloc - r->freed;
+        uint32_t pos = r->pos;
+        uint32_t pad = pos + heap_len > s->heap_size ? s->heap_size - pos : 0;
+        used = pad + heap_len;
+        if ((uint64_t)used > s->heap_size - in_use)
+            return NULL;
+        h = s->heap + (pad ? 0 : pos);
+        pos = (pad ? 0 : pos) + heap_len;
+        r->pos = pos == s->heap_size ? 0 : pos; /* heap_alloc % heap_size, kept without a division */
+    }
+    struct pto_cmd *cmd = &s->ring[(seq - 1) & s->mask];
+    memset(cmd, 0, sizeof(*cmd));
+    s->heap_alloc += used;
+    cmd->heap_used = used;
+    cmd->kind = kind;
+    cmd->token = token;
+    cmd->quiet = pti_quiet;
+    cmd->seq = seq;
+    cmd->state = PTI_CMD_QUEUED;
+    cmd->epoch = r->epoch;
+    cmd->submit_ns = r->submit_ns;
+    if (s->fail_next_count > 0) { /* as pti_slot_commit's */
+        s->fail_next_count--;
+        cmd->inject = s->fail_next_status;
+    }
+    r->seq = seq;
+    *heap = h;
+    return cmd;
+}
+
+void pti_slot_run_end(struct pto_slot_run *r)
+{
+    pto_stream *s = r->s;
+    if (r->seq < r->first)
+        return;
+    pti_ring_charge(s, 0, r->seq); /* heap_alloc advanced by pti_slot_run_add: the high-water marks */
+    /* Before tail: accepted >= tail for every reader. */
+    atomic_store_explicit(&s->accepted, r->seq, memory_order_release);
+    /* Release: the slots are filled; the batch's end fences for the Dekker pair (pti_batch_end). */
+    atomic_store_explicit(&s->tail, r->seq, memory_order_release);
+    if (!s->kick_first)
+        s->kick_first = r->first;
+    batch_submitted += (uint32_t)(r->seq - r->first + 1);
+}
+
 int pti_slot_begin(pto_stream *s, const char *fn, uint32_t heap_len, bool dep,
                    struct pto_cmd **cmd_out, void **heap_out)
 {

@@ -16,6 +16,11 @@
  *   - ordered replays (pto_graph_replay_ordered): a replay after an eager
  *     write on another stream held by a latch waits for it on the device,
  *     its accesses are noted, and an edge from a closed stream declines;
+ *   - runs: a replay's launches on one stream go in as one run of slots;
+ *     in a ring with part of its room free (a latch, eager launches, a
+ *     small argument heap) the rest follows through the overflow, the heap
+ *     wraps inside a run, an injected failure hits the run's first launch,
+ *     and a kernel unloaded after its checks were remembered is refused;
  *   - programs (lib/programs.c, through $PTO_TEST_LIBDIR): a diamond program
  *     and a kernel launch, one node each, replayed four times in flight with
  *     fresh bindings (one record per replay: a program command is quiet
@@ -483,9 +488,9 @@ static void batched_replay(bool host_first_off)
             ah[i] = ch[i] = -12345.0f; /* poisoned until the replay writes them */
         uint64_t locks = s->slot_locks, token = 1000 + 1000 * (uint64_t)r;
         t_check(pto_graph_replay(g, &s, 1, &a, NULL, 1, token));
-        /* One batch (fill, the adds, the copy), the done record, the notify. */
-        t_assert(s->slot_locks - locks <= 3, "replay %d took submit_lock %llu times for %d commands", r,
-                 (unsigned long long)(s->slot_locks - locks), ADDS + 2);
+        /* One batch: the fill, the adds, the copy, the done record, the notify. */
+        t_assert(s->slot_locks - locks == 1, "replay %d took submit_lock %llu times for %d commands", r,
+                 (unsigned long long)(s->slot_locks - locks), ADDS + 4);
         int n_log = 0;
         int at = wait_record(dev, log, &n_log, 16, token);
         t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
@@ -503,6 +508,147 @@ static void batched_replay(bool host_first_off)
     pto_mem_free(dev, c);
     pto_kernel_unload(fill);
     pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
+/* ---- a run of launches in a ring with part of its room free -------------------------- */
+
+/*
+ * A replay's launches on one stream go in as one run of slots (graph.c,
+ * queue_launch_run): the room is read once, and what does not fit (slots or
+ * argument heap bytes) goes one at a time behind the run, through the
+ * overflow.  A 16-slot ring with a 200-byte heap, a latch and three eager
+ * launches in it: the first replay's run stops short of the heap, the
+ * second replay finds commands waiting in the overflow and goes one at a
+ * time, a third (the ring drained, the heap mid-way) wraps the heap inside
+ * its run; an injected failure hits the run's first launch.  Every result
+ * is its own, each replay accepts exactly its commands, and the kernel
+ * references return.
+ */
+static void runs_in_a_partly_free_ring(void)
+{
+    enum { ADDS = 20, R = 3 };
+    pto_device_config cfg;
+    pto_device *dev = NULL;
+    pto_device_config_init(&cfg);
+    cfg.cores = 2;
+    cfg.copy_engines = 2;
+    cfg.aicpu_thread_num = 2;
+    cfg.device_memory = 16u << 20;
+    cfg.ring_task_window = 16;
+    cfg.ring_heap = 200; /* six adds' arguments (32 bytes each) */
+    t_check(pto_device_open("sim", &cfg, &dev));
+    pto_kernel *fill, *add;
+    t_check(pto_kernel_builtin(dev, "fill_f32", &fill));
+    t_check(pto_kernel_builtin(dev, "add_f32", &add));
+    pto_stream *s;
+    t_check(pto_stream_create(dev, 0, &s));
+    t_check(pto_stream_set_overflow(s, 1));
+    pto_devptr a[R], one, e;
+    for (int r = 0; r < R; r++)
+        t_check(pto_mem_alloc(dev, N * 4, NULL, &a[r]));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &one));
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &e));
+    float *oh = pto_mem_host_ptr(dev, one), *eh = pto_mem_host_ptr(dev, e);
+    uint64_t seed = 23;
+    float base = (float)(t_rand(&seed) % 100) / 4.0f;
+    for (int i = 0; i < N; i++) {
+        oh[i] = 1.0f;
+        eh[i] = base;
+    }
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int in = t_check(pto_graph_add_input(g, N * 4));
+    float start = (float)(t_rand(&seed) % 100) / 8.0f;
+    uint64_t fargs[3] = {0, f_bits(start), N};
+    int k = t_check(pto_graph_add_launch(g, 0, fill, 1, fargs, 3));
+    t_check(pto_graph_patch(g, k, 0, in, PTO_GRAPH_WRITE));
+    for (int i = 0; i < ADDS; i++) {
+        uint64_t args[4] = {0, one, 0, N};
+        k = t_check(pto_graph_add_launch(g, 0, add, 1, args, 4));
+        t_check(pto_graph_patch(g, k, 0, in, PTO_GRAPH_READ));
+        t_check(pto_graph_patch(g, k, 2, in, PTO_GRAPH_WRITE));
+    }
+    t_check(pto_graph_instantiate(g));
+    uint64_t span = ADDS + 1 + 2; /* its commands, the done record, the notify */
+    int refs = atomic_load(&add->refs);
+    for (int r = 0; r < R; r++) {
+        float *ah = pto_mem_host_ptr(dev, a[r]);
+        for (int i = 0; i < N; i++)
+            ah[i] = -12345.0f; /* poisoned until the replay writes it */
+    }
+
+    pto_latch *l;
+    t_check(pto_latch_create(dev, 0, &l));
+    t_check(pto_stream_latch_wait(s, l, 0));
+    for (int i = 0; i < 3; i++) /* 96 heap bytes and three slots taken */
+        t_check(pto_stream_launch(s, add, 1, (uint64_t[4]){e, one, e, N}, 4, 0));
+    uint64_t accepted = pto_stream_accepted(s), tok[R], next = 3000;
+    for (int r = 0; r < 2; r++) {
+        tok[r] = next;
+        next += span + 1;
+        int rc = t_check(pto_graph_replay(g, &s, 1, &a[r], NULL, 1, tok[r]));
+        t_assert(rc == PTO_QUEUED, "replay %d behind a latch went in whole (rc %d)", r, rc);
+        t_assert(pto_stream_accepted(s) - accepted == span, "replay %d accepted %llu commands, want %llu", r,
+                 (unsigned long long)(pto_stream_accepted(s) - accepted), (unsigned long long)span);
+        accepted = pto_stream_accepted(s);
+    }
+    t_assert(pto_cq_ready(dev) == 0, "records before the latch was released");
+    pto_latch_release(l);
+    static pto_completion log[64];
+    int n_log = 0;
+    for (int r = 0; r < 2; r++) {
+        int at = wait_record(dev, log, &n_log, 64, tok[r]);
+        t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
+    }
+    t_check(pto_stream_synchronize(s, 10000000));
+    /* The ring drained, its heap mid-way: the third replay's run wraps the heap, then waits for room. */
+    tok[2] = next;
+    next += span + 1;
+    t_check(pto_graph_replay(g, &s, 1, &a[2], NULL, 1, tok[2]));
+    int at = wait_record(dev, log, &n_log, 64, tok[2]);
+    t_assert(log[at].status == 0, "replay 2: %s %s", pto_status_name(log[at].status), log[at].message);
+    for (int r = 0; r < R; r++) {
+        const float *ah = pto_mem_host_ptr(dev, a[r]);
+        for (int i = 0; i < N; i++)
+            t_assert(ah[i] == start + ADDS, "replay %d: a[%d] = %g, want %g", r, i, ah[i], start + ADDS);
+    }
+    for (int i = 0; i < N; i++)
+        t_assert(eh[i] == base + 3, "eager e[%d] = %g, want %g", i, eh[i], base + 3);
+
+    /* An injected failure hits the run's first launch (the fill, command 0): the replay's cause. */
+    t_check(pto_debug_fail_next(s, PTO_EKERNEL, 1));
+    uint64_t bad = next;
+    next += span + 1;
+    t_check(pto_graph_replay(g, &s, 1, &a[0], NULL, 1, bad));
+    at = wait_record(dev, log, &n_log, 64, bad);
+    t_assert(log[at].status == -PTO_EDEP && log[at].cause_token == bad + 1,
+             "replay with an injected failure: %s, cause %llu, want %llu", pto_status_name(log[at].status),
+             (unsigned long long)log[at].cause_token, (unsigned long long)(bad + 1));
+    t_assert(pto_completion_observe(dev, &log[at]) == 1, "the replay's record observes its failure");
+    uint64_t good = next;
+    t_check(pto_graph_replay(g, &s, 1, &a[1], NULL, 1, good));
+    at = wait_record(dev, log, &n_log, 64, good);
+    t_assert(log[at].status == 0, "the replay after the failure: %s %s", pto_status_name(log[at].status),
+             log[at].message);
+
+    t_check(pto_stream_synchronize(s, 10000000));
+    t_assert(atomic_load(&add->refs) == refs, "add_f32's references: %d after the replays, %d before",
+             atomic_load(&add->refs), refs);
+    /* The launches' checks are remembered (the same binding), but an unloaded kernel is refused. */
+    pto_kernel_unload(add);
+    accepted = pto_stream_accepted(s);
+    t_assert(pto_graph_replay(g, &s, 1, &a[1], NULL, 1, next + span + 1) == -PTO_EINVAL,
+             "a replay of an unloaded kernel");
+    t_assert(pto_stream_accepted(s) == accepted, "a refused replay queued commands");
+    pto_graph_destroy(g);
+    pto_latch_destroy(l);
+    pto_stream_destroy(s);
+    for (int r = 0; r < R; r++)
+        pto_mem_free(dev, a[r]);
+    pto_mem_free(dev, one);
+    pto_mem_free(dev, e);
+    pto_kernel_unload(fill);
     pto_device_close(dev);
 }
 
@@ -680,6 +826,7 @@ int main(void)
     ordered_replays();
     batched_replay(false);
     batched_replay(true);
+    runs_in_a_partly_free_ring();
     programs_in_a_graph();
     return T_EXIT_PASS;
 }

@@ -182,6 +182,50 @@ async def test_device_bound_replays_in_flight_keep_their_own_outputs(config, ker
             t.free()
 
 
+@pytest.mark.anyio
+async def test_replays_larger_than_a_small_ring_and_heap_keep_their_own_outputs(kernels):
+    """A replay's launches go in as one run of ring slots; what a 16-slot ring with a 256-byte
+    argument heap has no room for follows through the overflow, the heap wrapping inside runs."""
+    cfg = RunConfig(ring_task_window=16, ring_heap=256, cores=2, copy_engines=1, device_memory=16 << 20)
+    async with ChipWorker(cfg) as w:
+        add, scale = (w.register(kernels.get(n)) for n in ("add", "scale"))
+        with w.capture(name="long") as cap:
+            x = cap.input("x", N, np.float32)
+            b = cap.input("b", N, np.float32)
+            y = cap.input("y", N, np.float32)
+            add(x, b, y)
+            for i in range(24):  # y = 0.5 * y + x, 24 times: each launch patched
+                scale(y, 0.5, y)
+                add(y, x, y)
+        g = cap.graph
+
+        def want(xv, bv):
+            yv = xv + bv
+            for _ in range(24):
+                yv = np.float32(0.5) * yv
+                yv = yv + xv
+            return yv
+
+        pairs = [(rand(), rand()) for _ in range(6)]
+        ins = [(w.alloc_tensor(N, np.float32, init=xv), w.alloc_tensor(N, np.float32, init=bv)) for xv, bv in pairs]
+        outs = [w.alloc_tensor(N, np.float32, init=poisoned()) for _ in pairs]
+        with hold(g.stream) as latch:  # every replay accepted before the first runs
+            launches = [g.submit(x=xd, b=bd, y=yd) for (xd, bd), yd in zip(ins, outs)]
+            assert not any(launch.done() for launch in launches)
+            latch.release()
+        for launch in launches:
+            await launch.wait()
+        for (xv, bv), yd in zip(pairs, outs):
+            np.testing.assert_allclose(await yd.to_host(), want(xv, bv), rtol=1e-6)
+        # Again with the ring drained (the heap mid-way) and host bindings: the same numbers.
+        host_out = poisoned()
+        await g.replay(x=pairs[0][0], b=pairs[0][1], y=host_out)
+        np.testing.assert_allclose(host_out, want(*pairs[0]), rtol=1e-6)
+        g.close()
+        for t in [t for pair in ins for t in pair] + outs:
+            t.free()
+
+
 # -- forbidden calls, forks, other tasks ---------------------------------------------------------
 
 
