@@ -121,10 +121,15 @@ struct ix_cell {
     struct ix_vec all, w;
 };
 
-/* A cell on its way to the rebuilt table (ix_grow), with its tag. */
+/* A table slot's tag (0 free, else its cell's newest instance + 1) and its cell's hash (ix_hash). */
+struct ix_slot {
+    uint32_t tag, hash;
+};
+
+/* A cell on its way to the rebuilt table (ix_grow), with its slot. */
 struct ix_moved {
     struct ix_cell c;
-    uint32_t tag;
+    struct ix_slot slot;
 };
 
 struct pto_task {
@@ -215,12 +220,14 @@ struct pto_orch {
      */
     struct ix_cell *ix;           /* open addressing, ix_cap (a power of two) */
     /*
-     * Per table slot: 0 free, else the newest instance in its cell + 1
-     * (UINT32_MAX while it gets its first).  Apart from the cells, so a
-     * probe that misses and the rebuild's scan (ix_grow) read 4 bytes a
-     * slot, not a cell: a recording run keeps a window's cells.
+     * Per table slot: its tag, 0 free, else the newest instance in its
+     * cell + 1 (UINT32_MAX while it gets its first), and its cell's hash.
+     * Apart from the cells, so a probe reads 8 bytes a slot and a cell only
+     * where the hash matches, and the rebuild's scan (ix_grow) reads no
+     * cell: a recording run (a modeled device) keeps a window's cells, a
+     * table of cache lines a probe would otherwise touch one by one.
      */
-    uint32_t *ix_tag;
+    struct ix_slot *ix_tag;
     uint32_t ix_cap, ix_n;
     struct ix_moved *ix_tmp;      /* ix_grow's scratch (ix_tmp_cap) */
     uint32_t ix_tmp_cap;
@@ -459,7 +466,7 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->keys);
     free(o->knacc);
     for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix_tag[k]) {
+        if (o->ix_tag[k].tag) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         }
@@ -905,7 +912,7 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
 {
     uint32_t live = 0;
     for (uint32_t k = 0; k < o->ix_cap; k++)
-        live += o->ix_tag[k] && o->ix_tag[k] - 1 >= lo;
+        live += o->ix_tag[k].tag && o->ix_tag[k].tag - 1 >= lo;
     uint32_t cap = 64;
     while (cap < 4 * (live + 1))
         cap *= 2;
@@ -913,7 +920,7 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
     if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, live + 1, sizeof(*o->ix_tmp)))
         return false;
     struct ix_cell *tab = o->ix;
-    uint32_t *tags = o->ix_tag;
+    struct ix_slot *tags = o->ix_tag;
     if (cap != o->ix_cap) {
         tab = malloc((size_t)cap * sizeof(*tab));
         tags = calloc(cap, sizeof(*tags));
@@ -926,15 +933,15 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
     /* The live cells move out, the stale ones go; then the table (its tags) is cleared and they go back. */
     uint32_t m = 0;
     for (uint32_t k = 0; k < o->ix_cap; k++) {
-        uint32_t tag = o->ix_tag[k];
-        if (!tag)
+        struct ix_slot slot = o->ix_tag[k];
+        if (!slot.tag)
             continue;
-        if (tag - 1 < lo) {
+        if (slot.tag - 1 < lo) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         } else {
             o->ix_tmp[m].c = o->ix[k];
-            o->ix_tmp[m++].tag = tag;
+            o->ix_tmp[m++].slot = slot;
         }
     }
     if (tab != o->ix) {
@@ -944,11 +951,11 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
         memset(tags, 0, (size_t)cap * sizeof(*tags));
     }
     for (uint32_t q = 0; q < m; q++) {
-        uint32_t h = ix_hash(o->ix_tmp[q].c.arg, o->ix_tmp[q].c.cell) & (cap - 1);
-        while (tags[h])
+        uint32_t h = o->ix_tmp[q].slot.hash & (cap - 1);
+        while (tags[h].tag)
             h = (h + 1) & (cap - 1);
         tab[h] = o->ix_tmp[q].c;
-        tags[h] = o->ix_tmp[q].tag;
+        tags[h] = o->ix_tmp[q].slot;
     }
     o->ix = tab;
     o->ix_tag = tags;
@@ -957,25 +964,46 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
     return true;
 }
 
-/* Cell `cell` of args slot arg; create: add it where absent (NULL: no memory), else NULL where absent. */
+/*
+ * Cell `cell` of args slot arg; create: add it where absent (NULL: no
+ * memory), else NULL where absent.  An absent cell takes the first stale
+ * slot its probe passed (every instance of that cell below lo: no scan
+ * reaches it any more), keeping the slot's lists' memory, so a table whose
+ * cells come and go as the window moves seldom fills up and rebuilds
+ * (ix_grow), and a new cell seldom allocates.
+ */
 static struct ix_cell *ix_find(struct pto_orch *o, uint32_t arg, int64_t cell, bool create, uint32_t lo)
 {
-    if (create && 2 * (o->ix_n + 1) > o->ix_cap && !ix_grow(o, lo))
+    if (!o->ix_cap && (!create || !ix_grow(o, lo)))
         return NULL;
-    if (!o->ix_cap)
-        return NULL;
-    uint32_t k = ix_hash(arg, cell) & (o->ix_cap - 1);
-    for (; o->ix_tag[k]; k = (k + 1) & (o->ix_cap - 1))
-        if (o->ix[k].cell == cell && o->ix[k].arg == arg)
+    uint32_t hash = ix_hash(arg, cell), k = hash & (o->ix_cap - 1), stale = UINT32_MAX;
+    for (; o->ix_tag[k].tag; k = (k + 1) & (o->ix_cap - 1)) {
+        if (o->ix_tag[k].hash == hash && o->ix[k].cell == cell && o->ix[k].arg == arg)
             return &o->ix[k];
+        if (stale == UINT32_MAX && o->ix_tag[k].tag - 1 < lo)
+            stale = k;
+    }
     if (!create)
         return NULL;
-    struct ix_cell *c = &o->ix[k];
-    memset(c, 0, sizeof(*c));
-    o->ix_tag[k] = UINT32_MAX; /* its first instance's (ix_insert) */
+    struct ix_cell *c;
+    if (stale != UINT32_MAX) {
+        k = stale;
+        c = &o->ix[k];
+        c->all.head = c->all.n = c->w.head = c->w.n = 0;
+    } else {
+        if (2 * (o->ix_n + 1) > o->ix_cap) {
+            if (!ix_grow(o, lo))
+                return NULL;
+            for (k = hash & (o->ix_cap - 1); o->ix_tag[k].tag; k = (k + 1) & (o->ix_cap - 1))
+                ;
+        }
+        c = &o->ix[k];
+        memset(c, 0, sizeof(*c));
+        o->ix_n++;
+    }
+    o->ix_tag[k] = (struct ix_slot){UINT32_MAX, hash}; /* its first instance's tag (ix_insert) */
     c->arg = arg;
     c->cell = cell;
-    o->ix_n++;
     return c;
 }
 
@@ -1021,7 +1049,7 @@ static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, 
             struct ix_cell *e = ix_find(o, x->arg, c, true, lo);
             if (!e || !ix_push(&e->all, i, lo) || (x->write && !ix_push(&e->w, i, lo)))
                 return false;
-            o->ix_tag[e - o->ix] = i + 1;
+            o->ix_tag[e - o->ix].tag = i + 1;
         }
     }
     return true;
