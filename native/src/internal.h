@@ -1022,10 +1022,14 @@ struct pto_when {
     int32_t host_engine;
 };
 
-/* One program task as the model sees it (orch.c fills it, the model places it in its turn). */
+/*
+ * One program task as the model sees it (orch.c fills it, the model places it
+ * in its turn).  At submission only site, ran (false), early and start_ns (0)
+ * are set; the other inputs when it ran (ran true), the outputs by the model.
+ */
 struct pto_mtask {
-    uint64_t dur_ns;              /* modeled duration (pto_model_work_ns); 0 if it never ran */
-    uint64_t host_start_ns, host_end_ns, host_submit_ns;
+    uint64_t dur_ns;              /* modeled duration (pto_model_work_ns), when it ran */
+    uint64_t host_start_ns, host_end_ns;
     int32_t host_engine, status;
     uint32_t site;
     uint8_t kind;                 /* 0: AIC (cube work), 1: AIV */
