@@ -907,30 +907,19 @@ static uint32_t ix_hash(uint32_t arg, int64_t cell)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-/* Drop the cells no scan can reach any more (every instance below lo) and rehash; false: no memory. */
+/*
+ * Drop the cells no scan can reach any more (every instance below lo) and
+ * rehash into a table of at least 8 slots a live cell (a quarter full at
+ * most), so the next rebuild comes after at least 3 x live new cells: one
+ * pass over the slots for each of them, rather than the 8-16 a table half
+ * as large took (a recording run keeps a window's cells live).  False: no
+ * memory (the stale cells are gone, the live ones stay indexed).
+ */
 static bool ix_grow(struct pto_orch *o, uint32_t lo)
 {
-    uint32_t live = 0;
-    for (uint32_t k = 0; k < o->ix_cap; k++)
-        live += o->ix_tag[k].tag && o->ix_tag[k].tag - 1 >= lo;
-    uint32_t cap = 64;
-    while (cap < 4 * (live + 1))
-        cap *= 2;
-    /* Everything allocated first: a failure changes nothing. */
-    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, live + 1, sizeof(*o->ix_tmp)))
+    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, o->ix_n + 1, sizeof(*o->ix_tmp)))
         return false;
-    struct ix_cell *tab = o->ix;
-    struct ix_slot *tags = o->ix_tag;
-    if (cap != o->ix_cap) {
-        tab = malloc((size_t)cap * sizeof(*tab));
-        tags = calloc(cap, sizeof(*tags));
-        if (!tab || !tags) {
-            free(tab);
-            free(tags);
-            return false;
-        }
-    }
-    /* The live cells move out, the stale ones go; then the table (its tags) is cleared and they go back. */
+    /* One pass: the live cells move out, the stale ones go. */
     uint32_t m = 0;
     for (uint32_t k = 0; k < o->ix_cap; k++) {
         struct ix_slot slot = o->ix_tag[k];
@@ -944,12 +933,30 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
             o->ix_tmp[m++].slot = slot;
         }
     }
-    if (tab != o->ix) {
-        free(o->ix);
-        free(o->ix_tag);
-    } else {
-        memset(tags, 0, (size_t)cap * sizeof(*tags));
+    uint32_t cap = 64;
+    while (cap < 8 * (m + 1))
+        cap *= 2;
+    struct ix_cell *tab = o->ix;
+    struct ix_slot *tags = o->ix_tag;
+    bool ok = true;
+    if (cap != o->ix_cap) {
+        tab = malloc((size_t)cap * sizeof(*tab));
+        tags = calloc(cap, sizeof(*tags));
+        if (tab && tags) {
+            free(o->ix);
+            free(o->ix_tag);
+        } else {
+            /* No memory: the live cells go back into the table they came from (it held them). */
+            free(tab);
+            free(tags);
+            tab = o->ix;
+            tags = o->ix_tag;
+            ok = o->ix_cap != 0;
+            cap = o->ix_cap;
+        }
     }
+    if (tab == o->ix && cap)
+        memset(tags, 0, (size_t)cap * sizeof(*tags));
     for (uint32_t q = 0; q < m; q++) {
         uint32_t h = o->ix_tmp[q].slot.hash & (cap - 1);
         while (tags[h].tag)
@@ -961,7 +968,7 @@ static bool ix_grow(struct pto_orch *o, uint32_t lo)
     o->ix_tag = tags;
     o->ix_cap = cap;
     o->ix_n = m;
-    return true;
+    return ok && 2 * (m + 1) <= cap;
 }
 
 /*
