@@ -1085,6 +1085,12 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
 void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_program_desc *d, struct pto_mtask *t,
                             uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, bool table);
 
+/*
+ * A program run's task records, at least n (sched_lock held, as the run
+ * starts): the array of s's last placed run when it is large enough (no
+ * allocation a run), else a new one; NULL: out of host memory.  *cap: its size.
+ */
+struct pto_mtask *pti_model_mt_take(pto_stream *s, uint32_t n, uint32_t *cap);
 /* Tests only: nonzero makes the model take its list schedule for every program with edges. */
 extern int pti_model_fast_off;
 

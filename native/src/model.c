@@ -104,6 +104,10 @@ struct pto_mprog {
     const uint32_t *off, *ids;      /* its graph: the table's, or `own` */
     uint32_t *own;                  /* a resolved graph's copy: off (n + 1), then ids */
     size_t own_cap;
+    /* The last placed run's task array, for the stream's next run (pti_model_mt_take): no
+     * allocation a run.  Under the device's sched_lock. */
+    struct pto_mtask *spare;
+    uint32_t spare_cap;
 };
 
 /*
@@ -511,6 +515,7 @@ void pti_model_stream_free(pto_stream *s)
 {
     if (s->model_prog) {
         free(s->model_prog->t);
+        free(s->model_prog->spare);
         free(s->model_prog->own);
         free(s->model_prog);
         s->model_prog = NULL;
@@ -595,7 +600,7 @@ void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_pro
     }
     free(g->t);
     *g = (struct pto_mprog){.set = true, .d = d, .t = t, .n = n, .off = pred_off, .ids = pred_ids,
-                            .own = g->own, .own_cap = g->own_cap};
+                            .own = g->own, .own_cap = g->own_cap, .spare = g->spare, .spare_cap = g->spare_cap};
     if (!pred_off || table)
         return;
     /* A resolved graph: the driver moves or frees its arrays once the run is over. */
@@ -662,8 +667,26 @@ static void place_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     }
     if (pti_trace_on(dev))
         trace_tasks(dev, s, cmd, g);
-    free(g->t);
+    free(g->spare); /* the next run takes this one */
+    g->spare = g->t;
+    g->spare_cap = g->n;
     g->t = NULL;
+}
+
+struct pto_mtask *pti_model_mt_take(pto_stream *s, uint32_t n, uint32_t *cap)
+{
+    struct pto_mprog *g = s->model_prog;
+    struct pto_mtask *t;
+    if (g && g->spare && g->spare_cap >= n) {
+        t = g->spare;
+        *cap = g->spare_cap;
+        g->spare = NULL;
+        g->spare_cap = 0;
+        return t;
+    }
+    t = malloc((size_t)n * sizeof(*t));
+    *cap = t ? n : 0;
+    return t;
 }
 
 void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,

@@ -1608,10 +1608,8 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     }
     /* The model's per-instance records: the table's count, or the last recorded run's. */
     uint32_t nmt = d->ninstances ? d->ninstances : o->record ? o->rt_cap : 0;
-    if (pti_model_of(dev) && !o->mt_oom && nmt) {
-        o->mt = malloc((size_t)nmt * sizeof(*o->mt));
-        o->mt_cap = o->mt ? nmt : 0;
-    }
+    if (pti_model_of(dev) && !o->mt_oom && nmt)
+        o->mt = pti_model_mt_take(s, nmt, &o->mt_cap); /* the stream's last run's, or new */
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);
