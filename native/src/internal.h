@@ -1068,10 +1068,14 @@ struct pto_when {
     int32_t host_engine;
 };
 
-/* One program task as the model sees it (orch.c fills it, the model places it in its turn). */
+/*
+ * One program task as the model sees it (orch.c fills it, the model places it
+ * in its turn).  At submission only site, ran (false), early and start_ns (0)
+ * are set; the other inputs when it ran (ran true), the outputs by the model.
+ */
 struct pto_mtask {
-    uint64_t dur_ns;              /* modeled duration (pto_model_work_ns); 0 if it never ran */
-    uint64_t host_start_ns, host_end_ns, host_submit_ns;
+    uint64_t dur_ns;              /* modeled duration (pto_model_work_ns), when it ran */
+    uint64_t host_start_ns, host_end_ns;
     int32_t host_engine, status;
     uint32_t site;
     uint8_t kind;                 /* 0: AIC (cube work), 1: AIV */
@@ -1127,6 +1131,12 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
 void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_program_desc *d, struct pto_mtask *t,
                             uint32_t n, const uint32_t *pred_off, const uint32_t *pred_ids, bool table);
 
+/*
+ * A program run's task records, at least n (sched_lock held, as the run
+ * starts): the array of s's last placed run when it is large enough (no
+ * allocation a run), else a new one; NULL: out of host memory.  *cap: its size.
+ */
+struct pto_mtask *pti_model_mt_take(pto_stream *s, uint32_t n, uint32_t *cap);
 /* Tests only: nonzero makes the model take its list schedule for every program with edges. */
 extern int pti_model_fast_off;
 

@@ -104,6 +104,10 @@ struct pto_mprog {
     const uint32_t *off, *ids;      /* its graph: the table's, or `own` */
     uint32_t *own;                  /* a resolved graph's copy: off (n + 1), then ids */
     size_t own_cap;
+    /* The last placed run's task array, for the stream's next run (pti_model_mt_take): no
+     * allocation a run.  Under the device's sched_lock. */
+    struct pto_mtask *spare;
+    uint32_t spare_cap;
 };
 
 /*
@@ -113,12 +117,26 @@ struct pto_mprog {
  * generation (a new profile, even at a freed model's address, misses).
  */
 static _Atomic uint64_t model_gens;
-static __thread struct {
+static _Thread_local struct {
     uint64_t gen;
     pto_work work;
     uint64_t ns;
     uint8_t kind;
-} tl_cost;
+} tl_cost __attribute__((tls_model("initial-exec"))); /* a direct %fs access, not a __tls_get_addr call */
+
+/* Whether two works' counts are the same: word by word in registers, no call (memcmp's was a
+ * tenth of the model's cost per task). */
+typedef uint64_t __attribute__((may_alias, aligned(1))) work_word;
+static inline bool same_work(const pto_work *a, const pto_work *b)
+{
+    _Static_assert(sizeof(pto_work) % sizeof(uint64_t) == 0, "pto_work is whole words");
+    const work_word *x = (const work_word *)a, *y = (const work_word *)b;
+    uint64_t d = 0;
+#pragma GCC unroll 16
+    for (size_t i = 0; i < sizeof(pto_work) / 8; i++)
+        d |= x[i] ^ y[i];
+    return d == 0;
+}
 
 static uint64_t us_to_ns(double us) { return (uint64_t)(us * 1000.0 + 0.5); }
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -256,7 +274,7 @@ static double granular(uint64_t bytes, uint64_t rows, double granule)
 
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
-    if (tl_cost.gen == m->gen && memcmp(&tl_cost.work, w, sizeof(*w)) == 0) {
+    if (tl_cost.gen == m->gen && same_work(&tl_cost.work, w)) {
         *kind = tl_cost.kind;
         return tl_cost.ns;
     }
@@ -497,6 +515,7 @@ void pti_model_stream_free(pto_stream *s)
 {
     if (s->model_prog) {
         free(s->model_prog->t);
+        free(s->model_prog->spare);
         free(s->model_prog->own);
         free(s->model_prog);
         s->model_prog = NULL;
@@ -581,7 +600,7 @@ void pti_model_program_keep(pto_device *dev, pto_stream *s, const struct pto_pro
     }
     free(g->t);
     *g = (struct pto_mprog){.set = true, .d = d, .t = t, .n = n, .off = pred_off, .ids = pred_ids,
-                            .own = g->own, .own_cap = g->own_cap};
+                            .own = g->own, .own_cap = g->own_cap, .spare = g->spare, .spare_cap = g->spare_cap};
     if (!pred_off || table)
         return;
     /* A resolved graph: the driver moves or frees its arrays once the run is over. */
@@ -648,8 +667,26 @@ static void place_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     }
     if (pti_trace_on(dev))
         trace_tasks(dev, s, cmd, g);
-    free(g->t);
+    free(g->spare); /* the next run takes this one */
+    g->spare = g->t;
+    g->spare_cap = g->n;
     g->t = NULL;
+}
+
+struct pto_mtask *pti_model_mt_take(pto_stream *s, uint32_t n, uint32_t *cap)
+{
+    struct pto_mprog *g = s->model_prog;
+    struct pto_mtask *t;
+    if (g && g->spare && g->spare_cap >= n) {
+        t = g->spare;
+        *cap = g->spare_cap;
+        g->spare = NULL;
+        g->spare_cap = 0;
+        return t;
+    }
+    t = malloc((size_t)n * sizeof(*t));
+    *cap = t ? n : 0;
+    return t;
 }
 
 void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status,

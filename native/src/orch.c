@@ -121,10 +121,15 @@ struct ix_cell {
     struct ix_vec all, w;
 };
 
-/* A cell on its way to the rebuilt table (ix_grow), with its tag. */
+/* A table slot's tag (0 free, else its cell's newest instance + 1) and its cell's hash (ix_hash). */
+struct ix_slot {
+    uint32_t tag, hash;
+};
+
+/* A cell on its way to the rebuilt table (ix_grow), with its slot. */
 struct ix_moved {
     struct ix_cell c;
-    uint32_t tag;
+    struct ix_slot slot;
 };
 
 struct pto_task {
@@ -215,12 +220,14 @@ struct pto_orch {
      */
     struct ix_cell *ix;           /* open addressing, ix_cap (a power of two) */
     /*
-     * Per table slot: 0 free, else the newest instance in its cell + 1
-     * (UINT32_MAX while it gets its first).  Apart from the cells, so a
-     * probe that misses and the rebuild's scan (ix_grow) read 4 bytes a
-     * slot, not a cell: a recording run keeps a window's cells.
+     * Per table slot: its tag, 0 free, else the newest instance in its
+     * cell + 1 (UINT32_MAX while it gets its first), and its cell's hash.
+     * Apart from the cells, so a probe reads 8 bytes a slot and a cell only
+     * where the hash matches, and the rebuild's scan (ix_grow) reads no
+     * cell: a recording run (a modeled device) keeps a window's cells, a
+     * table of cache lines a probe would otherwise touch one by one.
      */
-    uint32_t *ix_tag;
+    struct ix_slot *ix_tag;
     uint32_t ix_cap, ix_n;
     struct ix_moved *ix_tmp;      /* ix_grow's scratch (ix_tmp_cap) */
     uint32_t ix_tmp_cap;
@@ -459,7 +466,7 @@ static void run_finish(struct pto_orch *o, bool locked)
     free(o->keys);
     free(o->knacc);
     for (uint32_t k = 0; k < o->ix_cap; k++)
-        if (o->ix_tag[k]) {
+        if (o->ix_tag[k].tag) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         }
@@ -900,82 +907,110 @@ static uint32_t ix_hash(uint32_t arg, int64_t cell)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-/* Drop the cells no scan can reach any more (every instance below lo) and rehash; false: no memory. */
+/*
+ * Drop the cells no scan can reach any more (every instance below lo) and
+ * rehash into a table of at least 8 slots a live cell (a quarter full at
+ * most), so the next rebuild comes after at least 3 x live new cells: one
+ * pass over the slots for each of them, rather than the 8-16 a table half
+ * as large took (a recording run keeps a window's cells live).  False: no
+ * memory (the stale cells are gone, the live ones stay indexed).
+ */
 static bool ix_grow(struct pto_orch *o, uint32_t lo)
 {
-    uint32_t live = 0;
-    for (uint32_t k = 0; k < o->ix_cap; k++)
-        live += o->ix_tag[k] && o->ix_tag[k] - 1 >= lo;
-    uint32_t cap = 64;
-    while (cap < 4 * (live + 1))
-        cap *= 2;
-    /* Everything allocated first: a failure changes nothing. */
-    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, live + 1, sizeof(*o->ix_tmp)))
+    if (!grow((void **)&o->ix_tmp, &o->ix_tmp_cap, o->ix_n + 1, sizeof(*o->ix_tmp)))
         return false;
-    struct ix_cell *tab = o->ix;
-    uint32_t *tags = o->ix_tag;
-    if (cap != o->ix_cap) {
-        tab = malloc((size_t)cap * sizeof(*tab));
-        tags = calloc(cap, sizeof(*tags));
-        if (!tab || !tags) {
-            free(tab);
-            free(tags);
-            return false;
-        }
-    }
-    /* The live cells move out, the stale ones go; then the table (its tags) is cleared and they go back. */
+    /* One pass: the live cells move out, the stale ones go. */
     uint32_t m = 0;
     for (uint32_t k = 0; k < o->ix_cap; k++) {
-        uint32_t tag = o->ix_tag[k];
-        if (!tag)
+        struct ix_slot slot = o->ix_tag[k];
+        if (!slot.tag)
             continue;
-        if (tag - 1 < lo) {
+        if (slot.tag - 1 < lo) {
             free(o->ix[k].all.v);
             free(o->ix[k].w.v);
         } else {
             o->ix_tmp[m].c = o->ix[k];
-            o->ix_tmp[m++].tag = tag;
+            o->ix_tmp[m++].slot = slot;
         }
     }
-    if (tab != o->ix) {
-        free(o->ix);
-        free(o->ix_tag);
-    } else {
-        memset(tags, 0, (size_t)cap * sizeof(*tags));
+    uint32_t cap = 64;
+    while (cap < 8 * (m + 1))
+        cap *= 2;
+    struct ix_cell *tab = o->ix;
+    struct ix_slot *tags = o->ix_tag;
+    bool ok = true;
+    if (cap != o->ix_cap) {
+        tab = malloc((size_t)cap * sizeof(*tab));
+        tags = calloc(cap, sizeof(*tags));
+        if (tab && tags) {
+            free(o->ix);
+            free(o->ix_tag);
+        } else {
+            /* No memory: the live cells go back into the table they came from (it held them). */
+            free(tab);
+            free(tags);
+            tab = o->ix;
+            tags = o->ix_tag;
+            ok = o->ix_cap != 0;
+            cap = o->ix_cap;
+        }
     }
+    if (tab == o->ix && cap)
+        memset(tags, 0, (size_t)cap * sizeof(*tags));
     for (uint32_t q = 0; q < m; q++) {
-        uint32_t h = ix_hash(o->ix_tmp[q].c.arg, o->ix_tmp[q].c.cell) & (cap - 1);
-        while (tags[h])
+        uint32_t h = o->ix_tmp[q].slot.hash & (cap - 1);
+        while (tags[h].tag)
             h = (h + 1) & (cap - 1);
         tab[h] = o->ix_tmp[q].c;
-        tags[h] = o->ix_tmp[q].tag;
+        tags[h] = o->ix_tmp[q].slot;
     }
     o->ix = tab;
     o->ix_tag = tags;
     o->ix_cap = cap;
     o->ix_n = m;
-    return true;
+    return ok && 2 * (m + 1) <= cap;
 }
 
-/* Cell `cell` of args slot arg; create: add it where absent (NULL: no memory), else NULL where absent. */
+/*
+ * Cell `cell` of args slot arg; create: add it where absent (NULL: no
+ * memory), else NULL where absent.  An absent cell takes the first stale
+ * slot its probe passed (every instance of that cell below lo: no scan
+ * reaches it any more), keeping the slot's lists' memory, so a table whose
+ * cells come and go as the window moves seldom fills up and rebuilds
+ * (ix_grow), and a new cell seldom allocates.
+ */
 static struct ix_cell *ix_find(struct pto_orch *o, uint32_t arg, int64_t cell, bool create, uint32_t lo)
 {
-    if (create && 2 * (o->ix_n + 1) > o->ix_cap && !ix_grow(o, lo))
+    if (!o->ix_cap && (!create || !ix_grow(o, lo)))
         return NULL;
-    if (!o->ix_cap)
-        return NULL;
-    uint32_t k = ix_hash(arg, cell) & (o->ix_cap - 1);
-    for (; o->ix_tag[k]; k = (k + 1) & (o->ix_cap - 1))
-        if (o->ix[k].cell == cell && o->ix[k].arg == arg)
+    uint32_t hash = ix_hash(arg, cell), k = hash & (o->ix_cap - 1), stale = UINT32_MAX;
+    for (; o->ix_tag[k].tag; k = (k + 1) & (o->ix_cap - 1)) {
+        if (o->ix_tag[k].hash == hash && o->ix[k].cell == cell && o->ix[k].arg == arg)
             return &o->ix[k];
+        if (stale == UINT32_MAX && o->ix_tag[k].tag - 1 < lo)
+            stale = k;
+    }
     if (!create)
         return NULL;
-    struct ix_cell *c = &o->ix[k];
-    memset(c, 0, sizeof(*c));
-    o->ix_tag[k] = UINT32_MAX; /* its first instance's (ix_insert) */
+    struct ix_cell *c;
+    if (stale != UINT32_MAX) {
+        k = stale;
+        c = &o->ix[k];
+        c->all.head = c->all.n = c->w.head = c->w.n = 0;
+    } else {
+        if (2 * (o->ix_n + 1) > o->ix_cap) {
+            if (!ix_grow(o, lo))
+                return NULL;
+            for (k = hash & (o->ix_cap - 1); o->ix_tag[k].tag; k = (k + 1) & (o->ix_cap - 1))
+                ;
+        }
+        c = &o->ix[k];
+        memset(c, 0, sizeof(*c));
+        o->ix_n++;
+    }
+    o->ix_tag[k] = (struct ix_slot){UINT32_MAX, hash}; /* its first instance's tag (ix_insert) */
     c->arg = arg;
     c->cell = cell;
-    o->ix_n++;
     return c;
 }
 
@@ -1021,7 +1056,7 @@ static bool ix_insert(struct pto_orch *o, uint32_t i, const pto_task_access *a, 
             struct ix_cell *e = ix_find(o, x->arg, c, true, lo);
             if (!e || !ix_push(&e->all, i, lo) || (x->write && !ix_push(&e->w, i, lo)))
                 return false;
-            o->ix_tag[e - o->ix] = i + 1;
+            o->ix_tag[e - o->ix].tag = i + 1;
         }
     }
     return true;
@@ -1250,12 +1285,19 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
                 o->mt_oom = true; /* the run goes on, unmodeled */
             }
         }
-        if (i < o->mt_cap)
-            o->mt[i] = (struct pto_mtask){
-                .site = site,
-                .host_submit_ns = t->submit_ns,
-                .early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE),
-            };
+        if (i < o->mt_cap) {
+            /*
+             * What the model reads of a task that never ran, and its staged
+             * start (0: none); the rest comes with its run (pti_task_run) or
+             * from the model's placement.  Field by field: zeroing the whole
+             * record was a tenth of the submission's cost.
+             */
+            struct pto_mtask *x = &o->mt[i];
+            x->site = site;
+            x->ran = false;
+            x->start_ns = 0;
+            x->early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE);
+        }
     }
     uint32_t nidx = d->sites[site].nidx;
     if (nidx)
@@ -1566,10 +1608,8 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     }
     /* The model's per-instance records: the table's count, or the last recorded run's. */
     uint32_t nmt = d->ninstances ? d->ninstances : o->record ? o->rt_cap : 0;
-    if (pti_model_of(dev) && !o->mt_oom && nmt) {
-        o->mt = malloc((size_t)nmt * sizeof(*o->mt));
-        o->mt_cap = o->mt ? nmt : 0;
-    }
+    if (pti_model_of(dev) && !o->mt_oom && nmt)
+        o->mt = pti_model_mt_take(s, nmt, &o->mt_cap); /* the stream's last run's, or new */
     if (!o->slots || !o->pool || !o->live || !o->args || (d->ninstances && !o->failed) || (resolve && !o->acc)) {
         free(o->slots);
         free(o->pool);
