@@ -994,12 +994,12 @@ static uint32_t host_run_some(pto_device *dev, bool copy, uint32_t max, uint64_t
  * pti_cpu_spare_at), so the next burst starts beside it and is shared at
  * once (host_may_take: beside a spinner the host takes only the excess),
  * with no wake-up per task or per burst.  One signal on its way at a time;
- * none with one core (the host runs as it) or spin_us 0 (it would not
- * linger).
+ * none with one core (the host runs as it).  (A device always spins some:
+ * pto_device_config's spin_us 0 is the default, 200 us.)
  */
 static void spread_burst(pto_device *dev)
 {
-    if (dev->cfg.cores < 2 || !dev->cfg.spin_us || atomic_load_explicit(&dev->core_len, memory_order_relaxed) < 3)
+    if (dev->cfg.cores < 2 || atomic_load_explicit(&dev->core_len, memory_order_relaxed) < 3)
         return;
     pthread_mutex_lock(&dev->core_lock);
     uint32_t idle = 0; /* sleeping cores nobody claimed: the host claims one, the woken core is another */

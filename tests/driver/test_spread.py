@@ -87,11 +87,3 @@ def test_a_burst_signals_at_most_one_core_and_only_with_one_to_spare(open_dev, n
     else:
         assert wakes <= rounds, wakes
     assert after.engine_wakes - before.engine_wakes >= wakes  # each is an engine wake-up too
-
-
-def test_spin_us_zero_never_spreads(open_dev, new_stream, library):
-    """spin_us=0: a woken core would not linger for the next burst, so none is signalled to spread one."""
-    before, after = _bursts(open_dev, new_stream, library, 20, cores=2, spin_us=0,
-                            host_first=lib.PTO_HOST_FIRST_AUTO)
-    assert after.spread_wakes == before.spread_wakes
-    assert after.idle_spins == before.idle_spins
