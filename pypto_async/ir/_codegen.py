@@ -539,8 +539,7 @@ class _Gen:
             self.emit(f"const int64_t {x} = {_index(off)};")
             if dynamic:  # the tensor's extent is read at run time (a pl.dynamic dimension)
                 self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
-                             f"{self.where(m.loc)}{what}: window of dim {d} past the run-time extent of "
-                             f"{param!r}")
+                             f"{self.where(m.loc)}{what}: dim {d} of {param!r} past its run-time extent")
                 continue
             self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
                          f"{self.where(m.loc)}{what}: runtime offset of dimension {d} puts the window outside "

@@ -14,7 +14,7 @@ from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
-from ..ir._program import DYNAMIC_EXTENT, Program
+from ..ir._program import DynamicExtent, Program
 from ..ir._passes import run_passes
 from ._annotations import defining_scope, evaluate
 from ._branch import traced_fn
@@ -367,7 +367,7 @@ class JitFunction:
         """The artifact of the signature's static part for ``params`` (None: compile per extent).
 
         Traced once, with each run-time extent a hidden INT64 scalar
-        parameter (the tensor declares :data:`DYNAMIC_EXTENT` there); the
+        parameter (the tensor declares a :class:`DynamicExtent` there); the
         in-memory cache keys on the rest of the signature, so every extent
         hits the same artifact.  A trace that needs such an extent as a
         number (a tile or pl.create_tensor shape, a Python range) falls back
@@ -403,8 +403,9 @@ class JitFunction:
         if base is None:
             if key in self._per_extent:
                 return None
-            traced = [Param(p.name, p.direction, tuple(DYNAMIC_EXTENT if a in masked.get(p.name, ()) else n
-                                                      for a, n in enumerate(p.shape)), p.dtype) for p in params]
+            extent = {(t, a): DynamicExtent(q.name) for q, t, a in runtime}
+            traced = [Param(p.name, p.direction, tuple(extent.get((p.name, a), n) for a, n in enumerate(p.shape)),
+                            p.dtype) for p in params]
             try:
                 lowered = run_passes(self._trace(traced, tuple(runtime)))
             except Exception:  # noqa: BLE001 - the per-extent trace reports (or passes) it

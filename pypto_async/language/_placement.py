@@ -201,6 +201,18 @@ def _solve(e: DimExpr, n: int, env: dict):
     return x, guess
 
 
+def same_extent(a, b) -> bool:
+    """Whether extents ``a`` and ``b`` are equal: ints, or the run-time extent of one ``pl.dynamic`` dimension."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return getattr(a, "name", a) == getattr(b, "name", b)  # a run-time extent (its scalar) equals only itself
+
+
+def extent_text(n) -> str:
+    """An extent as a message gives it: the int, or the name of the dimension read at run time."""
+    return str(n) if isinstance(n, int) else f"the run-time extent {getattr(n, 'name', n)}"
+
+
 def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
     """Match ``shape`` against a declared shape, binding its ``pl.dynamic`` dims in ``env``.
 
@@ -226,10 +238,11 @@ def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
                 return f"dimension {axis} is {n}, but {d!r} is {v} where its dims are bound"
         elif isinstance(d, DynamicDim):
             bound = env.setdefault(id(d), (d, n))[1]
-            if bound != n:
-                return f"dimension {axis} ({d.name}) is {n}, but {d.name} is bound to {bound} by another argument"
-        elif d != n:
-            return f"dimension {axis} is {n}, not {d}"
+            if not same_extent(bound, n):
+                return (f"dimension {axis} ({d.name}) is {extent_text(n)}, but {d.name} is bound to "
+                        f"{extent_text(bound)} by another argument")
+        elif not same_extent(d, n):
+            return f"dimension {axis} is {extent_text(n)}, not {extent_text(d)}"
     return None
 
 

@@ -22,7 +22,7 @@ from .._dtypes import DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import For, IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
+from ..ir._nodes import For, IBin, IConst, IRead, IScalar, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
 from ..ir._program import Program
 from ..ir._nodes import linear_index as _linear
@@ -388,9 +388,18 @@ def window(t: TensorArg, key) -> TensorWindow:
     origin, shape = [], []
     for d, extent in enumerate(t.shape):
         k = key[d] if d < len(key) else slice(None)
+        runtime = isinstance(extent, ScalarArg)  # a pl.dynamic extent read at run time
+        if runtime and isinstance(k, slice) and k.step in (None, 1) and k.stop is None and \
+                (k.start is None or (type(k.start) is int and k.start == 0)):
+            origin.append(base_origin[d])  # the whole dimension: its extent stays the run-time one
+            shape.append(extent)
+            continue
         if isinstance(k, slice):
             if k.step not in (None, 1):
                 raise compile_error(f"{what}: a window's step must be 1, got {k.step!r}", loc)
+            if runtime and k.stop is None:
+                raise compile_error(f"{what}: dimension {d} is the run-time extent {extent.name}: a window "
+                                    f"from {k.start!r} to its end has no fixed extent (give the stop)", loc)
             start = _bound(0 if k.start is None else k.start, what, loc)
             stop = _bound(extent if k.stop is None else k.stop, what, loc)
         else:
@@ -398,6 +407,14 @@ def window(t: TensorArg, key) -> TensorWindow:
             stop = _add(start, IConst(1))
         n = _extent(start, stop, what, loc)
         # A start over a runtime scalar (pl.read, a runtime pl.range) is checked when the kernel runs.
+        if runtime:  # the window's end is checked at launch, by each load and store, against the extent
+            lo = (index_range(start, tracer.ranges, loc, runtime_ok=True) or (0, 0))[0]
+            if n <= 0 or lo < 0:
+                raise compile_error(f"{what}: dimension {d} window from {lo} + {n} is outside [0, {extent.name}]",
+                                    loc)
+            origin.append(_add(base_origin[d], start))
+            shape.append(n)
+            continue
         lo, hi = index_range(start, tracer.ranges, loc, runtime_ok=True) or (0, extent - n)
         if n <= 0 or lo < 0 or hi + n > extent:
             raise compile_error(f"{what}: dimension {d} window [{lo}..{hi}] + {n} is outside [0, {extent}]", loc)
@@ -423,7 +440,9 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
         n = None if shape is None else shape[d]  # None: a runtime extent (the kernel checks it against the tensor)
-        if isinstance(o, IConst) and isinstance(n, int) and not 0 <= o.value <= o.value + n <= t.shape[d]:
+        # A run-time extent of the window (a pl.dynamic dimension) is checked at launch against the tensor's.
+        if isinstance(o, IConst) and isinstance(n, int) and isinstance(t.shape[d], int) and \
+                not 0 <= o.value <= o.value + n <= t.shape[d]:
             raise compile_error(f"{op}: window {o.value}:{o.value + n} of dimension {d} is outside "
                                 f"the {list(t.shape)} window of {t.name!r}", user_loc())
         out.append(_add(base, o))
@@ -589,7 +608,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         if valid is not None:  # pl.tensor.slice(..., valid_shape=) or a pl.TensorView: the kernel's loads see it
             proxy.valid = valid
         proxies.append(proxy)
-        accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
+        # A run-time extent (a pl.dynamic dimension of a @pl.jit tensor) is its scalar in the access.
+        accesses.append((arg.name, _MODES[ann.direction], origin,
+                         tuple(IScalar(n.name) if isinstance(n, ScalarArg) else n for n in arg.shape)))
         if getattr(arg, "no_dep", False) and arg.name not in untracked:
             untracked.append(arg.name)
     from .array import split_deps
