@@ -21,8 +21,8 @@ from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline, opaque
 from .distributed_host import host
-from ._dynamic import dynamic_shape, extent_free, extent_view, with_extents
-from ._placement import DimExpr, DynamicDim, bind_shape, is_dynamic
+from ._dynamic import dynamic_program, dynamic_shape, extent_free, extent_view, name_extents, with_extents
+from ._placement import DimExpr, DynamicDim, bind_shape, is_dynamic, is_dynamic_dim
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -319,10 +319,20 @@ class JitFunction:
             platform = cfg.platform if platform is None else platform
         platform = "sim" if platform is None else platform
         params = self._params(args)
+        free = [a for a in args if getattr(a, "free", ())]  # kernel.compile(): pl.dynamic dims left open
         if output_dir is None:
             view = self._dynamic(params, platform, kwargs)
             if view is not None:
-                return view
+                return dynamic_program(view) if free else view
+        if free:
+            names = ", ".join(dict.fromkeys(n for a in free for n in a.free))
+            why = ("an artifact written to output_dir= is compiled for the extents of sample tensors"
+                   if output_dir is not None else
+                   "the trace needs its extent as a number (a tile or pl.create_tensor of that size, a Python "
+                   "loop over it)")
+            raise PtoNotSupported(f"{self._loc}: {self.__name__}.compile() with no arguments leaves {names} to "
+                                  f"run time, but {why}; pass sample tensors, {self.__name__}.compile(*tensors), "
+                                  f"or call the kernel")
         key = (tuple(params), platform, repr(sorted(kwargs.items())))
         if output_dir is None:
             hit = self._compiled.get(key)
@@ -413,7 +423,7 @@ class JitFunction:
             if lowered is None or not extent_free(lowered):
                 self._per_extent.add(key)
                 return None
-            base = ir_compile(lowered, platform=platform, **kwargs)
+            base = name_extents(ir_compile(lowered, platform=platform, **kwargs))
             self._compiled[key] = base
         return extent_view(base, params, self._views)
 
@@ -421,8 +431,9 @@ class JitFunction:
         """``kernel.compile()``: sample arguments made from the annotations, when they give every shape.
 
         A tensor parameter needs ``pl.Tensor[[...], dtype]`` with int
-        dimensions (a ``pl.dynamic`` one has no extent to compile for here:
-        the sim specialises each extent), a scalar parameter a value, given
+        dimensions or ``pl.dynamic`` leading ones read at run time (the
+        samples mark them ``free``: :meth:`compile` then returns the
+        artifact's handle for every extent), a scalar parameter a value, given
         as a keyword (``kernel.compile(n=128)``) or as the parameter's
         default.  Returns the arguments and the keywords left over.
         """
@@ -446,11 +457,19 @@ class JitFunction:
                         f"parameter {name!r} has no shape or dtype: annotate it pl.Tensor[[...], dtype] or pass "
                         f"sample tensors, {self.__name__}.compile(*tensors)", self._loc)
                 if is_dynamic(ann.shape):
-                    raise PtoNotSupported(
-                        f"{self._loc}: {self.__name__}.compile() with no arguments: parameter {name!r} is "
-                        f"{list(ann.shape)}, and a pl.dynamic dimension has no extent here (the sim compiles one "
-                        f"artifact per extent, not one for all); pass sample tensors, "
-                        f"{self.__name__}.compile(*tensors), or call the kernel")
+                    runtime = {id(d) for d, _ in self._runtime_dims().values()}
+                    fixed = [d for d in ann.shape if is_dynamic_dim(d) and id(d) not in runtime]
+                    if fixed:
+                        raise PtoNotSupported(
+                            f"{self._loc}: {self.__name__}.compile() with no arguments: parameter {name!r} is "
+                            f"{list(ann.shape)}, and {fixed[0]!r} has no extent here: only a pl.dynamic "
+                            f"dimension used as nothing but leading extents is read at run time (an inner one "
+                            f"or an expression sets strides, compiled per extent); pass sample tensors, "
+                            f"{self.__name__}.compile(*tensors), or call the kernel")
+                    sample = _Sample([1 if is_dynamic_dim(d) else d for d in ann.shape], ann.dtype)
+                    sample.free = [d.name for d in ann.shape if is_dynamic_dim(d)]
+                    args.append(sample)
+                    continue
                 args.append(_Sample(ann.shape, ann.dtype))
                 continue
             if p.default is not p.empty:

@@ -9,14 +9,16 @@
   % 2]] = ...``) Python never evaluates it, as in PyPTO's re-parsed source.
 * ``pl.dynamic("M")`` is a named runtime dimension for ``pl.Tensor[[M, 128],
   pl.FP32]``: a kernel accepts any extent there, bound where the kernel is
-  called: a ``@pl.jit`` entry per call (it is specialised per call, so each
-  extent compiles once; PyPTO compiles one extent-independent artifact), a
-  ``@pl.jit.incore`` helper or a program's InCore function per task call
-  (from the caller's tensor), a ``@pl.program``'s orchestration when it is
-  run with tensors (``runtime.run(Prog, *tensors)``, or
+  called: a ``@pl.jit`` entry per call (a dimension used as nothing but
+  leading extents is read at run time, one artifact for every extent, see
+  ``_dynamic``; any other is specialised per call, each extent compiled
+  once), a ``@pl.jit.incore`` helper or a program's InCore function per task
+  call (from the caller's tensor), a ``@pl.program``'s orchestration at run
+  time (``ir.compile(Prog)``, leading extents only) or when it is run with
+  tensors (``runtime.run(Prog, *tensors)``, or
   ``ir.compile(Prog.bind(*tensors))``).  One ``pl.dynamic`` object is one
-  extent: every dimension it annotates in one signature must be bound to the
-  same extent.  A dimension may be an expression of dynamic dims and ints
+  extent: every dimension it annotates in one ``@pl.jit`` signature must be
+  bound to the same extent.  A dimension may be an expression of dynamic dims and ints
   (``+ - * //``: ``pl.Tensor[[M * 2, N], ...]``, ``[NR * 64]``): it is the
   value of that expression where its dims are bound, and binds a dim it
   alone holds from the extent it is matched with when that solves it (a

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pypto_async.language as pl
-from pypto_async.errors import PtoArgumentError
+from pypto_async.errors import PtoArgumentError, PtoNotSupported
 
 N = pl.dynamic("N")
 _TILE = 32
@@ -136,6 +136,52 @@ def test_a_window_as_large_as_the_run_time_extent():
         whole_window(x, y)
         np.testing.assert_allclose(y, -x, rtol=0)
     assert len(whole_window._cache) == 1
+
+
+# ---- kernel.compile() with no arguments: the artifact for every extent -------------------------------------
+
+
+def test_compile_from_the_signature_gives_the_handle_for_every_extent():
+    chunks._cache.clear()
+    compiled = chunks.compile()  # PyPTO's: the dynamic dim needs no value
+    assert [str(p.shape) for p in compiled.params] == ["(N, 64)", "(N, 64)", "()"]  # N: the placeholder's name
+    assert "2147483647" not in repr(compiled.params) and "2147483647" not in str(compiled.program)
+    for n in (32, 64):
+        x, y = _rand(n, 64), _poison(n, 64)
+        compiled(x, y)
+        np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6, atol=1e-6)
+    chunks(_rand(16, 64), _poison(16, 64))
+    assert len(chunks._cache) == 1  # compile() and the call share the one entry
+    with pytest.raises(PtoArgumentError, match=r"chunks: argument 'y' is declared \[N, 64\], got shape \[32, 32\]: "
+                                               r"dimension 1 is 32, not 64"):
+        compiled(_rand(32, 64), _poison(32, 32))
+
+
+C = pl.dynamic("C")
+
+
+@pl.jit
+def inner(x: pl.Tensor[[16, C], pl.FP32], y: pl.Out[pl.Tensor[[16, C], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.neg(pl.load(x, [0, 0], [16, 16])), [0, 0], y)
+    return y
+
+
+@pl.jit
+def whole_tile(x: pl.Tensor[[N, 64], pl.FP32], y: pl.Out[pl.Tensor[[N, 64], pl.FP32]]):
+    with pl.at(level=pl.Level.CORE_GROUP):
+        pl.store(pl.neg(pl.load(x, [0, 0], x.shape)), [0, 0], y)
+    return y
+
+
+def test_compile_from_the_signature_says_which_extent_it_needs():
+    with pytest.raises(PtoNotSupported, match=r"inner.compile\(\) with no arguments: parameter 'x' is \[16, C\], "
+                                              r"and C has no extent here: only a pl.dynamic dimension used as "
+                                              r"nothing but leading extents is read at run time"):
+        inner.compile()
+    with pytest.raises(PtoNotSupported, match=r"whole_tile.compile\(\) with no arguments leaves N to run time, "
+                                              r"but the trace needs its extent as a number"):
+        whole_tile.compile()
 
 
 @pytest.mark.slow
