@@ -79,7 +79,7 @@ from ._work import FIELDS, acc_reads, fixpipe_work, matmul_work, member_work, ov
 
 __all__ = ["generate_c", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = "14"
+CODEGEN_VERSION = "15"
 _STACK_BUDGET = 96 * 1024  # bytes of tile buffers kept on the stack, per kernel
 
 #: What every generated kernel includes; a kernel that multiplies adds pto_gemm.h.
@@ -539,8 +539,7 @@ class _Gen:
             self.emit(f"const int64_t {x} = {_index(off)};")
             if dynamic:  # the tensor's extent is read at run time (a pl.dynamic dimension)
                 self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
-                             f"{self.where(m.loc)}{what}: window of dim {d} past the run-time extent of "
-                             f"{param!r}")
+                             f"{self.where(m.loc)}{what}: dim {d} of {param!r} past its run-time extent")
                 continue
             self.fail_if(f"{x} < 0 || {x} + {ext} > {dims[d]}",
                          f"{self.where(m.loc)}{what}: runtime offset of dimension {d} puts the window outside "

@@ -895,7 +895,12 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
         _write_pass_dumps(target, dumps)
     if options["profiling"]:
         _write_profile(target, lowered.name, times)
-    return CompiledProgram(target, meta, program)
+    handle = CompiledProgram(target, meta, program)
+    if as_program and getattr(program, "dynamic", ()):  # extents read at run time: called with any of them
+        from ..language._dynamic import dynamic_program  # upward: only a @pl.program (language) gets here
+
+        return dynamic_program(handle)
+    return handle
 
 
 def _cache_key(ir_hash: str, symbol: str, cc: tuple[str, ...], flags: tuple[str, ...], platform: str) -> str:

@@ -248,6 +248,8 @@ def _span(e, env: dict, spans: dict) -> tuple[int, int] | None:
 
 def _box(offsets, shape, env, spans=None) -> tuple[tuple[int, int], ...] | None:
     """The window at `offsets`; under loops inside the task (`spans`), the hull of its windows."""
+    if not all(isinstance(d, int) for d in shape):
+        return None  # an extent read at run time (a pl.dynamic dimension): the whole tensor, conservatively
     if spans:
         los = [_span(o, env, spans) for o in offsets]
         if any(lo is None for lo in los):

@@ -196,7 +196,8 @@ def _task_attrs(s: Scope) -> str:
     for name, value in s.hints:
         text += f" {name}={value}"
     for tensor, mode, offsets, shape in s.accesses:
-        text += f" {mode}:{tensor}{_offsets(offsets)}[{', '.join(map(str, shape))}]"
+        dims = ", ".join(str(n) if isinstance(n, int) else format_index(n) for n in shape)
+        text += f" {mode}:{tensor}{_offsets(offsets)}[{dims}]"
     return text
 
 

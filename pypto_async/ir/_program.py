@@ -14,11 +14,36 @@ from ._nodes import Param, Stmt
 from ._printer import format_program
 from ._python import format_python
 
-__all__ = ["Program", "DYNAMIC_EXTENT"]
+__all__ = ["Program", "DYNAMIC_EXTENT", "DynamicExtent"]
 
 #: The extent a tensor parameter declares along a run-time (``pl.dynamic``) dimension while it is traced:
 #: a value no real tensor has, so a trace that used it as a number is recognised (see ``language._jit``).
 DYNAMIC_EXTENT = 2**31 - 1
+
+
+class DynamicExtent(int):
+    """:data:`DYNAMIC_EXTENT` for the dimension ``name``: equal to it, and printed as the name.
+
+    The placeholder is a number only to the passes; wherever a shape is
+    shown (the printed program, a parameter's repr, a message) the
+    dimension reads as the ``pl.dynamic`` name it was declared with.
+    """
+
+    def __new__(cls, name: str):
+        self = super().__new__(cls, DYNAMIC_EXTENT)
+        self.name = name
+        return self
+
+    def __reduce__(self):
+        return DynamicExtent, (self.name,)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return self.name if not spec else format(int(self), spec)
 
 
 @dataclass(frozen=True)

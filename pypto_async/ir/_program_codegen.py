@@ -350,7 +350,8 @@ def _access_fn(program: Program, fn: str, scope: Scope, loop_vars) -> tuple[str,
         lines.append(f"    out[{k}].read = {int(read)};")
         lines.append(f"    out[{k}].write = {int(write)};")
         los = [_c_offset(o, pos) for o in offs]
-        if not offs or len(offs) > _ACC_DIMS or any(lo is None for lo in los):
+        if not offs or len(offs) > _ACC_DIMS or any(lo is None for lo in los) or \
+                not all(isinstance(n, int) for n in shape):  # a run-time extent: the whole tensor
             lines.append(f"    out[{k}].ndim = 0;")
             continue
         lines.append("    whole = 0;")

@@ -19,15 +19,16 @@ against them), and the call passes the extents as the hidden scalars
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 from .._signature import SCALAR, ParamSpec
+from ..errors import PtoArgumentError
 from ..ir._compile import CompiledProgram
 from ..ir._nodes import IRead, Param, ScalarRef, Store
 from ..ir._program import DYNAMIC_EXTENT, Program
 
-__all__ = ["dynamic_shape", "extent_free", "extent_view", "with_extents"]
+__all__ = ["DynamicProgram", "dynamic_program", "dynamic_shape", "extent_free", "extent_view", "name_extents",
+           "with_extents"]
 
 
 def dynamic_shape(shape: tuple, axes: dict) -> tuple:
@@ -96,8 +97,7 @@ def extent_view(base: CompiledProgram, params: list[Param], views: dict) -> Comp
     hidden = list(dict.fromkeys(hidden))
     where = {sc: (t, a) for sc, t, a in program.dynamic}
     order = [p.name for p in params]
-    view = copy.copy(base)
-    view.__class__ = ExtentView
+    view = _clone(base, ExtentView)
     view.params = tuple(ParamSpec(q.name, q.direction, concrete[q.name].shape if q.name in concrete else q.shape,
                                   q.dtype) for q in base.params)
     view.program = dataclasses.replace(program, params=tuple(
@@ -106,6 +106,7 @@ def extent_view(base: CompiledProgram, params: list[Param], views: dict) -> Comp
     #: Each hidden scalar's source, in parameter order: (index of the tensor among the call's arguments, axis).
     view.extent_of = tuple((order.index(where[sc][0]), where[sc][1]) for sc in hidden)
     view.user_arity = len(params)
+    view.base = base
     views[key] = view
     return view
 
@@ -116,3 +117,81 @@ def with_extents(compiled, args) -> tuple:
     if not extent_of or len(args) != compiled.user_arity:
         return tuple(args)
     return (*args, *(int(args[i].shape[a]) for i, a in extent_of))
+
+
+class DynamicProgram(CompiledProgram):
+    """``ir.compile`` of a ``@pl.program`` whose ``pl.dynamic`` leading dimensions are read at run time.
+
+    One artifact serves every extent: each call takes each tensor's extent
+    from its own argument (every argument, in place; as PyPTO's
+    orchestration, two tensors of one dimension may differ), checks the
+    static dimensions and runs the artifact's handle for those extents
+    (:func:`extent_view`).
+    """
+
+    def __call__(self, *args, stream=None, config=None):
+        return self.for_args(*args)(*args, stream=stream, config=config)
+
+    def for_args(self, *args) -> CompiledProgram:
+        """The handle for these arguments' extents (the same library), after checking them."""
+        program = self.program
+        hidden = {sc for sc, _, _ in program.dynamic}
+        user = []
+        for q in program.params:
+            if q.name in hidden:
+                break
+            user.append(q)
+        if len(args) != len(user):
+            raise PtoArgumentError(
+                f"{program.name} takes {len(user)} arguments ({', '.join(q.name for q in user)}), got "
+                f"{len(args)}: a program whose extents are read at run time is called with every argument, "
+                f"in place (each tensor's extent comes from its argument)")
+        axes = {(t, a): sc for sc, t, a in program.dynamic}
+        params = []
+        for q, arg in zip(user, args):
+            if q.direction == SCALAR:
+                params.append(q)
+                continue
+            shape = getattr(arg, "shape", None)
+            if shape is None:
+                raise PtoArgumentError(f"{program.name}: argument {q.name!r} is a tensor, got {type(arg).__name__}")
+            shape = tuple(int(n) for n in shape)
+            if len(shape) != len(q.shape):
+                raise PtoArgumentError(f"{program.name}: argument {q.name!r} is declared {list(q.shape)}, got "
+                                       f"shape {list(shape)} ({len(shape)}-d)")
+            for a, (n, declared) in enumerate(zip(shape, q.shape)):
+                sc = axes.get((q.name, a))
+                if sc is None:
+                    if n != declared:
+                        raise PtoArgumentError(f"{program.name}: argument {q.name!r} is declared {list(q.shape)}, "
+                                               f"got shape {list(shape)}: dimension {a} is {n}, not {declared}")
+                    continue
+                if n < 1:
+                    raise PtoArgumentError(f"{program.name}: argument {q.name!r}: {sc} is {n} (an extent is "
+                                           f"at least 1)")
+            params.append(Param(q.name, q.direction, shape, q.dtype))
+        return extent_view(self, params, self._views)
+
+
+def dynamic_program(handle: CompiledProgram) -> CompiledProgram:
+    """``handle`` as a :class:`DynamicProgram` when its program reads extents at run time."""
+    if not getattr(handle.program, "dynamic", ()):
+        return handle
+    handle = _clone(handle.base if isinstance(handle, ExtentView) else handle, DynamicProgram)
+    handle._views = {}
+    return name_extents(handle)
+
+
+def name_extents(handle: CompiledProgram) -> CompiledProgram:
+    """``handle`` with its parameters' run-time extents named (its metadata stores the placeholder number)."""
+    declared = {q.name: q.shape for q in handle.program.params}
+    handle.params = tuple(ParamSpec(p.name, p.direction, declared.get(p.name, p.shape), p.dtype)
+                          for p in handle.params)
+    return handle
+
+
+def _clone(handle: CompiledProgram, cls) -> CompiledProgram:
+    """A shallow copy of ``handle`` as a ``cls`` (``copy.copy`` would go through the pickled artifact)."""
+    out = object.__new__(cls)
+    out.__dict__.update(handle.__dict__)
+    return out

@@ -14,15 +14,15 @@ from ..ir._compile import _dispatch
 from ..ir._compile import compile as ir_compile
 from ..ir._diag import compile_error
 from ..ir._nodes import Loc, Param
-from ..ir._program import DYNAMIC_EXTENT, Program
+from ..ir._program import DynamicExtent, Program
 from ..ir._passes import run_passes
 from ._annotations import defining_scope, evaluate
 from ._branch import traced_fn
 from ._incore import incore
 from ._inline import decorate, inline, opaque
 from .distributed_host import host
-from ._dynamic import dynamic_shape, extent_free, extent_view, with_extents
-from ._placement import DimExpr, DynamicDim, bind_shape, is_dynamic
+from ._dynamic import dynamic_program, dynamic_shape, extent_free, extent_view, name_extents, with_extents
+from ._placement import DimExpr, DynamicDim, bind_shape, is_dynamic, is_dynamic_dim
 from ._tracer import ScalarArg, TensorArg, Tracer, tracing
 from ._types import Scalar, ScalarAnnotation, Tensor, TensorAnnotation
 
@@ -319,10 +319,20 @@ class JitFunction:
             platform = cfg.platform if platform is None else platform
         platform = "sim" if platform is None else platform
         params = self._params(args)
+        free = [a for a in args if getattr(a, "free", ())]  # kernel.compile(): pl.dynamic dims left open
         if output_dir is None:
             view = self._dynamic(params, platform, kwargs)
             if view is not None:
-                return view
+                return dynamic_program(view) if free else view
+        if free:
+            names = ", ".join(dict.fromkeys(n for a in free for n in a.free))
+            why = ("an artifact written to output_dir= is compiled for the extents of sample tensors"
+                   if output_dir is not None else
+                   "the trace needs its extent as a number (a tile or pl.create_tensor of that size, a Python "
+                   "loop over it)")
+            raise PtoNotSupported(f"{self._loc}: {self.__name__}.compile() with no arguments leaves {names} to "
+                                  f"run time, but {why}; pass sample tensors, {self.__name__}.compile(*tensors), "
+                                  f"or call the kernel")
         key = (tuple(params), platform, repr(sorted(kwargs.items())))
         if output_dir is None:
             hit = self._compiled.get(key)
@@ -367,7 +377,7 @@ class JitFunction:
         """The artifact of the signature's static part for ``params`` (None: compile per extent).
 
         Traced once, with each run-time extent a hidden INT64 scalar
-        parameter (the tensor declares :data:`DYNAMIC_EXTENT` there); the
+        parameter (the tensor declares a :class:`DynamicExtent` there); the
         in-memory cache keys on the rest of the signature, so every extent
         hits the same artifact.  A trace that needs such an extent as a
         number (a tile or pl.create_tensor shape, a Python range) falls back
@@ -403,8 +413,9 @@ class JitFunction:
         if base is None:
             if key in self._per_extent:
                 return None
-            traced = [Param(p.name, p.direction, tuple(DYNAMIC_EXTENT if a in masked.get(p.name, ()) else n
-                                                      for a, n in enumerate(p.shape)), p.dtype) for p in params]
+            extent = {(t, a): DynamicExtent(q.name) for q, t, a in runtime}
+            traced = [Param(p.name, p.direction, tuple(extent.get((p.name, a), n) for a, n in enumerate(p.shape)),
+                            p.dtype) for p in params]
             try:
                 lowered = run_passes(self._trace(traced, tuple(runtime)))
             except Exception:  # noqa: BLE001 - the per-extent trace reports (or passes) it
@@ -412,7 +423,7 @@ class JitFunction:
             if lowered is None or not extent_free(lowered):
                 self._per_extent.add(key)
                 return None
-            base = ir_compile(lowered, platform=platform, **kwargs)
+            base = name_extents(ir_compile(lowered, platform=platform, **kwargs))
             self._compiled[key] = base
         return extent_view(base, params, self._views)
 
@@ -420,8 +431,9 @@ class JitFunction:
         """``kernel.compile()``: sample arguments made from the annotations, when they give every shape.
 
         A tensor parameter needs ``pl.Tensor[[...], dtype]`` with int
-        dimensions (a ``pl.dynamic`` one has no extent to compile for here:
-        the sim specialises each extent), a scalar parameter a value, given
+        dimensions or ``pl.dynamic`` leading ones read at run time (the
+        samples mark them ``free``: :meth:`compile` then returns the
+        artifact's handle for every extent), a scalar parameter a value, given
         as a keyword (``kernel.compile(n=128)``) or as the parameter's
         default.  Returns the arguments and the keywords left over.
         """
@@ -445,11 +457,19 @@ class JitFunction:
                         f"parameter {name!r} has no shape or dtype: annotate it pl.Tensor[[...], dtype] or pass "
                         f"sample tensors, {self.__name__}.compile(*tensors)", self._loc)
                 if is_dynamic(ann.shape):
-                    raise PtoNotSupported(
-                        f"{self._loc}: {self.__name__}.compile() with no arguments: parameter {name!r} is "
-                        f"{list(ann.shape)}, and a pl.dynamic dimension has no extent here (the sim compiles one "
-                        f"artifact per extent, not one for all); pass sample tensors, "
-                        f"{self.__name__}.compile(*tensors), or call the kernel")
+                    runtime = {id(d) for d, _ in self._runtime_dims().values()}
+                    fixed = [d for d in ann.shape if is_dynamic_dim(d) and id(d) not in runtime]
+                    if fixed:
+                        raise PtoNotSupported(
+                            f"{self._loc}: {self.__name__}.compile() with no arguments: parameter {name!r} is "
+                            f"{list(ann.shape)}, and {fixed[0]!r} has no extent here: only a pl.dynamic "
+                            f"dimension used as nothing but leading extents is read at run time (an inner one "
+                            f"or an expression sets strides, compiled per extent); pass sample tensors, "
+                            f"{self.__name__}.compile(*tensors), or call the kernel")
+                    sample = _Sample([1 if is_dynamic_dim(d) else d for d in ann.shape], ann.dtype)
+                    sample.free = [d.name for d in ann.shape if is_dynamic_dim(d)]
+                    args.append(sample)
+                    continue
                 args.append(_Sample(ann.shape, ann.dtype))
                 continue
             if p.default is not p.empty:

@@ -9,14 +9,16 @@
   % 2]] = ...``) Python never evaluates it, as in PyPTO's re-parsed source.
 * ``pl.dynamic("M")`` is a named runtime dimension for ``pl.Tensor[[M, 128],
   pl.FP32]``: a kernel accepts any extent there, bound where the kernel is
-  called: a ``@pl.jit`` entry per call (it is specialised per call, so each
-  extent compiles once; PyPTO compiles one extent-independent artifact), a
-  ``@pl.jit.incore`` helper or a program's InCore function per task call
-  (from the caller's tensor), a ``@pl.program``'s orchestration when it is
-  run with tensors (``runtime.run(Prog, *tensors)``, or
+  called: a ``@pl.jit`` entry per call (a dimension used as nothing but
+  leading extents is read at run time, one artifact for every extent, see
+  ``_dynamic``; any other is specialised per call, each extent compiled
+  once), a ``@pl.jit.incore`` helper or a program's InCore function per task
+  call (from the caller's tensor), a ``@pl.program``'s orchestration at run
+  time (``ir.compile(Prog)``, leading extents only) or when it is run with
+  tensors (``runtime.run(Prog, *tensors)``, or
   ``ir.compile(Prog.bind(*tensors))``).  One ``pl.dynamic`` object is one
-  extent: every dimension it annotates in one signature must be bound to the
-  same extent.  A dimension may be an expression of dynamic dims and ints
+  extent: every dimension it annotates in one ``@pl.jit`` signature must be
+  bound to the same extent.  A dimension may be an expression of dynamic dims and ints
   (``+ - * //``: ``pl.Tensor[[M * 2, N], ...]``, ``[NR * 64]``): it is the
   value of that expression where its dims are bound, and binds a dim it
   alone holds from the extent it is matched with when that solves it (a
@@ -201,6 +203,18 @@ def _solve(e: DimExpr, n: int, env: dict):
     return x, guess
 
 
+def same_extent(a, b) -> bool:
+    """Whether extents ``a`` and ``b`` are equal: ints, or the run-time extent of one ``pl.dynamic`` dimension."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return getattr(a, "name", a) == getattr(b, "name", b)  # a run-time extent (its scalar) equals only itself
+
+
+def extent_text(n) -> str:
+    """An extent as a message gives it: the int, or the name of the dimension read at run time."""
+    return str(n) if isinstance(n, int) else f"the run-time extent {getattr(n, 'name', n)}"
+
+
 def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
     """Match ``shape`` against a declared shape, binding its ``pl.dynamic`` dims in ``env``.
 
@@ -226,10 +240,11 @@ def bind_shape(declared: tuple, shape: tuple, env: dict) -> str | None:
                 return f"dimension {axis} is {n}, but {d!r} is {v} where its dims are bound"
         elif isinstance(d, DynamicDim):
             bound = env.setdefault(id(d), (d, n))[1]
-            if bound != n:
-                return f"dimension {axis} ({d.name}) is {n}, but {d.name} is bound to {bound} by another argument"
-        elif d != n:
-            return f"dimension {axis} is {n}, not {d}"
+            if not same_extent(bound, n):
+                return (f"dimension {axis} ({d.name}) is {extent_text(n)}, but {d.name} is bound to "
+                        f"{extent_text(bound)} by another argument")
+        elif not same_extent(d, n):
+            return f"dimension {axis} is {extent_text(n)}, not {extent_text(d)}"
     return None
 
 

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import inspect
 
-from .._dtypes import DataType, as_dtype
+from .._dtypes import INT64, DataType, as_dtype
 from .._signature import IN, INOUT, OUT, SCALAR
 from ..errors import PtoArgumentError, PtoCompileError, PtoNotSupported
 from ..ir._infer import compile_error, index_range
-from ..ir._nodes import For, IBin, IConst, IRead, IVar, Loc, Param, Scope, Store
+from ..ir._nodes import For, IBin, IConst, IRead, IScalar, IVar, Loc, Param, Scope, Store
 from ..ir._function import FunctionType
-from ..ir._program import Program
+from ..ir._program import DynamicExtent, Program
 from ..ir._nodes import linear_index as _linear
 from ._annotations import defining_scope, evaluate
 from ._control import task_deps
+from ._dynamic import dynamic_shape, extent_free
 from ._hints import scope_hints
-from ._placement import DimExpr, DynamicDim, bind_shape, dim_value, is_dynamic
+from ._placement import DimExpr, DynamicDim, bind_shape, dim_value, is_dynamic, is_dynamic_dim
 from ._tracer import Index, ScalarArg, TensorArg, Tracer, current, tracing, user_loc
 from ._types import Level, MemorySpace, ScalarAnnotation, Scalar, Tensor, TensorAnnotation
 
@@ -388,9 +389,18 @@ def window(t: TensorArg, key) -> TensorWindow:
     origin, shape = [], []
     for d, extent in enumerate(t.shape):
         k = key[d] if d < len(key) else slice(None)
+        runtime = isinstance(extent, ScalarArg)  # a pl.dynamic extent read at run time
+        if runtime and isinstance(k, slice) and k.step in (None, 1) and k.stop is None and \
+                (k.start is None or (type(k.start) is int and k.start == 0)):
+            origin.append(base_origin[d])  # the whole dimension: its extent stays the run-time one
+            shape.append(extent)
+            continue
         if isinstance(k, slice):
             if k.step not in (None, 1):
                 raise compile_error(f"{what}: a window's step must be 1, got {k.step!r}", loc)
+            if runtime and k.stop is None:
+                raise compile_error(f"{what}: dimension {d} is the run-time extent {extent.name}: a window "
+                                    f"from {k.start!r} to its end has no fixed extent (give the stop)", loc)
             start = _bound(0 if k.start is None else k.start, what, loc)
             stop = _bound(extent if k.stop is None else k.stop, what, loc)
         else:
@@ -398,6 +408,14 @@ def window(t: TensorArg, key) -> TensorWindow:
             stop = _add(start, IConst(1))
         n = _extent(start, stop, what, loc)
         # A start over a runtime scalar (pl.read, a runtime pl.range) is checked when the kernel runs.
+        if runtime:  # the window's end is checked at launch, by each load and store, against the extent
+            lo = (index_range(start, tracer.ranges, loc, runtime_ok=True) or (0, 0))[0]
+            if n <= 0 or lo < 0:
+                raise compile_error(f"{what}: dimension {d} window from {lo} + {n} is outside [0, {extent.name}]",
+                                    loc)
+            origin.append(_add(base_origin[d], start))
+            shape.append(n)
+            continue
         lo, hi = index_range(start, tracer.ranges, loc, runtime_ok=True) or (0, extent - n)
         if n <= 0 or lo < 0 or hi + n > extent:
             raise compile_error(f"{what}: dimension {d} window [{lo}..{hi}] + {n} is outside [0, {extent}]", loc)
@@ -423,7 +441,9 @@ def shift(t: TensorArg, offsets: tuple, shape, op: str):
     out = []
     for d, (o, base) in enumerate(zip(offsets, origin)):
         n = None if shape is None else shape[d]  # None: a runtime extent (the kernel checks it against the tensor)
-        if isinstance(o, IConst) and isinstance(n, int) and not 0 <= o.value <= o.value + n <= t.shape[d]:
+        # A run-time extent of the window (a pl.dynamic dimension) is checked at launch against the tensor's.
+        if isinstance(o, IConst) and isinstance(n, int) and isinstance(t.shape[d], int) and \
+                not 0 <= o.value <= o.value + n <= t.shape[d]:
             raise compile_error(f"{op}: window {o.value}:{o.value + n} of dimension {d} is outside "
                                 f"the {list(t.shape)} window of {t.name!r}", user_loc())
         out.append(_add(base, o))
@@ -589,7 +609,9 @@ def call_task(t, name: str, fn, self_arg, param_names: list[str], anns: dict, ar
         if valid is not None:  # pl.tensor.slice(..., valid_shape=) or a pl.TensorView: the kernel's loads see it
             proxy.valid = valid
         proxies.append(proxy)
-        accesses.append((arg.name, _MODES[ann.direction], origin, arg.shape))
+        # A run-time extent (a pl.dynamic dimension of a @pl.jit tensor) is its scalar in the access.
+        accesses.append((arg.name, _MODES[ann.direction], origin,
+                         tuple(IScalar(n.name) if isinstance(n, ScalarArg) else n for n in arg.shape)))
         if getattr(arg, "no_dep", False) and arg.name not in untracked:
             untracked.append(arg.name)
     from .array import split_deps
@@ -808,6 +830,47 @@ class _Self:
             raise AttributeError(f"the program has no InCore function {name!r}") from None
 
 
+def runtime_dims(names, anns: dict) -> tuple:
+    """The ``(hidden scalar Param, tensor, axis)`` of each ``pl.dynamic`` dimension a signature leaves to run time.
+
+    A dimension qualifies when it only annotates leading dimensions of
+    tensors, itself (not in an expression): no stride depends on it.  Any
+    other dynamic dimension of the signature must be bound (empty result).
+    """
+    found: dict = {}
+    for name in names:
+        ann = anns.get(name)
+        if not isinstance(ann, TensorAnnotation) or ann.shape is None:
+            continue
+        for axis, d in enumerate(ann.shape):
+            if isinstance(d, DynamicDim) and axis == 0:
+                found.setdefault(id(d), (d, []))[1].append((name, axis))
+            elif is_dynamic_dim(d):
+                return ()
+    used = set(names)
+    out = []
+
+    def scalar(name: str) -> Param:
+        while name in used:
+            name += "_"
+        used.add(name)
+        return Param(name, SCALAR, (), INT64)
+
+    # PyPTO's orchestration reads each tensor's extents from its own argument: a scalar per tensor, the
+    # first named after the dimension (the body's N), the others after their tensor too.
+    for dim, sites in found.values():
+        out.extend((scalar(dim.name if k == 0 else f"{dim.name}_{t}"), t, a, dim) for k, (t, a) in enumerate(sites))
+    return tuple(out)
+
+
+def runtime_dim_scalars(runtime) -> list:
+    """``(DynamicDim, hidden scalar Param)`` of each dimension :func:`runtime_dims` found: its first tensor's."""
+    out: dict = {}
+    for q, _, _, dim in runtime:
+        out.setdefault(id(dim), (dim, q))
+    return list(out.values())
+
+
 def _dynamic_dims(shape) -> list:
     """The :class:`DynamicDim` objects a declared shape names (directly or in a dim expression)."""
     out = []
@@ -935,10 +998,13 @@ class ProgramDef:
             if n is not None:
                 shape.append(n)
             else:
+                d = ", ".join(dict.fromkeys(x.name for x in _dynamic_dims(ann.shape) if id(x) not in dims))
                 raise PtoNotSupported(
-                    f"{orch.loc}: {orch.name}: parameter {name!r} is {list(ann.shape)}, and the sim compiles one "
-                    f"artifact per extent: bind {d.name} to the tensors it runs on, runtime.run({self.name}, "
-                    f"*tensors) or ir.compile({self.name}.bind(*tensors))")
+                    f"{orch.loc}: {orch.name}: parameter {name!r} is {list(ann.shape)}: unbound, a pl.dynamic "
+                    f"dimension is read at run time only when every one in the signature is used as nothing but "
+                    f"tensors' leading extents (an inner one or an expression sets strides, compiled per extent); "
+                    f"bind {d} to the tensors it runs on, runtime.run({self.name}, *tensors) or "
+                    f"ir.compile({self.name}.bind(*tensors))")
         return tuple(shape)
 
     def trace(self) -> Program:
@@ -958,6 +1024,12 @@ class ProgramDef:
         for i, name in enumerate(names):
             if i < len(bound) and isinstance(anns_of[name], TensorAnnotation):
                 shapes[name] = self._shape(name, anns_of[name], bound[i], dims, orch)
+        # Unbound, a pl.dynamic leading dimension is read at run time (one artifact; see _dynamic).
+        runtime = () if bound else runtime_dims(names, anns_of)
+        hidden = list(dict.fromkeys(q for q, _, _, _ in runtime))
+        for _, t, axis, dim in runtime:
+            shapes[t] = tuple(DynamicExtent(dim.name) if a == axis else d
+                              for a, d in enumerate(shapes.get(t, anns_of[t].shape)))
         for name in names:
             ann = anns_of[name]
             if isinstance(ann, ScalarAnnotation):
@@ -968,8 +1040,13 @@ class ProgramDef:
                 direction = INOUT if opaque and ann.direction == IN else ann.direction
                 shape = shapes[name] if name in shapes else self._shape(name, ann, None, dims, orch)
                 params.append(Param(name, direction, shape, ann.dtype))
-        tracer = Tracer(self.name, params)
+        tracer = Tracer(self.name, [*params, *hidden])
         tracer.dims = dict(dims)  # the bound pl.dynamic dims: ints in the bodies (see _placement.resolve_dim)
+        tracer.dyn_axes = {}  # the run-time ones: their hidden scalars (x.shape[0], pl.tensor.dim(x, 0), N)
+        for q, t, axis, _ in runtime:
+            tracer.dyn_axes.setdefault(t, {})[axis] = ScalarArg(q)
+        for dim, q in runtime_dim_scalars(runtime):
+            tracer.dims[id(dim)] = (dim, ScalarArg(q))
         tracer.auto_scope = getattr(orch, "auto_scope", True)
         tracer.is_program = True  # `with pl.spmd(n):` around kernel calls dispatches each to n blocks
         me = _Self({})
@@ -981,10 +1058,20 @@ class ProgramDef:
         from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
 
         proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        for x in proxies:
+            if isinstance(x, TensorArg) and x.name in tracer.dyn_axes:
+                x.shape = dynamic_shape(x.param.shape, tracer.dyn_axes[x.name])
         from ._branch import traced_fn
 
-        with tracing(tracer):
-            result = traced_fn(orch.fn)(me, *proxies)  # an if on a runtime scalar: both branches, as in a kernel
+        try:
+            with tracing(tracer):
+                result = traced_fn(orch.fn)(me, *proxies)  # an if on a runtime scalar: both branches, as in a kernel
+        except PtoNotSupported:
+            raise
+        except Exception as exc:
+            if runtime:
+                self._needs_extents(orch, runtime, exc)
+            raise
         if len(tracer.blocks) != 1:
             raise compile_error(f"{self.name}: a pl.range loop did not finish (break is not supported)", orch.loc)
         if tracer.block_num is not None:
@@ -998,14 +1085,27 @@ class ProgramDef:
             params = _opaque_directions(params, anns, tracer.blocks[0])
         outs = [p for p in tracer.scratch if p.name in returned]
         scratch = tuple(p for p in tracer.scratch if p.name not in returned)
-        all_params = (*params, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
+        all_params = (*params, *hidden, *(Param(p.name, OUT, p.shape, p.dtype) for p in outs))
         ret = ", ".join(returned) or None
         from ._submit import program_dump_tags
 
-        return Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
-                       manual_dep=tuple(getattr(tracer, "manual_dep", ())),
-                       dump_tags=program_dump_tags(tracer, tracer.blocks[0]),
-                       entry=orch.name if orch.name != self.name else None)
+        traced = Program(self.name, all_params, tuple(tracer.blocks[0]), 1, ret, scratch=scratch,
+                         manual_dep=tuple(getattr(tracer, "manual_dep", ())),
+                         dump_tags=program_dump_tags(tracer, tracer.blocks[0]),
+                         entry=orch.name if orch.name != self.name else None,
+                         dynamic=tuple((q.name, t, axis) for q, t, axis, _ in runtime))
+        if runtime and not extent_free(traced):
+            self._needs_extents(orch, runtime, None)
+        return traced
+
+    def _needs_extents(self, orch, runtime, exc) -> None:
+        """Raise for an unbound program whose trace needs a run-time extent as a number."""
+        names = ", ".join(dict.fromkeys(dim.name for _, _, _, dim in runtime))
+        why = f" ({exc})" if exc is not None else ""
+        raise PtoNotSupported(
+            f"{orch.loc}: {orch.name}: the trace needs the extent of {names} as a number (a tile or "
+            f"pl.create_tensor of that size, a Python loop over it){why}; bind it to the tensors the program "
+            f"runs on: runtime.run({self.name}, *tensors) or ir.compile({self.name}.bind(*tensors))") from exc
 
     @property
     def functions(self) -> dict[str, "_Function"]:

@@ -235,12 +235,21 @@ def slice(tensor, shape, offset, valid_shape=None, drop_dims=None, pad_value=Non
         from ._unify import PendingWindow
 
         return PendingWindow(t, shape, offset, valid_shape, loc)
-    for d in shape:
+    from ._placement import same_extent
+    from ._tracer import ScalarArg
+
+    key = []
+    for d, o, n in zip(shape, offset, t.shape):
+        if isinstance(d, ScalarArg) and isinstance(n, ScalarArg) and same_extent(d, n) and \
+                isinstance(o, int) and o == 0:
+            key.append(builtins_slice(None, None))  # the whole of a run-time (pl.dynamic) extent
+            continue
         if isinstance(d, bool) or not isinstance(d, int):
-            raise compile_error(f"pl.tensor.slice: a window's extents are ints here (a tensor's shape is fixed when "
-                                f"the kernel is traced), got {d!r} in {shape}; mark a partial window with "
-                                f"valid_shape=", loc)
-    key = tuple(builtins_slice(o, o + d) for o, d in zip(offset, shape))
+            raise compile_error(f"pl.tensor.slice: a window's extents are ints here, or a dimension's whole "
+                                f"run-time extent from offset 0 (pl.tensor.dim of a pl.dynamic dimension); got "
+                                f"{d!r} in {shape}; mark a partial window with valid_shape=", loc)
+        key.append(builtins_slice(o, o + d))
+    key = tuple(key)
     out = window(t, key)
     if valid_shape is not None:
         valid = list(valid_shape)

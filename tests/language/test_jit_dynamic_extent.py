@@ -98,8 +98,8 @@ def test_a_window_past_the_run_time_extent_fails_the_launch():
     np.testing.assert_allclose(out[:32], np.exp(a[:32]), rtol=1e-6)
     assert np.isnan(out[32:]).all()
     small, out = _rand(16, 64), np.full((16, 64), np.nan, np.float32)
-    with pytest.raises(PtoArgumentError, match=r"test_jit_dynamic_extent.py:\d+: pl.load: window of dim 0 past "
-                                                r"the run-time extent of 'a'"):
+    with pytest.raises(PtoArgumentError, match=r"test_jit_dynamic_extent.py:\d+: pl.load: dim 0 of 'a' past its "
+                                                r"run-time extent"):
         first_rows(small, out)
     assert np.isnan(out).all()  # nothing read out of bounds, nothing stored
     assert len(first_rows._cache) == 1
