@@ -15,6 +15,10 @@ import pypto_async.language as pl
 from pypto_async import ir
 from pypto_async.errors import PtoCompileError, PtoError
 
+# The slow tier (CI runs both): whole programs from the guide's pages, a kernel build or more each,
+# and the fast tier's budget is mostly the C compiler's.
+pytestmark = pytest.mark.slow
+
 
 def _nan(*shape, dtype=torch.float32):
     return torch.full(shape, float("nan"), dtype=dtype)

@@ -26,6 +26,10 @@ from pypto_async import ir
 from pypto_async.errors import PtoCompileError, PtoNotSupported
 from pypto_async.runtime import ChipWorker, RunConfig
 
+# The slow tier (CI runs both): whole programs from the guide's pages, a kernel build or more each,
+# and the fast tier's budget is mostly the C compiler's.
+pytestmark = pytest.mark.slow
+
 CFG = RunConfig(platform="sim")
 
 
