@@ -199,6 +199,25 @@ def test_a_task_the_host_runs_inline_that_runs_long_leaves_the_task_behind_it_to
         lib.pto_stream_destroy(s)
 
 
+def _pair_on(dev, new_stream, pair_library):
+    """Load prog_pair on `dev` with its gate and a stream: (stream, program, args, gate, release)."""
+    out = ffi.new("pto_program **")
+    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
+    prog = out[0]
+    gate_ptr = alloc(dev, 16)
+    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
+    args = ffi.new("uint64_t[1]", [gate_ptr])
+    s = new_stream(device=dev)
+
+    def release():
+        sync(s)
+        lib.pto_program_unload(prog)
+        free(dev, gate_ptr)
+        lib.pto_stream_destroy(s)
+
+    return s, prog, args, gate, release
+
+
 def _delayed_pair(dev, s, prog, args, gate, wait) -> tuple[bool, object]:
     """Warm both sites up, then run the pair held (gate[0] = 1) behind a delay; `wait(token)` waits for it.
 
@@ -238,13 +257,7 @@ def test_a_task_the_scheduler_thread_keeps_that_runs_long_leaves_the_task_behind
     the host blocked in the driver watches it (its wait wakes for the kept run's budget).
     """
     dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=getattr(lib, f"PTO_HOST_FIRST_{host_first}"))
-    out = ffi.new("pto_program **")
-    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
-    prog = out[0]
-    gate_ptr = alloc(dev, 16)
-    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
-    args = ffi.new("uint64_t[1]", [gate_ptr])
-    s = new_stream(device=dev)
+    s, prog, args, gate, release = _pair_on(dev, new_stream, pair_library)
     rec = ffi.new("pto_completion *")
 
     def wait(token):
@@ -255,10 +268,7 @@ def test_a_task_the_scheduler_thread_keeps_that_runs_long_leaves_the_task_behind
         kept, st = _delayed_pair(dev, s, prog, args, gate, wait)
         assert kept, f"in {ATTEMPTS} attempts the scheduler thread kept no task"
     finally:
-        sync(s)
-        lib.pto_program_unload(prog)
-        free(dev, gate_ptr)
-        lib.pto_stream_destroy(s)
+        release()
 
 
 def test_a_task_the_scheduler_thread_keeps_while_the_host_waits_on_the_fd_leaves_the_task_behind_it_to_a_core(
@@ -269,13 +279,7 @@ def test_a_task_the_scheduler_thread_keeps_while_the_host_waits_on_the_fd_leaves
     queued behind gets an engine woken for that work at once.
     """
     dev = open_dev(cores=2, copy_engines=1, spin_us=0, host_first=lib.PTO_HOST_FIRST_ALWAYS)
-    out = ffi.new("pto_program **")
-    check(lib.pto_program_load(dev, str(pair_library).encode(), b"prog_pair", out), "pto_program_load")
-    prog = out[0]
-    gate_ptr = alloc(dev, 16)
-    gate = ffi.cast("int32_t *", lib.pto_mem_host_ptr(dev, gate_ptr))
-    args = ffi.new("uint64_t[1]", [gate_ptr])
-    s = new_stream(device=dev)
+    s, prog, args, gate, release = _pair_on(dev, new_stream, pair_library)
     fd = lib.pto_cq_fd(dev)
     buf = ffi.new("pto_completion[4]")
 
@@ -293,7 +297,4 @@ def test_a_task_the_scheduler_thread_keeps_while_the_host_waits_on_the_fd_leaves
         kept, st = _delayed_pair(dev, s, prog, args, gate, wait)
         assert kept, f"in {ATTEMPTS} attempts the scheduler thread kept no task"
     finally:
-        sync(s)
-        lib.pto_program_unload(prog)
-        free(dev, gate_ptr)
-        lib.pto_stream_destroy(s)
+        release()
