@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 
@@ -41,8 +42,25 @@ def probe_class():
         async def hold_next(self) -> None:
             """Hold the stream the next ``run`` goes on (until :meth:`release`)."""
             await self._open()
+            self._held_stream = self._streams[self._turn % len(self._streams)]
+            self._held_taken = asyncio.Event()
             self._held = contextlib.ExitStack()
-            self._held.enter_context(hold(self._streams[self._turn % len(self._streams)]))
+            self._held.enter_context(hold(self._held_stream))
+
+        def _next_stream(self):
+            stream = super()._next_stream()
+            if stream is getattr(self, "_held_stream", None):
+                self._held_taken.set()
+            return stream
+
+        async def held_taken(self) -> None:
+            """Return once a ``run`` took the held stream.
+
+            An async actor does not run calls in the order they were sent
+            (Ray's task-order guide): a call sent after another can reach its
+            stream first.  Waiting here orders them.
+            """
+            await self._held_taken.wait()
 
         async def fail_next(self) -> None:
             """Make the next ``run``'s first command fail on the device (a copy fault)."""

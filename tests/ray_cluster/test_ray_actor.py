@@ -204,6 +204,7 @@ async def test_runs_on_one_actor_overlap_on_the_device(actors, programs):
     key = await call(a.register, programs["add"])
     await call(a.hold_next)  # the stream the next run goes on waits on the device
     first = a.run.remote(key, rand(1), rand(2), None)
+    await call(a.held_taken)  # the first run is on the held stream (Ray may start the next call first)
     second = await call(a.run, key, rand(3), rand(4), None)  # on the next stream: not behind the first
     np.testing.assert_allclose(second, rand(3) + rand(4), rtol=1e-6)
     ready, _ = ray.wait([first], timeout=0)
