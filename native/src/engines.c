@@ -148,11 +148,14 @@ static uint32_t cpus_now(void)
  * spare for the host thread (pti_cpu_spare).  A spinner on the CPU the host
  * needs is worse than none: it yields, but each yield and each wake-up of
  * it is a context switch the host pays for, and work it waits for cannot
- * reach it until the host blocks.
+ * reach it until the host blocks.  With host_first "always" nothing spins
+ * (as on a host with no CPU spare), so the host runs every short command
+ * on any machine: a spinner would take it first.
  */
 bool pti_may_spin(pto_device *dev)
 {
-    bool ok = pti_cpu_spare(dev);
+    /* PTO_HOST_FIRST_ALWAYS is the choice of a host with no CPU spare, on any machine. */
+    bool ok = dev->cfg.host_first != PTO_HOST_FIRST_ALWAYS && pti_cpu_spare(dev);
     atomic_fetch_add_explicit(ok ? &dev->st_idle_spins : &dev->st_idle_no_spin, 1, memory_order_relaxed);
     return ok;
 }
