@@ -110,7 +110,8 @@ class RunConfig:
         while no CPU is spare for the host (the rule of ``spin_us``: on one
         CPU, beside busy BLAS threads, on a loaded machine); ``"off"``:
         never (the host only submits); ``"always"``: whenever the work is
-        short.  ``w.stats().inline_runs`` counts those runs.
+        short, as on a host with no CPU spare (so no device thread spins).
+        ``w.stats().inline_runs`` counts those runs.
     inline_us : int or None
         What short means for ``host_first`` (``None``: 50): a copy or memset
         of at most ``inline_us`` x 4 KiB, a launch whose blocks took under
