@@ -278,6 +278,12 @@ def test_a_fork_of_48_equal_tasks_on_a2a3_takes_one_task_plus_its_pickup():
     one = tl[0][4] - tl[0][3] + round(p.pickup_us * 1000)
     wall = prog.end_ns - prog.start_ns
     assert one <= wall <= 1.1 * one
+    # Exactly: each task on an AIV of its own, dispatched as the orchestrator submits it, started a
+    # pickup later; the wall is one task plus its pickup plus the orchestrator's 48 submissions.
+    pickup, orch, dur = round(p.pickup_us * 1000), round(p.orch_us_per_task * 1000), round(p.min_kernel_us * 1000)
+    for i, (_, _, d, s, e, _) in enumerate(tl):
+        assert (d, s, e) == (orch * (i + 1), orch * (i + 1) + pickup, orch * (i + 1) + pickup + dur)
+    assert wall == N_FORK * orch + pickup + dur
 
 
 def test_a_program_traces_its_tasks_on_modeled_lanes_and_host_lanes():
