@@ -44,3 +44,13 @@ def test_the_graph_loop_is_within_ten_percent_of_its_bound_in_every_run(tmp_path
         assert m["bound"] > 1.5
         assert 0.9 * m["bound"] <= speedup <= m["bound"] * 1.0001, m
     assert len({m["pipelined_ns"] for m in runs}) == 1, runs
+
+
+def test_the_report_prints_the_modeled_and_the_wall_speed_up_side_by_side(tmp_path):
+    r = _run(tmp_path, False, 3)
+    m = r.model
+    speedup = m["serial_ns"] / m["pipelined_ns"]
+    text = _demo.format_report(r)
+    line = next(x for x in text.splitlines() if "speed-up: modeled" in x)
+    assert f"modeled {speedup:.2f}x, {speedup / m['bound']:.0%} of its bound {m['bound']:.2f}x" in line
+    assert f"host wall {r.serial_s / r.pipelined_s:.2f}x" in line
