@@ -237,7 +237,8 @@ def serve_ready(q: CommandQueue) -> None:
         if q.backlog:
             flush(q)
         q.on_service()
-        settle(q)
+        if q.sync_points or q.idle_waiters:  # settle's tests, without its call when both are empty
+            settle(q)
 
 
 def service(q: CommandQueue) -> None:
@@ -246,7 +247,8 @@ def service(q: CommandQueue) -> None:
     if q.backlog:
         flush(q)
     q.on_service()
-    settle(q)
+    if q.sync_points or q.idle_waiters:  # (as in serve_ready)
+        settle(q)
 
 
 def settle(q: CommandQueue) -> None:

@@ -75,9 +75,10 @@ class AsyncioPump(_LoopPump):
                 return launch._until(False)
         # About to suspend: reset the fd if in-line drains left it signalled, so the loop wakes
         # for this launch's record, not at once for nothing.
-        reset_kept_fd(q)
-        if launch._done:
-            return launch._until(False)
+        if q.fd_kept:  # (reset_kept_fd's test, without its call when no drain kept the fd)
+            reset_kept_fd(q)
+            if launch._done:
+                return launch._until(False)
         self.streak = 0
         fut = loop.create_future()
         waiters = launch._owaiters
