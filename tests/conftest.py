@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,9 @@ def pytest_collection_finish(session):
     gc.collect()
     gc.freeze()
 
-#: How many generated kernels the C compiler built this session (cache misses), for the summary line.
-_kernel_builds = [0]
+#: How many generated kernels the C compiler built this session (cache misses), and the seconds of
+#: wall time those builds took, for the summary line.
+_kernel_builds = [0, 0.0]
 
 
 def pytest_sessionstart(session):
@@ -56,13 +58,18 @@ def pytest_sessionstart(session):
 
     def counted(*args, **kwargs):
         _kernel_builds[0] += 1
-        return build(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            _kernel_builds[1] += time.perf_counter() - start
 
     _compile._run_compiler = counted
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line(f"kernel builds (C compiler runs for generated kernels): {_kernel_builds[0]}")
+    count, seconds = _kernel_builds
+    terminalreporter.write_line(f"kernel builds (C compiler runs for generated kernels): {count}, {seconds:.1f} s")
 
 
 #: Folders here whose every test is in the slow tier (``pytestmark = pytest.mark.slow``): a run that

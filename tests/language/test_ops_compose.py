@@ -143,8 +143,8 @@ def test_checks():
         too_big(x, _nan(8, 16))
 
 
-@pytest.mark.parametrize("shapes", [([2, 16, 32], [2, 32, 8]), ([2, 1, 8, 16], [1, 16, 8]), ([16, 32], [32, 8]),
-                                    pytest.param(([2, 1, 8, 16], [3, 16, 8]), marks=pytest.mark.slow)])
+@tiered("shapes", [([2, 16, 32], [2, 32, 8]), ([2, 1, 8, 16], [1, 16, 8]), ([16, 32], [32, 8]),
+                   ([2, 1, 8, 16], [3, 16, 8])], fast=[([2, 1, 8, 16], [1, 16, 8])])
 def test_batch_matmul_broadcasts_the_batch_dimensions(shapes):
     sa, sb = shapes
     out_shape = list(torch.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))) + [sa[-2], sb[-1]]
