@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 
 import anyio
@@ -18,7 +20,7 @@ import pytest
 from pypto_async import testing
 from pypto_async._driver import lib
 from pypto_async.errors import PtoArgumentError, PtoCanceledError, PtoTimeout
-from pypto_async.runtime import ChipWorker, RunConfig
+from pypto_async.runtime import ChipWorker, RunConfig, _wait
 
 from .conftest import SMALL
 
@@ -150,7 +152,7 @@ _CTRL_C = textwrap.dedent(r"""
     import numpy as np
     from helpers.kernels import KernelLib
     from pypto_async import testing
-    from pypto_async.runtime import ChipWorker, RunConfig
+    from pypto_async.runtime import ChipWorker, RunConfig, _wait
     k = KernelLib({kdir!r}).get("inc", 64)
     w = ChipWorker(RunConfig(platform="sim", cores=1, copy_engines=1, device_memory=16 << 20))
     h = w.register(k)
@@ -187,18 +189,52 @@ def test_ctrl_c_during_a_blocking_sync_is_prompt(rel_kernels, tmp_path):
     assert proc.returncode == 0
 
 
-def test_interrupt_main_from_a_timer_thread(rel_kernels):
+def _interrupt_once_inside(code, thread_id: int) -> threading.Thread:
+    """A started thread that interrupts the main thread once `thread_id` runs `code` (30 s at most).
+
+    It watches the thread's stack instead of firing after a delay: a delay's interrupt can land
+    before the wait begins (in ``Thread.start`` itself, on a loaded machine), outside the test's
+    ``pytest.raises``.
+    """
+    import _thread
+
+    def inside() -> bool:
+        f = sys._current_frames().get(thread_id)
+        while f is not None:
+            if f.f_code is code:
+                return True
+            f = f.f_back
+        return False
+
+    def run():
+        deadline = time.monotonic() + 30
+        while not inside():
+            if time.monotonic() > deadline:
+                return  # the wait never began: its own timeout fails the test
+            time.sleep(0.001)
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_interrupt_main_from_another_thread_during_a_blocking_sync(rel_kernels):
     with ChipWorker(RunConfig(**SMALL)) as w:
         inc = w.register(rel_kernels.get("inc", N))
         with testing.hold(w.default_stream, timeout=60) as latch:
             launch = inc.submit(np.zeros(N, np.float32))
-            import _thread
-
-            timer = threading.Timer(0.05, _thread.interrupt_main)
-            timer.start()
-            with pytest.raises(KeyboardInterrupt):
-                launch.sync(timeout=30)
-            timer.join()
+            # A finalizer that a collection runs inside the wait would swallow the interrupt
+            # (CPython reports an exception raised in __del__ and drops it): none runs here.
+            gc.collect()
+            gc.disable()
+            try:
+                sender = _interrupt_once_inside(_wait.drive.__code__, threading.get_ident())
+                with pytest.raises(KeyboardInterrupt):
+                    launch.sync(timeout=30)
+                sender.join()
+            finally:
+                gc.enable()
             latch.release()
             launch.sync(timeout=10)
         assert launch.done() and w.stats().in_flight == 0
