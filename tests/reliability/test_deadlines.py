@@ -152,7 +152,7 @@ _CTRL_C = textwrap.dedent(r"""
     import numpy as np
     from helpers.kernels import KernelLib
     from pypto_async import testing
-    from pypto_async.runtime import ChipWorker, RunConfig, _wait
+    from pypto_async.runtime import ChipWorker, RunConfig
     k = KernelLib({kdir!r}).get("inc", 64)
     w = ChipWorker(RunConfig(platform="sim", cores=1, copy_engines=1, device_memory=16 << 20))
     h = w.register(k)
