@@ -76,7 +76,15 @@ class at:
     """
 
     def __init__(self, level: Level = Level.CORE_GROUP, *, name_hint: str | None = None, deps=None,
-                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False, dumps=None):
+                 optimizations=None, no_dep_args=None, allow_early_resolve: bool = False, dumps=None,
+                 **unknown):
+        if "predicate" in unknown:  # PyPTO's pl.at has none either: a predicate belongs to a dispatch
+            raise compile_error("pl.at() takes no predicate=: a task that runs only when a value says so is "
+                                "a dispatch form's (pl.spmd(n, predicate=...) or pl.submit(..., predicate=...) "
+                                "around a kernel call); in a region, branch on the value (pl.read and if)",
+                                user_loc())
+        if unknown:
+            raise compile_error(f"pl.at() got an unexpected keyword argument {next(iter(unknown))!r}", user_loc())
         if not isinstance(level, Level):
             raise compile_error(f"pl.at(level=...) takes a pl.Level, got {level!r}", user_loc())
         if name_hint is not None and not (isinstance(name_hint, str) and name_hint):
