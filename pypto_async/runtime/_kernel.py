@@ -402,6 +402,20 @@ def register(worker, compiled) -> KernelHandle:
     entry = worker._handles.get(id(compiled))
     if entry is not None and entry[0] is compiled:
         return entry[1]
+    if getattr(compiled, "extent_of", None) or hasattr(compiled, "for_args"):
+        # pl.dynamic leading extents read at run time: the loaded artifact takes them as hidden
+        # trailing scalars, which the caller never passes (pypto_async.language._dynamic).
+        handle = ExtentsHandle(worker, compiled)
+        worker._handles[id(compiled)] = (compiled, handle)
+        return handle
+    return _register(worker, compiled, id(compiled))
+
+
+def _register(worker, compiled, key) -> KernelHandle:
+    """Load `compiled` (a program taking every parameter it declares) and make its handle, kept by `key`."""
+    entry = worker._handles.get(key)
+    if entry is not None and entry[0] is compiled and not entry[1]._closed:
+        return entry[1]
     for attr in ("platform", "params", "lib_path", "symbol"):
         if not hasattr(compiled, attr):
             raise PtoArgumentError(
@@ -449,7 +463,7 @@ def register(worker, compiled) -> KernelHandle:
             # Declared once per kernel: another handle of it that uses its arguments differently
             # (the driver refuses the second declaration) orders its launches the general way.
             handle._ordered = lib.pto_kernel_set_arg_access(kptr, handle._access, handle._nargs) == 0
-        worker._handles[id(compiled)] = (compiled, handle)
+        worker._handles[key] = (compiled, handle)
         worker._prepared += 1
     graph = getattr(compiled, "task_graph", None)
     if worker._config.enable_dep_gen and graph is not None:
@@ -457,6 +471,73 @@ def register(worker, compiled) -> KernelHandle:
     elif worker._config.enable_dep_gen and program:
         handle.record_edges()  # no table: each run's resolved edges are the graph (_DepsHandle)
     return handle
+
+
+class ExtentsHandle:
+    """The handle of a program whose ``pl.dynamic`` leading extents are read at run time.
+
+    Called with the program's own parameters, in place, as its ``compiled(...)`` is: each call
+    takes the extents from its tensor arguments (the program's ``for_args`` checks them and gives
+    the artifact's view for them, loaded once per set of extents) and passes them as the hidden
+    scalars the artifact declares after the parameters (a call that gives them too, as the view's
+    own ``__call__`` does, passes its arguments as they are).  ``unregister()``, ``with``, ``closed``
+    and ``compiled`` are :class:`KernelHandle`'s.
+    """
+
+    def __init__(self, worker, compiled):
+        self._worker = worker
+        self._compiled = compiled
+        self._views: dict = {}  # id(view) -> (view, its KernelHandle)
+        self._closed = False
+        self._name = str(getattr(compiled, "name", None) or compiled.symbol)
+
+    def _bind(self, args):
+        if self.closed:
+            raise PtoClosedError(f"launch of {self._name!r}: the handle was "
+                                 "unregistered; register the program again (worker.register(compiled)) for a new one")
+        resolve = getattr(self._compiled, "for_args", None)
+        view = self._compiled if resolve is None else resolve(*args)  # checks the arguments' count and shapes
+        entry = self._views.get(id(view))
+        if entry is None or entry[0] is not view:
+            entry = self._views[id(view)] = (view, _register(self._worker, view, ("extents", id(view))))
+        if len(args) != view.user_arity:  # the extents given too (the view's own __call__ passes them)
+            return entry[1], args
+        return entry[1], (*args, *(int(args[i].shape[a]) for i, a in view.extent_of))
+
+    def __call__(self, *args, stream=None, config=None):
+        handle, full = self._bind(args)
+        return handle(*full, stream=stream, config=config)
+
+    def submit(self, *args, stream=None):
+        handle, full = self._bind(args)
+        return handle.submit(*full, stream=stream)
+
+    @property
+    def compiled(self):
+        """The compiled program this handle launches."""
+        return self._compiled
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`unregister` ran or the worker closed."""
+        return self._closed or not self._worker._alive()
+
+    def unregister(self) -> None:
+        """Close this handle and the views it loaded (idempotent), as :meth:`KernelHandle.unregister`."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, handle in self._views.values():
+            handle.unregister()
+        entry = self._worker._handles.get(id(self._compiled))
+        if entry is not None and entry[1] is self:
+            del self._worker._handles[id(self._compiled)]
+
+    def __enter__(self) -> ExtentsHandle:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.unregister()
 
 
 _HAZARDS = {lib.PTO_TASK_RAW: "RAW", lib.PTO_TASK_WAW: "WAW", lib.PTO_TASK_WAR: "WAR"}
