@@ -518,6 +518,20 @@ class ExtentsHandle:
         return self._compiled
 
     @property
+    def name(self) -> str:
+        """The program's name (its kernel symbol)."""
+        return self._name
+
+    @property
+    def cid(self) -> int:
+        """The registration id of the loaded artifact (every extent's view loads the same one)."""
+        path, symbol = os.fspath(self._compiled.lib_path), str(self._compiled.symbol)
+        if getattr(self._compiled, "kind", "kernel") == "program":
+            symbol = str(self._compiled.program_symbol)
+        with self._worker._lock:
+            return self._worker._cids.setdefault((path, symbol), len(self._worker._cids) + 1)
+
+    @property
     def closed(self) -> bool:
         """True once :meth:`unregister` ran or the worker closed."""
         return self._closed or not self._worker._alive()

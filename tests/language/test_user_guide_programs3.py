@@ -47,6 +47,7 @@ def test_a_signature_compiled_dynamic_kernel_through_a_registration_handle():
     compiled = scale.compile()
     with ChipWorker(config=CFG) as w:
         with w.register(compiled) as handle:
+            assert w.register(compiled) is handle and handle.cid == w.register(compiled).cid
             for m, n in ((32, 2), (64, 3), (48, 1)):
                 x, out = torch.randn(m, 64), torch.randn(m, 64)
                 before = out.clone()
