@@ -272,12 +272,21 @@ static double granular(uint64_t bytes, uint64_t rows, double granule)
     return k * rg;
 }
 
+static uint64_t cost_of(struct pto_model *m, const pto_work *w, uint8_t *kind);
+
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
     if (tl_cost.gen == m->gen && same_work(&tl_cost.work, w)) {
         *kind = tl_cost.kind;
         return tl_cost.ns;
     }
+    return cost_of(m, w, kind);
+}
+
+/* pti_model_cost's sum, out of line: its registers are saved and its counts loaded only when the
+ * cache misses, not on every task and block the cache answers. */
+static __attribute__((noinline)) uint64_t cost_of(struct pto_model *m, const pto_work *w, uint8_t *kind)
+{
     /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE, FIXPIPE. */
     double pipes[6];
     pipes[0] = granular(w->load_bytes, w->load_rows, m->prof.transfer_granule_bytes) * m->cyc_load;
