@@ -272,12 +272,21 @@ static double granular(uint64_t bytes, uint64_t rows, double granule)
     return k * rg;
 }
 
+static uint64_t cost_of(struct pto_model *m, const pto_work *w, uint8_t *kind);
+
 uint64_t pti_model_cost(struct pto_model *m, const pto_work *w, uint8_t *kind)
 {
     if (tl_cost.gen == m->gen && same_work(&tl_cost.work, w)) {
         *kind = tl_cost.kind;
         return tl_cost.ns;
     }
+    return cost_of(m, w, kind);
+}
+
+/* pti_model_cost's sum, out of line: its registers are saved and its counts loaded only when the
+ * cache misses, not on every task and block the cache answers. */
+static __attribute__((noinline)) uint64_t cost_of(struct pto_model *m, const pto_work *w, uint8_t *kind)
+{
     /* Cycles per pipe: MTE2 loads, MTE3 stores, MTE1 moves, VECTOR, CUBE, FIXPIPE. */
     double pipes[6];
     pipes[0] = granular(w->load_bytes, w->load_rows, m->prof.transfer_granule_bytes) * m->cyc_load;
@@ -458,15 +467,15 @@ bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t s
         run->model_blk = v;
         run->model_cap = blocks;
     }
-    run->model_blk[b] = (struct pto_mblock){
-        .seq = run->cmd->seq,
-        .dur = dur,
-        .host_start = w->host_start_ns,
-        .host_end = w->host_end_ns,
-        .host_engine = w->host_engine,
-        .status = status,
-        .kind = kind,
-    };
+    /* Field by field: its placement (dispatch, start, end, engine) is written when it is placed. */
+    struct pto_mblock *e = &run->model_blk[b];
+    e->seq = run->cmd->seq;
+    e->dur = dur;
+    e->host_start = w->host_start_ns;
+    e->host_end = w->host_end_ns;
+    e->host_engine = w->host_engine;
+    e->status = status;
+    e->kind = kind;
     if (locked)
         pthread_mutex_unlock(&m->lock);
     return false;
@@ -485,6 +494,7 @@ static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, co
     uint32_t n = cmd->u.launch.blocks < run->model_cap ? cmd->u.launch.blocks : run->model_cap;
     if (!n)
         return;
+    bool trace = pti_trace_on(dev);
     pthread_mutex_lock(&m->lock);
     for (uint32_t b = 0; b < n; b++) {
         struct pto_mblock *e = &run->model_blk[b];
@@ -492,22 +502,26 @@ static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, co
             continue; /* it did not run (skipped), or was placed already */
         struct pto_when w;
         place_block(m, run, ready, e->dur, e->kind, &w);
+        if (!trace) {
+            e->seq = 0; /* placed: nothing more to do with it */
+            continue;
+        }
         e->dispatch = w.dispatch_ns;
         e->start = w.start_ns;
         e->end = w.end_ns;
         e->engine = w.engine;
     }
     pthread_mutex_unlock(&m->lock);
-    bool trace = pti_trace_on(dev);
+    if (!trace)
+        return;
+    /* Traced outside the model's lock. */
     for (uint32_t b = 0; b < n; b++) {
         struct pto_mblock *e = &run->model_blk[b];
         if (e->seq != cmd->seq)
             continue;
         e->seq = 0;
-        if (trace) {
-            struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
-            pti_trace_cmd(dev, s, cmd, b, e->status, &w);
-        }
+        struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
+        pti_trace_cmd(dev, s, cmd, b, e->status, &w);
     }
 }
 
@@ -1042,9 +1056,13 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
     for (uint32_t c = 0; c < m->ncores; c++)
         hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
     uint64_t last[2] = {0, 0}, e = *end;
+    /* The model's figures in registers: the stores to t below may alias m's arrays. */
+    const uint64_t orch_ns = m->orch_ns, pickup = m->pickup_ns;
+    uint64_t *busy = m->busy_ns, *commands = m->commands;
+    uint64_t sub = start;
     for (uint32_t i = 0; i < n; i++) {
         struct pto_mtask *x = &t[i];
-        uint64_t at = x->submit_ns = start + (uint64_t)(i + 1) * m->orch_ns;
+        uint64_t at = x->submit_ns = sub += orch_ns; /* start + (i + 1) * orch_ns */
         uint32_t k0 = pred_off ? pred_off[i] : 0, k1 = pred_off ? pred_off[i + 1] : (i ? 1 : 0);
         for (uint32_t k = k0; k < k1; k++) {
             uint32_t p = pred_off ? pred_ids[k] : i - 1;
@@ -1069,14 +1087,17 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
         }
         last[x->kind] = at;
         struct heap *h = &cores[x->kind];
-        x->dispatch_ns = max64(at, h->v[0].key);
-        x->start_ns = x->dispatch_ns + m->pickup_ns;
-        x->end_ns = x->start_ns + x->dur_ns;
-        x->engine = (int32_t)h->v[0].id;
-        hreplace(h, x->end_ns, h->v[0].id);
-        m->busy_ns[x->engine] += x->dur_ns; /* taken back if it bails out */
-        m->commands[x->engine]++;
-        e = max64(e, x->end_ns);
+        uint32_t core = h->v[0].id;
+        uint64_t dur = x->dur_ns, dispatch = max64(at, h->v[0].key);
+        uint64_t tend = dispatch + pickup + dur;
+        x->dispatch_ns = dispatch;
+        x->start_ns = dispatch + pickup;
+        x->end_ns = tend;
+        x->engine = (int32_t)core;
+        hreplace(h, tend, core);
+        busy[core] += dur; /* taken back if it bails out */
+        commands[core]++;
+        e = max64(e, tend);
     }
     keep_cores(m, cores, start);
     *end = e;
@@ -1135,9 +1156,13 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
         struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
         for (uint32_t c = 0; c < m->ncores; c++)
             hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+        /* The model's figures in registers: the stores to t below may alias m's arrays. */
+        const uint64_t orch_ns = m->orch_ns, pickup = m->pickup_ns;
+        uint64_t *busy = m->busy_ns, *commands = m->commands;
+        uint64_t sub = start;
         for (uint32_t i = 0; i < n; i++) {
             struct pto_mtask *x = &t[i];
-            uint64_t sub = x->submit_ns = start + (uint64_t)(i + 1) * m->orch_ns;
+            x->submit_ns = sub += orch_ns; /* start + (i + 1) * orch_ns */
             if (!x->ran) {
                 x->dispatch_ns = x->start_ns = x->end_ns = sub;
                 x->engine = PTO_ENGINE_NONE;
@@ -1145,14 +1170,16 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
             }
             struct heap *h = &cores[x->kind];
             uint32_t core = h->v[0].id;
-            x->dispatch_ns = max64(sub, h->v[0].key);
-            x->start_ns = x->dispatch_ns + m->pickup_ns;
-            x->end_ns = x->start_ns + x->dur_ns;
+            uint64_t dur = x->dur_ns, dispatch = max64(sub, h->v[0].key);
+            uint64_t tend = dispatch + pickup + dur;
+            x->dispatch_ns = dispatch;
+            x->start_ns = dispatch + pickup;
+            x->end_ns = tend;
             x->engine = (int32_t)core;
-            m->busy_ns[core] += x->dur_ns;
-            m->commands[core]++;
-            hreplace(h, x->end_ns, core);
-            end = max64(end, x->end_ns);
+            busy[core] += dur;
+            commands[core]++;
+            hreplace(h, tend, core);
+            end = max64(end, tend);
         }
         keep_cores(m, cores, start);
         goto out;
