@@ -7,9 +7,14 @@ compile them, ``pypto_async.runtime`` to dispatch them.  Every error is a
 The runtime's main names are also available here (``pypto_async.ChipWorker``);
 they are imported on first use, so ``import pypto_async`` stays light and does
 not need the native driver.
+
+``set_log_level(LogLevel.WARN)`` and ``get_log_level()`` set and read the
+threshold of pypto_async's own log messages, as PyPTO's do for its compiler.
 """
 
 from ._dtypes import DataType
+from ._log_level import LogLevel, get_log_level, set_log_level
+from ._log_level import _apply_environment as _apply_log_environment
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 
@@ -28,7 +33,9 @@ _RUNTIME_NAMES = (
     "benchmark",
 )
 
-__all__ = ["DataType", "__version__", *_RUNTIME_NAMES, *_errors_all]
+__all__ = ["DataType", "LogLevel", "set_log_level", "get_log_level", "__version__", *_RUNTIME_NAMES, *_errors_all]
+
+_apply_log_environment()
 
 
 def __getattr__(name: str):

@@ -9,6 +9,8 @@ handle:
 
   * :class:`PtoPlatformMismatch` — a program compiled for another platform.
   * :class:`PtoForeignTensorError` — a DeviceTensor of another worker.
+  * :class:`PtoTypeError` (also a ``TypeError``) — an argument of the wrong
+    type (a string where a ``LogLevel`` belongs).
 
 * :class:`PtoTryAgain` — no room, or nothing ready, right now
   (``Event.elapsed_ms`` before both events ran); nothing was queued.
@@ -55,6 +57,7 @@ __all__ = [
     "PtoArgumentError",
     "PtoPlatformMismatch",
     "PtoForeignTensorError",
+    "PtoTypeError",
     "PtoTryAgain",
     "PtoOutOfMemory",
     "PtoKernelFault",
@@ -113,6 +116,14 @@ class PtoPlatformMismatch(PtoArgumentError):
 
 class PtoForeignTensorError(PtoArgumentError):
     """A DeviceTensor of one worker was handed to another worker."""
+
+
+class PtoTypeError(PtoArgumentError, TypeError):
+    """An argument is of the wrong type.
+
+    Also a :class:`TypeError`, what Python and PyPTO raise for an argument of
+    the wrong type, and a :class:`PtoArgumentError`: nothing was queued.
+    """
 
 
 class PtoTryAgain(PtoError):

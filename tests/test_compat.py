@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "pypto_compat.md"
 README = ROOT / "README.md"
 
-PREFIXES = {"pl": "pypto_async.language", "ir": "pypto_async.ir", "runtime": "pypto_async.runtime",
+PREFIXES = {"pypto": "pypto_async", "pl": "pypto_async.language", "ir": "pypto_async.ir", "runtime": "pypto_async.runtime",
             "backend": "pypto_async.backend", "debug": "pypto_async.debug"}
 STATUSES = {"same", "extended", "differs", "missing"}
 # `pl.load(target_memory=)`: a dotted name, optionally a keyword the callable must take.
