@@ -21,6 +21,8 @@ runs with the lock held unless it says otherwise.
 
 from __future__ import annotations
 
+from sys import getsizeof
+
 from .._driver import PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
 from ..errors import PtoCanceledError
 from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
@@ -37,6 +39,8 @@ _EDEP = -PTO_EDEP
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+# A drained token map whose table is larger than this lets go of it (about 8,000 commands in flight at its peak).
+_SHED_BYTES = 256 << 10
 
 
 def _take(q: CommandQueue, most: int, keep_fd: bool) -> int:
@@ -114,6 +118,12 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
             break
     q.completions += total
     q.wakeups += 1
+    if not q.pending and getsizeof(q.pending) > _SHED_BYTES:
+        # A dict keeps the table of its peak: after 100,000 commands in flight (allocations
+        # queued without a sync) the map of a few hundred launches would still span ~130,000
+        # slots, and every garbage collection that finds it young (a full one untracks it
+        # empty; the next launch tracks it again) walks them all.  Emptied, clear() frees it.
+        q.pending.clear()
     return total
 
 

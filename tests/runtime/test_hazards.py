@@ -800,7 +800,9 @@ def test_bench_hazards_script_runs(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert len(results["rows"]) == 13 and all(row["figure"] is not None for row in results["rows"])
+    assert len(results["rows"]) == 14 and all(row["figure"] is not None for row in results["rows"])
+    lo, hi = results["single_cpu_added_ci_us"]  # the one-stream headline: paired rounds, their interval
+    assert lo <= results["single_cpu_added_us"] <= hi and results["single_rounds"] == 40
     assert results["inferred_waits"] > 0 and all(v > 0 for v in results["median_us"].values())
 
 
