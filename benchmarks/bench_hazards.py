@@ -75,6 +75,7 @@ if importlib.util.find_spec("torch") is not None:
 
 from helpers.kernels import KernelLib  # noqa: E402
 
+from pypto_async._bench import median_ci, paired_rounds  # noqa: E402
 from pypto_async._driver import check, ffi  # noqa: E402
 from pypto_async._driver import lib as driver  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
@@ -96,42 +97,6 @@ def _single(w, noop, t, n: int) -> tuple[float, float]:
     dc = time.thread_time_ns() - c0
     w.sync()
     return dt / n / 1e3, dc / n / 1e3
-
-
-def _single_paired(sides: dict, n: int, rounds: int) -> dict:
-    """The one-stream figure in many short rounds that take turns, paired: {side: [(wall, cpu) µs per launch]}.
-
-    Each round times every side once (n launches), in an order that turns
-    round by round, so drift and other processes fall on the sides alike.
-    No full collection runs between them (with torch imported one walks
-    hundreds of thousands of objects and leaves the caches cold: the spread
-    of a round's difference was ±0.5 µs with one before each case, ±0.1 µs
-    without); the collector is off while a side is timed and collects every
-    20 rounds, untimed.
-    """
-    names = list(sides)
-    out: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
-    gc.collect()
-    gc.disable()
-    try:
-        for i in range(rounds):
-            k = i % len(names)
-            order = names[k:] + names[:k]
-            for name in (order if i % 2 else order[::-1]):
-                out[name].append(_single(*sides[name], n))
-            if i % 20 == 19:
-                gc.collect()
-    finally:
-        gc.enable()
-    return out
-
-
-def _paired_median(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """The median of the paired differences a - b, and its 95% confidence interval (order statistics)."""
-    d = sorted(x - y for x, y in zip(a, b))
-    m = len(d)
-    half = 0.98 * m ** 0.5
-    return statistics.median(d), d[max(0, int(m / 2 - half))], d[min(m - 1, int(m / 2 + half))]
 
 
 def _crossing(w, noop, t, n: int, s1, s2, explicit: bool) -> tuple[float, float]:
@@ -277,9 +242,10 @@ def measure(n: int, rounds: int, n_single: int = 1000, rounds_single: int = 400)
     }
     for case in cases.values():  # warm up
         case()
-    # The one-stream figure: paired rounds of its own (see _single_paired).  The
+    # The one-stream figure: paired rounds of its own (see pypto_async._bench.paired_rounds).  The
     # driver-only worker is configured as the manual one: beside them, it is the A/A control.
-    paired = _single_paired({k: setups[k][:3] for k in ("auto", "manual", "driver")}, n_single, rounds_single)
+    paired = paired_rounds({k: setups[k][:3] for k in ("auto", "manual", "driver")},
+                           lambda side: _single(*side, n_single), rounds_single)
     pcpu = {k: [c for _, c in v] for k, v in paired.items()}
     pwall = {k: [w for w, _ in v] for k, v in paired.items()}
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -300,9 +266,9 @@ def measure(n: int, rounds: int, n_single: int = 1000, rounds_single: int = 400)
         w.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     # Paired differences (the rounds take turns), so drift between rounds cancels out.
-    single_cpu_added = _paired_median(pcpu["auto"], pcpu["manual"])
-    single_added = _paired_median(pwall["auto"], pwall["manual"])
-    single_control = _paired_median(pcpu["driver"], pcpu["manual"])
+    single_cpu_added = median_ci(a - b for a, b in zip(pcpu["auto"], pcpu["manual"]))
+    single_added = median_ci(a - b for a, b in zip(pwall["auto"], pwall["manual"]))
+    single_control = median_ci(a - b for a, b in zip(pcpu["driver"], pcpu["manual"]))
     crossing_added = statistics.median(a - m for a, m in zip(times["crossing/auto"],
                                                               times["crossing/manual_unordered"]))
     # The submitting thread's own CPU time: the runtime's work without the simulated device's

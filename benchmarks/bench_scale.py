@@ -63,6 +63,7 @@ if importlib.util.find_spec("torch") is not None:
 from helpers.kernels import KernelLib  # noqa: E402
 
 import pypto_async.language as pl  # noqa: E402
+from pypto_async._bench import median_ci, paired_rounds  # noqa: E402
 from pypto_async._driver import check, ffi  # noqa: E402
 from pypto_async._driver import lib as driver  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
@@ -79,7 +80,6 @@ def _rss() -> int:
 
 def _launch_once(noop, t, stream, n: int) -> tuple[float, float]:
     """µs per launch, wall and the submitting thread's CPU: n pipelined empty launches on `stream`, then a sync."""
-    gc.collect()
     c0 = time.thread_time_ns()
     t0 = time.perf_counter_ns()
     for _ in range(n):
@@ -89,49 +89,56 @@ def _launch_once(noop, t, stream, n: int) -> tuple[float, float]:
 
 
 class _Paired:
-    """Launch cost on a populated worker, in rounds that take turns with a reference worker.
+    """Launch cost on a populated worker, in short paired rounds beside a reference worker and an A/A control.
 
-    The reference has no population; each point is the median of the
-    per-round ratios populated / reference, so a noisy stretch of a shared
-    machine hits both alike, and the curve is that ratio over its first
-    point's.  The populated worker's own µs per launch is kept beside it.
+    Three workers alike but for the population: the populated one, the
+    reference (none) and the control (none either).  Each point is
+    ``pypto_async._bench.paired_rounds`` over the three: many short rounds,
+    the order turning each round, the collector off while a side is timed and
+    collecting between rounds, not before each side.  A point's figure is the
+    median of the per-round ratios populated / reference, with its 95%
+    interval; the control's median ratio control / reference beside it reads
+    1.0 within the method's resolution.  The curve is the figure over its
+    first point's.  The populated worker's own µs per launch (wall, and the
+    submitting thread's CPU) is kept beside it.
     """
 
     def __init__(self, kl, n: int, rounds: int):
         self.n, self.rounds = n, rounds
-        self.sides = []
-        for seed in (1, 2):
+        self.sides = {}
+        for name, seed in (("populated", 1), ("reference", 2), ("control", 3)):
             w = ChipWorker(RunConfig(**DEVICE))
             noop = w.register(kl.get("noop", 16))
             t = w.alloc_tensor(16, np.float32,
                                init=np.random.default_rng(seed).standard_normal(16).astype(np.float32))
-            self.sides.append((w, noop, t, w.stream()))
-        for _, noop, t, s in self.sides:
+            self.sides[name] = (w, noop, t, w.stream())
+        for _, noop, t, s in self.sides.values():
             _launch_once(noop, t, s, n)  # warm up
 
     @property
     def worker(self):
-        return self.sides[0][0]
+        return self.sides["populated"][0]
 
-    def measure(self) -> tuple[float, float, float]:
-        ratios, us, cpu = [], [], []
-        (_, pn, pt, ps), (_, rn, rt, rs) = self.sides
-        for _ in range(self.rounds):
-            a, c = _launch_once(pn, pt, ps, self.n)
-            b, _ = _launch_once(rn, rt, rs, self.n)
-            ratios.append(a / b)
-            us.append(a)
-            cpu.append(c)
-        return statistics.median(ratios), statistics.median(us), statistics.median(cpu)
+    def measure(self) -> tuple[float, ...]:
+        """(ratio, µs, cpu µs, ratio's 95% low, high, control's ratio, its low, high) at the population now."""
+        sides = {k: v[1:] for k, v in self.sides.items()}
+        for side in sides.values():  # the population just grew: its first round is not the figure's
+            _launch_once(*side, self.n)
+        r = paired_rounds(sides, lambda side: _launch_once(*side, self.n), self.rounds)
+        pop, ref, ctl = ([wall for wall, _ in r[k]] for k in ("populated", "reference", "control"))
+        ratio = median_ci(a / b for a, b in zip(pop, ref))
+        control = median_ci(c / b for c, b in zip(ctl, ref))
+        return (ratio[0], statistics.median(pop), statistics.median(c for _, c in r["populated"]),
+                *ratio[1:], *control)
 
     def close(self) -> None:
-        for w, _, t, s in self.sides:
+        for w, _, t, s in self.sides.values():
             t.free()
             w.close()
 
 
 def _curve(points: list[int], grow, measure) -> list[tuple]:
-    """Grow the population to each point in turn (grow(k): add k), measure there: (point, ratio, µs[, cpu µs])."""
+    """Grow the population to each point in turn (grow(k): add k), measure there: (point, *measure())."""
     have, out = 0, []
     for p in points:
         grow(p - have)
@@ -286,12 +293,19 @@ def parallel_program(n: int, delay_s: float) -> dict:
 
 
 def _ratios(curve):
-    """(point, µs, ratio to the first point, extra) from (point, µs) or (point, paired ratio, µs[, cpu µs])."""
+    """(point, µs, ratio to the first point, cpu µs, 95% low, high, control's ratio to its first point).
+
+    From (point, µs) or (point, ratio, µs) (the last four None), or a paired
+    launch curve's (point, ratio, µs, cpu µs, low, high, control, low, high).
+    """
     if len(curve[0]) == 2:
         base = curve[0][1]
-        return [(p, v, v / base, None) for p, v in curve]
+        return [(p, v, v / base, None, None, None, None) for p, v in curve]
     base = curve[0][1]
-    return [(p, row[1], row[0] / base, row[2] if len(row) > 2 else None) for p, *row in curve]
+    if len(curve[0]) == 3:
+        return [(p, us, r / base, None, None, None, None) for p, r, us in curve]
+    cbase = curve[0][6]
+    return [(p, us, r / base, cpu, lo / base, hi / base, c / cbase) for p, r, us, cpu, lo, hi, c, *_ in curve]
 
 
 def _table_rows(out, figures, targets, comp, ref, pp) -> list[dict]:
@@ -301,6 +315,10 @@ def _table_rows(out, figures, targets, comp, ref, pp) -> list[dict]:
         point = next((r for r in figures[name] if r[0] == at), figures[name][-1])
         rows.append({"name": f"{name}: {point[0]:,} vs {figures[name][0][0]:,}", "figure": point[2], "unit": "x",
                      "target": f"≤ {limit:g}x", "ok": point[2] <= limit})
+        if point[4] is not None:
+            rows[-1]["ci"] = [point[4], point[5]]
+            rows.append({"name": f"A/A control, {name}: {point[0]:,} vs {figures[name][0][0]:,} "
+                                 "(a second worker with none, the same rounds)", "figure": point[6], "unit": "x"})
     at = dict(comp)
     if 4096 in at:
         r = at[4096] / ref
@@ -323,7 +341,7 @@ def main(argv=None) -> int:
           f"{' (quick)' if q else ''}")
     points = [1, 10, 100] if q else [1, 10, 100, 1_000, 10_000]
     big = [1, 10, 100] if q else [1, 10, 100, 1_000, 10_000, 100_000]
-    out: dict = launch_curves(points, big, 64 if q else 256, 3 if q else 15)
+    out: dict = launch_curves(points, big, 64 if q else 200, 8 if q else 150)
     out["alloc/free @ live allocations"] = alloc_curve([10, 100, 1000] if q else [10, 100, 1_000, 10_000, 100_000],
                                                        500 if q else 2000, 3 if q else 15)
     out["compile per task"] = compile_curve([64, 128] if q else [64, 512, 1024, 4096], 1 if q else 3)
@@ -337,9 +355,10 @@ def main(argv=None) -> int:
         rows = _ratios(out[name])
         at, limit = targets[name]
         print(f"{name} (µs; ratio to the first point; target at {at:,}: <= {limit}x)")
-        for p, v, r, cpu in rows:
-            extra = "" if cpu is None else f"   submitting thread's CPU {cpu:7.3f} µs"
-            print(f"  {p:>7,}  {v:9.3f}  {r:6.2f}x{extra}")
+        for p, v, r, cpu, lo, hi, ctl in rows:
+            extra = "" if cpu is None else (f" (95% CI {lo:.3f} .. {hi:.3f})   A/A control {ctl:5.3f}x   "
+                                            f"submitting thread's CPU {cpu:7.3f} µs")
+            print(f"  {p:>7,}  {v:9.3f}  {r:6.3f}x{extra}")
         figures[name] = rows
     print(f"memory per idle stream: {out['bytes per idle stream'] / 1024:.1f} KiB "
           f"(streams open, rings allocated: {out['streams open / rings allocated']})")

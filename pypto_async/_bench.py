@@ -22,6 +22,7 @@ filled in.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -30,12 +31,14 @@ import platform
 import subprocess
 import sys
 import tempfile
+import statistics
 import time
 from collections.abc import Callable
 
 from ._cli_error import CliError
 
-__all__ = ["EXPECTED", "find_benchmarks_dir", "format_markdown", "rows_from_result", "run_bench"]
+__all__ = ["EXPECTED", "find_benchmarks_dir", "format_markdown", "median_ci", "paired_rounds", "rows_from_result",
+           "run_bench"]
 
 #: The benchmark scripts the project promises, in the order they are run.
 EXPECTED = ("bench_driver", "bench_runtime", "bench_kernels", "bench_compile")
@@ -44,6 +47,43 @@ EXPECTED = ("bench_driver", "bench_runtime", "bench_kernels", "bench_compile")
 _QUICK_ARGS = {
     "bench_driver": ["--calls", "2000", "--repeats", "3", "--trials", "200", "--gap-us", "100"],
 }
+
+
+def paired_rounds(sides: dict, once: Callable, rounds: int, *, collect_every: int = 20) -> dict[str, list]:
+    """Time every side once a round, for `rounds` short rounds: {side: [once(sides[side]) per round]}.
+
+    The method the benchmarks' paired figures share.  The order of the sides
+    turns round by round (rotated, and reversed every other round), so drift
+    and other processes fall on the sides alike, and round i of one side pairs
+    with round i of another.  No full collection runs between the sides (with
+    torch imported one walks hundreds of thousands of objects and leaves the
+    caches cold: a round's difference swung by about ±0.5 µs with one before
+    each side, ±0.1 µs without); the cyclic collector is off while a side is
+    timed and collects every `collect_every` rounds, untimed.
+    """
+    names = list(sides)
+    out: dict[str, list] = {k: [] for k in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(rounds):
+            k = i % len(names)
+            order = names[k:] + names[:k]
+            for name in (order if i % 2 else order[::-1]):
+                out[name].append(once(sides[name]))
+            if i % collect_every == collect_every - 1:
+                gc.collect()
+    finally:
+        gc.enable()
+    return out
+
+
+def median_ci(values) -> tuple[float, float, float]:
+    """The median of `values` (paired differences or ratios) and its 95% confidence interval (order statistics)."""
+    d = sorted(values)
+    m = len(d)
+    half = 0.98 * m ** 0.5
+    return statistics.median(d), d[max(0, int(m / 2 - half))], d[min(m - 1, int(m / 2 + half))]
 
 
 def find_benchmarks_dir(explicit: str | os.PathLike | None = None) -> pathlib.Path:
