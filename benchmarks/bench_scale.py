@@ -5,16 +5,18 @@ ratio to its first point, all measured in one process (medians over rounds):
 
 ``launch @ idle streams``
     The cost per launch of the empty kernel (pipelined on one stream, then
-    one sync: host and device together) with N idle streams open, in rounds
-    that take turns with a second worker that has none (the ratio of the
-    two, per round, is the figure: the machine's noise cancels).  Target:
-    at 10,000 at most 1.2x with one.  Beside it, the memory one idle stream
+    one sync: host and device together) with N idle streams open, in many
+    short paired rounds beside a second worker that has none (the median of
+    the per-round ratios, with its 95% interval, is the figure: the
+    machine's noise cancels) and a third that has none either (the A/A
+    control, printed beside it; see ``_Paired``).  Target: at 10,000 at most
+    1.2x with one.  Beside it, the memory one idle stream
     costs (the process's resident set over 10,000 of them, driver and
     runtime together) and the driver's count of allocated rings (an idle
     stream has none).
 ``launch @ live tensors`` / ``launch @ live events``
     The same launch cost with N live DeviceTensors, or N recorded events
-    held alive.  Target: at 100,000 at most 1.1x.
+    held alive, measured the same way.  Target: at 100,000 at most 1.1x.
 ``alloc/free @ live allocations``
     A driver ``pto_mem_alloc`` + ``pto_mem_free`` pair with N live
     allocations (every other one freed, so the free space is fragmented).
