@@ -96,8 +96,9 @@ class _Paired:
     Three workers alike but for the population: the populated one, the
     reference (none) and the control (none either).  Each point is
     ``pypto_async._bench.paired_rounds`` over the three: many short rounds,
-    the order turning each round, the collector off while a side is timed and
-    collecting between rounds, not before each side.  A point's figure is the
+    the order turning each round, the collector on while a side is timed (the
+    young collections a launch pays are part of what a population may cost)
+    and a full collection every 20 rounds, untimed, not before each side.  A point's figure is the
     median of the per-round ratios populated / reference, with its 95%
     interval; the control's median ratio control / reference beside it reads
     1.0 within the method's resolution.  The curve is the figure over its
@@ -126,7 +127,7 @@ class _Paired:
         sides = {k: v[1:] for k, v in self.sides.items()}
         for side in sides.values():  # the population just grew: its first round is not the figure's
             _launch_once(*side, self.n)
-        r = paired_rounds(sides, lambda side: _launch_once(*side, self.n), self.rounds)
+        r = paired_rounds(sides, lambda side: _launch_once(*side, self.n), self.rounds, collector_timed=True)
         pop, ref, ctl = ([wall for wall, _ in r[k]] for k in ("populated", "reference", "control"))
         ratio = median_ci(a / b for a, b in zip(pop, ref))
         control = median_ci(c / b for c, b in zip(ctl, ref))

@@ -49,7 +49,8 @@ _QUICK_ARGS = {
 }
 
 
-def paired_rounds(sides: dict, once: Callable, rounds: int, *, collect_every: int = 20) -> dict[str, list]:
+def paired_rounds(sides: dict, once: Callable, rounds: int, *, collect_every: int = 20,
+                  collector_timed: bool = False) -> dict[str, list]:
     """Time every side once a round, for `rounds` short rounds: {side: [once(sides[side]) per round]}.
 
     The method the benchmarks' paired figures share.  The order of the sides
@@ -58,13 +59,17 @@ def paired_rounds(sides: dict, once: Callable, rounds: int, *, collect_every: in
     with round i of another.  No full collection runs between the sides (with
     torch imported one walks hundreds of thousands of objects and leaves the
     caches cold: a round's difference swung by about ±0.5 µs with one before
-    each side, ±0.1 µs without); the cyclic collector is off while a side is
-    timed and collects every `collect_every` rounds, untimed.
+    each side, ±0.1 µs without); a full collection runs every
+    `collect_every` rounds, untimed.  The cyclic collector is off while a
+    side is timed, unless `collector_timed`: a figure whose question is what
+    the population of live objects costs a launch keeps the young
+    collections a user's launches pay, which can grow with it.
     """
     names = list(sides)
     out: dict[str, list] = {k: [] for k in names}
     gc.collect()
-    gc.disable()
+    if not collector_timed:
+        gc.disable()
     try:
         for i in range(rounds):
             k = i % len(names)
@@ -74,7 +79,8 @@ def paired_rounds(sides: dict, once: Callable, rounds: int, *, collect_every: in
             if i % collect_every == collect_every - 1:
                 gc.collect()
     finally:
-        gc.enable()
+        if not collector_timed:
+            gc.enable()
     return out
 
 
