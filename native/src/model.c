@@ -987,6 +987,28 @@ static void hreplace(struct heap *h, uint64_t key, uint32_t id)
     sift_down(h, (struct hent){key, id});
 }
 
+/*
+ * Place task x, ready at `at`, on the core of h free first (m->lock held):
+ * dispatched when both are ready, started a pickup later.  Returns its end.
+ * The model's figures come in as values (its callers keep them in
+ * registers: the stores to x may alias m's arrays).
+ */
+static inline uint64_t place_on_first_free(struct heap *h, struct pto_mtask *x, uint64_t at, uint64_t pickup,
+                                           uint64_t *busy, uint64_t *commands)
+{
+    uint32_t core = h->v[0].id;
+    uint64_t dur = x->dur_ns, dispatch = max64(at, h->v[0].key);
+    uint64_t tend = dispatch + pickup + dur;
+    x->dispatch_ns = dispatch;
+    x->start_ns = dispatch + pickup;
+    x->end_ns = tend;
+    x->engine = (int32_t)core;
+    hreplace(h, tend, core);
+    busy[core] += dur; /* in_order takes it back if it bails out */
+    commands[core]++;
+    return tend;
+}
+
 /* A task is ready at `at` (all predecessors ended, submitted): queue it, or end it at once (it never ran). */
 static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *ready, struct heap *done)
 {
@@ -1086,18 +1108,7 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
             continue;
         }
         last[x->kind] = at;
-        struct heap *h = &cores[x->kind];
-        uint32_t core = h->v[0].id;
-        uint64_t dur = x->dur_ns, dispatch = max64(at, h->v[0].key);
-        uint64_t tend = dispatch + pickup + dur;
-        x->dispatch_ns = dispatch;
-        x->start_ns = dispatch + pickup;
-        x->end_ns = tend;
-        x->engine = (int32_t)core;
-        hreplace(h, tend, core);
-        busy[core] += dur; /* taken back if it bails out */
-        commands[core]++;
-        e = max64(e, tend);
+        e = max64(e, place_on_first_free(&cores[x->kind], x, at, pickup, busy, commands));
     }
     keep_cores(m, cores, start);
     *end = e;
@@ -1168,18 +1179,7 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
                 x->engine = PTO_ENGINE_NONE;
                 continue;
             }
-            struct heap *h = &cores[x->kind];
-            uint32_t core = h->v[0].id;
-            uint64_t dur = x->dur_ns, dispatch = max64(sub, h->v[0].key);
-            uint64_t tend = dispatch + pickup + dur;
-            x->dispatch_ns = dispatch;
-            x->start_ns = dispatch + pickup;
-            x->end_ns = tend;
-            x->engine = (int32_t)core;
-            busy[core] += dur;
-            commands[core]++;
-            hreplace(h, tend, core);
-            end = max64(end, tend);
+            end = max64(end, place_on_first_free(&cores[x->kind], x, sub, pickup, busy, commands));
         }
         keep_cores(m, cores, start);
         goto out;
