@@ -411,6 +411,19 @@ def register(worker, compiled) -> KernelHandle:
     return _register(worker, compiled, id(compiled))
 
 
+def _artifact(compiled) -> tuple[str, str, bool]:
+    """The library `compiled` loads and its entry symbol (a program's task graph, not the one-kernel
+    form beside it), and whether it is a program: the key of the worker's loaded kernels and cids."""
+    program = getattr(compiled, "kind", "kernel") == "program"
+    symbol = str(compiled.program_symbol if program else compiled.symbol)
+    return os.fspath(compiled.lib_path), symbol, program
+
+
+def _cid(worker, key: tuple[str, str]) -> int:
+    """The registration id of the loaded artifact `key` (worker._lock held): numbered as first registered."""
+    return worker._cids.setdefault(key, len(worker._cids) + 1)
+
+
 def _register(worker, compiled, key) -> KernelHandle:
     """Load `compiled` (a program taking every parameter it declares) and make its handle, kept by `key`."""
     entry = worker._handles.get(key)
@@ -422,17 +435,13 @@ def _register(worker, compiled, key) -> KernelHandle:
                 f"{type(compiled).__name__} is not a compiled program: it has no {attr!r} "
                 "(compile it with pypto_async.ir.compile)"
             )
-    symbol = str(compiled.symbol)
-    name = str(getattr(compiled, "name", None) or symbol)
+    name = str(getattr(compiled, "name", None) or compiled.symbol)
     if normalize_platform(str(compiled.platform)) != worker._platform:
         raise PtoPlatformMismatch(
             f"{name!r} was compiled for platform {compiled.platform!r}, but this worker runs "
             f"{worker._config.platform!r}: compile it for the platform you dispatch on"
         )
-    path = os.fspath(compiled.lib_path)
-    program = getattr(compiled, "kind", "kernel") == "program"
-    if program:  # the task graph's entry, not the one-kernel form beside it
-        symbol = str(compiled.program_symbol)
+    path, symbol, program = _artifact(compiled)
     with worker._lock:
         kptr = worker._kernels.get((path, symbol))
         if kptr is None:
@@ -446,7 +455,7 @@ def _register(worker, compiled, key) -> KernelHandle:
                       f"loading {symbol!r} from {path}")
             kptr = out[0]
             worker._kernels[(path, symbol)] = kptr
-        cid = worker._cids.setdefault((path, symbol), len(worker._cids) + 1)
+        cid = _cid(worker, (path, symbol))
         # A program without a table on a worker with dep gen: each run's resolved graph is its deps.json.
         deps_each_run = (worker._config.enable_dep_gen and program
                          and getattr(compiled, "task_graph", None) is None)
@@ -525,11 +534,9 @@ class ExtentsHandle:
     @property
     def cid(self) -> int:
         """The registration id of the loaded artifact (every extent's view loads the same one)."""
-        path, symbol = os.fspath(self._compiled.lib_path), str(self._compiled.symbol)
-        if getattr(self._compiled, "kind", "kernel") == "program":
-            symbol = str(self._compiled.program_symbol)
+        path, symbol, _ = _artifact(self._compiled)
         with self._worker._lock:
-            return self._worker._cids.setdefault((path, symbol), len(self._worker._cids) + 1)
+            return _cid(self._worker, (path, symbol))
 
     @property
     def closed(self) -> bool:
