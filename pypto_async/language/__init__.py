@@ -80,6 +80,7 @@ from ._parse import loads, loads_program, parse, parse_program
 from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
+from . import op  # PyPTO's op package: pl.op.tensor, pl.op.tile, pl.op.<name>
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
@@ -150,6 +151,7 @@ __all__ = [
     "tile",
     "tensor",
     "system",
+    "op",
     "MemRef",
     "TensorView",
     "TileView",
