@@ -9,11 +9,12 @@ they are imported on first use, so ``import pypto_async`` stays light and does
 not need the native driver.
 
 ``set_log_level(LogLevel.WARN)`` and ``get_log_level()`` set and read the
-threshold of pypto_async's own log messages, as PyPTO's do for its compiler.
+threshold of pypto_async's own log messages, as PyPTO's do for its compiler;
+``log_info(message)`` and the other ``log_*`` calls write one at their level.
 """
 
 from ._dtypes import DataType
-from ._log_level import LogLevel, get_log_level, set_log_level
+from ._log_level import LogLevel, get_log_level, log_debug, log_error, log_event, log_fatal, log_info, log_warn, set_log_level
 from ._log_level import _apply_environment as _apply_log_environment
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
@@ -33,7 +34,8 @@ _RUNTIME_NAMES = (
     "benchmark",
 )
 
-__all__ = ["DataType", "LogLevel", "set_log_level", "get_log_level", "__version__", *_RUNTIME_NAMES, *_errors_all]
+__all__ = ["DataType", "LogLevel", "set_log_level", "get_log_level", "log_debug", "log_info", "log_warn", "log_error",
+           "log_fatal", "log_event", "__version__", *_RUNTIME_NAMES, *_errors_all]
 
 _apply_log_environment()
 

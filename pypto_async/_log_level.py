@@ -8,8 +8,13 @@ pair.  Handlers, formats and the root logger stay yours to configure.
 
 The levels keep PyPTO's order and values.  Two have no :mod:`logging`
 counterpart: ``EVENT`` (PyPTO's timing events, above ``FATAL``) and ``NONE``
-map to levels above ``CRITICAL``; pypto_async logs no events, so both mute
-everything it logs.
+map to levels above ``CRITICAL`` (the first is named ``EVENT`` in
+:mod:`logging`'s records); at ``EVENT`` only ``log_event``'s messages pass, at
+``NONE`` nothing does.
+
+``log_debug(message)`` ... ``log_event(message)`` write one message at their
+level to the ``pypto_async`` logger, where the threshold above filters it, as
+PyPTO's calls do on its compiler's logger.
 
 ``PYPTO_LOG_LEVEL`` in the environment (a level's name, any case) sets the
 level when pypto_async is imported; another value is ignored, as PyPTO does.
@@ -25,7 +30,8 @@ import os
 
 from .errors import PtoArgumentError, PtoTypeError
 
-__all__ = ["LogLevel", "set_log_level", "get_log_level"]
+__all__ = ["LogLevel", "set_log_level", "get_log_level", "log_debug", "log_info", "log_warn", "log_error", "log_fatal",
+           "log_event"]
 
 LOGGER_NAME = "pypto_async"
 
@@ -52,6 +58,7 @@ _TO_LOGGING = {
     LogLevel.EVENT: logging.CRITICAL + 5,
     LogLevel.NONE: logging.CRITICAL + 10,
 }
+logging.addLevelName(_TO_LOGGING[LogLevel.EVENT], "EVENT")
 
 
 def _as_level(level) -> LogLevel:
@@ -88,6 +95,42 @@ def get_log_level() -> LogLevel:
         if effective <= value:
             return member
     return LogLevel.NONE
+
+
+def _log(level: LogLevel, call: str, message: str) -> None:
+    if not isinstance(message, str):
+        raise PtoTypeError(f"{call}() takes the message as a str, not {type(message).__name__} {message!r}")
+    logging.getLogger(LOGGER_NAME).log(_TO_LOGGING[level], message)
+
+
+def log_debug(message: str) -> None:
+    """Log `message` at DEBUG on the ``pypto_async`` logger (a ``str``, else PtoTypeError)."""
+    _log(LogLevel.DEBUG, "log_debug", message)
+
+
+def log_info(message: str) -> None:
+    """Log `message` at INFO, as :func:`log_debug`."""
+    _log(LogLevel.INFO, "log_info", message)
+
+
+def log_warn(message: str) -> None:
+    """Log `message` at WARN, as :func:`log_debug`."""
+    _log(LogLevel.WARN, "log_warn", message)
+
+
+def log_error(message: str) -> None:
+    """Log `message` at ERROR, as :func:`log_debug`."""
+    _log(LogLevel.ERROR, "log_error", message)
+
+
+def log_fatal(message: str) -> None:
+    """Log `message` at FATAL (``logging.CRITICAL``), as :func:`log_debug`; it raises nothing and exits nothing."""
+    _log(LogLevel.FATAL, "log_fatal", message)
+
+
+def log_event(message: str) -> None:
+    """Log `message` at EVENT, above FATAL: it passes every threshold but ``NONE``."""
+    _log(LogLevel.EVENT, "log_event", message)
 
 
 def _apply_environment() -> None:
