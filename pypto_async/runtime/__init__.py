@@ -29,6 +29,7 @@ from ._tensor import *  # noqa: F401,F403
 from ._tensor import __all__ as _tensor_all
 from ._worker import *  # noqa: F401,F403
 from ._worker import __all__ as _worker_all
+from ._worker_base import Worker
 from ._log_config import configure_log, log_level
 from ._log_config import _apply_environment as _apply_log_environment
 from . import runner, tensor_spec  # noqa: E402,F401 - PyPTO's module names (pypto.runtime.runner, .tensor_spec)
@@ -57,6 +58,7 @@ __all__ = [
     "GraphInput",
     "run",
     "RunResult",
+    "Worker",
     "configure_log",
     "log_level",
 ]

@@ -444,6 +444,33 @@ class DistributedWorker:
             raise PtoArgumentError("free_tensor() takes a DeviceTensor of this DistributedWorker")
         t._worker.free_tensor(t)
 
+    # -- raw device memory, by worker index (PyPTO's worker_id) ---------------------------
+
+    def _worker_at(self, worker_id, what: str) -> ChipWorker:
+        if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id < len(self._workers):
+            raise PtoArgumentError(f"DistributedWorker.{what}(): worker_id must be a worker index, 0 to "
+                                   f"{len(self._workers) - 1}, not {worker_id!r}")
+        return self._workers[worker_id]
+
+    def malloc(self, nbytes: int, *, worker_id: int = 0) -> int:
+        """Allocate `nbytes` on device ``workers[worker_id]``; return its address (``ChipWorker.malloc`` there).
+
+        Pair it with :meth:`free` of the same `worker_id`; :meth:`close` frees what is left.
+        """
+        return self._worker_at(worker_id, "malloc").malloc(nbytes)
+
+    def free(self, ptr: int, *, worker_id: int = 0) -> None:
+        """Free an address :meth:`malloc` returned for the same `worker_id`."""
+        self._worker_at(worker_id, "free").free(ptr)
+
+    def copy_to(self, dst_dev_ptr: int, src_host_ptr, nbytes: int, *, worker_id: int = 0) -> None:
+        """Copy `nbytes` from the host to an address on ``workers[worker_id]`` (``ChipWorker.copy_to`` there)."""
+        self._worker_at(worker_id, "copy_to").copy_to(dst_dev_ptr, src_host_ptr, nbytes)
+
+    def copy_from(self, dst_host_ptr, src_dev_ptr: int, nbytes: int, *, worker_id: int = 0) -> None:
+        """Copy `nbytes` from an address on ``workers[worker_id]`` to the host (``ChipWorker.copy_from`` there)."""
+        self._worker_at(worker_id, "copy_from").copy_from(dst_host_ptr, src_dev_ptr, nbytes)
+
     def submit(self, compiled, *args):
         """Dispatch `compiled` on every device, keeping at most :attr:`depth` dispatches in flight.
 
