@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import abc
 
+from ._distributed import DistributedWorker
+from ._worker import ChipWorker
+
 __all__ = ["Worker"]
 
 
@@ -43,13 +46,7 @@ class Worker(abc.ABC):
         """Register `compiled` here; return a handle that dispatches it."""
 
 
-def _register_levels() -> None:
-    # ABCMeta.register, called on the metaclass: the class's own ``register`` is PyPTO's instance call.
-    from ._distributed import DistributedWorker
-    from ._worker import ChipWorker
-
-    for level in (ChipWorker, DistributedWorker):
-        abc.ABCMeta.register(Worker, level)
-
-
-_register_levels()
+# ABCMeta.register, called on the metaclass: the class's own ``register`` is PyPTO's instance call.
+for _level in (ChipWorker, DistributedWorker):
+    abc.ABCMeta.register(Worker, _level)
+del _level
