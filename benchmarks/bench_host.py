@@ -247,7 +247,7 @@ def spread(quick: bool, rows_1us: int = 16) -> dict:
         # ~1 us: the kernel's own work on [rows_1us, 32] tiles, no delay (the delay hook sleeps: a
         # timer's slack is its floor); 70 us and 3 ms: a small tile held by the delay hook.
         # (label, rows, hold, rounds, calls a round)
-        cases = (("1us", rows_1us, 0.0, 40, 10), ("70us", 8, 70e-6, 10, 4), ("3ms", 8, 3e-3, 5, 2))
+        cases = (("1us", rows_1us, 0.0, 100, 10), ("70us", 8, 70e-6, 10, 4), ("3ms", 8, 3e-3, 5, 2))
         for label, rows, seconds, rounds, calls in cases:
             if quick:
                 rounds = max(3, rounds // 5)
