@@ -191,26 +191,18 @@ def _eight(rows: int, chained: bool = False):
 
         @pl.function(type=pl.FunctionType.Orchestration)
         def orch(self, x: pl.Tensor[[8 * rows, 32], F], y: pl.Out[pl.Tensor[[8 * rows, 32], F]]):
-            for i in pl.range(8):
-                self.inc(x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
+            if chained:  # a Python choice, made as the program is traced
+                last = pl.array.create(1, pl.TASK_ID)
+                for i in pl.range(8):
+                    _, tid = pl.submit(self.inc, x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows],
+                                       deps=[last])
+                    last[0] = tid
+            else:
+                for i in pl.range(8):
+                    self.inc(x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
             return y
 
-    @pl.program
-    class EightChained:
-        @pl.function(type=pl.FunctionType.InCore)
-        def inc(self, x: pl.Tensor[[rows, 32], F], y: pl.Out[pl.Tensor[[rows, 32], F]]):
-            pl.store(pl.exp(pl.load(x, [0, 0], [rows, 32]) * 0.5), [0, 0], y)
-            return y
-
-        @pl.function(type=pl.FunctionType.Orchestration)
-        def orch(self, x: pl.Tensor[[8 * rows, 32], F], y: pl.Out[pl.Tensor[[8 * rows, 32], F]]):
-            last = pl.array.create(1, pl.TASK_ID)
-            for i in pl.range(8):
-                _, tid = pl.submit(self.inc, x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows], deps=[last])
-                last[0] = tid
-            return y
-
-    return EightChained if chained else Eight
+    return Eight
 
 
 def _calls(w, h, args, calls: int) -> dict:
