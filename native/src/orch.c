@@ -1345,7 +1345,7 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
 static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
 {
     struct pto_run *ready = NULL;
-    bool alone = o->alone; /* nobody else sees the run yet: no lock (an uncontended pair is tens of ns) */
+    bool alone = o->alone; /* nobody else sees the run yet: no lock to take */
     if (!alone)
         pthread_mutex_lock(&o->lock);
     int rc = orch_submit_locked(o, site, idx, &ready);
