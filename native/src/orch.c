@@ -54,7 +54,9 @@
  * command completes once the orchestration has returned and every submitted
  * task completed, so no task outlives its launch.
  *
- * Locks: run->lock guards one run's slots, pool and heap; it is taken with
+ * Locks: run->lock guards one run's slots, pool and heap (an inline run's
+ * submissions take it only once a task of the run reached the cores:
+ * before, no other thread can see the run, o->alone); it is taken with
  * no driver lock held, and core_lock / trace_lock / mem_lock may be taken
  * under it (never sched_lock: the finish path drops it first).  pool->lock
  * (the orchestration threads' queue) is taken under sched_lock.
@@ -173,6 +175,14 @@ struct pto_orch {
     uint32_t scope_depth, scope_start;
     bool orch_done, finished;
     bool inline_run;              /* orchestrated by the thread that started it (run_inline) */
+    /*
+     * An inline run none of whose tasks has reached the cores yet (its
+     * ready tiny ones are held: orch_submit): no other thread can touch
+     * the run, so its submissions take no lock.  It never waits either
+     * (run_inline: no window, pool or heap wait).  Cleared, by the
+     * orchestrating thread, before its first dispatch.
+     */
+    bool alone;
     struct pto_run *held, *held_tail; /* tiny ready tasks a host's inline run pushes when it returns (orch_submit) */
     uint64_t bump;                /* inline: the next free heap offset (intermediates are not reused) */
 
@@ -615,7 +625,7 @@ uint64_t pti_task_run(pto_device *dev, struct pto_engine *eng, struct pto_run *r
         memset(&rec, 0, sizeof(rec));
         rec.token = o->cmd->token;
         rec.seq = o->cmd->seq;
-        rec.submit_ns = t->submit_ns;
+        rec.submit_ns = t->submit_ns ? t->submit_ns : o->start_ns; /* submitted before the trace began */
         rec.start_ns = rec.host_start_ns = rec.dispatch_ns = start;
         rec.end_ns = rec.host_end_ns = end;
         rec.stream_id = o->s->id;
@@ -1272,7 +1282,8 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
     t->succ = NONE;
     t->pending = 1; /* held until every predecessor is counted */
     t->state = T_WAITING;
-    t->submit_ns = pto_now_ns();
+    /* The trace's submission time only (a clock read is tens of ns on a VM, a tiny task under 1 us). */
+    t->submit_ns = pti_trace_on(o->dev) ? pto_now_ns() : 0;
     if (pti_model_of(o->dev) && !o->mt_oom) {
         /* The device model's record of the instance (model.c), indexed by its id. */
         if (i >= o->mt_cap) {
@@ -1334,9 +1345,12 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
 static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
 {
     struct pto_run *ready = NULL;
-    pthread_mutex_lock(&o->lock);
+    bool alone = o->alone; /* nobody else sees the run yet: no lock to take */
+    if (!alone)
+        pthread_mutex_lock(&o->lock);
     int rc = orch_submit_locked(o, site, idx, &ready);
-    pthread_mutex_unlock(&o->lock);
+    if (!alone)
+        pthread_mutex_unlock(&o->lock);
     /*
      * To the cores at once, inline runs included: a core (spinning, or
      * woken now) starts the first task while the orchestration goes on, and
@@ -1364,6 +1378,8 @@ static int orch_submit(pto_orch *o, uint32_t site, const int64_t *idx)
             o->held_tail = r;
         }
     }
+    if (ready)
+        o->alone = false; /* from here on a core may complete a task of the run */
     dispatch(o->dev, ready);
     return rc;
 }
@@ -1576,6 +1592,7 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
     o->p = p;
     o->d = d;
     o->inline_run = run_inline(dev, d);
+    o->alone = o->inline_run;
     o->window = o->inline_run ? d->ninstances : dev->cfg.ring_task_window;
     /* Inline: every edge of the table fits the pool at once (run_inline), so it needs no more entries. */
     uint32_t edges = o->inline_run ? d->pred_off[d->ninstances] : 0;

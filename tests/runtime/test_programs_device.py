@@ -78,6 +78,27 @@ def test_diamond_middle_tasks_run_at_the_same_time_on_two_cores():
     assert all(0 <= r.engine < 2 for r in t.values())
 
 
+def test_a_traced_task_is_submitted_by_its_orchestration_before_its_predecessors_end():
+    """A task's record carries its submission by the orchestration (the clock is read for the trace
+    only): inside its program, before its start, and for bottom, submitted with the others while top
+    still held its core, not when it became ready."""
+    c = ir.compile(Diamond)
+    x = rand((R, C), 26)
+    with ChipWorker(RunConfig(cores=2, timing="host")) as w:
+        h = w.register(c)
+        delay_task(h, "top", DELAY / 4)
+        out = poison((R, C))
+        with w.trace() as tr:
+            h(x, out)
+    e = np.exp(x.astype(np.float64))
+    np.testing.assert_allclose(out, (e + 1) * (e * 2), rtol=1e-5)
+    prog = next(r for r in tr.trace.records if r.kind_name == "program")
+    t = {name: rs[0] for name, rs in by_name(tr.trace).items()}
+    for r in t.values():
+        assert prog.start_ns <= r.submit_ns <= r.start_ns <= r.end_ns <= prog.end_ns, r
+    assert t["bottom"].submit_ns < t["top"].end_ns
+
+
 def test_disjoint_windows_of_one_tensor_are_written_in_parallel():
     c = ir.compile(Halves)
     x = rand((R, C), 22)
