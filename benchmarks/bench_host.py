@@ -21,8 +21,10 @@ stretch of a shared machine hits both alike; medians over rounds):
     beside an A/A control (the reference timed twice a round).  For each
     side: device busy / wall (from a traced round after each timed one),
     and per request the loop thread's CPU time, the driver threads' CPU
-    time and the time the loop thread waited runnable for a CPU (its
-    ``/proc`` schedstat): where a slower side's time went.
+    time, the time the loop thread waited runnable for a CPU (its
+    ``/proc`` schedstat), the process's context switches and the commands
+    the loop thread ran itself (``inline_runs``): where a slower side's time
+    went, and how many hand-offs a request took.
 ``spread``
     8 independent tasks in one program on ``cores=2``, of about 1 us (the
     kernel's own work), or held on their core for 70 us or 3 ms
@@ -136,6 +138,18 @@ def _thread_ns(tids, field: int = 0) -> int:
     return total
 
 
+def _switches() -> int:
+    """Context switches of every thread of this process so far (voluntary and not, from /proc)."""
+    total = 0
+    for t, _ in _tasks():
+        try:
+            with open(f"/proc/self/task/{t}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            pass
+    return total
+
+
 def _place_device(cpus) -> None:
     """Move the driver's threads to `cpus` (the caller's thread stays where it is)."""
     tids = _device_tids()
@@ -168,18 +182,23 @@ def _matmul(a):
     return float((a @ a).sum())  # numpy's BLAS with its default threads
 
 
-async def _round(h, weight_dev, xs, outs, expect) -> tuple[float, float, int, int]:
-    """One round of requests: its seconds, the loop thread's CPU seconds, the driver threads' CPU ns
-    and the ns the loop thread waited runnable for a CPU (its schedstat: accurate for a running thread)."""
+async def _round(w, h, weight_dev, xs, outs, expect) -> dict:
+    """One round of requests: its seconds; per request the loop thread's CPU, the driver threads' CPU,
+    the loop thread's wait runnable for a CPU (its schedstat: accurate for a running thread), in us,
+    the process's context switches and the commands the loop thread ran itself (host first)."""
+    n = len(xs)
     outs.fill(np.nan)
     tids, me = _device_tids(), [threading.get_native_id()]
+    x0, i0 = _switches(), w.stats().inline_runs
     d0, c0, q0 = _thread_ns(tids), time.thread_time(), _thread_ns(me, 1)
     t0 = time.perf_counter()
-    await asyncio.gather(*(h(xs[i], weight_dev, outs[i]) for i in range(len(xs))))
+    await asyncio.gather(*(h(xs[i], weight_dev, outs[i]) for i in range(n)))
     elapsed = time.perf_counter() - t0
     cpu, dev, queued = time.thread_time() - c0, _thread_ns(tids) - d0, _thread_ns(me, 1) - q0
+    switches, inline = _switches() - x0, w.stats().inline_runs - i0
     np.testing.assert_array_equal(outs, expect)
-    return elapsed, cpu, dev, queued
+    return {"seconds": elapsed, "loop_cpu_us": cpu * 1e6 / n, "device_cpu_us": dev / 1e3 / n,
+            "loop_queued_us": queued / 1e3 / n, "switches": switches / n, "inline_runs": inline / n}
 
 
 def _turns(names: list[str], rounds: int) -> list[str]:
@@ -203,31 +222,28 @@ async def _paired(program, sides: dict, requests: int, rounds: int, cpus=None, *
     xs = rng.uniform(-4.0, 4.0, (requests, N)).astype(np.float32)
     outs = np.empty_like(xs)
     expect = xs + weight
-    out = {name: {"seconds": [], "busy": [], "loop_cpu_us": [], "device_cpu_us": [], "loop_queued_us": []}
-           for name in sides}
+    out: dict = {name: {"busy": []} for name in sides}
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     try:
         async with ChipWorker(RunConfig(timing="host", **config)) as w:
             h = w.register(program)
             weight_dev = w.alloc_tensor((N,), np.float32, init=weight)
-            await _round(h, weight_dev, xs, outs, expect)  # warm-up
+            await _round(w, h, weight_dev, xs, outs, expect)  # warm-up
             for i, name in enumerate(_turns(list(sides), rounds)):
                 if i % len(sides) == 0:
                     gc.collect()  # untimed, once a round of every side
                 sides[name]()
-                secs, cpu, dev, queued = await _round(h, weight_dev, xs, outs, expect)
+                got = await _round(w, h, weight_dev, xs, outs, expect)
                 sides[name]()
                 async with w.trace() as tr:
-                    await _round(h, weight_dev, xs, outs, expect)
+                    await _round(w, h, weight_dev, xs, outs, expect)
                 s = tr.trace.summary()
                 busy_ns = s.compute_ns + s.copy_ns - s.overlapped_ns
                 o = out[name]
-                o["seconds"].append(secs)
                 o["busy"].append(busy_ns / s.wall_ns if s.wall_ns else 0.0)
-                o["loop_cpu_us"].append(cpu * 1e6 / requests)
-                o["device_cpu_us"].append(dev / 1e3 / requests)
-                o["loop_queued_us"].append(queued / 1e3 / requests)
+                for key, value in got.items():
+                    o.setdefault(key, []).append(value)
             weight_dev.free()
     finally:
         os.sched_setaffinity(0, set(ALL_CPUS))
@@ -263,7 +279,8 @@ def service(requests: int, rounds: int) -> dict:
     for name, g in runs.items():
         out[name] = {"req_per_s": requests / med(g["seconds"]), "busy_over_wall": med(g["busy"]),
                      "loop_cpu_us": med(g["loop_cpu_us"]), "device_cpu_us": med(g["device_cpu_us"]),
-                     "loop_queued_us": med(g["loop_queued_us"]),
+                     "loop_queued_us": med(g["loop_queued_us"]), "switches": med(g["switches"]),
+                     "inline_runs": med(g["inline_runs"]),
                      "req_per_s_rounds": [requests / x for x in g["seconds"]]}
     if "split" in runs:
         r = _ratio(runs["pinned"]["seconds"], runs["split"]["seconds"])
@@ -427,7 +444,8 @@ def main(argv=None) -> dict:
                     x = s[name]
                     print(f"service {name:12s} {x['req_per_s']:9.0f} req/s, device busy/wall {x['busy_over_wall']:.2f}; "
                           f"CPU per request: loop thread {x['loop_cpu_us']:5.1f} us, driver threads "
-                          f"{x['device_cpu_us']:5.1f} us; loop thread runnable, waiting for a CPU {x['loop_queued_us']:5.1f} us")
+                          f"{x['device_cpu_us']:5.1f} us; loop thread runnable, waiting for a CPU {x['loop_queued_us']:5.1f} us; "
+                          f"{x['switches']:.2f} context switches, {x['inline_runs']:.2f} commands run by the loop thread")
             for key, label, target in (("pinned_over_split", "pinned / split", " (target >= 0.9)"),
                                        ("split_aa", "split / split (A/A)", ""),
                                        ("matmul_over_plain", "matmul / no matmul", " (target >= 0.8)"),
