@@ -7,13 +7,24 @@ stretch of a shared machine hits both alike; medians over rounds):
 ``service``
     200 requests of an asyncio service on one stream (the pattern of
     ``bench_service``: ``await h(x, w, y)`` per request, copy in, kernel,
-    copy out).  Figures: requests per second with every thread pinned to one
-    CPU (``os.sched_setaffinity`` before the worker opens: its threads
-    inherit it), against the loop on one CPU and the device's threads on
-    another.  Target: >= 0.9x.  And the same service unpinned with a numpy
-    matmul on the host after each round (numpy's default BLAS threads, which
-    keep spinning after each call), against no matmul.  Target: >= 0.8x.
-    Device busy / wall (from a traced round) for each.
+    copy out).  Figures: requests per second with every thread on one CPU,
+    against the loop on that CPU and the driver's threads on another
+    (``os.sched_setaffinity``: the worker opens with the loop thread on one
+    CPU, so its threads are born there, and the driver's threads move
+    between rounds).  Target: >= 0.9x.  And the same service unpinned with
+    a numpy matmul on the host before each round (numpy's default BLAS
+    threads, which keep spinning for about 100 ms after each call), against
+    no matmul (its rounds start once the BLAS workers sleep again).
+    Target: >= 0.8x.  Each pair of sides runs on one worker in paired
+    rounds (20, the order turning as in ``pypto_async._bench.paired_rounds``),
+    and a figure is the median of its per-round ratios with a 95% interval,
+    beside an A/A control (the reference timed twice a round).  For each
+    side: device busy / wall (from a traced round after each timed one),
+    and per request the loop thread's CPU time, the driver threads' CPU
+    time, the time the loop thread waited runnable for a CPU (its
+    ``/proc`` schedstat), the process's context switches and the commands
+    the loop thread ran itself (``inline_runs``): where a slower side's time
+    went, and how many hand-offs a request took.
 ``spread``
     8 independent tasks in one program on ``cores=2``, of about 1 us (the
     kernel's own work), or held on their core for 70 us or 3 ms
@@ -38,7 +49,10 @@ stretch of a shared machine hits both alike; medians over rounds):
     with small sizes), 20 runs, alone and beside a CPU-bound process; in
     each run the two loops take turns, five rounds of each, and each loop's
     wall time is the median of its rounds (the demo's own measurement).
-    Target: pipelined no slower in 20 of 20.
+    Target: pipelined no slower in 20 of 20.  Printed beside it: the median
+    over every round of the round's serial time over its pipelined time
+    (the two loops of a round run back to back), the pipeline's speed-up
+    with the run-to-run drift taken out.
 
 Every worker here is opened with ``RunConfig(timing="host")``: these are
 figures of the host (its threads, its CPUs), so device busy times and trace
@@ -70,6 +84,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,76 +114,197 @@ ALL_CPUS = sorted(os.sched_getaffinity(0))
 
 
 # -- service ---------------------------------------------------------------------------
+#
+# Each figure is read from paired rounds on one worker: the sides take turns round by round, the
+# order turning (the order of pypto_async._bench.paired_rounds), and the figure is the median of the
+# per-round ratios with its 95% interval, beside an A/A control (the reference side timed twice a
+# round: what the method reads when nothing differs).  Not separate workers taken in turn: on a
+# shared host the load moves over seconds, and one worker's whole run could sit 2x above or below
+# another's.
 
-async def _round(h, weight_dev, xs, outs, expect) -> float:
-    outs.fill(np.nan)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(h(xs[i], weight_dev, outs[i]) for i in range(len(xs))))
-    elapsed = time.perf_counter() - t0
-    np.testing.assert_array_equal(outs, expect)
-    return elapsed
+def _tasks() -> list[tuple[int, str]]:
+    """This process's threads: (thread id, name)."""
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                out.append((int(t), f.read().strip()))
+        except OSError:  # the thread ended
+            pass
+    return out
+
+
+def _device_tids() -> list[int]:
+    """The driver's threads (pto-core0, pto-copy0, pto-sched0, ...)."""
+    return [t for t, name in _tasks() if name.startswith("pto-")]
+
+
+def _thread_ns(tids, field: int = 0) -> int:
+    """Nanoseconds the threads `tids` ran on a CPU (field 0 of their schedstat), or waited runnable
+    on a run queue for one (field 1)."""
+    total = 0
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[field])
+        except OSError:
+            pass
+    return total
+
+
+def _switches() -> int:
+    """Context switches of every thread of this process so far (voluntary and not, from /proc)."""
+    total = 0
+    for t, _ in _tasks():
+        try:
+            with open(f"/proc/self/task/{t}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            pass
+    return total
+
+
+def _place_device(cpus) -> None:
+    """Move the driver's threads to `cpus` (the caller's thread stays where it is)."""
+    tids = _device_tids()
+    assert tids, "no driver threads found"
+    for t in tids:
+        os.sched_setaffinity(t, cpus)
+
+
+def _blas_quiet(timeout_s: float = 2.0) -> None:
+    """Wait (at most timeout_s) until no other thread of the process runs (numpy's BLAS workers spin
+    for a while after each call): the round without a matmul starts without them."""
+    me = threading.get_native_id()
+    end = time.perf_counter() + timeout_s
+    quiet = 0
+    while quiet < 5 and time.perf_counter() < end:
+        running = False
+        for t, name in _tasks():
+            if t == me or name.startswith("pto-"):
+                continue
+            try:
+                with open(f"/proc/self/task/{t}/stat") as f:
+                    running = running or f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except OSError:
+                pass
+        quiet = 0 if running else quiet + 1
+        time.sleep(0.002)
 
 
 def _matmul(a):
     return float((a @ a).sum())  # numpy's BLAS with its default threads
 
 
-async def _serve(program, layout: str, requests: int, rounds: int, matmul: bool) -> dict:
-    """Serve rounds of requests on one worker; layout is 'split', 'pinned' or 'free'."""
+async def _round(w, h, weight_dev, xs, outs, expect) -> dict:
+    """One round of requests: its seconds; per request the loop thread's CPU, the driver threads' CPU,
+    the loop thread's wait runnable for a CPU (its schedstat: accurate for a running thread), in us,
+    the process's context switches and the commands the loop thread ran itself (host first)."""
+    n = len(xs)
+    outs.fill(np.nan)
+    tids, me = _device_tids(), [threading.get_native_id()]
+    x0, i0 = _switches(), w.stats().inline_runs
+    d0, c0, q0 = _thread_ns(tids), time.thread_time(), _thread_ns(me, 1)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(h(xs[i], weight_dev, outs[i]) for i in range(n)))
+    elapsed = time.perf_counter() - t0
+    cpu, dev, queued = time.thread_time() - c0, _thread_ns(tids) - d0, _thread_ns(me, 1) - q0
+    switches, inline = _switches() - x0, w.stats().inline_runs - i0
+    np.testing.assert_array_equal(outs, expect)
+    return {"seconds": elapsed, "loop_cpu_us": cpu * 1e6 / n, "device_cpu_us": dev / 1e3 / n,
+            "loop_queued_us": queued / 1e3 / n, "switches": switches / n, "inline_runs": inline / n}
+
+
+def _turns(names: list[str], rounds: int) -> list[str]:
+    """The order the sides are timed in: paired_rounds' (rotated each round, reversed every other)."""
+    from pypto_async._bench import paired_rounds
+
+    seq: list[str] = []
+    paired_rounds({n: n for n in names}, seq.append, rounds)
+    return seq
+
+
+async def _paired(program, sides: dict, requests: int, rounds: int, cpus=None, **config) -> dict:
+    """Paired rounds on one worker of `sides` ({name: setup run before each of its rounds}).
+
+    The worker opens with the caller's thread on `cpus` (None: all), so its threads are born there.
+    Each turn of a side is a timed round and a traced one (device busy / wall from its trace), each
+    after the side's setup.  Returns per side the rounds' seconds, busy shares and CPU per request.
+    """
     rng = np.random.default_rng(0)
     weight = rng.uniform(0.5, 2.0, N).astype(np.float32)
     xs = rng.uniform(-4.0, 4.0, (requests, N)).astype(np.float32)
     outs = np.empty_like(xs)
     expect = xs + weight
-    a = rng.standard_normal((512, 512)).astype(np.float32)
-    if layout == "pinned":
-        os.sched_setaffinity(0, {ALL_CPUS[0]})
-    elif layout == "split":
-        os.sched_setaffinity(0, {ALL_CPUS[1]})  # the worker's threads are born here ...
-    seconds, busy = [], []
+    out: dict = {name: {"busy": []} for name in sides}
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     try:
-        async with ChipWorker(RunConfig(timing="host")) as w:
-            if layout == "split":
-                os.sched_setaffinity(0, {ALL_CPUS[0]})  # ... and the loop moves away
+        async with ChipWorker(RunConfig(timing="host", **config)) as w:
             h = w.register(program)
             weight_dev = w.alloc_tensor((N,), np.float32, init=weight)
-            await _round(h, weight_dev, xs, outs, expect)  # warm-up
-            for _ in range(rounds):
-                gc.collect()
-                if matmul:
-                    _matmul(a)
-                seconds.append(await _round(h, weight_dev, xs, outs, expect))
-                if matmul:
-                    _matmul(a)
+            await _round(w, h, weight_dev, xs, outs, expect)  # warm-up
+            for i, name in enumerate(_turns(list(sides), rounds)):
+                if i % len(sides) == 0:
+                    gc.collect()  # untimed, once a round of every side
+                sides[name]()
+                got = await _round(w, h, weight_dev, xs, outs, expect)
+                sides[name]()
                 async with w.trace() as tr:
-                    await _round(h, weight_dev, xs, outs, expect)
+                    await _round(w, h, weight_dev, xs, outs, expect)
                 s = tr.trace.summary()
                 busy_ns = s.compute_ns + s.copy_ns - s.overlapped_ns
-                busy.append(busy_ns / s.wall_ns if s.wall_ns else 0.0)
+                o = out[name]
+                o["busy"].append(busy_ns / s.wall_ns if s.wall_ns else 0.0)
+                for key, value in got.items():
+                    o.setdefault(key, []).append(value)
             weight_dev.free()
     finally:
         os.sched_setaffinity(0, set(ALL_CPUS))
-    return {"seconds": seconds, "busy": busy}
+    return out
 
 
-def service(requests: int, reps: int, rounds: int) -> dict:
-    cases = {"split": ("split", False), "pinned": ("pinned", False), "free": ("free", False),
-             "free+matmul": ("free", True)}
-    if len(ALL_CPUS) < 2:
-        cases = {k: v for k, v in cases.items() if v[0] != "split"}
-    got = {k: {"seconds": [], "busy": []} for k in cases}
+def _ratio(side: list[float], ref: list[float]) -> dict:
+    """Throughput of `side` over `ref`, round by round (seconds paired by round): median and 95% interval."""
+    from pypto_async._bench import median_ci
+
+    m, lo, hi = median_ci([r / s for s, r in zip(side, ref)])
+    return {"median": m, "ci": [lo, hi]}
+
+
+def service(requests: int, rounds: int) -> dict:
+    """The service's two host figures, each from paired rounds on one worker (see the module docstring)."""
+    med = statistics.median
+    out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         program = KernelLib(tmp).get("add", N)
-        for _ in range(reps):  # the cases take turns
-            for name, (layout, matmul) in cases.items():
-                r = asyncio.run(_serve(program, layout, requests, rounds, matmul))
-                got[name]["seconds"] += r["seconds"]
-                got[name]["busy"] += r["busy"]
-    out = {name: {"req_per_s": requests / statistics.median(g["seconds"]),
-                  "busy_over_wall": statistics.median(g["busy"])} for name, g in got.items()}
-    if "split" in out:
-        out["pinned_over_split"] = out["pinned"]["req_per_s"] / out["split"]["req_per_s"]
-    out["matmul_over_plain"] = out["free+matmul"]["req_per_s"] / out["free"]["req_per_s"]
+        runs = {}
+        if len(ALL_CPUS) >= 2:
+            host, other = {ALL_CPUS[0]}, {ALL_CPUS[1]}
+            # The loop thread stays on one CPU throughout; the driver's threads move between rounds:
+            # beside it ("pinned") or on a CPU of their own ("split", twice: the A/A control).
+            layout = {"pinned": lambda: _place_device(host), "split": lambda: _place_device(other),
+                      "split again": lambda: _place_device(other)}
+            runs.update(asyncio.run(_paired(program, layout, requests, rounds, cpus=host)))
+        plain = {"free": _blas_quiet, "free+matmul": None, "free again": _blas_quiet}
+        a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+        plain["free+matmul"] = lambda: _matmul(a)
+        runs.update(asyncio.run(_paired(program, plain, requests, rounds)))
+    for name, g in runs.items():
+        out[name] = {"req_per_s": requests / med(g["seconds"]), "busy_over_wall": med(g["busy"]),
+                     "loop_cpu_us": med(g["loop_cpu_us"]), "device_cpu_us": med(g["device_cpu_us"]),
+                     "loop_queued_us": med(g["loop_queued_us"]), "switches": med(g["switches"]),
+                     "inline_runs": med(g["inline_runs"]),
+                     "req_per_s_rounds": [requests / x for x in g["seconds"]]}
+    if "split" in runs:
+        r = _ratio(runs["pinned"]["seconds"], runs["split"]["seconds"])
+        out["pinned_over_split"], out["pinned_over_split_ci"] = r["median"], r["ci"]
+        r = _ratio(runs["split again"]["seconds"], runs["split"]["seconds"])
+        out["split_aa"], out["split_aa_ci"] = r["median"], r["ci"]
+    r = _ratio(runs["free+matmul"]["seconds"], runs["free"]["seconds"])
+    out["matmul_over_plain"], out["matmul_over_plain_ci"] = r["median"], r["ci"]
+    r = _ratio(runs["free again"]["seconds"], runs["free"]["seconds"])
+    out["free_aa"], out["free_aa_ci"] = r["median"], r["ci"]
     return out
 
 
@@ -325,16 +461,20 @@ def demo(runs: int) -> dict:
         for label, hog in (("alone", False), ("beside a CPU-bound process", True)):
             proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if hog else None
             try:
-                speedups = []
+                speedups, rounds = [], []
                 for i in range(runs):
                     r = asyncio.run(_demo(256, 1024, 16, 3, Path(tmp) / f"{label[:5]}{i}", sys.stderr, False))
                     speedups.append(r.serial_s / r.pipelined_s)
+                    # Each round's pair (the loops take turns, S P then P S ...): its serial over its pipelined.
+                    rounds += [a / b for a, b in zip(r.serial_runs, r.pipelined_runs)]
             finally:
                 if proc is not None:
                     proc.kill()
                     proc.wait()
             out[label] = {"not_slower": sum(s >= 1.0 for s in speedups), "runs": runs,
-                          "median_speedup": statistics.median(speedups), "min_speedup": min(speedups)}
+                          "median_speedup": statistics.median(speedups), "min_speedup": min(speedups),
+                          "median_round_speedup": statistics.median(rounds),
+                          "rounds_not_slower": sum(x >= 1.0 for x in rounds) / len(rounds)}
     return out
 
 
@@ -351,15 +491,22 @@ def main(argv=None) -> dict:
         print(f"torch imported: {TORCH or 'no (not installed)'}; CPUs {len(ALL_CPUS)}; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if "service" in parts:
-        res["service"] = s = service(args.requests, 1 if args.quick else 3, 2 if args.quick else 3)
+        res["service"] = s = service(args.requests, 6 if args.quick else 20)
         if not args.json:
-            for name in ("split", "pinned", "free", "free+matmul"):
+            for name in ("split", "split again", "pinned", "free", "free again", "free+matmul"):
                 if name in s:
-                    print(f"service {name:12s} {s[name]['req_per_s']:9.0f} req/s, "
-                          f"device busy/wall {s[name]['busy_over_wall']:.2f}")
-            if "pinned_over_split" in s:
-                print(f"service pinned / split:      {s['pinned_over_split']:.2f}x (target >= 0.9)")
-            print(f"service matmul / no matmul:  {s['matmul_over_plain']:.2f}x (target >= 0.8)")
+                    x = s[name]
+                    print(f"service {name:12s} {x['req_per_s']:9.0f} req/s, device busy/wall {x['busy_over_wall']:.2f}; "
+                          f"CPU per request: loop thread {x['loop_cpu_us']:5.1f} us, driver threads "
+                          f"{x['device_cpu_us']:5.1f} us; loop thread runnable, waiting for a CPU {x['loop_queued_us']:5.1f} us; "
+                          f"{x['switches']:.2f} context switches, {x['inline_runs']:.2f} commands run by the loop thread")
+            for key, label, target in (("pinned_over_split", "pinned / split", " (target >= 0.9)"),
+                                       ("split_aa", "split / split (A/A)", ""),
+                                       ("matmul_over_plain", "matmul / no matmul", " (target >= 0.8)"),
+                                       ("free_aa", "no matmul / no matmul (A/A)", "")):
+                if key in s:
+                    lo, hi = s[key + "_ci"]
+                    print(f"service {label + ':':29s} {s[key]:.2f}x [{lo:.2f}, {hi:.2f}]{target}")
     if "spread" in parts:
         res["spread"] = sp = spread(args.quick)
         if not args.json:
@@ -384,7 +531,9 @@ def main(argv=None) -> dict:
         if not args.json:
             for label, x in d.items():
                 print(f"demo {label}: pipelined no slower in {x['not_slower']} of {x['runs']} "
-                      f"(median {x['median_speedup']:.2f}x, min {x['min_speedup']:.2f}x; target all)")
+                      f"(median {x['median_speedup']:.2f}x, min {x['min_speedup']:.2f}x; target all); "
+                      f"round by round: median {x['median_round_speedup']:.2f}x, "
+                      f"{x['rounds_not_slower']:.0%} of rounds not slower")
     if args.json:
         res["rows"] = _table_rows(res)
         print(json.dumps(res, indent=2))
@@ -395,13 +544,20 @@ def _table_rows(res: dict) -> list[dict]:
     """The figures with targets as ``pypto-async bench`` table rows."""
     rows = []
     s = res.get("service", {})
-    for key, name, limit in (("pinned_over_split", "200-request service, every thread on one CPU / loop and "
-                              "device apart", 0.9),
-                             ("matmul_over_plain", "the same service with a numpy matmul between rounds / "
-                              "without", 0.8)):
+    for key, name, ref, ref_name, limit in (
+            ("pinned_over_split", "200-request service, every thread on one CPU / loop and device apart",
+             "split", "loop and device apart, paired rounds", 0.9),
+            ("split_aa", "A/A control: loop and device apart, again / the same", "split",
+             "loop and device apart, paired rounds", None),
+            ("matmul_over_plain", "the same service with a numpy matmul between rounds / without", "free",
+             "no matmul, paired rounds", 0.8),
+            ("free_aa", "A/A control: no matmul, again / the same", "free", "no matmul, paired rounds", None)):
         if key in s:
-            rows.append({"name": name, "figure": s[key], "unit": "x", "target": f"≥ {limit:g}x",
-                         "ok": s[key] >= limit})
+            lo, hi = s[key + "_ci"]
+            rows.append({"name": name, "figure": s[key], "unit": "x", "reference": s[ref]["req_per_s"],
+                         "reference_name": f"{ref_name}, req/s; the median of per-round ratios, 95% "
+                                           f"interval {lo:.2f}-{hi:.2f}",
+                         "target": f"≥ {limit:g}x" if limit else "", "ok": s[key] >= limit if limit else None})
     sp = res.get("spread", {})
     if "1us" in sp:
         x = sp["1us"]
