@@ -381,6 +381,17 @@ void pti_stream_kick_deferred(pto_stream *s)
     uint64_t head = atomic_load(&s->head);
     if (head >= tail)
         return;
+    /*
+     * A replay runs on a host thread only (graph.c): note its CPU, as host
+     * first's passes do (pti_host_begin, which a kick below may not reach),
+     * for the idle device threads' choice to spin (pti_cpu_spare_at).  With
+     * it unknown one CPU stays left for a waking host: on a 2-CPU machine no
+     * device thread spins while this thread runs (host_first off), and each
+     * replay finds the scheduler asleep.  Waking it on the other CPU costs
+     * this thread 7-13 us on a 2-CPU KVM guest (2-3 us on its own CPU),
+     * most of a 64-node replay's submission.
+     */
+    pti_host_note_cpu(s->dev);
     if (s->dev->cfg.host_first != PTO_HOST_FIRST_OFF) {
         pti_stream_kick(s, head + 1);
         return;

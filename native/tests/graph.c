@@ -29,6 +29,7 @@
  *     unloaded program is refused before anything is queued.
  */
 #include <pthread.h>
+#include <sched.h>
 
 #include "helpers.h"
 #include "internal.h" /* batched_replay: the stream's slot_locks, the kernel's refs */
@@ -437,7 +438,10 @@ static void ordered_replays(void)
  * taken once for it, not per command (s->slot_locks), and the kernel
  * references its launches hold are taken in one go and all given back;
  * with host_first on and off (the one kick per stream then wakes the device
- * threads instead of running a pass on the submitting thread).
+ * threads instead of running a pass on the submitting thread).  Either way
+ * the replay notes the submitting thread's CPU (dev->host_cpu), which the
+ * idle device threads' choice to spin reads (pti_cpu_spare_at): this thread
+ * is pinned to one CPU for the replays, and that CPU is the one noted.
  */
 static void batched_replay(bool host_first_off)
 {
@@ -483,6 +487,16 @@ static void batched_replay(bool host_first_off)
     t_check(pto_graph_instantiate(g));
     int refs = atomic_load(&add->refs);
     static pto_completion log[16];
+    cpu_set_t was, one_cpu;
+    t_assert(sched_getaffinity(0, sizeof(was), &was) == 0, "sched_getaffinity");
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &was))
+        cpu++;
+    CPU_ZERO(&one_cpu);
+    CPU_SET(cpu, &one_cpu);
+    t_assert(sched_setaffinity(0, sizeof(one_cpu), &one_cpu) == 0, "sched_setaffinity"); /* this thread only */
+    t_assert(atomic_load(&dev->host_cpu) == -1, "a host CPU noted before any submission (%d)",
+             atomic_load(&dev->host_cpu));
     for (int r = 0; r < 3; r++) {
         for (int i = 0; i < N; i++)
             ah[i] = ch[i] = -12345.0f; /* poisoned until the replay writes them */
@@ -491,6 +505,8 @@ static void batched_replay(bool host_first_off)
         /* One batch: the fill, the adds, the copy, the done record, the notify. */
         t_assert(s->slot_locks - locks == 1, "replay %d took submit_lock %llu times for %d commands", r,
                  (unsigned long long)(s->slot_locks - locks), ADDS + 4);
+        t_assert(atomic_load(&dev->host_cpu) == cpu, "replay %d: host CPU %d noted, the replay ran on %d", r,
+                 atomic_load(&dev->host_cpu), cpu);
         int n_log = 0;
         int at = wait_record(dev, log, &n_log, 16, token);
         t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
@@ -498,6 +514,7 @@ static void batched_replay(bool host_first_off)
             t_assert(ah[i] == 0.5f + ADDS && ch[i] == ah[i], "replay %d: a[%d] = %g, c[%d] = %g, want %g", r, i,
                      ah[i], i, ch[i], 0.5f + ADDS);
     }
+    t_assert(sched_setaffinity(0, sizeof(was), &was) == 0, "sched_setaffinity");
     t_check(pto_stream_synchronize(s, 10000000));
     t_assert(atomic_load(&add->refs) == refs, "add_f32's references: %d after the replays, %d before",
              atomic_load(&add->refs), refs);
