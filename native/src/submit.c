@@ -364,22 +364,11 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
 void pti_stream_kick_deferred(pto_stream *s)
 {
     pthread_mutex_lock(&s->submit_lock);
-    bool deferred = s->kick_first != 0;
+    uint64_t first = s->kick_first;
     s->kick_first = 0;
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
     pthread_mutex_unlock(&s->submit_lock);
-    if (!deferred)
-        return;
-    /*
-     * Kick the command after the last completed one, not the first deferred:
-     * the stream may have started that one, finished it and gone idle before
-     * the next was published, and no kick was sent for the next.  Every
-     * deferred command is published (tail) by now, so either this load of
-     * head sees the stream idle short of tail and starts it, or the pass
-     * completing head sees the tail (the Dekker pair of pti_slot_commit).
-     */
-    uint64_t head = atomic_load(&s->head);
-    if (head >= tail)
+    if (!first)
         return;
     /*
      * A replay runs on a host thread only (graph.c): note its CPU, as host
@@ -392,6 +381,22 @@ void pti_stream_kick_deferred(pto_stream *s)
      * most of a 64-node replay's submission.
      */
     pti_host_note_cpu(s->dev);
+    /*
+     * Kick the command after the last completed one, not the first deferred:
+     * the stream may have started that one, finished it and gone idle before
+     * the next was published, and no kick was sent for the next.  Every
+     * deferred command is published (tail) by now, so either this load of
+     * head sees the stream idle short of tail and starts it, or the pass
+     * completing head sees the tail (the Dekker pair of pti_slot_commit).
+     * A command before the first deferred one not completed yet (a replay
+     * queued behind work in flight) is that case: its completion's pass
+     * starts what follows, as for an eager command on a busy stream
+     * (pti_stream_kick), and the kick, a wake of a sleeping scheduler
+     * with host_first off, is not needed.
+     */
+    uint64_t head = atomic_load(&s->head);
+    if (head >= tail || head + 1 < first)
+        return;
     if (s->dev->cfg.host_first != PTO_HOST_FIRST_OFF) {
         pti_stream_kick(s, head + 1);
         return;
