@@ -364,12 +364,23 @@ int pti_slot_commit(pto_stream *s, struct pto_cmd *cmd, uint32_t kind, uint64_t 
 void pti_stream_kick_deferred(pto_stream *s)
 {
     pthread_mutex_lock(&s->submit_lock);
-    bool deferred = s->kick_first != 0;
+    uint64_t first = s->kick_first;
     s->kick_first = 0;
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed); /* we are the producer */
     pthread_mutex_unlock(&s->submit_lock);
-    if (!deferred)
+    if (!first)
         return;
+    /*
+     * A replay runs on a host thread only (graph.c): note its CPU, as host
+     * first's passes do (pti_host_begin, which a kick below may not reach),
+     * for the idle device threads' choice to spin (pti_cpu_spare_at).  With
+     * it unknown one CPU stays left for a waking host: on a 2-CPU machine no
+     * device thread spins while this thread runs (host_first off), and each
+     * replay finds the scheduler asleep.  Waking it on the other CPU costs
+     * this thread 7-13 us on a 2-CPU KVM guest (2-3 us on its own CPU),
+     * most of a 64-node replay's submission.
+     */
+    pti_host_note_cpu(s->dev);
     /*
      * Kick the command after the last completed one, not the first deferred:
      * the stream may have started that one, finished it and gone idle before
@@ -377,9 +388,14 @@ void pti_stream_kick_deferred(pto_stream *s)
      * deferred command is published (tail) by now, so either this load of
      * head sees the stream idle short of tail and starts it, or the pass
      * completing head sees the tail (the Dekker pair of pti_slot_commit).
+     * A command before the first deferred one not completed yet (a replay
+     * queued behind work in flight) is that case: its completion's pass
+     * starts what follows, as for an eager command on a busy stream
+     * (pti_stream_kick), and the kick, a wake of a sleeping scheduler
+     * with host_first off, is not needed.
      */
     uint64_t head = atomic_load(&s->head);
-    if (head >= tail)
+    if (head >= tail || head + 1 < first)
         return;
     if (s->dev->cfg.host_first != PTO_HOST_FIRST_OFF) {
         pti_stream_kick(s, head + 1);

@@ -16,6 +16,8 @@
  *   - ordered replays (pto_graph_replay_ordered): a replay after an eager
  *     write on another stream held by a latch waits for it on the device,
  *     its accesses are noted, and an edge from a closed stream declines;
+ *   - behind a held head: a replay queued behind a latch on its stream
+ *     kicks nothing (host_first off: no wake), and runs once it opens;
  *   - runs: a replay's launches on one stream go in as one run of slots;
  *     in a ring with part of its room free (a latch, eager launches, a
  *     small argument heap) the rest follows through the overflow, the heap
@@ -29,6 +31,7 @@
  *     unloaded program is refused before anything is queued.
  */
 #include <pthread.h>
+#include <sched.h>
 
 #include "helpers.h"
 #include "internal.h" /* batched_replay: the stream's slot_locks, the kernel's refs */
@@ -437,7 +440,10 @@ static void ordered_replays(void)
  * taken once for it, not per command (s->slot_locks), and the kernel
  * references its launches hold are taken in one go and all given back;
  * with host_first on and off (the one kick per stream then wakes the device
- * threads instead of running a pass on the submitting thread).
+ * threads instead of running a pass on the submitting thread).  Either way
+ * the replay notes the submitting thread's CPU (dev->host_cpu), which the
+ * idle device threads' choice to spin reads (pti_cpu_spare_at): this thread
+ * is pinned to one CPU for the replays, and that CPU is the one noted.
  */
 static void batched_replay(bool host_first_off)
 {
@@ -483,6 +489,16 @@ static void batched_replay(bool host_first_off)
     t_check(pto_graph_instantiate(g));
     int refs = atomic_load(&add->refs);
     static pto_completion log[16];
+    cpu_set_t was, one_cpu;
+    t_assert(sched_getaffinity(0, sizeof(was), &was) == 0, "sched_getaffinity");
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &was))
+        cpu++;
+    CPU_ZERO(&one_cpu);
+    CPU_SET(cpu, &one_cpu);
+    t_assert(sched_setaffinity(0, sizeof(one_cpu), &one_cpu) == 0, "sched_setaffinity"); /* this thread only */
+    t_assert(atomic_load(&dev->host_cpu) == -1, "a host CPU noted before any submission (%d)",
+             atomic_load(&dev->host_cpu));
     for (int r = 0; r < 3; r++) {
         for (int i = 0; i < N; i++)
             ah[i] = ch[i] = -12345.0f; /* poisoned until the replay writes them */
@@ -491,6 +507,8 @@ static void batched_replay(bool host_first_off)
         /* One batch: the fill, the adds, the copy, the done record, the notify. */
         t_assert(s->slot_locks - locks == 1, "replay %d took submit_lock %llu times for %d commands", r,
                  (unsigned long long)(s->slot_locks - locks), ADDS + 4);
+        t_assert(atomic_load(&dev->host_cpu) == cpu, "replay %d: host CPU %d noted, the replay ran on %d", r,
+                 atomic_load(&dev->host_cpu), cpu);
         int n_log = 0;
         int at = wait_record(dev, log, &n_log, 16, token);
         t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
@@ -498,6 +516,7 @@ static void batched_replay(bool host_first_off)
             t_assert(ah[i] == 0.5f + ADDS && ch[i] == ah[i], "replay %d: a[%d] = %g, c[%d] = %g, want %g", r, i,
                      ah[i], i, ch[i], 0.5f + ADDS);
     }
+    t_assert(sched_setaffinity(0, sizeof(was), &was) == 0, "sched_setaffinity");
     t_check(pto_stream_synchronize(s, 10000000));
     t_assert(atomic_load(&add->refs) == refs, "add_f32's references: %d after the replays, %d before",
              atomic_load(&add->refs), refs);
@@ -508,6 +527,68 @@ static void batched_replay(bool host_first_off)
     pto_mem_free(dev, c);
     pto_kernel_unload(fill);
     pto_kernel_unload(add);
+    pto_device_close(dev);
+}
+
+/*
+ * A replay queued behind work still in flight on its stream (here a latch
+ * holding the head) kicks nothing (pti_stream_kick_deferred): the command
+ * before it completes, and that completion's pass starts the replay, as for
+ * an eager command queued on a busy stream.  With host_first off the kick
+ * would wake the sleeping scheduler: the device's kick count does not move
+ * across the replay, no record arrives before the release, and after it
+ * the replay runs with its own result (the output poisoned before).
+ */
+static void replay_behind_held_head(void)
+{
+    pto_device_config cfg;
+    pto_device *dev = NULL;
+    pto_device_config_init(&cfg);
+    cfg.cores = 2;
+    cfg.copy_engines = 1;
+    cfg.device_memory = 16u << 20;
+    cfg.host_first = PTO_HOST_FIRST_OFF;
+    t_check(pto_device_open("sim", &cfg, &dev));
+    pto_kernel *fill;
+    t_check(pto_kernel_builtin(dev, "fill_f32", &fill));
+    pto_stream *s;
+    t_check(pto_stream_create(dev, 0, &s));
+    t_check(pto_stream_set_overflow(s, 1));
+    pto_devptr a;
+    t_check(pto_mem_alloc(dev, N * 4, NULL, &a));
+    float *ah = pto_mem_host_ptr(dev, a);
+    pto_graph *g;
+    t_check(pto_graph_create(dev, &g));
+    int in = t_check(pto_graph_add_input(g, N * 4));
+    uint64_t fargs[3] = {0, f_bits(2.5f), N};
+    int k = t_check(pto_graph_add_launch(g, 0, fill, 1, fargs, 3));
+    t_check(pto_graph_patch(g, k, 0, in, PTO_GRAPH_WRITE));
+    t_check(pto_graph_instantiate(g));
+    static pto_completion log[8];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < N; i++)
+            ah[i] = -12345.0f; /* poisoned until the replay writes it */
+        pto_latch *l;
+        t_check(pto_latch_create(dev, 0, &l));
+        t_check(pto_stream_latch_wait(s, l, 0));
+        uint64_t kicks = atomic_load(&dev->kick), token = 5000 + 100 * (uint64_t)r;
+        t_check(pto_graph_replay(g, &s, 1, &a, NULL, 1, token));
+        t_assert(atomic_load(&dev->kick) == kicks, "replay %d behind a held head kicked (%llu -> %llu)", r,
+                 (unsigned long long)kicks, (unsigned long long)atomic_load(&dev->kick));
+        t_assert(pto_cq_ready(dev) == 0, "replay %d: a record before the latch was released", r);
+        pto_latch_release(l);
+        int n_log = 0;
+        int at = wait_record(dev, log, &n_log, 8, token);
+        t_assert(log[at].status == 0, "replay %d: %s %s", r, pto_status_name(log[at].status), log[at].message);
+        for (int i = 0; i < N; i++)
+            t_assert(ah[i] == 2.5f, "replay %d: a[%d] = %g, want 2.5", r, i, ah[i]);
+        t_check(pto_stream_synchronize(s, 10000000));
+        pto_latch_destroy(l);
+    }
+    pto_graph_destroy(g);
+    pto_stream_destroy(s);
+    pto_mem_free(dev, a);
+    pto_kernel_unload(fill);
     pto_device_close(dev);
 }
 
@@ -826,6 +907,7 @@ int main(void)
     ordered_replays();
     batched_replay(false);
     batched_replay(true);
+    replay_behind_held_head();
     runs_in_a_partly_free_ring();
     programs_in_a_graph();
     return T_EXIT_PASS;
