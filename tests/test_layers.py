@@ -33,14 +33,24 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(path: pathlib.Path, stamp: tuple[int, int]) -> tuple[str, ast.Module, frozenset[int]]:
-    """A module's text, tree and TYPE_CHECKING-only node ids, parsed once for both checks (`stamp`: mtime, size)."""
+def _parsed(path: pathlib.Path, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
+    """A module's lines and its relative imports outside ``if TYPE_CHECKING:``, in ``ast.walk`` order, each as
+    (line, level, module, names, at the top level); parsed once for both checks (`stamp`: mtime, size).
+
+    The tree itself is not kept: held for the rest of the session, its nodes would be walked by every
+    later full collection of the garbage collector.
+    """
     src = path.read_text()
     tree = ast.parse(src)
-    return src, tree, frozenset(_type_checking_only(tree))
+    skip = _type_checking_only(tree)
+    top = {id(n) for n in tree.body}
+    found = tuple((node.lineno, node.level, node.module, tuple(a.name for a in node.names), id(node) in top)
+                  for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.level and id(node) not in skip)
+    return tuple(src.splitlines()), found
 
 
-def parsed(path: pathlib.Path) -> tuple[str, ast.Module, frozenset[int]]:
+def parsed(path: pathlib.Path) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
     st = path.stat()
     return _parsed(path, (st.st_mtime_ns, st.st_size))
 
@@ -50,16 +60,13 @@ def imports(pkgdir: pathlib.Path) -> dict[str, dict[str, list[tuple[int, bool]]]
     mods = {p.stem: p for p in pkgdir.glob("*.py")}
     edges: dict[str, dict[str, list[tuple[int, bool]]]] = {m: {} for m in mods}
     for m, p in mods.items():
-        _, tree, skip = parsed(p)
-        top = {id(n) for n in tree.body}
-        for node in ast.walk(tree):
-            if id(node) in skip or not isinstance(node, ast.ImportFrom) or node.level != 1:
+        for line, level, module, names, at_top in parsed(p)[1]:
+            if level != 1:
                 continue
-            targets = [node.module] if node.module else [a.name for a in node.names]
-            for t in targets:
+            for t in [module] if module else names:
                 t = t.split(".")[0]
                 if t in mods and t != m:
-                    edges[m].setdefault(t, []).append((node.lineno, id(node) in top))
+                    edges[m].setdefault(t, []).append((line, at_top))
     return edges
 
 
@@ -116,16 +123,14 @@ def unexplained(pkgdir: pathlib.Path) -> list[str]:
     """Function-level relative imports (any level) with no comment on their line or the line before."""
     out = []
     for p in sorted(pkgdir.glob("*.py")):
-        src, tree, skip = parsed(p)
-        lines = src.splitlines()
-        top = {id(n) for n in tree.body}
-        for node in ast.walk(tree):
-            if id(node) in top or id(node) in skip or not isinstance(node, ast.ImportFrom) or not node.level:
+        lines, found = parsed(p)
+        for lineno, _, _, _, at_top in found:
+            if at_top:
                 continue
-            line = lines[node.lineno - 1]
-            before = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+            line = lines[lineno - 1]
+            before = lines[lineno - 2].strip() if lineno > 1 else ""
             if "#" not in line and not before.startswith("#"):
-                out.append(f"{p.name}:{node.lineno}: {line.strip()}")
+                out.append(f"{p.name}:{lineno}: {line.strip()}")
     return out
 
 
