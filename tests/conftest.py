@@ -29,6 +29,27 @@ from pypto_async.runtime import ChipWorker, RunConfig
 from pypto_async.runtime._wait import drive
 
 
+#: Whether the collector ran automatically before collection (``pytest_collection`` turns it off).
+_gc_was_enabled = [True]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    """No automatic collection while the test modules are imported (``pytest_collection_finish`` collects once).
+
+    Importing two hundred test modules, each rewritten by pytest's assertion rewriting, allocates enough
+    for the collector to run twenty or more full collections, each walking all that is imported so far
+    (torch included): seconds of a run.  What collection leaves is collected once, then frozen.
+    """
+    _gc_was_enabled[0] = gc.isenabled()
+    gc.disable()
+
+
+def pytest_unconfigure(config):
+    if _gc_was_enabled[0]:
+        gc.enable()
+
+
 def pytest_collection_finish(session):
     """Keep what collection imported (torch, numpy, every test module) out of the collector's walks.
 
@@ -44,6 +65,8 @@ def pytest_collection_finish(session):
     find(strategies.none(), lambda _: True)
     gc.collect()
     gc.freeze()
+    if _gc_was_enabled[0]:
+        gc.enable()
 
 #: How many generated kernels the C compiler built this session (cache misses), and the seconds of
 #: wall time those builds took, for the summary line.
