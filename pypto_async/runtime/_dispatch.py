@@ -110,11 +110,11 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                     q.pending[tok] = launch
                     stream._last = tok
                     rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-                elif hz.launch is not None and h._ordered and hz.recorder.graph_tags is None:
+                elif hz.launch is not None and h._ordered:
                     # The driver orders the launch and queues the edges it needs with it, in one call
                     # of pto_stream_launch's shape (the table is the device's, the accesses the
-                    # kernel's).  (hz.launch: the table while nothing closes this path, see
-                    # Hazards.launch.)
+                    # kernel's).  (hz.launch: the table while nothing closes this path, a trace
+                    # that tags graph replays included, see Hazards.launch.)
                     tok = q.next_token + 1  # tok - 1: the edges' wait, if any (quiet)
                     q.next_token = tok + 1
                     span = 2
