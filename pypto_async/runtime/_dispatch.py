@@ -55,7 +55,7 @@ from ._context import capture_of, stream_stack
 from ._group import group_commands, group_flags, inputs
 from .._driver import lib
 from ._hazards import fused_overflow, order
-from ._launch import Launch, mark_turn
+from ._launch import Launch, mark_turn, submitted_launch
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
@@ -93,8 +93,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
     # while the launch runs is freed in stream order behind it.  Host arrays are kept
     # by launch_group.
-    launch = _make_launch(worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
-                          submit_only)
+    launch = (submitted_launch if submit_only else _make_launch)(
+        worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args), submit_only)
     q = worker._queue
     with q.lock:
         mem = worker._memory
@@ -121,7 +121,7 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                     q.pending[tok] = launch
                     stream._last = tok
                     rc = _hz_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-                    if rc > QUEUED:
+                    if rc and rc > QUEUED:  # (rc: the commonest, 0, tested first)
                         if rc == _DECLINED:  # nothing queued: its tokens go back, and it is ordered here
                             del q.pending[tok]
                             q.next_token = tok - 1

@@ -29,7 +29,7 @@ from ._complete import cancel, observe, raise_carried
 from ._queue import _running_loop, release_waiters, resolve_soon
 from ._waitable import _Until, _Waitable
 
-__all__ = ["Launch", "mark_turn"]
+__all__ = ["Launch", "mark_turn", "submitted_launch"]
 
 _new = object.__new__  # Launch._make: no class of the hierarchy defines __new__
 
@@ -72,6 +72,13 @@ class Launch(_Waitable):
                  "_owaiters")
 
     _withdrawable = True  # Launch.cancel may try (a graph replay's says no)
+    # Whether completing it is Launch._finish and nothing more, so _ok may finish it in line: this
+    # class's and a subclass's that says so itself (__init_subclass__), not one that inherits it.
+    _plain = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plain = cls.__dict__.get("_plain", False)
 
     def __init__(self, *args, **kwargs):
         raise TypeError(
@@ -265,7 +272,7 @@ class Launch(_Waitable):
         self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
-            if (self._owaiters is None and type(self) is Launch and self._exc is None and self._waiters is None
+            if (self._owaiters is None and self._plain and self._exc is None and self._waiters is None
                     and self._entry_waiters is None):
                 # _finish in line for the commonest completion (a launch nobody awaits, as a
                 # pipelined producer leaves them): nothing to resolve, nothing to release.
@@ -356,6 +363,32 @@ class _Unretrieved:
                           RuntimeWarning, stacklevel=2)
         except Exception:  # interpreter shutting down
             pass
+
+
+class _Submitted(Launch):
+    """A launch from ``handle.submit(...)``: ``await`` waits until it entered its ring, and returns it.
+
+    The same object as a :class:`Launch` but for its ``__await__``, a
+    generator function: the await's iterator comes with no call of ours
+    before it (:meth:`Launch._await_submitted` is the same wait, for the
+    launches of other classes that ``submit()`` makes, as a graph replay's).
+    """
+
+    __slots__ = ()
+    _plain = True
+
+    def __await__(self):
+        if not self._entered:
+            yield from self._until(True)
+        elif self._await_entry is _TURN:
+            # The launch path found this task long without suspending (the pump
+            # module's essay on producers): give the loop its turn now.
+            yield from self._worker._pump.give_turn()
+        return self
+
+
+#: Makes the Launch of a ``submit()`` (``Launch._make``'s arguments).
+submitted_launch = _Submitted._make
 
 
 #: ``Launch._await_entry`` (truthy, as for any launch from ``submit()``) of a launch whose
