@@ -33,7 +33,6 @@ __all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried"
 
 _cq_drain = lib.pto_cq_drain
 _cq_drain_keep = lib.pto_cq_drain_keep
-_cq_ready = lib.pto_cq_ready
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
@@ -74,17 +73,20 @@ def reset_kept_fd(q: CommandQueue) -> None:
         on_readable(q)
 
 
-def drain(q: CommandQueue, keep_fd: bool = False) -> int:
+def drain(q: CommandQueue, keep_fd: bool = False, taken: int = 0) -> int:
     """Drain ready completion records and resolve their owners; return how many.
 
     At most ``_MAX_BATCHES`` batches per call, so a device that keeps
     producing records cannot hold the event loop: records left over keep
     the fd readable, and the loop comes back to them after other work.
     `keep_fd`: leave the completion fd as it is (``pto_cq_drain_keep``), for
-    a drain in line on the pump's thread (:func:`serve_ready`).
+    a drain in line on the pump's thread (:func:`serve_ready`).  `taken`:
+    the caller took the first batch, of that many records (all it asked for:
+    more may be ready).
     """
     buf = q.cq
-    n = _take(q, BATCH, keep_fd)
+    most = taken or BATCH
+    n = taken or _take(q, BATCH, keep_fd)
     if n <= 0:
         return 0  # nothing ready (or a lost device): nothing set up, nothing counted
     columns, words, ints = q.cq_view
@@ -113,8 +115,9 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
                     on_failure(q, buf[i], status, owner)
                 elif owner is not None:
                     owner._ok(words[k + _START], words[k + _END])
-        if n < BATCH or batches == _MAX_BATCHES:
+        if n < most or batches == _MAX_BATCHES:
             break
+        most = BATCH
         n = _take(q, BATCH, keep_fd)
         if n <= 0:
             break
@@ -232,7 +235,8 @@ def serve_ready(q: CommandQueue) -> None:
     with q.lock:
         if not q.alive():
             return
-        if _take(q, 1, True) == 1:
+        n = _take(q, 2, True)  # (two: a second one says more may be ready, with no call to ask)
+        if n == 1:
             # The commonest: one record, the awaited launch's (drain's loop for one, written out).
             _, words, ints = q.cq_view
             owner = q.pending.pop(words[_TOKEN], None)
@@ -243,8 +247,8 @@ def serve_ready(q: CommandQueue) -> None:
                 owner._ok(words[_START], words[_END])
             q.completions += 1
             q.wakeups += 1
-            if _cq_ready(q.dev):
-                drain(q, True)  # more: in batches, as any drain (counted as a wake-up of its own)
+        elif n > 1:
+            drain(q, True, n)  # more: these two, then in batches, as any drain
         if q.backlog:
             flush(q)
         q.on_service()
