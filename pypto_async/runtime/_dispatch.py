@@ -97,9 +97,8 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
         worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args), submit_only)
     q = worker._queue
     with q.lock:
-        mem = worker._memory
-        if mem.deferred:
-            mem.free_deferred_locked()
+        if worker._memory.deferred:
+            worker._memory.free_deferred_locked()
         hz = worker._hazards
         if hosts is None:  # one command
             if joins is None and not stream._fifo:  # the hot shape: DeviceTensors this stream used before
