@@ -368,23 +368,16 @@ class _Unretrieved:
 class _Submitted(Launch):
     """A launch from ``handle.submit(...)``: ``await`` waits until it entered its ring, and returns it.
 
-    The same object as a :class:`Launch` but for its ``__await__``, a
-    generator function: the await's iterator comes with no call of ours
-    before it (:meth:`Launch._await_submitted` is the same wait, for the
-    launches of other classes that ``submit()`` makes, as a graph replay's).
+    The same object as a :class:`Launch` but for its ``__await__``, which is
+    :meth:`Launch._await_submitted` itself, a generator function: the await's
+    iterator comes with no call of ours before it (``Launch.__await__`` calls
+    it for the launches of other classes that ``submit()`` makes, as a graph
+    replay's).
     """
 
     __slots__ = ()
     _plain = True
-
-    def __await__(self):
-        if not self._entered:
-            yield from self._until(True)
-        elif self._await_entry is _TURN:
-            # The launch path found this task long without suspending (the pump
-            # module's essay on producers): give the loop its turn now.
-            yield from self._worker._pump.give_turn()
-        return self
+    __await__ = Launch._await_submitted
 
 
 #: Makes the Launch of a ``submit()`` (``Launch._make``'s arguments).
