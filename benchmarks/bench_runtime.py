@@ -193,7 +193,7 @@ def _nop(n: int) -> float:
 
 
 def _await_without_turns(self):
-    """``Launch._await_submitted`` as it was before awaits answered at once gave the loop turns.
+    """The ``__await__`` of a launch from ``submit()`` (``_launch._Submitted``) giving the loop no turns.
 
     The reference of ``ref_without_turns_us``: the pipelined loop with this in
     place measures what yielding to the event loop (and counting the awaits
@@ -221,20 +221,20 @@ async def _turns_cost(w, h, t, n: int, pairs: int) -> tuple[float, float]:
     pairs whose order alternates; each pair's difference is measured under
     the same conditions, so the median difference is the cost, not drift.
     """
-    from pypto_async.runtime._launch import Launch
+    from pypto_async.runtime._launch import _Submitted
 
-    awaits = Launch._await_submitted
+    awaits = _Submitted.__await__
     diffs, without = [], []
     for i in range(pairs):
         order = (True, False) if i % 2 else (False, True)
         got = {}
         for turns in order:
             if not turns:
-                Launch._await_submitted = _await_without_turns
+                _Submitted.__await__ = _await_without_turns
             try:
                 got[turns] = await _submit_loop(w, h, t, n)
             finally:
-                Launch._await_submitted = awaits
+                _Submitted.__await__ = awaits
             drive(w._queue, w._queue.idle, 10.0)
         diffs.append(got[True] - got[False])
         without.append(got[False])

@@ -239,8 +239,10 @@ class Binder:
     """Validate arguments against one program's parameters and collect what to queue.
 
     Built once per registration; :meth:`bind` runs per launch, so it reads
-    precomputed ``(shape, dtype, is_scalar, label, param, access)`` rows
-    (``access``: the parameter as ordering reads it, :class:`~._hazards.Access`).
+    precomputed ``(shape, dtype, (label, param, access))`` rows: ``shape`` is
+    None for a scalar (no DeviceTensor's shape is), and the inner tuple is what
+    only the slower cases read (``access``: the parameter as ordering reads it,
+    :class:`~._hazards.Access`).
     """
 
     __slots__ = ("params", "nparams", "labels", "program", "_rows")
@@ -250,7 +252,7 @@ class Binder:
         self.nparams = len(self.params)
         self.labels = tuple(f"{program}: argument {p.name!r}" for p in self.params)
         self.program = program
-        self._rows = tuple((p.shape, p.dtype, p.direction == SCALAR, label, p, Access.of(p))
+        self._rows = tuple((None if p.direction == SCALAR else p.shape, p.dtype, (label, p, Access.of(p)))
                            for p, label in zip(self.params, self.labels))
 
     def arity_error(self, n: int) -> PtoArgumentError:
@@ -275,24 +277,26 @@ class Binder:
         values = []
         append = values.append
         hosts = joins = None
-        for arg, (shape, dtype, scalar, label, p, access) in zip(args, self._rows):
+        for arg, (shape, dtype, row) in zip(args, self._rows):
             if type(arg) is DeviceTensor:
-                # The common case first: a tensor of this worker, alive, of the right shape and dtype.
-                if (arg._worker is not worker or arg._freed or arg._shape != shape or scalar
+                # The common case first: a tensor of this worker, alive, of the right shape and dtype
+                # (a scalar's row has no shape: _tensor_error refuses the tensor).
+                if (arg._worker is not worker or arg._freed or arg._shape != shape
                         or (arg._dtype is not dtype and arg._dtype != dtype)):
-                    self._tensor_error(worker, arg, label, p)
+                    self._tensor_error(worker, arg, row[0], row[1])
                 if arg._init is not None:
-                    check_init(arg, label)
+                    check_init(arg, row[0])
                 append(arg._ptr)
                 # The common case: used on this stream before, ordered by the driver.
                 if stream not in arg._streams or arg._manual:
                     if joins is None:
-                        joins = [(arg, access)]
+                        joins = [(arg, row[2])]
                     else:
-                        joins.append((arg, access))
-            elif scalar:
-                append(scalar_bits(arg, dtype, label))
+                        joins.append((arg, row[2]))
+            elif shape is None:  # a scalar
+                append(scalar_bits(arg, dtype, row[0]))
             else:
+                label, p, _ = row
                 h = host_array(arg, label, writeable=p.copies_out)
                 if h.shape != shape or not holds(h.dtype, dtype):
                     _mismatch(label, p, h.shape, _host_dtype_name(arg, h.dtype))
@@ -304,7 +308,7 @@ class Binder:
 
     def accesses(self, args) -> list:
         """The ``(DeviceTensor, Access)`` of a call's tensor arguments, for ordering (:meth:`~._hazards.Hazards.order`)."""
-        return [(arg, row[5]) for arg, row in zip(args, self._rows) if type(arg) is DeviceTensor]
+        return [(arg, row[2][2]) for arg, row in zip(args, self._rows) if type(arg) is DeviceTensor]
 
     @staticmethod
     def _tensor_error(worker, arg, label: str, p) -> None:

@@ -25,7 +25,7 @@ from sys import getsizeof
 
 from .._driver import PTO_ECANCELED, PTO_EDEP, check, error_for_status, ffi, lib
 from ..errors import PtoCanceledError
-from ._queue import BATCH, QUEUED, CommandQueue, wake_idle
+from ._queue import BATCH, CQ_INTS, CQ_WORDS, QUEUED, CommandQueue, wake_idle
 from ._submit import flush, overflowed, token
 
 __all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried", "service", "on_readable", "serve_ready",
@@ -33,12 +33,13 @@ __all__ = ["drain", "on_failure", "remember_failure", "observe", "raise_carried"
 
 _cq_drain = lib.pto_cq_drain
 _cq_drain_keep = lib.pto_cq_drain_keep
-_cq_ready = lib.pto_cq_ready
 _ECANCELED = -PTO_ECANCELED
 _EDEP = -PTO_EDEP
 _MAX_BATCHES = 16  # per pump wake-up: 4096 records, then the event loop gets a turn
 _KEEP_FAILURES = 256  # first failures remembered for cause_token look-ups
 _COLUMNS_FROM = 16  # batches this large are read column-wise through cq_view (cheaper past ~8)
+_W, _TOKEN, _START, _END = CQ_WORDS  # a record's 64-bit words, and where its fields are among them
+_I, _STATUS = CQ_INTS  # its 32-bit ones, and where its status is
 # A drained token map whose table is larger than this lets go of it (about 8,000 commands in flight at its peak).
 _SHED_BYTES = 256 << 10
 
@@ -72,31 +73,34 @@ def reset_kept_fd(q: CommandQueue) -> None:
         on_readable(q)
 
 
-def drain(q: CommandQueue, keep_fd: bool = False) -> int:
+def drain(q: CommandQueue, keep_fd: bool = False, taken: int = 0) -> int:
     """Drain ready completion records and resolve their owners; return how many.
 
     At most ``_MAX_BATCHES`` batches per call, so a device that keeps
     producing records cannot hold the event loop: records left over keep
     the fd readable, and the loop comes back to them after other work.
     `keep_fd`: leave the completion fd as it is (``pto_cq_drain_keep``), for
-    a drain in line on the pump's thread (:func:`serve_ready`).
+    a drain in line on the pump's thread (:func:`serve_ready`).  `taken`:
+    the caller took the first batch, of that many records (all it asked for:
+    more may be ready).
     """
     buf = q.cq
-    n = _take(q, BATCH, keep_fd)
+    most = taken or BATCH
+    n = taken or _take(q, BATCH, keep_fd)
     if n <= 0:
         return 0  # nothing ready (or a lost device): nothing set up, nothing counted
-    view = q.cq_view
+    columns, words, ints = q.cq_view
     pop = q.pending.pop
     total = 0
     batches = 0
     while True:
         total += n
         batches += 1
-        if n >= _COLUMNS_FROM and not view["status"][:n].any():
+        if n >= _COLUMNS_FROM and not columns["status"][:n].any():
             # A large batch of successes (pipelined work): read the fields the
             # owners need as whole columns, one numpy call each, instead of four
-            # cffi attribute reads per record.  Same order as the records.
-            recs = view[:n]
+            # reads per record.  Same order as the records.
+            recs = columns[:n]
             for t, start_ns, end_ns in zip(recs["token"].tolist(), recs["start_ns"].tolist(),
                                            recs["end_ns"].tolist()):
                 owner = pop(t, None)
@@ -104,15 +108,16 @@ def drain(q: CommandQueue, keep_fd: bool = False) -> int:
                     owner._ok(start_ns, end_ns)
         else:
             for i in range(n):
-                rec = buf[i]
-                owner = pop(rec.token, None)
-                status = rec.status
+                k = i * _W
+                owner = pop(words[k + _TOKEN], None)
+                status = ints[i * _I + _STATUS]
                 if status:
-                    on_failure(q, rec, status, owner)
+                    on_failure(q, buf[i], status, owner)
                 elif owner is not None:
-                    owner._ok(rec.start_ns, rec.end_ns)
-        if n < BATCH or batches == _MAX_BATCHES:
+                    owner._ok(words[k + _START], words[k + _END])
+        if n < most or batches == _MAX_BATCHES:
             break
+        most = BATCH
         n = _take(q, BATCH, keep_fd)
         if n <= 0:
             break
@@ -230,20 +235,20 @@ def serve_ready(q: CommandQueue) -> None:
     with q.lock:
         if not q.alive():
             return
-        buf = q.cq
-        if _take(q, 1, True) == 1:
+        n = _take(q, 2, True)  # (two: a second one says more may be ready, with no call to ask)
+        if n == 1:
             # The commonest: one record, the awaited launch's (drain's loop for one, written out).
-            rec = buf[0]
-            owner = q.pending.pop(rec.token, None)
-            status = rec.status
+            _, words, ints = q.cq_view
+            owner = q.pending.pop(words[_TOKEN], None)
+            status = ints[_STATUS]
             if status:
-                on_failure(q, rec, status, owner)
+                on_failure(q, q.cq[0], status, owner)
             elif owner is not None:
-                owner._ok(rec.start_ns, rec.end_ns)
+                owner._ok(words[_START], words[_END])
             q.completions += 1
             q.wakeups += 1
-            if _cq_ready(q.dev):
-                drain(q, True)  # more: in batches, as any drain (counted as a wake-up of its own)
+        elif n > 1:
+            drain(q, True, n)  # more: these two, then in batches, as any drain
         if q.backlog:
             flush(q)
         q.on_service()

@@ -55,7 +55,7 @@ from ._context import capture_of, stream_stack
 from ._group import group_commands, group_flags, inputs
 from .._driver import lib
 from ._hazards import fused_overflow, order
-from ._launch import Launch, mark_turn
+from ._launch import Launch, mark_turn, submitted_launch
 from ._memwait import wait_for_memory
 from ._queue import F_DATA, F_LAST, QUEUED
 from ._state import OPEN
@@ -71,6 +71,7 @@ _make_launch = Launch._make  # ... and this (a classmethod lookup makes a bound 
 # The hot path runs the completion service itself once per this many launches (a threshold on
 # tokens, however many each launch takes: an inferred edge takes one too).
 _SERVICE_EVERY = 64
+_HELD = 1 << 40  # the status of a launch held in its stream's FIFO (_queue_launch): no driver status is this
 
 def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     """Queue a launch of the registered kernel `h` (``h(*args)``, or ``h.submit`` with `submit_only`).
@@ -92,65 +93,61 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
     # Nothing to keep alive for DeviceTensor and scalar arguments: a tensor collected
     # while the launch runs is freed in stream order behind it.  Host arrays are kept
     # by launch_group.
-    launch = _make_launch(worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args),
-                          submit_only)
+    launch = (submitted_launch if submit_only else _make_launch)(
+        worker, stream, h._label, 1, None, args[out1] if out1 >= 0 else h._result(args), submit_only)
     q = worker._queue
     with q.lock:
-        mem = worker._memory
-        if mem.deferred:
-            mem.free_deferred_locked()
-        if hosts is not None and worker._hazards is not None and worker._hazards.mode != "off":
-            worker._hazards.sanitizer.check_hosts(stream, hosts, h._label)
+        if worker._memory.deferred:
+            worker._memory.free_deferred_locked()
         hz = worker._hazards
-        tok = 0  # the launch's token once it is queued here (to the driver, or to the stream's FIFO)
-        rc = 0
-        span = 1  # tokens the launch took
-        if hz is None:
-            if joins is not None:  # first uses join
-                order(worker, stream, joins, h._label, 0)
-        elif (joins is None and hosts is None and hz.launch is not None and h._ordered and not stream._fifo
-              and hz.recorder.graph_tags is None):
-            # The driver orders the launch and queues the edges it needs with it, in one call of
-            # pto_stream_launch's shape (the table is the device's, the accesses the kernel's).
-            # (hz.launch: the table while nothing closes this path, see Hazards.launch.)
-            tok = q.next_token + 1  # tok - 1: the edges' wait, if any (quiet)
-            q.next_token = tok + 1
-            span = 2
-            q.pending[tok] = launch
-            stream._last = tok
-            rc = _hz_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-            if rc > QUEUED:
-                if rc == _DECLINED:  # nothing queued: its tokens go back, and it is ordered here
-                    del q.pending[tok]
-                    q.next_token = tok - 1
-                    tok, span = 0, 1
+        if hosts is None:  # one command
+            if joins is None and not stream._fifo:  # the hot shape: DeviceTensors this stream used before
+                if hz is None:  # nothing to order
+                    tok = q.next_token
+                    q.next_token = tok + 1
+                    span = 1
+                    q.pending[tok] = launch
+                    stream._last = tok
+                    rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                elif hz.launch is not None and h._ordered:
+                    # The driver orders the launch and queues the edges it needs with it, in one call
+                    # of pto_stream_launch's shape (the table is the device's, the accesses the
+                    # kernel's).  (hz.launch: the table while nothing closes this path, a trace
+                    # that tags graph replays included, see Hazards.launch.)
+                    tok = q.next_token + 1  # tok - 1: the edges' wait, if any (quiet)
+                    q.next_token = tok + 1
+                    span = 2
+                    q.pending[tok] = launch
+                    stream._last = tok
+                    rc = _hz_launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
+                    if rc and rc > QUEUED:  # (rc: the commonest, 0, tested first)
+                        if rc == _DECLINED:  # nothing queued: its tokens go back, and it is ordered here
+                            del q.pending[tok]
+                            q.next_token = tok - 1
+                            hz.order(stream, h._binder.accesses(args), h._label, 0)
+                            tok, rc = _queue_launch(q, h, stream, values, launch)
+                            span = 1
+                        else:
+                            rc = fused_overflow(q, stream, hz, rc)
+                else:  # the general path: the driver decides, the edges are queued here
                     hz.order(stream, h._binder.accesses(args), h._label, 0)
+                    tok, rc = _queue_launch(q, h, stream, values, launch)
+                    span = 1
+            else:  # first uses join (the general path orders them), or a host condition holds the stream
+                if hz is None:
+                    order(worker, stream, joins, h._label, 0)
                 else:
-                    rc = fused_overflow(q, stream, hz, rc)
-        else:  # the general path: the driver decides, the edges are queued here
-            hz.order(stream, h._binder.accesses(args), h._label, inputs(hosts) if hosts is not None else 0)
-        if not tok and hosts is None:  # ordered (or nothing to order): the launch itself, one command
-            tok = q.next_token
-            q.next_token = tok + 1
-            q.pending[tok] = launch
-            stream._last = tok
-            if stream._fifo:  # behind a host condition: wait in the stream's FIFO
-                hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
-                     launch, F_DATA | F_LAST, None)
-                rc = None
-            else:
-                rc = h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
-        if tok:
+                    hz.order(stream, h._binder.accesses(args), h._label, 0)
+                tok, rc = _queue_launch(q, h, stream, values, launch)
+                span = 1
             if not stream._used:
                 note_used(q, stream)
-            if rc is None:
-                pass  # held in the FIFO
-            elif not rc:
+            if not rc:
                 launch._entered = True
             elif rc == QUEUED:  # the driver keeps it until the ring has room
                 overflowed(q, stream, 1)
                 track(stream, launch, tok, tok)
-            else:
+            elif rc != _HELD:
                 del q.pending[tok]
                 check(rc, h._label)
             if tok >= q.serve_at:
@@ -161,16 +158,40 @@ def launch_kernel(worker, h, args: tuple, stream, submit_only: bool) -> Launch:
                     service(q)
                     if submit_only and q.pump.turn_due(_SERVICE_EVERY):
                         mark_turn(launch)  # nor the rest of the loop: its await yields once
-        else:
+        else:  # host arrays: a command group
+            sanitizing = hz is not None and hz.mode != "off"
+            if sanitizing:
+                hz.sanitizer.check_hosts(stream, hosts, h._label)
+            if hz is None:
+                if joins is not None:
+                    order(worker, stream, joins, h._label, 0)
+            else:
+                hz.order(stream, h._binder.accesses(args), h._label, inputs(hosts))
             launch_group(worker, h, stream, values, hosts, launch)
             stream._last = q.next_token - 1
-            if worker._hazards is not None and worker._hazards.mode != "off":
-                worker._hazards.sanitizer.note_hosts(stream, hosts, h._label, stream._last)
+            if sanitizing:
+                hz.sanitizer.note_hosts(stream, hosts, h._label, stream._last)
             if submit_only and q.pump.can_serve_inline() and q.pump.turn_due(1):
                 mark_turn(launch)
     if worker._async:  # (_finish's first test, here: no call on the async hot path)
         return launch
     return _finish(worker, launch, submit_only, q)
+
+
+def _queue_launch(q, h, stream, values, launch):
+    """Queue the launch, one command: to the driver, or behind a host condition to the stream's FIFO.
+
+    Returns its token and the driver's status (``_HELD``: held in the FIFO).
+    """
+    tok = q.next_token
+    q.next_token = tok + 1
+    q.pending[tok] = launch
+    stream._last = tok
+    if stream._fifo:  # behind a host condition: wait in the stream's FIFO
+        hold(q, stream, h._launch, (stream._ptr, h._kptr, h._blocks, tuple(values), h._nargs, tok),
+             launch, F_DATA | F_LAST, None)
+        return tok, _HELD
+    return tok, h._launch(stream._ptr, h._kptr, h._blocks, values, h._nargs, tok)
 
 
 def _finish(worker, launch: Launch, submit_only: bool, q) -> Launch:

@@ -359,7 +359,8 @@ class Hazards:
         check(lib.pto_hazards_attach(self.table), "pto_hazards_attach")  # pto_stream_launch_ordered's table
         # The table while a launch on DeviceTensors may go to pto_stream_launch_ordered (the launch path
         # tests this one attribute), else None: no automatic ordering, the sanitizer on, streams
-        # collected unclosed that the table has not heard of, or a manual region open on the worker.
+        # collected unclosed that the table has not heard of, a manual region open on the worker, or
+        # a trace that tags graph replays (tags_changed).
         self.launch = self.table if self.fast else None
         self.regions = 0  # manual regions open on this worker, any task or thread (_regions_lock)
         self.inferred_here = 0  # edges queued here through events (the driver counts its own)
@@ -397,13 +398,25 @@ class Hazards:
     def refresh(self) -> None:
         """Open the fused launch path (:attr:`launch`) again if nothing keeps it closed.
 
-        The store comes before the test of ``dead``: a finalizer that appends
-        to it (no lock) closes the path after its append, so either order of
-        the two leaves the path closed.
+        The store comes before the tests of ``dead`` and of the trace
+        recorder's ``graph_tags``: a finalizer that appends to the one (no
+        lock), or a trace that sets the other, closes the path after, so
+        either order of the two leaves the path closed.
         """
         self.launch = self.table if self.fast and not self.regions else None
-        if self.dead:
+        if self.dead or self.recorder.graph_tags is not None:
             self.launch = None
+
+    def tags_changed(self) -> None:
+        """The trace recorder began or stopped tagging graph replays (its ``graph_tags``).
+
+        While it tags them, launches are ordered the general way, whose
+        inferred waits a trace marks (:meth:`_traced`); the fused path's
+        are the driver's.  Called on the recorder's thread, without the
+        worker's lock.
+        """
+        with _regions_lock:  # (manual_region's refresh reads regions under it)
+            self.refresh()
 
     def set_fold(self, stream) -> None:
         if self.table is not None:

@@ -166,7 +166,7 @@ class KernelHandle:
             return _call.call(self, args, stream, config)
         launch = launch_kernel(self._worker, self, args, stream, False)
         # A Launch in sync mode has completed: its outputs.  Inside a graph capture, the node.
-        return launch._out if type(launch) is Launch and not self._worker._async else launch
+        return launch if self._worker._async or type(launch) is not Launch else launch._out
 
     def submit(self, *args, stream=None):
         """Queue a launch without waiting for it to complete.
@@ -355,7 +355,7 @@ class _DepsHandle(KernelHandle):
             return
         q = worker._queue
         with q.lock:  # completions are delivered under it: the launch finishes before or after the switch
-            if type(launch) is not Launch:
+            if not launch._plain:  # (a Launch, or a submit()'s: its await is Launch's too once switched)
                 return
             if not launch._done:
                 writer.launches[launch] = self

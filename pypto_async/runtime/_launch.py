@@ -29,7 +29,7 @@ from ._complete import cancel, observe, raise_carried
 from ._queue import _running_loop, release_waiters, resolve_soon
 from ._waitable import _Until, _Waitable
 
-__all__ = ["Launch", "mark_turn"]
+__all__ = ["Launch", "mark_turn", "submitted_launch"]
 
 _new = object.__new__  # Launch._make: no class of the hierarchy defines __new__
 
@@ -72,6 +72,13 @@ class Launch(_Waitable):
                  "_owaiters")
 
     _withdrawable = True  # Launch.cancel may try (a graph replay's says no)
+    # Whether completing it is Launch._finish and nothing more, so _ok may finish it in line: this
+    # class's and a subclass's that says so itself (__init_subclass__), not one that inherits it.
+    _plain = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plain = cls.__dict__.get("_plain", False)
 
     def __init__(self, *args, **kwargs):
         raise TypeError(
@@ -265,7 +272,7 @@ class Launch(_Waitable):
         self._t1 = end_ns
         self._remaining -= 1
         if not self._remaining:
-            if (self._owaiters is None and type(self) is Launch and self._exc is None and self._waiters is None
+            if (self._owaiters is None and self._plain and self._exc is None and self._waiters is None
                     and self._entry_waiters is None):
                 # _finish in line for the commonest completion (a launch nobody awaits, as a
                 # pipelined producer leaves them): nothing to resolve, nothing to release.
@@ -356,6 +363,25 @@ class _Unretrieved:
                           RuntimeWarning, stacklevel=2)
         except Exception:  # interpreter shutting down
             pass
+
+
+class _Submitted(Launch):
+    """A launch from ``handle.submit(...)``: ``await`` waits until it entered its ring, and returns it.
+
+    The same object as a :class:`Launch` but for its ``__await__``, which is
+    :meth:`Launch._await_submitted` itself, a generator function: the await's
+    iterator comes with no call of ours before it (``Launch.__await__`` calls
+    it for the launches of other classes that ``submit()`` makes, as a graph
+    replay's).
+    """
+
+    __slots__ = ()
+    _plain = True
+    __await__ = Launch._await_submitted
+
+
+#: Makes the Launch of a ``submit()`` (``Launch._make``'s arguments).
+submitted_launch = _Submitted._make
 
 
 #: ``Launch._await_entry`` (truthy, as for any launch from ``submit()``) of a launch whose

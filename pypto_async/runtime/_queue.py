@@ -74,7 +74,7 @@ import numpy as np
 from .._driver import PTO_QUEUED, ffi
 from ._stats import BacklogClock
 
-__all__ = ["CommandQueue", "Entry", "cq_view", "wake_all", "release_waiters", "wake_idle",
+__all__ = ["CommandQueue", "Entry", "cq_view", "CQ_WORDS", "CQ_INTS", "wake_all", "release_waiters", "wake_idle",
            "F_LAST", "F_DATA", "F_RECORD", "QUEUED", "BATCH"]
 
 F_LAST = 1  # the last command of its owner's group: entering the ring completes submission
@@ -154,7 +154,7 @@ class CommandQueue:
         self.fifo_waits = 0
         self.loop_warned: set[str] = set()
         self.cq = ffi.new("pto_completion[]", BATCH)
-        self.cq_view = cq_view(self.cq)  # the same memory, read column-wise by the drain
+        self.cq_view = cq_view(self.cq)  # the same memory, read by field by the drain
         self.fd_kept = False  # an in-line drain left the completion fd signalled (written by _complete._take only)
         # What a worker sync looks at (_stream.sync_point), by stream id: the streams given work since
         # the last one (_submit.note_used), and those whose marker of it has not completed healthy
@@ -212,11 +212,25 @@ class Entry:
         return self.args[-1]
 
 
-def cq_view(buf):
-    """Return a numpy structured view of the completion buffer `buf` (``pto_completion[]``).
+#: Where the drain reads a completion record's fields in :func:`cq_view`'s views, from cffi (the C
+#: layout): (words per record, token, start_ns, end_ns) in its 64-bit words, (int32s per record,
+#: status) in its 32-bit ones.
+CQ_WORDS = (ffi.sizeof("pto_completion") // 8, *(ffi.offsetof("pto_completion", f) // 8
+                                                  for f in ("token", "start_ns", "end_ns")))
+CQ_INTS = (ffi.sizeof("pto_completion") // 4, ffi.offsetof("pto_completion", "status") // 4)
+assert ffi.sizeof("pto_completion") % 8 == 0 and ffi.offsetof("pto_completion", "status") % 4 == 0
+assert all(ffi.offsetof("pto_completion", f) % 8 == 0 for f in ("token", "start_ns", "end_ns"))
 
-    Only the fields the drain reads in bulk are named; offsets come from cffi,
-    so the view follows the C layout.
+
+def cq_view(buf):
+    """Views of the completion buffer `buf` (``pto_completion[]``): ``(columns, words, ints)``.
+
+    ``columns``: a numpy structured view naming the fields the drain reads
+    in bulk (a field of every record is a column, one numpy call).
+    ``words``, ``ints``: flat memoryviews of its 64-bit words and 32-bit
+    ints (:data:`CQ_WORDS`, :data:`CQ_INTS` say where a record's fields
+    are), for one record's fields (an index each, cheaper than a cffi
+    attribute read).  Offsets come from cffi, so the views follow the C layout.
     """
     fields = ("token", "status", "start_ns", "end_ns")
     dtype = np.dtype({
@@ -225,7 +239,8 @@ def cq_view(buf):
         "offsets": [ffi.offsetof("pto_completion", f) for f in fields],
         "itemsize": ffi.sizeof("pto_completion"),
     })
-    return np.frombuffer(ffi.buffer(buf), dtype=dtype)
+    raw = memoryview(ffi.buffer(buf))
+    return np.frombuffer(ffi.buffer(buf), dtype=dtype), raw.cast("Q"), raw.cast("i")
 
 
 # -- waking waiters (on the pump's thread, lock held) ---------------------------------------------

@@ -128,13 +128,18 @@ class TraceRecorder:
         Returns ``{stream_id: label}`` for the streams to name in the trace.
     inferred : callable, optional
         Returns the tokens of the waits the runtime inferred (a container).
+    on_tags : callable, optional
+        Called after :attr:`graph_tags` was set or cleared (the launch path
+        queues launches whose inferred waits a trace would not mark while it
+        is None only).
     """
 
-    def __init__(self, dev, *, always_on: bool = False, stream_names=None, inferred=None):
+    def __init__(self, dev, *, always_on: bool = False, stream_names=None, inferred=None, on_tags=None):
         self._dev = dev
         self._always_on = always_on
         self._stream_names = stream_names
         self._inferred = inferred
+        self._on_tags = on_tags
         self._windows: list[TraceWindowRecords] = []
         self._lock = threading.Lock()
         self._device = device_shape(dev)
@@ -153,6 +158,8 @@ class TraceRecorder:
                 if not self._always_on:
                     lib.pto_trace_enable(self._dev, 1)
                     self.graph_tags = []
+                    if self._on_tags is not None:
+                        self._on_tags()
             win = TraceWindowRecords(int(lib.pto_now_ns()), int(lib.pto_trace_dropped(self._dev)))
             self._windows.append(win)
             return win
@@ -192,6 +199,8 @@ class TraceRecorder:
                 if len(self._windows) == 1 and not self._always_on:
                     lib.pto_trace_enable(self._dev, 0)
                     self.graph_tags = None
+                    if self._on_tags is not None:
+                        self._on_tags()
             win.closed = True
             win.until_ns = int(lib.pto_now_ns())
             self._windows.remove(win)

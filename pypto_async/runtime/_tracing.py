@@ -117,7 +117,7 @@ class WorkerTracing:
         self._swimlane = bool(cfg.enable_chip_swimlane)
         self._scope_stats = bool(cfg.enable_scope_stats)
         self.recorder = TraceRecorder(worker._dev, always_on=self._swimlane, stream_names=self._names,
-                                      inferred=self._inferred)
+                                      inferred=self._inferred, on_tags=self._tags_changed)
         with WorkerTracing._serial_lock:
             WorkerTracing._serial += 1
             serial = WorkerTracing._serial
@@ -134,6 +134,12 @@ class WorkerTracing:
     def _names(self) -> dict[int, str]:
         default = getattr(self._worker, "_default_stream", None)
         return {default.id: "default"} if default is not None else {}
+
+    def _tags_changed(self) -> None:
+        """The recorder began or stopped tagging graph replays: the fused launch path closes or opens."""
+        hz = self._worker._hazards
+        if hz is not None:
+            hz.tags_changed()
 
     def _inferred(self):
         hz = getattr(self._worker, "_hazards", None)

@@ -195,6 +195,7 @@ class ChipWorker:
             self._tracing = WorkerTracing(self)  # swimlane and scope-stats outputs
             if self._hazards is not None:
                 self._hazards.recorder = self._tracing.recorder  # its inferred waits' trace marks
+                self._hazards.refresh()  # (a worker-long trace tags graph replays from the start)
         except BaseException:
             self._state = CLOSED
             if self._hazards is not None:

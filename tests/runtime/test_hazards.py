@@ -750,6 +750,41 @@ def test_inferred_waits_are_marked_in_the_trace(tmp_path, open_worker, kernels, 
         t.free()
 
 
+
+@pytest.mark.parametrize("swimlane", [False, True], ids=["window", "worker-long"])
+def test_a_trace_marks_the_inferred_waits_of_launches_the_fused_path_would_take(tmp_path, kernels, swimlane):
+    # Tensors both streams used before (no first uses): outside a trace such launches go to the
+    # driver with their edges in one call.  While a trace tags graph replays (a window open, or a
+    # worker-long trace), they are ordered the general way, whose inferred waits the trace marks;
+    # the fused path opens again when the window closes (never under a worker-long trace).
+    import json
+
+    cfg = RunConfig(**SMALL, sanitize="off", enable_chip_swimlane=swimlane, save_kernels_dir=str(tmp_path))
+    with ChipWorker(cfg) as w:
+        hz = w._hazards
+        scale = w.register(kernels.get("scale", N))
+        s1, s2 = w.stream(), w.stream()
+        x = rand()
+        src = w.alloc_tensor(N, np.float32, init=x, stream=s1)
+        a = w.alloc_tensor(N, np.float32, stream=s1)
+        b = w.alloc_tensor(N, np.float32, stream=s2)
+        scale(src, 1.0, a, stream=s1)
+        scale(a, 1.0, b, stream=s2)  # a's first use on s2
+        scale(b, 1.0, a, stream=s1)  # b's first use on s1
+        w.sync()
+        assert (hz.launch is None) == swimlane
+        with w.trace(tmp_path / "t.json") as tr:
+            assert hz.launch is None
+            scale(src, 2.0, a, stream=s1)
+            scale(a, 3.0, b, stream=s2)  # read after write: an inferred wait on s1
+        assert (hz.launch is None) == swimlane
+        doc = json.loads(tr.path.read_text())
+        inferred = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f") and e["cat"] == "inferred"]
+        assert len(inferred) == 2 and {e["tid"] for e in inferred if e["ph"] == "f"} == {1 + s2.id}
+        np.testing.assert_allclose(b.numpy(), 6 * x, rtol=1e-6)
+        for t in (src, a, b):
+            t.free()
+
 def test_the_readme_pipeline(kernels):
     # docs/hazards.md: copies in, a kernel, copies out, on three streams, no waits; the
     # loading stream is held while every step is queued.
