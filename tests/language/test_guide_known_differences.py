@@ -51,6 +51,7 @@ def _chunked_want(x, rows, alpha):
     return (x + 1.0) * alpha if rows > 16 else x * alpha
 
 
+@pytest.mark.slow  # a kernel build per value
 def test_a_literal_scalar_is_a_number_in_the_body_and_an_artifact_per_value():
     x = torch.randn(64, 32)
     for rows, alpha in ((16, 2.0), (32, 2.0), (8, -0.5)):
@@ -96,6 +97,7 @@ def test_pl_runtime_leaves_the_scalar_to_dispatch_one_artifact_for_every_value()
         chunked.compile(rows=pl.RUNTIME, alpha=1.0)
 
 
+@pytest.mark.slow  # a kernel build per value
 def test_a_literal_scalar_casts_as_a_number():
     @pl.jit
     def shift(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]], k: pl.Scalar[pl.INT32]):
