@@ -565,3 +565,30 @@ def test_each_platform_string_compiles_with_its_backend_to_the_same_numbers():
         torch.testing.assert_close(out, a * 1.5 + b)
     with pytest.raises(PtoError, match="CCE"):
         ir.compile(axpb.lower(a, b, a), platform="a2a3sim", backend_type=BackendType.CCE)
+
+
+# --- performance/00-swimlane.md: a worker traced for its whole life, with its task graph ------------------
+
+
+def test_a_worker_configured_for_the_swimlane_writes_its_trace_when_it_closes(tmp_path):
+    @pl.jit
+    def two_stage(a: pl.Tensor, mid: pl.Out[pl.Tensor], out: pl.Out[pl.Tensor]):
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.mul(pl.load(a, [0, 0], [32, COLS]), 4.0), [0, 0], mid)
+        with pl.at(level=pl.Level.CORE_GROUP):
+            pl.store(pl.sub(pl.load(mid, [0, 0], [32, COLS]), 1.0), [0, 0], out)
+        return mid, out
+
+    cfg = RunConfig(platform="sim", enable_chip_swimlane=4, enable_dep_gen=True, save_kernels=True,
+                    save_kernels_dir=str(tmp_path))
+    a = torch.randn(32, COLS)
+    compiled = two_stage.compile(a, a, a)
+    with ChipWorker(config=cfg) as w:
+        for _ in range(2):
+            mid, out = _nan(32, COLS), _nan(32, COLS)
+            w.run(compiled, a, mid, out)
+            torch.testing.assert_close(out, 4.0 * a - 1.0)
+    traces = list(tmp_path.glob("pto_swimlane_*.json"))
+    assert len(traces) == 1
+    events = json.loads(traces[0].read_text())
+    assert events  # the worker's launches, in Chrome/Perfetto form
