@@ -107,6 +107,7 @@ def test_a_received_artifact_never_takes_the_key_of_a_local_compile(compiled, tm
     # Another process sharing the cache compiles axpy and gets axpy.
     code = textwrap.dedent("""
         import numpy as np
+        import pypto_async.language as pl
         from pypto_async import ir
         from test_pickling import axpy, rand, run
         x = rand(0)
