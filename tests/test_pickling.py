@@ -55,7 +55,7 @@ def run(compiled, want=lambda x, y: x * 0.5 + y) -> np.ndarray:
 def compiled(tmp_path, monkeypatch):
     monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "here"))
     x = rand(0)
-    return ir.compile(axpy.lower(x, x, x, 1.0), output_dir=tmp_path / "artifact")
+    return ir.compile(axpy.lower(x, x, x, pl.RUNTIME), output_dir=tmp_path / "artifact")
 
 
 def test_a_program_travels_without_its_directory_or_cache(compiled, tmp_path, monkeypatch):
@@ -88,7 +88,7 @@ def test_unpickling_where_it_was_built_hits_the_cache(compiled, tmp_path):
 def test_a_received_artifact_never_takes_the_key_of_a_local_compile(compiled, tmp_path, monkeypatch):
     """A pickle carrying other code under axpy's IR: local compiles of axpy still run axpy, here and elsewhere."""
     x = rand(0)
-    other = ir.compile(axmy.lower(x, x, x, 1.0))
+    other = ir.compile(axmy.lower(x, x, x, pl.RUNTIME))
     forged = other.source_path.read_text().replace(other.symbol, compiled.symbol)
     (compiled.output_dir / "kernel.c").write_text(forged)  # the artifact as a hostile sender ships it
     data = pickle.dumps(compiled)
@@ -97,20 +97,21 @@ def test_a_received_artifact_never_takes_the_key_of_a_local_compile(compiled, tm
 
     received = pickle.loads(data)
     run(received, want=lambda x, y: x * 0.5 - y)  # it runs what it carries: the forgery is real
-    local = ir.compile(axpy.lower(x, x, x, 1.0))
+    local = ir.compile(axpy.lower(x, x, x, pl.RUNTIME))
     run(local)
     assert local.output_dir != received.output_dir and local.source_path.read_text() != forged
     # A second copy arriving after the local compile changes nothing either.
     assert pickle.loads(data).output_dir == received.output_dir
-    run(ir.compile(axpy.lower(x, x, x, 1.0)))
+    run(ir.compile(axpy.lower(x, x, x, pl.RUNTIME)))
 
     # Another process sharing the cache compiles axpy and gets axpy.
     code = textwrap.dedent("""
         import numpy as np
+        import pypto_async.language as pl
         from pypto_async import ir
         from test_pickling import axpy, rand, run
         x = rand(0)
-        run(ir.compile(axpy.lower(x, x, x, 1.0)))
+        run(ir.compile(axpy.lower(x, x, x, pl.RUNTIME)))
         print("ok")
         """)
     env = {**os.environ, "PYPTO_ASYNC_CACHE_DIR": str(shared),

@@ -531,9 +531,10 @@ class spmd:
         from ..errors import PtoNotSupported
 
         if self.predicate is not None:
-            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...) is taken by a program's dispatch form "
-                                  f"('with pl.spmd(n, predicate=...) as tid:' around a kernel call); here branch "
-                                  f"on the value in the body (pl.read and if)")
+            raise PtoNotSupported(f"{self._loc}: pl.spmd(predicate=...) is taken by the 'with pl.spmd(n, "
+                                  f"predicate=...):' forms (a region, or a program's dispatch around a kernel "
+                                  f"call); in a 'for ... in pl.spmd(n)' launch branch on the value in the body "
+                                  f"(pl.read and if)")
 
     def _end(self, ok: bool) -> None:
         t = self._tracer
@@ -591,8 +592,11 @@ class spmd:
         return self._begin_region(t)
 
     def _begin_region(self, t):
-        """The inline body: one CORE_GROUP region whose body runs once per block; the region's TaskId."""
-        self._refuse_predicate()
+        """The inline body: one CORE_GROUP region whose body runs once per block; the region's TaskId.
+
+        With ``predicate=`` the region's blocks run only where it holds, read as the task starts
+        (its deps met), as a program's predicated dispatch (:class:`._submit.DispatchPredicate`).
+        """
         if t.in_spmd or getattr(t, "block_index", None) is not None:
             raise compile_error("pl.spmd cannot be nested", self._loc)
         self._region = at(Level.CORE_GROUP, name_hint=self.name_hint, deps=self.deps)
@@ -633,6 +637,9 @@ class spmd:
                                     f"(pl.tile.get_block_idx()) nor dispatches a kernel: every block would do "
                                     f"the same work", self._loc)
             t.append(For(self._var, 0, self.n, 1, inner, self._loc))  # the blocks, in order (hint core_num)
+            if self.predicate is not None:  # the region's whole body only where the predicate holds
+                wrapped, _ = self.predicate.wrap(t, tuple(t.blocks[-1]), self._loc)
+                t.blocks[-1][:] = wrapped
         return self._region.__exit__(exc_type, *exc)
 
 

@@ -101,8 +101,7 @@ class JitFunction:
         """The arguments in parameter order: ``kernel(a, b, out=c)`` as ``(a, b, c)``."""
         params = self._sig.parameters
         names = list(params)
-        if not kwargs and (len(args) >= len(names) or any(params[n].default is params[n].empty
-                                                          for n in names[len(args):])):
+        if not kwargs and len(args) >= len(names):
             return args  # a count that does not bind is reported with the signature (see _params)
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
@@ -114,8 +113,27 @@ class JitFunction:
         # A parameter left out takes its Python default (``alpha: pl.Scalar[pl.FP32] = 0.5``).
         missing = [n for n in names[len(args):] if n not in kwargs and params[n].default is params[n].empty]
         if missing:
-            raise PtoArgumentError(f"{self.__name__}: missing argument {', '.join(map(repr, missing))}")
+            raise PtoArgumentError(f"{self.__name__}: missing argument {self._described(missing)} (its "
+                                   f"parameters: {', '.join(names)})")
         return (*args, *(kwargs[n] if n in kwargs else params[n].default for n in names[len(args):]))
+
+    def _described(self, names: list[str]) -> str:
+        """``'n' (a pl.Scalar[INT32] parameter)``: the names, a scalar one with its annotation."""
+        try:
+            anns = self._anns()
+        except Exception:  # noqa: BLE001 - the annotations' own error comes with the trace
+            anns = {}
+        out = []
+        for n in names:
+            ann = anns.get(n)
+            if isinstance(ann, DataType):
+                ann = ScalarAnnotation(ann)
+            if isinstance(ann, ScalarAnnotation) or ann is Scalar:
+                dtype = getattr(ann, "dtype", None)
+                out.append(f"{n!r} (a pl.Scalar{'[' + dtype.name + ']' if dtype else ''} parameter)")
+            else:
+                out.append(repr(n))
+        return ", ".join(out)
 
     def _split(self, args, kwargs) -> tuple[tuple, dict]:
         """Kernel arguments given by name, bound into ``args``; the other keywords are returned."""
@@ -215,17 +233,25 @@ class JitFunction:
     # -- tracing -----------------------------------------------------------------
     def trace(self, *args, **kwargs) -> Program:
         """Trace the kernel for these arguments; return the program before any pass."""
-        return self._trace(self._params(self._bind(args, kwargs)))
+        args = self._bind(args, kwargs)
+        params = self._params(args)
+        return self._trace(params, literals=_literals(params, args))
 
-    def _trace(self, params: list[Param], runtime: tuple = ()) -> Program:
-        """Trace the body; ``runtime`` holds ``(scalar Param, tensor, axis)`` for each extent read at run time."""
+    def _trace(self, params: list[Param], runtime: tuple = (), literals: tuple = ()) -> Program:
+        """Trace the body; ``runtime`` holds ``(scalar Param, tensor, axis)`` for each extent read at run time.
+
+        ``literals`` holds ``(name, value)`` for each scalar parameter given a number (see
+        :func:`_literals`): the body sees that number, as PyPTO's specializer substitutes it.
+        """
         hidden = list(dict.fromkeys(q for q, _, _ in runtime))
         tracer = Tracer(self.__name__, [*params, *hidden])
         tracer.auto_scope = self.auto_scope
         tracer.promotable = True  # an In parameter an inline helper writes becomes InOut (see _inline)
         from .distributed_trace import scalar_proxy  # a scalar a multi-chip dispatch fixes: its int
 
-        proxies = [scalar_proxy(p) if p.direction == SCALAR else TensorArg(p) for p in params]
+        fixed = dict(literals)
+        proxies = [(fixed[p.name] if p.name in fixed else scalar_proxy(p)) if p.direction == SCALAR else TensorArg(p)
+                   for p in params]
         # A run-time extent is the hidden scalar in the body: x.shape[0] and pl.tensor.dim(x, 0) give it.
         tracer.dyn_axes = {}
         for q, t, axis in runtime:
@@ -319,9 +345,10 @@ class JitFunction:
             platform = cfg.platform if platform is None else platform
         platform = "sim" if platform is None else platform
         params = self._params(args)
+        literals = _literals(params, args)
         free = [a for a in args if getattr(a, "free", ())]  # kernel.compile(): pl.dynamic dims left open
         if output_dir is None:
-            view = self._dynamic(params, platform, kwargs)
+            view = self._dynamic(params, platform, kwargs, literals)
             if view is not None:
                 return dynamic_program(view) if free else view
         if free:
@@ -333,12 +360,13 @@ class JitFunction:
             raise PtoNotSupported(f"{self._loc}: {self.__name__}.compile() with no arguments leaves {names} to "
                                   f"run time, but {why}; pass sample tensors, {self.__name__}.compile(*tensors), "
                                   f"or call the kernel")
-        key = (tuple(params), platform, repr(sorted(kwargs.items())))
+        key = (tuple(params), literals, platform, repr(sorted(kwargs.items())))
         if output_dir is None:
             hit = self._compiled.get(key)
             if hit is not None:
                 return hit
-        compiled = ir_compile(run_passes(self._trace(params)), platform=platform, output_dir=output_dir, **kwargs)
+        compiled = ir_compile(run_passes(self._trace(params, literals=literals)), platform=platform,
+                              output_dir=output_dir, **kwargs)
         if output_dir is None:
             self._compiled[key] = compiled
         return compiled
@@ -373,7 +401,7 @@ class JitFunction:
         self._dims_cache = {k: v for k, v in found.items() if k not in static}
         return self._dims_cache
 
-    def _dynamic(self, params: list[Param], platform: str, kwargs: dict):
+    def _dynamic(self, params: list[Param], platform: str, kwargs: dict, literals: tuple = ()):
         """The artifact of the signature's static part for ``params`` (None: compile per extent).
 
         Traced once, with each run-time extent a hidden INT64 scalar
@@ -408,7 +436,7 @@ class JitFunction:
             return None
         key = (tuple(Param(p.name, p.direction, tuple(None if a in masked.get(p.name, ()) else n
                                                        for a, n in enumerate(p.shape)), p.dtype) for p in params),
-               platform, repr(sorted(kwargs.items())), "dynamic")
+               literals, platform, repr(sorted(kwargs.items())), "dynamic")
         base = self._compiled.get(key)
         if base is None:
             if key in self._per_extent:
@@ -417,7 +445,7 @@ class JitFunction:
             traced = [Param(p.name, p.direction, tuple(extent.get((p.name, a), n) for a, n in enumerate(p.shape)),
                             p.dtype) for p in params]
             try:
-                lowered = run_passes(self._trace(traced, tuple(runtime)))
+                lowered = run_passes(self._trace(traced, tuple(runtime), literals))
             except Exception:  # noqa: BLE001 - the per-extent trace reports (or passes) it
                 lowered = None
             if lowered is None or not extent_free(lowered):
@@ -513,6 +541,34 @@ class JitFunction:
             raise PtoArgumentError(f"{self.__name__}: pass stream= or config=, not both (a stream has its worker)")
         compiled = self.compile(*args, config=config)
         return _dispatch(compiled, with_extents(compiled, args), None, config)
+
+
+def _literals(params: list[Param], args) -> tuple:
+    """``(name, value)`` of each scalar parameter given a number: the trace specialises on it.
+
+    As PyPTO's specializer: a scalar argument's value is compiled into the
+    artifact (the body sees the number: a shape, a Python ``range``, a
+    static ``if``), so each value is its own artifact; ``pl.RUNTIME``
+    leaves the parameter a value read at dispatch.  The parameter stays in
+    the signature (a call passes it).  The number takes its parameter's
+    kind: an int for an integer dtype, a float for a float one, a bool for
+    ``BOOL``.
+    """
+    out = []
+    for p, a in zip(params, args):
+        if p.direction != SCALAR or _is_runtime(a) or not _is_number(a):
+            continue
+        v = a.item() if hasattr(a, "item") else a
+        if p.dtype == BOOL:
+            v = bool(v)
+        elif p.dtype.is_float:
+            v = float(v)
+        elif isinstance(v, float) and not v.is_integer():
+            raise PtoArgumentError(f"argument {p.name!r}: a {p.dtype.name} scalar parameter, got {a!r}")
+        else:
+            v = int(v)
+        out.append((p.name, v))
+    return tuple(out)
 
 
 def jit(fn=None, *, auto_scope: bool = True):

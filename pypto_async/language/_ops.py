@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from .._scalars import is_int
 from .._dtypes import BOOL, FP32, as_dtype
 from ..errors import PtoArgumentError, PtoKeywordError, PtoNotSupported
@@ -298,6 +300,10 @@ def cast(x, target_type, mode="round") -> Tile:
         d = as_dtype(target_type)
     except PtoArgumentError as exc:
         raise compile_error(f"pl.cast: {exc}", loc) from None
+    if (is_int(x) or isinstance(x, float)) and d.is_float:  # a number (a scalar parameter specialised on it)
+        return float(np.array(x).astype(d.np_name)) if d.np_name in ("float16", "float32", "float64") else float(x)
+    if isinstance(x, float) and d.name in _INT_RANGES:  # a float number to an integer dtype: rounded as `mode` says
+        return _cast_number(x, d, _CAST_MODE_NUMBERS.get(mode, mode) if is_int(mode) else mode, loc)
     if isinstance(x, Index) or is_int(x):  # a runtime scalar or an int to an index type: the value itself
         if d.name not in ("INT64", "INT32", "UINT32"):  # UINT32: PyPTO's pl.arange start of an index
             raise compile_error(f"pl.cast of an index or a pl.read scalar gives pl.INDEX (INT64), INT32 or UINT32, "
@@ -313,6 +319,27 @@ def cast(x, target_type, mode="round") -> Tile:
     elif mode not in CAST_MODES:
         raise compile_error(f"pl.cast: mode must be one of {', '.join(CAST_MODES)} (or 0-6), got {mode!r}", loc)
     return _record("cast", Cast(_tile(x, "cast").var, d, mode))
+
+
+_INT_RANGES = {"INT8": (-2**7, 2**7 - 1), "INT16": (-2**15, 2**15 - 1), "INT32": (-2**31, 2**31 - 1),
+               "INT64": (-2**63, 2**63 - 1), "UINT8": (0, 2**8 - 1), "UINT16": (0, 2**16 - 1),
+               "UINT32": (0, 2**32 - 1), "UINT64": (0, 2**64 - 1)}
+
+
+def _cast_number(x: float, d, mode, loc) -> int:
+    """``pl.cast`` of a float number to an integer dtype: rounded by `mode`, as a tile's element is."""
+    if not math.isfinite(x):
+        raise compile_error(f"pl.cast of {x!r} to {d.name}: not a finite number", loc)
+    rounders = {"none": math.trunc, "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
+                "rint": round, "round": lambda v: math.copysign(math.floor(math.fabs(v) + 0.5), v)}
+    if mode not in rounders:
+        raise compile_error(f"pl.cast of a number to {d.name} takes mode none, rint, round, floor, ceil or "
+                            f"trunc, got {mode!r}", loc)
+    v = int(rounders[mode](x))
+    lo, hi = _INT_RANGES[d.name]
+    if not lo <= v <= hi:
+        raise compile_error(f"pl.cast of {x!r} to {d.name}: {v} is outside [{lo}, {hi}]", loc)
+    return v
 
 
 def full(shape, value=None, dtype=None) -> Tile:

@@ -151,8 +151,10 @@ class DispatchPredicate:
 
 def check_predicate(op: str, predicate, loc) -> None:
     if predicate is not None and not isinstance(predicate, DispatchPredicate):
+        hint = (" (== and != compare tensors as objects here: write the gate with <, <=, > or >=)"
+                if isinstance(predicate, bool) else "")
         raise compile_error(f"{op}(predicate=...) takes a comparison of one element of a tensor with a value "
-                            f"(gate[0, 0] > 0), got {predicate!r}", loc)
+                            f"(gate[0, 0] > 0), got {predicate!r}{hint}", loc)
 
 
 def get_block_idx():

@@ -187,7 +187,9 @@ def _bf16_bits(value: float) -> int:
 def _zero_d_item(value, dtype: DataType, what: str):
     """The Python number in a 0-d numpy array or torch CPU tensor, the same way for both."""
     if isinstance(value, DeviceTensor) or value.ndim != 0:
-        raise PtoArgumentError(f"{what}: expected a {dtype.name} scalar, not an array")
+        raise PtoArgumentError(f"{what}: expected a {dtype.name} scalar, not an array (is a scalar argument "
+                               f"left out? arguments bind in parameter order; a return-style call passes every "
+                               f"parameter but the Out ones)")
     if not isinstance(value, _ndarray) and value.device.type != "cpu":
         raise PtoArgumentError(f"{what}: the 0-d tensor is on {value.device}, not on the CPU; pass .cpu()")
     return value.item()

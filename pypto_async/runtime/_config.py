@@ -426,7 +426,9 @@ def _check_rings(cfg, fail) -> None:
 
 
 def _check_compile_side(cfg, fail) -> None:
-    if not isinstance(cfg.dump_passes, (bool, int)):
+    from ..ir.pass_manager import PassDumpLevel  # PyPTO's RunConfig(dump_passes=PassDumpLevel.EXPLICIT)
+
+    if not isinstance(cfg.dump_passes, (bool, int, PassDumpLevel)):
         fail("dump_passes", "must be a bool or a dump level")
     if cfg.distributed_config is not None:
         # ir's DistributedConfig; imported when a config names one

@@ -200,8 +200,10 @@ def signature_of(kernel, label: str) -> OpSignature:
     written = tuple(i for i, p in enumerate(params) if p.written)
     if any(p.is_tensor and None in p.shape for p in params):
         return OpSignature(params, written, label)
-    example = [torch.zeros(p.shape, dtype=torch_dtype(p.dtype)) if p.is_tensor
-               else (False if p.dtype == BOOL else 0.0 if p.dtype.is_float else 0) for p in params]
+    from ..language._directives import RUNTIME
+
+    # Scalars as pl.RUNTIME: a number would specialise the trace on it; only the returns are read here.
+    example = [torch.zeros(p.shape, dtype=torch_dtype(p.dtype)) if p.is_tensor else RUNTIME for p in params]
     program = kernel.trace(*example)
     extra = [q.name for q in program.params[len(params):]]
     if extra:

@@ -54,13 +54,13 @@ def _args(rng, *extra):
 
 
 def test_each_region_is_an_incore_function_and_the_orchestration_keeps_the_loop(rng):
-    program = looped.lower(*_args(rng, 0.5))
+    program = looped.lower(*_args(rng, pl.RUNTIME))  # n a runtime scalar: a parameter of the region
     fns = program.functions
     assert list(fns) == ["looped_incore_0", "looped"]
     kernel, orch = fns["looped_incore_0"], fns["looped"]
     # Lowered, a vector-only function is AIV (PyPTO's ExpandMixedKernel types every InCore function by its core).
     assert kernel.name == "looped_incore_0" and kernel.func_type is ir.FunctionType.AIV
-    assert looped.trace(*_args(rng, 0.5)).functions["looped_incore_0"].func_type is ir.FunctionType.InCore
+    assert looped.trace(*_args(rng, pl.RUNTIME)).functions["looped_incore_0"].func_type is ir.FunctionType.InCore
     assert orch.func_type is ir.FunctionType.Orchestration and orch.params == program.params
     # Tensors by what the body does with them, then the scalars it reads, then the orchestration's index.
     assert [(q.name, q.direction) for q in kernel.params] == [
@@ -70,7 +70,7 @@ def test_each_region_is_an_incore_function_and_the_orchestration_keeps_the_loop(
 
 
 def test_as_python_prints_the_outlined_program(rng):
-    program = looped.lower(*_args(rng, 0.5))
+    program = looped.lower(*_args(rng, pl.RUNTIME))
     src = program.as_python()
     assert "@pl.program" in src and "class looped:" in src and "pl.at" not in src
     assert "    def looped_incore_0(self, a: pl.Tensor[[64, 128], pl.FP32]," in src

@@ -391,13 +391,14 @@ def test_the_kernels_here_cover_every_node_kind_of_the_ir(rng):
     i = _ints(rng, (R, C))
     f = rng.standard_normal((R, C)).astype(np.float32)
     programs = [
-        regions.lower(a, a, 0.5, poison((64, 64)), poison((64, 1))),
+        regions.lower(a, a, pl.RUNTIME, poison((64, 64)), poison((64, 1))),  # scalars read at run time
         int_ops.lower(i, i, i, i, i, i, i),
         float_ops.lower(f, f, rng.standard_normal((C, 32)).astype(np.float32), f[:1, :32].copy(), f, f,
                         poison((C, R)), poison((R, 32)), poison((1, 32))),
         _cmp_sel_kernel(0).lower(f, f, poison((R, 32), np.uint8), f, f),
         runtime_scalars.lower(np.zeros((4 * R, C), np.float32), np.array([1, 1], np.int32), f),
-        *(KERNELS[k].lower(*_args(rng)[k]) for k in sorted(KERNELS)),
+        *(KERNELS[k].lower(*(pl.RUNTIME if isinstance(x, (int, float)) else x for x in _args(rng)[k]))
+          for k in sorted(KERNELS)),
         ReadSized.trace(),
         _reinterpret.lower(f[:8, :16].copy(), poison((8, 32), np.int16)),
         index_ops.lower(a[:2], np.zeros((2, 64), np.uint32), poison((2, 256)), poison((2, 1), np.int32),

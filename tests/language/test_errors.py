@@ -254,8 +254,10 @@ def test_wrong_argument_count():
     def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
         pass
 
-    with pytest.raises(PtoArgumentError, match="takes 2 arguments"):
+    with pytest.raises(PtoArgumentError, match=r"k: missing argument 'out' \(its parameters: a, out\)"):
         k.lower(X)
+    with pytest.raises(PtoArgumentError, match="takes 2 arguments"):
+        k.lower(X, X, X)
 
 
 def test_unknown_platform_and_options():
@@ -715,7 +717,7 @@ def test_a_float_scalar_is_not_an_extent():
         pl.store(pl.load(a, [0, 0], [16, 16], valid_shape=[16, n]), [0, 0], out)
 
     with pytest.raises(PtoCompileError) as ei:
-        k.lower(M64, 3.0, M64)
+        k.lower(M64, pl.RUNTIME, M64)
     assert_at(ei, where[0], "valid extent 'n' is a FP32 scalar, not an integer")
 
 
@@ -729,7 +731,7 @@ def test_a_scalar_offset_into_a_tile_is_refused():
         pl.store(pl.slice(t, [8, 16], [n, 0]), [0, 0], out)  # a tile's window is fixed when it is compiled
 
     with pytest.raises(PtoCompileError) as ei:
-        k.lower(M64, 3, M64)
+        k.lower(M64, pl.RUNTIME, M64)
     assert_at(ei, where[0], "scalar parameter 'n' cannot be an offset")
 
 

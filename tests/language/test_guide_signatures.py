@@ -58,11 +58,18 @@ def scale_by(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[32, 64], pl
 
 
 def test_compile_with_no_arguments_takes_scalars_by_keyword(launcher):
+    """A literal specialises the artifact on it (it only ever sees 3.0); pl.RUNTIME leaves the value to dispatch."""
     compiled = scale_by.compile(k=3.0)
-    assert [p.name for p in compiled.params] == ["x", "out", "k"]
+    assert [p.name for p in compiled.params] == ["x", "out", "k"]  # the parameter stays in the signature
     x, out = torch.randn(32, 64), _nan(32, 64)
-    launcher.run(compiled, x, out, 1.5)
-    torch.testing.assert_close(out, x * 1.5, rtol=0, atol=0)
+    launcher.run(compiled, x, out, 3.0)
+    torch.testing.assert_close(out, x * 3.0, rtol=0, atol=0)
+    assert scale_by.compile(k=3.0) is compiled and scale_by.compile(k=1.5) is not compiled
+    runtime = scale_by.compile(k=pl.RUNTIME)
+    for k in (1.5, -2.0):
+        out = _nan(32, 64)
+        launcher.run(runtime, x, out, k)
+        torch.testing.assert_close(out, x * k, rtol=0, atol=0)
 
 
 def test_compile_with_no_arguments_needs_a_value_for_each_scalar():

@@ -143,11 +143,18 @@ def offset_by(a: pl.Tensor[[B, 64], pl.FP32], B_: pl.Scalar[pl.INT64], out: pl.O
 
 def test_a_scalar_beside_the_run_time_extent_keeps_its_value():
     offset_by._cache.clear()
+    compiled = offset_by.compile(B_=pl.RUNTIME)  # every extent, B_ read at dispatch
     for n, k in ((32, 3), (64, -5)):
+        a, out = _rand(n, 64), np.full((n, 64), np.nan, np.float32)
+        compiled(a, k, out)
+        np.testing.assert_allclose(out, a + k, rtol=1e-6)
+    assert len(offset_by._cache) == 1
+    # Called with a number, the kernel specialises on it (PyPTO's rule): an artifact per value, each for every extent.
+    for n, k in ((32, 3), (64, 3), (32, -5)):
         a, out = _rand(n, 64), np.full((n, 64), np.nan, np.float32)
         offset_by(a, k, out)
         np.testing.assert_allclose(out, a + k, rtol=1e-6)
-    assert len(offset_by._cache) == 1
+    assert len(offset_by._cache) == 3
 
 
 def test_one_dim_is_one_extent_across_the_arguments():

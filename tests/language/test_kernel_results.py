@@ -384,7 +384,7 @@ def test_every_compile_leaves_a_run_script_that_runs_the_artifact_again(rng):
             c[:] = pl.mul(pl.add(pl.load(a, [0, 0], [R, C]), 1.0), s)
         return c
 
-    compiled = k.compile(_f32(rng, (R, C)), np.zeros(4, np.int32), poison((R, C)), 2.0)
+    compiled = k.compile(_f32(rng, (R, C)), np.zeros(4, np.int32), poison((R, C)), pl.RUNTIME)  # s at dispatch
     script = compiled.output_dir / "debug" / "run.py"
     text = script.read_text()
     assert "torch.randn((16, 32), dtype=torch.float32" in text and "torch.zeros((4,), dtype=torch.int32)" in text

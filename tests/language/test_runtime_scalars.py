@@ -370,7 +370,7 @@ def test_a_runtime_range_outside_a_region_over_a_scalar_parameter(launcher, rng)
         return out
 
     x = torch.from_numpy(rng.standard_normal((Q, C)).astype(np.float32))
-    compiled = k.compile(x, 3, torch.zeros(Q, C))
+    compiled = k.compile(x, pl.RUNTIME, torch.zeros(Q, C))  # n read at dispatch
     for n in (5, 1):
         out = torch.from_numpy(poison((Q, C)))
         launcher.run(compiled, x, n, out)

@@ -12,7 +12,7 @@ import torch
 
 import pypto_async.language as pl
 from pypto_async import ir
-from pypto_async.errors import PtoCompileError, PtoNotSupported
+from pypto_async.errors import PtoCompileError
 
 
 def _nan(*shape):
@@ -205,13 +205,13 @@ def test_program_spmd_loop_binds_the_block_index(launcher):
     torch.testing.assert_close(out, a + 1.0, rtol=1e-6, atol=1e-6)
 
 
-def test_spmd_predicate_outside_a_programs_dispatch_form_is_refused():
+def test_an_inline_spmd_predicate_compares_one_element():
     @pl.jit
     def pred(a: pl.Tensor[[64, 32], pl.FP32], g: pl.Tensor[[4], pl.INT32], out: pl.Out[pl.Tensor[[64, 32], pl.FP32]]):
-        with pl.spmd(2, predicate=(g[0:1] > 0)) as tid:  # noqa: F841 - refused before the body runs
+        with pl.spmd(2, predicate=(g[0:2] > 0)) as tid:  # noqa: F841 - refused where the region closes
             i = pl.tile.get_block_idx()
             out = pl.store(pl.load(a, [i * 32, 0], [32, 32]), [i * 32, 0], out)
         return out
 
-    with pytest.raises(PtoNotSupported, match="dispatch form"):
+    with pytest.raises(PtoCompileError, match="compares one element"):
         pred.compile()

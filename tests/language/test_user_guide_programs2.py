@@ -290,8 +290,12 @@ def test_a_float_scalar_expression_is_refused_by_name():
             out = pl.store(pl.mul(pl.load(x, [0, 0], [16, 64]), alpha * 2.0), [0, 0], out)
         return out
 
+    x = torch.randn(16, 64)
     with pytest.raises(PtoNotSupported, match="arithmetic on a float scalar parameter"):
-        k(torch.randn(16, 64), torch.zeros(16, 64), 1.5)
+        k.compile(x, torch.zeros(16, 64), pl.RUNTIME)  # read at dispatch: no arithmetic on it here
+    out = _nan(16, 64)
+    k(x, out, 1.5)  # a number specialises the kernel on it: alpha * 2.0 is 3.0
+    torch.testing.assert_close(out, x * 3.0)
 
 
 # --- ops pages: dtypes and PyPTO's positional / keyword forms ---------------------------------------

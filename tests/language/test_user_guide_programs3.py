@@ -15,7 +15,7 @@ import torch
 
 import pypto_async.language as pl
 from pypto_async import ir
-from pypto_async.errors import PtoClosedError, PtoCompileError, PtoError, PtoNotSupported
+from pypto_async.errors import PtoClosedError, PtoCompileError, PtoError
 from pypto_async.runtime import ChipWorker, RunConfig
 
 CFG = RunConfig(platform="sim")
@@ -140,8 +140,9 @@ def test_pl_at_refuses_predicate_and_names_the_forms_that_take_it():
         gated(torch.randn(16, 16), torch.ones(4, dtype=torch.int32), _nan(16, 16), config=CFG)
 
 
-def test_an_inline_spmd_predicate_is_refused_as_unsupported():
-    """The page's inline ``with pl.spmd(n, deps=..., predicate=...) as tid:`` region: not here (a PtoError)."""
+@pytest.mark.parametrize("count", [1, 0])
+def test_an_inline_spmd_predicate_skips_the_region_where_it_fails(count):
+    """The page's inline ``with pl.spmd(n, deps=..., predicate=...) as tid:`` region: its blocks run where it holds."""
 
     @pl.jit
     def gated(x: pl.Tensor[[32, 32], pl.FP32], counts: pl.Tensor[[4], pl.INT32],
@@ -154,8 +155,10 @@ def test_an_inline_spmd_predicate_is_refused_as_unsupported():
         del tid
         return out
 
-    with pytest.raises(PtoNotSupported, match="predicate"):
-        gated(torch.randn(32, 32), torch.ones(4, dtype=torch.int32), torch.zeros(32, 32), config=CFG)
+    x, counts, out = torch.randn(32, 32), torch.randint(-5, 5, (4,), dtype=torch.int32), _nan(32, 32)
+    counts[0] = count
+    gated(x, counts, out, config=CFG)
+    torch.testing.assert_close(out, x * (3.0 if count > 0 else 1.0))
 
 
 @pytest.mark.slow

@@ -107,11 +107,11 @@ def dyn_valid_shape(data: pl.Tensor, scale: pl.FP32, vlen: pl.INDEX, output: pl.
 def test_a_runtime_valid_extent(launcher):
     torch.manual_seed(0)
     data = torch.randn(64, 64)
-    compiled = dyn_valid_shape.compile(data, 0.5, 64, data)
+    compiled = dyn_valid_shape.compile(data, 0.5, pl.RUNTIME, data)  # vlen read at dispatch
     assert [(p.name, p.dtype.name) for p in compiled.params] == [
         ("data", "FP32"), ("scale", "FP32"), ("vlen", "INT64"), ("output", "FP32")]
     for vlen in (64, 32, 0):
-        assert dyn_valid_shape.compile(data, 0.5, vlen, data) is compiled  # one kernel, the extent at run time
+        assert dyn_valid_shape.compile(data, 0.5, pl.RUNTIME, data) is compiled  # one kernel, the extent at run time
         out = torch.full((64, 64), float("nan"))
         launcher.run(compiled, data, 0.5, vlen, out)
         want = torch.full((64, 64), -float("inf"))
@@ -122,7 +122,7 @@ def test_a_runtime_valid_extent(launcher):
 @pytest.mark.parametrize("vlen", [65, -1])
 def test_a_runtime_extent_outside_the_tile_fails_the_launch(launcher, vlen):
     data = torch.randn(64, 64)
-    compiled = dyn_valid_shape.compile(data, 0.5, 64, data)
+    compiled = dyn_valid_shape.compile(data, 0.5, pl.RUNTIME, data)
     with pytest.raises(PtoError, match="pl.load: valid extent of dimension 1 outside \\[0, 64\\]") as ei:
         launcher.run(compiled, data, 0.5, vlen, torch.zeros(64, 64))
     assert "test_valid.py:" in str(ei.value)  # the message names the kernel's line
@@ -136,7 +136,7 @@ def test_valid_regions_propagate_through_element_wise_ops():
         pl.store(pl.mul(u, 2.0), [0, 0], y)
 
     x = np.zeros((16, 32), np.float32)
-    text = str(k.trace(x, x[:, :1], 7, x))
+    text = str(k.trace(x, x[:, :1], pl.RUNTIME, x))
     assert "%1: FP32[16, 32] valid[16, $n] = exp %0" in text
     assert "%3: FP32[16, 32] valid[16, $n] = add %1, %2" in text
 

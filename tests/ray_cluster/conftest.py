@@ -267,5 +267,5 @@ def programs(tmp_path_factory):
         "accumulate": ir.compile(accumulate.lower(x, x)),
         "add": ir.compile(add_kernel.lower(x, x, x)),
         "scale": ir.compile(scale.lower(x, x, x)),
-        "masked": ir.compile(masked.lower(x, 1, x)),
+        "masked": ir.compile(masked.lower(x, pl.RUNTIME, x)),
     }

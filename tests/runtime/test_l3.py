@@ -986,7 +986,7 @@ def test_pl_cast_of_an_integer_scalar_parameter_to_a_float_operand():
         return y
 
     with pytest.raises(PtoCompileError, match="converts exactly"):
-        narrowing.compile(np.zeros((2, C), np.int32), np.zeros((2, C), np.int32), 1.5)
+        narrowing.compile(np.zeros((2, C), np.int32), np.zeros((2, C), np.int32), pl.RUNTIME)
 
 
 # -- a peer (and a notify value) the host passes as a scalar argument, as PyPTO's programs do ---------
