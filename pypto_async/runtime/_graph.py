@@ -374,11 +374,11 @@ class Graph:
                     raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
                 held = held or s._fifo
             hz = worker._hazards
+            tags = self._recorder.graph_tags  # (the recorder is hz.recorder too: the worker's, set at open)
             rc = _DECLINED
-            if (joined and not held and hz.fast and hz.table is not None  # (joined: tracked, so hz is set)
-                    and (origin in self._joined or self._joins(origin))
-                    and not (regions_open[0] and worker in manual_workers())
-                    and (hz.recorder is None or hz.recorder.graph_tags is None)):
+            if (joined and not held and tags is None and hz.fast  # (joined: tracked, so hz is set)
+                    and hz.table is not None and (origin in self._joined or self._joins(origin))
+                    and not (regions_open[0] and worker in manual_workers())):
                 # The driver orders the replay after other streams' work and queues it, in one call.
                 if hz.dead:
                     hz.settle_dead()
@@ -425,7 +425,6 @@ class Graph:
             else:
                 del q.pending[tok]
                 check(rc, self._label)
-            tags = self._recorder.graph_tags
             if tags is not None:
                 tags.append((tok, tok + self._span - 1, self._name, self._edges))
             # As the launch path does every 64 tokens: a producer that never suspends still
