@@ -17,8 +17,9 @@ hits both sides alike), medians over the rounds:
    thread the submission woke among them).  The sides are timed in paired
    rounds (``pypto_async._bench.paired_rounds``: many short rounds, the
    order turning each round, the collector on as a user's submissions have
-   it): a round is 64 eager submits, one replay, and an A/A control (64
-   eager submits again), each awaited untimed before the next side.
+   it): a round is 64 eager submits, one replay, one replay held (below),
+   and an A/A control (64 eager submits again), each awaited untimed before
+   the next side.
    ``vs_eager`` is the median of the per-round ratios replay / eager with
    its 95% interval (``vs_eager_ci``), ``control`` that of control / eager
    (1.0 within the method's resolution); ``value`` and ``eager_submit_ns``
@@ -27,9 +28,14 @@ hits both sides alike), medians over the rounds:
    ``sched_signals``): on a 2-CPU KVM guest that wake is most of a replay's
    submission work when the scheduler slept on the other CPU, and none of
    it when a device thread was awake (spinning while a CPU is spare).
-   Beside it, for the record: the wall time per node of the same call on a
-   default worker (``default_wall_ns``, kernels run inline included) and on
-   the ``"off"`` worker (``wall_ns``).
+   ``held_ns``: the same call with the stream held by a driver latch
+   (``pypto_async.testing.hold``, queued and released untimed), so that the
+   replay queues behind work in flight and wakes nobody: the runtime's own
+   share of a replay (its Python and the driver's replay call), a side of
+   the same rounds (``held_vs_eager``, its ratio to eager, with its 95%
+   interval).  Beside it, for the record: the wall time per node of the
+   same call on a default worker (``default_wall_ns``, kernels run inline
+   included) and on the ``"off"`` worker (``wall_ns``).
 2. ``step_speedup``: the same step to completion, on a default worker: 64
    eager submits and a wait for the last, over ``await graph.replay(x=t)``.
    Target: at least 2x.
@@ -67,6 +73,7 @@ from helpers.kernels import KernelLib  # noqa: E402
 from pypto_async._bench import median_ci, paired_rounds  # noqa: E402
 from pypto_async._driver import ffi, lib  # noqa: E402
 from pypto_async.runtime import ChipWorker, RunConfig  # noqa: E402
+from pypto_async.testing import hold  # noqa: E402
 
 try:
     import torch  # noqa: E402, F401
@@ -164,7 +171,16 @@ def host_paired(program, rounds: int) -> dict:
         await launch.wait()
         return (c1 - c0) / NODES, (t1 - t0) / NODES, woke
 
-    sides = {"eager": eager, "replay": replay, "control": eager}
+    async def held() -> tuple:
+        with hold(g.stream) as latch:  # the replay queues behind the latch's wait: no kick, no wake
+            t0, c0 = clock(), cpu_clock()
+            launch = g.submit(x=t)
+            c1, t1 = cpu_clock(), clock()
+            latch.release()
+        await launch.wait()
+        return (c1 - c0) / NODES, (t1 - t0) / NODES, False
+
+    sides = {"eager": eager, "replay": replay, "held": held, "control": eager}
     try:
         once = lambda side: loop.run_until_complete(side())  # noqa: E731
         paired_rounds(sides, once, 10, collector_timed=True)  # warm-up
@@ -177,8 +193,10 @@ def host_paired(program, rounds: int) -> dict:
     cpu = {k: [v[0] for v in r[k]] for k in sides}
     ratio = median_ci(a / b for a, b in zip(cpu["replay"], cpu["eager"]))
     control = median_ci(c / b for c, b in zip(cpu["control"], cpu["eager"]))
+    held_ratio = median_ci(a / b for a, b in zip(cpu["held"], cpu["eager"]))
     return {"value": median(cpu["replay"]), "eager_submit_ns": median(cpu["eager"]), "vs_eager": ratio[0],
             "vs_eager_ci": list(ratio[1:]), "control": control[0], "control_ci": list(control[1:]),
+            "held_ns": median(cpu["held"]), "held_vs_eager": held_ratio[0], "held_vs_eager_ci": list(held_ratio[1:]),
             "signalled": sum(v[2] for v in r["replay"]) / len(r["replay"]),
             "wall_ns": median(v[1] for v in r["replay"]), "eager_wall_ns": median(v[1] for v in r["eager"]),
             "rounds": rounds}

@@ -178,8 +178,15 @@ class Graph:
         g._span = g._ncmds + 3
         g._joined = set()  # origins every DeviceTensor the graph uses directly has joined (first uses)
         g._skipped = ffi.new("uint64_t *")
-        g._cstreams = {}  # origin -> pto_stream *[] for the driver
-        g._cstreams[g._origin] = g._stream_array(g._origin)
+        g._cstreams = {}  # origin -> (pto_stream *[] for the driver, the streams a replay checks)
+        g._via_origin = g._via(g._origin)  # a replay on the origin, without the lookup
+        g._nstreams = len(g._streams)
+        g._ninputs = len(g._inputs)
+        # Per input, what checking a binding reads of it (_bind): index, input, name, shape, dtype, and
+        # how an error names the binding.
+        g._binds = tuple((k, inp, inp.name, inp.shape, inp.dtype, f"{g._label}: binding {inp.name!r}")
+                         for k, inp in enumerate(g._inputs))
+        g._staged_ptrs = [None] * len(g._inputs)  # the staging buffers' addresses (_staging_for)
         g._closed = False
         g._recorder = worker._tracing.recorder
         pins = worker._memory.pinned
@@ -233,9 +240,18 @@ class Graph:
                 check(lib.pto_graph_add_record(p, slot, e), "Stream.wait()")
                 what.append(f"an event record on stream {sid}")
 
-    def _stream_array(self, origin):
-        """The ``pto_stream *[]`` of a replay whose origin is `origin`."""
-        return ffi.new("pto_stream *[]", [origin._ptr] + [s._ptr for s in self._rest])
+    def _via(self, origin) -> tuple:
+        """What a replay whose origin is `origin` needs of it: ``(pto_stream *[], streams)`` (made once).
+
+        `streams` are those a replay checks for closed and held: the
+        graph's, and `origin` if it is not one of them.
+        """
+        via = self._cstreams.get(origin)
+        if via is None:
+            arr = ffi.new("pto_stream *[]", [origin._ptr] + [s._ptr for s in self._rest])
+            streams = self._streams if origin in self._streams else (*self._streams, origin)
+            via = self._cstreams[origin] = (arr, streams)
+        return via
 
     # -- description -------------------------------------------------------------------------------
 
@@ -330,6 +346,7 @@ class Graph:
         return self._replay(stream, bindings, True)
 
     def _replay(self, stream, bindings: dict, submit_only: bool) -> Launch:
+        # The hot path of a replay: what depends only on the graph was made at build (_build, _via).
         worker = self._worker
         if worker._state != OPEN:
             worker._check_open()
@@ -339,13 +356,11 @@ class Graph:
             refuse(worker, f"replay of graph {self._name!r}")
         if stream is None or stream is self._origin:
             origin = self._origin
-            cstreams = self._cstreams[origin]
+            cstreams, streams = self._via_origin
         else:
             origin = accept(worker, stream)
-            cstreams = self._cstreams.get(origin)
-            if cstreams is None:
-                cstreams = self._cstreams[origin] = self._stream_array(origin)
-        ptrs, hosts, keep, touched, bound, joined = self._bind(bindings, origin)
+            cstreams, streams = self._via(origin)
+        ptrs, hosts, keep, touched, joined = self._bind(bindings, origin)
         launch = _Replay._make(worker, origin, self._label, 1, keep, None, submit_only)
         launch._graph = self
         q = worker._queue
@@ -353,42 +368,41 @@ class Graph:
             mem = worker._memory
             if mem.deferred:
                 mem.free_deferred_locked()
-            held = origin._fifo
-            for s in self._streams:
+            held = False
+            for s in streams:  # the origin among them
                 if s._closed:
                     raise PtoClosedError(f"{self._label}: stream {s.id} is closed")
                 held = held or s._fifo
-            if origin._closed:
-                raise PtoClosedError(f"{self._label}: stream {origin.id} is closed")
             hz = worker._hazards
+            tags = self._recorder.graph_tags  # (the recorder is hz.recorder too: the worker's, set at open)
             rc = _DECLINED
-            if (not held and joined and hz is not None and hz.fast and hz.table is not None
-                    and (origin in self._joined or self._joins(origin))
-                    and not (regions_open[0] and worker in manual_workers())
-                    and (hz.recorder is None or hz.recorder.graph_tags is None)):
+            if (joined and not held and tags is None and hz.fast  # (joined: tracked, so hz is set)
+                    and hz.table is not None and (origin in self._joined or self._joins(origin))
+                    and not (regions_open[0] and worker in manual_workers())):
                 # The driver orders the replay after other streams' work and queues it, in one call.
                 if hz.dead:
                     hz.settle_dead()
                 tok = q.next_token
                 q.next_token = tok + self._span
                 q.pending[tok] = launch
-                rc = _replay_ordered(self._ptr, hz.table, cstreams, len(self._streams), ptrs, hosts, len(ptrs),
+                rc = _replay_ordered(self._ptr, hz.table, cstreams, self._nstreams, ptrs, hosts, self._ninputs,
                                      tok, self._skipped)
                 if rc == _DECLINED:  # nothing queued or noted: ordered here instead
                     del q.pending[tok]
                     q.next_token = tok
                     hz.skipped_here -= self._skipped[0]  # the decision here counts them again
             if rc == _DECLINED:
-                if touched is None and bound:  # tracked: every DeviceTensor bound is ordered (see _bind)
-                    touched = [(v, inp.name, inp.reads, inp.writes) for inp, v in bound]
+                if hz is not None:  # tracked: every DeviceTensor bound is ordered (see _bind)
+                    touched = [(v, inp.name, inp.reads, inp.writes)
+                               for inp in self._inputs if type(v := bindings[inp.name]) is DeviceTensor] or None
                 self._order(origin, touched)
-                held = origin._fifo  # (an edge may have queued a wait there behind work held on the host)
-                for s in self._streams:
+                held = False  # (an edge may have queued a wait on origin behind work held on the host)
+                for s in streams:
                     held = held or s._fifo
                 tok = q.next_token
                 q.next_token = tok + self._span
                 q.pending[tok] = launch
-                args = (self._ptr, cstreams, len(self._streams), ptrs, hosts, len(ptrs), tok)
+                args = (self._ptr, cstreams, self._nstreams, ptrs, hosts, self._ninputs, tok)
                 if held:
                     self._hold(q, origin, args, launch)
                     rc = None
@@ -401,17 +415,16 @@ class Graph:
             for s in self._rest:
                 if not s._used:
                     note_used(q, s)
-            if rc is None:
-                pass
-            elif not rc:
+            if rc == 0:
                 launch._entered = True
+            elif rc is None:  # held on the host
+                pass
             elif rc == QUEUED:  # the driver keeps the rest until its rings have room
                 overflowed(q, origin, 1)
                 origin._unentered.append((lib.pto_stream_accepted(origin._ptr), launch))
             else:
                 del q.pending[tok]
                 check(rc, self._label)
-            tags = self._recorder.graph_tags
             if tags is not None:
                 tags.append((tok, tok + self._span - 1, self._name, self._edges))
             # As the launch path does every 64 tokens: a producer that never suspends still
@@ -425,9 +438,13 @@ class Graph:
                         mark_turn(launch)
         if worker._async:
             return launch
+        if submit_only:  # as handle.submit: blocks only until its commands entered their rings
+            if not (launch._entered or launch._done):
+                block_until(q, launch, True, None)
+            return launch
         if not launch._done:
-            block_until(q, launch, submit_only, None)
-        if not submit_only and launch._exc is not None:
+            block_until(q, launch, False, None)
+        if launch._exc is not None:
             launch._mark_retrieved()
             observe(worker, launch._exc)
             raise launch._exc
@@ -479,70 +496,65 @@ class Graph:
         hold(q, origin, _replay_fn, args, launch, F_DATA | F_LAST, gate if gate.pending else None)
 
     def _bind(self, bindings: dict, origin):
-        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses, bound, joined).
+        """Check the bindings; return (device addresses, host addresses or NULL, keep-alive, accesses, joined).
 
         The accesses are those of the DeviceTensors bound that need ordering
         on `origin` (:meth:`_order`), ``(tensor, input name, reads, writes)``,
         or None.  With hazard tracking every DeviceTensor bound needs it, and
-        they are left to the caller to make from `bound`, ``(input,
-        DeviceTensor)`` each (None without tracking), only when the replay is
-        ordered here: a replay the driver orders needs none.  `joined`:
-        whether every DeviceTensor bound has joined `origin` already and is
-        tracked (the driver can order the replay alone).
+        the caller makes them from `bindings` only when the replay is ordered
+        here (None is returned): a replay the driver orders needs none.
+        `joined`: whether hazards are tracked and every DeviceTensor bound
+        has joined `origin` already (the driver can order the replay alone).
         """
         inputs = self._inputs
-        if len(bindings) != len(inputs):
+        if len(bindings) != self._ninputs:
             self._names_error(bindings)
         worker = self._worker
         ptrs = []
-        hosts = None
-        keep = None
-        touched = None
-        joined = True
-        track = worker._hazards is not None
-        bound = [] if track else None  # (input, DeviceTensor): checked for aliases the capture missed
-        for k, inp in enumerate(inputs):
+        hosts = keep = touched = None
+        joined = track = worker._hazards is not None
+        bound = 0  # DeviceTensors bound (with tracking: checked for aliases the capture missed)
+        for k, inp, name, shape, dtype, what in self._binds:
             try:
-                v = bindings[inp.name]
+                v = bindings[name]
             except KeyError:
                 self._names_error(bindings)
             if type(v) is DeviceTensor:
-                if (v._worker is not worker or v._freed or v._shape != inp.shape
-                        or (v._dtype is not inp.dtype and v._dtype != inp.dtype)):
+                if (v._worker is not worker or v._freed or v._shape != shape
+                        or (v._dtype is not dtype and v._dtype != dtype)):
                     self._tensor_error(inp, v)
                 if v._init is not None:
-                    check_init(v, f"{self._label}: binding {inp.name!r}")
+                    check_init(v, what)
                 ptrs.append(v._ptr)
+                bound += 1
                 if track:
-                    bound.append((inp, v))
                     if v._manual or origin not in v._streams:
                         joined = False
                 elif origin not in v._streams:
                     if touched is None:
                         touched = []
-                    touched.append((v, inp.name, inp.reads, inp.writes))
-                    joined = False
+                    touched.append((v, name, inp.reads, inp.writes))
                 continue
-            what = f"{self._label}: binding {inp.name!r}"
             h = host_array(v, what, writeable=inp.writes)
-            if h.shape != inp.shape or not holds(h.dtype, inp.dtype):
-                if tuple(h.shape) != inp.shape:
-                    raise PtoArgumentError(f"{what}: expected shape {inp.shape}, got {tuple(h.shape)}")
-                raise PtoArgumentError(f"{what}: expected dtype {inp.dtype.np_name}, got {h.dtype.np_name}")
+            if h.shape != shape or not holds(h.dtype, dtype):
+                if tuple(h.shape) != shape:
+                    raise PtoArgumentError(f"{what}: expected shape {shape}, got {tuple(h.shape)}")
+                raise PtoArgumentError(f"{what}: expected dtype {dtype.np_name}, got {h.dtype.np_name}")
             if hosts is None:
                 hosts = [0] * len(inputs)
                 keep = []
             hosts[k] = int(ffi.cast("uintptr_t", h.ptr))
             keep.append(h)
             if self._staged[k]:
-                ptrs.append(self._staging_for(k)._ptr)
+                ptr = self._staged_ptrs[k]
+                ptrs.append(self._staging_for(k)._ptr if ptr is None else ptr)
             else:
                 ptrs.append(0)
-        if bound and (self._direct or len(bound) > 1):  # (one tensor bound, none used directly: no alias)
-            self._refuse_aliases(bound)
-        return ptrs, _NULL if hosts is None else hosts, keep, touched, bound, joined
+        if track and (bound > 1 or (bound and self._direct)):  # (one tensor bound, none used directly: no alias)
+            self._refuse_aliases(bindings)
+        return ptrs, _NULL if hosts is None else hosts, keep, touched, joined
 
-    def _refuse_aliases(self, bound: list) -> None:
+    def _refuse_aliases(self, bindings: dict) -> None:
         """Refuse a DeviceTensor bound where the capture could not see it as one tensor (tracking on).
 
         The capture derived its edges per tensor: an input was a tensor of its
@@ -553,7 +565,10 @@ class Graph:
         """
         direct = self._direct
         first: dict[int, object] = {}
-        for inp, v in bound:
+        for inp in self._inputs:
+            v = bindings[inp.name]
+            if type(v) is not DeviceTensor:
+                continue
             writes = direct.get(id(v))
             if writes is not None and (writes or inp.writes):
                 raise PtoArgumentError(
@@ -576,6 +591,7 @@ class Graph:
             inp = self._inputs[k]
             t = self._worker.alloc_tensor(inp.shape, inp.dtype, stream=self._origin)
             self._staging[k] = t
+            self._staged_ptrs[k] = t._ptr
             self._owned.append(t)
             pins = self._worker._memory.pinned
             pins[id(t)] = pins.get(id(t), 0) + 1
