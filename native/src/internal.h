@@ -454,11 +454,11 @@ struct pto_run {
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */
     char fail_msg[PTI_MSG_LEN];
-    /* The device model's placement of a launch's blocks (model.c), under the model's lock. */
+    /* The device model's placement of a launch's blocks (model.c), under sched_lock. */
     uint64_t model_first, model_last;
     uint32_t model_blocks;
     int32_t model_engine;
-    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block). */
+    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block: the model's lock). */
     struct pto_mblock *model_blk;
     uint32_t model_cap;
 };

@@ -44,10 +44,12 @@
  * The task graph is the compiled table's, or for a program without one the
  * edges the driver resolved at submit (orch.c, resolve_edges).
  *
- * Locks: m->lock is a leaf (under sched_lock, or alone); the clocks, the
- * runs' model_* fields and the modeled engine statistics are under it;
- * s->model_end, the streams' park_* fields, m->nparked and m->unparking are
- * under sched_lock.
+ * Locks: the clocks, the runs' model_* fields, the modeled engine
+ * statistics, s->model_end, the streams' park_* fields, m->nparked and
+ * m->unparking are under sched_lock: every placement happens in a command's
+ * modeled turn, which is under it anyway, so a launch, copy or program run
+ * takes no lock of the model's.  m->lock is a leaf: a launch's kept blocks
+ * (run->model_blk, model_cap) as its blocks run on several core threads.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -98,7 +100,7 @@ struct pto_model {
     /* Parked copies (pti_model_park), under the device's sched_lock, not m->lock. */
     uint32_t nparked;
     bool unparking;
-    /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
+    /* The list schedule's scratch (under sched_lock), grown as programs need: no allocation per run. */
     void *scratch;
     size_t scratch_cap;
 };
@@ -346,7 +348,7 @@ static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t
 
 /* ---- engines' timelines ------------------------------------------------------------------ */
 
-/* The earliest start at or after `ready` where `lane` is free for `dur` (m->lock held). */
+/* The earliest start at or after `ready` where `lane` is free for `dur` (sched_lock held). */
 static uint64_t lane_fit(struct lane *l, uint64_t ready, uint64_t dur)
 {
     uint64_t at = max64(ready, l->floor);
@@ -411,18 +413,17 @@ static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
 
 /*
  * A block that ran, kept until its launch's turn (pti_model_block): its
- * work's duration and kind, its host times, then its modeled placement.
+ * work's duration and kind and its host times.
  */
 struct pto_mblock {
     uint64_t seq; /* its launch's cmd->seq (0: none): entries of earlier launches are stale */
     uint64_t dur, host_start, host_end;
-    uint64_t dispatch, start, end;
-    int32_t host_engine, status, engine;
+    int32_t host_engine, status;
     uint8_t kind;
 };
 
 /*
- * Place a block ready at `ready` taking `dur` on a core of `kind` (m->lock
+ * Place a block ready at `ready` taking `dur` on a core of `kind` (sched_lock
  * held): the core of its kind where it can be dispatched first, in a gap
  * other work left if one fits (ties: the lowest); the launch's span in run.
  */
@@ -472,11 +473,12 @@ bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t s
     if (run->model_cap < blocks) {
         struct pto_mblock *v = realloc(run->model_blk, (size_t)blocks * sizeof(*v));
         if (!v) {
-            /* Out of host memory: placed as the host finished it. */
-            if (!locked)
-                pthread_mutex_lock(&m->lock);
+            /* Out of host memory: placed as the host finished it (m->lock is a leaf: let go first). */
+            if (locked)
+                pthread_mutex_unlock(&m->lock);
+            pthread_mutex_lock(&dev->sched_lock);
             place_block(m, run, ready_of(run->stream, run->cmd), dur, kind, w);
-            pthread_mutex_unlock(&m->lock);
+            pthread_mutex_unlock(&dev->sched_lock);
             return true;
         }
         for (uint32_t k = run->model_cap; k < blocks; k++)
@@ -512,33 +514,19 @@ static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, co
     if (!n)
         return;
     bool trace = pti_trace_on(dev);
-    pthread_mutex_lock(&m->lock);
     for (uint32_t b = 0; b < n; b++) {
         struct pto_mblock *e = &run->model_blk[b];
         if (e->seq != cmd->seq)
             continue; /* it did not run (skipped), or was placed already */
+        e->seq = 0;
         struct pto_when w;
         place_block(m, run, ready, e->dur, e->kind, &w);
-        if (!trace) {
-            e->seq = 0; /* placed: nothing more to do with it */
-            continue;
+        if (trace) {
+            w.host_start_ns = e->host_start;
+            w.host_end_ns = e->host_end;
+            w.host_engine = e->host_engine;
+            pti_trace_cmd(dev, s, cmd, b, e->status, &w);
         }
-        e->dispatch = w.dispatch_ns;
-        e->start = w.start_ns;
-        e->end = w.end_ns;
-        e->engine = w.engine;
-    }
-    pthread_mutex_unlock(&m->lock);
-    if (!trace)
-        return;
-    /* Traced outside the model's lock. */
-    for (uint32_t b = 0; b < n; b++) {
-        struct pto_mblock *e = &run->model_blk[b];
-        if (e->seq != cmd->seq)
-            continue;
-        e->seq = 0;
-        struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
-        pti_trace_cmd(dev, s, cmd, b, e->status, &w);
     }
 }
 
@@ -583,7 +571,7 @@ static uint64_t copy_ns(struct pto_model *m, const struct pto_cmd *cmd, uint64_t
 }
 
 /*
- * Place a copy ready at `ready` taking `dur` on a copy engine (m->lock held):
+ * Place a copy ready at `ready` taking `dur` on a copy engine (sched_lock held):
  * the engine where it can start first, in a gap its earlier copies left if
  * one fits (so a copy the host ran late still takes the time that was free
  * when it was ready, and no engine idles while a copy waits for it), ties
@@ -754,14 +742,12 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
             if (ran && status == 0) {
                 uint64_t n;
                 uint64_t dur = copy_ns(m, cmd, &n);
-                pthread_mutex_lock(&m->lock);
                 uint32_t e = m->ncores + place_copy(m, s, cmd, ready, dur, &start);
                 end = start + dur;
                 m->free_ns[e] = max64(m->free_ns[e], end);
                 m->busy_ns[e] += dur;
                 m->commands[e]++;
                 m->bytes[e] += n;
-                pthread_mutex_unlock(&m->lock);
                 engine = (int32_t)e;
             }
             break;
@@ -1093,7 +1079,7 @@ static void cq_build(struct pto_model *m, struct cq cores[2], struct hent *buf, 
 }
 
 /*
- * Place task x, ready at `at`, on the core of h free first (m->lock held):
+ * Place task x, ready at `at`, on the core of q free first (sched_lock held):
  * dispatched when both are ready, started a pickup later.  Returns its end.
  * The model's figures come in as values (its callers keep them in
  * registers: the stores to x may alias m's arrays).
@@ -1128,7 +1114,7 @@ static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *
 }
 
 /*
- * The cores' free times after a program's schedule (m->lock held).  A core
+ * The cores' free times after a program's schedule (sched_lock held).  A core
  * the program used counts as busy up to its last task's end: later work
  * never lands in the program's gaps (one interval a core, not one a task).
  */
@@ -1146,7 +1132,7 @@ static void keep_cores(struct pto_model *m, const struct cq cores[2], uint64_t s
         }
 }
 
-/* The model's scratch of at least `bytes` (m->lock held), or NULL: out of host memory. */
+/* The model's scratch of at least `bytes` (sched_lock held), or NULL: out of host memory. */
 static void *scratch(struct pto_model *m, size_t bytes)
 {
     if (bytes > m->scratch_cap) {
@@ -1246,7 +1232,6 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     size_t nh = (size_t)2 * n + 2 + cq_room(m, n); /* ready heaps (at most n in all), done (n), then the cores */
     size_t n32 = (size_t)(n + 1) + (n + 2) + (n + 1) + (nedges + 1) + (size_t)n;
     size_t bytes = (size_t)(n + 1) * sizeof(uint64_t) + nh * sizeof(struct hent) + n32 * sizeof(uint32_t);
-    pthread_mutex_lock(&m->lock);
     uint64_t start = max64(ready0, m->orch_free);
     uint64_t orch_end = start + (uint64_t)n * m->orch_ns;
     m->orch_free = orch_end;
@@ -1403,7 +1388,6 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     for (uint32_t i = 0; i < n; i++)
         end = max64(end, t[i].end_ns);
 out:
-    pthread_mutex_unlock(&m->lock);
     *start_out = start;
     *end_out = end;
 }
@@ -1418,13 +1402,13 @@ int pti_model_engine_stats(pto_device *dev, int32_t engine, pto_engine_stats *ou
     if (engine < 0 || engine >= n)
         return pti_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d) (modeled engines)",
                          engine, n);
-    pthread_mutex_lock(&m->lock);
+    pthread_mutex_lock(&dev->sched_lock); /* the statistics' lock (the placements') */
     out->engine = engine;
     out->is_copy = (uint32_t)engine >= m->ncores;
     out->busy_ns = m->busy_ns[engine];
     out->commands = m->commands[engine];
     out->bytes = m->bytes[engine];
-    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&dev->sched_lock);
     return 0;
 }
 
