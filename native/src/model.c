@@ -52,6 +52,7 @@
  * (run->model_blk, model_cap) as its blocks run on several core threads.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,23 +136,26 @@ static _Thread_local struct {
     uint8_t kind;
 } tl_cost __attribute__((tls_model("initial-exec"))); /* a direct %fs access, not a __tls_get_addr call */
 
-/* Whether two works' counts are the same: 16 bytes at a time in vector registers, no call (memcmp's
- * was a tenth of the model's cost per task; word by word, three instructions a word). */
-typedef uint64_t __attribute__((vector_size(16), may_alias, aligned(1))) work_pair;
-typedef uint64_t __attribute__((may_alias, aligned(1))) work_word;
+/*
+ * Whether two works' counts are the same: field by field, each load the
+ * width of its field, in registers, no call.  The kernel has just written b's
+ * counts: a load wider than the store it reads (16 bytes over two 8-byte
+ * counts, 8 over the two 4-byte fields) cannot be forwarded from the store
+ * buffer and waits for the stores to retire, most of the compare's time.
+ * (memcmp's call was a tenth of the model's cost per task.)
+ */
 static inline bool same_work(const pto_work *a, const pto_work *b)
 {
-    _Static_assert(sizeof(pto_work) % sizeof(uint64_t) == 0, "pto_work is whole words");
-    enum { PAIRS = sizeof(pto_work) / 16 };
-    const work_pair *x = (const work_pair *)a, *y = (const work_pair *)b;
-    work_pair d = {0, 0};
-#pragma GCC unroll 8
-    for (size_t i = 0; i < PAIRS; i++)
-        d |= x[i] ^ y[i];
-    uint64_t r = d[0] | d[1];
-    if (sizeof(pto_work) % 16)
-        r |= ((const work_word *)a)[2 * PAIRS] ^ ((const work_word *)b)[2 * PAIRS];
-    return r == 0;
+    _Static_assert(sizeof(pto_work) == offsetof(pto_work, fixpipe_bytes) + sizeof(uint64_t),
+                   "same_work compares every field of pto_work");
+    uint64_t d = (a->load_bytes ^ b->load_bytes) | (a->load_rows ^ b->load_rows) | (a->store_bytes ^ b->store_bytes) |
+                 (a->store_rows ^ b->store_rows) | (a->move_bytes ^ b->move_bytes) |
+                 (a->fixpipe_bytes ^ b->fixpipe_bytes) | (a->overlap ^ b->overlap) | (a->core_kind ^ b->core_kind);
+    for (int i = 0; i < PTO_VEC_CLASSES; i++)
+        d |= a->vec_bytes[i] ^ b->vec_bytes[i];
+    for (int i = 0; i < PTO_CUBE_DTYPES; i++)
+        d |= a->cube_macs[i] ^ b->cube_macs[i];
+    return d == 0;
 }
 
 static uint64_t us_to_ns(double us) { return (uint64_t)(us * 1000.0 + 0.5); }
@@ -826,18 +830,9 @@ static bool bound_of(pto_device *dev, pto_stream *t, uint64_t *lb)
     return true;
 }
 
-/* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
-static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
+/* copy_turn's scan of the other streams with a ring, out of line (rung_lock taken here). */
+static __attribute__((noinline)) bool copy_turn_scan(pto_device *dev, const pto_stream *s, uint64_t ready)
 {
-    /*
-     * Only streams with a ring can bring work before the host submits more
-     * (dev->rung), and s has one: s alone, it is its turn, with no lock.  A
-     * ring another thread is making as this reads counts as made after the
-     * look, as it would have under the lock taken first; one made before,
-     * as far as this thread can know (its work seen), is counted.
-     */
-    if (atomic_load_explicit(&dev->n_rung, memory_order_relaxed) <= 1)
-        return true;
     bool turn = true;
     pthread_mutex_lock(&dev->rung_lock);
     for (size_t i = 0; i < dev->n_rung; i++) {
@@ -852,6 +847,19 @@ static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
     }
     pthread_mutex_unlock(&dev->rung_lock);
     return turn;
+}
+
+/* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
+static inline bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
+{
+    /*
+     * Only streams with a ring can bring work before the host submits more
+     * (dev->rung), and s has one: s alone, it is its turn, with no lock.  A
+     * ring another thread is making as this reads counts as made after the
+     * look, as it would have under the lock taken first; one made before,
+     * as far as this thread can know (its work seen), is counted.
+     */
+    return atomic_load_explicit(&dev->n_rung, memory_order_relaxed) <= 1 || copy_turn_scan(dev, s, ready);
 }
 
 bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t start,
