@@ -454,11 +454,11 @@ struct pto_run {
     atomic_int fail_claim;        /* CAS 0 -> 1 by the first failing block */
     int32_t fail_code;            /* written by the claimer, read after done_blocks */
     char fail_msg[PTI_MSG_LEN];
-    /* The device model's placement of a launch's blocks (model.c), under the model's lock. */
+    /* The device model's placement of a launch's blocks (model.c), under sched_lock. */
     uint64_t model_first, model_last;
     uint32_t model_blocks;
     int32_t model_engine;
-    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block). */
+    /* The blocks that ran, waiting for the launch's turn to be placed (model.c, pti_model_block: the model's lock). */
     struct pto_mblock *model_blk;
     uint32_t model_cap;
 };
@@ -1272,11 +1272,13 @@ struct pto_device {
      * The streams that have a ring (were ever given work), in no order: the
      * device model's turn looks at these only, so open streams that never got
      * work cost it nothing.  rung_lock is a leaf lock (taken under sched_lock
-     * or a stream's submit_lock, never the other way round).
+     * or a stream's submit_lock, never the other way round); n_rung changes
+     * under it, and is atomic for the model's look without it (copy_turn).
      */
     pthread_mutex_t rung_lock;
     pto_stream **rung;
-    size_t n_rung, cap_rung;
+    _Atomic size_t n_rung;
+    size_t cap_rung;
     pto_stream **order;           /* by priority (desc), then id */
     struct pto_link ready;        /* streams that may have work, priority order (sched.c) */
     _Atomic(pto_stream *) doorbell; /* streams submitters found idle, not yet on ready (sched.c) */

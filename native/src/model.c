@@ -44,12 +44,15 @@
  * The task graph is the compiled table's, or for a program without one the
  * edges the driver resolved at submit (orch.c, resolve_edges).
  *
- * Locks: m->lock is a leaf (under sched_lock, or alone); the clocks, the
- * runs' model_* fields and the modeled engine statistics are under it;
- * s->model_end, the streams' park_* fields, m->nparked and m->unparking are
- * under sched_lock.
+ * Locks: the clocks, the runs' model_* fields, the modeled engine
+ * statistics, s->model_end, the streams' park_* fields, m->nparked and
+ * m->unparking are under sched_lock: every placement happens in a command's
+ * modeled turn, which is under it anyway, so a launch, copy or program run
+ * takes no lock of the model's.  m->lock is a leaf: a launch's kept blocks
+ * (run->model_blk, model_cap) as its blocks run on several core threads.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,9 +63,12 @@
  * A modeled engine's timeline: its busy intervals, sorted and disjoint, the
  * latest PTI_LANE_SPANS of them; before `floor` (the end of the last one
  * let go) the engine counts as busy, so work never lands where forgotten
- * work ran.
+ * work ran.  A ring: the k-th oldest is v[(head + k) % PTI_LANE_SPANS]
+ * (lane_at), so letting the oldest go moves nothing (a full lane takes a
+ * new interval a launch when the host submits slower than the device runs).
  */
 #define PTI_LANE_SPANS 64u
+_Static_assert((PTI_LANE_SPANS & (PTI_LANE_SPANS - 1)) == 0, "a lane's ring is a power of two");
 
 struct span {
     uint64_t start, end;
@@ -70,9 +76,15 @@ struct span {
 
 struct lane {
     uint64_t floor;
-    uint32_t n;
+    uint32_t head, n;
     struct span v[PTI_LANE_SPANS];
 };
+
+/* The k-th oldest interval of l (k < l->n). */
+static inline struct span *lane_at(struct lane *l, uint32_t k)
+{
+    return &l->v[(l->head + k) & (PTI_LANE_SPANS - 1)];
+}
 
 struct pto_model {
     pthread_mutex_t lock;
@@ -89,7 +101,7 @@ struct pto_model {
     /* Parked copies (pti_model_park), under the device's sched_lock, not m->lock. */
     uint32_t nparked;
     bool unparking;
-    /* The list schedule's scratch (under lock), grown as programs need: no allocation per run. */
+    /* The list schedule's scratch (under sched_lock), grown as programs need: no allocation per run. */
     void *scratch;
     size_t scratch_cap;
 };
@@ -124,17 +136,25 @@ static _Thread_local struct {
     uint8_t kind;
 } tl_cost __attribute__((tls_model("initial-exec"))); /* a direct %fs access, not a __tls_get_addr call */
 
-/* Whether two works' counts are the same: word by word in registers, no call (memcmp's was a
- * tenth of the model's cost per task). */
-typedef uint64_t __attribute__((may_alias, aligned(1))) work_word;
+/*
+ * Whether two works' counts are the same: field by field, each load the
+ * width of its field, in registers, no call.  The kernel has just written b's
+ * counts: a load wider than the store it reads (16 bytes over two 8-byte
+ * counts, 8 over the two 4-byte fields) cannot be forwarded from the store
+ * buffer and waits for the stores to retire, most of the compare's time.
+ * (memcmp's call was a tenth of the model's cost per task.)
+ */
 static inline bool same_work(const pto_work *a, const pto_work *b)
 {
-    _Static_assert(sizeof(pto_work) % sizeof(uint64_t) == 0, "pto_work is whole words");
-    const work_word *x = (const work_word *)a, *y = (const work_word *)b;
-    uint64_t d = 0;
-#pragma GCC unroll 16
-    for (size_t i = 0; i < sizeof(pto_work) / 8; i++)
-        d |= x[i] ^ y[i];
+    _Static_assert(sizeof(pto_work) == offsetof(pto_work, fixpipe_bytes) + sizeof(uint64_t),
+                   "same_work compares every field of pto_work");
+    uint64_t d = (a->load_bytes ^ b->load_bytes) | (a->load_rows ^ b->load_rows) | (a->store_bytes ^ b->store_bytes) |
+                 (a->store_rows ^ b->store_rows) | (a->move_bytes ^ b->move_bytes) |
+                 (a->fixpipe_bytes ^ b->fixpipe_bytes) | (a->overlap ^ b->overlap) | (a->core_kind ^ b->core_kind);
+    for (int i = 0; i < PTO_VEC_CLASSES; i++)
+        d |= a->vec_bytes[i] ^ b->vec_bytes[i];
+    for (int i = 0; i < PTO_CUBE_DTYPES; i++)
+        d |= a->cube_macs[i] ^ b->cube_macs[i];
     return d == 0;
 }
 
@@ -332,18 +352,19 @@ static void kind_range(struct pto_model *m, uint8_t kind, uint32_t *lo, uint32_t
 
 /* ---- engines' timelines ------------------------------------------------------------------ */
 
-/* The earliest start at or after `ready` where `lane` is free for `dur` (m->lock held). */
-static uint64_t lane_fit(const struct lane *l, uint64_t ready, uint64_t dur)
+/* The earliest start at or after `ready` where `lane` is free for `dur` (sched_lock held). */
+static uint64_t lane_fit(struct lane *l, uint64_t ready, uint64_t dur)
 {
     uint64_t at = max64(ready, l->floor);
-    if (!l->n || l->v[l->n - 1].end <= at)
+    if (!l->n || lane_at(l, l->n - 1)->end <= at)
         return at; /* free from then on: the usual case */
     for (uint32_t k = 0; k < l->n; k++) {
-        if (l->v[k].end <= at)
+        const struct span *v = lane_at(l, k);
+        if (v->end <= at)
             continue;
-        if (l->v[k].start >= at + dur)
+        if (v->start >= at + dur)
             break;
-        at = l->v[k].end;
+        at = v->end;
     }
     return at;
 }
@@ -352,34 +373,36 @@ static uint64_t lane_fit(const struct lane *l, uint64_t ready, uint64_t dur)
 static void lane_take(struct lane *l, uint64_t start, uint64_t end)
 {
     uint32_t k = l->n;
-    while (k > 0 && l->v[k - 1].end > start)
+    while (k > 0 && lane_at(l, k - 1)->end > start)
         k--; /* from the end: work mostly lands after the rest */
-    /* v[0..k) end at or before start; v[k..) start at or after end. */
-    bool left = k > 0 && l->v[k - 1].end == start, right = k < l->n && l->v[k].start == end;
+    /* The k oldest end at or before start; the rest start at or after end. */
+    bool left = k > 0 && lane_at(l, k - 1)->end == start, right = k < l->n && lane_at(l, k)->start == end;
     if (left && right) {
-        l->v[k - 1].end = l->v[k].end;
-        memmove(&l->v[k], &l->v[k + 1], (l->n - k - 1) * sizeof(struct span));
+        lane_at(l, k - 1)->end = lane_at(l, k)->end;
+        for (uint32_t j = k; j + 1 < l->n; j++)
+            *lane_at(l, j) = *lane_at(l, j + 1);
         l->n--;
         return;
     }
     if (left) {
-        l->v[k - 1].end = end;
+        lane_at(l, k - 1)->end = end;
         return;
     }
     if (right) {
-        l->v[k].start = start;
+        lane_at(l, k)->start = start;
         return;
     }
     if (l->n == PTI_LANE_SPANS) {
         /* Let the oldest go: the engine counts as busy up to its end. */
-        l->floor = l->v[0].end;
-        memmove(&l->v[0], &l->v[1], (l->n - 1) * sizeof(struct span));
+        l->floor = lane_at(l, 0)->end;
+        l->head = (l->head + 1) & (PTI_LANE_SPANS - 1);
         l->n--;
         if (k)
             k--;
     }
-    memmove(&l->v[k + 1], &l->v[k], (l->n - k) * sizeof(struct span));
-    l->v[k] = (struct span){start, end};
+    for (uint32_t j = l->n; j > k; j--)
+        *lane_at(l, j) = *lane_at(l, j - 1);
+    *lane_at(l, k) = (struct span){start, end};
     l->n++;
 }
 
@@ -394,18 +417,17 @@ static uint64_t ready_of(const pto_stream *s, const struct pto_cmd *cmd)
 
 /*
  * A block that ran, kept until its launch's turn (pti_model_block): its
- * work's duration and kind, its host times, then its modeled placement.
+ * work's duration and kind and its host times.
  */
 struct pto_mblock {
     uint64_t seq; /* its launch's cmd->seq (0: none): entries of earlier launches are stale */
     uint64_t dur, host_start, host_end;
-    uint64_t dispatch, start, end;
-    int32_t host_engine, status, engine;
+    int32_t host_engine, status;
     uint8_t kind;
 };
 
 /*
- * Place a block ready at `ready` taking `dur` on a core of `kind` (m->lock
+ * Place a block ready at `ready` taking `dur` on a core of `kind` (sched_lock
  * held): the core of its kind where it can be dispatched first, in a gap
  * other work left if one fits (ties: the lowest); the launch's span in run.
  */
@@ -455,11 +477,12 @@ bool pti_model_block(pto_device *dev, struct pto_run *run, uint32_t b, int32_t s
     if (run->model_cap < blocks) {
         struct pto_mblock *v = realloc(run->model_blk, (size_t)blocks * sizeof(*v));
         if (!v) {
-            /* Out of host memory: placed as the host finished it. */
-            if (!locked)
-                pthread_mutex_lock(&m->lock);
+            /* Out of host memory: placed as the host finished it (m->lock is a leaf: let go first). */
+            if (locked)
+                pthread_mutex_unlock(&m->lock);
+            pthread_mutex_lock(&dev->sched_lock);
             place_block(m, run, ready_of(run->stream, run->cmd), dur, kind, w);
-            pthread_mutex_unlock(&m->lock);
+            pthread_mutex_unlock(&dev->sched_lock);
             return true;
         }
         for (uint32_t k = run->model_cap; k < blocks; k++)
@@ -495,33 +518,19 @@ static void place_launch(pto_device *dev, struct pto_model *m, pto_stream *s, co
     if (!n)
         return;
     bool trace = pti_trace_on(dev);
-    pthread_mutex_lock(&m->lock);
     for (uint32_t b = 0; b < n; b++) {
         struct pto_mblock *e = &run->model_blk[b];
         if (e->seq != cmd->seq)
             continue; /* it did not run (skipped), or was placed already */
+        e->seq = 0;
         struct pto_when w;
         place_block(m, run, ready, e->dur, e->kind, &w);
-        if (!trace) {
-            e->seq = 0; /* placed: nothing more to do with it */
-            continue;
+        if (trace) {
+            w.host_start_ns = e->host_start;
+            w.host_end_ns = e->host_end;
+            w.host_engine = e->host_engine;
+            pti_trace_cmd(dev, s, cmd, b, e->status, &w);
         }
-        e->dispatch = w.dispatch_ns;
-        e->start = w.start_ns;
-        e->end = w.end_ns;
-        e->engine = w.engine;
-    }
-    pthread_mutex_unlock(&m->lock);
-    if (!trace)
-        return;
-    /* Traced outside the model's lock. */
-    for (uint32_t b = 0; b < n; b++) {
-        struct pto_mblock *e = &run->model_blk[b];
-        if (e->seq != cmd->seq)
-            continue;
-        e->seq = 0;
-        struct pto_when w = {e->start, e->end, e->dispatch, e->engine, e->host_start, e->host_end, e->host_engine};
-        pti_trace_cmd(dev, s, cmd, b, e->status, &w);
     }
 }
 
@@ -566,7 +575,7 @@ static uint64_t copy_ns(struct pto_model *m, const struct pto_cmd *cmd, uint64_t
 }
 
 /*
- * Place a copy ready at `ready` taking `dur` on a copy engine (m->lock held):
+ * Place a copy ready at `ready` taking `dur` on a copy engine (sched_lock held):
  * the engine where it can start first, in a gap its earlier copies left if
  * one fits (so a copy the host ran late still takes the time that was free
  * when it was ready, and no engine idles while a copy waits for it), ties
@@ -737,14 +746,12 @@ void pti_model_finish(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32
             if (ran && status == 0) {
                 uint64_t n;
                 uint64_t dur = copy_ns(m, cmd, &n);
-                pthread_mutex_lock(&m->lock);
                 uint32_t e = m->ncores + place_copy(m, s, cmd, ready, dur, &start);
                 end = start + dur;
                 m->free_ns[e] = max64(m->free_ns[e], end);
                 m->busy_ns[e] += dur;
                 m->commands[e]++;
                 m->bytes[e] += n;
-                pthread_mutex_unlock(&m->lock);
                 engine = (int32_t)e;
             }
             break;
@@ -823,10 +830,9 @@ static bool bound_of(pto_device *dev, pto_stream *t, uint64_t *lb)
     return true;
 }
 
-/* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
-static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
+/* copy_turn's scan of the other streams with a ring, out of line (rung_lock taken here). */
+static __attribute__((noinline)) bool copy_turn_scan(pto_device *dev, const pto_stream *s, uint64_t ready)
 {
-    /* Only streams with a ring can bring work before the host submits more (dev->rung). */
     bool turn = true;
     pthread_mutex_lock(&dev->rung_lock);
     for (size_t i = 0; i < dev->n_rung; i++) {
@@ -841,6 +847,19 @@ static bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
     }
     pthread_mutex_unlock(&dev->rung_lock);
     return turn;
+}
+
+/* Whether a copy of s ready at `ready` goes before everything the other streams can still bring. */
+static inline bool copy_turn(pto_device *dev, const pto_stream *s, uint64_t ready)
+{
+    /*
+     * Only streams with a ring can bring work before the host submits more
+     * (dev->rung), and s has one: s alone, it is its turn, with no lock.  A
+     * ring another thread is making as this reads counts as made after the
+     * look, as it would have under the lock taken first; one made before,
+     * as far as this thread can know (its work seen), is counted.
+     */
+    return atomic_load_explicit(&dev->n_rung, memory_order_relaxed) <= 1 || copy_turn_scan(dev, s, ready);
 }
 
 bool pti_model_park(pto_device *dev, pto_stream *s, struct pto_cmd *cmd, int32_t status, uint64_t start,
@@ -981,29 +1000,110 @@ static inline struct hent rq_top(const struct rq *q, const uint64_t *at, bool *f
     return *from_fifo ? f : q->h.v[0];
 }
 
-/* Replace the least entry (h->n > 0) with (key, id): one sift down. */
-static void hreplace(struct heap *h, uint64_t key, uint32_t id)
+/*
+ * The cores of one kind by (free time, id), the least first: a sorted run
+ * v[head, tail) of a buffer with room for every task of the program to
+ * append one (cq_room), so the run never wraps.  A core that takes a task
+ * goes back in at its new free time; with tasks of one duration (one
+ * site's, a fork's) that is behind every other core of its kind, so it is
+ * appended with one compare, where a heap sifts the largest key down its
+ * whole depth, each load waiting on the last task's stores.  A key that
+ * goes between others: a binary search, and the shorter side shifts.
+ * (key, id) is a total order, so the least core is the one a heap gives.
+ */
+struct cq {
+    struct hent *v;
+    uint32_t head, tail;
+};
+
+static inline bool cq_empty(const struct cq *q) { return q->head == q->tail; }
+
+/*
+ * Insert x where it goes among v[head, tail) (not after the last: the
+ * caller appends that), out of line (its registers are saved only when it
+ * runs), the queue in and out by value (the caller's copy stays in
+ * registers: its address is never taken).
+ */
+static __attribute__((noinline)) struct cq cq_insert_slow(struct cq q, struct hent x)
 {
-    sift_down(h, (struct hent){key, id});
+    uint32_t h = q.head, t = q.tail, lo = h, hi = t - 1; /* p: the first entry after x (v[t - 1] is) */
+    struct hent *v = q.v;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (hless(x, v[mid]))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    uint32_t p = lo;
+    if (h > 0 && p - h <= t - p) { /* the entries before x move down a place */
+        memmove(v + h - 1, v + h, (size_t)(p - h) * sizeof(*v));
+        v[p - 1] = x;
+        q.head = h - 1;
+        return q;
+    }
+    memmove(v + p + 1, v + p, (size_t)(t - p) * sizeof(*v));
+    v[p] = x;
+    q.tail = t + 1;
+    return q;
+}
+
+/* Insert x (room: cq_room).  at_least: x is not before v[tail - 1] if the run is empty (the entry popped last). */
+static inline void cq_insert(struct cq *q, struct hent x, bool at_least)
+{
+    uint32_t t = q->tail;
+    if ((!at_least && q->head == t) || !hless(x, q->v[t - 1])) {
+        q->v[t] = x;
+        q->tail = t + 1;
+        return;
+    }
+    *q = cq_insert_slow(*q, x);
 }
 
 /*
- * Place task x, ready at `at`, on the core of h free first (m->lock held):
+ * The least core (not before `key`) takes (key, id)'s place: it is free
+ * again at key.  Emptied, the run's last entry is the one popped.
+ */
+static inline void cq_replace_top(struct cq *q, uint64_t key, uint32_t id)
+{
+    q->head++;
+    cq_insert(q, (struct hent){key, id}, true);
+}
+
+/*
+ * The room the cores' queues take for a program of n tasks: each kind's
+ * cores, an entry a task that takes one (each moves the run's end on by
+ * at most one), and the entry before an empty run (cq_replace_top).
+ */
+static size_t cq_room(const struct pto_model *m, uint32_t n) { return (size_t)m->ncores + 2 * ((size_t)n + 1); }
+
+/* Each kind's cores by their free time for a program of n tasks starting at `start`, in buf (cq_room). */
+static void cq_build(struct pto_model *m, struct cq cores[2], struct hent *buf, uint32_t n, uint64_t start)
+{
+    cores[0] = (struct cq){buf, 0, 0};
+    cores[1] = (struct cq){buf + m->naic + n + 1, 0, 0};
+    for (uint32_t c = 0; c < m->ncores; c++)
+        cq_insert(&cores[c < m->naic ? 0 : 1], (struct hent){max64(m->free_ns[c], start), c}, false);
+}
+
+/*
+ * Place task x, ready at `at`, on the core of q free first (sched_lock held):
  * dispatched when both are ready, started a pickup later.  Returns its end.
  * The model's figures come in as values (its callers keep them in
  * registers: the stores to x may alias m's arrays).
  */
-static inline uint64_t place_on_first_free(struct heap *h, struct pto_mtask *x, uint64_t at, uint64_t pickup,
+static inline uint64_t place_on_first_free(struct cq *q, struct pto_mtask *x, uint64_t at, uint64_t pickup,
                                            uint64_t *busy, uint64_t *commands)
 {
-    uint32_t core = h->v[0].id;
-    uint64_t dur = x->dur_ns, dispatch = max64(at, h->v[0].key);
+    struct hent top = q->v[q->head];
+    uint32_t core = top.id;
+    uint64_t dur = x->dur_ns, dispatch = max64(at, top.key);
     uint64_t tend = dispatch + pickup + dur;
     x->dispatch_ns = dispatch;
     x->start_ns = dispatch + pickup;
     x->end_ns = tend;
     x->engine = (int32_t)core;
-    hreplace(h, tend, core);
+    cq_replace_top(q, tend, core);
     busy[core] += dur; /* in_order takes it back if it bails out */
     commands[core]++;
     return tend;
@@ -1022,14 +1122,14 @@ static void make_ready(struct pto_mtask *t, uint32_t i, uint64_t at, struct rq *
 }
 
 /*
- * The cores' free times after a program's schedule (m->lock held).  A core
+ * The cores' free times after a program's schedule (sched_lock held).  A core
  * the program used counts as busy up to its last task's end: later work
  * never lands in the program's gaps (one interval a core, not one a task).
  */
-static void keep_cores(struct pto_model *m, const struct heap cores[2], uint64_t start)
+static void keep_cores(struct pto_model *m, const struct cq cores[2], uint64_t start)
 {
     for (int k = 0; k < 2; k++)
-        for (uint32_t j = 0; j < cores[k].n; j++) {
+        for (uint32_t j = cores[k].head; j < cores[k].tail; j++) {
             uint32_t c = cores[k].v[j].id;
             uint64_t key = cores[k].v[j].key;
             if (key > max64(m->free_ns[c], start)) {
@@ -1040,7 +1140,7 @@ static void keep_cores(struct pto_model *m, const struct heap cores[2], uint64_t
         }
 }
 
-/* The model's scratch of at least `bytes` (m->lock held), or NULL: out of host memory. */
+/* The model's scratch of at least `bytes` (sched_lock held), or NULL: out of host memory. */
 static void *scratch(struct pto_model *m, size_t bytes)
 {
     if (bytes > m->scratch_cap) {
@@ -1070,17 +1170,17 @@ static void *scratch(struct pto_model *m, size_t bytes)
  * m changed).
  */
 static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const uint32_t *pred_off,
-                     const uint32_t *pred_ids, uint64_t start, struct hent *hv, uint64_t *end)
+                     const uint32_t *pred_ids, uint64_t start, struct hent *cv, uint64_t *end)
 {
     if (pti_model_fast_off)
         return false;
-    struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
-    for (uint32_t c = 0; c < m->ncores; c++)
-        hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+    struct cq cores[2];
+    cq_build(m, cores, cv, n, start);
     uint64_t last[2] = {0, 0}, e = *end;
     /* The model's figures in registers: the stores to t below may alias m's arrays. */
     const uint64_t orch_ns = m->orch_ns, pickup = m->pickup_ns;
     uint64_t *busy = m->busy_ns, *commands = m->commands;
+    struct cq q0 = cores[0], q1 = cores[1]; /* each kind's: in registers (cq_insert_slow) */
     uint64_t sub = start;
     for (uint32_t i = 0; i < n; i++) {
         struct pto_mtask *x = &t[i];
@@ -1108,8 +1208,11 @@ static bool in_order(struct pto_model *m, struct pto_mtask *t, uint32_t n, const
             continue;
         }
         last[x->kind] = at;
-        e = max64(e, place_on_first_free(&cores[x->kind], x, at, pickup, busy, commands));
+        e = max64(e, x->kind ? place_on_first_free(&q1, x, at, pickup, busy, commands)
+                             : place_on_first_free(&q0, x, at, pickup, busy, commands));
     }
+    cores[0] = q0;
+    cores[1] = q1;
     keep_cores(m, cores, start);
     *end = e;
     return true;
@@ -1134,10 +1237,9 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     else if (n)
         nedges = n - 1;
     /* Scratch: at (u64), heap entries, then the u32 arrays (npred, soff, fill, sids, fifo). */
-    size_t nh = (size_t)2 * n + m->ncores + 2; /* ready heaps (at most n in all), done (n), cores */
+    size_t nh = (size_t)2 * n + 2 + cq_room(m, n); /* ready heaps (at most n in all), done (n), then the cores */
     size_t n32 = (size_t)(n + 1) + (n + 2) + (n + 1) + (nedges + 1) + (size_t)n;
     size_t bytes = (size_t)(n + 1) * sizeof(uint64_t) + nh * sizeof(struct hent) + n32 * sizeof(uint32_t);
-    pthread_mutex_lock(&m->lock);
     uint64_t start = max64(ready0, m->orch_free);
     uint64_t orch_end = start + (uint64_t)n * m->orch_ns;
     m->orch_free = orch_end;
@@ -1153,6 +1255,7 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     }
     uint64_t *at = (uint64_t *)mem;
     struct hent *hv = (struct hent *)(mem + (size_t)(n + 1) * sizeof(uint64_t));
+    struct hent *cv = hv + 2 * (size_t)n + 2; /* the cores' queues (cq_build) */
     uint32_t *npred = (uint32_t *)(hv + nh);
     uint32_t *soff = npred + (n + 1);
     uint32_t *fill = soff + (n + 2);
@@ -1164,12 +1267,12 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
          * are ready in instance order as they are submitted, so the schedule
          * below takes them in that order: place them so, with no queues.
          */
-        struct heap cores[2] = {{hv, 0}, {hv + m->naic, 0}};
-        for (uint32_t c = 0; c < m->ncores; c++)
-            hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+        struct cq cores[2];
+        cq_build(m, cores, cv, n, start);
         /* The model's figures in registers: the stores to t below may alias m's arrays. */
         const uint64_t orch_ns = m->orch_ns, pickup = m->pickup_ns;
         uint64_t *busy = m->busy_ns, *commands = m->commands;
+        struct cq q0 = cores[0], q1 = cores[1]; /* each kind's: in registers (cq_insert_slow) */
         uint64_t sub = start;
         for (uint32_t i = 0; i < n; i++) {
             struct pto_mtask *x = &t[i];
@@ -1179,12 +1282,15 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
                 x->engine = PTO_ENGINE_NONE;
                 continue;
             }
-            end = max64(end, place_on_first_free(&cores[x->kind], x, sub, pickup, busy, commands));
+            end = max64(end, x->kind ? place_on_first_free(&q1, x, sub, pickup, busy, commands)
+                                     : place_on_first_free(&q0, x, sub, pickup, busy, commands));
         }
+        cores[0] = q0;
+        cores[1] = q1;
         keep_cores(m, cores, start);
         goto out;
     }
-    if (in_order(m, t, n, pred_off, pred_ids, start, hv, &end))
+    if (in_order(m, t, n, pred_off, pred_ids, start, cv, &end))
         goto out;
     memset(npred, 0, (size_t)(n + 1) * sizeof(uint32_t));
     memset(soff, 0, (size_t)(n + 2) * sizeof(uint32_t));
@@ -1223,10 +1329,9 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
     struct rq ready[2] = {{fifo, 0, nk[0], {hv, 0}}, {fifo + nk[0], 0, nk[1], {hv + (nall[0] - nk[0]), 0}}};
     uint32_t *fill_fifo[2] = {fifo, fifo + nk[0]};
     struct heap done = {ready[1].h.v + (nall[1] - nk[1]), 0};
-    struct heap cores[2] = {{done.v + n, 0}, {done.v + n + m->naic, 0}};
+    struct cq cores[2];
     /* Cores idle when the program starts tie (the lowest takes work first): the past does not show. */
-    for (uint32_t c = 0; c < m->ncores; c++)
-        hpush(&cores[c < m->naic ? 0 : 1], max64(m->free_ns[c], start), c);
+    cq_build(m, cores, cv, n, start);
     for (uint32_t i = 0; i < n; i++) {
         at[i] = t[i].submit_ns = start + (uint64_t)(i + 1) * m->orch_ns; /* submitted */
         if (npred[i])
@@ -1242,10 +1347,10 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
         uint64_t best = 0;
         bool bfifo = false;
         for (int k = 0; k < 2; k++) {
-            if (rq_empty(&ready[k]) || !cores[k].n)
+            if (rq_empty(&ready[k]) || cq_empty(&cores[k]))
                 continue;
             bool f;
-            uint64_t c = max64(rq_top(&ready[k], at, &f).key, cores[k].v[0].key);
+            uint64_t c = max64(rq_top(&ready[k], at, &f).key, cores[k].v[cores[k].head].key);
             if (bk < 0 || c < best) {
                 bk = k;
                 best = c;
@@ -1268,7 +1373,7 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
         if (bk < 0)
             break; /* cannot happen: every kind has cores (pti_model_cost) */
         uint32_t id = bfifo ? ready[bk].fifo[ready[bk].head++] : hpop(&ready[bk].h).id;
-        uint32_t core = cores[bk].v[0].id;
+        uint32_t core = cores[bk].v[cores[bk].head].id;
         struct pto_mtask *x = &t[id];
         x->dispatch_ns = best;
         x->start_ns = max64(best + m->pickup_ns, x->start_ns); /* staged early: released as its producers end */
@@ -1284,14 +1389,13 @@ static void model_program(pto_device *dev, pto_stream *s, const struct pto_cmd *
                 if (--npred[u] == 0)
                     make_ready(t, u, at[u], ready, &done);
             }
-        hreplace(&cores[bk], x->end_ns, core);
+        cq_replace_top(&cores[bk], x->end_ns, core);
         hpush(&done, x->end_ns, id);
     }
     keep_cores(m, cores, start);
     for (uint32_t i = 0; i < n; i++)
         end = max64(end, t[i].end_ns);
 out:
-    pthread_mutex_unlock(&m->lock);
     *start_out = start;
     *end_out = end;
 }
@@ -1306,13 +1410,13 @@ int pti_model_engine_stats(pto_device *dev, int32_t engine, pto_engine_stats *ou
     if (engine < 0 || engine >= n)
         return pti_error(PTO_EINVAL, "pto_engine_get_stats: engine %d out of range [0, %d) (modeled engines)",
                          engine, n);
-    pthread_mutex_lock(&m->lock);
+    pthread_mutex_lock(&dev->sched_lock); /* the statistics' lock (the placements') */
     out->engine = engine;
     out->is_copy = (uint32_t)engine >= m->ncores;
     out->busy_ns = m->busy_ns[engine];
     out->commands = m->commands[engine];
     out->bytes = m->bytes[engine];
-    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&dev->sched_lock);
     return 0;
 }
 

@@ -267,6 +267,69 @@ def test_a_fork_of_n_tasks_on_fewer_cores_runs_in_waves():
             assert cur[3] - prev[4] == pickup  # back to back: the core never waits for the orchestrator
 
 
+N_UNEVEN = 12
+
+
+@pl.program
+class Uneven:
+    """A fork of three sites of unequal work, interleaved: the cores come free out of turn."""
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def light(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+        pl.store(pl.relu(pl.load(x, [0, 0], [T, 32])), [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def heavy(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+        t = pl.load(x, [0, 0], [T, 32])
+        for k in pl.range(40):
+            t = pl.relu(pl.mul(t, 1.0))
+        pl.store(t, [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.InCore)
+    def medium(self, x: pl.Tensor[[T, 32], F], y: pl.Out[pl.Tensor[[T, 32], F]]):
+        t = pl.load(x, [0, 0], [T, 32])
+        for k in pl.range(12):
+            t = pl.relu(pl.mul(t, 1.0))
+        pl.store(t, [0, 0], y)
+        return y
+
+    @pl.function(type=pl.FunctionType.Orchestration)
+    def orch(self, x: pl.Tensor[[3 * N_UNEVEN * T, 32], F], y: pl.Out[pl.Tensor[[3 * N_UNEVEN * T, 32], F]]):
+        for i in pl.range(N_UNEVEN):
+            self.heavy(x[3 * i * T:(3 * i + 1) * T, :], y[3 * i * T:(3 * i + 1) * T])
+            self.light(x[(3 * i + 1) * T:(3 * i + 2) * T, :], y[(3 * i + 1) * T:(3 * i + 2) * T])
+            self.medium(x[(3 * i + 2) * T:(3 * i + 3) * T, :], y[(3 * i + 2) * T:(3 * i + 3) * T])
+        return y
+
+
+def test_a_fork_of_unequal_tasks_takes_the_core_free_first_each_in_turn():
+    # The least a kernel takes, the pickup and the orchestrator's step lowered, so the sites' work
+    # sets how long a core is busy; the reference schedule: each task in instance order, submitted
+    # at (i + 1) orchestrator steps, on the AIV free first (ties: the lowest), dispatched when both
+    # are ready, started a pickup later.
+    p = SIM.replace(min_kernel_us=0.01, pickup_us=0.05, orch_us_per_task=0.01)
+    x = rand((3 * N_UNEVEN * T, 32), 9)
+    trace, (_, y) = run_held(RunConfig(device_profile=p), Uneven, x, np.full_like(x, np.nan))
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    _, tl = timeline(trace)
+    assert [t[0] for t in tl] == list(range(3 * N_UNEVEN))
+    durs = [e - s for (_, _, _, s, e, _) in tl]
+    assert len(set(durs)) == 3 and max(durs) > 3 * min(durs)
+    pickup, orch = round(p.pickup_us * 1000), round(p.orch_us_per_task * 1000)
+    free = {c: 0 for c in range(p.aic_cores, p.cores)}
+    want = []
+    for i, dur in enumerate(durs):
+        core = min(free, key=lambda c: (free[c], c))
+        d = max(orch * (i + 1), free[core])
+        want.append((d, d + pickup, d + pickup + dur, core))
+        free[core] = d + pickup + dur
+    assert [(d, s, e, c) for (_, _, d, s, e, c) in tl] == want
+    # The cores came free out of instance order (a task's core is not always the one after the last's).
+    assert [c for *_, c in want] != [p.aic_cores + i % p.aiv_cores for i in range(len(want))]
+
+
 def test_a_fork_of_48_equal_tasks_on_a2a3_takes_one_task_plus_its_pickup():
     # Tasks of 200 µs each (the least a kernel takes, raised): large against the orchestrator's 48 * 0.2 µs.
     p = A2A3.replace(min_kernel_us=200.0)
