@@ -81,6 +81,8 @@ from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
 from . import op  # PyPTO's op package: pl.op.tensor, pl.op.tile, pl.op.<name>
+from . import prefetch
+from .prefetch import AsyncEvent, AsyncSession, PrefetchAsyncContext
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
@@ -152,6 +154,10 @@ __all__ = [
     "tensor",
     "system",
     "op",
+    "prefetch",
+    "PrefetchAsyncContext",
+    "AsyncEvent",
+    "AsyncSession",
     "MemRef",
     "TensorView",
     "TileView",
