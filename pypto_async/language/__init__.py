@@ -82,7 +82,7 @@ from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
 from . import op  # PyPTO's op package: pl.op.tensor, pl.op.tile, pl.op.<name>
-from . import prefetch
+from . import optimizations, prefetch
 from .prefetch import AsyncEvent, AsyncSession, PrefetchAsyncContext
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
@@ -162,6 +162,7 @@ __all__ = [
     "system",
     "op",
     "prefetch",
+    "optimizations",
     "PrefetchAsyncContext",
     "AsyncEvent",
     "AsyncSession",
