@@ -75,12 +75,15 @@ from ._tracer import Index, ScalarArg, TensorArg, Tile
 from ._tracer import index_max as max  # noqa: A001
 from ._tracer import index_min as min  # noqa: A001
 from ._placement import MemRef, cluster, dynamic
+from ._placement import DynamicDim as DynVar  # PyPTO's name of what pl.dynamic returns
 from ._view import TensorLayout, TensorView, TileView
 from ._parse import loads, loads_program, parse, parse_program
 from . import tensor
 from ._types import AtomicType, InOut, Level, Mem, MemorySpace, Out, PadValue, Scalar, Tensor
 from .distributed_host import Role
 from . import op  # PyPTO's op package: pl.op.tensor, pl.op.tile, pl.op.<name>
+from . import optimizations, prefetch
+from .prefetch import AsyncEvent, AsyncSession, PrefetchAsyncContext
 
 #: PyPTO's index dtype: a 64-bit integer here (``n: pl.INDEX`` is an INT64 scalar parameter).
 INDEX = INT64
@@ -88,6 +91,9 @@ INDEX = INT64
 #: PyPTO's layout names: ``pl.ND`` (row-major, the default), ``pl.DN``, ``pl.NZ``.
 ND, DN, NZ = TensorLayout.ND, TensorLayout.DN, TensorLayout.NZ
 dim = tensor.dim  # PyPTO's pl.dim: only at tensor level
+JITFunction = JitFunction  # PyPTO's spelling (pypto.jit.JITFunction)
+#: PyPTO's type alias of a shape or offset argument: an int or a traced integer value.
+IntLike = int | Index | ScalarArg
 
 
 class _Annotation:
@@ -109,6 +115,9 @@ Array = _Annotation("Array")
 __all__ = [
     "jit",
     "JitFunction",
+    "JITFunction",
+    "DynVar",
+    "IntLike",
     "Tensor",
     "Out",
     "InOut",
@@ -152,6 +161,11 @@ __all__ = [
     "tensor",
     "system",
     "op",
+    "prefetch",
+    "optimizations",
+    "PrefetchAsyncContext",
+    "AsyncEvent",
+    "AsyncSession",
     "MemRef",
     "TensorView",
     "TileView",

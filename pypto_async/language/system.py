@@ -8,7 +8,9 @@ geometry a kernel is sized from at trace time.  Each raises
 ids into one (see :mod:`._submit`), and so are the cross-core pipes
 (``tpush_*`` / ``tpop_*`` / ``tfree_*``, ``*_initialize_pipe``,
 ``reserve_buffer``, ``import_peer_buffer``, ``AUTO``; see :mod:`._ops_crosscore`), and the
-explicit events ``set_ffts`` / ``sync_set`` / ``sync_wait`` (see :mod:`._ops_sync`).
+explicit events ``set_ffts`` / ``sync_set`` / ``sync_wait`` (see :mod:`._ops_sync`), and the
+intra-core flags and barriers ``sync_src`` / ``sync_dst`` / ``bar_v`` / ``bar_m`` / ``bar_all`` and
+``task_invalid`` (see :mod:`._ops_barrier`).
 """
 
 from __future__ import annotations
@@ -77,3 +79,8 @@ def available_cluster_count(*args, **kwargs):
 from ._ops_sync import set_ffts, sync_set, sync_wait  # noqa: E402
 
 __all__ += ["set_ffts", "sync_set", "sync_wait"]
+
+# Intra-core flags and pipe barriers, and the "no producer" task id: see :mod:`._ops_barrier`.
+from ._ops_barrier import bar_all, bar_m, bar_v, sync_dst, sync_src, task_invalid  # noqa: E402
+
+__all__ += ["sync_src", "sync_dst", "bar_v", "bar_m", "bar_all", "task_invalid"]

@@ -30,6 +30,7 @@ from ._tensor import __all__ as _tensor_all
 from ._worker import *  # noqa: F401,F403
 from ._worker import __all__ as _worker_all
 from ._worker_base import Worker
+from ._pto_isa import ensure_pto_isa_root, pto_isa_include_dir
 from ._log_config import configure_log, log_level
 from ._log_config import _apply_environment as _apply_log_environment
 from . import runner, tensor_spec  # noqa: E402,F401 - PyPTO's module names (pypto.runtime.runner, .tensor_spec)
@@ -44,6 +45,8 @@ __all__ = [
     "DistributedLaunch",
     "StackedDeviceTensor",
     "current_worker",
+    "ensure_pto_isa_root",
+    "pto_isa_include_dir",
     *_worker_all,
     *_stream_all,
     *_event_all,

@@ -90,6 +90,7 @@ def test_an_unnamed_memref_is_a_placement_too():
 
 def test_cluster_and_system_are_refused_by_name():
     from pypto_async.language._ops_crosscore import __all__ as crosscore_names
+    from pypto_async.language._ops_barrier import __all__ as barrier_names
     from pypto_async.language._ops_sync import __all__ as sync_names
 
     with pytest.raises(PtoNotSupported, match=r"pl.cluster\(\): the sim has no Cube/Vector clusters"):
@@ -101,6 +102,8 @@ def test_cluster_and_system_are_refused_by_name():
         if name in crosscore_names:  # served: cross-core pipes (tests/language/test_ops_crosscore.py)
             continue
         if name in sync_names:  # served: explicit cross-core events (tests/language/test_ops_sync.py)
+            continue
+        if name in barrier_names:  # served: intra-core flags and barriers (tests/language/test_ops_barrier.py)
             continue
         with pytest.raises(PtoNotSupported, match=rf"pl.system.{name}: "):
             getattr(pl.system, name)(deps=[])
