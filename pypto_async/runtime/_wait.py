@@ -42,7 +42,6 @@ from ._queue import CommandQueue
 __all__ = ["add_sync_point", "drive", "block_until"]
 
 _SLICE_US = 50_000  # blocking waits wake this often, so Ctrl-C stays prompt
-_MAIN = threading.main_thread().ident  # the one thread that runs signal handlers
 
 
 def add_sync_point(q: CommandQueue, point) -> None:
@@ -116,7 +115,7 @@ class _KeptInterrupt:
 
     @classmethod
     def install(cls):
-        if threading.get_ident() != _MAIN:
+        if threading.get_ident() != threading.main_thread().ident:  # (the one thread that runs signal handlers)
             return _OFF
         prev = sys.unraisablehook
         if type(prev) is cls:
@@ -136,7 +135,7 @@ class _KeptInterrupt:
 
     def __call__(self, unraisable) -> None:
         exc = unraisable.exc_value
-        if isinstance(exc, KeyboardInterrupt) and threading.get_ident() == _MAIN:
+        if isinstance(exc, KeyboardInterrupt) and threading.get_ident() == threading.main_thread().ident:
             self.dropped = exc
             return
         self.prev(unraisable)
