@@ -11,6 +11,12 @@ that blocks instead (sync mode, or a ``.sync()`` call) comes here:
   as a waiter, and the owner's pump wakes it like a task.
 
 Either way it waits in slices of ``_SLICE_US``, so Ctrl-C stays prompt.
+A Ctrl-C is not lost to a finalizer either: the main thread runs the SIGINT
+handler at its next check, which may be the start of a ``__del__`` or a
+weakref callback that a reference drop runs inside the wait, and CPython
+reports an exception raised there through ``sys.unraisablehook`` and drops
+it.  While a wait blocks the main thread, :class:`_KeptInterrupt` is that hook:
+it keeps such a KeyboardInterrupt, and the wait's next step raises it.
 Every blocking wait ends in :func:`block_until`, so that is where a wait
 that blocks an event loop running on the same thread is noticed and warned
 about (once per worker and kind).
@@ -20,6 +26,7 @@ completes once every token handed out before it has left the token map.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import warnings
@@ -52,6 +59,10 @@ def add_sync_point(q: CommandQueue, point) -> None:
 
 def drive(q: CommandQueue, predicate, timeout: float | None) -> bool:
     """Run the completion service on this thread until `predicate()`; False on timeout."""
+    return _keeping_interrupts(_drive, q, predicate, timeout)
+
+
+def _drive(q: CommandQueue, predicate, timeout: float | None, hook) -> bool:
     deadline = None if timeout is None else time.monotonic() + timeout
     lock = q.lock
     while True:
@@ -62,6 +73,8 @@ def drive(q: CommandQueue, predicate, timeout: float | None) -> bool:
             dev = q.dev
         if predicate():
             return True
+        if hook.dropped is not None:
+            hook.raise_dropped()
         wait_us = _SLICE_US
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -69,6 +82,74 @@ def drive(q: CommandQueue, predicate, timeout: float | None) -> bool:
                 return False
             wait_us = min(wait_us, int(left * 1e6) + 1)
         lib.pto_cq_wait(dev, wait_us)
+
+
+def _keeping_interrupts(wait, *args) -> bool:
+    """``wait(*args, hook)`` with :class:`_KeptInterrupt` as the hook: a KeyboardInterrupt a finalizer dropped ends it."""
+    hook = _KeptInterrupt.install()
+    try:
+        finished = wait(*args, hook)
+    finally:
+        hook.uninstall()
+    if hook.dropped is not None:  # (dropped in the step that ended the wait)
+        hook.raise_dropped()
+    return finished
+
+
+class _KeptInterrupt:
+    """``sys.unraisablehook`` while a wait blocks the main thread: it keeps a KeyboardInterrupt a finalizer dropped.
+
+    The wait raises it (:meth:`raise_dropped`) at its next step; any other
+    report goes to the hook this one replaced.  Waits inside a wait share
+    one; the last to end puts the previous hook back, unless someone
+    replaced this one meanwhile.  On another thread :meth:`install` returns
+    :data:`_OFF`, which keeps nothing (no signal handler runs there).
+    """
+
+    __slots__ = ("prev", "depth", "dropped")
+
+    def __init__(self, prev):
+        self.prev = prev
+        self.depth = 1
+        self.dropped = None
+
+    @classmethod
+    def install(cls):
+        if threading.get_ident() != threading.main_thread().ident:  # (the one thread that runs signal handlers)
+            return _OFF
+        prev = sys.unraisablehook
+        if type(prev) is cls:
+            prev.depth += 1
+            return prev
+        hook = sys.unraisablehook = cls(prev)
+        return hook
+
+    def uninstall(self) -> None:
+        self.depth -= 1
+        if not self.depth and sys.unraisablehook is self:
+            sys.unraisablehook = self.prev
+
+    def raise_dropped(self) -> None:
+        exc, self.dropped = self.dropped, None
+        raise exc
+
+    def __call__(self, unraisable) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt) and threading.get_ident() == threading.main_thread().ident:
+            self.dropped = exc
+            return
+        self.prev(unraisable)
+
+
+class _Off:
+    __slots__ = ()
+    dropped = None
+
+    def uninstall(self) -> None:
+        pass
+
+
+_OFF = _Off()
 
 
 def block_until(q: CommandQueue, obj, entry: bool, timeout: float | None) -> None:
@@ -124,11 +205,17 @@ def _warn_loop_blocked(q: CommandQueue) -> None:
 
 def _block_foreign(q: CommandQueue, obj, entry: bool, predicate, timeout) -> bool:
     # Another thread than the event loop's: the pump resolves obj; wait on an Event.
+    return _keeping_interrupts(_wait_event, q, obj, entry, predicate, timeout)
+
+
+def _wait_event(q: CommandQueue, obj, entry: bool, predicate, timeout, hook) -> bool:
     event = threading.Event()
     with q.lock:
         obj._waiter_list(entry).append(event)
     deadline = None if timeout is None else time.monotonic() + timeout
     while not predicate():
+        if hook.dropped is not None:
+            hook.raise_dropped()
         if not q.alive():
             return predicate()
         wait_s = _SLICE_US / 1e6

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import signal
@@ -194,7 +193,7 @@ def _interrupt_once_inside(code, thread_id: int) -> threading.Thread:
 
     It watches the thread's stack instead of firing after a delay: a delay's interrupt can land
     before the wait begins (in ``Thread.start`` itself, on a loaded machine), outside the test's
-    ``pytest.raises``.
+    ``pytest.raises``.  Its ``sent`` says whether it sent the interrupt.
     """
     import _thread
 
@@ -213,28 +212,80 @@ def _interrupt_once_inside(code, thread_id: int) -> threading.Thread:
                 return  # the wait never began: its own timeout fails the test
             time.sleep(0.001)
         _thread.interrupt_main()
+        t.sent = True
 
     t = threading.Thread(target=run, daemon=True)
+    t.sent = False
     t.start()
     return t
 
 
 def test_interrupt_main_from_another_thread_during_a_blocking_sync(rel_kernels):
+    # The collector stays on: a finalizer it runs inside the wait may be where the main thread
+    # runs the SIGINT handler, and the wait delivers that interrupt all the same.
     with ChipWorker(RunConfig(**SMALL)) as w:
         inc = w.register(rel_kernels.get("inc", N))
         with testing.hold(w.default_stream, timeout=60) as latch:
             launch = inc.submit(np.zeros(N, np.float32))
-            # A finalizer that a collection runs inside the wait would swallow the interrupt
-            # (CPython reports an exception raised in __del__ and drops it): none runs here.
-            gc.collect()
-            gc.disable()
-            try:
-                sender = _interrupt_once_inside(_wait.drive.__code__, threading.get_ident())
-                with pytest.raises(KeyboardInterrupt):
+            sender = _interrupt_once_inside(_wait._drive.__code__, threading.get_ident())
+            with pytest.raises(KeyboardInterrupt):
+                try:
                     launch.sync(timeout=30)
-                sender.join()
+                except PtoTimeout as e:
+                    sent = "sent" if sender.sent else "never sent (the wait was not seen on the stack)"
+                    raise AssertionError(f"no KeyboardInterrupt within 30 s: the interrupt was {sent}") from e
+            sender.join()
+            latch.release()
+            launch.sync(timeout=10)
+        assert launch.done() and w.stats().in_flight == 0
+
+
+class _InterruptedFinalizer:
+    """An object whose finalizer is where the main thread runs the SIGINT handler."""
+
+    ran = False
+
+    def __del__(self):
+        import _thread
+
+        type(self).ran = True
+        _thread.interrupt_main()  # (the main thread's own: the handler runs at its next check, here)
+        type(self).ran = "not interrupted"  # never reached: the handler raised on the line above
+
+
+@pytest.mark.parametrize("thread", ["service", "foreign"])
+def test_an_interrupt_a_finalizer_swallows_during_a_blocking_wait_still_ends_it(rel_kernels, thread):
+    # CPython reports a KeyboardInterrupt raised in a finalizer (sys.unraisablehook) and drops it:
+    # a reference drop inside the wait runs one, and the wait must raise the interrupt anyway.
+    with ChipWorker(RunConfig(**SMALL)) as w:
+        inc = w.register(rel_kernels.get("inc", N))
+        with testing.hold(w.default_stream, timeout=60) as latch:
+            launch = inc.submit(np.zeros(N, np.float32))
+            _InterruptedFinalizer.ran = False
+            held = [_InterruptedFinalizer()]
+            reported = []
+            hook = sys.unraisablehook
+
+            def predicate():
+                if held:
+                    held.pop()  # its last reference: the finalizer runs here, inside the wait
+                return launch.done()
+
+            def record(unraisable):
+                reported.append(unraisable.exc_type)
+                hook(unraisable)
+
+            sys.unraisablehook = record
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    if thread == "service":
+                        _wait.drive(w._queue, predicate, 5)
+                    else:  # the path of a thread that is not the pump's (a loop on another thread)
+                        _wait._block_foreign(w._queue, launch, False, predicate, 5)
             finally:
-                gc.enable()
+                sys.unraisablehook = hook
+            assert _InterruptedFinalizer.ran is True and not held
+            assert reported == []  # delivered again, not reported as ignored
             latch.release()
             launch.sync(timeout=10)
         assert launch.done() and w.stats().in_flight == 0
