@@ -554,9 +554,9 @@ def _table_rows(res: dict) -> list[dict]:
             ("free_aa", "A/A control: no matmul, again / the same", "free", "no matmul, paired rounds", None)):
         if key in s:
             lo, hi = s[key + "_ci"]
-            rows.append({"name": name, "figure": s[key], "unit": "x", "reference": s[ref]["req_per_s"],
-                         "reference_name": f"{ref_name}, req/s; the median of per-round ratios, 95% "
-                                           f"interval {lo:.2f}-{hi:.2f}",
+            rows.append({"name": name, "figure": s[key], "unit": "x",
+                         "reference_name": f"{ref_name}: {s[ref]['req_per_s']:,.0f} req/s; the median of "
+                                           f"per-round ratios, 95% interval {lo:.2f}-{hi:.2f}",
                          "target": f"≥ {limit:g}x" if limit else "", "ok": s[key] >= limit if limit else None})
     sp = res.get("spread", {})
     if "1us" in sp:
