@@ -258,8 +258,8 @@ def format_table(results: dict[str, dict]) -> str:
         lines.append(f"[{name}]")
         for r in entry["rows"]:
             ref = _fmt(r["reference"], r["unit"]) if r["reference"] is not None else ""
-            if ref and r["reference_name"]:
-                ref = f"{ref} ({r['reference_name']})"
+            if r["reference_name"]:  # (a row without a reference figure may still say what it was read against)
+                ref = f"{ref} ({r['reference_name']})" if ref else r["reference_name"]
             verdict = {True: "ok", False: "MISSED", None: ""}[r["ok"]]
             ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
             lines.append(("  " + r["name"], _fmt(r["figure"], r["unit"]), ref, ratio, r["target"], verdict))
@@ -328,8 +328,8 @@ def format_markdown(doc: dict) -> str:
                   "| --- | --- | --- | --- | --- | --- |"]
         for r in entry["rows"]:
             ref = _fmt(r["reference"], r["unit"]) if r["reference"] is not None else ""
-            if ref and r["reference_name"]:
-                ref = f"{ref} ({r['reference_name']})"
+            if r["reference_name"]:  # (a row without a reference figure may still say what it was read against)
+                ref = f"{ref} ({r['reference_name']})" if ref else r["reference_name"]
             ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
             met = {True: "yes", False: "no", None: ""}[r["ok"]]
             cells = (r["name"], _fmt(r["figure"], r["unit"]), ref, ratio, r["target"] or "", met)

@@ -19,6 +19,8 @@ DOC = {
              "ratio": 2.0, "target": "≤ 1 µs", "ok": False},
             {"name": "plain", "figure": 3.0, "unit": "x", "reference": None, "reference_name": "",
              "ratio": None, "target": "", "ok": None},
+            {"name": "paired", "figure": 0.9, "unit": "x", "reference": None,
+             "reference_name": "the same rounds apart, 95% interval 0.8-1.0", "ratio": None, "target": "", "ok": None},
         ]},
         "bench_y": {"status": "failed", "error": "timed out after 600 s", "rows": []},
     },
@@ -31,6 +33,7 @@ def test_the_page_names_date_commit_machine_and_load_and_keeps_each_target_by_it
     assert "0.50, 0.25, 0.12 at the start, 1.50, 1.00, 0.50 at the end" in page
     assert "| a \\| b | 2 µs | 1 µs (floor) | 2.00x | ≤ 1 µs | no |" in page
     assert "| plain | 3 x |  |  |  |  |" in page
+    assert "| paired | 0.9 x | the same rounds apart, 95% interval 0.8-1.0 |  |  |  |" in page  # its text alone
     assert "`bench_y`: failed (timed out after 600 s)" in page
     assert "do not edit by hand" in page
     assert "targets met: 0 of 1" in page
