@@ -94,16 +94,21 @@ def median(xs) -> float:
 # -- 1 and 2: a step of 64 tiny kernels ------------------------------------------------------------
 
 
+async def captured_step(w: ChipWorker, program) -> tuple:
+    """``(handle, tensor, graph)``: `program` registered on `w`, a tensor for it, and the 64-kernel step captured."""
+    h = w.register(program)
+    t = w.alloc_tensor(program.params[0].shape, np.float32)
+    async with w.capture(name="step") as cap:
+        x = cap.input("x", t.shape, np.float32)
+        for _ in range(NODES):
+            h(x)
+    return h, t, cap.graph
+
+
 async def step(program, rounds: int, config: RunConfig) -> dict:
     """Per-node and whole-step samples (medians) of the 64-kernel step on a worker of `config`."""
     async with ChipWorker(config) as w:
-        h = w.register(program)
-        t = w.alloc_tensor(program.params[0].shape, np.float32)
-        async with w.capture(name="step") as cap:
-            x = cap.input("x", t.shape, np.float32)
-            for _ in range(NODES):
-                h(x)
-        g = cap.graph
+        h, t, g = await captured_step(w, program)
         keys = ("eager_cpu", "eager_wall", "replay_cpu", "replay_wall", "eager_whole", "replay_whole")
         s: dict = {k: [] for k in keys}
         for r in range(rounds + 10):  # the first ten warm up
@@ -144,13 +149,7 @@ def host_paired(program, rounds: int) -> dict:
 
     async def setup():
         await w.__aenter__()
-        h = w.register(program)
-        t = w.alloc_tensor(program.params[0].shape, np.float32)
-        async with w.capture(name="step") as cap:
-            x = cap.input("x", t.shape, np.float32)
-            for _ in range(NODES):
-                h(x)
-        return h, t, cap.graph
+        return await captured_step(w, program)
 
     h, t, g = loop.run_until_complete(setup())
 
