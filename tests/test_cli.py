@@ -120,6 +120,7 @@ def test_trace_of_deeply_nested_json_is_a_one_line_error(tmp_path, text):
     assert not (tmp_path / "deep.png").exists()
 
 
+@pytest.mark.slow
 def test_render_lanes_and_failures(tmp_path):
     from pypto_async._plot import _lanes, render_trace
     from pypto_async.runtime._chrome import layout
@@ -166,6 +167,7 @@ def test_render_reads_through_the_trace_model(tmp_path):
     assert pngs[0].read_bytes() == pngs[1].read_bytes() == pngs[2].read_bytes()
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_point():
     out = subprocess.run([sys.executable, "-m", "pypto_async", "--help"], capture_output=True, text=True,
                          timeout=60)
@@ -173,6 +175,7 @@ def test_python_dash_m_entry_point():
     assert out.stdout.startswith("usage: pypto-async")
 
 
+@pytest.mark.slow
 def test_help_does_not_import_heavy_modules():
     code = ("import sys; from pypto_async._cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
@@ -206,6 +209,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_bench_table_missing_and_failed(tmp_path, capsys):
     bench = tmp_path / "benchmarks"
     bench.mkdir()
@@ -419,6 +423,7 @@ def test_a_plain_install_has_what_the_main_job_needs():
     assert "matplotlib" not in core and any(d.startswith("matplotlib") for d in project["optional-dependencies"]["demo"])
 
 
+@pytest.mark.slow
 def test_the_subcommands_do_not_import_the_cli():
     """_demo and _bench raise CliError from its own module: no import cycle through _cli."""
     import ast

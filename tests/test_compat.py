@@ -201,6 +201,7 @@ def _used_by_a_test(name: str, text: str) -> bool:
         kw is None or re.search(rf"\b{kw}=", text) is not None)
 
 
+@pytest.mark.slow
 def test_every_same_row_is_used_by_a_test():
     # A row marked same is a claim about PyPTO's documented usage: some test other than this
     # file must run that usage (the behaviour is asserted there, against torch or numpy).

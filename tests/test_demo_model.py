@@ -14,6 +14,7 @@ def _run(tmp_path, graph: bool, depth: int):
     return asyncio.run(_demo._demo(64, 256, 32, depth, tmp_path, io.StringIO(), False, graph=graph))
 
 
+@pytest.mark.slow
 def test_the_modeled_speed_up_is_within_ten_percent_of_its_bound(tmp_path):
     """The demo as ``pypto-async demo`` runs it: three streams, three batches in flight."""
     r = _run(tmp_path, False, 3)
@@ -26,6 +27,7 @@ def test_the_modeled_speed_up_is_within_ten_percent_of_its_bound(tmp_path):
     assert 0.9 * m["bound"] <= speedup <= m["bound"] * 1.0001, m
 
 
+@pytest.mark.slow
 def test_the_modeled_times_do_not_follow_the_host(tmp_path):
     """Two runs on a host whose speed differs from run to run model the same device time."""
     a, b = _run(tmp_path / "a", False, 3).model, _run(tmp_path / "b", False, 3).model
@@ -46,6 +48,7 @@ def test_the_graph_loop_is_within_ten_percent_of_its_bound_in_every_run(tmp_path
     assert len({m["pipelined_ns"] for m in runs}) == 1, runs
 
 
+@pytest.mark.slow
 def test_the_report_prints_the_modeled_and_the_wall_speed_up_side_by_side(tmp_path):
     r = _run(tmp_path, False, 3)
     m = r.model

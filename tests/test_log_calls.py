@@ -82,6 +82,7 @@ def test_a_message_that_is_no_str_is_a_type_error(bad, kept):
     assert kept == []
 
 
+@pytest.mark.slow
 def test_with_no_handler_python_prints_warn_and_above_to_stderr():
     code = "import pypto_async as p; p.set_log_level(p.LogLevel.DEBUG); p.log_info('quiet'); p.log_warn('loud')"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -156,6 +157,7 @@ def _child(env_extra):
     return out.stdout.strip(), out.stderr
 
 
+@pytest.mark.slow
 def test_the_environment_configures_the_runtime_logger_at_import():
     assert _child({"PYPTO_RUNTIME_LOG": "info"})[0] == "20 WARN"
     assert _child({"PYPTO_RUNTIME_LOG": "debug", "PYPTO_RUNTIME_LOG_SYNC": "1"})[0] == "10 DEBUG"

@@ -144,6 +144,7 @@ def _level_in_child(env_value):
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_environment_variable_sets_the_starting_level():
     assert _level_in_child("Error") == "ERROR"  # any case, as PyPTO's
     assert _level_in_child("debug") == "DEBUG"

@@ -58,6 +58,7 @@ def compiled(tmp_path, monkeypatch):
     return ir.compile(axpy.lower(x, x, x, pl.RUNTIME), output_dir=tmp_path / "artifact")
 
 
+@pytest.mark.slow
 def test_a_program_travels_without_its_directory_or_cache(compiled, tmp_path, monkeypatch):
     data = pickle.dumps(compiled)
     # The receiving side: another cache, and the sender's files gone.

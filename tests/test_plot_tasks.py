@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pypto_async import _driver as drv
 from pypto_async._plot import TASK_PALETTE, _figure, render_trace, task_colors, task_line
 from pypto_async.runtime._chrome import layout
@@ -26,6 +28,7 @@ def _labels(fig) -> list[str]:
     return [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+@pytest.mark.slow
 def test_tasks_are_coloured_by_function_with_a_legend_and_the_summary_line():
     trace = _program_trace()
     fig = _figure(trace, "diamond", 80, 10.0)
@@ -45,6 +48,7 @@ def test_tasks_are_coloured_by_function_with_a_legend_and_the_summary_line():
                                         "concurrency 1.00x")
 
 
+@pytest.mark.slow
 def test_the_json_of_a_program_trace_draws_the_same_legend_and_title(tmp_path):
     trace = _program_trace()
     doc = json.loads(json.dumps(trace.to_chrome()))

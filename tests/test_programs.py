@@ -117,6 +117,7 @@ class Chain:
         return out
 
 
+@pytest.mark.slow
 def test_two_stage_chain_through_scratch_infers_the_edge():
     c = ir.compile(Chain)
     assert list(c.param_names) == ["x", "y", "out"]  # the scratch tensor is no parameter
@@ -248,6 +249,7 @@ def carried(x: pl.Tensor, y: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor]):
             pl.store(pl.load(y, [0, 0], [16, 32]) * 2.0, [i * 16, 0], z)
 
 
+@pytest.mark.slow
 def test_loop_carried_write_after_read_is_ordered():
     x, y, z = rand((64, 32), 13), poison((16, 32)), poison((64, 32))
     c = carried.compile(x, y, z)

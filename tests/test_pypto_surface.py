@@ -241,6 +241,7 @@ def test_malloc_copy_to_copy_from_free_by_pointer():
         assert w.stats().memory_in_use == 0
 
 
+@pytest.mark.slow
 def test_malloc_left_allocated_is_freed_at_close_with_a_warning():
     with pytest.warns(ResourceWarning):
         with ChipWorker(config=RunConfig(**SMALL)) as w:
@@ -280,6 +281,7 @@ def test_compiled_with_config_reuses_the_open_worker_of_its_binding(add_compiled
     torch.testing.assert_close(out, a + b, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_kernel_with_config_runs_and_compiles_with_its_compile_side(ab, tmp_path):
     a, b = ab
     cfg = RunConfig(platform="a5sim", dump_passes=True, save_kernels_dir=str(tmp_path / "k"), **SMALL)

@@ -43,6 +43,7 @@ def test_a_dt_constant_types_a_kernel_parameter():
     np.testing.assert_allclose(out, a + a, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_submodules_come_with_the_package():
     # A fresh interpreter: `import pypto_async` alone, then pypto_async.ir / .language / .runtime by attribute.
     code = ("import sys, pypto_async; assert 'pypto_async.runtime' not in sys.modules; "

@@ -7,6 +7,7 @@ first); ``tests/test_compat.py::test_every_same_row_is_used_by_a_test`` keeps ev
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import pypto_async.language as pl
@@ -26,6 +27,7 @@ def _recip_tensors(a: pl.Tensor[[32, 16], pl.FP32], b: pl.Tensor[[32, 16], pl.FP
     return out, inv
 
 
+@pytest.mark.slow
 def test_matmul_transposes_tensor_operands_and_recip_takes_high_precision():
     a, b = torch.randn(32, 16), torch.randn(32, 16)
     out, inv = _nan(32, 32), _nan(32, 16)
@@ -66,6 +68,7 @@ def test_scalar_max_min_and_the_expand_ops_as_spelled():
     torch.testing.assert_close(o2, x / c, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_jit_compile_and_call_with_config_and_the_ir_entries(tmp_path):
     a, b = torch.randn(32, 16), torch.randn(32, 16)
     out, inv = _nan(32, 32), _nan(32, 16)

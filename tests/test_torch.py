@@ -99,6 +99,7 @@ def xy():
     return torch.randn(R, C, generator=g), torch.randn(R, C, generator=g)
 
 
+@pytest.mark.slow
 def test_a_torch_model_calling_two_registered_kernels_matches_torch_eagerly(xy):
     x, y = xy
     for alpha, n in ((0.75, 3), (-2.0, -1)):
@@ -108,6 +109,7 @@ def test_a_torch_model_calling_two_registered_kernels_matches_torch_eagerly(xy):
     assert torch.ops.pypto_async_test.scale_add.default is SCALE_ADD
 
 
+@pytest.mark.slow
 def test_inout_is_updated_in_place_and_returned_as_the_argument(xy):
     x, _ = xy
     acc = torch.randn(R, C)
@@ -125,6 +127,7 @@ def test_inout_is_updated_in_place_and_returned_as_the_argument(xy):
     torch.testing.assert_close(m, x.amax(dim=1, keepdim=True))
 
 
+@pytest.mark.slow
 def test_scalars_are_passed_per_call_and_checked(xy):
     x, y = xy
     for alpha in (0.0, 1.5, -3.25):

@@ -91,6 +91,7 @@ def pair_library(tmp_path_factory) -> Path:
     return so
 
 
+@pytest.mark.slow
 def test_a_kept_task_that_runs_long_gets_an_engine_woken_for_the_task_queued_behind_it(
         open_dev, new_stream, pair_library):
     """A copy engine keeps a task timed tiny; held this time, the task behind it still starts on a core.

@@ -48,6 +48,7 @@ def test_a_priority_stream_still_goes_first_from_the_ready_list(dev, cq, new_str
     lib.pto_latch_destroy(latch)
 
 
+@pytest.mark.slow
 def test_queued_launches_reach_the_idle_core_each_sleeper_woken_once(open_dev, new_stream):
     """Eight launches queued by one pass: each sleeping core is signalled once, and both cores run them."""
     from helpers.latch import held
@@ -110,6 +111,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_on_one_cpu_no_device_thread_spins_and_defaults_fit(tmp_path):
     """Pinned to one CPU: one core, one copy engine by default, and no thread spins beside the host."""
     import subprocess

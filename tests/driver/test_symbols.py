@@ -48,6 +48,7 @@ def test_every_public_function_resolves_in_the_driver_module():
     assert missing == []
 
 
+@pytest.mark.slow
 def test_the_module_exports_the_abi_and_its_init_only():
     exported = _exported()
     if exported is None:

@@ -80,6 +80,7 @@ def test_cache_hit_does_not_invoke_the_compiler(fresh_cache, compiler_calls):
     assert second.output_dir == first.output_dir and second.lib_path.is_file()
 
 
+@pytest.mark.slow
 def test_flags_and_platform_key_the_cache(fresh_cache, compiler_calls):
     prog = add_kernel.lower(A, A, A)
     base = ir.compile(prog)
@@ -142,6 +143,7 @@ def _python(code: str, env=None, **kw):
                           text=True, timeout=120, **kw)
 
 
+@pytest.mark.slow
 def test_from_dir_in_a_fresh_process(tmp_path):
     out_dir = tmp_path / "artifacts"
     ir.compile(add_kernel.lower(A, A, A), output_dir=out_dir)

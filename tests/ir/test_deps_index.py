@@ -87,6 +87,7 @@ def _random_program(rng: random.Random, n: int) -> list[Task]:
     return out
 
 
+@pytest.mark.slow
 def test_random_programs_against_the_model():
     """The fast tier's share of the comparison: seeded random programs, some cut into small batches."""
     rng = random.Random(27)
@@ -124,6 +125,7 @@ def test_what_the_driver_refuses_is_a_clear_error():
         edges([Task(0, "far", (Access("x", True, False, ((0, 1 << 70),)),))])
 
 
+@pytest.mark.slow
 def test_tiled_tasks_equal_the_reference_and_look_at_few_earlier_accesses():
     """8,192 tasks over disjoint tiles of three tensors: each looks at its own tile's history only."""
     n, tile = 8192, 16

@@ -98,6 +98,7 @@ def cores(a: pl.Tensor[[R, R], pl.FP32], mm: pl.Out[pl.Tensor[[R, R], pl.FP32]],
     return mm, mixed
 
 
+@pytest.mark.slow
 def test_a_lowered_function_is_typed_by_its_core(rng):
     """Cube-only is AIC; a mixed function (PyPTO: an AIC and an AIV under a Group) is one kernel here, InCore."""
     a = rng.standard_normal((R, R)).astype(np.float32) / 8

@@ -112,6 +112,7 @@ def _wrap64(v: int) -> int:
     return (v + 2**63) % 2**64 - 2**63
 
 
+@pytest.mark.slow
 def test_floordiv_and_mod_are_pythons(helpers):
     rng = np.random.default_rng(7)
     lo, hi = -(2**63), 2**63 - 1
@@ -143,6 +144,7 @@ def _bf16_nearest(x: np.float32) -> int:
     return down if down % 2 == 0 else up
 
 
+@pytest.mark.slow
 def test_bf16_rounds_to_nearest_even(helpers):
     rng = np.random.default_rng(11)
     values = rng.standard_normal(2000).astype(np.float32) * np.float32(1e3)
@@ -194,6 +196,7 @@ def _floor(x: pl.Tensor, y: pl.Out[pl.Tensor]):
         pl.store(pl.load(x, [i // 4 * 4 + i % 4, 0], [4, 16]), [i, 0], y)
 
 
+@pytest.mark.slow
 def test_generated_code_includes_the_headers_instead_of_defining_helpers():
     a, b, c = np.zeros((16, 32), np.float32), np.zeros((32, 64), np.float32), np.zeros((16, 64), np.float32)
     mm = _mm.compile(a, b, c).source_path.read_text()
@@ -213,6 +216,7 @@ def _with_include(monkeypatch, tmp_path) -> Path:
     return include
 
 
+@pytest.mark.slow
 def test_editing_a_header_rebuilds_the_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("PYPTO_ASYNC_CACHE_DIR", str(tmp_path / "cache"))
     include = _with_include(monkeypatch, tmp_path)

@@ -30,6 +30,7 @@ def rel_err(got, want) -> float:
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
+@pytest.mark.slow
 def test_seed_add_kernel_torch(launcher):
     torch.manual_seed(0)
     a = torch.randn(ROWS, COLS, dtype=torch.float32)
@@ -115,6 +116,7 @@ def scale_add_relu(x: pl.Tensor, z: pl.Tensor, alpha: pl.Scalar[pl.FP32], y: pl.
     return y
 
 
+@pytest.mark.slow
 def test_scale_add_relu_chain(launcher, rng):
     x = rng.standard_normal(CH_N).astype(np.float32)
     z = rng.standard_normal(CH_N).astype(np.float32)

@@ -49,6 +49,7 @@ def _pchs(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "pch").iterdir()) if (cache / "pch").is_dir() else []
 
 
+@pytest.mark.slow
 def test_a_kernel_built_with_the_precompiled_headers_is_the_same_library(fresh, tmp_path, launcher):
     c = ir.compile(_axpy.lower(X, X, X))
     (pch,) = _pchs(fresh)
@@ -86,6 +87,7 @@ def test_the_key_changes_with_the_flags_the_compiler_and_each_header(fresh, tmp_
         assert _compile._pch_key(CC, (*FLAGS, *extra)) is None
 
 
+@pytest.mark.slow
 def test_an_edited_header_is_compiled_not_its_stale_precompiled_form(fresh, tmp_path, monkeypatch):
     include = tmp_path / "include"
     shutil.copytree(_compile._INCLUDE, include)
@@ -110,6 +112,7 @@ def test_flags_make_their_own_precompiled_header(fresh):
     assert len(_pchs(fresh)) == 2
 
 
+@pytest.mark.slow
 def test_a_damaged_precompiled_header_still_builds_the_same_kernel(fresh, tmp_path):
     c = ir.compile(_axpy.lower(X, X, X))
     (pch,) = _pchs(fresh)

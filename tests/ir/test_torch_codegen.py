@@ -117,6 +117,7 @@ def test_a_program_class_and_its_intermediates(launcher, rng):
     np.testing.assert_allclose(z, 2 * x + 1, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_program_class_generates_its_orchestration_by_name(rng):
     code = torch_codegen(Chain, check_shapes=True)  # PyPTO's code calls ns["<orchestration name>"]
     ns: dict = {}
@@ -153,6 +154,7 @@ class ReadSized:
         return self.scaled(pl.slice(x, [8, cols], [0, 0]), z, pl.read(scale, [0]))
 
 
+@pytest.mark.slow
 def test_a_float_read_and_an_extent_unified_at_run_time(rng):
     x = rng.standard_normal((8, 32)).astype(np.float32)
     scale = np.array([-1.75], np.float32)
@@ -279,6 +281,7 @@ def test_integer_div_rem_bitwise_and_shifts(launcher, rng):
     _check(int_ops.lower(*args), launcher, int_ops.compile(*args), args, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_float_rem_prelu_transpose_matmul_bias_and_gemv(launcher, rng):
     a = (rng.standard_normal((R, C)) * 10).astype(np.float32)
     b = (rng.uniform(0.5, 3, size=(R, C)) * rng.choice([-1, 1], size=(R, C))).astype(np.float32)
@@ -368,6 +371,7 @@ def index_ops(a: pl.Tensor, ix: pl.Tensor, pairs: pl.Out[pl.Tensor], arg: pl.Out
                                                                                      dtype=pl.INT32)), [0, 0], gen)
 
 
+@pytest.mark.slow
 def test_index_ops_reference_computes_what_the_kernel_does(launcher, rng):
     a = rng.permutation(128).reshape(2, 64).astype(np.float32)
     args = (a, np.tile(np.arange(64, dtype=np.uint32), (2, 1)), poison((2, 256)), poison((2, 1), np.int32),
@@ -442,6 +446,7 @@ def _gather_args(rng):
         poison((8, 16)), rng.standard_normal(600).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_gathers_and_scatters_reference(launcher, rng):
     args = _gather_args(rng)
     args[1][0, 0] = 3  # the scatters fail past the row: in range for the run

@@ -73,6 +73,7 @@ def test_tile_batch_matmul_acc_adds_each_batch_product():
         bad.lower(torch.randn(2, 16, 32), _nan(1, 16, 16))
 
 
+@pytest.mark.slow
 def test_a_pipelined_int8_batch_matmul_carries_its_accumulator():
     """PyPTO's batch_matmul_pipeline form: a 3-D accumulator, matmul at kb == 0, matmul_acc after."""
     T, K, N, KC = 16, 256, 32, 64
@@ -103,6 +104,7 @@ def test_a_pipelined_int8_batch_matmul_carries_its_accumulator():
 # ---- pl.transpose of any two axes, of a partially valid tile ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_transpose_swaps_any_two_axes():
     @pl.jit
     def k(x: pl.Tensor[[2, 24, 8], pl.FP32], y: pl.Tensor[[2, 3, 4, 8], pl.FP32],

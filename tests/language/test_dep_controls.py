@@ -49,6 +49,7 @@ def _overwrite(no_dep: bool):
     return kern
 
 
+@pytest.mark.slow
 def test_no_dep_args_removes_the_tasks_edges_on_that_tensor():
     a = np.zeros((ROWS, COLS), np.float32)
     out = np.zeros((TILE, COLS), np.float32)
@@ -144,6 +145,7 @@ def _scratch_chain(manual: bool, declare: bool):
     return kern
 
 
+@pytest.mark.slow
 def test_manual_dep_tensor_gives_no_edge_for_its_lifetime():
     a = np.zeros((TILE, COLS), np.float32)
     assert inferred(_scratch_chain(False, False).compile(a, a.copy())) == {(0, 1, "tensor0")}
@@ -182,6 +184,7 @@ def test_manual_dep_must_be_a_bool():
 # ---- allow_early_resolve= -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_allow_early_resolve_is_a_recorded_hint(launcher, rng):
     def build(flag):
         @pl.jit

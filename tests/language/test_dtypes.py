@@ -130,6 +130,7 @@ def test_uint16_array_is_uint16_but_still_holds_bf16():
     np.testing.assert_array_equal(out, bits)
 
 
+@pytest.mark.slow
 def test_integer_dtype_scalar_range_checked():
     @pl.jit
     def k(a: pl.Tensor[[R, C], pl.UINT16], s: pl.Scalar[pl.UINT16], out: pl.Out[pl.Tensor[[R, C], pl.UINT16]]):

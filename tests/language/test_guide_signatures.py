@@ -57,6 +57,7 @@ def scale_by(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[32, 64], pl
     return out
 
 
+@pytest.mark.slow
 def test_compile_with_no_arguments_takes_scalars_by_keyword(launcher):
     """A literal specialises the artifact on it (it only ever sees 3.0); pl.RUNTIME leaves the value to dispatch."""
     compiled = scale_by.compile(k=3.0)

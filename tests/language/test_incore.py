@@ -50,6 +50,7 @@ def fused_linear_relu(x: pl.Tensor, w: pl.Tensor, bias: pl.Tensor, y: pl.Out[pl.
     return y
 
 
+@pytest.mark.slow
 def test_incore_helpers_are_tasks_ordered_by_their_directions(launcher):
     x, w, bias, y = rand(N, N, seed=1), rand(N, N, seed=2), rand(N, N, seed=3), poison(N, N)
     c = fused_linear_relu.compile(x, w, bias, y)
@@ -137,6 +138,7 @@ def axpy(alpha: pl.Scalar[pl.FP32], x: pl.Tensor, y: pl.Tensor, out: pl.Out[pl.T
     return out
 
 
+@pytest.mark.slow
 def test_kernel_arguments_by_name(launcher):
     x, y, out = rand(N, N, seed=6), rand(N, N, seed=7), poison(N, N)
     by_position = axpy.compile(0.5, x, y, out)
@@ -191,6 +193,7 @@ class FusedMatmulBias:
         return self.add_kernel(mm, bias, c)
 
 
+@pytest.mark.slow
 def test_a_program_prints_as_python_that_computes_the_same(launcher):
     text = FusedMatmulBias.as_python()
     assert "@pl.jit\ndef FusedMatmulBias(" in text and "pl.create_tensor([64, 64], dtype=pl.FP32" in text

@@ -27,6 +27,7 @@ def test_jit_keeps_the_function_identity():
     assert pl.jit(copy2d) is copy2d
 
 
+@pytest.mark.slow
 def test_one_specialisation_per_signature():
     a = np.zeros((16, 8), np.float32)
     c1 = copy2d.compile(a, a)

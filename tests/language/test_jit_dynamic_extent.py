@@ -61,6 +61,7 @@ def test_one_artifact_serves_every_batch():
     assert len(copy_batch._cache) == 1
 
 
+@pytest.mark.slow
 def test_a_loop_over_the_run_time_extent_follows_it():
     add_rows._cache.clear()
     for n in (48, 16, 40, 7, 1):
@@ -119,6 +120,7 @@ def inner_dynamic(a: pl.Tensor[[16, C], pl.FP32], out: pl.Out[pl.Tensor[[16, C],
     return out
 
 
+@pytest.mark.slow
 def test_a_trace_that_needs_the_extent_compiles_per_extent():
     scale_whole._cache.clear()
     inner_dynamic._cache.clear()
@@ -141,6 +143,7 @@ def offset_by(a: pl.Tensor[[B, 64], pl.FP32], B_: pl.Scalar[pl.INT64], out: pl.O
     return out
 
 
+@pytest.mark.slow
 def test_a_scalar_beside_the_run_time_extent_keeps_its_value():
     offset_by._cache.clear()
     compiled = offset_by.compile(B_=pl.RUNTIME)  # every extent, B_ read at dispatch

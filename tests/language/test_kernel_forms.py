@@ -332,6 +332,7 @@ def test_hints_and_loop_forms_round_trip_through_the_python_view():
     assert str(namespace["kern"].lower(a, b, a.copy())) == str(p)
 
 
+@pytest.mark.slow
 def test_a_tile_read_in_another_region_goes_through_a_tensor(launcher):
     """03_mixed_kernel's staged form with a tile across the two scopes: each region is a task, so the
     tile the vector task reads is stored by the cube task to an intermediate (as PyPTO's outlining
@@ -375,6 +376,7 @@ def test_a_tile_of_a_region_in_a_loop_that_has_ended_is_a_compile_error():
     assert_at(ei, where[0], "computed in a region inside a loop that has ended")
 
 
+@pytest.mark.slow
 def test_the_staged_form_through_a_tensor_matches_torch(launcher):
     @pl.jit
     def staged(a: pl.Tensor, b: pl.Tensor, bias: pl.Tensor, out: pl.Out[pl.Tensor]):

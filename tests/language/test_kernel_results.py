@@ -51,6 +51,7 @@ class ReturnsTiles:
         return y, out
 
 
+@pytest.mark.slow
 def test_a_returned_tile_is_a_new_tensor_the_call_returns(launcher, rng):
     c = ir.compile(ReturnsTiles)
     assert [t.name for t in c.task_graph.tasks] == ["plus_one", "both", "twice"]

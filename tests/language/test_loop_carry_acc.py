@@ -217,6 +217,7 @@ def test_a_carried_accumulator_sums_every_k_block(kernel):
     _check(c, a, b)
 
 
+@pytest.mark.slow
 def test_an_intermediate_rebound_in_a_spmd_body_is_carried_exactly():
     a, b = _ints((M, K), 3), _ints((K, N), 4)
     c = np.full((M, N), -7, np.int32)

@@ -17,6 +17,7 @@ from helpers.ir_fixtures import poison
 X = np.zeros((64, 16), np.float32)
 
 
+@pytest.mark.slow
 def test_rebinding_accumulates(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -91,6 +92,7 @@ def test_a_swap_is_a_parallel_assignment(launcher, rng):
     np.testing.assert_array_equal(ob, tb)
 
 
+@pytest.mark.slow
 def test_nested_loops_carry_through_both(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -124,6 +126,7 @@ def test_a_loop_without_iterations_keeps_the_initial_value(launcher, rng):
     np.testing.assert_array_equal(out, a)
 
 
+@pytest.mark.slow
 def test_matmul_accumulation_by_rebinding(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
@@ -139,6 +142,7 @@ def test_matmul_accumulation_by_rebinding(launcher, rng):
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_init_values_and_yield(launcher, rng):
     """PyPTO's explicit form: two carried tiles, read after the loop under the yield_ names."""
 
@@ -261,6 +265,7 @@ class _CarryFromInput:
         return self.add_one(cur, c)
 
 
+@pytest.mark.slow
 def test_an_orchestration_tensor_rebound_across_iterations_is_carried(launcher, rng):
     from pypto_async import ir
     from pypto_async.errors import PtoCompileError
@@ -300,6 +305,7 @@ class _ContinueOnIndex:
         return self.k(a, c)
 
 
+@pytest.mark.slow
 def test_continue_under_a_runtime_if_skips_the_rest_of_the_iteration(launcher, rng):
     from pypto_async import ir
 

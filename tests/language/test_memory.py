@@ -42,6 +42,7 @@ def test_mem_is_memory_space():
     assert [m.name for m in pl.MemorySpace] == ["DDR", "Vec", "Mat", "Left", "Right", "Acc", "Bias", "LeftScale", "RightScale"]
 
 
+@pytest.mark.slow
 def test_matmul_through_mat_left_right_acc(launcher):
     torch.manual_seed(0)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
@@ -60,6 +61,7 @@ def test_the_ir_records_each_tiles_space():
     assert "%4 += matmul %6, %8" in text
 
 
+@pytest.mark.slow
 def test_default_spaces_are_vec_and_matmul_reads_them(launcher, rng):
     """Tiles loaded without target_memory are in Vec; matmul moves them implicitly, as PyPTO infers."""
 
@@ -78,6 +80,7 @@ def test_default_spaces_are_vec_and_matmul_reads_them(launcher, rng):
     assert rel_err(c, a.astype(np.float64) @ b + bias) < 1e-5
 
 
+@pytest.mark.slow
 def test_matmul_bf16_operands_moved_from_mat(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
@@ -105,6 +108,7 @@ def test_moves_between_vec_and_mat_keep_values(launcher, rng):
     np.testing.assert_array_equal(y, x * np.float32(3.0))
 
 
+@pytest.mark.slow
 def test_create_tile_as_an_accumulator(launcher, rng):
     """pl.create_tile(..., target_memory=Acc) starts a K loop; the sim fills it with zeros."""
 
@@ -138,6 +142,7 @@ def test_copy_between_tensors(launcher, rng):
     np.testing.assert_array_equal(b, a)
 
 
+@pytest.mark.slow
 def test_create_tensor_init_value_fills_the_intermediate_before_its_readers():
     """PyPTO's pl.create_tensor(init_value=): the buffer is filled before any task touches it (else undefined)."""
     import pytest

@@ -18,6 +18,7 @@ def _nan(*shape):
     return torch.full(shape, float("nan"))
 
 
+@pytest.mark.slow
 def test_an_on_core_array_indexed_by_loop_and_runtime_values():
     """A histogram of row ids kept in an INT32 array, then each row scaled by its slot's count."""
 

@@ -53,6 +53,7 @@ def test_a_jit_kernel_written_with_the_namespaced_ops():
     torch.testing.assert_close(o3, b.abs().sqrt().sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_program_written_with_the_namespaced_ops():
     @pl.program
     class Scaled:

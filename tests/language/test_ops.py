@@ -318,6 +318,7 @@ def test_matmul_int16_is_refused():
         k.compile(x, np.zeros((16, 16), np.int32))
 
 
+@pytest.mark.slow
 def test_matmul_fp64_and_bf16(launcher, rng):
     M, K, N = 16, 32, 24
 

@@ -163,6 +163,7 @@ def test_batch_matmul_broadcasts_the_batch_dimensions(shapes):
     torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_transpose_view_of_a_batch_tile_transposes_each_matrix():
     """PyPTO's pl.tile.transpose_view on a [B, N, K] tile: a batch_matmul's b_trans operand."""
     @pl.jit
@@ -191,6 +192,7 @@ def test_transpose_view_refuses_a_1d_tile():
         bad(torch.zeros(16), torch.zeros(16))
 
 
+@pytest.mark.slow
 def test_tensor_matmul_b_trans_of_a_value_computed_in_the_region():
     """PyPTO's tensor-level pl.matmul(a, add(b0, b1), b_trans=True): the transposed operand need not be a parameter."""
     @pl.jit
@@ -253,6 +255,7 @@ def test_tile_view_in_a_tile_annotation_is_checked_for_form():
         pl.TileView(fractal=0)
 
 
+@pytest.mark.slow
 def test_matmul_of_rank_3_tensors_is_a_batch_matmul():
     @pl.jit
     def bmm(a: pl.Tensor[[2, 16, 32], pl.FP32], b: pl.Tensor[[1, 32, 8], pl.FP32],

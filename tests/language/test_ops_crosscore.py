@@ -72,6 +72,7 @@ def test_a_mixed_region_pairs_pushes_with_pops_in_program_order():
     np.testing.assert_allclose(out, 2.0 * ((a + b) @ (a - b)), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_fp16_tiles_cross_both_ways():
     a, b = _rand(N, 32, seed=3, dtype=np.float16), _rand(32, N, seed=4, dtype=np.float16)
     out = _poison(N, N)
@@ -136,6 +137,7 @@ class TwoPipes:
         return self.group(a, b, out)
 
 
+@pytest.mark.slow
 def test_a_group_runs_its_members_as_tasks_on_cores_of_their_kind():
     a, b, out = _rand(N, N, seed=7), _rand(N, N, seed=8), _poison(N, N)
     c = ir.compile(TwoPipes)
@@ -179,6 +181,7 @@ class CubeFeedsVector:
         return out
 
 
+@pytest.mark.slow
 def test_an_aic_function_runs_on_an_aic_even_without_cube_work():
     a, out = _rand(N, N, seed=9), _poison(N, N)
     c = ir.compile(CubeFeedsVector)
@@ -224,6 +227,7 @@ class GroupAfterATask:
         return out
 
 
+@pytest.mark.slow
 def test_a_group_in_a_manual_scope_waits_for_its_deps_and_its_producer():
     c = ir.compile(GroupAfterATask)
     tasks = {s.name: s for s in c.program.body if getattr(s, "name", None)}
@@ -266,6 +270,7 @@ class BothWays:
         return self.group(a, b, out)
 
 
+@pytest.mark.slow
 def test_members_that_feed_each_other_run_as_one_task_in_an_order_that_pairs_every_pop():
     c = ir.compile(BothWays)
     assert [t.name for t in c.task_graph.tasks] == ["cube_vector"]

@@ -333,6 +333,7 @@ def test_sels_with_a_loaded_mask(launcher, rng, carrier):
     np.testing.assert_array_equal(out, np.where(bits, src, np.float32(-3.0)))
 
 
+@pytest.mark.slow
 def test_tensor_level_cmp_is_zero_one(launcher, rng):
     """``pl.cmp`` of tensors (PyPTO's tensor level) gives 1/0 in the operand's dtype."""
     a = rng.integers(-2, 3, size=(16, 16)).astype(np.float32)
@@ -485,6 +486,7 @@ class CompareSelectProgram:
         return lt, ge0
 
 
+@pytest.mark.slow
 def test_program_form_compare_select(launcher, rng):
     lhs = torch.from_numpy(rng.integers(-4, 5, size=(M, N)).astype(np.float32))
     rhs = torch.from_numpy(rng.integers(-3, 4, size=(M, N)).astype(np.float32))
@@ -571,6 +573,7 @@ def test_tensor_view_reads_the_memory_as_its_shape_and_layout(launcher, rng):
     assert np.isnan(part[2:]).all()
 
 
+@pytest.mark.slow
 def test_tensor_view_is_loaded_as_pypto_loads_it_in_a_jit_body_and_in_a_region(launcher, rng):
     x = rng.standard_normal((8, 12)).astype(np.float32)
     dn, rows = poison((12, 8)), poison((24, 4))
@@ -670,6 +673,7 @@ def test_tensor_view_errors_name_the_call(call, message):
 # ---- PyPTO's coverage-smoke style: one kernel using every op ------------------------------------------
 
 
+@pytest.mark.slow
 def test_coverage_smoke_kernel(launcher, rng):
     M, N, K = 16, 32, 16
     x = rng.standard_normal((M, N)).astype(np.float32)

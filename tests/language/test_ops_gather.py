@@ -60,6 +60,7 @@ def test_gather_index_forms_and_tile_gather(launcher, rng, dtype):
     np.testing.assert_array_equal(yf, x.reshape(-1)[flat])
 
 
+@pytest.mark.slow
 def test_gather_mask_patterns(launcher, rng):
     @pl.jit
     def k(x: pl.Tensor, a: pl.Out[pl.Tensor], b: pl.Out[pl.Tensor], c: pl.Out[pl.Tensor], d: pl.Out[pl.Tensor]):
@@ -107,6 +108,7 @@ def test_mgather_row_and_elem_policies(launcher, rng, dtype):
     np.testing.assert_array_equal(outs[4], flat[(ei.astype(np.int64) & 0xFFFFFFFF) % 40])
 
 
+@pytest.mark.slow
 def test_gatherb_and_paged_gather_and_gather_row(launcher, rng):
     @pl.jit
     def k(src: pl.Tensor, off: pl.Tensor, pool: pl.Tensor, ids: pl.Tensor, table: pl.Tensor,
@@ -235,6 +237,7 @@ def test_scatter_index_out_of_range_fails_the_launch(launcher):
 # ---- the task graph sees the accesses ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_scatter_consumer_waits_and_mgather_reads_its_tensor():
     """Two tasks: a scatter_update writes `mid`, an mgather of `mid` reads it; the second waits for the first."""
 
@@ -391,6 +394,7 @@ def test_gather_row_with_a_runtime_valid_shape(launcher):
         launcher.run(c, src, np.array([17], np.int32), out)
 
 
+@pytest.mark.slow
 def test_mscatter_writes_only_its_elements_across_spmd_blocks_and_orders_its_readers(launcher):
     """Blocks of one kernel mscatter disjoint elements of one tensor (no block rewrites another's); a later
     task reading the tensor waits for the mscatter (a write of the whole tensor to the task graph)."""

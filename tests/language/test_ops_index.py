@@ -61,6 +61,7 @@ def test_argmax_argmin_of_tiles_reduce_the_valid_region(launcher, rng, dt):
     assert (rmax[12:].view(np.uint32) == 0xABABABAB).all() and (cmin[0, 40:].view(np.uint32) == 0xABABABAB).all()
 
 
+@pytest.mark.slow
 def test_argmax_of_tensors_and_ties_take_the_first_index(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, rmax: pl.Out[pl.Tensor], cmax: pl.Out[pl.Tensor], rmin: pl.Out[pl.Tensor],
@@ -187,6 +188,7 @@ def test_tensor_level_mrgsort_merges_and_takes_a_runtime_block_len(launcher, rng
         launcher.run(k.compile(a, ix, 96, bad), a, ix, 96, bad)
 
 
+@pytest.mark.slow
 def test_mrgsort_in_a_loop_takes_a_block_len_of_the_loop_index(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, ix: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -289,6 +291,7 @@ def _random_kernel(k0: pl.Scalar[pl.INT32], a: pl.Out[pl.Tensor], b: pl.Out[pl.T
         pl.store(pl.sub(pl.random(7, 8, 9, 0, 0, 0, [R, C]), pl.random(7, 8, 9, 0, 0, 0, [R, C])), [0, 0], e)
 
 
+@pytest.mark.slow
 def test_random_is_philox_of_key_and_counter_and_the_same_seed_repeats(launcher):
     outs = [poison((R, C), np.uint32), poison((R, C), np.uint32), poison((R, C), np.int32),
             poison((R, C), np.uint32), poison((R, C), np.uint32)]
@@ -322,6 +325,7 @@ def test_random_counts_vector_work():
 # ---- create_l1 -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_create_l1_is_a_zero_tile_in_mat_that_a_matmul_reads(launcher, rng):
     @pl.jit
     def k(a: pl.Tensor, b: pl.Tensor, y: pl.Out[pl.Tensor]):

@@ -158,6 +158,7 @@ def test_fmod_takes_the_dividends_sign_where_rem_takes_the_divisors(launcher):
 # ---- integer and half dtypes ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_int32_fmod_maximums_and_products_match_numpy(launcher, rng):
     a = rng.integers(-1000, 1000, size=(R, C), dtype=np.int32)
     b = rng.integers(1, 50, size=(R, C), dtype=np.int32) * np.where(rng.random((R, C)) < 0.5, -1, 1).astype(np.int32)

@@ -72,6 +72,7 @@ def _check(outs, a, sa, b, sb, bias):
     torch.testing.assert_close(outs[3], _mx_ref(half, sa, b, sb), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_matmul_mx_acc_bias_at_both_layers_match_torch():
     a, sa, b, sb, bias = _inputs(1)
     outs = _outs()
@@ -79,6 +80,7 @@ def test_matmul_mx_acc_bias_at_both_layers_match_torch():
     _check(outs, a, sa, b, sb, bias)
 
 
+@pytest.mark.slow
 def test_matmul_mx_takes_uint8_bits_on_the_host():
     a, sa, b, sb, bias = _inputs(2)
     outs = [o.numpy() for o in _outs()]
@@ -208,6 +210,7 @@ def trans_kernel(q: pl.Tensor[[2, 32, 64], pl.FP32], kt: pl.Tensor[[2, 16, 64], 
     pl.store(pl.tensor.matmul(a, b, a_trans=True, b_trans=True), [0, 0], o2)
 
 
+@pytest.mark.slow
 def test_matmul_a_trans_b_trans_on_tensors_of_rank_2_and_3(rng):
     q = rng.standard_normal((2, 32, 64), dtype=np.float32)
     kt = rng.standard_normal((2, 16, 64), dtype=np.float32)
@@ -276,6 +279,7 @@ def mx_layouts(sa: pl.Tensor[[32, 4], pl.FP8E8M0, pl.MX_A_ZZ], sb: pl.Tensor[[4,
     pl.store(pl.load(sb, [0, 0], [4, 32]), [0, 0], sb_logical)
 
 
+@pytest.mark.slow
 def test_mx_layout_scales_are_unpacked_by_a_whole_load():
     g = torch.Generator().manual_seed(7)
     sa, sb = _codes((32, 4), g), _codes((4, 32), g)  # 2 x 2 blocks each: the packed order is not the logical one

@@ -30,6 +30,7 @@ def handover(a: pl.Tensor[[R, K], pl.FP32], b: pl.Tensor[[R, K], pl.FP32], w: pl
         pl.store(pl.matmul(t, wm), [0, 0], out)
 
 
+@pytest.mark.slow
 def test_the_cube_reads_what_both_lanes_stored_before_the_event(rng):
     a, b = rng.standard_normal((R, K), dtype=np.float32), rng.standard_normal((R, K), dtype=np.float32)
     w = rng.standard_normal((K, N), dtype=np.float32)

@@ -398,6 +398,7 @@ class RaggedProgram:
         return self.k(x, cfg, y)
 
 
+@pytest.mark.slow
 def test_an_incore_function_of_a_program_and_its_class_form(launcher, rng):
     from pypto_async import ir
 

@@ -204,6 +204,7 @@ def test_ragged_and_odd_extents_split_as_the_guide_halves_them():
     torch.testing.assert_close(odd, x + 1.0, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_per_lane_gather_row_assembles_the_cube_operand():
     """PyPTO's sparse-KV shape: each lane gathers its half of a scattered row set; the cube reads them joined."""
     pool_rows, d, rows, half, q_rows = POOL_ROWS, D, G_ROWS, G_HALF, Q_ROWS
@@ -298,6 +299,7 @@ def test_per_lane_regions_in_the_torch_debug_codegen():
 NP_T, NP_N = 128, 64
 
 
+@pytest.mark.slow
 def test_none_region_in_spmd_and_pipeline_runs_both_lanes():
     """PyPTO's NONE region nested in pl.spmd and a pl.pipeline loop: each lane accumulates and stores its half."""
 

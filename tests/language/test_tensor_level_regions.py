@@ -40,6 +40,7 @@ def test_a_slice_of_a_tensor_in_a_region_is_a_tensor_that_matmul_transposes():
     torch.testing.assert_close(out, q @ kv[R:2 * R].T, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_matmul_of_a_computed_value_and_a_tensor_takes_out_dtype():
     @pl.jit
     def k(p: pl.Tensor, v: pl.Tensor, out: pl.Out[pl.Tensor]):
@@ -107,6 +108,7 @@ def test_fp16_and_fp32_operands_in_a_region_promote_to_fp32_and_a_kernel_body_re
     assert_at(ei, where[0], "dtype mismatch in add")
 
 
+@pytest.mark.slow
 def test_an_if_on_the_loop_index_yields_a_value_in_one_branch_and_the_carried_tensor_in_the_other():
     """PyPTO's ``if i == last: y = pl.yield_(value) else: y = pl.yield_(carried)`` (flash attention's attn)."""
     steps = 4

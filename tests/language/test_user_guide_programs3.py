@@ -220,6 +220,7 @@ def test_chunked_add_and_the_three_write_forms():
 # --- ops/01-catalog.md: tri (runtime diagonal), concat, scalar min --------------------------------------
 
 
+@pytest.mark.slow
 def test_tri_masks_with_a_runtime_diagonal_and_both_sides():
     @pl.jit
     def masks(x: pl.Tensor[[32, 32], pl.FP32], lo: pl.Out[pl.Tensor[[32, 32], pl.FP32]],

@@ -158,6 +158,7 @@ def test_slice_with_a_valid_shape_and_pad_value(launcher, rng):
     assert np.isnan(z[3:]).all()
 
 
+@pytest.mark.slow
 def test_matmul_of_a_partially_valid_tile(launcher):
     """PyPTO's 12_matmul_valid_shape: 5 data rows in a 16-row tile that overhangs the tensor."""
 
@@ -181,6 +182,7 @@ def test_matmul_of_a_partially_valid_tile(launcher):
     torch.testing.assert_close(output, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_slice_inherits_its_sources_region(launcher, rng):
     @pl.jit
     def k(x: pl.Tensor, n: pl.INDEX, y: pl.Out[pl.Tensor], z: pl.Out[pl.Tensor]):

@@ -30,6 +30,7 @@ def _f(seed):
     return np.random.default_rng(seed).uniform(1, 2, N).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_sync_timeout_leaves_the_launch_running(rel_kernels):
     with ChipWorker(RunConfig(**SMALL)) as w:
         add = w.register(rel_kernels.get("add", N))
@@ -67,6 +68,7 @@ async def test_fail_after_around_an_await_leaves_state_intact(rel_kernels):
         np.testing.assert_array_equal(out2, b + b)
 
 
+@pytest.mark.slow
 def test_latch_never_released_does_not_hang_close(rel_kernels):
     """close() drains for its timeout, then cancels queued work and says what it dropped."""
     w = ChipWorker(RunConfig(**SMALL))

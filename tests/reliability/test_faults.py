@@ -26,6 +26,7 @@ def _f(seed):
     return np.random.default_rng(seed).uniform(1, 2, N).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_memory_exhaustion_mid_pipeline(rel_kernels):
     """The failing allocation raises; frees make room; the pipeline continues with right numbers."""
     with ChipWorker(RunConfig(**dict(SMALL, device_memory=1 << 20))) as w:

@@ -21,6 +21,7 @@ from .conftest import SMALL, mem_stats, proc_threads, thread_name, threads_left
 N = 256
 
 
+@pytest.mark.slow
 def test_dropped_tensors_and_launches_free_in_stream_order(rel_kernels):
     with ChipWorker(RunConfig(**SMALL)) as w:
         inc = w.register(rel_kernels.get("inc", N))
@@ -47,6 +48,7 @@ def test_dropped_tensors_and_launches_free_in_stream_order(rel_kernels):
         assert (m.allocations, m.pending_frees) == (0, 0)
 
 
+@pytest.mark.slow
 def test_dropped_tensor_in_async_mode_is_freed(rel_kernels):
     async def main():
         async with ChipWorker(RunConfig(**SMALL)) as w:

@@ -108,6 +108,7 @@ def _check(doc, g, n: int) -> None:
     assert _edges(doc) == {(2 * i, 2 * i + 1, "inferred", "RAW", "t") for i in range(n)}
 
 
+@pytest.mark.slow
 def test_a_table_less_programs_run_writes_its_resolved_graph_sync(tmp_path):
     c = _compile(RTwo, tmp_path / "rtwo", table=False)
     path = c.output_dir / "dfx_outputs" / "deps.json"
@@ -174,6 +175,7 @@ def test_a_table_less_programs_run_writes_its_resolved_graph_asyncio(tmp_path):
     _check(_doc(c), g, 2)  # the last run's, on disk once the worker closed
 
 
+@pytest.mark.slow
 def test_a_table_programs_file_is_written_at_registration_unchanged(tmp_path):
     c = _compile(TTwo, tmp_path / "ttwo", table=True)
     with ChipWorker(RunConfig(enable_dep_gen=True)) as w:

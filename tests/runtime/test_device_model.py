@@ -170,6 +170,7 @@ def test_host_timing_keeps_the_host_threads_and_clock():
 # -- programs --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_programs_modeled_timeline_is_the_same_across_runs_and_host_threads():
     x = rand((4 * T, 32), 5)
     want = None
@@ -304,6 +305,7 @@ class Uneven:
         return y
 
 
+@pytest.mark.slow
 def test_a_fork_of_unequal_tasks_takes_the_core_free_first_each_in_turn():
     # The least a kernel takes, the pickup and the orchestrator's step lowered, so the sites' work
     # sets how long a core is busy; the reference schedule: each task in instance order, submitted
@@ -349,6 +351,7 @@ def test_a_fork_of_48_equal_tasks_on_a2a3_takes_one_task_plus_its_pickup():
     assert wall == N_FORK * orch + pickup + dur
 
 
+@pytest.mark.slow
 def test_a_program_traces_its_tasks_on_modeled_lanes_and_host_lanes():
     x = rand((4 * T, 32), 8)
     trace, _ = run_held(RunConfig(cores=2), Mixed, x, np.zeros((T, 32), np.float32))

@@ -194,6 +194,7 @@ def test_sync_submit_keeps_at_most_depth_in_flight(kernels):
         dw.free_stacked_tensor(xs)
 
 
+@pytest.mark.slow
 def test_sync_timeout_is_one_deadline_for_every_device_and_raises_pto_timeout(kernels):
     # Every device is held, so every part is late: a wait per device would take 3 t; one
     # deadline for all takes about t.  (The bound is loose, for a loaded machine; what it

@@ -34,6 +34,7 @@ def diamond_want(x):
     return (e + 1) * (e * 2)
 
 
+@pytest.mark.slow
 def test_a_diamond_program_and_a_kernel_replay_like_eager_with_fresh_bindings():
     diamond = ir.compile(Diamond)
     kernel = plus_half.compile(rand((R, C), 0), poison((R, C)))
@@ -95,6 +96,7 @@ async def test_a_program_replays_under_every_backend(config):
         g.close()
 
 
+@pytest.mark.slow
 def test_a_failing_task_fails_the_replay_naming_the_node_and_the_task_and_later_replays_run():
     c = ir.compile(Failing)
     kernel = plus_half.compile(rand((R, C), 0), poison((R, C)))

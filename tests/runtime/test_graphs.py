@@ -602,6 +602,7 @@ def test_closing_the_worker_closes_its_graphs(config, kernels):
     assert g.is_closed and own.freed
 
 
+@pytest.mark.slow
 def test_a_dropped_graph_lets_go_of_its_tensors(worker, k):
     weight = worker.alloc_tensor(N, np.float32, init=rand())
     with worker.capture(name="dropped") as cap:
@@ -650,6 +651,7 @@ async def test_async_replay_and_submit_under_every_backend(config, kernels):
         g.close()
 
 
+@pytest.mark.slow
 def test_demo_runs_its_batch_loop_through_graphs(tmp_path, capsys):
     import json
 

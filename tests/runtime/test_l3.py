@@ -322,6 +322,7 @@ def stuck(y: pl.Out[pl.Tensor[[NR, 1, C], pl.FP32]]):
         _stuck_chip(y[r], pld.window(sig, [1, 1]), device=r)
 
 
+@pytest.mark.slow
 def test_a_wait_nobody_satisfies_is_a_deadlock_error_and_the_worker_works_on():
     y = _poisoned((2, 1, C))
     bad = stuck.compile(y, config=_cfg(2))
@@ -529,6 +530,7 @@ def test_a_box_outside_the_window_is_refused():
     _compile_err(k, PtoCompileError, "outside")
 
 
+@pytest.mark.slow
 def test_a_tile_living_across_a_cross_rank_operation_is_carried_through_a_spill_tensor():
     @pl.jit.incore
     def k(x: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[1, C], pl.FP32]],
@@ -719,6 +721,7 @@ def use(t: pl.Tensor, kv: pl.Tensor, o: pl.Out[pl.Tensor]):
     return _use_chip(t, kv, o)
 
 
+@pytest.mark.slow
 def test_two_programs_share_one_worker_and_a_resident_tensor():
     cfg = _cfg(1)
     p = rng.standard_normal((N, N)).astype(np.float32)
@@ -1026,6 +1029,7 @@ def _shift_host(peer_of):
     return shift
 
 
+@pytest.mark.slow
 def test_a_scalar_argument_the_host_gives_an_int_is_that_ranks_peer_and_notify_value():
     n = 3
     x = rng.standard_normal((n, 1, C)).astype(np.float32)

@@ -278,6 +278,7 @@ async def test_awaiting_a_program_with_two_outputs(config, kernels):
         t_hi.free()
 
 
+@pytest.mark.slow
 def test_dropped_launch_keeps_host_buffers_alive(worker, kernels):
     add = kernels.get("add", N)
     a, b = rand(), rand()

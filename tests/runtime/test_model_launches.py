@@ -290,6 +290,7 @@ def expected_mixed(mix, ids, p=SLOW):
     return sorted(out)
 
 
+@pytest.mark.slow
 def test_programs_and_a_launch_take_the_cores_in_modeled_order(lib):
     want = None
     for cores in (1, 2, 4):

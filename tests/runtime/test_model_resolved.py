@@ -224,6 +224,7 @@ class RPipe:
         return z
 
 
+@pytest.mark.slow
 def test_a_resolved_graph_is_the_same_modeled_or_not_whatever_the_runs_before_it_recorded():
     """The model's recording sizes a run from the last one and keeps sites and hazards only when asked: same graph."""
     c = _compile(RPipe)

@@ -151,6 +151,7 @@ def test_iterations_that_write_the_same_window_stay_ordered_when_edges_are_resol
         assert by_id[b].start_ns >= by_id[a].end_ns  # each on the one accumulator window: RAW and WAW
 
 
+@pytest.mark.slow
 def test_a_read_index_past_its_tensor_fails_the_launch_naming_the_read():
     c = ir.compile(Lengths)
     x = _rand((N * R, C), 7)
@@ -262,6 +263,7 @@ class Longest:
         return y
 
 
+@pytest.mark.slow
 def test_a_scalar_carried_across_an_orchestration_loop_takes_each_iterations_value():
     c = ir.compile(Longest)
     assert c.task_graph is None
@@ -349,6 +351,7 @@ class Sized:
 SIZED_LINE: list[int] = []
 
 
+@pytest.mark.slow
 def test_an_extent_read_at_run_time_takes_the_shape_of_the_kernel_parameter_it_is_passed_to():
     """The intermediate and the windows take exp_tile's and neg_tile's static [R, C]: one artifact, checked sizes."""
     c = ir.compile(Sized)
@@ -362,6 +365,7 @@ def test_an_extent_read_at_run_time_takes_the_shape_of_the_kernel_parameter_it_i
             np.testing.assert_allclose(y[:count * R], -np.exp(x[:count * R]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_an_extent_read_at_run_time_that_disagrees_with_the_kernel_fails_the_launch_clearly():
     c = ir.compile(Sized)
     x = _rand((N * R, C), 16)
@@ -490,6 +494,7 @@ class Clustered:
         return y
 
 
+@pytest.mark.slow
 def test_spmd_dispatches_by_core_num_inside_and_outside_a_cluster_run_every_block():
     c = ir.compile(Clustered)
     x = _rand((N * R, C), 19)

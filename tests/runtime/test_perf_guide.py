@@ -113,6 +113,7 @@ def loop_inside(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
     return c
 
 
+@pytest.mark.slow
 def test_a_loop_inside_the_incore_function_pays_one_dispatch_instead_of_n():
     a, b = rand((ROWS, COLS), 1), rand((ROWS, COLS), 2)
     before = Run(many_small_tasks, a, b, poison((ROWS, COLS)))
@@ -200,6 +201,7 @@ def merged_chain(a: pl.Tensor, b: pl.Tensor, out: pl.Out[pl.Tensor]):
     return out
 
 
+@pytest.mark.slow
 def test_merging_a_producer_and_its_consumer_drops_a_dispatch_and_the_gm_round_trip():
     a, b = rand((LARGE, COLS), 5), rand((LARGE, COLS), 6)
     want = np.exp(a + b)
@@ -241,6 +243,7 @@ def spmd_blocks(a: pl.Tensor, b: pl.Tensor, c: pl.Out[pl.Tensor]):
     return c
 
 
+@pytest.mark.slow
 def test_one_spmd_dispatch_replaces_a_dispatch_per_block():
     rows = BLOCKS * TILE_ROWS
     a, b = rand((rows, COLS), 7), rand((rows, COLS), 8)
@@ -278,6 +281,7 @@ def late_resolve(a: pl.Tensor, b: pl.Tensor, scratch: pl.Out[pl.Tensor], out: pl
     return scratch, out
 
 
+@pytest.mark.slow
 def test_early_resolve_stages_the_consumer_so_it_starts_as_its_producer_ends():
     a, b = rand((TILE_ROWS, COLS), 9), rand((TILE_ROWS, COLS), 10)
     flagged = Run(early_resolve, a, b, poison((TILE_ROWS, COLS)), poison((TILE_ROWS, COLS)))
@@ -356,6 +360,7 @@ def both_producers_flagged(a: pl.Tensor, b: pl.Tensor, s1: pl.Out[pl.Tensor], s2
     return s1, s2, out
 
 
+@pytest.mark.slow
 def test_early_resolve_stages_a_consumer_only_once_all_its_producers_are_flagged():
     # "Flagging one producer of a three-producer consumer buys nothing."
     a, b = rand((TILE_ROWS, COLS), 19), rand((TILE_ROWS, COLS), 20)
@@ -423,6 +428,7 @@ def _side_by_side(r) -> bool:
         x.end_ns for x in r.work)
 
 
+@pytest.mark.slow
 def test_a_claim_the_compiler_cannot_prove_lifts_a_false_chain():
     a = rand((DN * DK * DR, COLS), 14)
     before = Run(interleaved, a, poison(a.shape))
@@ -504,6 +510,7 @@ def pipelined(a: pl.Tensor, out: pl.Out[pl.Tensor]):
     return out
 
 
+@pytest.mark.slow
 def test_a_pipelined_loop_overlaps_its_loads_with_its_compute():
     a = rand((NT * TR, TC), 11)
     before = Run(single_buffer, a, poison(a.shape))
@@ -543,6 +550,7 @@ def rows_of_512_bytes(a: pl.Tensor, out: pl.Out[pl.Tensor]):
     return out
 
 
+@pytest.mark.slow
 def test_a_load_of_128_byte_rows_costs_more_than_the_same_bytes_in_512_byte_rows():
     a = rand((LOADS * 128, WIDE), 12)
     before = Run(rows_of_128_bytes, a, poison((LOADS * 128, 32)))

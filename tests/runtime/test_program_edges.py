@@ -47,6 +47,7 @@ def _tasks(trace, name=None):
                   key=lambda r: r.block)
 
 
+@pytest.mark.slow
 def test_independent_tasks_past_the_table_run_at_the_same_time(no_table):
     n = LIMIT + 4
 
@@ -74,6 +75,7 @@ def test_independent_tasks_past_the_table_run_at_the_same_time(no_table):
     assert any(b.start_ns < a.end_ns and a.engine != b.engine for a, b in zip(t, t[1:]))
 
 
+@pytest.mark.slow
 def test_loop_carried_hazards_past_the_table_stay_ordered(no_table):
     """produce(i) writes y, consume(i) reads it, produce(i + 1) overwrites it: RAW and WAR, resolved on the device."""
     n = LIMIT  # 2n instances
@@ -125,6 +127,7 @@ def test_a_window_smaller_than_the_program_and_a_small_pool_drop_no_edge(no_tabl
     np.testing.assert_array_equal(acc, want)
 
 
+@pytest.mark.slow
 def test_declared_dependencies_past_the_table_order_conservatively(no_table):
     """A task with deps= (or in a manual scope) waits for every earlier task still running: never less order."""
     n = LIMIT + 2

@@ -90,6 +90,7 @@ def _runs(c, x, rounds: int, **cfg) -> tuple[list[np.ndarray], dict]:
         return outs, h.program_stats()
 
 
+@pytest.mark.slow
 def test_a_small_program_that_cannot_wait_is_orchestrated_inline_with_its_intermediates():
     c = ir.compile(FanIn)
     x = rand((64, 32), 41)
@@ -100,6 +101,7 @@ def test_a_small_program_that_cannot_wait_is_orchestrated_inline_with_its_interm
     assert st["heap_hwm"] >= 64 * 32 * 4  # the intermediate was placed
 
 
+@pytest.mark.slow
 def test_inline_intermediates_each_have_their_own_bytes():
     """Four intermediates of a chain, placed one after another (a ring_heap that must reuse: not inline)."""
     c = ir.compile(Pipeline)

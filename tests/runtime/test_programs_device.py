@@ -43,6 +43,7 @@ def overlap(a, b) -> bool:
     return a.start_ns < b.end_ns and b.start_ns < a.end_ns
 
 
+@pytest.mark.slow
 def test_programs_compile_to_the_program_abi_and_plain_kernels_do_not():
     assert ir.compile(Diamond).kind == "program" and ir.compile(HelloWorld).kind == "program"
 
@@ -99,6 +100,7 @@ def test_a_traced_task_is_submitted_by_its_orchestration_before_its_predecessors
     assert t["bottom"].submit_ns < t["top"].end_ns
 
 
+@pytest.mark.slow
 def test_disjoint_windows_of_one_tensor_are_written_in_parallel():
     c = ir.compile(Halves)
     x = rand((R, C), 22)
@@ -115,6 +117,7 @@ def test_disjoint_windows_of_one_tensor_are_written_in_parallel():
     assert t["total"][0].start_ns >= max(a.end_ns, b.end_ns)
 
 
+@pytest.mark.slow
 def test_loop_carried_write_after_read_is_ordered_on_the_device():
     x, y, z = rand((64, 32), 23), poison((16, 32)), poison((64, 32))
     c = carried.compile(x, y, z)
@@ -130,6 +133,7 @@ def test_loop_carried_write_after_read_is_ordered_on_the_device():
         assert t["produce"][i].start_ns >= t["consume"][i - 1].end_ns  # overwrites y only once it was read
 
 
+@pytest.mark.slow
 def test_a_tiled_loop_of_64_tiles_submits_64_tasks_from_one_call_site():
     c = ir.compile(Tiles64)
     src = c.source_path.read_text()
@@ -164,6 +168,7 @@ class Independent:
         return y
 
 
+@pytest.mark.slow
 def test_a_full_task_window_makes_the_orchestration_wait_on_the_device():
     c = ir.compile(Independent)
     x = rand((64 * 8, 32), 26)
@@ -212,6 +217,7 @@ def test_an_empty_dependency_pool_makes_the_orchestration_wait_and_drops_no_edge
     assert st["dep_hwm"] <= 2 and st["dep_waits"] > 0
 
 
+@pytest.mark.slow
 def test_a_scope_larger_than_the_task_window_is_a_deadlock_naming_the_knob():
     @pl.jit
     def scoped(x: pl.Tensor, y: pl.Out[pl.Tensor]):
@@ -301,6 +307,7 @@ class FailingBeside:
         return out, o
 
 
+@pytest.mark.slow
 def test_a_failing_task_skips_its_dependents_and_independent_tasks_still_run():
     c = ir.compile(FailingBeside)
     x = rand((8, 8), 30)
@@ -316,6 +323,7 @@ def test_a_failing_task_skips_its_dependents_and_independent_tasks_still_run():
         np.testing.assert_array_equal(out, x + 1)
 
 
+@pytest.mark.slow
 def test_manual_scope_runs_declared_edges_only_on_the_device():
     x, s, out = rand((R, C), 31), poison((R, C)), poison((R, C))
     c = chain_manual.compile(x, s, out)
@@ -326,6 +334,7 @@ def test_manual_scope_runs_declared_edges_only_on_the_device():
     np.testing.assert_array_equal(out, (x + 1) * 3)  # stage2 waited for stage1, as declared
 
 
+@pytest.mark.slow
 def test_register_loads_a_program_once_and_launches_load_nothing():
     c = ir.compile(Chain)
     x, y = rand((R, C), 32), rand((R, C), 33)
@@ -432,6 +441,7 @@ def test_a_printed_program_runs_like_the_original():
     np.testing.assert_allclose(out, (e + 1) * (e * 2), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_program_past_4096_tasks_gets_its_task_graph_not_a_serial_chain():
     """Independent rows stay independent past the old 4,096-instance table limit."""
     n = 4096 + 4

@@ -53,6 +53,7 @@ def _rand(g):
     return torch.randn(R, C, generator=g)
 
 
+@pytest.mark.slow
 def test_an_out_between_inputs_is_made_returned_and_fresh_each_call(programs):
     between, _ = programs
     g = torch.Generator().manual_seed(3)

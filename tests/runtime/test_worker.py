@@ -336,6 +336,7 @@ def test_sync_covers_the_frees_of_collected_tensors(worker):
     assert mem_stats(worker).allocations == 0 and mem_stats(worker).pending_frees == 0
 
 
+@pytest.mark.slow
 def test_a_drained_token_map_lets_go_of_the_table_of_its_peak(worker, kernels):
     # 12,000 commands in flight at once grow the token map's table past the limit; once they
     # all completed it is let go, so what a garbage collection walks in the map is what is in
