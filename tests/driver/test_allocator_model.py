@@ -80,9 +80,9 @@ ops = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
-@pytest.mark.slow
 def test_allocator_matches_the_first_fit_coalescing_model(seq):
     dev = open_device(device_memory=ARENA)
     try:
