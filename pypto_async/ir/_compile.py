@@ -187,6 +187,9 @@ class CompiledProgram:
         self.largest_scope: int = meta.get("largest_scope", 0)
         #: The parameters ``enable_dump_args=1`` dumps (marked with ``pl.dump_tag`` / ``dumps=``).
         self.dump_tags: tuple[str, ...] = tuple(str(n) for n in meta.get("dump_tags", ()))
+        #: The scalar parameters compiled in as numbers (``kernel.compile(n=128)``), name to value: a
+        #: launch passes that value there (another raises :class:`~pypto_async.errors.PtoArgumentError`).
+        self.specialised: dict[str, int | float | bool] = dict(meta.get("specialised", {}))
         graph = meta.get("task_graph")
         #: The program's tasks (id and name, in submission order) and edges (a :class:`TaskGraph`);
         #: ``None`` when the program submits more than :data:`~pypto_async.ir._deps.MAX_TASKS` tasks.
@@ -461,7 +464,7 @@ def _received_key(local_key: str, source: str, ir_text: str, meta: dict) -> str:
 _REQUIRED = {"name": str, "symbol": str, "platform": str, "block_num": int, "has_return": bool,
              "params": list, "compiler": str, "flags": list, "ir_hash": str}
 _OPTIONAL = {"kind": str, "program_symbol": (str, NoneType), "largest_scope": int,
-             "task_graph": (dict, NoneType), "dump_tags": list}
+             "task_graph": (dict, NoneType), "dump_tags": list, "specialised": dict}
 _DIRECTIONS = (IN, OUT, INOUT, SCALAR)
 
 
@@ -535,6 +538,10 @@ def _check_meta(meta, where: str) -> dict:
             raise PtoLoadError(f"{where}: {_META} field 'params' entry {i} must be an object with a str name, "
                                f"a direction in {list(_DIRECTIONS)}, a list of int shape and a dtype name, "
                                f"got {p!r}"[:300])
+    scalars = {p["name"]: p for p in meta["params"] if p["direction"] == SCALAR}
+    for name, value in meta.get("specialised", {}).items():
+        if name not in scalars or not isinstance(value, (int, float)):
+            bad("specialised", "an object of scalar parameter names to numbers")
     graph = meta.get("task_graph")
     if graph is not None:
         try:
@@ -778,6 +785,7 @@ def _meta(target: Target, platform: str, cc: str, flags, ir_hash: str, symbol: s
         "codegen_version": CODEGEN_VERSION,
         "task_graph": _graph_to_meta(target.graph),
         "dump_tags": [n for n in program.dump_tags if any(p.name == n for p in program.params)],
+        **({"specialised": dict(program.specialised)} if program.specialised else {}),
     }
 
 
@@ -872,6 +880,8 @@ def compile(program: Program, platform: str = "sim", output_dir=None, **kwargs) 
     text = format_program(lowered)
     # The run-time extents change the C, not the printed program: they key the artifact too.
     dyn = "".join(f" dynamic {t}.{a}={sc}" for sc, t, a in getattr(lowered, "dynamic", ()))
+    # So do the scalars specialised on: a launch is checked against them, even where the C is the same.
+    dyn += "".join(f" specialised {n}={v!r}" for n, v in lowered.specialised)
     ir_hash = hashlib.sha256(f"codegen {CODEGEN_VERSION}{target.hash_tag}{dyn}\n{text}".encode()).hexdigest()
     symbol = f"{_c_name(lowered.name)[:_SYMBOL_STEM]}_{ir_hash[:12]}"  # the driver takes names < 48 bytes
     root = cache_dir() / "kernels"

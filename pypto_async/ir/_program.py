@@ -76,6 +76,9 @@ class Program:
     #: parameter ``scalar`` (the caller passes the argument's extent there; see ``language._jit``).
     #: ``tensor``'s declared extent there is a placeholder, :data:`DYNAMIC_EXTENT`.
     dynamic: tuple[tuple[str, str, int], ...] = ()
+    #: The scalar parameters the trace saw as numbers, ``(name, value)``: the body computes with the
+    #: value (a shape, a Python ``range``), so a launch of the artifact must pass that value there.
+    specialised: tuple[tuple[str, int | float | bool], ...] = ()
 
     def param(self, name: str) -> Param:
         for p in (*self.params, *self.scratch):

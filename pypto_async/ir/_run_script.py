@@ -4,7 +4,8 @@ PyPTO's ``compile()`` leaves a runnable harness in ``<output_dir>/debug/run.py``
 so a build directory can be re-run without the code that made it.  Here the
 script loads the artifact directory it sits in (``ir.CompiledProgram.from_dir``),
 makes each parameter from its shape and dtype in ``_inline_inputs`` (random
-floats, zero integers, zero outputs, scalars 1: edit them to try others),
+floats, zero integers, zero outputs, scalars 1 or the value the artifact was
+compiled for: edit them to try others),
 launches it and prints the outputs.  ``python <output_dir>/debug/run.py --seed 3``.
 """
 
@@ -25,8 +26,10 @@ _TORCH = {"FP32": "float32", "FP64": "float64", "FP16": "float16", "BF16": "bflo
           "FP8E4M3FN": "float8_e4m3fn", "FP8E5M2": "float8_e5m2"}
 
 
-def _init(p) -> str:
+def _init(p, specialised: dict) -> str:
     """The expression that makes parameter ``p`` in the script."""
+    if p.name in specialised:  # compiled in: a launch passes that value
+        return repr(specialised[p.name])
     if p.direction == SCALAR:
         return "1.0" if p.dtype.is_float else "1"
     shape = "(" + ", ".join(str(d) for d in p.shape) + ("," if len(p.shape) == 1 else "") + ")"
@@ -40,14 +43,15 @@ def _init(p) -> str:
 
 def render(program) -> str:
     """The text of ``debug/run.py`` for a lowered ``program``."""
-    inputs = "\n".join(f"        {p.name!r}: {_init(p)},  # {p.direction} {p.dtype.name}{list(p.shape)}"
-                       for p in program.params)
+    fixed = dict(getattr(program, "specialised", ()))
+    inputs = "\n".join(f"        {p.name!r}: {_init(p, fixed)},  # {p.direction} {p.dtype.name}{list(p.shape)}"
+                       + ("; compiled for this value" if p.name in fixed else "") for p in program.params)
     outputs = [p.name for p in program.params if p.direction not in (SCALAR, IN)]
     return f'''"""Run the compiled program {program.name!r} (the directory above this script) on the simulator.
 
 Written by pypto_async.ir.compile.  _inline_inputs makes each parameter from
-its shape and dtype (random floats, zero integers and outputs, scalars 1);
-edit it to try other data.  Usage: python debug/run.py [--seed N]
+its shape and dtype (random floats, zero integers and outputs, scalars 1, or
+the value a specialised scalar was compiled for); edit it to try other data.  Usage: python debug/run.py [--seed N]
 """
 
 import argparse

@@ -297,7 +297,7 @@ class JitFunction:
         return Program(self.__name__, (*params, *hidden, *outs), tuple(tracer.blocks[0]), tracer.block_num or 1,
                        ret, scratch=scratch, manual_dep=tuple(getattr(tracer, "manual_dep", ())),
                        dump_tags=program_dump_tags(tracer, tracer.blocks[0]),
-                       dynamic=tuple((q.name, t, axis) for q, t, axis in runtime))
+                       dynamic=tuple((q.name, t, axis) for q, t, axis in runtime), specialised=literals)
 
     def lower(self, *args, config=None, **kwargs) -> Program:
         """Return the lowered program (after the pass pipeline) for these arguments.

@@ -17,7 +17,7 @@ from .._scalars import is_int
 from .._user_frame import user_frame
 from ..errors import PtoCompileError
 from ..ir._diag import compile_error
-from ..ir._nodes import IBin, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
+from ..ir._nodes import IBin, ICheck, IConst, IndexExpr, IScalar, IVar, Loc, Param, Var
 
 __all__ = [
     "Tracer",
@@ -245,6 +245,21 @@ def _sop(op, swap=False):
 _ARITH = ("+", "-", "*", "//", "%")
 
 
+def _scalar_params(expr) -> list[str]:
+    """The scalar parameters an index expression reads (:class:`IScalar`), in order, once each."""
+    found: dict[str, None] = {}
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, IScalar):
+            found[e.param] = None
+        elif isinstance(e, IBin):
+            stack += (e.b, e.a)
+        elif isinstance(e, ICheck):
+            stack.append(e.expr)
+    return list(found)
+
+
 class ScalarArg:
     """A scalar parameter inside a traced kernel; use it as an op operand."""
 
@@ -422,6 +437,17 @@ class Index:
         return Index(IBin("*", IConst(int(c)), power))
 
     def _symbolic(self, *_):
+        names = _scalar_params(self.expr)
+        if names:
+            said = ", ".join(repr(n) for n in names)
+            raise compile_error(
+                f"scalar parameter {said} has no value at trace time (its value arrives at dispatch), and a "
+                f"Python range() or a shape needs a number: give it one ({names[0]}=128 when compiling or "
+                "calling specialises the artifact on that value), or use it in load/store offsets, valid "
+                "extents, pl.range bounds or the condition of an if statement inside a pl.at region or an "
+                "InCore function",
+                user_loc(),
+            )
         raise compile_error(
             "a loop index is symbolic at trace time (so are a pl.read scalar and an integer scalar parameter); "
             "use it in load/store offsets, valid extents, pl.range bounds or the condition of an if statement "

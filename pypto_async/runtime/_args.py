@@ -249,12 +249,13 @@ class Binder:
 
     __slots__ = ("params", "nparams", "labels", "program", "_rows")
 
-    def __init__(self, params, program: str):
+    def __init__(self, params, program: str, specialised=None):
         self.params = tuple(params)
         self.nparams = len(self.params)
         self.labels = tuple(f"{program}: argument {p.name!r}" for p in self.params)
         self.program = program
-        self._rows = tuple((None if p.direction == SCALAR else p.shape, p.dtype, (label, p, Access.of(p)))
+        fixed = specialised or {}
+        self._rows = tuple((_row_shape(p, label, fixed), p.dtype, (label, p, Access.of(p)))
                            for p, label in zip(self.params, self.labels))
 
     def arity_error(self, n: int) -> PtoArgumentError:
@@ -297,6 +298,8 @@ class Binder:
                         joins.append((arg, row[2]))
             elif shape is None:  # a scalar
                 append(scalar_bits(arg, dtype, row[0]))
+            elif type(shape) is _Specialised:  # a scalar the artifact was compiled for one value of
+                append(shape.check(arg, dtype, row[0]))
             else:
                 label, p, _ = row
                 h = host_array(arg, label, writeable=p.copies_out)
@@ -330,6 +333,36 @@ class Binder:
             raise PtoArgumentError(f"{label}: expected a {p.dtype.name} scalar, not a DeviceTensor")
         if arg._shape != p.shape or (arg._dtype is not p.dtype and arg._dtype != p.dtype):
             _mismatch(label, p, arg._shape, arg._dtype.np_name)
+
+
+class _Specialised:
+    """The binder's row shape for a scalar parameter compiled in as a number: a launch passes that number."""
+
+    __slots__ = ("name", "value", "bits")
+
+    def __init__(self, name: str, value, bits: int):
+        self.name = name
+        self.value = value
+        self.bits = bits
+
+    def check(self, arg, dtype: DataType, label: str) -> int:
+        bits = scalar_bits(arg, dtype, label)
+        if bits != self.bits:
+            raise PtoArgumentError(
+                f"{label}: the artifact was compiled for {self.name}={self.value!r} (a number given for a "
+                f"scalar specialises the artifact: the body computes with it), got {arg!r}; compile for "
+                f"this value, or give {self.name}=pl.RUNTIME to pass a value at each launch")
+        return bits
+
+
+def _row_shape(p, label: str, specialised: dict):
+    """A parameter's shape as :meth:`Binder.bind` tests it: None for a scalar, :class:`_Specialised` for a fixed one."""
+    if p.direction != SCALAR:
+        return p.shape
+    if p.name not in specialised:
+        return None
+    value = specialised[p.name]
+    return _Specialised(p.name, value, scalar_bits(value, p.dtype, label))
 
 
 def _mismatch(label: str, p, shape, dtype_name: str) -> None:

@@ -105,7 +105,7 @@ class KernelHandle:
         # The driver call that queues one launch: (stream, kernel, blocks, args, nargs, token).
         h._launch = launch
         h._name = name
-        h._binder = Binder(compiled.params, name)
+        h._binder = Binder(compiled.params, name, getattr(compiled, "specialised", None))
         # How the launch uses each argument, for the driver's ordering of a kernel launch
         # (pto_stream_launch_ordered, which queues the edges it needs with it); None for a program.
         h._access = launch_access(h._binder.params) if launch is lib.pto_stream_launch else None

@@ -5,7 +5,8 @@ What PyPTO documents, and what it does here:
 
 * 00-getting_started.md ("compiling from the signature"): a number given for a scalar parameter
   specialises the artifact on it (``kernel.compile(n=128)`` "only ever sees 128"; ``kernel(x, out, 128)``
-  compiles a separate artifact per value); ``pl.RUNTIME`` leaves it a value read at dispatch.  Same here.
+  compiles a separate artifact per value); ``pl.RUNTIME`` leaves it a value read at dispatch.  Same here,
+  and a launch of a specialised artifact with another value there is a ``PtoArgumentError``.
 * tasks/02-submit.md, 03-tuning.md, tutorials/04-task-graph.md: ``with pl.spmd(n, deps=[...],
   predicate=(gate[e] > 0)) as tid:`` is the inline form that carries a dispatch predicate: the task
   runs only where it holds, read once its deps are met.  Same here.
@@ -66,10 +67,11 @@ def test_a_literal_scalar_is_a_number_in_the_body_and_an_artifact_per_value():
     out = _nan(64, 32)
     c16(x, out, 16, 2.0)
     torch.testing.assert_close(out, x * 2.0)
-    # "A kernel that only ever sees" its value: another number passed to that artifact is not read.
+    # "A kernel that only ever sees" its value: another number passed to that artifact is refused.
     out = _nan(64, 32)
-    c16(x, out, 16, 5.0)
-    torch.testing.assert_close(out, x * 2.0)
+    with pytest.raises(PtoArgumentError, match=r"argument 'alpha': the artifact was compiled for alpha=2\.0 .* got 5\.0"):
+        c16(x, out, 16, 5.0)
+    assert torch.isnan(out).all()  # refused before anything ran
 
 
 def test_pl_runtime_leaves_the_scalar_to_dispatch_one_artifact_for_every_value():
@@ -93,7 +95,7 @@ def test_pl_runtime_leaves_the_scalar_to_dispatch_one_artifact_for_every_value()
             torch.testing.assert_close(out[:n * 16], x[:n * 16] * alpha)
             torch.testing.assert_close(out[n * 16:], before[n * 16:])  # rows past n: not written
     # A Python loop over it (or a shape) needs the number: pl.RUNTIME there is refused at the line.
-    with pytest.raises(PtoCompileError, match=r"symbolic at trace time \(so are .* an integer scalar parameter\)"):
+    with pytest.raises(PtoCompileError, match=r"scalar parameter 'rows' has no value at trace time .* Python range"):
         chunked.compile(rows=pl.RUNTIME, alpha=1.0)
 
 
