@@ -8,8 +8,9 @@ the kernel goes on, and ``wait`` blocks until it has landed::
     session = pl.prefetch.session(ctx)
     pl.prefetch.wait(evt, session)
 
-The sim has no L2 to warm: the calls are checked as PyPTO's verifier checks them (inside a kernel
-being traced; a tensor parameter of static shape whose dimensions are all 1 but the last; each
+The sim has no L2 to warm: the calls are checked as PyPTO's verifier checks them (in an InCore
+function or a ``pl.at`` region, on the vector core: not in an orchestration or an AIC function; a
+tensor parameter of static shape whose dimensions are all 1 but the last; each
 handle of the kind its call takes) and the kernel computes what it computes without them.  A
 prefetch is not a read of the tensor for the task graph (it reads no value the kernel uses).
 The sim needs no SDMA workspace, so a worker opened without ``enable_sdma=True`` runs such a
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from .._scalars import is_int
 from ..ir._diag import compile_error
+from ._ops_crosscore import _kernel_side, _task_owner
 from ._tracer import TensorArg, current, user_loc
 
 __all__ = ["make_context", "async_prefetch", "session", "wait", "PrefetchAsyncContext", "AsyncEvent", "AsyncSession"]
@@ -61,23 +63,39 @@ class AsyncSession:
         return "pl.AsyncSession()"
 
 
+def _in_vector_code(op: str):
+    """The tracer, if ``op`` is called where PyPTO places it: vector-core code of an InCore function or region.
+
+    A prefetch is an AIV op (its SDMA scratch lives in the vector core's UB): an orchestration, which
+    runs on the host side and touches no L2, and a ``pl.FunctionType.AIC`` function are refused.
+    """
+    t = current(op)
+    if _task_owner(t) is None:
+        raise compile_error(f"{op}: a prefetch belongs in an InCore function (a kernel the orchestration "
+                            f"calls, or a pl.at region); this is the orchestration", user_loc())
+    if _kernel_side(t) == "AIC":
+        raise compile_error(f"{op}: a prefetch runs on the vector core (AIV), but this is an AIC function "
+                            f"(pl.FunctionType.AIC)", user_loc())
+    return t
+
+
 def _context(op: str, ctx) -> PrefetchAsyncContext:
     if not isinstance(ctx, PrefetchAsyncContext):
         raise compile_error(f"{op}: ctx must be what pl.prefetch.make_context() returned, got {ctx!r}", user_loc())
-    if ctx._tracer is not current(op):
+    if ctx._tracer is not _in_vector_code(op):
         raise compile_error(f"{op}: the context was made in another kernel; make one in this kernel", user_loc())
     return ctx
 
 
 def make_context() -> PrefetchAsyncContext:
     """A prefetch context for this kernel (the runtime's SDMA workspace on the device; none is needed here)."""
-    return PrefetchAsyncContext(current("pl.prefetch.make_context"))
+    return PrefetchAsyncContext(_in_vector_code("pl.prefetch.make_context"))
 
 
 def async_prefetch(src, ctx) -> AsyncEvent:
     """Start prefetching the tensor ``src`` (static shape, every dimension 1 but the last) into L2."""
     op = "pl.prefetch.async_prefetch"
-    current(op)
+    _in_vector_code(op)
     if not isinstance(src, TensorArg):
         raise compile_error(f"{op}: src must be a tensor parameter of the kernel, got {src!r}", user_loc())
     shape = list(src.shape)
@@ -95,7 +113,7 @@ def session(ctx) -> AsyncSession:
 def wait(event, session_handle) -> bool:
     """Wait for ``event`` in ``session_handle`` (both of one context); returns True: the region is resident."""
     op = "pl.prefetch.wait"
-    current(op)
+    _in_vector_code(op)
     if not isinstance(event, AsyncEvent):
         raise compile_error(f"{op}: event must be what pl.prefetch.async_prefetch returned, got {event!r}", user_loc())
     if not isinstance(session_handle, AsyncSession):

@@ -94,3 +94,64 @@ def test_bad_prefetch_arguments_are_compile_errors(body, message):
 def test_a_prefetch_outside_a_kernel_is_a_compile_error():
     with pytest.raises(PtoCompileError, match="pl.prefetch.make_context can only be called inside"):
         pl.prefetch.make_context()
+
+
+def _orchestration_prefetch():
+    @pl.program
+    class PrefetchInOrchestration:
+        @pl.function(type=pl.FunctionType.InCore)
+        def kernel(self, a: pl.Tensor[[R, C], pl.FP32], out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            return pl.store(pl.load(a, [0, 0], [R, C]), [0, 0], out)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orchestrator(self, a: pl.Tensor[[R, C], pl.FP32],
+                         out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            pl.prefetch.make_context()  # the orchestration touches no L2
+            out = self.kernel(a, out)
+            return out
+
+    return PrefetchInOrchestration
+
+
+def test_a_prefetch_in_an_orchestration_is_a_compile_error_at_its_line():
+    with pytest.raises(PtoCompileError, match=r"test_prefetch\.py:\d+: pl\.prefetch\.make_context: a prefetch belongs "
+                                              r"in an InCore function .* this is the orchestration"):
+        ir.compile(_orchestration_prefetch())
+
+
+def test_a_prefetch_in_an_aic_function_is_a_compile_error():
+    @pl.program
+    class PrefetchOnCube:
+        @pl.function(type=pl.FunctionType.AIC)
+        def cube(self, a: pl.Tensor[[R, C], pl.FP32], out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            ctx = pl.prefetch.make_context()
+            pl.prefetch.wait(pl.prefetch.async_prefetch(a, ctx), pl.prefetch.session(ctx))
+            return pl.store(pl.load(a, [0, 0], [R, C]), [0, 0], out)
+
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orchestrator(self, a: pl.Tensor[[R, C], pl.FP32],
+                         out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            out = self.cube(a, out)
+            return out
+
+    with pytest.raises(PtoCompileError, match=r"make_context: a prefetch runs on the vector core \(AIV\), but this is "
+                                              r"an AIC function"):
+        ir.compile(PrefetchOnCube)
+
+
+def test_a_prefetch_in_a_pl_at_region_of_an_orchestration_runs(launcher, rng):
+    @pl.program
+    class PrefetchInRegion:
+        @pl.function(type=pl.FunctionType.Orchestration)
+        def orchestrator(self, a: pl.Tensor[[R, C], pl.FP32],
+                         out: pl.Out[pl.Tensor[[R, C], pl.FP32]]) -> pl.Tensor[[R, C], pl.FP32]:
+            with pl.at(level=pl.Level.CORE_GROUP):
+                ctx = pl.prefetch.make_context()
+                pl.prefetch.wait(pl.prefetch.async_prefetch(a, ctx), pl.prefetch.session(ctx))
+                out = pl.store(pl.mul(pl.load(a, [0, 0], [R, C]), 3.0), [0, 0], out)
+            return out
+
+    a = rng.standard_normal((R, C), dtype=np.float32)
+    out = poison((R, C))
+    launcher.run(ir.compile(PrefetchInRegion), a, out)
+    np.testing.assert_allclose(out, 3.0 * a, rtol=1e-6)
