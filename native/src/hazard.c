@@ -150,7 +150,10 @@ struct pto_hazards {
     uint64_t gen;
     uint64_t inferred, skipped;
     size_t live;
+    uint64_t serial; /* this table's, never 0 nor reused: a stream's hz_serial names it */
 };
+
+static _Atomic uint64_t hz_serials;
 
 /* ---- the maps ---------------------------------------------------------------- */
 
@@ -926,6 +929,7 @@ int pto_hazards_create(pto_device *dev, pto_hazards **out)
     if (!hz)
         return pti_error(PTO_ENOMEM, "pto_hazards_create: out of host memory");
     hz->dev = dev;
+    hz->serial = atomic_fetch_add_explicit(&hz_serials, 1, memory_order_relaxed) + 1;
     *out = hz;
     return 0;
 }
@@ -1246,12 +1250,95 @@ static bool all_mine(pto_hazards *hz, const struct hz_stream *me, const pto_hz_a
     return true;
 }
 
-/* pto_hazards_launch, with access[0..nacc) (arguments past them are not accesses). */
-static int launch_ordered(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_t blocks, const uint64_t *args,
-                          uint32_t nargs, const uint8_t *access, uint32_t nacc, uint64_t edge_token,
-                          uint64_t token, const char *fn)
+/*
+ * Whether every allocation of access[0..nacc) was last touched by `me` alone
+ * (or never): all_mine over the arguments themselves, no access list built.
+ * tens[j] is the record of the j-th access (access[i] != 0), for the ones
+ * checked before the answer and every one after it: the slow path's.
+ */
+static inline __attribute__((always_inline)) bool args_mine(pto_hazards *hz, const struct hz_stream *me,
+                                                             const uint64_t *args, const uint8_t *access,
+                                                             uint32_t nacc, struct hz_tensor **tens)
 {
-    struct hz_stream *me = hz && s ? stream_of(hz, s->id) : NULL;
+    bool mine = true;
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < nacc; i++) {
+        if (!access[i])
+            continue;
+        struct hz_tensor *t = map_get(&hz->tensors, args[i]);
+        tens[j++] = t;
+        if (!t || !mine)
+            continue;
+        if (t->w && t->w != me)
+            mine = false;
+        else if (access[i] & PTO_HZ_WRITE)
+            for (uint32_t r = 0; r < t->nr; r++)
+                if (t->r[r].s != me)
+                    mine = false;
+    }
+    return mine;
+}
+
+/* note_found over the arguments (args_mine's records): the accesses of a launch queued at pos. */
+static inline __attribute__((always_inline)) int note_args(pto_hazards *hz, struct hz_stream *me,
+                                                            const uint64_t *args, const uint8_t *access,
+                                                            uint32_t nacc, uint64_t pos,
+                                                            struct hz_tensor *const *tens)
+{
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < nacc; i++) {
+        if (!access[i])
+            continue;
+        struct hz_tensor *t = tens[j++];
+        uint32_t f = access[i] & (PTO_HZ_READ | PTO_HZ_WRITE);
+        if (!f)
+            continue;
+        if (!t && !(t = tensor_get(hz, args[i], true)))
+            return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
+        if (!(f & PTO_HZ_WRITE)) {
+            if (add_read(hz, t, me, pos))
+                return pti_error(PTO_ENOMEM, "pto_hazards_note: out of host memory");
+        } else if (t->w == me && !t->nr && !t->wclock && !hz->points) { /* set_writer's own first case */
+            t->wpos = pos;
+            t->wexact = 0;
+        } else {
+            set_writer(hz, t, me, pos, 0);
+        }
+    }
+    return 0;
+}
+
+static int launch_edges(pto_hazards *hz, struct hz_stream *me, pto_stream *s, pto_kernel *k, uint32_t blocks,
+                        const uint64_t *args, uint32_t nargs, const uint8_t *access, uint32_t nacc,
+                        uint64_t edge_token, uint64_t token, const char *fn, struct hz_tensor **found);
+
+/* The table's record of s: the one s keeps (hz_me), or looked up and kept. */
+static struct hz_stream *stream_me(pto_hazards *hz, pto_stream *s)
+{
+    if (s->hz_serial == hz->serial)
+        return s->hz_me;
+    struct hz_stream *me = stream_of(hz, s->id);
+    if (me && me->ptr == s && !hz->points) {
+        s->hz_me = me;
+        s->hz_serial = hz->serial;
+    }
+    return me;
+}
+
+/*
+ * pto_hazards_launch, with access[0..nacc) (arguments past them are not
+ * accesses).  The common case first: every allocation the launch accesses
+ * was last touched by its own stream (one stream, or a stream's own
+ * tensors), so no edge is needed: the launch is queued as it is and its
+ * accesses noted, with no access list built and no plan.
+ */
+static inline __attribute__((always_inline)) int launch_ordered(pto_hazards *hz, pto_stream *s, pto_kernel *k,
+                                                                 uint32_t blocks, const uint64_t *args,
+                                                                 uint32_t nargs, const uint8_t *access,
+                                                                 uint32_t nacc, uint64_t edge_token,
+                                                                 uint64_t token, const char *fn)
+{
+    struct hz_stream *me = hz && s ? stream_me(hz, s) : NULL;
     if (!me || me->ptr != s || (nacc && !access))
         return pti_error(PTO_EINVAL, "%s: a stream registered with the table expected", fn);
     int rc = pti_launch_check(s, k, blocks, args, nargs, fn);
@@ -1259,8 +1346,34 @@ static int launch_ordered(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_
         return rc;
     if (nacc > nargs)
         nacc = nargs;
+    if (nacc > 16)
+        return launch_edges(hz, me, s, k, blocks, args, nargs, access, nacc, edge_token, token, fn, NULL);
+    struct hz_tensor *tens[16];
+    if (!args_mine(hz, me, args, access, nacc, tens))
+        return launch_edges(hz, me, s, k, blocks, args, nargs, access, nacc, edge_token, token, fn, tens);
+    rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
+    if (rc >= 0) {
+        int noted = note_args(hz, me, args, access, nacc, token, tens);
+        if (noted < 0)
+            rc = noted;
+    }
+    return rc;
+}
+
+/*
+ * launch_ordered's other cases: a launch that needs edges, or accesses past
+ * the 16 the fast path holds.  `found`: args_mine's records, when it said
+ * not all mine (else NULL: found here).
+ */
+static __attribute__((noinline)) int launch_edges(pto_hazards *hz, struct hz_stream *me, pto_stream *s,
+                                                  pto_kernel *k, uint32_t blocks, const uint64_t *args,
+                                                  uint32_t nargs, const uint8_t *access, uint32_t nacc,
+                                                  uint64_t edge_token, uint64_t token, const char *fn,
+                                                  struct hz_tensor **found)
+{
+    int rc;
     pto_hz_access small[16], *acc = small;
-    struct hz_tensor *tsmall[16], **tens = tsmall; /* the records decide found, for note_found */
+    struct hz_tensor *tsmall[16], **tens = found ? found : tsmall; /* the records decide found, for note_found */
     if (nacc > 16) {
         acc = malloc(nacc * sizeof(*acc));
         tens = malloc(nacc * sizeof(*tens));
@@ -1274,7 +1387,7 @@ static int launch_ordered(pto_hazards *hz, pto_stream *s, pto_kernel *k, uint32_
     for (uint32_t i = 0; i < nacc; i++)
         if (access[i])
             acc[n++] = (pto_hz_access){args[i], access[i] & (PTO_HZ_READ | PTO_HZ_WRITE), 0};
-    if (all_mine(hz, me, acc, n, tens)) { /* no edge: the launch, and its accesses noted */
+    if (!found && all_mine(hz, me, acc, n, tens)) { /* no edge: the launch, and its accesses noted */
         rc = pti_launch_commit(s, k, blocks, args, nargs, token, fn);
         if (rc >= 0) {
             int noted = note_found(hz, me, acc, n, token, tens);

@@ -545,6 +545,13 @@ struct pto_stream {
     uint64_t kick_first;          /* first command committed without its kick (pti_defer_kicks); 0: none */
     uint64_t slot_locks;          /* submit_lock takes by pti_slot_begin and pti_batch_begin (a batch: one) */
     struct pto_overflow ovf;      /* commands accepted while the ring had no room */
+    /*
+     * The attached hazard table's record of this stream (hazard.c), found at
+     * its first ordered launch and kept while hz_serial names that table:
+     * a launch need not look its stream up.  The producer's, as the rest.
+     */
+    struct hz_stream *hz_me;
+    uint64_t hz_serial;
 
     /* scheduler side, under sched_lock */
     struct pto_link ready;        /* dev->ready while on_ready (sched.c) */

@@ -17,7 +17,9 @@
  *      kernel's declared accesses; a stream on its own tensors queues the
  *      launch alone; a crossing launch gets its edge (the launch behind a
  *      latched writer); refused without a table attached or accesses
- *      declared; one table per device; accesses declared once.
+ *      declared; one table per device; accesses declared once; the record a
+ *      stream keeps names its table (another table refuses the stream until
+ *      it registers there).
  *   5. A table of points (a graph capture's, pto_hazards_decide): edges
  *      decided, taken and noted in one call, nothing queued; an edge waits
  *      for the access's own point, so it orders after what that access's
@@ -463,6 +465,16 @@ static void launch_ordered(pto_device *dev)
     pto_hazards_destroy(hz);
     t_assert(pto_stream_launch_ordered(s1, noop, 1, args, 1, 30) == -PTO_EINVAL, "refused: the table is gone");
     t_check(pto_hazards_attach(other)); /* the device takes another once the first is destroyed */
+    /* s1 kept the first table's record of it: another table does not take it for its own. */
+    t_assert(pto_stream_launch_ordered(s1, noop, 1, args, 1, 30) == -PTO_EINVAL,
+             "refused: s1 is not a stream of the table attached now");
+    t_check(pto_hazards_stream(other, s1));
+    t_assert(t_check(pto_stream_launch_ordered(s1, noop, 1, args, 1, 30)) == 0, "s1 on the new table");
+    pto_hazards_counts(other, counts);
+    t_assert(counts[0] == 0 && counts[1] == 0, "the new table starts afresh: no edge");
+    t_check(pto_stream_synchronize(s1, 10000000));
+    while (pto_cq_drain(dev, recs, 64) > 0)
+        ;
     pto_hazards_destroy(other);
     pto_hazards_destroy(points);
     t_check(pto_stream_free(s1, buf, 0));
