@@ -205,6 +205,7 @@ struct pto_orch {
     struct pto_mtask *mt;         /* the device model: per instance (model.c); NULL: host timing */
     uint32_t mt_cap;
     bool mt_oom;                  /* could not grow mt: the run is not modeled */
+    const uint32_t *early_flags;  /* the sites' flags where they can say PTO_SITE_EARLY_RESOLVE (ABI 2), else NULL */
     /*
      * No table: the edges resolved at submission, per instance, whatever had
      * completed by then (record_edges): the model's graph and deps.json's.
@@ -1307,7 +1308,7 @@ static int orch_submit_locked(struct pto_orch *o, uint32_t site, const int64_t *
             x->site = site;
             x->ran = false;
             x->start_ns = 0;
-            x->early = d->abi >= 2 && d->site_flags && (d->site_flags[site] & PTO_SITE_EARLY_RESOLVE);
+            x->early = o->early_flags && (o->early_flags[site] & PTO_SITE_EARLY_RESOLVE);
         }
     }
     uint32_t nidx = d->sites[site].nidx;
@@ -1623,6 +1624,7 @@ static struct pto_orch *run_new(pto_device *dev, pto_stream *s, struct pto_cmd *
         if (o->record && ht && record_grow(o, &o->roff, &o->rsite, &o->rt_cap, ht + 2))
             record_grow(o, &o->rpred, &o->rinfo, &o->re_cap, he + 1);
     }
+    o->early_flags = d->abi >= 2 ? d->site_flags : NULL; /* read per task: looked at once here */
     /* The model's per-instance records: the table's count, or the last recorded run's. */
     uint32_t nmt = d->ninstances ? d->ninstances : o->record ? o->rt_cap : 0;
     if (pti_model_of(dev) && !o->mt_oom && nmt)
