@@ -799,8 +799,12 @@ static uint32_t queue_launch_run(const struct replay *r, uint32_t i, uint64_t ta
         if (!cmd)
             break;
         uint64_t *args = heap;
-        if (c->nargs)
-            memcpy(args, &g->args[c->args_at], (size_t)c->nargs * 8u);
+        const uint64_t *rec = &g->args[c->args_at];
+        if (c->nargs <= 4) /* the usual few: copied in place, not through a call of memcpy */
+            for (uint32_t a = 0; a < c->nargs; a++)
+                args[a] = rec[a];
+        else
+            memcpy(args, rec, (size_t)c->nargs * 8u);
         for (uint32_t p = 0; p < c->patches; p++) {
             const struct pto_gpatch *pt = &g->patches[c->patch_at + p];
             args[pt->field] = r->dev_ptrs[pt->input];
