@@ -90,9 +90,29 @@ def pytest_sessionstart(session):
     _compile._run_compiler = counted
 
 
+#: A fast-tier test this long (setup, call and teardown) is named in the summary: the fast tier keeps within its
+#: budget by moving tests of a tenth of a second or more to the slow tier (docs/developing.md); three times that
+#: is past what a loaded machine's noise explains.
+LONG_FAST_S = 0.3
+
+#: Seconds per test of the fast tier (tests not marked slow), summed over its phases.
+_fast_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if "slow" not in report.keywords:
+        _fast_seconds[report.nodeid] = _fast_seconds.get(report.nodeid, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter):
     count, seconds = _kernel_builds
     terminalreporter.write_line(f"kernel builds (C compiler runs for generated kernels): {count}, {seconds:.1f} s")
+    long = sorted(((s, n) for n, s in _fast_seconds.items() if s >= LONG_FAST_S), reverse=True)
+    if long:
+        terminalreporter.write_line(f"fast-tier tests of {LONG_FAST_S} s or more ({len(long)}; a test of a tenth of "
+                                    f"a second or more belongs in the slow tier, docs/developing.md):")
+        for s, n in long[:10]:
+            terminalreporter.write_line(f"  {s:.2f} s  {n}")
 
 
 #: Folders here whose every test is in the slow tier (``pytestmark = pytest.mark.slow``): a run that
