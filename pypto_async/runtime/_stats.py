@@ -165,6 +165,16 @@ class WorkerStats:
         Commands (and program tasks) a host thread ran itself instead of
         waking a device thread (``RunConfig.host_first``): short work on a
         host with no CPU to spare.
+    engine_wakes, engine_helps : int
+        Sleeping engines (cores, copy engines) signalled for queued work, and
+        runs a device thread already awake ran in a sleeping engine's stead
+        (no wake-up).
+    idle_spins, idle_sleeps : int
+        Device threads that, about to sleep with nothing to do, spun for up
+        to ``RunConfig.spin_us`` first; and ones that slept at once because
+        no CPU was spare for the host (``host_first="always"`` never spins).
+        Together with ``inline_runs``
+        they say how a worker traded idle CPU for latency.
     """
 
     launches: int
@@ -193,6 +203,10 @@ class WorkerStats:
     races: int = 0
     bytes_peer: int = 0
     inline_runs: int = 0
+    engine_wakes: int = 0
+    engine_helps: int = 0
+    idle_spins: int = 0
+    idle_sleeps: int = 0
 
     @property
     def completions_per_wakeup(self) -> float:
@@ -346,4 +360,8 @@ def worker_stats(worker) -> WorkerStats:
         skipped_waits=hz.skipped if hz is not None else 0,
         races=hz.races if hz is not None else 0,
         inline_runs=dev_stats.inline_runs,
+        engine_wakes=dev_stats.engine_wakes,
+        engine_helps=dev_stats.engine_helps,
+        idle_spins=dev_stats.idle_spins,
+        idle_sleeps=dev_stats.idle_no_spin,
     )

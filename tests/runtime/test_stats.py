@@ -185,3 +185,49 @@ def test_no_files_unless_asked(tmp_path, monkeypatch, kernels):
     with ChipWorker(RunConfig(**SMALL)) as w:
         w.run(kernels.get("noop", N), np.zeros(N, np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("host_first", ["off", "always"])
+def test_wakes_helps_and_idle_spins_say_how_idle_cpu_was_traded(kernels, rng, host_first):
+    add = kernels.get("add", N, blocks=1)
+    x = rng.standard_normal(N).astype(np.float32)
+    with ChipWorker(RunConfig(**SMALL, spin_us=0, host_first=host_first)) as w:
+        h = w.register(add)
+        a = w.alloc_tensor(N, np.float32, init=x)
+        out = w.alloc_tensor(N, np.float32)
+        before = w.stats()
+        for _ in range(20):
+            h(a, a, out)
+            w.sync()
+            time.sleep(0.001)  # the device falls idle between launches: its threads go to sleep
+        st = w.stats()
+        np.testing.assert_allclose(out.numpy(), 2 * x, rtol=1e-6)
+        if host_first == "off":  # every launch goes to a core: a sleeping one woken, or one awake in its stead
+            assert st.inline_runs == before.inline_runs
+            assert (st.engine_wakes + st.engine_helps) - (before.engine_wakes + before.engine_helps) >= 20
+        else:  # the host ran the launches itself (all but the first: a kernel is short once it ran short),
+            # and no device thread spins
+            assert st.inline_runs - before.inline_runs >= 19
+            assert st.idle_spins == 0
+        for t in (a, out):
+            t.free()
+
+
+def test_a_spinning_worker_counts_its_spins(kernels, rng):
+    add = kernels.get("add", N, blocks=1)
+    x = rng.standard_normal(N).astype(np.float32)
+    with ChipWorker(RunConfig(**SMALL, spin_us=50, host_first="off")) as w:
+        h = w.register(add)
+        a = w.alloc_tensor(N, np.float32, init=x)
+        out = w.alloc_tensor(N, np.float32)
+        for _ in range(20):
+            h(a, a, out)
+            w.sync()
+            time.sleep(0.001)
+        st = w.stats()
+        np.testing.assert_allclose(out.numpy(), 2 * x, rtol=1e-6)
+        # Each time the device fell idle its last awake thread asked whether to spin: it spun, or
+        # (no CPU spare for the host) slept at once.
+        assert st.idle_spins + st.idle_sleeps >= 20
+        for t in (a, out):
+            t.free()
